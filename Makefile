@@ -1,0 +1,133 @@
+# colibri - build, test, run.
+#
+#   make            build everything (bin/coli, bin/coli-worker, plugins, tests)
+#   make run        build, then run the bundled model
+#   make test       build, then run the whole test suite
+#   make deps       install what is missing (Debian 12, apt-get, as root)
+#   make bench      benchmarks, results in docs/benchmarks.md
+#
+# BUILD=dir puts every output under dir (default build/), so two builds with
+# different flags (SANITIZE=1 uses build-asan/) never mix their objects.
+
+SHELL   := /bin/bash
+SANITIZE ?= 0
+ifeq ($(SANITIZE),1)
+BUILD   ?= build-asan
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+BUILD   ?= build
+SANFLAGS :=
+endif
+
+CC      ?= cc
+OPT     ?= -O2
+CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fPIC -pthread $(SANFLAGS) \
+           -Iinclude -Icore -I. -I$(BUILD)/gen
+LDFLAGS += $(SANFLAGS) -pthread
+LDLIBS  += -lzmq -lprotobuf-c -ldl -lm
+
+# ---- sources ---------------------------------------------------------------
+CORE_SRC   := $(wildcard core/*.c)
+COORD_SRC  := $(wildcard coordinator/*.c)
+CPU_SRC    := $(wildcard plugins/cpu/*.c)
+WORKER_SRC := $(wildcard workers/*.c)
+CLI_SRC    := $(wildcard tools/coli/*.c)
+PROTO_SRC  := $(wildcard proto/*.proto)
+PROTO_GEN  := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTO_SRC))
+TEST_SRC   := $(wildcard tests/test_*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+CORE_OBJ   := $(call obj,$(CORE_SRC))
+COORD_OBJ  := $(call obj,$(COORD_SRC))
+CPU_OBJ    := $(call obj,$(CPU_SRC))
+WORKER_OBJ := $(call obj,$(WORKER_SRC))
+CLI_OBJ    := $(call obj,$(CLI_SRC))
+PROTO_OBJ  := $(patsubst %.c,%.o,$(PROTO_GEN))
+
+LIB        := $(BUILD)/lib/libcolibri.a
+COLI       := $(BUILD)/bin/coli
+WORKER     := $(BUILD)/bin/coli-worker
+CPU_PLUGIN := $(BUILD)/lib/libcoli-cpu.so
+TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TOOLS      := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/*.c))
+
+.PHONY: all run test deps bench clean fixtures check-style
+all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(TOOLS) $(TESTS)
+
+# ---- generated protocol code (never committed) -----------------------------
+$(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
+	@mkdir -p $(dir $@)
+	protoc-c --c_out=$(BUILD)/gen $<
+
+$(BUILD)/gen/proto/%.pb-c.o: $(BUILD)/gen/proto/%.pb-c.c
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# Every object may include generated protocol headers.
+$(BUILD)/obj/%.o: %.c $(PROTO_GEN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- libraries and programs -------------------------------------------------
+$(LIB): $(CORE_OBJ) $(COORD_OBJ) $(CPU_OBJ) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(COLI): $(CLI_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+
+$(WORKER): $(WORKER_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(WORKER_OBJ) $(LIB) $(LDLIBS)
+
+# A plugin exports one symbol (moe_plugin_get); the version script hides the rest.
+$(CPU_PLUGIN): $(CPU_OBJ) $(CORE_OBJ) plugins/plugin.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -Wl,--version-script=plugins/plugin.map -o $@ $(CPU_OBJ) $(CORE_OBJ) -lm
+
+# Single-file tools: tools/NAME.c -> bin/NAME
+$(BUILD)/bin/%: tools/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion
+
+# ---- set-up -------------------------------------------------------------------
+DEB_PKGS := build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
+            libcriterion-dev python3 python3-numpy libmicrohttpd-dev libcjson-dev
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+# ---- the main job -----------------------------------------------------------
+MODEL ?= models/tiny-moe-4e2r-f16.gguf
+PROMPT ?= Once upon a time
+run: deps
+	$(MAKE) all
+	@if [ ! -f "$(MODEL)" ]; then echo "make run: $(MODEL) missing, generating a random fixture"; \
+	  $(MAKE) fixtures; fi
+	$(COLI) run -m $$( [ -f "$(MODEL)" ] && echo "$(MODEL)" || echo "$(BUILD)/fixtures/tiny-llama-moe-f32.gguf" ) \
+	  -p "$(PROMPT)" -n 64 --temp 0.7 --seed 1
+
+# ---- tests ---------------------------------------------------------------------
+FIXTURES := $(BUILD)/fixtures/.stamp
+fixtures: $(FIXTURES)
+$(FIXTURES): $(BUILD)/bin/gen_model
+	@mkdir -p $(dir $@)
+	$(BUILD)/bin/gen_model --all $(BUILD)/fixtures
+	touch $@
+
+test: deps
+	$(MAKE) all fixtures
+	COLI_BUILD=$(BUILD) tests/run.sh $(TESTS)
+
+clean:
+	rm -rf build build-asan build-*

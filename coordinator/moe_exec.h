@@ -1,0 +1,33 @@
+/*
+ * moe_exec.h - how the forward pass gets its expert outputs.
+ *
+ * The forward pass routes each token to k experts, then asks an executor
+ * for every (token, slot) output and combines them itself, in slot order:
+ *
+ *   h[t] += sum_{s=0..k-1} weight[t][s] * y[t][s]
+ *
+ * so the sum is the same whichever executor (in-process, local workers,
+ * remote workers, CPU fallback) computed which expert. Executors only
+ * compute; they never combine.
+ */
+#ifndef COLI_COORD_MOE_EXEC_H
+#define COLI_COORD_MOE_EXEC_H
+
+#include <stdint.h>
+
+typedef struct moe_exec moe_exec;
+
+struct moe_exec {
+    /* y (n_tok, k, n_embd): y[t][s] = expert_{ids[t*k+s]} of layer applied to
+     * x[t] (x: (n_tok, n_embd)). Returns 0 or a negative coli_status; an
+     * executor with fallbacks returns an error only when no path is left. */
+    int  (*run_layer)(moe_exec *self, int layer, const float *x, int64_t n_tok,
+                      int k, const int32_t *ids, float *y);
+    /* Write the executor's stats (workers, fallbacks) as JSON / text;
+     * malloc'd, caller frees. Optional (NULL: none). */
+    int  (*stats_json)(moe_exec *self, char **json);
+    int  (*stats_text)(moe_exec *self, char **text);
+    void (*destroy)(moe_exec *self);
+};
+
+#endif

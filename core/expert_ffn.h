@@ -1,0 +1,40 @@
+/*
+ * expert_ffn.h - one gated FFN expert, the unit of work the scheduler moves.
+ *
+ *   out = W_down · (silu(W_gate · x) ⊙ (W_up · x))
+ *
+ * The same function serves the dense llama FFN, Qwen2-MoE's shared expert,
+ * the cpu plugin and the coordinator's in-process path, so a CPU fallback
+ * computes exactly what the primary CPU path would have.
+ */
+#ifndef COLI_CORE_EXPERT_FFN_H
+#define COLI_CORE_EXPERT_FFN_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+#include "matmul.h"
+#include "tensor.h"
+
+typedef struct expert_weights {
+    const void *gate;     /* (n_ff rows, n_embd) */
+    const void *up;       /* (n_ff rows, n_embd) */
+    const void *down;     /* (n_embd rows, n_ff) */
+    coli_dtype gate_type, up_type, down_type;
+    int64_t n_embd, n_ff;
+} expert_weights;
+
+/* Bytes of the three matrices (what a device must hold for this expert). */
+size_t expert_weights_bytes(const expert_weights *w);
+
+/* Expert e of layer l of a MoE file: slices of blk.l.ffn_{gate,up,down}_exps.
+ * Validates the tensors' presence, types and shapes (3-D, consistent
+ * n_embd/n_ff, e < n_expert). */
+int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_weights *out);
+
+/* out (n_rows, n_embd) = expert(x (n_rows, n_embd)). Row r of out depends
+ * only on row r of x (see matmul.h). Returns 0 or COLI_ENOMEM. */
+int expert_ffn(coli_pool *pool, coli_scratch *scratch, const expert_weights *w,
+               const float *x, int64_t n_rows, float *out);
+
+#endif

@@ -1,0 +1,49 @@
+/*
+ * matmul.h - y = W x for every weight type, the hot spot of the engine.
+ *
+ * Determinism contract (the scheduler relies on it): the value of y[t][o]
+ * depends only on W row o and x row t. Not on n_tok, not on which other
+ * rows share the batch, not on the thread count, not on AVX2 vs portable
+ * row blocking. So an expert computed for one token alone, in a batch, on a
+ * worker or in-process gives the same bits. Work is split over output rows
+ * only, never along the dot product.
+ *
+ * Input rounding follows llama.cpp (so conformance against it holds):
+ *   F32 weights: x used as is;  F16: x rounded to fp16;  BF16: x rounded to
+ *   bf16;  Q8_0 / Q4_0: x quantized to Q8_0 blocks (coli_quantize_act_q8_0)
+ *   and integer block dot products, fp16(d_w)*fp16(d_x)*sum(q_w*q_x) in F32.
+ * AVX2+FMA+F16C kernels are chosen at run time when the CPU has them; the
+ * portable C path gives the same results within the conformance tolerances.
+ */
+#ifndef COLI_CORE_MATMUL_H
+#define COLI_CORE_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor.h"
+#include "threadpool.h"
+
+/* Scratch memory for prepared inputs, grown on demand and reused, so the
+ * steady state allocates nothing. One per thread of control (not shared
+ * between concurrent callers). */
+typedef struct coli_scratch {
+    void  *buf;
+    size_t cap;
+} coli_scratch;
+
+void coli_scratch_free(coli_scratch *s);
+
+/* y (n_tok, n_out) = x (n_tok, n_in) @ W^T, W: n_out rows of n_in values of
+ * type wtype, rows contiguous (row o at o * coli_row_bytes(wtype, n_in)).
+ * n_in must be a multiple of 32 for Q8_0/Q4_0. Returns 0 or COLI_ENOMEM. */
+int coli_matmul(coli_pool *pool, coli_scratch *scratch,
+                const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out,
+                const float *x, int64_t n_tok, float *y);
+
+/* Force the portable path (tests compare the two). 1 = portable only. */
+void coli_matmul_force_portable(int on);
+/* "avx2" or "portable": what coli_matmul uses now. */
+const char *coli_matmul_impl(void);
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * tensor.h - element types and tensor views.
+ *
+ * A coli_tensor is a view: it never owns its data. Weights point into the
+ * mapped model file. Shapes follow GGML: ne[0] is the innermost (contiguous)
+ * dimension, so a matrix W of n_out rows of n_in values has ne = {n_in, n_out}
+ * and row o starts at o * coli_row_bytes(type, n_in). A 3-D expert tensor
+ * has ne = {n_in, n_out, n_expert}; expert e starts at e * n_out rows.
+ */
+#ifndef COLI_CORE_TENSOR_H
+#define COLI_CORE_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Values are the GGML type ids, so a GGUF tensor type maps 1:1. */
+typedef enum coli_dtype {
+    COLI_F32  = 0,
+    COLI_F16  = 1,
+    COLI_Q4_0 = 2,
+    COLI_Q8_0 = 8,
+    COLI_BF16 = 30,
+} coli_dtype;
+
+#define COLI_QK 32            /* values per Q8_0 / Q4_0 block */
+#define COLI_MAX_DIMS 4
+
+/* 1 if t is one of the types above. */
+int coli_dtype_valid(uint32_t t);
+const char *coli_dtype_name(uint32_t t);          /* "F32", ..., "type 7" for unknown */
+int coli_dtype_from_name(const char *s, coli_dtype *out); /* "Q8_0" -> COLI_Q8_0; 0 or -1 */
+int64_t coli_dtype_block_elems(coli_dtype t);     /* 1 or 32 */
+size_t  coli_dtype_block_bytes(coli_dtype t);     /* 4, 2, 2, 34, 18 */
+/* Bytes of a row of n values; n must be a multiple of the block size. */
+size_t  coli_row_bytes(coli_dtype t, int64_t n);
+
+typedef struct coli_tensor {
+    const char *name;           /* NUL-terminated, owned by whoever made the view */
+    coli_dtype  type;
+    int         n_dims;         /* 1..4 */
+    int64_t     ne[COLI_MAX_DIMS]; /* unused dims are 1 */
+    const void *data;
+    size_t      nbytes;
+} coli_tensor;
+
+int64_t coli_tensor_nelems(const coli_tensor *t);
+
+#endif

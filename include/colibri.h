@@ -1,0 +1,162 @@
+/*
+ * colibri.h - the public C API of libcolibri, an inference engine for
+ * Mixture-of-Experts language models.
+ *
+ * Three calls do the work: coli_model_load (init), coli_eval (forward),
+ * coli_model_free (free). The rest are conveniences on top: contexts with
+ * their own KV cache, tokenization, generation with a per-token callback.
+ *
+ * Rules that hold for every function here:
+ *  - Functions that can fail return a coli_status: 0 (COLI_OK) on success,
+ *    a negative code otherwise. coli_last_error() then returns a one-line
+ *    message naming the thing and the reason (thread-local, valid until the
+ *    next failing call on that thread).
+ *  - Destructors accept NULL and set the caller's pointer to NULL.
+ *  - Nothing here calls exit() or abort() on bad input.
+ */
+#ifndef COLIBRI_H
+#define COLIBRI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define COLI_API_VERSION 1
+
+typedef enum coli_status {
+    COLI_OK           =   0,
+    COLI_EINVAL       =  -1, /* bad argument, flag or value */
+    COLI_EIO          =  -2, /* a file cannot be opened, read, mapped or written */
+    COLI_EFORMAT      =  -3, /* malformed or hostile file or message */
+    COLI_EUNSUPPORTED =  -4, /* well-formed but not supported (type, architecture) */
+    COLI_ENOMEM       =  -5, /* allocation failed */
+    COLI_ERANGE       =  -6, /* context full, id out of range */
+    COLI_EDEVICE      =  -7, /* plugin or device failure */
+    COLI_ETIMEOUT     =  -8, /* a deadline passed */
+    COLI_EPROTO       =  -9, /* protocol violation by a peer */
+    COLI_ECANCELLED   = -10, /* stopped by the caller (callback asked to stop) */
+    COLI_EINTERNAL    = -11  /* an invariant broke: a bug, please report */
+} coli_status;
+
+/* The message of the last failure on this thread ("" if none). */
+const char *coli_last_error(void);
+/* A short name for a status code, e.g. "EFORMAT". */
+const char *coli_status_str(int status);
+
+typedef struct coli_model   coli_model;   /* weights (mapped file), tokenizer, workers */
+typedef struct coli_context coli_context; /* one conversation: KV cache, positions */
+
+/* ---- model ------------------------------------------------------------ */
+
+typedef struct coli_model_params {
+    const char *devices;  /* where experts run: NULL or "" = default,
+                             "inproc" = in this process, "cpu:2", "cuda:0,cpu:1", "auto" */
+    int n_threads;        /* compute threads in this process; 0 = one per core */
+    int kv_f16;           /* 1 = F16 KV cache, 0 = F32 (default) */
+    int n_ctx_max;        /* cap on the context length; 0 = the model's own */
+    const char *stats_json_path; /* optional: write run stats as JSON here on free */
+    int verbose;          /* 1 = progress and per-worker lines on stderr */
+} coli_model_params;
+
+void coli_model_default_params(coli_model_params *p);
+
+/* Map and validate a GGUF file. On success *out owns the mapping; free with
+ * coli_model_free. */
+int coli_model_load(const char *path, const coli_model_params *p, coli_model **out);
+void coli_model_free(coli_model **model);
+
+typedef struct coli_model_info {
+    const char *arch;          /* "llama", "olmoe", "qwen2moe" */
+    const char *name;          /* general.name or the file name */
+    int64_t n_params;
+    int n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv;
+    int n_expert, n_expert_used; /* 0 for a dense model */
+    int32_t bos_id, eos_id;    /* -1 if the vocabulary has none */
+    int add_bos;               /* 1 if prompts get BOS */
+    const char *chat_template; /* tokenizer.chat_template, NULL if absent */
+    double load_seconds;
+} coli_model_info;
+
+void coli_model_get_info(const coli_model *m, coli_model_info *out);
+
+/* ---- tokens ------------------------------------------------------------ */
+
+/* Tokenize len bytes of text. add_special: add BOS if the vocabulary does.
+ * parse_special: text like "<s>" becomes the special token. Writes at most
+ * cap ids; *n_out receives the full count (call again with a bigger buffer
+ * if *n_out > cap, in which case COLI_ERANGE is returned). */
+int coli_tokenize(const coli_model *m, const char *text, size_t len,
+                  int add_special, int parse_special,
+                  int32_t *ids, int cap, int *n_out);
+
+/* The bytes a token stands for (SPM "▁" -> " ", byte tokens -> the byte,
+ * GPT-2 byte mapping undone). Not NUL-terminated; valid while m lives.
+ * Control tokens (BOS/EOS) give the empty string. */
+int coli_token_to_bytes(const coli_model *m, int32_t id, const char **bytes, size_t *len);
+/* The token's vocabulary string as stored (e.g. "▁Hello", "<0x0A>"). */
+const char *coli_token_text(const coli_model *m, int32_t id);
+int coli_token_is_eog(const coli_model *m, int32_t id);
+
+/* ---- contexts and the forward pass ---------------------------------- */
+
+typedef struct coli_context_params {
+    int n_ctx;       /* tokens the KV cache holds; 0 = model's (capped by n_ctx_max) */
+} coli_context_params;
+
+void coli_context_default_params(coli_context_params *p);
+int  coli_context_new(coli_model *m, const coli_context_params *p, coli_context **out);
+void coli_context_free(coli_context **ctx);
+/* Forget the conversation (positions back to 0). */
+void coli_context_reset(coli_context *ctx);
+int  coli_context_pos(const coli_context *ctx); /* tokens in the cache */
+
+/* The forward pass: append n ids at the current position, run them as one
+ * batch. logits: NULL, or room for n_vocab floats (logits_all = 0: of the
+ * last position only) or n * n_vocab floats (logits_all = 1: every position,
+ * row i predicts the token after ids[i]). */
+int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all);
+
+/* ---- generation ------------------------------------------------------- */
+
+typedef struct coli_sampling_params {
+    float temperature;  /* 0 = greedy (argmax) */
+    int top_k;          /* 0 = off */
+    float top_p;        /* 1 = off */
+    uint64_t seed;      /* same seed, same output */
+    int n_predict;      /* max tokens to generate; must be >= 0 */
+} coli_sampling_params;
+
+void coli_sampling_default_params(coli_sampling_params *p);
+
+/* Called once per generated token. text/len: the bytes that became complete
+ * UTF-8 with this token (possibly empty when a character is split across
+ * tokens). Return nonzero to stop generation (not an error). */
+typedef int (*coli_token_cb)(void *user, int32_t id, const char *text, size_t len);
+
+typedef struct coli_gen_stats {
+    int n_prompt, n_gen;
+    double prompt_seconds, gen_seconds;
+    int stopped_by_eog;   /* 1 if an end-of-generation token ended it */
+} coli_gen_stats;
+
+/* Evaluate the prompt, then sample up to n_predict tokens, calling cb for each.
+ * EOG tokens end generation and are not passed to cb. stats may be NULL. */
+int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
+                  const coli_sampling_params *sp, coli_token_cb cb, void *user,
+                  coli_gen_stats *stats);
+
+/* ---- scheduler visibility -------------------------------------------- */
+
+/* Stats of the expert scheduler (workers, fallbacks) as a JSON document,
+ * malloc'd; the caller frees it. */
+int coli_model_stats_json(const coli_model *m, char **json);
+/* The human-readable end-of-run summary (per worker lines), malloc'd. */
+int coli_model_stats_text(const coli_model *m, char **text);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COLIBRI_H */
