@@ -15,6 +15,8 @@
 
 #include <stdint.h>
 
+struct gguf_file;
+
 typedef struct moe_exec moe_exec;
 
 struct moe_exec {
@@ -29,5 +31,21 @@ struct moe_exec {
     int  (*stats_text)(moe_exec *self, char **text);
     void (*destroy)(moe_exec *self);
 };
+
+/* What an executor needs to know to start. */
+typedef struct moe_exec_config {
+    const char *model_path;     /* the GGUF file (workers map it themselves) */
+    const struct gguf_file *gguf; /* the coordinator's own mapping of it */
+    int n_layer, n_expert, n_expert_used;
+    int64_t n_embd, n_ff;       /* n_ff: expert FFN length */
+    const char *devices;        /* the --devices string, NULL = default */
+    int n_threads;              /* compute threads for in-process work */
+    int verbose;
+} moe_exec_config;
+
+/* In-process: the cpu plugin's vtable called directly, no workers. */
+int moe_exec_inproc_new(const moe_exec_config *cfg, moe_exec **out);
+/* Worker processes, one per device, with CPU fallback (coordinator/scheduler). */
+int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out);
 
 #endif

@@ -148,6 +148,15 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
                   const coli_sampling_params *sp, coli_token_cb cb, void *user,
                   coli_gen_stats *stats);
 
+/* ---- files ------------------------------------------------------------ */
+
+/* Write a copy of the GGUF at in_path to out_path with every 2-D/3-D weight
+ * (token_embd and output included) in type ("Q8_0", "Q4_0", "F16", "BF16",
+ * "F32"); norms, biases and routers (ffn_gate_inp*) stay F32. Metadata is
+ * copied, general.file_type updated. Q8_0/Q4_0 data are byte-identical to
+ * llama-quantize --pure. */
+int coli_quantize_file(const char *in_path, const char *out_path, const char *type);
+
 /* ---- scheduler visibility -------------------------------------------- */
 
 /* Stats of the expert scheduler (workers, fallbacks) as a JSON document,
