@@ -1,0 +1,378 @@
+/*
+ * forward.c - the forward pass, top to bottom; see forward.h.
+ *
+ * For a batch of n tokens at positions pos..pos+n-1 (llama.cpp's graph,
+ * written out as loops):
+ *
+ *   h = token_embd[ids]
+ *   for each layer:
+ *     x = rmsnorm(h) * attn_norm
+ *     q, k, v = Wq x (+bq), Wk x (+bk), Wv x (+bv)
+ *     (olmoe) q = rmsnorm(q) * q_norm, k = rmsnorm(k) * k_norm
+ *     q, k = rope(q), rope(k);  cache k, v
+ *     h += Wo * softmax(q K^T / sqrt(head_dim) + causal mask) V
+ *     x = rmsnorm(h) * ffn_norm
+ *     h += FFN(x)  (dense) or  sum_s w_s expert_{e_s}(x) (+ shared expert)
+ *   logits = output * (rmsnorm(h) * output_norm)
+ *
+ * Matmuls go through coli_matmul, which rounds the input per weight type as
+ * llama.cpp does; everything else (norms, rope, softmax, attention) is F32.
+ */
+#include "coordinator/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "expert_ffn.h"
+#include "quant.h"
+
+// ---------------------------------------------------------------------------
+// run state
+
+int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_pool *pool,
+                       int max_batch, int n_ctx) {
+    const model_hparams *hp = &m->hp;
+    const size_t B = (size_t)max_batch, E = (size_t)hp->n_embd;
+    const size_t Q = (size_t)model_q_dim(hp), KV = (size_t)model_kv_dim(hp);
+    const size_t X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+    memset(s, 0, sizeof *s);
+    s->m = m; s->moe = moe; s->pool = pool;
+    s->max_batch = max_batch; s->n_ctx = n_ctx;
+    s->n_workers = pool ? coli_pool_size(pool) : 1;
+    if (s->n_workers < 1) s->n_workers = 1;
+    s->h = malloc(B * E * sizeof(float));
+    s->xb = malloc(B * E * sizeof(float));
+    s->q = malloc(B * Q * sizeof(float));
+    s->k = malloc(B * KV * sizeof(float));
+    s->v = malloc(B * KV * sizeof(float));
+    s->attn = malloc(B * Q * sizeof(float));
+    s->delta = malloc(B * E * sizeof(float));
+    s->rope = malloc(B * (size_t)hp->n_rot * sizeof(float));
+    s->scores = malloc((size_t)s->n_workers * (size_t)n_ctx * sizeof(float));
+    s->router = malloc(B * (X ? X : 1) * sizeof(float));
+    s->sel = malloc(B * (K ? K : 1) * sizeof(int32_t));
+    s->sel_w = malloc(B * (K ? K : 1) * sizeof(float));
+    s->moe_y = malloc(B * (K ? K : 1) * E * sizeof(float));
+    s->shexp = malloc(B * E * sizeof(float));
+    s->shexp_gate = malloc(B * sizeof(float));
+    if (!s->h || !s->xb || !s->q || !s->k || !s->v || !s->attn || !s->delta || !s->rope ||
+        !s->scores || !s->router || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate) {
+        forward_state_free(s);
+        return coli_fail(COLI_ENOMEM, "forward pass: cannot allocate buffers for a batch of %d", max_batch);
+    }
+    return 0;
+}
+
+void forward_state_free(forward_state *s) {
+    free(s->h); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->attn);
+    free(s->delta); free(s->rope); free(s->scores); free(s->router); free(s->sel);
+    free(s->sel_w); free(s->moe_y); free(s->shexp); free(s->shexp_gate);
+    coli_scratch_free(&s->scratch);
+    memset(s, 0, sizeof *s);
+}
+
+// ---------------------------------------------------------------------------
+// neural net blocks
+
+/* o = x / sqrt(mean(x^2) + eps) * w over n values (sum in double, as ggml). */
+static void rmsnorm(float *o, const float *x, const float *w, int64_t n, float eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++) o[i] = (x[i] * scale) * w[i];
+}
+
+/* rmsnorm over each of n rows of width cols, in place allowed. */
+static void rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int64_t cols, float eps) {
+    for (int t = 0; t < n; t++)
+        rmsnorm(o + (size_t)t * (size_t)cols, x + (size_t)t * (size_t)cols, (const float *)w->data, cols, eps);
+}
+
+/* Softmax of n values in place: exp(x - max) / sum. */
+static void softmax(float *x, int64_t n) {
+    float max = x[0];
+    for (int64_t i = 1; i < n; i++) if (x[i] > max) max = x[i];
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* cs[2i], cs[2i+1] = cos, sin of pos * base^(-2i/n_rot), the angle built by
+ * repeated multiplication in float as ggml's rope cache does. */
+static void rope_angles(float *cs, int pos, int n_rot, float base) {
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    for (int i = 0; i < n_rot / 2; i++) {
+        cs[2 * i] = cosf(theta);
+        cs[2 * i + 1] = sinf(theta);
+        theta *= theta_scale;
+    }
+}
+
+/* Rotate the first n_rot dims of each of n_heads heads of x. NORM layout
+ * pairs (2i, 2i+1); NEOX layout pairs (i, i + n_rot/2). */
+static void rope_apply(float *x, const float *cs, int n_heads, int head_dim, int n_rot, int neox) {
+    for (int hh = 0; hh < n_heads; hh++) {
+        float *xh = x + (size_t)hh * (size_t)head_dim;
+        for (int i = 0; i < n_rot / 2; i++) {
+            const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+            const float c = cs[2 * i], sn = cs[2 * i + 1], x0 = xh[a], x1 = xh[b];
+            xh[a] = x0 * c - x1 * sn;
+            xh[b] = x0 * sn + x1 * c;
+        }
+    }
+}
+
+/* y (n, W->ne[1]) = x (n, W->ne[0]) W^T; by far most of the time goes here. */
+static int matmul(forward_state *s, const coli_tensor *W, const float *x, int n, float *y) {
+    return coli_matmul(s->pool, &s->scratch, W->data, W->type, W->ne[0], W->ne[1], x, n, y);
+}
+
+static void add_bias(float *y, const coli_tensor *b, int n, int64_t cols) {
+    const float *bv = (const float *)b->data;
+    for (int t = 0; t < n; t++)
+        for (int64_t i = 0; i < cols; i++) y[(size_t)t * (size_t)cols + i] += bv[i];
+}
+
+static void add_rows(float *h, const float *d, int n, int64_t cols) {
+    for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) h[i] += d[i];
+}
+
+// ---------------------------------------------------------------------------
+// attention
+
+typedef struct attn_job {
+    forward_state *s;
+    const kv_cache *kv;
+    int layer, pos, n;
+} attn_job;
+
+static float fp16_round(float x) { return coli_fp16_to_fp32(coli_fp32_to_fp16(x)); }
+
+/* out (head_dim) = softmax(q . K[0..n_kv) * scale) V for one query head
+ * reading KV head kvh. With an fp16 cache, q arrives fp16-rounded and the
+ * probabilities are rounded to fp16 before the product with V (llama.cpp). */
+static void attend_one(const kv_cache *kv, int layer, int n_kv, int kvh, int head_dim,
+                       const float *q, float *scores, float *out) {
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const size_t off = (size_t)kvh * (size_t)head_dim;
+    for (int j = 0; j < n_kv; j++) {
+        float dot = 0.0f;
+        if (kv->f16) {
+            const uint16_t *kj = (const uint16_t *)kv_cache_k(kv, layer, j) + off;
+            for (int d = 0; d < head_dim; d++) dot += q[d] * coli_fp16_to_fp32(kj[d]);
+        } else {
+            const float *kj = (const float *)kv_cache_k(kv, layer, j) + off;
+            for (int d = 0; d < head_dim; d++) dot += q[d] * kj[d];
+        }
+        scores[j] = dot * scale;
+    }
+    softmax(scores, n_kv);
+    memset(out, 0, (size_t)head_dim * sizeof(float));
+    for (int j = 0; j < n_kv; j++) {
+        if (kv->f16) {
+            const float p = fp16_round(scores[j]);
+            const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, j) + off;
+            for (int d = 0; d < head_dim; d++) out[d] += p * coli_fp16_to_fp32(vj[d]);
+        } else {
+            const float p = scores[j];
+            const float *vj = (const float *)kv_cache_v(kv, layer, j) + off;
+            for (int d = 0; d < head_dim; d++) out[d] += p * vj[d];
+        }
+    }
+}
+
+/* Thread ith takes (token, head) pairs ith, ith + nth, ... Token t sees
+ * positions 0..pos+t (the causal mask). GQA: head h reads KV head h / group. */
+static void attention_worker(void *arg, int ith, int nth) {
+    const attn_job *job = arg;
+    forward_state *s = job->s;
+    const model_hparams *hp = &s->m->hp;
+    const int group = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
+    const size_t q_dim = (size_t)model_q_dim(hp);
+    float *scores = s->scores + (size_t)ith * (size_t)s->n_ctx;
+    for (int task = ith; task < job->n * hp->n_head; task += nth) {
+        const int t = task / hp->n_head, hh = task % hp->n_head;
+        const size_t at = (size_t)t * q_dim + (size_t)hh * (size_t)hd;
+        attend_one(job->kv, job->layer, job->pos + t + 1, hh / group, hd, s->q + at, scores, s->attn + at);
+    }
+}
+
+static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int pos) {
+    const model_hparams *hp = &s->m->hp;
+    const layer_weights *l = &s->m->layers[il];
+    const int64_t E = hp->n_embd, Q = model_q_dim(hp), KV = model_kv_dim(hp);
+    int rc;
+    // x = rmsnorm(h) * attn_norm
+    rmsnorm_rows(s->xb, s->h, l->attn_norm, n, E, hp->rms_eps);
+    // q = Wq x (+ bq), k = Wk x (+ bk), v = Wv x (+ bv)
+    if ((rc = matmul(s, l->wq, s->xb, n, s->q)) < 0) return rc;
+    if ((rc = matmul(s, l->wk, s->xb, n, s->k)) < 0) return rc;
+    if ((rc = matmul(s, l->wv, s->xb, n, s->v)) < 0) return rc;
+    if (l->bq) { add_bias(s->q, l->bq, n, Q); add_bias(s->k, l->bk, n, KV); add_bias(s->v, l->bv, n, KV); }
+    // OLMoE: RMSNorm over the whole projected q and k vectors, before rope
+    if (l->q_norm) {
+        rmsnorm_rows(s->q, s->q, l->q_norm, n, Q, hp->rms_eps);
+        rmsnorm_rows(s->k, s->k, l->k_norm, n, KV, hp->rms_eps);
+    }
+    // rotate q and k by their positions
+    for (int t = 0; t < n; t++) {
+        const float *cs = s->rope + (size_t)t * (size_t)hp->n_rot;
+        rope_apply(s->q + (size_t)t * (size_t)Q, cs, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_neox);
+        rope_apply(s->k + (size_t)t * (size_t)KV, cs, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_neox);
+    }
+    // append k, v to the cache; attention then reads the new rows from it too
+    kv_cache_store(kv, il, pos, n, s->k, s->v);
+    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path)
+    if (kv->f16)
+        for (size_t i = 0; i < (size_t)n * (size_t)Q; i++) s->q[i] = fp16_round(s->q[i]);
+    // attn = softmax(q K^T / sqrt(head_dim)) V, heads in parallel
+    attn_job job = {s, kv, il, pos, n};
+    coli_pool_run(s->pool, attention_worker, &job);
+    // h += Wo attn
+    if ((rc = matmul(s, l->wo, s->attn, n, s->delta)) < 0) return rc;
+    add_rows(s->h, s->delta, n, E);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// feed-forward: dense, or routed experts (+ shared expert)
+
+/* The k largest of p[0..n) in descending order; on equal values the lower
+ * index wins (strict > while scanning up), so routing is deterministic. */
+static void top_k(const float *p, int n, int k, int32_t *sel) {
+    for (int s = 0; s < k; s++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            int taken = 0;
+            for (int j = 0; j < s; j++) taken |= sel[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[s] = best;
+    }
+}
+
+/* Router: p = softmax(W_router x) over all experts, the top-k experts by p,
+ * weights p[e] (renormalised to sum 1 for Mixtral). */
+static int route(forward_state *s, const layer_weights *l, int n) {
+    const model_hparams *hp = &s->m->hp;
+    const int X = hp->n_expert, K = hp->n_expert_used;
+    int rc = matmul(s, l->router, s->xb, n, s->router);
+    if (rc < 0) return rc;
+    for (int t = 0; t < n; t++) {
+        float *p = s->router + (size_t)t * (size_t)X, *w = s->sel_w + (size_t)t * (size_t)K;
+        int32_t *sel = s->sel + (size_t)t * (size_t)K;
+        softmax(p, X);
+        top_k(p, X, K, sel);
+        float sum = 0.0f;
+        for (int j = 0; j < K; j++) { w[j] = p[sel[j]]; sum += w[j]; }
+        if (hp->renorm_topk)
+            for (int j = 0; j < K; j++) w[j] /= sum;
+    }
+    return 0;
+}
+
+/* delta[t] = sum_s w[t][s] * y[t][s] in slot order (+ the shared expert
+ * sigmoid(g . x) * shexp(x) for Qwen2-MoE). */
+static int moe_block(forward_state *s, const layer_weights *l, int il, int n) {
+    const model_hparams *hp = &s->m->hp;
+    const int K = hp->n_expert_used;
+    const size_t E = (size_t)hp->n_embd;
+    int rc;
+    if ((rc = route(s, l, n)) < 0) return rc;
+    rc = s->moe->run_layer(s->moe, il, s->xb, n, K, s->sel, s->moe_y);
+    if (rc < 0) return coli_fail_prefix(rc, "layer %d experts", il);
+    for (int t = 0; t < n; t++) {
+        float *d = s->delta + (size_t)t * E;
+        const float *w = s->sel_w + (size_t)t * (size_t)K;
+        const float *y = s->moe_y + (size_t)t * (size_t)K * E;
+        for (size_t i = 0; i < E; i++) d[i] = w[0] * y[i];
+        for (int j = 1; j < K; j++)
+            for (size_t i = 0; i < E; i++) d[i] += w[j] * y[(size_t)j * E + i];
+    }
+    if (!l->shexp_gate) return 0;
+    if ((rc = expert_ffn(s->pool, &s->scratch, &l->shexp, s->xb, n, s->shexp)) < 0) return rc;
+    if ((rc = matmul(s, l->shexp_gate, s->xb, n, s->shexp_gate)) < 0) return rc;
+    for (int t = 0; t < n; t++) {
+        const float g = 1.0f / (1.0f + expf(-s->shexp_gate[t]));
+        for (size_t i = 0; i < E; i++) s->delta[(size_t)t * E + i] += g * s->shexp[(size_t)t * E + i];
+    }
+    return 0;
+}
+
+static int ffn_block(forward_state *s, int il, int n) {
+    const model_hparams *hp = &s->m->hp;
+    const layer_weights *l = &s->m->layers[il];
+    int rc;
+    // x = rmsnorm(h) * ffn_norm
+    rmsnorm_rows(s->xb, s->h, l->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    // FFN: W_down (silu(W_gate x) * W_up x), one dense one or k routed ones
+    if (hp->n_expert == 0)
+        rc = expert_ffn(s->pool, &s->scratch, &l->dense, s->xb, n, s->delta);
+    else
+        rc = moe_block(s, l, il, n);
+    if (rc < 0) return rc;
+    // h += FFN(x)
+    add_rows(s->h, s->delta, n, hp->n_embd);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// the whole pass
+
+/* logits = output (rmsnorm(h) * output_norm) for the last row or every row. */
+static int output_logits(forward_state *s, int n, float *logits, int logits_all) {
+    const model_hparams *hp = &s->m->hp;
+    const int first = logits_all ? 0 : n - 1, rows = n - first;
+    float *x = s->xb + (size_t)first * (size_t)hp->n_embd;
+    rmsnorm_rows(x, s->h + (size_t)first * (size_t)hp->n_embd, s->m->output_norm, rows, hp->n_embd,
+                 hp->rms_eps);
+    return matmul(s, s->m->output, x, rows, logits);
+}
+
+/* One batch of n <= max_batch tokens. */
+static int forward_batch(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos,
+                         float *logits, int logits_all) {
+    const model *m = s->m;
+    const model_hparams *hp = &m->hp;
+    const size_t row = coli_row_bytes(m->tok_embd->type, hp->n_embd);
+    int rc;
+    // h = token_embd[ids], dequantized exactly; rope angles of each position
+    for (int t = 0; t < n; t++) {
+        const char *src = (const char *)m->tok_embd->data + (size_t)ids[t] * row;
+        coli_dequantize_row(m->tok_embd->type, src, s->h + (size_t)t * (size_t)hp->n_embd, hp->n_embd);
+        rope_angles(s->rope + (size_t)t * (size_t)hp->n_rot, pos + t, hp->n_rot, hp->rope_base);
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        if ((rc = attention_block(s, kv, il, n, pos)) < 0) return rc;
+        if ((rc = ffn_block(s, il, n)) < 0) return rc;
+    }
+    return logits ? output_logits(s, n, logits, logits_all) : 0;
+}
+
+int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos,
+                 float *logits, int logits_all) {
+    const int n_vocab = s->m->hp.n_vocab;
+    if (n <= 0) return coli_fail(COLI_EINVAL, "eval: n = %d tokens, expected > 0", n);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return coli_fail(COLI_ERANGE, "eval: token id %d at index %d out of range [0, %d)",
+                             ids[i], i, n_vocab);
+    if (pos < 0 || (int64_t)pos + n > kv->n_ctx || kv->n_ctx > s->n_ctx)
+        return coli_fail(COLI_ERANGE, "eval: context full: %d tokens in the cache + %d new > n_ctx %d",
+                         pos, n, kv->n_ctx);
+    for (int done = 0; done < n;) {
+        const int chunk = n - done < s->max_batch ? n - done : s->max_batch;
+        const int last = done + chunk == n;
+        float *out = NULL;
+        if (logits && logits_all) out = logits + (size_t)done * (size_t)n_vocab;
+        else if (logits && last) out = logits;
+        int rc = forward_batch(s, kv, ids + done, chunk, pos + done, out, logits_all);
+        if (rc < 0) return rc;
+        done += chunk;
+    }
+    return 0;
+}

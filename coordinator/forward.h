@@ -1,0 +1,61 @@
+/*
+ * forward.h - the transformer forward pass over a batch of tokens.
+ *
+ * A forward_state holds every activation buffer for the largest batch it
+ * accepts (the RunState of llama2.c), allocated once per context, so the
+ * steady state (decode, one token at a time) allocates nothing. Expert
+ * outputs come from a moe_exec; the combination into the residual stream
+ * happens here, in top-k slot order (see moe_exec.h).
+ */
+#ifndef COLI_COORD_FORWARD_H
+#define COLI_COORD_FORWARD_H
+
+#include <stdint.h>
+
+#include "coordinator/kv_cache.h"
+#include "coordinator/model.h"
+#include "coordinator/moe_exec.h"
+#include "matmul.h"
+#include "threadpool.h"
+
+#define FORWARD_MAX_BATCH 512 /* larger evals are run in chunks of this many tokens */
+
+typedef struct forward_state {
+    const model *m;
+    moe_exec *moe;        /* routed experts (NULL for a dense model) */
+    coli_pool *pool;      /* compute threads (may be NULL: caller's thread only) */
+    int max_batch;        /* B: rows every buffer below has room for */
+    int n_ctx;            /* positions of the KV cache this state serves */
+    int n_workers;        /* threads of pool, >= 1 */
+    float *h;             /* (B, n_embd) residual stream */
+    float *xb;            /* (B, n_embd) normalised input of the current sub-block */
+    float *q;             /* (B, q_dim) queries */
+    float *k, *v;         /* (B, kv_dim) keys and values of the new tokens */
+    float *attn;          /* (B, q_dim) attention output, heads concatenated */
+    float *delta;         /* (B, n_embd) what a sub-block adds to h */
+    float *rope;          /* (B, n_rot) cos/sin pairs of each token's position */
+    float *scores;        /* (n_workers, n_ctx) one row of attention scores per thread */
+    float *router;        /* (B, n_expert) router logits, then probabilities */
+    int32_t *sel;         /* (B, n_expert_used) chosen experts, in slot order */
+    float *sel_w;         /* (B, n_expert_used) their weights */
+    float *moe_y;         /* (B, n_expert_used, n_embd) expert outputs per slot */
+    float *shexp;         /* (B, n_embd) shared expert output */
+    float *shexp_gate;    /* (B) shared expert gate logits */
+    coli_scratch scratch; /* prepared matmul inputs */
+} forward_state;
+
+/* Allocate the buffers for batches up to max_batch over an n_ctx cache.
+ * pool: as many score rows as it has threads. Returns 0 or COLI_ENOMEM. */
+int  forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_pool *pool,
+                        int max_batch, int n_ctx);
+void forward_state_free(forward_state *s);
+
+/* Run ids[0..n) at positions pos..pos+n-1 (the KV cache must hold pos
+ * positions already), in chunks of max_batch. logits: NULL, or room for
+ * n_vocab floats (logits_all = 0: the last position) or n * n_vocab
+ * (logits_all = 1). Returns 0, COLI_ERANGE (bad id, context full) or the
+ * executor's error. */
+int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos,
+                 float *logits, int logits_all);
+
+#endif

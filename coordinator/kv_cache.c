@@ -1,0 +1,57 @@
+/* kv_cache.c - see kv_cache.h. */
+#include "coordinator/kv_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "quant.h"
+
+static size_t s_elem(const kv_cache *c) { return c->f16 ? sizeof(uint16_t) : sizeof(float); }
+
+/* Element offset of (layer, pos, 0). */
+static size_t s_offset(const kv_cache *c, int layer, int pos) {
+    return ((size_t)layer * (size_t)c->n_ctx + (size_t)pos) * (size_t)c->kv_dim;
+}
+
+int kv_cache_init(kv_cache *c, int n_layer, int n_ctx, int64_t kv_dim, int f16) {
+    memset(c, 0, sizeof *c);
+    c->n_layer = n_layer; c->n_ctx = n_ctx; c->kv_dim = kv_dim; c->f16 = f16 ? 1 : 0;
+    size_t n = (size_t)n_layer * (size_t)n_ctx * (size_t)kv_dim;
+    c->k = calloc(n, s_elem(c));
+    c->v = calloc(n, s_elem(c));
+    if (!c->k || !c->v) {
+        kv_cache_free(c);
+        return coli_fail(COLI_ENOMEM, "KV cache: cannot allocate 2 x %zu bytes (%d layers, %d positions)",
+                         n * (f16 ? 2 : 4), n_layer, n_ctx);
+    }
+    return 0;
+}
+
+void kv_cache_free(kv_cache *c) {
+    free(c->k);
+    free(c->v);
+    c->k = c->v = NULL;
+}
+
+void kv_cache_store(kv_cache *c, int layer, int pos, int n, const float *k, const float *v) {
+    size_t off = s_offset(c, layer, pos), count = (size_t)n * (size_t)c->kv_dim;
+    if (!c->f16) {
+        memcpy((float *)c->k + off, k, count * sizeof(float));
+        memcpy((float *)c->v + off, v, count * sizeof(float));
+        return;
+    }
+    uint16_t *kd = (uint16_t *)c->k + off, *vd = (uint16_t *)c->v + off;
+    for (size_t i = 0; i < count; i++) {
+        kd[i] = coli_fp32_to_fp16(k[i]);
+        vd[i] = coli_fp32_to_fp16(v[i]);
+    }
+}
+
+const void *kv_cache_k(const kv_cache *c, int layer, int pos) {
+    return (const char *)c->k + s_offset(c, layer, pos) * s_elem(c);
+}
+
+const void *kv_cache_v(const kv_cache *c, int layer, int pos) {
+    return (const char *)c->v + s_offset(c, layer, pos) * s_elem(c);
+}
