@@ -1,0 +1,749 @@
+/*
+ * gen_model.c - writes small random GGUF models for the test suite.
+ *
+ *   gen_model --all DIR          the fixtures (`make fixtures`), see s_fixtures
+ *   gen_model --arch llama|olmoe|qwen2moe [--dense] [--dim N] [--layers N]
+ *             [--heads N] [--kv-heads N] [--experts N] [--top-k N] [--ffn N]
+ *             [--vocab N] [--ctx N] [--seed S] [--dtype F32|F16|BF16|Q8_0|Q4_0] OUT.gguf
+ *
+ * Tensor names, shapes and metadata keys are those of
+ * ../shared/reference/gen/make_models.py (llama.cpp-converted MoE models);
+ * weights are scaled the same way (each matrix ~ N(0, gain^2/fan_in), gain 1,
+ * attn_q/attn_k 1.5, router and output 2; token_embd ~ N(0,1); norms 1 +
+ * 0.1 N(0,1); biases 0.1 N(0,1)) so that activations stay sane. The random
+ * numbers come from our own PCG32 + Box-Muller, not numpy's, so the weights
+ * differ from the reference models; the layout does not.
+ *
+ * The tokenizer is a small synthetic vocabulary built here: SentencePiece
+ * style (scores, byte fallback) for llama/qwen2moe, GPT-2 byte-level BPE
+ * (merges) for olmoe.
+ *
+ * Output is deterministic: the same arguments give the same bytes.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "colibri.h"
+#include "error.h"
+#include "gguf.h"
+#include "quant.h"
+#include "tensor.h"
+
+/* ---- random numbers: PCG32 (O'Neill) + Box-Muller ------------------------ */
+
+typedef struct rng {
+    uint64_t state, inc;
+    int has_spare;
+    double spare;
+} rng;
+
+static uint32_t rng_u32(rng *r) {
+    uint64_t old = r->state;
+    r->state = old * 6364136223846793005ULL + r->inc;
+    uint32_t xorshifted = (uint32_t)(((old >> 18u) ^ old) >> 27u);
+    uint32_t rot = (uint32_t)(old >> 59u);
+    return (xorshifted >> rot) | (xorshifted << ((32 - rot) & 31));
+}
+
+static void rng_seed(rng *r, uint64_t seed) {
+    r->state = 0;
+    r->inc = (seed << 1u) | 1u;
+    r->has_spare = 0;
+    rng_u32(r);
+    r->state += seed ^ 0x853c49e6748fea9bULL;
+    rng_u32(r);
+}
+
+/* Uniform in (0, 1]: never 0, so log() below is finite. */
+static double rng_uniform(rng *r) {
+    uint64_t bits = ((uint64_t)rng_u32(r) << 32 | rng_u32(r)) >> 11;
+    return (double)(bits + 1) * 0x1.0p-53;
+}
+
+static float rng_normal(rng *r) {
+    if (r->has_spare) {
+        r->has_spare = 0;
+        return (float)r->spare;
+    }
+    double u1 = rng_uniform(r), u2 = rng_uniform(r);
+    double mag = sqrt(-2.0 * log(u1));
+    r->spare = mag * sin(2.0 * M_PI * u2);
+    r->has_spare = 1;
+    return (float)(mag * cos(2.0 * M_PI * u2));
+}
+
+/* ---- model configuration -------------------------------------------------- */
+
+typedef struct model_cfg {
+    const char *arch;        /* "llama", "olmoe", "qwen2moe" */
+    const char *name;        /* general.name */
+    int dense;               /* llama only: ffn_{gate,up,down} instead of experts */
+    int64_t n_embd, n_layer, n_head, n_head_kv;
+    int64_t n_ff;            /* expert FFN length (dense: the FFN length) */
+    int64_t n_ff_shexp;      /* qwen2moe shared expert FFN length */
+    int64_t n_expert, n_expert_used;
+    int64_t n_vocab, n_ctx;
+    float rope_theta, eps;
+    uint64_t seed;
+    coli_dtype dtype;        /* storage type of the 2-D/3-D weights */
+} model_cfg;
+
+/* Defaults per architecture: tiny, fast, and shaped like the real families
+ * (olmoe has n_head_kv = n_head; qwen2moe a shared expert twice as wide). */
+static int cfg_defaults(model_cfg *c, const char *arch) {
+    memset(c, 0, sizeof *c);
+    c->n_embd = 64; c->n_layer = 2; c->n_head = 4; c->n_head_kv = 2;
+    c->n_ff = 128; c->n_expert = 4; c->n_expert_used = 2;
+    c->n_vocab = 512; c->n_ctx = 256; c->rope_theta = 1e6f; c->eps = 1e-5f;
+    c->seed = 1; c->dtype = COLI_F32;
+    if (strcmp(arch, "llama") == 0) {
+        c->arch = "llama";
+    } else if (strcmp(arch, "olmoe") == 0) {
+        c->arch = "olmoe";
+        c->n_head_kv = 4; c->n_ff = 64; c->n_expert = 8; c->n_expert_used = 4;
+        c->rope_theta = 1e4f; c->seed = 3;
+    } else if (strcmp(arch, "qwen2moe") == 0) {
+        c->arch = "qwen2moe";
+        c->n_ff = 64; c->eps = 1e-6f; c->seed = 4;
+    } else {
+        return coli_fail(COLI_EINVAL, "--arch: unknown architecture '%s' (llama, olmoe, qwen2moe)", arch);
+    }
+    c->n_ff_shexp = 2 * c->n_ff;
+    c->name = c->arch;
+    return 0;
+}
+
+static int cfg_check(const model_cfg *c) {
+    if (c->dense && strcmp(c->arch, "llama") != 0)
+        return coli_fail(COLI_EINVAL, "--dense: only arch llama has a dense layout");
+    if (c->n_embd % 32 || c->n_ff % 32 || c->n_ff_shexp % 32)
+        return coli_fail(COLI_EINVAL, "--dim/--ffn: must be multiples of 32 (quantization blocks)");
+    if (c->n_embd % c->n_head || (c->n_embd / c->n_head) % 2)
+        return coli_fail(COLI_EINVAL, "--heads: dim %lld is not a multiple of 2*heads (%lld)",
+                         (long long)c->n_embd, (long long)c->n_head);
+    if (c->n_head % c->n_head_kv)
+        return coli_fail(COLI_EINVAL, "--kv-heads: %lld does not divide heads %lld",
+                         (long long)c->n_head_kv, (long long)c->n_head);
+    if (strcmp(c->arch, "olmoe") == 0 && c->n_head_kv != c->n_head)
+        return coli_fail(COLI_EINVAL, "--kv-heads: olmoe needs kv-heads = heads (%lld)",
+                         (long long)c->n_head);
+    if (!c->dense && (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
+        return coli_fail(COLI_EINVAL, "--top-k: %lld is not in 1..experts (%lld)",
+                         (long long)c->n_expert_used, (long long)c->n_expert);
+    if (c->n_vocab < 300 || c->n_vocab > 65536)
+        return coli_fail(COLI_EINVAL, "--vocab: %lld is not in 300..65536", (long long)c->n_vocab);
+    return 0;
+}
+
+/* ---- vocabulary ------------------------------------------------------------ */
+
+/* Common words of children's stories: the text the tests and `make run` use. */
+static const char *const s_words[] = {
+    "the", "a", "and", "to", "was", "he", "she", "it", "in", "that", "his", "her", "they",
+    "with", "for", "on", "you", "had", "said", "but", "at", "one", "little", "time", "upon",
+    "once", "there", "day", "big", "very", "were", "is", "be", "as", "so", "not", "all", "we",
+    "my", "what", "up", "out", "go", "went", "saw", "like", "play", "happy", "friend", "mom",
+    "dad", "wanted", "named", "girl", "boy", "cat", "dog", "tree", "sun", "park", "ball",
+    "home", "good", "new", "fun", "can", "are", "from", "this", "have", "did", "would",
+    "could", "then", "when", "them", "him", "me", "no", "do", "get", "make", "look", "see",
+    "come", "about", "just", "know", "how", "after", "back", "over", "into", "down", "away",
+    "old", "long", "man", "house", "water", "world", "people", "way", "thing", "because",
+    "some", "more", "other", "story", "loved", "found", "asked", "help", "sad", "smiled",
+    "together", "every", "bird", "flower", "sky", "red", "blue", "toy", "car", "run",
+    "jump", "felt", "thought", "decided", "learned", "lesson", "end", "of", "i", "hello",
+};
+#define N_WORDS ((int)(sizeof s_words / sizeof s_words[0]))
+
+#define SPM_SPACE "\xe2\x96\x81"  /* U+2581, SentencePiece's space */
+#define BPE_SPACE "\xc4\xa0"      /* U+0120 'Ġ', GPT-2's mapped space */
+
+enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_BYTE = 6 };
+
+typedef struct vocab {
+    char **tokens;
+    float *scores;
+    int32_t *types;
+    int64_t n, cap;
+    char **merges;        /* BPE only: "left right", rank = index */
+    int64_t n_merges;
+    char **hash;          /* open addressing set of token strings */
+    int64_t hash_cap;
+} vocab;
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* Slot of s in the hash: where it is, or the empty slot where it would go. */
+static int64_t vocab_slot(const vocab *v, const char *s) {
+    int64_t i = (int64_t)(fnv1a(s) & (uint64_t)(v->hash_cap - 1));
+    while (v->hash[i] && strcmp(v->hash[i], s) != 0) i = (i + 1) & (v->hash_cap - 1);
+    return i;
+}
+
+static int vocab_has(const vocab *v, const char *s) { return v->hash[vocab_slot(v, s)] != NULL; }
+
+static int vocab_init(vocab *v, int64_t cap) {
+    memset(v, 0, sizeof *v);
+    v->cap = cap;
+    v->hash_cap = 1;
+    while (v->hash_cap < 2 * cap) v->hash_cap <<= 1;
+    v->tokens = calloc((size_t)cap, sizeof *v->tokens);
+    v->scores = calloc((size_t)cap, sizeof *v->scores);
+    v->types = calloc((size_t)cap, sizeof *v->types);
+    v->merges = calloc((size_t)cap, sizeof *v->merges);
+    v->hash = calloc((size_t)v->hash_cap, sizeof *v->hash);
+    if (!v->tokens || !v->scores || !v->types || !v->merges || !v->hash)
+        return coli_fail(COLI_ENOMEM, "vocabulary: out of memory for %lld tokens", (long long)cap);
+    return 0;
+}
+
+static void vocab_free(vocab *v) {
+    for (int64_t i = 0; i < v->n; i++) free(v->tokens[i]);
+    for (int64_t i = 0; i < v->n_merges; i++) free(v->merges[i]);
+    free(v->tokens); free(v->scores); free(v->types); free(v->merges); free(v->hash);
+    memset(v, 0, sizeof *v);
+}
+
+/* Add a token unless present or the vocabulary is full: 1 added, 0 not, <0 error. */
+static int vocab_add(vocab *v, const char *text, float score, int32_t type) {
+    if (v->n >= v->cap) return 0;
+    int64_t slot = vocab_slot(v, text);
+    if (v->hash[slot]) return 0;
+    char *copy = strdup(text);
+    if (!copy) return coli_fail(COLI_ENOMEM, "vocabulary: out of memory");
+    v->hash[slot] = copy;
+    v->tokens[v->n] = copy;
+    v->scores[v->n] = score;
+    v->types[v->n] = type;
+    v->n++;
+    return 1;
+}
+
+/* SentencePiece piece: score -rank, so earlier (more common) pieces merge first. */
+static int spm_piece(vocab *v, const char *text) {
+    return vocab_add(v, text, (float)(259 - v->n), TOK_NORMAL);
+}
+
+/* Every prefix (of >= 2 characters) of `SPM_SPACE word`, so that the SPM merge
+ * search can reach the whole word one character at a time. */
+static int spm_word(vocab *v, const char *word, int capitalize) {
+    char buf[64];
+    size_t n = strlen(word);
+    for (size_t k = 1; k <= n && n < 40; k++) {
+        snprintf(buf, sizeof buf, SPM_SPACE "%.*s", (int)k, word);
+        if (capitalize) buf[3] = (char)(buf[3] - 'a' + 'A');
+        int rc = spm_piece(v, buf);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+static int build_spm(vocab *v) {
+    static const char *const specials[] = {"<unk>", "<s>", "</s>"};
+    static const int32_t special_types[] = {TOK_UNKNOWN, TOK_CONTROL, TOK_CONTROL};
+    char buf[16];
+    int rc = 0;
+    for (int i = 0; i < 3 && rc >= 0; i++) rc = vocab_add(v, specials[i], 0.0f, special_types[i]);
+    for (int b = 0; b < 256 && rc >= 0; b++) {
+        snprintf(buf, sizeof buf, "<0x%02X>", b);
+        rc = vocab_add(v, buf, 0.0f, TOK_BYTE);
+    }
+    rc = rc < 0 ? rc : spm_piece(v, SPM_SPACE);
+    const char *chars = "etaoinshrdlcumwfgypbvkjxqzTAOISHWMBCDEFGLNPRY.,!?'\"-:;()0123456789";
+    for (const char *c = chars; *c && rc >= 0; c++) {
+        buf[0] = *c; buf[1] = '\0';
+        rc = spm_piece(v, buf);
+    }
+    static const char *const pieces[] = {"th", "he", "in", "er", "an", "re", "on", "ed", "nd",
+                                         "ing", "es", "ly", "en", "at", "ou", "it", "or"};
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0] && rc >= 0; i++) rc = spm_piece(v, pieces[i]);
+    for (int cap = 0; cap < 2 && rc >= 0; cap++)
+        for (int w = 0; w < N_WORDS && rc >= 0; w++) rc = spm_word(v, s_words[w], cap);
+    /* Fill the rest with letter bigrams and trigrams, with and without the space. */
+    for (int len = 2; len <= 3 && rc >= 0 && v->n < v->cap; len++) {
+        int64_t count = len == 2 ? 26 * 26 : 26 * 26 * 26;
+        for (int64_t i = 0; i < 2 * count && rc >= 0 && v->n < v->cap; i++) {
+            int64_t x = i % count;
+            char s[8] = {0};
+            for (int k = len - 1; k >= 0; k--, x /= 26) s[k] = (char)('a' + x % 26);
+            snprintf(buf, sizeof buf, "%s%s", i < count ? "" : SPM_SPACE, s);
+            rc = spm_piece(v, buf);
+        }
+    }
+    return rc < 0 ? rc : 0;
+}
+
+/* GPT-2's byte -> printable character map (bytes_to_unicode), as UTF-8. */
+static void gpt2_byte_symbol(int b, char out[4]) {
+    int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    int cp = b;
+    if (!printable) {
+        int n = 0;  /* the non-printable bytes map to 256, 257, ... in byte order */
+        for (int x = 0; x < b; x++)
+            if (!((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) n++;
+        cp = 256 + n;
+    }
+    if (cp < 0x80) { out[0] = (char)cp; out[1] = 0; }
+    else { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); out[2] = 0; }
+}
+
+/* Add the merge "left right" and its result, if the result is new. */
+static int bpe_merge(vocab *v, const char *left, const char *right) {
+    char merged[128], rule[130];
+    snprintf(merged, sizeof merged, "%s%s", left, right);
+    if (v->n >= v->cap || vocab_has(v, merged)) return 0;
+    snprintf(rule, sizeof rule, "%s %s", left, right);
+    char *copy = strdup(rule);
+    if (!copy) return coli_fail(COLI_ENOMEM, "vocabulary: out of memory");
+    v->merges[v->n_merges++] = copy;
+    return vocab_add(v, merged, 0.0f, TOK_NORMAL);
+}
+
+/* Merges that build `prefix word` left to right, one symbol at a time. */
+static int bpe_word(vocab *v, const char *prefix, const char *word, int capitalize) {
+    char cur[128], sym[4];
+    int rc = 0;
+    size_t i = 0;
+    if (*prefix) snprintf(cur, sizeof cur, "%s", prefix);
+    else { cur[0] = capitalize ? (char)(word[0] - 'a' + 'A') : word[0]; cur[1] = 0; i = 1; }
+    for (; word[i] && rc >= 0 && strlen(cur) < 100; i++) {
+        sym[0] = (i == 0 && capitalize) ? (char)(word[i] - 'a' + 'A') : word[i];
+        sym[1] = 0;
+        rc = bpe_merge(v, cur, sym);
+        strcat(cur, sym);
+    }
+    return rc;
+}
+
+static int build_bpe(vocab *v) {
+    char sym[4];
+    int rc = vocab_add(v, "<|endoftext|>", 0.0f, TOK_CONTROL);
+    for (int b = 0; b < 256 && rc >= 0; b++) {
+        /* GPT-2 order: printable bytes first, then the remapped ones */
+        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        if (!printable) continue;
+        gpt2_byte_symbol(b, sym);
+        rc = vocab_add(v, sym, 0.0f, TOK_NORMAL);
+    }
+    for (int b = 0; b < 256 && rc >= 0; b++) {
+        gpt2_byte_symbol(b, sym);
+        rc = vocab_add(v, sym, 0.0f, TOK_NORMAL);  /* only the remapped ones are new */
+    }
+    for (int cap = 0; cap < 2 && rc >= 0; cap++)
+        for (int w = 0; w < N_WORDS && rc >= 0; w++) {
+            rc = bpe_word(v, BPE_SPACE, s_words[w], cap);
+            if (rc >= 0) rc = bpe_word(v, "", s_words[w], cap);
+        }
+    /* Fill with letter bigrams, then space + letter bigrams. */
+    for (int i = 0; i < 2 * 26 * 26 && rc >= 0 && v->n < v->cap; i++) {
+        int x = i % (26 * 26);
+        char l[8], r[2] = {(char)('a' + x % 26), 0};
+        snprintf(l, sizeof l, "%s%c", i < 26 * 26 ? "" : BPE_SPACE, 'a' + x / 26);
+        rc = bpe_merge(v, l, r);
+    }
+    return rc < 0 ? rc : 0;
+}
+
+static int build_vocab(const model_cfg *c, vocab *v) {
+    int rc = vocab_init(v, c->n_vocab);
+    if (rc == 0) rc = strcmp(c->arch, "olmoe") == 0 ? build_bpe(v) : build_spm(v);
+    if (rc == 0 && v->n < c->n_vocab)
+        rc = coli_fail(COLI_EINVAL, "--vocab: only %lld distinct tokens can be generated, %lld asked",
+                       (long long)v->n, (long long)c->n_vocab);
+    return rc;
+}
+
+static int write_vocab(gguf_writer *w, const model_cfg *c, const vocab *v) {
+    const char *const *toks = (const char *const *)v->tokens;
+    int rc;
+    if (strcmp(c->arch, "olmoe") == 0) {
+        rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+        if (!rc) rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)v->n);
+        if (!rc) rc = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v->types, (uint64_t)v->n);
+        if (!rc) rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges,
+                                              (uint64_t)v->n_merges);
+        if (!rc) rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 0);
+        if (!rc) rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0);
+        if (!rc) rc = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+        if (!rc) rc = gguf_writer_set_str(w, "tokenizer.ggml.pre", "olmo");
+        return rc;
+    }
+    rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    if (!rc) rc = gguf_writer_set_str(w, "tokenizer.ggml.pre", "default");
+    if (!rc) rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)v->n);
+    if (!rc) rc = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, v->scores, (uint64_t)v->n);
+    if (!rc) rc = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v->types, (uint64_t)v->n);
+    if (!rc) rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    if (!rc) rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (!rc) rc = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    if (!rc) rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    if (!rc) rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
+    return rc;
+}
+
+/* ---- weights ------------------------------------------------------------------ */
+
+typedef struct gen_tensor {
+    char name[64];
+    int n_dims;
+    int64_t ne[3];      /* GGML order: ne[0] innermost */
+    float *values;      /* generated F32 values */
+    coli_dtype type;    /* stored type */
+    void *stored;       /* values converted to type (== values for F32) */
+    size_t nbytes;
+} gen_tensor;
+
+typedef struct gen_weights {
+    gen_tensor *t;
+    int n, cap;
+    rng r;
+} gen_weights;
+
+/* The make_models.py rule: 2-D/3-D *.weight tensors take the file's type;
+ * 1-D tensors, norms and routers (ffn_gate_inp) stay F32. */
+static coli_dtype stored_type(const char *name, int n_dims, coli_dtype dtype) {
+    size_t len = strlen(name);
+    int is_weight = len >= 6 && strcmp(name + len - 6, "weight") == 0;
+    if (!is_weight || n_dims < 2 || strstr(name, "_norm.weight") || strstr(name, "ffn_gate_inp.weight"))
+        return COLI_F32;
+    return dtype;
+}
+
+/* kind: 'm' matrix (gain/sqrt(ne[0])), 'e' embedding N(0,1), 'n' norm, 'b' bias. */
+static int gen_add(gen_weights *g, const char *name, char kind, float gain,
+                   int n_dims, int64_t ne0, int64_t ne1, int64_t ne2) {
+    if (g->n >= g->cap) return coli_fail(COLI_EINTERNAL, "gen_model: tensor table full at '%s'", name);
+    gen_tensor *t = &g->t[g->n];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0; t->ne[1] = ne1; t->ne[2] = ne2;
+    int64_t n = ne0 * ne1 * ne2;
+    t->values = malloc((size_t)n * sizeof(float));
+    if (!t->values) return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory", name);
+    g->n++;
+    float scale = kind == 'm' ? gain / sqrtf((float)ne0) : kind == 'e' ? 1.0f : 0.1f;
+    for (int64_t i = 0; i < n; i++) {
+        float x = rng_normal(&g->r) * scale;
+        t->values[i] = kind == 'n' ? 1.0f + x : x;
+    }
+    return 0;
+}
+
+static int gen_layer_attn(gen_weights *g, const model_cfg *c, int il) {
+    char n[64];
+    int64_t E = c->n_embd, nkv = E / c->n_head * c->n_head_kv;
+    int rc = 0;
+#define ADD(suffix, kind, gain, nd, a, b, x) \
+    (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc = rc ? rc : gen_add(g, n, kind, gain, nd, a, b, x))
+    ADD("attn_norm.weight", 'n', 0, 1, E, 1, 1);
+    ADD("attn_q.weight", 'm', 1.5f, 2, E, E, 1);
+    ADD("attn_k.weight", 'm', 1.5f, 2, E, nkv, 1);
+    ADD("attn_v.weight", 'm', 1.0f, 2, E, nkv, 1);
+    ADD("attn_output.weight", 'm', 1.0f, 2, E, E, 1);
+    if (strcmp(c->arch, "qwen2moe") == 0) {
+        ADD("attn_q.bias", 'b', 0, 1, E, 1, 1);
+        ADD("attn_k.bias", 'b', 0, 1, nkv, 1, 1);
+        ADD("attn_v.bias", 'b', 0, 1, nkv, 1, 1);
+    }
+    if (strcmp(c->arch, "olmoe") == 0) {
+        ADD("attn_q_norm.weight", 'n', 0, 1, E, 1, 1);
+        ADD("attn_k_norm.weight", 'n', 0, 1, nkv, 1, 1);
+    }
+    return rc;
+}
+
+static int gen_layer_ffn(gen_weights *g, const model_cfg *c, int il) {
+    char n[64];
+    int64_t E = c->n_embd, F = c->n_ff, X = c->n_expert, S = c->n_ff_shexp;
+    int rc = 0;
+    ADD("ffn_norm.weight", 'n', 0, 1, E, 1, 1);
+    if (c->dense) {
+        ADD("ffn_gate.weight", 'm', 1.0f, 2, E, F, 1);
+        ADD("ffn_up.weight", 'm', 1.0f, 2, E, F, 1);
+        ADD("ffn_down.weight", 'm', 1.0f, 2, F, E, 1);
+        return rc;
+    }
+    ADD("ffn_gate_inp.weight", 'm', 2.0f, 2, E, X, 1);     /* router (n_expert, n_embd) */
+    ADD("ffn_gate_exps.weight", 'm', 1.0f, 3, E, F, X);    /* (n_expert, n_ff, n_embd) */
+    ADD("ffn_up_exps.weight", 'm', 1.0f, 3, E, F, X);
+    ADD("ffn_down_exps.weight", 'm', 1.0f, 3, F, E, X);    /* (n_expert, n_embd, n_ff) */
+    if (strcmp(c->arch, "qwen2moe") == 0) {
+        ADD("ffn_gate_inp_shexp.weight", 'm', 1.0f, 1, E, 1, 1);  /* shared-expert gate (n_embd) */
+        ADD("ffn_gate_shexp.weight", 'm', 1.0f, 2, E, S, 1);
+        ADD("ffn_up_shexp.weight", 'm', 1.0f, 2, E, S, 1);
+        ADD("ffn_down_shexp.weight", 'm', 1.0f, 2, S, E, 1);
+    }
+#undef ADD
+    return rc;
+}
+
+/* Generate every tensor in make_models.py's order (the order of the draws
+ * defines the model), then convert each to its stored type. */
+static int gen_all(gen_weights *g, const model_cfg *c) {
+    memset(g, 0, sizeof *g);
+    g->cap = 3 + (int)c->n_layer * 20;
+    g->t = calloc((size_t)g->cap, sizeof *g->t);
+    if (!g->t) return coli_fail(COLI_ENOMEM, "gen_model: out of memory");
+    rng_seed(&g->r, c->seed);
+    int rc = gen_add(g, "token_embd.weight", 'e', 0, 2, c->n_embd, c->n_vocab, 1);
+    if (!rc) rc = gen_add(g, "output_norm.weight", 'n', 0, 1, c->n_embd, 1, 1);
+    if (!rc) rc = gen_add(g, "output.weight", 'm', 2.0f, 2, c->n_embd, c->n_vocab, 1);
+    for (int il = 0; il < c->n_layer && !rc; il++) {
+        rc = gen_layer_attn(g, c, il);
+        if (!rc) rc = gen_layer_ffn(g, c, il);
+    }
+    for (int i = 0; i < g->n && !rc; i++) {
+        gen_tensor *t = &g->t[i];
+        int64_t rows = t->ne[1] * t->ne[2];
+        t->type = stored_type(t->name, t->n_dims, c->dtype);
+        size_t row_bytes = coli_row_bytes(t->type, t->ne[0]);
+        t->nbytes = row_bytes * (size_t)rows;
+        if (t->type == COLI_F32) { t->stored = t->values; continue; }
+        t->stored = malloc(t->nbytes);
+        if (!t->stored) return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory", t->name);
+        for (int64_t r = 0; r < rows; r++)
+            coli_quantize_row(t->type, t->values + r * t->ne[0], (char *)t->stored + (size_t)r * row_bytes,
+                              t->ne[0]);
+    }
+    return rc;
+}
+
+static void gen_free(gen_weights *g) {
+    for (int i = 0; i < g->n; i++) {
+        if (g->t[i].stored != g->t[i].values) free(g->t[i].stored);
+        free(g->t[i].values);
+    }
+    free(g->t);
+    memset(g, 0, sizeof *g);
+}
+
+/* Sort key of non-F32 files (as llama-quantize writes them): non-layer
+ * tensors first, then by layer index, then by name. */
+static int tensor_order(const void *pa, const void *pb) {
+    const gen_tensor *a = *(const gen_tensor *const *)pa, *b = *(const gen_tensor *const *)pb;
+    int la = -1, lb = -1;
+    sscanf(a->name, "blk.%d.", &la);
+    sscanf(b->name, "blk.%d.", &lb);
+    if (la != lb) return la < lb ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+/* ---- the file --------------------------------------------------------------- */
+
+/* general.file_type of a file whose weights are mostly of type t (llama.cpp's
+ * LLAMA_FTYPE values). */
+static uint32_t file_type_of(coli_dtype t) {
+    switch (t) {
+    case COLI_F16:  return 1;
+    case COLI_Q4_0: return 2;
+    case COLI_Q8_0: return 7;
+    case COLI_BF16: return 32;
+    default:        return 0;
+    }
+}
+
+static int write_hparams(gguf_writer *w, const model_cfg *c) {
+    char k[96];
+    int rc = 0;
+#define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", c->arch, suffix), k)
+#define U32(suffix, v) (rc = rc ? rc : gguf_writer_set_u32(w, KEY(suffix), (uint32_t)(v)))
+    U32("context_length", c->n_ctx);
+    U32("embedding_length", c->n_embd);
+    U32("block_count", c->n_layer);
+    U32("feed_forward_length", strcmp(c->arch, "qwen2moe") == 0 ? c->n_ff_shexp : c->n_ff);
+    U32("attention.head_count", c->n_head);
+    U32("attention.head_count_kv", c->n_head_kv);
+    if (!rc) rc = gguf_writer_set_f32(w, KEY("rope.freq_base"), c->rope_theta);
+    U32("rope.dimension_count", c->n_embd / c->n_head);
+    if (!rc) rc = gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->eps);
+    if (!c->dense) {
+        U32("expert_count", c->n_expert);
+        U32("expert_used_count", c->n_expert_used);
+    }
+    if (strcmp(c->arch, "qwen2moe") == 0) {
+        U32("expert_feed_forward_length", c->n_ff);
+        U32("expert_shared_feed_forward_length", c->n_ff_shexp);
+    }
+    U32("vocab_size", c->n_vocab);
+#undef U32
+#undef KEY
+    return rc;
+}
+
+static int write_tensors(gguf_writer *w, const model_cfg *c, gen_weights *g) {
+    gen_tensor **order = malloc((size_t)g->n * sizeof *order);
+    if (!order) return coli_fail(COLI_ENOMEM, "gen_model: out of memory");
+    for (int i = 0; i < g->n; i++) order[i] = &g->t[i];
+    if (c->dtype != COLI_F32) qsort(order, (size_t)g->n, sizeof *order, tensor_order);
+    int rc = 0;
+    for (int i = 0; i < g->n && !rc; i++) {
+        const gen_tensor *t = order[i];
+        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->stored, t->nbytes);
+    }
+    free(order);
+    return rc;
+}
+
+static int write_model(const model_cfg *c, const char *path) {
+    int rc = cfg_check(c);
+    if (rc) return rc;
+    vocab v;
+    gen_weights g;
+    memset(&g, 0, sizeof g);
+    gguf_writer *w = NULL;
+    rc = build_vocab(c, &v);
+    if (!rc) rc = gen_all(&g, c);
+    if (!rc && !(w = gguf_writer_new())) rc = coli_fail(COLI_ENOMEM, "gen_model: out of memory");
+    if (!rc) rc = gguf_writer_set_str(w, "general.architecture", c->arch);
+    if (!rc) rc = gguf_writer_set_str(w, "general.name", c->name);
+    if (!rc && c->dtype == COLI_F32) rc = gguf_writer_set_u32(w, "general.file_type", 0);
+    if (!rc) rc = write_hparams(w, c);
+    if (!rc) rc = write_vocab(w, c, &v);
+    if (!rc && c->dtype != COLI_F32) {
+        rc = gguf_writer_set_u32(w, "general.quantization_version", 2);
+        if (!rc) rc = gguf_writer_set_u32(w, "general.file_type", file_type_of(c->dtype));
+    }
+    if (!rc) rc = write_tensors(w, c, &g);
+    if (!rc) rc = gguf_writer_write(w, path);
+    gguf_writer_free(&w);
+    gen_free(&g);
+    vocab_free(&v);
+    return rc;
+}
+
+/* ---- command line ------------------------------------------------------------ */
+
+/* The fixtures of the test suite (make fixtures). */
+static int write_fixtures(const char *dir) {
+    static const struct { const char *file, *arch; int dense; coli_dtype dtype; uint64_t seed; } fx[] = {
+        {"tiny-llama-moe-f32.gguf", "llama", 0, COLI_F32, 1},
+        {"tiny-llama-moe-f16.gguf", "llama", 0, COLI_F16, 1},
+        {"tiny-llama-moe-q8_0.gguf", "llama", 0, COLI_Q8_0, 1},
+        {"tiny-llama-moe-q4_0.gguf", "llama", 0, COLI_Q4_0, 1},
+        {"tiny-llama-dense-f32.gguf", "llama", 1, COLI_F32, 2},
+        {"tiny-olmoe-f32.gguf", "olmoe", 0, COLI_F32, 3},
+        {"tiny-qwen2moe-f32.gguf", "qwen2moe", 0, COLI_F32, 4},
+    };
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return coli_fail(COLI_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        model_cfg c;
+        char path[4096], name[64];
+        int rc = cfg_defaults(&c, fx[i].arch);
+        snprintf(name, sizeof name, "%.*s", (int)(strlen(fx[i].file) - 5), fx[i].file);
+        c.name = name;
+        c.dense = fx[i].dense;
+        c.dtype = fx[i].dtype;
+        c.seed = fx[i].seed;
+        snprintf(path, sizeof path, "%s/%s", dir, fx[i].file);
+        if (!rc) rc = write_model(&c, path);
+        if (rc) return rc;
+        printf("gen_model: wrote %s\n", path);
+    }
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: gen_model --all DIR\n"
+        "       gen_model --arch llama|olmoe|qwen2moe [options] OUT.gguf\n"
+        "Writes small random GGUF models (deterministic: same arguments, same bytes).\n"
+        "  --all DIR       the test fixtures: tiny-llama-moe-{f32,f16,q8_0,q4_0}, tiny-llama-dense-f32,\n"
+        "                  tiny-olmoe-f32, tiny-qwen2moe-f32 (.gguf)\n"
+        "  --dense         llama only: dense FFN instead of experts\n"
+        "  --dim N --layers N --heads N --kv-heads N --experts N --top-k N\n"
+        "  --ffn N         expert FFN length (dense: FFN length; qwen2moe shared expert: 2N)\n"
+        "  --vocab N       vocabulary size (300..65536)   --ctx N   context length\n"
+        "  --seed S        random seed                    --dtype F32|F16|BF16|Q8_0|Q4_0\n");
+}
+
+/* Parse a positive integer flag value; 0 or an error naming the flag. */
+static int parse_count(const char *flag, const char *s, int64_t max, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < 1 || v > max)
+        return coli_fail(COLI_EINVAL, "%s: '%s' is not an integer in 1..%lld", flag, s, (long long)max);
+    *out = v;
+    return 0;
+}
+
+static int parse_option(model_cfg *c, const char *flag, const char *val) {
+    static const struct { const char *flag; size_t off; int64_t max; } ints[] = {
+        {"--dim", offsetof(model_cfg, n_embd), 1 << 16}, {"--layers", offsetof(model_cfg, n_layer), 256},
+        {"--heads", offsetof(model_cfg, n_head), 1024}, {"--kv-heads", offsetof(model_cfg, n_head_kv), 1024},
+        {"--experts", offsetof(model_cfg, n_expert), 1024}, {"--top-k", offsetof(model_cfg, n_expert_used), 1024},
+        {"--ffn", offsetof(model_cfg, n_ff), 1 << 20}, {"--vocab", offsetof(model_cfg, n_vocab), 65536},
+        {"--ctx", offsetof(model_cfg, n_ctx), 1 << 20},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (strcmp(flag, ints[i].flag) == 0)
+            return parse_count(flag, val, ints[i].max, (int64_t *)((char *)c + ints[i].off));
+    if (strcmp(flag, "--seed") == 0) {
+        char *end = NULL;
+        errno = 0;
+        c->seed = strtoull(val, &end, 10);
+        if (errno || end == val || *end || val[0] == '-')
+            return coli_fail(COLI_EINVAL, "--seed: '%s' is not a non-negative integer", val);
+        return 0;
+    }
+    if (strcmp(flag, "--dtype") == 0) {
+        if (coli_dtype_from_name(val, &c->dtype) != 0)
+            return coli_fail(COLI_EINVAL, "--dtype: unknown type '%s' (F32, F16, BF16, Q8_0, Q4_0)", val);
+        return 0;
+    }
+    return coli_fail(COLI_EINVAL, "%s: unknown flag (see gen_model --help)", flag);
+}
+
+/* gen_model --arch A [options] OUT: 0, or a coli_status (EINVAL = usage). */
+static int run_single(int argc, char **argv) {
+    const char *arch = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) arch = argv[i + 1];
+    if (!arch) return coli_fail(COLI_EINVAL, "--arch: required (llama, olmoe, qwen2moe)");
+    model_cfg c;
+    int rc = cfg_defaults(&c, arch);
+    int ffn_set = 0;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--dense") == 0) { c.dense = 1; continue; }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (out) return coli_fail(COLI_EINVAL, "%s: unexpected extra argument (output is %s)", a, out);
+            out = a;
+            continue;
+        }
+        if (i + 1 >= argc) return coli_fail(COLI_EINVAL, "%s: missing value", a);
+        if (strcmp(a, "--arch") != 0) rc = parse_option(&c, a, argv[i + 1]);
+        ffn_set |= strcmp(a, "--ffn") == 0;
+        i++;
+    }
+    if (rc) return rc;
+    if (!out) return coli_fail(COLI_EINVAL, "OUT.gguf: missing output file");
+    if (ffn_set) c.n_ff_shexp = 2 * c.n_ff;
+    return write_model(&c, out);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 2; }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) { usage(stdout); return 0; }
+    int rc;
+    if (strcmp(argv[1], "--all") == 0) {
+        if (argc != 3) { fprintf(stderr, "gen_model: --all: expects exactly one directory\n"); return 2; }
+        rc = write_fixtures(argv[2]);
+    } else {
+        rc = run_single(argc, argv);
+    }
+    if (rc) {
+        fprintf(stderr, "gen_model: %s\n", coli_last_error());
+        return rc == COLI_EINVAL ? 2 : 1;
+    }
+    return 0;
+}
