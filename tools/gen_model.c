@@ -99,7 +99,7 @@ static int cfg_defaults(model_cfg *c, const char *arch) {
     memset(c, 0, sizeof *c);
     c->n_embd = 64; c->n_layer = 2; c->n_head = 4; c->n_head_kv = 2;
     c->n_ff = 128; c->n_expert = 4; c->n_expert_used = 2;
-    c->n_vocab = 512; c->n_ctx = 256; c->rope_theta = 1e6f; c->eps = 1e-5f;
+    c->n_vocab = 1024; c->n_ctx = 256; c->rope_theta = 1e6f; c->eps = 1e-5f;
     c->seed = 1; c->dtype = COLI_F32;
     if (strcmp(arch, "llama") == 0) {
         c->arch = "llama";
