@@ -33,6 +33,13 @@ typedef struct coli_scratch {
 } coli_scratch;
 
 void coli_scratch_free(coli_scratch *s);
+/* A buffer of at least bytes (64-byte aligned) in s, grown if needed (the
+ * old contents are not kept). NULL on allocation failure. */
+void *coli_scratch_reserve(coli_scratch *s, size_t bytes);
+/* Bytes of scratch coli_matmul uses for n_tok inputs of n_in values against
+ * wtype weights (0 for F32, whose input is used in place). A caller that
+ * shares one scratch between several steps can size it up front. */
+size_t coli_matmul_scratch_bytes(coli_dtype wtype, int64_t n_in, int64_t n_tok);
 
 /* y (n_tok, n_out) = x (n_tok, n_in) @ W^T, W: n_out rows of n_in values of
  * type wtype, rows contiguous (row o at o * coli_row_bytes(wtype, n_in)).

@@ -1,0 +1,284 @@
+/*
+ * matmul_avx2.c - AVX2 + FMA + F16C kernels, compiled per function
+ * (COLI_TARGET_AVX2) and called only when the CPU has them.
+ *
+ * Register tiles: a kernel computes RM weight rows x RN tokens at once, so
+ * each weight block loaded (and, for Q4_0, unpacked) serves RN tokens and
+ * each input block serves RM rows. One accumulator of 8 lanes per (row,
+ * token) pair; the pair's operations are the same in every tile shape, so
+ * edge tiles (fewer rows or tokens) give the very same bits.
+ *
+ * Quantized blocks use llama.cpp's AVX2 integer dot: |w| * sign(x, w) with
+ * maddubs (pairs of int8 products, no overflow: 2*128*127 < 32768), madd
+ * with ones to 8 int32 lanes, convert, and accumulate scaled by d_w * d_x.
+ */
+#include <string.h>
+
+#include "cpu_features.h"
+#include "matmul_impl.h"
+#include "quant.h"
+
+#if COLI_X86
+#include <immintrin.h>
+
+#define AVX2 COLI_TARGET_AVX2
+#define ALWAYS static inline __attribute__((always_inline))
+
+/* tile sizes (rows x tokens); see tools/bench_matmul.c */
+#define F_RM 4
+#define F_RN 3
+#define Q_RM 4
+#define Q_RN 2
+
+/* ---- input preparation ------------------------------------------------- */
+
+AVX2 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in,
+                             float *xf, int64_t xf_stride) {
+    for (int64_t t = 0; t < n_tok; t++) {
+        const float *src = x + t * n_in;
+        float *dst = xf + t * xf_stride;
+        int64_t i = 0;
+        if (wtype == COLI_F16) {
+            for (; i + 8 <= n_in; i += 8) {
+                __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+                _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+            }
+            for (; i < n_in; i++) dst[i] = coli_fp16_to_fp32(coli_fp32_to_fp16(src[i]));
+        } else {
+            for (; i < n_in; i++) dst[i] = coli_bf16_to_fp32(coli_fp32_to_bf16(src[i]));
+        }
+    }
+}
+
+/* llama.cpp's quantize_row_q8_0 AVX2 branch, written out as separate
+ * values and scales. */
+AVX2 static void quantize_block(const float *x, int8_t *q, float *d) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    __m256 m = _mm256_andnot_ps(sign, v0);
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v1));
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v2));
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v3));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    *d = coli_fp16_to_fp32(coli_fp32_to_fp16(amax / 127.0f));
+    const __m256 mul = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, mul), mode));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, mul), mode));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, mul), mode));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, mul), mode));
+    i0 = _mm256_packs_epi32(i0, i1);
+    i2 = _mm256_packs_epi32(i2, i3);
+    i0 = _mm256_packs_epi16(i0, i2);
+    /* the packs work per 128-bit lane; put the bytes back in order */
+    i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, i0);
+}
+
+AVX2 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd) {
+    const int64_t nb = n_in / COLI_QK;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t b = 0; b < nb; b++)
+            quantize_block(x + t * n_in + b * COLI_QK, xq + t * n_in + b * COLI_QK, xd + t * nb + b);
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+AVX2 ALWAYS float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 ALWAYS __m256 load_w8(const uint8_t *row, int64_t k, coli_dtype t) {
+    if (t == COLI_F32) return _mm256_loadu_ps((const float *)row + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * k));
+    if (t == COLI_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline float load_w1(const uint8_t *row, int64_t k, coli_dtype t) {
+    if (t == COLI_F32) { float f; memcpy(&f, row + 4 * k, 4); return f; }
+    uint16_t h;
+    memcpy(&h, row + 2 * k, 2);
+    return t == COLI_F16 ? coli_fp16_to_fp32(h) : coli_bf16_to_fp32(h);
+}
+
+AVX2 ALWAYS float fma1(float a, float b, float c) {
+    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+/* ---- float weights (F32, F16, BF16): RM x RN tile ----------------------- */
+
+AVX2 ALWAYS void float_tile(const mm_job *j, int64_t r, int64_t t,
+                            const int RM, const int RN, const coli_dtype T) {
+    const int64_t n = j->n_in, n8 = n & ~(int64_t)7;
+    const uint8_t *w[4];
+    const float *x[4];
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
+#pragma GCC unroll 4
+    for (int b = 0; b < RN; b++) x[b] = j->xf + (t + b) * j->xf_stride;
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < RN; b++) acc[a][b] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n8; k += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int a = 0; a < RM; a++) wv[a] = load_w8(w[a], k, T);
+#pragma GCC unroll 4
+        for (int b = 0; b < RN; b++) {
+            const __m256 xv = _mm256_loadu_ps(x[b] + k);
+#pragma GCC unroll 4
+            for (int a = 0; a < RM; a++) acc[a][b] = _mm256_fmadd_ps(wv[a], xv, acc[a][b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < RN; b++) {
+            float s = hsum8(acc[a][b]);
+            for (int64_t k = n8; k < n; k++) s = fma1(load_w1(w[a], k, T), x[b][k], s);
+            j->y[(t + b) * j->n_out + r + a] = s;
+        }
+}
+
+/* ---- quantized weights (Q8_0, Q4_0) with Q8_0 input: RM x RN tile ------- */
+
+AVX2 ALWAYS __m256i load_wq(const uint8_t *blk, coli_dtype T) {
+    if (T == COLI_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    /* Q4_0: byte j = element j (low nibble) and j+16 (high nibble) */
+    const __m128i tmp = _mm_loadu_si128((const __m128i *)(blk + 2));
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp);
+    v = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+AVX2 ALWAYS float load_wd(const uint8_t *blk) {
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
+                            const int RM, const int RN, const coli_dtype T) {
+    const int64_t nb = j->n_in / COLI_QK;
+    const size_t bb = T == COLI_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t *w[4];
+    const int8_t *xq[4];
+    const float *xd[4];
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
+#pragma GCC unroll 4
+    for (int b = 0; b < RN; b++) { xq[b] = j->xq + (t + b) * j->n_in; xd[b] = j->xd + (t + b) * nb; }
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < RN; b++) acc[a][b] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < nb; k++) {
+        __m256i wq[4], aw[4];
+        float dw[4];
+#pragma GCC unroll 4
+        for (int a = 0; a < RM; a++) {
+            const uint8_t *blk = w[a] + (size_t)k * bb;
+            wq[a] = load_wq(blk, T);
+            aw[a] = _mm256_sign_epi8(wq[a], wq[a]);
+            dw[a] = load_wd(blk);
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < RN; b++) {
+            const __m256i xv = _mm256_load_si256((const __m256i *)(xq[b] + k * COLI_QK));
+            const float dx = xd[b][k];
+#pragma GCC unroll 4
+            for (int a = 0; a < RM; a++) {
+                const __m256i p = _mm256_maddubs_epi16(aw[a], _mm256_sign_epi8(xv, wq[a]));
+                const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                acc[a][b] = _mm256_fmadd_ps(s, _mm256_set1_ps(dw[a] * dx), acc[a][b]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < RN; b++) j->y[(t + b) * j->n_out + r + a] = hsum8(acc[a][b]);
+}
+
+/* ---- instantiations: every tile shape up to the maximum, per type ------- */
+
+typedef void (*tile_fn)(const mm_job *j, int64_t r, int64_t t);
+
+#define FT(T, A, B) \
+    AVX2 static void ft_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) \
+    { float_tile(j, r, t, A, B, COLI_##T); }
+#define QT(T, A, B) \
+    AVX2 static void qt_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) \
+    { quant_tile(j, r, t, A, B, COLI_##T); }
+#define ROWS_OF(M, T, A) M(T, A, 1) M(T, A, 2) M(T, A, 3) M(T, A, 4)
+#define ALL_OF(M, T) ROWS_OF(M, T, 1) ROWS_OF(M, T, 2) ROWS_OF(M, T, 3) ROWS_OF(M, T, 4)
+ALL_OF(FT, F32)
+ALL_OF(FT, F16)
+ALL_OF(FT, BF16)
+ALL_OF(QT, Q8_0)
+ALL_OF(QT, Q4_0)
+
+#define TROW(P, T, A) { P##_##T##_##A##_1, P##_##T##_##A##_2, P##_##T##_##A##_3, P##_##T##_##A##_4 }
+#define TABLE(P, T) { TROW(P, T, 1), TROW(P, T, 2), TROW(P, T, 3), TROW(P, T, 4) }
+static const tile_fn s_f32[4][4] = TABLE(ft, F32);
+static const tile_fn s_f16[4][4] = TABLE(ft, F16);
+static const tile_fn s_bf16[4][4] = TABLE(ft, BF16);
+static const tile_fn s_q8_0[4][4] = TABLE(qt, Q8_0);
+static const tile_fn s_q4_0[4][4] = TABLE(qt, Q4_0);
+
+/* ---- row loop: per block of tokens, row tiles x token tiles ------------- */
+
+static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1,
+                       const tile_fn table[4][4], int RM, int RN) {
+    for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
+        int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
+        for (int64_t r = r0; r < r1; r += RM) {
+            int rm = r1 - r < RM ? (int)(r1 - r) : RM;
+            for (int64_t t = t0; t < t1; t += RN) {
+                int rn = t1 - t < RN ? (int)(t1 - t) : RN;
+                table[rm - 1][rn - 1](j, r, t);
+            }
+        }
+    }
+}
+
+static void rows_f32(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f32, F_RM, F_RN); }
+static void rows_f16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f16, F_RM, F_RN); }
+static void rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_bf16, F_RM, F_RN); }
+static void rows_q8_0(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_q8_0, Q_RM, Q_RN); }
+static void rows_q4_0(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_q4_0, Q_RM, Q_RN); }
+
+mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
+    switch (wtype) {
+    case COLI_F32:  return rows_f32;
+    case COLI_F16:  return rows_f16;
+    case COLI_BF16: return rows_bf16;
+    case COLI_Q8_0: return rows_q8_0;
+    case COLI_Q4_0: return rows_q4_0;
+    }
+    return rows_f32;
+}
+
+#else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
+
+mm_rows_fn mm_avx2_rows(coli_dtype wtype) { return mm_portable_rows(wtype); }
+void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in,
+                        float *xf, int64_t xf_stride) {
+    mm_portable_round_rows(wtype, x, n_tok, n_in, xf, xf_stride);
+}
+void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd) {
+    mm_portable_quantize_rows(x, n_tok, n_in, xq, xd);
+}
+#endif

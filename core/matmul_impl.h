@@ -1,0 +1,59 @@
+/*
+ * matmul_impl.h - what matmul.c shares with its two kernel files
+ * (matmul_portable.c, matmul_avx2.c). Not a public interface; tests include
+ * it to compare the two paths piece by piece.
+ *
+ * A matmul runs in two steps:
+ *   1. prepare the input once (on the calling thread) into the scratch:
+ *        F32         x used in place
+ *        F16 / BF16  x rounded to fp16 / bf16, stored back as floats
+ *        Q8_0 / Q4_0 x quantized to Q8_0: int8 values (n_tok, n_in) and the
+ *                    fp16-rounded block scales as floats (n_tok, n_in/32)
+ *   2. every pool thread takes chunks of output rows from a shared counter
+ *      and computes them for all tokens.
+ * Each y[t][o] is one dot product whose operation sequence depends only on
+ * the path and n_in, never on the tile, chunk or thread that computes it.
+ */
+#ifndef COLI_CORE_MATMUL_IMPL_H
+#define COLI_CORE_MATMUL_IMPL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor.h"
+
+typedef struct mm_job {
+    const uint8_t *W;      /* n_out rows of w_stride bytes */
+    size_t w_stride;
+    coli_dtype wtype;
+    int64_t n_in, n_out, n_tok;
+    const float  *xf;      /* F32/F16/BF16: prepared rows, xf_stride floats apart */
+    int64_t xf_stride;
+    const int8_t *xq;      /* Q8_0/Q4_0: quantized rows, n_in bytes apart (32-byte aligned) */
+    const float  *xd;      /* Q8_0/Q4_0: block scales, n_in/32 floats per token */
+    float *y;              /* (n_tok, n_out) */
+    int64_t chunk_rows;    /* rows taken per counter increment */
+    int64_t token_block;   /* tokens per pass over a chunk (keeps x in L2) */
+    void (*rows)(const struct mm_job *job, int64_t r0, int64_t r1);
+    atomic_llong next_chunk;
+} mm_job;
+
+typedef void (*mm_rows_fn)(const mm_job *job, int64_t r0, int64_t r1);
+
+/* Round-half-even int8 of llama.cpp's AVX2 activation quantizer (quant.c). */
+int8_t coli_act_round_i8(float v);
+
+/* ---- portable C (matmul_portable.c) ---- */
+mm_rows_fn mm_portable_rows(coli_dtype wtype);
+void mm_portable_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in,
+                            float *xf, int64_t xf_stride);
+void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
+
+/* ---- AVX2 + FMA + F16C (matmul_avx2.c); call only if coli_cpu_avx2() ---- */
+mm_rows_fn mm_avx2_rows(coli_dtype wtype);
+void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in,
+                        float *xf, int64_t xf_stride);
+void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
+
+#endif

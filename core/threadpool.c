@@ -1,0 +1,164 @@
+/*
+ * threadpool.c - persistent compute threads; see threadpool.h.
+ *
+ * A job is announced by bumping a generation counter. Workers spin on it
+ * for a short while (a decode step issues jobs back to back, and waking a
+ * sleeping thread costs tens of microseconds), then sleep on a condition
+ * variable so an idle pool costs no CPU. The caller runs share 0 itself,
+ * then waits for the others the same way: spin, then sleep.
+ */
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+/* ~50-100 us of spinning before sleeping */
+#define SPIN_ROUNDS 20000
+#define MAX_THREADS 512
+
+struct coli_pool {
+    int n;                        /* threads including the caller */
+    pthread_t *threads;           /* n - 1 workers */
+    coli_pool_fn fn;              /* the current job */
+    void *arg;
+    atomic_uint generation;       /* bumped once per job */
+    atomic_int n_done;            /* workers finished with the current job */
+    atomic_int stop;              /* set by destroy */
+    pthread_mutex_t mutex;        /* guards sleeping on the two conditions */
+    pthread_cond_t job_cond;      /* workers sleep here waiting for a job */
+    pthread_cond_t done_cond;     /* the caller sleeps here waiting for workers */
+};
+
+typedef struct worker_arg {
+    coli_pool *pool;
+    int ith;
+} worker_arg;
+
+static unsigned wait_for_job(coli_pool *p, unsigned seen) {
+    for (int i = 0; i < SPIN_ROUNDS; i++) {
+        unsigned g = atomic_load_explicit(&p->generation, memory_order_acquire);
+        if (g != seen) return g;
+        CPU_RELAX();
+    }
+    pthread_mutex_lock(&p->mutex);
+    unsigned g;
+    while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen)
+        pthread_cond_wait(&p->job_cond, &p->mutex);
+    pthread_mutex_unlock(&p->mutex);
+    return g;
+}
+
+static void *worker_main(void *varg) {
+    worker_arg wa = *(worker_arg *)varg;
+    free(varg);
+    coli_pool *p = wa.pool;
+    unsigned seen = 0;
+    for (;;) {
+        seen = wait_for_job(p, seen);
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+        p->fn(p->arg, wa.ith, p->n);
+        if (atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel) + 1 == p->n - 1) {
+            /* last one: wake the caller if it went to sleep */
+            pthread_mutex_lock(&p->mutex);
+            pthread_cond_signal(&p->done_cond);
+            pthread_mutex_unlock(&p->mutex);
+        }
+    }
+    return NULL;
+}
+
+static void announce(coli_pool *p) {
+    pthread_mutex_lock(&p->mutex);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    pthread_cond_broadcast(&p->job_cond);
+    pthread_mutex_unlock(&p->mutex);
+}
+
+static int online_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > MAX_THREADS ? MAX_THREADS : (int)n);
+}
+
+/* Stop and join the first n_started workers, free everything. */
+static void pool_teardown(coli_pool *p, int n_started) {
+    atomic_store_explicit(&p->stop, 1, memory_order_release);
+    announce(p);
+    for (int i = 0; i < n_started; i++) pthread_join(p->threads[i], NULL);
+    pthread_cond_destroy(&p->job_cond);
+    pthread_cond_destroy(&p->done_cond);
+    pthread_mutex_destroy(&p->mutex);
+    free(p->threads);
+    free(p);
+}
+
+coli_pool *coli_pool_new(int n_threads) {
+    if (n_threads <= 0) n_threads = online_cores();
+    if (n_threads > MAX_THREADS) {
+        coli_fail(COLI_EINVAL, "thread pool: %d threads requested, at most %d", n_threads, MAX_THREADS);
+        return NULL;
+    }
+    coli_pool *p = calloc(1, sizeof *p);
+    if (!p) { coli_fail(COLI_ENOMEM, "thread pool: out of memory"); return NULL; }
+    p->n = n_threads;
+    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+    if (!p->threads) { free(p); coli_fail(COLI_ENOMEM, "thread pool: out of memory"); return NULL; }
+    pthread_mutex_init(&p->mutex, NULL);
+    pthread_cond_init(&p->job_cond, NULL);
+    pthread_cond_init(&p->done_cond, NULL);
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        int rc = wa ? 0 : -1;
+        if (wa) {
+            *wa = (worker_arg){p, i};
+            rc = pthread_create(&p->threads[i - 1], NULL, worker_main, wa);
+            if (rc) free(wa);
+        }
+        if (rc) {
+            pool_teardown(p, i - 1);
+            coli_fail(COLI_ENOMEM, "thread pool: cannot start thread %d of %d", i, n_threads);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+void coli_pool_destroy(coli_pool **pool) {
+    if (!pool || !*pool) return;
+    pool_teardown(*pool, (*pool)->n - 1);
+    *pool = NULL;
+}
+
+int coli_pool_size(const coli_pool *pool) { return pool ? pool->n : 1; }
+
+static void wait_for_workers(coli_pool *p) {
+    const int want = p->n - 1;
+    for (int i = 0; i < SPIN_ROUNDS; i++) {
+        if (atomic_load_explicit(&p->n_done, memory_order_acquire) == want) return;
+        CPU_RELAX();
+    }
+    pthread_mutex_lock(&p->mutex);
+    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != want)
+        pthread_cond_wait(&p->done_cond, &p->mutex);
+    pthread_mutex_unlock(&p->mutex);
+}
+
+void coli_pool_run(coli_pool *pool, coli_pool_fn fn, void *arg) {
+    if (!pool || pool->n == 1) { fn(arg, 0, 1); return; }
+    pool->fn = fn;
+    pool->arg = arg;
+    atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
+    announce(pool);
+    fn(arg, 0, pool->n);
+    wait_for_workers(pool);
+}
