@@ -1,0 +1,386 @@
+/*
+ * api.c - include/colibri.h on top of the single-process engine: model.c
+ * (weights), tokenizer.c, forward.c (+ kv_cache.c), sampler.c and a
+ * moe_exec for the routed experts. coli_quantize_file lives in quantize.c.
+ *
+ * Threading: a model owns one compute pool and one expert executor; its
+ * contexts share them, so calls on contexts of the same model must not
+ * overlap in time (use one model per thread otherwise).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "colibri.h"
+#include "coordinator/forward.h"
+#include "coordinator/kv_cache.h"
+#include "coordinator/model.h"
+#include "coordinator/moe_exec.h"
+#include "coordinator/sampler.h"
+#include "error.h"
+#include "threadpool.h"
+#include "tokenizer.h"
+
+struct coli_model {
+    model *m;                 /* mapped, validated weights */
+    coli_tokenizer *tok;
+    moe_exec *moe;            /* routed experts; NULL for a dense model */
+    coli_pool *pool;          /* compute threads for attention and dense matmuls */
+    int n_threads;
+    int kv_f16;
+    int n_ctx;                /* the model's context, capped by n_ctx_max */
+    int verbose;
+    char *stats_json_path;    /* copy of the param, NULL if none */
+    char *name;               /* general.name or the file name */
+    char *chat_template;      /* NULL if absent */
+    double load_seconds;
+};
+
+struct coli_context {
+    coli_model *model;
+    kv_cache kv;
+    forward_state fs;
+    int pos;                  /* tokens in the cache */
+    float *logits;            /* (n_vocab) last logits, for coli_generate */
+    char *text;               /* UTF-8 assembly buffer for the callback */
+    size_t text_cap;
+};
+
+static double s_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static char *s_strdup(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) { memcpy(d, s, n); d[n] = '\0'; }
+    return d;
+}
+
+// ---------------------------------------------------------------------------
+// model
+
+void coli_model_default_params(coli_model_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+}
+
+/* Which executor computes the routed experts, from --devices. */
+static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
+    const char *d = cfg->devices;
+    if (!d || !*d || strcmp(d, "inproc") == 0) return moe_exec_inproc_new(cfg, out);
+    return coli_fail(COLI_EUNSUPPORTED, "devices '%s': worker scheduling not built yet", d);
+}
+
+static int s_start_experts(coli_model *cm, const char *path, const coli_model_params *p) {
+    const model_hparams *hp = &cm->m->hp;
+    if (hp->n_expert == 0) return 0; /* dense: the forward pass runs the FFN itself */
+    moe_exec_config cfg = {
+        .model_path = path, .gguf = cm->m->gguf,
+        .n_layer = hp->n_layer, .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used,
+        .n_embd = hp->n_embd, .n_ff = hp->n_ff_exp,
+        .devices = p->devices, .n_threads = cm->n_threads, .verbose = p->verbose,
+    };
+    return select_executor(&cfg, &cm->moe);
+}
+
+/* name, chat template: copies, so they outlive nothing but the model. */
+static int s_load_strings(coli_model *cm, const char *path) {
+    gguf_str s;
+    const gguf_file *f = cm->m->gguf;
+    if (gguf_find_key(f, "general.name") >= 0 && gguf_get_str(f, "general.name", &s) == 0) {
+        cm->name = s_strdup(s.ptr, (size_t)s.len);
+    } else {
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        cm->name = s_strdup(base, strlen(base));
+    }
+    if (gguf_find_key(f, "tokenizer.chat_template") >= 0 &&
+        gguf_get_str(f, "tokenizer.chat_template", &s) == 0 &&
+        !(cm->chat_template = s_strdup(s.ptr, (size_t)s.len)))
+        return coli_fail(COLI_ENOMEM, "model: out of memory");
+    return cm->name ? 0 : coli_fail(COLI_ENOMEM, "model: out of memory");
+}
+
+static int s_model_setup(coli_model *cm, const char *path, const coli_model_params *p) {
+    int rc;
+    if ((rc = model_open(path, &cm->m)) < 0) return rc;
+    if ((rc = coli_tokenizer_new(cm->m->gguf, &cm->tok)) < 0) return coli_fail_prefix(rc, "%s", path);
+    if (coli_tokenizer_n_vocab(cm->tok) != cm->m->hp.n_vocab)
+        return coli_fail(COLI_EFORMAT, "%s: vocabulary has %d tokens but token_embd.weight has %d rows",
+                         path, coli_tokenizer_n_vocab(cm->tok), cm->m->hp.n_vocab);
+    if ((rc = s_load_strings(cm, path)) < 0) return rc;
+    cm->n_ctx = cm->m->hp.n_ctx_train;
+    if (p->n_ctx_max > 0 && p->n_ctx_max < cm->n_ctx) cm->n_ctx = p->n_ctx_max;
+    if (!(cm->pool = coli_pool_new(p->n_threads))) return COLI_ENOMEM;
+    cm->n_threads = coli_pool_size(cm->pool);
+    return s_start_experts(cm, path, p);
+}
+
+int coli_model_load(const char *path, const coli_model_params *p, coli_model **out) {
+    coli_model_params defaults;
+    if (!out) return coli_fail(COLI_EINVAL, "coli_model_load: out is NULL");
+    *out = NULL;
+    if (!path || !*path) return coli_fail(COLI_EINVAL, "coli_model_load: path is NULL or empty");
+    if (!p) { coli_model_default_params(&defaults); p = &defaults; }
+    if (p->n_threads < 0 || p->n_ctx_max < 0)
+        return coli_fail(COLI_EINVAL, "coli_model_load: n_threads %d / n_ctx_max %d must be >= 0",
+                         p->n_threads, p->n_ctx_max);
+    const double t0 = s_now();
+    coli_model *cm = calloc(1, sizeof *cm);
+    if (!cm) return coli_fail(COLI_ENOMEM, "coli_model_load: out of memory");
+    cm->kv_f16 = p->kv_f16 ? 1 : 0;
+    cm->verbose = p->verbose;
+    if (p->stats_json_path && !(cm->stats_json_path = s_strdup(p->stats_json_path, strlen(p->stats_json_path)))) {
+        free(cm);
+        return coli_fail(COLI_ENOMEM, "coli_model_load: out of memory");
+    }
+    int rc = s_model_setup(cm, path, p);
+    if (rc < 0) {
+        coli_model_free(&cm);
+        return rc;
+    }
+    cm->load_seconds = s_now() - t0;
+    if (cm->verbose)
+        fprintf(stderr, "colibri: loaded %s (%s, %d layers, %d experts) in %.2f s, %d threads\n",
+                cm->name, cm->m->hp.arch_name, cm->m->hp.n_layer, cm->m->hp.n_expert,
+                cm->load_seconds, cm->n_threads);
+    *out = cm;
+    return 0;
+}
+
+/* stats_json_path: the run's stats, written when the model is freed. */
+static void s_write_stats_file(const coli_model *cm) {
+    char *json = NULL;
+    if (coli_model_stats_json(cm, &json) < 0) return;
+    FILE *fp = fopen(cm->stats_json_path, "w");
+    if (fp) {
+        fputs(json, fp);
+        fputc('\n', fp);
+        fclose(fp);
+    } else if (cm->verbose) {
+        fprintf(stderr, "colibri: cannot write stats to %s\n", cm->stats_json_path);
+    }
+    free(json);
+}
+
+void coli_model_free(coli_model **pm) {
+    if (!pm || !*pm) return;
+    coli_model *cm = *pm;
+    if (cm->stats_json_path && cm->m) s_write_stats_file(cm);
+    if (cm->moe) cm->moe->destroy(cm->moe);
+    coli_pool_destroy(&cm->pool);
+    coli_tokenizer_free(&cm->tok);
+    model_close(&cm->m);
+    free(cm->stats_json_path);
+    free(cm->name);
+    free(cm->chat_template);
+    free(cm);
+    *pm = NULL;
+}
+
+void coli_model_get_info(const coli_model *cm, coli_model_info *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!cm) return;
+    const model_hparams *hp = &cm->m->hp;
+    out->arch = hp->arch_name;
+    out->name = cm->name;
+    out->n_params = cm->m->n_params;
+    out->n_vocab = hp->n_vocab;
+    out->n_ctx = cm->n_ctx;
+    out->n_embd = hp->n_embd;
+    out->n_layer = hp->n_layer;
+    out->n_head = hp->n_head;
+    out->n_head_kv = hp->n_head_kv;
+    out->n_expert = hp->n_expert;
+    out->n_expert_used = hp->n_expert_used;
+    out->bos_id = coli_tokenizer_bos(cm->tok);
+    out->eos_id = coli_tokenizer_eos(cm->tok);
+    out->add_bos = coli_tokenizer_add_bos(cm->tok);
+    out->chat_template = cm->chat_template;
+    out->load_seconds = cm->load_seconds;
+}
+
+// ---------------------------------------------------------------------------
+// tokens
+
+int coli_tokenize(const coli_model *cm, const char *text, size_t len, int add_special,
+                  int parse_special, int32_t *ids, int cap, int *n_out) {
+    if (!cm || !n_out || (!text && len) || cap < 0 || (!ids && cap > 0))
+        return coli_fail(COLI_EINVAL, "coli_tokenize: NULL model/text/ids/n_out or negative cap");
+    return coli_tokenizer_encode(cm->tok, text ? text : "", len, add_special, parse_special, ids, cap, n_out);
+}
+
+int coli_token_to_bytes(const coli_model *cm, int32_t id, const char **bytes, size_t *len) {
+    if (!cm || !bytes || !len) return coli_fail(COLI_EINVAL, "coli_token_to_bytes: NULL argument");
+    return coli_tokenizer_bytes(cm->tok, id, bytes, len);
+}
+
+const char *coli_token_text(const coli_model *cm, int32_t id) {
+    return cm ? coli_tokenizer_text(cm->tok, id) : NULL;
+}
+
+int coli_token_is_eog(const coli_model *cm, int32_t id) {
+    return cm ? coli_tokenizer_is_eog(cm->tok, id) : 0;
+}
+
+// ---------------------------------------------------------------------------
+// contexts and the forward pass
+
+void coli_context_default_params(coli_context_params *p) {
+    if (p) memset(p, 0, sizeof *p);
+}
+
+int coli_context_new(coli_model *cm, const coli_context_params *p, coli_context **out) {
+    if (!out) return coli_fail(COLI_EINVAL, "coli_context_new: out is NULL");
+    *out = NULL;
+    if (!cm) return coli_fail(COLI_EINVAL, "coli_context_new: model is NULL");
+    int n_ctx = p && p->n_ctx ? p->n_ctx : cm->n_ctx;
+    if (n_ctx < 1 || n_ctx > cm->n_ctx)
+        return coli_fail(COLI_EINVAL, "coli_context_new: n_ctx %d: expected 1..%d (the model's context)",
+                         n_ctx, cm->n_ctx);
+    const model_hparams *hp = &cm->m->hp;
+    coli_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return coli_fail(COLI_ENOMEM, "coli_context_new: out of memory");
+    ctx->model = cm;
+    int rc = kv_cache_init(&ctx->kv, hp->n_layer, n_ctx, model_kv_dim(hp), cm->kv_f16);
+    if (rc == 0) {
+        const int max_batch = n_ctx < FORWARD_MAX_BATCH ? n_ctx : FORWARD_MAX_BATCH;
+        rc = forward_state_init(&ctx->fs, cm->m, cm->moe, cm->pool, max_batch, n_ctx);
+    }
+    if (rc == 0 && !(ctx->logits = malloc((size_t)hp->n_vocab * sizeof(float))))
+        rc = coli_fail(COLI_ENOMEM, "coli_context_new: out of memory for logits");
+    if (rc < 0) {
+        coli_context_free(&ctx);
+        return rc;
+    }
+    *out = ctx;
+    return 0;
+}
+
+void coli_context_free(coli_context **pctx) {
+    if (!pctx || !*pctx) return;
+    coli_context *ctx = *pctx;
+    kv_cache_free(&ctx->kv);
+    forward_state_free(&ctx->fs);
+    free(ctx->logits);
+    free(ctx->text);
+    free(ctx);
+    *pctx = NULL;
+}
+
+void coli_context_reset(coli_context *ctx) {
+    if (ctx) ctx->pos = 0; /* old cache rows are overwritten before they are read again */
+}
+
+int coli_context_pos(const coli_context *ctx) { return ctx ? ctx->pos : 0; }
+
+int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all) {
+    if (!ctx || !ids) return coli_fail(COLI_EINVAL, "coli_eval: context or ids is NULL");
+    if (n <= 0) return coli_fail(COLI_EINVAL, "coli_eval: n = %d tokens, expected > 0", n);
+    int rc = forward_eval(&ctx->fs, &ctx->kv, ids, n, ctx->pos, logits, logits_all);
+    if (rc < 0) return rc;
+    ctx->pos += n;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// generation
+
+void coli_sampling_default_params(coli_sampling_params *p) {
+    if (!p) return;
+    p->temperature = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.95f;
+    p->seed = 0;
+    p->n_predict = 128;
+}
+
+/* The complete UTF-8 prefix after adding token id's bytes (and, at the last
+ * token, whatever incomplete tail is left) into ctx->text. */
+static int s_token_text(coli_context *ctx, coli_utf8_stream *us, int32_t id, int last, size_t *len) {
+    const char *bytes;
+    size_t n;
+    int rc = coli_tokenizer_bytes(ctx->model->tok, id, &bytes, &n);
+    if (rc < 0) return rc;
+    if (n + 16 > ctx->text_cap) {
+        char *t = realloc(ctx->text, n + 16);
+        if (!t) return coli_fail(COLI_ENOMEM, "generate: out of memory for token text");
+        ctx->text = t;
+        ctx->text_cap = n + 16;
+    }
+    *len = coli_utf8_stream_push(us, bytes, n, ctx->text);
+    if (last) *len += coli_utf8_stream_flush(us, ctx->text + *len);
+    return 0;
+}
+
+/* Sample, hand to cb, append to the cache - so after the call the context
+ * holds the prompt and every token cb saw. Stops at n_predict, an EOG
+ * token, cb's request or a full context. */
+static int s_gen_loop(coli_context *ctx, sampler *smp, coli_token_cb cb, void *user, coli_gen_stats *st) {
+    coli_utf8_stream us = {0};
+    for (int i = 0; i < smp->p.n_predict; i++) {
+        if (ctx->pos >= ctx->kv.n_ctx) break; /* no room to keep another token */
+        int32_t id = sampler_sample(smp, ctx->logits);
+        if (coli_tokenizer_is_eog(ctx->model->tok, id)) { st->stopped_by_eog = 1; break; }
+        size_t len = 0;
+        int rc = s_token_text(ctx, &us, id, i + 1 == smp->p.n_predict, &len);
+        if (rc < 0) return rc;
+        st->n_gen++;
+        int stop = cb ? cb(user, id, ctx->text, len) : 0;
+        if ((rc = coli_eval(ctx, &id, 1, ctx->logits, 0)) < 0) return rc;
+        if (stop) break;
+    }
+    return 0;
+}
+
+int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
+                  const coli_sampling_params *sp, coli_token_cb cb, void *user,
+                  coli_gen_stats *stats) {
+    coli_gen_stats st = {0};
+    sampler smp;
+    if (stats) *stats = st;
+    if (!ctx || !prompt || n_prompt <= 0)
+        return coli_fail(COLI_EINVAL, "coli_generate: context NULL or empty prompt (n_prompt %d)", n_prompt);
+    int rc = sampler_init(&smp, sp, ctx->model->m->hp.n_vocab);
+    if (rc < 0) return rc;
+    double t0 = s_now();
+    rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
+    st.n_prompt = n_prompt;
+    st.prompt_seconds = s_now() - t0;
+    if (rc == 0) {
+        t0 = s_now();
+        rc = s_gen_loop(ctx, &smp, cb, user, &st);
+        st.gen_seconds = s_now() - t0;
+    }
+    sampler_free(&smp);
+    if (stats) *stats = st;
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+// scheduler visibility
+
+int coli_model_stats_json(const coli_model *cm, char **json) {
+    if (!cm || !json) return coli_fail(COLI_EINVAL, "coli_model_stats_json: NULL argument");
+    *json = NULL;
+    if (cm->moe && cm->moe->stats_json) return cm->moe->stats_json(cm->moe, json);
+    const char *kind = cm->moe ? "inproc" : "none";
+    char buf[128];
+    int n = snprintf(buf, sizeof buf, "{\"executor\":\"%s\",\"n_layer\":%d,\"n_expert\":%d}",
+                     kind, cm->m->hp.n_layer, cm->m->hp.n_expert);
+    if (!(*json = s_strdup(buf, (size_t)n))) return coli_fail(COLI_ENOMEM, "stats: out of memory");
+    return 0;
+}
+
+int coli_model_stats_text(const coli_model *cm, char **text) {
+    if (!cm || !text) return coli_fail(COLI_EINVAL, "coli_model_stats_text: NULL argument");
+    *text = NULL;
+    if (cm->moe && cm->moe->stats_text) return cm->moe->stats_text(cm->moe, text);
+    const char *line = cm->moe ? "experts: in-process\n" : "experts: none (dense model)\n";
+    if (!(*text = s_strdup(line, strlen(line)))) return coli_fail(COLI_ENOMEM, "stats: out of memory");
+    return 0;
+}

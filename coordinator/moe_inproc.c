@@ -1,0 +1,246 @@
+/*
+ * moe_inproc.c - the in-process expert executor: the cpu plugin's vtable
+ * called directly, no workers (contract: moe_exec.h).
+ *
+ * Every expert of the model is loaded into the plugin at start (pointers
+ * into the coordinator's mapping, nothing copied). A layer call groups the
+ * (token, slot) pairs by expert - the batch union: each chosen expert runs
+ * once over all the rows routed to it - then scatters the outputs back to
+ * y[t][s]. Buffers grow on demand and are reused, so decode allocates
+ * nothing after the first token.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/moe_exec.h"
+#include "error.h"
+#include "expert_ffn.h"
+#include "gguf.h"
+#include "plugins/cpu/cpu_plugin.h"
+#include "plugins/plugin_abi.h"
+
+typedef struct inproc {
+    moe_exec base;                 /* first: a moe_exec* is an inproc* */
+    const struct moe_plugin *plugin;
+    moe_device *dev;
+    char device_name[64];
+    int n_layer, n_expert;
+    int64_t n_embd;
+    size_t cap_rows;               /* rows xg/yg/order have room for */
+    float *xg, *yg;                /* (cap_rows, n_embd) inputs / outputs grouped by expert */
+    int64_t *order;                /* (cap_rows) grouped row -> pair index t*k + s */
+    int64_t *count;                /* (n_expert) rows per expert in this call */
+    moe_batch_group *groups;       /* (n_expert) */
+    uint64_t *rows_by_expert;      /* (n_layer, n_expert) rows computed since start */
+    uint64_t layer_calls, rows;
+} inproc;
+
+// ---------------------------------------------------------------------------
+// layer calls
+
+static int s_reserve(inproc *ex, size_t rows) {
+    if (rows <= ex->cap_rows) return 0;
+    size_t cap = ex->cap_rows ? ex->cap_rows : 16;
+    while (cap < rows) cap *= 2;
+    float *xg = realloc(ex->xg, cap * (size_t)ex->n_embd * sizeof(float));
+    if (xg) ex->xg = xg;
+    float *yg = realloc(ex->yg, cap * (size_t)ex->n_embd * sizeof(float));
+    if (yg) ex->yg = yg;
+    int64_t *order = realloc(ex->order, cap * sizeof(int64_t));
+    if (order) ex->order = order;
+    if (!xg || !yg || !order)
+        return coli_fail(COLI_ENOMEM, "inproc experts: cannot grow buffers to %zu rows", cap);
+    ex->cap_rows = cap;
+    return 0;
+}
+
+/* Counting sort of the pairs by expert; gathers x rows into xg. */
+static int s_group(inproc *ex, int layer, const float *x, int64_t n_tok, int k, const int32_t *ids) {
+    const size_t E = (size_t)ex->n_embd;
+    const int64_t n_pairs = n_tok * k;
+    memset(ex->count, 0, (size_t)ex->n_expert * sizeof *ex->count);
+    for (int64_t p = 0; p < n_pairs; p++) {
+        if (ids[p] < 0 || ids[p] >= ex->n_expert)
+            return coli_fail(COLI_ERANGE, "inproc experts: layer %d: expert id %d out of range [0, %d)",
+                             layer, ids[p], ex->n_expert);
+        ex->count[ids[p]]++;
+    }
+    int32_t n_groups = 0;
+    int64_t begin = 0;
+    for (int e = 0; e < ex->n_expert; e++) {
+        if (!ex->count[e]) continue;
+        ex->groups[n_groups++] = (moe_batch_group){layer, e, begin, ex->count[e]};
+        int64_t n = ex->count[e];
+        ex->count[e] = begin; /* now the next free row of expert e */
+        begin += n;
+        ex->rows_by_expert[(size_t)layer * (size_t)ex->n_expert + (size_t)e] += (uint64_t)n;
+    }
+    for (int64_t p = 0; p < n_pairs; p++) {
+        int64_t row = ex->count[ids[p]]++;
+        ex->order[row] = p;
+        memcpy(ex->xg + (size_t)row * E, x + (size_t)(p / k) * E, E * sizeof(float));
+    }
+    return n_groups;
+}
+
+static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok, int k,
+                       const int32_t *ids, float *y) {
+    inproc *ex = (inproc *)self;
+    const size_t E = (size_t)ex->n_embd;
+    if (layer < 0 || layer >= ex->n_layer)
+        return coli_fail(COLI_EINVAL, "inproc experts: layer %d out of range [0, %d)", layer, ex->n_layer);
+    if (n_tok <= 0 || k <= 0) return 0;
+    const int64_t n_pairs = n_tok * k;
+    int rc = s_reserve(ex, (size_t)n_pairs);
+    if (rc < 0) return rc;
+    int n_groups = s_group(ex, layer, x, n_tok, k, ids);
+    if (n_groups < 0) return n_groups;
+    char err[256] = "";
+    rc = ex->plugin->run(ex->dev, ex->groups, n_groups, ex->xg, n_pairs, ex->n_embd, ex->yg, err, sizeof err);
+    if (rc < 0) return coli_fail(rc, "inproc experts: layer %d: cpu plugin: %s", layer, err);
+    // y[t][s] = the output row of pair t*k + s
+    for (int64_t row = 0; row < n_pairs; row++)
+        memcpy(y + (size_t)ex->order[row] * E, ex->yg + (size_t)row * E, E * sizeof(float));
+    ex->layer_calls++;
+    ex->rows += (uint64_t)n_pairs;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// stats
+
+typedef struct strbuf { char *s; size_t len, cap; int failed; } strbuf;
+
+static void s_appendf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void s_appendf(strbuf *b, const char *fmt, ...) {
+    if (b->failed) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) { b->failed = 1; return; }
+        if (b->s && b->len + (size_t)n < b->cap) { b->len += (size_t)n; return; }
+        size_t cap = (b->cap ? b->cap : 256);
+        while (cap <= b->len + (size_t)n) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) { b->failed = 1; return; }
+        b->s = s; b->cap = cap;
+    }
+}
+
+static int s_finish(strbuf *b, char **out) {
+    if (b->failed || !b->s) { free(b->s); return coli_fail(COLI_ENOMEM, "inproc experts: stats: out of memory"); }
+    *out = b->s;
+    return 0;
+}
+
+static int s_stats_json(moe_exec *self, char **json) {
+    inproc *ex = (inproc *)self;
+    strbuf b = {0};
+    s_appendf(&b, "{\"executor\":\"inproc\",\"device\":\"%s\",\"n_layer\":%d,\"n_expert\":%d,"
+              "\"layer_calls\":%llu,\"rows\":%llu,\"fallbacks\":0,\"expert_rows\":[",
+              ex->device_name, ex->n_layer, ex->n_expert,
+              (unsigned long long)ex->layer_calls, (unsigned long long)ex->rows);
+    for (int l = 0; l < ex->n_layer; l++) {
+        s_appendf(&b, "%s[", l ? "," : "");
+        for (int e = 0; e < ex->n_expert; e++)
+            s_appendf(&b, "%s%llu", e ? "," : "",
+                      (unsigned long long)ex->rows_by_expert[(size_t)l * (size_t)ex->n_expert + (size_t)e]);
+        s_appendf(&b, "]");
+    }
+    s_appendf(&b, "]}");
+    return s_finish(&b, json);
+}
+
+static int s_stats_text(moe_exec *self, char **text) {
+    inproc *ex = (inproc *)self;
+    strbuf b = {0};
+    s_appendf(&b, "experts: in-process on %s, %llu layer calls, %llu expert rows, 0 fallbacks\n",
+              ex->device_name, (unsigned long long)ex->layer_calls, (unsigned long long)ex->rows);
+    for (int l = 0; l < ex->n_layer; l++) {
+        s_appendf(&b, "  layer %d rows per expert:", l);
+        for (int e = 0; e < ex->n_expert; e++)
+            s_appendf(&b, " %llu", (unsigned long long)ex->rows_by_expert[(size_t)l * (size_t)ex->n_expert + (size_t)e]);
+        s_appendf(&b, "\n");
+    }
+    return s_finish(&b, text);
+}
+
+// ---------------------------------------------------------------------------
+// lifecycle
+
+static void s_destroy(moe_exec *self) {
+    inproc *ex = (inproc *)self;
+    if (!ex) return;
+    if (ex->plugin && ex->dev) ex->plugin->close(&ex->dev);
+    free(ex->xg); free(ex->yg); free(ex->order); free(ex->count);
+    free(ex->groups); free(ex->rows_by_expert);
+    free(ex);
+}
+
+/* Hand every expert of the file to the plugin (views into the mapping). */
+static int s_load_all(inproc *ex, const moe_exec_config *cfg) {
+    char err[256];
+    for (int l = 0; l < cfg->n_layer; l++) {
+        for (int e = 0; e < cfg->n_expert; e++) {
+            expert_weights w;
+            int rc = expert_weights_from_gguf(cfg->gguf, l, e, &w);
+            if (rc < 0) return rc;
+            moe_expert_desc d = {
+                .layer = l, .expert = e, .n_embd = w.n_embd, .n_ff = w.n_ff,
+                .gate_type = (int32_t)w.gate_type, .up_type = (int32_t)w.up_type, .down_type = (int32_t)w.down_type,
+                .gate = w.gate, .up = w.up, .down = w.down,
+                .gate_bytes = coli_row_bytes(w.gate_type, w.n_embd) * (size_t)w.n_ff,
+                .up_bytes = coli_row_bytes(w.up_type, w.n_embd) * (size_t)w.n_ff,
+                .down_bytes = coli_row_bytes(w.down_type, w.n_ff) * (size_t)w.n_embd,
+            };
+            err[0] = '\0';
+            rc = ex->plugin->load_expert(ex->dev, &d, err, sizeof err);
+            if (rc < 0) return coli_fail(rc, "inproc experts: layer %d expert %d: %s", l, e, err);
+        }
+    }
+    return 0;
+}
+
+static int s_open_device(inproc *ex, const moe_exec_config *cfg) {
+    char err[256] = "";
+    moe_open_opts opts = {.device_index = 0, .n_threads = cfg->n_threads, .memory_budget = 0, .fault = NULL};
+    int rc = ex->plugin->open(&opts, &ex->dev, err, sizeof err);
+    if (rc < 0) return coli_fail(rc, "inproc experts: cpu plugin open: %s", err);
+    moe_caps caps;
+    memset(&caps, 0, sizeof caps);
+    if (ex->plugin->get_caps && ex->plugin->get_caps(ex->dev, &caps) == 0)
+        snprintf(ex->device_name, sizeof ex->device_name, "%.*s", (int)sizeof caps.device_name, caps.device_name);
+    else
+        snprintf(ex->device_name, sizeof ex->device_name, "cpu");
+    return 0;
+}
+
+int moe_exec_inproc_new(const moe_exec_config *cfg, moe_exec **out) {
+    *out = NULL;
+    if (!cfg || !cfg->gguf || cfg->n_layer <= 0 || cfg->n_expert <= 0 || cfg->n_embd <= 0)
+        return coli_fail(COLI_EINVAL, "inproc experts: config needs a mapped file, layers, experts and n_embd");
+    inproc *ex = calloc(1, sizeof *ex);
+    if (!ex) return coli_fail(COLI_ENOMEM, "inproc experts: out of memory");
+    ex->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy};
+    ex->n_layer = cfg->n_layer; ex->n_expert = cfg->n_expert; ex->n_embd = cfg->n_embd;
+    ex->plugin = coli_cpu_plugin();
+    ex->count = calloc((size_t)cfg->n_expert, sizeof *ex->count);
+    ex->groups = calloc((size_t)cfg->n_expert, sizeof *ex->groups);
+    ex->rows_by_expert = calloc((size_t)cfg->n_layer * (size_t)cfg->n_expert, sizeof *ex->rows_by_expert);
+    int rc;
+    if (!ex->count || !ex->groups || !ex->rows_by_expert) {
+        rc = coli_fail(COLI_ENOMEM, "inproc experts: out of memory");
+        goto fail;
+    }
+    if ((rc = s_open_device(ex, cfg)) < 0) goto fail;
+    if ((rc = s_load_all(ex, cfg)) < 0) goto fail;
+    *out = &ex->base;
+    return 0;
+fail:
+    s_destroy(&ex->base);
+    return rc;
+}
