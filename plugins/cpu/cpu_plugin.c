@@ -1,0 +1,287 @@
+/*
+ * cpu_plugin.c - the cpu plugin over expert_ffn and the thread pool; see
+ * cpu_plugin.h and plugins/plugin_abi.h.
+ */
+#include "plugins/cpu/cpu_plugin.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "colibri.h"
+#include "cpu_features.h"
+#include "expert_ffn.h"
+#include "matmul.h"
+#include "threadpool.h"
+
+#define CPU_DEV_TAG 0xc0c0c9u
+#define CPU_DTYPE_MASK ((1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_Q4_0) | \
+                        (1u << COLI_Q8_0) | (1u << COLI_BF16))
+
+/* One loaded expert: a slot of an open-addressing table keyed by
+ * (layer, expert). */
+typedef struct cpu_expert {
+    int used;
+    int32_t layer, expert;
+    expert_weights w;      /* host pointers, not owned */
+    size_t bytes;
+} cpu_expert;
+
+struct moe_device {
+    uint32_t tag;          /* CPU_DEV_TAG while open */
+    coli_pool *pool;
+    coli_scratch scratch;  /* expert_ffn's buffers, reused across runs */
+    uint64_t budget;       /* bytes of experts it may hold; 0 = no limit */
+    cpu_expert *slots;     /* cap entries, cap a power of two (or 0) */
+    size_t cap, n_loaded;
+    moe_stats stats;
+};
+
+static int fail(char *err, size_t err_len, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t err_len, int code, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the expert table -------------------------------------------------- */
+
+static size_t slot_hash(int32_t layer, int32_t expert, size_t cap) {
+    uint64_t k = ((uint64_t)(uint32_t)layer << 32) | (uint32_t)expert;
+    k *= 0x9e3779b97f4a7c15ull;
+    return (size_t)(k >> 32) & (cap - 1);
+}
+
+static cpu_expert *find_slot(const moe_device *d, int32_t layer, int32_t expert) {
+    if (d->cap == 0) return NULL;
+    for (size_t i = slot_hash(layer, expert, d->cap);; i = (i + 1) & (d->cap - 1)) {
+        cpu_expert *s = &d->slots[i];
+        if (!s->used) return NULL;
+        if (s->layer == layer && s->expert == expert) return s;
+    }
+}
+
+/* Keep the table at most half full. 0 or COLI_ENOMEM. */
+static int grow_table(moe_device *d) {
+    if (d->cap && (d->n_loaded + 1) * 2 <= d->cap) return 0;
+    size_t cap = d->cap ? d->cap * 2 : 64;
+    cpu_expert *slots = calloc(cap, sizeof *slots);
+    if (!slots) return COLI_ENOMEM;
+    for (size_t i = 0; i < d->cap; i++) {
+        if (!d->slots[i].used) continue;
+        size_t j = slot_hash(d->slots[i].layer, d->slots[i].expert, cap);
+        while (slots[j].used) j = (j + 1) & (cap - 1);
+        slots[j] = d->slots[i];
+    }
+    free(d->slots);
+    d->slots = slots;
+    d->cap = cap;
+    return 0;
+}
+
+/* ---- vtable ------------------------------------------------------------ */
+
+static int cpu_probe(int *n_devices, char *why, size_t why_len) {
+    if (n_devices) *n_devices = 1;
+    if (why && why_len) why[0] = '\0';
+    return 0;
+}
+
+static void cpu_close(moe_device **dev) {
+    if (!dev || !*dev) return;
+    moe_device *d = *dev;
+    coli_pool_destroy(&d->pool);
+    coli_scratch_free(&d->scratch);
+    free(d->slots);
+    d->tag = 0xdeadbeefu;
+    free(d);
+    *dev = NULL;
+}
+
+static int cpu_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len) {
+    if (!out) return fail(err, err_len, COLI_EINVAL, "cpu: open: NULL output");
+    *out = NULL;
+    if (!opts) return fail(err, err_len, COLI_EINVAL, "cpu: open: NULL options");
+    if (opts->device_index != 0)
+        return fail(err, err_len, COLI_EINVAL, "cpu: device %d does not exist (only 0)",
+                    opts->device_index);
+    if (opts->n_threads < 0)
+        return fail(err, err_len, COLI_EINVAL, "cpu: n_threads %d < 0", opts->n_threads);
+    moe_device *d = calloc(1, sizeof *d);
+    if (!d) return fail(err, err_len, COLI_ENOMEM, "cpu: open: out of memory");
+    d->tag = CPU_DEV_TAG;
+    d->budget = opts->memory_budget;
+    d->pool = coli_pool_new(opts->n_threads);
+    if (!d->pool) {
+        int rc = fail(err, err_len, COLI_ENOMEM, "cpu: open: %s", coli_last_error());
+        cpu_close(&d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+static uint64_t host_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+static int cpu_get_caps(moe_device *dev, moe_caps *caps) {
+    if (!dev || !caps) return COLI_EINVAL;
+    memset(caps, 0, sizeof *caps);
+    caps->dtype_mask = CPU_DTYPE_MASK;
+    caps->max_rows = 0;
+    caps->memory_total = 0;
+    caps->memory_budget = dev->budget ? dev->budget : host_memory();
+    snprintf(caps->device_name, sizeof caps->device_name, "cpu (%s, %d threads)",
+             coli_cpu_avx2() ? "avx2" : "portable", coli_pool_size(dev->pool));
+    return 0;
+}
+
+/* Shapes, types and byte counts of a descriptor; 0 or an error in err. */
+static int check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
+    const int32_t types[3] = {e->gate_type, e->up_type, e->down_type};
+    const char *names[3] = {"gate", "up", "down"};
+    const void *ptrs[3] = {e->gate, e->up, e->down};
+    const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
+    if (e->n_embd <= 0 || e->n_ff <= 0)
+        return fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: bad shape n_embd %lld, n_ff %lld",
+                    e->layer, e->expert, (long long)e->n_embd, (long long)e->n_ff);
+    for (int i = 0; i < 3; i++) {
+        if (types[i] < 0 || !coli_dtype_valid((uint32_t)types[i]))
+            return fail(err, err_len, COLI_EUNSUPPORTED, "cpu: expert %d/%d: %s type %s not supported",
+                        e->layer, e->expert, names[i], coli_dtype_name((uint32_t)types[i]));
+        int64_t n_in = i < 2 ? e->n_embd : e->n_ff, n_out = i < 2 ? e->n_ff : e->n_embd;
+        coli_dtype t = (coli_dtype)types[i];
+        if (n_in % coli_dtype_block_elems(t) != 0)
+            return fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: %s rows of %lld not a multiple "
+                        "of %lld for %s", e->layer, e->expert, names[i], (long long)n_in,
+                        (long long)coli_dtype_block_elems(t), coli_dtype_name(t));
+        size_t want = coli_row_bytes(t, n_in) * (size_t)n_out;
+        if (!ptrs[i] || bytes[i] != want)
+            return fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: %s is %zu bytes at %p, "
+                        "expected %zu", e->layer, e->expert, names[i], bytes[i], ptrs[i], want);
+    }
+    return 0;
+}
+
+static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err, size_t err_len) {
+    if (!dev || dev->tag != CPU_DEV_TAG || !e)
+        return fail(err, err_len, COLI_EINVAL, "cpu: load_expert: NULL or closed device or descriptor");
+    int rc = check_desc(e, err, err_len);
+    if (rc) { dev->stats.failed_loads++; return rc; }
+    size_t bytes = e->gate_bytes + e->up_bytes + e->down_bytes;
+    cpu_expert *s = find_slot(dev, e->layer, e->expert);
+    uint64_t after = dev->stats.resident_bytes - (s ? s->bytes : 0) + bytes;
+    if (dev->budget && after > dev->budget) {
+        dev->stats.failed_loads++;
+        return fail(err, err_len, COLI_ENOMEM, "cpu: expert %d/%d: %zu bytes exceed the budget "
+                    "(%llu of %llu bytes held)", e->layer, e->expert, bytes,
+                    (unsigned long long)dev->stats.resident_bytes, (unsigned long long)dev->budget);
+    }
+    if (!s) {
+        if (grow_table(dev)) {
+            dev->stats.failed_loads++;
+            return fail(err, err_len, COLI_ENOMEM, "cpu: expert %d/%d: out of memory", e->layer, e->expert);
+        }
+        size_t i = slot_hash(e->layer, e->expert, dev->cap);
+        while (dev->slots[i].used) i = (i + 1) & (dev->cap - 1);
+        s = &dev->slots[i];
+        dev->n_loaded++;
+    }
+    dev->stats.resident_bytes = after;
+    *s = (cpu_expert){
+        .used = 1, .layer = e->layer, .expert = e->expert, .bytes = bytes,
+        .w = {.gate = e->gate, .up = e->up, .down = e->down,
+              .gate_type = (coli_dtype)e->gate_type, .up_type = (coli_dtype)e->up_type,
+              .down_type = (coli_dtype)e->down_type, .n_embd = e->n_embd, .n_ff = e->n_ff},
+    };
+    dev->stats.resident_experts = dev->n_loaded;
+    return 0;
+}
+
+/* Every group names a loaded expert of width n_embd and rows inside x. */
+static int check_groups(const moe_device *dev, const moe_batch_group *groups, int32_t n_groups,
+                        int64_t n_rows_total, int64_t n_embd, char *err, size_t err_len) {
+    for (int32_t i = 0; i < n_groups; i++) {
+        const moe_batch_group *g = &groups[i];
+        if (g->n_rows < 0 || g->row_begin < 0 || g->row_begin > n_rows_total ||
+            g->n_rows > n_rows_total - g->row_begin)
+            return fail(err, err_len, COLI_EINVAL, "cpu: run: group %d rows [%lld, +%lld) outside "
+                        "the batch of %lld", i, (long long)g->row_begin, (long long)g->n_rows,
+                        (long long)n_rows_total);
+        const cpu_expert *s = find_slot(dev, g->layer, g->expert);
+        if (!s)
+            return fail(err, err_len, COLI_EINVAL, "cpu: run: group %d: expert %d of layer %d "
+                        "is not loaded", i, g->expert, g->layer);
+        if (s->w.n_embd != n_embd)
+            return fail(err, err_len, COLI_EINVAL, "cpu: run: group %d: n_embd %lld, expert %d/%d "
+                        "has %lld", i, (long long)n_embd, g->layer, g->expert, (long long)s->w.n_embd);
+    }
+    return 0;
+}
+
+static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_groups,
+                   const float *x, int64_t n_rows_total, int64_t n_embd, float *out,
+                   char *err, size_t err_len) {
+    if (!dev || dev->tag != CPU_DEV_TAG)
+        return fail(err, err_len, COLI_EINVAL, "cpu: run: NULL or closed device");
+    if (n_groups < 0 || (n_groups > 0 && !groups) || n_rows_total < 0 || n_embd <= 0 ||
+        (n_rows_total > 0 && (!x || !out)))
+        return fail(err, err_len, COLI_EINVAL, "cpu: run: bad arguments (%d groups, %lld rows, "
+                    "n_embd %lld)", n_groups, (long long)n_rows_total, (long long)n_embd);
+    int rc = check_groups(dev, groups, n_groups, n_rows_total, n_embd, err, err_len);
+    if (rc) return rc;
+    double t0 = now_s();
+    for (int32_t i = 0; i < n_groups; i++) {
+        const moe_batch_group *g = &groups[i];
+        if (g->n_rows == 0) continue;
+        const cpu_expert *s = find_slot(dev, g->layer, g->expert);
+        const size_t off = (size_t)g->row_begin * (size_t)n_embd;
+        rc = expert_ffn(dev->pool, &dev->scratch, &s->w, x + off, g->n_rows, out + off);
+        if (rc) return fail(err, err_len, rc, "cpu: run: expert %d/%d: %s", g->layer, g->expert,
+                            coli_last_error());
+        dev->stats.rows += (uint64_t)g->n_rows;
+    }
+    dev->stats.calls++;
+    dev->stats.kernel_seconds += now_s() - t0;
+    return 0;
+}
+
+static int cpu_get_stats(moe_device *dev, moe_stats *stats) {
+    if (!dev || dev->tag != CPU_DEV_TAG || !stats) return COLI_EINVAL;
+    *stats = dev->stats;
+    return 0;
+}
+
+static const struct moe_plugin s_cpu_plugin = {
+    .abi_major = MOE_PLUGIN_ABI_MAJOR,
+    .abi_minor = MOE_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct moe_plugin),
+    .name = "cpu",
+    .probe = cpu_probe,
+    .open = cpu_open,
+    .get_caps = cpu_get_caps,
+    .load_expert = cpu_load_expert,
+    .run = cpu_run,
+    .get_stats = cpu_get_stats,
+    .close = cpu_close,
+};
+
+const struct moe_plugin *coli_cpu_plugin(void) { return &s_cpu_plugin; }
+
+const struct moe_plugin *moe_plugin_get(void) { return &s_cpu_plugin; }

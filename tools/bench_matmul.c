@@ -1,0 +1,124 @@
+/*
+ * bench_matmul - speed of coli_matmul on one expert-sized matrix
+ * (2816 rows of 1024 values: bench-mixtral's gate/up; down has the same
+ * size) for every weight type, for n_tok = 1 (decode) and 64 (prefill).
+ *
+ *   bench_matmul [--threads N] [--portable] [--seconds S] [--rows R] [--cols C]
+ *
+ * Decode rotates through enough copies of the matrix to exceed the caches,
+ * so GB/s is memory bandwidth. "model tok/s" is what bench-mixtral would
+ * reach if its 8 layers x 2 experts x 3 matrices were all the work.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "matmul.h"
+#include "quant.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float frand(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+typedef struct bench_cfg {
+    int threads, portable;
+    double seconds;
+    int64_t rows, cols;
+} bench_cfg;
+
+/* copies of a rows x cols matrix of type t, together at least 512 MiB
+ * (or one copy for prefill, where the matrix is reused across tokens) */
+static uint8_t *make_weights(const bench_cfg *c, coli_dtype t, int copies, size_t *row_bytes) {
+    *row_bytes = coli_row_bytes(t, c->cols);
+    size_t mat = *row_bytes * (size_t)c->rows;
+    uint8_t *w = malloc(mat * (size_t)copies);
+    float *row = malloc((size_t)c->cols * sizeof(float));
+    if (!w || !row) { free(w); free(row); return NULL; }
+    unsigned seed = 7;
+    for (int64_t r = 0; r < c->rows; r++) {
+        for (int64_t k = 0; k < c->cols; k++) row[k] = 0.03f * frand(&seed);
+        coli_quantize_row(t, row, w + (size_t)r * *row_bytes, c->cols);
+    }
+    for (int i = 1; i < copies; i++) memcpy(w + (size_t)i * mat, w, mat);
+    free(row);
+    return w;
+}
+
+static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok) {
+    size_t row_bytes;
+    size_t mat = coli_row_bytes(t, c->cols) * (size_t)c->rows;
+    int copies = n_tok == 1 ? (int)((512u << 20) / mat + 1) : 1;
+    uint8_t *w = make_weights(c, t, copies, &row_bytes);
+    float *x = malloc((size_t)n_tok * (size_t)c->cols * sizeof(float));
+    float *y = malloc((size_t)n_tok * (size_t)c->rows * sizeof(float));
+    if (!w || !x || !y) { free(w); free(x); free(y); fprintf(stderr, "out of memory\n"); return 1; }
+    unsigned seed = 11;
+    for (int64_t i = 0; i < n_tok * c->cols; i++) x[i] = frand(&seed);
+    int64_t iters = 0;
+    double t0 = now_s(), t1 = t0;
+    while (t1 - t0 < c->seconds || iters < 3) {
+        const uint8_t *wi = w + (size_t)(iters % copies) * mat;
+        if (coli_matmul(pool, s, wi, t, c->cols, c->rows, x, n_tok, y)) {
+            fprintf(stderr, "matmul: %s\n", coli_last_error());
+            return 1;
+        }
+        iters++;
+        t1 = now_s();
+    }
+    double per = (t1 - t0) / (double)iters;
+    double gbs = (double)mat / per / 1e9;
+    double gmacs = (double)c->rows * (double)c->cols * (double)n_tok / per / 1e9;
+    double tok_s = (double)n_tok / per / 48.0;
+    printf("%-5s n_tok=%-3lld %8.3f ms  %6.2f GB/s  %7.2f GMAC/s  model tok/s %8.1f\n",
+           coli_dtype_name(t), (long long)n_tok, per * 1e3, gbs, gmacs, tok_s);
+    free(w); free(x); free(y);
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, bench_cfg *c) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) c->threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--portable")) c->portable = 1;
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) c->seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) c->rows = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--cols") && i + 1 < argc) c->cols = atoll(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--threads N] [--portable] [--seconds S] [--rows R] [--cols C]\n",
+                    argv[0]);
+            return 1;
+        }
+    }
+    if (c->rows <= 0 || c->cols <= 0 || c->cols % 32) {
+        fprintf(stderr, "bench_matmul: --rows > 0 and --cols a positive multiple of 32\n");
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    bench_cfg c = {.threads = 2, .portable = 0, .seconds = 1.0, .rows = 2816, .cols = 1024};
+    if (parse_args(argc, argv, &c)) return 2;
+    coli_matmul_force_portable(c.portable);
+    coli_pool *pool = coli_pool_new(c.threads);
+    if (!pool) { fprintf(stderr, "%s\n", coli_last_error()); return 1; }
+    printf("matmul %lld x %lld, %d threads, %s kernels\n", (long long)c.rows, (long long)c.cols,
+           coli_pool_size(pool), coli_matmul_impl());
+    coli_scratch s = {0};
+    const coli_dtype types[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0};
+    const int64_t toks[] = {1, 64};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0] && !rc; i++)
+        for (size_t k = 0; k < 2 && !rc; k++) rc = run_case(&c, pool, &s, types[i], toks[k]);
+    coli_scratch_free(&s);
+    coli_pool_destroy(&pool);
+    return rc;
+}
