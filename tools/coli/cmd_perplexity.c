@@ -1,0 +1,157 @@
+/*
+ * cmd_perplexity.c - `coli perplexity -m FILE -f TEXT [--ctx N] [--stride N]`.
+ *
+ * The whole file is tokenized once (BOS added if the vocabulary adds one,
+ * special-token text kept as plain text). Windows of --ctx tokens start
+ * every --stride tokens (default: --ctx, i.e. non-overlapping windows; --ctx
+ * defaults to the model's context length, at most 512); each
+ * window is evaluated from an empty cache as one batch, and scores only the
+ * tokens no earlier window scored: the first window all tokens after its
+ * first, each later window its last `stride` tokens (with --stride ctx/2
+ * that is the second half of every window, as llama.cpp's perplexity does).
+ * A token is never scored without at least one token before it in its window.
+ *
+ *   perplexity = exp(mean over scored tokens of -log p(token | window before it))
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "colibri.h"
+#include "commands.h"
+#include "model_opts.h"
+
+typedef struct ppl_run {
+    coli_context *ctx;
+    const int32_t *tokens;
+    int n_tokens, window, stride, n_vocab;
+    float *logits;      /* window * n_vocab */
+    double nll;         /* sum of -log p over scored tokens */
+    long long n_scored;
+} ppl_run;
+
+/* -log softmax(row)[target], in double. */
+static double neg_log_prob(const float *row, int n, int32_t target) {
+    float mx = row[0];
+    for (int i = 1; i < n; i++) mx = row[i] > mx ? row[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)row[i] - mx);
+    return -((double)row[target] - mx - log(sum));
+}
+
+/* Evaluate the window [start, end) and score tokens [from, end). */
+static int score_window(ppl_run *r, int start, int end, int from) {
+    coli_context_reset(r->ctx);
+    if (coli_eval(r->ctx, r->tokens + start, end - start, r->logits, 1) != 0) return cli_fail();
+    for (int j = from; j < end; j++) {
+        /* row j-start-1 is the prediction made after token j-1 */
+        const float *row = r->logits + (size_t)(j - start - 1) * (size_t)r->n_vocab;
+        r->nll += neg_log_prob(row, r->n_vocab, r->tokens[j]);
+        r->n_scored++;
+    }
+    return 0;
+}
+
+static int run_windows(ppl_run *r) {
+    int scored_until = 1, n_windows = 0;  /* token 0 has nothing before it */
+    for (int start = 0; scored_until < r->n_tokens; start += r->stride) {
+        int end = start + r->window < r->n_tokens ? start + r->window : r->n_tokens;
+        int from = scored_until > start + 1 ? scored_until : start + 1;
+        int rc = score_window(r, start, end, from);
+        if (rc) return rc;
+        scored_until = end;
+        n_windows++;
+        fprintf(stderr, "perplexity: window %d, tokens %d..%d, %lld scored, running perplexity %.4f\n",
+                n_windows, start, end - 1, r->n_scored, exp(r->nll / (double)r->n_scored));
+    }
+    return 0;
+}
+
+static int tokenize_all(const coli_model *m, const char *text, size_t len, int32_t **ids, int *n) {
+    int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 16;
+    *ids = malloc((size_t)cap * sizeof **ids);
+    if (!*ids) {
+        fprintf(stderr, "coli: -f: out of memory for %d tokens\n", cap);
+        return CLI_FAIL;
+    }
+    if (coli_tokenize(m, text, len, 1, 0, *ids, cap, n) != 0) return cli_fail();
+    return 0;
+}
+
+/* Default window: the model's context, at most 512 tokens (the logits of a
+ * whole window are held at once: window x n_vocab floats). */
+#define PPL_DEFAULT_WINDOW 512
+
+static int perplexity(model_opts *o, int stride, const char *text, size_t len) {
+    coli_model *m = NULL;
+    ppl_run r;
+    memset(&r, 0, sizeof r);
+    int32_t *tokens = NULL;
+    int rc = model_opts_open(o, NULL, &m, NULL);
+    if (rc) return rc;
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    if (!o->n_ctx) o->n_ctx = info.n_ctx < PPL_DEFAULT_WINDOW ? info.n_ctx : PPL_DEFAULT_WINDOW;
+    rc = model_opts_new_context(o, m, &r.ctx);
+    if (!rc) rc = tokenize_all(m, text, len, &tokens, &r.n_tokens);
+    if (!rc && r.n_tokens < 2) {
+        fprintf(stderr, "coli: -f: the text gives %d token(s), perplexity needs at least 2\n", r.n_tokens);
+        rc = CLI_FAIL;
+    }
+    if (!rc) {
+        r.tokens = tokens;
+        r.n_vocab = info.n_vocab;
+        r.window = o->n_ctx;
+        r.stride = stride > 0 && stride < r.window ? stride : r.window;
+        r.logits = malloc((size_t)r.window * (size_t)r.n_vocab * sizeof *r.logits);
+        if (!r.logits) {
+            fprintf(stderr, "coli: perplexity: out of memory for %d x %d logits (lower --ctx)\n", r.window, r.n_vocab);
+            rc = CLI_FAIL;
+        }
+    }
+    if (!rc) rc = run_windows(&r);
+    if (!rc) printf("perplexity: %.4f (%lld tokens)\n", exp(r.nll / (double)r.n_scored), r.n_scored);
+    free(r.logits);
+    free(tokens);
+    coli_context_free(&r.ctx);
+    coli_model_free(&m);
+    return rc;
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    model_opts o;
+    memset(&o, 0, sizeof o);
+    const char *file = NULL;
+    int stride = 0;
+    const arg_spec specs[] = {
+        MODEL_OPTS_SPECS(o),
+        {"--file", "-f", ARG_STR, &file, 0, 0, 0, "FILE", "the text to score (required)"},
+        {"--stride", NULL, ARG_INT, &stride, 1, 1 << 24, 0, "N", "start a window every N tokens (default: --ctx)"},
+    };
+    const int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    int rc = args_parse("perplexity", argc, argv, specs, n_specs, NULL, 0, NULL);
+    if (rc == ARGS_HELP) {
+        args_usage(stdout, "perplexity", "-m FILE -f TEXT [--ctx N] [--stride N] [flags]",
+                   "Token-level perplexity of the model over a text file. Windows of --ctx tokens start\n"
+                   "every --stride tokens (default: non-overlapping; --ctx: the model's, at most 512).\n"
+                   "Each window scores the tokens no earlier window scored (--stride ctx/2: the second\n"
+                   "half of each window, like llama.cpp).\n"
+                   "Progress per window on stderr, \"perplexity: X (N tokens)\" on stdout.",
+                   specs, n_specs);
+        return 0;
+    }
+    if (rc) return rc;
+    if ((rc = model_opts_check("perplexity", &o))) return rc;
+    if (!file) return args_error("perplexity", "-f", "required (the text file to score)");
+    if (o.n_ctx && stride > o.n_ctx)
+        return args_error("perplexity", "--stride", "%d is larger than --ctx %d", stride, o.n_ctx);
+    if (o.n_ctx == 1) return args_error("perplexity", "--ctx", "must be at least 2 to score anything");
+    char *text = NULL;
+    size_t len = 0;
+    if ((rc = cli_read_file("-f", file, &text, &len))) return rc;
+    rc = perplexity(&o, stride, text, len);
+    free(text);
+    return rc;
+}

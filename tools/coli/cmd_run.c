@@ -1,0 +1,135 @@
+/*
+ * cmd_run.c - `coli run`: generate text from a prompt, streamed to stdout
+ * one token at a time, with a one-line speed summary on stderr.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "colibri.h"
+#include "commands.h"
+#include "model_opts.h"
+
+typedef struct run_flags {
+    model_opts m;
+    coli_sampling_params sp;
+    const char *prompt, *prompt_file;
+} run_flags;
+
+/* Called per generated token: print its complete UTF-8 bytes right away. */
+static int print_token(void *user, int32_t id, const char *text, size_t len) {
+    size_t *printed = user;
+    if (len) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+        *printed += len;
+    }
+    return ferror(stdout) ? 1 : 0;  /* a closed pipe stops generation, not an error */
+}
+
+/* Tokenize with BOS and special tokens; *ids is malloc'd. 0 or CLI_FAIL. */
+static int tokenize_prompt(const coli_model *m, const char *text, size_t len, int32_t **ids, int *n) {
+    int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 16;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        *ids = malloc((size_t)cap * sizeof **ids);
+        if (!*ids) {
+            fprintf(stderr, "coli: prompt: out of memory for %d tokens\n", cap);
+            return CLI_FAIL;
+        }
+        int rc = coli_tokenize(m, text, len, 1, 1, *ids, cap, n);
+        if (rc == 0) return 0;
+        free(*ids);
+        *ids = NULL;
+        if (rc != COLI_ERANGE) return cli_fail();
+        cap = *n;  /* the library told us how many it needs */
+    }
+    return cli_fail();
+}
+
+static double per_second(int n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
+
+static void print_summary(const coli_model *m, const model_opts *o, const coli_gen_stats *st) {
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    fprintf(stderr, "coli run: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s), load %.2f s\n",
+            st->n_prompt, per_second(st->n_prompt, st->prompt_seconds), st->n_gen,
+            per_second(st->n_gen, st->gen_seconds), info.load_seconds);
+    char *text = NULL;
+    /* The executor's lines: always when verbose, otherwise only when it has
+     * something to say (workers, fallbacks); in-process runs report nothing. */
+    if (coli_model_stats_text(m, &text) == 0 && text && (o->verbose || text[0]))
+        fputs(text, stderr);
+    free(text);
+}
+
+static int generate(const run_flags *f, const char *prompt, size_t len) {
+    coli_model *m = NULL;
+    coli_context *ctx = NULL;
+    int32_t *ids = NULL;
+    int n_prompt = 0;
+    int rc = model_opts_open(&f->m, NULL, &m, &ctx);
+    if (rc) return rc;
+    rc = tokenize_prompt(m, prompt, len, &ids, &n_prompt);
+    int n_ctx = model_opts_n_ctx(&f->m, m);
+    if (!rc && n_prompt == 0) {
+        fprintf(stderr, "coli: prompt: empty (it gives no tokens)\n");
+        rc = CLI_FAIL;
+    } else if (!rc && n_prompt >= n_ctx) {
+        fprintf(stderr, "coli: prompt: %d tokens do not fit the context of %d (--ctx)\n", n_prompt, n_ctx);
+        rc = CLI_FAIL;
+    }
+    if (!rc) {
+        coli_sampling_params sp = f->sp;
+        if (sp.n_predict > n_ctx - n_prompt) sp.n_predict = n_ctx - n_prompt;  /* stop when the context is full */
+        coli_gen_stats st;
+        memset(&st, 0, sizeof st);
+        size_t printed = 0;
+        if (coli_generate(ctx, ids, n_prompt, &sp, print_token, &printed, &st) != 0) rc = cli_fail();
+        if (printed) fputc('\n', stdout);
+        fflush(stdout);
+        if (!rc) print_summary(m, &f->m, &st);
+    }
+    free(ids);
+    coli_context_free(&ctx);
+    coli_model_free(&m);
+    return rc;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_flags f;
+    memset(&f, 0, sizeof f);
+    coli_sampling_default_params(&f.sp);
+    f.sp.n_predict = 64;
+    const arg_spec specs[] = {
+        MODEL_OPTS_SPECS(f.m),
+        {"--prompt", "-p", ARG_STR, &f.prompt, 0, 0, 0, "TEXT", "the prompt"},
+        {"--file", "-f", ARG_STR, &f.prompt_file, 0, 0, 0, "FILE", "read the prompt from FILE (one trailing newline dropped)"},
+        {"--n-predict", "-n", ARG_INT, &f.sp.n_predict, 0, 1 << 24, 0, "N", "tokens to generate (default 64)"},
+        {"--temp", NULL, ARG_FLOAT, &f.sp.temperature, 0, 0, 0, "T", "temperature, 0 = greedy"},
+        {"--top-k", NULL, ARG_INT, &f.sp.top_k, 0, 0, 0, "K", "sample from the K most likely tokens, 0 = off"},
+        {"--top-p", NULL, ARG_FLOAT, &f.sp.top_p, 0, 1, 1, "P", "nucleus sampling in (0, 1], 1 = off"},
+        {"--seed", NULL, ARG_U64, &f.sp.seed, 0, 0, 0, "S", "random seed: same seed, same output"},
+        {"--stats-json", NULL, ARG_STR, &f.m.stats_json, 0, 0, 0, "FILE", "write the run's stats as JSON to FILE"},
+    };
+    const int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    int rc = args_parse("run", argc, argv, specs, n_specs, NULL, 0, NULL);
+    if (rc == ARGS_HELP) {
+        args_usage(stdout, "run", "-m FILE (-p TEXT | -f FILE) [flags]",
+                   "Generate text: the continuation is streamed to stdout, a speed summary goes to stderr.",
+                   specs, n_specs);
+        return 0;
+    }
+    if (rc) return rc;
+    if ((rc = model_opts_check("run", &f.m))) return rc;
+    if (f.prompt && f.prompt_file) return args_error("run", "-f", "give either -p or -f, not both");
+    if (!f.prompt && !f.prompt_file) return args_error("run", "-p", "required (the prompt text, or -f FILE)");
+    if (f.prompt) return generate(&f, f.prompt, strlen(f.prompt));
+    char *text = NULL;
+    size_t len = 0;
+    if ((rc = cli_read_file("-f", f.prompt_file, &text, &len))) return rc;
+    if (len && text[len - 1] == '\n') text[--len] = '\0';
+    rc = generate(&f, text, len);
+    free(text);
+    return rc;
+}

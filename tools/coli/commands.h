@@ -1,0 +1,16 @@
+/*
+ * commands.h - the `coli` subcommands. Each takes the arguments after
+ * `coli` (argv[0] is the command name) and returns the exit status:
+ * 0 success, 1 runtime error (CLI_FAIL), 2 usage error (ARGS_ERROR).
+ * A new command: one declaration here, one line in main.c's table.
+ */
+#ifndef COLI_CLI_COMMANDS_H
+#define COLI_CLI_COMMANDS_H
+
+int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * main.c - `coli COMMAND [flags]`: dispatch to one file per command.
+ *
+ * The CLI is a thin user of include/colibri.h; every number it prints comes
+ * from the library. Exit status: 0 success, 1 runtime error ("coli: ..."),
+ * 2 usage error (one line naming the flag and the reason).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "args.h"
+#include "colibri.h"
+#include "commands.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+/* One line per command; worker, plan, bench, serve, chat and stats go here too. */
+static const command s_commands[] = {
+    {"run",        cmd_run,        "generate text from a prompt"},
+    {"tokenize",   cmd_tokenize,   "print the token ids and pieces of a text"},
+    {"logits",     cmd_logits,     "teacher-forced top-k logits at every position of an id list"},
+    {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
+    {"quantize",   cmd_quantize,   "write a copy of a model with its weights in another type"},
+};
+#define N_COMMANDS ((int)(sizeof s_commands / sizeof s_commands[0]))
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: coli COMMAND [flags]   (coli COMMAND --help for its flags)\n"
+               "colibri: inference for Mixture-of-Experts language models in GGUF files.\n\ncommands:\n");
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-12s %s\n", s_commands[i].name, s_commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return ARGS_ERROR;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(name, "--version") == 0) {
+        printf("coli (colibri API %d)\n", COLI_API_VERSION);
+        return 0;
+    }
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(name, s_commands[i].name) == 0) return s_commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "coli: %s: unknown command (see coli --help)\n", name);
+    return ARGS_ERROR;
+}

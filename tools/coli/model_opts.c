@@ -1,0 +1,40 @@
+/* model_opts.c - shared model flags and loading; see model_opts.h. */
+#include "model_opts.h"
+
+
+int model_opts_check(const char *cmd, const model_opts *o) {
+    if (!o->model) return args_error(cmd, "-m", "required (the GGUF model file)");
+    if (o->inproc && o->devices) return args_error(cmd, "--inproc", "conflicts with --devices %s", o->devices);
+    return ARGS_OK;
+}
+
+int model_opts_open(const model_opts *o, const char *default_devices, coli_model **m, coli_context **ctx) {
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = o->inproc ? "inproc" : o->devices ? o->devices : default_devices;
+    mp.n_threads = o->n_threads;
+    mp.kv_f16 = o->kv_f16;
+    mp.n_ctx_max = o->n_ctx;
+    mp.stats_json_path = o->stats_json;
+    mp.verbose = o->verbose;
+    *m = NULL;
+    if (coli_model_load(o->model, &mp, m) != 0) return cli_fail();
+    if (!ctx) return 0;  /* the caller needs no context (tokenize) */
+    int rc = model_opts_new_context(o, *m, ctx);
+    if (rc) coli_model_free(m);
+    return rc;
+}
+
+int model_opts_new_context(const model_opts *o, coli_model *m, coli_context **ctx) {
+    coli_context_params cp;
+    coli_context_default_params(&cp);
+    cp.n_ctx = o->n_ctx;
+    *ctx = NULL;
+    return coli_context_new(m, &cp, ctx) != 0 ? cli_fail() : 0;
+}
+
+int model_opts_n_ctx(const model_opts *o, const coli_model *m) {
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    return o->n_ctx > 0 ? o->n_ctx : info.n_ctx;
+}

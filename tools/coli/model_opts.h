@@ -1,0 +1,46 @@
+/*
+ * model_opts.h - the flags that every model-using command shares (-m, -t,
+ * --devices, --inproc, --ctx, --kv-f16, -v), and loading with them.
+ */
+#ifndef COLI_CLI_MODEL_OPTS_H
+#define COLI_CLI_MODEL_OPTS_H
+
+#include "args.h"
+#include "colibri.h"
+
+typedef struct model_opts {
+    const char *model;       /* -m FILE (required) */
+    int n_threads;           /* -t N, 0 = one per core */
+    const char *devices;     /* --devices LIST */
+    int inproc;              /* --inproc = --devices inproc */
+    int n_ctx;               /* --ctx N, 0 = the model's */
+    int kv_f16;              /* --kv-f16 */
+    int verbose;             /* -v */
+    const char *stats_json;  /* --stats-json FILE (run only) */
+} model_opts;
+
+/* The arg_spec entries of model_opts o (an lvalue), for a command's table. */
+#define MODEL_OPTS_SPECS(o)                                                                     \
+    {"--model", "-m", ARG_STR, &(o).model, 0, 0, 0, "FILE", "the GGUF model file (required)"},  \
+    {"--threads", "-t", ARG_INT, &(o).n_threads, 1, 4096, 0, "N", "compute threads (default: one per core)"}, \
+    {"--devices", NULL, ARG_STR, &(o).devices, 0, 0, 0, "LIST", "where experts run: inproc, auto, cpu:2, cuda:0,cpu:1"}, \
+    {"--inproc", NULL, ARG_FLAG, &(o).inproc, 0, 0, 0, NULL, "run experts in this process (= --devices inproc)"}, \
+    {"--ctx", "-c", ARG_INT, &(o).n_ctx, 1, 1 << 24, 0, "N", "context length (default: the model's)"}, \
+    {"--kv-f16", NULL, ARG_FLAG, &(o).kv_f16, 0, 0, 0, NULL, "F16 KV cache (default F32)"},     \
+    {"--verbose", "-v", ARG_FLAG, &(o).verbose, 0, 0, 0, NULL, "progress and per-worker lines on stderr"}
+
+/* Check the combination (-m given, --inproc vs --devices): 0 or ARGS_ERROR. */
+int model_opts_check(const char *cmd, const model_opts *o);
+
+/* Load o->model and, if ctx is not NULL, make a context; on failure print "coli: <error>" and
+ * return CLI_FAIL (nothing to free). default_devices is used when neither
+ * --devices nor --inproc was given (NULL = the library's default). */
+int model_opts_open(const model_opts *o, const char *default_devices, coli_model **m, coli_context **ctx);
+
+/* A context of --ctx tokens (0: the model's) for m; 0 or CLI_FAIL (printed). */
+int model_opts_new_context(const model_opts *o, coli_model *m, coli_context **ctx);
+
+/* Context length the context got: --ctx, else the model's. */
+int model_opts_n_ctx(const model_opts *o, const coli_model *m);
+
+#endif
