@@ -94,7 +94,7 @@ $(BUILD)/bin/%: tools/%.c $(LIB)
 
 $(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion
+	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -lcjson
 
 # ---- set-up -------------------------------------------------------------------
 DEB_PKGS := build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
