@@ -1,0 +1,123 @@
+/*
+ * tokenizer_impl.h - what tokenizer.c (vocabulary, special tokens, public
+ * API), tokenizer_spm.c and tokenizer_bpe.c share. Not a public header.
+ */
+#ifndef COLI_CORE_TOKENIZER_IMPL_H
+#define COLI_CORE_TOKENIZER_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer.h"
+
+/* Token attributes, as llama.cpp's llama_token_attr (from token_type). */
+enum {
+    TOK_ATTR_UNKNOWN      = 1 << 0,
+    TOK_ATTR_UNUSED       = 1 << 1,
+    TOK_ATTR_NORMAL       = 1 << 2,
+    TOK_ATTR_CONTROL      = 1 << 3,
+    TOK_ATTR_USER_DEFINED = 1 << 4,
+    TOK_ATTR_BYTE         = 1 << 5,
+};
+
+typedef enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 } tok_kind;
+
+/* BPE pre-tokenizers (llama.cpp's LLAMA_VOCAB_PRE_TYPE_*). */
+typedef enum tok_pre {
+    TOK_PRE_DEFAULT = 0,   /* punctuation runs, GPT-2 regex, digit runs, 3-digit groups */
+    TOK_PRE_GPT2    = 1,   /* the GPT-2 regex alone (gpt-2, olmo, mpt, ...) */
+} tok_pre;
+
+/* Open-addressing hash table of 32-bit values (stored +1; 0 = empty). The
+ * caller owns key storage and equality; the table only keeps slots. */
+typedef struct tok_hash {
+    uint32_t *slots;
+    size_t    mask;        /* capacity - 1, capacity a power of two */
+} tok_hash;
+
+/* One BPE merge rule "left right" with its rank (its index in the list). */
+typedef struct tok_merge {
+    uint32_t left_off, left_len;    /* into merge_blob */
+    uint32_t right_off, right_len;
+} tok_merge;
+
+/* A growable list of token ids (encoder output). */
+typedef struct tok_ids {
+    int32_t *v;
+    size_t   n, cap;
+} tok_ids;
+
+struct coli_tokenizer {
+    tok_kind kind;
+    tok_pre  pre;
+    int32_t  n_vocab;
+
+    /* vocabulary strings, NUL-terminated, in one blob */
+    char     *text_blob;
+    size_t   *text_off;       /* (n_vocab) */
+    uint32_t *text_len;       /* (n_vocab) */
+    float    *scores;         /* (n_vocab) SPM merge priorities */
+    uint8_t  *attr;           /* (n_vocab) TOK_ATTR_* */
+    tok_hash  text_to_id;
+
+    /* what each token stands for, for coli_tokenizer_bytes */
+    char     *piece_blob;
+    size_t   *piece_off;      /* (n_vocab) */
+    uint32_t *piece_len;      /* (n_vocab) */
+
+    /* BPE merges */
+    char      *merge_blob;
+    tok_merge *merges;        /* (n_merges) rank = index */
+    uint32_t   n_merges;
+    tok_hash   merge_rank;
+    char       byte_enc[256][4];  /* GPT-2 mapping of each byte, UTF-8 */
+    uint8_t    byte_enc_len[256];
+
+    /* special tokens, longest first: matched in the text before the model runs */
+    int32_t *special;
+    int32_t  n_special;
+    uint8_t *is_eog;          /* (n_vocab) */
+
+    int32_t bos, eos, unk;    /* -1 if none */
+    int add_bos, add_eos, add_space_prefix;
+};
+
+/* ---- tokenizer.c ---- */
+uint64_t tok_hash_bytes(const char *s, size_t n, uint64_t h);
+#define TOK_HASH_SEED 1469598103934665603ull
+/* id of the vocabulary string s (n bytes), -1 if none */
+int32_t tok_find(const coli_tokenizer *tok, const char *s, size_t n);
+/* rank of the merge (left, right), -1 if none */
+int32_t tok_merge_rank(const coli_tokenizer *tok, const char *l, size_t ln,
+                       const char *r, size_t rn);
+int tok_ids_push(tok_ids *ids, int32_t id);
+
+/* ---- tokenizer_special.c ---- */
+/* Roles found by metadata or by text (EOT, FIM, ...), end-of-generation
+ * ids, and the list of special tokens matched in the text. */
+int tok_setup_special(coli_tokenizer *tok, const gguf_file *f);
+
+/* A piece of the input: raw text, or a special token found in it. */
+typedef struct tok_fragment {
+    int32_t token;        /* -1: raw text */
+    size_t  off, len;     /* raw text span */
+} tok_fragment;
+
+/* Split text into raw and special-token fragments (llama.cpp's
+ * tokenizer_st_partition). *frags is malloc'ed. */
+int tok_partition(const coli_tokenizer *tok, const char *text, size_t len, int parse_special,
+                  tok_fragment **frags, size_t *n_frags);
+
+/* ---- tokenizer_spm.c ---- */
+/* Tokenize one text fragment (spaces not yet escaped) with the SPM model. */
+int tok_spm_encode(const coli_tokenizer *tok, const char *text, size_t len,
+                   int space_prefix, tok_ids *out);
+
+/* ---- tokenizer_bpe.c ---- */
+/* Pre-tokenize and BPE-encode one text fragment. */
+int tok_bpe_encode(const coli_tokenizer *tok, const char *text, size_t len, tok_ids *out);
+/* The bytes a byte-level vocabulary string stands for (llama.cpp's
+ * llama_decode_text); *out is malloc'ed. */
+int tok_bpe_decode_text(const char *text, size_t len, char **out, size_t *out_len);
+
+#endif
