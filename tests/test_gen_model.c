@@ -209,7 +209,7 @@ Test(gen_model, same_seed_same_bytes) {
     snprintf(pa, sizeof pa, "%s/a.gguf", s_dir);
     snprintf(pb, sizeof pb, "%s/b.gguf", s_dir);
     snprintf(pc, sizeof pc, "%s/c.gguf", s_dir);
-    size_t la, lb, lc;
+    size_t la = 0, lb = 0, lc = 0;
     char *da = cli_slurp(pa, &la), *db = cli_slurp(pb, &lb), *dc = cli_slurp(pc, &lc);
     cr_assert(da && db && dc);
     cr_expect(la == lb && memcmp(da, db, la) == 0, "same seed, different bytes");

@@ -46,28 +46,29 @@ static int in_range(const arg_spec *s, double v) {
     return !(s->max > s->min) || v <= s->max;
 }
 
-static int set_number(const char *cmd, const arg_spec *s, const char *val) {
+/* shown: the flag as the user typed it (-n or --n-predict), for messages. */
+static int set_number(const char *cmd, const arg_spec *s, const char *shown, const char *val) {
     char *end = NULL, range[64];
     errno = 0;
     if (s->kind == ARG_U64) {
         unsigned long long v = strtoull(val, &end, 10);
         if (errno || end == val || *end || strchr(val, '-'))
-            return args_error(cmd, s->name, "'%s' is not a non-negative integer", val);
+            return args_error(cmd, shown, "'%s' is not a non-negative integer", val);
         *(uint64_t *)s->dest = v;
         return ARGS_OK;
     }
     range_text(s, range, sizeof range);
     if (s->kind == ARG_INT) {
         long v = strtol(val, &end, 10);
-        if (errno || end == val || *end) return args_error(cmd, s->name, "'%s' is not an integer", val);
-        if (!in_range(s, (double)v)) return args_error(cmd, s->name, "'%s' %s", val, range);
+        if (errno || end == val || *end) return args_error(cmd, shown, "'%s' is not an integer", val);
+        if (!in_range(s, (double)v)) return args_error(cmd, shown, "'%s' %s", val, range);
         *(int *)s->dest = (int)v;
         return ARGS_OK;
     }
     double v = strtod(val, &end);
     if (errno || end == val || *end || !isfinite(v))
-        return args_error(cmd, s->name, "'%s' is not a number", val);
-    if (!in_range(s, v)) return args_error(cmd, s->name, "'%s' %s", val, range);
+        return args_error(cmd, shown, "'%s' is not a number", val);
+    if (!in_range(s, v)) return args_error(cmd, shown, "'%s' %s", val, range);
     *(float *)s->dest = (float)v;
     return ARGS_OK;
 }
@@ -77,24 +78,26 @@ static int parse_flag(const char *cmd, int argc, char **argv, int *i, const arg_
     const char *arg = argv[*i];
     const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
     size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    char shown[64];
+    snprintf(shown, sizeof shown, "%.*s", (int)(name_len < 63 ? name_len : 63), arg);
     const arg_spec *s = find_spec(specs, n, arg, name_len);
-    if (!s) return args_error(cmd, arg, "unknown flag (see coli %s --help)", cmd);
+    if (!s) return args_error(cmd, shown, "unknown flag (see coli %s --help)", cmd);
     if (s->kind == ARG_FLAG) {
-        if (eq) return args_error(cmd, s->name, "takes no value");
+        if (eq) return args_error(cmd, shown, "takes no value");
         *(int *)s->dest = 1;
         return ARGS_OK;
     }
     const char *val = eq ? eq + 1 : NULL;
     if (!val) {
-        if (*i + 1 >= argc) return args_error(cmd, s->name, "missing value");
+        if (*i + 1 >= argc) return args_error(cmd, shown, "missing value");
         val = argv[++*i];
     }
     if (s->kind == ARG_STR) {
-        if (!*val) return args_error(cmd, s->name, "empty value");
+        if (!*val) return args_error(cmd, shown, "empty value");
         *(const char **)s->dest = val;
         return ARGS_OK;
     }
-    return set_number(cmd, s, val);
+    return set_number(cmd, s, shown, val);
 }
 
 int args_parse(const char *cmd, int argc, char **argv, const arg_spec *specs, int n_specs,

@@ -56,9 +56,9 @@ static void print_summary(const coli_model *m, const model_opts *o, const coli_g
             st->n_prompt, per_second(st->n_prompt, st->prompt_seconds), st->n_gen,
             per_second(st->n_gen, st->gen_seconds), info.load_seconds);
     char *text = NULL;
-    /* The executor's lines: always when verbose, otherwise only when it has
-     * something to say (workers, fallbacks); in-process runs report nothing. */
-    if (coli_model_stats_text(m, &text) == 0 && text && (o->verbose || text[0]))
+    /* The executor's lines: always when verbose, otherwise only when they
+     * are about workers (an in-process run has nothing the user must see). */
+    if (coli_model_stats_text(m, &text) == 0 && text && text[0] && (o->verbose || strstr(text, "worker")))
         fputs(text, stderr);
     free(text);
 }

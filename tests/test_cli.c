@@ -1,0 +1,383 @@
+/*
+ * test_cli.c - the real bin/coli on the generated fixtures: output, exit
+ * statuses and messages, and agreement with the library it wraps.
+ *
+ * Needs "$COLI_BUILD/bin/coli" and "$COLI_BUILD/fixtures" (make fixtures).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_run.h"
+#include "colibri.h"
+#include "gguf.h"
+
+static char s_coli[512], s_model[512], s_dir[64];
+
+static void setup(void) {
+    cli_build_path(s_coli, sizeof s_coli, "bin/coli");
+    cli_build_path(s_model, sizeof s_model, "fixtures/tiny-llama-moe-f32.gguf");
+    if (!cli_file_exists(s_coli)) cr_skip_test("%s not built", s_coli);
+    if (!cli_file_exists(s_model)) cr_skip_test("%s missing (make fixtures)", s_model);
+    strcpy(s_dir, "/tmp/coli-cli-XXXXXX");
+    cr_assert_not_null(mkdtemp(s_dir));
+}
+
+static void teardown(void) {
+    if (!s_dir[0]) return;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+TestSuite(cli, .init = setup, .fini = teardown, .timeout = 120);
+
+static const char *tmp_path(char *buf, size_t cap, const char *name) {
+    snprintf(buf, cap, "%s/%s", s_dir, name);
+    return buf;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* ---- run ----------------------------------------------------------------- */
+
+static cli_result run_gen(const char *temp, const char *seed) {
+    char *argv[] = {s_coli, "run", "-m", s_model, "-p", "Once upon a time", "-n", "8", "--temp", (char *)temp,
+                    "--seed", (char *)seed, "--inproc", "-t", "1", NULL};
+    return cli_run(argv);
+}
+
+Test(cli, run_prints_text_and_summary) {
+    cli_result r = run_gen("0.8", "1");
+    cr_assert_eq(r.status, 0, "status %d, stderr: %s", r.status, r.err);
+    cr_expect_gt(r.out_len, 1, "no text on stdout");
+    const char *sum = strstr(r.err, "coli run: prompt 5 tokens (");
+    cr_assert_not_null(sum, "summary line missing: %s", r.err);
+    cr_expect_not_null(strstr(sum, "generated "), "%s", sum);
+    cr_expect_not_null(strstr(sum, "tok/s"), "%s", sum);
+    cr_expect_not_null(strstr(sum, "load "), "%s", sum);
+    cr_expect_eq(cli_count_lines(r.err), 1, "in-process runs print one stderr line: %s", r.err);
+    cli_result_free(&r);
+}
+
+Test(cli, same_seed_same_output) {
+    cli_result a = run_gen("0.9", "5"), b = run_gen("0.9", "5"), c = run_gen("0.9", "6");
+    cr_assert_eq(a.status, 0, "%s", a.err);
+    cr_assert_eq(c.status, 0, "%s", c.err);
+    cr_expect_str_eq(a.out, b.out);
+    cr_expect_str_neq(a.out, c.out, "seeds 5 and 6 gave the same 8 tokens");
+    cli_result_free(&a); cli_result_free(&b); cli_result_free(&c);
+}
+
+Test(cli, greedy_ignores_seed) {
+    cli_result a = run_gen("0", "1"), b = run_gen("0", "99");
+    cr_assert_eq(a.status, 0, "%s", a.err);
+    cr_expect_str_eq(a.out, b.out);
+    cli_result_free(&a); cli_result_free(&b);
+}
+
+Test(cli, run_prompt_file_and_stats_json) {
+    char prompt[256], stats[256];
+    tmp_path(prompt, sizeof prompt, "prompt.txt");
+    tmp_path(stats, sizeof stats, "stats.json");
+    write_text(prompt, "Once upon a time\n");
+    char *argv_f[] = {s_coli, "run", "-m", s_model, "-f", prompt, "-n", "4", "--temp", "0", "--inproc",
+                      "--stats-json", stats, NULL};
+    char *argv_p[] = {s_coli, "run", "-m", s_model, "-p", "Once upon a time", "-n", "4", "--temp", "0",
+                      "--inproc", NULL};
+    cli_result a = cli_run(argv_f), b = cli_run(argv_p);
+    cr_assert_eq(a.status, 0, "%s", a.err);
+    cr_expect_str_eq(a.out, b.out, "-f drops one trailing newline, so both prompts are the same");
+    char *json = cli_slurp(stats, NULL);
+    cr_assert_not_null(json, "--stats-json wrote nothing");
+    cr_expect_eq(json[0], '{');
+    free(json);
+    cli_result_free(&a); cli_result_free(&b);
+}
+
+/* ---- tokenize --------------------------------------------------------------- */
+
+/* Parse {"ids":[...],"pieces":[...]}: ids into out (count returned), -1 if malformed. */
+static int parse_ids_json(const char *s, int32_t *out, int cap) {
+    const char *p = strstr(s, "{\"ids\":[");
+    if (!p) return -1;
+    p += 8;
+    int n = 0;
+    while (*p != ']') {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || n >= cap) return -1;
+        out[n++] = (int32_t)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p != ']') return -1;
+    }
+    return strncmp(p, "],\"pieces\":[", 12) == 0 ? n : -1;
+}
+
+Test(cli, tokenize_json_matches_library) {
+    const char *text = "Once upon a time, there was a little girl.";
+    char *argv[] = {s_coli, "tokenize", "-m", s_model, "-p", (char *)text, "--json", NULL};
+    cli_result r = cli_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    int32_t cli_ids[128], lib_ids[128];
+    int n_cli = parse_ids_json(r.out, cli_ids, 128), n_lib = 0;
+    cr_assert_gt(n_cli, 0, "not the expected JSON: %s", r.out);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "inproc";
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(s_model, &mp, &m), 0, "%s", coli_last_error());
+    cr_assert_eq(coli_tokenize(m, text, strlen(text), 1, 1, lib_ids, 128, &n_lib), 0);
+    cr_assert_eq(n_cli, n_lib);
+    cr_expect_eq(cli_ids[0], 1, "BOS first");
+    for (int i = 0; i < n_lib; i++) cr_expect_eq(cli_ids[i], lib_ids[i], "id %d", i);
+    /* pieces are the vocabulary strings, quoted */
+    char quoted[128];
+    snprintf(quoted, sizeof quoted, "\"%s\"", coli_token_text(m, lib_ids[1]));
+    cr_expect_not_null(strstr(r.out, quoted), "piece %s missing in %s", quoted, r.out);
+    coli_model_free(&m);
+    cli_result_free(&r);
+
+    char *argv_raw[] = {s_coli, "tokenize", "-m", s_model, "-p", "<s>hi", "--json", "--no-bos",
+                        "--no-parse-special", NULL};
+    r = cli_run(argv_raw);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    n_cli = parse_ids_json(r.out, cli_ids, 128);
+    cr_assert_gt(n_cli, 1, "%s", r.out);
+    for (int i = 0; i < n_cli; i++) cr_expect_neq(cli_ids[i], 1, "no BOS with --no-bos/--no-parse-special");
+    cli_result_free(&r);
+}
+
+/* ---- logits ------------------------------------------------------------------- */
+
+Test(cli, logits_json_matches_eval) {
+    static const int32_t ids[] = {1, 300, 301, 302, 400};
+    const int n = 5, k = 3;
+    char *argv[] = {s_coli, "logits", "-m", s_model, "--ids", "1,300,301,302,400", "--top", "3", "--json",
+                    "--inproc", NULL};
+    cli_result r = cli_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "inproc";
+    coli_model *m = NULL;
+    coli_context *ctx = NULL;
+    cr_assert_eq(coli_model_load(s_model, &mp, &m), 0, "%s", coli_last_error());
+    coli_context_params cp;
+    coli_context_default_params(&cp);
+    cr_assert_eq(coli_context_new(m, &cp, &ctx), 0, "%s", coli_last_error());
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    float *logits = malloc((size_t)n * (size_t)info.n_vocab * sizeof *logits);
+    cr_assert_eq(coli_eval(ctx, ids, n, logits, 1), 0, "%s", coli_last_error());
+    const char *p = strstr(r.out, "{\"positions\":[");
+    cr_assert_not_null(p, "%s", r.out);
+    p += 14;
+    for (int pos = 0; pos < n; pos++) {
+        if (pos) cr_assert_eq(*p++, ',', "position %d: %.20s", pos, p - 1);
+        cr_assert_eq(*p++, '[', "position %d: %.20s", pos, p - 1);
+        float best_prev = INFINITY;
+        for (int i = 0; i < k; i++) {
+            int id, used = 0;
+            float v;
+            if (i) cr_assert_eq(*p++, ',', "position %d pair %d: %.20s", pos, i, p - 1);
+            cr_assert_eq(sscanf(p, "[%d,%g]%n", &id, &v, &used), 2, "position %d pair %d: %.40s", pos, i, p);
+            cr_assert_gt(used, 0);
+            p += used;
+            cr_assert(id >= 0 && id < info.n_vocab);
+            cr_expect_eq(v, logits[(size_t)pos * info.n_vocab + id], "pos %d id %d", pos, id);
+            cr_expect_leq(v, best_prev, "descending order");
+            best_prev = v;
+            if (i == 0) {  /* the first pair is the argmax over the whole vocabulary */
+                for (int j = 0; j < info.n_vocab; j++)
+                    cr_assert_leq(logits[(size_t)pos * info.n_vocab + j], v, "pos %d: id %d beats the top", pos, j);
+            }
+        }
+        cr_assert_eq(*p++, ']', "position %d: %.20s", pos, p - 1);
+    }
+    cr_expect_eq(strncmp(p, "]}", 2), 0, "%s", p);
+    free(logits);
+    coli_context_free(&ctx);
+    coli_model_free(&m);
+    cli_result_free(&r);
+}
+
+/* ---- quantize ------------------------------------------------------------------ */
+
+Test(cli, quantize_gives_loadable_file) {
+    char out[256];
+    tmp_path(out, sizeof out, "q8.gguf");
+    char *argv[] = {s_coli, "quantize", s_model, out, "Q8_0", NULL};
+    cli_result r = cli_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(out, &f), 0, "%s", coli_last_error());
+    cr_expect_eq(gguf_find_tensor(f, "blk.0.ffn_up_exps.weight")->type, COLI_Q8_0);
+    gguf_close(&f);
+    char *argv_run[] = {s_coli, "run", "-m", out, "-p", "Once upon a time", "-n", "4", "--inproc", NULL};
+    cli_result_free(&r);
+    r = cli_run(argv_run);
+    cr_expect_eq(r.status, 0, "run on the quantized file: %s", r.err);
+    cr_expect_gt(r.out_len, 0);
+    cli_result_free(&r);
+}
+
+/* ---- perplexity ------------------------------------------------------------------ */
+
+/* The same number the command computes (non-overlapping windows), via the API. */
+static double library_perplexity(const char *text, int window) {
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "inproc";
+    coli_model *m = NULL;
+    coli_context *ctx = NULL;
+    cr_assert_eq(coli_model_load(s_model, &mp, &m), 0, "%s", coli_last_error());
+    coli_context_params cp = {.n_ctx = window};
+    cr_assert_eq(coli_context_new(m, &cp, &ctx), 0, "%s", coli_last_error());
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    int32_t ids[1024];
+    int n = 0;
+    cr_assert_eq(coli_tokenize(m, text, strlen(text), 1, 0, ids, 1024, &n), 0);
+    float *logits = malloc((size_t)window * info.n_vocab * sizeof *logits);
+    double nll = 0;
+    int scored = 0;
+    for (int start = 0; start + 1 < n; start += window) {
+        int len = n - start < window ? n - start : window;
+        coli_context_reset(ctx);
+        cr_assert_eq(coli_eval(ctx, ids + start, len, logits, 1), 0);
+        for (int j = 1; j < len; j++, scored++) {
+            const float *row = logits + (size_t)(j - 1) * info.n_vocab;
+            double mx = row[0], sum = 0;
+            for (int v = 1; v < info.n_vocab; v++) mx = row[v] > mx ? row[v] : mx;
+            for (int v = 0; v < info.n_vocab; v++) sum += exp(row[v] - mx);
+            nll -= row[ids[start + j]] - mx - log(sum);
+        }
+    }
+    free(logits);
+    coli_context_free(&ctx);
+    coli_model_free(&m);
+    return exp(nll / scored);
+}
+
+Test(cli, perplexity_prints_finite_number) {
+    const char *text = "Once upon a time, there was a little girl named Lily. She loved to play in the park "
+                       "with her friend, a big dog. One day the sun was very happy and the bird smiled.\n";
+    char path[256];
+    tmp_path(path, sizeof path, "text.txt");
+    write_text(path, text);
+    char *argv[] = {s_coli, "perplexity", "-m", s_model, "-f", path, "--ctx", "16", "--inproc", NULL};
+    cli_result r = cli_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    double ppl = 0;
+    long long n = 0;
+    cr_assert_eq(sscanf(r.out, "perplexity: %lf (%lld tokens)", &ppl, &n), 2, "%s", r.out);
+    cr_expect(isfinite(ppl) && ppl > 1.0, "perplexity %g", ppl);
+    cr_expect_not_null(strstr(r.err, "window 2"), "per-window progress on stderr: %s", r.err);
+    double want = library_perplexity(text, 16);
+    cr_expect(fabs(ppl - want) <= 1e-3 * want, "coli says %.4f, the API gives %.4f", ppl, want);
+    cli_result_free(&r);
+
+    char *argv_s[] = {s_coli, "perplexity", "-m", s_model, "-f", path, "--ctx", "16", "--stride", "8",
+                      "--inproc", NULL};
+    r = cli_run(argv_s);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    long long n2 = 0;
+    cr_assert_eq(sscanf(r.out, "perplexity: %lf (%lld tokens)", &ppl, &n2), 2, "%s", r.out);
+    cr_expect(isfinite(ppl) && ppl > 1.0);
+    cr_expect_gt(n2, n, "overlapping windows score every token but the first (%lld vs %lld)", n2, n);
+    cli_result_free(&r);
+}
+
+/* ---- usage and runtime errors --------------------------------------------------- */
+
+static void expect_exit(char **argv, int status, const char *needle) {
+    cli_result r = cli_run(argv);
+    cr_expect_eq(r.status, status, "%s %s: status %d, want %d (stderr: %s)", argv[1], needle, r.status, status, r.err);
+    cr_expect_not_null(strstr(r.err, needle), "%s: stderr does not name '%s': %s", argv[1], needle, r.err);
+    cr_expect_eq(cli_count_lines(r.err), 1, "one line expected: %s", r.err);
+    cr_expect_eq(r.out_len, 0, "nothing on stdout: %s", r.out);
+    cli_result_free(&r);
+}
+
+#define RUN(...) ((char *[]){s_coli, "run", "-m", s_model, "-p", "hi", __VA_ARGS__, NULL})
+
+Test(cli, bad_flags_exit_2) {
+    expect_exit(RUN("--temp", "-1"), 2, "--temp");
+    expect_exit(RUN("--temp", "warm"), 2, "--temp");
+    expect_exit(RUN("--top-p", "0"), 2, "--top-p");
+    expect_exit(RUN("--top-p", "1.5"), 2, "--top-p");
+    expect_exit(RUN("--top-k", "-2"), 2, "--top-k");
+    expect_exit(RUN("-n", "-1"), 2, "-n");
+    expect_exit(RUN("-n", "12abc"), 2, "-n");
+    expect_exit(RUN("--seed", "-3"), 2, "--seed");
+    expect_exit(RUN("-t", "0"), 2, "-t");
+    expect_exit(RUN("--ctx", "0"), 2, "--ctx");
+    expect_exit(RUN("--bogus"), 2, "--bogus");
+    expect_exit(RUN("--inproc", "--devices", "cpu:2"), 2, "--inproc");
+    expect_exit(RUN("-f", "x.txt"), 2, "-f");
+    expect_exit(RUN("-n"), 2, "-n");
+    expect_exit(RUN("stray"), 2, "stray");
+    expect_exit((char *[]){s_coli, "run", "-p", "hi", NULL}, 2, "-m");
+    expect_exit((char *[]){s_coli, "run", "-m", s_model, NULL}, 2, "-p");
+    expect_exit((char *[]){s_coli, "frobnicate", NULL}, 2, "frobnicate");
+    expect_exit((char *[]){s_coli, "tokenize", "-m", s_model, NULL}, 2, "-p");
+    expect_exit((char *[]){s_coli, "tokenize", "-m", s_model, "-p", "x", "--jsn", NULL}, 2, "--jsn");
+    expect_exit((char *[]){s_coli, "logits", "-m", s_model, "--ids", "1,x,3", NULL}, 2, "--ids");
+    expect_exit((char *[]){s_coli, "logits", "-m", s_model, "--ids", "1,-2", NULL}, 2, "--ids");
+    expect_exit((char *[]){s_coli, "logits", "-m", s_model, "--ids", "1", "--top", "0", NULL}, 2, "--top");
+    expect_exit((char *[]){s_coli, "logits", "-m", s_model, NULL}, 2, "--ids");
+    expect_exit((char *[]){s_coli, "quantize", s_model, "/tmp/x.gguf", "Q5_K", NULL}, 2, "Q5_K");
+    expect_exit((char *[]){s_coli, "quantize", s_model, NULL}, 2, "OUT.gguf");
+    expect_exit((char *[]){s_coli, "perplexity", "-m", s_model, NULL}, 2, "-f");
+    expect_exit((char *[]){s_coli, "perplexity", "-m", s_model, "-f", "t", "--stride", "x", NULL}, 2, "--stride");
+}
+
+Test(cli, missing_or_truncated_model_exit_1) {
+    char missing[256], truncated[256];
+    tmp_path(missing, sizeof missing, "no-such-model.gguf");
+    tmp_path(truncated, sizeof truncated, "truncated.gguf");
+    size_t len = 0;
+    char *data = cli_slurp(s_model, &len);
+    cr_assert_not_null(data);
+    FILE *f = fopen(truncated, "wb");
+    cr_assert_not_null(f);
+    fwrite(data, 1, len / 3, f);  /* header intact, tensor data cut */
+    fclose(f);
+    free(data);
+    const char *models[] = {missing, truncated};
+    for (int i = 0; i < 2; i++) {
+        char *m = (char *)models[i];
+        expect_exit((char *[]){s_coli, "run", "-m", m, "-p", "hi", "--inproc", NULL}, 1, m);
+        expect_exit((char *[]){s_coli, "tokenize", "-m", m, "-p", "hi", NULL}, 1, m);
+        expect_exit((char *[]){s_coli, "logits", "-m", m, "--ids", "1", "--inproc", NULL}, 1, m);
+    }
+    char out[256];
+    tmp_path(out, sizeof out, "out.gguf");
+    expect_exit((char *[]){s_coli, "quantize", missing, out, "Q4_0", NULL}, 1, missing);
+    expect_exit((char *[]){s_coli, "run", "-m", s_model, "-f", missing, NULL}, 1, missing);
+}
+
+Test(cli, help_everywhere) {
+    static const char *const cmds[] = {"run", "tokenize", "logits", "quantize", "perplexity"};
+    cli_result r = cli_run((char *[]){s_coli, "--help", NULL});
+    cr_assert_eq(r.status, 0);
+    for (size_t i = 0; i < 5; i++) cr_expect_not_null(strstr(r.out, cmds[i]), "coli --help lacks %s", cmds[i]);
+    cli_result_free(&r);
+    for (size_t i = 0; i < 5; i++) {
+        r = cli_run((char *[]){s_coli, (char *)cmds[i], "--help", NULL});
+        char want[64];
+        snprintf(want, sizeof want, "usage: coli %s", cmds[i]);
+        cr_expect_eq(r.status, 0, "%s --help", cmds[i]);
+        cr_expect_not_null(strstr(r.out, want), "%s --help: %s", cmds[i], r.out);
+        cli_result_free(&r);
+    }
+}
