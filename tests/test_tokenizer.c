@@ -98,6 +98,14 @@ static int32_t *encode(const coli_tokenizer *tok, const char *text, size_t len,
     return ids;
 }
 
+static void format_ids(char *buf, size_t cap, const int32_t *ids, int n)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && k + 16 < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, " %d", ids[i]);
+}
+
 static void expect_ids(const coli_tokenizer *tok, const char *text, int add_special,
                        int parse_special, const int32_t *want, int n_want, const char *label)
 {
@@ -107,12 +115,10 @@ static void expect_ids(const coli_tokenizer *tok, const char *text, int add_spec
     for (int i = 0; same && i < n; i++)
         same = got[i] == want[i];
     if (!same) {
-        char buf[1024];
-        size_t k = 0;
-        for (int i = 0; i < n && k < sizeof(buf) - 16; i++)
-            k += (size_t)snprintf(buf + k, sizeof(buf) - k, " %d", got[i]);
-        buf[k] = '\0';
-        cr_expect(0, "%s: '%s': got [%s ] (%d ids), expected %d ids", label, text, buf, n, n_want);
+        char g[1024], w[1024];
+        format_ids(g, sizeof(g), got, n);
+        format_ids(w, sizeof(w), want, n_want);
+        cr_expect(0, "%s: '%s': got [%s ], expected [%s ]", label, text, g, w);
     }
     free(got);
 }
