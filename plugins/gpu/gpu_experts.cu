@@ -1,0 +1,742 @@
+/*
+ * gpu_experts.cu - the cuda / hip expert plugin: one source, two vendors.
+ *
+ * nvcc compiles it as CUDA (libcoli-cuda.so), hipcc -x hip as HIP
+ * (libcoli-hip.so). Vendor differences live in gpu_compat.h only; this file
+ * uses CUDA runtime names and syntax both compilers accept.
+ *
+ * What it does: each expert's three matrices are uploaded once, as stored
+ * in the file (F32, F16, BF16, Q8_0, Q4_0: quantized weights stay quantized
+ * in device memory and are decoded inside the kernels), into one device
+ * allocation, within a byte budget. A run call copies the batch's rows in,
+ * computes every group's
+ *
+ *     out = W_down · (silu(W_gate · x) ⊙ (W_up · x))
+ *
+ * on one stream and copies the groups' rows back. The per-element math
+ * (gpu_math.h) is the CPU kernels' math, tested on the host.
+ *
+ * Kernels:
+ *   k_prep       the matmul input, prepared once per weight type: rounded
+ *                to fp16/bf16, or quantized to Q8_0 blocks (one thread per
+ *                block of 32 values).
+ *   k_mm_decode  groups of 1..8 rows (decode, and the routed tail of small
+ *                prefill groups): 32 threads per output row stride along
+ *                the row, each keeps up to 8 row sums; the weight row is
+ *                read once for all rows of the group. Memory bound, as
+ *                decode is.
+ *   k_mm_tiled   groups of 9+ rows (prefill): 64 outputs x 64 rows per
+ *                block of 256 threads, 4x4 per thread, the K dimension in
+ *                steps of one 32-value block staged in shared memory.
+ *                Quantized weights: integer block sums (exact in F32, as
+ *                |sum| < 2^24) scaled by d_w * d_x per block, as the CPU.
+ *   k_swiglu     g = silu(g) * u, in place.
+ * Float sums run in another order than on the CPU (and than between the two
+ * matmul kernels): results agree with the cpu plugin to float rounding, not
+ * bit for bit.
+ */
+#include "plugins/gpu/gpu_compat.h"
+#include "plugins/gpu/gpu_math.h"
+#include "plugins/gpu/gpu_host.h"
+#include "plugins/plugin_abi.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define GPU_TAG 0x67707521u
+#define GPU_DEAD_TAG 0xdeadbeefu
+#define DEC_MAX_ROWS 8    /* k_mm_decode serves groups of up to this many rows */
+#define DEC_OUT 4         /* output rows per k_mm_decode block (32 threads each) */
+#define TILE 64           /* k_mm_tiled: TILE outputs x TILE rows per block */
+#define ERR_STATUS_DEVICE (-7) /* COLI_EDEVICE */
+#define ERR_STATUS_NOMEM (-5)  /* COLI_ENOMEM */
+#define ERR_STATUS_INVAL (-1)  /* COLI_EINVAL */
+#define ERR_STATUS_UNSUP (-4)  /* COLI_EUNSUPPORTED */
+
+/* ---- kernels --------------------------------------------------------------- */
+
+template <int T>
+__global__ void k_prep(const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
+    const int64_t nb = n / GPU_QK;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_rows * nb) return;
+    const int64_t r = i / nb, b = i % nb;
+    const float *xb = x + r * n + b * GPU_QK;
+    if (gpu_dtype_is_quant(T)) {
+        gpu_quantize_act_block(xb, out + (size_t)(r * nb + b) * GPU_Q8_0_BYTES);
+        return;
+    }
+    float *o = (float *)out + r * n + b * GPU_QK;
+    for (int j = 0; j < GPU_QK; j++) o[j] = gpu_round_act(T, xb[j]);
+}
+
+__global__ void k_swiglu(float *g, const float *u, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) g[i] = gpu_swiglu(g[i], u[i]);
+}
+
+/* y (n_rows, n_out) = prepared x (n_rows, n_in) @ W^T, n_rows <= DEC_MAX_ROWS. */
+template <int T>
+__global__ void k_mm_decode(const unsigned char *W, int64_t n_in, int64_t n_out,
+                            const unsigned char *xp, int n_rows, float *y) {
+    __shared__ float red[DEC_OUT][DEC_MAX_ROWS][33];
+    const int lane = threadIdx.x % 32, sub = threadIdx.x / 32;
+    const int64_t o = (int64_t)blockIdx.x * DEC_OUT + sub;
+    const size_t xstride = gpu_prep_row_bytes(T, n_in);
+    float acc[DEC_MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < DEC_MAX_ROWS; r++) acc[r] = 0.0f;
+    if (o < n_out) {
+        const unsigned char *w = W + (size_t)o * gpu_row_bytes(T, n_in);
+        if (gpu_dtype_is_quant(T)) {
+            const size_t bb = gpu_quant_block_bytes(T);
+            for (int64_t b = lane; b < n_in / GPU_QK; b += 32) {
+                const unsigned char *wb = w + (size_t)b * bb;
+                int wq[GPU_QK];
+#pragma unroll
+                for (int j = 0; j < GPU_QK; j++) wq[j] = gpu_quant_q(T, wb, j);
+                const float dw = gpu_quant_d(wb);
+#pragma unroll
+                for (int r = 0; r < DEC_MAX_ROWS; r++) {
+                    if (r < n_rows) { /* a guard, not a break: keeps acc[] in registers */
+                        const unsigned char *xb = xp + r * xstride + (size_t)b * GPU_Q8_0_BYTES;
+                        int isum = 0;
+#pragma unroll
+                        for (int j = 0; j < GPU_QK; j++) isum += wq[j] * (int)(int8_t)xb[2 + j];
+                        acc[r] += (float)isum * (dw * gpu_quant_d(xb));
+                    }
+                }
+            }
+        } else {
+            for (int64_t k = lane; k < n_in; k += 32) {
+                const float wv = gpu_weight_value(T, w, k);
+#pragma unroll
+                for (int r = 0; r < DEC_MAX_ROWS; r++)
+                    if (r < n_rows) acc[r] += wv * ((const float *)(xp + r * xstride))[k];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < DEC_MAX_ROWS; r++) red[sub][r][lane] = acc[r];
+    __syncthreads();
+    if (o < n_out && lane < n_rows) {
+        float s = 0.0f;
+        for (int i = 0; i < 32; i++) s += red[sub][lane][i];
+        y[(int64_t)lane * n_out + o] = s;
+    }
+}
+
+/* Stage one K step (32 values) of TILE weight rows and TILE input rows into
+ * shared memory; quantized types keep q as floats (exact) plus the scales. */
+template <int T>
+__device__ void tile_load(const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp,
+                          int64_t n_rows, int64_t o0, int64_t t0, int64_t kb,
+                          float (*ws)[GPU_QK + 1], float (*xs)[GPU_QK + 1], float *wd, float *xd) {
+    const size_t wstride = gpu_row_bytes(T, n_in), xstride = gpu_prep_row_bytes(T, n_in);
+    for (int idx = threadIdx.x; idx < TILE * GPU_QK; idx += blockDim.x) {
+        const int row = idx / GPU_QK, k = idx % GPU_QK;
+        const int64_t o = o0 + row, t = t0 + row;
+        if (gpu_dtype_is_quant(T)) {
+            const unsigned char *wb = W + (size_t)o * wstride + (size_t)kb * gpu_quant_block_bytes(T);
+            const unsigned char *xb = xp + (size_t)t * xstride + (size_t)kb * GPU_Q8_0_BYTES;
+            ws[row][k] = o < n_out ? (float)gpu_quant_q(T, wb, k) : 0.0f;
+            xs[row][k] = t < n_rows ? (float)(int8_t)xb[2 + k] : 0.0f;
+            if (k == 0) {
+                wd[row] = o < n_out ? gpu_quant_d(wb) : 0.0f;
+                xd[row] = t < n_rows ? gpu_quant_d(xb) : 0.0f;
+            }
+        } else {
+            ws[row][k] = o < n_out ? gpu_weight_value(T, W + (size_t)o * wstride, kb * GPU_QK + k) : 0.0f;
+            xs[row][k] = t < n_rows ? ((const float *)(xp + (size_t)t * xstride))[kb * GPU_QK + k] : 0.0f;
+        }
+    }
+}
+
+template <int T>
+__global__ void k_mm_tiled(const unsigned char *W, int64_t n_in, int64_t n_out,
+                           const unsigned char *xp, int64_t n_rows, float *y) {
+    __shared__ float ws[TILE][GPU_QK + 1], xs[TILE][GPU_QK + 1];
+    __shared__ float wd[TILE], xd[TILE];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int64_t o0 = (int64_t)blockIdx.x * TILE, t0 = (int64_t)blockIdx.y * TILE;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int64_t kb = 0; kb < n_in / GPU_QK; kb++) {
+        tile_load<T>(W, n_in, n_out, xp, n_rows, o0, t0, kb, ws, xs, wd, xd);
+        __syncthreads();
+        float part[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) part[i][j] = 0.0f;
+        for (int kk = 0; kk < GPU_QK; kk++) {
+            float wv[4], xv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) wv[i] = ws[ty + 16 * i][kk];
+#pragma unroll
+            for (int j = 0; j < 4; j++) xv[j] = xs[tx + 16 * j][kk];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) part[i][j] += wv[i] * xv[j];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                acc[i][j] += gpu_dtype_is_quant(T)
+                    ? part[i][j] * (wd[ty + 16 * i] * xd[tx + 16 * j]) : part[i][j];
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t o = o0 + ty + 16 * i, t = t0 + tx + 16 * j;
+            if (o < n_out && t < n_rows) y[t * n_out + o] = acc[i][j];
+        }
+}
+
+/* ---- device state --------------------------------------------------------- */
+
+typedef struct gpu_expert {
+    int32_t layer, expert;
+    int64_t n_embd, n_ff;
+    int type[3];            /* gate, up, down */
+    unsigned char *base;    /* one device allocation holds all three */
+    size_t off[3];          /* offsets of gate, up, down in it */
+    uint64_t bytes;         /* size of that allocation: what the budget counts */
+} gpu_expert;
+
+//  Structure of one open device (one worker process drives it from one thread)
+struct moe_device {
+    uint32_t tag;              /* GPU_TAG while open */
+    int index;                 /* vendor ordinal */
+    char name[64];
+    uint64_t mem_total, budget;
+    cudaStream_t stream;
+    cudaEvent_t ev[4];         /* before H2D, after H2D, after kernels, after D2H */
+    gpu_table experts;         /* (layer, expert) -> gpu_expert */
+    gpu_faults faults;
+    int launch_fault;          /* 1 while an injected launch failure is pending */
+    unsigned char *scratch;    /* run buffers, grown on demand, never shrunk */
+    size_t scratch_bytes;
+    float *x, *out, *g, *u;    /* views into scratch for the current run */
+    unsigned char *prep;
+    moe_stats stats;           /* calls, rows, times (resident_* kept here too) */
+};
+
+static int s_err(char *err, size_t n, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int s_err(char *err, size_t n, int code, const char *fmt, ...) {
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* ---- probing ------------------------------------------------------------------- */
+
+//  How many devices the runtime sees; -1 with a precise reason in why when
+//  none can be used.
+static int s_count_devices(int *count, char *why, size_t n) {
+    *count = 0;
+    if (gpu_driver_check(why, n)) return -1;
+    cudaError_t e = cudaGetDeviceCount(count);
+    if (e == cudaSuccess && *count > 0) return 0;
+    (void)cudaGetLastError();
+    *count = 0;
+    if (e == cudaErrorInsufficientDriver) {
+        int drv = 0, rt = 0;
+        char dv[32], rv[32];
+        (void)cudaDriverGetVersion(&drv);
+        (void)cudaRuntimeGetVersion(&rt);
+        gpu_fmt_version(drv, dv, sizeof dv);
+        gpu_fmt_version(rt, rv, sizeof rv);
+        snprintf(why, n, "driver version %s older than runtime %s", dv, rv);
+    } else if (e == cudaSuccess || e == cudaErrorNoDevice) {
+        snprintf(why, n, "no %s device (driver loaded, %s)", COLI_GPU_RUNTIME_NAME,
+                 e == cudaSuccess ? "0 devices" : cudaGetErrorName(e));
+    } else {
+        snprintf(why, n, "%s device count failed: %s (%s)", COLI_GPU_RUNTIME_NAME,
+                 cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    return -1;
+}
+
+static int s_probe(int *n_devices, char *why, size_t why_len) {
+    char buf[256] = "";
+    int count = 0;
+    s_count_devices(&count, buf, sizeof buf);
+    if (n_devices) *n_devices = count;
+    if (why && why_len) snprintf(why, why_len, "%s", buf);
+    return 0;
+}
+
+/* ---- runtime calls with fault injection ------------------------------------------ */
+
+//  An injected allocation failure asks for 4 EiB, so the runtime's own
+//  out-of-memory path answers.
+static cudaError_t s_alloc(moe_device *d, void **p, size_t bytes) {
+    if (gpu_faults_next(&d->faults, GPU_FAULT_ALLOC)) bytes = (size_t)1 << 62;
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        (void)cudaGetLastError();
+    }
+    return e;
+}
+
+//  Expert upload, synchronous. An injected failure skips the copy and
+//  reports what the runtime reports for a bad argument (a real bad copy
+//  could leave the context unusable, which is not the path under test).
+static cudaError_t s_upload(moe_device *d, unsigned char *dst, const void *src, size_t bytes) {
+    if (gpu_faults_next(&d->faults, GPU_FAULT_H2D)) return cudaErrorInvalidValue;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d->stream);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e;
+}
+
+//  Threads per block for the next launch; 0 (a genuinely invalid launch
+//  configuration) when an injected launch failure is due.
+static unsigned s_threads(moe_device *d, unsigned n) {
+    if (!gpu_faults_next(&d->faults, GPU_FAULT_LAUNCH)) return n;
+    d->launch_fault = 1;
+    return 0;
+}
+
+//  After each launch: the runtime's verdict, cleared so that it does not
+//  stick to the next launch.
+static int s_launched(moe_device *d, const char *what, const gpu_expert *e, char *err, size_t n) {
+    const cudaError_t rc = cudaGetLastError();
+    const int injected = d->launch_fault;
+    d->launch_fault = 0;
+    if (rc == cudaSuccess && !injected) return 0;
+    return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: %s kernel for expert %d.%d failed to launch: %s%s",
+                 COLI_GPU_VENDOR, d->index, what, e->layer, e->expert,
+                 rc != cudaSuccess ? cudaGetErrorString(rc) : "no runtime error",
+                 injected ? " (injected fault)" : "");
+}
+
+//  Make d the calling thread's current device (the runtime keeps it per thread).
+static int s_select(moe_device *d, char *err, size_t n) {
+    const cudaError_t e = cudaSetDevice(d->index);
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: cannot select the device: %s", COLI_GPU_VENDOR,
+                 d->index, cudaGetErrorString(e));
+}
+
+/* ---- launches ------------------------------------------------------------------------ */
+
+template <int T>
+static void s_prep_t(moe_device *d, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
+    const int64_t blocks = n_rows * (n / GPU_QK);
+    k_prep<T><<<(unsigned)((blocks + 127) / 128), s_threads(d, 128), 0, d->stream>>>(x, n_rows, n, out);
+}
+
+template <int T>
+static void s_matmul_t(moe_device *d, const unsigned char *W, int64_t n_in, int64_t n_out,
+                       const unsigned char *xp, int64_t n_rows, float *y) {
+    if (n_rows <= DEC_MAX_ROWS) {
+        const unsigned grid = (unsigned)((n_out + DEC_OUT - 1) / DEC_OUT);
+        k_mm_decode<T><<<grid, s_threads(d, 32 * DEC_OUT), 0, d->stream>>>(W, n_in, n_out, xp,
+                                                                          (int)n_rows, y);
+    } else {
+        const dim3 grid((unsigned)((n_out + TILE - 1) / TILE), (unsigned)((n_rows + TILE - 1) / TILE));
+        k_mm_tiled<T><<<grid, s_threads(d, 256), 0, d->stream>>>(W, n_in, n_out, xp, n_rows, y);
+    }
+}
+
+static void s_prep(moe_device *d, int t, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
+    switch (t) {
+    case COLI_F32:  s_prep_t<COLI_F32>(d, x, n_rows, n, out); break;
+    case COLI_F16:  s_prep_t<COLI_F16>(d, x, n_rows, n, out); break;
+    case COLI_BF16: s_prep_t<COLI_BF16>(d, x, n_rows, n, out); break;
+    case COLI_Q8_0: /* Q8_0 and Q4_0 weights both take Q8_0 activations */
+    case COLI_Q4_0: s_prep_t<COLI_Q8_0>(d, x, n_rows, n, out); break;
+    }
+}
+
+static void s_matmul(moe_device *d, int t, const unsigned char *W, int64_t n_in, int64_t n_out,
+                     const unsigned char *xp, int64_t n_rows, float *y) {
+    switch (t) {
+    case COLI_F32:  s_matmul_t<COLI_F32>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_F16:  s_matmul_t<COLI_F16>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_BF16: s_matmul_t<COLI_BF16>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q8_0: s_matmul_t<COLI_Q8_0>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q4_0: s_matmul_t<COLI_Q4_0>(d, W, n_in, n_out, xp, n_rows, y); break;
+    }
+}
+
+//  One group: x (n_rows, n_embd) on the device -> out (n_rows, n_embd).
+static int s_run_group(moe_device *d, const gpu_expert *e, const float *x, int64_t n_rows,
+                       float *out, char *err, size_t n) {
+    const int64_t n_embd = e->n_embd, n_ff = e->n_ff;
+    const unsigned char *wg = e->base + e->off[0], *wu = e->base + e->off[1], *wd = e->base + e->off[2];
+    int rc;
+    s_prep(d, e->type[0], x, n_rows, n_embd, d->prep);
+    if ((rc = s_launched(d, "input prep", e, err, n))) return rc;
+    s_matmul(d, e->type[0], wg, n_embd, n_ff, d->prep, n_rows, d->g);
+    if ((rc = s_launched(d, "gate matmul", e, err, n))) return rc;
+    const int same_input = e->type[1] == e->type[0] ||
+                           (gpu_dtype_is_quant(e->type[1]) && gpu_dtype_is_quant(e->type[0]));
+    if (!same_input) {
+        s_prep(d, e->type[1], x, n_rows, n_embd, d->prep);
+        if ((rc = s_launched(d, "input prep", e, err, n))) return rc;
+    }
+    s_matmul(d, e->type[1], wu, n_embd, n_ff, d->prep, n_rows, d->u);
+    if ((rc = s_launched(d, "up matmul", e, err, n))) return rc;
+    const int64_t n_hidden = n_rows * n_ff;
+    k_swiglu<<<(unsigned)((n_hidden + 255) / 256), s_threads(d, 256), 0, d->stream>>>(d->g, d->u, n_hidden);
+    if ((rc = s_launched(d, "swiglu", e, err, n))) return rc;
+    s_prep(d, e->type[2], d->g, n_rows, n_ff, d->prep);
+    if ((rc = s_launched(d, "hidden prep", e, err, n))) return rc;
+    s_matmul(d, e->type[2], wd, n_ff, n_embd, d->prep, n_rows, out);
+    return s_launched(d, "down matmul", e, err, n);
+}
+
+/* ---- run ------------------------------------------------------------------------------ */
+
+//  Check the batch and find each group's expert; n_max: largest group.
+static int s_check_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups,
+                         int64_t n_rows_total, int64_t n_embd, const gpu_expert **ex,
+                         int64_t *n_max, int64_t *ff_max, char *err, size_t n) {
+    *n_max = 0;
+    *ff_max = 0;
+    for (int32_t i = 0; i < n_groups; i++) {
+        const moe_batch_group *g = &groups[i];
+        if (g->n_rows < 0 || g->row_begin < 0 || g->row_begin > n_rows_total - g->n_rows)
+            return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: group %d rows [%lld, +%lld) outside the "
+                         "batch of %lld rows", COLI_GPU_VENDOR, d->index, (int)i, (long long)g->row_begin,
+                         (long long)g->n_rows, (long long)n_rows_total);
+        ex[i] = (const gpu_expert *)gpu_table_get(&d->experts, g->layer, g->expert);
+        if (!ex[i])
+            return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d is not resident",
+                         COLI_GPU_VENDOR, d->index, g->layer, g->expert);
+        if (ex[i]->n_embd != n_embd)
+            return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d has n_embd %lld, batch has %lld",
+                         COLI_GPU_VENDOR, d->index, g->layer, g->expert, (long long)ex[i]->n_embd,
+                         (long long)n_embd);
+        if (g->n_rows > *n_max) *n_max = g->n_rows;
+        if (ex[i]->n_ff > *ff_max) *ff_max = ex[i]->n_ff;
+    }
+    return 0;
+}
+
+//  Lay the run buffers out in scratch, growing it when too small:
+//  x | out (whole batch), prep | g | u (largest group).
+static int s_scratch(moe_device *d, int64_t n_rows_total, int64_t n_embd, int64_t n_max,
+                     int64_t ff_max, char *err, size_t n) {
+    const uint64_t io = gpu_align_up((uint64_t)n_rows_total * (uint64_t)n_embd * sizeof(float));
+    const int64_t wide = ff_max > n_embd ? ff_max : n_embd;
+    const uint64_t prep = gpu_align_up((uint64_t)n_max * (uint64_t)wide * sizeof(float));
+    const uint64_t hid = gpu_align_up((uint64_t)n_max * (uint64_t)ff_max * sizeof(float));
+    const uint64_t need = 2 * io + prep + 2 * hid;
+    if (need > d->scratch_bytes) {
+        (void)cudaFree(d->scratch);
+        d->scratch = NULL;
+        d->scratch_bytes = 0;
+        void *p = NULL;
+        const cudaError_t e = s_alloc(d, &p, (size_t)need);
+        if (e != cudaSuccess) {
+            char b[32];
+            return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: scratch of %s for %lld rows: %s",
+                         COLI_GPU_VENDOR, d->index, gpu_fmt_bytes(b, sizeof b, need),
+                         (long long)n_rows_total, cudaGetErrorString(e));
+        }
+        d->scratch = (unsigned char *)p;
+        d->scratch_bytes = (size_t)need;
+    }
+    d->x = (float *)d->scratch;
+    d->out = (float *)(d->scratch + io);
+    d->prep = d->scratch + 2 * io;
+    d->g = (float *)(d->scratch + 2 * io + prep);
+    d->u = (float *)(d->scratch + 2 * io + prep + hid);
+    return 0;
+}
+
+//  Copy in, every group's kernels, copy the groups' rows out; all on the
+//  stream, events between the phases for the stats.
+static int s_run_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups,
+                       const gpu_expert **ex, const float *x, int64_t n_rows_total, int64_t n_embd,
+                       float *out, char *err, size_t n) {
+    const size_t row_bytes = (size_t)n_embd * sizeof(float);
+    cudaError_t e = cudaEventRecord(d->ev[0], d->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(d->x, x, (size_t)n_rows_total * row_bytes, cudaMemcpyHostToDevice, d->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(d->ev[1], d->stream);
+    if (e != cudaSuccess)
+        return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: input copy of %lld rows: %s", COLI_GPU_VENDOR,
+                     d->index, (long long)n_rows_total, cudaGetErrorString(e));
+    for (int32_t i = 0; i < n_groups; i++) {
+        if (groups[i].n_rows == 0) continue;
+        const int64_t off = groups[i].row_begin * n_embd;
+        int rc = s_run_group(d, ex[i], d->x + off, groups[i].n_rows, d->out + off, err, n);
+        if (rc) return rc;
+    }
+    e = cudaEventRecord(d->ev[2], d->stream);
+    for (int32_t i = 0; i < n_groups && e == cudaSuccess; i++) {
+        const int64_t off = groups[i].row_begin * n_embd;
+        if (groups[i].n_rows > 0)
+            e = cudaMemcpyAsync(out + off, d->out + off, (size_t)groups[i].n_rows * row_bytes,
+                                cudaMemcpyDeviceToHost, d->stream);
+    }
+    if (e == cudaSuccess) e = cudaEventRecord(d->ev[3], d->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d->stream);
+    if (e != cudaSuccess)
+        return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: batch of %lld rows: %s", COLI_GPU_VENDOR,
+                     d->index, (long long)n_rows_total, cudaGetErrorString(e));
+    float ms[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) (void)cudaEventElapsedTime(&ms[i], d->ev[i], d->ev[i + 1]);
+    d->stats.h2d_seconds += ms[0] / 1e3;
+    d->stats.kernel_seconds += ms[1] / 1e3;
+    d->stats.d2h_seconds += ms[2] / 1e3;
+    return 0;
+}
+
+static int s_run(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const float *x,
+                 int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t n) {
+    if (!d || d->tag != GPU_TAG)
+        return s_err(err, n, ERR_STATUS_INVAL, "%s: run on a closed or invalid device", COLI_GPU_VENDOR);
+    if (n_groups < 0 || (n_groups > 0 && !groups) || n_rows_total < 0 || n_embd <= 0 ||
+        (n_rows_total > 0 && (!x || !out)))
+        return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: run: bad arguments (%d groups, %lld rows, "
+                     "n_embd %lld)", COLI_GPU_VENDOR, d->index, (int)n_groups,
+                     (long long)n_rows_total, (long long)n_embd);
+    if (n_groups == 0 || n_rows_total == 0) return 0;
+    const gpu_expert **ex = (const gpu_expert **)malloc((size_t)n_groups * sizeof *ex);
+    if (!ex) return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: run: out of host memory", COLI_GPU_VENDOR, d->index);
+    int64_t n_max = 0, ff_max = 0, rows = 0;
+    int rc = s_check_batch(d, groups, n_groups, n_rows_total, n_embd, ex, &n_max, &ff_max, err, n);
+    if (!rc && n_max > 0) {
+        rc = s_select(d, err, n);
+        if (!rc) rc = s_scratch(d, n_rows_total, n_embd, n_max, ff_max, err, n);
+        if (!rc) rc = s_run_batch(d, groups, n_groups, ex, x, n_rows_total, n_embd, out, err, n);
+        if (rc) {
+            /* let queued work drain and clear the error so the next call starts clean */
+            (void)cudaStreamSynchronize(d->stream);
+            (void)cudaGetLastError();
+        }
+    }
+    free(ex);
+    if (rc) return rc;
+    for (int32_t i = 0; i < n_groups; i++) rows += groups[i].n_rows;
+    d->stats.calls++;
+    d->stats.rows += (uint64_t)rows;
+    return 0;
+}
+
+/* ---- experts ------------------------------------------------------------------------------ */
+
+//  Shape, type and size checks of one expert; 0 or a status with err set.
+static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *err, size_t n) {
+    const int types[3] = {e->gate_type, e->up_type, e->down_type};
+    const char *names[3] = {"gate", "up", "down"};
+    const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
+    const void *ptrs[3] = {e->gate, e->up, e->down};
+    if (e->n_embd <= 0 || e->n_ff <= 0 || e->n_embd % GPU_QK || e->n_ff % GPU_QK)
+        return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: n_embd %lld / n_ff %lld not "
+                     "positive multiples of 32", COLI_GPU_VENDOR, d->index, e->layer, e->expert,
+                     (long long)e->n_embd, (long long)e->n_ff);
+    for (int i = 0; i < 3; i++) {
+        if (!gpu_dtype_supported(types[i]))
+            return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: %s weight type %d not supported",
+                         COLI_GPU_VENDOR, d->index, e->layer, e->expert, names[i], types[i]);
+        const int64_t rows = i == 2 ? e->n_embd : e->n_ff, cols = i == 2 ? e->n_ff : e->n_embd;
+        const uint64_t want = (uint64_t)rows * gpu_row_bytes(types[i], cols);
+        if (!ptrs[i] || bytes[i] != want)
+            return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d: %s has %llu bytes at %p, "
+                         "expected %llu", COLI_GPU_VENDOR, d->index, e->layer, e->expert, names[i],
+                         (unsigned long long)bytes[i], ptrs[i], (unsigned long long)want);
+    }
+    if (gpu_table_get(&d->experts, e->layer, e->expert))
+        return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d is already resident",
+                     COLI_GPU_VENDOR, d->index, e->layer, e->expert);
+    return 0;
+}
+
+//  Allocate and fill one expert; on failure nothing of it stays on the device.
+static int s_upload_expert(moe_device *d, const moe_expert_desc *e, gpu_expert *x, char *err, size_t n) {
+    const void *src[3] = {e->gate, e->up, e->down};
+    const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
+    const char *names[3] = {"gate", "up", "down"};
+    char b1[32], b2[32], b3[32];
+    x->off[0] = 0;
+    x->off[1] = (size_t)gpu_align_up(bytes[0]);
+    x->off[2] = x->off[1] + (size_t)gpu_align_up(bytes[1]);
+    x->bytes = gpu_align_up(x->off[2] + bytes[2]);
+    const uint64_t used = d->stats.resident_bytes;
+    if (x->bytes > d->budget || used > d->budget - x->bytes)
+        return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d needs %s, budget %s has %s left",
+                     COLI_GPU_VENDOR, d->index, e->layer, e->expert, gpu_fmt_bytes(b1, sizeof b1, x->bytes),
+                     gpu_fmt_bytes(b2, sizeof b2, d->budget),
+                     gpu_fmt_bytes(b3, sizeof b3, used < d->budget ? d->budget - used : 0));
+    void *p = NULL;
+    cudaError_t rc = s_alloc(d, &p, (size_t)x->bytes);
+    if (rc != cudaSuccess)
+        return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d: device allocation of %s failed: %s",
+                     COLI_GPU_VENDOR, d->index, e->layer, e->expert,
+                     gpu_fmt_bytes(b1, sizeof b1, x->bytes), cudaGetErrorString(rc));
+    x->base = (unsigned char *)p;
+    for (int i = 0; i < 3; i++) {
+        rc = s_upload(d, x->base + x->off[i], src[i], bytes[i]);
+        if (rc != cudaSuccess) {
+            (void)cudaFree(x->base);
+            x->base = NULL;
+            return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: expert %d.%d: upload of %s (%s) failed: %s",
+                         COLI_GPU_VENDOR, d->index, e->layer, e->expert, names[i],
+                         gpu_fmt_bytes(b1, sizeof b1, bytes[i]), cudaGetErrorString(rc));
+        }
+    }
+    return 0;
+}
+
+static int s_load_expert(moe_device *d, const moe_expert_desc *e, char *err, size_t n) {
+    if (!d || d->tag != GPU_TAG || !e)
+        return s_err(err, n, ERR_STATUS_INVAL, "%s: load_expert: closed device or NULL expert", COLI_GPU_VENDOR);
+    int rc = s_check_expert(d, e, err, n);
+    if (rc) {
+        d->stats.failed_loads++;
+        return rc;
+    }
+    gpu_expert *x = (gpu_expert *)calloc(1, sizeof *x);
+    if (!x) {
+        d->stats.failed_loads++;
+        return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d: out of host memory",
+                     COLI_GPU_VENDOR, d->index, e->layer, e->expert);
+    }
+    x->layer = e->layer;
+    x->expert = e->expert;
+    x->n_embd = e->n_embd;
+    x->n_ff = e->n_ff;
+    x->type[0] = e->gate_type;
+    x->type[1] = e->up_type;
+    x->type[2] = e->down_type;
+    rc = s_select(d, err, n);
+    if (!rc) rc = s_upload_expert(d, e, x, err, n);
+    if (!rc && gpu_table_put(&d->experts, e->layer, e->expert, x)) {
+        (void)cudaFree(x->base);
+        rc = s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d: out of host memory",
+                   COLI_GPU_VENDOR, d->index, e->layer, e->expert);
+    }
+    if (rc) {
+        free(x);
+        d->stats.failed_loads++;
+        return rc;
+    }
+    d->stats.resident_experts++;
+    d->stats.resident_bytes += x->bytes;
+    return 0;
+}
+
+/* ---- open / caps / stats / close ------------------------------------------------------- */
+
+static void s_free_expert(void *val, void *arg) {
+    (void)arg;
+    gpu_expert *x = (gpu_expert *)val;
+    (void)cudaFree(x->base);
+    free(x);
+}
+
+static void s_close(moe_device **pd) {
+    if (!pd || !*pd) return;
+    moe_device *d = *pd;
+    (void)cudaSetDevice(d->index);
+    if (d->stream) (void)cudaStreamSynchronize(d->stream);
+    gpu_table_free(&d->experts, s_free_expert, NULL);
+    (void)cudaFree(d->scratch);
+    for (int i = 0; i < 4; i++)
+        if (d->ev[i]) (void)cudaEventDestroy(d->ev[i]);
+    if (d->stream) (void)cudaStreamDestroy(d->stream);
+    (void)cudaGetLastError();
+    d->tag = GPU_DEAD_TAG;
+    free(d);
+    *pd = NULL;
+}
+
+//  Select the device, read its name and memory, create the stream and events.
+static int s_open_device(moe_device *d, uint64_t budget, char *err, size_t n) {
+    cudaDeviceProp prop;
+    size_t free_b = 0, total_b = 0;
+    cudaError_t e = cudaSetDevice(d->index);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, d->index);
+    if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
+    if (e == cudaSuccess) e = cudaStreamCreate(&d->stream);
+    for (int i = 0; i < 4 && e == cudaSuccess; i++) e = cudaEventCreate(&d->ev[i]);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: cannot open: %s", COLI_GPU_VENDOR, d->index,
+                     cudaGetErrorString(e));
+    }
+    snprintf(d->name, sizeof d->name, "%.63s", prop.name);
+    d->mem_total = total_b;
+    d->budget = budget ? budget : gpu_default_budget(free_b, total_b);
+    return 0;
+}
+
+static int s_open(const moe_open_opts *opts, moe_device **out, char *err, size_t n) {
+    if (!out) return s_err(err, n, ERR_STATUS_INVAL, "%s: open: NULL result pointer", COLI_GPU_VENDOR);
+    *out = NULL;
+    if (!opts) return s_err(err, n, ERR_STATUS_INVAL, "%s: open: NULL options", COLI_GPU_VENDOR);
+    gpu_faults faults;
+    char why[256];
+    if (gpu_faults_parse(opts->fault, &faults, why, sizeof why))
+        return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: %s", COLI_GPU_VENDOR, opts->device_index, why);
+    int count = 0;
+    if (s_count_devices(&count, why, sizeof why))
+        return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: %s", COLI_GPU_VENDOR, opts->device_index, why);
+    if (opts->device_index < 0 || opts->device_index >= count)
+        return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: no such device (%d present)", COLI_GPU_VENDOR,
+                     opts->device_index, count);
+    moe_device *d = (moe_device *)calloc(1, sizeof *d);
+    if (!d) return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: out of host memory", COLI_GPU_VENDOR, opts->device_index);
+    d->tag = GPU_TAG;
+    d->index = opts->device_index;
+    d->faults = faults;
+    int rc = s_open_device(d, opts->memory_budget, err, n);
+    if (rc) {
+        s_close(&d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+static int s_get_caps(moe_device *d, moe_caps *caps) {
+    if (!d || d->tag != GPU_TAG || !caps) return ERR_STATUS_INVAL;
+    memset(caps, 0, sizeof *caps);
+    caps->dtype_mask = (1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_BF16) | (1u << COLI_Q8_0) |
+                       (1u << COLI_Q4_0);
+    caps->max_rows = 0; /* scratch grows with the batch */
+    caps->memory_total = d->mem_total;
+    caps->memory_budget = d->budget;
+    snprintf(caps->device_name, sizeof caps->device_name, "%s", d->name);
+    return 0;
+}
+
+static int s_get_stats(moe_device *d, moe_stats *stats) {
+    if (!d || d->tag != GPU_TAG || !stats) return ERR_STATUS_INVAL;
+    *stats = d->stats;
+    return 0;
+}
+
+static const struct moe_plugin s_plugin = {
+    MOE_PLUGIN_ABI_MAJOR, MOE_PLUGIN_ABI_MINOR, (uint32_t)sizeof(struct moe_plugin), COLI_GPU_VENDOR,
+    s_probe, s_open, s_get_caps, s_load_expert, s_run, s_get_stats, s_close,
+};
+
+extern "C" __attribute__((visibility("default"))) const struct moe_plugin *moe_plugin_get(void) {
+    return &s_plugin;
+}

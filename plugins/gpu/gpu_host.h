@@ -1,0 +1,86 @@
+/*
+ * gpu_host.h - the GPU plugin's host-side bookkeeping, in plain C (built by
+ * the host compiler, linked into libcoli-cuda.so / libcoli-hip.so, and
+ * tested on machines without a GPU): fault-injection spec, the table of
+ * resident experts, the default memory budget.
+ */
+#ifndef COLI_GPU_HOST_H
+#define COLI_GPU_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- fault injection (tests only) ------------------------------------------
+ * Spec: comma list of KIND@N (the Nth event of that kind fails, 1-based) or
+ * KIND@N+ (the Nth and every later one fails). Kinds:
+ *   alloc   device allocations (expert uploads and scratch)
+ *   h2d     host-to-device copies of expert weights
+ *   launch  kernel launches
+ * e.g. "alloc@2,launch@5", "alloc@3+" (device full after two allocations).
+ * A failing event is made to fail for real inside the runtime (impossible
+ * allocation size, copy to NULL, launch with a zero-sized block), so the
+ * plugin's genuine error paths run. */
+typedef enum gpu_fault_kind {
+    GPU_FAULT_ALLOC = 0,
+    GPU_FAULT_H2D,
+    GPU_FAULT_LAUNCH,
+    GPU_FAULT_KINDS
+} gpu_fault_kind;
+
+#define GPU_FAULT_MAX_AT 8
+
+typedef struct gpu_faults {
+    uint64_t seen[GPU_FAULT_KINDS];                 /* events counted so far */
+    uint64_t at[GPU_FAULT_KINDS][GPU_FAULT_MAX_AT]; /* event numbers that fail */
+    uint8_t  from_on[GPU_FAULT_KINDS][GPU_FAULT_MAX_AT]; /* 1: that one and all later */
+    int      n_at[GPU_FAULT_KINDS];
+    uint64_t fired[GPU_FAULT_KINDS];                /* failures injected so far */
+} gpu_faults;
+
+/* Parse spec (NULL or "" = no faults) into f. 0, or COLI_EINVAL with the bad
+ * entry named in err. */
+int gpu_faults_parse(const char *spec, gpu_faults *f, char *err, size_t err_len);
+/* Count one event of kind k; 1 if it must fail. */
+int gpu_faults_next(gpu_faults *f, gpu_fault_kind k);
+const char *gpu_fault_kind_name(gpu_fault_kind k);
+
+/* ---- resident experts: (layer, expert) -> pointer, open addressing ------ */
+typedef struct gpu_table {
+    uint64_t *keys;   /* GPU_TABLE_EMPTY or layer << 32 | expert */
+    void    **vals;
+    size_t    cap, n; /* cap a power of two (or 0), n <= cap / 2 */
+} gpu_table;
+
+void *gpu_table_get(const gpu_table *t, int32_t layer, int32_t expert);
+/* Insert (key must be absent). 0, or COLI_ENOMEM with t unchanged. */
+int   gpu_table_put(gpu_table *t, int32_t layer, int32_t expert, void *val);
+/* Call fn on every value, then free the table. */
+void  gpu_table_free(gpu_table *t, void (*fn)(void *val, void *arg), void *arg);
+
+/* ---- memory ------------------------------------------------------------------ */
+
+/* What the plugin keeps free on the device for its own scratch (activations,
+ * intermediate rows) and the runtime's context: the larger of 1 GiB and 5 %
+ * of the device. */
+uint64_t gpu_reserve_bytes(uint64_t total_bytes);
+/* Budget when the caller gives none: free memory minus the reserve (the
+ * coordinator subtracts any dense share before it passes a budget). */
+uint64_t gpu_default_budget(uint64_t free_bytes, uint64_t total_bytes);
+/* Device allocations are rounded up to this, so the budget counts what the
+ * device really gives out. */
+#define GPU_ALLOC_ALIGN 256
+static inline uint64_t gpu_align_up(uint64_t n) {
+    return (n + GPU_ALLOC_ALIGN - 1) & ~(uint64_t)(GPU_ALLOC_ALIGN - 1);
+}
+
+/* "1.50 GiB", "12.0 MiB", "512 B" into buf (returns buf). */
+const char *gpu_fmt_bytes(char *buf, size_t n, uint64_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
