@@ -129,5 +129,8 @@ test: deps
 	$(MAKE) all fixtures
 	COLI_BUILD=$(BUILD) tests/run.sh $(TESTS)
 
+# GPU plugins: make CUDA=1 | HIP=1 | gpu-compile (see the file)
+include plugins/gpu/gpu.mk
+
 clean:
 	rm -rf build build-asan build-*
