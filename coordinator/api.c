@@ -70,8 +70,9 @@ void coli_model_default_params(coli_model_params *p) {
 /* Which executor computes the routed experts, from --devices. */
 static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
     const char *d = cfg->devices;
-    if (!d || !*d || strcmp(d, "inproc") == 0) return moe_exec_inproc_new(cfg, out);
-    return coli_fail(COLI_EUNSUPPORTED, "devices '%s': worker scheduling not built yet", d);
+    if (d && strcmp(d, "inproc") == 0) return moe_exec_inproc_new(cfg, out);
+    /* default (NULL or ""): local CPU workers over ipc (coordinator/scheduler.c) */
+    return moe_exec_workers_new(cfg, out);
 }
 
 static int s_start_experts(coli_model *cm, const char *path, const coli_model_params *p) {

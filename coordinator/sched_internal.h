@@ -1,0 +1,190 @@
+/*
+ * sched_internal.h - the worker scheduler's shared state (coordinator side).
+ *
+ * One file per concern works on it:
+ *   placement.c      --devices parsing and the expert -> worker map
+ *   supervisor.c     spawning, reaping, restart with back-off, shutdown
+ *   worker_link.c    messages from workers: hello, place ack, heartbeat, results
+ *   scheduler.c      moe_exec_workers_new and the per-layer fan-out / gather / fallback
+ *   fallback_stats.c counters, latency histograms, JSON and text summaries
+ */
+#ifndef COLI_COORD_SCHED_INTERNAL_H
+#define COLI_COORD_SCHED_INTERNAL_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "coordinator/moe_exec.h"
+#include "coordinator/wire.h"
+
+/* ---- devices and placement (placement.c) ------------------------------ */
+typedef struct device_spec {
+    char plugin[16];       /* "cpu", "cuda", "hip", "xdna" */
+    int index;             /* vendor ordinal */
+    uint64_t budget;       /* bytes of experts it may hold; 0 = unlimited */
+} device_spec;
+
+#define SCHED_MAX_WORKERS 64
+
+/* Parse a --devices string ("cpu:2,cuda:0=8G", "auto", NULL = default).
+ * *inproc = 1 when it says "inproc" (then n = 0). */
+int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, int *inproc);
+/* Workers started when --devices is not given (from the core count). */
+int sched_default_cpu_workers(void);
+
+typedef struct placement_in {
+    int n_layer, n_expert;
+    const uint64_t *expert_bytes;  /* (n_layer) bytes of one expert of each layer */
+    int n_workers;
+    const uint64_t *budget;        /* (n_workers) 0 = unlimited */
+    const int *usable;             /* (n_workers) 0 = takes nothing */
+} placement_in;
+
+/* owner (n_layer * n_expert) = worker index, or -1 when nobody has room
+ * (computed in-process). Within each layer, each expert goes to the usable
+ * worker with the fewest bytes of that layer so far that still has budget. */
+int placement_plan(const placement_in *in, int32_t *owner);
+
+/* ---- one worker, as the coordinator sees it ----------------------------- */
+typedef enum link_state {
+    LINK_STARTING,    /* spawned, no hello yet */
+    LINK_PLACING,     /* hello OK, Place sent, no ack yet */
+    LINK_UP,
+    LINK_HUNG,        /* missed a deadline; no work until it proves alive */
+    LINK_DOWN,        /* dead; restart pending (or restart limit reached) */
+    LINK_FAILED,      /* hello or place said FAILED: permanent */
+    LINK_QUARANTINED, /* answered garbage: permanent */
+} link_state;
+
+#define SCHED_LAT_RING 4096
+#define SCHED_N_BUCKETS 13
+#define SCHED_FAIL_TIMES 8
+
+typedef struct lat_stats {          /* latency in seconds */
+    double ring[SCHED_LAT_RING];
+    uint64_t n;                      /* samples ever */
+    uint64_t buckets[SCHED_N_BUCKETS]; /* non-cumulative */
+    double sum;
+} lat_stats;
+
+typedef struct worker_link {
+    int id;
+    device_spec dev;
+    char device[32];                 /* "cpu:0", "cuda:1" */
+    int is_cpu;
+    link_state state;
+    char reason[256];
+    int restart_limited;             /* DOWN for good: too many failures */
+    int hello_ok;                    /* its hello said OK (this generation) */
+    /* process */
+    pid_t pid;
+    int pidfd;                       /* -1 when pidfd_open is unavailable */
+    unsigned gen;
+    int n_threads;
+    char routing_id[32];
+    size_t routing_len;
+    uint64_t state_since_ns;
+    uint64_t restart_at_ns;
+    uint64_t fail_ns[SCHED_FAIL_TIMES];
+    int n_fail;
+    uint64_t restarts;
+    /* placement */
+    uint64_t owned_experts, owned_bytes;
+    uint64_t resident_experts, resident_bytes;
+    char device_name[64];
+    /* the request in flight */
+    uint64_t req_id;                 /* 0 = none */
+    uint64_t sent_ns;
+    int64_t n_rows;
+    int64_t *row_pair;               /* (n_rows) pair index of each row */
+    float *x;                        /* (n_rows, n_embd) gathered inputs */
+    size_t cap_rows;
+    int x_finite;
+    uint64_t hung_req_id;            /* a late reply with this id is dropped */
+    /* stats */
+    uint64_t batches, rows, rerouted_rows, last_seen_ns, heartbeats;
+    lat_stats lat;
+} worker_link;
+
+typedef struct fallback_count {
+    char device[32];
+    char reason[24];
+    uint64_t count;
+} fallback_count;
+
+#define SCHED_MAX_FALLBACK_KINDS 64
+
+typedef struct sched {
+    moe_exec base;                   /* first: a moe_exec* is a sched* */
+    moe_exec_config cfg;
+    char *model_path;
+    uint64_t model_size, model_hash;
+    int n_layer, n_expert;
+    int64_t n_embd;
+    uint64_t *expert_bytes;          /* (n_layer) */
+    /* transport */
+    void *zctx, *router;
+    char dir[PATH_MAX];              /* private temporary directory */
+    char endpoint[PATH_MAX + 16];
+    char worker_bin[PATH_MAX];
+    /* workers */
+    worker_link *w;
+    int n_w;
+    int32_t *owner;                  /* (n_layer, n_expert) worker index or -1 */
+    moe_exec *inproc;                /* fallback of last resort, made on first use */
+    uint64_t next_req;
+    /* settings (environment, see docs/scheduler.md) */
+    uint64_t deadline_ns, per_row_ns, start_ns, hang_kill_ns;
+    uint64_t backoff_ns, backoff_max_ns, fail_window_ns;
+    int max_failures;
+    int verbose;
+    int started;                     /* start-up placement done: restarts place at once */
+    /* per call scratch */
+    int64_t *pair_target;            /* (pairs) worker index, -1 inproc, -2 done */
+    size_t cap_pairs;
+    unsigned char *excluded;         /* (n_w) failed during this layer */
+    float *cur_y;                    /* y of the layer being computed */
+    const int32_t *cur_ids;          /* its expert id per pair */
+    int cur_layer;
+    int64_t pending;                 /* pairs of this layer still without output */
+    /* stats */
+    fallback_count fb[SCHED_MAX_FALLBACK_KINDS];
+    int n_fb;
+    uint64_t fallbacks_total, foreign_dropped, late_dropped, stale_dropped, inproc_rows;
+    lat_stats dispatch;
+} sched;
+
+/* ---- supervisor.c ---- */
+int  sup_find_worker_bin(sched *s);
+int  sup_spawn(sched *s, worker_link *w);
+/* Reap dead children (non-blocking), start due restarts. */
+void sup_tick(sched *s);
+/* The process of w is gone (or must go): reap it, count, schedule restart. */
+void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it);
+void sup_kill(sched *s, worker_link *w);
+void sup_shutdown_all(sched *s);
+
+/* ---- worker_link.c ---- */
+/* Take every waiting message (wait up to timeout_ms for the first). */
+void link_poll(sched *s, int timeout_ms);
+int  link_send_place(sched *s, worker_link *w);
+int  link_send_batch(sched *s, worker_link *w, int layer, int allow_load);
+void link_set_state(worker_link *w, link_state st, const char *reason);
+const char *link_state_name(link_state st);
+
+/* ---- fallback_stats.c ---- */
+void stats_fallback(sched *s, const worker_link *w, const char *reason);
+void stats_latency(lat_stats *l, double seconds);
+int  stats_json(moe_exec *self, char **json);
+int  stats_text(moe_exec *self, char **text);
+
+/* ---- scheduler.c ---- */
+uint64_t sched_env_ms(const char *name, uint64_t dflt);
+/* w's request in flight is answered: out holds its rows (validated). */
+void sched_rows_done(sched *s, worker_link *w, const float *out);
+/* w's request in flight will not be answered: its pairs go elsewhere. */
+void sched_rows_lost(sched *s, worker_link *w);
+
+#endif

@@ -1,0 +1,290 @@
+/*
+ * worker_link.c - the coordinator's side of the conversation with each
+ * worker: read and validate what arrives on the ROUTER socket, send Place
+ * and batches. A message that fails validation is dropped and counted; a
+ * worker whose answer is wrong (sizes, request id, NaN where its input had
+ * none) is quarantined.
+ */
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/sched_internal.h"
+#include "error.h"
+
+static const char *s_state_names[] = {"starting", "placing", "up", "hung", "down", "failed", "quarantined"};
+
+const char *link_state_name(link_state st)
+{
+    return s_state_names[st];
+}
+
+void link_set_state(worker_link *w, link_state st, const char *reason)
+{
+    w->state = st;
+    w->state_since_ns = wire_now_ns();
+    snprintf(w->reason, sizeof w->reason, "%s", reason ? reason : "");
+}
+
+// ---------------------------------------------------------------------------
+int link_send_place(sched *s, worker_link *w)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < (size_t)s->n_layer * (size_t)s->n_expert; i++)
+        n += s->owner[i] == w->id;
+    Coli__ExpertRef *refs = calloc(n ? n : 1, sizeof *refs);
+    Coli__ExpertRef **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    if (!refs || !ptrs) {
+        free(refs);
+        free(ptrs);
+        return coli_fail(COLI_ENOMEM, "worker %d: place message", w->id);
+    }
+    size_t k = 0;
+    w->owned_bytes = 0;
+    for (int l = 0; l < s->n_layer; l++)
+        for (int e = 0; e < s->n_expert; e++)
+            if (s->owner[(size_t)l * (size_t)s->n_expert + (size_t)e] == w->id) {
+                coli__expert_ref__init(&refs[k]);
+                refs[k].layer = l;
+                refs[k].expert = e;
+                ptrs[k] = &refs[k];
+                k++;
+                w->owned_bytes += s->expert_bytes[l];
+            }
+    w->owned_experts = n;
+    Coli__Place p = COLI__PLACE__INIT;
+    p.model_path = s->model_path;
+    p.model_size = s->model_size;
+    p.header_hash = s->model_hash;
+    p.n_experts = n;
+    p.experts = ptrs;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.body_case = COLI__ENVELOPE__BODY_PLACE;
+    env.place = &p;
+    int rc = wire_send(s->router, w->routing_id, w->routing_len, &env, NULL, 0, ZMQ_DONTWAIT);
+    free(refs);
+    free(ptrs);
+    if (rc == 0)
+        link_set_state(w, LINK_PLACING, "");
+    return rc;
+}
+
+//  w->row_pair / w->x hold the rows, grouped by expert (see scheduler.c).
+int link_send_batch(sched *s, worker_link *w, int layer, int allow_load)
+{
+    int64_t n_groups = 0;
+    Coli__Group *g = calloc((size_t)w->n_rows, sizeof *g);
+    Coli__Group **gp = calloc((size_t)w->n_rows, sizeof *gp);
+    if (!g || !gp) {
+        free(g);
+        free(gp);
+        return coli_fail(COLI_ENOMEM, "worker %d: batch message", w->id);
+    }
+    for (int64_t r = 0; r < w->n_rows; r++) {
+        int32_t e = s->cur_ids[w->row_pair[r]];
+        if (n_groups == 0 || g[n_groups - 1].expert != e) {
+            coli__group__init(&g[n_groups]);
+            g[n_groups].expert = e;
+            g[n_groups].row_begin = r;
+            gp[n_groups] = &g[n_groups];
+            n_groups++;
+        }
+        g[n_groups - 1].n_rows++;
+    }
+    Coli__ExpertBatch b = COLI__EXPERT_BATCH__INIT;
+    b.layer = layer;
+    b.dtype = 0;
+    b.n_embd = s->n_embd;
+    b.n_rows = w->n_rows;
+    b.n_groups = (size_t)n_groups;
+    b.groups = gp;
+    b.allow_load = allow_load;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.request_id = ++s->next_req;
+    env.body_case = COLI__ENVELOPE__BODY_BATCH;
+    env.batch = &b;
+    int rc = wire_send(s->router, w->routing_id, w->routing_len, &env, w->x,
+                       (size_t)w->n_rows * (size_t)s->n_embd * sizeof(float), ZMQ_DONTWAIT);
+    free(g);
+    free(gp);
+    if (rc == 0) {
+        w->req_id = env.request_id;
+        w->sent_ns = wire_now_ns();
+    }
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+//  Stop a worker that answered garbage, and never use it again.
+static void s_quarantine(sched *s, worker_link *w, const char *why)
+{
+    if (s->verbose)
+        fprintf(stderr, "colibri: worker %d (%s) quarantined: %s\n", w->id, w->device, why);
+    stats_fallback(s, w, "garbage");
+    if (w->req_id)
+        sched_rows_lost(s, w);
+    link_set_state(w, LINK_QUARANTINED, why);
+    sup_kill(s, w);
+}
+
+static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
+{
+    if (w->state != LINK_STARTING || w->hello_ok)
+        return;
+    snprintf(w->device_name, sizeof w->device_name, "%s", h->device_name ? h->device_name : "");
+    if (h->status != COLI__STATUS__STATUS_OK) {
+        const char *why = h->reason && *h->reason ? h->reason : "worker said FAILED";
+        stats_fallback(s, w, strstr(why, "no device") ? "no_device" : "plugin_load");
+        link_set_state(w, LINK_FAILED, why);
+        fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id,
+                w->device, why);
+        return;
+    }
+    w->hello_ok = 1;
+    if (s->started && link_send_place(s, w) != 0)
+        sup_worker_lost(s, w, "crash", 1);
+}
+
+static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a)
+{
+    if (w->state != LINK_PLACING)
+        return;
+    if (a->status != COLI__STATUS__STATUS_OK) {
+        const char *why = a->reason && *a->reason ? a->reason : "placement refused";
+        stats_fallback(s, w, "alloc");
+        link_set_state(w, LINK_FAILED, why);
+        fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id,
+                w->device, why);
+        sup_kill(s, w);
+        return;
+    }
+    w->resident_experts = a->resident_experts;
+    w->resident_bytes = a->resident_bytes;
+    link_set_state(w, LINK_UP, "");
+}
+
+//  Is every output finite? (Checked only when every input was.)
+static int s_all_finite(const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) return 0;
+    return 1;
+}
+
+static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
+{
+    const Coli__ExpertResult *r = m->env->result;
+    uint64_t id = m->env->request_id;
+    if (w->state == LINK_HUNG && id == w->hung_req_id) {
+        s->late_dropped++;          /* its work was done elsewhere already */
+        w->hung_req_id = 0;
+        link_set_state(w, LINK_UP, "");
+        return;
+    }
+    if (!w->req_id || id != w->req_id) {
+        char why[96];
+        snprintf(why, sizeof why, "reply to request %llu, which it was not asked", (unsigned long long)id);
+        s_quarantine(s, w, why);
+        return;
+    }
+    if (r->status != COLI__STATUS__STATUS_OK) {
+        if (s->verbose)
+            fprintf(stderr, "colibri: worker %d (%s): %s\n", w->id, w->device, r->reason);
+        stats_fallback(s, w, "error");
+        sched_rows_lost(s, w);
+        return;
+    }
+    size_t n = (size_t)w->n_rows * (size_t)s->n_embd;
+    if (r->layer != s->cur_layer || r->n_embd != s->n_embd || r->n_rows != w->n_rows || r->dtype != 0 ||
+        !wire_payload_is(m, (int64_t)n)) {
+        s_quarantine(s, w, "reply sizes do not match the request");
+        return;
+    }
+    const float *out = zmq_msg_data((zmq_msg_t *)&m->payload);
+    if (w->x_finite && !s_all_finite(out, n)) {
+        s_quarantine(s, w, "non-finite output for finite input");
+        return;
+    }
+    stats_latency(&w->lat, (double)(wire_now_ns() - w->sent_ns) / 1e9);
+    w->batches++;
+    w->rows += (uint64_t)w->n_rows;
+    sched_rows_done(s, w, out);
+    w->req_id = 0;
+}
+
+// ---------------------------------------------------------------------------
+//  The worker a routing id names ("w<id>.<gen>" of the current generation).
+static worker_link *s_find(sched *s, const wire_msg *m, int *stale)
+{
+    char id[32];
+    *stale = 0;
+    if (m->peer_len == 0 || m->peer_len >= sizeof id)
+        return NULL;
+    memcpy(id, m->peer, m->peer_len);
+    id[m->peer_len] = 0;
+    int wid;
+    unsigned gen;
+    char tail;
+    if (sscanf(id, "w%d.%u%c", &wid, &gen, &tail) != 2 || wid < 0 || wid >= s->n_w)
+        return NULL;
+    worker_link *w = &s->w[wid];
+    if (gen != w->gen || w->routing_len != m->peer_len) {
+        *stale = gen < w->gen;
+        return NULL;
+    }
+    return w;
+}
+
+static void s_dispatch(sched *s, worker_link *w, const wire_msg *m)
+{
+    w->last_seen_ns = wire_now_ns();
+    switch (m->env->body_case) {
+    case COLI__ENVELOPE__BODY_HELLO: s_on_hello(s, w, m->env->hello); break;
+    case COLI__ENVELOPE__BODY_PLACE_ACK: s_on_place_ack(s, w, m->env->place_ack); break;
+    case COLI__ENVELOPE__BODY_RESULT: s_on_result(s, w, m); break;
+    case COLI__ENVELOPE__BODY_HEARTBEAT:
+        w->heartbeats++;
+        if (w->state == LINK_HUNG && w->hung_req_id &&
+            m->env->heartbeat->last_request_id >= w->hung_req_id) {
+            w->hung_req_id = 0; /* alive again; a late reply, if any, is stale now */
+            link_set_state(w, LINK_UP, "");
+        }
+        break;
+    default: break;
+    }
+}
+
+void link_poll(sched *s, int timeout_ms)
+{
+    zmq_pollitem_t items[1 + SCHED_MAX_WORKERS];
+    int n = 0, any_pidfd_missing = 0;
+    items[n++] = (zmq_pollitem_t){s->router, 0, ZMQ_POLLIN, 0};
+    for (int i = 0; i < s->n_w; i++) {
+        if (s->w[i].pid <= 0) continue;
+        if (s->w[i].pidfd >= 0) items[n++] = (zmq_pollitem_t){NULL, s->w[i].pidfd, ZMQ_POLLIN, 0};
+        else any_pidfd_missing = 1;
+    }
+    if (any_pidfd_missing && (timeout_ms < 0 || timeout_ms > 20))
+        timeout_ms = 20; /* fall back to polling waitpid */
+    if (timeout_ms != 0)
+        zmq_poll(items, n, timeout_ms);
+    for (;;) {
+        wire_msg m;
+        int rc = wire_recv(s->router, 1, ZMQ_DONTWAIT, &m);
+        if (rc == COLI_ETIMEOUT || rc == COLI_EIO)
+            break;
+        int stale = 0;
+        worker_link *w = rc == 0 ? s_find(s, &m, &stale) : NULL;
+        if (!w) {
+            if (stale) s->stale_dropped++;
+            else s->foreign_dropped++;
+        } else {
+            s_dispatch(s, w, &m);
+        }
+        wire_msg_clear(&m);
+    }
+    sup_tick(s);
+}

@@ -1,0 +1,98 @@
+/*
+ * worker.h - the worker process: one device, one plugin, one DEALER socket.
+ *
+ * Life: parse the command line -> connect -> load the plugin (dlopen) ->
+ * hello (OK or FAILED with the reason) -> Place (map the model, take
+ * ownership of the experts) -> serve batches and heartbeat from the main
+ * loop until Shutdown, or until the coordinator is gone (parent death for
+ * local workers), then exit.
+ */
+#ifndef COLI_WORKER_H
+#define COLI_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "plugins/plugin_abi.h"
+#include "proto/coli.pb-c.h"
+
+/* ---- fault injection (tests only; see docs/scheduler.md) ---------------- */
+typedef enum worker_fault_kind {
+    FAULT_NONE = 0,
+    FAULT_CRASH,          /* SIGKILL itself when the batch arrives */
+    FAULT_CRASH_DURING,   /* ... after computing, before replying */
+    FAULT_CRASH_AFTER,    /* ... right after replying */
+    FAULT_HANG,           /* SIGSTOP itself when the batch arrives */
+    FAULT_GARBAGE_NAN,    /* reply with a NaN in the output */
+    FAULT_GARBAGE_SIZE,   /* reply with one row too few */
+    FAULT_GARBAGE_ID,     /* reply under a request id never issued */
+    FAULT_FAIL_LOAD,      /* the plugin "fails to initialise" */
+} worker_fault_kind;
+
+typedef struct worker_fault {
+    worker_fault_kind kind;
+    int layer;            /* -1 = any layer */
+    int worker;           /* -1 = any worker id */
+    int64_t after;        /* matching batches to let through first */
+    int64_t seen;         /* matching batches seen so far */
+    int fired;
+} worker_fault;
+
+#define WORKER_MAX_FAULTS 8
+
+/* Parse COLI_FAULT ("KIND[@layer=L][@worker=W][:after=N]", comma list).
+ * Returns the number parsed or a negative coli_status naming the bad part. */
+int worker_fault_parse(const char *spec, worker_fault *out, int cap);
+/* The fault to act on for a batch of this layer (counting it), or NULL. */
+worker_fault *worker_fault_match(worker_fault *f, int n, int worker_id, int layer);
+const char *worker_fault_name(worker_fault_kind k);
+
+/* ---- the process ------------------------------------------------------- */
+typedef struct worker_args {
+    const char *connect;      /* endpoint the DEALER connects to */
+    const char *listen;       /* or binds (remote workers) */
+    const char *plugin;       /* "cpu", "cuda", ... */
+    const char *plugin_dir;   /* NULL: COLI_PLUGIN_DIR or <exe>/../lib */
+    int device_index;
+    int worker_id;
+    unsigned generation;
+    int n_threads;
+    uint64_t budget;
+    int parent_pid;           /* 0: not a local child */
+    int heartbeat_ms;
+} worker_args;
+
+typedef struct expert_set {     /* open-addressing set of (layer, expert) */
+    uint64_t *keys;
+    size_t cap, n;
+} expert_set;
+
+typedef struct worker {
+    worker_args a;
+    void *zctx, *sock;
+    void *dl;                   /* dlopen handle of the plugin */
+    const struct moe_plugin *plugin;
+    moe_device *dev;
+    moe_caps caps;
+    gguf_file *model;
+    expert_set resident;
+    float *out;                 /* result buffer, grown on demand */
+    size_t out_cap;
+    uint64_t batches, rows, last_request_id, hb_seq;
+    uint64_t last_hb_ns;
+    worker_fault faults[WORKER_MAX_FAULTS];
+    int n_faults;
+    int stop;
+} worker;
+
+int  worker_parse_args(int argc, char **argv, worker_args *a);
+int  worker_load_plugin(worker *w, char *why, size_t why_len);
+int  worker_serve(worker *w);   /* the main loop */
+void worker_close(worker *w);
+
+/* Handlers (worker_serve.c). */
+int worker_on_place(worker *w, const Coli__Envelope *env);
+int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t x_bytes);
+
+#endif

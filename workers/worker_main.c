@@ -1,0 +1,268 @@
+/*
+ * worker_main.c - coli-worker: the per-device worker process.
+ *
+ *   coli-worker --connect ipc:///tmp/coli-XXXX/coord --id 0 --plugin cpu \
+ *               [--device 0] [--budget BYTES] [--threads N] [--gen G]
+ *               [--parent-pid PID] [--plugin-dir DIR] [--heartbeat-ms MS]
+ *
+ * Local workers are started by the coordinator (coordinator/supervisor.c),
+ * which passes --parent-pid: the worker asks the kernel for SIGKILL when
+ * its parent dies and also checks getppid() every heartbeat, so it never
+ * outlives the coordinator by more than a heartbeat interval.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "coordinator/wire.h"
+#include "error.h"
+#include "worker.h"
+
+static void s_usage(void)
+{
+    fprintf(stderr, "usage: coli-worker (--connect EP | --listen EP) --plugin NAME [--device I]\n"
+                    "       [--id N] [--gen G] [--budget BYTES] [--threads N]\n"
+                    "       [--parent-pid PID] [--plugin-dir DIR] [--heartbeat-ms MS]\n");
+}
+
+//  Integer option value, or -1 (with a message) when it is not a number.
+static int s_num(const char *opt, const char *v, long long lo, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || errno || *end || x < lo)
+        return coli_fail(COLI_EINVAL, "coli-worker: %s: bad value '%s'", opt, v ? v : "");
+    *out = x;
+    return 0;
+}
+
+int worker_parse_args(int argc, char **argv, worker_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->heartbeat_ms = 200;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long x = 0;
+        int rc = 0;
+        if (!strcmp(o, "--connect")) a->connect = v;
+        else if (!strcmp(o, "--listen")) a->listen = v;
+        else if (!strcmp(o, "--plugin")) a->plugin = v;
+        else if (!strcmp(o, "--plugin-dir")) a->plugin_dir = v;
+        else if (!strcmp(o, "--device")) { rc = s_num(o, v, 0, &x); a->device_index = (int)x; }
+        else if (!strcmp(o, "--id")) { rc = s_num(o, v, 0, &x); a->worker_id = (int)x; }
+        else if (!strcmp(o, "--gen")) { rc = s_num(o, v, 0, &x); a->generation = (unsigned)x; }
+        else if (!strcmp(o, "--threads")) { rc = s_num(o, v, 0, &x); a->n_threads = (int)x; }
+        else if (!strcmp(o, "--budget")) { rc = s_num(o, v, 0, &x); a->budget = (uint64_t)x; }
+        else if (!strcmp(o, "--parent-pid")) { rc = s_num(o, v, 1, &x); a->parent_pid = (int)x; }
+        else if (!strcmp(o, "--heartbeat-ms")) { rc = s_num(o, v, 10, &x); a->heartbeat_ms = (int)x; }
+        else return coli_fail(COLI_EINVAL, "coli-worker: unknown option '%s'", o);
+        if (rc != 0) return rc;
+        if (!v) return coli_fail(COLI_EINVAL, "coli-worker: %s needs a value", o);
+        i++;
+    }
+    if (!a->connect == !a->listen)
+        return coli_fail(COLI_EINVAL, "coli-worker: give exactly one of --connect and --listen");
+    if (!a->plugin)
+        return coli_fail(COLI_EINVAL, "coli-worker: --plugin is required");
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+//  <dir of this executable>/../lib, where the Makefile puts the plugins.
+static void s_default_plugin_dir(char *out, size_t n)
+{
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) {
+        snprintf(out, n, "lib");
+        return;
+    }
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(out, n, "%.4000s/../lib", exe);
+}
+
+int worker_load_plugin(worker *w, char *why, size_t why_len)
+{
+    const char *name = w->a.plugin;
+    for (int i = 0; i < w->n_faults; i++)
+        if (w->faults[i].kind == FAULT_FAIL_LOAD && w->a.generation == 0 &&
+            (w->faults[i].worker < 0 || w->faults[i].worker == w->a.worker_id)) {
+            snprintf(why, why_len, "plugin '%s': init failed: fault injection fail-load", name);
+            return COLI_EDEVICE;
+        }
+    char dir[PATH_MAX], path[PATH_MAX + 64];
+    const char *env = getenv("COLI_PLUGIN_DIR");
+    if (w->a.plugin_dir) snprintf(dir, sizeof dir, "%s", w->a.plugin_dir);
+    else if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+    else s_default_plugin_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/libcoli-%s.so", dir, name);
+    w->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!w->dl) {
+        const char *e = dlerror();
+        const char *base = e ? strstr(e, "libcoli-") : NULL; /* drop the directory */
+        snprintf(why, why_len, "plugin '%s': %s", name, base ? base : (e ? e : "dlopen failed"));
+        return COLI_EDEVICE;
+    }
+    moe_plugin_get_fn get = (moe_plugin_get_fn)dlsym(w->dl, MOE_PLUGIN_SYMBOL);
+    if (!get) {
+        snprintf(why, why_len, "plugin '%s': libcoli-%s.so has no symbol %s", name, name,
+                 MOE_PLUGIN_SYMBOL);
+        return COLI_EDEVICE;
+    }
+    const struct moe_plugin *p = get();
+    if (!p || p->abi_major != MOE_PLUGIN_ABI_MAJOR) {
+        snprintf(why, why_len, "plugin '%s': ABI version %u.%u, this worker speaks %d.%d", name,
+                 p ? p->abi_major : 0, p ? p->abi_minor : 0, MOE_PLUGIN_ABI_MAJOR,
+                 MOE_PLUGIN_ABI_MINOR);
+        return COLI_EDEVICE;
+    }
+    if (p->struct_size < offsetof(struct moe_plugin, close) + sizeof p->close || !p->open ||
+        !p->get_caps || !p->load_expert || !p->run || !p->close) {
+        snprintf(why, why_len, "plugin '%s': function table incomplete", name);
+        return COLI_EDEVICE;
+    }
+    w->plugin = p;
+    return 0;
+}
+
+//  probe + open + caps; the reason lands in why.
+static int s_open_device(worker *w, char *why, size_t why_len)
+{
+    const struct moe_plugin *p = w->plugin;
+    if (p->probe) {
+        int n_dev = 0;
+        char pw[256] = "";
+        if (p->probe(&n_dev, pw, sizeof pw) != 0 || n_dev <= 0) {
+            snprintf(why, why_len, "plugin '%s': no device: %s", p->name, pw[0] ? pw : "none found");
+            return COLI_EDEVICE;
+        }
+        if (w->a.device_index >= n_dev) {
+            snprintf(why, why_len, "plugin '%s': no device %d (%d found)", p->name,
+                     w->a.device_index, n_dev);
+            return COLI_EDEVICE;
+        }
+    }
+    moe_open_opts o = {.device_index = w->a.device_index, .n_threads = w->a.n_threads,
+                       .memory_budget = w->a.budget, .fault = getenv("COLI_PLUGIN_FAULT")};
+    char err[256] = "";
+    int rc = p->open(&o, &w->dev, err, sizeof err);
+    if (rc != 0 || !w->dev) {
+        snprintf(why, why_len, "plugin '%s': open device %d: %s", p->name, w->a.device_index,
+                 err[0] ? err : coli_status_str(rc));
+        return rc ? rc : COLI_EDEVICE;
+    }
+    memset(&w->caps, 0, sizeof w->caps);
+    p->get_caps(w->dev, &w->caps);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+static int s_send_hello(worker *w, int ok, const char *why)
+{
+    Coli__Hello h = COLI__HELLO__INIT;
+    char device[64];
+    snprintf(device, sizeof device, "%s:%d", w->a.plugin, w->a.device_index);
+    h.plugin = (char *)w->a.plugin;
+    h.device = device;
+    h.status = ok ? COLI__STATUS__STATUS_OK : COLI__STATUS__STATUS_FAILED;
+    h.reason = (char *)(why ? why : "");
+    h.abi_major = MOE_PLUGIN_ABI_MAJOR;
+    h.abi_minor = MOE_PLUGIN_ABI_MINOR;
+    h.dtype_mask = w->caps.dtype_mask;
+    h.max_rows = w->caps.max_rows;
+    h.memory_total = w->caps.memory_total;
+    h.memory_budget = w->caps.memory_budget;
+    h.device_name = w->caps.device_name;
+    h.pid = (int32_t)getpid();
+    h.worker_id = w->a.worker_id;
+    h.generation = w->a.generation;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.body_case = COLI__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    return wire_send(w->sock, NULL, 0, &env, NULL, 0, 0);
+}
+
+static int s_connect(worker *w)
+{
+    w->zctx = zmq_ctx_new();
+    w->sock = w->zctx ? zmq_socket(w->zctx, ZMQ_DEALER) : NULL;
+    if (!w->sock)
+        return coli_fail(COLI_EIO, "coli-worker: zmq socket: %s", zmq_strerror(errno));
+    char id[64];
+    int n = snprintf(id, sizeof id, "w%d.%u", w->a.worker_id, w->a.generation);
+    zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, id, (size_t)n);
+    int rc = wire_socket_setup(w->sock, 0);
+    if (rc != 0)
+        return rc;
+    rc = w->a.connect ? zmq_connect(w->sock, w->a.connect) : zmq_bind(w->sock, w->a.listen);
+    if (rc != 0)
+        return coli_fail(COLI_EIO, "coli-worker: %s %s: %s", w->a.connect ? "connect" : "bind",
+                         w->a.connect ? w->a.connect : w->a.listen, zmq_strerror(errno));
+    return 0;
+}
+
+void worker_close(worker *w)
+{
+    if (w->plugin && w->dev)
+        w->plugin->close(&w->dev);
+    gguf_close(&w->model);
+    free(w->resident.keys);
+    free(w->out);
+    if (w->sock) zmq_close(w->sock);
+    if (w->zctx) zmq_ctx_term(w->zctx);
+    if (w->dl) dlclose(w->dl);
+    memset(w, 0, sizeof *w);
+}
+
+// ---------------------------------------------------------------------------
+int main(int argc, char **argv)
+{
+    static worker w;
+    if (worker_parse_args(argc, argv, &w.a) != 0) {
+        fprintf(stderr, "%s\n", coli_last_error());
+        s_usage();
+        return 2;
+    }
+    if (w.a.parent_pid) {
+        /* Die with the coordinator, even when it is SIGKILLed. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != w.a.parent_pid)
+            return 1;
+    }
+    int n = worker_fault_parse(getenv("COLI_FAULT"), w.faults, WORKER_MAX_FAULTS);
+    if (n < 0) {
+        fprintf(stderr, "coli-worker: %s\n", coli_last_error());
+        return 2;
+    }
+    w.n_faults = n;
+    if (s_connect(&w) != 0) {
+        fprintf(stderr, "%s\n", coli_last_error());
+        worker_close(&w);
+        return 1;
+    }
+    char why[512] = "";
+    int rc = worker_load_plugin(&w, why, sizeof why);
+    if (rc == 0)
+        rc = s_open_device(&w, why, sizeof why);
+    if (s_send_hello(&w, rc == 0, why) != 0 || rc != 0) {
+        /* Give the FAILED hello time to leave before the socket closes. */
+        int linger = 2000;
+        zmq_setsockopt(w.sock, ZMQ_LINGER, &linger, sizeof linger);
+        if (rc != 0)
+            fprintf(stderr, "coli-worker %d: %s\n", w.a.worker_id, why);
+        worker_close(&w);
+        return 1;
+    }
+    rc = worker_serve(&w);
+    worker_close(&w);
+    return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,300 @@
+/*
+ * worker_serve.c - the worker's main loop and its message handlers.
+ *
+ * One thread: poll the socket with the heartbeat interval as timeout, take
+ * every waiting message, heartbeat when due. A kernel that hangs therefore
+ * stops the heartbeat too, which is what the coordinator watches.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator/wire.h"
+#include "error.h"
+#include "expert_ffn.h"
+#include "worker.h"
+
+// ---------------------------------------------------------------------------
+//  Set of resident (layer, expert) pairs: open addressing, keys + 1 (0 = empty).
+static uint64_t s_key(int layer, int expert)
+{
+    return (((uint64_t)(uint32_t)layer << 32) | (uint32_t)expert) + 1;
+}
+
+static int s_set_has(const expert_set *s, uint64_t k)
+{
+    if (!s->cap) return 0;
+    for (size_t i = (k * 0x9E3779B97F4A7C15ULL) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+        if (s->keys[i] == k) return 1;
+        if (!s->keys[i]) return 0;
+    }
+}
+
+static int s_set_add(expert_set *s, uint64_t k)
+{
+    if ((s->n + 1) * 2 > s->cap) {
+        expert_set g = {calloc(s->cap ? s->cap * 2 : 64, sizeof(uint64_t)), s->cap ? s->cap * 2 : 64, 0};
+        if (!g.keys) return coli_fail(COLI_ENOMEM, "worker: expert set");
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->keys[i]) s_set_add(&g, s->keys[i]);
+        free(s->keys);
+        *s = g;
+    }
+    size_t i = (k * 0x9E3779B97F4A7C15ULL) & (s->cap - 1);
+    while (s->keys[i] && s->keys[i] != k) i = (i + 1) & (s->cap - 1);
+    if (!s->keys[i]) { s->keys[i] = k; s->n++; }
+    return 0;
+}
+
+//  Hand expert (layer, e) to the plugin unless it already holds it.
+static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len)
+{
+    uint64_t k = s_key(layer, e);
+    if (s_set_has(&w->resident, k))
+        return 0;
+    expert_weights ew;
+    int rc = expert_weights_from_gguf(w->model, layer, e, &ew);
+    if (rc != 0) {
+        snprintf(err, err_len, "%s", coli_last_error());
+        return rc;
+    }
+    moe_expert_desc d = {
+        .layer = layer, .expert = e, .n_embd = ew.n_embd, .n_ff = ew.n_ff,
+        .gate_type = ew.gate_type, .up_type = ew.up_type, .down_type = ew.down_type,
+        .gate = ew.gate, .up = ew.up, .down = ew.down,
+        .gate_bytes = coli_row_bytes(ew.gate_type, ew.n_embd) * (size_t)ew.n_ff,
+        .up_bytes = coli_row_bytes(ew.up_type, ew.n_embd) * (size_t)ew.n_ff,
+        .down_bytes = coli_row_bytes(ew.down_type, ew.n_ff) * (size_t)ew.n_embd,
+    };
+    rc = w->plugin->load_expert(w->dev, &d, err, err_len);
+    if (rc != 0)
+        return rc;
+    return s_set_add(&w->resident, k);
+}
+
+// ---------------------------------------------------------------------------
+static int s_send_place_ack(worker *w, int ok, const char *why)
+{
+    moe_stats st = {0};
+    if (w->plugin->get_stats) w->plugin->get_stats(w->dev, &st);
+    Coli__PlaceAck a = COLI__PLACE_ACK__INIT;
+    a.status = ok ? COLI__STATUS__STATUS_OK : COLI__STATUS__STATUS_FAILED;
+    a.reason = (char *)why;
+    a.resident_experts = st.resident_experts;
+    a.resident_bytes = st.resident_bytes;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.body_case = COLI__ENVELOPE__BODY_PLACE_ACK;
+    env.place_ack = &a;
+    return wire_send(w->sock, NULL, 0, &env, NULL, 0, 0);
+}
+
+//  Map the model (checking it is the coordinator's file) and load the experts.
+int worker_on_place(worker *w, const Coli__Envelope *env)
+{
+    const Coli__Place *p = env->place;
+    char why[512] = "";
+    if (!w->model) {
+        if (gguf_open(p->model_path, &w->model) != 0) {
+            snprintf(why, sizeof why, "%s", coli_last_error());
+            return s_send_place_ack(w, 0, why);
+        }
+        uint64_t size, hash;
+        wire_model_identity(w->model, &size, &hash);
+        if (size != p->model_size || hash != p->header_hash) {
+            snprintf(why, sizeof why, "model '%s': not the coordinator's file (size %llu vs %llu)",
+                     p->model_path, (unsigned long long)size, (unsigned long long)p->model_size);
+            gguf_close(&w->model);
+            return s_send_place_ack(w, 0, why);
+        }
+    }
+    for (size_t i = 0; i < p->n_experts; i++) {
+        int rc = s_load_expert(w, p->experts[i]->layer, p->experts[i]->expert, why, sizeof why);
+        if (rc != 0)
+            return s_send_place_ack(w, 0, why);
+    }
+    return s_send_place_ack(w, 1, "");
+}
+
+// ---------------------------------------------------------------------------
+static int s_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int ok,
+                         const char *why, const float *out, int64_t n_rows, uint64_t ns)
+{
+    Coli__ExpertResult r = COLI__EXPERT_RESULT__INIT;
+    r.layer = b->layer;
+    r.dtype = 0;
+    r.n_embd = b->n_embd;
+    r.n_rows = n_rows;
+    r.status = ok ? COLI__STATUS__STATUS_OK : COLI__STATUS__STATUS_FAILED;
+    r.reason = (char *)why;
+    r.compute_ns = ns;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.request_id = id;
+    env.body_case = COLI__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    size_t bytes = ok ? (size_t)n_rows * (size_t)b->n_embd * sizeof(float) : 0;
+    return wire_send(w->sock, NULL, 0, &env, ok ? out : NULL, bytes, 0);
+}
+
+//  Check the batch against its payload and our model; load missing experts
+//  when allowed. Writes the reason and returns nonzero when it is refused.
+static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes,
+                         moe_batch_group *groups, char *why, size_t why_len)
+{
+    if (!w->model)
+        return snprintf(why, why_len, "batch before placement"), 1;
+    if (b->dtype != 0 || b->n_embd <= 0 || b->n_embd > (1 << 20) || b->n_rows <= 0 ||
+        b->n_rows > COLI_MAX_MSG_BYTES / 4 / b->n_embd)
+        return snprintf(why, why_len, "batch: bad shape (%lld rows of %lld, dtype %u)",
+                        (long long)b->n_rows, (long long)b->n_embd, b->dtype), 1;
+    if (x_bytes != (size_t)b->n_rows * (size_t)b->n_embd * sizeof(float))
+        return snprintf(why, why_len, "batch: payload %zu bytes, header says %lld x %lld F32",
+                        x_bytes, (long long)b->n_rows, (long long)b->n_embd), 1;
+    int64_t next = 0;
+    for (size_t g = 0; g < b->n_groups; g++) {
+        const Coli__Group *gr = b->groups[g];
+        if (gr->row_begin != next || gr->n_rows <= 0 || gr->n_rows > b->n_rows - next)
+            return snprintf(why, why_len, "batch: group %zu does not continue the rows", g), 1;
+        next += gr->n_rows;
+        uint64_t k = s_key(b->layer, gr->expert);
+        if (!s_set_has(&w->resident, k)) {
+            if (!b->allow_load)
+                return snprintf(why, why_len, "expert %d of layer %d is not resident",
+                                gr->expert, b->layer), 1;
+            if (s_load_expert(w, b->layer, gr->expert, why, why_len) != 0)
+                return 1;
+        }
+        groups[g] = (moe_batch_group){b->layer, gr->expert, gr->row_begin, gr->n_rows};
+    }
+    if (next != b->n_rows)
+        return snprintf(why, why_len, "batch: groups cover %lld of %lld rows", (long long)next,
+                        (long long)b->n_rows), 1;
+    return 0;
+}
+
+//  Misbehave as COLI_FAULT asked (tests). Returns 1 if the reply was replaced.
+static int s_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b)
+{
+    int64_t n = b->n_rows;
+    switch (f->kind) {
+    case FAULT_GARBAGE_NAN: w->out[0] = NAN; break;
+    case FAULT_GARBAGE_SIZE: n = n - 1; break;
+    case FAULT_GARBAGE_ID: id += 1000003; break;
+    case FAULT_CRASH_DURING: raise(SIGKILL); break;
+    default: return 0;
+    }
+    s_send_result(w, id, b, 1, "", w->out, n, 0);
+    return 1;
+}
+
+int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t x_bytes)
+{
+    const Coli__ExpertBatch *b = env->batch;
+    w->last_request_id = env->request_id;
+    worker_fault *f = w->a.generation == 0
+        ? worker_fault_match(w->faults, w->n_faults, w->a.worker_id, b->layer) : NULL;
+    if (f && f->kind == FAULT_CRASH) raise(SIGKILL);
+    if (f && f->kind == FAULT_HANG) raise(SIGSTOP);
+    char why[512] = "";
+    moe_batch_group *groups = calloc(b->n_groups ? b->n_groups : 1, sizeof *groups);
+    if (!groups)
+        return s_send_result(w, env->request_id, b, 0, "worker: out of memory", NULL, 0, 0);
+    int rc = s_check_batch(w, b, x_bytes, groups, why, sizeof why);
+    size_t need = rc ? 0 : (size_t)b->n_rows * (size_t)b->n_embd;
+    if (rc == 0 && need > w->out_cap) {
+        float *o = realloc(w->out, need * sizeof(float));
+        if (!o) rc = snprintf(why, sizeof why, "worker: out of memory for %zu outputs", need);
+        else { w->out = o; w->out_cap = need; }
+    }
+    uint64_t t0 = wire_now_ns();
+    if (rc == 0 && w->plugin->run(w->dev, groups, (int32_t)b->n_groups, x, b->n_rows, b->n_embd,
+                                  w->out, why, sizeof why) != 0)
+        rc = 1;
+    uint64_t ns = wire_now_ns() - t0;
+    free(groups);
+    if (rc != 0)
+        return s_send_result(w, env->request_id, b, 0, why, NULL, 0, ns);
+    w->batches++;
+    w->rows += (uint64_t)b->n_rows;
+    if (f && s_fault_reply(w, f, env->request_id, b))
+        return 0;
+    rc = s_send_result(w, env->request_id, b, 1, "", w->out, b->n_rows, ns);
+    if (f && f->kind == FAULT_CRASH_AFTER) raise(SIGKILL);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+static void s_heartbeat(worker *w)
+{
+    Coli__Heartbeat h = COLI__HEARTBEAT__INIT;
+    h.seq = ++w->hb_seq;
+    h.last_request_id = w->last_request_id;
+    h.batches = w->batches;
+    h.rows = w->rows;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.body_case = COLI__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &h;
+    /* Never block on a heartbeat: a full queue means the coordinator is busy. */
+    wire_send(w->sock, NULL, 0, &env, NULL, 0, ZMQ_DONTWAIT);
+    w->last_hb_ns = wire_now_ns();
+}
+
+static void s_send_stats(worker *w)
+{
+    moe_stats st = {0};
+    if (w->plugin->get_stats) w->plugin->get_stats(w->dev, &st);
+    Coli__StatsReply r = COLI__STATS_REPLY__INIT;
+    r.resident_experts = st.resident_experts;
+    r.resident_bytes = st.resident_bytes;
+    r.calls = st.calls;
+    r.rows = st.rows;
+    r.failed_loads = st.failed_loads;
+    r.kernel_seconds = st.kernel_seconds;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.body_case = COLI__ENVELOPE__BODY_STATS;
+    env.stats = &r;
+    wire_send(w->sock, NULL, 0, &env, NULL, 0, ZMQ_DONTWAIT);
+}
+
+//  Take one waiting message. Returns 0 when one was handled, 1 when none waits.
+static int s_handle_one(worker *w)
+{
+    wire_msg m;
+    int rc = wire_recv(w->sock, 0, ZMQ_DONTWAIT, &m);
+    if (rc == COLI_ETIMEOUT)
+        return 1;
+    if (rc != 0) {
+        fprintf(stderr, "coli-worker %d: dropped a message: %s\n", w->a.worker_id, coli_last_error());
+        return 0;
+    }
+    const void *x = m.has_payload ? zmq_msg_data(&m.payload) : NULL;
+    size_t xb = m.has_payload ? zmq_msg_size(&m.payload) : 0;
+    switch (m.env->body_case) {
+    case COLI__ENVELOPE__BODY_PLACE: worker_on_place(w, m.env); break;
+    case COLI__ENVELOPE__BODY_BATCH: worker_on_batch(w, m.env, x, xb); break;
+    case COLI__ENVELOPE__BODY_STATS_REQUEST: s_send_stats(w); break;
+    case COLI__ENVELOPE__BODY_SHUTDOWN: w->stop = 1; break;
+    default: break; /* nothing else is for us; ignore */
+    }
+    wire_msg_clear(&m);
+    return 0;
+}
+
+int worker_serve(worker *w)
+{
+    s_heartbeat(w);
+    while (!w->stop) {
+        zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, w->a.heartbeat_ms);
+        if (w->a.parent_pid && getppid() != w->a.parent_pid)
+            return 0; /* the coordinator is gone: so are we */
+        while (!w->stop && s_handle_one(w) == 0)
+            if (wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
+                s_heartbeat(w);
+        if (wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
+            s_heartbeat(w);
+    }
+    return 0;
+}
