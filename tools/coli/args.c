@@ -37,8 +37,8 @@ static const arg_spec *find_spec(const arg_spec *specs, int n, const char *name,
 /* Describe the allowed range for a message: ">= 0", "in (0, 1]", ... */
 static void range_text(const arg_spec *s, char *buf, size_t cap) {
     int has_max = s->max > s->min;
-    if (!has_max) snprintf(buf, cap, "must be %s %g", s->min_open ? ">" : ">=", s->min);
-    else snprintf(buf, cap, "must be in %s%g, %g]", s->min_open ? "(" : "[", s->min, s->max);
+    if (!has_max) snprintf(buf, cap, "must be %s %.10g", s->min_open ? ">" : ">=", s->min);
+    else snprintf(buf, cap, "must be in %s%.10g, %.10g]", s->min_open ? "(" : "[", s->min, s->max);
 }
 
 static int in_range(const arg_spec *s, double v) {
