@@ -25,10 +25,18 @@
 #define ALWAYS static inline __attribute__((always_inline))
 
 /* tile sizes (rows x tokens); see tools/bench_matmul.c */
+#ifndef F_RM
 #define F_RM 4
+#endif
+#ifndef F_RN
 #define F_RN 3
+#endif
+#ifndef Q_RM
 #define Q_RM 4
+#endif
+#ifndef Q_RN
 #define Q_RN 2
+#endif
 
 /* ---- input preparation ------------------------------------------------- */
 

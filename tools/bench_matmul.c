@@ -3,7 +3,7 @@
  * (2816 rows of 1024 values: bench-mixtral's gate/up; down has the same
  * size) for every weight type, for n_tok = 1 (decode) and 64 (prefill).
  *
- *   bench_matmul [--threads N] [--portable] [--seconds S] [--rows R] [--cols C]
+ *   bench_matmul [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]
  *
  * Decode rotates through enough copies of the matrix to exceed the caches,
  * so GB/s is memory bandwidth. "model tok/s" is what bench-mixtral would
@@ -18,9 +18,9 @@
 #include "matmul.h"
 #include "quant.h"
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -30,7 +30,7 @@ static float frand(unsigned *s) {
 }
 
 typedef struct bench_cfg {
-    int threads, portable;
+    int threads, portable, hot;
     double seconds;
     int64_t rows, cols;
 } bench_cfg;
@@ -56,7 +56,7 @@ static uint8_t *make_weights(const bench_cfg *c, coli_dtype t, int copies, size_
 static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok) {
     size_t row_bytes;
     size_t mat = coli_row_bytes(t, c->cols) * (size_t)c->rows;
-    int copies = n_tok == 1 ? (int)((512u << 20) / mat + 1) : 1;
+    int copies = n_tok == 1 && !c->hot ? (int)((512u << 20) / mat + 1) : 1;
     uint8_t *w = make_weights(c, t, copies, &row_bytes);
     float *x = malloc((size_t)n_tok * (size_t)c->cols * sizeof(float));
     float *y = malloc((size_t)n_tok * (size_t)c->rows * sizeof(float));
@@ -64,7 +64,7 @@ static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_d
     unsigned seed = 11;
     for (int64_t i = 0; i < n_tok * c->cols; i++) x[i] = frand(&seed);
     int64_t iters = 0;
-    double t0 = now_s(), t1 = t0;
+    double t0 = clock_s(CLOCK_MONOTONIC), t1 = t0, c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     while (t1 - t0 < c->seconds || iters < 3) {
         const uint8_t *wi = w + (size_t)(iters % copies) * mat;
         if (coli_matmul(pool, s, wi, t, c->cols, c->rows, x, n_tok, y)) {
@@ -72,14 +72,19 @@ static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_d
             return 1;
         }
         iters++;
-        t1 = now_s();
+        t1 = clock_s(CLOCK_MONOTONIC);
     }
     double per = (t1 - t0) / (double)iters;
+    /* CPU seconds per call per thread: what a call costs on an idle machine
+     * (the wall clock also counts time other processes took the cores) */
+    double cpu = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / (double)iters / c->threads;
     double gbs = (double)mat / per / 1e9;
     double gmacs = (double)c->rows * (double)c->cols * (double)n_tok / per / 1e9;
     double tok_s = (double)n_tok / per / 48.0;
-    printf("%-5s n_tok=%-3lld %8.3f ms  %6.2f GB/s  %7.2f GMAC/s  model tok/s %8.1f\n",
-           coli_dtype_name(t), (long long)n_tok, per * 1e3, gbs, gmacs, tok_s);
+    printf("%-5s n_tok=%-3lld %8.3f ms  %6.2f GB/s  %7.2f GMAC/s  model tok/s %8.1f"
+           "   | cpu-time: %8.3f ms %6.2f GB/s %8.1f tok/s\n",
+           coli_dtype_name(t), (long long)n_tok, per * 1e3, gbs, gmacs, tok_s,
+           cpu * 1e3, (double)mat / cpu / 1e9, (double)n_tok / cpu / 48.0);
     free(w); free(x); free(y);
     return 0;
 }
@@ -88,11 +93,12 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) c->threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--portable")) c->portable = 1;
+        else if (!strcmp(argv[i], "--hot")) c->hot = 1;
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) c->seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) c->rows = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--cols") && i + 1 < argc) c->cols = atoll(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--portable] [--seconds S] [--rows R] [--cols C]\n",
+            fprintf(stderr, "usage: %s [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]\n",
                     argv[0]);
             return 1;
         }
@@ -110,6 +116,7 @@ int main(int argc, char **argv) {
     coli_matmul_force_portable(c.portable);
     coli_pool *pool = coli_pool_new(c.threads);
     if (!pool) { fprintf(stderr, "%s\n", coli_last_error()); return 1; }
+    if (c.threads <= 0) { fprintf(stderr, "bench_matmul: --threads >= 1\n"); return 2; }
     printf("matmul %lld x %lld, %d threads, %s kernels\n", (long long)c.rows, (long long)c.cols,
            coli_pool_size(pool), coli_matmul_impl());
     coli_scratch s = {0};
