@@ -1,0 +1,228 @@
+/*
+ * test_matmul.c - coli_matmul for every weight type against a float64
+ * reference (dequantized weights, inputs rounded as llama.cpp does), the
+ * AVX2 and portable paths against each other, and the determinism
+ * contract of matmul.h: a row alone, in a batch, on 1 or 2 threads gives
+ * the same bits.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "colibri.h"
+#include "cpu_features.h"
+#include "matmul.h"
+#include "quant.h"
+
+static const coli_dtype k_types[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0};
+#define N_TYPES 5
+
+static float frand(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)(*s >> 8) / 8388608.0f - 1.0f;
+}
+
+typedef struct problem {
+    coli_dtype t;
+    int64_t n_in, n_out, n_tok;
+    uint8_t *w;   /* quantized weights */
+    float *x;     /* (n_tok, n_in) */
+} problem;
+
+static problem make_problem(coli_dtype t, int64_t n_in, int64_t n_out, int64_t n_tok, unsigned seed) {
+    problem p = {t, n_in, n_out, n_tok, NULL, NULL};
+    size_t rb = coli_row_bytes(t, n_in);
+    p.w = malloc(rb * (size_t)n_out);
+    p.x = malloc(sizeof(float) * (size_t)(n_in * n_tok));
+    float *row = malloc(sizeof(float) * (size_t)n_in);
+    cr_assert(p.w && p.x && row);
+    for (int64_t r = 0; r < n_out; r++) {
+        for (int64_t k = 0; k < n_in; k++) row[k] = frand(&seed) * (1.0f + (float)(r % 3));
+        coli_quantize_row(t, row, p.w + (size_t)r * rb, n_in);
+    }
+    for (int64_t i = 0; i < n_in * n_tok; i++) p.x[i] = frand(&seed) * (i % 7 == 0 ? 4.0f : 1.0f);
+    free(row);
+    return p;
+}
+
+static void free_problem(problem *p) { free(p->w); free(p->x); }
+
+/* x as the kernels see it: rounded to the weight type's input format. */
+static void rounded_input(coli_dtype t, const float *x, int64_t n, double *out) {
+    if (t == COLI_F32) { for (int64_t i = 0; i < n; i++) out[i] = x[i]; return; }
+    if (t == COLI_F16) { for (int64_t i = 0; i < n; i++) out[i] = coli_fp16_to_fp32(coli_fp32_to_fp16(x[i])); return; }
+    if (t == COLI_BF16) { for (int64_t i = 0; i < n; i++) out[i] = coli_bf16_to_fp32(coli_fp32_to_bf16(x[i])); return; }
+    block_q8_0 *b = malloc(sizeof(block_q8_0) * (size_t)(n / COLI_QK));
+    coli_quantize_act_q8_0(x, b, n);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (double)coli_fp16_to_fp32(b[i / COLI_QK].d) * b[i / COLI_QK].qs[i % COLI_QK];
+    free(b);
+}
+
+/* y_ref in float64, and the magnitude sum |w||x| each y may err by a
+ * relative few float ulps of. */
+static void reference(const problem *p, double *y, double *mag) {
+    size_t rb = coli_row_bytes(p->t, p->n_in);
+    float *w = malloc(sizeof(float) * (size_t)p->n_in);
+    double *xr = malloc(sizeof(double) * (size_t)p->n_in);
+    for (int64_t t = 0; t < p->n_tok; t++) {
+        rounded_input(p->t, p->x + t * p->n_in, p->n_in, xr);
+        for (int64_t o = 0; o < p->n_out; o++) {
+            coli_dequantize_row(p->t, p->w + (size_t)o * rb, w, p->n_in);
+            double s = 0, m = 0;
+            for (int64_t k = 0; k < p->n_in; k++) { s += (double)w[k] * xr[k]; m += fabs((double)w[k] * xr[k]); }
+            y[t * p->n_out + o] = s;
+            mag[t * p->n_out + o] = m;
+        }
+    }
+    free(w);
+    free(xr);
+}
+
+static float *run(const problem *p, coli_pool *pool, coli_scratch *s) {
+    float *y = malloc(sizeof(float) * (size_t)(p->n_out * p->n_tok));
+    int rc = coli_matmul(pool, s, p->w, p->t, p->n_in, p->n_out, p->x, p->n_tok, y);
+    cr_assert_eq(rc, 0, "%s: %s", coli_dtype_name(p->t), coli_last_error());
+    return y;
+}
+
+static void check_against_reference(int portable) {
+    if (!portable && !coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
+    coli_matmul_force_portable(portable);
+    cr_assert_str_eq(coli_matmul_impl(), portable ? "portable" : "avx2");
+    coli_pool *pool = coli_pool_new(2);
+    coli_scratch s = {0};
+    for (int i = 0; i < N_TYPES; i++) {
+        coli_dtype t = k_types[i];
+        /* float types get an n_in that is not a multiple of 8 (tails) */
+        int64_t n_in = t == COLI_Q8_0 || t == COLI_Q4_0 ? 160 : 101;
+        problem p = make_problem(t, n_in, 37, 9, 100u + (unsigned)i);
+        double *yr = malloc(sizeof(double) * 37 * 9), *mag = malloc(sizeof(double) * 37 * 9);
+        reference(&p, yr, mag);
+        float *y = run(&p, pool, &s);
+        for (int64_t j = 0; j < 37 * 9; j++)
+            cr_assert_leq(fabs((double)y[j] - yr[j]), 1e-6 * mag[j] + 1e-30,
+                          "%s %s: y[%lld] = %.9g, reference %.9g", coli_matmul_impl(),
+                          coli_dtype_name(t), (long long)j, y[j], yr[j]);
+        free(y); free(yr); free(mag);
+        free_problem(&p);
+    }
+    coli_scratch_free(&s);
+    coli_pool_destroy(&pool);
+    coli_matmul_force_portable(0);
+}
+
+Test(matmul, avx2_matches_float64_reference) { check_against_reference(0); }
+Test(matmul, portable_matches_float64_reference) { check_against_reference(1); }
+
+Test(matmul, avx2_and_portable_agree) {
+    if (!coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
+    coli_scratch s = {0};
+    for (int i = 0; i < N_TYPES; i++) {
+        problem p = make_problem(k_types[i], 1024, 70, 5, 7u + (unsigned)i);
+        coli_matmul_force_portable(0);
+        float *a = run(&p, NULL, &s);
+        coli_matmul_force_portable(1);
+        float *b = run(&p, NULL, &s);
+        coli_matmul_force_portable(0);
+        for (int64_t j = 0; j < 70 * 5; j++) {
+            float tol = 2e-5f * (fabsf(a[j]) + 1.0f) * 32.0f;
+            cr_assert_leq(fabsf(a[j] - b[j]), tol, "%s y[%lld]: avx2 %.9g portable %.9g",
+                          coli_dtype_name(k_types[i]), (long long)j, a[j], b[j]);
+        }
+        free(a); free(b);
+        free_problem(&p);
+    }
+    coli_scratch_free(&s);
+}
+
+/* Each token alone == the same token in a batch of 7, with 1 and 2
+ * threads, bit for bit (matmul.h's contract). */
+static void check_determinism(int portable) {
+    if (!portable && !coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
+    coli_matmul_force_portable(portable);
+    coli_pool *p1 = coli_pool_new(1), *p2 = coli_pool_new(2);
+    coli_scratch s = {0};
+    for (int i = 0; i < N_TYPES; i++) {
+        const int64_t n_out = 301, n_tok = 7; /* odd rows: partial tiles and chunks */
+        problem p = make_problem(k_types[i], 96, n_out, n_tok, 55u + (unsigned)i);
+        float *batch1 = run(&p, p1, &s), *batch2 = run(&p, p2, &s);
+        cr_assert_eq(memcmp(batch1, batch2, sizeof(float) * (size_t)(n_out * n_tok)), 0,
+                     "%s: 1 vs 2 threads differ", coli_dtype_name(k_types[i]));
+        float alone[301];
+        for (int64_t t = 0; t < n_tok; t++) {
+            int rc = coli_matmul(t % 2 ? p2 : p1, &s, p.w, p.t, p.n_in, n_out, p.x + t * p.n_in, 1, alone);
+            cr_assert_eq(rc, 0);
+            cr_assert_eq(memcmp(alone, batch1 + t * n_out, sizeof alone), 0,
+                         "%s %s: token %lld alone differs from the batch", coli_matmul_impl(),
+                         coli_dtype_name(k_types[i]), (long long)t);
+        }
+        /* and a sub-batch (tokens 2..4) shifted to the front */
+        float sub[3 * 301];
+        cr_assert_eq(coli_matmul(p2, &s, p.w, p.t, p.n_in, n_out, p.x + 2 * p.n_in, 3, sub), 0);
+        cr_assert_eq(memcmp(sub, batch1 + 2 * n_out, sizeof sub), 0, "%s: sub-batch differs",
+                     coli_dtype_name(k_types[i]));
+        free(batch1); free(batch2);
+        free_problem(&p);
+    }
+    coli_scratch_free(&s);
+    coli_pool_destroy(&p1);
+    coli_pool_destroy(&p2);
+    coli_matmul_force_portable(0);
+}
+
+Test(matmul, avx2_row_alone_equals_row_in_batch) { check_determinism(0); }
+Test(matmul, portable_row_alone_equals_row_in_batch) { check_determinism(1); }
+
+Test(matmul, large_batch_crosses_token_blocks) {
+    /* 130 tokens: more than one block of 64 tokens per chunk */
+    coli_pool *pool = coli_pool_new(2);
+    coli_scratch s = {0};
+    problem p = make_problem(COLI_Q8_0, 256, 40, 130, 3);
+    float *y = run(&p, pool, &s);
+    float alone[40];
+    for (int64_t t = 0; t < 130; t += 43) {
+        cr_assert_eq(coli_matmul(pool, &s, p.w, p.t, 256, 40, p.x + t * 256, 1, alone), 0);
+        cr_assert_eq(memcmp(alone, y + t * 40, sizeof alone), 0, "token %lld", (long long)t);
+    }
+    free(y);
+    free_problem(&p);
+    coli_scratch_free(&s);
+    coli_pool_destroy(&pool);
+}
+
+Test(matmul, bad_arguments_fail_with_a_reason) {
+    float x[64] = {0}, y[4];
+    uint8_t w[4 * 68] = {0};
+    cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_Q8_0, 48, 2, x, 1, y), COLI_EINVAL);
+    cr_assert(strstr(coli_last_error(), "multiple of 32"), "%s", coli_last_error());
+    cr_assert_eq(coli_matmul(NULL, NULL, w, (coli_dtype)7, 32, 2, x, 1, y), COLI_EUNSUPPORTED);
+    cr_assert(strstr(coli_last_error(), "type 7"), "%s", coli_last_error());
+    cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_F32, 0, 2, x, 1, y), COLI_EINVAL);
+    cr_assert_eq(coli_matmul(NULL, NULL, NULL, COLI_F32, 8, 2, x, 1, y), COLI_EINVAL);
+    /* nothing to do is not an error */
+    cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_F32, 8, 2, x, 0, y), 0);
+    /* without a scratch (allocated and freed inside) */
+    cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_Q4_0, 64, 2, x, 1, y), 0);
+    cr_assert(y[0] == 0.0f && y[1] == 0.0f);
+}
+
+Test(matmul, scratch_is_reused) {
+    coli_scratch s = {0};
+    problem p = make_problem(COLI_F16, 64, 8, 4, 1);
+    float *y = run(&p, NULL, &s);
+    void *buf = s.buf;
+    size_t cap = s.cap;
+    cr_assert_not_null(buf);
+    cr_assert_geq(cap, coli_matmul_scratch_bytes(COLI_F16, 64, 4));
+    free(y);
+    y = run(&p, NULL, &s);
+    cr_assert_eq(s.buf, buf, "steady state must not reallocate");
+    free(y);
+    free_problem(&p);
+    coli_scratch_free(&s);
+    cr_assert_null(s.buf);
+    coli_scratch_free(NULL);
+    cr_assert_eq(coli_matmul_scratch_bytes(COLI_F32, 64, 4), 0);
+}
