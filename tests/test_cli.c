@@ -381,3 +381,23 @@ Test(cli, help_everywhere) {
         cli_result_free(&r);
     }
 }
+
+/* Every fixture (each architecture and weight type) generates through the CLI. */
+Test(cli, run_every_fixture) {
+    static const char *const files[] = {
+        "tiny-llama-dense-f32.gguf", "tiny-llama-moe-f16.gguf", "tiny-llama-moe-q8_0.gguf",
+        "tiny-llama-moe-q4_0.gguf", "tiny-olmoe-f32.gguf", "tiny-qwen2moe-f32.gguf",
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char rel[128], path[512];
+        snprintf(rel, sizeof rel, "fixtures/%s", files[i]);
+        cli_build_path(path, sizeof path, rel);
+        char *argv[] = {s_coli, "run", "-m", path, "-p", "Once upon a time", "-n", "4", "--temp", "0",
+                        "--inproc", "--kv-f16", NULL};
+        cli_result r = cli_run(argv);
+        cr_expect_eq(r.status, 0, "%s: status %d: %s", files[i], r.status, r.err);
+        cr_expect_gt(r.out_len, 1, "%s: no text", files[i]);
+        cr_expect_not_null(strstr(r.err, "coli run: prompt "), "%s: no summary: %s", files[i], r.err);
+        cli_result_free(&r);
+    }
+}
