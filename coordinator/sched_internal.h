@@ -78,6 +78,7 @@ typedef struct worker_link {
     char reason[256];
     int restart_limited;             /* DOWN for good: too many failures */
     int hello_ok;                    /* its hello said OK (this generation) */
+    uint64_t exit_seen_ns;           /* died before its hello: wait for a FAILED hello in flight */
     /* process */
     pid_t pid;
     int pidfd;                       /* -1 when pidfd_open is unavailable */

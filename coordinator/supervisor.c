@@ -87,6 +87,8 @@ int sup_spawn(sched *s, worker_link *w)
     if (w->pidfd < 0) w->pidfd = -1;
     w->req_id = 0;
     w->hung_req_id = 0;
+    w->hello_ok = 0;
+    w->exit_seen_ns = 0;
     link_set_state(w, LINK_STARTING, "");
     w->last_seen_ns = wire_now_ns();
     return 0;
@@ -165,7 +167,19 @@ void sup_tick(sched *s)
     for (int i = 0; i < s->n_w; i++) {
         worker_link *w = &s->w[i];
         if (w->pid > 0 && s_reap(w, 0)) {
+            if (w->state == LINK_STARTING && !w->hello_ok) {
+                /* A worker whose plugin failed says so and exits; its hello
+                 * may still be on the way. Judge it a little later. */
+                w->exit_seen_ns = now;
+                continue;
+            }
             if (w->state != LINK_DOWN)
+                sup_worker_lost(s, w, "crash", 1);
+            continue;
+        }
+        if (w->exit_seen_ns && (w->state != LINK_STARTING || now - w->exit_seen_ns > 200000000ULL)) {
+            w->exit_seen_ns = 0;
+            if (w->state == LINK_STARTING)
                 sup_worker_lost(s, w, "crash", 1);
             continue;
         }
