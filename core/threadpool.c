@@ -23,8 +23,9 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* ~50-100 us of spinning before sleeping */
-#define SPIN_ROUNDS 20000
+/* ~20-50 us of spinning before sleeping: long enough to catch the next
+ * matmul of a decode step, short enough not to steal a busy core */
+#define SPIN_ROUNDS 2048
 #define MAX_THREADS 512
 
 struct coli_pool {

@@ -1,0 +1,76 @@
+/*
+ * test_threadpool.c - every thread index runs exactly once per job, for
+ * many jobs in a row, and the pool's edges (NULL, one thread) behave.
+ */
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "threadpool.h"
+
+typedef struct count_job {
+    atomic_int hits[16];
+    atomic_int bad_nth;
+    int want_nth;
+} count_job;
+
+static void count_fn(void *arg, int ith, int nth) {
+    count_job *j = arg;
+    if (nth != j->want_nth || ith < 0 || ith >= 16) { atomic_fetch_add(&j->bad_nth, 1); return; }
+    atomic_fetch_add(&j->hits[ith], 1);
+}
+
+static void check_pool(int n) {
+    coli_pool *p = coli_pool_new(n);
+    cr_assert_not_null(p);
+    cr_assert_eq(coli_pool_size(p), n);
+    for (int rep = 0; rep < 400; rep++) {
+        count_job j;
+        memset(&j, 0, sizeof j);
+        j.want_nth = n;
+        coli_pool_run(p, count_fn, &j);
+        /* run returns only after every thread finished: counts are final */
+        cr_assert_eq(atomic_load(&j.bad_nth), 0, "wrong nth");
+        for (int i = 0; i < 16; i++)
+            cr_assert_eq(atomic_load(&j.hits[i]), i < n ? 1 : 0, "pool %d rep %d: ith %d ran %d times",
+                         n, rep, i, atomic_load(&j.hits[i]));
+        if (rep % 100 == 99) usleep(5000); /* let workers fall asleep, then wake them */
+    }
+    coli_pool_destroy(&p);
+    cr_assert_null(p);
+}
+
+Test(threadpool, one_thread) { check_pool(1); }
+Test(threadpool, two_threads) { check_pool(2); }
+Test(threadpool, three_threads) { check_pool(3); }
+
+Test(threadpool, null_pool_runs_on_caller) {
+    count_job j;
+    memset(&j, 0, sizeof j);
+    j.want_nth = 1;
+    coli_pool_run(NULL, count_fn, &j);
+    cr_assert_eq(atomic_load(&j.hits[0]), 1);
+    cr_assert_eq(coli_pool_size(NULL), 1);
+}
+
+Test(threadpool, destroy_accepts_null) {
+    coli_pool *p = NULL;
+    coli_pool_destroy(&p);
+    coli_pool_destroy(NULL);
+    p = coli_pool_new(3);
+    coli_pool_destroy(&p);   /* never ran a job */
+    cr_assert_null(p);
+}
+
+Test(threadpool, default_size_is_online_cores) {
+    coli_pool *p = coli_pool_new(0);
+    cr_assert_not_null(p);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    cr_assert_eq(coli_pool_size(p), n < 1 ? 1 : (int)n);
+    coli_pool_destroy(&p);
+}
+
+Test(threadpool, absurd_size_fails_with_a_reason) {
+    cr_assert_null(coli_pool_new(100000));
+}
