@@ -132,5 +132,38 @@ test: deps
 # GPU plugins: make CUDA=1 | HIP=1 | gpu-compile (see the file)
 include plugins/gpu/gpu.mk
 
+# ---- fuzzing (not part of `all`) ----------------------------------------------------
+# make fuzz [FUZZ_SECONDS=300]: libFuzzer + ASan + UBSan on the GGUF reader (one core),
+# seeded with small valid files written by tools/fuzz/gguf_seeds.c. New inputs are kept in
+# $(BUILD)/fuzz/corpus, crashes land in $(BUILD)/fuzz/crash-*. See docs/gguf.md.
+FUZZ_SECONDS ?= 300
+FUZZ_PKGS    := clang libclang-rt-14-dev
+FUZZ_DIR     := $(BUILD)/fuzz
+FUZZ_CORE    := core/gguf.c core/gguf_common.c core/gguf_writer.c core/tensor.c core/error.c
+FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -Icore
+.PHONY: fuzz fuzz-deps
+fuzz-deps:
+	@missing=""; for p in $(FUZZ_PKGS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make fuzz: installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+$(FUZZ_DIR)/fuzz_gguf: tools/fuzz/fuzz_gguf.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h core/gguf_internal.h | fuzz-deps
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  -o $@ tools/fuzz/fuzz_gguf.c $(FUZZ_CORE)
+
+$(FUZZ_DIR)/gguf_seeds: tools/fuzz/gguf_seeds.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h | fuzz-deps
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -o $@ tools/fuzz/gguf_seeds.c $(FUZZ_CORE)
+
+fuzz: $(FUZZ_DIR)/fuzz_gguf $(FUZZ_DIR)/gguf_seeds
+	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/seeds
+	$(FUZZ_DIR)/gguf_seeds $(FUZZ_DIR)/seeds
+	$(FUZZ_DIR)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_DIR)/ $(FUZZ_DIR)/corpus $(FUZZ_DIR)/seeds
+
 clean:
 	rm -rf build build-asan build-*
