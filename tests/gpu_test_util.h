@@ -1,0 +1,119 @@
+/*
+ * gpu_test_util.h - random experts of any weight type and the cpu plugin's
+ * answer for them, shared by the GPU tests (test_gpu_math.c on the host,
+ * test_gpu_plugin.c against a device).
+ */
+#ifndef COLI_TESTS_GPU_TEST_UTIL_H
+#define COLI_TESTS_GPU_TEST_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quant.h"
+#include "core/tensor.h"
+#include "plugins/cpu/cpu_plugin.h"
+#include "plugins/plugin_abi.h"
+
+static const coli_dtype gpu_test_dtypes[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0};
+#define GPU_TEST_N_DTYPES 5
+
+typedef struct test_expert {
+    moe_expert_desc desc;
+    void *gate, *up, *down; /* owned, in desc's types */
+} test_expert;
+
+/* xorshift64*: reproducible values in [-1, 1) */
+static inline float test_rand(uint64_t *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return (float)((*s * 0x2545f4914f6cdd1dull) >> 40) / 8388608.0f - 1.0f;
+}
+
+static inline void test_rand_rows(float *x, int64_t n, float scale, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t i = 0; i < n; i++) x[i] = scale * test_rand(&s);
+}
+
+/* rows x cols random values (scale/sqrt(cols)) stored as type t; NULL on OOM. */
+static inline void *test_matrix(coli_dtype t, int64_t rows, int64_t cols, uint64_t seed, size_t *bytes) {
+    const size_t rb = coli_row_bytes(t, cols);
+    unsigned char *m = (unsigned char *)malloc(rb * (size_t)rows);
+    float *row = (float *)malloc((size_t)cols * sizeof(float));
+    if (!m || !row) {
+        free(m);
+        free(row);
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        test_rand_rows(row, cols, 2.0f / sqrtf((float)cols), seed * 1000003u + (uint64_t)r);
+        coli_quantize_row(t, row, m + (size_t)r * rb, cols);
+    }
+    free(row);
+    *bytes = rb * (size_t)rows;
+    return m;
+}
+
+/* A random expert with all three matrices of type t. 0, or -1 on OOM. */
+static inline int test_expert_make(test_expert *te, int layer, int expert, coli_dtype t,
+                                   int64_t n_embd, int64_t n_ff, uint64_t seed) {
+    memset(te, 0, sizeof *te);
+    moe_expert_desc *d = &te->desc;
+    d->layer = layer;
+    d->expert = expert;
+    d->n_embd = n_embd;
+    d->n_ff = n_ff;
+    d->gate_type = d->up_type = d->down_type = (int32_t)t;
+    te->gate = test_matrix(t, n_ff, n_embd, seed * 3 + 0, &d->gate_bytes);
+    te->up = test_matrix(t, n_ff, n_embd, seed * 3 + 1, &d->up_bytes);
+    te->down = test_matrix(t, n_embd, n_ff, seed * 3 + 2, &d->down_bytes);
+    d->gate = te->gate;
+    d->up = te->up;
+    d->down = te->down;
+    return te->gate && te->up && te->down ? 0 : -1;
+}
+
+static inline void test_expert_free(test_expert *te) {
+    free(te->gate);
+    free(te->up);
+    free(te->down);
+    memset(te, 0, sizeof *te);
+}
+
+/* out (n_rows, n_embd) = the cpu plugin's answer for te on x. 0 or its status. */
+static inline int test_cpu_expert(const test_expert *te, const float *x, int64_t n_rows, float *out,
+                                  char *err, size_t err_len) {
+    const struct moe_plugin *p = coli_cpu_plugin();
+    moe_open_opts o;
+    memset(&o, 0, sizeof o);
+    o.n_threads = 1;
+    moe_device *dev = NULL;
+    int rc = p->open(&o, &dev, err, err_len);
+    if (rc) return rc;
+    rc = p->load_expert(dev, &te->desc, err, err_len);
+    moe_batch_group g = {te->desc.layer, te->desc.expert, 0, n_rows};
+    if (!rc) rc = p->run(dev, &g, 1, x, n_rows, te->desc.n_embd, out, err, err_len);
+    p->close(&dev);
+    return rc;
+}
+
+static inline float test_max_abs(const float *a, int64_t n) {
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
+    return m;
+}
+
+/* Largest |a - b|; NaN anywhere counts as infinitely different. */
+static inline float test_max_diff(const float *a, const float *b, int64_t n) {
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float d = fabsf(a[i] - b[i]);
+        if (d != d) return INFINITY;
+        m = d > m ? d : m;
+    }
+    return m;
+}
+
+#endif
