@@ -1,0 +1,225 @@
+/*
+ * test_scheduler_procs.c - processes and peers around the scheduler:
+ * plugins that cannot load (missing library, missing symbol, wrong ABI),
+ * a foreign peer sending garbage to the coordinator's endpoint, and no
+ * worker left behind when the coordinator is SIGKILLed.
+ */
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <zmq.h>
+
+#include "sched_util.h"
+
+#define MODEL "tiny-llama-moe-f32.gguf"
+
+static void s_env(void)
+{
+    setenv("COLI_LAYER_DEADLINE_MS", "5000", 1);
+    unsetenv("COLI_FAULT");
+}
+
+TestSuite(scheduler_procs, .init = s_env);
+
+//  A plugin directory holding the real cpu plugin plus `extra` as libcoli-cuda.so.
+static void s_plugin_dir(char *dir, size_t n, const char *extra)
+{
+    snprintf(dir, n, "/tmp/coli-plugtest-XXXXXX");
+    cr_assert(mkdtemp(dir), "mkdtemp");
+    const char *b = getenv("COLI_BUILD");
+    char src[1024], dst[1100];
+    char *real = realpath(b && *b ? b : "build", NULL);
+    cr_assert(real, "build directory");
+    snprintf(src, sizeof src, "%s/lib/libcoli-cpu.so", real);
+    free(real);
+    snprintf(dst, sizeof dst, "%s/libcoli-cpu.so", dir);
+    cr_assert_eq(symlink(src, dst), 0);
+    if (extra) {
+        snprintf(dst, sizeof dst, "%s/libcoli-cuda.so", dir);
+        cr_assert_eq(symlink(extra, dst), 0, "symlink %s", extra);
+    }
+    setenv("COLI_PLUGIN_DIR", dir, 1);
+}
+
+static void s_rm_plugin_dir(const char *dir)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+    unsetenv("COLI_PLUGIN_DIR");
+}
+
+//  cpu + cuda:0 where cuda cannot load: same output, one plugin_load fallback.
+static void s_expect_cuda_fails(const char *reason_part)
+{
+    const char *model = sched_fixture(MODEL);
+    gen_result ref, got;
+    sched_generate(model, "inproc", NULL, NULL, &ref);
+    sched_generate(model, "cpu,cuda:0", NULL, NULL, &got);
+    sched_assert_same(&ref, &got, "cpu,cuda:0 with a broken cuda plugin");
+    cr_expect_eq(sched_fallbacks(got.stats, "cuda:0", "plugin_load"), 1, "%s", got.stats);
+    cr_expect_eq(sched_field(got.stats, "fallbacks_total"), 1, "%s", got.stats);
+    char v[256];
+    sched_worker_field(got.stats, 1, "status", v, sizeof v);
+    cr_expect_str_eq(v, "failed");
+    sched_worker_field(got.stats, 1, "reason", v, sizeof v);
+    cr_expect(strstr(v, reason_part), "reason '%s' lacks '%s'", v, reason_part);
+    gen_free(&ref);
+    gen_free(&got);
+    sched_assert_no_orphans();
+}
+
+Test(scheduler_procs, plugin_missing_library)
+{
+    char dir[64];
+    s_plugin_dir(dir, sizeof dir, NULL);
+    s_expect_cuda_fails("plugin 'cuda': libcoli-cuda.so: cannot open shared object file");
+    s_rm_plugin_dir(dir);
+}
+
+Test(scheduler_procs, plugin_missing_symbol)
+{
+    char dir[64];
+    const char *libm = access("/lib/x86_64-linux-gnu/libm.so.6", R_OK) == 0
+                           ? "/lib/x86_64-linux-gnu/libm.so.6" : "/usr/lib/libm.so.6";
+    if (access(libm, R_OK) != 0) cr_skip_test("no libm.so.6 to stand in for a plugin");
+    s_plugin_dir(dir, sizeof dir, libm);
+    s_expect_cuda_fails("has no symbol moe_plugin_get");
+    s_rm_plugin_dir(dir);
+}
+
+//  A real shared library that says ABI 99: compiled here (skipped without cc).
+Test(scheduler_procs, plugin_wrong_abi)
+{
+    char dir[64], src[128], so[128], cmd[512];
+    snprintf(dir, sizeof dir, "/tmp/coli-abi-XXXXXX");
+    cr_assert(mkdtemp(dir));
+    snprintf(src, sizeof src, "%s/abi99.c", dir);
+    snprintf(so, sizeof so, "%s/libabi99.so", dir);
+    FILE *f = fopen(src, "w");
+    cr_assert(f);
+    fputs("#include \"plugins/plugin_abi.h\"\n"
+          "static const struct moe_plugin p = {99, 0, sizeof(struct moe_plugin), \"cuda\"};\n"
+          "const struct moe_plugin *moe_plugin_get(void) { return &p; }\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cc -shared -fPIC -I. -o %s %s 2>/dev/null", so, src);
+    if (system(cmd) != 0) cr_skip_test("no C compiler to build a wrong-ABI plugin");
+    char pdir[64];
+    s_plugin_dir(pdir, sizeof pdir, so);
+    s_expect_cuda_fails("ABI version 99.0");
+    s_rm_plugin_dir(pdir);
+    s_rm_plugin_dir(dir);
+}
+
+// ---------------------------------------------------------------------------
+typedef struct peer_plan { int done; } peer_plan;
+
+//  At step 1, a foreign DEALER sends garbage and a raw socket sends non-ZMTP bytes.
+static void s_foreign_hook(coli_model *m, int step, void *user)
+{
+    peer_plan *pp = user;
+    if (step != 1 || pp->done) return;
+    pp->done = 1;
+    char *js = NULL, ep[600];
+    cr_assert_eq(coli_model_stats_json(m, &js), 0);
+    sched_worker_field(js, 0, "endpoint", ep, sizeof ep);
+    free(js);
+    /* raw bytes on the unix socket: ZeroMQ's handshake rejects them */
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%.100s", ep + strlen("ipc://"));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+        cr_expect_gt(write(fd, "GET / HTTP/1.0\r\n\r\n\xff\x00\x01", 21), 0);
+    close(fd);
+    /* well-framed ZeroMQ messages that are not our protocol */
+    void *ctx = zmq_ctx_new(), *d = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
+    cr_assert_eq(zmq_connect(d, ep), 0);
+    zmq_send(d, "\xff\xfe garbage", 10, 0);                /* not protobuf */
+    zmq_send(d, "", 0, ZMQ_SNDMORE); zmq_send(d, "x", 1, 0); /* empty header + payload */
+    zmq_send(d, "\x08\x01", 2, 0);                          /* valid envelope, unknown peer */
+    /* wait until the coordinator has counted all three */
+    double until = sched_now() + 10;
+    long n = 0;
+    while (n < 3 && sched_now() < until) {
+        usleep(10000);
+        cr_assert_eq(coli_model_stats_json(m, &js), 0);
+        n = sched_field(js, "foreign_messages_dropped");
+        free(js);
+    }
+    zmq_close(d);
+    zmq_ctx_term(ctx);
+}
+
+Test(scheduler_procs, foreign_peer_garbage_is_dropped)
+{
+    const char *model = sched_fixture(MODEL);
+    gen_result ref, got;
+    peer_plan pp = {0};
+    sched_generate(model, "inproc", NULL, NULL, &ref);
+    sched_generate(model, "cpu:2", s_foreign_hook, &pp, &got);
+    sched_assert_same(&ref, &got, "cpu:2 with a foreign peer");
+    cr_expect_eq(sched_field(got.stats, "foreign_messages_dropped"), 3, "%s", got.stats);
+    cr_expect_eq(sched_field(got.stats, "fallbacks_total"), 0, "%s", got.stats);
+    gen_free(&ref);
+    gen_free(&got);
+    sched_assert_no_orphans();
+}
+
+// ---------------------------------------------------------------------------
+//  A coordinator in a child process starts 2 workers, reports their pids,
+//  then is SIGKILLed: the workers must exit within 2 s.
+Test(scheduler_procs, coordinator_sigkill_leaves_no_worker, .timeout = 60)
+{
+    const char *model = sched_fixture(MODEL);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        close(fds[0]);
+        coli_model_params mp;
+        coli_model_default_params(&mp);
+        mp.devices = "cpu:2";
+        coli_model *m = NULL;
+        if (coli_model_load(model, &mp, &m) != 0) _exit(3);
+        int pids[2] = {sched_worker_pid(m, 0), sched_worker_pid(m, 1)};
+        if (write(fds[1], pids, sizeof pids) != sizeof pids) _exit(4);
+        for (;;) pause();
+    }
+    close(fds[1]);
+    int pids[2] = {0, 0};
+    cr_assert_eq(read(fds[0], pids, sizeof pids), (ssize_t)sizeof pids, "coordinator child failed");
+    close(fds[0]);
+    cr_assert(!sched_proc_dead(pids[0]) && !sched_proc_dead(pids[1]));
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    sched_wait_dead(pids[0], 2.0);
+    sched_wait_dead(pids[1], 2.0);
+}
+
+Test(scheduler_procs, model_free_leaves_no_worker)
+{
+    const char *model = sched_fixture(MODEL);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "cpu:3";
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(model, &mp, &m), 0, "%s", coli_last_error());
+    cr_expect_eq(sched_count_workers_of(getpid()), 3);
+    coli_model_free(&m);
+    sched_assert_no_orphans();
+}
+
+Test(scheduler_procs, unknown_device_is_named)
+{
+    const char *model = sched_fixture(MODEL);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "cpu:1,tpu:0";
+    coli_model *m = NULL;
+    cr_assert_neq(coli_model_load(model, &mp, &m), 0);
+    cr_expect(strstr(coli_last_error(), "unknown device 'tpu:0'"), "%s", coli_last_error());
+    sched_assert_no_orphans();
+}
