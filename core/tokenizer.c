@@ -609,7 +609,7 @@ int coli_tokenizer_encode(const coli_tokenizer *tok, const char *text, size_t le
         rc = coli_fail(COLI_ERANGE, "tokenizer: %zu tokens, more than an int can count", out.n);
     if (rc == 0) {
         *n_out = (int)out.n;
-        if (out.n)
+        if (out.n && cap > 0)
             memcpy(ids, out.v, (out.n < (size_t)cap ? out.n : (size_t)cap) * sizeof(int32_t));
         if (out.n > (size_t)cap)
             rc = coli_fail(COLI_ERANGE, "tokenizer: %zu tokens do not fit in %d", out.n, cap);
