@@ -1,0 +1,396 @@
+/*
+ * test_gpu_plugin.c - the GPU plugin's own tests, through dlopen like the
+ * worker: libcoli-cuda.so / libcoli-hip.so from $COLI_GPU_PLUGIN, or
+ * $COLI_BUILD/lib/ (make CUDA=1 / HIP=1), or $COLI_BUILD/gpu/{cuda,hip}/
+ * (make gpu-compile, which `make test` runs where a toolchain is present).
+ *
+ * Without a device: the probe's reason must be precise (driver library
+ * missing, no device, driver older than runtime), open must fail with it,
+ * and the host-side argument checks still run. Tests that need a device
+ * skip, saying why. With one: kernels against the cpu plugin for every
+ * weight type, decode (<= 8 rows) and prefill shapes; bad device id;
+ * over-budget and oversized allocations; injected failures with the
+ * accounting unchanged and no sticky error; stats.
+ */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "colibri.h"
+#include "gpu_test_util.h"
+#include "plugins/gpu/gpu_host.h"
+#include "plugins/gpu/gpu_math.h"
+
+#define MAX_PLUGINS 6
+
+typedef struct gpu_plugin {
+    char path[512];
+    void *dl;
+    const struct moe_plugin *p;
+    int n_devices;
+    char why[256];
+} gpu_plugin;
+
+/* ---- finding and loading ---------------------------------------------------------- */
+
+static int find_plugins(char paths[][512], int cap) {
+    const char *env = getenv("COLI_GPU_PLUGIN"), *build = getenv("COLI_BUILD");
+    int n = 0;
+    if (env && *env) {
+        snprintf(paths[n++], 512, "%s", env);
+        return n;
+    }
+    if (!build || !*build) build = "build";
+    const char *rel[] = {"lib/libcoli-cuda.so", "lib/libcoli-hip.so", "gpu/cuda/libcoli-cuda.so",
+                         "gpu/hip/libcoli-hip.so"};
+    for (int i = 0; i < 4 && n < cap; i++) {
+        snprintf(paths[n], 512, "%s/%s", build, rel[i]);
+        if (access(paths[n], R_OK) == 0) n++;
+    }
+    return n;
+}
+
+/* dlopen + ABI checks + probe. 0, or -1 with why set (the plugin cannot load). */
+static int load_plugin(gpu_plugin *g, const char *path) {
+    memset(g, 0, sizeof *g);
+    snprintf(g->path, sizeof g->path, "%s", path);
+    g->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!g->dl) {
+        const char *e = dlerror();
+        snprintf(g->why, sizeof g->why, "%s", e ? e : "dlopen failed");
+        return -1;
+    }
+    moe_plugin_get_fn get = (moe_plugin_get_fn)dlsym(g->dl, MOE_PLUGIN_SYMBOL);
+    cr_assert(get, "%s: no symbol %s", path, MOE_PLUGIN_SYMBOL);
+    g->p = get();
+    cr_assert(g->p, "%s: moe_plugin_get returned NULL", path);
+    cr_assert_eq(g->p->abi_major, MOE_PLUGIN_ABI_MAJOR, "%s: ABI major", path);
+    cr_assert_eq(g->p->struct_size, sizeof(struct moe_plugin), "%s: struct_size", path);
+    cr_assert(!strcmp(g->p->name, "cuda") || !strcmp(g->p->name, "hip"), "%s: name '%s'", path, g->p->name);
+    char want[32];
+    snprintf(want, sizeof want, "libcoli-%s.so", g->p->name);
+    cr_assert(strstr(path, want), "%s: plugin calls itself '%s'", path, g->p->name);
+    cr_assert(g->p->probe && g->p->open && g->p->get_caps && g->p->load_expert && g->p->run &&
+              g->p->get_stats && g->p->close, "%s: incomplete function table", path);
+    cr_assert_eq(g->p->probe(&g->n_devices, g->why, sizeof g->why), 0, "%s: probe", path);
+    return 0;
+}
+
+/* The first plugin with a device, or skip the test with every plugin's reason. */
+static void need_device(gpu_plugin *g) {
+    char paths[MAX_PLUGINS][512], reasons[4096] = "";
+    const int n = find_plugins(paths, MAX_PLUGINS);
+    if (n == 0) cr_skip_test("skipped: no GPU plugin built (make CUDA=1, HIP=1 or gpu-compile)");
+    for (int i = 0; i < n; i++) {
+        if (load_plugin(g, paths[i]) == 0 && g->n_devices > 0) return;
+        size_t len = strlen(reasons);
+        snprintf(reasons + len, sizeof reasons - len, "%s%.300s: %.250s", len ? "; " : "", paths[i], g->why);
+        if (g->dl) dlclose(g->dl);
+    }
+    cr_skip_test("skipped: no GPU device (%s)", reasons);
+}
+
+static moe_device *open_dev(const gpu_plugin *g, uint64_t budget, const char *fault) {
+    moe_open_opts o;
+    memset(&o, 0, sizeof o);
+    o.memory_budget = budget;
+    o.fault = fault;
+    moe_device *dev = NULL;
+    char err[256] = "";
+    cr_assert_eq(g->p->open(&o, &dev, err, sizeof err), 0, "open: %s", err);
+    cr_assert(dev);
+    return dev;
+}
+
+static moe_stats stats_of(const gpu_plugin *g, moe_device *dev) {
+    moe_stats s;
+    cr_assert_eq(g->p->get_stats(dev, &s), 0);
+    return s;
+}
+
+static uint64_t expert_device_bytes(const moe_expert_desc *d) {
+    return gpu_align_up(gpu_align_up(d->gate_bytes) + gpu_align_up(d->up_bytes) + d->down_bytes);
+}
+
+/* ---- without a device ------------------------------------------------------------------- */
+
+static int reason_is_precise(const char *why) {
+    const char *known[] = {"libcuda.so.1 not found", "no CUDA device", "older than runtime",
+                           "no /dev/kfd", "no HIP device", "device count failed"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strstr(why, known[i])) return 1;
+    return 0;
+}
+
+Test(gpu_plugin, probe_gives_a_precise_reason_and_open_fails_with_it) {
+    char paths[MAX_PLUGINS][512];
+    const int n = find_plugins(paths, MAX_PLUGINS);
+    if (n == 0) cr_skip_test("skipped: no GPU plugin built (make CUDA=1, HIP=1 or gpu-compile)");
+    for (int i = 0; i < n; i++) {
+        gpu_plugin g;
+        if (load_plugin(&g, paths[i])) {
+            /* built but its runtime library is missing here: the loader names it */
+            cr_assert(strstr(g.why, "cannot open shared object file"), "%s: %s", paths[i], g.why);
+            cr_log_info("%s: cannot load: %s", paths[i], g.why);
+            continue;
+        }
+        cr_log_info("%s: %d device(s)%s%s", paths[i], g.n_devices, g.n_devices ? "" : ": ", g.why);
+        if (g.n_devices > 0) {
+            cr_assert_eq(g.why[0], '\0', "%s: devices found but a reason given: %s", paths[i], g.why);
+            continue;
+        }
+        cr_assert(reason_is_precise(g.why), "%s: vague probe reason '%s'", paths[i], g.why);
+        moe_open_opts o = {0};
+        moe_device *dev = (moe_device *)&o; /* must be reset to NULL */
+        char err[512] = "";
+        cr_assert_eq(g.p->open(&o, &dev, err, sizeof err), COLI_EDEVICE, "%s: open without device", paths[i]);
+        cr_assert_null(dev);
+        cr_assert(strstr(err, g.why), "%s: open error '%s' lacks the probe reason '%s'", paths[i], err, g.why);
+        g.p->close(&dev); /* accepts NULL */
+    }
+}
+
+Test(gpu_plugin, bad_options_are_refused_before_touching_a_device) {
+    char paths[MAX_PLUGINS][512];
+    const int n = find_plugins(paths, MAX_PLUGINS);
+    if (n == 0) cr_skip_test("skipped: no GPU plugin built (make CUDA=1, HIP=1 or gpu-compile)");
+    for (int i = 0; i < n; i++) {
+        gpu_plugin g;
+        if (load_plugin(&g, paths[i])) continue;
+        char err[256] = "";
+        moe_device *dev = NULL;
+        cr_assert_eq(g.p->open(NULL, &dev, err, sizeof err), COLI_EINVAL);
+        cr_assert(strstr(err, "NULL options"), "%s", err);
+        const char *bad[] = {"bogus@1", "alloc@0", "alloc@", "launch@x", "alloc@1,", "h2d@3-"};
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            moe_open_opts o = {0};
+            o.fault = bad[k];
+            cr_assert_eq(g.p->open(&o, &dev, err, sizeof err), COLI_EINVAL, "fault '%s' accepted", bad[k]);
+            cr_assert_null(dev);
+            cr_assert(strstr(err, "fault spec"), "fault '%s': %s", bad[k], err);
+        }
+        cr_assert_eq(g.p->get_caps(NULL, NULL), COLI_EINVAL);
+        cr_assert_eq(g.p->get_stats(NULL, NULL), COLI_EINVAL);
+        cr_assert_eq(g.p->load_expert(NULL, NULL, err, sizeof err), COLI_EINVAL);
+        cr_assert_eq(g.p->run(NULL, NULL, 0, NULL, 0, 1, NULL, err, sizeof err), COLI_EINVAL);
+    }
+}
+
+/* ---- with a device --------------------------------------------------------------------- */
+
+Test(gpu_plugin, bad_device_id_is_refused) {
+    gpu_plugin g;
+    need_device(&g);
+    moe_open_opts o = {0};
+    o.device_index = g.n_devices + 3;
+    moe_device *dev = NULL;
+    char err[256] = "";
+    cr_assert_eq(g.p->open(&o, &dev, err, sizeof err), COLI_EINVAL);
+    cr_assert_null(dev);
+    cr_assert(strstr(err, "no such device"), "%s", err);
+    o.device_index = -1;
+    cr_assert_eq(g.p->open(&o, &dev, err, sizeof err), COLI_EINVAL);
+}
+
+/* Groups over two experts of one type: decode-sized (1, 5, 8 rows) and
+ * prefill-sized (200 rows), against the cpu plugin row range by row range. */
+static void check_dtype(const gpu_plugin *g, coli_dtype t) {
+    const int64_t n_embd = 96, n_rows = 214;
+    const moe_batch_group groups[] = {{0, 0, 0, 1}, {0, 1, 1, 5}, {0, 0, 6, 8}, {0, 1, 14, 200}};
+    test_expert te[2];
+    cr_assert_eq(test_expert_make(&te[0], 0, 0, t, n_embd, 512, 40 + (uint64_t)t), 0);
+    cr_assert_eq(test_expert_make(&te[1], 0, 1, t, n_embd, 160, 80 + (uint64_t)t), 0);
+    float *x = malloc((size_t)(n_rows * n_embd) * sizeof *x), *out = calloc((size_t)(n_rows * n_embd), sizeof *out);
+    float *ref = calloc((size_t)(n_rows * n_embd), sizeof *ref);
+    cr_assert(x && out && ref);
+    test_rand_rows(x, n_rows * n_embd, 2.0f, 7 + (uint64_t)t);
+    char err[256] = "";
+    moe_device *dev = open_dev(g, 0, NULL);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(g->p->load_expert(dev, &te[i].desc, err, sizeof err), 0, "%s: %s", coli_dtype_name(t), err);
+    cr_assert_eq(g->p->run(dev, groups, 4, x, n_rows, n_embd, out, err, sizeof err), 0, "%s: %s",
+                 coli_dtype_name(t), err);
+    float diff[2] = {0, 0}, scale = 0;
+    for (int i = 0; i < 4; i++) {
+        const int64_t off = groups[i].row_begin * n_embd, n = groups[i].n_rows * n_embd;
+        cr_assert_eq(test_cpu_expert(&te[groups[i].expert], x + off, groups[i].n_rows, ref + off, err, sizeof err), 0);
+        const float d = test_max_diff(out + off, ref + off, n), s = test_max_abs(ref + off, n);
+        const int prefill = groups[i].n_rows > 8;
+        diff[prefill] = d > diff[prefill] ? d : diff[prefill];
+        scale = s > scale ? s : scale;
+    }
+    fprintf(stderr, "GPU-DIFF %s dtype=%s decode=%.3g prefill=%.3g scale=%.3g\n", g->p->name,
+            coli_dtype_name(t), diff[0], diff[1], scale);
+    const float tol = (gpu_dtype_is_quant(t) ? 2e-3f : 1e-4f) * scale;
+    cr_assert(diff[0] <= tol && diff[1] <= tol, "%s: max diff decode %g prefill %g > %g",
+              coli_dtype_name(t), diff[0], diff[1], tol);
+    g->p->close(&dev);
+    test_expert_free(&te[0]);
+    test_expert_free(&te[1]);
+    free(x), free(out), free(ref);
+}
+
+Test(gpu_plugin, kernels_match_cpu_plugin_for_every_type_decode_and_prefill) {
+    gpu_plugin g;
+    need_device(&g);
+    for (int i = 0; i < GPU_TEST_N_DTYPES; i++) check_dtype(&g, gpu_test_dtypes[i]);
+}
+
+Test(gpu_plugin, uploads_stop_at_the_budget) {
+    gpu_plugin g;
+    need_device(&g);
+    test_expert te[2];
+    cr_assert_eq(test_expert_make(&te[0], 3, 0, COLI_Q8_0, 256, 512, 1), 0);
+    cr_assert_eq(test_expert_make(&te[1], 3, 1, COLI_Q8_0, 256, 512, 2), 0);
+    const uint64_t one = expert_device_bytes(&te[0].desc);
+    moe_device *dev = open_dev(&g, one + one / 2, NULL);
+    moe_caps caps;
+    cr_assert_eq(g.p->get_caps(dev, &caps), 0);
+    cr_assert_eq(caps.memory_budget, one + one / 2);
+    char err[256] = "";
+    cr_assert_eq(g.p->load_expert(dev, &te[0].desc, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(g.p->load_expert(dev, &te[1].desc, err, sizeof err), COLI_ENOMEM);
+    cr_assert(strstr(err, "expert 3.1") && strstr(err, "budget"), "%s", err);
+    moe_stats s = stats_of(&g, dev);
+    cr_assert_eq(s.resident_experts, 1);
+    cr_assert_eq(s.resident_bytes, one);
+    cr_assert_eq(s.failed_loads, 1);
+    /* the expert that did not fit is not there; the one that did still works */
+    float x[256], out[256];
+    test_rand_rows(x, 256, 1.0f, 5);
+    moe_batch_group grp = {3, 1, 0, 1};
+    cr_assert_eq(g.p->run(dev, &grp, 1, x, 1, 256, out, err, sizeof err), COLI_EINVAL);
+    cr_assert(strstr(err, "not resident"), "%s", err);
+    grp.expert = 0;
+    cr_assert_eq(g.p->run(dev, &grp, 1, x, 1, 256, out, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(g.p->load_expert(dev, &te[0].desc, err, sizeof err), COLI_EINVAL, "double load accepted");
+    g.p->close(&dev);
+    cr_assert_null(dev);
+    test_expert_free(&te[0]);
+    test_expert_free(&te[1]);
+}
+
+Test(gpu_plugin, oversized_allocation_fails_cleanly) {
+    gpu_plugin g;
+    need_device(&g);
+    moe_device *dev = open_dev(&g, UINT64_MAX, NULL);
+    moe_caps caps;
+    cr_assert_eq(g.p->get_caps(dev, &caps), 0);
+    cr_assert(caps.memory_total > 0);
+    /* an F32 expert of 3x the device's memory; the host buffers are small:
+     * the allocation must fail before any copy is attempted */
+    static float small[64];
+    const int64_t n_embd = 32, n_ff = (int64_t)(caps.memory_total / 128 + 32) / 32 * 32;
+    moe_expert_desc d = {0};
+    d.layer = 9;
+    d.n_embd = n_embd;
+    d.n_ff = n_ff;
+    d.gate = d.up = d.down = small;
+    d.gate_bytes = d.up_bytes = d.down_bytes = (size_t)n_ff * (size_t)n_embd * 4;
+    char err[256] = "";
+    cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_ENOMEM, "%s", err);
+    cr_assert(strstr(err, "allocation"), "%s", err);
+    moe_stats s = stats_of(&g, dev);
+    cr_assert_eq(s.resident_experts, 0);
+    cr_assert_eq(s.resident_bytes, 0);
+    cr_assert_eq(s.failed_loads, 1);
+    /* no sticky error: a normal expert loads and computes right afterwards */
+    test_expert te;
+    cr_assert_eq(test_expert_make(&te, 0, 0, COLI_F16, 128, 256, 3), 0);
+    cr_assert_eq(g.p->load_expert(dev, &te.desc, err, sizeof err), 0, "%s", err);
+    float x[3 * 128], out[3 * 128], ref[3 * 128];
+    test_rand_rows(x, 3 * 128, 1.0f, 11);
+    moe_batch_group grp = {0, 0, 0, 3};
+    cr_assert_eq(g.p->run(dev, &grp, 1, x, 3, 128, out, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(test_cpu_expert(&te, x, 3, ref, err, sizeof err), 0);
+    cr_assert(test_max_diff(out, ref, 3 * 128) <= 1e-4f * test_max_abs(ref, 3 * 128));
+    g.p->close(&dev);
+    test_expert_free(&te);
+}
+
+Test(gpu_plugin, injected_failures_leave_accounting_unchanged_and_nothing_sticky) {
+    gpu_plugin g;
+    need_device(&g);
+    /* alloc 2 = second expert, h2d 4 = its retry's gate copy, launch 3 = first run's gate matmul */
+    moe_device *dev = open_dev(&g, 0, "alloc@2,h2d@4,launch@3");
+    test_expert te[2];
+    cr_assert_eq(test_expert_make(&te[0], 1, 0, COLI_Q4_0, 128, 256, 21), 0);
+    cr_assert_eq(test_expert_make(&te[1], 1, 1, COLI_Q4_0, 128, 256, 22), 0);
+    char err[256] = "";
+    cr_assert_eq(g.p->load_expert(dev, &te[0].desc, err, sizeof err), 0, "%s", err);
+    const moe_stats before = stats_of(&g, dev);
+    cr_assert_eq(g.p->load_expert(dev, &te[1].desc, err, sizeof err), COLI_ENOMEM);
+    cr_assert(strstr(err, "expert 1.1") && strstr(err, "allocation"), "%s", err);
+    cr_assert_eq(g.p->load_expert(dev, &te[1].desc, err, sizeof err), COLI_EDEVICE);
+    cr_assert(strstr(err, "upload of gate"), "%s", err);
+    moe_stats s = stats_of(&g, dev);
+    cr_assert_eq(s.resident_experts, before.resident_experts);
+    cr_assert_eq(s.resident_bytes, before.resident_bytes);
+    cr_assert_eq(s.failed_loads, 2);
+    cr_assert_eq(g.p->load_expert(dev, &te[1].desc, err, sizeof err), 0, "retry after faults: %s", err);
+
+    const int64_t n_rows = 20;
+    float x[20 * 128], out[20 * 128], ref[20 * 128];
+    test_rand_rows(x, n_rows * 128, 1.0f, 33);
+    const moe_batch_group grp[] = {{1, 0, 0, 4}, {1, 1, 4, 16}};
+    cr_assert_eq(g.p->run(dev, grp, 2, x, n_rows, 128, out, err, sizeof err), COLI_EDEVICE);
+    cr_assert(strstr(err, "gate matmul") && strstr(err, "injected"), "%s", err);
+    s = stats_of(&g, dev);
+    cr_assert_eq(s.calls, 0);
+    cr_assert_eq(s.resident_experts, 2);
+    cr_assert_eq(g.p->run(dev, grp, 2, x, n_rows, 128, out, err, sizeof err), 0, "after the fault: %s", err);
+    for (int i = 0; i < 2; i++) {
+        const int64_t off = grp[i].row_begin * 128;
+        cr_assert_eq(test_cpu_expert(&te[i], x + off, grp[i].n_rows, ref + off, err, sizeof err), 0);
+    }
+    cr_assert(test_max_diff(out, ref, n_rows * 128) <= 2e-3f * test_max_abs(ref, n_rows * 128));
+    s = stats_of(&g, dev);
+    cr_assert_eq(s.calls, 1);
+    cr_assert_eq(s.rows, (uint64_t)n_rows);
+    g.p->close(&dev);
+    test_expert_free(&te[0]);
+    test_expert_free(&te[1]);
+}
+
+Test(gpu_plugin, caps_and_stats_account_for_what_is_held_and_done) {
+    gpu_plugin g;
+    need_device(&g);
+    moe_device *dev = open_dev(&g, 0, NULL);
+    moe_caps caps;
+    cr_assert_eq(g.p->get_caps(dev, &caps), 0);
+    const uint32_t want = (1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_BF16) | (1u << COLI_Q8_0) | (1u << COLI_Q4_0);
+    cr_assert_eq(caps.dtype_mask & want, want);
+    cr_assert(caps.memory_total > 0 && caps.memory_budget > 0 && caps.memory_budget < caps.memory_total);
+    cr_assert(caps.device_name[0]);
+    test_expert te[3];
+    uint64_t bytes = 0;
+    char err[256] = "";
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(test_expert_make(&te[i], 2, i, gpu_test_dtypes[i], 128, 192, 60 + (uint64_t)i), 0);
+        cr_assert_eq(g.p->load_expert(dev, &te[i].desc, err, sizeof err), 0, "%s", err);
+        bytes += expert_device_bytes(&te[i].desc);
+    }
+    moe_stats s = stats_of(&g, dev);
+    cr_assert_eq(s.resident_experts, 3);
+    cr_assert_eq(s.resident_bytes, bytes);
+    cr_assert_eq(s.calls, 0);
+    float x[40 * 128], out[40 * 128];
+    test_rand_rows(x, 40 * 128, 1.0f, 4);
+    const moe_batch_group grp[] = {{2, 2, 0, 30}, {2, 0, 30, 0}, {2, 1, 30, 10}};
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(g.p->run(dev, grp, 3, x, 40, 128, out, err, sizeof err), 0, "%s", err);
+    s = stats_of(&g, dev);
+    cr_assert_eq(s.calls, 2);
+    cr_assert_eq(s.rows, 80);
+    cr_assert_eq(s.failed_loads, 0);
+    cr_assert(s.h2d_seconds > 0 && s.kernel_seconds > 0 && s.d2h_seconds > 0,
+              "times h2d %g kernel %g d2h %g", s.h2d_seconds, s.kernel_seconds, s.d2h_seconds);
+    const moe_batch_group bad = {2, 0, 35, 10};
+    cr_assert_eq(g.p->run(dev, &bad, 1, x, 40, 128, out, err, sizeof err), COLI_EINVAL);
+    cr_assert(strstr(err, "outside the batch"), "%s", err);
+    g.p->close(&dev);
+    for (int i = 0; i < 3; i++) test_expert_free(&te[i]);
+}
