@@ -117,6 +117,25 @@ run: deps
 	$(COLI) run -m $$( [ -f "$(MODEL)" ] && echo "$(MODEL)" || echo "$(BUILD)/fixtures/tiny-llama-moe-f32.gguf" ) \
 	  -p "$(PROMPT)" -n 64 --temp 0.7 --seed 1
 
+# ---- the bundled model: retrain tiny-moe-4e2r (docs/models.md) ----------------
+# Only this target needs these (make test stays lean). libopenblas0-pthread gives
+# Debian's torch a fast BLAS (its default reference BLAS is ~10x slower).
+TRAIN_PKGS := python3-torch python3-sentencepiece sentencepiece python3-matplotlib \
+              bible-kjv bible-kjv-text libopenblas0-pthread
+TRAIN_OUT ?= tools/train/out
+.PHONY: train train-deps
+train-deps:
+	@missing=""; for p in $(TRAIN_PKGS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make train-deps: installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+train: deps train-deps
+	/usr/bin/python3 tools/train/train.py --out $(TRAIN_OUT)
+	$(MAKE) $(COLI)
+	/usr/bin/python3 tools/train/export.py --out $(TRAIN_OUT) --coli $(COLI)
+
 # ---- tests ---------------------------------------------------------------------
 FIXTURES := $(BUILD)/fixtures/.stamp
 fixtures: $(FIXTURES)
