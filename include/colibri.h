@@ -164,6 +164,10 @@ int coli_quantize_file(const char *in_path, const char *out_path, const char *ty
 int coli_model_stats_json(const coli_model *m, char **json);
 /* The human-readable end-of-run summary (per worker lines), malloc'd. */
 int coli_model_stats_text(const coli_model *m, char **text);
+/* Where each expert of the model at path would go for a --devices string
+ * (`coli plan`), as text: per worker experts and bytes, then per layer the
+ * owner of each expert. Starts no worker. malloc'd; the caller frees it. */
+int coli_plan_text(const char *model_path, const char *devices, char **text);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,8 @@ static const command s_commands[] = {
     {"logits",     cmd_logits,     "teacher-forced top-k logits at every position of an id list"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"quantize",   cmd_quantize,   "write a copy of a model with its weights in another type"},
+    {"plan",       cmd_plan,       "print which expert goes to which worker for --devices"},
+    {"worker",     cmd_worker,     "run a worker process (what the coordinator starts per device)"},
 };
 #define N_COMMANDS ((int)(sizeof s_commands / sizeof s_commands[0]))
 
