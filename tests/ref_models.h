@@ -1,0 +1,104 @@
+/*
+ * ref_models.h - tests' access to ../shared/reference and to the reference
+ * models, generated on first use into $COLI_BUILD/ref (python3 + numpy, a
+ * few seconds; serialised with a lock file because Criterion runs tests in
+ * parallel processes). The shipped quantized models are symlinked.
+ * Static functions: include from one test file each.
+ */
+#ifndef COLI_TESTS_REF_MODELS_H
+#define COLI_TESTS_REF_MODELS_H
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static inline const char *s_shared(void) {
+    const char *s = getenv("COLI_SHARED");
+    return s && *s ? s : "../shared";
+}
+
+static inline const char *s_build(void) {
+    const char *b = getenv("COLI_BUILD");
+    return b && *b ? b : "build";
+}
+
+static inline int s_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static inline void s_require_shared(void) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/reference/expected/tiny-mixtral-f32.json", s_shared());
+    if (!s_exists(p)) cr_skip_test("../shared not found: %s missing (set COLI_SHARED)", p);
+}
+
+static inline void s_run_or_fail(const char *cmd) {
+    int rc = system(cmd);
+    cr_assert_eq(rc, 0, "reference model generation failed (rc %d): %s", rc, cmd);
+}
+
+/* Make sure DIR/file exists; generation is serialised with a lock file, as
+ * Criterion runs tests in parallel processes. Writes the path to out. */
+static inline void s_ref_model(const char *file, char *out, size_t cap) {
+    char dir[4096], lock[4200], cmd[9000], shipped[4200];
+    const char *gen = "/usr/bin/python3";
+    cr_assert_lt(snprintf(dir, sizeof dir, "%s/ref", s_build()), (int)sizeof dir, "COLI_BUILD too long");
+    cr_assert_lt(snprintf(out, cap, "%s/%s", dir, file), (int)cap, "path too long");
+    mkdir(s_build(), 0755);
+    mkdir(dir, 0755);
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    int fd = open(lock, O_CREAT | O_RDWR, 0644);
+    cr_assert_geq(fd, 0, "cannot open %s: %s", lock, strerror(errno));
+    flock(fd, LOCK_EX);
+    if (!s_exists(out)) {
+        if (!s_exists(gen)) gen = "python3";
+        const char *maker = "reference/gen/make_models.py";
+        if (strstr(file, "q8_0") || strstr(file, "q4_0")) {
+            snprintf(shipped, sizeof shipped, "%s/reference/models/%s", s_shared(), file);
+            char *abs = realpath(shipped, NULL);
+            cr_assert(abs != NULL, "shipped model %s missing", shipped);
+            cr_assert_eq(symlink(abs, out), 0, "symlink %s -> %s: %s", out, abs, strerror(errno));
+            free(abs);
+        } else if (strstr(file, "-f16")) {
+            snprintf(cmd, sizeof cmd, "%s %s/%s %s --no-bench --only tiny-mixtral --dtype F16 >/dev/null",
+                     gen, s_shared(), maker, dir);
+            s_run_or_fail(cmd);
+        } else {
+            snprintf(cmd, sizeof cmd, "%s %s/%s %s --no-bench >/dev/null", gen, s_shared(), maker, dir);
+            s_run_or_fail(cmd);
+        }
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    cr_assert(s_exists(out), "reference model %s was not generated", out);
+}
+
+/* A test fixture of tools/gen_model (make fixtures), generated on first use. */
+static inline void s_fixture(const char *file, char *out, size_t cap) {
+    char dir[4096], lock[4200], cmd[9000];
+    cr_assert_lt(snprintf(dir, sizeof dir, "%s/fixtures", s_build()), (int)sizeof dir, "COLI_BUILD too long");
+    cr_assert_lt(snprintf(out, cap, "%s/%s", dir, file), (int)cap, "path too long");
+    mkdir(s_build(), 0755);
+    mkdir(dir, 0755);
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    int fd = open(lock, O_CREAT | O_RDWR, 0644);
+    cr_assert_geq(fd, 0, "cannot open %s: %s", lock, strerror(errno));
+    flock(fd, LOCK_EX);
+    if (!s_exists(out)) {
+        snprintf(cmd, sizeof cmd, "%s/bin/gen_model --all %s >/dev/null", s_build(), dir);
+        int rc = system(cmd);
+        cr_assert_eq(rc, 0, "fixture generation failed (rc %d): %s (run make fixtures)", rc, cmd);
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    cr_assert(s_exists(out), "fixture %s missing", out);
+}
+
+#endif
