@@ -136,6 +136,24 @@ train: deps train-deps
 	$(MAKE) $(COLI)
 	/usr/bin/python3 tools/train/export.py --out $(TRAIN_OUT) --coli $(COLI)
 
+# ---- benchmarks ------------------------------------------------------------------
+# The scheduler: decode tok/s --inproc vs 1 and 2 local CPU workers, and the
+# per-layer dispatch round trip, on a fixture and on the bench-mixtral shape
+# (generated with ../shared/reference/gen, 1.2 GiB F16, then Q4_0 by coli quantize).
+SHARED   ?= $(if $(COLI_SHARED),$(COLI_SHARED),../shared)
+BENCH_PY ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
+BENCH_DIR := $(BUILD)/bench
+$(BENCH_DIR)/bench-mixtral-f16.gguf:
+	@mkdir -p $(BENCH_DIR)
+	$(BENCH_PY) $(SHARED)/reference/gen/make_models.py $(BENCH_DIR) --only bench-mixtral
+$(BENCH_DIR)/bench-mixtral-q4_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf $(COLI)
+	$(COLI) quantize $< $@ Q4_0
+.PHONY: bench-sched
+bench-sched: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BUILD)/bin/bench_sched $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q4_0.gguf
+	$(BUILD)/bin/bench_sched $(BUILD)/fixtures/tiny-llama-moe-f32.gguf 64
+	$(BUILD)/bin/bench_sched $(BENCH_DIR)/bench-mixtral-q4_0.gguf 16
+bench: bench-sched
+
 # ---- tests ---------------------------------------------------------------------
 FIXTURES := $(BUILD)/fixtures/.stamp
 fixtures: $(FIXTURES)
