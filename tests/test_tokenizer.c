@@ -272,6 +272,11 @@ static void expect_round_trip(const coli_tokenizer *tok, const char *text, size_
 {
     int n;
     int32_t *ids = encode(tok, text, len, 0, 0, &n);
+    if (len == 0) {   // nothing, not even the SPM space prefix
+        cr_expect_eq(n, 0);
+        free(ids);
+        return;
+    }
     char *back = malloc(len + 2);
     size_t k = 0;
     for (int i = 0; i < n; i++) {
@@ -703,4 +708,76 @@ Test(tokenizer_utf8, invalid_bytes_pass_through)
     cr_expect_eq(coli_utf8_stream_flush(&s, out), 2);
     cr_expect(memcmp(out, "\xF0\x9F", 2) == 0);
     cr_expect_eq(s.n_pending, 0);
+}
+
+// ---------------------------------------------------------------------------
+// arbitrary input: never an error, ids in range, text recovered
+
+static uint32_t lcg(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+static void expect_ids_in_range(const coli_tokenizer *tok, const char *text, size_t len, int n_vocab)
+{
+    int n;
+    int32_t *ids = encode(tok, text, len, 1, 1, &n);
+    for (int i = 0; i < n; i++)
+        cr_assert(ids[i] >= 0 && ids[i] < n_vocab, "id %d out of range", ids[i]);
+    free(ids);
+}
+
+Test(tokenizer_fuzz, random_bytes)
+{
+    coli_tokenizer *spm = spm_tiny(&spm_default), *bpe = bpe_tiny("default");
+    uint32_t seed = 12345;
+    char text[300];
+    for (int iter = 0; iter < 300; iter++) {
+        size_t len = lcg(&seed) % sizeof(text);
+        for (size_t i = 0; i < len; i++) {
+            uint32_t r = lcg(&seed) % 16;
+            // mostly ASCII, spaces and digits, some high bytes and specials
+            text[i] = r < 8 ? (char)(0x20 + lcg(&seed) % 0x5F) : r < 11 ? ' ' :
+                      r < 13 ? (char)('0' + lcg(&seed) % 10) : (char)(0x80 + lcg(&seed) % 0x80);
+        }
+        if (len > 20 && iter % 3 == 0)
+            memcpy(text + len / 2, "<s><tool></s><|endoftext|>", 26 < len / 2 ? 26 : len / 2);
+        // (byte fallback may split an escaped space after a broken UTF-8
+        // lead byte, as llama.cpp does, so only valid text round-trips: below)
+        expect_ids_in_range(spm, text, len, SPM_N);
+        expect_ids_in_range(bpe, text, len, BPE_N);
+    }
+    coli_tokenizer_free(&spm);
+    coli_tokenizer_free(&bpe);
+}
+
+Test(tokenizer_fuzz, random_utf8_round_trip)
+{
+    coli_tokenizer *bpe = bpe_tiny("olmo"), *spm = spm_tiny(&spm_default);
+    uint32_t seed = 777;
+    static const uint32_t pool[] = { 'a', 'Z', ' ', ' ', '\n', '\t', '1', '!', '\'', 's', 0xA0, 0xE9,
+                                     0x3000, 0x4E2D, 0x1F999, 0x200B, 0x0663, 0x2028 };
+    char text[400];
+    for (int iter = 0; iter < 200; iter++) {
+        size_t len = 0;
+        for (size_t k = lcg(&seed) % 80; k > 0; k--) {
+            uint32_t c = pool[lcg(&seed) % (sizeof(pool) / sizeof(pool[0]))];
+            if (c < 0x80) {
+                text[len++] = (char)c;
+            } else if (c < 0x800) {
+                text[len++] = (char)(0xC0 | (c >> 6)), text[len++] = (char)(0x80 | (c & 0x3F));
+            } else if (c < 0x10000) {
+                text[len++] = (char)(0xE0 | (c >> 12)), text[len++] = (char)(0x80 | ((c >> 6) & 0x3F));
+                text[len++] = (char)(0x80 | (c & 0x3F));
+            } else {
+                text[len++] = (char)(0xF0 | (c >> 18)), text[len++] = (char)(0x80 | ((c >> 12) & 0x3F));
+                text[len++] = (char)(0x80 | ((c >> 6) & 0x3F)), text[len++] = (char)(0x80 | (c & 0x3F));
+            }
+        }
+        expect_round_trip(bpe, text, len, 0);
+        expect_round_trip(spm, text, len, 1);
+    }
+    coli_tokenizer_free(&bpe);
+    coli_tokenizer_free(&spm);
 }
