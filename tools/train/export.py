@@ -292,7 +292,8 @@ def plot_experts(share, path):
 
 def engine_logits(coli, model_path, ids, k):
     r = subprocess.run([coli, "logits", "-m", model_path, "--ids", ",".join(map(str, ids)),
-                        "--top", str(k), "--json"], capture_output=True, text=True, check=True)
+                        "--top", str(k), "--json", "--inproc", "-t", "1"], capture_output=True, text=True,
+                       check=True)
     return json.loads(r.stdout)["positions"]
 
 
@@ -308,7 +309,7 @@ def engine_check(coli, model_path, ref, ids):
 
 
 def engine_ppl(coli, model_path, text_path):
-    r = subprocess.run([coli, "perplexity", "-m", model_path, "-f", text_path],
+    r = subprocess.run([coli, "perplexity", "-m", model_path, "-f", text_path, "--inproc", "-t", "1"],
                        capture_output=True, text=True, check=True)
     return float(re.search(r"perplexity: ([0-9.]+)", r.stdout).group(1))
 

@@ -30,9 +30,9 @@ sys.path.insert(0, HERE)
 import corpus  # noqa: E402
 from model import Config, TinyMoE  # noqa: E402
 
-DEFAULTS = dict(seed=1234, vocab=3000, steps=600, batch=8, seq=256, lr=3e-3, min_lr=3e-4,
-                warmup=30, wd=0.1, aux_coef=0.02, clip=1.0, ckpt_every=50, log_every=5,
-                eval_every=100, eval_windows=16)
+DEFAULTS = dict(seed=1234, vocab=3000, steps=250, batch=8, seq=256, lr=3e-3, min_lr=3e-4,
+                warmup=25, wd=0.1, aux_coef=0.02, clip=1.0, ckpt_every=50, log_every=5,
+                eval_every=50, eval_windows=16)
 
 
 def parse_args():
