@@ -18,6 +18,8 @@ enum {
     TOK_ATTR_CONTROL      = 1 << 3,
     TOK_ATTR_USER_DEFINED = 1 << 4,
     TOK_ATTR_BYTE         = 1 << 5,
+    TOK_ATTR_LSTRIP       = 1 << 6,   /* eat white space before it when matched */
+    TOK_ATTR_RSTRIP       = 1 << 7,   /* eat white space after it when matched */
 };
 
 typedef enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 } tok_kind;

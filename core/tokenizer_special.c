@@ -9,9 +9,11 @@
  *    text, longest first; each one splits every raw fragment at all its
  *    occurrences. User-defined tokens are matched even without
  *    parse_special (like HF tokenizers' added tokens), control and unknown
- *    ones only with it.
+ *    ones only with it. A token marked rstrip/lstrip also eats the white
+ *    space after/before it (llama.cpp sets that only for Phi-3 models).
  */
 #define _GNU_SOURCE   /* memmem */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +113,31 @@ static void s_setup_eog(coli_tokenizer *tok, const gguf_file *f)
         tok->is_eog[tok->eos] = 1;
 }
 
+// Phi-3 (by general.name, as llama.cpp): special tokens eat the white space
+// after them, except <unk>, <s> and <|endoftext|>; </s> does too.
+static void s_phi3_rstrip(coli_tokenizer *tok, const gguf_file *f)
+{
+    gguf_str name;
+    char lower[256];
+    if (gguf_find_key(f, "general.name") < 0 || gguf_get_str(f, "general.name", &name) < 0)
+        return;
+    size_t n = name.len < sizeof(lower) - 1 ? name.len : sizeof(lower) - 1;
+    for (size_t i = 0; i < n; i++)
+        lower[i] = (char)tolower((unsigned char)name.ptr[i]);
+    lower[n] = '\0';
+    if (!strstr(lower, "phi-3") && !strstr(lower, "phi3"))
+        return;
+    for (int32_t i = 0; i < tok->n_special; i++)
+        tok->attr[tok->special[i]] |= TOK_ATTR_RSTRIP;
+    int32_t id = tok_find(tok, "</s>", 4);
+    if (id >= 0)
+        tok->attr[id] |= TOK_ATTR_RSTRIP;
+    static const char *const keep[] = { "<unk>", "<s>", "<|endoftext|>" };
+    for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++)
+        if ((id = tok_find(tok, keep[k], strlen(keep[k]))) >= 0)
+            tok->attr[id] &= (uint8_t)~TOK_ATTR_RSTRIP;
+}
+
 // ---------------------------------------------------------------------------
 // the special-token list, longest first
 
@@ -155,6 +182,7 @@ int tok_setup_special(coli_tokenizer *tok, const gguf_file *f)
         tok->special[i] = list[i].id;
     tok->n_special = n;
     free(list);
+    s_phi3_rstrip(tok, f);
     return 0;
 }
 
@@ -197,12 +225,17 @@ static int s_split_at(const coli_tokenizer *tok, const char *text, int32_t id,
         size_t cur = fr->off, end = fr->off + fr->len;
         const char *m;
         while (rc == 0 && (m = memmem(text + cur, end - cur, t, tlen)) != NULL) {
-            size_t at = (size_t)(m - text);
-            if (at > cur)
-                rc = s_frag_push(out, -1, cur, at - cur);
+            size_t at = (size_t)(m - text), left_end = at;
+            while ((tok->attr[id] & TOK_ATTR_LSTRIP) && left_end > cur &&
+                   isspace((unsigned char)text[left_end - 1]))
+                left_end--;
+            if (left_end > cur)
+                rc = s_frag_push(out, -1, cur, left_end - cur);
             if (rc == 0)
                 rc = s_frag_push(out, id, 0, 0);
             cur = at + tlen;
+            while ((tok->attr[id] & TOK_ATTR_RSTRIP) && cur < end && isspace((unsigned char)text[cur]))
+                cur++;
         }
         if (rc == 0 && cur < end)
             rc = s_frag_push(out, -1, cur, end - cur);

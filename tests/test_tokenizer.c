@@ -377,9 +377,10 @@ typedef struct spm_opts {
     int dup_token;       /* make token 262 a copy of 261 */
     int space_prefix;    /* -1: key absent */
     int add_eos;         /* -1: key absent */
+    const char *name;    /* general.name, NULL: none */
 } spm_opts;
 
-static const spm_opts spm_default = { "llama", 1, SPM_N, 0, 0, -1, -1 };
+static const spm_opts spm_default = { "llama", 1, SPM_N, 0, 0, -1, -1, NULL };
 
 static gguf_writer *spm_writer(const spm_opts *o)
 {
@@ -423,6 +424,8 @@ static gguf_writer *spm_writer(const spm_opts *o)
         gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", o->space_prefix);
     if (o->add_eos >= 0)
         gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", o->add_eos);
+    if (o->name)
+        gguf_writer_set_str(w, "general.name", o->name);
     return w;
 }
 
@@ -504,6 +507,20 @@ Test(tokenizer_spm, flags_and_capacity)
     cr_expect_eq(ids[0], 1);
     cr_expect_eq(ids[1], -7);
     cr_expect_eq(coli_tokenizer_encode(tok, NULL, 2, 1, 0, ids, 2, &n), COLI_EINVAL);
+    coli_tokenizer_free(&tok);
+}
+
+Test(tokenizer_spm, phi3_rstrip)
+{
+    spm_opts o = spm_default;
+    o.name = "Phi-3-mini-4k";
+    coli_tokenizer *tok = spm_tiny(&o);
+    // llama.cpp: for Phi-3, special tokens but <s> eat the white space after them
+    expect_ids(tok, "<tool>  ab</s> \n", 0, 1, IDS(268, 266, 2), "rstrip");
+    expect_ids(tok, "<s> ab", 0, 1, IDS(1, 259, 266), "<s> keeps its space");
+    coli_tokenizer_free(&tok);
+    tok = spm_tiny(&spm_default);
+    expect_ids(tok, "<tool> ab", 0, 1, IDS(268, 259, 266), "no rstrip");
     coli_tokenizer_free(&tok);
 }
 
