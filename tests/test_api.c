@@ -482,13 +482,20 @@ Test(api, tokens_round_trip) {
 // ---------------------------------------------------------------------------
 // a client that sees only include/colibri.h
 
+/* The library of a sanitizer build needs the sanitizer runtimes at link time. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CLIENT_SANFLAGS "-fsanitize=address,undefined"
+#else
+#define CLIENT_SANFLAGS ""
+#endif
+
 Test(api, client_built_against_the_public_header_only, .timeout = 120) {
     char model[4096], cmd[16384], bin[4096];
     s_fixture("tiny-llama-moe-q8_0.gguf", model, sizeof model);
     snprintf(bin, sizeof bin, "%s/tests/api_client", s_build());
     snprintf(cmd, sizeof cmd,
-             "${CC:-cc} -std=c11 -Wall -Wextra -Werror -Iinclude tests/api_client.c %s/lib/libcolibri.a "
-             "-lzmq -lprotobuf-c -ldl -lm -pthread -o %s", s_build(), bin);
+             "${CC:-cc} -std=c11 -Wall -Wextra -Werror " CLIENT_SANFLAGS " -Iinclude tests/api_client.c "
+             "%s/lib/libcolibri.a -lzmq -lprotobuf-c -ldl -lm -pthread -o %s", s_build(), bin);
     cr_assert_eq(system(cmd), 0, "building the public-header client failed: %s", cmd);
     snprintf(cmd, sizeof cmd, "%s %s > %s.out 2>&1", bin, model, bin);
     int rc = system(cmd);
