@@ -24,7 +24,7 @@ OPT     ?= -O2
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fPIC -pthread $(SANFLAGS) \
            -Iinclude -Icore -I. -I$(BUILD)/gen
 LDFLAGS += $(SANFLAGS) -pthread
-LDLIBS  += -lzmq -lprotobuf-c -ldl -lm
+LDLIBS  += -lzmq -lprotobuf-c -ldl -lm -lmicrohttpd -lcjson
 
 # ---- sources ---------------------------------------------------------------
 CORE_SRC   := $(wildcard core/*.c)

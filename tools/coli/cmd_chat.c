@@ -1,0 +1,283 @@
+/*
+ * cmd_chat.c - `coli chat`: talk to the model in the terminal. Answers are
+ * streamed as they are generated; the conversation is kept (rendered with
+ * the model's chat template, server_template.h) and the KV cache is reused
+ * when the new prompt extends what it already holds. /reset, /stats, /quit;
+ * Ctrl-C stops the answer being written, not the program.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "colibri.h"
+#include "commands.h"
+#include "model_opts.h"
+#include "server_template.h"
+
+static volatile sig_atomic_t s_interrupted;
+
+static void s_on_sigint(int sig) {
+    (void)sig;
+    s_interrupted = 1;
+}
+
+typedef struct chat_state {
+    coli_model *m;
+    coli_context *ctx;
+    coli_sampling_params sp;     /* n_predict: the most tokens per answer */
+    chat_family family;
+    const char *default_system;  /* ChatML templates that carry one */
+    char *bos, *eos;
+    chat_message *msgs;          /* owned role/content strings */
+    int n_msgs, cap_msgs;
+    int32_t *cache;              /* the ids the context holds, in order */
+    int n_cache, cap_cache;
+    int n_ctx;
+    coli_gen_stats last;
+    char *answer;                /* the answer being streamed */
+    size_t answer_len;
+} chat_state;
+
+static int s_push_id(chat_state *c, int32_t id) {
+    if (c->n_cache == c->cap_cache) {
+        int cap = c->cap_cache ? c->cap_cache * 2 : 256;
+        int32_t *t = realloc(c->cache, (size_t)cap * sizeof *t);
+        if (!t) return -1;
+        c->cache = t;
+        c->cap_cache = cap;
+    }
+    c->cache[c->n_cache++] = id;
+    return 0;
+}
+
+static int s_add_message(chat_state *c, const char *role, const char *content) {
+    if (c->n_msgs == c->cap_msgs) {
+        int cap = c->cap_msgs ? c->cap_msgs * 2 : 16;
+        chat_message *t = realloc(c->msgs, (size_t)cap * sizeof *t);
+        if (!t) return -1;
+        c->msgs = t;
+        c->cap_msgs = cap;
+    }
+    c->msgs[c->n_msgs].role = strdup(role);
+    c->msgs[c->n_msgs].content = strdup(content);
+    if (!c->msgs[c->n_msgs].role || !c->msgs[c->n_msgs].content) return -1;
+    c->n_msgs++;
+    return 0;
+}
+
+static void s_clear(chat_state *c, int keep_system) {
+    int keep = keep_system && c->n_msgs > 0 && strcmp(c->msgs[0].role, "system") == 0;
+    for (int i = keep; i < c->n_msgs; i++) {
+        free((char *)c->msgs[i].role);
+        free((char *)c->msgs[i].content);
+    }
+    c->n_msgs = keep;
+    c->n_cache = 0;
+    coli_context_reset(c->ctx);
+}
+
+static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
+    chat_state *c = user;
+    if (len) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+        char *t = realloc(c->answer, c->answer_len + len + 1);
+        if (!t) return 1;
+        c->answer = t;
+        memcpy(c->answer + c->answer_len, text, len);
+        c->answer_len += len;
+        c->answer[c->answer_len] = '\0';
+    }
+    if (s_push_id(c, id)) return 1;
+    return s_interrupted ? 1 : 0;
+}
+
+/* The conversation's ids: rendered, tokenized (special tokens parsed, BOS from the template). */
+static int s_prompt_ids(chat_state *c, int32_t **ids, int *n) {
+    char *text = NULL, err[512];
+    if (chat_render(c->family, c->msgs, c->n_msgs, c->bos, c->eos, c->default_system, &text, err, sizeof err)) {
+        fprintf(stderr, "coli chat: %s\n", err);
+        return -1;
+    }
+    size_t len = strlen(text);
+    int cap = (int)len + 16;
+    *ids = malloc((size_t)cap * sizeof **ids);
+    int rc = *ids ? coli_tokenize(c->m, text, len, 0, 1, *ids, cap, n) : COLI_ENOMEM;
+    free(text);
+    if (rc) {
+        fprintf(stderr, "coli chat: %s\n", rc == COLI_ENOMEM ? "out of memory" : coli_last_error());
+        free(*ids);
+        *ids = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* One answer to the conversation so far; the reply is appended to it. */
+static int s_answer(chat_state *c) {
+    int32_t *ids = NULL;
+    int n = 0;
+    if (s_prompt_ids(c, &ids, &n)) return -1;
+    if (n + 1 >= c->n_ctx) {
+        fprintf(stderr, "coli chat: the conversation (%d tokens) fills the context of %d; /reset to start over\n", n, c->n_ctx);
+        free(ids);
+        c->n_msgs--; /* forget the turn that did not fit */
+        return 0;
+    }
+    int reuse = c->n_cache < n && memcmp(c->cache, ids, (size_t)c->n_cache * sizeof *ids) == 0;
+    if (!reuse) {
+        coli_context_reset(c->ctx);
+        c->n_cache = 0;
+    }
+    int from = c->n_cache;
+    for (int i = from; i < n; i++)
+        if (s_push_id(c, ids[i])) return -1;
+    coli_sampling_params sp = c->sp;
+    if (sp.n_predict > c->n_ctx - n) sp.n_predict = c->n_ctx - n;
+    c->answer_len = 0;
+    s_interrupted = 0;
+    int rc = coli_generate(c->ctx, ids + from, n - from, &sp, s_on_token, c, &c->last);
+    free(ids);
+    fputc('\n', stdout);
+    if (s_interrupted) fprintf(stderr, "(stopped)\n");
+    s_interrupted = 0;
+    if (rc) {
+        fprintf(stderr, "coli chat: %s\n", coli_last_error());
+        s_clear(c, 1); /* the cache no longer matches what we think it holds */
+        return 0;
+    }
+    return s_add_message(c, "assistant", c->answer ? c->answer : "");
+}
+
+static void s_stats(chat_state *c) {
+    const coli_gen_stats *st = &c->last;
+    printf("last answer: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s)%s\n",
+           st->n_prompt, st->prompt_seconds > 0 ? st->n_prompt / st->prompt_seconds : 0.0,
+           st->n_gen, st->gen_seconds > 0 ? st->n_gen / st->gen_seconds : 0.0,
+           st->stopped_by_eog ? ", ended by the model" : "");
+    printf("conversation: %d messages, %d of %d context tokens, template %s\n", c->n_msgs,
+           coli_context_pos(c->ctx), c->n_ctx, chat_family_name(c->family));
+    char *text = NULL;
+    if (coli_model_stats_text(c->m, &text) == 0 && text) fputs(text, stdout);
+    free(text);
+    fflush(stdout);
+}
+
+/* Read a line; 1 = got one, 0 = end of input. Ctrl-C at the prompt does not quit. */
+static int s_read_line(char **line, size_t *cap, int tty) {
+    for (;;) {
+        if (tty) {
+            fputs("> ", stdout);
+            fflush(stdout);
+        }
+        errno = 0;
+        ssize_t n = getline(line, cap, stdin);
+        if (n >= 0) {
+            while (n > 0 && ((*line)[n - 1] == '\n' || (*line)[n - 1] == '\r')) (*line)[--n] = '\0';
+            return 1;
+        }
+        if (!(errno == EINTR || s_interrupted)) return 0;
+        clearerr(stdin);
+        s_interrupted = 0;
+        fputs("\n(/quit or Ctrl-D leaves)\n", stdout);
+    }
+}
+
+static int s_loop(chat_state *c) {
+    char *line = NULL;
+    size_t cap = 0;
+    int tty = isatty(0), rc = 0;
+    while (!rc && s_read_line(&line, &cap, tty)) {
+        if (!line[0]) continue;
+        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
+        if (!strcmp(line, "/reset")) {
+            s_clear(c, 1);
+            printf("(conversation cleared)\n");
+        } else if (!strcmp(line, "/stats")) {
+            s_stats(c);
+        } else if (!strcmp(line, "/help")) {
+            printf("/reset forget the conversation   /stats speed and workers   /quit leave   Ctrl-C stop an answer\n");
+        } else if (s_add_message(c, "user", line) || s_answer(c)) {
+            rc = CLI_FAIL;
+        }
+        fflush(stdout);
+    }
+    free(line);
+    return rc;
+}
+
+static int s_chat(const model_opts *o, const coli_sampling_params *sp, const char *system) {
+    chat_state c;
+    memset(&c, 0, sizeof c);
+    c.sp = *sp;
+    int rc = model_opts_open(o, NULL, &c.m, &c.ctx);
+    if (rc) return rc;
+    coli_model_info info;
+    coli_model_get_info(c.m, &info);
+    const char *source;
+    c.family = chat_family_detect(info.chat_template, info.arch, &source);
+    c.default_system = chat_template_default_system(info.chat_template);
+    const char *bos = info.bos_id >= 0 ? coli_token_text(c.m, info.bos_id) : "";
+    const char *eos = info.eos_id >= 0 ? coli_token_text(c.m, info.eos_id) : "";
+    c.bos = strdup(bos ? bos : "");
+    c.eos = strdup(eos ? eos : "");
+    c.n_ctx = model_opts_n_ctx(o, c.m);
+    if (c.family == CHAT_UNKNOWN) {
+        fprintf(stderr, "coli chat: %s: the model's chat template is not one colibri can render (mistral [INST], chatml, olmo)\n", o->model);
+        rc = CLI_FAIL;
+    } else if (!c.bos || !c.eos || (system && s_add_message(&c, "system", system))) {
+        fprintf(stderr, "coli chat: out of memory\n");
+        rc = CLI_FAIL;
+    } else {
+        fprintf(stderr, "coli chat: %s (%s), template %s from %s; /help for commands\n", info.name, info.arch,
+                chat_family_name(c.family), source);
+        rc = s_loop(&c);
+    }
+    s_clear(&c, 0);
+    free(c.msgs);
+    free(c.cache);
+    free(c.answer);
+    free(c.bos);
+    free(c.eos);
+    coli_context_free(&c.ctx);
+    coli_model_free(&c.m);
+    return rc;
+}
+
+int cmd_chat(int argc, char **argv) {
+    model_opts mo;
+    memset(&mo, 0, sizeof mo);
+    coli_sampling_params sp;
+    coli_sampling_default_params(&sp);
+    sp.n_predict = 512;
+    const char *system = NULL;
+    const arg_spec specs[] = {
+        MODEL_OPTS_SPECS(mo),
+        {"--system", NULL, ARG_STR, &system, 0, 0, 0, "TEXT", "a system message to start the conversation with"},
+        {"--n-predict", "-n", ARG_INT, &sp.n_predict, 1, 1 << 24, 0, "N", "most tokens per answer (default 512)"},
+        {"--temp", NULL, ARG_FLOAT, &sp.temperature, 0, 0, 0, "T", "temperature, 0 = greedy"},
+        {"--top-k", NULL, ARG_INT, &sp.top_k, 0, 0, 0, "K", "sample among the K most likely, 0 = off"},
+        {"--top-p", NULL, ARG_FLOAT, &sp.top_p, 0, 1, 1, "P", "nucleus sampling in (0, 1], 1 = off"},
+        {"--seed", NULL, ARG_U64, &sp.seed, 0, 0, 0, "S", "random seed (default 0)"},
+    };
+    const int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    int rc = args_parse("chat", argc, argv, specs, n_specs, NULL, 0, NULL);
+    if (rc == ARGS_HELP) {
+        args_usage(stdout, "chat", "-m FILE [flags]",
+                   "Chat with the model: type a message, the answer streams back. /reset forgets the\n"
+                   "conversation, /stats shows speed and workers, /quit or Ctrl-D leaves; Ctrl-C stops an answer.",
+                   specs, n_specs);
+        return 0;
+    }
+    if (rc) return rc;
+    if ((rc = model_opts_check("chat", &mo))) return rc;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_sigint; /* no SA_RESTART: Ctrl-C at the prompt interrupts getline */
+    sigaction(SIGINT, &sa, NULL);
+    return s_chat(&mo, &sp, system);
+}

@@ -1,0 +1,139 @@
+/*
+ * cmd_serve.c - `coli serve`: an OpenAI-compatible HTTP server over one
+ * model (docs/api.md). The HTTP side starts first so that /health can say
+ * "loading" while the model loads; SIGINT/SIGTERM stop it cleanly.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "colibri.h"
+#include "commands.h"
+#include "model_opts.h"
+#include "server.h"
+
+static int s_signal_pipe[2] = {-1, -1};
+
+static void s_on_signal(int sig) {
+    unsigned char b = (unsigned char)sig;
+    ssize_t n = write(s_signal_pipe[1], &b, 1);
+    (void)n;
+}
+
+static int s_install_signals(void) {
+    if (pipe(s_signal_pipe) != 0) {
+        fprintf(stderr, "coli serve: pipe: %s\n", strerror(errno));
+        return CLI_FAIL;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client that hangs up must not kill the server */
+    return 0;
+}
+
+/* Text of a special token ("<s>"), "" if the vocabulary has none; malloc'd. */
+static char *s_token_string(const coli_model *m, int32_t id) {
+    const char *t = id >= 0 ? coli_token_text(m, id) : NULL;
+    return strdup(t ? t : "");
+}
+
+static int s_load(server *s, const model_opts *o) {
+    int rc = model_opts_open(o, NULL, &s->model, NULL);
+    if (rc) return rc;
+    coli_model_get_info(s->model, &s->info);
+    s->model_id = s->info.name;
+    s->family = chat_family_detect(s->info.chat_template, s->info.arch, &s->family_source);
+    s->bos_text = s_token_string(s->model, s->info.bos_id);
+    s->eos_text = s_token_string(s->model, s->info.eos_id);
+    if (!s->bos_text || !s->eos_text) {
+        fprintf(stderr, "coli serve: out of memory\n");
+        return CLI_FAIL;
+    }
+    int n_ctx = model_opts_n_ctx(o, s->model);
+    s->cfg.n_ctx = n_ctx;
+    return server_slots_start(s);
+}
+
+static void s_wait_for_signal(void) {
+    unsigned char b;
+    while (read(s_signal_pipe[0], &b, 1) < 0 && errno == EINTR) {}
+    printf("coli serve: stopping (signal %d)\n", b);
+    fflush(stdout);
+}
+
+static int s_run(server *s, const model_opts *o) {
+    int rc = s_install_signals();
+    if (!rc) rc = http_start(s);
+    if (!rc) rc = s_load(s, o);
+    if (!rc) {
+        atomic_store(&s->ready, 1);
+        printf("coli serve: ready: model %s (%s), %d slots of %d tokens, chat template %s (from %s)\n",
+               s->model_id, s->info.arch, s->cfg.n_slots, s->cfg.n_ctx, chat_family_name(s->family),
+               s->family_source);
+        fflush(stdout);
+        s_wait_for_signal();
+    }
+    atomic_store(&s->ready, 0);
+    atomic_store(&s->stopping, 1);
+    server_slots_stop(s);  /* cancels what runs, so connection threads can finish */
+    http_stop();
+    server_slots_free(s);
+    coli_model_free(&s->model);
+    free(s->bos_text);
+    free(s->eos_text);
+    return rc;
+}
+
+int cmd_serve(int argc, char **argv) {
+    model_opts mo;
+    memset(&mo, 0, sizeof mo);
+    server *s = calloc(1, sizeof *s);
+    if (!s) return CLI_FAIL;
+    s->cfg = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .queue_max = 64};
+    int max_body_kib = 1024;
+    const arg_spec specs[] = {
+        MODEL_OPTS_SPECS(mo),
+        {"--host", NULL, ARG_STR, &s->cfg.host, 0, 0, 0, "ADDR", "address to listen on (default 127.0.0.1, loopback only)"},
+        {"--port", NULL, ARG_INT, &s->cfg.port, 0, 65535, 0, "N", "TCP port (default 8080; 0 = any free port, printed)"},
+        {"--api-key", NULL, ARG_STR, &s->cfg.api_key, 0, 0, 0, "KEY", "require 'Authorization: Bearer KEY' on /v1/* (or set COLI_API_KEY)"},
+        {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N", "requests generated at once, each with its own KV cache (default 4)"},
+        {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N", "requests that may wait for a slot; more get HTTP 429 (default 64)"},
+        {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB", "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
+    };
+    const int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    int rc = args_parse("serve", argc, argv, specs, n_specs, NULL, 0, NULL);
+    if (rc == ARGS_HELP) {
+        args_usage(stdout, "serve", "-m FILE [--host ADDR] [--port N] [--api-key KEY] [flags]",
+                   "Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
+                   "/v1/models), with /health and Prometheus /metrics. See docs/api.md.",
+                   specs, n_specs);
+        free(s);
+        return 0;
+    }
+    if (!rc) rc = model_opts_check("serve", &mo);
+    if (!rc) {
+        const char *env_key = getenv("COLI_API_KEY"), *delay = getenv("COLI_SERVE_DELAY_MS");
+        if (!s->cfg.api_key && env_key && *env_key) s->cfg.api_key = env_key;
+        if (s->cfg.api_key && !*s->cfg.api_key) rc = args_error("serve", "--api-key", "empty key");
+        s->cfg.max_body = (size_t)max_body_kib * 1024;
+        s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
+        s->cfg.verbose = mo.verbose;
+        s->cfg.n_ctx = mo.n_ctx;
+    }
+    if (!rc) {
+        metrics_init(&s->metrics);
+        server_sync_init(s);
+        rc = s_run(s, &mo);
+        metrics_destroy(&s->metrics);
+    }
+    free(s);
+    return rc;
+}

@@ -1,0 +1,180 @@
+/*
+ * server_handlers.c - what each endpoint answers: completions and chat
+ * completions (the non-streaming reply; streaming is server_sse.c),
+ * /v1/models, /health (truthful: "degraded" while any worker is not up) and
+ * /metrics.
+ */
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+cJSON *response_base(server *s, const job *j, const char *object) {
+    cJSON *o = cJSON_CreateObject();
+    char id[64];
+    snprintf(id, sizeof id, "%s-%s", j->req.chat ? "chatcmpl" : "cmpl", j->id);
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)j->created);
+    cJSON_AddStringToObject(o, "model", s->model_id);
+    cJSON_AddNullToObject(o, "system_fingerprint");
+    return o;
+}
+
+cJSON *usage_json(const job *j) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->req.n_ids);
+    cJSON_AddNumberToObject(u, "completion_tokens", j->n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", j->req.n_ids + j->n_gen);
+    return u;
+}
+
+/* The whole answer of a finished job (j->mu held by the caller). */
+static char *s_final_json(server *s, const job *j) {
+    cJSON *o = response_base(s, j, j->req.chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (j->req.chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", j->raw ? j->raw : "");
+    } else {
+        cJSON_AddStringToObject(c, "text", j->raw ? j->raw : "");
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", j->finish_reason);
+    cJSON_AddItemToObject(o, "usage", usage_json(j));
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+/* Reply for a job that failed before or while it ran. */
+static int s_submit_error(server *s, struct MHD_Connection *c, int ep, int rc) {
+    if (rc == 429)
+        return http_reply_error(s, c, ep, 429, "rate_limit_error", "queue_full", NULL,
+                                "server busy: %d requests generating and %d waiting (the limit); retry later",
+                                s->cfg.n_slots, s->cfg.queue_max);
+    return http_reply_error(s, c, ep, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+}
+
+static int s_wait_and_reply(server *s, struct MHD_Connection *c, int ep, job *j) {
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        int done = j->state == JOB_DONE;
+        pthread_mutex_unlock(&j->mu);
+        if (done) break;
+        job_wait_change(j, 200); /* also notices a client that hung up, which cancels the job */
+    }
+    if (atomic_load(&j->cancel) && client_gone(j->client_fd)) return MHD_NO; /* nobody to answer */
+    pthread_mutex_lock(&j->mu);
+    char *text = j->error_http ? NULL : s_final_json(s, j);
+    int err = j->error_http;
+    char msg[sizeof j->error];
+    memcpy(msg, j->error, sizeof msg);
+    pthread_mutex_unlock(&j->mu);
+    if (err) return http_reply_error(s, c, ep, err, "server_error", NULL, NULL, "%s", msg);
+    if (!text) return http_reply_error(s, c, ep, 500, "server_error", NULL, NULL, "out of memory for the reply");
+    return http_reply_json(c, 200, text);
+}
+
+int handle_completion(server *s, struct MHD_Connection *c, int chat, const char *body, size_t len) {
+    int ep = chat ? EP_CHAT : EP_COMPLETIONS;
+    job *j = job_new(http_connection_fd(c));
+    if (!j) return http_reply_error(s, c, ep, 500, "server_error", NULL, NULL, "out of memory");
+    char err[1024];
+    const char *param = NULL;
+    int rc = openai_parse(s, body, len, chat, &j->req, err, sizeof err, &param);
+    if (!rc) rc = openai_prepare_tokens(s, &j->req, err, sizeof err, &param);
+    int ret;
+    if (rc) {
+        ret = http_reply_error(s, c, ep, rc, rc >= 500 ? "server_error" : "invalid_request_error",
+                               rc == 400 && strstr(err, "maximum context length") ? "context_length_exceeded" : NULL,
+                               param, "%s", err);
+    } else if ((rc = server_submit(s, j))) {
+        ret = s_submit_error(s, c, ep, rc);
+    } else {
+        ret = j->req.stream ? sse_reply(s, c, j) : s_wait_and_reply(s, c, ep, j);
+    }
+    job_release(j);
+    return ret;
+}
+
+int handle_models(server *s, struct MHD_Connection *c) {
+    cJSON *o = cJSON_CreateObject(), *data = NULL;
+    cJSON_AddStringToObject(o, "object", "list");
+    data = cJSON_AddArrayToObject(o, "data");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(data, m);
+    cJSON_AddStringToObject(m, "id", s->model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "colibri");
+    cJSON_AddStringToObject(m, "architecture", s->info.arch);
+    cJSON_AddNumberToObject(m, "context_length", s->cfg.n_ctx > 0 ? s->cfg.n_ctx : s->info.n_ctx);
+    cJSON_AddStringToObject(m, "chat_template", chat_family_name(s->family));
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return http_reply_json(c, 200, text);
+}
+
+/* Workers from the stats into the health body; *all_up: 0 if any is not up. */
+static void s_health_workers(cJSON *out, const char *stats_json, int *all_up) {
+    cJSON *stats = stats_json ? cJSON_Parse(stats_json) : NULL, *w;
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(stats, "executor");
+    cJSON_AddStringToObject(out, "executor", cJSON_IsString(ex) ? ex->valuestring : "unknown");
+    cJSON *list = cJSON_AddArrayToObject(out, "workers");
+    *all_up = stats != NULL;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(stats, "workers")) {
+        const cJSON *status = cJSON_GetObjectItemCaseSensitive(w, "status");
+        const char *st = cJSON_IsString(status) ? status->valuestring : "unknown";
+        if (strcmp(st, "up") != 0) *all_up = 0;
+        cJSON *e = cJSON_CreateObject();
+        const char *keys[] = {"id", "device", "plugin", "status", "reason", "restarts"};
+        for (int k = 0; k < 6; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(w, keys[k]);
+            if (v) cJSON_AddItemToObject(e, keys[k], cJSON_Duplicate(v, 1));
+        }
+        cJSON_AddItemToArray(list, e);
+    }
+    const cJSON *ft = cJSON_GetObjectItemCaseSensitive(stats, "fallbacks_total");
+    cJSON_AddNumberToObject(out, "fallbacks_total", cJSON_IsNumber(ft) ? ft->valuedouble : 0);
+    const cJSON *fb = cJSON_GetObjectItemCaseSensitive(stats, "fallbacks");
+    cJSON_AddItemToObject(out, "fallbacks", fb ? cJSON_Duplicate(fb, 1) : cJSON_CreateArray());
+    cJSON_Delete(stats);
+}
+
+int handle_health(server *s, struct MHD_Connection *c) {
+    cJSON *o = cJSON_CreateObject();
+    int status = 503;
+    if (!atomic_load(&s->ready)) {
+        cJSON_AddStringToObject(o, "status", atomic_load(&s->stopping) ? "stopping" : "loading");
+    } else {
+        char *stats = server_stats_fresh(s);
+        int all_up = 0;
+        cJSON_AddStringToObject(o, "status", "ok"); /* replaced below when not all is well */
+        cJSON_AddStringToObject(o, "model", s->model_id);
+        s_health_workers(o, stats, &all_up);
+        free(stats);
+        if (!all_up) cJSON_ReplaceItemInObject(o, "status", cJSON_CreateString("degraded"));
+        int waiting = 0, active = 0;
+        server_queue_gauges(s, &waiting, &active);
+        cJSON_AddNumberToObject(o, "slots", s->cfg.n_slots);
+        cJSON_AddNumberToObject(o, "slots_busy", active);
+        cJSON_AddNumberToObject(o, "queue_depth", waiting);
+        status = 200;
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return http_reply_json(c, status, text);
+}
+
+int handle_metrics(server *s, struct MHD_Connection *c) {
+    char *text = metrics_render(s);
+    if (!text) return http_reply_error(s, c, EP_METRICS, 500, "server_error", NULL, NULL, "out of memory for /metrics");
+    return http_reply_text(c, 200, text, "text/plain; version=0.0.4; charset=utf-8");
+}

@@ -1,0 +1,160 @@
+/*
+ * server_sse.c - streamed completions: text/event-stream with one
+ * `data: {chunk}` event per piece of new text, a last chunk with the
+ * finish_reason, a usage chunk when stream_options.include_usage asks for
+ * it, and `data: [DONE]`. libmicrohttpd pulls bytes through s_read on the
+ * connection's own thread, which waits for the slot to produce them; when
+ * the connection goes away, s_free cancels the generation.
+ */
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+typedef struct sse_stream {
+    server *srv;
+    job *j;
+    char *pending;          /* formatted events not yet handed to the connection */
+    size_t pending_len, pending_off, pending_cap;
+    size_t sent;            /* bytes of j->raw already sent */
+    int role_sent;          /* chat: the first chunk carries the role */
+    int finished;           /* [DONE] is in pending */
+    int oom;
+} sse_stream;
+
+static void s_put(sse_stream *st, const char *text) {
+    size_t n = strlen(text);
+    if (st->pending_len + n > st->pending_cap) {
+        size_t cap = (st->pending_len + n) * 2;
+        char *p = realloc(st->pending, cap);
+        if (!p) {
+            st->oom = 1;
+            return;
+        }
+        st->pending = p;
+        st->pending_cap = cap;
+    }
+    memcpy(st->pending + st->pending_len, text, n);
+    st->pending_len += n;
+}
+
+/* "data: <json>\n\n", consuming o. */
+static void s_event(sse_stream *st, cJSON *o) {
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) {
+        st->oom = 1;
+        return;
+    }
+    s_put(st, "data: ");
+    s_put(st, text);
+    s_put(st, "\n\n");
+    free(text);
+}
+
+/* A chunk with new text (or the role, or the finish reason). */
+static void s_chunk(sse_stream *st, const char *text, size_t len, const char *finish) {
+    const job *j = st->j;
+    cJSON *o = response_base(st->srv, j, j->req.chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    char *copy = strndup(text ? text : "", len);
+    if (j->req.chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (!st->role_sent) cJSON_AddStringToObject(d, "role", "assistant");
+        if (!finish || !st->role_sent) cJSON_AddStringToObject(d, "content", copy ? copy : "");
+        st->role_sent = 1;
+    } else {
+        cJSON_AddStringToObject(c, "text", copy ? copy : "");
+    }
+    free(copy);
+    cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    if (j->req.include_usage) cJSON_AddNullToObject(o, "usage");
+    s_event(st, o);
+}
+
+/* The end: finish_reason chunk (or the error), usage, [DONE]. j->mu held. */
+static void s_final(sse_stream *st) {
+    const job *j = st->j;
+    if (j->error_http) {
+        cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "message", j->error);
+        cJSON_AddStringToObject(e, "type", "server_error");
+        cJSON_AddNullToObject(e, "param");
+        cJSON_AddNullToObject(e, "code");
+        s_event(st, o);
+    } else {
+        s_chunk(st, "", 0, j->finish_reason);
+        if (j->req.include_usage) {
+            cJSON *o = response_base(st->srv, j, j->req.chat ? "chat.completion.chunk" : "text_completion");
+            cJSON_AddArrayToObject(o, "choices");
+            cJSON_AddItemToObject(o, "usage", usage_json(j));
+            s_event(st, o);
+        }
+    }
+    s_put(st, "data: [DONE]\n\n");
+    st->finished = 1;
+}
+
+/* Turn what the job has into events; 1 if there is something to send. */
+static int s_collect(sse_stream *st) {
+    job *j = st->j;
+    pthread_mutex_lock(&j->mu);
+    if (!st->role_sent && j->req.chat) s_chunk(st, "", 0, NULL);
+    if (j->exposed > st->sent) {
+        s_chunk(st, j->raw + st->sent, j->exposed - st->sent, NULL);
+        st->sent = j->exposed;
+    }
+    if (j->state == JOB_DONE) s_final(st);
+    pthread_mutex_unlock(&j->mu);
+    return st->pending_len > st->pending_off;
+}
+
+static ssize_t s_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    sse_stream *st = cls;
+    while (st->pending_off >= st->pending_len) {
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        st->pending_len = st->pending_off = 0;
+        if (s_collect(st)) break;
+        if (st->oom || atomic_load(&st->j->cancel)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        job_wait_change(st->j, 200);
+    }
+    size_t n = st->pending_len - st->pending_off;
+    if (n > max) n = max;
+    memcpy(buf, st->pending + st->pending_off, n);
+    st->pending_off += n;
+    return (ssize_t)n;
+}
+
+/* The connection is done with the stream (finished, or the client left). */
+static void s_free(void *cls) {
+    sse_stream *st = cls;
+    atomic_store(&st->j->cancel, 1); /* a no-op when it already finished */
+    job_release(st->j);
+    free(st->pending);
+    free(st);
+}
+
+int sse_reply(server *s, struct MHD_Connection *c, job *j) {
+    sse_stream *st = calloc(1, sizeof *st);
+    if (!st) {
+        atomic_store(&j->cancel, 1);
+        return http_reply_error(s, c, j->req.chat ? EP_CHAT : EP_COMPLETIONS, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    st->srv = s;
+    st->j = j;
+    job_retain(j);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, s_read, st, s_free);
+    if (!r) {
+        s_free(st);
+        return MHD_NO;
+    }
+    return http_reply_stream(c, r);
+}
