@@ -144,6 +144,9 @@ static void add_rows(float *h, const float *d, int n, int64_t cols) {
 // ---------------------------------------------------------------------------
 // attention
 
+/* Multiply-adds below which attention runs on the calling thread. */
+#define ATTN_MIN_PARALLEL_WORK (1 << 17)
+
 typedef struct attn_job {
     forward_state *s;
     const kv_cache *kv;
@@ -229,9 +232,12 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
     // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path)
     if (kv->f16)
         for (size_t i = 0; i < (size_t)n * (size_t)Q; i++) s->q[i] = fp16_round(s->q[i]);
-    // attn = softmax(q K^T / sqrt(head_dim)) V, heads in parallel
+    // attn = softmax(q K^T / sqrt(head_dim)) V, heads in parallel unless the
+    // work is too small to pay for waking the pool (short-context decode)
     attn_job job = {s, kv, il, pos, n};
-    coli_pool_run(s->pool, attention_worker, &job);
+    const int64_t work = (int64_t)n * (pos + n) * Q;
+    if (work < ATTN_MIN_PARALLEL_WORK) attention_worker(&job, 0, 1);
+    else coli_pool_run(s->pool, attention_worker, &job);
     // h += Wo attn
     if ((rc = matmul(s, l->wo, s->attn, n, s->delta)) < 0) return rc;
     add_rows(s->h, s->delta, n, E);
