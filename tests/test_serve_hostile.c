@@ -1,0 +1,209 @@
+/*
+ * test_serve_hostile.c - `coli serve` against bad clients: malformed and
+ * mistyped JSON, huge bodies, absurd numbers, unknown fields, raw garbage
+ * on the socket, 200 connections at once. Every answer must be a 4xx in the
+ * OpenAI error shape (or the request is queued and served), the server must
+ * never die, and the next good request must work.
+ */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+
+#include "serve_util.h"
+
+/* The reply is an OpenAI error: {"error":{"message":..., "type":..., "param":..., "code":...}}. */
+static void s_expect_error(const http_resp *r, int status, const char *what) {
+    cr_expect_eq(r->status, status, "%s: status %d, reply %s", what, r->status, r->raw ? r->raw : "(none)");
+    cJSON *j = cJSON_Parse(r->body);
+    cJSON *e = cJSON_GetObjectItem(j, "error");
+    cr_expect(cJSON_IsString(cJSON_GetObjectItem(e, "message")) && cJSON_IsString(cJSON_GetObjectItem(e, "type")) &&
+                  cJSON_HasObjectItem(e, "param") && cJSON_HasObjectItem(e, "code"),
+              "%s: not an OpenAI error: %s", what, r->body ? r->body : "");
+    cJSON_Delete(j);
+}
+
+static void s_expect_alive(int port) {
+    http_resp r = su_post(port, "/v1/completions", "{\"prompt\":\"Hello\",\"max_tokens\":2}");
+    cr_expect_eq(r.status, 200, "the server no longer serves a good request: %s", r.raw ? r.raw : "(none)");
+    su_free(&r);
+}
+
+Test(serve_hostile, bad_bodies_get_400_naming_the_field) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    static const struct { const char *path, *body, *param; } cases[] = {
+        {"/v1/completions", "{\"prompt\": \"a\"", NULL},
+        {"/v1/completions", "", NULL},
+        {"/v1/completions", "[1,2,3]", NULL},
+        {"/v1/completions", "\"just a string\"", NULL},
+        {"/v1/completions", "{\"prompt\": 5}", "prompt"},
+        {"/v1/completions", "{}", "prompt"},
+        {"/v1/completions", "{\"prompt\": [\"a\", \"b\"]}", "prompt"},
+        {"/v1/completions", "{\"prompt\": [1, -4]}", "prompt"},
+        {"/v1/completions", "{\"prompt\": [1, 99999999]}", "prompt"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": \"ten\"}", "max_tokens"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": -1}", "max_tokens"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": 2.5}", "max_tokens"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": 1e300}", "max_tokens"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": 1000000000000}", "max_tokens"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": 100000}", "max_tokens"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"temperature\": -1}", "temperature"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"temperature\": \"hot\"}", "temperature"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"top_p\": 0}", "top_p"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"top_p\": 1.5}", "top_p"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"seed\": \"x\"}", "seed"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"n\": 2}", "n"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"stop\": 7}", "stop"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"stream\": \"yes\"}", "stream"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true}}", "stream_options"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"logprobs\": 5}", "logprobs"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"model\": 12}", "model"},
+        {"/v1/chat/completions", "{\"messages\": \"hi\"}", "messages"},
+        {"/v1/chat/completions", "{\"messages\": []}", "messages"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\"}]}", "messages"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": 3, \"content\": \"x\"}]}", "messages"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", "messages"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}]}", "messages"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", "messages"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{}]}", "tools"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        http_resp r = su_post(p.port, cases[i].path, cases[i].body);
+        s_expect_error(&r, 400, cases[i].body);
+        cJSON *j = cJSON_Parse(r.body);
+        cJSON *param = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "param");
+        if (cases[i].param)
+            cr_expect(cJSON_IsString(param) && !strcmp(param->valuestring, cases[i].param), "%s: param %s, want %s",
+                      cases[i].body, r.body, cases[i].param);
+        cJSON_Delete(j);
+        su_free(&r);
+    }
+    /* deeply nested JSON is refused by the parser's depth limit, not the stack */
+    size_t depth = 100000;
+    char *deep = malloc(2 * depth + 1);
+    memset(deep, '[', depth);
+    memset(deep + depth, ']', depth);
+    deep[2 * depth] = '\0';
+    http_resp r = su_post(p.port, "/v1/completions", deep);
+    s_expect_error(&r, 400, "deeply nested arrays");
+    su_free(&r);
+    free(deep);
+    s_expect_alive(p.port);
+    cr_expect_eq(su_stop(&p), 0);
+}
+
+Test(serve_hostile, unknown_fields_are_ignored_and_routes_checked) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    http_resp r = su_post(p.port, "/v1/completions",
+                          "{\"prompt\":\"a\",\"max_tokens\":2,\"user\":\"u1\",\"frobnicate\":{\"x\":[1,2]},\"presence_penalty\":0,\"n\":1,\"logprobs\":null}");
+    cr_expect_eq(r.status, 200, "%s", r.raw);
+    su_free(&r);
+    r = su_get(p.port, "/v1/nothing");
+    s_expect_error(&r, 404, "unknown path");
+    su_free(&r);
+    r = su_request(p.port, "DELETE", "/v1/chat/completions", NULL, NULL);
+    s_expect_error(&r, 405, "wrong method");
+    su_free(&r);
+    r = su_request(p.port, "POST", "/health", NULL, "{}");
+    s_expect_error(&r, 405, "POST /health");
+    su_free(&r);
+    s_expect_alive(p.port);
+    su_stop(&p);
+}
+
+Test(serve_hostile, huge_bodies_get_413) {
+    char model[4096];
+    const char *extra[] = {"--max-body", "64", NULL}; /* KiB */
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    size_t n = 200 * 1024;
+    char *big = malloc(n + 64);
+    int k = snprintf(big, n + 64, "{\"prompt\":\"");
+    memset(big + k, 'a', n);
+    strcpy(big + k + n, "\"}");
+    http_resp r = su_post(p.port, "/v1/completions", big);
+    s_expect_error(&r, 413, "200 KiB body with Content-Length");
+    su_free(&r);
+    /* no Content-Length: chunked upload, counted as it arrives */
+    int fd = su_connect(p.port);
+    const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n";
+    su_send_all(fd, head, strlen(head));
+    char chunk[64];
+    for (int i = 0; i < 10; i++) {
+        snprintf(chunk, sizeof chunk, "%zx\r\n", (size_t)(20 * 1024));
+        su_send_all(fd, chunk, strlen(chunk));
+        su_send_all(fd, big + k, 20 * 1024);
+        su_send_all(fd, "\r\n", 2);
+    }
+    su_send_all(fd, "0\r\n\r\n", 5);
+    r = su_read_resp(fd, 20);
+    close(fd);
+    cr_expect_eq(r.status, 413, "chunked 200 KiB: %s", r.raw ? r.raw : "");
+    su_free(&r);
+    free(big);
+    s_expect_alive(p.port);
+    su_stop(&p);
+}
+
+Test(serve_hostile, garbage_on_the_socket) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    const char *junk[] = {
+        "GARBAGE\r\n\r\n",
+        "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 tls hello",
+        "POST /v1/completions HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+        "POST /v1/completions HTTP/1.0\r\nContent-Length: 100\r\n\r\n{\"prompt\":", /* then hang up */
+        "GET /health HTTP/1.1\r\nHost: x\r\nX: " /* header never finished */,
+    };
+    for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+        http_resp r = su_raw(p.port, junk[i], strlen(junk[i]), 0.5);
+        cr_expect(r.status == 0 || (r.status >= 400 && r.status < 500), "junk %zu: status %d", i, r.status);
+        su_free(&r);
+    }
+    s_expect_alive(p.port);
+    cr_expect_eq(su_stop(&p), 0);
+}
+
+typedef struct flood_arg {
+    int port;
+    int status;
+} flood_arg;
+
+static void *s_flood_client(void *arg) {
+    flood_arg *a = arg;
+    http_resp r = su_post(a->port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":4,\"seed\":1}");
+    a->status = r.status;
+    su_free(&r);
+    return NULL;
+}
+
+Test(serve_hostile, two_hundred_connections_at_once, .timeout = 240) {
+    char model[4096];
+    const char *extra[] = {"--parallel", "2", "--queue", "16", NULL};
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    enum { N = 200 };
+    flood_arg args[N];
+    pthread_t th[N];
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    for (int i = 0; i < N; i++) {
+        args[i] = (flood_arg){.port = p.port};
+        cr_assert_eq(pthread_create(&th[i], &attr, s_flood_client, &args[i]), 0);
+    }
+    int ok = 0, busy = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        ok += args[i].status == 200;
+        busy += args[i].status == 429;
+        cr_expect(args[i].status == 200 || args[i].status == 429, "client %d: status %d", i, args[i].status);
+    }
+    cr_expect_geq(ok, 2, "%d served, %d refused", ok, busy);
+    s_expect_alive(p.port);
+    http_resp r = su_get(p.port, "/metrics");
+    char want[64];
+    snprintf(want, sizeof want, "code=\"200\"} %d\n", ok + 1);
+    cr_expect(strstr(r.body, want) != NULL, "metrics count %d ok: %s", ok + 1, r.body);
+    su_free(&r);
+    cr_expect_eq(su_stop(&p), 0);
+}
