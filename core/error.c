@@ -24,7 +24,12 @@ int coli_fail_prefix(int code, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, s_message, sizeof old);
-    snprintf(s_message, sizeof s_message, "%s: %s", prefix, old);
+    /* Build in a buffer big enough for both, then cut to the message size:
+     * a long prefix chain loses its tail, never its head. */
+    char joined[2 * COLI_ERR_MAX + 2];
+    snprintf(joined, sizeof joined, "%s: %s", prefix, old);
+    memcpy(s_message, joined, sizeof s_message - 1);
+    s_message[sizeof s_message - 1] = '\0';
     return code;
 }
 

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# tools/check_style.sh - the house limits that a reviewer should not have to count by hand.
+#  - no source file past 1500 lines (800 is the smell line: listed, not fatal)
+#  - no exit()/abort() outside a main file (core/, coordinator/, plugins/, workers/ libraries)
+#  - vendor #ifdefs (__HIP / __CUDA) only in plugins/gpu/gpu_compat.h
+# Prints one line per finding; exit 1 on a hard failure.
+set -u
+cd "$(dirname "$0")/.."
+fail=0
+srcs=$(git ls-files '*.c' '*.h' '*.cu' 2>/dev/null)
+for f in $srcs; do
+  n=$(wc -l <"$f")
+  if [ "$n" -gt 1500 ]; then echo "style: $f: $n lines > 1500"; fail=1
+  elif [ "$n" -gt 800 ]; then echo "style (note): $f: $n lines > 800"; fi
+done
+# exit()/abort() belong to main(): libraries report errors upward.
+hits=$(grep -nE '\b(exit|abort|_exit)\s*\(' $(git ls-files 'core/*.c' 'coordinator/*.c' 'plugins/*.c' 'plugins/*.cu') 2>/dev/null \
+       | grep -v '^\s*//' | grep -vE ':\s*(/\*|\*)' )
+if [ -n "$hits" ]; then echo "style: exit/abort outside main:"; echo "$hits"; fail=1; fi
+vendor=$(grep -lE '__HIP|__HIPCC__|__CUDACC__|__CUDA_ARCH__' $srcs 2>/dev/null | grep -v '^plugins/gpu/gpu_compat.h$')
+if [ -n "$vendor" ]; then echo "style: vendor macros outside plugins/gpu/gpu_compat.h: $vendor"; fail=1; fi
+[ $fail -eq 0 ] && echo "style: ok"
+exit $fail
