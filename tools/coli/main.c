@@ -27,6 +27,8 @@ static const command s_commands[] = {
     {"quantize",   cmd_quantize,   "write a copy of a model with its weights in another type"},
     {"plan",       cmd_plan,       "print which expert goes to which worker for --devices"},
     {"worker",     cmd_worker,     "run a worker process (what the coordinator starts per device)"},
+    {"serve",      cmd_serve,      "serve the model over an OpenAI-compatible HTTP API, with /health and /metrics"},
+    {"chat",       cmd_chat,       "chat with the model in the terminal (streams, keeps the conversation)"},
 };
 #define N_COMMANDS ((int)(sizeof s_commands / sizeof s_commands[0]))
 
