@@ -14,6 +14,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 

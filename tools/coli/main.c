@@ -26,6 +26,7 @@ static const command s_commands[] = {
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"quantize",   cmd_quantize,   "write a copy of a model with its weights in another type"},
     {"plan",       cmd_plan,       "print which expert goes to which worker for --devices"},
+    {"bench",      cmd_bench,      "prefill/decode tok/s, token and dispatch latency, vs the read bandwidth"},
     {"worker",     cmd_worker,     "run a worker process (what the coordinator starts per device)"},
     {"serve",      cmd_serve,      "serve the model over an OpenAI-compatible HTTP API, with /health and /metrics"},
     {"chat",       cmd_chat,       "chat with the model in the terminal (streams, keeps the conversation)"},

@@ -1,0 +1,35 @@
+/*
+ * bench.h - the pieces of `coli bench` (cmd_bench.c): the read-bandwidth
+ * test, the weight bytes a decode token reads, and small statistics.
+ */
+#ifndef COLI_CLI_BENCH_H
+#define COLI_CLI_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* STREAM-style read test: n_threads threads sum disjoint parts of a
+ * buffer of mib MiB (far larger than the caches), best of `passes`
+ * passes after one warm-up. GB/s (1e9 bytes/s) in *gbs. 0 or CLI_FAIL
+ * (printed). */
+int bench_read_bandwidth(int n_threads, int mib, int passes, double *gbs);
+
+/* Weight bytes one decode token reads in the GGUF at path: every tensor
+ * in full except the token embedding (one row) and the routed expert
+ * stacks (*_exps: n_expert_used of n_expert). Also the whole file's
+ * tensor bytes. 0 or CLI_FAIL (printed). */
+typedef struct bench_bytes {
+    int64_t per_token;     /* the sum above */
+    int64_t experts;       /* of which routed experts */
+    int64_t output;        /* of which the output head */
+    int64_t all_tensors;   /* every tensor of the file */
+    char expert_type[16];  /* type of the expert stacks ("Q8_0"), or of the output head */
+} bench_bytes;
+int bench_decode_bytes(const char *path, bench_bytes *out);
+
+/* Sorts v[0..n) in place; the q-quantile (0..1) by nearest rank; 0 if n is 0. */
+double bench_quantile(double *v, int n, double q);
+/* Monotonic seconds. */
+double bench_now(void);
+
+#endif

@@ -1,0 +1,25 @@
+/* bench_stats.c - quantiles and the clock of `coli bench`; see bench.h. */
+#include <stdlib.h>
+#include <time.h>
+
+#include "bench.h"
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_quantile(double *v, int n, double q) {
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int rank = (int)(q * n + 0.999999); /* nearest rank: ceil(q n), at least 1 */
+    if (rank < 1) rank = 1;
+    if (rank > n) rank = n;
+    return v[rank - 1];
+}
+
+double bench_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
