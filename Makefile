@@ -51,7 +51,7 @@ CPU_PLUGIN := $(BUILD)/lib/libcoli-cpu.so
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS      := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/*.c))
 
-.PHONY: all run test deps bench clean fixtures check-style
+.PHONY: all run test deps bench bandwidth clean fixtures check-style
 all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(TOOLS) $(TESTS)
 
 # ---- generated protocol code (never committed) -----------------------------
@@ -146,13 +146,37 @@ BENCH_DIR := $(BUILD)/bench
 $(BENCH_DIR)/bench-mixtral-f16.gguf:
 	@mkdir -p $(BENCH_DIR)
 	$(BENCH_PY) $(SHARED)/reference/gen/make_models.py $(BENCH_DIR) --only bench-mixtral
-$(BENCH_DIR)/bench-mixtral-q4_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf $(COLI)
+# (coli is order-only: rebuilding it does not requantize)
+$(BENCH_DIR)/bench-mixtral-q4_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf | $(COLI)
 	$(COLI) quantize $< $@ Q4_0
+$(BENCH_DIR)/bench-mixtral-q8_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf | $(COLI)
+	$(COLI) quantize $< $@ Q8_0
 .PHONY: bench-sched
 bench-sched: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BUILD)/bin/bench_sched $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q4_0.gguf
 	$(BUILD)/bin/bench_sched $(BUILD)/fixtures/tiny-llama-moe-f32.gguf 64
 	$(BUILD)/bin/bench_sched $(BENCH_DIR)/bench-mixtral-q4_0.gguf 16
-bench: bench-sched
+# `coli bench` over the standard set (tiny fixture and bench-mixtral Q8_0/Q4_0; --inproc
+# and local CPU workers, interleaved), then docs/benchmarks.md's generated section and
+# chart are rewritten (tools/bench/run_bench.py). BENCH_REPEAT, BENCH_N, BENCH_PROMPTS,
+# BENCH_THREADS, BENCH_DEVICES override the defaults.
+BENCH_REPEAT  ?= 3
+BENCH_N       ?= 128
+BENCH_PROMPTS ?= 64,512
+BENCH_THREADS ?= 2
+BENCH_DEVICES ?= inproc cpu:1
+.PHONY: bench-coli bandwidth
+bandwidth: $(COLI)
+	$(COLI) bench --bandwidth -t 1
+	$(COLI) bench --bandwidth -t 2
+bench-coli: $(COLI) $(WORKER) $(CPU_PLUGIN) $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q8_0.gguf \
+            $(BENCH_DIR)/bench-mixtral-q4_0.gguf
+	$(BENCH_PY) tools/bench/run_bench.py --coli $(COLI) --out $(BENCH_DIR) \
+	  --threads $(BENCH_THREADS) --repeat $(BENCH_REPEAT) -n $(BENCH_N) -p $(BENCH_PROMPTS) \
+	  --devices "$(BENCH_DEVICES)" --docs docs/benchmarks.md --chart docs/img/bench-decode.svg \
+	  --model tiny-llama-moe=$(BUILD)/fixtures/tiny-llama-moe-f32.gguf \
+	  --model bench-mixtral=$(BENCH_DIR)/bench-mixtral-q8_0.gguf \
+	  --model bench-mixtral=$(BENCH_DIR)/bench-mixtral-q4_0.gguf
+bench: bench-coli bench-sched
 
 # ---- tests ---------------------------------------------------------------------
 FIXTURES := $(BUILD)/fixtures/.stamp
