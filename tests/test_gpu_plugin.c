@@ -314,8 +314,9 @@ Test(gpu_plugin, oversized_allocation_fails_cleanly) {
 Test(gpu_plugin, injected_failures_leave_accounting_unchanged_and_nothing_sticky) {
     gpu_plugin g;
     need_device(&g);
-    /* alloc 2 = second expert, h2d 4 = its retry's gate copy, launch 3 = first run's gate matmul */
-    moe_device *dev = open_dev(&g, 0, "alloc@2,h2d@4,launch@3");
+    /* alloc 2 = second expert, h2d 4 = its retry's gate copy, launch 2 = the first run's gate
+     * matmul (launch 1 prepares the input, shared by gate and up: both take Q8_0 blocks) */
+    moe_device *dev = open_dev(&g, 0, "alloc@2,h2d@4,launch@2");
     test_expert te[2];
     cr_assert_eq(test_expert_make(&te[0], 1, 0, COLI_Q4_0, 128, 256, 21), 0);
     cr_assert_eq(test_expert_make(&te[1], 1, 1, COLI_Q4_0, 128, 256, 22), 0);
@@ -386,7 +387,9 @@ Test(gpu_plugin, caps_and_stats_account_for_what_is_held_and_done) {
     cr_assert_eq(s.calls, 2);
     cr_assert_eq(s.rows, 80);
     cr_assert_eq(s.failed_loads, 0);
-    cr_assert(s.h2d_seconds > 0 && s.kernel_seconds > 0 && s.d2h_seconds > 0,
+    /* copies of 20 KB may read as 0 at the events' resolution; kernels cannot */
+    cr_assert(s.kernel_seconds > 0 && s.h2d_seconds >= 0 && s.d2h_seconds >= 0 &&
+              s.h2d_seconds + s.d2h_seconds > 0,
               "times h2d %g kernel %g d2h %g", s.h2d_seconds, s.kernel_seconds, s.d2h_seconds);
     const moe_batch_group bad = {2, 0, 35, 10};
     cr_assert_eq(g.p->run(dev, &bad, 1, x, 40, 128, out, err, sizeof err), COLI_EINVAL);
