@@ -186,7 +186,20 @@ $(FIXTURES): $(BUILD)/bin/gen_model
 	$(BUILD)/bin/gen_model --all $(BUILD)/fixtures
 	touch $@
 
-test: deps
+# What only the tests need: promtool (Debian's prometheus, ~100 MB without its
+# recommends) checks the /metrics scrape of coli serve. The openai npm client of
+# tests/node is installed by its test (npm ci) on first use.
+TEST_PKGS := prometheus
+.PHONY: test-deps
+test-deps:
+	@missing=""; for p in $(TEST_PKGS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make test-deps: installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+test: deps test-deps
 	$(MAKE) all fixtures
 	COLI_BUILD=$(BUILD) tests/run.sh $(TESTS)
 
