@@ -184,7 +184,7 @@ int  stats_text(moe_exec *self, char **text);
 /* ---- scheduler.c ---- */
 uint64_t sched_env_ms(const char *name, uint64_t dflt);
 /* w's request in flight is answered: out holds its rows (validated). */
-void sched_rows_done(sched *s, worker_link *w, const float *out);
+void sched_rows_done(sched *s, worker_link *w, const void *out); /* any alignment */
 /* w's request in flight will not be answered: its pairs go elsewhere. */
 void sched_rows_lost(sched *s, worker_link *w);
 

@@ -33,12 +33,13 @@ uint64_t sched_env_ms(const char *name, uint64_t dflt)
 }
 
 // ---------------------------------------------------------------------------
-void sched_rows_done(sched *s, worker_link *w, const float *out)
+void sched_rows_done(sched *s, worker_link *w, const void *out)
 {
     const size_t E = (size_t)s->n_embd;
     for (int64_t r = 0; r < w->n_rows; r++) {
         int64_t p = w->row_pair[r];
-        memcpy(s->cur_y + (size_t)p * E, out + (size_t)r * E, E * sizeof(float));
+        memcpy(s->cur_y + (size_t)p * E, (const char *)out + (size_t)r * E * sizeof(float),
+               E * sizeof(float));
         s->pair_target[p] = PAIR_DONE;
         s->pending--;
     }

@@ -167,10 +167,14 @@ static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a)
 }
 
 //  Is every output finite? (Checked only when every input was.)
-static int s_all_finite(const float *v, size_t n)
+static int s_all_finite(const void *v, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(v[i])) return 0;
+    /* memcpy: a frame's bytes need not be 4-byte aligned */
+    for (size_t i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, (const char *)v + i * sizeof f, sizeof f);
+        if (!isfinite(f)) return 0;
+    }
     return 1;
 }
 
@@ -203,7 +207,7 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
         s_quarantine(s, w, "reply sizes do not match the request");
         return;
     }
-    const float *out = zmq_msg_data((zmq_msg_t *)&m->payload);
+    const void *out = zmq_msg_data((zmq_msg_t *)&m->payload);
     if (w->x_finite && !s_all_finite(out, n)) {
         s_quarantine(s, w, "non-finite output for finite input");
         return;

@@ -79,6 +79,8 @@ typedef struct worker {
     expert_set resident;
     float *out;                 /* result buffer, grown on demand */
     size_t out_cap;
+    float *xin;                 /* aligned copy of a misaligned input frame */
+    size_t xin_cap;
     uint64_t batches, rows, last_request_id, hb_seq;
     uint64_t last_hb_ns;
     worker_fault faults[WORKER_MAX_FAULTS];

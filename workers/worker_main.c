@@ -217,6 +217,7 @@ void worker_close(worker *w)
     gguf_close(&w->model);
     free(w->resident.keys);
     free(w->out);
+    free(w->xin);
     if (w->sock) zmq_close(w->sock);
     if (w->zctx) zmq_ctx_term(w->zctx);
     if (w->dl) dlclose(w->dl);

@@ -6,6 +6,7 @@
  * stops the heartbeat too, which is what the coordinator watches.
  */
 #include <math.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +208,15 @@ int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t 
         float *o = realloc(w->out, need * sizeof(float));
         if (!o) rc = snprintf(why, sizeof why, "worker: out of memory for %zu outputs", need);
         else { w->out = o; w->out_cap = need; }
+    }
+    if (rc == 0 && ((uintptr_t)x % sizeof(float)) != 0) {
+        /* a frame's bytes need not be aligned; the kernels read floats */
+        if (need > w->xin_cap) {
+            float *c = realloc(w->xin, need * sizeof(float));
+            if (!c) rc = snprintf(why, sizeof why, "worker: out of memory for %zu inputs", need);
+            else { w->xin = c; w->xin_cap = need; }
+        }
+        if (rc == 0) { memcpy(w->xin, x, need * sizeof(float)); x = w->xin; }
     }
     uint64_t t0 = wire_now_ns();
     if (rc == 0 && w->plugin->run(w->dev, groups, (int32_t)b->n_groups, x, b->n_rows, b->n_embd,
