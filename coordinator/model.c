@@ -287,8 +287,9 @@ static int s_load_globals(const gguf_file *f, model *m) {
     int rc;
     if (!te) return coli_fail(COLI_EFORMAT, "missing required tensor 'token_embd.weight'");
     if (te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] > INT32_MAX)
-        return coli_fail(COLI_EFORMAT, "tensor 'token_embd.weight': shape disagrees with the metadata, "
-                         "expected [%d, n_vocab]", hp->n_embd);
+        return coli_fail(COLI_EFORMAT, "tensor 'token_embd.weight': %d-D shape [%lld, %lld, ...] disagrees "
+                         "with the metadata, expected [%d, n_vocab]",
+                         te->n_dims, (long long)te->ne[0], (long long)te->ne[1], hp->n_embd);
     hp->n_vocab = (int)te->ne[1];
     const int64_t ne_vocab[2] = {hp->n_embd, hp->n_vocab}, ne_norm[1] = {hp->n_embd};
     if ((rc = s_tensor(f, "token_embd.weight", 2, ne_vocab, MASK_MATRIX, 0, &m->tok_embd)) < 0) return rc;
