@@ -52,6 +52,11 @@ TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS      := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/*.c))
 
 .PHONY: all run test deps bench bandwidth clean fixtures check-style
+# Generated protocol sources are inputs of several rules: keep them.
+.SECONDARY: $(PROTO_GEN)
+
+check-style:
+	tools/check_style.sh
 all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(TOOLS) $(TESTS)
 
 # ---- generated protocol code (never committed) -----------------------------
