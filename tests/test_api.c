@@ -340,41 +340,52 @@ Test(quantize, output_loads_and_keeps_norms_and_routers_f32) {
 // model validation: each broken file gets its own one-line error
 
 typedef struct variant {
+    const char *fixture;       /* source file (default tiny-llama-moe-f32.gguf) */
     const char *skip_tensor;   /* leave this tensor out */
     const char *key;           /* then set this key: u32 value or string */
     uint32_t u32;
     const char *str;
     const char *f16_tensor;    /* store this (F32, 1-D) tensor as F16 */
+    const char *zero_tensor;   /* store this F32 tensor as zeros */
 } variant;
 
-/* Copy the llama MoE fixture with one defect; returns the load status. */
-static int s_load_variant(const variant *v, const char *tag) {
-    char src[4096], dst[4096];
-    s_fixture("tiny-llama-moe-f32.gguf", src, sizeof src);
-    snprintf(dst, sizeof dst, "%s/fixtures/bad-%s.gguf", s_build(), tag);
+/* Copy a fixture with one change into dst. */
+static void s_write_variant(const variant *v, const char *dst) {
+    char src[4096];
+    s_fixture(v->fixture ? v->fixture : "tiny-llama-moe-f32.gguf", src, sizeof src);
     gguf_file *f = NULL;
     cr_assert_eq(gguf_open(src, &f), 0);
     gguf_writer *w = gguf_writer_new();
     for (int64_t i = 0; i < gguf_n_kv(f); i++) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
     if (v->key && v->str) cr_assert_eq(gguf_writer_set_str(w, v->key, v->str), 0);
     else if (v->key) cr_assert_eq(gguf_writer_set_u32(w, v->key, v->u32), 0);
-    uint16_t *half = NULL;
+    void *buf = NULL;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const coli_tensor *t = gguf_tensor(f, i);
+        const int64_t n = coli_tensor_nelems(t);
         if (v->skip_tensor && strcmp(t->name, v->skip_tensor) == 0) continue;
         if (v->f16_tensor && strcmp(t->name, v->f16_tensor) == 0) {
-            int64_t n = coli_tensor_nelems(t);
-            half = malloc((size_t)n * 2);
+            uint16_t *half = buf = malloc((size_t)n * 2);
             for (int64_t j = 0; j < n; j++) half[j] = coli_fp32_to_fp16(((const float *)t->data)[j]);
             cr_assert_eq(gguf_writer_add_tensor(w, t->name, COLI_F16, t->n_dims, t->ne, half, (size_t)n * 2), 0);
-            continue;
+        } else if (v->zero_tensor && strcmp(t->name, v->zero_tensor) == 0) {
+            buf = calloc((size_t)n, sizeof(float));
+            cr_assert_eq(gguf_writer_add_tensor(w, t->name, COLI_F32, t->n_dims, t->ne, buf, (size_t)n * 4), 0);
+        } else {
+            cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
         }
-        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
     }
     cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
     gguf_writer_free(&w);
     gguf_close(&f);
-    free(half);
+    free(buf);
+}
+
+/* Copy the llama MoE fixture with one defect; returns the load status. */
+static int s_load_variant(const variant *v, const char *tag) {
+    char dst[4096];
+    snprintf(dst, sizeof dst, "%s/fixtures/bad-%s.gguf", s_build(), tag);
+    s_write_variant(v, dst);
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = "inproc";
@@ -428,6 +439,30 @@ Test(validation, norm_must_be_f32) {
 Test(validation, missing_hyperparameter_and_top_k) {
     variant v = {.key = "llama.expert_used_count", .u32 = 99};
     EXPECT_ERR(s_load_variant(&v, "topk"), COLI_EFORMAT, "expert_used_count 99");
+}
+
+/* With output.weight all zero every logit is 0, greedy picks id 0, which
+ * is the olmoe fixture's end-of-text token: generation stops at once and
+ * the callback never sees it. */
+Test(api, generation_stops_at_eog_without_passing_it_on) {
+    char path[4096];
+    variant v = {.fixture = "tiny-olmoe-f32.gguf", .zero_tensor = "output.weight"};
+    snprintf(path, sizeof path, "%s/fixtures/eog-olmoe.gguf", s_build());
+    s_write_variant(&v, path);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "inproc";
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(path, &mp, &m), 0, "%s", coli_last_error());
+    cr_assert(coli_token_is_eog(m, 0));
+    gen_log g = {0};
+    coli_gen_stats st;
+    cr_assert_eq(s_generate(m, 0.0f, 1, 10, &g, &st), 0, "%s", coli_last_error());
+    cr_assert_eq(st.stopped_by_eog, 1);
+    cr_assert_eq(st.n_gen, 0);
+    cr_assert_eq(g.n, 0, "the EOG token was passed to the callback");
+    coli_model_free(&m);
+    remove(path);
 }
 
 // ---------------------------------------------------------------------------
