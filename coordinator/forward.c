@@ -173,12 +173,13 @@ static float dot_f32(const float *q, const float *k, int n) {
 static void attend_one(const kv_cache *kv, int layer, int n_kv, int kvh, int head_dim,
                        const float *q, float *scores, float *out) {
     const float scale = 1.0f / sqrtf((float)head_dim);
+    const float *h2f = kv_fp16_table();
     const size_t off = (size_t)kvh * (size_t)head_dim;
     for (int j = 0; j < n_kv; j++) {
         float dot = 0.0f;
         if (kv->f16) {
             const uint16_t *kj = (const uint16_t *)kv_cache_k(kv, layer, j) + off;
-            for (int d = 0; d < head_dim; d++) dot += q[d] * coli_fp16_to_fp32(kj[d]);
+            for (int d = 0; d < head_dim; d++) dot += q[d] * h2f[kj[d]];
         } else {
             dot = dot_f32(q, (const float *)kv_cache_k(kv, layer, j) + off, head_dim);
         }
@@ -190,7 +191,7 @@ static void attend_one(const kv_cache *kv, int layer, int n_kv, int kvh, int hea
         if (kv->f16) {
             const float p = fp16_round(scores[j]);
             const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, j) + off;
-            for (int d = 0; d < head_dim; d++) out[d] += p * coli_fp16_to_fp32(vj[d]);
+            for (int d = 0; d < head_dim; d++) out[d] += p * h2f[vj[d]];
         } else {
             const float p = scores[j];
             const float *vj = (const float *)kv_cache_v(kv, layer, j) + off;

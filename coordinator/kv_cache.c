@@ -1,6 +1,7 @@
 /* kv_cache.c - see kv_cache.h. */
 #include "coordinator/kv_cache.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,4 +55,16 @@ const void *kv_cache_k(const kv_cache *c, int layer, int pos) {
 
 const void *kv_cache_v(const kv_cache *c, int layer, int pos) {
     return (const char *)c->v + s_offset(c, layer, pos) * s_elem(c);
+}
+
+static float s_fp16_table[65536];
+static pthread_once_t s_fp16_once = PTHREAD_ONCE_INIT;
+
+static void s_fill_fp16_table(void) {
+    for (uint32_t h = 0; h < 65536; h++) s_fp16_table[h] = coli_fp16_to_fp32((uint16_t)h);
+}
+
+const float *kv_fp16_table(void) {
+    pthread_once(&s_fp16_once, s_fill_fp16_table);
+    return s_fp16_table;
 }

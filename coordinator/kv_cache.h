@@ -31,4 +31,8 @@ void kv_cache_store(kv_cache *c, int layer, int pos, int n, const float *k, cons
 const void *kv_cache_k(const kv_cache *c, int layer, int pos);
 const void *kv_cache_v(const kv_cache *c, int layer, int pos);
 
+/* fp16 -> fp32 for all 65536 bit patterns (the values coli_fp16_to_fp32
+ * gives), built once: attention over an fp16 cache reads it per element. */
+const float *kv_fp16_table(void);
+
 #endif
