@@ -28,6 +28,12 @@
 #define SPIN_ROUNDS 2048
 #define MAX_THREADS 512
 
+/* The pool that started the latest job in this process. A worker of any
+ * other pool stops spinning and sleeps at once: in-process, the forward
+ * pass's pool and the cpu plugin's pool take turns on the same cores, and a
+ * thread spinning for the idle pool would steal a core from the busy one. */
+static _Atomic(struct coli_pool *) s_active;
+
 struct coli_pool {
     int n;                        /* threads including the caller */
     pthread_t *threads;           /* n - 1 workers */
@@ -50,6 +56,7 @@ static unsigned wait_for_job(coli_pool *p, unsigned seen) {
     for (int i = 0; i < SPIN_ROUNDS; i++) {
         unsigned g = atomic_load_explicit(&p->generation, memory_order_acquire);
         if (g != seen) return g;
+        if (atomic_load_explicit(&s_active, memory_order_relaxed) != p) break;
         CPU_RELAX();
     }
     pthread_mutex_lock(&p->mutex);
@@ -93,6 +100,8 @@ static int online_cores(void) {
 
 /* Stop and join the first n_started workers, free everything. */
 static void pool_teardown(coli_pool *p, int n_started) {
+    coli_pool *expected = p;
+    atomic_compare_exchange_strong(&s_active, &expected, NULL);
     atomic_store_explicit(&p->stop, 1, memory_order_release);
     announce(p);
     for (int i = 0; i < n_started; i++) pthread_join(p->threads[i], NULL);
@@ -156,6 +165,8 @@ static void wait_for_workers(coli_pool *p) {
 
 void coli_pool_run(coli_pool *pool, coli_pool_fn fn, void *arg) {
     if (!pool || pool->n == 1) { fn(arg, 0, 1); return; }
+    if (atomic_load_explicit(&s_active, memory_order_relaxed) != pool)
+        atomic_store_explicit(&s_active, pool, memory_order_relaxed);
     pool->fn = fn;
     pool->arg = arg;
     atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
