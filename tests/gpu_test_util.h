@@ -105,6 +105,20 @@ static inline float test_max_abs(const float *a, int64_t n) {
     return m;
 }
 
+/* Allowed max |gpu - cpu| relative to max |cpu output| for experts of type t.
+ * F32: the same products summed in another order. F16/BF16/Q8_0/Q4_0: the
+ * hidden row is rounded again for the down matmul (to fp16, bf16 or Q8_0
+ * steps), and a hidden value a float rounding apart can land on the other
+ * side of a step: one step of 2^-11 (fp16), 2^-8 (bf16) or amax/127 (Q8_0)
+ * times one down weight. Indexing or decoding bugs give errors of order 1. */
+static inline float test_tolerance(coli_dtype t) {
+    switch (t) {
+    case COLI_F32: return 2e-5f;
+    case COLI_F16: return 1e-3f;
+    default: return 4e-3f;
+    }
+}
+
 /* Largest |a - b|; NaN anywhere counts as infinitely different. */
 static inline float test_max_diff(const float *a, const float *b, int64_t n) {
     float m = 0.0f;

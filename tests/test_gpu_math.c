@@ -195,11 +195,8 @@ Test(gpu_math, expert_pipeline_matches_cpu_plugin_for_every_type) {
         cr_assert_eq(test_expert_make(&te, 1, i, t, n_embd, n_ff, 500 + (uint64_t)i), 0);
         cr_assert_eq(test_cpu_expert(&te, x, n_rows, ref, err, sizeof err), 0, "cpu plugin: %s", err);
         host_gpu_expert(&te.desc, x, n_rows, mine);
-        /* float types: reordered sums only. Q8_0/Q4_0: a hidden value a rounding
-         * apart can land on the other side of a Q8_0 step, moving that one
-         * product by d_h * d_w: still far below the signal. */
         const float scale = test_max_abs(ref, n_rows * n_embd), diff = test_max_diff(mine, ref, n_rows * n_embd);
-        const float tol = (gpu_dtype_is_quant(t) ? 2e-3f : 1e-5f) * scale;
+        const float tol = test_tolerance(t) * scale; /* see gpu_test_util.h */
         cr_log_info("%s: max |gpu math - cpu plugin| = %.3g (outputs up to %.3g)", coli_dtype_name(t), diff, scale);
         cr_assert(scale > 0.05f, "%s: degenerate test expert (outputs up to %g)", coli_dtype_name(t), scale);
         cr_assert(diff <= tol, "%s: max diff %g > %g", coli_dtype_name(t), diff, tol);

@@ -224,7 +224,7 @@ static void check_dtype(const gpu_plugin *g, coli_dtype t) {
     }
     fprintf(stderr, "GPU-DIFF %s dtype=%s decode=%.3g prefill=%.3g scale=%.3g\n", g->p->name,
             coli_dtype_name(t), diff[0], diff[1], scale);
-    const float tol = (gpu_dtype_is_quant(t) ? 2e-3f : 1e-4f) * scale;
+    const float tol = test_tolerance(t) * scale;
     cr_assert(diff[0] <= tol && diff[1] <= tol, "%s: max diff decode %g prefill %g > %g",
               coli_dtype_name(t), diff[0], diff[1], tol);
     g->p->close(&dev);
@@ -306,7 +306,7 @@ Test(gpu_plugin, oversized_allocation_fails_cleanly) {
     moe_batch_group grp = {0, 0, 0, 3};
     cr_assert_eq(g.p->run(dev, &grp, 1, x, 3, 128, out, err, sizeof err), 0, "%s", err);
     cr_assert_eq(test_cpu_expert(&te, x, 3, ref, err, sizeof err), 0);
-    cr_assert(test_max_diff(out, ref, 3 * 128) <= 1e-4f * test_max_abs(ref, 3 * 128));
+    cr_assert(test_max_diff(out, ref, 3 * 128) <= test_tolerance(COLI_F16) * test_max_abs(ref, 3 * 128));
     g.p->close(&dev);
     test_expert_free(&te);
 }
@@ -347,7 +347,7 @@ Test(gpu_plugin, injected_failures_leave_accounting_unchanged_and_nothing_sticky
         const int64_t off = grp[i].row_begin * 128;
         cr_assert_eq(test_cpu_expert(&te[i], x + off, grp[i].n_rows, ref + off, err, sizeof err), 0);
     }
-    cr_assert(test_max_diff(out, ref, n_rows * 128) <= 2e-3f * test_max_abs(ref, n_rows * 128));
+    cr_assert(test_max_diff(out, ref, n_rows * 128) <= test_tolerance(COLI_Q4_0) * test_max_abs(ref, n_rows * 128));
     s = stats_of(&g, dev);
     cr_assert_eq(s.calls, 1);
     cr_assert_eq(s.rows, (uint64_t)n_rows);

@@ -25,7 +25,7 @@ HIP_PKGS    := hipcc libamdhip64-dev
 
 GPU_DIR      := $(BUILD)/gpu
 GPU_SRC      := plugins/gpu/gpu_experts.cu
-GPU_HDRS     := $(wildcard plugins/gpu/*.h) plugins/plugin_abi.h core/tensor.h
+GPU_HDRS     := $(wildcard plugins/gpu/*.h plugins/gpu/*.cuh) plugins/plugin_abi.h core/tensor.h
 GPU_HOST_OBJ := $(GPU_DIR)/gpu_host.o
 CUDA_SO      := $(GPU_DIR)/cuda/libcoli-cuda.so
 HIP_SO       := $(GPU_DIR)/hip/libcoli-hip.so
@@ -103,3 +103,13 @@ gpu-compile-auto: deps
 ifneq ($(GPU_COMPILE),0)
 test: gpu-compile-auto
 endif
+
+# The kernels run on the host under gpu_emu.h (C++: the kernels are templates); part of `all`
+# and of `make test`, no toolkit needed.
+GPU_EMU_TEST := $(BUILD)/tests/test_gpu_emu
+$(GPU_EMU_TEST): tests/test_gpu_emu.cpp $(GPU_HDRS) tests/gpu_test_util.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-unknown-pragmas \
+	  $(SANFLAGS) -pthread -Iinclude -Icore -I. -Itests -o $@ $< $(LDFLAGS) $(LIB) $(LDLIBS) -lcriterion
+all: $(GPU_EMU_TEST)
+TESTS += $(GPU_EMU_TEST)

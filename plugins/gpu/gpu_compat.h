@@ -9,7 +9,8 @@
  *
  * Compiled by hipcc (-x hip): HIP runtime, cuda* names mapped 1:1 to hip*.
  * Compiled by nvcc: the CUDA runtime (linked statically, so the plugin loads
- * where only the driver is installed).
+ * where only the driver is installed). With COLI_GPU_EMULATE (tests only):
+ * the kernels on the host, one coroutine per GPU thread (gpu_emu.h).
  */
 #ifndef COLI_GPU_COMPAT_H
 #define COLI_GPU_COMPAT_H
@@ -17,7 +18,13 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+#if defined(COLI_GPU_EMULATE)
+
+/* Tests only: the kernels run on the host (gpu_emu.h, tests/test_gpu_emu.cpp). */
+#include "plugins/gpu/gpu_emu.h"
+#define COLI_GPU_VENDOR "emu"
+
+#elif defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 
 #if defined(__has_include)
 #if !__has_include(<hip/hip_runtime.h>)

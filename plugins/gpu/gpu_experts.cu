@@ -16,28 +16,12 @@
  * on one stream and copies the groups' rows back. The per-element math
  * (gpu_math.h) is the CPU kernels' math, tested on the host.
  *
- * Kernels:
- *   k_prep       the matmul input, prepared once per weight type: rounded
- *                to fp16/bf16, or quantized to Q8_0 blocks (one thread per
- *                block of 32 values).
- *   k_mm_decode  groups of 1..8 rows (decode, and the routed tail of small
- *                prefill groups): 32 threads per output row stride along
- *                the row, each keeps up to 8 row sums; the weight row is
- *                read once for all rows of the group. Memory bound, as
- *                decode is.
- *   k_mm_tiled   groups of 9+ rows (prefill): 64 outputs x 64 rows per
- *                block of 256 threads, 4x4 per thread, the K dimension in
- *                steps of one 32-value block staged in shared memory.
- *                Quantized weights: integer block sums (exact in F32, as
- *                |sum| < 2^24) scaled by d_w * d_x per block, as the CPU.
- *   k_swiglu     g = silu(g) * u, in place.
- * Float sums run in another order than on the CPU (and than between the two
- * matmul kernels): results agree with the cpu plugin to float rounding, not
- * bit for bit.
+ * The kernels and their launch geometry are in gpu_kernels.cuh.
  */
 #include "plugins/gpu/gpu_compat.h"
 #include "plugins/gpu/gpu_math.h"
 #include "plugins/gpu/gpu_host.h"
+#include "plugins/gpu/gpu_kernels.cuh"
 #include "plugins/plugin_abi.h"
 
 #include <stdarg.h>
@@ -48,160 +32,10 @@
 
 #define GPU_TAG 0x67707521u
 #define GPU_DEAD_TAG 0xdeadbeefu
-#define DEC_MAX_ROWS 8    /* k_mm_decode serves groups of up to this many rows */
-#define DEC_OUT 4         /* output rows per k_mm_decode block (32 threads each) */
-#define TILE 64           /* k_mm_tiled: TILE outputs x TILE rows per block */
 #define ERR_STATUS_DEVICE (-7) /* COLI_EDEVICE */
 #define ERR_STATUS_NOMEM (-5)  /* COLI_ENOMEM */
 #define ERR_STATUS_INVAL (-1)  /* COLI_EINVAL */
 #define ERR_STATUS_UNSUP (-4)  /* COLI_EUNSUPPORTED */
-
-/* ---- kernels --------------------------------------------------------------- */
-
-template <int T>
-__global__ void k_prep(const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
-    const int64_t nb = n / GPU_QK;
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_rows * nb) return;
-    const int64_t r = i / nb, b = i % nb;
-    const float *xb = x + r * n + b * GPU_QK;
-    if (gpu_dtype_is_quant(T)) {
-        gpu_quantize_act_block(xb, out + (size_t)(r * nb + b) * GPU_Q8_0_BYTES);
-        return;
-    }
-    float *o = (float *)out + r * n + b * GPU_QK;
-    for (int j = 0; j < GPU_QK; j++) o[j] = gpu_round_act(T, xb[j]);
-}
-
-__global__ void k_swiglu(float *g, const float *u, int64_t n) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) g[i] = gpu_swiglu(g[i], u[i]);
-}
-
-/* y (n_rows, n_out) = prepared x (n_rows, n_in) @ W^T, n_rows <= DEC_MAX_ROWS. */
-template <int T>
-__global__ void k_mm_decode(const unsigned char *W, int64_t n_in, int64_t n_out,
-                            const unsigned char *xp, int n_rows, float *y) {
-    __shared__ float red[DEC_OUT][DEC_MAX_ROWS][33];
-    const int lane = threadIdx.x % 32, sub = threadIdx.x / 32;
-    const int64_t o = (int64_t)blockIdx.x * DEC_OUT + sub;
-    const size_t xstride = gpu_prep_row_bytes(T, n_in);
-    float acc[DEC_MAX_ROWS];
-#pragma unroll
-    for (int r = 0; r < DEC_MAX_ROWS; r++) acc[r] = 0.0f;
-    if (o < n_out) {
-        const unsigned char *w = W + (size_t)o * gpu_row_bytes(T, n_in);
-        if (gpu_dtype_is_quant(T)) {
-            const size_t bb = gpu_quant_block_bytes(T);
-            for (int64_t b = lane; b < n_in / GPU_QK; b += 32) {
-                const unsigned char *wb = w + (size_t)b * bb;
-                int wq[GPU_QK];
-#pragma unroll
-                for (int j = 0; j < GPU_QK; j++) wq[j] = gpu_quant_q(T, wb, j);
-                const float dw = gpu_quant_d(wb);
-#pragma unroll
-                for (int r = 0; r < DEC_MAX_ROWS; r++) {
-                    if (r < n_rows) { /* a guard, not a break: keeps acc[] in registers */
-                        const unsigned char *xb = xp + r * xstride + (size_t)b * GPU_Q8_0_BYTES;
-                        int isum = 0;
-#pragma unroll
-                        for (int j = 0; j < GPU_QK; j++) isum += wq[j] * (int)(int8_t)xb[2 + j];
-                        acc[r] += (float)isum * (dw * gpu_quant_d(xb));
-                    }
-                }
-            }
-        } else {
-            for (int64_t k = lane; k < n_in; k += 32) {
-                const float wv = gpu_weight_value(T, w, k);
-#pragma unroll
-                for (int r = 0; r < DEC_MAX_ROWS; r++)
-                    if (r < n_rows) acc[r] += wv * ((const float *)(xp + r * xstride))[k];
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < DEC_MAX_ROWS; r++) red[sub][r][lane] = acc[r];
-    __syncthreads();
-    if (o < n_out && lane < n_rows) {
-        float s = 0.0f;
-        for (int i = 0; i < 32; i++) s += red[sub][lane][i];
-        y[(int64_t)lane * n_out + o] = s;
-    }
-}
-
-/* Stage one K step (32 values) of TILE weight rows and TILE input rows into
- * shared memory; quantized types keep q as floats (exact) plus the scales. */
-template <int T>
-__device__ void tile_load(const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp,
-                          int64_t n_rows, int64_t o0, int64_t t0, int64_t kb,
-                          float (*ws)[GPU_QK + 1], float (*xs)[GPU_QK + 1], float *wd, float *xd) {
-    const size_t wstride = gpu_row_bytes(T, n_in), xstride = gpu_prep_row_bytes(T, n_in);
-    for (int idx = threadIdx.x; idx < TILE * GPU_QK; idx += blockDim.x) {
-        const int row = idx / GPU_QK, k = idx % GPU_QK;
-        const int64_t o = o0 + row, t = t0 + row;
-        if (gpu_dtype_is_quant(T)) {
-            const unsigned char *wb = W + (size_t)o * wstride + (size_t)kb * gpu_quant_block_bytes(T);
-            const unsigned char *xb = xp + (size_t)t * xstride + (size_t)kb * GPU_Q8_0_BYTES;
-            ws[row][k] = o < n_out ? (float)gpu_quant_q(T, wb, k) : 0.0f;
-            xs[row][k] = t < n_rows ? (float)(int8_t)xb[2 + k] : 0.0f;
-            if (k == 0) {
-                wd[row] = o < n_out ? gpu_quant_d(wb) : 0.0f;
-                xd[row] = t < n_rows ? gpu_quant_d(xb) : 0.0f;
-            }
-        } else {
-            ws[row][k] = o < n_out ? gpu_weight_value(T, W + (size_t)o * wstride, kb * GPU_QK + k) : 0.0f;
-            xs[row][k] = t < n_rows ? ((const float *)(xp + (size_t)t * xstride))[kb * GPU_QK + k] : 0.0f;
-        }
-    }
-}
-
-template <int T>
-__global__ void k_mm_tiled(const unsigned char *W, int64_t n_in, int64_t n_out,
-                           const unsigned char *xp, int64_t n_rows, float *y) {
-    __shared__ float ws[TILE][GPU_QK + 1], xs[TILE][GPU_QK + 1];
-    __shared__ float wd[TILE], xd[TILE];
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const int64_t o0 = (int64_t)blockIdx.x * TILE, t0 = (int64_t)blockIdx.y * TILE;
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    for (int64_t kb = 0; kb < n_in / GPU_QK; kb++) {
-        tile_load<T>(W, n_in, n_out, xp, n_rows, o0, t0, kb, ws, xs, wd, xd);
-        __syncthreads();
-        float part[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) part[i][j] = 0.0f;
-        for (int kk = 0; kk < GPU_QK; kk++) {
-            float wv[4], xv[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) wv[i] = ws[ty + 16 * i][kk];
-#pragma unroll
-            for (int j = 0; j < 4; j++) xv[j] = xs[tx + 16 * j][kk];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) part[i][j] += wv[i] * xv[j];
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                acc[i][j] += gpu_dtype_is_quant(T)
-                    ? part[i][j] * (wd[ty + 16 * i] * xd[tx + 16 * j]) : part[i][j];
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int64_t o = o0 + ty + 16 * i, t = t0 + tx + 16 * j;
-            if (o < n_out && t < n_rows) y[t * n_out + o] = acc[i][j];
-        }
-}
 
 /* ---- device state --------------------------------------------------------- */
 
@@ -342,30 +176,26 @@ static int s_select(moe_device *d, char *err, size_t n) {
 
 template <int T>
 static void s_prep_t(moe_device *d, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
-    const int64_t blocks = n_rows * (n / GPU_QK);
-    k_prep<T><<<(unsigned)((blocks + 127) / 128), s_threads(d, 128), 0, d->stream>>>(x, n_rows, n, out);
+    k_prep<T><<<gpu_prep_blocks(n_rows, n), s_threads(d, GPU_PREP_THREADS), 0, d->stream>>>(x, n_rows, n, out);
 }
 
 template <int T>
 static void s_matmul_t(moe_device *d, const unsigned char *W, int64_t n_in, int64_t n_out,
                        const unsigned char *xp, int64_t n_rows, float *y) {
-    if (n_rows <= DEC_MAX_ROWS) {
-        const unsigned grid = (unsigned)((n_out + DEC_OUT - 1) / DEC_OUT);
-        k_mm_decode<T><<<grid, s_threads(d, 32 * DEC_OUT), 0, d->stream>>>(W, n_in, n_out, xp,
-                                                                          (int)n_rows, y);
-    } else {
-        const dim3 grid((unsigned)((n_out + TILE - 1) / TILE), (unsigned)((n_rows + TILE - 1) / TILE));
-        k_mm_tiled<T><<<grid, s_threads(d, 256), 0, d->stream>>>(W, n_in, n_out, xp, n_rows, y);
-    }
+    if (gpu_use_decode(n_rows))
+        k_mm_decode<T><<<gpu_decode_blocks(n_out), s_threads(d, GPU_DECODE_THREADS), 0, d->stream>>>(
+            W, n_in, n_out, xp, (int)n_rows, y);
+    else
+        k_mm_tiled<T><<<gpu_tiled_grid(n_out, n_rows), s_threads(d, GPU_TILED_THREADS), 0, d->stream>>>(
+            W, n_in, n_out, xp, n_rows, y);
 }
 
 static void s_prep(moe_device *d, int t, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
-    switch (t) {
+    switch (gpu_act_type(t)) {
     case COLI_F32:  s_prep_t<COLI_F32>(d, x, n_rows, n, out); break;
     case COLI_F16:  s_prep_t<COLI_F16>(d, x, n_rows, n, out); break;
     case COLI_BF16: s_prep_t<COLI_BF16>(d, x, n_rows, n, out); break;
-    case COLI_Q8_0: /* Q8_0 and Q4_0 weights both take Q8_0 activations */
-    case COLI_Q4_0: s_prep_t<COLI_Q8_0>(d, x, n_rows, n, out); break;
+    case COLI_Q8_0: s_prep_t<COLI_Q8_0>(d, x, n_rows, n, out); break;
     }
 }
 
@@ -390,16 +220,14 @@ static int s_run_group(moe_device *d, const gpu_expert *e, const float *x, int64
     if ((rc = s_launched(d, "input prep", e, err, n))) return rc;
     s_matmul(d, e->type[0], wg, n_embd, n_ff, d->prep, n_rows, d->g);
     if ((rc = s_launched(d, "gate matmul", e, err, n))) return rc;
-    const int same_input = e->type[1] == e->type[0] ||
-                           (gpu_dtype_is_quant(e->type[1]) && gpu_dtype_is_quant(e->type[0]));
-    if (!same_input) {
+    if (gpu_act_type(e->type[1]) != gpu_act_type(e->type[0])) {
         s_prep(d, e->type[1], x, n_rows, n_embd, d->prep);
         if ((rc = s_launched(d, "input prep", e, err, n))) return rc;
     }
     s_matmul(d, e->type[1], wu, n_embd, n_ff, d->prep, n_rows, d->u);
     if ((rc = s_launched(d, "up matmul", e, err, n))) return rc;
     const int64_t n_hidden = n_rows * n_ff;
-    k_swiglu<<<(unsigned)((n_hidden + 255) / 256), s_threads(d, 256), 0, d->stream>>>(d->g, d->u, n_hidden);
+    k_swiglu<<<gpu_swiglu_blocks(n_hidden), s_threads(d, GPU_SWIGLU_THREADS), 0, d->stream>>>(d->g, d->u, n_hidden);
     if ((rc = s_launched(d, "swiglu", e, err, n))) return rc;
     s_prep(d, e->type[2], d->g, n_rows, n_ff, d->prep);
     if ((rc = s_launched(d, "hidden prep", e, err, n))) return rc;

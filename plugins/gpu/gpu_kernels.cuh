@@ -1,0 +1,202 @@
+/*
+ * gpu_kernels.cuh - the expert FFN kernels, one source for CUDA and HIP (and
+ * for the host emulation the tests run them under, see gpu_compat.h), plus
+ * their launch geometry, so that the plugin and the tests launch them alike.
+ * Include gpu_compat.h and gpu_math.h first.
+ *
+ * Kernels:
+ *   k_prep       the matmul input, prepared once per weight type: rounded
+ *                to fp16/bf16, or quantized to Q8_0 blocks (one thread per
+ *                block of 32 values).
+ *   k_mm_decode  groups of 1..8 rows (decode, and the routed tail of small
+ *                prefill groups): 32 threads per output row stride along
+ *                the row, each keeps up to 8 row sums; the weight row is
+ *                read once for all rows of the group. Memory bound, as
+ *                decode is.
+ *   k_mm_tiled   groups of 9+ rows (prefill): 64 outputs x 64 rows per
+ *                block of 256 threads, 4x4 per thread, the K dimension in
+ *                steps of one 32-value block staged in shared memory.
+ *                Quantized weights: integer block sums (exact in F32, as
+ *                |sum| < 2^24) scaled by d_w * d_x per block, as the CPU.
+ *   k_swiglu     g = silu(g) * u, in place.
+ * Float sums run in another order than on the CPU (and than between the two
+ * matmul kernels): results agree with the cpu plugin to float rounding, not
+ * bit for bit.
+ */
+#ifndef COLI_GPU_KERNELS_CUH
+#define COLI_GPU_KERNELS_CUH
+
+#define DEC_MAX_ROWS 8    /* k_mm_decode serves groups of up to this many rows */
+#define DEC_OUT 4         /* output rows per k_mm_decode block (32 threads each) */
+#define TILE 64           /* k_mm_tiled: TILE outputs x TILE rows per block */
+
+/* ---- launch geometry -------------------------------------------------------- */
+
+#define GPU_PREP_THREADS 128
+#define GPU_SWIGLU_THREADS 256
+#define GPU_DECODE_THREADS (32 * DEC_OUT)
+#define GPU_TILED_THREADS 256   /* 16 x 16, 4 x 4 results each */
+
+/* Q8_0 and Q4_0 weights both take Q8_0 activation blocks: one prepared input
+ * serves gate and up when their types agree in this sense. */
+static inline int gpu_act_type(int t) { return gpu_dtype_is_quant(t) ? COLI_Q8_0 : t; }
+static inline int gpu_use_decode(int64_t n_rows) { return n_rows <= DEC_MAX_ROWS; }
+static inline unsigned gpu_prep_blocks(int64_t n_rows, int64_t n) {
+    return (unsigned)((n_rows * (n / GPU_QK) + GPU_PREP_THREADS - 1) / GPU_PREP_THREADS);
+}
+static inline unsigned gpu_swiglu_blocks(int64_t n) {
+    return (unsigned)((n + GPU_SWIGLU_THREADS - 1) / GPU_SWIGLU_THREADS);
+}
+static inline unsigned gpu_decode_blocks(int64_t n_out) { return (unsigned)((n_out + DEC_OUT - 1) / DEC_OUT); }
+static inline dim3 gpu_tiled_grid(int64_t n_out, int64_t n_rows) {
+    return dim3((unsigned)((n_out + TILE - 1) / TILE), (unsigned)((n_rows + TILE - 1) / TILE));
+}
+
+/* ---- kernels --------------------------------------------------------------- */
+
+template <int T>
+__global__ void k_prep(const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
+    const int64_t nb = n / GPU_QK;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_rows * nb) return;
+    const int64_t r = i / nb, b = i % nb;
+    const float *xb = x + r * n + b * GPU_QK;
+    if (gpu_dtype_is_quant(T)) {
+        gpu_quantize_act_block(xb, out + (size_t)(r * nb + b) * GPU_Q8_0_BYTES);
+        return;
+    }
+    float *o = (float *)out + r * n + b * GPU_QK;
+    for (int j = 0; j < GPU_QK; j++) o[j] = gpu_round_act(T, xb[j]);
+}
+
+__global__ void k_swiglu(float *g, const float *u, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) g[i] = gpu_swiglu(g[i], u[i]);
+}
+
+/* y (n_rows, n_out) = prepared x (n_rows, n_in) @ W^T, n_rows <= DEC_MAX_ROWS. */
+template <int T>
+__global__ void k_mm_decode(const unsigned char *W, int64_t n_in, int64_t n_out,
+                            const unsigned char *xp, int n_rows, float *y) {
+    __shared__ float red[DEC_OUT][DEC_MAX_ROWS][33];
+    const int lane = threadIdx.x % 32, sub = threadIdx.x / 32;
+    const int64_t o = (int64_t)blockIdx.x * DEC_OUT + sub;
+    const size_t xstride = gpu_prep_row_bytes(T, n_in);
+    float acc[DEC_MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < DEC_MAX_ROWS; r++) acc[r] = 0.0f;
+    if (o < n_out) {
+        const unsigned char *w = W + (size_t)o * gpu_row_bytes(T, n_in);
+        if (gpu_dtype_is_quant(T)) {
+            const size_t bb = gpu_quant_block_bytes(T);
+            for (int64_t b = lane; b < n_in / GPU_QK; b += 32) {
+                const unsigned char *wb = w + (size_t)b * bb;
+                int wq[GPU_QK];
+#pragma unroll
+                for (int j = 0; j < GPU_QK; j++) wq[j] = gpu_quant_q(T, wb, j);
+                const float dw = gpu_quant_d(wb);
+#pragma unroll
+                for (int r = 0; r < DEC_MAX_ROWS; r++) {
+                    if (r < n_rows) { /* a guard, not a break: keeps acc[] in registers */
+                        const unsigned char *xb = xp + r * xstride + (size_t)b * GPU_Q8_0_BYTES;
+                        int isum = 0;
+#pragma unroll
+                        for (int j = 0; j < GPU_QK; j++) isum += wq[j] * (int)(int8_t)xb[2 + j];
+                        acc[r] += (float)isum * (dw * gpu_quant_d(xb));
+                    }
+                }
+            }
+        } else {
+            for (int64_t k = lane; k < n_in; k += 32) {
+                const float wv = gpu_weight_value(T, w, k);
+#pragma unroll
+                for (int r = 0; r < DEC_MAX_ROWS; r++)
+                    if (r < n_rows) acc[r] += wv * ((const float *)(xp + r * xstride))[k];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < DEC_MAX_ROWS; r++) red[sub][r][lane] = acc[r];
+    __syncthreads();
+    if (o < n_out && lane < n_rows) {
+        float s = 0.0f;
+        for (int i = 0; i < 32; i++) s += red[sub][lane][i];
+        y[(int64_t)lane * n_out + o] = s;
+    }
+}
+
+/* Stage one K step (32 values) of TILE weight rows and TILE input rows into
+ * shared memory; quantized types keep q as floats (exact) plus the scales. */
+template <int T>
+__device__ void tile_load(const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp,
+                          int64_t n_rows, int64_t o0, int64_t t0, int64_t kb,
+                          float (*ws)[GPU_QK + 1], float (*xs)[GPU_QK + 1], float *wd, float *xd) {
+    const size_t wstride = gpu_row_bytes(T, n_in), xstride = gpu_prep_row_bytes(T, n_in);
+    for (int idx = threadIdx.x; idx < TILE * GPU_QK; idx += blockDim.x) {
+        const int row = idx / GPU_QK, k = idx % GPU_QK;
+        const int64_t o = o0 + row, t = t0 + row;
+        if (gpu_dtype_is_quant(T)) {
+            const unsigned char *wb = W + (size_t)o * wstride + (size_t)kb * gpu_quant_block_bytes(T);
+            const unsigned char *xb = xp + (size_t)t * xstride + (size_t)kb * GPU_Q8_0_BYTES;
+            ws[row][k] = o < n_out ? (float)gpu_quant_q(T, wb, k) : 0.0f;
+            xs[row][k] = t < n_rows ? (float)(int8_t)xb[2 + k] : 0.0f;
+            if (k == 0) {
+                wd[row] = o < n_out ? gpu_quant_d(wb) : 0.0f;
+                xd[row] = t < n_rows ? gpu_quant_d(xb) : 0.0f;
+            }
+        } else {
+            ws[row][k] = o < n_out ? gpu_weight_value(T, W + (size_t)o * wstride, kb * GPU_QK + k) : 0.0f;
+            xs[row][k] = t < n_rows ? ((const float *)(xp + (size_t)t * xstride))[kb * GPU_QK + k] : 0.0f;
+        }
+    }
+}
+
+template <int T>
+__global__ void k_mm_tiled(const unsigned char *W, int64_t n_in, int64_t n_out,
+                           const unsigned char *xp, int64_t n_rows, float *y) {
+    __shared__ float ws[TILE][GPU_QK + 1], xs[TILE][GPU_QK + 1];
+    __shared__ float wd[TILE], xd[TILE];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int64_t o0 = (int64_t)blockIdx.x * TILE, t0 = (int64_t)blockIdx.y * TILE;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int64_t kb = 0; kb < n_in / GPU_QK; kb++) {
+        tile_load<T>(W, n_in, n_out, xp, n_rows, o0, t0, kb, ws, xs, wd, xd);
+        __syncthreads();
+        float part[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) part[i][j] = 0.0f;
+        for (int kk = 0; kk < GPU_QK; kk++) {
+            float wv[4], xv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) wv[i] = ws[ty + 16 * i][kk];
+#pragma unroll
+            for (int j = 0; j < 4; j++) xv[j] = xs[tx + 16 * j][kk];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) part[i][j] += wv[i] * xv[j];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                acc[i][j] += gpu_dtype_is_quant(T)
+                    ? part[i][j] * (wd[ty + 16 * i] * xd[tx + 16 * j]) : part[i][j];
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t o = o0 + ty + 16 * i, t = t0 + tx + 16 * j;
+            if (o < n_out && t < n_rows) y[t * n_out + o] = acc[i][j];
+        }
+}
+
+#endif /* COLI_GPU_KERNELS_CUH */

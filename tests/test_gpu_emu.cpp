@@ -1,0 +1,152 @@
+/*
+ * test_gpu_emu.cpp - the GPU kernels themselves (gpu_kernels.cuh), executed
+ * on the host by the emulator of gpu_emu.h (one coroutine per GPU thread,
+ * real barriers, shared memory), launched with the plugin's own geometry,
+ * against the cpu plugin: every weight type, decode (1-8 rows) and prefill
+ * shapes, tiles cut at the edges, mixed weight types. No device needed.
+ * Built by plugins/gpu/gpu.mk with the C++ compiler (the kernels are
+ * templates).
+ */
+#include <criterion/criterion.h>
+
+/* The C headers first, with C linkage (core/tensor.h has no extern "C"). */
+#define _Static_assert static_assert /* core/quant.h is C11 */
+extern "C" {
+#include "gpu_test_util.h"
+}
+
+#define COLI_GPU_EMULATE 1
+#include "plugins/gpu/gpu_compat.h"
+#include "plugins/gpu/gpu_math.h"
+#include "plugins/gpu/gpu_kernels.cuh"
+
+/* ---- the plugin's launch sequence, on the emulator ------------------------------ */
+
+template <int T>
+static void emu_prep_t(const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
+    int rc = gpu_emu_launch(dim3(gpu_prep_blocks(n_rows, n)), dim3(GPU_PREP_THREADS),
+                            [&] { k_prep<T>(x, n_rows, n, out); });
+    cr_assert_eq(rc, 0, "k_prep<%d>: launch %d", T, rc);
+}
+
+template <int T>
+static void emu_matmul_t(const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp,
+                         int64_t n_rows, float *y) {
+    int rc;
+    if (gpu_use_decode(n_rows))
+        rc = gpu_emu_launch(dim3(gpu_decode_blocks(n_out)), dim3(GPU_DECODE_THREADS),
+                            [&] { k_mm_decode<T>(W, n_in, n_out, xp, (int)n_rows, y); });
+    else
+        rc = gpu_emu_launch(gpu_tiled_grid(n_out, n_rows), dim3(GPU_TILED_THREADS),
+                            [&] { k_mm_tiled<T>(W, n_in, n_out, xp, n_rows, y); });
+    cr_assert_eq(rc, 0, "matmul<%d> (%lld rows): launch %d", T, (long long)n_rows, rc);
+}
+
+static void emu_prep(int t, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
+    switch (gpu_act_type(t)) {
+    case COLI_F32:  emu_prep_t<COLI_F32>(x, n_rows, n, out); break;
+    case COLI_F16:  emu_prep_t<COLI_F16>(x, n_rows, n, out); break;
+    case COLI_BF16: emu_prep_t<COLI_BF16>(x, n_rows, n, out); break;
+    case COLI_Q8_0: emu_prep_t<COLI_Q8_0>(x, n_rows, n, out); break;
+    default: cr_assert_fail("prep type %d", t);
+    }
+}
+
+static void emu_matmul(int t, const void *W, int64_t n_in, int64_t n_out, const unsigned char *xp,
+                       int64_t n_rows, float *y) {
+    const unsigned char *w = (const unsigned char *)W;
+    switch (t) {
+    case COLI_F32:  emu_matmul_t<COLI_F32>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_F16:  emu_matmul_t<COLI_F16>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_BF16: emu_matmul_t<COLI_BF16>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q8_0: emu_matmul_t<COLI_Q8_0>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q4_0: emu_matmul_t<COLI_Q4_0>(w, n_in, n_out, xp, n_rows, y); break;
+    default: cr_assert_fail("matmul type %d", t);
+    }
+}
+
+/* The sequence of gpu_experts.cu's s_run_group, host memory standing in for
+ * device memory. */
+static void emu_expert(const moe_expert_desc *e, const float *x, int64_t n_rows, float *out) {
+    const int64_t n_embd = e->n_embd, n_ff = e->n_ff, wide = n_ff > n_embd ? n_ff : n_embd;
+    std::vector<unsigned char> prep((size_t)(n_rows * wide) * sizeof(float));
+    std::vector<float> g((size_t)(n_rows * n_ff)), u((size_t)(n_rows * n_ff));
+    emu_prep(e->gate_type, x, n_rows, n_embd, prep.data());
+    emu_matmul(e->gate_type, e->gate, n_embd, n_ff, prep.data(), n_rows, g.data());
+    if (gpu_act_type(e->up_type) != gpu_act_type(e->gate_type))
+        emu_prep(e->up_type, x, n_rows, n_embd, prep.data());
+    emu_matmul(e->up_type, e->up, n_embd, n_ff, prep.data(), n_rows, u.data());
+    const int64_t n_hidden = n_rows * n_ff;
+    float *gp = g.data();
+    const float *up = u.data();
+    cr_assert_eq(gpu_emu_launch(dim3(gpu_swiglu_blocks(n_hidden)), dim3(GPU_SWIGLU_THREADS),
+                                [&] { k_swiglu(gp, up, n_hidden); }), 0);
+    emu_prep(e->down_type, g.data(), n_rows, n_ff, prep.data());
+    emu_matmul(e->down_type, e->down, n_ff, n_embd, prep.data(), n_rows, out);
+}
+
+/* ---- against the cpu plugin --------------------------------------------------------- */
+
+static void check(const test_expert *te, const char *what, int64_t n_rows, float rel_tol) {
+    const int64_t n = n_rows * te->desc.n_embd;
+    std::vector<float> x((size_t)n), out((size_t)n, NAN), ref((size_t)n);
+    test_rand_rows(x.data(), n, 2.0f, (uint64_t)n_rows * 31 + 7);
+    char err[256] = "";
+    cr_assert_eq(test_cpu_expert(te, x.data(), n_rows, ref.data(), err, sizeof err), 0, "cpu plugin: %s", err);
+    emu_expert(&te->desc, x.data(), n_rows, out.data());
+    const float scale = test_max_abs(ref.data(), n), diff = test_max_diff(out.data(), ref.data(), n);
+    cr_log_info("%s, %lld rows (%s kernel): max |emulated gpu - cpu plugin| = %.3g of %.3g", what,
+                (long long)n_rows, gpu_use_decode(n_rows) ? "decode" : "tiled", diff, scale);
+    cr_assert(scale > 0.05f, "%s: degenerate expert", what);
+    cr_assert(diff <= rel_tol * scale, "%s, %lld rows: max diff %g > %g", what, (long long)n_rows, diff,
+              rel_tol * scale);
+}
+
+/* n_embd 96 and n_ff 160 are not multiples of the 64-wide tiles: edges are cut. */
+Test(gpu_emu, kernels_match_cpu_plugin_for_every_type_and_batch_shape) {
+    const int64_t rows[] = {1, 3, 8, 9, 70};
+    for (int i = 0; i < GPU_TEST_N_DTYPES; i++) {
+        const coli_dtype t = gpu_test_dtypes[i];
+        test_expert te;
+        cr_assert_eq(test_expert_make(&te, 0, i, t, 96, 160, 300 + (uint64_t)i), 0);
+        for (int r = 0; r < 5; r++)
+            check(&te, coli_dtype_name(t), rows[r], test_tolerance(t));
+        test_expert_free(&te);
+    }
+}
+
+Test(gpu_emu, mixed_weight_types_prepare_each_input_for_its_own_type) {
+    test_expert a, b, c;
+    cr_assert_eq(test_expert_make(&a, 0, 0, COLI_F16, 64, 96, 1), 0);
+    cr_assert_eq(test_expert_make(&b, 0, 0, COLI_Q4_0, 64, 96, 2), 0);
+    cr_assert_eq(test_expert_make(&c, 0, 0, COLI_BF16, 64, 96, 3), 0);
+    test_expert mix = a; /* gate F16, up Q4_0, down BF16; owns nothing */
+    mix.desc.up = b.desc.up;
+    mix.desc.up_type = b.desc.up_type;
+    mix.desc.up_bytes = b.desc.up_bytes;
+    mix.desc.down = c.desc.down;
+    mix.desc.down_type = c.desc.down_type;
+    mix.desc.down_bytes = c.desc.down_bytes;
+    check(&mix, "F16/Q4_0/BF16", 2, test_tolerance(COLI_BF16));
+    check(&mix, "F16/Q4_0/BF16", 33, test_tolerance(COLI_BF16));
+    test_expert_free(&a);
+    test_expert_free(&b);
+    test_expert_free(&c);
+}
+
+Test(gpu_emu, emulator_refuses_what_the_hardware_refuses) {
+    cr_assert_eq(gpu_emu_launch(dim3(1), dim3(0), [] {}), -1, "zero-thread block");
+    cr_assert_eq(gpu_emu_launch(dim3(1), dim3(2048), [] {}), -1, "2048-thread block");
+    /* half the block skips the barrier: divergence */
+    cr_assert_eq(gpu_emu_launch(dim3(1), dim3(64), [] { if (threadIdx.x < 32) __syncthreads(); }), -2);
+    /* every thread passes the barrier and sees what the others wrote before it */
+    static int seen[64];
+    int ok = gpu_emu_launch(dim3(2), dim3(64), [] {
+        __shared__ int slot[64];
+        slot[threadIdx.x] = (int)(threadIdx.x + 100 * blockIdx.x);
+        __syncthreads();
+        seen[threadIdx.x] = slot[63 - threadIdx.x];
+    });
+    cr_assert_eq(ok, 0);
+    for (int i = 0; i < 64; i++) cr_assert_eq(seen[i], 63 - i + 100, "thread %d", i);
+}
