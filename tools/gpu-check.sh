@@ -54,13 +54,15 @@ run_tests() {  # BIN -> "passed failed skipped"
   c=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$line"); s=$(grep -ac '\[SKIP\]' "$log")
   echo "${p:-0} $(( ${f:-1} + ${c:-0} )) ${s:-0}"
 }
-say "tests: test_gpu_plugin, test_gpu_math, test_gpu_host, test_gpu_emu"
+make -s BUILD="$BUILD" fixtures >/dev/null 2>&1 || fail "fixtures"
+say "tests: test_gpu_plugin, test_gpu_math, test_gpu_host, test_gpu_emu, test_gpu_fallback"
 read -r p1 f1 s1 < <(run_tests "$BUILD/tests/test_gpu_plugin")
 read -r p2 f2 s2 < <(run_tests "$BUILD/tests/test_gpu_math")
 read -r p3 f3 s3 < <(run_tests "$BUILD/tests/test_gpu_host")
 read -r p4 f4 s4 < <(run_tests "$BUILD/tests/test_gpu_emu")
-S[tests]="$((p1 + p2 + p3 + p4)) passed, $((f1 + f2 + f3 + f4)) failed, $((s1 + s2 + s3 + s4)) skipped"
-[ $((f1 + f2 + f3 + f4)) -eq 0 ] || { grep -a -B2 -A8 'FAIL\|CRASH' "$DIR"/test_gpu_*.log | head -n 60; fail "tests"; }
+read -r p5 f5 s5 < <(run_tests "$BUILD/tests/test_gpu_fallback")
+S[tests]="$((p1 + p2 + p3 + p4 + p5)) passed, $((f1 + f2 + f3 + f4 + f5)) failed, $((s1 + s2 + s3 + s4 + s5)) skipped"
+[ $((f1 + f2 + f3 + f4 + f5)) -eq 0 ] || { grep -a -B2 -A8 'FAIL\|CRASH' "$DIR"/test_gpu_*.log | head -n 60; fail "tests"; }
 [ "$s1" -eq 0 ] || { grep -a SKIP "$DIR/test_gpu_plugin.log" | head -n 3; fail "plugin tests skipped: no usable device"; }
 S[diffs]=$(grep -a '^GPU-DIFF' "$DIR/test_gpu_plugin.log" | sed 's/^GPU-DIFF cuda dtype=//' |
            awk '{printf "%s%s", (NR > 1 ? "\n                 " : ""), $0}')
@@ -80,7 +82,6 @@ logit_diff() {  # MODEL IDS -> max abs diff (or "error")
        END { if (n == 0) print "error"; else printf "%.3g\n", m }' "$b" "$a"
 }
 say "logits: experts on cuda:0 vs cpu:1"
-make -s BUILD="$BUILD" fixtures >/dev/null 2>&1 || fail "fixtures"
 IDS=$(seq 1 40 | awk '{printf "%s%d", (NR > 1 ? "," : ""), ($1 * 37) % 300 + 5}')
 for m in tiny-llama-moe-f32 tiny-llama-moe-f16; do
   f="$BUILD/fixtures/$m.gguf"
