@@ -103,7 +103,7 @@ static int s_sampling(parse_ctx *p, const cJSON *root, gen_request *r) {
     }
     const char *mt = r->chat && s_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if ((v = s_get(root, mt))) {
-        if (!s_is_int(v, 1, 1e15)) return s_bad(p, mt, "%s: must be an integer >= 1", mt);
+        if (!s_is_int(v, 1, 1e15)) return s_bad(p, mt, "%s: must be an integer from 1 to 10^15", mt);
         r->sp.n_predict = v->valuedouble > (1 << 30) ? (1 << 30) : (int)v->valuedouble;
         r->max_tokens_given = 1;
     }
@@ -272,8 +272,7 @@ int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, 
     if (!r->max_tokens_given) {
         r->sp.n_predict = r->chat || room < 16 ? room : 16; /* OpenAI: completions default to 16 */
     } else if (r->sp.n_predict > room) {
-        const char *mt = r->chat ? "max_tokens" : "max_tokens";
-        return s_bad(&p, mt, "this model's maximum context length is %d tokens; you requested %lld (%d in the %s, %d for the completion)",
+        return s_bad(&p, "max_tokens", "this model's maximum context length is %d tokens; you requested %lld (%d in the %s, %d for the completion)",
                      n_ctx, (long long)r->n_ids + r->sp.n_predict, r->n_ids, what, r->sp.n_predict);
     }
     return 0;
