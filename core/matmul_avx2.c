@@ -160,13 +160,26 @@ AVX2 ALWAYS void float_tile(const mm_job *j, int64_t r, int64_t t,
 
 /* ---- quantized weights (Q8_0, Q4_0) with Q8_0 input: RM x RN tile ------- */
 
+/* Q8_0: the signed values. Q4_0: the unsigned nibbles q in [0, 16) (the
+ * value is q - 8; the tile subtracts 8 * x once per input block instead of
+ * per weight block, see quant_tile). Byte j = element j (low nibble) and
+ * j+16 (high nibble). */
 AVX2 ALWAYS __m256i load_wq(const uint8_t *blk, coli_dtype T) {
     if (T == COLI_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
-    /* Q4_0: byte j = element j (low nibble) and j+16 (high nibble) */
     const __m128i tmp = _mm_loadu_si128((const __m128i *)(blk + 2));
     __m256i v = _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp);
-    v = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* The 8 int32 lanes of sum(w * x) over the block, lane i summing elements
+ * 4i..4i+3 (madd of maddubs). Q8_0: |w| * sign(x, w), llama.cpp's trick for
+ * a signed x signed product. Q4_0: q * x - 8 * x, where xc holds the lanes
+ * of 8 * x: the same integers exactly, with no sign fix-ups per row. */
+AVX2 ALWAYS __m256i block_dot(__m256i wq, __m256i aw, __m256i xv, __m256i xc, coli_dtype T) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (T == COLI_Q8_0)
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wq)), ones);
+    return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wq, xv), ones), xc);
 }
 
 AVX2 ALWAYS float load_wd(const uint8_t *blk) {
@@ -179,7 +192,6 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
                             const int RM, const int RN, const coli_dtype T) {
     const int64_t nb = j->n_in / COLI_QK;
     const size_t bb = T == COLI_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
-    const __m256i ones = _mm256_set1_epi16(1);
     const uint8_t *w[4];
     const int8_t *xq[4];
     const float *xd[4];
@@ -199,17 +211,19 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
         for (int a = 0; a < RM; a++) {
             const uint8_t *blk = w[a] + (size_t)k * bb;
             wq[a] = load_wq(blk, T);
-            aw[a] = _mm256_sign_epi8(wq[a], wq[a]);
+            aw[a] = T == COLI_Q8_0 ? _mm256_sign_epi8(wq[a], wq[a]) : wq[a];
             dw[a] = load_wd(blk);
         }
 #pragma GCC unroll 4
         for (int b = 0; b < RN; b++) {
             const __m256i xv = _mm256_load_si256((const __m256i *)(xq[b] + k * COLI_QK));
             const float dx = xd[b][k];
+            const __m256i xc = T == COLI_Q4_0
+                ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), _mm256_set1_epi16(1))
+                : xv;
 #pragma GCC unroll 4
             for (int a = 0; a < RM; a++) {
-                const __m256i p = _mm256_maddubs_epi16(aw[a], _mm256_sign_epi8(xv, wq[a]));
-                const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                const __m256 s = _mm256_cvtepi32_ps(block_dot(wq[a], aw[a], xv, xc, T));
                 acc[a][b] = _mm256_fmadd_ps(s, _mm256_set1_ps(dw[a] * dx), acc[a][b]);
             }
         }
