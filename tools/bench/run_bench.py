@@ -94,7 +94,7 @@ def table(results):
             d = c["decode"]["tok_s"]
             disp = c["dispatch_latency_ms"]
             cells = [r["label"], r["expert_type"], c["devices"], fmt(c["load_seconds"], 3)]
-            cells += [fmt(p["tok_s"]["median"]) for p in c["prefill"]]
+            cells += ["-" if p["tok_s"] is None else fmt(p["tok_s"]["median"]) for p in c["prefill"]]
             cells += ["%s (%s-%s)" % (fmt(d["median"]), fmt(d["min"]), fmt(d["max"])),
                       fmt(r["limit_tok_s"]), fmt(c["pct_of_limit"], 0) + "%",
                       "%s / %s" % (fmt(c["token_latency_ms"]["p50"], 2), fmt(c["token_latency_ms"]["p99"], 2)),

@@ -43,6 +43,7 @@ typedef struct config_run {
     coli_model *m;
     coli_context *ctx;
     double load_s;
+    int n_ctx;                               /* context length: needs, capped by the model's */
     double prefill[MAX_PROMPTS][MAX_REPEAT]; /* tok/s */
     double decode[MAX_REPEAT];               /* tok/s */
     double *lat;                             /* seconds per decode token, all repeats */
@@ -128,9 +129,17 @@ static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
     double t0 = bench_now();
     if (coli_model_load(o->mo.model, &mp, &c->m) != 0) return cli_fail();
     c->load_s = bench_now() - t0;
+    coli_model_info info;
+    coli_model_get_info(c->m, &info);
+    c->n_ctx = n_ctx < info.n_ctx ? n_ctx : info.n_ctx;
+    if (o->n_decode + 1 > c->n_ctx) {
+        fprintf(stderr, "coli bench: -n: %d decode tokens + 1 do not fit the model's context (%d)\n",
+                o->n_decode, info.n_ctx);
+        return ARGS_ERROR;
+    }
     coli_context_params cp;
     coli_context_default_params(&cp);
-    cp.n_ctx = n_ctx;
+    cp.n_ctx = c->n_ctx;
     if (coli_context_new(c->m, &cp, &c->ctx) != 0) return cli_fail();
     c->lat = malloc((size_t)o->repeat * (size_t)o->n_decode * sizeof(double));
     if (!c->lat) { fprintf(stderr, "coli: bench: out of memory\n"); return CLI_FAIL; }
@@ -149,6 +158,7 @@ static int config_repeat(const bench_opts *o, config_run *c, int r, const int32_
     coli_model_info info;
     coli_model_get_info(c->m, &info);
     for (int p = 0; p < o->n_prompt; p++) {
+        if (o->prompt[p] > c->n_ctx) continue; /* longer than the context: reported as skipped */
         coli_context_reset(c->ctx);
         double t0 = bench_now();
         if (coli_eval(c->ctx, ids, o->prompt[p], logits, 0) != 0) return cli_fail();
@@ -211,6 +221,10 @@ static void print_header(const bench_opts *o, const bench_env *env) {
 static void print_config(const bench_opts *o, const bench_env *env, config_run *c) {
     printf("[%s] load %.3f s\n", c->devices, c->load_s);
     for (int p = 0; p < o->n_prompt; p++) {
+        if (o->prompt[p] > c->n_ctx) {
+            printf("  prefill %4d tokens: skipped (longer than the context, %d)\n", o->prompt[p], c->n_ctx);
+            continue;
+        }
         summary s = summarize(c->prefill[p], o->repeat);
         printf("  prefill %4d tokens: %9.2f tok/s (min %.2f, max %.2f)\n", o->prompt[p], s.med, s.min, s.max);
     }
@@ -236,7 +250,8 @@ static void json_config(FILE *f, const bench_opts *o, const bench_env *env, conf
     fprintf(f, "{\"devices\":\"%s\",\"load_seconds\":%.4f,\"prefill\":[", c->devices, c->load_s);
     for (int p = 0; p < o->n_prompt; p++) {
         fprintf(f, "%s{\"n_tokens\":%d,", p ? "," : "", o->prompt[p]);
-        json_summary(f, "tok_s", c->prefill[p], o->repeat);
+        if (o->prompt[p] > c->n_ctx) fprintf(f, "\"skipped\":\"longer than the context\",\"tok_s\":null");
+        else json_summary(f, "tok_s", c->prefill[p], o->repeat);
         fprintf(f, "}");
     }
     fprintf(f, "],\"decode\":{\"n_tokens\":%d,", o->n_decode);
