@@ -129,6 +129,8 @@ static void s_worker_json(sbuf *b, const sched *s, const worker_link *w)
     s_put_str(b, s->endpoint);
     s_put(b, ",\"status\":\"%s\",\"state\":\"%s\",\"reason\":", s_status(w), link_state_name(w->state));
     s_put_str(b, w->reason);
+    s_put(b, ",\"data_path\":\"%s\",\"ring_replies\":%llu", w->ring.base ? "shm" : "zmq",
+          (unsigned long long)w->ring_replies);
     s_put(b, ",\"pid\":%d,\"generation\":%u,\"device_name\":", (int)w->pid, w->gen);
     s_put_str(b, w->device_name);
     int up = w->state == LINK_UP;

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "coordinator/moe_exec.h"
+#include "coordinator/shm_ring.h"
 #include "coordinator/wire.h"
 
 /* ---- devices and placement (placement.c) ------------------------------ */
@@ -104,6 +105,9 @@ typedef struct worker_link {
     size_t cap_rows;
     int x_finite;
     uint64_t hung_req_id;            /* a late reply with this id is dropped */
+    /* data path: batches and results go through ring when ring.base is set */
+    shm_ring ring;
+    uint64_t ring_replies;           /* messages taken from its rings (all generations) */
     /* stats */
     uint64_t batches, rows, rerouted_rows, last_seen_ns, heartbeats;
     lat_stats lat;
@@ -140,6 +144,9 @@ typedef struct sched {
     uint64_t deadline_ns, per_row_ns, start_ns, hang_kill_ns;
     uint64_t backoff_ns, backoff_max_ns, fail_window_ns;
     int max_failures;
+    int use_rings;                   /* COLI_DATA_PATH: local workers get a shm ring */
+    int64_t ring_rows;               /* rows one ring slot holds (the largest batch) */
+    uint64_t spin_ns;                /* spin on a ring before sleeping (COLI_SHM_SPIN_US) */
     int verbose;
     int started;                     /* start-up placement done: restarts place at once */
     /* per call scratch */
@@ -173,6 +180,20 @@ void link_poll(sched *s, int timeout_ms);
 int  link_send_place(sched *s, worker_link *w);
 int  link_send_batch(sched *s, worker_link *w, int layer, int allow_load);
 void link_set_state(worker_link *w, link_state st, const char *reason);
+/* Handle one message from w (either path); stop w for a garbage answer. */
+void link_dispatch(sched *s, worker_link *w, const wire_msg *m);
+void link_quarantine(sched *s, worker_link *w, const char *why);
+
+/* ---- link_ring.c: the shared-memory data path, coordinator side ---- */
+/* Take w's reply slot if it holds a message. */
+void link_ring_take(sched *s, worker_link *w);
+void link_take_rings(sched *s);
+/* Spin (up to s->spin_ns without progress) while ring requests are in flight. */
+void link_spin_rings(sched *s);
+/* Around a blocking poll: arm the doorbells of rings we wait on; returns the
+ * number armed (adding their eventfds to items), or -1 when one is ready. */
+int  link_rings_arm(sched *s, zmq_pollitem_t *items, int max_items);
+void link_rings_disarm(sched *s);
 const char *link_state_name(link_state st);
 
 /* ---- fallback_stats.c ---- */

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coordinator/forward.h"
 #include "coordinator/sched_internal.h"
 #include "error.h"
 #include "expert_ffn.h"
@@ -188,6 +189,7 @@ static void s_gather(sched *s)
     for (int i = 0; i < s->n_w; i++)
         if (s->w[i].req_id && s->w[i].n_rows > max_rows) max_rows = s->w[i].n_rows;
     uint64_t deadline = wire_now_ns() + s->deadline_ns + s->per_row_ns * (uint64_t)max_rows;
+    link_spin_rings(s); /* ring replies come within microseconds: do not sleep for them */
     for (;;) {
         int waiting = 0;
         for (int i = 0; i < s->n_w; i++) waiting += s->w[i].req_id != 0;
@@ -274,6 +276,7 @@ static void s_destroy(moe_exec *self)
     for (int i = 0; i < s->n_w; i++) {
         free(s->w[i].row_pair);
         free(s->w[i].x);
+        ring_close(&s->w[i].ring);
     }
     free(s->w); free(s->owner); free(s->expert_bytes); free(s->model_path);
     free(s->pair_target); free(s->excluded);
@@ -290,6 +293,19 @@ static void s_settings(sched *s)
     s->backoff_max_ns = 5000000000ULL;
     s->fail_window_ns = sched_env_ms("COLI_WORKER_FAIL_WINDOW_MS", 60000) * 1000000ULL;
     s->max_failures = (int)sched_env_ms("COLI_WORKER_MAX_FAILURES", 3);
+    s->spin_ns = ring_spin_ns();
+}
+
+//  COLI_DATA_PATH=shm (default) | zmq: how batches reach local workers.
+static int s_data_path(sched *s)
+{
+    const char *v = getenv("COLI_DATA_PATH");
+    if (v && *v && strcmp(v, "shm") && strcmp(v, "zmq"))
+        return coli_fail(COLI_EINVAL, "COLI_DATA_PATH '%s': want shm or zmq", v);
+    s->use_rings = ring_wanted();
+    /* the largest batch the forward pass sends: every (token, slot) pair of a chunk */
+    s->ring_rows = (int64_t)FORWARD_MAX_BATCH * (s->cfg.n_expert_used > 0 ? s->cfg.n_expert_used : 1);
+    return 0;
 }
 
 //  Size of one expert per layer, the file's identity, buffers.
@@ -408,7 +424,8 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out)
     s->base = (moe_exec){s_run_layer, stats_json, stats_text, s_destroy};
     s->verbose = cfg->verbose;
     s_settings(s);
-    if ((rc = s_model_facts(s, cfg)) || (rc = sup_find_worker_bin(s)) || (rc = s_transport(s)) ||
+    if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) || (rc = sup_find_worker_bin(s)) ||
+        (rc = s_transport(s)) ||
         (rc = s_make_workers(s, devs, n)))
         goto fail;
     s_wait_while(s, LINK_STARTING);

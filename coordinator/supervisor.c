@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,21 @@ int sup_find_worker_bin(sched *s)
 }
 
 // ---------------------------------------------------------------------------
+//  A fresh ring for this generation (the old process is gone, so is its ring);
+//  without one the worker is served over ZeroMQ alone.
+static void s_make_ring(sched *s, worker_link *w, char *arg, size_t n)
+{
+    ring_close(&w->ring);
+    if (!s->use_rings)
+        return;
+    if (ring_create(&w->ring, w->gen, s->ring_rows, s->n_embd) != 0) {
+        if (s->verbose)
+            fprintf(stderr, "colibri: worker %d: %s; using ZeroMQ for its data\n", w->id, coli_last_error());
+        return;
+    }
+    snprintf(arg, n, "%d,%d,%d", w->ring.fd, w->ring.bell[RING_REQ], w->ring.bell[RING_REP]);
+}
+
 int sup_spawn(sched *s, worker_link *w)
 {
     char id[16], gen[16], dev[16], thr[16], budget[32], ppid[16];
@@ -68,9 +84,11 @@ int sup_spawn(sched *s, worker_link *w)
     snprintf(budget, sizeof budget, "%llu", (unsigned long long)w->dev.budget);
     pid_t parent = getpid();
     snprintf(ppid, sizeof ppid, "%d", (int)parent);
+    char ring[64] = "";
+    s_make_ring(s, w, ring, sizeof ring);
     char *argv[] = {s->worker_bin, "--connect", s->endpoint, "--id", id, "--gen", gen,
                     "--plugin", w->dev.plugin, "--device", dev, "--threads", thr,
-                    "--budget", budget, "--parent-pid", ppid, NULL};
+                    "--budget", budget, "--parent-pid", ppid, ring[0] ? "--ring" : NULL, ring, NULL};
     w->routing_len = (size_t)snprintf(w->routing_id, sizeof w->routing_id, "w%d.%u", w->id, w->gen);
     pid_t pid = fork();
     if (pid < 0)
@@ -79,6 +97,9 @@ int sup_spawn(sched *s, worker_link *w)
         /* Only async-signal-safe calls between fork and exec. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(127);
+        if (w->ring.base) /* this child alone inherits its ring */
+            for (int i = 0; i < 3; i++)
+                fcntl(i == 0 ? w->ring.fd : w->ring.bell[i - 1], F_SETFD, 0);
         execv(argv[0], argv);
         _exit(127);
     }

@@ -144,9 +144,23 @@ void wire_msg_clear(wire_msg *m)
     if (m->env)
         coli__envelope__free_unpacked(m->env, NULL);
     m->env = NULL;
-    if (m->has_payload)
+    if (m->has_payload == 1)
         zmq_msg_close(&m->payload);
     m->has_payload = 0;
+    m->ext_payload = NULL;
+    m->ext_bytes = 0;
+}
+
+const void *wire_payload_data(const wire_msg *m)
+{
+    if (m->has_payload == 2) return m->ext_payload;
+    return m->has_payload ? zmq_msg_data((zmq_msg_t *)&m->payload) : NULL;
+}
+
+size_t wire_payload_size(const wire_msg *m)
+{
+    if (m->has_payload == 2) return m->ext_bytes;
+    return m->has_payload ? zmq_msg_size((zmq_msg_t *)&m->payload) : 0;
 }
 
 int wire_payload_is(const wire_msg *m, int64_t n_floats)
@@ -154,9 +168,7 @@ int wire_payload_is(const wire_msg *m, int64_t n_floats)
     if (n_floats < 0 || n_floats > COLI_MAX_MSG_BYTES / 4)
         return 0;
     size_t want = (size_t)n_floats * sizeof(float);
-    if (!m->has_payload)
-        return want == 0;
-    return zmq_msg_size((zmq_msg_t *)&m->payload) == want;
+    return wire_payload_size(m) == want;
 }
 
 uint64_t wire_fnv1a(const void *data, size_t n)

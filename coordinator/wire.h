@@ -25,8 +25,10 @@
 
 typedef struct wire_msg {
     Coli__Envelope *env;      /* unpacked header; NULL until a receive succeeds */
-    zmq_msg_t payload;        /* frame 1, valid when has_payload */
-    int has_payload;
+    zmq_msg_t payload;        /* frame 1, valid when has_payload == 1 */
+    int has_payload;          /* 1: frame 1 above; 2: ext_payload (shared-memory ring) */
+    const void *ext_payload;  /* payload read in place from a ring slot */
+    size_t ext_bytes;
     unsigned char peer[WIRE_MAX_PEER]; /* routing id of the sender (ROUTER side) */
     size_t peer_len;
 } wire_msg;
@@ -47,6 +49,10 @@ int wire_send(void *sock, const void *peer, size_t peer_len, Coli__Envelope *env
  * (consumed; out->peer still names the sender when known), COLI_EIO. */
 int wire_recv(void *sock, int is_router, int flags, wire_msg *out);
 void wire_msg_clear(wire_msg *m);
+
+/* The payload's bytes (any alignment) and size, whichever path it came by. */
+const void *wire_payload_data(const wire_msg *m);
+size_t wire_payload_size(const wire_msg *m);
 
 /* 1 if the payload holds exactly n_floats F32 values. */
 int wire_payload_is(const wire_msg *m, int64_t n_floats);

@@ -106,8 +106,11 @@ int link_send_batch(sched *s, worker_link *w, int layer, int allow_load)
     env.request_id = ++s->next_req;
     env.body_case = COLI__ENVELOPE__BODY_BATCH;
     env.batch = &b;
-    int rc = wire_send(s->router, w->routing_id, w->routing_len, &env, w->x,
-                       (size_t)w->n_rows * (size_t)s->n_embd * sizeof(float), ZMQ_DONTWAIT);
+    size_t x_bytes = (size_t)w->n_rows * (size_t)s->n_embd * sizeof(float);
+    /* the ring when this batch fits it; else (or for remote workers) ZeroMQ */
+    int rc = w->ring.base && ring_fits(&w->ring, &env, x_bytes)
+                 ? ring_send(&w->ring, RING_REQ, &env, w->x, x_bytes)
+                 : wire_send(s->router, w->routing_id, w->routing_len, &env, w->x, x_bytes, ZMQ_DONTWAIT);
     free(g);
     free(gp);
     if (rc == 0) {
@@ -119,8 +122,10 @@ int link_send_batch(sched *s, worker_link *w, int layer, int allow_load)
 
 // ---------------------------------------------------------------------------
 //  Stop a worker that answered garbage, and never use it again.
-static void s_quarantine(sched *s, worker_link *w, const char *why)
+void link_quarantine(sched *s, worker_link *w, const char *why)
 {
+    if (w->state == LINK_QUARANTINED || w->state == LINK_DOWN || w->state == LINK_FAILED)
+        return; /* out of service already: counted when it left */
     if (s->verbose)
         fprintf(stderr, "colibri: worker %d (%s) quarantined: %s\n", w->id, w->device, why);
     stats_fallback(s, w, "garbage");
@@ -182,6 +187,10 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
 {
     const Coli__ExpertResult *r = m->env->result;
     uint64_t id = m->env->request_id;
+    if (w->state == LINK_DOWN) {
+        s->late_dropped++;          /* its process is gone; its rows went elsewhere */
+        return;
+    }
     if (w->state == LINK_HUNG && id == w->hung_req_id) {
         s->late_dropped++;          /* its work was done elsewhere already */
         w->hung_req_id = 0;
@@ -191,7 +200,7 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
     if (!w->req_id || id != w->req_id) {
         char why[96];
         snprintf(why, sizeof why, "reply to request %llu, which it was not asked", (unsigned long long)id);
-        s_quarantine(s, w, why);
+        link_quarantine(s, w, why);
         return;
     }
     if (r->status != COLI__STATUS__STATUS_OK) {
@@ -204,12 +213,12 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
     size_t n = (size_t)w->n_rows * (size_t)s->n_embd;
     if (r->layer != s->cur_layer || r->n_embd != s->n_embd || r->n_rows != w->n_rows || r->dtype != 0 ||
         !wire_payload_is(m, (int64_t)n)) {
-        s_quarantine(s, w, "reply sizes do not match the request");
+        link_quarantine(s, w, "reply sizes do not match the request");
         return;
     }
-    const void *out = zmq_msg_data((zmq_msg_t *)&m->payload);
+    const void *out = wire_payload_data(m);
     if (w->x_finite && !s_all_finite(out, n)) {
-        s_quarantine(s, w, "non-finite output for finite input");
+        link_quarantine(s, w, "non-finite output for finite input");
         return;
     }
     stats_latency(&w->lat, (double)(wire_now_ns() - w->sent_ns) / 1e9);
@@ -242,7 +251,7 @@ static worker_link *s_find(sched *s, const wire_msg *m, int *stale)
     return w;
 }
 
-static void s_dispatch(sched *s, worker_link *w, const wire_msg *m)
+void link_dispatch(sched *s, worker_link *w, const wire_msg *m)
 {
     w->last_seen_ns = wire_now_ns();
     switch (m->env->body_case) {
@@ -251,6 +260,8 @@ static void s_dispatch(sched *s, worker_link *w, const wire_msg *m)
     case COLI__ENVELOPE__BODY_RESULT: s_on_result(s, w, m); break;
     case COLI__ENVELOPE__BODY_HEARTBEAT:
         w->heartbeats++;
+        /* a late reply in the ring was written before this heartbeat: take it first */
+        if (w->state == LINK_HUNG) link_ring_take(s, w);
         if (w->state == LINK_HUNG && w->hung_req_id &&
             m->env->heartbeat->last_request_id >= w->hung_req_id) {
             w->hung_req_id = 0; /* alive again; a late reply, if any, is stale now */
@@ -263,7 +274,7 @@ static void s_dispatch(sched *s, worker_link *w, const wire_msg *m)
 
 void link_poll(sched *s, int timeout_ms)
 {
-    zmq_pollitem_t items[1 + SCHED_MAX_WORKERS];
+    zmq_pollitem_t items[1 + SCHED_MAX_WORKERS * 2];
     int n = 0, any_pidfd_missing = 0;
     items[n++] = (zmq_pollitem_t){s->router, 0, ZMQ_POLLIN, 0};
     for (int i = 0; i < s->n_w; i++) {
@@ -273,20 +284,28 @@ void link_poll(sched *s, int timeout_ms)
     }
     if (any_pidfd_missing && (timeout_ms < 0 || timeout_ms > 20))
         timeout_ms = 20; /* fall back to polling waitpid */
-    if (timeout_ms != 0)
-        zmq_poll(items, n, timeout_ms);
+    if (timeout_ms != 0) {
+        int bells = link_rings_arm(s, items + n, 1 + SCHED_MAX_WORKERS * 2 - n);
+        if (bells >= 0)
+            zmq_poll(items, n + bells, timeout_ms);
+        link_rings_disarm(s);
+    }
+    link_take_rings(s); /* before reaping: a reply written before death counts */
     for (;;) {
         wire_msg m;
         int rc = wire_recv(s->router, 1, ZMQ_DONTWAIT, &m);
         if (rc == COLI_ETIMEOUT || rc == COLI_EIO)
             break;
         int stale = 0;
-        worker_link *w = rc == 0 ? s_find(s, &m, &stale) : NULL;
+        worker_link *w = rc == 0 || rc == COLI_EPROTO ? s_find(s, &m, &stale) : NULL;
         if (!w) {
             if (stale) s->stale_dropped++;
             else s->foreign_dropped++;
+        } else if (rc == COLI_EPROTO) {
+            w->last_seen_ns = wire_now_ns();
+            link_quarantine(s, w, "malformed message"); /* one of ours speaks garbage */
         } else {
-            s_dispatch(s, w, &m);
+            link_dispatch(s, w, &m);
         }
         wire_msg_clear(&m);
     }

@@ -3,6 +3,8 @@
  * that crash, hang or answer garbage (COLI_FAULT, see docs/scheduler.md).
  * In every case the token ids and the logits bytes equal those of an
  * --inproc run, and the fallbacks counted are exactly the ones caused.
+ * Each case runs on both data paths (COLI_DATA_PATH=shm, the default for
+ * local workers, and zmq); the random trials alternate between them.
  */
 #include "sched_util.h"
 
@@ -16,19 +18,42 @@ static void s_env(void)
 
 TestSuite(scheduler_faults, .init = s_env);
 
-//  Run devices with COLI_FAULT=fault; compare with --inproc; return stats.
-static char *s_run_fault(const char *devices, const char *fault, step_hook hook, void *user)
+static const char *s_paths[2] = {"shm", "zmq"};
+
+//  Every worker that is up used the data path asked for (and the ring, if shm).
+static void s_check_path(const char *js, const char *path)
+{
+    for (int id = 0;; id++) {
+        char key[32], v[32];
+        snprintf(key, sizeof key, "{\"id\":%d,", id);
+        if (!strstr(js, key)) break;
+        sched_worker_field(js, id, "status", v, sizeof v);
+        if (strcmp(v, "up")) continue;
+        sched_worker_field(js, id, "data_path", v, sizeof v);
+        cr_expect_str_eq(v, path, "worker %d", id);
+        sched_worker_field(js, id, "ring_replies", v, sizeof v);
+        if (!strcmp(path, "shm")) cr_expect_gt(atol(v), 0, "worker %d: no reply came by the ring", id);
+        else cr_expect_eq(atol(v), 0, "worker %d: ring used on the zmq path", id);
+    }
+}
+
+//  Run devices with COLI_FAULT=fault on data path `path`; compare with --inproc; return stats.
+static char *s_run_path(const char *devices, const char *path, const char *fault, step_hook hook,
+                        void *user)
 {
     const char *model = sched_fixture(MODEL);
     gen_result ref, got;
     unsetenv("COLI_FAULT");
     sched_generate(model, "inproc", NULL, NULL, &ref);
     if (fault) setenv("COLI_FAULT", fault, 1);
+    setenv("COLI_DATA_PATH", path, 1);
     sched_generate(model, devices, hook, user, &got);
     unsetenv("COLI_FAULT");
+    unsetenv("COLI_DATA_PATH");
     char what[160];
-    snprintf(what, sizeof what, "%s with COLI_FAULT=%s", devices, fault ? fault : "");
+    snprintf(what, sizeof what, "%s over %s with COLI_FAULT=%s", devices, path, fault ? fault : "");
     sched_assert_same(&ref, &got, what);
+    s_check_path(got.stats, path);
     char *stats = got.stats;
     got.stats = NULL;
     gen_free(&ref);
@@ -37,8 +62,13 @@ static char *s_run_fault(const char *devices, const char *fault, step_hook hook,
     return stats;
 }
 
+//  The same on both data paths: stats[0] shm, stats[1] zmq.
+#define FOR_EACH_PATH(p) for (int p = 0; p < 2; p++)
+#define s_run_fault(devices, fault, hook, user) s_run_path(devices, s_paths[path_i], fault, hook, user)
+
 Test(scheduler_faults, happy_path_two_workers_bit_identical)
 {
+    FOR_EACH_PATH(path_i) {
     char *js = s_run_fault("cpu:2", NULL, NULL, NULL);
     cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
     cr_expect_eq(sched_field(js, "inproc_rows"), 0, "%s", js);
@@ -52,14 +82,16 @@ Test(scheduler_faults, happy_path_two_workers_bit_identical)
         cr_expect_gt(atol(v), 0, "worker %d did no work", w);
     }
     free(js);
+    }
 }
 
 Test(scheduler_faults, crash_before_during_after_batch)
 {
     const char *kinds[] = {"crash", "crash-during", "crash-after"};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 6; i++) {
+        int path_i = i / 3;
         char fault[64];
-        snprintf(fault, sizeof fault, "%s@layer=1:after=2", kinds[i]);
+        snprintf(fault, sizeof fault, "%s@layer=1:after=2", kinds[i % 3]);
         /* one worker: every layer of every step is its batch, so the fault fires */
         char *js = s_run_fault("cpu:1", fault, NULL, NULL);
         cr_expect_eq(sched_fallbacks(js, "cpu:0", "crash"), 1, "%s: %s", fault, js);
@@ -83,7 +115,8 @@ Test(scheduler_faults, random_kill_trials, .timeout = 240)
     const char *kinds[] = {"crash", "crash-during", "crash-after"};
     unsigned seed = s_trial_seed(0);
     srand(seed);
-    for (int t = 0; t < 21; t++) {
+    for (int t = 0; t < 22; t++) {
+        int path_i = t % 2;
         char fault[96];
         /* after < GEN_STEPS: a batch always follows the faulty one, so even a
          * crash after the reply is seen by the run (a crash after the very
@@ -115,6 +148,7 @@ Test(scheduler_faults, external_sigkill_trials, .timeout = 120)
     unsigned seed = s_trial_seed(0x5eed);
     srand(seed);
     for (int t = 0; t < 6; t++) {
+        int path_i = t % 2;
         kill_plan k = {1 + rand() % GEN_STEPS, rand() % 2, 0};
         char *js = s_run_fault("cpu:2", NULL, s_kill_hook, &k);
         char dev[16];
@@ -127,10 +161,11 @@ Test(scheduler_faults, external_sigkill_trials, .timeout = 120)
 
 Test(scheduler_faults, garbage_answers_quarantine)
 {
-    const char *kinds[] = {"garbage-nan", "garbage-size", "garbage-id"};
-    for (int i = 0; i < 3; i++) {
+    const char *kinds[] = {"garbage-nan", "garbage-size", "garbage-id", "garbage-ring"};
+    for (int i = 0; i < 8; i++) {
+        int path_i = i / 4;
         char fault[64];
-        snprintf(fault, sizeof fault, "%s@worker=0", kinds[i]);
+        snprintf(fault, sizeof fault, "%s@worker=0", kinds[i % 4]);
         char *js = s_run_fault("cpu:2", fault, NULL, NULL);
         cr_expect_eq(sched_fallbacks(js, "cpu:0", "garbage"), 1, "%s: %s", fault, js);
         cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s: %s", fault, js);
@@ -144,16 +179,19 @@ Test(scheduler_faults, garbage_answers_quarantine)
 Test(scheduler_faults, all_workers_gone_computes_in_process)
 {
     setenv("COLI_WORKER_MAX_FAILURES", "0", 1); /* a crashed worker stays down */
+    FOR_EACH_PATH(path_i) {
     char *js = s_run_fault("cpu:2", "crash@worker=0,crash@worker=1", NULL, NULL);
     cr_expect_eq(sched_fallbacks(js, "cpu:0", "crash"), 1, "%s", js);
     cr_expect_eq(sched_fallbacks(js, "cpu:1", "crash"), 1, "%s", js);
     cr_expect_eq(sched_field(js, "fallbacks_total"), 2, "%s", js);
     cr_expect_gt(sched_field(js, "inproc_rows"), 0, "%s", js);
     free(js);
+    }
 }
 
 Test(scheduler_faults, fail_load_goes_to_cpu)
 {
+    FOR_EACH_PATH(path_i) {
     char *js = s_run_fault("cpu:2", "fail-load@worker=1", NULL, NULL);
     cr_expect_eq(sched_fallbacks(js, "cpu:1", "plugin_load"), 1, "%s", js);
     cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
@@ -163,6 +201,7 @@ Test(scheduler_faults, fail_load_goes_to_cpu)
     sched_worker_field(js, 0, "resident_experts", v, sizeof v);
     cr_expect_eq(atol(v), 8, "the healthy worker holds every expert (2 layers x 4)");
     free(js);
+    }
 }
 
 //  The hung worker is resumed at the next step; its late reply is dropped.
@@ -188,6 +227,7 @@ Test(scheduler_faults, hang_deadline_and_late_reply)
 {
     setenv("COLI_LAYER_DEADLINE_MS", "300", 1);
     setenv("COLI_DEADLINE_PER_ROW_US", "0", 1);
+    FOR_EACH_PATH(path_i) {
     char *js = s_run_fault("cpu:2", "hang@worker=0", s_cont_hook, NULL);
     cr_expect_eq(sched_fallbacks(js, "cpu:0", "timeout"), 1, "%s", js);
     cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
@@ -196,4 +236,5 @@ Test(scheduler_faults, hang_deadline_and_late_reply)
     sched_worker_field(js, 0, "status", v, sizeof v);
     cr_expect_str_eq(v, "up", "the resumed worker serves again");
     free(js);
+    }
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coordinator/shm_ring.h"
 #include "gguf.h"
 #include "plugins/plugin_abi.h"
 #include "proto/coli.pb-c.h"
@@ -28,6 +29,7 @@ typedef enum worker_fault_kind {
     FAULT_GARBAGE_SIZE,   /* reply with one row too few */
     FAULT_GARBAGE_ID,     /* reply under a request id never issued */
     FAULT_FAIL_LOAD,      /* the plugin "fails to initialise" */
+    FAULT_GARBAGE_RING,   /* reply with a lying ring slot header (a non-envelope frame over ZeroMQ) */
 } worker_fault_kind;
 
 typedef struct worker_fault {
@@ -61,6 +63,7 @@ typedef struct worker_args {
     uint64_t budget;
     int parent_pid;           /* 0: not a local child */
     int heartbeat_ms;
+    const char *ring;         /* "FD,BELL_REQ,BELL_REP": the shared-memory ring (local workers) */
 } worker_args;
 
 typedef struct expert_set {     /* open-addressing set of (layer, expert) */
@@ -83,6 +86,9 @@ typedef struct worker {
     size_t xin_cap;
     uint64_t batches, rows, last_request_id, hb_seq;
     uint64_t last_hb_ns;
+    shm_ring ring;              /* batches and results of same-host workers */
+    int in_ring_request;        /* the batch being served came by the ring: so goes its reply */
+    uint64_t spin_ns;           /* spin for the next ring request before sleeping */
     worker_fault faults[WORKER_MAX_FAULTS];
     int n_faults;
     int stop;
@@ -90,6 +96,7 @@ typedef struct worker {
 
 int  worker_parse_args(int argc, char **argv, worker_args *a);
 int  worker_load_plugin(worker *w, char *why, size_t why_len);
+int  worker_attach_ring(worker *w, char *why, size_t why_len);
 int  worker_serve(worker *w);   /* the main loop */
 void worker_close(worker *w);
 

@@ -5,7 +5,7 @@
  *   COLI_FAULT=KIND[@layer=L][@worker=W][:after=N][,KIND...]
  *
  * KIND: crash | crash-during | crash-after | hang | garbage (= garbage-nan)
- *       | garbage-nan | garbage-size | garbage-id | fail-load
+ *       | garbage-nan | garbage-size | garbage-id | garbage-ring | fail-load
  * A fault fires once, on the (N+1)-th batch of layer L (any layer if no
  * @layer) on worker W (any if no @worker), and only in a worker's first
  * generation: a restarted worker is healthy. fail-load fires at start-up.
@@ -21,7 +21,7 @@ static const struct { const char *name; worker_fault_kind kind; } s_kinds[] = {
     {"crash-after", FAULT_CRASH_AFTER}, {"hang", FAULT_HANG},
     {"garbage", FAULT_GARBAGE_NAN},  {"garbage-nan", FAULT_GARBAGE_NAN},
     {"garbage-size", FAULT_GARBAGE_SIZE}, {"garbage-id", FAULT_GARBAGE_ID},
-    {"fail-load", FAULT_FAIL_LOAD},
+    {"fail-load", FAULT_FAIL_LOAD},  {"garbage-ring", FAULT_GARBAGE_RING},
 };
 
 const char *worker_fault_name(worker_fault_kind k)

@@ -28,7 +28,8 @@ static void s_usage(void)
 {
     fprintf(stderr, "usage: coli-worker (--connect EP | --listen EP) --plugin NAME [--device I]\n"
                     "       [--id N] [--gen G] [--budget BYTES] [--threads N]\n"
-                    "       [--parent-pid PID] [--plugin-dir DIR] [--heartbeat-ms MS]\n");
+                    "       [--parent-pid PID] [--plugin-dir DIR] [--heartbeat-ms MS]\n"
+                    "       [--ring FD,BELL_REQ,BELL_REP]   (given by the coordinator)\n");
 }
 
 //  Integer option value, or -1 (with a message) when it is not a number.
@@ -55,6 +56,7 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
         else if (!strcmp(o, "--listen")) a->listen = v;
         else if (!strcmp(o, "--plugin")) a->plugin = v;
         else if (!strcmp(o, "--plugin-dir")) a->plugin_dir = v;
+        else if (!strcmp(o, "--ring")) a->ring = v;
         else if (!strcmp(o, "--device")) { rc = s_num(o, v, 0, &x); a->device_index = (int)x; }
         else if (!strcmp(o, "--id")) { rc = s_num(o, v, 0, &x); a->worker_id = (int)x; }
         else if (!strcmp(o, "--gen")) { rc = s_num(o, v, 0, &x); a->generation = (unsigned)x; }
@@ -75,6 +77,22 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
 }
 
 // ---------------------------------------------------------------------------
+//  Map the shared-memory ring the coordinator passed (inherited fds).
+int worker_attach_ring(worker *w, char *why, size_t why_len)
+{
+    w->spin_ns = ring_spin_ns();
+    if (!w->a.ring) return 0;
+    int fd, req, rep;
+    char tail;
+    if (sscanf(w->a.ring, "%d,%d,%d%c", &fd, &req, &rep, &tail) != 3 || fd < 0 || req < 0 || rep < 0) {
+        snprintf(why, why_len, "--ring '%s': want FD,BELL_REQ,BELL_REP", w->a.ring);
+        return COLI_EINVAL;
+    }
+    int rc = ring_attach(&w->ring, fd, req, rep, w->a.generation);
+    if (rc != 0) snprintf(why, why_len, "%s", coli_last_error());
+    return rc;
+}
+
 //  <dir of this executable>/../lib, where the Makefile puts the plugins.
 static void s_default_plugin_dir(char *out, size_t n)
 {
@@ -218,6 +236,7 @@ void worker_close(worker *w)
     free(w->resident.keys);
     free(w->out);
     free(w->xin);
+    ring_close(&w->ring);
     if (w->sock) zmq_close(w->sock);
     if (w->zctx) zmq_ctx_term(w->zctx);
     if (w->dl) dlclose(w->dl);
@@ -251,7 +270,9 @@ int main(int argc, char **argv)
         return 1;
     }
     char why[512] = "";
-    int rc = worker_load_plugin(&w, why, sizeof why);
+    int rc = worker_attach_ring(&w, why, sizeof why);
+    if (rc == 0)
+        rc = worker_load_plugin(&w, why, sizeof why);
     if (rc == 0)
         rc = s_open_device(&w, why, sizeof why);
     if (s_send_hello(&w, rc == 0, why) != 0 || rc != 0) {

@@ -136,7 +136,28 @@ static int s_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int
     env.body_case = COLI__ENVELOPE__BODY_RESULT;
     env.result = &r;
     size_t bytes = ok ? (size_t)n_rows * (size_t)b->n_embd * sizeof(float) : 0;
+    if (w->in_ring_request) {
+        /* done with the input: the slot goes back before the reply is visible,
+         * so the coordinator may send again as soon as it reads the reply */
+        w->in_ring_request = 0;
+        ring_release(&w->ring, RING_REQ);
+        if (ring_send(&w->ring, RING_REP, &env, ok ? out : NULL, bytes) == 0)
+            return 0;
+        /* the reply slot is not ours or too small: ZeroMQ carries it */
+    }
     return wire_send(w->sock, NULL, 0, &env, ok ? out : NULL, bytes, 0);
+}
+
+//  A reply whose framing itself is wrong, on whichever path the batch came.
+static void s_send_garbage_frame(worker *w)
+{
+    if (w->in_ring_request) {
+        w->in_ring_request = 0;
+        ring_release(&w->ring, RING_REQ);
+        if (ring_send_garbage(&w->ring, RING_REP) == 0)
+            return;
+    }
+    zmq_send(w->sock, "\xff\xfe not an envelope", 22, ZMQ_DONTWAIT);
 }
 
 //  Check the batch against its payload and our model; load missing experts
@@ -184,6 +205,7 @@ static int s_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__Ex
     case FAULT_GARBAGE_SIZE: n = n - 1; break;
     case FAULT_GARBAGE_ID: id += 1000003; break;
     case FAULT_CRASH_DURING: raise(SIGKILL); break;
+    case FAULT_GARBAGE_RING: s_send_garbage_frame(w); return 1;
     default: return 0;
     }
     s_send_result(w, id, b, 1, "", w->out, n, 0);
@@ -279,8 +301,8 @@ static int s_handle_one(worker *w)
         fprintf(stderr, "coli-worker %d: dropped a message: %s\n", w->a.worker_id, coli_last_error());
         return 0;
     }
-    const void *x = m.has_payload ? zmq_msg_data(&m.payload) : NULL;
-    size_t xb = m.has_payload ? zmq_msg_size(&m.payload) : 0;
+    const void *x = wire_payload_data(&m);
+    size_t xb = wire_payload_size(&m);
     switch (m.env->body_case) {
     case COLI__ENVELOPE__BODY_PLACE: worker_on_place(w, m.env); break;
     case COLI__ENVELOPE__BODY_BATCH: worker_on_batch(w, m.env, x, xb); break;
@@ -292,14 +314,52 @@ static int s_handle_one(worker *w)
     return 0;
 }
 
+//  Serve the batch waiting in the ring, if any. Returns 1 if one was served.
+static int s_handle_ring(worker *w)
+{
+    if (!ring_ready(&w->ring, RING_REQ))
+        return 0;
+    wire_msg m;
+    if (ring_recv(&w->ring, RING_REQ, &m) != 0) {
+        fprintf(stderr, "coli-worker %d: dropped a ring message: %s\n", w->a.worker_id, coli_last_error());
+        ring_release(&w->ring, RING_REQ);
+        return 1;
+    }
+    if (m.env->body_case == COLI__ENVELOPE__BODY_BATCH) {
+        w->in_ring_request = 1;
+        worker_on_batch(w, m.env, wire_payload_data(&m), wire_payload_size(&m));
+    }
+    if (w->in_ring_request) { /* not a batch, or no reply was sent */
+        w->in_ring_request = 0;
+        ring_release(&w->ring, RING_REQ);
+    }
+    wire_msg_clear(&m);
+    return 1;
+}
+
+//  Wait for the socket or the ring: spin first if a ring batch just went by.
+static void s_wait(worker *w, int spin)
+{
+    if (w->ring.base && spin && ring_spin(&w->ring, RING_REQ, w->spin_ns))
+        return;
+    zmq_pollitem_t it[2] = {{w->sock, 0, ZMQ_POLLIN, 0}, {NULL, w->ring.bell[RING_REQ], ZMQ_POLLIN, 0}};
+    int n = w->ring.base ? 2 : 1;
+    if (w->ring.base && ring_sleep_begin(&w->ring, RING_REQ))
+        return;
+    zmq_poll(it, n, w->a.heartbeat_ms);
+    if (w->ring.base)
+        ring_sleep_end(&w->ring, RING_REQ);
+}
+
 int worker_serve(worker *w)
 {
     s_heartbeat(w);
+    int spin = 0;
     while (!w->stop) {
-        zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
-        zmq_poll(&it, 1, w->a.heartbeat_ms);
+        s_wait(w, spin);
         if (w->a.parent_pid && getppid() != w->a.parent_pid)
             return 0; /* the coordinator is gone: so are we */
+        spin = w->ring.base && s_handle_ring(w);
         while (!w->stop && s_handle_one(w) == 0)
             if (wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
                 s_heartbeat(w);
