@@ -530,7 +530,7 @@ Test(api, client_built_against_the_public_header_only, .timeout = 120) {
     snprintf(bin, sizeof bin, "%s/tests/api_client", s_build());
     snprintf(cmd, sizeof cmd,
              "${CC:-cc} -std=c11 -Wall -Wextra -Werror " CLIENT_SANFLAGS " -Iinclude tests/api_client.c "
-             "%s/lib/libcolibri.a -lzmq -lprotobuf-c -ldl -lm -pthread -o %s", s_build(), bin);
+             "%s/lib/libcolibri.a -lzmq -lprotobuf-c -lmicrohttpd -lcjson -ldl -lm -pthread -o %s", s_build(), bin);
     cr_assert_eq(system(cmd), 0, "building the public-header client failed: %s", cmd);
     snprintf(cmd, sizeof cmd, "%s %s > %s.out 2>&1", bin, model, bin);
     int rc = system(cmd);
