@@ -128,7 +128,7 @@ static int s_answer(chat_state *c) {
         c->n_msgs--; /* forget the turn that did not fit */
         return 0;
     }
-    int reuse = c->n_cache < n && memcmp(c->cache, ids, (size_t)c->n_cache * sizeof *ids) == 0;
+    int reuse = c->n_cache > 0 && c->n_cache < n && memcmp(c->cache, ids, (size_t)c->n_cache * sizeof *ids) == 0;
     if (!reuse) {
         coli_context_reset(c->ctx);
         c->n_cache = 0;
