@@ -144,7 +144,7 @@ static void s_health_workers(cJSON *out, const char *stats_json, int *all_up) {
     const cJSON *ft = cJSON_GetObjectItemCaseSensitive(stats, "fallbacks_total");
     cJSON_AddNumberToObject(out, "fallbacks_total", cJSON_IsNumber(ft) ? ft->valuedouble : 0);
     const cJSON *fb = cJSON_GetObjectItemCaseSensitive(stats, "fallbacks");
-    cJSON_AddItemToObject(out, "fallbacks", fb ? cJSON_Duplicate(fb, 1) : cJSON_CreateArray());
+    cJSON_AddItemToObject(out, "fallbacks", cJSON_IsArray(fb) ? cJSON_Duplicate(fb, 1) : cJSON_CreateArray());
     cJSON_Delete(stats);
 }
 
