@@ -122,3 +122,24 @@ Test(serve_metrics, healthy_run_says_ok) {
     su_free(&r);
     su_stop(&p);
 }
+
+Test(serve_metrics, inproc_executor_reports_ok_without_workers) {
+    char model[4096];
+    const char *extra[] = {"--inproc", NULL};
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    http_resp r = su_get(p.port, "/health");
+    cJSON *h = cJSON_Parse(r.body);
+    cr_assert_not_null(h, "%s", r.body);
+    cr_expect_str_eq(cJSON_GetObjectItem(h, "status")->valuestring, "ok", "%s", r.body);
+    cr_expect_str_eq(cJSON_GetObjectItem(h, "executor")->valuestring, "inproc", "%s", r.body);
+    cr_expect(cJSON_IsArray(cJSON_GetObjectItem(h, "fallbacks")), "%s", r.body);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(h, "workers")), 0, "%s", r.body);
+    cJSON_Delete(h);
+    su_free(&r);
+    r = su_get(p.port, "/metrics");
+    char out[8192];
+    cr_expect_eq(s_promtool(r.body, out, sizeof out), 0, "promtool: %s", out);
+    cr_expect(strstr(r.body, "colibri_executor_info{executor=\"inproc\"} 1\n") != NULL, "%s", r.body);
+    su_free(&r);
+    su_stop(&p);
+}
