@@ -61,25 +61,35 @@ static void gpu_emu_trampoline() {
     s_emu.done[s_emu.current] = 1; /* then uc_link returns to the launcher */
 }
 
+//  A fresh context for thread i that starts at the kernel call.
+static __attribute__((noinline)) void gpu_emu_init_thread(unsigned i) {
+    getcontext(&s_emu.ctx[i]);
+    s_emu.ctx[i].uc_stack.ss_sp = s_emu.stacks[i].data();
+    s_emu.ctx[i].uc_stack.ss_size = s_emu.stacks[i].size();
+    s_emu.ctx[i].uc_link = &s_emu.sched;
+    makecontext(&s_emu.ctx[i], gpu_emu_trampoline, 0);
+    s_emu.done[i] = 0;
+    s_emu.barriers[i] = 0;
+}
+
+//  Switch into thread i until its next barrier or its end. A function of its
+//  own: the caller's loop variables stay clear of swapcontext's
+//  returns-twice semantics.
+static __attribute__((noinline)) void gpu_emu_resume(unsigned i) {
+    s_emu.current = (int)i;
+    threadIdx = dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
+    swapcontext(&s_emu.sched, &s_emu.ctx[i]);
+}
+
 //  Run every thread of the current block up to its next barrier (or its
 //  end), round after round, until all have returned.
 static void gpu_emu_run_block(unsigned n) {
-    for (unsigned i = 0; i < n; i++) {
-        getcontext(&s_emu.ctx[i]);
-        s_emu.ctx[i].uc_stack.ss_sp = s_emu.stacks[i].data();
-        s_emu.ctx[i].uc_stack.ss_size = s_emu.stacks[i].size();
-        s_emu.ctx[i].uc_link = &s_emu.sched;
-        makecontext(&s_emu.ctx[i], gpu_emu_trampoline, 0);
-        s_emu.done[i] = 0;
-        s_emu.barriers[i] = 0;
-    }
+    for (unsigned i = 0; i < n; i++) gpu_emu_init_thread(i);
     for (;;) {
         unsigned alive = 0;
         for (unsigned i = 0; i < n; i++) {
             if (s_emu.done[i]) continue;
-            s_emu.current = (int)i;
-            threadIdx = dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
-            swapcontext(&s_emu.sched, &s_emu.ctx[i]);
+            gpu_emu_resume(i);
             alive++;
         }
         if (!alive) return;
