@@ -31,7 +31,7 @@ class Config:
     n_layer: int = 4
     n_head: int = 8
     n_head_kv: int = 4
-    n_ff: int = 512
+    n_ff: int = 384
     n_expert: int = 4
     n_expert_used: int = 2
     n_ctx: int = 256
