@@ -182,10 +182,14 @@ AVX2 ALWAYS __m256i block_dot(__m256i wq, __m256i aw, __m256i xv, __m256i xc, co
     return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wq, xv), ones), xc);
 }
 
-AVX2 ALWAYS float load_wd(const uint8_t *blk) {
-    uint16_t h;
-    memcpy(&h, blk, 2);
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+
+/* The fp16 scales of block k of the RM rows as 4 floats (lanes past RM: 0),
+ * converted by one vcvtph2ps instead of one per row. */
+AVX2 ALWAYS __m128 load_wd4(const uint8_t *const *w, size_t off, const int RM) {
+    uint16_t h[4] = {0, 0, 0, 0};
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++) memcpy(&h[a], w[a] + off, 2);
+    return _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, (short)h[3], (short)h[2], (short)h[1], (short)h[0]));
 }
 
 AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
@@ -206,25 +210,24 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
         for (int b = 0; b < RN; b++) acc[a][b] = _mm256_setzero_ps();
     for (int64_t k = 0; k < nb; k++) {
         __m256i wq[4], aw[4];
-        float dw[4];
+        const __m128 dw = load_wd4(w, (size_t)k * bb, RM);
 #pragma GCC unroll 4
         for (int a = 0; a < RM; a++) {
-            const uint8_t *blk = w[a] + (size_t)k * bb;
-            wq[a] = load_wq(blk, T);
+            wq[a] = load_wq(w[a] + (size_t)k * bb, T);
             aw[a] = T == COLI_Q8_0 ? _mm256_sign_epi8(wq[a], wq[a]) : wq[a];
-            dw[a] = load_wd(blk);
         }
 #pragma GCC unroll 4
         for (int b = 0; b < RN; b++) {
             const __m256i xv = _mm256_load_si256((const __m256i *)(xq[b] + k * COLI_QK));
-            const float dx = xd[b][k];
+            /* d_w * d_x of each row: the same single-precision products as one at a time */
+            const __m128 scale = _mm_mul_ps(dw, _mm_set1_ps(xd[b][k]));
             const __m256i xc = T == COLI_Q4_0
                 ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), _mm256_set1_epi16(1))
                 : xv;
 #pragma GCC unroll 4
             for (int a = 0; a < RM; a++) {
                 const __m256 s = _mm256_cvtepi32_ps(block_dot(wq[a], aw[a], xv, xc, T));
-                acc[a][b] = _mm256_fmadd_ps(s, _mm256_set1_ps(dw[a] * dx), acc[a][b]);
+                acc[a][b] = _mm256_fmadd_ps(s, _mm256_set1_ps(scale[a]), acc[a][b]);
             }
         }
     }
