@@ -11,6 +11,7 @@
  * Quantized blocks use llama.cpp's AVX2 integer dot: |w| * sign(x, w) with
  * maddubs (pairs of int8 products, no overflow: 2*128*127 < 32768), madd
  * with ones to 8 int32 lanes, convert, and accumulate scaled by d_w * d_x.
+ * Q4_0 gets the same int32 lanes as nibbles * x - 8 * x (see block_dot).
  */
 #include <string.h>
 
