@@ -51,7 +51,7 @@ CPU_PLUGIN := $(BUILD)/lib/libcoli-cpu.so
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS      := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/*.c))
 
-.PHONY: all run test deps bench bandwidth clean fixtures check-style
+.PHONY: all run test test-sanitize deps bench bandwidth clean fixtures check-style
 # Generated protocol sources are inputs of several rules: keep them.
 .SECONDARY: $(PROTO_GEN)
 
@@ -207,6 +207,16 @@ test-deps:
 test: deps test-deps
 	$(MAKE) all fixtures
 	COLI_BUILD=$(BUILD) tests/run.sh $(TESTS)
+
+# The end-to-end tests again under ASan+UBSan, in their own build dir (CI runs it
+# after `make test`): the CLI and the library on every fixture, hostile files,
+# tokenizers, worker processes.
+SANITIZE_TESTS := test_api test_cli test_gguf test_tokenizer test_scheduler_procs
+test-sanitize: deps
+	$(MAKE) SANITIZE=1 BUILD=build-asan build-asan/bin/coli build-asan/bin/coli-worker \
+	  build-asan/lib/libcoli-cpu.so build-asan/bin/gen_model $(addprefix build-asan/tests/,$(SANITIZE_TESTS))
+	$(MAKE) SANITIZE=1 BUILD=build-asan fixtures
+	COLI_BUILD=build-asan tests/run.sh $(addprefix build-asan/tests/,$(SANITIZE_TESTS))
 
 # GPU plugins: make CUDA=1 | HIP=1 | gpu-compile (see the file)
 include plugins/gpu/gpu.mk
