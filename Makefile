@@ -205,6 +205,7 @@ test-deps:
 	fi
 
 test: deps test-deps
+	tools/check_style.sh
 	$(MAKE) all fixtures
 	COLI_BUILD=$(BUILD) tests/run.sh $(TESTS)
 
