@@ -95,6 +95,8 @@ typedef struct worker_link {
     /* placement */
     uint64_t owned_experts, owned_bytes;
     uint64_t resident_experts, resident_bytes;
+    uint64_t caps_budget;            /* memory budget its hello reported */
+    uint64_t refused_experts;        /* placed experts it could not hold (all generations) */
     char device_name[64];
     /* the request in flight */
     uint64_t req_id;                 /* 0 = none */
@@ -138,12 +140,16 @@ typedef struct sched {
     worker_link *w;
     int n_w;
     int32_t *owner;                  /* (n_layer, n_expert) worker index or -1 */
+    uint64_t *refused_by;            /* (n_layer, n_expert) bit w: worker w refused it at Place */
+    int lifeline[2];                 /* pipe: workers hold the read end, EOF = coordinator gone */
     moe_exec *inproc;                /* fallback of last resort, made on first use */
     uint64_t next_req;
     /* settings (environment, see docs/scheduler.md) */
     uint64_t deadline_ns, per_row_ns, start_ns, hang_kill_ns;
     uint64_t backoff_ns, backoff_max_ns, fail_window_ns;
     int max_failures;
+    uint64_t hb_ns;                  /* worker heartbeat interval (COLI_HEARTBEAT_MS) */
+    uint64_t hb_miss;                /* idle silence of this many intervals = down (COLI_HEARTBEAT_MISS, 0 = off) */
     int use_rings;                   /* COLI_DATA_PATH: local workers get a shm ring */
     int64_t ring_rows;               /* rows one ring slot holds (the largest batch) */
     uint64_t spin_ns;                /* spin on a ring before sleeping (COLI_SHM_SPIN_US) */

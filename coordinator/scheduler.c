@@ -56,13 +56,14 @@ void sched_rows_lost(sched *s, worker_link *w)
 }
 
 // ---------------------------------------------------------------------------
-//  An up CPU worker that has not failed in this layer, the least loaded.
-static int s_fallback_worker(sched *s, const int64_t *load)
+//  An up CPU worker that has not failed in this layer and did not refuse the
+//  expert at Place (refused_mask), the least loaded.
+static int s_fallback_worker(sched *s, const int64_t *load, uint64_t refused_mask)
 {
     int best = -1;
     for (int i = 0; i < s->n_w; i++)
         if (s->w[i].is_cpu && s->w[i].state == LINK_UP && !s->excluded[i] &&
-            (best < 0 || load[i] < load[best]))
+            !(refused_mask >> i & 1) && (best < 0 || load[i] < load[best]))
             best = i;
     return best;
 }
@@ -98,10 +99,11 @@ static int s_assign(sched *s, int layer, int64_t n_pairs, unsigned char *allow_l
     for (int i = 0; i < s->n_w; i++) s->w[i].n_rows = 0;
     for (int64_t p = 0; p < n_pairs; p++) {
         if (s->pair_target[p] != PAIR_PENDING) continue;
-        int o = s->owner[(size_t)layer * (size_t)s->n_expert + (size_t)s->cur_ids[p]];
+        size_t slot = (size_t)layer * (size_t)s->n_expert + (size_t)s->cur_ids[p];
+        int o = s->owner[slot];
         int t = o;
         if (o < 0 || s->w[o].state != LINK_UP || s->excluded[o]) {
-            t = s_fallback_worker(s, load);
+            t = s_fallback_worker(s, load, s->refused_by[slot]);
             if (t >= 0) allow_load[t] = 1;
             if (o >= 0) s->w[o].rerouted_rows++;
         }
@@ -278,7 +280,7 @@ static void s_destroy(moe_exec *self)
         free(s->w[i].x);
         ring_close(&s->w[i].ring);
     }
-    free(s->w); free(s->owner); free(s->expert_bytes); free(s->model_path);
+    free(s->w); free(s->owner); free(s->refused_by); free(s->expert_bytes); free(s->model_path);
     free(s->pair_target); free(s->excluded);
     free(s);
 }
@@ -294,6 +296,9 @@ static void s_settings(sched *s)
     s->fail_window_ns = sched_env_ms("COLI_WORKER_FAIL_WINDOW_MS", 60000) * 1000000ULL;
     s->max_failures = (int)sched_env_ms("COLI_WORKER_MAX_FAILURES", 3);
     s->spin_ns = ring_spin_ns();
+    s->hb_ns = sched_env_ms("COLI_HEARTBEAT_MS", 200) * 1000000ULL;
+    if (s->hb_ns < 10000000ULL) s->hb_ns = 10000000ULL; /* the worker's floor */
+    s->hb_miss = sched_env_ms("COLI_HEARTBEAT_MISS", 10);
 }
 
 //  COLI_DATA_PATH=shm (default) | zmq: how batches reach local workers.
@@ -316,8 +321,9 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg)
     s->n_embd = cfg->n_embd;
     s->expert_bytes = calloc((size_t)cfg->n_layer, sizeof *s->expert_bytes);
     s->owner = malloc((size_t)cfg->n_layer * (size_t)cfg->n_expert * sizeof *s->owner);
+    s->refused_by = calloc((size_t)cfg->n_layer * (size_t)cfg->n_expert, sizeof *s->refused_by);
     s->model_path = strdup(cfg->model_path);
-    if (!s->expert_bytes || !s->owner || !s->model_path)
+    if (!s->expert_bytes || !s->owner || !s->refused_by || !s->model_path)
         return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
     for (int l = 0; l < cfg->n_layer; l++) {
         expert_weights ew;
@@ -390,12 +396,25 @@ static void s_wait_while(sched *s, link_state st)
     }
 }
 
+//  Bytes of experts worker w may be given: its --devices budget, else for a
+//  device plugin the budget its hello reported (free memory less a reserve);
+//  cpu workers map the file, so without a budget they take any share.
+//  COLI_PLACE_IGNORE_BUDGET=1 (tests) sends experts regardless, so that the
+//  plugin's own refusal at load time is exercised.
+static uint64_t s_place_budget(const worker_link *w)
+{
+    const char *ign = getenv("COLI_PLACE_IGNORE_BUDGET");
+    if (ign && !strcmp(ign, "1")) return 0;
+    if (w->dev.budget) return w->dev.budget;
+    return w->is_cpu ? 0 : w->caps_budget;
+}
+
 static int s_place(sched *s)
 {
     uint64_t budget[SCHED_MAX_WORKERS];
     int usable[SCHED_MAX_WORKERS];
     for (int i = 0; i < s->n_w; i++) {
-        budget[i] = s->w[i].dev.budget;
+        budget[i] = s_place_budget(&s->w[i]);
         usable[i] = s->w[i].state == LINK_STARTING && s->w[i].hello_ok;
     }
     placement_in in = {s->n_layer, s->n_expert, s->expert_bytes, s->n_w, budget, usable};

@@ -11,6 +11,7 @@
 #include "coordinator/shm_ring.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,7 +253,11 @@ int ring_spin(const shm_ring *r, int dir, uint64_t spin_ns)
     uint64_t until = wire_now_ns() + spin_ns;
     for (int i = 0;; i++) {
         if (ring_ready(r, dir)) return 1;
-        if ((i & 63) == 63 && wire_now_ns() >= until) return 0;
+        if ((i & 63) == 63) {
+            if (wire_now_ns() >= until) return 0;
+            /* on an oversubscribed machine the peer may wait for our core */
+            sched_yield();
+        }
         ring_pause();
     }
 }

@@ -76,7 +76,8 @@ static void s_make_ring(sched *s, worker_link *w, char *arg, size_t n)
 
 int sup_spawn(sched *s, worker_link *w)
 {
-    char id[16], gen[16], dev[16], thr[16], budget[32], ppid[16];
+    char id[16], gen[16], dev[16], thr[16], budget[32], ppid[16], hb[24];
+    snprintf(hb, sizeof hb, "%llu", (unsigned long long)(s->hb_ns / 1000000ULL));
     snprintf(id, sizeof id, "%d", w->id);
     snprintf(gen, sizeof gen, "%u", w->gen);
     snprintf(dev, sizeof dev, "%d", w->is_cpu ? 0 : w->dev.index); /* cpu:N names the worker, not a device */
@@ -88,7 +89,8 @@ int sup_spawn(sched *s, worker_link *w)
     s_make_ring(s, w, ring, sizeof ring);
     char *argv[] = {s->worker_bin, "--connect", s->endpoint, "--id", id, "--gen", gen,
                     "--plugin", w->dev.plugin, "--device", dev, "--threads", thr,
-                    "--budget", budget, "--parent-pid", ppid, ring[0] ? "--ring" : NULL, ring, NULL};
+                    "--budget", budget, "--parent-pid", ppid, "--heartbeat-ms", hb,
+                    ring[0] ? "--ring" : NULL, ring, NULL};
     w->routing_len = (size_t)snprintf(w->routing_id, sizeof w->routing_id, "w%d.%u", w->id, w->gen);
     pid_t pid = fork();
     if (pid < 0)
@@ -202,6 +204,15 @@ void sup_tick(sched *s)
             w->exit_seen_ns = 0;
             if (w->state == LINK_STARTING)
                 sup_worker_lost(s, w, "crash", 1);
+            continue;
+        }
+        if (w->state == LINK_UP && !w->req_id && s->hb_miss &&
+            now - w->last_seen_ns > s->hb_ns * s->hb_miss) {
+            /* idle and silent: its main loop is stuck (a batch in flight is the deadline's job) */
+            if (s->verbose)
+                fprintf(stderr, "colibri: worker %d (%s) missed %llu heartbeats\n", w->id, w->device,
+                        (unsigned long long)s->hb_miss);
+            sup_worker_lost(s, w, "heartbeat", 1);
             continue;
         }
         if (w->state == LINK_HUNG && now - w->state_since_ns > s->hang_kill_ns) {

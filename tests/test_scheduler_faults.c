@@ -238,3 +238,32 @@ Test(scheduler_faults, hang_deadline_and_late_reply)
     free(js);
     }
 }
+
+//  Between two steps worker 0 stops (SIGSTOP) while idle, long enough to miss
+//  its heartbeats: it is declared down at the next layer ("heartbeat"),
+//  killed and restarted; the other worker takes its experts meanwhile.
+static void s_stop_hook(coli_model *m, int step, void *user)
+{
+    if (step != 2) return;
+    int *pid = user;
+    *pid = sched_worker_pid(m, 0);
+    kill(*pid, SIGSTOP);
+    usleep(600 * 1000); /* 12 intervals of 50 ms, the limit is 4 */
+}
+
+Test(scheduler_faults, idle_hang_missed_heartbeats)
+{
+    setenv("COLI_HEARTBEAT_MS", "50", 1);
+    setenv("COLI_HEARTBEAT_MISS", "4", 1);
+    FOR_EACH_PATH(path_i) {
+    int pid = 0;
+    char *js = s_run_fault("cpu:2", NULL, s_stop_hook, &pid);
+    cr_expect_eq(sched_fallbacks(js, "cpu:0", "heartbeat"), 1, "%s", js);
+    cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
+    cr_expect(sched_proc_dead(pid), "the silent worker %d was not stopped for good", pid);
+    char v[32];
+    sched_worker_field(js, 0, "rerouted_rows", v, sizeof v);
+    cr_expect_gt(atol(v), 0, "worker 0's experts did not go elsewhere while it was down");
+    free(js);
+    }
+}
