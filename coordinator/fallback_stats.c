@@ -134,6 +134,7 @@ static void s_worker_json(sbuf *b, const sched *s, const worker_link *w)
     s_put(b, ",\"pid\":%d,\"generation\":%u,\"device_name\":", (int)w->pid, w->gen);
     s_put_str(b, w->device_name);
     int up = w->state == LINK_UP;
+    s_put(b, ",\"refused_experts\":%llu", (unsigned long long)w->refused_experts);
     s_put(b, ",\"owned_experts\":%llu,\"resident_experts\":%llu,\"resident_bytes\":%llu,"
           "\"batches\":%llu,\"rows\":%llu,\"rerouted_rows\":%llu,\"restarts\":%llu,\"heartbeats\":%llu,"
           "\"batch_latency_p50_ms\":%.6f,\"batch_latency_p99_ms\":%.6f,",
@@ -186,12 +187,17 @@ int stats_json(moe_exec *self, char **json)
 static void s_worker_text(sbuf *b, const sched *s, const worker_link *w)
 {
     int up = w->state == LINK_UP;
-    s_put(b, "  worker %d  %-8s plugin %-5s %-11s experts %llu (%.1f MiB)  batches %llu  "
-          "p50 %.3f ms  p99 %.3f ms  restarts %llu  fallbacks:",
+    /* what the device holds now: a worker that is not up holds nothing */
+    s_put(b, "  worker %d  %-8s plugin %-5s %-11s resident set: %llu experts (%llu bytes, %.1f MiB)",
           w->id, w->device, w->dev.plugin, s_status(w),
           (unsigned long long)(up ? w->resident_experts : 0),
-          (double)(up ? w->resident_bytes : 0) / 1048576.0, (unsigned long long)w->batches,
-          s_pct_ms(&w->lat, 0.5), s_pct_ms(&w->lat, 0.99), (unsigned long long)w->restarts);
+          (unsigned long long)(up ? w->resident_bytes : 0),
+          (double)(up ? w->resident_bytes : 0) / 1048576.0);
+    if (w->refused_experts)
+        s_put(b, ", %llu refused", (unsigned long long)w->refused_experts);
+    s_put(b, "  batches %llu  p50 %.3f ms  p99 %.3f ms  restarts %llu  fallbacks:",
+          (unsigned long long)w->batches, s_pct_ms(&w->lat, 0.5), s_pct_ms(&w->lat, 0.99),
+          (unsigned long long)w->restarts);
     int any = 0;
     for (int i = 0; i < s->n_fb; i++)
         if (!strcmp(s->fb[i].device, w->device)) {

@@ -140,6 +140,7 @@ static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
     if (w->state != LINK_STARTING || w->hello_ok)
         return;
     snprintf(w->device_name, sizeof w->device_name, "%s", h->device_name ? h->device_name : "");
+    w->caps_budget = h->memory_budget;
     if (h->status != COLI__STATUS__STATUS_OK) {
         const char *why = h->reason && *h->reason ? h->reason : "worker said FAILED";
         stats_fallback(s, w, strstr(why, "no device") ? "no_device" : "plugin_load");
@@ -153,6 +154,89 @@ static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
         sup_worker_lost(s, w, "crash", 1);
 }
 
+// ---------------------------------------------------------------------------
+// Partial residency: a placed expert the worker could not hold goes to the
+// CPU path (a CPU worker loads it on demand, else in-process), counted as a
+// fallback of that device with its reason; the first few by name on stderr.
+
+#define SHOW_REFUSED 3
+#define MAX_REFUSAL_KINDS 8
+
+typedef struct refusal_tally {
+    int shown;
+    uint64_t more;                       /* refused beyond the first SHOW_REFUSED */
+    char kind[MAX_REFUSAL_KINDS][24];
+    uint64_t count[MAX_REFUSAL_KINDS];   /* of the `more` ones, by kind */
+    int n_kinds;
+} refusal_tally;
+
+static void s_refuse(sched *s, worker_link *w, int l, int e, const char *kind, const char *why,
+                     refusal_tally *t)
+{
+    size_t i = (size_t)l * (size_t)s->n_expert + (size_t)e;
+    s->owner[i] = -1;
+    s->refused_by[i] |= 1ULL << w->id;
+    w->owned_experts--;
+    w->owned_bytes -= s->expert_bytes[l];
+    w->refused_experts++;
+    stats_fallback(s, w, kind);
+    if (t->shown < SHOW_REFUSED) {
+        t->shown++;
+        fprintf(stderr, "colibri: %s: blk.%d expert %d: %s (%s); it stays on the CPU path\n", w->device,
+                l, e, kind, why && *why ? why : "no reason given");
+        return;
+    }
+    t->more++;
+    int k = 0;
+    while (k < t->n_kinds && strcmp(t->kind[k], kind)) k++;
+    if (k == t->n_kinds && k < MAX_REFUSAL_KINDS)
+        snprintf(t->kind[t->n_kinds++], sizeof t->kind[0], "%s", kind);
+    if (k < t->n_kinds) t->count[k]++;
+}
+
+static void s_refusal_summary(const worker_link *w, const refusal_tally *t)
+{
+    if (!t->more) return;
+    char counts[256] = "";
+    size_t len = 0;
+    for (int k = 0; k < t->n_kinds && len < sizeof counts; k++)
+        len += (size_t)snprintf(counts + len, sizeof counts - len, "%s%s %llu", k ? ", " : "",
+                                t->kind[k], (unsigned long long)t->count[k]);
+    fprintf(stderr, "colibri: %s: %llu more expert%s left on CPU (%s)\n", w->device,
+            (unsigned long long)t->more, t->more == 1 ? "" : "s", counts);
+}
+
+//  Every expert placed on w that its reply does not list as held is refused:
+//  with the worker's reason when it gave one, else "missing".
+static int s_take_refusals(sched *s, worker_link *w, const Coli__PlaceAck *a)
+{
+    const size_t n_slots = (size_t)s->n_layer * (size_t)s->n_expert;
+    unsigned char *mark = calloc(n_slots, 1); /* 1 held, 2 refused (handled) */
+    if (!mark) return coli_fail(COLI_ENOMEM, "worker %d: place reply", w->id);
+    refusal_tally t = {0};
+    for (size_t i = 0; i < a->n_resident; i++) {
+        int l = a->resident[i]->layer, e = a->resident[i]->expert;
+        if (l >= 0 && l < s->n_layer && e >= 0 && e < s->n_expert)
+            mark[(size_t)l * (size_t)s->n_expert + (size_t)e] = 1;
+    }
+    for (size_t i = 0; i < a->n_refused; i++) {
+        const Coli__RefusedExpert *r = a->refused[i];
+        if (r->layer < 0 || r->layer >= s->n_layer || r->expert < 0 || r->expert >= s->n_expert)
+            continue;
+        size_t k = (size_t)r->layer * (size_t)s->n_expert + (size_t)r->expert;
+        if (s->owner[k] != w->id || mark[k]) continue;
+        mark[k] = 2;
+        s_refuse(s, w, r->layer, r->expert, r->kind && *r->kind ? r->kind : "load", r->reason, &t);
+    }
+    for (size_t k = 0; k < n_slots; k++)
+        if (s->owner[k] == w->id && !mark[k])
+            s_refuse(s, w, (int)(k / (size_t)s->n_expert), (int)(k % (size_t)s->n_expert), "missing",
+                     "the place reply does not list it", &t);
+    s_refusal_summary(w, &t);
+    free(mark);
+    return 0;
+}
+
 static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a)
 {
     if (w->state != LINK_PLACING)
@@ -163,6 +247,12 @@ static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a)
         link_set_state(w, LINK_FAILED, why);
         fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id,
                 w->device, why);
+        sup_kill(s, w);
+        return;
+    }
+    if (s_take_refusals(s, w, a) != 0) {
+        stats_fallback(s, w, "alloc");
+        link_set_state(w, LINK_FAILED, coli_last_error());
         sup_kill(s, w);
         return;
     }

@@ -158,6 +158,53 @@ static void s_check_summary(const char *vendor)
     s_rm_dir(dir);
 }
 
+//  With a device: partial residency. COLI_PLUGIN_FAULT makes the plugin fail
+//  one upload (its own allocation / copy failure paths); a budget of three
+//  experts (96 KiB each) is respected by placement. Each refused expert is one
+//  fallback of that reason, the rest stay resident, logits within 1e-2.
+static void s_check_partial(const char *vendor, const char *devices, const char *fault,
+                            const char *reason, long fallbacks, long resident)
+{
+    char so[1200], why[512] = "", dir[64], gpu[16], v[64];
+    s_find_plugin(vendor, so, sizeof so);
+    if (s_probe(so, why, sizeof why) == 0) cr_skip_test("skipped: no %s device (%s)", vendor, why);
+    s_plugin_dir(dir, sizeof dir, vendor, so);
+    snprintf(gpu, sizeof gpu, "%s:0", vendor);
+    const char *model = sched_fixture(MODEL);
+    gen_result ref, got;
+    sched_generate(model, "inproc", NULL, NULL, &ref);
+    if (fault) setenv("COLI_PLUGIN_FAULT", fault, 1);
+    sched_generate(model, devices, NULL, NULL, &got);
+    unsetenv("COLI_PLUGIN_FAULT");
+    if (reason) cr_expect_eq(sched_fallbacks(got.stats, gpu, reason), fallbacks, "%s", got.stats);
+    cr_expect_eq(sched_field(got.stats, "fallbacks_total"), fallbacks, "%s", got.stats);
+    sched_worker_field(got.stats, 0, "resident_experts", v, sizeof v);
+    cr_expect_eq(atol(v), resident, "%s", got.stats);
+    float m = 0;
+    for (size_t i = 0; i < (size_t)(GEN_STEPS + 1) * (size_t)ref.n_vocab; i++)
+        m = fmaxf(m, fabsf(ref.logits[i] - got.logits[i]));
+    cr_expect_lt(m, 1e-2f, "%s: logits differ by %g", devices, m);
+    gen_free(&ref);
+    gen_free(&got);
+    s_rm_dir(dir);
+    sched_assert_no_orphans();
+}
+
+Test(gpu_fallback, cuda_alloc_failure_leaves_one_expert_on_cpu, .timeout = 120)
+{
+    s_check_partial("cuda", "cuda:0,cpu:1", "alloc@2", "alloc", 1, 3);
+}
+
+Test(gpu_fallback, cuda_upload_failure_leaves_one_expert_on_cpu, .timeout = 120)
+{
+    s_check_partial("cuda", "cuda:0,cpu:1", "h2d@1", "upload", 1, 3);
+}
+
+Test(gpu_fallback, cuda_budget_is_placed_not_refused, .timeout = 120)
+{
+    s_check_partial("cuda", "cuda:0=288K,cpu:1", NULL, NULL, 0, 3);
+}
+
 Test(gpu_fallback, cuda_worker_without_device_falls_back_with_the_precise_reason, .timeout = 120)
 {
     s_check_vendor("cuda");

@@ -30,6 +30,7 @@ typedef enum worker_fault_kind {
     FAULT_GARBAGE_ID,     /* reply under a request id never issued */
     FAULT_FAIL_LOAD,      /* the plugin "fails to initialise" */
     FAULT_GARBAGE_RING,   /* reply with a lying ring slot header (a non-envelope frame over ZeroMQ) */
+    FAULT_FAIL_EXPERT,    /* an expert load at Place fails as a device allocation would */
 } worker_fault_kind;
 
 typedef struct worker_fault {
@@ -48,6 +49,9 @@ typedef struct worker_fault {
 int worker_fault_parse(const char *spec, worker_fault *out, int cap);
 /* The fault to act on for a batch of this layer (counting it), or NULL. */
 worker_fault *worker_fault_match(worker_fault *f, int n, int worker_id, int layer);
+/* The fail-expert fault to act on for loading an expert of this layer at Place
+ * (counting the load), or NULL. */
+worker_fault *worker_fault_match_load(worker_fault *f, int n, int worker_id, int layer);
 const char *worker_fault_name(worker_fault_kind k);
 
 /* ---- the process ------------------------------------------------------- */

@@ -6,9 +6,12 @@
  *
  * KIND: crash | crash-during | crash-after | hang | garbage (= garbage-nan)
  *       | garbage-nan | garbage-size | garbage-id | garbage-ring | fail-load
+ *       | fail-expert
  * A fault fires once, on the (N+1)-th batch of layer L (any layer if no
  * @layer) on worker W (any if no @worker), and only in a worker's first
  * generation: a restarted worker is healthy. fail-load fires at start-up.
+ * fail-expert counts expert loads at Place instead of batches: the (N+1)-th
+ * load of a layer-L expert fails as a device allocation failure would.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,7 @@ static const struct { const char *name; worker_fault_kind kind; } s_kinds[] = {
     {"garbage", FAULT_GARBAGE_NAN},  {"garbage-nan", FAULT_GARBAGE_NAN},
     {"garbage-size", FAULT_GARBAGE_SIZE}, {"garbage-id", FAULT_GARBAGE_ID},
     {"fail-load", FAULT_FAIL_LOAD},  {"garbage-ring", FAULT_GARBAGE_RING},
+    {"fail-expert", FAULT_FAIL_EXPERT},
 };
 
 const char *worker_fault_name(worker_fault_kind k)
@@ -95,11 +99,12 @@ int worker_fault_parse(const char *spec, worker_fault *out, int cap)
     return n;
 }
 
-worker_fault *worker_fault_match(worker_fault *f, int n, int worker_id, int layer)
+//  The first unfired fault of the wanted class for (worker, layer), counted.
+static worker_fault *s_match(worker_fault *f, int n, int worker_id, int layer, int loads)
 {
     for (int i = 0; i < n; i++) {
         worker_fault *x = &f[i];
-        if (x->fired || x->kind == FAULT_FAIL_LOAD)
+        if (x->fired || x->kind == FAULT_FAIL_LOAD || (x->kind == FAULT_FAIL_EXPERT) != loads)
             continue;
         if ((x->layer >= 0 && x->layer != layer) || (x->worker >= 0 && x->worker != worker_id))
             continue;
@@ -109,4 +114,14 @@ worker_fault *worker_fault_match(worker_fault *f, int n, int worker_id, int laye
         return x;
     }
     return NULL;
+}
+
+worker_fault *worker_fault_match(worker_fault *f, int n, int worker_id, int layer)
+{
+    return s_match(f, n, worker_id, layer, 0);
+}
+
+worker_fault *worker_fault_match_load(worker_fault *f, int n, int worker_id, int layer)
+{
+    return s_match(f, n, worker_id, layer, 1);
 }

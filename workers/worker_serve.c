@@ -77,46 +77,131 @@ static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len)
 }
 
 // ---------------------------------------------------------------------------
-static int s_send_place_ack(worker *w, int ok, const char *why)
+//  What a Place left behind: the placed experts held and the ones refused.
+typedef struct place_outcome {
+    Coli__ExpertRef *held;
+    Coli__RefusedExpert *refused;
+    char (*why)[256];
+    size_t n_held, n_refused;
+} place_outcome;
+
+//  Why a load failed, as the coordinator counts it.
+static const char *s_refusal_kind(int rc, const char *why)
+{
+    if (strstr(why, "budget")) return "budget";
+    if (rc == COLI_EUNSUPPORTED) return "unsupported";
+    if (rc == COLI_ENOMEM) return "alloc";
+    if (rc == COLI_EDEVICE) return "upload";
+    return "load";
+}
+
+static int s_send_place_ack(worker *w, int ok, const char *why, const place_outcome *po)
 {
     moe_stats st = {0};
-    if (w->plugin->get_stats) w->plugin->get_stats(w->dev, &st);
+    if (ok && w->plugin->get_stats) w->plugin->get_stats(w->dev, &st);
     Coli__PlaceAck a = COLI__PLACE_ACK__INIT;
     a.status = ok ? COLI__STATUS__STATUS_OK : COLI__STATUS__STATUS_FAILED;
     a.reason = (char *)why;
     a.resident_experts = st.resident_experts;
     a.resident_bytes = st.resident_bytes;
+    Coli__ExpertRef **held = NULL;
+    Coli__RefusedExpert **refused = NULL;
+    if (po && po->n_held + po->n_refused) {
+        held = calloc(po->n_held + 1, sizeof *held);
+        refused = calloc(po->n_refused + 1, sizeof *refused);
+        if (!held || !refused) {
+            free(held);
+            free(refused);
+            return s_send_place_ack(w, 0, "worker: out of memory for the place reply", NULL);
+        }
+        for (size_t i = 0; i < po->n_held; i++) held[i] = &po->held[i];
+        for (size_t i = 0; i < po->n_refused; i++) refused[i] = &po->refused[i];
+        a.n_resident = po->n_held;
+        a.resident = held;
+        a.n_refused = po->n_refused;
+        a.refused = refused;
+    }
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_PLACE_ACK;
     env.place_ack = &a;
-    return wire_send(w->sock, NULL, 0, &env, NULL, 0, 0);
+    int rc = wire_send(w->sock, NULL, 0, &env, NULL, 0, 0);
+    free(held);
+    free(refused);
+    return rc;
 }
 
-//  Map the model (checking it is the coordinator's file) and load the experts.
+//  Map the model once and check it is the coordinator's file.
+static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_len)
+{
+    if (w->model)
+        return 0;
+    if (gguf_open(p->model_path, &w->model) != 0) {
+        snprintf(why, why_len, "%s", coli_last_error());
+        return 1;
+    }
+    uint64_t size, hash;
+    wire_model_identity(w->model, &size, &hash);
+    if (size != p->model_size || hash != p->header_hash) {
+        snprintf(why, why_len, "model '%s': not the coordinator's file (size %llu vs %llu)",
+                 p->model_path, (unsigned long long)size, (unsigned long long)p->model_size);
+        gguf_close(&w->model);
+        return 1;
+    }
+    return 0;
+}
+
+//  Load one placed expert, or say why not (COLI_FAULT fail-expert stands in
+//  for a device allocation failure, the plugin is then not asked).
+static int s_place_one(worker *w, int layer, int e, char *why, size_t why_len)
+{
+    worker_fault *f = w->a.generation == 0
+        ? worker_fault_match_load(w->faults, w->n_faults, w->a.worker_id, layer) : NULL;
+    if (f) {
+        snprintf(why, why_len, "expert %d.%d: device allocation failed: fault injection fail-expert",
+                 layer, e);
+        return COLI_ENOMEM;
+    }
+    return s_load_expert(w, layer, e, why, why_len);
+}
+
+//  Map the model (checking it is the coordinator's file) and load each expert
+//  on its own: one that cannot be held (budget, allocation, upload) is refused
+//  and stays on the CPU path; the rest are held. The plugin never keeps a part
+//  of an expert (plugin_abi.h), so held and refused are the whole truth.
 int worker_on_place(worker *w, const Coli__Envelope *env)
 {
     const Coli__Place *p = env->place;
     char why[512] = "";
-    if (!w->model) {
-        if (gguf_open(p->model_path, &w->model) != 0) {
-            snprintf(why, sizeof why, "%s", coli_last_error());
-            return s_send_place_ack(w, 0, why);
-        }
-        uint64_t size, hash;
-        wire_model_identity(w->model, &size, &hash);
-        if (size != p->model_size || hash != p->header_hash) {
-            snprintf(why, sizeof why, "model '%s': not the coordinator's file (size %llu vs %llu)",
-                     p->model_path, (unsigned long long)size, (unsigned long long)p->model_size);
-            gguf_close(&w->model);
-            return s_send_place_ack(w, 0, why);
-        }
+    if (s_map_model(w, p, why, sizeof why) != 0)
+        return s_send_place_ack(w, 0, why, NULL);
+    size_t n = p->n_experts;
+    place_outcome po = {calloc(n + 1, sizeof *po.held), calloc(n + 1, sizeof *po.refused),
+                        calloc(n + 1, sizeof *po.why), 0, 0};
+    if (!po.held || !po.refused || !po.why) {
+        free(po.held); free(po.refused); free(po.why);
+        return s_send_place_ack(w, 0, "worker: out of memory for the place list", NULL);
     }
-    for (size_t i = 0; i < p->n_experts; i++) {
-        int rc = s_load_expert(w, p->experts[i]->layer, p->experts[i]->expert, why, sizeof why);
-        if (rc != 0)
-            return s_send_place_ack(w, 0, why);
+    for (size_t i = 0; i < n; i++) {
+        int layer = p->experts[i]->layer, e = p->experts[i]->expert;
+        char err[256] = "";
+        int rc = s_place_one(w, layer, e, err, sizeof err);
+        if (rc == 0) {
+            coli__expert_ref__init(&po.held[po.n_held]);
+            po.held[po.n_held].layer = layer;
+            po.held[po.n_held++].expert = e;
+            continue;
+        }
+        Coli__RefusedExpert *r = &po.refused[po.n_refused];
+        coli__refused_expert__init(r);
+        r->layer = layer;
+        r->expert = e;
+        r->kind = (char *)s_refusal_kind(rc, err);
+        snprintf(po.why[po.n_refused], sizeof po.why[0], "%s", err[0] ? err : coli_status_str(rc));
+        r->reason = po.why[po.n_refused++];
     }
-    return s_send_place_ack(w, 1, "");
+    int rc = s_send_place_ack(w, 1, "", &po);
+    free(po.held); free(po.refused); free(po.why);
+    return rc;
 }
 
 // ---------------------------------------------------------------------------
