@@ -227,112 +227,29 @@ static int s_pretokenize(const coli_tokenizer *tok, const uint32_t *cpts, size_t
 // ---------------------------------------------------------------------------
 // byte-pair merges within one word
 
-typedef struct bpe_symbol {
-    int32_t prev, next;
-    size_t  off, n;       /* span in the encoded word */
-} bpe_symbol;
-
-typedef struct bpe_bigram {
-    int32_t rank, left, right;
-    size_t  size;         /* bytes of the merged text when queued */
-} bpe_bigram;
-
 typedef struct bpe_session {
     const coli_tokenizer *tok;
     char       *word;     /* the current word, GPT-2 encoded */
     size_t      word_len, word_cap;
-    bpe_symbol *sym;
-    size_t      sym_cap;
-    bpe_bigram *heap;
-    size_t      heap_n, heap_cap;
+    tok_merger  merger;
 } bpe_session;
 
-static int s_better(const bpe_bigram *a, const bpe_bigram *b)
+// The pair merges if a merge rule names it; the lowest rank merges first.
+static int s_pair_rank(const coli_tokenizer *tok, const char *text, size_t left_n,
+                       size_t right_n, double *priority)
 {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int s_heap_push(bpe_session *s, bpe_bigram b)
-{
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = s->heap_cap ? s->heap_cap * 2 : 64;
-        bpe_bigram *v = realloc(s->heap, cap * sizeof(*v));
-        if (!v)
-            return coli_fail(COLI_ENOMEM, "tokenizer: out of memory (%zu merge candidates)", cap);
-        s->heap = v;
-        s->heap_cap = cap;
-    }
-    size_t i = s->heap_n++;
-    while (i > 0 && s_better(&b, &s->heap[(i - 1) / 2])) {
-        s->heap[i] = s->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    s->heap[i] = b;
-    return 0;
-}
-
-static bpe_bigram s_heap_pop(bpe_session *s)
-{
-    bpe_bigram top = s->heap[0], last = s->heap[--s->heap_n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= s->heap_n)
-            break;
-        if (c + 1 < s->heap_n && s_better(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!s_better(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (s->heap_n > 0)
-        s->heap[i] = last;
-    return top;
-}
-
-static int s_add_bigram(bpe_session *s, int32_t left, int32_t right)
-{
-    if (left < 0 || right < 0)
-        return 0;
-    const bpe_symbol *l = &s->sym[left], *r = &s->sym[right];
-    int32_t rank = tok_merge_rank(s->tok, s->word + l->off, l->n, s->word + r->off, r->n);
+    int32_t rank = tok_merge_rank(tok, text, left_n, text + left_n, right_n);
     if (rank < 0)
         return 0;
-    bpe_bigram b = { rank, left, right, l->n + r->n };
-    return s_heap_push(s, b);
-}
-
-static int s_merge_word(bpe_session *s, int32_t n_sym)
-{
-    int rc;
-    s->heap_n = 0;
-    for (int32_t i = 1; i < n_sym; i++)
-        if ((rc = s_add_bigram(s, i - 1, i)) < 0)
-            return rc;
-    while (s->heap_n > 0) {
-        bpe_bigram b = s_heap_pop(s);
-        bpe_symbol *l = &s->sym[b.left], *r = &s->sym[b.right];
-        // outdated: one side changed since the pair was queued
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
-            continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0)
-            s->sym[r->next].prev = b.left;
-        if ((rc = s_add_bigram(s, l->prev, b.left)) < 0 ||
-            (rc = s_add_bigram(s, b.left, l->next)) < 0)
-            return rc;
-    }
-    return 0;
+    *priority = -(double)rank;
+    return 1;
 }
 
 // Emit the word's symbols; one that is no token goes byte by byte.
 static int s_emit_word(const bpe_session *s, int32_t n_sym, tok_ids *out)
 {
     for (int32_t i = 0; i < n_sym; i++) {
-        const bpe_symbol *sym = &s->sym[i];
+        const tok_symbol *sym = &s->merger.sym[i];
         if (sym->n == 0)
             continue;
         int32_t id = tok_find(s->tok, s->word + sym->off, sym->n);
@@ -352,25 +269,18 @@ static int s_emit_word(const bpe_session *s, int32_t n_sym, tok_ids *out)
     return 0;
 }
 
-static int s_reserve(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t cap2 = need > 2 * *cap ? need : 2 * *cap;
-    void *v = realloc(*p, cap2 * elem);
-    if (!v)
-        return coli_fail(COLI_ENOMEM, "tokenizer: out of memory (%zu bytes)", cap2 * elem);
-    *p = v;
-    *cap = cap2;
-    return 0;
-}
-
 // Encode n code points as UTF-8, each byte GPT-2 mapped, into s->word.
 static int s_encode_word(bpe_session *s, const uint32_t *cpts, size_t n)
 {
-    int rc = s_reserve((void **)&s->word, &s->word_cap, n * 4 * 2, 1);
-    if (rc < 0)
-        return rc;
+    // a code point is at most 4 UTF-8 bytes, each mapped to at most 2
+    if (n * 8 > s->word_cap) {
+        size_t cap = n * 8 > 2 * s->word_cap ? n * 8 : 2 * s->word_cap;
+        char *w = realloc(s->word, cap);
+        if (!w)
+            return coli_fail(COLI_ENOMEM, "tokenizer: out of memory for a word of %zu code points", n);
+        s->word = w;
+        s->word_cap = cap;
+    }
     s->word_len = 0;
     for (size_t i = 0; i < n; i++) {
         char utf8[4];
@@ -389,17 +299,10 @@ static int s_encode_word(bpe_session *s, const uint32_t *cpts, size_t n)
 static int s_bpe_word(bpe_session *s, const uint32_t *cpts, size_t n, tok_ids *out)
 {
     int rc = s_encode_word(s, cpts, n);
-    if (rc < 0 || (rc = s_reserve((void **)&s->sym, &s->sym_cap, s->word_len, sizeof(bpe_symbol))) < 0)
+    if (rc < 0)
         return rc;
-    int32_t n_sym = 0;
-    for (size_t off = 0; off < s->word_len; n_sym++) {
-        size_t len = coli_utf8_len((unsigned char)s->word[off]);
-        if (len > s->word_len - off)
-            len = s->word_len - off;
-        s->sym[n_sym] = (bpe_symbol){ n_sym - 1, off + len == s->word_len ? -1 : n_sym + 1, off, len };
-        off += len;
-    }
-    if ((rc = s_merge_word(s, n_sym)) < 0)
+    int32_t n_sym = tok_merger_split(&s->merger, s->word, s->word_len);
+    if ((rc = n_sym < 0 ? n_sym : tok_merger_run(&s->merger, s->tok, s->word, n_sym, s_pair_rank)) < 0)
         return rc;
     return s_emit_word(s, n_sym, out);
 }
@@ -430,8 +333,7 @@ int tok_bpe_encode(const coli_tokenizer *tok, const char *text, size_t len, tok_
     }
 done:
     free(s.word);
-    free(s.sym);
-    free(s.heap);
+    tok_merger_free(&s.merger);
     free(words.len);
     free(cpts);
     return rc;

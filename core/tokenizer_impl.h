@@ -110,6 +110,42 @@ typedef struct tok_fragment {
 int tok_partition(const coli_tokenizer *tok, const char *text, size_t len, int parse_special,
                   tok_fragment **frags, size_t *n_frags);
 
+/* ---- tokenizer_merge.c ---- */
+/* A symbol is a span of the text being merged; merged-away symbols have n == 0. */
+typedef struct tok_symbol {
+    int32_t prev, next;   /* neighbours in the chain, -1 at the ends */
+    size_t  off, n;       /* span in the text */
+} tok_symbol;
+
+/* A candidate merge of two adjacent symbols. */
+typedef struct tok_bigram {
+    double  priority;     /* higher merges first (SPM: token score, BPE: -rank) */
+    int32_t left, right;  /* symbol indices */
+    size_t  size;         /* bytes of the merged text when queued; stale if it changed */
+} tok_bigram;
+
+/* Whether text[0, left_n) and text[left_n, left_n + right_n) merge: 1 with
+ * *priority set, or 0. */
+typedef int (*tok_pair_fn)(const coli_tokenizer *tok, const char *text, size_t left_n,
+                           size_t right_n, double *priority);
+
+/* Symbols and the queue of one encoder; reused from word to word. */
+typedef struct tok_merger {
+    tok_symbol *sym;
+    size_t      sym_cap;
+    tok_bigram *heap;
+    size_t      heap_n, heap_cap;
+} tok_merger;
+
+/* Cut text (n bytes) into UTF-8 characters (by lead byte, clipped at the
+ * end) as m->sym[0..count); returns the count, or a negative status. */
+int32_t tok_merger_split(tok_merger *m, const char *text, size_t n);
+/* Merge adjacent symbols of text, best pair first (ties: leftmost), until no
+ * pair merges. The surviving symbols are chained from m->sym[0]. */
+int tok_merger_run(tok_merger *m, const coli_tokenizer *tok, const char *text, int32_t n_sym,
+                   tok_pair_fn pair);
+void tok_merger_free(tok_merger *m);
+
 /* ---- tokenizer_spm.c ---- */
 /* Tokenize one text fragment (spaces not yet escaped) with the SPM model. */
 int tok_spm_encode(const coli_tokenizer *tok, const char *text, size_t len,
