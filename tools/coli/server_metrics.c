@@ -5,12 +5,12 @@
  * listed in docs/api.md; `promtool check metrics` accepts the output.
  */
 #include <cjson/cJSON.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server.h"
+#include "strbuf.h"
 
 /* Upper bounds (seconds) of the latency buckets; the last bucket is +Inf. */
 static const double s_le[METRICS_N_BUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -71,36 +71,12 @@ void metrics_count_cancelled(server_metrics *m) {
 // ---------------------------------------------------------------------------
 // text output
 
-typedef struct out_buf {
-    char *s;
-    size_t len, cap;
-    int failed;
-} out_buf;
-
-static void s_out(out_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void s_out(out_buf *b, const char *fmt, ...) {
-    if (b->failed) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) { b->failed = 1; return; }
-        if (b->s && b->len + (size_t)n < b->cap) { b->len += (size_t)n; return; }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *t = realloc(b->s, cap);
-        if (!t) { b->failed = 1; return; }
-        b->s = t;
-        b->cap = cap;
-    }
-}
-
-static void s_header(out_buf *b, const char *name, const char *type, const char *help) {
-    s_out(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+static void s_header(coli_strbuf *b, const char *name, const char *type, const char *help) {
+    coli_strbuf_appendf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* A label value with \, " and newlines escaped as the format requires. */
-static void s_label_value(out_buf *b, const char *v) {
+static void s_label_value(coli_strbuf *b, const char *v) {
     char tmp[256];
     size_t n = 0;
     for (; v && *v && n + 3 < sizeof tmp; v++) {
@@ -109,20 +85,20 @@ static void s_label_value(out_buf *b, const char *v) {
         else tmp[n++] = *v;
     }
     tmp[n] = '\0';
-    s_out(b, "\"%s\"", tmp);
+    coli_strbuf_appendf(b, "\"%s\"", tmp);
 }
 
-static void s_histogram(out_buf *b, const char *name, const histogram *h) {
+static void s_histogram(coli_strbuf *b, const char *name, const histogram *h) {
     uint64_t cum = 0;
     for (int i = 0; i < METRICS_N_BUCKETS - 1; i++) {
         cum += h->counts[i];
-        s_out(b, "%s_bucket{le=\"%g\"} %llu\n", name, s_le[i], (unsigned long long)cum);
+        coli_strbuf_appendf(b, "%s_bucket{le=\"%g\"} %llu\n", name, s_le[i], (unsigned long long)cum);
     }
-    s_out(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name,
+    coli_strbuf_appendf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name,
           (unsigned long long)h->n, name, h->sum, name, (unsigned long long)h->n);
 }
 
-static void s_server_series(out_buf *b, server *s) {
+static void s_server_series(coli_strbuf *b, server *s) {
     server_metrics m;
     pthread_mutex_lock(&s->metrics.mu);
     m = s->metrics; /* a consistent copy; the mutex inside it is not used */
@@ -130,14 +106,14 @@ static void s_server_series(out_buf *b, server *s) {
     s_header(b, "colibri_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
     for (int e = 0; e < EP_COUNT; e++)
         for (int i = 0; i < METRICS_MAX_CODES && m.requests[e][i].code; i++)
-            s_out(b, "colibri_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", s_endpoint_names[e],
+            coli_strbuf_appendf(b, "colibri_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", s_endpoint_names[e],
                   m.requests[e][i].code, (unsigned long long)m.requests[e][i].n);
     s_header(b, "colibri_prompt_tokens_total", "counter", "Prompt tokens evaluated.");
-    s_out(b, "colibri_prompt_tokens_total %llu\n", (unsigned long long)m.prompt_tokens);
+    coli_strbuf_appendf(b, "colibri_prompt_tokens_total %llu\n", (unsigned long long)m.prompt_tokens);
     s_header(b, "colibri_generated_tokens_total", "counter", "Tokens generated.");
-    s_out(b, "colibri_generated_tokens_total %llu\n", (unsigned long long)m.generated_tokens);
+    coli_strbuf_appendf(b, "colibri_generated_tokens_total %llu\n", (unsigned long long)m.generated_tokens);
     s_header(b, "colibri_requests_cancelled_total", "counter", "Generations stopped because the client went away.");
-    s_out(b, "colibri_requests_cancelled_total %llu\n", (unsigned long long)m.cancelled);
+    coli_strbuf_appendf(b, "colibri_requests_cancelled_total %llu\n", (unsigned long long)m.cancelled);
     s_header(b, "colibri_time_to_first_token_seconds", "histogram", "From request arrival to the first generated token.");
     s_histogram(b, "colibri_time_to_first_token_seconds", &m.ttft);
     s_header(b, "colibri_time_per_output_token_seconds", "histogram", "Time between consecutive generated tokens of a request.");
@@ -147,13 +123,13 @@ static void s_server_series(out_buf *b, server *s) {
     int waiting = 0, active = 0;
     server_queue_gauges(s, &waiting, &active);
     s_header(b, "colibri_queue_depth", "gauge", "Requests waiting for a slot.");
-    s_out(b, "colibri_queue_depth %d\n", waiting);
+    coli_strbuf_appendf(b, "colibri_queue_depth %d\n", waiting);
     s_header(b, "colibri_slots_busy", "gauge", "Slots generating now.");
-    s_out(b, "colibri_slots_busy %d\n", active);
+    coli_strbuf_appendf(b, "colibri_slots_busy %d\n", active);
     s_header(b, "colibri_slots", "gauge", "Slots (requests generated at once, each with its own KV cache).");
-    s_out(b, "colibri_slots %d\n", s->cfg.n_slots);
+    coli_strbuf_appendf(b, "colibri_slots %d\n", s->cfg.n_slots);
     s_header(b, "colibri_model_ready", "gauge", "1 once the model is loaded and its experts are placed.");
-    s_out(b, "colibri_model_ready %d\n", atomic_load(&s->ready) ? 1 : 0);
+    coli_strbuf_appendf(b, "colibri_model_ready %d\n", atomic_load(&s->ready) ? 1 : 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -169,28 +145,28 @@ static const char *s_str(const cJSON *o, const char *key) {
     return cJSON_IsString(v) && v->valuestring ? v->valuestring : "";
 }
 
-static void s_worker_labels(out_buf *b, const cJSON *w) {
-    s_out(b, "{worker=\"%d\",device=", (int)s_num(w, "id"));
+static void s_worker_labels(coli_strbuf *b, const cJSON *w) {
+    coli_strbuf_appendf(b, "{worker=\"%d\",device=", (int)s_num(w, "id"));
     s_label_value(b, s_str(w, "device"));
-    s_out(b, ",plugin=");
+    coli_strbuf_appendf(b, ",plugin=");
     s_label_value(b, s_str(w, "plugin"));
-    s_out(b, "}");
+    coli_strbuf_appendf(b, "}");
 }
 
 /* One series per worker for the numeric field key of each worker object. */
-static void s_worker_field(out_buf *b, const cJSON *workers, const char *name, const char *type,
+static void s_worker_field(coli_strbuf *b, const cJSON *workers, const char *name, const char *type,
                            const char *help, const char *key) {
     s_header(b, name, type, help);
     const cJSON *w;
     cJSON_ArrayForEach(w, workers) {
-        s_out(b, "%s", name);
+        coli_strbuf_appendf(b, "%s", name);
         s_worker_labels(b, w);
-        if (key) s_out(b, " %.0f\n", s_num(w, key));
-        else s_out(b, " %d\n", strcmp(s_str(w, "status"), "up") == 0);
+        if (key) coli_strbuf_appendf(b, " %.0f\n", s_num(w, key));
+        else coli_strbuf_appendf(b, " %d\n", strcmp(s_str(w, "status"), "up") == 0);
     }
 }
 
-static void s_worker_histograms(out_buf *b, const cJSON *workers) {
+static void s_worker_histograms(coli_strbuf *b, const cJSON *workers) {
     const char *name = "colibri_worker_batch_latency_seconds";
     s_header(b, name, "histogram", "Latency of expert batches per worker, send to reply.");
     const cJSON *w;
@@ -203,50 +179,50 @@ static void s_worker_histograms(out_buf *b, const cJSON *workers) {
         char id[32];
         snprintf(id, sizeof id, "%d", (int)s_num(w, "id"));
         for (int i = 0; i < n; i++) {
-            s_out(b, "%s_bucket{worker=\"%s\",device=", name, id);
+            coli_strbuf_appendf(b, "%s_bucket{worker=\"%s\",device=", name, id);
             s_label_value(b, s_str(w, "device"));
-            s_out(b, ",plugin=");
+            coli_strbuf_appendf(b, ",plugin=");
             s_label_value(b, s_str(w, "plugin"));
-            s_out(b, ",le=\"%g\"} %.0f\n", cJSON_GetArrayItem(le, i)->valuedouble,
+            coli_strbuf_appendf(b, ",le=\"%g\"} %.0f\n", cJSON_GetArrayItem(le, i)->valuedouble,
                   cJSON_GetArrayItem(counts, i)->valuedouble);
         }
         const char *suffix[3] = {"_bucket", "_sum", "_count"};
         for (int k = 0; k < 3; k++) {
-            s_out(b, "%s%s", name, suffix[k]);
-            s_out(b, "{worker=\"%s\",device=", id);
+            coli_strbuf_appendf(b, "%s%s", name, suffix[k]);
+            coli_strbuf_appendf(b, "{worker=\"%s\",device=", id);
             s_label_value(b, s_str(w, "device"));
-            s_out(b, ",plugin=");
+            coli_strbuf_appendf(b, ",plugin=");
             s_label_value(b, s_str(w, "plugin"));
-            if (k == 0) s_out(b, ",le=\"+Inf\"} %.0f\n", s_num(h, "count"));
-            else if (k == 1) s_out(b, "} %.9f\n", s_num(h, "sum"));
-            else s_out(b, "} %.0f\n", s_num(h, "count"));
+            if (k == 0) coli_strbuf_appendf(b, ",le=\"+Inf\"} %.0f\n", s_num(h, "count"));
+            else if (k == 1) coli_strbuf_appendf(b, "} %.9f\n", s_num(h, "sum"));
+            else coli_strbuf_appendf(b, "} %.0f\n", s_num(h, "count"));
         }
     }
 }
 
-static void s_fallbacks(out_buf *b, const cJSON *stats) {
+static void s_fallbacks(coli_strbuf *b, const cJSON *stats) {
     s_header(b, "colibri_fallbacks_total", "counter",
              "Times a device left service and its work went elsewhere, by device and reason.");
     const cJSON *f;
     cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(stats, "fallbacks")) {
-        s_out(b, "colibri_fallbacks_total{device=");
+        coli_strbuf_appendf(b, "colibri_fallbacks_total{device=");
         s_label_value(b, s_str(f, "device"));
-        s_out(b, ",reason=");
+        coli_strbuf_appendf(b, ",reason=");
         s_label_value(b, s_str(f, "reason"));
-        s_out(b, "} %.0f\n", s_num(f, "count"));
+        coli_strbuf_appendf(b, "} %.0f\n", s_num(f, "count"));
     }
     s_header(b, "colibri_inproc_rows_total", "counter",
              "Expert rows computed in the coordinator process (no worker could take them).");
-    s_out(b, "colibri_inproc_rows_total %.0f\n", s_num(stats, "inproc_rows"));
+    coli_strbuf_appendf(b, "colibri_inproc_rows_total %.0f\n", s_num(stats, "inproc_rows"));
 }
 
-static void s_worker_series(out_buf *b, const char *stats_json) {
+static void s_worker_series(coli_strbuf *b, const char *stats_json) {
     cJSON *stats = stats_json ? cJSON_Parse(stats_json) : NULL;
     const cJSON *workers = cJSON_GetObjectItemCaseSensitive(stats, "workers");
     s_header(b, "colibri_executor_info", "gauge", "Which executor computes the routed experts (workers, inproc, none).");
-    s_out(b, "colibri_executor_info{executor=");
+    coli_strbuf_appendf(b, "colibri_executor_info{executor=");
     s_label_value(b, stats ? s_str(stats, "executor") : "unknown");
-    s_out(b, "} 1\n");
+    coli_strbuf_appendf(b, "} 1\n");
     s_worker_field(b, workers, "colibri_worker_up", "gauge", "1 if the worker is up and serving its experts.", NULL);
     s_worker_field(b, workers, "colibri_worker_restarts_total", "counter", "Times the worker process was restarted.", "restarts");
     s_worker_field(b, workers, "colibri_worker_batches_total", "counter", "Expert batches the worker answered.", "batches");
@@ -259,7 +235,7 @@ static void s_worker_series(out_buf *b, const char *stats_json) {
 }
 
 char *metrics_render(server *s) {
-    out_buf b = {0};
+    coli_strbuf b = {0};
     s_server_series(&b, s);
     char *stats = atomic_load(&s->ready) ? server_stats_fresh(s) : NULL;
     s_worker_series(&b, stats);
