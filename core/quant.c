@@ -112,13 +112,19 @@ static inline int8_t round_away_i8(float v) {
     return (int8_t)roundf(v);
 }
 
+/* largest |x| of one block, compared as llama.cpp does (the scales must match bit for bit) */
+static inline float block_amax(const float *x) {
+    float amax = 0.0f;
+    for (int j = 0; j < COLI_QK; j++) {
+        float a = fabsf(x[j]);
+        amax = amax > a ? amax : a;
+    }
+    return amax;
+}
+
 void coli_quantize_row_q8_0(const float *x, block_q8_0 *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK; b++, x += COLI_QK) {
-        float amax = 0.0f;
-        for (int j = 0; j < COLI_QK; j++) {
-            float a = fabsf(x[j]);
-            amax = amax > a ? amax : a;
-        }
+        const float amax = block_amax(x);
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = coli_fp32_to_fp16(d);
@@ -162,11 +168,7 @@ int8_t coli_act_round_i8(float v) {
 
 void coli_quantize_act_q8_0(const float *x, block_q8_0 *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK; b++, x += COLI_QK) {
-        float amax = 0.0f;
-        for (int j = 0; j < COLI_QK; j++) {
-            float a = fabsf(x[j]);
-            amax = amax > a ? amax : a;
-        }
+        const float amax = block_amax(x);
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[b].d = coli_fp32_to_fp16(amax / 127.0f);
         for (int j = 0; j < COLI_QK; j++) y[b].qs[j] = coli_act_round_i8(x[j] * id);
