@@ -122,6 +122,16 @@ static int parse_ids_json(const char *s, int32_t *out, int cap) {
     return strncmp(p, "],\"pieces\":[", 12) == 0 ? n : -1;
 }
 
+/* The fixture model in this process: the library answer a command is checked against. */
+static coli_model *s_load_inproc(void) {
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "inproc";
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(s_model, &mp, &m), 0, "%s", coli_last_error());
+    return m;
+}
+
 Test(cli, tokenize_json_matches_library) {
     const char *text = "Once upon a time, there was a little girl.";
     char *argv[] = {s_coli, "tokenize", "-m", s_model, "-p", (char *)text, "--json", NULL};
@@ -130,11 +140,7 @@ Test(cli, tokenize_json_matches_library) {
     int32_t cli_ids[128], lib_ids[128];
     int n_cli = parse_ids_json(r.out, cli_ids, 128), n_lib = 0;
     cr_assert_gt(n_cli, 0, "not the expected JSON: %s", r.out);
-    coli_model_params mp;
-    coli_model_default_params(&mp);
-    mp.devices = "inproc";
-    coli_model *m = NULL;
-    cr_assert_eq(coli_model_load(s_model, &mp, &m), 0, "%s", coli_last_error());
+    coli_model *m = s_load_inproc();
     cr_assert_eq(coli_tokenize(m, text, strlen(text), 1, 1, lib_ids, 128, &n_lib), 0);
     cr_assert_eq(n_cli, n_lib);
     cr_expect_eq(cli_ids[0], 1, "BOS first");
@@ -165,12 +171,8 @@ Test(cli, logits_json_matches_eval) {
                     "--inproc", NULL};
     cli_result r = cli_run(argv);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    coli_model_params mp;
-    coli_model_default_params(&mp);
-    mp.devices = "inproc";
-    coli_model *m = NULL;
+    coli_model *m = s_load_inproc();
     coli_context *ctx = NULL;
-    cr_assert_eq(coli_model_load(s_model, &mp, &m), 0, "%s", coli_last_error());
     coli_context_params cp;
     coli_context_default_params(&cp);
     cr_assert_eq(coli_context_new(m, &cp, &ctx), 0, "%s", coli_last_error());
@@ -234,12 +236,8 @@ Test(cli, quantize_gives_loadable_file) {
 
 /* The same number the command computes (non-overlapping windows), via the API. */
 static double library_perplexity(const char *text, int window) {
-    coli_model_params mp;
-    coli_model_default_params(&mp);
-    mp.devices = "inproc";
-    coli_model *m = NULL;
+    coli_model *m = s_load_inproc();
     coli_context *ctx = NULL;
-    cr_assert_eq(coli_model_load(s_model, &mp, &m), 0, "%s", coli_last_error());
     coli_context_params cp = {.n_ctx = window};
     cr_assert_eq(coli_context_new(m, &cp, &ctx), 0, "%s", coli_last_error());
     coli_model_info info;
