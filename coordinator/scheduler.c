@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,6 +267,8 @@ static void s_destroy(moe_exec *self)
     sched *s = (sched *)self;
     if (!s) return;
     if (s->router) sup_shutdown_all(s);
+    for (int i = 0; i < 2; i++) /* EOF on the lifeline: any worker still there exits */
+        if (s->lifeline[i] >= 0) close(s->lifeline[i]);
     if (s->router) zmq_close(s->router);
     if (s->zctx) zmq_ctx_term(s->zctx);
     if (s->dir[0]) {
@@ -338,9 +341,14 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg)
     return 0;
 }
 
-//  ROUTER bound to ipc://<private dir>/coord.
+//  ROUTER bound to ipc://<private dir>/coord; the workers' lifeline pipe
+//  (both ends close-on-exec: sup_spawn lets each worker keep the read end).
 static int s_transport(sched *s)
 {
+    if (pipe2(s->lifeline, O_CLOEXEC) != 0) {
+        s->lifeline[0] = s->lifeline[1] = -1;
+        return coli_fail(COLI_EIO, "scheduler: lifeline pipe: %s", strerror(errno));
+    }
     const char *tmp = getenv("TMPDIR");
     snprintf(s->dir, sizeof s->dir, "%s/coli-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(s->dir)) {
@@ -441,6 +449,7 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out)
     sched *s = calloc(1, sizeof *s);
     if (!s) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
     s->base = (moe_exec){s_run_layer, stats_json, stats_text, s_destroy};
+    s->lifeline[0] = s->lifeline[1] = -1;
     s->verbose = cfg->verbose;
     s_settings(s);
     if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) || (rc = sup_find_worker_bin(s)) ||

@@ -1,9 +1,14 @@
 /*
  * supervisor.c - start, watch, restart and stop local worker processes.
  *
- * Each worker is a child (fork + exec of coli-worker) with PR_SET_PDEATHSIG
- * = SIGKILL set between fork and exec, so it dies with the coordinator even
- * when the coordinator is SIGKILLed. Death is noticed through a pidfd that
+ * Each worker is a child (fork + exec of coli-worker) that inherits the read
+ * end of the scheduler's lifeline pipe (--lifeline FD). The write end is
+ * close-on-exec and held by the coordinator process alone, so it closes only
+ * when the coordinator ends (however it ends, SIGKILL included) or frees the
+ * model; the worker polls the read end in its main loop and exits at EOF.
+ * Unlike PR_SET_PDEATHSIG, which follows the *thread* that forked, this is
+ * tied to the process: a model loaded (or a worker restarted) from a
+ * short-lived thread keeps its workers. Death is noticed through a pidfd that
  * sits in the same poll set as the ZeroMQ socket (no process-wide SIGCHLD
  * handler: a library must not take the application's signal disposition),
  * or by waitpid(WNOHANG) where pidfds are missing.
@@ -19,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,8 +91,10 @@ int sup_spawn(sched *s, worker_link *w)
     snprintf(ppid, sizeof ppid, "%d", (int)parent);
     char ring[64] = "";
     s_make_ring(s, w, ring, sizeof ring);
-    char *argv[] = {s->worker_bin, "--connect", s->endpoint, "--id", id, "--gen", gen,
-                    "--plugin", w->dev.plugin, "--device", dev, "--threads", thr,
+    char lifeline[16];
+    snprintf(lifeline, sizeof lifeline, "%d", s->lifeline[0]);
+    char *argv[] = {s->worker_bin, "--connect", s->endpoint, "--lifeline", lifeline,
+                    "--id", id, "--gen", gen, "--plugin", w->dev.plugin, "--device", dev, "--threads", thr,
                     "--budget", budget, "--parent-pid", ppid, "--heartbeat-ms", hb,
                     ring[0] ? "--ring" : NULL, ring, NULL};
     w->routing_len = (size_t)snprintf(w->routing_id, sizeof w->routing_id, "w%d.%u", w->id, w->gen);
@@ -97,8 +103,7 @@ int sup_spawn(sched *s, worker_link *w)
         return coli_fail(COLI_EIO, "worker %d: fork: %s", w->id, strerror(errno));
     if (pid == 0) {
         /* Only async-signal-safe calls between fork and exec. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
+        fcntl(s->lifeline[0], F_SETFD, 0); /* the read end survives exec; the write end does not */
         if (w->ring.base) /* this child alone inherits its ring */
             for (int i = 0; i < 3; i++)
                 fcntl(i == 0 ? w->ring.fd : w->ring.bell[i - 1], F_SETFD, 0);

@@ -1,9 +1,11 @@
 /*
  * test_scheduler_procs.c - processes and peers around the scheduler:
  * plugins that cannot load (missing library, missing symbol, wrong ABI),
- * a foreign peer sending garbage to the coordinator's endpoint, and no
- * worker left behind when the coordinator is SIGKILLed.
+ * a foreign peer sending garbage to the coordinator's endpoint, no worker
+ * left behind when the coordinator is SIGKILLed, and workers that outlive
+ * the (short-lived) thread that loaded the model or restarted them.
  */
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -221,5 +223,162 @@ Test(scheduler_procs, unknown_device_is_named)
     coli_model *m = NULL;
     cr_assert_neq(coli_model_load(model, &mp, &m), 0);
     cr_expect(strstr(coli_last_error(), "unknown device 'tpu:0'"), "%s", coli_last_error());
+    sched_assert_no_orphans();
+}
+
+//  As above with heartbeats 10 s apart, so the getppid() check cannot be what
+//  ends them: the lifeline pipe's EOF alone must, at once.
+Test(scheduler_procs, coordinator_sigkill_lifeline_alone, .timeout = 60)
+{
+    const char *model = sched_fixture(MODEL);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        close(fds[0]);
+        setenv("COLI_HEARTBEAT_MS", "10000", 1);
+        coli_model_params mp;
+        coli_model_default_params(&mp);
+        mp.devices = "cpu:2";
+        coli_model *m = NULL;
+        if (coli_model_load(model, &mp, &m) != 0) _exit(3);
+        int pids[2] = {sched_worker_pid(m, 0), sched_worker_pid(m, 1)};
+        if (write(fds[1], pids, sizeof pids) != sizeof pids) _exit(4);
+        for (;;) pause();
+    }
+    close(fds[1]);
+    int pids[2] = {0, 0};
+    cr_assert_eq(read(fds[0], pids, sizeof pids), (ssize_t)sizeof pids, "coordinator child failed");
+    close(fds[0]);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    sched_wait_dead(pids[0], 1.0);
+    sched_wait_dead(pids[1], 1.0);
+}
+
+// ---------------------------------------------------------------------------
+// Worker lifetime is tied to the coordinator process, not to the thread that
+// forked the worker (PR_SET_PDEATHSIG would kill it when that thread ends).
+
+typedef struct on_thread {
+    const char *model;
+    coli_model *m;
+    int rc, kill_pid, new_pid;
+} on_thread;
+
+static void *s_load_thread(void *p)
+{
+    on_thread *t = p;
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "cpu:2";
+    mp.n_threads = 1;
+    t->rc = coli_model_load(t->model, &mp, &t->m);
+    return NULL;
+}
+
+//  Poll the executor until worker 0 is up again under a new pid: its restart
+//  is forked from this thread, which then ends.
+static void *s_restart_thread(void *p)
+{
+    on_thread *t = p;
+    double until = sched_now() + 10;
+    while (sched_now() < until) {
+        char *js = NULL, v[32];
+        if (coli_model_stats_json(t->m, &js) != 0) break;
+        sched_worker_field(js, 0, "status", v, sizeof v);
+        int up = !strcmp(v, "up");
+        free(js);
+        int pid = sched_worker_pid(t->m, 0);
+        if (up && pid > 0 && pid != t->kill_pid) {
+            t->new_pid = pid;
+            break;
+        }
+        usleep(5000);
+    }
+    return NULL;
+}
+
+//  The greedy steps of sched_generate on a model loaded elsewhere.
+static void s_generate_on(coli_model *m, gen_result *r)
+{
+    memset(r, 0, sizeof *r);
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    r->n_vocab = info.n_vocab;
+    r->logits = calloc((size_t)(GEN_STEPS + 1) * (size_t)info.n_vocab, sizeof(float));
+    coli_context *c = NULL;
+    coli_context_params cp;
+    coli_context_default_params(&cp);
+    cr_assert_eq(coli_context_new(m, &cp, &c), 0, "%s", coli_last_error());
+    int32_t prompt[PROMPT_LEN] = {1, 17, 42, 99, 7};
+    for (int step = 0; step <= GEN_STEPS; step++) {
+        float *lg = r->logits + (size_t)step * (size_t)info.n_vocab;
+        int rc = step == 0 ? coli_eval(c, prompt, PROMPT_LEN, lg, 0)
+                           : coli_eval(c, &r->ids[step - 1], 1, lg, 0);
+        cr_assert_eq(rc, 0, "eval step %d: %s", step, coli_last_error());
+        if (step < GEN_STEPS) r->ids[step] = sched_argmax(lg, info.n_vocab);
+    }
+    cr_assert_eq(coli_model_stats_json(m, &r->stats), 0, "%s", coli_last_error());
+    coli_context_free(&c);
+}
+
+Test(scheduler_procs, workers_outlive_the_thread_that_loaded_the_model, .timeout = 60)
+{
+    on_thread t = {.model = sched_fixture(MODEL)};
+    gen_result ref, got;
+    sched_generate(t.model, "inproc", NULL, NULL, &ref);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, s_load_thread, &t), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(t.rc, 0, "load on a thread: %s", coli_last_error());
+    int pids[2] = {sched_worker_pid(t.m, 0), sched_worker_pid(t.m, 1)};
+    usleep(300 * 1000); /* PDEATHSIG would have struck at the thread's exit */
+    cr_expect(!sched_proc_dead(pids[0]) && !sched_proc_dead(pids[1]), "a worker died with the loading thread");
+    s_generate_on(t.m, &got);
+    sched_assert_same(&ref, &got, "cpu:2 loaded on a short-lived thread");
+    cr_expect_eq(sched_field(got.stats, "fallbacks_total"), 0, "%s", got.stats);
+    char v[32];
+    for (int w = 0; w < 2; w++) {
+        sched_worker_field(got.stats, w, "restarts", v, sizeof v);
+        cr_expect_eq(atol(v), 0, "worker %d restarted: %s", w, got.stats);
+        cr_expect_eq(sched_worker_pid(t.m, w), pids[w], "worker %d was replaced", w);
+    }
+    coli_model_free(&t.m);
+    gen_free(&ref);
+    gen_free(&got);
+    sched_assert_no_orphans();
+}
+
+//  A worker restarted from a short-lived thread survives that thread too.
+Test(scheduler_procs, worker_restarted_from_a_short_lived_thread_survives_it, .timeout = 60)
+{
+    setenv("COLI_RESTART_BACKOFF_MS", "20", 1);
+    on_thread t = {.model = sched_fixture(MODEL)};
+    gen_result ref, got;
+    sched_generate(t.model, "inproc", NULL, NULL, &ref);
+    s_load_thread(&t);
+    cr_assert_eq(t.rc, 0, "%s", coli_last_error());
+    t.kill_pid = sched_worker_pid(t.m, 0);
+    kill(t.kill_pid, SIGKILL);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, s_restart_thread, &t), 0);
+    pthread_join(th, NULL);
+    cr_assert_gt(t.new_pid, 0, "worker 0 was not restarted");
+    usleep(300 * 1000);
+    cr_expect(!sched_proc_dead(t.new_pid), "the restarted worker died with the thread that forked it");
+    s_generate_on(t.m, &got);
+    sched_assert_same(&ref, &got, "cpu:2 after a restart from a short-lived thread");
+    cr_expect_eq(sched_fallbacks(got.stats, "cpu:0", "crash"), 1, "%s", got.stats);
+    cr_expect_eq(sched_field(got.stats, "fallbacks_total"), 1, "%s", got.stats);
+    char v[32];
+    sched_worker_field(got.stats, 0, "restarts", v, sizeof v);
+    cr_expect_eq(atol(v), 1, "%s", got.stats);
+    cr_expect_eq(sched_worker_pid(t.m, 0), t.new_pid);
+    coli_model_free(&t.m);
+    gen_free(&ref);
+    gen_free(&got);
+    unsetenv("COLI_RESTART_BACKOFF_MS");
     sched_assert_no_orphans();
 }

@@ -4,8 +4,8 @@
  * Life: parse the command line -> connect -> load the plugin (dlopen) ->
  * hello (OK or FAILED with the reason) -> Place (map the model, take
  * ownership of the experts) -> serve batches and heartbeat from the main
- * loop until Shutdown, or until the coordinator is gone (parent death for
- * local workers), then exit.
+ * loop until Shutdown, or until the coordinator is gone (EOF on the lifeline
+ * pipe, or a new parent, for local workers), then exit.
  */
 #ifndef COLI_WORKER_H
 #define COLI_WORKER_H
@@ -66,6 +66,7 @@ typedef struct worker_args {
     int n_threads;
     uint64_t budget;
     int parent_pid;           /* 0: not a local child */
+    int lifeline_fd;          /* read end of the coordinator's lifeline pipe; -1: none */
     int heartbeat_ms;
     const char *ring;         /* "FD,BELL_REQ,BELL_REP": the shared-memory ring (local workers) */
 } worker_args;

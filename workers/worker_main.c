@@ -3,12 +3,14 @@
  *
  *   coli-worker --connect ipc:///tmp/coli-XXXX/coord --id 0 --plugin cpu \
  *               [--device 0] [--budget BYTES] [--threads N] [--gen G]
- *               [--parent-pid PID] [--plugin-dir DIR] [--heartbeat-ms MS]
+ *               [--parent-pid PID] [--lifeline FD] [--plugin-dir DIR] [--heartbeat-ms MS]
  *
  * Local workers are started by the coordinator (coordinator/supervisor.c),
- * which passes --parent-pid: the worker asks the kernel for SIGKILL when
- * its parent dies and also checks getppid() every heartbeat, so it never
- * outlives the coordinator by more than a heartbeat interval.
+ * which passes --parent-pid and --lifeline: the read end of a pipe whose
+ * write end only the coordinator process holds. The main loop polls it and
+ * exits at EOF (the coordinator ended, however), and checks getppid() every
+ * heartbeat as well. Both are tied to the coordinator process, not to the
+ * thread that forked the worker (as PR_SET_PDEATHSIG would be).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -17,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "coordinator/wire.h"
@@ -28,7 +29,7 @@ static void s_usage(void)
 {
     fprintf(stderr, "usage: coli-worker (--connect EP | --listen EP) --plugin NAME [--device I]\n"
                     "       [--id N] [--gen G] [--budget BYTES] [--threads N]\n"
-                    "       [--parent-pid PID] [--plugin-dir DIR] [--heartbeat-ms MS]\n"
+                    "       [--parent-pid PID] [--lifeline FD] [--plugin-dir DIR] [--heartbeat-ms MS]\n"
                     "       [--ring FD,BELL_REQ,BELL_REP]   (given by the coordinator)\n");
 }
 
@@ -48,6 +49,7 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
 {
     memset(a, 0, sizeof *a);
     a->heartbeat_ms = 200;
+    a->lifeline_fd = -1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x = 0;
@@ -63,6 +65,7 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
         else if (!strcmp(o, "--threads")) { rc = s_num(o, v, 0, &x); a->n_threads = (int)x; }
         else if (!strcmp(o, "--budget")) { rc = s_num(o, v, 0, &x); a->budget = (uint64_t)x; }
         else if (!strcmp(o, "--parent-pid")) { rc = s_num(o, v, 1, &x); a->parent_pid = (int)x; }
+        else if (!strcmp(o, "--lifeline")) { rc = s_num(o, v, 0, &x); a->lifeline_fd = (int)x; }
         else if (!strcmp(o, "--heartbeat-ms")) { rc = s_num(o, v, 10, &x); a->heartbeat_ms = (int)x; }
         else return coli_fail(COLI_EINVAL, "coli-worker: unknown option '%s'", o);
         if (rc != 0) return rc;
@@ -252,12 +255,8 @@ int main(int argc, char **argv)
         s_usage();
         return 2;
     }
-    if (w.a.parent_pid) {
-        /* Die with the coordinator, even when it is SIGKILLed. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != w.a.parent_pid)
-            return 1;
-    }
+    if (w.a.parent_pid && getppid() != w.a.parent_pid)
+        return 1; /* the coordinator is gone already */
     int n = worker_fault_parse(getenv("COLI_FAULT"), w.faults, WORKER_MAX_FAULTS);
     if (n < 0) {
         fprintf(stderr, "coli-worker: %s\n", coli_last_error());

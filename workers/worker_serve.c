@@ -6,6 +6,7 @@
  * stops the heartbeat too, which is what the coordinator watches.
  */
 #include <math.h>
+#include <poll.h>
 #include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
@@ -422,18 +423,34 @@ static int s_handle_ring(worker *w)
     return 1;
 }
 
-//  Wait for the socket or the ring: spin first if a ring batch just went by.
-static void s_wait(worker *w, int spin)
+//  Is the coordinator gone? Nobody writes to the lifeline, so readable means
+//  EOF: every write end closed, which happens only when the coordinator
+//  process ends (or frees the model). Also a new parent (reparented).
+static int s_coordinator_gone(const worker *w)
+{
+    if (w->a.parent_pid && getppid() != w->a.parent_pid)
+        return 1;
+    if (w->a.lifeline_fd < 0)
+        return 0;
+    struct pollfd p = {w->a.lifeline_fd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
+}
+
+//  Wait for the socket, the ring or the lifeline: spin first if a ring batch
+//  just went by. Returns 1 when the lifeline woke it.
+static int s_wait(worker *w, int spin)
 {
     if (w->ring.base && spin && ring_spin(&w->ring, RING_REQ, w->spin_ns))
-        return;
-    zmq_pollitem_t it[2] = {{w->sock, 0, ZMQ_POLLIN, 0}, {NULL, w->ring.bell[RING_REQ], ZMQ_POLLIN, 0}};
-    int n = w->ring.base ? 2 : 1;
+        return 0;
+    zmq_pollitem_t it[3] = {{w->sock, 0, ZMQ_POLLIN, 0}, {NULL, w->a.lifeline_fd, ZMQ_POLLIN, 0},
+                            {NULL, w->ring.bell[RING_REQ], ZMQ_POLLIN, 0}};
+    int n = w->ring.base ? 3 : 2;
     if (w->ring.base && ring_sleep_begin(&w->ring, RING_REQ))
-        return;
+        return 0;
     zmq_poll(it, n, w->a.heartbeat_ms);
     if (w->ring.base)
         ring_sleep_end(&w->ring, RING_REQ);
+    return w->a.lifeline_fd >= 0 && it[1].revents != 0;
 }
 
 int worker_serve(worker *w)
@@ -441,8 +458,9 @@ int worker_serve(worker *w)
     s_heartbeat(w);
     int spin = 0;
     while (!w->stop) {
-        s_wait(w, spin);
-        if (w->a.parent_pid && getppid() != w->a.parent_pid)
+        int woke = s_wait(w, spin);
+        if ((woke || wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) &&
+            s_coordinator_gone(w))
             return 0; /* the coordinator is gone: so are we */
         spin = w->ring.base && s_handle_ring(w);
         while (!w->stop && s_handle_one(w) == 0)
