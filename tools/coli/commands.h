@@ -17,5 +17,6 @@ int cmd_worker(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
 
 #endif

@@ -30,6 +30,7 @@ static const command s_commands[] = {
     {"worker",     cmd_worker,     "run a worker process (what the coordinator starts per device)"},
     {"serve",      cmd_serve,      "serve the model over an OpenAI-compatible HTTP API, with /health and /metrics"},
     {"chat",       cmd_chat,       "chat with the model in the terminal (streams, keeps the conversation)"},
+    {"stats",      cmd_stats,      "print a --stats-json file: workers, fallbacks by device and reason"},
 };
 #define N_COMMANDS ((int)(sizeof s_commands / sizeof s_commands[0]))
 
