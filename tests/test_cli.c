@@ -314,6 +314,8 @@ Test(cli, bad_flags_exit_2) {
     expect_exit(RUN("--top-p", "0"), 2, "--top-p");
     expect_exit(RUN("--top-p", "1.5"), 2, "--top-p");
     expect_exit(RUN("--top-k", "-2"), 2, "--top-k");
+    expect_exit(RUN("--top-k", "99999999999"), 2, "--top-k");  /* no maximum, but an int */
+    expect_exit(RUN("--temp", "1e300"), 2, "--temp");           /* finite double, not a float */
     expect_exit(RUN("-n", "-1"), 2, "-n");
     expect_exit(RUN("-n", "12abc"), 2, "-n");
     expect_exit(RUN("--seed", "-3"), 2, "--seed");
@@ -365,12 +367,14 @@ Test(cli, missing_or_truncated_model_exit_1) {
 }
 
 Test(cli, help_everywhere) {
-    static const char *const cmds[] = {"run", "tokenize", "logits", "quantize", "perplexity"};
+    static const char *const cmds[] = {"run", "tokenize", "logits", "quantize", "perplexity",
+                                       "plan", "bench", "worker", "serve", "chat"};
+    const size_t n_cmds = sizeof cmds / sizeof cmds[0];
     cli_result r = cli_run((char *[]){s_coli, "--help", NULL});
     cr_assert_eq(r.status, 0);
-    for (size_t i = 0; i < 5; i++) cr_expect_not_null(strstr(r.out, cmds[i]), "coli --help lacks %s", cmds[i]);
+    for (size_t i = 0; i < n_cmds; i++) cr_expect_not_null(strstr(r.out, cmds[i]), "coli --help lacks %s", cmds[i]);
     cli_result_free(&r);
-    for (size_t i = 0; i < 5; i++) {
+    for (size_t i = 0; i < n_cmds; i++) {
         r = cli_run((char *[]){s_coli, (char *)cmds[i], "--help", NULL});
         char want[64];
         snprintf(want, sizeof want, "usage: coli %s", cmds[i]);

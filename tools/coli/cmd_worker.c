@@ -12,7 +12,20 @@
 #include "args.h"
 #include "commands.h"
 
+/* coli-worker has no --help of its own (its usage goes to stderr with status 2). */
+static int s_wants_help(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
+    return 0;
+}
+
 int cmd_worker(int argc, char **argv) {
+    if (s_wants_help(argc, argv)) {
+        printf("usage: coli worker (--connect EP | --listen EP) --plugin NAME [--device I] [flags]\n"
+               "Run a worker process (the coli-worker program next to coli) with these arguments; the\n"
+               "coordinator starts one per device. `coli worker` alone lists coli-worker's flags.\n");
+        return 0;
+    }
     char exe[PATH_MAX], bin[PATH_MAX + 16];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) {
@@ -24,7 +37,6 @@ int cmd_worker(int argc, char **argv) {
     if (slash) *slash = 0;
     snprintf(bin, sizeof bin, "%.4000s/coli-worker", exe);
     argv[0] = bin;
-    (void)argc;
     execv(bin, argv);
     fprintf(stderr, "coli worker: %s: %s\n", bin, strerror(errno));
     return CLI_FAIL;
