@@ -63,7 +63,7 @@ static int set_number(const char *cmd, const arg_spec *s, const char *shown, con
         long v = strtol(val, &end, 10);
         if (errno || end == val || *end) return args_error(cmd, shown, "'%s' is not an integer", val);
         /* a flag without a maximum still lands in an int */
-        if (v < INT_MIN || v > INT_MAX) return args_error(cmd, shown, "'%s' is too large", val);
+        if (v < INT_MIN || v > INT_MAX) return args_error(cmd, shown, "'%s' is out of range", val);
         if (!in_range(s, (double)v)) return args_error(cmd, shown, "'%s' %s", val, range);
         *(int *)s->dest = (int)v;
         return ARGS_OK;
@@ -71,7 +71,7 @@ static int set_number(const char *cmd, const arg_spec *s, const char *shown, con
     double v = strtod(val, &end);
     if (errno || end == val || *end || !isfinite(v))
         return args_error(cmd, shown, "'%s' is not a number", val);
-    if (!isfinite((float)v)) return args_error(cmd, shown, "'%s' is too large", val);
+    if (!isfinite((float)v)) return args_error(cmd, shown, "'%s' is out of range", val);
     if (!in_range(s, v)) return args_error(cmd, shown, "'%s' %s", val, range);
     *(float *)s->dest = (float)v;
     return ARGS_OK;
