@@ -157,7 +157,9 @@ $(BENCH_DIR)/bench-mixtral-q4_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf | $(CO
 $(BENCH_DIR)/bench-mixtral-q8_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf | $(COLI)
 	$(COLI) quantize $< $@ Q8_0
 .PHONY: bench-sched
-bench-sched: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BUILD)/bin/bench_sched $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q4_0.gguf
+bench-sched: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BUILD)/bin/bench_sched $(BUILD)/bin/bench_ring $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q4_0.gguf
+	$(BUILD)/bin/bench_ring 2 4096 2000
+	$(BUILD)/bin/bench_ring 16 4096 2000
 	$(BUILD)/bin/bench_sched $(BUILD)/fixtures/tiny-llama-moe-f32.gguf 64
 	$(BUILD)/bin/bench_sched $(BENCH_DIR)/bench-mixtral-q4_0.gguf 16
 # `coli bench` over the standard set (tiny fixture and bench-mixtral Q8_0/Q4_0; --inproc
