@@ -76,11 +76,8 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
     size_t name_len = strcspn(item, ":");
     const char *idx_end = item + strlen(item);
     if (!strcmp(item, "inproc")) { *inproc = 1; return 0; }
-    if (!strcmp(item, "auto")) {
-        for (int i = 0, k = sched_default_cpu_workers(); i < k; i++)
-            if (s_add(out, cap, n, "cpu", i, 0)) return COLI_EINVAL;
-        return 0;
-    }
+    if (!strcmp(item, "auto")) /* expanded by sched_expand_auto (device_probe.c) */
+        return s_add(out, cap, n, "auto", 0, 0);
     static const char *known[] = {"cpu", "cuda", "hip", "xdna"};
     int which = -1;
     for (int k = 0; k < 4; k++)
@@ -107,7 +104,7 @@ int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, 
     *inproc = 0;
     char buf[1024];
     if (!devices || !*devices)
-        snprintf(buf, sizeof buf, "cpu:%d", sched_default_cpu_workers());
+        snprintf(buf, sizeof buf, "auto");
     else if (strlen(devices) >= sizeof buf)
         return coli_fail(COLI_EINVAL, "devices: list longer than %zu characters", sizeof buf - 1);
     else

@@ -1,6 +1,7 @@
 /*
  * plan.c - coli_plan_text: the placement the scheduler would make, without
- * starting anything (`coli plan`). Assumes every named device comes up.
+ * starting any worker (`coli plan`). Assumes every named device comes up;
+ * `auto` runs the GPU probes (device_probe.c) to know which there are.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,12 @@ int coli_plan_text(const char *model_path, const char *devices, char **text)
     device_spec d[SCHED_MAX_WORKERS];
     int n_w = 0, inproc = 0;
     int rc = sched_parse_devices(devices, d, SCHED_MAX_WORKERS, &n_w, &inproc);
+    if (rc) return rc;
+    sched *probe = calloc(1, sizeof *probe); /* only for finding coli-worker, which probes GPUs */
+    if (!probe) return coli_fail(COLI_ENOMEM, "plan: out of memory");
+    rc = sched_expand_auto(sup_find_worker_bin(probe) == 0 ? probe->worker_bin : NULL, d,
+                           SCHED_MAX_WORKERS, &n_w, 0);
+    free(probe);
     if (rc) return rc;
     if (inproc) {
         *text = strdup("placement: in-process (--devices inproc): every expert runs in the coordinator\n");

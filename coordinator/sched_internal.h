@@ -32,8 +32,14 @@ typedef struct device_spec {
 /* Parse a --devices string ("cpu:2,cuda:0=8G", "auto", NULL = default).
  * *inproc = 1 when it says "inproc" (then n = 0). */
 int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, int *inproc);
-/* Workers started when --devices is not given (from the core count). */
+/* CPU workers of "auto" (from the core count). */
 int sched_default_cpu_workers(void);
+/* Replace each "auto" entry (plugin "auto", the default) by one worker per
+ * GPU that the cuda and hip plugins find (each probed in its own process,
+ * `coli-worker --probe NAME`, with a timeout: a broken driver cannot take the
+ * coordinator down) plus the default CPU workers; renumbers cpu workers.
+ * worker_bin NULL: CPU workers only. No GPU is normal and silent. */
+int sched_expand_auto(const char *worker_bin, device_spec *d, int cap, int *n, int verbose);
 
 typedef struct placement_in {
     int n_layer, n_expert;

@@ -69,6 +69,7 @@ typedef struct worker_args {
     int lifeline_fd;          /* read end of the coordinator's lifeline pipe; -1: none */
     int heartbeat_ms;
     const char *ring;         /* "FD,BELL_REQ,BELL_REP": the shared-memory ring (local workers) */
+    const char *probe;        /* --probe NAME: print the plugin's device count as JSON, exit */
 } worker_args;
 
 typedef struct expert_set {     /* open-addressing set of (layer, expert) */

@@ -4,6 +4,13 @@
  *   coli-worker --connect ipc:///tmp/coli-XXXX/coord --id 0 --plugin cpu \
  *               [--device 0] [--budget BYTES] [--threads N] [--gen G]
  *               [--parent-pid PID] [--lifeline FD] [--plugin-dir DIR] [--heartbeat-ms MS]
+ *   coli-worker --probe NAME [--plugin-dir DIR]
+ *
+ * --probe loads plugin NAME, asks it how many devices there are and prints
+ * one line {"plugin":"cuda","devices":N,"reason":"..."} (exit 0; a plugin
+ * that does not load is 0 devices with the loader's reason). The coordinator
+ * runs it in a child for --devices auto, so a driver that crashes in its
+ * probe takes only this process down.
  *
  * Local workers are started by the coordinator (coordinator/supervisor.c),
  * which passes --parent-pid and --lifeline: the read end of a pipe whose
@@ -30,7 +37,8 @@ static void s_usage(void)
     fprintf(stderr, "usage: coli-worker (--connect EP | --listen EP) --plugin NAME [--device I]\n"
                     "       [--id N] [--gen G] [--budget BYTES] [--threads N]\n"
                     "       [--parent-pid PID] [--lifeline FD] [--plugin-dir DIR] [--heartbeat-ms MS]\n"
-                    "       [--ring FD,BELL_REQ,BELL_REP]   (given by the coordinator)\n");
+                    "       [--ring FD,BELL_REQ,BELL_REP]   (given by the coordinator)\n"
+                    "       coli-worker --probe NAME [--plugin-dir DIR]\n");
 }
 
 //  Integer option value, or -1 (with a message) when it is not a number.
@@ -59,6 +67,7 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
         else if (!strcmp(o, "--plugin")) a->plugin = v;
         else if (!strcmp(o, "--plugin-dir")) a->plugin_dir = v;
         else if (!strcmp(o, "--ring")) a->ring = v;
+        else if (!strcmp(o, "--probe")) a->probe = a->plugin = v;
         else if (!strcmp(o, "--device")) { rc = s_num(o, v, 0, &x); a->device_index = (int)x; }
         else if (!strcmp(o, "--id")) { rc = s_num(o, v, 0, &x); a->worker_id = (int)x; }
         else if (!strcmp(o, "--gen")) { rc = s_num(o, v, 0, &x); a->generation = (unsigned)x; }
@@ -72,6 +81,8 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
         if (!v) return coli_fail(COLI_EINVAL, "coli-worker: %s needs a value", o);
         i++;
     }
+    if (a->probe)
+        return 0;
     if (!a->connect == !a->listen)
         return coli_fail(COLI_EINVAL, "coli-worker: give exactly one of --connect and --listen");
     if (!a->plugin)
@@ -247,6 +258,37 @@ void worker_close(worker *w)
 }
 
 // ---------------------------------------------------------------------------
+//  A JSON string body on stdout: quotes, backslashes, control characters escaped.
+static void s_put_json_str(const char *v)
+{
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+}
+
+//  --probe NAME: the plugin's device count (0 with the reason), one JSON line.
+static int s_probe_main(worker *w)
+{
+    char why[512] = "";
+    int n_dev = 0;
+    if (worker_load_plugin(w, why, sizeof why) == 0) {
+        if (!w->plugin->probe)
+            n_dev = 1; /* a plugin without probe serves the host itself */
+        else if (w->plugin->probe(&n_dev, why, sizeof why) != 0 || n_dev < 0)
+            n_dev = 0;
+    }
+    printf("{\"plugin\":\"");
+    s_put_json_str(w->a.probe);
+    printf("\",\"devices\":%d,\"reason\":\"", n_dev);
+    s_put_json_str(n_dev > 0 ? "" : (why[0] ? why : "no device found"));
+    printf("\"}\n");
+    fflush(stdout);
+    worker_close(w);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static worker w;
@@ -255,6 +297,8 @@ int main(int argc, char **argv)
         s_usage();
         return 2;
     }
+    if (w.a.probe)
+        return s_probe_main(&w);
     if (w.a.parent_pid && getppid() != w.a.parent_pid)
         return 1; /* the coordinator is gone already */
     int n = worker_fault_parse(getenv("COLI_FAULT"), w.faults, WORKER_MAX_FAULTS);
