@@ -255,14 +255,13 @@ int cmd_chat(int argc, char **argv) {
     coli_sampling_default_params(&sp);
     sp.n_predict = 512;
     const char *system = NULL;
+    sampling_help help;
+    sampling_help_init(&help, &sp);
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
         {"--system", NULL, ARG_STR, &system, 0, 0, 0, "TEXT", "a system message to start the conversation with"},
         {"--n-predict", "-n", ARG_INT, &sp.n_predict, 1, 1 << 24, 0, "N", "most tokens per answer (default 512)"},
-        {"--temp", NULL, ARG_FLOAT, &sp.temperature, 0, 0, 0, "T", "temperature, 0 = greedy"},
-        {"--top-k", NULL, ARG_INT, &sp.top_k, 0, 0, 0, "K", "sample among the K most likely, 0 = off"},
-        {"--top-p", NULL, ARG_FLOAT, &sp.top_p, 0, 1, 1, "P", "nucleus sampling in (0, 1], 1 = off"},
-        {"--seed", NULL, ARG_U64, &sp.seed, 0, 0, 0, "S", "random seed (default 0)"},
+        SAMPLING_SPECS(sp, help),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("chat", argc, argv, specs, n_specs, NULL, 0, NULL);

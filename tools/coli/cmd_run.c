@@ -101,19 +101,14 @@ int cmd_run(int argc, char **argv) {
     memset(&f, 0, sizeof f);
     coli_sampling_default_params(&f.sp);
     f.sp.n_predict = 64;
-    char temp_help[64], top_k_help[64], top_p_help[64];
-    snprintf(temp_help, sizeof temp_help, "temperature, 0 = greedy (default %g)", f.sp.temperature);
-    snprintf(top_k_help, sizeof top_k_help, "sample among the K most likely, 0 = off (default %d)", f.sp.top_k);
-    snprintf(top_p_help, sizeof top_p_help, "nucleus sampling in (0, 1], 1 = off (default %g)", f.sp.top_p);
+    sampling_help help;
+    sampling_help_init(&help, &f.sp);
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(f.m),
         {"--prompt", "-p", ARG_STR, &f.prompt, 0, 0, 0, "TEXT", "the prompt"},
         {"--file", "-f", ARG_STR, &f.prompt_file, 0, 0, 0, "FILE", "read the prompt from FILE (one trailing newline dropped)"},
         {"--n-predict", "-n", ARG_INT, &f.sp.n_predict, 0, 1 << 24, 0, "N", "tokens to generate (default 64)"},
-        {"--temp", NULL, ARG_FLOAT, &f.sp.temperature, 0, 0, 0, "T", temp_help},
-        {"--top-k", NULL, ARG_INT, &f.sp.top_k, 0, 0, 0, "K", top_k_help},
-        {"--top-p", NULL, ARG_FLOAT, &f.sp.top_p, 0, 1, 1, "P", top_p_help},
-        {"--seed", NULL, ARG_U64, &f.sp.seed, 0, 0, 0, "S", "random seed: same seed, same output (default 0)"},
+        SAMPLING_SPECS(f.sp, help),
         {"--stats-json", NULL, ARG_STR, &f.m.stats_json, 0, 0, 0, "FILE", "write the run's stats as JSON to FILE"},
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);

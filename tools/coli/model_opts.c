@@ -1,6 +1,7 @@
 /* model_opts.c - shared model flags and loading; see model_opts.h. */
 #include "model_opts.h"
 
+#include <stdio.h>
 
 int model_opts_check(const char *cmd, const model_opts *o) {
     if (!o->model) return args_error(cmd, "-m", "required (the GGUF model file)");
@@ -37,4 +38,10 @@ int model_opts_n_ctx(const model_opts *o, const coli_model *m) {
     coli_model_info info;
     coli_model_get_info(m, &info);
     return o->n_ctx > 0 ? o->n_ctx : info.n_ctx;
+}
+
+void sampling_help_init(sampling_help *h, const coli_sampling_params *sp) {
+    snprintf(h->temp, sizeof h->temp, "temperature, 0 = greedy (default %g)", sp->temperature);
+    snprintf(h->top_k, sizeof h->top_k, "sample among the K most likely, 0 = off (default %d)", sp->top_k);
+    snprintf(h->top_p, sizeof h->top_p, "nucleus sampling in (0, 1], 1 = off (default %g)", sp->top_p);
 }

@@ -1,6 +1,7 @@
 /*
  * model_opts.h - the flags that every model-using command shares (-m, -t,
- * --devices, --inproc, --ctx, --kv-f16, -v), and loading with them.
+ * --devices, --inproc, --ctx, --kv-f16, -v), and loading with them; and the
+ * sampling flags that run and chat share.
  */
 #ifndef COLI_CLI_MODEL_OPTS_H
 #define COLI_CLI_MODEL_OPTS_H
@@ -28,6 +29,21 @@ typedef struct model_opts {
     {"--ctx", "-c", ARG_INT, &(o).n_ctx, 1, 1 << 24, 0, "N", "context length (default: the model's)"}, \
     {"--kv-f16", NULL, ARG_FLAG, &(o).kv_f16, 0, 0, 0, NULL, "F16 KV cache (default F32)"},     \
     {"--verbose", "-v", ARG_FLAG, &(o).verbose, 0, 0, 0, NULL, "progress and per-worker lines on stderr"}
+
+/* The help lines of the sampling flags, with the defaults they start from. */
+typedef struct sampling_help {
+    char temp[64], top_k[64], top_p[64];
+} sampling_help;
+
+/* Fill h from sp (coli_sampling_default_params, before any flag is parsed). */
+void sampling_help_init(sampling_help *h, const coli_sampling_params *sp);
+
+/* The arg_spec entries of the sampling flags of sp (an lvalue), helped by h (a sampling_help). */
+#define SAMPLING_SPECS(sp, h)                                                       \
+    {"--temp", NULL, ARG_FLOAT, &(sp).temperature, 0, 0, 0, "T", (h).temp},         \
+    {"--top-k", NULL, ARG_INT, &(sp).top_k, 0, 0, 0, "K", (h).top_k},               \
+    {"--top-p", NULL, ARG_FLOAT, &(sp).top_p, 0, 1, 1, "P", (h).top_p},             \
+    {"--seed", NULL, ARG_U64, &(sp).seed, 0, 0, 0, "S", "random seed: same seed, same output (default 0)"}
 
 /* Check the combination (-m given, --inproc vs --devices): 0 or ARGS_ERROR. */
 int model_opts_check(const char *cmd, const model_opts *o);
