@@ -12,7 +12,15 @@
  *    message naming the thing and the reason (thread-local, valid until the
  *    next failing call on that thread).
  *  - Destructors accept NULL and set the caller's pointer to NULL.
+ *  - Constructors set *out to NULL first; *out is non-NULL only on success.
  *  - Nothing here calls exit() or abort() on bad input.
+ *  - Strings and pointers the library returns are owned by the object they
+ *    came from and live as long as it, unless a function says "malloc'd".
+ *  - Times are seconds (double, monotonic clock); sizes are bytes.
+ *  - Threads: a model's contexts share its compute pool and expert
+ *    executor, so calls on contexts (and stats) of one model must not
+ *    overlap in time; serialize them (coli serve passes a lock) or load one
+ *    model per thread. Free every context of a model before the model.
  */
 #ifndef COLIBRI_H
 #define COLIBRI_H
@@ -41,9 +49,11 @@ typedef enum coli_status {
     COLI_EINTERNAL    = -11  /* an invariant broke: a bug, please report */
 } coli_status;
 
-/* The message of the last failure on this thread ("" if none). */
+/* The message of the last failure on this thread ("" if none). Owned by
+ * the library; overwritten by the next failure on this thread. */
 const char *coli_last_error(void);
-/* A short name for a status code, e.g. "EFORMAT". */
+/* A short name for a status code, e.g. "EFORMAT": a static string (an
+ * unknown code gets a name too, never NULL). */
 const char *coli_status_str(int status);
 
 typedef struct coli_model   coli_model;   /* weights (mapped file), tokenizer, workers */
@@ -61,11 +71,17 @@ typedef struct coli_model_params {
     int verbose;          /* 1 = progress and per-worker lines on stderr */
 } coli_model_params;
 
+/* All fields zero: default devices, one thread per core, F32 KV cache, the
+ * model's context, no stats file, quiet. p may be NULL (nothing happens). */
 void coli_model_default_params(coli_model_params *p);
 
-/* Map and validate a GGUF file. On success *out owns the mapping; free with
- * coli_model_free. */
+/* Map and validate a GGUF file, build its tokenizer and start its expert
+ * executor (worker processes unless devices is "inproc"). p may be NULL
+ * (defaults); its strings are copied. Returns 0 with *out owning the
+ * mapping, or COLI_EINVAL (NULL/empty path, negative n_threads/n_ctx_max),
+ * COLI_EIO, COLI_EFORMAT, COLI_EUNSUPPORTED, COLI_ENOMEM, COLI_EDEVICE. */
 int coli_model_load(const char *path, const coli_model_params *p, coli_model **out);
+/* Write stats_json_path (if given), stop the workers, unmap the file. */
 void coli_model_free(coli_model **model);
 
 typedef struct coli_model_info {
@@ -80,24 +96,30 @@ typedef struct coli_model_info {
     double load_seconds;
 } coli_model_info;
 
+/* Fill *out (zeroed first; all zero if m is NULL). Its strings belong to m. */
 void coli_model_get_info(const coli_model *m, coli_model_info *out);
 
 /* ---- tokens ------------------------------------------------------------ */
 
-/* Tokenize len bytes of text. add_special: add BOS if the vocabulary does.
+/* Tokenize len bytes of text (need not be NUL-terminated; text may be NULL
+ * if len is 0). add_special: add BOS if the vocabulary does.
  * parse_special: text like "<s>" becomes the special token. Writes at most
  * cap ids; *n_out receives the full count (call again with a bigger buffer
- * if *n_out > cap, in which case COLI_ERANGE is returned). */
+ * if *n_out > cap, in which case COLI_ERANGE is returned). COLI_EINVAL for a
+ * NULL model/n_out, NULL ids with cap > 0, or cap < 0. */
 int coli_tokenize(const coli_model *m, const char *text, size_t len,
                   int add_special, int parse_special,
                   int32_t *ids, int cap, int *n_out);
 
 /* The bytes a token stands for (SPM "▁" -> " ", byte tokens -> the byte,
  * GPT-2 byte mapping undone). Not NUL-terminated; valid while m lives.
- * Control tokens (BOS/EOS) give the empty string. */
+ * Control tokens (BOS/EOS) give the empty string. COLI_ERANGE for an id
+ * outside [0, n_vocab), COLI_EINVAL for a NULL argument. */
 int coli_token_to_bytes(const coli_model *m, int32_t id, const char **bytes, size_t *len);
-/* The token's vocabulary string as stored (e.g. "▁Hello", "<0x0A>"). */
+/* The token's vocabulary string as stored (e.g. "▁Hello", "<0x0A>"),
+ * NUL-terminated, valid while m lives; NULL for a bad id or a NULL m. */
 const char *coli_token_text(const coli_model *m, int32_t id);
+/* 1 if id ends generation (EOS, EOT, ...), else 0 (also for a bad id). */
 int coli_token_is_eog(const coli_model *m, int32_t id);
 
 /* ---- contexts and the forward pass ---------------------------------- */
@@ -106,17 +128,25 @@ typedef struct coli_context_params {
     int n_ctx;       /* tokens the KV cache holds; 0 = model's (capped by n_ctx_max) */
 } coli_context_params;
 
+/* n_ctx = 0 (the model's). p may be NULL. */
 void coli_context_default_params(coli_context_params *p);
+/* A conversation on m with its own KV cache (p NULL: defaults). m must
+ * outlive it. COLI_EINVAL if n_ctx is outside 1..the model's context (as
+ * capped by n_ctx_max), COLI_ENOMEM. */
 int  coli_context_new(coli_model *m, const coli_context_params *p, coli_context **out);
 void coli_context_free(coli_context **ctx);
-/* Forget the conversation (positions back to 0). */
+/* Forget the conversation (positions back to 0). NULL: nothing. */
 void coli_context_reset(coli_context *ctx);
-int  coli_context_pos(const coli_context *ctx); /* tokens in the cache */
+int  coli_context_pos(const coli_context *ctx); /* tokens in the cache (0 for NULL) */
 
 /* The forward pass: append n ids at the current position, run them as one
  * batch. logits: NULL, or room for n_vocab floats (logits_all = 0: of the
  * last position only) or n * n_vocab floats (logits_all = 1: every position,
- * row i predicts the token after ids[i]). */
+ * row i predicts the token after ids[i]). On success the position moves
+ * by n. COLI_EINVAL (NULL ctx/ids, n <= 0), COLI_ERANGE (an id outside the
+ * vocabulary, or pos + n > n_ctx: the context is full), or what the expert
+ * executor reports (a failing worker's experts fall back to the CPU
+ * instead); the position does not move on failure. */
 int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all);
 
 /* ---- generation ------------------------------------------------------- */
@@ -129,11 +159,13 @@ typedef struct coli_sampling_params {
     int n_predict;      /* max tokens to generate; must be >= 0 */
 } coli_sampling_params;
 
+/* temperature 0.8, top_k 40, top_p 0.95, seed 0, n_predict 128. */
 void coli_sampling_default_params(coli_sampling_params *p);
 
 /* Called once per generated token. text/len: the bytes that became complete
  * UTF-8 with this token (possibly empty when a character is split across
- * tokens). Return nonzero to stop generation (not an error). */
+ * tokens; not NUL-terminated; valid only during the call). Return nonzero
+ * to stop generation (not an error: coli_generate still returns 0). */
 typedef int (*coli_token_cb)(void *user, int32_t id, const char *text, size_t len);
 
 typedef struct coli_gen_stats {
@@ -142,8 +174,12 @@ typedef struct coli_gen_stats {
     int stopped_by_eog;   /* 1 if an end-of-generation token ended it */
 } coli_gen_stats;
 
-/* Evaluate the prompt, then sample up to n_predict tokens, calling cb for each.
- * EOG tokens end generation and are not passed to cb. stats may be NULL. */
+/* Evaluate the prompt (n_prompt >= 1 ids appended at the context's current
+ * position), then sample up to n_predict tokens, calling cb (may be NULL)
+ * for each. Generation also stops when the context is full. EOG tokens end
+ * generation and are not passed to cb. Afterwards the context holds the
+ * prompt and every token cb saw. stats may be NULL; it is filled also on
+ * failure. Errors: those of coli_eval, COLI_EINVAL for bad sampling params. */
 int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
                   const coli_sampling_params *sp, coli_token_cb cb, void *user,
                   coli_gen_stats *stats);
@@ -154,19 +190,23 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
  * (token_embd and output included) in type ("Q8_0", "Q4_0", "F16", "BF16",
  * "F32"); norms, biases and routers (ffn_gate_inp*) stay F32. Metadata is
  * copied, general.file_type updated. Q8_0/Q4_0 data are byte-identical to
- * llama-quantize --pure. */
+ * llama-quantize --pure. Returns 0, COLI_EINVAL (unknown type), COLI_EIO,
+ * COLI_EFORMAT, COLI_EUNSUPPORTED or COLI_ENOMEM. */
 int coli_quantize_file(const char *in_path, const char *out_path, const char *type);
 
 /* ---- scheduler visibility -------------------------------------------- */
 
 /* Stats of the expert scheduler (workers, fallbacks) as a JSON document,
- * malloc'd; the caller frees it. */
+ * malloc'd and NUL-terminated; the caller frees it. *json is NULL on failure
+ * (COLI_EINVAL for a NULL argument, COLI_ENOMEM). */
 int coli_model_stats_json(const coli_model *m, char **json);
-/* The human-readable end-of-run summary (per worker lines), malloc'd. */
+/* The human-readable end-of-run summary (per worker lines), malloc'd; the
+ * caller frees it. Failures as coli_model_stats_json. */
 int coli_model_stats_text(const coli_model *m, char **text);
 /* Where each expert of the model at path would go for a --devices string
  * (`coli plan`), as text: per worker experts and bytes, then per layer the
- * owner of each expert. Starts no worker. malloc'd; the caller frees it. */
+ * owner of each expert. Starts no worker. malloc'd; the caller frees it.
+ * Errors: those of opening the model, COLI_EINVAL for a bad devices string. */
 int coli_plan_text(const char *model_path, const char *devices, char **text);
 
 #ifdef __cplusplus
