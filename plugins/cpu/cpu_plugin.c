@@ -36,8 +36,8 @@ struct moe_device {
     coli_scratch scratch;  /* expert_ffn's buffers, reused across runs */
     uint64_t budget;       /* bytes of experts it may hold; 0 = no limit */
     cpu_expert *slots;     /* cap entries, cap a power of two (or 0) */
-    size_t cap, n_loaded;
-    moe_stats stats;
+    size_t cap;
+    moe_stats stats;       /* stats.resident_experts: the used slots */
 };
 
 static int fail(char *err, size_t err_len, int code, const char *fmt, ...)
@@ -77,7 +77,7 @@ static cpu_expert *find_slot(const moe_device *d, int32_t layer, int32_t expert)
 
 /* Keep the table at most half full. 0 or COLI_ENOMEM. */
 static int grow_table(moe_device *d) {
-    if (d->cap && (d->n_loaded + 1) * 2 <= d->cap) return 0;
+    if (d->cap && (d->stats.resident_experts + 1) * 2 <= d->cap) return 0;
     size_t cap = d->cap ? d->cap * 2 : 64;
     cpu_expert *slots = calloc(cap, sizeof *slots);
     if (!slots) return COLI_ENOMEM;
@@ -201,7 +201,7 @@ static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err,
         size_t i = slot_hash(e->layer, e->expert, dev->cap);
         while (dev->slots[i].used) i = (i + 1) & (dev->cap - 1);
         s = &dev->slots[i];
-        dev->n_loaded++;
+        dev->stats.resident_experts++;
     }
     dev->stats.resident_bytes = after;
     *s = (cpu_expert){
@@ -210,7 +210,6 @@ static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err,
               .gate_type = (coli_dtype)e->gate_type, .up_type = (coli_dtype)e->up_type,
               .down_type = (coli_dtype)e->down_type, .n_embd = e->n_embd, .n_ff = e->n_ff},
     };
-    dev->stats.resident_experts = dev->n_loaded;
     return 0;
 }
 
@@ -247,15 +246,21 @@ static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_gro
     int rc = check_groups(dev, groups, n_groups, n_rows_total, n_embd, err, err_len);
     if (rc) return rc;
     double t0 = now_s();
-    for (int32_t i = 0; i < n_groups; i++) {
-        const moe_batch_group *g = &groups[i];
-        if (g->n_rows == 0) continue;
-        const cpu_expert *s = find_slot(dev, g->layer, g->expert);
-        const size_t off = (size_t)g->row_begin * (size_t)n_embd;
-        rc = expert_ffn(dev->pool, &dev->scratch, &s->w, x + off, g->n_rows, out + off);
-        if (rc) return fail(err, err_len, rc, "cpu: run: expert %d/%d: %s", g->layer, g->expert,
+    /* up to EXPERT_FFN_MANY_MAX experts at a time: 2 pool jobs, not 3 each */
+    for (int32_t i = 0; i < n_groups;) {
+        expert_ffn_task tasks[EXPERT_FFN_MANY_MAX];
+        int n = 0;
+        const int32_t first = i;
+        for (; i < n_groups && n < EXPERT_FFN_MANY_MAX; i++) {
+            const moe_batch_group *g = &groups[i];
+            const size_t off = (size_t)g->row_begin * (size_t)n_embd;
+            tasks[n++] = (expert_ffn_task){&find_slot(dev, g->layer, g->expert)->w, x + off,
+                                           out + off, g->n_rows};
+            dev->stats.rows += (uint64_t)g->n_rows;
+        }
+        rc = expert_ffn_many(dev->pool, &dev->scratch, tasks, n);
+        if (rc) return fail(err, err_len, rc, "cpu: run: experts of groups %d..%d: %s", first, i - 1,
                             coli_last_error());
-        dev->stats.rows += (uint64_t)g->n_rows;
     }
     dev->stats.calls++;
     dev->stats.kernel_seconds += now_s() - t0;
