@@ -34,6 +34,19 @@ static double half_value(uint16_t h) {
     return (h & 0x8000) ? -v : v;
 }
 
+Test(dtype, names_round_trip_and_unknown_types_say_their_number) {
+    static const coli_dtype all[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        coli_dtype back;
+        cr_assert_eq(coli_dtype_from_name(coli_dtype_name(all[i]), &back), 0, "%s", coli_dtype_name(all[i]));
+        cr_expect_eq(back, all[i]);
+    }
+    cr_expect_str_eq(coli_dtype_name(12), "type 12");  /* GGML's Q4_K */
+    cr_expect_str_eq(coli_dtype_name(4294967295u), "type 4294967295");
+    coli_dtype t;
+    cr_expect_eq(coli_dtype_from_name("Q4_K", &t), -1);
+}
+
 Test(fp16, to_fp32_matches_definition_for_all_halves) {
     for (uint32_t h = 0; h < 65536; h++) {
         float f = coli_fp16_to_fp32((uint16_t)h);
