@@ -114,7 +114,7 @@ deps:
 
 # ---- the main job -----------------------------------------------------------
 MODEL ?= models/tiny-moe-4e2r-f16.gguf
-PROMPT ?= Once upon a time
+PROMPT ?= And it came to pass
 run: deps
 	$(MAKE) all
 	@if [ ! -f "$(MODEL)" ]; then echo "make run: $(MODEL) missing, generating a random fixture"; \
