@@ -38,8 +38,8 @@ typedef struct chat_state {
     int n_cache, cap_cache;
     int n_ctx;
     coli_gen_stats last;
-    char *answer;                /* the answer being streamed */
-    size_t answer_len;
+    char *answer;                /* the answer being streamed, NUL-terminated */
+    size_t answer_len, answer_cap;
 } chat_state;
 
 static int s_push_id(chat_state *c, int32_t id) {
@@ -85,9 +85,13 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     if (len) {
         fwrite(text, 1, len, stdout);
         fflush(stdout);
-        char *t = realloc(c->answer, c->answer_len + len + 1);
-        if (!t) return 1;
-        c->answer = t;
+        if (c->answer_len + len + 1 > c->answer_cap) { /* doubling: no realloc per token */
+            size_t cap = 2 * (c->answer_len + len + 1);
+            char *t = realloc(c->answer, cap);
+            if (!t) return 1;
+            c->answer = t;
+            c->answer_cap = cap;
+        }
         memcpy(c->answer + c->answer_len, text, len);
         c->answer_len += len;
         c->answer[c->answer_len] = '\0';
@@ -135,10 +139,14 @@ static int s_answer(chat_state *c) {
     }
     int from = c->n_cache;
     for (int i = from; i < n; i++)
-        if (s_push_id(c, ids[i])) return -1;
+        if (s_push_id(c, ids[i])) {
+            free(ids);
+            return -1;
+        }
     coli_sampling_params sp = c->sp;
     if (sp.n_predict > c->n_ctx - n) sp.n_predict = c->n_ctx - n;
     c->answer_len = 0;
+    if (c->answer) c->answer[0] = '\0'; /* an answer with no text must not repeat the last one */
     s_interrupted = 0;
     int rc = coli_generate(c->ctx, ids + from, n - from, &sp, s_on_token, c, &c->last);
     free(ids);
