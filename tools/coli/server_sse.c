@@ -13,33 +13,20 @@
 #include <string.h>
 
 #include "server.h"
+#include "strbuf.h"
 
 typedef struct sse_stream {
     server *srv;
     job *j;
-    char *pending;          /* formatted events not yet handed to the connection */
-    size_t pending_len, pending_off, pending_cap;
+    coli_strbuf pending;    /* formatted events not yet handed to the connection */
+    size_t pending_off;     /* bytes of pending already handed over */
     size_t sent;            /* bytes of j->raw already sent */
     int role_sent;          /* chat: the first chunk carries the role */
     int finished;           /* [DONE] is in pending */
-    int oom;
+    int oom;                /* cJSON could not print an event (a failed append: pending.failed) */
 } sse_stream;
 
-static void s_put(sse_stream *st, const char *text) {
-    size_t n = strlen(text);
-    if (st->pending_len + n > st->pending_cap) {
-        size_t cap = (st->pending_len + n) * 2;
-        char *p = realloc(st->pending, cap);
-        if (!p) {
-            st->oom = 1;
-            return;
-        }
-        st->pending = p;
-        st->pending_cap = cap;
-    }
-    memcpy(st->pending + st->pending_len, text, n);
-    st->pending_len += n;
-}
+static void s_put(sse_stream *st, const char *text) { coli_strbuf_appendf(&st->pending, "%s", text); }
 
 /* "data: <json>\n\n", consuming o. */
 static void s_event(sse_stream *st, cJSON *o) {
@@ -113,22 +100,22 @@ static int s_collect(sse_stream *st) {
     }
     if (j->state == JOB_DONE) s_final(st);
     pthread_mutex_unlock(&j->mu);
-    return st->pending_len > st->pending_off;
+    return st->pending.len > st->pending_off;
 }
 
 static ssize_t s_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     sse_stream *st = cls;
-    while (st->pending_off >= st->pending_len) {
+    while (st->pending_off >= st->pending.len) {
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        st->pending_len = st->pending_off = 0;
+        st->pending.len = st->pending_off = 0;
         if (s_collect(st)) break;
-        if (st->oom || atomic_load(&st->j->cancel)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (st->oom || st->pending.failed || atomic_load(&st->j->cancel)) return MHD_CONTENT_READER_END_WITH_ERROR;
         job_wait_change(st->j, 200);
     }
-    size_t n = st->pending_len - st->pending_off;
+    size_t n = st->pending.len - st->pending_off;
     if (n > max) n = max;
-    memcpy(buf, st->pending + st->pending_off, n);
+    memcpy(buf, st->pending.s + st->pending_off, n);
     st->pending_off += n;
     return (ssize_t)n;
 }
@@ -138,7 +125,7 @@ static void s_free(void *cls) {
     sse_stream *st = cls;
     atomic_store(&st->j->cancel, 1); /* a no-op when it already finished */
     job_release(st->j);
-    free(st->pending);
+    free(st->pending.s);
     free(st);
 }
 

@@ -9,34 +9,15 @@
  *   OLMo / Tulu:      <bos><|system|>\n..\n<|user|>\n..\n<|assistant|>\n..<eos>\n ... <|assistant|>\n
  */
 #include "server_template.h"
+#include "strbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-    int failed;
-} sbuf;
-
-static void s_put(sbuf *b, const char *text) {
-    size_t n = strlen(text);
-    if (b->failed) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = (b->len + n + 1) * 2;
-        char *t = realloc(b->s, cap);
-        if (!t) {
-            b->failed = 1;
-            return;
-        }
-        b->s = t;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, text, n + 1);
-    b->len += n;
-}
+/* The rendered prompt grows in many small pieces; a failure sticks (checked once at the end). */
+static void s_put(coli_strbuf *b, const char *text) { coli_strbuf_appendf(b, "%s", text); }
 
 static int s_err(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int s_err(char *err, size_t cap, const char *fmt, ...) {
@@ -90,7 +71,7 @@ static int s_role(const char *role) {
 }
 
 /* Mistral: system text joins the first user turn; user/assistant must alternate. */
-static int s_mistral(sbuf *b, const chat_message *m, int n, const char *bos, const char *eos,
+static int s_mistral(coli_strbuf *b, const chat_message *m, int n, const char *bos, const char *eos,
                      char *err, size_t cap) {
     const char *system = NULL;
     int expect = ROLE_USER, first_user = 1;
@@ -124,7 +105,7 @@ static int s_mistral(sbuf *b, const chat_message *m, int n, const char *bos, con
     return 0;
 }
 
-static int s_chatml(sbuf *b, const chat_message *m, int n, const char *default_system) {
+static int s_chatml(coli_strbuf *b, const chat_message *m, int n, const char *default_system) {
     static const char *names[] = {"system", "user", "assistant"};
     if (default_system && s_role(m[0].role) != ROLE_SYSTEM) {
         s_put(b, "<|im_start|>system\n");
@@ -142,7 +123,7 @@ static int s_chatml(sbuf *b, const chat_message *m, int n, const char *default_s
     return 0;
 }
 
-static int s_olmo(sbuf *b, const chat_message *m, int n, const char *bos, const char *eos) {
+static int s_olmo(coli_strbuf *b, const chat_message *m, int n, const char *bos, const char *eos) {
     static const char *tags[] = {"<|system|>\n", "<|user|>\n", "<|assistant|>\n"};
     s_put(b, bos);
     for (int i = 0; i < n; i++) {
@@ -167,7 +148,7 @@ int chat_render(chat_family f, const chat_message *msgs, int n, const char *bos,
             return s_err(err, err_cap, "messages[%d].role: '%s' is not supported (system, developer, user, assistant)", i, msgs[i].role ? msgs[i].role : "(null)");
         if (!msgs[i].content) return s_err(err, err_cap, "messages[%d].content: missing", i);
     }
-    sbuf b = {0};
+    coli_strbuf b = {0};
     int rc = 0;
     if (f == CHAT_MISTRAL) rc = s_mistral(&b, msgs, n, bos ? bos : "", eos ? eos : "", err, err_cap);
     else if (f == CHAT_CHATML) rc = s_chatml(&b, msgs, n, chatml_default_system);
