@@ -108,4 +108,16 @@ static inline int cli_count_lines(const char *s) {
     return n + (len > 0 && s[len - 1] != '\n');
 }
 
+/* Run a shell command line (for pipes and redirections the test needs) and
+ * keep the first cap - 1 bytes of its stdout in out, NUL-terminated.
+ * Returns pclose's status (0: exit 0), or -1 if it could not start. */
+static inline int cli_shell(const char *cmd, char *out, size_t cap) {
+    out[0] = '\0';
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    return pclose(f);
+}
+
 #endif

@@ -331,12 +331,8 @@ Test(serve, coli_chat_keeps_resets_and_reports) {
     cli_build_path(coli, sizeof coli, "bin/coli");
     char cmd[9000];
     snprintf(cmd, sizeof cmd, "printf 'Hello\\nAnd more\\n/stats\\n/reset\\n/stats\\n/quit\\n' | %s chat -m %s --temp 0 -n 6 2>&1", coli, model);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
     char out[16384];
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = '\0';
-    int rc = pclose(f);
+    int rc = cli_shell(cmd, out, sizeof out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "template mistral from architecture") != NULL, "%s", out);
     cr_expect(strstr(out, "conversation: 4 messages") != NULL, "two answered turns: %s", out);

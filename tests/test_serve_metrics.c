@@ -28,10 +28,7 @@ static int s_promtool(const char *text, char *out, size_t cap) {
     close(fd);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "promtool check metrics < %s 2>&1", path);
-    FILE *f = popen(cmd, "r");
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = '\0';
-    int rc = pclose(f);
+    int rc = cli_shell(cmd, out, cap);
     unlink(path);
     return rc;
 }

@@ -18,11 +18,7 @@ static void s_install_client(void) {
     if (cli_file_exists("tests/node/node_modules/openai/package.json")) return;
     char out[16384];
     const char *cmd = "cd tests/node && flock .install.lock npm ci --no-audit --no-fund 2>&1";
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = '\0';
-    int rc = pclose(f);
+    int rc = cli_shell(cmd, out, sizeof out);
     cr_assert(rc == 0 && cli_file_exists("tests/node/node_modules/openai/package.json"),
               "npm ci in tests/node failed (rc %d): %s", rc, out);
 }
@@ -36,12 +32,8 @@ Test(serve_node, openai_npm_client, .timeout = 300) {
     serve_proc p = su_start(su_model(model, sizeof model), extra);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "node tests/node/client_test.mjs http://127.0.0.1:%d/v1 test-key 2>&1", p.port);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
     char out[32768];
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = '\0';
-    int rc = pclose(f);
+    int rc = cli_shell(cmd, out, sizeof out);
     cr_expect_eq(rc, 0, "the openai client checks failed:\n%s", out);
     cr_expect(strstr(out, "all checks passed") != NULL, "%s", out);
     cr_expect_eq(su_stop(&p), 0);
