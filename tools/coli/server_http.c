@@ -21,7 +21,8 @@
 typedef struct http_req {
     char *body;
     size_t len, cap;
-    int too_big;
+    int too_big;     /* past --max-body: the rest is read and dropped, then 413 */
+    int no_memory;   /* the body could not be stored: 500, not 413 */
     int ep;
     int status;
 } http_req;
@@ -112,6 +113,9 @@ static int s_route(server *s, struct MHD_Connection *c, const char *url, const c
     if (r->too_big)
         return http_reply_error(s, c, ep, 413, "invalid_request_error", "request_too_large", NULL,
                                 "request body: larger than the limit of %zu bytes", s->cfg.max_body);
+    if (r->no_memory)
+        return http_reply_error(s, c, ep, 500, "server_error", NULL, NULL,
+                                "request body: out of memory after %zu bytes", r->len);
     if (ep == EP_METRICS) return handle_metrics(s, c);
     if (ep == EP_HEALTH) return handle_health(s, c);
     if (!atomic_load(&s->ready))
@@ -134,7 +138,8 @@ static int s_first_call(server *s, struct MHD_Connection *c, const char *url, ht
 }
 
 static void s_take_body(server *s, http_req *r, const char *data, size_t n) {
-    if (r->too_big || r->len + n > s->cfg.max_body) {
+    if (r->too_big || r->no_memory) return;
+    if (r->len + n > s->cfg.max_body) {
         r->too_big = 1; /* keep reading (and dropping) so that we can answer 413 */
         return;
     }
@@ -142,7 +147,7 @@ static void s_take_body(server *s, http_req *r, const char *data, size_t n) {
         size_t cap = r->len + n + 1 > 2 * r->cap ? r->len + n + 1 : 2 * r->cap;
         char *b = realloc(r->body, cap);
         if (!b) {
-            r->too_big = 1;
+            r->no_memory = 1;
             return;
         }
         r->body = b;
