@@ -107,15 +107,10 @@ static int s_prompt_ids(chat_state *c, int32_t **ids, int *n) {
         fprintf(stderr, "coli chat: %s\n", err);
         return -1;
     }
-    size_t len = strlen(text);
-    int cap = (int)len + 16;
-    *ids = malloc((size_t)cap * sizeof **ids);
-    int rc = *ids ? coli_tokenize(c->m, text, len, 0, 1, *ids, cap, n) : COLI_ENOMEM;
+    int rc = cli_tokenize(c->m, text, strlen(text), 0, 1, ids, n);
     free(text);
     if (rc) {
         fprintf(stderr, "coli chat: %s\n", rc == COLI_ENOMEM ? "out of memory" : coli_last_error());
-        free(*ids);
-        *ids = NULL;
         return -1;
     }
     return 0;

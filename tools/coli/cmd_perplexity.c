@@ -70,14 +70,12 @@ static int run_windows(ppl_run *r) {
 }
 
 static int tokenize_all(const coli_model *m, const char *text, size_t len, int32_t **ids, int *n) {
-    int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 16;
-    *ids = malloc((size_t)cap * sizeof **ids);
-    if (!*ids) {
-        fprintf(stderr, "coli: -f: out of memory for %d tokens\n", cap);
+    int rc = cli_tokenize(m, text, len, 1, 0, ids, n);
+    if (rc == COLI_ENOMEM) {
+        fprintf(stderr, "coli: -f: out of memory for the text's tokens\n");
         return CLI_FAIL;
     }
-    if (coli_tokenize(m, text, len, 1, 0, *ids, cap, n) != 0) return cli_fail();
-    return 0;
+    return rc ? cli_fail() : 0;
 }
 
 /* Default window: the model's context, at most 512 tokens (the logits of a

@@ -30,21 +30,12 @@ static int print_token(void *user, int32_t id, const char *text, size_t len) {
 
 /* Tokenize with BOS and special tokens; *ids is malloc'd. 0 or CLI_FAIL. */
 static int tokenize_prompt(const coli_model *m, const char *text, size_t len, int32_t **ids, int *n) {
-    int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 16;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        *ids = malloc((size_t)cap * sizeof **ids);
-        if (!*ids) {
-            fprintf(stderr, "coli: prompt: out of memory for %d tokens\n", cap);
-            return CLI_FAIL;
-        }
-        int rc = coli_tokenize(m, text, len, 1, 1, *ids, cap, n);
-        if (rc == 0) return 0;
-        free(*ids);
-        *ids = NULL;
-        if (rc != COLI_ERANGE) return cli_fail();
-        cap = *n;  /* the library told us how many it needs */
+    int rc = cli_tokenize(m, text, len, 1, 1, ids, n);
+    if (rc == COLI_ENOMEM) {
+        fprintf(stderr, "coli: prompt: out of memory for its tokens\n");
+        return CLI_FAIL;
     }
-    return cli_fail();
+    return rc ? cli_fail() : 0;
 }
 
 static double per_second(int n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }

@@ -52,16 +52,10 @@ static int tokenize_text(const char *model, const char *text, size_t len, int ad
     /* Tokenizing needs no experts: never start workers for it. */
     int rc = model_opts_open(&o, "inproc", &m, NULL);
     if (rc) return rc;
-    int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 16, n = 0;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    rc = ids ? coli_tokenize(m, text, len, add_bos, parse_special, ids, cap, &n) : COLI_ENOMEM;
-    if (rc == COLI_ERANGE) {  /* more tokens than bytes: only with odd vocabularies */
-        free(ids);
-        cap = n;
-        ids = malloc((size_t)cap * sizeof *ids);
-        rc = ids ? coli_tokenize(m, text, len, add_bos, parse_special, ids, cap, &n) : COLI_ENOMEM;
-    }
-    if (rc == COLI_ENOMEM && !ids) {
+    int32_t *ids = NULL;
+    int n = 0;
+    rc = cli_tokenize(m, text, len, add_bos, parse_special, &ids, &n);
+    if (rc == COLI_ENOMEM) {
         fprintf(stderr, "coli: tokenize: out of memory\n");
         rc = CLI_FAIL;
     } else if (rc) {

@@ -2,6 +2,7 @@
 #include "model_opts.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 int model_opts_check(const char *cmd, const model_opts *o) {
     if (!o->model) return args_error(cmd, "-m", "required (the GGUF model file)");
@@ -44,4 +45,25 @@ void sampling_help_init(sampling_help *h, const coli_sampling_params *sp) {
     snprintf(h->temp, sizeof h->temp, "temperature, 0 = greedy (default %g)", sp->temperature);
     snprintf(h->top_k, sizeof h->top_k, "sample among the K most likely, 0 = off (default %d)", sp->top_k);
     snprintf(h->top_p, sizeof h->top_p, "nucleus sampling in (0, 1], 1 = off (default %g)", sp->top_p);
+}
+
+int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special,
+                 int32_t **ids, int *n) {
+    /* tokens rarely outnumber bytes (BOS/EOS and odd vocabularies aside): one try mostly does */
+    int cap = (int)(len < (1u << 26) ? len : (1u << 26)) + 16, rc = COLI_ERANGE;
+    *ids = NULL;
+    *n = 0;
+    for (int attempt = 0; attempt < 2 && rc == COLI_ERANGE; attempt++) {
+        if (attempt) {
+            if (*n <= cap) break; /* not a short buffer: more tokens than an int counts */
+            cap = *n;             /* the library said how many it needs */
+        }
+        if (!(*ids = malloc((size_t)cap * sizeof **ids))) return COLI_ENOMEM;
+        rc = coli_tokenize(m, text, len, add_special, parse_special, *ids, cap, n);
+        if (rc) {
+            free(*ids);
+            *ids = NULL;
+        }
+    }
+    return rc;
 }

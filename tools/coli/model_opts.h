@@ -59,4 +59,11 @@ int model_opts_new_context(const model_opts *o, coli_model *m, coli_context **ct
 /* Context length the context got: --ctx, else the model's. */
 int model_opts_n_ctx(const model_opts *o, const coli_model *m);
 
+/* Tokenize len bytes of text into *ids (malloc'd, *n of them): the array is
+ * sized from the text and grown once if the library needs more. Returns 0,
+ * COLI_ENOMEM (nothing in coli_last_error), or coli_tokenize's status (its
+ * reason in coli_last_error). On failure *ids is NULL. Prints nothing. */
+int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special,
+                 int32_t **ids, int *n);
+
 #endif

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model_opts.h"
 #include "server.h"
 
 #define MAX_MESSAGES 4096
@@ -241,20 +242,11 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
 }
 
 static int s_tokenize(server *s, gen_request *r, parse_ctx *p) {
-    size_t len = strlen(r->prompt);
-    int cap = (int)(len < (1u << 26) ? len : (1u << 26)) + 16, n = 0;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        free(r->ids);
-        if (!(r->ids = malloc((size_t)cap * sizeof *r->ids))) return 500;
-        int rc = coli_tokenize(s->model, r->prompt, len, r->add_special, 1, r->ids, cap, &n);
-        if (rc == 0) {
-            r->n_ids = n;
-            return 0;
-        }
-        if (rc != COLI_ERANGE) return s_bad(p, r->chat ? "messages" : "prompt", "%s", coli_last_error());
-        cap = n;
-    }
-    return s_bad(p, "prompt", "prompt: tokenizer disagreed with itself on the token count");
+    free(r->ids);
+    r->ids = NULL;
+    int rc = cli_tokenize(s->model, r->prompt, strlen(r->prompt), r->add_special, 1, &r->ids, &r->n_ids);
+    if (rc == COLI_ENOMEM) return 500;
+    return rc ? s_bad(p, r->chat ? "messages" : "prompt", "%s", coli_last_error()) : 0;
 }
 
 int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, const char **param) {
