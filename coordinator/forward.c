@@ -131,6 +131,11 @@ static int matmul(forward_state *s, const coli_tensor *W, const float *x, int n,
     return coli_matmul(s->pool, &s->scratch, W->data, W->type, W->ne[0], W->ne[1], x, n, y);
 }
 
+/* The matmul op y = W x for coli_matmul_many. */
+static coli_matmul_op op_of(const coli_tensor *W, const float *x, int n, float *y) {
+    return (coli_matmul_op){W->data, W->type, W->ne[0], W->ne[1], x, n, y};
+}
+
 static void add_bias(float *y, const coli_tensor *b, int n, int64_t cols) {
     const float *bv = (const float *)b->data;
     for (int t = 0; t < n; t++)
@@ -224,9 +229,10 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
     // x = rmsnorm(h) * attn_norm
     rmsnorm_rows(s->xb, s->h, l->attn_norm, n, E, hp->rms_eps);
     // q = Wq x (+ bq), k = Wk x (+ bk), v = Wv x (+ bv)
-    if ((rc = matmul(s, l->wq, s->xb, n, s->q)) < 0) return rc;
-    if ((rc = matmul(s, l->wk, s->xb, n, s->k)) < 0) return rc;
-    if ((rc = matmul(s, l->wv, s->xb, n, s->v)) < 0) return rc;
+    // as one pool job over the three matrices' rows, sharing one prepared x
+    const coli_matmul_op qkv[3] = {op_of(l->wq, s->xb, n, s->q), op_of(l->wk, s->xb, n, s->k),
+                                   op_of(l->wv, s->xb, n, s->v)};
+    if ((rc = coli_matmul_many(s->pool, &s->scratch, qkv, 3)) < 0) return rc;
     if (l->bq) { add_bias(s->q, l->bq, n, Q); add_bias(s->k, l->bk, n, KV); add_bias(s->v, l->bv, n, KV); }
     // OLMoE: RMSNorm over the whole projected q and k vectors, before rope
     if (l->q_norm) {

@@ -84,41 +84,125 @@ static void swiglu(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+/* Hidden values below which swiglu runs on the calling thread (decode):
+ * waking the pool costs more than a few thousand expf. */
+#define SWIGLU_MIN_PARALLEL (1 << 16)
+
+typedef struct swiglu_job {
+    float *g[EXPERT_FFN_MANY_MAX];
+    const float *u[EXPERT_FFN_MANY_MAX];
+    int64_t n[EXPERT_FFN_MANY_MAX];
+    int count;
+} swiglu_job;
+
+/* Thread ith takes the ith of nth slices of every expert's hidden values
+ * (elementwise, so the split does not change any result). */
+static void swiglu_worker(void *arg, int ith, int nth) {
+    const swiglu_job *j = arg;
+    for (int e = 0; e < j->count; e++) {
+        const int64_t a = j->n[e] * ith / nth, b = j->n[e] * (ith + 1) / nth;
+        swiglu(j->g[e] + a, j->u[e] + a, b - a);
+    }
+}
+
+static int check_task(const expert_ffn_task *t, int i) {
+    const expert_weights *w = t->w;
+    if (!w || t->n_rows < 0 || (t->n_rows > 0 && (!t->x || !t->out)))
+        return coli_fail(COLI_EINVAL, "expert ffn: task %d: NULL weights/input/output or negative rows", i);
+    if (t->n_rows == 0) return 0;
+    if (w->n_embd <= 0 || w->n_ff <= 0)
+        return coli_fail(COLI_EINVAL, "expert ffn: task %d: bad shape n_embd %lld, n_ff %lld", i,
+                         (long long)w->n_embd, (long long)w->n_ff);
+    return 0;
+}
+
+static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
+
+static size_t hidden_bytes(const expert_ffn_task *t) {
+    return align64((size_t)t->n_rows * (size_t)t->w->n_ff * sizeof(float));
+}
+
+/* The matmul ops of n tasks: gu = gate and up of each (2n ops), down = the
+ * down of each, reading the hidden g that hid[i] points at. */
+static void ffn_ops(const expert_ffn_task *tasks, int n, float *const *hid,
+                    coli_matmul_op *gu, coli_matmul_op *down) {
+    for (int i = 0; i < n; i++) {
+        const expert_weights *w = tasks[i].w;
+        const int64_t r = tasks[i].n_rows;
+        float *g = hid ? hid[i] : NULL;
+        float *u = hid ? (float *)((uint8_t *)g + hidden_bytes(&tasks[i])) : NULL;
+        gu[2 * i] = (coli_matmul_op){w->gate, w->gate_type, w->n_embd, w->n_ff, tasks[i].x, r, g};
+        gu[2 * i + 1] = (coli_matmul_op){w->up, w->up_type, w->n_embd, w->n_ff, tasks[i].x, r, u};
+        down[i] = (coli_matmul_op){w->down, w->down_type, w->n_ff, w->n_embd, g, r, tasks[i].out};
+    }
+}
 
 /* One scratch holds everything, reused across calls (no malloc in steady
- * state): [g (n_rows, n_ff) | u (n_rows, n_ff) | the matmuls' input area].
- * The matmuls get a view of the tail sized for the largest of the three,
- * so they never reallocate it. */
+ * state): [g_0 | u_0 | g_1 | u_1 | ... | the matmuls' input area]. The
+ * matmuls get a view of the tail sized for the larger of the two steps, so
+ * they never reallocate it. n <= EXPERT_FFN_MANY_MAX checked tasks. */
+static int ffn_group(coli_pool *pool, coli_scratch *s, const expert_ffn_task *tasks, int n) {
+    coli_matmul_op gu[2 * EXPERT_FFN_MANY_MAX], down[EXPERT_FFN_MANY_MAX];
+    float *hid[EXPERT_FFN_MANY_MAX];
+    swiglu_job sj = {.count = n};
+    size_t hidden = 0, down_in = 0;
+    int64_t n_hidden = 0;
+    for (int i = 0; i < n; i++) {
+        hidden += 2 * hidden_bytes(&tasks[i]);
+        down_in += align64(coli_matmul_scratch_bytes(tasks[i].w->down_type, tasks[i].w->n_ff,
+                                                     tasks[i].n_rows));
+        n_hidden += tasks[i].n_rows * tasks[i].w->n_ff;
+    }
+    ffn_ops(tasks, n, NULL, gu, down);
+    size_t gu_in = coli_matmul_many_scratch_bytes(gu, 2 * n);
+    size_t mm_bytes = gu_in > down_in ? gu_in : down_in;
+    uint8_t *base = coli_scratch_reserve(s, hidden + mm_bytes);
+    if (!base)
+        return coli_fail(COLI_ENOMEM, "no memory for %lld hidden values", (long long)n_hidden);
+    for (int i = 0; i < n; i++) {
+        hid[i] = (float *)base;
+        base += 2 * hidden_bytes(&tasks[i]);
+    }
+    ffn_ops(tasks, n, hid, gu, down);
+    coli_scratch mm = {base, mm_bytes};
+    int rc = coli_matmul_many(pool, &mm, gu, 2 * n);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+        sj.g[i] = gu[2 * i].y;
+        sj.u[i] = gu[2 * i + 1].y;
+        sj.n[i] = tasks[i].n_rows * tasks[i].w->n_ff;
+    }
+    if (n_hidden < SWIGLU_MIN_PARALLEL) swiglu_worker(&sj, 0, 1);
+    else coli_pool_run(pool, swiglu_worker, &sj);
+    return coli_matmul_many(pool, &mm, down, n);
+}
+
+int expert_ffn_many(coli_pool *pool, coli_scratch *scratch, const expert_ffn_task *tasks, int n) {
+    if (n < 0 || (n > 0 && !tasks))
+        return coli_fail(COLI_EINVAL, "expert ffn: %d tasks%s", n, tasks ? "" : " (NULL list)");
+    for (int i = 0; i < n; i++) {
+        int rc = check_task(&tasks[i], i);
+        if (rc) return rc;
+    }
+    coli_scratch local = {0};
+    coli_scratch *s = scratch ? scratch : &local;
+    int rc = 0;
+    for (int g = 0; g < n && rc == 0;) {
+        expert_ffn_task part[EXPERT_FFN_MANY_MAX];
+        int k = 0;
+        for (; g < n && k < EXPERT_FFN_MANY_MAX; g++)
+            if (tasks[g].n_rows > 0) part[k++] = tasks[g];
+        if (k) rc = ffn_group(pool, s, part, k);
+    }
+    if (s == &local) coli_scratch_free(&local);
+    return rc ? coli_fail_prefix(rc, "expert ffn") : 0;
+}
+
 int expert_ffn(coli_pool *pool, coli_scratch *scratch, const expert_weights *w,
                const float *x, int64_t n_rows, float *out) {
     if (!w || n_rows < 0 || (n_rows > 0 && (!x || !out)))
         return coli_fail(COLI_EINVAL, "expert ffn: NULL weights/input/output or negative rows");
     if (n_rows == 0) return 0;
-    if (w->n_embd <= 0 || w->n_ff <= 0)
-        return coli_fail(COLI_EINVAL, "expert ffn: bad shape n_embd %lld, n_ff %lld",
-                         (long long)w->n_embd, (long long)w->n_ff);
-    const size_t n_hidden = (size_t)n_rows * (size_t)w->n_ff;
-    const size_t hidden_bytes = (2 * n_hidden * sizeof(float) + 63) & ~(size_t)63;
-    const size_t mm_bytes = max_size(
-        max_size(coli_matmul_scratch_bytes(w->gate_type, w->n_embd, n_rows),
-                 coli_matmul_scratch_bytes(w->up_type, w->n_embd, n_rows)),
-        coli_matmul_scratch_bytes(w->down_type, w->n_ff, n_rows));
-    coli_scratch local = {0};
-    coli_scratch *s = scratch ? scratch : &local;
-    uint8_t *base = coli_scratch_reserve(s, hidden_bytes + mm_bytes);
-    if (!base)
-        return coli_fail(COLI_ENOMEM, "expert ffn: no memory for %lld rows x %lld hidden",
-                         (long long)n_rows, (long long)w->n_ff);
-    float *g = (float *)base, *u = g + n_hidden;
-    coli_scratch mm = {base + hidden_bytes, mm_bytes};
-    int rc;
-    if ((rc = coli_matmul(pool, &mm, w->gate, w->gate_type, w->n_embd, w->n_ff, x, n_rows, g)) ||
-        (rc = coli_matmul(pool, &mm, w->up, w->up_type, w->n_embd, w->n_ff, x, n_rows, u)))
-        goto done;
-    swiglu(g, u, (int64_t)n_hidden);
-    rc = coli_matmul(pool, &mm, w->down, w->down_type, w->n_ff, w->n_embd, g, n_rows, out);
-done:
-    if (s == &local) coli_scratch_free(&local);
-    return rc ? coli_fail_prefix(rc, "expert ffn") : 0;
+    const expert_ffn_task t = {w, x, out, n_rows};
+    return expert_ffn_many(pool, scratch, &t, 1);
 }

@@ -48,6 +48,30 @@ int coli_matmul(coli_pool *pool, coli_scratch *scratch,
                 const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out,
                 const float *x, int64_t n_tok, float *y);
 
+/* One y = W x of a coli_matmul_many call (arguments as coli_matmul's). */
+typedef struct coli_matmul_op {
+    const void *W;
+    coli_dtype wtype;
+    int64_t n_in, n_out;
+    const float *x;       /* (n_tok, n_in) */
+    int64_t n_tok;
+    float *y;             /* (n_tok, n_out) */
+} coli_matmul_op;
+
+/* At most this many ops share one pool job; more are run in groups. */
+#define COLI_MATMUL_MANY_MAX 32
+
+/* Several independent matmuls as one pool job: one wake-up, the output
+ * rows of all the matrices split over the threads together. Ops that read
+ * the same x (pointer, n_in, n_tok) with the same input rounding share one
+ * prepared input. Each op gives the same bits as coli_matmul on it alone
+ * (the determinism contract holds per op). The y of an op must not be the
+ * x of another. Returns 0, COLI_EINVAL or COLI_ENOMEM. */
+int coli_matmul_many(coli_pool *pool, coli_scratch *scratch, const coli_matmul_op *ops, int n_ops);
+/* Scratch bytes coli_matmul_many uses for these ops (prepared inputs, the
+ * shared ones counted once), for callers that carve one scratch up. */
+size_t coli_matmul_many_scratch_bytes(const coli_matmul_op *ops, int n_ops);
+
 /* Force the portable path (tests compare the two). 1 = portable only. */
 void coli_matmul_force_portable(int on);
 /* "avx2" or "portable": what coli_matmul uses now. */
