@@ -119,6 +119,19 @@ Test(serve, chat_plain_and_streamed_and_models) {
     cr_expect_str_eq(streamed, text);
     free(streamed);
     su_free(&r);
+    /* content parts are joined: "Hel" + "lo" is the same prompt as "Hello" */
+    static const char *const same[] = {
+        "[{\"type\":\"text\",\"text\":\"Hel\"},{\"type\":\"text\",\"text\":\"\"},{\"type\":\"text\",\"text\":\"lo\"}]",
+        "\"Hello\"",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                 "{\"role\":\"user\",\"content\":%s}],\"max_tokens\":6,\"seed\":3}", same[i]);
+        cJSON *b = s_post_json(p.port, "/v1/chat/completions", body, 200);
+        const char *t = s_text_of(b, 1);
+        cr_expect(t && strcmp(t, text) == 0, "content %s: '%s', expected '%s'", same[i], t ? t : "(none)", text);
+        cJSON_Delete(b);
+    }
     cJSON_Delete(a);
     r = su_get(p.port, "/v1/models");
     cr_expect_eq(r.status, 200);

@@ -158,8 +158,14 @@ static int s_content(parse_ctx *p, const cJSON *c, int i, char **out) {
         len += strlen(text->valuestring);
     }
     if (!(*out = malloc(len + 1))) return 500;
-    (*out)[0] = '\0';
-    cJSON_ArrayForEach(part, c) strcat(*out, s_get(part, "text")->valuestring);
+    size_t at = 0; /* appended at a known end: strcat would rescan it per part */
+    cJSON_ArrayForEach(part, c) {
+        const char *text = s_get(part, "text")->valuestring;
+        size_t n = strlen(text);
+        memcpy(*out + at, text, n);
+        at += n;
+    }
+    (*out)[at] = '\0';
     return 0;
 }
 
