@@ -243,7 +243,8 @@ static void s_send_garbage_frame(worker *w)
         if (ring_send_garbage(&w->ring, RING_REP) == 0)
             return;
     }
-    zmq_send(w->sock, "\xff\xfe not an envelope", 22, ZMQ_DONTWAIT);
+    static const char junk[] = "\xff\xfe not an envelope";
+    zmq_send(w->sock, junk, sizeof junk - 1, ZMQ_DONTWAIT);
 }
 
 //  Check the batch against its payload and our model; load missing experts
