@@ -79,15 +79,29 @@ int32_t tok_merge_rank(const coli_tokenizer *tok, const char *l, size_t ln,
     }
 }
 
+void *tok_grow(void *v, size_t *cap, size_t need, size_t elem, size_t min_cap, const char *what)
+{
+    if (need <= *cap)
+        return v;
+    size_t n = *cap * 2 > need ? *cap * 2 : need;
+    if (n < min_cap)
+        n = min_cap;
+    void *grown = n <= SIZE_MAX / elem ? realloc(v, n * elem) : NULL;
+    if (!grown) {
+        coli_fail(COLI_ENOMEM, "tokenizer: out of memory (%zu %s)", n, what);
+        return NULL;
+    }
+    *cap = n;
+    return grown;
+}
+
 int tok_ids_push(tok_ids *ids, int32_t id)
 {
     if (ids->n == ids->cap) {
-        size_t cap = ids->cap ? ids->cap * 2 : 256;
-        int32_t *v = realloc(ids->v, cap * sizeof(*v));
+        int32_t *v = tok_grow(ids->v, &ids->cap, ids->n + 1, sizeof(*v), 256, "tokens");
         if (!v)
-            return coli_fail(COLI_ENOMEM, "tokenizer: out of memory (%zu tokens)", cap);
+            return COLI_ENOMEM;
         ids->v = v;
-        ids->cap = cap;
     }
     ids->v[ids->n++] = id;
     return 0;
@@ -447,16 +461,12 @@ static int s_build_pieces(coli_tokenizer *tok)
         int rc = s_piece_of(tok, id, &p, &n);
         if (rc < 0)
             return rc;
-        if (used + n > cap) {
-            while (used + n > cap)
-                cap *= 2;
-            char *b = realloc(tok->piece_blob, cap);
-            if (!b) {
-                free(p);
-                return coli_fail(COLI_ENOMEM, "tokenizer: out of memory (%zu bytes of pieces)", cap);
-            }
-            tok->piece_blob = b;
+        char *b = tok_grow(tok->piece_blob, &cap, used + n, 1, 0, "bytes of pieces");
+        if (!b) {
+            free(p);
+            return COLI_ENOMEM;
         }
+        tok->piece_blob = b;
         memcpy(tok->piece_blob + used, p, n);
         free(p);
         tok->piece_off[id] = used;

@@ -36,12 +36,10 @@ static int s_piece_push(piece_list *p, size_t len)
     if (len == 0)
         return 0;
     if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        size_t *v = realloc(p->len, cap * sizeof(*v));
+        size_t *v = tok_grow(p->len, &p->cap, p->n + 1, sizeof(*v), 64, "words");
         if (!v)
-            return coli_fail(COLI_ENOMEM, "tokenizer: out of memory (%zu words)", cap);
+            return COLI_ENOMEM;
         p->len = v;
-        p->cap = cap;
     }
     p->len[p->n++] = len;
     return 0;
@@ -274,12 +272,10 @@ static int s_encode_word(bpe_session *s, const uint32_t *cpts, size_t n)
 {
     // a code point is at most 4 UTF-8 bytes, each mapped to at most 2
     if (n * 8 > s->word_cap) {
-        size_t cap = n * 8 > 2 * s->word_cap ? n * 8 : 2 * s->word_cap;
-        char *w = realloc(s->word, cap);
+        char *w = tok_grow(s->word, &s->word_cap, n * 8, 1, 0, "bytes of a word");
         if (!w)
-            return coli_fail(COLI_ENOMEM, "tokenizer: out of memory for a word of %zu code points", n);
+            return COLI_ENOMEM;
         s->word = w;
-        s->word_cap = cap;
     }
     s->word_len = 0;
     for (size_t i = 0; i < n; i++) {

@@ -93,6 +93,11 @@ int32_t tok_find(const coli_tokenizer *tok, const char *s, size_t n);
 int32_t tok_merge_rank(const coli_tokenizer *tok, const char *l, size_t ln,
                        const char *r, size_t rn);
 int tok_ids_push(tok_ids *ids, int32_t id);
+/* Room for need elements of elem bytes: returns v itself if *cap holds them,
+ * else v reallocated to max(need, 2 * *cap, min_cap) elements with *cap
+ * updated; NULL (v untouched, still owned by the caller) with
+ * COLI_ENOMEM's message naming what ("tokens", "merge candidates"). */
+void *tok_grow(void *v, size_t *cap, size_t need, size_t elem, size_t min_cap, const char *what);
 
 /* ---- tokenizer_special.c ---- */
 /* Roles found by metadata or by text (EOT, FIM, ...), end-of-generation

@@ -23,12 +23,10 @@ static int s_better(const tok_bigram *a, const tok_bigram *b)
 static int s_heap_push(tok_merger *m, tok_bigram b)
 {
     if (m->heap_n == m->heap_cap) {
-        size_t cap = m->heap_cap ? m->heap_cap * 2 : 64;
-        tok_bigram *v = realloc(m->heap, cap * sizeof(*v));
+        tok_bigram *v = tok_grow(m->heap, &m->heap_cap, m->heap_n + 1, sizeof(*v), 64, "merge candidates");
         if (!v)
-            return coli_fail(COLI_ENOMEM, "tokenizer: out of memory (%zu merge candidates)", cap);
+            return COLI_ENOMEM;
         m->heap = v;
-        m->heap_cap = cap;
     }
     size_t i = m->heap_n++;
     while (i > 0 && s_better(&b, &m->heap[(i - 1) / 2])) {
@@ -66,12 +64,10 @@ int32_t tok_merger_split(tok_merger *m, const char *text, size_t n)
     if (n > (size_t)INT32_MAX)
         return coli_fail(COLI_EINVAL, "tokenizer: text of %zu bytes is too long", n);
     if (n > m->sym_cap) {
-        size_t cap = n > 2 * m->sym_cap ? n : 2 * m->sym_cap;
-        tok_symbol *v = realloc(m->sym, cap * sizeof(*v));
+        tok_symbol *v = tok_grow(m->sym, &m->sym_cap, n, sizeof(*v), 0, "symbols");
         if (!v)
-            return coli_fail(COLI_ENOMEM, "tokenizer: out of memory for %zu symbols", cap);
+            return COLI_ENOMEM;
         m->sym = v;
-        m->sym_cap = cap;
     }
     int32_t n_sym = 0;
     for (size_t off = 0; off < n; n_sym++) {

@@ -197,12 +197,10 @@ typedef struct frag_list {
 static int s_frag_push(frag_list *l, int32_t token, size_t off, size_t len)
 {
     if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        tok_fragment *v = realloc(l->v, cap * sizeof(*v));
+        tok_fragment *v = tok_grow(l->v, &l->cap, l->n + 1, sizeof(*v), 16, "text fragments");
         if (!v)
-            return coli_fail(COLI_ENOMEM, "tokenizer: out of memory (%zu text fragments)", cap);
+            return COLI_ENOMEM;
         l->v = v;
-        l->cap = cap;
     }
     l->v[l->n++] = (tok_fragment){ token, off, len };
     return 0;
