@@ -131,7 +131,7 @@ int cmd_perplexity(int argc, char **argv) {
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("perplexity", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
-        args_usage(stdout, "perplexity", "-m FILE -f TEXT [--ctx N] [--stride N] [flags]",
+        args_usage(stdout, "perplexity", "-m FILE -f FILE [--ctx N] [--stride N] [flags]",
                    "Token-level perplexity of the model over a text file. Windows of --ctx tokens start\n"
                    "every --stride tokens (default: non-overlapping; --ctx: the model's, at most 512).\n"
                    "Each window scores the tokens no earlier window scored (--stride ctx/2: the second\n"
