@@ -338,6 +338,7 @@ Test(cli, bad_flags_exit_2) {
     expect_exit((char *[]){s_coli, "quantize", s_model, "/tmp/x.gguf", "Q5_K", NULL}, 2, "Q5_K");
     expect_exit((char *[]){s_coli, "quantize", s_model, NULL}, 2, "OUT.gguf");
     expect_exit((char *[]){s_coli, "perplexity", "-m", s_model, NULL}, 2, "-f");
+    expect_exit((char *[]){s_coli, "plan", "--devices", "cpu:2", NULL}, 2, "-m");
     expect_exit((char *[]){s_coli, "perplexity", "-m", s_model, "-f", "t", "--stride", "x", NULL}, 2, "--stride");
 }
 

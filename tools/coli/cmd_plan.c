@@ -1,5 +1,5 @@
 /*
- * cmd_plan.c - `coli plan -m MODEL [--devices LIST]`: which expert goes
+ * cmd_plan.c - `coli plan -m FILE [--devices LIST]`: which expert goes
  * where, without starting any worker.
  */
 #include <stdio.h>
@@ -12,20 +12,19 @@
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *devices = NULL;
     arg_spec specs[] = {
-        {"--model", "-m", ARG_STR, &model, 0, 0, 0, "FILE", "the GGUF model"},
-        {"--devices", NULL, ARG_STR, &devices, 0, 0, 0, "LIST", "cpu:N, cuda:I[=BUDGET], hip:I[=BUDGET], xdna, auto, inproc"},
+        {"--model", "-m", ARG_STR, &model, 0, 0, 0, "FILE", "the GGUF model file (required)"},
+        {"--devices", NULL, ARG_STR, &devices, 0, 0, 0, "LIST", "cpu:N, cuda:I[=BUDGET], hip:I[=BUDGET], xdna, auto, inproc (default: the library's)"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
-    int n_pos = 0;
-    int rc = args_parse("plan", argc, argv, specs, n_specs, NULL, 0, &n_pos);
+    int rc = args_parse("plan", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
-        args_usage(stdout, "plan", "-m MODEL [--devices LIST]",
+        args_usage(stdout, "plan", "-m FILE [--devices LIST]",
                    "Print the expert -> worker placement the scheduler would make (assuming every\n"
                    "device comes up): experts and bytes per worker, then each layer's owners.", specs, n_specs);
         return 0;
     }
     if (rc) return rc;
-    if (!model) return args_error("plan", "--model", "missing (usage: coli plan -m MODEL [--devices LIST])");
+    if (!model) return args_error("plan", "-m", "required (the GGUF model file)");
     char *text = NULL;
     if (coli_plan_text(model, devices, &text) != 0) return cli_fail();
     fputs(text, stdout);
