@@ -339,8 +339,7 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         {"--json", NULL, ARG_STR, &o->json, 0, 0, 0, "OUT", "also write the results as JSON to OUT"},
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
-    int n_pos = 0;
-    int rc = args_parse("bench", argc, argv, specs, n_specs, NULL, 0, &n_pos);
+    int rc = args_parse("bench", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
         args_usage(stdout, "bench", "-m FILE [-p 64,512] [-n 128] [--devices \"inproc cpu:1\"] [--repeat R] [--bandwidth] [--json OUT]",
                    "Prefill and decode tok/s (median, min, max over repeats), p50/p99 token latency,\n"
