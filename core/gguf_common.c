@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "hash.h"
 
 size_t gguf_type_size(uint32_t t) {
     switch (t) {
@@ -35,17 +36,6 @@ int gguf_alignment_valid(uint64_t a) {
 
 /* ---- name index ------------------------------------------------------- */
 
-/* FNV-1a: names are short and hostile input cannot make it slow beyond
- * O(name length) per probe; collisions only cost extra probes. */
-static uint64_t s_hash(const char *s, uint64_t len) {
-    uint64_t h = 1469598103934665603ull;
-    for (uint64_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 int gguf_index_init(gguf_name_index *ix, int64_t n) {
     uint64_t slots = 16;
     while (slots < (uint64_t)n * 2) slots *= 2;
@@ -65,7 +55,7 @@ void gguf_index_free(gguf_name_index *ix) {
 /* Slot holding (s, len), or the empty slot where it would go. */
 static uint64_t s_probe(const gguf_name_index *ix, const char *s, uint64_t len,
                         gguf_name_at name_at, const void *ctx) {
-    uint64_t slot = s_hash(s, len) & ix->mask;
+    uint64_t slot = coli_fnv1a(s, (size_t)len, COLI_FNV1A_SEED) & ix->mask;
     for (;;) {
         int64_t e = ix->slots[slot];
         if (e == 0) return slot;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "hash.h"
 #include "tokenizer_impl.h"
 #include "unicode.h"
 
@@ -21,16 +22,7 @@
 #define KEY_MERGES "tokenizer.ggml.merges"
 
 // ---------------------------------------------------------------------------
-// hashing: FNV-1a over bytes, open addressing with linear probing
-
-uint64_t tok_hash_bytes(const char *s, size_t n, uint64_t h)
-{
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
+// hashing: FNV-1a over bytes (hash.h), open addressing with linear probing
 
 static int s_hash_init(tok_hash *h, size_t n_keys)
 {
@@ -47,7 +39,7 @@ static int s_hash_init(tok_hash *h, size_t n_keys)
 int32_t tok_find(const coli_tokenizer *tok, const char *s, size_t n)
 {
     const tok_hash *h = &tok->text_to_id;
-    for (size_t i = tok_hash_bytes(s, n, TOK_HASH_SEED) & h->mask;; i = (i + 1) & h->mask) {
+    for (size_t i = coli_fnv1a(s, n, COLI_FNV1A_SEED) & h->mask;; i = (i + 1) & h->mask) {
         uint32_t v = h->slots[i];
         if (v == 0)
             return -1;
@@ -60,7 +52,7 @@ int32_t tok_find(const coli_tokenizer *tok, const char *s, size_t n)
 static uint64_t s_merge_hash(const char *l, size_t ln, const char *r, size_t rn)
 {
     // the separator keeps ("ab","c") and ("a","bc") apart
-    return tok_hash_bytes(r, rn, tok_hash_bytes("\xFF", 1, tok_hash_bytes(l, ln, TOK_HASH_SEED)));
+    return coli_fnv1a(r, rn, coli_fnv1a("\xFF", 1, coli_fnv1a(l, ln, COLI_FNV1A_SEED)));
 }
 
 int32_t tok_merge_rank(const coli_tokenizer *tok, const char *l, size_t ln,
@@ -271,7 +263,7 @@ static int s_index_texts(coli_tokenizer *tok)
         if (other >= 0)
             return coli_fail(COLI_EFORMAT, "%s: duplicate token '%.64s' (ids %d and %d)",
                              KEY_TOKENS, t, other, id);
-        size_t i = tok_hash_bytes(t, tok->text_len[id], TOK_HASH_SEED) & h->mask;
+        size_t i = coli_fnv1a(t, tok->text_len[id], COLI_FNV1A_SEED) & h->mask;
         while (h->slots[i])
             i = (i + 1) & h->mask;
         h->slots[i] = (uint32_t)id + 1;

@@ -85,8 +85,6 @@ struct coli_tokenizer {
 };
 
 /* ---- tokenizer.c ---- */
-uint64_t tok_hash_bytes(const char *s, size_t n, uint64_t h);
-#define TOK_HASH_SEED 1469598103934665603ull
 /* id of the vocabulary string s (n bytes), -1 if none */
 int32_t tok_find(const coli_tokenizer *tok, const char *s, size_t n);
 /* rank of the merge (left, right), -1 if none */

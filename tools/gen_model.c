@@ -31,6 +31,7 @@
 #include "colibri.h"
 #include "error.h"
 #include "gguf.h"
+#include "hash.h"
 #include "quant.h"
 #include "tensor.h"
 
@@ -175,15 +176,9 @@ typedef struct vocab {
     int64_t hash_cap;
 } vocab;
 
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h;
-}
-
 /* Slot of s in the hash: where it is, or the empty slot where it would go. */
 static int64_t vocab_slot(const vocab *v, const char *s) {
-    int64_t i = (int64_t)(fnv1a(s) & (uint64_t)(v->hash_cap - 1));
+    int64_t i = (int64_t)(coli_fnv1a(s, strlen(s), COLI_FNV1A_SEED) & (uint64_t)(v->hash_cap - 1));
     while (v->hash[i] && strcmp(v->hash[i], s) != 0) i = (i + 1) & (v->hash_cap - 1);
     return i;
 }
