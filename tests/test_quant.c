@@ -250,6 +250,24 @@ Test(rounding, avx2_activation_quantizer_equals_portable) {
 
 /* ---- dequantize(quantize(x)) error bounds ------------------------------- */
 
+/* dequantize(quantize(x)) of type t: every element within tol steps (+ slack)
+ * of x, a step being its block's amax / levels. q: room for the blocks, y: n floats. */
+static void s_expect_block_roundtrip(coli_dtype t, const float *x, void *q, float *y, int n, float levels,
+                                     float tol, float slack) {
+    coli_quantize_row(t, x, q, n);
+    coli_dequantize_row(t, q, y, n);
+    for (int b = 0; b < n / COLI_QK; b++) {
+        float amax = 0;
+        for (int j = 0; j < COLI_QK; j++) amax = fmaxf(amax, fabsf(x[b * COLI_QK + j]));
+        const float d = amax / levels;
+        for (int j = 0; j < COLI_QK; j++) {
+            int i = b * COLI_QK + j;
+            cr_assert_leq(fabsf(y[i] - x[i]), tol * d + slack, "%s element %d: %g vs %g", coli_dtype_name(t), i,
+                          y[i], x[i]);
+        }
+    }
+}
+
 Test(roundtrip, q8_0_and_q4_0_error_bounds) {
     enum { N = 32 * 64 };
     static float x[N], y[N];
@@ -260,29 +278,10 @@ Test(roundtrip, q8_0_and_q4_0_error_bounds) {
         s = s * 1664525u + 1013904223u;
         x[i] = ((float)(s >> 9) / 8388608.0f - 1.0f) * ldexpf(1, (i / 32) % 13 - 6);
     }
-    coli_quantize_row(COLI_Q8_0, x, q8, N);
-    coli_dequantize_row(COLI_Q8_0, q8, y, N);
-    for (int b = 0; b < N / COLI_QK; b++) {
-        float amax = 0;
-        for (int j = 0; j < COLI_QK; j++) amax = fmaxf(amax, fabsf(x[b * COLI_QK + j]));
-        const float d = amax / 127.0f;
-        for (int j = 0; j < COLI_QK; j++) {
-            int i = b * COLI_QK + j;
-            cr_assert_leq(fabsf(y[i] - x[i]), 0.57f * d + 1e-30f, "q8_0 element %d: %g vs %g", i, y[i], x[i]);
-        }
-    }
-    coli_quantize_row(COLI_Q4_0, x, q4, N);
-    coli_dequantize_row(COLI_Q4_0, q4, y, N);
-    for (int b = 0; b < N / COLI_QK; b++) {
-        float amax = 0;
-        for (int j = 0; j < COLI_QK; j++) amax = fmaxf(amax, fabsf(x[b * COLI_QK + j]));
-        const float d = amax / 8.0f;
-        for (int j = 0; j < COLI_QK; j++) {
-            int i = b * COLI_QK + j;
-            /* half a step, except the top of the range clamps at nibble 15 (one step) */
-            cr_assert_leq(fabsf(y[i] - x[i]), 1.01f * d, "q4_0 element %d: %g vs %g", i, y[i], x[i]);
-        }
-    }
+    /* q8_0: half a step of amax/127; q4_0: half a step of amax/8, except the
+     * top of the range clamps at nibble 15 (one step) */
+    s_expect_block_roundtrip(COLI_Q8_0, x, q8, y, N, 127.0f, 0.57f, 1e-30f);
+    s_expect_block_roundtrip(COLI_Q4_0, x, q4, y, N, 8.0f, 1.01f, 0.0f);
     /* F32 copies, BF16 within half a bf16 ulp */
     coli_quantize_row(COLI_F32, x, y, N);
     cr_assert_eq(memcmp(x, y, sizeof x), 0);
