@@ -10,7 +10,9 @@
  *
  * Quantized blocks use llama.cpp's AVX2 integer dot: |w| * sign(x, w) with
  * maddubs (pairs of int8 products, no overflow: 2*128*127 < 32768), madd
- * with ones to 8 int32 lanes, convert, and accumulate scaled by d_w * d_x.
+ * with ones to 8 int32 lanes; the lanes of 4 rows are folded by two hadds
+ * into each row's exact integer sums over elements 0..15 and 16..31, then
+ * converted and accumulated scaled by d_w * d_x, 4 rows per instruction.
  * Q4_0 gets the same int32 lanes as nibbles * x - 8 * x (see block_dot).
  */
 #include <string.h>
@@ -36,7 +38,7 @@
 #define Q_RM 4
 #endif
 #ifndef Q_RN
-#define Q_RN 2
+#define Q_RN 4
 #endif
 
 /* ---- input preparation ------------------------------------------------- */
@@ -193,6 +195,19 @@ AVX2 ALWAYS __m128 load_wd4(const uint8_t *const *w, size_t off, const int RM) {
     return _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, (short)h[3], (short)h[2], (short)h[1], (short)h[0]));
 }
 
+/* Block k of rows r..r+RM against token t: the block dots of the RM rows
+ * (8 int32 lanes each, zeros past RM) folded by two hadds into one vector
+ * whose lanes a and a+4 are row a's integer sums over elements 0..15 and
+ * 16..31 (exact), converted and scaled by d_w * d_x of their row at once:
+ * one convert and one FMA per 4 rows instead of 4 each. Row a's lanes see
+ * the same operations in every tile shape. */
+AVX2 ALWAYS __m256 fold4(const __m256i *d, const int RM) {
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i d01 = _mm256_hadd_epi32(d[0], RM > 1 ? d[1] : z);
+    const __m256i d23 = RM > 2 ? _mm256_hadd_epi32(d[2], RM > 3 ? d[3] : z) : z;
+    return _mm256_cvtepi32_ps(_mm256_hadd_epi32(d01, d23));
+}
+
 AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
                             const int RM, const int RN, const coli_dtype T) {
     const int64_t nb = j->n_in / COLI_QK;
@@ -200,15 +215,15 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
     const uint8_t *w[4];
     const int8_t *xq[4];
     const float *xd[4];
-    __m256 acc[4][4];
+    __m256 acc[4];
 #pragma GCC unroll 4
     for (int a = 0; a < RM; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
 #pragma GCC unroll 4
-    for (int b = 0; b < RN; b++) { xq[b] = j->xq + (t + b) * j->n_in; xd[b] = j->xd + (t + b) * nb; }
-#pragma GCC unroll 4
-    for (int a = 0; a < RM; a++)
-#pragma GCC unroll 4
-        for (int b = 0; b < RN; b++) acc[a][b] = _mm256_setzero_ps();
+    for (int b = 0; b < RN; b++) {
+        xq[b] = j->xq + (t + b) * j->n_in;
+        xd[b] = j->xd + (t + b) * nb;
+        acc[b] = _mm256_setzero_ps();
+    }
     for (int64_t k = 0; k < nb; k++) {
         __m256i wq[4], aw[4];
         const __m128 dw = load_wd4(w, (size_t)k * bb, RM);
@@ -221,21 +236,25 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
         for (int b = 0; b < RN; b++) {
             const __m256i xv = _mm256_load_si256((const __m256i *)(xq[b] + k * COLI_QK));
             /* d_w * d_x of each row: the same single-precision products as one at a time */
-            const __m128 scale = _mm_mul_ps(dw, _mm_set1_ps(xd[b][k]));
+            const __m128 s4 = _mm_mul_ps(dw, _mm_set1_ps(xd[b][k]));
             const __m256i xc = T == COLI_Q4_0
                 ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), _mm256_set1_epi16(1))
                 : xv;
+            __m256i d[4];
 #pragma GCC unroll 4
-            for (int a = 0; a < RM; a++) {
-                const __m256 s = _mm256_cvtepi32_ps(block_dot(wq[a], aw[a], xv, xc, T));
-                acc[a][b] = _mm256_fmadd_ps(s, _mm256_set1_ps(scale[a]), acc[a][b]);
-            }
+            for (int a = 0; a < RM; a++) d[a] = block_dot(wq[a], aw[a], xv, xc, T);
+            acc[b] = _mm256_fmadd_ps(fold4(d, RM), _mm256_set_m128(s4, s4), acc[b]);
         }
     }
 #pragma GCC unroll 4
-    for (int a = 0; a < RM; a++)
+    for (int b = 0; b < RN; b++) {
+        /* row a: its elements 0..15 lane plus its 16..31 lane */
+        const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc[b]), _mm256_extractf128_ps(acc[b], 1));
+        float out[4];
+        _mm_storeu_ps(out, sum);
 #pragma GCC unroll 4
-        for (int b = 0; b < RN; b++) j->y[(t + b) * j->n_out + r + a] = hsum8(acc[a][b]);
+        for (int a = 0; a < RM; a++) j->y[(t + b) * j->n_out + r + a] = out[a];
+    }
 }
 
 /* ---- instantiations: every tile shape up to the maximum, per type ------- */
