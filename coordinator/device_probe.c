@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -113,6 +114,7 @@ static int s_probe(const char *worker_bin, const char *name, char *why, size_t w
         int null = open("/dev/null", O_WRONLY);
         dup2(fds[1], 1);
         if (null >= 0) dup2(null, 2); /* a driver's chatter is not ours to print */
+        syscall(SYS_close_range, 3U, ~0U, 0U); /* nothing of the application's: a hung probe holds no pipe of it */
         execv(argv[0], argv);
         _exit(127);
     }
