@@ -126,7 +126,7 @@ static void s_worker_json(sbuf *b, const sched *s, const worker_link *w)
     s_put(b, ",\"plugin\":");
     s_put_str(b, w->dev.plugin);
     s_put(b, ",\"endpoint\":");
-    s_put_str(b, s->endpoint);
+    s_put_str(b, w->remote ? w->dev.endpoint : s->endpoint);
     s_put(b, ",\"status\":\"%s\",\"state\":\"%s\",\"reason\":", s_status(w), link_state_name(w->state));
     s_put_str(b, w->reason);
     s_put(b, ",\"data_path\":\"%s\",\"ring_replies\":%llu", w->ring.base ? "shm" : "zmq",

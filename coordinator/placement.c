@@ -2,7 +2,8 @@
  * placement.c - which worker holds which expert.
  *
  * --devices is a comma list: cpu:N (N cpu workers), cpu (= cpu:1),
- * cuda:I[=BUDGET], hip:I[=BUDGET], xdna, auto, inproc. BUDGET is bytes with
+ * cuda:I[=BUDGET], hip:I[=BUDGET], xdna, remote:tcp://HOST:PORT[=BUDGET],
+ * auto, inproc. BUDGET is bytes with
  * an optional K/M/G suffix. For now placement balances expert bytes across
  * the workers of each layer, within each worker's budget; routing heat and
  * pins (design.md section 5) come later.
@@ -43,6 +44,7 @@ static int s_add(device_spec *out, int cap, int *n, const char *plugin, int inde
     if (*n >= cap)
         return coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
     device_spec *d = &out[(*n)++];
+    memset(d, 0, sizeof *d);
     snprintf(d->plugin, sizeof d->plugin, "%s", plugin);
     d->index = index;
     d->budget = budget;
@@ -63,6 +65,24 @@ static int s_index(const char *item, size_t name_len, const char *end_of_index)
     return v;
 }
 
+//  remote:tcp://HOST:PORT - a worker on another host that we connect to
+//  (docs/scheduler.md, "Remote workers"); numbered remote:0, remote:1, ...
+static int s_add_remote(device_spec *out, int cap, int *n, const char *ep, uint64_t budget)
+{
+    const char *port = strrchr(ep, ':');
+    if (strncmp(ep, "tcp://", 6) || !port || port < ep + 7 || !port[1] ||
+        strspn(port + 1, "0123456789") != strlen(port + 1))
+        return coli_fail(COLI_EINVAL, "devices: remote endpoint '%s': want tcp://HOST:PORT", ep);
+    if (strlen(ep) >= sizeof out->endpoint)
+        return coli_fail(COLI_EINVAL, "devices: remote endpoint '%s' longer than %zu characters", ep,
+                         sizeof out->endpoint - 1);
+    int index = 0;
+    for (int i = 0; i < *n; i++) index += !strcmp(out[i].plugin, "remote");
+    int rc = s_add(out, cap, n, "remote", index, budget);
+    if (rc == 0) snprintf(out[*n - 1].endpoint, sizeof out->endpoint, "%s", ep);
+    return rc;
+}
+
 //  One item of the list (NUL-terminated copy).
 static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inproc)
 {
@@ -76,6 +96,8 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
     size_t name_len = strcspn(item, ":");
     const char *idx_end = item + strlen(item);
     if (!strcmp(item, "inproc")) { *inproc = 1; return 0; }
+    if (!strncmp(item, "remote:", 7))
+        return s_add_remote(out, cap, n, item + 7, budget);
     if (!strcmp(item, "auto")) /* expanded by sched_expand_auto (device_probe.c) */
         return s_add(out, cap, n, "auto", 0, 0);
     static const char *known[] = {"cpu", "cuda", "hip", "xdna"};
@@ -84,7 +106,7 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
         if (strlen(known[k]) == name_len && !strncmp(item, known[k], name_len)) which = k;
     if (which < 0)
         return coli_fail(COLI_EINVAL, "devices: unknown device '%s' (known: cpu[:N], cuda:I[=BUDGET], "
-                         "hip:I[=BUDGET], xdna, auto, inproc)", item);
+                         "hip:I[=BUDGET], xdna, remote:tcp://HOST:PORT[=BUDGET], auto, inproc)", item);
     int v = s_index(item, name_len, idx_end);
     if (v < 0 || (which == 0 && item[name_len] == ':' && v == 0))
         return coli_fail(COLI_EINVAL, "devices: bad number in '%s'", item);

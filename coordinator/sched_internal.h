@@ -25,6 +25,7 @@ typedef struct device_spec {
     char plugin[16];       /* "cpu", "cuda", "hip", "xdna" */
     int index;             /* vendor ordinal */
     uint64_t budget;       /* bytes of experts it may hold; 0 = unlimited */
+    char endpoint[224];    /* plugin "remote": the worker's tcp:// endpoint (link_remote.c) */
 } device_spec;
 
 #define SCHED_MAX_WORKERS 64
@@ -113,6 +114,10 @@ typedef struct worker_link {
     size_t cap_rows;
     int x_finite;
     uint64_t hung_req_id;            /* a late reply with this id is dropped */
+    /* remote worker (dev.endpoint set): our own DEALER to it, and its monitor */
+    int remote;
+    void *rsock, *rmon;
+    int handshaked;                  /* the CURVE handshake of this generation succeeded */
     /* data path: batches and results go through ring when ring.base is set */
     shm_ring ring;
     uint64_t ring_replies;           /* messages taken from its rings (all generations) */
@@ -207,6 +212,17 @@ void link_spin_rings(sched *s);
 int  link_rings_arm(sched *s, zmq_pollitem_t *items, int max_items);
 void link_rings_disarm(sched *s);
 const char *link_state_name(link_state st);
+
+/* ---- link_remote.c: workers on other hosts (tcp + CURVE), coordinator side ---- */
+/* Connect a fresh DEALER (CURVE client, keys from COLI_KEYS) to w's endpoint
+ * and greet it; w is then STARTING until its hello. */
+int  remote_connect(sched *s, worker_link *w);
+void remote_close(worker_link *w);
+/* Send to w whichever way it is reached (ROUTER + routing id, or its DEALER). */
+int  link_send(sched *s, worker_link *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags);
+/* Poll items of the remote sockets and monitors; then take what they hold. */
+int  remote_poll_items(sched *s, zmq_pollitem_t *items, int max_items);
+void remote_take(sched *s);
 
 /* ---- fallback_stats.c ---- */
 void stats_fallback(sched *s, const worker_link *w, const char *reason);

@@ -80,6 +80,8 @@ static void s_make_ring(sched *s, worker_link *w, char *arg, size_t n)
 
 int sup_spawn(sched *s, worker_link *w)
 {
+    if (w->dev.endpoint[0]) /* a remote worker: (re)connect, there is no process of ours */
+        return remote_connect(s, w);
     char id[16], gen[16], dev[16], thr[16], budget[32], ppid[16], hb[24];
     snprintf(hb, sizeof hb, "%llu", (unsigned long long)(s->hb_ns / 1000000ULL));
     snprintf(id, sizeof id, "%d", w->id);
@@ -141,6 +143,7 @@ static int s_reap(worker_link *w, int block)
 void sup_kill(sched *s, worker_link *w)
 {
     (void)s;
+    remote_close(w);
     if (w->pid > 0) {
         kill(w->pid, SIGKILL);
         s_reap(w, 1);
@@ -164,6 +167,9 @@ static int s_too_many_failures(sched *s, worker_link *w, uint64_t now)
 void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it)
 {
     link_state was = w->state;
+    /* a remote reconnect that gets no answer: the worker was counted when it left */
+    if (w->remote && was == LINK_STARTING && w->gen > 0 && !w->hello_ok)
+        count_it = 0;
     if (count_it && (was == LINK_UP || was == LINK_STARTING || was == LINK_PLACING))
         stats_fallback(s, w, reason);
     if (w->req_id)

@@ -64,7 +64,7 @@ int link_send_place(sched *s, worker_link *w)
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_PLACE;
     env.place = &p;
-    int rc = wire_send(s->router, w->routing_id, w->routing_len, &env, NULL, 0, ZMQ_DONTWAIT);
+    int rc = link_send(s, w, &env, NULL, 0, ZMQ_DONTWAIT);
     free(refs);
     free(ptrs);
     if (rc == 0)
@@ -110,7 +110,7 @@ int link_send_batch(sched *s, worker_link *w, int layer, int allow_load)
     /* the ring when this batch fits it; else (or for remote workers) ZeroMQ */
     int rc = w->ring.base && ring_fits(&w->ring, &env, x_bytes)
                  ? ring_send(&w->ring, RING_REQ, &env, w->x, x_bytes)
-                 : wire_send(s->router, w->routing_id, w->routing_len, &env, w->x, x_bytes, ZMQ_DONTWAIT);
+                 : link_send(s, w, &env, w->x, x_bytes, ZMQ_DONTWAIT);
     free(g);
     free(gp);
     if (rc == 0) {
@@ -364,9 +364,11 @@ void link_dispatch(sched *s, worker_link *w, const wire_msg *m)
 
 void link_poll(sched *s, int timeout_ms)
 {
-    zmq_pollitem_t items[1 + SCHED_MAX_WORKERS * 2];
+    enum { CAP = 1 + SCHED_MAX_WORKERS * 4 };
+    zmq_pollitem_t items[CAP];
     int n = 0, any_pidfd_missing = 0;
     items[n++] = (zmq_pollitem_t){s->router, 0, ZMQ_POLLIN, 0};
+    n += remote_poll_items(s, items + n, CAP - n);
     for (int i = 0; i < s->n_w; i++) {
         if (s->w[i].pid <= 0) continue;
         if (s->w[i].pidfd >= 0) items[n++] = (zmq_pollitem_t){NULL, s->w[i].pidfd, ZMQ_POLLIN, 0};
@@ -375,7 +377,7 @@ void link_poll(sched *s, int timeout_ms)
     if (any_pidfd_missing && (timeout_ms < 0 || timeout_ms > 20))
         timeout_ms = 20; /* fall back to polling waitpid */
     if (timeout_ms != 0) {
-        int bells = link_rings_arm(s, items + n, 1 + SCHED_MAX_WORKERS * 2 - n);
+        int bells = link_rings_arm(s, items + n, CAP - n);
         if (bells >= 0)
             zmq_poll(items, n + bells, timeout_ms);
         link_rings_disarm(s);
@@ -399,5 +401,6 @@ void link_poll(sched *s, int timeout_ms)
         }
         wire_msg_clear(&m);
     }
+    remote_take(s);
     sup_tick(s);
 }

@@ -18,5 +18,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
 
 #endif

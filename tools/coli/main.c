@@ -31,6 +31,7 @@ static const command s_commands[] = {
     {"serve",      cmd_serve,      "serve the model over an OpenAI-compatible HTTP API, with /health and /metrics"},
     {"chat",       cmd_chat,       "chat with the model in the terminal (streams, keeps the conversation)"},
     {"stats",      cmd_stats,      "print a --stats-json file: workers, fallbacks by device and reason"},
+    {"keygen",     cmd_keygen,     "make CURVE key pairs for remote workers (tcp, authenticated)"},
 };
 #define N_COMMANDS ((int)(sizeof s_commands / sizeof s_commands[0]))
 

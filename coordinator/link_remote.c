@@ -1,0 +1,210 @@
+/*
+ * link_remote.c - workers on other hosts, coordinator side (docs/scheduler.md,
+ * "Remote workers").
+ *
+ * A remote worker is a long-lived server (`coli worker --listen tcp://...
+ * --keys DIR`): it binds, we connect. Each remote worker gets a DEALER of its
+ * own, a CURVE client with our key pair (COLI_KEYS=DIR) and the worker's
+ * public key, so the worker knows us and we know it. Why not the ROUTER that
+ * local workers connect to: CURVE keys are per connection, a socket monitor
+ * reports handshake failures per socket, and a fresh DEALER per generation
+ * (reconnect) starts with nothing queued from the previous connection.
+ *
+ * The worker speaks only when spoken to: right after connecting we send a
+ * greeting (a Hello carrying the worker id and generation); it answers with
+ * its own Hello, and from there on the conversation is the local one (Place,
+ * batches, heartbeats) over ZeroMQ only (no shared-memory ring).
+ *
+ * What the monitor tells us: a handshake the worker refused (our key is not
+ * among its authorized ones: ZAP status 400) or that could not complete
+ * (wrong worker public key, or a worker without CURVE) is the fallback
+ * reason `auth`, once, and the worker is not tried again (keys do not fix
+ * themselves). A connection that drops after its handshake is a `crash`:
+ * the supervisor reconnects with back-off (a new generation), but never
+ * restarts the process, which is not ours.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/curve_keys.h"
+#include "coordinator/sched_internal.h"
+#include "error.h"
+
+enum { REMOTE_EVENTS = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                       ZMQ_EVENT_DISCONNECTED };
+
+void remote_close(worker_link *w)
+{
+    if (w->rsock) zmq_close(w->rsock);
+    if (w->rmon) zmq_close(w->rmon);
+    w->rsock = w->rmon = NULL;
+}
+
+//  The DEALER: limits as for local sockets, CURVE client, ZMTP heartbeats (a
+//  peer that vanished without a word, e.g. a host that lost power, drops
+//  the connection instead of leaving it open forever), connect retry back-off.
+static int s_socket(sched *s, worker_link *w, const char *keys)
+{
+    w->rsock = zmq_socket(s->zctx, ZMQ_DEALER);
+    if (!w->rsock) return coli_fail(COLI_EIO, "%s: zmq socket: %s", w->device, zmq_strerror(errno));
+    int rc = wire_socket_setup(w->rsock, 0);
+    if (rc == 0) rc = curve_client_setup(w->rsock, keys, w->dev.endpoint);
+    if (rc) return coli_fail_prefix(rc, w->device);
+    int hb_ivl = 1000, hb_timeout = 10000, retry_max = 5000;
+    zmq_setsockopt(w->rsock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(w->rsock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
+    zmq_setsockopt(w->rsock, ZMQ_RECONNECT_IVL_MAX, &retry_max, sizeof retry_max);
+    char mon[64];
+    snprintf(mon, sizeof mon, "inproc://coli-monitor.%d.%u", w->id, w->gen);
+    w->rmon = zmq_socket_monitor(w->rsock, mon, REMOTE_EVENTS) == 0 ? zmq_socket(s->zctx, ZMQ_PAIR) : NULL;
+    int zero = 0;
+    if (!w->rmon || zmq_setsockopt(w->rmon, ZMQ_LINGER, &zero, sizeof zero) != 0 || zmq_connect(w->rmon, mon) != 0)
+        return coli_fail(COLI_EIO, "%s: socket monitor: %s", w->device, zmq_strerror(errno));
+    if (zmq_connect(w->rsock, w->dev.endpoint) != 0)
+        return coli_fail(COLI_EIO, "%s: connect %s: %s", w->device, w->dev.endpoint, zmq_strerror(errno));
+    return 0;
+}
+
+int remote_connect(sched *s, worker_link *w)
+{
+    remote_close(w);
+    w->remote = 1;
+    w->pid = 0;
+    w->pidfd = -1;
+    w->req_id = w->hung_req_id = 0;
+    w->hello_ok = w->handshaked = 0;
+    w->exit_seen_ns = 0;
+    w->routing_len = (size_t)snprintf(w->routing_id, sizeof w->routing_id, "w%d.%u", w->id, w->gen);
+    link_set_state(w, LINK_STARTING, "");
+    w->last_seen_ns = wire_now_ns();
+    const char *keys = getenv("COLI_KEYS");
+    if (!curve_available())
+        return coli_fail(COLI_EUNSUPPORTED, "%s: this libzmq has no CURVE support (zmq_has(\"curve\") is 0); "
+                         "remote workers need it", w->device);
+    if (!keys || !*keys)
+        return coli_fail(COLI_EINVAL, "%s (%s): remote workers need CURVE keys: set COLI_KEYS=DIR or give "
+                         "--keys DIR (coli keygen DIR makes them)", w->device, w->dev.endpoint);
+    int rc = s_socket(s, w, keys);
+    if (rc) {
+        remote_close(w);
+        return rc;
+    }
+    /* queued until the connection is up (ZMQ_IMMEDIATE is 0) */
+    Coli__Hello greet = COLI__HELLO__INIT;
+    greet.worker_id = w->id;
+    greet.generation = w->gen;
+    greet.device = w->device;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.body_case = COLI__ENVELOPE__BODY_HELLO;
+    env.hello = &greet;
+    return wire_send(w->rsock, NULL, 0, &env, NULL, 0, ZMQ_DONTWAIT);
+}
+
+int link_send(sched *s, worker_link *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags)
+{
+    if (!w->remote)
+        return wire_send(s->router, w->routing_id, w->routing_len, env, payload, bytes, flags);
+    if (!w->rsock) {
+        errno = EHOSTUNREACH;
+        return coli_fail(COLI_EIO, "%s: not connected", w->device);
+    }
+    int rc = wire_send(w->rsock, NULL, 0, env, payload, bytes, flags);
+    if (rc && errno == EAGAIN) errno = EHOSTUNREACH; /* nothing can be queued to it */
+    return rc;
+}
+
+int remote_poll_items(sched *s, zmq_pollitem_t *items, int max_items)
+{
+    int n = 0;
+    for (int i = 0; i < s->n_w && n + 2 <= max_items; i++)
+        if (s->w[i].rsock) {
+            items[n++] = (zmq_pollitem_t){s->w[i].rsock, 0, ZMQ_POLLIN, 0};
+            items[n++] = (zmq_pollitem_t){s->w[i].rmon, 0, ZMQ_POLLIN, 0};
+        }
+    return n;
+}
+
+// ---------------------------------------------------------------------------
+//  The handshake failed: our key is not authorized (ZAP status), or the
+//  worker's public key is not the one we have, or it does not speak CURVE.
+static void s_auth_failed(sched *s, worker_link *w, unsigned event, unsigned value)
+{
+    char why[512];
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        snprintf(why, sizeof why, "%s refused our key (status %u): coordinator.pub is not among its "
+                 "authorized keys", w->dev.endpoint, value);
+    else
+        snprintf(why, sizeof why, "CURVE handshake with %s failed: wrong worker public key, or the "
+                 "worker does not use --keys", w->dev.endpoint);
+    stats_fallback(s, w, "auth");
+    link_set_state(w, LINK_FAILED, why);
+    fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id, w->device, why);
+    remote_close(w);
+}
+
+static void s_on_event(sched *s, worker_link *w, unsigned event, unsigned value)
+{
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        w->handshaked = 1;
+        return;
+    }
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+        /* the connection was up: the process (or its host, or the path) is gone */
+        if (w->handshaked && w->state != LINK_DOWN && w->state != LINK_FAILED &&
+            w->state != LINK_QUARANTINED) {
+            if (s->verbose)
+                fprintf(stderr, "colibri: worker %d (%s) disconnected\n", w->id, w->device);
+            sup_worker_lost(s, w, "crash", 1);
+        }
+        return;
+    }
+    if (!w->handshaked && w->state == LINK_STARTING)
+        s_auth_failed(s, w, event, value);
+}
+
+//  Monitor events: frame 1 = u16 event + u32 value, frame 2 = the endpoint.
+static void s_take_events(sched *s, worker_link *w)
+{
+    while (w->rmon) {
+        zmq_msg_t a, b;
+        zmq_msg_init(&a);
+        if (zmq_msg_recv(&a, w->rmon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&a);
+            return;
+        }
+        zmq_msg_init(&b);
+        if (zmq_msg_more(&a)) zmq_msg_recv(&b, w->rmon, 0);
+        uint16_t ev = 0;
+        uint32_t val = 0;
+        if (zmq_msg_size(&a) >= 6) {
+            memcpy(&ev, zmq_msg_data(&a), 2);
+            memcpy(&val, (const char *)zmq_msg_data(&a) + 2, 4);
+        }
+        zmq_msg_close(&a);
+        zmq_msg_close(&b);
+        s_on_event(s, w, ev, val);
+    }
+}
+
+void remote_take(sched *s)
+{
+    for (int i = 0; i < s->n_w; i++) {
+        worker_link *w = &s->w[i];
+        while (w->rsock) { /* messages first: a reply sent before a disconnect counts */
+            wire_msg m;
+            int rc = wire_recv(w->rsock, 0, ZMQ_DONTWAIT, &m);
+            if (rc == COLI_ETIMEOUT || rc == COLI_EIO) break;
+            if (rc == COLI_EPROTO) {
+                w->last_seen_ns = wire_now_ns();
+                link_quarantine(s, w, "malformed message");
+            } else {
+                link_dispatch(s, w, &m);
+            }
+            wire_msg_clear(&m);
+        }
+        s_take_events(s, w);
+    }
+}
