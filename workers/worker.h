@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "coordinator/shm_ring.h"
+#include "coordinator/wire.h"
 #include "gguf.h"
 #include "plugins/plugin_abi.h"
 #include "proto/coli.pb-c.h"
@@ -70,6 +71,8 @@ typedef struct worker_args {
     int heartbeat_ms;
     const char *ring;         /* "FD,BELL_REQ,BELL_REP": the shared-memory ring (local workers) */
     const char *probe;        /* --probe NAME: print the plugin's device count as JSON, exit */
+    const char *keys;         /* --keys DIR: CURVE keys of a --listen worker (worker_remote.c) */
+    const char *model_path;   /* -m FILE: this host's copy of the model (remote workers) */
 } worker_args;
 
 typedef struct expert_set {     /* open-addressing set of (layer, expert) */
@@ -98,6 +101,11 @@ typedef struct worker {
     worker_fault faults[WORKER_MAX_FAULTS];
     int n_faults;
     int stop;
+    /* --listen: a ROUTER serving one coordinator at a time (worker_remote.c) */
+    int listening;
+    unsigned char peer[WIRE_MAX_PEER]; /* routing id of the coordinator served now */
+    size_t peer_len;                   /* 0: none yet */
+    struct worker_zap *zap;            /* the ZAP handler thread */
 } worker;
 
 int  worker_parse_args(int argc, char **argv, worker_args *a);
@@ -105,6 +113,26 @@ int  worker_load_plugin(worker *w, char *why, size_t why_len);
 int  worker_attach_ring(worker *w, char *why, size_t why_len);
 int  worker_serve(worker *w);   /* the main loop */
 void worker_close(worker *w);
+
+/* worker_main.c */
+int  worker_send_hello(worker *w, int ok, const char *why);
+/* Close and reopen the device, dropping every expert and the model (a new
+ * coordinator with another model). */
+int  worker_reopen_device(worker *w, char *why, size_t why_len);
+
+/* Remote workers (worker_remote.c). */
+/* Bind a ROUTER at a.listen as a CURVE server (a.keys), with a ZAP handler
+ * that admits only the authorized coordinator keys; prints the endpoint. */
+int  worker_listen(worker *w);
+/* Send to the coordinator (the current one, for a listening worker; nothing
+ * when none has greeted yet). */
+int  worker_send(worker *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags);
+/* A listening worker's filter: a greeting makes its sender the coordinator
+ * served (answered with a hello); messages of any other peer are dropped.
+ * Returns 1 when m was consumed here. */
+int  worker_remote_gate(worker *w, const struct wire_msg *m);
+/* After the context is terminated: join the ZAP thread, free. */
+void worker_remote_close(worker *w);
 
 /* Handlers (worker_serve.c). */
 int worker_on_place(worker *w, const Coli__Envelope *env);

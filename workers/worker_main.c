@@ -5,6 +5,8 @@
  *               [--device 0] [--budget BYTES] [--threads N] [--gen G]
  *               [--parent-pid PID] [--lifeline FD] [--plugin-dir DIR] [--heartbeat-ms MS]
  *   coli-worker --probe NAME [--plugin-dir DIR]
+ *   coli-worker --listen tcp://ADDR:PORT --keys DIR --plugin NAME [-m MODEL] ...
+ *               (a remote worker: worker_remote.c)
  *
  * --probe loads plugin NAME, asks it how many devices there are and prints
  * one line {"plugin":"cuda","devices":N,"reason":"..."} (exit 0; a plugin
@@ -38,6 +40,7 @@ static void s_usage(void)
                     "       [--id N] [--gen G] [--budget BYTES] [--threads N]\n"
                     "       [--parent-pid PID] [--lifeline FD] [--plugin-dir DIR] [--heartbeat-ms MS]\n"
                     "       [--ring FD,BELL_REQ,BELL_REP]   (given by the coordinator)\n"
+                    "       --listen tcp://ADDR:PORT --keys DIR [-m MODEL]   (a remote worker)\n"
                     "       coli-worker --probe NAME [--plugin-dir DIR]\n");
 }
 
@@ -67,6 +70,8 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
         else if (!strcmp(o, "--plugin")) a->plugin = v;
         else if (!strcmp(o, "--plugin-dir")) a->plugin_dir = v;
         else if (!strcmp(o, "--ring")) a->ring = v;
+        else if (!strcmp(o, "--keys")) a->keys = v;
+        else if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model_path = v;
         else if (!strcmp(o, "--probe")) a->probe = a->plugin = v;
         else if (!strcmp(o, "--device")) { rc = s_num(o, v, 0, &x); a->device_index = (int)x; }
         else if (!strcmp(o, "--id")) { rc = s_num(o, v, 0, &x); a->worker_id = (int)x; }
@@ -197,8 +202,18 @@ static int s_open_device(worker *w, char *why, size_t why_len)
     return 0;
 }
 
+int worker_reopen_device(worker *w, char *why, size_t why_len)
+{
+    if (w->dev) w->plugin->close(&w->dev);
+    w->dev = NULL;
+    gguf_close(&w->model);
+    free(w->resident.keys);
+    memset(&w->resident, 0, sizeof w->resident);
+    return s_open_device(w, why, why_len);
+}
+
 // ---------------------------------------------------------------------------
-static int s_send_hello(worker *w, int ok, const char *why)
+int worker_send_hello(worker *w, int ok, const char *why)
 {
     Coli__Hello h = COLI__HELLO__INIT;
     char device[64];
@@ -220,11 +235,13 @@ static int s_send_hello(worker *w, int ok, const char *why)
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_HELLO;
     env.hello = &h;
-    return wire_send(w->sock, NULL, 0, &env, NULL, 0, 0);
+    return worker_send(w, &env, NULL, 0, 0);
 }
 
 static int s_connect(worker *w)
 {
+    if (w->a.listen)
+        return worker_listen(w); /* a remote worker: CURVE server (worker_remote.c) */
     w->zctx = zmq_ctx_new();
     w->sock = w->zctx ? zmq_socket(w->zctx, ZMQ_DEALER) : NULL;
     if (!w->sock)
@@ -253,6 +270,7 @@ void worker_close(worker *w)
     ring_close(&w->ring);
     if (w->sock) zmq_close(w->sock);
     if (w->zctx) zmq_ctx_term(w->zctx);
+    worker_remote_close(w);
     if (w->dl) dlclose(w->dl);
     memset(w, 0, sizeof *w);
 }
@@ -318,7 +336,7 @@ int main(int argc, char **argv)
         rc = worker_load_plugin(&w, why, sizeof why);
     if (rc == 0)
         rc = s_open_device(&w, why, sizeof why);
-    if (s_send_hello(&w, rc == 0, why) != 0 || rc != 0) {
+    if (worker_send_hello(&w, rc == 0, why) != 0 || rc != 0) {
         /* Give the FAILED hello time to leave before the socket closes. */
         int linger = 2000;
         zmq_setsockopt(w.sock, ZMQ_LINGER, &linger, sizeof linger);

@@ -125,26 +125,35 @@ static int s_send_place_ack(worker *w, int ok, const char *why, const place_outc
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_PLACE_ACK;
     env.place_ack = &a;
-    int rc = wire_send(w->sock, NULL, 0, &env, NULL, 0, 0);
+    int rc = worker_send(w, &env, NULL, 0, 0);
     free(held);
     free(refused);
     return rc;
 }
 
-//  Map the model once and check it is the coordinator's file.
+//  Map the model once and check it is the coordinator's file: the path of
+//  the Place, or this host's own copy (-m, remote workers). A remote worker
+//  serves one coordinator after another: one with another model starts afresh.
 static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_len)
 {
-    if (w->model)
-        return 0;
-    if (gguf_open(p->model_path, &w->model) != 0) {
+    uint64_t size, hash;
+    if (w->model) {
+        wire_model_identity(w->model, &size, &hash);
+        if (size == p->model_size && hash == p->header_hash)
+            return 0;
+        if (worker_reopen_device(w, why, why_len) != 0)
+            return 1;
+    }
+    const char *path = w->a.model_path ? w->a.model_path : p->model_path;
+    if (gguf_open(path, &w->model) != 0) {
         snprintf(why, why_len, "%s", coli_last_error());
         return 1;
     }
-    uint64_t size, hash;
     wire_model_identity(w->model, &size, &hash);
     if (size != p->model_size || hash != p->header_hash) {
-        snprintf(why, why_len, "model '%s': not the coordinator's file (size %llu vs %llu)",
-                 p->model_path, (unsigned long long)size, (unsigned long long)p->model_size);
+        snprintf(why, why_len, "model '%s': not the coordinator's file (size %llu vs %llu%s)",
+                 path, (unsigned long long)size, (unsigned long long)p->model_size,
+                 size == p->model_size ? ", header differs" : "");
         gguf_close(&w->model);
         return 1;
     }
@@ -231,7 +240,7 @@ static int s_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int
             return 0;
         /* the reply slot is not ours or too small: ZeroMQ carries it */
     }
-    return wire_send(w->sock, NULL, 0, &env, ok ? out : NULL, bytes, 0);
+    return worker_send(w, &env, ok ? out : NULL, bytes, 0);
 }
 
 //  A reply whose framing itself is wrong, on whichever path the batch came.
@@ -356,7 +365,7 @@ static void s_heartbeat(worker *w)
     env.body_case = COLI__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &h;
     /* Never block on a heartbeat: a full queue means the coordinator is busy. */
-    wire_send(w->sock, NULL, 0, &env, NULL, 0, ZMQ_DONTWAIT);
+    worker_send(w, &env, NULL, 0, ZMQ_DONTWAIT);
     w->last_hb_ns = wire_now_ns();
 }
 
@@ -374,16 +383,20 @@ static void s_send_stats(worker *w)
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_STATS;
     env.stats = &r;
-    wire_send(w->sock, NULL, 0, &env, NULL, 0, ZMQ_DONTWAIT);
+    worker_send(w, &env, NULL, 0, ZMQ_DONTWAIT);
 }
 
 //  Take one waiting message. Returns 0 when one was handled, 1 when none waits.
 static int s_handle_one(worker *w)
 {
     wire_msg m;
-    int rc = wire_recv(w->sock, 0, ZMQ_DONTWAIT, &m);
+    int rc = wire_recv(w->sock, w->listening, ZMQ_DONTWAIT, &m);
     if (rc == COLI_ETIMEOUT)
         return 1;
+    if (rc == 0 && w->listening && worker_remote_gate(w, &m)) {
+        wire_msg_clear(&m); /* a greeting, or a peer we do not serve */
+        return 0;
+    }
     if (rc != 0) {
         fprintf(stderr, "coli-worker %d: dropped a message: %s\n", w->a.worker_id, coli_last_error());
         return 0;

@@ -1,0 +1,175 @@
+/*
+ * worker_remote.c - a worker on another host: `coli-worker --listen
+ * tcp://ADDR:PORT --keys DIR [-m MODEL]` (docs/scheduler.md, "Remote workers").
+ *
+ * The worker is the long-lived server: it binds a ROUTER as a CURVE server
+ * with its secret key (DIR/worker.key). libzmq asks a ZAP handler about
+ * every client that completes the CURVE handshake; ours runs in a thread of
+ * its own on inproc://zeromq.zap.01 and admits exactly the coordinator
+ * public keys of DIR (coordinator.pub, authorized_coordinators). A thread,
+ * not the main loop, so that a coordinator's handshake is answered even while
+ * a long batch computes.
+ *
+ * One coordinator at a time: a coordinator greets (a Hello) and from then on
+ * it is the one served; messages of other peers are dropped. A newer greeting
+ * wins, so a coordinator that died without a word (killed, host lost) never
+ * locks the worker: its successor simply greets. Whoever greets has passed
+ * ZAP, i.e. holds an authorized key.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/curve_keys.h"
+#include "error.h"
+#include "worker.h"
+
+struct worker_zap {
+    pthread_t thread;
+    int started;
+    void *rep;                              /* bound before the server socket exists */
+    curve_key keys[CURVE_MAX_AUTHORIZED];
+    int n_keys;
+};
+
+enum { ZAP_FRAMES = 7 }; /* version, request id, domain, address, routing id, mechanism, key */
+
+static int s_authorized(const struct worker_zap *z, const zmq_msg_t *mech, const zmq_msg_t *cred)
+{
+    if (zmq_msg_size(mech) != 5 || memcmp(zmq_msg_data((zmq_msg_t *)mech), "CURVE", 5) ||
+        zmq_msg_size(cred) != 32)
+        return 0;
+    char z85[CURVE_KEY_CHARS + 1];
+    zmq_z85_encode(z85, zmq_msg_data((zmq_msg_t *)cred), 32);
+    for (int i = 0; i < z->n_keys; i++)
+        if (!strcmp(z85, z->keys[i])) return 1;
+    fprintf(stderr, "coli-worker: refused a coordinator with key %s: not in the authorized keys\n", z85);
+    return 0;
+}
+
+//  Answer one ZAP request (RFC 27): 200 for an authorized key, else 400.
+static int s_zap_one(struct worker_zap *z)
+{
+    zmq_msg_t f[ZAP_FRAMES];
+    int n = 0, more = 1;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, z->rep, 0) < 0) {
+            zmq_msg_close(&m);
+            for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+            return -1; /* ETERM: the worker is closing */
+        }
+        more = zmq_msg_more(&m);
+        if (n < ZAP_FRAMES) f[n++] = m;
+        else zmq_msg_close(&m);
+    }
+    int ok = n == ZAP_FRAMES && s_authorized(z, &f[5], &f[6]);
+    const char *status = ok ? "200" : "400", *text = ok ? "OK" : "key not authorized";
+    zmq_send(z->rep, "1.0", 3, ZMQ_SNDMORE);
+    zmq_send(z->rep, n > 1 ? zmq_msg_data(&f[1]) : "", n > 1 ? zmq_msg_size(&f[1]) : 0, ZMQ_SNDMORE);
+    zmq_send(z->rep, status, 3, ZMQ_SNDMORE);
+    zmq_send(z->rep, text, strlen(text), ZMQ_SNDMORE);
+    zmq_send(z->rep, "", 0, ZMQ_SNDMORE); /* user id */
+    zmq_send(z->rep, "", 0, 0);           /* metadata */
+    for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+    return 0;
+}
+
+static void *s_zap_main(void *arg)
+{
+    struct worker_zap *z = arg;
+    while (s_zap_one(z) == 0) {}
+    zmq_close(z->rep);
+    return NULL;
+}
+
+//  The ZAP handler: authorized keys loaded, REP bound, thread started.
+static int s_start_zap(worker *w)
+{
+    struct worker_zap *z = calloc(1, sizeof *z);
+    if (!z) return coli_fail(COLI_ENOMEM, "coli-worker: ZAP handler");
+    w->zap = z;
+    int rc = curve_authorized_load(w->a.keys, z->keys, CURVE_MAX_AUTHORIZED, &z->n_keys);
+    if (rc) return rc;
+    z->rep = zmq_socket(w->zctx, ZMQ_REP);
+    int linger = 0;
+    if (z->rep && zmq_setsockopt(z->rep, ZMQ_LINGER, &linger, sizeof linger) == 0 &&
+        zmq_bind(z->rep, "inproc://zeromq.zap.01") == 0) {
+        if (pthread_create(&z->thread, NULL, s_zap_main, z) == 0) {
+            z->started = 1; /* the socket is the thread's now */
+            return 0;
+        }
+        rc = coli_fail(COLI_EIO, "coli-worker: ZAP handler thread: %s", strerror(errno));
+    } else {
+        rc = coli_fail(COLI_EIO, "coli-worker: ZAP handler socket: %s", zmq_strerror(errno));
+    }
+    if (z->rep) zmq_close(z->rep); /* closed now, or zmq_ctx_term would wait for it */
+    z->rep = NULL;
+    return rc;
+}
+
+int worker_listen(worker *w)
+{
+    if (!w->a.keys)
+        return coli_fail(COLI_EINVAL, "coli-worker: --listen needs --keys DIR (remote workers only talk to "
+                         "authenticated coordinators; coli keygen DIR makes the keys)");
+    if (!curve_available())
+        return coli_fail(COLI_EUNSUPPORTED, "coli-worker: this libzmq has no CURVE support; cannot --listen");
+    w->zctx = zmq_ctx_new();
+    if (!w->zctx) return coli_fail(COLI_EIO, "coli-worker: zmq context: %s", zmq_strerror(errno));
+    int rc = s_start_zap(w);
+    if (rc) return rc;
+    w->sock = zmq_socket(w->zctx, ZMQ_ROUTER);
+    if (!w->sock) return coli_fail(COLI_EIO, "coli-worker: zmq socket: %s", zmq_strerror(errno));
+    if ((rc = wire_socket_setup(w->sock, 1)) || (rc = curve_server_setup(w->sock, w->a.keys)))
+        return rc;
+    int hb_ivl = 1000, hb_timeout = 10000;
+    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
+    if (zmq_bind(w->sock, w->a.listen) != 0)
+        return coli_fail(COLI_EIO, "coli-worker: bind %s: %s", w->a.listen, zmq_strerror(errno));
+    char ep[256];
+    size_t len = sizeof ep;
+    if (zmq_getsockopt(w->sock, ZMQ_LAST_ENDPOINT, ep, &len) != 0) snprintf(ep, sizeof ep, "%s", w->a.listen);
+    printf("coli-worker: listening on %s\n", ep); /* the port, when --listen asked for any (:*) */
+    fflush(stdout);
+    w->listening = 1;
+    return 0;
+}
+
+int worker_send(worker *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags)
+{
+    if (!w->listening)
+        return wire_send(w->sock, NULL, 0, env, payload, bytes, flags);
+    if (!w->peer_len)
+        return 0; /* nobody to tell yet */
+    return wire_send(w->sock, w->peer, w->peer_len, env, payload, bytes, flags);
+}
+
+int worker_remote_gate(worker *w, const wire_msg *m)
+{
+    int current = w->peer_len && m->peer_len == w->peer_len && !memcmp(m->peer, w->peer, m->peer_len);
+    if (m->env->body_case == COLI__ENVELOPE__BODY_HELLO) {
+        if (w->peer_len && !current)
+            fprintf(stderr, "coli-worker: a new coordinator greeted; serving it from now on\n");
+        memcpy(w->peer, m->peer, m->peer_len);
+        w->peer_len = m->peer_len;
+        w->a.worker_id = m->env->hello->worker_id;
+        w->a.generation = m->env->hello->generation;
+        w->last_request_id = 0;
+        worker_send_hello(w, 1, "");
+        return 1;
+    }
+    return !current; /* not the coordinator served: dropped */
+}
+
+void worker_remote_close(worker *w)
+{
+    if (!w->zap) return;
+    if (w->zap->started) pthread_join(w->zap->thread, NULL); /* it ended at ETERM */
+    free(w->zap);
+    w->zap = NULL;
+}
