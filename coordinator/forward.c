@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/attn_simd.h"
 #include "error.h"
 #include "expert_ffn.h"
 #include "quant.h"
@@ -160,18 +161,6 @@ typedef struct attn_job {
 
 static float fp16_round(float x) { return coli_fp16_to_fp32(coli_fp32_to_fp16(x)); }
 
-/* q . k over n values with 8 independent partial sums, which the compiler
- * turns into vector code (a single running sum cannot be reordered). */
-static float dot_f32(const float *q, const float *k, int n) {
-    float acc[8] = {0};
-    int d = 0;
-    for (; d + 8 <= n; d += 8)
-        for (int i = 0; i < 8; i++) acc[i] += q[d + i] * k[d + i];
-    float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; d < n; d++) sum += q[d] * k[d];
-    return sum;
-}
-
 /* out (head_dim) = softmax(q . K[0..n_kv) * scale) V for one query head
  * reading KV head kvh. With an fp16 cache, q arrives fp16-rounded and the
  * probabilities are rounded to fp16 before the product with V (llama.cpp). */
@@ -186,7 +175,7 @@ static void attend_one(const kv_cache *kv, int layer, int n_kv, int kvh, int hea
             const uint16_t *kj = (const uint16_t *)kv_cache_k(kv, layer, j) + off;
             for (int d = 0; d < head_dim; d++) dot += q[d] * h2f[kj[d]];
         } else {
-            dot = dot_f32(q, (const float *)kv_cache_k(kv, layer, j) + off, head_dim);
+            dot = attn_dot_f32(q, (const float *)kv_cache_k(kv, layer, j) + off, head_dim);
         }
         scores[j] = dot * scale;
     }
@@ -198,9 +187,7 @@ static void attend_one(const kv_cache *kv, int layer, int n_kv, int kvh, int hea
             const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, j) + off;
             for (int d = 0; d < head_dim; d++) out[d] += p * h2f[vj[d]];
         } else {
-            const float p = scores[j];
-            const float *vj = (const float *)kv_cache_v(kv, layer, j) + off;
-            for (int d = 0; d < head_dim; d++) out[d] += p * vj[d];
+            attn_axpy_f32(out, scores[j], (const float *)kv_cache_v(kv, layer, j) + off, head_dim);
         }
     }
 }

@@ -1,0 +1,62 @@
+/* attn_simd.c - see attn_simd.h. */
+#include "coordinator/attn_simd.h"
+
+#include "cpu_features.h"
+
+#if COLI_X86
+#include <immintrin.h>
+#endif
+
+static float dot_portable(const float *q, const float *k, int n) {
+    float acc[8] = {0};
+    int d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (int i = 0; i < 8; i++) acc[i] += q[d + i] * k[d + i];
+    float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; d < n; d++) sum += q[d] * k[d];
+    return sum;
+}
+
+static void axpy_portable(float *out, float p, const float *v, int n) {
+    for (int d = 0; d < n; d++) out[d] += p * v[d];
+}
+
+#if COLI_X86
+/* mul and add kept apart (no contraction into FMA): the scalar bits */
+#define SAME_BITS __attribute__((optimize("fp-contract=off")))
+
+COLI_TARGET_AVX2 SAME_BITS static float dot_avx2(const float *q, const float *k, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 8 <= n; d += 8)
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d)));
+    float a[8];
+    _mm256_storeu_ps(a, acc);
+    float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    for (; d < n; d++) sum += q[d] * k[d];
+    return sum;
+}
+
+COLI_TARGET_AVX2 SAME_BITS static void axpy_avx2(float *out, float p, const float *v, int n) {
+    const __m256 pv = _mm256_set1_ps(p);
+    int d = 0;
+    for (; d + 8 <= n; d += 8)
+        _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_loadu_ps(out + d),
+                                                _mm256_mul_ps(pv, _mm256_loadu_ps(v + d))));
+    for (; d < n; d++) out[d] += p * v[d];
+}
+#endif
+
+float attn_dot_f32(const float *q, const float *k, int n) {
+#if COLI_X86
+    if (coli_cpu_avx2()) return dot_avx2(q, k, n);
+#endif
+    return dot_portable(q, k, n);
+}
+
+void attn_axpy_f32(float *out, float p, const float *v, int n) {
+#if COLI_X86
+    if (coli_cpu_avx2()) { axpy_avx2(out, p, v, n); return; }
+#endif
+    axpy_portable(out, p, v, n);
+}
