@@ -68,6 +68,24 @@ static int s_socket(sched *s, worker_link *w, const char *keys)
     return 0;
 }
 
+int remote_preflight(const device_spec *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (!d[i].endpoint[0]) continue;
+        const char *keys = getenv("COLI_KEYS");
+        if (!curve_available())
+            return coli_fail(COLI_EUNSUPPORTED, "remote:%d (%s): this libzmq has no CURVE support "
+                             "(zmq_has(\"curve\") is 0); remote workers need it", d[i].index, d[i].endpoint);
+        if (!keys || !*keys)
+            return coli_fail(COLI_EINVAL, "remote:%d (%s): remote workers need CURVE keys: set COLI_KEYS=DIR "
+                             "or give --keys DIR (coli keygen DIR makes them)", d[i].index, d[i].endpoint);
+        curve_key k;
+        int rc = curve_key_read(keys, "coordinator.key", 1, k);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 int remote_connect(sched *s, worker_link *w)
 {
     remote_close(w);
@@ -80,14 +98,9 @@ int remote_connect(sched *s, worker_link *w)
     w->routing_len = (size_t)snprintf(w->routing_id, sizeof w->routing_id, "w%d.%u", w->id, w->gen);
     link_set_state(w, LINK_STARTING, "");
     w->last_seen_ns = wire_now_ns();
-    const char *keys = getenv("COLI_KEYS");
-    if (!curve_available())
-        return coli_fail(COLI_EUNSUPPORTED, "%s: this libzmq has no CURVE support (zmq_has(\"curve\") is 0); "
-                         "remote workers need it", w->device);
-    if (!keys || !*keys)
-        return coli_fail(COLI_EINVAL, "%s (%s): remote workers need CURVE keys: set COLI_KEYS=DIR or give "
-                         "--keys DIR (coli keygen DIR makes them)", w->device, w->dev.endpoint);
-    int rc = s_socket(s, w, keys);
+    int rc = remote_preflight(&w->dev, 1);
+    if (rc) return rc;
+    rc = s_socket(s, w, getenv("COLI_KEYS"));
     if (rc) {
         remote_close(w);
         return rc;

@@ -216,6 +216,8 @@ const char *link_state_name(link_state st);
 /* ---- link_remote.c: workers on other hosts (tcp + CURVE), coordinator side ---- */
 /* Connect a fresh DEALER (CURVE client, keys from COLI_KEYS) to w's endpoint
  * and greet it; w is then STARTING until its hello. */
+/* Before anything starts: remote devices need CURVE and keys (COLI_KEYS). */
+int  remote_preflight(const device_spec *d, int n);
 int  remote_connect(sched *s, worker_link *w);
 void remote_close(worker_link *w);
 /* Send to w whichever way it is reached (ROUTER + routing id, or its DEALER). */

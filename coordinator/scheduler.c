@@ -454,6 +454,7 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out)
     s_settings(s);
     if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) || (rc = sup_find_worker_bin(s)) ||
         (rc = sched_expand_auto(s->worker_bin, devs, SCHED_MAX_WORKERS, &n, s->verbose)) ||
+        (rc = remote_preflight(devs, n)) ||
         (rc = s_transport(s)) ||
         (rc = s_make_workers(s, devs, n)))
         goto fail;

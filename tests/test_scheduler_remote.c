@@ -1,0 +1,304 @@
+/*
+ * test_scheduler_remote.c - workers on another "host" (here 127.0.0.1 only,
+ * on a port the worker picks itself: --listen tcp://127.0.0.1:*), reached
+ * over tcp with CURVE keys (docs/scheduler.md, "Remote workers").
+ *
+ * A remote worker that computes gives the bytes of --inproc; one that refuses
+ * our key is one fallback `auth` and the output is still the same; one
+ * SIGKILLed mid-run is one `crash`, the same output; one whose model copy is
+ * not the coordinator's file refuses the Place (`alloc`). `coli keygen`
+ * writes secret keys 0600 and never overwrites.
+ */
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <zmq.h>
+
+#include "sched_util.h"
+
+#define MODEL "tiny-llama-moe-f32.gguf"
+
+static void s_env(void)
+{
+    setenv("COLI_LAYER_DEADLINE_MS", "5000", 1);
+    setenv("COLI_RESTART_BACKOFF_MS", "20", 1);
+    unsetenv("COLI_FAULT");
+    unsetenv("COLI_KEYS");
+}
+
+TestSuite(scheduler_remote, .init = s_env);
+
+static const char *s_bin(const char *name)
+{
+    static char path[2][1024];
+    static int k;
+    const char *b = getenv("COLI_BUILD");
+    k ^= 1;
+    snprintf(path[k], sizeof path[k], "%s/bin/%s", b && *b ? b : "build", name);
+    return path[k];
+}
+
+static void s_need_curve(void)
+{
+    if (!zmq_has("curve")) cr_skip_test("libzmq has no CURVE support (zmq_has(\"curve\") is 0)");
+}
+
+//  A fresh private directory.
+static void s_tmpdir(char *out, size_t n)
+{
+    snprintf(out, n, "%s/coli-remote-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    cr_assert(mkdtemp(out), "mkdtemp");
+}
+
+//  `coli keygen dir [--role role]`; its exit status (stdout/stderr silenced).
+static int s_keygen(const char *dir, const char *role)
+{
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        const char *coli = s_bin("coli");
+        if (role) execl(coli, coli, "keygen", dir, "--role", role, (char *)NULL);
+        else execl(coli, coli, "keygen", dir, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void s_copy(const char *from, const char *to)
+{
+    char buf[256];
+    FILE *a = fopen(from, "r"), *b = fopen(to, "w");
+    cr_assert(a && b, "copy %s -> %s", from, to);
+    size_t n = fread(buf, 1, sizeof buf, a);
+    fwrite(buf, 1, n, b);
+    fclose(a);
+    fclose(b);
+}
+
+typedef struct remote_worker {
+    pid_t pid;
+    char endpoint[256];
+} remote_worker;
+
+//  coli-worker --listen tcp://127.0.0.1:* ...; read the endpoint it prints.
+static void s_worker_start(remote_worker *rw, const char *keys, const char *model)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    rw->pid = fork();
+    cr_assert_geq(rw->pid, 0);
+    if (rw->pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        const char *bin = s_bin("coli-worker");
+        execl(bin, bin, "--listen", "tcp://127.0.0.1:*", "--keys", keys, "--plugin", "cpu",
+              "--threads", "1", "-m", model, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    char line[512] = "";
+    size_t len = 0;
+    struct pollfd pf = {p[0], POLLIN, 0};
+    while (len < sizeof line - 1 && !strchr(line, '\n') && poll(&pf, 1, 10000) > 0) {
+        ssize_t r = read(p[0], line + len, sizeof line - 1 - len);
+        if (r <= 0) break;
+        len += (size_t)r;
+        line[len] = 0;
+    }
+    close(p[0]);
+    const char *ep = strstr(line, "listening on ");
+    cr_assert(ep, "remote worker did not say where it listens: '%s'", line);
+    snprintf(rw->endpoint, sizeof rw->endpoint, "%.*s", (int)strcspn(ep + 13, "\n"), ep + 13);
+    cr_assert(!strncmp(rw->endpoint, "tcp://127.0.0.1:", 16), "endpoint %s", rw->endpoint);
+}
+
+static void s_worker_stop(remote_worker *rw)
+{
+    if (rw->pid <= 0) return;
+    kill(rw->pid, SIGKILL);
+    sched_wait_dead(rw->pid, 5.0);
+    waitpid(rw->pid, NULL, 0);
+    rw->pid = 0;
+}
+
+//  --inproc, then `cpu:1,remote:EP` with COLI_KEYS=keys: same bytes; the stats.
+static char *s_run_remote(const remote_worker *rw, const char *keys, step_hook hook, void *user)
+{
+    const char *model = sched_fixture(MODEL);
+    gen_result ref, got;
+    sched_generate(model, "inproc", NULL, NULL, &ref);
+    char devices[320];
+    snprintf(devices, sizeof devices, "cpu:1,remote:%s", rw->endpoint);
+    setenv("COLI_KEYS", keys, 1);
+    sched_generate(model, devices, hook, user, &got);
+    unsetenv("COLI_KEYS");
+    sched_assert_same(&ref, &got, devices);
+    char *js = got.stats;
+    got.stats = NULL;
+    gen_free(&ref);
+    gen_free(&got);
+    return js;
+}
+
+// ---------------------------------------------------------------------------
+static void s_read(const char *dir, const char *name, char *out, size_t n, mode_t *mode)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0, "%s missing", path);
+    *mode = st.st_mode & 0777;
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    size_t len = fread(out, 1, n - 1, f);
+    out[len] = 0;
+    fclose(f);
+}
+
+Test(scheduler_remote, keygen_secret_files_0600_and_never_overwritten)
+{
+    s_need_curve();
+    char dir[512], before[4][64], after[64];
+    s_tmpdir(dir, sizeof dir);
+    cr_assert_eq(s_keygen(dir, NULL), 0);
+    const char *names[4] = {"coordinator.key", "coordinator.pub", "worker.key", "worker.pub"};
+    for (int i = 0; i < 4; i++) {
+        mode_t mode;
+        s_read(dir, names[i], before[i], sizeof before[i], &mode);
+        cr_expect_eq(mode, i % 2 ? 0644 : 0600, "%s: mode %o", names[i], (unsigned)mode);
+        cr_expect_eq(strlen(before[i]), 41, "%s: not 40 Z85 characters and a newline", names[i]);
+    }
+    cr_expect_neq(strcmp(before[0], before[2]), 0, "the two secret keys are the same");
+    cr_expect_eq(s_keygen(dir, NULL), 1, "keygen overwrote an existing key pair");
+    cr_expect_eq(s_keygen(dir, "worker"), 1, "keygen --role worker overwrote worker.key");
+    for (int i = 0; i < 4; i++) {
+        mode_t mode;
+        s_read(dir, names[i], after, sizeof after, &mode);
+        cr_expect_str_eq(after, before[i], "%s changed", names[i]);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+//  The local worker is our child; the remote one is nobody's business of ours.
+static void s_check_pids(coli_model *m, int step, void *user)
+{
+    (void)user;
+    if (step != 1) return;
+    cr_expect_gt(sched_worker_pid(m, 0), 0);
+    cr_expect_eq(sched_worker_pid(m, 1), 0, "a remote worker has no local process");
+}
+
+Test(scheduler_remote, remote_worker_computes_bit_identical, .timeout = 120)
+{
+    s_need_curve();
+    char keys[512];
+    s_tmpdir(keys, sizeof keys);
+    cr_assert_eq(s_keygen(keys, NULL), 0);
+    remote_worker rw;
+    s_worker_start(&rw, keys, sched_fixture(MODEL));
+    char *js = s_run_remote(&rw, keys, s_check_pids, NULL);
+    s_worker_stop(&rw);
+    char v[256];
+    sched_worker_field(js, 1, "device", v, sizeof v);
+    cr_expect_str_eq(v, "remote:0");
+    sched_worker_field(js, 1, "status", v, sizeof v);
+    cr_expect_str_eq(v, "up", "%s", js);
+    sched_worker_field(js, 1, "endpoint", v, sizeof v);
+    cr_expect_str_eq(v, rw.endpoint);
+    sched_worker_field(js, 1, "batches", v, sizeof v);
+    cr_expect_gt(atol(v), 0, "the remote worker did no work: %s", js);
+    sched_worker_field(js, 1, "resident_experts", v, sizeof v);
+    cr_expect_gt(atol(v), 0, "the remote worker holds no experts");
+    cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
+    free(js);
+    sched_assert_no_orphans();
+}
+
+Test(scheduler_remote, unauthorized_coordinator_key_is_one_auth_fallback, .timeout = 120)
+{
+    s_need_curve();
+    char worker_keys[512], our_keys[512], a[1100], b[1100];
+    s_tmpdir(worker_keys, sizeof worker_keys);
+    s_tmpdir(our_keys, sizeof our_keys);
+    cr_assert_eq(s_keygen(worker_keys, NULL), 0);
+    cr_assert_eq(s_keygen(our_keys, "coordinator"), 0); /* a key the worker never heard of */
+    snprintf(a, sizeof a, "%s/worker.pub", worker_keys);
+    snprintf(b, sizeof b, "%s/worker.pub", our_keys);
+    s_copy(a, b); /* we know the worker; it does not know us */
+    remote_worker rw;
+    s_worker_start(&rw, worker_keys, sched_fixture(MODEL));
+    char *js = s_run_remote(&rw, our_keys, NULL, NULL);
+    s_worker_stop(&rw);
+    cr_expect_eq(sched_fallbacks(js, "remote:0", "auth"), 1, "%s", js);
+    cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
+    char v[64];
+    sched_worker_field(js, 1, "status", v, sizeof v);
+    cr_expect_str_eq(v, "failed");
+    sched_worker_field(js, 1, "batches", v, sizeof v);
+    cr_expect_eq(atol(v), 0);
+    free(js);
+}
+
+static void s_kill_at_step(coli_model *m, int step, void *user)
+{
+    (void)m;
+    remote_worker *rw = user;
+    if (step == 3) s_worker_stop(rw);
+}
+
+Test(scheduler_remote, remote_worker_sigkilled_mid_run, .timeout = 120)
+{
+    s_need_curve();
+    char keys[512];
+    s_tmpdir(keys, sizeof keys);
+    cr_assert_eq(s_keygen(keys, NULL), 0);
+    remote_worker rw;
+    s_worker_start(&rw, keys, sched_fixture(MODEL));
+    char *js = s_run_remote(&rw, keys, s_kill_at_step, &rw);
+    s_worker_stop(&rw);
+    cr_expect_eq(sched_fallbacks(js, "remote:0", "crash"), 1, "%s", js);
+    cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
+    free(js);
+    sched_assert_no_orphans();
+}
+
+Test(scheduler_remote, model_copy_not_the_coordinators_refuses_place, .timeout = 120)
+{
+    s_need_curve();
+    char keys[512];
+    s_tmpdir(keys, sizeof keys);
+    cr_assert_eq(s_keygen(keys, NULL), 0);
+    remote_worker rw;
+    s_worker_start(&rw, keys, sched_fixture("tiny-llama-moe-f16.gguf")); /* same shape, other bytes */
+    char *js = s_run_remote(&rw, keys, NULL, NULL);
+    s_worker_stop(&rw);
+    cr_expect_eq(sched_fallbacks(js, "remote:0", "alloc"), 1, "%s", js);
+    cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
+    char v[256];
+    sched_worker_field(js, 1, "reason", v, sizeof v);
+    cr_expect(strstr(v, "not the coordinator's file"), "reason: %s", v);
+    free(js);
+}
+
+Test(scheduler_remote, remote_without_keys_is_a_clear_error)
+{
+    s_need_curve();
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "cpu:1,remote:tcp://127.0.0.1:9";
+    coli_model *m = NULL;
+    cr_assert_neq(coli_model_load(sched_fixture(MODEL), &mp, &m), 0);
+    cr_expect(strstr(coli_last_error(), "COLI_KEYS"), "%s", coli_last_error());
+    mp.devices = "remote:udp://127.0.0.1:9";
+    cr_assert_neq(coli_model_load(sched_fixture(MODEL), &mp, &m), 0);
+    cr_expect(strstr(coli_last_error(), "tcp://HOST:PORT"), "%s", coli_last_error());
+    sched_assert_no_orphans();
+}
