@@ -64,7 +64,9 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
 
 int coli_plan_text(const char *model_path, const char *devices, char **text)
 {
+    if (!text) return coli_fail(COLI_EINVAL, "plan: text must not be NULL");
     *text = NULL;
+    if (!model_path) return coli_fail(COLI_EINVAL, "plan: no model path");
     device_spec d[SCHED_MAX_WORKERS];
     int n_w = 0, inproc = 0;
     int rc = sched_parse_devices(devices, d, SCHED_MAX_WORKERS, &n_w, &inproc);

@@ -206,8 +206,8 @@ int coli_model_stats_text(const coli_model *m, char **text);
 /* Where each expert of the model at path would go for a --devices string
  * (`coli plan`), as text: per worker experts and bytes, then per layer the
  * owner of each expert. Starts no worker. malloc'd; the caller frees it.
- * text must not be NULL. Errors: those of opening the model, COLI_EINVAL
- * for a bad devices string or a model without experts. */
+ * Errors: those of opening the model, COLI_EINVAL for a NULL text or path,
+ * a bad devices string or a model without experts. */
 int coli_plan_text(const char *model_path, const char *devices, char **text);
 
 #ifdef __cplusplus
