@@ -51,7 +51,8 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     s->attn = malloc(B * Q * sizeof(float));
     s->delta = malloc(B * E * sizeof(float));
     s->rope = malloc(B * (size_t)hp->n_rot * sizeof(float));
-    s->scores = malloc((size_t)s->n_workers * (size_t)n_ctx * sizeof(float));
+    const size_t group = hp->n_head_kv > 0 ? (size_t)(hp->n_head / hp->n_head_kv) : 1;
+    s->scores = malloc((size_t)s->n_workers * group * (size_t)n_ctx * sizeof(float));
     s->router = malloc(B * (X ? X : 1) * sizeof(float));
     s->sel = malloc(B * (K ? K : 1) * sizeof(int32_t));
     s->sel_w = malloc(B * (K ? K : 1) * sizeof(float));
@@ -162,49 +163,74 @@ typedef struct attn_job {
 static float fp16_round(float x) { return coli_fp16_to_fp32(coli_fp32_to_fp16(x)); }
 
 /* out (head_dim) = softmax(q . K[0..n_kv) * scale) V for one query head
- * reading KV head kvh. With an fp16 cache, q arrives fp16-rounded and the
+ * reading KV head kvh of an fp16 cache: q arrives fp16-rounded and the
  * probabilities are rounded to fp16 before the product with V (llama.cpp). */
-static void attend_one(const kv_cache *kv, int layer, int n_kv, int kvh, int head_dim,
-                       const float *q, float *scores, float *out) {
+static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, int head_dim,
+                           const float *q, float *scores, float *out) {
     const float scale = 1.0f / sqrtf((float)head_dim);
     const float *h2f = kv_fp16_table();
     const size_t off = (size_t)kvh * (size_t)head_dim;
     for (int j = 0; j < n_kv; j++) {
         float dot = 0.0f;
-        if (kv->f16) {
-            const uint16_t *kj = (const uint16_t *)kv_cache_k(kv, layer, j) + off;
-            for (int d = 0; d < head_dim; d++) dot += q[d] * h2f[kj[d]];
-        } else {
-            dot = attn_dot_f32(q, (const float *)kv_cache_k(kv, layer, j) + off, head_dim);
-        }
+        const uint16_t *kj = (const uint16_t *)kv_cache_k(kv, layer, j) + off;
+        for (int d = 0; d < head_dim; d++) dot += q[d] * h2f[kj[d]];
         scores[j] = dot * scale;
     }
     softmax(scores, n_kv);
     memset(out, 0, (size_t)head_dim * sizeof(float));
     for (int j = 0; j < n_kv; j++) {
-        if (kv->f16) {
-            const float p = fp16_round(scores[j]);
-            const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, j) + off;
-            for (int d = 0; d < head_dim; d++) out[d] += p * h2f[vj[d]];
-        } else {
-            attn_axpy_f32(out, scores[j], (const float *)kv_cache_v(kv, layer, j) + off, head_dim);
-        }
+        const float p = fp16_round(scores[j]);
+        const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, j) + off;
+        for (int d = 0; d < head_dim; d++) out[d] += p * h2f[vj[d]];
     }
 }
 
-/* Thread ith takes (token, head) pairs ith, ith + nth, ... Token t sees
- * positions 0..pos+t (the causal mask). GQA: head h reads KV head h / group. */
+/* The same for the group query heads of KV head kvh (q and out: group
+ * heads of head_dim, contiguous) over an F32 cache: each cached key is
+ * read once for all of them; scores: group rows, score_stride apart. Each
+ * head gets the bits it would get alone. */
+static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, int group,
+                             int head_dim, const float *q, float *scores, long score_stride,
+                             float *out) {
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const size_t off = (size_t)kvh * (size_t)head_dim;
+    for (int j = 0; j < n_kv; j++)
+        attn_dots_f32(q, head_dim, group, (const float *)kv_cache_k(kv, layer, j) + off, head_dim,
+                      scores + j, score_stride);
+    for (int g = 0; g < group; g++) {
+        float *sg = scores + g * score_stride;
+        for (int j = 0; j < n_kv; j++) sg[j] *= scale;
+        softmax(sg, n_kv);
+    }
+    memset(out, 0, (size_t)group * (size_t)head_dim * sizeof(float));
+    for (int j = 0; j < n_kv; j++) {
+        const float *vj = (const float *)kv_cache_v(kv, layer, j) + off;
+        for (int g = 0; g < group; g++)
+            attn_axpy_f32(out + (size_t)g * (size_t)head_dim, scores[g * score_stride + j], vj, head_dim);
+    }
+}
+
+/* F32 cache: thread ith takes (token, KV head) pairs ith, ith + nth, ...,
+ * each with its group of query heads; fp16 cache: (token, head) pairs.
+ * Token t sees positions 0..pos+t (the causal mask). */
 static void attention_worker(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     forward_state *s = job->s;
     const model_hparams *hp = &s->m->hp;
     const int group = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
+    const int per_tok = job->kv->f16 ? hp->n_head : hp->n_head_kv;
     const size_t q_dim = (size_t)model_q_dim(hp);
-    float *scores = s->scores + (size_t)ith * (size_t)s->n_ctx;
-    for (int task = ith; task < job->n * hp->n_head; task += nth) {
-        const int t = task / hp->n_head, hh = task % hp->n_head;
-        const size_t at = (size_t)t * q_dim + (size_t)hh * (size_t)hd;
-        attend_one(job->kv, job->layer, job->pos + t + 1, hh / group, hd, s->q + at, scores, s->attn + at);
+    float *scores = s->scores + (size_t)ith * (size_t)group * (size_t)s->n_ctx;
+    for (int task = ith; task < job->n * per_tok; task += nth) {
+        const int t = task / per_tok, h = task % per_tok, n_kv = job->pos + t + 1;
+        if (job->kv->f16) {
+            const size_t at = (size_t)t * q_dim + (size_t)h * (size_t)hd;
+            attend_one_f16(job->kv, job->layer, n_kv, h / group, hd, s->q + at, scores, s->attn + at);
+        } else {
+            const size_t at = (size_t)t * q_dim + (size_t)h * (size_t)group * (size_t)hd;
+            attend_group_f32(job->kv, job->layer, n_kv, h, group, hd, s->q + at, scores, s->n_ctx,
+                             s->attn + at);
+        }
     }
 }
 

@@ -34,7 +34,7 @@ typedef struct forward_state {
     float *attn;          /* (B, q_dim) attention output, heads concatenated */
     float *delta;         /* (B, n_embd) what a sub-block adds to h */
     float *rope;          /* (B, n_rot) cos/sin pairs of each token's position */
-    float *scores;        /* (n_workers, n_ctx) one row of attention scores per thread */
+    float *scores;        /* (n_workers, group, n_ctx) attention scores, group = n_head / n_head_kv */
     float *router;        /* (B, n_expert) router logits, then probabilities */
     int32_t *sel;         /* (B, n_expert_used) chosen experts, in slot order */
     float *sel_w;         /* (B, n_expert_used) their weights */

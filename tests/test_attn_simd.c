@@ -41,3 +41,18 @@ Test(attn_simd, dot_and_axpy_match_scalar_bits) {
         cr_assert(memcmp(out, ref, (size_t)n * sizeof(float)) == 0, "axpy n=%d differs", n);
     }
 }
+
+Test(attn_simd, grouped_dots_match_single_dots) {
+    unsigned seed = 777;
+    float q[6 * 136], k[136], out[6 * 3];
+    for (int i = 0; i < 6 * 136; i++) q[i] = frand(&seed);
+    for (int i = 0; i < 136; i++) k[i] = frand(&seed);
+    for (int n_q = 1; n_q <= 6; n_q++)
+        for (int n = 121; n <= 136; n += 5) {
+            attn_dots_f32(q, 136, n_q, k, n, out, 3);
+            for (int i = 0; i < n_q; i++) {
+                float want = attn_dot_f32(q + i * 136, k, n);
+                cr_assert(memcmp(&out[i * 3], &want, sizeof want) == 0, "n_q %d n %d head %d", n_q, n, i);
+            }
+        }
+}
