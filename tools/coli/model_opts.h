@@ -18,6 +18,7 @@ typedef struct model_opts {
     int kv_f16;              /* --kv-f16 */
     int verbose;             /* -v */
     const char *stats_json;  /* --stats-json FILE (run only) */
+    const char *keys;        /* --keys DIR: CURVE keys for remote workers (sets COLI_KEYS) */
 } model_opts;
 
 /* The arg_spec entries of model_opts o (an lvalue), for a command's table. */
@@ -28,6 +29,7 @@ typedef struct model_opts {
     {"--inproc", NULL, ARG_FLAG, &(o).inproc, 0, 0, 0, NULL, "run experts in this process (= --devices inproc)"}, \
     {"--ctx", "-c", ARG_INT, &(o).n_ctx, 1, 1 << 24, 0, "N", "context length (default: the model's)"}, \
     {"--kv-f16", NULL, ARG_FLAG, &(o).kv_f16, 0, 0, 0, NULL, "F16 KV cache (default F32)"},     \
+    {"--keys", NULL, ARG_STR, &(o).keys, 0, 0, 0, "DIR", "CURVE keys for remote:tcp://... workers (= COLI_KEYS; coli keygen)"}, \
     {"--verbose", "-v", ARG_FLAG, &(o).verbose, 0, 0, 0, NULL, "progress and per-worker lines on stderr"}
 
 /* The help lines of the sampling flags, with the defaults they start from. */
