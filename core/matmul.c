@@ -201,6 +201,21 @@ static void init_job(mm_job *j, const coli_matmul_op *o, int avx2, uint8_t *buf,
     j->xd = shared->xd;
 }
 
+/* Multiply-adds below which the calling thread does the job alone (a MoE
+ * router: 8 rows): waking the pool costs more than the work. */
+#define MM_MIN_PARALLEL_MACS (1 << 16)
+
+static int is_tiny(const coli_matmul_op *ops, int n, const int *src) {
+    int64_t macs = 0;
+    for (int i = 0; i < n && macs < MM_MIN_PARALLEL_MACS; i++) {
+        if (src[i] < 0) continue;
+        const int64_t per_row = ops[i].n_in * ops[i].n_tok; /* <= 2^40 (check_args) */
+        if (per_row >= MM_MIN_PARALLEL_MACS || ops[i].n_out >= MM_MIN_PARALLEL_MACS) return 0;
+        macs += per_row * ops[i].n_out;
+    }
+    return macs < MM_MIN_PARALLEL_MACS;
+}
+
 /* n <= COLI_MATMUL_MANY_MAX checked ops: prepare the inputs on the calling
  * thread, then one pool job over all their rows. */
 static int run_group(coli_pool *pool, coli_scratch *scratch, const coli_matmul_op *ops, int n) {
@@ -226,7 +241,7 @@ static int run_group(coli_pool *pool, coli_scratch *scratch, const coli_matmul_o
     }
     if (m.n == 0) return 0;
     atomic_init(&m.next_chunk, 0);
-    coli_pool_run(nth > 1 ? pool : NULL, many_worker, &m);
+    coli_pool_run(nth > 1 && !is_tiny(ops, n, src) ? pool : NULL, many_worker, &m);
     return 0;
 }
 
