@@ -44,11 +44,27 @@ static void s_need_curve(void)
     if (!zmq_has("curve")) cr_skip_test("libzmq has no CURVE support (zmq_has(\"curve\") is 0)");
 }
 
+//  Directories made by this test process, removed when it exits (each
+//  Criterion test runs in its own process) so that key files do not pile up.
+static char s_made[8][512];
+static int s_n_made;
+
+static void s_remove_made(void)
+{
+    for (int i = 0; i < s_n_made; i++) {
+        char cmd[4200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_made[i]);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s_made[i]);
+    }
+}
+
 //  A fresh private directory.
 static void s_tmpdir(char *out, size_t n)
 {
     snprintf(out, n, "%s/coli-remote-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     cr_assert(mkdtemp(out), "mkdtemp");
+    if (s_n_made == 0) atexit(s_remove_made);
+    if (s_n_made < 8) snprintf(s_made[s_n_made++], sizeof s_made[0], "%s", out);
 }
 
 //  `coli keygen dir [--role role]`; its exit status (stdout/stderr silenced).

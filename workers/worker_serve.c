@@ -467,6 +467,27 @@ static int s_wait(worker *w, int spin)
     return w->a.lifeline_fd >= 0 && it[1].revents != 0;
 }
 
+//  A coordinator killed with SIGKILL cannot remove its private ipc directory
+//  (mkdtemp "coli-XXXXXX" holding the socket "coord"); the workers it leaves
+//  behind do it on their way out. Only that exact shape is touched, and
+//  unlink/rmdir fail harmlessly when another worker got there first.
+static void s_tidy_dead_coordinator(const worker *w)
+{
+    const char *ep = w->a.connect;
+    if (!ep || strncmp(ep, "ipc://", 6) != 0) return;
+    const char *path = ep + 6, *slash = strrchr(path, '/');
+    if (!slash || strcmp(slash, "/coord") != 0) return;
+    char dir[512];
+    size_t n = (size_t)(slash - path);
+    if (n >= sizeof dir) return;
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    const char *base = strrchr(dir, '/');
+    if (!base || strncmp(base + 1, "coli-", 5) != 0) return;
+    unlink(path);
+    rmdir(dir);
+}
+
 int worker_serve(worker *w)
 {
     s_heartbeat(w);
@@ -474,8 +495,10 @@ int worker_serve(worker *w)
     while (!w->stop) {
         int woke = s_wait(w, spin);
         if ((woke || wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) &&
-            s_coordinator_gone(w))
+            s_coordinator_gone(w)) {
+            s_tidy_dead_coordinator(w);
             return 0; /* the coordinator is gone: so are we */
+        }
         spin = w->ring.base && s_handle_ring(w);
         while (!w->stop && s_handle_one(w) == 0)
             if (wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
