@@ -34,6 +34,9 @@
 #ifndef F_RN
 #define F_RN 3
 #endif
+#ifndef PREFETCH_LINES
+#define PREFETCH_LINES 2
+#endif
 #ifndef Q_RM
 #define Q_RM 4
 #endif
@@ -224,8 +227,14 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
         xd[b] = j->xd + (t + b) * nb;
         acc[b] = _mm256_setzero_ps();
     }
+    /* decode streams each weight byte once: fetch the next tile's rows
+     * (contiguous after this tile's) while this one computes */
+    const uint8_t *ahead = w[0] + (size_t)RM * j->w_stride;
     for (int64_t k = 0; k < nb; k++) {
         __m256i wq[4], aw[4];
+        if (RN == 1 && PREFETCH_LINES)
+            for (int l = 0; l < PREFETCH_LINES; l++)
+                _mm_prefetch((const char *)ahead + (size_t)k * RM * bb + 64 * l, _MM_HINT_T0);
         const __m128 dw = load_wd4(w, (size_t)k * bb, RM);
 #pragma GCC unroll 4
         for (int a = 0; a < RM; a++) {
