@@ -82,7 +82,7 @@ static int s_start_experts(coli_model *cm, const char *path, const coli_model_pa
         .model_path = path, .gguf = cm->m->gguf,
         .n_layer = hp->n_layer, .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used,
         .n_embd = hp->n_embd, .n_ff = hp->n_ff_exp,
-        .devices = p->devices, .n_threads = cm->n_threads, .verbose = p->verbose,
+        .devices = p->devices, .n_threads = cm->n_threads, .pool = cm->pool, .verbose = p->verbose,
     };
     return select_executor(&cfg, &cm->moe);
 }

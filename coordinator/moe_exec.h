@@ -40,6 +40,8 @@ typedef struct moe_exec_config {
     int64_t n_embd, n_ff;       /* n_ff: expert FFN length */
     const char *devices;        /* the --devices string, NULL = default */
     int n_threads;              /* compute threads for in-process work */
+    struct coli_pool *pool;     /* optional: the forward pass's pool, which the in-process
+                                   executor then shares (NULL: it starts its own) */
     int verbose;
 } moe_exec_config;
 

@@ -208,7 +208,8 @@ static int s_load_all(inproc *ex, const moe_exec_config *cfg) {
 static int s_open_device(inproc *ex, const moe_exec_config *cfg) {
     char err[256] = "";
     moe_open_opts opts = {.device_index = 0, .n_threads = cfg->n_threads, .memory_budget = 0, .fault = NULL};
-    int rc = ex->plugin->open(&opts, &ex->dev, err, sizeof err);
+    int rc = cfg->pool ? coli_cpu_plugin_open_shared(&opts, cfg->pool, &ex->dev, err, sizeof err)
+                       : ex->plugin->open(&opts, &ex->dev, err, sizeof err);
     if (rc < 0) return coli_fail(rc, "inproc experts: cpu plugin open: %s", err);
     moe_caps caps;
     memset(&caps, 0, sizeof caps);

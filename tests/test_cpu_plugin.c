@@ -13,6 +13,7 @@
 #include "expert_ffn.h"
 #include "plugins/cpu/cpu_plugin.h"
 #include "quant.h"
+#include "threadpool.h"
 
 enum { EMBD = 64, FF = 96 };
 
@@ -237,4 +238,35 @@ Test(cpu_plugin, shared_library_exports_only_the_entry_point) {
     cr_assert_eq(pclose(f), 0, "nm failed on %s", so);
     cr_assert(found, "%s does not export moe_plugin_get", so);
     cr_assert_eq(n_defined, 1);
+}
+
+//  In-process the plugin borrows the forward pass's pool: same bits as a
+//  device with a pool of its own, and closing the device leaves the pool alive.
+Test(cpu_plugin, shared_pool_device_gives_the_same_bits) {
+    const struct moe_plugin *p = coli_cpu_plugin();
+    coli_pool *pool = coli_pool_new(2);
+    cr_assert_not_null(pool);
+    moe_open_opts o = {.device_index = 0, .n_threads = 2};
+    moe_device *shared = NULL, *own = open_dev(p, 2, 0);
+    char err[256] = "";
+    cr_assert_eq(coli_cpu_plugin_open_shared(&o, pool, &shared, err, sizeof err), 0, "%s", err);
+    cr_assert_neq(coli_cpu_plugin_open_shared(&o, NULL, &shared, err, sizeof err), 0);
+    cr_assert(strstr(err, "NULL pool"), "%s", err);
+    cr_assert_eq(coli_cpu_plugin_open_shared(&o, pool, &shared, err, sizeof err), 0, "%s", err);
+    test_expert e = make_expert(0, 0, COLI_Q8_0);
+    cr_assert_eq(p->load_expert(shared, &e.d, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(p->load_expert(own, &e.d, err, sizeof err), 0, "%s", err);
+    enum { ROWS = 5 };
+    float x[ROWS * EMBD], a[ROWS * EMBD], b[ROWS * EMBD];
+    for (int i = 0; i < ROWS * EMBD; i++) x[i] = (float)((i * 13) % 29) / 14.0f - 1.0f;
+    const moe_batch_group g = {0, 0, 0, ROWS};
+    cr_assert_eq(p->run(shared, &g, 1, x, ROWS, EMBD, a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(p->run(own, &g, 1, x, ROWS, EMBD, b, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0, "shared-pool output differs");
+    p->close(&shared);
+    cr_assert_null(shared);
+    cr_assert_eq(coli_pool_size(pool), 2, "the borrowed pool must survive close()");
+    p->close(&own);
+    coli_pool_destroy(&pool);
+    free_expert(&e);
 }

@@ -33,6 +33,7 @@ typedef struct cpu_expert {
 struct moe_device {
     uint32_t tag;          /* CPU_DEV_TAG while open */
     coli_pool *pool;
+    int owns_pool;         /* 0 when the pool is borrowed (coli_cpu_plugin_open_shared) */
     coli_scratch scratch;  /* expert_ffn's buffers, reused across runs */
     uint64_t budget;       /* bytes of experts it may hold; 0 = no limit */
     cpu_expert *slots;     /* cap entries, cap a power of two (or 0) */
@@ -104,7 +105,7 @@ static int cpu_probe(int *n_devices, char *why, size_t why_len) {
 static void cpu_close(moe_device **dev) {
     if (!dev || !*dev) return;
     moe_device *d = *dev;
-    coli_pool_destroy(&d->pool);
+    if (d->owns_pool) coli_pool_destroy(&d->pool);
     coli_scratch_free(&d->scratch);
     free(d->slots);
     d->tag = 0xdeadbeefu;
@@ -112,7 +113,9 @@ static void cpu_close(moe_device **dev) {
     *dev = NULL;
 }
 
-static int cpu_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len) {
+//  Open with the given pool (borrowed) or, when pool is NULL, a pool of its own.
+static int cpu_open_with(const moe_open_opts *opts, coli_pool *pool, moe_device **out,
+                         char *err, size_t err_len) {
     if (!out) return fail(err, err_len, COLI_EINVAL, "cpu: open: NULL output");
     *out = NULL;
     if (!opts) return fail(err, err_len, COLI_EINVAL, "cpu: open: NULL options");
@@ -125,7 +128,8 @@ static int cpu_open(const moe_open_opts *opts, moe_device **out, char *err, size
     if (!d) return fail(err, err_len, COLI_ENOMEM, "cpu: open: out of memory");
     d->tag = CPU_DEV_TAG;
     d->budget = opts->memory_budget;
-    d->pool = coli_pool_new(opts->n_threads);
+    d->owns_pool = pool == NULL;
+    d->pool = pool ? pool : coli_pool_new(opts->n_threads);
     if (!d->pool) {
         int rc = fail(err, err_len, COLI_ENOMEM, "cpu: open: %s", coli_last_error());
         cpu_close(&d);
@@ -133,6 +137,16 @@ static int cpu_open(const moe_open_opts *opts, moe_device **out, char *err, size
     }
     *out = d;
     return 0;
+}
+
+static int cpu_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len) {
+    return cpu_open_with(opts, NULL, out, err, err_len);
+}
+
+int coli_cpu_plugin_open_shared(const moe_open_opts *opts, coli_pool *pool, moe_device **out,
+                                char *err, size_t err_len) {
+    if (!pool) return fail(err, err_len, COLI_EINVAL, "cpu: open_shared: NULL pool");
+    return cpu_open_with(opts, pool, out, err, err_len);
 }
 
 static uint64_t host_memory(void) {
