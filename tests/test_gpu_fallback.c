@@ -14,27 +14,18 @@
 #include <math.h>
 
 #include "plugins/plugin_abi.h"
+#define SCHED_WAIVE_RUNNER_LEAK /* skipped tests: no plugin built, or no device */
 #include "sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
 static void s_env(void)
 {
-    setenv("COLI_LAYER_DEADLINE_MS", "5000", 1);
-    unsetenv("COLI_FAULT");
+    sched_env_defaults();
     unsetenv("COLI_PLUGIN_FAULT");
 }
 
 TestSuite(gpu_fallback, .init = s_env);
-
-/* Criterion's runner (libcriterion 2.4.1) leaks one 48-byte block of its own
- * when tests skip (here: no plugin built, or no device); under ASan that would
- * fail the program although nothing failed. Only the runner's block is waived. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-    return "leak:libcriterion.so\n";
-}
 
 //  The built plugin for vendor (absolute path), or skip.
 static void s_find_plugin(const char *vendor, char *out, size_t n)
@@ -75,27 +66,8 @@ static int s_probe(const char *path, char *why, size_t n)
 //  A plugin directory with the cpu plugin and the real GPU plugin.
 static void s_plugin_dir(char *dir, size_t n, const char *vendor, const char *so)
 {
-    snprintf(dir, n, "/tmp/coli-gputest-XXXXXX");
-    cr_assert(mkdtemp(dir), "mkdtemp");
-    const char *b = getenv("COLI_BUILD");
-    char *build = realpath(b && *b ? b : "build", NULL);
-    char src[1024], dst[1100];
-    cr_assert(build);
-    snprintf(src, sizeof src, "%s/lib/libcoli-cpu.so", build);
-    free(build);
-    snprintf(dst, sizeof dst, "%s/libcoli-cpu.so", dir);
-    cr_assert_eq(symlink(src, dst), 0);
-    snprintf(dst, sizeof dst, "%s/libcoli-%s.so", dir, vendor);
-    cr_assert_eq(symlink(so, dst), 0);
-    setenv("COLI_PLUGIN_DIR", dir, 1);
-}
-
-static void s_rm_dir(const char *dir)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
-    unsetenv("COLI_PLUGIN_DIR");
+    const int cuda = !strcmp(vendor, "cuda");
+    sched_plugin_dir(dir, n, "/tmp/coli-gputest-XXXXXX", cuda ? so : NULL, cuda ? NULL : so);
 }
 
 static void s_check_vendor(const char *vendor)
@@ -135,7 +107,7 @@ static void s_check_vendor(const char *vendor)
     }
     gen_free(&ref);
     gen_free(&got);
-    s_rm_dir(dir);
+    sched_rm_plugin_dir(dir);
     sched_assert_no_orphans();
 }
 
@@ -164,7 +136,7 @@ static void s_check_summary(const char *vendor)
     const int pid = sched_worker_pid(m, 0);
     coli_model_free(&m);
     if (pid > 0) sched_wait_dead(pid, 2.0);
-    s_rm_dir(dir);
+    sched_rm_plugin_dir(dir);
 }
 
 //  With a device: partial residency. COLI_PLUGIN_FAULT makes the plugin fail
@@ -195,7 +167,7 @@ static void s_check_partial(const char *vendor, const char *devices, const char 
     cr_expect_lt(m, 1e-2f, "%s: logits differ by %g", devices, m);
     gen_free(&ref);
     gen_free(&got);
-    s_rm_dir(dir);
+    sched_rm_plugin_dir(dir);
     sched_assert_no_orphans();
 }
 

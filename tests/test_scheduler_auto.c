@@ -6,71 +6,31 @@
  */
 #include <sys/wait.h>
 
+#define SCHED_WAIVE_RUNNER_LEAK
 #include "sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
 static void s_env(void)
 {
-    setenv("COLI_LAYER_DEADLINE_MS", "5000", 1);
-    unsetenv("COLI_FAULT");
+    sched_env_defaults();
     unsetenv("COLI_PROBE_TIMEOUT_MS");
 }
 
 TestSuite(scheduler_auto, .init = s_env);
 
-/* Criterion's runner (libcriterion 2.4.1) leaks one 48-byte block of its own
- * in some parallel schedules of this file's tests; under ASan that would fail
- * the program although every test passed. Only the runner's block is waived. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-    return "leak:libcriterion.so\n";
-}
-
-static const char *s_build(void)
-{
-    static char path[1024];
-    const char *b = getenv("COLI_BUILD");
-    char *real = realpath(b && *b ? b : "build", NULL);
-    cr_assert(real, "build directory");
-    snprintf(path, sizeof path, "%s", real);
-    free(real);
-    return path;
-}
-
 //  A plugin directory: the cpu plugin, plus cuda/hip as given (NULL = absent).
 static void s_plugin_dir(char *dir, size_t n, const char *cuda, const char *hip)
 {
-    snprintf(dir, n, "/tmp/coli-autotest-XXXXXX");
-    cr_assert(mkdtemp(dir), "mkdtemp");
-    char src[1100], dst[1100];
-    snprintf(src, sizeof src, "%s/lib/libcoli-cpu.so", s_build());
-    snprintf(dst, sizeof dst, "%s/libcoli-cpu.so", dir);
-    cr_assert_eq(symlink(src, dst), 0);
-    const char *so[2] = {cuda, hip}, *name[2] = {"cuda", "hip"};
-    for (int i = 0; i < 2; i++) {
-        if (!so[i]) continue;
-        snprintf(dst, sizeof dst, "%s/libcoli-%s.so", dir, name[i]);
-        cr_assert_eq(symlink(so[i], dst), 0, "symlink %s", so[i]);
-    }
-    setenv("COLI_PLUGIN_DIR", dir, 1);
-}
-
-static void s_rm_dir(const char *dir)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
-    unsetenv("COLI_PLUGIN_DIR");
+    sched_plugin_dir(dir, n, "/tmp/coli-autotest-XXXXXX", cuda, hip);
 }
 
 //  The GPU plugin `make gpu-compile` built (absolute path), or NULL.
 static const char *s_gpu_plugin(const char *vendor, char *out, size_t n)
 {
-    snprintf(out, n, "%s/gpu/%s/libcoli-%s.so", s_build(), vendor, vendor);
+    snprintf(out, n, "%s/gpu/%s/libcoli-%s.so", sched_build_dir(), vendor, vendor);
     if (access(out, R_OK) == 0) return out;
-    snprintf(out, n, "%s/lib/libcoli-%s.so", s_build(), vendor);
+    snprintf(out, n, "%s/lib/libcoli-%s.so", sched_build_dir(), vendor);
     return access(out, R_OK) == 0 ? out : NULL;
 }
 
@@ -176,7 +136,7 @@ Test(scheduler_auto, probe_of_a_missing_plugin_gives_the_reason)
 {
     char dir[64], cmd[1400], line[1024] = "";
     s_plugin_dir(dir, sizeof dir, NULL, NULL);
-    snprintf(cmd, sizeof cmd, "%s/bin/coli-worker --probe cuda", s_build());
+    snprintf(cmd, sizeof cmd, "%s/bin/coli-worker --probe cuda", sched_build_dir());
     FILE *p = popen(cmd, "r");
     cr_assert(p);
     cr_assert(fgets(line, sizeof line, p), "no probe line");
@@ -184,7 +144,7 @@ Test(scheduler_auto, probe_of_a_missing_plugin_gives_the_reason)
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "probe exit status %d", st);
     cr_expect(strstr(line, "{\"plugin\":\"cuda\",\"devices\":0,\"reason\":\"plugin 'cuda': libcoli-cuda.so: "
                            "cannot open shared object file"), "%s", line);
-    s_rm_dir(dir);
+    sched_rm_plugin_dir(dir);
 }
 
 //  No GPU here: the default and "auto" are CPU workers only, silently, with
@@ -202,7 +162,7 @@ Test(scheduler_auto, auto_without_a_gpu_is_cpu_workers_and_silent, .timeout = 12
         free(err);
         free(js);
     }
-    s_rm_dir(dir);
+    sched_rm_plugin_dir(dir);
 }
 
 //  A plugin that finds a device gets a worker: the cpu plugin standing in as
@@ -210,7 +170,7 @@ Test(scheduler_auto, auto_without_a_gpu_is_cpu_workers_and_silent, .timeout = 12
 Test(scheduler_auto, auto_starts_a_worker_per_device_found, .timeout = 120)
 {
     char dir[64], cpu[1100];
-    snprintf(cpu, sizeof cpu, "%s/lib/libcoli-cpu.so", s_build());
+    snprintf(cpu, sizeof cpu, "%s/lib/libcoli-cpu.so", sched_build_dir());
     s_plugin_dir(dir, sizeof dir, cpu, NULL);
     char *err = NULL, *js = s_run("auto", &err);
     cr_expect_eq(s_n_workers(js), 1 + s_default_cpu(), "%s", js);
@@ -225,7 +185,7 @@ Test(scheduler_auto, auto_starts_a_worker_per_device_found, .timeout = 120)
     cr_expect_eq(err[0], 0, "%s", err);
     free(err);
     free(js);
-    s_rm_dir(dir);
+    sched_rm_plugin_dir(dir);
 }
 
 //  A driver that crashes in its probe takes only the probe process down.
@@ -243,8 +203,8 @@ Test(scheduler_auto, crashing_probe_costs_one_line, .timeout = 120)
     cr_expect_eq(sched_fallbacks(js, "cuda:0", "no_device"), 0, "auto counts no fallback: %s", js);
     free(err);
     free(js);
-    s_rm_dir(dir);
-    s_rm_dir(fake);
+    sched_rm_plugin_dir(dir);
+    sched_rm_plugin_dir(fake);
 }
 
 //  ... and one that hangs is killed after COLI_PROBE_TIMEOUT_MS.
@@ -262,8 +222,8 @@ Test(scheduler_auto, hanging_probe_is_killed_after_the_timeout, .timeout = 120)
               "%s", err);
     free(err);
     free(js);
-    s_rm_dir(dir);
-    s_rm_dir(fake);
+    sched_rm_plugin_dir(dir);
+    sched_rm_plugin_dir(fake);
 }
 
 //  The default's workers go with the model, as named devices' do.
@@ -280,5 +240,5 @@ Test(scheduler_auto, default_workers_end_with_the_model, .timeout = 60)
     coli_model_free(&m);
     sched_wait_dead(pid, 2.0);
     sched_assert_no_orphans();
-    s_rm_dir(dir);
+    sched_rm_plugin_dir(dir);
 }

@@ -17,8 +17,7 @@
 
 static void s_env(void)
 {
-    setenv("COLI_LAYER_DEADLINE_MS", "5000", 1);
-    unsetenv("COLI_FAULT");
+    sched_env_defaults();
 }
 
 TestSuite(scheduler_procs, .init = s_env);
@@ -26,29 +25,7 @@ TestSuite(scheduler_procs, .init = s_env);
 //  A plugin directory holding the real cpu plugin plus `extra` as libcoli-cuda.so.
 static void s_plugin_dir(char *dir, size_t n, const char *extra)
 {
-    snprintf(dir, n, "/tmp/coli-plugtest-XXXXXX");
-    cr_assert(mkdtemp(dir), "mkdtemp");
-    const char *b = getenv("COLI_BUILD");
-    char src[1024], dst[1100];
-    char *real = realpath(b && *b ? b : "build", NULL);
-    cr_assert(real, "build directory");
-    snprintf(src, sizeof src, "%s/lib/libcoli-cpu.so", real);
-    free(real);
-    snprintf(dst, sizeof dst, "%s/libcoli-cpu.so", dir);
-    cr_assert_eq(symlink(src, dst), 0);
-    if (extra) {
-        snprintf(dst, sizeof dst, "%s/libcoli-cuda.so", dir);
-        cr_assert_eq(symlink(extra, dst), 0, "symlink %s", extra);
-    }
-    setenv("COLI_PLUGIN_DIR", dir, 1);
-}
-
-static void s_rm_plugin_dir(const char *dir)
-{
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
-    unsetenv("COLI_PLUGIN_DIR");
+    sched_plugin_dir(dir, n, "/tmp/coli-plugtest-XXXXXX", extra, NULL);
 }
 
 //  cpu + cuda:0 where cuda cannot load: same output, one plugin_load fallback.
@@ -76,7 +53,7 @@ Test(scheduler_procs, plugin_missing_library)
     char dir[64];
     s_plugin_dir(dir, sizeof dir, NULL);
     s_expect_cuda_fails("plugin 'cuda': libcoli-cuda.so: cannot open shared object file");
-    s_rm_plugin_dir(dir);
+    sched_rm_plugin_dir(dir);
 }
 
 Test(scheduler_procs, plugin_missing_symbol)
@@ -87,7 +64,7 @@ Test(scheduler_procs, plugin_missing_symbol)
     if (access(libm, R_OK) != 0) cr_skip_test("no libm.so.6 to stand in for a plugin");
     s_plugin_dir(dir, sizeof dir, libm);
     s_expect_cuda_fails("has no symbol moe_plugin_get");
-    s_rm_plugin_dir(dir);
+    sched_rm_plugin_dir(dir);
 }
 
 //  A real shared library that says ABI 99: compiled here (skipped without cc).
@@ -109,8 +86,8 @@ Test(scheduler_procs, plugin_wrong_abi)
     char pdir[64];
     s_plugin_dir(pdir, sizeof pdir, so);
     s_expect_cuda_fails("ABI version 99.0");
-    s_rm_plugin_dir(pdir);
-    s_rm_plugin_dir(dir);
+    sched_rm_plugin_dir(pdir);
+    sched_rm_plugin_dir(dir);
 }
 
 // ---------------------------------------------------------------------------
@@ -170,30 +147,40 @@ Test(scheduler_procs, foreign_peer_garbage_is_dropped)
 }
 
 // ---------------------------------------------------------------------------
-//  A coordinator in a child process starts 2 workers, reports their pids,
-//  then is SIGKILLed: the workers must exit within 2 s.
-Test(scheduler_procs, coordinator_sigkill_leaves_no_worker, .timeout = 60)
+//  Fork a coordinator child that loads model on cpu:2 (heartbeat_ms, if not
+//  NULL, as COLI_HEARTBEAT_MS there) and stays; pids gets its two workers.
+static pid_t s_fork_coordinator(const char *model, const char *heartbeat_ms, int pids[2])
 {
-    const char *model = sched_fixture(MODEL);
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     pid_t child = fork();
     cr_assert_geq(child, 0);
     if (child == 0) {
         close(fds[0]);
+        if (heartbeat_ms) setenv("COLI_HEARTBEAT_MS", heartbeat_ms, 1);
         coli_model_params mp;
         coli_model_default_params(&mp);
         mp.devices = "cpu:2";
         coli_model *m = NULL;
         if (coli_model_load(model, &mp, &m) != 0) _exit(3);
-        int pids[2] = {sched_worker_pid(m, 0), sched_worker_pid(m, 1)};
-        if (write(fds[1], pids, sizeof pids) != sizeof pids) _exit(4);
+        int got[2] = {sched_worker_pid(m, 0), sched_worker_pid(m, 1)};
+        if (write(fds[1], got, sizeof got) != sizeof got) _exit(4);
         for (;;) pause();
     }
     close(fds[1]);
-    int pids[2] = {0, 0};
-    cr_assert_eq(read(fds[0], pids, sizeof pids), (ssize_t)sizeof pids, "coordinator child failed");
+    pids[0] = pids[1] = 0;
+    cr_assert_eq(read(fds[0], pids, 2 * sizeof *pids), (ssize_t)(2 * sizeof *pids),
+                 "coordinator child failed");
     close(fds[0]);
+    return child;
+}
+
+//  A coordinator in a child process starts 2 workers, reports their pids,
+//  then is SIGKILLed: the workers must exit within 2 s.
+Test(scheduler_procs, coordinator_sigkill_leaves_no_worker, .timeout = 60)
+{
+    int pids[2];
+    pid_t child = s_fork_coordinator(sched_fixture(MODEL), NULL, pids);
     cr_assert(!sched_proc_dead(pids[0]) && !sched_proc_dead(pids[1]));
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
@@ -230,27 +217,8 @@ Test(scheduler_procs, unknown_device_is_named)
 //  ends them: the lifeline pipe's EOF alone must, at once.
 Test(scheduler_procs, coordinator_sigkill_lifeline_alone, .timeout = 60)
 {
-    const char *model = sched_fixture(MODEL);
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t child = fork();
-    cr_assert_geq(child, 0);
-    if (child == 0) {
-        close(fds[0]);
-        setenv("COLI_HEARTBEAT_MS", "10000", 1);
-        coli_model_params mp;
-        coli_model_default_params(&mp);
-        mp.devices = "cpu:2";
-        coli_model *m = NULL;
-        if (coli_model_load(model, &mp, &m) != 0) _exit(3);
-        int pids[2] = {sched_worker_pid(m, 0), sched_worker_pid(m, 1)};
-        if (write(fds[1], pids, sizeof pids) != sizeof pids) _exit(4);
-        for (;;) pause();
-    }
-    close(fds[1]);
-    int pids[2] = {0, 0};
-    cr_assert_eq(read(fds[0], pids, sizeof pids), (ssize_t)sizeof pids, "coordinator child failed");
-    close(fds[0]);
+    int pids[2];
+    pid_t child = s_fork_coordinator(sched_fixture(MODEL), "10000", pids);
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
     sched_wait_dead(pids[0], 1.0);
@@ -300,29 +268,6 @@ static void *s_restart_thread(void *p)
     return NULL;
 }
 
-//  The greedy steps of sched_generate on a model loaded elsewhere.
-static void s_generate_on(coli_model *m, gen_result *r)
-{
-    memset(r, 0, sizeof *r);
-    coli_model_info info;
-    coli_model_get_info(m, &info);
-    r->n_vocab = info.n_vocab;
-    r->logits = calloc((size_t)(GEN_STEPS + 1) * (size_t)info.n_vocab, sizeof(float));
-    coli_context *c = NULL;
-    coli_context_params cp;
-    coli_context_default_params(&cp);
-    cr_assert_eq(coli_context_new(m, &cp, &c), 0, "%s", coli_last_error());
-    int32_t prompt[PROMPT_LEN] = {1, 17, 42, 99, 7};
-    for (int step = 0; step <= GEN_STEPS; step++) {
-        float *lg = r->logits + (size_t)step * (size_t)info.n_vocab;
-        int rc = step == 0 ? coli_eval(c, prompt, PROMPT_LEN, lg, 0)
-                           : coli_eval(c, &r->ids[step - 1], 1, lg, 0);
-        cr_assert_eq(rc, 0, "eval step %d: %s", step, coli_last_error());
-        if (step < GEN_STEPS) r->ids[step] = sched_argmax(lg, info.n_vocab);
-    }
-    cr_assert_eq(coli_model_stats_json(m, &r->stats), 0, "%s", coli_last_error());
-    coli_context_free(&c);
-}
 
 Test(scheduler_procs, workers_outlive_the_thread_that_loaded_the_model, .timeout = 60)
 {
@@ -336,7 +281,7 @@ Test(scheduler_procs, workers_outlive_the_thread_that_loaded_the_model, .timeout
     int pids[2] = {sched_worker_pid(t.m, 0), sched_worker_pid(t.m, 1)};
     usleep(300 * 1000); /* PDEATHSIG would have struck at the thread's exit */
     cr_expect(!sched_proc_dead(pids[0]) && !sched_proc_dead(pids[1]), "a worker died with the loading thread");
-    s_generate_on(t.m, &got);
+    sched_generate_on(t.m, "cpu:2", NULL, NULL, &got);
     sched_assert_same(&ref, &got, "cpu:2 loaded on a short-lived thread");
     cr_expect_eq(sched_field(got.stats, "fallbacks_total"), 0, "%s", got.stats);
     char v[32];
@@ -368,7 +313,7 @@ Test(scheduler_procs, worker_restarted_from_a_short_lived_thread_survives_it, .t
     cr_assert_gt(t.new_pid, 0, "worker 0 was not restarted");
     usleep(300 * 1000);
     cr_expect(!sched_proc_dead(t.new_pid), "the restarted worker died with the thread that forked it");
-    s_generate_on(t.m, &got);
+    sched_generate_on(t.m, "cpu:2", NULL, NULL, &got);
     sched_assert_same(&ref, &got, "cpu:2 after a restart from a short-lived thread");
     cr_expect_eq(sched_fallbacks(got.stats, "cpu:0", "crash"), 1, "%s", got.stats);
     cr_expect_eq(sched_field(got.stats, "fallbacks_total"), 1, "%s", got.stats);

@@ -21,8 +21,7 @@
 
 static void s_env(void)
 {
-    setenv("COLI_LAYER_DEADLINE_MS", "5000", 1);
-    unsetenv("COLI_FAULT");
+    sched_env_defaults();
     unsetenv("COLI_PLACE_IGNORE_BUDGET");
 }
 
