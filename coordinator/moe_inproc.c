@@ -9,7 +9,6 @@
  * y[t][s]. Buffers grow on demand and are reused, so decode allocates
  * nothing after the first token.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "gguf.h"
 #include "plugins/cpu/cpu_plugin.h"
 #include "plugins/plugin_abi.h"
+#include "strbuf.h"
 
 typedef struct inproc {
     moe_exec base;                 /* first: a moe_exec* is an inproc* */
@@ -111,27 +111,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
 // ---------------------------------------------------------------------------
 // stats
 
-typedef struct strbuf { char *s; size_t len, cap; int failed; } strbuf;
-
-static void s_appendf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void s_appendf(strbuf *b, const char *fmt, ...) {
-    if (b->failed) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) { b->failed = 1; return; }
-        if (b->s && b->len + (size_t)n < b->cap) { b->len += (size_t)n; return; }
-        size_t cap = (b->cap ? b->cap : 256);
-        while (cap <= b->len + (size_t)n) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) { b->failed = 1; return; }
-        b->s = s; b->cap = cap;
-    }
-}
-
-static int s_finish(strbuf *b, char **out) {
+static int s_finish(coli_strbuf *b, char **out) {
     if (b->failed || !b->s) { free(b->s); return coli_fail(COLI_ENOMEM, "inproc experts: stats: out of memory"); }
     *out = b->s;
     return 0;
@@ -139,32 +119,33 @@ static int s_finish(strbuf *b, char **out) {
 
 static int s_stats_json(moe_exec *self, char **json) {
     inproc *ex = (inproc *)self;
-    strbuf b = {0};
-    s_appendf(&b, "{\"executor\":\"inproc\",\"device\":\"%s\",\"n_layer\":%d,\"n_expert\":%d,"
-              "\"layer_calls\":%llu,\"rows\":%llu,\"fallbacks\":0,\"expert_rows\":[",
-              ex->device_name, ex->n_layer, ex->n_expert,
-              (unsigned long long)ex->layer_calls, (unsigned long long)ex->rows);
+    coli_strbuf b = {0};
+    coli_strbuf_appendf(&b, "{\"executor\":\"inproc\",\"device\":\"%s\",\"n_layer\":%d,\"n_expert\":%d,"
+                        "\"layer_calls\":%llu,\"rows\":%llu,\"fallbacks\":0,\"expert_rows\":[",
+                        ex->device_name, ex->n_layer, ex->n_expert,
+                        (unsigned long long)ex->layer_calls, (unsigned long long)ex->rows);
     for (int l = 0; l < ex->n_layer; l++) {
-        s_appendf(&b, "%s[", l ? "," : "");
+        coli_strbuf_appendf(&b, "%s[", l ? "," : "");
         for (int e = 0; e < ex->n_expert; e++)
-            s_appendf(&b, "%s%llu", e ? "," : "",
-                      (unsigned long long)ex->rows_by_expert[(size_t)l * (size_t)ex->n_expert + (size_t)e]);
-        s_appendf(&b, "]");
+            coli_strbuf_appendf(&b, "%s%llu", e ? "," : "",
+                                (unsigned long long)ex->rows_by_expert[(size_t)l * (size_t)ex->n_expert + (size_t)e]);
+        coli_strbuf_appendf(&b, "]");
     }
-    s_appendf(&b, "]}");
+    coli_strbuf_appendf(&b, "]}");
     return s_finish(&b, json);
 }
 
 static int s_stats_text(moe_exec *self, char **text) {
     inproc *ex = (inproc *)self;
-    strbuf b = {0};
-    s_appendf(&b, "experts: in-process on %s, %llu layer calls, %llu expert rows, 0 fallbacks\n",
-              ex->device_name, (unsigned long long)ex->layer_calls, (unsigned long long)ex->rows);
+    coli_strbuf b = {0};
+    coli_strbuf_appendf(&b, "experts: in-process on %s, %llu layer calls, %llu expert rows, 0 fallbacks\n",
+                        ex->device_name, (unsigned long long)ex->layer_calls, (unsigned long long)ex->rows);
     for (int l = 0; l < ex->n_layer; l++) {
-        s_appendf(&b, "  layer %d rows per expert:", l);
+        coli_strbuf_appendf(&b, "  layer %d rows per expert:", l);
         for (int e = 0; e < ex->n_expert; e++)
-            s_appendf(&b, " %llu", (unsigned long long)ex->rows_by_expert[(size_t)l * (size_t)ex->n_expert + (size_t)e]);
-        s_appendf(&b, "\n");
+            coli_strbuf_appendf(&b, " %llu",
+                                (unsigned long long)ex->rows_by_expert[(size_t)l * (size_t)ex->n_expert + (size_t)e]);
+        coli_strbuf_appendf(&b, "\n");
     }
     return s_finish(&b, text);
 }
