@@ -55,40 +55,31 @@ static float dot_f32(const uint8_t *wrow, const float *x, int64_t n) {
     return r;
 }
 
-static float dot_f16(const uint8_t *wrow, const float *x, int64_t n) {
+/* F16 and BF16 rows: 16-bit weights widened by `widen`, same summation. */
+static float dot_16bit(const uint8_t *wrow, const float *x, int64_t n, float (*widen)(uint16_t)) {
     float s[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int k = 0; k < 8; k++) {
             uint16_t h;
             memcpy(&h, wrow + 2 * (i + k), 2);
-            s[k] += coli_fp16_to_fp32(h) * x[i + k];
+            s[k] += widen(h) * x[i + k];
         }
     float r = sum8(s);
     for (; i < n; i++) {
         uint16_t h;
         memcpy(&h, wrow + 2 * i, 2);
-        r += coli_fp16_to_fp32(h) * x[i];
+        r += widen(h) * x[i];
     }
     return r;
 }
 
+static float dot_f16(const uint8_t *wrow, const float *x, int64_t n) {
+    return dot_16bit(wrow, x, n, coli_fp16_to_fp32);
+}
+
 static float dot_bf16(const uint8_t *wrow, const float *x, int64_t n) {
-    float s[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) {
-            uint16_t h;
-            memcpy(&h, wrow + 2 * (i + k), 2);
-            s[k] += coli_bf16_to_fp32(h) * x[i + k];
-        }
-    float r = sum8(s);
-    for (; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, wrow + 2 * i, 2);
-        r += coli_bf16_to_fp32(h) * x[i];
-    }
-    return r;
+    return dot_16bit(wrow, x, n, coli_bf16_to_fp32);
 }
 
 /* llama.cpp's generic ggml_vec_dot_q8_0_q8_0: sumf += sumi * (d_w * d_x) */
