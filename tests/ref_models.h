@@ -46,10 +46,13 @@ static inline void s_run_or_fail(const char *cmd) {
 
 /* Make sure DIR/file exists; generation is serialised with a lock file, as
  * Criterion runs tests in parallel processes. Writes the path to out. */
-static inline void s_ref_model(const char *file, char *out, size_t cap) {
-    char dir[4096], lock[4200], cmd[9000], shipped[4200];
-    const char *gen = "/usr/bin/python3";
-    cr_assert_lt(snprintf(dir, sizeof dir, "%s/ref", s_build()), (int)sizeof dir, "COLI_BUILD too long");
+/* $COLI_BUILD/sub/file into out (and the folder into dir), the folder made,
+ * and its lock file held: returns the locked fd for s_unlock_dir. Criterion
+ * runs tests in parallel processes, so generation on first use is serialised. */
+static inline int s_lock_dir(const char *sub, const char *file, char *dir, size_t dir_cap,
+                             char *out, size_t cap) {
+    char lock[4200];
+    cr_assert_lt(snprintf(dir, dir_cap, "%s/%s", s_build(), sub), (int)dir_cap, "COLI_BUILD too long");
     cr_assert_lt(snprintf(out, cap, "%s/%s", dir, file), (int)cap, "path too long");
     mkdir(s_build(), 0755);
     mkdir(dir, 0755);
@@ -57,6 +60,18 @@ static inline void s_ref_model(const char *file, char *out, size_t cap) {
     int fd = open(lock, O_CREAT | O_RDWR, 0644);
     cr_assert_geq(fd, 0, "cannot open %s: %s", lock, strerror(errno));
     flock(fd, LOCK_EX);
+    return fd;
+}
+
+static inline void s_unlock_dir(int fd) {
+    flock(fd, LOCK_UN);
+    close(fd);
+}
+
+static inline void s_ref_model(const char *file, char *out, size_t cap) {
+    char dir[4096], cmd[9000], shipped[4200];
+    const char *gen = "/usr/bin/python3";
+    int fd = s_lock_dir("ref", file, dir, sizeof dir, out, cap);
     if (!s_exists(out)) {
         if (!s_exists(gen)) gen = "python3";
         const char *maker = "reference/gen/make_models.py";
@@ -75,29 +90,20 @@ static inline void s_ref_model(const char *file, char *out, size_t cap) {
             s_run_or_fail(cmd);
         }
     }
-    flock(fd, LOCK_UN);
-    close(fd);
+    s_unlock_dir(fd);
     cr_assert(s_exists(out), "reference model %s was not generated", out);
 }
 
 /* A test fixture of tools/gen_model (make fixtures), generated on first use. */
 static inline void s_fixture(const char *file, char *out, size_t cap) {
-    char dir[4096], lock[4200], cmd[9000];
-    cr_assert_lt(snprintf(dir, sizeof dir, "%s/fixtures", s_build()), (int)sizeof dir, "COLI_BUILD too long");
-    cr_assert_lt(snprintf(out, cap, "%s/%s", dir, file), (int)cap, "path too long");
-    mkdir(s_build(), 0755);
-    mkdir(dir, 0755);
-    snprintf(lock, sizeof lock, "%s/.lock", dir);
-    int fd = open(lock, O_CREAT | O_RDWR, 0644);
-    cr_assert_geq(fd, 0, "cannot open %s: %s", lock, strerror(errno));
-    flock(fd, LOCK_EX);
+    char dir[4096], cmd[9000];
+    int fd = s_lock_dir("fixtures", file, dir, sizeof dir, out, cap);
     if (!s_exists(out)) {
         snprintf(cmd, sizeof cmd, "%s/bin/gen_model --all %s >/dev/null", s_build(), dir);
         int rc = system(cmd);
         cr_assert_eq(rc, 0, "fixture generation failed (rc %d): %s (run make fixtures)", rc, cmd);
     }
-    flock(fd, LOCK_UN);
-    close(fd);
+    s_unlock_dir(fd);
     cr_assert(s_exists(out), "fixture %s missing", out);
 }
 

@@ -203,6 +203,15 @@ Test(scheduler_remote, keygen_secret_files_0600_and_never_overwritten)
     cr_expect_eq(system(cmd), 0);
 }
 
+//  CURVE present, a fresh key dir (both roles) and a remote worker on the fixture.
+static void s_start_with_keys(char *keys, size_t n, remote_worker *rw)
+{
+    s_need_curve();
+    s_tmpdir(keys, n);
+    cr_assert_eq(s_keygen(keys, NULL), 0);
+    s_worker_start(rw, keys, sched_fixture(MODEL));
+}
+
 //  The local worker is our child; the remote one is nobody's business of ours.
 static void s_check_pids(coli_model *m, int step, void *user)
 {
@@ -214,12 +223,9 @@ static void s_check_pids(coli_model *m, int step, void *user)
 
 Test(scheduler_remote, remote_worker_computes_bit_identical, .timeout = 120)
 {
-    s_need_curve();
     char keys[512];
-    s_tmpdir(keys, sizeof keys);
-    cr_assert_eq(s_keygen(keys, NULL), 0);
     remote_worker rw;
-    s_worker_start(&rw, keys, sched_fixture(MODEL));
+    s_start_with_keys(keys, sizeof keys, &rw);
     char *js = s_run_remote(&rw, keys, s_check_pids, NULL);
     s_worker_stop(&rw);
     char v[256];
@@ -272,12 +278,9 @@ static void s_kill_at_step(coli_model *m, int step, void *user)
 
 Test(scheduler_remote, remote_worker_sigkilled_mid_run, .timeout = 120)
 {
-    s_need_curve();
     char keys[512];
-    s_tmpdir(keys, sizeof keys);
-    cr_assert_eq(s_keygen(keys, NULL), 0);
     remote_worker rw;
-    s_worker_start(&rw, keys, sched_fixture(MODEL));
+    s_start_with_keys(keys, sizeof keys, &rw);
     char *js = s_run_remote(&rw, keys, s_kill_at_step, &rw);
     s_worker_stop(&rw);
     cr_expect_eq(sched_fallbacks(js, "remote:0", "crash"), 1, "%s", js);
