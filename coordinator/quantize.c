@@ -32,6 +32,7 @@ static uint32_t s_file_type(coli_dtype t) {
     case COLI_Q4_0: return 2;
     case COLI_Q8_0: return 7;
     case COLI_BF16: return 32;
+    default: break;
     }
     return 0;
 }

@@ -321,6 +321,7 @@ mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
     case COLI_BF16: return rows_bf16;
     case COLI_Q8_0: return rows_q8_0;
     case COLI_Q4_0: return rows_q4_0;
+    default: break;
     }
     return rows_f32;
 }

@@ -206,6 +206,7 @@ void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n) {
     }
     case COLI_Q8_0: dequantize_q8_0(src, dst, n); break;
     case COLI_Q4_0: dequantize_q4_0(src, dst, n); break;
+    default: break;
     }
 }
 
@@ -220,5 +221,6 @@ void coli_quantize_row(coli_dtype t, const float *src, void *dst, int64_t n) {
     }
     case COLI_Q8_0: coli_quantize_row_q8_0(src, dst, n); break;
     case COLI_Q4_0: coli_quantize_row_q4_0(src, dst, n); break;
+    default: break;
     }
 }

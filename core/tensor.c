@@ -4,21 +4,52 @@
 #include <stdio.h>
 #include <string.h>
 
-int coli_dtype_valid(uint32_t t) {
-    return t == COLI_F32 || t == COLI_F16 || t == COLI_Q4_0 || t == COLI_Q8_0 || t == COLI_BF16;
-}
-
-/* The names users and files spell, one table for both directions. */
-static const struct { const char *name; coli_dtype t; } s_dtypes[] = {
-    {"F32", COLI_F32}, {"F16", COLI_F16}, {"BF16", COLI_BF16},
-    {"Q8_0", COLI_Q8_0}, {"Q4_0", COLI_Q4_0},
+/* One row per type: the name users and files spell, the block shape, and
+ * whether weights of that type are computed on every path yet (valid). */
+static const struct dtype_info {
+    coli_dtype  t;
+    const char *name;
+    int64_t     block_elems;
+    size_t      block_bytes;
+    int         valid;
+} s_dtypes[] = {
+    {COLI_F32,    "F32",    1,         4,   1},
+    {COLI_F16,    "F16",    1,         2,   1},
+    {COLI_BF16,   "BF16",   1,         2,   1},
+    {COLI_Q8_0,   "Q8_0",   COLI_QK,   34,  1},
+    {COLI_Q4_0,   "Q4_0",   COLI_QK,   18,  1},
+    {COLI_Q4_1,   "Q4_1",   COLI_QK,   20,  0},
+    {COLI_Q5_0,   "Q5_0",   COLI_QK,   22,  0},
+    {COLI_Q5_1,   "Q5_1",   COLI_QK,   24,  0},
+    {COLI_Q8_1,   "Q8_1",   COLI_QK,   36,  0},
+    {COLI_IQ4_NL, "IQ4_NL", COLI_QK,   18,  0},
+    {COLI_Q2_K,   "Q2_K",   COLI_QK_K, 84,  0},
+    {COLI_Q3_K,   "Q3_K",   COLI_QK_K, 110, 0},
+    {COLI_Q4_K,   "Q4_K",   COLI_QK_K, 144, 0},
+    {COLI_Q5_K,   "Q5_K",   COLI_QK_K, 176, 0},
+    {COLI_Q6_K,   "Q6_K",   COLI_QK_K, 210, 0},
+    {COLI_Q8_K,   "Q8_K",   COLI_QK_K, 292, 0},
+    {COLI_IQ4_XS, "IQ4_XS", COLI_QK_K, 136, 0},
 };
 #define N_DTYPES (sizeof s_dtypes / sizeof s_dtypes[0])
 
-const char *coli_dtype_name(uint32_t t) {
+static const struct dtype_info *dtype_info(uint32_t t) {
     for (size_t i = 0; i < N_DTYPES; i++)
-        if (s_dtypes[i].t == t) return s_dtypes[i].name;
-    /* e.g. GGML's Q4_K is type 12: name the number so the user can look it up */
+        if ((uint32_t)s_dtypes[i].t == t) return &s_dtypes[i];
+    return NULL;
+}
+
+int coli_dtype_valid(uint32_t t) {
+    const struct dtype_info *d = dtype_info(t);
+    return d && d->valid;
+}
+
+int coli_dtype_known(uint32_t t) { return dtype_info(t) != NULL; }
+
+const char *coli_dtype_name(uint32_t t) {
+    const struct dtype_info *d = dtype_info(t);
+    if (d) return d->name;
+    /* e.g. GGML's IQ2_XXS is type 16: name the number so the user can look it up */
     static _Thread_local char buf[32];
     snprintf(buf, sizeof buf, "type %u", t);
     return buf;
@@ -31,22 +62,18 @@ int coli_dtype_from_name(const char *s, coli_dtype *out) {
 }
 
 int64_t coli_dtype_block_elems(coli_dtype t) {
-    return (t == COLI_Q8_0 || t == COLI_Q4_0) ? COLI_QK : 1;
+    const struct dtype_info *d = dtype_info(t);
+    return d ? d->block_elems : 0;
 }
 
 size_t coli_dtype_block_bytes(coli_dtype t) {
-    switch (t) {
-    case COLI_F32:  return 4;
-    case COLI_F16:  return 2;
-    case COLI_BF16: return 2;
-    case COLI_Q8_0: return 2 + COLI_QK;
-    case COLI_Q4_0: return 2 + COLI_QK / 2;
-    }
-    return 0;
+    const struct dtype_info *d = dtype_info(t);
+    return d ? d->block_bytes : 0;
 }
 
 size_t coli_row_bytes(coli_dtype t, int64_t n) {
-    return (size_t)(n / coli_dtype_block_elems(t)) * coli_dtype_block_bytes(t);
+    int64_t be = coli_dtype_block_elems(t);
+    return be ? (size_t)(n / be) * coli_dtype_block_bytes(t) : 0;
 }
 
 int64_t coli_tensor_nelems(const coli_tensor *t) {

@@ -157,9 +157,9 @@ Test(cpu_plugin, bad_input_is_refused_with_a_reason) {
     test_expert e = make_expert(0, 3, COLI_Q8_0);
     char err[256];
     moe_expert_desc bad = e.d;
-    bad.down_type = 7; /* GGML Q5_0: not ours */
+    bad.down_type = 16; /* GGML IQ2_XXS: not ours */
     cr_assert_eq(p->load_expert(d, &bad, err, sizeof err), COLI_EUNSUPPORTED);
-    cr_assert(strstr(err, "type 7"), "%s", err);
+    cr_assert(strstr(err, "type 16"), "%s", err);
     bad = e.d;
     bad.up_bytes -= 1;
     cr_assert_eq(p->load_expert(d, &bad, err, sizeof err), COLI_EINVAL);

@@ -1,0 +1,109 @@
+/*
+ * quant_blocks.h - the block layouts of every quantized GGML type we read,
+ * byte for byte as ggml-common.h lays them out (a GGUF file stores these
+ * blocks along ne[0]). Scales are fp16 bit patterns (coli_fp16_to_fp32)
+ * except Q8_K's, which is a float.
+ *
+ * 32-value blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL.
+ * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS.
+ */
+#ifndef COLI_CORE_QUANT_BLOCKS_H
+#define COLI_CORE_QUANT_BLOCKS_H
+
+#include <stdint.h>
+
+#include "tensor.h"
+
+#define COLI_K_SCALE_SIZE 12   /* packed 6-bit scales/mins of Q4_K, Q5_K */
+
+typedef struct block_q4_1 {
+    uint16_t d, m;                 /* scale and minimum, fp16: value = d*nib + m */
+    uint8_t  qs[COLI_QK / 2];      /* as Q4_0: element j low nibble, j+16 high */
+} block_q4_1;
+
+typedef struct block_q5_0 {
+    uint16_t d;                    /* fp16: value = d*(q - 16), q 5 bits */
+    uint8_t  qh[4];                /* bit j: 5th bit of element j */
+    uint8_t  qs[COLI_QK / 2];      /* low 4 bits as Q4_0 */
+} block_q5_0;
+
+typedef struct block_q5_1 {
+    uint16_t d, m;                 /* fp16: value = d*q + m */
+    uint8_t  qh[4];
+    uint8_t  qs[COLI_QK / 2];
+} block_q5_1;
+
+typedef struct block_q8_1 {
+    uint16_t d;                    /* fp16 scale */
+    uint16_t s;                    /* fp16 of d * sum(qs) */
+    int8_t   qs[COLI_QK];
+} block_q8_1;
+
+typedef struct block_iq4_nl {
+    uint16_t d;                    /* fp16: value = d * kvalues_iq4nl[nib] */
+    uint8_t  qs[COLI_QK / 2];      /* as Q4_0 */
+} block_iq4_nl;
+
+typedef struct block_q2_K {
+    uint8_t  scales[COLI_QK_K / 16]; /* per 16 values: low nibble scale, high nibble min */
+    uint8_t  qs[COLI_QK_K / 4];      /* 2-bit quants */
+    uint16_t d, dmin;                /* fp16 super-block scales of scales and mins */
+} block_q2_K;
+
+typedef struct block_q3_K {
+    uint8_t  hmask[COLI_QK_K / 8];   /* high bit of each 3-bit quant */
+    uint8_t  qs[COLI_QK_K / 4];      /* low 2 bits */
+    uint8_t  scales[12];             /* 16 6-bit scales, packed */
+    uint16_t d;                      /* fp16 super-block scale */
+} block_q3_K;
+
+typedef struct block_q4_K {
+    uint16_t d, dmin;                       /* fp16 super-block scales */
+    uint8_t  scales[COLI_K_SCALE_SIZE];     /* 8 6-bit scales and 8 6-bit mins, packed */
+    uint8_t  qs[COLI_QK_K / 2];             /* 4-bit quants */
+} block_q4_K;
+
+typedef struct block_q5_K {
+    uint16_t d, dmin;
+    uint8_t  scales[COLI_K_SCALE_SIZE];
+    uint8_t  qh[COLI_QK_K / 8];             /* 5th bits */
+    uint8_t  qs[COLI_QK_K / 2];             /* low 4 bits */
+} block_q5_K;
+
+typedef struct block_q6_K {
+    uint8_t  ql[COLI_QK_K / 2];             /* low 4 bits */
+    uint8_t  qh[COLI_QK_K / 4];             /* high 2 bits */
+    int8_t   scales[COLI_QK_K / 16];        /* 8-bit scales */
+    uint16_t d;                             /* fp16 super-block scale */
+} block_q6_K;
+
+typedef struct block_q8_K {
+    float    d;                             /* scale (a float, not fp16) */
+    int8_t   qs[COLI_QK_K];
+    int16_t  bsums[COLI_QK_K / 16];         /* sum of each 16 quants */
+} block_q8_K;
+
+typedef struct block_iq4_xs {
+    uint16_t d;                             /* fp16 super-block scale */
+    uint16_t scales_h;                      /* high 2 bits of 8 6-bit scales */
+    uint8_t  scales_l[COLI_QK_K / 64];      /* low 4 bits of 8 scales */
+    uint8_t  qs[COLI_QK_K / 2];             /* 4-bit indices into kvalues_iq4nl */
+} block_iq4_xs;
+
+_Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block is 20 bytes");
+_Static_assert(sizeof(block_q5_0) == 22, "Q5_0 block is 22 bytes");
+_Static_assert(sizeof(block_q5_1) == 24, "Q5_1 block is 24 bytes");
+_Static_assert(sizeof(block_q8_1) == 36, "Q8_1 block is 36 bytes");
+_Static_assert(sizeof(block_iq4_nl) == 18, "IQ4_NL block is 18 bytes");
+_Static_assert(sizeof(block_q2_K) == 84, "Q2_K block is 84 bytes");
+_Static_assert(sizeof(block_q3_K) == 110, "Q3_K block is 110 bytes");
+_Static_assert(sizeof(block_q4_K) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(block_q5_K) == 176, "Q5_K block is 176 bytes");
+_Static_assert(sizeof(block_q6_K) == 210, "Q6_K block is 210 bytes");
+_Static_assert(sizeof(block_q8_K) == 292, "Q8_K block is 292 bytes");
+_Static_assert(sizeof(block_iq4_xs) == 136, "IQ4_XS block is 136 bytes");
+
+/* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
+extern const int8_t coli_kvalues_iq4nl[16];
+
+#endif
