@@ -1,0 +1,58 @@
+/*
+ * vecdot.h - one dot product of a quantized weight row with a quantized
+ * activation row, for the block types that matmul.c runs one (row, token)
+ * pair at a time: everything except F32/F16/BF16/Q8_0/Q4_0, which have
+ * tiled kernels of their own (matmul_avx2.c, matmul_portable.c).
+ *
+ * The activation type of each weight type is llama.cpp's vec_dot_type:
+ *   Q4_1, Q5_1           -> Q8_1 (block_q8_1)
+ *   Q5_0, IQ4_NL         -> Q8_0 (block_q8_0)
+ *   Q2_K..Q6_K, IQ4_XS   -> Q8_K (block_q8_K)
+ * so results match llama.cpp's CPU backend within float rounding.
+ *
+ * Every function: n values (a multiple of the type's block size), w the
+ * weight row's blocks, x the activation row's blocks; returns the dot
+ * product in F32. The sequence of operations depends only on n and the
+ * path (portable or AVX2), never on the caller's batch or thread: the
+ * determinism contract of matmul.h holds per (row, token).
+ */
+#ifndef COLI_CORE_VECDOT_H
+#define COLI_CORE_VECDOT_H
+
+#include <stdint.h>
+
+#include "quant.h"
+#include "quant_blocks.h"
+
+typedef float (*coli_vec_dot_fn)(int64_t n, const void *w, const void *x);
+
+/* Activation quantization (llama.cpp's quantize_row_q8_1 / _q8_K rules). */
+void coli_quantize_act_q8_1(const float *x, block_q8_1 *y, int64_t n);
+void coli_quantize_act_q8_K(const float *x, block_q8_K *y, int64_t n);
+
+/* Portable C (vecdot_legacy.c, vecdot_k.c). */
+float coli_vec_dot_q4_1_q8_1(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q5_0_q8_0(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q5_1_q8_1(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq4_nl_q8_0(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q3_K_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q5_K_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq4_xs_q8_K(int64_t n, const void *w, const void *x);
+
+/* AVX2 + FMA (vecdot_legacy_avx2.c, vecdot_k_avx2.c); call only if
+ * coli_cpu_avx2(). On other targets they are the portable functions. */
+float coli_vec_dot_q4_1_q8_1_avx2(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q5_0_q8_0_avx2(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q5_1_q8_1_avx2(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq4_nl_q8_0_avx2(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x);
+
+#endif
