@@ -153,9 +153,9 @@ $(BENCH_DIR)/bench-mixtral-f16.gguf:
 	$(BENCH_PY) $(SHARED)/reference/gen/make_models.py $(BENCH_DIR) --only bench-mixtral
 # (coli is order-only: rebuilding it does not requantize)
 $(BENCH_DIR)/bench-mixtral-q4_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf | $(COLI)
-	$(COLI) quantize $< $@ Q4_0
+	$(COLI) quantize --pure $< $@ Q4_0
 $(BENCH_DIR)/bench-mixtral-q8_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf | $(COLI)
-	$(COLI) quantize $< $@ Q8_0
+	$(COLI) quantize --pure $< $@ Q8_0
 .PHONY: bench-sched
 bench-sched: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BUILD)/bin/bench_sched $(BUILD)/bin/bench_ring $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q4_0.gguf
 	$(BUILD)/bin/bench_ring 2 4096 2000

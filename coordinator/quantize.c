@@ -1,7 +1,10 @@
 /*
- * quantize.c - coli_quantize_file: a GGUF copy with its weights converted,
- * laid out exactly as `llama-quantize --pure` writes it, so Q8_0/Q4_0 output
- * is byte-identical to llama.cpp's (checked against the shipped files).
+ * quantize.c - coli_quantize_file: a GGUF copy with its weights converted
+ * to a llama.cpp preset ("Q4_K_M": per-tensor types as llama-quantize picks
+ * them, coordinator/quantize_mix.c) or, pure, every weight in one type, laid
+ * out exactly as llama-quantize writes it; with our row quantizers
+ * (core/quantize_*.c) the files are byte-identical to llama.cpp's (checked
+ * against the shipped files).
  *
  * What llama-quantize does, and so we do:
  *  - every metadata key is copied in order; general.quantization_version = 2
@@ -22,20 +25,8 @@
 #include "error.h"
 #include "gguf.h"
 #include "quant.h"
+#include "quantize_mix.h"
 #include "tensor.h"
-
-/* GGML's llama_ftype of a file whose weights are all of type t. */
-static uint32_t s_file_type(coli_dtype t) {
-    switch (t) {
-    case COLI_F32:  return 0;
-    case COLI_F16:  return 1;
-    case COLI_Q4_0: return 2;
-    case COLI_Q8_0: return 7;
-    case COLI_BF16: return 32;
-    default: break;
-    }
-    return 0;
-}
 
 static int s_ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -85,17 +76,19 @@ static int s_convert(const coli_tensor *t, coli_dtype type, void **out, size_t *
     return 0;
 }
 
-/* Metadata: every key in order, then the two llama-quantize sets last. */
-static int s_copy_metadata(gguf_writer *w, const gguf_file *in, coli_dtype type) {
+/* Metadata: every key in order, then the two llama-quantize sets last
+ * (general.file_type is the preset's llama_ftype). */
+static int s_copy_metadata(gguf_writer *w, const gguf_file *in, const quant_preset *preset) {
     int rc;
     for (int64_t i = 0; i < gguf_n_kv(in); i++)
         if ((rc = gguf_writer_copy_kv(w, in, i)) < 0) return rc;
     if ((rc = gguf_writer_set_u32(w, "general.quantization_version", 2)) < 0) return rc;
-    return gguf_writer_set_u32(w, "general.file_type", s_file_type(type));
+    return gguf_writer_set_u32(w, "general.file_type", preset->ftype);
 }
 
-/* Tensors in llama-quantize order; converted data goes to bufs[i]. */
-static int s_add_tensors(gguf_writer *w, const gguf_file *in, coli_dtype type,
+/* Tensors in llama-quantize order, each converted weight in the type the
+ * mix decides; converted data goes to bufs[i]. */
+static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix,
                          const coli_tensor **order, void **bufs) {
     const int64_t n = gguf_n_tensors(in);
     int rc;
@@ -105,8 +98,9 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, coli_dtype type,
         const coli_tensor *t = order[i];
         const void *data = t->data;
         size_t nbytes = t->nbytes;
-        coli_dtype out_type = t->type;
-        if (s_converted(t) && t->type != type) {
+        coli_dtype out_type = t->type, type = t->type;
+        if (s_converted(t) && (rc = quant_mix_type(mix, t, &type)) < 0) return rc;
+        if (type != t->type) {
             if ((rc = s_convert(t, type, &bufs[i], &nbytes)) < 0) return rc;
             data = bufs[i];
             out_type = type;
@@ -117,26 +111,37 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, coli_dtype type,
     return 0;
 }
 
-int coli_quantize_file(const char *in_path, const char *out_path, const char *type_name) {
-    coli_dtype type;
-    if (!in_path || !out_path || !type_name)
-        return coli_fail(COLI_EINVAL, "quantize: input path, output path and type are required");
-    if (coli_dtype_from_name(type_name, &type) != 0)
-        return coli_fail(COLI_EINVAL, "quantize: type '%s': expected Q8_0, Q4_0, F16, BF16 or F32", type_name);
-    if (strcmp(in_path, out_path) == 0)
-        return coli_fail(COLI_EINVAL, "quantize: output '%s' is the input file", out_path);
-    gguf_file *in = NULL;
-    int rc = gguf_open(in_path, &in);
+/* *out = the block type called name, or -1 when name is NULL. Returns 0, or
+ * COLI_EINVAL when name is not a weight type. */
+static int s_override(const char *name, const char *what, int *out) {
+    coli_dtype t;
+    *out = -1;
+    if (!name) return 0;
+    if (coli_dtype_from_name(name, &t) != 0 || t == COLI_Q8_1 || t == COLI_Q8_K)
+        return coli_fail(COLI_EINVAL, "quantize: %s '%s' is not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                         "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)", what, name);
+    *out = (int)t;
+    return 0;
+}
+
+static int s_quantize(const char *in_path, const char *out_path, const quant_preset *preset,
+                      const coli_quantize_params *params) {
+    int output_type, token_embd_type;
+    int rc = s_override(params ? params->output_type : NULL, "output type", &output_type);
+    if (rc == 0) rc = s_override(params ? params->token_embd_type : NULL, "token embedding type", &token_embd_type);
     if (rc < 0) return rc;
+    gguf_file *in = NULL;
+    if ((rc = gguf_open(in_path, &in)) < 0) return rc;
+    quant_mix mix;
+    quant_mix_init(&mix, in, preset, params && params->pure, output_type, token_embd_type);
     const int64_t n = gguf_n_tensors(in);
     const coli_tensor **order = calloc((size_t)(n ? n : 1), sizeof *order);
     void **bufs = calloc((size_t)(n ? n : 1), sizeof *bufs);
     gguf_writer *w = gguf_writer_new();
     if (!order || !bufs || !w) rc = coli_fail(COLI_ENOMEM, "quantize: out of memory");
-    if (rc == 0) rc = s_copy_metadata(w, in, type);
-    if (rc == 0) rc = s_add_tensors(w, in, type, order, bufs);
+    if (rc == 0) rc = s_copy_metadata(w, in, preset);
+    if (rc == 0) rc = s_add_tensors(w, in, &mix, order, bufs);
     if (rc == 0) rc = gguf_writer_write(w, out_path);
-    if (rc < 0) rc = coli_fail_prefix(rc, "quantize %s -> %s", in_path, out_path);
     for (int64_t i = 0; bufs && i < n; i++) free(bufs[i]);
     free(bufs);
     free(order);
@@ -144,3 +149,25 @@ int coli_quantize_file(const char *in_path, const char *out_path, const char *ty
     gguf_close(&in);
     return rc;
 }
+
+int coli_quantize_file_params(const char *in_path, const char *out_path, const char *type_name,
+                              const coli_quantize_params *params) {
+    if (!in_path || !out_path || !type_name)
+        return coli_fail(COLI_EINVAL, "quantize: input path, output path and type are required");
+    const quant_preset *preset = quant_preset_find(type_name);
+    if (!preset)
+        return coli_fail(COLI_EINVAL, "quantize: unknown type '%s' (accepted: %s)", type_name, quant_preset_names());
+    if (strcmp(in_path, out_path) == 0)
+        return coli_fail(COLI_EINVAL, "quantize: output '%s' is the input file", out_path);
+    int rc = s_quantize(in_path, out_path, preset, params);
+    if (rc < 0) rc = coli_fail_prefix(rc, "quantize %s -> %s", in_path, out_path);
+    return rc;
+}
+
+int coli_quantize_file(const char *in_path, const char *out_path, const char *type_name) {
+    return coli_quantize_file_params(in_path, out_path, type_name, NULL);
+}
+
+int coli_quantize_type_known(const char *type) { return type && quant_preset_find(type) != NULL; }
+
+const char *coli_quantize_type_names(void) { return quant_preset_names(); }

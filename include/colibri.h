@@ -186,13 +186,34 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
 
 /* ---- files ------------------------------------------------------------ */
 
-/* Write a copy of the GGUF at in_path to out_path with every 2-D/3-D weight
- * (token_embd and output included) in type ("Q8_0", "Q4_0", "F16", "BF16",
- * "F32"); norms, biases and routers (ffn_gate_inp*) stay F32. Metadata is
- * copied, general.file_type updated. Q8_0/Q4_0 data are byte-identical to
- * llama-quantize --pure. Returns 0, COLI_EINVAL (unknown type), COLI_EIO,
- * COLI_EFORMAT, COLI_EUNSUPPORTED or COLI_ENOMEM. */
+/* Options of coli_quantize_file_params; all zero/NULL = llama-quantize's defaults. */
+typedef struct coli_quantize_params {
+    int pure;                    /* 1: every weight in the preset's base type (llama-quantize --pure) */
+    const char *output_type;     /* NULL, or the type of output.weight ("Q6_K"; --output-tensor-type) */
+    const char *token_embd_type; /* NULL, or the type of token_embd.weight (--token-embedding-type) */
+} coli_quantize_params;
+
+/* Write a copy of the GGUF at in_path to out_path with its 2-D/3-D weights
+ * (token_embd and output included) quantized as llama-quantize does for the
+ * preset type: "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+ * "IQ4_NL", "IQ4_XS", "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
+ * "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K" (and the aliases "Q3_K", "Q4_K", "Q5_K"
+ * for the _M presets). Each weight gets the type llama.cpp's preset picks for
+ * it (output.weight Q6_K, some attn_v/ffn_down one step up; docs/gguf.md),
+ * or with params->pure the preset's base type. Norms, biases and routers
+ * (ffn_gate_inp*) stay as they are. Metadata is copied, general.file_type set
+ * to the preset's llama_ftype. The tensor data are byte-identical to
+ * llama-quantize's (no imatrix). params may be NULL. Returns 0, COLI_EINVAL
+ * (unknown type), COLI_EIO, COLI_EFORMAT, COLI_EUNSUPPORTED (a row length no
+ * type of the preset fits) or COLI_ENOMEM. */
+int coli_quantize_file_params(const char *in_path, const char *out_path, const char *type,
+                              const coli_quantize_params *params);
+/* coli_quantize_file_params with params NULL. */
 int coli_quantize_file(const char *in_path, const char *out_path, const char *type);
+/* 1 if type is a name coli_quantize_file accepts, else 0. */
+int coli_quantize_type_known(const char *type);
+/* The accepted type names, comma-separated, for messages (static string). */
+const char *coli_quantize_type_names(void);
 
 /* ---- scheduler visibility -------------------------------------------- */
 

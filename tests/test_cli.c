@@ -335,7 +335,7 @@ Test(cli, bad_flags_exit_2) {
     expect_exit((char *[]){s_coli, "logits", "-m", s_model, "--ids", "1,-2", NULL}, 2, "--ids");
     expect_exit((char *[]){s_coli, "logits", "-m", s_model, "--ids", "1", "--top", "0", NULL}, 2, "--top");
     expect_exit((char *[]){s_coli, "logits", "-m", s_model, NULL}, 2, "--ids");
-    expect_exit((char *[]){s_coli, "quantize", s_model, "/tmp/x.gguf", "Q5_K", NULL}, 2, "Q5_K");
+    expect_exit((char *[]){s_coli, "quantize", s_model, "/tmp/x.gguf", "Q7_K", NULL}, 2, "Q7_K");
     expect_exit((char *[]){s_coli, "quantize", s_model, NULL}, 2, "OUT.gguf");
     expect_exit((char *[]){s_coli, "perplexity", "-m", s_model, NULL}, 2, "-f");
     expect_exit((char *[]){s_coli, "plan", "--devices", "cpu:2", NULL}, 2, "-m");
