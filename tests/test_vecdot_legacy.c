@@ -12,6 +12,7 @@
 #include "cpu_features.h"
 #include "quant.h"
 #include "quant_blocks.h"
+#include "quant_util.h"
 #include "vecdot.h"
 
 static uint64_t s_rng = 0x9e3779b97f4a7c15ull;
@@ -77,19 +78,9 @@ static const legacy_case k_cases[] = {
     {COLI_IQ4_NL, 0, coli_vec_dot_iq4_nl_q8_0, coli_vec_dot_iq4_nl_q8_0_avx2},
 };
 
-/* Random weight blocks: random quant bytes, then sane fp16 scales (and
- * minimums, for the types that have one) written over the first fields. */
-static void random_weights(coli_dtype t, uint8_t *w, int nb) {
-    const size_t bb = coli_dtype_block_bytes(t);
-    for (size_t i = 0; i < bb * (size_t)nb; i++) w[i] = (uint8_t)rnd(256);
-    const int has_min = t == COLI_Q4_1 || t == COLI_Q5_1;
-    for (int b = 0; b < nb; b++) {
-        uint16_t h[2];
-        h[0] = coli_fp32_to_fp16((0.5f + (float)rnd(1000) / 1000.0f) * (rnd(2) ? 0.01f : -0.01f));
-        h[1] = coli_fp32_to_fp16(-0.1f + (float)rnd(1000) / 5000.0f);
-        memcpy(w + bb * (size_t)b, h, has_min ? 4 : 2);
-    }
-}
+static unsigned s_wseed = 12345u;
+
+static void random_weights(coli_dtype t, uint8_t *w, int nb) { qu_random_blocks(t, w, nb, &s_wseed); }
 
 /* Reference: sum of w * x in float64 over the dequantized rows; the
  * tolerance covers float rounding of the block sums, and, for Q8_1, the
