@@ -166,6 +166,7 @@ static void s_destroy(moe_exec *self) {
 static int s_load_all(inproc *ex, const moe_exec_config *cfg) {
     char err[256];
     for (int l = 0; l < cfg->n_layer; l++) {
+        if (!expert_layer_present(cfg->gguf, l)) continue; /* a dense layer: no experts */
         for (int e = 0; e < cfg->n_expert; e++) {
             expert_weights w;
             int rc = expert_weights_from_gguf(cfg->gguf, l, e, &w);

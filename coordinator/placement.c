@@ -157,6 +157,10 @@ int placement_plan(const placement_in *in, int32_t *owner)
         uint64_t eb = in->expert_bytes[l];
         for (int e = 0; e < in->n_expert; e++) {
             int best = -1;
+            if (eb == 0) { /* a layer without experts (dense): nothing to place */
+                owner[(size_t)l * (size_t)in->n_expert + (size_t)e] = -1;
+                continue;
+            }
             for (int w = 0; w < in->n_workers; w++) {
                 if (!in->usable[w] || (in->budget[w] && total[w] + eb > in->budget[w]))
                     continue;

@@ -36,7 +36,7 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
         uint64_t n = 0, bytes = 0;
         for (int l = 0; l < n_layer; l++)
             for (int e = 0; e < n_expert; e++)
-                if (owner[(size_t)l * (size_t)n_expert + (size_t)e] == w) n++, bytes += eb[l];
+                if (eb[l] && owner[(size_t)l * (size_t)n_expert + (size_t)e] == w) n++, bytes += eb[l];
         if (w < 0 && !n) continue;
         if (w < 0)
             len += (size_t)snprintf(t + len, cap - len, "  in-process: %llu experts, %.1f MiB (no room on any worker)\n",
@@ -98,6 +98,7 @@ int coli_plan_text(const char *model_path, const char *devices, char **text)
     rc = (!eb || !owner) ? coli_fail(COLI_ENOMEM, "plan: out of memory") : 0;
     for (int l = 0; rc == 0 && l < n_layer; l++) {
         expert_weights w;
+        if (!expert_layer_present(f, l)) continue; /* dense layer: no experts, 0 bytes */
         rc = expert_weights_from_gguf(f, l, 0, &w);
         if (rc == 0) eb[l] = expert_weights_bytes(&w);
     }

@@ -44,14 +44,14 @@ int sched_expand_auto(const char *worker_bin, device_spec *d, int cap, int *n, i
 
 typedef struct placement_in {
     int n_layer, n_expert;
-    const uint64_t *expert_bytes;  /* (n_layer) bytes of one expert of each layer */
+    const uint64_t *expert_bytes;  /* (n_layer) bytes of one expert of each layer; 0: a dense layer */
     int n_workers;
     const uint64_t *budget;        /* (n_workers) 0 = unlimited */
     const int *usable;             /* (n_workers) 0 = takes nothing */
 } placement_in;
 
 /* owner (n_layer * n_expert) = worker index, or -1 when nobody has room
- * (computed in-process). Within each layer, each expert goes to the usable
+ * (computed in-process) or the layer has no experts (expert_bytes 0). Within each layer, each expert goes to the usable
  * worker with the fewest bytes of that layer so far that still has budget. */
 int placement_plan(const placement_in *in, int32_t *owner);
 

@@ -330,6 +330,7 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg)
         return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
     for (int l = 0; l < cfg->n_layer; l++) {
         expert_weights ew;
+        if (!expert_layer_present(cfg->gguf, l)) continue; /* dense layer: 0 bytes, nothing placed */
         int rc = expert_weights_from_gguf(cfg->gguf, l, 0, &ew);
         if (rc) return rc;
         s->expert_bytes[l] = expert_weights_bytes(&ew);

@@ -13,6 +13,7 @@
 #include "cli_run.h"
 #include "colibri.h"
 #include "gguf.h"
+#include "ref_models.h"
 
 static char s_coli[512], s_model[512], s_dir[64];
 
@@ -402,5 +403,30 @@ Test(cli, run_every_fixture) {
         cr_expect_gt(r.out_len, 1, "%s: no text", files[i]);
         cr_expect_not_null(strstr(r.err, "coli run: prompt "), "%s: no summary: %s", files[i], r.err);
         cli_result_free(&r);
+    }
+}
+
+/* The newer families (../shared reference models): coli run gives the same
+ * text in-process and through two workers, both KV cache types. */
+Test(cli, run_new_families_inproc_equals_workers) {
+    s_require_shared();
+    static const char *const files[] = {"tiny-qwen3moe-f32.gguf", "tiny-deepseek2-f32.gguf"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[4096];
+        s_ref_model(files[i], path, sizeof path);
+        for (int kv16 = 0; kv16 < 2; kv16++) {
+            char *in[] = {s_coli, "run", "-m", path, "-p", "The capital of France is", "-n", "12", "--temp", "0.7",
+                          "--seed", "3", "-t", "1", "--inproc", kv16 ? "--kv-f16" : "-v", NULL};
+            char *wk[] = {s_coli, "run", "-m", path, "-p", "The capital of France is", "-n", "12", "--temp", "0.7",
+                          "--seed", "3", "-t", "1", "--devices", "cpu:2", kv16 ? "--kv-f16" : "-v", NULL};
+            cli_result a = cli_run(in), b = cli_run(wk);
+            cr_expect_eq(a.status, 0, "%s --inproc: %s", files[i], a.err);
+            cr_expect_eq(b.status, 0, "%s cpu:2: %s", files[i], b.err);
+            cr_expect_gt(a.out_len, 1, "%s: no text", files[i]);
+            cr_expect_str_eq(a.out, b.out, "%s (kv_f16 %d): workers' text differs from --inproc", files[i], kv16);
+            cr_expect_not_null(strstr(b.err, "worker 1"), "%s: no worker line: %s", files[i], b.err);
+            cli_result_free(&a);
+            cli_result_free(&b);
+        }
     }
 }

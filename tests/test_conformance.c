@@ -232,3 +232,7 @@ Test(conformance, mixtral_f16_kv_f32) { s_check_model("tiny-mixtral-f16.gguf", "
 Test(conformance, mixtral_f16_kv_f16) { s_check_model("tiny-mixtral-f16.gguf", "tiny-mixtral-f16.json", 1, RULE_KV16); }
 Test(conformance, mixtral_q8_0_kv_f32) { s_check_model("tiny-mixtral-q8_0.gguf", "tiny-mixtral-q8_0.json", 0, RULE_QUANT); }
 Test(conformance, mixtral_q4_0_kv_f32) { s_check_model("tiny-mixtral-q4_0.gguf", "tiny-mixtral-q4_0.json", 0, RULE_QUANT); }
+Test(conformance, qwen3moe_f32_kv_f32) { s_check_model("tiny-qwen3moe-f32.gguf", "tiny-qwen3moe-f32.json", 0, RULE_EXACT); }
+Test(conformance, qwen3moe_f32_kv_f16) { s_check_model("tiny-qwen3moe-f32.gguf", "tiny-qwen3moe-f32.json", 1, RULE_KV16); }
+Test(conformance, deepseek2_f32_kv_f32) { s_check_model("tiny-deepseek2-f32.gguf", "tiny-deepseek2-f32.json", 0, RULE_EXACT); }
+Test(conformance, deepseek2_f32_kv_f16) { s_check_model("tiny-deepseek2-f32.gguf", "tiny-deepseek2-f32.json", 1, RULE_KV16); }

@@ -1,0 +1,28 @@
+/*
+ * forward_impl.h - what the parts of the forward pass share (forward.c,
+ * forward_mla.c); not part of the engine's interface.
+ */
+#ifndef COLI_COORD_FORWARD_IMPL_H
+#define COLI_COORD_FORWARD_IMPL_H
+
+#include "coordinator/forward.h"
+
+/* RMSNorm of each of n rows of width cols (o may be x): x / sqrt(mean(x^2)
+ * + eps) * w, the sum of squares in double as ggml. w: (cols) F32. */
+void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int64_t cols, float eps);
+
+/* y (n, W->ne[1]) = x (n, W->ne[0]) W^T through coli_matmul on the state's
+ * pool and scratch. Returns 0 or the matmul's error. */
+int fwd_matmul(forward_state *s, const coli_tensor *W, const float *x, int n, float *y);
+
+/* The op y = W x for coli_matmul_many (several matrices, one pool job). */
+coli_matmul_op fwd_op_of(const coli_tensor *W, const float *x, int n, float *y);
+
+/* deepseek2's multi-head latent attention up to the cache: from s->xb
+ * (n, n_embd) fill s->q (n, n_head * head_dim) with [q_nope | rope(q_pe)]
+ * per head, s->k the same shape with [k_nope | rope(k_pe)] (k_pe shared by
+ * the heads) and s->v (n, n_head * head_dim_v). Positions: s->rope.
+ * Returns 0 or a matmul error. */
+int forward_mla_qkv(forward_state *s, const layer_weights *l, int n);
+
+#endif
