@@ -17,8 +17,9 @@
 #include <sys/types.h>
 
 #include "coordinator/moe_exec.h"
-#include "coordinator/shm_ring.h"
-#include "coordinator/wire.h"
+#include "core/clock.h"
+#include "proto/shm_ring.h"
+#include "proto/wire.h"
 
 /* ---- devices and placement (placement.c) ------------------------------ */
 typedef struct device_spec {

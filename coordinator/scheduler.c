@@ -191,13 +191,13 @@ static void s_gather(sched *s)
     int64_t max_rows = 0;
     for (int i = 0; i < s->n_w; i++)
         if (s->w[i].req_id && s->w[i].n_rows > max_rows) max_rows = s->w[i].n_rows;
-    uint64_t deadline = wire_now_ns() + s->deadline_ns + s->per_row_ns * (uint64_t)max_rows;
+    uint64_t deadline = coli_now_ns() + s->deadline_ns + s->per_row_ns * (uint64_t)max_rows;
     link_spin_rings(s); /* ring replies come within microseconds: do not sleep for them */
     for (;;) {
         int waiting = 0;
         for (int i = 0; i < s->n_w; i++) waiting += s->w[i].req_id != 0;
         if (!waiting) return;
-        uint64_t now = wire_now_ns();
+        uint64_t now = coli_now_ns();
         if (now >= deadline) break;
         link_poll(s, (int)((deadline - now) / 1000000ULL) + 1);
     }
@@ -242,7 +242,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
     s->pending = n_pairs;
     for (int64_t p = 0; p < n_pairs; p++) s->pair_target[p] = PAIR_PENDING;
     memset(s->excluded, 0, (size_t)s->n_w);
-    uint64_t t0 = wire_now_ns();
+    uint64_t t0 = coli_now_ns();
     int used_workers = 0;
     while (rc == 0 && s->pending > 0) {
         unsigned char allow_load[SCHED_MAX_WORKERS] = {0};
@@ -255,7 +255,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
     }
     for (int i = 0; i < s->n_w; i++) s->w[i].req_id = 0;
     if (rc == 0 && used_workers)
-        stats_latency(&s->dispatch, (double)(wire_now_ns() - t0) / 1e9);
+        stats_latency(&s->dispatch, (double)(coli_now_ns() - t0) / 1e9);
     return rc;
 }
 

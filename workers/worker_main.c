@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/wire.h"
+#include "proto/wire.h"
 #include "error.h"
 #include "worker.h"
 
