@@ -28,11 +28,11 @@ LDLIBS  += -lzmq -lprotobuf-c -ldl -lm -lmicrohttpd -lcjson
 
 # ---- sources ---------------------------------------------------------------
 CORE_SRC   := $(wildcard core/*.c)
-COORD_SRC  := $(wildcard coordinator/*.c)
+COORD_SRC  := $(wildcard coordinator/*.c coordinator/sched/*.c)
 WIRE_SRC   := $(wildcard proto/*.c)
 CPU_SRC    := $(wildcard plugins/cpu/*.c)
 WORKER_SRC := $(wildcard workers/*.c)
-CLI_SRC    := $(wildcard tools/coli/*.c)
+CLI_SRC    := $(wildcard tools/coli/*.c tools/coli/server/*.c)
 PROTO_SRC  := $(wildcard proto/*.proto)
 PROTO_GEN  := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTO_SRC))
 TEST_SRC   := $(wildcard tests/test_*.c)

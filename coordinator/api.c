@@ -66,7 +66,7 @@ void coli_model_default_params(coli_model_params *p) {
 static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
     const char *d = cfg->devices;
     if (d && strcmp(d, "inproc") == 0) return moe_exec_inproc_new(cfg, out);
-    /* default (NULL or ""): local CPU workers over ipc (coordinator/scheduler.c) */
+    /* default (NULL or ""): local CPU workers over ipc (coordinator/sched/scheduler.c) */
     return moe_exec_workers_new(cfg, out);
 }
 

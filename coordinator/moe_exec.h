@@ -47,7 +47,7 @@ typedef struct moe_exec_config {
 
 /* In-process: the cpu plugin's vtable called directly, no workers. */
 int moe_exec_inproc_new(const moe_exec_config *cfg, moe_exec **out);
-/* Worker processes, one per device, with CPU fallback (coordinator/scheduler). */
+/* Worker processes, one per device, with CPU fallback (coordinator/sched/scheduler.c). */
 int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out);
 
 #endif

@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 static const char *s_gpu_plugins[] = {"cuda", "hip"};

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "proto/curve_keys.h"
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 enum { REMOTE_EVENTS = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |

@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 //  A ring whose process we still believe in (a dead one's last words are dropped).

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "coordinator/forward.h"
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 #include "expert_ffn.h"
 

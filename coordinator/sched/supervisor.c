@@ -28,7 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 //  bin/coli-worker next to this program (bin/coli, tests/x -> ../bin), or COLI_WORKER.

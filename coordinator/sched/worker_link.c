@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 static const char *s_state_names[] = {"starting", "placing", "up", "hung", "down", "failed", "quarantined"};

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "server.h"
 #include "core/clock.h"
 
