@@ -84,13 +84,18 @@ static int s_reserve_rows(sched *s, worker_link *w, size_t rows)
     return 0;
 }
 
-static const int32_t *s_sort_ids;
-static int s_cmp_pair(const void *a, const void *b)
+//  w's rows (in pair order) regrouped by expert, pair order within an expert.
+static int s_group_rows(sched *s, worker_link *w)
 {
-    int64_t p = *(const int64_t *)a, q = *(const int64_t *)b;
-    int32_t e = s_sort_ids[p], f = s_sort_ids[q];
-    if (e != f) return e < f ? -1 : 1;
-    return (p > q) - (p < q);
+    if ((size_t)w->n_rows > s->cap_grouped) {
+        int64_t *g = realloc(s->grouped, w->cap_rows * sizeof *g);
+        if (!g) return coli_fail(COLI_ENOMEM, "scheduler: %lld rows", (long long)w->n_rows);
+        s->grouped = g;
+        s->cap_grouped = w->cap_rows;
+    }
+    moe_group_by_expert(s->cur_ids, w->row_pair, w->n_rows, s->n_expert, s->group_start, s->grouped);
+    memcpy(w->row_pair, s->grouped, (size_t)w->n_rows * sizeof *w->row_pair);
+    return 0;
 }
 
 //  Give each pending pair a target; collect each worker's rows sorted by expert.
@@ -116,10 +121,10 @@ static int s_assign(sched *s, int layer, int64_t n_pairs, unsigned char *allow_l
         w->row_pair[w->n_rows++] = p;
         load[t]++;
     }
-    s_sort_ids = s->cur_ids;
-    for (int i = 0; i < s->n_w; i++)
-        if (s->w[i].n_rows > 1)
-            qsort(s->w[i].row_pair, (size_t)s->w[i].n_rows, sizeof(int64_t), s_cmp_pair);
+    for (int i = 0; i < s->n_w; i++) {
+        int rc = s->w[i].n_rows > 1 ? s_group_rows(s, &s->w[i]) : 0;
+        if (rc) return rc;
+    }
     return 0;
 }
 
@@ -284,7 +289,7 @@ static void s_destroy(moe_exec *self)
         ring_close(&s->w[i].ring);
     }
     free(s->w); free(s->owner); free(s->refused_by); free(s->expert_bytes); free(s->model_path);
-    free(s->pair_target); free(s->excluded);
+    free(s->pair_target); free(s->excluded); free(s->group_start); free(s->grouped);
     free(s);
 }
 
@@ -325,8 +330,9 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg)
     s->expert_bytes = calloc((size_t)cfg->n_layer, sizeof *s->expert_bytes);
     s->owner = malloc((size_t)cfg->n_layer * (size_t)cfg->n_expert * sizeof *s->owner);
     s->refused_by = calloc((size_t)cfg->n_layer * (size_t)cfg->n_expert, sizeof *s->refused_by);
+    s->group_start = malloc(((size_t)cfg->n_expert + 1) * sizeof *s->group_start);
     s->model_path = strdup(cfg->model_path);
-    if (!s->expert_bytes || !s->owner || !s->refused_by || !s->model_path)
+    if (!s->expert_bytes || !s->owner || !s->refused_by || !s->group_start || !s->model_path)
         return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
     for (int l = 0; l < cfg->n_layer; l++) {
         expert_weights ew;
