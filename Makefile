@@ -28,10 +28,11 @@ LDLIBS  += -lzmq -lprotobuf-c -ldl -lm -lmicrohttpd -lcjson
 
 # ---- sources ---------------------------------------------------------------
 CORE_SRC   := $(wildcard core/*.c)
-COORD_SRC  := $(wildcard coordinator/*.c)
+COORD_SRC  := $(wildcard coordinator/*.c coordinator/sched/*.c)
+WIRE_SRC   := $(wildcard proto/*.c)
 CPU_SRC    := $(wildcard plugins/cpu/*.c)
 WORKER_SRC := $(wildcard workers/*.c)
-CLI_SRC    := $(wildcard tools/coli/*.c)
+CLI_SRC    := $(wildcard tools/coli/*.c tools/coli/server/*.c)
 PROTO_SRC  := $(wildcard proto/*.proto)
 PROTO_GEN  := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTO_SRC))
 TEST_SRC   := $(wildcard tests/test_*.c)
@@ -39,6 +40,7 @@ TEST_SRC   := $(wildcard tests/test_*.c)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJ   := $(call obj,$(CORE_SRC))
 COORD_OBJ  := $(call obj,$(COORD_SRC))
+WIRE_OBJ   := $(call obj,$(WIRE_SRC))
 CPU_OBJ    := $(call obj,$(CPU_SRC))
 WORKER_OBJ := $(call obj,$(WORKER_SRC))
 CLI_OBJ    := $(call obj,$(CLI_SRC))
@@ -75,7 +77,7 @@ $(BUILD)/obj/%.o: %.c $(PROTO_GEN)
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- libraries and programs -------------------------------------------------
-$(LIB): $(CORE_OBJ) $(COORD_OBJ) $(CPU_OBJ) $(PROTO_OBJ)
+$(LIB): $(CORE_OBJ) $(WIRE_OBJ) $(COORD_OBJ) $(CPU_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 

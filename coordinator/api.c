@@ -18,6 +18,7 @@
 #include "coordinator/model.h"
 #include "coordinator/moe_exec.h"
 #include "coordinator/sampler.h"
+#include "core/clock.h"
 #include "error.h"
 #include "threadpool.h"
 #include "tokenizer.h"
@@ -47,12 +48,6 @@ struct coli_context {
     size_t text_cap;
 };
 
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static char *s_strdup(const char *s, size_t n) {
     char *d = malloc(n + 1);
     if (d) { memcpy(d, s, n); d[n] = '\0'; }
@@ -71,7 +66,7 @@ void coli_model_default_params(coli_model_params *p) {
 static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
     const char *d = cfg->devices;
     if (d && strcmp(d, "inproc") == 0) return moe_exec_inproc_new(cfg, out);
-    /* default (NULL or ""): local CPU workers over ipc (coordinator/scheduler.c) */
+    /* default (NULL or ""): local CPU workers over ipc (coordinator/sched/scheduler.c) */
     return moe_exec_workers_new(cfg, out);
 }
 
@@ -129,7 +124,7 @@ int coli_model_load(const char *path, const coli_model_params *p, coli_model **o
     if (p->n_threads < 0 || p->n_ctx_max < 0)
         return coli_fail(COLI_EINVAL, "coli_model_load: n_threads %d / n_ctx_max %d must be >= 0",
                          p->n_threads, p->n_ctx_max);
-    const double t0 = s_now();
+    const double t0 = coli_now_s();
     coli_model *cm = calloc(1, sizeof *cm);
     if (!cm) return coli_fail(COLI_ENOMEM, "coli_model_load: out of memory");
     cm->kv_f16 = p->kv_f16 ? 1 : 0;
@@ -143,7 +138,7 @@ int coli_model_load(const char *path, const coli_model_params *p, coli_model **o
         coli_model_free(&cm);
         return rc;
     }
-    cm->load_seconds = s_now() - t0;
+    cm->load_seconds = coli_now_s() - t0;
     if (cm->verbose)
         fprintf(stderr, "colibri: loaded %s (%s, %d layers, %d experts) in %.2f s, %d threads\n",
                 cm->name, cm->m->hp.arch_name, cm->m->hp.n_layer, cm->m->hp.n_expert,
@@ -348,14 +343,14 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
         return coli_fail(COLI_EINVAL, "coli_generate: context NULL or empty prompt (n_prompt %d)", n_prompt);
     int rc = sampler_init(&smp, sp, ctx->model->m->hp.n_vocab);
     if (rc < 0) return rc;
-    double t0 = s_now();
+    double t0 = coli_now_s();
     rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
     st.n_prompt = n_prompt;
-    st.prompt_seconds = s_now() - t0;
+    st.prompt_seconds = coli_now_s() - t0;
     if (rc == 0) {
-        t0 = s_now();
+        t0 = coli_now_s();
         rc = s_gen_loop(ctx, &smp, cb, user, &st);
-        st.gen_seconds = s_now() - t0;
+        st.gen_seconds = coli_now_s() - t0;
     }
     sampler_free(&smp);
     if (stats) *stats = st;

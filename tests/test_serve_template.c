@@ -1,6 +1,6 @@
 /*
  * test_serve_template.c - chat templates of coli serve / coli chat
- * (tools/coli/server_template.c, compiled in here): family detection from
+ * (tools/coli/server/server_template.c, compiled in here): family detection from
  * tokenizer.chat_template and the architecture, the exact text each family
  * renders, and the errors for conversations a template cannot express.
  */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/coli/server_template.c"
+#include "tools/coli/server/server_template.c"
 
 /* Fragments of the reference Jinja templates, as found in GGUF files. */
 static const char *k_mixtral_tmpl =

@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coordinator/shm_ring.h"
-#include "coordinator/wire.h"
+#include "proto/shm_ring.h"
+#include "proto/wire.h"
 #include "gguf.h"
 #include "plugins/plugin_abi.h"
 #include "proto/coli.pb-c.h"

@@ -14,7 +14,7 @@
  * runs it in a child for --devices auto, so a driver that crashes in its
  * probe takes only this process down.
  *
- * Local workers are started by the coordinator (coordinator/supervisor.c),
+ * Local workers are started by the coordinator (coordinator/sched/supervisor.c),
  * which passes --parent-pid and --lifeline: the read end of a pipe whose
  * write end only the coordinator process holds. The main loop polls it and
  * exits at EOF (the coordinator ended, however), and checks getppid() every
@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/wire.h"
+#include "proto/wire.h"
 #include "error.h"
 #include "worker.h"
 

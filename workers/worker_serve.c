@@ -14,7 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/wire.h"
+#include "proto/wire.h"
+#include "core/clock.h"
 #include "error.h"
 #include "expert_ffn.h"
 #include "worker.h"
@@ -336,11 +337,11 @@ int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t 
         }
         if (rc == 0) { memcpy(w->xin, x, need * sizeof(float)); x = w->xin; }
     }
-    uint64_t t0 = wire_now_ns();
+    uint64_t t0 = coli_now_ns();
     if (rc == 0 && w->plugin->run(w->dev, groups, (int32_t)b->n_groups, x, b->n_rows, b->n_embd,
                                   w->out, why, sizeof why) != 0)
         rc = 1;
-    uint64_t ns = wire_now_ns() - t0;
+    uint64_t ns = coli_now_ns() - t0;
     free(groups);
     if (rc != 0)
         return s_send_result(w, env->request_id, b, 0, why, NULL, 0, ns);
@@ -366,7 +367,7 @@ static void s_heartbeat(worker *w)
     env.heartbeat = &h;
     /* Never block on a heartbeat: a full queue means the coordinator is busy. */
     worker_send(w, &env, NULL, 0, ZMQ_DONTWAIT);
-    w->last_hb_ns = wire_now_ns();
+    w->last_hb_ns = coli_now_ns();
 }
 
 static void s_send_stats(worker *w)
@@ -494,16 +495,16 @@ int worker_serve(worker *w)
     int spin = 0;
     while (!w->stop) {
         int woke = s_wait(w, spin);
-        if ((woke || wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) &&
+        if ((woke || coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) &&
             s_coordinator_gone(w)) {
             s_tidy_dead_coordinator(w);
             return 0; /* the coordinator is gone: so are we */
         }
         spin = w->ring.base && s_handle_ring(w);
         while (!w->stop && s_handle_one(w) == 0)
-            if (wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
+            if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
                 s_heartbeat(w);
-        if (wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
+        if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
             s_heartbeat(w);
     }
     return 0;

@@ -23,6 +23,7 @@
 #include "bench.h"
 #include "colibri.h"
 #include "commands.h"
+#include "core/clock.h"
 #include "model_opts.h"
 
 #define MAX_PROMPTS 8
@@ -126,9 +127,9 @@ static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
     mp.n_threads = o->mo.n_threads;
     mp.kv_f16 = o->mo.kv_f16;
     mp.verbose = o->mo.verbose;
-    double t0 = bench_now();
+    double t0 = coli_now_s();
     if (coli_model_load(o->mo.model, &mp, &c->m) != 0) return cli_fail();
-    c->load_s = bench_now() - t0;
+    c->load_s = coli_now_s() - t0;
     coli_model_info info;
     coli_model_get_info(c->m, &info);
     c->n_ctx = n_ctx < info.n_ctx ? n_ctx : info.n_ctx;
@@ -160,20 +161,20 @@ static int config_repeat(const bench_opts *o, config_run *c, int r, const int32_
     for (int p = 0; p < o->n_prompt; p++) {
         if (o->prompt[p] > c->n_ctx) continue; /* longer than the context: reported as skipped */
         coli_context_reset(c->ctx);
-        double t0 = bench_now();
+        double t0 = coli_now_s();
         if (coli_eval(c->ctx, ids, o->prompt[p], logits, 0) != 0) return cli_fail();
-        c->prefill[p][r] = o->prompt[p] / (bench_now() - t0);
+        c->prefill[p][r] = o->prompt[p] / (coli_now_s() - t0);
     }
     coli_context_reset(c->ctx);
     if (coli_eval(c->ctx, ids, 1, logits, 0) != 0) return cli_fail();
-    double start = bench_now();
+    double start = coli_now_s();
     for (int i = 0; i < o->n_decode; i++) {
         int32_t next = argmax(logits, info.n_vocab);
-        double t0 = bench_now();
+        double t0 = coli_now_s();
         if (coli_eval(c->ctx, &next, 1, logits, 0) != 0) return cli_fail();
-        c->lat[c->n_lat++] = bench_now() - t0;
+        c->lat[c->n_lat++] = coli_now_s() - t0;
     }
-    c->decode[r] = o->n_decode / (bench_now() - start);
+    c->decode[r] = o->n_decode / (coli_now_s() - start);
     return 0;
 }
 

@@ -16,7 +16,7 @@
 #include "colibri.h"
 #include "commands.h"
 #include "model_opts.h"
-#include "server_template.h"
+#include "tools/coli/server/server_template.h"
 
 static volatile sig_atomic_t s_interrupted;
 

@@ -14,7 +14,7 @@
 #include "colibri.h"
 #include "commands.h"
 #include "model_opts.h"
-#include "server.h"
+#include "tools/coli/server/server.h"
 
 static int s_signal_pipe[2] = {-1, -1};
 

@@ -1,14 +1,14 @@
 /*
  * wire.c - framing of coordinator <-> worker messages (see wire.h).
  */
-#include "wire.h"
+#include "proto/wire.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "error.h"
+#include "core/hash.h"
 #include "gguf.h"
 
 // ---------------------------------------------------------------------------
@@ -171,29 +171,11 @@ int wire_payload_is(const wire_msg *m, int64_t n_floats)
     return wire_payload_size(m) == want;
 }
 
-uint64_t wire_fnv1a(const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
-uint64_t wire_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 void wire_model_identity(const gguf_file *f, uint64_t *size, uint64_t *hash)
 {
     size_t n = gguf_data_offset(f);
     if (n > ((size_t)16 << 20))
         n = (size_t)16 << 20;
     *size = (uint64_t)gguf_size(f);
-    *hash = wire_fnv1a(gguf_base(f), n);
+    *hash = coli_fnv1a(gguf_base(f), n, COLI_FNV1A_SEED);
 }

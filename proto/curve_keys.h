@@ -12,8 +12,8 @@
  *   worker side:      worker.key, and the coordinators it accepts:
  *                     coordinator.pub and each line of authorized_coordinators
  */
-#ifndef COLI_COORD_CURVE_KEYS_H
-#define COLI_COORD_CURVE_KEYS_H
+#ifndef COLI_PROTO_CURVE_KEYS_H
+#define COLI_PROTO_CURVE_KEYS_H
 
 #include <stddef.h>
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 static const char *s_state_names[] = {"starting", "placing", "up", "hung", "down", "failed", "quarantined"};
@@ -25,7 +25,7 @@ const char *link_state_name(link_state st)
 void link_set_state(worker_link *w, link_state st, const char *reason)
 {
     w->state = st;
-    w->state_since_ns = wire_now_ns();
+    w->state_since_ns = coli_now_ns();
     snprintf(w->reason, sizeof w->reason, "%s", reason ? reason : "");
 }
 
@@ -115,7 +115,7 @@ int link_send_batch(sched *s, worker_link *w, int layer, int allow_load)
     free(gp);
     if (rc == 0) {
         w->req_id = env.request_id;
-        w->sent_ns = wire_now_ns();
+        w->sent_ns = coli_now_ns();
     }
     return rc;
 }
@@ -311,7 +311,7 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
         link_quarantine(s, w, "non-finite output for finite input");
         return;
     }
-    stats_latency(&w->lat, (double)(wire_now_ns() - w->sent_ns) / 1e9);
+    stats_latency(&w->lat, (double)(coli_now_ns() - w->sent_ns) / 1e9);
     w->batches++;
     w->rows += (uint64_t)w->n_rows;
     sched_rows_done(s, w, out);
@@ -343,7 +343,7 @@ static worker_link *s_find(sched *s, const wire_msg *m, int *stale)
 
 void link_dispatch(sched *s, worker_link *w, const wire_msg *m)
 {
-    w->last_seen_ns = wire_now_ns();
+    w->last_seen_ns = coli_now_ns();
     switch (m->env->body_case) {
     case COLI__ENVELOPE__BODY_HELLO: s_on_hello(s, w, m->env->hello); break;
     case COLI__ENVELOPE__BODY_PLACE_ACK: s_on_place_ack(s, w, m->env->place_ack); break;
@@ -394,7 +394,7 @@ void link_poll(sched *s, int timeout_ms)
             if (stale) s->stale_dropped++;
             else s->foreign_dropped++;
         } else if (rc == COLI_EPROTO) {
-            w->last_seen_ns = wire_now_ns();
+            w->last_seen_ns = coli_now_ns();
             link_quarantine(s, w, "malformed message"); /* one of ours speaks garbage */
         } else {
             link_dispatch(s, w, &m);

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model_opts.h"
+#include "tools/coli/model_opts.h"
 #include "server.h"
 
 #define MAX_MESSAGES 4096

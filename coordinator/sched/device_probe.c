@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 static const char *s_gpu_plugins[] = {"cuda", "hip"};
@@ -53,7 +53,7 @@ static int s_read_until(int fd, char *buf, size_t cap, uint64_t deadline)
 {
     size_t len = 0;
     for (;;) {
-        uint64_t now = wire_now_ns();
+        uint64_t now = coli_now_ns();
         if (now >= deadline) return -1;
         struct pollfd p = {fd, POLLIN, 0};
         int r = poll(&p, 1, (int)((deadline - now) / 1000000ULL) + 1);
@@ -72,7 +72,7 @@ static int s_reap_until(pid_t pid, uint64_t deadline)
 {
     int st = 0;
     while (waitpid(pid, &st, WNOHANG) == 0) {
-        if (wire_now_ns() >= deadline) {
+        if (coli_now_ns() >= deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             return -1;
@@ -124,7 +124,7 @@ static int s_probe(const char *worker_bin, const char *name, char *why, size_t w
         snprintf(why, why_len, "fork: %s", strerror(errno));
         return -1;
     }
-    uint64_t deadline = wire_now_ns() + sched_env_ms("COLI_PROBE_TIMEOUT_MS", 10000) * 1000000ULL;
+    uint64_t deadline = coli_now_ns() + sched_env_ms("COLI_PROBE_TIMEOUT_MS", 10000) * 1000000ULL;
     char line[1024];
     int rd = s_read_until(fds[0], line, sizeof line, deadline);
     close(fds[0]);

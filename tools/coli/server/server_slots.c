@@ -12,8 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "server.h"
+#include "core/clock.h"
 
 struct server_slot {
     server *srv;
@@ -21,12 +22,6 @@ struct server_slot {
     coli_context *ctx;
     job *cur;
 };
-
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void s_deadline(struct timespec *ts, int ms) {
     clock_gettime(CLOCK_MONOTONIC, ts);
@@ -56,7 +51,7 @@ job *job_new(int client_fd) {
     s_cond_init(&j->cv);
     j->refs = 1;
     j->client_fd = client_fd;
-    j->t_arrival = s_now();
+    j->t_arrival = coli_now_s();
     j->created = (long long)time(NULL);
     static atomic_ullong counter;
     snprintf(j->id, sizeof j->id, "%llx%06llx", (unsigned long long)j->created,
@@ -206,7 +201,7 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     server_slot *slot = user;
     server *s = slot->srv;
     job *j = slot->cur;
-    double now = s_now();
+    double now = coli_now_s();
     if (j->n_gen == 0) metrics_observe(&s->metrics, &s->metrics.ttft, now - j->t_arrival);
     else metrics_observe(&s->metrics, &s->metrics.per_token, now - j->t_last);
     pthread_mutex_lock(&j->mu);
@@ -250,7 +245,7 @@ static void s_run(server_slot *slot, job *j) {
     server *s = slot->srv;
     coli_gen_stats st;
     memset(&st, 0, sizeof st);
-    metrics_observe(&s->metrics, &s->metrics.queue_wait, s_now() - j->t_arrival);
+    metrics_observe(&s->metrics, &s->metrics.queue_wait, coli_now_s() - j->t_arrival);
     pthread_mutex_lock(&j->mu);
     j->state = JOB_RUNNING;
     pthread_mutex_unlock(&j->mu);

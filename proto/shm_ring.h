@@ -18,13 +18,13 @@
  * Neither side trusts the other's header: every size is checked against
  * the capacities the reader computed itself before a byte is read.
  */
-#ifndef COLI_COORD_SHM_RING_H
-#define COLI_COORD_SHM_RING_H
+#ifndef COLI_PROTO_SHM_RING_H
+#define COLI_PROTO_SHM_RING_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coordinator/wire.h"
+#include "proto/wire.h"
 
 enum { RING_REQ = 0, RING_REP = 1 };   /* slot: request / reply */
 

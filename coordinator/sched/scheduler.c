@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "coordinator/forward.h"
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 #include "expert_ffn.h"
 
@@ -84,13 +84,18 @@ static int s_reserve_rows(sched *s, worker_link *w, size_t rows)
     return 0;
 }
 
-static const int32_t *s_sort_ids;
-static int s_cmp_pair(const void *a, const void *b)
+//  w's rows (in pair order) regrouped by expert, pair order within an expert.
+static int s_group_rows(sched *s, worker_link *w)
 {
-    int64_t p = *(const int64_t *)a, q = *(const int64_t *)b;
-    int32_t e = s_sort_ids[p], f = s_sort_ids[q];
-    if (e != f) return e < f ? -1 : 1;
-    return (p > q) - (p < q);
+    if ((size_t)w->n_rows > s->cap_grouped) {
+        int64_t *g = realloc(s->grouped, w->cap_rows * sizeof *g);
+        if (!g) return coli_fail(COLI_ENOMEM, "scheduler: %lld rows", (long long)w->n_rows);
+        s->grouped = g;
+        s->cap_grouped = w->cap_rows;
+    }
+    moe_group_by_expert(s->cur_ids, w->row_pair, w->n_rows, s->n_expert, s->group_start, s->grouped);
+    memcpy(w->row_pair, s->grouped, (size_t)w->n_rows * sizeof *w->row_pair);
+    return 0;
 }
 
 //  Give each pending pair a target; collect each worker's rows sorted by expert.
@@ -116,10 +121,10 @@ static int s_assign(sched *s, int layer, int64_t n_pairs, unsigned char *allow_l
         w->row_pair[w->n_rows++] = p;
         load[t]++;
     }
-    s_sort_ids = s->cur_ids;
-    for (int i = 0; i < s->n_w; i++)
-        if (s->w[i].n_rows > 1)
-            qsort(s->w[i].row_pair, (size_t)s->w[i].n_rows, sizeof(int64_t), s_cmp_pair);
+    for (int i = 0; i < s->n_w; i++) {
+        int rc = s->w[i].n_rows > 1 ? s_group_rows(s, &s->w[i]) : 0;
+        if (rc) return rc;
+    }
     return 0;
 }
 
@@ -191,13 +196,13 @@ static void s_gather(sched *s)
     int64_t max_rows = 0;
     for (int i = 0; i < s->n_w; i++)
         if (s->w[i].req_id && s->w[i].n_rows > max_rows) max_rows = s->w[i].n_rows;
-    uint64_t deadline = wire_now_ns() + s->deadline_ns + s->per_row_ns * (uint64_t)max_rows;
+    uint64_t deadline = coli_now_ns() + s->deadline_ns + s->per_row_ns * (uint64_t)max_rows;
     link_spin_rings(s); /* ring replies come within microseconds: do not sleep for them */
     for (;;) {
         int waiting = 0;
         for (int i = 0; i < s->n_w; i++) waiting += s->w[i].req_id != 0;
         if (!waiting) return;
-        uint64_t now = wire_now_ns();
+        uint64_t now = coli_now_ns();
         if (now >= deadline) break;
         link_poll(s, (int)((deadline - now) / 1000000ULL) + 1);
     }
@@ -242,7 +247,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
     s->pending = n_pairs;
     for (int64_t p = 0; p < n_pairs; p++) s->pair_target[p] = PAIR_PENDING;
     memset(s->excluded, 0, (size_t)s->n_w);
-    uint64_t t0 = wire_now_ns();
+    uint64_t t0 = coli_now_ns();
     int used_workers = 0;
     while (rc == 0 && s->pending > 0) {
         unsigned char allow_load[SCHED_MAX_WORKERS] = {0};
@@ -255,7 +260,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
     }
     for (int i = 0; i < s->n_w; i++) s->w[i].req_id = 0;
     if (rc == 0 && used_workers)
-        stats_latency(&s->dispatch, (double)(wire_now_ns() - t0) / 1e9);
+        stats_latency(&s->dispatch, (double)(coli_now_ns() - t0) / 1e9);
     return rc;
 }
 
@@ -284,7 +289,7 @@ static void s_destroy(moe_exec *self)
         ring_close(&s->w[i].ring);
     }
     free(s->w); free(s->owner); free(s->refused_by); free(s->expert_bytes); free(s->model_path);
-    free(s->pair_target); free(s->excluded);
+    free(s->pair_target); free(s->excluded); free(s->group_start); free(s->grouped);
     free(s);
 }
 
@@ -325,8 +330,9 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg)
     s->expert_bytes = calloc((size_t)cfg->n_layer, sizeof *s->expert_bytes);
     s->owner = malloc((size_t)cfg->n_layer * (size_t)cfg->n_expert * sizeof *s->owner);
     s->refused_by = calloc((size_t)cfg->n_layer * (size_t)cfg->n_expert, sizeof *s->refused_by);
+    s->group_start = malloc(((size_t)cfg->n_expert + 1) * sizeof *s->group_start);
     s->model_path = strdup(cfg->model_path);
-    if (!s->expert_bytes || !s->owner || !s->refused_by || !s->model_path)
+    if (!s->expert_bytes || !s->owner || !s->refused_by || !s->group_start || !s->model_path)
         return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
     for (int l = 0; l < cfg->n_layer; l++) {
         expert_weights ew;

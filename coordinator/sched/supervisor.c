@@ -28,7 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 //  bin/coli-worker next to this program (bin/coli, tests/x -> ../bin), or COLI_WORKER.
@@ -120,7 +120,7 @@ int sup_spawn(sched *s, worker_link *w)
     w->hello_ok = 0;
     w->exit_seen_ns = 0;
     link_set_state(w, LINK_STARTING, "");
-    w->last_seen_ns = wire_now_ns();
+    w->last_seen_ns = coli_now_ns();
     return 0;
 }
 
@@ -177,7 +177,7 @@ void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it)
     sup_kill(s, w);
     if (was == LINK_FAILED || was == LINK_QUARANTINED)
         return; /* permanent states stay */
-    uint64_t now = wire_now_ns();
+    uint64_t now = coli_now_ns();
     if (s_too_many_failures(s, w, now)) {
         w->restart_limited = 1;
         link_set_state(w, LINK_DOWN, "failed too often; stays down");
@@ -197,7 +197,7 @@ void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it)
 // ---------------------------------------------------------------------------
 void sup_tick(sched *s)
 {
-    uint64_t now = wire_now_ns();
+    uint64_t now = coli_now_ns();
     for (int i = 0; i < s->n_w; i++) {
         worker_link *w = &s->w[i];
         if (w->pid > 0 && s_reap(w, 0)) {
@@ -259,8 +259,8 @@ void sup_shutdown_all(sched *s)
         env.shutdown = &sd;
         wire_send(s->router, w->routing_id, w->routing_len, &env, NULL, 0, ZMQ_DONTWAIT);
     }
-    uint64_t until = wire_now_ns() + 500000000ULL;
-    for (int left = 1; left && wire_now_ns() < until;) {
+    uint64_t until = coli_now_ns() + 500000000ULL;
+    for (int left = 1; left && coli_now_ns() < until;) {
         left = 0;
         for (int i = 0; i < s->n_w; i++)
             if (s->w[i].pid > 0 && !s_reap(&s->w[i], 0)) left = 1;

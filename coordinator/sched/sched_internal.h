@@ -17,8 +17,9 @@
 #include <sys/types.h>
 
 #include "coordinator/moe_exec.h"
-#include "coordinator/shm_ring.h"
-#include "coordinator/wire.h"
+#include "core/clock.h"
+#include "proto/shm_ring.h"
+#include "proto/wire.h"
 
 /* ---- devices and placement (placement.c) ------------------------------ */
 typedef struct device_spec {
@@ -174,6 +175,9 @@ typedef struct sched {
     const int32_t *cur_ids;          /* its expert id per pair */
     int cur_layer;
     int64_t pending;                 /* pairs of this layer still without output */
+    int64_t *group_start;            /* (n_expert + 1) scratch of moe_group_by_expert */
+    int64_t *grouped;                /* (cap_grouped) one worker's rows regrouped by expert */
+    size_t cap_grouped;
     /* stats */
     fallback_count fb[SCHED_MAX_FALLBACK_KINDS];
     int n_fb;

@@ -8,7 +8,7 @@
  * the other's store, so a doorbell is never lost.
  */
 #define _GNU_SOURCE
-#include "coordinator/shm_ring.h"
+#include "proto/shm_ring.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "core/clock.h"
 
 #define RING_MAGIC 0x474e49524c4f4355ULL  /* "UCOLRING" */
 #define RING_VERSION 1
@@ -250,11 +251,11 @@ void ring_release(shm_ring *r, int dir)
 
 int ring_spin(const shm_ring *r, int dir, uint64_t spin_ns)
 {
-    uint64_t until = wire_now_ns() + spin_ns;
+    uint64_t until = coli_now_ns() + spin_ns;
     for (int i = 0;; i++) {
         if (ring_ready(r, dir)) return 1;
         if ((i & 63) == 63) {
-            if (wire_now_ns() >= until) return 0;
+            if (coli_now_ns() >= until) return 0;
             /* on an oversubscribed machine the peer may wait for our core */
             sched_yield();
         }

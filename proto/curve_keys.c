@@ -5,7 +5,7 @@
  * pose as its owner.
  */
 #define _GNU_SOURCE
-#include "coordinator/curve_keys.h"
+#include "proto/curve_keys.h"
 
 #include <errno.h>
 #include <fcntl.h>

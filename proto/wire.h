@@ -8,8 +8,8 @@
  * what the header says is consumed whole and reported as COLI_EPROTO, so
  * the caller can count it and go on.
  */
-#ifndef COLI_COORD_WIRE_H
-#define COLI_COORD_WIRE_H
+#ifndef COLI_PROTO_WIRE_H
+#define COLI_PROTO_WIRE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -57,16 +57,10 @@ size_t wire_payload_size(const wire_msg *m);
 /* 1 if the payload holds exactly n_floats F32 values. */
 int wire_payload_is(const wire_msg *m, int64_t n_floats);
 
-/* A 64-bit FNV-1a hash (file identity checks). */
-uint64_t wire_fnv1a(const void *data, size_t n);
-
 /* Identity of a model file both sides check before sharing work on it: its
- * size and the FNV-1a hash of its header (up to the tensor data, at most
+ * size and the FNV-1a hash (core/hash.h) of its header (up to the tensor data, at most
  * 16 MiB). */
 struct gguf_file;
 void wire_model_identity(const struct gguf_file *f, uint64_t *size, uint64_t *hash);
-
-/* Monotonic clock in nanoseconds. */
-uint64_t wire_now_ns(void);
 
 #endif

@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator/curve_keys.h"
-#include "coordinator/sched_internal.h"
+#include "proto/curve_keys.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 enum { REMOTE_EVENTS = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
@@ -97,7 +97,7 @@ int remote_connect(sched *s, worker_link *w)
     w->exit_seen_ns = 0;
     w->routing_len = (size_t)snprintf(w->routing_id, sizeof w->routing_id, "w%d.%u", w->id, w->gen);
     link_set_state(w, LINK_STARTING, "");
-    w->last_seen_ns = wire_now_ns();
+    w->last_seen_ns = coli_now_ns();
     int rc = remote_preflight(&w->dev, 1);
     if (rc) return rc;
     rc = s_socket(s, w, getenv("COLI_KEYS"));
@@ -211,7 +211,7 @@ void remote_take(sched *s)
             int rc = wire_recv(w->rsock, 0, ZMQ_DONTWAIT, &m);
             if (rc == COLI_ETIMEOUT || rc == COLI_EIO) break;
             if (rc == COLI_EPROTO) {
-                w->last_seen_ns = wire_now_ns();
+                w->last_seen_ns = coli_now_ns();
                 link_quarantine(s, w, "malformed message");
             } else {
                 link_dispatch(s, w, &m);

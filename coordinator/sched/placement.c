@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 int sched_default_cpu_workers(void)

@@ -1,6 +1,6 @@
 /*
  * link_ring.c - the coordinator's side of the shared-memory data path
- * (coordinator/shm_ring.h): take replies from the workers' rings, spin
+ * (proto/shm_ring.h): take replies from the workers' rings, spin
  * briefly while requests are in flight, arm the doorbells before a
  * blocking poll. A reply read from a ring goes through the same handlers
  * as one read from the ROUTER socket (link_dispatch), so ids, sizes and
@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "coordinator/sched_internal.h"
+#include "coordinator/sched/sched_internal.h"
 #include "error.h"
 
 //  A ring whose process we still believe in (a dead one's last words are dropped).
@@ -50,7 +50,7 @@ void link_take_rings(sched *s)
 
 void link_spin_rings(sched *s)
 {
-    uint64_t until = wire_now_ns() + s->spin_ns;
+    uint64_t until = coli_now_ns() + s->spin_ns;
     for (;;) {
         int awaited = 0, got = 0;
         for (int i = 0; i < s->n_w; i++) {
@@ -62,7 +62,7 @@ void link_spin_rings(sched *s)
             }
             awaited += w->req_id != 0;
         }
-        uint64_t now = wire_now_ns();
+        uint64_t now = coli_now_ns();
         if (!awaited) return;
         if (got) until = now + s->spin_ns;
         else if (now >= until) return;

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "server.h"
 
 /* Per request: the body as it arrives, and the status we answered with. */
