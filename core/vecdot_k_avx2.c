@@ -15,8 +15,8 @@
  *
  * IQ4_XS has signed weights; maddubs needs one unsigned operand, so the
  * activation's magnitude is that operand and the weight takes its sign.
- * (The other way round, -128 activations, which Q8_K produces for every
- * block's largest value, would not negate.)
+ * (The other way round, a -128 activation would not negate; Q8_K's
+ * -127/max scale should not produce one, but this order does not rely on it.)
  */
 #include "cpu_features.h"
 #include "kquant_scales.h"

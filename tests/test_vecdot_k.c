@@ -225,14 +225,14 @@ Test(vecdot_k, q8_K_zero_block) {
     cr_assert_eq(y[0].d, 0.0f);
     for (int j = 0; j < COLI_QK_K; j++) cr_assert_eq(y[0].qs[j], 0);
     for (int g = 0; g < COLI_QK_K / 16; g++) cr_assert_eq(y[0].bsums[g], 0);
-    /* the only nonzero value is the max: -128/1 scale, d = -1/128 */
-    cr_assert_eq(y[1].qs[3], -128);
-    cr_assert_eq(y[1].d, -1.0f / 128.0f);
-    cr_assert_eq(y[1].bsums[0], -128);
+    /* the only nonzero value is the max: iscale = -127/1, d = 1/iscale */
+    cr_assert_eq(y[1].qs[3], -127);
+    cr_assert_eq(y[1].d, 1.0f / -127.0f);
+    cr_assert_eq(y[1].bsums[0], -127);
 }
 
-/* the first value of largest |x| keeps its sign and maps to -128; the
- * opposite extreme would be +128 and is capped at 127 */
+/* the first value of largest |x| keeps its sign and maps to -127
+ * (llama.cpp's iscale = -127/max, "for IQ2_XXS"), the opposite one to +127 */
 Test(vecdot_k, q8_K_max_sign_and_cap) {
     float x[COLI_QK_K];
     for (int j = 0; j < COLI_QK_K; j++) x[j] = (float)((j % 5) - 2) * 0.25f;   /* |x| <= 0.5 */
@@ -240,10 +240,10 @@ Test(vecdot_k, q8_K_max_sign_and_cap) {
     x[40] = 2.0f;   /* same |x|, later: not the max */
     block_q8_K y;
     coli_quantize_act_q8_K(x, &y, COLI_QK_K);
-    cr_assert_eq(y.d, 1.0f / 64.0f, "d = 1/iscale = max/-128: %g", y.d);
-    cr_assert_eq(y.qs[20], -128);
-    cr_assert_eq(y.qs[40], 127, "+128 capped: %d", y.qs[40]);
-    /* iscale = 64: x = 0.25 -> 16, -0.5 -> -32 */
+    cr_assert_eq(y.d, 1.0f / 63.5f, "d = 1/iscale = max/-127: %g", y.d);
+    cr_assert_eq(y.qs[20], -127);
+    cr_assert_eq(y.qs[40], 127, "%d", y.qs[40]);
+    /* iscale = 63.5: x = 0.25 -> 15.875 -> 16, -0.5 -> -31.75 -> -32 */
     cr_assert_eq(y.qs[3], 16);
     cr_assert_eq(y.qs[0], -32);
     check_bsums(&y);
@@ -252,9 +252,9 @@ Test(vecdot_k, q8_K_max_sign_and_cap) {
 /* iscale*x exactly half-way rounds to even, as ggml's nearest_int does */
 Test(vecdot_k, q8_K_rounds_half_to_even) {
     float x[COLI_QK_K] = {0};
-    x[0] = -128.0f;   /* max: iscale = 1, d = 1 */
-    const float in[] = {0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f, 127.5f, 3.4999f};
-    const int want[] = {0, 2, 2, -2, 0, 126, 127, 3};
+    x[0] = -127.0f;   /* max: iscale = 1, d = 1 */
+    const float in[] = {0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f, -126.5f, 3.4999f};
+    const int want[] = {0, 2, 2, -2, 0, 126, -126, 3};
     for (int i = 0; i < 8; i++) x[1 + i] = in[i];
     block_q8_K y;
     coli_quantize_act_q8_K(x, &y, COLI_QK_K);
