@@ -12,8 +12,7 @@
 
 /* Weight types the matmul kernels take; norms and biases must be F32. */
 #define MASK_F32    (1u << COLI_F32)
-#define MASK_MATRIX ((1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_BF16) | \
-                     (1u << COLI_Q8_0) | (1u << COLI_Q4_0))
+#define MASK_MATRIX coli_dtype_weight_mask()
 
 /* Sane upper bounds; a file past them is hostile or not a model we run. */
 #define MAX_LAYERS  4096

@@ -121,7 +121,9 @@ int coli_quantize_file(const char *in_path, const char *out_path, const char *ty
     coli_dtype type;
     if (!in_path || !out_path || !type_name)
         return coli_fail(COLI_EINVAL, "quantize: input path, output path and type are required");
-    if (coli_dtype_from_name(type_name, &type) != 0)
+    /* coli_quantize_row writes these; the other weight types are read-only here */
+    if (coli_dtype_from_name(type_name, &type) != 0 ||
+        !(type == COLI_F32 || type == COLI_F16 || type == COLI_BF16 || type == COLI_Q8_0 || type == COLI_Q4_0))
         return coli_fail(COLI_EINVAL, "quantize: type '%s': expected Q8_0, Q4_0, F16, BF16 or F32", type_name);
     if (strcmp(in_path, out_path) == 0)
         return coli_fail(COLI_EINVAL, "quantize: output '%s' is the input file", out_path);

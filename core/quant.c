@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cpu_features.h"
+#include "quant_blocks.h"
 
 #if COLI_X86
 #include <immintrin.h>
@@ -206,7 +207,7 @@ void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n) {
     }
     case COLI_Q8_0: dequantize_q8_0(src, dst, n); break;
     case COLI_Q4_0: dequantize_q4_0(src, dst, n); break;
-    default: break;
+    default: coli_dequantize_row_blocks(t, src, dst, n); break;
     }
 }
 

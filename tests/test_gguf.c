@@ -610,9 +610,13 @@ Test(gguf_hostile, product_of_dims_overflows) {
 
 Test(gguf_hostile, unknown_tensor_type_is_named) {
     gguf_bytes b = {0};
-    one_tensor(&b, "blk.0.ffn_down.weight", 2, (const uint64_t[]){256, 4}, 12, 0, 1024);
-    EXPECT_REFUSED(&b, COLI_EUNSUPPORTED, "tensor 'blk.0.ffn_down.weight': tensor type Q4_K (12) is not supported",
-                   "supported: F32, F16, BF16, Q8_0, Q4_0");
+    one_tensor(&b, "blk.0.ffn_down.weight", 2, (const uint64_t[]){256, 4}, 16, 0, 1024);
+    EXPECT_REFUSED(&b, COLI_EUNSUPPORTED, "tensor 'blk.0.ffn_down.weight': tensor type IQ2_XXS (16) is not supported",
+                   "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS");
+    gb_free(&b);
+    /* Q8_K is an activation format: never a weight */
+    one_tensor(&b, "w", 2, (const uint64_t[]){256, 1}, COLI_Q8_K, 0, 292);
+    EXPECT_REFUSED(&b, COLI_EUNSUPPORTED, "tensor 'w': tensor type Q8_K (15) is not supported");
     gb_free(&b);
     one_tensor(&b, "w", 1, (const uint64_t[]){32}, 999, 0, 128);
     EXPECT_REFUSED(&b, COLI_EUNSUPPORTED, "tensor 'w': tensor type unknown (999) is not supported");

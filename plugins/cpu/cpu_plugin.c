@@ -18,8 +18,7 @@
 #include "threadpool.h"
 
 #define CPU_DEV_TAG 0xc0c0c9u
-#define CPU_DTYPE_MASK ((1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_Q4_0) | \
-                        (1u << COLI_Q8_0) | (1u << COLI_BF16))
+#define CPU_DTYPE_MASK coli_dtype_weight_mask() /* every type core/matmul computes */
 
 /* One loaded expert: a slot of an open-addressing table keyed by
  * (layer, expert). */
