@@ -2,6 +2,8 @@
  * test_vecdot_k.c - the K-quant and IQ4_XS dot products (vecdot_k.c,
  * vecdot_k_avx2.c) and the Q8_K activation quantizer.
  *
+ * Weights: random quant bytes with sane fp16 scales (quant_util.h), and
+ * constant bytes against constant activations (extreme quants, all -128).
  * Reference: the weight row dequantized by coli_dequantize_row (written
  * from ggml's dequantize_row_*, independently of the dot products) times
  * the Q8_K row read as d*q, summed in float64. Tolerances are relative to
@@ -18,6 +20,7 @@
 #include "cpu_features.h"
 #include "quant.h"
 #include "quant_blocks.h"
+#include "quant_util.h"
 #include "vecdot.h"
 
 typedef struct ktype {
@@ -40,39 +43,20 @@ static const ktype k_types[] = {
 static const int64_t k_lengths[] = {256, 768, 4096};
 #define N_LENGTHS (sizeof k_lengths / sizeof k_lengths[0])
 
-static unsigned next_rand(unsigned *s) {
-    *s = *s * 1664525u + 1013904223u;
-    return *s >> 8;
+static float frand(unsigned *s) { return (float)qu_next(s) / 8388608.0f - 1.0f; }
+
+static float fp16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return coli_fp16_to_fp32(h);
 }
 
-static float frand(unsigned *s) { return (float)next_rand(s) / 8388608.0f - 1.0f; }
-
-/* an fp16 scale of random sign and magnitude in [lo, 2*lo) */
-static uint16_t rand_scale(unsigned *s, float lo) {
-    float v = lo * (1.0f + 0.5f * (frand(s) + 1.0f));
-    return coli_fp32_to_fp16(next_rand(s) & 1 ? v : -v);
-}
-
-/* the fp16 super-block scales of block b (d, and dmin where the type has
- * one: it is 0 otherwise) */
-static uint16_t *scale_fields(const ktype *k, uint8_t *blk, uint16_t **dmin) {
-    *dmin = NULL;
-    switch (k->t) {
-    case COLI_Q2_K: *dmin = &((block_q2_K *)blk)->dmin; return &((block_q2_K *)blk)->d;
-    case COLI_Q3_K: return &((block_q3_K *)blk)->d;
-    case COLI_Q4_K: *dmin = &((block_q4_K *)blk)->dmin; return &((block_q4_K *)blk)->d;
-    case COLI_Q5_K: *dmin = &((block_q5_K *)blk)->dmin; return &((block_q5_K *)blk)->d;
-    case COLI_Q6_K: return &((block_q6_K *)blk)->d;
-    default: return &((block_iq4_xs *)blk)->d;
-    }
-}
-
-/* largest |value| one weight of the block can take, per unit of its d and
- * dmin: max scale * max |quant| (and max min) of the format */
+/* largest |value| one weight of the block can take: its d (and dmin)
+ * times the format's largest scale and |quant| (and largest min) */
 static double term_bound(const ktype *k, const uint8_t *blk) {
-    uint16_t *dmin;
-    const uint16_t *d = scale_fields(k, (uint8_t *)blk, &dmin);
-    double ad = fabs(coli_fp16_to_fp32(*d)), am = dmin ? fabs(coli_fp16_to_fp32(*dmin)) : 0.0;
+    int od, om;
+    qu_scale_offsets(k->t, &od, &om);
+    double ad = fabs(fp16_at(blk + od)), am = om >= 0 ? fabs(fp16_at(blk + om)) : 0.0;
     switch (k->t) {
     case COLI_Q2_K: return ad * 15 * 3 + am * 15;
     case COLI_Q3_K: return ad * 32 * 4;
@@ -83,18 +67,20 @@ static double term_bound(const ktype *k, const uint8_t *blk) {
     }
 }
 
-/* n/256 weight blocks: random bytes (or all `fill` if fill >= 0), with
- * random fp16 scales of sane size */
+/* n/256 weight blocks: quant_util.h's random blocks, or every byte `fill`
+ * (fill >= 0) with scales d = -0.01, dmin = 0.004 */
 static uint8_t *make_weights(const ktype *k, int64_t n, unsigned seed, int fill) {
     int64_t nb = n / COLI_QK_K;
     uint8_t *w = malloc(k->block_bytes * (size_t)nb);
     cr_assert(w);
-    for (size_t i = 0; i < k->block_bytes * (size_t)nb; i++)
-        w[i] = fill >= 0 ? (uint8_t)fill : (uint8_t)next_rand(&seed);
+    if (fill < 0) { qu_random_blocks(k->t, w, nb, &seed); return w; }
+    memset(w, fill, k->block_bytes * (size_t)nb);
+    int od, om;
+    qu_scale_offsets(k->t, &od, &om);
+    uint16_t d = coli_fp32_to_fp16(-0.01f), dmin = coli_fp32_to_fp16(0.004f);
     for (int64_t b = 0; b < nb; b++) {
-        uint16_t *dmin, *d = scale_fields(k, w + (size_t)b * k->block_bytes, &dmin);
-        *d = rand_scale(&seed, 0.002f);
-        if (dmin) *dmin = rand_scale(&seed, 0.01f);
+        memcpy(w + (size_t)b * k->block_bytes + od, &d, 2);
+        if (om >= 0) memcpy(w + (size_t)b * k->block_bytes + om, &dmin, 2);
     }
     return w;
 }
