@@ -32,14 +32,15 @@ static int nearest_int(float v) {
 void coli_quantize_act_q8_K(const float *x, block_q8_K *y, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
         block_q8_K *out = &y[b];
-        /* the value of largest magnitude, sign kept: it maps to -128 */
+        /* the value of largest magnitude, sign kept: it maps to -127 (llama.cpp:
+         * iscale = -127/max, not -128, "for IQ2_XXS") */
         float amax = 0.0f, max = 0.0f;
         for (int j = 0; j < QK_K; j++) {
             float ax = fabsf(x[j]);
             if (ax > amax) { amax = ax; max = x[j]; }
         }
         if (amax == 0.0f) { memset(out, 0, sizeof *out); continue; }
-        const float iscale = -128.0f / max;
+        const float iscale = -127.0f / max;
         for (int j = 0; j < QK_K; j++) {
             int q = nearest_int(iscale * x[j]);
             out->qs[j] = (int8_t)(q < 127 ? q : 127);

@@ -15,8 +15,8 @@
  *
  * IQ4_XS has signed weights; maddubs needs one unsigned operand, so the
  * activation's magnitude is that operand and the weight takes its sign.
- * (The other way round, -128 activations, which Q8_K produces for every
- * block's largest value, would not negate.)
+ * (The other way round, a -128 activation would not negate; Q8_K's
+ * -127/max scale should not produce one, but this order does not rely on it.)
  */
 #include "cpu_features.h"
 #include "kquant_scales.h"
@@ -28,6 +28,9 @@
 #define AVX2 COLI_TARGET_AVX2
 #define ALWAYS static inline __attribute__((always_inline))
 #define QK_K COLI_QK_K
+/* fully unrolled sub-block loops: shift counts and shuffle masks become
+ * immediates/constants instead of being computed at run time */
+#define UNROLL _Pragma("GCC unroll 8")
 
 ALWAYS AVX2 float hsum128_ps(__m128 s) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -61,6 +64,14 @@ ALWAYS AVX2 __m256i lane_scale(__m256i scales_i16, int l) {
     return _mm256_shuffle_epi8(scales_i16, _mm256_set1_epi16((short)(((2 * l + 1) << 8) | (2 * l))));
 }
 
+/* Q4_K / Q5_K: bytes 0..7 = scales, 8..15 = mins (built in registers: a
+ * byte array stored then loaded whole would stall store forwarding) */
+ALWAYS AVX2 __m128i q4k_scales_mins(const uint8_t *packed) {
+    uint32_t u[4];
+    coli_q4k_scale_words(packed, u);
+    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+}
+
 /* Q4_K / Q5_K minimums: 8 mins (bytes 8..15 of the unpacked scales) times
  * the activation sums of their 32-value sub-blocks (pairs of bsums) */
 ALWAYS AVX2 __m128i mins_dot_bsums(__m128i scales_mins, const int16_t *bsums) {
@@ -76,13 +87,12 @@ AVX2 float coli_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *x) 
     __m256 acc = _mm256_setzero_ps();
     __m128 acc_min = _mm_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
-        uint8_t sm[16];
-        coli_q4k_scales_mins(wb[b].scales, sm);
-        const __m128i smv = _mm_loadu_si128((const __m128i *)sm);
+        const __m128i smv = q4k_scales_mins(wb[b].scales);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));
         const uint8_t *qs = wb[b].qs;
         const int8_t *q8 = xb[b].qs;
         __m256i isum = _mm256_setzero_si256();
+        UNROLL
         for (int j = 0; j < 4; j++, qs += 32, q8 += 64) {
             __m256i q = load256(qs);
             __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
@@ -103,9 +113,7 @@ AVX2 float coli_vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *x) 
     __m256 acc = _mm256_setzero_ps();
     __m128 acc_min = _mm_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
-        uint8_t sm[16];
-        coli_q4k_scales_mins(wb[b].scales, sm);
-        const __m128i smv = _mm_loadu_si128((const __m128i *)sm);
+        const __m128i smv = q4k_scales_mins(wb[b].scales);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));
         const uint8_t *qs = wb[b].qs;
         const int8_t *q8 = xb[b].qs;
@@ -113,6 +121,7 @@ AVX2 float coli_vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *x) 
          * down by 2 per chunk, always read at bits 0 and 1 */
         __m256i qh = load256(wb[b].qh);
         __m256i isum = _mm256_setzero_si256();
+        UNROLL
         for (int j = 0; j < 4; j++, qs += 32, q8 += 64) {
             __m256i q = load256(qs);
             __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
@@ -141,6 +150,7 @@ AVX2 float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x) 
         const __m128i sc = _mm_loadu_si128((const __m128i *)wb[b].scales);
         const int8_t *q8 = xb[b].qs;
         __m256i isum = _mm256_setzero_si256();
+        UNROLL
         for (int half = 0; half < 2; half++, q8 += 128) {
             __m256i ql0 = load256(wb[b].ql + 64 * half), ql1 = load256(wb[b].ql + 64 * half + 32);
             __m256i qh = load256(wb[b].qh + 32 * half);
@@ -151,6 +161,7 @@ AVX2 float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x) 
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)),
             };
+            UNROLL
             for (int k = 0; k < 4; k++) {
                 __m256i scales = pair_scales(sc, 8 * half + 2 * k);
                 isum = _mm256_add_epi32(isum, scaled_dot(q[k], load256(q8 + 32 * k), scales));
@@ -179,14 +190,16 @@ AVX2 float coli_vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *x) 
     const __m256i low2 = _mm256_set1_epi8(0x03);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
-        int8_t scales[16];
-        coli_q3k_scales(wb[b].scales, scales);
-        const __m128i sc = _mm_loadu_si128((const __m128i *)scales);
+        uint32_t u[4];
+        coli_q3k_scale_words(wb[b].scales, u);
+        const __m128i sc = _mm_sub_epi8(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), _mm_set1_epi8(32));
         const __m256i hm = load256(wb[b].hmask);
         const int8_t *q8 = xb[b].qs;
         __m256i isum = _mm256_setzero_si256();
+        UNROLL
         for (int half = 0; half < 2; half++) {
             const __m256i qs = load256(wb[b].qs + 32 * half);
+            UNROLL
             for (int k = 0; k < 4; k++, q8 += 32) {
                 __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2),
                                             bit_to_2(hm, 4 * half + k));
@@ -215,8 +228,10 @@ AVX2 float coli_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x) 
         const __m128i mins = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
         const int8_t *q8 = xb[b].qs;
         __m256i isum = _mm256_setzero_si256();
+        UNROLL
         for (int half = 0; half < 2; half++) {
             const __m256i qs = load256(wb[b].qs + 32 * half);
+            UNROLL
             for (int k = 0; k < 4; k++, q8 += 32) {
                 __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2);
                 isum = _mm256_add_epi32(isum, scaled_dot(q, load256(q8), pair_scales(sc, 8 * half + 2 * k)));
@@ -242,6 +257,7 @@ AVX2 float coli_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x
     for (int64_t b = 0; b < n / QK_K; b++) {
         const int8_t *q8 = xb[b].qs;
         __m256i isum = _mm256_setzero_si256();
+        UNROLL
         for (int ib = 0; ib < QK_K / 32; ib += 2, q8 += 64) {
             __m256i raw = load256(wb[b].qs + 16 * ib);
             __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);

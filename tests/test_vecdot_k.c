@@ -2,6 +2,8 @@
  * test_vecdot_k.c - the K-quant and IQ4_XS dot products (vecdot_k.c,
  * vecdot_k_avx2.c) and the Q8_K activation quantizer.
  *
+ * Weights: random quant bytes with sane fp16 scales (quant_util.h), and
+ * constant bytes against constant activations (extreme quants, all -128).
  * Reference: the weight row dequantized by coli_dequantize_row (written
  * from ggml's dequantize_row_*, independently of the dot products) times
  * the Q8_K row read as d*q, summed in float64. Tolerances are relative to
@@ -18,6 +20,7 @@
 #include "cpu_features.h"
 #include "quant.h"
 #include "quant_blocks.h"
+#include "quant_util.h"
 #include "vecdot.h"
 
 typedef struct ktype {
@@ -40,39 +43,20 @@ static const ktype k_types[] = {
 static const int64_t k_lengths[] = {256, 768, 4096};
 #define N_LENGTHS (sizeof k_lengths / sizeof k_lengths[0])
 
-static unsigned next_rand(unsigned *s) {
-    *s = *s * 1664525u + 1013904223u;
-    return *s >> 8;
+static float frand(unsigned *s) { return (float)qu_next(s) / 8388608.0f - 1.0f; }
+
+static float fp16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return coli_fp16_to_fp32(h);
 }
 
-static float frand(unsigned *s) { return (float)next_rand(s) / 8388608.0f - 1.0f; }
-
-/* an fp16 scale of random sign and magnitude in [lo, 2*lo) */
-static uint16_t rand_scale(unsigned *s, float lo) {
-    float v = lo * (1.0f + 0.5f * (frand(s) + 1.0f));
-    return coli_fp32_to_fp16(next_rand(s) & 1 ? v : -v);
-}
-
-/* the fp16 super-block scales of block b (d, and dmin where the type has
- * one: it is 0 otherwise) */
-static uint16_t *scale_fields(const ktype *k, uint8_t *blk, uint16_t **dmin) {
-    *dmin = NULL;
-    switch (k->t) {
-    case COLI_Q2_K: *dmin = &((block_q2_K *)blk)->dmin; return &((block_q2_K *)blk)->d;
-    case COLI_Q3_K: return &((block_q3_K *)blk)->d;
-    case COLI_Q4_K: *dmin = &((block_q4_K *)blk)->dmin; return &((block_q4_K *)blk)->d;
-    case COLI_Q5_K: *dmin = &((block_q5_K *)blk)->dmin; return &((block_q5_K *)blk)->d;
-    case COLI_Q6_K: return &((block_q6_K *)blk)->d;
-    default: return &((block_iq4_xs *)blk)->d;
-    }
-}
-
-/* largest |value| one weight of the block can take, per unit of its d and
- * dmin: max scale * max |quant| (and max min) of the format */
+/* largest |value| one weight of the block can take: its d (and dmin)
+ * times the format's largest scale and |quant| (and largest min) */
 static double term_bound(const ktype *k, const uint8_t *blk) {
-    uint16_t *dmin;
-    const uint16_t *d = scale_fields(k, (uint8_t *)blk, &dmin);
-    double ad = fabs(coli_fp16_to_fp32(*d)), am = dmin ? fabs(coli_fp16_to_fp32(*dmin)) : 0.0;
+    int od, om;
+    qu_scale_offsets(k->t, &od, &om);
+    double ad = fabs(fp16_at(blk + od)), am = om >= 0 ? fabs(fp16_at(blk + om)) : 0.0;
     switch (k->t) {
     case COLI_Q2_K: return ad * 15 * 3 + am * 15;
     case COLI_Q3_K: return ad * 32 * 4;
@@ -83,18 +67,20 @@ static double term_bound(const ktype *k, const uint8_t *blk) {
     }
 }
 
-/* n/256 weight blocks: random bytes (or all `fill` if fill >= 0), with
- * random fp16 scales of sane size */
+/* n/256 weight blocks: quant_util.h's random blocks, or every byte `fill`
+ * (fill >= 0) with scales d = -0.01, dmin = 0.004 */
 static uint8_t *make_weights(const ktype *k, int64_t n, unsigned seed, int fill) {
     int64_t nb = n / COLI_QK_K;
     uint8_t *w = malloc(k->block_bytes * (size_t)nb);
     cr_assert(w);
-    for (size_t i = 0; i < k->block_bytes * (size_t)nb; i++)
-        w[i] = fill >= 0 ? (uint8_t)fill : (uint8_t)next_rand(&seed);
+    if (fill < 0) { qu_random_blocks(k->t, w, nb, &seed); return w; }
+    memset(w, fill, k->block_bytes * (size_t)nb);
+    int od, om;
+    qu_scale_offsets(k->t, &od, &om);
+    uint16_t d = coli_fp32_to_fp16(-0.01f), dmin = coli_fp32_to_fp16(0.004f);
     for (int64_t b = 0; b < nb; b++) {
-        uint16_t *dmin, *d = scale_fields(k, w + (size_t)b * k->block_bytes, &dmin);
-        *d = rand_scale(&seed, 0.002f);
-        if (dmin) *dmin = rand_scale(&seed, 0.01f);
+        memcpy(w + (size_t)b * k->block_bytes + od, &d, 2);
+        if (om >= 0) memcpy(w + (size_t)b * k->block_bytes + om, &dmin, 2);
     }
     return w;
 }
@@ -225,14 +211,14 @@ Test(vecdot_k, q8_K_zero_block) {
     cr_assert_eq(y[0].d, 0.0f);
     for (int j = 0; j < COLI_QK_K; j++) cr_assert_eq(y[0].qs[j], 0);
     for (int g = 0; g < COLI_QK_K / 16; g++) cr_assert_eq(y[0].bsums[g], 0);
-    /* the only nonzero value is the max: -128/1 scale, d = -1/128 */
-    cr_assert_eq(y[1].qs[3], -128);
-    cr_assert_eq(y[1].d, -1.0f / 128.0f);
-    cr_assert_eq(y[1].bsums[0], -128);
+    /* the only nonzero value is the max: iscale = -127/1, d = 1/iscale */
+    cr_assert_eq(y[1].qs[3], -127);
+    cr_assert_eq(y[1].d, 1.0f / -127.0f);
+    cr_assert_eq(y[1].bsums[0], -127);
 }
 
-/* the first value of largest |x| keeps its sign and maps to -128; the
- * opposite extreme would be +128 and is capped at 127 */
+/* the first value of largest |x| keeps its sign and maps to -127
+ * (llama.cpp's iscale = -127/max, "for IQ2_XXS"), the opposite one to +127 */
 Test(vecdot_k, q8_K_max_sign_and_cap) {
     float x[COLI_QK_K];
     for (int j = 0; j < COLI_QK_K; j++) x[j] = (float)((j % 5) - 2) * 0.25f;   /* |x| <= 0.5 */
@@ -240,10 +226,10 @@ Test(vecdot_k, q8_K_max_sign_and_cap) {
     x[40] = 2.0f;   /* same |x|, later: not the max */
     block_q8_K y;
     coli_quantize_act_q8_K(x, &y, COLI_QK_K);
-    cr_assert_eq(y.d, 1.0f / 64.0f, "d = 1/iscale = max/-128: %g", y.d);
-    cr_assert_eq(y.qs[20], -128);
-    cr_assert_eq(y.qs[40], 127, "+128 capped: %d", y.qs[40]);
-    /* iscale = 64: x = 0.25 -> 16, -0.5 -> -32 */
+    cr_assert_eq(y.d, 1.0f / 63.5f, "d = 1/iscale = max/-127: %g", y.d);
+    cr_assert_eq(y.qs[20], -127);
+    cr_assert_eq(y.qs[40], 127, "%d", y.qs[40]);
+    /* iscale = 63.5: x = 0.25 -> 15.875 -> 16, -0.5 -> -31.75 -> -32 */
     cr_assert_eq(y.qs[3], 16);
     cr_assert_eq(y.qs[0], -32);
     check_bsums(&y);
@@ -252,9 +238,9 @@ Test(vecdot_k, q8_K_max_sign_and_cap) {
 /* iscale*x exactly half-way rounds to even, as ggml's nearest_int does */
 Test(vecdot_k, q8_K_rounds_half_to_even) {
     float x[COLI_QK_K] = {0};
-    x[0] = -128.0f;   /* max: iscale = 1, d = 1 */
-    const float in[] = {0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f, 127.5f, 3.4999f};
-    const int want[] = {0, 2, 2, -2, 0, 126, 127, 3};
+    x[0] = -127.0f;   /* max: iscale = 1, d = 1 */
+    const float in[] = {0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f, -126.5f, 3.4999f};
+    const int want[] = {0, 2, 2, -2, 0, 126, -126, 3};
     for (int i = 0; i < 8; i++) x[1 + i] = in[i];
     block_q8_K y;
     coli_quantize_act_q8_K(x, &y, COLI_QK_K);
