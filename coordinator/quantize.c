@@ -27,6 +27,7 @@
 #include "quant.h"
 #include "quantize_mix.h"
 #include "tensor.h"
+#include "threadpool.h"
 
 static int s_ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -53,26 +54,44 @@ static int s_tensor_order(const void *pa, const void *pb) {
     return strcmp(a->name, b->name);
 }
 
+/* One tensor's conversion, split by rows over the pool's threads: rows are
+ * independent, so the bytes do not depend on the thread count. */
+typedef struct convert_job {
+    const coli_tensor *t;
+    coli_dtype type;
+    int64_t n_in, rows;
+    size_t src_row, dst_row;
+    char *dst;
+    float *tmp;                  /* n_in floats per thread */
+} convert_job;
+
+static void s_convert_rows(void *arg, int ith, int nth) {
+    const convert_job *j = arg;
+    float *tmp = j->tmp + (size_t)ith * (size_t)j->n_in;
+    for (int64_t r = ith; r < j->rows; r += nth) {
+        coli_dequantize_row(j->t->type, (const char *)j->t->data + (size_t)r * j->src_row, tmp, j->n_in);
+        coli_quantize_row(j->type, tmp, j->dst + (size_t)r * j->dst_row, j->n_in);
+    }
+}
+
 /* New bytes of t in type: row by row through F32. *out is malloc'd. */
-static int s_convert(const coli_tensor *t, coli_dtype type, void **out, size_t *nbytes) {
+static int s_convert(const coli_tensor *t, coli_dtype type, coli_pool *pool, void **out, size_t *nbytes) {
     const int64_t n_in = t->ne[0], rows = coli_tensor_nelems(t) / n_in;
     if (n_in % coli_dtype_block_elems(type) != 0)
         return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': row length %lld is not a multiple of %lld, cannot be %s",
                          t->name, (long long)n_in, (long long)coli_dtype_block_elems(type), coli_dtype_name(type));
-    const size_t src_row = coli_row_bytes(t->type, n_in), dst_row = coli_row_bytes(type, n_in);
-    *nbytes = dst_row * (size_t)rows;
-    char *dst = malloc(*nbytes);
-    float *tmp = malloc((size_t)n_in * sizeof(float));
-    if (!dst || !tmp) {
-        free(dst); free(tmp);
+    const int nth = pool ? coli_pool_size(pool) : 1;
+    convert_job j = {t, type, n_in, rows, coli_row_bytes(t->type, n_in), coli_row_bytes(type, n_in), NULL, NULL};
+    *nbytes = j.dst_row * (size_t)rows;
+    j.dst = malloc(*nbytes);
+    j.tmp = malloc((size_t)nth * (size_t)n_in * sizeof(float));
+    if (!j.dst || !j.tmp) {
+        free(j.dst); free(j.tmp);
         return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory for %zu bytes", t->name, *nbytes);
     }
-    for (int64_t r = 0; r < rows; r++) {
-        coli_dequantize_row(t->type, (const char *)t->data + (size_t)r * src_row, tmp, n_in);
-        coli_quantize_row(type, tmp, dst + (size_t)r * dst_row, n_in);
-    }
-    free(tmp);
-    *out = dst;
+    coli_pool_run(pool, s_convert_rows, &j);
+    free(j.tmp);
+    *out = j.dst;
     return 0;
 }
 
@@ -88,7 +107,7 @@ static int s_copy_metadata(gguf_writer *w, const gguf_file *in, const quant_pres
 
 /* Tensors in llama-quantize order, each converted weight in the type the
  * mix decides; converted data goes to bufs[i]. */
-static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix,
+static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, coli_pool *pool,
                          const coli_tensor **order, void **bufs) {
     const int64_t n = gguf_n_tensors(in);
     int rc;
@@ -101,7 +120,7 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix,
         coli_dtype out_type = t->type, type = t->type;
         if (s_converted(t) && (rc = quant_mix_type(mix, t, &type)) < 0) return rc;
         if (type != t->type) {
-            if ((rc = s_convert(t, type, &bufs[i], &nbytes)) < 0) return rc;
+            if ((rc = s_convert(t, type, pool, &bufs[i], &nbytes)) < 0) return rc;
             data = bufs[i];
             out_type = type;
         }
@@ -138,14 +157,17 @@ static int s_quantize(const char *in_path, const char *out_path, const quant_pre
     const coli_tensor **order = calloc((size_t)(n ? n : 1), sizeof *order);
     void **bufs = calloc((size_t)(n ? n : 1), sizeof *bufs);
     gguf_writer *w = gguf_writer_new();
+    coli_pool *pool = coli_pool_new(params && params->n_threads > 0 ? params->n_threads : 0);
     if (!order || !bufs || !w) rc = coli_fail(COLI_ENOMEM, "quantize: out of memory");
+    else if (!pool) rc = coli_fail_prefix(COLI_ENOMEM, "quantize");
     if (rc == 0) rc = s_copy_metadata(w, in, preset);
-    if (rc == 0) rc = s_add_tensors(w, in, &mix, order, bufs);
+    if (rc == 0) rc = s_add_tensors(w, in, &mix, pool, order, bufs);
     if (rc == 0) rc = gguf_writer_write(w, out_path);
     for (int64_t i = 0; bufs && i < n; i++) free(bufs[i]);
     free(bufs);
     free(order);
     gguf_writer_free(&w);
+    coli_pool_destroy(&pool);
     gguf_close(&in);
     return rc;
 }

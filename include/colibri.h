@@ -191,6 +191,7 @@ typedef struct coli_quantize_params {
     int pure;                    /* 1: every weight in the preset's base type (llama-quantize --pure) */
     const char *output_type;     /* NULL, or the type of output.weight ("Q6_K"; --output-tensor-type) */
     const char *token_embd_type; /* NULL, or the type of token_embd.weight (--token-embedding-type) */
+    int n_threads;               /* threads converting rows; <= 0: one per core (same bytes for any) */
 } coli_quantize_params;
 
 /* Write a copy of the GGUF at in_path to out_path with its 2-D/3-D weights

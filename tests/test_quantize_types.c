@@ -9,13 +9,16 @@
  *  - quantizing the F32 source with the same preset and flags gives the same
  *    per-tensor types and data;
  *  - rows the block does not divide fall back (the bundled model's
- *    ffn_down rows are 384 long), or fail with a clear error under --pure.
+ *    ffn_down rows are 384 long), or fail with a clear error under --pure;
+ *  - the bundled model quantized to each common preset keeps its held-out
+ *    perplexity (`coli perplexity`) close to the F16 file's.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_run.h"
 #include "colibri.h"
 #include "gguf.h"
 #include "quant.h"
@@ -199,6 +202,22 @@ Test(quantize_types, rows_the_block_does_not_divide) {
               coli_last_error());
 }
 
+/* Rows are split over threads; the bytes must not depend on how many. */
+Test(quantize_types, same_bytes_for_any_thread_count) {
+    char one[4200], three[4200], cmd[9000];
+    const char *in = "models/tiny-moe-4e2r-f16.gguf";
+    snprintf(one, sizeof one, "%s/quantize-types-t1.gguf", s_build());
+    snprintf(three, sizeof three, "%s/quantize-types-t3.gguf", s_build());
+    coli_quantize_params p = {.n_threads = 1};
+    cr_assert_eq(coli_quantize_file_params(in, one, "Q3_K_M", &p), 0, "%s", coli_last_error());
+    p.n_threads = 3;
+    cr_assert_eq(coli_quantize_file_params(in, three, "Q3_K_M", &p), 0, "%s", coli_last_error());
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", one, three);
+    cr_expect_eq(system(cmd), 0, "1 and 3 threads wrote different files");
+    remove(one);
+    remove(three);
+}
+
 Test(quantize_types, unknown_type_names_the_accepted_ones) {
     cr_assert_eq(coli_quantize_file("models/tiny-moe-4e2r-f16.gguf", "/tmp/never.gguf", "Q4_K_X"), COLI_EINVAL);
     cr_expect(strstr(coli_last_error(), "Q4_K_X") && strstr(coli_last_error(), "Q4_K_M") &&
@@ -230,5 +249,42 @@ Test(quantize_types, zero_and_constant_rows) {
         for (int i = 0; i < 512; i++)
             cr_assert(fabsf(y[i] - 0.75f) < 0.02f, "%s: constant 0.75 gives %g at %d", coli_dtype_name(types[k]),
                       y[i], i);
+    }
+}
+
+/* `coli perplexity` of a model on the bundled held-out text (docs/models.md). */
+static double s_perplexity(const char *model) {
+    char coli[512];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    cr_assert(cli_file_exists(coli), "%s missing (make all first)", coli);
+    char *argv[] = {coli, "perplexity", "-m", (char *)model, "-f", "tests/fixtures/tiny-moe-4e2r-valid.txt",
+                    "--inproc", "-t", "1", NULL};
+    cli_result res = cli_run(argv);
+    cr_assert_eq(res.status, 0, "coli perplexity %s failed: %s", model, res.err);
+    const char *p = strstr(res.out, "perplexity: ");
+    cr_assert_not_null(p, "no 'perplexity: ' in coli's output: %s", res.out);
+    const double v = strtod(p + 12, NULL);
+    cli_result_free(&res);
+    return v;
+}
+
+/* The presets people download, on the bundled model: perplexity within a
+ * bound that widens with fewer bits (measured on the whole held-out split,
+ * docs/quantize.md: Q6_K +0.04 %, Q4_K_M +0.12 %, Q2_K +2.5 %). */
+Test(quantize_types, presets_perplexity_close_to_f16) {
+    static const struct { const char *preset; double max_rel; } cases[] = {
+        {"Q6_K", 0.005}, {"Q5_K_M", 0.02}, {"Q4_K_M", 0.02}, {"IQ4_XS", 0.02}, {"Q3_K_M", 0.03}, {"Q2_K", 0.08},
+    };
+    const char *f16 = "models/tiny-moe-4e2r-f16.gguf";
+    const double base = s_perplexity(f16);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[4200];
+        snprintf(out, sizeof out, "%s/quantize-types-ppl-%s.gguf", s_build(), cases[i].preset);
+        cr_assert_eq(coli_quantize_file(f16, out, cases[i].preset), 0, "%s", coli_last_error());
+        const double ppl = s_perplexity(out), rel = ppl / base - 1;
+        cr_log_info("%-6s perplexity %.4f (F16 %.4f, %+.2f %%)", cases[i].preset, ppl, base, 100 * rel);
+        cr_expect(rel >= -cases[i].max_rel && rel <= cases[i].max_rel, "%s: perplexity %.4f vs F16 %.4f",
+                  cases[i].preset, ppl, base);
+        remove(out);
     }
 }

@@ -35,6 +35,7 @@ int cmd_quantize(int argc, char **argv) {
         {"--pure", NULL, ARG_FLAG, &qp.pure, 0, 0, 0, NULL, "every weight in TYPE's base type (no per-tensor mix)"},
         {"--output-type", NULL, ARG_STR, &qp.output_type, 0, 0, 0, "T", "type of output.weight"},
         {"--token-embedding-type", NULL, ARG_STR, &qp.token_embd_type, 0, 0, 0, "T", "type of token_embd.weight"},
+        {"--threads", "-t", ARG_INT, &qp.n_threads, 1, 512, 0, "N", "threads converting rows (default: one per core)"},
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     const char *pos[3];
