@@ -34,20 +34,12 @@
 // ---------------------------------------------------------------------------
 // run state
 
-/* Floats of the MLA intermediates per token (0 unless deepseek2). */
-static size_t s_mla_floats(const model_hparams *hp) {
-    if (hp->arch != ARCH_DEEPSEEK2) return 0;
-    /* q_a, [c_kv | k_pe], normalised c_kv, the decompressed heads (forward_mla.c) */
-    return (size_t)hp->n_lora_q + 2 * (size_t)hp->n_lora_kv + (size_t)hp->n_rot +
-           (size_t)hp->n_head * (size_t)(hp->head_dim - hp->n_rot + hp->head_dim_v);
-}
-
 int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_pool *pool,
                        int max_batch, int n_ctx) {
     const model_hparams *hp = &m->hp;
     const size_t B = (size_t)max_batch, E = (size_t)hp->n_embd;
     const size_t Q = (size_t)model_q_dim(hp), KD = (size_t)model_k_dim(hp), VD = (size_t)model_v_dim(hp);
-    const size_t X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used, M = s_mla_floats(hp);
+    const size_t X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used, M = forward_mla_floats(hp);
     memset(s, 0, sizeof *s);
     s->m = m; s->moe = moe; s->pool = pool;
     s->max_batch = max_batch; s->n_ctx = n_ctx;
@@ -263,8 +255,10 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
     if (rc < 0) return rc;
     // append k, v to the cache; attention then reads the new rows from it too
     kv_cache_store(kv, il, pos, n, s->k, s->v);
-    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path)
-    if (kv->f16)
+    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path);
+    // the latent cache (v_in_k) keeps F32 queries: no reference to follow
+    // there, and the absorbed queries are the larger numbers
+    if (kv->f16 && !kv->v_in_k)
         for (size_t i = 0; i < (size_t)n * (size_t)Q; i++) s->q[i] = fp16_round(s->q[i]);
     // attn = softmax(q K^T * attn_scale) V, heads in parallel unless the
     // work is too small to pay for waking the pool (short-context decode)
@@ -272,8 +266,9 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
     const int64_t work = (int64_t)n * (pos + n) * Q;
     if (work < ATTN_MIN_PARALLEL_WORK) attention_worker(&job, 0, 1);
     else coli_pool_run(s->pool, attention_worker, &job);
-    // h += Wo attn
-    if ((rc = fwd_matmul(s, l->wo, s->attn, n, s->delta)) < 0) return rc;
+    // h += Wo attn (deepseek2's latent attention: the heads' values first)
+    const float *o = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_values(s, l, n, &rc) : s->attn;
+    if (rc < 0 || (rc = fwd_matmul(s, l->wo, o, n, s->delta)) < 0) return rc;
     add_rows(s->h, s->delta, n, E);
     return 0;
 }
