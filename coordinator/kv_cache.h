@@ -6,7 +6,7 @@
  * order. k_dim = n_head_kv * key_length, v_dim = n_head_kv * value_length.
  * With v_in_k the values are the first v_dim elements of each key row and
  * nothing else is stored (deepseek2's latent cache: the key row is
- * [c_kv | k_pe], the value c_kv; docs/models.md).
+ * [c_kv | k_pe], the value c_kv; docs/architectures.md).
  * Storage is F32, or fp16 (kv_f16 = 1) as llama.cpp's default cache: then
  * values are rounded to fp16 (nearest even) when written.
  */
