@@ -27,6 +27,7 @@
 
 #include "coordinator/attn_simd.h"
 #include "coordinator/forward_impl.h"
+#include "coordinator/router.h"
 #include "error.h"
 #include "expert_ffn.h"
 #include "quant.h"
@@ -57,7 +58,7 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     const size_t group = hp->n_head_kv > 0 ? (size_t)(hp->n_head / hp->n_head_kv) : 1;
     s->scores = malloc((size_t)s->n_workers * group * (size_t)n_ctx * sizeof(float));
     s->router = malloc(B * (X ? X : 1) * sizeof(float));
-    s->choice = malloc((X ? X : 1) * sizeof(float));
+    s->choice = malloc((X ? 2 * X : 1) * sizeof(float)); /* choice values + group scores */
     s->sel = malloc(B * (K ? K : 1) * sizeof(int32_t));
     s->sel_w = malloc(B * (K ? K : 1) * sizeof(float));
     s->moe_y = malloc(B * (K ? K : 1) * E * sizeof(float));
@@ -95,8 +96,7 @@ void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int
         rmsnorm(o + (size_t)t * (size_t)cols, x + (size_t)t * (size_t)cols, (const float *)w->data, cols, eps);
 }
 
-/* Softmax of n values in place: exp(x - max) / sum. */
-static void softmax(float *x, int64_t n) {
+void fwd_softmax(float *x, int64_t n) {
     float max = x[0];
     for (int64_t i = 1; i < n; i++) if (x[i] > max) max = x[i];
     double sum = 0.0;
@@ -156,7 +156,7 @@ static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, hea
         for (int d = 0; d < hd.k; d++) dot += q[d] * h2f[kj[d]];
         scores[j] = dot * hd.scale;
     }
-    softmax(scores, n_kv);
+    fwd_softmax(scores, n_kv);
     memset(out, 0, (size_t)hd.v * sizeof(float));
     for (int j = 0; j < n_kv; j++) {
         const float p = fp16_round(scores[j]);
@@ -179,7 +179,7 @@ static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, i
     for (int g = 0; g < group; g++) {
         float *sg = scores + g * score_stride;
         for (int j = 0; j < n_kv; j++) sg[j] *= hd.scale;
-        softmax(sg, n_kv);
+        fwd_softmax(sg, n_kv);
     }
     memset(out, 0, (size_t)group * (size_t)hd.v * sizeof(float));
     for (int j = 0; j < n_kv; j++) {
@@ -276,51 +276,18 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
 // ---------------------------------------------------------------------------
 // feed-forward: dense, or routed experts (+ shared expert)
 
-/* The k largest of p[0..n) in descending order; on equal values the lower
- * index wins (strict > while scanning up), so routing is deterministic. */
-static void top_k(const float *p, int n, int k, int32_t *sel) {
-    for (int s = 0; s < k; s++) {
-        int best = -1;
-        for (int e = 0; e < n; e++) {
-            int taken = 0;
-            for (int j = 0; j < s; j++) taken |= sel[j] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[s] = best;
-    }
-}
-
-/* Router: scores p = softmax (or sigmoid, DeepSeek-V3) of W_router x over
- * all experts; the top-k experts by p (+ the exp_probs_b selection bias),
- * weights p[e] unbiased, renormalised to sum 1 where the model says so
- * (Mixtral, Qwen3-MoE, expert_weights_norm), times expert_weights_scale. */
+/* Router logits of the n tokens, then each token's experts and weights
+ * (router.h: scores, selection bias, groups, renormalisation, scale). */
 static int route(forward_state *s, const layer_weights *l, int n) {
     const model_hparams *hp = &s->m->hp;
     const int X = hp->n_expert, K = hp->n_expert_used;
+    const router_params rp = router_params_of(hp);
     const float *bias = l->exp_probs_b ? (const float *)l->exp_probs_b->data : NULL;
     int rc = fwd_matmul(s, l->router, s->xb, n, s->router);
     if (rc < 0) return rc;
-    for (int t = 0; t < n; t++) {
-        float *p = s->router + (size_t)t * (size_t)X, *w = s->sel_w + (size_t)t * (size_t)K;
-        int32_t *sel = s->sel + (size_t)t * (size_t)K;
-        if (hp->gating == GATING_SIGMOID)
-            for (int e = 0; e < X; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
-        else
-            softmax(p, X);
-        if (bias) {
-            /* the biased scores only choose; w is read from p below */
-            for (int e = 0; e < X; e++) s->choice[e] = p[e] + bias[e];
-            top_k(s->choice, X, K, sel);
-        } else {
-            top_k(p, X, K, sel);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < K; j++) { w[j] = p[sel[j]]; sum += w[j]; }
-        if (hp->renorm_topk)
-            for (int j = 0; j < K; j++) w[j] /= sum;
-        if (hp->expert_weights_scale != 1.0f)
-            for (int j = 0; j < K; j++) w[j] *= hp->expert_weights_scale;
-    }
+    for (int t = 0; t < n; t++)
+        router_select(&rp, s->router + (size_t)t * (size_t)X, bias, s->choice, s->sel + (size_t)t * (size_t)K,
+                      s->sel_w + (size_t)t * (size_t)K);
     return 0;
 }
 

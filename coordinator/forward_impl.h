@@ -11,6 +11,9 @@
  * + eps) * w, the sum of squares in double as ggml. w: (cols) F32. */
 void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int64_t cols, float eps);
 
+/* Softmax of n values in place: exp(x - max) / sum (the sum in double). */
+void fwd_softmax(float *x, int64_t n);
+
 /* y (n, W->ne[1]) = x (n, W->ne[0]) W^T through coli_matmul on the state's
  * pool and scratch. Returns 0 or the matmul's error. */
 int fwd_matmul(forward_state *s, const coli_tensor *W, const float *x, int n, float *y);

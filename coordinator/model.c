@@ -262,6 +262,23 @@ static int s_read_deepseek2_ffn(const gguf_file *f, model_hparams *hp) {
     return 0;
 }
 
+/* DeepSeek-V3's group-limited routing (expert_group_count > 1): equal groups
+ * of at least two experts (a group scores by its two best), some kept. */
+static int s_read_expert_groups(const gguf_file *f, model_hparams *hp) {
+    int64_t g, used;
+    int rc;
+    if ((rc = s_opt_int(f, hp, "expert_group_count", 0, MAX_EXPERTS, &g)) < 0 ||
+        (rc = s_opt_int(f, hp, "expert_group_used_count", 0, MAX_EXPERTS, &used)) < 0) return rc;
+    if (g <= 1) return 0;
+    if (hp->n_expert % g != 0 || hp->n_expert / g < 2 || used < 1 || used >= g || used > 64)
+        return coli_fail(COLI_EFORMAT, "%s: expert_group_count %lld / expert_group_used_count %lld: expected "
+                         "groups of >= 2 of the %d experts and 1..min(groups - 1, 64) used", hp->arch_name,
+                         (long long)g, (long long)used, hp->n_expert);
+    hp->n_expert_group = (int)g;
+    hp->n_expert_group_used = (int)used;
+    return 0;
+}
+
 static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
     int64_t n_ff, v;
     int rc;
@@ -291,6 +308,7 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
     hp->renorm_topk = hp->arch == ARCH_LLAMA || hp->arch == ARCH_QWEN3MOE;
     if (hp->arch == ARCH_QWEN3MOE &&
         (rc = s_opt_bool(f, hp, "expert_weights_norm", 1, &hp->renorm_topk)) < 0) return rc;
+    if ((rc = s_read_expert_groups(f, hp)) < 0) return rc;
     if (hp->arch != ARCH_DEEPSEEK2) return 0;
     hp->n_ff = n_ff; /* the leading dense blocks' width */
     return s_read_deepseek2_ffn(f, hp);

@@ -70,6 +70,8 @@ typedef struct model_hparams {
     int renorm_topk;        /* 1: top-k weights renormalised to sum to 1 (Mixtral, qwen3moe, V3) */
     expert_gating gating;   /* router scores: softmax or sigmoid */
     float expert_weights_scale; /* top-k weights multiplied by it (1 except deepseek2) */
+    int n_expert_group;     /* expert_group_count: groups of the group-limited router (0: none) */
+    int n_expert_group_used; /* expert_group_used_count: groups a token may pick from */
     int n_lora_q;           /* deepseek2: q_lora_rank (0: attn_q directly) */
     int n_lora_kv;          /* deepseek2: kv_lora_rank */
     int mla_absorbed;       /* deepseek2 file with attn_k_b/attn_v_b (key_length_mla): attention
