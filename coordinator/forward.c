@@ -189,27 +189,36 @@ static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, i
     }
 }
 
-/* F32 cache: thread ith takes (token, KV head) pairs ith, ith + nth, ...,
- * each with its group of query heads; fp16 cache: (token, head) pairs.
- * Token t sees positions 0..pos+t (the causal mask). */
+/* Query heads one F32-cache task takes together: GQA groups (<= 8) stay
+ * whole; MQA over many heads (deepseek2's latent attention, 128 heads on
+ * one KV head) is split so that decode still spreads over the threads. */
+#define ATTN_MAX_HEADS_PER_TASK 8
+
+/* F32 cache: thread ith takes tasks ith, ith + nth, ...: a (token, KV head,
+ * chunk of its query heads); fp16 cache: (token, head) pairs. Token t sees
+ * positions 0..pos+t (the causal mask). */
 static void attention_worker(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     forward_state *s = job->s;
     const model_hparams *hp = &s->m->hp;
-    const int group = hp->n_head / hp->n_head_kv;
+    const int group = hp->n_head / hp->n_head_kv, f16 = job->kv->f16;
+    const int chunk = group < ATTN_MAX_HEADS_PER_TASK ? group : ATTN_MAX_HEADS_PER_TASK;
+    const int n_chunks = (group + chunk - 1) / chunk;
     const head_dims hd = {hp->head_dim, hp->head_dim_v, hp->attn_scale};
-    const int per_tok = job->kv->f16 ? hp->n_head : hp->n_head_kv;
+    const int per_tok = f16 ? hp->n_head : hp->n_head_kv * n_chunks;
     const size_t q_dim = (size_t)model_q_dim(hp), o_dim = (size_t)model_attn_dim(hp);
     float *scores = s->scores + (size_t)ith * (size_t)group * (size_t)s->n_ctx;
     for (int task = ith; task < job->n * per_tok; task += nth) {
         const int t = task / per_tok, h = task % per_tok, n_kv = job->pos + t + 1;
-        const int first = job->kv->f16 ? h : h * group; /* first query head of the task */
+        const int kvh = f16 ? h / group : h / n_chunks;
+        const int first = f16 ? h : kvh * group + (h % n_chunks) * chunk; /* first query head */
+        const int heads = f16 ? 1 : (group - (first - kvh * group) < chunk ? group - (first - kvh * group) : chunk);
         const float *q = s->q + (size_t)t * q_dim + (size_t)first * (size_t)hd.k;
         float *out = s->attn + (size_t)t * o_dim + (size_t)first * (size_t)hd.v;
-        if (job->kv->f16)
-            attend_one_f16(job->kv, job->layer, n_kv, h / group, hd, q, scores, out);
+        if (f16)
+            attend_one_f16(job->kv, job->layer, n_kv, kvh, hd, q, scores, out);
         else
-            attend_group_f32(job->kv, job->layer, n_kv, h, group, hd, q, scores, s->n_ctx, out);
+            attend_group_f32(job->kv, job->layer, n_kv, kvh, heads, hd, q, scores, s->n_ctx, out);
     }
 }
 
