@@ -242,7 +242,8 @@ int coli_context_new(coli_model *cm, const coli_context_params *p, coli_context 
     coli_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return coli_fail(COLI_ENOMEM, "coli_context_new: out of memory");
     ctx->model = cm;
-    int rc = kv_cache_init(&ctx->kv, hp->n_layer, n_ctx, model_k_dim(hp), model_v_dim(hp), cm->kv_f16);
+    int rc = kv_cache_init(&ctx->kv, hp->n_layer, n_ctx, model_k_dim(hp), model_v_dim(hp), hp->mla_absorbed,
+                           cm->kv_f16);
     if (rc == 0) {
         const int max_batch = n_ctx < FORWARD_MAX_BATCH ? n_ctx : FORWARD_MAX_BATCH;
         rc = forward_state_init(&ctx->fs, cm->m, cm->moe, cm->pool, max_batch, n_ctx);

@@ -27,6 +27,7 @@
 
 #include "coordinator/attn_simd.h"
 #include "coordinator/forward_impl.h"
+#include "coordinator/router.h"
 #include "error.h"
 #include "expert_ffn.h"
 #include "quant.h"
@@ -34,20 +35,12 @@
 // ---------------------------------------------------------------------------
 // run state
 
-/* Floats of the MLA intermediates per token (0 unless deepseek2). */
-static size_t s_mla_floats(const model_hparams *hp) {
-    if (hp->arch != ARCH_DEEPSEEK2) return 0;
-    /* q_a, [c_kv | k_pe], normalised c_kv, the decompressed heads (forward_mla.c) */
-    return (size_t)hp->n_lora_q + 2 * (size_t)hp->n_lora_kv + (size_t)hp->n_rot +
-           (size_t)hp->n_head * (size_t)(hp->head_dim - hp->n_rot + hp->head_dim_v);
-}
-
 int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_pool *pool,
                        int max_batch, int n_ctx) {
     const model_hparams *hp = &m->hp;
     const size_t B = (size_t)max_batch, E = (size_t)hp->n_embd;
     const size_t Q = (size_t)model_q_dim(hp), KD = (size_t)model_k_dim(hp), VD = (size_t)model_v_dim(hp);
-    const size_t X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used, M = s_mla_floats(hp);
+    const size_t X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used, M = forward_mla_floats(hp);
     memset(s, 0, sizeof *s);
     s->m = m; s->moe = moe; s->pool = pool;
     s->max_batch = max_batch; s->n_ctx = n_ctx;
@@ -65,7 +58,7 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     const size_t group = hp->n_head_kv > 0 ? (size_t)(hp->n_head / hp->n_head_kv) : 1;
     s->scores = malloc((size_t)s->n_workers * group * (size_t)n_ctx * sizeof(float));
     s->router = malloc(B * (X ? X : 1) * sizeof(float));
-    s->choice = malloc((X ? X : 1) * sizeof(float));
+    s->choice = malloc((X ? 2 * X : 1) * sizeof(float)); /* choice values + group scores */
     s->sel = malloc(B * (K ? K : 1) * sizeof(int32_t));
     s->sel_w = malloc(B * (K ? K : 1) * sizeof(float));
     s->moe_y = malloc(B * (K ? K : 1) * E * sizeof(float));
@@ -103,8 +96,7 @@ void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int
         rmsnorm(o + (size_t)t * (size_t)cols, x + (size_t)t * (size_t)cols, (const float *)w->data, cols, eps);
 }
 
-/* Softmax of n values in place: exp(x - max) / sum. */
-static void softmax(float *x, int64_t n) {
+void fwd_softmax(float *x, int64_t n) {
     float max = x[0];
     for (int64_t i = 1; i < n; i++) if (x[i] > max) max = x[i];
     double sum = 0.0;
@@ -164,7 +156,7 @@ static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, hea
         for (int d = 0; d < hd.k; d++) dot += q[d] * h2f[kj[d]];
         scores[j] = dot * hd.scale;
     }
-    softmax(scores, n_kv);
+    fwd_softmax(scores, n_kv);
     memset(out, 0, (size_t)hd.v * sizeof(float));
     for (int j = 0; j < n_kv; j++) {
         const float p = fp16_round(scores[j]);
@@ -187,7 +179,7 @@ static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, i
     for (int g = 0; g < group; g++) {
         float *sg = scores + g * score_stride;
         for (int j = 0; j < n_kv; j++) sg[j] *= hd.scale;
-        softmax(sg, n_kv);
+        fwd_softmax(sg, n_kv);
     }
     memset(out, 0, (size_t)group * (size_t)hd.v * sizeof(float));
     for (int j = 0; j < n_kv; j++) {
@@ -197,27 +189,36 @@ static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, i
     }
 }
 
-/* F32 cache: thread ith takes (token, KV head) pairs ith, ith + nth, ...,
- * each with its group of query heads; fp16 cache: (token, head) pairs.
- * Token t sees positions 0..pos+t (the causal mask). */
+/* Query heads one F32-cache task takes together: GQA groups (<= 8) stay
+ * whole; MQA over many heads (deepseek2's latent attention, 128 heads on
+ * one KV head) is split so that decode still spreads over the threads. */
+#define ATTN_MAX_HEADS_PER_TASK 8
+
+/* F32 cache: thread ith takes tasks ith, ith + nth, ...: a (token, KV head,
+ * chunk of its query heads); fp16 cache: (token, head) pairs. Token t sees
+ * positions 0..pos+t (the causal mask). */
 static void attention_worker(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     forward_state *s = job->s;
     const model_hparams *hp = &s->m->hp;
-    const int group = hp->n_head / hp->n_head_kv;
+    const int group = hp->n_head / hp->n_head_kv, f16 = job->kv->f16;
+    const int chunk = group < ATTN_MAX_HEADS_PER_TASK ? group : ATTN_MAX_HEADS_PER_TASK;
+    const int n_chunks = (group + chunk - 1) / chunk;
     const head_dims hd = {hp->head_dim, hp->head_dim_v, hp->attn_scale};
-    const int per_tok = job->kv->f16 ? hp->n_head : hp->n_head_kv;
+    const int per_tok = f16 ? hp->n_head : hp->n_head_kv * n_chunks;
     const size_t q_dim = (size_t)model_q_dim(hp), o_dim = (size_t)model_attn_dim(hp);
     float *scores = s->scores + (size_t)ith * (size_t)group * (size_t)s->n_ctx;
     for (int task = ith; task < job->n * per_tok; task += nth) {
         const int t = task / per_tok, h = task % per_tok, n_kv = job->pos + t + 1;
-        const int first = job->kv->f16 ? h : h * group; /* first query head of the task */
+        const int kvh = f16 ? h / group : h / n_chunks;
+        const int first = f16 ? h : kvh * group + (h % n_chunks) * chunk; /* first query head */
+        const int heads = f16 ? 1 : (group - (first - kvh * group) < chunk ? group - (first - kvh * group) : chunk);
         const float *q = s->q + (size_t)t * q_dim + (size_t)first * (size_t)hd.k;
         float *out = s->attn + (size_t)t * o_dim + (size_t)first * (size_t)hd.v;
-        if (job->kv->f16)
-            attend_one_f16(job->kv, job->layer, n_kv, h / group, hd, q, scores, out);
+        if (f16)
+            attend_one_f16(job->kv, job->layer, n_kv, kvh, hd, q, scores, out);
         else
-            attend_group_f32(job->kv, job->layer, n_kv, h, group, hd, q, scores, s->n_ctx, out);
+            attend_group_f32(job->kv, job->layer, n_kv, kvh, heads, hd, q, scores, s->n_ctx, out);
     }
 }
 
@@ -263,8 +264,10 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
     if (rc < 0) return rc;
     // append k, v to the cache; attention then reads the new rows from it too
     kv_cache_store(kv, il, pos, n, s->k, s->v);
-    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path)
-    if (kv->f16)
+    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path);
+    // the latent cache (v_in_k) keeps F32 queries: no reference to follow
+    // there, and the absorbed queries are the larger numbers
+    if (kv->f16 && !kv->v_in_k)
         for (size_t i = 0; i < (size_t)n * (size_t)Q; i++) s->q[i] = fp16_round(s->q[i]);
     // attn = softmax(q K^T * attn_scale) V, heads in parallel unless the
     // work is too small to pay for waking the pool (short-context decode)
@@ -272,8 +275,9 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
     const int64_t work = (int64_t)n * (pos + n) * Q;
     if (work < ATTN_MIN_PARALLEL_WORK) attention_worker(&job, 0, 1);
     else coli_pool_run(s->pool, attention_worker, &job);
-    // h += Wo attn
-    if ((rc = fwd_matmul(s, l->wo, s->attn, n, s->delta)) < 0) return rc;
+    // h += Wo attn (deepseek2's latent attention: the heads' values first)
+    const float *o = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_values(s, l, n, &rc) : s->attn;
+    if (rc < 0 || (rc = fwd_matmul(s, l->wo, o, n, s->delta)) < 0) return rc;
     add_rows(s->h, s->delta, n, E);
     return 0;
 }
@@ -281,51 +285,18 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
 // ---------------------------------------------------------------------------
 // feed-forward: dense, or routed experts (+ shared expert)
 
-/* The k largest of p[0..n) in descending order; on equal values the lower
- * index wins (strict > while scanning up), so routing is deterministic. */
-static void top_k(const float *p, int n, int k, int32_t *sel) {
-    for (int s = 0; s < k; s++) {
-        int best = -1;
-        for (int e = 0; e < n; e++) {
-            int taken = 0;
-            for (int j = 0; j < s; j++) taken |= sel[j] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[s] = best;
-    }
-}
-
-/* Router: scores p = softmax (or sigmoid, DeepSeek-V3) of W_router x over
- * all experts; the top-k experts by p (+ the exp_probs_b selection bias),
- * weights p[e] unbiased, renormalised to sum 1 where the model says so
- * (Mixtral, Qwen3-MoE, expert_weights_norm), times expert_weights_scale. */
+/* Router logits of the n tokens, then each token's experts and weights
+ * (router.h: scores, selection bias, groups, renormalisation, scale). */
 static int route(forward_state *s, const layer_weights *l, int n) {
     const model_hparams *hp = &s->m->hp;
     const int X = hp->n_expert, K = hp->n_expert_used;
+    const router_params rp = router_params_of(hp);
     const float *bias = l->exp_probs_b ? (const float *)l->exp_probs_b->data : NULL;
     int rc = fwd_matmul(s, l->router, s->xb, n, s->router);
     if (rc < 0) return rc;
-    for (int t = 0; t < n; t++) {
-        float *p = s->router + (size_t)t * (size_t)X, *w = s->sel_w + (size_t)t * (size_t)K;
-        int32_t *sel = s->sel + (size_t)t * (size_t)K;
-        if (hp->gating == GATING_SIGMOID)
-            for (int e = 0; e < X; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
-        else
-            softmax(p, X);
-        if (bias) {
-            /* the biased scores only choose; w is read from p below */
-            for (int e = 0; e < X; e++) s->choice[e] = p[e] + bias[e];
-            top_k(s->choice, X, K, sel);
-        } else {
-            top_k(p, X, K, sel);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < K; j++) { w[j] = p[sel[j]]; sum += w[j]; }
-        if (hp->renorm_topk)
-            for (int j = 0; j < K; j++) w[j] /= sum;
-        if (hp->expert_weights_scale != 1.0f)
-            for (int j = 0; j < K; j++) w[j] *= hp->expert_weights_scale;
-    }
+    for (int t = 0; t < n; t++)
+        router_select(&rp, s->router + (size_t)t * (size_t)X, bias, s->choice, s->sel + (size_t)t * (size_t)K,
+                      s->sel_w + (size_t)t * (size_t)K);
     return 0;
 }
 

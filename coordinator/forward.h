@@ -38,7 +38,7 @@ typedef struct forward_state {
     float *rope;          /* (B, n_rot) cos/sin pairs of each token's position */
     float *scores;        /* (n_workers, group, n_ctx) attention scores, group = n_head / n_head_kv */
     float *router;        /* (B, n_expert) router logits, then probabilities */
-    float *choice;        /* (n_expert) scores + selection bias of one token (deepseek2) */
+    float *choice;        /* (2 n_expert) one token's choice values and group scores (router.h) */
     int32_t *sel;         /* (B, n_expert_used) chosen experts, in slot order */
     float *sel_w;         /* (B, n_expert_used) their weights */
     float *moe_y;         /* (B, n_expert_used, n_embd) expert outputs per slot */

@@ -109,6 +109,31 @@ static int s_head_width(const gguf_file *f, model_hparams *hp, const char *suffi
     return 0;
 }
 
+/* deepseek2's two layouts: older files (attn_kv_b) give the per-head widths
+ * as key_length / value_length and head_count_kv = head_count; newer ones
+ * (attn_k_b / attn_v_b, llama.cpp's MLA cache) give them as *_mla and
+ * describe the latent MQA: head_count_kv 1, key_length = kv_lora_rank +
+ * rope dims (checked with the rope), value_length = kv_lora_rank. */
+static int s_read_mla_widths(const gguf_file *f, model_hparams *hp) {
+    char key[128];
+    int rc;
+    hp->mla_absorbed = gguf_find_key(f, s_key(hp, "attention.key_length_mla", key, sizeof key)) >= 0;
+    if (!hp->mla_absorbed) {
+        if (hp->n_head_kv != hp->n_head)
+            return coli_fail(COLI_EFORMAT, "deepseek2: head_count_kv %d: multi-head latent attention "
+                             "without key_length_mla needs head_count %d", hp->n_head_kv, hp->n_head);
+        hp->head_dim_mla = hp->head_dim;
+        hp->head_dim_v_mla = hp->head_dim_v;
+        return 0;
+    }
+    if ((rc = s_head_width(f, hp, "attention.key_length_mla", 0, &hp->head_dim_mla)) < 0) return rc;
+    if ((rc = s_head_width(f, hp, "attention.value_length_mla", 0, &hp->head_dim_v_mla)) < 0) return rc;
+    if (hp->n_head_kv != 1 || hp->head_dim_v != hp->n_lora_kv)
+        return coli_fail(COLI_EFORMAT, "deepseek2: key_length_mla present, so head_count_kv %d and value_length "
+                         "%d must be 1 and kv_lora_rank %d", hp->n_head_kv, hp->head_dim_v, hp->n_lora_kv);
+    return 0;
+}
+
 static int s_read_attention(const gguf_file *f, model_hparams *hp) {
     int64_t v;
     int rc;
@@ -120,9 +145,6 @@ static int s_read_attention(const gguf_file *f, model_hparams *hp) {
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
         return coli_fail(COLI_EFORMAT, "%s: head_count_kv %d does not divide head_count %d",
                          hp->arch_name, hp->n_head_kv, hp->n_head);
-    if (hp->arch == ARCH_DEEPSEEK2 && hp->n_head_kv != hp->n_head)
-        return coli_fail(COLI_EFORMAT, "deepseek2: head_count_kv %d: multi-head latent attention needs "
-                         "head_count %d", hp->n_head_kv, hp->n_head);
     /* the head width is key_length; without it n_embd / n_head */
     if (gguf_find_key(f, s_key(hp, "attention.key_length", key, sizeof key)) < 0 &&
         hp->n_embd % hp->n_head != 0)
@@ -141,7 +163,7 @@ static int s_read_attention(const gguf_file *f, model_hparams *hp) {
     hp->n_lora_q = (int)v;
     if ((rc = s_req_int(f, hp, "attention.kv_lora_rank", MAX_WIDTH, &v)) < 0) return rc;
     hp->n_lora_kv = (int)v;
-    return 0;
+    return s_read_mla_widths(f, hp);
 }
 
 /* rope.scaling.type: absent means linear when a factor is given (llama.cpp's
@@ -191,7 +213,7 @@ static int s_read_rope_scaling(const gguf_file *f, model_hparams *hp, float base
          * own YaRN magnitude correction cancelled through its attn_factor */
         const float inv_fs = 1.0f / hp->rope.freq_scale;
         const float mscale = attn_factor * (1.0f + log_mul * logf(inv_fs));
-        hp->attn_scale = mscale * mscale / sqrtf((float)hp->head_dim);
+        hp->attn_scale = mscale * mscale / sqrtf((float)hp->head_dim_mla);
         hp->rope.attn_factor = 1.0f / (1.0f + 0.1f * logf(inv_fs));
     }
     return 0;
@@ -208,11 +230,14 @@ static int s_read_rope(const gguf_file *f, model_hparams *hp) {
         return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected > 0", key, (double)base);
     if ((rc = s_opt_int(f, hp, "rope.dimension_count", hp->head_dim, MAX_WIDTH, &v)) < 0) return rc;
     /* deepseek2 rotates the trailing rope part of each head and needs a nope part */
-    const int max = hp->arch == ARCH_DEEPSEEK2 ? hp->head_dim - 1 : hp->head_dim;
+    const int max = hp->arch == ARCH_DEEPSEEK2 ? hp->head_dim_mla - 1 : hp->head_dim;
     if (v <= 0 || v > max || v % 2 != 0)
         return coli_fail(COLI_EFORMAT, "metadata '%s' = %lld: expected an even number in 2..%d",
                          s_key(hp, "rope.dimension_count", key, sizeof key), (long long)v, max);
     hp->n_rot = (int)v;
+    if (hp->mla_absorbed && hp->head_dim != hp->n_lora_kv + hp->n_rot)
+        return coli_fail(COLI_EFORMAT, "deepseek2: key_length %d: expected kv_lora_rank %d + rope dims %d "
+                         "(the latent MQA of key_length_mla files)", hp->head_dim, hp->n_lora_kv, hp->n_rot);
     return s_read_rope_scaling(f, hp, base, hp->arch != ARCH_LLAMA && hp->arch != ARCH_DEEPSEEK2);
 }
 
@@ -233,6 +258,23 @@ static int s_read_deepseek2_ffn(const gguf_file *f, model_hparams *hp) {
         return coli_fail(COLI_EUNSUPPORTED, "metadata '%s' = %lld: expected 1 (softmax) or 2 (sigmoid)",
                          s_key(hp, "expert_gating_func", key, sizeof key), (long long)v);
     hp->gating = v == 2 ? GATING_SIGMOID : GATING_SOFTMAX;
+    return 0;
+}
+
+/* DeepSeek-V3's group-limited routing (expert_group_count > 1): equal groups
+ * of at least two experts (a group scores by its two best), some kept. */
+static int s_read_expert_groups(const gguf_file *f, model_hparams *hp) {
+    int64_t g, used;
+    int rc;
+    if ((rc = s_opt_int(f, hp, "expert_group_count", 0, MAX_EXPERTS, &g)) < 0 ||
+        (rc = s_opt_int(f, hp, "expert_group_used_count", 0, MAX_EXPERTS, &used)) < 0) return rc;
+    if (g <= 1) return 0;
+    if (hp->n_expert % g != 0 || hp->n_expert / g < 2 || used < 1 || used >= g || used > 64)
+        return coli_fail(COLI_EFORMAT, "%s: expert_group_count %lld / expert_group_used_count %lld: expected "
+                         "groups of >= 2 of the %d experts and 1..min(groups - 1, 64) used", hp->arch_name,
+                         (long long)g, (long long)used, hp->n_expert);
+    hp->n_expert_group = (int)g;
+    hp->n_expert_group_used = (int)used;
     return 0;
 }
 
@@ -265,6 +307,7 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
     hp->renorm_topk = hp->arch == ARCH_LLAMA || hp->arch == ARCH_QWEN3MOE;
     if (hp->arch == ARCH_QWEN3MOE &&
         (rc = s_opt_bool(f, hp, "expert_weights_norm", 1, &hp->renorm_topk)) < 0) return rc;
+    if ((rc = s_read_expert_groups(f, hp)) < 0) return rc;
     if (hp->arch != ARCH_DEEPSEEK2) return 0;
     hp->n_ff = n_ff; /* the leading dense blocks' width */
     return s_read_deepseek2_ffn(f, hp);
@@ -338,8 +381,8 @@ static void s_ffn_view(const coli_tensor *g, const coli_tensor *u, const coli_te
 
 /* deepseek2: q through attn_q or the q_lora pair, k/v through the latent. */
 static int s_load_mla(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
-    const int64_t E = hp->n_embd, Q = model_q_dim(hp), R = hp->n_lora_q, C = hp->n_lora_kv;
-    const int64_t KVB = (int64_t)hp->n_head * (hp->head_dim - hp->n_rot + hp->head_dim_v);
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_lora_q, C = hp->n_lora_kv;
+    const int64_t Q = H * hp->head_dim_mla, NOPE = hp->head_dim_mla - hp->n_rot, VM = hp->head_dim_v_mla;
     int rc;
     if (R > 0) {
         if ((rc = s_blk(f, il, "attn_q_a.weight", 2, E, R, 1, MASK_MATRIX, 0, &l->wq_a)) < 0) return rc;
@@ -351,8 +394,13 @@ static int s_load_mla(const gguf_file *f, const model_hparams *hp, int il, layer
     if ((rc = s_blk(f, il, "attn_kv_a_mqa.weight", 2, E, C + hp->n_rot, 1, MASK_MATRIX, 0, &l->wkv_a)) < 0)
         return rc;
     if ((rc = s_blk(f, il, "attn_kv_a_norm.weight", 1, C, 1, 1, MASK_F32, 0, &l->kv_a_norm)) < 0) return rc;
-    if ((rc = s_blk(f, il, "attn_kv_b.weight", 2, C, KVB, 1, MASK_MATRIX, 0, &l->wkv_b)) < 0) return rc;
-    return s_blk(f, il, "attn_output.weight", 2, model_attn_dim(hp), E, 1, MASK_MATRIX, 0, &l->wo);
+    if (hp->mla_absorbed) {
+        if ((rc = s_blk(f, il, "attn_k_b.weight", 3, NOPE, C, H, MASK_MATRIX, 0, &l->wk_b)) < 0) return rc;
+        if ((rc = s_blk(f, il, "attn_v_b.weight", 3, C, VM, H, MASK_MATRIX, 0, &l->wv_b)) < 0) return rc;
+    } else if ((rc = s_blk(f, il, "attn_kv_b.weight", 2, C, H * (NOPE + VM), 1, MASK_MATRIX, 0, &l->wkv_b)) < 0) {
+        return rc;
+    }
+    return s_blk(f, il, "attn_output.weight", 2, H * VM, E, 1, MASK_MATRIX, 0, &l->wo);
 }
 
 static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {

@@ -70,8 +70,16 @@ typedef struct model_hparams {
     int renorm_topk;        /* 1: top-k weights renormalised to sum to 1 (Mixtral, qwen3moe, V3) */
     expert_gating gating;   /* router scores: softmax or sigmoid */
     float expert_weights_scale; /* top-k weights multiplied by it (1 except deepseek2) */
+    int n_expert_group;     /* expert_group_count: groups of the group-limited router (0: none) */
+    int n_expert_group_used; /* expert_group_used_count: groups a token may pick from */
     int n_lora_q;           /* deepseek2: q_lora_rank (0: attn_q directly) */
     int n_lora_kv;          /* deepseek2: kv_lora_rank */
+    int mla_absorbed;       /* deepseek2 file with attn_k_b/attn_v_b (key_length_mla): attention
+                               runs on the latent as MQA, head_dim = kv_lora_rank + n_rot,
+                               head_dim_v = kv_lora_rank, n_head_kv = 1 */
+    int head_dim_mla;       /* deepseek2: per-head q/k width nope + n_rot (key_length_mla, or
+                               key_length in the older attn_kv_b files) */
+    int head_dim_v_mla;     /* deepseek2: per-head value width (value_length_mla / value_length) */
 } model_hparams;
 
 /* One transformer block. Matrices are GGML-shaped (ne[0] = input width). */
@@ -82,10 +90,13 @@ typedef struct layer_weights {
     const coli_tensor *q_norm, *k_norm;      /* olmoe: (q_dim), (k_dim); qwen3moe: (head_dim) per head
                                                 (qk_norm_per_head); F32; else NULL */
     int qk_norm_per_head;
-    /* deepseek2 MLA (wq is attn_q when n_lora_q == 0; wk, wv are NULL) */
-    const coli_tensor *wq_a, *q_a_norm, *wq_b; /* (n_embd, n_lora_q), (n_lora_q), (n_lora_q, q_dim) */
+    /* deepseek2 MLA (wq is attn_q when n_lora_q == 0; wk, wv are NULL; q outputs
+     * n_head * head_dim_mla, wo takes n_head * head_dim_v_mla) */
+    const coli_tensor *wq_a, *q_a_norm, *wq_b; /* (n_embd, n_lora_q), (n_lora_q), (n_lora_q, q out) */
     const coli_tensor *wkv_a, *kv_a_norm;    /* (n_embd, n_lora_kv + n_rot), (n_lora_kv) */
-    const coli_tensor *wkv_b;                /* (n_lora_kv, n_head * (head_dim - n_rot + head_dim_v)) */
+    const coli_tensor *wkv_b;                /* older files: (n_lora_kv, n_head * (nope + head_dim_v_mla)) */
+    const coli_tensor *wk_b, *wv_b;          /* mla_absorbed: (nope, n_lora_kv, n_head), (n_lora_kv,
+                                                head_dim_v_mla, n_head); nope = head_dim_mla - n_rot */
     const coli_tensor *ffn_norm;             /* (n_embd) F32 */
     const coli_tensor *router;               /* MoE: (n_embd, n_expert); NULL for a dense layer */
     const coli_tensor *exp_probs_b;          /* deepseek2: (n_expert) F32 selection bias, or NULL */

@@ -115,8 +115,8 @@ Test(api, chunked_batches_match_one_batch) {
     kv_cache kb, ks;
     cr_assert_eq(forward_state_init(&big, m, ex, NULL, 64, 64), 0);
     cr_assert_eq(forward_state_init(&small, m, ex, NULL, 7, 64), 0);
-    cr_assert_eq(kv_cache_init(&kb, m->hp.n_layer, 64, model_k_dim(&m->hp), model_v_dim(&m->hp), 0), 0);
-    cr_assert_eq(kv_cache_init(&ks, m->hp.n_layer, 64, model_k_dim(&m->hp), model_v_dim(&m->hp), 0), 0);
+    cr_assert_eq(kv_cache_init(&kb, m->hp.n_layer, 64, model_k_dim(&m->hp), model_v_dim(&m->hp), 0, 0), 0);
+    cr_assert_eq(kv_cache_init(&ks, m->hp.n_layer, 64, model_k_dim(&m->hp), model_v_dim(&m->hp), 0, 0), 0);
     cr_assert_eq(forward_eval(&big, &kb, ids, N, 0, x, 1), 0, "%s", coli_last_error());
     cr_assert_eq(forward_eval(&small, &ks, ids, N, 0, y, 1), 0, "%s", coli_last_error());
     cr_assert(memcmp(x, y, (size_t)N * V * sizeof(float)) == 0, "chunked eval differs");
