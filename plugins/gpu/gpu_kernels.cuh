@@ -10,21 +10,23 @@
  *                quantized to Q8_0 / Q8_1 blocks (one thread per 32
  *                values) or Q8_K blocks (one thread per 256).
  *   k_mm_decode  groups of 1..8 rows (decode, and the routed tail of small
- *                prefill groups): 32 threads per output row stride along
- *                the row, each keeps up to 8 row sums; the weight row is
- *                read once for all rows of the group. Memory bound, as
- *                decode is.
+ *                prefill groups): 32 threads (lanes) per output row, lane c
+ *                takes the 32-value groups c, c+32, ... of the row and
+ *                keeps up to 8 row sums; the weight row is read once for
+ *                all rows of the group. Memory bound, as decode is.
  *   k_mm_tiled   groups of 9+ rows (prefill): 64 outputs x 64 rows per
  *                block of 256 threads, 4x4 per thread, the K dimension in
- *                steps of one 32-value block staged in shared memory.
- *                Quantized weights: the K step is one 32-value group;
- *                integer group sums (exact in F32, as |sum| < 2^24)
- *                scaled by d_w * d_x, plus the minimum terms of the types
- *                that have one (gpu_group_finish), as the CPU.
+ *                steps of one 32-value group staged in shared memory,
+ *                visited in the lanes' order (groups c, c+32, ... for c =
+ *                0..31). Quantized weights: integer group sums (exact in
+ *                F32, as |sum| < 2^24) scaled by d_w * d_x, plus the
+ *                minimum terms of the types that have one, as the CPU.
  *   k_swiglu     g = silu(g) * u, in place.
- * Float sums run in another order than on the CPU (and than between the two
- * matmul kernels): results agree with the cpu plugin to float rounding, not
- * bit for bit.
+ * Both matmul kernels compute each output in the one order gpu_row_dot
+ * defines (gpu_math.h), so a row's result is the same bits whichever kernel
+ * serves it, whatever the group size: the determinism contract on one
+ * device. Against the cpu plugin the sums run in another order: results
+ * agree to float rounding, not bit for bit.
  */
 #ifndef COLI_GPU_KERNELS_CUH
 #define COLI_GPU_KERNELS_CUH
@@ -32,6 +34,9 @@
 #define DEC_MAX_ROWS 8    /* k_mm_decode serves groups of up to this many rows */
 #define DEC_OUT 4         /* output rows per k_mm_decode block (32 threads each) */
 #define TILE 64           /* k_mm_tiled: TILE outputs x TILE rows per block */
+#if GPU_ROW_LANES != 32
+#error "k_mm_decode runs one row on 32 lanes: GPU_ROW_LANES (gpu_math.h) must be 32"
+#endif
 
 /* ---- launch geometry -------------------------------------------------------- */
 
@@ -93,7 +98,7 @@ __global__ void k_mm_decode(const unsigned char *W, int64_t n_in, int64_t n_out,
         const unsigned char *w = W + (size_t)o * gpu_row_bytes(T, n_in);
         if (gpu_dtype_is_quant(T)) {
             const int A = gpu_act_type(T);
-            for (int64_t g = lane; g < n_in / GPU_QK; g += 32) { /* one 32-value group per lane */
+            for (int64_t g = lane; g < n_in / GPU_QK; g += GPU_ROW_LANES) {
                 int ws;
                 const unsigned char *wb = gpu_group_block(T, w, g, &ws);
                 int wq[GPU_QK];
@@ -109,17 +114,26 @@ __global__ void k_mm_decode(const unsigned char *W, int64_t n_in, int64_t n_out,
                         int isum = 0;
 #pragma unroll
                         for (int j = 0; j < GPU_QK; j++) isum += wq[j] * gpu_act_q(A, xb, xs, j);
-                        acc[r] += gpu_group_finish(T, (float)isum, dw, gpu_act_d(A, xb), m0, m1,
-                                                   gpu_act_s(A, xb, xs, 0), gpu_act_s(A, xb, xs, 1));
+                        acc[r] = gpu_group_acc(T, acc[r], (float)isum, dw, gpu_act_d(A, xb), m0, m1,
+                                               gpu_act_s(A, xb, xs, 0), gpu_act_s(A, xb, xs, 1));
                     }
                 }
             }
         } else {
-            for (int64_t k = lane; k < n_in; k += 32) {
-                const float wv = gpu_weight_value(T, w, k);
+            for (int64_t g = lane; g < n_in / GPU_QK; g += GPU_ROW_LANES) {
+                float wv[GPU_QK];
 #pragma unroll
-                for (int r = 0; r < DEC_MAX_ROWS; r++)
-                    if (r < n_rows) acc[r] += wv * ((const float *)(xp + r * xstride))[k];
+                for (int j = 0; j < GPU_QK; j++) wv[j] = gpu_weight_value(T, w, g * GPU_QK + j);
+#pragma unroll
+                for (int r = 0; r < DEC_MAX_ROWS; r++) {
+                    if (r < n_rows) {
+                        const float *x = (const float *)(xp + r * xstride) + g * GPU_QK;
+                        float part = 0.0f;
+#pragma unroll
+                        for (int j = 0; j < GPU_QK; j++) part = fmaf(wv[j], x[j], part);
+                        acc[r] += part;
+                    }
+                }
             }
         }
     }
@@ -127,8 +141,8 @@ __global__ void k_mm_decode(const unsigned char *W, int64_t n_in, int64_t n_out,
     for (int r = 0; r < DEC_MAX_ROWS; r++) red[sub][r][lane] = acc[r];
     __syncthreads();
     if (o < n_out && lane < n_rows) {
-        float s = 0.0f;
-        for (int i = 0; i < 32; i++) s += red[sub][lane][i];
+        float s = 0.0f; /* the lanes' sums in lane order */
+        for (int i = 0; i < GPU_ROW_LANES; i++) s += red[sub][lane][i];
         y[(int64_t)lane * n_out + o] = s;
     }
 }
@@ -172,6 +186,23 @@ __device__ void tile_load(const unsigned char *W, int64_t n_in, int64_t n_out, c
     }
 }
 
+/* part += the K step's products, each thread's 4 x 4 outputs, fused in
+ * element order (exact integers for quantized types). */
+static __device__ inline void tile_products(const float (*ws)[GPU_QK + 1], const float (*xs)[GPU_QK + 1],
+                                            int tx, int ty, float (*part)[4]) {
+    for (int kk = 0; kk < GPU_QK; kk++) {
+        float wv[4], xv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) wv[i] = ws[ty + 16 * i][kk];
+#pragma unroll
+        for (int j = 0; j < 4; j++) xv[j] = xs[tx + 16 * j][kk];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) part[i][j] = fmaf(wv[i], xv[j], part[i][j]);
+    }
+}
+
 template <int T>
 __global__ void k_mm_tiled(const unsigned char *W, int64_t n_in, int64_t n_out,
                            const unsigned char *xp, int64_t n_rows, float *y) {
@@ -179,48 +210,49 @@ __global__ void k_mm_tiled(const unsigned char *W, int64_t n_in, int64_t n_out,
     __shared__ tile_scales wsc, xsc;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int64_t o0 = (int64_t)blockIdx.x * TILE, t0 = (int64_t)blockIdx.y * TILE;
-    float acc[4][4];
+    float total[4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    for (int64_t kb = 0; kb < n_in / GPU_QK; kb++) {
-        tile_load<T>(W, n_in, n_out, xp, n_rows, o0, t0, kb, ws, xs, &wsc, &xsc);
-        __syncthreads();
-        float part[4][4];
+        for (int j = 0; j < 4; j++) total[i][j] = 0.0f;
+    for (int c = 0; c < GPU_ROW_LANES; c++) { /* gpu_row_dot's order: lane c's groups, then the next lane */
+        float acc[4][4];
 #pragma unroll
         for (int i = 0; i < 4; i++)
 #pragma unroll
-            for (int j = 0; j < 4; j++) part[i][j] = 0.0f;
-        for (int kk = 0; kk < GPU_QK; kk++) {
-            float wv[4], xv[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) wv[i] = ws[ty + 16 * i][kk];
-#pragma unroll
-            for (int j = 0; j < 4; j++) xv[j] = xs[tx + 16 * j][kk];
+            for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+        for (int64_t kb = c; kb < n_in / GPU_QK; kb += GPU_ROW_LANES) {
+            tile_load<T>(W, n_in, n_out, xp, n_rows, o0, t0, kb, ws, xs, &wsc, &xsc);
+            __syncthreads();
+            float part[4][4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) part[i][j] += wv[i] * xv[j];
+                for (int j = 0; j < 4; j++) part[i][j] = 0.0f;
+            tile_products(ws, xs, tx, ty, part);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int wr = ty + 16 * i, xr = tx + 16 * j;
+                    acc[i][j] = gpu_dtype_is_quant(T)
+                        ? gpu_group_acc(T, acc[i][j], part[i][j], wsc.d[wr], xsc.d[xr], wsc.m[wr][0],
+                                        wsc.m[wr][1], xsc.m[xr][0], xsc.m[xr][1])
+                        : acc[i][j] + part[i][j];
+                }
+            __syncthreads();
         }
 #pragma unroll
         for (int i = 0; i < 4; i++)
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int wr = ty + 16 * i, xr = tx + 16 * j;
-                acc[i][j] += gpu_dtype_is_quant(T)
-                    ? gpu_group_finish(T, part[i][j], wsc.d[wr], xsc.d[xr], wsc.m[wr][0], wsc.m[wr][1],
-                                       xsc.m[xr][0], xsc.m[xr][1])
-                    : part[i][j];
-            }
-        __syncthreads();
+            for (int j = 0; j < 4; j++) total[i][j] += acc[i][j];
     }
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int64_t o = o0 + ty + 16 * i, t = t0 + tx + 16 * j;
-            if (o < n_out && t < n_rows) y[t * n_out + o] = acc[i][j];
+            if (o < n_out && t < n_rows) y[t * n_out + o] = total[i][j];
         }
 }
 

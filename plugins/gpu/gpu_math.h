@@ -286,44 +286,56 @@ static inline COLI_HD float gpu_act_s(int a, const unsigned char *blk, int sub, 
 
 /* ---- dot products ------------------------------------------------------------ */
 
-/* One group's contribution from its integer sum (exact: |sum| < 2^24 for
- * every type, see gpu_blocks.h), the scales and, for types with a minimum,
- * the minimum terms: sum * (d_w * d_x) + m0 * s0 + m1 * s1 -- llama.cpp's
- * vec_dot arithmetic per group. Both kernels finish a group through this. */
-static inline COLI_HD float gpu_group_finish(int t, float sum, float dw, float dx, float m0, float m1,
-                                             float s0, float s1) {
-    const float r = sum * (dw * dx);
-    return gpu_dtype_has_min(t) ? r + (m0 * s0 + m1 * s1) : r;
+/* The order of every row dot, kernels and host alike (the determinism
+ * contract: a row's result never depends on the batch, the group size or
+ * the kernel that serves it). The row is cut into 32-value groups g; lane c
+ * (0..GPU_ROW_LANES-1) accumulates the groups g = c, c + 32, ... in
+ * increasing order into its own sum, from 0; the row's result is 0 plus the
+ * lanes' sums in lane order. Inside a group: quantized types an exact
+ * integer sum, float types the 32 products fused in element order. Every
+ * multiply-add is an explicit fmaf, so no compiler contracts the two
+ * kernels differently. */
+#define GPU_ROW_LANES 32
+
+/* acc plus one group of a quantized type, from its integer sum (exact:
+ * |sum| < 2^24 for every type, see gpu_blocks.h), the scales and, for types
+ * with a minimum, the minimum terms: sum * (d_w * d_x) + m0 * s0 + m1 * s1,
+ * llama.cpp's vec_dot arithmetic per group. */
+static inline COLI_HD float gpu_group_acc(int t, float acc, float sum, float dw, float dx, float m0, float m1,
+                                          float s0, float s1) {
+    if (!gpu_dtype_has_min(t)) return fmaf(sum, dw * dx, acc);
+    return acc + fmaf(sum, dw * dx, fmaf(m0, s0, m1 * s1));
 }
 
-/* Group g (32 values) of a quantized weight row times the same group of a
- * prepared activation row. */
-static inline COLI_HD float gpu_group_dot(int t, const unsigned char *wrow, const unsigned char *xrow, int64_t g) {
+/* acc plus group g (32 values) of a weight row of type t times the same
+ * group of a prepared activation row. */
+static inline COLI_HD float gpu_group_accumulate(int t, float acc, const unsigned char *wrow,
+                                                 const unsigned char *xrow, int64_t g) {
+    if (!gpu_dtype_is_quant(t)) {
+        const float *x = (const float *)xrow + g * GPU_QK;
+        float part = 0.0f;
+        for (int j = 0; j < GPU_QK; j++) part = fmaf(gpu_weight_value(t, wrow, g * GPU_QK + j), x[j], part);
+        return acc + part;
+    }
     const int a = gpu_act_type(t);
     int ws, xs;
     const unsigned char *wb = gpu_group_block(t, wrow, g, &ws), *xb = gpu_group_block(a, xrow, g, &xs);
     int isum = 0;
     for (int j = 0; j < GPU_QK; j++) isum += gpu_quant_q(t, wb, ws, j) * gpu_act_q(a, xb, xs, j);
-    float m0 = 0.0f, m1 = 0.0f, s0 = 0.0f, s1 = 0.0f;
-    if (gpu_dtype_has_min(t)) {
-        m0 = gpu_quant_m(t, wb, ws, 0), m1 = gpu_quant_m(t, wb, ws, 1);
-        s0 = gpu_act_s(a, xb, xs, 0), s1 = gpu_act_s(a, xb, xs, 1);
-    }
-    return gpu_group_finish(t, (float)isum, gpu_quant_d(t, wb), gpu_act_d(a, xb), m0, m1, s0, s1);
+    return gpu_group_acc(t, acc, (float)isum, gpu_quant_d(t, wb), gpu_act_d(a, xb), gpu_quant_m(t, wb, ws, 0),
+                         gpu_quant_m(t, wb, ws, 1), gpu_act_s(a, xb, xs, 0), gpu_act_s(a, xb, xs, 1));
 }
 
-/* Reference dot of a weight row with a prepared activation row, summed in
- * order. The kernels split the sum over threads (other float rounding);
- * tests use this to model them on the host. */
+/* The dot of a weight row with a prepared activation row (n values), in
+ * the order above: bit for bit what either kernel computes for it. */
 static inline COLI_HD float gpu_row_dot(int t, const unsigned char *wrow, const unsigned char *xprep, int64_t n) {
-    float sum = 0.0f;
-    if (gpu_dtype_is_quant(t)) {
-        for (int64_t g = 0; g < n / GPU_QK; g++) sum += gpu_group_dot(t, wrow, xprep, g);
-        return sum;
+    float total = 0.0f;
+    for (int c = 0; c < GPU_ROW_LANES; c++) {
+        float acc = 0.0f;
+        for (int64_t g = c; g < n / GPU_QK; g += GPU_ROW_LANES) acc = gpu_group_accumulate(t, acc, wrow, xprep, g);
+        total += acc;
     }
-    const float *x = (const float *)xprep;
-    for (int64_t k = 0; k < n; k++) sum += gpu_weight_value(t, wrow, k) * x[k];
-    return sum;
+    return total;
 }
 
 /* ---- the gated activation ----------------------------------------------------- */
