@@ -15,6 +15,7 @@
 
 #include "proto/shm_ring.h"
 #include "proto/wire.h"
+#include "core/settings.h"
 #include "gguf.h"
 #include "plugins/plugin_abi.h"
 #include "proto/coli.pb-c.h"
@@ -60,7 +61,7 @@ typedef struct worker_args {
     const char *connect;      /* endpoint the DEALER connects to */
     const char *listen;       /* or binds (remote workers) */
     const char *plugin;       /* "cpu", "cuda", ... */
-    const char *plugin_dir;   /* NULL: COLI_PLUGIN_DIR or <exe>/../lib */
+    const char *plugin_dir;   /* NULL: set.plugin_dir (COLI_PLUGIN_DIR) or <exe>/../lib */
     int device_index;
     int worker_id;
     unsigned generation;
@@ -82,6 +83,7 @@ typedef struct expert_set {     /* open-addressing set of (layer, expert) */
 
 typedef struct worker {
     worker_args a;
+    coli_settings set;          /* the environment, read once at start (core/settings.h) */
     void *zctx, *sock;
     void *dl;                   /* dlopen handle of the plugin */
     const struct moe_plugin *plugin;
