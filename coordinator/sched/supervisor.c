@@ -35,7 +35,7 @@ int sup_find_worker_bin(const coli_settings *set, char *out, size_t cap)
 {
     if (set->worker_bin[0]) {
         if (access(set->worker_bin, X_OK) != 0)
-            return coli_fail(COLI_EIO, "COLI_WORKER '%s': not an executable file", set->worker_bin);
+            return coli_fail(COLI_EIO, "worker program '%s' (worker_path or COLI_WORKER): not an executable file", set->worker_bin);
         snprintf(out, cap, "%s", set->worker_bin);
         return 0;
     }
