@@ -6,7 +6,7 @@
  * auto, inproc. BUDGET is bytes with
  * an optional K/M/G suffix. For now placement balances expert bytes across
  * the workers of each layer, within each worker's budget; routing heat and
- * pins (design.md section 5) come later.
+ * pins come later (docs/scheduler.md, "Not done yet").
  */
 #include <stdio.h>
 #include <stdlib.h>

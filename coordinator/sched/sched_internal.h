@@ -1,12 +1,18 @@
 /*
- * sched_internal.h - the worker scheduler's shared state (coordinator side).
+ * sched_internal.h - the worker executor's shared state (coordinator side).
  *
- * One file per concern works on it:
+ * One file per concern works on it (docs/scheduler.md, docs/architecture.md):
+ *   scheduler.c      moe_exec_workers_new, the per-layer fan-out / gather / fallback,
+ *                    and what follows a worker's outcome (sched_outcome)
  *   placement.c      --devices parsing and the expert -> worker map
+ *   device_probe.c   --devices auto: GPU probes in child processes
+ *   plan.c           coli_plan_text: the placement without starting workers
  *   supervisor.c     spawning, reaping, restart with back-off, shutdown
  *   worker_link.c    messages from workers: hello, place ack, heartbeat, results
- *   scheduler.c      moe_exec_workers_new and the per-layer fan-out / gather / fallback
+ *   link_ring.c      the shared-memory data path (coordinator side)
+ *   link_remote.c    workers on other hosts (tcp + CURVE)
  *   fallback_stats.c counters, latency histograms, JSON and text summaries
+ * Each part of worker_link and sched below names the file that writes it.
  */
 #ifndef COLI_COORD_SCHED_INTERNAL_H
 #define COLI_COORD_SCHED_INTERNAL_H
@@ -288,6 +294,8 @@ link_sent link_send_place(sched *s, worker_link *w);
 /* Send w->req's rows (grouped by expert) for layer; sets w->req.id, sent_ns. */
 link_sent link_send_batch(sched *s, worker_link *w, int layer, int allow_load);
 void link_set_state(worker_link *w, link_state st, const char *reason);
+/* "starting", "up", ...: the state as stats name it (a static string). */
+const char *link_state_name(link_state st);
 /* Handle one message from w (either path); a garbage answer is reported (LINK_GARBAGE). */
 void link_dispatch(sched *s, worker_link *w, const wire_msg *m);
 
@@ -301,7 +309,6 @@ void link_spin_rings(sched *s);
  * number armed (adding their eventfds to items), or -1 when one is ready. */
 int  link_rings_arm(sched *s, zmq_pollitem_t *items, int max_items);
 void link_rings_disarm(sched *s);
-const char *link_state_name(link_state st);
 
 /* ---- link_remote.c: workers on other hosts (tcp + CURVE), coordinator side ---- */
 /* Before anything starts: remote devices need CURVE and keys (set->keys_dir). */
