@@ -53,13 +53,17 @@ CPU_PLUGIN := $(BUILD)/lib/libcoli-cpu.so
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS      := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/*.c))
 
+FIXTURES   := $(BUILD)/fixtures/.stamp
+
 .PHONY: all run test test-sanitize deps bench bandwidth clean fixtures check-style
 # Generated protocol sources are inputs of several rules: keep them.
 .SECONDARY: $(PROTO_GEN)
 
+# The first rule is the default goal: `make` builds everything.
+all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(TOOLS) $(TESTS)
+
 check-style:
 	tools/check_style.sh
-all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(TOOLS) $(TESTS)
 
 # ---- generated protocol code (never committed) -----------------------------
 $(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
@@ -104,15 +108,21 @@ $(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -lcjson
 
 # ---- set-up -------------------------------------------------------------------
+# $(call apt_install,TARGET,PACKAGES[,apt-get flags]): install the Debian packages
+# that are missing (as root), saying which; nothing when all are there.
+define apt_install
+@missing=""; for p in $(2); do \
+  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+if [ -n "$$missing" ]; then \
+  echo "make $(1): installing$$missing"; \
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(3) $$missing; \
+fi
+endef
+
 DEB_PKGS := build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
             libcriterion-dev python3 python3-numpy libmicrohttpd-dev libcjson-dev
 deps:
-	@missing=""; for p in $(DEB_PKGS); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make deps: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+	$(call apt_install,deps,$(DEB_PKGS))
 
 # ---- the main job -----------------------------------------------------------
 MODEL ?= models/tiny-moe-4e2r-f16.gguf
@@ -132,12 +142,7 @@ TRAIN_PKGS := python3-torch python3-sentencepiece sentencepiece python3-matplotl
 TRAIN_OUT ?= tools/train/out
 .PHONY: train train-deps
 train-deps:
-	@missing=""; for p in $(TRAIN_PKGS); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make train-deps: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+	$(call apt_install,train-deps,$(TRAIN_PKGS))
 train: deps train-deps
 	/usr/bin/python3 tools/train/train.py --out $(TRAIN_OUT)
 	$(MAKE) $(COLI)
@@ -188,7 +193,6 @@ bench-coli: $(COLI) $(WORKER) $(CPU_PLUGIN) $(FIXTURES) $(BENCH_DIR)/bench-mixtr
 bench: bench-coli bench-sched
 
 # ---- tests ---------------------------------------------------------------------
-FIXTURES := $(BUILD)/fixtures/.stamp
 fixtures: $(FIXTURES)
 $(FIXTURES): $(BUILD)/bin/gen_model
 	@mkdir -p $(dir $@)
@@ -201,12 +205,7 @@ $(FIXTURES): $(BUILD)/bin/gen_model
 TEST_PKGS := prometheus
 .PHONY: test-deps
 test-deps:
-	@missing=""; for p in $(TEST_PKGS); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make test-deps: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	$(call apt_install,test-deps,$(TEST_PKGS),--no-install-recommends)
 
 test: deps test-deps
 	tools/check_style.sh
@@ -238,12 +237,7 @@ FUZZ_CORE    := core/gguf.c core/gguf_common.c core/gguf_writer.c core/tensor.c 
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -Icore
 .PHONY: fuzz fuzz-deps
 fuzz-deps:
-	@missing=""; for p in $(FUZZ_PKGS); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make fuzz: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+	$(call apt_install,fuzz,$(FUZZ_PKGS))
 
 $(FUZZ_DIR)/fuzz_gguf: tools/fuzz/fuzz_gguf.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h core/gguf_internal.h core/quant.h | fuzz-deps
 	@mkdir -p $(dir $@)

@@ -19,6 +19,7 @@
 #include "coordinator/moe_exec.h"
 #include "coordinator/sampler.h"
 #include "core/clock.h"
+#include "core/settings.h"
 #include "error.h"
 #include "threadpool.h"
 #include "tokenizer.h"
@@ -73,13 +74,22 @@ static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
 static int s_start_experts(coli_model *cm, const char *path, const coli_model_params *p) {
     const model_hparams *hp = &cm->m->hp;
     if (hp->n_expert == 0) return 0; /* dense: the forward pass runs the FFN itself */
+    /* the environment, read once here; what the program set wins over it */
+    coli_settings *set = malloc(sizeof *set); /* ~21 KiB (paths); the executor copies it */
+    if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
+    coli_settings_from_env(set);
+    if (p->worker_path && *p->worker_path) snprintf(set->worker_bin, sizeof set->worker_bin, "%s", p->worker_path);
+    if (p->keys_dir && *p->keys_dir) snprintf(set->keys_dir, sizeof set->keys_dir, "%s", p->keys_dir);
     moe_exec_config cfg = {
         .model_path = path, .gguf = cm->m->gguf,
         .n_layer = hp->n_layer, .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used,
         .n_embd = hp->n_embd, .n_ff = hp->n_ff_exp,
         .devices = p->devices, .n_threads = cm->n_threads, .pool = cm->pool, .verbose = p->verbose,
+        .settings = set,
     };
-    return select_executor(&cfg, &cm->moe);
+    int rc = select_executor(&cfg, &cm->moe);
+    free(set);
+    return rc;
 }
 
 /* name, chat template: copies, so they outlive nothing but the model. */

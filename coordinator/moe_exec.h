@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 struct gguf_file;
+struct coli_settings;
 
 typedef struct moe_exec moe_exec;
 
@@ -43,6 +44,8 @@ typedef struct moe_exec_config {
     struct coli_pool *pool;     /* optional: the forward pass's pool, which the in-process
                                    executor then shares (NULL: it starts its own) */
     int verbose;
+    const struct coli_settings *settings; /* the environment as read at load (core/settings.h);
+                                             NULL: read it when the executor starts */
 } moe_exec_config;
 
 /* The one way rows are grouped by expert (both executors): a stable counting

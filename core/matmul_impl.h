@@ -42,7 +42,6 @@ typedef struct mm_job {
     int64_t chunk_rows;    /* rows taken per counter increment */
     int64_t token_block;   /* tokens per pass over a chunk (keeps x in L2) */
     void (*rows)(const struct mm_job *job, int64_t r0, int64_t r1);
-    atomic_llong next_chunk;
 } mm_job;
 
 typedef void (*mm_rows_fn)(const mm_job *job, int64_t r0, int64_t r1);

@@ -69,10 +69,17 @@ typedef struct coli_model_params {
     int n_ctx_max;        /* cap on the context length; 0 = the model's own */
     const char *stats_json_path; /* optional: write run stats as JSON here on free */
     int verbose;          /* 1 = progress and per-worker lines on stderr */
+    /* Added in API version 1 without breaking it (zero = as before): */
+    const char *worker_path; /* the coli-worker program; NULL or "" = $COLI_WORKER, else next
+                                to this program (or ../bin), else $COLI_BUILD/bin */
+    const char *keys_dir;    /* CURVE keys for remote:tcp://... workers (coli keygen DIR);
+                                NULL or "" = $COLI_KEYS */
 } coli_model_params;
 
 /* All fields zero: default devices, one thread per core, F32 KV cache, the
- * model's context, no stats file, quiet. p may be NULL (nothing happens). */
+ * model's context, no stats file, quiet, the worker program and keys from
+ * the environment (docs/settings.md lists every variable read, once, at
+ * load). p may be NULL (nothing happens). */
 void coli_model_default_params(coli_model_params *p);
 
 /* Map and validate a GGUF file, build its tokenizer and start its expert

@@ -282,19 +282,3 @@ void ring_sleep_end(shm_ring *r, int dir)
     ssize_t n = read(r->bell[dir], &v, sizeof v); /* drain; EAGAIN when nobody rang */
     (void)n;
 }
-
-// ---------------------------------------------------------------------------
-int ring_wanted(void)
-{
-    const char *v = getenv("COLI_DATA_PATH");
-    return !(v && !strcmp(v, "zmq"));
-}
-
-uint64_t ring_spin_ns(void)
-{
-    const char *v = getenv("COLI_SHM_SPIN_US");
-    if (!v || !*v) return 50000;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    return *end ? 50000 : (uint64_t)x * 1000ULL;
-}

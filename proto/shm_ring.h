@@ -85,9 +85,4 @@ int  ring_spin(const shm_ring *r, int dir, uint64_t spin_ns);
 int  ring_sleep_begin(shm_ring *r, int dir);
 void ring_sleep_end(shm_ring *r, int dir);
 
-/* COLI_DATA_PATH=zmq|shm (default shm): may local workers use a ring? */
-int  ring_wanted(void);
-/* COLI_SHM_SPIN_US (default 50), in ns. */
-uint64_t ring_spin_ns(void);
-
 #endif

@@ -5,6 +5,7 @@
  * Needs "$COLI_BUILD/bin/coli" and "$COLI_BUILD/fixtures" (make fixtures).
  */
 #include <criterion/criterion.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,4 +430,44 @@ Test(cli, run_new_families_inproc_equals_workers) {
             cli_result_free(&b);
         }
     }
+}
+
+/* ---- bench ------------------------------------------------------------------ */
+
+//  --json is JSON whatever the model's path holds (a quote, a backslash).
+Test(cli, bench_json_survives_any_model_path) {
+    char odd[256], json_path[256];
+    tmp_path(odd, sizeof odd, "a\"b\\c.gguf");
+    tmp_path(json_path, sizeof json_path, "bench.json");
+    char target[4096];
+    cr_assert_not_null(realpath(s_model, target));
+    cr_assert_eq(symlink(target, odd), 0);
+    char *argv[] = {s_coli, "bench", "-m", odd, "-p", "4", "-n", "2", "--repeat", "1", "--inproc",
+                    "--json", json_path, NULL};
+    cli_result r = cli_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char *text = cli_slurp(json_path, NULL);
+    cr_assert_not_null(text, "--json wrote nothing");
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_not_null(j, "not JSON: %s", text);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    cr_expect(cJSON_IsString(model) && !strcmp(model->valuestring, odd), "model: %s", text);
+    const cJSON *configs = cJSON_GetObjectItemCaseSensitive(j, "configs");
+    cr_expect_eq(cJSON_GetArraySize(configs), 1);
+    cJSON_Delete(j);
+    free(text);
+    cli_result_free(&r);
+}
+
+//  --keys DIR reaches the library: a remote device then looks for its key files
+//  there instead of saying that keys are needed.
+Test(cli, bench_keys_are_used) {
+    char keys[256];
+    tmp_path(keys, sizeof keys, "no-such-keys");
+    char *argv[] = {s_coli, "bench", "-m", s_model, "-p", "4", "-n", "2", "--repeat", "1",
+                    "--devices", "remote:tcp://127.0.0.1:9", "--keys", keys, NULL};
+    cli_result r = cli_run(argv);
+    cr_expect_eq(r.status, 1, "%s", r.err);
+    cr_expect(strstr(r.err, keys) || strstr(r.err, "CURVE support"), "--keys not used: %s", r.err);
+    cli_result_free(&r);
 }

@@ -5,10 +5,8 @@
  * every waiting message, heartbeat when due. A kernel that hangs therefore
  * stops the heartbeat too, which is what the coordinator watches.
  */
-#include <math.h>
 #include <poll.h>
 #include <stdint.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,8 +214,8 @@ int worker_on_place(worker *w, const Coli__Envelope *env)
 }
 
 // ---------------------------------------------------------------------------
-static int s_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int ok,
-                         const char *why, const float *out, int64_t n_rows, uint64_t ns)
+int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int ok,
+                       const char *why, const float *out, int64_t n_rows, uint64_t ns)
 {
     Coli__ExpertResult r = COLI__EXPERT_RESULT__INIT;
     r.layer = b->layer;
@@ -244,8 +242,7 @@ static int s_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int
     return worker_send(w, &env, ok ? out : NULL, bytes, 0);
 }
 
-//  A reply whose framing itself is wrong, on whichever path the batch came.
-static void s_send_garbage_frame(worker *w)
+void worker_send_garbage_frame(worker *w)
 {
     if (w->in_ring_request) {
         w->in_ring_request = 0;
@@ -293,34 +290,15 @@ static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes,
     return 0;
 }
 
-//  Misbehave as COLI_FAULT asked (tests). Returns 1 if the reply was replaced.
-static int s_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b)
-{
-    int64_t n = b->n_rows;
-    switch (f->kind) {
-    case FAULT_GARBAGE_NAN: w->out[0] = NAN; break;
-    case FAULT_GARBAGE_SIZE: n = n - 1; break;
-    case FAULT_GARBAGE_ID: id += 1000003; break;
-    case FAULT_CRASH_DURING: raise(SIGKILL); break;
-    case FAULT_GARBAGE_RING: s_send_garbage_frame(w); return 1;
-    default: return 0;
-    }
-    s_send_result(w, id, b, 1, "", w->out, n, 0);
-    return 1;
-}
-
 int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t x_bytes)
 {
     const Coli__ExpertBatch *b = env->batch;
     w->last_request_id = env->request_id;
-    worker_fault *f = w->a.generation == 0
-        ? worker_fault_match(w->faults, w->n_faults, w->a.worker_id, b->layer) : NULL;
-    if (f && f->kind == FAULT_CRASH) raise(SIGKILL);
-    if (f && f->kind == FAULT_HANG) raise(SIGSTOP);
+    worker_fault *f = worker_fault_before_batch(w, b->layer);
     char why[512] = "";
     moe_batch_group *groups = calloc(b->n_groups ? b->n_groups : 1, sizeof *groups);
     if (!groups)
-        return s_send_result(w, env->request_id, b, 0, "worker: out of memory", NULL, 0, 0);
+        return worker_send_result(w, env->request_id, b, 0, "worker: out of memory", NULL, 0, 0);
     int rc = s_check_batch(w, b, x_bytes, groups, why, sizeof why);
     size_t need = rc ? 0 : (size_t)b->n_rows * (size_t)b->n_embd;
     if (rc == 0 && need > w->out_cap) {
@@ -344,14 +322,12 @@ int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t 
     uint64_t ns = coli_now_ns() - t0;
     free(groups);
     if (rc != 0)
-        return s_send_result(w, env->request_id, b, 0, why, NULL, 0, ns);
+        return worker_send_result(w, env->request_id, b, 0, why, NULL, 0, ns);
     w->batches++;
     w->rows += (uint64_t)b->n_rows;
-    if (f && s_fault_reply(w, f, env->request_id, b))
-        return 0;
-    rc = s_send_result(w, env->request_id, b, 1, "", w->out, b->n_rows, ns);
-    if (f && f->kind == FAULT_CRASH_AFTER) raise(SIGKILL);
-    return rc;
+    if (f)
+        return worker_fault_reply(w, f, env->request_id, b, ns);
+    return worker_send_result(w, env->request_id, b, 1, "", w->out, b->n_rows, ns);
 }
 
 // ---------------------------------------------------------------------------

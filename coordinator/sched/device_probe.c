@@ -30,12 +30,11 @@ static const char *s_gpu_plugins[] = {"cuda", "hip"};
 
 //  Is libcoli-<name>.so where the worker will look (COLI_PLUGIN_DIR, else
 //  <worker dir>/../lib)?
-static int s_plugin_built(const char *worker_bin, const char *name)
+static int s_plugin_built(const coli_settings *set, const char *worker_bin, const char *name)
 {
     char dir[PATH_MAX], path[PATH_MAX + 64];
-    const char *env = getenv("COLI_PLUGIN_DIR");
-    if (env && *env) {
-        snprintf(dir, sizeof dir, "%s", env);
+    if (set->plugin_dir[0]) {
+        snprintf(dir, sizeof dir, "%s", set->plugin_dir);
     } else {
         snprintf(dir, sizeof dir, "%s", worker_bin);
         char *slash = strrchr(dir, '/');
@@ -100,7 +99,8 @@ static void s_json_reason(const char *line, char *out, size_t n)
 }
 
 //  Devices `name` has here (0 with why), probed in a child process.
-static int s_probe(const char *worker_bin, const char *name, char *why, size_t why_len)
+static int s_probe(const coli_settings *set, const char *worker_bin, const char *name, char *why,
+                   size_t why_len)
 {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
@@ -124,14 +124,14 @@ static int s_probe(const char *worker_bin, const char *name, char *why, size_t w
         snprintf(why, why_len, "fork: %s", strerror(errno));
         return -1;
     }
-    uint64_t deadline = coli_now_ns() + sched_env_ms("COLI_PROBE_TIMEOUT_MS", 10000) * 1000000ULL;
+    uint64_t deadline = coli_now_ns() + set->probe_timeout_ms * 1000000ULL;
     char line[1024];
     int rd = s_read_until(fds[0], line, sizeof line, deadline);
     close(fds[0]);
     int st = s_reap_until(pid, rd == 0 ? deadline : 0);
     if (rd != 0 || st == -1) {
         snprintf(why, why_len, "probe did not answer within %llu ms",
-                 (unsigned long long)sched_env_ms("COLI_PROBE_TIMEOUT_MS", 10000));
+                 (unsigned long long)set->probe_timeout_ms);
         return -1;
     }
     if (WIFSIGNALED(st)) {
@@ -148,38 +148,29 @@ static int s_probe(const char *worker_bin, const char *name, char *why, size_t w
     return count < 0 ? 0 : (int)(count > SCHED_MAX_WORKERS ? SCHED_MAX_WORKERS : count);
 }
 
-static int s_push(device_spec *out, int cap, int *n, const char *plugin, int index)
-{
-    if (*n >= cap)
-        return coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
-    device_spec *d = &out[(*n)++];
-    memset(d, 0, sizeof *d);
-    snprintf(d->plugin, sizeof d->plugin, "%s", plugin);
-    d->index = index;
-    return 0;
-}
-
 //  One "auto": GPU workers for every device the built plugins find, then CPU workers.
-static int s_expand_one(const char *worker_bin, device_spec *out, int cap, int *n, int verbose)
+static int s_expand_one(const coli_settings *set, const char *worker_bin, device_spec *out, int cap, int *n,
+                        int verbose)
 {
     for (size_t g = 0; worker_bin && g < sizeof s_gpu_plugins / sizeof s_gpu_plugins[0]; g++) {
         const char *name = s_gpu_plugins[g];
-        if (!s_plugin_built(worker_bin, name)) continue;
+        if (!s_plugin_built(set, worker_bin, name)) continue;
         char why[512] = "";
-        int count = s_probe(worker_bin, name, why, sizeof why);
+        int count = s_probe(set, worker_bin, name, why, sizeof why);
         if (count < 0)
             fprintf(stderr, "colibri: devices auto: %s: %s; no %s workers\n", name, why, name);
         else if (count == 0 && verbose)
             fprintf(stderr, "colibri: devices auto: %s: no device (%s)\n", name, why);
         for (int i = 0; i < count; i++)
-            if (s_push(out, cap, n, name, i)) return COLI_EINVAL;
+            if (sched_add_device(out, cap, n, name, i, 0)) return COLI_EINVAL;
     }
     for (int i = 0, k = sched_default_cpu_workers(); i < k; i++)
-        if (s_push(out, cap, n, "cpu", 0)) return COLI_EINVAL;
+        if (sched_add_device(out, cap, n, "cpu", 0, 0)) return COLI_EINVAL;
     return 0;
 }
 
-int sched_expand_auto(const char *worker_bin, device_spec *d, int cap, int *n, int verbose)
+int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_spec *d, int cap, int *n,
+                      int verbose)
 {
     int any = 0;
     for (int i = 0; i < *n; i++) any |= !strcmp(d[i].plugin, "auto");
@@ -188,7 +179,7 @@ int sched_expand_auto(const char *worker_bin, device_spec *d, int cap, int *n, i
     if (!out) return coli_fail(COLI_ENOMEM, "devices: out of memory");
     int m = 0, rc = 0;
     for (int i = 0; rc == 0 && i < *n; i++) {
-        if (!strcmp(d[i].plugin, "auto")) rc = s_expand_one(worker_bin, out, cap, &m, verbose);
+        if (!strcmp(d[i].plugin, "auto")) rc = s_expand_one(set, worker_bin, out, cap, &m, verbose);
         else if (m >= cap) rc = coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
         else out[m++] = d[i];
     }

@@ -17,15 +17,15 @@ static const double s_le[SCHED_N_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0
 
 void stats_fallback(sched *s, const worker_link *w, const char *reason)
 {
-    s->fallbacks_total++;
-    for (int i = 0; i < s->n_fb; i++)
-        if (!strcmp(s->fb[i].device, w->device) && !strcmp(s->fb[i].reason, reason)) {
-            s->fb[i].count++;
+    s->stats.fallbacks_total++;
+    for (int i = 0; i < s->stats.n_fb; i++)
+        if (!strcmp(s->stats.fb[i].device, w->device) && !strcmp(s->stats.fb[i].reason, reason)) {
+            s->stats.fb[i].count++;
             return;
         }
-    if (s->n_fb == SCHED_MAX_FALLBACK_KINDS)
+    if (s->stats.n_fb == SCHED_MAX_FALLBACK_KINDS)
         return; /* still in fallbacks_total */
-    fallback_count *f = &s->fb[s->n_fb++];
+    fallback_count *f = &s->stats.fb[s->stats.n_fb++];
     snprintf(f->device, sizeof f->device, "%s", w->device);
     snprintf(f->reason, sizeof f->reason, "%s", reason);
     f->count = 1;
@@ -105,38 +105,36 @@ static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w)
     coli_strbuf_appendf(b, ",\"plugin\":");
     s_put_str(b, w->dev.plugin);
     coli_strbuf_appendf(b, ",\"endpoint\":");
-    s_put_str(b, w->remote ? w->dev.endpoint : s->endpoint);
+    s_put_str(b, w->tcp.on ? w->dev.endpoint : s->net.endpoint);
     coli_strbuf_appendf(b, ",\"status\":\"%s\",\"state\":\"%s\",\"reason\":", s_status(w), link_state_name(w->state));
     s_put_str(b, w->reason);
-    coli_strbuf_appendf(b, ",\"data_path\":\"%s\",\"ring_replies\":%llu", w->ring.base ? "shm" : "zmq",
-                        (unsigned long long)w->ring_replies);
-    coli_strbuf_appendf(b, ",\"pid\":%d,\"generation\":%u,\"device_name\":", (int)w->pid, w->gen);
-    s_put_str(b, w->device_name);
+    coli_strbuf_appendf(b, ",\"data_path\":\"%s\",\"ring_replies\":%llu", w->shm.ring.base ? "shm" : "zmq",
+                        (unsigned long long)w->shm.replies);
+    coli_strbuf_appendf(b, ",\"pid\":%d,\"generation\":%u,\"device_name\":", (int)w->proc.pid, w->proc.gen);
+    s_put_str(b, w->place.device_name);
     int up = w->state == LINK_UP;
-    coli_strbuf_appendf(b, ",\"refused_experts\":%llu", (unsigned long long)w->refused_experts);
+    coli_strbuf_appendf(b, ",\"refused_experts\":%llu", (unsigned long long)w->place.refused_experts);
     coli_strbuf_appendf(b, ",\"owned_experts\":%llu,\"resident_experts\":%llu,\"resident_bytes\":%llu,"
                         "\"batches\":%llu,\"rows\":%llu,\"rerouted_rows\":%llu,\"restarts\":%llu,\"heartbeats\":%llu,"
                         "\"batch_latency_p50_ms\":%.6f,\"batch_latency_p99_ms\":%.6f,",
-                        (unsigned long long)w->owned_experts, (unsigned long long)(up ? w->resident_experts : 0),
-                        (unsigned long long)(up ? w->resident_bytes : 0), (unsigned long long)w->batches,
-                        (unsigned long long)w->rows, (unsigned long long)w->rerouted_rows,
-                        (unsigned long long)w->restarts, (unsigned long long)w->heartbeats,
-                        s_pct_ms(&w->lat, 0.5), s_pct_ms(&w->lat, 0.99));
+                        (unsigned long long)w->place.owned_experts, (unsigned long long)(up ? w->place.resident_experts : 0),
+                        (unsigned long long)(up ? w->place.resident_bytes : 0), (unsigned long long)w->stats.batches,
+                        (unsigned long long)w->stats.rows, (unsigned long long)w->stats.rerouted_rows,
+                        (unsigned long long)w->proc.restarts, (unsigned long long)w->stats.heartbeats,
+                        s_pct_ms(&w->stats.lat, 0.5), s_pct_ms(&w->stats.lat, 0.99));
     coli_strbuf_appendf(b, "\"batch_latency_buckets\":{\"le\":[");
     for (int i = 0; i < SCHED_N_BUCKETS; i++) coli_strbuf_appendf(b, "%s%g", i ? "," : "", s_le[i]);
     coli_strbuf_appendf(b, "],\"counts\":[");
     uint64_t cum = 0;
     for (int i = 0; i < SCHED_N_BUCKETS; i++) {
-        cum += w->lat.buckets[i];
+        cum += w->stats.lat.buckets[i];
         coli_strbuf_appendf(b, "%s%llu", i ? "," : "", (unsigned long long)cum);
     }
-    coli_strbuf_appendf(b, "],\"count\":%llu,\"sum\":%.9f}}", (unsigned long long)w->lat.n, w->lat.sum);
+    coli_strbuf_appendf(b, "],\"count\":%llu,\"sum\":%.9f}}", (unsigned long long)w->stats.lat.n, w->stats.lat.sum);
 }
 
-int stats_json(moe_exec *self, char **json)
+int stats_json(const sched *s, char **json)
 {
-    sched *s = (sched *)self;
-    link_poll(s, 0); /* fresh states */
     coli_strbuf b = {0};
     coli_strbuf_appendf(&b, "{\"executor\":\"workers\",\"workers\":[");
     for (int i = 0; i < s->n_w; i++) {
@@ -144,21 +142,21 @@ int stats_json(moe_exec *self, char **json)
         s_worker_json(&b, s, &s->w[i]);
     }
     coli_strbuf_appendf(&b, "],\"fallbacks\":[");
-    for (int i = 0; i < s->n_fb; i++) {
+    for (int i = 0; i < s->stats.n_fb; i++) {
         coli_strbuf_appendf(&b, "%s{\"device\":", i ? "," : "");
-        s_put_str(&b, s->fb[i].device);
+        s_put_str(&b, s->stats.fb[i].device);
         coli_strbuf_appendf(&b, ",\"reason\":");
-        s_put_str(&b, s->fb[i].reason);
-        coli_strbuf_appendf(&b, ",\"count\":%llu}", (unsigned long long)s->fb[i].count);
+        s_put_str(&b, s->stats.fb[i].reason);
+        coli_strbuf_appendf(&b, ",\"count\":%llu}", (unsigned long long)s->stats.fb[i].count);
     }
     coli_strbuf_appendf(&b, "],\"fallbacks_total\":%llu,\"dispatch_latency_p50_ms\":%.6f,"
                         "\"dispatch_latency_p99_ms\":%.6f,\"dispatches\":%llu,\"inproc_rows\":%llu,"
                         "\"late_replies_dropped\":%llu,\"foreign_messages_dropped\":%llu,"
                         "\"stale_messages_dropped\":%llu}",
-                        (unsigned long long)s->fallbacks_total, s_pct_ms(&s->dispatch, 0.5),
-                        s_pct_ms(&s->dispatch, 0.99), (unsigned long long)s->dispatch.n,
-                        (unsigned long long)s->inproc_rows, (unsigned long long)s->late_dropped,
-                        (unsigned long long)s->foreign_dropped, (unsigned long long)s->stale_dropped);
+                        (unsigned long long)s->stats.fallbacks_total, s_pct_ms(&s->stats.dispatch, 0.5),
+                        s_pct_ms(&s->stats.dispatch, 0.99), (unsigned long long)s->stats.dispatch.n,
+                        (unsigned long long)s->stats.inproc_rows, (unsigned long long)s->stats.late_dropped,
+                        (unsigned long long)s->stats.foreign_dropped, (unsigned long long)s->stats.stale_dropped);
     return s_done(&b, json);
 }
 
@@ -169,37 +167,35 @@ static void s_worker_text(coli_strbuf *b, const sched *s, const worker_link *w)
     /* what the device holds now: a worker that is not up holds nothing */
     coli_strbuf_appendf(b, "  worker %d  %-8s plugin %-5s %-11s resident set: %llu experts (%llu bytes, %.1f MiB)",
                         w->id, w->device, w->dev.plugin, s_status(w),
-                        (unsigned long long)(up ? w->resident_experts : 0),
-                        (unsigned long long)(up ? w->resident_bytes : 0),
-                        (double)(up ? w->resident_bytes : 0) / 1048576.0);
-    if (w->refused_experts)
-        coli_strbuf_appendf(b, ", %llu refused", (unsigned long long)w->refused_experts);
+                        (unsigned long long)(up ? w->place.resident_experts : 0),
+                        (unsigned long long)(up ? w->place.resident_bytes : 0),
+                        (double)(up ? w->place.resident_bytes : 0) / 1048576.0);
+    if (w->place.refused_experts)
+        coli_strbuf_appendf(b, ", %llu refused", (unsigned long long)w->place.refused_experts);
     coli_strbuf_appendf(b, "  batches %llu  p50 %.3f ms  p99 %.3f ms  restarts %llu  fallbacks:",
-                        (unsigned long long)w->batches, s_pct_ms(&w->lat, 0.5), s_pct_ms(&w->lat, 0.99),
-                        (unsigned long long)w->restarts);
+                        (unsigned long long)w->stats.batches, s_pct_ms(&w->stats.lat, 0.5), s_pct_ms(&w->stats.lat, 0.99),
+                        (unsigned long long)w->proc.restarts);
     int any = 0;
-    for (int i = 0; i < s->n_fb; i++)
-        if (!strcmp(s->fb[i].device, w->device)) {
-            coli_strbuf_appendf(b, " %s %llu", s->fb[i].reason, (unsigned long long)s->fb[i].count);
+    for (int i = 0; i < s->stats.n_fb; i++)
+        if (!strcmp(s->stats.fb[i].device, w->device)) {
+            coli_strbuf_appendf(b, " %s %llu", s->stats.fb[i].reason, (unsigned long long)s->stats.fb[i].count);
             any = 1;
         }
     coli_strbuf_appendf(b, "%s%s%s\n", any ? "" : " none", w->reason[0] ? "  (" : "", w->reason[0] ? w->reason : "");
     if (w->reason[0]) { b->len--; coli_strbuf_appendf(b, ")\n"); }
 }
 
-int stats_text(moe_exec *self, char **text)
+int stats_text(const sched *s, char **text)
 {
-    sched *s = (sched *)self;
-    link_poll(s, 0);
     coli_strbuf b = {0};
     coli_strbuf_appendf(&b, "experts: %d worker%s over %s; dispatch p50 %.3f ms p99 %.3f ms; fallbacks %llu",
-                        s->n_w, s->n_w == 1 ? "" : "s", s->endpoint, s_pct_ms(&s->dispatch, 0.5),
-                        s_pct_ms(&s->dispatch, 0.99), (unsigned long long)s->fallbacks_total);
-    for (int i = 0; i < s->n_fb; i++)
-        coli_strbuf_appendf(&b, "%s%s %s %llu", i ? ", " : " (", s->fb[i].device, s->fb[i].reason,
-                            (unsigned long long)s->fb[i].count);
-    coli_strbuf_appendf(&b, "%s; rows computed in-process %llu\n", s->n_fb ? ")" : "",
-                        (unsigned long long)s->inproc_rows);
+                        s->n_w, s->n_w == 1 ? "" : "s", s->net.endpoint, s_pct_ms(&s->stats.dispatch, 0.5),
+                        s_pct_ms(&s->stats.dispatch, 0.99), (unsigned long long)s->stats.fallbacks_total);
+    for (int i = 0; i < s->stats.n_fb; i++)
+        coli_strbuf_appendf(&b, "%s%s %s %llu", i ? ", " : " (", s->stats.fb[i].device, s->stats.fb[i].reason,
+                            (unsigned long long)s->stats.fb[i].count);
+    coli_strbuf_appendf(&b, "%s; rows computed in-process %llu\n", s->stats.n_fb ? ")" : "",
+                        (unsigned long long)s->stats.inproc_rows);
     for (int i = 0; i < s->n_w; i++)
         s_worker_text(&b, s, &s->w[i]);
     return s_done(&b, text);

@@ -6,7 +6,7 @@
  * auto, inproc. BUDGET is bytes with
  * an optional K/M/G suffix. For now placement balances expert bytes across
  * the workers of each layer, within each worker's budget; routing heat and
- * pins (design.md section 5) come later.
+ * pins come later (docs/scheduler.md, "Not done yet").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +39,7 @@ static int s_budget(const char *s, uint64_t *out)
     return 0;
 }
 
-static int s_add(device_spec *out, int cap, int *n, const char *plugin, int index, uint64_t budget)
+int sched_add_device(device_spec *out, int cap, int *n, const char *plugin, int index, uint64_t budget)
 {
     if (*n >= cap)
         return coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
@@ -78,7 +78,7 @@ static int s_add_remote(device_spec *out, int cap, int *n, const char *ep, uint6
                          sizeof out->endpoint - 1);
     int index = 0;
     for (int i = 0; i < *n; i++) index += !strcmp(out[i].plugin, "remote");
-    int rc = s_add(out, cap, n, "remote", index, budget);
+    int rc = sched_add_device(out, cap, n, "remote", index, budget);
     if (rc == 0) snprintf(out[*n - 1].endpoint, sizeof out->endpoint, "%s", ep);
     return rc;
 }
@@ -99,7 +99,7 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
     if (!strncmp(item, "remote:", 7))
         return s_add_remote(out, cap, n, item + 7, budget);
     if (!strcmp(item, "auto")) /* expanded by sched_expand_auto (device_probe.c) */
-        return s_add(out, cap, n, "auto", 0, 0);
+        return sched_add_device(out, cap, n, "auto", 0, 0);
     static const char *known[] = {"cpu", "cuda", "hip", "xdna"};
     int which = -1;
     for (int k = 0; k < 4; k++)
@@ -114,10 +114,10 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
         int count = item[name_len] == ':' ? v : 1, base = 0;
         for (int i = 0; i < *n; i++) base += !strcmp(out[i].plugin, "cpu");
         for (int i = 0; i < count; i++)
-            if (s_add(out, cap, n, "cpu", base + i, budget)) return COLI_EINVAL;
+            if (sched_add_device(out, cap, n, "cpu", base + i, budget)) return COLI_EINVAL;
         return 0;
     }
-    return s_add(out, cap, n, known[which], v, budget);
+    return sched_add_device(out, cap, n, known[which], v, budget);
 }
 
 int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, int *inproc)

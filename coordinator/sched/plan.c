@@ -71,11 +71,11 @@ int coli_plan_text(const char *model_path, const char *devices, char **text)
     int n_w = 0, inproc = 0;
     int rc = sched_parse_devices(devices, d, SCHED_MAX_WORKERS, &n_w, &inproc);
     if (rc) return rc;
-    sched *probe = calloc(1, sizeof *probe); /* only for finding coli-worker, which probes GPUs */
-    if (!probe) return coli_fail(COLI_ENOMEM, "plan: out of memory");
-    rc = sched_expand_auto(sup_find_worker_bin(probe) == 0 ? probe->worker_bin : NULL, d,
-                           SCHED_MAX_WORKERS, &n_w, 0);
-    free(probe);
+    coli_settings set;
+    coli_settings_from_env(&set);
+    char worker_bin[PATH_MAX]; /* coli-worker probes the GPUs */
+    rc = sched_expand_auto(&set, sup_find_worker_bin(&set, worker_bin, sizeof worker_bin) == 0 ? worker_bin : NULL,
+                           d, SCHED_MAX_WORKERS, &n_w, 0);
     if (rc) return rc;
     if (inproc) {
         *text = strdup("placement: in-process (--devices inproc): every expert runs in the coordinator\n");

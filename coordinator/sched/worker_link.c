@@ -30,61 +30,63 @@ void link_set_state(worker_link *w, link_state st, const char *reason)
 }
 
 // ---------------------------------------------------------------------------
-int link_send_place(sched *s, worker_link *w)
+link_sent link_send_place(sched *s, worker_link *w)
 {
     size_t n = 0;
-    for (size_t i = 0; i < (size_t)s->n_layer * (size_t)s->n_expert; i++)
-        n += s->owner[i] == w->id;
+    for (size_t i = 0; i < (size_t)s->model.n_layer * (size_t)s->model.n_expert; i++)
+        n += s->place.owner[i] == w->id;
     Coli__ExpertRef *refs = calloc(n ? n : 1, sizeof *refs);
     Coli__ExpertRef **ptrs = calloc(n ? n : 1, sizeof *ptrs);
     if (!refs || !ptrs) {
         free(refs);
         free(ptrs);
-        return coli_fail(COLI_ENOMEM, "worker %d: place message", w->id);
+        coli_fail(COLI_ENOMEM, "worker %d: place message", w->id);
+        return LINK_SEND_ERROR;
     }
     size_t k = 0;
-    w->owned_bytes = 0;
-    for (int l = 0; l < s->n_layer; l++)
-        for (int e = 0; e < s->n_expert; e++)
-            if (s->owner[(size_t)l * (size_t)s->n_expert + (size_t)e] == w->id) {
+    w->place.owned_bytes = 0;
+    for (int l = 0; l < s->model.n_layer; l++)
+        for (int e = 0; e < s->model.n_expert; e++)
+            if (s->place.owner[(size_t)l * (size_t)s->model.n_expert + (size_t)e] == w->id) {
                 coli__expert_ref__init(&refs[k]);
                 refs[k].layer = l;
                 refs[k].expert = e;
                 ptrs[k] = &refs[k];
                 k++;
-                w->owned_bytes += s->expert_bytes[l];
+                w->place.owned_bytes += s->model.expert_bytes[l];
             }
-    w->owned_experts = n;
+    w->place.owned_experts = n;
     Coli__Place p = COLI__PLACE__INIT;
-    p.model_path = s->model_path;
-    p.model_size = s->model_size;
-    p.header_hash = s->model_hash;
+    p.model_path = s->model.path;
+    p.model_size = s->model.size;
+    p.header_hash = s->model.hash;
     p.n_experts = n;
     p.experts = ptrs;
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_PLACE;
     env.place = &p;
-    int rc = link_send(s, w, &env, NULL, 0, ZMQ_DONTWAIT);
+    link_sent rc = link_send(s, w, &env, NULL, 0, ZMQ_DONTWAIT);
     free(refs);
     free(ptrs);
-    if (rc == 0)
+    if (rc == LINK_SENT)
         link_set_state(w, LINK_PLACING, "");
     return rc;
 }
 
-//  w->row_pair / w->x hold the rows, grouped by expert (see scheduler.c).
-int link_send_batch(sched *s, worker_link *w, int layer, int allow_load)
+//  w->req.row_pair / w->req.x hold the rows, grouped by expert (see scheduler.c).
+link_sent link_send_batch(sched *s, worker_link *w, int layer, int allow_load)
 {
     int64_t n_groups = 0;
-    Coli__Group *g = calloc((size_t)w->n_rows, sizeof *g);
-    Coli__Group **gp = calloc((size_t)w->n_rows, sizeof *gp);
+    Coli__Group *g = calloc((size_t)w->req.n_rows, sizeof *g);
+    Coli__Group **gp = calloc((size_t)w->req.n_rows, sizeof *gp);
     if (!g || !gp) {
         free(g);
         free(gp);
-        return coli_fail(COLI_ENOMEM, "worker %d: batch message", w->id);
+        coli_fail(COLI_ENOMEM, "worker %d: batch message", w->id);
+        return LINK_SEND_ERROR;
     }
-    for (int64_t r = 0; r < w->n_rows; r++) {
-        int32_t e = s->cur_ids[w->row_pair[r]];
+    for (int64_t r = 0; r < w->req.n_rows; r++) {
+        int32_t e = s->call.ids[w->req.row_pair[r]];
         if (n_groups == 0 || g[n_groups - 1].expert != e) {
             coli__group__init(&g[n_groups]);
             g[n_groups].expert = e;
@@ -97,61 +99,46 @@ int link_send_batch(sched *s, worker_link *w, int layer, int allow_load)
     Coli__ExpertBatch b = COLI__EXPERT_BATCH__INIT;
     b.layer = layer;
     b.dtype = 0;
-    b.n_embd = s->n_embd;
-    b.n_rows = w->n_rows;
+    b.n_embd = s->model.n_embd;
+    b.n_rows = w->req.n_rows;
     b.n_groups = (size_t)n_groups;
     b.groups = gp;
     b.allow_load = allow_load;
     Coli__Envelope env = COLI__ENVELOPE__INIT;
-    env.request_id = ++s->next_req;
+    env.request_id = ++s->call.next_req;
     env.body_case = COLI__ENVELOPE__BODY_BATCH;
     env.batch = &b;
-    size_t x_bytes = (size_t)w->n_rows * (size_t)s->n_embd * sizeof(float);
+    size_t x_bytes = (size_t)w->req.n_rows * (size_t)s->model.n_embd * sizeof(float);
     /* the ring when this batch fits it; else (or for remote workers) ZeroMQ */
-    int rc = w->ring.base && ring_fits(&w->ring, &env, x_bytes)
-                 ? ring_send(&w->ring, RING_REQ, &env, w->x, x_bytes)
-                 : link_send(s, w, &env, w->x, x_bytes, ZMQ_DONTWAIT);
+    link_sent rc;
+    if (w->shm.ring.base && ring_fits(&w->shm.ring, &env, x_bytes))
+        rc = ring_send(&w->shm.ring, RING_REQ, &env, w->req.x, x_bytes) == 0 ? LINK_SENT : LINK_SEND_ERROR;
+    else
+        rc = link_send(s, w, &env, w->req.x, x_bytes, ZMQ_DONTWAIT);
     free(g);
     free(gp);
-    if (rc == 0) {
-        w->req_id = env.request_id;
-        w->sent_ns = coli_now_ns();
+    if (rc == LINK_SENT) {
+        w->req.id = env.request_id;
+        w->req.sent_ns = coli_now_ns();
     }
     return rc;
 }
 
 // ---------------------------------------------------------------------------
-//  Stop a worker that answered garbage, and never use it again.
-void link_quarantine(sched *s, worker_link *w, const char *why)
-{
-    if (w->state == LINK_QUARANTINED || w->state == LINK_DOWN || w->state == LINK_FAILED)
-        return; /* out of service already: counted when it left */
-    if (s->verbose)
-        fprintf(stderr, "colibri: worker %d (%s) quarantined: %s\n", w->id, w->device, why);
-    stats_fallback(s, w, "garbage");
-    if (w->req_id)
-        sched_rows_lost(s, w);
-    link_set_state(w, LINK_QUARANTINED, why);
-    sup_kill(s, w);
-}
-
 static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
 {
-    if (w->state != LINK_STARTING || w->hello_ok)
+    if (w->state != LINK_STARTING || w->place.hello_ok)
         return;
-    snprintf(w->device_name, sizeof w->device_name, "%s", h->device_name ? h->device_name : "");
-    w->caps_budget = h->memory_budget;
+    snprintf(w->place.device_name, sizeof w->place.device_name, "%s", h->device_name ? h->device_name : "");
+    w->place.caps_budget = h->memory_budget;
     if (h->status != COLI__STATUS__STATUS_OK) {
         const char *why = h->reason && *h->reason ? h->reason : "worker said FAILED";
-        stats_fallback(s, w, strstr(why, "no device") ? "no_device" : "plugin_load");
-        link_set_state(w, LINK_FAILED, why);
-        fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id,
-                w->device, why);
+        sched_outcome(s, w, LINK_REFUSED, strstr(why, "no device") ? "no_device" : "plugin_load", why);
         return;
     }
-    w->hello_ok = 1;
-    if (s->started && link_send_place(s, w) != 0)
-        sup_worker_lost(s, w, "crash", 1);
+    w->place.hello_ok = 1;
+    if (s->place.started && link_send_place(s, w) != LINK_SENT)
+        sched_outcome(s, w, LINK_LOST, "crash", NULL);
 }
 
 // ---------------------------------------------------------------------------
@@ -173,13 +160,13 @@ typedef struct refusal_tally {
 static void s_refuse(sched *s, worker_link *w, int l, int e, const char *kind, const char *why,
                      refusal_tally *t)
 {
-    size_t i = (size_t)l * (size_t)s->n_expert + (size_t)e;
-    s->owner[i] = -1;
-    s->refused_by[i] |= 1ULL << w->id;
-    w->owned_experts--;
-    w->owned_bytes -= s->expert_bytes[l];
-    w->refused_experts++;
-    stats_fallback(s, w, kind);
+    size_t i = (size_t)l * (size_t)s->model.n_expert + (size_t)e;
+    s->place.owner[i] = -1;
+    s->place.refused_by[i] |= 1ULL << w->id;
+    w->place.owned_experts--;
+    w->place.owned_bytes -= s->model.expert_bytes[l];
+    w->place.refused_experts++;
+    sched_outcome(s, w, LINK_EXPERT_REFUSED, kind, why);
     if (t->shown < SHOW_REFUSED) {
         t->shown++;
         fprintf(stderr, "colibri: %s: blk.%d expert %d: %s (%s); it stays on the CPU path\n", w->device,
@@ -210,27 +197,27 @@ static void s_refusal_summary(const worker_link *w, const refusal_tally *t)
 //  with the worker's reason when it gave one, else "missing".
 static int s_take_refusals(sched *s, worker_link *w, const Coli__PlaceAck *a)
 {
-    const size_t n_slots = (size_t)s->n_layer * (size_t)s->n_expert;
+    const size_t n_slots = (size_t)s->model.n_layer * (size_t)s->model.n_expert;
     unsigned char *mark = calloc(n_slots, 1); /* 1 held, 2 refused (handled) */
     if (!mark) return coli_fail(COLI_ENOMEM, "worker %d: place reply", w->id);
     refusal_tally t = {0};
     for (size_t i = 0; i < a->n_resident; i++) {
         int l = a->resident[i]->layer, e = a->resident[i]->expert;
-        if (l >= 0 && l < s->n_layer && e >= 0 && e < s->n_expert)
-            mark[(size_t)l * (size_t)s->n_expert + (size_t)e] = 1;
+        if (l >= 0 && l < s->model.n_layer && e >= 0 && e < s->model.n_expert)
+            mark[(size_t)l * (size_t)s->model.n_expert + (size_t)e] = 1;
     }
     for (size_t i = 0; i < a->n_refused; i++) {
         const Coli__RefusedExpert *r = a->refused[i];
-        if (r->layer < 0 || r->layer >= s->n_layer || r->expert < 0 || r->expert >= s->n_expert)
+        if (r->layer < 0 || r->layer >= s->model.n_layer || r->expert < 0 || r->expert >= s->model.n_expert)
             continue;
-        size_t k = (size_t)r->layer * (size_t)s->n_expert + (size_t)r->expert;
-        if (s->owner[k] != w->id || mark[k]) continue;
+        size_t k = (size_t)r->layer * (size_t)s->model.n_expert + (size_t)r->expert;
+        if (s->place.owner[k] != w->id || mark[k]) continue;
         mark[k] = 2;
         s_refuse(s, w, r->layer, r->expert, r->kind && *r->kind ? r->kind : "load", r->reason, &t);
     }
     for (size_t k = 0; k < n_slots; k++)
-        if (s->owner[k] == w->id && !mark[k])
-            s_refuse(s, w, (int)(k / (size_t)s->n_expert), (int)(k % (size_t)s->n_expert), "missing",
+        if (s->place.owner[k] == w->id && !mark[k])
+            s_refuse(s, w, (int)(k / (size_t)s->model.n_expert), (int)(k % (size_t)s->model.n_expert), "missing",
                      "the place reply does not list it", &t);
     s_refusal_summary(w, &t);
     free(mark);
@@ -243,21 +230,15 @@ static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a)
         return;
     if (a->status != COLI__STATUS__STATUS_OK) {
         const char *why = a->reason && *a->reason ? a->reason : "placement refused";
-        stats_fallback(s, w, "alloc");
-        link_set_state(w, LINK_FAILED, why);
-        fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id,
-                w->device, why);
-        sup_kill(s, w);
+        sched_outcome(s, w, LINK_REFUSED, "alloc", why);
         return;
     }
     if (s_take_refusals(s, w, a) != 0) {
-        stats_fallback(s, w, "alloc");
-        link_set_state(w, LINK_FAILED, coli_last_error());
-        sup_kill(s, w);
+        sched_outcome(s, w, LINK_REFUSED, "alloc", coli_last_error());
         return;
     }
-    w->resident_experts = a->resident_experts;
-    w->resident_bytes = a->resident_bytes;
+    w->place.resident_experts = a->resident_experts;
+    w->place.resident_bytes = a->resident_bytes;
     link_set_state(w, LINK_UP, "");
 }
 
@@ -278,44 +259,37 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
     const Coli__ExpertResult *r = m->env->result;
     uint64_t id = m->env->request_id;
     if (w->state == LINK_DOWN) {
-        s->late_dropped++;          /* its process is gone; its rows went elsewhere */
+        s->stats.late_dropped++;          /* its process is gone; its rows went elsewhere */
         return;
     }
-    if (w->state == LINK_HUNG && id == w->hung_req_id) {
-        s->late_dropped++;          /* its work was done elsewhere already */
-        w->hung_req_id = 0;
+    if (w->state == LINK_HUNG && id == w->req.hung_id) {
+        s->stats.late_dropped++;          /* its work was done elsewhere already */
+        w->req.hung_id = 0;
         link_set_state(w, LINK_UP, "");
         return;
     }
-    if (!w->req_id || id != w->req_id) {
+    if (!w->req.id || id != w->req.id) {
         char why[96];
         snprintf(why, sizeof why, "reply to request %llu, which it was not asked", (unsigned long long)id);
-        link_quarantine(s, w, why);
+        sched_outcome(s, w, LINK_GARBAGE, "garbage", why);
         return;
     }
     if (r->status != COLI__STATUS__STATUS_OK) {
-        if (s->verbose)
-            fprintf(stderr, "colibri: worker %d (%s): %s\n", w->id, w->device, r->reason);
-        stats_fallback(s, w, "error");
-        sched_rows_lost(s, w);
+        sched_outcome(s, w, LINK_BATCH_FAILED, "error", r->reason);
         return;
     }
-    size_t n = (size_t)w->n_rows * (size_t)s->n_embd;
-    if (r->layer != s->cur_layer || r->n_embd != s->n_embd || r->n_rows != w->n_rows || r->dtype != 0 ||
+    size_t n = (size_t)w->req.n_rows * (size_t)s->model.n_embd;
+    if (r->layer != s->call.layer || r->n_embd != s->model.n_embd || r->n_rows != w->req.n_rows || r->dtype != 0 ||
         !wire_payload_is(m, (int64_t)n)) {
-        link_quarantine(s, w, "reply sizes do not match the request");
+        sched_outcome(s, w, LINK_GARBAGE, "garbage", "reply sizes do not match the request");
         return;
     }
     const void *out = wire_payload_data(m);
-    if (w->x_finite && !s_all_finite(out, n)) {
-        link_quarantine(s, w, "non-finite output for finite input");
+    if (w->req.x_finite && !s_all_finite(out, n)) {
+        sched_outcome(s, w, LINK_GARBAGE, "garbage", "non-finite output for finite input");
         return;
     }
-    stats_latency(&w->lat, (double)(coli_now_ns() - w->sent_ns) / 1e9);
-    w->batches++;
-    w->rows += (uint64_t)w->n_rows;
     sched_rows_done(s, w, out);
-    w->req_id = 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -334,8 +308,8 @@ static worker_link *s_find(sched *s, const wire_msg *m, int *stale)
     if (sscanf(id, "w%d.%u%c", &wid, &gen, &tail) != 2 || wid < 0 || wid >= s->n_w)
         return NULL;
     worker_link *w = &s->w[wid];
-    if (gen != w->gen || w->routing_len != m->peer_len) {
-        *stale = gen < w->gen;
+    if (gen != w->proc.gen || w->proc.routing_len != m->peer_len) {
+        *stale = gen < w->proc.gen;
         return NULL;
     }
     return w;
@@ -349,12 +323,12 @@ void link_dispatch(sched *s, worker_link *w, const wire_msg *m)
     case COLI__ENVELOPE__BODY_PLACE_ACK: s_on_place_ack(s, w, m->env->place_ack); break;
     case COLI__ENVELOPE__BODY_RESULT: s_on_result(s, w, m); break;
     case COLI__ENVELOPE__BODY_HEARTBEAT:
-        w->heartbeats++;
+        w->stats.heartbeats++;
         /* a late reply in the ring was written before this heartbeat: take it first */
         if (w->state == LINK_HUNG) link_ring_take(s, w);
-        if (w->state == LINK_HUNG && w->hung_req_id &&
-            m->env->heartbeat->last_request_id >= w->hung_req_id) {
-            w->hung_req_id = 0; /* alive again; a late reply, if any, is stale now */
+        if (w->state == LINK_HUNG && w->req.hung_id &&
+            m->env->heartbeat->last_request_id >= w->req.hung_id) {
+            w->req.hung_id = 0; /* alive again; a late reply, if any, is stale now */
             link_set_state(w, LINK_UP, "");
         }
         break;
@@ -367,11 +341,11 @@ void link_poll(sched *s, int timeout_ms)
     enum { CAP = 1 + SCHED_MAX_WORKERS * 4 };
     zmq_pollitem_t items[CAP];
     int n = 0, any_pidfd_missing = 0;
-    items[n++] = (zmq_pollitem_t){s->router, 0, ZMQ_POLLIN, 0};
+    items[n++] = (zmq_pollitem_t){s->net.router, 0, ZMQ_POLLIN, 0};
     n += remote_poll_items(s, items + n, CAP - n);
     for (int i = 0; i < s->n_w; i++) {
-        if (s->w[i].pid <= 0) continue;
-        if (s->w[i].pidfd >= 0) items[n++] = (zmq_pollitem_t){NULL, s->w[i].pidfd, ZMQ_POLLIN, 0};
+        if (s->w[i].proc.pid <= 0) continue;
+        if (s->w[i].proc.pidfd >= 0) items[n++] = (zmq_pollitem_t){NULL, s->w[i].proc.pidfd, ZMQ_POLLIN, 0};
         else any_pidfd_missing = 1;
     }
     if (any_pidfd_missing && (timeout_ms < 0 || timeout_ms > 20))
@@ -385,22 +359,21 @@ void link_poll(sched *s, int timeout_ms)
     link_take_rings(s); /* before reaping: a reply written before death counts */
     for (;;) {
         wire_msg m;
-        int rc = wire_recv(s->router, 1, ZMQ_DONTWAIT, &m);
+        int rc = wire_recv(s->net.router, 1, ZMQ_DONTWAIT, &m);
         if (rc == COLI_ETIMEOUT || rc == COLI_EIO)
             break;
         int stale = 0;
         worker_link *w = rc == 0 || rc == COLI_EPROTO ? s_find(s, &m, &stale) : NULL;
         if (!w) {
-            if (stale) s->stale_dropped++;
-            else s->foreign_dropped++;
+            if (stale) s->stats.stale_dropped++;
+            else s->stats.foreign_dropped++;
         } else if (rc == COLI_EPROTO) {
             w->last_seen_ns = coli_now_ns();
-            link_quarantine(s, w, "malformed message"); /* one of ours speaks garbage */
+            sched_outcome(s, w, LINK_GARBAGE, "garbage", "malformed message"); /* one of ours speaks garbage */
         } else {
             link_dispatch(s, w, &m);
         }
         wire_msg_clear(&m);
     }
     remote_take(s);
-    sup_tick(s);
 }

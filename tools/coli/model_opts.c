@@ -19,7 +19,7 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
     mp.n_ctx_max = o->n_ctx;
     mp.stats_json_path = o->stats_json;
     mp.verbose = o->verbose;
-    if (o->keys) setenv("COLI_KEYS", o->keys, 1); /* the scheduler reads it (docs/scheduler.md) */
+    mp.keys_dir = o->keys; /* NULL: COLI_KEYS (docs/settings.md) */
     *m = NULL;
     if (coli_model_load(o->model, &mp, m) != 0) return cli_fail();
     if (!ctx) return 0;  /* the caller needs no context (tokenize) */

@@ -18,7 +18,7 @@ typedef struct model_opts {
     int kv_f16;              /* --kv-f16 */
     int verbose;             /* -v */
     const char *stats_json;  /* --stats-json FILE (run only) */
-    const char *keys;        /* --keys DIR: CURVE keys for remote workers (sets COLI_KEYS) */
+    const char *keys;        /* --keys DIR: CURVE keys for remote workers (coli_model_params.keys_dir) */
 } model_opts;
 
 /* The arg_spec entries of model_opts o (an lvalue), for a command's table. */

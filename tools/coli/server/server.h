@@ -16,10 +16,10 @@
  * (ticket) lock. Each of --parallel slot threads owns a coli_context (its own
  * KV cache) and runs coli_generate for one request at a time; its token
  * callback hands the baton on after every token, so active requests take
- * turns one token each. The slot threads live as long as the server: the
- * executor forks replacement workers from the thread that notices a crash,
- * and a worker dies with the thread that forked it (PR_SET_PDEATHSIG).
- * Tokenizing is read-only and runs in the HTTP threads without the baton.
+ * turns one token each. The slot threads live as long as the server. Which
+ * thread notices a crash and forks the replacement worker does not matter:
+ * a worker is tied to the coordinator process by its lifeline pipe, not to
+ * the forking thread (coordinator/sched/supervisor.c). Tokenizing is read-only and runs in the HTTP threads without the baton.
  */
 #ifndef COLI_CLI_SERVER_H
 #define COLI_CLI_SERVER_H
