@@ -135,6 +135,8 @@ static int s_load_pre(coli_tokenizer *tok, const gguf_file *f)
 static int s_load_kind(coli_tokenizer *tok, const gguf_file *f)
 {
     gguf_str model;
+    if (gguf_find_key(f, KEY_MODEL) < 0)
+        return coli_fail(COLI_EFORMAT, "no tokenizer: %s is missing (the file carries no vocabulary)", KEY_MODEL);
     int rc = gguf_get_str(f, KEY_MODEL, &model);
     if (rc < 0)
         return rc;
