@@ -141,6 +141,9 @@ static void check_upstream_vectors(const char *name, int spm)
 
 Test(vocab_only, llama_spm_vectors) { check_upstream_vectors("llama-spm", 1); }
 Test(vocab_only, gpt2_vectors) { check_upstream_vectors("gpt-2", 0); }
+Test(vocab_only, falcon_vectors) { check_upstream_vectors("falcon", 0); }
+Test(vocab_only, starcoder_vectors) { check_upstream_vectors("starcoder", 0); }
+Test(vocab_only, deepseek_coder_vectors) { check_upstream_vectors("deepseek-coder", 0); }
 
 // ---------------------------------------------------------------------------
 // loading
