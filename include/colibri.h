@@ -74,19 +74,25 @@ typedef struct coli_model_params {
                                 to this program (or ../bin), else $COLI_BUILD/bin */
     const char *keys_dir;    /* CURVE keys for remote:tcp://... workers (coli keygen DIR);
                                 NULL or "" = $COLI_KEYS */
+    int vocab_only;          /* 1 = read only the tokenizer (any general.architecture,
+                                weights or none, as llama.cpp's vocab_only): tokenize
+                                and detokenize work, coli_context_new refuses */
 } coli_model_params;
 
 /* All fields zero: default devices, one thread per core, F32 KV cache, the
- * model's context, no stats file, quiet, the worker program and keys from
- * the environment (docs/settings.md lists every variable read, once, at
- * load). p may be NULL (nothing happens). */
+ * model's context, no stats file, quiet, weights loaded, the worker program
+ * and keys from the environment (docs/settings.md lists every variable read,
+ * once, at load). p may be NULL (nothing happens). */
 void coli_model_default_params(coli_model_params *p);
 
 /* Map and validate a GGUF file, build its tokenizer and start its expert
  * executor (worker processes unless devices is "inproc"). p may be NULL
  * (defaults); its strings are copied. Returns 0 with *out owning the
  * mapping, or COLI_EINVAL (NULL/empty path, negative n_threads/n_ctx_max),
- * COLI_EIO, COLI_EFORMAT, COLI_EUNSUPPORTED, COLI_ENOMEM, COLI_EDEVICE. */
+ * COLI_EIO, COLI_EFORMAT, COLI_EUNSUPPORTED, COLI_ENOMEM, COLI_EDEVICE.
+ * With p->vocab_only only the tokenizer is built (a vocabulary-only file
+ * such as llama.cpp's ggml-vocab-*.gguf loads); a file without tokenizer
+ * metadata is refused either way (COLI_EFORMAT, "no tokenizer"). */
 int coli_model_load(const char *path, const coli_model_params *p, coli_model **out);
 /* Write stats_json_path (if given), stop the workers, unmap the file. */
 void coli_model_free(coli_model **model);
@@ -102,6 +108,8 @@ typedef struct coli_model_info {
     const char *chat_template; /* tokenizer.chat_template, NULL if absent */
     double load_seconds;
 } coli_model_info;
+/* A vocab_only model: arch is general.architecture as the file says ("" if
+ * absent), n_vocab the vocabulary's size, the other counts 0. */
 
 /* Fill *out (zeroed first; all zero if m is NULL). Its strings belong to m. */
 void coli_model_get_info(const coli_model *m, coli_model_info *out);

@@ -188,7 +188,7 @@ static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r
         cm[i++].role = role->valuestring;
     }
     if (!rc && s->family == CHAT_UNKNOWN) {
-        snprintf(p->err, p->cap, "model '%s': its chat template is not one colibri can render (mistral [INST], chatml, olmo); use /v1/completions with your own prompt format", s->model_id);
+        snprintf(p->err, p->cap, "model '%s': its chat template is not one colibri can render (%s); use /v1/completions with your own prompt format", s->model_id, chat_family_list());
         *p->param = "messages";
         rc = 400;
     } else if (!rc && chat_render(s->family, cm, n, s->bos_text, s->eos_text,
