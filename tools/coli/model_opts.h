@@ -8,7 +8,7 @@
 
 #include "args.h"
 #include "colibri.h"
-#include "server_template.h"
+#include "tools/coli/server/server_template.h"
 
 typedef struct model_opts {
     const char *model;       /* -m FILE (required) */
