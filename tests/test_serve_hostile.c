@@ -6,6 +6,7 @@
  * never die, and the next good request must work.
  */
 #include <cjson/cJSON.h>
+#include <iconv.h>
 #include <pthread.h>
 
 #include "serve_util.h"
@@ -206,4 +207,109 @@ Test(serve_hostile, two_hundred_connections_at_once, .timeout = 240) {
     cr_expect(strstr(r.body, want) != NULL, "metrics count %d ok: %s", ok + 1, r.body);
     su_free(&r);
     cr_expect_eq(su_stop(&p), 0);
+}
+
+Test(serve_hostile, ambiguous_framing_and_trailing_bytes_get_400) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    const char *body = "{\"prompt\":\"a\",\"max_tokens\":1}";
+    char req[1024];
+    /* two different Content-Length headers: which one a proxy used is anyone's guess */
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n"
+             "Content-Length: %zu\r\n\r\n%s", strlen(body), strlen(body) + 5, body);
+    http_resp r = su_raw(p.port, req, strlen(req), 5);
+    s_expect_error(&r, 400, "two Content-Length");
+    su_free(&r);
+    /* Content-Length and Transfer-Encoding: chunked */
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n0\r\n\r\n", strlen(body), strlen(body), body);
+    r = su_raw(p.port, req, strlen(req), 5);
+    s_expect_error(&r, 400, "Content-Length with chunked");
+    su_free(&r);
+    /* bytes after the JSON value */
+    r = su_post(p.port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1} {\"prompt\":\"b\"}");
+    s_expect_error(&r, 400, "a second JSON value after the body");
+    su_free(&r);
+    r = su_post(p.port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1}GET /health HTTP/1.0\r\n\r\n");
+    s_expect_error(&r, 400, "a request after the JSON body");
+    su_free(&r);
+    s_expect_alive(p.port);
+    su_stop(&p);
+}
+
+Test(serve_hostile, nul_in_text_and_tiny_top_p) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    static const struct { const char *path, *body, *param, *names; } cases[] = {
+        {"/v1/completions", "{\"prompt\":\"a\\u0000b\",\"max_tokens\":1}", "prompt", "prompt:"},
+        {"/v1/completions", "{\"prompt\":[\"x\\u0000\"],\"max_tokens\":1}", "prompt", "prompt[0]"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"a\\u0000\"}]}",
+         "messages", "messages[1].content"},
+        {"/v1/completions", "{\"prompt\":\"a\",\"stop\":[\"x\",\"\\u0000\"],\"max_tokens\":1}", "stop", "stop[1]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        http_resp r = su_post(p.port, cases[i].path, cases[i].body);
+        s_expect_error(&r, 400, cases[i].body);
+        cr_expect(r.body && strstr(r.body, cases[i].names) && strstr(r.body, "NUL"), "%s: %s", cases[i].body, r.body);
+        char want[64];
+        snprintf(want, sizeof want, "\"param\":\"%s\"", cases[i].param);
+        cr_expect(r.body && strstr(r.body, want), "%s: want %s in %s", cases[i].body, want, r.body);
+        su_free(&r);
+    }
+    /* an escaped backslash before u0000 is text, not a NUL */
+    http_resp r = su_post(p.port, "/v1/completions", "{\"prompt\":\"a\\\\u0000\",\"max_tokens\":1}");
+    cr_expect_eq(r.status, 200, "%s", r.raw);
+    su_free(&r);
+    /* a raw NUL byte or invalid UTF-8 in the body */
+    char raw[] = "{\"prompt\":\"a?b\",\"max_tokens\":1}";
+    raw[12] = (char)0xC3;
+    r = su_post(p.port, "/v1/completions", raw);
+    s_expect_error(&r, 400, "invalid UTF-8 in the body");
+    su_free(&r);
+    /* top_p below the smallest float: the nucleus is the best token, never a 500 */
+    for (int i = 0; i < 2; i++) {
+        r = su_post(p.port, "/v1/completions", i ? "{\"prompt\":\"a\",\"max_tokens\":3,\"top_p\":1e-300}"
+                                                  : "{\"prompt\":\"a\",\"max_tokens\":3,\"top_p\":5e-324}");
+        cr_expect_eq(r.status, 200, "tiny top_p: %s", r.raw);
+        su_free(&r);
+    }
+    s_expect_alive(p.port);
+    su_stop(&p);
+}
+
+/* 1 if text[0..n) is valid UTF-8, by glibc's decoder (independent of the server's). */
+static int s_strict_utf8(const char *text, size_t n) {
+    iconv_t cd = iconv_open("UTF-32LE", "UTF-8");
+    cr_assert(cd != (iconv_t)-1);
+    size_t cap = 4 * n + 4, left_out = cap;
+    char *out = malloc(cap), *o = out, *in = (char *)text;
+    size_t left_in = n, rc = iconv(cd, &in, &left_in, &o, &left_out);
+    iconv_close(cd);
+    free(out);
+    return rc != (size_t)-1 && left_in == 0;
+}
+
+Test(serve_hostile, replies_are_valid_utf8_at_temperature_2, .timeout = 240) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    int bad = 0;
+    for (int i = 0; i < 14; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"%s\":%s,\"max_tokens\":48,\"temperature\":2,\"seed\":%d%s}",
+                 i % 4 < 2 ? "prompt" : "messages", i % 4 < 2 ? "\"Once\"" : "[{\"role\":\"user\",\"content\":\"Hi\"}]",
+                 i + 1, i % 2 ? ",\"stream\":true" : "");
+        http_resp r = su_post(p.port, i % 4 < 2 ? "/v1/completions" : "/v1/chat/completions", body);
+        cr_expect_eq(r.status, 200, "%s: %s", body, r.raw);
+        if (!s_strict_utf8(r.body, r.len)) {
+            bad++;
+            cr_expect_fail("%s: the reply is not valid UTF-8", body);
+        } else if (i % 2 == 0) {
+            cJSON *j = cJSON_Parse(r.body);
+            cr_expect_not_null(j, "%s: not JSON", body);
+            cJSON_Delete(j);
+        }
+        su_free(&r);
+    }
+    cr_expect_eq(bad, 0, "%d of 14 replies were not valid UTF-8", bad);
+    su_stop(&p);
 }

@@ -69,6 +69,21 @@ static void s_wait_for_signal(void) {
     fflush(stdout);
 }
 
+/* Stop accepting, answer the queue 503, give running requests the grace
+ * period, stop the rest (their clients get 503 or an error event), and let
+ * the answers go out before the sockets close. */
+static void s_shutdown(server *s) {
+    atomic_store(&s->ready, 0);
+    http_quiesce();
+    int finished = server_drain(s, s->cfg.shutdown_grace_s);
+    server_slots_stop(s);
+    if (!finished) {
+        printf("coli serve: requests still running after the %.1f s grace period were stopped\n", s->cfg.shutdown_grace_s);
+        fflush(stdout);
+    }
+    http_stop(5.0);
+}
+
 static int s_run(server *s, const model_opts *o, const char *tmpl) {
     int rc = s_install_signals();
     if (!rc) rc = http_start(s);
@@ -81,10 +96,7 @@ static int s_run(server *s, const model_opts *o, const char *tmpl) {
         fflush(stdout);
         s_wait_for_signal();
     }
-    atomic_store(&s->ready, 0);
-    atomic_store(&s->stopping, 1);
-    server_slots_stop(s);  /* cancels what runs, so connection threads can finish */
-    http_stop();
+    s_shutdown(s);
     server_slots_free(s);
     coli_model_free(&s->model);
     free(s->bos_text);
@@ -92,22 +104,44 @@ static int s_run(server *s, const model_opts *o, const char *tmpl) {
     return rc;
 }
 
+/* --api-key-file: the key is the file's first line (without its newline). */
+static int s_read_key_file(server *s, const char *path) {
+    if (s->cfg.api_key) return args_error("serve", "--api-key-file", "give either --api-key or --api-key-file, not both");
+    char *text = NULL;
+    size_t len = 0;
+    if (cli_read_file("--api-key-file", path, &text, &len)) return CLI_FAIL;
+    text[strcspn(text, "\r\n")] = '\0';
+    if (!*text) {
+        free(text);
+        return args_error("serve", "--api-key-file", "%s: the first line is empty", path);
+    }
+    s->cfg.api_key = s->cfg.api_key_owned = text;
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     model_opts mo;
     memset(&mo, 0, sizeof mo);
     server *s = calloc(1, sizeof *s);
     if (!s) return CLI_FAIL;
-    s->cfg = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .queue_max = 64};
+    s->cfg = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .queue_max = 64,
+                             .max_connections = 1024, .max_conn_per_client = 256, .request_timeout_s = 30};
     int max_body_kib = 1024;
-    const char *tmpl = NULL;
+    float grace_s = 30;
+    const char *tmpl = NULL, *key_file = NULL;
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
         {"--host", NULL, ARG_STR, &s->cfg.host, 0, 0, 0, "ADDR", "address to listen on (default 127.0.0.1, loopback only)"},
         {"--port", NULL, ARG_INT, &s->cfg.port, 0, 65535, 0, "N", "TCP port (default 8080; 0 = any free port, printed)"},
-        {"--api-key", NULL, ARG_STR, &s->cfg.api_key, 0, 0, 0, "KEY", "require 'Authorization: Bearer KEY' on /v1/* (or set COLI_API_KEY)"},
+        {"--api-key", NULL, ARG_STR, &s->cfg.api_key, 0, 0, 0, "KEY", "require 'Authorization: Bearer KEY' on /v1/*; visible to every local user in ps: prefer --api-key-file or COLI_API_KEY"},
+        {"--api-key-file", NULL, ARG_STR, &key_file, 0, 0, 0, "FILE", "read the API key from FILE (its first line)"},
         {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N", "requests generated at once, each with its own KV cache (default 4)"},
         {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N", "requests that may wait for a slot; more get HTTP 429 (default 64)"},
         {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB", "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
+        {"--max-connections", NULL, ARG_INT, &s->cfg.max_connections, 1, 100000, 0, "N", "open connections in all; more are closed at once (default 1024)"},
+        {"--max-conn-per-client", NULL, ARG_INT, &s->cfg.max_conn_per_client, 1, 100000, 0, "N", "open connections from one client address (default 256)"},
+        {"--request-timeout", NULL, ARG_INT, &s->cfg.request_timeout_s, 1, 3600, 0, "S", "a request's head and body must arrive within S seconds, else 408 (default 30)"},
+        {"--shutdown-grace", NULL, ARG_FLOAT, &grace_s, 0, 86400, 0, "S", "on SIGTERM, running requests may finish within S seconds (default 30)"},
         CHAT_TEMPLATE_SPEC(tmpl),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
@@ -124,8 +158,10 @@ int cmd_serve(int argc, char **argv) {
     if (!rc) rc = chat_template_check("serve", tmpl);
     if (!rc) {
         const char *env_key = getenv("COLI_API_KEY"), *delay = getenv("COLI_SERVE_DELAY_MS");
+        if (key_file) rc = s_read_key_file(s, key_file);
         if (!s->cfg.api_key && env_key && *env_key) s->cfg.api_key = env_key;
-        if (s->cfg.api_key && !*s->cfg.api_key) rc = args_error("serve", "--api-key", "empty key");
+        if (!rc && s->cfg.api_key && !*s->cfg.api_key) rc = args_error("serve", "--api-key", "empty key");
+        s->cfg.shutdown_grace_s = grace_s;
         s->cfg.max_body = (size_t)max_body_kib * 1024;
         s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
         s->cfg.verbose = mo.verbose;
@@ -137,6 +173,7 @@ int cmd_serve(int argc, char **argv) {
         rc = s_run(s, &mo, tmpl);
         metrics_destroy(&s->metrics);
     }
+    free(s->cfg.api_key_owned);
     free(s);
     return rc;
 }

@@ -8,6 +8,8 @@
  *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
  *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots
+ *   server_conns.c     per-connection registry: the deadline for a request's head and body
+ *   server_utf8.c      answer text stays valid UTF-8 (held partial characters, U+FFFD)
  *
  * Concurrency (why it looks like this): a coli_model owns one thread pool and one
  * expert executor, shared by its contexts, and coordinator/api.c says calls on
@@ -35,6 +37,7 @@
 struct cJSON;
 struct MHD_Connection;
 struct MHD_Response;
+enum MHD_ConnectionNotificationCode;
 
 #define SERVE_MAX_STOP 4
 
@@ -99,10 +102,15 @@ typedef struct job {
     size_t raw_len, raw_cap;
     size_t exposed;               /* raw[0..exposed) is final (no stop string can start in it) */
     int n_gen;
+    char utf8_hold[4];            /* an incomplete UTF-8 sequence awaiting the next token */
+    size_t n_hold;
     const char *finish_reason;    /* "stop" | "length", set when done */
     int error_http;               /* 0, or the status of a failure during generation */
+    const char *error_code;       /* OpenAI error code of that failure, or NULL */
     char error[256];
     atomic_int cancel;            /* client gone or server stopping */
+    int aborted;                  /* stopped by the shutdown, not finished */
+    struct MHD_Connection *conn;  /* suspended until this job changes; NULL if none */
     int client_fd;                /* for hang-up checks; -1 if unknown */
     double t_arrival, t_first, t_last;
     char id[48];
@@ -114,8 +122,17 @@ void job_retain(job *j);
 void job_release(job *j);
 /* 1 if the client of fd has closed its end (checked without blocking). */
 int  client_gone(int fd);
-/* Wait for the job to change (new text or done) at most ms; checks the client. */
-void job_wait_change(job *j, int ms);
+/* With j->mu held: resume the connection suspended on j, if any (new text or done). */
+void job_wake(job *j);
+/* With j->mu held: end a job that will not run (queued at shutdown, ...). */
+void job_fail(job *j, int http_status, const char *code, const char *msg);
+
+/* server_utf8.c. Copy in[0..n) to out as valid UTF-8: ill-formed bytes become
+ * U+FFFD (out needs 3*n bytes); a valid but incomplete sequence at the end is
+ * not copied, *hold says how many bytes it has. Returns the bytes written. */
+size_t utf8_sanitize(const char *in, size_t n, char *out, size_t *hold);
+/* Offset of the first byte of text[0..n) that is not valid UTF-8 or is NUL; n if none. */
+size_t utf8_invalid_at(const char *text, size_t n);
 
 // ---------------------------------------------------------------------------
 // the server
@@ -124,6 +141,11 @@ typedef struct server_config {
     const char *host;
     int port;
     const char *api_key;          /* NULL: no auth */
+    char *api_key_owned;          /* read from --api-key-file (malloc'd) */
+    int max_connections;          /* open connections in all */
+    int max_conn_per_client;      /* open connections per client address */
+    int request_timeout_s;        /* deadline for a request's head and body */
+    double shutdown_grace_s;      /* on SIGTERM, how long running requests may finish */
     int n_slots;                  /* --parallel */
     int queue_max;                /* waiting requests beyond the busy slots */
     size_t max_body;              /* bytes */
@@ -143,7 +165,8 @@ typedef struct server {
     const char *family_source;    /* "tokenizer.chat_template" | "architecture" */
     char *bos_text, *eos_text;
     atomic_int ready;             /* model loaded, slots started */
-    atomic_int stopping;
+    atomic_int stopping;          /* no new requests; queued ones were answered 503 */
+    atomic_int abort_running;     /* the grace period is over: running requests stop */
     server_metrics metrics;
 
     /* the baton: a fair lock over every computing library call */
@@ -173,7 +196,10 @@ typedef struct server {
 /* server_slots.c */
 void server_sync_init(server *s);            /* locks and conditions, before anything starts */
 int  server_slots_start(server *s);          /* contexts, slot threads, monitor; 0 or CLI_FAIL */
-void server_slots_stop(server *s);           /* cancel all, join the threads */
+/* Stop taking requests, answer queued ones 503 shutting_down, wait at most
+ * grace_s seconds for running ones. 1 if all finished in time. */
+int  server_drain(server *s, double grace_s);
+void server_slots_stop(server *s);           /* stop what still runs (503 / error event), join */
 void server_slots_free(server *s);           /* after the HTTP side stopped: contexts, queue */
 void baton_acquire(server *s);
 void baton_release(server *s);
@@ -191,7 +217,12 @@ int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, 
 
 /* server_http.c */
 int  http_start(server *s);                  /* 0 or CLI_FAIL; prints the listening line */
-void http_stop(void);
+void http_quiesce(void);                     /* stop accepting connections */
+/* Wait at most wait_s seconds for answers still being sent, then close everything. */
+void http_stop(double wait_s);
+/* Suspend c until job_wake (with the job's mutex held: the wake cannot be missed). */
+void http_suspend(struct MHD_Connection *c);
+void http_resume(struct MHD_Connection *c);
 int  http_bound_port(void);
 /* Queue a reply (takes ownership of the text). */
 int  http_reply_json(struct MHD_Connection *c, int status, char *json_text);
@@ -202,6 +233,16 @@ int  http_reply_error(server *s, struct MHD_Connection *c, int ep, int status, c
                       const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 8, 9)));
 int  http_connection_fd(struct MHD_Connection *c);
+/* The job a suspended request waits for (NULL if none); http_set_job retains it. */
+job *http_current_job(void);
+void http_set_job(job *j);
+
+/* server_conns.c: the head-and-body deadline (see there). */
+int  conns_start(int timeout_s);             /* 0 or -1 (printed) */
+void conns_stop(void);
+void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe);
+void conns_request_received(struct MHD_Connection *c);
+void conns_request_done(struct MHD_Connection *c);
 
 /* server_handlers.c */
 int handle_completion(server *s, struct MHD_Connection *c, int chat, const char *body, size_t len);
@@ -214,6 +255,8 @@ struct cJSON *usage_json(const job *j);
 
 /* server_sse.c: reply to j with a stream (j already queued). */
 int sse_reply(server *s, struct MHD_Connection *c, job *j);
+/* The non-streamed answer of a finished job. */
+int completion_reply(server *s, struct MHD_Connection *c, job *j);
 
 /* server_metrics.c: the whole /metrics text (malloc'd). */
 char *metrics_render(server *s);

@@ -62,22 +62,25 @@ static int s_submit_error(server *s, struct MHD_Connection *c, int ep, int rc) {
     return http_reply_error(s, c, ep, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
 }
 
-static int s_wait_and_reply(server *s, struct MHD_Connection *c, int ep, job *j) {
-    for (;;) {
-        pthread_mutex_lock(&j->mu);
-        int done = j->state == JOB_DONE;
+int completion_reply(server *s, struct MHD_Connection *c, job *j) {
+    int ep = j->req.chat ? EP_CHAT : EP_COMPLETIONS;
+    pthread_mutex_lock(&j->mu);
+    if (j->state != JOB_DONE) { /* not yet: sleep until the slot thread wakes us (job_wake) */
+        j->conn = c;
+        http_suspend(c);
         pthread_mutex_unlock(&j->mu);
-        if (done) break;
-        job_wait_change(j, 200); /* also notices a client that hung up, which cancels the job */
+        return MHD_YES;
     }
+    pthread_mutex_unlock(&j->mu);
     if (atomic_load(&j->cancel) && client_gone(j->client_fd)) return MHD_NO; /* nobody to answer */
     pthread_mutex_lock(&j->mu);
     char *text = j->error_http ? NULL : s_final_json(s, j);
     int err = j->error_http;
+    const char *code = j->error_code;
     char msg[sizeof j->error];
     memcpy(msg, j->error, sizeof msg);
     pthread_mutex_unlock(&j->mu);
-    if (err) return http_reply_error(s, c, ep, err, "server_error", NULL, NULL, "%s", msg);
+    if (err) return http_reply_error(s, c, ep, err, "server_error", code, NULL, "%s", msg);
     if (!text) return http_reply_error(s, c, ep, 500, "server_error", NULL, NULL, "out of memory for the reply");
     return http_reply_json(c, 200, text);
 }
@@ -97,8 +100,11 @@ int handle_completion(server *s, struct MHD_Connection *c, int chat, const char 
                                param, "%s", err);
     } else if ((rc = server_submit(s, j))) {
         ret = s_submit_error(s, c, ep, rc);
+    } else if (j->req.stream) {
+        ret = sse_reply(s, c, j);
     } else {
-        ret = j->req.stream ? sse_reply(s, c, j) : s_wait_and_reply(s, c, ep, j);
+        http_set_job(j); /* the request keeps it across its suspension */
+        ret = completion_reply(s, c, j);
     }
     job_release(j);
     return ret;

@@ -1,9 +1,14 @@
 /*
- * server_http.c - the HTTP side of `coli serve`, on libmicrohttpd: one
- * thread per connection (handlers may block while a request waits for its
- * tokens), a bound on the request body (413 before reading it when
- * Content-Length says so), Bearer auth for the /v1 endpoints, routing, and the JSON and
- * OpenAI-error replies every handler uses.
+ * server_http.c - the HTTP side of `coli serve`, on libmicrohttpd: an event
+ * loop on a small pool of threads (so slow or idle clients cost a socket,
+ * not a thread, and cannot lock others out), limits on connections in all
+ * and per client address, a deadline for each request's head and body
+ * (server_conns.c), a bound on the request body (413 before reading it when
+ * Content-Length says so), unambiguous framing (RFC 9112: one
+ * Content-Length, never with Transfer-Encoding), Bearer auth for the /v1
+ * endpoints, routing, and the JSON and OpenAI-error replies every handler
+ * uses. A request that waits for its tokens is suspended, not blocked: the
+ * slot thread resumes it (job_wake) when there is something to send.
  */
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
@@ -12,10 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "tools/coli/args.h"
 #include "server.h"
+#include "core/clock.h"
 
 /* Per request: the body as it arrives, and the status we answered with. */
 typedef struct http_req {
@@ -25,13 +33,30 @@ typedef struct http_req {
     int no_memory;   /* the body could not be stored: 500, not 413 */
     int ep;
     int status;
+    job *job;        /* a non-streamed completion waiting for its answer */
 } http_req;
+
+#define HTTP_POOL_THREADS 4
 
 static struct MHD_Daemon *s_daemon;
 static int s_port;
-static __thread http_req *t_req; /* the request this connection thread is answering */
+static MHD_socket s_listen_fd = MHD_INVALID_SOCKET; /* after quiesce: closed after the daemon */
+static atomic_int s_in_flight;                       /* requests between their head and their end */
+static __thread http_req *t_req; /* the request this pool thread is answering */
 
 int http_bound_port(void) { return s_port; }
+
+job *http_current_job(void) { return t_req ? t_req->job : NULL; }
+
+void http_set_job(job *j) {
+    if (!t_req || t_req->job == j) return;
+    job_retain(j);
+    job_release(t_req->job);
+    t_req->job = j;
+}
+
+void http_suspend(struct MHD_Connection *c) { MHD_suspend_connection(c); }
+void http_resume(struct MHD_Connection *c) { MHD_resume_connection(c); }
 
 int http_connection_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -118,6 +143,9 @@ static int s_route(server *s, struct MHD_Connection *c, const char *url, const c
                                 "request body: out of memory after %zu bytes", r->len);
     if (ep == EP_METRICS) return handle_metrics(s, c);
     if (ep == EP_HEALTH) return handle_health(s, c);
+    if (r->job) return completion_reply(s, c, r->job); /* resumed: the answer has come */
+    if (atomic_load(&s->stopping))
+        return http_reply_error(s, c, ep, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
     if (!atomic_load(&s->ready))
         return http_reply_error(s, c, ep, 503, "server_error", "model_loading", NULL,
                                 "the model is still loading; try again shortly");
@@ -125,8 +153,39 @@ static int s_route(server *s, struct MHD_Connection *c, const char *url, const c
     return handle_completion(s, c, ep == EP_CHAT, r->body ? r->body : "", r->len);
 }
 
+/* What the framing headers say (counted over every header line, not the first). */
+typedef struct framing {
+    int n_length, lengths_differ, chunked;
+    const char *length;
+} framing;
+
+static enum MHD_Result s_framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, "Content-Length")) {
+        if (f->n_length++ && strcmp(f->length, value ? value : "")) f->lengths_differ = 1;
+        f->length = value ? value : "";
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->chunked = 1;
+    }
+    return MHD_YES;
+}
+
+/* 0, or the reason the body's length is ambiguous (a proxy may have read it otherwise). */
+static const char *s_ambiguous_framing(struct MHD_Connection *c) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, s_framing_header, &f);
+    if (f.lengths_differ) return "two different Content-Length headers";
+    if (f.n_length && f.chunked) return "both Content-Length and Transfer-Encoding";
+    return NULL;
+}
+
 /* The first call for a request: headers only. Refuse early what we can. */
 static int s_first_call(server *s, struct MHD_Connection *c, const char *url, http_req *r) {
+    const char *ambiguous = s_ambiguous_framing(c);
+    if (ambiguous)
+        return http_reply_error(s, c, r->ep, 400, "invalid_request_error", "ambiguous_framing", NULL,
+                                "request framing: %s (RFC 9112 forbids it)", ambiguous);
     if (!s_authorized(s, c, url))
         return http_reply_error(s, c, r->ep, 401, "invalid_request_error", "invalid_api_key", NULL,
                                 "missing or wrong API key: send 'Authorization: Bearer KEY'");
@@ -168,6 +227,7 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *c, const char 
         r->ep = metrics_endpoint(url);
         *con_cls = r;
         t_req = r;
+        atomic_fetch_add(&s_in_flight, 1);
         return (enum MHD_Result)s_first_call(s, c, url, r);
     }
     t_req = r;
@@ -176,7 +236,10 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *c, const char 
         *upload_size = 0;
         return MHD_YES;
     }
-    return (enum MHD_Result)s_route(s, c, url, method, r);
+    conns_request_received(c);
+    enum MHD_Result rc = (enum MHD_Result)s_route(s, c, url, method, r);
+    t_req = NULL; /* the same thread may serve another connection next */
+    return rc;
 }
 
 static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -187,9 +250,12 @@ static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls, enu
     if (!r) return;
     if (r->status) metrics_count_request(&s->metrics, r->ep, r->status);
     if (t_req == r) t_req = NULL;
+    job_release(r->job);
     free(r->body);
     free(r);
     *con_cls = NULL;
+    conns_request_done(c);
+    atomic_fetch_sub(&s_in_flight, 1);
 }
 
 static int s_resolve(server *s, struct sockaddr_storage *addr, int *ipv6) {
@@ -211,17 +277,21 @@ int http_start(server *s) {
     struct sockaddr_storage addr;
     int ipv6 = 0;
     if (s_resolve(s, &addr, &ipv6)) return CLI_FAIL;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
+    unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ipv6) flags |= MHD_USE_IPv6;
     if (s->cfg.verbose) flags |= MHD_USE_ERROR_LOG;
+    if (conns_start(s->cfg.request_timeout_s)) return CLI_FAIL;
     s_daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, s_access, s,
                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                 MHD_OPTION_NOTIFY_COMPLETED, s_completed, s,
-                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+                                MHD_OPTION_NOTIFY_CONNECTION, conns_notify, NULL,
+                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_POOL_THREADS,
+                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_client,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                                MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 * 1024),
                                 MHD_OPTION_END);
     if (!s_daemon) {
+        conns_stop();
         fprintf(stderr, "coli serve: cannot listen on %s:%d (address in use, or not allowed)\n", s->cfg.host, s->cfg.port);
         return CLI_FAIL;
     }
@@ -232,7 +302,19 @@ int http_start(server *s) {
     return 0;
 }
 
-void http_stop(void) {
+void http_quiesce(void) {
+    if (s_daemon && s_listen_fd == MHD_INVALID_SOCKET) s_listen_fd = MHD_quiesce_daemon(s_daemon);
+}
+
+void http_stop(double wait_s) {
+    /* Answers of finished jobs may still be on their way out; MHD_stop_daemon
+     * would cut them. Every suspended request has been resumed by then (each
+     * job ended), which MHD_stop_daemon requires. Bounded by wait_s. */
+    double until = coli_now_s() + wait_s;
+    while (s_daemon && atomic_load(&s_in_flight) > 0 && coli_now_s() < until) usleep(10000);
     if (s_daemon) MHD_stop_daemon(s_daemon);
     s_daemon = NULL;
+    if (s_listen_fd != MHD_INVALID_SOCKET) close(s_listen_fd);
+    s_listen_fd = MHD_INVALID_SOCKET;
+    conns_stop();
 }

@@ -7,6 +7,7 @@
  * are refused when set to anything but their neutral value.
  */
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -91,7 +92,8 @@ static int s_sampling(parse_ctx *p, const cJSON *root, gen_request *r) {
     if ((v = s_get(root, "top_p"))) {
         if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1))
             return s_bad(p, "top_p", "top_p: must be a number in (0, 1]");
-        r->sp.top_p = (float)v->valuedouble;
+        /* below the smallest float (1e-300 rounds to 0): the nucleus is the top token, as for FLT_MIN */
+        r->sp.top_p = v->valuedouble < FLT_MIN ? FLT_MIN : (float)v->valuedouble;
     }
     if ((v = s_get(root, "top_k"))) {
         if (!s_is_int(v, 0, 1e9)) return s_bad(p, "top_k", "top_k: must be an integer >= 0");
@@ -222,19 +224,99 @@ static int s_prompt(server *s, parse_ctx *p, const cJSON *root, gen_request *r) 
     return 0;
 }
 
+/* 1 if the JSON text has a \u0000 escape inside a string (cJSON would cut the string there). */
+static int s_has_nul_escape(const char *body, size_t len) {
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_string) {
+            in_string = body[i] == '"';
+        } else if (body[i] == '"') {
+            in_string = 0;
+        } else if (body[i] == '\\' && i + 1 < len) {
+            if (body[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4)) return 1;
+            i++; /* the escaped character */
+        }
+    }
+    return 0;
+}
+
+/* Path (e.g. "messages[1].content") of the first string that differs between a and b. */
+static int s_first_cut_string(const cJSON *a, const cJSON *b, char *path, size_t cap) {
+    if (cJSON_IsString(a)) return cJSON_IsString(b) && strcmp(a->valuestring, b->valuestring) != 0;
+    size_t at = strlen(path);
+    int i = 0;
+    for (const cJSON *x = a ? a->child : NULL, *y = b ? b->child : NULL; x && y; x = x->next, y = y->next, i++) {
+        if (cJSON_IsObject(a)) snprintf(path + at, cap - at, "%s%s", at ? "." : "", y->string ? y->string : "");
+        else snprintf(path + at, cap - at, "[%d]", i);
+        if ((x->string && y->string && strcmp(x->string, y->string)) || s_first_cut_string(x, y, path, cap)) return 1;
+    }
+    path[at] = '\0';
+    return 0;
+}
+
+/* A \u0000 in a string: 400 naming the field, found by parsing again with \u0001 in its place. */
+static int s_refuse_nul(parse_ctx *p, const cJSON *root, const char *body, size_t len) {
+    char *copy = malloc(len);
+    if (!copy) return 500;
+    memcpy(copy, body, len);
+    for (size_t i = 0; i + 5 < len; i++)
+        if (copy[i] == '\\') {
+            if (copy[i + 1] == 'u' && !memcmp(copy + i + 2, "0000", 4)) copy[i + 5] = '1';
+            i++;
+        }
+    cJSON *whole = cJSON_ParseWithLength(copy, len);
+    free(copy);
+    static __thread char path[256];
+    path[0] = '\0';
+    if (!whole || !s_first_cut_string(whole, root, path, sizeof path)) snprintf(path, sizeof path, "a key");
+    cJSON_Delete(whole);
+    const char *top = strcmp(path, "a key") ? path : NULL;
+    static __thread char field[64];
+    snprintf(field, sizeof field, "%.*s", top ? (int)strcspn(top, ".[") : 0, top ? top : "");
+    return s_bad(p, top ? field : NULL, "%s: contains a NUL character (\\u0000), which a prompt cannot hold", path);
+}
+
+/* Parse the body as exactly one JSON value (RFC 8259: UTF-8, nothing after it). */
+static cJSON *s_parse_body(parse_ctx *p, const char *body, size_t len, int *rc) {
+    size_t bad = utf8_invalid_at(body, len);
+    if (bad < len) {
+        *rc = s_bad(p, NULL, "request body: byte %zu is %s", bad, body[bad] ? "not valid UTF-8" : "a NUL");
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root) {
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        *rc = s_bad(p, NULL, "request body: not valid JSON (error near byte %zu)", at);
+        return NULL;
+    }
+    size_t at = (size_t)(end - body);
+    while (at < len && strchr(" \t\r\n", body[at])) at++;
+    if (at < len) {
+        *rc = s_bad(p, NULL, "request body: unexpected bytes after the JSON value, at byte %zu", at);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    if (s_has_nul_escape(body, len)) {
+        *rc = s_refuse_nul(p, root, body, len);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
 int openai_parse(server *s, const char *body, size_t len, int chat, gen_request *r,
                  char *err, size_t err_cap, const char **param) {
     parse_ctx p = {err, err_cap, param};
     *param = NULL;
     memset(r, 0, sizeof *r);
     r->chat = chat;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!root) {
-        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        return s_bad(&p, NULL, "request body: not valid JSON (error near byte %zu)", at);
-    }
     int rc = 0;
+    cJSON *root = s_parse_body(&p, body, len, &rc);
+    if (!root) {
+        if (rc == 500) snprintf(err, err_cap, "out of memory while reading the request");
+        return rc;
+    }
     if (!cJSON_IsObject(root)) rc = s_bad(&p, NULL, "request body: must be a JSON object");
     if (!rc) rc = s_unsupported(&p, root);
     if (!rc) rc = s_stream(&p, root, r);

@@ -84,16 +84,18 @@ int client_gone(int fd) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-void job_wait_change(job *j, int ms) {
-    struct timespec until;
-    s_deadline(&until, ms);
-    pthread_mutex_lock(&j->mu);
-    size_t seen = j->exposed;
-    job_state state = j->state;
-    while (j->exposed == seen && j->state == state && !atomic_load(&j->cancel))
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT) break;
-    pthread_mutex_unlock(&j->mu);
-    if (client_gone(j->client_fd)) atomic_store(&j->cancel, 1);
+void job_wake(job *j) {
+    pthread_cond_broadcast(&j->cv);
+    if (j->conn) http_resume(j->conn);
+    j->conn = NULL;
+}
+
+void job_fail(job *j, int http_status, const char *code, const char *msg) {
+    j->error_http = http_status;
+    j->error_code = code;
+    snprintf(j->error, sizeof j->error, "%s", msg);
+    j->state = JOB_DONE;
+    job_wake(j);
 }
 
 // ---------------------------------------------------------------------------
@@ -171,18 +173,38 @@ static size_t s_stop_holdback(const job *j, size_t from) {
     return hold;
 }
 
+/* Room for len more bytes (and the NUL) in j->raw; 0 or -1. */
+static int s_reserve(job *j, size_t len) {
+    if (j->raw_len + len + 1 <= j->raw_cap) return 0;
+    size_t cap = (j->raw_len + len + 1) * 2;
+    char *t = realloc(j->raw, cap);
+    if (!t) return -1;
+    j->raw = t;
+    j->raw_cap = cap;
+    return 0;
+}
+
+/* Append text as valid UTF-8, after what j->utf8_hold kept from the last token. */
+static int s_append_utf8(job *j, const char *text, size_t len) {
+    size_t n = j->n_hold + len, hold = 0;
+    char small[256], *in = n <= sizeof small ? small : malloc(n);
+    if (!in || s_reserve(j, 3 * n)) {
+        if (in != small) free(in);
+        return -1;
+    }
+    memcpy(in, j->utf8_hold, j->n_hold);
+    memcpy(in + j->n_hold, text, len);
+    j->raw_len += utf8_sanitize(in, n, j->raw + j->raw_len, &hold);
+    j->raw[j->raw_len] = '\0';
+    memcpy(j->utf8_hold, in + n - hold, hold); /* hold < 4: a sequence is at most 4 bytes */
+    j->n_hold = hold;
+    if (in != small) free(in);
+    return 0;
+}
+
 /* Append a token's text; find stop strings. 1 if a stop string ended the answer. */
 static int s_append(job *j, const char *text, size_t len) {
-    if (j->raw_len + len + 1 > j->raw_cap) {
-        size_t cap = (j->raw_len + len + 1) * 2;
-        char *t = realloc(j->raw, cap);
-        if (!t) return -1;
-        j->raw = t;
-        j->raw_cap = cap;
-    }
-    memcpy(j->raw + j->raw_len, text, len);
-    j->raw_len += len;
-    j->raw[j->raw_len] = '\0';
+    if (s_append_utf8(j, text, len)) return -1;
     size_t best = (size_t)-1;
     for (int k = 0; k < j->req.n_stop; k++) {
         char *hit = memmem(j->raw + j->exposed, j->raw_len - j->exposed, j->req.stop[k], strlen(j->req.stop[k]));
@@ -214,7 +236,7 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     } else if (stop) {
         j->finish_reason = "stop";
     }
-    pthread_cond_broadcast(&j->cv);
+    job_wake(j);
     pthread_mutex_unlock(&j->mu);
     if (stop) return 1;
     /* Others' turn: the baton goes to the back of the line. */
@@ -222,7 +244,13 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     if (s->cfg.token_delay_ms > 0) usleep((useconds_t)s->cfg.token_delay_ms * 1000u);
     if (client_gone(j->client_fd)) atomic_store(&j->cancel, 1);
     baton_acquire(s);
-    return atomic_load(&j->cancel) || atomic_load(&s->stopping);
+    if (atomic_load(&s->abort_running)) {
+        pthread_mutex_lock(&j->mu);
+        j->aborted = 1;
+        pthread_mutex_unlock(&j->mu);
+        return 1;
+    }
+    return atomic_load(&j->cancel);
 }
 
 static void s_finish(server_slot *slot, job *j, int rc, const coli_gen_stats *st) {
@@ -232,10 +260,21 @@ static void s_finish(server_slot *slot, job *j, int rc, const coli_gen_stats *st
         j->error_http = 500;
         snprintf(j->error, sizeof j->error, "generation failed: %s", coli_last_error());
     }
+    if (j->aborted && !j->error_http) {
+        j->error_http = 503;
+        j->error_code = "shutting_down";
+        snprintf(j->error, sizeof j->error,
+                 "the server is shutting down: generation stopped after %d tokens, before it finished", j->n_gen);
+    }
     if (!j->finish_reason) j->finish_reason = st->stopped_by_eog ? "stop" : "length";
+    if (j->n_hold && s_reserve(j, 3) == 0) { /* a character that never completed */
+        memcpy(j->raw + j->raw_len, "\xEF\xBF\xBD", 4);
+        j->raw_len += 3;
+    }
+    j->n_hold = 0;
     j->exposed = j->raw_len; /* held-back text that never became a stop string is answer text */
     j->state = JOB_DONE;
-    pthread_cond_broadcast(&j->cv);
+    job_wake(j);
     pthread_mutex_unlock(&j->mu);
     metrics_add_tokens(&s->metrics, st->n_prompt, j->n_gen);
     if (atomic_load(&j->cancel) && !atomic_load(&s->stopping)) metrics_count_cancelled(&s->metrics);
@@ -380,11 +419,42 @@ int server_slots_start(server *s) {
     return 0;
 }
 
+/* With q_mu held: answer every queued job 503 and empty the queue. */
+static void s_fail_queued(server *s) {
+    for (int i = 0; i < s->q_len; i++) {
+        job *j = s->queue[(s->q_head + i) % s->q_cap];
+        pthread_mutex_lock(&j->mu);
+        job_fail(j, 503, "shutting_down", "the server is shutting down; this request was not started");
+        pthread_mutex_unlock(&j->mu);
+        job_release(j);
+    }
+    s->q_len = 0;
+}
+
+int server_drain(server *s, double grace_s) {
+    atomic_store(&s->stopping, 1);
+    if (!s->queue) return 1;
+    pthread_mutex_lock(&s->q_mu);
+    s_fail_queued(s);
+    pthread_cond_broadcast(&s->q_cv);
+    pthread_mutex_unlock(&s->q_mu);
+    double until = coli_now_s() + grace_s;
+    int idle = 0;
+    for (;;) { /* bounded by grace_s */
+        int waiting, active;
+        server_queue_gauges(s, &waiting, &active);
+        if ((idle = active == 0) || coli_now_s() >= until) break;
+        usleep(10000);
+    }
+    return idle;
+}
+
 void server_slots_stop(server *s) {
     atomic_store(&s->stopping, 1);
+    atomic_store(&s->abort_running, 1);
     if (!s->queue) return;
     pthread_mutex_lock(&s->q_mu);
-    for (int i = 0; i < s->q_len; i++) atomic_store(&s->queue[(s->q_head + i) % s->q_cap]->cancel, 1);
+    s_fail_queued(s);
     for (int i = 0; i < s->cfg.n_slots; i++)
         if (s->slots[i].cur) atomic_store(&s->slots[i].cur->cancel, 1);
     pthread_cond_broadcast(&s->q_cv);

@@ -2,9 +2,11 @@
  * server_sse.c - streamed completions: text/event-stream with one
  * `data: {chunk}` event per piece of new text, a last chunk with the
  * finish_reason, a usage chunk when stream_options.include_usage asks for
- * it, and `data: [DONE]`. libmicrohttpd pulls bytes through s_read on the
- * connection's own thread, which waits for the slot to produce them; when
- * the connection goes away, s_free cancels the generation.
+ * it, and `data: [DONE]`. libmicrohttpd pulls bytes through s_read on a
+ * pool thread; with nothing new to send, s_read suspends the connection and
+ * the slot thread resumes it (job_wake). When the connection goes away,
+ * s_free cancels the generation. A stream the shutdown cuts ends with an
+ * error event (code "shutting_down"), never with a finish_reason.
  */
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
@@ -18,6 +20,7 @@
 typedef struct sse_stream {
     server *srv;
     job *j;
+    struct MHD_Connection *conn; /* suspended while the job has nothing new */
     coli_strbuf pending;    /* formatted events not yet handed to the connection */
     size_t pending_off;     /* bytes of pending already handed over */
     size_t sent;            /* bytes of j->raw already sent */
@@ -74,7 +77,8 @@ static void s_final(sse_stream *st) {
         cJSON_AddStringToObject(e, "message", j->error);
         cJSON_AddStringToObject(e, "type", "server_error");
         cJSON_AddNullToObject(e, "param");
-        cJSON_AddNullToObject(e, "code");
+        if (j->error_code) cJSON_AddStringToObject(e, "code", j->error_code);
+        else cJSON_AddNullToObject(e, "code");
         s_event(st, o);
     } else {
         s_chunk(st, "", 0, j->finish_reason);
@@ -103,6 +107,19 @@ static int s_collect(sse_stream *st) {
     return st->pending.len > st->pending_off;
 }
 
+/* Suspend the connection unless the job changed since s_collect; 1 if suspended. */
+static int s_sleep_until_change(sse_stream *st) {
+    job *j = st->j;
+    pthread_mutex_lock(&j->mu);
+    int nothing_new = j->exposed == st->sent && j->state != JOB_DONE;
+    if (nothing_new) {
+        j->conn = st->conn;
+        http_suspend(st->conn);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return nothing_new;
+}
+
 static ssize_t s_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     sse_stream *st = cls;
@@ -110,8 +127,8 @@ static ssize_t s_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         st->pending.len = st->pending_off = 0;
         if (s_collect(st)) break;
-        if (st->oom || st->pending.failed || atomic_load(&st->j->cancel)) return MHD_CONTENT_READER_END_WITH_ERROR;
-        job_wait_change(st->j, 200);
+        if (st->oom || st->pending.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (s_sleep_until_change(st)) return 0; /* resumed by job_wake, then called again */
     }
     size_t n = st->pending.len - st->pending_off;
     if (n > max) n = max;
@@ -137,6 +154,7 @@ int sse_reply(server *s, struct MHD_Connection *c, job *j) {
     }
     st->srv = s;
     st->j = j;
+    st->conn = c;
     job_retain(j);
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, s_read, st, s_free);
     if (!r) {

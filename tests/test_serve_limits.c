@@ -1,0 +1,207 @@
+/*
+ * test_serve_limits.c - `coli serve` under resource attacks and at shutdown:
+ * a flood of slow clients (each trickling its header) must not lock others
+ * out, the head-and-body deadline must close trickling connections, the
+ * per-client-address limit must hold, and SIGTERM must finish running
+ * requests within --shutdown-grace, answer queued ones 503 shutting_down and
+ * end a cut stream with an error event. All traffic stays on 127.0.0.0/8
+ * (a flood comes from 127.0.0.2.., the well-behaved client from 127.0.0.1).
+ */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+
+#include "serve_util.h"
+
+/* A TCP connection to 127.0.0.1:port from the local address src (e.g. "127.0.0.2"). */
+static int s_connect_from(int port, const char *src) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in from = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &from.sin_addr);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&from, sizeof from) != 0 || connect(fd, (struct sockaddr *)&to, sizeof to) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 if the server ended fd (EOF or reset); reads and drops what it sent. */
+static int s_closed_by_server(int fd, char *first, size_t cap) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (poll(&pf, 1, 0) <= 0) return 0;
+    char buf[1024];
+    ssize_t n = recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+    if (n > 0 && first && !*first) {
+        buf[n] = '\0';
+        snprintf(first, cap, "%.200s", buf);
+    }
+    if (n > 0) n = recv(fd, buf, sizeof buf, MSG_DONTWAIT); /* the EOF after the 408 */
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+enum { FLOOD_ADDRS = 5, FLOOD_PER_ADDR = 80, FLOOD = FLOOD_ADDRS * FLOOD_PER_ADDR };
+
+Test(serve_limits, slow_client_flood_does_not_lock_others_out, .timeout = 180) {
+    char model[4096];
+    /* 5 addresses x 80 slow clients against 50 per address, 300 in all, a 3 s deadline */
+    const char *extra[] = {"--max-connections", "300", "--max-conn-per-client", "50", "--request-timeout", "3", NULL};
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    static int fds[FLOOD];
+    /* one more that stops after half a head and then waits: it must be told 408 (the trickling
+     * ones may lose that text to the reset their unread header lines cause when the server closes) */
+    int quiet = s_connect_from(p.port, "127.0.0.30");
+    cr_assert_geq(quiet, 0);
+    su_send_all(quiet, "GET /health HTTP/1.1\r\nHost: x\r\n", 31);
+    double t_flood = su_now();
+    for (int i = 0; i < FLOOD; i++) {
+        char src[32];
+        snprintf(src, sizeof src, "127.0.0.%d", 2 + i / FLOOD_PER_ADDR);
+        fds[i] = s_connect_from(p.port, src);
+        cr_assert_geq(fds[i], 0, "flood connection %d from %s: %s", i, src, strerror(errno));
+        const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+        su_send_all(fds[i], head, strlen(head));
+    }
+    usleep(300000);
+    /* under the flood, a normal client gets its completion and /health, each in under a second */
+    double t0 = su_now();
+    http_resp r = su_post(p.port, "/v1/completions", "{\"prompt\":\"Hello\",\"max_tokens\":2}");
+    double t_completion = su_now() - t0;
+    cr_expect_eq(r.status, 200, "completion under the flood: %s", r.raw ? r.raw : "(none)");
+    cr_expect_lt(t_completion, 1.0, "completion under the flood took %.2f s", t_completion);
+    su_free(&r);
+    t0 = su_now();
+    r = su_get(p.port, "/health");
+    double t_health = su_now() - t0;
+    cr_expect_eq(r.status, 200, "/health under the flood: %s", r.raw ? r.raw : "(none)");
+    cr_expect_lt(t_health, 1.0, "/health under the flood took %.2f s", t_health);
+    su_free(&r);
+    /* keep trickling a header line every 0.5 s: only the deadline can end them (3 s + slack) */
+    int n_closed = 0;
+    static char closed[FLOOD];
+    memset(closed, 0, sizeof closed);
+    while (n_closed < FLOOD && su_now() - t_flood < 8.0) {
+        for (int i = 0; i < FLOOD; i++) {
+            if (closed[i]) continue;
+            if (s_closed_by_server(fds[i], NULL, 0)) {
+                closed[i] = 1;
+                n_closed++;
+            } else {
+                send(fds[i], "X-Slow: 1\r\n", 11, MSG_NOSIGNAL | MSG_DONTWAIT);
+            }
+        }
+        usleep(500000);
+    }
+    cr_expect_eq(n_closed, FLOOD, "%d of %d trickling connections still open %.1f s after they began",
+                 FLOOD - n_closed, FLOOD, su_now() - t_flood);
+    for (int i = 0; i < FLOOD; i++) close(fds[i]);
+    http_resp told = su_read_resp(quiet, 3.0);
+    close(quiet);
+    cr_expect(told.status == 408 && strstr(told.body, "\"code\":\"request_timeout\""),
+              "a stalled request head was not told 408 request_timeout: %s", told.raw ? told.raw : "(nothing)");
+    su_free(&told);
+    /* the per-address limit: 60 idle connections from one address, 10 are refused at once */
+    enum { N_IDLE = 60 };
+    int idle[N_IDLE], refused = 0;
+    for (int i = 0; i < N_IDLE; i++) idle[i] = s_connect_from(p.port, "127.0.0.20");
+    usleep(500000);
+    for (int i = 0; i < N_IDLE; i++) refused += idle[i] < 0 || s_closed_by_server(idle[i], NULL, 0);
+    cr_expect_eq(refused, N_IDLE - 50, "%d of %d connections from one address refused (limit 50)", refused, N_IDLE);
+    for (int i = 0; i < N_IDLE; i++)
+        if (idle[i] >= 0) close(idle[i]);
+    r = su_post(p.port, "/v1/completions", "{\"prompt\":\"Hello\",\"max_tokens\":2}");
+    cr_expect_eq(r.status, 200, "after the flood: %s", r.raw ? r.raw : "(none)");
+    su_free(&r);
+    cr_expect_eq(su_stop(&p), 0);
+}
+
+typedef struct call {
+    int port;
+    const char *body;
+    http_resp r;
+} call;
+
+static void *s_call(void *arg) {
+    call *c = arg;
+    c->r = su_post(c->port, "/v1/completions", c->body);
+    return NULL;
+}
+
+/* The last `data: ` event of an SSE body, parsed (NULL if none is JSON). */
+static cJSON *s_last_event(const char *body, int *saw_finish) {
+    cJSON *last = NULL;
+    *saw_finish = 0;
+    for (const char *at = strstr(body, "data: {"); at; at = strstr(at + 1, "data: {")) {
+        const char *end = strstr(at, "\n\n");
+        if (!end) break;
+        cJSON_Delete(last);
+        last = cJSON_ParseWithLength(at + 6, (size_t)(end - at - 6));
+        cJSON *fr = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(last, "choices"), 0), "finish_reason");
+        if (cJSON_IsString(fr)) *saw_finish = 1;
+    }
+    return last;
+}
+
+Test(serve_limits, sigterm_finishes_running_refuses_queued_and_cuts_streams_with_an_error, .timeout = 120) {
+    char model[4096];
+    const char *extra[] = {"--parallel", "2", "--queue", "8", "--shutdown-grace", "1.5", NULL};
+    setenv("COLI_SERVE_DELAY_MS", "100", 1); /* 12 tokens: ~1.2 s; 100 tokens: ~10 s */
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    unsetenv("COLI_SERVE_DELAY_MS");
+    call plain = {.port = p.port, .body = "{\"prompt\":\"a\",\"max_tokens\":12,\"temperature\":0}"};
+    call stream = {.port = p.port, .body = "{\"prompt\":\"b\",\"max_tokens\":100,\"temperature\":0,\"stream\":true}"};
+    call queued = {.port = p.port, .body = "{\"prompt\":\"c\",\"max_tokens\":4,\"temperature\":0}"};
+    pthread_t th[3];
+    pthread_create(&th[0], NULL, s_call, &plain);
+    pthread_create(&th[1], NULL, s_call, &stream);
+    usleep(300000);
+    pthread_create(&th[2], NULL, s_call, &queued); /* both slots are busy: it waits */
+    usleep(300000);
+    double t_term = su_now();
+    kill(p.pid, SIGTERM);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    double t_answers = su_now() - t_term;
+    /* the running plain request finished within the grace period, in full */
+    cr_expect_eq(plain.r.status, 200, "running request: %s", plain.r.raw ? plain.r.raw : "(none)");
+    cJSON *a = cJSON_Parse(plain.r.body);
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(a, "choices"), 0);
+    const char *fr = cJSON_GetStringValue(cJSON_GetObjectItem(c0, "finish_reason"));
+    double n_gen = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(a, "usage"), "completion_tokens"));
+    cr_expect(fr && (!strcmp(fr, "stop") || n_gen == 12), "running request cut: finish %s after %g tokens", fr ? fr : "-", n_gen);
+    cJSON_Delete(a);
+    /* the queued one was never started: 503 shutting_down */
+    cr_expect_eq(queued.r.status, 503, "queued request: %s", queued.r.raw ? queued.r.raw : "(none)");
+    cr_expect(queued.r.body && strstr(queued.r.body, "\"code\":\"shutting_down\""), "queued: %s", queued.r.body);
+    /* the stream could not finish in 1.5 s: it ends with an error event, never a finish_reason */
+    int saw_finish = 0;
+    cr_expect_eq(stream.r.status, 200, "stream: %s", stream.r.raw ? stream.r.raw : "(none)");
+    cJSON *last = s_last_event(stream.r.body ? stream.r.body : "", &saw_finish);
+    cJSON *err = cJSON_GetObjectItem(last, "error");
+    cr_expect(!saw_finish, "a cut stream reported a normal finish: %s", stream.r.body);
+    cr_expect(err && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(err, "code")) ?: "", "shutting_down"),
+              "a cut stream did not end with a shutting_down error event: %s", stream.r.body);
+    cJSON_Delete(last);
+    cr_expect_lt(t_answers, 1.5 + 3.0, "answers came %.1f s after SIGTERM (grace 1.5 s)", t_answers);
+    for (int i = 0; i < 3; i++) su_free(i == 0 ? &plain.r : i == 1 ? &stream.r : &queued.r);
+    cr_expect_eq(su_stop(&p), 0, "the server's exit status after SIGTERM");
+}
+
+Test(serve_limits, api_key_file) {
+    char model[4096], path[] = "/tmp/coli-test-key-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "s3cret-from-file\n", 17), 17);
+    close(fd);
+    const char *extra[] = {"--api-key-file", path, NULL};
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    http_resp r = su_post(p.port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1}");
+    cr_expect_eq(r.status, 401, "%s", r.raw);
+    su_free(&r);
+    r = su_request(p.port, "POST", "/v1/completions", "Authorization: Bearer s3cret-from-file\r\n",
+                   "{\"prompt\":\"a\",\"max_tokens\":1}");
+    cr_expect_eq(r.status, 200, "%s", r.raw);
+    su_free(&r);
+    su_stop(&p);
+    unlink(path);
+}
