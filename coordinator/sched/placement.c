@@ -8,6 +8,7 @@
  * the workers of each layer, within each worker's budget; routing heat and
  * pins come later (docs/scheduler.md, "Not done yet").
  */
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,14 @@ static int s_add_remote(device_spec *out, int cap, int *n, const char *ep, uint6
     if (strncmp(ep, "tcp://", 6) || !port || port < ep + 7 || !port[1] ||
         strspn(port + 1, "0123456789") != strlen(port + 1))
         return coli_fail(COLI_EINVAL, "devices: remote endpoint '%s': want tcp://HOST:PORT", ep);
+    long port_no = strlen(port + 1) > 5 ? 65536 : strtol(port + 1, NULL, 10);
+    if (port_no < 1 || port_no > 65535)
+        return coli_fail(COLI_EINVAL, "devices: remote endpoint '%s': port %s is not in 1..65535", ep, port + 1);
+    char host[256];
+    snprintf(host, sizeof host, "%.*s", (int)(port - ep - 6), ep + 6);
+    struct in_addr v4;
+    if (host[strspn(host, "0123456789.")] == '\0' && inet_pton(AF_INET, host, &v4) != 1)
+        return coli_fail(COLI_EINVAL, "devices: remote endpoint '%s': '%s' is not an IPv4 address", ep, host);
     if (strlen(ep) >= sizeof out->endpoint)
         return coli_fail(COLI_EINVAL, "devices: remote endpoint '%s' longer than %zu characters", ep,
                          sizeof out->endpoint - 1);
@@ -131,6 +140,9 @@ int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, 
         return coli_fail(COLI_EINVAL, "devices: list longer than %zu characters", sizeof buf - 1);
     else
         snprintf(buf, sizeof buf, "%s", devices);
+    size_t len = strlen(buf);
+    if (buf[0] == ',' || (len && buf[len - 1] == ',') || strstr(buf, ",,"))
+        return coli_fail(COLI_EINVAL, "devices: '%s' has an empty item (two commas, or one at an end)", buf);
     for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
         int rc = s_parse_item(it, out, cap, n, inproc);
         if (rc) return rc;

@@ -2,11 +2,14 @@
 #include "args.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "colibri.h"
 
@@ -138,16 +141,58 @@ void args_usage(FILE *f, const char *cmd, const char *synopsis, const char *desc
     fprintf(f, "  %-24s %s\n", "-h, --help", "show this help");
 }
 
+/* What kind of file st is, for "not a regular file (a FIFO)". */
+static const char *s_file_kind(const struct stat *st) {
+    if (S_ISDIR(st->st_mode)) return "a directory";
+    if (S_ISFIFO(st->st_mode)) return "a FIFO";
+    if (S_ISCHR(st->st_mode)) return "a character device";
+    if (S_ISBLK(st->st_mode)) return "a block device";
+    if (S_ISSOCK(st->st_mode)) return "a socket";
+    return "not a plain file";
+}
+
+int cli_check_input_file(const char *flag, const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0; /* missing: the reader says so, with its own reason */
+    if (S_ISREG(st.st_mode)) return 0;
+    fprintf(stderr, "coli: %s %s: not a regular file (%s)\n", flag, path, s_file_kind(&st));
+    return CLI_FAIL;
+}
+
 int cli_read_file(const char *flag, const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "coli: %s %s: cannot open: %s\n", flag, path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return CLI_FAIL;
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > CLI_MAX_READ_FILE) {
+        if (S_ISREG(st.st_mode))
+            fprintf(stderr, "coli: %s %s: %lld bytes, more than the limit of %d MiB\n", flag, path,
+                    (long long)st.st_size, CLI_MAX_READ_FILE >> 20);
+        else
+            fprintf(stderr, "coli: %s %s: not a regular file (%s)\n", flag, path, s_file_kind(&st));
+        close(fd);
+        return CLI_FAIL;
+    }
+    fcntl(fd, F_SETFL, 0); /* a regular file: plain blocking reads */
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         fprintf(stderr, "coli: %s %s: cannot open: %s\n", flag, path, strerror(errno));
+        close(fd);
         return CLI_FAIL;
     }
     size_t cap = 1 << 16, n = 0, got;
+    int too_big = 0;
     char *buf = malloc(cap);
     while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
         n += got;
+        if (n > CLI_MAX_READ_FILE) { /* it grew while we read */
+            too_big = 1;
+            break;
+        }
         if (n + 1 == cap) {
             char *bigger = realloc(buf, cap * 2);
             if (!bigger) { free(buf); buf = NULL; break; }
@@ -157,8 +202,9 @@ int cli_read_file(const char *flag, const char *path, char **out, size_t *len) {
     }
     int failed = ferror(f);
     fclose(f);
-    if (!buf || failed) {
-        fprintf(stderr, "coli: %s %s: %s\n", flag, path, buf ? "read error" : "out of memory");
+    if (!buf || failed || too_big) {
+        fprintf(stderr, "coli: %s %s: %s\n", flag, path,
+                too_big ? "grew past the size limit while being read" : buf ? "read error" : "out of memory");
         free(buf);
         return CLI_FAIL;
     }

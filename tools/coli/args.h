@@ -59,8 +59,18 @@ int args_error(const char *cmd, const char *what, const char *fmt, ...)
 /* A runtime error: prints "coli: <coli_last_error()>" and returns CLI_FAIL. */
 int cli_fail(void);
 
-/* Read a whole file into a NUL-terminated malloc'd buffer. Returns 0, or
- * CLI_FAIL after printing "coli: FLAG PATH: reason". */
+/* Largest file cli_read_file reads (prompts, texts, keys): 256 MiB. */
+#define CLI_MAX_READ_FILE (256 << 20)
+
+/* Read a whole regular file (at most CLI_MAX_READ_FILE bytes) into a
+ * NUL-terminated malloc'd buffer. A FIFO or device is refused without
+ * blocking. Returns 0, or CLI_FAIL after printing "coli: FLAG PATH: reason". */
 int cli_read_file(const char *flag, const char *path, char **out, size_t *len);
+
+/* An input that is opened later with a blocking open (a model): 0 if path is
+ * a regular file or does not exist (its reader reports that); CLI_FAIL,
+ * printed, for a FIFO, device, directory or socket, which would hang or
+ * mislead the reader. */
+int cli_check_input_file(const char *flag, const char *path);
 
 #endif

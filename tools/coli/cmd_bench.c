@@ -395,6 +395,7 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     if (rc) return rc;
     if (!o->mo.model && !o->bandwidth)
         return args_error("bench", "-m", "required (the GGUF model file), or --bandwidth alone");
+    if (o->mo.model && cli_check_input_file("-m", o->mo.model)) return CLI_FAIL;
     if (o->mo.inproc && o->mo.devices) return args_error("bench", "--inproc", "conflicts with --devices %s", o->mo.devices);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = o->mo.n_threads > 0 ? o->mo.n_threads : (int)(cores > 0 ? cores : 1);

@@ -125,6 +125,8 @@ static int s_answer(chat_state *c) {
         fprintf(stderr, "coli chat: the conversation (%d tokens) fills the context of %d; /reset to start over\n", n, c->n_ctx);
         free(ids);
         c->n_msgs--; /* forget the turn that did not fit */
+        free((char *)c->msgs[c->n_msgs].role);
+        free((char *)c->msgs[c->n_msgs].content);
         return 0;
     }
     int reuse = c->n_cache > 0 && c->n_cache < n && memcmp(c->cache, ids, (size_t)c->n_cache * sizeof *ids) == 0;

@@ -25,6 +25,7 @@ int cmd_plan(int argc, char **argv) {
     }
     if (rc) return rc;
     if (!model) return args_error("plan", "-m", "required (the GGUF model file)");
+    if (cli_check_input_file("-m", model)) return CLI_FAIL;
     char *text = NULL;
     if (coli_plan_text(model, devices, &text) != 0) return cli_fail();
     fputs(text, stdout);

@@ -56,6 +56,7 @@ int cmd_quantize(int argc, char **argv) {
         return args_error("quantize", "TYPE", "unknown type '%s' (accepted: %s)", pos[2], coli_quantize_type_names());
     if ((rc = s_check_type_flag("--output-type", qp.output_type)) != 0) return rc;
     if ((rc = s_check_type_flag("--token-embedding-type", qp.token_embd_type)) != 0) return rc;
+    if (cli_check_input_file("IN.gguf", pos[0])) return CLI_FAIL;
     if (strcmp(pos[0], pos[1]) == 0)
         return args_error("quantize", "OUT.gguf", "'%s' is also the input file", pos[1]);
     if (coli_quantize_file_params(pos[0], pos[1], pos[2], &qp) != 0) return cli_fail();

@@ -3,6 +3,7 @@
  * one token at a time, with a one-line speed summary on stderr. With
  * --chat-template the prompt is one user message in that chat template.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,13 +75,28 @@ static void print_summary(const coli_model *m, const model_opts *o, const coli_g
     free(text);
 }
 
+/* --stats-json: written here, not by the library on free, so that a path
+ * that cannot be written fails the run (exit 1 with the reason). */
+static int write_stats_json(const coli_model *m, const char *path) {
+    char *json = NULL;
+    if (coli_model_stats_json(m, &json) != 0) return cli_fail();
+    FILE *f = fopen(path, "w");
+    int ok = f && fputs(json, f) >= 0 && fputc('\n', f) != EOF;
+    ok = f && fclose(f) == 0 && ok;
+    if (!ok) fprintf(stderr, "coli: --stats-json %s: cannot write: %s\n", path, strerror(errno));
+    free(json);
+    return ok ? 0 : CLI_FAIL;
+}
+
 static int generate(const run_flags *f, const char *prompt, size_t len) {
     coli_model *m = NULL;
     coli_context *ctx = NULL;
     int32_t *ids = NULL;
     int n_prompt = 0;
     char *chat = NULL;
-    int rc = model_opts_open(&f->m, NULL, &m, &ctx);
+    model_opts mo = f->m;
+    mo.stats_json = NULL; /* write_stats_json below */
+    int rc = model_opts_open(&mo, NULL, &m, &ctx);
     if (rc) return rc;
     if (f->chat_template && (rc = render_chat(m, f->chat_template, prompt, len, &chat)) == 0) {
         prompt = chat;
@@ -109,6 +125,7 @@ static int generate(const run_flags *f, const char *prompt, size_t len) {
     free(ids);
     free(chat);
     coli_context_free(&ctx);
+    if (f->m.stats_json && write_stats_json(m, f->m.stats_json) && !rc) rc = CLI_FAIL;
     coli_model_free(&m);
     return rc;
 }

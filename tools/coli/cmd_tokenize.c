@@ -92,6 +92,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (rc) return rc;
     if (!model) return args_error("tokenize", "-m", "required (the GGUF model file)");
+    if (cli_check_input_file("-m", model)) return CLI_FAIL;
     if (text && file) return args_error("tokenize", "-f", "give either -p or -f, not both");
     if (!text && !file) return args_error("tokenize", "-p", "required (the text, or -f FILE)");
     if (text) return tokenize_text(model, text, strlen(text), !no_bos, !no_parse_special, json);

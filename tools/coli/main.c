@@ -5,6 +5,7 @@
  * from the library. Exit status: 0 success, 1 runtime error ("coli: ..."),
  * 2 usage error (one line naming the flag and the reason).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,7 +42,16 @@ static void usage(FILE *f) {
     for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-12s %s\n", s_commands[i].name, s_commands[i].summary);
 }
 
-int main(int argc, char **argv) {
+/* A command's output that never reached stdout (a full disk, /dev/full, a
+ * closed pipe) is a failure, not a silent success: exit 1 with the reason. */
+static int s_finish_stdout(int rc) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    fprintf(stderr, "coli: stdout: %s\n", errno ? strerror(errno) : "write error");
+    return rc ? rc : CLI_FAIL;
+}
+
+static int s_main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return ARGS_ERROR;
@@ -60,3 +70,5 @@ int main(int argc, char **argv) {
     fprintf(stderr, "coli: %s: unknown command (see coli --help)\n", name);
     return ARGS_ERROR;
 }
+
+int main(int argc, char **argv) { return s_finish_stdout(s_main(argc, argv)); }

@@ -7,6 +7,7 @@
 
 int model_opts_check(const char *cmd, const model_opts *o) {
     if (!o->model) return args_error(cmd, "-m", "required (the GGUF model file)");
+    if (cli_check_input_file("-m", o->model)) return CLI_FAIL;
     if (o->inproc && o->devices) return args_error(cmd, "--inproc", "conflicts with --devices %s", o->devices);
     return ARGS_OK;
 }
