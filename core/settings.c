@@ -32,6 +32,7 @@ void coli_settings_from_env(coli_settings *out)
     out->restart_backoff_ms = s_num("COLI_RESTART_BACKOFF_MS", 100);
     out->fail_window_ms = s_num("COLI_WORKER_FAIL_WINDOW_MS", 60000);
     out->max_failures = s_num("COLI_WORKER_MAX_FAILURES", 3);
+    out->reprobe_ms = s_num("COLI_WORKER_REPROBE_MS", 60000);
     out->heartbeat_ms = s_num("COLI_HEARTBEAT_MS", 200);
     out->heartbeat_miss = s_num("COLI_HEARTBEAT_MISS", 10);
     out->probe_timeout_ms = s_num("COLI_PROBE_TIMEOUT_MS", 10000);

@@ -30,6 +30,7 @@ typedef struct coli_settings {
     uint64_t restart_backoff_ms;    /* COLI_RESTART_BACKOFF_MS */
     uint64_t fail_window_ms;        /* COLI_WORKER_FAIL_WINDOW_MS */
     uint64_t max_failures;          /* COLI_WORKER_MAX_FAILURES */
+    uint64_t reprobe_ms;            /* COLI_WORKER_REPROBE_MS (0 = a worker that failed too often stays down) */
     uint64_t heartbeat_ms;          /* COLI_HEARTBEAT_MS */
     uint64_t heartbeat_miss;        /* COLI_HEARTBEAT_MISS (0 = off) */
     uint64_t probe_timeout_ms;      /* COLI_PROBE_TIMEOUT_MS */

@@ -314,3 +314,28 @@ Test(scheduler_faults, new_families_crash_falls_back, .timeout = 120)
         free(js);
     }
 }
+
+//  Slow steps, so that a re-probe due after 150 ms happens within the run.
+static void s_slow_step_hook(coli_model *m, int step, void *user)
+{
+    (void)m;
+    (void)user;
+    if (step > 0) usleep(150000);
+}
+
+Test(scheduler_faults, worker_that_failed_too_often_is_reprobed_and_returns, .timeout = 120)
+{
+    setenv("COLI_WORKER_MAX_FAILURES", "0", 1); /* the first crash is "too often" */
+    setenv("COLI_WORKER_REPROBE_MS", "150", 1);
+    FOR_EACH_PATH(path_i) {
+    char *js = s_run_fault("cpu:2", "crash@worker=0", s_slow_step_hook, NULL);
+    char status[32], restarts[32];
+    sched_worker_field(js, 0, "status", status, sizeof status);
+    sched_worker_field(js, 0, "restarts", restarts, sizeof restarts);
+    cr_expect_str_eq(status, "up", "worker 0 was not brought back by its re-probe: %s", js);
+    cr_expect_eq(atol(restarts), 1, "%s", js);
+    cr_expect_eq(sched_fallbacks(js, "cpu:0", "crash"), 1, "%s", js);
+    free(js);
+    }
+    unsetenv("COLI_WORKER_REPROBE_MS");
+}

@@ -103,7 +103,8 @@ typedef struct link_proc {
     uint64_t restart_at_ns;
     uint64_t fail_ns[SCHED_FAIL_TIMES];
     int n_fail;
-    int restart_limited;             /* DOWN for good: too many failures */
+    int restart_limited;             /* DOWN for good: it cannot be started */
+    int probation;                   /* re-probes since it failed too often; 0 once a trial batch succeeded */
     uint64_t restarts;
 } link_proc;
 
@@ -186,6 +187,7 @@ typedef struct sched_model {
 typedef struct sched_limits {
     uint64_t deadline_ns, per_row_ns, start_ns, hang_kill_ns;
     uint64_t backoff_ns, backoff_max_ns, fail_window_ns;
+    uint64_t reprobe_ns;             /* first re-probe of a worker that failed too often; 0: never */
     int max_failures;
     uint64_t hb_ns;                  /* worker heartbeat interval */
     uint64_t hb_miss;                /* idle silence of this many intervals = down (0 = off) */
@@ -282,6 +284,8 @@ int  sup_spawn(sched *s, worker_link *w);
 void sup_tick(sched *s);
 /* The process of w is gone (or must go): reap it, count, schedule restart. */
 void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it);
+/* w answered a batch: a worker on probation (re-probed after failing too often) is back. */
+void sup_batch_ok(sched *s, worker_link *w);
 void sup_kill(sched *s, worker_link *w);
 void sup_shutdown_all(sched *s);
 

@@ -40,6 +40,7 @@ void sched_rows_done(sched *s, worker_link *w, const void *out)
         s->call.pending--;
     }
     w->req.id = 0;
+    sup_batch_ok(s, w);
 }
 
 void sched_rows_lost(sched *s, worker_link *w)
@@ -359,6 +360,7 @@ static void s_settings(sched *s, const moe_exec_config *cfg)
     s->lim.backoff_max_ns = 5000000000ULL;
     s->lim.fail_window_ns = st->fail_window_ms * 1000000ULL;
     s->lim.max_failures = (int)st->max_failures;
+    s->lim.reprobe_ns = st->reprobe_ms * 1000000ULL;
     s->lim.spin_ns = st->shm_spin_us * 1000ULL;
     s->lim.hb_ns = st->heartbeat_ms * 1000000ULL;
     if (s->lim.hb_ns < 10000000ULL) s->lim.hb_ns = 10000000ULL; /* the worker's floor */

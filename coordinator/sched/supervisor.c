@@ -159,6 +159,40 @@ static int s_too_many_failures(sched *s, worker_link *w, uint64_t now)
     return recent > s->lim.max_failures;
 }
 
+//  Failed too often: down for a while, then one more try (half-open, like a
+//  circuit breaker). The wait doubles with each failed trial, up to 16 times
+//  the first; a trial batch that succeeds ends the probation (sup_batch_ok).
+//  With COLI_WORKER_REPROBE_MS=0 the worker stays down for good.
+static void s_put_on_probation(sched *s, worker_link *w, uint64_t now)
+{
+    if (!s->lim.reprobe_ns) {
+        w->proc.restart_limited = 1;
+        link_set_state(w, LINK_DOWN, "failed too often; stays down");
+        if (s->verbose)
+            fprintf(stderr, "colibri: worker %d (%s) failed %d times within %.0f s; it stays down\n",
+                    w->id, w->device, w->proc.n_fail, (double)s->lim.fail_window_ns / 1e9);
+        return;
+    }
+    int shift = w->proc.probation < 4 ? w->proc.probation : 4;
+    uint64_t wait = s->lim.reprobe_ns << shift;
+    w->proc.probation++;
+    w->proc.restart_at_ns = now + wait;
+    char why[128];
+    snprintf(why, sizeof why, "failed too often; tried again in %.1f s", (double)wait / 1e9);
+    link_set_state(w, LINK_DOWN, why);
+    if (s->verbose)
+        fprintf(stderr, "colibri: worker %d (%s) %s\n", w->id, w->device, why);
+}
+
+void sup_batch_ok(sched *s, worker_link *w)
+{
+    if (!w->proc.probation) return;
+    if (s->verbose)
+        fprintf(stderr, "colibri: worker %d (%s) passed its trial batch; back in service\n", w->id, w->device);
+    w->proc.probation = 0;
+    w->proc.n_fail = 0;
+}
+
 void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it)
 {
     link_state was = w->state;
@@ -173,12 +207,9 @@ void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it)
     if (was == LINK_FAILED || was == LINK_QUARANTINED)
         return; /* permanent states stay */
     uint64_t now = coli_now_ns();
-    if (s_too_many_failures(s, w, now)) {
-        w->proc.restart_limited = 1;
-        link_set_state(w, LINK_DOWN, "failed too often; stays down");
-        if (s->verbose)
-            fprintf(stderr, "colibri: worker %d (%s) failed %d times within %.0f s; it stays down\n",
-                    w->id, w->device, w->proc.n_fail, (double)s->lim.fail_window_ns / 1e9);
+    int too_many = s_too_many_failures(s, w, now);
+    if (too_many || w->proc.probation) { /* a failed trial counts as failing too often again */
+        s_put_on_probation(s, w, now);
         return;
     }
     uint64_t backoff = s->lim.backoff_ns;
