@@ -140,3 +140,25 @@ Test(serve_metrics, inproc_executor_reports_ok_without_workers) {
     su_free(&r);
     su_stop(&p);
 }
+
+Test(serve_metrics, worker_whose_batches_mostly_fail_makes_health_degraded) {
+    char model[4096];
+    const char *extra[] = {"--devices", "cpu:1", NULL};
+    setenv("COLI_FAULT", "fail-batch@worker=0", 1); /* up, answers every batch with an error */
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    unsetenv("COLI_FAULT");
+    http_resp r = su_post(p.port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":4}");
+    cr_expect_eq(r.status, 200, "the model serves on fallback: %s", r.raw);
+    su_free(&r);
+    r = su_get(p.port, "/health");
+    cJSON *h = cJSON_Parse(r.body);
+    cr_assert_not_null(h, "%s", r.body);
+    cJSON *w0 = cJSON_GetArrayItem(cJSON_GetObjectItem(h, "workers"), 0);
+    cr_expect_str_eq(cJSON_GetObjectItem(w0, "status")->valuestring, "up", "%s", r.body);
+    cr_expect_str_eq(cJSON_GetObjectItem(h, "status")->valuestring, "degraded", "%s", r.body);
+    const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(h, "reason"));
+    cr_expect(why && strstr(why, "worker 0 (cpu:0)") && strstr(why, "batches failed"), "reason: %s", r.body);
+    cJSON_Delete(h);
+    su_free(&r);
+    su_stop(&p);
+}

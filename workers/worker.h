@@ -33,6 +33,7 @@ typedef enum worker_fault_kind {
     FAULT_FAIL_LOAD,      /* the plugin "fails to initialise" */
     FAULT_GARBAGE_RING,   /* reply with a lying ring slot header (a non-envelope frame over ZeroMQ) */
     FAULT_FAIL_EXPERT,    /* an expert load at Place fails as a device allocation would */
+    FAULT_FAIL_BATCH,     /* answer every matching batch with an error (persistent, not once) */
 } worker_fault_kind;
 
 typedef struct worker_fault {

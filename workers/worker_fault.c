@@ -6,8 +6,8 @@
  *
  * KIND: crash | crash-during | crash-after | hang | garbage (= garbage-nan)
  *       | garbage-nan | garbage-size | garbage-id | garbage-ring | fail-load
- *       | fail-expert
- * A fault fires once, on the (N+1)-th batch of layer L (any layer if no
+ *       | fail-expert | fail-batch
+ * A fault fires once (fail-batch: on every batch from the (N+1)-th on), on the (N+1)-th batch of layer L (any layer if no
  * @layer) on worker W (any if no @worker), and only in a worker's first
  * generation: a restarted worker is healthy. fail-load fires at start-up.
  * fail-expert counts expert loads at Place instead of batches: the (N+1)-th
@@ -27,7 +27,7 @@ static const struct { const char *name; worker_fault_kind kind; } s_kinds[] = {
     {"garbage", FAULT_GARBAGE_NAN},  {"garbage-nan", FAULT_GARBAGE_NAN},
     {"garbage-size", FAULT_GARBAGE_SIZE}, {"garbage-id", FAULT_GARBAGE_ID},
     {"fail-load", FAULT_FAIL_LOAD},  {"garbage-ring", FAULT_GARBAGE_RING},
-    {"fail-expert", FAULT_FAIL_EXPERT},
+    {"fail-expert", FAULT_FAIL_EXPERT}, {"fail-batch", FAULT_FAIL_BATCH},
 };
 
 const char *worker_fault_name(worker_fault_kind k)
@@ -112,7 +112,7 @@ static worker_fault *s_match(worker_fault *f, int n, int worker_id, int layer, i
             continue;
         if (x->seen++ < x->after)
             continue;
-        x->fired = 1;
+        x->fired = x->kind != FAULT_FAIL_BATCH; /* a worker that keeps failing, not one that failed */
         return x;
     }
     return NULL;
@@ -146,6 +146,7 @@ int worker_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__Expe
     case FAULT_GARBAGE_ID: id += 1000003; break;
     case FAULT_CRASH_DURING: raise(SIGKILL); break;
     case FAULT_GARBAGE_RING: worker_send_garbage_frame(w); return 0;
+    case FAULT_FAIL_BATCH: return worker_send_result(w, id, b, 0, "COLI_FAULT fail-batch", NULL, 0, ns);
     default: {
         int rc = worker_send_result(w, id, b, 1, "", w->out, b->n_rows, ns);
         if (f->kind == FAULT_CRASH_AFTER) raise(SIGKILL);

@@ -43,6 +43,19 @@ void stats_latency(lat_stats *l, double seconds)
         }
 }
 
+void stats_batch_outcome(link_stats *st, int ok)
+{
+    st->recent_failed = (st->recent_failed << 1) | (ok ? 0u : 1u);
+    if (st->recent_n < SCHED_RECENT_BATCHES) st->recent_n++;
+}
+
+static int s_recent_failures(const link_stats *st)
+{
+    int n = 0;
+    for (int i = 0; i < st->recent_n; i++) n += (int)(st->recent_failed >> i & 1u);
+    return n;
+}
+
 static int s_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -122,6 +135,8 @@ static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w)
                         (unsigned long long)w->stats.rows, (unsigned long long)w->stats.rerouted_rows,
                         (unsigned long long)w->proc.restarts, (unsigned long long)w->stats.heartbeats,
                         s_pct_ms(&w->stats.lat, 0.5), s_pct_ms(&w->stats.lat, 0.99));
+    coli_strbuf_appendf(b, "\"recent_batches\":%d,\"recent_failed_batches\":%d,", w->stats.recent_n,
+                        s_recent_failures(&w->stats));
     coli_strbuf_appendf(b, "\"batch_latency_buckets\":{\"le\":[");
     for (int i = 0; i < SCHED_N_BUCKETS; i++) coli_strbuf_appendf(b, "%s%g", i ? "," : "", s_le[i]);
     coli_strbuf_appendf(b, "],\"counts\":[");

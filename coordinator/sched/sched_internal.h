@@ -144,9 +144,13 @@ typedef struct link_tcp {
 } link_tcp;
 
 /* Counters (fallback_stats.c formats them; the files that see the events count). */
+#define SCHED_RECENT_BATCHES 32
+
 typedef struct link_stats {
     uint64_t batches, rows, rerouted_rows, heartbeats;
     lat_stats lat;
+    uint32_t recent_failed;          /* bit i: the i-th latest batch failed */
+    int recent_n;                    /* batches in that window, <= SCHED_RECENT_BATCHES */
 } link_stats;
 
 typedef struct worker_link {
@@ -331,6 +335,8 @@ void remote_take(sched *s);
 /* Count one fallback of w's device for reason. */
 void stats_fallback(sched *s, const worker_link *w, const char *reason);
 void stats_latency(lat_stats *l, double seconds);
+/* One batch of w answered (ok = 1) or failed: the recent window /health judges by. */
+void stats_batch_outcome(link_stats *st, int ok);
 /* Format the stats as they are (the caller polls first): malloc'd, caller frees. */
 int  stats_json(const sched *s, char **json);
 int  stats_text(const sched *s, char **text);

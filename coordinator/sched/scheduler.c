@@ -40,6 +40,7 @@ void sched_rows_done(sched *s, worker_link *w, const void *out)
         s->call.pending--;
     }
     w->req.id = 0;
+    stats_batch_outcome(&w->stats, 1);
     sup_batch_ok(s, w);
 }
 
@@ -81,6 +82,7 @@ void sched_outcome(sched *s, worker_link *w, link_outcome o, const char *reason,
         if (s->verbose && why)
             fprintf(stderr, "colibri: worker %d (%s): %s\n", w->id, w->device, why);
         stats_fallback(s, w, reason);
+        stats_batch_outcome(&w->stats, 0);
         sched_rows_lost(s, w);
         return;
     case LINK_EXPERT_REFUSED:

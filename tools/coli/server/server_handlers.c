@@ -1,7 +1,8 @@
 /*
  * server_handlers.c - what each endpoint answers: completions and chat
  * completions (the non-streaming reply; streaming is server_sse.c),
- * /v1/models, /health (truthful: "degraded" while any worker is not up) and
+ * /v1/models, /health (truthful: "degraded", with the reason, while any
+ * worker is not up or most of its recent batches fail) and
  * /metrics.
  */
 #include <cjson/cJSON.h>
@@ -128,8 +129,31 @@ int handle_models(server *s, struct MHD_Connection *c) {
     return http_reply_json(c, 200, text);
 }
 
-/* Workers from the stats into the health body; *all_up: 0 if any is not up. */
-static void s_health_workers(cJSON *out, const char *stats_json, int *all_up) {
+/* Why worker w makes the server degraded (into why), or 0 if it does not:
+ * not up, or up but most of its recent batches (at least 4) failed. */
+static int s_worker_trouble(const cJSON *w, const char *status, char *why, size_t cap) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(w, "id"), *dev = cJSON_GetObjectItemCaseSensitive(w, "device");
+    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(w, "reason");
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(w, "recent_batches");
+    const cJSON *failed = cJSON_GetObjectItemCaseSensitive(w, "recent_failed_batches");
+    int wid = cJSON_IsNumber(id) ? id->valueint : -1;
+    const char *dname = cJSON_IsString(dev) ? dev->valuestring : "?";
+    if (strcmp(status, "up") != 0) {
+        snprintf(why, cap, "worker %d (%s) is %s%s%s", wid, dname, status,
+                 cJSON_IsString(reason) && *reason->valuestring ? ": " : "",
+                 cJSON_IsString(reason) ? reason->valuestring : "");
+        return 1;
+    }
+    if (cJSON_IsNumber(n) && cJSON_IsNumber(failed) && n->valueint >= 4 && 2 * failed->valueint > n->valueint) {
+        snprintf(why, cap, "worker %d (%s): %d of its last %d batches failed", wid, dname, failed->valueint, n->valueint);
+        return 1;
+    }
+    return 0;
+}
+
+/* Workers from the stats into the health body; *all_up: 0 if any is in
+ * trouble (s_worker_trouble), the first such reason in why. */
+static void s_health_workers(cJSON *out, const char *stats_json, int *all_up, char *why, size_t cap) {
     cJSON *stats = stats_json ? cJSON_Parse(stats_json) : NULL, *w;
     const cJSON *ex = cJSON_GetObjectItemCaseSensitive(stats, "executor");
     cJSON_AddStringToObject(out, "executor", cJSON_IsString(ex) ? ex->valuestring : "unknown");
@@ -138,10 +162,15 @@ static void s_health_workers(cJSON *out, const char *stats_json, int *all_up) {
     cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(stats, "workers")) {
         const cJSON *status = cJSON_GetObjectItemCaseSensitive(w, "status");
         const char *st = cJSON_IsString(status) ? status->valuestring : "unknown";
-        if (strcmp(st, "up") != 0) *all_up = 0;
+        char trouble[320];
+        if (s_worker_trouble(w, st, trouble, sizeof trouble) && (*all_up || !*why)) {
+            snprintf(why, cap, "%s", trouble);
+            *all_up = 0;
+        }
         cJSON *e = cJSON_CreateObject();
-        const char *keys[] = {"id", "device", "plugin", "status", "reason", "restarts"};
-        for (int k = 0; k < 6; k++) {
+        const char *keys[] = {"id", "device", "plugin", "status", "reason", "restarts", "recent_batches",
+                              "recent_failed_batches"};
+        for (int k = 0; k < 8; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(w, keys[k]);
             if (v) cJSON_AddItemToObject(e, keys[k], cJSON_Duplicate(v, 1));
         }
@@ -160,13 +189,16 @@ int handle_health(server *s, struct MHD_Connection *c) {
     if (!atomic_load(&s->ready)) {
         cJSON_AddStringToObject(o, "status", atomic_load(&s->stopping) ? "stopping" : "loading");
     } else {
-        char *stats = server_stats_fresh(s);
+        char *stats = server_stats_fresh(s), why[320] = "";
         int all_up = 0;
         cJSON_AddStringToObject(o, "status", "ok"); /* replaced below when not all is well */
         cJSON_AddStringToObject(o, "model", s->model_id);
-        s_health_workers(o, stats, &all_up);
+        s_health_workers(o, stats, &all_up, why, sizeof why);
         free(stats);
-        if (!all_up) cJSON_ReplaceItemInObject(o, "status", cJSON_CreateString("degraded"));
+        if (!all_up) {
+            cJSON_ReplaceItemInObject(o, "status", cJSON_CreateString("degraded"));
+            cJSON_AddStringToObject(o, "reason", *why ? why : "no executor stats");
+        }
         int waiting = 0, active = 0;
         server_queue_gauges(s, &waiting, &active);
         cJSON_AddNumberToObject(o, "slots", s->cfg.n_slots);
