@@ -255,6 +255,11 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
 
 static void s_finish(server_slot *slot, job *j, int rc, const coli_gen_stats *st) {
     server *s = slot->srv;
+    /* The slot is free before the answer goes out: a client that sends its
+     * next request the moment it has this answer must find the slot free. */
+    pthread_mutex_lock(&s->q_mu);
+    s->active--;
+    pthread_mutex_unlock(&s->q_mu);
     pthread_mutex_lock(&j->mu);
     if (rc != 0 && !j->error_http) {
         j->error_http = 500;
@@ -307,10 +312,7 @@ static void *s_slot_main(void *arg) {
     server *s = slot->srv;
     job *j;
     while ((j = s_take(s))) {
-        s_run(slot, j);
-        pthread_mutex_lock(&s->q_mu);
-        s->active--;
-        pthread_mutex_unlock(&s->q_mu);
+        s_run(slot, j); /* counts the slot free again (s_finish) */
         job_release(j);
     }
     return NULL;
