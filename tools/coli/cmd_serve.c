@@ -147,7 +147,7 @@ int cmd_serve(int argc, char **argv) {
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("serve", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
-        args_usage(stdout, "serve", "-m FILE [--host ADDR] [--port N] [--api-key KEY] [flags]",
+        args_usage(stdout, "serve", "-m FILE [--host ADDR] [--port N] [--api-key-file FILE] [flags]",
                    "Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
                    "/v1/models), with /health and Prometheus /metrics. See docs/api.md.",
                    specs, n_specs);
