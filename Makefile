@@ -223,6 +223,8 @@ test-sanitize: deps
 
 # GPU plugins: make CUDA=1 | HIP=1 | gpu-compile (see the file)
 include plugins/gpu/gpu.mk
+# The XDNA NPU lane: plugin, helper (XRT or the synthetic runtime), package code (see the file)
+include plugins/xdna/xdna.mk
 
 # ---- fuzzing (not part of `all`) ----------------------------------------------------
 # make fuzz [FUZZ_SECONDS=300]: libFuzzer + ASan + UBSan on the GGUF reader (one core),

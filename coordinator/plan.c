@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "coordinator/sched_internal.h"
+#include "coordinator/xdna_lane.h"
 #include "error.h"
 #include "expert_ffn.h"
 #include "gguf.h"
@@ -76,6 +77,7 @@ int coli_plan_text(const char *model_path, const char *devices, char **text)
     rc = sched_expand_auto(sup_find_worker_bin(probe) == 0 ? probe->worker_bin : NULL, d,
                            SCHED_MAX_WORKERS, &n_w, 0);
     free(probe);
+    if (rc == 0 && !inproc) rc = sched_xdna_optin(d, SCHED_MAX_WORKERS, &n_w); /* --xdna */
     if (rc) return rc;
     if (inproc) {
         *text = strdup("placement: in-process (--devices inproc): every expert runs in the coordinator\n");

@@ -20,6 +20,7 @@
 
 #include "coordinator/forward.h"
 #include "coordinator/sched_internal.h"
+#include "coordinator/xdna_lane.h"
 #include "error.h"
 #include "expert_ffn.h"
 
@@ -454,6 +455,7 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out)
     s_settings(s);
     if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) || (rc = sup_find_worker_bin(s)) ||
         (rc = sched_expand_auto(s->worker_bin, devs, SCHED_MAX_WORKERS, &n, s->verbose)) ||
+        (rc = sched_xdna_optin(devs, SCHED_MAX_WORKERS, &n)) ||
         (rc = remote_preflight(devs, n)) ||
         (rc = s_transport(s)) ||
         (rc = s_make_workers(s, devs, n)))

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "coordinator/sched_internal.h"
+#include "coordinator/xdna_lane.h"
 #include "error.h"
 
 static const char *s_state_names[] = {"starting", "placing", "up", "hung", "down", "failed", "quarantined"};
@@ -143,7 +144,9 @@ static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
     w->caps_budget = h->memory_budget;
     if (h->status != COLI__STATUS__STATUS_OK) {
         const char *why = h->reason && *h->reason ? h->reason : "worker said FAILED";
-        stats_fallback(s, w, strstr(why, "no device") ? "no_device" : "plugin_load");
+        char code[24];
+        const char *kind = sched_reason_code(why, code, sizeof code); /* e.g. PACKAGE_MISSING (xdna) */
+        stats_fallback(s, w, kind ? kind : strstr(why, "no device") ? "no_device" : "plugin_load");
         link_set_state(w, LINK_FAILED, why);
         fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id,
                 w->device, why);
@@ -296,7 +299,9 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
     if (r->status != COLI__STATUS__STATUS_OK) {
         if (s->verbose)
             fprintf(stderr, "colibri: worker %d (%s): %s\n", w->id, w->device, r->reason);
-        stats_fallback(s, w, "error");
+        char code[24];
+        const char *kind = sched_reason_code(r->reason, code, sizeof code); /* a lane's decline */
+        stats_fallback(s, w, kind ? kind : "error");
         sched_rows_lost(s, w);
         return;
     }

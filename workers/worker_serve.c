@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "coordinator/wire.h"
+#include "coordinator/xdna_lane.h"
 #include "error.h"
 #include "expert_ffn.h"
 #include "worker.h"
@@ -83,12 +84,15 @@ typedef struct place_outcome {
     Coli__ExpertRef *held;
     Coli__RefusedExpert *refused;
     char (*why)[256];
+    char (*code)[24];        /* the refusal kind when the reason names one */
     size_t n_held, n_refused;
 } place_outcome;
 
 //  Why a load failed, as the coordinator counts it.
-static const char *s_refusal_kind(int rc, const char *why)
+static const char *s_refusal_kind(int rc, const char *why, char *code, size_t code_len)
 {
+    const char *named = sched_reason_code(why, code, code_len); /* e.g. DECLINED_SHAPE (xdna) */
+    if (named) return named;
     if (strstr(why, "budget")) return "budget";
     if (rc == COLI_EUNSUPPORTED) return "unsupported";
     if (rc == COLI_ENOMEM) return "alloc";
@@ -186,9 +190,9 @@ int worker_on_place(worker *w, const Coli__Envelope *env)
         return s_send_place_ack(w, 0, why, NULL);
     size_t n = p->n_experts;
     place_outcome po = {calloc(n + 1, sizeof *po.held), calloc(n + 1, sizeof *po.refused),
-                        calloc(n + 1, sizeof *po.why), 0, 0};
-    if (!po.held || !po.refused || !po.why) {
-        free(po.held); free(po.refused); free(po.why);
+                        calloc(n + 1, sizeof *po.why), calloc(n + 1, sizeof *po.code), 0, 0};
+    if (!po.held || !po.refused || !po.why || !po.code) {
+        free(po.held); free(po.refused); free(po.why); free(po.code);
         return s_send_place_ack(w, 0, "worker: out of memory for the place list", NULL);
     }
     for (size_t i = 0; i < n; i++) {
@@ -205,12 +209,12 @@ int worker_on_place(worker *w, const Coli__Envelope *env)
         coli__refused_expert__init(r);
         r->layer = layer;
         r->expert = e;
-        r->kind = (char *)s_refusal_kind(rc, err);
+        r->kind = (char *)s_refusal_kind(rc, err, po.code[po.n_refused], sizeof po.code[0]);
         snprintf(po.why[po.n_refused], sizeof po.why[0], "%s", err[0] ? err : coli_status_str(rc));
         r->reason = po.why[po.n_refused++];
     }
     int rc = s_send_place_ack(w, 1, "", &po);
-    free(po.held); free(po.refused); free(po.why);
+    free(po.held); free(po.refused); free(po.why); free(po.code);
     return rc;
 }
 

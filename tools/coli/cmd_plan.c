@@ -11,20 +11,23 @@
 
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *devices = NULL;
+    int xdna = 0;
     arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &model, 0, 0, 0, "FILE", "the GGUF model file (required)"},
         {"--devices", NULL, ARG_STR, &devices, 0, 0, 0, "LIST", "cpu:N, cuda:I[=BUDGET], hip:I[=BUDGET], xdna, auto, inproc (default: the library's)"},
+        {"--xdna", NULL, ARG_FLAG, &xdna, 0, 0, 0, NULL, "include the experimental NPU lane (= COLI_XDNA=1; docs/xdna.md)"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("plan", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
-        args_usage(stdout, "plan", "-m FILE [--devices LIST]",
+        args_usage(stdout, "plan", "-m FILE [--devices LIST] [--xdna]",
                    "Print the expert -> worker placement the scheduler would make (assuming every\n"
                    "device comes up): experts and bytes per worker, then each layer's owners.", specs, n_specs);
         return 0;
     }
     if (rc) return rc;
     if (!model) return args_error("plan", "-m", "required (the GGUF model file)");
+    if (xdna) setenv("COLI_XDNA", "1", 1);
     char *text = NULL;
     if (coli_plan_text(model, devices, &text) != 0) return cli_fail();
     fputs(text, stdout);

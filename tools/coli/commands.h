@@ -19,5 +19,6 @@ int cmd_serve(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_xdna(int argc, char **argv);
 
 #endif

@@ -32,6 +32,7 @@ static const command s_commands[] = {
     {"chat",       cmd_chat,       "chat with the model in the terminal (streams, keeps the conversation)"},
     {"stats",      cmd_stats,      "print a --stats-json file: workers, fallbacks by device and reason"},
     {"keygen",     cmd_keygen,     "make CURVE key pairs for remote workers (tcp, authenticated)"},
+    {"xdna",       cmd_xdna,       "check the experimental NPU lane: package, helper, device, gates (xdna check)"},
 };
 #define N_COMMANDS ((int)(sizeof s_commands / sizeof s_commands[0]))
 

@@ -19,6 +19,7 @@ typedef struct model_opts {
     int verbose;             /* -v */
     const char *stats_json;  /* --stats-json FILE (run only) */
     const char *keys;        /* --keys DIR: CURVE keys for remote workers (sets COLI_KEYS) */
+    int xdna;                /* --xdna: the NPU lane (sets COLI_XDNA=1; docs/xdna.md) */
 } model_opts;
 
 /* The arg_spec entries of model_opts o (an lvalue), for a command's table. */
@@ -30,6 +31,7 @@ typedef struct model_opts {
     {"--ctx", "-c", ARG_INT, &(o).n_ctx, 1, 1 << 24, 0, "N", "context length (default: the model's)"}, \
     {"--kv-f16", NULL, ARG_FLAG, &(o).kv_f16, 0, 0, 0, NULL, "F16 KV cache (default F32)"},     \
     {"--keys", NULL, ARG_STR, &(o).keys, 0, 0, 0, "DIR", "CURVE keys for remote:tcp://... workers (= COLI_KEYS; coli keygen)"}, \
+    {"--xdna", NULL, ARG_FLAG, &(o).xdna, 0, 0, 0, NULL, "experimental NPU lane: adds an xdna worker (= COLI_XDNA=1; docs/xdna.md)"}, \
     {"--verbose", "-v", ARG_FLAG, &(o).verbose, 0, 0, 0, NULL, "progress and per-worker lines on stderr"}
 
 /* The help lines of the sampling flags, with the defaults they start from. */
@@ -47,7 +49,8 @@ void sampling_help_init(sampling_help *h, const coli_sampling_params *sp);
     {"--top-p", NULL, ARG_FLOAT, &(sp).top_p, 0, 1, 1, "P", (h).top_p},             \
     {"--seed", NULL, ARG_U64, &(sp).seed, 0, 0, 0, "S", "random seed: same seed, same output (default 0)"}
 
-/* Check the combination (-m given, --inproc vs --devices): 0 or ARGS_ERROR. */
+/* Check the combination (-m given, --inproc vs --devices and --xdna): 0 or
+ * ARGS_ERROR. --xdna sets COLI_XDNA=1 here, for the library and its workers. */
 int model_opts_check(const char *cmd, const model_opts *o);
 
 /* Load o->model and, if ctx is not NULL, make a context; on failure print "coli: <error>" and
