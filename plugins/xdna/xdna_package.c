@@ -26,7 +26,7 @@ static const char *const s_diag_names[XDNA_DIAG_COUNT] = {
 int xdna_lane_requested(void)
 {
     const char *v = getenv("COLI_XDNA");
-    if (!v || !*v) return 0;
+    if (!v || !(*v == '-' || *v == '+' || (*v >= '0' && *v <= '9'))) return 0; /* no blanks, no text */
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
