@@ -130,7 +130,10 @@ static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w)
         cum += w->lat.buckets[i];
         coli_strbuf_appendf(b, "%s%llu", i ? "," : "", (unsigned long long)cum);
     }
-    coli_strbuf_appendf(b, "],\"count\":%llu,\"sum\":%.9f}}", (unsigned long long)w->lat.n, w->lat.sum);
+    coli_strbuf_appendf(b, "],\"count\":%llu,\"sum\":%.9f},\"counters\":{", (unsigned long long)w->lat.n, w->lat.sum);
+    for (int i = 0; i < w->n_counters; i++) /* names checked on arrival: [a-z0-9_] */
+        coli_strbuf_appendf(b, "%s\"%s\":%llu", i ? "," : "", w->counter_name[i], (unsigned long long)w->counter_value[i]);
+    coli_strbuf_appendf(b, "}}");
 }
 
 int stats_json(moe_exec *self, char **json)
@@ -183,7 +186,11 @@ static void s_worker_text(coli_strbuf *b, const sched *s, const worker_link *w)
             coli_strbuf_appendf(b, " %s %llu", s->fb[i].reason, (unsigned long long)s->fb[i].count);
             any = 1;
         }
-    coli_strbuf_appendf(b, "%s%s%s\n", any ? "" : " none", w->reason[0] ? "  (" : "", w->reason[0] ? w->reason : "");
+    if (!any) coli_strbuf_appendf(b, " none");
+    for (int i = 0; i < w->n_counters; i++)
+        coli_strbuf_appendf(b, "%s%s %llu", i ? ", " : "  counters: ", w->counter_name[i],
+                            (unsigned long long)w->counter_value[i]);
+    coli_strbuf_appendf(b, "%s%s\n", w->reason[0] ? "  (" : "", w->reason[0] ? w->reason : "");
     if (w->reason[0]) { b->len--; coli_strbuf_appendf(b, ")\n"); }
 }
 

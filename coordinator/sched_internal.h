@@ -123,6 +123,9 @@ typedef struct worker_link {
     uint64_t ring_replies;           /* messages taken from its rings (all generations) */
     /* stats */
     uint64_t batches, rows, rerouted_rows, last_seen_ns, heartbeats;
+    char counter_name[8][32];        /* its plugin's own counters, latest values (e.g. xdna buckets) */
+    uint64_t counter_value[8];
+    int n_counters;
     lat_stats lat;
 } worker_link;
 

@@ -276,10 +276,24 @@ static int s_all_finite(const void *v, size_t n)
     return 1;
 }
 
+//  Keep the plugin counters a result carries (names [a-z0-9_], at most 8).
+static void s_take_counters(worker_link *w, const Coli__ExpertResult *r)
+{
+    for (size_t i = 0; i < r->n_counters && i < 8; i++) {
+        const char *name = r->counters[i]->name ? r->counters[i]->name : "";
+        size_t len = strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        if (len == 0 || len != strlen(name) || len >= sizeof w->counter_name[0]) return;
+        snprintf(w->counter_name[i], sizeof w->counter_name[i], "%s", name);
+        w->counter_value[i] = r->counters[i]->value;
+        w->n_counters = (int)i + 1;
+    }
+}
+
 static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
 {
     const Coli__ExpertResult *r = m->env->result;
     uint64_t id = m->env->request_id;
+    if (w->state != LINK_DOWN) s_take_counters(w, r);
     if (w->state == LINK_DOWN) {
         s->late_dropped++;          /* its process is gone; its rows went elsewhere */
         return;

@@ -179,13 +179,20 @@ Test(xdna_procs, crash_inside_execute_is_one_crash_and_cpu_bytes)
     xdna_rm_dir(dir);
 }
 
-//  An M64-only package and a prompt whose experts get more than 64 rows:
-//  those batches are declined (DECLINED_BUCKET), the CPU computes them.
-Test(xdna_procs, rows_beyond_the_packaged_buckets_are_declined)
+//  Counter `name` of worker 1 in the stats JSON (its plugin's own), -1 if absent.
+static long s_counter(const char *js, const char *name)
 {
-    char dir[64];
-    xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
-    xdna_sh("cd '%s/xdna-package' && rm *_m256_* && sed -i '/bucket=256/d' registry.txt", dir);
+    const char *w = strstr(js, "{\"id\":1,");
+    char key[64];
+    snprintf(key, sizeof key, "\"%s\":", name);
+    const char *c = w ? strstr(w, "\"counters\":{") : NULL;
+    const char *p = c ? strstr(c, key) : NULL;
+    return p ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
+//  A 200-token prompt through cpu:1 + the lane; returns the stats JSON.
+static char *s_long_prompt(void)
+{
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = "cpu:1";
@@ -204,13 +211,31 @@ Test(xdna_procs, rows_beyond_the_packaged_buckets_are_declined)
     cr_assert_eq(coli_eval(c, prompt, 200, lg, 0), 0, "%s", coli_last_error());
     char *js = NULL;
     cr_assert_eq(coli_model_stats_json(m, &js), 0);
-    cr_expect_gt(sched_fallbacks(js, XDNA, "DECLINED_BUCKET"), 0, "%s", js);
-    free(js);
     free(lg);
     const int pid = sched_worker_pid(m, 1);
     coli_context_free(&c);
     coli_model_free(&m);
-    if (pid > 0) sched_wait_dead(pid, 2.0); /* a declining lane worker ends with its coordinator */
+    if (pid > 0) sched_wait_dead(pid, 2.0); /* the lane worker ends with its coordinator */
+    return js;
+}
+
+//  Experts that get 65..256 rows of a 200-token prompt run through the M256
+//  artifacts (zero-padded); with an M64-only package they are declined
+//  (DECLINED_BUCKET) and the CPU computes them.
+Test(xdna_procs, buckets_are_counted_and_rows_beyond_the_package_are_declined)
+{
+    char dir[64];
+    xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
+    char *js = s_long_prompt();
+    cr_expect_gt(s_counter(js, "bucket_m256"), 0, "%s", js);
+    cr_expect_gt(s_counter(js, "padded_rows"), 0, "%s", js);
+    cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
+    free(js);
+    xdna_sh("cd '%s/xdna-package' && rm *_m256_* && sed -i '/bucket=256/d' registry.txt", dir);
+    js = s_long_prompt();
+    cr_expect_gt(sched_fallbacks(js, XDNA, "DECLINED_BUCKET"), 0, "%s", js);
+    cr_expect_eq(s_counter(js, "bucket_m256"), 0, "%s", js);
+    free(js);
     xdna_rm_dir(dir);
 }
 
@@ -256,6 +281,10 @@ Test(xdna_procs, lane_on_stays_within_the_bf16_tolerance)
     sched_worker_field(stats, 1, "batches", v, sizeof v);
     cr_expect_gt(atol(v), 0, "the lane computed batches: %s", stats);
     cr_expect_eq(sched_field(stats, "fallbacks_total"), 0, "%s", stats);
+    /* a 5-token prompt and single tokens: M64 only, every run padded */
+    cr_expect_gt(s_counter(stats, "bucket_m64"), 0, "%s", stats);
+    cr_expect_eq(s_counter(stats, "bucket_m256"), 0, "%s", stats);
+    cr_expect_gt(s_counter(stats, "padded_rows"), 0, "%s", stats);
     float worst = 0;
     for (size_t i = 0; i < (size_t)(GEN_STEPS + 1) * (size_t)ref->n_vocab; i++)
         worst = fmaxf(worst, fabsf(ref->logits[i] - lg[i]));

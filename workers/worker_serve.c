@@ -6,6 +6,7 @@
  * stops the heartbeat too, which is what the coordinator watches.
  */
 #include <math.h>
+#include <stddef.h>
 #include <poll.h>
 #include <stdint.h>
 #include <signal.h>
@@ -230,6 +231,19 @@ static int s_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int
     r.status = ok ? COLI__STATUS__STATUS_OK : COLI__STATUS__STATUS_FAILED;
     r.reason = (char *)why;
     r.compute_ns = ns;
+    moe_counter mc[MOE_MAX_COUNTERS];
+    Coli__Counter cs[MOE_MAX_COUNTERS], *cp[MOE_MAX_COUNTERS];
+    const struct moe_plugin *p = w->plugin;
+    int nc = p->struct_size >= offsetof(struct moe_plugin, get_counters) + sizeof p->get_counters &&
+             p->get_counters ? p->get_counters(w->dev, mc, MOE_MAX_COUNTERS) : 0;
+    for (int i = 0; i < nc && i < MOE_MAX_COUNTERS; i++) {
+        coli__counter__init(&cs[i]);
+        mc[i].name[sizeof mc[i].name - 1] = '\0';
+        cs[i].name = mc[i].name;
+        cs[i].value = mc[i].value;
+        cp[r.n_counters++] = &cs[i];
+    }
+    r.counters = cp;
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.request_id = id;
     env.body_case = COLI__ENVELOPE__BODY_RESULT;

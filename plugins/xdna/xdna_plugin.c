@@ -60,7 +60,7 @@ struct moe_device {
     float *c0, *c1;                  /* scratch: bucket x width F32 */
     size_t scratch_elems;
     moe_stats stats;
-    uint64_t runs[2], padded_rows;   /* executions per bucket, zero rows added */
+    uint64_t runs[2], padded_rows;   /* expert FFNs run per bucket, zero rows they added */
 };
 
 static int s_fail(char *err, size_t err_len, int rc, xdna_diag d, const char *fmt, ...)
@@ -299,7 +299,6 @@ static int s_reserve(moe_device *d, size_t elems)
 static int s_gemm(moe_device *d, xdna_expert *x, int op, int b, float *c, char *err, size_t err_len)
 {
     int st = d->h->execute(d->sess, x->w[op][b], d->a16, c);
-    d->runs[b]++;
     if (st != XDNA_SUCCESS)
         return s_fail(err, err_len, COLI_EDEVICE, xdna_helper_diag(st), "%s: %s", xdna_op_name((xdna_op)op),
                       d->h->last_error());
@@ -336,6 +335,7 @@ static int s_ffn(moe_device *d, xdna_expert *x, int b, const float *in, int64_t 
     if (check && !s_finite(d->c0, (size_t)(n * E)))
         return s_fail(err, err_len, COLI_EDEVICE, XDNA_NAN_OUTPUT, "down output not finite for finite input");
     memcpy(out, d->c0, (size_t)(n * E) * sizeof *out);
+    d->runs[b]++;
     d->padded_rows += (uint64_t)(M - n);
     return 0;
 }
@@ -400,6 +400,20 @@ static int xdna_get_stats(moe_device *d, moe_stats *stats)
     return 0;
 }
 
+//  What stats show per bucket: expert FFNs run through M64 / M256 artifacts,
+//  and the zero rows that padding added.
+static int xdna_get_counters(moe_device *d, moe_counter *out, int cap)
+{
+    if (!d || d->tag != XDNA_DEV_TAG || !out || cap < 3) return 0;
+    const char *names[3] = {"bucket_m64", "bucket_m256", "padded_rows"};
+    const uint64_t values[3] = {d->runs[0], d->runs[1], d->padded_rows};
+    for (int i = 0; i < 3; i++) {
+        snprintf(out[i].name, sizeof out[i].name, "%s", names[i]);
+        out[i].value = values[i];
+    }
+    return 3;
+}
+
 static const struct moe_plugin s_xdna_plugin = {
     .abi_major = MOE_PLUGIN_ABI_MAJOR,
     .abi_minor = MOE_PLUGIN_ABI_MINOR,
@@ -412,6 +426,7 @@ static const struct moe_plugin s_xdna_plugin = {
     .run = xdna_run,
     .get_stats = xdna_get_stats,
     .close = xdna_close,
+    .get_counters = xdna_get_counters,
 };
 
 const struct moe_plugin *moe_plugin_get(void) { return &s_xdna_plugin; }
