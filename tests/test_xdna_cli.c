@@ -1,7 +1,7 @@
 /*
  * test_xdna_cli.c - the NPU lane as a user meets it: `coli run --xdna`
  * without a package (PACKAGE_MISSING once, counted, the CPU run's tokens),
- * `coli xdna check`, --xdna's conflicts, and no XRT library in the NEEDED
+ * `coli serve --xdna`'s /metrics, `coli xdna check`, --xdna's conflicts, and no XRT library in the NEEDED
  * entries of any binary of the default build.
  */
 #include <criterion/criterion.h>
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "serve_util.h"
 #include "xdna_test_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
@@ -78,6 +79,20 @@ Test(xdna_cli, run_without_package_says_package_missing_once_and_gives_the_cpu_t
     cli_result_free(&a);
     cli_result_free(&b);
     cli_result_free(&c);
+    xdna_rm_dir(dir);
+}
+
+Test(xdna_cli, serve_metrics_count_the_diagnostic)
+{
+    char dir[64];
+    xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 0, s_model());
+    const char *extra[] = {"--devices", "cpu:1", "-t", "1", "--xdna", NULL};
+    serve_proc p = su_start(s_model(), extra);
+    http_resp r = su_get(p.port, "/metrics");
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.body, "colibri_fallbacks_total{device=\"xdna:0\",reason=\"PACKAGE_MISSING\"} 1"), "%s", r.body);
+    su_free(&r);
+    su_stop(&p);
     xdna_rm_dir(dir);
 }
 
