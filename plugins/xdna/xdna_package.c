@@ -23,16 +23,6 @@ static const char *const s_diag_names[XDNA_DIAG_COUNT] = {
     "DECLINED_SHAPE", "DECLINED_DTYPE", "DECLINED_ROWS", "DECLINED_BUCKET", "IMAGE_FAILED",
 };
 
-int xdna_lane_requested(void)
-{
-    const char *v = getenv("COLI_XDNA");
-    if (!v || !(*v == '-' || *v == '+' || (*v >= '0' && *v <= '9'))) return 0; /* no blanks, no text */
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    return !errno && *end == '\0' && x != 0;
-}
-
 const char *xdna_diag_name(xdna_diag d)
 {
     return (unsigned)d < XDNA_DIAG_COUNT ? s_diag_names[d] : "UNKNOWN";
