@@ -82,6 +82,34 @@ Test(xdna_cli, run_without_package_says_package_missing_once_and_gives_the_cpu_t
     xdna_rm_dir(dir);
 }
 
+//  A failure of every execution: said once on stderr, counted each time, the
+//  CPU computes every batch (same text).
+Test(xdna_cli, a_per_batch_failure_is_said_once_and_counted_each_time)
+{
+    char dir[64], stats[128];
+    xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, s_model());
+    snprintf(stats, sizeof stats, "%s/stats.json", dir);
+    char *cpu[] = {(char *)s_coli(), "run", "-m", (char *)s_model(), "-p", "And it came to pass", "-n", "8",
+                   "--temp", "0", "--devices", "cpu:1", "-t", "1", NULL};
+    char *npu[] = {(char *)s_coli(), "run", "-m", (char *)s_model(), "-p", "And it came to pass", "-n", "8",
+                   "--temp", "0", "--devices", "cpu:1", "-t", "1", "--xdna", "--stats-json", stats, NULL};
+    cli_result a = cli_run(cpu);
+    setenv("COLI_XRT_SYNTH_FAULT", "timeout", 1);
+    cli_result b = cli_run(npu);
+    cr_assert_eq(b.status, 0, "%s", b.err);
+    cr_expect_str_eq(b.out, a.out, "the CPU computed every batch");
+    cr_expect_eq(s_count_lines(b.err, "colibri: xdna: RUN_TIMEOUT", ""), 1, "said once:\n%s", b.err);
+    char *js = cli_slurp(stats, NULL);
+    cr_assert(js);
+    const char *key = "{\"device\":\"xdna:0\",\"reason\":\"RUN_TIMEOUT\",\"count\":";
+    const char *at = strstr(js, key);
+    cr_expect(at && atol(at + strlen(key)) > 1, "counted per batch: %s", js);
+    free(js);
+    cli_result_free(&a);
+    cli_result_free(&b);
+    xdna_rm_dir(dir);
+}
+
 Test(xdna_cli, serve_metrics_count_the_diagnostic)
 {
     char dir[64];

@@ -225,7 +225,7 @@ static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len)
         return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "expert %d/%d: bad shape", e->layer,
                       e->expert);
     for (int i = 0; i < 3; i++) {
-        if (types[i] < 0 || !(XDNA_DTYPE_MASK >> types[i] & 1u))
+        if (types[i] < 0 || types[i] >= 32 || !(XDNA_DTYPE_MASK >> types[i] & 1u))
             return s_fail(err, err_len, COLI_EUNSUPPORTED, XDNA_DECLINED_DTYPE, "expert %d/%d: weight type %s",
                           e->layer, e->expert, coli_dtype_name((uint32_t)types[i]));
         const int64_t k = i < 2 ? e->n_embd : e->n_ff, rows = i < 2 ? e->n_ff : e->n_embd;
@@ -364,6 +364,22 @@ static int s_gate_batch(moe_device *d, const moe_batch_group *groups, int32_t n_
     return 0;
 }
 
+//  A batch the lane did not compute goes to the CPU path and is counted there;
+//  say the first of each reason on stderr too (the rest only count).
+static void s_say_once(const char *err)
+{
+    static unsigned char said[XDNA_DIAG_COUNT];
+    for (int k = 1; k < XDNA_DIAG_COUNT; k++) {
+        const char *name = xdna_diag_name((xdna_diag)k);
+        const size_t len = strlen(name);
+        if (strncmp(err, name, len) || err[len] != ':') continue;
+        if (!said[k]) fprintf(stderr, "colibri: xdna: %s; the CPU path computes it (further %s counted, not "
+                              "printed)\n", err, name);
+        said[k] = 1;
+        return;
+    }
+}
+
 static int xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const float *x,
                     int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t err_len)
 {
@@ -373,7 +389,10 @@ static int xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_grou
         (n_rows_total > 0 && (!x || !out)))
         return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "run: bad arguments");
     int rc = s_gate_batch(d, groups, n_groups, n_rows_total, n_embd, err, err_len);
-    if (rc) return rc;
+    if (rc) {
+        s_say_once(err);
+        return rc;
+    }
     double t0 = s_now();
     const int check = s_finite(x, (size_t)(n_rows_total * n_embd));
     for (int32_t i = 0; rc == 0 && i < n_groups; i++) {
@@ -390,6 +409,7 @@ static int xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_grou
     }
     d->stats.calls++;
     d->stats.kernel_seconds += s_now() - t0;
+    if (rc) s_say_once(err);
     return rc;
 }
 
