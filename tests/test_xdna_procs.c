@@ -188,6 +188,12 @@ Test(xdna_procs, crash_inside_execute_is_one_crash_and_cpu_bytes)
     setenv("COLI_XRT_SYNTH_FAULT", "crash@1", 1);
     setenv("COLI_RESTART_BACKOFF_MS", "600000", 1);
     s_expect_declined("crash", 1);
+    /* default back-off, a lane that crashes in every execution: restarted, crashes
+     * again, stays down after COLI_WORKER_MAX_FAILURES; each death one crash, and
+     * the bytes are still the CPU's (no lane result ever arrives) */
+    unsetenv("COLI_RESTART_BACKOFF_MS");
+    setenv("COLI_XRT_SYNTH_FAULT", "crash", 1);
+    s_expect_declined("crash", -1);
     xdna_rm_dir(dir);
 }
 
