@@ -110,6 +110,25 @@ Test(xdna_cli, a_per_batch_failure_is_said_once_and_counted_each_time)
     xdna_rm_dir(dir);
 }
 
+Test(xdna_cli, stats_show_the_lane_bucket_counters)
+{
+    char dir[64], stats[128];
+    xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, s_model());
+    snprintf(stats, sizeof stats, "%s/stats.json", dir);
+    char *npu[] = {(char *)s_coli(), "run", "-m", (char *)s_model(), "-p", "And it came to pass", "-n", "4",
+                   "--temp", "0", "--devices", "cpu:1", "-t", "1", "--xdna", "--stats-json", stats, NULL};
+    cli_result b = cli_run(npu);
+    cr_assert_eq(b.status, 0, "%s", b.err);
+    cr_expect(strstr(b.err, "counters: bucket_m64 "), "end-of-run summary:\n%s", b.err);
+    char *st[] = {(char *)s_coli(), "stats", stats, NULL};
+    cli_result c = cli_run(st);
+    cr_expect_eq(c.status, 0, "%s", c.err);
+    cr_expect(strstr(c.out, "plugin counters of worker 1 (xdna:0): bucket_m64 "), "%s", c.out);
+    cli_result_free(&b);
+    cli_result_free(&c);
+    xdna_rm_dir(dir);
+}
+
 Test(xdna_cli, serve_metrics_count_the_diagnostic)
 {
     char dir[64];
