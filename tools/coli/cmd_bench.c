@@ -352,6 +352,8 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     if (!o->mo.model && !o->bandwidth)
         return args_error("bench", "-m", "required (the GGUF model file), or --bandwidth alone");
     if (o->mo.inproc && o->mo.devices) return args_error("bench", "--inproc", "conflicts with --devices %s", o->mo.devices);
+    if (o->mo.xdna && (o->mo.inproc || !o->mo.devices))
+        return args_error("bench", "--xdna", "needs --devices with workers (e.g. \"cpu:1\"); bench's default is inproc");
     if (o->mo.xdna) setenv("COLI_XDNA", "1", 1); /* configurations with workers get the NPU lane */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = o->mo.n_threads > 0 ? o->mo.n_threads : (int)(cores > 0 ? cores : 1);
