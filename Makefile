@@ -28,10 +28,11 @@ LDLIBS  += -lzmq -lprotobuf-c -ldl -lm -lmicrohttpd -lcjson
 
 # ---- sources ---------------------------------------------------------------
 CORE_SRC   := $(wildcard core/*.c)
-COORD_SRC  := $(wildcard coordinator/*.c)
+COORD_SRC  := $(wildcard coordinator/*.c coordinator/sched/*.c)
+WIRE_SRC   := $(wildcard proto/*.c)
 CPU_SRC    := $(wildcard plugins/cpu/*.c)
 WORKER_SRC := $(wildcard workers/*.c)
-CLI_SRC    := $(wildcard tools/coli/*.c)
+CLI_SRC    := $(wildcard tools/coli/*.c tools/coli/server/*.c)
 PROTO_SRC  := $(wildcard proto/*.proto)
 PROTO_GEN  := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTO_SRC))
 TEST_SRC   := $(wildcard tests/test_*.c)
@@ -39,6 +40,7 @@ TEST_SRC   := $(wildcard tests/test_*.c)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJ   := $(call obj,$(CORE_SRC))
 COORD_OBJ  := $(call obj,$(COORD_SRC))
+WIRE_OBJ   := $(call obj,$(WIRE_SRC))
 CPU_OBJ    := $(call obj,$(CPU_SRC))
 WORKER_OBJ := $(call obj,$(WORKER_SRC))
 CLI_OBJ    := $(call obj,$(CLI_SRC))
@@ -51,13 +53,17 @@ CPU_PLUGIN := $(BUILD)/lib/libcoli-cpu.so
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS      := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/*.c))
 
+FIXTURES   := $(BUILD)/fixtures/.stamp
+
 .PHONY: all run test test-sanitize deps bench bandwidth clean fixtures check-style
 # Generated protocol sources are inputs of several rules: keep them.
 .SECONDARY: $(PROTO_GEN)
 
+# The first rule is the default goal: `make` builds everything.
+all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(TOOLS) $(TESTS)
+
 check-style:
 	tools/check_style.sh
-all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(TOOLS) $(TESTS)
 
 # ---- generated protocol code (never committed) -----------------------------
 $(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
@@ -75,7 +81,7 @@ $(BUILD)/obj/%.o: %.c $(PROTO_GEN)
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- libraries and programs -------------------------------------------------
-$(LIB): $(CORE_OBJ) $(COORD_OBJ) $(CPU_OBJ) $(PROTO_OBJ)
+$(LIB): $(CORE_OBJ) $(WIRE_OBJ) $(COORD_OBJ) $(CPU_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -102,15 +108,21 @@ $(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -lcjson
 
 # ---- set-up -------------------------------------------------------------------
+# $(call apt_install,TARGET,PACKAGES[,apt-get flags]): install the Debian packages
+# that are missing (as root), saying which; nothing when all are there.
+define apt_install
+@missing=""; for p in $(2); do \
+  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+if [ -n "$$missing" ]; then \
+  echo "make $(1): installing$$missing"; \
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(3) $$missing; \
+fi
+endef
+
 DEB_PKGS := build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
             libcriterion-dev python3 python3-numpy libmicrohttpd-dev libcjson-dev
 deps:
-	@missing=""; for p in $(DEB_PKGS); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make deps: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+	$(call apt_install,deps,$(DEB_PKGS))
 
 # ---- the main job -----------------------------------------------------------
 MODEL ?= models/tiny-moe-4e2r-f16.gguf
@@ -130,12 +142,7 @@ TRAIN_PKGS := python3-torch python3-sentencepiece sentencepiece python3-matplotl
 TRAIN_OUT ?= tools/train/out
 .PHONY: train train-deps
 train-deps:
-	@missing=""; for p in $(TRAIN_PKGS); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make train-deps: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+	$(call apt_install,train-deps,$(TRAIN_PKGS))
 train: deps train-deps
 	/usr/bin/python3 tools/train/train.py --out $(TRAIN_OUT)
 	$(MAKE) $(COLI)
@@ -153,9 +160,9 @@ $(BENCH_DIR)/bench-mixtral-f16.gguf:
 	$(BENCH_PY) $(SHARED)/reference/gen/make_models.py $(BENCH_DIR) --only bench-mixtral
 # (coli is order-only: rebuilding it does not requantize)
 $(BENCH_DIR)/bench-mixtral-q4_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf | $(COLI)
-	$(COLI) quantize $< $@ Q4_0
+	$(COLI) quantize --pure $< $@ Q4_0
 $(BENCH_DIR)/bench-mixtral-q8_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf | $(COLI)
-	$(COLI) quantize $< $@ Q8_0
+	$(COLI) quantize --pure $< $@ Q8_0
 .PHONY: bench-sched
 bench-sched: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BUILD)/bin/bench_sched $(BUILD)/bin/bench_ring $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q4_0.gguf
 	$(BUILD)/bin/bench_ring 2 4096 2000
@@ -186,7 +193,6 @@ bench-coli: $(COLI) $(WORKER) $(CPU_PLUGIN) $(FIXTURES) $(BENCH_DIR)/bench-mixtr
 bench: bench-coli bench-sched
 
 # ---- tests ---------------------------------------------------------------------
-FIXTURES := $(BUILD)/fixtures/.stamp
 fixtures: $(FIXTURES)
 $(FIXTURES): $(BUILD)/bin/gen_model
 	@mkdir -p $(dir $@)
@@ -199,12 +205,7 @@ $(FIXTURES): $(BUILD)/bin/gen_model
 TEST_PKGS := prometheus
 .PHONY: test-deps
 test-deps:
-	@missing=""; for p in $(TEST_PKGS); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make test-deps: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	$(call apt_install,test-deps,$(TEST_PKGS),--no-install-recommends)
 
 test: deps test-deps
 	tools/check_style.sh
@@ -233,25 +234,21 @@ include plugins/xdna/xdna.mk
 FUZZ_SECONDS ?= 300
 FUZZ_PKGS    := clang libclang-rt-14-dev
 FUZZ_DIR     := $(BUILD)/fuzz
-FUZZ_CORE    := core/gguf.c core/gguf_common.c core/gguf_writer.c core/tensor.c core/error.c
+FUZZ_CORE    := core/gguf.c core/gguf_common.c core/gguf_writer.c core/tensor.c core/error.c \
+                core/quant.c core/quant_dequant.c core/quant_blocks.c core/cpu_features.c
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -Icore
 .PHONY: fuzz fuzz-deps
 fuzz-deps:
-	@missing=""; for p in $(FUZZ_PKGS); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make fuzz: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+	$(call apt_install,fuzz,$(FUZZ_PKGS))
 
-$(FUZZ_DIR)/fuzz_gguf: tools/fuzz/fuzz_gguf.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h core/gguf_internal.h | fuzz-deps
+$(FUZZ_DIR)/fuzz_gguf: tools/fuzz/fuzz_gguf.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h core/gguf_internal.h core/quant.h | fuzz-deps
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -o $@ tools/fuzz/fuzz_gguf.c $(FUZZ_CORE)
+	  -o $@ tools/fuzz/fuzz_gguf.c $(FUZZ_CORE) -lm
 
 $(FUZZ_DIR)/gguf_seeds: tools/fuzz/gguf_seeds.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h | fuzz-deps
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ tools/fuzz/gguf_seeds.c $(FUZZ_CORE)
+	clang $(FUZZ_CFLAGS) -o $@ tools/fuzz/gguf_seeds.c $(FUZZ_CORE) -lm
 
 fuzz: $(FUZZ_DIR)/fuzz_gguf $(FUZZ_DIR)/gguf_seeds
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/seeds

@@ -18,12 +18,16 @@
 #include "coordinator/model.h"
 #include "coordinator/moe_exec.h"
 #include "coordinator/sampler.h"
+#include "core/clock.h"
+#include "core/settings.h"
 #include "error.h"
 #include "threadpool.h"
 #include "tokenizer.h"
 
 struct coli_model {
-    model *m;                 /* mapped, validated weights */
+    model *m;                 /* mapped, validated weights; NULL when vocab_only */
+    gguf_file *vocab_file;    /* vocab_only: the mapping the tokenizer was read from */
+    char *arch;               /* vocab_only: general.architecture ("" if absent) */
     coli_tokenizer *tok;
     moe_exec *moe;            /* routed experts; NULL for a dense model */
     coli_pool *pool;          /* compute threads for attention and dense matmuls */
@@ -47,12 +51,6 @@ struct coli_context {
     size_t text_cap;
 };
 
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static char *s_strdup(const char *s, size_t n) {
     char *d = malloc(n + 1);
     if (d) { memcpy(d, s, n); d[n] = '\0'; }
@@ -71,26 +69,34 @@ void coli_model_default_params(coli_model_params *p) {
 static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
     const char *d = cfg->devices;
     if (d && strcmp(d, "inproc") == 0) return moe_exec_inproc_new(cfg, out);
-    /* default (NULL or ""): local CPU workers over ipc (coordinator/scheduler.c) */
+    /* default (NULL or ""): local CPU workers over ipc (coordinator/sched/scheduler.c) */
     return moe_exec_workers_new(cfg, out);
 }
 
 static int s_start_experts(coli_model *cm, const char *path, const coli_model_params *p) {
     const model_hparams *hp = &cm->m->hp;
     if (hp->n_expert == 0) return 0; /* dense: the forward pass runs the FFN itself */
+    /* the environment, read once here; what the program set wins over it */
+    coli_settings *set = malloc(sizeof *set); /* ~21 KiB (paths); the executor copies it */
+    if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
+    coli_settings_from_env(set);
+    if (p->worker_path && *p->worker_path) snprintf(set->worker_bin, sizeof set->worker_bin, "%s", p->worker_path);
+    if (p->keys_dir && *p->keys_dir) snprintf(set->keys_dir, sizeof set->keys_dir, "%s", p->keys_dir);
     moe_exec_config cfg = {
         .model_path = path, .gguf = cm->m->gguf,
         .n_layer = hp->n_layer, .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used,
         .n_embd = hp->n_embd, .n_ff = hp->n_ff_exp,
         .devices = p->devices, .n_threads = cm->n_threads, .pool = cm->pool, .verbose = p->verbose,
+        .settings = set,
     };
-    return select_executor(&cfg, &cm->moe);
+    int rc = select_executor(&cfg, &cm->moe);
+    free(set);
+    return rc;
 }
 
 /* name, chat template: copies, so they outlive nothing but the model. */
-static int s_load_strings(coli_model *cm, const char *path) {
+static int s_load_strings(coli_model *cm, const gguf_file *f, const char *path) {
     gguf_str s;
-    const gguf_file *f = cm->m->gguf;
     if (gguf_find_key(f, "general.name") >= 0 && gguf_get_str(f, "general.name", &s) == 0) {
         cm->name = s_strdup(s.ptr, (size_t)s.len);
     } else {
@@ -105,14 +111,30 @@ static int s_load_strings(coli_model *cm, const char *path) {
     return cm->name ? 0 : coli_fail(COLI_ENOMEM, "model: out of memory");
 }
 
+/* vocab_only: the tokenizer of any GGUF that carries one, whatever its
+ * architecture and tensors (as llama.cpp's vocab_only load). */
+static int s_vocab_setup(coli_model *cm, const char *path) {
+    gguf_str s = {0};
+    int rc = gguf_open(path, &cm->vocab_file);
+    if (rc < 0) return rc;
+    if ((rc = coli_tokenizer_new(cm->vocab_file, &cm->tok)) < 0) return coli_fail_prefix(rc, "%s", path);
+    if (gguf_find_key(cm->vocab_file, "general.architecture") >= 0 &&
+        (rc = gguf_get_str(cm->vocab_file, "general.architecture", &s)) < 0)
+        return coli_fail_prefix(rc, "%s", path);
+    if (!(cm->arch = s_strdup(s.ptr ? s.ptr : "", (size_t)s.len)))
+        return coli_fail(COLI_ENOMEM, "model: out of memory");
+    return s_load_strings(cm, cm->vocab_file, path);
+}
+
 static int s_model_setup(coli_model *cm, const char *path, const coli_model_params *p) {
     int rc;
+    if (p->vocab_only) return s_vocab_setup(cm, path);
     if ((rc = model_open(path, &cm->m)) < 0) return rc;
     if ((rc = coli_tokenizer_new(cm->m->gguf, &cm->tok)) < 0) return coli_fail_prefix(rc, "%s", path);
     if (coli_tokenizer_n_vocab(cm->tok) != cm->m->hp.n_vocab)
         return coli_fail(COLI_EFORMAT, "%s: vocabulary has %d tokens but token_embd.weight has %d rows",
                          path, coli_tokenizer_n_vocab(cm->tok), cm->m->hp.n_vocab);
-    if ((rc = s_load_strings(cm, path)) < 0) return rc;
+    if ((rc = s_load_strings(cm, cm->m->gguf, path)) < 0) return rc;
     cm->n_ctx = cm->m->hp.n_ctx_train;
     if (p->n_ctx_max > 0 && p->n_ctx_max < cm->n_ctx) cm->n_ctx = p->n_ctx_max;
     if (!(cm->pool = coli_pool_new(p->n_threads))) return COLI_ENOMEM;
@@ -129,7 +151,7 @@ int coli_model_load(const char *path, const coli_model_params *p, coli_model **o
     if (p->n_threads < 0 || p->n_ctx_max < 0)
         return coli_fail(COLI_EINVAL, "coli_model_load: n_threads %d / n_ctx_max %d must be >= 0",
                          p->n_threads, p->n_ctx_max);
-    const double t0 = s_now();
+    const double t0 = coli_now_s();
     coli_model *cm = calloc(1, sizeof *cm);
     if (!cm) return coli_fail(COLI_ENOMEM, "coli_model_load: out of memory");
     cm->kv_f16 = p->kv_f16 ? 1 : 0;
@@ -143,8 +165,11 @@ int coli_model_load(const char *path, const coli_model_params *p, coli_model **o
         coli_model_free(&cm);
         return rc;
     }
-    cm->load_seconds = s_now() - t0;
-    if (cm->verbose)
+    cm->load_seconds = coli_now_s() - t0;
+    if (cm->verbose && !cm->m)
+        fprintf(stderr, "colibri: loaded the vocabulary of %s (%d tokens) in %.2f s\n", cm->name,
+                coli_tokenizer_n_vocab(cm->tok), cm->load_seconds);
+    else if (cm->verbose)
         fprintf(stderr, "colibri: loaded %s (%s, %d layers, %d experts) in %.2f s, %d threads\n",
                 cm->name, cm->m->hp.arch_name, cm->m->hp.n_layer, cm->m->hp.n_expert,
                 cm->load_seconds, cm->n_threads);
@@ -175,6 +200,8 @@ void coli_model_free(coli_model **pm) {
     coli_pool_destroy(&cm->pool);
     coli_tokenizer_free(&cm->tok);
     model_close(&cm->m);
+    gguf_close(&cm->vocab_file);
+    free(cm->arch);
     free(cm->stats_json_path);
     free(cm->name);
     free(cm->chat_template);
@@ -186,9 +213,19 @@ void coli_model_get_info(const coli_model *cm, coli_model_info *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (!cm) return;
+    out->bos_id = coli_tokenizer_bos(cm->tok);
+    out->eos_id = coli_tokenizer_eos(cm->tok);
+    out->add_bos = coli_tokenizer_add_bos(cm->tok);
+    out->chat_template = cm->chat_template;
+    out->load_seconds = cm->load_seconds;
+    out->name = cm->name;
+    if (!cm->m) { /* vocab_only */
+        out->arch = cm->arch;
+        out->n_vocab = coli_tokenizer_n_vocab(cm->tok);
+        return;
+    }
     const model_hparams *hp = &cm->m->hp;
     out->arch = hp->arch_name;
-    out->name = cm->name;
     out->n_params = cm->m->n_params;
     out->n_vocab = hp->n_vocab;
     out->n_ctx = cm->n_ctx;
@@ -198,11 +235,6 @@ void coli_model_get_info(const coli_model *cm, coli_model_info *out) {
     out->n_head_kv = hp->n_head_kv;
     out->n_expert = hp->n_expert;
     out->n_expert_used = hp->n_expert_used;
-    out->bos_id = coli_tokenizer_bos(cm->tok);
-    out->eos_id = coli_tokenizer_eos(cm->tok);
-    out->add_bos = coli_tokenizer_add_bos(cm->tok);
-    out->chat_template = cm->chat_template;
-    out->load_seconds = cm->load_seconds;
 }
 
 // ---------------------------------------------------------------------------
@@ -239,6 +271,8 @@ int coli_context_new(coli_model *cm, const coli_context_params *p, coli_context 
     if (!out) return coli_fail(COLI_EINVAL, "coli_context_new: out is NULL");
     *out = NULL;
     if (!cm) return coli_fail(COLI_EINVAL, "coli_context_new: model is NULL");
+    if (!cm->m)
+        return coli_fail(COLI_EINVAL, "coli_context_new: %s was loaded vocab_only (no weights to run)", cm->name);
     int n_ctx = p && p->n_ctx ? p->n_ctx : cm->n_ctx;
     if (n_ctx < 1 || n_ctx > cm->n_ctx)
         return coli_fail(COLI_EINVAL, "coli_context_new: n_ctx %d: expected 1..%d (the model's context)",
@@ -247,7 +281,8 @@ int coli_context_new(coli_model *cm, const coli_context_params *p, coli_context 
     coli_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return coli_fail(COLI_ENOMEM, "coli_context_new: out of memory");
     ctx->model = cm;
-    int rc = kv_cache_init(&ctx->kv, hp->n_layer, n_ctx, model_kv_dim(hp), cm->kv_f16);
+    int rc = kv_cache_init(&ctx->kv, hp->n_layer, n_ctx, model_k_dim(hp), model_v_dim(hp), hp->mla_absorbed,
+                           cm->kv_f16);
     if (rc == 0) {
         const int max_batch = n_ctx < FORWARD_MAX_BATCH ? n_ctx : FORWARD_MAX_BATCH;
         rc = forward_state_init(&ctx->fs, cm->m, cm->moe, cm->pool, max_batch, n_ctx);
@@ -348,14 +383,14 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
         return coli_fail(COLI_EINVAL, "coli_generate: context NULL or empty prompt (n_prompt %d)", n_prompt);
     int rc = sampler_init(&smp, sp, ctx->model->m->hp.n_vocab);
     if (rc < 0) return rc;
-    double t0 = s_now();
+    double t0 = coli_now_s();
     rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
     st.n_prompt = n_prompt;
-    st.prompt_seconds = s_now() - t0;
+    st.prompt_seconds = coli_now_s() - t0;
     if (rc == 0) {
-        t0 = s_now();
+        t0 = coli_now_s();
         rc = s_gen_loop(ctx, &smp, cb, user, &st);
-        st.gen_seconds = s_now() - t0;
+        st.gen_seconds = coli_now_s() - t0;
     }
     sampler_free(&smp);
     if (stats) *stats = st;
@@ -372,7 +407,7 @@ int coli_model_stats_json(const coli_model *cm, char **json) {
     const char *kind = cm->moe ? "inproc" : "none";
     char buf[128];
     int n = snprintf(buf, sizeof buf, "{\"executor\":\"%s\",\"n_layer\":%d,\"n_expert\":%d}",
-                     kind, cm->m->hp.n_layer, cm->m->hp.n_expert);
+                     kind, cm->m ? cm->m->hp.n_layer : 0, cm->m ? cm->m->hp.n_expert : 0);
     if (!(*json = s_strdup(buf, (size_t)n))) return coli_fail(COLI_ENOMEM, "stats: out of memory");
     return 0;
 }

@@ -7,10 +7,11 @@
  *   h = token_embd[ids]
  *   for each layer:
  *     x = rmsnorm(h) * attn_norm
- *     q, k, v = Wq x (+bq), Wk x (+bk), Wv x (+bv)
+ *     q, k, v = Wq x (+bq), Wk x (+bk), Wv x (+bv)   (deepseek2: forward_mla.c)
  *     (olmoe) q = rmsnorm(q) * q_norm, k = rmsnorm(k) * k_norm
+ *     (qwen3moe) the same per head
  *     q, k = rope(q), rope(k);  cache k, v
- *     h += Wo * softmax(q K^T / sqrt(head_dim) + causal mask) V
+ *     h += Wo * softmax(q K^T * attn_scale + causal mask) V
  *     x = rmsnorm(h) * ffn_norm
  *     h += FFN(x)  (dense) or  sum_s w_s expert_{e_s}(x) (+ shared expert)
  *   logits = output * (rmsnorm(h) * output_norm)
@@ -25,6 +26,8 @@
 #include <string.h>
 
 #include "coordinator/attn_simd.h"
+#include "coordinator/forward_impl.h"
+#include "coordinator/router.h"
 #include "error.h"
 #include "expert_ffn.h"
 #include "quant.h"
@@ -36,8 +39,8 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
                        int max_batch, int n_ctx) {
     const model_hparams *hp = &m->hp;
     const size_t B = (size_t)max_batch, E = (size_t)hp->n_embd;
-    const size_t Q = (size_t)model_q_dim(hp), KV = (size_t)model_kv_dim(hp);
-    const size_t X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+    const size_t Q = (size_t)model_q_dim(hp), KD = (size_t)model_k_dim(hp), VD = (size_t)model_v_dim(hp);
+    const size_t X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used, M = forward_mla_floats(hp);
     memset(s, 0, sizeof *s);
     s->m = m; s->moe = moe; s->pool = pool;
     s->max_batch = max_batch; s->n_ctx = n_ctx;
@@ -46,21 +49,23 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     s->h = malloc(B * E * sizeof(float));
     s->xb = malloc(B * E * sizeof(float));
     s->q = malloc(B * Q * sizeof(float));
-    s->k = malloc(B * KV * sizeof(float));
-    s->v = malloc(B * KV * sizeof(float));
-    s->attn = malloc(B * Q * sizeof(float));
+    s->k = malloc(B * KD * sizeof(float));
+    s->v = malloc(B * VD * sizeof(float));
+    s->attn = malloc(B * (size_t)model_attn_dim(hp) * sizeof(float));
+    s->mla = M ? malloc(B * M * sizeof(float)) : NULL;
     s->delta = malloc(B * E * sizeof(float));
     s->rope = malloc(B * (size_t)hp->n_rot * sizeof(float));
     const size_t group = hp->n_head_kv > 0 ? (size_t)(hp->n_head / hp->n_head_kv) : 1;
     s->scores = malloc((size_t)s->n_workers * group * (size_t)n_ctx * sizeof(float));
     s->router = malloc(B * (X ? X : 1) * sizeof(float));
+    s->choice = malloc((X ? 2 * X : 1) * sizeof(float)); /* choice values + group scores */
     s->sel = malloc(B * (K ? K : 1) * sizeof(int32_t));
     s->sel_w = malloc(B * (K ? K : 1) * sizeof(float));
     s->moe_y = malloc(B * (K ? K : 1) * E * sizeof(float));
     s->shexp = malloc(B * E * sizeof(float));
     s->shexp_gate = malloc(B * sizeof(float));
-    if (!s->h || !s->xb || !s->q || !s->k || !s->v || !s->attn || !s->delta || !s->rope ||
-        !s->scores || !s->router || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate) {
+    if (!s->h || !s->xb || !s->q || !s->k || !s->v || !s->attn || (M && !s->mla) || !s->delta || !s->rope ||
+        !s->scores || !s->router || !s->choice || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate) {
         forward_state_free(s);
         return coli_fail(COLI_ENOMEM, "forward pass: cannot allocate buffers for a batch of %d", max_batch);
     }
@@ -68,8 +73,8 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
 }
 
 void forward_state_free(forward_state *s) {
-    free(s->h); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->attn);
-    free(s->delta); free(s->rope); free(s->scores); free(s->router); free(s->sel);
+    free(s->h); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->attn); free(s->mla);
+    free(s->delta); free(s->rope); free(s->scores); free(s->router); free(s->choice); free(s->sel);
     free(s->sel_w); free(s->moe_y); free(s->shexp); free(s->shexp_gate);
     coli_scratch_free(&s->scratch);
     memset(s, 0, sizeof *s);
@@ -86,14 +91,12 @@ static void rmsnorm(float *o, const float *x, const float *w, int64_t n, float e
     for (int64_t i = 0; i < n; i++) o[i] = (x[i] * scale) * w[i];
 }
 
-/* rmsnorm over each of n rows of width cols, in place allowed. */
-static void rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int64_t cols, float eps) {
+void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int64_t cols, float eps) {
     for (int t = 0; t < n; t++)
         rmsnorm(o + (size_t)t * (size_t)cols, x + (size_t)t * (size_t)cols, (const float *)w->data, cols, eps);
 }
 
-/* Softmax of n values in place: exp(x - max) / sum. */
-static void softmax(float *x, int64_t n) {
+void fwd_softmax(float *x, int64_t n) {
     float max = x[0];
     for (int64_t i = 1; i < n; i++) if (x[i] > max) max = x[i];
     double sum = 0.0;
@@ -102,39 +105,11 @@ static void softmax(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
-/* cs[2i], cs[2i+1] = cos, sin of pos * base^(-2i/n_rot), the angle built by
- * repeated multiplication in float as ggml's rope cache does. */
-static void rope_angles(float *cs, int pos, int n_rot, float base) {
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
-    float theta = (float)pos;
-    for (int i = 0; i < n_rot / 2; i++) {
-        cs[2 * i] = cosf(theta);
-        cs[2 * i + 1] = sinf(theta);
-        theta *= theta_scale;
-    }
-}
-
-/* Rotate the first n_rot dims of each of n_heads heads of x. NORM layout
- * pairs (2i, 2i+1); NEOX layout pairs (i, i + n_rot/2). */
-static void rope_apply(float *x, const float *cs, int n_heads, int head_dim, int n_rot, int neox) {
-    for (int hh = 0; hh < n_heads; hh++) {
-        float *xh = x + (size_t)hh * (size_t)head_dim;
-        for (int i = 0; i < n_rot / 2; i++) {
-            const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
-            const float c = cs[2 * i], sn = cs[2 * i + 1], x0 = xh[a], x1 = xh[b];
-            xh[a] = x0 * c - x1 * sn;
-            xh[b] = x0 * sn + x1 * c;
-        }
-    }
-}
-
-/* y (n, W->ne[1]) = x (n, W->ne[0]) W^T; by far most of the time goes here. */
-static int matmul(forward_state *s, const coli_tensor *W, const float *x, int n, float *y) {
+int fwd_matmul(forward_state *s, const coli_tensor *W, const float *x, int n, float *y) {
     return coli_matmul(s->pool, &s->scratch, W->data, W->type, W->ne[0], W->ne[1], x, n, y);
 }
 
-/* The matmul op y = W x for coli_matmul_many. */
-static coli_matmul_op op_of(const coli_tensor *W, const float *x, int n, float *y) {
+coli_matmul_op fwd_op_of(const coli_tensor *W, const float *x, int n, float *y) {
     return (coli_matmul_op){W->data, W->type, W->ne[0], W->ne[1], x, n, y};
 }
 
@@ -162,115 +137,147 @@ typedef struct attn_job {
 
 static float fp16_round(float x) { return coli_fp16_to_fp32(coli_fp32_to_fp16(x)); }
 
-/* out (head_dim) = softmax(q . K[0..n_kv) * scale) V for one query head
+/* Widths of one head and the q.k multiplier. */
+typedef struct head_dims {
+    int k, v;        /* query/key and value head widths */
+    float scale;     /* hp->attn_scale */
+} head_dims;
+
+/* out (hd.v) = softmax(q . K[0..n_kv) * scale) V for one query head
  * reading KV head kvh of an fp16 cache: q arrives fp16-rounded and the
  * probabilities are rounded to fp16 before the product with V (llama.cpp). */
-static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, int head_dim,
+static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, head_dims hd,
                            const float *q, float *scores, float *out) {
-    const float scale = 1.0f / sqrtf((float)head_dim);
     const float *h2f = kv_fp16_table();
-    const size_t off = (size_t)kvh * (size_t)head_dim;
+    const size_t koff = (size_t)kvh * (size_t)hd.k, voff = (size_t)kvh * (size_t)hd.v;
     for (int j = 0; j < n_kv; j++) {
         float dot = 0.0f;
-        const uint16_t *kj = (const uint16_t *)kv_cache_k(kv, layer, j) + off;
-        for (int d = 0; d < head_dim; d++) dot += q[d] * h2f[kj[d]];
-        scores[j] = dot * scale;
+        const uint16_t *kj = (const uint16_t *)kv_cache_k(kv, layer, j) + koff;
+        for (int d = 0; d < hd.k; d++) dot += q[d] * h2f[kj[d]];
+        scores[j] = dot * hd.scale;
     }
-    softmax(scores, n_kv);
-    memset(out, 0, (size_t)head_dim * sizeof(float));
+    fwd_softmax(scores, n_kv);
+    memset(out, 0, (size_t)hd.v * sizeof(float));
     for (int j = 0; j < n_kv; j++) {
         const float p = fp16_round(scores[j]);
-        const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, j) + off;
-        for (int d = 0; d < head_dim; d++) out[d] += p * h2f[vj[d]];
+        const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, j) + voff;
+        for (int d = 0; d < hd.v; d++) out[d] += p * h2f[vj[d]];
     }
 }
 
-/* The same for the group query heads of KV head kvh (q and out: group
- * heads of head_dim, contiguous) over an F32 cache: each cached key is
- * read once for all of them; scores: group rows, score_stride apart. Each
- * head gets the bits it would get alone. */
+/* The same for the group query heads of KV head kvh (q: group heads of
+ * hd.k, out: group heads of hd.v, contiguous) over an F32 cache: each
+ * cached key is read once for all of them; scores: group rows,
+ * score_stride apart. Each head gets the bits it would get alone. */
 static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, int group,
-                             int head_dim, const float *q, float *scores, long score_stride,
+                             head_dims hd, const float *q, float *scores, long score_stride,
                              float *out) {
-    const float scale = 1.0f / sqrtf((float)head_dim);
-    const size_t off = (size_t)kvh * (size_t)head_dim;
+    const size_t koff = (size_t)kvh * (size_t)hd.k, voff = (size_t)kvh * (size_t)hd.v;
     for (int j = 0; j < n_kv; j++)
-        attn_dots_f32(q, head_dim, group, (const float *)kv_cache_k(kv, layer, j) + off, head_dim,
+        attn_dots_f32(q, hd.k, group, (const float *)kv_cache_k(kv, layer, j) + koff, hd.k,
                       scores + j, score_stride);
     for (int g = 0; g < group; g++) {
         float *sg = scores + g * score_stride;
-        for (int j = 0; j < n_kv; j++) sg[j] *= scale;
-        softmax(sg, n_kv);
+        for (int j = 0; j < n_kv; j++) sg[j] *= hd.scale;
+        fwd_softmax(sg, n_kv);
     }
-    memset(out, 0, (size_t)group * (size_t)head_dim * sizeof(float));
+    memset(out, 0, (size_t)group * (size_t)hd.v * sizeof(float));
     for (int j = 0; j < n_kv; j++) {
-        const float *vj = (const float *)kv_cache_v(kv, layer, j) + off;
+        const float *vj = (const float *)kv_cache_v(kv, layer, j) + voff;
         for (int g = 0; g < group; g++)
-            attn_axpy_f32(out + (size_t)g * (size_t)head_dim, scores[g * score_stride + j], vj, head_dim);
+            attn_axpy_f32(out + (size_t)g * (size_t)hd.v, scores[g * score_stride + j], vj, hd.v);
     }
 }
 
-/* F32 cache: thread ith takes (token, KV head) pairs ith, ith + nth, ...,
- * each with its group of query heads; fp16 cache: (token, head) pairs.
- * Token t sees positions 0..pos+t (the causal mask). */
+/* Query heads one F32-cache task takes together: GQA groups (<= 8) stay
+ * whole; MQA over many heads (deepseek2's latent attention, 128 heads on
+ * one KV head) is split so that decode still spreads over the threads. */
+#define ATTN_MAX_HEADS_PER_TASK 8
+
+/* F32 cache: thread ith takes tasks ith, ith + nth, ...: a (token, KV head,
+ * chunk of its query heads); fp16 cache: (token, head) pairs. Token t sees
+ * positions 0..pos+t (the causal mask). */
 static void attention_worker(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     forward_state *s = job->s;
     const model_hparams *hp = &s->m->hp;
-    const int group = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
-    const int per_tok = job->kv->f16 ? hp->n_head : hp->n_head_kv;
-    const size_t q_dim = (size_t)model_q_dim(hp);
+    const int group = hp->n_head / hp->n_head_kv, f16 = job->kv->f16;
+    const int chunk = group < ATTN_MAX_HEADS_PER_TASK ? group : ATTN_MAX_HEADS_PER_TASK;
+    const int n_chunks = (group + chunk - 1) / chunk;
+    const head_dims hd = {hp->head_dim, hp->head_dim_v, hp->attn_scale};
+    const int per_tok = f16 ? hp->n_head : hp->n_head_kv * n_chunks;
+    const size_t q_dim = (size_t)model_q_dim(hp), o_dim = (size_t)model_attn_dim(hp);
     float *scores = s->scores + (size_t)ith * (size_t)group * (size_t)s->n_ctx;
     for (int task = ith; task < job->n * per_tok; task += nth) {
         const int t = task / per_tok, h = task % per_tok, n_kv = job->pos + t + 1;
-        if (job->kv->f16) {
-            const size_t at = (size_t)t * q_dim + (size_t)h * (size_t)hd;
-            attend_one_f16(job->kv, job->layer, n_kv, h / group, hd, s->q + at, scores, s->attn + at);
-        } else {
-            const size_t at = (size_t)t * q_dim + (size_t)h * (size_t)group * (size_t)hd;
-            attend_group_f32(job->kv, job->layer, n_kv, h, group, hd, s->q + at, scores, s->n_ctx,
-                             s->attn + at);
-        }
+        const int kvh = f16 ? h / group : h / n_chunks;
+        const int first = f16 ? h : kvh * group + (h % n_chunks) * chunk; /* first query head */
+        const int heads = f16 ? 1 : (group - (first - kvh * group) < chunk ? group - (first - kvh * group) : chunk);
+        const float *q = s->q + (size_t)t * q_dim + (size_t)first * (size_t)hd.k;
+        float *out = s->attn + (size_t)t * o_dim + (size_t)first * (size_t)hd.v;
+        if (f16)
+            attend_one_f16(job->kv, job->layer, n_kv, kvh, hd, q, scores, out);
+        else
+            attend_group_f32(job->kv, job->layer, n_kv, kvh, heads, hd, q, scores, s->n_ctx, out);
     }
+}
+
+/* q, k, v of the standard block: projections (+ biases), q/k norms, rope. */
+static int qkv_block(forward_state *s, const layer_weights *l, int n) {
+    const model_hparams *hp = &s->m->hp;
+    const int64_t Q = model_q_dim(hp), K = model_k_dim(hp), V = model_v_dim(hp);
+    int rc;
+    // q = Wq x (+ bq), k = Wk x (+ bk), v = Wv x (+ bv)
+    // as one pool job over the three matrices' rows, sharing one prepared x
+    const coli_matmul_op qkv[3] = {fwd_op_of(l->wq, s->xb, n, s->q), fwd_op_of(l->wk, s->xb, n, s->k),
+                                   fwd_op_of(l->wv, s->xb, n, s->v)};
+    if ((rc = coli_matmul_many(s->pool, &s->scratch, qkv, 3)) < 0) return rc;
+    if (l->bq) { add_bias(s->q, l->bq, n, Q); add_bias(s->k, l->bk, n, K); add_bias(s->v, l->bv, n, V); }
+    // OLMoE: RMSNorm over the whole projected q and k vectors, before rope;
+    // Qwen3-MoE: over each head (rows of head_dim)
+    if (l->q_norm && l->qk_norm_per_head) {
+        fwd_rmsnorm_rows(s->q, s->q, l->q_norm, n * hp->n_head, hp->head_dim, hp->rms_eps);
+        fwd_rmsnorm_rows(s->k, s->k, l->k_norm, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
+    } else if (l->q_norm) {
+        fwd_rmsnorm_rows(s->q, s->q, l->q_norm, n, Q, hp->rms_eps);
+        fwd_rmsnorm_rows(s->k, s->k, l->k_norm, n, K, hp->rms_eps);
+    }
+    // rotate q and k by their positions
+    for (int t = 0; t < n; t++) {
+        const float *cs = s->rope + (size_t)t * (size_t)hp->n_rot;
+        rope_apply(s->q + (size_t)t * (size_t)Q, cs, hp->n_head, hp->head_dim, hp->n_rot, hp->rope.neox);
+        rope_apply(s->k + (size_t)t * (size_t)K, cs, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope.neox);
+    }
+    return 0;
 }
 
 static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int pos) {
     const model_hparams *hp = &s->m->hp;
     const layer_weights *l = &s->m->layers[il];
-    const int64_t E = hp->n_embd, Q = model_q_dim(hp), KV = model_kv_dim(hp);
+    const int64_t E = hp->n_embd, Q = model_q_dim(hp);
     int rc;
     // x = rmsnorm(h) * attn_norm
-    rmsnorm_rows(s->xb, s->h, l->attn_norm, n, E, hp->rms_eps);
-    // q = Wq x (+ bq), k = Wk x (+ bk), v = Wv x (+ bv)
-    // as one pool job over the three matrices' rows, sharing one prepared x
-    const coli_matmul_op qkv[3] = {op_of(l->wq, s->xb, n, s->q), op_of(l->wk, s->xb, n, s->k),
-                                   op_of(l->wv, s->xb, n, s->v)};
-    if ((rc = coli_matmul_many(s->pool, &s->scratch, qkv, 3)) < 0) return rc;
-    if (l->bq) { add_bias(s->q, l->bq, n, Q); add_bias(s->k, l->bk, n, KV); add_bias(s->v, l->bv, n, KV); }
-    // OLMoE: RMSNorm over the whole projected q and k vectors, before rope
-    if (l->q_norm) {
-        rmsnorm_rows(s->q, s->q, l->q_norm, n, Q, hp->rms_eps);
-        rmsnorm_rows(s->k, s->k, l->k_norm, n, KV, hp->rms_eps);
-    }
-    // rotate q and k by their positions
-    for (int t = 0; t < n; t++) {
-        const float *cs = s->rope + (size_t)t * (size_t)hp->n_rot;
-        rope_apply(s->q + (size_t)t * (size_t)Q, cs, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_neox);
-        rope_apply(s->k + (size_t)t * (size_t)KV, cs, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_neox);
-    }
+    fwd_rmsnorm_rows(s->xb, s->h, l->attn_norm, n, E, hp->rms_eps);
+    // q, k, v with rope applied: one head per KV head (deepseek2: every
+    // head's decompressed key and value, forward_mla.c)
+    rc = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_qkv(s, l, n) : qkv_block(s, l, n);
+    if (rc < 0) return rc;
     // append k, v to the cache; attention then reads the new rows from it too
     kv_cache_store(kv, il, pos, n, s->k, s->v);
-    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path)
-    if (kv->f16)
+    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path);
+    // the latent cache (v_in_k) keeps F32 queries: no reference to follow
+    // there, and the absorbed queries are the larger numbers
+    if (kv->f16 && !kv->v_in_k)
         for (size_t i = 0; i < (size_t)n * (size_t)Q; i++) s->q[i] = fp16_round(s->q[i]);
-    // attn = softmax(q K^T / sqrt(head_dim)) V, heads in parallel unless the
+    // attn = softmax(q K^T * attn_scale) V, heads in parallel unless the
     // work is too small to pay for waking the pool (short-context decode)
     attn_job job = {s, kv, il, pos, n};
     const int64_t work = (int64_t)n * (pos + n) * Q;
     if (work < ATTN_MIN_PARALLEL_WORK) attention_worker(&job, 0, 1);
     else coli_pool_run(s->pool, attention_worker, &job);
-    // h += Wo attn
-    if ((rc = matmul(s, l->wo, s->attn, n, s->delta)) < 0) return rc;
+    // h += Wo attn (deepseek2's latent attention: the heads' values first)
+    const float *o = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_values(s, l, n, &rc) : s->attn;
+    if (rc < 0 || (rc = fwd_matmul(s, l->wo, o, n, s->delta)) < 0) return rc;
     add_rows(s->h, s->delta, n, E);
     return 0;
 }
@@ -278,42 +285,24 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
 // ---------------------------------------------------------------------------
 // feed-forward: dense, or routed experts (+ shared expert)
 
-/* The k largest of p[0..n) in descending order; on equal values the lower
- * index wins (strict > while scanning up), so routing is deterministic. */
-static void top_k(const float *p, int n, int k, int32_t *sel) {
-    for (int s = 0; s < k; s++) {
-        int best = -1;
-        for (int e = 0; e < n; e++) {
-            int taken = 0;
-            for (int j = 0; j < s; j++) taken |= sel[j] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[s] = best;
-    }
-}
-
-/* Router: p = softmax(W_router x) over all experts, the top-k experts by p,
- * weights p[e] (renormalised to sum 1 for Mixtral). */
+/* Router logits of the n tokens, then each token's experts and weights
+ * (router.h: scores, selection bias, groups, renormalisation, scale). */
 static int route(forward_state *s, const layer_weights *l, int n) {
     const model_hparams *hp = &s->m->hp;
     const int X = hp->n_expert, K = hp->n_expert_used;
-    int rc = matmul(s, l->router, s->xb, n, s->router);
+    const router_params rp = router_params_of(hp);
+    const float *bias = l->exp_probs_b ? (const float *)l->exp_probs_b->data : NULL;
+    int rc = fwd_matmul(s, l->router, s->xb, n, s->router);
     if (rc < 0) return rc;
-    for (int t = 0; t < n; t++) {
-        float *p = s->router + (size_t)t * (size_t)X, *w = s->sel_w + (size_t)t * (size_t)K;
-        int32_t *sel = s->sel + (size_t)t * (size_t)K;
-        softmax(p, X);
-        top_k(p, X, K, sel);
-        float sum = 0.0f;
-        for (int j = 0; j < K; j++) { w[j] = p[sel[j]]; sum += w[j]; }
-        if (hp->renorm_topk)
-            for (int j = 0; j < K; j++) w[j] /= sum;
-    }
+    for (int t = 0; t < n; t++)
+        router_select(&rp, s->router + (size_t)t * (size_t)X, bias, s->choice, s->sel + (size_t)t * (size_t)K,
+                      s->sel_w + (size_t)t * (size_t)K);
     return 0;
 }
 
-/* delta[t] = sum_s w[t][s] * y[t][s] in slot order (+ the shared expert
- * sigmoid(g . x) * shexp(x) for Qwen2-MoE). */
+/* delta[t] = sum_s w[t][s] * y[t][s] in slot order, + the shared expert(s)
+ * (Qwen2-MoE: times sigmoid(g . x); DeepSeek: ungated), computed here in the
+ * coordinator so that placement never changes the sum. */
 static int moe_block(forward_state *s, const layer_weights *l, int il, int n) {
     const model_hparams *hp = &s->m->hp;
     const int K = hp->n_expert_used;
@@ -330,9 +319,13 @@ static int moe_block(forward_state *s, const layer_weights *l, int il, int n) {
         for (int j = 1; j < K; j++)
             for (size_t i = 0; i < E; i++) d[i] += w[j] * y[(size_t)j * E + i];
     }
-    if (!l->shexp_gate) return 0;
+    if (!l->has_shexp) return 0;
     if ((rc = expert_ffn(s->pool, &s->scratch, &l->shexp, s->xb, n, s->shexp)) < 0) return rc;
-    if ((rc = matmul(s, l->shexp_gate, s->xb, n, s->shexp_gate)) < 0) return rc;
+    if (!l->shexp_gate) {
+        add_rows(s->delta, s->shexp, n, hp->n_embd);
+        return 0;
+    }
+    if ((rc = fwd_matmul(s, l->shexp_gate, s->xb, n, s->shexp_gate)) < 0) return rc;
     for (int t = 0; t < n; t++) {
         const float g = 1.0f / (1.0f + expf(-s->shexp_gate[t]));
         for (size_t i = 0; i < E; i++) s->delta[(size_t)t * E + i] += g * s->shexp[(size_t)t * E + i];
@@ -345,9 +338,10 @@ static int ffn_block(forward_state *s, int il, int n) {
     const layer_weights *l = &s->m->layers[il];
     int rc;
     // x = rmsnorm(h) * ffn_norm
-    rmsnorm_rows(s->xb, s->h, l->ffn_norm, n, hp->n_embd, hp->rms_eps);
-    // FFN: W_down (silu(W_gate x) * W_up x), one dense one or k routed ones
-    if (hp->n_expert == 0)
+    fwd_rmsnorm_rows(s->xb, s->h, l->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    // FFN: W_down (silu(W_gate x) * W_up x), one dense one (dense models,
+    // deepseek2's leading blocks) or k routed ones
+    if (!l->router)
         rc = expert_ffn(s->pool, &s->scratch, &l->dense, s->xb, n, s->delta);
     else
         rc = moe_block(s, l, il, n);
@@ -365,9 +359,9 @@ static int output_logits(forward_state *s, int n, float *logits, int logits_all)
     const model_hparams *hp = &s->m->hp;
     const int first = logits_all ? 0 : n - 1, rows = n - first;
     float *x = s->xb + (size_t)first * (size_t)hp->n_embd;
-    rmsnorm_rows(x, s->h + (size_t)first * (size_t)hp->n_embd, s->m->output_norm, rows, hp->n_embd,
-                 hp->rms_eps);
-    return matmul(s, s->m->output, x, rows, logits);
+    fwd_rmsnorm_rows(x, s->h + (size_t)first * (size_t)hp->n_embd, s->m->output_norm, rows, hp->n_embd,
+                     hp->rms_eps);
+    return fwd_matmul(s, s->m->output, x, rows, logits);
 }
 
 /* One batch of n <= max_batch tokens. */
@@ -381,7 +375,7 @@ static int forward_batch(forward_state *s, kv_cache *kv, const int32_t *ids, int
     for (int t = 0; t < n; t++) {
         const char *src = (const char *)m->tok_embd->data + (size_t)ids[t] * row;
         coli_dequantize_row(m->tok_embd->type, src, s->h + (size_t)t * (size_t)hp->n_embd, hp->n_embd);
-        rope_angles(s->rope + (size_t)t * (size_t)hp->n_rot, pos + t, hp->n_rot, hp->rope_base);
+        rope_angles(&hp->rope, pos + t, s->rope + (size_t)t * (size_t)hp->n_rot);
     }
     for (int il = 0; il < hp->n_layer; il++) {
         if ((rc = attention_block(s, kv, il, n, pos)) < 0) return rc;

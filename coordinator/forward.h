@@ -30,12 +30,15 @@ typedef struct forward_state {
     float *h;             /* (B, n_embd) residual stream */
     float *xb;            /* (B, n_embd) normalised input of the current sub-block */
     float *q;             /* (B, q_dim) queries */
-    float *k, *v;         /* (B, kv_dim) keys and values of the new tokens */
-    float *attn;          /* (B, q_dim) attention output, heads concatenated */
+    float *k, *v;         /* (B, k_dim), (B, v_dim) keys and values of the new tokens */
+    float *attn;          /* (B, attn_dim) attention output, heads concatenated */
+    float *mla;           /* deepseek2: (B, n_lora_q + n_lora_kv + n_rot + n_head * (nope + v))
+                             MLA intermediates (forward_mla.c); NULL otherwise */
     float *delta;         /* (B, n_embd) what a sub-block adds to h */
     float *rope;          /* (B, n_rot) cos/sin pairs of each token's position */
     float *scores;        /* (n_workers, group, n_ctx) attention scores, group = n_head / n_head_kv */
     float *router;        /* (B, n_expert) router logits, then probabilities */
+    float *choice;        /* (2 n_expert) one token's choice values and group scores (router.h) */
     int32_t *sel;         /* (B, n_expert_used) chosen experts, in slot order */
     float *sel_w;         /* (B, n_expert_used) their weights */
     float *moe_y;         /* (B, n_expert_used, n_embd) expert outputs per slot */

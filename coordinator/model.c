@@ -4,6 +4,7 @@
  */
 #include "coordinator/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,7 @@
 
 /* Weight types the matmul kernels take; norms and biases must be F32. */
 #define MASK_F32    (1u << COLI_F32)
-#define MASK_MATRIX ((1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_BF16) | \
-                     (1u << COLI_Q8_0) | (1u << COLI_Q4_0))
+#define MASK_MATRIX coli_dtype_weight_mask()
 
 /* Sane upper bounds; a file past them is hostile or not a model we run. */
 #define MAX_LAYERS  4096
@@ -55,12 +55,32 @@ static int s_opt_int(const gguf_file *f, const model_hparams *hp, const char *su
     return 0;
 }
 
+/* An optional float key: def when absent. */
+static int s_opt_f32(const gguf_file *f, const model_hparams *hp, const char *suffix, float def, float *out) {
+    char key[128];
+    *out = def;
+    if (gguf_find_key(f, s_key(hp, suffix, key, sizeof key)) < 0) return 0;
+    int rc = gguf_get_f32(f, key, out);
+    if (rc < 0) return rc;
+    if (!isfinite(*out)) return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected a finite number", key, (double)*out);
+    return 0;
+}
+
+/* An optional bool key: def when absent. */
+static int s_opt_bool(const gguf_file *f, const model_hparams *hp, const char *suffix, int def, int *out) {
+    char key[128];
+    *out = def;
+    if (gguf_find_key(f, s_key(hp, suffix, key, sizeof key)) < 0) return 0;
+    return gguf_get_bool(f, key, out);
+}
+
 static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     gguf_str s;
     int rc = gguf_get_str(f, "general.architecture", &s);
     if (rc < 0) return rc;
     static const struct { const char *name; model_arch arch; } known[] = {
         {"llama", ARCH_LLAMA}, {"olmoe", ARCH_OLMOE}, {"qwen2moe", ARCH_QWEN2MOE},
+        {"qwen3moe", ARCH_QWEN3MOE}, {"deepseek2", ARCH_DEEPSEEK2},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
@@ -70,19 +90,48 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
         }
     }
     return coli_fail(COLI_EUNSUPPORTED,
-                     "general.architecture '%.*s': unknown architecture (supported: llama, olmoe, qwen2moe)",
+                     "general.architecture '%.*s': unknown architecture "
+                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2)",
                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
 }
 
-/* Rope variants other than plain theta scaling would change the math. */
-static int s_check_rope_scaling(const gguf_file *f, const model_hparams *hp) {
+/* A width key (key_length / value_length) defaulting to def. */
+static int s_head_width(const gguf_file *f, model_hparams *hp, const char *suffix, int def, int *out) {
+    int64_t v;
+    int rc = s_opt_int(f, hp, suffix, def, MAX_WIDTH, &v);
+    if (rc < 0) return rc;
+    if (v <= 0) {
+        char key[128];
+        return coli_fail(COLI_EFORMAT, "metadata '%s' = %lld: expected 1..%d",
+                         s_key(hp, suffix, key, sizeof key), (long long)v, MAX_WIDTH);
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* deepseek2's two layouts: older files (attn_kv_b) give the per-head widths
+ * as key_length / value_length and head_count_kv = head_count; newer ones
+ * (attn_k_b / attn_v_b, llama.cpp's MLA cache) give them as *_mla and
+ * describe the latent MQA: head_count_kv 1, key_length = kv_lora_rank +
+ * rope dims (checked with the rope), value_length = kv_lora_rank. */
+static int s_read_mla_widths(const gguf_file *f, model_hparams *hp) {
     char key[128];
-    gguf_str s;
-    if (gguf_find_key(f, s_key(hp, "rope.scaling.type", key, sizeof key)) < 0) return 0;
-    if (gguf_get_str(f, key, &s) < 0) return COLI_EFORMAT;
-    if (s.len == 4 && memcmp(s.ptr, "none", 4) == 0) return 0;
-    return coli_fail(COLI_EUNSUPPORTED, "metadata '%s' = '%.*s': rope scaling is not supported",
-                     key, (int)(s.len > 32 ? 32 : s.len), s.ptr);
+    int rc;
+    hp->mla_absorbed = gguf_find_key(f, s_key(hp, "attention.key_length_mla", key, sizeof key)) >= 0;
+    if (!hp->mla_absorbed) {
+        if (hp->n_head_kv != hp->n_head)
+            return coli_fail(COLI_EFORMAT, "deepseek2: head_count_kv %d: multi-head latent attention "
+                             "without key_length_mla needs head_count %d", hp->n_head_kv, hp->n_head);
+        hp->head_dim_mla = hp->head_dim;
+        hp->head_dim_v_mla = hp->head_dim_v;
+        return 0;
+    }
+    if ((rc = s_head_width(f, hp, "attention.key_length_mla", 0, &hp->head_dim_mla)) < 0) return rc;
+    if ((rc = s_head_width(f, hp, "attention.value_length_mla", 0, &hp->head_dim_v_mla)) < 0) return rc;
+    if (hp->n_head_kv != 1 || hp->head_dim_v != hp->n_lora_kv)
+        return coli_fail(COLI_EFORMAT, "deepseek2: key_length_mla present, so head_count_kv %d and value_length "
+                         "%d must be 1 and kv_lora_rank %d", hp->n_head_kv, hp->head_dim_v, hp->n_lora_kv);
+    return 0;
 }
 
 static int s_read_attention(const gguf_file *f, model_hparams *hp) {
@@ -93,26 +142,80 @@ static int s_read_attention(const gguf_file *f, model_hparams *hp) {
     hp->n_head = (int)v;
     if ((rc = s_opt_int(f, hp, "attention.head_count_kv", hp->n_head, MAX_WIDTH, &v)) < 0) return rc;
     hp->n_head_kv = (int)v;
-    if (hp->n_embd % hp->n_head != 0)
-        return coli_fail(COLI_EFORMAT, "%s: head_count %d does not divide embedding_length %d",
-                         hp->arch_name, hp->n_head, hp->n_embd);
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
         return coli_fail(COLI_EFORMAT, "%s: head_count_kv %d does not divide head_count %d",
                          hp->arch_name, hp->n_head_kv, hp->n_head);
-    hp->head_dim = hp->n_embd / hp->n_head;
-    if ((rc = s_opt_int(f, hp, "attention.key_length", hp->head_dim, MAX_WIDTH, &v)) < 0) return rc;
-    if (v != hp->head_dim)
-        return coli_fail(COLI_EUNSUPPORTED, "metadata '%s' = %lld: only n_embd/n_head = %d is supported",
-                         s_key(hp, "attention.key_length", key, sizeof key), (long long)v, hp->head_dim);
-    if ((rc = s_opt_int(f, hp, "attention.value_length", hp->head_dim, MAX_WIDTH, &v)) < 0) return rc;
-    if (v != hp->head_dim)
-        return coli_fail(COLI_EUNSUPPORTED, "metadata '%s' = %lld: only n_embd/n_head = %d is supported",
-                         s_key(hp, "attention.value_length", key, sizeof key), (long long)v, hp->head_dim);
+    /* the head width is key_length; without it n_embd / n_head */
+    if (gguf_find_key(f, s_key(hp, "attention.key_length", key, sizeof key)) < 0 &&
+        hp->n_embd % hp->n_head != 0)
+        return coli_fail(COLI_EFORMAT, "%s: head_count %d does not divide embedding_length %d",
+                         hp->arch_name, hp->n_head, hp->n_embd);
+    if ((rc = s_head_width(f, hp, "attention.key_length", hp->n_embd / hp->n_head, &hp->head_dim)) < 0)
+        return rc;
+    if ((rc = s_head_width(f, hp, "attention.value_length", hp->head_dim, &hp->head_dim_v)) < 0) return rc;
     if ((rc = gguf_get_f32(f, s_key(hp, "attention.layer_norm_rms_epsilon", key, sizeof key),
                            &hp->rms_eps)) < 0) return rc;
     if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f))
         return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected a small positive number",
                          key, (double)hp->rms_eps);
+    if (hp->arch != ARCH_DEEPSEEK2) return 0;
+    if ((rc = s_opt_int(f, hp, "attention.q_lora_rank", 0, MAX_WIDTH, &v)) < 0) return rc;
+    hp->n_lora_q = (int)v;
+    if ((rc = s_req_int(f, hp, "attention.kv_lora_rank", MAX_WIDTH, &v)) < 0) return rc;
+    hp->n_lora_kv = (int)v;
+    return s_read_mla_widths(f, hp);
+}
+
+/* rope.scaling.type: absent means linear when a factor is given (llama.cpp's
+ * default), i.e. none without one. */
+static int s_read_scaling_type(const gguf_file *f, const model_hparams *hp, float factor, rope_scaling *out) {
+    char key[128];
+    gguf_str s;
+    *out = factor > 0.0f && factor != 1.0f ? ROPE_SCALING_LINEAR : ROPE_SCALING_NONE;
+    if (gguf_find_key(f, s_key(hp, "rope.scaling.type", key, sizeof key)) < 0) return 0;
+    if (gguf_get_str(f, key, &s) < 0) return COLI_EFORMAT;
+    static const struct { const char *name; rope_scaling type; } known[] = {
+        {"none", ROPE_SCALING_NONE}, {"linear", ROPE_SCALING_LINEAR}, {"yarn", ROPE_SCALING_YARN},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
+            *out = known[i].type;
+            return 0;
+        }
+    return coli_fail(COLI_EUNSUPPORTED, "metadata '%s' = '%.*s': rope scaling is not supported "
+                     "(supported: none, linear, yarn)", key, (int)(s.len > 32 ? 32 : s.len), s.ptr);
+}
+
+/* The rope scaling keys (llama.cpp's names and defaults): factor, original
+ * context, YaRN's attention factor and log multiplier, ramp bounds. */
+static int s_read_rope_scaling(const gguf_file *f, model_hparams *hp, float base, int neox) {
+    float factor, attn_factor, log_mul, beta_fast, beta_slow;
+    rope_scaling type;
+    int64_t n_orig;
+    int rc;
+    char key[128];
+    if ((rc = s_opt_f32(f, hp, "rope.scaling.factor", 0.0f, &factor)) < 0) return rc;
+    if (factor == 0.0f && (rc = s_opt_f32(f, hp, "rope.scale_linear", 0.0f, &factor)) < 0) return rc;
+    if (factor < 0.0f)
+        return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected > 0",
+                         s_key(hp, "rope.scaling.factor", key, sizeof key), (double)factor);
+    if ((rc = s_read_scaling_type(f, hp, factor, &type)) < 0) return rc;
+    if ((rc = s_opt_int(f, hp, "rope.scaling.original_context_length", hp->n_ctx_train, 1 << 24, &n_orig)) < 0 ||
+        (rc = s_opt_f32(f, hp, "rope.scaling.attn_factor", 1.0f, &attn_factor)) < 0 ||
+        (rc = s_opt_f32(f, hp, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul)) < 0 ||
+        (rc = s_opt_f32(f, hp, "rope.scaling.yarn_beta_fast", 32.0f, &beta_fast)) < 0 ||
+        (rc = s_opt_f32(f, hp, "rope.scaling.yarn_beta_slow", 1.0f, &beta_slow)) < 0) return rc;
+    if (n_orig <= 0) n_orig = hp->n_ctx_train;
+    rope_params_init(&hp->rope, hp->n_rot, neox, base, type, factor, (int)n_orig, attn_factor, beta_fast, beta_slow);
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (hp->arch == ARCH_DEEPSEEK2) {
+        /* llama.cpp's deepseek2 graph: q.k scaled by mscale^2 and rope's
+         * own YaRN magnitude correction cancelled through its attn_factor */
+        const float inv_fs = 1.0f / hp->rope.freq_scale;
+        const float mscale = attn_factor * (1.0f + log_mul * logf(inv_fs));
+        hp->attn_scale = mscale * mscale / sqrtf((float)hp->head_dim_mla);
+        hp->rope.attn_factor = 1.0f / (1.0f + 0.1f * logf(inv_fs));
+    }
     return 0;
 }
 
@@ -120,18 +223,59 @@ static int s_read_rope(const gguf_file *f, model_hparams *hp) {
     char key[128];
     int64_t v;
     int rc;
-    hp->rope_base = 10000.0f;
+    float base = 10000.0f;
     if (gguf_find_key(f, s_key(hp, "rope.freq_base", key, sizeof key)) >= 0 &&
-        (rc = gguf_get_f32(f, key, &hp->rope_base)) < 0) return rc;
-    if (!(hp->rope_base > 0.0f))
-        return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected > 0", key, (double)hp->rope_base);
+        (rc = gguf_get_f32(f, key, &base)) < 0) return rc;
+    if (!(base > 0.0f))
+        return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected > 0", key, (double)base);
     if ((rc = s_opt_int(f, hp, "rope.dimension_count", hp->head_dim, MAX_WIDTH, &v)) < 0) return rc;
-    if (v <= 0 || v > hp->head_dim || v % 2 != 0)
+    /* deepseek2 rotates the trailing rope part of each head and needs a nope part */
+    const int max = hp->arch == ARCH_DEEPSEEK2 ? hp->head_dim_mla - 1 : hp->head_dim;
+    if (v <= 0 || v > max || v % 2 != 0)
         return coli_fail(COLI_EFORMAT, "metadata '%s' = %lld: expected an even number in 2..%d",
-                         s_key(hp, "rope.dimension_count", key, sizeof key), (long long)v, hp->head_dim);
+                         s_key(hp, "rope.dimension_count", key, sizeof key), (long long)v, max);
     hp->n_rot = (int)v;
-    hp->rope_neox = hp->arch != ARCH_LLAMA;
-    return s_check_rope_scaling(f, hp);
+    if (hp->mla_absorbed && hp->head_dim != hp->n_lora_kv + hp->n_rot)
+        return coli_fail(COLI_EFORMAT, "deepseek2: key_length %d: expected kv_lora_rank %d + rope dims %d "
+                         "(the latent MQA of key_length_mla files)", hp->head_dim, hp->n_lora_kv, hp->n_rot);
+    return s_read_rope_scaling(f, hp, base, hp->arch != ARCH_LLAMA && hp->arch != ARCH_DEEPSEEK2);
+}
+
+/* deepseek2's routing and shared-expert keys. */
+static int s_read_deepseek2_ffn(const gguf_file *f, model_hparams *hp) {
+    int64_t v;
+    int rc;
+    char key[128];
+    if ((rc = s_opt_int(f, hp, "leading_dense_block_count", 0, hp->n_layer, &v)) < 0) return rc;
+    hp->n_layer_dense_lead = (int)v;
+    if ((rc = s_opt_int(f, hp, "expert_shared_count", 0, MAX_EXPERTS, &v)) < 0) return rc;
+    hp->n_expert_shared = (int)v;
+    hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
+    if ((rc = s_opt_f32(f, hp, "expert_weights_scale", 1.0f, &hp->expert_weights_scale)) < 0) return rc;
+    if ((rc = s_opt_bool(f, hp, "expert_weights_norm", 0, &hp->renorm_topk)) < 0) return rc;
+    if ((rc = s_opt_int(f, hp, "expert_gating_func", 1, 16, &v)) < 0) return rc;
+    if (v != 0 && v != 1 && v != 2)
+        return coli_fail(COLI_EUNSUPPORTED, "metadata '%s' = %lld: expected 1 (softmax) or 2 (sigmoid)",
+                         s_key(hp, "expert_gating_func", key, sizeof key), (long long)v);
+    hp->gating = v == 2 ? GATING_SIGMOID : GATING_SOFTMAX;
+    return 0;
+}
+
+/* DeepSeek-V3's group-limited routing (expert_group_count > 1): equal groups
+ * of at least two experts (a group scores by its two best), some kept. */
+static int s_read_expert_groups(const gguf_file *f, model_hparams *hp) {
+    int64_t g, used;
+    int rc;
+    if ((rc = s_opt_int(f, hp, "expert_group_count", 0, MAX_EXPERTS, &g)) < 0 ||
+        (rc = s_opt_int(f, hp, "expert_group_used_count", 0, MAX_EXPERTS, &used)) < 0) return rc;
+    if (g <= 1) return 0;
+    if (hp->n_expert % g != 0 || hp->n_expert / g < 2 || used < 1 || used >= g || used > 64)
+        return coli_fail(COLI_EFORMAT, "%s: expert_group_count %lld / expert_group_used_count %lld: expected "
+                         "groups of >= 2 of the %d experts and 1..min(groups - 1, 64) used", hp->arch_name,
+                         (long long)g, (long long)used, hp->n_expert);
+    hp->n_expert_group = (int)g;
+    hp->n_expert_group_used = (int)used;
+    return 0;
 }
 
 static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
@@ -151,14 +295,22 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
         return coli_fail(COLI_EFORMAT, "%s: expert_used_count %d without experts",
                          hp->arch_name, hp->n_expert_used);
     if ((rc = s_req_int(f, hp, "feed_forward_length", MAX_WIDTH, &n_ff)) < 0) return rc;
+    hp->expert_weights_scale = 1.0f;
+    hp->gating = GATING_SOFTMAX;
     if (hp->n_expert == 0) { hp->n_ff = n_ff; return 0; }
     if ((rc = s_opt_int(f, hp, "expert_feed_forward_length", n_ff, MAX_WIDTH, &hp->n_ff_exp)) < 0)
         return rc;
     if (hp->arch == ARCH_QWEN2MOE &&
         (rc = s_opt_int(f, hp, "expert_shared_feed_forward_length", hp->n_ff_exp, MAX_WIDTH,
                         &hp->n_ff_shexp)) < 0) return rc;
-    hp->renorm_topk = hp->arch == ARCH_LLAMA;
-    return 0;
+    /* llama.cpp renormalises for Mixtral and Qwen3-MoE, never for OLMoE and Qwen2-MoE */
+    hp->renorm_topk = hp->arch == ARCH_LLAMA || hp->arch == ARCH_QWEN3MOE;
+    if (hp->arch == ARCH_QWEN3MOE &&
+        (rc = s_opt_bool(f, hp, "expert_weights_norm", 1, &hp->renorm_topk)) < 0) return rc;
+    if ((rc = s_read_expert_groups(f, hp)) < 0) return rc;
+    if (hp->arch != ARCH_DEEPSEEK2) return 0;
+    hp->n_ff = n_ff; /* the leading dense blocks' width */
+    return s_read_deepseek2_ffn(f, hp);
 }
 
 static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
@@ -227,23 +379,68 @@ static void s_ffn_view(const coli_tensor *g, const coli_tensor *u, const coli_te
     out->n_embd = n_embd; out->n_ff = n_ff;
 }
 
+/* deepseek2: q through attn_q or the q_lora pair, k/v through the latent. */
+static int s_load_mla(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_lora_q, C = hp->n_lora_kv;
+    const int64_t Q = H * hp->head_dim_mla, NOPE = hp->head_dim_mla - hp->n_rot, VM = hp->head_dim_v_mla;
+    int rc;
+    if (R > 0) {
+        if ((rc = s_blk(f, il, "attn_q_a.weight", 2, E, R, 1, MASK_MATRIX, 0, &l->wq_a)) < 0) return rc;
+        if ((rc = s_blk(f, il, "attn_q_a_norm.weight", 1, R, 1, 1, MASK_F32, 0, &l->q_a_norm)) < 0) return rc;
+        if ((rc = s_blk(f, il, "attn_q_b.weight", 2, R, Q, 1, MASK_MATRIX, 0, &l->wq_b)) < 0) return rc;
+    } else if ((rc = s_blk(f, il, "attn_q.weight", 2, E, Q, 1, MASK_MATRIX, 0, &l->wq)) < 0) {
+        return rc;
+    }
+    if ((rc = s_blk(f, il, "attn_kv_a_mqa.weight", 2, E, C + hp->n_rot, 1, MASK_MATRIX, 0, &l->wkv_a)) < 0)
+        return rc;
+    if ((rc = s_blk(f, il, "attn_kv_a_norm.weight", 1, C, 1, 1, MASK_F32, 0, &l->kv_a_norm)) < 0) return rc;
+    if (hp->mla_absorbed) {
+        if ((rc = s_blk(f, il, "attn_k_b.weight", 3, NOPE, C, H, MASK_MATRIX, 0, &l->wk_b)) < 0) return rc;
+        if ((rc = s_blk(f, il, "attn_v_b.weight", 3, C, VM, H, MASK_MATRIX, 0, &l->wv_b)) < 0) return rc;
+    } else if ((rc = s_blk(f, il, "attn_kv_b.weight", 2, C, H * (NOPE + VM), 1, MASK_MATRIX, 0, &l->wkv_b)) < 0) {
+        return rc;
+    }
+    return s_blk(f, il, "attn_output.weight", 2, H * VM, E, 1, MASK_MATRIX, 0, &l->wo);
+}
+
 static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
-    const int64_t E = hp->n_embd, Q = model_q_dim(hp), KV = model_kv_dim(hp);
-    int rc, bias = hp->arch == ARCH_QWEN2MOE, qk_norm = hp->arch == ARCH_OLMOE;
+    const int64_t E = hp->n_embd, Q = model_q_dim(hp), K = model_k_dim(hp), V = model_v_dim(hp);
+    int rc, bias = hp->arch == ARCH_QWEN2MOE;
     if ((rc = s_blk(f, il, "attn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->attn_norm)) < 0) return rc;
+    if (hp->arch == ARCH_DEEPSEEK2) return s_load_mla(f, hp, il, l);
     if ((rc = s_blk(f, il, "attn_q.weight", 2, E, Q, 1, MASK_MATRIX, 0, &l->wq)) < 0) return rc;
-    if ((rc = s_blk(f, il, "attn_k.weight", 2, E, KV, 1, MASK_MATRIX, 0, &l->wk)) < 0) return rc;
-    if ((rc = s_blk(f, il, "attn_v.weight", 2, E, KV, 1, MASK_MATRIX, 0, &l->wv)) < 0) return rc;
-    if ((rc = s_blk(f, il, "attn_output.weight", 2, Q, E, 1, MASK_MATRIX, 0, &l->wo)) < 0) return rc;
+    if ((rc = s_blk(f, il, "attn_k.weight", 2, E, K, 1, MASK_MATRIX, 0, &l->wk)) < 0) return rc;
+    if ((rc = s_blk(f, il, "attn_v.weight", 2, E, V, 1, MASK_MATRIX, 0, &l->wv)) < 0) return rc;
+    if ((rc = s_blk(f, il, "attn_output.weight", 2, model_attn_dim(hp), E, 1, MASK_MATRIX, 0, &l->wo)) < 0)
+        return rc;
     if (bias) {
         if ((rc = s_blk(f, il, "attn_q.bias", 1, Q, 1, 1, MASK_F32, 0, &l->bq)) < 0) return rc;
-        if ((rc = s_blk(f, il, "attn_k.bias", 1, KV, 1, 1, MASK_F32, 0, &l->bk)) < 0) return rc;
-        if ((rc = s_blk(f, il, "attn_v.bias", 1, KV, 1, 1, MASK_F32, 0, &l->bv)) < 0) return rc;
+        if ((rc = s_blk(f, il, "attn_k.bias", 1, K, 1, 1, MASK_F32, 0, &l->bk)) < 0) return rc;
+        if ((rc = s_blk(f, il, "attn_v.bias", 1, V, 1, 1, MASK_F32, 0, &l->bv)) < 0) return rc;
     }
-    if (qk_norm) {
-        if ((rc = s_blk(f, il, "attn_q_norm.weight", 1, Q, 1, 1, MASK_F32, 0, &l->q_norm)) < 0) return rc;
-        if ((rc = s_blk(f, il, "attn_k_norm.weight", 1, KV, 1, 1, MASK_F32, 0, &l->k_norm)) < 0) return rc;
+    if (hp->arch == ARCH_OLMOE || hp->arch == ARCH_QWEN3MOE) {
+        /* OLMoE normalises the whole projected q and k; Qwen3-MoE each head */
+        l->qk_norm_per_head = hp->arch == ARCH_QWEN3MOE;
+        const int64_t nq = l->qk_norm_per_head ? hp->head_dim : Q, nk = l->qk_norm_per_head ? hp->head_dim : K;
+        if ((rc = s_blk(f, il, "attn_q_norm.weight", 1, nq, 1, 1, MASK_F32, 0, &l->q_norm)) < 0) return rc;
+        if ((rc = s_blk(f, il, "attn_k_norm.weight", 1, nk, 1, 1, MASK_F32, 0, &l->k_norm)) < 0) return rc;
     }
+    return 0;
+}
+
+/* A dense gated FFN blk.il.<prefix>{gate,up,down}<suffix> of width F. */
+static int s_load_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int64_t F,
+                      expert_weights *out) {
+    const coli_tensor *g, *u, *d;
+    char name[64];
+    int rc;
+    snprintf(name, sizeof name, "ffn_gate%s.weight", suffix);
+    if ((rc = s_blk(f, il, name, 2, E, F, 1, MASK_MATRIX, 0, &g)) < 0) return rc;
+    snprintf(name, sizeof name, "ffn_up%s.weight", suffix);
+    if ((rc = s_blk(f, il, name, 2, E, F, 1, MASK_MATRIX, 0, &u)) < 0) return rc;
+    snprintf(name, sizeof name, "ffn_down%s.weight", suffix);
+    if ((rc = s_blk(f, il, name, 2, F, E, 1, MASK_MATRIX, 0, &d)) < 0) return rc;
+    s_ffn_view(g, u, d, E, F, out);
     return 0;
 }
 
@@ -255,29 +452,26 @@ static int s_load_moe(const gguf_file *f, const model_hparams *hp, int il, layer
     if ((rc = s_blk(f, il, "ffn_gate_exps.weight", 3, E, F, X, MASK_MATRIX, 0, &g)) < 0) return rc;
     if ((rc = s_blk(f, il, "ffn_up_exps.weight", 3, E, F, X, MASK_MATRIX, 0, &u)) < 0) return rc;
     if ((rc = s_blk(f, il, "ffn_down_exps.weight", 3, F, E, X, MASK_MATRIX, 0, &d)) < 0) return rc;
+    if (hp->arch == ARCH_DEEPSEEK2) {
+        if ((rc = s_blk(f, il, "exp_probs_b.bias", 1, X, 1, 1, MASK_F32, 1, &l->exp_probs_b)) < 0) return rc;
+        if (hp->n_expert_shared == 0) return 0;
+        l->has_shexp = 1;
+        return s_load_ffn(f, il, "_shexp", E, hp->n_ff_shexp, &l->shexp);
+    }
     if (hp->arch != ARCH_QWEN2MOE) return 0;
-    const int64_t S = hp->n_ff_shexp;
     if ((rc = s_blk(f, il, "ffn_gate_inp_shexp.weight", 1, E, 1, 1, MASK_F32, 0, &l->shexp_gate)) < 0)
         return rc;
-    if ((rc = s_blk(f, il, "ffn_gate_shexp.weight", 2, E, S, 1, MASK_MATRIX, 0, &g)) < 0) return rc;
-    if ((rc = s_blk(f, il, "ffn_up_shexp.weight", 2, E, S, 1, MASK_MATRIX, 0, &u)) < 0) return rc;
-    if ((rc = s_blk(f, il, "ffn_down_shexp.weight", 2, S, E, 1, MASK_MATRIX, 0, &d)) < 0) return rc;
-    s_ffn_view(g, u, d, E, S, &l->shexp);
-    return 0;
+    l->has_shexp = 1;
+    return s_load_ffn(f, il, "_shexp", E, hp->n_ff_shexp, &l->shexp);
 }
 
 static int s_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
-    const int64_t E = hp->n_embd, F = hp->n_ff;
-    const coli_tensor *g, *u, *d;
+    const int64_t E = hp->n_embd;
     int rc;
     if ((rc = s_load_attention(f, hp, il, l)) < 0) return rc;
     if ((rc = s_blk(f, il, "ffn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0) return rc;
-    if (hp->n_expert > 0) return s_load_moe(f, hp, il, l);
-    if ((rc = s_blk(f, il, "ffn_gate.weight", 2, E, F, 1, MASK_MATRIX, 0, &g)) < 0) return rc;
-    if ((rc = s_blk(f, il, "ffn_up.weight", 2, E, F, 1, MASK_MATRIX, 0, &u)) < 0) return rc;
-    if ((rc = s_blk(f, il, "ffn_down.weight", 2, F, E, 1, MASK_MATRIX, 0, &d)) < 0) return rc;
-    s_ffn_view(g, u, d, E, F, &l->dense);
-    return 0;
+    if (hp->n_expert > 0 && il >= hp->n_layer_dense_lead) return s_load_moe(f, hp, il, l);
+    return s_load_ffn(f, il, "", E, hp->n_ff, &l->dense);
 }
 
 /* token_embd fixes n_vocab; the vocabulary and <arch>.vocab_size must agree. */
@@ -308,7 +502,9 @@ static int s_load_globals(const gguf_file *f, model *m) {
 }
 
 int64_t model_q_dim(const model_hparams *hp) { return (int64_t)hp->n_head * hp->head_dim; }
-int64_t model_kv_dim(const model_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim; }
+int64_t model_k_dim(const model_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim; }
+int64_t model_v_dim(const model_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim_v; }
+int64_t model_attn_dim(const model_hparams *hp) { return (int64_t)hp->n_head * hp->head_dim_v; }
 
 int model_from_gguf(gguf_file *f, model **out) {
     int rc;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 struct gguf_file;
+struct coli_settings;
 
 typedef struct moe_exec moe_exec;
 
@@ -43,11 +44,21 @@ typedef struct moe_exec_config {
     struct coli_pool *pool;     /* optional: the forward pass's pool, which the in-process
                                    executor then shares (NULL: it starts its own) */
     int verbose;
+    const struct coli_settings *settings; /* the environment as read at load (core/settings.h);
+                                             NULL: read it when the executor starts */
 } moe_exec_config;
+
+/* The one way rows are grouped by expert (both executors): a stable counting
+ * sort. Writes to out[0..n) the items (items[0..n), or 0..n-1 when items is
+ * NULL) ordered by their expert ids[item] (each in [0, n_expert)); items of
+ * one expert keep their order. start: (n_expert + 1) int64 of scratch; on
+ * return start[e] is expert e's first position in out, start[n_expert] = n. */
+void moe_group_by_expert(const int32_t *ids, const int64_t *items, int64_t n, int n_expert,
+                         int64_t *start, int64_t *out);
 
 /* In-process: the cpu plugin's vtable called directly, no workers. */
 int moe_exec_inproc_new(const moe_exec_config *cfg, moe_exec **out);
-/* Worker processes, one per device, with CPU fallback (coordinator/scheduler). */
+/* Worker processes, one per device, with CPU fallback (coordinator/sched/scheduler.c). */
 int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out);
 
 #endif

@@ -31,7 +31,7 @@ typedef struct inproc {
     size_t cap_rows;               /* rows xg/yg/order have room for */
     float *xg, *yg;                /* (cap_rows, n_embd) inputs / outputs grouped by expert */
     int64_t *order;                /* (cap_rows) grouped row -> pair index t*k + s */
-    int64_t *count;                /* (n_expert) rows per expert in this call */
+    int64_t *start;                /* (n_expert + 1) first grouped row of each expert in this call */
     moe_batch_group *groups;       /* (n_expert) */
     uint64_t *rows_by_expert;      /* (n_layer, n_expert) rows computed since start */
     uint64_t layer_calls, rows;
@@ -56,32 +56,43 @@ static int s_reserve(inproc *ex, size_t rows) {
     return 0;
 }
 
-/* Counting sort of the pairs by expert; gathers x rows into xg. */
+void moe_group_by_expert(const int32_t *ids, const int64_t *items, int64_t n, int n_expert,
+                         int64_t *start, int64_t *out)
+{
+    memset(start, 0, ((size_t)n_expert + 1) * sizeof *start);
+    for (int64_t j = 0; j < n; j++)
+        start[ids[items ? items[j] : j] + 1]++;
+    for (int e = 0; e < n_expert; e++)
+        start[e + 1] += start[e];
+    /* start[e] is the next free position of expert e while placing, so it
+     * ends one expert on: shift back afterwards */
+    for (int64_t j = 0; j < n; j++) {
+        int64_t item = items ? items[j] : j;
+        out[start[ids[item]]++] = item;
+    }
+    for (int e = n_expert; e > 0; e--)
+        start[e] = start[e - 1];
+    start[0] = 0;
+}
+
+/* Group the pairs by expert (ex->order, ex->groups); gathers x rows into xg. */
 static int s_group(inproc *ex, int layer, const float *x, int64_t n_tok, int k, const int32_t *ids) {
     const size_t E = (size_t)ex->n_embd;
     const int64_t n_pairs = n_tok * k;
-    memset(ex->count, 0, (size_t)ex->n_expert * sizeof *ex->count);
-    for (int64_t p = 0; p < n_pairs; p++) {
+    for (int64_t p = 0; p < n_pairs; p++)
         if (ids[p] < 0 || ids[p] >= ex->n_expert)
             return coli_fail(COLI_ERANGE, "inproc experts: layer %d: expert id %d out of range [0, %d)",
                              layer, ids[p], ex->n_expert);
-        ex->count[ids[p]]++;
-    }
+    moe_group_by_expert(ids, NULL, n_pairs, ex->n_expert, ex->start, ex->order);
     int32_t n_groups = 0;
-    int64_t begin = 0;
     for (int e = 0; e < ex->n_expert; e++) {
-        if (!ex->count[e]) continue;
-        ex->groups[n_groups++] = (moe_batch_group){layer, e, begin, ex->count[e]};
-        int64_t n = ex->count[e];
-        ex->count[e] = begin; /* now the next free row of expert e */
-        begin += n;
+        int64_t n = ex->start[e + 1] - ex->start[e];
+        if (!n) continue;
+        ex->groups[n_groups++] = (moe_batch_group){layer, e, ex->start[e], n};
         ex->rows_by_expert[(size_t)layer * (size_t)ex->n_expert + (size_t)e] += (uint64_t)n;
     }
-    for (int64_t p = 0; p < n_pairs; p++) {
-        int64_t row = ex->count[ids[p]]++;
-        ex->order[row] = p;
-        memcpy(ex->xg + (size_t)row * E, x + (size_t)(p / k) * E, E * sizeof(float));
-    }
+    for (int64_t row = 0; row < n_pairs; row++)
+        memcpy(ex->xg + (size_t)row * E, x + (size_t)(ex->order[row] / k) * E, E * sizeof(float));
     return n_groups;
 }
 
@@ -157,7 +168,7 @@ static void s_destroy(moe_exec *self) {
     inproc *ex = (inproc *)self;
     if (!ex) return;
     if (ex->plugin && ex->dev) ex->plugin->close(&ex->dev);
-    free(ex->xg); free(ex->yg); free(ex->order); free(ex->count);
+    free(ex->xg); free(ex->yg); free(ex->order); free(ex->start);
     free(ex->groups); free(ex->rows_by_expert);
     free(ex);
 }
@@ -166,6 +177,7 @@ static void s_destroy(moe_exec *self) {
 static int s_load_all(inproc *ex, const moe_exec_config *cfg) {
     char err[256];
     for (int l = 0; l < cfg->n_layer; l++) {
+        if (!expert_layer_present(cfg->gguf, l)) continue; /* a dense layer: no experts */
         for (int e = 0; e < cfg->n_expert; e++) {
             expert_weights w;
             int rc = expert_weights_from_gguf(cfg->gguf, l, e, &w);
@@ -210,11 +222,11 @@ int moe_exec_inproc_new(const moe_exec_config *cfg, moe_exec **out) {
     ex->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy};
     ex->n_layer = cfg->n_layer; ex->n_expert = cfg->n_expert; ex->n_embd = cfg->n_embd;
     ex->plugin = coli_cpu_plugin();
-    ex->count = calloc((size_t)cfg->n_expert, sizeof *ex->count);
+    ex->start = calloc((size_t)cfg->n_expert + 1, sizeof *ex->start);
     ex->groups = calloc((size_t)cfg->n_expert, sizeof *ex->groups);
     ex->rows_by_expert = calloc((size_t)cfg->n_layer * (size_t)cfg->n_expert, sizeof *ex->rows_by_expert);
     int rc;
-    if (!ex->count || !ex->groups || !ex->rows_by_expert) {
+    if (!ex->start || !ex->groups || !ex->rows_by_expert) {
         rc = coli_fail(COLI_ENOMEM, "inproc experts: out of memory");
         goto fail;
     }

@@ -1,7 +1,10 @@
 /*
- * quantize.c - coli_quantize_file: a GGUF copy with its weights converted,
- * laid out exactly as `llama-quantize --pure` writes it, so Q8_0/Q4_0 output
- * is byte-identical to llama.cpp's (checked against the shipped files).
+ * quantize.c - coli_quantize_file: a GGUF copy with its weights converted
+ * to a llama.cpp preset ("Q4_K_M": per-tensor types as llama-quantize picks
+ * them, coordinator/quantize_mix.c) or, pure, every weight in one type, laid
+ * out exactly as llama-quantize writes it; with our row quantizers
+ * (core/quantize_*.c) the files are byte-identical to llama.cpp's (checked
+ * against the shipped files).
  *
  * What llama-quantize does, and so we do:
  *  - every metadata key is copied in order; general.quantization_version = 2
@@ -22,20 +25,9 @@
 #include "error.h"
 #include "gguf.h"
 #include "quant.h"
+#include "quantize_mix.h"
 #include "tensor.h"
-
-/* GGML's llama_ftype of a file whose weights are all of type t. */
-static uint32_t s_file_type(coli_dtype t) {
-    switch (t) {
-    case COLI_F32:  return 0;
-    case COLI_F16:  return 1;
-    case COLI_Q4_0: return 2;
-    case COLI_Q8_0: return 7;
-    case COLI_BF16: return 32;
-    default: break;
-    }
-    return 0;
-}
+#include "threadpool.h"
 
 static int s_ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -62,40 +54,60 @@ static int s_tensor_order(const void *pa, const void *pb) {
     return strcmp(a->name, b->name);
 }
 
+/* One tensor's conversion, split by rows over the pool's threads: rows are
+ * independent, so the bytes do not depend on the thread count. */
+typedef struct convert_job {
+    const coli_tensor *t;
+    coli_dtype type;
+    int64_t n_in, rows;
+    size_t src_row, dst_row;
+    char *dst;
+    float *tmp;                  /* n_in floats per thread */
+} convert_job;
+
+static void s_convert_rows(void *arg, int ith, int nth) {
+    const convert_job *j = arg;
+    float *tmp = j->tmp + (size_t)ith * (size_t)j->n_in;
+    for (int64_t r = ith; r < j->rows; r += nth) {
+        coli_dequantize_row(j->t->type, (const char *)j->t->data + (size_t)r * j->src_row, tmp, j->n_in);
+        coli_quantize_row(j->type, tmp, j->dst + (size_t)r * j->dst_row, j->n_in);
+    }
+}
+
 /* New bytes of t in type: row by row through F32. *out is malloc'd. */
-static int s_convert(const coli_tensor *t, coli_dtype type, void **out, size_t *nbytes) {
+static int s_convert(const coli_tensor *t, coli_dtype type, coli_pool *pool, void **out, size_t *nbytes) {
     const int64_t n_in = t->ne[0], rows = coli_tensor_nelems(t) / n_in;
     if (n_in % coli_dtype_block_elems(type) != 0)
         return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': row length %lld is not a multiple of %lld, cannot be %s",
                          t->name, (long long)n_in, (long long)coli_dtype_block_elems(type), coli_dtype_name(type));
-    const size_t src_row = coli_row_bytes(t->type, n_in), dst_row = coli_row_bytes(type, n_in);
-    *nbytes = dst_row * (size_t)rows;
-    char *dst = malloc(*nbytes);
-    float *tmp = malloc((size_t)n_in * sizeof(float));
-    if (!dst || !tmp) {
-        free(dst); free(tmp);
+    const int nth = pool ? coli_pool_size(pool) : 1;
+    convert_job j = {t, type, n_in, rows, coli_row_bytes(t->type, n_in), coli_row_bytes(type, n_in), NULL, NULL};
+    *nbytes = j.dst_row * (size_t)rows;
+    j.dst = malloc(*nbytes);
+    j.tmp = malloc((size_t)nth * (size_t)n_in * sizeof(float));
+    if (!j.dst || !j.tmp) {
+        free(j.dst); free(j.tmp);
         return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory for %zu bytes", t->name, *nbytes);
     }
-    for (int64_t r = 0; r < rows; r++) {
-        coli_dequantize_row(t->type, (const char *)t->data + (size_t)r * src_row, tmp, n_in);
-        coli_quantize_row(type, tmp, dst + (size_t)r * dst_row, n_in);
-    }
-    free(tmp);
-    *out = dst;
+    coli_pool_run(pool, s_convert_rows, &j);
+    free(j.tmp);
+    *out = j.dst;
     return 0;
 }
 
-/* Metadata: every key in order, then the two llama-quantize sets last. */
-static int s_copy_metadata(gguf_writer *w, const gguf_file *in, coli_dtype type) {
+/* Metadata: every key in order, then the two llama-quantize sets last
+ * (general.file_type is the preset's llama_ftype). */
+static int s_copy_metadata(gguf_writer *w, const gguf_file *in, const quant_preset *preset) {
     int rc;
     for (int64_t i = 0; i < gguf_n_kv(in); i++)
         if ((rc = gguf_writer_copy_kv(w, in, i)) < 0) return rc;
     if ((rc = gguf_writer_set_u32(w, "general.quantization_version", 2)) < 0) return rc;
-    return gguf_writer_set_u32(w, "general.file_type", s_file_type(type));
+    return gguf_writer_set_u32(w, "general.file_type", preset->ftype);
 }
 
-/* Tensors in llama-quantize order; converted data goes to bufs[i]. */
-static int s_add_tensors(gguf_writer *w, const gguf_file *in, coli_dtype type,
+/* Tensors in llama-quantize order, each converted weight in the type the
+ * mix decides; converted data goes to bufs[i]. */
+static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, coli_pool *pool,
                          const coli_tensor **order, void **bufs) {
     const int64_t n = gguf_n_tensors(in);
     int rc;
@@ -105,9 +117,10 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, coli_dtype type,
         const coli_tensor *t = order[i];
         const void *data = t->data;
         size_t nbytes = t->nbytes;
-        coli_dtype out_type = t->type;
-        if (s_converted(t) && t->type != type) {
-            if ((rc = s_convert(t, type, &bufs[i], &nbytes)) < 0) return rc;
+        coli_dtype out_type = t->type, type = t->type;
+        if (s_converted(t) && (rc = quant_mix_type(mix, t, &type)) < 0) return rc;
+        if (type != t->type) {
+            if ((rc = s_convert(t, type, pool, &bufs[i], &nbytes)) < 0) return rc;
             data = bufs[i];
             out_type = type;
         }
@@ -117,30 +130,66 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, coli_dtype type,
     return 0;
 }
 
-int coli_quantize_file(const char *in_path, const char *out_path, const char *type_name) {
-    coli_dtype type;
-    if (!in_path || !out_path || !type_name)
-        return coli_fail(COLI_EINVAL, "quantize: input path, output path and type are required");
-    if (coli_dtype_from_name(type_name, &type) != 0)
-        return coli_fail(COLI_EINVAL, "quantize: type '%s': expected Q8_0, Q4_0, F16, BF16 or F32", type_name);
-    if (strcmp(in_path, out_path) == 0)
-        return coli_fail(COLI_EINVAL, "quantize: output '%s' is the input file", out_path);
-    gguf_file *in = NULL;
-    int rc = gguf_open(in_path, &in);
+/* *out = the block type called name, or -1 when name is NULL. Returns 0, or
+ * COLI_EINVAL when name is not a weight type. */
+static int s_override(const char *name, const char *what, int *out) {
+    coli_dtype t;
+    *out = -1;
+    if (!name) return 0;
+    if (coli_dtype_from_name(name, &t) != 0 || t == COLI_Q8_1 || t == COLI_Q8_K)
+        return coli_fail(COLI_EINVAL, "quantize: %s '%s' is not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                         "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)", what, name);
+    *out = (int)t;
+    return 0;
+}
+
+static int s_quantize(const char *in_path, const char *out_path, const quant_preset *preset,
+                      const coli_quantize_params *params) {
+    int output_type, token_embd_type;
+    int rc = s_override(params ? params->output_type : NULL, "output type", &output_type);
+    if (rc == 0) rc = s_override(params ? params->token_embd_type : NULL, "token embedding type", &token_embd_type);
     if (rc < 0) return rc;
+    gguf_file *in = NULL;
+    if ((rc = gguf_open(in_path, &in)) < 0) return rc;
+    quant_mix mix;
+    quant_mix_init(&mix, in, preset, params && params->pure, output_type, token_embd_type);
     const int64_t n = gguf_n_tensors(in);
     const coli_tensor **order = calloc((size_t)(n ? n : 1), sizeof *order);
     void **bufs = calloc((size_t)(n ? n : 1), sizeof *bufs);
     gguf_writer *w = gguf_writer_new();
+    coli_pool *pool = coli_pool_new(params && params->n_threads > 0 ? params->n_threads : 0);
     if (!order || !bufs || !w) rc = coli_fail(COLI_ENOMEM, "quantize: out of memory");
-    if (rc == 0) rc = s_copy_metadata(w, in, type);
-    if (rc == 0) rc = s_add_tensors(w, in, type, order, bufs);
+    else if (!pool) rc = coli_fail_prefix(COLI_ENOMEM, "quantize");
+    if (rc == 0) rc = s_copy_metadata(w, in, preset);
+    if (rc == 0) rc = s_add_tensors(w, in, &mix, pool, order, bufs);
     if (rc == 0) rc = gguf_writer_write(w, out_path);
-    if (rc < 0) rc = coli_fail_prefix(rc, "quantize %s -> %s", in_path, out_path);
     for (int64_t i = 0; bufs && i < n; i++) free(bufs[i]);
     free(bufs);
     free(order);
     gguf_writer_free(&w);
+    coli_pool_destroy(&pool);
     gguf_close(&in);
     return rc;
 }
+
+int coli_quantize_file_params(const char *in_path, const char *out_path, const char *type_name,
+                              const coli_quantize_params *params) {
+    if (!in_path || !out_path || !type_name)
+        return coli_fail(COLI_EINVAL, "quantize: input path, output path and type are required");
+    const quant_preset *preset = quant_preset_find(type_name);
+    if (!preset)
+        return coli_fail(COLI_EINVAL, "quantize: unknown type '%s' (accepted: %s)", type_name, quant_preset_names());
+    if (strcmp(in_path, out_path) == 0)
+        return coli_fail(COLI_EINVAL, "quantize: output '%s' is the input file", out_path);
+    int rc = s_quantize(in_path, out_path, preset, params);
+    if (rc < 0) rc = coli_fail_prefix(rc, "quantize %s -> %s", in_path, out_path);
+    return rc;
+}
+
+int coli_quantize_file(const char *in_path, const char *out_path, const char *type_name) {
+    return coli_quantize_file_params(in_path, out_path, type_name, NULL);
+}
+
+int coli_quantize_type_known(const char *type) { return type && quant_preset_find(type) != NULL; }
+
+const char *coli_quantize_type_names(void) { return quant_preset_names(); }

@@ -44,6 +44,12 @@ static const void *expert_slice(const coli_tensor *t, int expert) {
     return (const uint8_t *)t->data + (size_t)expert * bytes;
 }
 
+int expert_layer_present(const gguf_file *f, int layer) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", layer);
+    return f && layer >= 0 && gguf_find_tensor(f, name) != NULL;
+}
+
 int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_weights *out) {
     const coli_tensor *g, *u, *d;
     int rc;

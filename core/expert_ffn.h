@@ -27,6 +27,11 @@ typedef struct expert_weights {
 /* Bytes of the three matrices (what a device must hold for this expert). */
 size_t expert_weights_bytes(const expert_weights *w);
 
+/* 1 when layer l of f has routed experts (blk.l.ffn_gate_exps.weight is
+ * present), 0 for a dense layer (deepseek2's leading blocks): executors and
+ * placement skip those. */
+int expert_layer_present(const gguf_file *f, int layer);
+
 /* Expert e of layer l of a MoE file: slices of blk.l.ffn_{gate,up,down}_exps.
  * Validates the tensors' presence, types and shapes (3-D, consistent
  * n_embd/n_ff, e < n_expert). */

@@ -58,6 +58,8 @@ static size_t quant_values_bytes(int64_t n_in, int64_t n_tok) {
 
 size_t coli_matmul_scratch_bytes(coli_dtype wtype, int64_t n_in, int64_t n_tok) {
     if (n_in <= 0 || n_tok <= 0) return 0;
+    const mm_vecdot_type *vd = mm_vecdot_find(wtype);
+    if (vd) return (size_t)n_tok * mm_vecdot_row_stride(vd, n_in);
     switch (wtype) {
     case COLI_F16:
     case COLI_BF16:
@@ -85,6 +87,13 @@ static void prepare_input(mm_job *job, uint8_t *buf, const float *x, int avx2) {
         job->xf_stride = float_stride(n_in);
         if (avx2) mm_avx2_round_rows(job->wtype, x, n_tok, n_in, (float *)buf, job->xf_stride);
         else      mm_portable_round_rows(job->wtype, x, n_tok, n_in, (float *)buf, job->xf_stride);
+        return;
+    }
+    const mm_vecdot_type *vd = mm_vecdot_find(job->wtype);
+    if (vd) {
+        job->xa = buf;
+        job->xa_stride = mm_vecdot_row_stride(vd, n_in);
+        mm_vecdot_prepare(vd, x, n_tok, n_in, buf, job->xa_stride);
         return;
     }
     int8_t *xq = (int8_t *)buf;
@@ -134,8 +143,11 @@ static void many_worker(void *arg, int ith, int nth) {
 }
 
 /* Which prepared input an op reads: 0 none (F32), 1 fp16-rounded,
- * 2 bf16-rounded, 3 Q8_0-quantized (Q8_0 and Q4_0 weights). */
+ * 2 bf16-rounded, 3 Q8_0-quantized into values and scales (Q8_0 and Q4_0
+ * weights), 100 + the activation block type for the vecdot types. */
 static int input_kind(coli_dtype t) {
+    const mm_vecdot_type *vd = mm_vecdot_find(t);
+    if (vd) return 100 + (int)mm_vecdot_act_type(vd);
     switch (t) {
     case COLI_F16:  return 1;
     case COLI_BF16: return 2;
@@ -192,13 +204,21 @@ static void init_job(mm_job *j, const coli_matmul_op *o, int avx2, uint8_t *buf,
     j->n_out = o->n_out;
     j->n_tok = o->n_tok;
     j->y = o->y;
-    j->rows = avx2 ? mm_avx2_rows(o->wtype) : mm_portable_rows(o->wtype);
+    const mm_vecdot_type *vd = mm_vecdot_find(o->wtype);
+    if (vd) {
+        j->rows = mm_vecdot_rows;
+        j->dot = mm_vecdot_fn(vd, avx2);
+    } else {
+        j->rows = avx2 ? mm_avx2_rows(o->wtype) : mm_portable_rows(o->wtype);
+    }
     j->token_block = 64;
     if (!shared) { prepare_input(j, buf, o->x, avx2); return; }
     j->xf = shared->xf;
     j->xf_stride = shared->xf_stride;
     j->xq = shared->xq;
     j->xd = shared->xd;
+    j->xa = shared->xa;
+    j->xa_stride = shared->xa_stride;
 }
 
 /* Multiply-adds below which the calling thread does the job alone (a MoE

@@ -11,7 +11,9 @@
  * Input rounding follows llama.cpp (so conformance against it holds):
  *   F32 weights: x used as is;  F16: x rounded to fp16;  BF16: x rounded to
  *   bf16;  Q8_0 / Q4_0: x quantized to Q8_0 blocks (coli_quantize_act_q8_0)
- *   and integer block dot products, fp16(d_w)*fp16(d_x)*sum(q_w*q_x) in F32.
+ *   and integer block dot products, fp16(d_w)*fp16(d_x)*sum(q_w*q_x) in F32;
+ *   Q5_0 / IQ4_NL: Q8_0 blocks too;  Q4_1 / Q5_1: Q8_1 blocks;  Q2_K..Q6_K,
+ *   IQ4_XS: Q8_K blocks of 256 (llama.cpp's vec_dot_type, see vecdot.h).
  * AVX2+FMA+F16C kernels are chosen at run time when the CPU has them; the
  * portable C path gives the same results within the conformance tolerances.
  */
@@ -43,7 +45,9 @@ size_t coli_matmul_scratch_bytes(coli_dtype wtype, int64_t n_in, int64_t n_tok);
 
 /* y (n_tok, n_out) = x (n_tok, n_in) @ W^T, W: n_out rows of n_in values of
  * type wtype, rows contiguous (row o at o * coli_row_bytes(wtype, n_in)).
- * n_in must be a multiple of 32 for Q8_0/Q4_0. Returns 0 or COLI_ENOMEM. */
+ * n_in must be a multiple of the type's block size (32, or 256 for the
+ * K-quants and IQ4_XS). Returns 0, COLI_EINVAL / COLI_EUNSUPPORTED (bad
+ * shape or type, message set) or COLI_ENOMEM. */
 int coli_matmul(coli_pool *pool, coli_scratch *scratch,
                 const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out,
                 const float *x, int64_t n_tok, float *y);

@@ -9,6 +9,8 @@
  *        F16 / BF16  x rounded to fp16 / bf16, stored back as floats
  *        Q8_0 / Q4_0 x quantized to Q8_0: int8 values (n_tok, n_in) and the
  *                    fp16-rounded block scales as floats (n_tok, n_in/32)
+ *        the others  x quantized to their activation blocks (Q8_0, Q8_1 or
+ *                    Q8_K, matmul_vecdot.c), one row of blocks per token
  *   2. every pool thread takes chunks of output rows from a shared counter
  *      and computes them for all tokens.
  * Each y[t][o] is one dot product whose operation sequence depends only on
@@ -22,6 +24,7 @@
 #include <stdint.h>
 
 #include "tensor.h"
+#include "vecdot.h"
 
 typedef struct mm_job {
     const uint8_t *W;      /* n_out rows of w_stride bytes */
@@ -32,17 +35,36 @@ typedef struct mm_job {
     int64_t xf_stride;
     const int8_t *xq;      /* Q8_0/Q4_0: quantized rows, n_in bytes apart (32-byte aligned) */
     const float  *xd;      /* Q8_0/Q4_0: block scales, n_in/32 floats per token */
+    const uint8_t *xa;     /* vecdot types: activation block rows, xa_stride bytes apart */
+    size_t xa_stride;
+    coli_vec_dot_fn dot;   /* vecdot types: one (row, token) dot product */
     float *y;              /* (n_tok, n_out) */
     int64_t chunk_rows;    /* rows taken per counter increment */
     int64_t token_block;   /* tokens per pass over a chunk (keeps x in L2) */
     void (*rows)(const struct mm_job *job, int64_t r0, int64_t r1);
-    atomic_llong next_chunk;
 } mm_job;
 
 typedef void (*mm_rows_fn)(const mm_job *job, int64_t r0, int64_t r1);
 
 /* Round-half-even int8 of llama.cpp's AVX2 activation quantizer (quant.c). */
 int8_t coli_act_round_i8(float v);
+
+/* ---- block types with a per-(row, token) dot product (matmul_vecdot.c) ---- */
+typedef struct mm_vecdot_type mm_vecdot_type;
+/* The table row of wtype, or NULL if wtype has a tiled kernel instead. */
+const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype);
+/* Its activation format (COLI_Q8_0, COLI_Q8_1 or COLI_Q8_K): inputs of two
+ * weight types with the same one are shared by coli_matmul_many. */
+coli_dtype mm_vecdot_act_type(const mm_vecdot_type *v);
+/* Bytes between token rows of the prepared input (a multiple of 64). */
+size_t mm_vecdot_row_stride(const mm_vecdot_type *v, int64_t n_in);
+/* The AVX2 dot product if avx2 (the caller checked coli_cpu_avx2), else the portable one. */
+coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2);
+/* Quantize the n_tok rows of x into xa, rows stride bytes apart. */
+void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, int64_t n_in,
+                       uint8_t *xa, size_t stride);
+/* Output rows r0..r1 of a job whose xa, xa_stride and dot are set. */
+void mm_vecdot_rows(const mm_job *job, int64_t r0, int64_t r1);
 
 /* ---- portable C (matmul_portable.c) ---- */
 mm_rows_fn mm_portable_rows(coli_dtype wtype);

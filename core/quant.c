@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "cpu_features.h"
+#include "quant_blocks.h"
+#include "quantize_rows.h"
 
 #if COLI_X86
 #include <immintrin.h>
@@ -206,7 +208,7 @@ void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n) {
     }
     case COLI_Q8_0: dequantize_q8_0(src, dst, n); break;
     case COLI_Q4_0: dequantize_q4_0(src, dst, n); break;
-    default: break;
+    default: coli_dequantize_row_blocks(t, src, dst, n); break;
     }
 }
 
@@ -219,8 +221,18 @@ void coli_quantize_row(coli_dtype t, const float *src, void *dst, int64_t n) {
         for (int64_t i = 0; i < n; i++) d[i] = coli_fp32_to_bf16(src[i]);
         break;
     }
-    case COLI_Q8_0: coli_quantize_row_q8_0(src, dst, n); break;
-    case COLI_Q4_0: coli_quantize_row_q4_0(src, dst, n); break;
-    default: break;
+    case COLI_Q8_0:   coli_quantize_row_q8_0(src, dst, n); break;
+    case COLI_Q4_0:   coli_quantize_row_q4_0(src, dst, n); break;
+    case COLI_Q4_1:   coli_quantize_row_q4_1(src, dst, n); break;
+    case COLI_Q5_0:   coli_quantize_row_q5_0(src, dst, n); break;
+    case COLI_Q5_1:   coli_quantize_row_q5_1(src, dst, n); break;
+    case COLI_IQ4_NL: coli_quantize_row_iq4_nl(src, dst, n); break;
+    case COLI_Q2_K:   coli_quantize_row_q2_K(src, dst, n); break;
+    case COLI_Q3_K:   coli_quantize_row_q3_K(src, dst, n); break;
+    case COLI_Q4_K:   coli_quantize_row_q4_K(src, dst, n); break;
+    case COLI_Q5_K:   coli_quantize_row_q5_K(src, dst, n); break;
+    case COLI_Q6_K:   coli_quantize_row_q6_K(src, dst, n); break;
+    case COLI_IQ4_XS: coli_quantize_row_iq4_xs(src, dst, n); break;
+    default: break; /* Q8_1/Q8_K are activation formats, quantized by the kernels */
     }
 }

@@ -106,4 +106,11 @@ _Static_assert(sizeof(block_iq4_xs) == 136, "IQ4_XS block is 136 bytes");
 /* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 extern const int8_t coli_kvalues_iq4nl[16];
 
+/* dst[0..n) = the values of a row of n values of type t, one of Q4_1, Q5_0,
+ * Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS (n a multiple of its block size), as
+ * ggml's dequantize_row_* computes them (quant_dequant.c). Returns 0, or -1
+ * if t is not one of these types (dst untouched). coli_dequantize_row
+ * (quant.h) calls it for these types. */
+int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n);
+
 #endif

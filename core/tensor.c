@@ -18,18 +18,18 @@ static const struct dtype_info {
     {COLI_BF16,   "BF16",   1,         2,   1},
     {COLI_Q8_0,   "Q8_0",   COLI_QK,   34,  1},
     {COLI_Q4_0,   "Q4_0",   COLI_QK,   18,  1},
-    {COLI_Q4_1,   "Q4_1",   COLI_QK,   20,  0},
-    {COLI_Q5_0,   "Q5_0",   COLI_QK,   22,  0},
-    {COLI_Q5_1,   "Q5_1",   COLI_QK,   24,  0},
+    {COLI_Q4_1,   "Q4_1",   COLI_QK,   20,  1},
+    {COLI_Q5_0,   "Q5_0",   COLI_QK,   22,  1},
+    {COLI_Q5_1,   "Q5_1",   COLI_QK,   24,  1},
     {COLI_Q8_1,   "Q8_1",   COLI_QK,   36,  0},
-    {COLI_IQ4_NL, "IQ4_NL", COLI_QK,   18,  0},
-    {COLI_Q2_K,   "Q2_K",   COLI_QK_K, 84,  0},
-    {COLI_Q3_K,   "Q3_K",   COLI_QK_K, 110, 0},
-    {COLI_Q4_K,   "Q4_K",   COLI_QK_K, 144, 0},
-    {COLI_Q5_K,   "Q5_K",   COLI_QK_K, 176, 0},
-    {COLI_Q6_K,   "Q6_K",   COLI_QK_K, 210, 0},
+    {COLI_IQ4_NL, "IQ4_NL", COLI_QK,   18,  1},
+    {COLI_Q2_K,   "Q2_K",   COLI_QK_K, 84,  1},
+    {COLI_Q3_K,   "Q3_K",   COLI_QK_K, 110, 1},
+    {COLI_Q4_K,   "Q4_K",   COLI_QK_K, 144, 1},
+    {COLI_Q5_K,   "Q5_K",   COLI_QK_K, 176, 1},
+    {COLI_Q6_K,   "Q6_K",   COLI_QK_K, 210, 1},
     {COLI_Q8_K,   "Q8_K",   COLI_QK_K, 292, 0},
-    {COLI_IQ4_XS, "IQ4_XS", COLI_QK_K, 136, 0},
+    {COLI_IQ4_XS, "IQ4_XS", COLI_QK_K, 136, 1},
 };
 #define N_DTYPES (sizeof s_dtypes / sizeof s_dtypes[0])
 
@@ -42,6 +42,13 @@ static const struct dtype_info *dtype_info(uint32_t t) {
 int coli_dtype_valid(uint32_t t) {
     const struct dtype_info *d = dtype_info(t);
     return d && d->valid;
+}
+
+uint32_t coli_dtype_weight_mask(void) {
+    uint32_t mask = 0;
+    for (size_t i = 0; i < N_DTYPES; i++)
+        if (s_dtypes[i].valid) mask |= 1u << s_dtypes[i].t;
+    return mask;
 }
 
 int coli_dtype_known(uint32_t t) { return dtype_info(t) != NULL; }

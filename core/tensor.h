@@ -42,6 +42,8 @@ typedef enum coli_dtype {
 
 /* 1 if t is a type that weights may have and that every path computes. */
 int coli_dtype_valid(uint32_t t);
+/* Bit (1u << t) set for every valid t (all type ids of the table are < 32). */
+uint32_t coli_dtype_weight_mask(void);
 /* 1 if t is any type of the table (its block size is known), valid or not. */
 int coli_dtype_known(uint32_t t);
 const char *coli_dtype_name(uint32_t t);          /* "F32", ..., "type 16" for unknown */

@@ -107,34 +107,23 @@ static int s_str_eq(gguf_str s, const char *c)
     return s.len == strlen(c) && memcmp(s.ptr, c, s.len) == 0;
 }
 
-// Pre-tokenizer names that llama.cpp maps to the GPT-2 regex ("gpt2" is
-// accepted as another spelling of "gpt-2").
-static const char *const k_gpt2_pre[] = { "gpt-2", "gpt2", "phi-2", "mpt", "olmo", "jais", "gigachat", NULL };
-
+// tokenizer.ggml.pre: llama.cpp warns and uses "default" when it is absent.
 static int s_load_pre(coli_tokenizer *tok, const gguf_file *f)
 {
-    gguf_str pre;
-    tok->pre = TOK_PRE_DEFAULT;
-    if (gguf_find_key(f, KEY_PRE) < 0)
-        return 0;   // llama.cpp warns and uses "default"
-    int rc = gguf_get_str(f, KEY_PRE, &pre);
-    if (rc < 0)
-        return rc;
-    if (s_str_eq(pre, "default"))
-        return 0;
-    for (const char *const *p = k_gpt2_pre; *p; p++) {
-        if (s_str_eq(pre, *p)) {
-            tok->pre = TOK_PRE_GPT2;
-            return 0;
-        }
+    gguf_str pre = { "default", 7 };
+    if (gguf_find_key(f, KEY_PRE) >= 0) {
+        int rc = gguf_get_str(f, KEY_PRE, &pre);
+        if (rc < 0)
+            return rc;
     }
-    return coli_fail(COLI_EUNSUPPORTED, "%s: unknown pre-tokenizer '%.*s'", KEY_PRE,
-                     (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
+    return tok_pre_setup(tok, pre.ptr, (size_t)pre.len);
 }
 
 static int s_load_kind(coli_tokenizer *tok, const gguf_file *f)
 {
     gguf_str model;
+    if (gguf_find_key(f, KEY_MODEL) < 0)
+        return coli_fail(COLI_EFORMAT, "no tokenizer: %s is missing (the file carries no vocabulary)", KEY_MODEL);
     int rc = gguf_get_str(f, KEY_MODEL, &model);
     if (rc < 0)
         return rc;
@@ -520,6 +509,7 @@ void coli_tokenizer_free(coli_tokenizer **tok_p)
     free(tok->merge_rank.slots);
     free(tok->special);
     free(tok->is_eog);
+    tok_pre_free(tok);
     free(tok);
     *tok_p = NULL;
 }

@@ -4,8 +4,11 @@
  * Two models, chosen by tokenizer.ggml.model:
  *  - "llama": SentencePiece BPE over scores, spaces as U+2581, byte
  *    fallback tokens <0xNN>, BOS/EOS/UNK ids from metadata.
- *  - "gpt2": byte-level BPE with merges; the pre-tokenizer regex is chosen by
- *    tokenizer.ggml.pre (at least "default"/"gpt2" and "olmo").
+ *  - "gpt2": byte-level BPE with merges; the pre-tokenizer regexes are the
+ *    ones llama.cpp uses for tokenizer.ggml.pre (llama-bpe, qwen2,
+ *    deepseek-llm/-coder/-v3, falcon, starcoder, gpt-2, dbrx, command-r,
+ *    smollm, chatglm-bpe, ...: core/tokenizer_pre.c); an unknown name is
+ *    refused.
  * Special (control/user-defined) tokens are matched in the text before the
  * model runs when parse_special is set. Results match llama.cpp exactly.
  */

@@ -24,11 +24,13 @@ enum {
 
 typedef enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 } tok_kind;
 
-/* BPE pre-tokenizers (llama.cpp's LLAMA_VOCAB_PRE_TYPE_*). */
-typedef enum tok_pre {
-    TOK_PRE_DEFAULT = 0,   /* punctuation runs, GPT-2 regex, digit runs, 3-digit groups */
-    TOK_PRE_GPT2    = 1,   /* the GPT-2 regex alone (gpt-2, olmo, mpt, ...) */
-} tok_pre;
+/* A BPE pre-tokenizer: llama.cpp's regex list for a tokenizer.ggml.pre name
+ * (tokenizer_pre.c). */
+typedef struct tok_pre_preset tok_pre_preset;
+#define TOK_PRE_MAX_REGEX 6
+
+/* A compiled pre-tokenizer regex (tokenizer_regex.c). */
+typedef struct tok_regex tok_regex;
 
 /* Open-addressing hash table of 32-bit values (stored +1; 0 = empty). The
  * caller owns key storage and equality; the table only keeps slots. */
@@ -51,7 +53,9 @@ typedef struct tok_ids {
 
 struct coli_tokenizer {
     tok_kind kind;
-    tok_pre  pre;
+    const tok_pre_preset *pre;                /* BPE only */
+    tok_regex *pre_regex[TOK_PRE_MAX_REGEX];  /* compiled regexes; NULL for hand-written splitters */
+    int ignore_merges;                        /* BPE: a word that is a token is not merged */
     int32_t  n_vocab;
 
     /* vocabulary strings, NUL-terminated, in one blob */
@@ -153,6 +157,35 @@ void tok_merger_free(tok_merger *m);
 /* Tokenize one text fragment (spaces not yet escaped) with the SPM model. */
 int tok_spm_encode(const coli_tokenizer *tok, const char *text, size_t len,
                    int space_prefix, tok_ids *out);
+
+/* ---- tokenizer_pre.c, tokenizer_regex.c ---- */
+/* Word lengths in code points (llama.cpp's bpe_offsets). */
+typedef struct tok_pieces {
+    size_t *len;
+    size_t  n, cap;
+} tok_pieces;
+
+/* Append a piece of len code points (nothing when len is 0). */
+int tok_pieces_push(tok_pieces *p, size_t len);
+
+/* Set tok's pre-tokenizer from its tokenizer.ggml.pre name (len bytes, not
+ * NUL-terminated) with its flags (BOS, ignore_merges); COLI_EUNSUPPORTED,
+ * naming it, for a name llama.cpp does not know either. */
+int  tok_pre_setup(coli_tokenizer *tok, const char *name, size_t len);
+void tok_pre_free(coli_tokenizer *tok);
+
+/* Split n code points into words with tok's pre-tokenizer; *words is
+ * malloc'ed (words->len). */
+int tok_pretokenize(const coli_tokenizer *tok, const uint32_t *cpts, size_t n, tok_pieces *words);
+
+/* Compile one regex of the supported subset (see tokenizer_regex.c);
+ * COLI_EINVAL naming the regex and the place for anything else. */
+int  tok_regex_compile(const char *pattern, tok_regex **out);
+void tok_regex_free(tok_regex **re);
+/* Split each piece of in (over cpts[0..n)) at the regex's leftmost matches
+ * into out: the matches and the text between them, in order. */
+int  tok_regex_split(const tok_regex *re, const uint32_t *cpts, size_t n, const tok_pieces *in,
+                     tok_pieces *out);
 
 /* ---- tokenizer_bpe.c ---- */
 /* Pre-tokenize and BPE-encode one text fragment. */

@@ -10,12 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Code point classes (regex \p{L}, \p{N}, \p{P}, \s). */
+/* Code point classes: the general category (regex \p{L}, \p{N}, \p{P},
+ * \p{M}, \p{S}: at most one of them) and White_Space (\s, may come on top). */
 enum {
     COLI_CPT_LETTER = 1,
     COLI_CPT_NUMBER = 2,
     COLI_CPT_PUNCT  = 4,
     COLI_CPT_SPACE  = 8,
+    COLI_CPT_MARK   = 16,
+    COLI_CPT_SYMBOL = 32,
 };
 
 typedef struct coli_ucd_range {
@@ -28,8 +31,8 @@ extern const coli_ucd_range coli_ucd_ranges[];
 extern const size_t coli_ucd_n_ranges;
 extern const char coli_unicode_version[];
 
-/* COLI_CPT_* flags of a code point (0 = other: symbol, mark, control,
- * unassigned, or beyond U+10FFFF). */
+/* COLI_CPT_* flags of a code point (0 = other: a separator that is not
+ * white space, control, unassigned, or beyond U+10FFFF). */
 unsigned coli_cpt_flags(uint32_t cpt);
 
 /* Bytes of the UTF-8 sequence a lead byte announces, from its high nibble

@@ -69,17 +69,30 @@ typedef struct coli_model_params {
     int n_ctx_max;        /* cap on the context length; 0 = the model's own */
     const char *stats_json_path; /* optional: write run stats as JSON here on free */
     int verbose;          /* 1 = progress and per-worker lines on stderr */
+    /* Added in API version 1 without breaking it (zero = as before): */
+    const char *worker_path; /* the coli-worker program; NULL or "" = $COLI_WORKER, else next
+                                to this program (or ../bin), else $COLI_BUILD/bin */
+    const char *keys_dir;    /* CURVE keys for remote:tcp://... workers (coli keygen DIR);
+                                NULL or "" = $COLI_KEYS */
+    int vocab_only;          /* 1 = read only the tokenizer (any general.architecture,
+                                weights or none, as llama.cpp's vocab_only): tokenize
+                                and detokenize work, coli_context_new refuses */
 } coli_model_params;
 
 /* All fields zero: default devices, one thread per core, F32 KV cache, the
- * model's context, no stats file, quiet. p may be NULL (nothing happens). */
+ * model's context, no stats file, quiet, weights loaded, the worker program
+ * and keys from the environment (docs/settings.md lists every variable read,
+ * once, at load). p may be NULL (nothing happens). */
 void coli_model_default_params(coli_model_params *p);
 
 /* Map and validate a GGUF file, build its tokenizer and start its expert
  * executor (worker processes unless devices is "inproc"). p may be NULL
  * (defaults); its strings are copied. Returns 0 with *out owning the
  * mapping, or COLI_EINVAL (NULL/empty path, negative n_threads/n_ctx_max),
- * COLI_EIO, COLI_EFORMAT, COLI_EUNSUPPORTED, COLI_ENOMEM, COLI_EDEVICE. */
+ * COLI_EIO, COLI_EFORMAT, COLI_EUNSUPPORTED, COLI_ENOMEM, COLI_EDEVICE.
+ * With p->vocab_only only the tokenizer is built (a vocabulary-only file
+ * such as llama.cpp's ggml-vocab-*.gguf loads); a file without tokenizer
+ * metadata is refused either way (COLI_EFORMAT, "no tokenizer"). */
 int coli_model_load(const char *path, const coli_model_params *p, coli_model **out);
 /* Write stats_json_path (if given), stop the workers, unmap the file. */
 void coli_model_free(coli_model **model);
@@ -95,6 +108,8 @@ typedef struct coli_model_info {
     const char *chat_template; /* tokenizer.chat_template, NULL if absent */
     double load_seconds;
 } coli_model_info;
+/* A vocab_only model: arch is general.architecture as the file says ("" if
+ * absent), n_vocab the vocabulary's size, the other counts 0. */
 
 /* Fill *out (zeroed first; all zero if m is NULL). Its strings belong to m. */
 void coli_model_get_info(const coli_model *m, coli_model_info *out);
@@ -186,13 +201,35 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
 
 /* ---- files ------------------------------------------------------------ */
 
-/* Write a copy of the GGUF at in_path to out_path with every 2-D/3-D weight
- * (token_embd and output included) in type ("Q8_0", "Q4_0", "F16", "BF16",
- * "F32"); norms, biases and routers (ffn_gate_inp*) stay F32. Metadata is
- * copied, general.file_type updated. Q8_0/Q4_0 data are byte-identical to
- * llama-quantize --pure. Returns 0, COLI_EINVAL (unknown type), COLI_EIO,
- * COLI_EFORMAT, COLI_EUNSUPPORTED or COLI_ENOMEM. */
+/* Options of coli_quantize_file_params; all zero/NULL = llama-quantize's defaults. */
+typedef struct coli_quantize_params {
+    int pure;                    /* 1: every weight in the preset's base type (llama-quantize --pure) */
+    const char *output_type;     /* NULL, or the type of output.weight ("Q6_K"; --output-tensor-type) */
+    const char *token_embd_type; /* NULL, or the type of token_embd.weight (--token-embedding-type) */
+    int n_threads;               /* threads converting rows; <= 0: one per core (same bytes for any) */
+} coli_quantize_params;
+
+/* Write a copy of the GGUF at in_path to out_path with its 2-D/3-D weights
+ * (token_embd and output included) quantized as llama-quantize does for the
+ * preset type: "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+ * "IQ4_NL", "IQ4_XS", "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
+ * "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K" (and the aliases "Q3_K", "Q4_K", "Q5_K"
+ * for the _M presets). Each weight gets the type llama.cpp's preset picks for
+ * it (output.weight Q6_K, some attn_v/ffn_down one step up; docs/gguf.md),
+ * or with params->pure the preset's base type. Norms, biases and routers
+ * (ffn_gate_inp*) stay as they are. Metadata is copied, general.file_type set
+ * to the preset's llama_ftype. The tensor data are byte-identical to
+ * llama-quantize's (no imatrix). params may be NULL. Returns 0, COLI_EINVAL
+ * (unknown type), COLI_EIO, COLI_EFORMAT, COLI_EUNSUPPORTED (a row length no
+ * type of the preset fits) or COLI_ENOMEM. */
+int coli_quantize_file_params(const char *in_path, const char *out_path, const char *type,
+                              const coli_quantize_params *params);
+/* coli_quantize_file_params with params NULL. */
 int coli_quantize_file(const char *in_path, const char *out_path, const char *type);
+/* 1 if type is a name coli_quantize_file accepts, else 0. */
+int coli_quantize_type_known(const char *type);
+/* The accepted type names, comma-separated, for messages (static string). */
+const char *coli_quantize_type_names(void);
 
 /* ---- scheduler visibility -------------------------------------------- */
 

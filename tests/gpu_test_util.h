@@ -1,7 +1,13 @@
 /*
  * gpu_test_util.h - random experts of any weight type and the cpu plugin's
  * answer for them, shared by the GPU tests (test_gpu_math.c on the host,
- * test_gpu_plugin.c against a device).
+ * test_gpu_emu.cpp, test_gpu_plugin.c against a device).
+ *
+ * Weights of F32/F16/BF16/Q8_0/Q4_0 are quantized from random floats by
+ * core/quant.c; those of the other block types are random blocks: random
+ * bytes for every quant and sub-scale field (so every bit pattern of the
+ * format is exercised: negative Q6_K scales, every Q3_K high-bit mask) and
+ * fp16 block scales chosen to give values of about 2/sqrt(cols).
  */
 #ifndef COLI_TESTS_GPU_TEST_UTIL_H
 #define COLI_TESTS_GPU_TEST_UTIL_H
@@ -11,13 +17,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stddef.h>
+
 #include "core/quant.h"
+#include "core/quant_blocks.h"
 #include "core/tensor.h"
 #include "plugins/cpu/cpu_plugin.h"
 #include "plugins/plugin_abi.h"
 
-static const coli_dtype gpu_test_dtypes[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0};
-#define GPU_TEST_N_DTYPES 5
+static const coli_dtype gpu_test_dtypes[] = {
+    COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0,                        /* quantized by core */
+    COLI_Q4_1, COLI_Q5_0, COLI_Q5_1, COLI_IQ4_NL,                                /* random 32-value blocks */
+    COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS,           /* random super-blocks */
+};
+#define GPU_TEST_N_DTYPES 15
+
+/* 1 if the test matrices of type t come from core's quantizer, 0 if they are random blocks. */
+static inline int test_dtype_quantized_by_core(coli_dtype t) {
+    return t == COLI_F32 || t == COLI_F16 || t == COLI_BF16 || t == COLI_Q8_0 || t == COLI_Q4_0;
+}
 
 typedef struct test_expert {
     moe_expert_desc desc;
@@ -37,6 +55,46 @@ static inline void test_rand_rows(float *x, int64_t n, float scale, uint64_t see
     for (int64_t i = 0; i < n; i++) x[i] = scale * test_rand(&s);
 }
 
+/* Where a block of type t keeps its fp16 scale d and its fp16 minimum
+ * (dmin, or Q4_1/Q5_1's m; -1 if none), from core/quant_blocks.h; unit: the
+ * typical |q| times sub-scale, min_ratio: the minimum in units of d that
+ * centres the values. */
+static inline void test_block_scales(coli_dtype t, int *d_off, int *m_off, float *unit, float *min_ratio) {
+    *m_off = -1;
+    *min_ratio = 0.0f;
+    switch (t) {
+    case COLI_Q4_1: *d_off = offsetof(block_q4_1, d), *m_off = offsetof(block_q4_1, m), *unit = 8, *min_ratio = -7.5f; break;
+    case COLI_Q5_0: *d_off = offsetof(block_q5_0, d), *unit = 8; break;
+    case COLI_Q5_1: *d_off = offsetof(block_q5_1, d), *m_off = offsetof(block_q5_1, m), *unit = 16, *min_ratio = -15.5f; break;
+    case COLI_IQ4_NL: *d_off = offsetof(block_iq4_nl, d), *unit = 60; break;
+    case COLI_Q2_K: *d_off = offsetof(block_q2_K, d), *m_off = offsetof(block_q2_K, dmin), *unit = 12, *min_ratio = 1.5f; break;
+    case COLI_Q3_K: *d_off = offsetof(block_q3_K, d), *unit = 32; break;
+    case COLI_Q4_K: *d_off = offsetof(block_q4_K, d), *m_off = offsetof(block_q4_K, dmin), *unit = 240, *min_ratio = 7.5f; break;
+    case COLI_Q5_K: *d_off = offsetof(block_q5_K, d), *m_off = offsetof(block_q5_K, dmin), *unit = 480, *min_ratio = 15.5f; break;
+    case COLI_Q6_K: *d_off = offsetof(block_q6_K, d), *unit = 1024; break;
+    default: *d_off = offsetof(block_iq4_xs, d), *unit = 960; break; /* COLI_IQ4_XS */
+    }
+}
+
+/* One row of random blocks of type t, values of about `scale`. */
+static inline void test_random_blocks(coli_dtype t, unsigned char *row, int64_t cols, float scale, uint64_t *s) {
+    const size_t bb = coli_dtype_block_bytes(t), nb = (size_t)(cols / coli_dtype_block_elems(t));
+    int d_off, m_off;
+    float unit, min_ratio;
+    test_block_scales(t, &d_off, &m_off, &unit, &min_ratio);
+    for (size_t i = 0; i < bb * nb; i++) row[i] = (unsigned char)(test_rand(s) * 128.0f + 128.0f);
+    for (size_t b = 0; b < nb; b++) {
+        unsigned char *blk = row + b * bb;
+        const float d = scale / unit * (0.75f + 0.25f * test_rand(s));
+        const uint16_t dh = coli_fp32_to_fp16(d);
+        memcpy(blk + d_off, &dh, 2);
+        if (m_off >= 0) {
+            const uint16_t mh = coli_fp32_to_fp16(d * min_ratio * (1.0f + 0.2f * test_rand(s)));
+            memcpy(blk + m_off, &mh, 2);
+        }
+    }
+}
+
 /* rows x cols random values (scale/sqrt(cols)) stored as type t; NULL on OOM. */
 static inline void *test_matrix(coli_dtype t, int64_t rows, int64_t cols, uint64_t seed, size_t *bytes) {
     const size_t rb = coli_row_bytes(t, cols);
@@ -48,7 +106,13 @@ static inline void *test_matrix(coli_dtype t, int64_t rows, int64_t cols, uint64
         return NULL;
     }
     for (int64_t r = 0; r < rows; r++) {
-        test_rand_rows(row, cols, 2.0f / sqrtf((float)cols), seed * 1000003u + (uint64_t)r);
+        const float scale = 2.0f / sqrtf((float)cols);
+        uint64_t s = (seed * 1000003u + (uint64_t)r) * 0x9e3779b97f4a7c15ull + 1;
+        if (!test_dtype_quantized_by_core(t)) {
+            test_random_blocks(t, m + (size_t)r * rb, cols, scale, &s);
+            continue;
+        }
+        test_rand_rows(row, cols, scale, seed * 1000003u + (uint64_t)r);
         coli_quantize_row(t, row, m + (size_t)r * rb, cols);
     }
     free(row);
@@ -106,11 +170,12 @@ static inline float test_max_abs(const float *a, int64_t n) {
 }
 
 /* Allowed max |gpu - cpu| relative to max |cpu output| for experts of type t.
- * F32: the same products summed in another order. F16/BF16/Q8_0/Q4_0: the
- * hidden row is rounded again for the down matmul (to fp16, bf16 or Q8_0
- * steps), and a hidden value a float rounding apart can land on the other
- * side of a step: one step of 2^-11 (fp16), 2^-8 (bf16) or amax/127 (Q8_0)
- * times one down weight. Indexing or decoding bugs give errors of order 1. */
+ * F32: the same products summed in another order. The others: the hidden
+ * row is rounded again for the down matmul (to fp16, bf16 or Q8_0 / Q8_1 /
+ * Q8_K steps), and a hidden value a float rounding apart can land on the
+ * other side of a step: one step of 2^-11 (fp16), 2^-8 (bf16) or amax/127
+ * (Q8_x) times one down weight. Indexing or decoding bugs give errors of
+ * order 1. */
 static inline float test_tolerance(coli_dtype t) {
     switch (t) {
     case COLI_F32: return 2e-5f;

@@ -5,6 +5,7 @@
  * Needs "$COLI_BUILD/bin/coli" and "$COLI_BUILD/fixtures" (make fixtures).
  */
 #include <criterion/criterion.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "cli_run.h"
 #include "colibri.h"
 #include "gguf.h"
+#include "ref_models.h"
 
 static char s_coli[512], s_model[512], s_dir[64];
 
@@ -335,7 +337,7 @@ Test(cli, bad_flags_exit_2) {
     expect_exit((char *[]){s_coli, "logits", "-m", s_model, "--ids", "1,-2", NULL}, 2, "--ids");
     expect_exit((char *[]){s_coli, "logits", "-m", s_model, "--ids", "1", "--top", "0", NULL}, 2, "--top");
     expect_exit((char *[]){s_coli, "logits", "-m", s_model, NULL}, 2, "--ids");
-    expect_exit((char *[]){s_coli, "quantize", s_model, "/tmp/x.gguf", "Q5_K", NULL}, 2, "Q5_K");
+    expect_exit((char *[]){s_coli, "quantize", s_model, "/tmp/x.gguf", "Q7_K", NULL}, 2, "Q7_K");
     expect_exit((char *[]){s_coli, "quantize", s_model, NULL}, 2, "OUT.gguf");
     expect_exit((char *[]){s_coli, "perplexity", "-m", s_model, NULL}, 2, "-f");
     expect_exit((char *[]){s_coli, "plan", "--devices", "cpu:2", NULL}, 2, "-m");
@@ -403,4 +405,69 @@ Test(cli, run_every_fixture) {
         cr_expect_not_null(strstr(r.err, "coli run: prompt "), "%s: no summary: %s", files[i], r.err);
         cli_result_free(&r);
     }
+}
+
+/* The newer families (../shared reference models): coli run gives the same
+ * text in-process and through two workers, both KV cache types. */
+Test(cli, run_new_families_inproc_equals_workers) {
+    s_require_shared();
+    static const char *const files[] = {"tiny-qwen3moe-f32.gguf", "tiny-deepseek2-f32.gguf"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[4096];
+        s_ref_model(files[i], path, sizeof path);
+        for (int kv16 = 0; kv16 < 2; kv16++) {
+            char *in[] = {s_coli, "run", "-m", path, "-p", "The capital of France is", "-n", "12", "--temp", "0.7",
+                          "--seed", "3", "-t", "1", "--inproc", kv16 ? "--kv-f16" : "-v", NULL};
+            char *wk[] = {s_coli, "run", "-m", path, "-p", "The capital of France is", "-n", "12", "--temp", "0.7",
+                          "--seed", "3", "-t", "1", "--devices", "cpu:2", kv16 ? "--kv-f16" : "-v", NULL};
+            cli_result a = cli_run(in), b = cli_run(wk);
+            cr_expect_eq(a.status, 0, "%s --inproc: %s", files[i], a.err);
+            cr_expect_eq(b.status, 0, "%s cpu:2: %s", files[i], b.err);
+            cr_expect_gt(a.out_len, 1, "%s: no text", files[i]);
+            cr_expect_str_eq(a.out, b.out, "%s (kv_f16 %d): workers' text differs from --inproc", files[i], kv16);
+            cr_expect_not_null(strstr(b.err, "worker 1"), "%s: no worker line: %s", files[i], b.err);
+            cli_result_free(&a);
+            cli_result_free(&b);
+        }
+    }
+}
+
+/* ---- bench ------------------------------------------------------------------ */
+
+//  --json is JSON whatever the model's path holds (a quote, a backslash).
+Test(cli, bench_json_survives_any_model_path) {
+    char odd[256], json_path[256];
+    tmp_path(odd, sizeof odd, "a\"b\\c.gguf");
+    tmp_path(json_path, sizeof json_path, "bench.json");
+    char target[4096];
+    cr_assert_not_null(realpath(s_model, target));
+    cr_assert_eq(symlink(target, odd), 0);
+    char *argv[] = {s_coli, "bench", "-m", odd, "-p", "4", "-n", "2", "--repeat", "1", "--inproc",
+                    "--json", json_path, NULL};
+    cli_result r = cli_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char *text = cli_slurp(json_path, NULL);
+    cr_assert_not_null(text, "--json wrote nothing");
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_not_null(j, "not JSON: %s", text);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    cr_expect(cJSON_IsString(model) && !strcmp(model->valuestring, odd), "model: %s", text);
+    const cJSON *configs = cJSON_GetObjectItemCaseSensitive(j, "configs");
+    cr_expect_eq(cJSON_GetArraySize(configs), 1);
+    cJSON_Delete(j);
+    free(text);
+    cli_result_free(&r);
+}
+
+//  --keys DIR reaches the library: a remote device then looks for its key files
+//  there instead of saying that keys are needed.
+Test(cli, bench_keys_are_used) {
+    char keys[256];
+    tmp_path(keys, sizeof keys, "no-such-keys");
+    char *argv[] = {s_coli, "bench", "-m", s_model, "-p", "4", "-n", "2", "--repeat", "1",
+                    "--devices", "remote:tcp://127.0.0.1:9", "--keys", keys, NULL};
+    cli_result r = cli_run(argv);
+    cr_expect_eq(r.status, 1, "%s", r.err);
+    cr_expect(strstr(r.err, keys) || strstr(r.err, "CURVE support"), "--keys not used: %s", r.err);
+    cli_result_free(&r);
 }

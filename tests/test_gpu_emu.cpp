@@ -1,9 +1,13 @@
 /*
  * test_gpu_emu.cpp - the GPU kernels themselves (gpu_kernels.cuh), executed
  * on the host by the emulator of gpu_emu.h (one coroutine per GPU thread,
- * real barriers, shared memory), launched with the plugin's own geometry,
- * against the cpu plugin: every weight type, decode (1-8 rows) and prefill
- * shapes, tiles cut at the edges, mixed weight types. No device needed.
+ * real barriers, shared memory), launched with the plugin's own geometry:
+ * bit for bit equal to the host model of gpu_test_model.h (so the decode
+ * and the tiled kernel give a row the same bits: the determinism contract),
+ * and within tolerance of the cpu plugin where the CPU path computes the
+ * weight types. Every weight type, decode (1-8 rows) and prefill shapes,
+ * tiles cut at the edges, rows of more than 32 groups, mixed weight types.
+ * No device needed.
  * Built by plugins/gpu/gpu.mk with the C++ compiler (the kernels are
  * templates).
  */
@@ -19,14 +23,15 @@ extern "C" {
 #include "plugins/gpu/gpu_compat.h"
 #include "plugins/gpu/gpu_math.h"
 #include "plugins/gpu/gpu_kernels.cuh"
+#include "gpu_test_model.h"
 
 /* ---- the plugin's launch sequence, on the emulator ------------------------------ */
 
-template <int T>
+template <int A>
 static void emu_prep_t(const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
-    int rc = gpu_emu_launch(dim3(gpu_prep_blocks(n_rows, n)), dim3(GPU_PREP_THREADS),
-                            [&] { k_prep<T>(x, n_rows, n, out); });
-    cr_assert_eq(rc, 0, "k_prep<%d>: launch %d", T, rc);
+    int rc = gpu_emu_launch(dim3(gpu_prep_blocks(A, n_rows, n)), dim3(GPU_PREP_THREADS),
+                            [&] { k_prep<A>(x, n_rows, n, out); });
+    cr_assert_eq(rc, 0, "k_prep<%d>: launch %d", A, rc);
 }
 
 template <int T>
@@ -48,6 +53,8 @@ static void emu_prep(int t, const float *x, int64_t n_rows, int64_t n, unsigned 
     case COLI_F16:  emu_prep_t<COLI_F16>(x, n_rows, n, out); break;
     case COLI_BF16: emu_prep_t<COLI_BF16>(x, n_rows, n, out); break;
     case COLI_Q8_0: emu_prep_t<COLI_Q8_0>(x, n_rows, n, out); break;
+    case COLI_Q8_1: emu_prep_t<COLI_Q8_1>(x, n_rows, n, out); break;
+    case COLI_Q8_K: emu_prep_t<COLI_Q8_K>(x, n_rows, n, out); break;
     default: cr_assert_fail("prep type %d", t);
     }
 }
@@ -61,6 +68,16 @@ static void emu_matmul(int t, const void *W, int64_t n_in, int64_t n_out, const 
     case COLI_BF16: emu_matmul_t<COLI_BF16>(w, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q8_0: emu_matmul_t<COLI_Q8_0>(w, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q4_0: emu_matmul_t<COLI_Q4_0>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q4_1: emu_matmul_t<COLI_Q4_1>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q5_0: emu_matmul_t<COLI_Q5_0>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q5_1: emu_matmul_t<COLI_Q5_1>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ4_NL: emu_matmul_t<COLI_IQ4_NL>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q2_K: emu_matmul_t<COLI_Q2_K>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q3_K: emu_matmul_t<COLI_Q3_K>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q4_K: emu_matmul_t<COLI_Q4_K>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q5_K: emu_matmul_t<COLI_Q5_K>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q6_K: emu_matmul_t<COLI_Q6_K>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ4_XS: emu_matmul_t<COLI_IQ4_XS>(w, n_in, n_out, xp, n_rows, y); break;
     default: cr_assert_fail("matmul type %d", t);
     }
 }
@@ -85,15 +102,24 @@ static void emu_expert(const moe_expert_desc *e, const float *x, int64_t n_rows,
     emu_matmul(e->down_type, e->down, n_ff, n_embd, prep.data(), n_rows, out);
 }
 
-/* ---- against the cpu plugin --------------------------------------------------------- */
+/* ---- against the host model and the cpu plugin ----------------------------------------- */
 
 static void check(const test_expert *te, const char *what, int64_t n_rows, float rel_tol) {
     const int64_t n = n_rows * te->desc.n_embd;
-    std::vector<float> x((size_t)n), out((size_t)n, NAN), ref((size_t)n);
+    std::vector<float> x((size_t)n), out((size_t)n, NAN), model((size_t)n), ref((size_t)n);
     test_rand_rows(x.data(), n, 2.0f, (uint64_t)n_rows * 31 + 7);
+    emu_expert(&te->desc, x.data(), n_rows, out.data());
+    cr_assert_eq(test_host_expert(&te->desc, x.data(), n_rows, model.data()), 0);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(memcmp(&out[(size_t)i], &model[(size_t)i], sizeof(float)), 0, "%s, %lld rows (%s kernel), "
+                     "output %lld: %.9g, host model %.9g: not the order of gpu_row_dot", what, (long long)n_rows,
+                     gpu_use_decode(n_rows) ? "decode" : "tiled", (long long)i, out[(size_t)i], model[(size_t)i]);
+    if (!test_cpu_computes(&te->desc)) {
+        cr_log_info("%s, %lld rows: equal to the host model (no CPU path for the type yet)", what, (long long)n_rows);
+        return;
+    }
     char err[256] = "";
     cr_assert_eq(test_cpu_expert(te, x.data(), n_rows, ref.data(), err, sizeof err), 0, "cpu plugin: %s", err);
-    emu_expert(&te->desc, x.data(), n_rows, out.data());
     const float scale = test_max_abs(ref.data(), n), diff = test_max_diff(out.data(), ref.data(), n);
     cr_log_info("%s, %lld rows (%s kernel): max |emulated gpu - cpu plugin| = %.3g of %.3g", what,
                 (long long)n_rows, gpu_use_decode(n_rows) ? "decode" : "tiled", diff, scale);
@@ -102,36 +128,65 @@ static void check(const test_expert *te, const char *what, int64_t n_rows, float
               rel_tol * scale);
 }
 
-/* n_embd 96 and n_ff 160 are not multiples of the 64-wide tiles: edges are cut. */
+/* 32-value types: n_embd 96 and n_ff 160 are not multiples of the 64-wide
+ * tiles, so edges are cut; super-block types: 256 x 512 (70 rows cut the
+ * tiles' row edge). */
 Test(gpu_emu, kernels_match_cpu_plugin_for_every_type_and_batch_shape) {
     const int64_t rows[] = {1, 3, 8, 9, 70};
     for (int i = 0; i < GPU_TEST_N_DTYPES; i++) {
         const coli_dtype t = gpu_test_dtypes[i];
+        const int super = gpu_block_elems(t) == 256;
         test_expert te;
-        cr_assert_eq(test_expert_make(&te, 0, i, t, 96, 160, 300 + (uint64_t)i), 0);
+        cr_assert_eq(test_expert_make(&te, 0, i, t, super ? 256 : 96, super ? 512 : 160, 300 + (uint64_t)i), 0);
         for (int r = 0; r < 5; r++)
             check(&te, coli_dtype_name(t), rows[r], test_tolerance(t));
         test_expert_free(&te);
     }
 }
 
-Test(gpu_emu, mixed_weight_types_prepare_each_input_for_its_own_type) {
+/* gate of type g, up of type u, down of type d: each input prepared for its
+ * own type (shared by gate and up only when their activation types agree). */
+static void check_mix(coli_dtype g, coli_dtype u, coli_dtype d, int64_t n_embd, int64_t n_ff) {
     test_expert a, b, c;
-    cr_assert_eq(test_expert_make(&a, 0, 0, COLI_F16, 64, 96, 1), 0);
-    cr_assert_eq(test_expert_make(&b, 0, 0, COLI_Q4_0, 64, 96, 2), 0);
-    cr_assert_eq(test_expert_make(&c, 0, 0, COLI_BF16, 64, 96, 3), 0);
-    test_expert mix = a; /* gate F16, up Q4_0, down BF16; owns nothing */
+    cr_assert_eq(test_expert_make(&a, 0, 0, g, n_embd, n_ff, 1), 0);
+    cr_assert_eq(test_expert_make(&b, 0, 0, u, n_embd, n_ff, 2), 0);
+    cr_assert_eq(test_expert_make(&c, 0, 0, d, n_embd, n_ff, 3), 0);
+    test_expert mix = a; /* owns nothing */
     mix.desc.up = b.desc.up;
     mix.desc.up_type = b.desc.up_type;
     mix.desc.up_bytes = b.desc.up_bytes;
     mix.desc.down = c.desc.down;
     mix.desc.down_type = c.desc.down_type;
     mix.desc.down_bytes = c.desc.down_bytes;
-    check(&mix, "F16/Q4_0/BF16", 2, test_tolerance(COLI_BF16));
-    check(&mix, "F16/Q4_0/BF16", 33, test_tolerance(COLI_BF16));
+    char what[64];
+    snprintf(what, sizeof what, "%s/%s/%s", coli_dtype_name(g), coli_dtype_name(u), coli_dtype_name(d));
+    const float tol = test_tolerance(d) > test_tolerance(g) ? test_tolerance(d) : test_tolerance(g);
+    check(&mix, what, 2, tol);
+    check(&mix, what, 33, tol);
     test_expert_free(&a);
     test_expert_free(&b);
     test_expert_free(&c);
+}
+
+/* Rows of more than 32 groups (down: n_ff / 32 = 37 or 40 groups): lanes
+ * take several groups, the tiled kernel visits them in the lanes' order. */
+Test(gpu_emu, long_rows_keep_the_one_summation_order) {
+    const coli_dtype types[] = {COLI_F16, COLI_Q4_1, COLI_Q4_K, COLI_Q6_K};
+    for (int i = 0; i < 4; i++) {
+        const int super = gpu_block_elems(types[i]) == 256;
+        test_expert te;
+        cr_assert_eq(test_expert_make(&te, 0, i, types[i], super ? 256 : 96, super ? 1280 : 1184, 700 + (uint64_t)i), 0);
+        check(&te, coli_dtype_name(types[i]), 2, test_tolerance(types[i]));
+        check(&te, coli_dtype_name(types[i]), 11, test_tolerance(types[i]));
+        test_expert_free(&te);
+    }
+}
+
+Test(gpu_emu, mixed_weight_types_prepare_each_input_for_its_own_type) {
+    check_mix(COLI_F16, COLI_Q4_0, COLI_BF16, 64, 96);
+    check_mix(COLI_Q3_K, COLI_Q3_K, COLI_Q4_K, 256, 512);   /* llama.cpp's Q3_K_M experts */
+    check_mix(COLI_Q4_K, COLI_Q6_K, COLI_Q5_0, 256, 256);   /* Q8_K input shared, Q8_0 hidden */
+    check_mix(COLI_IQ4_NL, COLI_Q4_1, COLI_IQ4_XS, 256, 512); /* Q8_0 then Q8_1 input, Q8_K hidden */
 }
 
 Test(gpu_emu, emulator_refuses_what_the_hardware_refuses) {

@@ -7,8 +7,10 @@
  * Without a device: the probe's reason must be precise (driver library
  * missing, no device, driver older than runtime), open must fail with it,
  * and the host-side argument checks still run. Tests that need a device
- * skip, saying why. With one: kernels against the cpu plugin for every
- * weight type, decode (<= 8 rows) and prefill shapes; bad device id;
+ * skip, saying why. With one: kernels against the cpu plugin (the host
+ * model of gpu_test_model.h for types the CPU path lacks) for every weight
+ * type, decode (<= 8 rows) and prefill shapes; unknown types and rows that
+ * are not whole blocks refused; bad device id;
  * over-budget and oversized allocations; injected failures with the
  * accounting unchanged and no sticky error; stats.
  */
@@ -23,6 +25,7 @@
 #include "gpu_test_util.h"
 #include "plugins/gpu/gpu_host.h"
 #include "plugins/gpu/gpu_math.h"
+#include "gpu_test_model.h"
 
 #define MAX_PLUGINS 6
 
@@ -196,13 +199,16 @@ Test(gpu_plugin, bad_device_id_is_refused) {
 }
 
 /* Groups over two experts of one type: decode-sized (1, 5, 8 rows) and
- * prefill-sized (200 rows), against the cpu plugin row range by row range. */
+ * prefill-sized (200 rows), against the reference (cpu plugin or host
+ * model) row range by row range. */
 static void check_dtype(const gpu_plugin *g, coli_dtype t) {
-    const int64_t n_embd = 96, n_rows = 214;
+    const int super = gpu_block_elems(t) == 256;
+    const int64_t n_embd = super ? 256 : 96, n_rows = 214;
     const moe_batch_group groups[] = {{0, 0, 0, 1}, {0, 1, 1, 5}, {0, 0, 6, 8}, {0, 1, 14, 200}};
     test_expert te[2];
+    const char *which = "";
     cr_assert_eq(test_expert_make(&te[0], 0, 0, t, n_embd, 512, 40 + (uint64_t)t), 0);
-    cr_assert_eq(test_expert_make(&te[1], 0, 1, t, n_embd, 160, 80 + (uint64_t)t), 0);
+    cr_assert_eq(test_expert_make(&te[1], 0, 1, t, n_embd, super ? 768 : 160, 80 + (uint64_t)t), 0);
     float *x = malloc((size_t)(n_rows * n_embd) * sizeof *x), *out = calloc((size_t)(n_rows * n_embd), sizeof *out);
     float *ref = calloc((size_t)(n_rows * n_embd), sizeof *ref);
     cr_assert(x && out && ref);
@@ -216,14 +222,15 @@ static void check_dtype(const gpu_plugin *g, coli_dtype t) {
     float diff[2] = {0, 0}, scale = 0;
     for (int i = 0; i < 4; i++) {
         const int64_t off = groups[i].row_begin * n_embd, n = groups[i].n_rows * n_embd;
-        cr_assert_eq(test_cpu_expert(&te[groups[i].expert], x + off, groups[i].n_rows, ref + off, err, sizeof err), 0);
+        cr_assert_eq(test_reference_expert(&te[groups[i].expert], x + off, groups[i].n_rows, ref + off, &which,
+                                           err, sizeof err), 0, "%s reference: %s", coli_dtype_name(t), err);
         const float d = test_max_diff(out + off, ref + off, n), s = test_max_abs(ref + off, n);
         const int prefill = groups[i].n_rows > 8;
         diff[prefill] = d > diff[prefill] ? d : diff[prefill];
         scale = s > scale ? s : scale;
     }
-    fprintf(stderr, "GPU-DIFF %s dtype=%s decode=%.3g prefill=%.3g scale=%.3g\n", g->p->name,
-            coli_dtype_name(t), diff[0], diff[1], scale);
+    fprintf(stderr, "GPU-DIFF %s dtype=%s decode=%.3g prefill=%.3g scale=%.3g vs=%s\n", g->p->name,
+            coli_dtype_name(t), diff[0], diff[1], scale, test_cpu_computes(&te[0].desc) ? "cpu" : "host-model");
     const float tol = test_tolerance(t) * scale;
     cr_assert(diff[0] <= tol && diff[1] <= tol, "%s: max diff decode %g prefill %g > %g",
               coli_dtype_name(t), diff[0], diff[1], tol);
@@ -237,6 +244,31 @@ Test(gpu_plugin, kernels_match_cpu_plugin_for_every_type_decode_and_prefill) {
     gpu_plugin g;
     need_device(&g);
     for (int i = 0; i < GPU_TEST_N_DTYPES; i++) check_dtype(&g, gpu_test_dtypes[i]);
+}
+
+/* Unknown weight types and rows that are not whole blocks stay on the CPU
+ * path: EUNSUPPORTED, nothing held, one failed load each. */
+Test(gpu_plugin, unknown_types_and_partial_blocks_are_refused) {
+    gpu_plugin g;
+    need_device(&g);
+    test_expert te;
+    cr_assert_eq(test_expert_make(&te, 0, 0, COLI_Q4_K, 256, 512, 5), 0);
+    moe_device *dev = open_dev(&g, 0, NULL);
+    char err[256] = "";
+    moe_expert_desc d = te.desc;
+    d.up_type = 16; /* IQ2_XXS: a GGML type the kernels do not take */
+    cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EUNSUPPORTED);
+    cr_assert(strstr(err, "up weight type 16 not supported"), "%s", err);
+    d = te.desc;
+    d.n_embd = 288; /* a multiple of 32, not of Q4_K's 256 */
+    cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EUNSUPPORTED);
+    cr_assert(strstr(err, "gate rows of 288 values are not a multiple of the 256-value blocks"), "%s", err);
+    moe_stats s = stats_of(&g, dev);
+    cr_assert_eq(s.resident_experts, 0);
+    cr_assert_eq(s.failed_loads, 2);
+    cr_assert_eq(g.p->load_expert(dev, &te.desc, err, sizeof err), 0, "%s", err);
+    g.p->close(&dev);
+    test_expert_free(&te);
 }
 
 Test(gpu_plugin, uploads_stop_at_the_budget) {
@@ -362,8 +394,9 @@ Test(gpu_plugin, caps_and_stats_account_for_what_is_held_and_done) {
     moe_device *dev = open_dev(&g, 0, NULL);
     moe_caps caps;
     cr_assert_eq(g.p->get_caps(dev, &caps), 0);
-    const uint32_t want = (1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_BF16) | (1u << COLI_Q8_0) | (1u << COLI_Q4_0);
-    cr_assert_eq(caps.dtype_mask & want, want);
+    uint32_t want = 0;
+    for (int i = 0; i < GPU_TEST_N_DTYPES; i++) want |= 1u << gpu_test_dtypes[i];
+    cr_assert_eq(caps.dtype_mask, want, "dtype mask %#x, want %#x", caps.dtype_mask, want);
     cr_assert(caps.memory_total > 0 && caps.memory_budget > 0 && caps.memory_budget < caps.memory_total);
     cr_assert(caps.device_name[0]);
     test_expert te[3];

@@ -14,9 +14,26 @@
 #include "cpu_features.h"
 #include "matmul.h"
 #include "quant.h"
+#include "quant_util.h"
+#include "vecdot.h"
 
-static const coli_dtype k_types[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0};
-#define N_TYPES 5
+static const coli_dtype k_types[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0,
+                                     COLI_Q4_1, COLI_Q5_0, COLI_Q5_1, COLI_IQ4_NL, COLI_Q2_K,
+                                     COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS};
+#define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
+
+/* Types we cannot quantize here (no weight quantizer in core): random
+ * blocks with sane scales instead. */
+static int random_weights(coli_dtype t) {
+    return coli_dtype_block_elems(t) > 1 && t != COLI_Q8_0 && t != COLI_Q4_0;
+}
+
+/* A row length of whole blocks for t: `small` for the 32-value types (and
+ * the float ones), the next multiple of 256 for the 256-value types. */
+static int64_t row_len(coli_dtype t, int64_t small) {
+    const int64_t b = coli_dtype_block_elems(t);
+    return b == COLI_QK_K ? (small + b - 1) / b * b : small;
+}
 
 static float frand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
@@ -38,6 +55,10 @@ static problem make_problem(coli_dtype t, int64_t n_in, int64_t n_out, int64_t n
     float *row = malloc(sizeof(float) * (size_t)n_in);
     cr_assert(p.w && p.x && row);
     for (int64_t r = 0; r < n_out; r++) {
+        if (random_weights(t)) {
+            qu_random_blocks(t, p.w + (size_t)r * rb, n_in / coli_dtype_block_elems(t), &seed);
+            continue;
+        }
         for (int64_t k = 0; k < n_in; k++) row[k] = frand(&seed) * (1.0f + (float)(r % 3));
         coli_quantize_row(t, row, p.w + (size_t)r * rb, n_in);
     }
@@ -48,11 +69,32 @@ static problem make_problem(coli_dtype t, int64_t n_in, int64_t n_out, int64_t n
 
 static void free_problem(problem *p) { free(p->w); free(p->x); }
 
-/* x as the kernels see it: rounded to the weight type's input format. */
-static void rounded_input(coli_dtype t, const float *x, int64_t n, double *out) {
+/* x as the kernels see it: rounded to the weight type's input format.
+ * For Q8_1 inputs, s_err[b] = fp16(s) - d * sum(q) of block b: the dot
+ * products use the stored s for the weights' minimum term. */
+static void rounded_input(coli_dtype t, const float *x, int64_t n, double *out, double *s_err) {
     if (t == COLI_F32) { for (int64_t i = 0; i < n; i++) out[i] = x[i]; return; }
     if (t == COLI_F16) { for (int64_t i = 0; i < n; i++) out[i] = coli_fp16_to_fp32(coli_fp32_to_fp16(x[i])); return; }
     if (t == COLI_BF16) { for (int64_t i = 0; i < n; i++) out[i] = coli_bf16_to_fp32(coli_fp32_to_bf16(x[i])); return; }
+    if (qu_act_type(t) == COLI_Q8_K) {
+        block_q8_K *b = malloc(sizeof(block_q8_K) * (size_t)(n / COLI_QK_K));
+        coli_quantize_act_q8_K(x, b, n);
+        for (int64_t i = 0; i < n; i++) out[i] = (double)b[i / COLI_QK_K].d * b[i / COLI_QK_K].qs[i % COLI_QK_K];
+        free(b);
+        return;
+    }
+    if (qu_act_type(t) == COLI_Q8_1) {
+        block_q8_1 *b = malloc(sizeof(block_q8_1) * (size_t)(n / COLI_QK));
+        coli_quantize_act_q8_1(x, b, n);
+        for (int64_t k = 0; k < n / COLI_QK; k++) {
+            const double d = coli_fp16_to_fp32(b[k].d);
+            double qsum = 0;
+            for (int j = 0; j < COLI_QK; j++) { out[k * COLI_QK + j] = d * b[k].qs[j]; qsum += b[k].qs[j]; }
+            s_err[k] = coli_fp16_to_fp32(b[k].s) - d * qsum;
+        }
+        free(b);
+        return;
+    }
     block_q8_0 *b = malloc(sizeof(block_q8_0) * (size_t)(n / COLI_QK));
     coli_quantize_act_q8_0(x, b, n);
     for (int64_t i = 0; i < n; i++)
@@ -66,18 +108,26 @@ static void reference(const problem *p, double *y, double *mag) {
     size_t rb = coli_row_bytes(p->t, p->n_in);
     float *w = malloc(sizeof(float) * (size_t)p->n_in);
     double *xr = malloc(sizeof(double) * (size_t)p->n_in);
+    double *s_err = calloc((size_t)(p->n_in / COLI_QK), sizeof(double));
     for (int64_t t = 0; t < p->n_tok; t++) {
-        rounded_input(p->t, p->x + t * p->n_in, p->n_in, xr);
+        rounded_input(p->t, p->x + t * p->n_in, p->n_in, xr, s_err);
         for (int64_t o = 0; o < p->n_out; o++) {
             coli_dequantize_row(p->t, p->w + (size_t)o * rb, w, p->n_in);
             double s = 0, m = 0;
             for (int64_t k = 0; k < p->n_in; k++) { s += (double)w[k] * xr[k]; m += fabs((double)w[k] * xr[k]); }
+            if (qu_act_type(p->t) == COLI_Q8_1 && coli_dtype_block_elems(p->t) == COLI_QK)
+                for (int64_t k = 0; k < p->n_in / COLI_QK; k++) { /* Q4_1/Q5_1: minimum m times s */
+                    uint16_t mh;
+                    memcpy(&mh, p->w + (size_t)o * rb + (size_t)k * coli_dtype_block_bytes(p->t) + 2, 2);
+                    s += coli_fp16_to_fp32(mh) * s_err[k];
+                }
             y[t * p->n_out + o] = s;
             mag[t * p->n_out + o] = m;
         }
     }
     free(w);
     free(xr);
+    free(s_err);
 }
 
 static float *run(const problem *p, coli_pool *pool, coli_scratch *s) {
@@ -95,8 +145,10 @@ static void check_against_reference(int portable) {
     coli_scratch s = {0};
     for (int i = 0; i < N_TYPES; i++) {
         coli_dtype t = k_types[i];
-        /* float types get an n_in that is not a multiple of 8 (tails) */
-        int64_t n_in = t == COLI_Q8_0 || t == COLI_Q4_0 ? 160 : 101;
+        /* float types get an n_in that is not a multiple of 8 (tails); the
+         * 32-value types 5 blocks (odd: IQ4_NL's pairs have a tail), the
+         * 256-value ones 3 */
+        int64_t n_in = coli_dtype_block_elems(t) == 1 ? 101 : row_len(t, 160) == 160 ? 160 : 768;
         problem p = make_problem(t, n_in, 37, 9, 100u + (unsigned)i);
         double *yr = malloc(sizeof(double) * 37 * 9), *mag = malloc(sizeof(double) * 37 * 9);
         reference(&p, yr, mag);
@@ -146,7 +198,7 @@ static void check_determinism(int portable) {
     coli_scratch s = {0};
     for (int i = 0; i < N_TYPES; i++) {
         const int64_t n_out = 301, n_tok = 7; /* odd rows: partial tiles and chunks */
-        problem p = make_problem(k_types[i], 96, n_out, n_tok, 55u + (unsigned)i);
+        problem p = make_problem(k_types[i], row_len(k_types[i], 96), n_out, n_tok, 55u + (unsigned)i);
         float *batch1 = run(&p, p1, &s), *batch2 = run(&p, p2, &s);
         cr_assert_eq(memcmp(batch1, batch2, sizeof(float) * (size_t)(n_out * n_tok)), 0,
                      "%s: 1 vs 2 threads differ", coli_dtype_name(k_types[i]));
@@ -225,4 +277,57 @@ Test(matmul, scratch_is_reused) {
     cr_assert_null(s.buf);
     coli_scratch_free(NULL);
     cr_assert_eq(coli_matmul_scratch_bytes(COLI_F32, 64, 4), 0);
+}
+
+/* coli_matmul_many over types that share an activation format (Q4_K/Q6_K/
+ * IQ4_XS: Q8_K; Q4_1/Q5_1: Q8_1; Q5_0/IQ4_NL: Q8_0 blocks) and Q8_0 (its
+ * own split format): each op gives the bits of coli_matmul on it alone,
+ * and each shared input is counted once in the scratch. */
+Test(matmul, many_shares_prepared_inputs_per_activation_type) {
+    static const coli_dtype types[] = {COLI_Q4_K, COLI_Q6_K, COLI_IQ4_XS, COLI_Q4_1, COLI_Q5_1,
+                                       COLI_Q5_0, COLI_IQ4_NL, COLI_Q8_0, COLI_Q2_K};
+    enum { N = sizeof types / sizeof types[0], N_IN = 512, N_OUT = 19, N_TOK = 3 };
+    coli_pool *pool = coli_pool_new(2);
+    coli_scratch s = {0};
+    problem p[N];
+    coli_matmul_op ops[N];
+    float *y[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = make_problem(types[i], N_IN, N_OUT, N_TOK, 900u + (unsigned)i);
+        memcpy(p[i].x, p[0].x, sizeof(float) * N_IN * N_TOK); /* one input for all */
+        y[i] = malloc(sizeof(float) * N_OUT * N_TOK);
+        ops[i] = (coli_matmul_op){p[i].w, types[i], N_IN, N_OUT, p[0].x, N_TOK, y[i]};
+    }
+    const size_t q8k = coli_matmul_scratch_bytes(COLI_Q4_K, N_IN, N_TOK);
+    const size_t q81 = coli_matmul_scratch_bytes(COLI_Q4_1, N_IN, N_TOK);
+    const size_t q80b = coli_matmul_scratch_bytes(COLI_Q5_0, N_IN, N_TOK);
+    const size_t q80 = coli_matmul_scratch_bytes(COLI_Q8_0, N_IN, N_TOK);
+    cr_assert_eq(coli_matmul_scratch_bytes(COLI_Q6_K, N_IN, N_TOK), q8k);
+    cr_assert_geq(q8k, (size_t)N_TOK * 2 * sizeof(block_q8_K));
+    cr_assert_geq(q81, (size_t)N_TOK * 16 * sizeof(block_q8_1));
+    const size_t want = ((q8k + 63) & ~(size_t)63) + ((q81 + 63) & ~(size_t)63) +
+                        ((q80b + 63) & ~(size_t)63) + ((q80 + 63) & ~(size_t)63);
+    cr_assert_eq(coli_matmul_many_scratch_bytes(ops, N), want, "shared inputs counted once");
+    cr_assert_eq(coli_matmul_many(pool, &s, ops, N), 0, "%s", coli_last_error());
+    for (int i = 0; i < N; i++) {
+        float alone[N_OUT * N_TOK];
+        cr_assert_eq(coli_matmul(NULL, NULL, p[i].w, types[i], N_IN, N_OUT, p[0].x, N_TOK, alone), 0);
+        cr_assert_eq(memcmp(alone, y[i], sizeof alone), 0, "%s: many differs from alone",
+                     coli_dtype_name(types[i]));
+        free(y[i]);
+        free_problem(&p[i]);
+    }
+    coli_scratch_free(&s);
+    coli_pool_destroy(&pool);
+}
+
+Test(matmul, k_quant_rows_must_be_whole_super_blocks) {
+    float x[512] = {0}, y[2];
+    uint8_t w[2 * 210] = {0};
+    cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_Q6_K, 128, 2, x, 1, y), COLI_EINVAL);
+    cr_assert(strstr(coli_last_error(), "multiple of 256"), "%s", coli_last_error());
+    cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_Q6_K, 256, 2, x, 1, y), 0, "%s", coli_last_error());
+    cr_assert(y[0] == 0.0f && y[1] == 0.0f);
+    cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_Q8_K, 256, 1, x, 1, y), COLI_EUNSUPPORTED,
+                 "Q8_K is an activation format");
 }

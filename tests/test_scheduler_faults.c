@@ -7,6 +7,7 @@
  * local workers, and zmq); the random trials alternate between them.
  */
 #include "sched_util.h"
+#include "ref_models.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
@@ -37,11 +38,11 @@ static void s_check_path(const char *js, const char *path)
     }
 }
 
-//  Run devices with COLI_FAULT=fault on data path `path`; compare with --inproc; return stats.
-static char *s_run_path(const char *devices, const char *path, const char *fault, step_hook hook,
-                        void *user)
+//  Run `model` on devices with COLI_FAULT=fault on data path `path`; compare with --inproc;
+//  return stats.
+static char *s_run_model(const char *model, const char *devices, const char *path, const char *fault,
+                         step_hook hook, void *user)
 {
-    const char *model = sched_fixture(MODEL);
     gen_result ref, got;
     unsetenv("COLI_FAULT");
     sched_generate(model, "inproc", NULL, NULL, &ref);
@@ -64,7 +65,8 @@ static char *s_run_path(const char *devices, const char *path, const char *fault
 
 //  The same on both data paths: stats[0] shm, stats[1] zmq.
 #define FOR_EACH_PATH(p) for (int p = 0; p < 2; p++)
-#define s_run_fault(devices, fault, hook, user) s_run_path(devices, s_paths[path_i], fault, hook, user)
+#define s_run_fault(devices, fault, hook, user) \
+    s_run_model(sched_fixture(MODEL), devices, s_paths[path_i], fault, hook, user)
 
 Test(scheduler_faults, happy_path_two_workers_bit_identical)
 {
@@ -265,5 +267,50 @@ Test(scheduler_faults, idle_hang_missed_heartbeats)
     sched_worker_field(js, 0, "rerouted_rows", v, sizeof v);
     cr_expect_gt(atol(v), 0, "worker 0's experts did not go elsewhere while it was down");
     free(js);
+    }
+}
+
+//  The newer families (../shared reference models): qwen3moe, and deepseek2
+//  whose layer 0 is dense (no experts to place) and whose shared experts
+//  stay in the coordinator. Workers give --inproc's bytes; a crash mid-run
+//  (layer 1 has experts in both) falls back once with the same answer.
+static const char *s_new_families[2] = {"tiny-qwen3moe-f32.gguf", "tiny-deepseek2-f32.gguf"};
+static const long s_new_family_experts[2] = {2 * 16, 2 * 8}; /* MoE layers x experts */
+
+Test(scheduler_faults, new_families_two_workers_bit_identical, .timeout = 120)
+{
+    s_require_shared();
+    for (int i = 0; i < 2; i++) {
+        char model[4096];
+        s_ref_model(s_new_families[i], model, sizeof model);
+        FOR_EACH_PATH(path_i) {
+        char *js = s_run_model(model, "cpu:2", s_paths[path_i], NULL, NULL, NULL);
+        cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s: %s", model, js);
+        cr_expect_eq(sched_field(js, "inproc_rows"), 0, "%s: %s", model, js);
+        long held = 0;
+        char v[64];
+        for (int w = 0; w < 2; w++) {
+            sched_worker_field(js, w, "resident_experts", v, sizeof v);
+            cr_expect_gt(atol(v), 0, "%s: worker %d holds no experts", model, w);
+            held += atol(v);
+            sched_worker_field(js, w, "batches", v, sizeof v);
+            cr_expect_gt(atol(v), 0, "%s: worker %d did no work", model, w);
+        }
+        cr_expect_eq(held, s_new_family_experts[i], "%s: experts placed", model);
+        free(js);
+        }
+    }
+}
+
+Test(scheduler_faults, new_families_crash_falls_back, .timeout = 120)
+{
+    s_require_shared();
+    for (int i = 0; i < 2; i++) {
+        char model[4096];
+        s_ref_model(s_new_families[i], model, sizeof model);
+        char *js = s_run_model(model, "cpu:1", "shm", "crash-during@layer=1:after=2", NULL, NULL);
+        cr_expect_eq(sched_fallbacks(js, "cpu:0", "crash"), 1, "%s: %s", model, js);
+        cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s: %s", model, js);
+        free(js);
     }
 }

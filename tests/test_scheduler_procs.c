@@ -327,3 +327,26 @@ Test(scheduler_procs, worker_restarted_from_a_short_lived_thread_survives_it, .t
     unsetenv("COLI_RESTART_BACKOFF_MS");
     sched_assert_no_orphans();
 }
+
+//  coli_model_params.worker_path wins over COLI_WORKER: the program named is
+//  the one started, and a path that is no program fails the load naming it.
+Test(scheduler_procs, worker_path_param_wins_over_the_environment)
+{
+    const char *model = sched_fixture(MODEL);
+    char worker[1200];
+    snprintf(worker, sizeof worker, "%s/bin/coli-worker", sched_build_dir());
+    setenv("COLI_WORKER", "/nonexistent/coli-worker", 1);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "cpu:1";
+    mp.worker_path = worker;
+    coli_model *m = NULL;
+    int rc = coli_model_load(model, &mp, &m);
+    unsetenv("COLI_WORKER");
+    cr_assert_eq(rc, 0, "%s", coli_last_error());
+    coli_model_free(&m);
+    mp.worker_path = "/nonexistent/other-worker";
+    cr_assert_eq(coli_model_load(model, &mp, &m), COLI_EIO);
+    cr_expect(strstr(coli_last_error(), "/nonexistent/other-worker"), "%s", coli_last_error());
+    sched_assert_no_orphans();
+}

@@ -1,14 +1,17 @@
 /*
  * test_serve_template.c - chat templates of coli serve / coli chat
- * (tools/coli/server_template.c, compiled in here): family detection from
+ * (tools/coli/server/server_template.c, compiled in here): family detection from
  * tokenizer.chat_template and the architecture, the exact text each family
- * renders, and the errors for conversations a template cannot express.
+ * renders, the errors for conversations a template cannot express, and
+ * --chat-template on run, chat and serve.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/coli/server_template.c"
+#include "colibri.h"
+#include "serve_util.h"
+#include "tools/coli/server/server_template.c"
 
 /* Fragments of the reference Jinja templates, as found in GGUF files. */
 static const char *k_mixtral_tmpl =
@@ -107,4 +110,187 @@ Test(serve_template, conversations_a_template_cannot_express) {
     const chat_message null_content[] = {{"user", NULL}};
     cr_expect_eq(chat_render(CHAT_OLMO, null_content, 1, "", "", NULL, &out, err, sizeof err), -1);
     cr_expect_null(out);
+}
+
+/* ---- the families added for Qwen3, DeepSeek V2/V3 and Llama 3 ------------------ */
+
+/* Markers of the published templates (fragments of each model's tokenizer_config.json). */
+static const char *k_qwen3_tmpl =
+    "{%- for message in messages %}{%- if (message.role == \"user\") %}{{- '<|im_start|>' + message.role + '\\n' + "
+    "message.content + '<|im_end|>' + '\\n' }}{%- elif message.role == \"assistant\" %}{%- if '</think>' in message.content %}"
+    "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}";
+static const char *k_deepseek2_tmpl =
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\\n\\n' }}"
+    "{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + message['content'] + eos_token }}{% endif %}{% endfor %}";
+static const char *k_deepseek3_tmpl =
+    "{{ bos_token }}{{ ns.system_prompt }}{%- for message in messages %}{%- if message['role'] == 'user' %}"
+    "{{'<\xEF\xBD\x9CUser\xEF\xBD\x9C>' + message['content']}}{%- endif %}{%- if message['role'] == 'assistant' %}"
+    "{{'<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>' + message['content'] + '<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>'}}"
+    "{%- endif %}{%- endfor %}";
+static const char *k_llama3_tmpl =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+    "message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% endfor %}";
+
+Test(serve_template, new_families_detected_and_named) {
+    const char *src;
+    cr_expect_eq(chat_family_detect(k_qwen3_tmpl, "llama", &src), CHAT_QWEN3, "<think> makes ChatML Qwen3");
+    cr_expect_eq(chat_family_detect(k_qwen_tmpl, NULL, &src), CHAT_CHATML, "ChatML without <think> stays chatml");
+    cr_expect_eq(chat_family_detect(k_deepseek2_tmpl, "deepseek2", &src), CHAT_DEEPSEEK2);
+    cr_expect_eq(chat_family_detect(k_deepseek3_tmpl, "deepseek2", &src), CHAT_DEEPSEEK3);
+    cr_expect_eq(chat_family_detect(k_llama3_tmpl, "llama", &src), CHAT_LLAMA3);
+    cr_expect_eq(chat_family_detect(NULL, "qwen3moe", &src), CHAT_QWEN3);
+    cr_expect_eq(chat_family_detect(NULL, "deepseek2", &src), CHAT_UNKNOWN, "V2 or V3: no guess");
+    const char *names[] = {"mistral", "chatml", "olmo", "qwen3", "deepseek2", "deepseek3", "llama3"};
+    for (int i = 0; i < 7; i++) {
+        chat_family f = chat_family_from_name(names[i]);
+        cr_expect_neq(f, CHAT_UNKNOWN, "%s", names[i]);
+        cr_expect_str_eq(chat_family_name(f), names[i]);
+        cr_expect(strstr(chat_family_list(), names[i]) != NULL, "%s listed", names[i]);
+    }
+    cr_expect_eq(chat_family_from_name("unknown"), CHAT_UNKNOWN);
+    cr_expect_eq(chat_family_from_name("llama-3"), CHAT_UNKNOWN);
+    cr_expect_eq(chat_family_from_name(NULL), CHAT_UNKNOWN);
+}
+
+static char *s_render_with(chat_family f, const chat_message *m, int n, const char *bos, const char *eos) {
+    char *out = NULL, err[256] = "";
+    cr_assert_eq(chat_render(f, m, n, bos, eos, NULL, &out, err, sizeof err), 0, "render failed: %s", err);
+    return out;
+}
+
+/* Expected text: Qwen3-30B-A3B's tokenizer_config.json chat_template with
+ * add_generation_prompt, enable_thinking undefined: an assistant turn before
+ * the last user message keeps only what follows "</think>" (lstrip '\n'). */
+Test(serve_template, qwen3_layout) {
+    const chat_message m[] = {{"system", "Be brief."}, {"user", "Hi"},
+                              {"assistant", "<think>\nThe user greets.\n</think>\n\nHello"}, {"user", "Bye?"}};
+    char *out = s_render_with(CHAT_QWEN3, m, 4, "", "<|im_end|>");
+    cr_expect_str_eq(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                          "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye?<|im_end|>\n"
+                          "<|im_start|>assistant\n");
+    free(out);
+    /* after the last user message (loop.last), the reasoning is kept:
+     * '<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + answer.lstrip('\n') */
+    const chat_message tail[] = {{"user", "Hi"}, {"assistant", "<think>\n\nA\n\n</think>\n\nB"}};
+    out = s_render_with(CHAT_QWEN3, tail, 2, "", "");
+    cr_expect_str_eq(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nA\n</think>\n\nB<|im_end|>\n"
+                          "<|im_start|>assistant\n");
+    free(out);
+    /* the same with no thinking part: an empty <think> block (loop.last) */
+    const chat_message plain[] = {{"user", "Hi"}, {"assistant", "\nB"}};
+    out = s_render_with(CHAT_QWEN3, plain, 2, "", "");
+    cr_expect_str_eq(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nB<|im_end|>\n"
+                          "<|im_start|>assistant\n");
+    free(out);
+}
+
+/* Expected text: DeepSeek-V2-Chat's tokenizer_config.json chat_template. */
+Test(serve_template, deepseek2_layout) {
+    const chat_message m[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye?"}};
+    char *out = s_render_with(CHAT_DEEPSEEK2, m, 4, "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                              "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>");
+    cr_expect_str_eq(out, "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>Be brief.\n\nUser: Hi\n\n"
+                          "Assistant: Hello<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>User: Bye?\n\nAssistant:");
+    free(out);
+}
+
+/* Expected text: DeepSeek-V3's tokenizer_config.json chat_template (system
+ * texts first, joined by "\n\n", with no separator before the first turn). */
+Test(serve_template, deepseek3_layout) {
+    const chat_message m[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye?"},
+                              {"system", "Be kind."}};
+    char *out = s_render_with(CHAT_DEEPSEEK3, m, 4, "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "");
+    cr_expect_str_eq(out, "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>Be brief."
+                          "<\xEF\xBD\x9CUser\xEF\xBD\x9C>Hi<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>Hello"
+                          "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+                          "<\xEF\xBD\x9CUser\xEF\xBD\x9C>Bye?<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>");
+    free(out);
+    out = s_render_with(CHAT_DEEPSEEK3, m, 5, "", "");
+    cr_expect(strncmp(out, "Be brief.\n\nBe kind.<\xEF\xBD\x9CUser", 27) == 0, "every system text first: %s", out);
+    free(out);
+}
+
+/* Expected text: Meta-Llama-3-8B-Instruct's tokenizer_config.json chat_template
+ * (bos_token first, message['content'] | trim). */
+Test(serve_template, llama3_layout) {
+    const chat_message m[] = {{"system", "Be brief."}, {"user", " Hi\n"}, {"assistant", "Hello"}, {"user", "Bye?"}};
+    char *out = s_render_with(CHAT_LLAMA3, m, 4, "<|begin_of_text|>", "<|eot_id|>");
+    cr_expect_str_eq(out, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                          "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                          "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
+                          "<|start_header_id|>user<|end_header_id|>\n\nBye?<|eot_id|>"
+                          "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(out);
+}
+
+/* ---- --chat-template on the commands -------------------------------------------- */
+
+/* Tokens of the fixture model's rendering of msgs in family f (BOS/EOS text from its vocabulary). */
+static int s_rendered_tokens(const char *model, chat_family f, const chat_message *msgs, int n) {
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.vocab_only = 1;
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(model, &mp, &m), 0, "%s", coli_last_error());
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    char *text = s_render_with(f, msgs, n, coli_token_text(m, info.bos_id), coli_token_text(m, info.eos_id));
+    int32_t ids[512];
+    int n_ids = 0;
+    cr_assert_eq(coli_tokenize(m, text, strlen(text), 0, 1, ids, 512, &n_ids), 0, "%s", coli_last_error());
+    free(text);
+    coli_model_free(&m);
+    return n_ids;
+}
+
+Test(serve_template, unknown_name_is_a_usage_error) {
+    char coli[4096], model[4096];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    su_model(model, sizeof model);
+    const char *cmds[] = {"run", "chat", "serve"};
+    for (int i = 0; i < 3; i++) {
+        char *argv[] = {coli, (char *)cmds[i], "-m", model, "--chat-template", "llama-3", "-p", "x", NULL};
+        if (i) argv[6] = NULL; /* -p is run's only */
+        cli_result r = cli_run(argv);
+        cr_expect_eq(r.status, 2, "%s: exit %d (%s)", cmds[i], r.status, r.err);
+        cr_expect(strstr(r.err, "unknown template 'llama-3'") && strstr(r.err, CHAT_FAMILY_NAMES),
+                  "%s: %s", cmds[i], r.err);
+        cli_result_free(&r);
+    }
+}
+
+Test(serve_template, run_renders_the_prompt_as_a_user_message) {
+    char coli[4096], model[4096], want[64];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    su_model(model, sizeof model);
+    const chat_message msg[] = {{"user", "Hello there"}};
+    snprintf(want, sizeof want, "prompt %d tokens", s_rendered_tokens(model, CHAT_QWEN3, msg, 1));
+    char *argv[] = {coli, "run", "-m", model, "-p", "Hello there", "--chat-template", "qwen3", "-n", "1",
+                    "--temp", "0", "--inproc", NULL};
+    cli_result r = cli_run(argv);
+    cr_expect_eq(r.status, 0, "%s", r.err);
+    cr_expect(strstr(r.err, want) != NULL, "expected '%s' in: %s", want, r.err);
+    cli_result_free(&r);
+}
+
+Test(serve_template, serve_uses_the_chosen_template) {
+    char model[4096];
+    su_model(model, sizeof model);
+    const char *extra[] = {"--chat-template", "llama3", NULL};
+    serve_proc p = su_start(model, extra);
+    cr_expect(strstr(p.log, "chat template llama3 (from --chat-template)") != NULL, "%s", p.log);
+    http_resp r = su_get(p.port, "/v1/models");
+    cr_expect(r.body && strstr(r.body, "\"chat_template\":\"llama3\""), "%s", r.raw);
+    su_free(&r);
+    const chat_message msgs[] = {{"system", "S"}, {"user", "Hi"}};
+    char want[64];
+    snprintf(want, sizeof want, "\"prompt_tokens\":%d", s_rendered_tokens(model, CHAT_LLAMA3, msgs, 2));
+    r = su_post(p.port, "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"Hi\"}],"
+                "\"max_tokens\":1,\"temperature\":0}");
+    cr_expect_eq(r.status, 200, "%s", r.raw);
+    cr_expect(r.body && strstr(r.body, want), "expected %s in %s", want, r.raw);
+    su_free(&r);
+    cr_expect_eq(su_stop(&p), 0);
 }

@@ -79,7 +79,7 @@ static void s_rig(rig *r)
     snprintf(pkg, sizeof pkg, "%s/xdna-package", r->dir);
     cr_assert_eq(xdna_package_load(pkg, &r->pkg, why, sizeof why), XDNA_OK, "%s", why);
     cr_assert_eq(xdna_helper_load(r->dir, &r->h, why, sizeof why), XDNA_OK, "%s", why);
-    cr_assert_eq(xdna_session_open(r->h, &r->pkg, 0, &r->s, why, sizeof why), XDNA_OK, "%s", why);
+    cr_assert_eq(xdna_session_open(r->h, &r->pkg, 0, 0, &r->s, why, sizeof why), XDNA_OK, "%s", why);
     xdna_expert_shape e = {64, 128, {COLI_F32, COLI_F32, COLI_F32}};
     r->art = xdna_find_artifact(&r->pkg, &e, XDNA_OP_GATE, 64);
     cr_assert_geq(r->art, 0);

@@ -11,8 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "coordinator/xdna_lane.h"
+#include "core/settings.h"
 #include "plugins/xdna/xdna_package.h"
+#include "proto/wire.h"
 #include "tensor.h"
 #include "xdna_test_util.h"
 
@@ -186,31 +187,38 @@ Test(xdna_package, gates_in_order)
     cr_expect_eq(xdna_bucket_of(0), 0);
 }
 
+static int s_requested(void)
+{
+    static coli_settings set; /* PATH_MAX strings: not on the stack */
+    coli_settings_from_env(&set);
+    return set.xdna;
+}
+
 Test(xdna_package, opt_in_is_a_non_zero_integer_exactly)
 {
     const char *on[] = {"1", "2", "-1", "007"}, *off[] = {"", "0", "00", "yes", "1x", " 1", "true"};
     for (size_t i = 0; i < sizeof on / sizeof *on; i++) {
         setenv("COLI_XDNA", on[i], 1);
-        cr_expect(xdna_lane_requested(), "COLI_XDNA='%s' is on", on[i]);
+        cr_expect(s_requested(), "COLI_XDNA='%s' is on", on[i]);
     }
     for (size_t i = 0; i < sizeof off / sizeof *off; i++) {
         setenv("COLI_XDNA", off[i], 1);
-        cr_expect(!xdna_lane_requested(), "COLI_XDNA='%s' is off", off[i]);
+        cr_expect(!s_requested(), "COLI_XDNA='%s' is off", off[i]);
     }
     unsetenv("COLI_XDNA");
-    cr_expect(!xdna_lane_requested());
+    cr_expect(!s_requested());
 }
 
 Test(xdna_package, reason_names_the_coordinator_counts)
 {
     char buf[24];
-    const char *r = sched_reason_code("plugin 'xdna': open device 0: PACKAGE_MISSING: no package", buf, sizeof buf);
+    const char *r = wire_reason_code("plugin 'xdna': open device 0: PACKAGE_MISSING: no package", buf, sizeof buf);
     cr_expect(r && !strcmp(r, "PACKAGE_MISSING"), "%s", r ? r : "(null)");
-    r = sched_reason_code("DECLINED_ROWS: xdna: 300 rows", buf, sizeof buf);
+    r = wire_reason_code("DECLINED_ROWS: xdna: 300 rows", buf, sizeof buf);
     cr_expect(r && !strcmp(r, "DECLINED_ROWS"));
-    cr_expect_null(sched_reason_code("cuda: no device: CUDA driver missing", buf, sizeof buf));
-    cr_expect_null(sched_reason_code("NOUNDERSCORE: x", buf, sizeof buf));
-    cr_expect_null(sched_reason_code("lower_case: x", buf, sizeof buf));
-    cr_expect_null(sched_reason_code("A_NAME_FAR_TOO_LONG_FOR_A_REASON: x", buf, sizeof buf));
-    cr_expect_null(sched_reason_code(NULL, buf, sizeof buf));
+    cr_expect_null(wire_reason_code("cuda: no device: CUDA driver missing", buf, sizeof buf));
+    cr_expect_null(wire_reason_code("NOUNDERSCORE: x", buf, sizeof buf));
+    cr_expect_null(wire_reason_code("lower_case: x", buf, sizeof buf));
+    cr_expect_null(wire_reason_code("A_NAME_FAR_TOO_LONG_FOR_A_REASON: x", buf, sizeof buf));
+    cr_expect_null(wire_reason_code(NULL, buf, sizeof buf));
 }

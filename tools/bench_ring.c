@@ -18,8 +18,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coordinator/shm_ring.h"
-#include "coordinator/wire.h"
+#include "proto/shm_ring.h"
+#include "core/clock.h"
+#include "proto/wire.h"
 
 static int s_cmp(const void *a, const void *b)
 {
@@ -74,7 +75,7 @@ static void s_bench_ring(int64_t rows, int64_t e, int iters, uint64_t spin_ns, c
     for (int i = 0; i < iters; i++) {
         Coli__Envelope env; Coli__ExpertBatch b;
         s_batch_env(&env, &b, rows, e, (uint64_t)i + 1);
-        uint64_t t0 = wire_now_ns();
+        uint64_t t0 = coli_now_ns();
         ring_send(&r, RING_REQ, &env, x, (size_t)(rows * e) * sizeof(float));
         while (!ring_spin(&r, RING_REP, spin_ns)) {
             zmq_pollitem_t it = {NULL, r.bell[RING_REP], ZMQ_POLLIN, 0};
@@ -87,7 +88,7 @@ static void s_bench_ring(int64_t rows, int64_t e, int iters, uint64_t spin_ns, c
         memcpy(x, wire_payload_data(&m), wire_payload_size(&m));
         wire_msg_clear(&m);
         ring_release(&r, RING_REP);
-        us[i] = (double)(wire_now_ns() - t0) / 1e3;
+        us[i] = (double)(coli_now_ns() - t0) / 1e3;
     }
     waitpid(pid, NULL, 0);
     s_report(what, us, iters);
@@ -123,14 +124,14 @@ static void s_bench_zmq(int64_t rows, int64_t e, int iters)
     for (int i = 0; i < iters; i++) {
         Coli__Envelope env; Coli__ExpertBatch b;
         s_batch_env(&env, &b, rows, e, (uint64_t)i + 1);
-        uint64_t t0 = wire_now_ns();
+        uint64_t t0 = coli_now_ns();
         while (wire_send(r, "w0.0", 4, &env, x, (size_t)(rows * e) * sizeof(float), 0) != 0)
             usleep(1000); /* until the peer has connected */
         wire_msg m;
         wire_recv(r, 1, 0, &m);
         memcpy(x, wire_payload_data(&m), wire_payload_size(&m));
         wire_msg_clear(&m);
-        us[i] = (double)(wire_now_ns() - t0) / 1e3;
+        us[i] = (double)(coli_now_ns() - t0) / 1e3;
     }
     waitpid(pid, NULL, 0);
     s_report("zmq ipc DEALER/ROUTER", us + 10, iters - 10);

@@ -22,18 +22,12 @@
 #include <time.h>
 
 #include "colibri.h"
+#include "core/clock.h"
 
 #define MAX_CONF 16
 #define MAX_ROUNDS 15
 
 typedef struct result { double tok_s, p50, p99, batch_p50, fallbacks; } result;
-
-static double s_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static double s_json_num(const char *js, const char *key)
 {
@@ -68,13 +62,13 @@ static int s_decode(coli_model *m, int n_decode, double *seconds)
     int32_t prompt[8] = {1, 415, 2936, 9060, 285, 1142, 461, 10575};
     for (int i = 0; i < 8; i++) prompt[i] %= info.n_vocab;
     if (!rc) rc = coli_eval(c, prompt, 8, logits, 0);
-    double t0 = s_now();
+    double t0 = coli_now_s();
     for (int i = 0; !rc && i < n_decode; i++) {
         int32_t best = 0;
         for (int v = 1; v < info.n_vocab; v++) if (logits[v] > logits[best]) best = v;
         rc = coli_eval(c, &best, 1, logits, 0);
     }
-    *seconds = s_now() - t0;
+    *seconds = coli_now_s() - t0;
     free(logits);
     coli_context_free(&c);
     return rc;

@@ -2,12 +2,13 @@
 """Generate core/unicode_tables.c: code point classes for the tokenizer.
 
 The GPT-2 style pre-tokenizers need \\p{L} (letters), \\p{N} (numbers),
-\\p{P} (punctuation, for the "default" pre-tokenizer) and \\s (white space).
+\\p{P} (punctuation), \\p{M} (marks) and \\p{S} (symbols, both for
+"deepseek-v3") and \\s (white space).
 llama.cpp derives these from the Unicode Character Database (general
 category of every code point; white space = the White_Space property).
 This script does the same from Python's unicodedata and writes compact
 sorted ranges [first, last] -> flags. Code points in no range have no flag
-("other": symbols, marks, controls, unassigned).
+("other": separators that are not white space, controls, unassigned).
 
 Use a Python whose unicodedata has the Unicode version llama.cpp's tables
 were generated from (15.1: Python 3.13):
@@ -17,7 +18,7 @@ were generated from (15.1: Python 3.13):
 import sys
 import unicodedata
 
-FLAG_LETTER, FLAG_NUMBER, FLAG_PUNCT, FLAG_SPACE = 1, 2, 4, 8
+FLAG_LETTER, FLAG_NUMBER, FLAG_PUNCT, FLAG_SPACE, FLAG_MARK, FLAG_SYMBOL = 1, 2, 4, 8, 16, 32
 
 # White_Space property (PropList.txt); the same 25 code points llama.cpp uses.
 WHITESPACE = list(range(0x09, 0x0D + 1)) + list(range(0x2000, 0x200A + 1)) + [
@@ -33,6 +34,10 @@ def flags_of(cp):
         f |= FLAG_NUMBER
     elif cat[0] == "P":
         f |= FLAG_PUNCT
+    elif cat[0] == "M":
+        f |= FLAG_MARK
+    elif cat[0] == "S":
+        f |= FLAG_SYMBOL
     return f
 
 

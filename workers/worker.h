@@ -13,8 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coordinator/shm_ring.h"
-#include "coordinator/wire.h"
+#include "proto/shm_ring.h"
+#include "proto/wire.h"
+#include "core/settings.h"
 #include "gguf.h"
 #include "plugins/plugin_abi.h"
 #include "proto/coli.pb-c.h"
@@ -60,7 +61,7 @@ typedef struct worker_args {
     const char *connect;      /* endpoint the DEALER connects to */
     const char *listen;       /* or binds (remote workers) */
     const char *plugin;       /* "cpu", "cuda", ... */
-    const char *plugin_dir;   /* NULL: COLI_PLUGIN_DIR or <exe>/../lib */
+    const char *plugin_dir;   /* NULL: set.plugin_dir (COLI_PLUGIN_DIR) or <exe>/../lib */
     int device_index;
     int worker_id;
     unsigned generation;
@@ -82,6 +83,7 @@ typedef struct expert_set {     /* open-addressing set of (layer, expert) */
 
 typedef struct worker {
     worker_args a;
+    coli_settings set;          /* the environment, read once at start (core/settings.h) */
     void *zctx, *sock;
     void *dl;                   /* dlopen handle of the plugin */
     const struct moe_plugin *plugin;
@@ -137,5 +139,21 @@ void worker_remote_close(worker *w);
 /* Handlers (worker_serve.c). */
 int worker_on_place(worker *w, const Coli__Envelope *env);
 int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t x_bytes);
+/* Reply to batch b (request id): its n_rows outputs when ok, else FAILED with
+ * why; by the ring when the batch came by it, else ZeroMQ. 0 or COLI_EIO. */
+int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int ok,
+                       const char *why, const float *out, int64_t n_rows, uint64_t ns);
+/* A reply whose framing itself is wrong, on whichever path the batch came (fault tests). */
+void worker_send_garbage_frame(worker *w);
+
+/* Fault injection around a batch (worker_fault.c; tests only, COLI_FAULT):
+ * the two places where a batch handler meets it. */
+/* Before computing a batch of layer: the fault that fires on it (counted),
+ * or NULL; crash and hang strike here and do not return. */
+worker_fault *worker_fault_before_batch(worker *w, int layer);
+/* The reply to batch b as fault f wants it (w->out holds the computed rows):
+ * garbage in place of the answer, or the answer and then a crash. Returns
+ * what worker_send_result returns for the answer, 0 for garbage. */
+int worker_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b, uint64_t ns);
 
 #endif

@@ -13,6 +13,8 @@
  * fail-expert counts expert loads at Place instead of batches: the (N+1)-th
  * load of a layer-L expert fails as a device allocation failure would.
  */
+#include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,4 +126,32 @@ worker_fault *worker_fault_match(worker_fault *f, int n, int worker_id, int laye
 worker_fault *worker_fault_match_load(worker_fault *f, int n, int worker_id, int layer)
 {
     return s_match(f, n, worker_id, layer, 1);
+}
+
+worker_fault *worker_fault_before_batch(worker *w, int layer)
+{
+    worker_fault *f = w->a.generation == 0
+        ? worker_fault_match(w->faults, w->n_faults, w->a.worker_id, layer) : NULL;
+    if (f && f->kind == FAULT_CRASH) raise(SIGKILL);
+    if (f && f->kind == FAULT_HANG) raise(SIGSTOP);
+    return f;
+}
+
+int worker_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b, uint64_t ns)
+{
+    int64_t n = b->n_rows;
+    switch (f->kind) {
+    case FAULT_GARBAGE_NAN: w->out[0] = NAN; break;
+    case FAULT_GARBAGE_SIZE: n = n - 1; break;
+    case FAULT_GARBAGE_ID: id += 1000003; break;
+    case FAULT_CRASH_DURING: raise(SIGKILL); break;
+    case FAULT_GARBAGE_RING: worker_send_garbage_frame(w); return 0;
+    default: {
+        int rc = worker_send_result(w, id, b, 1, "", w->out, b->n_rows, ns);
+        if (f->kind == FAULT_CRASH_AFTER) raise(SIGKILL);
+        return rc;
+    }
+    }
+    worker_send_result(w, id, b, 1, "", w->out, n, 0);
+    return 0;
 }

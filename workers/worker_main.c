@@ -14,7 +14,7 @@
  * runs it in a child for --devices auto, so a driver that crashes in its
  * probe takes only this process down.
  *
- * Local workers are started by the coordinator (coordinator/supervisor.c),
+ * Local workers are started by the coordinator (coordinator/sched/supervisor.c),
  * which passes --parent-pid and --lifeline: the read end of a pipe whose
  * write end only the coordinator process holds. The main loop polls it and
  * exits at EOF (the coordinator ended, however), and checks getppid() every
@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/wire.h"
+#include "proto/wire.h"
 #include "error.h"
 #include "worker.h"
 
@@ -99,7 +99,7 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
 //  Map the shared-memory ring the coordinator passed (inherited fds).
 int worker_attach_ring(worker *w, char *why, size_t why_len)
 {
-    w->spin_ns = ring_spin_ns();
+    w->spin_ns = w->set.shm_spin_us * 1000ULL;
     if (!w->a.ring) return 0;
     int fd, req, rep;
     char tail;
@@ -116,15 +116,8 @@ int worker_attach_ring(worker *w, char *why, size_t why_len)
 static void s_default_plugin_dir(char *out, size_t n)
 {
     char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) {
-        snprintf(out, n, "lib");
-        return;
-    }
-    exe[len] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
-    snprintf(out, n, "%.4000s/../lib", exe);
+    if (coli_exe_dir(exe, sizeof exe) != 0) snprintf(out, n, "lib");
+    else snprintf(out, n, "%.4000s/../lib", exe);
 }
 
 int worker_load_plugin(worker *w, char *why, size_t why_len)
@@ -137,9 +130,8 @@ int worker_load_plugin(worker *w, char *why, size_t why_len)
             return COLI_EDEVICE;
         }
     char dir[PATH_MAX], path[PATH_MAX + 64];
-    const char *env = getenv("COLI_PLUGIN_DIR");
     if (w->a.plugin_dir) snprintf(dir, sizeof dir, "%s", w->a.plugin_dir);
-    else if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+    else if (w->set.plugin_dir[0]) snprintf(dir, sizeof dir, "%s", w->set.plugin_dir);
     else s_default_plugin_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/libcoli-%s.so", dir, name);
     w->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -189,7 +181,7 @@ static int s_open_device(worker *w, char *why, size_t why_len)
         }
     }
     moe_open_opts o = {.device_index = w->a.device_index, .n_threads = w->a.n_threads,
-                       .memory_budget = w->a.budget, .fault = getenv("COLI_PLUGIN_FAULT")};
+                       .memory_budget = w->a.budget, .fault = w->set.plugin_fault[0] ? w->set.plugin_fault : NULL};
     char err[256] = "";
     int rc = p->open(&o, &w->dev, err, sizeof err);
     if (rc != 0 || !w->dev) {
@@ -310,6 +302,7 @@ static int s_probe_main(worker *w)
 int main(int argc, char **argv)
 {
     static worker w;
+    coli_settings_from_env(&w.set);
     if (worker_parse_args(argc, argv, &w.a) != 0) {
         fprintf(stderr, "%s\n", coli_last_error());
         s_usage();
@@ -319,7 +312,7 @@ int main(int argc, char **argv)
         return s_probe_main(&w);
     if (w.a.parent_pid && getppid() != w.a.parent_pid)
         return 1; /* the coordinator is gone already */
-    int n = worker_fault_parse(getenv("COLI_FAULT"), w.faults, WORKER_MAX_FAULTS);
+    int n = worker_fault_parse(w.set.fault, w.faults, WORKER_MAX_FAULTS);
     if (n < 0) {
         fprintf(stderr, "coli-worker: %s\n", coli_last_error());
         return 2;

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator/curve_keys.h"
+#include "proto/curve_keys.h"
 #include "error.h"
 #include "worker.h"
 

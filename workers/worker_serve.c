@@ -5,18 +5,16 @@
  * every waiting message, heartbeat when due. A kernel that hangs therefore
  * stops the heartbeat too, which is what the coordinator watches.
  */
-#include <math.h>
 #include <stddef.h>
 #include <poll.h>
 #include <stdint.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/wire.h"
-#include "coordinator/xdna_lane.h"
+#include "proto/wire.h"
+#include "core/clock.h"
 #include "error.h"
 #include "expert_ffn.h"
 #include "worker.h"
@@ -92,7 +90,7 @@ typedef struct place_outcome {
 //  Why a load failed, as the coordinator counts it.
 static const char *s_refusal_kind(int rc, const char *why, char *code, size_t code_len)
 {
-    const char *named = sched_reason_code(why, code, code_len); /* e.g. DECLINED_SHAPE (xdna) */
+    const char *named = wire_reason_code(why, code, code_len); /* e.g. DECLINED_SHAPE (xdna) */
     if (named) return named;
     if (strstr(why, "budget")) return "budget";
     if (rc == COLI_EUNSUPPORTED) return "unsupported";
@@ -220,8 +218,8 @@ int worker_on_place(worker *w, const Coli__Envelope *env)
 }
 
 // ---------------------------------------------------------------------------
-static int s_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int ok,
-                         const char *why, const float *out, int64_t n_rows, uint64_t ns)
+int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int ok,
+                       const char *why, const float *out, int64_t n_rows, uint64_t ns)
 {
     Coli__ExpertResult r = COLI__EXPERT_RESULT__INIT;
     r.layer = b->layer;
@@ -261,8 +259,7 @@ static int s_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int
     return worker_send(w, &env, ok ? out : NULL, bytes, 0);
 }
 
-//  A reply whose framing itself is wrong, on whichever path the batch came.
-static void s_send_garbage_frame(worker *w)
+void worker_send_garbage_frame(worker *w)
 {
     if (w->in_ring_request) {
         w->in_ring_request = 0;
@@ -310,34 +307,15 @@ static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes,
     return 0;
 }
 
-//  Misbehave as COLI_FAULT asked (tests). Returns 1 if the reply was replaced.
-static int s_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b)
-{
-    int64_t n = b->n_rows;
-    switch (f->kind) {
-    case FAULT_GARBAGE_NAN: w->out[0] = NAN; break;
-    case FAULT_GARBAGE_SIZE: n = n - 1; break;
-    case FAULT_GARBAGE_ID: id += 1000003; break;
-    case FAULT_CRASH_DURING: raise(SIGKILL); break;
-    case FAULT_GARBAGE_RING: s_send_garbage_frame(w); return 1;
-    default: return 0;
-    }
-    s_send_result(w, id, b, 1, "", w->out, n, 0);
-    return 1;
-}
-
 int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t x_bytes)
 {
     const Coli__ExpertBatch *b = env->batch;
     w->last_request_id = env->request_id;
-    worker_fault *f = w->a.generation == 0
-        ? worker_fault_match(w->faults, w->n_faults, w->a.worker_id, b->layer) : NULL;
-    if (f && f->kind == FAULT_CRASH) raise(SIGKILL);
-    if (f && f->kind == FAULT_HANG) raise(SIGSTOP);
+    worker_fault *f = worker_fault_before_batch(w, b->layer);
     char why[512] = "";
     moe_batch_group *groups = calloc(b->n_groups ? b->n_groups : 1, sizeof *groups);
     if (!groups)
-        return s_send_result(w, env->request_id, b, 0, "worker: out of memory", NULL, 0, 0);
+        return worker_send_result(w, env->request_id, b, 0, "worker: out of memory", NULL, 0, 0);
     int rc = s_check_batch(w, b, x_bytes, groups, why, sizeof why);
     size_t need = rc ? 0 : (size_t)b->n_rows * (size_t)b->n_embd;
     if (rc == 0 && need > w->out_cap) {
@@ -354,21 +332,19 @@ int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t 
         }
         if (rc == 0) { memcpy(w->xin, x, need * sizeof(float)); x = w->xin; }
     }
-    uint64_t t0 = wire_now_ns();
+    uint64_t t0 = coli_now_ns();
     if (rc == 0 && w->plugin->run(w->dev, groups, (int32_t)b->n_groups, x, b->n_rows, b->n_embd,
                                   w->out, why, sizeof why) != 0)
         rc = 1;
-    uint64_t ns = wire_now_ns() - t0;
+    uint64_t ns = coli_now_ns() - t0;
     free(groups);
     if (rc != 0)
-        return s_send_result(w, env->request_id, b, 0, why, NULL, 0, ns);
+        return worker_send_result(w, env->request_id, b, 0, why, NULL, 0, ns);
     w->batches++;
     w->rows += (uint64_t)b->n_rows;
-    if (f && s_fault_reply(w, f, env->request_id, b))
-        return 0;
-    rc = s_send_result(w, env->request_id, b, 1, "", w->out, b->n_rows, ns);
-    if (f && f->kind == FAULT_CRASH_AFTER) raise(SIGKILL);
-    return rc;
+    if (f)
+        return worker_fault_reply(w, f, env->request_id, b, ns);
+    return worker_send_result(w, env->request_id, b, 1, "", w->out, b->n_rows, ns);
 }
 
 // ---------------------------------------------------------------------------
@@ -384,7 +360,7 @@ static void s_heartbeat(worker *w)
     env.heartbeat = &h;
     /* Never block on a heartbeat: a full queue means the coordinator is busy. */
     worker_send(w, &env, NULL, 0, ZMQ_DONTWAIT);
-    w->last_hb_ns = wire_now_ns();
+    w->last_hb_ns = coli_now_ns();
 }
 
 static void s_send_stats(worker *w)
@@ -512,16 +488,16 @@ int worker_serve(worker *w)
     int spin = 0;
     while (!w->stop) {
         int woke = s_wait(w, spin);
-        if ((woke || wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) &&
+        if ((woke || coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) &&
             s_coordinator_gone(w)) {
             s_tidy_dead_coordinator(w);
             return 0; /* the coordinator is gone: so are we */
         }
         spin = w->ring.base && s_handle_ring(w);
         while (!w->stop && s_handle_one(w) == 0)
-            if (wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
+            if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
                 s_heartbeat(w);
-        if (wire_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
+        if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
             s_heartbeat(w);
     }
     return 0;

@@ -12,14 +12,14 @@
 #include <unistd.h>
 
 #include "colibri.h"
+#include "core/clock.h"
 #include "cpu_features.h"
 #include "expert_ffn.h"
 #include "matmul.h"
 #include "threadpool.h"
 
 #define CPU_DEV_TAG 0xc0c0c9u
-#define CPU_DTYPE_MASK ((1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_Q4_0) | \
-                        (1u << COLI_Q8_0) | (1u << COLI_BF16))
+#define CPU_DTYPE_MASK coli_dtype_weight_mask() /* every type core/matmul computes */
 
 /* One loaded expert: a slot of an open-addressing table keyed by
  * (layer, expert). */
@@ -51,12 +51,6 @@ static int fail(char *err, size_t err_len, int code, const char *fmt, ...) {
         va_end(ap);
     }
     return code;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ---- the expert table -------------------------------------------------- */
@@ -259,7 +253,7 @@ static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_gro
                     "n_embd %lld)", n_groups, (long long)n_rows_total, (long long)n_embd);
     int rc = check_groups(dev, groups, n_groups, n_rows_total, n_embd, err, err_len);
     if (rc) return rc;
-    double t0 = now_s();
+    double t0 = coli_now_s();
     /* up to EXPERT_FFN_MANY_MAX experts at a time: 2 pool jobs, not 3 each */
     for (int32_t i = 0; i < n_groups;) {
         expert_ffn_task tasks[EXPERT_FFN_MANY_MAX];
@@ -277,7 +271,7 @@ static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_gro
                             coli_last_error());
     }
     dev->stats.calls++;
-    dev->stats.kernel_seconds += now_s() - t0;
+    dev->stats.kernel_seconds += coli_now_s() - t0;
     return 0;
 }
 

@@ -78,13 +78,7 @@ endif
 .PHONY: gpu-compile gpu-compile-auto deps-hip
 # Debian's hipcc without recommends: ~66 MB download, ~350 MB installed (clang-15, ROCm libs).
 deps-hip:
-	@missing=""; for p in $(HIP_PKGS); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make deps-hip: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	$(call apt_install,deps-hip,$(HIP_PKGS),--no-install-recommends)
 
 gpu-compile: deps-hip
 	@command -v $(NVCC) >/dev/null || { echo "gpu-compile: nvcc not found ($(NVCC)); install the CUDA toolkit or set NVCC=" >&2; exit 1; }

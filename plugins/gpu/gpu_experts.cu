@@ -6,9 +6,10 @@
  * uses CUDA runtime names and syntax both compilers accept.
  *
  * What it does: each expert's three matrices are uploaded once, as stored
- * in the file (F32, F16, BF16, Q8_0, Q4_0: quantized weights stay quantized
- * in device memory and are decoded inside the kernels), into one device
- * allocation, within a byte budget. A run call copies the batch's rows in,
+ * in the file (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * Q2_K..Q6_K, IQ4_XS, each matrix its own type: quantized weights stay
+ * quantized in device memory and are decoded inside the kernels), into one
+ * device allocation, within a byte budget. A run call copies the batch's rows in,
  * computes every group's
  *
  *     out = W_down · (silu(W_gate · x) ⊙ (W_up · x))
@@ -174,9 +175,9 @@ static int s_select(moe_device *d, char *err, size_t n) {
 
 /* ---- launches ------------------------------------------------------------------------ */
 
-template <int T>
+template <int A>
 static void s_prep_t(moe_device *d, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
-    k_prep<T><<<gpu_prep_blocks(n_rows, n), s_threads(d, GPU_PREP_THREADS), 0, d->stream>>>(x, n_rows, n, out);
+    k_prep<A><<<gpu_prep_blocks(A, n_rows, n), s_threads(d, GPU_PREP_THREADS), 0, d->stream>>>(x, n_rows, n, out);
 }
 
 template <int T>
@@ -196,6 +197,8 @@ static void s_prep(moe_device *d, int t, const float *x, int64_t n_rows, int64_t
     case COLI_F16:  s_prep_t<COLI_F16>(d, x, n_rows, n, out); break;
     case COLI_BF16: s_prep_t<COLI_BF16>(d, x, n_rows, n, out); break;
     case COLI_Q8_0: s_prep_t<COLI_Q8_0>(d, x, n_rows, n, out); break;
+    case COLI_Q8_1: s_prep_t<COLI_Q8_1>(d, x, n_rows, n, out); break;
+    case COLI_Q8_K: s_prep_t<COLI_Q8_K>(d, x, n_rows, n, out); break;
     }
 }
 
@@ -207,6 +210,16 @@ static void s_matmul(moe_device *d, int t, const unsigned char *W, int64_t n_in,
     case COLI_BF16: s_matmul_t<COLI_BF16>(d, W, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q8_0: s_matmul_t<COLI_Q8_0>(d, W, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q4_0: s_matmul_t<COLI_Q4_0>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q4_1: s_matmul_t<COLI_Q4_1>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q5_0: s_matmul_t<COLI_Q5_0>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q5_1: s_matmul_t<COLI_Q5_1>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ4_NL: s_matmul_t<COLI_IQ4_NL>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q2_K: s_matmul_t<COLI_Q2_K>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q3_K: s_matmul_t<COLI_Q3_K>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q4_K: s_matmul_t<COLI_Q4_K>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q5_K: s_matmul_t<COLI_Q5_K>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_Q6_K: s_matmul_t<COLI_Q6_K>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ4_XS: s_matmul_t<COLI_IQ4_XS>(d, W, n_in, n_out, xp, n_rows, y); break;
     }
 }
 
@@ -383,6 +396,10 @@ static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *e
             return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: %s weight type %d not supported",
                          COLI_GPU_VENDOR, d->index, e->layer, e->expert, names[i], types[i]);
         const int64_t rows = i == 2 ? e->n_embd : e->n_ff, cols = i == 2 ? e->n_ff : e->n_embd;
+        if (cols % gpu_block_elems(types[i]))
+            return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: %s rows of %lld values are not "
+                         "a multiple of the %d-value blocks of weight type %d", COLI_GPU_VENDOR, d->index,
+                         e->layer, e->expert, names[i], (long long)cols, gpu_block_elems(types[i]), types[i]);
         const uint64_t want = (uint64_t)rows * gpu_row_bytes(types[i], cols);
         if (!ptrs[i] || bytes[i] != want)
             return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d: %s has %llu bytes at %p, "
@@ -545,8 +562,9 @@ static int s_open(const moe_open_opts *opts, moe_device **out, char *err, size_t
 static int s_get_caps(moe_device *d, moe_caps *caps) {
     if (!d || d->tag != GPU_TAG || !caps) return ERR_STATUS_INVAL;
     memset(caps, 0, sizeof *caps);
-    caps->dtype_mask = (1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_BF16) | (1u << COLI_Q8_0) |
-                       (1u << COLI_Q4_0);
+    caps->dtype_mask = 0;
+    for (int t = 0; t < 32; t++)
+        if (gpu_dtype_supported(t)) caps->dtype_mask |= 1u << t;
     caps->max_rows = 0; /* scratch grows with the batch */
     caps->memory_total = d->mem_total;
     caps->memory_budget = d->budget;

@@ -3,21 +3,24 @@
  * that the host C compiler builds too.
  *
  * Every number a kernel produces goes through these functions: fp16/bf16
- * decoding, Q8_0/Q4_0 block dequantization, activation rounding (fp16/bf16
- * round trip, Q8_0 quantization of the input as llama.cpp's AVX2 path does
- * it), the integer block dot product and the gated activation. The host
- * tests (tests/test_gpu_math.c) check them against core/quant.h and the cpu
- * plugin, so most kernel bugs are caught on a machine without a GPU.
+ * decoding, block decoding of every quantized weight type (gpu_blocks.h),
+ * activation preparation (fp16/bf16 round trip, or Q8_0 / Q8_1 / Q8_K
+ * quantization of the input, the activation type llama.cpp's CPU kernels
+ * use for that weight type), the integer group dot product and the gated
+ * activation. The host tests (tests/test_gpu_math.c) check them against
+ * core/quant.h, the format definitions and the cpu plugin, so most kernel
+ * bugs are caught on a machine without a GPU.
  *
  * Compiled three ways: as C by the host compiler (COLI_HD empty), as CUDA by
  * nvcc and as HIP by hipcc (COLI_HD from gpu_compat.h, which must be
  * included first). Hence only C that is also valid C++: explicit casts, no
  * designated initializers, no vendor intrinsics.
  *
- * Layouts (GGML): Q8_0 block = fp16 d, 32 x int8 q (34 bytes); Q4_0 block =
- * fp16 d, 16 bytes, byte j = element j (low nibble) and j+16 (high nibble),
- * value d * (nibble - 8) (18 bytes). Blocks are read bytewise: they are
- * only 2-byte aligned inside a row.
+ * Layouts (GGML, core/quant_blocks.h): Q8_0 block = fp16 d, 32 x int8 q
+ * (34 bytes); Q4_0 block = fp16 d, 16 bytes, byte j = element j (low
+ * nibble) and j+16 (high nibble), value d * (nibble - 8) (18 bytes); the
+ * others in gpu_blocks.h. Blocks are read bytewise: they are only 2-byte
+ * aligned inside a row.
  */
 #ifndef COLI_GPU_MATH_H
 #define COLI_GPU_MATH_H
@@ -32,9 +35,8 @@
 #define COLI_HD   /* host compiler: plain static inline functions */
 #endif
 
-#define GPU_QK 32             /* values per quantized block (COLI_QK) */
+#define GPU_QK 32             /* values per group: a 32-value block, or 1/8 of a super-block */
 #define GPU_Q8_0_BYTES 34
-#define GPU_Q4_0_BYTES 18
 
 /* ---- bits -------------------------------------------------------------- */
 
@@ -98,55 +100,66 @@ static inline COLI_HD uint16_t gpu_f32_to_bf16(float f) {
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+#include "plugins/gpu/gpu_blocks.h"
+
 /* ---- dtypes --------------------------------------------------------------- */
 
-static inline COLI_HD int gpu_dtype_supported(int t) {
-    return t == COLI_F32 || t == COLI_F16 || t == COLI_BF16 || t == COLI_Q8_0 || t == COLI_Q4_0;
-}
-
 static inline COLI_HD int gpu_dtype_is_quant(int t) {
-    return t == COLI_Q8_0 || t == COLI_Q4_0;
+    switch (t) {
+    case COLI_Q8_0: case COLI_Q4_0: case COLI_Q4_1: case COLI_Q5_0: case COLI_Q5_1: case COLI_IQ4_NL:
+    case COLI_Q2_K: case COLI_Q3_K: case COLI_Q4_K: case COLI_Q5_K: case COLI_Q6_K: case COLI_IQ4_XS:
+        return 1;
+    default: return 0;
+    }
 }
 
-/* Bytes of a row of n values of type t (n a multiple of 32). */
+/* The weight types the kernels take. */
+static inline COLI_HD int gpu_dtype_supported(int t) {
+    return t == COLI_F32 || t == COLI_F16 || t == COLI_BF16 || gpu_dtype_is_quant(t);
+}
+
+/* Bytes of a row of n values of type t (n a multiple of its block size). */
 static inline COLI_HD size_t gpu_row_bytes(int t, int64_t n) {
-    if (t == COLI_F32) return (size_t)n * 4;
-    if (t == COLI_F16 || t == COLI_BF16) return (size_t)n * 2;
-    if (t == COLI_Q8_0) return (size_t)(n / GPU_QK) * GPU_Q8_0_BYTES;
-    if (t == COLI_Q4_0) return (size_t)(n / GPU_QK) * GPU_Q4_0_BYTES;
-    return 0;
+    const int e = gpu_block_elems(t);
+    return e ? (size_t)(n / e) * gpu_block_bytes(t) : 0;
+}
+
+/* The matmul input each weight type sees (llama.cpp's vec_dot_type, as the
+ * CPU kernels, core/vecdot.h): F32/F16/BF16 weights the F32 input rounded to
+ * their precision; Q8_0, Q4_0, Q5_0, IQ4_NL Q8_0 blocks; Q4_1, Q5_1 Q8_1
+ * blocks; the K-quants and IQ4_XS Q8_K super-blocks. */
+static inline COLI_HD int gpu_act_type(int t) {
+    switch (t) {
+    case COLI_Q8_0: case COLI_Q4_0: case COLI_Q5_0: case COLI_IQ4_NL: return COLI_Q8_0;
+    case COLI_Q4_1: case COLI_Q5_1: return COLI_Q8_1;
+    case COLI_Q2_K: case COLI_Q3_K: case COLI_Q4_K: case COLI_Q5_K: case COLI_Q6_K: case COLI_IQ4_XS:
+        return COLI_Q8_K;
+    default: return t;
+    }
+}
+
+/* Values one k_prep thread prepares: one activation block (32 or 256), or
+ * 32 rounded floats. */
+static inline COLI_HD int gpu_prep_elems(int a) {
+    return a == COLI_Q8_K ? 256 : GPU_QK;
 }
 
 /* Bytes of a prepared activation row of n values for weights of type t:
- * F32 values (rounded to the weight's precision) or Q8_0 blocks. */
+ * F32 values (rounded to the weight's precision) or activation blocks. */
 static inline COLI_HD size_t gpu_prep_row_bytes(int t, int64_t n) {
-    return gpu_dtype_is_quant(t) ? (size_t)(n / GPU_QK) * GPU_Q8_0_BYTES : (size_t)n * 4;
+    const int a = gpu_act_type(t);
+    return gpu_dtype_is_quant(t) ? gpu_row_bytes(a, n) : (size_t)n * 4;
 }
 
-/* ---- quantized blocks ------------------------------------------------------ */
-
-static inline COLI_HD size_t gpu_quant_block_bytes(int t) {
-    return t == COLI_Q8_0 ? GPU_Q8_0_BYTES : GPU_Q4_0_BYTES;
-}
-
-/* The integer q of element j (0..31) of a Q8_0 or Q4_0 block (Q4_0: nibble - 8). */
-static inline COLI_HD int gpu_quant_q(int t, const unsigned char *blk, int j) {
-    if (t == COLI_Q8_0) return (int)(int8_t)blk[2 + j];
-    const int byte = blk[2 + (j & 15)];
-    return (j < 16 ? (byte & 0x0f) : (byte >> 4)) - 8;
-}
-
-static inline COLI_HD float gpu_quant_d(const unsigned char *blk) {
-    return gpu_fp16_to_f32(gpu_load_u16(blk));
-}
-
-/* Element k of a weight row of type t, dequantized (d * q for blocks). */
+/* Element k of a weight row of type t: the exact value ggml's
+ * dequantization gives (blocks: see gpu_blocks.h). */
 static inline COLI_HD float gpu_weight_value(int t, const unsigned char *row, int64_t k) {
     if (t == COLI_F32) return ((const float *)row)[k];
     if (t == COLI_F16) return gpu_fp16_to_f32(gpu_load_u16(row + 2 * k));
     if (t == COLI_BF16) return gpu_bf16_to_f32(gpu_load_u16(row + 2 * k));
-    const unsigned char *blk = row + (size_t)(k / GPU_QK) * gpu_quant_block_bytes(t);
-    return gpu_quant_d(blk) * (float)gpu_quant_q(t, blk, (int)(k % GPU_QK));
+    int sub;
+    const unsigned char *blk = gpu_group_block(t, row, k / GPU_QK, &sub);
+    return gpu_dequant(t, blk, sub, (int)(k % GPU_QK));
 }
 
 /* ---- activations (the matmul input, prepared per weight type) ------------- */
@@ -169,57 +182,160 @@ static inline COLI_HD int gpu_act_round_i8(float v) {
     return (int)r;
 }
 
-/* 32 activations -> one Q8_0 block: d = amax/127 (fp16), q = round(x * 127/amax). */
-static inline COLI_HD void gpu_quantize_act_block(const float *x, unsigned char *blk) {
+static inline COLI_HD void gpu_store_u16(unsigned char *p, uint16_t v) {
+    p[0] = (unsigned char)(v & 0xff);
+    p[1] = (unsigned char)(v >> 8);
+}
+
+/* 32 activations -> Q8_0 (34 bytes: fp16 d, 32 q) or, with_sum, Q8_1 (36
+ * bytes: fp16 d, fp16 s = d * sum(q), 32 q), as llama.cpp's AVX2
+ * quantize_row_q8_0/_q8_1: d = amax/127, q = round(x * 127/amax), s from the
+ * unrounded d. */
+static inline COLI_HD void gpu_quantize_act_q8(const float *x, unsigned char *blk, int with_sum) {
     float amax = 0.0f;
     for (int j = 0; j < GPU_QK; j++) {
         const float a = fabsf(x[j]);
         amax = amax > a ? amax : a;
     }
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const uint16_t d = gpu_f32_to_fp16(amax / 127.0f);
-    blk[0] = (unsigned char)(d & 0xff);
-    blk[1] = (unsigned char)(d >> 8);
-    for (int j = 0; j < GPU_QK; j++)
-        blk[2 + j] = (unsigned char)(int8_t)gpu_act_round_i8(x[j] * id);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+    gpu_store_u16(blk, gpu_f32_to_fp16(d));
+    unsigned char *qs = blk + (with_sum ? 4 : 2);
+    int sum = 0;
+    for (int j = 0; j < GPU_QK; j++) {
+        const int q = gpu_act_round_i8(x[j] * id);
+        qs[j] = (unsigned char)(int8_t)q;
+        sum += q;
+    }
+    if (with_sum) gpu_store_u16(blk + 2, gpu_f32_to_fp16(d * (float)sum));
+}
+
+/* The Q8_0 activation block of 32 values (kept for its callers). */
+static inline COLI_HD void gpu_quantize_act_block(const float *x, unsigned char *blk) {
+    gpu_quantize_act_q8(x, blk, 0);
+}
+
+/* 256 activations -> one Q8_K block (292 bytes: float d, 256 q, 16 int16
+ * sums of 16 q), as llama.cpp's quantize_row_q8_K_ref: the value of largest
+ * magnitude max, iscale = -127/max, q = min(127, round half even(iscale*x)),
+ * d = 1/iscale; all zero when max is 0 (llama.cpp since January 2024; -128
+ * before). */
+static inline COLI_HD void gpu_quantize_act_q8_K(const float *x, unsigned char *blk) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 256; j++) {
+        const float a = fabsf(x[j]);
+        if (a > amax) {
+            amax = a;
+            max = x[j];
+        }
+    }
+    const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
+    const float d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+    const uint32_t db = gpu_f32_bits(d);
+    for (int i = 0; i < 4; i++) blk[i] = (unsigned char)(db >> (8 * i));
+    for (int s = 0; s < 16; s++) {
+        int sum = 0;
+        for (int j = 16 * s; j < 16 * s + 16; j++) {
+            const float r = rintf(iscale * x[j]); /* |r| <= 127; NaN (x inf or NaN) gives 0, as there */
+            const int q = r != r ? 0 : (r < 127.0f ? (int)r : 127);
+            blk[4 + j] = (unsigned char)(int8_t)q;
+            sum += q;
+        }
+        gpu_store_u16(blk + 260 + 2 * s, (uint16_t)(int16_t)sum);
+    }
+}
+
+/* One activation block of type a (Q8_0, Q8_1 or Q8_K) from its values. */
+static inline COLI_HD void gpu_quantize_act(int a, const float *x, unsigned char *blk) {
+    if (a == COLI_Q8_K) gpu_quantize_act_q8_K(x, blk);
+    else gpu_quantize_act_q8(x, blk, a == COLI_Q8_1);
 }
 
 /* Prepare one activation row of n values for weights of type t (out:
  * gpu_prep_row_bytes(t, n) bytes). The kernels do the same per block. */
 static inline COLI_HD void gpu_prep_row(int t, const float *x, int64_t n, unsigned char *out) {
     if (gpu_dtype_is_quant(t)) {
-        for (int64_t b = 0; b < n / GPU_QK; b++)
-            gpu_quantize_act_block(x + b * GPU_QK, out + b * GPU_Q8_0_BYTES);
+        const int a = gpu_act_type(t), e = gpu_block_elems(a);
+        for (int64_t b = 0; b < n / e; b++) gpu_quantize_act(a, x + b * e, out + (size_t)b * gpu_block_bytes(a));
         return;
     }
     float *o = (float *)out;
     for (int64_t k = 0; k < n; k++) o[k] = gpu_round_act(t, x[k]);
 }
 
-/* ---- dot products ------------------------------------------------------------ */
-
-/* One weight block (Q8_0/Q4_0) times one Q8_0 activation block:
- * fp16(d_w) * fp16(d_x) * sum(q_w * q_x), exactly as the CPU kernels. */
-static inline COLI_HD float gpu_block_dot_q(int t, const unsigned char *wblk, const unsigned char *xblk) {
-    int isum = 0;
-    for (int j = 0; j < GPU_QK; j++) isum += gpu_quant_q(t, wblk, j) * (int)(int8_t)xblk[2 + j];
-    return (float)isum * (gpu_quant_d(wblk) * gpu_quant_d(xblk));
+/* Element j of group sub of an activation block of type a (int8). */
+static inline COLI_HD int gpu_act_q(int a, const unsigned char *blk, int sub, int j) {
+    const int off = a == COLI_Q8_K ? 4 + 32 * sub : (a == COLI_Q8_1 ? 4 : 2);
+    return (int)(int8_t)blk[off + j];
 }
 
-/* Reference dot of a weight row with a prepared activation row, summed in
- * order. The kernels split the sum over threads (other float rounding);
- * tests use this to model them on the host. */
-static inline COLI_HD float gpu_row_dot(int t, const unsigned char *wrow, const unsigned char *xprep, int64_t n) {
-    float sum = 0.0f;
-    if (gpu_dtype_is_quant(t)) {
-        const size_t bb = gpu_quant_block_bytes(t);
-        for (int64_t b = 0; b < n / GPU_QK; b++)
-            sum += gpu_block_dot_q(t, wrow + (size_t)b * bb, xprep + (size_t)b * GPU_Q8_0_BYTES);
-        return sum;
+/* The activation block's scale: fp16 (Q8_0, Q8_1) or float (Q8_K). */
+static inline COLI_HD float gpu_act_d(int a, const unsigned char *blk) {
+    if (a != COLI_Q8_K) return gpu_fp16_to_f32(gpu_load_u16(blk));
+    return gpu_bits_f32((uint32_t)blk[0] | ((uint32_t)blk[1] << 8) | ((uint32_t)blk[2] << 16) |
+                        ((uint32_t)blk[3] << 24));
+}
+
+/* What multiplies the weight minimum m(half) of group sub: Q8_1 its fp16 s
+ * (all 32 values, half 0; 0 for half 1), Q8_K d times the half's q sum;
+ * Q8_0 has none (0). */
+static inline COLI_HD float gpu_act_s(int a, const unsigned char *blk, int sub, int half) {
+    if (a == COLI_Q8_1) return half ? 0.0f : gpu_fp16_to_f32(gpu_load_u16(blk + 2));
+    if (a != COLI_Q8_K) return 0.0f;
+    return gpu_act_d(a, blk) * (float)(int16_t)gpu_load_u16(blk + 260 + 4 * sub + 2 * half);
+}
+
+/* ---- dot products ------------------------------------------------------------ */
+
+/* The order of every row dot, kernels and host alike (the determinism
+ * contract: a row's result never depends on the batch, the group size or
+ * the kernel that serves it). The row is cut into 32-value groups g; lane c
+ * (0..GPU_ROW_LANES-1) accumulates the groups g = c, c + 32, ... in
+ * increasing order into its own sum, from 0; the row's result is 0 plus the
+ * lanes' sums in lane order. Inside a group: quantized types an exact
+ * integer sum, float types the 32 products fused in element order. Every
+ * multiply-add is an explicit fmaf, so no compiler contracts the two
+ * kernels differently. */
+#define GPU_ROW_LANES 32
+
+/* acc plus one group of a quantized type, from its integer sum (exact:
+ * |sum| < 2^24 for every type, see gpu_blocks.h), the scales and, for types
+ * with a minimum, the minimum terms: sum * (d_w * d_x) + m0 * s0 + m1 * s1,
+ * llama.cpp's vec_dot arithmetic per group. */
+static inline COLI_HD float gpu_group_acc(int t, float acc, float sum, float dw, float dx, float m0, float m1,
+                                          float s0, float s1) {
+    if (!gpu_dtype_has_min(t)) return fmaf(sum, dw * dx, acc);
+    return acc + fmaf(sum, dw * dx, fmaf(m0, s0, m1 * s1));
+}
+
+/* acc plus group g (32 values) of a weight row of type t times the same
+ * group of a prepared activation row. */
+static inline COLI_HD float gpu_group_accumulate(int t, float acc, const unsigned char *wrow,
+                                                 const unsigned char *xrow, int64_t g) {
+    if (!gpu_dtype_is_quant(t)) {
+        const float *x = (const float *)xrow + g * GPU_QK;
+        float part = 0.0f;
+        for (int j = 0; j < GPU_QK; j++) part = fmaf(gpu_weight_value(t, wrow, g * GPU_QK + j), x[j], part);
+        return acc + part;
     }
-    const float *x = (const float *)xprep;
-    for (int64_t k = 0; k < n; k++) sum += gpu_weight_value(t, wrow, k) * x[k];
-    return sum;
+    const int a = gpu_act_type(t);
+    int ws, xs;
+    const unsigned char *wb = gpu_group_block(t, wrow, g, &ws), *xb = gpu_group_block(a, xrow, g, &xs);
+    int isum = 0;
+    for (int j = 0; j < GPU_QK; j++) isum += gpu_quant_q(t, wb, ws, j) * gpu_act_q(a, xb, xs, j);
+    return gpu_group_acc(t, acc, (float)isum, gpu_quant_d(t, wb), gpu_act_d(a, xb), gpu_quant_m(t, wb, ws, 0),
+                         gpu_quant_m(t, wb, ws, 1), gpu_act_s(a, xb, xs, 0), gpu_act_s(a, xb, xs, 1));
+}
+
+/* The dot of a weight row with a prepared activation row (n values), in
+ * the order above: bit for bit what either kernel computes for it. */
+static inline COLI_HD float gpu_row_dot(int t, const unsigned char *wrow, const unsigned char *xprep, int64_t n) {
+    float total = 0.0f;
+    for (int c = 0; c < GPU_ROW_LANES; c++) {
+        float acc = 0.0f;
+        for (int64_t g = c; g < n / GPU_QK; g += GPU_ROW_LANES) acc = gpu_group_accumulate(t, acc, wrow, xprep, g);
+        total += acc;
+    }
+    return total;
 }
 
 /* ---- the gated activation ----------------------------------------------------- */

@@ -14,8 +14,7 @@ XRT_ROOT    ?= /opt/xilinx/xrt
 CXX         ?= g++
 XDNA_DIR    := $(BUILD)/xdna
 XDNA_PLUGIN := $(BUILD)/lib/libcoli-xdna.so
-XDNA_SRC    := plugins/xdna/xdna_plugin.c plugins/xdna/xdna_loader.c plugins/xdna/xdna_package.c \
-               plugins/xdna/xdna_optin.c
+XDNA_SRC    := plugins/xdna/xdna_plugin.c plugins/xdna/xdna_loader.c plugins/xdna/xdna_package.c
 XDNA_OBJ    := $(call obj,$(XDNA_SRC))
 XDNA_PKG_OBJ := $(call obj,plugins/xdna/xdna_package.c)
 XDNA_HDRS   := plugins/xdna/xdna_helper_abi.h
@@ -31,9 +30,9 @@ XDNA_TEST_HELPERS := $(XDNA_SYNTH_DIR)/libcoli-xdna-helper.so $(XDNA_DIR)/abi1/l
 
 DEB_PKGS += libsodium-dev
 LDLIBS   += -lsodium
-# the coordinator's opt-in (xdna_optin.o, no libsodium), and for coli xdna check, the package
-# builder and the tests the package code and the loader (only what uses them needs -lsodium)
-$(LIB): $(XDNA_PKG_OBJ) $(call obj,plugins/xdna/xdna_loader.c plugins/xdna/xdna_optin.c)
+# for coli xdna check, the package builder and the tests: the package code and the loader (only
+# what uses them needs -lsodium; the coordinator's opt-in is core/settings.c's COLI_XDNA)
+$(LIB): $(XDNA_PKG_OBJ) $(call obj,plugins/xdna/xdna_loader.c)
 
 $(XDNA_PLUGIN): $(XDNA_OBJ) $(GPU_HOST_OBJ) $(CORE_OBJ) plugins/plugin.map
 	@mkdir -p $(dir $@)

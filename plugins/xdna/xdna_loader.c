@@ -111,7 +111,8 @@ xdna_diag xdna_helper_diag(int status)
     }
 }
 
-xdna_diag xdna_session_open(const xdna_helper *h, const xdna_package *p, int device_index, xdna_session **out,
+xdna_diag xdna_session_open(const xdna_helper *h, const xdna_package *p, int device_index, uint32_t timeout_ms,
+                            xdna_session **out,
                             char *why, size_t why_len)
 {
     *out = NULL;
@@ -129,9 +130,7 @@ xdna_diag xdna_session_open(const xdna_helper *h, const xdna_package *p, int dev
         snprintf(paths[i][1], sizeof paths[i][1], "%s/%s", p->real, a->instr);
         descs[i] = (xdna_artifact_desc){paths[i][0], paths[i][1], a->kernel, a->bucket, a->k, a->n};
     }
-    const char *tmo = getenv("COLI_XDNA_TIMEOUT_MS");
-    xdna_open_args args = {(unsigned)device_index, descs, p->n,
-                           tmo && *tmo ? (uint32_t)strtoul(tmo, NULL, 10) : 0};
+    xdna_open_args args = {(unsigned)device_index, descs, p->n, timeout_ms};
     int st = h->open(&args, out);
     free(descs);
     free(paths);

@@ -33,11 +33,12 @@ int xdna_plugin_dir(char *out, size_t n);
 xdna_diag xdna_helper_load(const char *dir, const xdna_helper **out, char *why, size_t why_len);
 
 /* Open device device_index and every artifact of p (absolute paths inside
- * the package) through h; the timeout per run is COLI_XDNA_TIMEOUT_MS (0 or
- * unset: the helper's 5 s). XDNA_OK, or the helper's failure as a diagnostic
- * (DEVICE_UNAVAILABLE, XCLBIN_LOAD_FAILED, ...) with "CODE: reason" in why. */
-xdna_diag xdna_session_open(const xdna_helper *h, const xdna_package *p, int device_index, xdna_session **out,
-                            char *why, size_t why_len);
+ * the package) through h; timeout_ms limits each run (coli_settings'
+ * xdna_timeout_ms: COLI_XDNA_TIMEOUT_MS; 0: the helper's 5 s). XDNA_OK, or
+ * the helper's failure as a diagnostic (DEVICE_UNAVAILABLE,
+ * XCLBIN_LOAD_FAILED, ...) with "CODE: reason" in why. */
+xdna_diag xdna_session_open(const xdna_helper *h, const xdna_package *p, int device_index, uint32_t timeout_ms,
+                            xdna_session **out, char *why, size_t why_len);
 
 /* The diagnostic of a helper status (XDNA_E_*). */
 xdna_diag xdna_helper_diag(int status);

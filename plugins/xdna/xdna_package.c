@@ -51,10 +51,9 @@ static xdna_diag diag(xdna_diag d, char *why, size_t why_len, const char *fmt, .
     return d;
 }
 
-void xdna_package_default_dir(const char *plugin_dir, char *out, size_t n)
+void xdna_package_default_dir(const char *package, const char *plugin_dir, char *out, size_t n)
 {
-    const char *env = getenv("COLI_XDNA_PACKAGE");
-    if (env && *env) snprintf(out, n, "%s", env);
+    if (package && *package) snprintf(out, n, "%s", package);
     else snprintf(out, n, "%s/%s", plugin_dir, XDNA_PACKAGE_DIRNAME);
 }
 

@@ -62,11 +62,6 @@ typedef enum xdna_diag {
     XDNA_DIAG_COUNT
 } xdna_diag;
 
-/* Was the lane asked for? COLI_XDNA parses as a non-zero integer (`--xdna`
- * sets it to 1); unset, empty, "0" or any text is off. Discovery of an NPU
- * never turns it on. */
-int xdna_lane_requested(void);
-
 /* "PACKAGE_MISSING", ...; "OK" for XDNA_OK. */
 const char *xdna_diag_name(xdna_diag d);
 
@@ -89,9 +84,10 @@ typedef struct xdna_package {
     int n;
 } xdna_package;
 
-/* The package directory the lane uses: COLI_XDNA_PACKAGE if set, else
- * <plugin_dir>/xdna-package. Writes into out (n bytes). */
-void xdna_package_default_dir(const char *plugin_dir, char *out, size_t n);
+/* The package directory the lane uses: package if not "" (coli_settings'
+ * xdna_package: COLI_XDNA_PACKAGE), else <plugin_dir>/xdna-package. Writes
+ * into out (n bytes). */
+void xdna_package_default_dir(const char *package, const char *plugin_dir, char *out, size_t n);
 
 /* The provisioning gate, cheapest first: registry present and valid, every
  * named file present, every file's SHA-256 as registered. Returns XDNA_OK or

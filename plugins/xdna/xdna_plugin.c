@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "colibri.h"
+#include "core/settings.h"
 #include "plugins/gpu/gpu_host.h"
 #include "plugins/plugin_abi.h"
 #include "plugins/xdna/xdna_loader.h"
@@ -126,7 +127,9 @@ static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, siz
 {
     if (!out || !opts) return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "open: NULL argument");
     *out = NULL;
-    if (!xdna_lane_requested())
+    coli_settings set; /* the plugin's moment: its worker's environment, read once at open */
+    coli_settings_from_env(&set);
+    if (!set.xdna)
         return s_fail(err, err_len, COLI_EDEVICE, XDNA_NOT_REQUESTED, "the NPU lane is off (--xdna or COLI_XDNA=1 "
                       "turns it on)");
     char dir[PATH_MAX], pkg_dir[PATH_MAX + 32], why[640];
@@ -140,11 +143,12 @@ static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, siz
     }
     d->tag = XDNA_DEV_TAG;
     d->budget = opts->memory_budget;
-    xdna_package_default_dir(dir, pkg_dir, sizeof pkg_dir);
+    xdna_package_default_dir(set.xdna_package, dir, pkg_dir, sizeof pkg_dir);
     /* the package gate runs before the helper loads */
     xdna_diag v = xdna_package_load(pkg_dir, d->pkg, why, sizeof why);
     if (v == XDNA_OK) v = xdna_helper_load(dir, &d->h, why, sizeof why);
-    if (v == XDNA_OK) v = xdna_session_open(d->h, d->pkg, opts->device_index, &d->sess, why, sizeof why);
+    if (v == XDNA_OK) v = xdna_session_open(d->h, d->pkg, opts->device_index, set.xdna_timeout_ms, &d->sess,
+                                              why, sizeof why);
     if (v != XDNA_OK) {
         snprintf(err, err_len, "%s", why);
         xdna_close(&d);

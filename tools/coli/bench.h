@@ -29,7 +29,5 @@ int bench_decode_bytes(const char *path, bench_bytes *out);
 
 /* Sorts v[0..n) in place; the q-quantile (0..1) by nearest rank; 0 if n is 0. */
 double bench_quantile(double *v, int n, double q);
-/* Monotonic seconds. */
-double bench_now(void);
 
 #endif

@@ -1,6 +1,5 @@
-/* bench_stats.c - quantiles and the clock of `coli bench`; see bench.h. */
+/* bench_stats.c - quantiles of `coli bench`; see bench.h. */
 #include <stdlib.h>
-#include <time.h>
 
 #include "bench.h"
 
@@ -16,10 +15,4 @@ double bench_quantile(double *v, int n, double q) {
     if (rank < 1) rank = 1;
     if (rank > n) rank = n;
     return v[rank - 1];
-}
-
-double bench_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }

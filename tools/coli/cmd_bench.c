@@ -14,6 +14,8 @@
  * Decode speed is compared with the limit bandwidth / weight bytes a token
  * reads (bench_bytes.c).
  */
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@
 #include "bench.h"
 #include "colibri.h"
 #include "commands.h"
+#include "core/clock.h"
 #include "model_opts.h"
 
 #define MAX_PROMPTS 8
@@ -108,12 +111,11 @@ static int argmax(const float *v, int n) {
     return best;
 }
 
-static double json_num(const char *js, const char *key, int *found) {
-    char k[96];
-    snprintf(k, sizeof k, "\"%s\":", key);
-    const char *p = js ? strstr(js, k) : NULL;
-    if (found) *found = p != NULL;
-    return p ? atof(p + strlen(k)) : 0;
+/* A top-level number of a parsed JSON object; 0 (and *found 0) when absent or not a number. */
+static double json_num(const cJSON *js, const char *key, int *found) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(js, key);
+    if (found) *found = cJSON_IsNumber(v);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -126,9 +128,10 @@ static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
     mp.n_threads = o->mo.n_threads;
     mp.kv_f16 = o->mo.kv_f16;
     mp.verbose = o->mo.verbose;
-    double t0 = bench_now();
+    mp.keys_dir = o->mo.keys;
+    double t0 = coli_now_s();
     if (coli_model_load(o->mo.model, &mp, &c->m) != 0) return cli_fail();
-    c->load_s = bench_now() - t0;
+    c->load_s = coli_now_s() - t0;
     coli_model_info info;
     coli_model_get_info(c->m, &info);
     c->n_ctx = n_ctx < info.n_ctx ? n_ctx : info.n_ctx;
@@ -160,32 +163,35 @@ static int config_repeat(const bench_opts *o, config_run *c, int r, const int32_
     for (int p = 0; p < o->n_prompt; p++) {
         if (o->prompt[p] > c->n_ctx) continue; /* longer than the context: reported as skipped */
         coli_context_reset(c->ctx);
-        double t0 = bench_now();
+        double t0 = coli_now_s();
         if (coli_eval(c->ctx, ids, o->prompt[p], logits, 0) != 0) return cli_fail();
-        c->prefill[p][r] = o->prompt[p] / (bench_now() - t0);
+        c->prefill[p][r] = o->prompt[p] / (coli_now_s() - t0);
     }
     coli_context_reset(c->ctx);
     if (coli_eval(c->ctx, ids, 1, logits, 0) != 0) return cli_fail();
-    double start = bench_now();
+    double start = coli_now_s();
     for (int i = 0; i < o->n_decode; i++) {
         int32_t next = argmax(logits, info.n_vocab);
-        double t0 = bench_now();
+        double t0 = coli_now_s();
         if (coli_eval(c->ctx, &next, 1, logits, 0) != 0) return cli_fail();
-        c->lat[c->n_lat++] = bench_now() - t0;
+        c->lat[c->n_lat++] = coli_now_s() - t0;
     }
-    c->decode[r] = o->n_decode / (bench_now() - start);
+    c->decode[r] = o->n_decode / (coli_now_s() - start);
     return 0;
 }
 
 static int config_stats(config_run *c) {
-    char *js = NULL;
-    if (coli_model_stats_json(c->m, &js) != 0) return cli_fail();
+    char *text = NULL;
+    if (coli_model_stats_json(c->m, &text) != 0) return cli_fail();
+    cJSON *js = cJSON_Parse(text);
+    free(text);
+    if (!js) { fprintf(stderr, "coli: bench: [%s]: the stats are not JSON\n", c->devices); return CLI_FAIL; }
     c->disp_p50 = json_num(js, "dispatch_latency_p50_ms", &c->has_dispatch);
     c->disp_p99 = json_num(js, "dispatch_latency_p99_ms", NULL);
     int found = 0;
-    c->fallbacks = json_num(js, "fallbacks_total", &found);
+    c->fallbacks = json_num(js, "fallbacks_total", &found); /* workers; inproc says "fallbacks" */
     if (!found) c->fallbacks = json_num(js, "fallbacks", NULL);
-    free(js);
+    cJSON_Delete(js);
     return 0;
 }
 
@@ -239,55 +245,93 @@ static void print_config(const bench_opts *o, const bench_env *env, config_run *
         printf("  experts in-process (no dispatch), fallbacks %.0f\n", c->fallbacks);
 }
 
-static void json_summary(FILE *f, const char *name, const double *v, int n) {
-    summary s = summarize(v, n);
-    fprintf(f, "\"%s\":{\"median\":%.4f,\"min\":%.4f,\"max\":%.4f,\"runs\":[", name, s.med, s.min, s.max);
-    for (int i = 0; i < n; i++) fprintf(f, "%s%.4f", i ? "," : "", v[i]);
-    fprintf(f, "]}");
+/* v rounded to `decimals` places: what the file shows (cJSON prints the shortest exact form). */
+static cJSON *json_round(double v, int decimals) {
+    double scale = 1;
+    for (int i = 0; i < decimals; i++) scale *= 10;
+    return cJSON_CreateNumber(round(v * scale) / scale);
 }
 
-static void json_config(FILE *f, const bench_opts *o, const bench_env *env, config_run *c) {
-    fprintf(f, "{\"devices\":\"%s\",\"load_seconds\":%.4f,\"prefill\":[", c->devices, c->load_s);
+static void json_summary(cJSON *parent, const char *name, const double *v, int n) {
+    summary s = summarize(v, n);
+    cJSON *o = cJSON_AddObjectToObject(parent, name);
+    cJSON_AddItemToObject(o, "median", json_round(s.med, 4));
+    cJSON_AddItemToObject(o, "min", json_round(s.min, 4));
+    cJSON_AddItemToObject(o, "max", json_round(s.max, 4));
+    cJSON *runs = cJSON_AddArrayToObject(o, "runs");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(runs, json_round(v[i], 4));
+}
+
+static void json_latency(cJSON *parent, const char *name, double p50, double p99) {
+    cJSON *o = cJSON_AddObjectToObject(parent, name);
+    cJSON_AddItemToObject(o, "p50", json_round(p50, 4));
+    cJSON_AddItemToObject(o, "p99", json_round(p99, 4));
+}
+
+static cJSON *json_config(const bench_opts *o, const bench_env *env, config_run *c) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "devices", c->devices);
+    cJSON_AddItemToObject(j, "load_seconds", json_round(c->load_s, 4));
+    cJSON *prefill = cJSON_AddArrayToObject(j, "prefill");
     for (int p = 0; p < o->n_prompt; p++) {
-        fprintf(f, "%s{\"n_tokens\":%d,", p ? "," : "", o->prompt[p]);
-        if (o->prompt[p] > c->n_ctx) fprintf(f, "\"skipped\":\"longer than the context\",\"tok_s\":null");
-        else json_summary(f, "tok_s", c->prefill[p], o->repeat);
-        fprintf(f, "}");
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "n_tokens", o->prompt[p]);
+        if (o->prompt[p] > c->n_ctx) {
+            cJSON_AddStringToObject(e, "skipped", "longer than the context");
+            cJSON_AddNullToObject(e, "tok_s");
+        } else {
+            json_summary(e, "tok_s", c->prefill[p], o->repeat);
+        }
+        cJSON_AddItemToArray(prefill, e);
     }
-    fprintf(f, "],\"decode\":{\"n_tokens\":%d,", o->n_decode);
-    json_summary(f, "tok_s", c->decode, o->repeat);
+    cJSON *decode = cJSON_AddObjectToObject(j, "decode");
+    cJSON_AddNumberToObject(decode, "n_tokens", o->n_decode);
+    json_summary(decode, "tok_s", c->decode, o->repeat);
     summary d = summarize(c->decode, o->repeat);
-    fprintf(f, "},\"pct_of_limit\":%.2f,", limit_tok_s(env) > 0 ? 100.0 * d.med / limit_tok_s(env) : 0);
-    fprintf(f, "\"token_latency_ms\":{\"p50\":%.4f,\"p99\":%.4f},", bench_quantile(c->lat, c->n_lat, 0.5) * 1e3,
-            bench_quantile(c->lat, c->n_lat, 0.99) * 1e3);
-    if (c->has_dispatch)
-        fprintf(f, "\"dispatch_latency_ms\":{\"p50\":%.4f,\"p99\":%.4f},", c->disp_p50, c->disp_p99);
-    else
-        fprintf(f, "\"dispatch_latency_ms\":null,");
-    fprintf(f, "\"fallbacks\":%.0f}", c->fallbacks);
+    cJSON_AddItemToObject(j, "pct_of_limit", json_round(limit_tok_s(env) > 0 ? 100.0 * d.med / limit_tok_s(env) : 0, 2));
+    json_latency(j, "token_latency_ms", bench_quantile(c->lat, c->n_lat, 0.5) * 1e3,
+                 bench_quantile(c->lat, c->n_lat, 0.99) * 1e3);
+    if (c->has_dispatch) json_latency(j, "dispatch_latency_ms", c->disp_p50, c->disp_p99);
+    else cJSON_AddNullToObject(j, "dispatch_latency_ms");
+    cJSON_AddItemToObject(j, "fallbacks", json_round(c->fallbacks, 0));
+    return j;
+}
+
+static cJSON *json_doubles(const double *v, int n, int decimals) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, json_round(v[i], decimals));
+    return a;
 }
 
 static int write_json(const bench_opts *o, const bench_env *env, config_run *cfg, int n_cfg) {
-    FILE *f = fopen(o->json, "w");
-    if (!f) { fprintf(stderr, "coli: --json %s: cannot open for writing\n", o->json); return CLI_FAIL; }
-    fprintf(f, "{\"model\":\"%s\",\"expert_type\":\"%s\",\"n_threads\":%d,\"repeat\":%d,", o->mo.model,
-            env->bytes.expert_type, o->n_threads, o->repeat);
-    fprintf(f, "\"bytes_per_token\":%lld,\"expert_bytes_per_token\":%lld,\"output_bytes\":%lld,\"file_tensor_bytes\":%lld,",
-            (long long)env->bytes.per_token, (long long)env->bytes.experts, (long long)env->bytes.output,
-            (long long)env->bytes.all_tensors);
-    if (env->gbs > 0)
-        fprintf(f, "\"bandwidth_gbs\":%.3f,\"limit_tok_s\":%.3f,", env->gbs, limit_tok_s(env));
-    else
-        fprintf(f, "\"bandwidth_gbs\":null,\"limit_tok_s\":null,");
-    fprintf(f, "\"loadavg_before\":[%.2f,%.2f,%.2f],\"loadavg_after\":[%.2f,%.2f,%.2f],\"configs\":[",
-            env->load_before[0], env->load_before[1], env->load_before[2],
-            env->load_after[0], env->load_after[1], env->load_after[2]);
-    for (int i = 0; i < n_cfg; i++) {
-        if (i) fputc(',', f);
-        json_config(f, o, env, &cfg[i]);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", o->mo.model);
+    cJSON_AddStringToObject(j, "expert_type", env->bytes.expert_type);
+    cJSON_AddNumberToObject(j, "n_threads", o->n_threads);
+    cJSON_AddNumberToObject(j, "repeat", o->repeat);
+    cJSON_AddNumberToObject(j, "bytes_per_token", (double)env->bytes.per_token);
+    cJSON_AddNumberToObject(j, "expert_bytes_per_token", (double)env->bytes.experts);
+    cJSON_AddNumberToObject(j, "output_bytes", (double)env->bytes.output);
+    cJSON_AddNumberToObject(j, "file_tensor_bytes", (double)env->bytes.all_tensors);
+    if (env->gbs > 0) {
+        cJSON_AddItemToObject(j, "bandwidth_gbs", json_round(env->gbs, 3));
+        cJSON_AddItemToObject(j, "limit_tok_s", json_round(limit_tok_s(env), 3));
+    } else {
+        cJSON_AddNullToObject(j, "bandwidth_gbs");
+        cJSON_AddNullToObject(j, "limit_tok_s");
     }
-    fprintf(f, "]}\n");
-    if (fclose(f) != 0) { fprintf(stderr, "coli: --json %s: write failed\n", o->json); return CLI_FAIL; }
+    cJSON_AddItemToObject(j, "loadavg_before", json_doubles(env->load_before, 3, 2));
+    cJSON_AddItemToObject(j, "loadavg_after", json_doubles(env->load_after, 3, 2));
+    cJSON *configs = cJSON_AddArrayToObject(j, "configs");
+    for (int i = 0; i < n_cfg; i++) cJSON_AddItemToArray(configs, json_config(o, env, &cfg[i]));
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!text) { fprintf(stderr, "coli: --json %s: out of memory\n", o->json); return CLI_FAIL; }
+    FILE *f = fopen(o->json, "w");
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0) ok = 0;
+    free(text);
+    if (!ok) { fprintf(stderr, "coli: --json %s: cannot write\n", o->json); return CLI_FAIL; }
     return 0;
 }
 

@@ -16,7 +16,7 @@
 #include "colibri.h"
 #include "commands.h"
 #include "model_opts.h"
-#include "server_template.h"
+#include "tools/coli/server/server_template.h"
 
 static volatile sig_atomic_t s_interrupted;
 
@@ -213,7 +213,7 @@ static int s_loop(chat_state *c) {
     return rc;
 }
 
-static int s_chat(const model_opts *o, const coli_sampling_params *sp, const char *system) {
+static int s_chat(const model_opts *o, const coli_sampling_params *sp, const char *system, const char *tmpl) {
     chat_state c;
     memset(&c, 0, sizeof c);
     c.sp = *sp;
@@ -222,7 +222,7 @@ static int s_chat(const model_opts *o, const coli_sampling_params *sp, const cha
     coli_model_info info;
     coli_model_get_info(c.m, &info);
     const char *source;
-    c.family = chat_family_detect(info.chat_template, info.arch, &source);
+    c.family = chat_template_pick(tmpl, &info, &source);
     c.default_system = chat_template_default_system(info.chat_template);
     const char *bos = info.bos_id >= 0 ? coli_token_text(c.m, info.bos_id) : "";
     const char *eos = info.eos_id >= 0 ? coli_token_text(c.m, info.eos_id) : "";
@@ -230,7 +230,8 @@ static int s_chat(const model_opts *o, const coli_sampling_params *sp, const cha
     c.eos = strdup(eos ? eos : "");
     c.n_ctx = model_opts_n_ctx(o, c.m);
     if (c.family == CHAT_UNKNOWN) {
-        fprintf(stderr, "coli chat: %s: the model's chat template is not one colibri can render (mistral [INST], chatml, olmo)\n", o->model);
+        fprintf(stderr, "coli chat: %s: the model's chat template is not one colibri can render (%s); choose one with --chat-template NAME\n",
+                o->model, chat_family_list());
         rc = CLI_FAIL;
     } else if (!c.bos || !c.eos || (system && s_add_message(&c, "system", system))) {
         fprintf(stderr, "coli chat: out of memory\n");
@@ -257,12 +258,13 @@ int cmd_chat(int argc, char **argv) {
     coli_sampling_params sp;
     coli_sampling_default_params(&sp);
     sp.n_predict = 512;
-    const char *system = NULL;
+    const char *system = NULL, *tmpl = NULL;
     sampling_help help;
     sampling_help_init(&help, &sp);
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
         {"--system", NULL, ARG_STR, &system, 0, 0, 0, "TEXT", "a system message to start the conversation with"},
+        CHAT_TEMPLATE_SPEC(tmpl),
         {"--n-predict", "-n", ARG_INT, &sp.n_predict, 1, 1 << 24, 0, "N", "most tokens per answer (default 512)"},
         SAMPLING_SPECS(sp, help),
     };
@@ -276,10 +278,10 @@ int cmd_chat(int argc, char **argv) {
         return 0;
     }
     if (rc) return rc;
-    if ((rc = model_opts_check("chat", &mo))) return rc;
+    if ((rc = model_opts_check("chat", &mo)) || (rc = chat_template_check("chat", tmpl))) return rc;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = s_on_sigint; /* no SA_RESTART: Ctrl-C at the prompt interrupts getline */
     sigaction(SIGINT, &sa, NULL);
-    return s_chat(&mo, &sp, system);
+    return s_chat(&mo, &sp, system, tmpl);
 }

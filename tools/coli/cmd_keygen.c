@@ -1,6 +1,6 @@
 /*
  * cmd_keygen.c - `coli keygen DIR [--role coordinator|worker|both]`: CURVE
- * key pairs for remote workers, as Z85 text files (coordinator/curve_keys.h):
+ * key pairs for remote workers, as Z85 text files (proto/curve_keys.h):
  * coordinator.key + coordinator.pub, worker.key + worker.pub. A .key file
  * holds a secret key and is written with mode 0600. Nothing is ever
  * overwritten: if any file of the pairs exists, nothing is written.
@@ -14,7 +14,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "coordinator/curve_keys.h"
+#include "proto/curve_keys.h"
 #include "error.h"
 
 //  Write one key pair NAME.key / NAME.pub into dir.

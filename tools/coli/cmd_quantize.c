@@ -1,5 +1,7 @@
 /*
- * cmd_quantize.c - `coli quantize IN.gguf OUT.gguf TYPE`.
+ * cmd_quantize.c - `coli quantize [--pure] [--output-type T]
+ * [--token-embedding-type T] IN.gguf OUT.gguf TYPE`: llama-quantize's
+ * presets and flags (coli_quantize_file_params).
  */
 #include <stdio.h>
 #include <string.h>
@@ -8,17 +10,41 @@
 #include "colibri.h"
 #include "commands.h"
 
-static const char *const s_types[] = {"Q8_0", "Q4_0", "F16", "BF16", "F32"};
+static const char s_about[] =
+    "Write a copy of IN with its 2-D/3-D weights quantized as llama-quantize does for the preset\n"
+    "TYPE (no imatrix): each weight gets the type llama.cpp's preset picks for it (output.weight\n"
+    "Q6_K, some attn_v/ffn_down layers one step up, Q8_0 attn_k/attn_v with 8 experts, fallbacks for\n"
+    "rows the block does not divide); --pure gives every weight the preset's base type. Norms,\n"
+    "biases and routers stay F32. TYPE: ";
+
+/* An override flag's value must be a block type the library knows; it
+ * checks that itself, but a usage error (exit 2) names the flag. */
+static int s_check_type_flag(const char *flag, const char *value) {
+    static const char *const types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                        "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"};
+    if (!value) return 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(value, types[i]) == 0) return 0;
+    return args_error("quantize", flag, "unknown type '%s' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                      "IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)", value);
+}
 
 int cmd_quantize(int argc, char **argv) {
+    coli_quantize_params qp = {0};
+    const arg_spec specs[] = {
+        {"--pure", NULL, ARG_FLAG, &qp.pure, 0, 0, 0, NULL, "every weight in TYPE's base type (no per-tensor mix)"},
+        {"--output-type", NULL, ARG_STR, &qp.output_type, 0, 0, 0, "T", "type of output.weight"},
+        {"--token-embedding-type", NULL, ARG_STR, &qp.token_embd_type, 0, 0, 0, "T", "type of token_embd.weight"},
+        {"--threads", "-t", ARG_INT, &qp.n_threads, 1, 512, 0, "N", "threads converting rows (default: one per core)"},
+    };
+    const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     const char *pos[3];
     int n_pos = 0;
-    int rc = args_parse("quantize", argc, argv, NULL, 0, pos, 3, &n_pos);
+    int rc = args_parse("quantize", argc, argv, specs, n_specs, pos, 3, &n_pos);
     if (rc == ARGS_HELP) {
-        args_usage(stdout, "quantize", "IN.gguf OUT.gguf Q8_0|Q4_0|F16|BF16|F32",
-                   "Write a copy of IN with every 2-D/3-D weight (token_embd and output included) in the\n"
-                   "given type; norms, biases and routers stay F32 (llama-quantize --pure's recipe).",
-                   NULL, 0);
+        char about[2048];
+        snprintf(about, sizeof about, "%s%s.", s_about, coli_quantize_type_names());
+        args_usage(stdout, "quantize", "[--pure] [--output-type T] IN.gguf OUT.gguf TYPE", about, specs, n_specs);
         return 0;
     }
     if (rc) return rc;
@@ -26,12 +52,13 @@ int cmd_quantize(int argc, char **argv) {
         static const char *const missing[] = {"IN.gguf", "OUT.gguf", "TYPE"};
         return args_error("quantize", missing[n_pos], "missing (usage: coli quantize IN.gguf OUT.gguf TYPE)");
     }
-    int known = 0;
-    for (size_t i = 0; i < sizeof s_types / sizeof s_types[0]; i++) known |= strcmp(pos[2], s_types[i]) == 0;
-    if (!known) return args_error("quantize", "TYPE", "unknown type '%s' (Q8_0, Q4_0, F16, BF16, F32)", pos[2]);
+    if (!coli_quantize_type_known(pos[2]))
+        return args_error("quantize", "TYPE", "unknown type '%s' (accepted: %s)", pos[2], coli_quantize_type_names());
+    if ((rc = s_check_type_flag("--output-type", qp.output_type)) != 0) return rc;
+    if ((rc = s_check_type_flag("--token-embedding-type", qp.token_embd_type)) != 0) return rc;
     if (strcmp(pos[0], pos[1]) == 0)
         return args_error("quantize", "OUT.gguf", "'%s' is also the input file", pos[1]);
-    if (coli_quantize_file(pos[0], pos[1], pos[2]) != 0) return cli_fail();
-    printf("coli quantize: wrote %s (%s)\n", pos[1], pos[2]);
+    if (coli_quantize_file_params(pos[0], pos[1], pos[2], &qp) != 0) return cli_fail();
+    printf("coli quantize: wrote %s (%s%s)\n", pos[1], pos[2], qp.pure ? ", pure" : "");
     return 0;
 }

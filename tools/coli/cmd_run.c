@@ -1,6 +1,7 @@
 /*
  * cmd_run.c - `coli run`: generate text from a prompt, streamed to stdout
- * one token at a time, with a one-line speed summary on stderr.
+ * one token at a time, with a one-line speed summary on stderr. With
+ * --chat-template the prompt is one user message in that chat template.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@ typedef struct run_flags {
     model_opts m;
     coli_sampling_params sp;
     const char *prompt, *prompt_file;
+    const char *chat_template;   /* --chat-template NAME, NULL: the prompt as it is */
 } run_flags;
 
 /* Called per generated token: print its complete UTF-8 bytes right away. */
@@ -28,9 +30,27 @@ static int print_token(void *user, int32_t id, const char *text, size_t len) {
     return ferror(stdout) ? 1 : 0;  /* a closed pipe stops generation, not an error */
 }
 
-/* Tokenize with BOS and special tokens; *ids is malloc'd. 0 or CLI_FAIL. */
-static int tokenize_prompt(const coli_model *m, const char *text, size_t len, int32_t **ids, int *n) {
-    int rc = cli_tokenize(m, text, len, 1, 1, ids, n);
+/* The prompt as one user message in the chat template name (the template
+ * text carries BOS): malloc'd into *out, or CLI_FAIL (printed). */
+static int render_chat(const coli_model *m, const char *name, const char *prompt, size_t len, char **out) {
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    const char *source, *bos = info.bos_id >= 0 ? coli_token_text(m, info.bos_id) : "",
+               *eos = info.eos_id >= 0 ? coli_token_text(m, info.eos_id) : "";
+    chat_family f = chat_template_pick(name, &info, &source);
+    char *text = strndup(prompt, len), err[512];
+    chat_message msg = {"user", text};
+    int rc = text ? chat_render(f, &msg, 1, bos, eos, chat_template_default_system(info.chat_template), out,
+                                err, sizeof err) : -1;
+    if (rc) fprintf(stderr, "coli run: --chat-template %s: %s\n", name, text ? err : "out of memory");
+    free(text);
+    return rc ? CLI_FAIL : 0;
+}
+
+/* Tokenize with special tokens, and BOS unless a chat template put it in the
+ * text; *ids is malloc'd. 0 or CLI_FAIL. */
+static int tokenize_prompt(const coli_model *m, const char *text, size_t len, int add_bos, int32_t **ids, int *n) {
+    int rc = cli_tokenize(m, text, len, add_bos, 1, ids, n);
     if (rc == COLI_ENOMEM) {
         fprintf(stderr, "coli: prompt: out of memory for its tokens\n");
         return CLI_FAIL;
@@ -59,9 +79,14 @@ static int generate(const run_flags *f, const char *prompt, size_t len) {
     coli_context *ctx = NULL;
     int32_t *ids = NULL;
     int n_prompt = 0;
+    char *chat = NULL;
     int rc = model_opts_open(&f->m, NULL, &m, &ctx);
     if (rc) return rc;
-    rc = tokenize_prompt(m, prompt, len, &ids, &n_prompt);
+    if (f->chat_template && (rc = render_chat(m, f->chat_template, prompt, len, &chat)) == 0) {
+        prompt = chat;
+        len = strlen(chat);
+    }
+    if (!rc) rc = tokenize_prompt(m, prompt, len, !chat, &ids, &n_prompt);
     int n_ctx = model_opts_n_ctx(&f->m, m);
     if (!rc && n_prompt == 0) {
         fprintf(stderr, "coli: prompt: empty (it gives no tokens)\n");
@@ -82,6 +107,7 @@ static int generate(const run_flags *f, const char *prompt, size_t len) {
         if (!rc) print_summary(m, &f->m, &st);
     }
     free(ids);
+    free(chat);
     coli_context_free(&ctx);
     coli_model_free(&m);
     return rc;
@@ -101,6 +127,7 @@ int cmd_run(int argc, char **argv) {
         {"--n-predict", "-n", ARG_INT, &f.sp.n_predict, 0, 1 << 24, 0, "N", "tokens to generate (default 64)"},
         SAMPLING_SPECS(f.sp, help),
         {"--stats-json", NULL, ARG_STR, &f.m.stats_json, 0, 0, 0, "FILE", "write the run's stats as JSON to FILE"},
+        CHAT_TEMPLATE_SPEC(f.chat_template),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("run", argc, argv, specs, n_specs, NULL, 0, NULL);
@@ -111,7 +138,7 @@ int cmd_run(int argc, char **argv) {
         return 0;
     }
     if (rc) return rc;
-    if ((rc = model_opts_check("run", &f.m))) return rc;
+    if ((rc = model_opts_check("run", &f.m)) || (rc = chat_template_check("run", f.chat_template))) return rc;
     if (f.prompt && f.prompt_file) return args_error("run", "-f", "give either -p or -f, not both");
     if (!f.prompt && !f.prompt_file) return args_error("run", "-p", "required (the prompt text, or -f FILE)");
     if (f.prompt) return generate(&f, f.prompt, strlen(f.prompt));

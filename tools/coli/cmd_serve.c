@@ -14,7 +14,7 @@
 #include "colibri.h"
 #include "commands.h"
 #include "model_opts.h"
-#include "server.h"
+#include "tools/coli/server/server.h"
 
 static int s_signal_pipe[2] = {-1, -1};
 
@@ -45,12 +45,12 @@ static char *s_token_string(const coli_model *m, int32_t id) {
     return strdup(t ? t : "");
 }
 
-static int s_load(server *s, const model_opts *o) {
+static int s_load(server *s, const model_opts *o, const char *tmpl) {
     int rc = model_opts_open(o, NULL, &s->model, NULL);
     if (rc) return rc;
     coli_model_get_info(s->model, &s->info);
     s->model_id = s->info.name;
-    s->family = chat_family_detect(s->info.chat_template, s->info.arch, &s->family_source);
+    s->family = chat_template_pick(tmpl, &s->info, &s->family_source);
     s->bos_text = s_token_string(s->model, s->info.bos_id);
     s->eos_text = s_token_string(s->model, s->info.eos_id);
     if (!s->bos_text || !s->eos_text) {
@@ -69,10 +69,10 @@ static void s_wait_for_signal(void) {
     fflush(stdout);
 }
 
-static int s_run(server *s, const model_opts *o) {
+static int s_run(server *s, const model_opts *o, const char *tmpl) {
     int rc = s_install_signals();
     if (!rc) rc = http_start(s);
-    if (!rc) rc = s_load(s, o);
+    if (!rc) rc = s_load(s, o, tmpl);
     if (!rc) {
         atomic_store(&s->ready, 1);
         printf("coli serve: ready: model %s (%s), %d slots of %d tokens, chat template %s (from %s)\n",
@@ -99,6 +99,7 @@ int cmd_serve(int argc, char **argv) {
     if (!s) return CLI_FAIL;
     s->cfg = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .queue_max = 64};
     int max_body_kib = 1024;
+    const char *tmpl = NULL;
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
         {"--host", NULL, ARG_STR, &s->cfg.host, 0, 0, 0, "ADDR", "address to listen on (default 127.0.0.1, loopback only)"},
@@ -107,6 +108,7 @@ int cmd_serve(int argc, char **argv) {
         {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N", "requests generated at once, each with its own KV cache (default 4)"},
         {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N", "requests that may wait for a slot; more get HTTP 429 (default 64)"},
         {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB", "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
+        CHAT_TEMPLATE_SPEC(tmpl),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("serve", argc, argv, specs, n_specs, NULL, 0, NULL);
@@ -119,6 +121,7 @@ int cmd_serve(int argc, char **argv) {
         return 0;
     }
     if (!rc) rc = model_opts_check("serve", &mo);
+    if (!rc) rc = chat_template_check("serve", tmpl);
     if (!rc) {
         const char *env_key = getenv("COLI_API_KEY"), *delay = getenv("COLI_SERVE_DELAY_MS");
         if (!s->cfg.api_key && env_key && *env_key) s->cfg.api_key = env_key;
@@ -131,7 +134,7 @@ int cmd_serve(int argc, char **argv) {
     if (!rc) {
         metrics_init(&s->metrics);
         server_sync_init(s);
-        rc = s_run(s, &mo);
+        rc = s_run(s, &mo, tmpl);
         metrics_destroy(&s->metrics);
     }
     free(s);

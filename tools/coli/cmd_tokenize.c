@@ -45,13 +45,15 @@ static void print_tokens(const coli_model *m, const int32_t *ids, int n, int jso
 
 static int tokenize_text(const char *model, const char *text, size_t len, int add_bos, int parse_special,
                          int json) {
-    model_opts o;
-    memset(&o, 0, sizeof o);
-    o.model = model;
+    /* Tokenizing needs only the vocabulary (as llama-tokenize): any GGUF
+     * that carries one works, vocabulary-only files and unsupported
+     * architectures included, and no workers start. */
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.vocab_only = 1;
     coli_model *m = NULL;
-    /* Tokenizing needs no experts: never start workers for it. */
-    int rc = model_opts_open(&o, "inproc", &m, NULL);
-    if (rc) return rc;
+    if (coli_model_load(model, &mp, &m) != 0) return cli_fail();
+    int rc;
     int32_t *ids = NULL;
     int n = 0;
     rc = cli_tokenize(m, text, len, add_bos, parse_special, &ids, &n);

@@ -11,6 +11,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "core/settings.h"
 
 /* coli-worker has no --help of its own (its usage goes to stderr with status 2). */
 static int s_wants_help(int argc, char **argv) {
@@ -27,14 +28,10 @@ int cmd_worker(int argc, char **argv) {
         return 0;
     }
     char exe[PATH_MAX], bin[PATH_MAX + 16];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
+    if (coli_exe_dir(exe, sizeof exe) != 0) {
         fprintf(stderr, "coli worker: cannot find this program's directory: %s\n", strerror(errno));
         return CLI_FAIL;
     }
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
     snprintf(bin, sizeof bin, "%.4000s/coli-worker", exe);
     argv[0] = bin;
     execv(bin, argv);

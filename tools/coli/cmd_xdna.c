@@ -16,6 +16,7 @@
 #include "args.h"
 #include "colibri.h"
 #include "commands.h"
+#include "core/settings.h"
 #include "expert_ffn.h"
 #include "gguf.h"
 #include "plugins/xdna/xdna_loader.h"
@@ -24,25 +25,12 @@
 
 //  Where the worker finds the plugin (and the helper beside it): COLI_PLUGIN_DIR,
 //  else <dir of this executable>/../lib.
-static void s_plugin_dir(char *out, size_t n)
+static void s_plugin_dir(const coli_settings *set, char *out, size_t n)
 {
-    const char *env = getenv("COLI_PLUGIN_DIR");
-    if (env && *env) {
-        char *real = realpath(env, NULL);
-        snprintf(out, n, "%s", real ? real : env);
-        free(real);
-        return;
-    }
     char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) {
-        snprintf(out, n, "lib");
-        return;
-    }
-    exe[len] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = '\0';
-    snprintf(out, n, "%.4000s/../lib", exe);
+    if (set->plugin_dir[0]) snprintf(out, n, "%s", set->plugin_dir);
+    else if (coli_exe_dir(exe, sizeof exe) == 0) snprintf(out, n, "%.4000s/../lib", exe);
+    else snprintf(out, n, "lib");
     char *real = realpath(out, NULL);
     if (real) snprintf(out, n, "%s", real);
     free(real);
@@ -93,13 +81,15 @@ static int s_print_gates(const xdna_package *p, const char *model)
 static int s_check(const char *package, const char *model)
 {
     char dir[PATH_MAX], pkg[PATH_MAX + 32], why[640];
-    s_plugin_dir(dir, sizeof dir);
+    static coli_settings set; /* PATH_MAX strings: not on the stack */
+    coli_settings_from_env(&set);
+    s_plugin_dir(&set, dir, sizeof dir);
     if (package) snprintf(pkg, sizeof pkg, "%s", package);
-    else xdna_package_default_dir(dir, pkg, sizeof pkg);
-    const char *v = getenv("COLI_XDNA");
+    else xdna_package_default_dir(set.xdna_package, dir, pkg, sizeof pkg);
+    const char *v = getenv("COLI_XDNA"); /* shown as it is written */
     printf("xdna lane (experimental NPU lane; docs/xdna.md)\n");
-    printf("  requested: %s (COLI_XDNA=%s%s)\n", xdna_lane_requested() ? "yes" : "no", v ? v : "",
-           xdna_lane_requested() ? "" : "; --xdna or COLI_XDNA=1 turns it on");
+    printf("  requested: %s (COLI_XDNA=%s%s)\n", set.xdna ? "yes" : "no", v ? v : "",
+           set.xdna ? "" : "; --xdna or COLI_XDNA=1 turns it on");
     static xdna_package p;
     xdna_diag d = xdna_package_load(pkg, &p, why, sizeof why);
     printf("  package:   %s: %s\n", pkg, d == XDNA_OK ? "OK, every SHA-256 matches the registry" : why);
@@ -111,7 +101,7 @@ static int s_check(const char *package, const char *model)
     xdna_diag dd = XDNA_DIAG_COUNT;
     if (hd == XDNA_OK) {
         xdna_session *s = NULL;
-        dd = xdna_session_open(h, &p, 0, &s, why, sizeof why);
+        dd = xdna_session_open(h, &p, 0, set.xdna_timeout_ms, &s, why, sizeof why);
         printf("  device:    %s\n", dd == XDNA_OK ? "OK, device 0 opened with every artifact" : why);
         if (s) h->shutdown(&s);
     } else {

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int model_opts_check(const char *cmd, const model_opts *o) {
     if (!o->model) return args_error(cmd, "-m", "required (the GGUF model file)");
@@ -21,7 +22,7 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
     mp.n_ctx_max = o->n_ctx;
     mp.stats_json_path = o->stats_json;
     mp.verbose = o->verbose;
-    if (o->keys) setenv("COLI_KEYS", o->keys, 1); /* the scheduler reads it (docs/scheduler.md) */
+    mp.keys_dir = o->keys; /* NULL: COLI_KEYS (docs/settings.md) */
     *m = NULL;
     if (coli_model_load(o->model, &mp, m) != 0) return cli_fail();
     if (!ctx) return 0;  /* the caller needs no context (tokenize) */
@@ -69,4 +70,17 @@ int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_spec
         }
     }
     return rc;
+}
+
+int chat_template_check(const char *cmd, const char *name) {
+    if (!name || !strcmp(name, "auto") || chat_family_from_name(name) != CHAT_UNKNOWN) return ARGS_OK;
+    return args_error(cmd, "--chat-template", "unknown template '%s' (known: auto, %s)", name, chat_family_list());
+}
+
+chat_family chat_template_pick(const char *name, const coli_model_info *info, const char **source) {
+    if (name && strcmp(name, "auto") != 0) {
+        *source = "--chat-template";
+        return chat_family_from_name(name);
+    }
+    return chat_family_detect(info->chat_template, info->arch, source);
 }

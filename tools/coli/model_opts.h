@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "colibri.h"
+#include "tools/coli/server/server_template.h"
 
 typedef struct model_opts {
     const char *model;       /* -m FILE (required) */
@@ -18,7 +19,7 @@ typedef struct model_opts {
     int kv_f16;              /* --kv-f16 */
     int verbose;             /* -v */
     const char *stats_json;  /* --stats-json FILE (run only) */
-    const char *keys;        /* --keys DIR: CURVE keys for remote workers (sets COLI_KEYS) */
+    const char *keys;        /* --keys DIR: CURVE keys for remote workers (coli_model_params.keys_dir) */
     int xdna;                /* --xdna: the NPU lane (sets COLI_XDNA=1; docs/xdna.md) */
 } model_opts;
 
@@ -70,5 +71,20 @@ int model_opts_n_ctx(const model_opts *o, const coli_model *m);
  * reason in coli_last_error). On failure *ids is NULL. Prints nothing. */
 int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special,
                  int32_t **ids, int *n);
+
+/* --chat-template NAME of run, chat and serve: NULL or "auto" (the model's
+ * template) or a chat_family_name. Returns ARGS_OK, or ARGS_ERROR with a
+ * usage error listing the known names. */
+int chat_template_check(const char *cmd, const char *name);
+
+/* The template for a model: name (checked) unless NULL or "auto", else the
+ * one tokenizer.chat_template or the architecture names; *source says
+ * which ("--chat-template", "tokenizer.chat_template", "architecture", "none"). */
+chat_family chat_template_pick(const char *name, const coli_model_info *info, const char **source);
+
+/* The arg_spec entry of --chat-template for a const char * lvalue. */
+#define CHAT_TEMPLATE_SPEC(name)                                                                 \
+    {"--chat-template", NULL, ARG_STR, &(name), 0, 0, 0, "NAME",                                 \
+     "chat template: auto (the model's, default), " CHAT_FAMILY_NAMES}
 
 #endif

@@ -1,0 +1,42 @@
+/*
+ * forward_impl.h - what the parts of the forward pass share (forward.c,
+ * forward_mla.c); not part of the engine's interface.
+ */
+#ifndef COLI_COORD_FORWARD_IMPL_H
+#define COLI_COORD_FORWARD_IMPL_H
+
+#include "coordinator/forward.h"
+
+/* RMSNorm of each of n rows of width cols (o may be x): x / sqrt(mean(x^2)
+ * + eps) * w, the sum of squares in double as ggml. w: (cols) F32. */
+void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int64_t cols, float eps);
+
+/* Softmax of n values in place: exp(x - max) / sum (the sum in double). */
+void fwd_softmax(float *x, int64_t n);
+
+/* y (n, W->ne[1]) = x (n, W->ne[0]) W^T through coli_matmul on the state's
+ * pool and scratch. Returns 0 or the matmul's error. */
+int fwd_matmul(forward_state *s, const coli_tensor *W, const float *x, int n, float *y);
+
+/* The op y = W x for coli_matmul_many (several matrices, one pool job). */
+coli_matmul_op fwd_op_of(const coli_tensor *W, const float *x, int n, float *y);
+
+/* deepseek2's multi-head latent attention up to the cache: from s->xb
+ * (n, n_embd) fill s->q, s->k, s->v as the attention of forward.c reads
+ * them (hp->head_dim / head_dim_v per head, n_head_kv KV heads): older
+ * files every head's [k_nope | rope(k_pe)] and v, mla_absorbed files the
+ * latent [c_kv | rope(k_pe)] (one KV head, values inside it) and queries
+ * [Wk_b q_nope | rope(q_pe)]. Positions: s->rope. Returns 0 or a matmul
+ * error. */
+int forward_mla_qkv(forward_state *s, const layer_weights *l, int n);
+
+/* attn_output's input from the attention output s->attn: s->attn itself,
+ * or for mla_absorbed files each head's latent output times attn_v_b[h]
+ * (n, n_head * head_dim_v_mla, in s->mla). *rc: 0 or a matmul error (then
+ * NULL is returned). */
+const float *forward_mla_values(forward_state *s, const layer_weights *l, int n, int *rc);
+
+/* Floats per token of s->mla (0 unless deepseek2). */
+size_t forward_mla_floats(const model_hparams *hp);
+
+#endif

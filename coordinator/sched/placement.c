@@ -1,0 +1,190 @@
+/*
+ * placement.c - which worker holds which expert.
+ *
+ * --devices is a comma list: cpu:N (N cpu workers), cpu (= cpu:1),
+ * cuda:I[=BUDGET], hip:I[=BUDGET], xdna, remote:tcp://HOST:PORT[=BUDGET],
+ * auto, inproc. BUDGET is bytes with
+ * an optional K/M/G suffix. For now placement balances expert bytes across
+ * the workers of each layer, within each worker's budget; routing heat and
+ * pins come later (docs/scheduler.md, "Not done yet").
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator/sched/sched_internal.h"
+#include "error.h"
+
+int sched_default_cpu_workers(void)
+{
+    /* One worker per 16 cores: more processes on one socket do not add
+     * bandwidth, they only split the same threads. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = (int)(cores / 16);
+    return n < 1 ? 1 : (n > 4 ? 4 : n);
+}
+
+static int s_budget(const char *s, uint64_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
+    if (end == s || *end || v <= 0 || v * mul > 1.8e19)
+        return coli_fail(COLI_EINVAL, "devices: bad memory budget '%s' (want e.g. 8G)", s);
+    *out = (uint64_t)(v * mul);
+    return 0;
+}
+
+int sched_add_device(device_spec *out, int cap, int *n, const char *plugin, int index, uint64_t budget)
+{
+    if (*n >= cap)
+        return coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
+    device_spec *d = &out[(*n)++];
+    memset(d, 0, sizeof *d);
+    snprintf(d->plugin, sizeof d->plugin, "%s", plugin);
+    d->index = index;
+    d->budget = budget;
+    return 0;
+}
+
+int sched_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n)
+{
+    if (!set->xdna) return 0;
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(d[i].plugin, "xdna")) return 0;
+    return sched_add_device(d, cap, n, "xdna", 0, 0);
+}
+
+//  Index after "name:" (or 0 with no colon); -1 when not a number.
+static int s_index(const char *item, size_t name_len, const char *end_of_index)
+{
+    if (item[name_len] != ':') return 0;
+    const char *p = item + name_len + 1;
+    if (p == end_of_index) return -1;
+    int v = 0;
+    for (; p < end_of_index; p++) {
+        if (*p < '0' || *p > '9' || v > 100000) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+//  remote:tcp://HOST:PORT - a worker on another host that we connect to
+//  (docs/scheduler.md, "Remote workers"); numbered remote:0, remote:1, ...
+static int s_add_remote(device_spec *out, int cap, int *n, const char *ep, uint64_t budget)
+{
+    const char *port = strrchr(ep, ':');
+    if (strncmp(ep, "tcp://", 6) || !port || port < ep + 7 || !port[1] ||
+        strspn(port + 1, "0123456789") != strlen(port + 1))
+        return coli_fail(COLI_EINVAL, "devices: remote endpoint '%s': want tcp://HOST:PORT", ep);
+    if (strlen(ep) >= sizeof out->endpoint)
+        return coli_fail(COLI_EINVAL, "devices: remote endpoint '%s' longer than %zu characters", ep,
+                         sizeof out->endpoint - 1);
+    int index = 0;
+    for (int i = 0; i < *n; i++) index += !strcmp(out[i].plugin, "remote");
+    int rc = sched_add_device(out, cap, n, "remote", index, budget);
+    if (rc == 0) snprintf(out[*n - 1].endpoint, sizeof out->endpoint, "%s", ep);
+    return rc;
+}
+
+//  One item of the list (NUL-terminated copy).
+static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inproc)
+{
+    char *eq = strchr(item, '=');
+    uint64_t budget = 0;
+    if (eq) {
+        *eq = 0;
+        int rc = s_budget(eq + 1, &budget);
+        if (rc) return rc;
+    }
+    size_t name_len = strcspn(item, ":");
+    const char *idx_end = item + strlen(item);
+    if (!strcmp(item, "inproc")) { *inproc = 1; return 0; }
+    if (!strncmp(item, "remote:", 7))
+        return s_add_remote(out, cap, n, item + 7, budget);
+    if (!strcmp(item, "auto")) /* expanded by sched_expand_auto (device_probe.c) */
+        return sched_add_device(out, cap, n, "auto", 0, 0);
+    static const char *known[] = {"cpu", "cuda", "hip", "xdna"};
+    int which = -1;
+    for (int k = 0; k < 4; k++)
+        if (strlen(known[k]) == name_len && !strncmp(item, known[k], name_len)) which = k;
+    if (which < 0)
+        return coli_fail(COLI_EINVAL, "devices: unknown device '%s' (known: cpu[:N], cuda:I[=BUDGET], "
+                         "hip:I[=BUDGET], xdna, remote:tcp://HOST:PORT[=BUDGET], auto, inproc)", item);
+    int v = s_index(item, name_len, idx_end);
+    if (v < 0 || (which == 0 && item[name_len] == ':' && v == 0))
+        return coli_fail(COLI_EINVAL, "devices: bad number in '%s'", item);
+    if (which == 0) { /* cpu:N = N workers */
+        int count = item[name_len] == ':' ? v : 1, base = 0;
+        for (int i = 0; i < *n; i++) base += !strcmp(out[i].plugin, "cpu");
+        for (int i = 0; i < count; i++)
+            if (sched_add_device(out, cap, n, "cpu", base + i, budget)) return COLI_EINVAL;
+        return 0;
+    }
+    return sched_add_device(out, cap, n, known[which], v, budget);
+}
+
+int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, int *inproc)
+{
+    *n = 0;
+    *inproc = 0;
+    char buf[1024];
+    if (!devices || !*devices)
+        snprintf(buf, sizeof buf, "auto");
+    else if (strlen(devices) >= sizeof buf)
+        return coli_fail(COLI_EINVAL, "devices: list longer than %zu characters", sizeof buf - 1);
+    else
+        snprintf(buf, sizeof buf, "%s", devices);
+    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+        int rc = s_parse_item(it, out, cap, n, inproc);
+        if (rc) return rc;
+    }
+    if (*inproc && *n)
+        return coli_fail(COLI_EINVAL, "devices: 'inproc' cannot be combined with workers");
+    if (!*inproc && !*n)
+        return coli_fail(COLI_EINVAL, "devices: '%s' names no device", devices ? devices : "");
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+int placement_plan(const placement_in *in, int32_t *owner)
+{
+    uint64_t *total = calloc((size_t)in->n_workers + 1, sizeof *total);
+    uint64_t *layer_bytes = calloc((size_t)in->n_workers + 1, sizeof *layer_bytes);
+    if (!total || !layer_bytes) {
+        free(total);
+        free(layer_bytes);
+        return coli_fail(COLI_ENOMEM, "placement: out of memory");
+    }
+    for (int l = 0; l < in->n_layer; l++) {
+        memset(layer_bytes, 0, (size_t)in->n_workers * sizeof *layer_bytes);
+        uint64_t eb = in->expert_bytes[l];
+        for (int e = 0; e < in->n_expert; e++) {
+            int best = -1;
+            if (eb == 0) { /* a layer without experts (dense): nothing to place */
+                owner[(size_t)l * (size_t)in->n_expert + (size_t)e] = -1;
+                continue;
+            }
+            for (int w = 0; w < in->n_workers; w++) {
+                if (!in->usable[w] || (in->budget[w] && total[w] + eb > in->budget[w]))
+                    continue;
+                /* fewest bytes in this layer, then fewest overall, then lowest index */
+                if (best < 0 || layer_bytes[w] < layer_bytes[best] ||
+                    (layer_bytes[w] == layer_bytes[best] && total[w] < total[best]))
+                    best = w;
+            }
+            owner[(size_t)l * (size_t)in->n_expert + (size_t)e] = best;
+            if (best >= 0) {
+                layer_bytes[best] += eb;
+                total[best] += eb;
+            }
+        }
+    }
+    free(total);
+    free(layer_bytes);
+    return 0;
+}

@@ -1,0 +1,116 @@
+/*
+ * plan.c - coli_plan_text: the placement the scheduler would make, without
+ * starting any worker (`coli plan`). Assumes every named device comes up;
+ * `auto` runs the GPU probes (device_probe.c) to know which there are.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/sched/sched_internal.h"
+#include "error.h"
+#include "expert_ffn.h"
+#include "gguf.h"
+
+//  "<arch>.<suffix>" as an integer.
+static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out)
+{
+    gguf_str arch;
+    int rc = gguf_get_str(f, "general.architecture", &arch);
+    if (rc) return rc;
+    char key[128];
+    snprintf(key, sizeof key, "%.*s.%s", (int)(arch.len < 64 ? arch.len : 64), arch.ptr, suffix);
+    return gguf_get_i64(f, key, out);
+}
+
+static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, const uint64_t *eb,
+                    const int32_t *owner, char **text)
+{
+    size_t cap = 4096 + (size_t)n_w * 160 + (size_t)n_layer * ((size_t)n_expert * 8 + 32);
+    char *t = malloc(cap);
+    if (!t) return coli_fail(COLI_ENOMEM, "plan: out of memory");
+    size_t len = 0;
+    len += (size_t)snprintf(t + len, cap - len, "placement: %d workers, %d layers x %d experts "
+                            "(balance expert bytes per layer within budgets)\n", n_w, n_layer, n_expert);
+    for (int w = -1; w < n_w; w++) {
+        uint64_t n = 0, bytes = 0;
+        for (int l = 0; l < n_layer; l++)
+            for (int e = 0; e < n_expert; e++)
+                if (eb[l] && owner[(size_t)l * (size_t)n_expert + (size_t)e] == w) n++, bytes += eb[l];
+        if (w < 0 && !n) continue;
+        if (w < 0)
+            len += (size_t)snprintf(t + len, cap - len, "  in-process: %llu experts, %.1f MiB (no room on any worker)\n",
+                                    (unsigned long long)n, (double)bytes / 1048576.0);
+        else
+        {
+            char b[32] = "unlimited";
+            if (d[w].budget) snprintf(b, sizeof b, "%.1f MiB", (double)d[w].budget / 1048576.0);
+            len += (size_t)snprintf(t + len, cap - len, "  worker %d  %s:%d  budget %s  experts %llu  %.1f MiB\n",
+                                    w, d[w].plugin, d[w].index, b, (unsigned long long)n,
+                                    (double)bytes / 1048576.0);
+        }
+    }
+    for (int l = 0; l < n_layer; l++) {
+        len += (size_t)snprintf(t + len, cap - len, "  layer %3d:", l);
+        for (int e = 0; e < n_expert; e++) {
+            int o = owner[(size_t)l * (size_t)n_expert + (size_t)e];
+            len += (size_t)(o < 0 ? snprintf(t + len, cap - len, " -") : snprintf(t + len, cap - len, " %d", o));
+        }
+        len += (size_t)snprintf(t + len, cap - len, "\n");
+    }
+    *text = t;
+    return 0;
+}
+
+int coli_plan_text(const char *model_path, const char *devices, char **text)
+{
+    if (!text) return coli_fail(COLI_EINVAL, "plan: text must not be NULL");
+    *text = NULL;
+    if (!model_path) return coli_fail(COLI_EINVAL, "plan: no model path");
+    device_spec d[SCHED_MAX_WORKERS];
+    int n_w = 0, inproc = 0;
+    int rc = sched_parse_devices(devices, d, SCHED_MAX_WORKERS, &n_w, &inproc);
+    if (rc) return rc;
+    coli_settings set;
+    coli_settings_from_env(&set);
+    char worker_bin[PATH_MAX]; /* coli-worker probes the GPUs */
+    rc = sched_expand_auto(&set, sup_find_worker_bin(&set, worker_bin, sizeof worker_bin) == 0 ? worker_bin : NULL,
+                           d, SCHED_MAX_WORKERS, &n_w, 0);
+    if (rc == 0 && !inproc) rc = sched_xdna_optin(&set, d, SCHED_MAX_WORKERS, &n_w); /* --xdna */
+    if (rc) return rc;
+    if (inproc) {
+        *text = strdup("placement: in-process (--devices inproc): every expert runs in the coordinator\n");
+        return *text ? 0 : coli_fail(COLI_ENOMEM, "plan: out of memory");
+    }
+    gguf_file *f = NULL;
+    if ((rc = gguf_open(model_path, &f))) return rc;
+    int64_t n_layer = 0, n_expert = 0;
+    if ((rc = s_arch_int(f, "block_count", &n_layer)) || (rc = s_arch_int(f, "expert_count", &n_expert))) {
+        gguf_close(&f);
+        return coli_fail_prefix(rc, "plan: %s", model_path);
+    }
+    if (n_layer <= 0 || n_expert <= 0 || n_layer > 100000 || n_expert > 100000) {
+        gguf_close(&f);
+        return coli_fail(COLI_EINVAL, "plan: %s is not a MoE model (%lld layers, %lld experts)",
+                         model_path, (long long)n_layer, (long long)n_expert);
+    }
+    uint64_t *eb = calloc((size_t)n_layer, sizeof *eb);
+    int32_t *owner = malloc((size_t)n_layer * (size_t)n_expert * sizeof *owner);
+    rc = (!eb || !owner) ? coli_fail(COLI_ENOMEM, "plan: out of memory") : 0;
+    for (int l = 0; rc == 0 && l < n_layer; l++) {
+        expert_weights w;
+        if (!expert_layer_present(f, l)) continue; /* dense layer: no experts, 0 bytes */
+        rc = expert_weights_from_gguf(f, l, 0, &w);
+        if (rc == 0) eb[l] = expert_weights_bytes(&w);
+    }
+    uint64_t budget[SCHED_MAX_WORKERS];
+    int usable[SCHED_MAX_WORKERS];
+    for (int i = 0; i < n_w; i++) budget[i] = d[i].budget, usable[i] = 1;
+    placement_in in = {(int)n_layer, (int)n_expert, eb, n_w, budget, usable};
+    if (rc == 0) rc = placement_plan(&in, owner);
+    if (rc == 0) rc = s_render(d, n_w, (int)n_layer, (int)n_expert, eb, owner, text);
+    free(eb);
+    free(owner);
+    gguf_close(&f);
+    return rc;
+}

@@ -1,0 +1,80 @@
+/*
+ * matmul_vecdot.c - the matmul path of the block types that have a
+ * per-(row, token) dot product (vecdot.h): Q4_1, Q5_0, Q5_1, IQ4_NL and
+ * the K-quants with IQ4_XS.
+ *
+ * One table row per weight type names its activation format (llama.cpp's
+ * vec_dot_type), how to quantize an input row into it, and the portable
+ * and AVX2 dot products. The input is quantized once per token into the
+ * scratch (whole activation blocks, one row per token); every output
+ * value is then one dot product of a weight row and a token row, so its
+ * operations depend only on n_in and the path (the determinism contract).
+ */
+#include <stddef.h>
+
+#include "matmul_impl.h"
+#include "quant.h"
+#include "vecdot.h"
+
+typedef void (*act_quantize_fn)(const float *x, void *y, int64_t n);
+
+static void act_q8_0(const float *x, void *y, int64_t n) { coli_quantize_act_q8_0(x, y, n); }
+static void act_q8_1(const float *x, void *y, int64_t n) { coli_quantize_act_q8_1(x, y, n); }
+static void act_q8_K(const float *x, void *y, int64_t n) { coli_quantize_act_q8_K(x, y, n); }
+
+struct mm_vecdot_type {
+    coli_dtype wtype;
+    coli_dtype act;              /* activation block format: Q8_0, Q8_1 or Q8_K */
+    act_quantize_fn quantize;    /* one row of floats into act blocks */
+    coli_vec_dot_fn portable, avx2;
+};
+
+static const mm_vecdot_type s_types[] = {
+    {COLI_Q4_1,   COLI_Q8_1, act_q8_1, coli_vec_dot_q4_1_q8_1,   coli_vec_dot_q4_1_q8_1_avx2},
+    {COLI_Q5_0,   COLI_Q8_0, act_q8_0, coli_vec_dot_q5_0_q8_0,   coli_vec_dot_q5_0_q8_0_avx2},
+    {COLI_Q5_1,   COLI_Q8_1, act_q8_1, coli_vec_dot_q5_1_q8_1,   coli_vec_dot_q5_1_q8_1_avx2},
+    {COLI_IQ4_NL, COLI_Q8_0, act_q8_0, coli_vec_dot_iq4_nl_q8_0, coli_vec_dot_iq4_nl_q8_0_avx2},
+    {COLI_Q2_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q2_K_q8_K,   coli_vec_dot_q2_K_q8_K_avx2},
+    {COLI_Q3_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q3_K_q8_K,   coli_vec_dot_q3_K_q8_K_avx2},
+    {COLI_Q4_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q4_K_q8_K,   coli_vec_dot_q4_K_q8_K_avx2},
+    {COLI_Q5_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q5_K_q8_K,   coli_vec_dot_q5_K_q8_K_avx2},
+    {COLI_Q6_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q6_K_q8_K,   coli_vec_dot_q6_K_q8_K_avx2},
+    {COLI_IQ4_XS, COLI_Q8_K, act_q8_K, coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2},
+};
+
+const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype) {
+    for (size_t i = 0; i < sizeof s_types / sizeof s_types[0]; i++)
+        if (s_types[i].wtype == wtype) return &s_types[i];
+    return NULL;
+}
+
+coli_dtype mm_vecdot_act_type(const mm_vecdot_type *v) { return v->act; }
+
+/* Rows start 64 bytes apart at least, so each token row is cache-aligned. */
+size_t mm_vecdot_row_stride(const mm_vecdot_type *v, int64_t n_in) {
+    return (coli_row_bytes(v->act, n_in) + 63) & ~(size_t)63;
+}
+
+coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2) {
+    return avx2 ? v->avx2 : v->portable;
+}
+
+/* The quantizers give the same bytes on both paths (they follow llama.cpp's
+ * AVX2 rounding in scalar code), so the prepared input is path-independent. */
+void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, int64_t n_in,
+                       uint8_t *xa, size_t stride) {
+    for (int64_t t = 0; t < n_tok; t++) v->quantize(x + t * n_in, xa + (size_t)t * stride, n_in);
+}
+
+/* Rows r0..r1 for all tokens, a block of tokens at a time so that the
+ * token rows stay in cache while the chunk's weight rows stream past. */
+void mm_vecdot_rows(const mm_job *j, int64_t r0, int64_t r1) {
+    for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
+        const int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *w = j->W + (size_t)r * j->w_stride;
+            for (int64_t t = t0; t < t1; t++)
+                j->y[t * j->n_out + r] = j->dot(j->n_in, w, j->xa + (size_t)t * j->xa_stride);
+        }
+    }
+}

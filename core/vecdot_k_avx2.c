@@ -1,0 +1,289 @@
+/*
+ * vecdot_k_avx2.c - AVX2 + FMA + F16C dot products of K-quant and IQ4_XS
+ * weight rows with Q8_K activation rows (vecdot.h), compiled per function
+ * (COLI_TARGET_AVX2) and called only when coli_cpu_avx2().
+ *
+ * Each super-block gives the same exact integer sums as the portable code
+ * (vecdot_k.c), kept as 8 int32 lanes: weight quants are unpacked to
+ * unsigned bytes, multiplied with the signed activation bytes by maddubs
+ * (pairs into int16: at most 2*63*128 < 32768), then madd with the int16
+ * sub-block scales into int32 lanes. Constant offsets (Q3_K's -4, Q6_K's
+ * -32) and minimums (Q2_K, Q4_K, Q5_K) go through Q8_K's bsums, as in the
+ * portable code. Only the float steps differ: the lanes are converted and
+ * accumulated with FMA, and summed once at the end, so results equal the
+ * portable ones within float rounding.
+ *
+ * IQ4_XS has signed weights; maddubs needs one unsigned operand, so the
+ * activation's magnitude is that operand and the weight takes its sign.
+ * (The other way round, a -128 activation would not negate; Q8_K's
+ * -127/max scale should not produce one, but this order does not rely on it.)
+ */
+#include "cpu_features.h"
+#include "kquant_scales.h"
+#include "vecdot.h"
+
+#if COLI_X86
+#include <immintrin.h>
+
+#define AVX2 COLI_TARGET_AVX2
+#define ALWAYS static inline __attribute__((always_inline))
+#define QK_K COLI_QK_K
+/* fully unrolled sub-block loops: shift counts and shuffle masks become
+ * immediates/constants instead of being computed at run time */
+#define UNROLL _Pragma("GCC unroll 8")
+
+ALWAYS AVX2 float hsum128_ps(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+ALWAYS AVX2 float hsum_ps(__m256 v) {
+    return hsum128_ps(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+ALWAYS AVX2 __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* int16 lanes 0..7 = scale s, 8..15 = scale s+1 of 16 int8 scales: the
+ * scales of a 32-value chunk made of two 16-value sub-blocks, in the order
+ * maddubs leaves its pair sums */
+ALWAYS AVX2 __m256i pair_scales(__m128i scales_i8, int s) {
+    const long long spread = 0x0101010101010101LL;
+    __m128i pick = _mm_set_epi64x(spread * (s + 1), spread * s);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales_i8, pick));
+}
+
+/* int32 lanes of sum(q * q8) * scale per sub-block; q unsigned bytes */
+ALWAYS AVX2 __m256i scaled_dot(__m256i q, __m256i q8, __m256i scales_i16) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, q8), scales_i16);
+}
+
+/* the int16 lane l of a broadcast 8 x int16 vector, in every lane: the
+ * scale of a 32-value sub-block (Q4_K, Q5_K) */
+ALWAYS AVX2 __m256i lane_scale(__m256i scales_i16, int l) {
+    return _mm256_shuffle_epi8(scales_i16, _mm256_set1_epi16((short)(((2 * l + 1) << 8) | (2 * l))));
+}
+
+/* Q4_K / Q5_K: bytes 0..7 = scales, 8..15 = mins (built in registers: a
+ * byte array stored then loaded whole would stall store forwarding) */
+ALWAYS AVX2 __m128i q4k_scales_mins(const uint8_t *packed) {
+    uint32_t u[4];
+    coli_q4k_scale_words(packed, u);
+    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+}
+
+/* Q4_K / Q5_K minimums: 8 mins (bytes 8..15 of the unpacked scales) times
+ * the activation sums of their 32-value sub-blocks (pairs of bsums) */
+ALWAYS AVX2 __m128i mins_dot_bsums(__m128i scales_mins, const int16_t *bsums) {
+    __m256i bs = load256(bsums);
+    __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    return _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scales_mins, 8)), pairs);
+}
+
+AVX2 float coli_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    const block_q4_K *wb = w;
+    const block_q8_K *xb = x;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_min = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const __m128i smv = q4k_scales_mins(wb[b].scales);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));
+        const uint8_t *qs = wb[b].qs;
+        const int8_t *q8 = xb[b].qs;
+        __m256i isum = _mm256_setzero_si256();
+        UNROLL
+        for (int j = 0; j < 4; j++, qs += 32, q8 += 64) {
+            __m256i q = load256(qs);
+            __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            isum = _mm256_add_epi32(isum, scaled_dot(lo, load256(q8), lane_scale(sc16, 2 * j)));
+            isum = _mm256_add_epi32(isum, scaled_dot(hi, load256(q8 + 32), lane_scale(sc16, 2 * j + 1)));
+        }
+        const float d = _cvtsh_ss(wb[b].d) * xb[b].d, dmin = _cvtsh_ss(wb[b].dmin) * xb[b].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+        acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot_bsums(smv, xb[b].bsums)), acc_min);
+    }
+    return hsum_ps(acc) - hsum128_ps(acc_min);
+}
+
+AVX2 float coli_vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    const block_q5_K *wb = w;
+    const block_q8_K *xb = x;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_min = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const __m128i smv = q4k_scales_mins(wb[b].scales);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));
+        const uint8_t *qs = wb[b].qs;
+        const int8_t *q8 = xb[b].qs;
+        /* bits 2j, 2j+1 of each qh byte are the 5th bits of chunk j: shifted
+         * down by 2 per chunk, always read at bits 0 and 1 */
+        __m256i qh = load256(wb[b].qh);
+        __m256i isum = _mm256_setzero_si256();
+        UNROLL
+        for (int j = 0; j < 4; j++, qs += 32, q8 += 64) {
+            __m256i q = load256(qs);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
+                                         _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
+            qh = _mm256_srli_epi16(qh, 2);
+            isum = _mm256_add_epi32(isum, scaled_dot(lo, load256(q8), lane_scale(sc16, 2 * j)));
+            isum = _mm256_add_epi32(isum, scaled_dot(hi, load256(q8 + 32), lane_scale(sc16, 2 * j + 1)));
+        }
+        const float d = _cvtsh_ss(wb[b].d) * xb[b].d, dmin = _cvtsh_ss(wb[b].dmin) * xb[b].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+        acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot_bsums(smv, xb[b].bsums)), acc_min);
+    }
+    return hsum_ps(acc) - hsum128_ps(acc_min);
+}
+
+/* Q6_K: per 128 values, two 32-byte rows of ql (low nibbles: chunks 0, 1;
+ * high: chunks 2, 3) and 32 bytes of qh (bits 2k..2k+1: chunk k), each put
+ * at bits 4..5 of the quant. */
+AVX2 float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    const block_q6_K *wb = w;
+    const block_q8_K *xb = x;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)wb[b].scales);
+        const int8_t *q8 = xb[b].qs;
+        __m256i isum = _mm256_setzero_si256();
+        UNROLL
+        for (int half = 0; half < 2; half++, q8 += 128) {
+            __m256i ql0 = load256(wb[b].ql + 64 * half), ql1 = load256(wb[b].ql + 64 * half + 32);
+            __m256i qh = load256(wb[b].qh + 32 * half);
+            __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+                _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, bits45)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)),
+            };
+            UNROLL
+            for (int k = 0; k < 4; k++) {
+                __m256i scales = pair_scales(sc, 8 * half + 2 * k);
+                isum = _mm256_add_epi32(isum, scaled_dot(q[k], load256(q8 + 32 * k), scales));
+            }
+        }
+        /* the -32 of every quant: 32 * sum over sub-blocks of scale * bsum */
+        __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), load256(xb[b].bsums));
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 5));
+        const float d = _cvtsh_ss(wb[b].d) * xb[b].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* bit `bit` (0..7) of each byte moved to bit 2, the rest cleared */
+ALWAYS AVX2 __m256i bit_to_2(__m256i v, int bit) {
+    __m256i moved = bit >= 2 ? _mm256_srli_epi16(v, bit - 2) : _mm256_slli_epi16(v, 2 - bit);
+    return _mm256_and_si256(moved, _mm256_set1_epi8(0x04));
+}
+
+/* Q3_K: quant q + 4h (0..7, h the hmask bit) times the activations; the
+ * -4 of every quant through bsums. */
+AVX2 float coli_vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    const block_q3_K *wb = w;
+    const block_q8_K *xb = x;
+    const __m256i low2 = _mm256_set1_epi8(0x03);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        uint32_t u[4];
+        coli_q3k_scale_words(wb[b].scales, u);
+        const __m128i sc = _mm_sub_epi8(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), _mm_set1_epi8(32));
+        const __m256i hm = load256(wb[b].hmask);
+        const int8_t *q8 = xb[b].qs;
+        __m256i isum = _mm256_setzero_si256();
+        UNROLL
+        for (int half = 0; half < 2; half++) {
+            const __m256i qs = load256(wb[b].qs + 32 * half);
+            UNROLL
+            for (int k = 0; k < 4; k++, q8 += 32) {
+                __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2),
+                                            bit_to_2(hm, 4 * half + k));
+                isum = _mm256_add_epi32(isum, scaled_dot(q, load256(q8), pair_scales(sc, 8 * half + 2 * k)));
+            }
+        }
+        __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), load256(xb[b].bsums));
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 2));
+        const float d = _cvtsh_ss(wb[b].d) * xb[b].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* Q2_K: 2-bit quants laid out as Q3_K's low bits; a scale (low nibble) and
+ * a min (high nibble) per 16 values. */
+AVX2 float coli_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    const block_q2_K *wb = w;
+    const block_q8_K *xb = x;
+    const __m256i low2 = _mm256_set1_epi8(0x03);
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const __m128i packed = _mm_loadu_si128((const __m128i *)wb[b].scales);
+        const __m128i sc = _mm_and_si128(packed, low4);
+        const __m128i mins = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
+        const int8_t *q8 = xb[b].qs;
+        __m256i isum = _mm256_setzero_si256();
+        UNROLL
+        for (int half = 0; half < 2; half++) {
+            const __m256i qs = load256(wb[b].qs + 32 * half);
+            UNROLL
+            for (int k = 0; k < 4; k++, q8 += 32) {
+                __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2);
+                isum = _mm256_add_epi32(isum, scaled_dot(q, load256(q8), pair_scales(sc, 8 * half + 2 * k)));
+            }
+        }
+        __m256i msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins), load256(xb[b].bsums));
+        const float d = _cvtsh_ss(wb[b].d) * xb[b].d, dmin = _cvtsh_ss(wb[b].dmin) * xb[b].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(msum), acc_min);
+    }
+    return hsum_ps(acc) - hsum_ps(acc_min);
+}
+
+/* IQ4_XS: per two 32-value sub-blocks, 32 qs bytes; a sub-block's values
+ * are the low nibbles of its 16 bytes, then the high ones, looked up in
+ * the 16 levels by a byte shuffle. */
+AVX2 float coli_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    const block_iq4_xs *wb = w;
+    const block_q8_K *xb = x;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)coli_kvalues_iq4nl));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const int8_t *q8 = xb[b].qs;
+        __m256i isum = _mm256_setzero_si256();
+        UNROLL
+        for (int ib = 0; ib < QK_K / 32; ib += 2, q8 += 64) {
+            __m256i raw = load256(wb[b].qs + 16 * ib);
+            __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            __m256i w0 = _mm256_shuffle_epi8(levels, _mm256_permute2x128_si256(lo, hi, 0x20));
+            __m256i w1 = _mm256_shuffle_epi8(levels, _mm256_permute2x128_si256(lo, hi, 0x31));
+            __m256i x0 = load256(q8), x1 = load256(q8 + 32);
+            __m256i p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(x0), _mm256_sign_epi8(w0, x0));
+            __m256i p1 = _mm256_maddubs_epi16(_mm256_abs_epi8(x1), _mm256_sign_epi8(w1, x1));
+            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16((short)coli_iq4xs_scale(&wb[b], ib)));
+            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16((short)coli_iq4xs_scale(&wb[b], ib + 1)));
+            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+        }
+        const float d = _cvtsh_ss(wb[b].d) * xb[b].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum_ps(acc);
+}
+
+#else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
+
+float coli_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_q2_K_q8_K(n, w, x); }
+float coli_vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_q3_K_q8_K(n, w, x); }
+float coli_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_q4_K_q8_K(n, w, x); }
+float coli_vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_q5_K_q8_K(n, w, x); }
+float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_q6_K_q8_K(n, w, x); }
+float coli_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    return coli_vec_dot_iq4_xs_q8_K(n, w, x);
+}
+#endif

@@ -1,0 +1,313 @@
+/*
+ * test_dequant.c - dequantization of Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K
+ * and IQ4_XS (core/quant_dequant.c).
+ *
+ * Block level: each block is packed here from chosen logical values
+ * (scales, mins, quants) following the ggml format definition element by
+ * element (the inverse direction of the code under test), and the values
+ * the definition gives are compared with what coli_dequantize_row returns.
+ * File level: every tensor of llama.cpp's shipped tiny-kquant-*.gguf is
+ * dequantized and compared with the F32 source model it was quantized from.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "colibri.h"
+#include "gguf.h"
+#include "quant.h"
+#include "quant_blocks.h"
+#include "ref_models.h"
+
+/* ggml's kvalues_iq4nl, written out from the format definition. */
+static const int k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static uint64_t s_rng = 88172645463325252ull;
+static uint32_t rnd(uint32_t n) {
+    s_rng ^= s_rng << 13; s_rng ^= s_rng >> 7; s_rng ^= s_rng << 17;
+    return (uint32_t)(s_rng % n);
+}
+
+/* A random fp16 scale of either sign around 1/64; its value in *v. */
+static uint16_t rnd_half(float *v, int allow_negative) {
+    float f = (0.5f + (float)rnd(1000) / 1000.0f) / 64.0f;
+    if (allow_negative && rnd(2)) f = -f;
+    uint16_t h = coli_fp32_to_fp16(f);
+    *v = coli_fp16_to_fp32(h);
+    return h;
+}
+
+/* Dequantize one block of type t and compare with want[0..n). */
+static void check_block(coli_dtype t, const void *blk, const double *want, int n) {
+    float got[COLI_QK_K];
+    coli_dequantize_row(t, blk, got, n);
+    for (int i = 0; i < n; i++)
+        cr_assert(fabs((double)got[i] - want[i]) <= 1e-6 * (1.0 + fabs(want[i])),
+                  "%s element %d: got %.9g, the format definition gives %.9g",
+                  coli_dtype_name(t), i, (double)got[i], want[i]);
+}
+
+/* ---- 32-value blocks ---------------------------------------------------- */
+
+/* qs byte j: element j low nibble, element j+16 high nibble; qh bit j: the
+ * 5th bit of element j (q5 types). */
+static void pack_nibbles(const int *q, uint8_t *qs, uint8_t *qh) {
+    memset(qs, 0, 16);
+    if (qh) memset(qh, 0, 4);
+    for (int e = 0; e < 32; e++) {
+        qs[e % 16] |= (uint8_t)((q[e] & 15) << (e < 16 ? 0 : 4));
+        if (qh) qh[e / 8] |= (uint8_t)(((q[e] >> 4) & 1) << (e % 8));
+    }
+}
+
+Test(dequant_block, q4_1_q5_0_q5_1_iq4_nl) {
+    for (int rep = 0; rep < 50; rep++) {
+        int q[32];
+        double want[32];
+        float d, m;
+        block_q4_1 b41; block_q5_0 b50; block_q5_1 b51; block_iq4_nl bnl;
+
+        for (int e = 0; e < 32; e++) q[e] = (int)rnd(16);
+        b41.d = rnd_half(&d, 1); b41.m = rnd_half(&m, 1);
+        pack_nibbles(q, b41.qs, NULL);
+        for (int e = 0; e < 32; e++) want[e] = (double)d * q[e] + m;
+        check_block(COLI_Q4_1, &b41, want, 32);
+
+        bnl.d = rnd_half(&d, 1);
+        pack_nibbles(q, bnl.qs, NULL);
+        for (int e = 0; e < 32; e++) want[e] = (double)d * k_iq4nl[q[e]];
+        check_block(COLI_IQ4_NL, &bnl, want, 32);
+
+        for (int e = 0; e < 32; e++) q[e] = (int)rnd(32);
+        b50.d = rnd_half(&d, 1);
+        pack_nibbles(q, b50.qs, b50.qh);
+        for (int e = 0; e < 32; e++) want[e] = (double)d * (q[e] - 16);
+        check_block(COLI_Q5_0, &b50, want, 32);
+
+        b51.d = rnd_half(&d, 1); b51.m = rnd_half(&m, 1);
+        pack_nibbles(q, b51.qs, b51.qh);
+        for (int e = 0; e < 32; e++) want[e] = (double)d * q[e] + m;
+        check_block(COLI_Q5_1, &b51, want, 32);
+    }
+}
+
+/* ---- 256-value super-blocks --------------------------------------------- */
+
+/* Q2_K/Q3_K 2-bit field of element e: 128-value halves use 32 bytes each;
+ * within a half, the 32-value group g sits at bit 2g of byte e % 32. */
+static void put_2bit(uint8_t *qs, int e, int v) {
+    qs[32 * (e / 128) + e % 32] |= (uint8_t)((v & 3) << (2 * ((e % 128) / 32)));
+}
+
+Test(dequant_block, q2_K) {
+    for (int rep = 0; rep < 20; rep++) {
+        block_q2_K b = {0};
+        int sc[16], mn[16], q[256];
+        float d, dmin;
+        double want[256];
+        b.d = rnd_half(&d, 1); b.dmin = rnd_half(&dmin, 1);
+        for (int k = 0; k < 16; k++) {
+            sc[k] = (int)rnd(16); mn[k] = (int)rnd(16);
+            b.scales[k] = (uint8_t)(sc[k] | mn[k] << 4);
+        }
+        for (int e = 0; e < 256; e++) { q[e] = (int)rnd(4); put_2bit(b.qs, e, q[e]); }
+        for (int e = 0; e < 256; e++) want[e] = (double)d * sc[e / 16] * q[e] - (double)dmin * mn[e / 16];
+        check_block(COLI_Q2_K, &b, want, 256);
+    }
+}
+
+Test(dequant_block, q3_K) {
+    for (int rep = 0; rep < 20; rep++) {
+        block_q3_K b = {0};
+        int s[16], v[256];
+        float d;
+        double want[256];
+        b.d = rnd_half(&d, 1);
+        /* 16 6-bit scales stored as s+32: low 4 bits in bytes 0..7 (k < 8
+         * low nibble of byte k, else high nibble of byte k-8), high 2 bits
+         * in byte 8 + k%4 at bit 2*(k/4) */
+        for (int k = 0; k < 16; k++) {
+            s[k] = (int)rnd(64) - 32;
+            const int u = s[k] + 32;
+            b.scales[k % 8] |= (uint8_t)((u & 15) << (k < 8 ? 0 : 4));
+            b.scales[8 + k % 4] |= (uint8_t)((u >> 4) << (2 * (k / 4)));
+        }
+        /* value v in -4..3 stored as u = v + 4: low 2 bits in qs, bit 2 in
+         * hmask byte e % 32, bit (e / 32) */
+        for (int e = 0; e < 256; e++) {
+            v[e] = (int)rnd(8) - 4;
+            const int u = v[e] + 4;
+            put_2bit(b.qs, e, u);
+            b.hmask[e % 32] |= (uint8_t)((u >> 2) << (e / 32));
+        }
+        for (int e = 0; e < 256; e++) want[e] = (double)d * s[e / 16] * v[e];
+        check_block(COLI_Q3_K, &b, want, 256);
+    }
+}
+
+/* Q4_K/Q5_K: 8 6-bit scales and mins in 12 bytes. j < 4: scales[j] and
+ * scales[j+4] hold sc[j], mn[j] in their low 6 bits; j >= 4: low 4 bits in
+ * scales[j+4] (sc low nibble, mn high nibble), high 2 bits in the top bits
+ * of scales[j-4] (sc) and scales[j] (mn). */
+static void pack_scale_min_k4(uint8_t *p, const int *sc, const int *mn) {
+    memset(p, 0, 12);
+    for (int j = 0; j < 4; j++) {
+        p[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        p[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+        p[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+    }
+}
+
+/* Element e of a Q4_K/Q5_K block: 64-value group g = e/64 uses qs bytes
+ * 32g..32g+31, its first 32 values in low nibbles, the next 32 high. */
+static void put_k_nibble(uint8_t *qs, int e, int v) {
+    const int g = e / 64, hi = (e % 64) / 32;
+    qs[32 * g + e % 32] |= (uint8_t)((v & 15) << (4 * hi));
+}
+
+static void test_q45_K(int five_bits) {
+    for (int rep = 0; rep < 20; rep++) {
+        block_q4_K b4 = {0};
+        block_q5_K b5 = {0};
+        int sc[8], mn[8], q[256];
+        float d, dmin;
+        double want[256];
+        uint16_t hd = rnd_half(&d, 1), hm = rnd_half(&dmin, 1);
+        for (int j = 0; j < 8; j++) { sc[j] = (int)rnd(64); mn[j] = (int)rnd(64); }
+        for (int e = 0; e < 256; e++) q[e] = (int)rnd(five_bits ? 32 : 16);
+        b4.d = b5.d = hd; b4.dmin = b5.dmin = hm;
+        pack_scale_min_k4(five_bits ? b5.scales : b4.scales, sc, mn);
+        for (int e = 0; e < 256; e++) {
+            put_k_nibble(five_bits ? b5.qs : b4.qs, e, q[e]);
+            /* Q5_K: 5th bit of element e in qh[e % 32], bit e / 32 */
+            if (five_bits) b5.qh[e % 32] |= (uint8_t)((q[e] >> 4) << (e / 32));
+        }
+        for (int e = 0; e < 256; e++) want[e] = (double)d * sc[e / 32] * q[e] - (double)dmin * mn[e / 32];
+        if (five_bits) check_block(COLI_Q5_K, &b5, want, 256);
+        else check_block(COLI_Q4_K, &b4, want, 256);
+    }
+}
+
+Test(dequant_block, q4_K) { test_q45_K(0); }
+Test(dequant_block, q5_K) { test_q45_K(1); }
+
+Test(dequant_block, q6_K) {
+    for (int rep = 0; rep < 20; rep++) {
+        block_q6_K b = {0};
+        int q[256];
+        float d;
+        double want[256];
+        b.d = rnd_half(&d, 1);
+        for (int k = 0; k < 16; k++) b.scales[k] = (int8_t)((int)rnd(256) - 128);
+        /* per 128 values n: quarter k = (e%128)/32, l = e%32; low 4 bits in
+         * ql[64n + l + 32*(k&1)] (low nibble for k < 2, high for k >= 2),
+         * high 2 bits in qh[32n + l] at bit 2k; value = d*scale*(q - 32) */
+        for (int e = 0; e < 256; e++) {
+            q[e] = (int)rnd(64);
+            const int n = e / 128, k = (e % 128) / 32, l = e % 32;
+            b.ql[64 * n + l + 32 * (k & 1)] |= (uint8_t)((q[e] & 15) << (k >= 2 ? 4 : 0));
+            b.qh[32 * n + l] |= (uint8_t)((q[e] >> 4) << (2 * k));
+        }
+        for (int e = 0; e < 256; e++) want[e] = (double)d * b.scales[e / 16] * (q[e] - 32);
+        check_block(COLI_Q6_K, &b, want, 256);
+    }
+}
+
+Test(dequant_block, iq4_xs) {
+    for (int rep = 0; rep < 20; rep++) {
+        block_iq4_xs b = {0};
+        int ls[8], idx[256];
+        float d;
+        double want[256];
+        b.d = rnd_half(&d, 1);
+        /* 6-bit scale of 32-value block ib: low 4 bits in nibble ib%2 of
+         * scales_l[ib/2], high 2 bits at bit 2*ib of scales_h */
+        for (int ib = 0; ib < 8; ib++) {
+            ls[ib] = (int)rnd(64);
+            b.scales_l[ib / 2] |= (uint8_t)((ls[ib] & 15) << (4 * (ib % 2)));
+            b.scales_h |= (uint16_t)((ls[ib] >> 4) << (2 * ib));
+        }
+        for (int e = 0; e < 256; e++) {
+            idx[e] = (int)rnd(16);
+            const int ib = e / 32, j = e % 32;
+            b.qs[16 * ib + j % 16] |= (uint8_t)(idx[e] << (j < 16 ? 0 : 4));
+        }
+        for (int e = 0; e < 256; e++) want[e] = (double)d * (ls[e / 32] - 32) * k_iq4nl[idx[e]];
+        check_block(COLI_IQ4_XS, &b, want, 256);
+    }
+}
+
+Test(dequant_block, rows_of_several_blocks_are_blockwise) {
+    /* a row of 3 Q6_K blocks dequantizes to the 3 blocks one after another */
+    block_q6_K row[3];
+    for (size_t i = 0; i < sizeof row; i++) ((uint8_t *)row)[i] = (uint8_t)rnd(256);
+    for (int k = 0; k < 3; k++) row[k].d = coli_fp32_to_fp16(0.01f * (float)(k + 1));
+    float whole[768], one[256];
+    coli_dequantize_row(COLI_Q6_K, row, whole, 768);
+    for (int k = 0; k < 3; k++) {
+        coli_dequantize_row(COLI_Q6_K, &row[k], one, 256);
+        cr_assert_eq(memcmp(one, whole + 256 * k, sizeof one), 0, "block %d", k);
+    }
+}
+
+/* ---- the shipped llama.cpp files against their F32 source -------------- */
+
+/* Relative RMSE bound per type: about 1.5 times what a b-bit quantizer of
+ * Gaussian data typically reaches (Q2_K ~0.3, Q3_K ~0.15, 4 bits ~0.08,
+ * 5 bits ~0.04, Q6_K ~0.02), far below the ~1.0-1.4 of a wrong layout
+ * (swapped nibbles or scales give values of the right size at the wrong
+ * places). */
+static double rel_rmse_bound(coli_dtype t) {
+    switch (t) {
+    case COLI_Q2_K:   return 0.45;
+    case COLI_Q3_K:   return 0.23;
+    case COLI_Q4_K: case COLI_Q4_1: case COLI_IQ4_NL: case COLI_IQ4_XS: return 0.12;
+    case COLI_Q5_K: case COLI_Q5_0: case COLI_Q5_1: return 0.06;
+    case COLI_Q6_K:   return 0.03;
+    default:          return 0.0;   /* F32: identical */
+    }
+}
+
+static void check_file_against_f32(const char *qfile) {
+    s_require_shared();
+    char f32path[4096], qpath[4096];
+    s_ref_model("tiny-kquant-f32.gguf", f32path, sizeof f32path);
+    snprintf(qpath, sizeof qpath, "%s/reference/models/%s", s_shared(), qfile);
+    gguf_file *fq = NULL, *fs = NULL;
+    cr_assert_eq(gguf_open(qpath, &fq), 0, "%s", coli_last_error());
+    cr_assert_eq(gguf_open(f32path, &fs), 0, "%s", coli_last_error());
+    int n_new = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(fq); i++) {
+        const coli_tensor *tq = gguf_tensor(fq, i);
+        const coli_tensor *ts = gguf_find_tensor(fs, tq->name);
+        cr_assert(ts && ts->type == COLI_F32, "%s: no F32 source tensor", tq->name);
+        const int64_t n = coli_tensor_nelems(tq);
+        cr_assert_eq(n, coli_tensor_nelems(ts), "%s: element count", tq->name);
+        float *v = malloc((size_t)n * sizeof(float));
+        cr_assert(v);
+        coli_dequantize_row(tq->type, tq->data, v, n);
+        const float *src = ts->data;
+        double err2 = 0.0, ref2 = 0.0;
+        for (int64_t k = 0; k < n; k++) {
+            double e = (double)v[k] - src[k];
+            err2 += e * e;
+            ref2 += (double)src[k] * src[k];
+        }
+        free(v);
+        const double rel = sqrt(err2 / ref2);
+        if (tq->type != COLI_F32) n_new++;
+        cr_log_info("%s %-28s %-6s rel rmse %.4f", qfile, tq->name, coli_dtype_name(tq->type), rel);
+        cr_expect(rel <= rel_rmse_bound(tq->type), "%s %s (%s): relative RMSE %.4f > %.2f", qfile,
+                  tq->name, coli_dtype_name(tq->type), rel, rel_rmse_bound(tq->type));
+    }
+    cr_expect_gt(n_new, 0, "%s has no quantized tensors", qfile);
+    gguf_close(&fq);
+    gguf_close(&fs);
+}
+
+Test(dequant_file, q3_k_m, .timeout = 120) { check_file_against_f32("tiny-kquant-q3_k_m.gguf"); }
+Test(dequant_file, iq4_xs, .timeout = 120) { check_file_against_f32("tiny-kquant-iq4_xs.gguf"); }
+Test(dequant_file, q4_1, .timeout = 120) { check_file_against_f32("tiny-kquant-q4_1.gguf"); }
+Test(dequant_file, q5_1, .timeout = 120) { check_file_against_f32("tiny-kquant-q5_1.gguf"); }

@@ -1,0 +1,267 @@
+/*
+ * test_vecdot_k.c - the K-quant and IQ4_XS dot products (vecdot_k.c,
+ * vecdot_k_avx2.c) and the Q8_K activation quantizer.
+ *
+ * Weights: random quant bytes with sane fp16 scales (quant_util.h), and
+ * constant bytes against constant activations (extreme quants, all -128).
+ * Reference: the weight row dequantized by coli_dequantize_row (written
+ * from ggml's dequantize_row_*, independently of the dot products) times
+ * the Q8_K row read as d*q, summed in float64. Tolerances are relative to
+ * the largest magnitude a term can have in each block (its fp16 scales
+ * times the format's largest scale and quant), times sum |x|: each kernel
+ * rounds a handful of times per block, so a wrong bit, scale or sub-block
+ * is far outside them.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_features.h"
+#include "quant.h"
+#include "quant_blocks.h"
+#include "quant_util.h"
+#include "vecdot.h"
+
+typedef struct ktype {
+    const char *name;
+    coli_dtype t;
+    size_t block_bytes;
+    coli_vec_dot_fn portable, avx2;
+} ktype;
+
+static const ktype k_types[] = {
+    {"Q2_K", COLI_Q2_K, sizeof(block_q2_K), coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2},
+    {"Q3_K", COLI_Q3_K, sizeof(block_q3_K), coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2},
+    {"Q4_K", COLI_Q4_K, sizeof(block_q4_K), coli_vec_dot_q4_K_q8_K, coli_vec_dot_q4_K_q8_K_avx2},
+    {"Q5_K", COLI_Q5_K, sizeof(block_q5_K), coli_vec_dot_q5_K_q8_K, coli_vec_dot_q5_K_q8_K_avx2},
+    {"Q6_K", COLI_Q6_K, sizeof(block_q6_K), coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2},
+    {"IQ4_XS", COLI_IQ4_XS, sizeof(block_iq4_xs), coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2},
+};
+#define N_TYPES (sizeof k_types / sizeof k_types[0])
+
+static const int64_t k_lengths[] = {256, 768, 4096};
+#define N_LENGTHS (sizeof k_lengths / sizeof k_lengths[0])
+
+static float frand(unsigned *s) { return (float)qu_next(s) / 8388608.0f - 1.0f; }
+
+static float fp16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return coli_fp16_to_fp32(h);
+}
+
+/* largest |value| one weight of the block can take: its d (and dmin)
+ * times the format's largest scale and |quant| (and largest min) */
+static double term_bound(const ktype *k, const uint8_t *blk) {
+    int od, om;
+    qu_scale_offsets(k->t, &od, &om);
+    double ad = fabs(fp16_at(blk + od)), am = om >= 0 ? fabs(fp16_at(blk + om)) : 0.0;
+    switch (k->t) {
+    case COLI_Q2_K: return ad * 15 * 3 + am * 15;
+    case COLI_Q3_K: return ad * 32 * 4;
+    case COLI_Q4_K: return ad * 63 * 15 + am * 63;
+    case COLI_Q5_K: return ad * 63 * 31 + am * 63;
+    case COLI_Q6_K: return ad * 128 * 32;
+    default: return ad * 32 * 127;
+    }
+}
+
+/* n/256 weight blocks: quant_util.h's random blocks, or every byte `fill`
+ * (fill >= 0) with scales d = -0.01, dmin = 0.004 */
+static uint8_t *make_weights(const ktype *k, int64_t n, unsigned seed, int fill) {
+    int64_t nb = n / COLI_QK_K;
+    uint8_t *w = malloc(k->block_bytes * (size_t)nb);
+    cr_assert(w);
+    if (fill < 0) { qu_random_blocks(k->t, w, nb, &seed); return w; }
+    memset(w, fill, k->block_bytes * (size_t)nb);
+    int od, om;
+    qu_scale_offsets(k->t, &od, &om);
+    uint16_t d = coli_fp32_to_fp16(-0.01f), dmin = coli_fp32_to_fp16(0.004f);
+    for (int64_t b = 0; b < nb; b++) {
+        memcpy(w + (size_t)b * k->block_bytes + od, &d, 2);
+        if (om >= 0) memcpy(w + (size_t)b * k->block_bytes + om, &dmin, 2);
+    }
+    return w;
+}
+
+/* activations: random, with outliers; or constant `c` if c != 0 */
+static block_q8_K *make_acts(int64_t n, unsigned seed, float c) {
+    float *x = malloc(sizeof(float) * (size_t)n);
+    block_q8_K *q = malloc(sizeof(block_q8_K) * (size_t)(n / COLI_QK_K));
+    cr_assert(x && q);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = c != 0.0f ? c : frand(&seed) * (i % 37 == 0 ? 8.0f : 1.0f);
+    coli_quantize_act_q8_K(x, q, n);
+    free(x);
+    return q;
+}
+
+/* float64 dot of the dequantized weights and d*q activations; *mag = sum
+ * over blocks of term_bound * sum |activation| */
+static double reference_dot(const ktype *k, const uint8_t *w, const block_q8_K *x, int64_t n, double *mag) {
+    float *wf = malloc(sizeof(float) * (size_t)n);
+    cr_assert(wf);
+    coli_dequantize_row(k->t, w, wf, n);
+    double dot = 0.0;
+    *mag = 0.0;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++) {
+        double xsum = 0.0;
+        for (int l = 0; l < COLI_QK_K; l++) {
+            double xv = (double)x[b].d * x[b].qs[l];
+            dot += (double)wf[b * COLI_QK_K + l] * xv;
+            xsum += fabs(xv);
+        }
+        *mag += term_bound(k, w + (size_t)b * k->block_bytes) * xsum;
+    }
+    free(wf);
+    return dot;
+}
+
+/* (weight fill, activation constant) patterns besides random: extreme
+ * quants against all -128 activations (x constant negative) and +127/-128 */
+static const struct { int fill; float c; } k_patterns[] = {
+    {-1, 0.0f}, {0xff, -1.0f}, {0x00, -1.0f}, {0xff, 1.0f}, {0x00, 0.5f}, {0x55, 0.0f}, {0xaa, -3.0f},
+};
+#define N_PATTERNS (sizeof k_patterns / sizeof k_patterns[0])
+
+Test(vecdot_k, portable_matches_dequantized_reference) {
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const ktype *k = &k_types[ti];
+        for (size_t li = 0; li < N_LENGTHS; li++) {
+            for (size_t pi = 0; pi < N_PATTERNS; pi++) {
+                int64_t n = k_lengths[li];
+                unsigned seed = (unsigned)(1000 * ti + 10 * li + pi + 1);
+                uint8_t *w = make_weights(k, n, seed, k_patterns[pi].fill);
+                block_q8_K *x = make_acts(n, seed * 7u, k_patterns[pi].c);
+                double mag, want = reference_dot(k, w, x, n, &mag);
+                double got = k->portable(n, w, x);
+                cr_assert(fabs(got - want) <= 1e-6 * mag,
+                          "%s n=%lld pattern %zu: portable %.9g, reference %.9g (scale of terms %.3g)",
+                          k->name, (long long)n, pi, got, want, mag);
+                free(w);
+                free(x);
+            }
+        }
+    }
+}
+
+Test(vecdot_k, avx2_matches_portable) {
+    if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const ktype *k = &k_types[ti];
+        for (size_t li = 0; li < N_LENGTHS; li++) {
+            for (size_t pi = 0; pi < N_PATTERNS; pi++) {
+                int64_t n = k_lengths[li];
+                unsigned seed = (unsigned)(5000 + 1000 * ti + 10 * li + pi);
+                uint8_t *w = make_weights(k, n, seed, k_patterns[pi].fill);
+                block_q8_K *x = make_acts(n, seed * 3u, k_patterns[pi].c);
+                double mag;
+                (void)reference_dot(k, w, x, n, &mag);
+                float port = k->portable(n, w, x), fast = k->avx2(n, w, x);
+                cr_assert(fabs((double)fast - port) <= 1e-6 * mag,
+                          "%s n=%lld pattern %zu: avx2 %.9g, portable %.9g (scale of terms %.3g)",
+                          k->name, (long long)n, pi, fast, port, mag);
+                free(w);
+                free(x);
+            }
+        }
+    }
+}
+
+/* same inputs, same bits: repeated calls, and the same row at another
+ * address (no alignment-dependent path) */
+Test(vecdot_k, deterministic) {
+    const int64_t n = 1024;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const ktype *k = &k_types[ti];
+        size_t wbytes = k->block_bytes * (size_t)(n / COLI_QK_K), xbytes = sizeof(block_q8_K) * (size_t)(n / COLI_QK_K);
+        uint8_t *w = make_weights(k, n, (unsigned)(77 + ti), -1);
+        block_q8_K *x = make_acts(n, (unsigned)(91 + ti), 0.0f);
+        uint8_t *w2 = malloc(wbytes + 3), *x2 = malloc(xbytes + 5);
+        cr_assert(w2 && x2);
+        memcpy(w2 + 3, w, wbytes);
+        memcpy(x2 + 5, x, xbytes);
+        coli_vec_dot_fn fns[2] = {k->portable, coli_cpu_avx2() ? k->avx2 : k->portable};
+        for (int f = 0; f < 2; f++) {
+            float a = fns[f](n, w, x), b = fns[f](n, w, x), c = fns[f](n, w2 + 3, x2 + 5);
+            cr_assert(memcmp(&a, &b, sizeof a) == 0 && memcmp(&a, &c, sizeof a) == 0,
+                      "%s path %d: %.9g %.9g %.9g", k->name, f, a, b, c);
+        }
+        free(w); free(x); free(w2); free(x2);
+    }
+}
+
+/* ---- Q8_K quantizer -------------------------------------------------------- */
+
+static void check_bsums(const block_q8_K *b) {
+    for (int g = 0; g < COLI_QK_K / 16; g++) {
+        int s = 0;
+        for (int l = 0; l < 16; l++) s += b->qs[16 * g + l];
+        cr_assert_eq(b->bsums[g], s, "bsums[%d] = %d, sum of its quants %d", g, b->bsums[g], s);
+    }
+}
+
+Test(vecdot_k, q8_K_zero_block) {
+    float x[2 * COLI_QK_K] = {0};
+    block_q8_K y[2];
+    memset(y, 0x5a, sizeof y);
+    x[COLI_QK_K + 3] = 1.0f;   /* second block not zero */
+    coli_quantize_act_q8_K(x, y, 2 * COLI_QK_K);
+    cr_assert_eq(y[0].d, 0.0f);
+    for (int j = 0; j < COLI_QK_K; j++) cr_assert_eq(y[0].qs[j], 0);
+    for (int g = 0; g < COLI_QK_K / 16; g++) cr_assert_eq(y[0].bsums[g], 0);
+    /* the only nonzero value is the max: iscale = -127/1, d = 1/iscale */
+    cr_assert_eq(y[1].qs[3], -127);
+    cr_assert_eq(y[1].d, 1.0f / -127.0f);
+    cr_assert_eq(y[1].bsums[0], -127);
+}
+
+/* the first value of largest |x| keeps its sign and maps to -127
+ * (llama.cpp's iscale = -127/max, "for IQ2_XXS"), the opposite one to +127 */
+Test(vecdot_k, q8_K_max_sign_and_cap) {
+    float x[COLI_QK_K];
+    for (int j = 0; j < COLI_QK_K; j++) x[j] = (float)((j % 5) - 2) * 0.25f;   /* |x| <= 0.5 */
+    x[20] = -2.0f;
+    x[40] = 2.0f;   /* same |x|, later: not the max */
+    block_q8_K y;
+    coli_quantize_act_q8_K(x, &y, COLI_QK_K);
+    cr_assert_eq(y.d, 1.0f / 63.5f, "d = 1/iscale = max/-127: %g", y.d);
+    cr_assert_eq(y.qs[20], -127);
+    cr_assert_eq(y.qs[40], 127, "%d", y.qs[40]);
+    /* iscale = 63.5: x = 0.25 -> 15.875 -> 16, -0.5 -> -31.75 -> -32 */
+    cr_assert_eq(y.qs[3], 16);
+    cr_assert_eq(y.qs[0], -32);
+    check_bsums(&y);
+}
+
+/* iscale*x exactly half-way rounds to even, as ggml's nearest_int does */
+Test(vecdot_k, q8_K_rounds_half_to_even) {
+    float x[COLI_QK_K] = {0};
+    x[0] = -127.0f;   /* max: iscale = 1, d = 1 */
+    const float in[] = {0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f, -126.5f, 3.4999f};
+    const int want[] = {0, 2, 2, -2, 0, 126, -126, 3};
+    for (int i = 0; i < 8; i++) x[1 + i] = in[i];
+    block_q8_K y;
+    coli_quantize_act_q8_K(x, &y, COLI_QK_K);
+    cr_assert_eq(y.d, 1.0f);
+    for (int i = 0; i < 8; i++) cr_assert_eq(y.qs[1 + i], want[i], "x=%g -> %d, want %d", in[i], y.qs[1 + i], want[i]);
+    check_bsums(&y);
+}
+
+Test(vecdot_k, q8_K_random_bsums_and_error) {
+    unsigned seed = 4242;
+    float x[4 * COLI_QK_K];
+    for (int i = 0; i < 4 * COLI_QK_K; i++) x[i] = frand(&seed) * (float)(1 + i / COLI_QK_K);
+    block_q8_K y[4];
+    coli_quantize_act_q8_K(x, y, 4 * COLI_QK_K);
+    for (int b = 0; b < 4; b++) {
+        check_bsums(&y[b]);
+        for (int j = 0; j < COLI_QK_K; j++) {
+            /* half a step, or a whole one where +128 was capped at 127 */
+            double err = fabs((double)y[b].d * y[b].qs[j] - x[b * COLI_QK_K + j]);
+            double steps = y[b].qs[j] == 127 ? 1.0 : 0.5;
+            cr_assert(err <= steps * fabs(y[b].d) * 1.0001, "block %d value %d: error %g, step %g", b, j, err, y[b].d);
+        }
+    }
+}

@@ -1,0 +1,221 @@
+/*
+ * server.h - the pieces of `coli serve` and how they meet.
+ *
+ *   server_http.c      libmicrohttpd daemon: routing, body limit, auth, JSON/error replies
+ *   server_openai.c    OpenAI request bodies -> gen_request (cJSON), every check named
+ *   server_handlers.c  /v1/completions, /v1/chat/completions (non-streaming), /v1/models, /health
+ *   server_sse.c       the streaming replies (text/event-stream, data: [DONE])
+ *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
+ *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
+ *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots
+ *
+ * Concurrency (why it looks like this): a coli_model owns one thread pool and one
+ * expert executor, shared by its contexts, and coordinator/api.c says calls on
+ * contexts of one model must not overlap. So every library call that computes
+ * or touches the executor runs while holding the model's "baton", a fair
+ * (ticket) lock. Each of --parallel slot threads owns a coli_context (its own
+ * KV cache) and runs coli_generate for one request at a time; its token
+ * callback hands the baton on after every token, so active requests take
+ * turns one token each. The slot threads live as long as the server. Which
+ * thread notices a crash and forks the replacement worker does not matter:
+ * a worker is tied to the coordinator process by its lifeline pipe, not to
+ * the forking thread (coordinator/sched/supervisor.c). Tokenizing is read-only and runs in the HTTP threads without the baton.
+ */
+#ifndef COLI_CLI_SERVER_H
+#define COLI_CLI_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "colibri.h"
+#include "server_template.h"
+
+struct cJSON;
+struct MHD_Connection;
+struct MHD_Response;
+
+#define SERVE_MAX_STOP 4
+
+// ---------------------------------------------------------------------------
+// metrics (server_metrics.c)
+
+#define METRICS_N_BUCKETS 14
+
+typedef struct histogram {
+    uint64_t counts[METRICS_N_BUCKETS]; /* per bucket, not cumulative; last is +Inf */
+    uint64_t n;
+    double sum;                          /* seconds */
+} histogram;
+
+enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_COUNT };
+#define METRICS_MAX_CODES 12
+
+typedef struct server_metrics {
+    pthread_mutex_t mu;
+    struct { int code; uint64_t n; } requests[EP_COUNT][METRICS_MAX_CODES];
+    uint64_t prompt_tokens, generated_tokens, cancelled, rejected_queue_full;
+    histogram ttft, per_token, queue_wait;
+} server_metrics;
+
+void metrics_init(server_metrics *m);
+void metrics_destroy(server_metrics *m);
+void metrics_count_request(server_metrics *m, int endpoint, int http_code);
+void metrics_observe(server_metrics *m, histogram *h, double seconds);
+void metrics_add_tokens(server_metrics *m, int prompt, int generated);
+void metrics_count_cancelled(server_metrics *m);
+int  metrics_endpoint(const char *url);
+
+// ---------------------------------------------------------------------------
+// requests and jobs
+
+/* One validated request, ready to generate. */
+typedef struct gen_request {
+    int chat;                     /* 1: /v1/chat/completions */
+    int stream, include_usage;
+    coli_sampling_params sp;      /* n_predict = max_tokens */
+    int max_tokens_given;         /* 0: fill the context (chat) or 16 (completions) */
+    char *stop[SERVE_MAX_STOP];
+    int n_stop;
+    char *prompt;                 /* text (chat: rendered template); NULL if ids given */
+    int32_t *ids;                 /* prompt tokens once tokenized */
+    int n_ids;
+    int add_special;              /* BOS by the vocabulary (completions) or by the template text (chat) */
+} gen_request;
+
+void gen_request_free(gen_request *r);
+
+typedef enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+
+/* A request's life between its HTTP thread and a slot thread (refcounted). */
+typedef struct job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;            /* new text, state changes */
+    int refs;
+    gen_request req;
+    job_state state;
+    char *raw;                    /* everything generated so far */
+    size_t raw_len, raw_cap;
+    size_t exposed;               /* raw[0..exposed) is final (no stop string can start in it) */
+    int n_gen;
+    const char *finish_reason;    /* "stop" | "length", set when done */
+    int error_http;               /* 0, or the status of a failure during generation */
+    char error[256];
+    atomic_int cancel;            /* client gone or server stopping */
+    int client_fd;                /* for hang-up checks; -1 if unknown */
+    double t_arrival, t_first, t_last;
+    char id[48];
+    long long created;
+} job;
+
+job *job_new(int client_fd);
+void job_retain(job *j);
+void job_release(job *j);
+/* 1 if the client of fd has closed its end (checked without blocking). */
+int  client_gone(int fd);
+/* Wait for the job to change (new text or done) at most ms; checks the client. */
+void job_wait_change(job *j, int ms);
+
+// ---------------------------------------------------------------------------
+// the server
+
+typedef struct server_config {
+    const char *host;
+    int port;
+    const char *api_key;          /* NULL: no auth */
+    int n_slots;                  /* --parallel */
+    int queue_max;                /* waiting requests beyond the busy slots */
+    size_t max_body;              /* bytes */
+    int n_ctx;                    /* per slot, 0 = the model's */
+    int token_delay_ms;           /* COLI_SERVE_DELAY_MS: tests slow generation down */
+    int verbose;
+} server_config;
+
+typedef struct server_slot server_slot;
+
+typedef struct server {
+    server_config cfg;
+    coli_model *model;
+    coli_model_info info;
+    const char *model_id;         /* what /v1/models lists */
+    chat_family family;           /* CHAT_UNKNOWN: chat requests fail with a clear error */
+    const char *family_source;    /* "tokenizer.chat_template" | "architecture" */
+    char *bos_text, *eos_text;
+    atomic_int ready;             /* model loaded, slots started */
+    atomic_int stopping;
+    server_metrics metrics;
+
+    /* the baton: a fair lock over every computing library call */
+    pthread_mutex_t baton_mu;
+    pthread_cond_t baton_cv;
+    uint64_t baton_next, baton_serving;
+
+    /* the queue */
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv;
+    job **queue;                  /* ring of queue_max + n_slots */
+    int q_head, q_len, q_cap;
+    int active;                   /* slots generating */
+    server_slot *slots;
+    pthread_t *slot_threads;
+    int n_started;
+
+    /* stats snapshots, refreshed by the monitor thread (a long-lived one, see above) */
+    pthread_mutex_t st_mu;
+    pthread_cond_t st_cv;
+    char *stats_json;
+    uint64_t st_want, st_have;
+    pthread_t monitor;
+    int monitor_started;
+} server;
+
+/* server_slots.c */
+void server_sync_init(server *s);            /* locks and conditions, before anything starts */
+int  server_slots_start(server *s);          /* contexts, slot threads, monitor; 0 or CLI_FAIL */
+void server_slots_stop(server *s);           /* cancel all, join the threads */
+void server_slots_free(server *s);           /* after the HTTP side stopped: contexts, queue */
+void baton_acquire(server *s);
+void baton_release(server *s);
+/* Queue j (retains it). 0, or 429 when the queue is full, 503 when stopping. */
+int  server_submit(server *s, job *j);
+void server_queue_gauges(server *s, int *waiting, int *active);
+/* A copy of the executor's stats JSON no older than this call (malloc'd, NULL if none). */
+char *server_stats_fresh(server *s);
+
+/* server_openai.c: parse body into r. 0, or an HTTP status with *err set (param may be NULL). */
+int openai_parse(server *s, const char *body, size_t len, int chat, gen_request *r,
+                 char *err, size_t err_cap, const char **param);
+/* Tokenize r->prompt (or check r->ids) and fit max_tokens to the context. 0 or 400/500 + err. */
+int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, const char **param);
+
+/* server_http.c */
+int  http_start(server *s);                  /* 0 or CLI_FAIL; prints the listening line */
+void http_stop(void);
+int  http_bound_port(void);
+/* Queue a reply (takes ownership of the text). */
+int  http_reply_json(struct MHD_Connection *c, int status, char *json_text);
+int  http_reply_text(struct MHD_Connection *c, int status, char *text, const char *content_type);
+/* Queue a 200 text/event-stream reply (takes the response). */
+int  http_reply_stream(struct MHD_Connection *c, struct MHD_Response *r);
+int  http_reply_error(server *s, struct MHD_Connection *c, int ep, int status, const char *type,
+                      const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+int  http_connection_fd(struct MHD_Connection *c);
+
+/* server_handlers.c */
+int handle_completion(server *s, struct MHD_Connection *c, int chat, const char *body, size_t len);
+int handle_models(server *s, struct MHD_Connection *c);
+int handle_health(server *s, struct MHD_Connection *c);
+int handle_metrics(server *s, struct MHD_Connection *c);
+/* A response object (chunk or final) common fields. */
+struct cJSON *response_base(server *s, const job *j, const char *object);
+struct cJSON *usage_json(const job *j);
+
+/* server_sse.c: reply to j with a stream (j already queued). */
+int sse_reply(server *s, struct MHD_Connection *c, job *j);
+
+/* server_metrics.c: the whole /metrics text (malloc'd). */
+char *metrics_render(server *s);
+
+#endif

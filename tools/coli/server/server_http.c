@@ -1,0 +1,238 @@
+/*
+ * server_http.c - the HTTP side of `coli serve`, on libmicrohttpd: one
+ * thread per connection (handlers may block while a request waits for its
+ * tokens), a bound on the request body (413 before reading it when
+ * Content-Length says so), Bearer auth for the /v1 endpoints, routing, and the JSON and
+ * OpenAI-error replies every handler uses.
+ */
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "tools/coli/args.h"
+#include "server.h"
+
+/* Per request: the body as it arrives, and the status we answered with. */
+typedef struct http_req {
+    char *body;
+    size_t len, cap;
+    int too_big;     /* past --max-body: the rest is read and dropped, then 413 */
+    int no_memory;   /* the body could not be stored: 500, not 413 */
+    int ep;
+    int status;
+} http_req;
+
+static struct MHD_Daemon *s_daemon;
+static int s_port;
+static __thread http_req *t_req; /* the request this connection thread is answering */
+
+int http_bound_port(void) { return s_port; }
+
+int http_connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+static int s_queue(struct MHD_Connection *c, int status, struct MHD_Response *resp) {
+    if (!resp) return MHD_NO;
+    if (t_req) t_req->status = status;
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+int http_reply_text(struct MHD_Connection *c, int status, char *text, const char *content_type) {
+    if (!text) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", content_type);
+    return s_queue(c, status, r);
+}
+
+int http_reply_json(struct MHD_Connection *c, int status, char *json_text) {
+    return http_reply_text(c, status, json_text, "application/json");
+}
+
+int http_reply_stream(struct MHD_Connection *c, struct MHD_Response *r) {
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    return s_queue(c, 200, r);
+}
+
+int http_reply_error(server *s, struct MHD_Connection *c, int ep, int status, const char *type,
+                     const char *code, const char *param, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    if (code) cJSON_AddStringToObject(e, "code", code);
+    else cJSON_AddNullToObject(e, "code");
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return http_reply_json(c, status, text);
+}
+
+/* Constant-time comparison, so the key cannot be guessed byte by byte from timing. */
+static int s_key_matches(const char *given, const char *key) {
+    size_t gl = strlen(given), kl = strlen(key);
+    unsigned diff = (unsigned)(gl ^ kl);
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < gl ? given[i] : 0);
+    return diff == 0;
+}
+
+static int s_authorized(server *s, struct MHD_Connection *c, const char *url) {
+    if (!s->cfg.api_key || strncmp(url, "/v1/", 4) != 0) return 1; /* /health, /metrics stay open */
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    return h && strncmp(h, "Bearer ", 7) == 0 && s_key_matches(h + 7, s->cfg.api_key);
+}
+
+static int s_route(server *s, struct MHD_Connection *c, const char *url, const char *method, http_req *r) {
+    int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    int ep = r->ep;
+    if (ep == EP_OTHER)
+        return http_reply_error(s, c, ep, 404, "invalid_request_error", "not_found", NULL,
+                                "%s %s: no such endpoint", method, url);
+    int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT;
+    if ((want_post && !post) || (!want_post && !get))
+        return http_reply_error(s, c, ep, 405, "invalid_request_error", "method_not_allowed", NULL,
+                                "%s %s: method not allowed (use %s)", method, url, want_post ? "POST" : "GET");
+    if (r->too_big)
+        return http_reply_error(s, c, ep, 413, "invalid_request_error", "request_too_large", NULL,
+                                "request body: larger than the limit of %zu bytes", s->cfg.max_body);
+    if (r->no_memory)
+        return http_reply_error(s, c, ep, 500, "server_error", NULL, NULL,
+                                "request body: out of memory after %zu bytes", r->len);
+    if (ep == EP_METRICS) return handle_metrics(s, c);
+    if (ep == EP_HEALTH) return handle_health(s, c);
+    if (!atomic_load(&s->ready))
+        return http_reply_error(s, c, ep, 503, "server_error", "model_loading", NULL,
+                                "the model is still loading; try again shortly");
+    if (ep == EP_MODELS) return handle_models(s, c);
+    return handle_completion(s, c, ep == EP_CHAT, r->body ? r->body : "", r->len);
+}
+
+/* The first call for a request: headers only. Refuse early what we can. */
+static int s_first_call(server *s, struct MHD_Connection *c, const char *url, http_req *r) {
+    if (!s_authorized(s, c, url))
+        return http_reply_error(s, c, r->ep, 401, "invalid_request_error", "invalid_api_key", NULL,
+                                "missing or wrong API key: send 'Authorization: Bearer KEY'");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
+        return http_reply_error(s, c, r->ep, 413, "invalid_request_error", "request_too_large", NULL,
+                                "request body: %s bytes, more than the limit of %zu", cl, s->cfg.max_body);
+    return MHD_YES;
+}
+
+static void s_take_body(server *s, http_req *r, const char *data, size_t n) {
+    if (r->too_big || r->no_memory) return;
+    if (r->len + n > s->cfg.max_body) {
+        r->too_big = 1; /* keep reading (and dropping) so that we can answer 413 */
+        return;
+    }
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->len + n + 1 > 2 * r->cap ? r->len + n + 1 : 2 * r->cap;
+        char *b = realloc(r->body, cap);
+        if (!b) {
+            r->no_memory = 1;
+            return;
+        }
+        r->body = b;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+    r->body[r->len] = '\0';
+}
+
+static enum MHD_Result s_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    server *s = cls;
+    http_req *r = *con_cls;
+    if (!r) {
+        if (!(r = calloc(1, sizeof *r))) return MHD_NO;
+        r->ep = metrics_endpoint(url);
+        *con_cls = r;
+        t_req = r;
+        return (enum MHD_Result)s_first_call(s, c, url, r);
+    }
+    t_req = r;
+    if (*upload_size) {
+        s_take_body(s, r, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return (enum MHD_Result)s_route(s, c, url, method, r);
+}
+
+static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c;
+    (void)toe;
+    server *s = cls;
+    http_req *r = *con_cls;
+    if (!r) return;
+    if (r->status) metrics_count_request(&s->metrics, r->ep, r->status);
+    if (t_req == r) t_req = NULL;
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+}
+
+static int s_resolve(server *s, struct sockaddr_storage *addr, int *ipv6) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
+    int e = getaddrinfo(s->cfg.host, NULL, &hints, &res);
+    if (e || !res) {
+        fprintf(stderr, "coli serve: --host %s: %s\n", s->cfg.host, gai_strerror(e));
+        return CLI_FAIL;
+    }
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    *ipv6 = res->ai_family == AF_INET6;
+    if (*ipv6) ((struct sockaddr_in6 *)addr)->sin6_port = htons((uint16_t)s->cfg.port);
+    else ((struct sockaddr_in *)addr)->sin_port = htons((uint16_t)s->cfg.port);
+    freeaddrinfo(res);
+    return 0;
+}
+
+int http_start(server *s) {
+    struct sockaddr_storage addr;
+    int ipv6 = 0;
+    if (s_resolve(s, &addr, &ipv6)) return CLI_FAIL;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
+    if (ipv6) flags |= MHD_USE_IPv6;
+    if (s->cfg.verbose) flags |= MHD_USE_ERROR_LOG;
+    s_daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, s_access, s,
+                                MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                MHD_OPTION_NOTIFY_COMPLETED, s_completed, s,
+                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                                MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 * 1024),
+                                MHD_OPTION_END);
+    if (!s_daemon) {
+        fprintf(stderr, "coli serve: cannot listen on %s:%d (address in use, or not allowed)\n", s->cfg.host, s->cfg.port);
+        return CLI_FAIL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s_daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s_port = di ? di->port : s->cfg.port;
+    printf("coli serve: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", s->cfg.host, ipv6 ? "]" : "", s_port);
+    fflush(stdout);
+    return 0;
+}
+
+void http_stop(void) {
+    if (s_daemon) MHD_stop_daemon(s_daemon);
+    s_daemon = NULL;
+}

@@ -1,0 +1,277 @@
+/*
+ * server_openai.c - an OpenAI request body -> gen_request. Every field is
+ * checked for its type and range; a bad one gives HTTP 400 with a message
+ * that names the field (and `param` set to it), as OpenAI does. Fields this
+ * server does not know are ignored (clients send extras such as "user");
+ * known options it cannot honour (logprobs, penalties, tools, n > 1, ...)
+ * are refused when set to anything but their neutral value.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tools/coli/model_opts.h"
+#include "server.h"
+
+#define MAX_MESSAGES 4096
+
+void gen_request_free(gen_request *r) {
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->prompt);
+    free(r->ids);
+    memset(r, 0, sizeof *r);
+}
+
+typedef struct parse_ctx {
+    char *err;
+    size_t cap;
+    const char **param;
+} parse_ctx;
+
+static int s_bad(parse_ctx *p, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int s_bad(parse_ctx *p, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->err, p->cap, fmt, ap);
+    va_end(ap);
+    *p->param = param;
+    return 400;
+}
+
+static const cJSON *s_get(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return v && !cJSON_IsNull(v) ? v : NULL; /* null means "not given" for every field */
+}
+
+static int s_is_int(const cJSON *v, double lo, double hi) {
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) && floor(v->valuedouble) == v->valuedouble &&
+           v->valuedouble >= lo && v->valuedouble <= hi;
+}
+
+/* Options that must keep their neutral value: absent, null, false, 0, 1 (n, best_of), {} or []. */
+static int s_unsupported(parse_ctx *p, const cJSON *root) {
+    static const char *names[] = {"logprobs", "top_logprobs", "echo", "suffix", "presence_penalty",
+                                  "frequency_penalty", "logit_bias", "tools", "functions",
+                                  "tool_choice", "function_call", "best_of", "n"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const cJSON *v = s_get(root, names[i]);
+        if (!v) continue;
+        int neutral = cJSON_IsFalse(v) || (cJSON_IsNumber(v) && v->valuedouble == 0) ||
+                      ((cJSON_IsObject(v) || cJSON_IsArray(v)) && !v->child) ||
+                      (cJSON_IsString(v) && (!strcmp(v->valuestring, "none") || !*v->valuestring));
+        if (!strcmp(names[i], "n") || !strcmp(names[i], "best_of")) {
+            if (s_is_int(v, 1, 1)) continue;
+            if (!s_is_int(v, 1, 1e9)) return s_bad(p, names[i], "%s: must be a positive integer", names[i]);
+            return s_bad(p, names[i], "%s: only 1 is supported", names[i]);
+        }
+        if (!neutral) return s_bad(p, names[i], "%s: not supported by this server", names[i]);
+    }
+    const cJSON *rf = s_get(root, "response_format");
+    const cJSON *type = rf ? s_get(rf, "type") : NULL;
+    if (rf && !(cJSON_IsString(type) && !strcmp(type->valuestring, "text")))
+        return s_bad(p, "response_format", "response_format: only {\"type\": \"text\"} is supported");
+    return 0;
+}
+
+static int s_sampling(parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *v;
+    r->sp.temperature = 1.0f; /* OpenAI's defaults: sample the full distribution */
+    r->sp.top_p = 1.0f;
+    r->sp.top_k = 0;
+    r->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)r;
+    if ((v = s_get(root, "temperature"))) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 2))
+            return s_bad(p, "temperature", "temperature: must be a number from 0 to 2");
+        r->sp.temperature = (float)v->valuedouble;
+    }
+    if ((v = s_get(root, "top_p"))) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1))
+            return s_bad(p, "top_p", "top_p: must be a number in (0, 1]");
+        r->sp.top_p = (float)v->valuedouble;
+    }
+    if ((v = s_get(root, "top_k"))) {
+        if (!s_is_int(v, 0, 1e9)) return s_bad(p, "top_k", "top_k: must be an integer >= 0");
+        r->sp.top_k = (int)v->valuedouble;
+    }
+    if ((v = s_get(root, "seed"))) {
+        if (!s_is_int(v, -9007199254740992.0, 9007199254740992.0))
+            return s_bad(p, "seed", "seed: must be an integer");
+        r->sp.seed = (uint64_t)(int64_t)v->valuedouble;
+    }
+    const char *mt = r->chat && s_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if ((v = s_get(root, mt))) {
+        if (!s_is_int(v, 1, 1e15)) return s_bad(p, mt, "%s: must be an integer from 1 to 10^15", mt);
+        r->sp.n_predict = v->valuedouble > (1 << 30) ? (1 << 30) : (int)v->valuedouble;
+        r->max_tokens_given = 1;
+    }
+    return 0;
+}
+
+static int s_stop(parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *v = s_get(root, "stop"), *e;
+    if (!v) return 0;
+    if (cJSON_IsString(v)) {
+        if (*v->valuestring && !(r->stop[r->n_stop++] = strdup(v->valuestring))) return 500;
+        return 0;
+    }
+    if (!cJSON_IsArray(v)) return s_bad(p, "stop", "stop: must be a string or an array of strings");
+    if (cJSON_GetArraySize(v) > SERVE_MAX_STOP) return s_bad(p, "stop", "stop: at most %d strings", SERVE_MAX_STOP);
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsString(e)) return s_bad(p, "stop", "stop: every element must be a string");
+        if (*e->valuestring && !(r->stop[r->n_stop++] = strdup(e->valuestring))) return 500;
+    }
+    return 0;
+}
+
+static int s_stream(parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *v = s_get(root, "stream"), *o;
+    if (v && !cJSON_IsBool(v)) return s_bad(p, "stream", "stream: must be true or false");
+    r->stream = v && cJSON_IsTrue(v);
+    if ((o = s_get(root, "stream_options"))) {
+        if (!cJSON_IsObject(o)) return s_bad(p, "stream_options", "stream_options: must be an object");
+        if (!r->stream) return s_bad(p, "stream_options", "stream_options: only allowed when stream is true");
+        const cJSON *u = s_get(o, "include_usage");
+        if (u && !cJSON_IsBool(u)) return s_bad(p, "stream_options.include_usage", "stream_options.include_usage: must be true or false");
+        r->include_usage = u && cJSON_IsTrue(u);
+    }
+    const cJSON *model = s_get(root, "model");
+    if (model && !cJSON_IsString(model)) return s_bad(p, "model", "model: must be a string");
+    return 0;
+}
+
+/* content: a string, or an array of {"type":"text","text":...} parts (joined). */
+static int s_content(parse_ctx *p, const cJSON *c, int i, char **out) {
+    char name[64];
+    snprintf(name, sizeof name, "messages[%d].content", i);
+    if (cJSON_IsString(c)) return (*out = strdup(c->valuestring)) ? 0 : 500;
+    if (!cJSON_IsArray(c)) return s_bad(p, "messages", "%s: must be a string or an array of text parts", name);
+    size_t len = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = s_get(part, "type"), *text = s_get(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
+            return s_bad(p, "messages", "%s: only parts of type \"text\" with a string \"text\" are supported", name);
+        len += strlen(text->valuestring);
+    }
+    if (!(*out = malloc(len + 1))) return 500;
+    size_t at = 0; /* appended at a known end: strcat would rescan it per part */
+    cJSON_ArrayForEach(part, c) {
+        const char *text = s_get(part, "text")->valuestring;
+        size_t n = strlen(text);
+        memcpy(*out + at, text, n);
+        at += n;
+    }
+    (*out)[at] = '\0';
+    return 0;
+}
+
+static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *msgs = s_get(root, "messages"), *m;
+    if (!msgs) return s_bad(p, "messages", "messages: required");
+    if (!cJSON_IsArray(msgs)) return s_bad(p, "messages", "messages: must be an array");
+    int n = cJSON_GetArraySize(msgs);
+    if (n < 1 || n > MAX_MESSAGES) return s_bad(p, "messages", "messages: must hold 1 to %d messages", MAX_MESSAGES);
+    chat_message *cm = calloc((size_t)n, sizeof *cm);
+    if (!cm) return 500;
+    int rc = 0, i = 0;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = s_get(m, "role"), *content = s_get(m, "content");
+        if (!cJSON_IsObject(m)) rc = s_bad(p, "messages", "messages[%d]: must be an object", i);
+        else if (!cJSON_IsString(role)) rc = s_bad(p, "messages", "messages[%d].role: must be a string", i);
+        else if (!content) rc = s_bad(p, "messages", "messages[%d].content: required", i);
+        else rc = s_content(p, content, i, (char **)&cm[i].content);
+        if (rc) break;
+        cm[i++].role = role->valuestring;
+    }
+    if (!rc && s->family == CHAT_UNKNOWN) {
+        snprintf(p->err, p->cap, "model '%s': its chat template is not one colibri can render (%s); use /v1/completions with your own prompt format", s->model_id, chat_family_list());
+        *p->param = "messages";
+        rc = 400;
+    } else if (!rc && chat_render(s->family, cm, n, s->bos_text, s->eos_text,
+                                  chat_template_default_system(s->info.chat_template), &r->prompt, p->err, p->cap)) {
+        *p->param = "messages";
+        rc = 400;
+    }
+    for (int k = 0; k < n; k++) free((char *)cm[k].content);
+    free(cm);
+    return rc;
+}
+
+/* prompt: a string, an array holding one string, or an array of token ids. */
+static int s_prompt(server *s, parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *v = s_get(root, "prompt"), *e;
+    r->add_special = 1;
+    if (!v) return s_bad(p, "prompt", "prompt: required");
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child)) v = v->child;
+    if (cJSON_IsString(v)) return (r->prompt = strdup(v->valuestring)) ? 0 : 500;
+    if (!cJSON_IsArray(v) || !v->child)
+        return s_bad(p, "prompt", "prompt: must be a string, an array of one string, or a non-empty array of token ids");
+    if (cJSON_IsString(v->child)) return s_bad(p, "prompt", "prompt: only one prompt per request (n = 1)");
+    int n = cJSON_GetArraySize(v), i = 0;
+    if (!(r->ids = malloc((size_t)n * sizeof *r->ids))) return 500;
+    cJSON_ArrayForEach(e, v) {
+        if (!s_is_int(e, 0, s->info.n_vocab - 1))
+            return s_bad(p, "prompt", "prompt[%d]: token ids must be integers from 0 to %d", i, s->info.n_vocab - 1);
+        r->ids[i++] = (int32_t)e->valuedouble;
+    }
+    r->n_ids = n;
+    return 0;
+}
+
+int openai_parse(server *s, const char *body, size_t len, int chat, gen_request *r,
+                 char *err, size_t err_cap, const char **param) {
+    parse_ctx p = {err, err_cap, param};
+    *param = NULL;
+    memset(r, 0, sizeof *r);
+    r->chat = chat;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root) {
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        return s_bad(&p, NULL, "request body: not valid JSON (error near byte %zu)", at);
+    }
+    int rc = 0;
+    if (!cJSON_IsObject(root)) rc = s_bad(&p, NULL, "request body: must be a JSON object");
+    if (!rc) rc = s_unsupported(&p, root);
+    if (!rc) rc = s_stream(&p, root, r);
+    if (!rc) rc = s_sampling(&p, root, r);
+    if (!rc) rc = s_stop(&p, root, r);
+    if (!rc) rc = chat ? s_messages(s, &p, root, r) : s_prompt(s, &p, root, r);
+    if (rc == 500) snprintf(err, err_cap, "out of memory while reading the request");
+    cJSON_Delete(root);
+    if (rc) gen_request_free(r);
+    return rc;
+}
+
+static int s_tokenize(server *s, gen_request *r, parse_ctx *p) {
+    free(r->ids);
+    r->ids = NULL;
+    int rc = cli_tokenize(s->model, r->prompt, strlen(r->prompt), r->add_special, 1, &r->ids, &r->n_ids);
+    if (rc == COLI_ENOMEM) return 500;
+    return rc ? s_bad(p, r->chat ? "messages" : "prompt", "%s", coli_last_error()) : 0;
+}
+
+int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, const char **param) {
+    parse_ctx p = {err, err_cap, param};
+    *param = NULL;
+    int rc = r->prompt ? s_tokenize(s, r, &p) : 0;
+    if (rc == 500) snprintf(err, err_cap, "out of memory for the prompt's tokens");
+    if (rc) return rc;
+    const char *what = r->chat ? "messages" : "prompt";
+    int n_ctx = s->cfg.n_ctx > 0 ? s->cfg.n_ctx : s->info.n_ctx;
+    if (r->n_ids < 1) return s_bad(&p, what, "%s: empty (it gives no tokens)", what);
+    if (r->n_ids >= n_ctx)
+        return s_bad(&p, what, "this model's maximum context length is %d tokens; the %s has %d", n_ctx, what, r->n_ids);
+    int room = n_ctx - r->n_ids;
+    if (!r->max_tokens_given) {
+        r->sp.n_predict = r->chat || room < 16 ? room : 16; /* OpenAI: completions default to 16 */
+    } else if (r->sp.n_predict > room) {
+        return s_bad(&p, "max_tokens", "this model's maximum context length is %d tokens; you requested %lld (%d in the %s, %d for the completion)",
+                     n_ctx, (long long)r->n_ids + r->sp.n_predict, r->n_ids, what, r->sp.n_predict);
+    }
+    return 0;
+}

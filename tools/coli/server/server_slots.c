@@ -1,0 +1,409 @@
+#define _GNU_SOURCE /* POLLRDHUP, memmem */
+/*
+ * server_slots.c - the request queue, the slot threads that generate, the
+ * compute baton, and the monitor thread that keeps the executor's stats
+ * fresh. Why it is built this way: see server.h.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tools/coli/args.h"
+#include "server.h"
+#include "core/clock.h"
+
+struct server_slot {
+    server *srv;
+    int index;
+    coli_context *ctx;
+    job *cur;
+};
+
+static void s_deadline(struct timespec *ts, int ms) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static void s_cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+// ---------------------------------------------------------------------------
+// jobs
+
+job *job_new(int client_fd) {
+    job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    s_cond_init(&j->cv);
+    j->refs = 1;
+    j->client_fd = client_fd;
+    j->t_arrival = coli_now_s();
+    j->created = (long long)time(NULL);
+    static atomic_ullong counter;
+    snprintf(j->id, sizeof j->id, "%llx%06llx", (unsigned long long)j->created,
+             (unsigned long long)(atomic_fetch_add(&counter, 1) & 0xffffff));
+    return j;
+}
+
+void job_retain(job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void job_release(job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left) return;
+    gen_request_free(&j->req);
+    free(j->raw);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+int client_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+void job_wait_change(job *j, int ms) {
+    struct timespec until;
+    s_deadline(&until, ms);
+    pthread_mutex_lock(&j->mu);
+    size_t seen = j->exposed;
+    job_state state = j->state;
+    while (j->exposed == seen && j->state == state && !atomic_load(&j->cancel))
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&j->mu);
+    if (client_gone(j->client_fd)) atomic_store(&j->cancel, 1);
+}
+
+// ---------------------------------------------------------------------------
+// the baton: a ticket lock, so a thread that hands it on queues behind the others
+
+void baton_acquire(server *s) {
+    pthread_mutex_lock(&s->baton_mu);
+    uint64_t mine = s->baton_next++;
+    while (s->baton_serving != mine) pthread_cond_wait(&s->baton_cv, &s->baton_mu);
+    pthread_mutex_unlock(&s->baton_mu);
+}
+
+void baton_release(server *s) {
+    pthread_mutex_lock(&s->baton_mu);
+    s->baton_serving++;
+    pthread_cond_broadcast(&s->baton_cv);
+    pthread_mutex_unlock(&s->baton_mu);
+}
+
+// ---------------------------------------------------------------------------
+// the queue
+
+int server_submit(server *s, job *j) {
+    pthread_mutex_lock(&s->q_mu);
+    int rc = 0;
+    if (atomic_load(&s->stopping)) rc = 503;
+    else if (s->q_len >= s->q_cap || s->q_len - (s->cfg.n_slots - s->active) >= s->cfg.queue_max) rc = 429;
+    if (rc == 0) {
+        job_retain(j);
+        s->queue[(s->q_head + s->q_len) % s->q_cap] = j;
+        s->q_len++;
+        pthread_cond_signal(&s->q_cv);
+    }
+    pthread_mutex_unlock(&s->q_mu);
+    return rc;
+}
+
+void server_queue_gauges(server *s, int *waiting, int *active) {
+    pthread_mutex_lock(&s->q_mu);
+    *waiting = s->q_len;
+    *active = s->active;
+    pthread_mutex_unlock(&s->q_mu);
+}
+
+/* The next job for a slot; NULL when the server stops. */
+static job *s_take(server *s) {
+    pthread_mutex_lock(&s->q_mu);
+    while (s->q_len == 0 && !atomic_load(&s->stopping)) pthread_cond_wait(&s->q_cv, &s->q_mu);
+    job *j = NULL;
+    if (s->q_len > 0) {
+        j = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->q_cap;
+        s->q_len--;
+        s->active++;
+    }
+    pthread_mutex_unlock(&s->q_mu);
+    return j;
+}
+
+// ---------------------------------------------------------------------------
+// generation
+
+/* Longest suffix of text[from..len) that is a proper prefix of a stop string. */
+static size_t s_stop_holdback(const job *j, size_t from) {
+    size_t hold = 0;
+    for (int k = 0; k < j->req.n_stop; k++) {
+        size_t sl = strlen(j->req.stop[k]);
+        if (sl == 0) continue;
+        for (size_t h = sl - 1; h > hold; h--)
+            if (h <= j->raw_len - from && memcmp(j->raw + j->raw_len - h, j->req.stop[k], h) == 0) {
+                hold = h;
+                break;
+            }
+    }
+    return hold;
+}
+
+/* Append a token's text; find stop strings. 1 if a stop string ended the answer. */
+static int s_append(job *j, const char *text, size_t len) {
+    if (j->raw_len + len + 1 > j->raw_cap) {
+        size_t cap = (j->raw_len + len + 1) * 2;
+        char *t = realloc(j->raw, cap);
+        if (!t) return -1;
+        j->raw = t;
+        j->raw_cap = cap;
+    }
+    memcpy(j->raw + j->raw_len, text, len);
+    j->raw_len += len;
+    j->raw[j->raw_len] = '\0';
+    size_t best = (size_t)-1;
+    for (int k = 0; k < j->req.n_stop; k++) {
+        char *hit = memmem(j->raw + j->exposed, j->raw_len - j->exposed, j->req.stop[k], strlen(j->req.stop[k]));
+        if (hit && (size_t)(hit - j->raw) < best) best = (size_t)(hit - j->raw);
+    }
+    if (best != (size_t)-1) {
+        j->raw_len = j->exposed = best;
+        j->raw[best] = '\0';
+        return 1;
+    }
+    j->exposed = j->raw_len - s_stop_holdback(j, j->exposed);
+    return 0;
+}
+
+static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
+    server_slot *slot = user;
+    server *s = slot->srv;
+    job *j = slot->cur;
+    double now = coli_now_s();
+    if (j->n_gen == 0) metrics_observe(&s->metrics, &s->metrics.ttft, now - j->t_arrival);
+    else metrics_observe(&s->metrics, &s->metrics.per_token, now - j->t_last);
+    pthread_mutex_lock(&j->mu);
+    j->t_last = now;
+    j->n_gen++;
+    int stop = s_append(j, text, len);
+    if (stop < 0) {
+        j->error_http = 500;
+        snprintf(j->error, sizeof j->error, "generation: out of memory for the answer text");
+    } else if (stop) {
+        j->finish_reason = "stop";
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (stop) return 1;
+    /* Others' turn: the baton goes to the back of the line. */
+    baton_release(s);
+    if (s->cfg.token_delay_ms > 0) usleep((useconds_t)s->cfg.token_delay_ms * 1000u);
+    if (client_gone(j->client_fd)) atomic_store(&j->cancel, 1);
+    baton_acquire(s);
+    return atomic_load(&j->cancel) || atomic_load(&s->stopping);
+}
+
+static void s_finish(server_slot *slot, job *j, int rc, const coli_gen_stats *st) {
+    server *s = slot->srv;
+    pthread_mutex_lock(&j->mu);
+    if (rc != 0 && !j->error_http) {
+        j->error_http = 500;
+        snprintf(j->error, sizeof j->error, "generation failed: %s", coli_last_error());
+    }
+    if (!j->finish_reason) j->finish_reason = st->stopped_by_eog ? "stop" : "length";
+    j->exposed = j->raw_len; /* held-back text that never became a stop string is answer text */
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    metrics_add_tokens(&s->metrics, st->n_prompt, j->n_gen);
+    if (atomic_load(&j->cancel) && !atomic_load(&s->stopping)) metrics_count_cancelled(&s->metrics);
+}
+
+static void s_run(server_slot *slot, job *j) {
+    server *s = slot->srv;
+    coli_gen_stats st;
+    memset(&st, 0, sizeof st);
+    metrics_observe(&s->metrics, &s->metrics.queue_wait, coli_now_s() - j->t_arrival);
+    pthread_mutex_lock(&j->mu);
+    j->state = JOB_RUNNING;
+    pthread_mutex_unlock(&j->mu);
+    int rc = 0;
+    if (!atomic_load(&j->cancel) && !client_gone(j->client_fd)) {
+        slot->cur = j;
+        baton_acquire(s);
+        coli_context_reset(slot->ctx);
+        rc = coli_generate(slot->ctx, j->req.ids, j->req.n_ids, &j->req.sp, s_on_token, slot, &st);
+        baton_release(s);
+        slot->cur = NULL;
+    } else {
+        atomic_store(&j->cancel, 1);
+    }
+    s_finish(slot, j, rc, &st);
+}
+
+static void *s_slot_main(void *arg) {
+    server_slot *slot = arg;
+    server *s = slot->srv;
+    job *j;
+    while ((j = s_take(s))) {
+        s_run(slot, j);
+        pthread_mutex_lock(&s->q_mu);
+        s->active--;
+        pthread_mutex_unlock(&s->q_mu);
+        job_release(j);
+    }
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------
+// stats: the monitor refreshes on demand and every second, on a thread that
+// lives as long as the server (the executor may restart workers from it)
+
+static void s_refresh_stats(server *s) {
+    char *json = NULL;
+    baton_acquire(s);
+    int rc = coli_model_stats_json(s->model, &json);
+    baton_release(s);
+    pthread_mutex_lock(&s->st_mu);
+    if (rc == 0) {
+        free(s->stats_json);
+        s->stats_json = json;
+    }
+    pthread_cond_broadcast(&s->st_cv);
+    pthread_mutex_unlock(&s->st_mu);
+}
+
+static void *s_monitor_main(void *arg) {
+    server *s = arg;
+    pthread_mutex_lock(&s->st_mu);
+    while (!atomic_load(&s->stopping)) {
+        uint64_t want = s->st_want;
+        pthread_mutex_unlock(&s->st_mu);
+        s_refresh_stats(s);
+        pthread_mutex_lock(&s->st_mu);
+        s->st_have = want;
+        pthread_cond_broadcast(&s->st_cv);
+        struct timespec until;
+        s_deadline(&until, 1000);
+        while (s->st_want == s->st_have && !atomic_load(&s->stopping))
+            if (pthread_cond_timedwait(&s->st_cv, &s->st_mu, &until) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&s->st_mu);
+    return NULL;
+}
+
+char *server_stats_fresh(server *s) {
+    struct timespec until;
+    s_deadline(&until, 5000);
+    pthread_mutex_lock(&s->st_mu);
+    uint64_t want = ++s->st_want;
+    pthread_cond_broadcast(&s->st_cv);
+    while (s->st_have < want && !atomic_load(&s->stopping))
+        if (pthread_cond_timedwait(&s->st_cv, &s->st_mu, &until) == ETIMEDOUT) break;
+    char *copy = s->stats_json ? strdup(s->stats_json) : NULL;
+    pthread_mutex_unlock(&s->st_mu);
+    return copy;
+}
+
+// ---------------------------------------------------------------------------
+// start and stop
+
+static int s_alloc(server *s) {
+    s->q_cap = s->cfg.queue_max + s->cfg.n_slots;
+    s->queue = calloc((size_t)s->q_cap, sizeof *s->queue);
+    s->slots = calloc((size_t)s->cfg.n_slots, sizeof *s->slots);
+    s->slot_threads = calloc((size_t)s->cfg.n_slots, sizeof *s->slot_threads);
+    if (!s->queue || !s->slots || !s->slot_threads) {
+        fprintf(stderr, "coli serve: out of memory for %d slots\n", s->cfg.n_slots);
+        return CLI_FAIL;
+    }
+    coli_context_params cp;
+    coli_context_default_params(&cp);
+    cp.n_ctx = s->cfg.n_ctx;
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        s->slots[i] = (server_slot){.srv = s, .index = i};
+        if (coli_context_new(s->model, &cp, &s->slots[i].ctx) != 0) {
+            fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
+            return CLI_FAIL;
+        }
+    }
+    return 0;
+}
+
+void server_sync_init(server *s) {
+    pthread_mutex_init(&s->baton_mu, NULL);
+    pthread_cond_init(&s->baton_cv, NULL);
+    pthread_mutex_init(&s->q_mu, NULL);
+    pthread_cond_init(&s->q_cv, NULL);
+    pthread_mutex_init(&s->st_mu, NULL);
+    s_cond_init(&s->st_cv);
+}
+
+int server_slots_start(server *s) {
+    if (s_alloc(s)) return CLI_FAIL;
+    for (; s->n_started < s->cfg.n_slots; s->n_started++) {
+        int e = pthread_create(&s->slot_threads[s->n_started], NULL, s_slot_main, &s->slots[s->n_started]);
+        if (e) {
+            fprintf(stderr, "coli serve: cannot start slot thread: %s\n", strerror(e));
+            return CLI_FAIL;
+        }
+    }
+    s_refresh_stats(s);
+    int e = pthread_create(&s->monitor, NULL, s_monitor_main, s);
+    if (e) {
+        fprintf(stderr, "coli serve: cannot start the monitor thread: %s\n", strerror(e));
+        return CLI_FAIL;
+    }
+    s->monitor_started = 1;
+    return 0;
+}
+
+void server_slots_stop(server *s) {
+    atomic_store(&s->stopping, 1);
+    if (!s->queue) return;
+    pthread_mutex_lock(&s->q_mu);
+    for (int i = 0; i < s->q_len; i++) atomic_store(&s->queue[(s->q_head + i) % s->q_cap]->cancel, 1);
+    for (int i = 0; i < s->cfg.n_slots; i++)
+        if (s->slots[i].cur) atomic_store(&s->slots[i].cur->cancel, 1);
+    pthread_cond_broadcast(&s->q_cv);
+    pthread_mutex_unlock(&s->q_mu);
+    pthread_mutex_lock(&s->st_mu);
+    pthread_cond_broadcast(&s->st_cv);
+    pthread_mutex_unlock(&s->st_mu);
+    for (int i = 0; i < s->n_started; i++) pthread_join(s->slot_threads[i], NULL);
+    if (s->monitor_started) pthread_join(s->monitor, NULL);
+    s->n_started = 0;
+    s->monitor_started = 0;
+}
+
+void server_slots_free(server *s) {
+    if (!s->queue) return;
+    for (int i = 0; i < s->cfg.n_slots; i++) coli_context_free(&s->slots[i].ctx);
+    free(s->slots);
+    free(s->slot_threads);
+    free(s->queue);
+    free(s->stats_json);
+    s->queue = NULL;
+}

@@ -1,0 +1,337 @@
+/*
+ * server_template.c - chat templates rendered in C; see server_template.h.
+ *
+ * The layouts, as their reference Jinja templates produce them (with
+ * add_generation_prompt):
+ *   Mistral/Mixtral:  <s>[INST] user [/INST]answer</s>[INST] user [/INST]
+ *                     (a system message is put before the first user text,
+ *                     separated by a blank line, as Mistral's later templates do)
+ *   ChatML (Qwen2):   <|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n
+ *   OLMo / Tulu:      <bos><|system|>\n..\n<|user|>\n..\n<|assistant|>\n..<eos>\n ... <|assistant|>\n
+ *   Qwen3:            ChatML; an assistant turn before the last user message
+ *                     loses its <think>...</think> part, one after it keeps it
+ *                     as "<think>\nR\n</think>\n\n" (Qwen3's tokenizer_config.json).
+ *                     Thinking stays on (enable_thinking undefined); Qwen3's
+ *                     "/no_think" in a message is plain text and works.
+ *   DeepSeek V2:      <bos>system\n\nUser: ..\n\nAssistant: ..<eos>User: ..\n\nAssistant:
+ *                     (DeepSeek-V2-Chat's tokenizer_config.json)
+ *   DeepSeek V3:      <bos>system<｜User｜>..<｜Assistant｜>..<｜end▁of▁sentence｜>..<｜Assistant｜>
+ *                     (DeepSeek-V3's tokenizer_config.json: every system text
+ *                     first, joined by a blank line)
+ *   Llama 3:          <bos><|start_header_id|>role<|end_header_id|>\n\ntrimmed content<|eot_id|>
+ *                     ... <|start_header_id|>assistant<|end_header_id|>\n\n
+ *                     (Meta-Llama-3-8B-Instruct's tokenizer_config.json)
+ */
+#include "server_template.h"
+#include "strbuf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The rendered prompt grows in many small pieces; a failure sticks (checked once at the end). */
+static void s_put(coli_strbuf *b, const char *text) { coli_strbuf_appendf(b, "%s", text); }
+
+static int s_err(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int s_err(char *err, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* DeepSeek V3's role and end markers: U+FF5C FULLWIDTH VERTICAL LINE and
+ * U+2581 LOWER ONE EIGHTH BLOCK, written as bytes. */
+#define DS_BAR       "\xEF\xBD\x9C"
+#define DS_USER      "<" DS_BAR "User" DS_BAR ">"
+#define DS_ASSISTANT "<" DS_BAR "Assistant" DS_BAR ">"
+#define DS_EOS       "<" DS_BAR "end\xE2\x96\x81of\xE2\x96\x81sentence" DS_BAR ">"
+
+/* What tokenizer.chat_template holds for each family, checked in this order
+ * (Qwen3's template is also ChatML, so it comes first). */
+static chat_family s_family_of_template(const char *t) {
+    if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? CHAT_QWEN3 : CHAT_CHATML;
+    if (strstr(t, "<|start_header_id|>") && strstr(t, "<|end_header_id|>")) return CHAT_LLAMA3;
+    if (strstr(t, DS_USER) && strstr(t, DS_ASSISTANT) && strstr(t, DS_EOS)) return CHAT_DEEPSEEK3;
+    if (strstr(t, "'Assistant: ' + message['content'] + eos_token")) return CHAT_DEEPSEEK2;
+    if (strstr(t, "[INST]")) return CHAT_MISTRAL;
+    if (strstr(t, "<|user|>")) return CHAT_OLMO;
+    return CHAT_UNKNOWN;
+}
+
+chat_family chat_family_detect(const char *tmpl, const char *arch, const char **source) {
+    const char *unused;
+    if (!source) source = &unused;
+    if (tmpl && *tmpl) {
+        *source = "tokenizer.chat_template";
+        return s_family_of_template(tmpl);
+    }
+    *source = "architecture";
+    if (arch && strcmp(arch, "llama") == 0) return CHAT_MISTRAL;
+    if (arch && strcmp(arch, "olmoe") == 0) return CHAT_OLMO;
+    if (arch && strcmp(arch, "qwen2moe") == 0) return CHAT_CHATML;
+    if (arch && strcmp(arch, "qwen3moe") == 0) return CHAT_QWEN3;
+    *source = "none";
+    return CHAT_UNKNOWN;
+}
+
+static const char *const k_family_names[] = {
+    [CHAT_UNKNOWN] = "unknown", [CHAT_MISTRAL] = "mistral", [CHAT_CHATML] = "chatml",
+    [CHAT_OLMO] = "olmo", [CHAT_QWEN3] = "qwen3", [CHAT_DEEPSEEK2] = "deepseek2",
+    [CHAT_DEEPSEEK3] = "deepseek3", [CHAT_LLAMA3] = "llama3",
+};
+#define N_FAMILIES ((int)(sizeof k_family_names / sizeof k_family_names[0]))
+
+const char *chat_family_name(chat_family f) {
+    return (int)f > 0 && (int)f < N_FAMILIES ? k_family_names[f] : "unknown";
+}
+
+chat_family chat_family_from_name(const char *name) {
+    for (int f = 1; name && f < N_FAMILIES; f++)
+        if (strcmp(name, k_family_names[f]) == 0) return (chat_family)f;
+    return CHAT_UNKNOWN;
+}
+
+const char *chat_family_list(void) {
+    return CHAT_FAMILY_NAMES;
+}
+
+const char *chat_template_default_system(const char *tmpl) {
+    static const char qwen[] = "You are a helpful assistant.";
+    return tmpl && strstr(tmpl, "<|im_start|>") && strstr(tmpl, qwen) ? qwen : NULL;
+}
+
+enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_BAD };
+
+static int s_role(const char *role) {
+    if (!role) return ROLE_BAD;
+    if (!strcmp(role, "system") || !strcmp(role, "developer")) return ROLE_SYSTEM;
+    if (!strcmp(role, "user")) return ROLE_USER;
+    if (!strcmp(role, "assistant")) return ROLE_ASSISTANT;
+    return ROLE_BAD;
+}
+
+/* Mistral: system text joins the first user turn; user/assistant must alternate. */
+static int s_mistral(coli_strbuf *b, const chat_message *m, int n, const char *bos, const char *eos,
+                     char *err, size_t cap) {
+    const char *system = NULL;
+    int expect = ROLE_USER, first_user = 1;
+    s_put(b, bos);
+    for (int i = 0; i < n; i++) {
+        int r = s_role(m[i].role);
+        if (r == ROLE_SYSTEM) {
+            if (i != 0) return s_err(err, cap, "messages[%d]: a system message must come first for this model's template (mistral)", i);
+            system = m[i].content;
+            continue;
+        }
+        if (r != expect)
+            return s_err(err, cap, "messages[%d]: role '%s' out of order: this model's template (mistral) needs user and assistant turns alternating, starting with user", i, m[i].role);
+        if (r == ROLE_USER) {
+            s_put(b, "[INST] ");
+            if (first_user && system && *system) {
+                s_put(b, system);
+                s_put(b, "\n\n");
+            }
+            first_user = 0;
+            s_put(b, m[i].content);
+            s_put(b, " [/INST]");
+            expect = ROLE_ASSISTANT;
+        } else {
+            s_put(b, m[i].content);
+            if (i + 1 < n) s_put(b, eos); /* a final assistant message is a prefix to continue */
+            expect = ROLE_USER;
+        }
+    }
+    if (first_user) return s_err(err, cap, "messages: no user message");
+    return 0;
+}
+
+static int s_chatml(coli_strbuf *b, const chat_message *m, int n, const char *default_system) {
+    static const char *names[] = {"system", "user", "assistant"};
+    if (default_system && s_role(m[0].role) != ROLE_SYSTEM) {
+        s_put(b, "<|im_start|>system\n");
+        s_put(b, default_system);
+        s_put(b, "<|im_end|>\n");
+    }
+    for (int i = 0; i < n; i++) {
+        s_put(b, "<|im_start|>");
+        s_put(b, names[s_role(m[i].role)]);
+        s_put(b, "\n");
+        s_put(b, m[i].content);
+        s_put(b, "<|im_end|>\n");
+    }
+    s_put(b, "<|im_start|>assistant\n");
+    return 0;
+}
+
+static int s_olmo(coli_strbuf *b, const chat_message *m, int n, const char *bos, const char *eos) {
+    static const char *tags[] = {"<|system|>\n", "<|user|>\n", "<|assistant|>\n"};
+    s_put(b, bos);
+    for (int i = 0; i < n; i++) {
+        int r = s_role(m[i].role);
+        s_put(b, tags[r]);
+        s_put(b, m[i].content);
+        if (r == ROLE_ASSISTANT) s_put(b, eos);
+        s_put(b, "\n");
+    }
+    s_put(b, tags[ROLE_ASSISTANT]);
+    return 0;
+}
+
+/* A piece of a message's text (not NUL-terminated). */
+typedef struct text_span {
+    const char *p;
+    size_t n;
+} text_span;
+
+static void s_put_span(coli_strbuf *b, text_span t) { coli_strbuf_appendf(b, "%.*s", (int)t.n, t.p); }
+
+/* Jinja's lstrip('\n') / rstrip('\n') / strip('\n'). */
+static text_span s_strip_nl(text_span t, int left, int right) {
+    while (left && t.n && *t.p == '\n') t.p++, t.n--;
+    while (right && t.n && t.p[t.n - 1] == '\n') t.n--;
+    return t;
+}
+
+static const char *s_last_of(const char *s, const char *end, const char *what) {
+    const char *last = NULL;
+    for (const char *p = s; (p = strstr(p, what)) && p + strlen(what) <= end; p++) last = p;
+    return last;
+}
+
+/* Qwen3: an assistant message with "</think>" is split as its template does:
+ * reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n'),
+ * answer = content.split('</think>')[-1].lstrip('\n'). */
+static void s_qwen3_split(const char *content, text_span *reasoning, text_span *answer) {
+    const char *first = strstr(content, "</think>"), *end = content + strlen(content);
+    *reasoning = (text_span){"", 0};
+    *answer = (text_span){content, (size_t)(end - content)};
+    if (!first) return;
+    const char *last = s_last_of(content, end, "</think>") + strlen("</think>");
+    *answer = s_strip_nl((text_span){last, (size_t)(end - last)}, 1, 0);
+    text_span before = s_strip_nl((text_span){content, (size_t)(first - content)}, 0, 1);
+    const char *open = s_last_of(before.p, before.p + before.n, "<think>");
+    if (open) before = (text_span){open + 7, before.n - (size_t)(open + 7 - before.p)};
+    *reasoning = s_strip_nl(before, 1, 0);
+}
+
+/* Qwen3's template: the last user message that is not a tool response. */
+static int s_qwen3_last_query(const chat_message *m, int n) {
+    for (int i = n - 1; i >= 0; i--) {
+        size_t len = strlen(m[i].content);
+        int tool = len >= 31 && !strncmp(m[i].content, "<tool_response>", 15) &&
+                   !strcmp(m[i].content + len - 16, "</tool_response>");
+        if (s_role(m[i].role) == ROLE_USER && !tool) return i;
+    }
+    return n - 1;
+}
+
+static int s_qwen3(coli_strbuf *b, const chat_message *m, int n) {
+    static const char *names[] = {"system", "user", "assistant"};
+    int last_query = s_qwen3_last_query(m, n);
+    for (int i = 0; i < n; i++) {
+        int r = s_role(m[i].role);
+        s_put(b, "<|im_start|>");
+        s_put(b, names[r]);
+        s_put(b, "\n");
+        if (r != ROLE_ASSISTANT) {
+            s_put(b, m[i].content);
+        } else {
+            text_span reasoning, answer;
+            s_qwen3_split(m[i].content, &reasoning, &answer);
+            if (i > last_query && (i == n - 1 || reasoning.n)) {
+                s_put(b, "<think>\n");
+                s_put_span(b, s_strip_nl(reasoning, 1, 1));
+                s_put(b, "\n</think>\n\n");
+                answer = s_strip_nl(answer, 1, 0);
+            }
+            s_put_span(b, answer);
+        }
+        s_put(b, "<|im_end|>\n");
+    }
+    s_put(b, "<|im_start|>assistant\n");
+    return 0;
+}
+
+/* DeepSeek V2: system text in place, "User: " and "Assistant: " turns. */
+static int s_deepseek2(coli_strbuf *b, const chat_message *m, int n, const char *bos, const char *eos) {
+    s_put(b, bos);
+    for (int i = 0; i < n; i++) {
+        int r = s_role(m[i].role);
+        s_put(b, r == ROLE_USER ? "User: " : r == ROLE_ASSISTANT ? "Assistant: " : "");
+        s_put(b, m[i].content);
+        s_put(b, r == ROLE_ASSISTANT ? eos : "\n\n");
+    }
+    s_put(b, "Assistant:");
+    return 0;
+}
+
+/* DeepSeek V3: every system text first (joined by a blank line), then the turns. */
+static int s_deepseek3(coli_strbuf *b, const chat_message *m, int n, const char *bos) {
+    int n_system = 0;
+    s_put(b, bos);
+    for (int i = 0; i < n; i++) {
+        if (s_role(m[i].role) != ROLE_SYSTEM) continue;
+        if (n_system++) s_put(b, "\n\n");
+        s_put(b, m[i].content);
+    }
+    for (int i = 0; i < n; i++) {
+        int r = s_role(m[i].role);
+        if (r == ROLE_SYSTEM) continue;
+        s_put(b, r == ROLE_USER ? DS_USER : DS_ASSISTANT);
+        s_put(b, m[i].content);
+        if (r == ROLE_ASSISTANT) s_put(b, DS_EOS);
+    }
+    s_put(b, DS_ASSISTANT);
+    return 0;
+}
+
+/* Llama 3: a header per turn, content trimmed (Jinja's trim: Python's strip()). */
+static int s_llama3(coli_strbuf *b, const chat_message *m, int n, const char *bos) {
+    static const char *names[] = {"system", "user", "assistant"};
+    s_put(b, bos);
+    for (int i = 0; i < n; i++) {
+        const char *c = m[i].content, *e = c + strlen(c);
+        while (c < e && strchr(" \t\n\r\v\f", *c)) c++;
+        while (e > c && strchr(" \t\n\r\v\f", e[-1])) e--;
+        coli_strbuf_appendf(b, "<|start_header_id|>%s<|end_header_id|>\n\n%.*s<|eot_id|>",
+                            names[s_role(m[i].role)], (int)(e - c), c);
+    }
+    s_put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return 0;
+}
+
+int chat_render(chat_family f, const chat_message *msgs, int n, const char *bos, const char *eos,
+                const char *chatml_default_system, char **out, char *err, size_t err_cap) {
+    *out = NULL;
+    if (f == CHAT_UNKNOWN)
+        return s_err(err, err_cap, "this model's chat template is not one colibri knows (%s); use /v1/completions with your own prompt format", chat_family_list());
+    if (n <= 0) return s_err(err, err_cap, "messages: empty (at least one message is needed)");
+    for (int i = 0; i < n; i++) {
+        if (s_role(msgs[i].role) == ROLE_BAD)
+            return s_err(err, err_cap, "messages[%d].role: '%s' is not supported (system, developer, user, assistant)", i, msgs[i].role ? msgs[i].role : "(null)");
+        if (!msgs[i].content) return s_err(err, err_cap, "messages[%d].content: missing", i);
+    }
+    coli_strbuf b = {0};
+    int rc = 0;
+    bos = bos ? bos : "";
+    eos = eos ? eos : "";
+    switch (f) {
+    case CHAT_MISTRAL: rc = s_mistral(&b, msgs, n, bos, eos, err, err_cap); break;
+    case CHAT_CHATML: rc = s_chatml(&b, msgs, n, chatml_default_system); break;
+    case CHAT_QWEN3: rc = s_qwen3(&b, msgs, n); break;
+    case CHAT_DEEPSEEK2: rc = s_deepseek2(&b, msgs, n, bos, eos); break;
+    case CHAT_DEEPSEEK3: rc = s_deepseek3(&b, msgs, n, bos); break;
+    case CHAT_LLAMA3: rc = s_llama3(&b, msgs, n, bos); break;
+    default: rc = s_olmo(&b, msgs, n, bos, eos); break;
+    }
+    if (rc == 0 && (b.failed || !b.s)) rc = s_err(err, err_cap, "chat template: out of memory");
+    if (rc) {
+        free(b.s);
+        return -1;
+    }
+    *out = b.s;
+    return 0;
+}

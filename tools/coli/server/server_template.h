@@ -1,0 +1,63 @@
+/*
+ * server_template.h - chat templates for the model families colibri runs,
+ * rendered in C (no Jinja engine): the family is recognised from markers in
+ * tokenizer.chat_template when the GGUF has one (as llama.cpp's
+ * llm_chat_detect_template), else from the architecture; --chat-template
+ * NAME overrides both.
+ *
+ *   template contains "<|im_start|>" and "<think>"   -> qwen3 (ChatML with thinking)
+ *   template contains "<|im_start|>"                  -> chatml (Qwen2)
+ *   "<|start_header_id|>" and "<|end_header_id|>"     -> llama3
+ *   "<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>" -> deepseek3
+ *   "'Assistant: ' + message['content'] + eos_token"  -> deepseek2
+ *   "[INST]"                                          -> mistral
+ *   "<|user|>"                                        -> olmo (OLMo / Tulu)
+ *   any other template                                -> unknown: chat requests get a clear error
+ *   no template: llama -> mistral, olmoe -> olmo, qwen2moe -> chatml, qwen3moe -> qwen3
+ *   (deepseek2 files are V2 or V3: no guess)
+ *
+ * Used by `coli serve`, `coli chat` and `coli run --chat-template`; pure
+ * string work, no model needed.
+ */
+#ifndef COLI_CLI_SERVER_TEMPLATE_H
+#define COLI_CLI_SERVER_TEMPLATE_H
+
+#include <stddef.h>
+
+typedef enum chat_family {
+    CHAT_UNKNOWN, CHAT_MISTRAL, CHAT_CHATML, CHAT_OLMO, CHAT_QWEN3, CHAT_DEEPSEEK2, CHAT_DEEPSEEK3, CHAT_LLAMA3,
+} chat_family;
+
+typedef struct chat_message {
+    const char *role;     /* "system" (or "developer"), "user", "assistant" */
+    const char *content;
+} chat_message;
+
+/* The family for a model; *source says what decided it ("tokenizer.chat_template",
+ * "architecture", or "none"). chat_template may be NULL, arch may be NULL. */
+chat_family chat_family_detect(const char *chat_template, const char *arch, const char **source);
+/* Its name for --chat-template and messages ("qwen3"); "unknown" for CHAT_UNKNOWN. */
+const char *chat_family_name(chat_family f);
+/* The family a --chat-template name stands for, CHAT_UNKNOWN if none. */
+chat_family chat_family_from_name(const char *name);
+/* The known names, comma-separated, for messages (a static string). */
+#define CHAT_FAMILY_NAMES "mistral, chatml, olmo, qwen3, deepseek2, deepseek3, llama3"
+const char *chat_family_list(void);
+
+/* The prompt for msgs followed by the start of the assistant's answer (the
+ * templates' add_generation_prompt; a Mistral conversation that ends with
+ * an assistant message instead leaves it open, to be continued).
+ * bos/eos: the vocabulary's BOS/EOS text ("<s>", "</s>"; "" if none); the
+ * result is meant to be tokenized with special-token parsing and without an
+ * automatic BOS. chatml_default_system: a system line to add when the
+ * conversation has none (Qwen's templates do this), or NULL.
+ * Returns 0 and a malloc'd *out, or -1 with a one-line reason in err
+ * (unknown family, unknown role, roles out of order, empty conversation). */
+int chat_render(chat_family f, const chat_message *msgs, int n, const char *bos, const char *eos,
+                const char *chatml_default_system, char **out, char *err, size_t err_cap);
+
+/* The default system line a ChatML template carries, if any (Qwen: "You are a
+ * helpful assistant."), else NULL. */
+const char *chat_template_default_system(const char *chat_template);
+
+#endif
