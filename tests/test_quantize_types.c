@@ -333,3 +333,26 @@ Test(quantize_types, presets_perplexity_close_to_f16) {
         remove(out);
     }
 }
+
+/* The command: a preset with --output-type, its type summary on stdout; an
+ * unknown TYPE is a usage error (exit 2) that lists the accepted names. */
+Test(quantize_types, cli_flags_and_summary) {
+    char coli[512], out[4200];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    snprintf(out, sizeof out, "%s/quantize-types-cli.gguf", s_build());
+    char *argv[] = {coli, "quantize", "--output-type", "Q8_0", "-t", "2", "models/tiny-moe-4e2r-f16.gguf", out,
+                    "IQ4_XS", NULL};
+    cli_result r = cli_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "IQ4_XS 25") && strstr(r.out, "IQ4_NL 4") && strstr(r.out, "Q8_0 1"), "%s", r.out);
+    cli_result_free(&r);
+    gguf_file *f = s_open(out);
+    cr_expect_eq(s_type_of(f, "output.weight"), COLI_Q8_0);
+    gguf_close(&f);
+    remove(out);
+    char *bad[] = {coli, "quantize", "models/tiny-moe-4e2r-f16.gguf", out, "Q4_K_XL", NULL};
+    r = cli_run(bad);
+    cr_expect_eq(r.status, 2);
+    cr_expect(strstr(r.err, "Q4_K_XL") && strstr(r.err, "Q4_K_M"), "%s", r.err);
+    cli_result_free(&r);
+}
