@@ -321,6 +321,10 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
     if ((rc = s_read_arch(f, hp)) < 0) return rc;
     if ((rc = s_req_int(f, hp, "block_count", MAX_LAYERS, &v)) < 0) return rc;
     hp->n_layer = (int)v;
+    /* multi-token-prediction blocks come last and are not part of the
+     * forward pass (llama.cpp: n_layer = block_count - nextn_predict_layers) */
+    if ((rc = s_opt_int(f, hp, "nextn_predict_layers", 0, hp->n_layer - 1, &v)) < 0) return rc;
+    hp->n_layer -= (int)v;
     if ((rc = s_req_int(f, hp, "embedding_length", MAX_WIDTH, &v)) < 0) return rc;
     hp->n_embd = (int)v;
     if ((rc = s_req_int(f, hp, "context_length", 1 << 24, &v)) < 0) return rc;
