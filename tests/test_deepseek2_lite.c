@@ -6,6 +6,8 @@
  * scaled but not renormalised, YaRN with another factor and log
  * multiplier, group-limited routing (4 groups of 2, 2 kept). The model is
  * written by the reference generator on first use into $COLI_BUILD/ref.
+ * Also: a trailing multi-token-prediction block (nextn_predict_layers) is
+ * not part of the forward pass.
  * Rules of ../shared/reference: F32 KV every logit within 1e-3 (stricter
  * than the top-10 of the README), F16 KV the reference's top-10 within
  * 1e-2; the same argmax at every position.
@@ -17,6 +19,8 @@
 #include <string.h>
 
 #include "colibri.h"
+#include "error.h"
+#include "gguf.h"
 #include "ref_models.h"
 
 #define MODEL "tiny-deepseek2-lite-f32.gguf"
@@ -107,3 +111,70 @@ Test(deepseek2_lite, f32_kv_matches_float64) { s_check("inproc", 0, 0, 1e-3); }
 /* the F16-KV rule of ../shared/reference (top-10 Δ <= 1e-2) against the exact computation */
 Test(deepseek2_lite, f16_kv_within_f16_rule) { s_check("inproc", 1, 1, 1e-2); }
 Test(deepseek2_lite, workers_match_float64) { s_check("cpu:2", 0, 0, 1e-3); }
+
+/* tiny-deepseek2 plus a fake multi-token-prediction block: block_count 4,
+ * nextn_predict_layers 1, blk.3.* = copies of blk.2.* plus a nextn tensor. */
+static void s_write_with_mtp(const char *src, const char *dst) {
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
+    cr_assert_eq(gguf_writer_set_u32(w, "deepseek2.block_count", 4), 0);
+    cr_assert_eq(gguf_writer_set_u32(w, "deepseek2.nextn_predict_layers", 1), 0);
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const coli_tensor *t = gguf_tensor(f, i);
+        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
+    }
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const coli_tensor *t = gguf_tensor(f, i);
+        if (strncmp(t->name, "blk.2.", 6) != 0) continue;
+        char name[128];
+        snprintf(name, sizeof name, "blk.3.%s", t->name + 6);
+        cr_assert_eq(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
+    }
+    const coli_tensor *e = gguf_find_tensor(f, "blk.2.attn_output.weight");
+    cr_assert_eq(gguf_writer_add_tensor(w, "blk.3.nextn.eh_proj.weight", e->type, e->n_dims, e->ne, e->data, e->nbytes), 0);
+    cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
+    gguf_writer_free(&w);
+    gguf_close(&f);
+}
+
+static float *s_logits(const char *path, const char *devices, const int32_t *ids, int n, int *n_vocab) {
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = devices;
+    mp.n_threads = 1;
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(path, &mp, &m), 0, "%s", coli_last_error());
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    cr_expect_eq(info.n_layer, 3, "%s: the MTP block is not a layer", path);
+    *n_vocab = info.n_vocab;
+    float *lg = malloc((size_t)n * (size_t)info.n_vocab * sizeof(float));
+    coli_context *ctx = NULL;
+    cr_assert_eq(coli_context_new(m, NULL, &ctx), 0, "%s", coli_last_error());
+    cr_assert_eq(coli_eval(ctx, ids, n, lg, 1), 0, "%s", coli_last_error());
+    coli_context_free(&ctx);
+    coli_model_free(&m);
+    return lg;
+}
+
+Test(deepseek2_lite, nextn_block_is_not_run) {
+    s_require_shared();
+    char src[4096], dst[4200];
+    s_ref_model("tiny-deepseek2-f32.gguf", src, sizeof src);
+    snprintf(dst, sizeof dst, "%s/mtp-test-%d.gguf", s_build(), (int)getpid());
+    s_write_with_mtp(src, dst);
+    const int32_t ids[6] = {1, 17, 42, 99, 7, 300};
+    int nv = 0, nv2 = 0;
+    float *a = s_logits(src, "inproc", ids, 6, &nv), *b = s_logits(dst, "cpu:1", ids, 6, &nv2);
+    cr_assert_eq(nv, nv2);
+    cr_expect(memcmp(a, b, (size_t)6 * (size_t)nv * sizeof(float)) == 0, "logits differ with a trailing MTP block");
+    char *plan = NULL;
+    cr_assert_eq(coli_plan_text(dst, "cpu:2", &plan), 0, "%s", coli_last_error());
+    cr_expect(strstr(plan, "3 layers") && !strstr(plan, "layer   3:"), "plan places the MTP block: %s", plan);
+    free(plan);
+    free(a);
+    free(b);
+    unlink(dst);
+}
