@@ -314,6 +314,8 @@ Test(matmul, many_shares_prepared_inputs_per_activation_type) {
         cr_assert_eq(coli_matmul(NULL, NULL, p[i].w, types[i], N_IN, N_OUT, p[0].x, N_TOK, alone), 0);
         cr_assert_eq(memcmp(alone, y[i], sizeof alone), 0, "%s: many differs from alone",
                      coli_dtype_name(types[i]));
+    }
+    for (int i = 0; i < N; i++) { /* p[0].x is every op's input: freed last */
         free(y[i]);
         free_problem(&p[i]);
     }
