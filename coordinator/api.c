@@ -293,6 +293,12 @@ int coli_context_new(coli_model *cm, const coli_context_params *p, coli_context 
         coli_context_free(&ctx);
         return rc;
     }
+    if (cm->verbose) {
+        const size_t per = kv_cache_bytes_per_token(&ctx->kv);
+        fprintf(stderr, "colibri: KV cache %s%s: %zu bytes per position, %.1f MiB for %d positions\n",
+                cm->kv_f16 ? "F16" : "F32", hp->mla_absorbed ? " (MLA latent)" : "", per,
+                (double)per * n_ctx / 1048576.0, n_ctx);
+    }
     *out = ctx;
     return 0;
 }

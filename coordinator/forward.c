@@ -35,6 +35,17 @@
 // ---------------------------------------------------------------------------
 // run state
 
+/* Query heads one F32-cache attention task takes together: GQA groups (<= 8)
+ * stay whole; MQA over many heads (deepseek2's latent attention, 128 heads
+ * on one KV head) is split so that decode still spreads over the threads. */
+#define ATTN_MAX_HEADS_PER_TASK 8
+
+/* Query heads of one attention task: score rows a thread needs. */
+static int s_heads_per_task(const model_hparams *hp) {
+    const int group = hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 1;
+    return group < ATTN_MAX_HEADS_PER_TASK ? group : ATTN_MAX_HEADS_PER_TASK;
+}
+
 int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_pool *pool,
                        int max_batch, int n_ctx) {
     const model_hparams *hp = &m->hp;
@@ -55,8 +66,7 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     s->mla = M ? malloc(B * M * sizeof(float)) : NULL;
     s->delta = malloc(B * E * sizeof(float));
     s->rope = malloc(B * (size_t)hp->n_rot * sizeof(float));
-    const size_t group = hp->n_head_kv > 0 ? (size_t)(hp->n_head / hp->n_head_kv) : 1;
-    s->scores = malloc((size_t)s->n_workers * group * (size_t)n_ctx * sizeof(float));
+    s->scores = malloc((size_t)s->n_workers * (size_t)s_heads_per_task(hp) * (size_t)n_ctx * sizeof(float));
     s->router = malloc(B * (X ? X : 1) * sizeof(float));
     s->choice = malloc((X ? 2 * X : 1) * sizeof(float)); /* choice values + group scores */
     s->sel = malloc(B * (K ? K : 1) * sizeof(int32_t));
@@ -189,11 +199,6 @@ static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, i
     }
 }
 
-/* Query heads one F32-cache task takes together: GQA groups (<= 8) stay
- * whole; MQA over many heads (deepseek2's latent attention, 128 heads on
- * one KV head) is split so that decode still spreads over the threads. */
-#define ATTN_MAX_HEADS_PER_TASK 8
-
 /* F32 cache: thread ith takes tasks ith, ith + nth, ...: a (token, KV head,
  * chunk of its query heads); fp16 cache: (token, head) pairs. Token t sees
  * positions 0..pos+t (the causal mask). */
@@ -201,13 +206,12 @@ static void attention_worker(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     forward_state *s = job->s;
     const model_hparams *hp = &s->m->hp;
-    const int group = hp->n_head / hp->n_head_kv, f16 = job->kv->f16;
-    const int chunk = group < ATTN_MAX_HEADS_PER_TASK ? group : ATTN_MAX_HEADS_PER_TASK;
+    const int group = hp->n_head / hp->n_head_kv, f16 = job->kv->f16, chunk = s_heads_per_task(hp);
     const int n_chunks = (group + chunk - 1) / chunk;
     const head_dims hd = {hp->head_dim, hp->head_dim_v, hp->attn_scale};
     const int per_tok = f16 ? hp->n_head : hp->n_head_kv * n_chunks;
     const size_t q_dim = (size_t)model_q_dim(hp), o_dim = (size_t)model_attn_dim(hp);
-    float *scores = s->scores + (size_t)ith * (size_t)group * (size_t)s->n_ctx;
+    float *scores = s->scores + (size_t)ith * (size_t)chunk * (size_t)s->n_ctx;
     for (int task = ith; task < job->n * per_tok; task += nth) {
         const int t = task / per_tok, h = task % per_tok, n_kv = job->pos + t + 1;
         const int kvh = f16 ? h / group : h / n_chunks;

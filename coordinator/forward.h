@@ -36,7 +36,8 @@ typedef struct forward_state {
                              MLA intermediates (forward_mla.c); NULL otherwise */
     float *delta;         /* (B, n_embd) what a sub-block adds to h */
     float *rope;          /* (B, n_rot) cos/sin pairs of each token's position */
-    float *scores;        /* (n_workers, group, n_ctx) attention scores, group = n_head / n_head_kv */
+    float *scores;        /* (n_workers, heads per task, n_ctx) attention scores: heads per
+                             task = n_head / n_head_kv, at most 8 (forward.c) */
     float *router;        /* (B, n_expert) router logits, then probabilities */
     float *choice;        /* (2 n_expert) one token's choice values and group scores (router.h) */
     int32_t *sel;         /* (B, n_expert_used) chosen experts, in slot order */

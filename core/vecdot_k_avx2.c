@@ -80,30 +80,58 @@ ALWAYS AVX2 __m128i mins_dot_bsums(__m128i scales_mins, const int16_t *bsums) {
     return _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scales_mins, 8)), pairs);
 }
 
-AVX2 float coli_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *x) {
+/* Q4_K against n_tok (1..4) activation rows x + t*x_stride: the weights
+ * are unpacked once per chunk for all of them. Each (row, token) pair sees
+ * the operations of the single dot product (RN = 1), so the results are
+ * the same bits whatever RN is. */
+ALWAYS AVX2 void q4_K_tokens(int64_t n, const void *w, const uint8_t *x, size_t x_stride,
+                             float *out, const int RN) {
     const block_q4_K *wb = w;
-    const block_q8_K *xb = x;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_min = _mm_setzero_ps();
+    __m256 acc[4];
+    __m128 acc_min[4];
+    UNROLL
+    for (int t = 0; t < RN; t++) { acc[t] = _mm256_setzero_ps(); acc_min[t] = _mm_setzero_ps(); }
     for (int64_t b = 0; b < n / QK_K; b++) {
+        const block_q8_K *xb[4];
+        __m256i isum[4];
+        UNROLL
+        for (int t = 0; t < RN; t++) {
+            xb[t] = (const block_q8_K *)(x + (size_t)t * x_stride) + b;
+            isum[t] = _mm256_setzero_si256();
+        }
         const __m128i smv = q4k_scales_mins(wb[b].scales);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));
         const uint8_t *qs = wb[b].qs;
-        const int8_t *q8 = xb[b].qs;
-        __m256i isum = _mm256_setzero_si256();
         UNROLL
-        for (int j = 0; j < 4; j++, qs += 32, q8 += 64) {
+        for (int j = 0; j < 4; j++, qs += 32) {
             __m256i q = load256(qs);
             __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-            isum = _mm256_add_epi32(isum, scaled_dot(lo, load256(q8), lane_scale(sc16, 2 * j)));
-            isum = _mm256_add_epi32(isum, scaled_dot(hi, load256(q8 + 32), lane_scale(sc16, 2 * j + 1)));
+            const __m256i s_lo = lane_scale(sc16, 2 * j), s_hi = lane_scale(sc16, 2 * j + 1);
+            UNROLL
+            for (int t = 0; t < RN; t++) {
+                const int8_t *q8 = xb[t]->qs + 64 * j;
+                isum[t] = _mm256_add_epi32(isum[t], scaled_dot(lo, load256(q8), s_lo));
+                isum[t] = _mm256_add_epi32(isum[t], scaled_dot(hi, load256(q8 + 32), s_hi));
+            }
         }
-        const float d = _cvtsh_ss(wb[b].d) * xb[b].d, dmin = _cvtsh_ss(wb[b].dmin) * xb[b].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-        acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot_bsums(smv, xb[b].bsums)), acc_min);
+        const float wd = _cvtsh_ss(wb[b].d), wdmin = _cvtsh_ss(wb[b].dmin);
+        UNROLL
+        for (int t = 0; t < RN; t++) {
+            const float d = wd * xb[t]->d, dmin = wdmin * xb[t]->d;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+            acc_min[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot_bsums(smv, xb[t]->bsums)),
+                                      acc_min[t]);
+        }
     }
-    return hsum_ps(acc) - hsum128_ps(acc_min);
+    UNROLL
+    for (int t = 0; t < RN; t++) out[t] = hsum_ps(acc[t]) - hsum128_ps(acc_min[t]);
+}
+
+AVX2 float coli_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    float out;
+    q4_K_tokens(n, w, x, 0, &out, 1);
+    return out;
 }
 
 AVX2 float coli_vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *x) {
@@ -138,20 +166,28 @@ AVX2 float coli_vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *x) 
     return hsum_ps(acc) - hsum128_ps(acc_min);
 }
 
-/* Q6_K: per 128 values, two 32-byte rows of ql (low nibbles: chunks 0, 1;
- * high: chunks 2, 3) and 32 bytes of qh (bits 2k..2k+1: chunk k), each put
- * at bits 4..5 of the quant. */
-AVX2 float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x) {
+/* Q6_K against n_tok (1..4) activation rows, as q4_K_tokens: per 128
+ * values, two 32-byte rows of ql (low nibbles: chunks 0, 1; high: chunks
+ * 2, 3) and 32 bytes of qh (bits 2k..2k+1: chunk k), each put at bits 4..5
+ * of the quant. */
+ALWAYS AVX2 void q6_K_tokens(int64_t n, const void *w, const uint8_t *x, size_t x_stride,
+                             float *out, const int RN) {
     const block_q6_K *wb = w;
-    const block_q8_K *xb = x;
     const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+    UNROLL
+    for (int t = 0; t < RN; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
-        const __m128i sc = _mm_loadu_si128((const __m128i *)wb[b].scales);
-        const int8_t *q8 = xb[b].qs;
-        __m256i isum = _mm256_setzero_si256();
+        const block_q8_K *xb[4];
+        __m256i isum[4];
         UNROLL
-        for (int half = 0; half < 2; half++, q8 += 128) {
+        for (int t = 0; t < RN; t++) {
+            xb[t] = (const block_q8_K *)(x + (size_t)t * x_stride) + b;
+            isum[t] = _mm256_setzero_si256();
+        }
+        const __m128i sc = _mm_loadu_si128((const __m128i *)wb[b].scales);
+        UNROLL
+        for (int half = 0; half < 2; half++) {
             __m256i ql0 = load256(wb[b].ql + 64 * half), ql1 = load256(wb[b].ql + 64 * half + 32);
             __m256i qh = load256(wb[b].qh + 32 * half);
             __m256i q[4] = {
@@ -163,18 +199,48 @@ AVX2 float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x) 
             };
             UNROLL
             for (int k = 0; k < 4; k++) {
-                __m256i scales = pair_scales(sc, 8 * half + 2 * k);
-                isum = _mm256_add_epi32(isum, scaled_dot(q[k], load256(q8 + 32 * k), scales));
+                const __m256i scales = pair_scales(sc, 8 * half + 2 * k);
+                UNROLL
+                for (int t = 0; t < RN; t++)
+                    isum[t] = _mm256_add_epi32(isum[t], scaled_dot(q[k], load256(xb[t]->qs + 128 * half + 32 * k),
+                                                                   scales));
             }
         }
-        /* the -32 of every quant: 32 * sum over sub-blocks of scale * bsum */
-        __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), load256(xb[b].bsums));
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 5));
-        const float d = _cvtsh_ss(wb[b].d) * xb[b].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
+        const float wd = _cvtsh_ss(wb[b].d);
+        UNROLL
+        for (int t = 0; t < RN; t++) {
+            /* the -32 of every quant: 32 * sum over sub-blocks of scale * bsum */
+            __m256i offset = _mm256_madd_epi16(sc16, load256(xb[t]->bsums));
+            isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(offset, 5));
+            const float d = wd * xb[t]->d;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        }
     }
-    return hsum_ps(acc);
+    UNROLL
+    for (int t = 0; t < RN; t++) out[t] = hsum_ps(acc[t]);
 }
+
+AVX2 float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    float out;
+    q6_K_tokens(n, w, x, 0, &out, 1);
+    return out;
+}
+
+/* One function per token count, so each is a fully unrolled kernel. */
+#define TOKENS_FN(T)                                                                                  \
+    AVX2 void coli_vec_dot_##T##_q8_K_avx2_tokens(int64_t n, const void *w, const void *x,            \
+                                                  size_t x_stride, float *out, int n_tok) {           \
+        const uint8_t *xb = x;                                                                        \
+        switch (n_tok) {                                                                              \
+        case 1: T##_tokens(n, w, xb, x_stride, out, 1); break;                                        \
+        case 2: T##_tokens(n, w, xb, x_stride, out, 2); break;                                        \
+        case 3: T##_tokens(n, w, xb, x_stride, out, 3); break;                                        \
+        default: T##_tokens(n, w, xb, x_stride, out, 4); break;                                       \
+        }                                                                                             \
+    }
+TOKENS_FN(q4_K)
+TOKENS_FN(q6_K)
 
 /* bit `bit` (0..7) of each byte moved to bit 2, the rest cleared */
 ALWAYS AVX2 __m256i bit_to_2(__m256i v, int bit) {
@@ -285,5 +351,13 @@ float coli_vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *x) { ret
 float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_q6_K_q8_K(n, w, x); }
 float coli_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x) {
     return coli_vec_dot_iq4_xs_q8_K(n, w, x);
+}
+void coli_vec_dot_q4_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
+                                        float *out, int n_tok) {
+    for (int t = 0; t < n_tok; t++) out[t] = coli_vec_dot_q4_K_q8_K(n, w, (const char *)x + (size_t)t * x_stride);
+}
+void coli_vec_dot_q6_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
+                                        float *out, int n_tok) {
+    for (int t = 0; t < n_tok; t++) out[t] = coli_vec_dot_q6_K_q8_K(n, w, (const char *)x + (size_t)t * x_stride);
 }
 #endif

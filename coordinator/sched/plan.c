@@ -89,6 +89,8 @@ int coli_plan_text(const char *model_path, const char *devices, char **text)
         gguf_close(&f);
         return coli_fail_prefix(rc, "plan: %s", model_path);
     }
+    int64_t n_nextn = 0; /* multi-token-prediction blocks: not run, not placed (model.c) */
+    if (s_arch_int(f, "nextn_predict_layers", &n_nextn) == 0 && n_nextn > 0 && n_nextn < n_layer) n_layer -= n_nextn;
     if (n_layer <= 0 || n_expert <= 0 || n_layer > 100000 || n_expert > 100000) {
         gguf_close(&f);
         return coli_fail(COLI_EINVAL, "plan: %s is not a MoE model (%lld layers, %lld experts)",

@@ -306,6 +306,8 @@ link_sent link_send_place(sched *s, worker_link *w);
 /* Send w->req's rows (grouped by expert) for layer; sets w->req.id, sent_ns. */
 link_sent link_send_batch(sched *s, worker_link *w, int layer, int allow_load);
 void link_set_state(worker_link *w, link_state st, const char *reason);
+/* A new generation of w (spawned or reconnected): nothing in flight, no hello yet, STARTING. */
+void link_starting(worker_link *w);
 /* "starting", "up", ...: the state as stats name it (a static string). */
 const char *link_state_name(link_state st);
 /* Handle one message from w (either path); a garbage answer is reported (LINK_GARBAGE). */

@@ -29,6 +29,15 @@ void link_set_state(worker_link *w, link_state st, const char *reason)
     snprintf(w->reason, sizeof w->reason, "%s", reason ? reason : "");
 }
 
+void link_starting(worker_link *w)
+{
+    w->req.id = 0;
+    w->req.hung_id = 0;
+    w->place.hello_ok = 0;
+    link_set_state(w, LINK_STARTING, "");
+    w->last_seen_ns = coli_now_ns();
+}
+
 // ---------------------------------------------------------------------------
 link_sent link_send_place(sched *s, worker_link *w)
 {
