@@ -283,11 +283,11 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
 {
     const Coli__ExpertResult *r = m->env->result;
     uint64_t id = m->env->request_id;
-    if (w->state != LINK_DOWN) s_take_counters(w, r);
     if (w->state == LINK_DOWN) {
         s->stats.late_dropped++;          /* its process is gone; its rows went elsewhere */
         return;
     }
+    s_take_counters(w, r);                /* a live worker's latest, even on a late or failed reply */
     if (w->state == LINK_HUNG && id == w->req.hung_id) {
         s->stats.late_dropped++;          /* its work was done elsewhere already */
         w->req.hung_id = 0;
