@@ -18,9 +18,11 @@
  * (The other way round, -128 activations, which Q8_K produces for every
  * block's largest value, would not negate.)
  */
+#include <string.h>
+
 #include "cpu_features.h"
-#include "kquant_scales.h"
 #include "vecdot.h"
+#include "vecdot_k_impl.h"
 
 #if COLI_X86
 #include <immintrin.h>
@@ -276,6 +278,77 @@ AVX2 float coli_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x
     return hsum_ps(acc);
 }
 
+/* ---- Q8_K activation quantizer -------------------------------------------- */
+
+/* |x| of largest magnitude in a block, NaN ignored: maxps returns its
+ * second operand when either is NaN, and the running max is second */
+ALWAYS AVX2 float block_amax(const float *x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* the first value whose |x| is amax (what the portable loop keeps) */
+ALWAYS AVX2 float first_with_magnitude(const float *x, float amax) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), target = _mm256_set1_ps(amax);
+    for (int j = 0; j < QK_K; j += 8) {
+        __m256 hit = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), target, _CMP_EQ_OQ);
+        int mask = _mm256_movemask_ps(hit);
+        if (mask) return x[j + __builtin_ctz((unsigned)mask)];
+    }
+    return 0.0f;   /* not reached: amax is one of the |x| */
+}
+
+/* 32 values to int8: product rounded to float, then round half to even
+ * (cvtps_epi32, as the portable add of 1.5 * 2^23); packs saturate, so
+ * +128 becomes 127 and NaN (INT_MIN) -128, as in the portable code. The
+ * packs interleave 128-bit lanes; the permute restores the order. */
+ALWAYS AVX2 __m256i quantize32(const float *x, __m256 iscale) {
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(iscale, _mm256_loadu_ps(x + 8 * k)));
+    __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    return _mm256_permutevar8x32_epi32(q16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* int32 lanes whose sum over 128-bit lane 0 is the sum of bytes 0..15 of
+ * q, over lane 1 that of bytes 16..31 */
+ALWAYS AVX2 __m256i byte_sums(__m256i q) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+}
+
+/* bsums of a block from the byte_sums of its 8 chunks of 32: two rounds of
+ * hadd leave sums 0,2,4,6 in lane 0 and 1,3,5,7 in lane 1 (per 4 chunks) */
+ALWAYS AVX2 void store_bsums(const __m256i s[8], int16_t *bsums) {
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+    __m256i p = _mm256_packs_epi32(a, b);   /* lane 0: even bsums, lane 1: odd */
+    __m128i even = _mm256_castsi256_si128(p), odd = _mm256_extracti128_si256(p, 1);
+    _mm_storeu_si128((__m128i *)bsums, _mm_unpacklo_epi16(even, odd));
+    _mm_storeu_si128((__m128i *)(bsums + 8), _mm_unpackhi_epi16(even, odd));
+}
+
+AVX2 void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
+        block_q8_K *out = &y[b];
+        const float amax = block_amax(x);
+        if (amax == 0.0f) { memset(out, 0, sizeof *out); continue; }
+        const float iscale = -128.0f / first_with_magnitude(x, amax);
+        const __m256 vscale = _mm256_set1_ps(iscale);
+        __m256i sums[8];
+        for (int c = 0; c < 8; c++) {
+            __m256i q = quantize32(x + 32 * c, vscale);
+            _mm256_storeu_si256((__m256i *)(out->qs + 32 * c), q);
+            sums[c] = byte_sums(q);
+        }
+        store_bsums(sums, out->bsums);
+        out->d = 1.0f / iscale;
+    }
+}
+
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
 float coli_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_q2_K_q8_K(n, w, x); }
@@ -285,5 +358,8 @@ float coli_vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *x) { ret
 float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_q6_K_q8_K(n, w, x); }
 float coli_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x) {
     return coli_vec_dot_iq4_xs_q8_K(n, w, x);
+}
+void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) {
+    coli_quantize_act_q8_K_portable(x, y, n);
 }
 #endif

@@ -1,6 +1,6 @@
 /*
  * test_vecdot_k.c - the K-quant and IQ4_XS dot products (vecdot_k.c,
- * vecdot_k_avx2.c) and the Q8_K activation quantizer.
+ * vecdot_k_avx2.c) and the Q8_K activation quantizer, both paths of each.
  *
  * Weights: random quant bytes with sane fp16 scales (quant_util.h), and
  * constant bytes against constant activations (extreme quants, all -128).
@@ -22,6 +22,7 @@
 #include "quant_blocks.h"
 #include "quant_util.h"
 #include "vecdot.h"
+#include "vecdot_k_impl.h"
 
 typedef struct ktype {
     const char *name;
@@ -169,8 +170,9 @@ Test(vecdot_k, avx2_matches_portable) {
     }
 }
 
-/* same inputs, same bits: repeated calls, and the same row at another
- * address (no alignment-dependent path) */
+/* same inputs, same bits: repeated calls, and the same rows at addresses
+ * off the 32-byte grid (still aligned for their fp16/float fields, as
+ * rows in a file and the matmul scratch are): no alignment-dependent path */
 Test(vecdot_k, deterministic) {
     const int64_t n = 1024;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
@@ -178,13 +180,13 @@ Test(vecdot_k, deterministic) {
         size_t wbytes = k->block_bytes * (size_t)(n / COLI_QK_K), xbytes = sizeof(block_q8_K) * (size_t)(n / COLI_QK_K);
         uint8_t *w = make_weights(k, n, (unsigned)(77 + ti), -1);
         block_q8_K *x = make_acts(n, (unsigned)(91 + ti), 0.0f);
-        uint8_t *w2 = malloc(wbytes + 3), *x2 = malloc(xbytes + 5);
+        uint8_t *w2 = malloc(wbytes + 2), *x2 = malloc(xbytes + 4);
         cr_assert(w2 && x2);
-        memcpy(w2 + 3, w, wbytes);
-        memcpy(x2 + 5, x, xbytes);
+        memcpy(w2 + 2, w, wbytes);
+        memcpy(x2 + 4, x, xbytes);
         coli_vec_dot_fn fns[2] = {k->portable, coli_cpu_avx2() ? k->avx2 : k->portable};
         for (int f = 0; f < 2; f++) {
-            float a = fns[f](n, w, x), b = fns[f](n, w, x), c = fns[f](n, w2 + 3, x2 + 5);
+            float a = fns[f](n, w, x), b = fns[f](n, w, x), c = fns[f](n, w2 + 2, x2 + 4);
             cr_assert(memcmp(&a, &b, sizeof a) == 0 && memcmp(&a, &c, sizeof a) == 0,
                       "%s path %d: %.9g %.9g %.9g", k->name, f, a, b, c);
         }
@@ -193,6 +195,15 @@ Test(vecdot_k, deterministic) {
 }
 
 /* ---- Q8_K quantizer -------------------------------------------------------- */
+
+typedef void (*q8k_fn)(const float *x, block_q8_K *y, int64_t n);
+
+/* the Q8_K quantizers this CPU can run; returns how many */
+static int q8k_paths(q8k_fn fns[2]) {
+    fns[0] = coli_quantize_act_q8_K_portable;
+    fns[1] = coli_quantize_act_q8_K_avx2;
+    return coli_cpu_avx2() ? 2 : 1;
+}
 
 static void check_bsums(const block_q8_K *b) {
     for (int g = 0; g < COLI_QK_K / 16; g++) {
@@ -205,16 +216,19 @@ static void check_bsums(const block_q8_K *b) {
 Test(vecdot_k, q8_K_zero_block) {
     float x[2 * COLI_QK_K] = {0};
     block_q8_K y[2];
-    memset(y, 0x5a, sizeof y);
     x[COLI_QK_K + 3] = 1.0f;   /* second block not zero */
-    coli_quantize_act_q8_K(x, y, 2 * COLI_QK_K);
-    cr_assert_eq(y[0].d, 0.0f);
-    for (int j = 0; j < COLI_QK_K; j++) cr_assert_eq(y[0].qs[j], 0);
-    for (int g = 0; g < COLI_QK_K / 16; g++) cr_assert_eq(y[0].bsums[g], 0);
-    /* the only nonzero value is the max: -128/1 scale, d = -1/128 */
-    cr_assert_eq(y[1].qs[3], -128);
-    cr_assert_eq(y[1].d, -1.0f / 128.0f);
-    cr_assert_eq(y[1].bsums[0], -128);
+    q8k_fn fns[2];
+    for (int f = 0; f < q8k_paths(fns); f++) {
+        memset(y, 0x5a, sizeof y);
+        fns[f](x, y, 2 * COLI_QK_K);
+        cr_assert_eq(y[0].d, 0.0f);
+        for (int j = 0; j < COLI_QK_K; j++) cr_assert_eq(y[0].qs[j], 0);
+        for (int g = 0; g < COLI_QK_K / 16; g++) cr_assert_eq(y[0].bsums[g], 0);
+        /* the only nonzero value is the max: -128/1 scale, d = -1/128 */
+        cr_assert_eq(y[1].qs[3], -128);
+        cr_assert_eq(y[1].d, -1.0f / 128.0f);
+        cr_assert_eq(y[1].bsums[0], -128);
+    }
 }
 
 /* the first value of largest |x| keeps its sign and maps to -128; the
@@ -225,14 +239,17 @@ Test(vecdot_k, q8_K_max_sign_and_cap) {
     x[20] = -2.0f;
     x[40] = 2.0f;   /* same |x|, later: not the max */
     block_q8_K y;
-    coli_quantize_act_q8_K(x, &y, COLI_QK_K);
-    cr_assert_eq(y.d, 1.0f / 64.0f, "d = 1/iscale = max/-128: %g", y.d);
-    cr_assert_eq(y.qs[20], -128);
-    cr_assert_eq(y.qs[40], 127, "+128 capped: %d", y.qs[40]);
-    /* iscale = 64: x = 0.25 -> 16, -0.5 -> -32 */
-    cr_assert_eq(y.qs[3], 16);
-    cr_assert_eq(y.qs[0], -32);
-    check_bsums(&y);
+    q8k_fn fns[2];
+    for (int f = 0; f < q8k_paths(fns); f++) {
+        fns[f](x, &y, COLI_QK_K);
+        cr_assert_eq(y.d, 1.0f / 64.0f, "d = 1/iscale = max/-128: %g", y.d);
+        cr_assert_eq(y.qs[20], -128);
+        cr_assert_eq(y.qs[40], 127, "+128 capped: %d", y.qs[40]);
+        /* iscale = 64: x = 0.25 -> 16, -0.5 -> -32 */
+        cr_assert_eq(y.qs[3], 16);
+        cr_assert_eq(y.qs[0], -32);
+        check_bsums(&y);
+    }
 }
 
 /* iscale*x exactly half-way rounds to even, as ggml's nearest_int does */
@@ -243,10 +260,14 @@ Test(vecdot_k, q8_K_rounds_half_to_even) {
     const int want[] = {0, 2, 2, -2, 0, 126, 127, 3};
     for (int i = 0; i < 8; i++) x[1 + i] = in[i];
     block_q8_K y;
-    coli_quantize_act_q8_K(x, &y, COLI_QK_K);
-    cr_assert_eq(y.d, 1.0f);
-    for (int i = 0; i < 8; i++) cr_assert_eq(y.qs[1 + i], want[i], "x=%g -> %d, want %d", in[i], y.qs[1 + i], want[i]);
-    check_bsums(&y);
+    q8k_fn fns[2];
+    for (int f = 0; f < q8k_paths(fns); f++) {
+        fns[f](x, &y, COLI_QK_K);
+        cr_assert_eq(y.d, 1.0f);
+        for (int i = 0; i < 8; i++)
+            cr_assert_eq(y.qs[1 + i], want[i], "path %d: x=%g -> %d, want %d", f, in[i], y.qs[1 + i], want[i]);
+        check_bsums(&y);
+    }
 }
 
 Test(vecdot_k, q8_K_random_bsums_and_error) {
@@ -254,14 +275,46 @@ Test(vecdot_k, q8_K_random_bsums_and_error) {
     float x[4 * COLI_QK_K];
     for (int i = 0; i < 4 * COLI_QK_K; i++) x[i] = frand(&seed) * (float)(1 + i / COLI_QK_K);
     block_q8_K y[4];
-    coli_quantize_act_q8_K(x, y, 4 * COLI_QK_K);
-    for (int b = 0; b < 4; b++) {
-        check_bsums(&y[b]);
-        for (int j = 0; j < COLI_QK_K; j++) {
-            /* half a step, or a whole one where +128 was capped at 127 */
-            double err = fabs((double)y[b].d * y[b].qs[j] - x[b * COLI_QK_K + j]);
-            double steps = y[b].qs[j] == 127 ? 1.0 : 0.5;
-            cr_assert(err <= steps * fabs(y[b].d) * 1.0001, "block %d value %d: error %g, step %g", b, j, err, y[b].d);
+    q8k_fn fns[2];
+    for (int f = 0; f < q8k_paths(fns); f++) {
+        fns[f](x, y, 4 * COLI_QK_K);
+        for (int b = 0; b < 4; b++) {
+            check_bsums(&y[b]);
+            for (int j = 0; j < COLI_QK_K; j++) {
+                /* half a step, or a whole one where +128 was capped at 127 */
+                double err = fabs((double)y[b].d * y[b].qs[j] - x[b * COLI_QK_K + j]);
+                double steps = y[b].qs[j] == 127 ? 1.0 : 0.5;
+                cr_assert(err <= steps * fabs(y[b].d) * 1.0001, "block %d value %d: error %g, step %g", b, j, err, y[b].d);
+            }
         }
     }
+}
+
+/* the AVX2 quantizer writes the portable one's bytes: random rows, exact
+ * half-way products, +128 caps, ties for the max, zeros, NaN and Inf */
+Test(vecdot_k, q8_K_avx2_same_bytes) {
+    if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    enum { NB = 12, N = NB * COLI_QK_K };
+    static float x[N];
+    unsigned seed = 31337;
+    for (int i = 0; i < N; i++) x[i] = frand(&seed) * (float)(1 + i % 5);
+    for (int i = 0; i < COLI_QK_K; i++) x[COLI_QK_K + i] = (float)(i - 128) + 0.5f;  /* halves, max -128 */
+    for (int i = 0; i < COLI_QK_K; i++) x[2 * COLI_QK_K + i] = (i % 2 ? 3.0f : -3.0f);  /* ties, +128 caps */
+    memset(x + 3 * COLI_QK_K, 0, sizeof(float) * COLI_QK_K);
+    x[4 * COLI_QK_K + 9] = NAN;
+    x[5 * COLI_QK_K + 200] = INFINITY;
+    x[6 * COLI_QK_K + 17] = -INFINITY;
+    x[7 * COLI_QK_K + 255] = 1e30f;
+    x[8 * COLI_QK_K] = -1e-30f;   /* subnormal-range scales */
+    for (int i = 1; i < COLI_QK_K; i++) x[8 * COLI_QK_K + i] = 1e-31f * (float)(i % 7);
+    block_q8_K a[NB], b[NB];
+    memset(a, 0x11, sizeof a);
+    memset(b, 0x22, sizeof b);
+    coli_quantize_act_q8_K_portable(x, a, N);
+    coli_quantize_act_q8_K_avx2(x, b, N);
+    for (int k = 0; k < NB; k++)
+        cr_assert(memcmp(&a[k], &b[k], sizeof a[k]) == 0, "block %d differs (d %g vs %g)", k, a[k].d, b[k].d);
+    /* and the public entry point is one of them */
+    coli_quantize_act_q8_K(x, b, N);
+    cr_assert(memcmp(a, b, sizeof a) == 0);
 }
