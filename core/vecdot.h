@@ -19,6 +19,7 @@
 #ifndef COLI_CORE_VECDOT_H
 #define COLI_CORE_VECDOT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "quant.h"
@@ -54,5 +55,18 @@ float coli_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 float coli_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x);
+
+/* One weight row with 4 activation rows, x + t * x_stride bytes (t < 4):
+ * out[t] has the very bits coli_vec_dot_*_avx2(n, w, x_t) returns (same
+ * operations per row), but the weight blocks are unpacked once for the 4
+ * rows: for batches of tokens (prefill). AVX2 only, call only if
+ * coli_cpu_avx2(); on other targets they are 4 portable calls. */
+typedef void (*coli_vec_dot_x4_fn)(int64_t n, const void *w, const void *x, size_t x_stride, float out[4]);
+void coli_vec_dot_q2_K_q8_K_x4_avx2(int64_t n, const void *w, const void *x, size_t x_stride, float out[4]);
+void coli_vec_dot_q3_K_q8_K_x4_avx2(int64_t n, const void *w, const void *x, size_t x_stride, float out[4]);
+void coli_vec_dot_q4_K_q8_K_x4_avx2(int64_t n, const void *w, const void *x, size_t x_stride, float out[4]);
+void coli_vec_dot_q5_K_q8_K_x4_avx2(int64_t n, const void *w, const void *x, size_t x_stride, float out[4]);
+void coli_vec_dot_q6_K_q8_K_x4_avx2(int64_t n, const void *w, const void *x, size_t x_stride, float out[4]);
+void coli_vec_dot_iq4_xs_q8_K_x4_avx2(int64_t n, const void *w, const void *x, size_t x_stride, float out[4]);
 
 #endif

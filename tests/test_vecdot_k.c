@@ -29,15 +29,22 @@ typedef struct ktype {
     coli_dtype t;
     size_t block_bytes;
     coli_vec_dot_fn portable, avx2;
+    coli_vec_dot_x4_fn avx2_x4;
 } ktype;
 
 static const ktype k_types[] = {
-    {"Q2_K", COLI_Q2_K, sizeof(block_q2_K), coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2},
-    {"Q3_K", COLI_Q3_K, sizeof(block_q3_K), coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2},
-    {"Q4_K", COLI_Q4_K, sizeof(block_q4_K), coli_vec_dot_q4_K_q8_K, coli_vec_dot_q4_K_q8_K_avx2},
-    {"Q5_K", COLI_Q5_K, sizeof(block_q5_K), coli_vec_dot_q5_K_q8_K, coli_vec_dot_q5_K_q8_K_avx2},
-    {"Q6_K", COLI_Q6_K, sizeof(block_q6_K), coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2},
-    {"IQ4_XS", COLI_IQ4_XS, sizeof(block_iq4_xs), coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2},
+    {"Q2_K", COLI_Q2_K, sizeof(block_q2_K), coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2,
+     coli_vec_dot_q2_K_q8_K_x4_avx2},
+    {"Q3_K", COLI_Q3_K, sizeof(block_q3_K), coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2,
+     coli_vec_dot_q3_K_q8_K_x4_avx2},
+    {"Q4_K", COLI_Q4_K, sizeof(block_q4_K), coli_vec_dot_q4_K_q8_K, coli_vec_dot_q4_K_q8_K_avx2,
+     coli_vec_dot_q4_K_q8_K_x4_avx2},
+    {"Q5_K", COLI_Q5_K, sizeof(block_q5_K), coli_vec_dot_q5_K_q8_K, coli_vec_dot_q5_K_q8_K_avx2,
+     coli_vec_dot_q5_K_q8_K_x4_avx2},
+    {"Q6_K", COLI_Q6_K, sizeof(block_q6_K), coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2,
+     coli_vec_dot_q6_K_q8_K_x4_avx2},
+    {"IQ4_XS", COLI_IQ4_XS, sizeof(block_iq4_xs), coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2,
+     coli_vec_dot_iq4_xs_q8_K_x4_avx2},
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -170,6 +177,35 @@ Test(vecdot_k, avx2_matches_portable) {
     }
 }
 
+/* 4 activation rows at once: each output has the single call's bits */
+Test(vecdot_k, x4_equals_single_calls) {
+    if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const ktype *k = &k_types[ti];
+        for (size_t li = 0; li < N_LENGTHS; li++) {
+            int64_t n = k_lengths[li];
+            size_t row = sizeof(block_q8_K) * (size_t)(n / COLI_QK_K), stride = row + 4 * li;
+            uint8_t *w = make_weights(k, n, (unsigned)(300 + 10 * ti + li), -1);
+            uint8_t *xs = malloc(4 * stride);
+            cr_assert(xs);
+            for (int t = 0; t < 4; t++) {
+                block_q8_K *x = make_acts(n, (unsigned)(700 + 10 * ti + t), t == 3 ? -2.0f : 0.0f);
+                memcpy(xs + t * stride, x, row);
+                free(x);
+            }
+            float out[4];
+            k->avx2_x4(n, w, xs, stride, out);
+            for (int t = 0; t < 4; t++) {
+                float one = k->avx2(n, w, xs + t * stride);
+                cr_assert(memcmp(&one, &out[t], sizeof one) == 0, "%s n=%lld row %d: x4 %.9g, single %.9g",
+                          k->name, (long long)n, t, out[t], one);
+            }
+            free(w);
+            free(xs);
+        }
+    }
+}
+
 /* same inputs, same bits: repeated calls, and the same rows at addresses
  * off the 32-byte grid (still aligned for their fp16/float fields, as
  * rows in a file and the matmul scratch are): no alignment-dependent path */
@@ -284,7 +320,8 @@ Test(vecdot_k, q8_K_random_bsums_and_error) {
                 /* half a step, or a whole one where +128 was capped at 127 */
                 double err = fabs((double)y[b].d * y[b].qs[j] - x[b * COLI_QK_K + j]);
                 double steps = y[b].qs[j] == 127 ? 1.0 : 0.5;
-                cr_assert(err <= steps * fabs(y[b].d) * 1.0001, "block %d value %d: error %g, step %g", b, j, err, y[b].d);
+                cr_assert(err <= steps * fabs(y[b].d) * 1.0001, "block %d value %d: error %g, step %g", b, j,
+                          err, y[b].d);
             }
         }
     }
