@@ -148,10 +148,30 @@ ALWAYS AVX2 void acc_store(const token_acc *a, int nt, float *out) {
     for (int t = 0; t < nt; t++) out[t] = hsum_ps(a[t].acc) - hsum_ps(a[t].acc_min);
 }
 
-/* Q4_K / Q5_K minimums of one activation row, as 8 int32 lanes (upper
- * four zero) */
-ALWAYS AVX2 __m256i q4k_mins(__m128i scales_mins, const block_q8_K *x) {
-    return _mm256_zextsi128_si256(mins_dot_bsums(scales_mins, x->bsums));
+/* Q4_K / Q5_K: the 64 values of chunk j, unpacked (lo: sub-block 2j, hi:
+ * 2j+1), against every activation row */
+ALWAYS AVX2 void q4k_chunk(int nt, __m256i lo, __m256i hi, __m256i sc16, int j, const block_q8_K *const *xs,
+                           int64_t b, __m256i *isum) {
+    __m256i s_lo = lane_scale(sc16, 2 * j), s_hi = lane_scale(sc16, 2 * j + 1);
+    UNROLL
+    for (int t = 0; t < nt; t++) {
+        const int8_t *q8 = xs[t][b].qs + 64 * j;
+        isum[t] = accumulate(isum[t], scaled_dot(lo, load256(q8), s_lo));
+        isum[t] = accumulate(isum[t], scaled_dot(hi, load256(q8 + 32), s_hi));
+    }
+}
+
+/* Q4_K / Q5_K: the float step of block b per row: d * isum, and dmin
+ * times the minimums against the row's bsums */
+ALWAYS AVX2 void q4k_block_end(int nt, uint16_t d16, uint16_t dmin16, __m128i scales_mins,
+                               const block_q8_K *const *xs, int64_t b, const __m256i *isum, token_acc *a) {
+    const float d = _cvtsh_ss(d16), dmin = _cvtsh_ss(dmin16);
+    UNROLL
+    for (int t = 0; t < nt; t++) {
+        __m128i msum = mins_dot_bsums(scales_mins, xs[t][b].bsums);
+        acc_add(&a[t], d * xs[t][b].d, isum[t]);
+        acc_add_min(&a[t], dmin * xs[t][b].d, _mm256_zextsi128_si256(msum));
+    }
 }
 
 /* Q4_K: per 64 values, 32 qs bytes: low nibbles sub-block 2j, high 2j+1 */
@@ -170,20 +190,9 @@ ALWAYS AVX2 void q4_K_tokens(int nt, int64_t n, const void *w, const block_q8_K 
         for (int j = 0; j < 4; j++) {
             __m256i q = load256(wb[b].qs + 32 * j);
             __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-            __m256i s_lo = lane_scale(sc16, 2 * j), s_hi = lane_scale(sc16, 2 * j + 1);
-            UNROLL
-            for (int t = 0; t < nt; t++) {
-                const int8_t *q8 = xs[t][b].qs + 64 * j;
-                isum[t] = accumulate(isum[t], scaled_dot(lo, load256(q8), s_lo));
-                isum[t] = accumulate(isum[t], scaled_dot(hi, load256(q8 + 32), s_hi));
-            }
+            q4k_chunk(nt, lo, hi, sc16, j, xs, b, isum);
         }
-        const float d = _cvtsh_ss(wb[b].d), dmin = _cvtsh_ss(wb[b].dmin);
-        UNROLL
-        for (int t = 0; t < nt; t++) {
-            acc_add(&a[t], d * xs[t][b].d, isum[t]);
-            acc_add_min(&a[t], dmin * xs[t][b].d, q4k_mins(smv, &xs[t][b]));
-        }
+        q4k_block_end(nt, wb[b].d, wb[b].dmin, smv, xs, b, isum, a);
     }
     acc_store(a, nt, out);
 }
@@ -210,20 +219,9 @@ ALWAYS AVX2 void q5_K_tokens(int nt, int64_t n, const void *w, const block_q8_K 
             __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
                                          _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
             qh = _mm256_srli_epi16(qh, 2);
-            __m256i s_lo = lane_scale(sc16, 2 * j), s_hi = lane_scale(sc16, 2 * j + 1);
-            UNROLL
-            for (int t = 0; t < nt; t++) {
-                const int8_t *q8 = xs[t][b].qs + 64 * j;
-                isum[t] = accumulate(isum[t], scaled_dot(lo, load256(q8), s_lo));
-                isum[t] = accumulate(isum[t], scaled_dot(hi, load256(q8 + 32), s_hi));
-            }
+            q4k_chunk(nt, lo, hi, sc16, j, xs, b, isum);
         }
-        const float d = _cvtsh_ss(wb[b].d), dmin = _cvtsh_ss(wb[b].dmin);
-        UNROLL
-        for (int t = 0; t < nt; t++) {
-            acc_add(&a[t], d * xs[t][b].d, isum[t]);
-            acc_add_min(&a[t], dmin * xs[t][b].d, q4k_mins(smv, &xs[t][b]));
-        }
+        q4k_block_end(nt, wb[b].d, wb[b].dmin, smv, xs, b, isum, a);
     }
     acc_store(a, nt, out);
 }
