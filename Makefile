@@ -231,7 +231,8 @@ include plugins/gpu/gpu.mk
 FUZZ_SECONDS ?= 300
 FUZZ_PKGS    := clang libclang-rt-14-dev
 FUZZ_DIR     := $(BUILD)/fuzz
-FUZZ_CORE    := core/gguf.c core/gguf_common.c core/gguf_writer.c core/tensor.c core/error.c
+FUZZ_CORE    := core/gguf.c core/gguf_common.c core/gguf_writer.c core/tensor.c core/error.c \
+                core/quant.c core/quant_dequant.c core/quant_blocks.c core/cpu_features.c
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -Icore
 .PHONY: fuzz fuzz-deps
 fuzz-deps:
@@ -242,14 +243,14 @@ fuzz-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-$(FUZZ_DIR)/fuzz_gguf: tools/fuzz/fuzz_gguf.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h core/gguf_internal.h | fuzz-deps
+$(FUZZ_DIR)/fuzz_gguf: tools/fuzz/fuzz_gguf.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h core/gguf_internal.h core/quant.h | fuzz-deps
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -o $@ tools/fuzz/fuzz_gguf.c $(FUZZ_CORE)
+	  -o $@ tools/fuzz/fuzz_gguf.c $(FUZZ_CORE) -lm
 
 $(FUZZ_DIR)/gguf_seeds: tools/fuzz/gguf_seeds.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h | fuzz-deps
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ tools/fuzz/gguf_seeds.c $(FUZZ_CORE)
+	clang $(FUZZ_CFLAGS) -o $@ tools/fuzz/gguf_seeds.c $(FUZZ_CORE) -lm
 
 fuzz: $(FUZZ_DIR)/fuzz_gguf $(FUZZ_DIR)/gguf_seeds
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/seeds

@@ -21,7 +21,7 @@
 #define QK_K COLI_QK_K
 
 /* ggml's nearest_int: round half to even by adding 1.5 * 2^23, valid for
- * |v| < 2^22 (here |v| <= 128.5). Same bits as llama.cpp for every finite
+ * |v| < 2^22 (here |v| <= 127.5). Same bits as llama.cpp for every finite
  * v. NaN (from NaN or Inf inputs) gives -128 here, where ggml's result
  * depends on the NaN's payload: it is what cvtps_epi32 and the saturating
  * packs of the AVX2 quantizer give, so both paths write the same bytes.
@@ -59,15 +59,16 @@ static float first_with_magnitude(const float *x, float amax) {
 }
 
 /* llama.cpp's quantize_row_q8_K_ref: per block, max = the value of largest
- * magnitude (the first one, sign kept); it maps to -128: iscale = -128/max,
- * q = nearest_int(iscale * x) capped at 127, d = 1/iscale; bsums = sums of
- * each 16 q. An all-zero block gets d = 0, q = 0, bsums = 0. */
+ * magnitude (the first one, sign kept); it maps to -127: iscale = -127/max
+ * (not -128: llama.cpp changed it "for IQ2_XXS", and its K-quant results
+ * follow), q = nearest_int(iscale * x) capped at 127, d = 1/iscale; bsums
+ * = sums of each 16 q. An all-zero block gets d = 0, q = 0, bsums = 0. */
 void coli_quantize_act_q8_K_portable(const float *restrict x, block_q8_K *restrict y, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
         block_q8_K *out = &y[b];
         const float amax = block_amax(x);
         if (amax == 0.0f) { memset(out, 0, sizeof *out); continue; }
-        const float iscale = -128.0f / first_with_magnitude(x, amax);
+        const float iscale = -127.0f / first_with_magnitude(x, amax);
         for (int j = 0; j < QK_K; j++) {
             int q = nearest_int(iscale * x[j]);
             out->qs[j] = (int8_t)(q < 127 ? q : 127);

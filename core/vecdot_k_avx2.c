@@ -11,14 +11,14 @@
  * -32) and minimums (Q2_K, Q4_K, Q5_K) go through Q8_K's bsums, as in the
  * portable code. Only the float steps differ: the lanes are converted and
  * accumulated with FMA, and summed once at the end, so results equal the
- * portable ones within float rounding. The x4 entry points run one weight
- * row against 4 activation rows, unpacking each weight block once (see
- * "dot products" below).
+ * portable ones within float rounding. The _tokens entry points run one
+ * weight row against up to 4 activation rows, unpacking each weight block
+ * once (see "dot products" below).
  *
  * IQ4_XS has signed weights; maddubs needs one unsigned operand, so the
  * activation's magnitude is that operand and the weight takes its sign.
- * (The other way round, -128 activations, which Q8_K produces for every
- * block's largest value, would not negate.)
+ * (The other way round, a -128 activation would not negate: Q8_K's finite
+ * values stay in -127..127, but NaN inputs quantize to -128.)
  */
 #include <string.h>
 
@@ -64,7 +64,7 @@ ALWAYS AVX2 __m256i scaled_dot(__m256i q, __m256i q8, __m256i scales_i16) {
 
 /* acc + a, in program order: the empty asm makes the sum opaque to the
  * compiler, which would otherwise reassociate the integer adds of a whole
- * unrolled block (times 4 rows in the x4 kernels) into one tree and keep
+ * unrolled block (times the rows of a _tokens call) into one tree and keep
  * every product alive at once, spilling most of them */
 ALWAYS AVX2 __m256i accumulate(__m256i acc, __m256i a) {
     acc = _mm256_add_epi32(acc, a);
@@ -74,7 +74,7 @@ ALWAYS AVX2 __m256i accumulate(__m256i acc, __m256i a) {
 
 /* the same for signed weights w: maddubs needs one unsigned operand; the
  * activation's magnitude is that one and the weight takes its sign (the
- * other way round, Q8_K's -128 would not negate) */
+ * other way round, a -128 activation would not negate) */
 ALWAYS AVX2 __m256i signed_scaled_dot(__m256i w, __m256i q8, __m256i scales_i16) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q8), _mm256_sign_epi8(w, q8)), scales_i16);
 }
@@ -103,14 +103,14 @@ ALWAYS AVX2 __m128i mins_dot_bsums(__m128i scales_mins, const int16_t *bsums) {
 
 /* ---- dot products ----------------------------------------------------------
  *
- * Each type's kernel takes nt activation rows (1 or 4, a constant once
+ * Each type's kernel takes nt activation rows (1..4, a constant once
  * inlined): the weight block is unpacked once and serves every row, and
- * each row gets the very same operations whatever nt is, so the x4 entry
- * points return the bits of four single calls. */
-#define MAX_TOKENS 4
+ * each row gets the very same operations whatever nt is, so the _tokens
+ * entry points return the bits of single calls. */
+#define MAX_TOKENS COLI_VEC_DOT_MAX_TOKENS
 
-/* the entry points of one type: the single dot product (vecdot.h) and
- * the one for 4 activation rows x_stride bytes apart */
+/* the entry points of one type: the single dot product and the one for
+ * n_tok (1..4) activation rows x_stride bytes apart (vecdot.h) */
 #define ENTRY_POINTS(type, kernel)                                                                    \
     AVX2 float coli_vec_dot_##type##_q8_K_avx2(int64_t n, const void *w, const void *x) {             \
         const block_q8_K *xs[1] = {x};                                                                \
@@ -118,11 +118,18 @@ ALWAYS AVX2 __m128i mins_dot_bsums(__m128i scales_mins, const int16_t *bsums) {
         kernel(1, n, w, xs, &out);                                                                    \
         return out;                                                                                   \
     }                                                                                                 \
-    AVX2 void coli_vec_dot_##type##_q8_K_x4_avx2(int64_t n, const void *w, const void *x,             \
-                                                size_t x_stride, float out[4]) {                      \
-        const block_q8_K *xs[4];                                                                      \
-        for (int t = 0; t < 4; t++) xs[t] = (const block_q8_K *)((const uint8_t *)x + t * x_stride); \
-        kernel(4, n, w, xs, out);                                                                     \
+    AVX2 void coli_vec_dot_##type##_q8_K_avx2_tokens(int64_t n, const void *w, const void *x,         \
+                                                    size_t x_stride, float *out, int n_tok) {         \
+        const block_q8_K *xs[MAX_TOKENS];                                                             \
+        for (int t = 0; t < n_tok && t < MAX_TOKENS; t++)                                             \
+            xs[t] = (const block_q8_K *)((const uint8_t *)x + t * x_stride);                          \
+        switch (n_tok) {                                                                              \
+        case 1: kernel(1, n, w, xs, out); break;                                                      \
+        case 2: kernel(2, n, w, xs, out); break;                                                      \
+        case 3: kernel(3, n, w, xs, out); break;                                                      \
+        case 4: kernel(4, n, w, xs, out); break;                                                      \
+        default: break;                                                                               \
+        }                                                                                             \
     }
 
 typedef struct token_acc {
@@ -422,7 +429,8 @@ ALWAYS AVX2 float first_with_magnitude(const float *x, float amax) {
 
 /* 32 values to int8: product rounded to float, then round half to even
  * (cvtps_epi32, as the portable add of 1.5 * 2^23); packs saturate, so
- * +128 becomes 127 and NaN (INT_MIN) -128, as in the portable code. The
+ * anything above 127 becomes 127 and NaN (INT_MIN) -128, as in the
+ * portable code. The
  * packs interleave 128-bit lanes; the permute restores the order. */
 ALWAYS AVX2 __m256i quantize32(const float *x, __m256 iscale) {
     __m256i q[4];
@@ -453,7 +461,7 @@ AVX2 void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) 
         block_q8_K *out = &y[b];
         const float amax = block_amax(x);
         if (amax == 0.0f) { memset(out, 0, sizeof *out); continue; }
-        const float iscale = -128.0f / first_with_magnitude(x, amax);
+        const float iscale = -127.0f / first_with_magnitude(x, amax);
         const __m256 vscale = _mm256_set1_ps(iscale);
         __m256i sums[8];
         for (int c = 0; c < 8; c++) {
@@ -472,9 +480,9 @@ AVX2 void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) 
     float coli_vec_dot_##type##_q8_K_avx2(int64_t n, const void *w, const void *x) {                  \
         return coli_vec_dot_##type##_q8_K(n, w, x);                                                   \
     }                                                                                                 \
-    void coli_vec_dot_##type##_q8_K_x4_avx2(int64_t n, const void *w, const void *x, size_t x_stride, \
-                                           float out[4]) {                                            \
-        for (int t = 0; t < 4; t++)                                                                   \
+    void coli_vec_dot_##type##_q8_K_avx2_tokens(int64_t n, const void *w, const void *x,              \
+                                               size_t x_stride, float *out, int n_tok) {              \
+        for (int t = 0; t < n_tok; t++)                                                               \
             out[t] = coli_vec_dot_##type##_q8_K(n, w, (const uint8_t *)x + t * x_stride);             \
     }
 ENTRY_POINTS(q2_K)

@@ -31,7 +31,7 @@ typedef struct gen_result {
 /* Called before eval step (0 = the prompt); may kill or stop workers. */
 typedef void (*step_hook)(coli_model *m, int step, void *user);
 
-static const char *sched_fixture(const char *name)
+static inline const char *sched_fixture(const char *name)
 {
     static char path[1024];
     const char *b = getenv("COLI_BUILD");
@@ -103,21 +103,21 @@ static inline void sched_rm_plugin_dir(const char *dir)
     unsetenv("COLI_PLUGIN_DIR");
 }
 
-static double sched_now(void)
+static inline double sched_now(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static void gen_free(gen_result *r)
+static inline void gen_free(gen_result *r)
 {
     free(r->logits);
     free(r->stats);
     memset(r, 0, sizeof *r);
 }
 
-static int sched_argmax(const float *v, int n)
+static inline int sched_argmax(const float *v, int n)
 {
     int b = 0;
     for (int i = 1; i < n; i++) if (v[i] > v[b]) b = i;
@@ -126,7 +126,7 @@ static int sched_argmax(const float *v, int n)
 
 /* Greedy generation of GEN_STEPS tokens after a fixed prompt on a loaded
  * model (what names it in messages); hook, if any, runs before each step. */
-static void sched_generate_on(coli_model *m, const char *what, step_hook hook, void *user,
+static inline void sched_generate_on(coli_model *m, const char *what, step_hook hook, void *user,
                               gen_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -152,7 +152,7 @@ static void sched_generate_on(coli_model *m, const char *what, step_hook hook, v
 }
 
 /* sched_generate_on a model loaded here on `devices`, freed afterwards. */
-static void sched_generate(const char *model, const char *devices, step_hook hook, void *user,
+static inline void sched_generate(const char *model, const char *devices, step_hook hook, void *user,
                            gen_result *r)
 {
     coli_model_params mp;
@@ -165,7 +165,7 @@ static void sched_generate(const char *model, const char *devices, step_hook hoo
     coli_model_free(&m);
 }
 
-static void sched_assert_same(const gen_result *a, const gen_result *b, const char *what)
+static inline void sched_assert_same(const gen_result *a, const gen_result *b, const char *what)
 {
     cr_assert_eq(a->n_vocab, b->n_vocab);
     for (int i = 0; i < GEN_STEPS; i++)
@@ -177,7 +177,7 @@ static void sched_assert_same(const gen_result *a, const gen_result *b, const ch
 /* ---- stats JSON ---------------------------------------------------------- */
 
 /* The count of fallbacks for (device, reason); 0 if absent. */
-static long sched_fallbacks(const char *json, const char *device, const char *reason)
+static inline long sched_fallbacks(const char *json, const char *device, const char *reason)
 {
     char key[160];
     snprintf(key, sizeof key, "{\"device\":\"%s\",\"reason\":\"%s\",\"count\":", device, reason);
@@ -186,7 +186,7 @@ static long sched_fallbacks(const char *json, const char *device, const char *re
 }
 
 /* A top-level integer field ("fallbacks_total", ...). */
-static long sched_field(const char *json, const char *name)
+static inline long sched_field(const char *json, const char *name)
 {
     char key[96];
     snprintf(key, sizeof key, "\"%s\":", name);
@@ -196,7 +196,7 @@ static long sched_field(const char *json, const char *name)
 }
 
 /* Field `name` of worker `id` as text (value up to , or }). */
-static void sched_worker_field(const char *json, int id, const char *name, char *out, size_t n)
+static inline void sched_worker_field(const char *json, int id, const char *name, char *out, size_t n)
 {
     char key[64];
     snprintf(key, sizeof key, "{\"id\":%d,", id);
@@ -211,7 +211,7 @@ static void sched_worker_field(const char *json, int id, const char *name, char 
     snprintf(out, n, "%.*s", (int)(len < n ? len : n - 1), p);
 }
 
-static int sched_worker_pid(coli_model *m, int id)
+static inline int sched_worker_pid(coli_model *m, int id)
 {
     char *js = NULL, v[32];
     cr_assert_eq(coli_model_stats_json(m, &js), 0);
@@ -223,7 +223,7 @@ static int sched_worker_pid(coli_model *m, int id)
 /* ---- processes ---------------------------------------------------------- */
 
 /* 1 if pid is gone or a zombie. */
-static int sched_proc_dead(int pid)
+static inline int sched_proc_dead(int pid)
 {
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
@@ -236,7 +236,7 @@ static int sched_proc_dead(int pid)
     return !rp || rp[2] == 'Z' || rp[2] == 'X';
 }
 
-static void sched_wait_dead(int pid, double seconds)
+static inline void sched_wait_dead(int pid, double seconds)
 {
     double until = sched_now() + seconds;
     while (!sched_proc_dead(pid) && sched_now() < until) usleep(5000);
@@ -244,7 +244,7 @@ static void sched_wait_dead(int pid, double seconds)
 }
 
 /* Number of live coli-worker processes whose parent is ppid. */
-static int sched_count_workers_of(int ppid)
+static inline int sched_count_workers_of(int ppid)
 {
     DIR *d = opendir("/proc");
     int n = 0;
@@ -270,7 +270,7 @@ static int sched_count_workers_of(int ppid)
     return n;
 }
 
-static void sched_assert_no_orphans(void)
+static inline void sched_assert_no_orphans(void)
 {
     cr_assert_eq(sched_count_workers_of(getpid()), 0, "coli-worker children left behind");
 }

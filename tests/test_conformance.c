@@ -20,7 +20,9 @@
 #include <string.h>
 
 #include "colibri.h"
+#include "matmul.h"
 #include "ref_models.h"
+#include "sched_util.h"
 
 #define GREEDY_MARGIN_MIN 0.05
 
@@ -68,7 +70,8 @@ typedef enum rule {
     RULE_EXACT,     /* F32 model, F32 KV vs kv_f32: D <= 1e-3, argmax everywhere */
     RULE_KV16,      /* F32/F16 model, F16 KV vs kv_f16: D <= 1e-2 (2e-2 F16), argmax where gap > 2e-2 */
     RULE_F16,       /* F16 model vs kv_f32: D <= 2e-2, argmax everywhere */
-    RULE_QUANT,     /* Q8_0/Q4_0 vs kv_f32: D <= 0.15, argmax where gap > 0.1 and at >= 95 % */
+    RULE_QUANT,     /* Q8_0/Q4_0, K-quant/IQ4/Q4_1/Q5_x mixes (activations quantized as llama.cpp)
+                       vs kv_f32: D <= 0.15, argmax where gap > 0.1 and at >= 95 % */
 } rule;
 
 typedef struct tally {
@@ -167,6 +170,13 @@ static void s_greedy(coli_model *m, const cJSON *prompt, const cJSON *run, const
     coli_gen_stats st;
     cr_assert_eq(coli_context_new(m, NULL, &ctx), 0, "%s", coli_last_error());
     cr_assert_eq(coli_generate(ctx, pids, np, &sp, s_collect, &c, &st), 0, "%s", coli_last_error());
+    /* a run that ended with an end-of-generation token records it as its
+     * last id; coli_generate stops there without passing it on */
+    const int eog = cJSON_IsTrue(s_get(run, "hit_eog"));
+    if (eog && n_judged == ng) {
+        n_judged--;
+        cr_expect_eq(c.n, n_judged, "%s: %d tokens, the reference ends after %d with EOG", label, c.n, n_judged);
+    }
     for (int g = 0; g < n_judged; g++) {
         cr_assert_gt(c.n, g, "%s: generation stopped after %d tokens", label, c.n);
         cr_expect_eq(c.ids[g], gids[g], "%s: greedy step %d: %d, reference %d", label, g, c.ids[g], gids[g]);
@@ -175,8 +185,10 @@ static void s_greedy(coli_model *m, const cJSON *prompt, const cJSON *run, const
     coli_context_free(&ctx);
 }
 
-static void s_check_model(const char *model_file, const char *json_file, int kv_f16, rule r) {
+/* portable: the portable C kernels instead of AVX2 (same rule). */
+static void s_check_model_on(const char *model_file, const char *json_file, int kv_f16, rule r, int portable) {
     s_require_shared();
+    coli_matmul_force_portable(portable);
     char path[4096];
     s_ref_model(model_file, path, sizeof path);
     cJSON *exp = s_load_json(json_file);
@@ -207,14 +219,19 @@ static void s_check_model(const char *model_file, const char *json_file, int kv_
         s_greedy(m, prompt, run, label);
     }
     qsort(t.deltas, (size_t)t.n, sizeof *t.deltas, s_cmp_double);
-    cr_log_info("%s vs %s (%s KV): max delta %.2e, median %.2e, argmax %d/%d",
-                model_file, run_key, kv_f16 ? "F16" : "F32", t.deltas[t.n - 1], t.deltas[t.n / 2],
-                t.argmax_ok, t.n);
+    cr_log_info("%s vs %s (%s KV, %s): max delta %.2e, median %.2e, argmax %d/%d",
+                model_file, run_key, kv_f16 ? "F16" : "F32", coli_matmul_impl(), t.deltas[t.n - 1],
+                t.deltas[t.n / 2], t.argmax_ok, t.n);
     if (r == RULE_QUANT)
         cr_expect_geq(t.argmax_ok * 100, t.n * 95, "argmax agrees at %d/%d positions (< 95 %%)", t.argmax_ok, t.n);
     free(t.deltas);
     coli_model_free(&m);
     cJSON_Delete(exp);
+    coli_matmul_force_portable(0);
+}
+
+static void s_check_model(const char *model_file, const char *json_file, int kv_f16, rule r) {
+    s_check_model_on(model_file, json_file, kv_f16, r, 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -232,3 +249,43 @@ Test(conformance, mixtral_f16_kv_f32) { s_check_model("tiny-mixtral-f16.gguf", "
 Test(conformance, mixtral_f16_kv_f16) { s_check_model("tiny-mixtral-f16.gguf", "tiny-mixtral-f16.json", 1, RULE_KV16); }
 Test(conformance, mixtral_q8_0_kv_f32) { s_check_model("tiny-mixtral-q8_0.gguf", "tiny-mixtral-q8_0.json", 0, RULE_QUANT); }
 Test(conformance, mixtral_q4_0_kv_f32) { s_check_model("tiny-mixtral-q4_0.gguf", "tiny-mixtral-q4_0.json", 0, RULE_QUANT); }
+
+/* llama.cpp's own per-tensor mixes of tiny-kquant (every K-quant, IQ4 and
+ * Q4_1/Q5_x type feeds a matmul in one of them), and their F32 source. */
+Test(conformance, kquant_f32_kv_f32) { s_check_model("tiny-kquant-f32.gguf", "tiny-kquant-f32.json", 0, RULE_EXACT); }
+Test(conformance, kquant_f32_kv_f16) { s_check_model("tiny-kquant-f32.gguf", "tiny-kquant-f32.json", 1, RULE_KV16); }
+Test(conformance, kquant_q3_k_m_kv_f32) { s_check_model("tiny-kquant-q3_k_m.gguf", "tiny-kquant-q3_k_m.json", 0, RULE_QUANT); }
+Test(conformance, kquant_iq4_xs_kv_f32) { s_check_model("tiny-kquant-iq4_xs.gguf", "tiny-kquant-iq4_xs.json", 0, RULE_QUANT); }
+Test(conformance, kquant_q4_1_kv_f32) { s_check_model("tiny-kquant-q4_1.gguf", "tiny-kquant-q4_1.json", 0, RULE_QUANT); }
+Test(conformance, kquant_q5_1_kv_f32) { s_check_model("tiny-kquant-q5_1.gguf", "tiny-kquant-q5_1.json", 0, RULE_QUANT); }
+
+/* The portable kernels meet the same rule (AVX2 is what the tests above
+ * use wherever the CPU has it). */
+static void s_check_portable(const char *model_file, const char *json_file) {
+    s_check_model_on(model_file, json_file, 0, RULE_QUANT, 1);
+}
+Test(conformance, kquant_q3_k_m_portable) { s_check_portable("tiny-kquant-q3_k_m.gguf", "tiny-kquant-q3_k_m.json"); }
+Test(conformance, kquant_iq4_xs_portable) { s_check_portable("tiny-kquant-iq4_xs.gguf", "tiny-kquant-iq4_xs.json"); }
+Test(conformance, kquant_q4_1_portable) { s_check_portable("tiny-kquant-q4_1.gguf", "tiny-kquant-q4_1.json"); }
+Test(conformance, kquant_q5_1_portable) { s_check_portable("tiny-kquant-q5_1.gguf", "tiny-kquant-q5_1.json"); }
+
+/* Experts of every new type on a CPU worker process give the bytes of the
+ * in-process engine (the determinism contract across placement). */
+Test(conformance, kquant_cpu_worker_equals_inproc, .timeout = 300) {
+    static const char *const files[] = {"tiny-kquant-q3_k_m.gguf", "tiny-kquant-iq4_xs.gguf",
+                                        "tiny-kquant-q4_1.gguf", "tiny-kquant-q5_1.gguf"};
+    s_require_shared();
+    sched_env_defaults();
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[4096], what[256];
+        s_ref_model(files[i], path, sizeof path);
+        gen_result ref, got;
+        sched_generate(path, "inproc", NULL, NULL, &ref);
+        sched_generate(path, "cpu:1", NULL, NULL, &got);
+        snprintf(what, sizeof what, "%s on cpu:1", files[i]);
+        sched_assert_same(&ref, &got, what);
+        gen_free(&ref);
+        gen_free(&got);
+    }
+    sched_assert_no_orphans();
+}

@@ -677,6 +677,48 @@ Test(gguf_hostile, quantized_row_not_a_multiple_of_the_block) {
     gb_free(&b);
 }
 
+/* The 256-value super-blocks: a row that holds whole 32-value blocks but
+ * not whole super-blocks (a width legal for Q4_0, not for Q4_K) is refused
+ * by the reader, before any kernel sees it. */
+Test(gguf_hostile, k_quant_row_not_a_multiple_of_256) {
+    static const struct { coli_dtype t; const char *name; uint64_t ne0; } cases[] = {
+        {COLI_Q4_K, "Q4_K", 128}, {COLI_Q6_K, "Q6_K", 288}, {COLI_Q2_K, "Q2_K", 32},
+        {COLI_Q3_K, "Q3_K", 512 + 96}, {COLI_Q5_K, "Q5_K", 255}, {COLI_IQ4_XS, "IQ4_XS", 96},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gguf_bytes b = {0};
+        char want[160];
+        one_tensor(&b, "blk.0.ffn_down_exps.weight", 3, (const uint64_t[]){cases[i].ne0, 4, 2}, cases[i].t, 0, 8192);
+        snprintf(want, sizeof want, "tensor 'blk.0.ffn_down_exps.weight': row length ne[0] = %llu is not a "
+                 "multiple of the %s block size 256", (unsigned long long)cases[i].ne0, cases[i].name);
+        EXPECT_REFUSED(&b, COLI_EFORMAT, want);
+        gb_free(&b);
+    }
+    /* the 32-value types of the new set keep their own block size */
+    gguf_bytes b = {0};
+    one_tensor(&b, "w", 2, (const uint64_t[]){48, 2}, COLI_Q5_1, 0, 256);
+    EXPECT_REFUSED(&b, COLI_EFORMAT, "row length ne[0] = 48 is not a multiple of the Q5_1 block size 32");
+    gb_free(&b);
+}
+
+/* A file cut inside the last block of a tensor: one byte short is refused
+ * (420 bytes of Q6_K: 2 rows of one 210-byte super-block), whole is read. */
+Test(gguf_hostile, truncated_block_of_a_new_type) {
+    gguf_bytes b = {0};
+    one_tensor(&b, "output.weight", 2, (const uint64_t[]){256, 2}, COLI_Q6_K, 0, 419);
+    EXPECT_REFUSED(&b, COLI_EFORMAT, "tensor 'output.weight': data (420 bytes at offset 0) past end of file");
+    gb_free(&b);
+    one_tensor(&b, "w", 2, (const uint64_t[]){64, 3}, COLI_Q4_1, 0, 6 * 20 - 7);
+    EXPECT_REFUSED(&b, COLI_EFORMAT, "tensor 'w': data (120 bytes at offset 0) past end of file");
+    gb_free(&b);
+    gguf_file *f = NULL;
+    one_tensor(&b, "output.weight", 2, (const uint64_t[]){256, 2}, COLI_Q6_K, 0, 420);
+    cr_assert_eq(gguf_open_memory(b.p, b.n, &f), 0, "%s", coli_last_error());
+    cr_assert_eq(gguf_tensor(f, 0)->nbytes, 420);
+    gguf_close(&f);
+    gb_free(&b);
+}
+
 Test(gguf_hostile, bad_alignment_value) {
     static const uint32_t bad[] = {0, 48, 1u << 17, 0x80000000u};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

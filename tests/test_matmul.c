@@ -314,6 +314,8 @@ Test(matmul, many_shares_prepared_inputs_per_activation_type) {
         cr_assert_eq(coli_matmul(NULL, NULL, p[i].w, types[i], N_IN, N_OUT, p[0].x, N_TOK, alone), 0);
         cr_assert_eq(memcmp(alone, y[i], sizeof alone), 0, "%s: many differs from alone",
                      coli_dtype_name(types[i]));
+    }
+    for (int i = 0; i < N; i++) { /* p[0].x is every op's input: freed last */
         free(y[i]);
         free_problem(&p[i]);
     }
@@ -330,4 +332,36 @@ Test(matmul, k_quant_rows_must_be_whole_super_blocks) {
     cr_assert(y[0] == 0.0f && y[1] == 0.0f);
     cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_Q8_K, 256, 1, x, 1, y), COLI_EUNSUPPORTED,
                  "Q8_K is an activation format");
+}
+
+/* The several-token AVX2 kernels (Q4_K, Q6_K) give each token the bits of
+ * the single-token dot product, for every group size 1..4. */
+Test(matmul, avx2_token_groups_equal_single_tokens) {
+    if (!coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
+    static const struct { coli_dtype t; coli_vec_dot_fn one; coli_vec_dot_tokens_fn many; } k[] = {
+        {COLI_Q4_K, coli_vec_dot_q4_K_q8_K_avx2, coli_vec_dot_q4_K_q8_K_avx2_tokens},
+        {COLI_Q6_K, coli_vec_dot_q6_K_q8_K_avx2, coli_vec_dot_q6_K_q8_K_avx2_tokens},
+    };
+    enum { N = 768, NT = 4 };
+    unsigned seed = 31;
+    block_q8_K x[NT][N / COLI_QK_K];
+    float xf[N];
+    for (int t = 0; t < NT; t++) {
+        for (int i = 0; i < N; i++) xf[i] = frand(&seed) * (t + 1);
+        coli_quantize_act_q8_K(xf, x[t], N);
+    }
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        uint8_t w[3 * 210];
+        qu_random_blocks(k[i].t, w, N / COLI_QK_K, &seed);
+        for (int nt = 1; nt <= NT; nt++)
+            for (int first = 0; first + nt <= NT; first++) {
+                float out[NT];
+                k[i].many(N, w, x[first], sizeof x[0], out, nt);
+                for (int t = 0; t < nt; t++) {
+                    const float one = k[i].one(N, w, x[first + t]);
+                    cr_assert_eq(memcmp(&out[t], &one, sizeof one), 0, "%s: group of %d, token %d: %.9g vs %.9g",
+                                 coli_dtype_name(k[i].t), nt, t, out[t], one);
+                }
+            }
+    }
 }

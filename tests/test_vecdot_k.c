@@ -3,7 +3,7 @@
  * vecdot_k_avx2.c) and the Q8_K activation quantizer, both paths of each.
  *
  * Weights: random quant bytes with sane fp16 scales (quant_util.h), and
- * constant bytes against constant activations (extreme quants, all -128).
+ * constant bytes against constant activations (extreme quants, all -127).
  * Reference: the weight row dequantized by coli_dequantize_row (written
  * from ggml's dequantize_row_*, independently of the dot products) times
  * the Q8_K row read as d*q, summed in float64. Tolerances are relative to
@@ -29,22 +29,22 @@ typedef struct ktype {
     coli_dtype t;
     size_t block_bytes;
     coli_vec_dot_fn portable, avx2;
-    coli_vec_dot_x4_fn avx2_x4;
+    coli_vec_dot_tokens_fn avx2_tokens;
 } ktype;
 
 static const ktype k_types[] = {
     {"Q2_K", COLI_Q2_K, sizeof(block_q2_K), coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2,
-     coli_vec_dot_q2_K_q8_K_x4_avx2},
+     coli_vec_dot_q2_K_q8_K_avx2_tokens},
     {"Q3_K", COLI_Q3_K, sizeof(block_q3_K), coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2,
-     coli_vec_dot_q3_K_q8_K_x4_avx2},
+     coli_vec_dot_q3_K_q8_K_avx2_tokens},
     {"Q4_K", COLI_Q4_K, sizeof(block_q4_K), coli_vec_dot_q4_K_q8_K, coli_vec_dot_q4_K_q8_K_avx2,
-     coli_vec_dot_q4_K_q8_K_x4_avx2},
+     coli_vec_dot_q4_K_q8_K_avx2_tokens},
     {"Q5_K", COLI_Q5_K, sizeof(block_q5_K), coli_vec_dot_q5_K_q8_K, coli_vec_dot_q5_K_q8_K_avx2,
-     coli_vec_dot_q5_K_q8_K_x4_avx2},
+     coli_vec_dot_q5_K_q8_K_avx2_tokens},
     {"Q6_K", COLI_Q6_K, sizeof(block_q6_K), coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2,
-     coli_vec_dot_q6_K_q8_K_x4_avx2},
+     coli_vec_dot_q6_K_q8_K_avx2_tokens},
     {"IQ4_XS", COLI_IQ4_XS, sizeof(block_iq4_xs), coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2,
-     coli_vec_dot_iq4_xs_q8_K_x4_avx2},
+     coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -127,7 +127,7 @@ static double reference_dot(const ktype *k, const uint8_t *w, const block_q8_K *
 }
 
 /* (weight fill, activation constant) patterns besides random: extreme
- * quants against all -128 activations (x constant negative) and +127/-128 */
+ * quants against all -127 activations (x constant negative) and +127 */
 static const struct { int fill; float c; } k_patterns[] = {
     {-1, 0.0f}, {0xff, -1.0f}, {0x00, -1.0f}, {0xff, 1.0f}, {0x00, 0.5f}, {0x55, 0.0f}, {0xaa, -3.0f},
 };
@@ -177,8 +177,8 @@ Test(vecdot_k, avx2_matches_portable) {
     }
 }
 
-/* 4 activation rows at once: each output has the single call's bits */
-Test(vecdot_k, x4_equals_single_calls) {
+/* 1..4 activation rows at once: each output has the single call's bits */
+Test(vecdot_k, tokens_equal_single_calls) {
     if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const ktype *k = &k_types[ti];
@@ -193,12 +193,14 @@ Test(vecdot_k, x4_equals_single_calls) {
                 memcpy(xs + t * stride, x, row);
                 free(x);
             }
-            float out[4];
-            k->avx2_x4(n, w, xs, stride, out);
-            for (int t = 0; t < 4; t++) {
-                float one = k->avx2(n, w, xs + t * stride);
-                cr_assert(memcmp(&one, &out[t], sizeof one) == 0, "%s n=%lld row %d: x4 %.9g, single %.9g",
-                          k->name, (long long)n, t, out[t], one);
+            for (int nt = 1; nt <= COLI_VEC_DOT_MAX_TOKENS; nt++) {
+                float out[COLI_VEC_DOT_MAX_TOKENS];
+                k->avx2_tokens(n, w, xs, stride, out, nt);
+                for (int t = 0; t < nt; t++) {
+                    float one = k->avx2(n, w, xs + t * stride);
+                    cr_assert(memcmp(&one, &out[t], sizeof one) == 0, "%s n=%lld %d rows, row %d: %.9g, single %.9g",
+                              k->name, (long long)n, nt, t, out[t], one);
+                }
             }
             free(w);
             free(xs);
@@ -260,15 +262,15 @@ Test(vecdot_k, q8_K_zero_block) {
         cr_assert_eq(y[0].d, 0.0f);
         for (int j = 0; j < COLI_QK_K; j++) cr_assert_eq(y[0].qs[j], 0);
         for (int g = 0; g < COLI_QK_K / 16; g++) cr_assert_eq(y[0].bsums[g], 0);
-        /* the only nonzero value is the max: -128/1 scale, d = -1/128 */
-        cr_assert_eq(y[1].qs[3], -128);
-        cr_assert_eq(y[1].d, -1.0f / 128.0f);
-        cr_assert_eq(y[1].bsums[0], -128);
+        /* the only nonzero value is the max: iscale = -127/1, d = 1/iscale */
+        cr_assert_eq(y[1].qs[3], -127);
+        cr_assert_eq(y[1].d, 1.0f / -127.0f);
+        cr_assert_eq(y[1].bsums[0], -127);
     }
 }
 
-/* the first value of largest |x| keeps its sign and maps to -128; the
- * opposite extreme would be +128 and is capped at 127 */
+/* the first value of largest |x| keeps its sign and maps to -127
+ * (llama.cpp's iscale = -127/max, "for IQ2_XXS"), the opposite one to +127 */
 Test(vecdot_k, q8_K_max_sign_and_cap) {
     float x[COLI_QK_K];
     for (int j = 0; j < COLI_QK_K; j++) x[j] = (float)((j % 5) - 2) * 0.25f;   /* |x| <= 0.5 */
@@ -278,10 +280,10 @@ Test(vecdot_k, q8_K_max_sign_and_cap) {
     q8k_fn fns[2];
     for (int f = 0; f < q8k_paths(fns); f++) {
         fns[f](x, &y, COLI_QK_K);
-        cr_assert_eq(y.d, 1.0f / 64.0f, "d = 1/iscale = max/-128: %g", y.d);
-        cr_assert_eq(y.qs[20], -128);
-        cr_assert_eq(y.qs[40], 127, "+128 capped: %d", y.qs[40]);
-        /* iscale = 64: x = 0.25 -> 16, -0.5 -> -32 */
+        cr_assert_eq(y.d, 1.0f / 63.5f, "d = 1/iscale = max/-127: %g", y.d);
+        cr_assert_eq(y.qs[20], -127);
+        cr_assert_eq(y.qs[40], 127, "%d", y.qs[40]);
+        /* iscale = 63.5: x = 0.25 -> 15.875 -> 16, -0.5 -> -31.75 -> -32 */
         cr_assert_eq(y.qs[3], 16);
         cr_assert_eq(y.qs[0], -32);
         check_bsums(&y);
@@ -291,9 +293,9 @@ Test(vecdot_k, q8_K_max_sign_and_cap) {
 /* iscale*x exactly half-way rounds to even, as ggml's nearest_int does */
 Test(vecdot_k, q8_K_rounds_half_to_even) {
     float x[COLI_QK_K] = {0};
-    x[0] = -128.0f;   /* max: iscale = 1, d = 1 */
-    const float in[] = {0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f, 127.5f, 3.4999f};
-    const int want[] = {0, 2, 2, -2, 0, 126, 127, 3};
+    x[0] = -127.0f;   /* max: iscale = 1, d = 1 */
+    const float in[] = {0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f, -126.5f, 3.4999f};
+    const int want[] = {0, 2, 2, -2, 0, 126, -126, 3};
     for (int i = 0; i < 8; i++) x[1 + i] = in[i];
     block_q8_K y;
     q8k_fn fns[2];
@@ -317,26 +319,26 @@ Test(vecdot_k, q8_K_random_bsums_and_error) {
         for (int b = 0; b < 4; b++) {
             check_bsums(&y[b]);
             for (int j = 0; j < COLI_QK_K; j++) {
-                /* half a step, or a whole one where +128 was capped at 127 */
+                /* at most half a step (nothing is capped: |iscale * x| <= 127) */
                 double err = fabs((double)y[b].d * y[b].qs[j] - x[b * COLI_QK_K + j]);
-                double steps = y[b].qs[j] == 127 ? 1.0 : 0.5;
-                cr_assert(err <= steps * fabs(y[b].d) * 1.0001, "block %d value %d: error %g, step %g", b, j,
-                          err, y[b].d);
+                cr_assert(err <= 0.5 * fabs(y[b].d) * 1.0001, "block %d value %d: error %g, step %g", b, j, err,
+                          y[b].d);
             }
         }
     }
 }
 
 /* the AVX2 quantizer writes the portable one's bytes: random rows, exact
- * half-way products, +128 caps, ties for the max, zeros, NaN and Inf */
+ * half-way products, ties for the max, zeros, NaN and Inf */
 Test(vecdot_k, q8_K_avx2_same_bytes) {
     if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
     enum { NB = 12, N = NB * COLI_QK_K };
     static float x[N];
     unsigned seed = 31337;
     for (int i = 0; i < N; i++) x[i] = frand(&seed) * (float)(1 + i % 5);
-    for (int i = 0; i < COLI_QK_K; i++) x[COLI_QK_K + i] = (float)(i - 128) + 0.5f;  /* halves, max -128 */
-    for (int i = 0; i < COLI_QK_K; i++) x[2 * COLI_QK_K + i] = (i % 2 ? 3.0f : -3.0f);  /* ties, +128 caps */
+    for (int i = 0; i < COLI_QK_K; i++) x[COLI_QK_K + i] = (float)(i % 254 - 127) + 0.5f;  /* halves */
+    x[COLI_QK_K + 255] = -127.0f;   /* the max: iscale 1 */
+    for (int i = 0; i < COLI_QK_K; i++) x[2 * COLI_QK_K + i] = (i % 2 ? 3.0f : -3.0f);  /* ties for the max */
     memset(x + 3 * COLI_QK_K, 0, sizeof(float) * COLI_QK_K);
     x[4 * COLI_QK_K + 9] = NAN;
     x[5 * COLI_QK_K + 200] = INFINITY;

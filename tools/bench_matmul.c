@@ -4,6 +4,7 @@
  * size) for every weight type, for n_tok = 1 (decode) and 64 (prefill).
  *
  *   bench_matmul [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]
+ *                [--types Q4_K,Q6_K,...]   (default: every weight type)
  *
  * Decode rotates through enough copies of the matrix to exceed the caches,
  * so GB/s is memory bandwidth. "model tok/s" is what bench-mixtral would
@@ -17,6 +18,7 @@
 #include "error.h"
 #include "matmul.h"
 #include "quant.h"
+#include "../tests/quant_util.h"
 
 static double clock_s(clockid_t id) {
     struct timespec ts;
@@ -33,6 +35,8 @@ typedef struct bench_cfg {
     int threads, portable, hot;
     double seconds;
     int64_t rows, cols;
+    coli_dtype types[32];
+    int n_types;
 } bench_cfg;
 
 /* copies of a rows x cols matrix of type t, together at least 512 MiB
@@ -44,7 +48,14 @@ static uint8_t *make_weights(const bench_cfg *c, coli_dtype t, int copies, size_
     float *row = malloc((size_t)c->cols * sizeof(float));
     if (!w || !row) { free(w); free(row); return NULL; }
     unsigned seed = 7;
+    /* types core cannot quantize: random blocks with sane scales (the
+     * speed does not depend on the values) */
+    const int random_blocks = coli_dtype_block_elems(t) > 1 && t != COLI_Q8_0 && t != COLI_Q4_0;
     for (int64_t r = 0; r < c->rows; r++) {
+        if (random_blocks) {
+            qu_random_blocks(t, w + (size_t)r * *row_bytes, c->cols / coli_dtype_block_elems(t), &seed);
+            continue;
+        }
         for (int64_t k = 0; k < c->cols; k++) row[k] = 0.03f * frand(&seed);
         coli_quantize_row(t, row, w + (size_t)r * *row_bytes, c->cols);
     }
@@ -89,6 +100,22 @@ static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_d
     return 0;
 }
 
+/* "Q4_K,Q6_K" into c->types; -1 on an unknown or non-weight name. */
+static int parse_types(const char *list, bench_cfg *c) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    c->n_types = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        coli_dtype t;
+        if (coli_dtype_from_name(tok, &t) || !coli_dtype_valid(t) || c->n_types == 32) {
+            fprintf(stderr, "bench_matmul: --types: '%s' is not a weight type\n", tok);
+            return -1;
+        }
+        c->types[c->n_types++] = t;
+    }
+    return c->n_types ? 0 : -1;
+}
+
 static int parse_args(int argc, char **argv, bench_cfg *c) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) c->threads = atoi(argv[++i]);
@@ -97,9 +124,10 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) c->seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) c->rows = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--cols") && i + 1 < argc) c->cols = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--types") && i + 1 < argc) { if (parse_types(argv[++i], c)) return 1; }
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]"
+                    " [--types T,...]\n", argv[0]);
             return 1;
         }
     }
@@ -107,11 +135,21 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
         fprintf(stderr, "bench_matmul: --rows > 0 and --cols a positive multiple of 32\n");
         return 1;
     }
+    for (int i = 0; i < c->n_types; i++)
+        if (c->cols % coli_dtype_block_elems(c->types[i])) {
+            fprintf(stderr, "bench_matmul: --cols %lld is not a multiple of %s's block\n",
+                    (long long)c->cols, coli_dtype_name(c->types[i]));
+            return 1;
+        }
     return 0;
 }
 
 int main(int argc, char **argv) {
-    bench_cfg c = {.threads = 2, .portable = 0, .seconds = 1.0, .rows = 2816, .cols = 1024};
+    bench_cfg c = {.threads = 2, .portable = 0, .seconds = 1.0, .rows = 2816, .cols = 1024,
+                   .types = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0, COLI_Q4_1, COLI_Q5_0,
+                             COLI_Q5_1, COLI_IQ4_NL, COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K,
+                             COLI_IQ4_XS},
+                   .n_types = 15};
     if (parse_args(argc, argv, &c)) return 2;
     coli_matmul_force_portable(c.portable);
     coli_pool *pool = coli_pool_new(c.threads);
@@ -120,11 +158,10 @@ int main(int argc, char **argv) {
     printf("matmul %lld x %lld, %d threads, %s kernels\n", (long long)c.rows, (long long)c.cols,
            coli_pool_size(pool), coli_matmul_impl());
     coli_scratch s = {0};
-    const coli_dtype types[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0};
     const int64_t toks[] = {1, 64};
     int rc = 0;
-    for (size_t i = 0; i < sizeof types / sizeof types[0] && !rc; i++)
-        for (size_t k = 0; k < 2 && !rc; k++) rc = run_case(&c, pool, &s, types[i], toks[k]);
+    for (int i = 0; i < c.n_types && !rc; i++)
+        for (size_t k = 0; k < 2 && !rc; k++) rc = run_case(&c, pool, &s, c.types[i], toks[k]);
     coli_scratch_free(&s);
     coli_pool_destroy(&pool);
     return rc;

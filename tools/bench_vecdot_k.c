@@ -9,7 +9,7 @@
  * GB/s (weight bytes per second) is bounded by memory bandwidth. --hot
  * uses 256 KiB of rows, which stay in cache: the kernel's own speed.
  * Each figure is the best of 5 windows (see measure). "x4" runs each row
- * against 4 activation rows in one call (the prefill entry points) and
+ * against 4 activation rows in one _tokens call (as prefill does) and
  * counts the row's bytes 4 times: comparable to the single call's GB/s.
  */
 #include <stdio.h>
@@ -25,16 +25,16 @@ typedef struct kernel {
     const char *name;
     coli_dtype t;
     coli_vec_dot_fn portable, avx2;
-    coli_vec_dot_x4_fn avx2_x4;
+    coli_vec_dot_tokens_fn avx2_tokens;
 } kernel;
 
 static const kernel k_kernels[] = {
-    {"Q4_K", COLI_Q4_K, coli_vec_dot_q4_K_q8_K, coli_vec_dot_q4_K_q8_K_avx2, coli_vec_dot_q4_K_q8_K_x4_avx2},
-    {"Q5_K", COLI_Q5_K, coli_vec_dot_q5_K_q8_K, coli_vec_dot_q5_K_q8_K_avx2, coli_vec_dot_q5_K_q8_K_x4_avx2},
-    {"Q6_K", COLI_Q6_K, coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2, coli_vec_dot_q6_K_q8_K_x4_avx2},
-    {"Q3_K", COLI_Q3_K, coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2, coli_vec_dot_q3_K_q8_K_x4_avx2},
-    {"Q2_K", COLI_Q2_K, coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2, coli_vec_dot_q2_K_q8_K_x4_avx2},
-    {"IQ4_XS", COLI_IQ4_XS, coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2, coli_vec_dot_iq4_xs_q8_K_x4_avx2},
+    {"Q4_K", COLI_Q4_K, coli_vec_dot_q4_K_q8_K, coli_vec_dot_q4_K_q8_K_avx2, coli_vec_dot_q4_K_q8_K_avx2_tokens},
+    {"Q5_K", COLI_Q5_K, coli_vec_dot_q5_K_q8_K, coli_vec_dot_q5_K_q8_K_avx2, coli_vec_dot_q5_K_q8_K_avx2_tokens},
+    {"Q6_K", COLI_Q6_K, coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2, coli_vec_dot_q6_K_q8_K_avx2_tokens},
+    {"Q3_K", COLI_Q3_K, coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2, coli_vec_dot_q3_K_q8_K_avx2_tokens},
+    {"Q2_K", COLI_Q2_K, coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2, coli_vec_dot_q2_K_q8_K_avx2_tokens},
+    {"IQ4_XS", COLI_IQ4_XS, coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2, coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
 };
 
 /* this thread's CPU time: on a shared machine, time spent descheduled is
@@ -62,7 +62,7 @@ static uint8_t *random_bytes(size_t n) {
 
 typedef struct bench_case {
     coli_vec_dot_fn single;        /* or NULL: x4 */
-    coli_vec_dot_x4_fn x4;
+    coli_vec_dot_tokens_fn x4;     /* called with 4 rows */
     const uint8_t *w;
     size_t row_bytes;
     int64_t rows, cols;
@@ -76,7 +76,7 @@ static double one_pass(const bench_case *c, float *acc) {
         const uint8_t *wr = c->w + (size_t)r * c->row_bytes;
         if (c->single) { *acc += c->single(c->cols, wr, c->x); continue; }
         float out[4];
-        c->x4(c->cols, wr, c->x, x_stride, out);
+        c->x4(c->cols, wr, c->x, x_stride, out, 4);
         *acc += out[0] + out[3];
     }
     return (double)c->rows * (double)c->row_bytes * (c->single ? 1.0 : 4.0);
@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
             c.single = kn->avx2;
             a = measure(&c, seconds, &sink);
             c.single = NULL;
-            c.x4 = kn->avx2_x4;
+            c.x4 = kn->avx2_tokens;
             a4 = measure(&c, seconds, &sink);
         }
         printf("%-7s %14.2f %10.2f %7.1fx %10.2f %7.2fx\n", kn->name, p, a, a > 0 ? a / p : 0.0, a4,

@@ -23,8 +23,10 @@ static int save(const char *dir, const char *name, const void *p, size_t n) {
 
 /* One small tensor of each supported type, written by the real writer. */
 static int write_tensor_types(const char *dir, uint32_t alignment, const char *name) {
-    static uint8_t data[4 * 64];
-    static const coli_dtype types[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0};
+    static uint8_t data[2 * 256 * 4];
+    static const coli_dtype types[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0,
+                                       COLI_Q4_1, COLI_Q5_0, COLI_Q5_1, COLI_IQ4_NL, COLI_Q2_K,
+                                       COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS};
     static const char *const tokens[] = {"<unk>", "<s>", "</s>", "a", "b"};
     char path[1024], tname[32];
     gguf_writer *w = gguf_writer_new();
@@ -35,9 +37,11 @@ static int write_tensor_types(const char *dir, uint32_t alignment, const char *n
     if (!rc) rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 5);
     if (!rc) rc = gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
     for (size_t t = 0; !rc && t < sizeof types / sizeof types[0]; t++) {
-        int64_t ne[2] = {32, 2};
+        /* one block per row (F32: 32 values), two rows */
+        const int64_t n0 = coli_dtype_block_elems(types[t]) == COLI_QK_K ? COLI_QK_K : 32;
+        int64_t ne[2] = {n0, 2};
         snprintf(tname, sizeof tname, "blk.%zu.w", t);
-        rc = gguf_writer_add_tensor(w, tname, types[t], 2, ne, data, coli_row_bytes(types[t], 32) * 2);
+        rc = gguf_writer_add_tensor(w, tname, types[t], 2, ne, data, coli_row_bytes(types[t], n0) * 2);
     }
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (!rc) rc = gguf_writer_write(w, path);
