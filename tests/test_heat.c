@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_run.h"
 #include "coordinator/heat.h"
 #include "coordinator/sched/sched_internal.h"
 #include "sched_util.h"
@@ -31,6 +32,7 @@
 TestSuite(heat_file);
 TestSuite(heat_place);
 TestSuite(heat_route, .init = sched_env_defaults, .timeout = 120);
+TestSuite(heat_cli, .init = sched_env_defaults, .timeout = 120);
 
 static void s_tmp(char *out, size_t n, const char *tag)
 {
@@ -449,4 +451,61 @@ Test(heat_route, damaged_heat_file_is_ignored_and_kept)
     gen_free(&ref);
     gen_free(&r);
     unlink(heat);
+}
+
+// ---------------------------------------------------------------------------
+// the commands: coli run --heat / --route-trace, coli heat, coli plan --heat
+
+Test(heat_cli, run_heat_then_report_plot_and_plan)
+{
+    char coli[1024], heat[256], svg[256], trace[256];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    s_tmp(heat, sizeof heat, "cli");
+    snprintf(svg, sizeof svg, "/tmp/coli-heat-%ld.svg", (long)getpid());
+    snprintf(trace, sizeof trace, "/tmp/coli-heat-trace-%ld.jsonl", (long)getpid());
+    char *run[] = {coli, "run", "-m", BUNDLED, "-p", "And God said", "-n", "4", "--temp", "0", "-t", "1",
+                   "--devices", "cpu:2", "--heat", heat, "--route-trace", trace, NULL};
+    cli_result r = cli_run(run);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cli_result_free(&r);
+    char *rep[] = {coli, "heat", heat, "--plot", svg, NULL};
+    r = cli_run(rep);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "layer 3:"), "%s", r.out);
+    cr_assert(strstr(r.out, "top 1 experts take"), "%s", r.out);
+    cr_assert(strstr(r.out, "chosen together most often"), "%s", r.out);
+    cli_result_free(&r);
+    size_t n = 0;
+    char *text = cli_slurp(svg, &n);
+    cr_assert(text && strstr(text, "<svg") && strstr(text, "</svg>"), "svg");
+    int cells = 0;
+    for (char *p = text; (p = strstr(p, "<rect x=")); p++) cells++;
+    cr_assert_eq(cells, 16, "4 layers x 4 experts");
+    free(text);
+    text = cli_slurp(trace, &n);
+    cr_assert(text);
+    cr_assert_eq(cli_count_lines(text) % 4, 0, "whole tokens of 4 layers");
+    free(text);
+    char *plan[] = {coli, "plan", "-m", BUNDLED, "--devices", "cpu:1@2=1200K,cpu:1@1", "--heat", heat, NULL};
+    r = cli_run(plan);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "experts 2") && strstr(r.out, "expected rows"), "%s", r.out);
+    cli_result_free(&r);
+    /* a damaged file: one line naming it, exit 1, from both commands */
+    FILE *fp = fopen(heat, "r+b");
+    fseek(fp, 30, SEEK_SET);
+    fputc('x', fp);
+    fclose(fp);
+    char *bad_plan[] = {coli, "plan", "-m", BUNDLED, "--devices", "cpu:2", "--heat", heat, NULL};
+    char **cmds[] = {rep, bad_plan};
+    for (int i = 0; i < 2; i++) {
+        r = cli_run(cmds[i]);
+        cr_assert_eq(r.status, 1, "%s: status %d", cmds[i][1], r.status);
+        cr_assert_eq(cli_count_lines(r.err), 1, "%s", r.err);
+        cr_assert(strstr(r.err, heat) && strstr(r.err, "checksum"), "%s", r.err);
+        cli_result_free(&r);
+    }
+    unlink(heat);
+    unlink(svg);
+    unlink(trace);
 }
