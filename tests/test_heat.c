@@ -509,3 +509,48 @@ Test(heat_cli, run_heat_then_report_plot_and_plan)
     unlink(svg);
     unlink(trace);
 }
+
+//  A worker killed mid-run: the callback names the device that really computed
+//  each pair (the survivor takes the dead worker's rows), the heat counts
+//  every token once, and the bytes stay those of the run without a fault
+//  (itself the bytes of --inproc: heat_placement_is_byte_identical_to_inproc).
+Test(heat_route, trace_follows_a_crash_fallback)
+{
+    char heat[256];
+    s_tmp(heat, sizeof heat, "crash");
+    static route_log ref_log, log;
+    memset(&ref_log, 0, sizeof ref_log);
+    memset(&log, 0, sizeof log);
+    gen_result ref, r;
+    coli_model *m = s_load("cpu:2", NULL, NULL); /* no fault: who owns what */
+    s_generate(m, &ref_log, &ref);
+    coli_model_free(&m);
+    setenv("COLI_FAULT", "crash@layer=2@worker=0:after=1", 1); /* the 2nd batch of layer 2 on worker 0 */
+    m = s_load("cpu:2", heat, NULL);
+    unsetenv("COLI_FAULT");
+    s_generate(m, &log, &r);
+    cr_assert_geq(sched_fallbacks(r.stats, "cpu:0", "crash"), 1, "%s", r.stats);
+    coli_model_free(&m);
+    sched_assert_same(&ref, &r, "crash");
+    cr_assert_eq(log.n, ref_log.n);
+    int moved = 0, on_0 = 0;
+    for (int i = 0; i < log.n; i++)
+        for (int j = 0; j < 2; j++) {
+            cr_assert_eq(log.experts[i][j], ref_log.experts[i][j]);
+            on_0 += !strcmp(log.dev[i][j], "cpu:0");
+            if (strcmp(log.dev[i][j], ref_log.dev[i][j]) != 0) {
+                cr_assert_str_eq(ref_log.dev[i][j], "cpu:0", "only the dead worker's pairs move");
+                cr_assert_str_eq(log.dev[i][j], "cpu:1", "they go to the survivor");
+                moved++;
+            }
+        }
+    cr_assert_gt(on_0, 0, "worker 0 computed pairs before it died (and after its restart)");
+    cr_assert_gt(moved, 0, "the crashed batch's pairs are shown on the survivor");
+    heat_table h;
+    cr_assert_eq(heat_read(heat, &h), 0, "%s", coli_last_error());
+    for (int l = 0; l < h.n_layer; l++) cr_assert_eq(h.rows[l], (uint64_t)(PROMPT_LEN + GEN_STEPS));
+    heat_free(&h);
+    gen_free(&ref);
+    gen_free(&r);
+    unlink(heat);
+}
