@@ -11,12 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "colibri.h"
 #include "coordinator/forward.h"
 #include "coordinator/kv_cache.h"
 #include "coordinator/model.h"
 #include "coordinator/moe_exec.h"
+#include "coordinator/route_obs.h"
 #include "coordinator/sampler.h"
 #include "core/clock.h"
 #include "core/settings.h"
@@ -39,6 +41,9 @@ struct coli_model {
     char *name;               /* general.name or the file name */
     char *chat_template;      /* NULL if absent */
     double load_seconds;
+    route_sink route;         /* heat counts and the routing trace (route_obs.h) */
+    char *heat_path;          /* coli_model_params.heat_path, NULL: none */
+    int heat_save;            /* write heat_path at free (not when the file there was refused) */
 };
 
 struct coli_context {
@@ -49,6 +54,7 @@ struct coli_context {
     float *logits;            /* (n_vocab) last logits, for coli_generate */
     char *text;               /* UTF-8 assembly buffer for the callback */
     size_t text_cap;
+    route_obs route;          /* what its routing decisions feed (route_obs.h) */
 };
 
 static char *s_strdup(const char *s, size_t n) {
@@ -73,9 +79,34 @@ static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
     return moe_exec_workers_new(cfg, out);
 }
 
+/* heat_path: counts start from the file when it is there and valid; a file
+ * that is not (another model's, damaged, hostile) is one line on stderr,
+ * ignored and left as it is. */
+static int s_load_heat(coli_model *cm, const coli_model_params *p) {
+    const model_hparams *hp = &cm->m->hp;
+    if (!p->heat_path || !*p->heat_path) return 0;
+    if (!(cm->heat_path = s_strdup(p->heat_path, strlen(p->heat_path)))) return coli_fail(COLI_ENOMEM, "model: out of memory");
+    int rc = heat_init(&cm->route.heat, hp->n_layer, hp->n_expert);
+    if (rc) return rc;
+    cm->heat_save = 1;
+    if (access(cm->heat_path, F_OK) != 0) return 0; /* first run: created at free */
+    heat_table old;
+    if ((rc = heat_read(cm->heat_path, &old)) == 0 && (rc = heat_merge(&cm->route.heat, &old)) != 0)
+        coli_fail_prefix(rc, "heat file %s (%d layers x %d experts, the model has %d x %d)", cm->heat_path,
+                         old.n_layer, old.n_expert, hp->n_layer, hp->n_expert);
+    heat_free(&old);
+    if (rc) {
+        fprintf(stderr, "colibri: %s; it is ignored and not updated\n", coli_last_error());
+        cm->heat_save = 0;
+    }
+    return 0;
+}
+
 static int s_start_experts(coli_model *cm, const char *path, const coli_model_params *p) {
     const model_hparams *hp = &cm->m->hp;
     if (hp->n_expert == 0) return 0; /* dense: the forward pass runs the FFN itself */
+    int rc = s_load_heat(cm, p);
+    if (rc) return rc;
     /* the environment, read once here; what the program set wins over it */
     coli_settings *set = malloc(sizeof *set); /* ~21 KiB (paths); the executor copies it */
     if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
@@ -87,9 +118,10 @@ static int s_start_experts(coli_model *cm, const char *path, const coli_model_pa
         .n_layer = hp->n_layer, .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used,
         .n_embd = hp->n_embd, .n_ff = hp->n_ff_exp,
         .devices = p->devices, .n_threads = cm->n_threads, .pool = cm->pool, .verbose = p->verbose,
-        .settings = set,
+        .settings = set, .pins = p->pins,
+        .heat = heat_total(&cm->route.heat) ? cm->route.heat.count : NULL,
     };
-    int rc = select_executor(&cfg, &cm->moe);
+    rc = select_executor(&cfg, &cm->moe);
     free(set);
     return rc;
 }
@@ -196,6 +228,11 @@ void coli_model_free(coli_model **pm) {
     if (!pm || !*pm) return;
     coli_model *cm = *pm;
     if (cm->stats_json_path && cm->m) s_write_stats_file(cm);
+    if (cm->heat_save && coli_model_heat_save(cm, NULL) != 0)
+        fprintf(stderr, "colibri: %s\n", coli_last_error());
+    route_sink_trace(&cm->route, NULL);
+    heat_free(&cm->route.heat);
+    free(cm->heat_path);
     if (cm->moe) cm->moe->destroy(cm->moe);
     coli_pool_destroy(&cm->pool);
     coli_tokenizer_free(&cm->tok);
@@ -286,6 +323,11 @@ int coli_context_new(coli_model *cm, const coli_context_params *p, coli_context 
     if (rc == 0) {
         const int max_batch = n_ctx < FORWARD_MAX_BATCH ? n_ctx : FORWARD_MAX_BATCH;
         rc = forward_state_init(&ctx->fs, cm->m, cm->moe, cm->pool, max_batch, n_ctx);
+    }
+    ctx->route = (route_obs){.sink = &cm->route, .moe = cm->moe, .ctx_id = cm->route.next_ctx++};
+    if (rc == 0 && cm->moe) {
+        ctx->fs.route_hook = route_obs_hook;
+        ctx->fs.route_user = &ctx->route;
     }
     if (rc == 0 && !(ctx->logits = malloc((size_t)hp->n_vocab * sizeof(float))))
         rc = coli_fail(COLI_ENOMEM, "coli_context_new: out of memory for logits");
@@ -425,4 +467,34 @@ int coli_model_stats_text(const coli_model *cm, char **text) {
     const char *line = cm->moe ? "experts: in-process\n" : "experts: none (dense model)\n";
     if (!(*text = s_strdup(line, strlen(line)))) return coli_fail(COLI_ENOMEM, "stats: out of memory");
     return 0;
+}
+
+// ---------------------------------------------------------------------------
+// routing: traces and heat (route_obs.c, heat.c)
+
+int coli_set_route_callback(coli_context *ctx, coli_route_cb cb, void *user) {
+    if (!ctx) return coli_fail(COLI_EINVAL, "coli_set_route_callback: context is NULL");
+    ctx->route.cb = cb;
+    ctx->route.user = user;
+    return 0;
+}
+
+int coli_dump_routing(coli_model *cm, const char *path) {
+    if (!cm) return coli_fail(COLI_EINVAL, "coli_dump_routing: model is NULL");
+    return route_sink_trace(&cm->route, path);
+}
+
+int coli_model_heat_save(coli_model *cm, const char *path) {
+    if (!cm) return coli_fail(COLI_EINVAL, "coli_model_heat_save: model is NULL");
+    if (!path && cm->heat_path && !cm->heat_save)
+        return coli_fail(COLI_EINVAL, "heat file %s was refused at load: not overwritten", cm->heat_path);
+    if (!path) path = cm->heat_path;
+    if (!path || !*path) return coli_fail(COLI_EINVAL, "coli_model_heat_save: no path (and no heat_path at load)");
+    if (!cm->route.heat.count) {
+        if (!cm->m || !cm->m->hp.n_expert)
+            return coli_fail(COLI_EINVAL, "coli_model_heat_save: %s has no routed experts", cm->name);
+        int rc = heat_init(&cm->route.heat, cm->m->hp.n_layer, cm->m->hp.n_expert); /* count from now on */
+        if (rc) return rc;
+    }
+    return heat_write(&cm->route.heat, path);
 }

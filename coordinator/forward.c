@@ -315,6 +315,7 @@ static int moe_block(forward_state *s, const layer_weights *l, int il, int n) {
     if ((rc = route(s, l, n)) < 0) return rc;
     rc = s->moe->run_layer(s->moe, il, s->xb, n, K, s->sel, s->moe_y);
     if (rc < 0) return coli_fail_prefix(rc, "layer %d experts", il);
+    if (s->route_hook) s->route_hook(s->route_user, il, s->pos0, n, K, s->sel, s->sel_w);
     for (int t = 0; t < n; t++) {
         float *d = s->delta + (size_t)t * E;
         const float *w = s->sel_w + (size_t)t * (size_t)K;
@@ -375,6 +376,7 @@ static int forward_batch(forward_state *s, kv_cache *kv, const int32_t *ids, int
     const model_hparams *hp = &m->hp;
     const size_t row = coli_row_bytes(m->tok_embd->type, hp->n_embd);
     int rc;
+    s->pos0 = pos;
     // h = token_embd[ids], dequantized exactly; rope angles of each position
     for (int t = 0; t < n; t++) {
         const char *src = (const char *)m->tok_embd->data + (size_t)ids[t] * row;

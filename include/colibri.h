@@ -77,6 +77,14 @@ typedef struct coli_model_params {
     int vocab_only;          /* 1 = read only the tokenizer (any general.architecture,
                                 weights or none, as llama.cpp's vocab_only): tokenize
                                 and detokenize work, coli_context_new refuses */
+    const char *heat_path;   /* expert heat file (docs/scheduler.md, "Heat"): NULL or "" =
+                                none. Read at load if it exists (placement then follows
+                                it); every routed token is counted; written back, with
+                                the new counts added, by coli_model_free. A file that is
+                                not a valid heat file for this model is ignored with one
+                                line on stderr and never overwritten. */
+    const char *pins;        /* "L:E=DEV,L:*=DEV": experts placed on a worker whatever
+                                the heat (DEV: cpu:1, cuda:0, ...); NULL or "" = none */
 } coli_model_params;
 
 /* All fields zero: default devices, one thread per core, F32 KV cache, the
@@ -231,6 +239,35 @@ int coli_quantize_type_known(const char *type);
 /* The accepted type names, comma-separated, for messages (static string). */
 const char *coli_quantize_type_names(void);
 
+/* ---- routing: traces and heat ---------------------------------------- */
+
+/* One token's expert choice in one MoE layer, after its experts ran. */
+typedef struct coli_route_event {
+    int layer;                   /* layer index */
+    int pos;                     /* the token's position in its context */
+    int k;                       /* experts per token */
+    const int32_t *experts;      /* (k) the chosen experts, best first */
+    const float *weights;        /* (k) their weights in the combination */
+    const char *const *devices;  /* (k) what computed each: "cpu:0", "cuda:1", "inproc" */
+} coli_route_event;
+/* Called once per (token, layer); ev and its arrays are valid during the call only. */
+typedef void (*coli_route_cb)(void *user, const coli_route_event *ev);
+
+/* Call cb for every routed token of ctx from now on (cb NULL: stop).
+ * COLI_EINVAL for a NULL ctx. */
+int coli_set_route_callback(coli_context *ctx, coli_route_cb cb, void *user);
+/* Write every routed token of every context of m, from now on, to path as
+ * one JSON line per (token, layer):
+ *   {"ctx":0,"pos":3,"layer":1,"experts":[2,0],"weights":[0.61,0.39],"devices":["cpu:0","inproc"]}
+ * (the file is truncated first; path NULL: stop and close it). 0, COLI_EINVAL
+ * (NULL m), COLI_EIO (cannot open it). */
+int coli_dump_routing(coli_model *m, const char *path);
+/* Write the heat counted so far (the heat file read at load, if any, plus
+ * every token routed since) to path, or to the model's heat_path when path
+ * is NULL; atomic (a temporary file renamed). 0, COLI_EINVAL (no path, or a
+ * dense model), COLI_EIO. */
+int coli_model_heat_save(coli_model *m, const char *path);
+
 /* ---- scheduler visibility -------------------------------------------- */
 
 /* Stats of the expert scheduler (workers, fallbacks) as a JSON document,
@@ -246,6 +283,13 @@ int coli_model_stats_text(const coli_model *m, char **text);
  * Errors: those of opening the model, COLI_EINVAL for a NULL text or path,
  * a bad devices string or a model without experts. */
 int coli_plan_text(const char *model_path, const char *devices, char **text);
+/* coli_plan_text from routing heat: heat_path (a heat file of this model,
+ * NULL = none) and pins ("L:E=DEV,L:*=DEV", NULL = none) decide as at load
+ * (docs/scheduler.md, "Placement from heat"); the text adds the share of
+ * routed rows each worker is expected to serve. Errors as coli_plan_text,
+ * COLI_EFORMAT / COLI_EIO for the heat file, COLI_EINVAL for a bad pin. */
+int coli_plan_heat_text(const char *model_path, const char *devices, const char *heat_path, const char *pins,
+                        char **text);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
  *   scheduler.c      moe_exec_workers_new, the per-layer fan-out / gather / fallback,
  *                    and what follows a worker's outcome (sched_outcome)
  *   placement.c      --devices parsing and the expert -> worker map
+ *   heat_place.c     the map from routing heat and pins
  *   device_probe.c   --devices auto: GPU probes in child processes
  *   plan.c           coli_plan_text: the placement without starting workers
  *   supervisor.c     spawning, reaping, restart with back-off, shutdown
@@ -33,6 +34,7 @@ typedef struct device_spec {
     char plugin[16];       /* "cpu", "cuda", "hip", "xdna" */
     int index;             /* vendor ordinal */
     uint64_t budget;       /* bytes of experts it may hold; 0 = unlimited */
+    int threads;           /* cpu:N@T: compute threads of each (0 = an even share of n_threads) */
     char endpoint[224];    /* plugin "remote": the worker's tcp:// endpoint (link_remote.c) */
 } device_spec;
 
@@ -71,6 +73,26 @@ typedef struct placement_in {
  * (computed in-process) or the layer has no experts (expert_bytes 0). Within each layer, each expert goes to the usable
  * worker with the fewest bytes of that layer so far that still has budget. */
 int placement_plan(const placement_in *in, int32_t *owner);
+
+/* ---- placement from heat (heat_place.c) ---- */
+/* How fast a device computes experts, as a rank (higher = faster): the kind
+ * (cuda/hip > xdna > remote > cpu), then its compute threads (cpu:N@T, else
+ * threads: the share it gets). A static rank from the device's kind, not a measurement. */
+long sched_device_speed(const device_spec *d, int threads);
+/* "L:E=DEV,L:*=DEV" into pin (n_layer * n_expert, -1 = not pinned): DEV is a
+ * worker's device name ("cpu:1", "cuda:0") among d[0..n_w). 0 or COLI_EINVAL naming the item. */
+int sched_parse_pins(const char *pins, const device_spec *d, int n_w, int n_layer, int n_expert, int32_t *pin);
+/* Placement that follows the heat: pinned experts first (pin may be NULL),
+ * then every other expert, hottest first (heat: (n_layer, n_expert)
+ * selection counts), onto the fastest usable worker with budget room; among
+ * workers of equal speed the one expected to serve the fewest rows of that
+ * layer so far (then fewest bytes). A pin that does not fit its worker's
+ * budget is COLI_EINVAL naming it. owner as placement_plan. */
+int placement_plan_heat(const placement_in *in, const uint64_t *heat, const long *speed, const int32_t *pin,
+                        int32_t *owner);
+/* share[w] (n_w + 1 entries; share[n_w]: in-process) = the fraction of the
+ * routed rows heat says owner sends to each worker (0 when heat is all zero). */
+void placement_row_share(const placement_in *in, const uint64_t *heat, const int32_t *owner, double *share);
 
 /* ---- one worker, as the coordinator sees it ----------------------------- */
 typedef enum link_state {
@@ -225,6 +247,7 @@ typedef struct sched_placement {
 /* The layer being computed (scheduler.c). */
 typedef struct sched_call {
     int64_t *pair_target;            /* (pairs) worker index, -1 inproc, -2 done */
+    int16_t *done_by;                /* (pairs) who computed it: worker index, -1 in-process (route traces) */
     size_t cap_pairs;
     unsigned char *excluded;         /* (n_w) failed during this layer */
     float *y;                        /* y of the layer being computed */

@@ -122,6 +122,7 @@ int cmd_run(int argc, char **argv) {
     sampling_help_init(&help, &f.sp);
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(f.m),
+        ROUTE_OPTS_SPECS(f.m),
         {"--prompt", "-p", ARG_STR, &f.prompt, 0, 0, 0, "TEXT", "the prompt"},
         {"--file", "-f", ARG_STR, &f.prompt_file, 0, 0, 0, "FILE", "read the prompt from FILE (one trailing newline dropped)"},
         {"--n-predict", "-n", ARG_INT, &f.sp.n_predict, 0, 1 << 24, 0, "N", "tokens to generate (default 64)"},

@@ -4,6 +4,7 @@
  * "loading" while the model loads; SIGINT/SIGTERM stop it cleanly.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,9 +63,21 @@ static int s_load(server *s, const model_opts *o, const char *tmpl) {
     return server_slots_start(s);
 }
 
-static void s_wait_for_signal(void) {
+/* Until a signal: every COLI_HEAT_SAVE_S (60) seconds the heat counted so far goes
+ * to the heat file (if any), under the baton, so a server killed hard loses little. */
+static void s_wait_for_signal(server *s, int heat_on) {
     unsigned char b;
-    while (read(s_signal_pipe[0], &b, 1) < 0 && errno == EINTR) {}
+    const char *env = getenv("COLI_HEAT_SAVE_S");
+    int period_ms = (env && atoi(env) > 0 ? atoi(env) : 60) * 1000;
+    for (;;) {
+        struct pollfd pfd = {s_signal_pipe[0], POLLIN, 0};
+        int r = poll(&pfd, 1, heat_on ? period_ms : -1);
+        if (r > 0 && read(s_signal_pipe[0], &b, 1) == 1) break;
+        if (r != 0) continue;
+        baton_acquire(s);
+        if (coli_model_heat_save(s->model, NULL) != 0) fprintf(stderr, "coli serve: %s\n", coli_last_error());
+        baton_release(s);
+    }
     printf("coli serve: stopping (signal %d)\n", b);
     fflush(stdout);
 }
@@ -79,7 +92,8 @@ static int s_run(server *s, const model_opts *o, const char *tmpl) {
                s->model_id, s->info.arch, s->cfg.n_slots, s->cfg.n_ctx, chat_family_name(s->family),
                s->family_source);
         fflush(stdout);
-        s_wait_for_signal();
+        char heat[4096];
+        s_wait_for_signal(s, model_opts_heat_path(o, heat, sizeof heat) != NULL);
     }
     atomic_store(&s->ready, 0);
     atomic_store(&s->stopping, 1);
@@ -102,6 +116,7 @@ int cmd_serve(int argc, char **argv) {
     const char *tmpl = NULL;
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
+        ROUTE_OPTS_SPECS(mo),
         {"--host", NULL, ARG_STR, &s->cfg.host, 0, 0, 0, "ADDR", "address to listen on (default 127.0.0.1, loopback only)"},
         {"--port", NULL, ARG_INT, &s->cfg.port, 0, 65535, 0, "N", "TCP port (default 8080; 0 = any free port, printed)"},
         {"--api-key", NULL, ARG_STR, &s->cfg.api_key, 0, 0, 0, "KEY", "require 'Authorization: Bearer KEY' on /v1/* (or set COLI_API_KEY)"},

@@ -4,12 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int model_opts_check(const char *cmd, const model_opts *o) {
     if (!o->model) return args_error(cmd, "-m", "required (the GGUF model file)");
     if (o->inproc && o->devices) return args_error(cmd, "--inproc", "conflicts with --devices %s", o->devices);
     if (o->xdna && o->inproc) return args_error(cmd, "--xdna", "needs worker processes; conflicts with --inproc");
     if (o->xdna) setenv("COLI_XDNA", "1", 1); /* the lane is opt-in: only this or the variable turns it on */
+    if (o->no_heat && o->heat) return args_error(cmd, "--no-heat", "conflicts with --heat %s", o->heat);
     return ARGS_OK;
 }
 
@@ -23,12 +25,26 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
     mp.stats_json_path = o->stats_json;
     mp.verbose = o->verbose;
     mp.keys_dir = o->keys; /* NULL: COLI_KEYS (docs/settings.md) */
+    char heat[4096];
+    mp.heat_path = model_opts_heat_path(o, heat, sizeof heat);
+    mp.pins = o->pins;
     *m = NULL;
     if (coli_model_load(o->model, &mp, m) != 0) return cli_fail();
+    if (o->route_trace && coli_dump_routing(*m, o->route_trace) != 0) {
+        coli_model_free(m);
+        return cli_fail();
+    }
     if (!ctx) return 0;  /* the caller needs no context (tokenize) */
     int rc = model_opts_new_context(o, *m, ctx);
     if (rc) coli_model_free(m);
     return rc;
+}
+
+const char *model_opts_heat_path(const model_opts *o, char *buf, size_t cap) {
+    if (o->no_heat || !o->model) return NULL;
+    if (o->heat && strcmp(o->heat, "auto") != 0) return o->heat;
+    snprintf(buf, cap, "%s.heat", o->model);
+    return o->heat || access(buf, F_OK) == 0 ? buf : NULL;
 }
 
 int model_opts_new_context(const model_opts *o, coli_model *m, coli_context **ctx) {

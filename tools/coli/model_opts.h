@@ -21,6 +21,11 @@ typedef struct model_opts {
     const char *stats_json;  /* --stats-json FILE (run only) */
     const char *keys;        /* --keys DIR: CURVE keys for remote workers (coli_model_params.keys_dir) */
     int xdna;                /* --xdna: the NPU lane (sets COLI_XDNA=1; docs/xdna.md) */
+    /* routing (run, bench, serve: ROUTE_OPTS_SPECS) */
+    const char *route_trace; /* --route-trace FILE: one JSON line per (token, layer) */
+    const char *heat;        /* --heat FILE|auto: the heat file (auto = MODEL.heat, created) */
+    int no_heat;             /* --no-heat: neither read nor write one */
+    const char *pins;        /* --pin L:E=DEV,L:*=DEV */
 } model_opts;
 
 /* The arg_spec entries of model_opts o (an lvalue), for a command's table. */
@@ -34,6 +39,18 @@ typedef struct model_opts {
     {"--keys", NULL, ARG_STR, &(o).keys, 0, 0, 0, "DIR", "CURVE keys for remote:tcp://... workers (= COLI_KEYS; coli keygen)"}, \
     {"--xdna", NULL, ARG_FLAG, &(o).xdna, 0, 0, 0, NULL, "experimental NPU lane: adds an xdna worker (= COLI_XDNA=1; docs/xdna.md)"}, \
     {"--verbose", "-v", ARG_FLAG, &(o).verbose, 0, 0, 0, NULL, "progress and per-worker lines on stderr"}
+
+/* The routing flags of model_opts o (an lvalue): without --heat, MODEL.heat is used (read
+ * for placement, updated at exit) when it exists; docs/scheduler.md, "Heat". */
+#define ROUTE_OPTS_SPECS(o)                                                                     \
+    {"--route-trace", NULL, ARG_STR, &(o).route_trace, 0, 0, 0, "FILE", "write each token's expert choice per layer as JSON lines"}, \
+    {"--heat", NULL, ARG_STR, &(o).heat, 0, 0, 0, "FILE", "expert heat file: placement follows it, counts are added at exit (auto: MODEL.heat; default: MODEL.heat if it exists)"}, \
+    {"--no-heat", NULL, ARG_FLAG, &(o).no_heat, 0, 0, 0, NULL, "no heat file (placement balances bytes)"}, \
+    {"--pin", NULL, ARG_STR, &(o).pins, 0, 0, 0, "L:E=DEV,...", "place these experts on these workers whatever the heat (L:*=DEV: a whole layer)"}
+
+/* The heat file o names for its model (--heat, auto, or MODEL.heat when it
+ * exists; NULL: none) into buf (cap bytes): buf or NULL. */
+const char *model_opts_heat_path(const model_opts *o, char *buf, size_t cap);
 
 /* The help lines of the sampling flags, with the defaults they start from. */
 typedef struct sampling_help {
