@@ -31,10 +31,14 @@ struct mm_vecdot_type {
 };
 
 static const mm_vecdot_type s_types[] = {
-    {COLI_Q4_1,   COLI_Q8_1, act_q8_1, coli_vec_dot_q4_1_q8_1,   coli_vec_dot_q4_1_q8_1_avx2, NULL},
-    {COLI_Q5_0,   COLI_Q8_0, act_q8_0, coli_vec_dot_q5_0_q8_0,   coli_vec_dot_q5_0_q8_0_avx2, NULL},
-    {COLI_Q5_1,   COLI_Q8_1, act_q8_1, coli_vec_dot_q5_1_q8_1,   coli_vec_dot_q5_1_q8_1_avx2, NULL},
-    {COLI_IQ4_NL, COLI_Q8_0, act_q8_0, coli_vec_dot_iq4_nl_q8_0, coli_vec_dot_iq4_nl_q8_0_avx2, NULL},
+    {COLI_Q4_1,   COLI_Q8_1, act_q8_1, coli_vec_dot_q4_1_q8_1,   coli_vec_dot_q4_1_q8_1_avx2,
+     coli_vec_dot_q4_1_q8_1_avx2_tokens},
+    {COLI_Q5_0,   COLI_Q8_0, act_q8_0, coli_vec_dot_q5_0_q8_0,   coli_vec_dot_q5_0_q8_0_avx2,
+     coli_vec_dot_q5_0_q8_0_avx2_tokens},
+    {COLI_Q5_1,   COLI_Q8_1, act_q8_1, coli_vec_dot_q5_1_q8_1,   coli_vec_dot_q5_1_q8_1_avx2,
+     coli_vec_dot_q5_1_q8_1_avx2_tokens},
+    {COLI_IQ4_NL, COLI_Q8_0, act_q8_0, coli_vec_dot_iq4_nl_q8_0, coli_vec_dot_iq4_nl_q8_0_avx2,
+     coli_vec_dot_iq4_nl_q8_0_avx2_tokens},
     {COLI_Q2_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q2_K_q8_K,   coli_vec_dot_q2_K_q8_K_avx2, NULL},
     {COLI_Q3_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q3_K_q8_K,   coli_vec_dot_q3_K_q8_K_avx2, NULL},
     {COLI_Q4_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q4_K_q8_K,   coli_vec_dot_q4_K_q8_K_avx2, coli_vec_dot_q4_K_q8_K_avx2_tokens},
