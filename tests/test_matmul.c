@@ -341,6 +341,10 @@ Test(matmul, avx2_token_groups_equal_single_tokens) {
     static const struct { coli_dtype t; coli_vec_dot_fn one; coli_vec_dot_tokens_fn many; } k[] = {
         {COLI_Q4_K, coli_vec_dot_q4_K_q8_K_avx2, coli_vec_dot_q4_K_q8_K_avx2_tokens},
         {COLI_Q6_K, coli_vec_dot_q6_K_q8_K_avx2, coli_vec_dot_q6_K_q8_K_avx2_tokens},
+        {COLI_Q2_K, coli_vec_dot_q2_K_q8_K_avx2, coli_vec_dot_q2_K_q8_K_avx2_tokens},
+        {COLI_Q3_K, coli_vec_dot_q3_K_q8_K_avx2, coli_vec_dot_q3_K_q8_K_avx2_tokens},
+        {COLI_Q5_K, coli_vec_dot_q5_K_q8_K_avx2, coli_vec_dot_q5_K_q8_K_avx2_tokens},
+        {COLI_IQ4_XS, coli_vec_dot_iq4_xs_q8_K_avx2, coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
         {COLI_Q4_1, coli_vec_dot_q4_1_q8_1_avx2, coli_vec_dot_q4_1_q8_1_avx2_tokens},
         {COLI_Q5_0, coli_vec_dot_q5_0_q8_0_avx2, coli_vec_dot_q5_0_q8_0_avx2_tokens},
         {COLI_Q5_1, coli_vec_dot_q5_1_q8_1_avx2, coli_vec_dot_q5_1_q8_1_avx2_tokens},
