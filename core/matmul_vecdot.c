@@ -18,9 +18,9 @@
 
 typedef void (*act_quantize_fn)(const float *x, void *y, int64_t n);
 
-static void act_q8_0(const float *x, void *y, int64_t n) { coli_quantize_act_q8_0(x, y, n); }
-static void act_q8_1(const float *x, void *y, int64_t n) { coli_quantize_act_q8_1(x, y, n); }
-static void act_q8_K(const float *x, void *y, int64_t n) { coli_quantize_act_q8_K(x, y, n); }
+static void act_Q8_0(const float *x, void *y, int64_t n) { coli_quantize_act_q8_0(x, y, n); }
+static void act_Q8_1(const float *x, void *y, int64_t n) { coli_quantize_act_q8_1(x, y, n); }
+static void act_Q8_K(const float *x, void *y, int64_t n) { coli_quantize_act_q8_K(x, y, n); }
 
 struct mm_vecdot_type {
     coli_dtype wtype;
@@ -30,17 +30,14 @@ struct mm_vecdot_type {
     coli_vec_dot_tokens_fn avx2_tokens;  /* NULL: the AVX2 path calls avx2 per token */
 };
 
+/* weight type, activation format, and the name stem of its dot products */
+#define VD(T, ACT, stem) \
+    {COLI_##T, COLI_##ACT, act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, coli_vec_dot_##stem##_avx2_tokens}
 static const mm_vecdot_type s_types[] = {
-    {COLI_Q4_1,   COLI_Q8_1, act_q8_1, coli_vec_dot_q4_1_q8_1,   coli_vec_dot_q4_1_q8_1_avx2, NULL},
-    {COLI_Q5_0,   COLI_Q8_0, act_q8_0, coli_vec_dot_q5_0_q8_0,   coli_vec_dot_q5_0_q8_0_avx2, NULL},
-    {COLI_Q5_1,   COLI_Q8_1, act_q8_1, coli_vec_dot_q5_1_q8_1,   coli_vec_dot_q5_1_q8_1_avx2, NULL},
-    {COLI_IQ4_NL, COLI_Q8_0, act_q8_0, coli_vec_dot_iq4_nl_q8_0, coli_vec_dot_iq4_nl_q8_0_avx2, NULL},
-    {COLI_Q2_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q2_K_q8_K,   coli_vec_dot_q2_K_q8_K_avx2, NULL},
-    {COLI_Q3_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q3_K_q8_K,   coli_vec_dot_q3_K_q8_K_avx2, NULL},
-    {COLI_Q4_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q4_K_q8_K,   coli_vec_dot_q4_K_q8_K_avx2, coli_vec_dot_q4_K_q8_K_avx2_tokens},
-    {COLI_Q5_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q5_K_q8_K,   coli_vec_dot_q5_K_q8_K_avx2, NULL},
-    {COLI_Q6_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q6_K_q8_K,   coli_vec_dot_q6_K_q8_K_avx2, coli_vec_dot_q6_K_q8_K_avx2_tokens},
-    {COLI_IQ4_XS, COLI_Q8_K, act_q8_K, coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2, NULL},
+    VD(Q4_1, Q8_1, q4_1_q8_1),     VD(Q5_0, Q8_0, q5_0_q8_0),     VD(Q5_1, Q8_1, q5_1_q8_1),
+    VD(IQ4_NL, Q8_0, iq4_nl_q8_0), VD(Q2_K, Q8_K, q2_K_q8_K),     VD(Q3_K, Q8_K, q3_K_q8_K),
+    VD(Q4_K, Q8_K, q4_K_q8_K),     VD(Q5_K, Q8_K, q5_K_q8_K),     VD(Q6_K, Q8_K, q6_K_q8_K),
+    VD(IQ4_XS, Q8_K, iq4_xs_q8_K),
 };
 
 const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype) {

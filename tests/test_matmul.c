@@ -334,34 +334,51 @@ Test(matmul, k_quant_rows_must_be_whole_super_blocks) {
                  "Q8_K is an activation format");
 }
 
-/* The several-token AVX2 kernels (Q4_K, Q6_K) give each token the bits of
- * the single-token dot product, for every group size 1..4. */
+/* The several-token AVX2 kernels give each token the bits of the
+ * single-token dot product, for every group size 1..4 and start token. */
 Test(matmul, avx2_token_groups_equal_single_tokens) {
     if (!coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
     static const struct { coli_dtype t; coli_vec_dot_fn one; coli_vec_dot_tokens_fn many; } k[] = {
         {COLI_Q4_K, coli_vec_dot_q4_K_q8_K_avx2, coli_vec_dot_q4_K_q8_K_avx2_tokens},
         {COLI_Q6_K, coli_vec_dot_q6_K_q8_K_avx2, coli_vec_dot_q6_K_q8_K_avx2_tokens},
+        {COLI_Q2_K, coli_vec_dot_q2_K_q8_K_avx2, coli_vec_dot_q2_K_q8_K_avx2_tokens},
+        {COLI_Q3_K, coli_vec_dot_q3_K_q8_K_avx2, coli_vec_dot_q3_K_q8_K_avx2_tokens},
+        {COLI_Q5_K, coli_vec_dot_q5_K_q8_K_avx2, coli_vec_dot_q5_K_q8_K_avx2_tokens},
+        {COLI_IQ4_XS, coli_vec_dot_iq4_xs_q8_K_avx2, coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
+        {COLI_Q4_1, coli_vec_dot_q4_1_q8_1_avx2, coli_vec_dot_q4_1_q8_1_avx2_tokens},
+        {COLI_Q5_0, coli_vec_dot_q5_0_q8_0_avx2, coli_vec_dot_q5_0_q8_0_avx2_tokens},
+        {COLI_Q5_1, coli_vec_dot_q5_1_q8_1_avx2, coli_vec_dot_q5_1_q8_1_avx2_tokens},
+        {COLI_IQ4_NL, coli_vec_dot_iq4_nl_q8_0_avx2, coli_vec_dot_iq4_nl_q8_0_avx2_tokens},
     };
-    enum { N = 768, NT = 4 };
+    enum { NT = 4 };
     unsigned seed = 31;
-    block_q8_K x[NT][N / COLI_QK_K];
-    float xf[N];
-    for (int t = 0; t < NT; t++) {
-        for (int i = 0; i < N; i++) xf[i] = frand(&seed) * (t + 1);
-        coli_quantize_act_q8_K(xf, x[t], N);
-    }
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        uint8_t w[3 * 210];
-        qu_random_blocks(k[i].t, w, N / COLI_QK_K, &seed);
+        /* 3 super-blocks, or 7 blocks of 32 (odd: IQ4_NL's tail) */
+        const int64_t n = coli_dtype_block_elems(k[i].t) == COLI_QK_K ? 768 : 224;
+        const coli_dtype act = qu_act_type(k[i].t);
+        const size_t stride = coli_row_bytes(act, n) + 4; /* rows not packed: the stride is honoured */
+        uint8_t *x = calloc(NT, stride), *w = malloc(coli_row_bytes(k[i].t, n));
+        float xf[768];
+        cr_assert(x && w);
+        for (int t = 0; t < NT; t++) {
+            for (int64_t e = 0; e < n; e++) xf[e] = frand(&seed) * (float)(t + 1);
+            void *row = x + (size_t)t * stride;
+            if (act == COLI_Q8_K) coli_quantize_act_q8_K(xf, row, n);
+            else if (act == COLI_Q8_1) coli_quantize_act_q8_1(xf, row, n);
+            else coli_quantize_act_q8_0(xf, row, n);
+        }
+        qu_random_blocks(k[i].t, w, n / coli_dtype_block_elems(k[i].t), &seed);
         for (int nt = 1; nt <= NT; nt++)
             for (int first = 0; first + nt <= NT; first++) {
                 float out[NT];
-                k[i].many(N, w, x[first], sizeof x[0], out, nt);
+                k[i].many(n, w, x + (size_t)first * stride, stride, out, nt);
                 for (int t = 0; t < nt; t++) {
-                    const float one = k[i].one(N, w, x[first + t]);
+                    const float one = k[i].one(n, w, x + (size_t)(first + t) * stride);
                     cr_assert_eq(memcmp(&out[t], &one, sizeof one), 0, "%s: group of %d, token %d: %.9g vs %.9g",
                                  coli_dtype_name(k[i].t), nt, t, out[t], one);
                 }
             }
+        free(x);
+        free(w);
     }
 }
