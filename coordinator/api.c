@@ -47,6 +47,7 @@ struct coli_context {
     forward_state fs;
     int pos;                  /* tokens in the cache */
     float *logits;            /* (n_vocab) last logits, for coli_generate */
+    const sampler *gen_smp;   /* coli_generate's sampler while it runs (coli_generate_logprobs) */
     char *text;               /* UTF-8 assembly buffer for the callback */
     size_t text_cap;
 };
@@ -339,6 +340,15 @@ void coli_sampling_default_params(coli_sampling_params *p) {
     p->top_p = 0.95f;
     p->seed = 0;
     p->n_predict = 128;
+    p->repeat_penalty = 1.0f;
+    p->presence_penalty = 0.0f;
+    p->frequency_penalty = 0.0f;
+    p->repeat_last_n = 64;
+    p->min_p = 0.0f;
+    p->logprobs = 0;
+    p->top_logprobs = 0;
+    p->logit_filter = NULL;
+    p->logit_filter_user = NULL;
 }
 
 /* The complete UTF-8 prefix after adding token id's bytes (and, at the last
@@ -367,9 +377,12 @@ static int s_gen_loop(coli_context *ctx, sampler *smp, coli_token_cb cb, void *u
     for (int i = 0; i < smp->p.n_predict; i++) {
         if (ctx->pos >= ctx->kv.n_ctx) break; /* no room to keep another token */
         int32_t id = sampler_sample(smp, ctx->logits);
-        if (coli_tokenizer_is_eog(ctx->model->tok, id)) { st->stopped_by_eog = 1; break; }
+        /* -1: the logit filter allows nothing more (a finished constraint) */
+        if (id < 0 || coli_tokenizer_is_eog(ctx->model->tok, id)) { st->stopped_by_eog = 1; break; }
+        int rc = sampler_accept(smp, id);
+        if (rc < 0) return rc;
         size_t len = 0;
-        int rc = s_token_text(ctx, &us, id, i + 1 == smp->p.n_predict, &len);
+        rc = s_token_text(ctx, &us, id, i + 1 == smp->p.n_predict, &len);
         if (rc < 0) return rc;
         st->n_gen++;
         int stop = cb ? cb(user, id, ctx->text, len) : 0;
@@ -388,7 +401,12 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
     if (!ctx || !prompt || n_prompt <= 0)
         return coli_fail(COLI_EINVAL, "coli_generate: context NULL or empty prompt (n_prompt %d)", n_prompt);
     int rc = sampler_init(&smp, sp, ctx->model->m->hp.n_vocab);
-    if (rc < 0) return rc;
+    for (int i = 0; i < n_prompt && rc == 0; i++) rc = sampler_accept(&smp, prompt[i]);
+    if (rc < 0) {
+        sampler_free(&smp);
+        return rc;
+    }
+    ctx->gen_smp = &smp;
     double t0 = coli_now_s();
     rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
     st.n_prompt = n_prompt;
@@ -398,9 +416,22 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
         rc = s_gen_loop(ctx, &smp, cb, user, &st);
         st.gen_seconds = coli_now_s() - t0;
     }
+    ctx->gen_smp = NULL;
     sampler_free(&smp);
     if (stats) *stats = st;
     return rc;
+}
+
+int coli_generate_logprobs(const coli_context *ctx, coli_logprob *chosen, coli_logprob *top, int n_top) {
+    if (!ctx || !chosen || (n_top > 0 && !top))
+        return coli_fail(COLI_EINVAL, "coli_generate_logprobs: NULL argument");
+    const sampler *smp = ctx->gen_smp;
+    if (!smp || !smp->p.logprobs)
+        return coli_fail(COLI_EINVAL, "coli_generate_logprobs: no generation with logprobs is running");
+    *chosen = smp->chosen;
+    int n = n_top < smp->n_top ? n_top : smp->n_top;
+    if (n > 0) memcpy(top, smp->top, (size_t)n * sizeof *top);
+    return n < 0 ? 0 : n;
 }
 
 // ---------------------------------------------------------------------------
