@@ -7,6 +7,7 @@
  * contexts share them, so calls on contexts of the same model must not
  * overlap in time (use one model per thread otherwise).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,6 +346,7 @@ void coli_sampling_default_params(coli_sampling_params *p) {
     p->frequency_penalty = 0.0f;
     p->repeat_last_n = 64;
     p->min_p = 0.0f;
+    p->ignore_eos = 0;
     p->logprobs = 0;
     p->top_logprobs = 0;
     p->logit_filter = NULL;
@@ -392,6 +394,40 @@ static int s_gen_loop(coli_context *ctx, sampler *smp, coli_token_cb cb, void *u
     return 0;
 }
 
+/* ignore_eos: a logit filter that forbids the end-of-generation ids, then runs the caller's. */
+typedef struct eog_mask {
+    int32_t *ids;
+    int n;
+    void (*next)(void *user, float *logits, int n_vocab);
+    void *next_user;
+} eog_mask;
+
+static void s_mask_eog(void *user, float *logits, int n_vocab) {
+    const eog_mask *m = user;
+    for (int i = 0; i < m->n; i++) logits[m->ids[i]] = -INFINITY;
+    if (m->next) m->next(m->next_user, logits, n_vocab);
+}
+
+/* sp, or a copy of it in *own whose filter also masks the EOG ids (allocated into m->ids). */
+static int s_eog_params(const coli_context *ctx, const coli_sampling_params *sp, coli_sampling_params *own, eog_mask *m) {
+    memset(m, 0, sizeof *m);
+    if (!sp || !sp->ignore_eos) return 0;
+    int n_vocab = ctx->model->m->hp.n_vocab;
+    for (int32_t id = 0; id < n_vocab; id++) {
+        if (!coli_tokenizer_is_eog(ctx->model->tok, id)) continue;
+        int32_t *t = realloc(m->ids, (size_t)(m->n + 1) * sizeof *t);
+        if (!t) return coli_fail(COLI_ENOMEM, "generate: out of memory for the EOG ids");
+        m->ids = t;
+        m->ids[m->n++] = id;
+    }
+    *own = *sp;
+    m->next = sp->logit_filter;
+    m->next_user = sp->logit_filter_user;
+    own->logit_filter = s_mask_eog;
+    own->logit_filter_user = m;
+    return 1;
+}
+
 int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
                   const coli_sampling_params *sp, coli_token_cb cb, void *user,
                   coli_gen_stats *stats) {
@@ -400,10 +436,15 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
     if (stats) *stats = st;
     if (!ctx || !prompt || n_prompt <= 0)
         return coli_fail(COLI_EINVAL, "coli_generate: context NULL or empty prompt (n_prompt %d)", n_prompt);
-    int rc = sampler_init(&smp, sp, ctx->model->m->hp.n_vocab);
+    coli_sampling_params own;
+    eog_mask mask;
+    int rc = s_eog_params(ctx, sp, &own, &mask);
+    if (rc < 0) return rc;
+    rc = sampler_init(&smp, rc ? &own : sp, ctx->model->m->hp.n_vocab);
     for (int i = 0; i < n_prompt && rc == 0; i++) rc = sampler_accept(&smp, prompt[i]);
     if (rc < 0) {
         sampler_free(&smp);
+        free(mask.ids);
         return rc;
     }
     ctx->gen_smp = &smp;
@@ -418,6 +459,7 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
     }
     ctx->gen_smp = NULL;
     sampler_free(&smp);
+    free(mask.ids);
     if (stats) *stats = st;
     return rc;
 }

@@ -178,6 +178,7 @@ typedef struct coli_sampling_params {
     float frequency_penalty; /* 0 = off; subtracted per occurrence */
     int repeat_last_n;       /* tokens "seen" = the last N (prompt included); 0 = off, -1 = all */
     float min_p;             /* 0 = off; after top_k keep p >= min_p * p(best), on logits before temperature */
+    int ignore_eos;          /* 1: end-of-generation tokens are never sampled (llama.cpp --ignore-eos) */
     int logprobs;            /* 1: compute log-probabilities (coli_generate_logprobs) */
     int top_logprobs;        /* with logprobs: also rank this many alternatives, 0..COLI_MAX_TOP_LOGPROBS */
     /* Optional: called with the (penalised) logits of every step before

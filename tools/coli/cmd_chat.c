@@ -139,7 +139,7 @@ static int s_answer(chat_state *c) {
             return -1;
         }
     coli_sampling_params sp = c->sp;
-    if (sp.n_predict > c->n_ctx - n) sp.n_predict = c->n_ctx - n;
+    if (sp.n_predict < 0 || sp.n_predict > c->n_ctx - n) sp.n_predict = c->n_ctx - n; /* -n -1: all the room */
     c->answer_len = 0;
     if (c->answer) c->answer[0] = '\0'; /* an answer with no text must not repeat the last one */
     s_interrupted = 0;
@@ -263,9 +263,9 @@ int cmd_chat(int argc, char **argv) {
     sampling_help_init(&help, &sp);
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
-        {"--system", NULL, ARG_STR, &system, 0, 0, 0, "TEXT", "a system message to start the conversation with"},
+        {"--system", "-sys", ARG_STR, &system, 0, 0, 0, "TEXT", "a system message to start the conversation with"},
         CHAT_TEMPLATE_SPEC(tmpl),
-        {"--n-predict", "-n", ARG_INT, &sp.n_predict, 1, 1 << 24, 0, "N", "most tokens per answer (default 512)"},
+        {"--n-predict", "-n", ARG_INT, &sp.n_predict, -1, 1 << 24, 0, "N", "most tokens per answer (default 512, -1 = the context's room)"},
         SAMPLING_SPECS(sp, help),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);

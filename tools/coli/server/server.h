@@ -6,6 +6,7 @@
  *   server_handlers.c  /v1/completions, /v1/chat/completions (non-streaming), /v1/models, /health
  *   server_sse.c       the streaming replies (text/event-stream, data: [DONE])
  *   server_logprobs.c  per-token log-probabilities in OpenAI's chat and completions shapes
+ *   server_tools.c     /tokenize, /detokenize, /props
  *   server_grammar.c   response_format: a JSON (schema) state machine masking the logits
  *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
@@ -51,7 +52,8 @@ typedef struct histogram {
     double sum;                          /* seconds */
 } histogram;
 
-enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_COUNT };
+enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS,
+       EP_OTHER, EP_COUNT };
 #define METRICS_MAX_CODES 12
 
 typedef struct server_metrics {
@@ -142,6 +144,10 @@ typedef struct server_config {
     size_t max_body;              /* bytes */
     int n_ctx;                    /* per slot, 0 = the model's */
     int token_delay_ms;           /* COLI_SERVE_DELAY_MS: tests slow generation down */
+    coli_sampling_params sampling; /* what a request starts from (OpenAI's defaults, or run's flags);
+                                      seed UINT64_MAX: a fresh seed per request */
+    const char *cors_origin;      /* --cors-origin: Access-Control-Allow-Origin on every reply; NULL: none */
+    const char *alias;            /* --alias: the model id /v1/models and replies show */
     int verbose;
 } server_config;
 
@@ -151,7 +157,8 @@ typedef struct server {
     server_config cfg;
     coli_model *model;
     coli_model_info info;
-    const char *model_id;         /* what /v1/models lists */
+    const char *model_id;         /* what /v1/models lists (--alias, else the model's name) */
+    const char *model_path;       /* -m */
     chat_family family;           /* CHAT_UNKNOWN: chat requests fail with a clear error */
     const char *family_source;    /* "tokenizer.chat_template" | "architecture" */
     char *bos_text, *eos_text;
@@ -244,6 +251,14 @@ struct cJSON *logprobs_json(server *s, const job *j, const tok_logprob *lp, int 
 int logprobs_record(coli_context *ctx, job *j, size_t start, size_t end);
 /* Drop the entries whose text starts at or after raw[len] (a stop string cut there). */
 void logprobs_truncate(job *j, size_t len);
+
+/* bytes[0..n) as a NUL-terminated UTF-8 string, invalid bytes (and NUL) as U+FFFD; malloc'd, NULL on OOM. */
+char *utf8_lossy(const char *bytes, size_t n);
+
+/* server_tools.c: POST /tokenize, POST /detokenize, GET /props. */
+int handle_tokenize(server *s, struct MHD_Connection *c, const char *body, size_t len);
+int handle_detokenize(server *s, struct MHD_Connection *c, const char *body, size_t len);
+int handle_props(server *s, struct MHD_Connection *c);
 
 /* server_sse.c: reply to j with a stream (j already queued). */
 int sse_reply(server *s, struct MHD_Connection *c, job *j);

@@ -46,8 +46,8 @@ static size_t s_utf8_len(const unsigned char *s, size_t n) {
     return len;
 }
 
-/* The token's bytes as a NUL-terminated UTF-8 string (malloc'd; NULL on OOM). */
-static char *s_token_string(const unsigned char *b, size_t n) {
+char *utf8_lossy(const char *bytes, size_t n) {
+    const unsigned char *b = (const unsigned char *)bytes;
     char *out = malloc(n * 3 + 1), *o = out;
     if (!out) return NULL;
     for (size_t i = 0; i < n;) {
@@ -71,7 +71,7 @@ static void s_token_fields(server *s, cJSON *o, const coli_logprob *t) {
     const char *bytes = NULL;
     size_t n = 0;
     if (coli_token_to_bytes(s->model, t->id, &bytes, &n) != 0) n = 0;
-    char *text = s_token_string((const unsigned char *)bytes, n);
+    char *text = utf8_lossy(bytes, n);
     cJSON_AddStringToObject(o, "token", text ? text : "");
     free(text);
     cJSON_AddNumberToObject(o, "logprob", t->logprob);
@@ -101,7 +101,7 @@ static char *s_piece(server *s, int32_t id) {
     const char *bytes = NULL;
     size_t n = 0;
     if (coli_token_to_bytes(s->model, id, &bytes, &n) != 0) n = 0;
-    return s_token_string((const unsigned char *)bytes, n);
+    return utf8_lossy(bytes, n);
 }
 
 static cJSON *s_completions(server *s, const tok_logprob *lp, int n) {

@@ -129,8 +129,6 @@ static int s_number(parse_ctx *p, const cJSON *root, const char *name, double lo
 
 /* Penalties and min_p (llama.cpp's definitions, coordinator/sampler.h). */
 static int s_penalties(parse_ctx *p, const cJSON *root, gen_request *r) {
-    r->sp.repeat_penalty = 1.0f;
-    r->sp.repeat_last_n = 64;
     int rc = s_number(p, root, "presence_penalty", -2, 2, &r->sp.presence_penalty);
     if (!rc) rc = s_number(p, root, "frequency_penalty", -2, 2, &r->sp.frequency_penalty);
     if (!rc) rc = s_number(p, root, "repeat_penalty", 0, 100, &r->sp.repeat_penalty);
@@ -164,12 +162,11 @@ static int s_logprobs(parse_ctx *p, const cJSON *root, gen_request *r) {
     return 0;
 }
 
-static int s_sampling(parse_ctx *p, const cJSON *root, gen_request *r) {
+static int s_sampling(server *s, parse_ctx *p, const cJSON *root, gen_request *r) {
     const cJSON *v;
-    r->sp.temperature = 1.0f; /* OpenAI's defaults: sample the full distribution */
-    r->sp.top_p = 1.0f;
-    r->sp.top_k = 0;
-    r->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)r;
+    r->sp = s->cfg.sampling; /* OpenAI's defaults (the full distribution), or serve's flags */
+    r->sp.n_predict = 0;
+    if (r->sp.seed == UINT64_MAX) r->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)r;
     if ((v = s_get(root, "temperature"))) {
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 2))
             return s_bad(p, "temperature", "temperature: must be a number from 0 to 2");
@@ -326,7 +323,7 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
     if (!rc) rc = s_unknown_fields(&p, root, chat);
     if (!rc) rc = s_unsupported(&p, root);
     if (!rc) rc = s_stream(&p, root, r);
-    if (!rc) rc = s_sampling(&p, root, r);
+    if (!rc) rc = s_sampling(s, &p, root, r);
     if (!rc) rc = s_penalties(&p, root, r);
     if (!rc) rc = s_logprobs(&p, root, r);
     if (!rc) rc = s_response_format(s, &p, root, r);
