@@ -318,7 +318,10 @@ Test(cli, bad_flags_exit_2) {
     expect_exit(RUN("--top-k", "-2"), 2, "--top-k");
     expect_exit(RUN("--top-k", "99999999999"), 2, "--top-k");  /* no maximum, but an int */
     expect_exit(RUN("--temp", "1e300"), 2, "--temp");           /* finite double, not a float */
-    expect_exit(RUN("-n", "-1"), 2, "-n");
+    expect_exit(RUN("-n", "-2"), 2, "-n"); /* -1 is llama.cpp's "until the context is full" */
+    expect_exit(RUN("--min-p", "1.5"), 2, "--min-p");
+    expect_exit(RUN("--repeat-last-n", "-2"), 2, "--repeat-last-n");
+    expect_exit(RUN("--presence-penalty", "3"), 2, "--presence-penalty");
     expect_exit(RUN("-n", "12abc"), 2, "-n");
     expect_exit(RUN("--seed", "-3"), 2, "--seed");
     expect_exit(RUN("-t", "0"), 2, "-t");
