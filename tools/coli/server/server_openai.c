@@ -157,7 +157,7 @@ static int s_logprobs(parse_ctx *p, const cJSON *root, gen_request *r) {
     if (!top) return 0;
     if (!s_is_int(top, 0, COLI_MAX_TOP_LOGPROBS))
         return s_bad(p, "top_logprobs", "top_logprobs: must be an integer from 0 to %d", COLI_MAX_TOP_LOGPROBS);
-    if (!r->sp.logprobs) return s_bad(p, "top_logprobs", "top_logprobs: requires logprobs: true");
+    if (!r->sp.logprobs && top->valuedouble > 0) return s_bad(p, "top_logprobs", "top_logprobs: requires logprobs: true");
     r->sp.top_logprobs = (int)top->valuedouble;
     return 0;
 }
