@@ -3,15 +3,18 @@
  * (tools/coli/server/server_grammar.c, compiled in here): byte by byte on
  * valid and broken JSON, the schema subset and its refusals, and the logit
  * filter driven like a model over the fixture's real vocabulary: whatever
- * it picks, the finished output parses and fits the schema (checked with cJSON).
+ * it picks, the finished output parses and fits the schema (checked with cJSON);
+ * also over GPT-2's 50k byte-level BPE vocabulary from ../shared.
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli_run.h"
+#include "ref_models.h"
 #include "tools/coli/server/server_grammar.c"
 
 static server g_srv;
@@ -105,7 +108,13 @@ Test(json_grammar, schema_subset, .init = s_setup, .fini = s_teardown) {
 
 /* Drive the filter like a model: pseudo-random logits, the best allowed token, until an
  * end-of-generation token wins. The text must parse; returns it (malloc'd) or NULL if 400 steps did not end it. */
-static char *s_generate(json_grammar *g, unsigned seed, float eog_bonus) {
+static double s_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static char *s_generate(json_grammar *g, unsigned seed, float eog_bonus, int *calls) {
     int n = g->n_vocab;
     float *logits = malloc((size_t)n * sizeof *logits);
     char *out = calloc(1, 8192);
@@ -114,8 +123,11 @@ static char *s_generate(json_grammar *g, unsigned seed, float eog_bonus) {
         for (int i = 0; i < n; i++) {
             seed = seed * 1103515245u + 12345u;
             logits[i] = (float)((seed >> 8) & 0xffff) / 65536.0f + (g->eog[i] ? eog_bonus : 0.0f);
+            /* a model that likes to close what it opened, so the walk ends in a big vocabulary too */
+            if (calls && g->piece_len[i] && memchr(g->piece[i], '"', g->piece_len[i])) logits[i] += 0.3f;
         }
         json_grammar_filter(g, logits, n);
+        if (calls) ++*calls;
         int best = -1;
         for (int i = 0; i < n; i++) if (isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
         cr_assert_geq(best, 0, "the filter left nothing after '%s'", out);
@@ -138,7 +150,7 @@ Test(json_grammar, filtered_generation_always_parses, .init = s_setup, .fini = s
         cr_assert_eq(s_new(seed % 2 ? PERSON : SCHEMA("{\"type\":\"object\",\"properties\":{\"c\":{\"enum\":[\"red\",\"green\"]},"
                                                       "\"b\":{\"type\":\"boolean\"}},\"required\":[\"c\",\"b\"]}"),
                            &g, err, sizeof err), 0, "%s", err);
-        char *text = s_generate(g, seed, 0.5f);
+        char *text = s_generate(g, seed, 0.5f, NULL);
         if (text) {
             cJSON *v = cJSON_Parse(text);
             cr_assert_not_null(v, "seed %u: the output does not parse: %s", seed, text);
@@ -151,4 +163,40 @@ Test(json_grammar, filtered_generation_always_parses, .init = s_setup, .fini = s
         json_grammar_free(g);
     }
     cr_assert_geq(finished, 6, "only %d of 12 generations finished in 400 tokens", finished);
+}
+
+/* A byte-level BPE vocabulary (GPT-2's 50257 tokens, "Ġ" pieces) from ../shared: the same property,
+ * and what one filter call costs there (printed). */
+Test(json_grammar, gpt2_vocabulary_output_parses) {
+    s_require_shared();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/reference/vocab/ggml-vocab-gpt-2.gguf", s_shared());
+    if (!s_exists(path)) cr_skip_test("%s missing", path);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.vocab_only = 1;
+    cr_assert_eq(coli_model_load(path, &mp, &g_srv.model), 0, "%s", coli_last_error());
+    coli_model_get_info(g_srv.model, &g_srv.info);
+    int finished = 0;
+    double t0 = s_now_s();
+    int calls = 0;
+    for (unsigned seed = 1; seed <= 4; seed++) {
+        json_grammar *g = NULL;
+        char err[256];
+        cr_assert_eq(s_new(PERSON, &g, err, sizeof err), 0, "%s", err);
+        char *text = s_generate(g, seed, 0.5f, &calls);
+        if (text) {
+            cJSON *v = cJSON_Parse(text);
+            cr_assert_not_null(v, "seed %u: the output does not parse: %s", seed, text);
+            cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(v, "name")), "%s", text);
+            cJSON_Delete(v);
+            finished++;
+        }
+        free(text);
+        json_grammar_free(g);
+    }
+    fprintf(stderr, "json_grammar: %d filter calls over %d tokens, %.2f ms each\n", calls, g_srv.info.n_vocab,
+            (s_now_s() - t0) * 1e3 / (calls ? calls : 1));
+    coli_model_free(&g_srv.model);
+    cr_assert_geq(finished, 2, "only %d of 4 generations finished", finished);
 }
