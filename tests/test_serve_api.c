@@ -260,3 +260,19 @@ Test(serve_api, tokenize_detokenize_props_alias_cors) {
     su_free(&r);
     cr_expect_eq(su_stop(&p), 0);
 }
+
+/* serve's sampling flags are the defaults of requests that do not set the fields. */
+Test(serve_api, sampling_flags_are_request_defaults) {
+    char model[4096];
+    const char *extra[] = {"-s", "9", "--min-p", "0.05", "--repeat-penalty", "1.2", "--ctx-size", "128", NULL};
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":12}";
+    cJSON *a = s_post_json(p.port, "/v1/completions", body), *b = s_post_json(p.port, "/v1/completions", body);
+    cr_expect_str_eq(s_content(a), s_content(b), "--seed 9 for every request: same text");
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    http_resp r = su_get(p.port, "/props");
+    cr_expect(strstr(r.body, "\"n_ctx\":128") != NULL, "--ctx-size: %s", r.body);
+    su_free(&r);
+    cr_expect_eq(su_stop(&p), 0);
+}
