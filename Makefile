@@ -24,7 +24,7 @@ OPT     ?= -O2
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fPIC -pthread $(SANFLAGS) \
            -Iinclude -Icore -I. -I$(BUILD)/gen
 LDFLAGS += $(SANFLAGS) -pthread
-LDLIBS  += -lzmq -lprotobuf-c -ldl -lm -lmicrohttpd -lcjson
+LDLIBS  += -lzmq -lprotobuf-c -ldl -lm -lmicrohttpd -lcjson -ledit
 
 # ---- sources ---------------------------------------------------------------
 CORE_SRC   := $(wildcard core/*.c)
@@ -120,7 +120,7 @@ fi
 endef
 
 DEB_PKGS := build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
-            libcriterion-dev python3 python3-numpy libmicrohttpd-dev libcjson-dev
+            libcriterion-dev python3 python3-numpy libmicrohttpd-dev libcjson-dev libedit-dev
 deps:
 	$(call apt_install,deps,$(DEB_PKGS))
 

@@ -7,6 +7,7 @@
  * contexts share them, so calls on contexts of the same model must not
  * overlap in time (use one model per thread otherwise).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ struct coli_context {
     forward_state fs;
     int pos;                  /* tokens in the cache */
     float *logits;            /* (n_vocab) last logits, for coli_generate */
+    const sampler *gen_smp;   /* coli_generate's sampler while it runs (coli_generate_logprobs) */
     char *text;               /* UTF-8 assembly buffer for the callback */
     size_t text_cap;
     route_obs route;          /* what its routing decisions feed (route_obs.h) */
@@ -381,6 +383,16 @@ void coli_sampling_default_params(coli_sampling_params *p) {
     p->top_p = 0.95f;
     p->seed = 0;
     p->n_predict = 128;
+    p->repeat_penalty = 1.0f;
+    p->presence_penalty = 0.0f;
+    p->frequency_penalty = 0.0f;
+    p->repeat_last_n = 64;
+    p->min_p = 0.0f;
+    p->ignore_eos = 0;
+    p->logprobs = 0;
+    p->top_logprobs = 0;
+    p->logit_filter = NULL;
+    p->logit_filter_user = NULL;
 }
 
 /* The complete UTF-8 prefix after adding token id's bytes (and, at the last
@@ -409,9 +421,12 @@ static int s_gen_loop(coli_context *ctx, sampler *smp, coli_token_cb cb, void *u
     for (int i = 0; i < smp->p.n_predict; i++) {
         if (ctx->pos >= ctx->kv.n_ctx) break; /* no room to keep another token */
         int32_t id = sampler_sample(smp, ctx->logits);
-        if (coli_tokenizer_is_eog(ctx->model->tok, id)) { st->stopped_by_eog = 1; break; }
+        /* -1: the logit filter allows nothing more (a finished constraint) */
+        if (id < 0 || coli_tokenizer_is_eog(ctx->model->tok, id)) { st->stopped_by_eog = 1; break; }
+        int rc = sampler_accept(smp, id);
+        if (rc < 0) return rc;
         size_t len = 0;
-        int rc = s_token_text(ctx, &us, id, i + 1 == smp->p.n_predict, &len);
+        rc = s_token_text(ctx, &us, id, i + 1 == smp->p.n_predict, &len);
         if (rc < 0) return rc;
         st->n_gen++;
         int stop = cb ? cb(user, id, ctx->text, len) : 0;
@@ -419,6 +434,40 @@ static int s_gen_loop(coli_context *ctx, sampler *smp, coli_token_cb cb, void *u
         if (stop) break;
     }
     return 0;
+}
+
+/* ignore_eos: a logit filter that forbids the end-of-generation ids, then runs the caller's. */
+typedef struct eog_mask {
+    int32_t *ids;
+    int n;
+    void (*next)(void *user, float *logits, int n_vocab);
+    void *next_user;
+} eog_mask;
+
+static void s_mask_eog(void *user, float *logits, int n_vocab) {
+    const eog_mask *m = user;
+    for (int i = 0; i < m->n; i++) logits[m->ids[i]] = -INFINITY;
+    if (m->next) m->next(m->next_user, logits, n_vocab);
+}
+
+/* sp, or a copy of it in *own whose filter also masks the EOG ids (allocated into m->ids). */
+static int s_eog_params(const coli_context *ctx, const coli_sampling_params *sp, coli_sampling_params *own, eog_mask *m) {
+    memset(m, 0, sizeof *m);
+    if (!sp || !sp->ignore_eos) return 0;
+    int n_vocab = ctx->model->m->hp.n_vocab;
+    for (int32_t id = 0; id < n_vocab; id++) {
+        if (!coli_tokenizer_is_eog(ctx->model->tok, id)) continue;
+        int32_t *t = realloc(m->ids, (size_t)(m->n + 1) * sizeof *t);
+        if (!t) return coli_fail(COLI_ENOMEM, "generate: out of memory for the EOG ids");
+        m->ids = t;
+        m->ids[m->n++] = id;
+    }
+    *own = *sp;
+    m->next = sp->logit_filter;
+    m->next_user = sp->logit_filter_user;
+    own->logit_filter = s_mask_eog;
+    own->logit_filter_user = m;
+    return 1;
 }
 
 int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
@@ -429,8 +478,18 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
     if (stats) *stats = st;
     if (!ctx || !prompt || n_prompt <= 0)
         return coli_fail(COLI_EINVAL, "coli_generate: context NULL or empty prompt (n_prompt %d)", n_prompt);
-    int rc = sampler_init(&smp, sp, ctx->model->m->hp.n_vocab);
+    coli_sampling_params own;
+    eog_mask mask;
+    int rc = s_eog_params(ctx, sp, &own, &mask);
     if (rc < 0) return rc;
+    rc = sampler_init(&smp, rc ? &own : sp, ctx->model->m->hp.n_vocab);
+    for (int i = 0; i < n_prompt && rc == 0; i++) rc = sampler_accept(&smp, prompt[i]);
+    if (rc < 0) {
+        sampler_free(&smp);
+        free(mask.ids);
+        return rc;
+    }
+    ctx->gen_smp = &smp;
     double t0 = coli_now_s();
     rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
     st.n_prompt = n_prompt;
@@ -440,9 +499,23 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
         rc = s_gen_loop(ctx, &smp, cb, user, &st);
         st.gen_seconds = coli_now_s() - t0;
     }
+    ctx->gen_smp = NULL;
     sampler_free(&smp);
+    free(mask.ids);
     if (stats) *stats = st;
     return rc;
+}
+
+int coli_generate_logprobs(const coli_context *ctx, coli_logprob *chosen, coli_logprob *top, int n_top) {
+    if (!ctx || !chosen || (n_top > 0 && !top))
+        return coli_fail(COLI_EINVAL, "coli_generate_logprobs: NULL argument");
+    const sampler *smp = ctx->gen_smp;
+    if (!smp || !smp->p.logprobs)
+        return coli_fail(COLI_EINVAL, "coli_generate_logprobs: no generation with logprobs is running");
+    *chosen = smp->chosen;
+    int n = n_top < smp->n_top ? n_top : smp->n_top;
+    if (n > 0) memcpy(top, smp->top, (size_t)n * sizeof *top);
+    return n < 0 ? 0 : n;
 }
 
 // ---------------------------------------------------------------------------

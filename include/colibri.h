@@ -180,10 +180,35 @@ typedef struct coli_sampling_params {
     float top_p;        /* 1 = off */
     uint64_t seed;      /* same seed, same output */
     int n_predict;      /* max tokens to generate; must be >= 0 */
+    /* llama.cpp's definitions, applied in this order before top_k: */
+    float repeat_penalty;    /* 0 or 1 = off; a seen token's logit l becomes l / p (l > 0) or l * p */
+    float presence_penalty;  /* 0 = off; subtracted once from a seen token's logit */
+    float frequency_penalty; /* 0 = off; subtracted per occurrence */
+    int repeat_last_n;       /* tokens "seen" = the last N (prompt included); 0 = off, -1 = all */
+    float min_p;             /* 0 = off; after top_k keep p >= min_p * p(best), on logits before temperature */
+    int ignore_eos;          /* 1: end-of-generation tokens are never sampled (llama.cpp --ignore-eos) */
+    int logprobs;            /* 1: compute log-probabilities (coli_generate_logprobs) */
+    int top_logprobs;        /* with logprobs: also rank this many alternatives, 0..COLI_MAX_TOP_LOGPROBS */
+    /* Optional: called with the (penalised) logits of every step before
+     * sampling, to set -INFINITY on tokens that must not come next
+     * (constrained decoding). If it leaves no finite logit, generation
+     * ends as if by an end-of-generation token. */
+    void (*logit_filter)(void *user, float *logits, int n_vocab);
+    void *logit_filter_user;
 } coli_sampling_params;
 
-/* temperature 0.8, top_k 40, top_p 0.95, seed 0, n_predict 128. */
+#define COLI_MAX_TOP_LOGPROBS 20
+
+/* temperature 0.8, top_k 40, top_p 0.95, seed 0, n_predict 128, repeat_last_n 64,
+ * every penalty, min_p and logprobs off. */
 void coli_sampling_default_params(coli_sampling_params *p);
+
+/* One token and its log-probability: ln softmax(logits)[id] over the
+ * model's raw logits (before penalties, filters, temperature). */
+typedef struct coli_logprob {
+    int32_t id;
+    float logprob;
+} coli_logprob;
 
 /* Called once per generated token. text/len: the bytes that became complete
  * UTF-8 with this token (possibly empty when a character is split across
@@ -206,6 +231,13 @@ typedef struct coli_gen_stats {
 int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
                   const coli_sampling_params *sp, coli_token_cb cb, void *user,
                   coli_gen_stats *stats);
+
+/* Only inside coli_generate's callback, with sp->logprobs set: the token
+ * just sampled in *chosen, and the n most likely of the step
+ * (n = min(n_top, sp->top_logprobs), best first, ties: lower id) in
+ * top[0..n). Returns n, or COLI_EINVAL (no generation running, logprobs
+ * off, NULL ctx/chosen). */
+int coli_generate_logprobs(const coli_context *ctx, coli_logprob *chosen, coli_logprob *top, int n_top);
 
 /* ---- files ------------------------------------------------------------ */
 

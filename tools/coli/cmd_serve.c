@@ -50,7 +50,8 @@ static int s_load(server *s, const model_opts *o, const char *tmpl) {
     int rc = model_opts_open(o, NULL, &s->model, NULL);
     if (rc) return rc;
     coli_model_get_info(s->model, &s->info);
-    s->model_id = s->info.name;
+    s->model_id = s->cfg.alias ? s->cfg.alias : s->info.name;
+    s->model_path = o->model;
     s->family = chat_template_pick(tmpl, &s->info, &s->family_source);
     s->bos_text = s_token_string(s->model, s->info.bos_id);
     s->eos_text = s_token_string(s->model, s->info.eos_id);
@@ -114,6 +115,14 @@ int cmd_serve(int argc, char **argv) {
     s->cfg = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .queue_max = 64};
     int max_body_kib = 1024;
     const char *tmpl = NULL;
+    coli_sampling_default_params(&s->cfg.sampling);
+    s->cfg.sampling.temperature = 1.0f; /* OpenAI's defaults: the full distribution */
+    s->cfg.sampling.top_k = 0;
+    s->cfg.sampling.top_p = 1.0f;
+    s->cfg.sampling.seed = UINT64_MAX;  /* a fresh seed per request unless --seed */
+    sampling_help help;
+    sampling_help_init(&help, &s->cfg.sampling);
+    snprintf(help.seed, sizeof help.seed, "the seed of requests that give none (default: a fresh one each)");
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
         ROUTE_OPTS_SPECS(mo),
@@ -123,14 +132,17 @@ int cmd_serve(int argc, char **argv) {
         {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N", "requests generated at once, each with its own KV cache (default 4)"},
         {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N", "requests that may wait for a slot; more get HTTP 429 (default 64)"},
         {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB", "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
+        {"--cors-origin", NULL, ARG_STR, &s->cfg.cors_origin, 0, 0, 0, "ORIGIN", "allow browsers from ORIGIN (or *): CORS headers, preflight answered"},
+        {"--alias", "-a", ARG_STR, &s->cfg.alias, 0, 0, 0, "NAME", "the model id clients see (default: the model's name)"},
         CHAT_TEMPLATE_SPEC(tmpl),
+        SAMPLING_SPECS(s->cfg.sampling, help),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("serve", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
         args_usage(stdout, "serve", "-m FILE [--host ADDR] [--port N] [--api-key KEY] [flags]",
                    "Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
-                   "/v1/models), with /health and Prometheus /metrics. See docs/api.md.",
+                   "/v1/models), /tokenize, /detokenize, /props, /health and Prometheus /metrics. See docs/api.md.",
                    specs, n_specs);
         free(s);
         return 0;
@@ -141,6 +153,9 @@ int cmd_serve(int argc, char **argv) {
         const char *env_key = getenv("COLI_API_KEY"), *delay = getenv("COLI_SERVE_DELAY_MS");
         if (!s->cfg.api_key && env_key && *env_key) s->cfg.api_key = env_key;
         if (s->cfg.api_key && !*s->cfg.api_key) rc = args_error("serve", "--api-key", "empty key");
+        if (s->cfg.alias && !*s->cfg.alias) rc = args_error("serve", "--alias", "empty name");
+        if (s->cfg.cors_origin && (!*s->cfg.cors_origin || strpbrk(s->cfg.cors_origin, "\r\n ")))
+            rc = args_error("serve", "--cors-origin", "'%s': expected one origin (scheme://host[:port]) or *", s->cfg.cors_origin);
         s->cfg.max_body = (size_t)max_body_kib * 1024;
         s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
         s->cfg.verbose = mo.verbose;

@@ -65,6 +65,7 @@ void sampling_help_init(sampling_help *h, const coli_sampling_params *sp) {
     snprintf(h->temp, sizeof h->temp, "temperature, 0 = greedy (default %g)", sp->temperature);
     snprintf(h->top_k, sizeof h->top_k, "sample among the K most likely, 0 = off (default %d)", sp->top_k);
     snprintf(h->top_p, sizeof h->top_p, "nucleus sampling in (0, 1], 1 = off (default %g)", sp->top_p);
+    snprintf(h->seed, sizeof h->seed, "random seed: same seed, same output (default %llu)", (unsigned long long)sp->seed);
 }
 
 int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special,

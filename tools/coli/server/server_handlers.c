@@ -45,7 +45,8 @@ static char *s_final_json(server *s, const job *j) {
     } else {
         cJSON_AddStringToObject(c, "text", j->raw ? j->raw : "");
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    if (j->req.sp.logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, j, j->lp, j->n_lp));
+    else cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", j->finish_reason);
     cJSON_AddItemToObject(o, "usage", usage_json(j));
     char *text = cJSON_PrintUnformatted(o);

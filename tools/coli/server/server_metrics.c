@@ -17,7 +17,8 @@ static const double s_le[METRICS_N_BUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0
                                                    0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
 
 static const char *s_endpoint_names[EP_COUNT] = {"/v1/completions", "/v1/chat/completions",
-                                                 "/v1/models", "/health", "/metrics", "other"};
+                                                 "/v1/models", "/health", "/metrics", "/tokenize",
+                                                 "/detokenize", "/props", "other"};
 
 void metrics_init(server_metrics *m) {
     memset(m, 0, sizeof *m);

@@ -73,6 +73,7 @@ void job_release(job *j) {
     if (left) return;
     gen_request_free(&j->req);
     free(j->raw);
+    free(j->lp);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -189,6 +190,7 @@ static int s_append(job *j, const char *text, size_t len) {
         if (hit && (size_t)(hit - j->raw) < best) best = (size_t)(hit - j->raw);
     }
     if (best != (size_t)-1) {
+        logprobs_truncate(j, best);
         j->raw_len = j->exposed = best;
         j->raw[best] = '\0';
         return 1;
@@ -207,8 +209,14 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     pthread_mutex_lock(&j->mu);
     j->t_last = now;
     j->n_gen++;
-    int stop = s_append(j, text, len);
-    if (stop < 0) {
+    size_t start = j->raw_len;
+    int stop = j->req.sp.logprobs && logprobs_record(slot->ctx, j, start, start + len) ? -1 : 0;
+    if (!stop && j->req.grammar && json_grammar_accept(j->req.grammar, id)) stop = -2;
+    if (!stop) stop = s_append(j, text, len);
+    if (stop == -2) {
+        j->error_http = 500;
+        snprintf(j->error, sizeof j->error, "generation: the JSON constraint lost track of the output");
+    } else if (stop < 0) {
         j->error_http = 500;
         snprintf(j->error, sizeof j->error, "generation: out of memory for the answer text");
     } else if (stop) {
