@@ -16,6 +16,7 @@
 #include "coordinator/forward.h"
 #include "coordinator/kv_cache.h"
 #include "coordinator/model.h"
+#include "coordinator/prefix_cache.h"
 #include "coordinator/moe_exec.h"
 #include "coordinator/sampler.h"
 #include "core/clock.h"
@@ -327,6 +328,67 @@ int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int l
     if (rc < 0) return rc;
     ctx->pos += n;
     return 0;
+}
+
+// ---------------------------------------------------------------------------
+// prefix cache
+
+struct coli_prefix_cache {
+    const coli_model *model;
+    prefix_cache *pc;
+};
+
+int coli_prefix_cache_new(const coli_model *cm, size_t max_bytes, int block_tokens, coli_prefix_cache **out) {
+    if (!out) return coli_fail(COLI_EINVAL, "coli_prefix_cache_new: out is NULL");
+    *out = NULL;
+    if (!cm || !cm->m) return coli_fail(COLI_EINVAL, "coli_prefix_cache_new: no model, or a vocab_only one");
+    const model_hparams *hp = &cm->m->hp;
+    /* the shape every context of cm gets (coli_context_new) */
+    const kv_cache layout = {.n_layer = hp->n_layer, .k_dim = model_k_dim(hp), .v_dim = model_v_dim(hp),
+                             .v_in_k = hp->mla_absorbed ? 1 : 0, .f16 = cm->kv_f16 ? 1 : 0};
+    coli_prefix_cache *c = calloc(1, sizeof *c);
+    if (!c) return coli_fail(COLI_ENOMEM, "coli_prefix_cache_new: out of memory");
+    int rc = prefix_cache_new(&layout, block_tokens, max_bytes, &c->pc);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
+    c->model = cm;
+    *out = c;
+    return 0;
+}
+
+void coli_prefix_cache_free(coli_prefix_cache **pc) {
+    if (!pc || !*pc) return;
+    prefix_cache_free(&(*pc)->pc);
+    free(*pc);
+    *pc = NULL;
+}
+
+int coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n) {
+    if (!ctx || !pc || !ids || n < 1 || ctx->model != pc->model)
+        return coli_fail(COLI_EINVAL, "coli_context_restore_prefix: NULL argument, n %d < 1, or another model", n);
+    ctx->pos = 0;
+    int got = prefix_cache_restore(pc->pc, &ctx->kv, ids, n, n - 1);
+    if (got > 0) ctx->pos = got;
+    return got;
+}
+
+int coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n) {
+    if (!ctx || !pc || (!ids && n > 0) || n < 0 || n > ctx->pos || ctx->model != pc->model)
+        return coli_fail(COLI_EINVAL, "coli_context_save_prefix: NULL argument, another model, or n %d outside "
+                         "0..%d (the context's position)", n, ctx ? ctx->pos : 0);
+    return n ? prefix_cache_store(pc->pc, &ctx->kv, ids, n) : 0;
+}
+
+void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!pc) return;
+    prefix_cache_counters c;
+    prefix_cache_get_counters(pc->pc, &c);
+    *out = (coli_prefix_cache_stats){c.hit_tokens, c.miss_tokens, c.evicted_tokens, c.stored_tokens,
+                                     c.bytes, c.max_bytes, c.n_blocks, c.block_tokens};
 }
 
 // ---------------------------------------------------------------------------

@@ -98,7 +98,8 @@ int cmd_serve(int argc, char **argv) {
     server *s = calloc(1, sizeof *s);
     if (!s) return CLI_FAIL;
     s->cfg = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .queue_max = 64};
-    int max_body_kib = 1024;
+    int max_body_kib = 1024, prefix_mb = 256;
+    s->cfg.prefix_block = 16;
     const char *tmpl = NULL;
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
@@ -108,6 +109,8 @@ int cmd_serve(int argc, char **argv) {
         {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N", "requests generated at once, each with its own KV cache (default 4)"},
         {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N", "requests that may wait for a slot; more get HTTP 429 (default 64)"},
         {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB", "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
+        {"--prefix-cache-mb", NULL, ARG_INT, &prefix_mb, 0, 1 << 20, 0, "MB", "KV cache kept for prompts that start like earlier ones (multi-turn chat, shared system prompts), in MiB; 0 = off (default 256)"},
+        {"--prefix-block", NULL, ARG_INT, &s->cfg.prefix_block, 1, 4096, 0, "N", "tokens per prefix cache block: prefixes are reused in whole blocks (default 16)"},
         CHAT_TEMPLATE_SPEC(tmpl),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
@@ -127,6 +130,7 @@ int cmd_serve(int argc, char **argv) {
         if (!s->cfg.api_key && env_key && *env_key) s->cfg.api_key = env_key;
         if (s->cfg.api_key && !*s->cfg.api_key) rc = args_error("serve", "--api-key", "empty key");
         s->cfg.max_body = (size_t)max_body_kib * 1024;
+        s->cfg.prefix_cache_bytes = (size_t)prefix_mb << 20;
         s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
         s->cfg.verbose = mo.verbose;
         s->cfg.n_ctx = mo.n_ctx;

@@ -7,7 +7,10 @@
  *   server_sse.c       the streaming replies (text/event-stream, data: [DONE])
  *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
- *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots
+ *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots,
+ *                      the prefix cache (a request first restores the longest cached
+ *                      prefix of its prompt into its slot's context, and leaves its
+ *                      prompt + answer there for the next turn)
  *
  * Concurrency (why it looks like this): a coli_model owns one thread pool and one
  * expert executor, shared by its contexts, and coordinator/api.c says calls on
@@ -99,6 +102,7 @@ typedef struct job {
     size_t raw_len, raw_cap;
     size_t exposed;               /* raw[0..exposed) is final (no stop string can start in it) */
     int n_gen;
+    int n_cached;                 /* prompt tokens restored from the prefix cache */
     const char *finish_reason;    /* "stop" | "length", set when done */
     int error_http;               /* 0, or the status of a failure during generation */
     char error[256];
@@ -129,6 +133,8 @@ typedef struct server_config {
     size_t max_body;              /* bytes */
     int n_ctx;                    /* per slot, 0 = the model's */
     int token_delay_ms;           /* COLI_SERVE_DELAY_MS: tests slow generation down */
+    size_t prefix_cache_bytes;    /* --prefix-cache-mb; 0 = no prefix cache */
+    int prefix_block;             /* --prefix-block: tokens per cached block */
     int verbose;
 } server_config;
 
@@ -145,6 +151,7 @@ typedef struct server {
     atomic_int ready;             /* model loaded, slots started */
     atomic_int stopping;
     server_metrics metrics;
+    coli_prefix_cache *prefix;    /* NULL when off; shared by the slots */
 
     /* the baton: a fair lock over every computing library call */
     pthread_mutex_t baton_mu;
