@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "colibri.h"
+#include "coordinator/batch.h"
 #include "coordinator/forward.h"
 #include "coordinator/kv_cache.h"
 #include "coordinator/model.h"
@@ -50,6 +51,13 @@ struct coli_context {
     float *logits;            /* (n_vocab) last logits, for coli_generate */
     char *text;               /* UTF-8 assembly buffer for the callback */
     size_t text_cap;
+    coli_batch *batch;        /* NULL: coli_generate decodes alone */
+};
+
+struct coli_batch {
+    const coli_model *model;
+    decode_batch *b;
+    int n_ctx, prefill_chunk;
 };
 
 static char *s_strdup(const char *s, size_t n) {
@@ -392,6 +400,80 @@ void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats 
 }
 
 // ---------------------------------------------------------------------------
+// continuous batching
+
+int coli_batch_new(coli_model *cm, int max_seqs, int n_ctx, int prefill_chunk, coli_lock_fn lock,
+                   coli_lock_fn unlock, void *user, coli_batch **out) {
+    if (!out) return coli_fail(COLI_EINVAL, "coli_batch_new: out is NULL");
+    *out = NULL;
+    if (!cm || !cm->m || prefill_chunk < 1 || n_ctx < 1 || n_ctx > cm->n_ctx)
+        return coli_fail(COLI_EINVAL, "coli_batch_new: no model (or vocab_only), prefill_chunk %d < 1, or n_ctx %d "
+                         "outside 1..%d", prefill_chunk, n_ctx, cm ? cm->n_ctx : 0);
+    coli_batch *b = calloc(1, sizeof *b);
+    if (!b) return coli_fail(COLI_ENOMEM, "coli_batch_new: out of memory");
+    int rc = decode_batch_new(cm->m, cm->moe, cm->pool, max_seqs, n_ctx, lock, unlock, user, &b->b);
+    if (rc < 0) {
+        free(b);
+        return rc;
+    }
+    b->model = cm;
+    b->n_ctx = n_ctx;
+    b->prefill_chunk = prefill_chunk;
+    *out = b;
+    return 0;
+}
+
+void coli_batch_free(coli_batch **b) {
+    if (!b || !*b) return;
+    decode_batch_free(&(*b)->b);
+    free(*b);
+    *b = NULL;
+}
+
+int coli_context_set_batch(coli_context *ctx, coli_batch *b) {
+    if (!ctx || (b && (b->model != ctx->model || ctx->kv.n_ctx > b->n_ctx)))
+        return coli_fail(COLI_EINVAL, "coli_context_set_batch: no context, a batch of another model, or a context "
+                         "longer than the batch's %d positions", b ? b->n_ctx : 0);
+    ctx->batch = b;
+    return 0;
+}
+
+void coli_batch_get_stats(coli_batch *b, coli_batch_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!b) return;
+    decode_batch_stats st;
+    decode_batch_get_stats(b->b, &st);
+    *out = (coli_batch_stats){st.steps, st.rows, st.max_rows, st.members};
+}
+
+/* Append id (one token) and fill ctx->logits: in the batch's next step, or alone. */
+static int s_decode_one(coli_context *ctx, int32_t id) {
+    if (!ctx->batch) return coli_eval(ctx, &id, 1, ctx->logits, 0);
+    if (id < 0 || id >= ctx->model->m->hp.n_vocab)
+        return coli_fail(COLI_ERANGE, "eval: token id %d out of range [0, %d)", id, ctx->model->m->hp.n_vocab);
+    return decode_batch_step(ctx->batch->b, &ctx->kv, &ctx->pos, id, ctx->logits);
+}
+
+/* A batched context's prompt: all but the last token alone, prefill_chunk
+ * at a time under the batch's lock; then it joins and the last token is its
+ * first step. The caller leaves the batch (also after a failure) if *joined. */
+static int s_batched_prompt(coli_context *ctx, const int32_t *prompt, int n, int *joined) {
+    decode_batch *b = ctx->batch->b;
+    for (int done = 0; done < n - 1;) {
+        const int left = n - 1 - done, chunk = left < ctx->batch->prefill_chunk ? left : ctx->batch->prefill_chunk;
+        decode_batch_lock(b);
+        int rc = coli_eval(ctx, prompt + done, chunk, NULL, 0);
+        decode_batch_unlock(b);
+        if (rc < 0) return rc;
+        done += chunk;
+    }
+    decode_batch_join(b);
+    *joined = 1;
+    return s_decode_one(ctx, prompt[n - 1]);
+}
+
+// ---------------------------------------------------------------------------
 // generation
 
 void coli_sampling_default_params(coli_sampling_params *p) {
@@ -435,7 +517,7 @@ static int s_gen_loop(coli_context *ctx, sampler *smp, coli_token_cb cb, void *u
         if (rc < 0) return rc;
         st->n_gen++;
         int stop = cb ? cb(user, id, ctx->text, len) : 0;
-        if ((rc = coli_eval(ctx, &id, 1, ctx->logits, 0)) < 0) return rc;
+        if ((rc = s_decode_one(ctx, id)) < 0) return rc;
         if (stop) break;
     }
     return 0;
@@ -452,7 +534,9 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
     int rc = sampler_init(&smp, sp, ctx->model->m->hp.n_vocab);
     if (rc < 0) return rc;
     double t0 = coli_now_s();
-    rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
+    int joined = 0;
+    if (ctx->batch) rc = s_batched_prompt(ctx, prompt, n_prompt, &joined);
+    else rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
     st.n_prompt = n_prompt;
     st.prompt_seconds = coli_now_s() - t0;
     if (rc == 0) {
@@ -460,6 +544,7 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
         rc = s_gen_loop(ctx, &smp, cb, user, &st);
         st.gen_seconds = coli_now_s() - t0;
     }
+    if (joined) decode_batch_leave(ctx->batch->b);
     sampler_free(&smp);
     if (stats) *stats = st;
     return rc;

@@ -204,6 +204,41 @@ int  coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const in
 /* The counters into *out (all zero when pc is NULL; out NULL: nothing). */
 void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats *out);
 
+/* ---- continuous batching ----------------------------------------------- */
+
+/* Contexts attached to one batch decode together: while several run
+ * coli_generate (each on its own thread), every generation step is one
+ * forward pass over the next token of each of them (attention per context,
+ * the experts once for all: one executor call per layer). A context joins
+ * when its prompt is in (prompts are evaluated alone, in chunks of
+ * prefill_chunk tokens under the lock, alternating with the others' steps)
+ * and leaves when its generation ends. A sequence gets the same tokens
+ * batched or alone (the determinism contract). The batch takes the
+ * model's compute under lock/unlock (both or neither; coli serve passes its
+ * baton), so attached contexts' coli_generate calls may overlap; every
+ * other call keeps the rule that calls of one model must not overlap. */
+typedef struct coli_batch coli_batch;
+typedef void (*coli_lock_fn)(void *user);
+
+typedef struct coli_batch_stats {
+    uint64_t steps, rows; /* forward passes, tokens in them (rows / steps: the mean batch) */
+    int max_rows;         /* the largest step */
+    int members;          /* contexts decoding now */
+} coli_batch_stats;
+
+/* A batch of up to max_seqs contexts of m, each of n_ctx positions or fewer
+ * (a context that joins while max_seqs decode waits for one to leave).
+ * prefill_chunk >= 1. Returns 0 with *out, COLI_EINVAL, COLI_ENOMEM. Free
+ * it after detaching (or freeing) its contexts, before m. */
+int  coli_batch_new(coli_model *m, int max_seqs, int n_ctx, int prefill_chunk, coli_lock_fn lock,
+                    coli_lock_fn unlock, void *user, coli_batch **out);
+void coli_batch_free(coli_batch **b);
+/* Attach ctx to b (NULL: detach); coli_generate then decodes in the batch.
+ * COLI_EINVAL for a NULL ctx, a batch of another model or a context longer
+ * than the batch's n_ctx. */
+int  coli_context_set_batch(coli_context *ctx, coli_batch *b);
+void coli_batch_get_stats(coli_batch *b, coli_batch_stats *out);
+
 /* ---- generation ------------------------------------------------------- */
 
 typedef struct coli_sampling_params {

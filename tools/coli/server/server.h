@@ -17,8 +17,13 @@
  * contexts of one model must not overlap. So every library call that computes
  * or touches the executor runs while holding the model's "baton", a fair
  * (ticket) lock. Each of --parallel slot threads owns a coli_context (its own
- * KV cache) and runs coli_generate for one request at a time; its token
- * callback hands the baton on after every token, so active requests take
+ * KV cache) and runs coli_generate for one request at a time. The contexts
+ * share one coli_batch (continuous batching, include/colibri.h): each step
+ * is one forward pass over the next token of every generating request,
+ * taken under the baton; a new request's prompt is evaluated in chunks
+ * (--prefill-chunk), each under the baton, between the steps. With
+ * --no-batching the slot holds the baton through coli_generate and its
+ * token callback hands it on after every token, so active requests take
  * turns one token each. The slot threads live as long as the server. Which
  * thread notices a crash and forks the replacement worker does not matter:
  * a worker is tied to the coordinator process by its lifeline pipe, not to
@@ -135,6 +140,8 @@ typedef struct server_config {
     int token_delay_ms;           /* COLI_SERVE_DELAY_MS: tests slow generation down */
     size_t prefix_cache_bytes;    /* --prefix-cache-mb; 0 = no prefix cache */
     int prefix_block;             /* --prefix-block: tokens per cached block */
+    int no_batching;              /* --no-batching: slots take turns one token each */
+    int prefill_chunk;            /* --prefill-chunk: prompt tokens per turn when batching */
     int verbose;
 } server_config;
 
@@ -152,6 +159,7 @@ typedef struct server {
     atomic_int stopping;
     server_metrics metrics;
     coli_prefix_cache *prefix;    /* NULL when off; shared by the slots */
+    coli_batch *batch;            /* continuous batching; NULL with --no-batching */
 
     /* the baton: a fair lock over every computing library call */
     pthread_mutex_t baton_mu;

@@ -98,8 +98,8 @@ static void s_histogram(coli_strbuf *b, const char *name, const histogram *h) {
           (unsigned long long)h->n, name, h->sum, name, (unsigned long long)h->n);
 }
 
-/* The prefix cache's counters (all zero when it is off or not started yet:
- * s->prefix is set before ready and freed after the HTTP side stops). */
+/* The prefix cache's and the batch's counters (all zero when off or not
+ * started yet: both are set before ready and freed after the HTTP side stops). */
 static void s_prefix_series(coli_strbuf *b, server *s) {
     coli_prefix_cache_stats st;
     coli_prefix_cache_get_stats(atomic_load(&s->ready) ? s->prefix : NULL, &st);
@@ -111,6 +111,14 @@ static void s_prefix_series(coli_strbuf *b, server *s) {
     coli_strbuf_appendf(b, "colibri_prefix_cache_evicted_tokens_total %llu\n", (unsigned long long)st.evicted_tokens);
     s_header(b, "colibri_prefix_cache_stored_tokens_total", "counter", "Token positions added to the prefix cache.");
     coli_strbuf_appendf(b, "colibri_prefix_cache_stored_tokens_total %llu\n", (unsigned long long)st.stored_tokens);
+    coli_batch_stats bs;
+    coli_batch_get_stats(atomic_load(&s->ready) ? s->batch : NULL, &bs);
+    s_header(b, "colibri_batch_steps_total", "counter", "Decode steps: forward passes over the next token of every generating request.");
+    coli_strbuf_appendf(b, "colibri_batch_steps_total %llu\n", (unsigned long long)bs.steps);
+    s_header(b, "colibri_batch_rows_total", "counter", "Tokens those steps evaluated (rows / steps = the mean batch).");
+    coli_strbuf_appendf(b, "colibri_batch_rows_total %llu\n", (unsigned long long)bs.rows);
+    s_header(b, "colibri_batch_max_rows", "gauge", "The largest decode step so far, in requests.");
+    coli_strbuf_appendf(b, "colibri_batch_max_rows %d\n", bs.max_rows);
     s_header(b, "colibri_prefix_cache_bytes", "gauge", "KV bytes the prefix cache holds.");
     coli_strbuf_appendf(b, "colibri_prefix_cache_bytes %zu\n", st.bytes);
     s_header(b, "colibri_prefix_cache_max_bytes", "gauge", "The prefix cache's bound (--prefix-cache-mb); 0 = off.");

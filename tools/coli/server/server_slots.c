@@ -220,11 +220,11 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     if (stop) return 1;
-    /* Others' turn: the baton goes to the back of the line. */
-    baton_release(s);
+    /* Unbatched: others' turn, the baton goes to the back of the line. */
+    if (!s->batch) baton_release(s);
     if (s->cfg.token_delay_ms > 0) usleep((useconds_t)s->cfg.token_delay_ms * 1000u);
     if (client_gone(j->client_fd)) atomic_store(&j->cancel, 1);
-    baton_acquire(s);
+    if (!s->batch) baton_acquire(s);
     return atomic_load(&j->cancel) || atomic_load(&s->stopping);
 }
 
@@ -288,7 +288,10 @@ static void s_run(server_slot *slot, job *j) {
         slot->cur = j;
         baton_acquire(s);
         const int cached = s_prefix_restore(slot, j);
+        /* batched: the batch takes the baton for each step and prompt chunk */
+        if (s->batch) baton_release(s);
         rc = coli_generate(slot->ctx, j->req.ids + cached, j->req.n_ids - cached, &j->req.sp, s_on_token, slot, &st);
+        if (s->batch) baton_acquire(s);
         if (rc == 0) s_prefix_save(slot);
         baton_release(s);
         slot->cur = NULL;
@@ -365,6 +368,9 @@ char *server_stats_fresh(server *s) {
 // ---------------------------------------------------------------------------
 // start and stop
 
+static void s_baton_lock(void *s) { baton_acquire(s); }
+static void s_baton_unlock(void *s) { baton_release(s); }
+
 static int s_alloc(server *s) {
     s->q_cap = s->cfg.queue_max + s->cfg.n_slots;
     s->queue = calloc((size_t)s->q_cap, sizeof *s->queue);
@@ -382,6 +388,12 @@ static int s_alloc(server *s) {
         fprintf(stderr, "coli serve: %s\n", coli_last_error());
         return CLI_FAIL;
     }
+    if (!s->cfg.no_batching &&
+        coli_batch_new(s->model, s->cfg.n_slots, s->cfg.n_ctx, s->cfg.prefill_chunk, s_baton_lock, s_baton_unlock, s,
+                       &s->batch) != 0) {
+        fprintf(stderr, "coli serve: %s\n", coli_last_error());
+        return CLI_FAIL;
+    }
     for (int i = 0; i < s->cfg.n_slots; i++) {
         s->slots[i] = (server_slot){.srv = s, .index = i, .seq_cap = s->cfg.n_ctx};
         if (!(s->slots[i].seq = malloc((size_t)s->cfg.n_ctx * sizeof(int32_t)))) {
@@ -389,6 +401,10 @@ static int s_alloc(server *s) {
             return CLI_FAIL;
         }
         if (coli_context_new(s->model, &cp, &s->slots[i].ctx) != 0) {
+            fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
+            return CLI_FAIL;
+        }
+        if (s->batch && coli_context_set_batch(s->slots[i].ctx, s->batch) != 0) {
             fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
             return CLI_FAIL;
         }
@@ -449,6 +465,7 @@ void server_slots_free(server *s) {
         free(s->slots[i].seq);
     }
     coli_prefix_cache_free(&s->prefix);
+    coli_batch_free(&s->batch);
     free(s->slots);
     free(s->slot_threads);
     free(s->queue);
