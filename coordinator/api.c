@@ -15,9 +15,11 @@
 #include <unistd.h>
 
 #include "colibri.h"
+#include "coordinator/batch.h"
 #include "coordinator/forward.h"
 #include "coordinator/kv_cache.h"
 #include "coordinator/model.h"
+#include "coordinator/prefix_cache.h"
 #include "coordinator/moe_exec.h"
 #include "coordinator/route_obs.h"
 #include "coordinator/sampler.h"
@@ -57,6 +59,13 @@ struct coli_context {
     char *text;               /* UTF-8 assembly buffer for the callback */
     size_t text_cap;
     route_obs route;          /* what its routing decisions feed (route_obs.h) */
+    coli_batch *batch;        /* NULL: coli_generate decodes alone */
+};
+
+struct coli_batch {
+    const coli_model *model;
+    decode_batch *b;
+    int n_ctx, prefill_chunk;
 };
 
 static char *s_strdup(const char *s, size_t n) {
@@ -374,6 +383,141 @@ int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int l
 }
 
 // ---------------------------------------------------------------------------
+// prefix cache
+
+struct coli_prefix_cache {
+    const coli_model *model;
+    prefix_cache *pc;
+};
+
+int coli_prefix_cache_new(const coli_model *cm, size_t max_bytes, int block_tokens, coli_prefix_cache **out) {
+    if (!out) return coli_fail(COLI_EINVAL, "coli_prefix_cache_new: out is NULL");
+    *out = NULL;
+    if (!cm || !cm->m) return coli_fail(COLI_EINVAL, "coli_prefix_cache_new: no model, or a vocab_only one");
+    const model_hparams *hp = &cm->m->hp;
+    /* the shape every context of cm gets (coli_context_new) */
+    const kv_cache layout = {.n_layer = hp->n_layer, .k_dim = model_k_dim(hp), .v_dim = model_v_dim(hp),
+                             .v_in_k = hp->mla_absorbed ? 1 : 0, .f16 = cm->kv_f16 ? 1 : 0};
+    coli_prefix_cache *c = calloc(1, sizeof *c);
+    if (!c) return coli_fail(COLI_ENOMEM, "coli_prefix_cache_new: out of memory");
+    int rc = prefix_cache_new(&layout, block_tokens, max_bytes, &c->pc);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
+    c->model = cm;
+    *out = c;
+    return 0;
+}
+
+void coli_prefix_cache_free(coli_prefix_cache **pc) {
+    if (!pc || !*pc) return;
+    prefix_cache_free(&(*pc)->pc);
+    free(*pc);
+    *pc = NULL;
+}
+
+int coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n) {
+    if (!ctx || !pc || !ids || n < 1 || ctx->model != pc->model)
+        return coli_fail(COLI_EINVAL, "coli_context_restore_prefix: NULL argument, n %d < 1, or another model", n);
+    ctx->pos = 0;
+    int got = prefix_cache_restore(pc->pc, &ctx->kv, ids, n, n - 1);
+    if (got > 0) ctx->pos = got;
+    return got;
+}
+
+int coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n) {
+    if (!ctx || !pc || (!ids && n > 0) || n < 0 || n > ctx->pos || ctx->model != pc->model)
+        return coli_fail(COLI_EINVAL, "coli_context_save_prefix: NULL argument, another model, or n %d outside "
+                         "0..%d (the context's position)", n, ctx ? ctx->pos : 0);
+    return n ? prefix_cache_store(pc->pc, &ctx->kv, ids, n) : 0;
+}
+
+void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!pc) return;
+    prefix_cache_counters c;
+    prefix_cache_get_counters(pc->pc, &c);
+    *out = (coli_prefix_cache_stats){c.hit_tokens, c.miss_tokens, c.evicted_tokens, c.stored_tokens,
+                                     c.bytes, c.max_bytes, c.n_blocks, c.block_tokens};
+}
+
+// ---------------------------------------------------------------------------
+// continuous batching
+
+int coli_batch_new(coli_model *cm, int max_seqs, int n_ctx, int prefill_chunk, coli_lock_fn lock,
+                   coli_lock_fn unlock, void *user, coli_batch **out) {
+    if (!out) return coli_fail(COLI_EINVAL, "coli_batch_new: out is NULL");
+    *out = NULL;
+    if (!cm || !cm->m || prefill_chunk < 1 || n_ctx < 1 || n_ctx > cm->n_ctx)
+        return coli_fail(COLI_EINVAL, "coli_batch_new: no model (or vocab_only), prefill_chunk %d < 1, or n_ctx %d "
+                         "outside 1..%d", prefill_chunk, n_ctx, cm ? cm->n_ctx : 0);
+    coli_batch *b = calloc(1, sizeof *b);
+    if (!b) return coli_fail(COLI_ENOMEM, "coli_batch_new: out of memory");
+    int rc = decode_batch_new(cm->m, cm->moe, cm->pool, max_seqs, n_ctx, lock, unlock, user, &b->b);
+    if (rc < 0) {
+        free(b);
+        return rc;
+    }
+    b->model = cm;
+    b->n_ctx = n_ctx;
+    b->prefill_chunk = prefill_chunk;
+    *out = b;
+    return 0;
+}
+
+void coli_batch_free(coli_batch **b) {
+    if (!b || !*b) return;
+    decode_batch_free(&(*b)->b);
+    free(*b);
+    *b = NULL;
+}
+
+int coli_context_set_batch(coli_context *ctx, coli_batch *b) {
+    if (!ctx || (b && (b->model != ctx->model || ctx->kv.n_ctx > b->n_ctx)))
+        return coli_fail(COLI_EINVAL, "coli_context_set_batch: no context, a batch of another model, or a context "
+                         "longer than the batch's %d positions", b ? b->n_ctx : 0);
+    ctx->batch = b;
+    return 0;
+}
+
+void coli_batch_get_stats(coli_batch *b, coli_batch_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!b) return;
+    decode_batch_stats st;
+    decode_batch_get_stats(b->b, &st);
+    *out = (coli_batch_stats){st.steps, st.rows, st.max_rows, st.members};
+}
+
+/* Append id (one token) and fill ctx->logits: in the batch's next step, or alone. */
+static int s_decode_one(coli_context *ctx, int32_t id) {
+    if (!ctx->batch) return coli_eval(ctx, &id, 1, ctx->logits, 0);
+    if (id < 0 || id >= ctx->model->m->hp.n_vocab)
+        return coli_fail(COLI_ERANGE, "eval: token id %d out of range [0, %d)", id, ctx->model->m->hp.n_vocab);
+    return decode_batch_step(ctx->batch->b, &ctx->kv, &ctx->pos, id, ctx->logits);
+}
+
+/* A batched context's prompt: all but the last token alone, prefill_chunk
+ * at a time under the batch's lock; then it joins and the last token is its
+ * first step. The caller leaves the batch (also after a failure) if *joined. */
+static int s_batched_prompt(coli_context *ctx, const int32_t *prompt, int n, int *joined) {
+    decode_batch *b = ctx->batch->b;
+    for (int done = 0; done < n - 1;) {
+        const int left = n - 1 - done, chunk = left < ctx->batch->prefill_chunk ? left : ctx->batch->prefill_chunk;
+        decode_batch_lock(b);
+        int rc = coli_eval(ctx, prompt + done, chunk, NULL, 0);
+        decode_batch_unlock(b);
+        if (rc < 0) return rc;
+        done += chunk;
+    }
+    decode_batch_join(b);
+    *joined = 1;
+    return s_decode_one(ctx, prompt[n - 1]);
+}
+
+// ---------------------------------------------------------------------------
 // generation
 
 void coli_sampling_default_params(coli_sampling_params *p) {
@@ -430,7 +574,7 @@ static int s_gen_loop(coli_context *ctx, sampler *smp, coli_token_cb cb, void *u
         if (rc < 0) return rc;
         st->n_gen++;
         int stop = cb ? cb(user, id, ctx->text, len) : 0;
-        if ((rc = coli_eval(ctx, &id, 1, ctx->logits, 0)) < 0) return rc;
+        if ((rc = s_decode_one(ctx, id)) < 0) return rc;
         if (stop) break;
     }
     return 0;
@@ -491,7 +635,9 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
     }
     ctx->gen_smp = &smp;
     double t0 = coli_now_s();
-    rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
+    int joined = 0;
+    if (ctx->batch) rc = s_batched_prompt(ctx, prompt, n_prompt, &joined);
+    else rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
     st.n_prompt = n_prompt;
     st.prompt_seconds = coli_now_s() - t0;
     if (rc == 0) {
@@ -500,6 +646,7 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
         st.gen_seconds = coli_now_s() - t0;
     }
     ctx->gen_smp = NULL;
+    if (joined) decode_batch_leave(ctx->batch->b);
     sampler_free(&smp);
     free(mask.ids);
     if (stats) *stats = st;

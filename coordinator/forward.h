@@ -67,4 +67,16 @@ void forward_state_free(forward_state *s);
 int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos,
                  float *logits, int logits_all);
 
+/* One token for each of n sequences in one pass (continuous batching): row
+ * t is ids[t] at position pos[t] of kvs[t], which holds pos[t] positions
+ * already; the caches are distinct, shaped alike and at most s->n_ctx long;
+ * n <= max_batch. Matmuls and the experts run once over all rows (one
+ * executor call per layer), attention per row over its own cache; a row's
+ * bits are those it gets alone (core/matmul.h). logits: NULL or (n,
+ * n_vocab), row t for sequence t. Returns 0, COLI_EINVAL, COLI_ERANGE or
+ * the executor's error; on error the caches' rows at pos[t] may be written
+ * (positions have not moved, so they are overwritten later). */
+int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n,
+                      float *logits);
+
 #endif

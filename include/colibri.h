@@ -172,6 +172,81 @@ int  coli_context_pos(const coli_context *ctx); /* tokens in the cache (0 for NU
  * instead); the position does not move on failure. */
 int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all);
 
+/* ---- prefix cache ------------------------------------------------------ */
+
+/* KV rows of token prefixes evaluated before, kept for contexts of one model
+ * (coordinator/prefix_cache.h): blocks of block_tokens positions keyed by
+ * the whole prefix up to their end, least recently used evicted first,
+ * their KV bytes at most max_bytes. Restored rows are the bits a cold
+ * prefill writes (the determinism contract), so the logits that follow are
+ * identical. Thread-safe; calls that take a context follow the context's
+ * rules. */
+typedef struct coli_prefix_cache coli_prefix_cache;
+
+typedef struct coli_prefix_cache_stats {
+    uint64_t hit_tokens;     /* prompt positions restored */
+    uint64_t miss_tokens;    /* prompt positions a restore left to compute */
+    uint64_t evicted_tokens; /* positions dropped for room */
+    uint64_t stored_tokens;  /* positions added */
+    size_t bytes, max_bytes; /* KV bytes held now / the bound */
+    int n_blocks, block_tokens;
+} coli_prefix_cache_stats;
+
+/* A cache for m's contexts. block_tokens >= 1 (16 or 32 are good values).
+ * Returns 0 with *out, COLI_EINVAL (NULL model or out, vocab_only model,
+ * block_tokens < 1), COLI_ENOMEM. Free it before m. */
+int  coli_prefix_cache_new(const coli_model *m, size_t max_bytes, int block_tokens, coli_prefix_cache **out);
+void coli_prefix_cache_free(coli_prefix_cache **pc);
+/* Reset ctx, then copy into it the longest cached prefix of ids[0..n)
+ * that leaves at least one id to evaluate (whole blocks): the context's
+ * position becomes that length, which is returned (>= 0); counts the
+ * restored positions as hits and the rest of the n as misses. The caller
+ * then evaluates ids[returned..n). COLI_EINVAL for NULL arguments, n < 1, or
+ * a context of another model. */
+int  coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
+/* Keep the whole blocks of ids[0..n), the tokens ctx holds at positions
+ * 0..n-1 (n <= its position). Returns the blocks added (>= 0), COLI_EINVAL
+ * (NULL arguments, n outside 0..position, another model's context) or
+ * COLI_ENOMEM. */
+int  coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
+/* The counters into *out (all zero when pc is NULL; out NULL: nothing). */
+void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats *out);
+
+/* ---- continuous batching ----------------------------------------------- */
+
+/* Contexts attached to one batch decode together: while several run
+ * coli_generate (each on its own thread), every generation step is one
+ * forward pass over the next token of each of them (attention per context,
+ * the experts once for all: one executor call per layer). A context joins
+ * when its prompt is in (prompts are evaluated alone, in chunks of
+ * prefill_chunk tokens under the lock, alternating with the others' steps)
+ * and leaves when its generation ends. A sequence gets the same tokens
+ * batched or alone (the determinism contract). The batch takes the
+ * model's compute under lock/unlock (both or neither; coli serve passes its
+ * baton), so attached contexts' coli_generate calls may overlap; every
+ * other call keeps the rule that calls of one model must not overlap. */
+typedef struct coli_batch coli_batch;
+typedef void (*coli_lock_fn)(void *user);
+
+typedef struct coli_batch_stats {
+    uint64_t steps, rows; /* forward passes, tokens in them (rows / steps: the mean batch) */
+    int max_rows;         /* the largest step */
+    int members;          /* contexts decoding now */
+} coli_batch_stats;
+
+/* A batch of up to max_seqs contexts of m, each of n_ctx positions or fewer
+ * (a context that joins while max_seqs decode waits for one to leave).
+ * prefill_chunk >= 1. Returns 0 with *out, COLI_EINVAL, COLI_ENOMEM. Free
+ * it after detaching (or freeing) its contexts, before m. */
+int  coli_batch_new(coli_model *m, int max_seqs, int n_ctx, int prefill_chunk, coli_lock_fn lock,
+                    coli_lock_fn unlock, void *user, coli_batch **out);
+void coli_batch_free(coli_batch **b);
+/* Attach ctx to b (NULL: detach); coli_generate then decodes in the batch.
+ * COLI_EINVAL for a NULL ctx, a batch of another model or a context longer
+ * than the batch's n_ctx. */
+int  coli_context_set_batch(coli_context *ctx, coli_batch *b);
+void coli_batch_get_stats(coli_batch *b, coli_batch_stats *out);
+
 /* ---- generation ------------------------------------------------------- */
 
 typedef struct coli_sampling_params {

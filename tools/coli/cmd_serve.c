@@ -113,7 +113,9 @@ int cmd_serve(int argc, char **argv) {
     server *s = calloc(1, sizeof *s);
     if (!s) return CLI_FAIL;
     s->cfg = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .queue_max = 64};
-    int max_body_kib = 1024;
+    int max_body_kib = 1024, prefix_mb = 256;
+    s->cfg.prefix_block = 16;
+    s->cfg.prefill_chunk = 64;
     const char *tmpl = NULL;
     coli_sampling_default_params(&s->cfg.sampling);
     s->cfg.sampling.temperature = 1.0f; /* OpenAI's defaults: the full distribution */
@@ -129,11 +131,15 @@ int cmd_serve(int argc, char **argv) {
         {"--host", NULL, ARG_STR, &s->cfg.host, 0, 0, 0, "ADDR", "address to listen on (default 127.0.0.1, loopback only)"},
         {"--port", NULL, ARG_INT, &s->cfg.port, 0, 65535, 0, "N", "TCP port (default 8080; 0 = any free port, printed)"},
         {"--api-key", NULL, ARG_STR, &s->cfg.api_key, 0, 0, 0, "KEY", "require 'Authorization: Bearer KEY' on /v1/* (or set COLI_API_KEY)"},
-        {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N", "requests generated at once, each with its own KV cache (default 4)"},
+        {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N", "requests generated at once, each with its own KV cache, decoding in one batch (default 4)"},
         {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N", "requests that may wait for a slot; more get HTTP 429 (default 64)"},
         {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB", "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
         {"--cors-origin", NULL, ARG_STR, &s->cfg.cors_origin, 0, 0, 0, "ORIGIN", "allow browsers from ORIGIN (or *): CORS headers, preflight answered"},
         {"--alias", "-a", ARG_STR, &s->cfg.alias, 0, 0, 0, "NAME", "the model id clients see (default: the model's name)"},
+        {"--prefix-cache-mb", NULL, ARG_INT, &prefix_mb, 0, 1 << 20, 0, "MB", "KV cache kept for prompts that start like earlier ones (multi-turn chat, shared system prompts), in MiB; 0 = off (default 256)"},
+        {"--prefix-block", NULL, ARG_INT, &s->cfg.prefix_block, 1, 4096, 0, "N", "tokens per prefix cache block: prefixes are reused in whole blocks (default 16)"},
+        {"--no-batching", NULL, ARG_FLAG, &s->cfg.no_batching, 0, 0, 0, NULL, "generating requests take turns one token each instead of decoding together in one forward pass per step"},
+        {"--prefill-chunk", NULL, ARG_INT, &s->cfg.prefill_chunk, 1, 4096, 0, "N", "prompt tokens evaluated per turn while other requests decode (default 64)"},
         CHAT_TEMPLATE_SPEC(tmpl),
         SAMPLING_SPECS(s->cfg.sampling, help),
     };
@@ -157,6 +163,7 @@ int cmd_serve(int argc, char **argv) {
         if (s->cfg.cors_origin && (!*s->cfg.cors_origin || strpbrk(s->cfg.cors_origin, "\r\n ")))
             rc = args_error("serve", "--cors-origin", "'%s': expected one origin (scheme://host[:port]) or *", s->cfg.cors_origin);
         s->cfg.max_body = (size_t)max_body_kib * 1024;
+        s->cfg.prefix_cache_bytes = (size_t)prefix_mb << 20;
         s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
         s->cfg.verbose = mo.verbose;
         s->cfg.n_ctx = mo.n_ctx;

@@ -10,15 +10,23 @@
  *   server_grammar.c   response_format: a JSON (schema) state machine masking the logits
  *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
- *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots
+ *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots,
+ *                      the prefix cache (a request first restores the longest cached
+ *                      prefix of its prompt into its slot's context, and leaves its
+ *                      prompt + answer there for the next turn)
  *
  * Concurrency (why it looks like this): a coli_model owns one thread pool and one
  * expert executor, shared by its contexts, and coordinator/api.c says calls on
  * contexts of one model must not overlap. So every library call that computes
  * or touches the executor runs while holding the model's "baton", a fair
  * (ticket) lock. Each of --parallel slot threads owns a coli_context (its own
- * KV cache) and runs coli_generate for one request at a time; its token
- * callback hands the baton on after every token, so active requests take
+ * KV cache) and runs coli_generate for one request at a time. The contexts
+ * share one coli_batch (continuous batching, include/colibri.h): each step
+ * is one forward pass over the next token of every generating request,
+ * taken under the baton; a new request's prompt is evaluated in chunks
+ * (--prefill-chunk), each under the baton, between the steps. With
+ * --no-batching the slot holds the baton through coli_generate and its
+ * token callback hands it on after every token, so active requests take
  * turns one token each. The slot threads live as long as the server. Which
  * thread notices a crash and forks the replacement worker does not matter:
  * a worker is tied to the coordinator process by its lifeline pipe, not to
@@ -114,6 +122,7 @@ typedef struct job {
     int n_gen;
     tok_logprob *lp;              /* req.sp.logprobs: one per answer token (stop-string tokens dropped) */
     int n_lp, lp_cap;
+    int n_cached;                 /* prompt tokens restored from the prefix cache */
     const char *finish_reason;    /* "stop" | "length", set when done */
     int error_http;               /* 0, or the status of a failure during generation */
     char error[256];
@@ -148,6 +157,10 @@ typedef struct server_config {
                                       seed UINT64_MAX: a fresh seed per request */
     const char *cors_origin;      /* --cors-origin: Access-Control-Allow-Origin on every reply; NULL: none */
     const char *alias;            /* --alias: the model id /v1/models and replies show */
+    size_t prefix_cache_bytes;    /* --prefix-cache-mb; 0 = no prefix cache */
+    int prefix_block;             /* --prefix-block: tokens per cached block */
+    int no_batching;              /* --no-batching: slots take turns one token each */
+    int prefill_chunk;            /* --prefill-chunk: prompt tokens per turn when batching */
     int verbose;
 } server_config;
 
@@ -165,6 +178,8 @@ typedef struct server {
     atomic_int ready;             /* model loaded, slots started */
     atomic_int stopping;
     server_metrics metrics;
+    coli_prefix_cache *prefix;    /* NULL when off; shared by the slots */
+    coli_batch *batch;            /* continuous batching; NULL with --no-batching */
 
     /* the baton: a fair lock over every computing library call */
     pthread_mutex_t baton_mu;

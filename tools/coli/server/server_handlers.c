@@ -29,6 +29,8 @@ cJSON *usage_json(const job *j) {
     cJSON_AddNumberToObject(u, "prompt_tokens", j->req.n_ids);
     cJSON_AddNumberToObject(u, "completion_tokens", j->n_gen);
     cJSON_AddNumberToObject(u, "total_tokens", j->req.n_ids + j->n_gen);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", j->n_cached);
     return u;
 }
 
