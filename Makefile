@@ -24,7 +24,7 @@ OPT     ?= -O2
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fPIC -pthread $(SANFLAGS) \
            -Iinclude -Icore -I. -I$(BUILD)/gen
 LDFLAGS += $(SANFLAGS) -pthread
-LDLIBS  += -lzmq -lprotobuf-c -ldl -lm -lmicrohttpd -lcjson
+LDLIBS  += -lzmq -lprotobuf-c -ldl -lm -lmicrohttpd -lcjson -ledit
 
 # ---- sources ---------------------------------------------------------------
 CORE_SRC   := $(wildcard core/*.c)
@@ -46,7 +46,10 @@ WORKER_OBJ := $(call obj,$(WORKER_SRC))
 CLI_OBJ    := $(call obj,$(CLI_SRC))
 PROTO_OBJ  := $(patsubst %.c,%.o,$(PROTO_GEN))
 
-LIB        := $(BUILD)/lib/libcolibri.a
+# $(LIB) holds every object with every symbol: our programs and tests link it.
+# $(PUBLIC_LIB) is what a program using the C API links (see its rule).
+LIB        := $(BUILD)/lib/libcolibri-internal.a
+PUBLIC_LIB := $(BUILD)/lib/libcolibri.a
 COLI       := $(BUILD)/bin/coli
 WORKER     := $(BUILD)/bin/coli-worker
 CPU_PLUGIN := $(BUILD)/lib/libcoli-cpu.so
@@ -60,7 +63,7 @@ FIXTURES   := $(BUILD)/fixtures/.stamp
 .SECONDARY: $(PROTO_GEN)
 
 # The first rule is the default goal: `make` builds everything.
-all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(TOOLS) $(TESTS)
+all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(PUBLIC_LIB) $(TOOLS) $(TESTS)
 
 check-style:
 	tools/check_style.sh
@@ -85,6 +88,19 @@ $(LIB): $(CORE_OBJ) $(WIRE_OBJ) $(COORD_OBJ) $(CPU_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# libcolibri.a: the library's objects linked into one (ld -r) whose only global
+# symbols are the coli_-prefixed ones (the API of include/colibri.h, and internal
+# names that carry the prefix): the other ~200 (model_open, stats_json, ring_send,
+# ...) become local, so they cannot collide with a program's own names. The
+# xdna package code (coli xdna check, xdna_pack) is left out: it needs libsodium.
+PUBLIC_OBJ := $(CORE_OBJ) $(WIRE_OBJ) $(COORD_OBJ) $(CPU_OBJ) $(PROTO_OBJ)
+$(PUBLIC_LIB): $(PUBLIC_OBJ)
+	@mkdir -p $(dir $@)
+	ld -r -o $(BUILD)/lib/colibri-all.o $^
+	nm -g --defined-only $(BUILD)/lib/colibri-all.o | awk '$$3 ~ /^coli_/ {print $$3}' >$(BUILD)/lib/colibri.syms
+	objcopy --keep-global-symbols=$(BUILD)/lib/colibri.syms $(BUILD)/lib/colibri-all.o $(BUILD)/lib/colibri.o
+	rm -f $@ $(BUILD)/lib/colibri-all.o && ar rcs $@ $(BUILD)/lib/colibri.o
+
 $(COLI): $(CLI_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
@@ -103,7 +119,7 @@ $(BUILD)/bin/%: tools/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
+$(BUILD)/tests/%: tests/%.c $(LIB) $(PUBLIC_LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -lcjson
 
@@ -120,7 +136,7 @@ fi
 endef
 
 DEB_PKGS := build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
-            libcriterion-dev python3 python3-numpy libmicrohttpd-dev libcjson-dev
+            libcriterion-dev python3 python3-numpy libmicrohttpd-dev libcjson-dev libedit-dev
 deps:
 	$(call apt_install,deps,$(DEB_PKGS))
 
@@ -224,6 +240,8 @@ test-sanitize: deps
 
 # GPU plugins: make CUDA=1 | HIP=1 | gpu-compile (see the file)
 include plugins/gpu/gpu.mk
+# The XDNA NPU lane: plugin, helper (XRT or the synthetic runtime), package code (see the file)
+include plugins/xdna/xdna.mk
 
 # ---- fuzzing (not part of `all`) ----------------------------------------------------
 # make fuzz [FUZZ_SECONDS=300]: libFuzzer + ASan + UBSan on the GGUF reader (one core),

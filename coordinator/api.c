@@ -7,16 +7,21 @@
  * contexts share them, so calls on contexts of the same model must not
  * overlap in time (use one model per thread otherwise).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "colibri.h"
+#include "coordinator/batch.h"
 #include "coordinator/forward.h"
 #include "coordinator/kv_cache.h"
 #include "coordinator/model.h"
+#include "coordinator/prefix_cache.h"
 #include "coordinator/moe_exec.h"
+#include "coordinator/route_obs.h"
 #include "coordinator/sampler.h"
 #include "core/clock.h"
 #include "core/settings.h"
@@ -39,6 +44,9 @@ struct coli_model {
     char *name;               /* general.name or the file name */
     char *chat_template;      /* NULL if absent */
     double load_seconds;
+    route_sink route;         /* heat counts and the routing trace (route_obs.h) */
+    char *heat_path;          /* coli_model_params.heat_path, NULL: none */
+    int heat_save;            /* write heat_path at free (not when the file there was refused) */
 };
 
 struct coli_context {
@@ -47,8 +55,17 @@ struct coli_context {
     forward_state fs;
     int pos;                  /* tokens in the cache */
     float *logits;            /* (n_vocab) last logits, for coli_generate */
+    const sampler *gen_smp;   /* coli_generate's sampler while it runs (coli_generate_logprobs) */
     char *text;               /* UTF-8 assembly buffer for the callback */
     size_t text_cap;
+    route_obs route;          /* what its routing decisions feed (route_obs.h) */
+    coli_batch *batch;        /* NULL: coli_generate decodes alone */
+};
+
+struct coli_batch {
+    const coli_model *model;
+    decode_batch *b;
+    int n_ctx, prefill_chunk;
 };
 
 static char *s_strdup(const char *s, size_t n) {
@@ -73,9 +90,34 @@ static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
     return moe_exec_workers_new(cfg, out);
 }
 
+/* heat_path: counts start from the file when it is there and valid; a file
+ * that is not (another model's, damaged, hostile) is one line on stderr,
+ * ignored and left as it is. */
+static int s_load_heat(coli_model *cm, const coli_model_params *p) {
+    const model_hparams *hp = &cm->m->hp;
+    if (!p->heat_path || !*p->heat_path) return 0;
+    if (!(cm->heat_path = s_strdup(p->heat_path, strlen(p->heat_path)))) return coli_fail(COLI_ENOMEM, "model: out of memory");
+    int rc = heat_init(&cm->route.heat, hp->n_layer, hp->n_expert);
+    if (rc) return rc;
+    cm->heat_save = 1;
+    if (access(cm->heat_path, F_OK) != 0) return 0; /* first run: created at free */
+    heat_table old;
+    if ((rc = heat_read(cm->heat_path, &old)) == 0 && (rc = heat_merge(&cm->route.heat, &old)) != 0)
+        coli_fail_prefix(rc, "heat file %s (%d layers x %d experts, the model has %d x %d)", cm->heat_path,
+                         old.n_layer, old.n_expert, hp->n_layer, hp->n_expert);
+    heat_free(&old);
+    if (rc) {
+        fprintf(stderr, "colibri: %s; it is ignored and not updated\n", coli_last_error());
+        cm->heat_save = 0;
+    }
+    return 0;
+}
+
 static int s_start_experts(coli_model *cm, const char *path, const coli_model_params *p) {
     const model_hparams *hp = &cm->m->hp;
     if (hp->n_expert == 0) return 0; /* dense: the forward pass runs the FFN itself */
+    int rc = s_load_heat(cm, p);
+    if (rc) return rc;
     /* the environment, read once here; what the program set wins over it */
     coli_settings *set = malloc(sizeof *set); /* ~21 KiB (paths); the executor copies it */
     if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
@@ -87,9 +129,10 @@ static int s_start_experts(coli_model *cm, const char *path, const coli_model_pa
         .n_layer = hp->n_layer, .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used,
         .n_embd = hp->n_embd, .n_ff = hp->n_ff_exp,
         .devices = p->devices, .n_threads = cm->n_threads, .pool = cm->pool, .verbose = p->verbose,
-        .settings = set,
+        .settings = set, .pins = p->pins,
+        .heat = heat_total(&cm->route.heat) ? cm->route.heat.count : NULL,
     };
-    int rc = select_executor(&cfg, &cm->moe);
+    rc = select_executor(&cfg, &cm->moe);
     free(set);
     return rc;
 }
@@ -196,6 +239,11 @@ void coli_model_free(coli_model **pm) {
     if (!pm || !*pm) return;
     coli_model *cm = *pm;
     if (cm->stats_json_path && cm->m) s_write_stats_file(cm);
+    if (cm->heat_save && coli_model_heat_save(cm, NULL) != 0)
+        fprintf(stderr, "colibri: %s\n", coli_last_error());
+    route_sink_trace(&cm->route, NULL);
+    heat_free(&cm->route.heat);
+    free(cm->heat_path);
     if (cm->moe) cm->moe->destroy(cm->moe);
     coli_pool_destroy(&cm->pool);
     coli_tokenizer_free(&cm->tok);
@@ -287,11 +335,22 @@ int coli_context_new(coli_model *cm, const coli_context_params *p, coli_context 
         const int max_batch = n_ctx < FORWARD_MAX_BATCH ? n_ctx : FORWARD_MAX_BATCH;
         rc = forward_state_init(&ctx->fs, cm->m, cm->moe, cm->pool, max_batch, n_ctx);
     }
+    ctx->route = (route_obs){.sink = &cm->route, .moe = cm->moe, .ctx_id = cm->route.next_ctx++};
+    if (rc == 0 && cm->moe) {
+        ctx->fs.route_hook = route_obs_hook;
+        ctx->fs.route_user = &ctx->route;
+    }
     if (rc == 0 && !(ctx->logits = malloc((size_t)hp->n_vocab * sizeof(float))))
         rc = coli_fail(COLI_ENOMEM, "coli_context_new: out of memory for logits");
     if (rc < 0) {
         coli_context_free(&ctx);
         return rc;
+    }
+    if (cm->verbose) {
+        const size_t per = kv_cache_bytes_per_token(&ctx->kv);
+        fprintf(stderr, "colibri: KV cache %s%s: %zu bytes per position, %.1f MiB for %d positions\n",
+                cm->kv_f16 ? "F16" : "F32", hp->mla_absorbed ? " (MLA latent)" : "", per,
+                (double)per * n_ctx / 1048576.0, n_ctx);
     }
     *out = ctx;
     return 0;
@@ -324,6 +383,141 @@ int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int l
 }
 
 // ---------------------------------------------------------------------------
+// prefix cache
+
+struct coli_prefix_cache {
+    const coli_model *model;
+    prefix_cache *pc;
+};
+
+int coli_prefix_cache_new(const coli_model *cm, size_t max_bytes, int block_tokens, coli_prefix_cache **out) {
+    if (!out) return coli_fail(COLI_EINVAL, "coli_prefix_cache_new: out is NULL");
+    *out = NULL;
+    if (!cm || !cm->m) return coli_fail(COLI_EINVAL, "coli_prefix_cache_new: no model, or a vocab_only one");
+    const model_hparams *hp = &cm->m->hp;
+    /* the shape every context of cm gets (coli_context_new) */
+    const kv_cache layout = {.n_layer = hp->n_layer, .k_dim = model_k_dim(hp), .v_dim = model_v_dim(hp),
+                             .v_in_k = hp->mla_absorbed ? 1 : 0, .f16 = cm->kv_f16 ? 1 : 0};
+    coli_prefix_cache *c = calloc(1, sizeof *c);
+    if (!c) return coli_fail(COLI_ENOMEM, "coli_prefix_cache_new: out of memory");
+    int rc = prefix_cache_new(&layout, block_tokens, max_bytes, &c->pc);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
+    c->model = cm;
+    *out = c;
+    return 0;
+}
+
+void coli_prefix_cache_free(coli_prefix_cache **pc) {
+    if (!pc || !*pc) return;
+    prefix_cache_free(&(*pc)->pc);
+    free(*pc);
+    *pc = NULL;
+}
+
+int coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n) {
+    if (!ctx || !pc || !ids || n < 1 || ctx->model != pc->model)
+        return coli_fail(COLI_EINVAL, "coli_context_restore_prefix: NULL argument, n %d < 1, or another model", n);
+    ctx->pos = 0;
+    int got = prefix_cache_restore(pc->pc, &ctx->kv, ids, n, n - 1);
+    if (got > 0) ctx->pos = got;
+    return got;
+}
+
+int coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n) {
+    if (!ctx || !pc || (!ids && n > 0) || n < 0 || n > ctx->pos || ctx->model != pc->model)
+        return coli_fail(COLI_EINVAL, "coli_context_save_prefix: NULL argument, another model, or n %d outside "
+                         "0..%d (the context's position)", n, ctx ? ctx->pos : 0);
+    return n ? prefix_cache_store(pc->pc, &ctx->kv, ids, n) : 0;
+}
+
+void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!pc) return;
+    prefix_cache_counters c;
+    prefix_cache_get_counters(pc->pc, &c);
+    *out = (coli_prefix_cache_stats){c.hit_tokens, c.miss_tokens, c.evicted_tokens, c.stored_tokens,
+                                     c.bytes, c.max_bytes, c.n_blocks, c.block_tokens};
+}
+
+// ---------------------------------------------------------------------------
+// continuous batching
+
+int coli_batch_new(coli_model *cm, int max_seqs, int n_ctx, int prefill_chunk, coli_lock_fn lock,
+                   coli_lock_fn unlock, void *user, coli_batch **out) {
+    if (!out) return coli_fail(COLI_EINVAL, "coli_batch_new: out is NULL");
+    *out = NULL;
+    if (!cm || !cm->m || prefill_chunk < 1 || n_ctx < 1 || n_ctx > cm->n_ctx)
+        return coli_fail(COLI_EINVAL, "coli_batch_new: no model (or vocab_only), prefill_chunk %d < 1, or n_ctx %d "
+                         "outside 1..%d", prefill_chunk, n_ctx, cm ? cm->n_ctx : 0);
+    coli_batch *b = calloc(1, sizeof *b);
+    if (!b) return coli_fail(COLI_ENOMEM, "coli_batch_new: out of memory");
+    int rc = decode_batch_new(cm->m, cm->moe, cm->pool, max_seqs, n_ctx, lock, unlock, user, &b->b);
+    if (rc < 0) {
+        free(b);
+        return rc;
+    }
+    b->model = cm;
+    b->n_ctx = n_ctx;
+    b->prefill_chunk = prefill_chunk;
+    *out = b;
+    return 0;
+}
+
+void coli_batch_free(coli_batch **b) {
+    if (!b || !*b) return;
+    decode_batch_free(&(*b)->b);
+    free(*b);
+    *b = NULL;
+}
+
+int coli_context_set_batch(coli_context *ctx, coli_batch *b) {
+    if (!ctx || (b && (b->model != ctx->model || ctx->kv.n_ctx > b->n_ctx)))
+        return coli_fail(COLI_EINVAL, "coli_context_set_batch: no context, a batch of another model, or a context "
+                         "longer than the batch's %d positions", b ? b->n_ctx : 0);
+    ctx->batch = b;
+    return 0;
+}
+
+void coli_batch_get_stats(coli_batch *b, coli_batch_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!b) return;
+    decode_batch_stats st;
+    decode_batch_get_stats(b->b, &st);
+    *out = (coli_batch_stats){st.steps, st.rows, st.max_rows, st.members};
+}
+
+/* Append id (one token) and fill ctx->logits: in the batch's next step, or alone. */
+static int s_decode_one(coli_context *ctx, int32_t id) {
+    if (!ctx->batch) return coli_eval(ctx, &id, 1, ctx->logits, 0);
+    if (id < 0 || id >= ctx->model->m->hp.n_vocab)
+        return coli_fail(COLI_ERANGE, "eval: token id %d out of range [0, %d)", id, ctx->model->m->hp.n_vocab);
+    return decode_batch_step(ctx->batch->b, &ctx->kv, &ctx->pos, id, ctx->logits);
+}
+
+/* A batched context's prompt: all but the last token alone, prefill_chunk
+ * at a time under the batch's lock; then it joins and the last token is its
+ * first step. The caller leaves the batch (also after a failure) if *joined. */
+static int s_batched_prompt(coli_context *ctx, const int32_t *prompt, int n, int *joined) {
+    decode_batch *b = ctx->batch->b;
+    for (int done = 0; done < n - 1;) {
+        const int left = n - 1 - done, chunk = left < ctx->batch->prefill_chunk ? left : ctx->batch->prefill_chunk;
+        decode_batch_lock(b);
+        int rc = coli_eval(ctx, prompt + done, chunk, NULL, 0);
+        decode_batch_unlock(b);
+        if (rc < 0) return rc;
+        done += chunk;
+    }
+    decode_batch_join(b);
+    *joined = 1;
+    return s_decode_one(ctx, prompt[n - 1]);
+}
+
+// ---------------------------------------------------------------------------
 // generation
 
 void coli_sampling_default_params(coli_sampling_params *p) {
@@ -333,6 +527,16 @@ void coli_sampling_default_params(coli_sampling_params *p) {
     p->top_p = 0.95f;
     p->seed = 0;
     p->n_predict = 128;
+    p->repeat_penalty = 1.0f;
+    p->presence_penalty = 0.0f;
+    p->frequency_penalty = 0.0f;
+    p->repeat_last_n = 64;
+    p->min_p = 0.0f;
+    p->ignore_eos = 0;
+    p->logprobs = 0;
+    p->top_logprobs = 0;
+    p->logit_filter = NULL;
+    p->logit_filter_user = NULL;
 }
 
 /* The complete UTF-8 prefix after adding token id's bytes (and, at the last
@@ -361,16 +565,53 @@ static int s_gen_loop(coli_context *ctx, sampler *smp, coli_token_cb cb, void *u
     for (int i = 0; i < smp->p.n_predict; i++) {
         if (ctx->pos >= ctx->kv.n_ctx) break; /* no room to keep another token */
         int32_t id = sampler_sample(smp, ctx->logits);
-        if (coli_tokenizer_is_eog(ctx->model->tok, id)) { st->stopped_by_eog = 1; break; }
+        /* -1: the logit filter allows nothing more (a finished constraint) */
+        if (id < 0 || coli_tokenizer_is_eog(ctx->model->tok, id)) { st->stopped_by_eog = 1; break; }
+        int rc = sampler_accept(smp, id);
+        if (rc < 0) return rc;
         size_t len = 0;
-        int rc = s_token_text(ctx, &us, id, i + 1 == smp->p.n_predict, &len);
+        rc = s_token_text(ctx, &us, id, i + 1 == smp->p.n_predict, &len);
         if (rc < 0) return rc;
         st->n_gen++;
         int stop = cb ? cb(user, id, ctx->text, len) : 0;
-        if ((rc = coli_eval(ctx, &id, 1, ctx->logits, 0)) < 0) return rc;
+        if ((rc = s_decode_one(ctx, id)) < 0) return rc;
         if (stop) break;
     }
     return 0;
+}
+
+/* ignore_eos: a logit filter that forbids the end-of-generation ids, then runs the caller's. */
+typedef struct eog_mask {
+    int32_t *ids;
+    int n;
+    void (*next)(void *user, float *logits, int n_vocab);
+    void *next_user;
+} eog_mask;
+
+static void s_mask_eog(void *user, float *logits, int n_vocab) {
+    const eog_mask *m = user;
+    for (int i = 0; i < m->n; i++) logits[m->ids[i]] = -INFINITY;
+    if (m->next) m->next(m->next_user, logits, n_vocab);
+}
+
+/* sp, or a copy of it in *own whose filter also masks the EOG ids (allocated into m->ids). */
+static int s_eog_params(const coli_context *ctx, const coli_sampling_params *sp, coli_sampling_params *own, eog_mask *m) {
+    memset(m, 0, sizeof *m);
+    if (!sp || !sp->ignore_eos) return 0;
+    int n_vocab = ctx->model->m->hp.n_vocab;
+    for (int32_t id = 0; id < n_vocab; id++) {
+        if (!coli_tokenizer_is_eog(ctx->model->tok, id)) continue;
+        int32_t *t = realloc(m->ids, (size_t)(m->n + 1) * sizeof *t);
+        if (!t) return coli_fail(COLI_ENOMEM, "generate: out of memory for the EOG ids");
+        m->ids = t;
+        m->ids[m->n++] = id;
+    }
+    *own = *sp;
+    m->next = sp->logit_filter;
+    m->next_user = sp->logit_filter_user;
+    own->logit_filter = s_mask_eog;
+    own->logit_filter_user = m;
+    return 1;
 }
 
 int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
@@ -381,10 +622,22 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
     if (stats) *stats = st;
     if (!ctx || !prompt || n_prompt <= 0)
         return coli_fail(COLI_EINVAL, "coli_generate: context NULL or empty prompt (n_prompt %d)", n_prompt);
-    int rc = sampler_init(&smp, sp, ctx->model->m->hp.n_vocab);
+    coli_sampling_params own;
+    eog_mask mask;
+    int rc = s_eog_params(ctx, sp, &own, &mask);
     if (rc < 0) return rc;
+    rc = sampler_init(&smp, rc ? &own : sp, ctx->model->m->hp.n_vocab);
+    for (int i = 0; i < n_prompt && rc == 0; i++) rc = sampler_accept(&smp, prompt[i]);
+    if (rc < 0) {
+        sampler_free(&smp);
+        free(mask.ids);
+        return rc;
+    }
+    ctx->gen_smp = &smp;
     double t0 = coli_now_s();
-    rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
+    int joined = 0;
+    if (ctx->batch) rc = s_batched_prompt(ctx, prompt, n_prompt, &joined);
+    else rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
     st.n_prompt = n_prompt;
     st.prompt_seconds = coli_now_s() - t0;
     if (rc == 0) {
@@ -392,9 +645,24 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
         rc = s_gen_loop(ctx, &smp, cb, user, &st);
         st.gen_seconds = coli_now_s() - t0;
     }
+    ctx->gen_smp = NULL;
+    if (joined) decode_batch_leave(ctx->batch->b);
     sampler_free(&smp);
+    free(mask.ids);
     if (stats) *stats = st;
     return rc;
+}
+
+int coli_generate_logprobs(const coli_context *ctx, coli_logprob *chosen, coli_logprob *top, int n_top) {
+    if (!ctx || !chosen || (n_top > 0 && !top))
+        return coli_fail(COLI_EINVAL, "coli_generate_logprobs: NULL argument");
+    const sampler *smp = ctx->gen_smp;
+    if (!smp || !smp->p.logprobs)
+        return coli_fail(COLI_EINVAL, "coli_generate_logprobs: no generation with logprobs is running");
+    *chosen = smp->chosen;
+    int n = n_top < smp->n_top ? n_top : smp->n_top;
+    if (n > 0) memcpy(top, smp->top, (size_t)n * sizeof *top);
+    return n < 0 ? 0 : n;
 }
 
 // ---------------------------------------------------------------------------
@@ -419,4 +687,34 @@ int coli_model_stats_text(const coli_model *cm, char **text) {
     const char *line = cm->moe ? "experts: in-process\n" : "experts: none (dense model)\n";
     if (!(*text = s_strdup(line, strlen(line)))) return coli_fail(COLI_ENOMEM, "stats: out of memory");
     return 0;
+}
+
+// ---------------------------------------------------------------------------
+// routing: traces and heat (route_obs.c, heat.c)
+
+int coli_set_route_callback(coli_context *ctx, coli_route_cb cb, void *user) {
+    if (!ctx) return coli_fail(COLI_EINVAL, "coli_set_route_callback: context is NULL");
+    ctx->route.cb = cb;
+    ctx->route.user = user;
+    return 0;
+}
+
+int coli_dump_routing(coli_model *cm, const char *path) {
+    if (!cm) return coli_fail(COLI_EINVAL, "coli_dump_routing: model is NULL");
+    return route_sink_trace(&cm->route, path);
+}
+
+int coli_model_heat_save(coli_model *cm, const char *path) {
+    if (!cm) return coli_fail(COLI_EINVAL, "coli_model_heat_save: model is NULL");
+    if (!path && cm->heat_path && !cm->heat_save)
+        return coli_fail(COLI_EINVAL, "heat file %s was refused at load: not overwritten", cm->heat_path);
+    if (!path) path = cm->heat_path;
+    if (!path || !*path) return coli_fail(COLI_EINVAL, "coli_model_heat_save: no path (and no heat_path at load)");
+    if (!cm->route.heat.count) {
+        if (!cm->m || !cm->m->hp.n_expert)
+            return coli_fail(COLI_EINVAL, "coli_model_heat_save: %s has no routed experts", cm->name);
+        int rc = heat_init(&cm->route.heat, cm->m->hp.n_layer, cm->m->hp.n_expert); /* count from now on */
+        if (rc) return rc;
+    }
+    return heat_write(&cm->route.heat, path);
 }

@@ -35,6 +35,17 @@
 // ---------------------------------------------------------------------------
 // run state
 
+/* Query heads one F32-cache attention task takes together: GQA groups (<= 8)
+ * stay whole; MQA over many heads (deepseek2's latent attention, 128 heads
+ * on one KV head) is split so that decode still spreads over the threads. */
+#define ATTN_MAX_HEADS_PER_TASK 8
+
+/* Query heads of one attention task: score rows a thread needs. */
+static int s_heads_per_task(const model_hparams *hp) {
+    const int group = hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 1;
+    return group < ATTN_MAX_HEADS_PER_TASK ? group : ATTN_MAX_HEADS_PER_TASK;
+}
+
 int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_pool *pool,
                        int max_batch, int n_ctx) {
     const model_hparams *hp = &m->hp;
@@ -55,8 +66,7 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     s->mla = M ? malloc(B * M * sizeof(float)) : NULL;
     s->delta = malloc(B * E * sizeof(float));
     s->rope = malloc(B * (size_t)hp->n_rot * sizeof(float));
-    const size_t group = hp->n_head_kv > 0 ? (size_t)(hp->n_head / hp->n_head_kv) : 1;
-    s->scores = malloc((size_t)s->n_workers * group * (size_t)n_ctx * sizeof(float));
+    s->scores = malloc((size_t)s->n_workers * (size_t)s_heads_per_task(hp) * (size_t)n_ctx * sizeof(float));
     s->router = malloc(B * (X ? X : 1) * sizeof(float));
     s->choice = malloc((X ? 2 * X : 1) * sizeof(float)); /* choice values + group scores */
     s->sel = malloc(B * (K ? K : 1) * sizeof(int32_t));
@@ -129,10 +139,22 @@ static void add_rows(float *h, const float *d, int n, int64_t cols) {
 /* Multiply-adds below which attention runs on the calling thread. */
 #define ATTN_MIN_PARALLEL_WORK (1 << 17)
 
+/* Where each row of a batch lives: rows of one sequence (kv, positions
+ * pos, pos + 1, ...) or one row of each of several (kvs[t] at poss[t]). */
+typedef struct fwd_rows {
+    kv_cache *kv;
+    int pos;
+    kv_cache *const *kvs;   /* NULL: one sequence */
+    const int *poss;
+} fwd_rows;
+
+static kv_cache *row_kv(const fwd_rows *r, int t) { return r->kvs ? r->kvs[t] : r->kv; }
+static int row_pos(const fwd_rows *r, int t) { return r->poss ? r->poss[t] : r->pos + t; }
+
 typedef struct attn_job {
     forward_state *s;
-    const kv_cache *kv;
-    int layer, pos, n;
+    const fwd_rows *rows;
+    int layer, n, f16;
 } attn_job;
 
 static float fp16_round(float x) { return coli_fp16_to_fp32(coli_fp32_to_fp16(x)); }
@@ -189,11 +211,6 @@ static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, i
     }
 }
 
-/* Query heads one F32-cache task takes together: GQA groups (<= 8) stay
- * whole; MQA over many heads (deepseek2's latent attention, 128 heads on
- * one KV head) is split so that decode still spreads over the threads. */
-#define ATTN_MAX_HEADS_PER_TASK 8
-
 /* F32 cache: thread ith takes tasks ith, ith + nth, ...: a (token, KV head,
  * chunk of its query heads); fp16 cache: (token, head) pairs. Token t sees
  * positions 0..pos+t (the causal mask). */
@@ -201,24 +218,24 @@ static void attention_worker(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     forward_state *s = job->s;
     const model_hparams *hp = &s->m->hp;
-    const int group = hp->n_head / hp->n_head_kv, f16 = job->kv->f16;
-    const int chunk = group < ATTN_MAX_HEADS_PER_TASK ? group : ATTN_MAX_HEADS_PER_TASK;
+    const int group = hp->n_head / hp->n_head_kv, f16 = job->f16, chunk = s_heads_per_task(hp);
     const int n_chunks = (group + chunk - 1) / chunk;
     const head_dims hd = {hp->head_dim, hp->head_dim_v, hp->attn_scale};
     const int per_tok = f16 ? hp->n_head : hp->n_head_kv * n_chunks;
     const size_t q_dim = (size_t)model_q_dim(hp), o_dim = (size_t)model_attn_dim(hp);
-    float *scores = s->scores + (size_t)ith * (size_t)group * (size_t)s->n_ctx;
+    float *scores = s->scores + (size_t)ith * (size_t)chunk * (size_t)s->n_ctx;
     for (int task = ith; task < job->n * per_tok; task += nth) {
-        const int t = task / per_tok, h = task % per_tok, n_kv = job->pos + t + 1;
+        const int t = task / per_tok, h = task % per_tok, n_kv = row_pos(job->rows, t) + 1;
+        const kv_cache *kv = row_kv(job->rows, t);
         const int kvh = f16 ? h / group : h / n_chunks;
         const int first = f16 ? h : kvh * group + (h % n_chunks) * chunk; /* first query head */
         const int heads = f16 ? 1 : (group - (first - kvh * group) < chunk ? group - (first - kvh * group) : chunk);
         const float *q = s->q + (size_t)t * q_dim + (size_t)first * (size_t)hd.k;
         float *out = s->attn + (size_t)t * o_dim + (size_t)first * (size_t)hd.v;
         if (f16)
-            attend_one_f16(job->kv, job->layer, n_kv, kvh, hd, q, scores, out);
+            attend_one_f16(kv, job->layer, n_kv, kvh, hd, q, scores, out);
         else
-            attend_group_f32(job->kv, job->layer, n_kv, kvh, heads, hd, q, scores, s->n_ctx, out);
+            attend_group_f32(kv, job->layer, n_kv, kvh, heads, hd, q, scores, s->n_ctx, out);
     }
 }
 
@@ -251,7 +268,7 @@ static int qkv_block(forward_state *s, const layer_weights *l, int n) {
     return 0;
 }
 
-static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int pos) {
+static int attention_block(forward_state *s, const fwd_rows *rows, int il, int n) {
     const model_hparams *hp = &s->m->hp;
     const layer_weights *l = &s->m->layers[il];
     const int64_t E = hp->n_embd, Q = model_q_dim(hp);
@@ -262,8 +279,14 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
     // head's decompressed key and value, forward_mla.c)
     rc = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_qkv(s, l, n) : qkv_block(s, l, n);
     if (rc < 0) return rc;
-    // append k, v to the cache; attention then reads the new rows from it too
-    kv_cache_store(kv, il, pos, n, s->k, s->v);
+    // append k, v to the cache(s); attention then reads the new rows from it too
+    const int64_t KD = model_k_dim(hp), VD = model_v_dim(hp);
+    kv_cache *kv = row_kv(rows, 0);
+    if (!rows->kvs) kv_cache_store(kv, il, rows->pos, n, s->k, s->v);
+    else
+        for (int t = 0; t < n; t++)
+            kv_cache_store(rows->kvs[t], il, rows->poss[t], 1, s->k + (size_t)t * (size_t)KD,
+                           s->v + (size_t)t * (size_t)VD);
     // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path);
     // the latent cache (v_in_k) keeps F32 queries: no reference to follow
     // there, and the absorbed queries are the larger numbers
@@ -271,8 +294,9 @@ static int attention_block(forward_state *s, kv_cache *kv, int il, int n, int po
         for (size_t i = 0; i < (size_t)n * (size_t)Q; i++) s->q[i] = fp16_round(s->q[i]);
     // attn = softmax(q K^T * attn_scale) V, heads in parallel unless the
     // work is too small to pay for waking the pool (short-context decode)
-    attn_job job = {s, kv, il, pos, n};
-    const int64_t work = (int64_t)n * (pos + n) * Q;
+    attn_job job = {s, rows, il, n, kv->f16};
+    int64_t work = 0;
+    for (int t = 0; t < n; t++) work += (int64_t)(row_pos(rows, t) + 1) * Q;
     if (work < ATTN_MIN_PARALLEL_WORK) attention_worker(&job, 0, 1);
     else coli_pool_run(s->pool, attention_worker, &job);
     // h += Wo attn (deepseek2's latent attention: the heads' values first)
@@ -311,6 +335,7 @@ static int moe_block(forward_state *s, const layer_weights *l, int il, int n) {
     if ((rc = route(s, l, n)) < 0) return rc;
     rc = s->moe->run_layer(s->moe, il, s->xb, n, K, s->sel, s->moe_y);
     if (rc < 0) return coli_fail_prefix(rc, "layer %d experts", il);
+    if (s->route_hook) s->route_hook(s->route_user, il, s->pos0, n, K, s->sel, s->sel_w);
     for (int t = 0; t < n; t++) {
         float *d = s->delta + (size_t)t * E;
         const float *w = s->sel_w + (size_t)t * (size_t)K;
@@ -365,33 +390,59 @@ static int output_logits(forward_state *s, int n, float *logits, int logits_all)
 }
 
 /* One batch of n <= max_batch tokens. */
-static int forward_batch(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos,
+static int forward_batch(forward_state *s, const fwd_rows *rows, const int32_t *ids, int n,
                          float *logits, int logits_all) {
     const model *m = s->m;
     const model_hparams *hp = &m->hp;
     const size_t row = coli_row_bytes(m->tok_embd->type, hp->n_embd);
     int rc;
+    s->pos0 = row_pos(rows, 0); /* the route hook is set on one-sequence states only (batch.c sets none) */
     // h = token_embd[ids], dequantized exactly; rope angles of each position
     for (int t = 0; t < n; t++) {
         const char *src = (const char *)m->tok_embd->data + (size_t)ids[t] * row;
         coli_dequantize_row(m->tok_embd->type, src, s->h + (size_t)t * (size_t)hp->n_embd, hp->n_embd);
-        rope_angles(&hp->rope, pos + t, s->rope + (size_t)t * (size_t)hp->n_rot);
+        rope_angles(&hp->rope, row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
     }
     for (int il = 0; il < hp->n_layer; il++) {
-        if ((rc = attention_block(s, kv, il, n, pos)) < 0) return rc;
+        if ((rc = attention_block(s, rows, il, n)) < 0) return rc;
         if ((rc = ffn_block(s, il, n)) < 0) return rc;
     }
     return logits ? output_logits(s, n, logits, logits_all) : 0;
+}
+
+/* Every id in the vocabulary: 0 or COLI_ERANGE naming the first that is not. */
+static int s_check_ids(const forward_state *s, const int32_t *ids, int n) {
+    const int n_vocab = s->m->hp.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return coli_fail(COLI_ERANGE, "eval: token id %d at index %d out of range [0, %d)",
+                             ids[i], i, n_vocab);
+    return 0;
+}
+
+int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n,
+                      float *logits) {
+    if (n <= 0 || n > s->max_batch)
+        return coli_fail(COLI_EINVAL, "eval: %d sequences, expected 1..%d", n, s->max_batch);
+    int rc = s_check_ids(s, ids, n);
+    if (rc < 0) return rc;
+    for (int t = 0; t < n; t++) {
+        if (pos[t] < 0 || pos[t] + 1 > kvs[t]->n_ctx || kvs[t]->n_ctx > s->n_ctx)
+            return coli_fail(COLI_ERANGE, "eval: sequence %d: context full: %d tokens in the cache + 1 > n_ctx %d",
+                             t, pos[t], kvs[t]->n_ctx);
+        for (int u = 0; u < t; u++)
+            if (kvs[u] == kvs[t]) return coli_fail(COLI_EINVAL, "eval: sequences %d and %d share a KV cache", u, t);
+    }
+    const fwd_rows rows = {.kv = kvs[0], .kvs = kvs, .poss = pos};
+    return forward_batch(s, &rows, ids, n, logits, 1);
 }
 
 int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos,
                  float *logits, int logits_all) {
     const int n_vocab = s->m->hp.n_vocab;
     if (n <= 0) return coli_fail(COLI_EINVAL, "eval: n = %d tokens, expected > 0", n);
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= n_vocab)
-            return coli_fail(COLI_ERANGE, "eval: token id %d at index %d out of range [0, %d)",
-                             ids[i], i, n_vocab);
+    int rc = s_check_ids(s, ids, n);
+    if (rc < 0) return rc;
     if (pos < 0 || (int64_t)pos + n > kv->n_ctx || kv->n_ctx > s->n_ctx)
         return coli_fail(COLI_ERANGE, "eval: context full: %d tokens in the cache + %d new > n_ctx %d",
                          pos, n, kv->n_ctx);
@@ -401,7 +452,8 @@ int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int 
         float *out = NULL;
         if (logits && logits_all) out = logits + (size_t)done * (size_t)n_vocab;
         else if (logits && last) out = logits;
-        int rc = forward_batch(s, kv, ids + done, chunk, pos + done, out, logits_all);
+        const fwd_rows rows = {.kv = kv, .pos = pos + done};
+        rc = forward_batch(s, &rows, ids + done, chunk, out, logits_all);
         if (rc < 0) return rc;
         done += chunk;
     }

@@ -36,7 +36,8 @@ typedef struct forward_state {
                              MLA intermediates (forward_mla.c); NULL otherwise */
     float *delta;         /* (B, n_embd) what a sub-block adds to h */
     float *rope;          /* (B, n_rot) cos/sin pairs of each token's position */
-    float *scores;        /* (n_workers, group, n_ctx) attention scores, group = n_head / n_head_kv */
+    float *scores;        /* (n_workers, heads per task, n_ctx) attention scores: heads per
+                             task = n_head / n_head_kv, at most 8 (forward.c) */
     float *router;        /* (B, n_expert) router logits, then probabilities */
     float *choice;        /* (2 n_expert) one token's choice values and group scores (router.h) */
     int32_t *sel;         /* (B, n_expert_used) chosen experts, in slot order */
@@ -45,6 +46,11 @@ typedef struct forward_state {
     float *shexp;         /* (B, n_embd) shared expert output */
     float *shexp_gate;    /* (B) shared expert gate logits */
     coli_scratch scratch; /* prepared matmul inputs */
+    /* Optional observer of the routing (api.c: --route-trace, heat): called after each MoE
+     * layer's experts ran, with the batch's choices; sel/w as above, valid during the call. */
+    void (*route_hook)(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w);
+    void *route_user;
+    int pos0;             /* position of the current batch's first token */
 } forward_state;
 
 /* Allocate the buffers for batches up to max_batch over an n_ctx cache.
@@ -60,5 +66,17 @@ void forward_state_free(forward_state *s);
  * executor's error. */
 int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos,
                  float *logits, int logits_all);
+
+/* One token for each of n sequences in one pass (continuous batching): row
+ * t is ids[t] at position pos[t] of kvs[t], which holds pos[t] positions
+ * already; the caches are distinct, shaped alike and at most s->n_ctx long;
+ * n <= max_batch. Matmuls and the experts run once over all rows (one
+ * executor call per layer), attention per row over its own cache; a row's
+ * bits are those it gets alone (core/matmul.h). logits: NULL or (n,
+ * n_vocab), row t for sequence t. Returns 0, COLI_EINVAL, COLI_ERANGE or
+ * the executor's error; on error the caches' rows at pos[t] may be written
+ * (positions have not moved, so they are overwritten later). */
+int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n,
+                      float *logits);
 
 #endif

@@ -320,6 +320,10 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
     if ((rc = s_read_arch(f, hp)) < 0) return rc;
     if ((rc = s_req_int(f, hp, "block_count", MAX_LAYERS, &v)) < 0) return rc;
     hp->n_layer = (int)v;
+    /* multi-token-prediction blocks come last and are not part of the
+     * forward pass (llama.cpp: n_layer = block_count - nextn_predict_layers) */
+    if ((rc = s_opt_int(f, hp, "nextn_predict_layers", 0, hp->n_layer - 1, &v)) < 0) return rc;
+    hp->n_layer -= (int)v;
     if ((rc = s_req_int(f, hp, "embedding_length", MAX_WIDTH, &v)) < 0) return rc;
     hp->n_embd = (int)v;
     if ((rc = s_req_int(f, hp, "context_length", 1 << 24, &v)) < 0) return rc;
@@ -474,6 +478,22 @@ static int s_load_layer(const gguf_file *f, const model_hparams *hp, int il, lay
     return s_load_ffn(f, il, "", E, hp->n_ff, &l->dense);
 }
 
+/* rope_freqs.weight (Llama-3.1-style files): n_rot/2 positive divisors of
+ * each pair's angle, kept as a view into the mapping. */
+static int s_load_rope_freqs(const gguf_file *f, model_hparams *hp) {
+    const int64_t ne[1] = {hp->n_rot / 2};
+    const coli_tensor *t = NULL;
+    int rc = s_tensor(f, "rope_freqs.weight", 1, ne, MASK_F32, 1, &t);
+    if (rc < 0 || !t) return rc;
+    const float *ff = (const float *)t->data;
+    for (int i = 0; i < hp->n_rot / 2; i++)
+        if (!(ff[i] > 0.0f) || !isfinite(ff[i]))
+            return coli_fail(COLI_EFORMAT, "tensor 'rope_freqs.weight': entry %d = %g, expected a positive number",
+                             i, (double)ff[i]);
+    hp->rope.freq_factors = ff;
+    return 0;
+}
+
 /* token_embd fixes n_vocab; the vocabulary and <arch>.vocab_size must agree. */
 static int s_load_globals(const gguf_file *f, model *m) {
     model_hparams *hp = &m->hp;
@@ -489,6 +509,7 @@ static int s_load_globals(const gguf_file *f, model *m) {
     if ((rc = s_tensor(f, "token_embd.weight", 2, ne_vocab, MASK_MATRIX, 0, &m->tok_embd)) < 0) return rc;
     if ((rc = s_tensor(f, "output_norm.weight", 1, ne_norm, MASK_F32, 0, &m->output_norm)) < 0) return rc;
     if ((rc = s_tensor(f, "output.weight", 2, ne_vocab, MASK_MATRIX, 1, &m->output)) < 0) return rc;
+    if ((rc = s_load_rope_freqs(f, hp)) < 0) return rc;
     if (!m->output) m->output = m->tok_embd; /* tied embeddings */
     gguf_type et;
     uint64_t n_tokens;

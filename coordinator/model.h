@@ -52,7 +52,7 @@ typedef struct model_hparams {
     int n_vocab;
     int n_ctx_train;        /* <arch>.context_length */
     int n_embd;             /* width of the residual stream */
-    int n_layer;
+    int n_layer;            /* blocks of the forward pass: block_count - nextn_predict_layers */
     int n_head, n_head_kv;
     int head_dim;           /* query/key head width: key_length (default n_embd / n_head) */
     int head_dim_v;         /* value head width: value_length (default head_dim) */

@@ -31,6 +31,10 @@ struct moe_exec {
     int  (*stats_json)(moe_exec *self, char **json);
     int  (*stats_text)(moe_exec *self, char **text);
     void (*destroy)(moe_exec *self);
+    /* Optional (NULL: "inproc" for every pair): the device that computed
+     * pair p (t * k + s) of the last run_layer, e.g. "cpu:1", "cuda:0",
+     * "inproc"; a static or executor-owned string valid until the next call. */
+    const char *(*pair_device)(moe_exec *self, int64_t pair);
 };
 
 /* What an executor needs to know to start. */
@@ -46,6 +50,9 @@ typedef struct moe_exec_config {
     int verbose;
     const struct coli_settings *settings; /* the environment as read at load (core/settings.h);
                                              NULL: read it when the executor starts */
+    const uint64_t *heat;       /* optional (n_layer, n_expert) selection counts: placement
+                                   follows them (coordinator/sched/heat_place.c); NULL: bytes */
+    const char *pins;           /* optional "L:E=DEV,L:*=DEV" placements that win over heat */
 } moe_exec_config;
 
 /* The one way rows are grouped by expert (both executors): a stable counting

@@ -27,6 +27,7 @@ void rope_params_init(rope_params *rp, int n_rot, int neox, float base, rope_sca
     const float hi = ceilf(s_corr_dim(n_rot, n_ctx_orig, beta_slow, base));
     rp->corr_low = lo > 0.0f ? lo : 0.0f;
     rp->corr_high = hi < (float)(n_rot - 1) ? hi : (float)(n_rot - 1);
+    rp->freq_factors = NULL;
 }
 
 /* 1 for pairs below the ramp (extrapolate: keep the trained angle), 0 above. */
@@ -43,11 +44,12 @@ void rope_angles(const rope_params *rp, int pos, float *cs) {
     if (rp->ext_factor != 0.0f) mscale *= 1.0f + 0.1f * logf(1.0f / rp->freq_scale);
     float theta_extrap = (float)pos;
     for (int i = 0; i < rp->n_rot / 2; i++) {
-        const float theta_interp = rp->freq_scale * theta_extrap;
+        const float ext = rp->freq_factors ? theta_extrap / rp->freq_factors[i] : theta_extrap;
+        const float theta_interp = rp->freq_scale * ext;
         float theta = theta_interp;
         if (rp->ext_factor != 0.0f) {
             const float mix = s_ramp(rp->corr_low, rp->corr_high, i) * rp->ext_factor;
-            theta = theta_interp * (1.0f - mix) + theta_extrap * mix;
+            theta = theta_interp * (1.0f - mix) + ext * mix;
         }
         cs[2 * i] = cosf(theta) * mscale;
         cs[2 * i + 1] = sinf(theta) * mscale;

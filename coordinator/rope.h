@@ -12,7 +12,9 @@
  *           1 - clamp((i - low) / max(0.001, high - low), 0, 1) over the
  *           correction dims [low, high] of beta_fast, beta_slow; cos and sin
  *           are multiplied by attn_factor (1 + 0.1 ln(1 / freq_scale)).
- * Other types and linear multiplied by attn_factor only.
+ * Other types and linear multiplied by attn_factor only. With freq_factors
+ * (rope_freqs.weight) theta_extrap of pair i is divided by freq_factors[i]
+ * first, as ggml does.
  */
 #ifndef COLI_COORD_ROPE_H
 #define COLI_COORD_ROPE_H
@@ -32,11 +34,14 @@ typedef struct rope_params {
     float ext_factor;     /* YaRN mix weight: 1 for yarn, 0 otherwise (llama.cpp's default) */
     float attn_factor;    /* cos/sin magnitude before YaRN's own correction */
     float corr_low, corr_high; /* YaRN ramp: pair indices where interpolation starts / ends */
+    const float *freq_factors; /* NULL, or n_rot/2 divisors of each pair's angle (the
+                                  rope_freqs.weight tensor of Llama-3.1-style files) */
 } rope_params;
 
-/* Fill rp for the given scaling. factor: rope.scaling.factor (> 0; ignored
- * for NONE); n_ctx_orig: the training context YaRN corrects for; beta_fast,
- * beta_slow: YaRN's ramp bounds in rotations (llama.cpp: 32, 1). */
+/* Fill rp for the given scaling (freq_factors NULL: set them after).
+ * factor: rope.scaling.factor (> 0; ignored for NONE); n_ctx_orig: the
+ * training context YaRN corrects for; beta_fast, beta_slow: YaRN's ramp
+ * bounds in rotations (llama.cpp: 32, 1). */
 void rope_params_init(rope_params *rp, int n_rot, int neox, float base, rope_scaling scaling,
                       float factor, int n_ctx_orig, float attn_factor, float beta_fast, float beta_slow);
 

@@ -72,10 +72,9 @@ static void s_top_k(sampler_cand *c, int n, int k) {
 }
 
 // ---------------------------------------------------------------------------
-// sampling
+// setup
 
-int sampler_init(sampler *s, const coli_sampling_params *p, int n_vocab) {
-    memset(s, 0, sizeof *s);
+static int s_check(const coli_sampling_params *p, int n_vocab) {
     if (!p) return coli_fail(COLI_EINVAL, "sampling: params are NULL");
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
         return coli_fail(COLI_EINVAL, "sampling: temperature %g: expected a finite value >= 0", (double)p->temperature);
@@ -83,28 +82,147 @@ int sampler_init(sampler *s, const coli_sampling_params *p, int n_vocab) {
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
         return coli_fail(COLI_EINVAL, "sampling: top_p %g: expected 0 < top_p <= 1", (double)p->top_p);
     if (p->n_predict < 0) return coli_fail(COLI_EINVAL, "sampling: n_predict %d: expected >= 0", p->n_predict);
+    if (!(p->repeat_penalty >= 0.0f) || !isfinite(p->repeat_penalty))
+        return coli_fail(COLI_EINVAL, "sampling: repeat_penalty %g: expected a finite value >= 0", (double)p->repeat_penalty);
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return coli_fail(COLI_EINVAL, "sampling: presence/frequency penalty %g/%g: expected finite values",
+                         (double)p->presence_penalty, (double)p->frequency_penalty);
+    if (p->repeat_last_n < -1) return coli_fail(COLI_EINVAL, "sampling: repeat_last_n %d: expected >= -1", p->repeat_last_n);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return coli_fail(COLI_EINVAL, "sampling: min_p %g: expected 0 <= min_p <= 1", (double)p->min_p);
+    if (p->top_logprobs < 0 || p->top_logprobs > COLI_MAX_TOP_LOGPROBS)
+        return coli_fail(COLI_EINVAL, "sampling: top_logprobs %d: expected 0 to %d", p->top_logprobs, COLI_MAX_TOP_LOGPROBS);
     if (n_vocab <= 0) return coli_fail(COLI_EINVAL, "sampling: n_vocab %d", n_vocab);
+    return 0;
+}
+
+/* Penalties change anything: llama.cpp's condition for its penalties stage. */
+static int s_penalties_on(const coli_sampling_params *p) {
+    int repeat = p->repeat_penalty != 0.0f && p->repeat_penalty != 1.0f;
+    return p->repeat_last_n != 0 && (repeat || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+}
+
+int sampler_init(sampler *s, const coli_sampling_params *p, int n_vocab) {
+    memset(s, 0, sizeof *s);
+    int rc = s_check(p, n_vocab);
+    if (rc) return rc;
     s->p = *p;
     s->n_vocab = n_vocab;
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
-    if (!s->cand) return coli_fail(COLI_ENOMEM, "sampling: out of memory for %d candidates", n_vocab);
+    int ok = s->cand != NULL;
+    if (ok && s_penalties_on(p)) {
+        s->hist_cap = p->repeat_last_n > 0 ? p->repeat_last_n : 256;
+        s->hist = malloc((size_t)s->hist_cap * sizeof *s->hist);
+        s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+        ok = s->hist && s->counts;
+    }
+    if (ok && (s->counts || p->logit_filter)) ok = (s->work = malloc((size_t)n_vocab * sizeof *s->work)) != NULL;
+    if (!ok) {
+        sampler_free(s);
+        return coli_fail(COLI_ENOMEM, "sampling: out of memory for %d candidates", n_vocab);
+    }
     s_seed(s, p->seed);
     return 0;
 }
 
 void sampler_free(sampler *s) {
     free(s->cand);
+    free(s->work);
+    free(s->hist);
+    free(s->counts);
     s->cand = NULL;
+    s->work = NULL;
+    s->hist = NULL;
+    s->counts = NULL;
 }
 
-int32_t sampler_sample(sampler *s, const float *logits) {
+int sampler_accept(sampler *s, int32_t id) {
+    if (!s->counts || id < 0 || id >= s->n_vocab) return 0;
+    if (s->hist_len == s->hist_cap) {
+        if (s->p.repeat_last_n > 0) { /* the ring is full: the oldest leaves */
+            s->counts[s->hist[s->hist_head]]--;
+            s->hist[s->hist_head] = id;
+            s->hist_head = (s->hist_head + 1) % s->hist_cap;
+            s->counts[id]++;
+            return 0;
+        }
+        int32_t *h = realloc(s->hist, (size_t)s->hist_cap * 2 * sizeof *h); /* -1: every token */
+        if (!h) return coli_fail(COLI_ENOMEM, "sampling: out of memory for %d tokens of history", s->hist_cap * 2);
+        s->hist = h;
+        s->hist_cap *= 2;
+    }
+    s->hist[(s->hist_head + s->hist_len++) % s->hist_cap] = id;
+    s->counts[id]++;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// sampling
+
+/* llama.cpp's penalties on l (n_vocab logits), from the history counts. */
+static void s_penalize(const sampler *s, float *l) {
     const coli_sampling_params *p = &s->p;
-    if (p->temperature == 0.0f) return sampler_argmax(logits, s->n_vocab);
+    float rp = p->repeat_penalty == 0.0f ? 1.0f : p->repeat_penalty;
+    for (int i = 0; i < s->n_vocab; i++) {
+        int c = s->counts[i];
+        if (c == 0) continue;
+        l[i] = l[i] <= 0.0f ? l[i] * rp : l[i] / rp;
+        l[i] -= (float)c * p->frequency_penalty + p->presence_penalty;
+    }
+}
+
+/* Log-probabilities of the raw logits: the chosen one and the best n. */
+static void s_logprobs(sampler *s, const float *logits, int32_t chosen) {
+    int n = s->n_vocab, k = s->p.top_logprobs;
+    float max = logits[sampler_argmax(logits, n)];
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - max);
+    float lse = max + (float)log(sum);
+    s->n_top = 0;
+    for (int i = 0; i < n && k > 0; i++) { /* insertion into the sorted best k */
+        int at = s->n_top;
+        while (at > 0 && logits[i] > s->top[at - 1].logprob) at--;
+        if (at >= k) continue;
+        int last = s->n_top < k ? s->n_top++ : k - 1;
+        memmove(&s->top[at + 1], &s->top[at], (size_t)(last - at) * sizeof s->top[0]);
+        s->top[at] = (coli_logprob){i, logits[i]};
+    }
+    for (int i = 0; i < s->n_top; i++) s->top[i].logprob -= lse;
+    s->chosen = (coli_logprob){chosen, chosen >= 0 ? logits[chosen] - lse : -INFINITY};
+}
+
+/* The candidates: ids with a finite logit, top_k, min_p, sorted if top_p needs it. */
+static int s_candidates(sampler *s, const float *l) {
+    const coli_sampling_params *p = &s->p;
     sampler_cand *c = s->cand;
-    int n = s->n_vocab;
-    for (int i = 0; i < n; i++) { c[i].v = logits[i]; c[i].id = i; }
-    if (p->top_k > 0 && p->top_k < n) { s_top_k(c, n, p->top_k); n = p->top_k; }
-    else if (p->top_p < 1.0f) qsort(c, (size_t)n, sizeof *c, s_cmp);
+    int n = 0;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (isfinite(l[i])) { c[n].v = l[i]; c[n].id = i; n++; }
+    if (n == 0) return 0;
+    int sorted = 0;
+    if (p->top_k > 0 && p->top_k < n) { s_top_k(c, n, p->top_k); n = p->top_k; sorted = 1; }
+    if (p->min_p > 0.0f) {
+        float max = c[0].v;
+        for (int i = 1; i < n; i++) if (c[i].v > max) max = c[i].v;
+        float floor_logit = max + logf(p->min_p);
+        int kept = 0;
+        for (int i = 0; i < n; i++) if (c[i].v >= floor_logit) c[kept++] = c[i];
+        n = kept;
+    }
+    if (!sorted && p->top_p < 1.0f) qsort(c, (size_t)n, sizeof *c, s_cmp);
+    return n;
+}
+
+/* One draw from the (adjusted) logits l; -1 if none is allowed. */
+static int32_t s_draw(sampler *s, const float *l) {
+    const coli_sampling_params *p = &s->p;
+    if (p->temperature == 0.0f) {
+        int32_t best = sampler_argmax(l, s->n_vocab);
+        return isfinite(l[best]) ? best : -1;
+    }
+    sampler_cand *c = s->cand;
+    int n = s_candidates(s, l);
+    if (n == 0) return -1;
     // p = softmax(logit / T) over the candidates
     float max = c[0].v;
     for (int i = 1; i < n; i++) if (c[i].v > max) max = c[i].v;
@@ -127,4 +245,17 @@ int32_t sampler_sample(sampler *s, const float *logits) {
         if (r < acc) return c[i].id;
     }
     return c[n - 1].id; /* r rounded up to the total */
+}
+
+int32_t sampler_sample(sampler *s, const float *logits) {
+    const float *l = logits;
+    if (s->work) {
+        memcpy(s->work, logits, (size_t)s->n_vocab * sizeof *s->work);
+        if (s->counts) s_penalize(s, s->work);
+        if (s->p.logit_filter) s->p.logit_filter(s->p.logit_filter_user, s->work, s->n_vocab);
+        l = s->work;
+    }
+    int32_t id = s_draw(s, l);
+    if (s->p.logprobs) s_logprobs(s, logits, id);
+    return id;
 }

@@ -208,6 +208,7 @@ static void init_job(mm_job *j, const coli_matmul_op *o, int avx2, uint8_t *buf,
     if (vd) {
         j->rows = mm_vecdot_rows;
         j->dot = mm_vecdot_fn(vd, avx2);
+        j->dot_tokens = mm_vecdot_tokens_fn(vd, avx2);
     } else {
         j->rows = avx2 ? mm_avx2_rows(o->wtype) : mm_portable_rows(o->wtype);
     }

@@ -38,6 +38,7 @@ typedef struct mm_job {
     const uint8_t *xa;     /* vecdot types: activation block rows, xa_stride bytes apart */
     size_t xa_stride;
     coli_vec_dot_fn dot;   /* vecdot types: one (row, token) dot product */
+    coli_vec_dot_tokens_fn dot_tokens; /* vecdot types: several tokens at once, or NULL */
     float *y;              /* (n_tok, n_out) */
     int64_t chunk_rows;    /* rows taken per counter increment */
     int64_t token_block;   /* tokens per pass over a chunk (keeps x in L2) */
@@ -60,6 +61,8 @@ coli_dtype mm_vecdot_act_type(const mm_vecdot_type *v);
 size_t mm_vecdot_row_stride(const mm_vecdot_type *v, int64_t n_in);
 /* The AVX2 dot product if avx2 (the caller checked coli_cpu_avx2), else the portable one. */
 coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2);
+/* Its several-token kernel on that path (same bits as mm_vecdot_fn's), or NULL. */
+coli_vec_dot_tokens_fn mm_vecdot_tokens_fn(const mm_vecdot_type *v, int avx2);
 /* Quantize the n_tok rows of x into xa, rows stride bytes apart. */
 void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, int64_t n_in,
                        uint8_t *xa, size_t stride);

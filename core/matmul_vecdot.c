@@ -18,28 +18,26 @@
 
 typedef void (*act_quantize_fn)(const float *x, void *y, int64_t n);
 
-static void act_q8_0(const float *x, void *y, int64_t n) { coli_quantize_act_q8_0(x, y, n); }
-static void act_q8_1(const float *x, void *y, int64_t n) { coli_quantize_act_q8_1(x, y, n); }
-static void act_q8_K(const float *x, void *y, int64_t n) { coli_quantize_act_q8_K(x, y, n); }
+static void act_Q8_0(const float *x, void *y, int64_t n) { coli_quantize_act_q8_0(x, y, n); }
+static void act_Q8_1(const float *x, void *y, int64_t n) { coli_quantize_act_q8_1(x, y, n); }
+static void act_Q8_K(const float *x, void *y, int64_t n) { coli_quantize_act_q8_K(x, y, n); }
 
 struct mm_vecdot_type {
     coli_dtype wtype;
     coli_dtype act;              /* activation block format: Q8_0, Q8_1 or Q8_K */
     act_quantize_fn quantize;    /* one row of floats into act blocks */
     coli_vec_dot_fn portable, avx2;
+    coli_vec_dot_tokens_fn avx2_tokens;  /* NULL: the AVX2 path calls avx2 per token */
 };
 
+/* weight type, activation format, and the name stem of its dot products */
+#define VD(T, ACT, stem) \
+    {COLI_##T, COLI_##ACT, act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, coli_vec_dot_##stem##_avx2_tokens}
 static const mm_vecdot_type s_types[] = {
-    {COLI_Q4_1,   COLI_Q8_1, act_q8_1, coli_vec_dot_q4_1_q8_1,   coli_vec_dot_q4_1_q8_1_avx2},
-    {COLI_Q5_0,   COLI_Q8_0, act_q8_0, coli_vec_dot_q5_0_q8_0,   coli_vec_dot_q5_0_q8_0_avx2},
-    {COLI_Q5_1,   COLI_Q8_1, act_q8_1, coli_vec_dot_q5_1_q8_1,   coli_vec_dot_q5_1_q8_1_avx2},
-    {COLI_IQ4_NL, COLI_Q8_0, act_q8_0, coli_vec_dot_iq4_nl_q8_0, coli_vec_dot_iq4_nl_q8_0_avx2},
-    {COLI_Q2_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q2_K_q8_K,   coli_vec_dot_q2_K_q8_K_avx2},
-    {COLI_Q3_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q3_K_q8_K,   coli_vec_dot_q3_K_q8_K_avx2},
-    {COLI_Q4_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q4_K_q8_K,   coli_vec_dot_q4_K_q8_K_avx2},
-    {COLI_Q5_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q5_K_q8_K,   coli_vec_dot_q5_K_q8_K_avx2},
-    {COLI_Q6_K,   COLI_Q8_K, act_q8_K, coli_vec_dot_q6_K_q8_K,   coli_vec_dot_q6_K_q8_K_avx2},
-    {COLI_IQ4_XS, COLI_Q8_K, act_q8_K, coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2},
+    VD(Q4_1, Q8_1, q4_1_q8_1),     VD(Q5_0, Q8_0, q5_0_q8_0),     VD(Q5_1, Q8_1, q5_1_q8_1),
+    VD(IQ4_NL, Q8_0, iq4_nl_q8_0), VD(Q2_K, Q8_K, q2_K_q8_K),     VD(Q3_K, Q8_K, q3_K_q8_K),
+    VD(Q4_K, Q8_K, q4_K_q8_K),     VD(Q5_K, Q8_K, q5_K_q8_K),     VD(Q6_K, Q8_K, q6_K_q8_K),
+    VD(IQ4_XS, Q8_K, iq4_xs_q8_K),
 };
 
 const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype) {
@@ -59,6 +57,10 @@ coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2) {
     return avx2 ? v->avx2 : v->portable;
 }
 
+coli_vec_dot_tokens_fn mm_vecdot_tokens_fn(const mm_vecdot_type *v, int avx2) {
+    return avx2 ? v->avx2_tokens : NULL;
+}
+
 /* The quantizers give the same bytes on both paths (they follow llama.cpp's
  * AVX2 rounding in scalar code), so the prepared input is path-independent. */
 void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, int64_t n_in,
@@ -67,13 +69,23 @@ void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, i
 }
 
 /* Rows r0..r1 for all tokens, a block of tokens at a time so that the
- * token rows stay in cache while the chunk's weight rows stream past. */
+ * token rows stay in cache while the chunk's weight rows stream past.
+ * Where the type has a several-token kernel, tokens go through it in
+ * groups (the same bits as one at a time, see vecdot.h). */
 void mm_vecdot_rows(const mm_job *j, int64_t r0, int64_t r1) {
+    float out[COLI_VEC_DOT_MAX_TOKENS];
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         const int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *w = j->W + (size_t)r * j->w_stride;
-            for (int64_t t = t0; t < t1; t++)
+            int64_t t = t0;
+            if (j->dot_tokens)
+                for (; t + 1 < t1; t += COLI_VEC_DOT_MAX_TOKENS) {
+                    const int nt = t1 - t < COLI_VEC_DOT_MAX_TOKENS ? (int)(t1 - t) : COLI_VEC_DOT_MAX_TOKENS;
+                    j->dot_tokens(j->n_in, w, j->xa + (size_t)t * j->xa_stride, j->xa_stride, out, nt);
+                    for (int k = 0; k < nt; k++) j->y[(t + k) * j->n_out + r] = out[k];
+                }
+            for (; t < t1; t++)
                 j->y[t * j->n_out + r] = j->dot(j->n_in, w, j->xa + (size_t)t * j->xa_stride);
         }
     }

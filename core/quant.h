@@ -39,7 +39,9 @@ void coli_quantize_act_q8_0(const float *x, block_q8_0 *y, int64_t n);
 
 /* dst[0..n) = the values of a row of type t (n a multiple of the block size). */
 void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n);
-/* Quantize a row of n floats into type t (F32 copies, F16/BF16 round). */
+/* Quantize a row of n floats into weight type t (n a multiple of its block):
+ * F32 copies, F16/BF16 round, the block types follow llama.cpp's reference
+ * quantizers (core/quantize_rows.h); Q8_1/Q8_K (activations) write nothing. */
 void coli_quantize_row(coli_dtype t, const float *src, void *dst, int64_t n);
 
 #endif

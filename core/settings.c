@@ -1,6 +1,7 @@
 /* settings.c - the COLI_* environment, read once; see settings.h. */
 #include "core/settings.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,17 @@ static void s_str(const char *name, char *out, size_t n)
 {
     const char *v = getenv(name);
     snprintf(out, n, "%s", v ? v : "");
+}
+
+//  A non-zero integer (sign allowed, no blanks, no text) is on; anything else off.
+static int s_nonzero_int(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v || !(*v == '-' || *v == '+' || (*v >= '0' && *v <= '9'))) return 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    return !errno && *end == '\0' && x != 0;
 }
 
 void coli_settings_from_env(coli_settings *out)
@@ -47,6 +59,10 @@ void coli_settings_from_env(coli_settings *out)
     s_str("COLI_KEYS", out->keys_dir, sizeof out->keys_dir);
     s_str("COLI_PLUGIN_DIR", out->plugin_dir, sizeof out->plugin_dir);
     s_str("TMPDIR", out->tmp_dir, sizeof out->tmp_dir);
+    out->xdna = s_nonzero_int("COLI_XDNA");
+    s_str("COLI_XDNA_PACKAGE", out->xdna_package, sizeof out->xdna_package);
+    uint64_t xdna_ms = s_num("COLI_XDNA_TIMEOUT_MS", 0);
+    out->xdna_timeout_ms = xdna_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)xdna_ms;
     const char *ign = getenv("COLI_PLACE_IGNORE_BUDGET");
     out->place_ignore_budget = ign && !strcmp(ign, "1");
     s_str("COLI_FAULT", out->fault, sizeof out->fault);

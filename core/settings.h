@@ -44,6 +44,10 @@ typedef struct coli_settings {
     char keys_dir[PATH_MAX];        /* COLI_KEYS: CURVE keys for remote workers */
     char plugin_dir[PATH_MAX];      /* COLI_PLUGIN_DIR: libcoli-<name>.so */
     char tmp_dir[PATH_MAX];         /* TMPDIR: the executor's private directory goes in it */
+    /* the experimental NPU lane (docs/xdna.md; the xdna plugin reads these at open) */
+    int xdna;                       /* COLI_XDNA: a non-zero integer asks for it (`--xdna` sets 1) */
+    char xdna_package[PATH_MAX];    /* COLI_XDNA_PACKAGE: its artifact package ("" = beside the plugin) */
+    uint32_t xdna_timeout_ms;       /* COLI_XDNA_TIMEOUT_MS: one execution's limit (0 = the helper's 5000) */
     /* tests only */
     int place_ignore_budget;        /* COLI_PLACE_IGNORE_BUDGET=1 */
     char fault[512];                /* COLI_FAULT (worker): fault injection, workers/worker_fault.c */

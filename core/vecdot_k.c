@@ -14,33 +14,61 @@
 #include <math.h>
 #include <string.h>
 
-#include "kquant_scales.h"
+#include "cpu_features.h"
 #include "vecdot.h"
+#include "vecdot_k_impl.h"
 
 #define QK_K COLI_QK_K
 
 /* ggml's nearest_int: round half to even by adding 1.5 * 2^23, valid for
- * |v| < 2^22 (here |v| <= 128). Same bits as llama.cpp, rounding mode of
- * the FPU included. */
+ * |v| < 2^22 (here |v| <= 127.5). Same bits as llama.cpp for every finite
+ * v. NaN (from NaN or Inf inputs) gives -128 here, where ggml's result
+ * depends on the NaN's payload: it is what cvtps_epi32 and the saturating
+ * packs of the AVX2 quantizer give, so both paths write the same bytes.
+ * (If this file were built with FMA enabled, the compiler could fuse the
+ * caller's product into the add and round ties differently in rare cases;
+ * the default x86-64 build has no FMA here.) */
 static int nearest_int(float v) {
+    if (v != v) return -128;
     float shifted = v + 12582912.0f;
     int32_t bits;
     memcpy(&bits, &shifted, sizeof bits);
     return (bits & 0x007fffff) - 0x00400000;
 }
 
-void coli_quantize_act_q8_K(const float *x, block_q8_K *y, int64_t n) {
+/* max |x| of a block, NaN ignored (never compares greater); 8 running
+ * maxima, not one, so the compare-select chain is not the bottleneck */
+static float block_amax(const float *x) {
+    float part[8] = {0};
+    for (int j = 0; j < QK_K; j += 8)
+        for (int k = 0; k < 8; k++) {
+            float ax = fabsf(x[j + k]);
+            part[k] = ax > part[k] ? ax : part[k];
+        }
+    float amax = 0.0f;
+    for (int k = 0; k < 8; k++) amax = part[k] > amax ? part[k] : amax;
+    return amax;
+}
+
+/* the first value with |x| == amax: the one ggml's single running max
+ * keeps (it replaces only on strictly greater) */
+static float first_with_magnitude(const float *x, float amax) {
+    for (int j = 0; j < QK_K; j++)
+        if (fabsf(x[j]) == amax) return x[j];
+    return 0.0f;   /* not reached: amax is one of the |x| */
+}
+
+/* llama.cpp's quantize_row_q8_K_ref: per block, max = the value of largest
+ * magnitude (the first one, sign kept); it maps to -127: iscale = -127/max
+ * (not -128: llama.cpp changed it "for IQ2_XXS", and its K-quant results
+ * follow), q = nearest_int(iscale * x) capped at 127, d = 1/iscale; bsums
+ * = sums of each 16 q. An all-zero block gets d = 0, q = 0, bsums = 0. */
+void coli_quantize_act_q8_K_portable(const float *restrict x, block_q8_K *restrict y, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
         block_q8_K *out = &y[b];
-        /* the value of largest magnitude, sign kept: it maps to -127 (llama.cpp:
-         * iscale = -127/max, not -128, "for IQ2_XXS") */
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK_K; j++) {
-            float ax = fabsf(x[j]);
-            if (ax > amax) { amax = ax; max = x[j]; }
-        }
+        const float amax = block_amax(x);
         if (amax == 0.0f) { memset(out, 0, sizeof *out); continue; }
-        const float iscale = -127.0f / max;
+        const float iscale = -127.0f / first_with_magnitude(x, amax);
         for (int j = 0; j < QK_K; j++) {
             int q = nearest_int(iscale * x[j]);
             out->qs[j] = (int8_t)(q < 127 ? q : 127);
@@ -52,6 +80,11 @@ void coli_quantize_act_q8_K(const float *x, block_q8_K *y, int64_t n) {
         }
         out->d = 1.0f / iscale;
     }
+}
+
+void coli_quantize_act_q8_K(const float *x, block_q8_K *y, int64_t n) {
+    if (coli_cpu_avx2()) coli_quantize_act_q8_K_avx2(x, y, n);
+    else coli_quantize_act_q8_K_portable(x, y, n);
 }
 
 /* sum of q8[l] * q[l] over l < len, q unsigned (already unpacked) */

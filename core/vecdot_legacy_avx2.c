@@ -9,7 +9,9 @@
  * int16, no overflow: 2*31*127 and 2*127*127 < 32768), madd with ones into
  * 8 int32 lanes, converted and accumulated with one FMA per block. The
  * integer sums equal the portable code's; only the float order differs.
+ * One kernel serves 1..4 tokens (a batch unpacks each weight block once).
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "cpu_features.h"
@@ -59,77 +61,96 @@ AVX2 ALWAYS __m256 dot_ss8(__m256i a, __m256i b) {
     return dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
-AVX2 float coli_vec_dot_q4_1_q8_1_avx2(int64_t n, const void *vw, const void *vx) {
-    const block_q4_1 *w = vw;
-    const block_q8_1 *x = vx;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
-    for (int64_t b = 0; b < n / COLI_QK; b++) {
-        mins += HALF(w[b].m) * HALF(x[b].s);
-        const __m256 d = _mm256_mul_ps(_mm256_set1_ps(HALF(w[b].d)), _mm256_set1_ps(HALF(x[b].d)));
-        const __m256i q = unpack_nibbles(w[b].qs);
-        acc = _mm256_fmadd_ps(d, dot_us8(q, _mm256_loadu_si256((const __m256i *)x[b].qs)), acc);
+/* Block b of a row of type T as 32 bytes: Q4_1 and Q5_1 unsigned (0..15,
+ * 0..31), Q5_0 the signed q - 16 (the nibble with 0xf0 or'ed in where the
+ * 5th bit is clear), IQ4_NL the signed levels (one pshufb per half). */
+AVX2 ALWAYS __m256i unpack_block(const uint8_t *blk, const coli_dtype T) {
+    if (T == COLI_IQ4_NL) {
+        const __m128i levels = _mm_loadu_si128((const __m128i *)coli_kvalues_iq4nl);
+        const __m128i m4 = _mm_set1_epi8(0x0f);
+        const __m128i bits = _mm_loadu_si128((const __m128i *)(blk + offsetof(block_iq4_nl, qs)));
+        return _mm256_set_m128i(_mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(bits, 4), m4)),
+                                _mm_shuffle_epi8(levels, _mm_and_si128(bits, m4)));
     }
-    return hsum8(acc) + mins;
+    if (T == COLI_Q4_1) return unpack_nibbles(blk + offsetof(block_q4_1, qs));
+    if (T == COLI_Q5_0)
+        return _mm256_or_si256(unpack_nibbles(blk + offsetof(block_q5_0, qs)),
+                               _mm256_andnot_si256(bits_to_bytes(blk + offsetof(block_q5_0, qh)),
+                                                   _mm256_set1_epi8((char)0xf0)));
+    return _mm256_or_si256(unpack_nibbles(blk + offsetof(block_q5_1, qs)),
+                           _mm256_and_si256(bits_to_bytes(blk + offsetof(block_q5_1, qh)), _mm256_set1_epi8(0x10)));
 }
 
-AVX2 float coli_vec_dot_q5_0_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
-    const block_q5_0 *w = vw;
-    const block_q8_0 *x = vx;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / COLI_QK; b++) {
-        const __m256 d = _mm256_set1_ps(HALF(w[b].d) * HALF(x[b].d));
-        /* q - 16 as a signed byte: the nibble with 0xf0 or'ed in where the
-         * 5th bit is clear, the nibble alone where it is set */
-        const __m256i high = _mm256_andnot_si256(bits_to_bytes(w[b].qh), _mm256_set1_epi8((char)0xf0));
-        const __m256i q = _mm256_or_si256(unpack_nibbles(w[b].qs), high);
-        acc = _mm256_fmadd_ps(d, dot_ss8(q, _mm256_loadu_si256((const __m256i *)x[b].qs)), acc);
-    }
-    return hsum8(acc);
+AVX2 ALWAYS float half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return HALF(h);
 }
 
-AVX2 float coli_vec_dot_q5_1_q8_1_avx2(int64_t n, const void *vw, const void *vx) {
-    const block_q5_1 *w = vw;
-    const block_q8_1 *x = vx;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
-    for (int64_t b = 0; b < n / COLI_QK; b++) {
-        mins += HALF(w[b].m) * HALF(x[b].s);
-        const __m256 dw = _mm256_set1_ps(HALF(w[b].d)), dx = _mm256_set1_ps(HALF(x[b].d));
-        const __m256i high = _mm256_and_si256(bits_to_bytes(w[b].qh), _mm256_set1_epi8(0x10));
-        const __m256i q = _mm256_or_si256(unpack_nibbles(w[b].qs), high);
-        acc = _mm256_fmadd_ps(dot_us8(q, _mm256_loadu_si256((const __m256i *)x[b].qs)),
-                              _mm256_mul_ps(dw, dx), acc);
-    }
-    return hsum8(acc) + mins;
-}
-
-/* IQ4_NL: the nibbles index the 16 levels with one pshufb per half. Two
- * accumulators over even and odd blocks as llama.cpp; an odd last block
- * is added in integer form after the vector sum. */
-AVX2 float coli_vec_dot_iq4_nl_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
-    const block_iq4_nl *w = vw;
-    const block_q8_0 *x = vx;
-    const int64_t nb = n / COLI_QK;
-    const __m128i levels = _mm_loadu_si128((const __m128i *)coli_kvalues_iq4nl);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
+/* One weight row of type T against RN (1..4) activation rows x + t*x_stride
+ * (Q8_1 blocks for Q4_1/Q5_1, Q8_0 for Q5_0/IQ4_NL): each weight block is
+ * unpacked once for all tokens. Per (row, token) the operations are those
+ * of RN = 1, the single-token function, so a group gives the same bits.
+ * Per block: d_w * d_x times the 8 int32 lanes, one FMA; Q4_1/Q5_1 add
+ * m_w * s_x in a scalar sum; IQ4_NL keeps even and odd blocks in two
+ * accumulators as llama.cpp and adds an odd last block exactly. */
+AVX2 ALWAYS void legacy_tokens(int64_t n, const uint8_t *w, const uint8_t *x, size_t x_stride,
+                               float *out, const int RN, const coli_dtype T) {
+    const int has_min = T == COLI_Q4_1 || T == COLI_Q5_1, pairs = T == COLI_IQ4_NL;
+    const size_t wbb = coli_dtype_block_bytes(T), xbb = has_min ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const int64_t nb = n / COLI_QK, nb_vec = pairs ? nb & ~(int64_t)1 : nb;
+    __m256 acc[2][4];
+    float mins[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < RN; t++) { acc[0][t] = acc[1][t] = _mm256_setzero_ps(); mins[t] = 0.0f; }
+    /* IQ4_NL: blocks b (even) and b+1 into accumulators 0 and 1 */
+    const int step = pairs ? 2 : 1;
+    for (int64_t b = 0; b < nb_vec; b += step) {
 #pragma GCC unroll 2
-        for (int k = 0; k < 2; k++) {
-            const __m128i bits = _mm_loadu_si128((const __m128i *)w[b + k].qs);
-            const __m256i q = _mm256_set_m128i(
-                _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(bits, 4), m4)),
-                _mm_shuffle_epi8(levels, _mm_and_si128(bits, m4)));
-            const __m256 d = _mm256_set1_ps(HALF(x[b + k].d) * HALF(w[b + k].d));
-            acc[k] = _mm256_fmadd_ps(d, dot_ss8(q, _mm256_loadu_si256((const __m256i *)x[b + k].qs)), acc[k]);
+        for (int k = 0; k < step; k++) {
+            const uint8_t *wb = w + (size_t)(b + k) * wbb;
+            const __m256i q = unpack_block(wb, T);
+            const float wd = half_at(wb), wm = has_min ? half_at(wb + 2) : 0.0f;
+#pragma GCC unroll 4
+            for (int t = 0; t < RN; t++) {
+                const uint8_t *xb = x + (size_t)t * x_stride + (size_t)(b + k) * xbb;
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + (has_min ? 4 : 2)));
+                const __m256 p = has_min ? dot_us8(q, xv) : dot_ss8(q, xv);
+                acc[k][t] = _mm256_fmadd_ps(_mm256_set1_ps(wd * half_at(xb)), p, acc[k][t]);
+                if (has_min) mins[t] += wm * half_at(xb + 2);
+            }
         }
     }
-    float sum = hsum8(_mm256_add_ps(acc[0], acc[1]));
-    if (b < nb) sum += coli_vec_dot_iq4_nl_q8_0(COLI_QK, &w[b], &x[b]);
-    return sum;
+#pragma GCC unroll 4
+    for (int t = 0; t < RN; t++) {
+        float sum = hsum8(pairs ? _mm256_add_ps(acc[0][t], acc[1][t]) : acc[0][t]) + mins[t];
+        if (nb_vec < nb)
+            sum += coli_vec_dot_iq4_nl_q8_0(COLI_QK, w + (size_t)nb_vec * wbb,
+                                            x + (size_t)t * x_stride + (size_t)nb_vec * xbb);
+        out[t] = sum;
+    }
 }
+
+/* Per type: the single-token dot product (vecdot.h) and the 1..4-token one. */
+#define LEGACY_FNS(name, T)                                                                           \
+    AVX2 float coli_vec_dot_##name##_avx2(int64_t n, const void *w, const void *x) {                  \
+        float out;                                                                                    \
+        legacy_tokens(n, w, x, 0, &out, 1, T);                                                        \
+        return out;                                                                                   \
+    }                                                                                                 \
+    AVX2 void coli_vec_dot_##name##_avx2_tokens(int64_t n, const void *w, const void *x,              \
+                                                size_t x_stride, float *out, int n_tok) {             \
+        switch (n_tok) {                                                                              \
+        case 1: legacy_tokens(n, w, x, x_stride, out, 1, T); break;                                   \
+        case 2: legacy_tokens(n, w, x, x_stride, out, 2, T); break;                                   \
+        case 3: legacy_tokens(n, w, x, x_stride, out, 3, T); break;                                   \
+        default: legacy_tokens(n, w, x, x_stride, out, 4, T); break;                                  \
+        }                                                                                             \
+    }
+LEGACY_FNS(q4_1_q8_1, COLI_Q4_1)
+LEGACY_FNS(q5_0_q8_0, COLI_Q5_0)
+LEGACY_FNS(q5_1_q8_1, COLI_Q5_1)
+LEGACY_FNS(iq4_nl_q8_0, COLI_IQ4_NL)
 
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
@@ -139,4 +160,13 @@ float coli_vec_dot_q5_1_q8_1_avx2(int64_t n, const void *w, const void *x) { ret
 float coli_vec_dot_iq4_nl_q8_0_avx2(int64_t n, const void *w, const void *x) {
     return coli_vec_dot_iq4_nl_q8_0(n, w, x);
 }
+#define LEGACY_TOKENS(name)                                                                    \
+    void coli_vec_dot_##name##_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,  \
+                                           float *out, int n_tok) {                                   \
+        for (int t = 0; t < n_tok; t++) out[t] = coli_vec_dot_##name(n, w, (const char *)x + (size_t)t * x_stride); \
+    }
+LEGACY_TOKENS(q4_1_q8_1)
+LEGACY_TOKENS(q5_0_q8_0)
+LEGACY_TOKENS(q5_1_q8_1)
+LEGACY_TOKENS(iq4_nl_q8_0)
 #endif

@@ -77,6 +77,14 @@ typedef struct coli_model_params {
     int vocab_only;          /* 1 = read only the tokenizer (any general.architecture,
                                 weights or none, as llama.cpp's vocab_only): tokenize
                                 and detokenize work, coli_context_new refuses */
+    const char *heat_path;   /* expert heat file (docs/scheduler.md, "Heat"): NULL or "" =
+                                none. Read at load if it exists (placement then follows
+                                it); every routed token is counted; written back, with
+                                the new counts added, by coli_model_free. A file that is
+                                not a valid heat file for this model is ignored with one
+                                line on stderr and never overwritten. */
+    const char *pins;        /* "L:E=DEV,L:*=DEV": experts placed on a worker whatever
+                                the heat (DEV: cpu:1, cuda:0, ...); NULL or "" = none */
 } coli_model_params;
 
 /* All fields zero: default devices, one thread per core, F32 KV cache, the
@@ -164,6 +172,81 @@ int  coli_context_pos(const coli_context *ctx); /* tokens in the cache (0 for NU
  * instead); the position does not move on failure. */
 int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all);
 
+/* ---- prefix cache ------------------------------------------------------ */
+
+/* KV rows of token prefixes evaluated before, kept for contexts of one model
+ * (coordinator/prefix_cache.h): blocks of block_tokens positions keyed by
+ * the whole prefix up to their end, least recently used evicted first,
+ * their KV bytes at most max_bytes. Restored rows are the bits a cold
+ * prefill writes (the determinism contract), so the logits that follow are
+ * identical. Thread-safe; calls that take a context follow the context's
+ * rules. */
+typedef struct coli_prefix_cache coli_prefix_cache;
+
+typedef struct coli_prefix_cache_stats {
+    uint64_t hit_tokens;     /* prompt positions restored */
+    uint64_t miss_tokens;    /* prompt positions a restore left to compute */
+    uint64_t evicted_tokens; /* positions dropped for room */
+    uint64_t stored_tokens;  /* positions added */
+    size_t bytes, max_bytes; /* KV bytes held now / the bound */
+    int n_blocks, block_tokens;
+} coli_prefix_cache_stats;
+
+/* A cache for m's contexts. block_tokens >= 1 (16 or 32 are good values).
+ * Returns 0 with *out, COLI_EINVAL (NULL model or out, vocab_only model,
+ * block_tokens < 1), COLI_ENOMEM. Free it before m. */
+int  coli_prefix_cache_new(const coli_model *m, size_t max_bytes, int block_tokens, coli_prefix_cache **out);
+void coli_prefix_cache_free(coli_prefix_cache **pc);
+/* Reset ctx, then copy into it the longest cached prefix of ids[0..n)
+ * that leaves at least one id to evaluate (whole blocks): the context's
+ * position becomes that length, which is returned (>= 0); counts the
+ * restored positions as hits and the rest of the n as misses. The caller
+ * then evaluates ids[returned..n). COLI_EINVAL for NULL arguments, n < 1, or
+ * a context of another model. */
+int  coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
+/* Keep the whole blocks of ids[0..n), the tokens ctx holds at positions
+ * 0..n-1 (n <= its position). Returns the blocks added (>= 0), COLI_EINVAL
+ * (NULL arguments, n outside 0..position, another model's context) or
+ * COLI_ENOMEM. */
+int  coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
+/* The counters into *out (all zero when pc is NULL; out NULL: nothing). */
+void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats *out);
+
+/* ---- continuous batching ----------------------------------------------- */
+
+/* Contexts attached to one batch decode together: while several run
+ * coli_generate (each on its own thread), every generation step is one
+ * forward pass over the next token of each of them (attention per context,
+ * the experts once for all: one executor call per layer). A context joins
+ * when its prompt is in (prompts are evaluated alone, in chunks of
+ * prefill_chunk tokens under the lock, alternating with the others' steps)
+ * and leaves when its generation ends. A sequence gets the same tokens
+ * batched or alone (the determinism contract). The batch takes the
+ * model's compute under lock/unlock (both or neither; coli serve passes its
+ * baton), so attached contexts' coli_generate calls may overlap; every
+ * other call keeps the rule that calls of one model must not overlap. */
+typedef struct coli_batch coli_batch;
+typedef void (*coli_lock_fn)(void *user);
+
+typedef struct coli_batch_stats {
+    uint64_t steps, rows; /* forward passes, tokens in them (rows / steps: the mean batch) */
+    int max_rows;         /* the largest step */
+    int members;          /* contexts decoding now */
+} coli_batch_stats;
+
+/* A batch of up to max_seqs contexts of m, each of n_ctx positions or fewer
+ * (a context that joins while max_seqs decode waits for one to leave).
+ * prefill_chunk >= 1. Returns 0 with *out, COLI_EINVAL, COLI_ENOMEM. Free
+ * it after detaching (or freeing) its contexts, before m. */
+int  coli_batch_new(coli_model *m, int max_seqs, int n_ctx, int prefill_chunk, coli_lock_fn lock,
+                    coli_lock_fn unlock, void *user, coli_batch **out);
+void coli_batch_free(coli_batch **b);
+/* Attach ctx to b (NULL: detach); coli_generate then decodes in the batch.
+ * COLI_EINVAL for a NULL ctx, a batch of another model or a context longer
+ * than the batch's n_ctx. */
+int  coli_context_set_batch(coli_context *ctx, coli_batch *b);
+void coli_batch_get_stats(coli_batch *b, coli_batch_stats *out);
+
 /* ---- generation ------------------------------------------------------- */
 
 typedef struct coli_sampling_params {
@@ -172,10 +255,35 @@ typedef struct coli_sampling_params {
     float top_p;        /* 1 = off */
     uint64_t seed;      /* same seed, same output */
     int n_predict;      /* max tokens to generate; must be >= 0 */
+    /* llama.cpp's definitions, applied in this order before top_k: */
+    float repeat_penalty;    /* 0 or 1 = off; a seen token's logit l becomes l / p (l > 0) or l * p */
+    float presence_penalty;  /* 0 = off; subtracted once from a seen token's logit */
+    float frequency_penalty; /* 0 = off; subtracted per occurrence */
+    int repeat_last_n;       /* tokens "seen" = the last N (prompt included); 0 = off, -1 = all */
+    float min_p;             /* 0 = off; after top_k keep p >= min_p * p(best), on logits before temperature */
+    int ignore_eos;          /* 1: end-of-generation tokens are never sampled (llama.cpp --ignore-eos) */
+    int logprobs;            /* 1: compute log-probabilities (coli_generate_logprobs) */
+    int top_logprobs;        /* with logprobs: also rank this many alternatives, 0..COLI_MAX_TOP_LOGPROBS */
+    /* Optional: called with the (penalised) logits of every step before
+     * sampling, to set -INFINITY on tokens that must not come next
+     * (constrained decoding). If it leaves no finite logit, generation
+     * ends as if by an end-of-generation token. */
+    void (*logit_filter)(void *user, float *logits, int n_vocab);
+    void *logit_filter_user;
 } coli_sampling_params;
 
-/* temperature 0.8, top_k 40, top_p 0.95, seed 0, n_predict 128. */
+#define COLI_MAX_TOP_LOGPROBS 20
+
+/* temperature 0.8, top_k 40, top_p 0.95, seed 0, n_predict 128, repeat_last_n 64,
+ * every penalty, min_p and logprobs off. */
 void coli_sampling_default_params(coli_sampling_params *p);
+
+/* One token and its log-probability: ln softmax(logits)[id] over the
+ * model's raw logits (before penalties, filters, temperature). */
+typedef struct coli_logprob {
+    int32_t id;
+    float logprob;
+} coli_logprob;
 
 /* Called once per generated token. text/len: the bytes that became complete
  * UTF-8 with this token (possibly empty when a character is split across
@@ -198,6 +306,13 @@ typedef struct coli_gen_stats {
 int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
                   const coli_sampling_params *sp, coli_token_cb cb, void *user,
                   coli_gen_stats *stats);
+
+/* Only inside coli_generate's callback, with sp->logprobs set: the token
+ * just sampled in *chosen, and the n most likely of the step
+ * (n = min(n_top, sp->top_logprobs), best first, ties: lower id) in
+ * top[0..n). Returns n, or COLI_EINVAL (no generation running, logprobs
+ * off, NULL ctx/chosen). */
+int coli_generate_logprobs(const coli_context *ctx, coli_logprob *chosen, coli_logprob *top, int n_top);
 
 /* ---- files ------------------------------------------------------------ */
 
@@ -231,6 +346,35 @@ int coli_quantize_type_known(const char *type);
 /* The accepted type names, comma-separated, for messages (static string). */
 const char *coli_quantize_type_names(void);
 
+/* ---- routing: traces and heat ---------------------------------------- */
+
+/* One token's expert choice in one MoE layer, after its experts ran. */
+typedef struct coli_route_event {
+    int layer;                   /* layer index */
+    int pos;                     /* the token's position in its context */
+    int k;                       /* experts per token */
+    const int32_t *experts;      /* (k) the chosen experts, best first */
+    const float *weights;        /* (k) their weights in the combination */
+    const char *const *devices;  /* (k) what computed each: "cpu:0", "cuda:1", "inproc" */
+} coli_route_event;
+/* Called once per (token, layer); ev and its arrays are valid during the call only. */
+typedef void (*coli_route_cb)(void *user, const coli_route_event *ev);
+
+/* Call cb for every routed token of ctx from now on (cb NULL: stop).
+ * COLI_EINVAL for a NULL ctx. */
+int coli_set_route_callback(coli_context *ctx, coli_route_cb cb, void *user);
+/* Write every routed token of every context of m, from now on, to path as
+ * one JSON line per (token, layer):
+ *   {"ctx":0,"pos":3,"layer":1,"experts":[2,0],"weights":[0.61,0.39],"devices":["cpu:0","inproc"]}
+ * (the file is truncated first; path NULL: stop and close it). 0, COLI_EINVAL
+ * (NULL m), COLI_EIO (cannot open it). */
+int coli_dump_routing(coli_model *m, const char *path);
+/* Write the heat counted so far (the heat file read at load, if any, plus
+ * every token routed since) to path, or to the model's heat_path when path
+ * is NULL; atomic (a temporary file renamed). 0, COLI_EINVAL (no path, or a
+ * dense model), COLI_EIO. */
+int coli_model_heat_save(coli_model *m, const char *path);
+
 /* ---- scheduler visibility -------------------------------------------- */
 
 /* Stats of the expert scheduler (workers, fallbacks) as a JSON document,
@@ -246,6 +390,13 @@ int coli_model_stats_text(const coli_model *m, char **text);
  * Errors: those of opening the model, COLI_EINVAL for a NULL text or path,
  * a bad devices string or a model without experts. */
 int coli_plan_text(const char *model_path, const char *devices, char **text);
+/* coli_plan_text from routing heat: heat_path (a heat file of this model,
+ * NULL = none) and pins ("L:E=DEV,L:*=DEV", NULL = none) decide as at load
+ * (docs/scheduler.md, "Placement from heat"); the text adds the share of
+ * routed rows each worker is expected to serve. Errors as coli_plan_text,
+ * COLI_EFORMAT / COLI_EIO for the heat file, COLI_EINVAL for a bad pin. */
+int coli_plan_heat_text(const char *model_path, const char *devices, const char *heat_path, const char *pins,
+                        char **text);
 
 #ifdef __cplusplus
 }

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define MOE_PLUGIN_ABI_MAJOR 1
-#define MOE_PLUGIN_ABI_MINOR 0
+#define MOE_PLUGIN_ABI_MINOR 1 /* 1.1: get_counters */
 #define MOE_PLUGIN_SYMBOL "moe_plugin_get"
 
 typedef struct moe_device moe_device; /* the plugin's own state for one device */
@@ -69,6 +69,13 @@ typedef struct moe_batch_group {
     int32_t layer, expert;
     int64_t row_begin, n_rows;
 } moe_batch_group;
+
+/* One counter of the plugin's own (e.g. the xdna lane's runs per M bucket). */
+typedef struct moe_counter {
+    char name[32];               /* [a-z0-9_]+ */
+    uint64_t value;              /* since open */
+} moe_counter;
+#define MOE_MAX_COUNTERS 8
 
 typedef struct moe_stats {
     uint64_t resident_experts;   /* experts held in device memory right now */
@@ -113,6 +120,11 @@ struct moe_plugin {
 
     /* Join threads, free device memory, set *dev to NULL. Accepts NULL. */
     void (*close)(moe_device **dev);
+
+    /* (optional, ABI 1.1; check struct_size) Write up to cap counters of the
+     * plugin's own into out; returns how many. The worker sends them with
+     * each result; the coordinator shows them per worker in its stats. */
+    int (*get_counters)(moe_device *dev, moe_counter *out, int cap);
 };
 
 typedef const struct moe_plugin *(*moe_plugin_get_fn)(void);

@@ -179,3 +179,24 @@ void wire_model_identity(const gguf_file *f, uint64_t *size, uint64_t *hash)
     *size = (uint64_t)gguf_size(f);
     *hash = coli_fnv1a(gguf_base(f), n, COLI_FNV1A_SEED);
 }
+
+// ---------------------------------------------------------------------------
+static int s_name_char(char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+
+const char *wire_reason_code(const char *why, char *buf, size_t n)
+{
+    if (!why) return NULL;
+    for (const char *p = why; *p; p++) {
+        if (!(*p >= 'A' && *p <= 'Z') || (p > why && (s_name_char(p[-1]) || p[-1] == '_'))) continue;
+        size_t len = 0;
+        int underscore = 0;
+        while (s_name_char(p[len]) || p[len] == '_') underscore |= p[len++] == '_';
+        if (underscore && p[len] == ':' && p[len - 1] != '_' && len < n) {
+            memcpy(buf, p, len);
+            buf[len] = '\0';
+            return buf;
+        }
+        p += len ? len - 1 : 0;
+    }
+    return NULL;
+}

@@ -63,4 +63,12 @@ int wire_payload_is(const wire_msg *m, int64_t n_floats);
 struct gguf_file;
 void wire_model_identity(const struct gguf_file *f, uint64_t *size, uint64_t *hash);
 
+/* The diagnostic a reason (Hello, RefusedExpert, ExpertResult) names, which
+ * both sides count as the fallback reason: the first upper-case word with at
+ * least one underscore followed by ':' ("plugin 'xdna': open device 0:
+ * PACKAGE_MISSING: no package" -> "PACKAGE_MISSING"), copied into buf (n
+ * bytes; a name that does not fit is no name). Returns buf, or NULL when the
+ * reason names none (or why is NULL). docs/protocol.md. */
+const char *wire_reason_code(const char *why, char *buf, size_t n);
+
 #endif

@@ -545,3 +545,26 @@ Test(api, client_built_against_the_public_header_only, .timeout = 120) {
     cr_assert_eq(rc, 0, "api_client failed:\n%s", out);
     cr_assert(strstr(out, "eval-check: ok") && strstr(out, "\"executor\":\"inproc\""), "output:\n%s", out);
 }
+
+/* The public library exports one surface: every global symbol it defines
+ * carries the coli_ prefix, so a program linking it cannot collide with
+ * internal names such as model_open or stats_json (issue 10). */
+Test(api, public_library_exports_only_prefixed_symbols) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "nm -g --defined-only %s/lib/libcolibri.a", s_build());
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p, "%s", cmd);
+    char line[1024];
+    int n_syms = 0, n_api = 0;
+    while (fgets(line, sizeof line, p)) {
+        char addr[64], kind[8], name[512];
+        if (sscanf(line, "%63s %7s %511s", addr, kind, name) != 3) continue;
+        n_syms++;
+        cr_expect(strncmp(name, "coli_", 5) == 0, "libcolibri.a exports an unprefixed symbol: %s", name);
+        if (!strcmp(name, "coli_model_load") || !strcmp(name, "coli_eval") || !strcmp(name, "coli_model_free"))
+            n_api++;
+    }
+    cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+    cr_assert_gt(n_syms, 0, "no symbols in libcolibri.a");
+    cr_assert_eq(n_api, 3, "the three-call API is not exported");
+}

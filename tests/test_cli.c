@@ -78,6 +78,25 @@ Test(cli, same_seed_same_output) {
     cli_result_free(&a); cli_result_free(&b); cli_result_free(&c);
 }
 
+/* llama.cpp's spellings and knobs: -s, --ctx-size, --min-p, the penalties; -n -1 with --ignore-eos fills the context. */
+Test(cli, llama_cpp_sampling_flags) {
+    char *argv[] = {s_coli, "run", "-m", s_model, "-p", "Once upon a time", "-n", "12", "--temp", "0.9", "-s", "7",
+                    "--ctx-size", "64", "--min-p", "0.05", "--repeat-penalty", "1.3", "--repeat-last-n", "16",
+                    "--presence-penalty", "0.4", "--frequency-penalty", "0.2", "--inproc", "-t", "1", NULL};
+    cli_result a = cli_run(argv), b = cli_run(argv);
+    cr_assert_eq(a.status, 0, "%s", a.err);
+    cr_expect_str_eq(a.out, b.out, "same seed and settings, different text");
+    cli_result_free(&a);
+    cli_result_free(&b);
+    char *fill[] = {s_coli, "run", "-m", s_model, "-p", "Once upon a time", "-n", "-1", "--ignore-eos", "-c", "40",
+                    "--inproc", "-t", "1", NULL};
+    cli_result f = cli_run(fill);
+    cr_assert_eq(f.status, 0, "%s", f.err);
+    cr_expect_not_null(strstr(f.err, "prompt 5 tokens"), "%s", f.err);
+    cr_expect_not_null(strstr(f.err, "generated 35 tokens"), "-n -1 --ignore-eos fills the 40-token context: %s", f.err);
+    cli_result_free(&f);
+}
+
 Test(cli, greedy_ignores_seed) {
     cli_result a = run_gen("0", "1"), b = run_gen("0", "99");
     cr_assert_eq(a.status, 0, "%s", a.err);
@@ -318,7 +337,10 @@ Test(cli, bad_flags_exit_2) {
     expect_exit(RUN("--top-k", "-2"), 2, "--top-k");
     expect_exit(RUN("--top-k", "99999999999"), 2, "--top-k");  /* no maximum, but an int */
     expect_exit(RUN("--temp", "1e300"), 2, "--temp");           /* finite double, not a float */
-    expect_exit(RUN("-n", "-1"), 2, "-n");
+    expect_exit(RUN("-n", "-2"), 2, "-n"); /* -1 is llama.cpp's "until the context is full" */
+    expect_exit(RUN("--min-p", "1.5"), 2, "--min-p");
+    expect_exit(RUN("--repeat-last-n", "-2"), 2, "--repeat-last-n");
+    expect_exit(RUN("--presence-penalty", "3"), 2, "--presence-penalty");
     expect_exit(RUN("-n", "12abc"), 2, "-n");
     expect_exit(RUN("--seed", "-3"), 2, "--seed");
     expect_exit(RUN("-t", "0"), 2, "-t");

@@ -314,6 +314,8 @@ Test(matmul, many_shares_prepared_inputs_per_activation_type) {
         cr_assert_eq(coli_matmul(NULL, NULL, p[i].w, types[i], N_IN, N_OUT, p[0].x, N_TOK, alone), 0);
         cr_assert_eq(memcmp(alone, y[i], sizeof alone), 0, "%s: many differs from alone",
                      coli_dtype_name(types[i]));
+    }
+    for (int i = 0; i < N; i++) { /* p[0].x is every op's input: freed last */
         free(y[i]);
         free_problem(&p[i]);
     }
@@ -330,4 +332,53 @@ Test(matmul, k_quant_rows_must_be_whole_super_blocks) {
     cr_assert(y[0] == 0.0f && y[1] == 0.0f);
     cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_Q8_K, 256, 1, x, 1, y), COLI_EUNSUPPORTED,
                  "Q8_K is an activation format");
+}
+
+/* The several-token AVX2 kernels give each token the bits of the
+ * single-token dot product, for every group size 1..4 and start token. */
+Test(matmul, avx2_token_groups_equal_single_tokens) {
+    if (!coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
+    static const struct { coli_dtype t; coli_vec_dot_fn one; coli_vec_dot_tokens_fn many; } k[] = {
+        {COLI_Q4_K, coli_vec_dot_q4_K_q8_K_avx2, coli_vec_dot_q4_K_q8_K_avx2_tokens},
+        {COLI_Q6_K, coli_vec_dot_q6_K_q8_K_avx2, coli_vec_dot_q6_K_q8_K_avx2_tokens},
+        {COLI_Q2_K, coli_vec_dot_q2_K_q8_K_avx2, coli_vec_dot_q2_K_q8_K_avx2_tokens},
+        {COLI_Q3_K, coli_vec_dot_q3_K_q8_K_avx2, coli_vec_dot_q3_K_q8_K_avx2_tokens},
+        {COLI_Q5_K, coli_vec_dot_q5_K_q8_K_avx2, coli_vec_dot_q5_K_q8_K_avx2_tokens},
+        {COLI_IQ4_XS, coli_vec_dot_iq4_xs_q8_K_avx2, coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
+        {COLI_Q4_1, coli_vec_dot_q4_1_q8_1_avx2, coli_vec_dot_q4_1_q8_1_avx2_tokens},
+        {COLI_Q5_0, coli_vec_dot_q5_0_q8_0_avx2, coli_vec_dot_q5_0_q8_0_avx2_tokens},
+        {COLI_Q5_1, coli_vec_dot_q5_1_q8_1_avx2, coli_vec_dot_q5_1_q8_1_avx2_tokens},
+        {COLI_IQ4_NL, coli_vec_dot_iq4_nl_q8_0_avx2, coli_vec_dot_iq4_nl_q8_0_avx2_tokens},
+    };
+    enum { NT = 4 };
+    unsigned seed = 31;
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        /* 3 super-blocks, or 7 blocks of 32 (odd: IQ4_NL's tail) */
+        const int64_t n = coli_dtype_block_elems(k[i].t) == COLI_QK_K ? 768 : 224;
+        const coli_dtype act = qu_act_type(k[i].t);
+        const size_t stride = coli_row_bytes(act, n) + 4; /* rows not packed: the stride is honoured */
+        uint8_t *x = calloc(NT, stride), *w = malloc(coli_row_bytes(k[i].t, n));
+        float xf[768];
+        cr_assert(x && w);
+        for (int t = 0; t < NT; t++) {
+            for (int64_t e = 0; e < n; e++) xf[e] = frand(&seed) * (float)(t + 1);
+            void *row = x + (size_t)t * stride;
+            if (act == COLI_Q8_K) coli_quantize_act_q8_K(xf, row, n);
+            else if (act == COLI_Q8_1) coli_quantize_act_q8_1(xf, row, n);
+            else coli_quantize_act_q8_0(xf, row, n);
+        }
+        qu_random_blocks(k[i].t, w, n / coli_dtype_block_elems(k[i].t), &seed);
+        for (int nt = 1; nt <= NT; nt++)
+            for (int first = 0; first + nt <= NT; first++) {
+                float out[NT];
+                k[i].many(n, w, x + (size_t)first * stride, stride, out, nt);
+                for (int t = 0; t < nt; t++) {
+                    const float one = k[i].one(n, w, x + (size_t)(first + t) * stride);
+                    cr_assert_eq(memcmp(&out[t], &one, sizeof one), 0, "%s: group of %d, token %d: %.9g vs %.9g",
+                                 coli_dtype_name(k[i].t), nt, t, out[t], one);
+                }
+            }
+        free(x);
+        free(w);
+    }
 }

@@ -356,3 +356,50 @@ Test(pretok_tokenizer, unknown_name_is_one_line_naming_it)
     cr_expect_str_eq(coli_last_error(), "tokenizer.ggml.pre: unknown pre-tokenizer 'tekken'");
     gguf_close(&f);
 }
+
+// ---------------------------------------------------------------------------
+// arbitrary input: every preset splits any bytes into non-empty words that
+// add up to the text, without an error
+
+static uint32_t s_lcg(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+Test(pretok_fuzz, every_preset_covers_the_text)
+{
+    static const char *const names[] = {
+        "default", "llama-bpe", "dbrx", "chatglm-bpe", "deepseek-llm", "deepseek-coder", "deepseek-v3",
+        "falcon", "starcoder", "gpt-2", "jina-es", "qwen2", "poro-chat", "viking",
+    };
+    // bytes weighted toward what the regexes care about: spaces, newlines,
+    // digits, apostrophes, punctuation, and UTF-8 lead/continuation bytes
+    static const char alphabet[] = " \n\r\t'sSeE0123.,!~`$\xE4\xB8\x80\xC3\xA9\xCC\x81\xE3\x80\x80\xF0\x9F\x98\x80\x80\xFF";
+    uint32_t seed = 12345;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        coli_tokenizer t;
+        memset(&t, 0, sizeof t);
+        cr_assert_eq(tok_pre_setup(&t, names[k], strlen(names[k])), 0, "%s", coli_last_error());
+        for (int iter = 0; iter < 200; iter++) {
+            char text[96];
+            size_t len = s_lcg(&seed) % sizeof text;
+            for (size_t i = 0; i < len; i++)
+                text[i] = alphabet[s_lcg(&seed) % (sizeof alphabet - 1)];
+            uint32_t cpts[96];
+            size_t n = 0;
+            for (size_t off = 0; off < len;)
+                cpts[n++] = coli_utf8_decode(text, len, &off);
+            tok_pieces w = { 0 };
+            cr_assert_eq(tok_pretokenize(&t, cpts, n, &w), 0, "%s: %s", names[k], coli_last_error());
+            size_t total = 0;
+            for (size_t i = 0; i < w.n; i++) {
+                cr_assert_gt(w.len[i], 0, "%s: empty word", names[k]);
+                total += w.len[i];
+            }
+            cr_assert_eq(total, n, "%s: words cover %zu of %zu code points", names[k], total, n);
+            free(w.len);
+        }
+        tok_pre_free(&t);
+    }
+}

@@ -202,6 +202,51 @@ Test(quantize_types, rows_the_block_does_not_divide) {
               coli_last_error());
 }
 
+static coli_dtype s_type_of(const gguf_file *f, const char *name) {
+    const coli_tensor *t = gguf_find_tensor(f, name);
+    cr_assert(t, "no tensor %s", name);
+    return t->type;
+}
+
+/* An 8-expert model (tiny-mixtral: 4 layers, GQA 2). The reference README
+ * states llama.cpp's stock Q4_0: output.weight Q6_K, attn_k/attn_v Q8_0 with
+ * 8 experts; Q4_K_M adds (llama-quant.cpp) attn_output Q5_K with 8 experts
+ * and ffn_down Q6_K where use_more_bits holds (layers 2 and 3 of 4). */
+Test(quantize_types, eight_expert_mixes) {
+    s_require_shared();
+    char f32[4096], out[4200];
+    s_ref_model("tiny-mixtral-f32.gguf", f32, sizeof f32);
+    snprintf(out, sizeof out, "%s/ref/quantize-types-mixtral.gguf", s_build());
+    cr_assert_eq(coli_quantize_file(f32, out, "Q4_0"), 0, "%s", coli_last_error());
+    gguf_file *f = s_open(out);
+    cr_expect_eq(s_type_of(f, "output.weight"), COLI_Q6_K);
+    cr_expect_eq(s_type_of(f, "token_embd.weight"), COLI_Q4_0);
+    cr_expect_eq(s_type_of(f, "blk.1.attn_k.weight"), COLI_Q8_0);
+    cr_expect_eq(s_type_of(f, "blk.3.attn_v.weight"), COLI_Q8_0);
+    cr_expect_eq(s_type_of(f, "blk.0.attn_q.weight"), COLI_Q4_0);
+    cr_expect_eq(s_type_of(f, "blk.2.ffn_down_exps.weight"), COLI_Q4_0);
+    gguf_close(&f);
+    cr_assert_eq(coli_quantize_file(f32, out, "Q4_K_M"), 0, "%s", coli_last_error());
+    f = s_open(out);
+    static const coli_dtype down[4] = {COLI_Q4_K, COLI_Q4_K, COLI_Q6_K, COLI_Q6_K};
+    for (int l = 0; l < 4; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l);
+        cr_expect_eq(s_type_of(f, name), down[l], "%s", name);
+        snprintf(name, sizeof name, "blk.%d.attn_output.weight", l);
+        cr_expect_eq(s_type_of(f, name), COLI_Q5_K, "%s", name);
+        snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
+        cr_expect_eq(s_type_of(f, name), COLI_Q8_0, "%s", name);
+        snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", l);
+        cr_expect_eq(s_type_of(f, name), COLI_Q4_K, "%s", name);
+    }
+    uint32_t ft = 0;
+    cr_expect_eq(gguf_get_u32(f, "general.file_type", &ft), 0);
+    cr_expect_eq(ft, 15, "LLAMA_FTYPE_MOSTLY_Q4_K_M");
+    gguf_close(&f);
+    remove(out);
+}
+
 /* Rows are split over threads; the bytes must not depend on how many. */
 Test(quantize_types, same_bytes_for_any_thread_count) {
     char one[4200], three[4200], cmd[9000];
@@ -287,4 +332,27 @@ Test(quantize_types, presets_perplexity_close_to_f16) {
                   cases[i].preset, ppl, base);
         remove(out);
     }
+}
+
+/* The command: a preset with --output-type, its type summary on stdout; an
+ * unknown TYPE is a usage error (exit 2) that lists the accepted names. */
+Test(quantize_types, cli_flags_and_summary) {
+    char coli[512], out[4200];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    snprintf(out, sizeof out, "%s/quantize-types-cli.gguf", s_build());
+    char *argv[] = {coli, "quantize", "--output-type", "Q8_0", "-t", "2", "models/tiny-moe-4e2r-f16.gguf", out,
+                    "IQ4_XS", NULL};
+    cli_result r = cli_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "IQ4_XS 25") && strstr(r.out, "IQ4_NL 4") && strstr(r.out, "Q8_0 1"), "%s", r.out);
+    cli_result_free(&r);
+    gguf_file *f = s_open(out);
+    cr_expect_eq(s_type_of(f, "output.weight"), COLI_Q8_0);
+    gguf_close(&f);
+    remove(out);
+    char *bad[] = {coli, "quantize", "models/tiny-moe-4e2r-f16.gguf", out, "Q4_K_XL", NULL};
+    r = cli_run(bad);
+    cr_expect_eq(r.status, 2);
+    cr_expect(strstr(r.err, "Q4_K_XL") && strstr(r.err, "Q4_K_M"), "%s", r.err);
+    cli_result_free(&r);
 }

@@ -71,6 +71,19 @@ Test(rope, yarn_by_hand) {
     }
 }
 
+/* rope_freqs.weight divides each pair's angle: factors 1, 4 at pos 3 ->
+ * 3 and 0.03 / 4 = 0.0075. */
+Test(rope, freq_factors_by_hand) {
+    rope_params rp;
+    float cs[4];
+    const float ff[2] = {1.0f, 4.0f};
+    rope_params_init(&rp, 4, 0, 10000.0f, ROPE_SCALING_NONE, 1.0f, 512, 1.0f, 32.0f, 1.0f);
+    rp.freq_factors = ff;
+    rope_angles(&rp, 3, cs);
+    s_expect_pair(cs, 0, 3.0, 1.0);
+    s_expect_pair(cs, 1, 0.0075, 1.0);
+}
+
 /* rope_apply: NORM rotates adjacent pairs, NEOX pairs (i, i + n_rot/2). */
 Test(rope, apply_layouts) {
     const float cs[4] = {0.0f, 1.0f, 1.0f, 0.0f}; /* pair 0 by 90 degrees, pair 1 not at all */
@@ -84,8 +97,9 @@ Test(rope, apply_layouts) {
     }
 }
 
-/* A copy of src with one rope.scaling.type (and factor 4) at dst. */
-static void s_copy_with_scaling(const char *src, const char *dst, const char *type) {
+/* A copy of src with one rope.scaling.type (and factor 4) at dst; with
+ * freqs, also a rope_freqs.weight tensor of n_freqs entries. */
+static void s_copy_with(const char *src, const char *dst, const char *type, const float *freqs, int64_t n_freqs) {
     gguf_file *f = NULL;
     cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
     gguf_writer *w = gguf_writer_new();
@@ -96,6 +110,9 @@ static void s_copy_with_scaling(const char *src, const char *dst, const char *ty
         const coli_tensor *t = gguf_tensor(f, i);
         cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
     }
+    if (freqs)
+        cr_assert_eq(gguf_writer_add_tensor(w, "rope_freqs.weight", COLI_F32, 1, &n_freqs, freqs,
+                                            (size_t)n_freqs * sizeof(float)), 0);
     cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
     gguf_writer_free(&w);
     gguf_close(&f);
@@ -106,16 +123,40 @@ Test(rope, linear_file_loads_unknown_refused) {
     s_fixture("tiny-llama-moe-f32.gguf", fixture, sizeof fixture);
     snprintf(path, sizeof path, "%s/rope-test-%d.gguf", s_build(), (int)getpid());
     model *m = NULL;
-    s_copy_with_scaling(fixture, path, "linear");
+    s_copy_with(fixture, path, "linear", NULL, 0);
     cr_assert_eq(model_open(path, &m), 0, "%s", coli_last_error());
     cr_expect_eq(m->hp.rope.scaling, ROPE_SCALING_LINEAR);
     cr_expect_eq(m->hp.rope.freq_scale, 0.25f);
     cr_expect_eq(m->hp.rope.ext_factor, 0.0f);
     model_close(&m);
-    s_copy_with_scaling(fixture, path, "longrope");
+    s_copy_with(fixture, path, "longrope", NULL, 0);
     cr_expect_eq(model_open(path, &m), COLI_EUNSUPPORTED);
     cr_expect(strstr(coli_last_error(), "rope.scaling.type") && strstr(coli_last_error(), "longrope"),
               "error names the key and the type: %s", coli_last_error());
+    unlink(path);
+}
+
+/* rope_freqs.weight: read as the divisors (n_rot/2 F32), a zero refused. */
+Test(rope, freq_factors_tensor_loads_bad_refused) {
+    char fixture[4096], path[4200];
+    s_fixture("tiny-llama-moe-f32.gguf", fixture, sizeof fixture);
+    snprintf(path, sizeof path, "%s/rope-freqs-test-%d.gguf", s_build(), (int)getpid());
+    model *m = NULL;
+    cr_assert_eq(model_open(fixture, &m), 0, "%s", coli_last_error());
+    const int64_t n = m->hp.n_rot / 2;
+    model_close(&m);
+    float freqs[512];
+    cr_assert_leq(n, 512);
+    for (int64_t i = 0; i < n; i++) freqs[i] = 1.0f + (float)i;
+    s_copy_with(fixture, path, "none", freqs, n);
+    cr_assert_eq(model_open(path, &m), 0, "%s", coli_last_error());
+    cr_assert_not_null(m->hp.rope.freq_factors);
+    cr_expect_eq(m->hp.rope.freq_factors[n - 1], (float)n);
+    model_close(&m);
+    freqs[1] = 0.0f;
+    s_copy_with(fixture, path, "none", freqs, n);
+    cr_expect_eq(model_open(path, &m), COLI_EFORMAT);
+    cr_expect(strstr(coli_last_error(), "rope_freqs.weight"), "%s", coli_last_error());
     unlink(path);
 }
 

@@ -132,3 +132,144 @@ Test(sampler, pcg32_reference_stream) {
     sampler_free(&a);
     sampler_free(&b);
 }
+
+// ---------------------------------------------------------------------------
+// penalties, min_p, the logit filter and logprobs (expected values by hand from
+// llama.cpp's definitions, see coordinator/sampler.h)
+
+typedef struct seen_logits { float l[8]; int n, calls; } seen_logits;
+
+static void s_capture(void *user, float *logits, int n) {
+    seen_logits *s = user;
+    memcpy(s->l, logits, (size_t)n * sizeof *logits);
+    s->n = n;
+    s->calls++;
+}
+
+Test(sampler, penalties_follow_llama_cpp) {
+    float logits[4] = {2.0f, -1.0f, 0.5f, 3.0f};
+    seen_logits seen = {0};
+    sampler s;
+    coli_sampling_params p = s_params(0.0f, 0, 1.0f, 1);
+    p.repeat_penalty = 1.5f; p.frequency_penalty = 0.25f; p.presence_penalty = 0.5f; p.repeat_last_n = 64;
+    p.logit_filter = s_capture; p.logit_filter_user = &seen;
+    cr_assert_eq(sampler_init(&s, &p, 4), 0);
+    cr_assert_eq(sampler_accept(&s, 3), 0);
+    cr_assert_eq(sampler_accept(&s, 3), 0);
+    cr_assert_eq(sampler_accept(&s, 1), 0);
+    int32_t id = sampler_sample(&s, logits);
+    cr_assert_eq(seen.calls, 1);
+    /* id 3 seen twice: 3 / 1.5 - 2 * 0.25 - 0.5; id 1 once: -1 * 1.5 - 0.25 - 0.5 */
+    cr_assert_float_eq(seen.l[3], 1.0f, 1e-6);
+    cr_assert_float_eq(seen.l[1], -2.25f, 1e-6);
+    cr_assert_float_eq(seen.l[0], 2.0f, 1e-6);
+    cr_assert_float_eq(seen.l[2], 0.5f, 1e-6);
+    cr_assert_eq(id, 0, "greedy after penalties: id 0 (2.0) beats id 3 (1.0)");
+    cr_assert_float_eq(logits[3], 3.0f, 0, "the caller's logits are not touched");
+    sampler_free(&s);
+    /* last_n = 2: after 3, 3, 1 the window holds 3 and 1 once each */
+    p.repeat_last_n = 2;
+    cr_assert_eq(sampler_init(&s, &p, 4), 0);
+    sampler_accept(&s, 3); sampler_accept(&s, 3); sampler_accept(&s, 1);
+    sampler_sample(&s, logits);
+    cr_assert_float_eq(seen.l[3], 3.0f / 1.5f - 0.25f - 0.5f, 1e-6);
+    sampler_free(&s);
+    /* last_n = 0: penalties off */
+    p.repeat_last_n = 0;
+    cr_assert_eq(sampler_init(&s, &p, 4), 0);
+    sampler_accept(&s, 3);
+    cr_assert_eq(sampler_sample(&s, logits), 3);
+    cr_assert_float_eq(seen.l[3], 3.0f, 0);
+    sampler_free(&s);
+    /* last_n = -1: the whole history, growing past its first allocation */
+    p.repeat_last_n = -1; p.repeat_penalty = 1.0f; p.presence_penalty = 0.0f; p.frequency_penalty = 0.001f;
+    cr_assert_eq(sampler_init(&s, &p, 4), 0);
+    for (int i = 0; i < 1000; i++) cr_assert_eq(sampler_accept(&s, 3), 0);
+    sampler_sample(&s, logits);
+    cr_assert_float_eq(seen.l[3], 3.0f - 1000 * 0.001f, 1e-5);
+    sampler_free(&s);
+}
+
+Test(sampler, min_p_drops_tokens_below_the_fraction_of_the_best) {
+    /* relative probabilities at T=1: 1, 0.5, 0.09, 0.11; min_p 0.1 drops id 2 only */
+    float logits[4] = {0.0f, logf(0.5f), logf(0.09f), logf(0.11f)};
+    int seen[4] = {0};
+    sampler s;
+    coli_sampling_params p = s_params(1.0f, 0, 1.0f, 5);
+    p.min_p = 0.1f;
+    cr_assert_eq(sampler_init(&s, &p, 4), 0);
+    for (int i = 0; i < 4000; i++) seen[sampler_sample(&s, logits)]++;
+    sampler_free(&s);
+    cr_assert_eq(seen[2], 0, "id 2 (p ratio 0.09 < 0.1) drawn %d times", seen[2]);
+    cr_assert_gt(seen[3], 100);
+    cr_assert_gt(seen[1], seen[3]);
+    /* it is relative to the best before temperature: at T = 100 id 2 is still out */
+    p.temperature = 100.0f;
+    memset(seen, 0, sizeof seen);
+    cr_assert_eq(sampler_init(&s, &p, 4), 0);
+    for (int i = 0; i < 4000; i++) seen[sampler_sample(&s, logits)]++;
+    sampler_free(&s);
+    cr_assert_eq(seen[2], 0);
+    cr_assert_gt(seen[3], 800);
+    p.min_p = 1.5f;
+    cr_assert_lt(sampler_init(&s, &p, 4), 0, "min_p > 1 refused");
+}
+
+static void s_forbid_0_and_3(void *user, float *l, int n) {
+    (void)user; (void)n;
+    l[0] = -INFINITY;
+    l[3] = -INFINITY;
+}
+
+static void s_forbid_all(void *user, float *l, int n) {
+    (void)user;
+    for (int i = 0; i < n; i++) l[i] = -INFINITY;
+}
+
+Test(sampler, logit_filter_masks_tokens_and_can_end_generation) {
+    float logits[4] = {5.0f, 1.0f, 0.5f, 4.0f};
+    sampler s;
+    coli_sampling_params p = s_params(0.0f, 0, 1.0f, 3);
+    p.logit_filter = s_forbid_0_and_3;
+    cr_assert_eq(sampler_init(&s, &p, 4), 0);
+    cr_assert_eq(sampler_sample(&s, logits), 1);
+    sampler_free(&s);
+    p.temperature = 2.0f; p.top_p = 0.99f;
+    cr_assert_eq(sampler_init(&s, &p, 4), 0);
+    for (int i = 0; i < 500; i++) {
+        int32_t id = sampler_sample(&s, logits);
+        cr_assert(id == 1 || id == 2, "masked id %d drawn", id);
+    }
+    sampler_free(&s);
+    p.logit_filter = s_forbid_all;
+    cr_assert_eq(sampler_init(&s, &p, 4), 0);
+    cr_assert_eq(sampler_sample(&s, logits), -1);
+    sampler_free(&s);
+    p.temperature = 0.0f;
+    cr_assert_eq(sampler_init(&s, &p, 4), 0);
+    cr_assert_eq(sampler_sample(&s, logits), -1);
+    sampler_free(&s);
+}
+
+Test(sampler, logprobs_are_the_raw_log_softmax) {
+    float logits[5] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+    double lse = log(exp(1.0) + exp(3.0) + exp(2.0) + exp(3.0) + exp(-1.0));
+    sampler s;
+    coli_sampling_params p = s_params(0.0f, 0, 1.0f, 3);
+    p.logprobs = 1; p.top_logprobs = 3;
+    p.repeat_penalty = 2.0f; /* penalties change the draw, not the reported logprobs */
+    cr_assert_eq(sampler_init(&s, &p, 5), 0);
+    sampler_accept(&s, 1);
+    int32_t id = sampler_sample(&s, logits);
+    cr_assert_eq(id, 3, "id 1 penalised to 1.5, so id 3 (3.0) wins");
+    cr_assert_eq(s.chosen.id, 3);
+    cr_assert_float_eq(s.chosen.logprob, 3.0 - lse, 1e-5);
+    cr_assert_eq(s.n_top, 3);
+    cr_assert_eq(s.top[0].id, 1, "ties: the lower id first");
+    cr_assert_eq(s.top[1].id, 3);
+    cr_assert_eq(s.top[2].id, 2);
+    cr_assert_float_eq(s.top[2].logprob, 2.0 - lse, 1e-5);
+    sampler_free(&s);
+    p.top_logprobs = COLI_MAX_TOP_LOGPROBS + 1;
+    cr_assert_lt(sampler_init(&s, &p, 5), 0);
+}

@@ -57,7 +57,17 @@ Test(serve_hostile, bad_bodies_get_400_naming_the_field) {
         {"/v1/completions", "{\"prompt\": \"a\", \"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
         {"/v1/completions", "{\"prompt\": \"a\", \"stream\": \"yes\"}", "stream"},
         {"/v1/completions", "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true}}", "stream_options"},
-        {"/v1/completions", "{\"prompt\": \"a\", \"logprobs\": 5}", "logprobs"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"logprobs\": 21}", "logprobs"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"logprobs\": true}", "logprobs"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", "top_logprobs"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"presence_penalty\": 2.5}", "presence_penalty"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"min_p\": -0.1}", "min_p"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"repeat_last_n\": -2}", "repeat_last_n"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"grammar\": \"root ::= x\"}", "grammar"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"n_probs\": 3}", "n_probs"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"frobnicate\": {\"x\": [1, 2]}}", "frobnicate"},
+        {"/v1/completions", "{\"prompt\": \"a\", \"response_format\": {\"type\": \"xml\"}}", "response_format"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"echo\": false}", "echo"},
         {"/v1/completions", "{\"prompt\": \"a\", \"model\": 12}", "model"},
         {"/v1/chat/completions", "{\"messages\": \"hi\"}", "messages"},
         {"/v1/chat/completions", "{\"messages\": []}", "messages"},
@@ -93,11 +103,12 @@ Test(serve_hostile, bad_bodies_get_400_naming_the_field) {
     cr_expect_eq(su_stop(&p), 0);
 }
 
-Test(serve_hostile, unknown_fields_are_ignored_and_routes_checked) {
+Test(serve_hostile, neutral_fields_are_accepted_and_routes_checked) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    /* unknown fields are refused (bad_bodies_get_400_naming_the_field); "user" and neutral values pass */
     http_resp r = su_post(p.port, "/v1/completions",
-                          "{\"prompt\":\"a\",\"max_tokens\":2,\"user\":\"u1\",\"frobnicate\":{\"x\":[1,2]},\"presence_penalty\":0,\"n\":1,\"logprobs\":null}");
+                          "{\"prompt\":\"a\",\"max_tokens\":2,\"user\":\"u1\",\"logit_bias\":{},\"presence_penalty\":0,\"n\":1,\"logprobs\":null}");
     cr_expect_eq(r.status, 200, "%s", r.raw);
     su_free(&r);
     r = su_get(p.port, "/v1/nothing");

@@ -1,9 +1,9 @@
 /*
  * test_vecdot_k.c - the K-quant and IQ4_XS dot products (vecdot_k.c,
- * vecdot_k_avx2.c) and the Q8_K activation quantizer.
+ * vecdot_k_avx2.c) and the Q8_K activation quantizer, both paths of each.
  *
  * Weights: random quant bytes with sane fp16 scales (quant_util.h), and
- * constant bytes against constant activations (extreme quants, all -128).
+ * constant bytes against constant activations (extreme quants, all -127).
  * Reference: the weight row dequantized by coli_dequantize_row (written
  * from ggml's dequantize_row_*, independently of the dot products) times
  * the Q8_K row read as d*q, summed in float64. Tolerances are relative to
@@ -22,21 +22,29 @@
 #include "quant_blocks.h"
 #include "quant_util.h"
 #include "vecdot.h"
+#include "vecdot_k_impl.h"
 
 typedef struct ktype {
     const char *name;
     coli_dtype t;
     size_t block_bytes;
     coli_vec_dot_fn portable, avx2;
+    coli_vec_dot_tokens_fn avx2_tokens;
 } ktype;
 
 static const ktype k_types[] = {
-    {"Q2_K", COLI_Q2_K, sizeof(block_q2_K), coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2},
-    {"Q3_K", COLI_Q3_K, sizeof(block_q3_K), coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2},
-    {"Q4_K", COLI_Q4_K, sizeof(block_q4_K), coli_vec_dot_q4_K_q8_K, coli_vec_dot_q4_K_q8_K_avx2},
-    {"Q5_K", COLI_Q5_K, sizeof(block_q5_K), coli_vec_dot_q5_K_q8_K, coli_vec_dot_q5_K_q8_K_avx2},
-    {"Q6_K", COLI_Q6_K, sizeof(block_q6_K), coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2},
-    {"IQ4_XS", COLI_IQ4_XS, sizeof(block_iq4_xs), coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2},
+    {"Q2_K", COLI_Q2_K, sizeof(block_q2_K), coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2,
+     coli_vec_dot_q2_K_q8_K_avx2_tokens},
+    {"Q3_K", COLI_Q3_K, sizeof(block_q3_K), coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2,
+     coli_vec_dot_q3_K_q8_K_avx2_tokens},
+    {"Q4_K", COLI_Q4_K, sizeof(block_q4_K), coli_vec_dot_q4_K_q8_K, coli_vec_dot_q4_K_q8_K_avx2,
+     coli_vec_dot_q4_K_q8_K_avx2_tokens},
+    {"Q5_K", COLI_Q5_K, sizeof(block_q5_K), coli_vec_dot_q5_K_q8_K, coli_vec_dot_q5_K_q8_K_avx2,
+     coli_vec_dot_q5_K_q8_K_avx2_tokens},
+    {"Q6_K", COLI_Q6_K, sizeof(block_q6_K), coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2,
+     coli_vec_dot_q6_K_q8_K_avx2_tokens},
+    {"IQ4_XS", COLI_IQ4_XS, sizeof(block_iq4_xs), coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2,
+     coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -119,7 +127,7 @@ static double reference_dot(const ktype *k, const uint8_t *w, const block_q8_K *
 }
 
 /* (weight fill, activation constant) patterns besides random: extreme
- * quants against all -128 activations (x constant negative) and +127/-128 */
+ * quants against all -127 activations (x constant negative) and +127 */
 static const struct { int fill; float c; } k_patterns[] = {
     {-1, 0.0f}, {0xff, -1.0f}, {0x00, -1.0f}, {0xff, 1.0f}, {0x00, 0.5f}, {0x55, 0.0f}, {0xaa, -3.0f},
 };
@@ -169,8 +177,40 @@ Test(vecdot_k, avx2_matches_portable) {
     }
 }
 
-/* same inputs, same bits: repeated calls, and the same row at another
- * address (no alignment-dependent path) */
+/* 1..4 activation rows at once: each output has the single call's bits */
+Test(vecdot_k, tokens_equal_single_calls) {
+    if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const ktype *k = &k_types[ti];
+        for (size_t li = 0; li < N_LENGTHS; li++) {
+            int64_t n = k_lengths[li];
+            size_t row = sizeof(block_q8_K) * (size_t)(n / COLI_QK_K), stride = row + 4 * li;
+            uint8_t *w = make_weights(k, n, (unsigned)(300 + 10 * ti + li), -1);
+            uint8_t *xs = malloc(4 * stride);
+            cr_assert(xs);
+            for (int t = 0; t < 4; t++) {
+                block_q8_K *x = make_acts(n, (unsigned)(700 + 10 * ti + t), t == 3 ? -2.0f : 0.0f);
+                memcpy(xs + t * stride, x, row);
+                free(x);
+            }
+            for (int nt = 1; nt <= COLI_VEC_DOT_MAX_TOKENS; nt++) {
+                float out[COLI_VEC_DOT_MAX_TOKENS];
+                k->avx2_tokens(n, w, xs, stride, out, nt);
+                for (int t = 0; t < nt; t++) {
+                    float one = k->avx2(n, w, xs + t * stride);
+                    cr_assert(memcmp(&one, &out[t], sizeof one) == 0, "%s n=%lld %d rows, row %d: %.9g, single %.9g",
+                              k->name, (long long)n, nt, t, out[t], one);
+                }
+            }
+            free(w);
+            free(xs);
+        }
+    }
+}
+
+/* same inputs, same bits: repeated calls, and the same rows at addresses
+ * off the 32-byte grid (still aligned for their fp16/float fields, as
+ * rows in a file and the matmul scratch are): no alignment-dependent path */
 Test(vecdot_k, deterministic) {
     const int64_t n = 1024;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
@@ -178,13 +218,13 @@ Test(vecdot_k, deterministic) {
         size_t wbytes = k->block_bytes * (size_t)(n / COLI_QK_K), xbytes = sizeof(block_q8_K) * (size_t)(n / COLI_QK_K);
         uint8_t *w = make_weights(k, n, (unsigned)(77 + ti), -1);
         block_q8_K *x = make_acts(n, (unsigned)(91 + ti), 0.0f);
-        uint8_t *w2 = malloc(wbytes + 3), *x2 = malloc(xbytes + 5);
+        uint8_t *w2 = malloc(wbytes + 2), *x2 = malloc(xbytes + 4);
         cr_assert(w2 && x2);
-        memcpy(w2 + 3, w, wbytes);
-        memcpy(x2 + 5, x, xbytes);
+        memcpy(w2 + 2, w, wbytes);
+        memcpy(x2 + 4, x, xbytes);
         coli_vec_dot_fn fns[2] = {k->portable, coli_cpu_avx2() ? k->avx2 : k->portable};
         for (int f = 0; f < 2; f++) {
-            float a = fns[f](n, w, x), b = fns[f](n, w, x), c = fns[f](n, w2 + 3, x2 + 5);
+            float a = fns[f](n, w, x), b = fns[f](n, w, x), c = fns[f](n, w2 + 2, x2 + 4);
             cr_assert(memcmp(&a, &b, sizeof a) == 0 && memcmp(&a, &c, sizeof a) == 0,
                       "%s path %d: %.9g %.9g %.9g", k->name, f, a, b, c);
         }
@@ -193,6 +233,15 @@ Test(vecdot_k, deterministic) {
 }
 
 /* ---- Q8_K quantizer -------------------------------------------------------- */
+
+typedef void (*q8k_fn)(const float *x, block_q8_K *y, int64_t n);
+
+/* the Q8_K quantizers this CPU can run; returns how many */
+static int q8k_paths(q8k_fn fns[2]) {
+    fns[0] = coli_quantize_act_q8_K_portable;
+    fns[1] = coli_quantize_act_q8_K_avx2;
+    return coli_cpu_avx2() ? 2 : 1;
+}
 
 static void check_bsums(const block_q8_K *b) {
     for (int g = 0; g < COLI_QK_K / 16; g++) {
@@ -205,16 +254,19 @@ static void check_bsums(const block_q8_K *b) {
 Test(vecdot_k, q8_K_zero_block) {
     float x[2 * COLI_QK_K] = {0};
     block_q8_K y[2];
-    memset(y, 0x5a, sizeof y);
     x[COLI_QK_K + 3] = 1.0f;   /* second block not zero */
-    coli_quantize_act_q8_K(x, y, 2 * COLI_QK_K);
-    cr_assert_eq(y[0].d, 0.0f);
-    for (int j = 0; j < COLI_QK_K; j++) cr_assert_eq(y[0].qs[j], 0);
-    for (int g = 0; g < COLI_QK_K / 16; g++) cr_assert_eq(y[0].bsums[g], 0);
-    /* the only nonzero value is the max: iscale = -127/1, d = 1/iscale */
-    cr_assert_eq(y[1].qs[3], -127);
-    cr_assert_eq(y[1].d, 1.0f / -127.0f);
-    cr_assert_eq(y[1].bsums[0], -127);
+    q8k_fn fns[2];
+    for (int f = 0; f < q8k_paths(fns); f++) {
+        memset(y, 0x5a, sizeof y);
+        fns[f](x, y, 2 * COLI_QK_K);
+        cr_assert_eq(y[0].d, 0.0f);
+        for (int j = 0; j < COLI_QK_K; j++) cr_assert_eq(y[0].qs[j], 0);
+        for (int g = 0; g < COLI_QK_K / 16; g++) cr_assert_eq(y[0].bsums[g], 0);
+        /* the only nonzero value is the max: iscale = -127/1, d = 1/iscale */
+        cr_assert_eq(y[1].qs[3], -127);
+        cr_assert_eq(y[1].d, 1.0f / -127.0f);
+        cr_assert_eq(y[1].bsums[0], -127);
+    }
 }
 
 /* the first value of largest |x| keeps its sign and maps to -127
@@ -225,14 +277,17 @@ Test(vecdot_k, q8_K_max_sign_and_cap) {
     x[20] = -2.0f;
     x[40] = 2.0f;   /* same |x|, later: not the max */
     block_q8_K y;
-    coli_quantize_act_q8_K(x, &y, COLI_QK_K);
-    cr_assert_eq(y.d, 1.0f / 63.5f, "d = 1/iscale = max/-127: %g", y.d);
-    cr_assert_eq(y.qs[20], -127);
-    cr_assert_eq(y.qs[40], 127, "%d", y.qs[40]);
-    /* iscale = 63.5: x = 0.25 -> 15.875 -> 16, -0.5 -> -31.75 -> -32 */
-    cr_assert_eq(y.qs[3], 16);
-    cr_assert_eq(y.qs[0], -32);
-    check_bsums(&y);
+    q8k_fn fns[2];
+    for (int f = 0; f < q8k_paths(fns); f++) {
+        fns[f](x, &y, COLI_QK_K);
+        cr_assert_eq(y.d, 1.0f / 63.5f, "d = 1/iscale = max/-127: %g", y.d);
+        cr_assert_eq(y.qs[20], -127);
+        cr_assert_eq(y.qs[40], 127, "%d", y.qs[40]);
+        /* iscale = 63.5: x = 0.25 -> 15.875 -> 16, -0.5 -> -31.75 -> -32 */
+        cr_assert_eq(y.qs[3], 16);
+        cr_assert_eq(y.qs[0], -32);
+        check_bsums(&y);
+    }
 }
 
 /* iscale*x exactly half-way rounds to even, as ggml's nearest_int does */
@@ -243,10 +298,14 @@ Test(vecdot_k, q8_K_rounds_half_to_even) {
     const int want[] = {0, 2, 2, -2, 0, 126, -126, 3};
     for (int i = 0; i < 8; i++) x[1 + i] = in[i];
     block_q8_K y;
-    coli_quantize_act_q8_K(x, &y, COLI_QK_K);
-    cr_assert_eq(y.d, 1.0f);
-    for (int i = 0; i < 8; i++) cr_assert_eq(y.qs[1 + i], want[i], "x=%g -> %d, want %d", in[i], y.qs[1 + i], want[i]);
-    check_bsums(&y);
+    q8k_fn fns[2];
+    for (int f = 0; f < q8k_paths(fns); f++) {
+        fns[f](x, &y, COLI_QK_K);
+        cr_assert_eq(y.d, 1.0f);
+        for (int i = 0; i < 8; i++)
+            cr_assert_eq(y.qs[1 + i], want[i], "path %d: x=%g -> %d, want %d", f, in[i], y.qs[1 + i], want[i]);
+        check_bsums(&y);
+    }
 }
 
 Test(vecdot_k, q8_K_random_bsums_and_error) {
@@ -254,14 +313,47 @@ Test(vecdot_k, q8_K_random_bsums_and_error) {
     float x[4 * COLI_QK_K];
     for (int i = 0; i < 4 * COLI_QK_K; i++) x[i] = frand(&seed) * (float)(1 + i / COLI_QK_K);
     block_q8_K y[4];
-    coli_quantize_act_q8_K(x, y, 4 * COLI_QK_K);
-    for (int b = 0; b < 4; b++) {
-        check_bsums(&y[b]);
-        for (int j = 0; j < COLI_QK_K; j++) {
-            /* half a step, or a whole one where +128 was capped at 127 */
-            double err = fabs((double)y[b].d * y[b].qs[j] - x[b * COLI_QK_K + j]);
-            double steps = y[b].qs[j] == 127 ? 1.0 : 0.5;
-            cr_assert(err <= steps * fabs(y[b].d) * 1.0001, "block %d value %d: error %g, step %g", b, j, err, y[b].d);
+    q8k_fn fns[2];
+    for (int f = 0; f < q8k_paths(fns); f++) {
+        fns[f](x, y, 4 * COLI_QK_K);
+        for (int b = 0; b < 4; b++) {
+            check_bsums(&y[b]);
+            for (int j = 0; j < COLI_QK_K; j++) {
+                /* at most half a step (nothing is capped: |iscale * x| <= 127) */
+                double err = fabs((double)y[b].d * y[b].qs[j] - x[b * COLI_QK_K + j]);
+                cr_assert(err <= 0.5 * fabs(y[b].d) * 1.0001, "block %d value %d: error %g, step %g", b, j, err,
+                          y[b].d);
+            }
         }
     }
+}
+
+/* the AVX2 quantizer writes the portable one's bytes: random rows, exact
+ * half-way products, ties for the max, zeros, NaN and Inf */
+Test(vecdot_k, q8_K_avx2_same_bytes) {
+    if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    enum { NB = 12, N = NB * COLI_QK_K };
+    static float x[N];
+    unsigned seed = 31337;
+    for (int i = 0; i < N; i++) x[i] = frand(&seed) * (float)(1 + i % 5);
+    for (int i = 0; i < COLI_QK_K; i++) x[COLI_QK_K + i] = (float)(i % 254 - 127) + 0.5f;  /* halves */
+    x[COLI_QK_K + 255] = -127.0f;   /* the max: iscale 1 */
+    for (int i = 0; i < COLI_QK_K; i++) x[2 * COLI_QK_K + i] = (i % 2 ? 3.0f : -3.0f);  /* ties for the max */
+    memset(x + 3 * COLI_QK_K, 0, sizeof(float) * COLI_QK_K);
+    x[4 * COLI_QK_K + 9] = NAN;
+    x[5 * COLI_QK_K + 200] = INFINITY;
+    x[6 * COLI_QK_K + 17] = -INFINITY;
+    x[7 * COLI_QK_K + 255] = 1e30f;
+    x[8 * COLI_QK_K] = -1e-30f;   /* subnormal-range scales */
+    for (int i = 1; i < COLI_QK_K; i++) x[8 * COLI_QK_K + i] = 1e-31f * (float)(i % 7);
+    block_q8_K a[NB], b[NB];
+    memset(a, 0x11, sizeof a);
+    memset(b, 0x22, sizeof b);
+    coli_quantize_act_q8_K_portable(x, a, N);
+    coli_quantize_act_q8_K_avx2(x, b, N);
+    for (int k = 0; k < NB; k++)
+        cr_assert(memcmp(&a[k], &b[k], sizeof a[k]) == 0, "block %d differs (d %g vs %g)", k, a[k].d, b[k].d);
+    /* and the public entry point is one of them */
+    coli_quantize_act_q8_K(x, b, N);
+    cr_assert(memcmp(a, b, sizeof a) == 0);
 }

@@ -139,6 +139,29 @@ static void check_upstream_vectors(const char *name, int spm)
     coli_model_free(&m);
 }
 
+// Prompt mode (add_special): only deepseek-coder's vocabulary adds BOS, id
+// 32013 (tokenizer.ggml.add_bos_token; ../shared/reference/README.md, Semantics).
+Test(vocab_only, bos_in_prompt_mode)
+{
+    static const struct { const char *name; int32_t bos; } v[] = {
+        { "gpt-2", -1 }, { "falcon", -1 }, { "starcoder", -1 }, { "deepseek-coder", 32013 },
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        char path[512], rel[256];
+        snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", v[i].name);
+        ref_path(path, sizeof path, rel);
+        coli_model *m = load_vocab(path);
+        int32_t raw[8], prompt[9];
+        int n_raw = 0, n = 0, extra = v[i].bos >= 0;
+        cr_assert_eq(coli_tokenize(m, "Hello", 5, 0, 1, raw, 8, &n_raw), 0, "%s", coli_last_error());
+        cr_assert_eq(coli_tokenize(m, "Hello", 5, 1, 1, prompt, 9, &n), 0, "%s", coli_last_error());
+        cr_expect_eq(n, n_raw + extra, "%s", v[i].name);
+        cr_expect(!extra || prompt[0] == v[i].bos, "%s: first id %d", v[i].name, prompt[0]);
+        cr_expect(memcmp(prompt + extra, raw, (size_t)n_raw * sizeof raw[0]) == 0, "%s", v[i].name);
+        coli_model_free(&m);
+    }
+}
+
 Test(vocab_only, llama_spm_vectors) { check_upstream_vectors("llama-spm", 1); }
 Test(vocab_only, gpt2_vectors) { check_upstream_vectors("gpt-2", 0); }
 Test(vocab_only, falcon_vectors) { check_upstream_vectors("falcon", 0); }

@@ -8,7 +8,9 @@
  * Default: the weight rows together take 256 MiB, more than the caches, so
  * GB/s (weight bytes per second) is bounded by memory bandwidth. --hot
  * uses 256 KiB of rows, which stay in cache: the kernel's own speed.
- * Each figure is the best of 5 windows (see measure).
+ * Each figure is the best of 5 windows (see measure). "x4" runs each row
+ * against 4 activation rows in one _tokens call (as prefill does) and
+ * counts the row's bytes 4 times: comparable to the single call's GB/s.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,15 +25,16 @@ typedef struct kernel {
     const char *name;
     coli_dtype t;
     coli_vec_dot_fn portable, avx2;
+    coli_vec_dot_tokens_fn avx2_tokens;
 } kernel;
 
 static const kernel k_kernels[] = {
-    {"Q4_K", COLI_Q4_K, coli_vec_dot_q4_K_q8_K, coli_vec_dot_q4_K_q8_K_avx2},
-    {"Q5_K", COLI_Q5_K, coli_vec_dot_q5_K_q8_K, coli_vec_dot_q5_K_q8_K_avx2},
-    {"Q6_K", COLI_Q6_K, coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2},
-    {"Q3_K", COLI_Q3_K, coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2},
-    {"Q2_K", COLI_Q2_K, coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2},
-    {"IQ4_XS", COLI_IQ4_XS, coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2},
+    {"Q4_K", COLI_Q4_K, coli_vec_dot_q4_K_q8_K, coli_vec_dot_q4_K_q8_K_avx2, coli_vec_dot_q4_K_q8_K_avx2_tokens},
+    {"Q5_K", COLI_Q5_K, coli_vec_dot_q5_K_q8_K, coli_vec_dot_q5_K_q8_K_avx2, coli_vec_dot_q5_K_q8_K_avx2_tokens},
+    {"Q6_K", COLI_Q6_K, coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2, coli_vec_dot_q6_K_q8_K_avx2_tokens},
+    {"Q3_K", COLI_Q3_K, coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2, coli_vec_dot_q3_K_q8_K_avx2_tokens},
+    {"Q2_K", COLI_Q2_K, coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2, coli_vec_dot_q2_K_q8_K_avx2_tokens},
+    {"IQ4_XS", COLI_IQ4_XS, coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2, coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
 };
 
 /* this thread's CPU time: on a shared machine, time spent descheduled is
@@ -57,22 +60,40 @@ static uint8_t *random_bytes(size_t n) {
     return p;
 }
 
-/* weight GB/s of fn over all rows: the best of 5 windows of seconds/5
- * each (the machine may be shared; the best window is the kernel's) */
-static double measure(coli_vec_dot_fn fn, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t cols,
-                      const block_q8_K *x, double seconds, float *sink) {
+typedef struct bench_case {
+    coli_vec_dot_fn single;        /* or NULL: x4 */
+    coli_vec_dot_tokens_fn x4;     /* called with 4 rows */
+    const uint8_t *w;
+    size_t row_bytes;
+    int64_t rows, cols;
+    const block_q8_K *x;           /* 4 activation rows */
+} bench_case;
+
+/* one pass over all rows; returns the weight bytes it counts */
+static double one_pass(const bench_case *c, float *acc) {
+    const size_t x_stride = sizeof(block_q8_K) * (size_t)(c->cols / COLI_QK_K);
+    for (int64_t r = 0; r < c->rows; r++) {
+        const uint8_t *wr = c->w + (size_t)r * c->row_bytes;
+        if (c->single) { *acc += c->single(c->cols, wr, c->x); continue; }
+        float out[4];
+        c->x4(c->cols, wr, c->x, x_stride, out, 4);
+        *acc += out[0] + out[3];
+    }
+    return (double)c->rows * (double)c->row_bytes * (c->single ? 1.0 : 4.0);
+}
+
+/* weight GB/s over all rows: the best of 5 windows of seconds/5 each (the
+ * machine may be shared; the best window is the kernel's) */
+static double measure(const bench_case *c, double seconds, float *sink) {
     double best = 0.0;
     float acc = 0.0f;
     for (int window = 0; window < 5; window++) {
-        double t0 = now_s(), t;
-        int64_t passes = 0;
+        double t0 = now_s(), t, bytes = 0.0;
         do {
-            for (int64_t r = 0; r < rows; r++) acc += fn(cols, w + (size_t)r * row_bytes, x);
-            passes++;
+            bytes += one_pass(c, &acc);
             t = now_s() - t0;
         } while (t < seconds / 5);
-        double gbs = (double)passes * (double)rows * (double)row_bytes / t / 1e9;
-        if (gbs > best) best = gbs;
+        if (bytes / t / 1e9 > best) best = bytes / t / 1e9;
     }
     *sink += acc;
     return best;
@@ -88,26 +109,39 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cols") && i + 1 < argc) cols = atoll(argv[++i]);
         else { fprintf(stderr, "usage: %s [--hot] [--seconds S] [--cols C]\n", argv[0]); return 2; }
     }
-    if (cols <= 0 || cols % COLI_QK_K) { fprintf(stderr, "bench_vecdot_k: --cols must be a multiple of 256\n"); return 2; }
+    if (cols <= 0 || cols % COLI_QK_K) {
+        fprintf(stderr, "bench_vecdot_k: --cols must be a positive multiple of 256\n");
+        return 2;
+    }
     const size_t total = hot ? (256u << 10) : (256u << 20);
     float *xf = malloc(sizeof(float) * (size_t)cols);
-    block_q8_K *x = malloc(sizeof(block_q8_K) * (size_t)(cols / COLI_QK_K));
+    block_q8_K *x = malloc(sizeof(block_q8_K) * (size_t)(4 * cols / COLI_QK_K));
     uint8_t *w = random_bytes(total + (1u << 20));
     if (!xf || !x || !w) { fprintf(stderr, "bench_vecdot_k: out of memory\n"); return 1; }
     unsigned seed = 99;
-    for (int64_t i = 0; i < cols; i++) xf[i] = (float)(next_rand(&seed) & 0xffff) / 32768.0f - 1.0f;
-    coli_quantize_act_q8_K(xf, x, cols);
+    for (int t = 0; t < 4; t++) {
+        for (int64_t i = 0; i < cols; i++) xf[i] = (float)(next_rand(&seed) & 0xffff) / 32768.0f - 1.0f;
+        coli_quantize_act_q8_K(xf, x + t * (cols / COLI_QK_K), cols);
+    }
     printf("bench_vecdot_k: 1 thread, %lld values per row, %s weights (%zu KiB)\n", (long long)cols,
            hot ? "cache-resident" : "streamed", total >> 10);
-    printf("%-7s %12s %12s %8s\n", "type", "portable GB/s", "avx2 GB/s", "speedup");
+    printf("%-7s %14s %10s %8s %10s %8s\n", "type", "portable GB/s", "avx2 GB/s", "speedup", "x4 GB/s", "x4/avx2");
     float sink = 0.0f;
     for (size_t k = 0; k < sizeof k_kernels / sizeof k_kernels[0]; k++) {
         const kernel *kn = &k_kernels[k];
         size_t row_bytes = coli_row_bytes(kn->t, cols);
         int64_t rows = (int64_t)(total / row_bytes);
-        double p = measure(kn->portable, w, row_bytes, rows, cols, x, seconds, &sink);
-        double a = coli_cpu_avx2() ? measure(kn->avx2, w, row_bytes, rows, cols, x, seconds, &sink) : 0.0;
-        printf("%-7s %12.2f %12.2f %7.1fx\n", kn->name, p, a, a > 0 ? a / p : 0.0);
+        bench_case c = {kn->portable, NULL, w, row_bytes, rows, cols, x};
+        double p = measure(&c, seconds, &sink), a = 0.0, a4 = 0.0;
+        if (coli_cpu_avx2()) {
+            c.single = kn->avx2;
+            a = measure(&c, seconds, &sink);
+            c.single = NULL;
+            c.x4 = kn->avx2_tokens;
+            a4 = measure(&c, seconds, &sink);
+        }
+        printf("%-7s %14.2f %10.2f %7.1fx %10.2f %7.2fx\n", kn->name, p, a, a > 0 ? a / p : 0.0, a4,
+               a > 0 ? a4 / a : 0.0);
     }
     fprintf(stderr, "(checksum %g)\n", (double)sink);
     free(xf); free(x); free(w);

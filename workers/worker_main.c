@@ -329,11 +329,14 @@ int main(int argc, char **argv)
         rc = worker_load_plugin(&w, why, sizeof why);
     if (rc == 0)
         rc = s_open_device(&w, why, sizeof why);
-    if (worker_send_hello(&w, rc == 0, why) != 0 || rc != 0) {
+    int sent = worker_send_hello(&w, rc == 0, why);
+    if (sent != 0 || rc != 0) {
         /* Give the FAILED hello time to leave before the socket closes. */
         int linger = 2000;
         zmq_setsockopt(w.sock, ZMQ_LINGER, &linger, sizeof linger);
-        if (rc != 0)
+        /* a local coordinator prints the reason of a FAILED hello (once, on
+         * the same terminal); say it here when it may not get there */
+        if (rc != 0 && (sent != 0 || w.a.listen))
             fprintf(stderr, "coli-worker %d: %s\n", w.a.worker_id, why);
         worker_close(&w);
         return 1;

@@ -5,6 +5,7 @@
  * every waiting message, heartbeat when due. A kernel that hangs therefore
  * stops the heartbeat too, which is what the coordinator watches.
  */
+#include <stddef.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,12 +83,15 @@ typedef struct place_outcome {
     Coli__ExpertRef *held;
     Coli__RefusedExpert *refused;
     char (*why)[256];
+    char (*code)[24];        /* the refusal kind when the reason names one */
     size_t n_held, n_refused;
 } place_outcome;
 
 //  Why a load failed, as the coordinator counts it.
-static const char *s_refusal_kind(int rc, const char *why)
+static const char *s_refusal_kind(int rc, const char *why, char *code, size_t code_len)
 {
+    const char *named = wire_reason_code(why, code, code_len); /* e.g. DECLINED_SHAPE (xdna) */
+    if (named) return named;
     if (strstr(why, "budget")) return "budget";
     if (rc == COLI_EUNSUPPORTED) return "unsupported";
     if (rc == COLI_ENOMEM) return "alloc";
@@ -185,9 +189,9 @@ int worker_on_place(worker *w, const Coli__Envelope *env)
         return s_send_place_ack(w, 0, why, NULL);
     size_t n = p->n_experts;
     place_outcome po = {calloc(n + 1, sizeof *po.held), calloc(n + 1, sizeof *po.refused),
-                        calloc(n + 1, sizeof *po.why), 0, 0};
-    if (!po.held || !po.refused || !po.why) {
-        free(po.held); free(po.refused); free(po.why);
+                        calloc(n + 1, sizeof *po.why), calloc(n + 1, sizeof *po.code), 0, 0};
+    if (!po.held || !po.refused || !po.why || !po.code) {
+        free(po.held); free(po.refused); free(po.why); free(po.code);
         return s_send_place_ack(w, 0, "worker: out of memory for the place list", NULL);
     }
     for (size_t i = 0; i < n; i++) {
@@ -204,12 +208,12 @@ int worker_on_place(worker *w, const Coli__Envelope *env)
         coli__refused_expert__init(r);
         r->layer = layer;
         r->expert = e;
-        r->kind = (char *)s_refusal_kind(rc, err);
+        r->kind = (char *)s_refusal_kind(rc, err, po.code[po.n_refused], sizeof po.code[0]);
         snprintf(po.why[po.n_refused], sizeof po.why[0], "%s", err[0] ? err : coli_status_str(rc));
         r->reason = po.why[po.n_refused++];
     }
     int rc = s_send_place_ack(w, 1, "", &po);
-    free(po.held); free(po.refused); free(po.why);
+    free(po.held); free(po.refused); free(po.why); free(po.code);
     return rc;
 }
 
@@ -225,6 +229,19 @@ int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int o
     r.status = ok ? COLI__STATUS__STATUS_OK : COLI__STATUS__STATUS_FAILED;
     r.reason = (char *)why;
     r.compute_ns = ns;
+    moe_counter mc[MOE_MAX_COUNTERS];
+    Coli__Counter cs[MOE_MAX_COUNTERS], *cp[MOE_MAX_COUNTERS];
+    const struct moe_plugin *p = w->plugin;
+    int nc = p->struct_size >= offsetof(struct moe_plugin, get_counters) + sizeof p->get_counters &&
+             p->get_counters ? p->get_counters(w->dev, mc, MOE_MAX_COUNTERS) : 0;
+    for (int i = 0; i < nc && i < MOE_MAX_COUNTERS; i++) {
+        coli__counter__init(&cs[i]);
+        mc[i].name[sizeof mc[i].name - 1] = '\0';
+        cs[i].name = mc[i].name;
+        cs[i].value = mc[i].value;
+        cp[r.n_counters++] = &cs[i];
+    }
+    r.counters = cp;
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.request_id = id;
     env.body_case = COLI__ENVELOPE__BODY_RESULT;

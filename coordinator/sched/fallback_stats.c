@@ -145,7 +145,12 @@ static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w)
         cum += w->stats.lat.buckets[i];
         coli_strbuf_appendf(b, "%s%llu", i ? "," : "", (unsigned long long)cum);
     }
-    coli_strbuf_appendf(b, "],\"count\":%llu,\"sum\":%.9f}}", (unsigned long long)w->stats.lat.n, w->stats.lat.sum);
+    coli_strbuf_appendf(b, "],\"count\":%llu,\"sum\":%.9f},\"counters\":{", (unsigned long long)w->stats.lat.n,
+                        w->stats.lat.sum);
+    for (int i = 0; i < w->stats.n_counters; i++) /* names checked on arrival: [a-z0-9_] */
+        coli_strbuf_appendf(b, "%s\"%s\":%llu", i ? "," : "", w->stats.counter_name[i],
+                            (unsigned long long)w->stats.counter_value[i]);
+    coli_strbuf_appendf(b, "}}");
 }
 
 int stats_json(const sched *s, char **json)
@@ -196,7 +201,11 @@ static void s_worker_text(coli_strbuf *b, const sched *s, const worker_link *w)
             coli_strbuf_appendf(b, " %s %llu", s->stats.fb[i].reason, (unsigned long long)s->stats.fb[i].count);
             any = 1;
         }
-    coli_strbuf_appendf(b, "%s%s%s\n", any ? "" : " none", w->reason[0] ? "  (" : "", w->reason[0] ? w->reason : "");
+    if (!any) coli_strbuf_appendf(b, " none");
+    for (int i = 0; i < w->stats.n_counters; i++)
+        coli_strbuf_appendf(b, "%s%s %llu", i ? ", " : "  counters: ", w->stats.counter_name[i],
+                            (unsigned long long)w->stats.counter_value[i]);
+    coli_strbuf_appendf(b, "%s%s\n", w->reason[0] ? "  (" : "", w->reason[0] ? w->reason : "");
     if (w->reason[0]) { b->len--; coli_strbuf_appendf(b, ")\n"); }
 }
 

@@ -92,12 +92,10 @@ int remote_connect(sched *s, worker_link *w)
     w->tcp.on = 1;
     w->proc.pid = 0;
     w->proc.pidfd = -1;
-    w->req.id = w->req.hung_id = 0;
-    w->place.hello_ok = w->tcp.handshaked = 0;
+    w->tcp.handshaked = 0;
     w->proc.exit_seen_ns = 0;
     w->proc.routing_len = (size_t)snprintf(w->proc.routing_id, sizeof w->proc.routing_id, "w%d.%u", w->id, w->proc.gen);
-    link_set_state(w, LINK_STARTING, "");
-    w->last_seen_ns = coli_now_ns();
+    link_starting(w);
     int rc = remote_preflight(&s->set, &w->dev, 1);
     if (rc) return rc;
     rc = s_socket(s, w, s->set.keys_dir);

@@ -1,12 +1,12 @@
 /*
  * placement.c - which worker holds which expert.
  *
- * --devices is a comma list: cpu:N (N cpu workers), cpu (= cpu:1),
+ * --devices is a comma list: cpu:N[@T] (N cpu workers, T threads each), cpu (= cpu:1),
  * cuda:I[=BUDGET], hip:I[=BUDGET], xdna, remote:tcp://HOST:PORT[=BUDGET],
  * auto, inproc. BUDGET is bytes with
- * an optional K/M/G suffix. For now placement balances expert bytes across
- * the workers of each layer, within each worker's budget; routing heat and
- * pins come later (docs/scheduler.md, "Not done yet").
+ * an optional K/M/G suffix. Without heat, placement balances expert bytes
+ * across the workers of each layer, within each worker's budget; with a
+ * heat file or pins, heat_place.c decides.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -50,6 +50,14 @@ int sched_add_device(device_spec *out, int cap, int *n, const char *plugin, int 
     d->index = index;
     d->budget = budget;
     return 0;
+}
+
+int sched_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n)
+{
+    if (!set->xdna) return 0;
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(d[i].plugin, "xdna")) return 0;
+    return sched_add_device(d, cap, n, "xdna", 0, 0);
 }
 
 //  Index after "name:" (or 0 with no colon); -1 when not a number.
@@ -102,6 +110,16 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
         int rc = s_budget(eq + 1, &budget);
         if (rc) return rc;
     }
+    int threads = 0;
+    char *at = strncmp(item, "remote:", 7) ? strchr(item, '@') : NULL;
+    if (at) { /* cpu:N@T: T compute threads each */
+        char *end;
+        long t = strtol(at + 1, &end, 10);
+        if (end == at + 1 || *end || t < 1 || t > 4096 || strncmp(item, "cpu", 3))
+            return coli_fail(COLI_EINVAL, "devices: bad '@%s' in '%s' (want cpu[:N]@THREADS)", at + 1, item);
+        *at = 0;
+        threads = (int)t;
+    }
     size_t name_len = strcspn(item, ":");
     const char *idx_end = item + strlen(item);
     if (!strcmp(item, "inproc")) { *inproc = 1; return 0; }
@@ -122,8 +140,10 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
     if (which == 0) { /* cpu:N = N workers */
         int count = item[name_len] == ':' ? v : 1, base = 0;
         for (int i = 0; i < *n; i++) base += !strcmp(out[i].plugin, "cpu");
-        for (int i = 0; i < count; i++)
+        for (int i = 0; i < count; i++) {
             if (sched_add_device(out, cap, n, "cpu", base + i, budget)) return COLI_EINVAL;
+            out[*n - 1].threads = threads;
+        }
         return 0;
     }
     return sched_add_device(out, cap, n, known[which], v, budget);

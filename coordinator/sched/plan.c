@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/heat.h"
 #include "coordinator/sched/sched_internal.h"
 #include "error.h"
 #include "expert_ffn.h"
@@ -24,30 +25,33 @@ static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out)
 }
 
 static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, const uint64_t *eb,
-                    const int32_t *owner, char **text)
+                    const int32_t *owner, const double *share, int pinned, char **text)
 {
     size_t cap = 4096 + (size_t)n_w * 160 + (size_t)n_layer * ((size_t)n_expert * 8 + 32);
     char *t = malloc(cap);
     if (!t) return coli_fail(COLI_ENOMEM, "plan: out of memory");
     size_t len = 0;
-    len += (size_t)snprintf(t + len, cap - len, "placement: %d workers, %d layers x %d experts "
-                            "(balance expert bytes per layer within budgets)\n", n_w, n_layer, n_expert);
+    len += (size_t)snprintf(t + len, cap - len, "placement: %d workers, %d layers x %d experts (%s)\n", n_w, n_layer,
+                            n_expert, share || pinned ? "hottest first onto the fastest device with room; pins win"
+                                            : "balance expert bytes per layer within budgets");
     for (int w = -1; w < n_w; w++) {
         uint64_t n = 0, bytes = 0;
         for (int l = 0; l < n_layer; l++)
             for (int e = 0; e < n_expert; e++)
                 if (eb[l] && owner[(size_t)l * (size_t)n_expert + (size_t)e] == w) n++, bytes += eb[l];
         if (w < 0 && !n) continue;
+        char rows[64] = "";
+        if (share) snprintf(rows, sizeof rows, "  expected rows %.1f%%", 100.0 * share[w < 0 ? n_w : w]);
         if (w < 0)
-            len += (size_t)snprintf(t + len, cap - len, "  in-process: %llu experts, %.1f MiB (no room on any worker)\n",
-                                    (unsigned long long)n, (double)bytes / 1048576.0);
+            len += (size_t)snprintf(t + len, cap - len, "  in-process: %llu experts, %.1f MiB (no room on any worker)%s\n",
+                                    (unsigned long long)n, (double)bytes / 1048576.0, rows);
         else
         {
             char b[32] = "unlimited";
             if (d[w].budget) snprintf(b, sizeof b, "%.1f MiB", (double)d[w].budget / 1048576.0);
-            len += (size_t)snprintf(t + len, cap - len, "  worker %d  %s:%d  budget %s  experts %llu  %.1f MiB\n",
+            len += (size_t)snprintf(t + len, cap - len, "  worker %d  %s:%d  budget %s  experts %llu  %.1f MiB%s\n",
                                     w, d[w].plugin, d[w].index, b, (unsigned long long)n,
-                                    (double)bytes / 1048576.0);
+                                    (double)bytes / 1048576.0, rows);
         }
     }
     for (int l = 0; l < n_layer; l++) {
@@ -62,7 +66,35 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
     return 0;
 }
 
+//  The heat file at heat_path (NULL: none) for a model of that shape, and
+//  the placement from it and pins into owner; share: rows per worker.
+static int s_plan_heat(const placement_in *in, const device_spec *d, const char *heat_path, const char *pins,
+                       int32_t *owner, double *share)
+{
+    heat_table h = {0};
+    int rc = heat_path ? heat_read(heat_path, &h) : heat_init(&h, in->n_layer, in->n_expert);
+    if (rc == 0 && (h.n_layer != in->n_layer || h.n_expert != in->n_expert))
+        rc = coli_fail(COLI_EFORMAT, "heat file %s: %d layers x %d experts, the model has %d x %d", heat_path,
+                       h.n_layer, h.n_expert, in->n_layer, in->n_expert);
+    int32_t *pin = rc ? NULL : malloc((size_t)in->n_layer * (size_t)in->n_expert * sizeof *pin);
+    if (rc == 0 && !pin) rc = coli_fail(COLI_ENOMEM, "plan: out of memory");
+    long speed[SCHED_MAX_WORKERS];
+    for (int i = 0; i < in->n_workers; i++) speed[i] = sched_device_speed(&d[i], 0);
+    if (rc == 0) rc = sched_parse_pins(pins, d, in->n_workers, in->n_layer, in->n_expert, pin);
+    if (rc == 0) rc = placement_plan_heat(in, h.count, speed, pin, owner);
+    if (rc == 0) placement_row_share(in, h.count, owner, share);
+    free(pin);
+    heat_free(&h);
+    return rc;
+}
+
 int coli_plan_text(const char *model_path, const char *devices, char **text)
+{
+    return coli_plan_heat_text(model_path, devices, NULL, NULL, text);
+}
+
+int coli_plan_heat_text(const char *model_path, const char *devices, const char *heat_path, const char *pins,
+                        char **text)
 {
     if (!text) return coli_fail(COLI_EINVAL, "plan: text must not be NULL");
     *text = NULL;
@@ -76,6 +108,7 @@ int coli_plan_text(const char *model_path, const char *devices, char **text)
     char worker_bin[PATH_MAX]; /* coli-worker probes the GPUs */
     rc = sched_expand_auto(&set, sup_find_worker_bin(&set, worker_bin, sizeof worker_bin) == 0 ? worker_bin : NULL,
                            d, SCHED_MAX_WORKERS, &n_w, 0);
+    if (rc == 0 && !inproc) rc = sched_xdna_optin(&set, d, SCHED_MAX_WORKERS, &n_w); /* --xdna */
     if (rc) return rc;
     if (inproc) {
         *text = strdup("placement: in-process (--devices inproc): every expert runs in the coordinator\n");
@@ -88,6 +121,8 @@ int coli_plan_text(const char *model_path, const char *devices, char **text)
         gguf_close(&f);
         return coli_fail_prefix(rc, "plan: %s", model_path);
     }
+    int64_t n_nextn = 0; /* multi-token-prediction blocks: not run, not placed (model.c) */
+    if (s_arch_int(f, "nextn_predict_layers", &n_nextn) == 0 && n_nextn > 0 && n_nextn < n_layer) n_layer -= n_nextn;
     if (n_layer <= 0 || n_expert <= 0 || n_layer > 100000 || n_expert > 100000) {
         gguf_close(&f);
         return coli_fail(COLI_EINVAL, "plan: %s is not a MoE model (%lld layers, %lld experts)",
@@ -106,8 +141,10 @@ int coli_plan_text(const char *model_path, const char *devices, char **text)
     int usable[SCHED_MAX_WORKERS];
     for (int i = 0; i < n_w; i++) budget[i] = d[i].budget, usable[i] = 1;
     placement_in in = {(int)n_layer, (int)n_expert, eb, n_w, budget, usable};
-    if (rc == 0) rc = placement_plan(&in, owner);
-    if (rc == 0) rc = s_render(d, n_w, (int)n_layer, (int)n_expert, eb, owner, text);
+    const int by_heat = heat_path || (pins && *pins);
+    double share[SCHED_MAX_WORKERS + 1];
+    if (rc == 0) rc = by_heat ? s_plan_heat(&in, d, heat_path, pins, owner, share) : placement_plan(&in, owner);
+    if (rc == 0) rc = s_render(d, n_w, (int)n_layer, (int)n_expert, eb, owner, heat_path ? share : NULL, by_heat, text);
     free(eb);
     free(owner);
     gguf_close(&f);

@@ -5,6 +5,7 @@
  *   scheduler.c      moe_exec_workers_new, the per-layer fan-out / gather / fallback,
  *                    and what follows a worker's outcome (sched_outcome)
  *   placement.c      --devices parsing and the expert -> worker map
+ *   heat_place.c     the map from routing heat and pins
  *   device_probe.c   --devices auto: GPU probes in child processes
  *   plan.c           coli_plan_text: the placement without starting workers
  *   supervisor.c     spawning, reaping, restart with back-off, shutdown
@@ -33,6 +34,7 @@ typedef struct device_spec {
     char plugin[16];       /* "cpu", "cuda", "hip", "xdna" */
     int index;             /* vendor ordinal */
     uint64_t budget;       /* bytes of experts it may hold; 0 = unlimited */
+    int threads;           /* cpu:N@T: compute threads of each (0 = an even share of n_threads) */
     char endpoint[224];    /* plugin "remote": the worker's tcp:// endpoint (link_remote.c) */
 } device_spec;
 
@@ -53,6 +55,12 @@ int sched_default_cpu_workers(void);
 int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_spec *d, int cap, int *n,
                       int verbose);
 
+/* The NPU lane's opt-in: when it is requested (set->xdna: COLI_XDNA a
+ * non-zero integer; `--xdna` sets it) and the list has no xdna entry, append
+ * xdna:0. `auto` never adds it by itself (docs/xdna.md). 0 or COLI_EINVAL
+ * (list full). */
+int sched_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n);
+
 typedef struct placement_in {
     int n_layer, n_expert;
     const uint64_t *expert_bytes;  /* (n_layer) bytes of one expert of each layer; 0: a dense layer */
@@ -65,6 +73,26 @@ typedef struct placement_in {
  * (computed in-process) or the layer has no experts (expert_bytes 0). Within each layer, each expert goes to the usable
  * worker with the fewest bytes of that layer so far that still has budget. */
 int placement_plan(const placement_in *in, int32_t *owner);
+
+/* ---- placement from heat (heat_place.c) ---- */
+/* How fast a device computes experts, as a rank (higher = faster): the kind
+ * (cuda/hip > xdna > remote > cpu), then its compute threads (cpu:N@T, else
+ * threads: the share it gets). A static rank from the device's kind, not a measurement. */
+long sched_device_speed(const device_spec *d, int threads);
+/* "L:E=DEV,L:*=DEV" into pin (n_layer * n_expert, -1 = not pinned): DEV is a
+ * worker's device name ("cpu:1", "cuda:0") among d[0..n_w). 0 or COLI_EINVAL naming the item. */
+int sched_parse_pins(const char *pins, const device_spec *d, int n_w, int n_layer, int n_expert, int32_t *pin);
+/* Placement that follows the heat: pinned experts first (pin may be NULL),
+ * then every other expert, hottest first (heat: (n_layer, n_expert)
+ * selection counts), onto the fastest usable worker with budget room; among
+ * workers of equal speed the one expected to serve the fewest rows of that
+ * layer so far (then fewest bytes). A pin that does not fit its worker's
+ * budget is COLI_EINVAL naming it. owner as placement_plan. */
+int placement_plan_heat(const placement_in *in, const uint64_t *heat, const long *speed, const int32_t *pin,
+                        int32_t *owner);
+/* share[w] (n_w + 1 entries; share[n_w]: in-process) = the fraction of the
+ * routed rows heat says owner sends to each worker (0 when heat is all zero). */
+void placement_row_share(const placement_in *in, const uint64_t *heat, const int32_t *owner, double *share);
 
 /* ---- one worker, as the coordinator sees it ----------------------------- */
 typedef enum link_state {
@@ -143,6 +171,8 @@ typedef struct link_tcp {
     int handshaked;                  /* the CURVE handshake of this generation succeeded */
 } link_tcp;
 
+#define SCHED_MAX_COUNTERS 8
+
 /* Counters (fallback_stats.c formats them; the files that see the events count). */
 #define SCHED_RECENT_BATCHES 32
 
@@ -151,6 +181,10 @@ typedef struct link_stats {
     lat_stats lat;
     uint32_t recent_failed;          /* bit i: the i-th latest batch failed */
     int recent_n;                    /* batches in that window, <= SCHED_RECENT_BATCHES */
+    /* its plugin's own counters, latest values (e.g. xdna buckets; worker_link.c, from each result) */
+    char counter_name[SCHED_MAX_COUNTERS][32];
+    uint64_t counter_value[SCHED_MAX_COUNTERS];
+    int n_counters;
 } link_stats;
 
 typedef struct worker_link {
@@ -219,6 +253,7 @@ typedef struct sched_placement {
 /* The layer being computed (scheduler.c). */
 typedef struct sched_call {
     int64_t *pair_target;            /* (pairs) worker index, -1 inproc, -2 done */
+    int16_t *done_by;                /* (pairs) who computed it: worker index, -1 in-process (route traces) */
     size_t cap_pairs;
     unsigned char *excluded;         /* (n_w) failed during this layer */
     float *y;                        /* y of the layer being computed */
@@ -302,6 +337,8 @@ link_sent link_send_place(sched *s, worker_link *w);
 /* Send w->req's rows (grouped by expert) for layer; sets w->req.id, sent_ns. */
 link_sent link_send_batch(sched *s, worker_link *w, int layer, int allow_load);
 void link_set_state(worker_link *w, link_state st, const char *reason);
+/* A new generation of w (spawned or reconnected): nothing in flight, no hello yet, STARTING. */
+void link_starting(worker_link *w);
 /* "starting", "up", ...: the state as stats name it (a static string). */
 const char *link_state_name(link_state st);
 /* Handle one message from w (either path); a garbage answer is reported (LINK_GARBAGE). */

@@ -37,6 +37,7 @@ void sched_rows_done(sched *s, worker_link *w, const void *out)
         memcpy(s->call.y + (size_t)p * E, (const char *)out + (size_t)r * E * sizeof(float),
                E * sizeof(float));
         s->call.pair_target[p] = PAIR_DONE;
+        s->call.done_by[p] = (int16_t)w->id;
         s->call.pending--;
     }
     w->req.id = 0;
@@ -223,6 +224,7 @@ static int s_run_inproc(sched *s, int layer, const float *x, int64_t n_pairs, in
     for (int64_t j = 0; rc == 0 && j < m; j++) {
         memcpy(s->call.y + (size_t)pp[j] * E, yout + (size_t)j * E, E * sizeof(float));
         s->call.pair_target[pp[j]] = PAIR_DONE;
+        s->call.done_by[pp[j]] = -1;
         s->call.pending--;
     }
     if (rc == 0) s->stats.inproc_rows += (uint64_t)m;
@@ -262,8 +264,10 @@ static int s_reserve_pairs(sched *s, int64_t n_pairs)
 {
     if ((size_t)n_pairs <= s->call.cap_pairs) return 0;
     int64_t *t = realloc(s->call.pair_target, (size_t)n_pairs * sizeof *t);
-    if (!t) return coli_fail(COLI_ENOMEM, "scheduler: %lld pairs", (long long)n_pairs);
-    s->call.pair_target = t;
+    if (t) s->call.pair_target = t;
+    int16_t *by = realloc(s->call.done_by, (size_t)n_pairs * sizeof *by);
+    if (by) s->call.done_by = by;
+    if (!t || !by) return coli_fail(COLI_ENOMEM, "scheduler: %lld pairs", (long long)n_pairs);
     s->call.cap_pairs = (size_t)n_pairs;
     return 0;
 }
@@ -319,6 +323,14 @@ static int s_stats_text(moe_exec *self, char **text)
     return stats_text((const sched *)self, text);
 }
 
+//  Who computed pair p of the last layer (route traces).
+static const char *s_pair_device(moe_exec *self, int64_t p)
+{
+    const sched *s = (const sched *)self;
+    if (p < 0 || (size_t)p >= s->call.cap_pairs || s->call.done_by[p] < 0) return "inproc";
+    return s->w[s->call.done_by[p]].device;
+}
+
 // ---------------------------------------------------------------------------
 // lifecycle
 
@@ -344,7 +356,7 @@ static void s_destroy(moe_exec *self)
         ring_close(&s->w[i].shm.ring);
     }
     free(s->w); free(s->place.owner); free(s->place.refused_by); free(s->model.expert_bytes); free(s->model.path);
-    free(s->call.pair_target); free(s->call.excluded); free(s->call.group_start); free(s->call.grouped);
+    free(s->call.pair_target); free(s->call.done_by); free(s->call.excluded); free(s->call.group_start); free(s->call.grouped);
     free(s);
 }
 
@@ -451,7 +463,7 @@ static int s_make_workers(sched *s, const device_spec *devs, int n)
         w->proc.pidfd = -1;
         w->is_cpu = !strcmp(devs[i].plugin, "cpu");
         snprintf(w->device, sizeof w->device, "%.15s:%d", devs[i].plugin, devs[i].index);
-        w->proc.n_threads = w->is_cpu ? (int)(cores / (n_cpu ? n_cpu : 1)) : 1;
+        w->proc.n_threads = w->is_cpu ? (devs[i].threads > 0 ? devs[i].threads : (int)(cores / (n_cpu ? n_cpu : 1))) : 1;
         if (w->proc.n_threads < 1) w->proc.n_threads = 1;
         int rc = sup_spawn(s, w);
         if (rc) return rc;
@@ -483,6 +495,35 @@ static uint64_t s_place_budget(const sched *s, const worker_link *w)
     return w->is_cpu ? 0 : w->place.caps_budget;
 }
 
+//  The expert -> worker map: from heat and pins when the model came with
+//  either (heat_place.c), else balanced by bytes (placement.c).
+static int s_plan(sched *s, const placement_in *in)
+{
+    const uint64_t *heat = s->cfg.heat;
+    uint64_t total = 0;
+    for (size_t i = 0; heat && i < (size_t)in->n_layer * (size_t)in->n_expert; i++) total += heat[i];
+    if (!total && !(s->cfg.pins && *s->cfg.pins)) return placement_plan(in, s->place.owner);
+    const size_t n_slots = (size_t)in->n_layer * (size_t)in->n_expert;
+    int32_t *pin = malloc(n_slots * sizeof *pin);
+    uint64_t *zero = total ? NULL : calloc(n_slots, sizeof *zero);
+    long speed[SCHED_MAX_WORKERS];
+    device_spec d[SCHED_MAX_WORKERS];
+    for (int i = 0; i < s->n_w; i++) d[i] = s->w[i].dev, speed[i] = sched_device_speed(&d[i], s->w[i].proc.n_threads);
+    int rc = !pin || (!total && !zero) ? coli_fail(COLI_ENOMEM, "scheduler: out of memory") : 0;
+    if (rc == 0) rc = sched_parse_pins(s->cfg.pins, d, s->n_w, in->n_layer, in->n_expert, pin);
+    if (rc == 0) rc = placement_plan_heat(in, total ? heat : zero, speed, pin, s->place.owner);
+    if (rc == 0 && s->verbose && total) {
+        double share[SCHED_MAX_WORKERS + 1];
+        placement_row_share(in, heat, s->place.owner, share);
+        for (int i = 0; i < s->n_w; i++)
+            fprintf(stderr, "colibri: heat placement: worker %d (%s) expected to serve %.1f%% of routed rows\n",
+                    i, s->w[i].device, 100.0 * share[i]);
+    }
+    free(pin);
+    free(zero);
+    return rc;
+}
+
 static int s_place(sched *s)
 {
     uint64_t budget[SCHED_MAX_WORKERS];
@@ -492,7 +533,7 @@ static int s_place(sched *s)
         usable[i] = s->w[i].state == LINK_STARTING && s->w[i].place.hello_ok;
     }
     placement_in in = {s->model.n_layer, s->model.n_expert, s->model.expert_bytes, s->n_w, budget, usable};
-    int rc = placement_plan(&in, s->place.owner);
+    int rc = s_plan(s, &in);
     if (rc) return rc;
     s->place.started = 1;
     for (int i = 0; i < s->n_w; i++)
@@ -514,19 +555,22 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out)
     if (inproc) return moe_exec_inproc_new(cfg, out);
     sched *s = calloc(1, sizeof *s);
     if (!s) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
-    s->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy};
+    s->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, s_pair_device};
     s->net.lifeline[0] = s->net.lifeline[1] = -1;
     s->verbose = cfg->verbose;
     s_settings(s, cfg);
     if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) ||
         (rc = sup_find_worker_bin(&s->set, s->net.worker_bin, sizeof s->net.worker_bin)) ||
         (rc = sched_expand_auto(&s->set, s->net.worker_bin, devs, SCHED_MAX_WORKERS, &n, s->verbose)) ||
+        (rc = sched_xdna_optin(&s->set, devs, SCHED_MAX_WORKERS, &n)) ||
         (rc = remote_preflight(&s->set, devs, n)) ||
         (rc = s_transport(s)) ||
         (rc = s_make_workers(s, devs, n)))
         goto fail;
     s_wait_while(s, LINK_STARTING);
     if ((rc = s_place(s))) goto fail;
+    s->cfg.heat = NULL; /* the caller's: read only while placing */
+    s->cfg.pins = NULL;
     *out = &s->base;
     return 0;
 fail:

@@ -110,12 +110,8 @@ int sup_spawn(sched *s, worker_link *w)
     w->proc.pid = pid;
     w->proc.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (w->proc.pidfd < 0) w->proc.pidfd = -1;
-    w->req.id = 0;
-    w->req.hung_id = 0;
-    w->place.hello_ok = 0;
     w->proc.exit_seen_ns = 0;
-    link_set_state(w, LINK_STARTING, "");
-    w->last_seen_ns = coli_now_ns();
+    link_starting(w);
     return 0;
 }
 

@@ -29,6 +29,15 @@ void link_set_state(worker_link *w, link_state st, const char *reason)
     snprintf(w->reason, sizeof w->reason, "%s", reason ? reason : "");
 }
 
+void link_starting(worker_link *w)
+{
+    w->req.id = 0;
+    w->req.hung_id = 0;
+    w->place.hello_ok = 0;
+    link_set_state(w, LINK_STARTING, "");
+    w->last_seen_ns = coli_now_ns();
+}
+
 // ---------------------------------------------------------------------------
 link_sent link_send_place(sched *s, worker_link *w)
 {
@@ -133,7 +142,9 @@ static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
     w->place.caps_budget = h->memory_budget;
     if (h->status != COLI__STATUS__STATUS_OK) {
         const char *why = h->reason && *h->reason ? h->reason : "worker said FAILED";
-        sched_outcome(s, w, LINK_REFUSED, strstr(why, "no device") ? "no_device" : "plugin_load", why);
+        char code[24]; /* a diagnostic the reason names (e.g. the xdna lane's PACKAGE_MISSING) counts as itself */
+        const char *kind = wire_reason_code(why, code, sizeof code);
+        sched_outcome(s, w, LINK_REFUSED, kind ? kind : strstr(why, "no device") ? "no_device" : "plugin_load", why);
         return;
     }
     w->place.hello_ok = 1;
@@ -254,6 +265,20 @@ static int s_all_finite(const void *v, size_t n)
     return 1;
 }
 
+//  Keep the plugin counters a result carries (names [a-z0-9_], at most 8).
+static void s_take_counters(worker_link *w, const Coli__ExpertResult *r)
+{
+    link_stats *st = &w->stats;
+    for (size_t i = 0; i < r->n_counters && i < SCHED_MAX_COUNTERS; i++) {
+        const char *name = r->counters[i]->name ? r->counters[i]->name : "";
+        size_t len = strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        if (len == 0 || len != strlen(name) || len >= sizeof st->counter_name[0]) return;
+        snprintf(st->counter_name[i], sizeof st->counter_name[i], "%s", name);
+        st->counter_value[i] = r->counters[i]->value;
+        st->n_counters = (int)i + 1;
+    }
+}
+
 static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
 {
     const Coli__ExpertResult *r = m->env->result;
@@ -262,6 +287,7 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
         s->stats.late_dropped++;          /* its process is gone; its rows went elsewhere */
         return;
     }
+    s_take_counters(w, r);                /* a live worker's latest, even on a late or failed reply */
     if (w->state == LINK_HUNG && id == w->req.hung_id) {
         s->stats.late_dropped++;          /* its work was done elsewhere already */
         w->req.hung_id = 0;
@@ -275,7 +301,9 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
         return;
     }
     if (r->status != COLI__STATUS__STATUS_OK) {
-        sched_outcome(s, w, LINK_BATCH_FAILED, "error", r->reason);
+        char code[24]; /* a lane's decline (e.g. DECLINED_ROWS) counts as itself */
+        const char *kind = wire_reason_code(r->reason, code, sizeof code);
+        sched_outcome(s, w, LINK_BATCH_FAILED, kind ? kind : "error", r->reason);
         return;
     }
     size_t n = (size_t)w->req.n_rows * (size_t)s->model.n_embd;

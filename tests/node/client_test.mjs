@@ -1,6 +1,7 @@
 // client_test.mjs BASE_URL API_KEY - drive `coli serve` with the official openai
 // npm client, unchanged: completions and chat, plain and streamed, usage,
-// seeds, and the client's own error type for a bad request. Exit 0 when every
+// seeds, logprobs, penalties, json_schema, and the client's own error type
+// for a bad request and for a field the server does not honour. Exit 0 when every
 // check passes; each failure prints one line naming the check.
 import OpenAI from 'openai';
 
@@ -73,6 +74,42 @@ try {
 } catch (e) {
   check(e instanceof OpenAI.BadRequestError && e.status === 400, 'bad temperature gives BadRequestError', { status: e.status, name: e.constructor.name });
   check(e.param === 'temperature' || e.error?.param === 'temperature', 'error names the param', e.error);
+}
+
+// logprobs, as the client types them
+const lp = await client.chat.completions.create({ model: modelId, messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2 });
+const content = lp.choices[0].logprobs?.content ?? [];
+check(content.length === lp.usage.completion_tokens, 'chat logprobs: one entry per token', lp.choices[0].logprobs);
+check(content.every(e => e.logprob <= 0 && e.top_logprobs.length === 2 && Math.abs(e.logprob - e.top_logprobs[0].logprob) < 1e-6),
+      'chat logprobs: greedy picks the top entry', content);
+check(Buffer.from(content.flatMap(e => e.bytes)).toString('utf8') === lp.choices[0].message.content, 'chat logprobs: bytes make the answer', content);
+const clp = await client.completions.create({ model: modelId, prompt: 'Once upon a time', max_tokens: 5, seed: 1, logprobs: 3 });
+check(clp.choices[0].logprobs?.tokens?.length === 5 && clp.choices[0].logprobs.top_logprobs.length === 5, 'completion logprobs shape', clp.choices[0].logprobs);
+
+// penalties and min_p: same seed, same settings, same text
+const pen = { model: modelId, prompt: 'Once upon a time', max_tokens: 12, seed: 5, temperature: 0.9, presence_penalty: 0.6, frequency_penalty: 0.4, min_p: 0.05 };
+const p1 = await client.completions.create(pen), p2 = await client.completions.create(pen);
+check(p1.choices[0].text === p2.choices[0].text, 'penalties: same seed, same text', [p1.choices[0].text, p2.choices[0].text]);
+
+// json_schema: what the model says parses and fits
+const schema = { type: 'object', properties: { color: { enum: ['red', 'blue'] }, ok: { type: 'boolean' } }, required: ['color', 'ok'], additionalProperties: false };
+let parsed = 0;
+for (let seed = 1; seed <= 3; seed++) {
+  const js = await client.chat.completions.create({ model: modelId, messages, max_tokens: 100, seed,
+    response_format: { type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } } });
+  if (js.choices[0].finish_reason !== 'stop') continue;
+  const v = JSON.parse(js.choices[0].message.content);
+  check(['red', 'blue'].includes(v.color) && typeof v.ok === 'boolean', 'json_schema answer fits', v);
+  parsed++;
+}
+check(parsed >= 1, 'json_schema answers finish', parsed);
+
+// a field the server does not honour is refused, naming it
+try {
+  await client.completions.create({ model: modelId, prompt: 'x', max_tokens: 2, logit_bias: { '50': 5 } });
+  check(false, 'logit_bias is refused');
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError && (e.param === 'logit_bias' || e.error?.param === 'logit_bias'), 'logit_bias refused with its name', e.error);
 }
 
 console.log(failures ? `${failures} checks failed` : 'all checks passed');

@@ -43,6 +43,7 @@ typedef struct bench_opts {
 
 typedef struct config_run {
     char devices[64];
+    int index;                               /* its place in --devices */
     coli_model *m;
     coli_context *ctx;
     double load_s;
@@ -99,6 +100,7 @@ static int parse_configs(const bench_opts *o, config_run *cfg, int *n_cfg) {
         if (*n_cfg == MAX_CONFIGS) return args_error("bench", "--devices", "at most %d configurations", MAX_CONFIGS);
         if (len >= sizeof cfg->devices) return args_error("bench", "--devices", "'%.*s' too long", (int)len, s);
         snprintf(cfg[*n_cfg].devices, sizeof cfg->devices, "%.*s", (int)len, s);
+        cfg[*n_cfg].index = *n_cfg;
         (*n_cfg)++;
         s += len;
     }
@@ -129,8 +131,16 @@ static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
     mp.kv_f16 = o->mo.kv_f16;
     mp.verbose = o->mo.verbose;
     mp.keys_dir = o->mo.keys;
+    mp.pins = o->mo.pins;
     double t0 = coli_now_s();
     if (coli_model_load(o->mo.model, &mp, &c->m) != 0) return cli_fail();
+    if (o->mo.route_trace) {
+        char path[4096];
+        int i = c->index;
+        if (i) snprintf(path, sizeof path, "%s.%d", o->mo.route_trace, i);
+        else snprintf(path, sizeof path, "%s", o->mo.route_trace);
+        if (coli_dump_routing(c->m, path) != 0) return cli_fail();
+    }
     c->load_s = coli_now_s() - t0;
     coli_model_info info;
     coli_model_get_info(c->m, &info);
@@ -375,6 +385,8 @@ static int run_configs(const bench_opts *o, bench_env *env, config_run *cfg, int
 static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     arg_spec specs[] = {
         MODEL_OPTS_SPECS(o->mo),
+        {"--route-trace", NULL, ARG_STR, &o->mo.route_trace, 0, 0, 0, "FILE", "write each token's expert choice per layer as JSON lines (configuration i > 0: FILE.i)"},
+        {"--pin", NULL, ARG_STR, &o->mo.pins, 0, 0, 0, "L:E=DEV,...", "place these experts on these workers (every configuration with workers)"},
         {"--prompts", "-p", ARG_STR, &o->prompts, 0, 0, 0, "LIST", "prompt lengths to prefill, e.g. 64,512 (default 64,512)"},
         {"--n-decode", "-n", ARG_INT, &o->n_decode, 1, 1 << 20, 0, "N", "decode steps per repeat (default 128)"},
         {"--repeat", "-r", ARG_INT, &o->repeat, 1, MAX_REPEAT, 0, "R", "repeats, interleaved over the configurations (default 3)"},
@@ -397,6 +409,9 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         return args_error("bench", "-m", "required (the GGUF model file), or --bandwidth alone");
     if (o->mo.model && cli_check_input_file("-m", o->mo.model)) return CLI_FAIL;
     if (o->mo.inproc && o->mo.devices) return args_error("bench", "--inproc", "conflicts with --devices %s", o->mo.devices);
+    if (o->mo.xdna && (o->mo.inproc || !o->mo.devices))
+        return args_error("bench", "--xdna", "needs --devices with workers (e.g. \"cpu:1\"); bench's default is inproc");
+    if (o->mo.xdna) setenv("COLI_XDNA", "1", 1); /* configurations with workers get the NPU lane */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = o->mo.n_threads > 0 ? o->mo.n_threads : (int)(cores > 0 ? cores : 1);
     return parse_prompts(o);

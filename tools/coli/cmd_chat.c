@@ -15,6 +15,7 @@
 #include "args.h"
 #include "colibri.h"
 #include "commands.h"
+#include "line_edit.h"
 #include "model_opts.h"
 #include "tools/coli/server/server_template.h"
 
@@ -141,7 +142,7 @@ static int s_answer(chat_state *c) {
             return -1;
         }
     coli_sampling_params sp = c->sp;
-    if (sp.n_predict > c->n_ctx - n) sp.n_predict = c->n_ctx - n;
+    if (sp.n_predict < 0 || sp.n_predict > c->n_ctx - n) sp.n_predict = c->n_ctx - n; /* -n -1: all the room */
     c->answer_len = 0;
     if (c->answer) c->answer[0] = '\0'; /* an answer with no text must not repeat the last one */
     s_interrupted = 0;
@@ -173,30 +174,25 @@ static void s_stats(chat_state *c) {
 }
 
 /* Read a line; 1 = got one, 0 = end of input. Ctrl-C at the prompt does not quit. */
-static int s_read_line(char **line, size_t *cap, int tty) {
+static int s_read_line(line_reader *in, const char **line) {
     for (;;) {
-        if (tty) {
-            fputs("> ", stdout);
-            fflush(stdout);
-        }
-        errno = 0;
-        ssize_t n = getline(line, cap, stdin);
-        if (n >= 0) {
-            while (n > 0 && ((*line)[n - 1] == '\n' || (*line)[n - 1] == '\r')) (*line)[--n] = '\0';
-            return 1;
-        }
-        if (!(errno == EINTR || s_interrupted)) return 0;
-        clearerr(stdin);
+        int rc = line_reader_read(in, line);
+        if (rc >= 0 && !(rc == 0 && s_interrupted)) return rc;
         s_interrupted = 0;
         fputs("\n(/quit or Ctrl-D leaves)\n", stdout);
+        fflush(stdout);
     }
 }
 
 static int s_loop(chat_state *c) {
-    char *line = NULL;
-    size_t cap = 0;
-    int tty = isatty(0), rc = 0;
-    while (!rc && s_read_line(&line, &cap, tty)) {
+    const char *line = NULL;
+    int rc = 0;
+    line_reader *in = line_reader_new(isatty(0) && isatty(1));
+    if (!in) {
+        fprintf(stderr, "coli chat: out of memory\n");
+        return CLI_FAIL;
+    }
+    while (!rc && s_read_line(in, &line)) {
         if (!line[0]) continue;
         if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
         if (!strcmp(line, "/reset")) {
@@ -211,7 +207,7 @@ static int s_loop(chat_state *c) {
         }
         fflush(stdout);
     }
-    free(line);
+    line_reader_free(in);
     return rc;
 }
 
@@ -265,9 +261,9 @@ int cmd_chat(int argc, char **argv) {
     sampling_help_init(&help, &sp);
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
-        {"--system", NULL, ARG_STR, &system, 0, 0, 0, "TEXT", "a system message to start the conversation with"},
+        {"--system", "-sys", ARG_STR, &system, 0, 0, 0, "TEXT", "a system message to start the conversation with"},
         CHAT_TEMPLATE_SPEC(tmpl),
-        {"--n-predict", "-n", ARG_INT, &sp.n_predict, 1, 1 << 24, 0, "N", "most tokens per answer (default 512)"},
+        {"--n-predict", "-n", ARG_INT, &sp.n_predict, -1, 1 << 24, 0, "N", "most tokens per answer (default 512, -1 = the context's room)"},
         SAMPLING_SPECS(sp, help),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);

@@ -9,6 +9,7 @@
 #include "args.h"
 #include "colibri.h"
 #include "commands.h"
+#include "gguf.h"
 
 static const char s_about[] =
     "Write a copy of IN with its 2-D/3-D weights quantized as llama-quantize does for the preset\n"
@@ -27,6 +28,23 @@ static int s_check_type_flag(const char *flag, const char *value) {
         if (strcmp(value, types[i]) == 0) return 0;
     return args_error("quantize", flag, "unknown type '%s' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
                       "IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)", value);
+}
+
+/* "F32 13, Q4_K 23, Q6_K 3": how many tensors of each type the file has
+ * (what the preset decided, fallbacks included). Empty if it cannot be read. */
+static void s_type_summary(const char *path, char *out, size_t cap) {
+    gguf_file *f = NULL;
+    out[0] = 0;
+    if (gguf_open(path, &f) != 0) return;
+    int count[64] = {0};
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++)
+        if (gguf_tensor(f, i)->type < 64) count[gguf_tensor(f, i)->type]++;
+    size_t len = 0;
+    for (int t = 0; t < 64 && len < cap; t++)
+        if (count[t])
+            len += (size_t)snprintf(out + len, cap - len, "%s%s %d", len ? ", " : "", coli_dtype_name((uint32_t)t),
+                                    count[t]);
+    gguf_close(&f);
 }
 
 int cmd_quantize(int argc, char **argv) {
@@ -60,6 +78,8 @@ int cmd_quantize(int argc, char **argv) {
     if (strcmp(pos[0], pos[1]) == 0)
         return args_error("quantize", "OUT.gguf", "'%s' is also the input file", pos[1]);
     if (coli_quantize_file_params(pos[0], pos[1], pos[2], &qp) != 0) return cli_fail();
-    printf("coli quantize: wrote %s (%s%s)\n", pos[1], pos[2], qp.pure ? ", pure" : "");
+    char summary[512];
+    s_type_summary(pos[1], summary, sizeof summary);
+    printf("coli quantize: wrote %s (%s%s): %s\n", pos[1], pos[2], qp.pure ? ", pure" : "", summary);
     return 0;
 }

@@ -113,7 +113,8 @@ static int generate(const run_flags *f, const char *prompt, size_t len) {
     }
     if (!rc) {
         coli_sampling_params sp = f->sp;
-        if (sp.n_predict > n_ctx - n_prompt) sp.n_predict = n_ctx - n_prompt;  /* stop when the context is full */
+        /* stop when the context is full (-n -1: only then) */
+        if (sp.n_predict < 0 || sp.n_predict > n_ctx - n_prompt) sp.n_predict = n_ctx - n_prompt;
         coli_gen_stats st;
         memset(&st, 0, sizeof st);
         size_t printed = 0;
@@ -139,9 +140,10 @@ int cmd_run(int argc, char **argv) {
     sampling_help_init(&help, &f.sp);
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(f.m),
+        ROUTE_OPTS_SPECS(f.m),
         {"--prompt", "-p", ARG_STR, &f.prompt, 0, 0, 0, "TEXT", "the prompt"},
         {"--file", "-f", ARG_STR, &f.prompt_file, 0, 0, 0, "FILE", "read the prompt from FILE (one trailing newline dropped)"},
-        {"--n-predict", "-n", ARG_INT, &f.sp.n_predict, 0, 1 << 24, 0, "N", "tokens to generate (default 64)"},
+        {"--n-predict", "-n", ARG_INT, &f.sp.n_predict, -1, 1 << 24, 0, "N", "tokens to generate (default 64, -1 = until the context is full)"},
         SAMPLING_SPECS(f.sp, help),
         {"--stats-json", NULL, ARG_STR, &f.m.stats_json, 0, 0, 0, "FILE", "write the run's stats as JSON to FILE"},
         CHAT_TEMPLATE_SPEC(f.chat_template),

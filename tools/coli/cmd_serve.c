@@ -4,6 +4,7 @@
  * "loading" while the model loads; SIGINT/SIGTERM stop it cleanly.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,8 @@ static int s_load(server *s, const model_opts *o, const char *tmpl) {
     int rc = model_opts_open(o, NULL, &s->model, NULL);
     if (rc) return rc;
     coli_model_get_info(s->model, &s->info);
-    s->model_id = s->info.name;
+    s->model_id = s->cfg.alias ? s->cfg.alias : s->info.name;
+    s->model_path = o->model;
     s->family = chat_template_pick(tmpl, &s->info, &s->family_source);
     s->bos_text = s_token_string(s->model, s->info.bos_id);
     s->eos_text = s_token_string(s->model, s->info.eos_id);
@@ -62,9 +64,21 @@ static int s_load(server *s, const model_opts *o, const char *tmpl) {
     return server_slots_start(s);
 }
 
-static void s_wait_for_signal(void) {
+/* Until a signal: every COLI_HEAT_SAVE_S (60) seconds the heat counted so far goes
+ * to the heat file (if any), under the baton, so a server killed hard loses little. */
+static void s_wait_for_signal(server *s, int heat_on) {
     unsigned char b;
-    while (read(s_signal_pipe[0], &b, 1) < 0 && errno == EINTR) {}
+    const char *env = getenv("COLI_HEAT_SAVE_S");
+    int period_ms = (env && atoi(env) > 0 ? atoi(env) : 60) * 1000;
+    for (;;) {
+        struct pollfd pfd = {s_signal_pipe[0], POLLIN, 0};
+        int r = poll(&pfd, 1, heat_on ? period_ms : -1);
+        if (r > 0 && read(s_signal_pipe[0], &b, 1) == 1) break;
+        if (r != 0) continue;
+        baton_acquire(s);
+        if (coli_model_heat_save(s->model, NULL) != 0) fprintf(stderr, "coli serve: %s\n", coli_last_error());
+        baton_release(s);
+    }
     printf("coli serve: stopping (signal %d)\n", b);
     fflush(stdout);
 }
@@ -94,7 +108,8 @@ static int s_run(server *s, const model_opts *o, const char *tmpl) {
                s->model_id, s->info.arch, s->cfg.n_slots, s->cfg.n_ctx, chat_family_name(s->family),
                s->family_source);
         fflush(stdout);
-        s_wait_for_signal();
+        char heat[4096];
+        s_wait_for_signal(s, model_opts_heat_path(o, heat, sizeof heat) != NULL);
     }
     s_shutdown(s);
     server_slots_free(s);
@@ -126,30 +141,48 @@ int cmd_serve(int argc, char **argv) {
     if (!s) return CLI_FAIL;
     s->cfg = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .queue_max = 64,
                              .max_connections = 1024, .max_conn_per_client = 256, .request_timeout_s = 30};
-    int max_body_kib = 1024;
+    int max_body_kib = 1024, prefix_mb = 256;
     float grace_s = 30;
+    s->cfg.prefix_block = 16;
+    s->cfg.prefill_chunk = 64;
     const char *tmpl = NULL, *key_file = NULL;
+    coli_sampling_default_params(&s->cfg.sampling);
+    s->cfg.sampling.temperature = 1.0f; /* OpenAI's defaults: the full distribution */
+    s->cfg.sampling.top_k = 0;
+    s->cfg.sampling.top_p = 1.0f;
+    s->cfg.sampling.seed = UINT64_MAX;  /* a fresh seed per request unless --seed */
+    sampling_help help;
+    sampling_help_init(&help, &s->cfg.sampling);
+    snprintf(help.seed, sizeof help.seed, "the seed of requests that give none (default: a fresh one each)");
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
+        ROUTE_OPTS_SPECS(mo),
         {"--host", NULL, ARG_STR, &s->cfg.host, 0, 0, 0, "ADDR", "address to listen on (default 127.0.0.1, loopback only)"},
         {"--port", NULL, ARG_INT, &s->cfg.port, 0, 65535, 0, "N", "TCP port (default 8080; 0 = any free port, printed)"},
         {"--api-key", NULL, ARG_STR, &s->cfg.api_key, 0, 0, 0, "KEY", "require 'Authorization: Bearer KEY' on /v1/*; visible to every local user in ps: prefer --api-key-file or COLI_API_KEY"},
         {"--api-key-file", NULL, ARG_STR, &key_file, 0, 0, 0, "FILE", "read the API key from FILE (its first line)"},
-        {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N", "requests generated at once, each with its own KV cache (default 4)"},
+        {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N", "requests generated at once, each with its own KV cache, decoding in one batch (default 4)"},
         {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N", "requests that may wait for a slot; more get HTTP 429 (default 64)"},
         {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB", "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
         {"--max-connections", NULL, ARG_INT, &s->cfg.max_connections, 1, 100000, 0, "N", "open connections in all; more are closed at once (default 1024)"},
         {"--max-conn-per-client", NULL, ARG_INT, &s->cfg.max_conn_per_client, 1, 100000, 0, "N", "open connections from one client address (default 256)"},
         {"--request-timeout", NULL, ARG_INT, &s->cfg.request_timeout_s, 1, 3600, 0, "S", "a request's head and body must arrive within S seconds, else 408 (default 30)"},
         {"--shutdown-grace", NULL, ARG_FLOAT, &grace_s, 0, 86400, 0, "S", "on SIGTERM, running requests may finish within S seconds (default 30)"},
+        {"--cors-origin", NULL, ARG_STR, &s->cfg.cors_origin, 0, 0, 0, "ORIGIN", "allow browsers from ORIGIN (or *): CORS headers, preflight answered"},
+        {"--alias", "-a", ARG_STR, &s->cfg.alias, 0, 0, 0, "NAME", "the model id clients see (default: the model's name)"},
+        {"--prefix-cache-mb", NULL, ARG_INT, &prefix_mb, 0, 1 << 20, 0, "MB", "KV cache kept for prompts that start like earlier ones (multi-turn chat, shared system prompts), in MiB; 0 = off (default 256)"},
+        {"--prefix-block", NULL, ARG_INT, &s->cfg.prefix_block, 1, 4096, 0, "N", "tokens per prefix cache block: prefixes are reused in whole blocks (default 16)"},
+        {"--no-batching", NULL, ARG_FLAG, &s->cfg.no_batching, 0, 0, 0, NULL, "generating requests take turns one token each instead of decoding together in one forward pass per step"},
+        {"--prefill-chunk", NULL, ARG_INT, &s->cfg.prefill_chunk, 1, 4096, 0, "N", "prompt tokens evaluated per turn while other requests decode (default 64)"},
         CHAT_TEMPLATE_SPEC(tmpl),
+        SAMPLING_SPECS(s->cfg.sampling, help),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("serve", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
         args_usage(stdout, "serve", "-m FILE [--host ADDR] [--port N] [--api-key-file FILE] [flags]",
                    "Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
-                   "/v1/models), with /health and Prometheus /metrics. See docs/api.md.",
+                   "/v1/models), /tokenize, /detokenize, /props, /health and Prometheus /metrics. See docs/api.md.",
                    specs, n_specs);
         free(s);
         return 0;
@@ -161,8 +194,12 @@ int cmd_serve(int argc, char **argv) {
         if (key_file) rc = s_read_key_file(s, key_file);
         if (!s->cfg.api_key && env_key && *env_key) s->cfg.api_key = env_key;
         if (!rc && s->cfg.api_key && !*s->cfg.api_key) rc = args_error("serve", "--api-key", "empty key");
+        if (!rc && s->cfg.alias && !*s->cfg.alias) rc = args_error("serve", "--alias", "empty name");
+        if (!rc && s->cfg.cors_origin && (!*s->cfg.cors_origin || strpbrk(s->cfg.cors_origin, "\r\n ")))
+            rc = args_error("serve", "--cors-origin", "'%s': expected one origin (scheme://host[:port]) or *", s->cfg.cors_origin);
         s->cfg.shutdown_grace_s = grace_s;
         s->cfg.max_body = (size_t)max_body_kib * 1024;
+        s->cfg.prefix_cache_bytes = (size_t)prefix_mb << 20;
         s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
         s->cfg.verbose = mo.verbose;
         s->cfg.n_ctx = mo.n_ctx;

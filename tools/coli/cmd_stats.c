@@ -74,6 +74,19 @@ static void s_fallbacks(const cJSON *root)
         printf("  %-10s %-14s %6.0f\n", s_str(f, "device"), s_str(f, "reason"), s_num(f, "count"));
 }
 
+//  Each worker's plugin counters (e.g. the xdna lane's buckets), if any.
+static void s_counters(const cJSON *ws)
+{
+    const cJSON *w;
+    cJSON_ArrayForEach(w, ws) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(w, "counters"), *v;
+        if (!cJSON_IsObject(c) || !c->child) continue;
+        printf("\nplugin counters of worker %.0f (%s):", s_num(w, "id"), s_str(w, "device"));
+        cJSON_ArrayForEach(v, c) printf(" %s %.0f", v->string, cJSON_IsNumber(v) ? v->valuedouble : 0.0);
+        printf("\n");
+    }
+}
+
 static int s_print(const char *path, const cJSON *root)
 {
     const char *ex = s_str(root, "executor");
@@ -91,6 +104,7 @@ static int s_print(const char *path, const cJSON *root)
            s_num(root, "dispatch_latency_p99_ms"), s_num(root, "dispatches"), s_num(root, "inproc_rows"));
     s_workers(ws);
     s_fallbacks(root);
+    s_counters(ws);
     printf("\ndropped messages: late replies %.0f, foreign %.0f, stale %.0f\n",
            s_num(root, "late_replies_dropped"), s_num(root, "foreign_messages_dropped"),
            s_num(root, "stale_messages_dropped"));

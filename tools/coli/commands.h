@@ -13,11 +13,13 @@ int cmd_logits(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_heat(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_xdna(int argc, char **argv);
 
 #endif

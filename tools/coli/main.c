@@ -26,13 +26,15 @@ static const command s_commands[] = {
     {"logits",     cmd_logits,     "teacher-forced top-k logits at every position of an id list"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"quantize",   cmd_quantize,   "write a copy of a model with its weights in another type"},
-    {"plan",       cmd_plan,       "print which expert goes to which worker for --devices"},
+    {"plan",       cmd_plan,       "print which expert goes to which worker for --devices (--heat: hottest on the fastest)"},
+    {"heat",       cmd_heat,       "print an expert heat file: per-layer tables, top-N share, pairs, --plot SVG"},
     {"bench",      cmd_bench,      "prefill/decode tok/s, token and dispatch latency, vs the read bandwidth"},
     {"worker",     cmd_worker,     "run a worker process (what the coordinator starts per device)"},
     {"serve",      cmd_serve,      "serve the model over an OpenAI-compatible HTTP API, with /health and /metrics"},
     {"chat",       cmd_chat,       "chat with the model in the terminal (streams, keeps the conversation)"},
     {"stats",      cmd_stats,      "print a --stats-json file: workers, fallbacks by device and reason"},
     {"keygen",     cmd_keygen,     "make CURVE key pairs for remote workers (tcp, authenticated)"},
+    {"xdna",       cmd_xdna,       "check the experimental NPU lane: package, helper, device, gates (xdna check)"},
 };
 #define N_COMMANDS ((int)(sizeof s_commands / sizeof s_commands[0]))
 

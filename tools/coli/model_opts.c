@@ -4,11 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int model_opts_check(const char *cmd, const model_opts *o) {
     if (!o->model) return args_error(cmd, "-m", "required (the GGUF model file)");
     if (cli_check_input_file("-m", o->model)) return CLI_FAIL;
     if (o->inproc && o->devices) return args_error(cmd, "--inproc", "conflicts with --devices %s", o->devices);
+    if (o->xdna && o->inproc) return args_error(cmd, "--xdna", "needs worker processes; conflicts with --inproc");
+    if (o->xdna) setenv("COLI_XDNA", "1", 1); /* the lane is opt-in: only this or the variable turns it on */
+    if (o->no_heat && o->heat) return args_error(cmd, "--no-heat", "conflicts with --heat %s", o->heat);
     return ARGS_OK;
 }
 
@@ -22,12 +26,26 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
     mp.stats_json_path = o->stats_json;
     mp.verbose = o->verbose;
     mp.keys_dir = o->keys; /* NULL: COLI_KEYS (docs/settings.md) */
+    char heat[4096];
+    mp.heat_path = model_opts_heat_path(o, heat, sizeof heat);
+    mp.pins = o->pins;
     *m = NULL;
     if (coli_model_load(o->model, &mp, m) != 0) return cli_fail();
+    if (o->route_trace && coli_dump_routing(*m, o->route_trace) != 0) {
+        coli_model_free(m);
+        return cli_fail();
+    }
     if (!ctx) return 0;  /* the caller needs no context (tokenize) */
     int rc = model_opts_new_context(o, *m, ctx);
     if (rc) coli_model_free(m);
     return rc;
+}
+
+const char *model_opts_heat_path(const model_opts *o, char *buf, size_t cap) {
+    if (o->no_heat || !o->model) return NULL;
+    if (o->heat && strcmp(o->heat, "auto") != 0) return o->heat;
+    snprintf(buf, cap, "%s.heat", o->model);
+    return o->heat || access(buf, F_OK) == 0 ? buf : NULL;
 }
 
 int model_opts_new_context(const model_opts *o, coli_model *m, coli_context **ctx) {
@@ -48,6 +66,7 @@ void sampling_help_init(sampling_help *h, const coli_sampling_params *sp) {
     snprintf(h->temp, sizeof h->temp, "temperature, 0 = greedy (default %g)", sp->temperature);
     snprintf(h->top_k, sizeof h->top_k, "sample among the K most likely, 0 = off (default %d)", sp->top_k);
     snprintf(h->top_p, sizeof h->top_p, "nucleus sampling in (0, 1], 1 = off (default %g)", sp->top_p);
+    snprintf(h->seed, sizeof h->seed, "random seed: same seed, same output (default %llu)", (unsigned long long)sp->seed);
 }
 
 int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special,

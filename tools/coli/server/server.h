@@ -5,9 +5,15 @@
  *   server_openai.c    OpenAI request bodies -> gen_request (cJSON), every check named
  *   server_handlers.c  /v1/completions, /v1/chat/completions (non-streaming), /v1/models, /health
  *   server_sse.c       the streaming replies (text/event-stream, data: [DONE])
+ *   server_logprobs.c  per-token log-probabilities in OpenAI's chat and completions shapes
+ *   server_tools.c     /tokenize, /detokenize, /props
+ *   server_grammar.c   response_format: a JSON (schema) state machine masking the logits
  *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
- *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots
+ *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots,
+ *                      the prefix cache (a request first restores the longest cached
+ *                      prefix of its prompt into its slot's context, and leaves its
+ *                      prompt + answer there for the next turn)
  *   server_conns.c     per-connection registry: the deadline for a request's head and body
  *   server_utf8.c      answer text stays valid UTF-8 (held partial characters, U+FFFD)
  *
@@ -16,8 +22,13 @@
  * contexts of one model must not overlap. So every library call that computes
  * or touches the executor runs while holding the model's "baton", a fair
  * (ticket) lock. Each of --parallel slot threads owns a coli_context (its own
- * KV cache) and runs coli_generate for one request at a time; its token
- * callback hands the baton on after every token, so active requests take
+ * KV cache) and runs coli_generate for one request at a time. The contexts
+ * share one coli_batch (continuous batching, include/colibri.h): each step
+ * is one forward pass over the next token of every generating request,
+ * taken under the baton; a new request's prompt is evaluated in chunks
+ * (--prefill-chunk), each under the baton, between the steps. With
+ * --no-batching the slot holds the baton through coli_generate and its
+ * token callback hands it on after every token, so active requests take
  * turns one token each. The slot threads live as long as the server. Which
  * thread notices a crash and forks the replacement worker does not matter:
  * a worker is tied to the coordinator process by its lifeline pipe, not to
@@ -52,7 +63,8 @@ typedef struct histogram {
     double sum;                          /* seconds */
 } histogram;
 
-enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_COUNT };
+enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS,
+       EP_OTHER, EP_COUNT };
 #define METRICS_MAX_CODES 12
 
 typedef struct server_metrics {
@@ -85,7 +97,16 @@ typedef struct gen_request {
     int32_t *ids;                 /* prompt tokens once tokenized */
     int n_ids;
     int add_special;              /* BOS by the vocabulary (completions) or by the template text (chat) */
+    struct json_grammar *grammar; /* response_format json_object / json_schema; NULL: free text */
 } gen_request;
+
+/* One generated token's log-probabilities and where its text lies in job.raw. */
+typedef struct tok_logprob {
+    coli_logprob chosen;
+    int n_top;
+    coli_logprob top[COLI_MAX_TOP_LOGPROBS];
+    size_t start, end;            /* raw[start..end): the text that became complete with it */
+} tok_logprob;
 
 void gen_request_free(gen_request *r);
 
@@ -104,6 +125,9 @@ typedef struct job {
     int n_gen;
     char utf8_hold[4];            /* an incomplete UTF-8 sequence awaiting the next token */
     size_t n_hold;
+    tok_logprob *lp;              /* req.sp.logprobs: one per answer token (stop-string tokens dropped) */
+    int n_lp, lp_cap;
+    int n_cached;                 /* prompt tokens restored from the prefix cache */
     const char *finish_reason;    /* "stop" | "length", set when done */
     int error_http;               /* 0, or the status of a failure during generation */
     const char *error_code;       /* OpenAI error code of that failure, or NULL */
@@ -151,6 +175,14 @@ typedef struct server_config {
     size_t max_body;              /* bytes */
     int n_ctx;                    /* per slot, 0 = the model's */
     int token_delay_ms;           /* COLI_SERVE_DELAY_MS: tests slow generation down */
+    coli_sampling_params sampling; /* what a request starts from (OpenAI's defaults, or run's flags);
+                                      seed UINT64_MAX: a fresh seed per request */
+    const char *cors_origin;      /* --cors-origin: Access-Control-Allow-Origin on every reply; NULL: none */
+    const char *alias;            /* --alias: the model id /v1/models and replies show */
+    size_t prefix_cache_bytes;    /* --prefix-cache-mb; 0 = no prefix cache */
+    int prefix_block;             /* --prefix-block: tokens per cached block */
+    int no_batching;              /* --no-batching: slots take turns one token each */
+    int prefill_chunk;            /* --prefill-chunk: prompt tokens per turn when batching */
     int verbose;
 } server_config;
 
@@ -160,7 +192,8 @@ typedef struct server {
     server_config cfg;
     coli_model *model;
     coli_model_info info;
-    const char *model_id;         /* what /v1/models lists */
+    const char *model_id;         /* what /v1/models lists (--alias, else the model's name) */
+    const char *model_path;       /* -m */
     chat_family family;           /* CHAT_UNKNOWN: chat requests fail with a clear error */
     const char *family_source;    /* "tokenizer.chat_template" | "architecture" */
     char *bos_text, *eos_text;
@@ -168,6 +201,8 @@ typedef struct server {
     atomic_int stopping;          /* no new requests; queued ones were answered 503 */
     atomic_int abort_running;     /* the grace period is over: running requests stop */
     server_metrics metrics;
+    coli_prefix_cache *prefix;    /* NULL when off; shared by the slots */
+    coli_batch *batch;            /* continuous batching; NULL with --no-batching */
 
     /* the baton: a fair lock over every computing library call */
     pthread_mutex_t baton_mu;
@@ -215,6 +250,18 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
 /* Tokenize r->prompt (or check r->ids) and fit max_tokens to the context. 0 or 400/500 + err. */
 int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, const char **param);
 
+/* server_grammar.c: constrained decoding for response_format json_object / json_schema. */
+typedef struct json_grammar json_grammar;
+/* Compile rf (the response_format object, type json_object or json_schema) over the model's
+ * vocabulary into *out. 0, 400 (err names the unsupported or bad part) or 500 (out of memory). */
+int  json_grammar_new(server *s, const struct cJSON *rf, json_grammar **out, char *err, size_t err_cap);
+void json_grammar_free(json_grammar *g);
+/* coli_sampling_params.logit_filter: -INFINITY on every token that cannot continue valid output
+ * (end-of-generation tokens: allowed only once the JSON value is complete). */
+void json_grammar_filter(void *g, float *logits, int n_vocab);
+/* Advance over the token just generated: 0, or -1 if its bytes break the grammar. */
+int  json_grammar_accept(json_grammar *g, int32_t id);
+
 /* server_http.c */
 int  http_start(server *s);                  /* 0 or CLI_FAIL; prints the listening line */
 void http_quiesce(void);                     /* stop accepting connections */
@@ -252,6 +299,22 @@ int handle_metrics(server *s, struct MHD_Connection *c);
 /* A response object (chunk or final) common fields. */
 struct cJSON *response_base(server *s, const job *j, const char *object);
 struct cJSON *usage_json(const job *j);
+
+/* server_logprobs.c: the "logprobs" value of a choice for lp[0..n) (chat: {"content": [...]},
+ * completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}), or NULL on OOM. */
+struct cJSON *logprobs_json(server *s, const job *j, const tok_logprob *lp, int n);
+/* Record the current token's logprobs into j (j->mu held); start/end: its text in raw. 0 or -1 (OOM). */
+int logprobs_record(coli_context *ctx, job *j, size_t start, size_t end);
+/* Drop the entries whose text starts at or after raw[len] (a stop string cut there). */
+void logprobs_truncate(job *j, size_t len);
+
+/* bytes[0..n) as a NUL-terminated UTF-8 string, invalid bytes (and NUL) as U+FFFD; malloc'd, NULL on OOM. */
+char *utf8_lossy(const char *bytes, size_t n);
+
+/* server_tools.c: POST /tokenize, POST /detokenize, GET /props. */
+int handle_tokenize(server *s, struct MHD_Connection *c, const char *body, size_t len);
+int handle_detokenize(server *s, struct MHD_Connection *c, const char *body, size_t len);
+int handle_props(server *s, struct MHD_Connection *c);
 
 /* server_sse.c: reply to j with a stream (j already queued). */
 int sse_reply(server *s, struct MHD_Connection *c, job *j);

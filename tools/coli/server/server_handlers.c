@@ -30,6 +30,8 @@ cJSON *usage_json(const job *j) {
     cJSON_AddNumberToObject(u, "prompt_tokens", j->req.n_ids);
     cJSON_AddNumberToObject(u, "completion_tokens", j->n_gen);
     cJSON_AddNumberToObject(u, "total_tokens", j->req.n_ids + j->n_gen);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", j->n_cached);
     return u;
 }
 
@@ -46,7 +48,8 @@ static char *s_final_json(server *s, const job *j) {
     } else {
         cJSON_AddStringToObject(c, "text", j->raw ? j->raw : "");
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    if (j->req.sp.logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, j, j->lp, j->n_lp));
+    else cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", j->finish_reason);
     cJSON_AddItemToObject(o, "usage", usage_json(j));
     char *text = cJSON_PrintUnformatted(o);

@@ -42,6 +42,7 @@ static struct MHD_Daemon *s_daemon;
 static int s_port;
 static MHD_socket s_listen_fd = MHD_INVALID_SOCKET; /* after quiesce: closed after the daemon */
 static atomic_int s_in_flight;                       /* requests between their head and their end */
+static const char *s_cors_origin; /* --cors-origin, NULL: no CORS headers */
 static __thread http_req *t_req; /* the request this pool thread is answering */
 
 int http_bound_port(void) { return s_port; }
@@ -66,6 +67,7 @@ int http_connection_fd(struct MHD_Connection *c) {
 static int s_queue(struct MHD_Connection *c, int status, struct MHD_Response *resp) {
     if (!resp) return MHD_NO;
     if (t_req) t_req->status = status;
+    if (s_cors_origin) MHD_add_response_header(resp, "Access-Control-Allow-Origin", s_cors_origin);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return rc;
@@ -131,7 +133,7 @@ static int s_route(server *s, struct MHD_Connection *c, const char *url, const c
     if (ep == EP_OTHER)
         return http_reply_error(s, c, ep, 404, "invalid_request_error", "not_found", NULL,
                                 "%s %s: no such endpoint", method, url);
-    int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT;
+    int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_TOKENIZE || ep == EP_DETOKENIZE;
     if ((want_post && !post) || (!want_post && !get))
         return http_reply_error(s, c, ep, 405, "invalid_request_error", "method_not_allowed", NULL,
                                 "%s %s: method not allowed (use %s)", method, url, want_post ? "POST" : "GET");
@@ -150,6 +152,9 @@ static int s_route(server *s, struct MHD_Connection *c, const char *url, const c
         return http_reply_error(s, c, ep, 503, "server_error", "model_loading", NULL,
                                 "the model is still loading; try again shortly");
     if (ep == EP_MODELS) return handle_models(s, c);
+    if (ep == EP_PROPS) return handle_props(s, c);
+    if (ep == EP_TOKENIZE) return handle_tokenize(s, c, r->body ? r->body : "", r->len);
+    if (ep == EP_DETOKENIZE) return handle_detokenize(s, c, r->body ? r->body : "", r->len);
     return handle_completion(s, c, ep == EP_CHAT, r->body ? r->body : "", r->len);
 }
 
@@ -180,12 +185,26 @@ static const char *s_ambiguous_framing(struct MHD_Connection *c) {
     return NULL;
 }
 
+/* A CORS preflight (OPTIONS): 204 with what browsers may send; no auth (browsers send none). */
+static int s_preflight(struct MHD_Connection *c) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Allow", "GET, POST, OPTIONS");
+    if (s_cors_origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
+    return s_queue(c, 204, resp);
+}
+
 /* The first call for a request: headers only. Refuse early what we can. */
-static int s_first_call(server *s, struct MHD_Connection *c, const char *url, http_req *r) {
+static int s_first_call(server *s, struct MHD_Connection *c, const char *url, const char *method, http_req *r) {
     const char *ambiguous = s_ambiguous_framing(c);
     if (ambiguous)
         return http_reply_error(s, c, r->ep, 400, "invalid_request_error", "ambiguous_framing", NULL,
                                 "request framing: %s (RFC 9112 forbids it)", ambiguous);
+    if (strcmp(method, "OPTIONS") == 0 && r->ep != EP_OTHER) return s_preflight(c);
     if (!s_authorized(s, c, url))
         return http_reply_error(s, c, r->ep, 401, "invalid_request_error", "invalid_api_key", NULL,
                                 "missing or wrong API key: send 'Authorization: Bearer KEY'");
@@ -228,7 +247,7 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *c, const char 
         *con_cls = r;
         t_req = r;
         atomic_fetch_add(&s_in_flight, 1);
-        return (enum MHD_Result)s_first_call(s, c, url, r);
+        return (enum MHD_Result)s_first_call(s, c, url, method, r);
     }
     t_req = r;
     if (*upload_size) {
@@ -277,6 +296,7 @@ int http_start(server *s) {
     struct sockaddr_storage addr;
     int ipv6 = 0;
     if (s_resolve(s, &addr, &ipv6)) return CLI_FAIL;
+    s_cors_origin = s->cfg.cors_origin;
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ipv6) flags |= MHD_USE_IPv6;
     if (s->cfg.verbose) flags |= MHD_USE_ERROR_LOG;

@@ -17,7 +17,8 @@ static const double s_le[METRICS_N_BUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0
                                                    0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
 
 static const char *s_endpoint_names[EP_COUNT] = {"/v1/completions", "/v1/chat/completions",
-                                                 "/v1/models", "/health", "/metrics", "other"};
+                                                 "/v1/models", "/health", "/metrics", "/tokenize",
+                                                 "/detokenize", "/props", "other"};
 
 void metrics_init(server_metrics *m) {
     memset(m, 0, sizeof *m);
@@ -98,6 +99,33 @@ static void s_histogram(coli_strbuf *b, const char *name, const histogram *h) {
           (unsigned long long)h->n, name, h->sum, name, (unsigned long long)h->n);
 }
 
+/* The prefix cache's and the batch's counters (all zero when off or not
+ * started yet: both are set before ready and freed after the HTTP side stops). */
+static void s_prefix_series(coli_strbuf *b, server *s) {
+    coli_prefix_cache_stats st;
+    coli_prefix_cache_get_stats(atomic_load(&s->ready) ? s->prefix : NULL, &st);
+    s_header(b, "colibri_prefix_cache_hit_tokens_total", "counter", "Prompt tokens restored from the prefix cache.");
+    coli_strbuf_appendf(b, "colibri_prefix_cache_hit_tokens_total %llu\n", (unsigned long long)st.hit_tokens);
+    s_header(b, "colibri_prefix_cache_miss_tokens_total", "counter", "Prompt tokens the prefix cache did not hold (prefilled).");
+    coli_strbuf_appendf(b, "colibri_prefix_cache_miss_tokens_total %llu\n", (unsigned long long)st.miss_tokens);
+    s_header(b, "colibri_prefix_cache_evicted_tokens_total", "counter", "Token positions dropped from the prefix cache for room.");
+    coli_strbuf_appendf(b, "colibri_prefix_cache_evicted_tokens_total %llu\n", (unsigned long long)st.evicted_tokens);
+    s_header(b, "colibri_prefix_cache_stored_tokens_total", "counter", "Token positions added to the prefix cache.");
+    coli_strbuf_appendf(b, "colibri_prefix_cache_stored_tokens_total %llu\n", (unsigned long long)st.stored_tokens);
+    coli_batch_stats bs;
+    coli_batch_get_stats(atomic_load(&s->ready) ? s->batch : NULL, &bs);
+    s_header(b, "colibri_batch_steps_total", "counter", "Decode steps: forward passes over the next token of every generating request.");
+    coli_strbuf_appendf(b, "colibri_batch_steps_total %llu\n", (unsigned long long)bs.steps);
+    s_header(b, "colibri_batch_rows_total", "counter", "Tokens those steps evaluated (rows / steps = the mean batch).");
+    coli_strbuf_appendf(b, "colibri_batch_rows_total %llu\n", (unsigned long long)bs.rows);
+    s_header(b, "colibri_batch_max_rows", "gauge", "The largest decode step so far, in requests.");
+    coli_strbuf_appendf(b, "colibri_batch_max_rows %d\n", bs.max_rows);
+    s_header(b, "colibri_prefix_cache_bytes", "gauge", "KV bytes the prefix cache holds.");
+    coli_strbuf_appendf(b, "colibri_prefix_cache_bytes %zu\n", st.bytes);
+    s_header(b, "colibri_prefix_cache_max_bytes", "gauge", "The prefix cache's bound (--prefix-cache-mb); 0 = off.");
+    coli_strbuf_appendf(b, "colibri_prefix_cache_max_bytes %zu\n", st.max_bytes);
+}
+
 static void s_server_series(coli_strbuf *b, server *s) {
     server_metrics m;
     pthread_mutex_lock(&s->metrics.mu);
@@ -108,7 +136,7 @@ static void s_server_series(coli_strbuf *b, server *s) {
         for (int i = 0; i < METRICS_MAX_CODES && m.requests[e][i].code; i++)
             coli_strbuf_appendf(b, "colibri_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", s_endpoint_names[e],
                   m.requests[e][i].code, (unsigned long long)m.requests[e][i].n);
-    s_header(b, "colibri_prompt_tokens_total", "counter", "Prompt tokens evaluated.");
+    s_header(b, "colibri_prompt_tokens_total", "counter", "Prompt tokens of the requests (prefilled or restored from the prefix cache).");
     coli_strbuf_appendf(b, "colibri_prompt_tokens_total %llu\n", (unsigned long long)m.prompt_tokens);
     s_header(b, "colibri_generated_tokens_total", "counter", "Tokens generated.");
     coli_strbuf_appendf(b, "colibri_generated_tokens_total %llu\n", (unsigned long long)m.generated_tokens);
@@ -130,6 +158,7 @@ static void s_server_series(coli_strbuf *b, server *s) {
     coli_strbuf_appendf(b, "colibri_slots %d\n", s->cfg.n_slots);
     s_header(b, "colibri_model_ready", "gauge", "1 once the model is loaded and its experts are placed.");
     coli_strbuf_appendf(b, "colibri_model_ready %d\n", atomic_load(&s->ready) ? 1 : 0);
+    s_prefix_series(b, s);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 /*
  * server_openai.c - an OpenAI request body -> gen_request. Every field is
  * checked for its type and range; a bad one gives HTTP 400 with a message
- * that names the field (and `param` set to it), as OpenAI does. Fields this
- * server does not know are ignored (clients send extras such as "user");
- * known options it cannot honour (logprobs, penalties, tools, n > 1, ...)
- * are refused when set to anything but their neutral value.
+ * that names the field (and `param` set to it), as OpenAI does. A field
+ * this server does not know is refused (400 naming it), never ignored:
+ * "user" is the one extra accepted (it changes no output); known options
+ * it cannot honour (tools, logit_bias, n > 1, ...) are refused when set to
+ * anything but their neutral value.
  */
 #include <cjson/cJSON.h>
 #include <float.h>
@@ -24,6 +25,7 @@ void gen_request_free(gen_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->prompt);
     free(r->ids);
+    json_grammar_free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 
@@ -53,11 +55,36 @@ static int s_is_int(const cJSON *v, double lo, double hi) {
            v->valuedouble >= lo && v->valuedouble <= hi;
 }
 
+/* Every field a request may carry; anything else is refused (400 naming it) rather than ignored. */
+static const char *const s_known_chat[] = {
+    "messages", "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
+    "max_tokens", "max_completion_tokens", "stop", "presence_penalty", "frequency_penalty",
+    "repeat_penalty", "repeat_last_n", "logprobs", "top_logprobs", "response_format", "user",
+    /* accepted only at their neutral value (s_unsupported) */
+    "n", "logit_bias", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls", NULL};
+static const char *const s_known_completions[] = {
+    "prompt", "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
+    "max_tokens", "stop", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n",
+    "logprobs", "response_format", "user",
+    "n", "best_of", "echo", "suffix", "logit_bias", NULL};
+
+static int s_unknown_fields(parse_ctx *p, const cJSON *root, int chat) {
+    const cJSON *f;
+    cJSON_ArrayForEach(f, root) {
+        const char *const *k = chat ? s_known_chat : s_known_completions;
+        while (*k && strcmp(*k, f->string) != 0) k++;
+        if (*k) continue;
+        static __thread char name[64]; /* param outlives the parsed body; one request per thread at a time */
+        snprintf(name, sizeof name, "%s", f->string);
+        return s_bad(p, name, "%s: not supported by this server (refused rather than ignored)", name);
+    }
+    return 0;
+}
+
 /* Options that must keep their neutral value: absent, null, false, 0, 1 (n, best_of), {} or []. */
 static int s_unsupported(parse_ctx *p, const cJSON *root) {
-    static const char *names[] = {"logprobs", "top_logprobs", "echo", "suffix", "presence_penalty",
-                                  "frequency_penalty", "logit_bias", "tools", "functions",
-                                  "tool_choice", "function_call", "best_of", "n"};
+    static const char *names[] = {"echo", "suffix", "logit_bias", "tools", "functions", "tool_choice",
+                                  "function_call", "parallel_tool_calls", "best_of", "n"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cJSON *v = s_get(root, names[i]);
         if (!v) continue;
@@ -71,19 +98,76 @@ static int s_unsupported(parse_ctx *p, const cJSON *root) {
         }
         if (!neutral) return s_bad(p, names[i], "%s: not supported by this server", names[i]);
     }
-    const cJSON *rf = s_get(root, "response_format");
-    const cJSON *type = rf ? s_get(rf, "type") : NULL;
-    if (rf && !(cJSON_IsString(type) && !strcmp(type->valuestring, "text")))
-        return s_bad(p, "response_format", "response_format: only {\"type\": \"text\"} is supported");
     return 0;
 }
 
-static int s_sampling(parse_ctx *p, const cJSON *root, gen_request *r) {
+/* response_format: text, json_object or json_schema (server_grammar.c). */
+static int s_response_format(server *s, parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *rf = s_get(root, "response_format");
+    if (!rf) return 0;
+    const cJSON *type = cJSON_IsObject(rf) ? s_get(rf, "type") : NULL;
+    if (!cJSON_IsString(type))
+        return s_bad(p, "response_format", "response_format: must be an object with a string \"type\"");
+    if (!strcmp(type->valuestring, "text")) return 0;
+    int rc = json_grammar_new(s, rf, &r->grammar, p->err, p->cap);
+    if (rc) *p->param = "response_format";
+    if (!rc) {
+        r->sp.logit_filter = json_grammar_filter;
+        r->sp.logit_filter_user = r->grammar;
+    }
+    return rc;
+}
+
+/* A number field in [lo, hi] into *out; 0 if absent. */
+static int s_number(parse_ctx *p, const cJSON *root, const char *name, double lo, double hi, float *out) {
+    const cJSON *v = s_get(root, name);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+        return s_bad(p, name, "%s: must be a number from %g to %g", name, lo, hi);
+    *out = (float)v->valuedouble;
+    return 0;
+}
+
+/* Penalties and min_p (llama.cpp's definitions, coordinator/sampler.h). */
+static int s_penalties(parse_ctx *p, const cJSON *root, gen_request *r) {
+    int rc = s_number(p, root, "presence_penalty", -2, 2, &r->sp.presence_penalty);
+    if (!rc) rc = s_number(p, root, "frequency_penalty", -2, 2, &r->sp.frequency_penalty);
+    if (!rc) rc = s_number(p, root, "repeat_penalty", 0, 100, &r->sp.repeat_penalty);
+    if (!rc) rc = s_number(p, root, "min_p", 0, 1, &r->sp.min_p);
+    const cJSON *v = s_get(root, "repeat_last_n");
+    if (!rc && v) {
+        if (!s_is_int(v, -1, 1 << 24)) return s_bad(p, "repeat_last_n", "repeat_last_n: must be an integer >= -1 (-1: all)");
+        r->sp.repeat_last_n = (int)v->valuedouble;
+    }
+    return rc;
+}
+
+/* chat: logprobs (bool) + top_logprobs (0..20); completions: logprobs (0..20 alternatives). */
+static int s_logprobs(parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *lp = s_get(root, "logprobs"), *top = s_get(root, "top_logprobs");
+    if (!r->chat) {
+        if (!lp) return 0;
+        if (!s_is_int(lp, 0, COLI_MAX_TOP_LOGPROBS))
+            return s_bad(p, "logprobs", "logprobs: must be an integer from 0 to %d", COLI_MAX_TOP_LOGPROBS);
+        r->sp.logprobs = 1;
+        r->sp.top_logprobs = (int)lp->valuedouble;
+        return 0;
+    }
+    if (lp && !cJSON_IsBool(lp)) return s_bad(p, "logprobs", "logprobs: must be true or false");
+    r->sp.logprobs = lp && cJSON_IsTrue(lp);
+    if (!top) return 0;
+    if (!s_is_int(top, 0, COLI_MAX_TOP_LOGPROBS))
+        return s_bad(p, "top_logprobs", "top_logprobs: must be an integer from 0 to %d", COLI_MAX_TOP_LOGPROBS);
+    if (!r->sp.logprobs && top->valuedouble > 0) return s_bad(p, "top_logprobs", "top_logprobs: requires logprobs: true");
+    r->sp.top_logprobs = (int)top->valuedouble;
+    return 0;
+}
+
+static int s_sampling(server *s, parse_ctx *p, const cJSON *root, gen_request *r) {
     const cJSON *v;
-    r->sp.temperature = 1.0f; /* OpenAI's defaults: sample the full distribution */
-    r->sp.top_p = 1.0f;
-    r->sp.top_k = 0;
-    r->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)r;
+    r->sp = s->cfg.sampling; /* OpenAI's defaults (the full distribution), or serve's flags */
+    r->sp.n_predict = 0;
+    if (r->sp.seed == UINT64_MAX) r->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)r;
     if ((v = s_get(root, "temperature"))) {
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 2))
             return s_bad(p, "temperature", "temperature: must be a number from 0 to 2");
@@ -318,9 +402,13 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
         return rc;
     }
     if (!cJSON_IsObject(root)) rc = s_bad(&p, NULL, "request body: must be a JSON object");
+    if (!rc) rc = s_unknown_fields(&p, root, chat);
     if (!rc) rc = s_unsupported(&p, root);
     if (!rc) rc = s_stream(&p, root, r);
-    if (!rc) rc = s_sampling(&p, root, r);
+    if (!rc) rc = s_sampling(s, &p, root, r);
+    if (!rc) rc = s_penalties(&p, root, r);
+    if (!rc) rc = s_logprobs(&p, root, r);
+    if (!rc) rc = s_response_format(s, &p, root, r);
     if (!rc) rc = s_stop(&p, root, r);
     if (!rc) rc = chat ? s_messages(s, &p, root, r) : s_prompt(s, &p, root, r);
     if (rc == 500) snprintf(err, err_cap, "out of memory while reading the request");

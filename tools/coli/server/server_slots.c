@@ -21,6 +21,8 @@ struct server_slot {
     int index;
     coli_context *ctx;
     job *cur;
+    int32_t *seq;                 /* the ids the context holds: prompt, then generated */
+    int seq_len, seq_cap;
 };
 
 static void s_deadline(struct timespec *ts, int ms) {
@@ -73,6 +75,7 @@ void job_release(job *j) {
     if (left) return;
     gen_request_free(&j->req);
     free(j->raw);
+    free(j->lp);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -205,12 +208,16 @@ static int s_append_utf8(job *j, const char *text, size_t len) {
 /* Append a token's text; find stop strings. 1 if a stop string ended the answer. */
 static int s_append(job *j, const char *text, size_t len) {
     if (s_append_utf8(j, text, len)) return -1;
+    /* the token's logprobs entry (recorded just before) covers the text it
+     * completed as it went in: held bytes and U+FFFD change the length */
+    if (j->req.sp.logprobs && j->n_lp > 0) j->lp[j->n_lp - 1].end = j->raw_len;
     size_t best = (size_t)-1;
     for (int k = 0; k < j->req.n_stop; k++) {
         char *hit = memmem(j->raw + j->exposed, j->raw_len - j->exposed, j->req.stop[k], strlen(j->req.stop[k]));
         if (hit && (size_t)(hit - j->raw) < best) best = (size_t)(hit - j->raw);
     }
     if (best != (size_t)-1) {
+        logprobs_truncate(j, best);
         j->raw_len = j->exposed = best;
         j->raw[best] = '\0';
         return 1;
@@ -226,11 +233,18 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     double now = coli_now_s();
     if (j->n_gen == 0) metrics_observe(&s->metrics, &s->metrics.ttft, now - j->t_arrival);
     else metrics_observe(&s->metrics, &s->metrics.per_token, now - j->t_last);
+    if (slot->seq_len < slot->seq_cap) slot->seq[slot->seq_len++] = id;
     pthread_mutex_lock(&j->mu);
     j->t_last = now;
     j->n_gen++;
-    int stop = s_append(j, text, len);
-    if (stop < 0) {
+    size_t start = j->raw_len;
+    int stop = j->req.sp.logprobs && logprobs_record(slot->ctx, j, start, start + len) ? -1 : 0;
+    if (!stop && j->req.grammar && json_grammar_accept(j->req.grammar, id)) stop = -2;
+    if (!stop) stop = s_append(j, text, len);
+    if (stop == -2) {
+        j->error_http = 500;
+        snprintf(j->error, sizeof j->error, "generation: the JSON constraint lost track of the output");
+    } else if (stop < 0) {
         j->error_http = 500;
         snprintf(j->error, sizeof j->error, "generation: out of memory for the answer text");
     } else if (stop) {
@@ -239,11 +253,13 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     job_wake(j);
     pthread_mutex_unlock(&j->mu);
     if (stop) return 1;
-    /* Others' turn: the baton goes to the back of the line. */
-    baton_release(s);
+    /* Unbatched: others' turn, the baton goes to the back of the line. */
+    if (!s->batch) baton_release(s);
     if (s->cfg.token_delay_ms > 0) usleep((useconds_t)s->cfg.token_delay_ms * 1000u);
     if (client_gone(j->client_fd)) atomic_store(&j->cancel, 1);
-    baton_acquire(s);
+    if (!s->batch) baton_acquire(s);
+    /* past the grace period: stop; batched, the context then leaves the batch
+     * after this token's step (coli_generate), never holding the others up */
     if (atomic_load(&s->abort_running)) {
         pthread_mutex_lock(&j->mu);
         j->aborted = 1;
@@ -281,8 +297,39 @@ static void s_finish(server_slot *slot, job *j, int rc, const coli_gen_stats *st
     j->state = JOB_DONE;
     job_wake(j);
     pthread_mutex_unlock(&j->mu);
-    metrics_add_tokens(&s->metrics, st->n_prompt, j->n_gen);
+    metrics_add_tokens(&s->metrics, st->n_prompt + j->n_cached, j->n_gen);
     if (atomic_load(&j->cancel) && !atomic_load(&s->stopping)) metrics_count_cancelled(&s->metrics);
+}
+
+/* Reset the slot's context to the longest cached prefix of j's prompt
+ * (nothing without a cache): the positions restored, which generation
+ * then skips. A failing lookup is a miss, never a failed request. */
+static int s_prefix_restore(server_slot *slot, job *j) {
+    server *s = slot->srv;
+    coli_context_reset(slot->ctx);
+    const int n = j->req.n_ids;
+    slot->seq_len = n <= slot->seq_cap ? n : 0;
+    if (slot->seq_len) memcpy(slot->seq, j->req.ids, (size_t)n * sizeof(int32_t));
+    if (!s->prefix || !slot->seq_len) return 0;
+    int got = coli_context_restore_prefix(slot->ctx, s->prefix, j->req.ids, n);
+    if (got < 0) {
+        if (s->cfg.verbose) fprintf(stderr, "coli serve: prefix cache: %s\n", coli_last_error());
+        coli_context_reset(slot->ctx);
+        got = 0;
+    }
+    j->n_cached = got;
+    return got;
+}
+
+/* Keep what the context holds (prompt + every token the callback saw) for
+ * later requests that start the same way. */
+static void s_prefix_save(server_slot *slot) {
+    server *s = slot->srv;
+    if (!s->prefix) return;
+    int n = coli_context_pos(slot->ctx);
+    if (n > slot->seq_len) n = slot->seq_len; /* the ids were not all recorded: keep the known ones */
+    if (coli_context_save_prefix(slot->ctx, s->prefix, slot->seq, n) < 0 && s->cfg.verbose)
+        fprintf(stderr, "coli serve: prefix cache: %s\n", coli_last_error());
 }
 
 static void s_run(server_slot *slot, job *j) {
@@ -297,8 +344,12 @@ static void s_run(server_slot *slot, job *j) {
     if (!atomic_load(&j->cancel) && !client_gone(j->client_fd)) {
         slot->cur = j;
         baton_acquire(s);
-        coli_context_reset(slot->ctx);
-        rc = coli_generate(slot->ctx, j->req.ids, j->req.n_ids, &j->req.sp, s_on_token, slot, &st);
+        const int cached = s_prefix_restore(slot, j);
+        /* batched: the batch takes the baton for each step and prompt chunk */
+        if (s->batch) baton_release(s);
+        rc = coli_generate(slot->ctx, j->req.ids + cached, j->req.n_ids - cached, &j->req.sp, s_on_token, slot, &st);
+        if (s->batch) baton_acquire(s);
+        if (rc == 0) s_prefix_save(slot);
         baton_release(s);
         slot->cur = NULL;
     } else {
@@ -371,6 +422,9 @@ char *server_stats_fresh(server *s) {
 // ---------------------------------------------------------------------------
 // start and stop
 
+static void s_baton_lock(void *s) { baton_acquire(s); }
+static void s_baton_unlock(void *s) { baton_release(s); }
+
 static int s_alloc(server *s) {
     s->q_cap = s->cfg.queue_max + s->cfg.n_slots;
     s->queue = calloc((size_t)s->q_cap, sizeof *s->queue);
@@ -383,9 +437,28 @@ static int s_alloc(server *s) {
     coli_context_params cp;
     coli_context_default_params(&cp);
     cp.n_ctx = s->cfg.n_ctx;
+    if (s->cfg.prefix_cache_bytes &&
+        coli_prefix_cache_new(s->model, s->cfg.prefix_cache_bytes, s->cfg.prefix_block, &s->prefix) != 0) {
+        fprintf(stderr, "coli serve: %s\n", coli_last_error());
+        return CLI_FAIL;
+    }
+    if (!s->cfg.no_batching &&
+        coli_batch_new(s->model, s->cfg.n_slots, s->cfg.n_ctx, s->cfg.prefill_chunk, s_baton_lock, s_baton_unlock, s,
+                       &s->batch) != 0) {
+        fprintf(stderr, "coli serve: %s\n", coli_last_error());
+        return CLI_FAIL;
+    }
     for (int i = 0; i < s->cfg.n_slots; i++) {
-        s->slots[i] = (server_slot){.srv = s, .index = i};
+        s->slots[i] = (server_slot){.srv = s, .index = i, .seq_cap = s->cfg.n_ctx};
+        if (!(s->slots[i].seq = malloc((size_t)s->cfg.n_ctx * sizeof(int32_t)))) {
+            fprintf(stderr, "coli serve: out of memory for slot %d's token record\n", i);
+            return CLI_FAIL;
+        }
         if (coli_context_new(s->model, &cp, &s->slots[i].ctx) != 0) {
+            fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
+            return CLI_FAIL;
+        }
+        if (s->batch && coli_context_set_batch(s->slots[i].ctx, s->batch) != 0) {
             fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
             return CLI_FAIL;
         }
@@ -472,7 +545,12 @@ void server_slots_stop(server *s) {
 
 void server_slots_free(server *s) {
     if (!s->queue) return;
-    for (int i = 0; i < s->cfg.n_slots; i++) coli_context_free(&s->slots[i].ctx);
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        coli_context_free(&s->slots[i].ctx);
+        free(s->slots[i].seq);
+    }
+    coli_prefix_cache_free(&s->prefix);
+    coli_batch_free(&s->batch);
     free(s->slots);
     free(s->slot_threads);
     free(s->queue);

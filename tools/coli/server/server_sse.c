@@ -24,6 +24,7 @@ typedef struct sse_stream {
     coli_strbuf pending;    /* formatted events not yet handed to the connection */
     size_t pending_off;     /* bytes of pending already handed over */
     size_t sent;            /* bytes of j->raw already sent */
+    int lp_sent;            /* entries of j->lp already sent */
     int role_sent;          /* chat: the first chunk carries the role */
     int finished;           /* [DONE] is in pending */
     int oom;                /* cJSON could not print an event (a failed append: pending.failed) */
@@ -62,7 +63,14 @@ static void s_chunk(sse_stream *st, const char *text, size_t len, const char *fi
         cJSON_AddStringToObject(c, "text", copy ? copy : "");
     }
     free(copy);
-    cJSON_AddNullToObject(c, "logprobs");
+    /* logprobs: the tokens whose text this chunk completes (at the end: all that are left) */
+    int n_lp = st->lp_sent;
+    while (n_lp < j->n_lp && (finish || j->lp[n_lp].end <= st->sent + len)) n_lp++;
+    if (j->req.sp.logprobs && (n_lp > st->lp_sent || !finish))
+        cJSON_AddItemToObject(c, "logprobs", logprobs_json(st->srv, j, j->lp + st->lp_sent, n_lp - st->lp_sent));
+    else
+        cJSON_AddNullToObject(c, "logprobs");
+    st->lp_sent = n_lp;
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     if (j->req.include_usage) cJSON_AddNullToObject(o, "usage");

@@ -1,11 +1,12 @@
 /*
- * kquant_scales.h - the packed sub-block scales of the K-quants and IQ4_XS,
- * unpacked into plain integers. Shared by the portable and AVX2 dot
- * products (vecdot_k.c, vecdot_k_avx2.c) so both read the formats the same
- * way. Layouts as ggml-common.h defines them (see quant_blocks.h).
+ * vecdot_k_impl.h - internals shared by the portable and AVX2 K-quant code
+ * (vecdot_k.c, vecdot_k_avx2.c): the packed sub-block scales of the
+ * K-quants and IQ4_XS unpacked into plain integers, so both read the
+ * formats the same way (layouts as ggml-common.h defines them, see
+ * quant_blocks.h), and the AVX2 Q8_K quantizer.
  */
-#ifndef COLI_CORE_KQUANT_SCALES_H
-#define COLI_CORE_KQUANT_SCALES_H
+#ifndef COLI_CORE_VECDOT_K_IMPL_H
+#define COLI_CORE_VECDOT_K_IMPL_H
 
 #include <stdint.h>
 #include <string.h>
@@ -65,5 +66,11 @@ static inline int coli_iq4xs_scale(const block_iq4_xs *b, int ib) {
     int high = (b->scales_h >> (2 * ib)) & 3;
     return (low | (high << 4)) - 32;
 }
+
+/* The two implementations of coli_quantize_act_q8_K (vecdot.h), which
+ * calls the AVX2 one when coli_cpu_avx2(): the same bytes for every input
+ * (vecdot_k.c states the rules), the AVX2 one several times faster. */
+void coli_quantize_act_q8_K_portable(const float *x, block_q8_K *y, int64_t n);
+void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n);
 
 #endif

@@ -1,0 +1,245 @@
+/* prefix_cache.c - see prefix_cache.h. */
+#include "coordinator/prefix_cache.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+typedef struct pc_block {
+    uint64_t key, parent;          /* chain hash of the prefix up to its end / before it */
+    struct pc_block *next_in_bucket;
+    struct pc_block *newer, *older; /* the LRU list */
+    uint64_t op;                   /* the operation that last touched it (store guard) */
+    int32_t *ids;                  /* block_tokens ids */
+    unsigned char *rows;           /* per layer: K rows, then V rows (unless v_in_k) */
+} pc_block;
+
+struct prefix_cache {
+    pthread_mutex_t mu;
+    int n_layer, v_in_k, block_tokens;
+    size_t k_row, v_row;           /* bytes of one position's K / V row of one layer */
+    size_t block_bytes;            /* rows of one block over all layers */
+    pc_block **buckets;
+    size_t n_buckets;              /* a power of two */
+    pc_block *newest, *oldest;
+    uint64_t op;
+    prefix_cache_counters c;
+};
+
+static size_t s_elem_bytes(const kv_cache *kv) { return kv->f16 ? 2 : 4; }
+
+int prefix_cache_new(const kv_cache *layout, int block_tokens, size_t max_bytes, prefix_cache **out) {
+    *out = NULL;
+    if (block_tokens < 1 || layout->n_layer < 1 || layout->k_dim < 1)
+        return coli_fail(COLI_EINVAL, "prefix cache: block of %d tokens over %d layers: expected >= 1",
+                         block_tokens, layout->n_layer);
+    prefix_cache *pc = calloc(1, sizeof *pc);
+    if (!pc) return coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
+    pc->n_layer = layout->n_layer;
+    pc->v_in_k = layout->v_in_k;
+    pc->block_tokens = block_tokens;
+    pc->k_row = (size_t)layout->k_dim * s_elem_bytes(layout);
+    pc->v_row = layout->v_in_k ? 0 : (size_t)layout->v_dim * s_elem_bytes(layout);
+    pc->block_bytes = (size_t)pc->n_layer * (size_t)block_tokens * (pc->k_row + pc->v_row);
+    size_t want = max_bytes / pc->block_bytes * 2 + 1, nb = 64;
+    while (nb < want && nb < ((size_t)1 << 22)) nb *= 2;
+    pc->n_buckets = nb;
+    pc->buckets = calloc(nb, sizeof *pc->buckets);
+    if (!pc->buckets) {
+        free(pc);
+        return coli_fail(COLI_ENOMEM, "prefix cache: out of memory for %zu buckets", nb);
+    }
+    pthread_mutex_init(&pc->mu, NULL);
+    pc->c.max_bytes = max_bytes;
+    pc->c.block_tokens = block_tokens;
+    *out = pc;
+    return 0;
+}
+
+void prefix_cache_free(prefix_cache **ppc) {
+    if (!ppc || !*ppc) return;
+    prefix_cache *pc = *ppc;
+    for (pc_block *b = pc->newest, *next; b; b = next) {
+        next = b->older;
+        free(b->ids);
+        free(b->rows);
+        free(b);
+    }
+    free(pc->buckets);
+    pthread_mutex_destroy(&pc->mu);
+    free(pc);
+    *ppc = NULL;
+}
+
+/* The key of the prefix that ends with ids[0..n) after the prefix keyed parent
+ * (FNV-1a over the ids' bytes, then a murmur-style finalizer). */
+static uint64_t s_chain_key(uint64_t parent, const int32_t *ids, int n) {
+    uint64_t h = parent ^ 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)ids[i] >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h ? h : 1; /* 0 is the key "before the first block" */
+}
+
+static pc_block *s_find(prefix_cache *pc, uint64_t key, uint64_t parent, const int32_t *ids) {
+    for (pc_block *b = pc->buckets[key & (pc->n_buckets - 1)]; b; b = b->next_in_bucket)
+        if (b->key == key && b->parent == parent &&
+            memcmp(b->ids, ids, (size_t)pc->block_tokens * sizeof(int32_t)) == 0)
+            return b;
+    return NULL;
+}
+
+static void s_unlink_lru(prefix_cache *pc, pc_block *b) {
+    if (b->newer) b->newer->older = b->older;
+    else pc->newest = b->older;
+    if (b->older) b->older->newer = b->newer;
+    else pc->oldest = b->newer;
+    b->newer = b->older = NULL;
+}
+
+static void s_touch(prefix_cache *pc, pc_block *b) {
+    if (b->newer || b->older || pc->newest == b) s_unlink_lru(pc, b); /* a new block is in no list yet */
+    b->older = pc->newest;
+    if (pc->newest) pc->newest->newer = b;
+    pc->newest = b;
+    if (!pc->oldest) pc->oldest = b;
+    b->op = pc->op;
+}
+
+/* Touch chain[n-1] .. chain[0]: the prefix's first block ends up newest. */
+static void s_touch_chain(prefix_cache *pc, pc_block **chain, int n) {
+    for (int i = n - 1; i >= 0; i--) s_touch(pc, chain[i]);
+}
+
+static void s_evict_oldest(prefix_cache *pc) {
+    pc_block *b = pc->oldest;
+    s_unlink_lru(pc, b);
+    pc_block **p = &pc->buckets[b->key & (pc->n_buckets - 1)];
+    while (*p != b) p = &(*p)->next_in_bucket;
+    *p = b->next_in_bucket;
+    pc->c.bytes -= pc->block_bytes;
+    pc->c.n_blocks--;
+    pc->c.evicted_tokens += (uint64_t)pc->block_tokens;
+    free(b->ids);
+    free(b->rows);
+    free(b);
+}
+
+static int s_shape_ok(const prefix_cache *pc, const kv_cache *kv) {
+    return kv->n_layer == pc->n_layer && kv->v_in_k == pc->v_in_k &&
+           (size_t)kv->k_dim * s_elem_bytes(kv) == pc->k_row &&
+           (kv->v_in_k ? 0 : (size_t)kv->v_dim * s_elem_bytes(kv)) == pc->v_row;
+}
+
+/* Copy one block's rows between the cache and kv (to_kv: which way). */
+static void s_copy_rows(const prefix_cache *pc, pc_block *b, kv_cache *kv, int pos, int to_kv) {
+    const size_t kb = (size_t)pc->block_tokens * pc->k_row, vb = (size_t)pc->block_tokens * pc->v_row;
+    unsigned char *r = b->rows;
+    for (int l = 0; l < pc->n_layer; l++, r += kb + vb) {
+        void *k = (void *)kv_cache_k(kv, l, pos);
+        if (to_kv) memcpy(k, r, kb);
+        else memcpy(r, k, kb);
+        if (!vb) continue;
+        void *v = (void *)kv_cache_v(kv, l, pos);
+        if (to_kv) memcpy(v, r + kb, vb);
+        else memcpy(r + kb, v, vb);
+    }
+}
+
+int prefix_cache_restore(prefix_cache *pc, kv_cache *kv, const int32_t *ids, int n, int max_tokens) {
+    if (!s_shape_ok(pc, kv)) return coli_fail(COLI_EINVAL, "prefix cache: KV cache of another shape");
+    const int B = pc->block_tokens;
+    if (max_tokens > n) max_tokens = n;
+    if (max_tokens > kv->n_ctx) max_tokens = kv->n_ctx;
+    const int most = max_tokens > 0 ? max_tokens / B : 0;
+    pc_block **chain = malloc((size_t)(most + 1) * sizeof *chain);
+    if (!chain) return coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
+    pthread_mutex_lock(&pc->mu);
+    pc->op++;
+    uint64_t parent = 0;
+    int got = 0;
+    for (; got < most; got++) {
+        const int32_t *blk = ids + (size_t)got * (size_t)B;
+        const uint64_t key = s_chain_key(parent, blk, B);
+        pc_block *b = s_find(pc, key, parent, blk);
+        if (!b) break;
+        s_copy_rows(pc, b, kv, got * B, 1);
+        chain[got] = b;
+        parent = key;
+    }
+    s_touch_chain(pc, chain, got);
+    pc->c.hit_tokens += (uint64_t)got * (uint64_t)B;
+    if (n > got * B) pc->c.miss_tokens += (uint64_t)(n - got * B);
+    pthread_mutex_unlock(&pc->mu);
+    free(chain);
+    return got * B;
+}
+
+/* A new block keyed (key, parent) with ids and kv's rows at pos, evicting
+ * older blocks as the budget needs (never one touched by this operation). */
+static pc_block *s_add(prefix_cache *pc, uint64_t key, uint64_t parent, const int32_t *ids,
+                       const kv_cache *kv, int pos, int *rc) {
+    *rc = 0;
+    while (pc->c.bytes + pc->block_bytes > pc->c.max_bytes && pc->oldest && pc->oldest->op != pc->op)
+        s_evict_oldest(pc);
+    if (pc->c.bytes + pc->block_bytes > pc->c.max_bytes) return NULL; /* full of this prefix */
+    pc_block *b = calloc(1, sizeof *b);
+    if (b) b->ids = malloc((size_t)pc->block_tokens * sizeof(int32_t));
+    if (b && b->ids) b->rows = malloc(pc->block_bytes);
+    if (!b || !b->ids || !b->rows) {
+        if (b) free(b->ids);
+        free(b);
+        *rc = coli_fail(COLI_ENOMEM, "prefix cache: out of memory for a block of %zu bytes", pc->block_bytes);
+        return NULL;
+    }
+    b->key = key;
+    b->parent = parent;
+    memcpy(b->ids, ids, (size_t)pc->block_tokens * sizeof(int32_t));
+    s_copy_rows(pc, b, (kv_cache *)kv, pos, 0);
+    pc_block **bucket = &pc->buckets[key & (pc->n_buckets - 1)];
+    b->next_in_bucket = *bucket;
+    *bucket = b;
+    s_touch(pc, b);
+    pc->c.bytes += pc->block_bytes;
+    pc->c.n_blocks++;
+    pc->c.stored_tokens += (uint64_t)pc->block_tokens;
+    return b;
+}
+
+int prefix_cache_store(prefix_cache *pc, const kv_cache *kv, const int32_t *ids, int n) {
+    if (!s_shape_ok(pc, kv) || n > kv->n_ctx)
+        return coli_fail(COLI_EINVAL, "prefix cache: KV cache of another shape, or %d tokens > its %d", n,
+                         kv->n_ctx);
+    const int B = pc->block_tokens, n_blocks = n / B;
+    if (n_blocks == 0 || pc->c.max_bytes < pc->block_bytes) return 0;
+    pc_block **chain = malloc((size_t)n_blocks * sizeof *chain);
+    if (!chain) return coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
+    pthread_mutex_lock(&pc->mu);
+    pc->op++;
+    uint64_t parent = 0;
+    int i = 0, added = 0, rc = 0;
+    for (; i < n_blocks; i++) {
+        const int32_t *blk = ids + (size_t)i * (size_t)B;
+        const uint64_t key = s_chain_key(parent, blk, B);
+        pc_block *b = s_find(pc, key, parent, blk);
+        if (b) s_touch(pc, b); /* marks it as this operation's: not evicted below */
+        else if ((b = s_add(pc, key, parent, blk, kv, i * B, &rc))) added++;
+        if (!b) break;
+        chain[i] = b;
+        parent = key;
+    }
+    s_touch_chain(pc, chain, i);
+    pthread_mutex_unlock(&pc->mu);
+    free(chain);
+    return rc < 0 ? rc : added;
+}
+
+void prefix_cache_get_counters(prefix_cache *pc, prefix_cache_counters *out) {
+    pthread_mutex_lock(&pc->mu);
+    *out = pc->c;
+    pthread_mutex_unlock(&pc->mu);
+}

@@ -1,0 +1,38 @@
+/*
+ * route_obs.h - what the API does with each routing decision: count it in
+ * the model's heat, write it to the routing trace, hand it to the context's
+ * callback (include/colibri.h, "routing: traces and heat").
+ */
+#ifndef COLI_COORD_ROUTE_OBS_H
+#define COLI_COORD_ROUTE_OBS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "colibri.h"
+#include "coordinator/heat.h"
+#include "coordinator/moe_exec.h"
+
+/* Model-wide: one per coli_model. */
+typedef struct route_sink {
+    heat_table heat;        /* counts (loaded + new); heat.count NULL: not counted */
+    FILE *trace;            /* coli_dump_routing's file, NULL: none */
+    int next_ctx;           /* ids of contexts, in creation order */
+} route_sink;
+
+/* Per context. */
+typedef struct route_obs {
+    route_sink *sink;
+    moe_exec *moe;          /* who says which device computed a pair */
+    int ctx_id;
+    coli_route_cb cb;
+    void *user;
+} route_obs;
+
+/* The forward pass's route_hook (forward.h); user is a route_obs. */
+void route_obs_hook(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w);
+
+/* Open path (truncated) as the sink's trace, closing any previous one; NULL: close. 0 or COLI_EIO. */
+int route_sink_trace(route_sink *sink, const char *path);
+
+#endif

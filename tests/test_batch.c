@@ -1,0 +1,138 @@
+/*
+ * test_batch.c - coli_batch on the gen_model fixtures: contexts decoding
+ * together on their own threads (different prompt lengths, sampling, and
+ * lengths of answer, so members join and leave at different steps) get the
+ * tokens, and the final logits bits, that each gets alone; bad arguments.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "colibri.h"
+#include "ref_models.h"
+
+enum { SEQS = 4, GEN = 20, MAXP = 40 };
+
+static coli_model *s_load(const char *devices) {
+    char path[4096];
+    s_fixture("tiny-llama-moe-f32.gguf", path, sizeof path);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = devices;
+    mp.n_threads = 2;
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(path, &mp, &m), 0, "%s: %s", path, coli_last_error());
+    return m;
+}
+
+typedef struct seq {
+    coli_context *ctx;
+    int32_t prompt[MAXP];
+    int n_prompt;
+    coli_sampling_params sp;
+    int32_t out[GEN];
+    int n_out, rc;
+    float *logits;      /* the logits after the last token (one more coli_eval) */
+} seq;
+
+static int s_collect(void *user, int32_t id, const char *text, size_t len) {
+    (void)text; (void)len;
+    seq *q = user;
+    q->out[q->n_out++] = id;
+    return 0;
+}
+
+static void *s_run(void *arg) {
+    seq *q = arg;
+    q->n_out = 0;
+    q->rc = coli_generate(q->ctx, q->prompt, q->n_prompt, &q->sp, s_collect, q, NULL);
+    return NULL;
+}
+
+static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
+static void s_lock(void *u) { (void)u; pthread_mutex_lock(&s_mu); }
+static void s_unlock(void *u) { (void)u; pthread_mutex_unlock(&s_mu); }
+
+static void s_setup(coli_model *m, seq *q, int i, int V) {
+    memset(q, 0, sizeof *q);
+    cr_assert_eq(coli_context_new(m, NULL, &q->ctx), 0);
+    q->n_prompt = 5 + 9 * i;
+    for (int k = 0; k < q->n_prompt; k++) q->prompt[k] = (int32_t)((k * 7919 + 31 * i + 3) % V);
+    coli_sampling_default_params(&q->sp);
+    q->sp.temperature = i % 2 ? 0.9f : 0.0f;
+    q->sp.seed = 40 + (uint64_t)i;
+    q->sp.n_predict = GEN - 3 * i;
+    q->logits = malloc((size_t)V * sizeof(float));
+}
+
+static void s_batched_equals_alone(const char *devices) {
+    coli_model *m = s_load(devices);
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    const int V = info.n_vocab;
+    seq alone[SEQS], together[SEQS];
+    for (int i = 0; i < SEQS; i++) {
+        s_setup(m, &alone[i], i, V);
+        s_run(&alone[i]);
+        cr_assert_eq(alone[i].rc, 0, "%s", coli_last_error());
+        cr_assert_eq(coli_eval(alone[i].ctx, &alone[i].out[alone[i].n_out - 1], 1, alone[i].logits, 0), 0);
+    }
+    coli_batch *b = NULL;
+    cr_assert_eq(coli_batch_new(m, SEQS, info.n_ctx, 7, s_lock, s_unlock, NULL, &b), 0, "%s", coli_last_error());
+    pthread_t th[SEQS];
+    for (int i = 0; i < SEQS; i++) {
+        s_setup(m, &together[i], i, V);
+        cr_assert_eq(coli_context_set_batch(together[i].ctx, b), 0);
+    }
+    for (int i = 0; i < SEQS; i++) pthread_create(&th[i], NULL, s_run, &together[i]);
+    for (int i = 0; i < SEQS; i++) pthread_join(th[i], NULL);
+    coli_batch_stats st;
+    coli_batch_get_stats(b, &st);
+    cr_expect_gt(st.steps, 0);
+    cr_expect_eq(st.members, 0, "every member left");
+    cr_expect_leq(st.max_rows, SEQS);
+    for (int i = 0; i < SEQS; i++) {
+        seq *a = &alone[i], *t = &together[i];
+        cr_assert_eq(t->rc, 0, "sequence %d: %s", i, coli_last_error());
+        cr_assert_eq(t->n_out, a->n_out, "sequence %d", i);
+        cr_expect(memcmp(t->out, a->out, (size_t)a->n_out * sizeof(int32_t)) == 0, "sequence %d: tokens differ", i);
+        cr_expect_eq(coli_context_pos(t->ctx), coli_context_pos(a->ctx) - 1);
+        cr_assert_eq(coli_context_set_batch(t->ctx, NULL), 0);
+        cr_assert_eq(coli_eval(t->ctx, &t->out[t->n_out - 1], 1, t->logits, 0), 0);
+        cr_expect(memcmp(t->logits, a->logits, (size_t)V * sizeof(float)) == 0, "sequence %d: logits bits differ", i);
+    }
+    for (int i = 0; i < SEQS; i++) {
+        coli_context_free(&alone[i].ctx);
+        coli_context_free(&together[i].ctx);
+        free(alone[i].logits);
+        free(together[i].logits);
+    }
+    coli_batch_free(&b);
+    coli_model_free(&m);
+}
+
+Test(batch, batched_equals_alone_inproc, .timeout = 120) { s_batched_equals_alone("inproc"); }
+Test(batch, batched_equals_alone_workers, .timeout = 120) { s_batched_equals_alone("cpu:2"); }
+
+Test(batch, bad_arguments) {
+    coli_model *m = s_load("inproc");
+    coli_batch *b = NULL;
+    cr_assert_eq(coli_batch_new(NULL, 2, 16, 8, NULL, NULL, NULL, &b), COLI_EINVAL);
+    cr_assert_eq(coli_batch_new(m, 0, 16, 8, NULL, NULL, NULL, &b), COLI_EINVAL);
+    cr_assert_eq(coli_batch_new(m, 2, 16, 0, NULL, NULL, NULL, &b), COLI_EINVAL);
+    cr_assert_eq(coli_batch_new(m, 2, 16, 8, s_lock, NULL, NULL, &b), COLI_EINVAL);
+    cr_assert_null(b);
+    cr_assert_eq(coli_batch_new(m, 2, 16, 8, NULL, NULL, NULL, &b), 0);
+    coli_context *ctx = NULL;
+    cr_assert_eq(coli_context_new(m, NULL, &ctx), 0); /* the model's context: longer than 16 */
+    cr_assert_eq(coli_context_set_batch(ctx, b), COLI_EINVAL);
+    cr_assert_eq(coli_context_set_batch(NULL, b), COLI_EINVAL);
+    coli_batch_stats st;
+    coli_batch_get_stats(NULL, &st);
+    cr_assert_eq(st.steps, 0);
+    coli_context_free(&ctx);
+    coli_batch_free(&b);
+    coli_batch_free(&b);
+    coli_model_free(&m);
+}

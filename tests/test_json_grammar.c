@@ -1,0 +1,202 @@
+/*
+ * test_json_grammar.c - response_format's JSON automaton
+ * (tools/coli/server/server_grammar.c, compiled in here): byte by byte on
+ * valid and broken JSON, the schema subset and its refusals, and the logit
+ * filter driven like a model over the fixture's real vocabulary: whatever
+ * it picks, the finished output parses and fits the schema (checked with cJSON);
+ * also over GPT-2's 50k byte-level BPE vocabulary from ../shared.
+ */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli_run.h"
+#include "ref_models.h"
+#include "tools/coli/server/server_grammar.c"
+
+static server g_srv;
+
+static void s_setup(void) {
+    char path[4096];
+    cli_build_path(path, sizeof path, "fixtures/tiny-llama-moe-f32.gguf");
+    if (!cli_file_exists(path)) cr_skip_test("%s missing: run make fixtures (make test does)", path);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.vocab_only = 1;
+    cr_assert_eq(coli_model_load(path, &mp, &g_srv.model), 0, "%s", coli_last_error());
+    coli_model_get_info(g_srv.model, &g_srv.info);
+}
+
+static void s_teardown(void) { coli_model_free(&g_srv.model); }
+
+/* Compile a response_format given as JSON text; 0 or the HTTP status, err filled. */
+static int s_new(const char *rf_json, json_grammar **g, char *err, size_t cap) {
+    cJSON *rf = cJSON_Parse(rf_json);
+    cr_assert_not_null(rf, "test bug: %s", rf_json);
+    int rc = json_grammar_new(&g_srv, rf, g, err, cap);
+    cJSON_Delete(rf);
+    return rc;
+}
+
+/* Feed text to a fresh copy of g's state: 1 if every byte and then the end are allowed. */
+static int s_accepts(const json_grammar *g, const char *text, int need_end) {
+    gstate st = g->st;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        if (!s_feed(g, &st, *p)) return 0;
+    return need_end ? s_feed(g, &st, -1) : 1;
+}
+
+#define OBJECT "{\"type\":\"json_object\"}"
+
+Test(json_grammar, json_object_accepts_objects_and_refuses_the_rest, .init = s_setup, .fini = s_teardown) {
+    json_grammar *g = NULL;
+    char err[256];
+    cr_assert_eq(s_new(OBJECT, &g, err, sizeof err), 0, "%s", err);
+    const char *good[] = {"{}", "{\"a\":1}", "{\"a\": [1, -2.5e+3, 0.25, true, false, null, \"x\\n\\u00e9\"], \"b\": {}}",
+                          "{ \"k\" : { \"n\" : [ ] } }", "{\"\xc3\xa9\":\"\xe2\x82\xac\"}", "{\"a\":0}", "{\"a\":-0.0E5}"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        cr_assert(s_accepts(g, good[i], 1), "refused valid %s", good[i]);
+    const char *bad[] = {"[]", "\"s\"", " {}", "{\"a\" 1}", "{\"a\":tru}", "{\"a\":01}", "{\"a\":1,}", "{\"a\":[1,]}",
+                         "{a:1}", "{\"a\":\"\x01\"}", "{\"a\":\"\\x\"}", "{\"a\":1.}", "{\"a\":\"\xc3\"}", "{}}",
+                         "{\"a\":1}x", "{\"a\":\"\xff\"}", "{           }"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert(!s_accepts(g, bad[i], 1), "accepted invalid %s", bad[i]);
+    cr_assert(!s_accepts(g, "{\"a\":1", 1), "an unfinished object cannot end");
+    cr_assert(s_accepts(g, "{\"a\":1", 0), "but it is a valid prefix");
+    json_grammar_free(g);
+}
+
+#define SCHEMA(s) "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"t\",\"schema\":" s "}}"
+#define PERSON SCHEMA("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}," \
+                      "\"ok\":{\"type\":\"boolean\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"bc\",1,null]}}," \
+                      "\"score\":{\"type\":\"number\"}},\"required\":[\"name\",\"ok\"]}")
+
+Test(json_grammar, schema_subset, .init = s_setup, .fini = s_teardown) {
+    json_grammar *g = NULL;
+    char err[256];
+    cr_assert_eq(s_new(PERSON, &g, err, sizeof err), 0, "%s", err);
+    const char *good[] = {"{\"name\":\"x\",\"ok\":true}", "{\"name\":\"\",\"age\":-3,\"ok\":false,\"tags\":[\"bc\",1,null],\"score\":1.5e2}",
+                          "{\"name\": \"x\", \"ok\": false, \"score\": 0}"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        cr_assert(s_accepts(g, good[i], 1), "refused valid %s", good[i]);
+    const char *bad[] = {"{}", "{\"ok\":true}", "{\"name\":\"x\"}", "{\"name\":1,\"ok\":true}", "{\"name\":\"x\",\"age\":1.5,\"ok\":true}",
+                         "{\"name\":\"x\",\"ok\":1}", "{\"name\":\"x\",\"ok\":true,\"tags\":[\"b\"]}", "{\"name\":\"x\",\"ok\":true,\"other\":1}",
+                         "{\"ok\":true,\"name\":\"x\"}", "{\"name\":\"x\",\"ok\":true,\"tags\":[12]}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert(!s_accepts(g, bad[i], 1), "accepted invalid %s", bad[i]);
+    json_grammar_free(g);
+    /* refused with the keyword named */
+    const struct { const char *rf, *says; } refuse[] = {
+        {SCHEMA("{\"type\":\"string\",\"pattern\":\"a+\"}"), "'pattern'"},
+        {SCHEMA("{\"anyOf\":[]}"), "'anyOf'"},
+        {SCHEMA("{\"type\":[\"string\",\"null\"]}"), "single type"},
+        {SCHEMA("{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}"), "'b'"},
+        {SCHEMA("{\"type\":\"object\",\"additionalProperties\":true}"), "additionalProperties"},
+        {"{\"type\":\"json_schema\"}", "json_schema.schema"},
+        {"{\"type\":\"xml\"}", "type"},
+    };
+    for (size_t i = 0; i < sizeof refuse / sizeof *refuse; i++) {
+        g = NULL;
+        cr_assert_eq(s_new(refuse[i].rf, &g, err, sizeof err), 400, "not refused: %s", refuse[i].rf);
+        cr_assert(strstr(err, refuse[i].says), "'%s' does not name %s", err, refuse[i].says);
+        cr_assert_null(g);
+    }
+}
+
+/* Drive the filter like a model: pseudo-random logits, the best allowed token, until an
+ * end-of-generation token wins. The text must parse; returns it (malloc'd) or NULL if 400 steps did not end it. */
+static double s_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static char *s_generate(json_grammar *g, unsigned seed, float eog_bonus, int *calls) {
+    int n = g->n_vocab;
+    float *logits = malloc((size_t)n * sizeof *logits);
+    char *out = calloc(1, 8192);
+    size_t len = 0;
+    for (int step = 0; step < 400; step++) {
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            logits[i] = (float)((seed >> 8) & 0xffff) / 65536.0f + (g->eog[i] ? eog_bonus : 0.0f);
+            /* a model that likes to close what it opened, so the walk ends in a big vocabulary too */
+            if (calls && g->piece_len[i] && memchr(g->piece[i], '"', g->piece_len[i])) logits[i] += 0.3f;
+        }
+        json_grammar_filter(g, logits, n);
+        if (calls) ++*calls;
+        int best = -1;
+        for (int i = 0; i < n; i++) if (isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+        cr_assert_geq(best, 0, "the filter left nothing after '%s'", out);
+        if (g->eog[best]) { free(logits); return out; }
+        cr_assert_eq(json_grammar_accept(g, best), 0);
+        cr_assert_lt(len + g->piece_len[best], 8191);
+        memcpy(out + len, g->piece[best], g->piece_len[best]);
+        len += g->piece_len[best];
+    }
+    free(logits);
+    free(out);
+    return NULL;
+}
+
+Test(json_grammar, filtered_generation_always_parses, .init = s_setup, .fini = s_teardown) {
+    int finished = 0;
+    for (unsigned seed = 1; seed <= 12; seed++) {
+        json_grammar *g = NULL;
+        char err[256];
+        cr_assert_eq(s_new(seed % 2 ? PERSON : SCHEMA("{\"type\":\"object\",\"properties\":{\"c\":{\"enum\":[\"red\",\"green\"]},"
+                                                      "\"b\":{\"type\":\"boolean\"}},\"required\":[\"c\",\"b\"]}"),
+                           &g, err, sizeof err), 0, "%s", err);
+        char *text = s_generate(g, seed, 0.5f, NULL);
+        if (text) {
+            cJSON *v = cJSON_Parse(text);
+            cr_assert_not_null(v, "seed %u: the output does not parse: %s", seed, text);
+            cr_assert(cJSON_IsObject(v));
+            cr_assert(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(v, seed % 2 ? "ok" : "b")), "seed %u: %s", seed, text);
+            cJSON_Delete(v);
+            finished++;
+        }
+        free(text);
+        json_grammar_free(g);
+    }
+    cr_assert_geq(finished, 6, "only %d of 12 generations finished in 400 tokens", finished);
+}
+
+/* A byte-level BPE vocabulary (GPT-2's 50257 tokens, "Ġ" pieces) from ../shared: the same property,
+ * and what one filter call costs there (printed). */
+Test(json_grammar, gpt2_vocabulary_output_parses) {
+    s_require_shared();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/reference/vocab/ggml-vocab-gpt-2.gguf", s_shared());
+    if (!s_exists(path)) cr_skip_test("%s missing", path);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.vocab_only = 1;
+    cr_assert_eq(coli_model_load(path, &mp, &g_srv.model), 0, "%s", coli_last_error());
+    coli_model_get_info(g_srv.model, &g_srv.info);
+    int finished = 0;
+    double t0 = s_now_s();
+    int calls = 0;
+    for (unsigned seed = 1; seed <= 4; seed++) {
+        json_grammar *g = NULL;
+        char err[256];
+        cr_assert_eq(s_new(PERSON, &g, err, sizeof err), 0, "%s", err);
+        char *text = s_generate(g, seed, 0.5f, &calls);
+        if (text) {
+            cJSON *v = cJSON_Parse(text);
+            cr_assert_not_null(v, "seed %u: the output does not parse: %s", seed, text);
+            cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(v, "name")), "%s", text);
+            cJSON_Delete(v);
+            finished++;
+        }
+        free(text);
+        json_grammar_free(g);
+    }
+    fprintf(stderr, "json_grammar: %d filter calls over %d tokens, %.2f ms each\n", calls, g_srv.info.n_vocab,
+            (s_now_s() - t0) * 1e3 / (calls ? calls : 1));
+    coli_model_free(&g_srv.model);
+    cr_assert_geq(finished, 2, "only %d of 4 generations finished", finished);
+}
