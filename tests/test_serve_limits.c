@@ -143,9 +143,12 @@ static cJSON *s_last_event(const char *body, int *saw_finish) {
     return last;
 }
 
-Test(serve_limits, sigterm_finishes_running_refuses_queued_and_cuts_streams_with_an_error, .timeout = 120) {
+/* Batched, the plain request and the stream decode in one batch: the stream
+ * must leave it at the abort while the server still exits cleanly. */
+static void s_sigterm_case(int batched) {
     char model[4096];
-    const char *extra[] = {"--parallel", "2", "--queue", "8", "--shutdown-grace", "1.5", NULL};
+    const char *extra[] = {"--parallel", "2", "--queue", "8", "--shutdown-grace", "1.5",
+                           batched ? NULL : "--no-batching", NULL};
     setenv("COLI_SERVE_DELAY_MS", "100", 1); /* 12 tokens: ~1.2 s; 100 tokens: ~10 s */
     serve_proc p = su_start(su_model(model, sizeof model), extra);
     unsetenv("COLI_SERVE_DELAY_MS");
@@ -184,7 +187,15 @@ Test(serve_limits, sigterm_finishes_running_refuses_queued_and_cuts_streams_with
     cJSON_Delete(last);
     cr_expect_lt(t_answers, 1.5 + 3.0, "answers came %.1f s after SIGTERM (grace 1.5 s)", t_answers);
     for (int i = 0; i < 3; i++) su_free(i == 0 ? &plain.r : i == 1 ? &stream.r : &queued.r);
-    cr_expect_eq(su_stop(&p), 0, "the server's exit status after SIGTERM");
+    cr_expect_eq(su_stop(&p), 0, "the server's exit status after SIGTERM (%s)", batched ? "batched" : "--no-batching");
+}
+
+Test(serve_limits, sigterm_finishes_running_refuses_queued_and_cuts_streams_with_an_error, .timeout = 120) {
+    s_sigterm_case(1);
+}
+
+Test(serve_limits, sigterm_without_batching, .timeout = 120) {
+    s_sigterm_case(0);
 }
 
 Test(serve_limits, api_key_file) {

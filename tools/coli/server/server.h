@@ -157,6 +157,9 @@ void job_fail(job *j, int http_status, const char *code, const char *msg);
 size_t utf8_sanitize(const char *in, size_t n, char *out, size_t *hold);
 /* Offset of the first byte of text[0..n) that is not valid UTF-8 or is NUL; n if none. */
 size_t utf8_invalid_at(const char *text, size_t n);
+/* bytes[0..n) as a NUL-terminated UTF-8 string: ill-formed bytes (maximal subparts, as in
+ * utf8_sanitize), an incomplete tail and NUL bytes as U+FFFD; malloc'd, NULL on OOM. */
+char *utf8_lossy(const char *bytes, size_t n);
 
 // ---------------------------------------------------------------------------
 // the server
@@ -307,9 +310,6 @@ struct cJSON *logprobs_json(server *s, const job *j, const tok_logprob *lp, int 
 int logprobs_record(coli_context *ctx, job *j, size_t start, size_t end);
 /* Drop the entries whose text starts at or after raw[len] (a stop string cut there). */
 void logprobs_truncate(job *j, size_t len);
-
-/* bytes[0..n) as a NUL-terminated UTF-8 string, invalid bytes (and NUL) as U+FFFD; malloc'd, NULL on OOM. */
-char *utf8_lossy(const char *bytes, size_t n);
 
 /* server_tools.c: POST /tokenize, POST /detokenize, GET /props. */
 int handle_tokenize(server *s, struct MHD_Connection *c, const char *body, size_t len);

@@ -35,37 +35,6 @@ void logprobs_truncate(job *j, size_t len) {
     while (j->n_lp > 0 && j->lp[j->n_lp - 1].start >= len) j->n_lp--;
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not one. */
-static size_t s_utf8_len(const unsigned char *s, size_t n) {
-    if (s[0] < 0x80) return 1;
-    size_t len = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
-    if (!len || len > n) return 0;
-    for (size_t i = 1; i < len; i++) if ((s[i] & 0xC0) != 0x80) return 0;
-    if (len == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 0;
-    if (len == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
-    return len;
-}
-
-char *utf8_lossy(const char *bytes, size_t n) {
-    const unsigned char *b = (const unsigned char *)bytes;
-    char *out = malloc(n * 3 + 1), *o = out;
-    if (!out) return NULL;
-    for (size_t i = 0; i < n;) {
-        size_t len = b[i] ? s_utf8_len(b + i, n - i) : 0;
-        if (len) {
-            memcpy(o, b + i, len);
-            o += len;
-            i += len;
-        } else {
-            memcpy(o, "\xEF\xBF\xBD", 3); /* U+FFFD, also for a NUL byte */
-            o += 3;
-            i++;
-        }
-    }
-    *o = '\0';
-    return out;
-}
-
 /* {"token", "logprob", "bytes"} of one token, into o. */
 static void s_token_fields(server *s, cJSON *o, const coli_logprob *t) {
     const char *bytes = NULL;

@@ -8,6 +8,7 @@
  * subpart (Unicode 15, 3.9 "U+FFFD Substitution of Maximal Subparts"), as
  * Python's and browsers' decoders do.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "server.h"
@@ -84,4 +85,25 @@ size_t utf8_invalid_at(const char *text, size_t n) {
         i += (size_t)len;
     }
     return n;
+}
+
+char *utf8_lossy(const char *bytes, size_t n) {
+    const unsigned char *s = (const unsigned char *)bytes;
+    char *out = malloc(n * 3 + 1);
+    if (!out) return NULL;
+    size_t i = 0, o = 0;
+    while (i < n) {
+        int bad = 1, len = s[i] ? s_seq(s + i, n - i, &bad) : 0;
+        if (len > 0) {
+            memcpy(out + o, s + i, (size_t)len);
+            o += (size_t)len;
+            i += (size_t)len;
+            continue;
+        }
+        memcpy(out + o, s_fffd, 3); /* an ill-formed subpart, an incomplete tail or a NUL */
+        o += 3;
+        i += len < 0 ? n - i : (size_t)bad;
+    }
+    out[o] = '\0';
+    return out;
 }
