@@ -123,6 +123,13 @@ $(BUILD)/tests/%: tests/%.c $(LIB) $(PUBLIC_LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -lcjson
 
+# The dashboard page of coli serve, compiled in as one C string literal
+# (server_dashboard.c includes it): \ and " escaped, each line a "...\n" piece.
+$(BUILD)/gen/dashboard_html.h: tools/coli/server/dashboard.html
+	@mkdir -p $(dir $@)
+	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
+$(BUILD)/obj/tools/coli/server/server_dashboard.o: $(BUILD)/gen/dashboard_html.h
+
 # ---- set-up -------------------------------------------------------------------
 # $(call apt_install,TARGET,PACKAGES[,apt-get flags]): install the Debian packages
 # that are missing (as root), saying which; nothing when all are there.
@@ -217,8 +224,9 @@ $(FIXTURES): $(BUILD)/bin/gen_model
 
 # What only the tests need: promtool (Debian's prometheus, ~100 MB without its
 # recommends) checks the /metrics scrape of coli serve. The openai npm client of
-# tests/node is installed by its test (npm ci) on first use.
-TEST_PKGS := prometheus
+# tests/node is installed by its test (npm ci) on first use; so is puppeteer-core,
+# which drives Debian's chromium (headless) through coli serve's dashboard.
+TEST_PKGS := prometheus chromium
 .PHONY: test-deps
 test-deps:
 	$(call apt_install,test-deps,$(TEST_PKGS),--no-install-recommends)

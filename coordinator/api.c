@@ -718,3 +718,15 @@ int coli_model_heat_save(coli_model *cm, const char *path) {
     }
     return heat_write(&cm->route.heat, path);
 }
+
+int coli_model_heat_counts(const coli_model *cm, uint64_t *counts, size_t cap, int *n_layer, int *n_expert) {
+    if (!cm || !n_layer || !n_expert) return coli_fail(COLI_EINVAL, "coli_model_heat_counts: NULL argument");
+    const heat_table *h = &cm->route.heat;
+    *n_layer = h->count ? h->n_layer : 0;
+    *n_expert = h->count ? h->n_expert : 0;
+    size_t n = (size_t)*n_layer * (size_t)*n_expert;
+    if (!counts || !n) return 0;
+    if (cap < n) return coli_fail(COLI_ERANGE, "coli_model_heat_counts: room for %zu counts, %zu needed", cap, n);
+    memcpy(counts, h->count, n * sizeof *counts);
+    return 0;
+}

@@ -22,14 +22,15 @@
 
 /* ggml's nearest_int: round half to even by adding 1.5 * 2^23, valid for
  * |v| < 2^22 (here |v| <= 127.5). Same bits as llama.cpp for every finite
- * v. NaN (from NaN or Inf inputs) gives -128 here, where ggml's result
- * depends on the NaN's payload: it is what cvtps_epi32 and the saturating
- * packs of the AVX2 quantizer give, so both paths write the same bytes.
+ * v. NaN (from NaN or Inf inputs) gives 0 here: what ggml's reference gives
+ * for the default quiet NaN (its result depends on the NaN's payload), and
+ * what the AVX2 quantizer (which zeroes NaN lanes) and the GPU plugin write,
+ * so every path holds the same bytes.
  * (If this file were built with FMA enabled, the compiler could fuse the
  * caller's product into the add and round ties differently in rare cases;
  * the default x86-64 build has no FMA here.) */
 static int nearest_int(float v) {
-    if (v != v) return -128;
+    if (v != v) return 0;
     float shifted = v + 12582912.0f;
     int32_t bits;
     memcpy(&bits, &shifted, sizeof bits);

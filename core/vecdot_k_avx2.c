@@ -17,8 +17,8 @@
  *
  * IQ4_XS has signed weights; maddubs needs one unsigned operand, so the
  * activation's magnitude is that operand and the weight takes its sign.
- * (The other way round, a -128 activation would not negate: Q8_K's finite
- * values stay in -127..127, but NaN inputs quantize to -128.)
+ * (The other way round, a -128 activation would not negate: Q8_K's values
+ * stay in -127..127, NaN inputs included, which quantize to 0.)
  */
 #include <string.h>
 
@@ -429,12 +429,15 @@ ALWAYS AVX2 float first_with_magnitude(const float *x, float amax) {
 
 /* 32 values to int8: product rounded to float, then round half to even
  * (cvtps_epi32, as the portable add of 1.5 * 2^23); packs saturate, so
- * anything above 127 becomes 127 and NaN (INT_MIN) -128, as in the
- * portable code. The
+ * anything above 127 becomes 127; NaN lanes are zeroed first, so NaN gives
+ * 0 as in the portable code (ggml's reference for the default NaN). The
  * packs interleave 128-bit lanes; the permute restores the order. */
 ALWAYS AVX2 __m256i quantize32(const float *x, __m256 iscale) {
     __m256i q[4];
-    for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(iscale, _mm256_loadu_ps(x + 8 * k)));
+    for (int k = 0; k < 4; k++) {
+        const __m256 v = _mm256_mul_ps(iscale, _mm256_loadu_ps(x + 8 * k));
+        q[k] = _mm256_cvtps_epi32(_mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q))); /* NaN -> 0 */
+    }
     __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
     return _mm256_permutevar8x32_epi32(q16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }

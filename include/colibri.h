@@ -374,6 +374,13 @@ int coli_dump_routing(coli_model *m, const char *path);
  * is NULL; atomic (a temporary file renamed). 0, COLI_EINVAL (no path, or a
  * dense model), COLI_EIO. */
 int coli_model_heat_save(coli_model *m, const char *path);
+/* The heat counted so far (what coli_model_heat_save writes): the selections
+ * of expert e in layer l at counts[l * n_expert + e]. *n_layer and *n_expert
+ * are always set: both 0 when m counts no heat (no heat_path at load, and no
+ * heat saved since). counts may be NULL to ask the shape only; otherwise cap
+ * (entries) must hold n_layer * n_expert. Call it between computing calls on
+ * m's contexts. 0, COLI_EINVAL (NULL m or shape pointers), COLI_ERANGE (cap too small). */
+int coli_model_heat_counts(const coli_model *m, uint64_t *counts, size_t cap, int *n_layer, int *n_expert);
 
 /* ---- scheduler visibility -------------------------------------------- */
 

@@ -7,6 +7,7 @@
  *   server_sse.c       the streaming replies (text/event-stream, data: [DONE])
  *   server_logprobs.c  per-token log-probabilities in OpenAI's chat and completions shapes
  *   server_tools.c     /tokenize, /detokenize, /props
+ *   server_dashboard.c GET / (/dashboard): the live page (dashboard.html, built in); /dashboard.json
  *   server_grammar.c   response_format: a JSON (schema) state machine masking the logits
  *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
@@ -64,7 +65,7 @@ typedef struct histogram {
 } histogram;
 
 enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS,
-       EP_OTHER, EP_COUNT };
+       EP_DASHBOARD, EP_DASHBOARD_JSON, EP_OTHER, EP_COUNT };
 #define METRICS_MAX_CODES 12
 
 typedef struct server_metrics {
@@ -315,6 +316,10 @@ void logprobs_truncate(job *j, size_t len);
 int handle_tokenize(server *s, struct MHD_Connection *c, const char *body, size_t len);
 int handle_detokenize(server *s, struct MHD_Connection *c, const char *body, size_t len);
 int handle_props(server *s, struct MHD_Connection *c);
+
+/* server_dashboard.c: GET / and /dashboard (the page), GET /dashboard.json (its numbers). */
+int handle_dashboard_page(server *s, struct MHD_Connection *c);
+int handle_dashboard_json(server *s, struct MHD_Connection *c);
 
 /* server_sse.c: reply to j with a stream (j already queued). */
 int sse_reply(server *s, struct MHD_Connection *c, job *j);

@@ -122,7 +122,7 @@ static int s_key_matches(const char *given, const char *key) {
 }
 
 static int s_authorized(server *s, struct MHD_Connection *c, const char *url) {
-    if (!s->cfg.api_key || strncmp(url, "/v1/", 4) != 0) return 1; /* /health, /metrics stay open */
+    if (!s->cfg.api_key || strncmp(url, "/v1/", 4) != 0) return 1; /* /health, /metrics, the dashboard stay open */
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     return h && strncmp(h, "Bearer ", 7) == 0 && s_key_matches(h + 7, s->cfg.api_key);
 }
@@ -145,6 +145,8 @@ static int s_route(server *s, struct MHD_Connection *c, const char *url, const c
                                 "request body: out of memory after %zu bytes", r->len);
     if (ep == EP_METRICS) return handle_metrics(s, c);
     if (ep == EP_HEALTH) return handle_health(s, c);
+    if (ep == EP_DASHBOARD) return handle_dashboard_page(s, c);
+    if (ep == EP_DASHBOARD_JSON) return handle_dashboard_json(s, c);
     if (r->job) return completion_reply(s, c, r->job); /* resumed: the answer has come */
     if (atomic_load(&s->stopping))
         return http_reply_error(s, c, ep, 503, "server_error", "shutting_down", NULL, "the server is shutting down");

@@ -18,7 +18,8 @@ static const double s_le[METRICS_N_BUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0
 
 static const char *s_endpoint_names[EP_COUNT] = {"/v1/completions", "/v1/chat/completions",
                                                  "/v1/models", "/health", "/metrics", "/tokenize",
-                                                 "/detokenize", "/props", "other"};
+                                                 "/detokenize", "/props", "/dashboard",
+                                                 "/dashboard.json", "other"};
 
 void metrics_init(server_metrics *m) {
     memset(m, 0, sizeof *m);
@@ -28,6 +29,7 @@ void metrics_init(server_metrics *m) {
 void metrics_destroy(server_metrics *m) { pthread_mutex_destroy(&m->mu); }
 
 int metrics_endpoint(const char *url) {
+    if (strcmp(url, "/") == 0) return EP_DASHBOARD; /* the page is the server's front door */
     for (int i = 0; i < EP_OTHER; i++)
         if (strcmp(url, s_endpoint_names[i]) == 0) return i;
     return EP_OTHER;
