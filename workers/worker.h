@@ -69,6 +69,7 @@ typedef struct worker_args {
     uint64_t budget;
     int parent_pid;           /* 0: not a local child */
     int lifeline_fd;          /* read end of the coordinator's lifeline pipe; -1: none */
+    int id_fd;                /* --id-fd: a pipe holding this spawn's routing id (with its secret); -1: none */
     int heartbeat_ms;
     const char *ring;         /* "FD,BELL_REQ,BELL_REP": the shared-memory ring (local workers) */
     const char *probe;        /* --probe NAME: print the plugin's device count as JSON, exit */
