@@ -75,6 +75,7 @@ typedef struct worker_args {
     const char *probe;        /* --probe NAME: print the plugin's device count as JSON, exit */
     const char *keys;         /* --keys DIR: CURVE keys of a --listen worker (worker_remote.c) */
     const char *model_path;   /* -m FILE: this host's copy of the model (remote workers) */
+    int takeover;             /* --takeover: a newer coordinator's greeting wins over the one served */
 } worker_args;
 
 typedef struct expert_set {     /* open-addressing set of (layer, expert) */
@@ -108,6 +109,7 @@ typedef struct worker {
     int listening;
     unsigned char peer[WIRE_MAX_PEER]; /* routing id of the coordinator served now */
     size_t peer_len;                   /* 0: none yet */
+    uint64_t busy_refused;             /* greetings refused "busy" (another coordinator is served) */
     struct worker_zap *zap;            /* the ZAP handler thread */
 } worker;
 

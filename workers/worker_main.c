@@ -40,7 +40,8 @@ static void s_usage(void)
                     "       [--id N] [--gen G] [--budget BYTES] [--threads N]\n"
                     "       [--parent-pid PID] [--lifeline FD] [--plugin-dir DIR] [--heartbeat-ms MS]\n"
                     "       [--id-fd FD] [--ring FD,BELL_REQ,BELL_REP]   (given by the coordinator)\n"
-                    "       --listen tcp://ADDR:PORT --keys DIR [-m MODEL]   (a remote worker)\n"
+                    "       --listen tcp://ADDR:PORT --keys DIR [-m MODEL] [--takeover]   (a remote worker;\n"
+                    "       --takeover: a coordinator that greets takes the worker from the one served)\n"
                     "       coli-worker --probe NAME [--plugin-dir DIR]\n");
 }
 
@@ -74,6 +75,7 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
         else if (!strcmp(o, "--keys")) a->keys = v;
         else if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model_path = v;
         else if (!strcmp(o, "--probe")) a->probe = a->plugin = v;
+        else if (!strcmp(o, "--takeover")) { a->takeover = 1; continue; } /* a flag: no value */
         else if (!strcmp(o, "--device")) { rc = s_num(o, v, 0, &x); a->device_index = (int)x; }
         else if (!strcmp(o, "--id")) { rc = s_num(o, v, 0, &x); a->worker_id = (int)x; }
         else if (!strcmp(o, "--gen")) { rc = s_num(o, v, 0, &x); a->generation = (unsigned)x; }

@@ -142,7 +142,8 @@ static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
     w->place.caps_budget = h->memory_budget;
     if (h->status != COLI__STATUS__STATUS_OK) {
         const char *why = h->reason && *h->reason ? h->reason : "worker said FAILED";
-        sched_outcome(s, w, LINK_REFUSED, strstr(why, "no device") ? "no_device" : "plugin_load", why);
+        const char *kind = !strncmp(why, "busy", 4) ? "busy" : strstr(why, "no device") ? "no_device" : "plugin_load";
+        sched_outcome(s, w, LINK_REFUSED, kind, why);
         return;
     }
     w->place.hello_ok = 1;
