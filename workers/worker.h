@@ -110,6 +110,7 @@ typedef struct worker {
     unsigned char peer[WIRE_MAX_PEER]; /* routing id of the coordinator served now */
     size_t peer_len;                   /* 0: none yet */
     uint64_t busy_refused;             /* greetings refused "busy" (another coordinator is served) */
+    char peer_session[40];             /* the served coordinator's session ("" = it sent none) */
     struct worker_zap *zap;            /* the ZAP handler thread */
 } worker;
 

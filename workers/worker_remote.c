@@ -204,12 +204,15 @@ int worker_remote_gate(worker *w, const wire_msg *m)
         return 1;
     }
     if (m->env->body_case == COLI__ENVELOPE__BODY_HELLO) {
-        if (w->peer_len && !current && !w->a.takeover && s_served_alive(w)) {
+        const char *session = m->env->hello->session ? m->env->hello->session : "";
+        int same_session = session[0] && !strcmp(session, w->peer_session); /* it reconnected */
+        if (w->peer_len && !current && !same_session && !w->a.takeover && s_served_alive(w)) {
             s_refuse_busy(w, m);
             return 1;
         }
         if (w->peer_len && !current)
             fprintf(stderr, "coli-worker: a new coordinator greeted; serving it from now on\n");
+        snprintf(w->peer_session, sizeof w->peer_session, "%s", session);
         memcpy(w->peer, m->peer, m->peer_len);
         w->peer_len = m->peer_len;
         w->a.worker_id = m->env->hello->worker_id;

@@ -202,6 +202,8 @@ typedef struct sched_transport {
     char endpoint[PATH_MAX + 16];
     char worker_bin[PATH_MAX];
     int lifeline[2];                 /* pipe: workers hold the read end, EOF = coordinator gone */
+    char session[17];                /* this executor instance, 16 hex (random): the ipc name and
+                                        the session of its greetings to remote workers */
 } sched_transport;
 
 /* Who holds what (scheduler.c plans; worker_link.c takes refusals back). */

@@ -16,9 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __linux__
 #include <sys/random.h>
-#endif
 #include <unistd.h>
 
 #include "coordinator/forward.h"
@@ -414,12 +412,13 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg)
 //  ipc://<private 0700 directory in TMPDIR>/coord, removed at destroy.
 static int s_endpoint(sched *s)
 {
-#ifdef __linux__
     unsigned char r[8] = {0};
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
         return coli_fail(COLI_EIO, "scheduler: getrandom: %s", strerror(errno));
-    snprintf(s->net.endpoint, sizeof s->net.endpoint, "ipc://@coli-%d-%02x%02x%02x%02x%02x%02x%02x%02x",
-             (int)getpid(), r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+    for (int i = 0; i < 8; i++)
+        snprintf(s->net.session + 2 * i, 3, "%02x", r[i]);
+#ifdef __linux__
+    snprintf(s->net.endpoint, sizeof s->net.endpoint, "ipc://@coli-%d-%s", (int)getpid(), s->net.session);
     return 0;
 #else
     const char *tmp = s->set.tmp_dir;
