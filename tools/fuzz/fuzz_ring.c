@@ -75,7 +75,7 @@ static void s_attach(const uint8_t *data, size_t size)
     shm_ring r;
     int rc = ring_attach(&r, fd, b0, b1, 1);
     if (rc == 0) {
-        wire_msg m;
+        wire_msg m = {0}; /* cleared below even when nothing was read */
         if (ring_ready(&r, RING_REQ) && ring_recv(&r, RING_REQ, &m) == 0) {
             const unsigned char *p = wire_payload_data(&m);
             for (size_t i = 0, k = wire_payload_size(&m); i < k; i++) s_sink += p[i];
