@@ -252,33 +252,60 @@ include plugins/gpu/gpu.mk
 include plugins/xdna/xdna.mk
 
 # ---- fuzzing (not part of `all`) ----------------------------------------------------
-# make fuzz [FUZZ_SECONDS=300]: libFuzzer + ASan + UBSan on the GGUF reader (one core),
-# seeded with small valid files written by tools/fuzz/gguf_seeds.c. New inputs are kept in
-# $(BUILD)/fuzz/corpus, crashes land in $(BUILD)/fuzz/crash-*. See docs/gguf.md.
+# make fuzz [FUZZ_SECONDS=300] [FUZZ_TARGETS="gguf wire ..."]: libFuzzer + ASan + UBSan, one
+# harness after another (one core each), FUZZ_SECONDS each:
+#   gguf       the GGUF reader (seeded with small valid files written by tools/fuzz/gguf_seeds.c)
+#   wire       protocol messages and frames a worker or coordinator receives (proto/wire.c)
+#   ring       the shared-memory ring's slot reader and attach (proto/shm_ring.c)
+#   openai     the OpenAI request body parser (tools/coli/server/server_openai.c)
+#   template   the chat template renderer (tools/coli/server/server_template.c)
+#   tokenizer  encode + decode of arbitrary bytes with the bundled vocabulary
+# New inputs are kept in $(BUILD)/fuzz/corpus-NAME, crashes land in $(BUILD)/fuzz/NAME-crash-*.
+# The library under the harnesses is built with the same sanitizers in $(BUILD)/fuzz/lib
+# (a sub-make with BUILD there). Figures: docs/fuzzing.md.
 FUZZ_SECONDS ?= 300
+FUZZ_TARGETS ?= gguf wire ring openai template tokenizer
 FUZZ_PKGS    := clang libclang-rt-14-dev
 FUZZ_DIR     := $(BUILD)/fuzz
-FUZZ_CORE    := core/gguf.c core/gguf_common.c core/gguf_writer.c core/tensor.c core/error.c \
-                core/quant.c core/quant_dequant.c core/quant_blocks.c core/cpu_features.c
-FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -Icore
-.PHONY: fuzz fuzz-deps
+FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -Icore -I.
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIBDIR  := $(FUZZ_DIR)/lib
+FUZZ_LIB     := $(FUZZ_LIBDIR)/lib/libcolibri.a
+FUZZ_LIBS    := -lzmq -lprotobuf-c -ldl -lm -lcjson -lmicrohttpd -pthread
+.PHONY: fuzz fuzz-deps fuzz-build $(FUZZ_LIB)
 fuzz-deps:
 	$(call apt_install,fuzz,$(FUZZ_PKGS))
 
-$(FUZZ_DIR)/fuzz_gguf: tools/fuzz/fuzz_gguf.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h core/gguf_internal.h core/quant.h | fuzz-deps
-	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -o $@ tools/fuzz/fuzz_gguf.c $(FUZZ_CORE) -lm
+# Seed files for the GGUF harness (a plain program on the instrumented library).
+$(FUZZ_DIR)/gguf_seeds: tools/fuzz/gguf_seeds.c $(FUZZ_LIB) tests/gguf_bytes.h core/gguf.h
+	clang $(FUZZ_CFLAGS) $(FUZZ_SAN) -o $@ tools/fuzz/gguf_seeds.c $(FUZZ_LIB) $(FUZZ_LIBS)
 
-$(FUZZ_DIR)/gguf_seeds: tools/fuzz/gguf_seeds.c $(FUZZ_CORE) tests/gguf_bytes.h core/gguf.h | fuzz-deps
-	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ tools/fuzz/gguf_seeds.c $(FUZZ_CORE) -lm
+# The whole library, instrumented for the fuzzer (coverage) and the sanitizers.
+$(FUZZ_LIB): | fuzz-deps
+	$(MAKE) --no-print-directory BUILD=$(FUZZ_LIBDIR) CC=clang OPT=-O1 \
+	  SANFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" $(FUZZ_LIB)
 
-fuzz: $(FUZZ_DIR)/fuzz_gguf $(FUZZ_DIR)/gguf_seeds
-	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/seeds
-	$(FUZZ_DIR)/gguf_seeds $(FUZZ_DIR)/seeds
-	$(FUZZ_DIR)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_DIR)/ $(FUZZ_DIR)/corpus $(FUZZ_DIR)/seeds
+FUZZ_EXTRA_openai   := tools/coli/server/server_openai.c tools/coli/server/server_template.c \
+                       tools/coli/server/server_grammar.c tools/coli/server/server_utf8.c tools/coli/model_opts.c \
+                       tools/coli/args.c
+FUZZ_EXTRA_template := tools/coli/server/server_template.c
+$(FUZZ_DIR)/fuzz_%: tools/fuzz/fuzz_%.c $(FUZZ_LIB)
+	clang $(FUZZ_CFLAGS) -I$(FUZZ_LIBDIR)/gen -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $< $(FUZZ_EXTRA_$*) \
+	  $(FUZZ_LIB) $(FUZZ_LIBS)
+
+fuzz-build: $(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/fuzz_$(t)) $(FUZZ_DIR)/gguf_seeds
+
+fuzz: fuzz-build
+	@mkdir -p $(FUZZ_DIR)/seeds-gguf
+	$(FUZZ_DIR)/gguf_seeds $(FUZZ_DIR)/seeds-gguf
+	@st=0; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_DIR)/corpus-$$t; seeds=; \
+	  [ -d tools/fuzz/seeds/$$t ] && seeds=tools/fuzz/seeds/$$t; \
+	  [ $$t = gguf ] && seeds=$(FUZZ_DIR)/seeds-gguf; \
+	  echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_DIR)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+	    -artifact_prefix=$(FUZZ_DIR)/$$t- $(FUZZ_DIR)/corpus-$$t $$seeds || st=1; \
+	done; exit $$st
 
 clean:
 	rm -rf build build-asan build-*

@@ -6,6 +6,7 @@
  * the (short-lived) thread that loaded the model or restarted them.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -107,7 +108,12 @@ static void s_foreign_hook(coli_model *m, int step, void *user)
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%.100s", ep + strlen("ipc://"));
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+    socklen_t len = sizeof sa;
+    if (sa.sun_path[0] == '@') { /* a Linux abstract address, as ZeroMQ spells it */
+        sa.sun_path[0] = 0;
+        len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(sa.sun_path + 1));
+    }
+    if (connect(fd, (struct sockaddr *)&sa, len) == 0)
         cr_expect_gt(write(fd, "GET / HTTP/1.0\r\n\r\n\xff\x00\x01", 21), 0);
     close(fd);
     /* well-framed ZeroMQ messages that are not our protocol */

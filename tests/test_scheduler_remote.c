@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <zmq.h>
 
+#include "proto/curve_keys.h"
+#include "proto/wire.h"
 #include "sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
@@ -320,4 +322,113 @@ Test(scheduler_remote, remote_without_keys_is_a_clear_error)
     cr_assert_neq(coli_model_load(sched_fixture(MODEL), &mp, &m), 0);
     cr_expect(strstr(coli_last_error(), "tcp://HOST:PORT"), "%s", coli_last_error());
     sched_assert_no_orphans();
+}
+
+// ---------------------------------------------------------------------------
+// One coordinator at a time: a second one is refused "busy" (one `busy`
+// fallback, its experts computed elsewhere, no stall), and the first keeps
+// the worker; neither takes it from the other.
+
+static coli_model *s_load_remote(const remote_worker *rw)
+{
+    char devices[320];
+    snprintf(devices, sizeof devices, "cpu:1,remote:%s", rw->endpoint);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = devices;
+    mp.n_threads = 1;
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(sched_fixture(MODEL), &mp, &m), 0, "load (%s): %s", devices, coli_last_error());
+    return m;
+}
+
+Test(scheduler_remote, second_coordinator_is_refused_busy, .timeout = 120)
+{
+    char keys[512];
+    remote_worker rw;
+    s_start_with_keys(keys, sizeof keys, &rw);
+    gen_result ref, a1, b, a2;
+    sched_generate(sched_fixture(MODEL), "inproc", NULL, NULL, &ref);
+    setenv("COLI_KEYS", keys, 1);
+    coli_model *ma = s_load_remote(&rw);
+    sched_generate_on(ma, "first coordinator", NULL, NULL, &a1);
+    double t0 = sched_now();
+    coli_model *mb = s_load_remote(&rw);
+    double load_s = sched_now() - t0;
+    sched_generate_on(mb, "second coordinator", NULL, NULL, &b);
+    sched_generate_on(ma, "first coordinator again", NULL, NULL, &a2);
+    coli_model_free(&mb);
+    coli_model_free(&ma);
+    unsetenv("COLI_KEYS");
+    s_worker_stop(&rw);
+    sched_assert_same(&ref, &a1, "first coordinator");
+    sched_assert_same(&ref, &b, "second coordinator");
+    sched_assert_same(&ref, &a2, "first coordinator again");
+    cr_expect_lt(load_s, 5.0, "the refused coordinator took %.1f s to load", load_s);
+    cr_expect_eq(sched_fallbacks(b.stats, "remote:0", "busy"), 1, "%s", b.stats);
+    char v[256];
+    sched_worker_field(b.stats, 1, "status", v, sizeof v);
+    cr_expect_str_eq(v, "failed", "%s", b.stats);
+    sched_worker_field(b.stats, 1, "reason", v, sizeof v);
+    cr_expect(!strncmp(v, "busy", 4), "reason: %s", v);
+    cr_expect_eq(sched_field(a2.stats, "fallbacks_total"), 0, "the first coordinator lost its worker: %s", a2.stats);
+    sched_worker_field(a2.stats, 1, "status", v, sizeof v);
+    cr_expect_str_eq(v, "up", "%s", a2.stats);
+    long before = 0, after = 0;
+    sched_worker_field(a1.stats, 1, "batches", v, sizeof v);
+    before = atol(v);
+    sched_worker_field(a2.stats, 1, "batches", v, sizeof v);
+    after = atol(v);
+    cr_expect_gt(after, before, "the remote worker served the first coordinator no more batches");
+    gen_free(&ref); gen_free(&a1); gen_free(&b); gen_free(&a2);
+    sched_assert_no_orphans();
+}
+
+// ---------------------------------------------------------------------------
+// A remote worker does not obey Shutdown (coordinators never send it one):
+// an authorized peer that greets and says Shutdown leaves it serving.
+
+static void s_send_env(void *sock, Coli__Envelope *env)
+{
+    cr_assert_eq(wire_send(sock, NULL, 0, env, NULL, 0, 0), 0, "%s", coli_last_error());
+}
+
+Test(scheduler_remote, remote_worker_ignores_shutdown, .timeout = 120)
+{
+    char keys[512];
+    remote_worker rw;
+    s_start_with_keys(keys, sizeof keys, &rw);
+    void *ctx = zmq_ctx_new(), *d = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
+    cr_assert_eq(curve_client_setup(d, keys, rw.endpoint), 0, "%s", coli_last_error());
+    cr_assert_eq(zmq_connect(d, rw.endpoint), 0);
+    Coli__Hello h = COLI__HELLO__INIT;
+    h.status = COLI__STATUS__STATUS_OK;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.body_case = COLI__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    s_send_env(d, &env);
+    wire_msg m; /* its hello back: we are the coordinator it serves */
+    zmq_pollitem_t it = {d, 0, ZMQ_POLLIN, 0};
+    cr_assert_gt(zmq_poll(&it, 1, 10000), 0, "no hello from the remote worker");
+    cr_assert_eq(wire_recv(d, 0, 0, &m), 0);
+    cr_expect_eq(m.env->body_case, COLI__ENVELOPE__BODY_HELLO);
+    wire_msg_clear(&m);
+    Coli__Shutdown sd = COLI__SHUTDOWN__INIT;
+    sd.reason = "test";
+    Coli__Envelope env2 = COLI__ENVELOPE__INIT;
+    env2.body_case = COLI__ENVELOPE__BODY_SHUTDOWN;
+    env2.shutdown = &sd;
+    s_send_env(d, &env2);
+    usleep(500000);
+    zmq_close(d);
+    zmq_ctx_term(ctx);
+    cr_expect(!sched_proc_dead(rw.pid), "the remote worker obeyed Shutdown");
+    if (!sched_proc_dead(rw.pid)) { /* and still serves a coordinator */
+        char *js = s_run_remote(&rw, keys, NULL, NULL);
+        cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
+        free(js);
+    }
+    s_worker_stop(&rw);
 }

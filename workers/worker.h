@@ -70,11 +70,13 @@ typedef struct worker_args {
     uint64_t budget;
     int parent_pid;           /* 0: not a local child */
     int lifeline_fd;          /* read end of the coordinator's lifeline pipe; -1: none */
+    int id_fd;                /* --id-fd: a pipe holding this spawn's routing id (with its secret); -1: none */
     int heartbeat_ms;
     const char *ring;         /* "FD,BELL_REQ,BELL_REP": the shared-memory ring (local workers) */
     const char *probe;        /* --probe NAME: print the plugin's device count as JSON, exit */
     const char *keys;         /* --keys DIR: CURVE keys of a --listen worker (worker_remote.c) */
     const char *model_path;   /* -m FILE: this host's copy of the model (remote workers) */
+    int takeover;             /* --takeover: a newer coordinator's greeting wins over the one served */
 } worker_args;
 
 typedef struct expert_set {     /* open-addressing set of (layer, expert) */
@@ -108,6 +110,8 @@ typedef struct worker {
     int listening;
     unsigned char peer[WIRE_MAX_PEER]; /* routing id of the coordinator served now */
     size_t peer_len;                   /* 0: none yet */
+    uint64_t busy_refused;             /* greetings refused "busy" (another coordinator is served) */
+    char peer_session[40];             /* the served coordinator's session ("" = it sent none) */
     struct worker_zap *zap;            /* the ZAP handler thread */
 } worker;
 

@@ -39,8 +39,9 @@ static void s_usage(void)
     fprintf(stderr, "usage: coli-worker (--connect EP | --listen EP) --plugin NAME [--device I]\n"
                     "       [--id N] [--gen G] [--budget BYTES] [--threads N]\n"
                     "       [--parent-pid PID] [--lifeline FD] [--plugin-dir DIR] [--heartbeat-ms MS]\n"
-                    "       [--ring FD,BELL_REQ,BELL_REP]   (given by the coordinator)\n"
-                    "       --listen tcp://ADDR:PORT --keys DIR [-m MODEL]   (a remote worker)\n"
+                    "       [--id-fd FD] [--ring FD,BELL_REQ,BELL_REP]   (given by the coordinator)\n"
+                    "       --listen tcp://ADDR:PORT --keys DIR [-m MODEL] [--takeover]   (a remote worker;\n"
+                    "       --takeover: a coordinator that greets takes the worker from the one served)\n"
                     "       coli-worker --probe NAME [--plugin-dir DIR]\n");
 }
 
@@ -61,6 +62,7 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
     memset(a, 0, sizeof *a);
     a->heartbeat_ms = 200;
     a->lifeline_fd = -1;
+    a->id_fd = -1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x = 0;
@@ -73,6 +75,7 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
         else if (!strcmp(o, "--keys")) a->keys = v;
         else if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model_path = v;
         else if (!strcmp(o, "--probe")) a->probe = a->plugin = v;
+        else if (!strcmp(o, "--takeover")) { a->takeover = 1; continue; } /* a flag: no value */
         else if (!strcmp(o, "--device")) { rc = s_num(o, v, 0, &x); a->device_index = (int)x; }
         else if (!strcmp(o, "--id")) { rc = s_num(o, v, 0, &x); a->worker_id = (int)x; }
         else if (!strcmp(o, "--gen")) { rc = s_num(o, v, 0, &x); a->generation = (unsigned)x; }
@@ -80,6 +83,7 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
         else if (!strcmp(o, "--budget")) { rc = s_num(o, v, 0, &x); a->budget = (uint64_t)x; }
         else if (!strcmp(o, "--parent-pid")) { rc = s_num(o, v, 1, &x); a->parent_pid = (int)x; }
         else if (!strcmp(o, "--lifeline")) { rc = s_num(o, v, 0, &x); a->lifeline_fd = (int)x; }
+        else if (!strcmp(o, "--id-fd")) { rc = s_num(o, v, 0, &x); a->id_fd = (int)x; }
         else if (!strcmp(o, "--heartbeat-ms")) { rc = s_num(o, v, 10, &x); a->heartbeat_ms = (int)x; }
         else return coli_fail(COLI_EINVAL, "coli-worker: unknown option '%s'", o);
         if (rc != 0) return rc;
@@ -230,6 +234,29 @@ int worker_send_hello(worker *w, int ok, const char *why)
     return worker_send(w, &env, NULL, 0, 0);
 }
 
+//  The routing id the coordinator made for this spawn (worker_identity.c
+//  there): read to EOF from the inherited pipe, which is then closed; without
+//  --id-fd, "w<id>.<gen>" (a coordinator that checks identities drops it).
+static int s_routing_id(worker *w, char *id, size_t cap)
+{
+    if (w->a.id_fd < 0)
+        return snprintf(id, cap, "w%d.%u", w->a.worker_id, w->a.generation);
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(w->a.id_fd, id + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        n += (size_t)r;
+        if (n == cap - 1) break;
+    }
+    close(w->a.id_fd);
+    w->a.id_fd = -1;
+    if (n == 0 || n == cap - 1)
+        return coli_fail(COLI_EINVAL, "coli-worker: --id-fd: no routing id (empty or longer than %zu bytes)", cap - 2);
+    id[n] = 0;
+    return (int)n;
+}
+
 static int s_connect(worker *w)
 {
     if (w->a.listen)
@@ -239,7 +266,9 @@ static int s_connect(worker *w)
     if (!w->sock)
         return coli_fail(COLI_EIO, "coli-worker: zmq socket: %s", zmq_strerror(errno));
     char id[64];
-    int n = snprintf(id, sizeof id, "w%d.%u", w->a.worker_id, w->a.generation);
+    int n = s_routing_id(w, id, sizeof id);
+    if (n < 0)
+        return n;
     zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, id, (size_t)n);
     int rc = wire_socket_setup(w->sock, 0);
     if (rc != 0)

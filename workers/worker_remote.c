@@ -11,10 +11,19 @@
  * a long batch computes.
  *
  * One coordinator at a time: a coordinator greets (a Hello) and from then on
- * it is the one served; messages of other peers are dropped. A newer greeting
- * wins, so a coordinator that died without a word (killed, host lost) never
- * locks the worker: its successor simply greets. Whoever greets has passed
- * ZAP, i.e. holds an authorized key.
+ * it is the one served; messages of other peers are dropped. Another
+ * coordinator that greets while the one served is still connected gets a
+ * FAILED hello with reason "busy: ..." (it counts a `busy` fallback and
+ * computes elsewhere); without that, two coordinators took the worker from
+ * each other every time one reconnected. Whether the one served is still
+ * there is asked of ZeroMQ at that moment: with ROUTER_MANDATORY a send to a
+ * peer whose connection is gone fails at once, and ZMTP heartbeats (10 s)
+ * end connections to hosts that vanished, so a coordinator that died without
+ * a word locks the worker for at most that long. `--takeover` restores "the
+ * newest greeting wins". Whoever greets has passed ZAP (an authorized key).
+ * A listening worker never obeys Shutdown: coordinators never send it to a
+ * remote worker (docs/scheduler.md); it is an operator's server, stopped by
+ * a signal.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -149,12 +158,61 @@ int worker_send(worker *w, Coli__Envelope *env, const void *payload, size_t byte
     return wire_send(w->sock, w->peer, w->peer_len, env, payload, bytes, flags);
 }
 
+//  Is the coordinator served now still connected? A heartbeat to it: with
+//  ROUTER_MANDATORY, a send to a peer whose connection is gone fails at once.
+static int s_served_alive(worker *w)
+{
+    Coli__Heartbeat h = COLI__HEARTBEAT__INIT;
+    h.seq = ++w->hb_seq;
+    h.last_request_id = w->last_request_id;
+    h.batches = w->batches;
+    h.rows = w->rows;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.body_case = COLI__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &h;
+    return wire_send(w->sock, w->peer, w->peer_len, &env, NULL, 0, ZMQ_DONTWAIT) == 0;
+}
+
+//  A FAILED hello to the coordinator that greeted second.
+static void s_refuse_busy(worker *w, const wire_msg *m)
+{
+    w->busy_refused++;
+    fprintf(stderr, "coli-worker: refused a second coordinator (%llu so far): busy serving another; "
+            "--takeover lets the newest greeting win\n", (unsigned long long)w->busy_refused);
+    Coli__Hello h = COLI__HELLO__INIT;
+    char device[64];
+    snprintf(device, sizeof device, "%s:%d", w->a.plugin, w->a.device_index);
+    h.plugin = (char *)w->a.plugin;
+    h.device = device;
+    h.status = COLI__STATUS__STATUS_FAILED;
+    h.reason = "busy: serving another coordinator (its operator may restart it with --takeover)";
+    h.abi_major = MOE_PLUGIN_ABI_MAJOR;
+    h.abi_minor = MOE_PLUGIN_ABI_MINOR;
+    h.worker_id = m->env->hello->worker_id;
+    h.generation = m->env->hello->generation;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.body_case = COLI__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    wire_send(w->sock, m->peer, m->peer_len, &env, NULL, 0, ZMQ_DONTWAIT);
+}
+
 int worker_remote_gate(worker *w, const wire_msg *m)
 {
     int current = w->peer_len && m->peer_len == w->peer_len && !memcmp(m->peer, w->peer, m->peer_len);
+    if (current && m->env->body_case == COLI__ENVELOPE__BODY_SHUTDOWN) {
+        fprintf(stderr, "coli-worker: ignored Shutdown from the coordinator: a remote worker stops by signal\n");
+        return 1;
+    }
     if (m->env->body_case == COLI__ENVELOPE__BODY_HELLO) {
+        const char *session = m->env->hello->session ? m->env->hello->session : "";
+        int same_session = session[0] && !strcmp(session, w->peer_session); /* it reconnected */
+        if (w->peer_len && !current && !same_session && !w->a.takeover && s_served_alive(w)) {
+            s_refuse_busy(w, m);
+            return 1;
+        }
         if (w->peer_len && !current)
             fprintf(stderr, "coli-worker: a new coordinator greeted; serving it from now on\n");
+        snprintf(w->peer_session, sizeof w->peer_session, "%s", session);
         memcpy(w->peer, m->peer, m->peer_len);
         w->peer_len = m->peer_len;
         w->a.worker_id = m->env->hello->worker_id;

@@ -172,11 +172,12 @@ int stats_json(const sched *s, char **json)
     coli_strbuf_appendf(&b, "],\"fallbacks_total\":%llu,\"dispatch_latency_p50_ms\":%.6f,"
                         "\"dispatch_latency_p99_ms\":%.6f,\"dispatches\":%llu,\"inproc_rows\":%llu,"
                         "\"late_replies_dropped\":%llu,\"foreign_messages_dropped\":%llu,"
-                        "\"stale_messages_dropped\":%llu}",
+                        "\"stale_messages_dropped\":%llu,\"impostor_messages_refused\":%llu}",
                         (unsigned long long)s->stats.fallbacks_total, s_pct_ms(&s->stats.dispatch, 0.5),
                         s_pct_ms(&s->stats.dispatch, 0.99), (unsigned long long)s->stats.dispatch.n,
                         (unsigned long long)s->stats.inproc_rows, (unsigned long long)s->stats.late_dropped,
-                        (unsigned long long)s->stats.foreign_dropped, (unsigned long long)s->stats.stale_dropped);
+                        (unsigned long long)s->stats.foreign_dropped, (unsigned long long)s->stats.stale_dropped,
+                        (unsigned long long)s->stats.impostor_dropped);
     return s_done(&b, json);
 }
 

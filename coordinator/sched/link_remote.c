@@ -108,6 +108,7 @@ int remote_connect(sched *s, worker_link *w)
     greet.worker_id = w->id;
     greet.generation = w->proc.gen;
     greet.device = w->device;
+    greet.session = s->net.session; /* a reconnect of ours is let in; another coordinator is "busy" */
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_HELLO;
     env.hello = &greet;

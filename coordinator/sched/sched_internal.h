@@ -125,7 +125,8 @@ typedef struct link_proc {
     int pidfd;                       /* -1 when pidfd_open is unavailable */
     unsigned gen;
     int n_threads;
-    char routing_id[32];             /* "w<id>.<gen>" */
+    char routing_id[64];             /* local: "w<id>.<gen>.<32 hex secret>" (supervisor.c; see
+                                        worker_identity.c); remote: "w<id>.<gen>" (its own DEALER) */
     size_t routing_len;
     uint64_t exit_seen_ns;           /* died before its hello: wait for a FAILED hello in flight */
     uint64_t restart_at_ns;
@@ -241,6 +242,8 @@ typedef struct sched_transport {
     char endpoint[PATH_MAX + 16];
     char worker_bin[PATH_MAX];
     int lifeline[2];                 /* pipe: workers hold the read end, EOF = coordinator gone */
+    char session[17];                /* this executor instance, 16 hex (random): the ipc name and
+                                        the session of its greetings to remote workers */
 } sched_transport;
 
 /* Who holds what (scheduler.c plans; worker_link.c takes refusals back). */
@@ -271,6 +274,7 @@ typedef struct sched_stats {
     fallback_count fb[SCHED_MAX_FALLBACK_KINDS];
     int n_fb;
     uint64_t fallbacks_total, foreign_dropped, late_dropped, stale_dropped, inproc_rows;
+    uint64_t impostor_dropped;       /* names a live worker's id and generation without its secret */
     lat_stats dispatch;
 } sched_stats;
 
@@ -327,6 +331,17 @@ void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it)
 void sup_batch_ok(sched *s, worker_link *w);
 void sup_kill(sched *s, worker_link *w);
 void sup_shutdown_all(sched *s);
+
+/* ---- worker_identity.c: who may speak for a local worker ---- */
+/* A fresh routing id for w's next generation, "w<id>.<gen>.<32 hex>" from
+ * getrandom (never in argv or the environment), into w->proc.routing_id;
+ * then a pipe whose read end (*read_fd, close-on-exec: the spawn clears
+ * that in the child alone) already holds it. 0 or COLI_EIO. */
+int  ident_new_secret(worker_link *w, int *read_fd);
+/* The current worker a routing id names, or NULL: *kind 0 = unknown peer,
+ * 1 = an older generation (stale), 2 = a live id and generation with a
+ * wrong or missing secret (an impostor). Compared in constant time. */
+worker_link *ident_find(sched *s, const void *peer, size_t peer_len, int *kind);
 
 /* ---- worker_link.c ---- */
 /* Take every waiting message (wait up to timeout_ms for the first); the

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "coordinator/forward.h"
@@ -420,14 +421,22 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg)
     return 0;
 }
 
-//  ROUTER bound to ipc://<private dir>/coord; the workers' lifeline pipe
-//  (both ends close-on-exec: sup_spawn lets each worker keep the read end).
-static int s_transport(sched *s)
+//  The ROUTER's address. Linux: an abstract unix address ("ipc://@coli-..."),
+//  which vanishes with the socket, so a SIGKILLed coordinator leaves nothing
+//  in the file system; anyone on the host may connect to it, and the routing
+//  id secret (worker_identity.c) is what refuses them. Elsewhere:
+//  ipc://<private 0700 directory in TMPDIR>/coord, removed at destroy.
+static int s_endpoint(sched *s)
 {
-    if (pipe2(s->net.lifeline, O_CLOEXEC) != 0) {
-        s->net.lifeline[0] = s->net.lifeline[1] = -1;
-        return coli_fail(COLI_EIO, "scheduler: lifeline pipe: %s", strerror(errno));
-    }
+    unsigned char r[8] = {0};
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+        return coli_fail(COLI_EIO, "scheduler: getrandom: %s", strerror(errno));
+    for (int i = 0; i < 8; i++)
+        snprintf(s->net.session + 2 * i, 3, "%02x", r[i]);
+#ifdef __linux__
+    snprintf(s->net.endpoint, sizeof s->net.endpoint, "ipc://@coli-%d-%s", (int)getpid(), s->net.session);
+    return 0;
+#else
     const char *tmp = s->set.tmp_dir;
     snprintf(s->net.dir, sizeof s->net.dir, "%.4000s/coli-XXXXXX", *tmp ? tmp : "/tmp");
     if (!mkdtemp(s->net.dir)) {
@@ -436,11 +445,25 @@ static int s_transport(sched *s)
         return coli_fail(COLI_EIO, "scheduler: private directory in %s: %s", *tmp ? tmp : "/tmp", strerror(e));
     }
     snprintf(s->net.endpoint, sizeof s->net.endpoint, "ipc://%s/coord", s->net.dir);
+    return 0;
+#endif
+}
+
+//  ROUTER bound to s_endpoint; the workers' lifeline pipe
+//  (both ends close-on-exec: sup_spawn lets each worker keep the read end).
+static int s_transport(sched *s)
+{
+    if (pipe2(s->net.lifeline, O_CLOEXEC) != 0) {
+        s->net.lifeline[0] = s->net.lifeline[1] = -1;
+        return coli_fail(COLI_EIO, "scheduler: lifeline pipe: %s", strerror(errno));
+    }
+    int rc = s_endpoint(s);
+    if (rc) return rc;
     s->net.zctx = zmq_ctx_new();
     s->net.router = s->net.zctx ? zmq_socket(s->net.zctx, ZMQ_ROUTER) : NULL;
     if (!s->net.router)
         return coli_fail(COLI_EIO, "scheduler: zmq socket: %s", zmq_strerror(errno));
-    int rc = wire_socket_setup(s->net.router, 1);
+    rc = wire_socket_setup(s->net.router, 1);
     if (rc) return rc;
     if (zmq_bind(s->net.router, s->net.endpoint) != 0)
         return coli_fail(COLI_EIO, "scheduler: bind %s: %s", s->net.endpoint, zmq_strerror(errno));

@@ -88,25 +88,32 @@ int sup_spawn(sched *s, worker_link *w)
     snprintf(ppid, sizeof ppid, "%d", (int)parent);
     char ring[64] = "";
     s_make_ring(s, w, ring, sizeof ring);
-    char lifeline[16];
+    char lifeline[16], id_fd[16];
     snprintf(lifeline, sizeof lifeline, "%d", s->net.lifeline[0]);
+    int secret_fd = -1; /* the routing id with its secret, for this child alone (worker_identity.c) */
+    if (ident_new_secret(w, &secret_fd) != 0)
+        return COLI_EIO;
+    snprintf(id_fd, sizeof id_fd, "%d", secret_fd);
     char *argv[] = {s->net.worker_bin, "--connect", s->net.endpoint, "--lifeline", lifeline,
                     "--id", id, "--gen", gen, "--plugin", w->dev.plugin, "--device", dev, "--threads", thr,
-                    "--budget", budget, "--parent-pid", ppid, "--heartbeat-ms", hb,
+                    "--budget", budget, "--parent-pid", ppid, "--heartbeat-ms", hb, "--id-fd", id_fd,
                     ring[0] ? "--ring" : NULL, ring, NULL};
-    w->proc.routing_len = (size_t)snprintf(w->proc.routing_id, sizeof w->proc.routing_id, "w%d.%u", w->id, w->proc.gen);
     pid_t pid = fork();
-    if (pid < 0)
+    if (pid < 0) {
+        close(secret_fd);
         return coli_fail(COLI_EIO, "worker %d: fork: %s", w->id, strerror(errno));
+    }
     if (pid == 0) {
         /* Only async-signal-safe calls between fork and exec. */
         fcntl(s->net.lifeline[0], F_SETFD, 0); /* the read end survives exec; the write end does not */
+        fcntl(secret_fd, F_SETFD, 0);
         if (w->shm.ring.base) /* this child alone inherits its ring */
             for (int i = 0; i < 3; i++)
                 fcntl(i == 0 ? w->shm.ring.fd : w->shm.ring.bell[i - 1], F_SETFD, 0);
         execv(argv[0], argv);
         _exit(127);
     }
+    close(secret_fd);
     w->proc.pid = pid;
     w->proc.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (w->proc.pidfd < 0) w->proc.pidfd = -1;

@@ -144,7 +144,8 @@ static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
         const char *why = h->reason && *h->reason ? h->reason : "worker said FAILED";
         char code[24]; /* a diagnostic the reason names (e.g. the xdna lane's PACKAGE_MISSING) counts as itself */
         const char *kind = wire_reason_code(why, code, sizeof code);
-        sched_outcome(s, w, LINK_REFUSED, kind ? kind : strstr(why, "no device") ? "no_device" : "plugin_load", why);
+        if (!kind) kind = !strncmp(why, "busy", 4) ? "busy" : strstr(why, "no device") ? "no_device" : "plugin_load";
+        sched_outcome(s, w, LINK_REFUSED, kind, why);
         return;
     }
     w->place.hello_ok = 1;
@@ -321,28 +322,6 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
 }
 
 // ---------------------------------------------------------------------------
-//  The worker a routing id names ("w<id>.<gen>" of the current generation).
-static worker_link *s_find(sched *s, const wire_msg *m, int *stale)
-{
-    char id[32];
-    *stale = 0;
-    if (m->peer_len == 0 || m->peer_len >= sizeof id)
-        return NULL;
-    memcpy(id, m->peer, m->peer_len);
-    id[m->peer_len] = 0;
-    int wid;
-    unsigned gen;
-    char tail;
-    if (sscanf(id, "w%d.%u%c", &wid, &gen, &tail) != 2 || wid < 0 || wid >= s->n_w)
-        return NULL;
-    worker_link *w = &s->w[wid];
-    if (gen != w->proc.gen || w->proc.routing_len != m->peer_len) {
-        *stale = gen < w->proc.gen;
-        return NULL;
-    }
-    return w;
-}
-
 void link_dispatch(sched *s, worker_link *w, const wire_msg *m)
 {
     w->last_seen_ns = coli_now_ns();
@@ -390,10 +369,11 @@ void link_poll(sched *s, int timeout_ms)
         int rc = wire_recv(s->net.router, 1, ZMQ_DONTWAIT, &m);
         if (rc == COLI_ETIMEOUT || rc == COLI_EIO)
             break;
-        int stale = 0;
-        worker_link *w = rc == 0 || rc == COLI_EPROTO ? s_find(s, &m, &stale) : NULL;
+        int kind = 0; /* who it is when not one of ours: worker_identity.c */
+        worker_link *w = rc == 0 || rc == COLI_EPROTO ? ident_find(s, m.peer, m.peer_len, &kind) : NULL;
         if (!w) {
-            if (stale) s->stats.stale_dropped++;
+            if (kind == 1) s->stats.stale_dropped++;
+            else if (kind == 2) s->stats.impostor_dropped++;
             else s->stats.foreign_dropped++;
         } else if (rc == COLI_EPROTO) {
             w->last_seen_ns = coli_now_ns();

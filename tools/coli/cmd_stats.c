@@ -105,9 +105,9 @@ static int s_print(const char *path, const cJSON *root)
     s_workers(ws);
     s_fallbacks(root);
     s_counters(ws);
-    printf("\ndropped messages: late replies %.0f, foreign %.0f, stale %.0f\n",
+    printf("\ndropped messages: late replies %.0f, foreign %.0f, stale %.0f, impostor %.0f\n",
            s_num(root, "late_replies_dropped"), s_num(root, "foreign_messages_dropped"),
-           s_num(root, "stale_messages_dropped"));
+           s_num(root, "stale_messages_dropped"), s_num(root, "impostor_messages_refused"));
     return 0;
 }
 

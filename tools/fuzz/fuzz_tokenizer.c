@@ -1,0 +1,82 @@
+/*
+ * fuzz_tokenizer.c - libFuzzer target for the tokenizer with the bundled
+ * vocabulary (models/tiny-moe-4e2r-f16.gguf, loaded vocab-only once; run
+ * from the repository root, or COLI_FUZZ_VOCAB names another GGUF). Each
+ * input is encoded (with and without special-token parsing and BOS; the
+ * first byte chooses) and every id decoded back; then its bytes, read as
+ * 16-bit ids, are decoded, in range or not. Ids must lie in the vocabulary,
+ * the count must agree between the sizing call and the real one, and a
+ * bad id must be refused with COLI_ERANGE, never read.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "colibri.h"
+
+static coli_model *s_model;
+static int s_n_vocab;
+static volatile unsigned s_sink;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc; (void)argv;
+    const char *path = getenv("COLI_FUZZ_VOCAB");
+    if (!path || !*path) path = "models/tiny-moe-4e2r-f16.gguf";
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.vocab_only = 1;
+    if (coli_model_load(path, &mp, &s_model) != 0) {
+        fprintf(stderr, "fuzz_tokenizer: %s: %s\n", path, coli_last_error());
+        abort();
+    }
+    coli_model_info info;
+    coli_model_get_info(s_model, &info);
+    s_n_vocab = info.n_vocab;
+    return 0;
+}
+
+static void s_decode(int32_t id)
+{
+    const char *b = NULL;
+    size_t n = 0;
+    int rc = coli_token_to_bytes(s_model, id, &b, &n);
+    if (id < 0 || id >= s_n_vocab) {
+        if (rc != COLI_ERANGE) __builtin_trap();
+        return;
+    }
+    if (rc != 0) __builtin_trap();
+    for (size_t i = 0; i < n; i++) s_sink += (unsigned char)b[i];
+    const char *t = coli_token_text(s_model, id);
+    if (!t) __builtin_trap();
+    s_sink += (unsigned)strlen(t);
+    s_sink += (unsigned)coli_token_is_eog(s_model, id);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) return 0;
+    int add_special = data[0] & 1, parse_special = (data[0] >> 1) & 1;
+    const char *text = (const char *)data + 1;
+    size_t len = size - 1;
+    int n = -1;
+    int rc = coli_tokenize(s_model, text, len, add_special, parse_special, NULL, 0, &n);
+    if (rc != 0 && rc != COLI_ERANGE) return 0; /* refused (with a reason) */
+    if (n < 0) __builtin_trap();
+    int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+    if (!ids) return 0;
+    int n2 = -1;
+    rc = coli_tokenize(s_model, text, len, add_special, parse_special, ids, n, &n2);
+    if (rc != 0 || n2 != n) __builtin_trap(); /* sizing and the real call agree */
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= s_n_vocab) __builtin_trap();
+        s_decode(ids[i]);
+    }
+    free(ids);
+    for (size_t i = 1; i + 1 < size; i += 2) /* arbitrary ids, in range or not */
+        s_decode((int32_t)(int16_t)(data[i] | data[i + 1] << 8) * (data[0] & 4 ? 1 : 3));
+    return 0;
+}
