@@ -22,7 +22,7 @@ endif
 CC      ?= cc
 OPT     ?= -O2
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fPIC -pthread $(SANFLAGS) \
-           -Iinclude -Icore -I. -I$(BUILD)/gen
+           -Iinclude -I. -I$(BUILD)/gen
 LDFLAGS += $(SANFLAGS) -pthread
 LDLIBS  += -lzmq -lprotobuf-c -ldl -lm -lmicrohttpd -lcjson -ledit
 
@@ -121,14 +121,14 @@ $(BUILD)/bin/%: tools/%.c $(LIB)
 
 $(BUILD)/tests/%: tests/%.c $(LIB) $(PUBLIC_LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -lcjson
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -lcjson
 
 # The dashboard page of coli serve, compiled in as one C string literal
 # (server_dashboard.c includes it): \ and " escaped, each line a "...\n" piece.
-$(BUILD)/gen/dashboard_html.h: tools/coli/server/dashboard.html
+$(BUILD)/gen/tools/coli/server/dashboard_html.h: tools/coli/server/dashboard.html
 	@mkdir -p $(dir $@)
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
-$(BUILD)/obj/tools/coli/server/server_dashboard.o: $(BUILD)/gen/dashboard_html.h
+$(BUILD)/obj/tools/coli/server/server_dashboard.o: $(BUILD)/gen/tools/coli/server/dashboard_html.h
 
 # ---- set-up -------------------------------------------------------------------
 # $(call apt_install,TARGET,PACKAGES[,apt-get flags]): install the Debian packages
@@ -143,7 +143,7 @@ fi
 endef
 
 DEB_PKGS := build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
-            libcriterion-dev python3 python3-numpy libmicrohttpd-dev libcjson-dev libedit-dev
+            libcriterion-dev python3 python3-numpy libmicrohttpd-dev libcjson-dev libedit-dev clang-format
 deps:
 	$(call apt_install,deps,$(DEB_PKGS))
 
@@ -267,7 +267,7 @@ FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= gguf wire ring openai template tokenizer
 FUZZ_PKGS    := clang libclang-rt-14-dev
 FUZZ_DIR     := $(BUILD)/fuzz
-FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -Icore -I.
+FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -I.
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIBDIR  := $(FUZZ_DIR)/lib
 FUZZ_LIB     := $(FUZZ_LIBDIR)/lib/libcolibri.a

@@ -25,41 +25,41 @@
 #include "coordinator/sampler.h"
 #include "core/clock.h"
 #include "core/settings.h"
-#include "error.h"
-#include "threadpool.h"
-#include "tokenizer.h"
+#include "core/error.h"
+#include "core/threadpool.h"
+#include "core/tokenizer.h"
 
 struct coli_model {
-    model *m;                 /* mapped, validated weights; NULL when vocab_only */
-    gguf_file *vocab_file;    /* vocab_only: the mapping the tokenizer was read from */
-    char *arch;               /* vocab_only: general.architecture ("" if absent) */
+    model *m;              /* mapped, validated weights; NULL when vocab_only */
+    gguf_file *vocab_file; /* vocab_only: the mapping the tokenizer was read from */
+    char *arch;            /* vocab_only: general.architecture ("" if absent) */
     coli_tokenizer *tok;
-    moe_exec *moe;            /* routed experts; NULL for a dense model */
-    coli_pool *pool;          /* compute threads for attention and dense matmuls */
+    moe_exec *moe;   /* routed experts; NULL for a dense model */
+    coli_pool *pool; /* compute threads for attention and dense matmuls */
     int n_threads;
     int kv_f16;
-    int n_ctx;                /* the model's context, capped by n_ctx_max */
+    int n_ctx; /* the model's context, capped by n_ctx_max */
     int verbose;
-    char *stats_json_path;    /* copy of the param, NULL if none */
-    char *name;               /* general.name or the file name */
-    char *chat_template;      /* NULL if absent */
+    char *stats_json_path; /* copy of the param, NULL if none */
+    char *name;            /* general.name or the file name */
+    char *chat_template;   /* NULL if absent */
     double load_seconds;
-    route_sink route;         /* heat counts and the routing trace (route_obs.h) */
-    char *heat_path;          /* coli_model_params.heat_path, NULL: none */
-    int heat_save;            /* write heat_path at free (not when the file there was refused) */
+    route_sink route; /* heat counts and the routing trace (route_obs.h) */
+    char *heat_path;  /* coli_model_params.heat_path, NULL: none */
+    int heat_save;    /* write heat_path at free (not when the file there was refused) */
 };
 
 struct coli_context {
     coli_model *model;
     kv_cache kv;
     forward_state fs;
-    int pos;                  /* tokens in the cache */
-    float *logits;            /* (n_vocab) last logits, for coli_generate */
-    const sampler *gen_smp;   /* coli_generate's sampler while it runs (coli_generate_logprobs) */
-    char *text;               /* UTF-8 assembly buffer for the callback */
+    int pos;                /* tokens in the cache */
+    float *logits;          /* (n_vocab) last logits, for coli_generate */
+    const sampler *gen_smp; /* coli_generate's sampler while it runs (coli_generate_logprobs) */
+    char *text;             /* UTF-8 assembly buffer for the callback */
     size_t text_cap;
-    route_obs route;          /* what its routing decisions feed (route_obs.h) */
-    coli_batch *batch;        /* NULL: coli_generate decodes alone */
+    route_obs route;   /* what its routing decisions feed (route_obs.h) */
+    coli_batch *batch; /* NULL: coli_generate decodes alone */
 };
 
 struct coli_batch {
@@ -70,7 +70,10 @@ struct coli_batch {
 
 static char *s_strdup(const char *s, size_t n) {
     char *d = malloc(n + 1);
-    if (d) { memcpy(d, s, n); d[n] = '\0'; }
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
     return d;
 }
 
@@ -96,15 +99,16 @@ static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
 static int s_load_heat(coli_model *cm, const coli_model_params *p) {
     const model_hparams *hp = &cm->m->hp;
     if (!p->heat_path || !*p->heat_path) return 0;
-    if (!(cm->heat_path = s_strdup(p->heat_path, strlen(p->heat_path)))) return coli_fail(COLI_ENOMEM, "model: out of memory");
+    if (!(cm->heat_path = s_strdup(p->heat_path, strlen(p->heat_path))))
+        return coli_fail(COLI_ENOMEM, "model: out of memory");
     int rc = heat_init(&cm->route.heat, hp->n_layer, hp->n_expert);
     if (rc) return rc;
     cm->heat_save = 1;
     if (access(cm->heat_path, F_OK) != 0) return 0; /* first run: created at free */
     heat_table old;
     if ((rc = heat_read(cm->heat_path, &old)) == 0 && (rc = heat_merge(&cm->route.heat, &old)) != 0)
-        coli_fail_prefix(rc, "heat file %s (%d layers x %d experts, the model has %d x %d)", cm->heat_path,
-                         old.n_layer, old.n_expert, hp->n_layer, hp->n_expert);
+        coli_fail_prefix(rc, "heat file %s (%d layers x %d experts, the model has %d x %d)", cm->heat_path, old.n_layer,
+                         old.n_expert, hp->n_layer, hp->n_expert);
     heat_free(&old);
     if (rc) {
         fprintf(stderr, "colibri: %s; it is ignored and not updated\n", coli_last_error());
@@ -125,11 +129,19 @@ static int s_start_experts(coli_model *cm, const char *path, const coli_model_pa
     if (p->worker_path && *p->worker_path) snprintf(set->worker_bin, sizeof set->worker_bin, "%s", p->worker_path);
     if (p->keys_dir && *p->keys_dir) snprintf(set->keys_dir, sizeof set->keys_dir, "%s", p->keys_dir);
     moe_exec_config cfg = {
-        .model_path = path, .gguf = cm->m->gguf,
-        .n_layer = hp->n_layer, .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used,
-        .n_embd = hp->n_embd, .n_ff = hp->n_ff_exp,
-        .devices = p->devices, .n_threads = cm->n_threads, .pool = cm->pool, .verbose = p->verbose,
-        .settings = set, .pins = p->pins,
+        .model_path = path,
+        .gguf = cm->m->gguf,
+        .n_layer = hp->n_layer,
+        .n_expert = hp->n_expert,
+        .n_expert_used = hp->n_expert_used,
+        .n_embd = hp->n_embd,
+        .n_ff = hp->n_ff_exp,
+        .devices = p->devices,
+        .n_threads = cm->n_threads,
+        .pool = cm->pool,
+        .verbose = p->verbose,
+        .settings = set,
+        .pins = p->pins,
         .heat = heat_total(&cm->route.heat) ? cm->route.heat.count : NULL,
     };
     rc = select_executor(&cfg, &cm->moe);
@@ -147,8 +159,7 @@ static int s_load_strings(coli_model *cm, const gguf_file *f, const char *path) 
         base = base ? base + 1 : path;
         cm->name = s_strdup(base, strlen(base));
     }
-    if (gguf_find_key(f, "tokenizer.chat_template") >= 0 &&
-        gguf_get_str(f, "tokenizer.chat_template", &s) == 0 &&
+    if (gguf_find_key(f, "tokenizer.chat_template") >= 0 && gguf_get_str(f, "tokenizer.chat_template", &s) == 0 &&
         !(cm->chat_template = s_strdup(s.ptr, (size_t)s.len)))
         return coli_fail(COLI_ENOMEM, "model: out of memory");
     return cm->name ? 0 : coli_fail(COLI_ENOMEM, "model: out of memory");
@@ -175,8 +186,8 @@ static int s_model_setup(coli_model *cm, const char *path, const coli_model_para
     if ((rc = model_open(path, &cm->m)) < 0) return rc;
     if ((rc = coli_tokenizer_new(cm->m->gguf, &cm->tok)) < 0) return coli_fail_prefix(rc, "%s", path);
     if (coli_tokenizer_n_vocab(cm->tok) != cm->m->hp.n_vocab)
-        return coli_fail(COLI_EFORMAT, "%s: vocabulary has %d tokens but token_embd.weight has %d rows",
-                         path, coli_tokenizer_n_vocab(cm->tok), cm->m->hp.n_vocab);
+        return coli_fail(COLI_EFORMAT, "%s: vocabulary has %d tokens but token_embd.weight has %d rows", path,
+                         coli_tokenizer_n_vocab(cm->tok), cm->m->hp.n_vocab);
     if ((rc = s_load_strings(cm, cm->m->gguf, path)) < 0) return rc;
     cm->n_ctx = cm->m->hp.n_ctx_train;
     if (p->n_ctx_max > 0 && p->n_ctx_max < cm->n_ctx) cm->n_ctx = p->n_ctx_max;
@@ -190,10 +201,13 @@ int coli_model_load(const char *path, const coli_model_params *p, coli_model **o
     if (!out) return coli_fail(COLI_EINVAL, "coli_model_load: out is NULL");
     *out = NULL;
     if (!path || !*path) return coli_fail(COLI_EINVAL, "coli_model_load: path is NULL or empty");
-    if (!p) { coli_model_default_params(&defaults); p = &defaults; }
+    if (!p) {
+        coli_model_default_params(&defaults);
+        p = &defaults;
+    }
     if (p->n_threads < 0 || p->n_ctx_max < 0)
-        return coli_fail(COLI_EINVAL, "coli_model_load: n_threads %d / n_ctx_max %d must be >= 0",
-                         p->n_threads, p->n_ctx_max);
+        return coli_fail(COLI_EINVAL, "coli_model_load: n_threads %d / n_ctx_max %d must be >= 0", p->n_threads,
+                         p->n_ctx_max);
     const double t0 = coli_now_s();
     coli_model *cm = calloc(1, sizeof *cm);
     if (!cm) return coli_fail(COLI_ENOMEM, "coli_model_load: out of memory");
@@ -213,9 +227,8 @@ int coli_model_load(const char *path, const coli_model_params *p, coli_model **o
         fprintf(stderr, "colibri: loaded the vocabulary of %s (%d tokens) in %.2f s\n", cm->name,
                 coli_tokenizer_n_vocab(cm->tok), cm->load_seconds);
     else if (cm->verbose)
-        fprintf(stderr, "colibri: loaded %s (%s, %d layers, %d experts) in %.2f s, %d threads\n",
-                cm->name, cm->m->hp.arch_name, cm->m->hp.n_layer, cm->m->hp.n_expert,
-                cm->load_seconds, cm->n_threads);
+        fprintf(stderr, "colibri: loaded %s (%s, %d layers, %d experts) in %.2f s, %d threads\n", cm->name,
+                cm->m->hp.arch_name, cm->m->hp.n_layer, cm->m->hp.n_expert, cm->load_seconds, cm->n_threads);
     *out = cm;
     return 0;
 }
@@ -239,8 +252,7 @@ void coli_model_free(coli_model **pm) {
     if (!pm || !*pm) return;
     coli_model *cm = *pm;
     if (cm->stats_json_path && cm->m) s_write_stats_file(cm);
-    if (cm->heat_save && coli_model_heat_save(cm, NULL) != 0)
-        fprintf(stderr, "colibri: %s\n", coli_last_error());
+    if (cm->heat_save && coli_model_heat_save(cm, NULL) != 0) fprintf(stderr, "colibri: %s\n", coli_last_error());
     route_sink_trace(&cm->route, NULL);
     heat_free(&cm->route.heat);
     free(cm->heat_path);
@@ -288,8 +300,8 @@ void coli_model_get_info(const coli_model *cm, coli_model_info *out) {
 // ---------------------------------------------------------------------------
 // tokens
 
-int coli_tokenize(const coli_model *cm, const char *text, size_t len, int add_special,
-                  int parse_special, int32_t *ids, int cap, int *n_out) {
+int coli_tokenize(const coli_model *cm, const char *text, size_t len, int add_special, int parse_special, int32_t *ids,
+                  int cap, int *n_out) {
     if (!cm || !n_out || (!text && len) || cap < 0 || (!ids && cap > 0))
         return coli_fail(COLI_EINVAL, "coli_tokenize: NULL model/text/ids/n_out or negative cap");
     return coli_tokenizer_encode(cm->tok, text ? text : "", len, add_special, parse_special, ids, cap, n_out);
@@ -300,13 +312,9 @@ int coli_token_to_bytes(const coli_model *cm, int32_t id, const char **bytes, si
     return coli_tokenizer_bytes(cm->tok, id, bytes, len);
 }
 
-const char *coli_token_text(const coli_model *cm, int32_t id) {
-    return cm ? coli_tokenizer_text(cm->tok, id) : NULL;
-}
+const char *coli_token_text(const coli_model *cm, int32_t id) { return cm ? coli_tokenizer_text(cm->tok, id) : NULL; }
 
-int coli_token_is_eog(const coli_model *cm, int32_t id) {
-    return cm ? coli_tokenizer_is_eog(cm->tok, id) : 0;
-}
+int coli_token_is_eog(const coli_model *cm, int32_t id) { return cm ? coli_tokenizer_is_eog(cm->tok, id) : 0; }
 
 // ---------------------------------------------------------------------------
 // contexts and the forward pass
@@ -323,14 +331,14 @@ int coli_context_new(coli_model *cm, const coli_context_params *p, coli_context 
         return coli_fail(COLI_EINVAL, "coli_context_new: %s was loaded vocab_only (no weights to run)", cm->name);
     int n_ctx = p && p->n_ctx ? p->n_ctx : cm->n_ctx;
     if (n_ctx < 1 || n_ctx > cm->n_ctx)
-        return coli_fail(COLI_EINVAL, "coli_context_new: n_ctx %d: expected 1..%d (the model's context)",
-                         n_ctx, cm->n_ctx);
+        return coli_fail(COLI_EINVAL, "coli_context_new: n_ctx %d: expected 1..%d (the model's context)", n_ctx,
+                         cm->n_ctx);
     const model_hparams *hp = &cm->m->hp;
     coli_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return coli_fail(COLI_ENOMEM, "coli_context_new: out of memory");
     ctx->model = cm;
-    int rc = kv_cache_init(&ctx->kv, hp->n_layer, n_ctx, model_k_dim(hp), model_v_dim(hp), hp->mla_absorbed,
-                           cm->kv_f16);
+    int rc =
+        kv_cache_init(&ctx->kv, hp->n_layer, n_ctx, model_k_dim(hp), model_v_dim(hp), hp->mla_absorbed, cm->kv_f16);
     if (rc == 0) {
         const int max_batch = n_ctx < FORWARD_MAX_BATCH ? n_ctx : FORWARD_MAX_BATCH;
         rc = forward_state_init(&ctx->fs, cm->m, cm->moe, cm->pool, max_batch, n_ctx);
@@ -396,8 +404,11 @@ int coli_prefix_cache_new(const coli_model *cm, size_t max_bytes, int block_toke
     if (!cm || !cm->m) return coli_fail(COLI_EINVAL, "coli_prefix_cache_new: no model, or a vocab_only one");
     const model_hparams *hp = &cm->m->hp;
     /* the shape every context of cm gets (coli_context_new) */
-    const kv_cache layout = {.n_layer = hp->n_layer, .k_dim = model_k_dim(hp), .v_dim = model_v_dim(hp),
-                             .v_in_k = hp->mla_absorbed ? 1 : 0, .f16 = cm->kv_f16 ? 1 : 0};
+    const kv_cache layout = {.n_layer = hp->n_layer,
+                             .k_dim = model_k_dim(hp),
+                             .v_dim = model_v_dim(hp),
+                             .v_in_k = hp->mla_absorbed ? 1 : 0,
+                             .f16 = cm->kv_f16 ? 1 : 0};
     coli_prefix_cache *c = calloc(1, sizeof *c);
     if (!c) return coli_fail(COLI_ENOMEM, "coli_prefix_cache_new: out of memory");
     int rc = prefix_cache_new(&layout, block_tokens, max_bytes, &c->pc);
@@ -428,8 +439,10 @@ int coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const 
 
 int coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n) {
     if (!ctx || !pc || (!ids && n > 0) || n < 0 || n > ctx->pos || ctx->model != pc->model)
-        return coli_fail(COLI_EINVAL, "coli_context_save_prefix: NULL argument, another model, or n %d outside "
-                         "0..%d (the context's position)", n, ctx ? ctx->pos : 0);
+        return coli_fail(COLI_EINVAL,
+                         "coli_context_save_prefix: NULL argument, another model, or n %d outside "
+                         "0..%d (the context's position)",
+                         n, ctx ? ctx->pos : 0);
     return n ? prefix_cache_store(pc->pc, &ctx->kv, ids, n) : 0;
 }
 
@@ -440,19 +453,21 @@ void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats 
     prefix_cache_counters c;
     prefix_cache_get_counters(pc->pc, &c);
     *out = (coli_prefix_cache_stats){c.hit_tokens, c.miss_tokens, c.evicted_tokens, c.stored_tokens,
-                                     c.bytes, c.max_bytes, c.n_blocks, c.block_tokens};
+                                     c.bytes,      c.max_bytes,   c.n_blocks,       c.block_tokens};
 }
 
 // ---------------------------------------------------------------------------
 // continuous batching
 
-int coli_batch_new(coli_model *cm, int max_seqs, int n_ctx, int prefill_chunk, coli_lock_fn lock,
-                   coli_lock_fn unlock, void *user, coli_batch **out) {
+int coli_batch_new(coli_model *cm, int max_seqs, int n_ctx, int prefill_chunk, coli_lock_fn lock, coli_lock_fn unlock,
+                   void *user, coli_batch **out) {
     if (!out) return coli_fail(COLI_EINVAL, "coli_batch_new: out is NULL");
     *out = NULL;
     if (!cm || !cm->m || prefill_chunk < 1 || n_ctx < 1 || n_ctx > cm->n_ctx)
-        return coli_fail(COLI_EINVAL, "coli_batch_new: no model (or vocab_only), prefill_chunk %d < 1, or n_ctx %d "
-                         "outside 1..%d", prefill_chunk, n_ctx, cm ? cm->n_ctx : 0);
+        return coli_fail(COLI_EINVAL,
+                         "coli_batch_new: no model (or vocab_only), prefill_chunk %d < 1, or n_ctx %d "
+                         "outside 1..%d",
+                         prefill_chunk, n_ctx, cm ? cm->n_ctx : 0);
     coli_batch *b = calloc(1, sizeof *b);
     if (!b) return coli_fail(COLI_ENOMEM, "coli_batch_new: out of memory");
     int rc = decode_batch_new(cm->m, cm->moe, cm->pool, max_seqs, n_ctx, lock, unlock, user, &b->b);
@@ -476,8 +491,10 @@ void coli_batch_free(coli_batch **b) {
 
 int coli_context_set_batch(coli_context *ctx, coli_batch *b) {
     if (!ctx || (b && (b->model != ctx->model || ctx->kv.n_ctx > b->n_ctx)))
-        return coli_fail(COLI_EINVAL, "coli_context_set_batch: no context, a batch of another model, or a context "
-                         "longer than the batch's %d positions", b ? b->n_ctx : 0);
+        return coli_fail(COLI_EINVAL,
+                         "coli_context_set_batch: no context, a batch of another model, or a context "
+                         "longer than the batch's %d positions",
+                         b ? b->n_ctx : 0);
     ctx->batch = b;
     return 0;
 }
@@ -566,7 +583,10 @@ static int s_gen_loop(coli_context *ctx, sampler *smp, coli_token_cb cb, void *u
         if (ctx->pos >= ctx->kv.n_ctx) break; /* no room to keep another token */
         int32_t id = sampler_sample(smp, ctx->logits);
         /* -1: the logit filter allows nothing more (a finished constraint) */
-        if (id < 0 || coli_tokenizer_is_eog(ctx->model->tok, id)) { st->stopped_by_eog = 1; break; }
+        if (id < 0 || coli_tokenizer_is_eog(ctx->model->tok, id)) {
+            st->stopped_by_eog = 1;
+            break;
+        }
         int rc = sampler_accept(smp, id);
         if (rc < 0) return rc;
         size_t len = 0;
@@ -595,7 +615,8 @@ static void s_mask_eog(void *user, float *logits, int n_vocab) {
 }
 
 /* sp, or a copy of it in *own whose filter also masks the EOG ids (allocated into m->ids). */
-static int s_eog_params(const coli_context *ctx, const coli_sampling_params *sp, coli_sampling_params *own, eog_mask *m) {
+static int s_eog_params(const coli_context *ctx, const coli_sampling_params *sp, coli_sampling_params *own,
+                        eog_mask *m) {
     memset(m, 0, sizeof *m);
     if (!sp || !sp->ignore_eos) return 0;
     int n_vocab = ctx->model->m->hp.n_vocab;
@@ -614,9 +635,8 @@ static int s_eog_params(const coli_context *ctx, const coli_sampling_params *sp,
     return 1;
 }
 
-int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
-                  const coli_sampling_params *sp, coli_token_cb cb, void *user,
-                  coli_gen_stats *stats) {
+int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt, const coli_sampling_params *sp,
+                  coli_token_cb cb, void *user, coli_gen_stats *stats) {
     coli_gen_stats st = {0};
     sampler smp;
     if (stats) *stats = st;
@@ -636,8 +656,10 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
     ctx->gen_smp = &smp;
     double t0 = coli_now_s();
     int joined = 0;
-    if (ctx->batch) rc = s_batched_prompt(ctx, prompt, n_prompt, &joined);
-    else rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
+    if (ctx->batch)
+        rc = s_batched_prompt(ctx, prompt, n_prompt, &joined);
+    else
+        rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
     st.n_prompt = n_prompt;
     st.prompt_seconds = coli_now_s() - t0;
     if (rc == 0) {
@@ -654,8 +676,7 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
 }
 
 int coli_generate_logprobs(const coli_context *ctx, coli_logprob *chosen, coli_logprob *top, int n_top) {
-    if (!ctx || !chosen || (n_top > 0 && !top))
-        return coli_fail(COLI_EINVAL, "coli_generate_logprobs: NULL argument");
+    if (!ctx || !chosen || (n_top > 0 && !top)) return coli_fail(COLI_EINVAL, "coli_generate_logprobs: NULL argument");
     const sampler *smp = ctx->gen_smp;
     if (!smp || !smp->p.logprobs)
         return coli_fail(COLI_EINVAL, "coli_generate_logprobs: no generation with logprobs is running");
@@ -674,8 +695,8 @@ int coli_model_stats_json(const coli_model *cm, char **json) {
     if (cm->moe && cm->moe->stats_json) return cm->moe->stats_json(cm->moe, json);
     const char *kind = cm->moe ? "inproc" : "none";
     char buf[128];
-    int n = snprintf(buf, sizeof buf, "{\"executor\":\"%s\",\"n_layer\":%d,\"n_expert\":%d}",
-                     kind, cm->m ? cm->m->hp.n_layer : 0, cm->m ? cm->m->hp.n_expert : 0);
+    int n = snprintf(buf, sizeof buf, "{\"executor\":\"%s\",\"n_layer\":%d,\"n_expert\":%d}", kind,
+                     cm->m ? cm->m->hp.n_layer : 0, cm->m ? cm->m->hp.n_expert : 0);
     if (!(*json = s_strdup(buf, (size_t)n))) return coli_fail(COLI_ENOMEM, "stats: out of memory");
     return 0;
 }

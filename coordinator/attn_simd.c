@@ -1,7 +1,7 @@
 /* attn_simd.c - see attn_simd.h. */
 #include "coordinator/attn_simd.h"
 
-#include "cpu_features.h"
+#include "core/cpu_features.h"
 
 #if COLI_X86
 #include <immintrin.h>
@@ -28,8 +28,7 @@ static void axpy_portable(float *out, float p, const float *v, int n) {
 COLI_TARGET_AVX2 SAME_BITS static float dot_avx2(const float *q, const float *k, int n) {
     __m256 acc = _mm256_setzero_ps();
     int d = 0;
-    for (; d + 8 <= n; d += 8)
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d)));
+    for (; d + 8 <= n; d += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d)));
     float a[8];
     _mm256_storeu_ps(a, acc);
     float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
@@ -38,8 +37,7 @@ COLI_TARGET_AVX2 SAME_BITS static float dot_avx2(const float *q, const float *k,
 }
 
 /* 4 of dot_avx2 side by side: 4 independent chains hide the add latency */
-COLI_TARGET_AVX2 SAME_BITS static void dot4_avx2(const float *q, long qs, const float *k, int n,
-                                                 float *out, long os) {
+COLI_TARGET_AVX2 SAME_BITS static void dot4_avx2(const float *q, long qs, const float *k, int n, float *out, long os) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int d = 0;
     for (; d + 8 <= n; d += 8) {
@@ -63,8 +61,7 @@ COLI_TARGET_AVX2 SAME_BITS static void axpy_avx2(float *out, float p, const floa
     const __m256 pv = _mm256_set1_ps(p);
     int d = 0;
     for (; d + 8 <= n; d += 8)
-        _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_loadu_ps(out + d),
-                                                _mm256_mul_ps(pv, _mm256_loadu_ps(v + d))));
+        _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_loadu_ps(out + d), _mm256_mul_ps(pv, _mm256_loadu_ps(v + d))));
     for (; d < n; d++) out[d] += p * v[d];
 }
 #endif
@@ -76,20 +73,21 @@ float attn_dot_f32(const float *q, const float *k, int n) {
     return dot_portable(q, k, n);
 }
 
-void attn_dots_f32(const float *q, long q_stride, int n_q, const float *k, int n,
-                   float *out, long out_stride) {
+void attn_dots_f32(const float *q, long q_stride, int n_q, const float *k, int n, float *out, long out_stride) {
     int i = 0;
 #if COLI_X86
     if (coli_cpu_avx2())
-        for (; i + 4 <= n_q; i += 4)
-            dot4_avx2(q + i * q_stride, q_stride, k, n, out + i * out_stride, out_stride);
+        for (; i + 4 <= n_q; i += 4) dot4_avx2(q + i * q_stride, q_stride, k, n, out + i * out_stride, out_stride);
 #endif
     for (; i < n_q; i++) out[i * out_stride] = attn_dot_f32(q + i * q_stride, k, n);
 }
 
 void attn_axpy_f32(float *out, float p, const float *v, int n) {
 #if COLI_X86
-    if (coli_cpu_avx2()) { axpy_avx2(out, p, v, n); return; }
+    if (coli_cpu_avx2()) {
+        axpy_avx2(out, p, v, n);
+        return;
+    }
 #endif
     axpy_portable(out, p, v, n);
 }

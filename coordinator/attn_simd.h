@@ -14,8 +14,7 @@ float attn_dot_f32(const float *q, const float *k, int n);
 /* out[i * out_stride] = attn_dot_f32(q + i * q_stride, k, n) for i < n_q,
  * the same bits; up to 4 independent sums at a time, each k load shared
  * (GQA: the query heads of one KV head against one cached key). */
-void attn_dots_f32(const float *q, long q_stride, int n_q, const float *k, int n,
-                   float *out, long out_stride);
+void attn_dots_f32(const float *q, long q_stride, int n_q, const float *k, int n, float *out, long out_stride);
 /* out[d] += p * v[d] for d < n (the product rounded, then the sum). */
 void attn_axpy_f32(float *out, float p, const float *v, int n);
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "core/error.h"
 
 /* One member's token of a step; lives on the member's stack until done. */
 typedef struct batch_entry {
@@ -19,34 +19,37 @@ typedef struct batch_entry {
 
 struct decode_batch {
     pthread_mutex_t mu;
-    pthread_cond_t cv;              /* a step done, a member left or joined */
-    forward_state fs;               /* buffers for max_seqs rows */
+    pthread_cond_t cv; /* a step done, a member left or joined */
+    forward_state fs;  /* buffers for max_seqs rows */
     int max_seqs, n_vocab;
     decode_lock_fn lock, unlock;
     void *user;
     int members, running;
     batch_entry **pending, **taken; /* (max_seqs) submitted / being evaluated */
     int n_pending;
-    kv_cache **kvs;                 /* (max_seqs) the step's rows */
+    kv_cache **kvs; /* (max_seqs) the step's rows */
     int *pos;
     int32_t *ids;
-    float *logits;                  /* (max_seqs, n_vocab) */
-    char err[256];                  /* the last failed step's message */
+    float *logits; /* (max_seqs, n_vocab) */
+    char err[256]; /* the last failed step's message */
     decode_batch_stats st;
 };
 
-int decode_batch_new(const model *m, moe_exec *moe, coli_pool *pool, int max_seqs, int n_ctx,
-                     decode_lock_fn lock, decode_lock_fn unlock, void *user, decode_batch **out) {
+int decode_batch_new(const model *m, moe_exec *moe, coli_pool *pool, int max_seqs, int n_ctx, decode_lock_fn lock,
+                     decode_lock_fn unlock, void *user, decode_batch **out) {
     *out = NULL;
     if (max_seqs < 1 || n_ctx < 1 || !lock != !unlock)
-        return coli_fail(COLI_EINVAL, "batch: %d sequences of %d positions (expected >= 1), lock and unlock both or neither",
+        return coli_fail(COLI_EINVAL,
+                         "batch: %d sequences of %d positions (expected >= 1), lock and unlock both or neither",
                          max_seqs, n_ctx);
     decode_batch *b = calloc(1, sizeof *b);
     if (!b) return coli_fail(COLI_ENOMEM, "batch: out of memory");
     const size_t S = (size_t)max_seqs;
     b->max_seqs = max_seqs;
     b->n_vocab = m->hp.n_vocab;
-    b->lock = lock; b->unlock = unlock; b->user = user;
+    b->lock = lock;
+    b->unlock = unlock;
+    b->user = user;
     b->pending = malloc(S * sizeof *b->pending);
     b->taken = malloc(S * sizeof *b->taken);
     b->kvs = malloc(S * sizeof *b->kvs);
@@ -58,7 +61,12 @@ int decode_batch_new(const model *m, moe_exec *moe, coli_pool *pool, int max_seq
         rc = coli_fail(COLI_ENOMEM, "batch: out of memory for %d sequences", max_seqs);
     if (rc == 0) rc = forward_state_init(&b->fs, m, moe, pool, max_seqs, n_ctx);
     if (rc < 0) {
-        free(b->pending); free(b->taken); free(b->kvs); free(b->pos); free(b->ids); free(b->logits);
+        free(b->pending);
+        free(b->taken);
+        free(b->kvs);
+        free(b->pos);
+        free(b->ids);
+        free(b->logits);
         free(b);
         return rc;
     }
@@ -72,15 +80,24 @@ void decode_batch_free(decode_batch **pb) {
     if (!pb || !*pb) return;
     decode_batch *b = *pb;
     forward_state_free(&b->fs);
-    free(b->pending); free(b->taken); free(b->kvs); free(b->pos); free(b->ids); free(b->logits);
+    free(b->pending);
+    free(b->taken);
+    free(b->kvs);
+    free(b->pos);
+    free(b->ids);
+    free(b->logits);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
     free(b);
     *pb = NULL;
 }
 
-void decode_batch_lock(decode_batch *b) { if (b->lock) b->lock(b->user); }
-void decode_batch_unlock(decode_batch *b) { if (b->unlock) b->unlock(b->user); }
+void decode_batch_lock(decode_batch *b) {
+    if (b->lock) b->lock(b->user);
+}
+void decode_batch_unlock(decode_batch *b) {
+    if (b->unlock) b->unlock(b->user);
+}
 
 void decode_batch_join(decode_batch *b) {
     pthread_mutex_lock(&b->mu);

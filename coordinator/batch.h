@@ -27,18 +27,18 @@ typedef struct decode_batch decode_batch;
 typedef void (*decode_lock_fn)(void *user);
 
 typedef struct decode_batch_stats {
-    uint64_t steps;   /* forward passes run */
-    uint64_t rows;    /* tokens they evaluated (rows / steps: the mean batch) */
-    int max_rows;     /* the largest step */
-    int members;      /* sequences decoding now */
+    uint64_t steps; /* forward passes run */
+    uint64_t rows;  /* tokens they evaluated (rows / steps: the mean batch) */
+    int max_rows;   /* the largest step */
+    int members;    /* sequences decoding now */
 } decode_batch_stats;
 
 /* A batch for up to max_seqs members whose KV caches hold at most n_ctx
  * positions. lock/unlock (both or neither) serialize the model's compute
  * with the caller's other calls; user is passed to them. Returns 0 with
  * *out, COLI_EINVAL or COLI_ENOMEM. */
-int  decode_batch_new(const model *m, moe_exec *moe, coli_pool *pool, int max_seqs, int n_ctx,
-                      decode_lock_fn lock, decode_lock_fn unlock, void *user, decode_batch **out);
+int decode_batch_new(const model *m, moe_exec *moe, coli_pool *pool, int max_seqs, int n_ctx, decode_lock_fn lock,
+                     decode_lock_fn unlock, void *user, decode_batch **out);
 void decode_batch_free(decode_batch **b);
 
 void decode_batch_join(decode_batch *b);
@@ -50,7 +50,7 @@ void decode_batch_unlock(decode_batch *b);
 /* Append id at *pos of kv in the next step; logits (n_vocab) get its row.
  * Blocks until the step ran. On success *pos moved by 1. Returns 0 or the
  * step's error (set as this thread's error too). The caller is a member. */
-int  decode_batch_step(decode_batch *b, kv_cache *kv, int *pos, int32_t id, float *logits);
+int decode_batch_step(decode_batch *b, kv_cache *kv, int *pos, int32_t id, float *logits);
 
 void decode_batch_get_stats(decode_batch *b, decode_batch_stats *out);
 

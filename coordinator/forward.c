@@ -28,9 +28,9 @@
 #include "coordinator/attn_simd.h"
 #include "coordinator/forward_impl.h"
 #include "coordinator/router.h"
-#include "error.h"
-#include "expert_ffn.h"
-#include "quant.h"
+#include "core/error.h"
+#include "core/expert_ffn.h"
+#include "core/quant.h"
 
 // ---------------------------------------------------------------------------
 // run state
@@ -46,15 +46,17 @@ static int s_heads_per_task(const model_hparams *hp) {
     return group < ATTN_MAX_HEADS_PER_TASK ? group : ATTN_MAX_HEADS_PER_TASK;
 }
 
-int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_pool *pool,
-                       int max_batch, int n_ctx) {
+int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_pool *pool, int max_batch, int n_ctx) {
     const model_hparams *hp = &m->hp;
     const size_t B = (size_t)max_batch, E = (size_t)hp->n_embd;
     const size_t Q = (size_t)model_q_dim(hp), KD = (size_t)model_k_dim(hp), VD = (size_t)model_v_dim(hp);
     const size_t X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used, M = forward_mla_floats(hp);
     memset(s, 0, sizeof *s);
-    s->m = m; s->moe = moe; s->pool = pool;
-    s->max_batch = max_batch; s->n_ctx = n_ctx;
+    s->m = m;
+    s->moe = moe;
+    s->pool = pool;
+    s->max_batch = max_batch;
+    s->n_ctx = n_ctx;
     s->n_workers = pool ? coli_pool_size(pool) : 1;
     if (s->n_workers < 1) s->n_workers = 1;
     s->h = malloc(B * E * sizeof(float));
@@ -83,9 +85,23 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
 }
 
 void forward_state_free(forward_state *s) {
-    free(s->h); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->attn); free(s->mla);
-    free(s->delta); free(s->rope); free(s->scores); free(s->router); free(s->choice); free(s->sel);
-    free(s->sel_w); free(s->moe_y); free(s->shexp); free(s->shexp_gate);
+    free(s->h);
+    free(s->xb);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->attn);
+    free(s->mla);
+    free(s->delta);
+    free(s->rope);
+    free(s->scores);
+    free(s->router);
+    free(s->choice);
+    free(s->sel);
+    free(s->sel_w);
+    free(s->moe_y);
+    free(s->shexp);
+    free(s->shexp_gate);
     coli_scratch_free(&s->scratch);
     memset(s, 0, sizeof *s);
 }
@@ -108,9 +124,13 @@ void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int
 
 void fwd_softmax(float *x, int64_t n) {
     float max = x[0];
-    for (int64_t i = 1; i < n; i++) if (x[i] > max) max = x[i];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > max) max = x[i];
     double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
     const float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
@@ -144,7 +164,7 @@ static void add_rows(float *h, const float *d, int n, int64_t cols) {
 typedef struct fwd_rows {
     kv_cache *kv;
     int pos;
-    kv_cache *const *kvs;   /* NULL: one sequence */
+    kv_cache *const *kvs; /* NULL: one sequence */
     const int *poss;
 } fwd_rows;
 
@@ -161,15 +181,15 @@ static float fp16_round(float x) { return coli_fp16_to_fp32(coli_fp32_to_fp16(x)
 
 /* Widths of one head and the q.k multiplier. */
 typedef struct head_dims {
-    int k, v;        /* query/key and value head widths */
-    float scale;     /* hp->attn_scale */
+    int k, v;    /* query/key and value head widths */
+    float scale; /* hp->attn_scale */
 } head_dims;
 
 /* out (hd.v) = softmax(q . K[0..n_kv) * scale) V for one query head
  * reading KV head kvh of an fp16 cache: q arrives fp16-rounded and the
  * probabilities are rounded to fp16 before the product with V (llama.cpp). */
-static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, head_dims hd,
-                           const float *q, float *scores, float *out) {
+static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, head_dims hd, const float *q,
+                           float *scores, float *out) {
     const float *h2f = kv_fp16_table();
     const size_t koff = (size_t)kvh * (size_t)hd.k, voff = (size_t)kvh * (size_t)hd.v;
     for (int j = 0; j < n_kv; j++) {
@@ -191,13 +211,11 @@ static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, hea
  * hd.k, out: group heads of hd.v, contiguous) over an F32 cache: each
  * cached key is read once for all of them; scores: group rows,
  * score_stride apart. Each head gets the bits it would get alone. */
-static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, int group,
-                             head_dims hd, const float *q, float *scores, long score_stride,
-                             float *out) {
+static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, int group, head_dims hd, const float *q,
+                             float *scores, long score_stride, float *out) {
     const size_t koff = (size_t)kvh * (size_t)hd.k, voff = (size_t)kvh * (size_t)hd.v;
     for (int j = 0; j < n_kv; j++)
-        attn_dots_f32(q, hd.k, group, (const float *)kv_cache_k(kv, layer, j) + koff, hd.k,
-                      scores + j, score_stride);
+        attn_dots_f32(q, hd.k, group, (const float *)kv_cache_k(kv, layer, j) + koff, hd.k, scores + j, score_stride);
     for (int g = 0; g < group; g++) {
         float *sg = scores + g * score_stride;
         for (int j = 0; j < n_kv; j++) sg[j] *= hd.scale;
@@ -249,7 +267,11 @@ static int qkv_block(forward_state *s, const layer_weights *l, int n) {
     const coli_matmul_op qkv[3] = {fwd_op_of(l->wq, s->xb, n, s->q), fwd_op_of(l->wk, s->xb, n, s->k),
                                    fwd_op_of(l->wv, s->xb, n, s->v)};
     if ((rc = coli_matmul_many(s->pool, &s->scratch, qkv, 3)) < 0) return rc;
-    if (l->bq) { add_bias(s->q, l->bq, n, Q); add_bias(s->k, l->bk, n, K); add_bias(s->v, l->bv, n, V); }
+    if (l->bq) {
+        add_bias(s->q, l->bq, n, Q);
+        add_bias(s->k, l->bk, n, K);
+        add_bias(s->v, l->bv, n, V);
+    }
     // OLMoE: RMSNorm over the whole projected q and k vectors, before rope;
     // Qwen3-MoE: over each head (rows of head_dim)
     if (l->q_norm && l->qk_norm_per_head) {
@@ -282,7 +304,8 @@ static int attention_block(forward_state *s, const fwd_rows *rows, int il, int n
     // append k, v to the cache(s); attention then reads the new rows from it too
     const int64_t KD = model_k_dim(hp), VD = model_v_dim(hp);
     kv_cache *kv = row_kv(rows, 0);
-    if (!rows->kvs) kv_cache_store(kv, il, rows->pos, n, s->k, s->v);
+    if (!rows->kvs)
+        kv_cache_store(kv, il, rows->pos, n, s->k, s->v);
     else
         for (int t = 0; t < n; t++)
             kv_cache_store(rows->kvs[t], il, rows->poss[t], 1, s->k + (size_t)t * (size_t)KD,
@@ -297,8 +320,10 @@ static int attention_block(forward_state *s, const fwd_rows *rows, int il, int n
     attn_job job = {s, rows, il, n, kv->f16};
     int64_t work = 0;
     for (int t = 0; t < n; t++) work += (int64_t)(row_pos(rows, t) + 1) * Q;
-    if (work < ATTN_MIN_PARALLEL_WORK) attention_worker(&job, 0, 1);
-    else coli_pool_run(s->pool, attention_worker, &job);
+    if (work < ATTN_MIN_PARALLEL_WORK)
+        attention_worker(&job, 0, 1);
+    else
+        coli_pool_run(s->pool, attention_worker, &job);
     // h += Wo attn (deepseek2's latent attention: the heads' values first)
     const float *o = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_values(s, l, n, &rc) : s->attn;
     if (rc < 0 || (rc = fwd_matmul(s, l->wo, o, n, s->delta)) < 0) return rc;
@@ -384,14 +409,13 @@ static int output_logits(forward_state *s, int n, float *logits, int logits_all)
     const model_hparams *hp = &s->m->hp;
     const int first = logits_all ? 0 : n - 1, rows = n - first;
     float *x = s->xb + (size_t)first * (size_t)hp->n_embd;
-    fwd_rmsnorm_rows(x, s->h + (size_t)first * (size_t)hp->n_embd, s->m->output_norm, rows, hp->n_embd,
-                     hp->rms_eps);
+    fwd_rmsnorm_rows(x, s->h + (size_t)first * (size_t)hp->n_embd, s->m->output_norm, rows, hp->n_embd, hp->rms_eps);
     return fwd_matmul(s, s->m->output, x, rows, logits);
 }
 
 /* One batch of n <= max_batch tokens. */
-static int forward_batch(forward_state *s, const fwd_rows *rows, const int32_t *ids, int n,
-                         float *logits, int logits_all) {
+static int forward_batch(forward_state *s, const fwd_rows *rows, const int32_t *ids, int n, float *logits,
+                         int logits_all) {
     const model *m = s->m;
     const model_hparams *hp = &m->hp;
     const size_t row = coli_row_bytes(m->tok_embd->type, hp->n_embd);
@@ -415,8 +439,7 @@ static int s_check_ids(const forward_state *s, const int32_t *ids, int n) {
     const int n_vocab = s->m->hp.n_vocab;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= n_vocab)
-            return coli_fail(COLI_ERANGE, "eval: token id %d at index %d out of range [0, %d)",
-                             ids[i], i, n_vocab);
+            return coli_fail(COLI_ERANGE, "eval: token id %d at index %d out of range [0, %d)", ids[i], i, n_vocab);
     return 0;
 }
 
@@ -428,8 +451,8 @@ int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, co
     if (rc < 0) return rc;
     for (int t = 0; t < n; t++) {
         if (pos[t] < 0 || pos[t] + 1 > kvs[t]->n_ctx || kvs[t]->n_ctx > s->n_ctx)
-            return coli_fail(COLI_ERANGE, "eval: sequence %d: context full: %d tokens in the cache + 1 > n_ctx %d",
-                             t, pos[t], kvs[t]->n_ctx);
+            return coli_fail(COLI_ERANGE, "eval: sequence %d: context full: %d tokens in the cache + 1 > n_ctx %d", t,
+                             pos[t], kvs[t]->n_ctx);
         for (int u = 0; u < t; u++)
             if (kvs[u] == kvs[t]) return coli_fail(COLI_EINVAL, "eval: sequences %d and %d share a KV cache", u, t);
     }
@@ -437,21 +460,22 @@ int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, co
     return forward_batch(s, &rows, ids, n, logits, 1);
 }
 
-int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos,
-                 float *logits, int logits_all) {
+int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos, float *logits, int logits_all) {
     const int n_vocab = s->m->hp.n_vocab;
     if (n <= 0) return coli_fail(COLI_EINVAL, "eval: n = %d tokens, expected > 0", n);
     int rc = s_check_ids(s, ids, n);
     if (rc < 0) return rc;
     if (pos < 0 || (int64_t)pos + n > kv->n_ctx || kv->n_ctx > s->n_ctx)
-        return coli_fail(COLI_ERANGE, "eval: context full: %d tokens in the cache + %d new > n_ctx %d",
-                         pos, n, kv->n_ctx);
+        return coli_fail(COLI_ERANGE, "eval: context full: %d tokens in the cache + %d new > n_ctx %d", pos, n,
+                         kv->n_ctx);
     for (int done = 0; done < n;) {
         const int chunk = n - done < s->max_batch ? n - done : s->max_batch;
         const int last = done + chunk == n;
         float *out = NULL;
-        if (logits && logits_all) out = logits + (size_t)done * (size_t)n_vocab;
-        else if (logits && last) out = logits;
+        if (logits && logits_all)
+            out = logits + (size_t)done * (size_t)n_vocab;
+        else if (logits && last)
+            out = logits;
         const fwd_rows rows = {.kv = kv, .pos = pos + done};
         rc = forward_batch(s, &rows, ids + done, chunk, out, logits_all);
         if (rc < 0) return rc;

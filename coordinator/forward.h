@@ -15,8 +15,8 @@
 #include "coordinator/kv_cache.h"
 #include "coordinator/model.h"
 #include "coordinator/moe_exec.h"
-#include "matmul.h"
-#include "threadpool.h"
+#include "core/matmul.h"
+#include "core/threadpool.h"
 
 #define FORWARD_MAX_BATCH 512 /* larger evals are run in chunks of this many tokens */
 
@@ -50,13 +50,12 @@ typedef struct forward_state {
      * layer's experts ran, with the batch's choices; sel/w as above, valid during the call. */
     void (*route_hook)(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w);
     void *route_user;
-    int pos0;             /* position of the current batch's first token */
+    int pos0; /* position of the current batch's first token */
 } forward_state;
 
 /* Allocate the buffers for batches up to max_batch over an n_ctx cache.
  * pool: as many score rows as it has threads. Returns 0 or COLI_ENOMEM. */
-int  forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_pool *pool,
-                        int max_batch, int n_ctx);
+int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_pool *pool, int max_batch, int n_ctx);
 void forward_state_free(forward_state *s);
 
 /* Run ids[0..n) at positions pos..pos+n-1 (the KV cache must hold pos
@@ -64,8 +63,7 @@ void forward_state_free(forward_state *s);
  * n_vocab floats (logits_all = 0: the last position) or n * n_vocab
  * (logits_all = 1). Returns 0, COLI_ERANGE (bad id, context full) or the
  * executor's error. */
-int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos,
-                 float *logits, int logits_all);
+int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos, float *logits, int logits_all);
 
 /* One token for each of n sequences in one pass (continuous batching): row
  * t is ids[t] at position pos[t] of kvs[t], which holds pos[t] positions
@@ -76,7 +74,6 @@ int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int 
  * n_vocab), row t for sequence t. Returns 0, COLI_EINVAL, COLI_ERANGE or
  * the executor's error; on error the caches' rows at pos[t] may be written
  * (positions have not moved, so they are overwritten later). */
-int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n,
-                      float *logits);
+int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n, float *logits);
 
 #endif

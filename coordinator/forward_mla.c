@@ -35,12 +35,12 @@ size_t forward_mla_floats(const model_hparams *hp) {
 }
 
 typedef struct mla_bufs {
-    float *qa, *c, *cn;   /* (n, R), (n, C + P), (n, C) */
-    float *kvb;           /* older: (n, H * (NOPE + VM)) */
-    float *qp;            /* absorbed: (n, H * head_dim_mla) projected q */
-    float *xg, *yg;       /* absorbed: (H, n, NOPE) and (H, n, C) per-head rows */
-    float *vg;            /* absorbed: (H, n, VM) per-head values */
-    float *out;           /* absorbed: (n, H * VM) the same token-major, attn_output's input */
+    float *qa, *c, *cn; /* (n, R), (n, C + P), (n, C) */
+    float *kvb;         /* older: (n, H * (NOPE + VM)) */
+    float *qp;          /* absorbed: (n, H * head_dim_mla) projected q */
+    float *xg, *yg;     /* absorbed: (H, n, NOPE) and (H, n, C) per-head rows */
+    float *vg;          /* absorbed: (H, n, VM) per-head values */
+    float *out;         /* absorbed: (n, H * VM) the same token-major, attn_output's input */
 } mla_bufs;
 
 static mla_bufs s_bufs(forward_state *s, int n) {
@@ -68,9 +68,9 @@ static int s_per_head(forward_state *s, const coli_tensor *W, const float *x, in
     for (int64_t h0 = 0; h0 < H; h0 += COLI_MATMUL_MANY_MAX) {
         int k = 0;
         for (int64_t h = h0; h < H && k < COLI_MATMUL_MANY_MAX; h++, k++)
-            ops[k] = (coli_matmul_op){(const char *)W->data + (size_t)h * slice, W->type, in, out,
-                                      x + (size_t)h * (size_t)n * (size_t)in, n,
-                                      y + (size_t)h * (size_t)n * (size_t)out};
+            ops[k] = (coli_matmul_op){
+                (const char *)W->data + (size_t)h * slice, W->type, in, out, x + (size_t)h * (size_t)n * (size_t)in, n,
+                y + (size_t)h * (size_t)n * (size_t)out};
         int rc = coli_matmul_many(s->pool, &s->scratch, ops, k);
         if (rc < 0) return rc;
     }

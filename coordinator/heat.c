@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
+#include "core/error.h"
 
 #define HEAT_MAGIC "COLIHEAT"
 #define HEAT_HEADER 24
@@ -16,19 +16,21 @@
 
 size_t heat_n_pairs(int n_expert) { return n_expert > 1 ? (size_t)n_expert * (size_t)(n_expert - 1) / 2 : 0; }
 
-size_t heat_pair_index(int n_expert, int a, int b)
-{
-    if (a > b) { int t = a; a = b; b = t; }
+size_t heat_pair_index(int n_expert, int a, int b) {
+    if (a > b) {
+        int t = a;
+        a = b;
+        b = t;
+    }
     /* row a holds pairs (a, a+1..n-1); rows before it hold sum_{i<a} (n-1-i) */
     return (size_t)a * (size_t)(2 * n_expert - a - 1) / 2 + (size_t)(b - a - 1);
 }
 
-int heat_init(heat_table *h, int n_layer, int n_expert)
-{
+int heat_init(heat_table *h, int n_layer, int n_expert) {
     memset(h, 0, sizeof *h);
     if (n_layer < 1 || n_layer > HEAT_MAX_LAYERS || n_expert < 1 || n_expert > HEAT_MAX_EXPERTS)
-        return coli_fail(COLI_EINVAL, "heat: %d layers x %d experts out of range (1..%d x 1..%d)", n_layer,
-                         n_expert, HEAT_MAX_LAYERS, HEAT_MAX_EXPERTS);
+        return coli_fail(COLI_EINVAL, "heat: %d layers x %d experts out of range (1..%d x 1..%d)", n_layer, n_expert,
+                         HEAT_MAX_LAYERS, HEAT_MAX_EXPERTS);
     h->n_layer = n_layer;
     h->n_expert = n_expert;
     h->rows = calloc((size_t)n_layer, sizeof *h->rows);
@@ -42,8 +44,7 @@ int heat_init(heat_table *h, int n_layer, int n_expert)
     return 0;
 }
 
-void heat_free(heat_table *h)
-{
+void heat_free(heat_table *h) {
     if (!h) return;
     free(h->rows);
     free(h->count);
@@ -51,8 +52,7 @@ void heat_free(heat_table *h)
     memset(h, 0, sizeof *h);
 }
 
-void heat_add(heat_table *h, int layer, int64_t n_tok, int k, const int32_t *sel)
-{
+void heat_add(heat_table *h, int layer, int64_t n_tok, int k, const int32_t *sel) {
     if (!h->count || layer < 0 || layer >= h->n_layer) return;
     const int X = h->n_expert;
     uint64_t *count = h->count + (size_t)layer * (size_t)X;
@@ -69,11 +69,10 @@ void heat_add(heat_table *h, int layer, int64_t n_tok, int k, const int32_t *sel
     }
 }
 
-int heat_merge(heat_table *dst, const heat_table *src)
-{
+int heat_merge(heat_table *dst, const heat_table *src) {
     if (dst->n_layer != src->n_layer || dst->n_expert != src->n_expert)
-        return coli_fail(COLI_EINVAL, "heat: %d x %d counts cannot be added to %d x %d", src->n_layer,
-                         src->n_expert, dst->n_layer, dst->n_expert);
+        return coli_fail(COLI_EINVAL, "heat: %d x %d counts cannot be added to %d x %d", src->n_layer, src->n_expert,
+                         dst->n_layer, dst->n_expert);
     for (int l = 0; l < dst->n_layer; l++) dst->rows[l] += src->rows[l];
     for (size_t i = 0; i < (size_t)dst->n_layer * (size_t)dst->n_expert; i++) dst->count[i] += src->count[i];
     if (dst->pair && src->pair)
@@ -81,8 +80,7 @@ int heat_merge(heat_table *dst, const heat_table *src)
     return 0;
 }
 
-uint64_t heat_total(const heat_table *h)
-{
+uint64_t heat_total(const heat_table *h) {
     uint64_t t = 0;
     for (size_t i = 0; h->count && i < (size_t)h->n_layer * (size_t)h->n_expert; i++) t += h->count[i];
     return t;
@@ -91,36 +89,44 @@ uint64_t heat_total(const heat_table *h)
 // ---------------------------------------------------------------------------
 // the file
 
-static uint64_t s_fnv1a(const unsigned char *p, size_t n)
-{
+static uint64_t s_fnv1a(const unsigned char *p, size_t n) {
     uint64_t x = 1469598103934665603ULL;
     for (size_t i = 0; i < n; i++) x = (x ^ p[i]) * 1099511628211ULL;
     return x;
 }
 
-static void s_put32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
-static void s_put64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
-static uint32_t s_get32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint64_t s_get64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static void s_put32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void s_put64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t s_get32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static uint64_t s_get64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
 
 //  Bytes of a file of that shape, checksum included.
-static size_t s_file_bytes(int n_layer, int n_expert, int pairs)
-{
+static size_t s_file_bytes(int n_layer, int n_expert, int pairs) {
     size_t words = (size_t)n_layer + (size_t)n_layer * (size_t)n_expert + 1;
     if (pairs) words += (size_t)n_layer * heat_n_pairs(n_expert);
     return HEAT_HEADER + words * 8;
 }
 
 //  Counts in the order the file stores them (rows, count, pair).
-static void s_words(const heat_table *h, uint64_t **arr, size_t *len)
-{
+static void s_words(const heat_table *h, uint64_t **arr, size_t *len) {
     arr[0] = h->rows, len[0] = (size_t)h->n_layer;
     arr[1] = h->count, len[1] = (size_t)h->n_layer * (size_t)h->n_expert;
     arr[2] = h->pair, len[2] = h->pair ? (size_t)h->n_layer * heat_n_pairs(h->n_expert) : 0;
 }
 
-int heat_write(const heat_table *h, const char *path)
-{
+int heat_write(const heat_table *h, const char *path) {
     const size_t bytes = s_file_bytes(h->n_layer, h->n_expert, h->pair != NULL);
     unsigned char *buf = malloc(bytes);
     if (!buf) return coli_fail(COLI_ENOMEM, "heat file %s: out of memory", path);
@@ -152,15 +158,14 @@ int heat_write(const heat_table *h, const char *path)
 
 //  Counts no larger than what they count: each expert at most once per
 //  token, each pair at most as often as either of its experts.
-static int s_check_counts(const heat_table *h, const char *path)
-{
+static int s_check_counts(const heat_table *h, const char *path) {
     const int X = h->n_expert;
     for (int l = 0; l < h->n_layer; l++) {
         const uint64_t *c = h->count + (size_t)l * (size_t)X;
         for (int e = 0; e < X; e++)
             if (c[e] > h->rows[l])
-                return coli_fail(COLI_EFORMAT, "heat file %s: layer %d expert %d chosen %llu times in %llu rows",
-                                 path, l, e, (unsigned long long)c[e], (unsigned long long)h->rows[l]);
+                return coli_fail(COLI_EFORMAT, "heat file %s: layer %d expert %d chosen %llu times in %llu rows", path,
+                                 l, e, (unsigned long long)c[e], (unsigned long long)h->rows[l]);
         for (int a = 0; h->pair && a < X; a++)
             for (int b = a + 1; b < X; b++) {
                 uint64_t p = h->pair[(size_t)l * heat_n_pairs(X) + heat_pair_index(X, a, b)];
@@ -173,8 +178,7 @@ static int s_check_counts(const heat_table *h, const char *path)
 }
 
 //  The header of buf (size bytes) into a fresh table of its shape.
-static int s_parse_header(const unsigned char *buf, size_t size, const char *path, heat_table *h)
-{
+static int s_parse_header(const unsigned char *buf, size_t size, const char *path, heat_table *h) {
     if (size < HEAT_HEADER + 8 || memcmp(buf, HEAT_MAGIC, 8) != 0)
         return coli_fail(COLI_EFORMAT, "heat file %s: not a heat file (no COLIHEAT header)", path);
     uint32_t ver = s_get32(buf + 8), nl = s_get32(buf + 12), ne = s_get32(buf + 16), flags = s_get32(buf + 20);
@@ -187,13 +191,12 @@ static int s_parse_header(const unsigned char *buf, size_t size, const char *pat
         return coli_fail(COLI_EFORMAT, "heat file %s: flags 0x%x do not fit %u experts", path, flags, ne);
     size_t want = s_file_bytes((int)nl, (int)ne, want_pairs);
     if (size != want)
-        return coli_fail(COLI_EFORMAT, "heat file %s: %zu bytes, its header says %zu (truncated or padded)", path,
-                         size, want);
+        return coli_fail(COLI_EFORMAT, "heat file %s: %zu bytes, its header says %zu (truncated or padded)", path, size,
+                         want);
     return heat_init(h, (int)nl, (int)ne);
 }
 
-static int s_parse(const unsigned char *buf, size_t size, const char *path, heat_table *h)
-{
+static int s_parse(const unsigned char *buf, size_t size, const char *path, heat_table *h) {
     int rc = s_parse_header(buf, size, path, h);
     if (rc) return rc;
     if (s_get64(buf + size - 8) != s_fnv1a(buf, size - 8)) {
@@ -209,21 +212,22 @@ static int s_parse(const unsigned char *buf, size_t size, const char *path, heat
     return rc;
 }
 
-int heat_read(const char *path, heat_table *h)
-{
+int heat_read(const char *path, heat_table *h) {
     memset(h, 0, sizeof *h);
     FILE *fp = fopen(path, "rb");
     if (!fp) return coli_fail(COLI_EIO, "heat file %s: %s", path, strerror(errno));
     struct stat st;
-    const size_t limit = s_file_bytes(HEAT_MAX_LAYERS, HEAT_PAIR_MAX_EXPERTS, 1) + (size_t)HEAT_MAX_LAYERS * HEAT_MAX_EXPERTS * 8;
+    const size_t limit =
+        s_file_bytes(HEAT_MAX_LAYERS, HEAT_PAIR_MAX_EXPERTS, 1) + (size_t)HEAT_MAX_LAYERS * HEAT_MAX_EXPERTS * 8;
     if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 || (size_t)st.st_size > limit) {
         fclose(fp);
         return coli_fail(COLI_EFORMAT, "heat file %s: not a regular file of at most %zu bytes", path, limit);
     }
     size_t size = (size_t)st.st_size;
     unsigned char *buf = malloc(size ? size : 1);
-    int rc = !buf ? coli_fail(COLI_ENOMEM, "heat file %s: out of memory", path)
-             : fread(buf, 1, size, fp) != size ? coli_fail(COLI_EIO, "heat file %s: short read", path) : 0;
+    int rc = !buf                              ? coli_fail(COLI_ENOMEM, "heat file %s: out of memory", path)
+             : fread(buf, 1, size, fp) != size ? coli_fail(COLI_EIO, "heat file %s: short read", path)
+                                               : 0;
     fclose(fp);
     if (rc == 0) rc = s_parse(buf, size, path, h);
     free(buf);

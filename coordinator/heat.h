@@ -29,13 +29,13 @@
 #define HEAT_VERSION 1
 #define HEAT_MAX_LAYERS 4096
 #define HEAT_MAX_EXPERTS 4096
-#define HEAT_PAIR_MAX_EXPERTS 128   /* more experts: no pair counts (they would be MiBs per layer) */
+#define HEAT_PAIR_MAX_EXPERTS 128 /* more experts: no pair counts (they would be MiBs per layer) */
 
 typedef struct heat_table {
     int n_layer, n_expert;
-    uint64_t *rows;    /* (n_layer) tokens routed through the layer */
-    uint64_t *count;   /* (n_layer, n_expert) selections of each expert */
-    uint64_t *pair;    /* (n_layer, heat_n_pairs) co-selections, NULL when n_expert is too large */
+    uint64_t *rows;  /* (n_layer) tokens routed through the layer */
+    uint64_t *count; /* (n_layer, n_expert) selections of each expert */
+    uint64_t *pair;  /* (n_layer, heat_n_pairs) co-selections, NULL when n_expert is too large */
 } heat_table;
 
 /* Pairs a<b of n experts (n (n-1) / 2). */
@@ -44,22 +44,22 @@ size_t heat_n_pairs(int n_expert);
 size_t heat_pair_index(int n_expert, int a, int b);
 
 /* Zeroed counts for n_layer x n_expert. 0, COLI_EINVAL (shape out of limits) or COLI_ENOMEM. */
-int  heat_init(heat_table *h, int n_layer, int n_expert);
+int heat_init(heat_table *h, int n_layer, int n_expert);
 void heat_free(heat_table *h);
 
 /* Count n_tok tokens of layer: sel (n_tok, k) their chosen experts. Ids out
  * of range are skipped (the executor refuses them anyway). */
 void heat_add(heat_table *h, int layer, int64_t n_tok, int k, const int32_t *sel);
 /* dst += src; COLI_EINVAL when the shapes differ. */
-int  heat_merge(heat_table *dst, const heat_table *src);
+int heat_merge(heat_table *dst, const heat_table *src);
 /* Sum of the selections of every layer (0: no heat). */
 uint64_t heat_total(const heat_table *h);
 
 /* Read path into *h (initialised here; heat_free it). COLI_EIO when it
  * cannot be opened or read, COLI_EFORMAT when it is
  * not a valid heat file; the message names the file and the reason. */
-int  heat_read(const char *path, heat_table *h);
+int heat_read(const char *path, heat_table *h);
 /* Write h to path atomically (a temporary file renamed over it). 0 or COLI_EIO. */
-int  heat_write(const heat_table *h, const char *path);
+int heat_write(const heat_table *h, const char *path);
 
 #endif

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "quant.h"
+#include "core/error.h"
+#include "core/quant.h"
 
 static size_t s_elem(const kv_cache *c) { return c->f16 ? sizeof(uint16_t) : sizeof(float); }
 
@@ -20,7 +20,11 @@ int kv_cache_init(kv_cache *c, int n_layer, int n_ctx, int64_t k_dim, int64_t v_
     if (v_in_k && v_dim > k_dim)
         return coli_fail(COLI_EINVAL, "KV cache: values of %lld inside keys of %lld", (long long)v_dim,
                          (long long)k_dim);
-    c->n_layer = n_layer; c->n_ctx = n_ctx; c->k_dim = k_dim; c->v_dim = v_dim; c->f16 = f16 ? 1 : 0;
+    c->n_layer = n_layer;
+    c->n_ctx = n_ctx;
+    c->k_dim = k_dim;
+    c->v_dim = v_dim;
+    c->f16 = f16 ? 1 : 0;
     c->v_in_k = v_in_k ? 1 : 0;
     size_t nk = (size_t)n_layer * (size_t)n_ctx * (size_t)k_dim;
     size_t nv = c->v_in_k ? 0 : (size_t)n_layer * (size_t)n_ctx * (size_t)v_dim;

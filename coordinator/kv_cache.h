@@ -18,16 +18,16 @@
 
 typedef struct kv_cache {
     int n_layer;
-    int n_ctx;        /* positions it holds */
-    int64_t k_dim;    /* elements of one position's keys */
-    int64_t v_dim;    /* elements of one position's values */
-    int v_in_k;       /* 1: V rows are the leading v_dim elements of K rows (v is NULL) */
-    int f16;          /* 1: elements are uint16_t fp16; 0: float */
-    void *k, *v;      /* (n_layer, n_ctx, k_dim) and (n_layer, n_ctx, v_dim) */
+    int n_ctx;     /* positions it holds */
+    int64_t k_dim; /* elements of one position's keys */
+    int64_t v_dim; /* elements of one position's values */
+    int v_in_k;    /* 1: V rows are the leading v_dim elements of K rows (v is NULL) */
+    int f16;       /* 1: elements are uint16_t fp16; 0: float */
+    void *k, *v;   /* (n_layer, n_ctx, k_dim) and (n_layer, n_ctx, v_dim) */
 } kv_cache;
 
 /* Allocate (zeroed). Returns 0 or COLI_ENOMEM. */
-int  kv_cache_init(kv_cache *c, int n_layer, int n_ctx, int64_t k_dim, int64_t v_dim, int v_in_k, int f16);
+int kv_cache_init(kv_cache *c, int n_layer, int n_ctx, int64_t k_dim, int64_t v_dim, int v_in_k, int f16);
 /* Bytes one position takes over all layers. */
 size_t kv_cache_bytes_per_token(const kv_cache *c);
 void kv_cache_free(kv_cache *c);

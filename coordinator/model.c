@@ -9,16 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "core/error.h"
 
 /* Weight types the matmul kernels take; norms and biases must be F32. */
-#define MASK_F32    (1u << COLI_F32)
+#define MASK_F32 (1u << COLI_F32)
 #define MASK_MATRIX coli_dtype_weight_mask()
 
 /* Sane upper bounds; a file past them is hostile or not a model we run. */
-#define MAX_LAYERS  4096
+#define MAX_LAYERS 4096
 #define MAX_EXPERTS 4096
-#define MAX_WIDTH   (1 << 20)
+#define MAX_WIDTH (1 << 20)
 
 // ---------------------------------------------------------------------------
 // metadata
@@ -30,28 +30,28 @@ static const char *s_key(const model_hparams *hp, const char *suffix, char *buf,
 }
 
 /* A positive integer key that must be present and at most max. */
-static int s_req_int(const gguf_file *f, const model_hparams *hp, const char *suffix,
-                     int64_t max, int64_t *out) {
+static int s_req_int(const gguf_file *f, const model_hparams *hp, const char *suffix, int64_t max, int64_t *out) {
     char key[128];
     s_key(hp, suffix, key, sizeof key);
     int rc = gguf_get_i64(f, key, out);
     if (rc < 0) return rc;
     if (*out <= 0 || *out > max)
-        return coli_fail(COLI_EFORMAT, "metadata '%s' = %lld: expected 1..%lld",
-                         key, (long long)*out, (long long)max);
+        return coli_fail(COLI_EFORMAT, "metadata '%s' = %lld: expected 1..%lld", key, (long long)*out, (long long)max);
     return 0;
 }
 
 /* An optional integer key: def when absent. */
-static int s_opt_int(const gguf_file *f, const model_hparams *hp, const char *suffix,
-                     int64_t def, int64_t max, int64_t *out) {
+static int s_opt_int(const gguf_file *f, const model_hparams *hp, const char *suffix, int64_t def, int64_t max,
+                     int64_t *out) {
     char key[128];
-    if (gguf_find_key(f, s_key(hp, suffix, key, sizeof key)) < 0) { *out = def; return 0; }
+    if (gguf_find_key(f, s_key(hp, suffix, key, sizeof key)) < 0) {
+        *out = def;
+        return 0;
+    }
     int rc = gguf_get_i64(f, key, out);
     if (rc < 0) return rc;
     if (*out < 0 || *out > max)
-        return coli_fail(COLI_EFORMAT, "metadata '%s' = %lld: expected 0..%lld",
-                         key, (long long)*out, (long long)max);
+        return coli_fail(COLI_EFORMAT, "metadata '%s' = %lld: expected 0..%lld", key, (long long)*out, (long long)max);
     return 0;
 }
 
@@ -62,7 +62,8 @@ static int s_opt_f32(const gguf_file *f, const model_hparams *hp, const char *su
     if (gguf_find_key(f, s_key(hp, suffix, key, sizeof key)) < 0) return 0;
     int rc = gguf_get_f32(f, key, out);
     if (rc < 0) return rc;
-    if (!isfinite(*out)) return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected a finite number", key, (double)*out);
+    if (!isfinite(*out))
+        return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected a finite number", key, (double)*out);
     return 0;
 }
 
@@ -78,8 +79,11 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     gguf_str s;
     int rc = gguf_get_str(f, "general.architecture", &s);
     if (rc < 0) return rc;
-    static const struct { const char *name; model_arch arch; } known[] = {
-        {"llama", ARCH_LLAMA}, {"olmoe", ARCH_OLMOE}, {"qwen2moe", ARCH_QWEN2MOE},
+    static const struct {
+        const char *name;
+        model_arch arch;
+    } known[] = {
+        {"llama", ARCH_LLAMA},       {"olmoe", ARCH_OLMOE},         {"qwen2moe", ARCH_QWEN2MOE},
         {"qwen3moe", ARCH_QWEN3MOE}, {"deepseek2", ARCH_DEEPSEEK2},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
@@ -102,8 +106,8 @@ static int s_head_width(const gguf_file *f, model_hparams *hp, const char *suffi
     if (rc < 0) return rc;
     if (v <= 0) {
         char key[128];
-        return coli_fail(COLI_EFORMAT, "metadata '%s' = %lld: expected 1..%d",
-                         s_key(hp, suffix, key, sizeof key), (long long)v, MAX_WIDTH);
+        return coli_fail(COLI_EFORMAT, "metadata '%s' = %lld: expected 1..%d", s_key(hp, suffix, key, sizeof key),
+                         (long long)v, MAX_WIDTH);
     }
     *out = (int)v;
     return 0;
@@ -120,8 +124,10 @@ static int s_read_mla_widths(const gguf_file *f, model_hparams *hp) {
     hp->mla_absorbed = gguf_find_key(f, s_key(hp, "attention.key_length_mla", key, sizeof key)) >= 0;
     if (!hp->mla_absorbed) {
         if (hp->n_head_kv != hp->n_head)
-            return coli_fail(COLI_EFORMAT, "deepseek2: head_count_kv %d: multi-head latent attention "
-                             "without key_length_mla needs head_count %d", hp->n_head_kv, hp->n_head);
+            return coli_fail(COLI_EFORMAT,
+                             "deepseek2: head_count_kv %d: multi-head latent attention "
+                             "without key_length_mla needs head_count %d",
+                             hp->n_head_kv, hp->n_head);
         hp->head_dim_mla = hp->head_dim;
         hp->head_dim_v_mla = hp->head_dim_v;
         return 0;
@@ -129,8 +135,10 @@ static int s_read_mla_widths(const gguf_file *f, model_hparams *hp) {
     if ((rc = s_head_width(f, hp, "attention.key_length_mla", 0, &hp->head_dim_mla)) < 0) return rc;
     if ((rc = s_head_width(f, hp, "attention.value_length_mla", 0, &hp->head_dim_v_mla)) < 0) return rc;
     if (hp->n_head_kv != 1 || hp->head_dim_v != hp->n_lora_kv)
-        return coli_fail(COLI_EFORMAT, "deepseek2: key_length_mla present, so head_count_kv %d and value_length "
-                         "%d must be 1 and kv_lora_rank %d", hp->n_head_kv, hp->head_dim_v, hp->n_lora_kv);
+        return coli_fail(COLI_EFORMAT,
+                         "deepseek2: key_length_mla present, so head_count_kv %d and value_length "
+                         "%d must be 1 and kv_lora_rank %d",
+                         hp->n_head_kv, hp->head_dim_v, hp->n_lora_kv);
     return 0;
 }
 
@@ -143,21 +151,19 @@ static int s_read_attention(const gguf_file *f, model_hparams *hp) {
     if ((rc = s_opt_int(f, hp, "attention.head_count_kv", hp->n_head, MAX_WIDTH, &v)) < 0) return rc;
     hp->n_head_kv = (int)v;
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
-        return coli_fail(COLI_EFORMAT, "%s: head_count_kv %d does not divide head_count %d",
-                         hp->arch_name, hp->n_head_kv, hp->n_head);
+        return coli_fail(COLI_EFORMAT, "%s: head_count_kv %d does not divide head_count %d", hp->arch_name,
+                         hp->n_head_kv, hp->n_head);
     /* the head width is key_length; without it n_embd / n_head */
-    if (gguf_find_key(f, s_key(hp, "attention.key_length", key, sizeof key)) < 0 &&
-        hp->n_embd % hp->n_head != 0)
-        return coli_fail(COLI_EFORMAT, "%s: head_count %d does not divide embedding_length %d",
-                         hp->arch_name, hp->n_head, hp->n_embd);
-    if ((rc = s_head_width(f, hp, "attention.key_length", hp->n_embd / hp->n_head, &hp->head_dim)) < 0)
-        return rc;
+    if (gguf_find_key(f, s_key(hp, "attention.key_length", key, sizeof key)) < 0 && hp->n_embd % hp->n_head != 0)
+        return coli_fail(COLI_EFORMAT, "%s: head_count %d does not divide embedding_length %d", hp->arch_name,
+                         hp->n_head, hp->n_embd);
+    if ((rc = s_head_width(f, hp, "attention.key_length", hp->n_embd / hp->n_head, &hp->head_dim)) < 0) return rc;
     if ((rc = s_head_width(f, hp, "attention.value_length", hp->head_dim, &hp->head_dim_v)) < 0) return rc;
-    if ((rc = gguf_get_f32(f, s_key(hp, "attention.layer_norm_rms_epsilon", key, sizeof key),
-                           &hp->rms_eps)) < 0) return rc;
+    if ((rc = gguf_get_f32(f, s_key(hp, "attention.layer_norm_rms_epsilon", key, sizeof key), &hp->rms_eps)) < 0)
+        return rc;
     if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f))
-        return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected a small positive number",
-                         key, (double)hp->rms_eps);
+        return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected a small positive number", key,
+                         (double)hp->rms_eps);
     if (hp->arch != ARCH_DEEPSEEK2) return 0;
     if ((rc = s_opt_int(f, hp, "attention.q_lora_rank", 0, MAX_WIDTH, &v)) < 0) return rc;
     hp->n_lora_q = (int)v;
@@ -174,16 +180,23 @@ static int s_read_scaling_type(const gguf_file *f, const model_hparams *hp, floa
     *out = factor > 0.0f && factor != 1.0f ? ROPE_SCALING_LINEAR : ROPE_SCALING_NONE;
     if (gguf_find_key(f, s_key(hp, "rope.scaling.type", key, sizeof key)) < 0) return 0;
     if (gguf_get_str(f, key, &s) < 0) return COLI_EFORMAT;
-    static const struct { const char *name; rope_scaling type; } known[] = {
-        {"none", ROPE_SCALING_NONE}, {"linear", ROPE_SCALING_LINEAR}, {"yarn", ROPE_SCALING_YARN},
+    static const struct {
+        const char *name;
+        rope_scaling type;
+    } known[] = {
+        {"none", ROPE_SCALING_NONE},
+        {"linear", ROPE_SCALING_LINEAR},
+        {"yarn", ROPE_SCALING_YARN},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
             *out = known[i].type;
             return 0;
         }
-    return coli_fail(COLI_EUNSUPPORTED, "metadata '%s' = '%.*s': rope scaling is not supported "
-                     "(supported: none, linear, yarn)", key, (int)(s.len > 32 ? 32 : s.len), s.ptr);
+    return coli_fail(COLI_EUNSUPPORTED,
+                     "metadata '%s' = '%.*s': rope scaling is not supported "
+                     "(supported: none, linear, yarn)",
+                     key, (int)(s.len > 32 ? 32 : s.len), s.ptr);
 }
 
 /* The rope scaling keys (llama.cpp's names and defaults): factor, original
@@ -204,7 +217,8 @@ static int s_read_rope_scaling(const gguf_file *f, model_hparams *hp, float base
         (rc = s_opt_f32(f, hp, "rope.scaling.attn_factor", 1.0f, &attn_factor)) < 0 ||
         (rc = s_opt_f32(f, hp, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul)) < 0 ||
         (rc = s_opt_f32(f, hp, "rope.scaling.yarn_beta_fast", 32.0f, &beta_fast)) < 0 ||
-        (rc = s_opt_f32(f, hp, "rope.scaling.yarn_beta_slow", 1.0f, &beta_slow)) < 0) return rc;
+        (rc = s_opt_f32(f, hp, "rope.scaling.yarn_beta_slow", 1.0f, &beta_slow)) < 0)
+        return rc;
     if (n_orig <= 0) n_orig = hp->n_ctx_train;
     rope_params_init(&hp->rope, hp->n_rot, neox, base, type, factor, (int)n_orig, attn_factor, beta_fast, beta_slow);
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
@@ -224,10 +238,9 @@ static int s_read_rope(const gguf_file *f, model_hparams *hp) {
     int64_t v;
     int rc;
     float base = 10000.0f;
-    if (gguf_find_key(f, s_key(hp, "rope.freq_base", key, sizeof key)) >= 0 &&
-        (rc = gguf_get_f32(f, key, &base)) < 0) return rc;
-    if (!(base > 0.0f))
-        return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected > 0", key, (double)base);
+    if (gguf_find_key(f, s_key(hp, "rope.freq_base", key, sizeof key)) >= 0 && (rc = gguf_get_f32(f, key, &base)) < 0)
+        return rc;
+    if (!(base > 0.0f)) return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected > 0", key, (double)base);
     if ((rc = s_opt_int(f, hp, "rope.dimension_count", hp->head_dim, MAX_WIDTH, &v)) < 0) return rc;
     /* deepseek2 rotates the trailing rope part of each head and needs a nope part */
     const int max = hp->arch == ARCH_DEEPSEEK2 ? hp->head_dim_mla - 1 : hp->head_dim;
@@ -236,8 +249,10 @@ static int s_read_rope(const gguf_file *f, model_hparams *hp) {
                          s_key(hp, "rope.dimension_count", key, sizeof key), (long long)v, max);
     hp->n_rot = (int)v;
     if (hp->mla_absorbed && hp->head_dim != hp->n_lora_kv + hp->n_rot)
-        return coli_fail(COLI_EFORMAT, "deepseek2: key_length %d: expected kv_lora_rank %d + rope dims %d "
-                         "(the latent MQA of key_length_mla files)", hp->head_dim, hp->n_lora_kv, hp->n_rot);
+        return coli_fail(COLI_EFORMAT,
+                         "deepseek2: key_length %d: expected kv_lora_rank %d + rope dims %d "
+                         "(the latent MQA of key_length_mla files)",
+                         hp->head_dim, hp->n_lora_kv, hp->n_rot);
     return s_read_rope_scaling(f, hp, base, hp->arch != ARCH_LLAMA && hp->arch != ARCH_DEEPSEEK2);
 }
 
@@ -267,12 +282,14 @@ static int s_read_expert_groups(const gguf_file *f, model_hparams *hp) {
     int64_t g, used;
     int rc;
     if ((rc = s_opt_int(f, hp, "expert_group_count", 0, MAX_EXPERTS, &g)) < 0 ||
-        (rc = s_opt_int(f, hp, "expert_group_used_count", 0, MAX_EXPERTS, &used)) < 0) return rc;
+        (rc = s_opt_int(f, hp, "expert_group_used_count", 0, MAX_EXPERTS, &used)) < 0)
+        return rc;
     if (g <= 1) return 0;
     if (hp->n_expert % g != 0 || hp->n_expert / g < 2 || used < 1 || used >= g || used > 64)
-        return coli_fail(COLI_EFORMAT, "%s: expert_group_count %lld / expert_group_used_count %lld: expected "
-                         "groups of >= 2 of the %d experts and 1..min(groups - 1, 64) used", hp->arch_name,
-                         (long long)g, (long long)used, hp->n_expert);
+        return coli_fail(COLI_EFORMAT,
+                         "%s: expert_group_count %lld / expert_group_used_count %lld: expected "
+                         "groups of >= 2 of the %d experts and 1..min(groups - 1, 64) used",
+                         hp->arch_name, (long long)g, (long long)used, hp->n_expert);
     hp->n_expert_group = (int)g;
     hp->n_expert_group_used = (int)used;
     return 0;
@@ -289,24 +306,25 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
         return coli_fail(COLI_EFORMAT, "%s: metadata '%s.expert_count' missing or 0 (a MoE architecture)",
                          hp->arch_name, hp->arch_name);
     if (hp->n_expert > 0 && (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert))
-        return coli_fail(COLI_EFORMAT, "%s: expert_used_count %d: expected 1..expert_count %d",
-                         hp->arch_name, hp->n_expert_used, hp->n_expert);
+        return coli_fail(COLI_EFORMAT, "%s: expert_used_count %d: expected 1..expert_count %d", hp->arch_name,
+                         hp->n_expert_used, hp->n_expert);
     if (hp->n_expert == 0 && hp->n_expert_used != 0)
-        return coli_fail(COLI_EFORMAT, "%s: expert_used_count %d without experts",
-                         hp->arch_name, hp->n_expert_used);
+        return coli_fail(COLI_EFORMAT, "%s: expert_used_count %d without experts", hp->arch_name, hp->n_expert_used);
     if ((rc = s_req_int(f, hp, "feed_forward_length", MAX_WIDTH, &n_ff)) < 0) return rc;
     hp->expert_weights_scale = 1.0f;
     hp->gating = GATING_SOFTMAX;
-    if (hp->n_expert == 0) { hp->n_ff = n_ff; return 0; }
-    if ((rc = s_opt_int(f, hp, "expert_feed_forward_length", n_ff, MAX_WIDTH, &hp->n_ff_exp)) < 0)
-        return rc;
+    if (hp->n_expert == 0) {
+        hp->n_ff = n_ff;
+        return 0;
+    }
+    if ((rc = s_opt_int(f, hp, "expert_feed_forward_length", n_ff, MAX_WIDTH, &hp->n_ff_exp)) < 0) return rc;
     if (hp->arch == ARCH_QWEN2MOE &&
-        (rc = s_opt_int(f, hp, "expert_shared_feed_forward_length", hp->n_ff_exp, MAX_WIDTH,
-                        &hp->n_ff_shexp)) < 0) return rc;
+        (rc = s_opt_int(f, hp, "expert_shared_feed_forward_length", hp->n_ff_exp, MAX_WIDTH, &hp->n_ff_shexp)) < 0)
+        return rc;
     /* llama.cpp renormalises for Mixtral and Qwen3-MoE, never for OLMoE and Qwen2-MoE */
     hp->renorm_topk = hp->arch == ARCH_LLAMA || hp->arch == ARCH_QWEN3MOE;
-    if (hp->arch == ARCH_QWEN3MOE &&
-        (rc = s_opt_bool(f, hp, "expert_weights_norm", 1, &hp->renorm_topk)) < 0) return rc;
+    if (hp->arch == ARCH_QWEN3MOE && (rc = s_opt_bool(f, hp, "expert_weights_norm", 1, &hp->renorm_topk)) < 0)
+        return rc;
     if ((rc = s_read_expert_groups(f, hp)) < 0) return rc;
     if (hp->arch != ARCH_DEEPSEEK2) return 0;
     hp->n_ff = n_ff; /* the leading dense blocks' width */
@@ -338,8 +356,8 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
 
 /* Find name and check its dims (ne[i] for i < n_dims) and type. optional:
  * a missing tensor gives *out = NULL instead of an error. */
-static int s_tensor(const gguf_file *f, const char *name, int n_dims, const int64_t *ne,
-                    uint32_t type_mask, int optional, const coli_tensor **out) {
+static int s_tensor(const gguf_file *f, const char *name, int n_dims, const int64_t *ne, uint32_t type_mask,
+                    int optional, const coli_tensor **out) {
     const coli_tensor *t = gguf_find_tensor(f, name);
     *out = NULL;
     if (!t) {
@@ -355,32 +373,35 @@ static int s_tensor(const gguf_file *f, const char *name, int n_dims, const int6
             a += snprintf(want + a, sizeof want - (size_t)a, "%s%lld", i ? ", " : "", (long long)ne[i]);
         for (int i = 0; i < t->n_dims; i++)
             b += snprintf(got + b, sizeof got - (size_t)b, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
-        return coli_fail(COLI_EFORMAT, "tensor '%s': shape [%s] disagrees with the metadata, expected [%s]",
-                         name, got, want);
+        return coli_fail(COLI_EFORMAT, "tensor '%s': shape [%s] disagrees with the metadata, expected [%s]", name, got,
+                         want);
     }
     if (!(type_mask & (1u << t->type)))
-        return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': dtype %s is not supported here%s",
-                         name, coli_dtype_name(t->type), type_mask == MASK_F32 ? " (expected F32)" : "");
+        return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': dtype %s is not supported here%s", name,
+                         coli_dtype_name(t->type), type_mask == MASK_F32 ? " (expected F32)" : "");
     *out = t;
     return 0;
 }
 
 /* blk.<il>.<suffix> with the expected shape. */
-static int s_blk(const gguf_file *f, int il, const char *suffix, int n_dims,
-                 int64_t ne0, int64_t ne1, int64_t ne2, uint32_t mask, int optional,
-                 const coli_tensor **out) {
+static int s_blk(const gguf_file *f, int il, const char *suffix, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+                 uint32_t mask, int optional, const coli_tensor **out) {
     char name[128];
     const int64_t ne[3] = {ne0, ne1, ne2};
     snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
     return s_tensor(f, name, n_dims, ne, mask, optional, out);
 }
 
-static void s_ffn_view(const coli_tensor *g, const coli_tensor *u, const coli_tensor *d,
-                       int64_t n_embd, int64_t n_ff, expert_weights *out) {
-    out->gate = g->data;  out->gate_type = g->type;
-    out->up = u->data;    out->up_type = u->type;
-    out->down = d->data;  out->down_type = d->type;
-    out->n_embd = n_embd; out->n_ff = n_ff;
+static void s_ffn_view(const coli_tensor *g, const coli_tensor *u, const coli_tensor *d, int64_t n_embd, int64_t n_ff,
+                       expert_weights *out) {
+    out->gate = g->data;
+    out->gate_type = g->type;
+    out->up = u->data;
+    out->up_type = u->type;
+    out->down = d->data;
+    out->down_type = d->type;
+    out->n_embd = n_embd;
+    out->n_ff = n_ff;
 }
 
 /* deepseek2: q through attn_q or the q_lora pair, k/v through the latent. */
@@ -395,8 +416,7 @@ static int s_load_mla(const gguf_file *f, const model_hparams *hp, int il, layer
     } else if ((rc = s_blk(f, il, "attn_q.weight", 2, E, Q, 1, MASK_MATRIX, 0, &l->wq)) < 0) {
         return rc;
     }
-    if ((rc = s_blk(f, il, "attn_kv_a_mqa.weight", 2, E, C + hp->n_rot, 1, MASK_MATRIX, 0, &l->wkv_a)) < 0)
-        return rc;
+    if ((rc = s_blk(f, il, "attn_kv_a_mqa.weight", 2, E, C + hp->n_rot, 1, MASK_MATRIX, 0, &l->wkv_a)) < 0) return rc;
     if ((rc = s_blk(f, il, "attn_kv_a_norm.weight", 1, C, 1, 1, MASK_F32, 0, &l->kv_a_norm)) < 0) return rc;
     if (hp->mla_absorbed) {
         if ((rc = s_blk(f, il, "attn_k_b.weight", 3, NOPE, C, H, MASK_MATRIX, 0, &l->wk_b)) < 0) return rc;
@@ -415,8 +435,7 @@ static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il,
     if ((rc = s_blk(f, il, "attn_q.weight", 2, E, Q, 1, MASK_MATRIX, 0, &l->wq)) < 0) return rc;
     if ((rc = s_blk(f, il, "attn_k.weight", 2, E, K, 1, MASK_MATRIX, 0, &l->wk)) < 0) return rc;
     if ((rc = s_blk(f, il, "attn_v.weight", 2, E, V, 1, MASK_MATRIX, 0, &l->wv)) < 0) return rc;
-    if ((rc = s_blk(f, il, "attn_output.weight", 2, model_attn_dim(hp), E, 1, MASK_MATRIX, 0, &l->wo)) < 0)
-        return rc;
+    if ((rc = s_blk(f, il, "attn_output.weight", 2, model_attn_dim(hp), E, 1, MASK_MATRIX, 0, &l->wo)) < 0) return rc;
     if (bias) {
         if ((rc = s_blk(f, il, "attn_q.bias", 1, Q, 1, 1, MASK_F32, 0, &l->bq)) < 0) return rc;
         if ((rc = s_blk(f, il, "attn_k.bias", 1, K, 1, 1, MASK_F32, 0, &l->bk)) < 0) return rc;
@@ -433,8 +452,7 @@ static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il,
 }
 
 /* A dense gated FFN blk.il.<prefix>{gate,up,down}<suffix> of width F. */
-static int s_load_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int64_t F,
-                      expert_weights *out) {
+static int s_load_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int64_t F, expert_weights *out) {
     const coli_tensor *g, *u, *d;
     char name[64];
     int rc;
@@ -463,8 +481,7 @@ static int s_load_moe(const gguf_file *f, const model_hparams *hp, int il, layer
         return s_load_ffn(f, il, "_shexp", E, hp->n_ff_shexp, &l->shexp);
     }
     if (hp->arch != ARCH_QWEN2MOE) return 0;
-    if ((rc = s_blk(f, il, "ffn_gate_inp_shexp.weight", 1, E, 1, 1, MASK_F32, 0, &l->shexp_gate)) < 0)
-        return rc;
+    if ((rc = s_blk(f, il, "ffn_gate_inp_shexp.weight", 1, E, 1, 1, MASK_F32, 0, &l->shexp_gate)) < 0) return rc;
     l->has_shexp = 1;
     return s_load_ffn(f, il, "_shexp", E, hp->n_ff_shexp, &l->shexp);
 }
@@ -488,8 +505,8 @@ static int s_load_rope_freqs(const gguf_file *f, model_hparams *hp) {
     const float *ff = (const float *)t->data;
     for (int i = 0; i < hp->n_rot / 2; i++)
         if (!(ff[i] > 0.0f) || !isfinite(ff[i]))
-            return coli_fail(COLI_EFORMAT, "tensor 'rope_freqs.weight': entry %d = %g, expected a positive number",
-                             i, (double)ff[i]);
+            return coli_fail(COLI_EFORMAT, "tensor 'rope_freqs.weight': entry %d = %g, expected a positive number", i,
+                             (double)ff[i]);
     hp->rope.freq_factors = ff;
     return 0;
 }
@@ -501,7 +518,8 @@ static int s_load_globals(const gguf_file *f, model *m) {
     int rc;
     if (!te) return coli_fail(COLI_EFORMAT, "missing required tensor 'token_embd.weight'");
     if (te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] > INT32_MAX)
-        return coli_fail(COLI_EFORMAT, "tensor 'token_embd.weight': %d-D shape [%lld, %lld, ...] disagrees "
+        return coli_fail(COLI_EFORMAT,
+                         "tensor 'token_embd.weight': %d-D shape [%lld, %lld, ...] disagrees "
                          "with the metadata, expected [%d, n_vocab]",
                          te->n_dims, (long long)te->ne[0], (long long)te->ne[1], hp->n_embd);
     hp->n_vocab = (int)te->ne[1];
@@ -515,8 +533,7 @@ static int s_load_globals(const gguf_file *f, model *m) {
     uint64_t n_tokens;
     const void *unused;
     if (gguf_find_key(f, "tokenizer.ggml.tokens") >= 0 &&
-        gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n_tokens, &unused) == 0 &&
-        n_tokens != (uint64_t)hp->n_vocab)
+        gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n_tokens, &unused) == 0 && n_tokens != (uint64_t)hp->n_vocab)
         return coli_fail(COLI_EFORMAT, "tokenizer.ggml.tokens has %llu entries but token_embd.weight has %d rows",
                          (unsigned long long)n_tokens, hp->n_vocab);
     return 0;
@@ -531,16 +548,21 @@ int model_from_gguf(gguf_file *f, model **out) {
     int rc;
     *out = NULL;
     model *m = calloc(1, sizeof *m);
-    if (!m) { gguf_close(&f); return coli_fail(COLI_ENOMEM, "model: out of memory"); }
+    if (!m) {
+        gguf_close(&f);
+        return coli_fail(COLI_ENOMEM, "model: out of memory");
+    }
     m->gguf = f;
     if ((rc = s_read_hparams(f, &m->hp)) < 0) goto fail;
     if ((rc = s_load_globals(f, m)) < 0) goto fail;
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
-    if (!m->layers) { rc = coli_fail(COLI_ENOMEM, "model: out of memory for %d layers", m->hp.n_layer); goto fail; }
+    if (!m->layers) {
+        rc = coli_fail(COLI_ENOMEM, "model: out of memory for %d layers", m->hp.n_layer);
+        goto fail;
+    }
     for (int il = 0; il < m->hp.n_layer; il++)
         if ((rc = s_load_layer(f, &m->hp, il, &m->layers[il])) < 0) goto fail;
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++)
-        m->n_params += coli_tensor_nelems(gguf_tensor(f, i));
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) m->n_params += coli_tensor_nelems(gguf_tensor(f, i));
     *out = m;
     return 0;
 fail:

@@ -28,9 +28,9 @@
 
 #include <stdint.h>
 
-#include "expert_ffn.h"
-#include "gguf.h"
-#include "tensor.h"
+#include "core/expert_ffn.h"
+#include "core/gguf.h"
+#include "core/tensor.h"
 #include "coordinator/rope.h"
 
 typedef enum model_arch {
@@ -42,72 +42,72 @@ typedef enum model_arch {
 } model_arch;
 
 typedef enum expert_gating {
-    GATING_SOFTMAX,         /* expert_gating_func 1 (or absent) */
-    GATING_SIGMOID,         /* expert_gating_func 2 (DeepSeek-V3) */
+    GATING_SOFTMAX, /* expert_gating_func 1 (or absent) */
+    GATING_SIGMOID, /* expert_gating_func 2 (DeepSeek-V3) */
 } expert_gating;
 
 typedef struct model_hparams {
     model_arch arch;
-    char arch_name[16];     /* "llama", "olmoe", "qwen2moe", "qwen3moe", "deepseek2" */
+    char arch_name[16]; /* "llama", "olmoe", "qwen2moe", "qwen3moe", "deepseek2" */
     int n_vocab;
-    int n_ctx_train;        /* <arch>.context_length */
-    int n_embd;             /* width of the residual stream */
-    int n_layer;            /* blocks of the forward pass: block_count - nextn_predict_layers */
+    int n_ctx_train; /* <arch>.context_length */
+    int n_embd;      /* width of the residual stream */
+    int n_layer;     /* blocks of the forward pass: block_count - nextn_predict_layers */
     int n_head, n_head_kv;
-    int head_dim;           /* query/key head width: key_length (default n_embd / n_head) */
-    int head_dim_v;         /* value head width: value_length (default head_dim) */
-    int n_rot;              /* rope.dimension_count: dims of a head that rotate (deepseek2:
+    int head_dim;                /* query/key head width: key_length (default n_embd / n_head) */
+    int head_dim_v;              /* value head width: value_length (default head_dim) */
+    int n_rot;                   /* rope.dimension_count: dims of a head that rotate (deepseek2:
                                the trailing rope part of q/k, else the leading dims) */
-    int64_t n_ff;           /* dense FFN length (0 for a MoE model) */
-    int64_t n_ff_exp;       /* routed expert FFN length (0 for a dense model) */
-    int64_t n_ff_shexp;     /* shared expert FFN length (0 when absent) */
+    int64_t n_ff;                /* dense FFN length (0 for a MoE model) */
+    int64_t n_ff_exp;            /* routed expert FFN length (0 for a dense model) */
+    int64_t n_ff_shexp;          /* shared expert FFN length (0 when absent) */
     int n_expert, n_expert_used; /* 0, 0 for a dense model */
-    int n_layer_dense_lead; /* deepseek2: leading layers with a dense FFN (n_ff) */
-    int n_expert_shared;    /* deepseek2: shared experts, one FFN of n_ff_shexp */
+    int n_layer_dense_lead;      /* deepseek2: leading layers with a dense FFN (n_ff) */
+    int n_expert_shared;         /* deepseek2: shared experts, one FFN of n_ff_shexp */
     float rms_eps;
-    rope_params rope;       /* base, layout, scaling (rope.h) */
-    float attn_scale;       /* q.k multiplier: 1/sqrt(head_dim) (deepseek2: mscale^2/sqrt(head_dim)) */
-    int renorm_topk;        /* 1: top-k weights renormalised to sum to 1 (Mixtral, qwen3moe, V3) */
-    expert_gating gating;   /* router scores: softmax or sigmoid */
+    rope_params rope;           /* base, layout, scaling (rope.h) */
+    float attn_scale;           /* q.k multiplier: 1/sqrt(head_dim) (deepseek2: mscale^2/sqrt(head_dim)) */
+    int renorm_topk;            /* 1: top-k weights renormalised to sum to 1 (Mixtral, qwen3moe, V3) */
+    expert_gating gating;       /* router scores: softmax or sigmoid */
     float expert_weights_scale; /* top-k weights multiplied by it (1 except deepseek2) */
-    int n_expert_group;     /* expert_group_count: groups of the group-limited router (0: none) */
-    int n_expert_group_used; /* expert_group_used_count: groups a token may pick from */
-    int n_lora_q;           /* deepseek2: q_lora_rank (0: attn_q directly) */
-    int n_lora_kv;          /* deepseek2: kv_lora_rank */
-    int mla_absorbed;       /* deepseek2 file with attn_k_b/attn_v_b (key_length_mla): attention
+    int n_expert_group;         /* expert_group_count: groups of the group-limited router (0: none) */
+    int n_expert_group_used;    /* expert_group_used_count: groups a token may pick from */
+    int n_lora_q;               /* deepseek2: q_lora_rank (0: attn_q directly) */
+    int n_lora_kv;              /* deepseek2: kv_lora_rank */
+    int mla_absorbed;           /* deepseek2 file with attn_k_b/attn_v_b (key_length_mla): attention
                                runs on the latent as MQA, head_dim = kv_lora_rank + n_rot,
                                head_dim_v = kv_lora_rank, n_head_kv = 1 */
-    int head_dim_mla;       /* deepseek2: per-head q/k width nope + n_rot (key_length_mla, or
+    int head_dim_mla;           /* deepseek2: per-head q/k width nope + n_rot (key_length_mla, or
                                key_length in the older attn_kv_b files) */
-    int head_dim_v_mla;     /* deepseek2: per-head value width (value_length_mla / value_length) */
+    int head_dim_v_mla;         /* deepseek2: per-head value width (value_length_mla / value_length) */
 } model_hparams;
 
 /* One transformer block. Matrices are GGML-shaped (ne[0] = input width). */
 typedef struct layer_weights {
-    const coli_tensor *attn_norm;            /* (n_embd) F32 */
-    const coli_tensor *wq, *wk, *wv, *wo;    /* (n_embd, q_dim), (n_embd, k_dim), (n_embd, v_dim), (attn_dim, n_embd) */
-    const coli_tensor *bq, *bk, *bv;         /* qwen2moe: (q_dim), (k_dim), (v_dim) F32; else NULL */
-    const coli_tensor *q_norm, *k_norm;      /* olmoe: (q_dim), (k_dim); qwen3moe: (head_dim) per head
+    const coli_tensor *attn_norm;         /* (n_embd) F32 */
+    const coli_tensor *wq, *wk, *wv, *wo; /* (n_embd, q_dim), (n_embd, k_dim), (n_embd, v_dim), (attn_dim, n_embd) */
+    const coli_tensor *bq, *bk, *bv;      /* qwen2moe: (q_dim), (k_dim), (v_dim) F32; else NULL */
+    const coli_tensor *q_norm, *k_norm;   /* olmoe: (q_dim), (k_dim); qwen3moe: (head_dim) per head
                                                 (qk_norm_per_head); F32; else NULL */
     int qk_norm_per_head;
     /* deepseek2 MLA (wq is attn_q when n_lora_q == 0; wk, wv are NULL; q outputs
      * n_head * head_dim_mla, wo takes n_head * head_dim_v_mla) */
     const coli_tensor *wq_a, *q_a_norm, *wq_b; /* (n_embd, n_lora_q), (n_lora_q), (n_lora_q, q out) */
-    const coli_tensor *wkv_a, *kv_a_norm;    /* (n_embd, n_lora_kv + n_rot), (n_lora_kv) */
-    const coli_tensor *wkv_b;                /* older files: (n_lora_kv, n_head * (nope + head_dim_v_mla)) */
-    const coli_tensor *wk_b, *wv_b;          /* mla_absorbed: (nope, n_lora_kv, n_head), (n_lora_kv,
+    const coli_tensor *wkv_a, *kv_a_norm;      /* (n_embd, n_lora_kv + n_rot), (n_lora_kv) */
+    const coli_tensor *wkv_b;                  /* older files: (n_lora_kv, n_head * (nope + head_dim_v_mla)) */
+    const coli_tensor *wk_b, *wv_b;            /* mla_absorbed: (nope, n_lora_kv, n_head), (n_lora_kv,
                                                 head_dim_v_mla, n_head); nope = head_dim_mla - n_rot */
-    const coli_tensor *ffn_norm;             /* (n_embd) F32 */
-    const coli_tensor *router;               /* MoE: (n_embd, n_expert); NULL for a dense layer */
-    const coli_tensor *exp_probs_b;          /* deepseek2: (n_expert) F32 selection bias, or NULL */
-    expert_weights dense;                    /* dense FFN (valid when router == NULL) */
-    const coli_tensor *shexp_gate;           /* qwen2moe: (n_embd) F32 sigmoid gate; else NULL */
-    int has_shexp;                           /* shexp holds a shared expert (qwen2moe, deepseek2) */
-    expert_weights shexp;                    /* shared expert(s) as one FFN */
+    const coli_tensor *ffn_norm;               /* (n_embd) F32 */
+    const coli_tensor *router;                 /* MoE: (n_embd, n_expert); NULL for a dense layer */
+    const coli_tensor *exp_probs_b;            /* deepseek2: (n_expert) F32 selection bias, or NULL */
+    expert_weights dense;                      /* dense FFN (valid when router == NULL) */
+    const coli_tensor *shexp_gate;             /* qwen2moe: (n_embd) F32 sigmoid gate; else NULL */
+    int has_shexp;                             /* shexp holds a shared expert (qwen2moe, deepseek2) */
+    expert_weights shexp;                      /* shared expert(s) as one FFN */
 } layer_weights;
 
 typedef struct model {
-    gguf_file *gguf;            /* owns the mapping */
+    gguf_file *gguf; /* owns the mapping */
     model_hparams hp;
     const coli_tensor *tok_embd;    /* (n_embd, n_vocab), rows dequantized per token */
     const coli_tensor *output_norm; /* (n_embd) F32 */
@@ -118,10 +118,10 @@ typedef struct model {
 
 /* Map path and validate it as a model. On failure returns a negative
  * coli_status, *out stays NULL and coli_last_error() names the problem. */
-int  model_open(const char *path, model **out);
+int model_open(const char *path, model **out);
 /* Same on a gguf_file already open; the model takes ownership of f (also
  * on failure, where f is closed). */
-int  model_from_gguf(gguf_file *f, model **out);
+int model_from_gguf(gguf_file *f, model **out);
 void model_close(model **m);
 
 /* q_dim = n_head * head_dim (queries), k_dim = n_head_kv * head_dim (keys

@@ -24,12 +24,11 @@ struct moe_exec {
     /* y (n_tok, k, n_embd): y[t][s] = expert_{ids[t*k+s]} of layer applied to
      * x[t] (x: (n_tok, n_embd)). Returns 0 or a negative coli_status; an
      * executor with fallbacks returns an error only when no path is left. */
-    int  (*run_layer)(moe_exec *self, int layer, const float *x, int64_t n_tok,
-                      int k, const int32_t *ids, float *y);
+    int (*run_layer)(moe_exec *self, int layer, const float *x, int64_t n_tok, int k, const int32_t *ids, float *y);
     /* Write the executor's stats (workers, fallbacks) as JSON / text;
      * malloc'd, caller frees. Optional (NULL: none). */
-    int  (*stats_json)(moe_exec *self, char **json);
-    int  (*stats_text)(moe_exec *self, char **text);
+    int (*stats_json)(moe_exec *self, char **json);
+    int (*stats_text)(moe_exec *self, char **text);
     void (*destroy)(moe_exec *self);
     /* Optional (NULL: "inproc" for every pair): the device that computed
      * pair p (t * k + s) of the last run_layer, e.g. "cpu:1", "cuda:0",
@@ -39,20 +38,20 @@ struct moe_exec {
 
 /* What an executor needs to know to start. */
 typedef struct moe_exec_config {
-    const char *model_path;     /* the GGUF file (workers map it themselves) */
+    const char *model_path;       /* the GGUF file (workers map it themselves) */
     const struct gguf_file *gguf; /* the coordinator's own mapping of it */
     int n_layer, n_expert, n_expert_used;
-    int64_t n_embd, n_ff;       /* n_ff: expert FFN length */
-    const char *devices;        /* the --devices string, NULL = default */
-    int n_threads;              /* compute threads for in-process work */
-    struct coli_pool *pool;     /* optional: the forward pass's pool, which the in-process
+    int64_t n_embd, n_ff;   /* n_ff: expert FFN length */
+    const char *devices;    /* the --devices string, NULL = default */
+    int n_threads;          /* compute threads for in-process work */
+    struct coli_pool *pool; /* optional: the forward pass's pool, which the in-process
                                    executor then shares (NULL: it starts its own) */
     int verbose;
     const struct coli_settings *settings; /* the environment as read at load (core/settings.h);
                                              NULL: read it when the executor starts */
-    const uint64_t *heat;       /* optional (n_layer, n_expert) selection counts: placement
+    const uint64_t *heat;                 /* optional (n_layer, n_expert) selection counts: placement
                                    follows them (coordinator/sched/heat_place.c); NULL: bytes */
-    const char *pins;           /* optional "L:E=DEV,L:*=DEV" placements that win over heat */
+    const char *pins;                     /* optional "L:E=DEV,L:*=DEV" placements that win over heat */
 } moe_exec_config;
 
 /* The one way rows are grouped by expert (both executors): a stable counting
@@ -60,8 +59,8 @@ typedef struct moe_exec_config {
  * NULL) ordered by their expert ids[item] (each in [0, n_expert)); items of
  * one expert keep their order. start: (n_expert + 1) int64 of scratch; on
  * return start[e] is expert e's first position in out, start[n_expert] = n. */
-void moe_group_by_expert(const int32_t *ids, const int64_t *items, int64_t n, int n_expert,
-                         int64_t *start, int64_t *out);
+void moe_group_by_expert(const int32_t *ids, const int64_t *items, int64_t n, int n_expert, int64_t *start,
+                         int64_t *out);
 
 /* In-process: the cpu plugin's vtable called directly, no workers. */
 int moe_exec_inproc_new(const moe_exec_config *cfg, moe_exec **out);

@@ -14,26 +14,26 @@
 #include <string.h>
 
 #include "coordinator/moe_exec.h"
-#include "error.h"
-#include "expert_ffn.h"
-#include "gguf.h"
+#include "core/error.h"
+#include "core/expert_ffn.h"
+#include "core/gguf.h"
 #include "plugins/cpu/cpu_plugin.h"
 #include "plugins/plugin_abi.h"
-#include "strbuf.h"
+#include "core/strbuf.h"
 
 typedef struct inproc {
-    moe_exec base;                 /* first: a moe_exec* is an inproc* */
+    moe_exec base; /* first: a moe_exec* is an inproc* */
     const struct moe_plugin *plugin;
     moe_device *dev;
     char device_name[64];
     int n_layer, n_expert;
     int64_t n_embd;
-    size_t cap_rows;               /* rows xg/yg/order have room for */
-    float *xg, *yg;                /* (cap_rows, n_embd) inputs / outputs grouped by expert */
-    int64_t *order;                /* (cap_rows) grouped row -> pair index t*k + s */
-    int64_t *start;                /* (n_expert + 1) first grouped row of each expert in this call */
-    moe_batch_group *groups;       /* (n_expert) */
-    uint64_t *rows_by_expert;      /* (n_layer, n_expert) rows computed since start */
+    size_t cap_rows;          /* rows xg/yg/order have room for */
+    float *xg, *yg;           /* (cap_rows, n_embd) inputs / outputs grouped by expert */
+    int64_t *order;           /* (cap_rows) grouped row -> pair index t*k + s */
+    int64_t *start;           /* (n_expert + 1) first grouped row of each expert in this call */
+    moe_batch_group *groups;  /* (n_expert) */
+    uint64_t *rows_by_expert; /* (n_layer, n_expert) rows computed since start */
     uint64_t layer_calls, rows;
 } inproc;
 
@@ -50,28 +50,23 @@ static int s_reserve(inproc *ex, size_t rows) {
     if (yg) ex->yg = yg;
     int64_t *order = realloc(ex->order, cap * sizeof(int64_t));
     if (order) ex->order = order;
-    if (!xg || !yg || !order)
-        return coli_fail(COLI_ENOMEM, "inproc experts: cannot grow buffers to %zu rows", cap);
+    if (!xg || !yg || !order) return coli_fail(COLI_ENOMEM, "inproc experts: cannot grow buffers to %zu rows", cap);
     ex->cap_rows = cap;
     return 0;
 }
 
-void moe_group_by_expert(const int32_t *ids, const int64_t *items, int64_t n, int n_expert,
-                         int64_t *start, int64_t *out)
-{
+void moe_group_by_expert(const int32_t *ids, const int64_t *items, int64_t n, int n_expert, int64_t *start,
+                         int64_t *out) {
     memset(start, 0, ((size_t)n_expert + 1) * sizeof *start);
-    for (int64_t j = 0; j < n; j++)
-        start[ids[items ? items[j] : j] + 1]++;
-    for (int e = 0; e < n_expert; e++)
-        start[e + 1] += start[e];
+    for (int64_t j = 0; j < n; j++) start[ids[items ? items[j] : j] + 1]++;
+    for (int e = 0; e < n_expert; e++) start[e + 1] += start[e];
     /* start[e] is the next free position of expert e while placing, so it
      * ends one expert on: shift back afterwards */
     for (int64_t j = 0; j < n; j++) {
         int64_t item = items ? items[j] : j;
         out[start[ids[item]]++] = item;
     }
-    for (int e = n_expert; e > 0; e--)
-        start[e] = start[e - 1];
+    for (int e = n_expert; e > 0; e--) start[e] = start[e - 1];
     start[0] = 0;
 }
 
@@ -81,8 +76,8 @@ static int s_group(inproc *ex, int layer, const float *x, int64_t n_tok, int k, 
     const int64_t n_pairs = n_tok * k;
     for (int64_t p = 0; p < n_pairs; p++)
         if (ids[p] < 0 || ids[p] >= ex->n_expert)
-            return coli_fail(COLI_ERANGE, "inproc experts: layer %d: expert id %d out of range [0, %d)",
-                             layer, ids[p], ex->n_expert);
+            return coli_fail(COLI_ERANGE, "inproc experts: layer %d: expert id %d out of range [0, %d)", layer, ids[p],
+                             ex->n_expert);
     moe_group_by_expert(ids, NULL, n_pairs, ex->n_expert, ex->start, ex->order);
     int32_t n_groups = 0;
     for (int e = 0; e < ex->n_expert; e++) {
@@ -96,8 +91,7 @@ static int s_group(inproc *ex, int layer, const float *x, int64_t n_tok, int k, 
     return n_groups;
 }
 
-static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok, int k,
-                       const int32_t *ids, float *y) {
+static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok, int k, const int32_t *ids, float *y) {
     inproc *ex = (inproc *)self;
     const size_t E = (size_t)ex->n_embd;
     if (layer < 0 || layer >= ex->n_layer)
@@ -123,7 +117,10 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
 // stats
 
 static int s_finish(coli_strbuf *b, char **out) {
-    if (b->failed || !b->s) { free(b->s); return coli_fail(COLI_ENOMEM, "inproc experts: stats: out of memory"); }
+    if (b->failed || !b->s) {
+        free(b->s);
+        return coli_fail(COLI_ENOMEM, "inproc experts: stats: out of memory");
+    }
     *out = b->s;
     return 0;
 }
@@ -131,10 +128,11 @@ static int s_finish(coli_strbuf *b, char **out) {
 static int s_stats_json(moe_exec *self, char **json) {
     inproc *ex = (inproc *)self;
     coli_strbuf b = {0};
-    coli_strbuf_appendf(&b, "{\"executor\":\"inproc\",\"device\":\"%s\",\"n_layer\":%d,\"n_expert\":%d,"
+    coli_strbuf_appendf(&b,
+                        "{\"executor\":\"inproc\",\"device\":\"%s\",\"n_layer\":%d,\"n_expert\":%d,"
                         "\"layer_calls\":%llu,\"rows\":%llu,\"fallbacks\":0,\"expert_rows\":[",
-                        ex->device_name, ex->n_layer, ex->n_expert,
-                        (unsigned long long)ex->layer_calls, (unsigned long long)ex->rows);
+                        ex->device_name, ex->n_layer, ex->n_expert, (unsigned long long)ex->layer_calls,
+                        (unsigned long long)ex->rows);
     for (int l = 0; l < ex->n_layer; l++) {
         coli_strbuf_appendf(&b, "%s[", l ? "," : "");
         for (int e = 0; e < ex->n_expert; e++)
@@ -168,8 +166,12 @@ static void s_destroy(moe_exec *self) {
     inproc *ex = (inproc *)self;
     if (!ex) return;
     if (ex->plugin && ex->dev) ex->plugin->close(&ex->dev);
-    free(ex->xg); free(ex->yg); free(ex->order); free(ex->start);
-    free(ex->groups); free(ex->rows_by_expert);
+    free(ex->xg);
+    free(ex->yg);
+    free(ex->order);
+    free(ex->start);
+    free(ex->groups);
+    free(ex->rows_by_expert);
     free(ex);
 }
 
@@ -183,9 +185,16 @@ static int s_load_all(inproc *ex, const moe_exec_config *cfg) {
             int rc = expert_weights_from_gguf(cfg->gguf, l, e, &w);
             if (rc < 0) return rc;
             moe_expert_desc d = {
-                .layer = l, .expert = e, .n_embd = w.n_embd, .n_ff = w.n_ff,
-                .gate_type = (int32_t)w.gate_type, .up_type = (int32_t)w.up_type, .down_type = (int32_t)w.down_type,
-                .gate = w.gate, .up = w.up, .down = w.down,
+                .layer = l,
+                .expert = e,
+                .n_embd = w.n_embd,
+                .n_ff = w.n_ff,
+                .gate_type = (int32_t)w.gate_type,
+                .up_type = (int32_t)w.up_type,
+                .down_type = (int32_t)w.down_type,
+                .gate = w.gate,
+                .up = w.up,
+                .down = w.down,
                 .gate_bytes = coli_row_bytes(w.gate_type, w.n_embd) * (size_t)w.n_ff,
                 .up_bytes = coli_row_bytes(w.up_type, w.n_embd) * (size_t)w.n_ff,
                 .down_bytes = coli_row_bytes(w.down_type, w.n_ff) * (size_t)w.n_embd,
@@ -220,7 +229,9 @@ int moe_exec_inproc_new(const moe_exec_config *cfg, moe_exec **out) {
     inproc *ex = calloc(1, sizeof *ex);
     if (!ex) return coli_fail(COLI_ENOMEM, "inproc experts: out of memory");
     ex->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, NULL};
-    ex->n_layer = cfg->n_layer; ex->n_expert = cfg->n_expert; ex->n_embd = cfg->n_embd;
+    ex->n_layer = cfg->n_layer;
+    ex->n_expert = cfg->n_expert;
+    ex->n_embd = cfg->n_embd;
     ex->plugin = coli_cpu_plugin();
     ex->start = calloc((size_t)cfg->n_expert + 1, sizeof *ex->start);
     ex->groups = calloc((size_t)cfg->n_expert, sizeof *ex->groups);

@@ -5,24 +5,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "core/error.h"
 
 typedef struct pc_block {
-    uint64_t key, parent;          /* chain hash of the prefix up to its end / before it */
+    uint64_t key, parent; /* chain hash of the prefix up to its end / before it */
     struct pc_block *next_in_bucket;
     struct pc_block *newer, *older; /* the LRU list */
-    uint64_t op;                   /* the operation that last touched it (store guard) */
-    int32_t *ids;                  /* block_tokens ids */
-    unsigned char *rows;           /* per layer: K rows, then V rows (unless v_in_k) */
+    uint64_t op;                    /* the operation that last touched it (store guard) */
+    int32_t *ids;                   /* block_tokens ids */
+    unsigned char *rows;            /* per layer: K rows, then V rows (unless v_in_k) */
 } pc_block;
 
 struct prefix_cache {
     pthread_mutex_t mu;
     int n_layer, v_in_k, block_tokens;
-    size_t k_row, v_row;           /* bytes of one position's K / V row of one layer */
-    size_t block_bytes;            /* rows of one block over all layers */
+    size_t k_row, v_row; /* bytes of one position's K / V row of one layer */
+    size_t block_bytes;  /* rows of one block over all layers */
     pc_block **buckets;
-    size_t n_buckets;              /* a power of two */
+    size_t n_buckets; /* a power of two */
     pc_block *newest, *oldest;
     uint64_t op;
     prefix_cache_counters c;
@@ -33,8 +33,8 @@ static size_t s_elem_bytes(const kv_cache *kv) { return kv->f16 ? 2 : 4; }
 int prefix_cache_new(const kv_cache *layout, int block_tokens, size_t max_bytes, prefix_cache **out) {
     *out = NULL;
     if (block_tokens < 1 || layout->n_layer < 1 || layout->k_dim < 1)
-        return coli_fail(COLI_EINVAL, "prefix cache: block of %d tokens over %d layers: expected >= 1",
-                         block_tokens, layout->n_layer);
+        return coli_fail(COLI_EINVAL, "prefix cache: block of %d tokens over %d layers: expected >= 1", block_tokens,
+                         layout->n_layer);
     prefix_cache *pc = calloc(1, sizeof *pc);
     if (!pc) return coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
     pc->n_layer = layout->n_layer;
@@ -94,10 +94,14 @@ static pc_block *s_find(prefix_cache *pc, uint64_t key, uint64_t parent, const i
 }
 
 static void s_unlink_lru(prefix_cache *pc, pc_block *b) {
-    if (b->newer) b->newer->older = b->older;
-    else pc->newest = b->older;
-    if (b->older) b->older->newer = b->newer;
-    else pc->oldest = b->newer;
+    if (b->newer)
+        b->newer->older = b->older;
+    else
+        pc->newest = b->older;
+    if (b->older)
+        b->older->newer = b->newer;
+    else
+        pc->oldest = b->newer;
     b->newer = b->older = NULL;
 }
 
@@ -141,12 +145,16 @@ static void s_copy_rows(const prefix_cache *pc, pc_block *b, kv_cache *kv, int p
     unsigned char *r = b->rows;
     for (int l = 0; l < pc->n_layer; l++, r += kb + vb) {
         void *k = (void *)kv_cache_k(kv, l, pos);
-        if (to_kv) memcpy(k, r, kb);
-        else memcpy(r, k, kb);
+        if (to_kv)
+            memcpy(k, r, kb);
+        else
+            memcpy(r, k, kb);
         if (!vb) continue;
         void *v = (void *)kv_cache_v(kv, l, pos);
-        if (to_kv) memcpy(v, r + kb, vb);
-        else memcpy(r + kb, v, vb);
+        if (to_kv)
+            memcpy(v, r + kb, vb);
+        else
+            memcpy(r + kb, v, vb);
     }
 }
 
@@ -181,8 +189,8 @@ int prefix_cache_restore(prefix_cache *pc, kv_cache *kv, const int32_t *ids, int
 
 /* A new block keyed (key, parent) with ids and kv's rows at pos, evicting
  * older blocks as the budget needs (never one touched by this operation). */
-static pc_block *s_add(prefix_cache *pc, uint64_t key, uint64_t parent, const int32_t *ids,
-                       const kv_cache *kv, int pos, int *rc) {
+static pc_block *s_add(prefix_cache *pc, uint64_t key, uint64_t parent, const int32_t *ids, const kv_cache *kv, int pos,
+                       int *rc) {
     *rc = 0;
     while (pc->c.bytes + pc->block_bytes > pc->c.max_bytes && pc->oldest && pc->oldest->op != pc->op)
         s_evict_oldest(pc);
@@ -212,8 +220,7 @@ static pc_block *s_add(prefix_cache *pc, uint64_t key, uint64_t parent, const in
 
 int prefix_cache_store(prefix_cache *pc, const kv_cache *kv, const int32_t *ids, int n) {
     if (!s_shape_ok(pc, kv) || n > kv->n_ctx)
-        return coli_fail(COLI_EINVAL, "prefix cache: KV cache of another shape, or %d tokens > its %d", n,
-                         kv->n_ctx);
+        return coli_fail(COLI_EINVAL, "prefix cache: KV cache of another shape, or %d tokens > its %d", n, kv->n_ctx);
     const int B = pc->block_tokens, n_blocks = n / B;
     if (n_blocks == 0 || pc->c.max_bytes < pc->block_bytes) return 0;
     pc_block **chain = malloc((size_t)n_blocks * sizeof *chain);
@@ -226,8 +233,10 @@ int prefix_cache_store(prefix_cache *pc, const kv_cache *kv, const int32_t *ids,
         const int32_t *blk = ids + (size_t)i * (size_t)B;
         const uint64_t key = s_chain_key(parent, blk, B);
         pc_block *b = s_find(pc, key, parent, blk);
-        if (b) s_touch(pc, b); /* marks it as this operation's: not evicted below */
-        else if ((b = s_add(pc, key, parent, blk, kv, i * B, &rc))) added++;
+        if (b)
+            s_touch(pc, b); /* marks it as this operation's: not evicted below */
+        else if ((b = s_add(pc, key, parent, blk, kv, i * B, &rc)))
+            added++;
         if (!b) break;
         chain[i] = b;
         parent = key;

@@ -34,7 +34,7 @@ typedef struct prefix_cache_counters {
     uint64_t stored_tokens;  /* positions added */
     size_t bytes;            /* KV bytes held now */
     size_t max_bytes;
-    int n_blocks;            /* blocks held now */
+    int n_blocks; /* blocks held now */
     int block_tokens;
 } prefix_cache_counters;
 
@@ -42,19 +42,19 @@ typedef struct prefix_cache_counters {
  * f16 are read; n_ctx and the buffers are not). block_tokens >= 1;
  * max_bytes >= 0 (0: nothing is ever stored). Returns 0 with *out, or
  * COLI_EINVAL / COLI_ENOMEM. */
-int  prefix_cache_new(const kv_cache *layout, int block_tokens, size_t max_bytes, prefix_cache **out);
+int prefix_cache_new(const kv_cache *layout, int block_tokens, size_t max_bytes, prefix_cache **out);
 void prefix_cache_free(prefix_cache **pc);
 
 /* Copy the longest cached prefix of ids[0..n) that is at most max_tokens
  * long (whole blocks) into kv positions 0.., counting hits and, for the
  * n - restored prompt positions left to compute, misses. Returns the
  * positions restored (>= 0), or COLI_EINVAL when kv's shape differs. */
-int  prefix_cache_restore(prefix_cache *pc, kv_cache *kv, const int32_t *ids, int n, int max_tokens);
+int prefix_cache_restore(prefix_cache *pc, kv_cache *kv, const int32_t *ids, int n, int max_tokens);
 
 /* Store the whole blocks of ids[0..n), whose KV rows kv holds at positions
  * 0..n-1 (blocks already held are only touched). Returns the blocks added
  * (>= 0), COLI_EINVAL (shape, n > kv->n_ctx) or COLI_ENOMEM. */
-int  prefix_cache_store(prefix_cache *pc, const kv_cache *kv, const int32_t *ids, int n);
+int prefix_cache_store(prefix_cache *pc, const kv_cache *kv, const int32_t *ids, int n);
 
 void prefix_cache_get_counters(prefix_cache *pc, prefix_cache_counters *out);
 

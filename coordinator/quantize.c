@@ -22,12 +22,12 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "error.h"
-#include "gguf.h"
-#include "quant.h"
-#include "quantize_mix.h"
-#include "tensor.h"
-#include "threadpool.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/quant.h"
+#include "coordinator/quantize_mix.h"
+#include "core/tensor.h"
+#include "core/threadpool.h"
 
 static int s_ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -62,7 +62,7 @@ typedef struct convert_job {
     int64_t n_in, rows;
     size_t src_row, dst_row;
     char *dst;
-    float *tmp;                  /* n_in floats per thread */
+    float *tmp; /* n_in floats per thread */
 } convert_job;
 
 static void s_convert_rows(void *arg, int ith, int nth) {
@@ -86,7 +86,8 @@ static int s_convert(const coli_tensor *t, coli_dtype type, coli_pool *pool, voi
     j.dst = malloc(*nbytes);
     j.tmp = malloc((size_t)nth * (size_t)n_in * sizeof(float));
     if (!j.dst || !j.tmp) {
-        free(j.dst); free(j.tmp);
+        free(j.dst);
+        free(j.tmp);
         return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory for %zu bytes", t->name, *nbytes);
     }
     coli_pool_run(pool, s_convert_rows, &j);
@@ -124,8 +125,7 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, co
             data = bufs[i];
             out_type = type;
         }
-        if ((rc = gguf_writer_add_tensor(w, t->name, out_type, t->n_dims, t->ne, data, nbytes)) < 0)
-            return rc;
+        if ((rc = gguf_writer_add_tensor(w, t->name, out_type, t->n_dims, t->ne, data, nbytes)) < 0) return rc;
     }
     return 0;
 }
@@ -137,8 +137,10 @@ static int s_override(const char *name, const char *what, int *out) {
     *out = -1;
     if (!name) return 0;
     if (coli_dtype_from_name(name, &t) != 0 || t == COLI_Q8_1 || t == COLI_Q8_K)
-        return coli_fail(COLI_EINVAL, "quantize: %s '%s' is not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                         "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)", what, name);
+        return coli_fail(COLI_EINVAL,
+                         "quantize: %s '%s' is not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                         "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
+                         what, name);
     *out = (int)t;
     return 0;
 }
@@ -158,8 +160,10 @@ static int s_quantize(const char *in_path, const char *out_path, const quant_pre
     void **bufs = calloc((size_t)(n ? n : 1), sizeof *bufs);
     gguf_writer *w = gguf_writer_new();
     coli_pool *pool = coli_pool_new(params && params->n_threads > 0 ? params->n_threads : 0);
-    if (!order || !bufs || !w) rc = coli_fail(COLI_ENOMEM, "quantize: out of memory");
-    else if (!pool) rc = coli_fail_prefix(COLI_ENOMEM, "quantize");
+    if (!order || !bufs || !w)
+        rc = coli_fail(COLI_ENOMEM, "quantize: out of memory");
+    else if (!pool)
+        rc = coli_fail_prefix(COLI_ENOMEM, "quantize");
     if (rc == 0) rc = s_copy_metadata(w, in, preset);
     if (rc == 0) rc = s_add_tensors(w, in, &mix, pool, order, bufs);
     if (rc == 0) rc = gguf_writer_write(w, out_path);

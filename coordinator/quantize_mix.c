@@ -14,32 +14,63 @@
  *    Q3_K/Q4_K.
  *  - a type whose block does not divide the row length falls back (header).
  */
-#include "quantize_mix.h"
+#include "coordinator/quantize_mix.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "core/error.h"
 
 /* llama_ftype values (llama.h) */
 enum {
-    FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
-    FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15,
-    FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_Q2_K_S = 21, FT_IQ4_NL = 25, FT_IQ4_XS = 30,
+    FT_F32 = 0,
+    FT_F16 = 1,
+    FT_Q4_0 = 2,
+    FT_Q4_1 = 3,
+    FT_Q8_0 = 7,
+    FT_Q5_0 = 8,
+    FT_Q5_1 = 9,
+    FT_Q2_K = 10,
+    FT_Q3_K_S = 11,
+    FT_Q3_K_M = 12,
+    FT_Q3_K_L = 13,
+    FT_Q4_K_S = 14,
+    FT_Q4_K_M = 15,
+    FT_Q5_K_S = 16,
+    FT_Q5_K_M = 17,
+    FT_Q6_K = 18,
+    FT_Q2_K_S = 21,
+    FT_IQ4_NL = 25,
+    FT_IQ4_XS = 30,
     FT_BF16 = 32,
 };
 
 static const quant_preset s_presets[] = {
-    {"F32", FT_F32, COLI_F32},          {"F16", FT_F16, COLI_F16},          {"BF16", FT_BF16, COLI_BF16},
-    {"Q8_0", FT_Q8_0, COLI_Q8_0},       {"Q4_0", FT_Q4_0, COLI_Q4_0},       {"Q4_1", FT_Q4_1, COLI_Q4_1},
-    {"Q5_0", FT_Q5_0, COLI_Q5_0},       {"Q5_1", FT_Q5_1, COLI_Q5_1},       {"IQ4_NL", FT_IQ4_NL, COLI_IQ4_NL},
-    {"IQ4_XS", FT_IQ4_XS, COLI_IQ4_XS}, {"Q2_K", FT_Q2_K, COLI_Q2_K},       {"Q2_K_S", FT_Q2_K_S, COLI_Q2_K},
-    {"Q3_K_S", FT_Q3_K_S, COLI_Q3_K},   {"Q3_K_M", FT_Q3_K_M, COLI_Q3_K},   {"Q3_K_L", FT_Q3_K_L, COLI_Q3_K},
-    {"Q4_K_S", FT_Q4_K_S, COLI_Q4_K},   {"Q4_K_M", FT_Q4_K_M, COLI_Q4_K},   {"Q5_K_S", FT_Q5_K_S, COLI_Q5_K},
-    {"Q5_K_M", FT_Q5_K_M, COLI_Q5_K},   {"Q6_K", FT_Q6_K, COLI_Q6_K},
+    {"F32", FT_F32, COLI_F32},
+    {"F16", FT_F16, COLI_F16},
+    {"BF16", FT_BF16, COLI_BF16},
+    {"Q8_0", FT_Q8_0, COLI_Q8_0},
+    {"Q4_0", FT_Q4_0, COLI_Q4_0},
+    {"Q4_1", FT_Q4_1, COLI_Q4_1},
+    {"Q5_0", FT_Q5_0, COLI_Q5_0},
+    {"Q5_1", FT_Q5_1, COLI_Q5_1},
+    {"IQ4_NL", FT_IQ4_NL, COLI_IQ4_NL},
+    {"IQ4_XS", FT_IQ4_XS, COLI_IQ4_XS},
+    {"Q2_K", FT_Q2_K, COLI_Q2_K},
+    {"Q2_K_S", FT_Q2_K_S, COLI_Q2_K},
+    {"Q3_K_S", FT_Q3_K_S, COLI_Q3_K},
+    {"Q3_K_M", FT_Q3_K_M, COLI_Q3_K},
+    {"Q3_K_L", FT_Q3_K_L, COLI_Q3_K},
+    {"Q4_K_S", FT_Q4_K_S, COLI_Q4_K},
+    {"Q4_K_M", FT_Q4_K_M, COLI_Q4_K},
+    {"Q5_K_S", FT_Q5_K_S, COLI_Q5_K},
+    {"Q5_K_M", FT_Q5_K_M, COLI_Q5_K},
+    {"Q6_K", FT_Q6_K, COLI_Q6_K},
     /* llama-quantize's aliases */
-    {"Q3_K", FT_Q3_K_M, COLI_Q3_K},     {"Q4_K", FT_Q4_K_M, COLI_Q4_K},     {"Q5_K", FT_Q5_K_M, COLI_Q5_K},
+    {"Q3_K", FT_Q3_K_M, COLI_Q3_K},
+    {"Q4_K", FT_Q4_K_M, COLI_Q4_K},
+    {"Q5_K", FT_Q5_K_M, COLI_Q5_K},
 };
 #define N_PRESETS (sizeof s_presets / sizeof s_presets[0])
 
@@ -56,26 +87,35 @@ const char *quant_preset_names(void) {
 
 /* ---- the rule table ---------------------------------------------------- */
 
-typedef enum tensor_role { ROLE_OTHER, ROLE_ATTN_V, ROLE_ATTN_K, ROLE_FFN_DOWN, ROLE_ATTN_OUT, ROLE_ATTN_QKV } tensor_role;
+typedef enum tensor_role {
+    ROLE_OTHER,
+    ROLE_ATTN_V,
+    ROLE_ATTN_K,
+    ROLE_FFN_DOWN,
+    ROLE_ATTN_OUT,
+    ROLE_ATTN_QKV
+} tensor_role;
 
 /* Facts about one tensor; a rule holds when all the facts it names hold. */
 enum {
-    C_FALCON = 1 << 0, C_NOT_FALCON = 1 << 1,
-    C_GQA4 = 1 << 2,         /* n_head / n_head_kv >= 4 */
-    C_WV_LT2 = 1 << 3,       /* fewer than 2 attn_v seen before this one */
+    C_FALCON = 1 << 0,
+    C_NOT_FALCON = 1 << 1,
+    C_GQA4 = 1 << 2,   /* n_head / n_head_kv >= 4 */
+    C_WV_LT2 = 1 << 3, /* fewer than 2 attn_v seen before this one */
     C_WV_LT4 = 1 << 4,
-    C_WV_MORE = 1 << 5,      /* use_more_bits(i_attn_v, n_attn_v) */
-    C_L_LT16 = 1 << 6,       /* layer < n_layer / 16 */
-    C_L_LT8 = 1 << 7,        /* layer < n_layer / 8 */
-    C_L_MORE = 1 << 8,       /* use_more_bits(layer, n_layer) */
-    C_EXP8 = 1 << 9, C_NOT_EXP8 = 1 << 10, /* exactly 8 experts, or not */
+    C_WV_MORE = 1 << 5, /* use_more_bits(i_attn_v, n_attn_v) */
+    C_L_LT16 = 1 << 6,  /* layer < n_layer / 16 */
+    C_L_LT8 = 1 << 7,   /* layer < n_layer / 8 */
+    C_L_MORE = 1 << 8,  /* use_more_bits(layer, n_layer) */
+    C_EXP8 = 1 << 9,
+    C_NOT_EXP8 = 1 << 10, /* exactly 8 experts, or not */
 };
 
 static const struct mix_rule {
     tensor_role role;
-    uint32_t    ftype;
-    unsigned    cond;
-    coli_dtype  type;
+    uint32_t ftype;
+    unsigned cond;
+    coli_dtype type;
 } s_rules[] = {
     {ROLE_ATTN_V, FT_Q2_K, C_GQA4, COLI_Q4_K},
     {ROLE_ATTN_V, FT_Q2_K, 0, COLI_Q3_K},
@@ -193,7 +233,9 @@ static int s_fits(coli_dtype type, int64_t n_in) { return n_in % coli_dtype_bloc
 static int s_fallback(const coli_tensor *t, coli_dtype type, coli_dtype *out) {
     coli_dtype fb;
     switch (type) {
-    case COLI_Q2_K: case COLI_Q3_K: case COLI_IQ4_XS: fb = COLI_IQ4_NL; break;
+    case COLI_Q2_K:
+    case COLI_Q3_K:
+    case COLI_IQ4_XS: fb = COLI_IQ4_NL; break;
     case COLI_Q4_K: fb = COLI_Q5_0; break;
     case COLI_Q5_K: fb = COLI_Q5_1; break;
     case COLI_Q6_K: fb = COLI_Q8_0; break;
@@ -215,9 +257,12 @@ int quant_mix_type(quant_mix *m, const coli_tensor *t, coli_dtype *out) {
     coli_dtype type = base;
     if (!m->pure && quantized) {
         if (s_is_output(m, t->name)) {
-            if (m->output_type >= 0) type = (coli_dtype)m->output_type;
-            else if (m->falcon || !s_fits(base, t->ne[0])) type = COLI_Q8_0;
-            else if (base != COLI_Q8_0) type = COLI_Q6_K;
+            if (m->output_type >= 0)
+                type = (coli_dtype)m->output_type;
+            else if (m->falcon || !s_fits(base, t->ne[0]))
+                type = COLI_Q8_0;
+            else if (base != COLI_Q8_0)
+                type = COLI_Q6_K;
         } else if (strcmp(t->name, "token_embd.weight") == 0 && m->token_embd_type >= 0) {
             type = (coli_dtype)m->token_embd_type;
         } else if (strcmp(t->name, "token_embd.weight") != 0) {
@@ -246,8 +291,8 @@ static uint32_t s_arch_u32(const gguf_file *f, const char *arch, const char *suf
     return gguf_get_u32(f, key, &v) == 0 ? v : dflt;
 }
 
-int quant_mix_init(quant_mix *m, const gguf_file *f, const quant_preset *p, int pure,
-                   int output_type, int token_embd_type) {
+int quant_mix_init(quant_mix *m, const gguf_file *f, const quant_preset *p, int pure, int output_type,
+                   int token_embd_type) {
     memset(m, 0, sizeof *m);
     m->preset = p;
     m->pure = pure;

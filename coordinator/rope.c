@@ -14,8 +14,8 @@ static float s_corr_dim(int n_rot, int n_ctx_orig, float n_rotations, float base
     return (float)n_rot * logf((float)n_ctx_orig / (n_rotations * 2.0f * (float)M_PI)) / (2.0f * logf(base));
 }
 
-void rope_params_init(rope_params *rp, int n_rot, int neox, float base, rope_scaling scaling,
-                      float factor, int n_ctx_orig, float attn_factor, float beta_fast, float beta_slow) {
+void rope_params_init(rope_params *rp, int n_rot, int neox, float base, rope_scaling scaling, float factor,
+                      int n_ctx_orig, float attn_factor, float beta_fast, float beta_slow) {
     rp->n_rot = n_rot;
     rp->neox = neox;
     rp->base = base;

@@ -26,13 +26,13 @@ typedef enum rope_scaling {
 } rope_scaling;
 
 typedef struct rope_params {
-    int n_rot;            /* rotated dims of a head (even) */
-    int neox;             /* 1: pairs (i, i + n_rot/2); 0: adjacent pairs (2i, 2i+1) */
-    float base;           /* theta, rope.freq_base */
+    int n_rot;  /* rotated dims of a head (even) */
+    int neox;   /* 1: pairs (i, i + n_rot/2); 0: adjacent pairs (2i, 2i+1) */
+    float base; /* theta, rope.freq_base */
     rope_scaling scaling;
-    float freq_scale;     /* 1 / rope.scaling.factor; 1 without scaling */
-    float ext_factor;     /* YaRN mix weight: 1 for yarn, 0 otherwise (llama.cpp's default) */
-    float attn_factor;    /* cos/sin magnitude before YaRN's own correction */
+    float freq_scale;          /* 1 / rope.scaling.factor; 1 without scaling */
+    float ext_factor;          /* YaRN mix weight: 1 for yarn, 0 otherwise (llama.cpp's default) */
+    float attn_factor;         /* cos/sin magnitude before YaRN's own correction */
     float corr_low, corr_high; /* YaRN ramp: pair indices where interpolation starts / ends */
     const float *freq_factors; /* NULL, or n_rot/2 divisors of each pair's angle (the
                                   rope_freqs.weight tensor of Llama-3.1-style files) */
@@ -42,8 +42,8 @@ typedef struct rope_params {
  * factor: rope.scaling.factor (> 0; ignored for NONE); n_ctx_orig: the
  * training context YaRN corrects for; beta_fast, beta_slow: YaRN's ramp
  * bounds in rotations (llama.cpp: 32, 1). */
-void rope_params_init(rope_params *rp, int n_rot, int neox, float base, rope_scaling scaling,
-                      float factor, int n_ctx_orig, float attn_factor, float beta_fast, float beta_slow);
+void rope_params_init(rope_params *rp, int n_rot, int neox, float base, rope_scaling scaling, float factor,
+                      int n_ctx_orig, float attn_factor, float beta_fast, float beta_slow);
 
 /* cs[2i], cs[2i+1] = cos, sin of pair i's angle at pos (n_rot floats). */
 void rope_angles(const rope_params *rp, int pos, float *cs);

@@ -4,12 +4,11 @@
 #include <errno.h>
 #include <string.h>
 
-#include "error.h"
+#include "core/error.h"
 
-#define ROUTE_MAX_K 64   /* experts per token the trace spells out (models use <= 16) */
+#define ROUTE_MAX_K 64 /* experts per token the trace spells out (models use <= 16) */
 
-static void s_trace_line(FILE *fp, int ctx, const coli_route_event *ev)
-{
+static void s_trace_line(FILE *fp, int ctx, const coli_route_event *ev) {
     fprintf(fp, "{\"ctx\":%d,\"pos\":%d,\"layer\":%d,\"experts\":[", ctx, ev->pos, ev->layer);
     for (int j = 0; j < ev->k; j++) fprintf(fp, "%s%d", j ? "," : "", ev->experts[j]);
     fputs("],\"weights\":[", fp);
@@ -19,8 +18,7 @@ static void s_trace_line(FILE *fp, int ctx, const coli_route_event *ev)
     fputs("]}\n", fp);
 }
 
-void route_obs_hook(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w)
-{
+void route_obs_hook(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w) {
     route_obs *o = user;
     route_sink *sink = o->sink;
     if (sink->heat.count) heat_add(&sink->heat, layer, n_tok, k, sel);
@@ -36,12 +34,10 @@ void route_obs_hook(void *user, int layer, int pos0, int n_tok, int k, const int
     }
 }
 
-int route_sink_trace(route_sink *sink, const char *path)
-{
+int route_sink_trace(route_sink *sink, const char *path) {
     if (sink->trace) fclose(sink->trace);
     sink->trace = NULL;
     if (!path) return 0;
-    if (!(sink->trace = fopen(path, "w")))
-        return coli_fail(COLI_EIO, "route trace %s: %s", path, strerror(errno));
+    if (!(sink->trace = fopen(path, "w"))) return coli_fail(COLI_EIO, "route trace %s: %s", path, strerror(errno));
     return 0;
 }

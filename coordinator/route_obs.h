@@ -15,15 +15,15 @@
 
 /* Model-wide: one per coli_model. */
 typedef struct route_sink {
-    heat_table heat;        /* counts (loaded + new); heat.count NULL: not counted */
-    FILE *trace;            /* coli_dump_routing's file, NULL: none */
-    int next_ctx;           /* ids of contexts, in creation order */
+    heat_table heat; /* counts (loaded + new); heat.count NULL: not counted */
+    FILE *trace;     /* coli_dump_routing's file, NULL: none */
+    int next_ctx;    /* ids of contexts, in creation order */
 } route_sink;
 
 /* Per context. */
 typedef struct route_obs {
     route_sink *sink;
-    moe_exec *moe;          /* who says which device computed a pair */
+    moe_exec *moe; /* who says which device computed a pair */
     int ctx_id;
     coli_route_cb cb;
     void *user;

@@ -6,8 +6,9 @@
 #include "coordinator/forward_impl.h"
 
 router_params router_params_of(const model_hparams *hp) {
-    return (router_params){hp->n_expert, hp->n_expert_used, hp->gating, hp->renorm_topk,
-                           hp->expert_weights_scale, hp->n_expert_group, hp->n_expert_group_used};
+    return (router_params){hp->n_expert,           hp->n_expert_used,        hp->gating,
+                           hp->renorm_topk,        hp->expert_weights_scale, hp->n_expert_group,
+                           hp->n_expert_group_used};
 }
 
 /* The k largest of v[0..n) (not -inf-masked ones first) into sel, best first;
@@ -57,7 +58,10 @@ void router_select(const router_params *rp, float *p, const float *bias, float *
     }
     s_top_k(choice, X, K, sel);
     float sum = 0.0f;
-    for (int j = 0; j < K; j++) { w[j] = p[sel[j]]; sum += w[j]; }
+    for (int j = 0; j < K; j++) {
+        w[j] = p[sel[j]];
+        sum += w[j];
+    }
     if (rp->renorm)
         for (int j = 0; j < K; j++) w[j] /= sum;
     if (rp->scale != 1.0f)

@@ -20,10 +20,10 @@
 typedef struct router_params {
     int n_expert, n_used;
     expert_gating gating;
-    int renorm;           /* weights divided by their sum */
-    float scale;          /* weights multiplied by it (1: unchanged) */
-    int n_group;          /* expert groups (<= 1: none) */
-    int n_group_used;     /* groups kept eligible when n_group > 1 */
+    int renorm;       /* weights divided by their sum */
+    float scale;      /* weights multiplied by it (1: unchanged) */
+    int n_group;      /* expert groups (<= 1: none) */
+    int n_group_used; /* groups kept eligible when n_group > 1 */
 } router_params;
 
 /* The parameters of a model's MoE layers. */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "core/error.h"
 
 // ---------------------------------------------------------------------------
 // PCG32 (O'Neill, pcg-random.org): small, fast, the same on every platform
@@ -37,7 +37,8 @@ static double s_uniform(sampler *s) {
 
 int32_t sampler_argmax(const float *x, int n) {
     int32_t best = 0;
-    for (int i = 1; i < n; i++) if (x[i] > x[best]) best = i;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
     return best;
 }
 
@@ -58,7 +59,9 @@ static void s_sift_down(sampler_cand *h, int n, int i) {
         if (l < n && s_better(&h[w], &h[l])) w = l;
         if (r < n && s_better(&h[w], &h[r])) w = r;
         if (w == i) return;
-        sampler_cand t = h[i]; h[i] = h[w]; h[w] = t;
+        sampler_cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
         i = w;
     }
 }
@@ -67,7 +70,10 @@ static void s_sift_down(sampler_cand *h, int n, int i) {
 static void s_top_k(sampler_cand *c, int n, int k) {
     for (int i = k / 2 - 1; i >= 0; i--) s_sift_down(c, k, i);
     for (int i = k; i < n; i++)
-        if (s_better(&c[i], &c[0])) { c[0] = c[i]; s_sift_down(c, k, 0); }
+        if (s_better(&c[i], &c[0])) {
+            c[0] = c[i];
+            s_sift_down(c, k, 0);
+        }
     qsort(c, (size_t)k, sizeof *c, s_cmp);
 }
 
@@ -83,15 +89,18 @@ static int s_check(const coli_sampling_params *p, int n_vocab) {
         return coli_fail(COLI_EINVAL, "sampling: top_p %g: expected 0 < top_p <= 1", (double)p->top_p);
     if (p->n_predict < 0) return coli_fail(COLI_EINVAL, "sampling: n_predict %d: expected >= 0", p->n_predict);
     if (!(p->repeat_penalty >= 0.0f) || !isfinite(p->repeat_penalty))
-        return coli_fail(COLI_EINVAL, "sampling: repeat_penalty %g: expected a finite value >= 0", (double)p->repeat_penalty);
+        return coli_fail(COLI_EINVAL, "sampling: repeat_penalty %g: expected a finite value >= 0",
+                         (double)p->repeat_penalty);
     if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
         return coli_fail(COLI_EINVAL, "sampling: presence/frequency penalty %g/%g: expected finite values",
                          (double)p->presence_penalty, (double)p->frequency_penalty);
-    if (p->repeat_last_n < -1) return coli_fail(COLI_EINVAL, "sampling: repeat_last_n %d: expected >= -1", p->repeat_last_n);
+    if (p->repeat_last_n < -1)
+        return coli_fail(COLI_EINVAL, "sampling: repeat_last_n %d: expected >= -1", p->repeat_last_n);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
         return coli_fail(COLI_EINVAL, "sampling: min_p %g: expected 0 <= min_p <= 1", (double)p->min_p);
     if (p->top_logprobs < 0 || p->top_logprobs > COLI_MAX_TOP_LOGPROBS)
-        return coli_fail(COLI_EINVAL, "sampling: top_logprobs %d: expected 0 to %d", p->top_logprobs, COLI_MAX_TOP_LOGPROBS);
+        return coli_fail(COLI_EINVAL, "sampling: top_logprobs %d: expected 0 to %d", p->top_logprobs,
+                         COLI_MAX_TOP_LOGPROBS);
     if (n_vocab <= 0) return coli_fail(COLI_EINVAL, "sampling: n_vocab %d", n_vocab);
     return 0;
 }
@@ -197,16 +206,26 @@ static int s_candidates(sampler *s, const float *l) {
     sampler_cand *c = s->cand;
     int n = 0;
     for (int i = 0; i < s->n_vocab; i++)
-        if (isfinite(l[i])) { c[n].v = l[i]; c[n].id = i; n++; }
+        if (isfinite(l[i])) {
+            c[n].v = l[i];
+            c[n].id = i;
+            n++;
+        }
     if (n == 0) return 0;
     int sorted = 0;
-    if (p->top_k > 0 && p->top_k < n) { s_top_k(c, n, p->top_k); n = p->top_k; sorted = 1; }
+    if (p->top_k > 0 && p->top_k < n) {
+        s_top_k(c, n, p->top_k);
+        n = p->top_k;
+        sorted = 1;
+    }
     if (p->min_p > 0.0f) {
         float max = c[0].v;
-        for (int i = 1; i < n; i++) if (c[i].v > max) max = c[i].v;
+        for (int i = 1; i < n; i++)
+            if (c[i].v > max) max = c[i].v;
         float floor_logit = max + logf(p->min_p);
         int kept = 0;
-        for (int i = 0; i < n; i++) if (c[i].v >= floor_logit) c[kept++] = c[i];
+        for (int i = 0; i < n; i++)
+            if (c[i].v >= floor_logit) c[kept++] = c[i];
         n = kept;
     }
     if (!sorted && p->top_p < 1.0f) qsort(c, (size_t)n, sizeof *c, s_cmp);
@@ -225,16 +244,23 @@ static int32_t s_draw(sampler *s, const float *l) {
     if (n == 0) return -1;
     // p = softmax(logit / T) over the candidates
     float max = c[0].v;
-    for (int i = 1; i < n; i++) if (c[i].v > max) max = c[i].v;
+    for (int i = 1; i < n; i++)
+        if (c[i].v > max) max = c[i].v;
     double sum = 0.0;
-    for (int i = 0; i < n; i++) { c[i].v = expf((c[i].v - max) / p->temperature); sum += c[i].v; }
+    for (int i = 0; i < n; i++) {
+        c[i].v = expf((c[i].v - max) / p->temperature);
+        sum += c[i].v;
+    }
     // top-p: the shortest best-first prefix holding top_p of the mass
     double keep = sum;
     if (p->top_p < 1.0f) {
         double cum = 0.0;
         for (int i = 0; i < n; i++) {
             cum += c[i].v;
-            if (cum >= p->top_p * sum) { n = i + 1; break; }
+            if (cum >= p->top_p * sum) {
+                n = i + 1;
+                break;
+            }
         }
         keep = cum;
     }

@@ -24,7 +24,7 @@
 #include "colibri.h"
 
 typedef struct sampler_cand {
-    float v;      /* logit, then probability */
+    float v; /* logit, then probability */
     int32_t id;
 } sampler_cand;
 
@@ -32,11 +32,11 @@ typedef struct sampler {
     coli_sampling_params p;
     uint64_t rng_state, rng_inc; /* PCG32 */
     int n_vocab;
-    sampler_cand *cand;          /* (n_vocab) scratch */
-    float *work;                 /* (n_vocab) adjusted logits; NULL when nothing adjusts them */
-    int32_t *hist;               /* ring of the last accepted tokens (penalties) */
+    sampler_cand *cand; /* (n_vocab) scratch */
+    float *work;        /* (n_vocab) adjusted logits; NULL when nothing adjusts them */
+    int32_t *hist;      /* ring of the last accepted tokens (penalties) */
     int hist_cap, hist_len, hist_head;
-    int *counts;                 /* (n_vocab) occurrences in hist; NULL when no penalty is on */
+    int *counts; /* (n_vocab) occurrences in hist; NULL when no penalty is on */
     /* logprobs of the last sampled token (p.logprobs) */
     coli_logprob chosen, top[COLI_MAX_TOP_LOGPROBS];
     int n_top;
@@ -46,7 +46,7 @@ typedef struct sampler {
  * n_predict >= 0, penalties finite, repeat_penalty >= 0, repeat_last_n >= -1,
  * 0 <= min_p <= 1, 0 <= top_logprobs <= COLI_MAX_TOP_LOGPROBS) and
  * allocate. Returns 0, COLI_EINVAL or COLI_ENOMEM. */
-int  sampler_init(sampler *s, const coli_sampling_params *p, int n_vocab);
+int sampler_init(sampler *s, const coli_sampling_params *p, int n_vocab);
 void sampler_free(sampler *s);
 
 /* Note a token of the sequence (prompt or generated) for the penalties.

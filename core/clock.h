@@ -9,16 +9,14 @@
 #include <time.h>
 
 /* Now, in nanoseconds since an arbitrary fixed point (boot). */
-static inline uint64_t coli_now_ns(void)
-{
+static inline uint64_t coli_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
 /* Now, in seconds (same clock), for durations printed to people. */
-static inline double coli_now_s(void)
-{
+static inline double coli_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;

@@ -1,5 +1,5 @@
 /* cpu_features.c - run-time CPU feature detection; see cpu_features.h. */
-#include "cpu_features.h"
+#include "core/cpu_features.h"
 
 #include <stdatomic.h>
 
@@ -17,8 +17,8 @@ int coli_cpu_avx2(void) {
      * "f16c"); the avx2 test already covers the OS saving YMM state */
     unsigned a, b, c, d;
     __builtin_cpu_init();
-    v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+        (c & bit_F16C);
 #else
     v = 0;
 #endif

@@ -1,5 +1,5 @@
 /* error.c - thread-local error messages; see error.h. */
-#include "error.h"
+#include "core/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,18 +39,18 @@ const char *coli_last_error(void) { return s_message; }
 
 const char *coli_status_str(int status) {
     switch (status) {
-    case COLI_OK:           return "OK";
-    case COLI_EINVAL:       return "EINVAL";
-    case COLI_EIO:          return "EIO";
-    case COLI_EFORMAT:      return "EFORMAT";
+    case COLI_OK: return "OK";
+    case COLI_EINVAL: return "EINVAL";
+    case COLI_EIO: return "EIO";
+    case COLI_EFORMAT: return "EFORMAT";
     case COLI_EUNSUPPORTED: return "EUNSUPPORTED";
-    case COLI_ENOMEM:       return "ENOMEM";
-    case COLI_ERANGE:       return "ERANGE";
-    case COLI_EDEVICE:      return "EDEVICE";
-    case COLI_ETIMEOUT:     return "ETIMEOUT";
-    case COLI_EPROTO:       return "EPROTO";
-    case COLI_ECANCELLED:   return "ECANCELLED";
-    case COLI_EINTERNAL:    return "EINTERNAL";
-    default:                return "EUNKNOWN";
+    case COLI_ENOMEM: return "ENOMEM";
+    case COLI_ERANGE: return "ERANGE";
+    case COLI_EDEVICE: return "EDEVICE";
+    case COLI_ETIMEOUT: return "ETIMEOUT";
+    case COLI_EPROTO: return "EPROTO";
+    case COLI_ECANCELLED: return "ECANCELLED";
+    case COLI_EINTERNAL: return "EINTERNAL";
+    default: return "EUNKNOWN";
     }
 }

@@ -11,7 +11,7 @@
 #ifndef COLI_CORE_ERROR_H
 #define COLI_CORE_ERROR_H
 
-#include "colibri.h"   /* coli_status, coli_last_error, coli_status_str */
+#include "colibri.h" /* coli_status, coli_last_error, coli_status_str */
 
 /* Set the thread's error message (printf format) and return code. */
 int coli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,13 +1,13 @@
 /*
  * expert_ffn.c - one gated FFN expert; see expert_ffn.h.
  */
-#include "expert_ffn.h"
+#include "core/expert_ffn.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "error.h"
+#include "core/error.h"
 
 size_t expert_weights_bytes(const expert_weights *w) {
     return coli_row_bytes(w->gate_type, w->n_embd) * (size_t)w->n_ff +
@@ -25,15 +25,13 @@ static int find_exps(const gguf_file *f, int layer, const char *part, const coli
     const coli_tensor *t = gguf_find_tensor(f, name);
     if (!t) return coli_fail(COLI_EFORMAT, "tensor '%s': missing", name);
     if (t->n_dims != 3)
-        return coli_fail(COLI_EFORMAT, "tensor '%s': %d dims, expected 3 (n_in, n_out, n_expert)",
-                         name, t->n_dims);
+        return coli_fail(COLI_EFORMAT, "tensor '%s': %d dims, expected 3 (n_in, n_out, n_expert)", name, t->n_dims);
     if (!coli_dtype_valid((uint32_t)t->type))
         return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': type %s not supported", name,
                          coli_dtype_name((uint32_t)t->type));
     if (t->ne[0] % coli_dtype_block_elems(t->type) != 0)
-        return coli_fail(COLI_EFORMAT, "tensor '%s': row of %lld not a multiple of %lld for %s",
-                         name, (long long)t->ne[0], (long long)coli_dtype_block_elems(t->type),
-                         coli_dtype_name(t->type));
+        return coli_fail(COLI_EFORMAT, "tensor '%s': row of %lld not a multiple of %lld for %s", name,
+                         (long long)t->ne[0], (long long)coli_dtype_block_elems(t->type), coli_dtype_name(t->type));
     *out = t;
     return 0;
 }
@@ -60,17 +58,20 @@ int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_w
         return rc;
     const int64_t n_embd = g->ne[0], n_ff = g->ne[1], n_expert = g->ne[2];
     if (u->ne[0] != n_embd || u->ne[1] != n_ff || u->ne[2] != n_expert)
-        return coli_fail(COLI_EFORMAT, "tensor '%s': shape {%lld, %lld, %lld} differs from gate's "
-                         "{%lld, %lld, %lld}", u->name, (long long)u->ne[0], (long long)u->ne[1],
-                         (long long)u->ne[2], (long long)n_embd, (long long)n_ff, (long long)n_expert);
+        return coli_fail(COLI_EFORMAT,
+                         "tensor '%s': shape {%lld, %lld, %lld} differs from gate's "
+                         "{%lld, %lld, %lld}",
+                         u->name, (long long)u->ne[0], (long long)u->ne[1], (long long)u->ne[2], (long long)n_embd,
+                         (long long)n_ff, (long long)n_expert);
     if (d->ne[0] != n_ff || d->ne[1] != n_embd || d->ne[2] != n_expert)
-        return coli_fail(COLI_EFORMAT, "tensor '%s': shape {%lld, %lld, %lld}, expected "
-                         "{n_ff %lld, n_embd %lld, n_expert %lld}", d->name, (long long)d->ne[0],
-                         (long long)d->ne[1], (long long)d->ne[2], (long long)n_ff,
+        return coli_fail(COLI_EFORMAT,
+                         "tensor '%s': shape {%lld, %lld, %lld}, expected "
+                         "{n_ff %lld, n_embd %lld, n_expert %lld}",
+                         d->name, (long long)d->ne[0], (long long)d->ne[1], (long long)d->ne[2], (long long)n_ff,
                          (long long)n_embd, (long long)n_expert);
     if (expert < 0 || expert >= n_expert)
-        return coli_fail(COLI_ERANGE, "tensor '%s': expert %d out of range [0, %lld)",
-                         g->name, expert, (long long)n_expert);
+        return coli_fail(COLI_ERANGE, "tensor '%s': expert %d out of range [0, %lld)", g->name, expert,
+                         (long long)n_expert);
     memset(out, 0, sizeof *out);
     out->gate = expert_slice(g, expert);
     out->up = expert_slice(u, expert);
@@ -117,8 +118,8 @@ static int check_task(const expert_ffn_task *t, int i) {
         return coli_fail(COLI_EINVAL, "expert ffn: task %d: NULL weights/input/output or negative rows", i);
     if (t->n_rows == 0) return 0;
     if (w->n_embd <= 0 || w->n_ff <= 0)
-        return coli_fail(COLI_EINVAL, "expert ffn: task %d: bad shape n_embd %lld, n_ff %lld", i,
-                         (long long)w->n_embd, (long long)w->n_ff);
+        return coli_fail(COLI_EINVAL, "expert ffn: task %d: bad shape n_embd %lld, n_ff %lld", i, (long long)w->n_embd,
+                         (long long)w->n_ff);
     return 0;
 }
 
@@ -130,8 +131,7 @@ static size_t hidden_bytes(const expert_ffn_task *t) {
 
 /* The matmul ops of n tasks: gu = gate and up of each (2n ops), down = the
  * down of each, reading the hidden g that hid[i] points at. */
-static void ffn_ops(const expert_ffn_task *tasks, int n, float *const *hid,
-                    coli_matmul_op *gu, coli_matmul_op *down) {
+static void ffn_ops(const expert_ffn_task *tasks, int n, float *const *hid, coli_matmul_op *gu, coli_matmul_op *down) {
     for (int i = 0; i < n; i++) {
         const expert_weights *w = tasks[i].w;
         const int64_t r = tasks[i].n_rows;
@@ -155,16 +155,14 @@ static int ffn_group(coli_pool *pool, coli_scratch *s, const expert_ffn_task *ta
     int64_t n_hidden = 0;
     for (int i = 0; i < n; i++) {
         hidden += 2 * hidden_bytes(&tasks[i]);
-        down_in += align64(coli_matmul_scratch_bytes(tasks[i].w->down_type, tasks[i].w->n_ff,
-                                                     tasks[i].n_rows));
+        down_in += align64(coli_matmul_scratch_bytes(tasks[i].w->down_type, tasks[i].w->n_ff, tasks[i].n_rows));
         n_hidden += tasks[i].n_rows * tasks[i].w->n_ff;
     }
     ffn_ops(tasks, n, NULL, gu, down);
     size_t gu_in = coli_matmul_many_scratch_bytes(gu, 2 * n);
     size_t mm_bytes = gu_in > down_in ? gu_in : down_in;
     uint8_t *base = coli_scratch_reserve(s, hidden + mm_bytes);
-    if (!base)
-        return coli_fail(COLI_ENOMEM, "no memory for %lld hidden values", (long long)n_hidden);
+    if (!base) return coli_fail(COLI_ENOMEM, "no memory for %lld hidden values", (long long)n_hidden);
     for (int i = 0; i < n; i++) {
         hid[i] = (float *)base;
         base += 2 * hidden_bytes(&tasks[i]);
@@ -178,8 +176,10 @@ static int ffn_group(coli_pool *pool, coli_scratch *s, const expert_ffn_task *ta
         sj.u[i] = gu[2 * i + 1].y;
         sj.n[i] = tasks[i].n_rows * tasks[i].w->n_ff;
     }
-    if (n_hidden < SWIGLU_MIN_PARALLEL) swiglu_worker(&sj, 0, 1);
-    else coli_pool_run(pool, swiglu_worker, &sj);
+    if (n_hidden < SWIGLU_MIN_PARALLEL)
+        swiglu_worker(&sj, 0, 1);
+    else
+        coli_pool_run(pool, swiglu_worker, &sj);
     return coli_matmul_many(pool, &mm, down, n);
 }
 
@@ -204,8 +204,8 @@ int expert_ffn_many(coli_pool *pool, coli_scratch *scratch, const expert_ffn_tas
     return rc ? coli_fail_prefix(rc, "expert ffn") : 0;
 }
 
-int expert_ffn(coli_pool *pool, coli_scratch *scratch, const expert_weights *w,
-               const float *x, int64_t n_rows, float *out) {
+int expert_ffn(coli_pool *pool, coli_scratch *scratch, const expert_weights *w, const float *x, int64_t n_rows,
+               float *out) {
     if (!w || n_rows < 0 || (n_rows > 0 && (!x || !out)))
         return coli_fail(COLI_EINVAL, "expert ffn: NULL weights/input/output or negative rows");
     if (n_rows == 0) return 0;

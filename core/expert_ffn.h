@@ -12,14 +12,14 @@
 
 #include <stdint.h>
 
-#include "gguf.h"
-#include "matmul.h"
-#include "tensor.h"
+#include "core/gguf.h"
+#include "core/matmul.h"
+#include "core/tensor.h"
 
 typedef struct expert_weights {
-    const void *gate;     /* (n_ff rows, n_embd) */
-    const void *up;       /* (n_ff rows, n_embd) */
-    const void *down;     /* (n_embd rows, n_ff) */
+    const void *gate; /* (n_ff rows, n_embd) */
+    const void *up;   /* (n_ff rows, n_embd) */
+    const void *down; /* (n_embd rows, n_ff) */
     coli_dtype gate_type, up_type, down_type;
     int64_t n_embd, n_ff;
 } expert_weights;
@@ -39,14 +39,14 @@ int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_w
 
 /* out (n_rows, n_embd) = expert(x (n_rows, n_embd)). Row r of out depends
  * only on row r of x (see matmul.h). Returns 0 or COLI_ENOMEM. */
-int expert_ffn(coli_pool *pool, coli_scratch *scratch, const expert_weights *w,
-               const float *x, int64_t n_rows, float *out);
+int expert_ffn(coli_pool *pool, coli_scratch *scratch, const expert_weights *w, const float *x, int64_t n_rows,
+               float *out);
 
 /* One expert applied to a block of rows, for expert_ffn_many. */
 typedef struct expert_ffn_task {
     const expert_weights *w;
-    const float *x;       /* (n_rows, n_embd) */
-    float *out;           /* (n_rows, n_embd) */
+    const float *x; /* (n_rows, n_embd) */
+    float *out;     /* (n_rows, n_embd) */
     int64_t n_rows;
 } expert_ffn_task;
 

@@ -10,7 +10,7 @@
  * A string is u64 length + bytes; an array is u32 element type + u64 count +
  * elements. v1 used 32-bit counts and is refused.
  */
-#include "gguf.h"
+#include "core/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,8 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "gguf_internal.h"
+#include "core/error.h"
+#include "core/gguf_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF reader maps little-endian files directly: little-endian hosts only"
@@ -32,27 +32,27 @@
  * a key is a u64 length, >= 1 byte of name, a u32 type and >= 1 byte of
  * value; a tensor info is a u64 length, >= 1 byte of name, u32 n_dims,
  * >= one u64 dim, u32 type, u64 offset. */
-#define MIN_KV_BYTES     14
-#define MIN_TINFO_BYTES  33
+#define MIN_KV_BYTES 14
+#define MIN_TINFO_BYTES 33
 
 typedef struct gguf_kv {
     gguf_str key;
     gguf_type type;
-    const uint8_t *raw;     /* the value type field; raw_len bytes encode the value */
+    const uint8_t *raw; /* the value type field; raw_len bytes encode the value */
     size_t raw_len;
-    const uint8_t *value;   /* scalar or string: the value; array: first element */
-    gguf_type elem_type;    /* arrays only */
-    uint64_t n;             /* arrays only: element count */
-    const uint8_t **strs;   /* string arrays: each element's length field (O(1) lookup) */
+    const uint8_t *value; /* scalar or string: the value; array: first element */
+    gguf_type elem_type;  /* arrays only */
+    uint64_t n;           /* arrays only: element count */
+    const uint8_t **strs; /* string arrays: each element's length field (O(1) lookup) */
 } gguf_kv;
 
 /* An open GGUF file: a read-only mapping (or a caller's buffer) plus the
  * indexes built at open time. Nothing here points outside base..base+size. */
 struct gguf_file {
-    char *name;             /* path, or "<memory>", for messages */
+    char *name; /* path, or "<memory>", for messages */
     const uint8_t *base;
     size_t size;
-    int mapped;             /* 1: base is our mmap, unmapped on close */
+    int mapped; /* 1: base is our mmap, unmapped on close */
     uint32_t version;
     size_t alignment;
     size_t data_offset;
@@ -61,9 +61,9 @@ struct gguf_file {
     gguf_name_index kv_index;
     int64_t n_tensors;
     coli_tensor *tensors;
-    gguf_str *tnames;       /* tensor names as they lie in the file */
-    uint64_t *offsets;      /* tensor data offsets, relative to data_offset */
-    char *names;            /* one allocation: every tensor name, NUL-terminated */
+    gguf_str *tnames;  /* tensor names as they lie in the file */
+    uint64_t *offsets; /* tensor data offsets, relative to data_offset */
+    char *names;       /* one allocation: every tensor name, NUL-terminated */
     gguf_name_index tensor_index;
 };
 
@@ -84,7 +84,10 @@ static void s_printable(char *buf, size_t cap, const char *s, uint64_t len) {
         unsigned char ch = (unsigned char)s[i];
         buf[n++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
     }
-    if (len > max && cap > 4) { memcpy(buf + n, "...", 3); n += 3; }
+    if (len > max && cap > 4) {
+        memcpy(buf + n, "...", 3);
+        n += 3;
+    }
     buf[n] = '\0';
 }
 
@@ -94,13 +97,9 @@ static void s_describe(cursor *c, const char *kind, gguf_str name) {
     snprintf(c->what, sizeof c->what, "%s '%s'", kind, printable);
 }
 
-static gguf_str s_kv_name(const void *ctx, int64_t i) {
-    return ((const gguf_file *)ctx)->kvs[i].key;
-}
+static gguf_str s_kv_name(const void *ctx, int64_t i) { return ((const gguf_file *)ctx)->kvs[i].key; }
 
-static gguf_str s_tensor_name(const void *ctx, int64_t i) {
-    return ((const gguf_file *)ctx)->tnames[i];
-}
+static gguf_str s_tensor_name(const void *ctx, int64_t i) { return ((const gguf_file *)ctx)->tnames[i]; }
 
 static size_t s_remaining(const cursor *c) { return c->f->size - c->pos; }
 
@@ -131,8 +130,7 @@ static int s_string(cursor *c, const char *field, gguf_str *out) {
 
 /* Names end up in C strings and messages: refuse empty, huge, or NUL-carrying ones. */
 static int s_check_name(cursor *c, gguf_str name, uint64_t max_len) {
-    if (name.len == 0)
-        return coli_fail(COLI_EFORMAT, "%s: %s: empty name", c->f->name, c->what);
+    if (name.len == 0) return coli_fail(COLI_EFORMAT, "%s: %s: empty name", c->f->name, c->what);
     if (name.len > max_len)
         return coli_fail(COLI_EFORMAT, "%s: %s: name length %llu > %llu", c->f->name, c->what,
                          (unsigned long long)name.len, (unsigned long long)max_len);
@@ -143,8 +141,7 @@ static int s_check_name(cursor *c, gguf_str name, uint64_t max_len) {
 
 static int s_check_bools(cursor *c, const uint8_t *p, uint64_t n) {
     for (uint64_t i = 0; i < n; i++)
-        if (p[i] > 1)
-            return coli_fail(COLI_EFORMAT, "%s: %s: bool value %u is not 0 or 1", c->f->name, c->what, p[i]);
+        if (p[i] > 1) return coli_fail(COLI_EFORMAT, "%s: %s: bool value %u is not 0 or 1", c->f->name, c->what, p[i]);
     return 0;
 }
 
@@ -177,12 +174,14 @@ static int s_parse_value(cursor *c, uint32_t t, int depth) {
 static int s_skip_packed(cursor *c, uint32_t et, uint64_t n) {
     size_t esz = gguf_type_size(et);
     if (n > UINT64_MAX / esz)
-        return coli_fail(COLI_EFORMAT, "%s: %s: array of %llu %s elements: byte size overflows",
-                         c->f->name, c->what, (unsigned long long)n, gguf_type_name(et));
+        return coli_fail(COLI_EFORMAT, "%s: %s: array of %llu %s elements: byte size overflows", c->f->name, c->what,
+                         (unsigned long long)n, gguf_type_name(et));
     if (n * esz > s_remaining(c))
-        return coli_fail(COLI_EFORMAT, "%s: %s: array of %llu %s elements (%llu bytes) past end of file "
-                         "(offset %zu, file size %zu)", c->f->name, c->what, (unsigned long long)n,
-                         gguf_type_name(et), (unsigned long long)(n * esz), c->pos, c->f->size);
+        return coli_fail(COLI_EFORMAT,
+                         "%s: %s: array of %llu %s elements (%llu bytes) past end of file "
+                         "(offset %zu, file size %zu)",
+                         c->f->name, c->what, (unsigned long long)n, gguf_type_name(et), (unsigned long long)(n * esz),
+                         c->pos, c->f->size);
     int rc = et == GGUF_BOOL ? s_check_bools(c, c->f->base + c->pos, n) : 0;
     c->pos += (size_t)(n * esz);
     return rc;
@@ -195,11 +194,10 @@ static int s_parse_array(cursor *c, int depth, gguf_kv *kv) {
     uint64_t n;
     int rc;
     if (depth > GGUF_MAX_DEPTH)
-        return coli_fail(COLI_EFORMAT, "%s: %s: arrays nested deeper than %d levels",
-                         c->f->name, c->what, GGUF_MAX_DEPTH);
+        return coli_fail(COLI_EFORMAT, "%s: %s: arrays nested deeper than %d levels", c->f->name, c->what,
+                         GGUF_MAX_DEPTH);
     if ((rc = s_u32(c, &et, "array element type")) || (rc = s_u64(c, &n, "array length"))) return rc;
-    if (et > GGUF_FLOAT64)
-        return coli_fail(COLI_EFORMAT, "%s: %s: bad array element type %u", c->f->name, c->what, et);
+    if (et > GGUF_FLOAT64) return coli_fail(COLI_EFORMAT, "%s: %s: bad array element type %u", c->f->name, c->what, et);
     if (kv) {
         kv->elem_type = (gguf_type)et;
         kv->n = n;
@@ -211,14 +209,15 @@ static int s_parse_array(cursor *c, int depth, gguf_kv *kv) {
      * rest of the file cannot hold before allocating or looping */
     uint64_t min_elem = et == GGUF_STRING ? 8 : 12;
     if (n > s_remaining(c) / min_elem)
-        return coli_fail(COLI_EFORMAT, "%s: %s: array of %llu %s elements past end of file "
-                         "(offset %zu, file size %zu)", c->f->name, c->what, (unsigned long long)n,
-                         gguf_type_name(et), c->pos, c->f->size);
+        return coli_fail(COLI_EFORMAT,
+                         "%s: %s: array of %llu %s elements past end of file "
+                         "(offset %zu, file size %zu)",
+                         c->f->name, c->what, (unsigned long long)n, gguf_type_name(et), c->pos, c->f->size);
     if (kv && et == GGUF_STRING && n > 0) {
         kv->strs = malloc((size_t)n * sizeof *kv->strs);
         if (!kv->strs)
-            return coli_fail(COLI_ENOMEM, "%s: %s: out of memory indexing %llu strings",
-                             c->f->name, c->what, (unsigned long long)n);
+            return coli_fail(COLI_ENOMEM, "%s: %s: out of memory indexing %llu strings", c->f->name, c->what,
+                             (unsigned long long)n);
     }
     for (uint64_t i = 0; i < n; i++) {
         if (kv && kv->strs) kv->strs[i] = c->f->base + c->pos;
@@ -237,8 +236,8 @@ static int s_parse_kv(cursor *c, int64_t i) {
     s_describe(c, "metadata key", kv->key);
     int64_t dup = gguf_index_add(&f->kv_index, i, s_kv_name, f);
     if (dup >= 0)
-        return coli_fail(COLI_EFORMAT, "%s: duplicate %s (entries #%lld and #%lld)",
-                         f->name, c->what, (long long)dup, (long long)i);
+        return coli_fail(COLI_EFORMAT, "%s: duplicate %s (entries #%lld and #%lld)", f->name, c->what, (long long)dup,
+                         (long long)i);
     size_t start = c->pos;
     if ((rc = s_u32(c, &type, "value type"))) return rc;
     kv->type = (gguf_type)type;
@@ -257,11 +256,11 @@ static int s_parse_kv(cursor *c, int64_t i) {
 
 static int s_check_count(gguf_file *f, const char *what, uint64_t n, size_t room, size_t min_bytes) {
     if (n > room / min_bytes)
-        return coli_fail(COLI_EFORMAT, "%s: %s %llu is more than a file of %zu bytes can hold",
-                         f->name, what, (unsigned long long)n, f->size);
+        return coli_fail(COLI_EFORMAT, "%s: %s %llu is more than a file of %zu bytes can hold", f->name, what,
+                         (unsigned long long)n, f->size);
     if (n > GGUF_MAX_COUNT)
-        return coli_fail(COLI_EFORMAT, "%s: %s %llu exceeds the limit of %d",
-                         f->name, what, (unsigned long long)n, GGUF_MAX_COUNT);
+        return coli_fail(COLI_EFORMAT, "%s: %s %llu exceeds the limit of %d", f->name, what, (unsigned long long)n,
+                         GGUF_MAX_COUNT);
     return 0;
 }
 
@@ -295,8 +294,8 @@ static int s_read_alignment(gguf_file *f) {
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     if (i < 0) return 0;
     if (f->kvs[i].type != GGUF_UINT32)
-        return coli_fail(COLI_EFORMAT, "%s: bad %s: type %s, expected UINT32", f->name,
-                         GGUF_ALIGNMENT_KEY, gguf_type_name(f->kvs[i].type));
+        return coli_fail(COLI_EFORMAT, "%s: bad %s: type %s, expected UINT32", f->name, GGUF_ALIGNMENT_KEY,
+                         gguf_type_name(f->kvs[i].type));
     memcpy(&a, f->kvs[i].value, 4);
     if (!gguf_alignment_valid(a))
         return coli_fail(COLI_EFORMAT, "%s: bad %s %u (must be a power of two from 1 to %d)", f->name,
@@ -310,12 +309,12 @@ static int s_read_alignment(gguf_file *f) {
 /* GGML's type ids, so an unsupported tensor is named the way llama.cpp names it. */
 static const char *s_ggml_type_name(uint32_t t) {
     static const char *const names[] = {
-        [0] = "F32", [1] = "F16", [2] = "Q4_0", [3] = "Q4_1", [6] = "Q5_0", [7] = "Q5_1",
-        [8] = "Q8_0", [9] = "Q8_1", [10] = "Q2_K", [11] = "Q3_K", [12] = "Q4_K", [13] = "Q5_K",
-        [14] = "Q6_K", [15] = "Q8_K", [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS",
-        [19] = "IQ1_S", [20] = "IQ4_NL", [21] = "IQ3_S", [22] = "IQ2_S", [23] = "IQ4_XS",
-        [24] = "I8", [25] = "I16", [26] = "I32", [27] = "I64", [28] = "F64", [29] = "IQ1_M",
-        [30] = "BF16", [34] = "TQ1_0", [35] = "TQ2_0", [39] = "MXFP4",
+        [0] = "F32",     [1] = "F16",    [2] = "Q4_0",     [3] = "Q4_1",    [6] = "Q5_0",     [7] = "Q5_1",
+        [8] = "Q8_0",    [9] = "Q8_1",   [10] = "Q2_K",    [11] = "Q3_K",   [12] = "Q4_K",    [13] = "Q5_K",
+        [14] = "Q6_K",   [15] = "Q8_K",  [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S",
+        [20] = "IQ4_NL", [21] = "IQ3_S", [22] = "IQ2_S",   [23] = "IQ4_XS", [24] = "I8",      [25] = "I16",
+        [26] = "I32",    [27] = "I64",   [28] = "F64",     [29] = "IQ1_M",  [30] = "BF16",    [34] = "TQ1_0",
+        [35] = "TQ2_0",  [39] = "MXFP4",
     };
     if (t < sizeof names / sizeof names[0] && names[t]) return names[t];
     return "unknown";
@@ -327,8 +326,7 @@ static int s_check_shape(cursor *c, coli_tensor *t, uint32_t n_dims, const uint6
     const char *fn = c->f->name;
     int64_t nelems = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
-        if (ne[d] == 0)
-            return coli_fail(COLI_EFORMAT, "%s: %s: dim %u is 0 (every dim must be >= 1)", fn, c->what, d);
+        if (ne[d] == 0) return coli_fail(COLI_EFORMAT, "%s: %s: dim %u is 0 (every dim must be >= 1)", fn, c->what, d);
         if (ne[d] > INT64_MAX)
             return coli_fail(COLI_EFORMAT, "%s: %s: dim %u = %llu does not fit int64", fn, c->what, d,
                              (unsigned long long)ne[d]);
@@ -340,9 +338,11 @@ static int s_check_shape(cursor *c, coli_tensor *t, uint32_t n_dims, const uint6
     t->n_dims = (int)n_dims;
     /* (Q8_1 and Q8_K are activation formats: ggml never stores weights in them) */
     if (!coli_dtype_valid(type))
-        return coli_fail(COLI_EUNSUPPORTED, "%s: %s: tensor type %s (%u) is not supported "
+        return coli_fail(COLI_EUNSUPPORTED,
+                         "%s: %s: tensor type %s (%u) is not supported "
                          "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, "
-                         "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)", fn, c->what, s_ggml_type_name(type), type);
+                         "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
+                         fn, c->what, s_ggml_type_name(type), type);
     t->type = (coli_dtype)type;
     int64_t blk = coli_dtype_block_elems(t->type);
     if (t->ne[0] % blk != 0)
@@ -362,13 +362,12 @@ static int s_parse_tensor_info(cursor *c, int64_t i) {
     uint64_t ne[COLI_MAX_DIMS];
     int rc;
     snprintf(c->what, sizeof c->what, "tensor #%lld", (long long)i);
-    if ((rc = s_string(c, "name", &f->tnames[i])) || (rc = s_check_name(c, f->tnames[i], GGUF_MAX_NAME_LEN)))
-        return rc;
+    if ((rc = s_string(c, "name", &f->tnames[i])) || (rc = s_check_name(c, f->tnames[i], GGUF_MAX_NAME_LEN))) return rc;
     s_describe(c, "tensor", f->tnames[i]);
     int64_t dup = gguf_index_add(&f->tensor_index, i, s_tensor_name, f);
     if (dup >= 0)
-        return coli_fail(COLI_EFORMAT, "%s: duplicate tensor name: %s (tensors #%lld and #%lld)",
-                         f->name, c->what, (long long)dup, (long long)i);
+        return coli_fail(COLI_EFORMAT, "%s: duplicate tensor name: %s (tensors #%lld and #%lld)", f->name, c->what,
+                         (long long)dup, (long long)i);
     if ((rc = s_u32(c, &n_dims, "n_dims"))) return rc;
     if (n_dims == 0 || n_dims > COLI_MAX_DIMS)
         return coli_fail(COLI_EFORMAT, "%s: %s: n_dims %u %s", f->name, c->what, n_dims,
@@ -397,7 +396,11 @@ static int s_copy_names(gguf_file *f) {
 
 /* ---- tensor data ------------------------------------------------------------- */
 
-typedef struct span { uint64_t offset; size_t nbytes; int64_t index; } span;
+typedef struct span {
+    uint64_t offset;
+    size_t nbytes;
+    int64_t index;
+} span;
 
 static int s_span_cmp(const void *a, const void *b) {
     uint64_t x = ((const span *)a)->offset, y = ((const span *)b)->offset;
@@ -416,9 +419,9 @@ static int s_check_overlaps(gguf_file *f) {
         char a[100], b[100];
         s_printable(a, sizeof a, f->tensors[s[i - 1].index].name, f->tnames[s[i - 1].index].len);
         s_printable(b, sizeof b, f->tensors[s[i].index].name, f->tnames[s[i].index].len);
-        rc = coli_fail(COLI_EFORMAT, "%s: tensors '%s' and '%s' overlap (data at offset %llu, %zu bytes, and at offset %llu)",
-                       f->name, a, b, (unsigned long long)s[i - 1].offset, s[i - 1].nbytes,
-                       (unsigned long long)s[i].offset);
+        rc = coli_fail(
+            COLI_EFORMAT, "%s: tensors '%s' and '%s' overlap (data at offset %llu, %zu bytes, and at offset %llu)",
+            f->name, a, b, (unsigned long long)s[i - 1].offset, s[i - 1].nbytes, (unsigned long long)s[i].offset);
     }
     free(s);
     return rc;
@@ -438,11 +441,13 @@ static int s_place_data(gguf_file *f, size_t header_end) {
             return coli_fail(COLI_EFORMAT, "%s: tensor '%s': data offset %llu is not a multiple of the alignment %zu",
                              f->name, name, (unsigned long long)off, a);
         if (off > room || t->nbytes > room - off)
-            return coli_fail(COLI_EFORMAT, "%s: tensor '%s': data (%zu bytes at offset %llu) past end of file "
-                             "(data section holds %zu bytes)", f->name, name, t->nbytes, (unsigned long long)off, room);
+            return coli_fail(COLI_EFORMAT,
+                             "%s: tensor '%s': data (%zu bytes at offset %llu) past end of file "
+                             "(data section holds %zu bytes)",
+                             f->name, name, t->nbytes, (unsigned long long)off, room);
         t->data = f->base + f->data_offset + off;
     }
-    if (f->data_offset > f->size) f->data_offset = f->size;  /* no tensors: the padding may be cut off */
+    if (f->data_offset > f->size) f->data_offset = f->size; /* no tensors: the padding may be cut off */
     return s_check_overlaps(f);
 }
 
@@ -454,8 +459,8 @@ static int s_alloc_tables(gguf_file *f) {
     f->tnames = calloc((size_t)f->n_tensors + 1, sizeof *f->tnames);
     f->offsets = calloc((size_t)f->n_tensors + 1, sizeof *f->offsets);
     if (!f->kvs || !f->tensors || !f->tnames || !f->offsets)
-        return coli_fail(COLI_ENOMEM, "%s: out of memory for %lld keys and %lld tensors", f->name,
-                         (long long)f->n_kv, (long long)f->n_tensors);
+        return coli_fail(COLI_ENOMEM, "%s: out of memory for %lld keys and %lld tensors", f->name, (long long)f->n_kv,
+                         (long long)f->n_tensors);
     int rc = gguf_index_init(&f->kv_index, f->n_kv);
     return rc ? rc : gguf_index_init(&f->tensor_index, f->n_tensors);
 }
@@ -508,8 +513,7 @@ int gguf_open(const char *path, gguf_file **out) {
     if (fd < 0) return coli_fail(COLI_EIO, "cannot open '%s': %s", path, strerror(errno));
     int st_rc = fstat(fd, &st);
     if (st_rc != 0 || !S_ISREG(st.st_mode)) {
-        const char *why = st_rc != 0 ? strerror(errno)
-                        : S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file";
+        const char *why = st_rc != 0 ? strerror(errno) : S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file";
         int rc = coli_fail(COLI_EIO, "cannot open '%s': %s", path, why);
         close(fd);
         return rc;
@@ -531,7 +535,7 @@ int gguf_open(const char *path, gguf_file **out) {
         f->base = p;
         f->mapped = 1;
     }
-    close(fd);  /* the mapping keeps the file alive */
+    close(fd); /* the mapping keeps the file alive */
     int rc = s_parse(f);
     if (rc) {
         gguf_close(&f);
@@ -595,14 +599,14 @@ gguf_type gguf_kv_type(const gguf_file *f, int64_t i) {
 }
 
 /* Key by name; *want names the expected type in the message if it differs. */
-static const gguf_kv *s_kv_typed(const gguf_file *f, const char *key, int ok, const char *want,
-                                 const gguf_kv *kv, int *rc) {
+static const gguf_kv *s_kv_typed(const gguf_file *f, const char *key, int ok, const char *want, const gguf_kv *kv,
+                                 int *rc) {
     *rc = 0;
     if (!kv) {
         *rc = coli_fail(COLI_EFORMAT, "%s: missing metadata key '%s'", f->name, key);
     } else if (!ok) {
-        *rc = coli_fail(COLI_EFORMAT, "%s: metadata key '%s' has type %s, expected %s",
-                        f->name, key, gguf_type_name(kv->type), want);
+        *rc = coli_fail(COLI_EFORMAT, "%s: metadata key '%s' has type %s, expected %s", f->name, key,
+                        gguf_type_name(kv->type), want);
         kv = NULL;
     }
     return kv;
@@ -620,15 +624,35 @@ static int s_int_value(const gguf_kv *kv, int *negative, uint64_t *mag) {
     uint64_t u = 0;
     *negative = 0;
     switch (kv->type) {
-    case GGUF_UINT8:  u = kv->value[0]; break;
-    case GGUF_UINT16: { uint16_t v; memcpy(&v, kv->value, 2); u = v; break; }
-    case GGUF_UINT32: { uint32_t v; memcpy(&v, kv->value, 4); u = v; break; }
+    case GGUF_UINT8: u = kv->value[0]; break;
+    case GGUF_UINT16: {
+        uint16_t v;
+        memcpy(&v, kv->value, 2);
+        u = v;
+        break;
+    }
+    case GGUF_UINT32: {
+        uint32_t v;
+        memcpy(&v, kv->value, 4);
+        u = v;
+        break;
+    }
     case GGUF_UINT64: memcpy(&u, kv->value, 8); break;
-    case GGUF_INT8:   s = (int8_t)kv->value[0]; goto sign;
-    case GGUF_INT16:  { int16_t v; memcpy(&v, kv->value, 2); s = v; goto sign; }
-    case GGUF_INT32:  { int32_t v; memcpy(&v, kv->value, 4); s = v; goto sign; }
-    case GGUF_INT64:  memcpy(&s, kv->value, 8); goto sign;
-    default:          return 0;
+    case GGUF_INT8: s = (int8_t)kv->value[0]; goto sign;
+    case GGUF_INT16: {
+        int16_t v;
+        memcpy(&v, kv->value, 2);
+        s = v;
+        goto sign;
+    }
+    case GGUF_INT32: {
+        int32_t v;
+        memcpy(&v, kv->value, 4);
+        s = v;
+        goto sign;
+    }
+    case GGUF_INT64: memcpy(&s, kv->value, 8); goto sign;
+    default: return 0;
     }
     *mag = u;
     return 1;
@@ -639,8 +663,8 @@ sign:
 }
 
 static int s_range_error(const gguf_file *f, const char *key, int negative, uint64_t mag, const char *target) {
-    return coli_fail(COLI_EFORMAT, "%s: metadata key '%s' value %s%llu out of range for %s",
-                     f->name, key, negative ? "-" : "", (unsigned long long)mag, target);
+    return coli_fail(COLI_EFORMAT, "%s: metadata key '%s' value %s%llu out of range for %s", f->name, key,
+                     negative ? "-" : "", (unsigned long long)mag, target);
 }
 
 int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
@@ -676,7 +700,7 @@ int gguf_get_f32(const gguf_file *f, const char *key, float *out) {
     }
     double d;
     memcpy(&d, kv->value, 8);
-    if (d > 3.4028234663852886e38 || d < -3.4028234663852886e38)  /* FLT_MAX; inf and nan pass */
+    if (d > 3.4028234663852886e38 || d < -3.4028234663852886e38) /* FLT_MAX; inf and nan pass */
         return coli_fail(COLI_EFORMAT, "%s: metadata key '%s' value %g out of range for f32", f->name, key, d);
     *out = (float)d;
     return 0;
@@ -722,12 +746,11 @@ int gguf_get_arr(const gguf_file *f, const char *key, gguf_type *elem_type, uint
 int gguf_arr_str(const gguf_file *f, const char *key, uint64_t i, gguf_str *out) {
     int rc;
     const gguf_kv *kv = s_kv(f, key);
-    kv = s_kv_typed(f, key, kv && kv->type == GGUF_ARRAY && kv->elem_type == GGUF_STRING,
-                    "ARRAY of STRING", kv, &rc);
+    kv = s_kv_typed(f, key, kv && kv->type == GGUF_ARRAY && kv->elem_type == GGUF_STRING, "ARRAY of STRING", kv, &rc);
     if (!kv) return rc;
     if (i >= kv->n)
-        return coli_fail(COLI_ERANGE, "%s: metadata key '%s': index %llu out of range (%llu strings)",
-                         f->name, key, (unsigned long long)i, (unsigned long long)kv->n);
+        return coli_fail(COLI_ERANGE, "%s: metadata key '%s': index %llu out of range (%llu strings)", f->name, key,
+                         (unsigned long long)i, (unsigned long long)kv->n);
     *out = s_str_at(kv->strs[i]);
     return 0;
 }

@@ -23,12 +23,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tensor.h"
+#include "core/tensor.h"
 
 typedef enum gguf_type {
-    GGUF_UINT8 = 0, GGUF_INT8 = 1, GGUF_UINT16 = 2, GGUF_INT16 = 3,
-    GGUF_UINT32 = 4, GGUF_INT32 = 5, GGUF_FLOAT32 = 6, GGUF_BOOL = 7,
-    GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_UINT64 = 10, GGUF_INT64 = 11,
+    GGUF_UINT8 = 0,
+    GGUF_INT8 = 1,
+    GGUF_UINT16 = 2,
+    GGUF_INT16 = 3,
+    GGUF_UINT32 = 4,
+    GGUF_INT32 = 5,
+    GGUF_FLOAT32 = 6,
+    GGUF_BOOL = 7,
+    GGUF_STRING = 8,
+    GGUF_ARRAY = 9,
+    GGUF_UINT64 = 10,
+    GGUF_INT64 = 11,
     GGUF_FLOAT64 = 12,
 } gguf_type;
 
@@ -42,21 +51,21 @@ typedef struct gguf_file gguf_file;
 
 /* Map and validate path. Returns 0 and *out, or a negative coli_status with
  * the message in coli_last_error() (which names the file). */
-int  gguf_open(const char *path, gguf_file **out);
+int gguf_open(const char *path, gguf_file **out);
 /* Validate a buffer already in memory (fuzzing, tests). The buffer must
  * outlive the gguf_file; it is not copied. */
-int  gguf_open_memory(const void *data, size_t size, gguf_file **out);
+int gguf_open_memory(const void *data, size_t size, gguf_file **out);
 void gguf_close(gguf_file **f);
 
-uint32_t    gguf_version(const gguf_file *f);
-const void *gguf_base(const gguf_file *f);     /* start of the mapping */
-size_t      gguf_size(const gguf_file *f);     /* bytes in the file */
-size_t      gguf_data_offset(const gguf_file *f); /* start of the tensor data section */
-size_t      gguf_alignment(const gguf_file *f);
+uint32_t gguf_version(const gguf_file *f);
+const void *gguf_base(const gguf_file *f);   /* start of the mapping */
+size_t gguf_size(const gguf_file *f);        /* bytes in the file */
+size_t gguf_data_offset(const gguf_file *f); /* start of the tensor data section */
+size_t gguf_alignment(const gguf_file *f);
 
 /* ---- metadata ---- */
-int64_t  gguf_n_kv(const gguf_file *f);
-int64_t  gguf_find_key(const gguf_file *f, const char *key); /* index or -1 */
+int64_t gguf_n_kv(const gguf_file *f);
+int64_t gguf_find_key(const gguf_file *f, const char *key); /* index or -1 */
 gguf_str gguf_key_name(const gguf_file *f, int64_t i);
 gguf_type gguf_kv_type(const gguf_file *f, int64_t i);
 
@@ -74,8 +83,7 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
  * element types *data points at the packed little-endian elements. For
  * string arrays use gguf_arr_str (O(1): the reader indexes them). Nested
  * arrays are validated but only their count is exposed. */
-int gguf_get_arr(const gguf_file *f, const char *key, gguf_type *elem_type,
-                 uint64_t *n, const void **data);
+int gguf_get_arr(const gguf_file *f, const char *key, gguf_type *elem_type, uint64_t *n, const void **data);
 int gguf_arr_str(const gguf_file *f, const char *key, uint64_t i, gguf_str *out);
 
 /* ---- tensors ---- */
@@ -103,8 +111,8 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *
 int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem_type, const void *data, uint64_t n);
 /* Copy key i of src (any type, arrays included) verbatim. */
 int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, int64_t i);
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type,
-                           int n_dims, const int64_t *ne, const void *data, size_t nbytes);
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type, int n_dims, const int64_t *ne,
+                           const void *data, size_t nbytes);
 int gguf_writer_write(gguf_writer *w, const char *path);
 
 #endif

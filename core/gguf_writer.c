@@ -11,7 +11,7 @@
  * new one at the end, like llama.cpp's gguf_set_val_*; llama-quantize relies
  * on that when it overwrites general.file_type after copying every key.
  */
-#include "gguf.h"
+#include "core/gguf.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "gguf_internal.h"
+#include "core/error.h"
+#include "core/gguf_internal.h"
 
 /* One key: its name and its encoded value (u32 type field + value bytes). */
 typedef struct wkv {
@@ -34,7 +34,7 @@ typedef struct wtensor {
     coli_dtype type;
     int n_dims;
     int64_t ne[COLI_MAX_DIMS];
-    const void *data;       /* the caller's, until gguf_writer_write returns */
+    const void *data; /* the caller's, until gguf_writer_write returns */
     size_t nbytes;
 } wtensor;
 
@@ -43,7 +43,7 @@ struct gguf_writer {
     int64_t n_kv, cap_kv;
     wtensor *tensors;
     int64_t n_tensors, cap_tensors;
-    gguf_name_index tensor_index;   /* duplicate names, O(1) per add */
+    gguf_name_index tensor_index; /* duplicate names, O(1) per add */
     uint32_t alignment;
 };
 
@@ -102,18 +102,22 @@ static int s_check_alignment_key(gguf_writer *w, const uint8_t *blob, size_t len
  * key was set before). blob == NULL means its allocation failed. */
 static int s_put(gguf_writer *w, const char *key, size_t key_len, uint8_t *blob, size_t blob_len) {
     int rc = 0;
-    int shown = key_len < 100 ? (int)key_len : 100;   /* key need not be NUL-terminated */
+    int shown = key_len < 100 ? (int)key_len : 100; /* key need not be NUL-terminated */
     if (!blob) return coli_fail(COLI_ENOMEM, "gguf writer: out of memory for key '%.*s'", shown, key ? key : "");
     if (key_len == 0 || key_len > GGUF_MAX_KEY_LEN || memchr(key, '\0', key_len))
-        rc = coli_fail(COLI_EINVAL, "gguf writer: bad key name '%.*s' (1 to %d bytes, no NUL)", shown,
-                       key ? key : "", GGUF_MAX_KEY_LEN);
+        rc = coli_fail(COLI_EINVAL, "gguf writer: bad key name '%.*s' (1 to %d bytes, no NUL)", shown, key ? key : "",
+                       GGUF_MAX_KEY_LEN);
     else if (key_len == strlen(GGUF_ALIGNMENT_KEY) && memcmp(key, GGUF_ALIGNMENT_KEY, key_len) == 0)
         rc = s_check_alignment_key(w, blob, blob_len);
     if (rc == 0 && w->n_kv == w->cap_kv) {
         int64_t cap = w->cap_kv ? w->cap_kv * 2 : 32;
         wkv *kvs = realloc(w->kvs, (size_t)cap * sizeof *kvs);
-        if (!kvs) rc = coli_fail(COLI_ENOMEM, "gguf writer: out of memory for %lld keys", (long long)cap);
-        else { w->kvs = kvs; w->cap_kv = cap; }
+        if (!kvs)
+            rc = coli_fail(COLI_ENOMEM, "gguf writer: out of memory for %lld keys", (long long)cap);
+        else {
+            w->kvs = kvs;
+            w->cap_kv = cap;
+        }
     }
     char *name = rc == 0 ? strndup(key, key_len) : NULL;
     if (rc == 0 && !name) rc = coli_fail(COLI_ENOMEM, "gguf writer: out of memory for key '%.*s'", shown, key);
@@ -162,10 +166,11 @@ int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
 }
 
 int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n) {
-    size_t total = 12;   /* element type + count */
+    size_t total = 12; /* element type + count */
     for (uint64_t i = 0; i < n; i++) {
-        if (!v[i]) return coli_fail(COLI_EINVAL, "gguf writer: key '%.100s': string %llu is NULL",
-                                    key ? key : "", (unsigned long long)i);
+        if (!v[i])
+            return coli_fail(COLI_EINVAL, "gguf writer: key '%.100s': string %llu is NULL", key ? key : "",
+                             (unsigned long long)i);
         total += 8 + strlen(v[i]);
     }
     size_t len;
@@ -190,16 +195,18 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem_type, co
     const char *k = key ? key : "";
     size_t esz = gguf_type_size(elem_type);
     if (esz == 0)
-        return coli_fail(COLI_EINVAL, "gguf writer: key '%.100s': array element type %s is not fixed-size "
-                         "(use gguf_writer_set_arr_str or gguf_writer_copy_kv)", k, gguf_type_name(elem_type));
+        return coli_fail(COLI_EINVAL,
+                         "gguf writer: key '%.100s': array element type %s is not fixed-size "
+                         "(use gguf_writer_set_arr_str or gguf_writer_copy_kv)",
+                         k, gguf_type_name(elem_type));
     if (n > (SIZE_MAX - 12) / esz)
-        return coli_fail(COLI_EINVAL, "gguf writer: key '%.100s': array of %llu elements is too large",
-                         k, (unsigned long long)n);
+        return coli_fail(COLI_EINVAL, "gguf writer: key '%.100s': array of %llu elements is too large", k,
+                         (unsigned long long)n);
     if (n > 0 && !data) return coli_fail(COLI_EINVAL, "gguf writer: key '%.100s': NULL array data", k);
     for (uint64_t i = 0; elem_type == GGUF_BOOL && i < n; i++)
         if (((const uint8_t *)data)[i] > 1)
-            return coli_fail(COLI_EINVAL, "gguf writer: key '%.100s': bool element %llu is %u, not 0 or 1",
-                             k, (unsigned long long)i, ((const uint8_t *)data)[i]);
+            return coli_fail(COLI_EINVAL, "gguf writer: key '%.100s': bool element %llu is %u, not 0 or 1", k,
+                             (unsigned long long)i, ((const uint8_t *)data)[i]);
     size_t len;
     uint8_t *b = s_blob(GGUF_ARRAY, 12 + (size_t)n * esz, &len);
     if (b) {
@@ -260,8 +267,10 @@ static int s_tensor_bytes(const char *name, coli_dtype type, int n_dims, const i
     }
     int64_t blk = coli_dtype_block_elems(type);
     if (ne[0] % blk != 0)
-        return coli_fail(COLI_EINVAL, "gguf writer: tensor '%s': row length %lld is not a multiple of the %s "
-                         "block size %lld", name, (long long)ne[0], coli_dtype_name(type), (long long)blk);
+        return coli_fail(COLI_EINVAL,
+                         "gguf writer: tensor '%s': row length %lld is not a multiple of the %s "
+                         "block size %lld",
+                         name, (long long)ne[0], coli_dtype_name(type), (long long)blk);
     uint64_t bytes;
     if (__builtin_mul_overflow((uint64_t)coli_row_bytes(type, ne[0]), (uint64_t)(nelems / ne[0]), &bytes) ||
         bytes > SIZE_MAX)
@@ -270,8 +279,8 @@ static int s_tensor_bytes(const char *name, coli_dtype type, int n_dims, const i
     return 0;
 }
 
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type,
-                           int n_dims, const int64_t *ne, const void *data, size_t nbytes) {
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type, int n_dims, const int64_t *ne,
+                           const void *data, size_t nbytes) {
     size_t expect = 0;
     int rc;
     if (!name || !name[0] || strlen(name) > GGUF_MAX_NAME_LEN)
@@ -279,8 +288,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type,
                          GGUF_MAX_NAME_LEN);
     if ((rc = s_tensor_bytes(name, type, n_dims, ne, &expect))) return rc;
     if (nbytes != expect)
-        return coli_fail(COLI_EINVAL, "gguf writer: tensor '%s': %zu bytes of data, shape and type need %zu",
-                         name, nbytes, expect);
+        return coli_fail(COLI_EINVAL, "gguf writer: tensor '%s': %zu bytes of data, shape and type need %zu", name,
+                         nbytes, expect);
     if (!data) return coli_fail(COLI_EINVAL, "gguf writer: tensor '%s': NULL data", name);
     if (gguf_index_find(&w->tensor_index, name, strlen(name), s_wtensor_name, w) >= 0)
         return coli_fail(COLI_EINVAL, "gguf writer: duplicate tensor name '%s'", name);
@@ -358,7 +367,7 @@ int gguf_writer_write(gguf_writer *w, const char *path) {
         saved = errno;
     }
     if (failed) {
-        unlink(path);  /* never leave a half-written model behind */
+        unlink(path); /* never leave a half-written model behind */
         return coli_fail(COLI_EIO, "cannot write '%s': %s", path, strerror(saved));
     }
     return 0;

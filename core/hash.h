@@ -14,8 +14,7 @@
 
 /* Continue hash h over n bytes at s (start from COLI_FNV1A_SEED): chained
  * calls hash the concatenation. */
-static inline uint64_t coli_fnv1a(const void *s, size_t n, uint64_t h)
-{
+static inline uint64_t coli_fnv1a(const void *s, size_t n, uint64_t h) {
     const unsigned char *p = s;
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];

@@ -4,16 +4,16 @@
  * matmul_impl.h for the plan, matmul_avx2.c / matmul_portable.c for the
  * kernels themselves.
  */
-#include "matmul.h"
+#include "core/matmul.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_features.h"
-#include "error.h"
-#include "matmul_impl.h"
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "core/matmul_impl.h"
 
 static atomic_int s_force_portable;
 
@@ -52,9 +52,7 @@ static int64_t float_stride(int64_t n_in) { return (int64_t)round_up((size_t)n_i
 
 /* Quantized input: n_tok rows of n_in int8 values (rounded up to 64 bytes),
  * then the block scales as floats. */
-static size_t quant_values_bytes(int64_t n_in, int64_t n_tok) {
-    return round_up((size_t)n_tok * (size_t)n_in, 64);
-}
+static size_t quant_values_bytes(int64_t n_in, int64_t n_tok) { return round_up((size_t)n_tok * (size_t)n_in, 64); }
 
 size_t coli_matmul_scratch_bytes(coli_dtype wtype, int64_t n_in, int64_t n_tok) {
     if (n_in <= 0 || n_tok <= 0) return 0;
@@ -62,14 +60,10 @@ size_t coli_matmul_scratch_bytes(coli_dtype wtype, int64_t n_in, int64_t n_tok) 
     if (vd) return (size_t)n_tok * mm_vecdot_row_stride(vd, n_in);
     switch (wtype) {
     case COLI_F16:
-    case COLI_BF16:
-        return (size_t)n_tok * (size_t)float_stride(n_in) * sizeof(float);
+    case COLI_BF16: return (size_t)n_tok * (size_t)float_stride(n_in) * sizeof(float);
     case COLI_Q8_0:
-    case COLI_Q4_0:
-        return quant_values_bytes(n_in, n_tok) +
-               (size_t)n_tok * (size_t)(n_in / COLI_QK) * sizeof(float);
-    default:
-        return 0;
+    case COLI_Q4_0: return quant_values_bytes(n_in, n_tok) + (size_t)n_tok * (size_t)(n_in / COLI_QK) * sizeof(float);
+    default: return 0;
     }
 }
 
@@ -85,8 +79,10 @@ static void prepare_input(mm_job *job, uint8_t *buf, const float *x, int avx2) {
     if (job->wtype == COLI_F16 || job->wtype == COLI_BF16) {
         job->xf = (float *)buf;
         job->xf_stride = float_stride(n_in);
-        if (avx2) mm_avx2_round_rows(job->wtype, x, n_tok, n_in, (float *)buf, job->xf_stride);
-        else      mm_portable_round_rows(job->wtype, x, n_tok, n_in, (float *)buf, job->xf_stride);
+        if (avx2)
+            mm_avx2_round_rows(job->wtype, x, n_tok, n_in, (float *)buf, job->xf_stride);
+        else
+            mm_portable_round_rows(job->wtype, x, n_tok, n_in, (float *)buf, job->xf_stride);
         return;
     }
     const mm_vecdot_type *vd = mm_vecdot_find(job->wtype);
@@ -98,8 +94,10 @@ static void prepare_input(mm_job *job, uint8_t *buf, const float *x, int avx2) {
     }
     int8_t *xq = (int8_t *)buf;
     float *xd = (float *)(buf + quant_values_bytes(n_in, n_tok));
-    if (avx2) mm_avx2_quantize_rows(x, n_tok, n_in, xq, xd);
-    else      mm_portable_quantize_rows(x, n_tok, n_in, xq, xd);
+    if (avx2)
+        mm_avx2_quantize_rows(x, n_tok, n_in, xq, xd);
+    else
+        mm_portable_quantize_rows(x, n_tok, n_in, xq, xd);
     job->xq = xq;
     job->xd = xd;
 }
@@ -127,7 +125,8 @@ typedef struct mm_many {
 } mm_many;
 
 static void many_worker(void *arg, int ith, int nth) {
-    (void)ith; (void)nth;
+    (void)ith;
+    (void)nth;
     mm_many *m = arg;
     int i = 0;
     int64_t begin = 0;
@@ -149,11 +148,11 @@ static int input_kind(coli_dtype t) {
     const mm_vecdot_type *vd = mm_vecdot_find(t);
     if (vd) return 100 + (int)mm_vecdot_act_type(vd);
     switch (t) {
-    case COLI_F16:  return 1;
+    case COLI_F16: return 1;
     case COLI_BF16: return 2;
     case COLI_Q8_0:
     case COLI_Q4_0: return 3;
-    default:        return 0;
+    default: return 0;
     }
 }
 
@@ -165,8 +164,8 @@ static void find_shared_inputs(const coli_matmul_op *ops, int n, int *src) {
     for (int i = 0; i < n; i++) {
         src[i] = op_active(&ops[i]) ? i : -1;
         for (int k = 0; k < i && src[i] == i; k++)
-            if (src[k] == k && ops[k].x == ops[i].x && ops[k].n_in == ops[i].n_in &&
-                ops[k].n_tok == ops[i].n_tok && input_kind(ops[k].wtype) == input_kind(ops[i].wtype))
+            if (src[k] == k && ops[k].x == ops[i].x && ops[k].n_in == ops[i].n_in && ops[k].n_tok == ops[i].n_tok &&
+                input_kind(ops[k].wtype) == input_kind(ops[i].wtype))
                 src[i] = k;
     }
 }
@@ -213,7 +212,10 @@ static void init_job(mm_job *j, const coli_matmul_op *o, int avx2, uint8_t *buf,
         j->rows = avx2 ? mm_avx2_rows(o->wtype) : mm_portable_rows(o->wtype);
     }
     j->token_block = 64;
-    if (!shared) { prepare_input(j, buf, o->x, avx2); return; }
+    if (!shared) {
+        prepare_input(j, buf, o->x, avx2);
+        return;
+    }
     j->xf = shared->xf;
     j->xf_stride = shared->xf_stride;
     j->xq = shared->xq;
@@ -266,23 +268,20 @@ static int run_group(coli_pool *pool, coli_scratch *scratch, const coli_matmul_o
     return 0;
 }
 
-static int check_args(const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out,
-                      const float *x, int64_t n_tok, const float *y) {
+static int check_args(const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out, const float *x, int64_t n_tok,
+                      const float *y) {
     if (!coli_dtype_valid((uint32_t)wtype))
-        return coli_fail(COLI_EUNSUPPORTED, "matmul: weight type %s not supported",
-                         coli_dtype_name((uint32_t)wtype));
+        return coli_fail(COLI_EUNSUPPORTED, "matmul: weight type %s not supported", coli_dtype_name((uint32_t)wtype));
     if (n_in <= 0 || n_out < 0 || n_tok < 0)
-        return coli_fail(COLI_EINVAL, "matmul: bad shape n_in %lld, n_out %lld, n_tok %lld",
-                         (long long)n_in, (long long)n_out, (long long)n_tok);
+        return coli_fail(COLI_EINVAL, "matmul: bad shape n_in %lld, n_out %lld, n_tok %lld", (long long)n_in,
+                         (long long)n_out, (long long)n_tok);
     if (n_in % coli_dtype_block_elems(wtype) != 0)
-        return coli_fail(COLI_EINVAL, "matmul: n_in %lld is not a multiple of %lld for %s",
-                         (long long)n_in, (long long)coli_dtype_block_elems(wtype),
-                         coli_dtype_name(wtype));
+        return coli_fail(COLI_EINVAL, "matmul: n_in %lld is not a multiple of %lld for %s", (long long)n_in,
+                         (long long)coli_dtype_block_elems(wtype), coli_dtype_name(wtype));
     if (n_tok > 0 && n_out > 0 && (!W || !x || !y))
         return coli_fail(COLI_EINVAL, "matmul: NULL weight, input or output");
     if ((uint64_t)n_tok > ((uint64_t)1 << 40) / (uint64_t)n_in)
-        return coli_fail(COLI_EINVAL, "matmul: input of %lld x %lld too large",
-                         (long long)n_tok, (long long)n_in);
+        return coli_fail(COLI_EINVAL, "matmul: input of %lld x %lld too large", (long long)n_tok, (long long)n_in);
     return 0;
 }
 
@@ -298,8 +297,7 @@ static int run_ops(coli_pool *pool, coli_scratch *scratch, const coli_matmul_op 
     return rc;
 }
 
-int coli_matmul(coli_pool *pool, coli_scratch *scratch,
-                const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out,
+int coli_matmul(coli_pool *pool, coli_scratch *scratch, const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out,
                 const float *x, int64_t n_tok, float *y) {
     int rc = check_args(W, wtype, n_in, n_out, x, n_tok, y);
     if (rc) return rc;

@@ -23,14 +23,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tensor.h"
-#include "threadpool.h"
+#include "core/tensor.h"
+#include "core/threadpool.h"
 
 /* Scratch memory for prepared inputs, grown on demand and reused, so the
  * steady state allocates nothing. One per thread of control (not shared
  * between concurrent callers). */
 typedef struct coli_scratch {
-    void  *buf;
+    void *buf;
     size_t cap;
 } coli_scratch;
 
@@ -48,8 +48,7 @@ size_t coli_matmul_scratch_bytes(coli_dtype wtype, int64_t n_in, int64_t n_tok);
  * n_in must be a multiple of the type's block size (32, or 256 for the
  * K-quants and IQ4_XS). Returns 0, COLI_EINVAL / COLI_EUNSUPPORTED (bad
  * shape or type, message set) or COLI_ENOMEM. */
-int coli_matmul(coli_pool *pool, coli_scratch *scratch,
-                const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out,
+int coli_matmul(coli_pool *pool, coli_scratch *scratch, const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out,
                 const float *x, int64_t n_tok, float *y);
 
 /* One y = W x of a coli_matmul_many call (arguments as coli_matmul's). */
@@ -57,9 +56,9 @@ typedef struct coli_matmul_op {
     const void *W;
     coli_dtype wtype;
     int64_t n_in, n_out;
-    const float *x;       /* (n_tok, n_in) */
+    const float *x; /* (n_tok, n_in) */
     int64_t n_tok;
-    float *y;             /* (n_tok, n_out) */
+    float *y; /* (n_tok, n_out) */
 } coli_matmul_op;
 
 /* At most this many ops share one pool job; more are run in groups. */

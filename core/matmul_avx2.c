@@ -17,9 +17,9 @@
  */
 #include <string.h>
 
-#include "cpu_features.h"
-#include "matmul_impl.h"
-#include "quant.h"
+#include "core/cpu_features.h"
+#include "core/matmul_impl.h"
+#include "core/quant.h"
 
 #if COLI_X86
 #include <immintrin.h>
@@ -46,8 +46,8 @@
 
 /* ---- input preparation ------------------------------------------------- */
 
-AVX2 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in,
-                             float *xf, int64_t xf_stride) {
+AVX2 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf,
+                             int64_t xf_stride) {
     for (int64_t t = 0; t < n_tok; t++) {
         const float *src = x + t * n_in;
         float *dst = xf + t * xf_stride;
@@ -80,7 +80,9 @@ AVX2 static void quantize_block(const float *x, int8_t *q, float *d) {
     const float amax = _mm_cvtss_f32(m4);
     *d = coli_fp16_to_fp32(coli_fp32_to_fp16(amax / 127.0f));
     const __m256 mul = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-    enum { mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }; /* a constant expression, as clang requires */
+    enum {
+        mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC
+    }; /* a constant expression, as clang requires */
     __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, mul), mode));
     __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, mul), mode));
     __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, mul), mode));
@@ -117,7 +119,11 @@ AVX2 ALWAYS __m256 load_w8(const uint8_t *row, int64_t k, coli_dtype t) {
 }
 
 static inline float load_w1(const uint8_t *row, int64_t k, coli_dtype t) {
-    if (t == COLI_F32) { float f; memcpy(&f, row + 4 * k, 4); return f; }
+    if (t == COLI_F32) {
+        float f;
+        memcpy(&f, row + 4 * k, 4);
+        return f;
+    }
     uint16_t h;
     memcpy(&h, row + 2 * k, 2);
     return t == COLI_F16 ? coli_fp16_to_fp32(h) : coli_bf16_to_fp32(h);
@@ -129,8 +135,7 @@ AVX2 ALWAYS float fma1(float a, float b, float c) {
 
 /* ---- float weights (F32, F16, BF16): RM x RN tile ----------------------- */
 
-AVX2 ALWAYS void float_tile(const mm_job *j, int64_t r, int64_t t,
-                            const int RM, const int RN, const coli_dtype T) {
+AVX2 ALWAYS void float_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T) {
     const int64_t n = j->n_in, n8 = n & ~(int64_t)7;
     const uint8_t *w[4];
     const float *x[4];
@@ -183,11 +188,9 @@ AVX2 ALWAYS __m256i load_wq(const uint8_t *blk, coli_dtype T) {
  * of 8 * x: the same integers exactly, with no sign fix-ups per row. */
 AVX2 ALWAYS __m256i block_dot(__m256i wq, __m256i aw, __m256i xv, __m256i xc, coli_dtype T) {
     const __m256i ones = _mm256_set1_epi16(1);
-    if (T == COLI_Q8_0)
-        return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wq)), ones);
+    if (T == COLI_Q8_0) return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wq)), ones);
     return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wq, xv), ones), xc);
 }
-
 
 /* The fp16 scales of block k of the RM rows as 4 floats (lanes past RM: 0),
  * converted by one vcvtph2ps instead of one per row. */
@@ -211,8 +214,7 @@ AVX2 ALWAYS __m256 fold4(const __m256i *d, const int RM) {
     return _mm256_cvtepi32_ps(_mm256_hadd_epi32(d01, d23));
 }
 
-AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
-                            const int RM, const int RN, const coli_dtype T) {
+AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T) {
     const int64_t nb = j->n_in / COLI_QK;
     const size_t bb = T == COLI_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
     const uint8_t *w[4];
@@ -246,9 +248,9 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
             const __m256i xv = _mm256_load_si256((const __m256i *)(xq[b] + k * COLI_QK));
             /* d_w * d_x of each row: the same single-precision products as one at a time */
             const __m128 s4 = _mm_mul_ps(dw, _mm_set1_ps(xd[b][k]));
-            const __m256i xc = T == COLI_Q4_0
-                ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), _mm256_set1_epi16(1))
-                : xv;
+            const __m256i xc =
+                T == COLI_Q4_0 ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), _mm256_set1_epi16(1))
+                               : xv;
             __m256i d[4];
 #pragma GCC unroll 4
             for (int a = 0; a < RM; a++) d[a] = block_dot(wq[a], aw[a], xv, xc, T);
@@ -271,11 +273,9 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t,
 typedef void (*tile_fn)(const mm_job *j, int64_t r, int64_t t);
 
 #define FT(T, A, B) \
-    AVX2 static void ft_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) \
-    { float_tile(j, r, t, A, B, COLI_##T); }
+    AVX2 static void ft_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) { float_tile(j, r, t, A, B, COLI_##T); }
 #define QT(T, A, B) \
-    AVX2 static void qt_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) \
-    { quant_tile(j, r, t, A, B, COLI_##T); }
+    AVX2 static void qt_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) { quant_tile(j, r, t, A, B, COLI_##T); }
 #define ROWS_OF(M, T, A) M(T, A, 1) M(T, A, 2) M(T, A, 3) M(T, A, 4)
 #define ALL_OF(M, T) ROWS_OF(M, T, 1) ROWS_OF(M, T, 2) ROWS_OF(M, T, 3) ROWS_OF(M, T, 4)
 ALL_OF(FT, F32)
@@ -284,8 +284,10 @@ ALL_OF(FT, BF16)
 ALL_OF(QT, Q8_0)
 ALL_OF(QT, Q4_0)
 
-#define TROW(P, T, A) { P##_##T##_##A##_1, P##_##T##_##A##_2, P##_##T##_##A##_3, P##_##T##_##A##_4 }
-#define TABLE(P, T) { TROW(P, T, 1), TROW(P, T, 2), TROW(P, T, 3), TROW(P, T, 4) }
+#define TROW(P, T, A) \
+    { P##_##T##_##A##_1, P##_##T##_##A##_2, P##_##T##_##A##_3, P##_##T##_##A##_4 }
+#define TABLE(P, T) \
+    { TROW(P, T, 1), TROW(P, T, 2), TROW(P, T, 3), TROW(P, T, 4) }
 static const tile_fn s_f32[4][4] = TABLE(ft, F32);
 static const tile_fn s_f16[4][4] = TABLE(ft, F16);
 static const tile_fn s_bf16[4][4] = TABLE(ft, BF16);
@@ -294,8 +296,7 @@ static const tile_fn s_q4_0[4][4] = TABLE(qt, Q4_0);
 
 /* ---- row loop: per block of tokens, row tiles x token tiles ------------- */
 
-static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1,
-                       const tile_fn table[4][4], int RM, int RN) {
+static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4], int RM, int RN) {
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
         for (int64_t r = r0; r < r1; r += RM) {
@@ -316,8 +317,8 @@ static void rows_q4_0(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r
 
 mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
     switch (wtype) {
-    case COLI_F32:  return rows_f32;
-    case COLI_F16:  return rows_f16;
+    case COLI_F32: return rows_f32;
+    case COLI_F16: return rows_f16;
     case COLI_BF16: return rows_bf16;
     case COLI_Q8_0: return rows_q8_0;
     case COLI_Q4_0: return rows_q4_0;
@@ -329,8 +330,7 @@ mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
 mm_rows_fn mm_avx2_rows(coli_dtype wtype) { return mm_portable_rows(wtype); }
-void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in,
-                        float *xf, int64_t xf_stride) {
+void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride) {
     mm_portable_round_rows(wtype, x, n_tok, n_in, xf, xf_stride);
 }
 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd) {

@@ -23,25 +23,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tensor.h"
-#include "vecdot.h"
+#include "core/tensor.h"
+#include "core/vecdot.h"
 
 typedef struct mm_job {
-    const uint8_t *W;      /* n_out rows of w_stride bytes */
+    const uint8_t *W; /* n_out rows of w_stride bytes */
     size_t w_stride;
     coli_dtype wtype;
     int64_t n_in, n_out, n_tok;
-    const float  *xf;      /* F32/F16/BF16: prepared rows, xf_stride floats apart */
+    const float *xf; /* F32/F16/BF16: prepared rows, xf_stride floats apart */
     int64_t xf_stride;
-    const int8_t *xq;      /* Q8_0/Q4_0: quantized rows, n_in bytes apart (32-byte aligned) */
-    const float  *xd;      /* Q8_0/Q4_0: block scales, n_in/32 floats per token */
-    const uint8_t *xa;     /* vecdot types: activation block rows, xa_stride bytes apart */
+    const int8_t *xq;  /* Q8_0/Q4_0: quantized rows, n_in bytes apart (32-byte aligned) */
+    const float *xd;   /* Q8_0/Q4_0: block scales, n_in/32 floats per token */
+    const uint8_t *xa; /* vecdot types: activation block rows, xa_stride bytes apart */
     size_t xa_stride;
-    coli_vec_dot_fn dot;   /* vecdot types: one (row, token) dot product */
+    coli_vec_dot_fn dot;               /* vecdot types: one (row, token) dot product */
     coli_vec_dot_tokens_fn dot_tokens; /* vecdot types: several tokens at once, or NULL */
-    float *y;              /* (n_tok, n_out) */
-    int64_t chunk_rows;    /* rows taken per counter increment */
-    int64_t token_block;   /* tokens per pass over a chunk (keeps x in L2) */
+    float *y;                          /* (n_tok, n_out) */
+    int64_t chunk_rows;                /* rows taken per counter increment */
+    int64_t token_block;               /* tokens per pass over a chunk (keeps x in L2) */
     void (*rows)(const struct mm_job *job, int64_t r0, int64_t r1);
 } mm_job;
 
@@ -64,21 +64,20 @@ coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2);
 /* Its several-token kernel on that path (same bits as mm_vecdot_fn's), or NULL. */
 coli_vec_dot_tokens_fn mm_vecdot_tokens_fn(const mm_vecdot_type *v, int avx2);
 /* Quantize the n_tok rows of x into xa, rows stride bytes apart. */
-void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, int64_t n_in,
-                       uint8_t *xa, size_t stride);
+void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, int64_t n_in, uint8_t *xa,
+                       size_t stride);
 /* Output rows r0..r1 of a job whose xa, xa_stride and dot are set. */
 void mm_vecdot_rows(const mm_job *job, int64_t r0, int64_t r1);
 
 /* ---- portable C (matmul_portable.c) ---- */
 mm_rows_fn mm_portable_rows(coli_dtype wtype);
-void mm_portable_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in,
-                            float *xf, int64_t xf_stride);
+void mm_portable_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf,
+                            int64_t xf_stride);
 void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
 
 /* ---- AVX2 + FMA + F16C (matmul_avx2.c); call only if coli_cpu_avx2() ---- */
 mm_rows_fn mm_avx2_rows(coli_dtype wtype);
-void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in,
-                        float *xf, int64_t xf_stride);
+void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride);
 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
 
 #endif

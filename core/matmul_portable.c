@@ -9,13 +9,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "matmul_impl.h"
-#include "quant.h"
+#include "core/matmul_impl.h"
+#include "core/quant.h"
 
 /* ---- input preparation ------------------------------------------------- */
 
-void mm_portable_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in,
-                            float *xf, int64_t xf_stride) {
+void mm_portable_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf,
+                            int64_t xf_stride) {
     for (int64_t t = 0; t < n_tok; t++) {
         const float *src = x + t * n_in;
         float *dst = xf + t * xf_stride;
@@ -40,9 +40,7 @@ void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8
 
 /* ---- dot products ------------------------------------------------------ */
 
-static float sum8(const float s[8]) {
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
+static float sum8(const float s[8]) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
 
 static float dot_f32(const uint8_t *wrow, const float *x, int64_t n) {
     const float *w = (const float *)wrow;
@@ -113,28 +111,26 @@ static float dot_q4_0(const uint8_t *wrow, const int8_t *xq, const float *xd, in
  * from memory once and from L1 for the other tokens of the block. ------- */
 
 static void rows_float(const mm_job *j, int64_t r0, int64_t r1) {
-    float (*dot)(const uint8_t *, const float *, int64_t) =
-        j->wtype == COLI_F32 ? dot_f32 : j->wtype == COLI_F16 ? dot_f16 : dot_bf16;
+    float (*dot)(const uint8_t *, const float *, int64_t) = j->wtype == COLI_F32   ? dot_f32
+                                                            : j->wtype == COLI_F16 ? dot_f16
+                                                                                   : dot_bf16;
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *w = j->W + (size_t)r * j->w_stride;
-            for (int64_t t = t0; t < t1; t++)
-                j->y[t * j->n_out + r] = dot(w, j->xf + t * j->xf_stride, j->n_in);
+            for (int64_t t = t0; t < t1; t++) j->y[t * j->n_out + r] = dot(w, j->xf + t * j->xf_stride, j->n_in);
         }
     }
 }
 
 static void rows_quant(const mm_job *j, int64_t r0, int64_t r1) {
-    float (*dot)(const uint8_t *, const int8_t *, const float *, int64_t) =
-        j->wtype == COLI_Q8_0 ? dot_q8_0 : dot_q4_0;
+    float (*dot)(const uint8_t *, const int8_t *, const float *, int64_t) = j->wtype == COLI_Q8_0 ? dot_q8_0 : dot_q4_0;
     const int64_t nb = j->n_in / COLI_QK;
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *w = j->W + (size_t)r * j->w_stride;
-            for (int64_t t = t0; t < t1; t++)
-                j->y[t * j->n_out + r] = dot(w, j->xq + t * j->n_in, j->xd + t * nb, nb);
+            for (int64_t t = t0; t < t1; t++) j->y[t * j->n_out + r] = dot(w, j->xq + t * j->n_in, j->xd + t * nb, nb);
         }
     }
 }

@@ -12,9 +12,9 @@
  */
 #include <stddef.h>
 
-#include "matmul_impl.h"
-#include "quant.h"
-#include "vecdot.h"
+#include "core/matmul_impl.h"
+#include "core/quant.h"
+#include "core/vecdot.h"
 
 typedef void (*act_quantize_fn)(const float *x, void *y, int64_t n);
 
@@ -24,20 +24,22 @@ static void act_Q8_K(const float *x, void *y, int64_t n) { coli_quantize_act_q8_
 
 struct mm_vecdot_type {
     coli_dtype wtype;
-    coli_dtype act;              /* activation block format: Q8_0, Q8_1 or Q8_K */
-    act_quantize_fn quantize;    /* one row of floats into act blocks */
+    coli_dtype act;           /* activation block format: Q8_0, Q8_1 or Q8_K */
+    act_quantize_fn quantize; /* one row of floats into act blocks */
     coli_vec_dot_fn portable, avx2;
-    coli_vec_dot_tokens_fn avx2_tokens;  /* NULL: the AVX2 path calls avx2 per token */
+    coli_vec_dot_tokens_fn avx2_tokens; /* NULL: the AVX2 path calls avx2 per token */
 };
 
 /* weight type, activation format, and the name stem of its dot products */
-#define VD(T, ACT, stem) \
-    {COLI_##T, COLI_##ACT, act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, coli_vec_dot_##stem##_avx2_tokens}
+#define VD(T, ACT, stem)                                                                  \
+    {                                                                                     \
+        COLI_##T, COLI_##ACT, act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, \
+            coli_vec_dot_##stem##_avx2_tokens                                             \
+    }
 static const mm_vecdot_type s_types[] = {
-    VD(Q4_1, Q8_1, q4_1_q8_1),     VD(Q5_0, Q8_0, q5_0_q8_0),     VD(Q5_1, Q8_1, q5_1_q8_1),
-    VD(IQ4_NL, Q8_0, iq4_nl_q8_0), VD(Q2_K, Q8_K, q2_K_q8_K),     VD(Q3_K, Q8_K, q3_K_q8_K),
-    VD(Q4_K, Q8_K, q4_K_q8_K),     VD(Q5_K, Q8_K, q5_K_q8_K),     VD(Q6_K, Q8_K, q6_K_q8_K),
-    VD(IQ4_XS, Q8_K, iq4_xs_q8_K),
+    VD(Q4_1, Q8_1, q4_1_q8_1), VD(Q5_0, Q8_0, q5_0_q8_0),     VD(Q5_1, Q8_1, q5_1_q8_1), VD(IQ4_NL, Q8_0, iq4_nl_q8_0),
+    VD(Q2_K, Q8_K, q2_K_q8_K), VD(Q3_K, Q8_K, q3_K_q8_K),     VD(Q4_K, Q8_K, q4_K_q8_K), VD(Q5_K, Q8_K, q5_K_q8_K),
+    VD(Q6_K, Q8_K, q6_K_q8_K), VD(IQ4_XS, Q8_K, iq4_xs_q8_K),
 };
 
 const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype) {
@@ -53,18 +55,14 @@ size_t mm_vecdot_row_stride(const mm_vecdot_type *v, int64_t n_in) {
     return (coli_row_bytes(v->act, n_in) + 63) & ~(size_t)63;
 }
 
-coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2) {
-    return avx2 ? v->avx2 : v->portable;
-}
+coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2) { return avx2 ? v->avx2 : v->portable; }
 
-coli_vec_dot_tokens_fn mm_vecdot_tokens_fn(const mm_vecdot_type *v, int avx2) {
-    return avx2 ? v->avx2_tokens : NULL;
-}
+coli_vec_dot_tokens_fn mm_vecdot_tokens_fn(const mm_vecdot_type *v, int avx2) { return avx2 ? v->avx2_tokens : NULL; }
 
 /* The quantizers give the same bytes on both paths (they follow llama.cpp's
  * AVX2 rounding in scalar code), so the prepared input is path-independent. */
-void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, int64_t n_in,
-                       uint8_t *xa, size_t stride) {
+void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, int64_t n_in, uint8_t *xa,
+                       size_t stride) {
     for (int64_t t = 0; t < n_tok; t++) v->quantize(x + t * n_in, xa + (size_t)t * stride, n_in);
 }
 
@@ -85,8 +83,7 @@ void mm_vecdot_rows(const mm_job *j, int64_t r0, int64_t r1) {
                     j->dot_tokens(j->n_in, w, j->xa + (size_t)t * j->xa_stride, j->xa_stride, out, nt);
                     for (int k = 0; k < nt; k++) j->y[(t + k) * j->n_out + r] = out[k];
                 }
-            for (; t < t1; t++)
-                j->y[t * j->n_out + r] = j->dot(j->n_in, w, j->xa + (size_t)t * j->xa_stride);
+            for (; t < t1; t++) j->y[t * j->n_out + r] = j->dot(j->n_in, w, j->xa + (size_t)t * j->xa_stride);
         }
     }
 }

@@ -7,21 +7,29 @@
  * follows llama.cpp's reference C code (quantize_row_q8_0_ref and
  * quantize_row_q4_0_ref) so files we write match llama-quantize's.
  */
-#include "quant.h"
+#include "core/quant.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "cpu_features.h"
-#include "quant_blocks.h"
-#include "quantize_rows.h"
+#include "core/cpu_features.h"
+#include "core/quant_blocks.h"
+#include "core/quantize_rows.h"
 
 #if COLI_X86
 #include <immintrin.h>
 #endif
 
-static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 /* ---- fp16 ------------------------------------------------------------- */
 
@@ -31,13 +39,14 @@ float coli_fp16_to_fp32(uint16_t h) {
     uint32_t mant = h & 0x3ff;
     if (exp == 0x1f) /* Inf, or NaN made quiet as vcvtph2ps does */
         return bits_f32(sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0));
-    if (exp != 0)
-        return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
-    if (mant == 0)
-        return bits_f32(sign);
+    if (exp != 0) return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+    if (mant == 0) return bits_f32(sign);
     /* subnormal half: normalise; 2^-14 * mant/1024 is exact in f32 */
     exp = 113;
-    while (!(mant & 0x400)) { mant <<= 1; exp--; }
+    while (!(mant & 0x400)) {
+        mant <<= 1;
+        exp--;
+    }
     return bits_f32(sign | (exp << 23) | ((mant & 0x3ff) << 13));
 }
 
@@ -78,30 +87,34 @@ uint16_t coli_fp32_to_bf16(float f) {
 #if COLI_X86
 COLI_TARGET_AVX2 static void fp16_to_fp32_row_f16c(const uint16_t *src, float *dst, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
     for (; i < n; i++) dst[i] = coli_fp16_to_fp32(src[i]);
 }
 
 COLI_TARGET_AVX2 static void fp32_to_fp16_row_f16c(const float *src, uint16_t *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(dst + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) dst[i] = coli_fp32_to_fp16(src[i]);
 }
 #endif
 
 static void fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) {
 #if COLI_X86
-    if (coli_cpu_avx2()) { fp16_to_fp32_row_f16c(src, dst, n); return; }
+    if (coli_cpu_avx2()) {
+        fp16_to_fp32_row_f16c(src, dst, n);
+        return;
+    }
 #endif
     for (int64_t i = 0; i < n; i++) dst[i] = coli_fp16_to_fp32(src[i]);
 }
 
 static void fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n) {
 #if COLI_X86
-    if (coli_cpu_avx2()) { fp32_to_fp16_row_f16c(src, dst, n); return; }
+    if (coli_cpu_avx2()) {
+        fp32_to_fp16_row_f16c(src, dst, n);
+        return;
+    }
 #endif
     for (int64_t i = 0; i < n; i++) dst[i] = coli_fp32_to_fp16(src[i]);
 }
@@ -146,7 +159,10 @@ void coli_quantize_row_q4_0(const float *x, block_q4_0 *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK; b++, x += COLI_QK) {
         float amax = 0.0f, max = 0.0f;
         for (int j = 0; j < COLI_QK; j++)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
         const float d = max / -8.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = coli_fp32_to_fp16(d);
@@ -199,8 +215,8 @@ static void dequantize_q4_0(const block_q4_0 *x, float *y, int64_t n) {
 
 void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
-    case COLI_F32:  memcpy(dst, src, (size_t)n * sizeof(float)); break;
-    case COLI_F16:  fp16_to_fp32_row(src, dst, n); break;
+    case COLI_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
+    case COLI_F16: fp16_to_fp32_row(src, dst, n); break;
     case COLI_BF16: {
         const uint16_t *s = src;
         for (int64_t i = 0; i < n; i++) dst[i] = coli_bf16_to_fp32(s[i]);
@@ -214,24 +230,24 @@ void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n) {
 
 void coli_quantize_row(coli_dtype t, const float *src, void *dst, int64_t n) {
     switch (t) {
-    case COLI_F32:  memcpy(dst, src, (size_t)n * sizeof(float)); break;
-    case COLI_F16:  fp32_to_fp16_row(src, dst, n); break;
+    case COLI_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
+    case COLI_F16: fp32_to_fp16_row(src, dst, n); break;
     case COLI_BF16: {
         uint16_t *d = dst;
         for (int64_t i = 0; i < n; i++) d[i] = coli_fp32_to_bf16(src[i]);
         break;
     }
-    case COLI_Q8_0:   coli_quantize_row_q8_0(src, dst, n); break;
-    case COLI_Q4_0:   coli_quantize_row_q4_0(src, dst, n); break;
-    case COLI_Q4_1:   coli_quantize_row_q4_1(src, dst, n); break;
-    case COLI_Q5_0:   coli_quantize_row_q5_0(src, dst, n); break;
-    case COLI_Q5_1:   coli_quantize_row_q5_1(src, dst, n); break;
+    case COLI_Q8_0: coli_quantize_row_q8_0(src, dst, n); break;
+    case COLI_Q4_0: coli_quantize_row_q4_0(src, dst, n); break;
+    case COLI_Q4_1: coli_quantize_row_q4_1(src, dst, n); break;
+    case COLI_Q5_0: coli_quantize_row_q5_0(src, dst, n); break;
+    case COLI_Q5_1: coli_quantize_row_q5_1(src, dst, n); break;
     case COLI_IQ4_NL: coli_quantize_row_iq4_nl(src, dst, n); break;
-    case COLI_Q2_K:   coli_quantize_row_q2_K(src, dst, n); break;
-    case COLI_Q3_K:   coli_quantize_row_q3_K(src, dst, n); break;
-    case COLI_Q4_K:   coli_quantize_row_q4_K(src, dst, n); break;
-    case COLI_Q5_K:   coli_quantize_row_q5_K(src, dst, n); break;
-    case COLI_Q6_K:   coli_quantize_row_q6_K(src, dst, n); break;
+    case COLI_Q2_K: coli_quantize_row_q2_K(src, dst, n); break;
+    case COLI_Q3_K: coli_quantize_row_q3_K(src, dst, n); break;
+    case COLI_Q4_K: coli_quantize_row_q4_K(src, dst, n); break;
+    case COLI_Q5_K: coli_quantize_row_q5_K(src, dst, n); break;
+    case COLI_Q6_K: coli_quantize_row_q6_K(src, dst, n); break;
     case COLI_IQ4_XS: coli_quantize_row_iq4_xs(src, dst, n); break;
     default: break; /* Q8_1/Q8_K are activation formats, quantized by the kernels */
     }

@@ -9,25 +9,25 @@
 
 #include <stdint.h>
 
-#include "tensor.h"
+#include "core/tensor.h"
 
 typedef struct block_q8_0 {
-    uint16_t d;            /* scale, fp16 */
-    int8_t   qs[COLI_QK];  /* value = d * q */
+    uint16_t d;         /* scale, fp16 */
+    int8_t qs[COLI_QK]; /* value = d * q */
 } block_q8_0;
 
 typedef struct block_q4_0 {
-    uint16_t d;               /* scale, fp16 */
-    uint8_t  qs[COLI_QK / 2]; /* byte j: element j (low nibble), j+16 (high); value = d*(nib-8) */
+    uint16_t d;              /* scale, fp16 */
+    uint8_t qs[COLI_QK / 2]; /* byte j: element j (low nibble), j+16 (high); value = d*(nib-8) */
 } block_q4_0;
 
 _Static_assert(sizeof(block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(block_q4_0) == 18, "Q4_0 block is 18 bytes");
 
-float    coli_fp16_to_fp32(uint16_t h);
-uint16_t coli_fp32_to_fp16(float f);    /* round to nearest even */
-float    coli_bf16_to_fp32(uint16_t h);
-uint16_t coli_fp32_to_bf16(float f);    /* round to nearest even, NaN kept */
+float coli_fp16_to_fp32(uint16_t h);
+uint16_t coli_fp32_to_fp16(float f); /* round to nearest even */
+float coli_bf16_to_fp32(uint16_t h);
+uint16_t coli_fp32_to_bf16(float f); /* round to nearest even, NaN kept */
 
 /* Weight quantization, n a multiple of 32 (llama.cpp reference rules:
  * Q8_0 rounds half away from zero, Q4_0 truncates x*id + 8.5). */

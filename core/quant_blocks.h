@@ -12,82 +12,82 @@
 
 #include <stdint.h>
 
-#include "tensor.h"
+#include "core/tensor.h"
 
-#define COLI_K_SCALE_SIZE 12   /* packed 6-bit scales/mins of Q4_K, Q5_K */
+#define COLI_K_SCALE_SIZE 12 /* packed 6-bit scales/mins of Q4_K, Q5_K */
 
 typedef struct block_q4_1 {
-    uint16_t d, m;                 /* scale and minimum, fp16: value = d*nib + m */
-    uint8_t  qs[COLI_QK / 2];      /* as Q4_0: element j low nibble, j+16 high */
+    uint16_t d, m;           /* scale and minimum, fp16: value = d*nib + m */
+    uint8_t qs[COLI_QK / 2]; /* as Q4_0: element j low nibble, j+16 high */
 } block_q4_1;
 
 typedef struct block_q5_0 {
-    uint16_t d;                    /* fp16: value = d*(q - 16), q 5 bits */
-    uint8_t  qh[4];                /* bit j: 5th bit of element j */
-    uint8_t  qs[COLI_QK / 2];      /* low 4 bits as Q4_0 */
+    uint16_t d;              /* fp16: value = d*(q - 16), q 5 bits */
+    uint8_t qh[4];           /* bit j: 5th bit of element j */
+    uint8_t qs[COLI_QK / 2]; /* low 4 bits as Q4_0 */
 } block_q5_0;
 
 typedef struct block_q5_1 {
-    uint16_t d, m;                 /* fp16: value = d*q + m */
-    uint8_t  qh[4];
-    uint8_t  qs[COLI_QK / 2];
+    uint16_t d, m; /* fp16: value = d*q + m */
+    uint8_t qh[4];
+    uint8_t qs[COLI_QK / 2];
 } block_q5_1;
 
 typedef struct block_q8_1 {
-    uint16_t d;                    /* fp16 scale */
-    uint16_t s;                    /* fp16 of d * sum(qs) */
-    int8_t   qs[COLI_QK];
+    uint16_t d; /* fp16 scale */
+    uint16_t s; /* fp16 of d * sum(qs) */
+    int8_t qs[COLI_QK];
 } block_q8_1;
 
 typedef struct block_iq4_nl {
-    uint16_t d;                    /* fp16: value = d * kvalues_iq4nl[nib] */
-    uint8_t  qs[COLI_QK / 2];      /* as Q4_0 */
+    uint16_t d;              /* fp16: value = d * kvalues_iq4nl[nib] */
+    uint8_t qs[COLI_QK / 2]; /* as Q4_0 */
 } block_iq4_nl;
 
 typedef struct block_q2_K {
-    uint8_t  scales[COLI_QK_K / 16]; /* per 16 values: low nibble scale, high nibble min */
-    uint8_t  qs[COLI_QK_K / 4];      /* 2-bit quants */
-    uint16_t d, dmin;                /* fp16 super-block scales of scales and mins */
+    uint8_t scales[COLI_QK_K / 16]; /* per 16 values: low nibble scale, high nibble min */
+    uint8_t qs[COLI_QK_K / 4];      /* 2-bit quants */
+    uint16_t d, dmin;               /* fp16 super-block scales of scales and mins */
 } block_q2_K;
 
 typedef struct block_q3_K {
-    uint8_t  hmask[COLI_QK_K / 8];   /* high bit of each 3-bit quant */
-    uint8_t  qs[COLI_QK_K / 4];      /* low 2 bits */
-    uint8_t  scales[12];             /* 16 6-bit scales, packed */
-    uint16_t d;                      /* fp16 super-block scale */
+    uint8_t hmask[COLI_QK_K / 8]; /* high bit of each 3-bit quant */
+    uint8_t qs[COLI_QK_K / 4];    /* low 2 bits */
+    uint8_t scales[12];           /* 16 6-bit scales, packed */
+    uint16_t d;                   /* fp16 super-block scale */
 } block_q3_K;
 
 typedef struct block_q4_K {
-    uint16_t d, dmin;                       /* fp16 super-block scales */
-    uint8_t  scales[COLI_K_SCALE_SIZE];     /* 8 6-bit scales and 8 6-bit mins, packed */
-    uint8_t  qs[COLI_QK_K / 2];             /* 4-bit quants */
+    uint16_t d, dmin;                  /* fp16 super-block scales */
+    uint8_t scales[COLI_K_SCALE_SIZE]; /* 8 6-bit scales and 8 6-bit mins, packed */
+    uint8_t qs[COLI_QK_K / 2];         /* 4-bit quants */
 } block_q4_K;
 
 typedef struct block_q5_K {
     uint16_t d, dmin;
-    uint8_t  scales[COLI_K_SCALE_SIZE];
-    uint8_t  qh[COLI_QK_K / 8];             /* 5th bits */
-    uint8_t  qs[COLI_QK_K / 2];             /* low 4 bits */
+    uint8_t scales[COLI_K_SCALE_SIZE];
+    uint8_t qh[COLI_QK_K / 8]; /* 5th bits */
+    uint8_t qs[COLI_QK_K / 2]; /* low 4 bits */
 } block_q5_K;
 
 typedef struct block_q6_K {
-    uint8_t  ql[COLI_QK_K / 2];             /* low 4 bits */
-    uint8_t  qh[COLI_QK_K / 4];             /* high 2 bits */
-    int8_t   scales[COLI_QK_K / 16];        /* 8-bit scales */
-    uint16_t d;                             /* fp16 super-block scale */
+    uint8_t ql[COLI_QK_K / 2];     /* low 4 bits */
+    uint8_t qh[COLI_QK_K / 4];     /* high 2 bits */
+    int8_t scales[COLI_QK_K / 16]; /* 8-bit scales */
+    uint16_t d;                    /* fp16 super-block scale */
 } block_q6_K;
 
 typedef struct block_q8_K {
-    float    d;                             /* scale (a float, not fp16) */
-    int8_t   qs[COLI_QK_K];
-    int16_t  bsums[COLI_QK_K / 16];         /* sum of each 16 quants */
+    float d; /* scale (a float, not fp16) */
+    int8_t qs[COLI_QK_K];
+    int16_t bsums[COLI_QK_K / 16]; /* sum of each 16 quants */
 } block_q8_K;
 
 typedef struct block_iq4_xs {
-    uint16_t d;                             /* fp16 super-block scale */
-    uint16_t scales_h;                      /* high 2 bits of 8 6-bit scales */
-    uint8_t  scales_l[COLI_QK_K / 64];      /* low 4 bits of 8 scales */
-    uint8_t  qs[COLI_QK_K / 2];             /* 4-bit indices into kvalues_iq4nl */
+    uint16_t d;                       /* fp16 super-block scale */
+    uint16_t scales_h;                /* high 2 bits of 8 6-bit scales */
+    uint8_t scales_l[COLI_QK_K / 64]; /* low 4 bits of 8 scales */
+    uint8_t qs[COLI_QK_K / 2];        /* 4-bit indices into kvalues_iq4nl */
 } block_iq4_xs;
 
 _Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block is 20 bytes");

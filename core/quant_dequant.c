@@ -7,8 +7,8 @@
  */
 #include <string.h>
 
-#include "quant.h"
-#include "quant_blocks.h"
+#include "core/quant.h"
+#include "core/quant_blocks.h"
 
 #define HALF(h) coli_fp16_to_fp32(h)
 
@@ -80,8 +80,7 @@ static void dequant_q2_K(const block_q2_K *x, float *y, int64_t nb) {
                 for (int half = 0; half < 2; half++) {
                     const uint8_t sc = x[i].scales[is++];
                     const float dl = d * (float)(sc & 0x0f), ml = dmin * (float)(sc >> 4);
-                    for (int l = 0; l < 16; l++)
-                        *y++ = dl * (float)((q[l + 16 * half] >> shift) & 3) - ml;
+                    for (int l = 0; l < 16; l++) *y++ = dl * (float)((q[l + 16 * half] >> shift) & 3) - ml;
                 }
             }
         }
@@ -198,8 +197,7 @@ static void dequant_iq4_xs(const block_iq4_xs *x, float *y, int64_t nb) {
         const float d = HALF(x[i].d);
         const uint8_t *qs = x[i].qs;
         for (int ib = 0; ib < COLI_QK_K / 32; ib++, y += 32, qs += 16) {
-            const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0x0f) |
-                           (((x[i].scales_h >> 2 * ib) & 3) << 4);
+            const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0x0f) | (((x[i].scales_h >> 2 * ib) & 3) << 4);
             const float dl = d * (float)(ls - 32);
             for (int j = 0; j < 16; j++) {
                 y[j] = dl * (float)coli_kvalues_iq4nl[qs[j] & 0x0f];
@@ -211,16 +209,16 @@ static void dequant_iq4_xs(const block_iq4_xs *x, float *y, int64_t nb) {
 
 int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
-    case COLI_Q4_1:   dequant_q4_1(src, dst, n / COLI_QK); return 0;
-    case COLI_Q5_0:   dequant_q5_0(src, dst, n / COLI_QK); return 0;
-    case COLI_Q5_1:   dequant_q5_1(src, dst, n / COLI_QK); return 0;
+    case COLI_Q4_1: dequant_q4_1(src, dst, n / COLI_QK); return 0;
+    case COLI_Q5_0: dequant_q5_0(src, dst, n / COLI_QK); return 0;
+    case COLI_Q5_1: dequant_q5_1(src, dst, n / COLI_QK); return 0;
     case COLI_IQ4_NL: dequant_iq4_nl(src, dst, n / COLI_QK); return 0;
-    case COLI_Q2_K:   dequant_q2_K(src, dst, n / COLI_QK_K); return 0;
-    case COLI_Q3_K:   dequant_q3_K(src, dst, n / COLI_QK_K); return 0;
-    case COLI_Q4_K:   dequant_q4_K(src, dst, n / COLI_QK_K); return 0;
-    case COLI_Q5_K:   dequant_q5_K(src, dst, n / COLI_QK_K); return 0;
-    case COLI_Q6_K:   dequant_q6_K(src, dst, n / COLI_QK_K); return 0;
+    case COLI_Q2_K: dequant_q2_K(src, dst, n / COLI_QK_K); return 0;
+    case COLI_Q3_K: dequant_q3_K(src, dst, n / COLI_QK_K); return 0;
+    case COLI_Q4_K: dequant_q4_K(src, dst, n / COLI_QK_K); return 0;
+    case COLI_Q5_K: dequant_q5_K(src, dst, n / COLI_QK_K); return 0;
+    case COLI_Q6_K: dequant_q6_K(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ4_XS: dequant_iq4_xs(src, dst, n / COLI_QK_K); return 0;
-    default:          return -1;
+    default: return -1;
     }
 }

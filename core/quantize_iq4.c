@@ -16,9 +16,9 @@
  */
 #include <string.h>
 
-#include "quant.h"
-#include "quantize_impl.h"
-#include "quantize_rows.h"
+#include "core/quant.h"
+#include "core/quantize_impl.h"
+#include "core/quantize_rows.h"
 
 #define IQ4_NTRY 7
 
@@ -30,8 +30,10 @@ static int s_nearest_level(const int8_t *levels, float v) {
     int lo = 0, hi = 15;
     while (hi - lo > 1) {
         int mid = (lo + hi) / 2;
-        if (v < levels[mid]) hi = mid;
-        else lo = mid;
+        if (v < levels[mid])
+            hi = mid;
+        else
+            lo = mid;
     }
     return v - levels[hi - 1] < levels[hi] - v ? hi - 1 : hi;
 }
@@ -58,7 +60,10 @@ static float s_block_scale(const float *xb, uint8_t *L) {
     float w[COLI_QK], amax = 0.0f, max = 0.0f;
     for (int j = 0; j < COLI_QK; j++) {
         w[j] = xb[j] * xb[j];
-        if (fabsf(xb[j]) > amax) { amax = fabsf(xb[j]); max = xb[j]; }
+        if (fabsf(xb[j]) > amax) {
+            amax = fabsf(xb[j]);
+            max = xb[j];
+        }
     }
     if (amax < COLI_GROUP_EPS) return 0.0f;
     const int8_t level0 = coli_kvalues_iq4nl[0];
@@ -97,12 +102,17 @@ void coli_quantize_row_iq4_nl(const float *x, block_iq4_nl *y, int64_t n) {
 
 /* One IQ4_XS super-block: 8 block scales, then the 6-bit requantization. */
 static void s_iq4_xs_block(const float *x, block_iq4_xs *y) {
-    enum { NSUB = COLI_QK_K / COLI_QK };
+    enum {
+        NSUB = COLI_QK_K / COLI_QK
+    };
     float scales[NSUB], max_scale = 0.0f, amax_scale = 0.0f;
     uint8_t L[COLI_QK];
     for (int ib = 0; ib < NSUB; ib++) {
         scales[ib] = s_block_scale(x + ib * COLI_QK, L);
-        if (fabsf(scales[ib]) > amax_scale) { amax_scale = fabsf(scales[ib]); max_scale = scales[ib]; }
+        if (fabsf(scales[ib]) > amax_scale) {
+            amax_scale = fabsf(scales[ib]);
+            max_scale = scales[ib];
+        }
     }
     const float d = -max_scale / 32.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;

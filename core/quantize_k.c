@@ -19,9 +19,9 @@
  */
 #include <string.h>
 
-#include "quant.h"
-#include "quantize_impl.h"
-#include "quantize_rows.h"
+#include "core/quant.h"
+#include "core/quantize_impl.h"
+#include "core/quantize_rows.h"
 
 static inline int s_clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
@@ -29,7 +29,10 @@ static inline int s_clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi 
 static float s_signed_max(const float *x, int n, float *amax_out) {
     float amax = 0.0f, max = 0.0f;
     for (int i = 0; i < n; i++)
-        if (fabsf(x[i]) > amax) { amax = fabsf(x[i]); max = x[i]; }
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
     *amax_out = amax;
     return max;
 }
@@ -37,8 +40,7 @@ static float s_signed_max(const float *x, int n, float *amax_out) {
 /* ---- group fits ------------------------------------------------------- */
 
 /* Weighted error of x against scale*L + min (|.| if use_mad, else squared). */
-static float s_fit_error(const float *x, const float *w, const uint8_t *L, int n,
-                         float scale, float min, int use_mad) {
+static float s_fit_error(const float *x, const float *w, const uint8_t *L, int n, float scale, float min, int use_mad) {
     float err = 0.0f;
     for (int i = 0; i < n; i++) {
         float diff = scale * L[i] + min - x[i];
@@ -53,8 +55,8 @@ static float s_fit_error(const float *x, const float *w, const uint8_t *L, int n
  * scales (nmax + rmin + rdelta*is) / range, each with the weighted
  * least-squares scale and minimum of its codes, keeping the smallest error.
  * Returns the scale, writes -minimum to *neg_min and the codes to L. */
-static float s_fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L,
-                             float *neg_min, float rmin, float rdelta, int nstep, int use_mad) {
+static float s_fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L, float *neg_min, float rmin,
+                             float rdelta, int nstep, int use_mad) {
     float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
     for (int i = 1; i < n; i++) {
         if (x[i] < min) min = x[i];
@@ -251,8 +253,10 @@ static void s_q3_K_pack_scales(const float *scales, float max_scale, block_q3_K 
     const float iscale = -32.0f / max_scale;
     for (int j = 0; j < COLI_QK_K / 16; j++) {
         const int l = s_clamp((int8_t)coli_nearest_int(iscale * scales[j]), -32, 31) + 32;
-        if (j < 8) y->scales[j] = (uint8_t)(l & 0xf);
-        else y->scales[j - 8] |= (uint8_t)((l & 0xf) << 4);
+        if (j < 8)
+            y->scales[j] = (uint8_t)(l & 0xf);
+        else
+            y->scales[j - 8] |= (uint8_t)((l & 0xf) << 4);
         y->scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
     }
     y->d = coli_fp32_to_fp16(1 / iscale);
@@ -263,7 +267,10 @@ static void s_q3_K_block(const float *x, block_q3_K *y) {
     float scales[COLI_QK_K / 16], max_scale = 0, amax = 0;
     for (int j = 0; j < COLI_QK_K / 16; j++) {
         scales[j] = s_fit_signed_iter(16, 4, x + 16 * j, L + 16 * j);
-        if (fabsf(scales[j]) > amax) { amax = fabsf(scales[j]); max_scale = scales[j]; }
+        if (fabsf(scales[j]) > amax) {
+            amax = fabsf(scales[j]);
+            max_scale = scales[j];
+        }
     }
     s_q3_K_pack_scales(scales, max_scale, y);
     for (int j = 0; j < COLI_QK_K / 16; j++) {
@@ -303,8 +310,8 @@ static void s_k4_scale_min(const uint8_t *q, int j, int *sc, int *m) {
 /* Fit the 8 groups of 32 (weights av + |x|, av the group's RMS), store the
  * 6-bit scales/minimums and the fp16 super-scales, then re-map each group
  * with the stored values: codes 0..nmax to L. */
-static void s_k4_fit_block(const float *x, int nmax, float rmin, float rdelta, int nstep, uint8_t *L,
-                           uint16_t *d_out, uint16_t *dmin_out, uint8_t *packed) {
+static void s_k4_fit_block(const float *x, int nmax, float rmin, float rdelta, int nstep, uint8_t *L, uint16_t *d_out,
+                           uint16_t *dmin_out, uint8_t *packed) {
     float w[32], mins[COLI_QK_K / 32], scales[COLI_QK_K / 32], max_scale = 0, max_min = 0;
     for (int j = 0; j < COLI_QK_K / 32; j++) {
         float sum_x2 = 0;
@@ -379,7 +386,10 @@ static void s_q6_K_block(const float *x, block_q6_K *y) {
     float scales[COLI_QK_K / 16], max_scale = 0, max_abs_scale = 0;
     for (int ib = 0; ib < COLI_QK_K / 16; ib++) {
         scales[ib] = s_fit_signed_search(16, 32, x + 16 * ib, L + 16 * ib);
-        if (fabsf(scales[ib]) > max_abs_scale) { max_abs_scale = fabsf(scales[ib]); max_scale = scales[ib]; }
+        if (fabsf(scales[ib]) > max_abs_scale) {
+            max_abs_scale = fabsf(scales[ib]);
+            max_scale = scales[ib];
+        }
     }
     if (max_abs_scale < COLI_GROUP_EPS) {
         memset(y, 0, sizeof *y);
@@ -394,7 +404,8 @@ static void s_q6_K_block(const float *x, block_q6_K *y) {
     for (int j = 0; j < COLI_QK_K / 16; j++) {
         const float d = coli_fp16_to_fp32(y->d) * y->scales[j];
         if (d == 0.0f) continue;
-        for (int i = 0; i < 16; i++) L[16 * j + i] = (int8_t)(s_clamp(coli_nearest_int(x[16 * j + i] / d), -32, 31) + 32);
+        for (int i = 0; i < 16; i++)
+            L[16 * j + i] = (int8_t)(s_clamp(coli_nearest_int(x[16 * j + i] / d), -32, 31) + 32);
     }
     /* per 128 values: ql byte l holds codes l (low) and l+64 (high), byte
      * l+32 codes l+32 and l+96; qh byte l their top 2 bits, 2 per code */

@@ -14,9 +14,9 @@
 #include <float.h>
 #include <string.h>
 
-#include "quant.h"
-#include "quantize_impl.h"
-#include "quantize_rows.h"
+#include "core/quant.h"
+#include "core/quantize_impl.h"
+#include "core/quantize_rows.h"
 
 /* Smallest and largest value of one 32-value block. */
 static void s_block_range(const float *x, float *min_out, float *max_out) {
@@ -33,7 +33,10 @@ static void s_block_range(const float *x, float *min_out, float *max_out) {
 static float s_block_signed_max(const float *x) {
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < COLI_QK; j++)
-        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
     return max;
 }
 

@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "quant_blocks.h"
+#include "core/quant_blocks.h"
 
 void coli_quantize_row_q4_1(const float *x, block_q4_1 *y, int64_t n);
 void coli_quantize_row_q5_0(const float *x, block_q5_0 *y, int64_t n);

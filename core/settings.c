@@ -8,8 +8,7 @@
 #include <unistd.h>
 
 //  An unsigned decimal; unset, empty or anything else gives dflt.
-static uint64_t s_num(const char *name, uint64_t dflt)
-{
+static uint64_t s_num(const char *name, uint64_t dflt) {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
     char *end;
@@ -17,15 +16,13 @@ static uint64_t s_num(const char *name, uint64_t dflt)
     return *end ? dflt : (uint64_t)x;
 }
 
-static void s_str(const char *name, char *out, size_t n)
-{
+static void s_str(const char *name, char *out, size_t n) {
     const char *v = getenv(name);
     snprintf(out, n, "%s", v ? v : "");
 }
 
 //  A non-zero integer (sign allowed, no blanks, no text) is on; anything else off.
-static int s_nonzero_int(const char *name)
-{
+static int s_nonzero_int(const char *name) {
     const char *v = getenv(name);
     if (!v || !(*v == '-' || *v == '+' || (*v >= '0' && *v <= '9'))) return 0;
     char *end;
@@ -34,8 +31,7 @@ static int s_nonzero_int(const char *name)
     return !errno && *end == '\0' && x != 0;
 }
 
-void coli_settings_from_env(coli_settings *out)
-{
+void coli_settings_from_env(coli_settings *out) {
     memset(out, 0, sizeof *out);
     out->layer_deadline_ms = s_num("COLI_LAYER_DEADLINE_MS", 2000);
     out->deadline_per_row_us = s_num("COLI_DEADLINE_PER_ROW_US", 1000);
@@ -52,8 +48,8 @@ void coli_settings_from_env(coli_settings *out)
     s_str("COLI_DATA_PATH", out->data_path_text, sizeof out->data_path_text);
     const char *dp = out->data_path_text;
     out->data_path = !*dp || !strcmp(dp, "shm") ? COLI_DATA_PATH_SHM
-                     : !strcmp(dp, "zmq")      ? COLI_DATA_PATH_ZMQ
-                                               : COLI_DATA_PATH_INVALID;
+                     : !strcmp(dp, "zmq")       ? COLI_DATA_PATH_ZMQ
+                                                : COLI_DATA_PATH_INVALID;
     s_str("COLI_WORKER", out->worker_bin, sizeof out->worker_bin);
     s_str("COLI_BUILD", out->build_dir, sizeof out->build_dir);
     s_str("COLI_KEYS", out->keys_dir, sizeof out->keys_dir);
@@ -69,8 +65,7 @@ void coli_settings_from_env(coli_settings *out)
     s_str("COLI_PLUGIN_FAULT", out->plugin_fault, sizeof out->plugin_fault);
 }
 
-int coli_exe_dir(char *out, size_t n)
-{
+int coli_exe_dir(char *out, size_t n) {
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     out[0] = 0;

@@ -3,10 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "strbuf.h"
+#include "core/strbuf.h"
 
-void coli_strbuf_appendf(coli_strbuf *b, const char *fmt, ...)
-{
+void coli_strbuf_appendf(coli_strbuf *b, const char *fmt, ...) {
     while (!b->failed) {
         va_list ap;
         va_start(ap, fmt);
@@ -22,8 +21,7 @@ void coli_strbuf_appendf(coli_strbuf *b, const char *fmt, ...)
         }
         // too small (or nothing yet): grow to fit, doubling, then format again
         size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap <= b->len + (size_t)n)
-            cap *= 2;
+        while (cap <= b->len + (size_t)n) cap *= 2;
         char *s = realloc(b->s, cap);
         if (!s) {
             b->failed = 1;

@@ -10,10 +10,10 @@
 #include <stddef.h>
 
 typedef struct coli_strbuf {
-    char  *s;        /* NUL-terminated once anything was appended; owned, free() it */
-    size_t len;      /* bytes in s, without the NUL */
-    size_t cap;      /* bytes allocated at s */
-    int    failed;   /* an append failed: s holds a prefix of the intended text */
+    char *s;    /* NUL-terminated once anything was appended; owned, free() it */
+    size_t len; /* bytes in s, without the NUL */
+    size_t cap; /* bytes allocated at s */
+    int failed; /* an append failed: s holds a prefix of the intended text */
 } coli_strbuf;
 
 /* Append printf(fmt, ...) to b, growing it; on failure set b->failed. */

@@ -1,5 +1,5 @@
 /* tensor.c - element type table; see tensor.h. */
-#include "tensor.h"
+#include "core/tensor.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -7,28 +7,28 @@
 /* One row per type: the name users and files spell, the block shape, and
  * whether weights of that type are computed on every path yet (valid). */
 static const struct dtype_info {
-    coli_dtype  t;
+    coli_dtype t;
     const char *name;
-    int64_t     block_elems;
-    size_t      block_bytes;
-    int         valid;
+    int64_t block_elems;
+    size_t block_bytes;
+    int valid;
 } s_dtypes[] = {
-    {COLI_F32,    "F32",    1,         4,   1},
-    {COLI_F16,    "F16",    1,         2,   1},
-    {COLI_BF16,   "BF16",   1,         2,   1},
-    {COLI_Q8_0,   "Q8_0",   COLI_QK,   34,  1},
-    {COLI_Q4_0,   "Q4_0",   COLI_QK,   18,  1},
-    {COLI_Q4_1,   "Q4_1",   COLI_QK,   20,  1},
-    {COLI_Q5_0,   "Q5_0",   COLI_QK,   22,  1},
-    {COLI_Q5_1,   "Q5_1",   COLI_QK,   24,  1},
-    {COLI_Q8_1,   "Q8_1",   COLI_QK,   36,  0},
-    {COLI_IQ4_NL, "IQ4_NL", COLI_QK,   18,  1},
-    {COLI_Q2_K,   "Q2_K",   COLI_QK_K, 84,  1},
-    {COLI_Q3_K,   "Q3_K",   COLI_QK_K, 110, 1},
-    {COLI_Q4_K,   "Q4_K",   COLI_QK_K, 144, 1},
-    {COLI_Q5_K,   "Q5_K",   COLI_QK_K, 176, 1},
-    {COLI_Q6_K,   "Q6_K",   COLI_QK_K, 210, 1},
-    {COLI_Q8_K,   "Q8_K",   COLI_QK_K, 292, 0},
+    {COLI_F32, "F32", 1, 4, 1},
+    {COLI_F16, "F16", 1, 2, 1},
+    {COLI_BF16, "BF16", 1, 2, 1},
+    {COLI_Q8_0, "Q8_0", COLI_QK, 34, 1},
+    {COLI_Q4_0, "Q4_0", COLI_QK, 18, 1},
+    {COLI_Q4_1, "Q4_1", COLI_QK, 20, 1},
+    {COLI_Q5_0, "Q5_0", COLI_QK, 22, 1},
+    {COLI_Q5_1, "Q5_1", COLI_QK, 24, 1},
+    {COLI_Q8_1, "Q8_1", COLI_QK, 36, 0},
+    {COLI_IQ4_NL, "IQ4_NL", COLI_QK, 18, 1},
+    {COLI_Q2_K, "Q2_K", COLI_QK_K, 84, 1},
+    {COLI_Q3_K, "Q3_K", COLI_QK_K, 110, 1},
+    {COLI_Q4_K, "Q4_K", COLI_QK_K, 144, 1},
+    {COLI_Q5_K, "Q5_K", COLI_QK_K, 176, 1},
+    {COLI_Q6_K, "Q6_K", COLI_QK_K, 210, 1},
+    {COLI_Q8_K, "Q8_K", COLI_QK_K, 292, 0},
     {COLI_IQ4_XS, "IQ4_XS", COLI_QK_K, 136, 1},
 };
 #define N_DTYPES (sizeof s_dtypes / sizeof s_dtypes[0])
@@ -64,7 +64,10 @@ const char *coli_dtype_name(uint32_t t) {
 
 int coli_dtype_from_name(const char *s, coli_dtype *out) {
     for (size_t i = 0; i < N_DTYPES; i++)
-        if (strcmp(s, s_dtypes[i].name) == 0) { *out = s_dtypes[i].t; return 0; }
+        if (strcmp(s, s_dtypes[i].name) == 0) {
+            *out = s_dtypes[i].t;
+            return 0;
+        }
     return -1;
 }
 

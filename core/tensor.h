@@ -17,27 +17,27 @@
  * layouts are ggml's (core/quant_blocks.h). Q8_1 and Q8_K are activation
  * formats only: they never hold weights. */
 typedef enum coli_dtype {
-    COLI_F32    = 0,
-    COLI_F16    = 1,
-    COLI_Q4_0   = 2,
-    COLI_Q4_1   = 3,
-    COLI_Q5_0   = 6,
-    COLI_Q5_1   = 7,
-    COLI_Q8_0   = 8,
-    COLI_Q8_1   = 9,
-    COLI_Q2_K   = 10,
-    COLI_Q3_K   = 11,
-    COLI_Q4_K   = 12,
-    COLI_Q5_K   = 13,
-    COLI_Q6_K   = 14,
-    COLI_Q8_K   = 15,
+    COLI_F32 = 0,
+    COLI_F16 = 1,
+    COLI_Q4_0 = 2,
+    COLI_Q4_1 = 3,
+    COLI_Q5_0 = 6,
+    COLI_Q5_1 = 7,
+    COLI_Q8_0 = 8,
+    COLI_Q8_1 = 9,
+    COLI_Q2_K = 10,
+    COLI_Q3_K = 11,
+    COLI_Q4_K = 12,
+    COLI_Q5_K = 13,
+    COLI_Q6_K = 14,
+    COLI_Q8_K = 15,
     COLI_IQ4_NL = 20,
     COLI_IQ4_XS = 23,
-    COLI_BF16   = 30,
+    COLI_BF16 = 30,
 } coli_dtype;
 
-#define COLI_QK 32            /* values per block of the 32-value types (Q8_0, Q4_0, Q4_1, Q5_x, IQ4_NL) */
-#define COLI_QK_K 256         /* values per super-block of the K-quants and IQ4_XS */
+#define COLI_QK 32    /* values per block of the 32-value types (Q8_0, Q4_0, Q4_1, Q5_x, IQ4_NL) */
+#define COLI_QK_K 256 /* values per super-block of the K-quants and IQ4_XS */
 #define COLI_MAX_DIMS 4
 
 /* 1 if t is a type that weights may have and that every path computes. */
@@ -46,20 +46,20 @@ int coli_dtype_valid(uint32_t t);
 uint32_t coli_dtype_weight_mask(void);
 /* 1 if t is any type of the table (its block size is known), valid or not. */
 int coli_dtype_known(uint32_t t);
-const char *coli_dtype_name(uint32_t t);          /* "F32", ..., "type 16" for unknown */
+const char *coli_dtype_name(uint32_t t);                  /* "F32", ..., "type 16" for unknown */
 int coli_dtype_from_name(const char *s, coli_dtype *out); /* "Q8_0" -> COLI_Q8_0; 0 or -1 */
-int64_t coli_dtype_block_elems(coli_dtype t);     /* 1, 32 or 256; 0 if unknown */
-size_t  coli_dtype_block_bytes(coli_dtype t);     /* e.g. 4, 2, 34, 18, 144; 0 if unknown */
+int64_t coli_dtype_block_elems(coli_dtype t);             /* 1, 32 or 256; 0 if unknown */
+size_t coli_dtype_block_bytes(coli_dtype t);              /* e.g. 4, 2, 34, 18, 144; 0 if unknown */
 /* Bytes of a row of n values; n must be a multiple of the block size. */
-size_t  coli_row_bytes(coli_dtype t, int64_t n);
+size_t coli_row_bytes(coli_dtype t, int64_t n);
 
 typedef struct coli_tensor {
-    const char *name;           /* NUL-terminated, owned by whoever made the view */
-    coli_dtype  type;
-    int         n_dims;         /* 1..4 */
-    int64_t     ne[COLI_MAX_DIMS]; /* unused dims are 1 */
+    const char *name; /* NUL-terminated, owned by whoever made the view */
+    coli_dtype type;
+    int n_dims;                /* 1..4 */
+    int64_t ne[COLI_MAX_DIMS]; /* unused dims are 1 */
     const void *data;
-    size_t      nbytes;
+    size_t nbytes;
 } coli_tensor;
 
 int64_t coli_tensor_nelems(const coli_tensor *t);

@@ -7,7 +7,7 @@
  * variable so an idle pool costs no CPU. The caller runs share 0 itself,
  * then waits for the others the same way: spin, then sleep.
  */
-#include "threadpool.h"
+#include "core/threadpool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "error.h"
+#include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define CPU_RELAX() __builtin_ia32_pause()
@@ -35,16 +35,16 @@
 static _Atomic(struct coli_pool *) s_active;
 
 struct coli_pool {
-    int n;                        /* threads including the caller */
-    pthread_t *threads;           /* n - 1 workers */
-    coli_pool_fn fn;              /* the current job */
+    int n;              /* threads including the caller */
+    pthread_t *threads; /* n - 1 workers */
+    coli_pool_fn fn;    /* the current job */
     void *arg;
-    atomic_uint generation;       /* bumped once per job */
-    atomic_int n_done;            /* workers finished with the current job */
-    atomic_int stop;              /* set by destroy */
-    pthread_mutex_t mutex;        /* guards sleeping on the two conditions */
-    pthread_cond_t job_cond;      /* workers sleep here waiting for a job */
-    pthread_cond_t done_cond;     /* the caller sleeps here waiting for workers */
+    atomic_uint generation;   /* bumped once per job */
+    atomic_int n_done;        /* workers finished with the current job */
+    atomic_int stop;          /* set by destroy */
+    pthread_mutex_t mutex;    /* guards sleeping on the two conditions */
+    pthread_cond_t job_cond;  /* workers sleep here waiting for a job */
+    pthread_cond_t done_cond; /* the caller sleeps here waiting for workers */
 };
 
 typedef struct worker_arg {
@@ -119,10 +119,17 @@ coli_pool *coli_pool_new(int n_threads) {
         return NULL;
     }
     coli_pool *p = calloc(1, sizeof *p);
-    if (!p) { coli_fail(COLI_ENOMEM, "thread pool: out of memory"); return NULL; }
+    if (!p) {
+        coli_fail(COLI_ENOMEM, "thread pool: out of memory");
+        return NULL;
+    }
     p->n = n_threads;
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads) { free(p); coli_fail(COLI_ENOMEM, "thread pool: out of memory"); return NULL; }
+    if (!p->threads) {
+        free(p);
+        coli_fail(COLI_ENOMEM, "thread pool: out of memory");
+        return NULL;
+    }
     pthread_mutex_init(&p->mutex, NULL);
     pthread_cond_init(&p->job_cond, NULL);
     pthread_cond_init(&p->done_cond, NULL);
@@ -158,13 +165,15 @@ static void wait_for_workers(coli_pool *p) {
         CPU_RELAX();
     }
     pthread_mutex_lock(&p->mutex);
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != want)
-        pthread_cond_wait(&p->done_cond, &p->mutex);
+    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != want) pthread_cond_wait(&p->done_cond, &p->mutex);
     pthread_mutex_unlock(&p->mutex);
 }
 
 void coli_pool_run(coli_pool *pool, coli_pool_fn fn, void *arg) {
-    if (!pool || pool->n == 1) { fn(arg, 0, 1); return; }
+    if (!pool || pool->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
     if (atomic_load_explicit(&s_active, memory_order_relaxed) != pool)
         atomic_store_explicit(&s_active, pool, memory_order_relaxed);
     pool->fn = fn;

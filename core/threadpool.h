@@ -16,7 +16,7 @@ typedef void (*coli_pool_fn)(void *arg, int ith, int nth);
 /* n_threads <= 0: one per online core. NULL on failure (coli_last_error). */
 coli_pool *coli_pool_new(int n_threads);
 void coli_pool_destroy(coli_pool **pool);
-int  coli_pool_size(const coli_pool *pool);
+int coli_pool_size(const coli_pool *pool);
 /* Run fn on every thread of the pool and return when all are done.
  * pool may be NULL: fn(arg, 0, 1) runs on the caller. Not reentrant. */
 void coli_pool_run(coli_pool *pool, coli_pool_fn fn, void *arg);

@@ -18,24 +18,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "core/gguf.h"
 
 typedef struct coli_tokenizer coli_tokenizer;
 
 /* Build from f's metadata (copies what it needs; f may be closed after). */
-int  coli_tokenizer_new(const gguf_file *f, coli_tokenizer **out);
+int coli_tokenizer_new(const gguf_file *f, coli_tokenizer **out);
 void coli_tokenizer_free(coli_tokenizer **tok);
 
 int32_t coli_tokenizer_n_vocab(const coli_tokenizer *tok);
 int32_t coli_tokenizer_bos(const coli_tokenizer *tok); /* -1 if none */
 int32_t coli_tokenizer_eos(const coli_tokenizer *tok); /* -1 if none */
-int     coli_tokenizer_add_bos(const coli_tokenizer *tok);
-int     coli_tokenizer_is_eog(const coli_tokenizer *tok, int32_t id);
+int coli_tokenizer_add_bos(const coli_tokenizer *tok);
+int coli_tokenizer_is_eog(const coli_tokenizer *tok, int32_t id);
 const char *coli_tokenizer_model(const coli_tokenizer *tok); /* "llama" or "gpt2" */
 
 /* Same contract as coli_tokenize in colibri.h. */
-int coli_tokenizer_encode(const coli_tokenizer *tok, const char *text, size_t len,
-                          int add_special, int parse_special,
+int coli_tokenizer_encode(const coli_tokenizer *tok, const char *text, size_t len, int add_special, int parse_special,
                           int32_t *ids, int cap, int *n_out);
 
 /* Vocabulary string of id (NUL-terminated), NULL if out of range. */
@@ -48,7 +47,7 @@ int coli_tokenizer_bytes(const coli_tokenizer *tok, int32_t id, const char **byt
  * the next token. Invalid sequences are passed through byte by byte. */
 typedef struct coli_utf8_stream {
     char pending[8];
-    int  n_pending;
+    int n_pending;
 } coli_utf8_stream;
 
 /* Appends complete bytes to out (cap bytes room), returns the count written

@@ -15,15 +15,15 @@
 enum {
     COLI_CPT_LETTER = 1,
     COLI_CPT_NUMBER = 2,
-    COLI_CPT_PUNCT  = 4,
-    COLI_CPT_SPACE  = 8,
-    COLI_CPT_MARK   = 16,
+    COLI_CPT_PUNCT = 4,
+    COLI_CPT_SPACE = 8,
+    COLI_CPT_MARK = 16,
     COLI_CPT_SYMBOL = 32,
 };
 
 typedef struct coli_ucd_range {
-    uint32_t first, last;   /* inclusive */
-    uint32_t flags;         /* COLI_CPT_* */
+    uint32_t first, last; /* inclusive */
+    uint32_t flags;       /* COLI_CPT_* */
 } coli_ucd_range;
 
 /* Generated table (core/unicode_tables.c, tools/gen_unicode_tables.py). */
@@ -51,6 +51,6 @@ size_t coli_utf8_encode(uint32_t cpt, char *out);
 /* GPT-2 byte-level mapping: every byte to a printable code point, and back
  * (-1 for a code point that stands for no byte). */
 uint32_t coli_gpt2_byte_to_cpt(uint8_t byte);
-int      coli_gpt2_cpt_to_byte(uint32_t cpt);
+int coli_gpt2_cpt_to_byte(uint32_t cpt);
 
 #endif

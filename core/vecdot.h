@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "quant.h"
-#include "quant_blocks.h"
+#include "core/quant.h"
+#include "core/quant_blocks.h"
 
 typedef float (*coli_vec_dot_fn)(int64_t n, const void *w, const void *x);
 
@@ -61,28 +61,27 @@ float coli_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x);
  * row at x + t * x_stride bytes, t < n_tok (1..4), bit for bit what the
  * single-token function gives; the row is unpacked once for all tokens.
  * On other targets (never called there) they are portable calls. */
-typedef void (*coli_vec_dot_tokens_fn)(int64_t n, const void *w, const void *x, size_t x_stride,
-                                       float *out, int n_tok);
+typedef void (*coli_vec_dot_tokens_fn)(int64_t n, const void *w, const void *x, size_t x_stride, float *out, int n_tok);
 #define COLI_VEC_DOT_MAX_TOKENS 4
-void coli_vec_dot_q2_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
-                                        float *out, int n_tok);
-void coli_vec_dot_q3_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
-                                        float *out, int n_tok);
-void coli_vec_dot_q4_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
-                                        float *out, int n_tok);
-void coli_vec_dot_q5_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
-                                        float *out, int n_tok);
-void coli_vec_dot_q6_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
-                                        float *out, int n_tok);
-void coli_vec_dot_iq4_xs_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
-                                          float *out, int n_tok);
-void coli_vec_dot_q4_1_q8_1_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
-                                        float *out, int n_tok);
-void coli_vec_dot_q5_0_q8_0_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
-                                        float *out, int n_tok);
-void coli_vec_dot_q5_1_q8_1_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
-                                        float *out, int n_tok);
-void coli_vec_dot_iq4_nl_q8_0_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,
-                                          float *out, int n_tok);
+void coli_vec_dot_q2_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                        int n_tok);
+void coli_vec_dot_q3_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                        int n_tok);
+void coli_vec_dot_q4_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                        int n_tok);
+void coli_vec_dot_q5_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                        int n_tok);
+void coli_vec_dot_q6_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                        int n_tok);
+void coli_vec_dot_iq4_xs_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                          int n_tok);
+void coli_vec_dot_q4_1_q8_1_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                        int n_tok);
+void coli_vec_dot_q5_0_q8_0_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                        int n_tok);
+void coli_vec_dot_q5_1_q8_1_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                        int n_tok);
+void coli_vec_dot_iq4_nl_q8_0_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                          int n_tok);
 
 #endif

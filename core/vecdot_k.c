@@ -14,9 +14,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu_features.h"
-#include "vecdot.h"
-#include "vecdot_k_impl.h"
+#include "core/cpu_features.h"
+#include "core/vecdot.h"
+#include "core/vecdot_k_impl.h"
 
 #define QK_K COLI_QK_K
 
@@ -56,7 +56,7 @@ static float block_amax(const float *x) {
 static float first_with_magnitude(const float *x, float amax) {
     for (int j = 0; j < QK_K; j++)
         if (fabsf(x[j]) == amax) return x[j];
-    return 0.0f;   /* not reached: amax is one of the |x| */
+    return 0.0f; /* not reached: amax is one of the |x| */
 }
 
 /* llama.cpp's quantize_row_q8_K_ref: per block, max = the value of largest
@@ -68,7 +68,10 @@ void coli_quantize_act_q8_K_portable(const float *restrict x, block_q8_K *restri
     for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
         block_q8_K *out = &y[b];
         const float amax = block_amax(x);
-        if (amax == 0.0f) { memset(out, 0, sizeof *out); continue; }
+        if (amax == 0.0f) {
+            memset(out, 0, sizeof *out);
+            continue;
+        }
         const float iscale = -127.0f / first_with_magnitude(x, amax);
         for (int j = 0; j < QK_K; j++) {
             int q = nearest_int(iscale * x[j]);
@@ -84,8 +87,10 @@ void coli_quantize_act_q8_K_portable(const float *restrict x, block_q8_K *restri
 }
 
 void coli_quantize_act_q8_K(const float *x, block_q8_K *y, int64_t n) {
-    if (coli_cpu_avx2()) coli_quantize_act_q8_K_avx2(x, y, n);
-    else coli_quantize_act_q8_K_portable(x, y, n);
+    if (coli_cpu_avx2())
+        coli_quantize_act_q8_K_avx2(x, y, n);
+    else
+        coli_quantize_act_q8_K_portable(x, y, n);
 }
 
 /* sum of q8[l] * q[l] over l < len, q unsigned (already unpacked) */
@@ -172,7 +177,10 @@ float coli_vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
         int32_t isum = 0;
         coli_q4k_scales_mins(wb[b].scales, sm);
         for (int j = 0; j < 4; j++, qs += 32, q8 += 64) {
-            for (int l = 0; l < 32; l++) { lo[l] = qs[l] & 15; hi[l] = qs[l] >> 4; }
+            for (int l = 0; l < 32; l++) {
+                lo[l] = qs[l] & 15;
+                hi[l] = qs[l] >> 4;
+            }
             isum += sm[2 * j] * dot_u8_s8(lo, q8, 32) + sm[2 * j + 1] * dot_u8_s8(hi, q8 + 32, 32);
         }
         int32_t msum = mins_dot_bsums(sm + 8, 8, xb[b].bsums, 2);

@@ -22,9 +22,9 @@
  */
 #include <string.h>
 
-#include "cpu_features.h"
-#include "vecdot.h"
-#include "vecdot_k_impl.h"
+#include "core/cpu_features.h"
+#include "core/vecdot.h"
+#include "core/vecdot_k_impl.h"
 
 #if COLI_X86
 #include <immintrin.h>
@@ -111,30 +111,30 @@ ALWAYS AVX2 __m128i mins_dot_bsums(__m128i scales_mins, const int16_t *bsums) {
 
 /* the entry points of one type: the single dot product and the one for
  * n_tok (1..4) activation rows x_stride bytes apart (vecdot.h) */
-#define ENTRY_POINTS(type, kernel)                                                                    \
-    AVX2 float coli_vec_dot_##type##_q8_K_avx2(int64_t n, const void *w, const void *x) {             \
-        const block_q8_K *xs[1] = {x};                                                                \
-        float out;                                                                                    \
-        kernel(1, n, w, xs, &out);                                                                    \
-        return out;                                                                                   \
-    }                                                                                                 \
-    AVX2 void coli_vec_dot_##type##_q8_K_avx2_tokens(int64_t n, const void *w, const void *x,         \
-                                                    size_t x_stride, float *out, int n_tok) {         \
-        const block_q8_K *xs[MAX_TOKENS];                                                             \
-        for (int t = 0; t < n_tok && t < MAX_TOKENS; t++)                                             \
-            xs[t] = (const block_q8_K *)((const uint8_t *)x + t * x_stride);                          \
-        switch (n_tok) {                                                                              \
-        case 1: kernel(1, n, w, xs, out); break;                                                      \
-        case 2: kernel(2, n, w, xs, out); break;                                                      \
-        case 3: kernel(3, n, w, xs, out); break;                                                      \
-        case 4: kernel(4, n, w, xs, out); break;                                                      \
-        default: break;                                                                               \
-        }                                                                                             \
+#define ENTRY_POINTS(type, kernel)                                                                             \
+    AVX2 float coli_vec_dot_##type##_q8_K_avx2(int64_t n, const void *w, const void *x) {                      \
+        const block_q8_K *xs[1] = {x};                                                                         \
+        float out;                                                                                             \
+        kernel(1, n, w, xs, &out);                                                                             \
+        return out;                                                                                            \
+    }                                                                                                          \
+    AVX2 void coli_vec_dot_##type##_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, \
+                                                     float *out, int n_tok) {                                  \
+        const block_q8_K *xs[MAX_TOKENS];                                                                      \
+        for (int t = 0; t < n_tok && t < MAX_TOKENS; t++)                                                      \
+            xs[t] = (const block_q8_K *)((const uint8_t *)x + t * x_stride);                                   \
+        switch (n_tok) {                                                                                       \
+        case 1: kernel(1, n, w, xs, out); break;                                                               \
+        case 2: kernel(2, n, w, xs, out); break;                                                               \
+        case 3: kernel(3, n, w, xs, out); break;                                                               \
+        case 4: kernel(4, n, w, xs, out); break;                                                               \
+        default: break;                                                                                        \
+        }                                                                                                      \
     }
 
 typedef struct token_acc {
-    __m256 acc;        /* d-scaled integer sums, 8 lanes */
-    __m256 acc_min;    /* dmin-scaled minimum sums (types with minimums) */
+    __m256 acc;     /* d-scaled integer sums, 8 lanes */
+    __m256 acc_min; /* dmin-scaled minimum sums (types with minimums) */
 } token_acc;
 
 ALWAYS AVX2 void acc_zero(token_acc *a, int nt) {
@@ -157,8 +157,8 @@ ALWAYS AVX2 void acc_store(const token_acc *a, int nt, float *out) {
 
 /* Q4_K / Q5_K: the 64 values of chunk j, unpacked (lo: sub-block 2j, hi:
  * 2j+1), against every activation row */
-ALWAYS AVX2 void q4k_chunk(int nt, __m256i lo, __m256i hi, __m256i sc16, int j, const block_q8_K *const *xs,
-                           int64_t b, __m256i *isum) {
+ALWAYS AVX2 void q4k_chunk(int nt, __m256i lo, __m256i hi, __m256i sc16, int j, const block_q8_K *const *xs, int64_t b,
+                           __m256i *isum) {
     __m256i s_lo = lane_scale(sc16, 2 * j), s_hi = lane_scale(sc16, 2 * j + 1);
     UNROLL
     for (int t = 0; t < nt; t++) {
@@ -170,8 +170,8 @@ ALWAYS AVX2 void q4k_chunk(int nt, __m256i lo, __m256i hi, __m256i sc16, int j, 
 
 /* Q4_K / Q5_K: the float step of block b per row: d * isum, and dmin
  * times the minimums against the row's bsums */
-ALWAYS AVX2 void q4k_block_end(int nt, uint16_t d16, uint16_t dmin16, __m128i scales_mins,
-                               const block_q8_K *const *xs, int64_t b, const __m256i *isum, token_acc *a) {
+ALWAYS AVX2 void q4k_block_end(int nt, uint16_t d16, uint16_t dmin16, __m128i scales_mins, const block_q8_K *const *xs,
+                               int64_t b, const __m256i *isum, token_acc *a) {
     const float d = _cvtsh_ss(d16), dmin = _cvtsh_ss(dmin16);
     UNROLL
     for (int t = 0; t < nt; t++) {
@@ -262,7 +262,7 @@ ALWAYS AVX2 void q6_K_tokens(int nt, int64_t n, const void *w, const block_q8_K 
             UNROLL
             for (int k = 0; k < 4; k++) {
                 __m256i scales = pair_scales(sc, 8 * half + 2 * k);
-                const int at = 128 * half + 32 * k;   /* the chunk's first value */
+                const int at = 128 * half + 32 * k; /* the chunk's first value */
                 UNROLL
                 for (int t = 0; t < nt; t++)
                     isum[t] = accumulate(isum[t], scaled_dot(q[k], load256(xs[t][b].qs + at), scales));
@@ -306,10 +306,10 @@ ALWAYS AVX2 void q3_K_tokens(int nt, int64_t n, const void *w, const block_q8_K 
             const __m256i qs = load256(wb[b].qs + 32 * half);
             UNROLL
             for (int k = 0; k < 4; k++) {
-                __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2),
-                                            bit_to_2(hm, 4 * half + k));
+                __m256i q =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2), bit_to_2(hm, 4 * half + k));
                 __m256i scales = pair_scales(sc, 8 * half + 2 * k);
-                const int at = 128 * half + 32 * k;   /* the chunk's first value */
+                const int at = 128 * half + 32 * k; /* the chunk's first value */
                 UNROLL
                 for (int t = 0; t < nt; t++)
                     isum[t] = accumulate(isum[t], scaled_dot(q, load256(xs[t][b].qs + at), scales));
@@ -349,7 +349,7 @@ ALWAYS AVX2 void q2_K_tokens(int nt, int64_t n, const void *w, const block_q8_K 
             for (int k = 0; k < 4; k++) {
                 __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2);
                 __m256i scales = pair_scales(sc, 8 * half + 2 * k);
-                const int at = 128 * half + 32 * k;   /* the chunk's first value */
+                const int at = 128 * half + 32 * k; /* the chunk's first value */
                 UNROLL
                 for (int t = 0; t < nt; t++)
                     isum[t] = accumulate(isum[t], scaled_dot(q, load256(xs[t][b].qs + at), scales));
@@ -424,7 +424,7 @@ ALWAYS AVX2 float first_with_magnitude(const float *x, float amax) {
         int mask = _mm256_movemask_ps(hit);
         if (mask) return x[j + __builtin_ctz((unsigned)mask)];
     }
-    return 0.0f;   /* not reached: amax is one of the |x| */
+    return 0.0f; /* not reached: amax is one of the |x| */
 }
 
 /* 32 values to int8: product rounded to float, then round half to even
@@ -453,7 +453,7 @@ ALWAYS AVX2 __m256i byte_sums(__m256i q) {
 ALWAYS AVX2 void store_bsums(const __m256i s[8], int16_t *bsums) {
     __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
     __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
-    __m256i p = _mm256_packs_epi32(a, b);   /* lane 0: even bsums, lane 1: odd */
+    __m256i p = _mm256_packs_epi32(a, b); /* lane 0: even bsums, lane 1: odd */
     __m128i even = _mm256_castsi256_si128(p), odd = _mm256_extracti128_si256(p, 1);
     _mm_storeu_si128((__m128i *)bsums, _mm_unpacklo_epi16(even, odd));
     _mm_storeu_si128((__m128i *)(bsums + 8), _mm_unpackhi_epi16(even, odd));
@@ -463,7 +463,10 @@ AVX2 void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) 
     for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
         block_q8_K *out = &y[b];
         const float amax = block_amax(x);
-        if (amax == 0.0f) { memset(out, 0, sizeof *out); continue; }
+        if (amax == 0.0f) {
+            memset(out, 0, sizeof *out);
+            continue;
+        }
         const float iscale = -127.0f / first_with_magnitude(x, amax);
         const __m256 vscale = _mm256_set1_ps(iscale);
         __m256i sums[8];
@@ -479,14 +482,13 @@ AVX2 void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) 
 
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
-#define ENTRY_POINTS(type)                                                                            \
-    float coli_vec_dot_##type##_q8_K_avx2(int64_t n, const void *w, const void *x) {                  \
-        return coli_vec_dot_##type##_q8_K(n, w, x);                                                   \
-    }                                                                                                 \
-    void coli_vec_dot_##type##_q8_K_avx2_tokens(int64_t n, const void *w, const void *x,              \
-                                               size_t x_stride, float *out, int n_tok) {              \
-        for (int t = 0; t < n_tok; t++)                                                               \
-            out[t] = coli_vec_dot_##type##_q8_K(n, w, (const uint8_t *)x + t * x_stride);             \
+#define ENTRY_POINTS(type)                                                                                            \
+    float coli_vec_dot_##type##_q8_K_avx2(int64_t n, const void *w, const void *x) {                                  \
+        return coli_vec_dot_##type##_q8_K(n, w, x);                                                                   \
+    }                                                                                                                 \
+    void coli_vec_dot_##type##_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out, \
+                                                int n_tok) {                                                          \
+        for (int t = 0; t < n_tok; t++) out[t] = coli_vec_dot_##type##_q8_K(n, w, (const uint8_t *)x + t * x_stride); \
     }
 ENTRY_POINTS(q2_K)
 ENTRY_POINTS(q3_K)
@@ -495,7 +497,5 @@ ENTRY_POINTS(q5_K)
 ENTRY_POINTS(q6_K)
 ENTRY_POINTS(iq4_xs)
 
-void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) {
-    coli_quantize_act_q8_K_portable(x, y, n);
-}
+void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) { coli_quantize_act_q8_K_portable(x, y, n); }
 #endif

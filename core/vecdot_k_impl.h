@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "quant_blocks.h"
+#include "core/quant_blocks.h"
 
 /* Q4_K / Q5_K: 8 scales and 8 mins of 6 bits in 12 bytes. Scale j < 4 is
  * the low 6 bits of byte j, min j < 4 those of byte j+4; for j >= 4 the

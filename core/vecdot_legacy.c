@@ -8,9 +8,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "matmul_impl.h"   /* coli_act_round_i8: llama.cpp's AVX2 rounding */
-#include "quant_blocks.h"
-#include "vecdot.h"
+#include "core/matmul_impl.h" /* coli_act_round_i8: llama.cpp's AVX2 rounding */
+#include "core/quant_blocks.h"
+#include "core/vecdot.h"
 
 #define HALF(h) coli_fp16_to_fp32(h)
 

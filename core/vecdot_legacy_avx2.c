@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "cpu_features.h"
-#include "quant_blocks.h"
-#include "vecdot.h"
+#include "core/cpu_features.h"
+#include "core/quant_blocks.h"
+#include "core/vecdot.h"
 
 #if COLI_X86
 #include <immintrin.h>
@@ -45,8 +45,8 @@ AVX2 ALWAYS __m256i unpack_nibbles(const uint8_t *qs) {
 AVX2 ALWAYS __m256i bits_to_bytes(const uint8_t *qh) {
     uint32_t bits;
     memcpy(&bits, qh, 4);
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)bits), _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
     const __m256i with_others = _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
     return _mm256_cmpeq_epi8(with_others, _mm256_set1_epi64x(-1));
 }
@@ -57,9 +57,7 @@ AVX2 ALWAYS __m256 dot_us8(__m256i u, __m256i s) {
 }
 
 /* The same for two signed operands: |a| * (b with a's sign). */
-AVX2 ALWAYS __m256 dot_ss8(__m256i a, __m256i b) {
-    return dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-}
+AVX2 ALWAYS __m256 dot_ss8(__m256i a, __m256i b) { return dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
 
 /* Block b of a row of type T as 32 bytes: Q4_1 and Q5_1 unsigned (0..15,
  * 0..31), Q5_0 the signed q - 16 (the nibble with 0xf0 or'ed in where the
@@ -74,9 +72,9 @@ AVX2 ALWAYS __m256i unpack_block(const uint8_t *blk, const coli_dtype T) {
     }
     if (T == COLI_Q4_1) return unpack_nibbles(blk + offsetof(block_q4_1, qs));
     if (T == COLI_Q5_0)
-        return _mm256_or_si256(unpack_nibbles(blk + offsetof(block_q5_0, qs)),
-                               _mm256_andnot_si256(bits_to_bytes(blk + offsetof(block_q5_0, qh)),
-                                                   _mm256_set1_epi8((char)0xf0)));
+        return _mm256_or_si256(
+            unpack_nibbles(blk + offsetof(block_q5_0, qs)),
+            _mm256_andnot_si256(bits_to_bytes(blk + offsetof(block_q5_0, qh)), _mm256_set1_epi8((char)0xf0)));
     return _mm256_or_si256(unpack_nibbles(blk + offsetof(block_q5_1, qs)),
                            _mm256_and_si256(bits_to_bytes(blk + offsetof(block_q5_1, qh)), _mm256_set1_epi8(0x10)));
 }
@@ -94,15 +92,18 @@ AVX2 ALWAYS float half_at(const uint8_t *p) {
  * Per block: d_w * d_x times the 8 int32 lanes, one FMA; Q4_1/Q5_1 add
  * m_w * s_x in a scalar sum; IQ4_NL keeps even and odd blocks in two
  * accumulators as llama.cpp and adds an odd last block exactly. */
-AVX2 ALWAYS void legacy_tokens(int64_t n, const uint8_t *w, const uint8_t *x, size_t x_stride,
-                               float *out, const int RN, const coli_dtype T) {
+AVX2 ALWAYS void legacy_tokens(int64_t n, const uint8_t *w, const uint8_t *x, size_t x_stride, float *out, const int RN,
+                               const coli_dtype T) {
     const int has_min = T == COLI_Q4_1 || T == COLI_Q5_1, pairs = T == COLI_IQ4_NL;
     const size_t wbb = coli_dtype_block_bytes(T), xbb = has_min ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const int64_t nb = n / COLI_QK, nb_vec = pairs ? nb & ~(int64_t)1 : nb;
     __m256 acc[2][4];
     float mins[4];
 #pragma GCC unroll 4
-    for (int t = 0; t < RN; t++) { acc[0][t] = acc[1][t] = _mm256_setzero_ps(); mins[t] = 0.0f; }
+    for (int t = 0; t < RN; t++) {
+        acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+        mins[t] = 0.0f;
+    }
     /* IQ4_NL: blocks b (even) and b+1 into accumulators 0 and 1 */
     const int step = pairs ? 2 : 1;
     for (int64_t b = 0; b < nb_vec; b += step) {
@@ -132,20 +133,20 @@ AVX2 ALWAYS void legacy_tokens(int64_t n, const uint8_t *w, const uint8_t *x, si
 }
 
 /* Per type: the single-token dot product (vecdot.h) and the 1..4-token one. */
-#define LEGACY_FNS(name, T)                                                                           \
-    AVX2 float coli_vec_dot_##name##_avx2(int64_t n, const void *w, const void *x) {                  \
-        float out;                                                                                    \
-        legacy_tokens(n, w, x, 0, &out, 1, T);                                                        \
-        return out;                                                                                   \
-    }                                                                                                 \
-    AVX2 void coli_vec_dot_##name##_avx2_tokens(int64_t n, const void *w, const void *x,              \
-                                                size_t x_stride, float *out, int n_tok) {             \
-        switch (n_tok) {                                                                              \
-        case 1: legacy_tokens(n, w, x, x_stride, out, 1, T); break;                                   \
-        case 2: legacy_tokens(n, w, x, x_stride, out, 2, T); break;                                   \
-        case 3: legacy_tokens(n, w, x, x_stride, out, 3, T); break;                                   \
-        default: legacy_tokens(n, w, x, x_stride, out, 4, T); break;                                  \
-        }                                                                                             \
+#define LEGACY_FNS(name, T)                                                                                           \
+    AVX2 float coli_vec_dot_##name##_avx2(int64_t n, const void *w, const void *x) {                                  \
+        float out;                                                                                                    \
+        legacy_tokens(n, w, x, 0, &out, 1, T);                                                                        \
+        return out;                                                                                                   \
+    }                                                                                                                 \
+    AVX2 void coli_vec_dot_##name##_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out, \
+                                                int n_tok) {                                                          \
+        switch (n_tok) {                                                                                              \
+        case 1: legacy_tokens(n, w, x, x_stride, out, 1, T); break;                                                   \
+        case 2: legacy_tokens(n, w, x, x_stride, out, 2, T); break;                                                   \
+        case 3: legacy_tokens(n, w, x, x_stride, out, 3, T); break;                                                   \
+        default: legacy_tokens(n, w, x, x_stride, out, 4, T); break;                                                  \
+        }                                                                                                             \
     }
 LEGACY_FNS(q4_1_q8_1, COLI_Q4_1)
 LEGACY_FNS(q5_0_q8_0, COLI_Q5_0)
@@ -160,9 +161,9 @@ float coli_vec_dot_q5_1_q8_1_avx2(int64_t n, const void *w, const void *x) { ret
 float coli_vec_dot_iq4_nl_q8_0_avx2(int64_t n, const void *w, const void *x) {
     return coli_vec_dot_iq4_nl_q8_0(n, w, x);
 }
-#define LEGACY_TOKENS(name)                                                                    \
-    void coli_vec_dot_##name##_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride,  \
-                                           float *out, int n_tok) {                                   \
+#define LEGACY_TOKENS(name)                                                                                         \
+    void coli_vec_dot_##name##_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,    \
+                                           int n_tok) {                                                             \
         for (int t = 0; t < n_tok; t++) out[t] = coli_vec_dot_##name(n, w, (const char *)x + (size_t)t * x_stride); \
     }
 LEGACY_TOKENS(q4_1_q8_1)

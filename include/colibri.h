@@ -35,18 +35,18 @@ extern "C" {
 #define COLI_API_VERSION 1
 
 typedef enum coli_status {
-    COLI_OK           =   0,
-    COLI_EINVAL       =  -1, /* bad argument, flag or value */
-    COLI_EIO          =  -2, /* a file cannot be opened, read, mapped or written */
-    COLI_EFORMAT      =  -3, /* malformed or hostile file or message */
-    COLI_EUNSUPPORTED =  -4, /* well-formed but not supported (type, architecture) */
-    COLI_ENOMEM       =  -5, /* allocation failed */
-    COLI_ERANGE       =  -6, /* context full, id out of range */
-    COLI_EDEVICE      =  -7, /* plugin or device failure */
-    COLI_ETIMEOUT     =  -8, /* a deadline passed */
-    COLI_EPROTO       =  -9, /* protocol violation by a peer */
-    COLI_ECANCELLED   = -10, /* stopped by the caller (callback asked to stop) */
-    COLI_EINTERNAL    = -11  /* an invariant broke: a bug, please report */
+    COLI_OK = 0,
+    COLI_EINVAL = -1,       /* bad argument, flag or value */
+    COLI_EIO = -2,          /* a file cannot be opened, read, mapped or written */
+    COLI_EFORMAT = -3,      /* malformed or hostile file or message */
+    COLI_EUNSUPPORTED = -4, /* well-formed but not supported (type, architecture) */
+    COLI_ENOMEM = -5,       /* allocation failed */
+    COLI_ERANGE = -6,       /* context full, id out of range */
+    COLI_EDEVICE = -7,      /* plugin or device failure */
+    COLI_ETIMEOUT = -8,     /* a deadline passed */
+    COLI_EPROTO = -9,       /* protocol violation by a peer */
+    COLI_ECANCELLED = -10,  /* stopped by the caller (callback asked to stop) */
+    COLI_EINTERNAL = -11    /* an invariant broke: a bug, please report */
 } coli_status;
 
 /* The message of the last failure on this thread ("" if none). Owned by
@@ -56,19 +56,19 @@ const char *coli_last_error(void);
  * unknown code gets a name too, never NULL). */
 const char *coli_status_str(int status);
 
-typedef struct coli_model   coli_model;   /* weights (mapped file), tokenizer, workers */
+typedef struct coli_model coli_model;     /* weights (mapped file), tokenizer, workers */
 typedef struct coli_context coli_context; /* one conversation: KV cache, positions */
 
 /* ---- model ------------------------------------------------------------ */
 
 typedef struct coli_model_params {
-    const char *devices;  /* where experts run: NULL or "" = default,
+    const char *devices;         /* where experts run: NULL or "" = default,
                              "inproc" = in this process, "cpu:2", "cuda:0,cpu:1", "auto" */
-    int n_threads;        /* compute threads in this process; 0 = one per core */
-    int kv_f16;           /* 1 = F16 KV cache, 0 = F32 (default) */
-    int n_ctx_max;        /* cap on the context length; 0 = the model's own */
+    int n_threads;               /* compute threads in this process; 0 = one per core */
+    int kv_f16;                  /* 1 = F16 KV cache, 0 = F32 (default) */
+    int n_ctx_max;               /* cap on the context length; 0 = the model's own */
     const char *stats_json_path; /* optional: write run stats as JSON here on free */
-    int verbose;          /* 1 = progress and per-worker lines on stderr */
+    int verbose;                 /* 1 = progress and per-worker lines on stderr */
     /* Added in API version 1 without breaking it (zero = as before): */
     const char *worker_path; /* the coli-worker program; NULL or "" = $COLI_WORKER, else next
                                 to this program (or ../bin), else $COLI_BUILD/bin */
@@ -106,14 +106,14 @@ int coli_model_load(const char *path, const coli_model_params *p, coli_model **o
 void coli_model_free(coli_model **model);
 
 typedef struct coli_model_info {
-    const char *arch;          /* "llama", "olmoe", "qwen2moe" */
-    const char *name;          /* general.name or the file name */
+    const char *arch; /* "llama", "olmoe", "qwen2moe" */
+    const char *name; /* general.name or the file name */
     int64_t n_params;
     int n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv;
     int n_expert, n_expert_used; /* 0 for a dense model */
-    int32_t bos_id, eos_id;    /* -1 if the vocabulary has none */
-    int add_bos;               /* 1 if prompts get BOS */
-    const char *chat_template; /* tokenizer.chat_template, NULL if absent */
+    int32_t bos_id, eos_id;      /* -1 if the vocabulary has none */
+    int add_bos;                 /* 1 if prompts get BOS */
+    const char *chat_template;   /* tokenizer.chat_template, NULL if absent */
     double load_seconds;
 } coli_model_info;
 /* A vocab_only model: arch is general.architecture as the file says ("" if
@@ -130,9 +130,8 @@ void coli_model_get_info(const coli_model *m, coli_model_info *out);
  * cap ids; *n_out receives the full count (call again with a bigger buffer
  * if *n_out > cap, in which case COLI_ERANGE is returned). COLI_EINVAL for a
  * NULL model/n_out, NULL ids with cap > 0, or cap < 0. */
-int coli_tokenize(const coli_model *m, const char *text, size_t len,
-                  int add_special, int parse_special,
-                  int32_t *ids, int cap, int *n_out);
+int coli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t *ids,
+                  int cap, int *n_out);
 
 /* The bytes a token stands for (SPM "▁" -> " ", byte tokens -> the byte,
  * GPT-2 byte mapping undone). Not NUL-terminated; valid while m lives.
@@ -148,7 +147,7 @@ int coli_token_is_eog(const coli_model *m, int32_t id);
 /* ---- contexts and the forward pass ---------------------------------- */
 
 typedef struct coli_context_params {
-    int n_ctx;       /* tokens the KV cache holds; 0 = model's (capped by n_ctx_max) */
+    int n_ctx; /* tokens the KV cache holds; 0 = model's (capped by n_ctx_max) */
 } coli_context_params;
 
 /* n_ctx = 0 (the model's). p may be NULL. */
@@ -156,11 +155,11 @@ void coli_context_default_params(coli_context_params *p);
 /* A conversation on m with its own KV cache (p NULL: defaults). m must
  * outlive it. COLI_EINVAL if n_ctx is outside 1..the model's context (as
  * capped by n_ctx_max), COLI_ENOMEM. */
-int  coli_context_new(coli_model *m, const coli_context_params *p, coli_context **out);
+int coli_context_new(coli_model *m, const coli_context_params *p, coli_context **out);
 void coli_context_free(coli_context **ctx);
 /* Forget the conversation (positions back to 0). NULL: nothing. */
 void coli_context_reset(coli_context *ctx);
-int  coli_context_pos(const coli_context *ctx); /* tokens in the cache (0 for NULL) */
+int coli_context_pos(const coli_context *ctx); /* tokens in the cache (0 for NULL) */
 
 /* The forward pass: append n ids at the current position, run them as one
  * batch. logits: NULL, or room for n_vocab floats (logits_all = 0: of the
@@ -195,7 +194,7 @@ typedef struct coli_prefix_cache_stats {
 /* A cache for m's contexts. block_tokens >= 1 (16 or 32 are good values).
  * Returns 0 with *out, COLI_EINVAL (NULL model or out, vocab_only model,
  * block_tokens < 1), COLI_ENOMEM. Free it before m. */
-int  coli_prefix_cache_new(const coli_model *m, size_t max_bytes, int block_tokens, coli_prefix_cache **out);
+int coli_prefix_cache_new(const coli_model *m, size_t max_bytes, int block_tokens, coli_prefix_cache **out);
 void coli_prefix_cache_free(coli_prefix_cache **pc);
 /* Reset ctx, then copy into it the longest cached prefix of ids[0..n)
  * that leaves at least one id to evaluate (whole blocks): the context's
@@ -203,12 +202,12 @@ void coli_prefix_cache_free(coli_prefix_cache **pc);
  * restored positions as hits and the rest of the n as misses. The caller
  * then evaluates ids[returned..n). COLI_EINVAL for NULL arguments, n < 1, or
  * a context of another model. */
-int  coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
+int coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
 /* Keep the whole blocks of ids[0..n), the tokens ctx holds at positions
  * 0..n-1 (n <= its position). Returns the blocks added (>= 0), COLI_EINVAL
  * (NULL arguments, n outside 0..position, another model's context) or
  * COLI_ENOMEM. */
-int  coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
+int coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
 /* The counters into *out (all zero when pc is NULL; out NULL: nothing). */
 void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats *out);
 
@@ -238,23 +237,23 @@ typedef struct coli_batch_stats {
  * (a context that joins while max_seqs decode waits for one to leave).
  * prefill_chunk >= 1. Returns 0 with *out, COLI_EINVAL, COLI_ENOMEM. Free
  * it after detaching (or freeing) its contexts, before m. */
-int  coli_batch_new(coli_model *m, int max_seqs, int n_ctx, int prefill_chunk, coli_lock_fn lock,
-                    coli_lock_fn unlock, void *user, coli_batch **out);
+int coli_batch_new(coli_model *m, int max_seqs, int n_ctx, int prefill_chunk, coli_lock_fn lock, coli_lock_fn unlock,
+                   void *user, coli_batch **out);
 void coli_batch_free(coli_batch **b);
 /* Attach ctx to b (NULL: detach); coli_generate then decodes in the batch.
  * COLI_EINVAL for a NULL ctx, a batch of another model or a context longer
  * than the batch's n_ctx. */
-int  coli_context_set_batch(coli_context *ctx, coli_batch *b);
+int coli_context_set_batch(coli_context *ctx, coli_batch *b);
 void coli_batch_get_stats(coli_batch *b, coli_batch_stats *out);
 
 /* ---- generation ------------------------------------------------------- */
 
 typedef struct coli_sampling_params {
-    float temperature;  /* 0 = greedy (argmax) */
-    int top_k;          /* 0 = off */
-    float top_p;        /* 1 = off */
-    uint64_t seed;      /* same seed, same output */
-    int n_predict;      /* max tokens to generate; must be >= 0 */
+    float temperature; /* 0 = greedy (argmax) */
+    int top_k;         /* 0 = off */
+    float top_p;       /* 1 = off */
+    uint64_t seed;     /* same seed, same output */
+    int n_predict;     /* max tokens to generate; must be >= 0 */
     /* llama.cpp's definitions, applied in this order before top_k: */
     float repeat_penalty;    /* 0 or 1 = off; a seen token's logit l becomes l / p (l > 0) or l * p */
     float presence_penalty;  /* 0 = off; subtracted once from a seen token's logit */
@@ -294,7 +293,7 @@ typedef int (*coli_token_cb)(void *user, int32_t id, const char *text, size_t le
 typedef struct coli_gen_stats {
     int n_prompt, n_gen;
     double prompt_seconds, gen_seconds;
-    int stopped_by_eog;   /* 1 if an end-of-generation token ended it */
+    int stopped_by_eog; /* 1 if an end-of-generation token ended it */
 } coli_gen_stats;
 
 /* Evaluate the prompt (n_prompt >= 1 ids appended at the context's current
@@ -303,9 +302,8 @@ typedef struct coli_gen_stats {
  * generation and are not passed to cb. Afterwards the context holds the
  * prompt and every token cb saw. stats may be NULL; it is filled also on
  * failure. Errors: those of coli_eval, COLI_EINVAL for bad sampling params. */
-int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt,
-                  const coli_sampling_params *sp, coli_token_cb cb, void *user,
-                  coli_gen_stats *stats);
+int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt, const coli_sampling_params *sp,
+                  coli_token_cb cb, void *user, coli_gen_stats *stats);
 
 /* Only inside coli_generate's callback, with sp->logprobs set: the token
  * just sampled in *chosen, and the n most likely of the step
@@ -350,12 +348,12 @@ const char *coli_quantize_type_names(void);
 
 /* One token's expert choice in one MoE layer, after its experts ran. */
 typedef struct coli_route_event {
-    int layer;                   /* layer index */
-    int pos;                     /* the token's position in its context */
-    int k;                       /* experts per token */
-    const int32_t *experts;      /* (k) the chosen experts, best first */
-    const float *weights;        /* (k) their weights in the combination */
-    const char *const *devices;  /* (k) what computed each: "cpu:0", "cuda:1", "inproc" */
+    int layer;                  /* layer index */
+    int pos;                    /* the token's position in its context */
+    int k;                      /* experts per token */
+    const int32_t *experts;     /* (k) the chosen experts, best first */
+    const float *weights;       /* (k) their weights in the combination */
+    const char *const *devices; /* (k) what computed each: "cpu:0", "cuda:1", "inproc" */
 } coli_route_event;
 /* Called once per (token, layer); ev and its arrays are valid during the call only. */
 typedef void (*coli_route_cb)(void *user, const coli_route_event *ev);

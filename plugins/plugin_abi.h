@@ -38,18 +38,18 @@ extern "C" {
 typedef struct moe_device moe_device; /* the plugin's own state for one device */
 
 typedef struct moe_open_opts {
-    int      device_index;   /* vendor ordinal (cuda:1 -> 1); 0 for cpu */
-    int      n_threads;      /* host threads the plugin may use; 0 = its choice */
-    uint64_t memory_budget;  /* bytes of expert weights it may hold; 0 = its default */
-    const char *fault;       /* test-only fault spec (e.g. "alloc@3,launch@5"); NULL = none */
+    int device_index;       /* vendor ordinal (cuda:1 -> 1); 0 for cpu */
+    int n_threads;          /* host threads the plugin may use; 0 = its choice */
+    uint64_t memory_budget; /* bytes of expert weights it may hold; 0 = its default */
+    const char *fault;      /* test-only fault spec (e.g. "alloc@3,launch@5"); NULL = none */
 } moe_open_opts;
 
 typedef struct moe_caps {
-    uint32_t dtype_mask;     /* bit (1u << dtype) set for each weight type it computes */
-    int64_t  max_rows;       /* largest batch of rows one run call takes; 0 = unbounded */
-    uint64_t memory_total;   /* bytes on the device (0 = host memory) */
-    uint64_t memory_budget;  /* bytes it will hold for experts */
-    char     device_name[64];/* e.g. "NVIDIA H200", "cpu (avx2)" */
+    uint32_t dtype_mask;    /* bit (1u << dtype) set for each weight type it computes */
+    int64_t max_rows;       /* largest batch of rows one run call takes; 0 = unbounded */
+    uint64_t memory_total;  /* bytes on the device (0 = host memory) */
+    uint64_t memory_budget; /* bytes it will hold for experts */
+    char device_name[64];   /* e.g. "NVIDIA H200", "cpu (avx2)" */
 } moe_caps;
 
 /* One expert's three matrices, as host pointers into the mapped model file.
@@ -72,17 +72,17 @@ typedef struct moe_batch_group {
 
 /* One counter of the plugin's own (e.g. the xdna lane's runs per M bucket). */
 typedef struct moe_counter {
-    char name[32];               /* [a-z0-9_]+ */
-    uint64_t value;              /* since open */
+    char name[32];  /* [a-z0-9_]+ */
+    uint64_t value; /* since open */
 } moe_counter;
 #define MOE_MAX_COUNTERS 8
 
 typedef struct moe_stats {
-    uint64_t resident_experts;   /* experts held in device memory right now */
+    uint64_t resident_experts; /* experts held in device memory right now */
     uint64_t resident_bytes;
-    uint64_t calls, rows;        /* run calls and rows computed since open */
-    uint64_t failed_loads;       /* load_expert calls that failed */
-    double   h2d_seconds, kernel_seconds, d2h_seconds; /* 0 where not applicable */
+    uint64_t calls, rows;                            /* run calls and rows computed since open */
+    uint64_t failed_loads;                           /* load_expert calls that failed */
+    double h2d_seconds, kernel_seconds, d2h_seconds; /* 0 where not applicable */
 } moe_stats;
 
 struct moe_plugin {
@@ -111,9 +111,8 @@ struct moe_plugin {
      * x and out: (n_rows_total, n_embd) F32, host memory. Each group's
      * expert must have been loaded. A failure leaves the device usable for
      * the next call (no sticky error). */
-    int (*run)(moe_device *dev, const moe_batch_group *groups, int32_t n_groups,
-               const float *x, int64_t n_rows_total, int64_t n_embd, float *out,
-               char *err, size_t err_len);
+    int (*run)(moe_device *dev, const moe_batch_group *groups, int32_t n_groups, const float *x, int64_t n_rows_total,
+               int64_t n_embd, float *out, char *err, size_t err_len);
 
     /* Fill stats. */
     int (*get_stats)(moe_device *dev, moe_stats *stats);

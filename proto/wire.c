@@ -7,56 +7,46 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "core/error.h"
 #include "core/hash.h"
-#include "gguf.h"
+#include "core/gguf.h"
 
 // ---------------------------------------------------------------------------
-int wire_socket_setup(void *sock, int is_router)
-{
+int wire_socket_setup(void *sock, int is_router) {
     int zero = 0, one = 1;
     int64_t max = COLI_MAX_MSG_BYTES;
     if (zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
         zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max) != 0)
         return coli_fail(COLI_EIO, "zmq socket options: %s", zmq_strerror(errno));
-    if (is_router &&
-        zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0)
+    if (is_router && zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0)
         return coli_fail(COLI_EIO, "zmq ROUTER_MANDATORY: %s", zmq_strerror(errno));
     return 0;
 }
 
 // ---------------------------------------------------------------------------
-int wire_send(void *sock, const void *peer, size_t peer_len, Coli__Envelope *env,
-              const void *payload, size_t payload_bytes, int flags)
-{
+int wire_send(void *sock, const void *peer, size_t peer_len, Coli__Envelope *env, const void *payload,
+              size_t payload_bytes, int flags) {
     env->version = COLI_PROTOCOL_VERSION;
     size_t n = coli__envelope__get_packed_size(env);
     uint8_t stackbuf[512];
     uint8_t *buf = n <= sizeof stackbuf ? stackbuf : malloc(n);
-    if (!buf)
-        return coli_fail(COLI_ENOMEM, "wire: %zu bytes for a header", n);
+    if (!buf) return coli_fail(COLI_ENOMEM, "wire: %zu bytes for a header", n);
     coli__envelope__pack(env, buf);
     int more = payload ? ZMQ_SNDMORE : 0;
     int rc = 0;
-    if (peer && zmq_send(sock, peer, peer_len, flags | ZMQ_SNDMORE) < 0)
-        rc = -1;
-    if (rc == 0 && zmq_send(sock, buf, n, flags | more) < 0)
-        rc = -1;
-    if (rc == 0 && payload && zmq_send(sock, payload, payload_bytes, flags) < 0)
-        rc = -1;
+    if (peer && zmq_send(sock, peer, peer_len, flags | ZMQ_SNDMORE) < 0) rc = -1;
+    if (rc == 0 && zmq_send(sock, buf, n, flags | more) < 0) rc = -1;
+    if (rc == 0 && payload && zmq_send(sock, payload, payload_bytes, flags) < 0) rc = -1;
     int saved = errno;
-    if (buf != stackbuf)
-        free(buf);
+    if (buf != stackbuf) free(buf);
     errno = saved;
-    if (rc != 0)
-        return coli_fail(COLI_EIO, "wire send: %s", zmq_strerror(saved));
+    if (rc != 0) return coli_fail(COLI_EIO, "wire send: %s", zmq_strerror(saved));
     return 0;
 }
 
 // ---------------------------------------------------------------------------
 //  Drop the rest of a multipart message we gave up on.
-static void s_drain_parts(void *sock)
-{
+static void s_drain_parts(void *sock) {
     int more = 1;
     size_t sz = sizeof more;
     while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
@@ -67,8 +57,7 @@ static void s_drain_parts(void *sock)
     }
 }
 
-static int s_has_more(void *sock)
-{
+static int s_has_more(void *sock) {
     int more = 0;
     size_t sz = sizeof more;
     zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz);
@@ -76,8 +65,7 @@ static int s_has_more(void *sock)
 }
 
 //  Read the routing id frame of a ROUTER message into out->peer.
-static int s_recv_peer(void *sock, int flags, wire_msg *out)
-{
+static int s_recv_peer(void *sock, int flags, wire_msg *out) {
     zmq_msg_t id;
     zmq_msg_init(&id);
     if (zmq_msg_recv(&id, sock, flags) < 0) {
@@ -89,14 +77,12 @@ static int s_recv_peer(void *sock, int flags, wire_msg *out)
     out->peer_len = n < WIRE_MAX_PEER ? n : WIRE_MAX_PEER;
     memcpy(out->peer, zmq_msg_data(&id), out->peer_len);
     zmq_msg_close(&id);
-    if (!s_has_more(sock))
-        return coli_fail(COLI_EPROTO, "wire: message without a header frame");
+    if (!s_has_more(sock)) return coli_fail(COLI_EPROTO, "wire: message without a header frame");
     return 0;
 }
 
 // ---------------------------------------------------------------------------
-int wire_recv(void *sock, int is_router, int flags, wire_msg *out)
-{
+int wire_recv(void *sock, int is_router, int flags, wire_msg *out) {
     memset(out, 0, sizeof *out);
     int rc = 0;
     if (is_router) {
@@ -124,8 +110,7 @@ int wire_recv(void *sock, int is_router, int flags, wire_msg *out)
         uint32_t v = out->env->version;
         s_drain_parts(sock);
         wire_msg_clear(out);
-        return coli_fail(COLI_EPROTO, "wire: protocol version %u, expected %u", v,
-                         COLI_PROTOCOL_VERSION);
+        return coli_fail(COLI_EPROTO, "wire: protocol version %u, expected %u", v, COLI_PROTOCOL_VERSION);
     }
     if (s_has_more(sock)) {
         zmq_msg_init(&out->payload);
@@ -139,43 +124,34 @@ int wire_recv(void *sock, int is_router, int flags, wire_msg *out)
     return 0;
 }
 
-void wire_msg_clear(wire_msg *m)
-{
-    if (m->env)
-        coli__envelope__free_unpacked(m->env, NULL);
+void wire_msg_clear(wire_msg *m) {
+    if (m->env) coli__envelope__free_unpacked(m->env, NULL);
     m->env = NULL;
-    if (m->has_payload == 1)
-        zmq_msg_close(&m->payload);
+    if (m->has_payload == 1) zmq_msg_close(&m->payload);
     m->has_payload = 0;
     m->ext_payload = NULL;
     m->ext_bytes = 0;
 }
 
-const void *wire_payload_data(const wire_msg *m)
-{
+const void *wire_payload_data(const wire_msg *m) {
     if (m->has_payload == 2) return m->ext_payload;
     return m->has_payload ? zmq_msg_data((zmq_msg_t *)&m->payload) : NULL;
 }
 
-size_t wire_payload_size(const wire_msg *m)
-{
+size_t wire_payload_size(const wire_msg *m) {
     if (m->has_payload == 2) return m->ext_bytes;
     return m->has_payload ? zmq_msg_size((zmq_msg_t *)&m->payload) : 0;
 }
 
-int wire_payload_is(const wire_msg *m, int64_t n_floats)
-{
-    if (n_floats < 0 || n_floats > COLI_MAX_MSG_BYTES / 4)
-        return 0;
+int wire_payload_is(const wire_msg *m, int64_t n_floats) {
+    if (n_floats < 0 || n_floats > COLI_MAX_MSG_BYTES / 4) return 0;
     size_t want = (size_t)n_floats * sizeof(float);
     return wire_payload_size(m) == want;
 }
 
-void wire_model_identity(const gguf_file *f, uint64_t *size, uint64_t *hash)
-{
+void wire_model_identity(const gguf_file *f, uint64_t *size, uint64_t *hash) {
     size_t n = gguf_data_offset(f);
-    if (n > ((size_t)16 << 20))
-        n = (size_t)16 << 20;
+    if (n > ((size_t)16 << 20)) n = (size_t)16 << 20;
     *size = (uint64_t)gguf_size(f);
     *hash = coli_fnv1a(gguf_base(f), n, COLI_FNV1A_SEED);
 }
@@ -183,8 +159,7 @@ void wire_model_identity(const gguf_file *f, uint64_t *size, uint64_t *hash)
 // ---------------------------------------------------------------------------
 static int s_name_char(char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
 
-const char *wire_reason_code(const char *why, char *buf, size_t n)
-{
+const char *wire_reason_code(const char *why, char *buf, size_t n) {
     if (!why) return NULL;
     for (const char *p = why; *p; p++) {
         if (!(*p >= 'A' && *p <= 'Z') || (p > why && (s_name_char(p[-1]) || p[-1] == '_'))) continue;

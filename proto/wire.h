@@ -24,10 +24,10 @@
 #define WIRE_MAX_PEER 255
 
 typedef struct wire_msg {
-    Coli__Envelope *env;      /* unpacked header; NULL until a receive succeeds */
-    zmq_msg_t payload;        /* frame 1, valid when has_payload == 1 */
-    int has_payload;          /* 1: frame 1 above; 2: ext_payload (shared-memory ring) */
-    const void *ext_payload;  /* payload read in place from a ring slot */
+    Coli__Envelope *env;     /* unpacked header; NULL until a receive succeeds */
+    zmq_msg_t payload;       /* frame 1, valid when has_payload == 1 */
+    int has_payload;         /* 1: frame 1 above; 2: ext_payload (shared-memory ring) */
+    const void *ext_payload; /* payload read in place from a ring slot */
     size_t ext_bytes;
     unsigned char peer[WIRE_MAX_PEER]; /* routing id of the sender (ROUTER side) */
     size_t peer_len;
@@ -40,8 +40,8 @@ int wire_socket_setup(void *sock, int is_router);
  * the routing id to address on a ROUTER socket, NULL on a DEALER. flags:
  * ZMQ_DONTWAIT or 0. Returns 0, COLI_EIO (with errno kept: EHOSTUNREACH when a
  * ROUTER peer is gone, EAGAIN when the queue is full). */
-int wire_send(void *sock, const void *peer, size_t peer_len, Coli__Envelope *env,
-              const void *payload, size_t payload_bytes, int flags);
+int wire_send(void *sock, const void *peer, size_t peer_len, Coli__Envelope *env, const void *payload,
+              size_t payload_bytes, int flags);
 
 /* Receive one whole message (non-blocking when flags has ZMQ_DONTWAIT).
  * is_router: the first frame is the sender's routing id. Returns 0,

@@ -36,7 +36,8 @@ static int eval_check(coli_model *m, const int32_t *ids, int n, int32_t first_ge
     int rc = logits ? coli_context_new(m, NULL, &ctx) : COLI_ENOMEM;
     if (rc == 0) rc = coli_eval(ctx, ids, n, logits, 0);
     int best = 0;
-    for (int i = 1; rc == 0 && i < info.n_vocab; i++) if (logits[i] > logits[best]) best = i;
+    for (int i = 1; rc == 0 && i < info.n_vocab; i++)
+        if (logits[i] > logits[best]) best = i;
     coli_context_free(&ctx);
     free(logits);
     if (rc != 0) return fail("eval", rc);
@@ -55,7 +56,10 @@ static int on_token_first(void *user, int32_t id, const char *text, size_t len) 
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: api_client MODEL.gguf [DEVICES]\n"); return 2; }
+    if (argc < 2) {
+        fprintf(stderr, "usage: api_client MODEL.gguf [DEVICES]\n");
+        return 2;
+    }
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = argc > 2 ? argv[2] : "inproc";
@@ -65,8 +69,8 @@ int main(int argc, char **argv) {
     if (rc != 0) return fail("load", rc);
     coli_model_info info;
     coli_model_get_info(m, &info);
-    printf("model: %s (%s), %d layers, %d experts, vocab %d\n", info.name, info.arch, info.n_layer,
-           info.n_expert, info.n_vocab);
+    printf("model: %s (%s), %d layers, %d experts, vocab %d\n", info.name, info.arch, info.n_layer, info.n_expert,
+           info.n_vocab);
     int32_t ids[64];
     int n = 0;
     const char *text = "Hello world";

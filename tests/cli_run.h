@@ -20,9 +20,9 @@
 extern char **environ;
 
 typedef struct cli_result {
-    int status;     /* exit code; 128 + signal if killed; -1 if it could not start */
-    char *out;      /* stdout, NUL-terminated (malloc'd) */
-    char *err;      /* stderr, NUL-terminated (malloc'd) */
+    int status; /* exit code; 128 + signal if killed; -1 if it could not start */
+    char *out;  /* stdout, NUL-terminated (malloc'd) */
+    char *err;  /* stderr, NUL-terminated (malloc'd) */
     size_t out_len, err_len;
 } cli_result;
 
@@ -54,7 +54,11 @@ static inline char *cli_slurp(const char *path, size_t *len) {
         n += got;
         if (cap - n - 1 == 0) {
             char *bigger = realloc(buf, cap * 2);
-            if (!bigger) { free(buf); buf = NULL; break; }
+            if (!bigger) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
             buf = bigger;
             cap *= 2;
         }
@@ -79,8 +83,7 @@ static inline cli_result cli_run(char *const argv[]) {
     pid_t pid;
     if (out_fd >= 0 && err_fd >= 0 && posix_spawn(&pid, argv[0], &fa, NULL, argv, environ) == 0) {
         int ws;
-        if (waitpid(pid, &ws, 0) == pid)
-            r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        if (waitpid(pid, &ws, 0) == pid) r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
     }
     posix_spawn_file_actions_destroy(&fa);
     if (out_fd >= 0) close(out_fd);

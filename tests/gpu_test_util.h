@@ -26,9 +26,9 @@
 #include "plugins/plugin_abi.h"
 
 static const coli_dtype gpu_test_dtypes[] = {
-    COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0,                        /* quantized by core */
-    COLI_Q4_1, COLI_Q5_0, COLI_Q5_1, COLI_IQ4_NL,                                /* random 32-value blocks */
-    COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS,           /* random super-blocks */
+    COLI_F32,  COLI_F16,  COLI_BF16, COLI_Q8_0,   COLI_Q4_0,              /* quantized by core */
+    COLI_Q4_1, COLI_Q5_0, COLI_Q5_1, COLI_IQ4_NL,                         /* random 32-value blocks */
+    COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K,   COLI_Q6_K, COLI_IQ4_XS, /* random super-blocks */
 };
 #define GPU_TEST_N_DTYPES 15
 
@@ -63,14 +63,24 @@ static inline void test_block_scales(coli_dtype t, int *d_off, int *m_off, float
     *m_off = -1;
     *min_ratio = 0.0f;
     switch (t) {
-    case COLI_Q4_1: *d_off = offsetof(block_q4_1, d), *m_off = offsetof(block_q4_1, m), *unit = 8, *min_ratio = -7.5f; break;
+    case COLI_Q4_1:
+        *d_off = offsetof(block_q4_1, d), *m_off = offsetof(block_q4_1, m), *unit = 8, *min_ratio = -7.5f;
+        break;
     case COLI_Q5_0: *d_off = offsetof(block_q5_0, d), *unit = 8; break;
-    case COLI_Q5_1: *d_off = offsetof(block_q5_1, d), *m_off = offsetof(block_q5_1, m), *unit = 16, *min_ratio = -15.5f; break;
+    case COLI_Q5_1:
+        *d_off = offsetof(block_q5_1, d), *m_off = offsetof(block_q5_1, m), *unit = 16, *min_ratio = -15.5f;
+        break;
     case COLI_IQ4_NL: *d_off = offsetof(block_iq4_nl, d), *unit = 60; break;
-    case COLI_Q2_K: *d_off = offsetof(block_q2_K, d), *m_off = offsetof(block_q2_K, dmin), *unit = 12, *min_ratio = 1.5f; break;
+    case COLI_Q2_K:
+        *d_off = offsetof(block_q2_K, d), *m_off = offsetof(block_q2_K, dmin), *unit = 12, *min_ratio = 1.5f;
+        break;
     case COLI_Q3_K: *d_off = offsetof(block_q3_K, d), *unit = 32; break;
-    case COLI_Q4_K: *d_off = offsetof(block_q4_K, d), *m_off = offsetof(block_q4_K, dmin), *unit = 240, *min_ratio = 7.5f; break;
-    case COLI_Q5_K: *d_off = offsetof(block_q5_K, d), *m_off = offsetof(block_q5_K, dmin), *unit = 480, *min_ratio = 15.5f; break;
+    case COLI_Q4_K:
+        *d_off = offsetof(block_q4_K, d), *m_off = offsetof(block_q4_K, dmin), *unit = 240, *min_ratio = 7.5f;
+        break;
+    case COLI_Q5_K:
+        *d_off = offsetof(block_q5_K, d), *m_off = offsetof(block_q5_K, dmin), *unit = 480, *min_ratio = 15.5f;
+        break;
     case COLI_Q6_K: *d_off = offsetof(block_q6_K, d), *unit = 1024; break;
     default: *d_off = offsetof(block_iq4_xs, d), *unit = 960; break; /* COLI_IQ4_XS */
     }
@@ -121,8 +131,8 @@ static inline void *test_matrix(coli_dtype t, int64_t rows, int64_t cols, uint64
 }
 
 /* A random expert with all three matrices of type t. 0, or -1 on OOM. */
-static inline int test_expert_make(test_expert *te, int layer, int expert, coli_dtype t,
-                                   int64_t n_embd, int64_t n_ff, uint64_t seed) {
+static inline int test_expert_make(test_expert *te, int layer, int expert, coli_dtype t, int64_t n_embd, int64_t n_ff,
+                                   uint64_t seed) {
     memset(te, 0, sizeof *te);
     moe_expert_desc *d = &te->desc;
     d->layer = layer;
@@ -147,8 +157,8 @@ static inline void test_expert_free(test_expert *te) {
 }
 
 /* out (n_rows, n_embd) = the cpu plugin's answer for te on x. 0 or its status. */
-static inline int test_cpu_expert(const test_expert *te, const float *x, int64_t n_rows, float *out,
-                                  char *err, size_t err_len) {
+static inline int test_cpu_expert(const test_expert *te, const float *x, int64_t n_rows, float *out, char *err,
+                                  size_t err_len) {
     const struct moe_plugin *p = coli_cpu_plugin();
     moe_open_opts o;
     memset(&o, 0, sizeof o);

@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "quant.h"
-#include "quant_blocks.h"
+#include "core/quant.h"
+#include "core/quant_blocks.h"
 
 static inline unsigned qu_next(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
@@ -24,12 +24,23 @@ static inline unsigned qu_next(unsigned *s) {
 static inline void qu_scale_offsets(coli_dtype t, int *d, int *dmin) {
     *dmin = -1;
     switch (t) {
-    case COLI_Q4_1: case COLI_Q5_1: *d = 0; *dmin = 2; break;
-    case COLI_Q2_K: *d = (int)offsetof(block_q2_K, d); *dmin = (int)offsetof(block_q2_K, dmin); break;
+    case COLI_Q4_1:
+    case COLI_Q5_1:
+        *d = 0;
+        *dmin = 2;
+        break;
+    case COLI_Q2_K:
+        *d = (int)offsetof(block_q2_K, d);
+        *dmin = (int)offsetof(block_q2_K, dmin);
+        break;
     case COLI_Q3_K: *d = (int)offsetof(block_q3_K, d); break;
-    case COLI_Q4_K: case COLI_Q5_K: *d = 0; *dmin = 2; break;
+    case COLI_Q4_K:
+    case COLI_Q5_K:
+        *d = 0;
+        *dmin = 2;
+        break;
     case COLI_Q6_K: *d = (int)offsetof(block_q6_K, d); break;
-    default: *d = 0; break;   /* Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS: d first */
+    default: *d = 0; break; /* Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS: d first */
     }
 }
 
@@ -60,8 +71,13 @@ static inline void qu_random_blocks(coli_dtype t, uint8_t *dst, int64_t nb, unsi
 /* llama.cpp's vec_dot_type of weight type t: Q8_0, Q8_1 or Q8_K. */
 static inline coli_dtype qu_act_type(coli_dtype t) {
     switch (t) {
-    case COLI_Q4_1: case COLI_Q5_1: return COLI_Q8_1;
-    case COLI_Q2_K: case COLI_Q3_K: case COLI_Q4_K: case COLI_Q5_K: case COLI_Q6_K:
+    case COLI_Q4_1:
+    case COLI_Q5_1: return COLI_Q8_1;
+    case COLI_Q2_K:
+    case COLI_Q3_K:
+    case COLI_Q4_K:
+    case COLI_Q5_K:
+    case COLI_Q6_K:
     case COLI_IQ4_XS: return COLI_Q8_K;
     default: return COLI_Q8_0;
     }

@@ -49,8 +49,7 @@ static inline void s_run_or_fail(const char *cmd) {
 /* $COLI_BUILD/sub/file into out (and the folder into dir), the folder made,
  * and its lock file held: returns the locked fd for s_unlock_dir. Criterion
  * runs tests in parallel processes, so generation on first use is serialised. */
-static inline int s_lock_dir(const char *sub, const char *file, char *dir, size_t dir_cap,
-                             char *out, size_t cap) {
+static inline int s_lock_dir(const char *sub, const char *file, char *dir, size_t dir_cap, char *out, size_t cap) {
     char lock[4200];
     cr_assert_lt(snprintf(dir, dir_cap, "%s/%s", s_build(), sub), (int)dir_cap, "COLI_BUILD too long");
     cr_assert_lt(snprintf(out, cap, "%s/%s", dir, file), (int)cap, "path too long");
@@ -83,8 +82,8 @@ static inline void s_ref_model(const char *file, char *out, size_t cap) {
             cr_assert_eq(symlink(abs, out), 0, "symlink %s -> %s: %s", out, abs, strerror(errno));
             free(abs);
         } else if (strstr(file, "-f16")) {
-            snprintf(cmd, sizeof cmd, "%s %s/%s %s --no-bench --only tiny-mixtral --dtype F16 >/dev/null",
-                     gen, s_shared(), maker, dir);
+            snprintf(cmd, sizeof cmd, "%s %s/%s %s --no-bench --only tiny-mixtral --dtype F16 >/dev/null", gen,
+                     s_shared(), maker, dir);
             s_run_or_fail(cmd);
         } else {
             snprintf(cmd, sizeof cmd, "%s %s/%s %s --no-bench >/dev/null", gen, s_shared(), maker, dir);

@@ -23,28 +23,25 @@
 
 typedef struct gen_result {
     int32_t ids[GEN_STEPS];
-    float *logits;        /* (GEN_STEPS + 1, n_vocab): after the prompt and each step */
+    float *logits; /* (GEN_STEPS + 1, n_vocab): after the prompt and each step */
     int n_vocab;
-    char *stats;          /* stats JSON taken before the model is freed */
+    char *stats; /* stats JSON taken before the model is freed */
 } gen_result;
 
 /* Called before eval step (0 = the prompt); may kill or stop workers. */
 typedef void (*step_hook)(coli_model *m, int step, void *user);
 
-static inline const char *sched_fixture(const char *name)
-{
+static inline const char *sched_fixture(const char *name) {
     static char path[1024];
     const char *b = getenv("COLI_BUILD");
     snprintf(path, sizeof path, "%s/fixtures/%s", b && *b ? b : "build", name);
-    if (access(path, R_OK) != 0)
-        cr_skip_test("fixture %s missing (run make fixtures)", path);
+    if (access(path, R_OK) != 0) cr_skip_test("fixture %s missing (run make fixtures)", path);
     return path;
 }
 
 /* The environment every scheduler suite starts from: a generous layer
  * deadline (CI noise) and no injected fault left over from another test. */
-static inline void sched_env_defaults(void)
-{
+static inline void sched_env_defaults(void) {
     setenv("COLI_LAYER_DEADLINE_MS", "5000", 1);
     unsetenv("COLI_FAULT");
 }
@@ -56,15 +53,11 @@ static inline void sched_env_defaults(void)
  * runner's block is waived. */
 #ifdef SCHED_WAIVE_RUNNER_LEAK
 const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-    return "leak:libcriterion.so\n";
-}
+const char *__lsan_default_suppressions(void) { return "leak:libcriterion.so\n"; }
 #endif
 
 /* The build directory ($COLI_BUILD, default "build") as an absolute path. */
-static inline const char *sched_build_dir(void)
-{
+static inline const char *sched_build_dir(void) {
     static char path[1024];
     const char *b = getenv("COLI_BUILD");
     char *real = realpath(b && *b ? b : "build", NULL);
@@ -77,9 +70,7 @@ static inline const char *sched_build_dir(void)
 /* A new plugin directory (mkdtemp of `tmpl`) holding the built cpu plugin
  * plus `cuda` / `hip` as libcoli-cuda.so / libcoli-hip.so (NULL = absent);
  * COLI_PLUGIN_DIR points at it until sched_rm_plugin_dir. */
-static inline void sched_plugin_dir(char *dir, size_t n, const char *tmpl, const char *cuda,
-                                    const char *hip)
-{
+static inline void sched_plugin_dir(char *dir, size_t n, const char *tmpl, const char *cuda, const char *hip) {
     snprintf(dir, n, "%s", tmpl);
     cr_assert(mkdtemp(dir), "mkdtemp");
     char src[1100], dst[1100];
@@ -95,40 +86,35 @@ static inline void sched_plugin_dir(char *dir, size_t n, const char *tmpl, const
     setenv("COLI_PLUGIN_DIR", dir, 1);
 }
 
-static inline void sched_rm_plugin_dir(const char *dir)
-{
+static inline void sched_rm_plugin_dir(const char *dir) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_expect_eq(system(cmd), 0);
     unsetenv("COLI_PLUGIN_DIR");
 }
 
-static inline double sched_now(void)
-{
+static inline double sched_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static inline void gen_free(gen_result *r)
-{
+static inline void gen_free(gen_result *r) {
     free(r->logits);
     free(r->stats);
     memset(r, 0, sizeof *r);
 }
 
-static inline int sched_argmax(const float *v, int n)
-{
+static inline int sched_argmax(const float *v, int n) {
     int b = 0;
-    for (int i = 1; i < n; i++) if (v[i] > v[b]) b = i;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
     return b;
 }
 
 /* Greedy generation of GEN_STEPS tokens after a fixed prompt on a loaded
  * model (what names it in messages); hook, if any, runs before each step. */
-static inline void sched_generate_on(coli_model *m, const char *what, step_hook hook, void *user,
-                              gen_result *r)
-{
+static inline void sched_generate_on(coli_model *m, const char *what, step_hook hook, void *user, gen_result *r) {
     memset(r, 0, sizeof *r);
     coli_model_info info;
     coli_model_get_info(m, &info);
@@ -142,8 +128,7 @@ static inline void sched_generate_on(coli_model *m, const char *what, step_hook 
     for (int step = 0; step <= GEN_STEPS; step++) {
         if (hook) hook(m, step, user);
         float *lg = r->logits + (size_t)step * (size_t)info.n_vocab;
-        int rc = step == 0 ? coli_eval(c, prompt, PROMPT_LEN, lg, 0)
-                           : coli_eval(c, &r->ids[step - 1], 1, lg, 0);
+        int rc = step == 0 ? coli_eval(c, prompt, PROMPT_LEN, lg, 0) : coli_eval(c, &r->ids[step - 1], 1, lg, 0);
         cr_assert_eq(rc, 0, "eval step %d (%s): %s", step, what, coli_last_error());
         if (step < GEN_STEPS) r->ids[step] = sched_argmax(lg, info.n_vocab);
     }
@@ -152,9 +137,7 @@ static inline void sched_generate_on(coli_model *m, const char *what, step_hook 
 }
 
 /* sched_generate_on a model loaded here on `devices`, freed afterwards. */
-static inline void sched_generate(const char *model, const char *devices, step_hook hook, void *user,
-                           gen_result *r)
-{
+static inline void sched_generate(const char *model, const char *devices, step_hook hook, void *user, gen_result *r) {
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = devices;
@@ -165,8 +148,7 @@ static inline void sched_generate(const char *model, const char *devices, step_h
     coli_model_free(&m);
 }
 
-static inline void sched_assert_same(const gen_result *a, const gen_result *b, const char *what)
-{
+static inline void sched_assert_same(const gen_result *a, const gen_result *b, const char *what) {
     cr_assert_eq(a->n_vocab, b->n_vocab);
     for (int i = 0; i < GEN_STEPS; i++)
         cr_assert_eq(a->ids[i], b->ids[i], "%s: token %d: %d vs %d", what, i, a->ids[i], b->ids[i]);
@@ -177,8 +159,7 @@ static inline void sched_assert_same(const gen_result *a, const gen_result *b, c
 /* ---- stats JSON ---------------------------------------------------------- */
 
 /* The count of fallbacks for (device, reason); 0 if absent. */
-static inline long sched_fallbacks(const char *json, const char *device, const char *reason)
-{
+static inline long sched_fallbacks(const char *json, const char *device, const char *reason) {
     char key[160];
     snprintf(key, sizeof key, "{\"device\":\"%s\",\"reason\":\"%s\",\"count\":", device, reason);
     const char *p = strstr(json, key);
@@ -186,8 +167,7 @@ static inline long sched_fallbacks(const char *json, const char *device, const c
 }
 
 /* A top-level integer field ("fallbacks_total", ...). */
-static inline long sched_field(const char *json, const char *name)
-{
+static inline long sched_field(const char *json, const char *name) {
     char key[96];
     snprintf(key, sizeof key, "\"%s\":", name);
     const char *p = strstr(json, key);
@@ -196,8 +176,7 @@ static inline long sched_field(const char *json, const char *name)
 }
 
 /* Field `name` of worker `id` as text (value up to , or }). */
-static inline void sched_worker_field(const char *json, int id, const char *name, char *out, size_t n)
-{
+static inline void sched_worker_field(const char *json, int id, const char *name, char *out, size_t n) {
     char key[64];
     snprintf(key, sizeof key, "{\"id\":%d,", id);
     const char *w = strstr(json, key);
@@ -211,8 +190,7 @@ static inline void sched_worker_field(const char *json, int id, const char *name
     snprintf(out, n, "%.*s", (int)(len < n ? len : n - 1), p);
 }
 
-static inline int sched_worker_pid(coli_model *m, int id)
-{
+static inline int sched_worker_pid(coli_model *m, int id) {
     char *js = NULL, v[32];
     cr_assert_eq(coli_model_stats_json(m, &js), 0);
     sched_worker_field(js, id, "pid", v, sizeof v);
@@ -223,8 +201,7 @@ static inline int sched_worker_pid(coli_model *m, int id)
 /* ---- processes ---------------------------------------------------------- */
 
 /* 1 if pid is gone or a zombie. */
-static inline int sched_proc_dead(int pid)
-{
+static inline int sched_proc_dead(int pid) {
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *f = fopen(path, "r");
@@ -236,16 +213,14 @@ static inline int sched_proc_dead(int pid)
     return !rp || rp[2] == 'Z' || rp[2] == 'X';
 }
 
-static inline void sched_wait_dead(int pid, double seconds)
-{
+static inline void sched_wait_dead(int pid, double seconds) {
     double until = sched_now() + seconds;
     while (!sched_proc_dead(pid) && sched_now() < until) usleep(5000);
     cr_assert(sched_proc_dead(pid), "process %d still alive after %.1f s", pid, seconds);
 }
 
 /* Number of live coli-worker processes whose parent is ppid. */
-static inline int sched_count_workers_of(int ppid)
-{
+static inline int sched_count_workers_of(int ppid) {
     DIR *d = opendir("/proc");
     int n = 0;
     struct dirent *e;
@@ -262,16 +237,15 @@ static inline int sched_count_workers_of(int ppid)
         const char *rp = strrchr(buf, ')');
         int parent = 0;
         char state = 0;
-        if (rp && sscanf(rp + 2, "%c %d", &state, &parent) == 2 && parent == ppid &&
-            strstr(buf, "(coli-worker)") && state != 'Z')
+        if (rp && sscanf(rp + 2, "%c %d", &state, &parent) == 2 && parent == ppid && strstr(buf, "(coli-worker)") &&
+            state != 'Z')
             n++;
     }
     if (d) closedir(d);
     return n;
 }
 
-static inline void sched_assert_no_orphans(void)
-{
+static inline void sched_assert_no_orphans(void) {
     cr_assert_eq(sched_count_workers_of(getpid()), 0, "coli-worker children left behind");
 }
 

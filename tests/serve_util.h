@@ -22,18 +22,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 
 typedef struct serve_proc {
     pid_t pid;
     int port;
-    int out_fd;      /* the server's stdout */
-    char log[8192];  /* what it printed up to "ready" */
+    int out_fd;     /* the server's stdout */
+    char log[8192]; /* what it printed up to "ready" */
 } serve_proc;
 
 typedef struct http_resp {
-    int status;      /* 0 if no status line came back */
-    char *raw;       /* everything received, NUL-terminated */
+    int status; /* 0 if no status line came back */
+    char *raw;  /* everything received, NUL-terminated */
     const char *body;
     size_t len;
 } http_resp;
@@ -174,8 +174,10 @@ static inline char *su_format_request(const char *method, const char *path, cons
     size_t blen = body ? strlen(body) : 0;
     size_t cap = blen + 1024 + (headers ? strlen(headers) : 0);
     char *req = malloc(cap);
-    int n = snprintf(req, cap, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%sContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                     method, path, headers ? headers : "", blen);
+    int n =
+        snprintf(req, cap,
+                 "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%sContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                 method, path, headers ? headers : "", blen);
     if (blen) memcpy(req + n, body, blen + 1);
     return req;
 }
@@ -192,9 +194,7 @@ static inline http_resp su_post(int port, const char *path, const char *body) {
     return su_request(port, "POST", path, NULL, body);
 }
 
-static inline http_resp su_get(int port, const char *path) {
-    return su_request(port, "GET", path, NULL, NULL);
-}
+static inline http_resp su_get(int port, const char *path) { return su_request(port, "GET", path, NULL, NULL); }
 
 static inline void su_free(http_resp *r) {
     free(r->raw);

@@ -14,9 +14,9 @@
 
 #include "colibri.h"
 #include "coordinator/forward.h"
-#include "gguf.h"
-#include "quant.h"
-#include "ref_models.h"
+#include "core/gguf.h"
+#include "core/quant.h"
+#include "tests/ref_models.h"
 
 static coli_model *s_load(const char *fixture, int kv_f16) {
     char path[4096];
@@ -65,7 +65,9 @@ Test(api, load_and_info) {
 
 /* The prompt as one batch and token by token must give the same bits. */
 static void s_batch_vs_sequential(const char *fixture, int kv_f16) {
-    enum { N = 40 };
+    enum {
+        N = 40
+    };
     coli_model *m = s_load(fixture, kv_f16);
     const int V = s_vocab(m);
     int32_t ids[N];
@@ -97,14 +99,21 @@ Test(api, batch_equals_sequential_q4_0) { s_batch_vs_sequential("tiny-llama-moe-
 
 /* forward_eval in chunks of 7 gives what one batch gives (white box). */
 Test(api, chunked_batches_match_one_batch) {
-    enum { N = 30 };
+    enum {
+        N = 30
+    };
     char path[4096];
     s_fixture("tiny-qwen2moe-f32.gguf", path, sizeof path);
     model *m = NULL;
     cr_assert_eq(model_open(path, &m), 0, "%s", coli_last_error());
-    moe_exec_config cfg = {.model_path = path, .gguf = m->gguf, .n_layer = m->hp.n_layer,
-                           .n_expert = m->hp.n_expert, .n_expert_used = m->hp.n_expert_used,
-                           .n_embd = m->hp.n_embd, .n_ff = m->hp.n_ff_exp, .n_threads = 1};
+    moe_exec_config cfg = {.model_path = path,
+                           .gguf = m->gguf,
+                           .n_layer = m->hp.n_layer,
+                           .n_expert = m->hp.n_expert,
+                           .n_expert_used = m->hp.n_expert_used,
+                           .n_embd = m->hp.n_embd,
+                           .n_ff = m->hp.n_ff_exp,
+                           .n_threads = 1};
     moe_exec *ex = NULL;
     cr_assert_eq(moe_exec_inproc_new(&cfg, &ex), 0, "%s", coli_last_error());
     const int V = m->hp.n_vocab;
@@ -123,9 +132,12 @@ Test(api, chunked_batches_match_one_batch) {
     /* last-position-only logits of a chunked eval = the last row */
     cr_assert_eq(forward_eval(&small, &ks, ids, N, 0, y, 0), 0);
     cr_assert(memcmp(x + (size_t)(N - 1) * V, y, (size_t)V * sizeof(float)) == 0);
-    kv_cache_free(&kb); kv_cache_free(&ks);
-    forward_state_free(&big); forward_state_free(&small);
-    free(x); free(y);
+    kv_cache_free(&kb);
+    kv_cache_free(&ks);
+    forward_state_free(&big);
+    forward_state_free(&small);
+    free(x);
+    free(y);
     ex->destroy(ex);
     model_close(&m);
 }
@@ -177,14 +189,19 @@ Test(api, reset_gives_a_fresh_context) {
     cr_assert_eq(coli_eval(ctx, ids, 12, b, 0), 0);
     cr_assert(memcmp(a, b, (size_t)V * sizeof(float)) == 0);
     coli_context_free(&ctx);
-    free(a); free(b);
+    free(a);
+    free(b);
     coli_model_free(&m);
 }
 
 // ---------------------------------------------------------------------------
 // generation
 
-typedef struct gen_log { int32_t ids[256]; int n, stop_after; size_t bytes; } gen_log;
+typedef struct gen_log {
+    int32_t ids[256];
+    int n, stop_after;
+    size_t bytes;
+} gen_log;
 
 static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     gen_log *g = user;
@@ -199,7 +216,9 @@ static int s_generate(coli_model *m, float temp, uint64_t seed, int n_predict, g
     s_ids(prompt, 5, s_vocab(m));
     coli_sampling_params sp;
     coli_sampling_default_params(&sp);
-    sp.temperature = temp; sp.seed = seed; sp.n_predict = n_predict;
+    sp.temperature = temp;
+    sp.seed = seed;
+    sp.n_predict = n_predict;
     coli_context *ctx = NULL;
     cr_assert_eq(coli_context_new(m, NULL, &ctx), 0);
     int rc = coli_generate(ctx, prompt, 5, &sp, s_on_token, g, st);
@@ -225,7 +244,8 @@ Test(api, greedy_generation_follows_argmax) {
     cr_assert_eq(coli_eval(ctx, ids, 5, logits, 0), 0);
     for (int i = 0; i < g.n; i++) {
         int best = 0;
-        for (int j = 1; j < V; j++) if (logits[j] > logits[best]) best = j;
+        for (int j = 1; j < V; j++)
+            if (logits[j] > logits[best]) best = j;
         cr_assert_eq(g.ids[i], best, "step %d", i);
         cr_assert_eq(coli_eval(ctx, &g.ids[i], 1, logits, 0), 0);
     }
@@ -281,7 +301,8 @@ Test(api, stats_report_the_inproc_executor) {
     cJSON_Delete(j);
     cr_assert_eq(coli_model_stats_text(m, &text), 0);
     cr_assert(strstr(text, "in-process"), "%s", text);
-    free(json); free(text);
+    free(json);
+    free(text);
     coli_context_free(&ctx);
     coli_model_free(&m);
 }
@@ -342,13 +363,13 @@ Test(quantize, output_loads_and_keeps_norms_and_routers_f32) {
 // model validation: each broken file gets its own one-line error
 
 typedef struct variant {
-    const char *fixture;       /* source file (default tiny-llama-moe-f32.gguf) */
-    const char *skip_tensor;   /* leave this tensor out */
-    const char *key;           /* then set this key: u32 value or string */
+    const char *fixture;     /* source file (default tiny-llama-moe-f32.gguf) */
+    const char *skip_tensor; /* leave this tensor out */
+    const char *key;         /* then set this key: u32 value or string */
     uint32_t u32;
     const char *str;
-    const char *f16_tensor;    /* store this (F32, 1-D) tensor as F16 */
-    const char *zero_tensor;   /* store this F32 tensor as zeros */
+    const char *f16_tensor;  /* store this (F32, 1-D) tensor as F16 */
+    const char *zero_tensor; /* store this F32 tensor as zeros */
 } variant;
 
 /* Copy a fixture with one change into dst. */
@@ -359,8 +380,10 @@ static void s_write_variant(const variant *v, const char *dst) {
     cr_assert_eq(gguf_open(src, &f), 0);
     gguf_writer *w = gguf_writer_new();
     for (int64_t i = 0; i < gguf_n_kv(f); i++) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
-    if (v->key && v->str) cr_assert_eq(gguf_writer_set_str(w, v->key, v->str), 0);
-    else if (v->key) cr_assert_eq(gguf_writer_set_u32(w, v->key, v->u32), 0);
+    if (v->key && v->str)
+        cr_assert_eq(gguf_writer_set_str(w, v->key, v->str), 0);
+    else if (v->key)
+        cr_assert_eq(gguf_writer_set_u32(w, v->key, v->u32), 0);
     void *buf = NULL;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const coli_tensor *t = gguf_tensor(f, i);
@@ -400,13 +423,13 @@ static int s_load_variant(const variant *v, const char *tag) {
     return rc;
 }
 
-#define EXPECT_ERR(rc, code, ...) do {                                                     \
-        cr_assert_eq(rc, code, "status %s, message: %s", coli_status_str(rc), coli_last_error()); \
-        const char *needles[] = {__VA_ARGS__};                                            \
-        for (size_t k_ = 0; k_ < sizeof needles / sizeof needles[0]; k_++)                 \
-            cr_assert(strstr(coli_last_error(), needles[k_]), "'%s' not in: %s",           \
-                      needles[k_], coli_last_error());                                     \
-        cr_assert(!strchr(coli_last_error(), '\n'), "one line: %s", coli_last_error());    \
+#define EXPECT_ERR(rc, code, ...)                                                                                 \
+    do {                                                                                                          \
+        cr_assert_eq(rc, code, "status %s, message: %s", coli_status_str(rc), coli_last_error());                 \
+        const char *needles[] = {__VA_ARGS__};                                                                    \
+        for (size_t k_ = 0; k_ < sizeof needles / sizeof needles[0]; k_++)                                        \
+            cr_assert(strstr(coli_last_error(), needles[k_]), "'%s' not in: %s", needles[k_], coli_last_error()); \
+        cr_assert(!strchr(coli_last_error(), '\n'), "one line: %s", coli_last_error());                           \
     } while (0)
 
 Test(validation, missing_tensor_is_named) {
@@ -532,7 +555,8 @@ Test(api, client_built_against_the_public_header_only, .timeout = 120) {
     snprintf(bin, sizeof bin, "%s/tests/api_client", s_build());
     snprintf(cmd, sizeof cmd,
              "${CC:-cc} -std=c11 -Wall -Wextra -Werror " CLIENT_SANFLAGS " -Iinclude tests/api_client.c "
-             "%s/lib/libcolibri.a -lzmq -lprotobuf-c -lmicrohttpd -lcjson -ldl -lm -pthread -o %s", s_build(), bin);
+             "%s/lib/libcolibri.a -lzmq -lprotobuf-c -lmicrohttpd -lcjson -ldl -lm -pthread -o %s",
+             s_build(), bin);
     cr_assert_eq(system(cmd), 0, "building the public-header client failed: %s", cmd);
     snprintf(cmd, sizeof cmd, "%s %s > %s.out 2>&1", bin, model, bin);
     int rc = system(cmd);
@@ -561,8 +585,7 @@ Test(api, public_library_exports_only_prefixed_symbols) {
         if (sscanf(line, "%63s %7s %511s", addr, kind, name) != 3) continue;
         n_syms++;
         cr_expect(strncmp(name, "coli_", 5) == 0, "libcolibri.a exports an unprefixed symbol: %s", name);
-        if (!strcmp(name, "coli_model_load") || !strcmp(name, "coli_eval") || !strcmp(name, "coli_model_free"))
-            n_api++;
+        if (!strcmp(name, "coli_model_load") || !strcmp(name, "coli_eval") || !strcmp(name, "coli_model_free")) n_api++;
     }
     cr_assert_eq(pclose(p), 0, "%s failed", cmd);
     cr_assert_gt(n_syms, 0, "no symbols in libcolibri.a");

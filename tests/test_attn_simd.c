@@ -22,7 +22,10 @@ static float dot_ref(const float *q, const float *k, int n) {
             acc[i] += p;
         }
     float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; d < n; d++) { volatile float p = q[d] * k[d]; sum += p; }
+    for (; d < n; d++) {
+        volatile float p = q[d] * k[d];
+        sum += p;
+    }
     return sum;
 }
 
@@ -32,12 +35,19 @@ Test(attn_simd, dot_and_axpy_match_scalar_bits) {
     float q[131], k[131], out[131], ref[131];
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         const int n = lens[li];
-        for (int i = 0; i < n; i++) { q[i] = frand(&seed); k[i] = frand(&seed); ref[i] = out[i] = frand(&seed); }
+        for (int i = 0; i < n; i++) {
+            q[i] = frand(&seed);
+            k[i] = frand(&seed);
+            ref[i] = out[i] = frand(&seed);
+        }
         float got = attn_dot_f32(q, k, n), want = dot_ref(q, k, n);
         cr_assert(memcmp(&got, &want, sizeof got) == 0, "dot n=%d: %.9g vs %.9g", n, got, want);
         const float p = frand(&seed);
         attn_axpy_f32(out, p, k, n);
-        for (int i = 0; i < n; i++) { volatile float t = p * k[i]; ref[i] += t; }
+        for (int i = 0; i < n; i++) {
+            volatile float t = p * k[i];
+            ref[i] += t;
+        }
         cr_assert(memcmp(out, ref, (size_t)n * sizeof(float)) == 0, "axpy n=%d differs", n);
     }
 }

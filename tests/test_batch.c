@@ -10,9 +10,13 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "ref_models.h"
+#include "tests/ref_models.h"
 
-enum { SEQS = 4, GEN = 20, MAXP = 40 };
+enum {
+    SEQS = 4,
+    GEN = 20,
+    MAXP = 40
+};
 
 static coli_model *s_load(const char *devices) {
     char path[4096];
@@ -33,11 +37,12 @@ typedef struct seq {
     coli_sampling_params sp;
     int32_t out[GEN];
     int n_out, rc;
-    float *logits;      /* the logits after the last token (one more coli_eval) */
+    float *logits; /* the logits after the last token (one more coli_eval) */
 } seq;
 
 static int s_collect(void *user, int32_t id, const char *text, size_t len) {
-    (void)text; (void)len;
+    (void)text;
+    (void)len;
     seq *q = user;
     q->out[q->n_out++] = id;
     return 0;
@@ -51,8 +56,14 @@ static void *s_run(void *arg) {
 }
 
 static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
-static void s_lock(void *u) { (void)u; pthread_mutex_lock(&s_mu); }
-static void s_unlock(void *u) { (void)u; pthread_mutex_unlock(&s_mu); }
+static void s_lock(void *u) {
+    (void)u;
+    pthread_mutex_lock(&s_mu);
+}
+static void s_unlock(void *u) {
+    (void)u;
+    pthread_mutex_unlock(&s_mu);
+}
 
 static void s_setup(coli_model *m, seq *q, int i, int V) {
     memset(q, 0, sizeof *q);

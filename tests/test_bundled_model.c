@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 #include "colibri.h"
 
 #define MODEL_F16 "models/tiny-moe-4e2r-f16.gguf"
@@ -60,11 +60,16 @@ static void parse_pos_line(ref_data *r, const char *s) {
 }
 
 static void parse_line(ref_data *r, char *line) {
-    if (!strncmp(line, "ctx ", 4)) r->ctx = atoi(line + 4);
-    else if (!strncmp(line, "ppl ", 4)) cr_assert_eq(sscanf(line + 4, "%lf %lf", &r->ppl_f16, &r->ppl_f32), 2);
-    else if (!strncmp(line, "ids ", 4)) r->n_ids = parse_ints(line + 4, r->ids, MAX_POS);
-    else if (!strncmp(line, "top ", 4)) r->top = atoi(line + 4);
-    else if (!strncmp(line, "pos ", 4)) parse_pos_line(r, line + 4);
+    if (!strncmp(line, "ctx ", 4))
+        r->ctx = atoi(line + 4);
+    else if (!strncmp(line, "ppl ", 4))
+        cr_assert_eq(sscanf(line + 4, "%lf %lf", &r->ppl_f16, &r->ppl_f32), 2);
+    else if (!strncmp(line, "ids ", 4))
+        r->n_ids = parse_ints(line + 4, r->ids, MAX_POS);
+    else if (!strncmp(line, "top ", 4))
+        r->top = atoi(line + 4);
+    else if (!strncmp(line, "pos ", 4))
+        parse_pos_line(r, line + 4);
     else if (!strncmp(line, "line ", 5)) {
         cr_assert(r->n_lines < MAX_LINES, "too many 'line' entries in " REF_FILE);
         size_t cap = strlen(line) / 2 + 1;
@@ -86,8 +91,7 @@ static ref_data *load_ref(void) {
     free(line);
     fclose(f);
     cr_assert(r->ctx > 0 && r->n_ids > 0 && r->top > 0 && r->top <= MAX_TOP && r->n_lines > 0,
-              "%s: incomplete (ctx %d, %d ids, top %d, %d lines)", REF_FILE, r->ctx, r->n_ids, r->top,
-              r->n_lines);
+              "%s: incomplete (ctx %d, %d ids, top %d, %d lines)", REF_FILE, r->ctx, r->n_ids, r->top, r->n_lines);
     return r;
 }
 
@@ -141,8 +145,7 @@ Test(bundled_model, logits_match_training_framework_f16) {
                           row[r->top_ids[p][k]], r->top_f16[p][k]);
         }
         if (r->top_f16[p][0] - r->top_f16[p][1] > 2e-2)
-            cr_expect_eq(arg, r->top_ids[p][0], "position %d: engine argmax %d, PyTorch %d", p, arg,
-                         r->top_ids[p][0]);
+            cr_expect_eq(arg, r->top_ids[p][0], "position %d: engine argmax %d, PyTorch %d", p, arg, r->top_ids[p][0]);
     }
     cr_log_info("bundled model F16: max |engine - PyTorch| = %.3g over %d positions\n", worst, r->n_ids);
     free(logits);

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 
 static double s_now(void) {
     struct timespec ts;
@@ -61,14 +61,15 @@ Test(chat_tty, editing_history_and_ctrl_keys, .timeout = 120) {
     static char buf[1 << 16];
     size_t len = 0, at = 0;
     cr_assert(s_expect(fd, buf, sizeof buf, &len, &at, "> "), "no prompt: %s", buf);
-    usleep(300000); /* typing before libedit has the terminal in its mode would echo it cooked */
+    usleep(300000);                       /* typing before libedit has the terminal in its mode would echo it cooked */
     s_type(fd, "world\x01hello \x05!\r"); /* Ctrl-A to the start, Ctrl-E to the end */
     cr_assert(s_expect(fd, buf, sizeof buf, &len, &at, "\n> "), "no answer: %s", buf);
     usleep(300000);
     s_type(fd, "\x1b[A"); /* up: the last line again */
     cr_expect(s_expect(fd, buf, sizeof buf, &len, &at, "hello world!"), "history did not bring the line back: %s", buf);
     s_type(fd, "\x15/stats\r"); /* Ctrl-U clears it */
-    cr_expect(s_expect(fd, buf, sizeof buf, &len, &at, "conversation: 2 messages"), "/stats after one edited line: %s", buf);
+    cr_expect(s_expect(fd, buf, sizeof buf, &len, &at, "conversation: 2 messages"), "/stats after one edited line: %s",
+              buf);
     s_type(fd, "\x03");
     cr_expect(s_expect(fd, buf, sizeof buf, &len, &at, "(/quit or Ctrl-D leaves)"), "Ctrl-C at the prompt: %s", buf);
     s_type(fd, "\x04");

@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 #include "colibri.h"
-#include "gguf.h"
-#include "ref_models.h"
+#include "core/gguf.h"
+#include "tests/ref_models.h"
 
 static char s_coli[512], s_model[512], s_dir[64];
 
@@ -51,8 +51,9 @@ static void write_text(const char *path, const char *text) {
 /* ---- run ----------------------------------------------------------------- */
 
 static cli_result run_gen(const char *temp, const char *seed) {
-    char *argv[] = {s_coli, "run", "-m", s_model, "-p", "Once upon a time", "-n", "8", "--temp", (char *)temp,
-                    "--seed", (char *)seed, "--inproc", "-t", "1", NULL};
+    char *argv[] = {s_coli,     "run", "-m",     s_model,      "-p",     "Once upon a time",
+                    "-n",       "8",   "--temp", (char *)temp, "--seed", (char *)seed,
+                    "--inproc", "-t",  "1",      NULL};
     return cli_run(argv);
 }
 
@@ -75,25 +76,53 @@ Test(cli, same_seed_same_output) {
     cr_assert_eq(c.status, 0, "%s", c.err);
     cr_expect_str_eq(a.out, b.out);
     cr_expect_str_neq(a.out, c.out, "seeds 5 and 6 gave the same 8 tokens");
-    cli_result_free(&a); cli_result_free(&b); cli_result_free(&c);
+    cli_result_free(&a);
+    cli_result_free(&b);
+    cli_result_free(&c);
 }
 
 /* llama.cpp's spellings and knobs: -s, --ctx-size, --min-p, the penalties; -n -1 with --ignore-eos fills the context. */
 Test(cli, llama_cpp_sampling_flags) {
-    char *argv[] = {s_coli, "run", "-m", s_model, "-p", "Once upon a time", "-n", "12", "--temp", "0.9", "-s", "7",
-                    "--ctx-size", "64", "--min-p", "0.05", "--repeat-penalty", "1.3", "--repeat-last-n", "16",
-                    "--presence-penalty", "0.4", "--frequency-penalty", "0.2", "--inproc", "-t", "1", NULL};
+    char *argv[] = {s_coli,
+                    "run",
+                    "-m",
+                    s_model,
+                    "-p",
+                    "Once upon a time",
+                    "-n",
+                    "12",
+                    "--temp",
+                    "0.9",
+                    "-s",
+                    "7",
+                    "--ctx-size",
+                    "64",
+                    "--min-p",
+                    "0.05",
+                    "--repeat-penalty",
+                    "1.3",
+                    "--repeat-last-n",
+                    "16",
+                    "--presence-penalty",
+                    "0.4",
+                    "--frequency-penalty",
+                    "0.2",
+                    "--inproc",
+                    "-t",
+                    "1",
+                    NULL};
     cli_result a = cli_run(argv), b = cli_run(argv);
     cr_assert_eq(a.status, 0, "%s", a.err);
     cr_expect_str_eq(a.out, b.out, "same seed and settings, different text");
     cli_result_free(&a);
     cli_result_free(&b);
-    char *fill[] = {s_coli, "run", "-m", s_model, "-p", "Once upon a time", "-n", "-1", "--ignore-eos", "-c", "40",
-                    "--inproc", "-t", "1", NULL};
+    char *fill[] = {s_coli, "run",      "-m", s_model, "-p", "Once upon a time", "-n", "-1", "--ignore-eos", "-c",
+                    "40",   "--inproc", "-t", "1",     NULL};
     cli_result f = cli_run(fill);
     cr_assert_eq(f.status, 0, "%s", f.err);
     cr_expect_not_null(strstr(f.err, "prompt 5 tokens"), "%s", f.err);
-    cr_expect_not_null(strstr(f.err, "generated 35 tokens"), "-n -1 --ignore-eos fills the 40-token context: %s", f.err);
+    cr_expect_not_null(strstr(f.err, "generated 35 tokens"), "-n -1 --ignore-eos fills the 40-token context: %s",
+                       f.err);
     cli_result_free(&f);
 }
 
@@ -101,7 +130,8 @@ Test(cli, greedy_ignores_seed) {
     cli_result a = run_gen("0", "1"), b = run_gen("0", "99");
     cr_assert_eq(a.status, 0, "%s", a.err);
     cr_expect_str_eq(a.out, b.out);
-    cli_result_free(&a); cli_result_free(&b);
+    cli_result_free(&a);
+    cli_result_free(&b);
 }
 
 Test(cli, run_prompt_file_and_stats_json) {
@@ -109,10 +139,10 @@ Test(cli, run_prompt_file_and_stats_json) {
     tmp_path(prompt, sizeof prompt, "prompt.txt");
     tmp_path(stats, sizeof stats, "stats.json");
     write_text(prompt, "Once upon a time\n");
-    char *argv_f[] = {s_coli, "run", "-m", s_model, "-f", prompt, "-n", "4", "--temp", "0", "--inproc",
-                      "--stats-json", stats, NULL};
-    char *argv_p[] = {s_coli, "run", "-m", s_model, "-p", "Once upon a time", "-n", "4", "--temp", "0",
-                      "--inproc", NULL};
+    char *argv_f[] = {s_coli, "run",    "-m", s_model,    "-f",           prompt, "-n",
+                      "4",    "--temp", "0",  "--inproc", "--stats-json", stats,  NULL};
+    char *argv_p[] = {s_coli, "run", "-m",     s_model, "-p",       "Once upon a time",
+                      "-n",   "4",   "--temp", "0",     "--inproc", NULL};
     cli_result a = cli_run(argv_f), b = cli_run(argv_p);
     cr_assert_eq(a.status, 0, "%s", a.err);
     cr_expect_str_eq(a.out, b.out, "-f drops one trailing newline, so both prompts are the same");
@@ -120,7 +150,8 @@ Test(cli, run_prompt_file_and_stats_json) {
     cr_assert_not_null(json, "--stats-json wrote nothing");
     cr_expect_eq(json[0], '{');
     free(json);
-    cli_result_free(&a); cli_result_free(&b);
+    cli_result_free(&a);
+    cli_result_free(&b);
 }
 
 /* ---- tokenize --------------------------------------------------------------- */
@@ -137,8 +168,10 @@ static int parse_ids_json(const char *s, int32_t *out, int cap) {
         if (end == p || n >= cap) return -1;
         out[n++] = (int32_t)v;
         p = end;
-        if (*p == ',') p++;
-        else if (*p != ']') return -1;
+        if (*p == ',')
+            p++;
+        else if (*p != ']')
+            return -1;
     }
     return strncmp(p, "],\"pieces\":[", 12) == 0 ? n : -1;
 }
@@ -173,8 +206,8 @@ Test(cli, tokenize_json_matches_library) {
     coli_model_free(&m);
     cli_result_free(&r);
 
-    char *argv_raw[] = {s_coli, "tokenize", "-m", s_model, "-p", "<s>hi", "--json", "--no-bos",
-                        "--no-parse-special", NULL};
+    char *argv_raw[] = {s_coli,     "tokenize",           "-m", s_model, "-p", "<s>hi", "--json",
+                        "--no-bos", "--no-parse-special", NULL};
     r = cli_run(argv_raw);
     cr_assert_eq(r.status, 0, "%s", r.err);
     n_cli = parse_ids_json(r.out, cli_ids, 128);
@@ -188,8 +221,8 @@ Test(cli, tokenize_json_matches_library) {
 Test(cli, logits_json_matches_eval) {
     static const int32_t ids[] = {1, 300, 301, 302, 400};
     const int n = 5, k = 3;
-    char *argv[] = {s_coli, "logits", "-m", s_model, "--ids", "1,300,301,302,400", "--top", "3", "--json",
-                    "--inproc", NULL};
+    char *argv[] = {s_coli,  "logits", "-m",     s_model,    "--ids", "1,300,301,302,400",
+                    "--top", "3",      "--json", "--inproc", NULL};
     cli_result r = cli_run(argv);
     cr_assert_eq(r.status, 0, "%s", r.err);
     coli_model *m = s_load_inproc();
@@ -219,7 +252,7 @@ Test(cli, logits_json_matches_eval) {
             cr_expect_eq(v, logits[(size_t)pos * info.n_vocab + id], "pos %d id %d", pos, id);
             cr_expect_leq(v, best_prev, "descending order");
             best_prev = v;
-            if (i == 0) {  /* the first pair is the argmax over the whole vocabulary */
+            if (i == 0) { /* the first pair is the argmax over the whole vocabulary */
                 for (int j = 0; j < info.n_vocab; j++)
                     cr_assert_leq(logits[(size_t)pos * info.n_vocab + j], v, "pos %d: id %d beats the top", pos, j);
             }
@@ -305,8 +338,8 @@ Test(cli, perplexity_prints_finite_number) {
     cr_expect(fabs(ppl - want) <= 1e-3 * want, "coli says %.4f, the API gives %.4f", ppl, want);
     cli_result_free(&r);
 
-    char *argv_s[] = {s_coli, "perplexity", "-m", s_model, "-f", path, "--ctx", "16", "--stride", "8",
-                      "--inproc", NULL};
+    char *argv_s[] = {s_coli,  "perplexity", "-m",       s_model, "-f",       path,
+                      "--ctx", "16",         "--stride", "8",     "--inproc", NULL};
     r = cli_run(argv_s);
     cr_assert_eq(r.status, 0, "%s", r.err);
     long long n2 = 0;
@@ -335,9 +368,9 @@ Test(cli, bad_flags_exit_2) {
     expect_exit(RUN("--top-p", "0"), 2, "--top-p");
     expect_exit(RUN("--top-p", "1.5"), 2, "--top-p");
     expect_exit(RUN("--top-k", "-2"), 2, "--top-k");
-    expect_exit(RUN("--top-k", "99999999999"), 2, "--top-k");  /* no maximum, but an int */
-    expect_exit(RUN("--temp", "1e300"), 2, "--temp");           /* finite double, not a float */
-    expect_exit(RUN("-n", "-2"), 2, "-n"); /* -1 is llama.cpp's "until the context is full" */
+    expect_exit(RUN("--top-k", "99999999999"), 2, "--top-k"); /* no maximum, but an int */
+    expect_exit(RUN("--temp", "1e300"), 2, "--temp");         /* finite double, not a float */
+    expect_exit(RUN("-n", "-2"), 2, "-n");                    /* -1 is llama.cpp's "until the context is full" */
     expect_exit(RUN("--min-p", "1.5"), 2, "--min-p");
     expect_exit(RUN("--repeat-last-n", "-2"), 2, "--repeat-last-n");
     expect_exit(RUN("--presence-penalty", "3"), 2, "--presence-penalty");
@@ -375,7 +408,7 @@ Test(cli, missing_or_truncated_model_exit_1) {
     cr_assert_not_null(data);
     FILE *f = fopen(truncated, "wb");
     cr_assert_not_null(f);
-    fwrite(data, 1, len / 3, f);  /* header intact, tensor data cut */
+    fwrite(data, 1, len / 3, f); /* header intact, tensor data cut */
     fclose(f);
     free(data);
     const char *models[] = {missing, truncated};
@@ -392,8 +425,8 @@ Test(cli, missing_or_truncated_model_exit_1) {
 }
 
 Test(cli, help_everywhere) {
-    static const char *const cmds[] = {"run", "tokenize", "logits", "quantize", "perplexity",
-                                       "plan", "bench", "worker", "serve", "chat"};
+    static const char *const cmds[] = {"run",  "tokenize", "logits", "quantize", "perplexity",
+                                       "plan", "bench",    "worker", "serve",    "chat"};
     const size_t n_cmds = sizeof cmds / sizeof cmds[0];
     cli_result r = cli_run((char *[]){s_coli, "--help", NULL});
     cr_assert_eq(r.status, 0);
@@ -413,14 +446,14 @@ Test(cli, help_everywhere) {
 Test(cli, run_every_fixture) {
     static const char *const files[] = {
         "tiny-llama-dense-f32.gguf", "tiny-llama-moe-f16.gguf", "tiny-llama-moe-q8_0.gguf",
-        "tiny-llama-moe-q4_0.gguf", "tiny-olmoe-f32.gguf", "tiny-qwen2moe-f32.gguf",
+        "tiny-llama-moe-q4_0.gguf",  "tiny-olmoe-f32.gguf",     "tiny-qwen2moe-f32.gguf",
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char rel[128], path[512];
         snprintf(rel, sizeof rel, "fixtures/%s", files[i]);
         cli_build_path(path, sizeof path, rel);
-        char *argv[] = {s_coli, "run", "-m", path, "-p", "Once upon a time", "-n", "4", "--temp", "0",
-                        "--inproc", "--kv-f16", NULL};
+        char *argv[] = {s_coli,   "run", "-m",       path,       "-p", "Once upon a time", "-n", "4",
+                        "--temp", "0",   "--inproc", "--kv-f16", NULL};
         cli_result r = cli_run(argv);
         cr_expect_eq(r.status, 0, "%s: status %d: %s", files[i], r.status, r.err);
         cr_expect_gt(r.out_len, 1, "%s: no text", files[i]);
@@ -438,10 +471,27 @@ Test(cli, run_new_families_inproc_equals_workers) {
         char path[4096];
         s_ref_model(files[i], path, sizeof path);
         for (int kv16 = 0; kv16 < 2; kv16++) {
-            char *in[] = {s_coli, "run", "-m", path, "-p", "The capital of France is", "-n", "12", "--temp", "0.7",
-                          "--seed", "3", "-t", "1", "--inproc", kv16 ? "--kv-f16" : "-v", NULL};
-            char *wk[] = {s_coli, "run", "-m", path, "-p", "The capital of France is", "-n", "12", "--temp", "0.7",
-                          "--seed", "3", "-t", "1", "--devices", "cpu:2", kv16 ? "--kv-f16" : "-v", NULL};
+            char *in[] = {
+                s_coli,   "run", "-m", path, "-p",       "The capital of France is", "-n", "12", "--temp", "0.7",
+                "--seed", "3",   "-t", "1",  "--inproc", kv16 ? "--kv-f16" : "-v",   NULL};
+            char *wk[] = {s_coli,
+                          "run",
+                          "-m",
+                          path,
+                          "-p",
+                          "The capital of France is",
+                          "-n",
+                          "12",
+                          "--temp",
+                          "0.7",
+                          "--seed",
+                          "3",
+                          "-t",
+                          "1",
+                          "--devices",
+                          "cpu:2",
+                          kv16 ? "--kv-f16" : "-v",
+                          NULL};
             cli_result a = cli_run(in), b = cli_run(wk);
             cr_expect_eq(a.status, 0, "%s --inproc: %s", files[i], a.err);
             cr_expect_eq(b.status, 0, "%s cpu:2: %s", files[i], b.err);
@@ -464,8 +514,8 @@ Test(cli, bench_json_survives_any_model_path) {
     char target[4096];
     cr_assert_not_null(realpath(s_model, target));
     cr_assert_eq(symlink(target, odd), 0);
-    char *argv[] = {s_coli, "bench", "-m", odd, "-p", "4", "-n", "2", "--repeat", "1", "--inproc",
-                    "--json", json_path, NULL};
+    char *argv[] = {s_coli, "bench",    "-m", odd,        "-p",     "4",       "-n",
+                    "2",    "--repeat", "1",  "--inproc", "--json", json_path, NULL};
     cli_result r = cli_run(argv);
     cr_assert_eq(r.status, 0, "%s", r.err);
     char *text = cli_slurp(json_path, NULL);
@@ -486,8 +536,9 @@ Test(cli, bench_json_survives_any_model_path) {
 Test(cli, bench_keys_are_used) {
     char keys[256];
     tmp_path(keys, sizeof keys, "no-such-keys");
-    char *argv[] = {s_coli, "bench", "-m", s_model, "-p", "4", "-n", "2", "--repeat", "1",
-                    "--devices", "remote:tcp://127.0.0.1:9", "--keys", keys, NULL};
+    char *argv[] = {s_coli,   "bench", "-m",       s_model, "-p",        "4",
+                    "-n",     "2",     "--repeat", "1",     "--devices", "remote:tcp://127.0.0.1:9",
+                    "--keys", keys,    NULL};
     cli_result r = cli_run(argv);
     cr_expect_eq(r.status, 1, "%s", r.err);
     cr_expect(strstr(r.err, keys) || strstr(r.err, "CURVE support"), "--keys not used: %s", r.err);

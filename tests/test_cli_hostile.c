@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 
 static char s_coli[512], s_model[512], s_dir[64];
 
@@ -41,10 +41,10 @@ static void expect_exit(char *const argv[], int status, const char *in_stderr) {
     for (int i = 0; argv[i] && n < 31; i++) full[n++] = argv[i];
     full[n] = NULL;
     cli_result r = cli_run(full);
-    cr_expect_eq(r.status, status, "%s %s %s: exit %d (124: it hung), stderr: %s", argv[1], argv[2], argv[3],
-                 r.status, r.err);
-    cr_expect(strstr(r.err, in_stderr) != NULL, "%s %s %s: stderr lacks '%s': %s", argv[1], argv[2], argv[3],
-              in_stderr, r.err);
+    cr_expect_eq(r.status, status, "%s %s %s: exit %d (124: it hung), stderr: %s", argv[1], argv[2], argv[3], r.status,
+                 r.err);
+    cr_expect(strstr(r.err, in_stderr) != NULL, "%s %s %s: stderr lacks '%s': %s", argv[1], argv[2], argv[3], in_stderr,
+              r.err);
     cli_result_free(&r);
 }
 
@@ -92,7 +92,9 @@ Test(cli_hostile, unwritable_stats_json_and_failing_stdout_exit_1) {
 }
 
 Test(cli_hostile, device_lists_that_cannot_work_are_refused_at_once) {
-    static const struct { const char *devices, *why; } cases[] = {
+    static const struct {
+        const char *devices, *why;
+    } cases[] = {
         {"cpu:1,,cpu:1", "empty item"},
         {"cpu:1,", "empty item"},
         {",cpu:1", "empty item"},
@@ -105,15 +107,18 @@ Test(cli_hostile, device_lists_that_cannot_work_are_refused_at_once) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        expect_exit((char *[]){s_coli, "plan", "-m", s_model, "--devices", (char *)cases[i].devices, NULL}, 1, cases[i].why);
-        expect_exit((char *[]){s_coli, "run", "-m", s_model, "-p", "hi", "-n", "1", "--devices", (char *)cases[i].devices, NULL},
+        expect_exit((char *[]){s_coli, "plan", "-m", s_model, "--devices", (char *)cases[i].devices, NULL}, 1,
+                    cases[i].why);
+        expect_exit((char *[]){s_coli, "run", "-m", s_model, "-p", "hi", "-n", "1", "--devices",
+                               (char *)cases[i].devices, NULL},
                     1, cases[i].why);
         clock_gettime(CLOCK_MONOTONIC, &b);
         double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
         cr_expect_lt(s, 10.0, "--devices %s took %.1f s to be refused", cases[i].devices, s);
     }
     /* what is valid stays valid */
-    expect_exit((char *[]){s_coli, "plan", "-m", s_model, "--devices", "cpu:1,remote:tcp://127.0.0.1:5555", NULL}, 0, "");
+    expect_exit((char *[]){s_coli, "plan", "-m", s_model, "--devices", "cpu:1,remote:tcp://127.0.0.1:5555", NULL}, 0,
+                "");
 }
 
 Test(cli_hostile, chat_forgets_a_message_that_does_not_fit_without_a_leak) {

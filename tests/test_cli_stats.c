@@ -7,12 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 
 static char s_coli[512], s_model[512], s_dir[64];
 
-static void setup(void)
-{
+static void setup(void) {
     cli_build_path(s_coli, sizeof s_coli, "bin/coli");
     cli_build_path(s_model, sizeof s_model, "fixtures/tiny-llama-moe-f32.gguf");
     if (!cli_file_exists(s_coli)) cr_skip_test("%s not built", s_coli);
@@ -21,8 +20,7 @@ static void setup(void)
     cr_assert_not_null(mkdtemp(s_dir));
 }
 
-static void teardown(void)
-{
+static void teardown(void) {
     if (!s_dir[0]) return;
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
@@ -31,8 +29,7 @@ static void teardown(void)
 
 TestSuite(cli_stats, .init = setup, .fini = teardown, .timeout = 60);
 
-static void s_write(const char *path, const char *text)
-{
+static void s_write(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     fputs(text, f);
@@ -40,8 +37,7 @@ static void s_write(const char *path, const char *text)
 }
 
 //  The line of out that starts with `prefix` (after spaces), or NULL.
-static const char *s_line(const char *out, const char *prefix)
-{
+static const char *s_line(const char *out, const char *prefix) {
     for (const char *p = out; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
         const char *q = p;
         while (*q == ' ') q++;
@@ -50,12 +46,11 @@ static const char *s_line(const char *out, const char *prefix)
     return NULL;
 }
 
-Test(cli_stats, real_run_with_two_workers)
-{
+Test(cli_stats, real_run_with_two_workers) {
     char stats[128];
     snprintf(stats, sizeof stats, "%s/run.json", s_dir);
-    char *run[] = {s_coli, "run", "-m", s_model, "-p", "Once upon a time", "-n", "4", "--temp", "0",
-                   "--devices", "cpu:2", "--stats-json", stats, NULL};
+    char *run[] = {s_coli,      "run",   "-m",           s_model, "-p", "Once upon a time", "-n", "4", "--temp", "0",
+                   "--devices", "cpu:2", "--stats-json", stats,   NULL};
     cli_result r = cli_run(run);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cli_result_free(&r);
@@ -73,8 +68,7 @@ Test(cli_stats, real_run_with_two_workers)
     cli_result_free(&r);
 }
 
-Test(cli_stats, fallbacks_by_device_and_reason)
-{
+Test(cli_stats, fallbacks_by_device_and_reason) {
     char path[128];
     snprintf(path, sizeof path, "%s/fb.json", s_dir);
     s_write(path, "{\"executor\":\"workers\",\"workers\":[{\"id\":0,\"device\":\"cuda:0\",\"plugin\":\"cuda\","
@@ -97,8 +91,7 @@ Test(cli_stats, fallbacks_by_device_and_reason)
     cli_result_free(&r);
 }
 
-Test(cli_stats, bad_input_is_named)
-{
+Test(cli_stats, bad_input_is_named) {
     char bad[128], other[128], missing[128];
     snprintf(bad, sizeof bad, "%s/bad.json", s_dir);
     snprintf(other, sizeof other, "%s/other.json", s_dir);

@@ -20,11 +20,11 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "error.h"
-#include "gguf.h"
-#include "matmul.h"
-#include "ref_models.h"
-#include "sched_util.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/matmul.h"
+#include "tests/ref_models.h"
+#include "tests/sched_util.h"
 
 #define GREEDY_MARGIN_MIN 0.05
 
@@ -69,10 +69,10 @@ static int s_ids(const cJSON *arr, int32_t *ids, int cap) {
 // judging
 
 typedef enum rule {
-    RULE_EXACT,     /* F32 model, F32 KV vs kv_f32: D <= 1e-3, argmax everywhere */
-    RULE_KV16,      /* F32/F16 model, F16 KV vs kv_f16: D <= 1e-2 (2e-2 F16), argmax where gap > 2e-2 */
-    RULE_F16,       /* F16 model vs kv_f32: D <= 2e-2, argmax everywhere */
-    RULE_QUANT,     /* Q8_0/Q4_0, K-quant/IQ4/Q4_1/Q5_x mixes (activations quantized as llama.cpp)
+    RULE_EXACT, /* F32 model, F32 KV vs kv_f32: D <= 1e-3, argmax everywhere */
+    RULE_KV16,  /* F32/F16 model, F16 KV vs kv_f16: D <= 1e-2 (2e-2 F16), argmax where gap > 2e-2 */
+    RULE_F16,   /* F16 model vs kv_f32: D <= 2e-2, argmax everywhere */
+    RULE_QUANT, /* Q8_0/Q4_0, K-quant/IQ4/Q4_1/Q5_x mixes (activations quantized as llama.cpp)
                        vs kv_f32: D <= 0.15, argmax where gap > 0.1 and at >= 95 % */
 } rule;
 
@@ -88,8 +88,8 @@ static int s_cmp_double(const void *a, const void *b) {
 }
 
 /* Compare one position: logits (n_vocab) against ref (top-10 [id, logit]). */
-static void s_judge(tally *t, const float *logits, int n_vocab, const cJSON *ref, double max_delta,
-                    double gap_min, const char *where) {
+static void s_judge(tally *t, const float *logits, int n_vocab, const cJSON *ref, double max_delta, double gap_min,
+                    const char *where) {
     double delta = 0.0;
     const cJSON *pair;
     cJSON_ArrayForEach(pair, ref) {
@@ -103,9 +103,11 @@ static void s_judge(tally *t, const float *logits, int n_vocab, const cJSON *ref
     double gap = cJSON_GetArrayItem(cJSON_GetArrayItem(ref, 0), 1)->valuedouble -
                  cJSON_GetArrayItem(cJSON_GetArrayItem(ref, 1), 1)->valuedouble;
     int best = 0;
-    for (int i = 1; i < n_vocab; i++) if (logits[i] > logits[best]) best = i;
+    for (int i = 1; i < n_vocab; i++)
+        if (logits[i] > logits[best]) best = i;
     cr_expect_leq(delta, max_delta, "%s: max |logit - reference| = %.3g > %.3g", where, delta, max_delta);
-    if (best == top1) t->argmax_ok++;
+    if (best == top1)
+        t->argmax_ok++;
     else if (gap > gap_min) {
         t->argmax_required_fail++;
         cr_expect_fail("%s: argmax %d, reference %d (gap %.3g)", where, best, top1, gap);
@@ -120,8 +122,8 @@ static void s_judge(tally *t, const float *logits, int n_vocab, const cJSON *ref
 /* Teacher-forced: prompt_ids + greedy_ids[0..n_gen-2] as one batch with
  * logits at every position (the single-token decode path is what
  * s_greedy exercises; test_api checks both paths give the same bits). */
-static void s_teacher_forced(coli_model *m, const cJSON *prompt, const cJSON *run, tally *t,
-                             double max_delta, double gap_min, const char *label) {
+static void s_teacher_forced(coli_model *m, const cJSON *prompt, const cJSON *run, tally *t, double max_delta,
+                             double gap_min, const char *label) {
     coli_model_info info;
     coli_model_get_info(m, &info);
     int32_t ids[600];
@@ -145,7 +147,10 @@ static void s_teacher_forced(coli_model *m, const cJSON *prompt, const cJSON *ru
     free(logits);
 }
 
-typedef struct collect { int32_t ids[64]; int n; } collect;
+typedef struct collect {
+    int32_t ids[64];
+    int n;
+} collect;
 
 static int s_collect(void *user, int32_t id, const char *text, size_t len) {
     collect *c = user;
@@ -209,7 +214,8 @@ static void s_split_kv_b(const coli_tensor *t, int H, int nope, int vh, float **
         const float *head = w + (size_t)h * (size_t)(nope + vh) * (size_t)kvr;
         for (int64_t c = 0; c < kvr; c++)
             for (int d = 0; d < nope; d++)
-                (*kb)[((size_t)h * (size_t)kvr + (size_t)c) * (size_t)nope + (size_t)d] = head[(size_t)d * (size_t)kvr + (size_t)c];
+                (*kb)[((size_t)h * (size_t)kvr + (size_t)c) * (size_t)nope + (size_t)d] =
+                    head[(size_t)d * (size_t)kvr + (size_t)c];
         memcpy(*vb + (size_t)h * (size_t)vh * (size_t)kvr, head + (size_t)nope * (size_t)kvr,
                (size_t)vh * (size_t)kvr * sizeof(float));
     }
@@ -222,7 +228,8 @@ static void s_write_mla(const char *src, const char *dst) {
     gguf_file *f = NULL;
     cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
     const int H = (int)s_u32(f, "deepseek2.attention.head_count"), kl = (int)s_u32(f, "deepseek2.attention.key_length");
-    const int vh = (int)s_u32(f, "deepseek2.attention.value_length"), rope = (int)s_u32(f, "deepseek2.rope.dimension_count");
+    const int vh = (int)s_u32(f, "deepseek2.attention.value_length"),
+              rope = (int)s_u32(f, "deepseek2.rope.dimension_count");
     const uint32_t kvr = s_u32(f, "deepseek2.attention.kv_lora_rank");
     gguf_writer *w = gguf_writer_new();
     for (int64_t i = 0; i < gguf_n_kv(f); i++) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
@@ -245,9 +252,11 @@ static void s_write_mla(const char *src, const char *dst) {
         s_split_kv_b(t, H, kl - rope, vh, &bufs[nb], &bufs[nb + 1]);
         const int64_t ne_k[3] = {kl - rope, kvr, H}, ne_v[3] = {kvr, vh, H};
         snprintf(name, sizeof name, "%.*sattn_k_b.weight", (int)(at - t->name), t->name);
-        cr_assert_eq(gguf_writer_add_tensor(w, name, COLI_F32, 3, ne_k, bufs[nb], (size_t)H * (size_t)(kl - rope) * kvr * 4), 0);
+        cr_assert_eq(
+            gguf_writer_add_tensor(w, name, COLI_F32, 3, ne_k, bufs[nb], (size_t)H * (size_t)(kl - rope) * kvr * 4), 0);
         snprintf(name, sizeof name, "%.*sattn_v_b.weight", (int)(at - t->name), t->name);
-        cr_assert_eq(gguf_writer_add_tensor(w, name, COLI_F32, 3, ne_v, bufs[nb + 1], (size_t)H * (size_t)vh * kvr * 4), 0);
+        cr_assert_eq(gguf_writer_add_tensor(w, name, COLI_F32, 3, ne_v, bufs[nb + 1], (size_t)H * (size_t)vh * kvr * 4),
+                     0);
         nb += 2;
     }
     cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
@@ -279,7 +288,7 @@ static void s_check_model_on(const char *model_file, const char *json_file, int 
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = "inproc"; /* the engine itself; placement is test_scheduler's business */
-    mp.n_threads = 1; /* Criterion runs tests side by side on few cores */
+    mp.n_threads = 1;      /* Criterion runs tests side by side on few cores */
     mp.kv_f16 = kv_f16;
     coli_model *m = NULL;
     cr_assert_eq(coli_model_load(path, &mp, &m), 0, "%s", coli_last_error());
@@ -301,15 +310,15 @@ static void s_check_model_on(const char *model_file, const char *json_file, int 
         int32_t want[512], got[512];
         int nw = s_ids(s_get(prompt, "prompt_ids"), want, 512), ng = 0;
         cr_assert_eq(coli_tokenize(m, text, strlen(text), 1, 1, got, 512, &ng), 0, "%s", coli_last_error());
-        cr_expect(ng == nw && memcmp(got, want, (size_t)nw * sizeof *want) == 0, "%s: prompt tokenization differs", label);
+        cr_expect(ng == nw && memcmp(got, want, (size_t)nw * sizeof *want) == 0, "%s: prompt tokenization differs",
+                  label);
         const cJSON *run = s_get(prompt, run_key);
         s_teacher_forced(m, prompt, run, &t, max_delta[r], gap_min[r], label);
         s_greedy(m, prompt, run, label);
     }
     qsort(t.deltas, (size_t)t.n, sizeof *t.deltas, s_cmp_double);
-    cr_log_info("%s vs %s (%s KV, %s): max delta %.2e, median %.2e, argmax %d/%d",
-                model_file, run_key, kv_f16 ? "F16" : "F32", coli_matmul_impl(), t.deltas[t.n - 1],
-                t.deltas[t.n / 2], t.argmax_ok, t.n);
+    cr_log_info("%s vs %s (%s KV, %s): max delta %.2e, median %.2e, argmax %d/%d", model_file, run_key,
+                kv_f16 ? "F16" : "F32", coli_matmul_impl(), t.deltas[t.n - 1], t.deltas[t.n / 2], t.argmax_ok, t.n);
     if (r == RULE_QUANT)
         cr_expect_geq(t.argmax_ok * 100, t.n * 95, "argmax agrees at %d/%d positions (< 95 %%)", t.argmax_ok, t.n);
     free(t.deltas);
@@ -327,29 +336,55 @@ static void s_check_model(const char *model_file, const char *json_file, int kv_
 
 TestSuite(conformance, .timeout = 300);
 
-Test(conformance, mixtral_f32_kv_f32) { s_check_model("tiny-mixtral-f32.gguf", "tiny-mixtral-f32.json", 0, RULE_EXACT); }
+Test(conformance, mixtral_f32_kv_f32) {
+    s_check_model("tiny-mixtral-f32.gguf", "tiny-mixtral-f32.json", 0, RULE_EXACT);
+}
 Test(conformance, olmoe_f32_kv_f32) { s_check_model("tiny-olmoe-f32.gguf", "tiny-olmoe-f32.json", 0, RULE_EXACT); }
-Test(conformance, qwen2moe_f32_kv_f32) { s_check_model("tiny-qwen2moe-f32.gguf", "tiny-qwen2moe-f32.json", 0, RULE_EXACT); }
+Test(conformance, qwen2moe_f32_kv_f32) {
+    s_check_model("tiny-qwen2moe-f32.gguf", "tiny-qwen2moe-f32.json", 0, RULE_EXACT);
+}
 Test(conformance, mixtral_f32_kv_f16) { s_check_model("tiny-mixtral-f32.gguf", "tiny-mixtral-f32.json", 1, RULE_KV16); }
 Test(conformance, olmoe_f32_kv_f16) { s_check_model("tiny-olmoe-f32.gguf", "tiny-olmoe-f32.json", 1, RULE_KV16); }
-Test(conformance, qwen2moe_f32_kv_f16) { s_check_model("tiny-qwen2moe-f32.gguf", "tiny-qwen2moe-f32.json", 1, RULE_KV16); }
+Test(conformance, qwen2moe_f32_kv_f16) {
+    s_check_model("tiny-qwen2moe-f32.gguf", "tiny-qwen2moe-f32.json", 1, RULE_KV16);
+}
 Test(conformance, mixtral_f16_kv_f32) { s_check_model("tiny-mixtral-f16.gguf", "tiny-mixtral-f16.json", 0, RULE_F16); }
 Test(conformance, mixtral_f16_kv_f16) { s_check_model("tiny-mixtral-f16.gguf", "tiny-mixtral-f16.json", 1, RULE_KV16); }
-Test(conformance, mixtral_q8_0_kv_f32) { s_check_model("tiny-mixtral-q8_0.gguf", "tiny-mixtral-q8_0.json", 0, RULE_QUANT); }
-Test(conformance, mixtral_q4_0_kv_f32) { s_check_model("tiny-mixtral-q4_0.gguf", "tiny-mixtral-q4_0.json", 0, RULE_QUANT); }
-Test(conformance, qwen3moe_f32_kv_f32) { s_check_model("tiny-qwen3moe-f32.gguf", "tiny-qwen3moe-f32.json", 0, RULE_EXACT); }
-Test(conformance, qwen3moe_f32_kv_f16) { s_check_model("tiny-qwen3moe-f32.gguf", "tiny-qwen3moe-f32.json", 1, RULE_KV16); }
-Test(conformance, deepseek2_f32_kv_f32) { s_check_model("tiny-deepseek2-f32.gguf", "tiny-deepseek2-f32.json", 0, RULE_EXACT); }
-Test(conformance, deepseek2_f32_kv_f16) { s_check_model("tiny-deepseek2-f32.gguf", "tiny-deepseek2-f32.json", 1, RULE_KV16); }
+Test(conformance, mixtral_q8_0_kv_f32) {
+    s_check_model("tiny-mixtral-q8_0.gguf", "tiny-mixtral-q8_0.json", 0, RULE_QUANT);
+}
+Test(conformance, mixtral_q4_0_kv_f32) {
+    s_check_model("tiny-mixtral-q4_0.gguf", "tiny-mixtral-q4_0.json", 0, RULE_QUANT);
+}
+Test(conformance, qwen3moe_f32_kv_f32) {
+    s_check_model("tiny-qwen3moe-f32.gguf", "tiny-qwen3moe-f32.json", 0, RULE_EXACT);
+}
+Test(conformance, qwen3moe_f32_kv_f16) {
+    s_check_model("tiny-qwen3moe-f32.gguf", "tiny-qwen3moe-f32.json", 1, RULE_KV16);
+}
+Test(conformance, deepseek2_f32_kv_f32) {
+    s_check_model("tiny-deepseek2-f32.gguf", "tiny-deepseek2-f32.json", 0, RULE_EXACT);
+}
+Test(conformance, deepseek2_f32_kv_f16) {
+    s_check_model("tiny-deepseek2-f32.gguf", "tiny-deepseek2-f32.json", 1, RULE_KV16);
+}
 
 /* llama.cpp's own per-tensor mixes of tiny-kquant (every K-quant, IQ4 and
  * Q4_1/Q5_x type feeds a matmul in one of them), and their F32 source. */
 Test(conformance, kquant_f32_kv_f32) { s_check_model("tiny-kquant-f32.gguf", "tiny-kquant-f32.json", 0, RULE_EXACT); }
 Test(conformance, kquant_f32_kv_f16) { s_check_model("tiny-kquant-f32.gguf", "tiny-kquant-f32.json", 1, RULE_KV16); }
-Test(conformance, kquant_q3_k_m_kv_f32) { s_check_model("tiny-kquant-q3_k_m.gguf", "tiny-kquant-q3_k_m.json", 0, RULE_QUANT); }
-Test(conformance, kquant_iq4_xs_kv_f32) { s_check_model("tiny-kquant-iq4_xs.gguf", "tiny-kquant-iq4_xs.json", 0, RULE_QUANT); }
-Test(conformance, kquant_q4_1_kv_f32) { s_check_model("tiny-kquant-q4_1.gguf", "tiny-kquant-q4_1.json", 0, RULE_QUANT); }
-Test(conformance, kquant_q5_1_kv_f32) { s_check_model("tiny-kquant-q5_1.gguf", "tiny-kquant-q5_1.json", 0, RULE_QUANT); }
+Test(conformance, kquant_q3_k_m_kv_f32) {
+    s_check_model("tiny-kquant-q3_k_m.gguf", "tiny-kquant-q3_k_m.json", 0, RULE_QUANT);
+}
+Test(conformance, kquant_iq4_xs_kv_f32) {
+    s_check_model("tiny-kquant-iq4_xs.gguf", "tiny-kquant-iq4_xs.json", 0, RULE_QUANT);
+}
+Test(conformance, kquant_q4_1_kv_f32) {
+    s_check_model("tiny-kquant-q4_1.gguf", "tiny-kquant-q4_1.json", 0, RULE_QUANT);
+}
+Test(conformance, kquant_q5_1_kv_f32) {
+    s_check_model("tiny-kquant-q5_1.gguf", "tiny-kquant-q5_1.json", 0, RULE_QUANT);
+}
 
 /* The portable kernels meet the same rule (AVX2 is what the tests above
  * use wherever the CPU has it). */
@@ -364,8 +399,8 @@ Test(conformance, kquant_q5_1_portable) { s_check_portable("tiny-kquant-q5_1.ggu
 /* Experts of every new type on a CPU worker process give the bytes of the
  * in-process engine (the determinism contract across placement). */
 Test(conformance, kquant_cpu_worker_equals_inproc, .timeout = 300) {
-    static const char *const files[] = {"tiny-kquant-q3_k_m.gguf", "tiny-kquant-iq4_xs.gguf",
-                                        "tiny-kquant-q4_1.gguf", "tiny-kquant-q5_1.gguf"};
+    static const char *const files[] = {"tiny-kquant-q3_k_m.gguf", "tiny-kquant-iq4_xs.gguf", "tiny-kquant-q4_1.gguf",
+                                        "tiny-kquant-q5_1.gguf"};
     s_require_shared();
     sched_env_defaults();
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
@@ -382,5 +417,9 @@ Test(conformance, kquant_cpu_worker_equals_inproc, .timeout = 300) {
     sched_assert_no_orphans();
 }
 /* the same reference outputs from llama.cpp's newer deepseek2 layout (latent cache) */
-Test(conformance, deepseek2_mla_f32_kv_f32) { s_check_model("tiny-deepseek2-mla-f32.gguf", "tiny-deepseek2-f32.json", 0, RULE_EXACT); }
-Test(conformance, deepseek2_mla_f32_kv_f16) { s_check_model("tiny-deepseek2-mla-f32.gguf", "tiny-deepseek2-f32.json", 1, RULE_KV16); }
+Test(conformance, deepseek2_mla_f32_kv_f32) {
+    s_check_model("tiny-deepseek2-mla-f32.gguf", "tiny-deepseek2-f32.json", 0, RULE_EXACT);
+}
+Test(conformance, deepseek2_mla_f32_kv_f16) {
+    s_check_model("tiny-deepseek2-mla-f32.gguf", "tiny-deepseek2-f32.json", 1, RULE_KV16);
+}

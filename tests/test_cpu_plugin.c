@@ -10,12 +10,15 @@
 #include <unistd.h>
 
 #include "colibri.h"
-#include "expert_ffn.h"
+#include "core/expert_ffn.h"
 #include "plugins/cpu/cpu_plugin.h"
-#include "quant.h"
-#include "threadpool.h"
+#include "core/quant.h"
+#include "core/threadpool.h"
 
-enum { EMBD = 64, FF = 96 };
+enum {
+    EMBD = 64,
+    FF = 96
+};
 
 typedef struct test_expert {
     uint8_t *gate, *up, *down;
@@ -38,21 +41,36 @@ static test_expert make_expert(int layer, int expert, coli_dtype t) {
     test_expert e;
     memset(&e, 0, sizeof e);
     size_t gb = coli_row_bytes(t, EMBD) * FF, db = coli_row_bytes(t, FF) * EMBD;
-    e.gate = malloc(gb); e.up = malloc(gb); e.down = malloc(db);
+    e.gate = malloc(gb);
+    e.up = malloc(gb);
+    e.down = malloc(db);
     unsigned seed = (unsigned)(layer * 100 + expert);
     fill(e.gate, t, FF, EMBD, seed + 1);
     fill(e.up, t, FF, EMBD, seed + 2);
     fill(e.down, t, EMBD, FF, seed + 3);
     e.d = (moe_expert_desc){
-        .layer = layer, .expert = expert, .n_embd = EMBD, .n_ff = FF,
-        .gate_type = t, .up_type = t, .down_type = t,
-        .gate = e.gate, .up = e.up, .down = e.down,
-        .gate_bytes = gb, .up_bytes = gb, .down_bytes = db,
+        .layer = layer,
+        .expert = expert,
+        .n_embd = EMBD,
+        .n_ff = FF,
+        .gate_type = t,
+        .up_type = t,
+        .down_type = t,
+        .gate = e.gate,
+        .up = e.up,
+        .down = e.down,
+        .gate_bytes = gb,
+        .up_bytes = gb,
+        .down_bytes = db,
     };
     return e;
 }
 
-static void free_expert(test_expert *e) { free(e->gate); free(e->up); free(e->down); }
+static void free_expert(test_expert *e) {
+    free(e->gate);
+    free(e->up);
+    free(e->down);
+}
 
 static moe_device *open_dev(const struct moe_plugin *p, int threads, uint64_t budget) {
     moe_open_opts o = {.device_index = 0, .n_threads = threads, .memory_budget = budget};
@@ -98,7 +116,9 @@ Test(cpu_plugin, runs_groups_like_expert_ffn) {
         ex[i] = make_expert(1, i, types[i]);
         cr_assert_eq(p->load_expert(d, &ex[i].d, err, sizeof err), 0, "%s", err);
     }
-    enum { ROWS = 9 };
+    enum {
+        ROWS = 9
+    };
     float x[ROWS * EMBD], out[ROWS * EMBD], want[ROWS * EMBD];
     for (int i = 0; i < ROWS * EMBD; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
     const moe_batch_group g[3] = {{1, 2, 0, 4}, {1, 0, 4, 1}, {1, 1, 5, 4}};
@@ -106,10 +126,10 @@ Test(cpu_plugin, runs_groups_like_expert_ffn) {
     /* the same computation through expert_ffn, one thread: same bits */
     for (int k = 0; k < 3; k++) {
         const test_expert *e = &ex[g[k].expert];
-        expert_weights w = {e->gate, e->up, e->down, types[g[k].expert], types[g[k].expert],
-                            types[g[k].expert], EMBD, FF};
-        cr_assert_eq(expert_ffn(NULL, NULL, &w, x + g[k].row_begin * EMBD, g[k].n_rows,
-                                want + g[k].row_begin * EMBD), 0);
+        expert_weights w = {e->gate, e->up, e->down, types[g[k].expert], types[g[k].expert], types[g[k].expert],
+                            EMBD,    FF};
+        cr_assert_eq(expert_ffn(NULL, NULL, &w, x + g[k].row_begin * EMBD, g[k].n_rows, want + g[k].row_begin * EMBD),
+                     0);
     }
     cr_assert_eq(memcmp(out, want, sizeof out), 0, "plugin output differs from expert_ffn");
     moe_stats st;
@@ -232,8 +252,10 @@ Test(cpu_plugin, shared_library_exports_only_the_entry_point) {
         char addr[64], type[8], name[256];
         if (sscanf(line, "%63s %7s %255s", addr, type, name) != 3) continue;
         n_defined++;
-        if (strcmp(name, "moe_plugin_get") == 0) found = 1;
-        else cr_expect_fail("%s exports %s", so, name);
+        if (strcmp(name, "moe_plugin_get") == 0)
+            found = 1;
+        else
+            cr_expect_fail("%s exports %s", so, name);
     }
     cr_assert_eq(pclose(f), 0, "nm failed on %s", so);
     cr_assert(found, "%s does not export moe_plugin_get", so);
@@ -256,7 +278,9 @@ Test(cpu_plugin, shared_pool_device_gives_the_same_bits) {
     test_expert e = make_expert(0, 0, COLI_Q8_0);
     cr_assert_eq(p->load_expert(shared, &e.d, err, sizeof err), 0, "%s", err);
     cr_assert_eq(p->load_expert(own, &e.d, err, sizeof err), 0, "%s", err);
-    enum { ROWS = 5 };
+    enum {
+        ROWS = 5
+    };
     float x[ROWS * EMBD], a[ROWS * EMBD], b[ROWS * EMBD];
     for (int i = 0; i < ROWS * EMBD; i++) x[i] = (float)((i * 13) % 29) / 14.0f - 1.0f;
     const moe_batch_group g = {0, 0, 0, ROWS};

@@ -19,16 +19,16 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "error.h"
-#include "gguf.h"
-#include "ref_models.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "tests/ref_models.h"
 
 #define MODEL "tiny-deepseek2-lite-f32.gguf"
 
 typedef struct ref_logits {
     int n_tok, n_vocab;
     int32_t ids[64];
-    double *logits;   /* (n_tok, n_vocab) */
+    double *logits; /* (n_tok, n_vocab) */
 } ref_logits;
 
 /* The model and its reference logits, generated once (python3 + numpy). */
@@ -95,8 +95,8 @@ static void s_check(const char *devices, int kv_f16, int top10, double max_allow
         }
         cr_expect_eq(am, bm, "position %d: argmax %d, reference %d", t, am, bm);
     }
-    cr_log_info("%s %s KV: max |logit - float64 reference| %.2e over %d x %d", devices, kv_f16 ? "F16" : "F32",
-                worst, r.n_tok, r.n_vocab);
+    cr_log_info("%s %s KV: max |logit - float64 reference| %.2e over %d x %d", devices, kv_f16 ? "F16" : "F32", worst,
+                r.n_tok, r.n_vocab);
     cr_expect_leq(worst, max_allowed, "max delta %.3g", worst);
     coli_context_free(&ctx);
     coli_model_free(&m);
@@ -133,7 +133,8 @@ static void s_write_with_mtp(const char *src, const char *dst) {
         cr_assert_eq(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
     }
     const coli_tensor *e = gguf_find_tensor(f, "blk.2.attn_output.weight");
-    cr_assert_eq(gguf_writer_add_tensor(w, "blk.3.nextn.eh_proj.weight", e->type, e->n_dims, e->ne, e->data, e->nbytes), 0);
+    cr_assert_eq(gguf_writer_add_tensor(w, "blk.3.nextn.eh_proj.weight", e->type, e->n_dims, e->ne, e->data, e->nbytes),
+                 0);
     cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
     gguf_writer_free(&w);
     gguf_close(&f);

@@ -16,17 +16,19 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "gguf.h"
-#include "quant.h"
-#include "quant_blocks.h"
-#include "ref_models.h"
+#include "core/gguf.h"
+#include "core/quant.h"
+#include "core/quant_blocks.h"
+#include "tests/ref_models.h"
 
 /* ggml's kvalues_iq4nl, written out from the format definition. */
 static const int k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static uint64_t s_rng = 88172645463325252ull;
 static uint32_t rnd(uint32_t n) {
-    s_rng ^= s_rng << 13; s_rng ^= s_rng >> 7; s_rng ^= s_rng << 17;
+    s_rng ^= s_rng << 13;
+    s_rng ^= s_rng >> 7;
+    s_rng ^= s_rng << 17;
     return (uint32_t)(s_rng % n);
 }
 
@@ -45,8 +47,8 @@ static void check_block(coli_dtype t, const void *blk, const double *want, int n
     coli_dequantize_row(t, blk, got, n);
     for (int i = 0; i < n; i++)
         cr_assert(fabs((double)got[i] - want[i]) <= 1e-6 * (1.0 + fabs(want[i])),
-                  "%s element %d: got %.9g, the format definition gives %.9g",
-                  coli_dtype_name(t), i, (double)got[i], want[i]);
+                  "%s element %d: got %.9g, the format definition gives %.9g", coli_dtype_name(t), i, (double)got[i],
+                  want[i]);
 }
 
 /* ---- 32-value blocks ---------------------------------------------------- */
@@ -67,10 +69,14 @@ Test(dequant_block, q4_1_q5_0_q5_1_iq4_nl) {
         int q[32];
         double want[32];
         float d, m;
-        block_q4_1 b41; block_q5_0 b50; block_q5_1 b51; block_iq4_nl bnl;
+        block_q4_1 b41;
+        block_q5_0 b50;
+        block_q5_1 b51;
+        block_iq4_nl bnl;
 
         for (int e = 0; e < 32; e++) q[e] = (int)rnd(16);
-        b41.d = rnd_half(&d, 1); b41.m = rnd_half(&m, 1);
+        b41.d = rnd_half(&d, 1);
+        b41.m = rnd_half(&m, 1);
         pack_nibbles(q, b41.qs, NULL);
         for (int e = 0; e < 32; e++) want[e] = (double)d * q[e] + m;
         check_block(COLI_Q4_1, &b41, want, 32);
@@ -86,7 +92,8 @@ Test(dequant_block, q4_1_q5_0_q5_1_iq4_nl) {
         for (int e = 0; e < 32; e++) want[e] = (double)d * (q[e] - 16);
         check_block(COLI_Q5_0, &b50, want, 32);
 
-        b51.d = rnd_half(&d, 1); b51.m = rnd_half(&m, 1);
+        b51.d = rnd_half(&d, 1);
+        b51.m = rnd_half(&m, 1);
         pack_nibbles(q, b51.qs, b51.qh);
         for (int e = 0; e < 32; e++) want[e] = (double)d * q[e] + m;
         check_block(COLI_Q5_1, &b51, want, 32);
@@ -107,12 +114,17 @@ Test(dequant_block, q2_K) {
         int sc[16], mn[16], q[256];
         float d, dmin;
         double want[256];
-        b.d = rnd_half(&d, 1); b.dmin = rnd_half(&dmin, 1);
+        b.d = rnd_half(&d, 1);
+        b.dmin = rnd_half(&dmin, 1);
         for (int k = 0; k < 16; k++) {
-            sc[k] = (int)rnd(16); mn[k] = (int)rnd(16);
+            sc[k] = (int)rnd(16);
+            mn[k] = (int)rnd(16);
             b.scales[k] = (uint8_t)(sc[k] | mn[k] << 4);
         }
-        for (int e = 0; e < 256; e++) { q[e] = (int)rnd(4); put_2bit(b.qs, e, q[e]); }
+        for (int e = 0; e < 256; e++) {
+            q[e] = (int)rnd(4);
+            put_2bit(b.qs, e, q[e]);
+        }
         for (int e = 0; e < 256; e++) want[e] = (double)d * sc[e / 16] * q[e] - (double)dmin * mn[e / 16];
         check_block(COLI_Q2_K, &b, want, 256);
     }
@@ -175,9 +187,13 @@ static void test_q45_K(int five_bits) {
         float d, dmin;
         double want[256];
         uint16_t hd = rnd_half(&d, 1), hm = rnd_half(&dmin, 1);
-        for (int j = 0; j < 8; j++) { sc[j] = (int)rnd(64); mn[j] = (int)rnd(64); }
+        for (int j = 0; j < 8; j++) {
+            sc[j] = (int)rnd(64);
+            mn[j] = (int)rnd(64);
+        }
         for (int e = 0; e < 256; e++) q[e] = (int)rnd(five_bits ? 32 : 16);
-        b4.d = b5.d = hd; b4.dmin = b5.dmin = hm;
+        b4.d = b5.d = hd;
+        b4.dmin = b5.dmin = hm;
         pack_scale_min_k4(five_bits ? b5.scales : b4.scales, sc, mn);
         for (int e = 0; e < 256; e++) {
             put_k_nibble(five_bits ? b5.qs : b4.qs, e, q[e]);
@@ -185,8 +201,10 @@ static void test_q45_K(int five_bits) {
             if (five_bits) b5.qh[e % 32] |= (uint8_t)((q[e] >> 4) << (e / 32));
         }
         for (int e = 0; e < 256; e++) want[e] = (double)d * sc[e / 32] * q[e] - (double)dmin * mn[e / 32];
-        if (five_bits) check_block(COLI_Q5_K, &b5, want, 256);
-        else check_block(COLI_Q4_K, &b4, want, 256);
+        if (five_bits)
+            check_block(COLI_Q5_K, &b5, want, 256);
+        else
+            check_block(COLI_Q4_K, &b4, want, 256);
     }
 }
 
@@ -261,12 +279,17 @@ Test(dequant_block, rows_of_several_blocks_are_blockwise) {
  * places). */
 static double rel_rmse_bound(coli_dtype t) {
     switch (t) {
-    case COLI_Q2_K:   return 0.45;
-    case COLI_Q3_K:   return 0.23;
-    case COLI_Q4_K: case COLI_Q4_1: case COLI_IQ4_NL: case COLI_IQ4_XS: return 0.12;
-    case COLI_Q5_K: case COLI_Q5_0: case COLI_Q5_1: return 0.06;
-    case COLI_Q6_K:   return 0.03;
-    default:          return 0.0;   /* F32: identical */
+    case COLI_Q2_K: return 0.45;
+    case COLI_Q3_K: return 0.23;
+    case COLI_Q4_K:
+    case COLI_Q4_1:
+    case COLI_IQ4_NL:
+    case COLI_IQ4_XS: return 0.12;
+    case COLI_Q5_K:
+    case COLI_Q5_0:
+    case COLI_Q5_1: return 0.06;
+    case COLI_Q6_K: return 0.03;
+    default: return 0.0; /* F32: identical */
     }
 }
 
@@ -299,8 +322,8 @@ static void check_file_against_f32(const char *qfile) {
         const double rel = sqrt(err2 / ref2);
         if (tq->type != COLI_F32) n_new++;
         cr_log_info("%s %-28s %-6s rel rmse %.4f", qfile, tq->name, coli_dtype_name(tq->type), rel);
-        cr_expect(rel <= rel_rmse_bound(tq->type), "%s %s (%s): relative RMSE %.4f > %.2f", qfile,
-                  tq->name, coli_dtype_name(tq->type), rel, rel_rmse_bound(tq->type));
+        cr_expect(rel <= rel_rmse_bound(tq->type), "%s %s (%s): relative RMSE %.4f > %.2f", qfile, tq->name,
+                  coli_dtype_name(tq->type), rel, rel_rmse_bound(tq->type));
     }
     cr_expect_gt(n_new, 0, "%s has no quantized tensors", qfile);
     gguf_close(&fq);

@@ -11,10 +11,14 @@
 #include <unistd.h>
 
 #include "colibri.h"
-#include "expert_ffn.h"
-#include "quant.h"
+#include "core/expert_ffn.h"
+#include "core/quant.h"
 
-enum { EMBD = 64, FF = 96, NEXP = 3 };
+enum {
+    EMBD = 64,
+    FF = 96,
+    NEXP = 3
+};
 
 static float frand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
@@ -24,7 +28,11 @@ static float frand(unsigned *s) {
 Test(expert_ffn, matches_float64_reference_and_rows_are_independent) {
     static float gate[FF * EMBD], up[FF * EMBD], down[EMBD * FF], x[5 * EMBD], out[5 * EMBD], one[EMBD];
     unsigned s = 3;
-    for (int i = 0; i < FF * EMBD; i++) { gate[i] = frand(&s); up[i] = frand(&s); down[i] = frand(&s); }
+    for (int i = 0; i < FF * EMBD; i++) {
+        gate[i] = frand(&s);
+        up[i] = frand(&s);
+        down[i] = frand(&s);
+    }
     for (int i = 0; i < 5 * EMBD; i++) x[i] = frand(&s) * 4;
     expert_weights w = {gate, up, down, COLI_F32, COLI_F32, COLI_F32, EMBD, FF};
     cr_assert_eq(expert_weights_bytes(&w), (size_t)3 * FF * EMBD * 4);
@@ -43,9 +51,12 @@ Test(expert_ffn, matches_float64_reference_and_rows_are_independent) {
         }
         for (int o = 0; o < EMBD; o++) {
             double y = 0, m = 0;
-            for (int f = 0; f < FF; f++) { y += (double)down[o * FF + f] * h[f]; m += fabs(down[o * FF + f] * h[f]); }
-            cr_assert_leq(fabs(out[r * EMBD + o] - y), 1e-5 * m + 1e-6, "row %d out %d: %g vs %g",
-                          r, o, out[r * EMBD + o], y);
+            for (int f = 0; f < FF; f++) {
+                y += (double)down[o * FF + f] * h[f];
+                m += fabs(down[o * FF + f] * h[f]);
+            }
+            cr_assert_leq(fabs(out[r * EMBD + o] - y), 1e-5 * m + 1e-6, "row %d out %d: %g vs %g", r, o,
+                          out[r * EMBD + o], y);
         }
         /* the row alone, one thread, no scratch: same bits */
         cr_assert_eq(expert_ffn(NULL, NULL, &w, x + r * EMBD, 1, one), 0);
@@ -61,13 +72,12 @@ Test(expert_ffn, matches_float64_reference_and_rows_are_independent) {
 
 static char s_path[64];
 
-static void write_model(coli_dtype t, const int64_t *ne_gate, const int64_t *ne_up,
-                        const int64_t *ne_down, int down_dims) {
+static void write_model(coli_dtype t, const int64_t *ne_gate, const int64_t *ne_up, const int64_t *ne_down,
+                        int down_dims) {
     gguf_writer *w = gguf_writer_new();
     cr_assert_not_null(w);
     const int64_t *nes[3] = {ne_gate, ne_up, ne_down};
-    const char *names[3] = {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight",
-                            "blk.0.ffn_down_exps.weight"};
+    const char *names[3] = {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"};
     void *bufs[3];
     for (int i = 0; i < 3; i++) {
         int dims = i == 2 ? down_dims : 3;
@@ -77,7 +87,8 @@ static void write_model(coli_dtype t, const int64_t *ne_gate, const int64_t *ne_
         bufs[i] = calloc(1, bytes);
         /* mark each expert's first byte so slices can be told apart */
         size_t per = bytes / (size_t)(dims == 3 ? nes[i][2] : 1);
-        for (int64_t e = 0; e < (dims == 3 ? nes[i][2] : 1); e++) ((uint8_t *)bufs[i])[(size_t)e * per] = (uint8_t)(e + 1);
+        for (int64_t e = 0; e < (dims == 3 ? nes[i][2] : 1); e++)
+            ((uint8_t *)bufs[i])[(size_t)e * per] = (uint8_t)(e + 1);
         cr_assert_eq(gguf_writer_add_tensor(w, names[i], t, dims, nes[i], bufs[i], bytes), 0, "%s", coli_last_error());
     }
     cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "llama"), 0);
@@ -109,8 +120,10 @@ Test(expert_gguf, slices_each_expert) {
         cr_assert_eq(w.n_embd, EMBD);
         cr_assert_eq(w.n_ff, FF);
         cr_assert_eq(w.gate_type, COLI_Q8_0);
-        cr_assert_eq((const uint8_t *)w.gate, (const uint8_t *)tg->data + (size_t)e * FF * coli_row_bytes(COLI_Q8_0, EMBD));
-        cr_assert_eq((const uint8_t *)w.down, (const uint8_t *)td->data + (size_t)e * EMBD * coli_row_bytes(COLI_Q8_0, FF));
+        cr_assert_eq((const uint8_t *)w.gate,
+                     (const uint8_t *)tg->data + (size_t)e * FF * coli_row_bytes(COLI_Q8_0, EMBD));
+        cr_assert_eq((const uint8_t *)w.down,
+                     (const uint8_t *)td->data + (size_t)e * EMBD * coli_row_bytes(COLI_Q8_0, FF));
         cr_assert_eq(*(const uint8_t *)w.up, e + 1);
         cr_assert_eq(expert_weights_bytes(&w), 3 * (size_t)FF * EMBD / 32 * 34);
     }

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 #include "colibri.h"
-#include "gguf.h"
+#include "core/gguf.h"
 
 static char s_dir[64];
 static char s_gen[512];
@@ -44,8 +44,8 @@ static uint32_t get_u32(const gguf_file *f, const char *key) {
     return v;
 }
 
-static void expect_tensor(const gguf_file *f, const char *name, coli_dtype type, int n_dims,
-                          int64_t ne0, int64_t ne1, int64_t ne2) {
+static void expect_tensor(const gguf_file *f, const char *name, coli_dtype type, int n_dims, int64_t ne0, int64_t ne1,
+                          int64_t ne2) {
     const coli_tensor *t = gguf_find_tensor(f, name);
     cr_assert_not_null(t, "tensor %s missing", name);
     cr_expect_eq(t->type, type, "%s: type %d, want %d", name, t->type, type);
@@ -91,7 +91,11 @@ Test(gen_model, fixtures_llama_moe_layout) {
 
 Test(gen_model, fixtures_quantized_variants) {
     gen_all();
-    static const struct { const char *file; coli_dtype t; uint32_t ftype; } v[] = {
+    static const struct {
+        const char *file;
+        coli_dtype t;
+        uint32_t ftype;
+    } v[] = {
         {"tiny-llama-moe-f16.gguf", COLI_F16, 1},
         {"tiny-llama-moe-q8_0.gguf", COLI_Q8_0, 7},
         {"tiny-llama-moe-q4_0.gguf", COLI_Q4_0, 2},
@@ -155,7 +159,7 @@ Test(gen_model, spm_vocabulary) {
     const void *data;
     cr_assert_eq(gguf_get_arr(f, "tokenizer.ggml.token_type", &et, &n, &data), 0);
     cr_expect_eq(n, get_u32(f, "llama.vocab_size"));
-    int32_t types[259];  /* metadata arrays are packed, not aligned: copy */
+    int32_t types[259]; /* metadata arrays are packed, not aligned: copy */
     cr_assert_geq(n, 259);
     memcpy(types, data, sizeof types);
     cr_expect_eq(types[1], 3);
@@ -189,7 +193,8 @@ Test(gen_model, bpe_merges_are_consistent) {
         memcpy(joined + l, sp + 1, r);
         cr_expect_geq(token_index(f, n_tok, m.ptr, l), 0, "merge %llu: left part not a token", (unsigned long long)i);
         cr_expect_geq(token_index(f, n_tok, sp + 1, r), 0, "merge %llu: right part not a token", (unsigned long long)i);
-        cr_expect_eq(token_index(f, n_tok, joined, l + r), (int)(257 + i), "merge %llu: result id", (unsigned long long)i);
+        cr_expect_eq(token_index(f, n_tok, joined, l + r), (int)(257 + i), "merge %llu: result id",
+                     (unsigned long long)i);
     }
     gguf_close(&f);
 }
@@ -197,8 +202,8 @@ Test(gen_model, bpe_merges_are_consistent) {
 static cli_result gen_one(const char *out, const char *seed) {
     char path[256];
     snprintf(path, sizeof path, "%s/%s", s_dir, out);
-    char *argv[] = {s_gen, "--arch", "qwen2moe", "--dim", "32", "--heads", "2", "--kv-heads", "1",
-                    "--layers", "1", "--ffn", "32", "--seed", (char *)seed, path, NULL};
+    char *argv[] = {s_gen,      "--arch", "qwen2moe", "--dim", "32",     "--heads",    "2",  "--kv-heads", "1",
+                    "--layers", "1",      "--ffn",    "32",    "--seed", (char *)seed, path, NULL};
     return cli_run(argv);
 }
 
@@ -216,8 +221,12 @@ Test(gen_model, same_seed_same_bytes) {
     cr_assert(da && db && dc);
     cr_expect(la == lb && memcmp(da, db, la) == 0, "same seed, different bytes");
     cr_expect(la == lc && memcmp(da, dc, la) != 0, "different seed, same bytes");
-    free(da); free(db); free(dc);
-    cli_result_free(&a); cli_result_free(&b); cli_result_free(&c);
+    free(da);
+    free(db);
+    free(dc);
+    cli_result_free(&a);
+    cli_result_free(&b);
+    cli_result_free(&c);
 }
 
 static void expect_usage_error(char **argv, const char *needle) {

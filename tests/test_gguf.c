@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "colibri.h"
-#include "error.h"
-#include "gguf.h"
-#include "gguf_bytes.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "tests/gguf_bytes.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -35,18 +35,15 @@ static void expect_refused_n(const gguf_bytes *b, size_t n, int code, const char
     cr_assert(!b->oom);
     int rc = open_exact(b, n, &f, &buf);
     const char *msg = coli_last_error();
-    cr_assert_eq(rc, code, "rc %d (%s), expected %s; message: %s", rc, coli_status_str(rc),
-                 coli_status_str(code), msg);
+    cr_assert_eq(rc, code, "rc %d (%s), expected %s; message: %s", rc, coli_status_str(rc), coli_status_str(code), msg);
     cr_assert_null(f);
     cr_assert(strstr(msg, "<memory>") == msg, "message does not name the file: %s", msg);
     cr_assert_null(strchr(msg, '\n'), "message is not one line: %s", msg);
-    for (int i = 0; frags[i]; i++)
-        cr_assert_not_null(strstr(msg, frags[i]), "message '%s' lacks '%s'", msg, frags[i]);
+    for (int i = 0; frags[i]; i++) cr_assert_not_null(strstr(msg, frags[i]), "message '%s' lacks '%s'", msg, frags[i]);
     free(buf);
 }
 
-#define EXPECT_REFUSED(b, code, ...) \
-    expect_refused_n((b), (b)->n, (code), (const char *const[]){__VA_ARGS__, NULL})
+#define EXPECT_REFUSED(b, code, ...) expect_refused_n((b), (b)->n, (code), (const char *const[]){__VA_ARGS__, NULL})
 
 static char *temp_path(void) {
     static char path[64];
@@ -77,8 +74,8 @@ static void *read_file(const char *path, size_t *n) {
 }
 
 /* A file with one tensor and no keys: header, info, padding, data. */
-static void one_tensor(gguf_bytes *b, const char *name, uint32_t n_dims, const uint64_t *ne,
-                       uint32_t type, uint64_t offset, size_t data_bytes) {
+static void one_tensor(gguf_bytes *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
+                       uint64_t offset, size_t data_bytes) {
     gb_header(b, 3, 1, 0);
     gb_tinfo(b, name, n_dims, ne, type, offset);
     gb_pad(b, 32);
@@ -87,32 +84,53 @@ static void one_tensor(gguf_bytes *b, const char *name, uint32_t n_dims, const u
 
 /* ---- reading every value type ------------------------------------------------- */
 
-static void check_all_types(const gguf_file *f) {
+/* The scalar keys of the all-types file. */
+static void check_scalar_types(const gguf_file *f) {
     uint32_t u;
     int64_t s;
     float x;
     int flag;
     gguf_str str;
     cr_assert_eq(gguf_n_kv(f), 28);
-    cr_assert_eq(gguf_get_u32(f, "t.u8", &u), 0);     cr_assert_eq(u, 200);
-    cr_assert_eq(gguf_get_i64(f, "t.i8", &s), 0);     cr_assert_eq(s, -100);
-    cr_assert_eq(gguf_get_u32(f, "t.u16", &u), 0);    cr_assert_eq(u, 60000);
-    cr_assert_eq(gguf_get_i64(f, "t.i16", &s), 0);    cr_assert_eq(s, -30000);
-    cr_assert_eq(gguf_get_u32(f, "t.u32", &u), 0);    cr_assert_eq(u, 4000000000u);
-    cr_assert_eq(gguf_get_i64(f, "t.i32", &s), 0);    cr_assert_eq(s, -2000000000);
-    cr_assert_eq(gguf_get_f32(f, "t.f32", &x), 0);    cr_assert_eq(x, 1.5f);
-    cr_assert_eq(gguf_get_bool(f, "t.bool", &flag), 0); cr_assert_eq(flag, 1);
+    cr_assert_eq(gguf_get_u32(f, "t.u8", &u), 0);
+    cr_assert_eq(u, 200);
+    cr_assert_eq(gguf_get_i64(f, "t.i8", &s), 0);
+    cr_assert_eq(s, -100);
+    cr_assert_eq(gguf_get_u32(f, "t.u16", &u), 0);
+    cr_assert_eq(u, 60000);
+    cr_assert_eq(gguf_get_i64(f, "t.i16", &s), 0);
+    cr_assert_eq(s, -30000);
+    cr_assert_eq(gguf_get_u32(f, "t.u32", &u), 0);
+    cr_assert_eq(u, 4000000000u);
+    cr_assert_eq(gguf_get_i64(f, "t.i32", &s), 0);
+    cr_assert_eq(s, -2000000000);
+    cr_assert_eq(gguf_get_f32(f, "t.f32", &x), 0);
+    cr_assert_eq(x, 1.5f);
+    cr_assert_eq(gguf_get_bool(f, "t.bool", &flag), 0);
+    cr_assert_eq(flag, 1);
     cr_assert_eq(gguf_get_str(f, "t.str", &str), 0);
     cr_assert_eq(str.len, 6);
     cr_assert(memcmp(str.ptr, "h\xc3\xa9llo", 6) == 0);
-    cr_assert_eq(gguf_get_i64(f, "t.u64", &s), 0);    cr_assert_eq(s, (1ll << 40) + 7);
-    cr_assert_eq(gguf_get_i64(f, "t.i64", &s), 0);    cr_assert_eq(s, -(1ll << 40));
-    cr_assert_eq(gguf_get_f32(f, "t.f64", &x), 0);    cr_assert_eq(x, 2.25f);
+    cr_assert_eq(gguf_get_i64(f, "t.u64", &s), 0);
+    cr_assert_eq(s, (1ll << 40) + 7);
+    cr_assert_eq(gguf_get_i64(f, "t.i64", &s), 0);
+    cr_assert_eq(s, -(1ll << 40));
+    cr_assert_eq(gguf_get_f32(f, "t.f64", &x), 0);
+    cr_assert_eq(x, 2.25f);
     cr_assert_eq(gguf_kv_type(f, gguf_find_key(f, "t.i16")), GGUF_INT16);
     cr_assert_eq(gguf_alignment(f), 32);
+}
 
-    static const struct { const char *key; gguf_type t; size_t esz; } arrs[] = {
-        {"a.u8", GGUF_UINT8, 1}, {"a.i8", GGUF_INT8, 1}, {"a.u16", GGUF_UINT16, 2}, {"a.i16", GGUF_INT16, 2},
+/* Every key and tensor of the all-types file. */
+static void check_all_types(const gguf_file *f) {
+    check_scalar_types(f);
+    gguf_str str;
+    static const struct {
+        const char *key;
+        gguf_type t;
+        size_t esz;
+    } arrs[] = {
+        {"a.u8", GGUF_UINT8, 1},   {"a.i8", GGUF_INT8, 1},   {"a.u16", GGUF_UINT16, 2}, {"a.i16", GGUF_INT16, 2},
         {"a.u32", GGUF_UINT32, 4}, {"a.i32", GGUF_INT32, 4}, {"a.u64", GGUF_UINT64, 8}, {"a.i64", GGUF_INT64, 8},
     };
     for (size_t k = 0; k < sizeof arrs / sizeof arrs[0]; k++) {
@@ -132,7 +150,7 @@ static void check_all_types(const gguf_file *f) {
     uint64_t n;
     const void *data;
     cr_assert_eq(gguf_get_arr(f, "a.f32", &et, &n, &data), 0);
-    cr_assert_eq(((const float *)data)[2], 3.0f);  /* the all-types file keeps f32 elements 4-aligned */
+    cr_assert_eq(((const float *)data)[2], 3.0f); /* the all-types file keeps f32 elements 4-aligned */
     cr_assert_eq(gguf_get_arr(f, "a.f64", &et, &n, &data), 0);
     double d;
     memcpy(&d, (const uint8_t *)data + 8, 8);
@@ -216,7 +234,7 @@ Test(gguf_read, getters_refuse_missing_wrong_type_and_range) {
     cr_assert_eq(gguf_find_key(f, "t.u"), -1);
     cr_assert_null(gguf_key_name(f, 99).ptr);
     gguf_close(&f);
-    gguf_close(&f);  /* NULL is fine */
+    gguf_close(&f); /* NULL is fine */
     free(buf);
     gb_free(&b);
 }
@@ -233,7 +251,10 @@ Test(gguf_write, read_back_every_setter_and_type) {
     float f32[64], f32b[4] = {1, 2, 3, 4};
     uint16_t f16[64];
     uint8_t q8[2 * 34], q4[3 * 2 * 18];
-    for (int i = 0; i < 64; i++) { f32[i] = (float)i; f16[i] = (uint16_t)(i * 3); }
+    for (int i = 0; i < 64; i++) {
+        f32[i] = (float)i;
+        f16[i] = (uint16_t)(i * 3);
+    }
     for (size_t i = 0; i < sizeof q8; i++) q8[i] = (uint8_t)i;
     for (size_t i = 0; i < sizeof q4; i++) q4[i] = (uint8_t)(255 - i);
     cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "llama"), 0);
@@ -244,7 +265,7 @@ Test(gguf_write, read_back_every_setter_and_type) {
     cr_assert_eq(gguf_writer_set_arr_str(w, "x.strs", strs, 3), 0);
     cr_assert_eq(gguf_writer_set_arr(w, "x.i16", GGUF_INT16, i16s, 3), 0);
     cr_assert_eq(gguf_writer_set_arr(w, "x.f64", GGUF_FLOAT64, f64s, 2), 0);
-    cr_assert_eq(gguf_writer_set_u32(w, "x.u32", 8), 0);  /* re-set: moves to the end, like llama.cpp */
+    cr_assert_eq(gguf_writer_set_u32(w, "x.u32", 8), 0); /* re-set: moves to the end, like llama.cpp */
     const int64_t ne_f32[] = {64}, ne_f32b[] = {2, 2}, ne_q8[] = {32, 2}, ne_q4[] = {64, 1, 3};
     cr_assert_eq(gguf_writer_add_tensor(w, "a", COLI_F32, 1, ne_f32, f32, sizeof f32), 0);
     cr_assert_eq(gguf_writer_add_tensor(w, "b", COLI_F16, 1, ne_f32, f16, sizeof f16), 0);
@@ -263,15 +284,21 @@ Test(gguf_write, read_back_every_setter_and_type) {
     cr_assert_eq(gguf_n_kv(f), 8);
     gguf_str k = gguf_key_name(f, 7);
     cr_assert(k.len == 5 && memcmp(k.ptr, "x.u32", 5) == 0, "re-set key not last");
-    cr_assert_eq(gguf_find_key(f, "general.alignment"), -1);  /* not written unless set */
-    uint32_t u; int64_t s; float x; int flag; gguf_str str;
+    cr_assert_eq(gguf_find_key(f, "general.alignment"), -1); /* not written unless set */
+    uint32_t u;
+    int64_t s;
+    float x;
+    int flag;
+    gguf_str str;
     cr_assert(gguf_get_u32(f, "x.u32", &u) == 0 && u == 8);
     cr_assert(gguf_get_i64(f, "x.i32", &s) == 0 && s == -7);
     cr_assert(gguf_get_f32(f, "x.f32", &x) == 0 && x == 0.25f);
     cr_assert(gguf_get_bool(f, "x.bool", &flag) == 0 && flag == 1);
     cr_assert(gguf_get_str(f, "general.architecture", &str) == 0 && str.len == 5);
     cr_assert(gguf_arr_str(f, "x.strs", 2, &str) == 0 && str.len == 5 && memcmp(str.ptr, strs[2], 5) == 0);
-    gguf_type et; uint64_t n; const void *data;
+    gguf_type et;
+    uint64_t n;
+    const void *data;
     cr_assert(gguf_get_arr(f, "x.i16", &et, &n, &data) == 0 && et == GGUF_INT16 && n == 3);
     cr_assert(memcmp(data, i16s, sizeof i16s) == 0);
     cr_assert(gguf_get_arr(f, "x.f64", &et, &n, &data) == 0 && memcmp(data, f64s, sizeof f64s) == 0);
@@ -387,8 +414,8 @@ Test(gguf_write, round_trip_shipped_q8_0_model_is_byte_identical) {
     for (int64_t i = 0; i < gguf_n_kv(f); i++) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const coli_tensor *t = gguf_tensor(f, i);
-        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0,
-                     "%s", coli_last_error());
+        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0, "%s",
+                     coli_last_error());
     }
     char *path = temp_path();
     cr_assert_eq(gguf_writer_write(w, path), 0, "%s", coli_last_error());
@@ -407,7 +434,7 @@ Test(gguf_write, round_trip_shipped_q8_0_model_is_byte_identical) {
 Test(gguf_hostile, empty_file) {
     gguf_bytes b = {0};
     EXPECT_REFUSED(&b, COLI_EFORMAT, "empty file (0 bytes)");
-    char *path = temp_path();   /* and through gguf_open: the message names the path */
+    char *path = temp_path(); /* and through gguf_open: the message names the path */
     gguf_file *f = NULL;
     cr_assert_eq(gguf_open(path, &f), COLI_EFORMAT);
     cr_assert_null(f);
@@ -458,7 +485,7 @@ Test(gguf_hostile, version_1_and_4_refused) {
 Test(gguf_hostile, truncated_at_every_length) {
     gguf_bytes b = {0};
     gb_all_types(&b, 3);
-    size_t data_end = b.n - 28;  /* the last tensor's 68 bytes end 28 bytes before the padded end */
+    size_t data_end = b.n - 28; /* the last tensor's 68 bytes end 28 bytes before the padded end */
     for (size_t n = 0; n <= b.n; n++) {
         gguf_file *f = NULL;
         void *buf;
@@ -481,7 +508,8 @@ Test(gguf_hostile, truncated_at_every_length) {
     gb_free(&b);
     gb_header(&b, 3, 0, 1);
     gb_str(&b, "general.architecture");
-    EXPECT_REFUSED(&b, COLI_EFORMAT, "truncated header: metadata key 'general.architecture' value type needs 4 bytes "
+    EXPECT_REFUSED(&b, COLI_EFORMAT,
+                   "truncated header: metadata key 'general.architecture' value type needs 4 bytes "
                    "at offset 52, file has 52");
     gb_free(&b);
 }
@@ -507,7 +535,8 @@ Test(gguf_hostile, array_length_past_end_of_file) {
     gb_key(&b, "tokenizer.ggml.scores", GGUF_ARRAY);
     gb_arr(&b, GGUF_UINT32, 1000);
     gb_zeros(&b, 12);
-    EXPECT_REFUSED(&b, COLI_EFORMAT, "'tokenizer.ggml.scores': array of 1000 UINT32 elements (4000 bytes) past end of file");
+    EXPECT_REFUSED(&b, COLI_EFORMAT,
+                   "'tokenizer.ggml.scores': array of 1000 UINT32 elements (4000 bytes) past end of file");
     gb_free(&b);
     gb_header(&b, 3, 0, 1);
     gb_key(&b, "tokenizer.ggml.tokens", GGUF_ARRAY);
@@ -611,8 +640,9 @@ Test(gguf_hostile, product_of_dims_overflows) {
 Test(gguf_hostile, unknown_tensor_type_is_named) {
     gguf_bytes b = {0};
     one_tensor(&b, "blk.0.ffn_down.weight", 2, (const uint64_t[]){256, 4}, 16, 0, 1024);
-    EXPECT_REFUSED(&b, COLI_EUNSUPPORTED, "tensor 'blk.0.ffn_down.weight': tensor type IQ2_XXS (16) is not supported",
-                   "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS");
+    EXPECT_REFUSED(
+        &b, COLI_EUNSUPPORTED, "tensor 'blk.0.ffn_down.weight': tensor type IQ2_XXS (16) is not supported",
+        "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS");
     gb_free(&b);
     /* Q8_K is an activation format: never a weight */
     one_tensor(&b, "w", 2, (const uint64_t[]){256, 1}, COLI_Q8_K, 0, 292);
@@ -681,16 +711,22 @@ Test(gguf_hostile, quantized_row_not_a_multiple_of_the_block) {
  * not whole super-blocks (a width legal for Q4_0, not for Q4_K) is refused
  * by the reader, before any kernel sees it. */
 Test(gguf_hostile, k_quant_row_not_a_multiple_of_256) {
-    static const struct { coli_dtype t; const char *name; uint64_t ne0; } cases[] = {
-        {COLI_Q4_K, "Q4_K", 128}, {COLI_Q6_K, "Q6_K", 288}, {COLI_Q2_K, "Q2_K", 32},
+    static const struct {
+        coli_dtype t;
+        const char *name;
+        uint64_t ne0;
+    } cases[] = {
+        {COLI_Q4_K, "Q4_K", 128},      {COLI_Q6_K, "Q6_K", 288}, {COLI_Q2_K, "Q2_K", 32},
         {COLI_Q3_K, "Q3_K", 512 + 96}, {COLI_Q5_K, "Q5_K", 255}, {COLI_IQ4_XS, "IQ4_XS", 96},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gguf_bytes b = {0};
         char want[160];
         one_tensor(&b, "blk.0.ffn_down_exps.weight", 3, (const uint64_t[]){cases[i].ne0, 4, 2}, cases[i].t, 0, 8192);
-        snprintf(want, sizeof want, "tensor 'blk.0.ffn_down_exps.weight': row length ne[0] = %llu is not a "
-                 "multiple of the %s block size 256", (unsigned long long)cases[i].ne0, cases[i].name);
+        snprintf(want, sizeof want,
+                 "tensor 'blk.0.ffn_down_exps.weight': row length ne[0] = %llu is not a "
+                 "multiple of the %s block size 256",
+                 (unsigned long long)cases[i].ne0, cases[i].name);
         EXPECT_REFUSED(&b, COLI_EFORMAT, want);
         gb_free(&b);
     }
@@ -748,7 +784,7 @@ Test(gguf_hostile, absurd_counts) {
     gb_zeros(&b, 64);
     EXPECT_REFUSED(&b, COLI_EFORMAT, "n_kv 18446744073709551615 is more than a file of 88 bytes can hold");
     gb_free(&b);
-    gb_header(&b, 3, 2, 3);   /* each fits alone, both together do not */
+    gb_header(&b, 3, 2, 3); /* each fits alone, both together do not */
     gb_zeros(&b, 90);
     EXPECT_REFUSED(&b, COLI_EFORMAT, "n_kv 3 and n_tensors 2 are more than a file of 114 bytes can hold");
     gb_free(&b);
@@ -777,10 +813,14 @@ Test(gguf_hostile, random_mutations_never_crash) {
         gb_raw(&m, b.p, b.n);
         int flips = 1 + iter % 4;
         for (int k = 0; k < flips; k++) {
-            state ^= state << 13; state ^= state >> 7; state ^= state << 17;
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
             size_t at = (size_t)(state % m.n);
-            if (k == 0 && iter % 3 == 0) gb_patch_u64(&m, at & ~(size_t)3, state >> (iter % 64));
-            else m.p[at] ^= (uint8_t)(1u << (state >> 32) % 8);
+            if (k == 0 && iter % 3 == 0)
+                gb_patch_u64(&m, at & ~(size_t)3, state >> (iter % 64));
+            else
+                m.p[at] ^= (uint8_t)(1u << (state >> 32) % 8);
         }
         gguf_file *f = NULL;
         void *buf;
@@ -794,6 +834,6 @@ Test(gguf_hostile, random_mutations_never_crash) {
         free(buf);
         gb_free(&m);
     }
-    cr_assert_gt(accepted, 0);  /* flips in tensor data and values are harmless */
+    cr_assert_gt(accepted, 0); /* flips in tensor data and values are harmless */
     gb_free(&b);
 }

@@ -16,27 +16,26 @@
 /* The C headers first, with C linkage (core/tensor.h has no extern "C"). */
 #define _Static_assert static_assert /* core/quant.h is C11 */
 extern "C" {
-#include "gpu_test_util.h"
+#include "tests/gpu_test_util.h"
 }
 
 #define COLI_GPU_EMULATE 1
 #include "plugins/gpu/gpu_compat.h"
 #include "plugins/gpu/gpu_math.h"
 #include "plugins/gpu/gpu_kernels.cuh"
-#include "gpu_test_model.h"
+#include "tests/gpu_test_model.h"
 
 /* ---- the plugin's launch sequence, on the emulator ------------------------------ */
 
-template <int A>
-static void emu_prep_t(const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
+template <int A> static void emu_prep_t(const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
     int rc = gpu_emu_launch(dim3(gpu_prep_blocks(A, n_rows, n)), dim3(GPU_PREP_THREADS),
                             [&] { k_prep<A>(x, n_rows, n, out); });
     cr_assert_eq(rc, 0, "k_prep<%d>: launch %d", A, rc);
 }
 
 template <int T>
-static void emu_matmul_t(const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp,
-                         int64_t n_rows, float *y) {
+static void emu_matmul_t(const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp, int64_t n_rows,
+                         float *y) {
     int rc;
     if (gpu_use_decode(n_rows))
         rc = gpu_emu_launch(dim3(gpu_decode_blocks(n_out)), dim3(GPU_DECODE_THREADS),
@@ -49,8 +48,8 @@ static void emu_matmul_t(const unsigned char *W, int64_t n_in, int64_t n_out, co
 
 static void emu_prep(int t, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
     switch (gpu_act_type(t)) {
-    case COLI_F32:  emu_prep_t<COLI_F32>(x, n_rows, n, out); break;
-    case COLI_F16:  emu_prep_t<COLI_F16>(x, n_rows, n, out); break;
+    case COLI_F32: emu_prep_t<COLI_F32>(x, n_rows, n, out); break;
+    case COLI_F16: emu_prep_t<COLI_F16>(x, n_rows, n, out); break;
     case COLI_BF16: emu_prep_t<COLI_BF16>(x, n_rows, n, out); break;
     case COLI_Q8_0: emu_prep_t<COLI_Q8_0>(x, n_rows, n, out); break;
     case COLI_Q8_1: emu_prep_t<COLI_Q8_1>(x, n_rows, n, out); break;
@@ -59,12 +58,12 @@ static void emu_prep(int t, const float *x, int64_t n_rows, int64_t n, unsigned 
     }
 }
 
-static void emu_matmul(int t, const void *W, int64_t n_in, int64_t n_out, const unsigned char *xp,
-                       int64_t n_rows, float *y) {
+static void emu_matmul(int t, const void *W, int64_t n_in, int64_t n_out, const unsigned char *xp, int64_t n_rows,
+                       float *y) {
     const unsigned char *w = (const unsigned char *)W;
     switch (t) {
-    case COLI_F32:  emu_matmul_t<COLI_F32>(w, n_in, n_out, xp, n_rows, y); break;
-    case COLI_F16:  emu_matmul_t<COLI_F16>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_F32: emu_matmul_t<COLI_F32>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_F16: emu_matmul_t<COLI_F16>(w, n_in, n_out, xp, n_rows, y); break;
     case COLI_BF16: emu_matmul_t<COLI_BF16>(w, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q8_0: emu_matmul_t<COLI_Q8_0>(w, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q4_0: emu_matmul_t<COLI_Q4_0>(w, n_in, n_out, xp, n_rows, y); break;
@@ -90,14 +89,14 @@ static void emu_expert(const moe_expert_desc *e, const float *x, int64_t n_rows,
     std::vector<float> g((size_t)(n_rows * n_ff)), u((size_t)(n_rows * n_ff));
     emu_prep(e->gate_type, x, n_rows, n_embd, prep.data());
     emu_matmul(e->gate_type, e->gate, n_embd, n_ff, prep.data(), n_rows, g.data());
-    if (gpu_act_type(e->up_type) != gpu_act_type(e->gate_type))
-        emu_prep(e->up_type, x, n_rows, n_embd, prep.data());
+    if (gpu_act_type(e->up_type) != gpu_act_type(e->gate_type)) emu_prep(e->up_type, x, n_rows, n_embd, prep.data());
     emu_matmul(e->up_type, e->up, n_embd, n_ff, prep.data(), n_rows, u.data());
     const int64_t n_hidden = n_rows * n_ff;
     float *gp = g.data();
     const float *up = u.data();
     cr_assert_eq(gpu_emu_launch(dim3(gpu_swiglu_blocks(n_hidden)), dim3(GPU_SWIGLU_THREADS),
-                                [&] { k_swiglu(gp, up, n_hidden); }), 0);
+                                [&] { k_swiglu(gp, up, n_hidden); }),
+                 0);
     emu_prep(e->down_type, g.data(), n_rows, n_ff, prep.data());
     emu_matmul(e->down_type, e->down, n_ff, n_embd, prep.data(), n_rows, out);
 }
@@ -111,9 +110,11 @@ static void check(const test_expert *te, const char *what, int64_t n_rows, float
     emu_expert(&te->desc, x.data(), n_rows, out.data());
     cr_assert_eq(test_host_expert(&te->desc, x.data(), n_rows, model.data()), 0);
     for (int64_t i = 0; i < n; i++)
-        cr_assert_eq(memcmp(&out[(size_t)i], &model[(size_t)i], sizeof(float)), 0, "%s, %lld rows (%s kernel), "
-                     "output %lld: %.9g, host model %.9g: not the order of gpu_row_dot", what, (long long)n_rows,
-                     gpu_use_decode(n_rows) ? "decode" : "tiled", (long long)i, out[(size_t)i], model[(size_t)i]);
+        cr_assert_eq(memcmp(&out[(size_t)i], &model[(size_t)i], sizeof(float)), 0,
+                     "%s, %lld rows (%s kernel), "
+                     "output %lld: %.9g, host model %.9g: not the order of gpu_row_dot",
+                     what, (long long)n_rows, gpu_use_decode(n_rows) ? "decode" : "tiled", (long long)i, out[(size_t)i],
+                     model[(size_t)i]);
     if (!test_cpu_computes(&te->desc)) {
         cr_log_info("%s, %lld rows: equal to the host model (no CPU path for the type yet)", what, (long long)n_rows);
         return;
@@ -121,8 +122,8 @@ static void check(const test_expert *te, const char *what, int64_t n_rows, float
     char err[256] = "";
     cr_assert_eq(test_cpu_expert(te, x.data(), n_rows, ref.data(), err, sizeof err), 0, "cpu plugin: %s", err);
     const float scale = test_max_abs(ref.data(), n), diff = test_max_diff(out.data(), ref.data(), n);
-    cr_log_info("%s, %lld rows (%s kernel): max |emulated gpu - cpu plugin| = %.3g of %.3g", what,
-                (long long)n_rows, gpu_use_decode(n_rows) ? "decode" : "tiled", diff, scale);
+    cr_log_info("%s, %lld rows (%s kernel): max |emulated gpu - cpu plugin| = %.3g of %.3g", what, (long long)n_rows,
+                gpu_use_decode(n_rows) ? "decode" : "tiled", diff, scale);
     cr_assert(scale > 0.05f, "%s: degenerate expert", what);
     cr_assert(diff <= rel_tol * scale, "%s, %lld rows: max diff %g > %g", what, (long long)n_rows, diff,
               rel_tol * scale);
@@ -138,8 +139,7 @@ Test(gpu_emu, kernels_match_cpu_plugin_for_every_type_and_batch_shape) {
         const int super = gpu_block_elems(t) == 256;
         test_expert te;
         cr_assert_eq(test_expert_make(&te, 0, i, t, super ? 256 : 96, super ? 512 : 160, 300 + (uint64_t)i), 0);
-        for (int r = 0; r < 5; r++)
-            check(&te, coli_dtype_name(t), rows[r], test_tolerance(t));
+        for (int r = 0; r < 5; r++) check(&te, coli_dtype_name(t), rows[r], test_tolerance(t));
         test_expert_free(&te);
     }
 }
@@ -175,7 +175,8 @@ Test(gpu_emu, long_rows_keep_the_one_summation_order) {
     for (int i = 0; i < 4; i++) {
         const int super = gpu_block_elems(types[i]) == 256;
         test_expert te;
-        cr_assert_eq(test_expert_make(&te, 0, i, types[i], super ? 256 : 96, super ? 1280 : 1184, 700 + (uint64_t)i), 0);
+        cr_assert_eq(test_expert_make(&te, 0, i, types[i], super ? 256 : 96, super ? 1280 : 1184, 700 + (uint64_t)i),
+                     0);
         check(&te, coli_dtype_name(types[i]), 2, test_tolerance(types[i]));
         check(&te, coli_dtype_name(types[i]), 11, test_tolerance(types[i]));
         test_expert_free(&te);
@@ -184,8 +185,8 @@ Test(gpu_emu, long_rows_keep_the_one_summation_order) {
 
 Test(gpu_emu, mixed_weight_types_prepare_each_input_for_its_own_type) {
     check_mix(COLI_F16, COLI_Q4_0, COLI_BF16, 64, 96);
-    check_mix(COLI_Q3_K, COLI_Q3_K, COLI_Q4_K, 256, 512);   /* llama.cpp's Q3_K_M experts */
-    check_mix(COLI_Q4_K, COLI_Q6_K, COLI_Q5_0, 256, 256);   /* Q8_K input shared, Q8_0 hidden */
+    check_mix(COLI_Q3_K, COLI_Q3_K, COLI_Q4_K, 256, 512);     /* llama.cpp's Q3_K_M experts */
+    check_mix(COLI_Q4_K, COLI_Q6_K, COLI_Q5_0, 256, 256);     /* Q8_K input shared, Q8_0 hidden */
     check_mix(COLI_IQ4_NL, COLI_Q4_1, COLI_IQ4_XS, 256, 512); /* Q8_0 then Q8_1 input, Q8_K hidden */
 }
 
@@ -193,7 +194,11 @@ Test(gpu_emu, emulator_refuses_what_the_hardware_refuses) {
     cr_assert_eq(gpu_emu_launch(dim3(1), dim3(0), [] {}), -1, "zero-thread block");
     cr_assert_eq(gpu_emu_launch(dim3(1), dim3(2048), [] {}), -1, "2048-thread block");
     /* half the block skips the barrier: divergence */
-    cr_assert_eq(gpu_emu_launch(dim3(1), dim3(64), [] { if (threadIdx.x < 32) __syncthreads(); }), -2);
+    cr_assert_eq(gpu_emu_launch(dim3(1), dim3(64),
+                                [] {
+                                    if (threadIdx.x < 32) __syncthreads();
+                                }),
+                 -2);
     /* every thread passes the barrier and sees what the others wrote before it */
     static int seen[64];
     int ok = gpu_emu_launch(dim3(2), dim3(64), [] {

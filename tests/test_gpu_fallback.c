@@ -15,12 +15,11 @@
 
 #include "plugins/plugin_abi.h"
 #define SCHED_WAIVE_RUNNER_LEAK /* skipped tests: no plugin built, or no device */
-#include "sched_util.h"
+#include "tests/sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
-static void s_env(void)
-{
+static void s_env(void) {
     sched_env_defaults();
     unsetenv("COLI_PLUGIN_FAULT");
 }
@@ -28,15 +27,16 @@ static void s_env(void)
 TestSuite(gpu_fallback, .init = s_env);
 
 //  The built plugin for vendor (absolute path), or skip.
-static void s_find_plugin(const char *vendor, char *out, size_t n)
-{
+static void s_find_plugin(const char *vendor, char *out, size_t n) {
     const char *b = getenv("COLI_BUILD");
     char *build = realpath(b && *b ? b : "build", NULL);
     cr_assert(build, "build directory");
     const char *fmt[] = {"%s/lib/libcoli-%s.so", "%s/gpu/%s/libcoli-%s.so"};
     for (int i = 0; i < 2; i++) {
-        if (i == 0) snprintf(out, n, fmt[0], build, vendor);
-        else snprintf(out, n, fmt[1], build, vendor, vendor);
+        if (i == 0)
+            snprintf(out, n, fmt[0], build, vendor);
+        else
+            snprintf(out, n, fmt[1], build, vendor, vendor);
         if (access(out, R_OK) == 0) {
             free(build);
             return;
@@ -48,8 +48,7 @@ static void s_find_plugin(const char *vendor, char *out, size_t n)
 }
 
 //  What the plugin's own probe says here: device count and reason.
-static int s_probe(const char *path, char *why, size_t n)
-{
+static int s_probe(const char *path, char *why, size_t n) {
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!dl) {
         snprintf(why, n, "%s", dlerror());
@@ -64,14 +63,12 @@ static int s_probe(const char *path, char *why, size_t n)
 }
 
 //  A plugin directory with the cpu plugin and the real GPU plugin.
-static void s_plugin_dir(char *dir, size_t n, const char *vendor, const char *so)
-{
+static void s_plugin_dir(char *dir, size_t n, const char *vendor, const char *so) {
     const int cuda = !strcmp(vendor, "cuda");
     sched_plugin_dir(dir, n, "/tmp/coli-gputest-XXXXXX", cuda ? so : NULL, cuda ? NULL : so);
 }
 
-static void s_check_vendor(const char *vendor)
-{
+static void s_check_vendor(const char *vendor) {
     char so[1200], why[512] = "", dir[64], devices[64], gpu[16];
     s_find_plugin(vendor, so, sizeof so);
     const int n_devices = s_probe(so, why, sizeof why);
@@ -112,8 +109,7 @@ static void s_check_vendor(const char *vendor)
 }
 
 //  The summary the user sees names the failed GPU worker and the fallback.
-static void s_check_summary(const char *vendor)
-{
+static void s_check_summary(const char *vendor) {
     char so[1200], why[512] = "", dir[64], devices[64];
     s_find_plugin(vendor, so, sizeof so);
     if (s_probe(so, why, sizeof why) > 0) cr_skip_test("skipped: a %s device is present", vendor);
@@ -143,9 +139,8 @@ static void s_check_summary(const char *vendor)
 //  one upload (its own allocation / copy failure paths); a budget of three
 //  experts (96 KiB each) is respected by placement. Each refused expert is one
 //  fallback of that reason, the rest stay resident, logits within 1e-2.
-static void s_check_partial(const char *vendor, const char *devices, const char *fault,
-                            const char *reason, long fallbacks, long resident)
-{
+static void s_check_partial(const char *vendor, const char *devices, const char *fault, const char *reason,
+                            long fallbacks, long resident) {
     char so[1200], why[512] = "", dir[64], gpu[16], v[64];
     s_find_plugin(vendor, so, sizeof so);
     if (s_probe(so, why, sizeof why) == 0) cr_skip_test("skipped: no %s device (%s)", vendor, why);
@@ -171,32 +166,24 @@ static void s_check_partial(const char *vendor, const char *devices, const char 
     sched_assert_no_orphans();
 }
 
-Test(gpu_fallback, cuda_alloc_failure_leaves_one_expert_on_cpu, .timeout = 120)
-{
+Test(gpu_fallback, cuda_alloc_failure_leaves_one_expert_on_cpu, .timeout = 120) {
     s_check_partial("cuda", "cuda:0,cpu:1", "alloc@2", "alloc", 1, 3);
 }
 
-Test(gpu_fallback, cuda_upload_failure_leaves_one_expert_on_cpu, .timeout = 120)
-{
+Test(gpu_fallback, cuda_upload_failure_leaves_one_expert_on_cpu, .timeout = 120) {
     s_check_partial("cuda", "cuda:0,cpu:1", "h2d@1", "upload", 1, 3);
 }
 
-Test(gpu_fallback, cuda_budget_is_placed_not_refused, .timeout = 120)
-{
+Test(gpu_fallback, cuda_budget_is_placed_not_refused, .timeout = 120) {
     s_check_partial("cuda", "cuda:0=288K,cpu:1", NULL, NULL, 0, 3);
 }
 
-Test(gpu_fallback, cuda_worker_without_device_falls_back_with_the_precise_reason, .timeout = 120)
-{
+Test(gpu_fallback, cuda_worker_without_device_falls_back_with_the_precise_reason, .timeout = 120) {
     s_check_vendor("cuda");
 }
 
-Test(gpu_fallback, hip_worker_without_device_falls_back_with_the_precise_reason, .timeout = 120)
-{
+Test(gpu_fallback, hip_worker_without_device_falls_back_with_the_precise_reason, .timeout = 120) {
     s_check_vendor("hip");
 }
 
-Test(gpu_fallback, cuda_fallback_is_in_the_summary, .timeout = 60)
-{
-    s_check_summary("cuda");
-}
+Test(gpu_fallback, cuda_fallback_is_in_the_summary, .timeout = 60) { s_check_summary("cuda"); }

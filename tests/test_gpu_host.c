@@ -31,8 +31,16 @@ Test(gpu_host, no_spec_means_no_faults) {
 }
 
 Test(gpu_host, bad_fault_specs_are_named) {
-    const char *bad[] = {"bogus@1", "alloc", "alloc@", "alloc@0", "alloc@-1", "alloc@1x", "alloc@1,",
-                         ",alloc@1", "alloc@1++", "alloc@99999999999999999999999",
+    const char *bad[] = {"bogus@1",
+                         "alloc",
+                         "alloc@",
+                         "alloc@0",
+                         "alloc@-1",
+                         "alloc@1x",
+                         "alloc@1,",
+                         ",alloc@1",
+                         "alloc@1++",
+                         "alloc@99999999999999999999999",
                          "launch@1,launch@2,launch@3,launch@4,launch@5,launch@6,launch@7,launch@8,launch@9"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         gpu_faults f;
@@ -43,9 +51,7 @@ Test(gpu_host, bad_fault_specs_are_named) {
     }
 }
 
-static void count_val(void *val, void *arg) {
-    *(long *)arg += (long)(intptr_t)val;
-}
+static void count_val(void *val, void *arg) { *(long *)arg += (long)(intptr_t)val; }
 
 Test(gpu_host, expert_table_finds_what_was_put_and_nothing_else) {
     gpu_table t = {0};
@@ -73,10 +79,10 @@ Test(gpu_host, expert_table_finds_what_was_put_and_nothing_else) {
 
 Test(gpu_host, default_budget_keeps_a_reserve) {
     const uint64_t gib = 1ull << 30;
-    cr_assert_eq(gpu_reserve_bytes(8 * gib), gib);                 /* small card: 1 GiB */
-    cr_assert_eq(gpu_reserve_bytes(140 * gib), 7 * gib);           /* H200-sized: 5 % */
+    cr_assert_eq(gpu_reserve_bytes(8 * gib), gib);       /* small card: 1 GiB */
+    cr_assert_eq(gpu_reserve_bytes(140 * gib), 7 * gib); /* H200-sized: 5 % */
     cr_assert_eq(gpu_default_budget(100 * gib, 140 * gib), 93 * gib);
-    cr_assert_eq(gpu_default_budget(gib / 2, 8 * gib), 0);         /* less free than the reserve */
+    cr_assert_eq(gpu_default_budget(gib / 2, 8 * gib), 0); /* less free than the reserve */
     cr_assert_eq(gpu_align_up(1), 256);
     cr_assert_eq(gpu_align_up(256), 256);
     cr_assert_eq(gpu_align_up(0), 0);

@@ -14,10 +14,9 @@
 #include "core/matmul.h"
 #include "core/quant.h"
 #include "core/vecdot.h"
-#include "gpu_test_util.h"
+#include "tests/gpu_test_util.h"
 #include "plugins/gpu/gpu_math.h"
-#include "gpu_test_model.h"
-
+#include "tests/gpu_test_model.h"
 
 static uint32_t bits(float f) {
     uint32_t u;
@@ -58,9 +57,23 @@ Test(gpu_math, fp16_bf16_encode_match_core_on_ties_edges_and_random_bits) {
             check_encode(-probes[i]);
         }
     }
-    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65519.99f, 65520.0f,
-                              1e-8f, 2.9802322e-8f, 5.9604645e-8f, 6.1035156e-5f, 1e30f, -1e-30f,
-                              from_bits(0x7f800001u), from_bits(0xffc00123u), from_bits(1u)};
+    const float specials[] = {0.0f,
+                              -0.0f,
+                              INFINITY,
+                              -INFINITY,
+                              NAN,
+                              65504.0f,
+                              65519.99f,
+                              65520.0f,
+                              1e-8f,
+                              2.9802322e-8f,
+                              5.9604645e-8f,
+                              6.1035156e-5f,
+                              1e30f,
+                              -1e-30f,
+                              from_bits(0x7f800001u),
+                              from_bits(0xffc00123u),
+                              from_bits(1u)};
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) check_encode(specials[i]);
     uint64_t s = 12345;
     for (int i = 0; i < 2000000; i++) {
@@ -83,9 +96,10 @@ Test(gpu_math, q8_0_activation_quantization_is_byte_identical_to_core) {
     for (int trial = 0; trial < 20000; trial++) {
         const float scale = powf(10.0f, (float)(trial % 13) - 6.0f);
         test_rand_rows(x, GPU_QK, scale, (uint64_t)trial);
-        if (trial % 7 == 0) memset(x, 0, sizeof x);            /* amax 0: id 0 */
-        if (trial % 11 == 0) x[trial % GPU_QK] = 127.0f;          /* id 1: x = k + 0.5 are ties */
-        if (trial % 11 == 0) for (int j = 0; j < 8; j++) x[j] = (float)j - 3.5f;
+        if (trial % 7 == 0) memset(x, 0, sizeof x);      /* amax 0: id 0 */
+        if (trial % 11 == 0) x[trial % GPU_QK] = 127.0f; /* id 1: x = k + 0.5 are ties */
+        if (trial % 11 == 0)
+            for (int j = 0; j < 8; j++) x[j] = (float)j - 3.5f;
         if (trial == 5) x[3] = INFINITY;
         if (trial == 6) x[9] = NAN;
         gpu_quantize_act_block(x, mine);
@@ -99,10 +113,11 @@ Test(gpu_math, q8_0_activation_quantization_is_byte_identical_to_core) {
 static void act_trial_values(float *x, int n, int trial) {
     const float scale = powf(10.0f, (float)(trial % 13) - 6.0f);
     test_rand_rows(x, n, scale, (uint64_t)trial);
-    if (trial % 7 == 0) memset(x, 0, (size_t)n * sizeof *x);   /* amax 0 */
-    if (trial % 11 == 0) x[trial % n] = 127.0f;               /* scale 1: x = k + 0.5 are ties */
-    if (trial % 11 == 0) for (int j = 0; j < 8; j++) x[j] = (float)j - 3.5f;
-    if (trial % 13 == 1) x[(trial / 13) % n] = -127.0f;       /* negative max: iscale > 0 */
+    if (trial % 7 == 0) memset(x, 0, (size_t)n * sizeof *x); /* amax 0 */
+    if (trial % 11 == 0) x[trial % n] = 127.0f;              /* scale 1: x = k + 0.5 are ties */
+    if (trial % 11 == 0)
+        for (int j = 0; j < 8; j++) x[j] = (float)j - 3.5f;
+    if (trial % 13 == 1) x[(trial / 13) % n] = -127.0f; /* negative max: iscale > 0 */
     if (trial == 5) x[3] = INFINITY;
     if (trial == 6) x[9] = NAN;
 }
@@ -188,18 +203,20 @@ Test(gpu_math, q8_K_activation_equals_the_cpu_quantizer) {
         coli_quantize_act_q8_K(x, &cpu, COLI_QK_K);
         if (memcmp(mine, &cpu, sizeof cpu) == 0) continue;
         ref_quantize_q8_K(x, &old, 1);
-        cr_assert_eq(memcmp(&cpu, &old, sizeof cpu), 0, "trial %d: the CPU's Q8_K block differs from the GPU's "
-                     "and from both llama.cpp rules", trial);
+        cr_assert_eq(memcmp(&cpu, &old, sizeof cpu), 0,
+                     "trial %d: the CPU's Q8_K block differs from the GPU's "
+                     "and from both llama.cpp rules",
+                     trial);
         old_rule++;
     }
     if (old_rule)
         cr_skip_test("skipped: the CPU's Q8_K quantizer (coli_quantize_act_q8_K) uses iscale = -128/max, "
-                     "llama.cpp (and the GPU) -127/max since January 2024: %d of 5000 blocks differ", old_rule);
+                     "llama.cpp (and the GPU) -127/max since January 2024: %d of 5000 blocks differ",
+                     old_rule);
 }
 
 Test(gpu_math, iq4_nl_levels_are_the_table) {
-    for (int i = 0; i < 16; i++)
-        cr_assert_eq(gpu_iq4nl_level(i), coli_kvalues_iq4nl[i], "level %d", i);
+    for (int i = 0; i < 16; i++) cr_assert_eq(gpu_iq4nl_level(i), coli_kvalues_iq4nl[i], "level %d", i);
 }
 
 Test(gpu_math, block_shapes_match_core_for_every_type) {
@@ -309,7 +326,8 @@ Test(gpu_math, row_dot_matches_cpu_matmul_for_every_type_the_cpu_computes) {
     for (int i = 0; i < GPU_TEST_N_DTYPES; i++) {
         if (!coli_dtype_valid(gpu_test_dtypes[i])) {
             cr_log_info("%s: not computed by the CPU path yet: compared with the double-precision "
-                        "reference only", coli_dtype_name(gpu_test_dtypes[i]));
+                        "reference only",
+                        coli_dtype_name(gpu_test_dtypes[i]));
             continue;
         }
         const int64_t big = gpu_block_elems(gpu_test_dtypes[i]) == 256 ? 512 : 96;
@@ -380,7 +398,8 @@ Test(gpu_math, row_dot_matches_double_reference_for_every_quant_type) {
     for (int i = 0; i < GPU_TEST_N_DTYPES; i++) {
         const coli_dtype t = gpu_test_dtypes[i];
         if (!gpu_dtype_is_quant(t)) continue;
-        for (uint64_t seed = 1; seed <= 40; seed++) check_row_dot_double(t, seed % 2 ? 256 : 1024, seed * 31 + (uint64_t)i);
+        for (uint64_t seed = 1; seed <= 40; seed++)
+            check_row_dot_double(t, seed % 2 ? 256 : 1024, seed * 31 + (uint64_t)i);
     }
 }
 
@@ -389,14 +408,16 @@ Test(gpu_math, row_dot_matches_double_reference_for_every_quant_type) {
 Test(gpu_math, expert_pipeline_matches_cpu_plugin_for_every_type_the_cpu_computes) {
     const int64_t n_embd = 256, n_ff = 512, n_rows = 12;
     float *x = malloc((size_t)(n_rows * n_embd) * sizeof *x);
-    float *ref = malloc((size_t)(n_rows * n_embd) * sizeof *ref), *mine = malloc((size_t)(n_rows * n_embd) * sizeof *mine);
+    float *ref = malloc((size_t)(n_rows * n_embd) * sizeof *ref),
+          *mine = malloc((size_t)(n_rows * n_embd) * sizeof *mine);
     cr_assert(x && ref && mine);
     test_rand_rows(x, n_rows * n_embd, 2.0f, 99);
     char err[256] = "";
     for (int i = 0; i < GPU_TEST_N_DTYPES; i++) {
         const coli_dtype t = gpu_test_dtypes[i];
         if (!coli_dtype_valid(t)) {
-            cr_log_info("%s: no CPU path yet: pipeline checked by test_gpu_emu against the host model", coli_dtype_name(t));
+            cr_log_info("%s: no CPU path yet: pipeline checked by test_gpu_emu against the host model",
+                        coli_dtype_name(t));
             continue;
         }
         test_expert te;

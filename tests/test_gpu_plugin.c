@@ -22,10 +22,10 @@
 #include <unistd.h>
 
 #include "colibri.h"
-#include "gpu_test_util.h"
+#include "tests/gpu_test_util.h"
 #include "plugins/gpu/gpu_host.h"
 #include "plugins/gpu/gpu_math.h"
-#include "gpu_test_model.h"
+#include "tests/gpu_test_model.h"
 
 #define MAX_PLUGINS 6
 
@@ -76,8 +76,9 @@ static int load_plugin(gpu_plugin *g, const char *path) {
     char want[32];
     snprintf(want, sizeof want, "libcoli-%s.so", g->p->name);
     cr_assert(strstr(path, want), "%s: plugin calls itself '%s'", path, g->p->name);
-    cr_assert(g->p->probe && g->p->open && g->p->get_caps && g->p->load_expert && g->p->run &&
-              g->p->get_stats && g->p->close, "%s: incomplete function table", path);
+    cr_assert(g->p->probe && g->p->open && g->p->get_caps && g->p->load_expert && g->p->run && g->p->get_stats &&
+                  g->p->close,
+              "%s: incomplete function table", path);
     cr_assert_eq(g->p->probe(&g->n_devices, g->why, sizeof g->why), 0, "%s: probe", path);
     return 0;
 }
@@ -121,8 +122,8 @@ static uint64_t expert_device_bytes(const moe_expert_desc *d) {
 /* ---- without a device ------------------------------------------------------------------- */
 
 static int reason_is_precise(const char *why) {
-    const char *known[] = {"libcuda.so.1 not found", "no CUDA device", "older than runtime",
-                           "no /dev/kfd", "no HIP device", "device count failed"};
+    const char *known[] = {"libcuda.so.1 not found", "no CUDA device",     "older than runtime", "no /dev/kfd",
+                           "no HIP device",          "device count failed"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strstr(why, known[i])) return 1;
     return 0;
@@ -217,23 +218,24 @@ static void check_dtype(const gpu_plugin *g, coli_dtype t) {
     moe_device *dev = open_dev(g, 0, NULL);
     for (int i = 0; i < 2; i++)
         cr_assert_eq(g->p->load_expert(dev, &te[i].desc, err, sizeof err), 0, "%s: %s", coli_dtype_name(t), err);
-    cr_assert_eq(g->p->run(dev, groups, 4, x, n_rows, n_embd, out, err, sizeof err), 0, "%s: %s",
-                 coli_dtype_name(t), err);
+    cr_assert_eq(g->p->run(dev, groups, 4, x, n_rows, n_embd, out, err, sizeof err), 0, "%s: %s", coli_dtype_name(t),
+                 err);
     float diff[2] = {0, 0}, scale = 0;
     for (int i = 0; i < 4; i++) {
         const int64_t off = groups[i].row_begin * n_embd, n = groups[i].n_rows * n_embd;
-        cr_assert_eq(test_reference_expert(&te[groups[i].expert], x + off, groups[i].n_rows, ref + off, &which,
-                                           err, sizeof err), 0, "%s reference: %s", coli_dtype_name(t), err);
+        cr_assert_eq(
+            test_reference_expert(&te[groups[i].expert], x + off, groups[i].n_rows, ref + off, &which, err, sizeof err),
+            0, "%s reference: %s", coli_dtype_name(t), err);
         const float d = test_max_diff(out + off, ref + off, n), s = test_max_abs(ref + off, n);
         const int prefill = groups[i].n_rows > 8;
         diff[prefill] = d > diff[prefill] ? d : diff[prefill];
         scale = s > scale ? s : scale;
     }
-    fprintf(stderr, "GPU-DIFF %s dtype=%s decode=%.3g prefill=%.3g scale=%.3g vs=%s\n", g->p->name,
-            coli_dtype_name(t), diff[0], diff[1], scale, test_cpu_computes(&te[0].desc) ? "cpu" : "host-model");
+    fprintf(stderr, "GPU-DIFF %s dtype=%s decode=%.3g prefill=%.3g scale=%.3g vs=%s\n", g->p->name, coli_dtype_name(t),
+            diff[0], diff[1], scale, test_cpu_computes(&te[0].desc) ? "cpu" : "host-model");
     const float tol = test_tolerance(t) * scale;
-    cr_assert(diff[0] <= tol && diff[1] <= tol, "%s: max diff decode %g prefill %g > %g",
-              coli_dtype_name(t), diff[0], diff[1], tol);
+    cr_assert(diff[0] <= tol && diff[1] <= tol, "%s: max diff decode %g prefill %g > %g", coli_dtype_name(t), diff[0],
+              diff[1], tol);
     g->p->close(&dev);
     test_expert_free(&te[0]);
     test_expert_free(&te[1]);
@@ -414,15 +416,13 @@ Test(gpu_plugin, caps_and_stats_account_for_what_is_held_and_done) {
     float x[40 * 128], out[40 * 128];
     test_rand_rows(x, 40 * 128, 1.0f, 4);
     const moe_batch_group grp[] = {{2, 2, 0, 30}, {2, 0, 30, 0}, {2, 1, 30, 10}};
-    for (int k = 0; k < 2; k++)
-        cr_assert_eq(g.p->run(dev, grp, 3, x, 40, 128, out, err, sizeof err), 0, "%s", err);
+    for (int k = 0; k < 2; k++) cr_assert_eq(g.p->run(dev, grp, 3, x, 40, 128, out, err, sizeof err), 0, "%s", err);
     s = stats_of(&g, dev);
     cr_assert_eq(s.calls, 2);
     cr_assert_eq(s.rows, 80);
     cr_assert_eq(s.failed_loads, 0);
     /* copies of 20 KB may read as 0 at the events' resolution; kernels cannot */
-    cr_assert(s.kernel_seconds > 0 && s.h2d_seconds >= 0 && s.d2h_seconds >= 0 &&
-              s.h2d_seconds + s.d2h_seconds > 0,
+    cr_assert(s.kernel_seconds > 0 && s.h2d_seconds >= 0 && s.d2h_seconds >= 0 && s.h2d_seconds + s.d2h_seconds > 0,
               "times h2d %g kernel %g d2h %g", s.h2d_seconds, s.kernel_seconds, s.d2h_seconds);
     const moe_batch_group bad = {2, 0, 35, 10};
     cr_assert_eq(g.p->run(dev, &bad, 1, x, 40, 128, out, err, sizeof err), COLI_EINVAL);

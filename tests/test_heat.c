@@ -22,10 +22,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 #include "coordinator/heat.h"
 #include "coordinator/sched/sched_internal.h"
-#include "sched_util.h"
+#include "tests/sched_util.h"
 
 #define BUNDLED "models/tiny-moe-4e2r-f16.gguf"
 
@@ -34,14 +34,12 @@ TestSuite(heat_place);
 TestSuite(heat_route, .init = sched_env_defaults, .timeout = 120);
 TestSuite(heat_cli, .init = sched_env_defaults, .timeout = 120);
 
-static void s_tmp(char *out, size_t n, const char *tag)
-{
+static void s_tmp(char *out, size_t n, const char *tag) {
     snprintf(out, n, "/tmp/coli-heat-%s-%ld.heat", tag, (long)getpid());
     unlink(out);
 }
 
-static void s_fill(heat_table *h, unsigned seed)
-{
+static void s_fill(heat_table *h, unsigned seed) {
     int32_t sel[2];
     for (int l = 0; l < h->n_layer; l++)
         for (int t = 0; t < 50 + l; t++) {
@@ -52,8 +50,7 @@ static void s_fill(heat_table *h, unsigned seed)
         }
 }
 
-static size_t s_read_all(const char *path, unsigned char **buf)
-{
+static size_t s_read_all(const char *path, unsigned char **buf) {
     FILE *fp = fopen(path, "rb");
     cr_assert(fp, "%s", path);
     fseek(fp, 0, SEEK_END);
@@ -65,23 +62,20 @@ static size_t s_read_all(const char *path, unsigned char **buf)
     return (size_t)n;
 }
 
-static void s_write_all(const char *path, const unsigned char *buf, size_t n)
-{
+static void s_write_all(const char *path, const unsigned char *buf, size_t n) {
     FILE *fp = fopen(path, "wb");
     cr_assert(fp);
     cr_assert_eq(fwrite(buf, 1, n, fp), n);
     fclose(fp);
 }
 
-static uint64_t s_fnv(const unsigned char *p, size_t n)
-{
+static uint64_t s_fnv(const unsigned char *p, size_t n) {
     uint64_t x = 1469598103934665603ULL;
     for (size_t i = 0; i < n; i++) x = (x ^ p[i]) * 1099511628211ULL;
     return x;
 }
 
-Test(heat_file, pair_index_is_a_bijection)
-{
+Test(heat_file, pair_index_is_a_bijection) {
     for (int X = 2; X <= 20; X++) {
         char *seen = calloc(heat_n_pairs(X), 1);
         for (int a = 0; a < X; a++)
@@ -96,8 +90,7 @@ Test(heat_file, pair_index_is_a_bijection)
     }
 }
 
-Test(heat_file, round_trip)
-{
+Test(heat_file, round_trip) {
     heat_table h, r;
     char path[256];
     s_tmp(path, sizeof path, "rt");
@@ -115,8 +108,7 @@ Test(heat_file, round_trip)
     unlink(path);
 }
 
-Test(heat_file, truncation_and_bit_flips_are_refused)
-{
+Test(heat_file, truncation_and_bit_flips_are_refused) {
     heat_table h, r;
     char path[256], bad[256];
     s_tmp(path, sizeof path, "src");
@@ -152,8 +144,7 @@ Test(heat_file, truncation_and_bit_flips_are_refused)
     unlink(bad);
 }
 
-Test(heat_file, hostile_header_and_impossible_counts)
-{
+Test(heat_file, hostile_header_and_impossible_counts) {
     heat_table r;
     char bad[256];
     s_tmp(bad, sizeof bad, "hostile");
@@ -171,8 +162,8 @@ Test(heat_file, hostile_header_and_impossible_counts)
     unsigned char f[24 + 8 * 5] = "COLIHEAT";
     memset(f + 8, 0, sizeof f - 8);
     f[8] = 1, f[12] = 1, f[16] = 2, f[20] = 1;
-    f[24] = 1;          /* rows */
-    f[32] = 5;          /* count[0] > rows */
+    f[24] = 1; /* rows */
+    f[32] = 5; /* count[0] > rows */
     uint64_t c = s_fnv(f, sizeof f - 8);
     for (int i = 0; i < 8; i++) f[sizeof f - 8 + (size_t)i] = (unsigned char)(c >> (8 * i));
     s_write_all(bad, f, sizeof f);
@@ -184,16 +175,21 @@ Test(heat_file, hostile_header_and_impossible_counts)
 
 // ---------------------------------------------------------------------------
 
-Test(heat_place, hottest_onto_the_fast_worker_within_budget)
-{
-    enum { L = 3, X = 8 };
+Test(heat_place, hottest_onto_the_fast_worker_within_budget) {
+    enum {
+        L = 3,
+        X = 8
+    };
     uint64_t eb[L] = {100, 100, 100}, budget[2] = {700, 0}, heat[L * X];
     int usable[2] = {1, 1};
     long speed[2] = {sched_device_speed(&(device_spec){.plugin = "cuda"}, 1),
                      sched_device_speed(&(device_spec){.plugin = "cpu"}, 8)};
     cr_assert_gt(speed[0], speed[1]);
     unsigned seed = 11;
-    for (int i = 0; i < L * X; i++) { seed = seed * 1664525u + 1013904223u; heat[i] = (seed >> 8) % 1000; }
+    for (int i = 0; i < L * X; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        heat[i] = (seed >> 8) % 1000;
+    }
     int32_t owner[L * X];
     placement_in in = {L, X, eb, 2, budget, usable};
     cr_assert_eq(placement_plan_heat(&in, heat, speed, NULL, owner), 0);
@@ -202,20 +198,28 @@ Test(heat_place, hottest_onto_the_fast_worker_within_budget)
     memcpy(sorted, heat, sizeof sorted);
     for (int i = 0; i < L * X; i++)
         for (int j = i + 1; j < L * X; j++)
-            if (sorted[j] > sorted[i]) { uint64_t t = sorted[i]; sorted[i] = sorted[j]; sorted[j] = t; }
+            if (sorted[j] > sorted[i]) {
+                uint64_t t = sorted[i];
+                sorted[i] = sorted[j];
+                sorted[j] = t;
+            }
     cr_assert_neq(sorted[6], sorted[7], "seed gives a tie at the budget edge");
     for (int i = 0; i < L * X; i++)
         cr_assert_eq(owner[i], heat[i] >= sorted[6] ? 0 : 1, "slot %d heat %llu", i, (unsigned long long)heat[i]);
     double share[3];
     placement_row_share(&in, heat, owner, share);
     uint64_t top = 0, all = 0;
-    for (int i = 0; i < L * X; i++) { all += heat[i]; top += i < 7 ? sorted[i] : 0; }
+    for (int i = 0; i < L * X; i++) {
+        all += heat[i];
+        top += i < 7 ? sorted[i] : 0;
+    }
     cr_assert_float_eq(share[0], (double)top / (double)all, 1e-12);
     /* pins win: all of layer 2 on the slow worker, the coldest expert on the fast one */
     int32_t pin[L * X];
     device_spec d[2] = {{.plugin = "cuda", .index = 0}, {.plugin = "cpu", .index = 0}};
     int coldest = 0;
-    for (int i = 0; i < L * X; i++) if (heat[i] < heat[coldest]) coldest = i;
+    for (int i = 0; i < L * X; i++)
+        if (heat[i] < heat[coldest]) coldest = i;
     char pins[64];
     snprintf(pins, sizeof pins, "2:*=cpu:0,%d:%d=cuda:0", coldest / X, coldest % X);
     cr_assert_eq(sched_parse_pins(pins, d, 2, L, X, pin), 0, "%s", coli_last_error());
@@ -227,8 +231,7 @@ Test(heat_place, hottest_onto_the_fast_worker_within_budget)
     cr_assert_eq(on_fast, 7, "the budget still holds 7");
 }
 
-Test(heat_place, pins_are_checked)
-{
+Test(heat_place, pins_are_checked) {
     device_spec d[2] = {{.plugin = "cpu", .index = 0}, {.plugin = "cpu", .index = 1}};
     int32_t pin[8];
     cr_assert_eq(sched_parse_pins("1:3=cpu:1", d, 2, 2, 4, pin), 0);
@@ -259,8 +262,7 @@ typedef struct route_log {
     char dev[4096][2][16];
 } route_log;
 
-static void s_on_route(void *user, const coli_route_event *ev)
-{
+static void s_on_route(void *user, const coli_route_event *ev) {
     route_log *r = user;
     cr_assert_eq(ev->k, 2);
     cr_assert_lt(r->n, 4096);
@@ -273,8 +275,7 @@ static void s_on_route(void *user, const coli_route_event *ev)
     r->pos[r->n++] = ev->pos;
 }
 
-static coli_model *s_load(const char *devices, const char *heat, const char *pins)
-{
+static coli_model *s_load(const char *devices, const char *heat, const char *pins) {
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = devices;
@@ -286,8 +287,7 @@ static coli_model *s_load(const char *devices, const char *heat, const char *pin
     return m;
 }
 
-static void s_generate(coli_model *m, route_log *log, gen_result *r)
-{
+static void s_generate(coli_model *m, route_log *log, gen_result *r) {
     memset(r, 0, sizeof *r);
     coli_model_info info;
     coli_model_get_info(m, &info);
@@ -307,8 +307,7 @@ static void s_generate(coli_model *m, route_log *log, gen_result *r)
     coli_context_free(&c);
 }
 
-Test(heat_route, callback_same_choice_everywhere_and_heat_adds_up)
-{
+Test(heat_route, callback_same_choice_everywhere_and_heat_adds_up) {
     static route_log a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
@@ -360,8 +359,7 @@ Test(heat_route, callback_same_choice_everywhere_and_heat_adds_up)
     unlink(heat);
 }
 
-Test(heat_route, dump_routing_writes_a_json_line_per_event)
-{
+Test(heat_route, dump_routing_writes_a_json_line_per_event) {
     char path[256];
     snprintf(path, sizeof path, "/tmp/coli-trace-%ld.jsonl", (long)getpid());
     coli_model *m = s_load("cpu:1", NULL, NULL);
@@ -401,8 +399,7 @@ Test(heat_route, dump_routing_writes_a_json_line_per_event)
     unlink(path);
 }
 
-Test(heat_route, heat_placement_is_byte_identical_to_inproc)
-{
+Test(heat_route, heat_placement_is_byte_identical_to_inproc) {
     char heat[256];
     s_tmp(heat, sizeof heat, "ident");
     gen_result ref, r;
@@ -410,8 +407,8 @@ Test(heat_route, heat_placement_is_byte_identical_to_inproc)
     s_generate(m, NULL, &ref);
     coli_model_free(&m); /* heat now exists */
     /* experts are 576 KiB: the fast worker holds 3 of 16, pins move layer 0 to the slow one */
-    const char *cases[][2] = {{"cpu:1@1=1800K,cpu:1@1", NULL}, {"cpu:1@1=1800K,cpu:1@1", "0:*=cpu:1,3:0=cpu:0"},
-                              {"cpu:2", "1:*=cpu:0"}};
+    const char *cases[][2] = {
+        {"cpu:1@1=1800K,cpu:1@1", NULL}, {"cpu:1@1=1800K,cpu:1@1", "0:*=cpu:1,3:0=cpu:0"}, {"cpu:2", "1:*=cpu:0"}};
     for (size_t i = 0; i < 3; i++) {
         m = s_load(cases[i][0], heat, cases[i][1]);
         s_generate(m, NULL, &r);
@@ -428,8 +425,7 @@ Test(heat_route, heat_placement_is_byte_identical_to_inproc)
     unlink(heat);
 }
 
-Test(heat_route, damaged_heat_file_is_ignored_and_kept)
-{
+Test(heat_route, damaged_heat_file_is_ignored_and_kept) {
     char heat[256];
     s_tmp(heat, sizeof heat, "damaged");
     unsigned char junk[100];
@@ -456,15 +452,14 @@ Test(heat_route, damaged_heat_file_is_ignored_and_kept)
 // ---------------------------------------------------------------------------
 // the commands: coli run --heat / --route-trace, coli heat, coli plan --heat
 
-Test(heat_cli, run_heat_then_report_plot_and_plan)
-{
+Test(heat_cli, run_heat_then_report_plot_and_plan) {
     char coli[1024], heat[256], svg[256], trace[256];
     cli_build_path(coli, sizeof coli, "bin/coli");
     s_tmp(heat, sizeof heat, "cli");
     snprintf(svg, sizeof svg, "/tmp/coli-heat-%ld.svg", (long)getpid());
     snprintf(trace, sizeof trace, "/tmp/coli-heat-trace-%ld.jsonl", (long)getpid());
-    char *run[] = {coli, "run", "-m", BUNDLED, "-p", "And God said", "-n", "4", "--temp", "0", "-t", "1",
-                   "--devices", "cpu:2", "--heat", heat, "--route-trace", trace, NULL};
+    char *run[] = {coli, "run",       "-m",    BUNDLED,  "-p", "And God said",  "-n",  "4", "--temp", "0", "-t",
+                   "1",  "--devices", "cpu:2", "--heat", heat, "--route-trace", trace, NULL};
     cli_result r = cli_run(run);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cli_result_free(&r);
@@ -514,8 +509,7 @@ Test(heat_cli, run_heat_then_report_plot_and_plan)
 //  each pair (the survivor takes the dead worker's rows), the heat counts
 //  every token once, and the bytes stay those of the run without a fault
 //  (itself the bytes of --inproc: heat_placement_is_byte_identical_to_inproc).
-Test(heat_route, trace_follows_a_crash_fallback)
-{
+Test(heat_route, trace_follows_a_crash_fallback) {
     char heat[256];
     s_tmp(heat, sizeof heat, "crash");
     static route_log ref_log, log;

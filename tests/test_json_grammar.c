@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli_run.h"
-#include "ref_models.h"
+#include "tests/cli_run.h"
+#include "tests/ref_models.h"
 #include "tools/coli/server/server_grammar.c"
 
 static server g_srv;
@@ -55,13 +55,32 @@ Test(json_grammar, json_object_accepts_objects_and_refuses_the_rest, .init = s_s
     json_grammar *g = NULL;
     char err[256];
     cr_assert_eq(s_new(OBJECT, &g, err, sizeof err), 0, "%s", err);
-    const char *good[] = {"{}", "{\"a\":1}", "{\"a\": [1, -2.5e+3, 0.25, true, false, null, \"x\\n\\u00e9\"], \"b\": {}}",
-                          "{ \"k\" : { \"n\" : [ ] } }", "{\"\xc3\xa9\":\"\xe2\x82\xac\"}", "{\"a\":0}", "{\"a\":-0.0E5}"};
+    const char *good[] = {"{}",
+                          "{\"a\":1}",
+                          "{\"a\": [1, -2.5e+3, 0.25, true, false, null, \"x\\n\\u00e9\"], \"b\": {}}",
+                          "{ \"k\" : { \"n\" : [ ] } }",
+                          "{\"\xc3\xa9\":\"\xe2\x82\xac\"}",
+                          "{\"a\":0}",
+                          "{\"a\":-0.0E5}"};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         cr_assert(s_accepts(g, good[i], 1), "refused valid %s", good[i]);
-    const char *bad[] = {"[]", "\"s\"", " {}", "{\"a\" 1}", "{\"a\":tru}", "{\"a\":01}", "{\"a\":1,}", "{\"a\":[1,]}",
-                         "{a:1}", "{\"a\":\"\x01\"}", "{\"a\":\"\\x\"}", "{\"a\":1.}", "{\"a\":\"\xc3\"}", "{}}",
-                         "{\"a\":1}x", "{\"a\":\"\xff\"}", "{           }"};
+    const char *bad[] = {"[]",
+                         "\"s\"",
+                         " {}",
+                         "{\"a\" 1}",
+                         "{\"a\":tru}",
+                         "{\"a\":01}",
+                         "{\"a\":1,}",
+                         "{\"a\":[1,]}",
+                         "{a:1}",
+                         "{\"a\":\"\x01\"}",
+                         "{\"a\":\"\\x\"}",
+                         "{\"a\":1.}",
+                         "{\"a\":\"\xc3\"}",
+                         "{}}",
+                         "{\"a\":1}x",
+                         "{\"a\":\"\xff\"}",
+                         "{           }"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         cr_assert(!s_accepts(g, bad[i], 1), "accepted invalid %s", bad[i]);
     cr_assert(!s_accepts(g, "{\"a\":1", 1), "an unfinished object cannot end");
@@ -70,26 +89,37 @@ Test(json_grammar, json_object_accepts_objects_and_refuses_the_rest, .init = s_s
 }
 
 #define SCHEMA(s) "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"t\",\"schema\":" s "}}"
-#define PERSON SCHEMA("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}," \
-                      "\"ok\":{\"type\":\"boolean\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"bc\",1,null]}}," \
-                      "\"score\":{\"type\":\"number\"}},\"required\":[\"name\",\"ok\"]}")
+#define PERSON                                                                                                       \
+    SCHEMA("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"     \
+           "\"ok\":{\"type\":\"boolean\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"bc\",1,null]}}," \
+           "\"score\":{\"type\":\"number\"}},\"required\":[\"name\",\"ok\"]}")
 
 Test(json_grammar, schema_subset, .init = s_setup, .fini = s_teardown) {
     json_grammar *g = NULL;
     char err[256];
     cr_assert_eq(s_new(PERSON, &g, err, sizeof err), 0, "%s", err);
-    const char *good[] = {"{\"name\":\"x\",\"ok\":true}", "{\"name\":\"\",\"age\":-3,\"ok\":false,\"tags\":[\"bc\",1,null],\"score\":1.5e2}",
+    const char *good[] = {"{\"name\":\"x\",\"ok\":true}",
+                          "{\"name\":\"\",\"age\":-3,\"ok\":false,\"tags\":[\"bc\",1,null],\"score\":1.5e2}",
                           "{\"name\": \"x\", \"ok\": false, \"score\": 0}"};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         cr_assert(s_accepts(g, good[i], 1), "refused valid %s", good[i]);
-    const char *bad[] = {"{}", "{\"ok\":true}", "{\"name\":\"x\"}", "{\"name\":1,\"ok\":true}", "{\"name\":\"x\",\"age\":1.5,\"ok\":true}",
-                         "{\"name\":\"x\",\"ok\":1}", "{\"name\":\"x\",\"ok\":true,\"tags\":[\"b\"]}", "{\"name\":\"x\",\"ok\":true,\"other\":1}",
-                         "{\"ok\":true,\"name\":\"x\"}", "{\"name\":\"x\",\"ok\":true,\"tags\":[12]}"};
+    const char *bad[] = {"{}",
+                         "{\"ok\":true}",
+                         "{\"name\":\"x\"}",
+                         "{\"name\":1,\"ok\":true}",
+                         "{\"name\":\"x\",\"age\":1.5,\"ok\":true}",
+                         "{\"name\":\"x\",\"ok\":1}",
+                         "{\"name\":\"x\",\"ok\":true,\"tags\":[\"b\"]}",
+                         "{\"name\":\"x\",\"ok\":true,\"other\":1}",
+                         "{\"ok\":true,\"name\":\"x\"}",
+                         "{\"name\":\"x\",\"ok\":true,\"tags\":[12]}"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         cr_assert(!s_accepts(g, bad[i], 1), "accepted invalid %s", bad[i]);
     json_grammar_free(g);
     /* refused with the keyword named */
-    const struct { const char *rf, *says; } refuse[] = {
+    const struct {
+        const char *rf, *says;
+    } refuse[] = {
         {SCHEMA("{\"type\":\"string\",\"pattern\":\"a+\"}"), "'pattern'"},
         {SCHEMA("{\"anyOf\":[]}"), "'anyOf'"},
         {SCHEMA("{\"type\":[\"string\",\"null\"]}"), "single type"},
@@ -129,9 +159,13 @@ static char *s_generate(json_grammar *g, unsigned seed, float eog_bonus, int *ca
         json_grammar_filter(g, logits, n);
         if (calls) ++*calls;
         int best = -1;
-        for (int i = 0; i < n; i++) if (isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+        for (int i = 0; i < n; i++)
+            if (isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
         cr_assert_geq(best, 0, "the filter left nothing after '%s'", out);
-        if (g->eog[best]) { free(logits); return out; }
+        if (g->eog[best]) {
+            free(logits);
+            return out;
+        }
         cr_assert_eq(json_grammar_accept(g, best), 0);
         cr_assert_lt(len + g->piece_len[best], 8191);
         memcpy(out + len, g->piece[best], g->piece_len[best]);
@@ -147,15 +181,19 @@ Test(json_grammar, filtered_generation_always_parses, .init = s_setup, .fini = s
     for (unsigned seed = 1; seed <= 12; seed++) {
         json_grammar *g = NULL;
         char err[256];
-        cr_assert_eq(s_new(seed % 2 ? PERSON : SCHEMA("{\"type\":\"object\",\"properties\":{\"c\":{\"enum\":[\"red\",\"green\"]},"
-                                                      "\"b\":{\"type\":\"boolean\"}},\"required\":[\"c\",\"b\"]}"),
-                           &g, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(s_new(seed % 2
+                               ? PERSON
+                               : SCHEMA("{\"type\":\"object\",\"properties\":{\"c\":{\"enum\":[\"red\",\"green\"]},"
+                                        "\"b\":{\"type\":\"boolean\"}},\"required\":[\"c\",\"b\"]}"),
+                           &g, err, sizeof err),
+                     0, "%s", err);
         char *text = s_generate(g, seed, 0.5f, NULL);
         if (text) {
             cJSON *v = cJSON_Parse(text);
             cr_assert_not_null(v, "seed %u: the output does not parse: %s", seed, text);
             cr_assert(cJSON_IsObject(v));
-            cr_assert(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(v, seed % 2 ? "ok" : "b")), "seed %u: %s", seed, text);
+            cr_assert(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(v, seed % 2 ? "ok" : "b")), "seed %u: %s", seed,
+                      text);
             cJSON_Delete(v);
             finished++;
         }

@@ -7,8 +7,8 @@
 
 #include "coordinator/kv_cache.h"
 #include "coordinator/model.h"
-#include "error.h"
-#include "ref_models.h"
+#include "core/error.h"
+#include "tests/ref_models.h"
 
 /* K rows of 6, V rows of 4, fp32 and fp16: what is stored is read back. */
 Test(kv_cache, separate_widths_round_trip) {

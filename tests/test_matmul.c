@@ -11,22 +11,20 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "cpu_features.h"
-#include "matmul.h"
-#include "quant.h"
-#include "quant_util.h"
-#include "vecdot.h"
+#include "core/cpu_features.h"
+#include "core/matmul.h"
+#include "core/quant.h"
+#include "tests/quant_util.h"
+#include "core/vecdot.h"
 
-static const coli_dtype k_types[] = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0,
+static const coli_dtype k_types[] = {COLI_F32,  COLI_F16,  COLI_BF16, COLI_Q8_0,   COLI_Q4_0,
                                      COLI_Q4_1, COLI_Q5_0, COLI_Q5_1, COLI_IQ4_NL, COLI_Q2_K,
-                                     COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS};
+                                     COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K,   COLI_IQ4_XS};
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 
 /* Types we cannot quantize here (no weight quantizer in core): random
  * blocks with sane scales instead. */
-static int random_weights(coli_dtype t) {
-    return coli_dtype_block_elems(t) > 1 && t != COLI_Q8_0 && t != COLI_Q4_0;
-}
+static int random_weights(coli_dtype t) { return coli_dtype_block_elems(t) > 1 && t != COLI_Q8_0 && t != COLI_Q4_0; }
 
 /* A row length of whole blocks for t: `small` for the 32-value types (and
  * the float ones), the next multiple of 256 for the 256-value types. */
@@ -43,8 +41,8 @@ static float frand(unsigned *s) {
 typedef struct problem {
     coli_dtype t;
     int64_t n_in, n_out, n_tok;
-    uint8_t *w;   /* quantized weights */
-    float *x;     /* (n_tok, n_in) */
+    uint8_t *w; /* quantized weights */
+    float *x;   /* (n_tok, n_in) */
 } problem;
 
 static problem make_problem(coli_dtype t, int64_t n_in, int64_t n_out, int64_t n_tok, unsigned seed) {
@@ -67,15 +65,27 @@ static problem make_problem(coli_dtype t, int64_t n_in, int64_t n_out, int64_t n
     return p;
 }
 
-static void free_problem(problem *p) { free(p->w); free(p->x); }
+static void free_problem(problem *p) {
+    free(p->w);
+    free(p->x);
+}
 
 /* x as the kernels see it: rounded to the weight type's input format.
  * For Q8_1 inputs, s_err[b] = fp16(s) - d * sum(q) of block b: the dot
  * products use the stored s for the weights' minimum term. */
 static void rounded_input(coli_dtype t, const float *x, int64_t n, double *out, double *s_err) {
-    if (t == COLI_F32) { for (int64_t i = 0; i < n; i++) out[i] = x[i]; return; }
-    if (t == COLI_F16) { for (int64_t i = 0; i < n; i++) out[i] = coli_fp16_to_fp32(coli_fp32_to_fp16(x[i])); return; }
-    if (t == COLI_BF16) { for (int64_t i = 0; i < n; i++) out[i] = coli_bf16_to_fp32(coli_fp32_to_bf16(x[i])); return; }
+    if (t == COLI_F32) {
+        for (int64_t i = 0; i < n; i++) out[i] = x[i];
+        return;
+    }
+    if (t == COLI_F16) {
+        for (int64_t i = 0; i < n; i++) out[i] = coli_fp16_to_fp32(coli_fp32_to_fp16(x[i]));
+        return;
+    }
+    if (t == COLI_BF16) {
+        for (int64_t i = 0; i < n; i++) out[i] = coli_bf16_to_fp32(coli_fp32_to_bf16(x[i]));
+        return;
+    }
     if (qu_act_type(t) == COLI_Q8_K) {
         block_q8_K *b = malloc(sizeof(block_q8_K) * (size_t)(n / COLI_QK_K));
         coli_quantize_act_q8_K(x, b, n);
@@ -89,7 +99,10 @@ static void rounded_input(coli_dtype t, const float *x, int64_t n, double *out, 
         for (int64_t k = 0; k < n / COLI_QK; k++) {
             const double d = coli_fp16_to_fp32(b[k].d);
             double qsum = 0;
-            for (int j = 0; j < COLI_QK; j++) { out[k * COLI_QK + j] = d * b[k].qs[j]; qsum += b[k].qs[j]; }
+            for (int j = 0; j < COLI_QK; j++) {
+                out[k * COLI_QK + j] = d * b[k].qs[j];
+                qsum += b[k].qs[j];
+            }
             s_err[k] = coli_fp16_to_fp32(b[k].s) - d * qsum;
         }
         free(b);
@@ -114,7 +127,10 @@ static void reference(const problem *p, double *y, double *mag) {
         for (int64_t o = 0; o < p->n_out; o++) {
             coli_dequantize_row(p->t, p->w + (size_t)o * rb, w, p->n_in);
             double s = 0, m = 0;
-            for (int64_t k = 0; k < p->n_in; k++) { s += (double)w[k] * xr[k]; m += fabs((double)w[k] * xr[k]); }
+            for (int64_t k = 0; k < p->n_in; k++) {
+                s += (double)w[k] * xr[k];
+                m += fabs((double)w[k] * xr[k]);
+            }
             if (qu_act_type(p->t) == COLI_Q8_1 && coli_dtype_block_elems(p->t) == COLI_QK)
                 for (int64_t k = 0; k < p->n_in / COLI_QK; k++) { /* Q4_1/Q5_1: minimum m times s */
                     uint16_t mh;
@@ -154,10 +170,11 @@ static void check_against_reference(int portable) {
         reference(&p, yr, mag);
         float *y = run(&p, pool, &s);
         for (int64_t j = 0; j < 37 * 9; j++)
-            cr_assert_leq(fabs((double)y[j] - yr[j]), 1e-6 * mag[j] + 1e-30,
-                          "%s %s: y[%lld] = %.9g, reference %.9g", coli_matmul_impl(),
-                          coli_dtype_name(t), (long long)j, y[j], yr[j]);
-        free(y); free(yr); free(mag);
+            cr_assert_leq(fabs((double)y[j] - yr[j]), 1e-6 * mag[j] + 1e-30, "%s %s: y[%lld] = %.9g, reference %.9g",
+                          coli_matmul_impl(), coli_dtype_name(t), (long long)j, y[j], yr[j]);
+        free(y);
+        free(yr);
+        free(mag);
         free_problem(&p);
     }
     coli_scratch_free(&s);
@@ -180,10 +197,11 @@ Test(matmul, avx2_and_portable_agree) {
         coli_matmul_force_portable(0);
         for (int64_t j = 0; j < 70 * 5; j++) {
             float tol = 2e-5f * (fabsf(a[j]) + 1.0f) * 32.0f;
-            cr_assert_leq(fabsf(a[j] - b[j]), tol, "%s y[%lld]: avx2 %.9g portable %.9g",
-                          coli_dtype_name(k_types[i]), (long long)j, a[j], b[j]);
+            cr_assert_leq(fabsf(a[j] - b[j]), tol, "%s y[%lld]: avx2 %.9g portable %.9g", coli_dtype_name(k_types[i]),
+                          (long long)j, a[j], b[j]);
         }
-        free(a); free(b);
+        free(a);
+        free(b);
         free_problem(&p);
     }
     coli_scratch_free(&s);
@@ -200,8 +218,8 @@ static void check_determinism(int portable) {
         const int64_t n_out = 301, n_tok = 7; /* odd rows: partial tiles and chunks */
         problem p = make_problem(k_types[i], row_len(k_types[i], 96), n_out, n_tok, 55u + (unsigned)i);
         float *batch1 = run(&p, p1, &s), *batch2 = run(&p, p2, &s);
-        cr_assert_eq(memcmp(batch1, batch2, sizeof(float) * (size_t)(n_out * n_tok)), 0,
-                     "%s: 1 vs 2 threads differ", coli_dtype_name(k_types[i]));
+        cr_assert_eq(memcmp(batch1, batch2, sizeof(float) * (size_t)(n_out * n_tok)), 0, "%s: 1 vs 2 threads differ",
+                     coli_dtype_name(k_types[i]));
         float alone[301];
         for (int64_t t = 0; t < n_tok; t++) {
             int rc = coli_matmul(t % 2 ? p2 : p1, &s, p.w, p.t, p.n_in, n_out, p.x + t * p.n_in, 1, alone);
@@ -215,7 +233,8 @@ static void check_determinism(int portable) {
         cr_assert_eq(coli_matmul(p2, &s, p.w, p.t, p.n_in, n_out, p.x + 2 * p.n_in, 3, sub), 0);
         cr_assert_eq(memcmp(sub, batch1 + 2 * n_out, sizeof sub), 0, "%s: sub-batch differs",
                      coli_dtype_name(k_types[i]));
-        free(batch1); free(batch2);
+        free(batch1);
+        free(batch2);
         free_problem(&p);
     }
     coli_scratch_free(&s);
@@ -284,9 +303,14 @@ Test(matmul, scratch_is_reused) {
  * own split format): each op gives the bits of coli_matmul on it alone,
  * and each shared input is counted once in the scratch. */
 Test(matmul, many_shares_prepared_inputs_per_activation_type) {
-    static const coli_dtype types[] = {COLI_Q4_K, COLI_Q6_K, COLI_IQ4_XS, COLI_Q4_1, COLI_Q5_1,
-                                       COLI_Q5_0, COLI_IQ4_NL, COLI_Q8_0, COLI_Q2_K};
-    enum { N = sizeof types / sizeof types[0], N_IN = 512, N_OUT = 19, N_TOK = 3 };
+    static const coli_dtype types[] = {COLI_Q4_K, COLI_Q6_K,   COLI_IQ4_XS, COLI_Q4_1, COLI_Q5_1,
+                                       COLI_Q5_0, COLI_IQ4_NL, COLI_Q8_0,   COLI_Q2_K};
+    enum {
+        N = sizeof types / sizeof types[0],
+        N_IN = 512,
+        N_OUT = 19,
+        N_TOK = 3
+    };
     coli_pool *pool = coli_pool_new(2);
     coli_scratch s = {0};
     problem p[N];
@@ -305,15 +329,14 @@ Test(matmul, many_shares_prepared_inputs_per_activation_type) {
     cr_assert_eq(coli_matmul_scratch_bytes(COLI_Q6_K, N_IN, N_TOK), q8k);
     cr_assert_geq(q8k, (size_t)N_TOK * 2 * sizeof(block_q8_K));
     cr_assert_geq(q81, (size_t)N_TOK * 16 * sizeof(block_q8_1));
-    const size_t want = ((q8k + 63) & ~(size_t)63) + ((q81 + 63) & ~(size_t)63) +
-                        ((q80b + 63) & ~(size_t)63) + ((q80 + 63) & ~(size_t)63);
+    const size_t want = ((q8k + 63) & ~(size_t)63) + ((q81 + 63) & ~(size_t)63) + ((q80b + 63) & ~(size_t)63) +
+                        ((q80 + 63) & ~(size_t)63);
     cr_assert_eq(coli_matmul_many_scratch_bytes(ops, N), want, "shared inputs counted once");
     cr_assert_eq(coli_matmul_many(pool, &s, ops, N), 0, "%s", coli_last_error());
     for (int i = 0; i < N; i++) {
         float alone[N_OUT * N_TOK];
         cr_assert_eq(coli_matmul(NULL, NULL, p[i].w, types[i], N_IN, N_OUT, p[0].x, N_TOK, alone), 0);
-        cr_assert_eq(memcmp(alone, y[i], sizeof alone), 0, "%s: many differs from alone",
-                     coli_dtype_name(types[i]));
+        cr_assert_eq(memcmp(alone, y[i], sizeof alone), 0, "%s: many differs from alone", coli_dtype_name(types[i]));
     }
     for (int i = 0; i < N; i++) { /* p[0].x is every op's input: freed last */
         free(y[i]);
@@ -338,7 +361,11 @@ Test(matmul, k_quant_rows_must_be_whole_super_blocks) {
  * single-token dot product, for every group size 1..4 and start token. */
 Test(matmul, avx2_token_groups_equal_single_tokens) {
     if (!coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
-    static const struct { coli_dtype t; coli_vec_dot_fn one; coli_vec_dot_tokens_fn many; } k[] = {
+    static const struct {
+        coli_dtype t;
+        coli_vec_dot_fn one;
+        coli_vec_dot_tokens_fn many;
+    } k[] = {
         {COLI_Q4_K, coli_vec_dot_q4_K_q8_K_avx2, coli_vec_dot_q4_K_q8_K_avx2_tokens},
         {COLI_Q6_K, coli_vec_dot_q6_K_q8_K_avx2, coli_vec_dot_q6_K_q8_K_avx2_tokens},
         {COLI_Q2_K, coli_vec_dot_q2_K_q8_K_avx2, coli_vec_dot_q2_K_q8_K_avx2_tokens},
@@ -350,7 +377,9 @@ Test(matmul, avx2_token_groups_equal_single_tokens) {
         {COLI_Q5_1, coli_vec_dot_q5_1_q8_1_avx2, coli_vec_dot_q5_1_q8_1_avx2_tokens},
         {COLI_IQ4_NL, coli_vec_dot_iq4_nl_q8_0_avx2, coli_vec_dot_iq4_nl_q8_0_avx2_tokens},
     };
-    enum { NT = 4 };
+    enum {
+        NT = 4
+    };
     unsigned seed = 31;
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         /* 3 super-blocks, or 7 blocks of 32 (odd: IQ4_NL's tail) */
@@ -363,9 +392,12 @@ Test(matmul, avx2_token_groups_equal_single_tokens) {
         for (int t = 0; t < NT; t++) {
             for (int64_t e = 0; e < n; e++) xf[e] = frand(&seed) * (float)(t + 1);
             void *row = x + (size_t)t * stride;
-            if (act == COLI_Q8_K) coli_quantize_act_q8_K(xf, row, n);
-            else if (act == COLI_Q8_1) coli_quantize_act_q8_1(xf, row, n);
-            else coli_quantize_act_q8_0(xf, row, n);
+            if (act == COLI_Q8_K)
+                coli_quantize_act_q8_K(xf, row, n);
+            else if (act == COLI_Q8_1)
+                coli_quantize_act_q8_1(xf, row, n);
+            else
+                coli_quantize_act_q8_0(xf, row, n);
         }
         qu_random_blocks(k[i].t, w, n / coli_dtype_block_elems(k[i].t), &seed);
         for (int nt = 1; nt <= NT; nt++)

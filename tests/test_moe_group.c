@@ -10,8 +10,7 @@
 #include "coordinator/moe_exec.h"
 
 //  The reference: items sorted by expert, ties by their position in items.
-static void s_reference(const int32_t *ids, const int64_t *items, int64_t n, int64_t *out)
-{
+static void s_reference(const int32_t *ids, const int64_t *items, int64_t n, int64_t *out) {
     for (int64_t j = 0; j < n; j++) {
         int64_t v = items ? items[j] : j, i = j;
         while (i > 0 && ids[out[i - 1]] > ids[v]) {
@@ -22,8 +21,7 @@ static void s_reference(const int32_t *ids, const int64_t *items, int64_t n, int
     }
 }
 
-static void s_check(int64_t n, int n_expert, int use_items, unsigned seed)
-{
+static void s_check(int64_t n, int n_expert, int use_items, unsigned seed) {
     srand(seed);
     int32_t *ids = malloc((size_t)(3 * n + 1) * sizeof *ids);
     int64_t *items = malloc((size_t)(n + 1) * sizeof *items), *out = malloc((size_t)(n + 1) * sizeof *out);
@@ -40,11 +38,14 @@ static void s_check(int64_t n, int n_expert, int use_items, unsigned seed)
     for (int e = 0; e < n_expert; e++)
         for (int64_t j = start[e]; j < start[e + 1]; j++)
             cr_assert_eq(ids[out[j]], e, "expert %d's range holds an item of expert %d", e, ids[out[j]]);
-    free(ids); free(items); free(out); free(ref); free(start);
+    free(ids);
+    free(items);
+    free(out);
+    free(ref);
+    free(start);
 }
 
-Test(moe_group, matches_a_stable_sort_by_expert)
-{
+Test(moe_group, matches_a_stable_sort_by_expert) {
     unsigned seed = 1;
     for (int use_items = 0; use_items < 2; use_items++) {
         s_check(0, 4, use_items, seed++);

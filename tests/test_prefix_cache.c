@@ -11,9 +11,11 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "ref_models.h"
+#include "tests/ref_models.h"
 
-enum { BLOCK = 16 };
+enum {
+    BLOCK = 16
+};
 
 static coli_model *s_load(int kv_f16) {
     char path[4096];
@@ -59,7 +61,10 @@ static size_t s_block_bytes(coli_model *m) {
 /* Turn 1 evaluates P; turn 2 (P + more) restores what turn 1 left and
  * evaluates the rest; a cold context evaluates turn 2 whole. */
 static void s_warm_equals_cold(int kv_f16) {
-    enum { N1 = 40, N2 = 61 };
+    enum {
+        N1 = 40,
+        N2 = 61
+    };
     coli_model *m = s_load(kv_f16);
     const int V = s_vocab(m);
     int32_t ids[N2];
@@ -111,14 +116,18 @@ Test(prefix_cache, warm_equals_cold_f16) { s_warm_equals_cold(1); }
 
 /* Greedy tokens, through the callback, warm and cold. */
 static int s_collect(void *user, int32_t id, const char *text, size_t len) {
-    (void)text; (void)len;
+    (void)text;
+    (void)len;
     int32_t *out = user;
     out[++out[0]] = id;
     return 0;
 }
 
 Test(prefix_cache, generated_tokens_identical) {
-    enum { N = 50, GEN = 16 };
+    enum {
+        N = 50,
+        GEN = 16
+    };
     coli_model *m = s_load(0);
     int32_t ids[N], cold[GEN + 1] = {0}, warm[GEN + 1] = {0};
     s_ids(ids, N, s_vocab(m), 5);
@@ -142,7 +151,9 @@ Test(prefix_cache, generated_tokens_identical) {
 }
 
 Test(prefix_cache, lookup_stops_at_first_different_block) {
-    enum { N = 64 };
+    enum {
+        N = 64
+    };
     coli_model *m = s_load(0);
     int32_t ids[N], other[N];
     s_ids(ids, N, s_vocab(m), 0);
@@ -168,7 +179,9 @@ Test(prefix_cache, lookup_stops_at_first_different_block) {
 }
 
 Test(prefix_cache, bound_and_lru_order) {
-    enum { N = 3 * BLOCK };
+    enum {
+        N = 3 * BLOCK
+    };
     coli_model *m = s_load(0);
     const size_t bb = s_block_bytes(m);
     int32_t x[N], y[N];

@@ -16,38 +16,32 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "gguf.h"
-#include "tokenizer.h"
-#include "tokenizer_impl.h"
-#include "unicode.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/tokenizer.h"
+#include "core/tokenizer_impl.h"
+#include "core/unicode.h"
 
 // ---------------------------------------------------------------------------
 // helpers
 
-static uint32_t *decode(const char *text, size_t *n)
-{
+static uint32_t *decode(const char *text, size_t *n) {
     size_t len = strlen(text);
     uint32_t *cpts = malloc((len + 1) * sizeof(uint32_t));
     *n = 0;
-    for (size_t off = 0; off < len;)
-        cpts[(*n)++] = coli_utf8_decode(text, len, &off);
+    for (size_t off = 0; off < len;) cpts[(*n)++] = coli_utf8_decode(text, len, &off);
     return cpts;
 }
 
 // The words as "w1|w2|..." (malloc'ed).
-static char *join(const uint32_t *cpts, const tok_pieces *w)
-{
+static char *join(const uint32_t *cpts, const tok_pieces *w) {
     size_t total = 0;
-    for (size_t k = 0; k < w->n; k++)
-        total += w->len[k];
+    for (size_t k = 0; k < w->n; k++) total += w->len[k];
     char *out = malloc(total * 4 + w->n + 1), *o = out;
     size_t start = 0;
     for (size_t k = 0; k < w->n; k++) {
-        if (k)
-            *o++ = '|';
-        for (size_t i = start; i < start + w->len[k]; i++)
-            o += coli_utf8_encode(cpts[i], o);
+        if (k) *o++ = '|';
+        for (size_t i = start; i < start + w->len[k]; i++) o += coli_utf8_encode(cpts[i], o);
         start += w->len[k];
     }
     *o = '\0';
@@ -55,14 +49,13 @@ static char *join(const uint32_t *cpts, const tok_pieces *w)
 }
 
 // Pre-tokenize text with the preset llama.cpp calls name.
-static char *split(const char *name, const char *text)
-{
+static char *split(const char *name, const char *text) {
     coli_tokenizer t;
     memset(&t, 0, sizeof t);
     cr_assert_eq(tok_pre_setup(&t, name, strlen(name)), 0, "%s", coli_last_error());
     size_t n;
     uint32_t *cpts = decode(text, &n);
-    tok_pieces w = { 0 };
+    tok_pieces w = {0};
     cr_assert_eq(tok_pretokenize(&t, cpts, n, &w), 0, "%s", coli_last_error());
     char *s = join(cpts, &w);
     free(w.len);
@@ -71,21 +64,19 @@ static char *split(const char *name, const char *text)
     return s;
 }
 
-static void expect_split(const char *name, const char *text, const char *want)
-{
+static void expect_split(const char *name, const char *text, const char *want) {
     char *got = split(name, text);
     cr_expect_str_eq(got, want, "%s: '%s' -> '%s', expected '%s'", name, text, got, want);
     free(got);
 }
 
 // One regex on the whole text.
-static char *regex_split(const char *pattern, const char *text)
-{
+static char *regex_split(const char *pattern, const char *text) {
     tok_regex *re = NULL;
     cr_assert_eq(tok_regex_compile(pattern, &re), 0, "%s", coli_last_error());
     size_t n;
     uint32_t *cpts = decode(text, &n);
-    tok_pieces in = { 0 }, out = { 0 };
+    tok_pieces in = {0}, out = {0};
     cr_assert_eq(tok_pieces_push(&in, n), 0);
     cr_assert_eq(tok_regex_split(re, cpts, n, &in, &out), 0, "%s", coli_last_error());
     char *s = join(cpts, &out);
@@ -96,8 +87,7 @@ static char *regex_split(const char *pattern, const char *text)
     return s;
 }
 
-static void expect_regex(const char *pattern, const char *text, const char *want)
-{
+static void expect_regex(const char *pattern, const char *text, const char *want) {
     char *got = regex_split(pattern, text);
     cr_expect_str_eq(got, want, "/%s/ on '%s' -> '%s', expected '%s'", pattern, text, got, want);
     free(got);
@@ -106,8 +96,7 @@ static void expect_regex(const char *pattern, const char *text, const char *want
 // ---------------------------------------------------------------------------
 // the matcher
 
-Test(pretok_regex, ecmascript_semantics)
-{
+Test(pretok_regex, ecmascript_semantics) {
     // the first alternative that matches wins, not the longest
     expect_regex("a|ab", "ab", "a|b");
     // \s+(?!\S): "   " is followed by 'b', so it gives back one space;
@@ -124,8 +113,7 @@ Test(pretok_regex, ecmascript_semantics)
     expect_regex("[\\-\\]]+|\\x41", "a-]A", "a|-]|A");
 }
 
-Test(pretok_regex, collapsed_categories)
-{
+Test(pretok_regex, collapsed_categories) {
     // \p{L} covers ASCII letters and any non-ASCII letter
     expect_regex("\\p{L}+", "héllo wörld", "héllo| |wörld");
     // \p{N}: U+0663 ARABIC-INDIC DIGIT THREE and U+00BD VULGAR FRACTION ONE HALF are numbers
@@ -139,16 +127,14 @@ Test(pretok_regex, collapsed_categories)
     expect_regex("\\s+", "a\u3000b", "a|\u3000|b");
 }
 
-Test(pretok_regex, wide_text_quirk)
-{
+Test(pretok_regex, wide_text_quirk) {
     // without a \p{..} the regex sees code points, but non-ASCII white space
     // becomes U+000B first (llama.cpp, for std::wregex's \s): U+3000 then
     // falls outside the literal range U+3000..U+3002
     expect_regex("[\u3000-\u3002]+", "\u3000\u3001\u3002", "\u3000|\u3001\u3002");
 }
 
-Test(pretok_regex, refused)
-{
+Test(pretok_regex, refused) {
     static const char *const bad[] = {
         "(ab)+", "a*?", "^a", "\\p{Lu}", "\\p{L}\u00E9", "[b-a]", "(a", "a)", "a{2", ".", "(?<=a)b", "\\k",
     };
@@ -165,8 +151,7 @@ Test(pretok_regex, refused)
 
 // llama-bpe (Llama 3; also dbrx, smaug-bpe, chatglm-bpe):
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-Test(pretok_preset, llama_bpe)
-{
+Test(pretok_preset, llama_bpe) {
     // contractions in any case ("'M", "'RE"); " " before digits is a word of its
     // own (\s+ - no letter follows it); digits in groups of at most 3
     expect_split("llama-bpe", "I'M here, you'RE 12345 items", "I|'M| here|,| you|'RE| |123|45| items");
@@ -181,8 +166,7 @@ Test(pretok_preset, llama_bpe)
 }
 
 // qwen2: the Llama 3 regex with \p{N} instead of \p{N}{1,3}, on the regex matcher
-Test(pretok_preset, qwen2)
-{
+Test(pretok_preset, qwen2) {
     // digits one by one; 年 is a letter (Lo)
     expect_split("qwen2", "2024\u5E74", "2|0|2|4|\u5E74");
     // "," cannot start a letter word ([^...]? then \p{L}+ fails at ' '), so
@@ -196,8 +180,7 @@ Test(pretok_preset, qwen2)
 
 // deepseek-v3: \p{N}{1,3}, then [一-龥぀-ゟ゠-ヿ]+, then
 // [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-Test(pretok_preset, deepseek_v3)
-{
+Test(pretok_preset, deepseek_v3) {
     expect_split("deepseek-v3", "1234567", "123|456|7");
     // kanji, hiragana and katakana stay one word, the Latin letters another
     expect_split("deepseek-v3", "\u65E5\u672C\u8A9E\u306E\u30C6\u30AD\u30B9\u30C8abc",
@@ -214,8 +197,7 @@ Test(pretok_preset, deepseek_v3)
 
 // deepseek-llm: [\r\n], \s?[cased letters]+, \s?[ASCII and full-width punct]+, \s+$,
 // [一-龥ࠀ-一가-퟿]+, \p{N}+
-Test(pretok_preset, deepseek_llm)
-{
+Test(pretok_preset, deepseek_llm) {
     // the letters split first; CJK and digits come out of what is left
     expect_split("deepseek-llm", "Hello \u4E16\u754C 123", "Hello| |\u4E16\u754C| |123");
     expect_split("deepseek-llm", "a, b", "a|,| b");
@@ -226,15 +208,13 @@ Test(pretok_preset, deepseek_llm)
 }
 
 // deepseek-coder: [\r\n], \s?\p{L}+, \s?\p{P}+, [一-龥ࠀ-一가-퟿]+, \p{N}
-Test(pretok_preset, deepseek_coder)
-{
+Test(pretok_preset, deepseek_coder) {
     // '=' is a symbol, not punctuation: it stays between ";" and the digit
     expect_split("deepseek-coder", "x=12;\n", "x|=|1|2|;|\n");
 }
 
 // falcon: [\p{P}\$\+<=>\^~\|`]+, the GPT-2 regex, [0-9][0-9][0-9]
-Test(pretok_preset, falcon_starcoder_default_gpt2)
-{
+Test(pretok_preset, falcon_starcoder_default_gpt2) {
     // '`' is in falcon's first class; " 12345" then splits at 3 digits
     expect_split("falcon", "a`b 12345", "a|`|b| |123|45");
     // starcoder (also refact, command-r, smollm): \p{N} first, then GPT-2
@@ -247,8 +227,7 @@ Test(pretok_preset, falcon_starcoder_default_gpt2)
     expect_split("default", "3.14159!!", "3|.|141|59|!!");
 }
 
-Test(pretok_preset, flags_and_unknown_names)
-{
+Test(pretok_preset, flags_and_unknown_names) {
     coli_tokenizer t;
     memset(&t, 0, sizeof t);
     t.bos = 11;
@@ -261,8 +240,8 @@ Test(pretok_preset, flags_and_unknown_names)
     cr_expect(!t.ignore_merges && t.bos == -1, "chatglm-bpe: no BOS id by default");
     tok_pre_free(&t);
     static const char *const names[] = {
-        "llama-bpe", "qwen2", "deepseek-llm", "deepseek-v3", "deepseek-coder", "falcon", "starcoder",
-        "refact", "mpt", "gpt-2", "dbrx", "command-r", "smollm", "chatglm-bpe", "default", "olmo",
+        "llama-bpe", "qwen2", "deepseek-llm", "deepseek-v3", "deepseek-coder", "falcon",      "starcoder", "refact",
+        "mpt",       "gpt-2", "dbrx",         "command-r",   "smollm",         "chatglm-bpe", "default",   "olmo",
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         memset(&t, 0, sizeof t);
@@ -280,11 +259,10 @@ Test(pretok_preset, flags_and_unknown_names)
 
 // Tokens: 0 <|begin|> (control), 1 a, 2 b, 3 c, 4 ab, 5 abc; one merge "a b"
 // (so merging alone never makes "abc"); BOS id 0.
-static coli_tokenizer *tiny_bpe(const char *pre)
-{
-    static const char *const tokens[] = { "<|begin|>", "a", "b", "c", "ab", "abc" };
-    static const int32_t types[] = { 3, 1, 1, 1, 1, 1 };
-    static const char *const merges[] = { "a b" };
+static coli_tokenizer *tiny_bpe(const char *pre) {
+    static const char *const tokens[] = {"<|begin|>", "a", "b", "c", "ab", "abc"};
+    static const int32_t types[] = {3, 1, 1, 1, 1, 1};
+    static const char *const merges[] = {"a b"};
     gguf_writer *w = gguf_writer_new();
     gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
@@ -309,8 +287,7 @@ static coli_tokenizer *tiny_bpe(const char *pre)
 }
 
 static void expect_tokens(const coli_tokenizer *tok, const char *text, int add_special, const int32_t *want,
-                          int n_want)
-{
+                          int n_want) {
     int32_t got[16];
     int n = 0;
     cr_assert_eq(coli_tokenizer_encode(tok, text, strlen(text), add_special, 0, got, 16, &n), 0, "%s",
@@ -320,24 +297,22 @@ static void expect_tokens(const coli_tokenizer *tok, const char *text, int add_s
         cr_expect_eq(got[i], want[i], "'%s': token %d is %d, expected %d", text, i, got[i], want[i]);
 }
 
-Test(pretok_tokenizer, ignore_merges_and_bos)
-{
+Test(pretok_tokenizer, ignore_merges_and_bos) {
     // llama-bpe: the word "abc" is a token, so it is taken whole; BOS added
     coli_tokenizer *tok = tiny_bpe("llama-bpe");
-    expect_tokens(tok, "abc", 1, (const int32_t[]){ 0, 5 }, 2);
+    expect_tokens(tok, "abc", 1, (const int32_t[]){0, 5}, 2);
     // "abcab" is no token: merges give ab c ab
-    expect_tokens(tok, "abcab", 0, (const int32_t[]){ 4, 3, 4 }, 3);
+    expect_tokens(tok, "abcab", 0, (const int32_t[]){4, 3, 4}, 3);
     coli_tokenizer_free(&tok);
     // dbrx: the same regex, but merges always run and no BOS by default
     tok = tiny_bpe("dbrx");
-    expect_tokens(tok, "abc", 1, (const int32_t[]){ 4, 3 }, 2);
+    expect_tokens(tok, "abc", 1, (const int32_t[]){4, 3}, 2);
     coli_tokenizer_free(&tok);
 }
 
-Test(pretok_tokenizer, unknown_name_is_one_line_naming_it)
-{
+Test(pretok_tokenizer, unknown_name_is_one_line_naming_it) {
     gguf_writer *w = gguf_writer_new();
-    static const char *const tokens[] = { "a" };
+    static const char *const tokens[] = {"a"};
     gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_writer_set_str(w, "tokenizer.ggml.pre", "tekken");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 1);
@@ -361,21 +336,20 @@ Test(pretok_tokenizer, unknown_name_is_one_line_naming_it)
 // arbitrary input: every preset splits any bytes into non-empty words that
 // add up to the text, without an error
 
-static uint32_t s_lcg(uint32_t *s)
-{
+static uint32_t s_lcg(uint32_t *s) {
     *s = *s * 1664525u + 1013904223u;
     return *s >> 8;
 }
 
-Test(pretok_fuzz, every_preset_covers_the_text)
-{
+Test(pretok_fuzz, every_preset_covers_the_text) {
     static const char *const names[] = {
-        "default", "llama-bpe", "dbrx", "chatglm-bpe", "deepseek-llm", "deepseek-coder", "deepseek-v3",
-        "falcon", "starcoder", "gpt-2", "jina-es", "qwen2", "poro-chat", "viking",
+        "default", "llama-bpe", "dbrx",  "chatglm-bpe", "deepseek-llm", "deepseek-coder", "deepseek-v3",
+        "falcon",  "starcoder", "gpt-2", "jina-es",     "qwen2",        "poro-chat",      "viking",
     };
     // bytes weighted toward what the regexes care about: spaces, newlines,
     // digits, apostrophes, punctuation, and UTF-8 lead/continuation bytes
-    static const char alphabet[] = " \n\r\t'sSeE0123.,!~`$\xE4\xB8\x80\xC3\xA9\xCC\x81\xE3\x80\x80\xF0\x9F\x98\x80\x80\xFF";
+    static const char alphabet[] =
+        " \n\r\t'sSeE0123.,!~`$\xE4\xB8\x80\xC3\xA9\xCC\x81\xE3\x80\x80\xF0\x9F\x98\x80\x80\xFF";
     uint32_t seed = 12345;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         coli_tokenizer t;
@@ -384,13 +358,11 @@ Test(pretok_fuzz, every_preset_covers_the_text)
         for (int iter = 0; iter < 200; iter++) {
             char text[96];
             size_t len = s_lcg(&seed) % sizeof text;
-            for (size_t i = 0; i < len; i++)
-                text[i] = alphabet[s_lcg(&seed) % (sizeof alphabet - 1)];
+            for (size_t i = 0; i < len; i++) text[i] = alphabet[s_lcg(&seed) % (sizeof alphabet - 1)];
             uint32_t cpts[96];
             size_t n = 0;
-            for (size_t off = 0; off < len;)
-                cpts[n++] = coli_utf8_decode(text, len, &off);
-            tok_pieces w = { 0 };
+            for (size_t off = 0; off < len;) cpts[n++] = coli_utf8_decode(text, len, &off);
+            tok_pieces w = {0};
             cr_assert_eq(tok_pretokenize(&t, cpts, n, &w), 0, "%s: %s", names[k], coli_last_error());
             size_t total = 0;
             for (size_t i = 0; i < w.n; i++) {

@@ -13,17 +13,25 @@
 #include <unistd.h>
 
 #include "colibri.h"
-#include "cpu_features.h"
-#include "gguf.h"
-#include "matmul_impl.h"
-#include "quant.h"
+#include "core/cpu_features.h"
+#include "core/gguf.h"
+#include "core/matmul_impl.h"
+#include "core/quant.h"
 
 #if COLI_X86
 #include <immintrin.h>
 #endif
 
-static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float bitsf(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 /* ---- fp16 -------------------------------------------------------------- */
 
@@ -41,7 +49,7 @@ Test(dtype, names_round_trip_and_unknown_types_say_their_number) {
         cr_assert_eq(coli_dtype_from_name(coli_dtype_name(all[i]), &back), 0, "%s", coli_dtype_name(all[i]));
         cr_expect_eq(back, all[i]);
     }
-    cr_expect_str_eq(coli_dtype_name(16), "type 16");  /* GGML's IQ2_XXS */
+    cr_expect_str_eq(coli_dtype_name(16), "type 16"); /* GGML's IQ2_XXS */
     cr_expect_str_eq(coli_dtype_name(4294967295u), "type 4294967295");
     coli_dtype t;
     cr_expect_eq(coli_dtype_from_name("IQ2_XXS", &t), -1);
@@ -73,7 +81,10 @@ static uint16_t half_reference(float f) {
     uint32_t lo = 0, hi = 0x7bff;
     while (lo < hi) { /* largest half <= a */
         uint32_t mid = (lo + hi + 1) / 2;
-        if (half_value((uint16_t)mid) <= a) lo = mid; else hi = mid - 1;
+        if (half_value((uint16_t)mid) <= a)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     if (lo == 0x7bff) return sign | 0x7bff;
     double dl = a - half_value((uint16_t)lo), du = half_value((uint16_t)(lo + 1)) - a;
@@ -89,9 +100,9 @@ Test(fp16, from_fp32_rounds_to_nearest_even) {
     cr_assert_eq(coli_fp32_to_fp16(65519.99f), 0x7bff);
     cr_assert_eq(coli_fp32_to_fp16(65520.0f), 0x7c00);
     cr_assert_eq(coli_fp32_to_fp16(-INFINITY), 0xfc00);
-    cr_assert_eq(coli_fp32_to_fp16(ldexpf(1, -24)), 0x0001);   /* smallest subnormal */
-    cr_assert_eq(coli_fp32_to_fp16(ldexpf(1, -25)), 0x0000);   /* tie to even: 0 */
-    cr_assert_eq(coli_fp32_to_fp16(ldexpf(3, -25)), 0x0002);   /* 1.5 ulp -> 2 */
+    cr_assert_eq(coli_fp32_to_fp16(ldexpf(1, -24)), 0x0001); /* smallest subnormal */
+    cr_assert_eq(coli_fp32_to_fp16(ldexpf(1, -25)), 0x0000); /* tie to even: 0 */
+    cr_assert_eq(coli_fp32_to_fp16(ldexpf(3, -25)), 0x0002); /* 1.5 ulp -> 2 */
     cr_assert_eq(coli_fp32_to_fp16(-0.0f), 0x8000);
     uint16_t n = coli_fp32_to_fp16(NAN);
     cr_assert((n & 0x7c00) == 0x7c00 && (n & 0x3ff), "NaN stays NaN: %04x", n);
@@ -107,9 +118,7 @@ Test(fp16, from_fp32_rounds_to_nearest_even) {
 COLI_TARGET_AVX2 static uint16_t f16c_from_f32(float f) {
     return (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set1_ps(f), _MM_FROUND_TO_NEAREST_INT), 0);
 }
-COLI_TARGET_AVX2 static float f16c_to_f32(uint16_t h) {
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)h)));
-}
+COLI_TARGET_AVX2 static float f16c_to_f32(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)h))); }
 #endif
 
 Test(fp16, scalar_matches_f16c_bit_for_bit) {
@@ -127,12 +136,20 @@ Test(fp16, scalar_matches_f16c_bit_for_bit) {
 }
 
 Test(fp16, bulk_rows_equal_scalar) {
-    enum { N = 1003 };
+    enum {
+        N = 1003
+    };
     float src[N], back[N];
     uint16_t h[N];
     unsigned s = 1;
-    for (int i = 0; i < N; i++) { s = s * 1103515245u + 12345u; src[i] = bitsf(s & 0x8fffffffu); }
-    src[0] = NAN; src[1] = INFINITY; src[2] = 1e-8f; src[3] = 70000.0f;
+    for (int i = 0; i < N; i++) {
+        s = s * 1103515245u + 12345u;
+        src[i] = bitsf(s & 0x8fffffffu);
+    }
+    src[0] = NAN;
+    src[1] = INFINITY;
+    src[2] = 1e-8f;
+    src[3] = 70000.0f;
     coli_quantize_row(COLI_F16, src, h, N);
     coli_dequantize_row(COLI_F16, h, back, N);
     for (int i = 0; i < N; i++) {
@@ -203,10 +220,11 @@ Test(rounding, weights_round_half_away_activations_half_even) {
 
 Test(rounding, q4_0_uses_signed_max_and_truncation) {
     float x[COLI_QK] = {0};
-    x[3] = -8.0f;             /* largest |x|, negative: d = -8 / -8 = 1 */
-    x[0] = 7.9f; x[1] = 7.95f; /* 7.9 + 8.5 = 16.4 -> 16 -> clamped 15 */
-    x[2] = -0.6f;             /* -0.6 + 8.5 = 7.9 -> 7 (truncation) */
-    x[16] = 0.5f;             /* 9.0 -> 9, in the high nibble of byte 0 */
+    x[3] = -8.0f; /* largest |x|, negative: d = -8 / -8 = 1 */
+    x[0] = 7.9f;
+    x[1] = 7.95f; /* 7.9 + 8.5 = 16.4 -> 16 -> clamped 15 */
+    x[2] = -0.6f; /* -0.6 + 8.5 = 7.9 -> 7 (truncation) */
+    x[16] = 0.5f; /* 9.0 -> 9, in the high nibble of byte 0 */
     block_q4_0 b;
     coli_quantize_row_q4_0(x, &b, COLI_QK);
     cr_assert_eq(b.d, coli_fp32_to_fp16(1.0f));
@@ -217,14 +235,18 @@ Test(rounding, q4_0_uses_signed_max_and_truncation) {
     cr_assert_eq(b.qs[3] & 0xf, 0);
     /* ties on |x|: the first one wins, with its sign */
     memset(x, 0, sizeof x);
-    x[4] = 2.0f; x[9] = -2.0f;
+    x[4] = 2.0f;
+    x[9] = -2.0f;
     coli_quantize_row_q4_0(x, &b, COLI_QK);
     cr_assert_eq(b.d, coli_fp32_to_fp16(-0.25f));
 }
 
 Test(rounding, avx2_activation_quantizer_equals_portable) {
     if (!coli_cpu_avx2()) cr_skip_test("no AVX2");
-    enum { N = 1024, T = 3 };
+    enum {
+        N = 1024,
+        T = 3
+    };
     static float x[T * N];
     static int8_t qa[T * N], qp[T * N];
     static float da[T * N / COLI_QK], dp[T * N / COLI_QK];
@@ -233,7 +255,7 @@ Test(rounding, avx2_activation_quantizer_equals_portable) {
         s = s * 1664525u + 1013904223u;
         x[i] = ((float)(s >> 9) / 8388608.0f - 1.0f) * (float)(1 + (i / 32) % 5);
     }
-    for (int i = 64; i < 96; i++) x[i] = 0.0f;               /* an all-zero block */
+    for (int i = 64; i < 96; i++) x[i] = 0.0f;                      /* an all-zero block */
     for (int i = 128; i < 160; i++) x[i] = (float)(i - 144) * 0.5f; /* exact .5 ties */
     mm_avx2_quantize_rows(x, T, N, qa, da);
     mm_portable_quantize_rows(x, T, N, qp, dp);
@@ -252,8 +274,8 @@ Test(rounding, avx2_activation_quantizer_equals_portable) {
 
 /* dequantize(quantize(x)) of type t: every element within tol steps (+ slack)
  * of x, a step being its block's amax / levels. q: room for the blocks, y: n floats. */
-static void s_expect_block_roundtrip(coli_dtype t, const float *x, void *q, float *y, int n, float levels,
-                                     float tol, float slack) {
+static void s_expect_block_roundtrip(coli_dtype t, const float *x, void *q, float *y, int n, float levels, float tol,
+                                     float slack) {
     coli_quantize_row(t, x, q, n);
     coli_dequantize_row(t, q, y, n);
     for (int b = 0; b < n / COLI_QK; b++) {
@@ -262,14 +284,16 @@ static void s_expect_block_roundtrip(coli_dtype t, const float *x, void *q, floa
         const float d = amax / levels;
         for (int j = 0; j < COLI_QK; j++) {
             int i = b * COLI_QK + j;
-            cr_assert_leq(fabsf(y[i] - x[i]), tol * d + slack, "%s element %d: %g vs %g", coli_dtype_name(t), i,
-                          y[i], x[i]);
+            cr_assert_leq(fabsf(y[i] - x[i]), tol * d + slack, "%s element %d: %g vs %g", coli_dtype_name(t), i, y[i],
+                          x[i]);
         }
     }
 }
 
 Test(roundtrip, q8_0_and_q4_0_error_bounds) {
-    enum { N = 32 * 64 };
+    enum {
+        N = 32 * 64
+    };
     static float x[N], y[N];
     static block_q8_0 q8[N / COLI_QK];
     static block_q4_0 q4[N / COLI_QK];
@@ -311,10 +335,12 @@ static int find_f32_model(char *path, size_t len) {
     mkdir(build, 0755);
     mkdir(dir, 0755);
     if (snprintf(tmp, sizeof tmp, "%s/gen-%d", dir, (int)getpid()) >= (int)sizeof tmp ||
-        snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import numpy' 2>/dev/null && "
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 -c 'import numpy' 2>/dev/null && "
                  "/usr/bin/python3 '%s/reference/gen/make_models.py' '%s' --no-bench "
                  "--only tiny-mixtral >/dev/null 2>&1 && mv '%s/tiny-mixtral-f32.gguf' '%s'; "
-                 "rm -rf '%s'", shared_dir(), tmp, tmp, path, tmp) >= (int)sizeof cmd)
+                 "rm -rf '%s'",
+                 shared_dir(), tmp, tmp, path, tmp) >= (int)sizeof cmd)
         return -1;
     if (system(cmd) != 0 || access(path, R_OK) != 0) return -1;
     return 0;
@@ -323,7 +349,8 @@ static int find_f32_model(char *path, size_t len) {
 static void check_against_shipped(const char *file, coli_dtype type) {
     char ref[512], f32_path[600];
     if (snprintf(ref, sizeof ref, "%s/reference/models/%s", shared_dir(), file) >= (int)sizeof ref ||
-        access(ref, R_OK) != 0) cr_skip_test("../shared not found: %s", ref);
+        access(ref, R_OK) != 0)
+        cr_skip_test("../shared not found: %s", ref);
     if (find_f32_model(f32_path, sizeof f32_path) != 0)
         cr_skip_test("cannot generate tiny-mixtral-f32.gguf (needs /usr/bin/python3 with numpy)");
     gguf_file *q = NULL, *f = NULL;
@@ -353,10 +380,6 @@ static void check_against_shipped(const char *file, coli_dtype type) {
     gguf_close(&f);
 }
 
-Test(shipped, q8_0_file_byte_identical, .timeout = 120) {
-    check_against_shipped("tiny-mixtral-q8_0.gguf", COLI_Q8_0);
-}
+Test(shipped, q8_0_file_byte_identical, .timeout = 120) { check_against_shipped("tiny-mixtral-q8_0.gguf", COLI_Q8_0); }
 
-Test(shipped, q4_0_file_byte_identical, .timeout = 120) {
-    check_against_shipped("tiny-mixtral-q4_0.gguf", COLI_Q4_0);
-}
+Test(shipped, q4_0_file_byte_identical, .timeout = 120) { check_against_shipped("tiny-mixtral-q4_0.gguf", COLI_Q4_0); }

@@ -18,12 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 #include "colibri.h"
-#include "gguf.h"
-#include "quant.h"
-#include "ref_models.h"
-#include "tensor.h"
+#include "core/gguf.h"
+#include "core/quant.h"
+#include "tests/ref_models.h"
+#include "core/tensor.h"
 
 /* The shipped files and the llama-quantize command that made each. */
 static const struct shipped {
@@ -76,7 +76,10 @@ static double s_compare_tensor(const coli_tensor *src, const coli_tensor *ref, i
             se_theirs += ((double)theirs[i] - x[i]) * ((double)theirs[i] - x[i]);
         }
     }
-    free(x); free(ours); free(theirs); free(q);
+    free(x);
+    free(ours);
+    free(theirs);
+    free(q);
     cr_assert_gt(se_theirs, 0.0, "%s: llama.cpp's %s is exact?", ref->name, coli_dtype_name(ref->type));
     return sqrt(se_ours / se_theirs);
 }
@@ -100,12 +103,11 @@ static void s_compare_file(const gguf_file *src, const char *file, type_stats *s
             st->worst = ratio;
             snprintf(st->worst_name, sizeof st->worst_name, "%s", t->name);
         }
-        cr_expect_leq(ratio, 1.02, "%s %s (%s): RMSE %.4fx llama.cpp's", file, t->name,
-                      coli_dtype_name(t->type), ratio);
+        cr_expect_leq(ratio, 1.02, "%s %s (%s): RMSE %.4fx llama.cpp's", file, t->name, coli_dtype_name(t->type),
+                      ratio);
 #if defined(__x86_64__) && !defined(__FMA__)
         /* same float operations in the same order, no contraction: same bytes */
-        cr_expect(identical, "%s %s (%s): bytes differ from llama-quantize's", file, t->name,
-                  coli_dtype_name(t->type));
+        cr_expect(identical, "%s %s (%s): bytes differ from llama-quantize's", file, t->name, coli_dtype_name(t->type));
 #endif
     }
     gguf_close(&ref);
@@ -124,8 +126,7 @@ Test(quantize_types, rmse_within_2pct_of_llama_quantize) {
         if (!stats[t].n) continue;
         types++;
         cr_log_info("%-6s %2d tensors, %2d byte-identical to llama-quantize, worst RMSE ratio %.6f (%s)",
-                    coli_dtype_name((uint32_t)t), stats[t].n, stats[t].identical, stats[t].worst,
-                    stats[t].worst_name);
+                    coli_dtype_name((uint32_t)t), stats[t].n, stats[t].identical, stats[t].worst, stats[t].worst_name);
     }
     cr_expect_eq(types, 10, "the shipped files cover Q2_K..Q6_K, IQ4_XS, IQ4_NL, Q4_1, Q5_0, Q5_1");
     gguf_close(&src);
@@ -198,8 +199,7 @@ Test(quantize_types, rows_the_block_does_not_divide) {
 
     const coli_quantize_params pure = {.pure = 1};
     cr_assert_eq(coli_quantize_file_params(in, out, "Q4_K", &pure), COLI_EUNSUPPORTED);
-    cr_expect(strstr(coli_last_error(), "ffn_down_exps") && strstr(coli_last_error(), "384"), "%s",
-              coli_last_error());
+    cr_expect(strstr(coli_last_error(), "ffn_down_exps") && strstr(coli_last_error(), "384"), "%s", coli_last_error());
 }
 
 static coli_dtype s_type_of(const gguf_file *f, const char *name) {
@@ -266,7 +266,8 @@ Test(quantize_types, same_bytes_for_any_thread_count) {
 Test(quantize_types, unknown_type_names_the_accepted_ones) {
     cr_assert_eq(coli_quantize_file("models/tiny-moe-4e2r-f16.gguf", "/tmp/never.gguf", "Q4_K_X"), COLI_EINVAL);
     cr_expect(strstr(coli_last_error(), "Q4_K_X") && strstr(coli_last_error(), "Q4_K_M") &&
-              strstr(coli_last_error(), "IQ4_XS"), "%s", coli_last_error());
+                  strstr(coli_last_error(), "IQ4_XS"),
+              "%s", coli_last_error());
     const coli_quantize_params bad = {.output_type = "Q8_K"};
     cr_assert_eq(coli_quantize_file_params("models/tiny-moe-4e2r-f16.gguf", "/tmp/never.gguf", "Q4_K_M", &bad),
                  COLI_EINVAL);
@@ -278,7 +279,7 @@ Test(quantize_types, unknown_type_names_the_accepted_ones) {
  * comes back within the type's scale rounding. */
 Test(quantize_types, zero_and_constant_rows) {
     static const coli_dtype types[] = {COLI_Q4_1, COLI_Q5_0, COLI_Q5_1, COLI_IQ4_NL, COLI_Q2_K,
-                                       COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS};
+                                       COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K,   COLI_IQ4_XS};
     float x[512], y[512];
     uint8_t q[512 * 2];
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
@@ -292,8 +293,8 @@ Test(quantize_types, zero_and_constant_rows) {
         coli_quantize_row(types[k], x, q, 512);
         coli_dequantize_row(types[k], q, y, 512);
         for (int i = 0; i < 512; i++)
-            cr_assert(fabsf(y[i] - 0.75f) < 0.02f, "%s: constant 0.75 gives %g at %d", coli_dtype_name(types[k]),
-                      y[i], i);
+            cr_assert(fabsf(y[i] - 0.75f) < 0.02f, "%s: constant 0.75 gives %g at %d", coli_dtype_name(types[k]), y[i],
+                      i);
     }
 }
 
@@ -302,8 +303,8 @@ static double s_perplexity(const char *model) {
     char coli[512];
     cli_build_path(coli, sizeof coli, "bin/coli");
     cr_assert(cli_file_exists(coli), "%s missing (make all first)", coli);
-    char *argv[] = {coli, "perplexity", "-m", (char *)model, "-f", "tests/fixtures/tiny-moe-4e2r-valid.txt",
-                    "--inproc", "-t", "1", NULL};
+    char *argv[] = {coli,       "perplexity", "-m", (char *)model, "-f", "tests/fixtures/tiny-moe-4e2r-valid.txt",
+                    "--inproc", "-t",         "1",  NULL};
     cli_result res = cli_run(argv);
     cr_assert_eq(res.status, 0, "coli perplexity %s failed: %s", model, res.err);
     const char *p = strstr(res.out, "perplexity: ");
@@ -317,7 +318,10 @@ static double s_perplexity(const char *model) {
  * bound that widens with fewer bits (measured on the whole held-out split,
  * docs/quantize.md: Q6_K +0.04 %, Q4_K_M +0.12 %, Q2_K +2.5 %). */
 Test(quantize_types, presets_perplexity_close_to_f16) {
-    static const struct { const char *preset; double max_rel; } cases[] = {
+    static const struct {
+        const char *preset;
+        double max_rel;
+    } cases[] = {
         {"Q6_K", 0.005}, {"Q5_K_M", 0.02}, {"Q4_K_M", 0.02}, {"IQ4_XS", 0.02}, {"Q3_K_M", 0.03}, {"Q2_K", 0.08},
     };
     const char *f16 = "models/tiny-moe-4e2r-f16.gguf";
@@ -340,7 +344,7 @@ Test(quantize_types, cli_flags_and_summary) {
     char coli[512], out[4200];
     cli_build_path(coli, sizeof coli, "bin/coli");
     snprintf(out, sizeof out, "%s/quantize-types-cli.gguf", s_build());
-    char *argv[] = {coli, "quantize", "--output-type", "Q8_0", "-t", "2", "models/tiny-moe-4e2r-f16.gguf", out,
+    char *argv[] = {coli,     "quantize", "--output-type", "Q8_0", "-t", "2", "models/tiny-moe-4e2r-f16.gguf", out,
                     "IQ4_XS", NULL};
     cli_result r = cli_run(argv);
     cr_assert_eq(r.status, 0, "%s", r.err);

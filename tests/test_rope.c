@@ -12,17 +12,17 @@
 
 #include "coordinator/model.h"
 #include "coordinator/rope.h"
-#include "error.h"
-#include "gguf.h"
-#include "ref_models.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "tests/ref_models.h"
 
 #define TOL 1e-6
 
 static void s_expect_pair(const float *cs, int i, double angle, double mag) {
     cr_expect(fabs(cs[2 * i] - mag * cos(angle)) < TOL, "pair %d: cos %.9g, expected %.9g", i, cs[2 * i],
               mag * cos(angle));
-    cr_expect(fabs(cs[2 * i + 1] - mag * sin(angle)) < TOL, "pair %d: sin %.9g, expected %.9g", i,
-              cs[2 * i + 1], mag * sin(angle));
+    cr_expect(fabs(cs[2 * i + 1] - mag * sin(angle)) < TOL, "pair %d: sin %.9g, expected %.9g", i, cs[2 * i + 1],
+              mag * sin(angle));
 }
 
 TestSuite(rope);
@@ -112,7 +112,8 @@ static void s_copy_with(const char *src, const char *dst, const char *type, cons
     }
     if (freqs)
         cr_assert_eq(gguf_writer_add_tensor(w, "rope_freqs.weight", COLI_F32, 1, &n_freqs, freqs,
-                                            (size_t)n_freqs * sizeof(float)), 0);
+                                            (size_t)n_freqs * sizeof(float)),
+                     0);
     cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
     gguf_writer_free(&w);
     gguf_close(&f);

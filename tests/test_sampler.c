@@ -8,7 +8,11 @@
 static coli_sampling_params s_params(float temp, int top_k, float top_p, uint64_t seed) {
     coli_sampling_params p;
     coli_sampling_default_params(&p);
-    p.temperature = temp; p.top_k = top_k; p.top_p = top_p; p.seed = seed; p.n_predict = 1;
+    p.temperature = temp;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.seed = seed;
+    p.n_predict = 1;
     return p;
 }
 
@@ -25,7 +29,10 @@ Test(sampler, greedy_picks_argmax_and_lower_id_on_ties) {
 }
 
 Test(sampler, same_seed_same_sequence_other_seed_differs) {
-    enum { V = 50, N = 200 };
+    enum {
+        V = 50,
+        N = 200
+    };
     float logits[V];
     for (int i = 0; i < V; i++) logits[i] = (float)sin(i * 0.7) * 2.0f;
     int32_t a[N], b[N], c[N];
@@ -68,8 +75,10 @@ Test(sampler, top_k_keeps_only_the_k_best) {
     sampler_free(&s);
     for (int i = 0; i < 8; i++) {
         int allowed = i == 1 || i == 3 || i == 4;
-        if (allowed) cr_assert_gt(seen[i], 500, "id %d drawn %d times", i, seen[i]);
-        else cr_assert_eq(seen[i], 0, "id %d outside top-3 drawn %d times", i, seen[i]);
+        if (allowed)
+            cr_assert_gt(seen[i], 500, "id %d drawn %d times", i, seen[i]);
+        else
+            cr_assert_eq(seen[i], 0, "id %d outside top-3 drawn %d times", i, seen[i]);
     }
 }
 
@@ -137,7 +146,10 @@ Test(sampler, pcg32_reference_stream) {
 // penalties, min_p, the logit filter and logprobs (expected values by hand from
 // llama.cpp's definitions, see coordinator/sampler.h)
 
-typedef struct seen_logits { float l[8]; int n, calls; } seen_logits;
+typedef struct seen_logits {
+    float l[8];
+    int n, calls;
+} seen_logits;
 
 static void s_capture(void *user, float *logits, int n) {
     seen_logits *s = user;
@@ -151,8 +163,12 @@ Test(sampler, penalties_follow_llama_cpp) {
     seen_logits seen = {0};
     sampler s;
     coli_sampling_params p = s_params(0.0f, 0, 1.0f, 1);
-    p.repeat_penalty = 1.5f; p.frequency_penalty = 0.25f; p.presence_penalty = 0.5f; p.repeat_last_n = 64;
-    p.logit_filter = s_capture; p.logit_filter_user = &seen;
+    p.repeat_penalty = 1.5f;
+    p.frequency_penalty = 0.25f;
+    p.presence_penalty = 0.5f;
+    p.repeat_last_n = 64;
+    p.logit_filter = s_capture;
+    p.logit_filter_user = &seen;
     cr_assert_eq(sampler_init(&s, &p, 4), 0);
     cr_assert_eq(sampler_accept(&s, 3), 0);
     cr_assert_eq(sampler_accept(&s, 3), 0);
@@ -170,7 +186,9 @@ Test(sampler, penalties_follow_llama_cpp) {
     /* last_n = 2: after 3, 3, 1 the window holds 3 and 1 once each */
     p.repeat_last_n = 2;
     cr_assert_eq(sampler_init(&s, &p, 4), 0);
-    sampler_accept(&s, 3); sampler_accept(&s, 3); sampler_accept(&s, 1);
+    sampler_accept(&s, 3);
+    sampler_accept(&s, 3);
+    sampler_accept(&s, 1);
     sampler_sample(&s, logits);
     cr_assert_float_eq(seen.l[3], 3.0f / 1.5f - 0.25f - 0.5f, 1e-6);
     sampler_free(&s);
@@ -182,7 +200,10 @@ Test(sampler, penalties_follow_llama_cpp) {
     cr_assert_float_eq(seen.l[3], 3.0f, 0);
     sampler_free(&s);
     /* last_n = -1: the whole history, growing past its first allocation */
-    p.repeat_last_n = -1; p.repeat_penalty = 1.0f; p.presence_penalty = 0.0f; p.frequency_penalty = 0.001f;
+    p.repeat_last_n = -1;
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.001f;
     cr_assert_eq(sampler_init(&s, &p, 4), 0);
     for (int i = 0; i < 1000; i++) cr_assert_eq(sampler_accept(&s, 3), 0);
     sampler_sample(&s, logits);
@@ -216,7 +237,8 @@ Test(sampler, min_p_drops_tokens_below_the_fraction_of_the_best) {
 }
 
 static void s_forbid_0_and_3(void *user, float *l, int n) {
-    (void)user; (void)n;
+    (void)user;
+    (void)n;
     l[0] = -INFINITY;
     l[3] = -INFINITY;
 }
@@ -234,7 +256,8 @@ Test(sampler, logit_filter_masks_tokens_and_can_end_generation) {
     cr_assert_eq(sampler_init(&s, &p, 4), 0);
     cr_assert_eq(sampler_sample(&s, logits), 1);
     sampler_free(&s);
-    p.temperature = 2.0f; p.top_p = 0.99f;
+    p.temperature = 2.0f;
+    p.top_p = 0.99f;
     cr_assert_eq(sampler_init(&s, &p, 4), 0);
     for (int i = 0; i < 500; i++) {
         int32_t id = sampler_sample(&s, logits);
@@ -256,7 +279,8 @@ Test(sampler, logprobs_are_the_raw_log_softmax) {
     double lse = log(exp(1.0) + exp(3.0) + exp(2.0) + exp(3.0) + exp(-1.0));
     sampler s;
     coli_sampling_params p = s_params(0.0f, 0, 1.0f, 3);
-    p.logprobs = 1; p.top_logprobs = 3;
+    p.logprobs = 1;
+    p.top_logprobs = 3;
     p.repeat_penalty = 2.0f; /* penalties change the draw, not the reported logprobs */
     cr_assert_eq(sampler_init(&s, &p, 5), 0);
     sampler_accept(&s, 1);

@@ -7,12 +7,11 @@
 #include <sys/wait.h>
 
 #define SCHED_WAIVE_RUNNER_LEAK
-#include "sched_util.h"
+#include "tests/sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
-static void s_env(void)
-{
+static void s_env(void) {
     sched_env_defaults();
     unsetenv("COLI_PROBE_TIMEOUT_MS");
 }
@@ -20,14 +19,12 @@ static void s_env(void)
 TestSuite(scheduler_auto, .init = s_env);
 
 //  A plugin directory: the cpu plugin, plus cuda/hip as given (NULL = absent).
-static void s_plugin_dir(char *dir, size_t n, const char *cuda, const char *hip)
-{
+static void s_plugin_dir(char *dir, size_t n, const char *cuda, const char *hip) {
     sched_plugin_dir(dir, n, "/tmp/coli-autotest-XXXXXX", cuda, hip);
 }
 
 //  The GPU plugin `make gpu-compile` built (absolute path), or NULL.
-static const char *s_gpu_plugin(const char *vendor, char *out, size_t n)
-{
+static const char *s_gpu_plugin(const char *vendor, char *out, size_t n) {
     snprintf(out, n, "%s/gpu/%s/libcoli-%s.so", sched_build_dir(), vendor, vendor);
     if (access(out, R_OK) == 0) return out;
     snprintf(out, n, "%s/lib/libcoli-%s.so", sched_build_dir(), vendor);
@@ -36,8 +33,7 @@ static const char *s_gpu_plugin(const char *vendor, char *out, size_t n)
 
 //  A plugin named cuda whose probe misbehaves (body = the probe's statements),
 //  built in a new directory dir.
-static void s_fake_plugin(char *dir, size_t dir_len, const char *body, char *so, size_t n)
-{
+static void s_fake_plugin(char *dir, size_t dir_len, const char *body, char *so, size_t n) {
     char src[256], cmd[1024];
     snprintf(dir, dir_len, "/tmp/coli-fake-XXXXXX");
     cr_assert(mkdtemp(dir), "mkdtemp");
@@ -45,27 +41,30 @@ static void s_fake_plugin(char *dir, size_t dir_len, const char *body, char *so,
     snprintf(so, n, "%s/libfake.so", dir);
     FILE *f = fopen(src, "w");
     cr_assert(f);
-    fprintf(f, "#include <signal.h>\n#include <unistd.h>\n#include \"plugins/plugin_abi.h\"\n"
-               "static int probe(int *n, char *why, size_t len) { %s; *n = 0; return 0; }\n"
-               "static int op(const moe_open_opts *o, moe_device **d, char *e, size_t l) { return -1; }\n"
-               "static int caps(moe_device *d, moe_caps *c) { return -1; }\n"
-               "static int load(moe_device *d, const moe_expert_desc *x, char *e, size_t l) { return -1; }\n"
-               "static int run(moe_device *d, const moe_batch_group *g, int32_t ng, const float *x,\n"
-               "               int64_t nr, int64_t ne, float *o, char *e, size_t l) { return -1; }\n"
-               "static void cl(moe_device **d) {}\n"
-               "static const struct moe_plugin p = {MOE_PLUGIN_ABI_MAJOR, MOE_PLUGIN_ABI_MINOR,\n"
-               "  sizeof(struct moe_plugin), \"cuda\", probe, op, caps, load, run, 0, cl};\n"
-               "const struct moe_plugin *moe_plugin_get(void) { return &p; }\n", body);
+    fprintf(f,
+            "#include <signal.h>\n#include <unistd.h>\n#include \"plugins/plugin_abi.h\"\n"
+            "static int probe(int *n, char *why, size_t len) { %s; *n = 0; return 0; }\n"
+            "static int op(const moe_open_opts *o, moe_device **d, char *e, size_t l) { return -1; }\n"
+            "static int caps(moe_device *d, moe_caps *c) { return -1; }\n"
+            "static int load(moe_device *d, const moe_expert_desc *x, char *e, size_t l) { return -1; }\n"
+            "static int run(moe_device *d, const moe_batch_group *g, int32_t ng, const float *x,\n"
+            "               int64_t nr, int64_t ne, float *o, char *e, size_t l) { return -1; }\n"
+            "static void cl(moe_device **d) {}\n"
+            "static const struct moe_plugin p = {MOE_PLUGIN_ABI_MAJOR, MOE_PLUGIN_ABI_MINOR,\n"
+            "  sizeof(struct moe_plugin), \"cuda\", probe, op, caps, load, run, 0, cl};\n"
+            "const struct moe_plugin *moe_plugin_get(void) { return &p; }\n",
+            body);
     fclose(f);
     snprintf(cmd, sizeof cmd, "cc -shared -fPIC -I. -o %s %s 2>/dev/null", so, src);
     if (system(cmd) != 0) cr_skip_test("no C compiler to build a fake plugin");
 }
 
 //  stderr of the whole load + generation, into a file.
-typedef struct capture { int fd, saved; } capture;
+typedef struct capture {
+    int fd, saved;
+} capture;
 
-static capture s_capture_begin(void)
-{
+static capture s_capture_begin(void) {
     fflush(stderr);
     char path[] = "/tmp/coli-stderr-XXXXXX";
     capture c = {mkstemp(path), dup(2)};
@@ -75,8 +74,7 @@ static capture s_capture_begin(void)
     return c;
 }
 
-static char *s_capture_end(capture c)
-{
+static char *s_capture_end(capture c) {
     fflush(stderr);
     dup2(c.saved, 2);
     close(c.saved);
@@ -88,23 +86,20 @@ static char *s_capture_end(capture c)
     return text;
 }
 
-static int s_n_workers(const char *js)
-{
+static int s_n_workers(const char *js) {
     int n = 0;
     for (const char *p = js; (p = strstr(p, "{\"id\":")); p++) n++;
     return n;
 }
 
-static int s_default_cpu(void)
-{
+static int s_default_cpu(void) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int n = (int)(cores / 16);
     return n < 1 ? 1 : (n > 4 ? 4 : n);
 }
 
 //  devices (NULL = the default) against --inproc; returns stats, *err = stderr.
-static char *s_run(const char *devices, char **err)
-{
+static char *s_run(const char *devices, char **err) {
     const char *model = sched_fixture(MODEL);
     gen_result ref, got;
     sched_generate(model, "inproc", NULL, NULL, &ref);
@@ -120,8 +115,7 @@ static char *s_run(const char *devices, char **err)
     return js;
 }
 
-static void s_expect_cpu_only(const char *js)
-{
+static void s_expect_cpu_only(const char *js) {
     cr_expect_eq(s_n_workers(js), s_default_cpu(), "%s", js);
     for (int i = 0; i < s_n_workers(js); i++) {
         char v[32];
@@ -132,8 +126,7 @@ static void s_expect_cpu_only(const char *js)
 }
 
 // ---------------------------------------------------------------------------
-Test(scheduler_auto, probe_of_a_missing_plugin_gives_the_reason)
-{
+Test(scheduler_auto, probe_of_a_missing_plugin_gives_the_reason) {
     char dir[64], cmd[1400], line[1024] = "";
     s_plugin_dir(dir, sizeof dir, NULL, NULL);
     snprintf(cmd, sizeof cmd, "%s/bin/coli-worker --probe cuda", sched_build_dir());
@@ -143,17 +136,16 @@ Test(scheduler_auto, probe_of_a_missing_plugin_gives_the_reason)
     int st = pclose(p);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "probe exit status %d", st);
     cr_expect(strstr(line, "{\"plugin\":\"cuda\",\"devices\":0,\"reason\":\"plugin 'cuda': libcoli-cuda.so: "
-                           "cannot open shared object file"), "%s", line);
+                           "cannot open shared object file"),
+              "%s", line);
     sched_rm_plugin_dir(dir);
 }
 
 //  No GPU here: the default and "auto" are CPU workers only, silently, with
 //  the real GPU plugins present when they are built (they probe 0 devices).
-Test(scheduler_auto, auto_without_a_gpu_is_cpu_workers_and_silent, .timeout = 120)
-{
+Test(scheduler_auto, auto_without_a_gpu_is_cpu_workers_and_silent, .timeout = 120) {
     char dir[64], cuda[1100], hip[1100];
-    s_plugin_dir(dir, sizeof dir, s_gpu_plugin("cuda", cuda, sizeof cuda),
-                 s_gpu_plugin("hip", hip, sizeof hip));
+    s_plugin_dir(dir, sizeof dir, s_gpu_plugin("cuda", cuda, sizeof cuda), s_gpu_plugin("hip", hip, sizeof hip));
     const char *devices[2] = {NULL, "auto"};
     for (int i = 0; i < 2; i++) {
         char *err = NULL, *js = s_run(devices[i], &err);
@@ -167,8 +159,7 @@ Test(scheduler_auto, auto_without_a_gpu_is_cpu_workers_and_silent, .timeout = 12
 
 //  A plugin that finds a device gets a worker: the cpu plugin standing in as
 //  "cuda" (its probe says 1 device) becomes worker cuda:0 beside the CPU ones.
-Test(scheduler_auto, auto_starts_a_worker_per_device_found, .timeout = 120)
-{
+Test(scheduler_auto, auto_starts_a_worker_per_device_found, .timeout = 120) {
     char dir[64], cpu[1100];
     snprintf(cpu, sizeof cpu, "%s/lib/libcoli-cpu.so", sched_build_dir());
     s_plugin_dir(dir, sizeof dir, cpu, NULL);
@@ -189,8 +180,7 @@ Test(scheduler_auto, auto_starts_a_worker_per_device_found, .timeout = 120)
 }
 
 //  A driver that crashes in its probe takes only the probe process down.
-Test(scheduler_auto, crashing_probe_costs_one_line, .timeout = 120)
-{
+Test(scheduler_auto, crashing_probe_costs_one_line, .timeout = 120) {
     char dir[64], fake[64], so[256];
     s_fake_plugin(fake, sizeof fake, "raise(SIGSEGV)", so, sizeof so);
     s_plugin_dir(dir, sizeof dir, so, NULL);
@@ -198,7 +188,8 @@ Test(scheduler_auto, crashing_probe_costs_one_line, .timeout = 120)
     s_expect_cpu_only(js);
     /* under ASan the probe's SEGV handler turns the signal into exit status 1 */
     cr_expect(strstr(err, "colibri: devices auto: cuda: probe crashed (") ||
-              strstr(err, "colibri: devices auto: cuda: probe failed (exit status 1)"), "%s", err);
+                  strstr(err, "colibri: devices auto: cuda: probe failed (exit status 1)"),
+              "%s", err);
     cr_expect(strstr(err, "; no cuda workers\n"), "%s", err);
     cr_expect_eq(sched_fallbacks(js, "cuda:0", "no_device"), 0, "auto counts no fallback: %s", js);
     free(err);
@@ -208,8 +199,7 @@ Test(scheduler_auto, crashing_probe_costs_one_line, .timeout = 120)
 }
 
 //  ... and one that hangs is killed after COLI_PROBE_TIMEOUT_MS.
-Test(scheduler_auto, hanging_probe_is_killed_after_the_timeout, .timeout = 120)
-{
+Test(scheduler_auto, hanging_probe_is_killed_after_the_timeout, .timeout = 120) {
     char dir[64], fake[64], so[256];
     s_fake_plugin(fake, sizeof fake, "sleep(60)", so, sizeof so);
     s_plugin_dir(dir, sizeof dir, so, NULL);
@@ -218,8 +208,8 @@ Test(scheduler_auto, hanging_probe_is_killed_after_the_timeout, .timeout = 120)
     char *err = NULL, *js = s_run("auto", &err);
     cr_expect_lt(sched_now() - t0, 30.0, "the hung probe held the load");
     s_expect_cpu_only(js);
-    cr_expect(strstr(err, "colibri: devices auto: cuda: probe did not answer within 300 ms; no cuda workers"),
-              "%s", err);
+    cr_expect(strstr(err, "colibri: devices auto: cuda: probe did not answer within 300 ms; no cuda workers"), "%s",
+              err);
     free(err);
     free(js);
     sched_rm_plugin_dir(dir);
@@ -227,8 +217,7 @@ Test(scheduler_auto, hanging_probe_is_killed_after_the_timeout, .timeout = 120)
 }
 
 //  The default's workers go with the model, as named devices' do.
-Test(scheduler_auto, default_workers_end_with_the_model, .timeout = 60)
-{
+Test(scheduler_auto, default_workers_end_with_the_model, .timeout = 60) {
     char dir[64];
     s_plugin_dir(dir, sizeof dir, NULL, NULL);
     coli_model_params mp;

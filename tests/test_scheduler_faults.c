@@ -6,13 +6,12 @@
  * Each case runs on both data paths (COLI_DATA_PATH=shm, the default for
  * local workers, and zmq); the random trials alternate between them.
  */
-#include "sched_util.h"
-#include "ref_models.h"
+#include "tests/sched_util.h"
+#include "tests/ref_models.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
-static void s_env(void)
-{
+static void s_env(void) {
     setenv("COLI_LAYER_DEADLINE_MS", "5000", 1); /* generous: CI noise */
     setenv("COLI_RESTART_BACKOFF_MS", "20", 1);
 }
@@ -22,8 +21,7 @@ TestSuite(scheduler_faults, .init = s_env);
 static const char *s_paths[2] = {"shm", "zmq"};
 
 //  Every worker that is up used the data path asked for (and the ring, if shm).
-static void s_check_path(const char *js, const char *path)
-{
+static void s_check_path(const char *js, const char *path) {
     for (int id = 0;; id++) {
         char key[32], v[32];
         snprintf(key, sizeof key, "{\"id\":%d,", id);
@@ -33,16 +31,17 @@ static void s_check_path(const char *js, const char *path)
         sched_worker_field(js, id, "data_path", v, sizeof v);
         cr_expect_str_eq(v, path, "worker %d", id);
         sched_worker_field(js, id, "ring_replies", v, sizeof v);
-        if (!strcmp(path, "shm")) cr_expect_gt(atol(v), 0, "worker %d: no reply came by the ring", id);
-        else cr_expect_eq(atol(v), 0, "worker %d: ring used on the zmq path", id);
+        if (!strcmp(path, "shm"))
+            cr_expect_gt(atol(v), 0, "worker %d: no reply came by the ring", id);
+        else
+            cr_expect_eq(atol(v), 0, "worker %d: ring used on the zmq path", id);
     }
 }
 
 //  Run `model` on devices with COLI_FAULT=fault on data path `path`; compare with --inproc;
 //  return stats.
-static char *s_run_model(const char *model, const char *devices, const char *path, const char *fault,
-                         step_hook hook, void *user)
-{
+static char *s_run_model(const char *model, const char *devices, const char *path, const char *fault, step_hook hook,
+                         void *user) {
     gen_result ref, got;
     unsetenv("COLI_FAULT");
     sched_generate(model, "inproc", NULL, NULL, &ref);
@@ -68,27 +67,25 @@ static char *s_run_model(const char *model, const char *devices, const char *pat
 #define s_run_fault(devices, fault, hook, user) \
     s_run_model(sched_fixture(MODEL), devices, s_paths[path_i], fault, hook, user)
 
-Test(scheduler_faults, happy_path_two_workers_bit_identical)
-{
+Test(scheduler_faults, happy_path_two_workers_bit_identical) {
     FOR_EACH_PATH(path_i) {
-    char *js = s_run_fault("cpu:2", NULL, NULL, NULL);
-    cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
-    cr_expect_eq(sched_field(js, "inproc_rows"), 0, "%s", js);
-    char v[64];
-    for (int w = 0; w < 2; w++) {
-        sched_worker_field(js, w, "status", v, sizeof v);
-        cr_expect_str_eq(v, "up");
-        sched_worker_field(js, w, "resident_experts", v, sizeof v);
-        cr_expect_gt(atol(v), 0, "worker %d holds no experts", w);
-        sched_worker_field(js, w, "batches", v, sizeof v);
-        cr_expect_gt(atol(v), 0, "worker %d did no work", w);
-    }
-    free(js);
+        char *js = s_run_fault("cpu:2", NULL, NULL, NULL);
+        cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
+        cr_expect_eq(sched_field(js, "inproc_rows"), 0, "%s", js);
+        char v[64];
+        for (int w = 0; w < 2; w++) {
+            sched_worker_field(js, w, "status", v, sizeof v);
+            cr_expect_str_eq(v, "up");
+            sched_worker_field(js, w, "resident_experts", v, sizeof v);
+            cr_expect_gt(atol(v), 0, "worker %d holds no experts", w);
+            sched_worker_field(js, w, "batches", v, sizeof v);
+            cr_expect_gt(atol(v), 0, "worker %d did no work", w);
+        }
+        free(js);
     }
 }
 
-Test(scheduler_faults, crash_before_during_after_batch)
-{
+Test(scheduler_faults, crash_before_during_after_batch) {
     const char *kinds[] = {"crash", "crash-during", "crash-after"};
     for (int i = 0; i < 6; i++) {
         int path_i = i / 3;
@@ -104,16 +101,14 @@ Test(scheduler_faults, crash_before_during_after_batch)
 
 //  Random trials are reproducible: a fixed seed unless COLI_TEST_SEED is set
 //  (CI must not fail on one day and pass on the next with the same code).
-static unsigned s_trial_seed(unsigned salt)
-{
+static unsigned s_trial_seed(unsigned salt) {
     const char *env = getenv("COLI_TEST_SEED");
     unsigned seed = env && *env ? (unsigned)strtoul(env, NULL, 10) : 20261130u;
     return seed ^ salt;
 }
 
 //  20+ trials: a random kind of crash at a random layer and token.
-Test(scheduler_faults, random_kill_trials, .timeout = 240)
-{
+Test(scheduler_faults, random_kill_trials, .timeout = 240) {
     const char *kinds[] = {"crash", "crash-during", "crash-after"};
     unsigned seed = s_trial_seed(0);
     srand(seed);
@@ -132,11 +127,12 @@ Test(scheduler_faults, random_kill_trials, .timeout = 240)
     }
 }
 
-typedef struct kill_plan { int step, worker, killed_pid; } kill_plan;
+typedef struct kill_plan {
+    int step, worker, killed_pid;
+} kill_plan;
 
 //  SIGKILL a worker from outside, between two steps; wait until it is dead.
-static void s_kill_hook(coli_model *m, int step, void *user)
-{
+static void s_kill_hook(coli_model *m, int step, void *user) {
     kill_plan *k = user;
     if (step != k->step) return;
     k->killed_pid = sched_worker_pid(m, k->worker);
@@ -145,8 +141,7 @@ static void s_kill_hook(coli_model *m, int step, void *user)
     sched_wait_dead(k->killed_pid, 5);
 }
 
-Test(scheduler_faults, external_sigkill_trials, .timeout = 120)
-{
+Test(scheduler_faults, external_sigkill_trials, .timeout = 120) {
     unsigned seed = s_trial_seed(0x5eed);
     srand(seed);
     for (int t = 0; t < 6; t++) {
@@ -161,8 +156,7 @@ Test(scheduler_faults, external_sigkill_trials, .timeout = 120)
     }
 }
 
-Test(scheduler_faults, garbage_answers_quarantine)
-{
+Test(scheduler_faults, garbage_answers_quarantine) {
     const char *kinds[] = {"garbage-nan", "garbage-size", "garbage-id", "garbage-ring"};
     for (int i = 0; i < 8; i++) {
         int path_i = i / 4;
@@ -178,37 +172,34 @@ Test(scheduler_faults, garbage_answers_quarantine)
     }
 }
 
-Test(scheduler_faults, all_workers_gone_computes_in_process)
-{
+Test(scheduler_faults, all_workers_gone_computes_in_process) {
     setenv("COLI_WORKER_MAX_FAILURES", "0", 1); /* a crashed worker stays down */
     FOR_EACH_PATH(path_i) {
-    char *js = s_run_fault("cpu:2", "crash@worker=0,crash@worker=1", NULL, NULL);
-    cr_expect_eq(sched_fallbacks(js, "cpu:0", "crash"), 1, "%s", js);
-    cr_expect_eq(sched_fallbacks(js, "cpu:1", "crash"), 1, "%s", js);
-    cr_expect_eq(sched_field(js, "fallbacks_total"), 2, "%s", js);
-    cr_expect_gt(sched_field(js, "inproc_rows"), 0, "%s", js);
-    free(js);
+        char *js = s_run_fault("cpu:2", "crash@worker=0,crash@worker=1", NULL, NULL);
+        cr_expect_eq(sched_fallbacks(js, "cpu:0", "crash"), 1, "%s", js);
+        cr_expect_eq(sched_fallbacks(js, "cpu:1", "crash"), 1, "%s", js);
+        cr_expect_eq(sched_field(js, "fallbacks_total"), 2, "%s", js);
+        cr_expect_gt(sched_field(js, "inproc_rows"), 0, "%s", js);
+        free(js);
     }
 }
 
-Test(scheduler_faults, fail_load_goes_to_cpu)
-{
+Test(scheduler_faults, fail_load_goes_to_cpu) {
     FOR_EACH_PATH(path_i) {
-    char *js = s_run_fault("cpu:2", "fail-load@worker=1", NULL, NULL);
-    cr_expect_eq(sched_fallbacks(js, "cpu:1", "plugin_load"), 1, "%s", js);
-    cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
-    char v[32];
-    sched_worker_field(js, 1, "status", v, sizeof v);
-    cr_expect_str_eq(v, "failed");
-    sched_worker_field(js, 0, "resident_experts", v, sizeof v);
-    cr_expect_eq(atol(v), 8, "the healthy worker holds every expert (2 layers x 4)");
-    free(js);
+        char *js = s_run_fault("cpu:2", "fail-load@worker=1", NULL, NULL);
+        cr_expect_eq(sched_fallbacks(js, "cpu:1", "plugin_load"), 1, "%s", js);
+        cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
+        char v[32];
+        sched_worker_field(js, 1, "status", v, sizeof v);
+        cr_expect_str_eq(v, "failed");
+        sched_worker_field(js, 0, "resident_experts", v, sizeof v);
+        cr_expect_eq(atol(v), 8, "the healthy worker holds every expert (2 layers x 4)");
+        free(js);
     }
 }
 
 //  The hung worker is resumed at the next step; its late reply is dropped.
-static void s_cont_hook(coli_model *m, int step, void *user)
-{
+static void s_cont_hook(coli_model *m, int step, void *user) {
     if (step != 2) return;
     int pid = sched_worker_pid(m, 0);
     kill(pid, SIGCONT);
@@ -225,27 +216,25 @@ static void s_cont_hook(coli_model *m, int step, void *user)
     (void)user;
 }
 
-Test(scheduler_faults, hang_deadline_and_late_reply)
-{
+Test(scheduler_faults, hang_deadline_and_late_reply) {
     setenv("COLI_LAYER_DEADLINE_MS", "300", 1);
     setenv("COLI_DEADLINE_PER_ROW_US", "0", 1);
     FOR_EACH_PATH(path_i) {
-    char *js = s_run_fault("cpu:2", "hang@worker=0", s_cont_hook, NULL);
-    cr_expect_eq(sched_fallbacks(js, "cpu:0", "timeout"), 1, "%s", js);
-    cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
-    cr_expect_eq(sched_field(js, "late_replies_dropped"), 1, "%s", js);
-    char v[32];
-    sched_worker_field(js, 0, "status", v, sizeof v);
-    cr_expect_str_eq(v, "up", "the resumed worker serves again");
-    free(js);
+        char *js = s_run_fault("cpu:2", "hang@worker=0", s_cont_hook, NULL);
+        cr_expect_eq(sched_fallbacks(js, "cpu:0", "timeout"), 1, "%s", js);
+        cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
+        cr_expect_eq(sched_field(js, "late_replies_dropped"), 1, "%s", js);
+        char v[32];
+        sched_worker_field(js, 0, "status", v, sizeof v);
+        cr_expect_str_eq(v, "up", "the resumed worker serves again");
+        free(js);
     }
 }
 
 //  Between two steps worker 0 stops (SIGSTOP) while idle, long enough to miss
 //  its heartbeats: it is declared down at the next layer ("heartbeat"),
 //  killed and restarted; the other worker takes its experts meanwhile.
-static void s_stop_hook(coli_model *m, int step, void *user)
-{
+static void s_stop_hook(coli_model *m, int step, void *user) {
     if (step != 2) return;
     int *pid = user;
     *pid = sched_worker_pid(m, 0);
@@ -253,20 +242,19 @@ static void s_stop_hook(coli_model *m, int step, void *user)
     usleep(600 * 1000); /* 12 intervals of 50 ms, the limit is 4 */
 }
 
-Test(scheduler_faults, idle_hang_missed_heartbeats)
-{
+Test(scheduler_faults, idle_hang_missed_heartbeats) {
     setenv("COLI_HEARTBEAT_MS", "50", 1);
     setenv("COLI_HEARTBEAT_MISS", "4", 1);
     FOR_EACH_PATH(path_i) {
-    int pid = 0;
-    char *js = s_run_fault("cpu:2", NULL, s_stop_hook, &pid);
-    cr_expect_eq(sched_fallbacks(js, "cpu:0", "heartbeat"), 1, "%s", js);
-    cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
-    cr_expect(sched_proc_dead(pid), "the silent worker %d was not stopped for good", pid);
-    char v[32];
-    sched_worker_field(js, 0, "rerouted_rows", v, sizeof v);
-    cr_expect_gt(atol(v), 0, "worker 0's experts did not go elsewhere while it was down");
-    free(js);
+        int pid = 0;
+        char *js = s_run_fault("cpu:2", NULL, s_stop_hook, &pid);
+        cr_expect_eq(sched_fallbacks(js, "cpu:0", "heartbeat"), 1, "%s", js);
+        cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
+        cr_expect(sched_proc_dead(pid), "the silent worker %d was not stopped for good", pid);
+        char v[32];
+        sched_worker_field(js, 0, "rerouted_rows", v, sizeof v);
+        cr_expect_gt(atol(v), 0, "worker 0's experts did not go elsewhere while it was down");
+        free(js);
     }
 }
 
@@ -277,33 +265,31 @@ Test(scheduler_faults, idle_hang_missed_heartbeats)
 static const char *s_new_families[2] = {"tiny-qwen3moe-f32.gguf", "tiny-deepseek2-f32.gguf"};
 static const long s_new_family_experts[2] = {2 * 16, 2 * 8}; /* MoE layers x experts */
 
-Test(scheduler_faults, new_families_two_workers_bit_identical, .timeout = 120)
-{
+Test(scheduler_faults, new_families_two_workers_bit_identical, .timeout = 120) {
     s_require_shared();
     for (int i = 0; i < 2; i++) {
         char model[4096];
         s_ref_model(s_new_families[i], model, sizeof model);
         FOR_EACH_PATH(path_i) {
-        char *js = s_run_model(model, "cpu:2", s_paths[path_i], NULL, NULL, NULL);
-        cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s: %s", model, js);
-        cr_expect_eq(sched_field(js, "inproc_rows"), 0, "%s: %s", model, js);
-        long held = 0;
-        char v[64];
-        for (int w = 0; w < 2; w++) {
-            sched_worker_field(js, w, "resident_experts", v, sizeof v);
-            cr_expect_gt(atol(v), 0, "%s: worker %d holds no experts", model, w);
-            held += atol(v);
-            sched_worker_field(js, w, "batches", v, sizeof v);
-            cr_expect_gt(atol(v), 0, "%s: worker %d did no work", model, w);
-        }
-        cr_expect_eq(held, s_new_family_experts[i], "%s: experts placed", model);
-        free(js);
+            char *js = s_run_model(model, "cpu:2", s_paths[path_i], NULL, NULL, NULL);
+            cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s: %s", model, js);
+            cr_expect_eq(sched_field(js, "inproc_rows"), 0, "%s: %s", model, js);
+            long held = 0;
+            char v[64];
+            for (int w = 0; w < 2; w++) {
+                sched_worker_field(js, w, "resident_experts", v, sizeof v);
+                cr_expect_gt(atol(v), 0, "%s: worker %d holds no experts", model, w);
+                held += atol(v);
+                sched_worker_field(js, w, "batches", v, sizeof v);
+                cr_expect_gt(atol(v), 0, "%s: worker %d did no work", model, w);
+            }
+            cr_expect_eq(held, s_new_family_experts[i], "%s: experts placed", model);
+            free(js);
         }
     }
 }
 
-Test(scheduler_faults, new_families_crash_falls_back, .timeout = 120)
-{
+Test(scheduler_faults, new_families_crash_falls_back, .timeout = 120) {
     s_require_shared();
     for (int i = 0; i < 2; i++) {
         char model[4096];
@@ -316,26 +302,24 @@ Test(scheduler_faults, new_families_crash_falls_back, .timeout = 120)
 }
 
 //  Slow steps, so that a re-probe due after 150 ms happens within the run.
-static void s_slow_step_hook(coli_model *m, int step, void *user)
-{
+static void s_slow_step_hook(coli_model *m, int step, void *user) {
     (void)m;
     (void)user;
     if (step > 0) usleep(150000);
 }
 
-Test(scheduler_faults, worker_that_failed_too_often_is_reprobed_and_returns, .timeout = 120)
-{
+Test(scheduler_faults, worker_that_failed_too_often_is_reprobed_and_returns, .timeout = 120) {
     setenv("COLI_WORKER_MAX_FAILURES", "0", 1); /* the first crash is "too often" */
     setenv("COLI_WORKER_REPROBE_MS", "150", 1);
     FOR_EACH_PATH(path_i) {
-    char *js = s_run_fault("cpu:2", "crash@worker=0", s_slow_step_hook, NULL);
-    char status[32], restarts[32];
-    sched_worker_field(js, 0, "status", status, sizeof status);
-    sched_worker_field(js, 0, "restarts", restarts, sizeof restarts);
-    cr_expect_str_eq(status, "up", "worker 0 was not brought back by its re-probe: %s", js);
-    cr_expect_eq(atol(restarts), 1, "%s", js);
-    cr_expect_eq(sched_fallbacks(js, "cpu:0", "crash"), 1, "%s", js);
-    free(js);
+        char *js = s_run_fault("cpu:2", "crash@worker=0", s_slow_step_hook, NULL);
+        char status[32], restarts[32];
+        sched_worker_field(js, 0, "status", status, sizeof status);
+        sched_worker_field(js, 0, "restarts", restarts, sizeof restarts);
+        cr_expect_str_eq(status, "up", "worker 0 was not brought back by its re-probe: %s", js);
+        cr_expect_eq(atol(restarts), 1, "%s", js);
+        cr_expect_eq(sched_fallbacks(js, "cpu:0", "crash"), 1, "%s", js);
+        free(js);
     }
     unsetenv("COLI_WORKER_REPROBE_MS");
 }

@@ -15,7 +15,7 @@
 #include <zmq.h>
 
 #include "proto/wire.h"
-#include "sched_util.h"
+#include "tests/sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
@@ -24,12 +24,11 @@ typedef struct impostor {
     char routing_id[32];
     volatile int stop;
     int connected;
-    int received;          /* messages the coordinator sent it */
+    int received; /* messages the coordinator sent it */
     int hellos;
 } impostor;
 
-static void s_send_hello(void *sock, int gen)
-{
+static void s_send_hello(void *sock, int gen) {
     Coli__Hello h = COLI__HELLO__INIT;
     h.plugin = "cpu";
     h.device = "cpu:0";
@@ -45,8 +44,7 @@ static void s_send_hello(void *sock, int gen)
 }
 
 //  Connect with the predictable id, greet every 10 ms, count what comes back.
-static void *s_impostor(void *p)
-{
+static void *s_impostor(void *p) {
     impostor *im = p;
     void *ctx = zmq_ctx_new(), *d = zmq_socket(ctx, ZMQ_DEALER);
     int zero = 0;
@@ -72,8 +70,7 @@ static void *s_impostor(void *p)
 
 //  Poll the stats (which drives the executor) until worker 0 is up under a
 //  pid other than old_pid, or `seconds` pass. 1 when it is.
-static int s_wait_restarted(coli_model *m, int old_pid, double seconds)
-{
+static int s_wait_restarted(coli_model *m, int old_pid, double seconds) {
     double until = sched_now() + seconds;
     while (sched_now() < until) {
         char *js = NULL, v[32];
@@ -87,8 +84,7 @@ static int s_wait_restarted(coli_model *m, int old_pid, double seconds)
     return 0;
 }
 
-static void s_impostor_case(const char *data_path)
-{
+static void s_impostor_case(const char *data_path) {
     const char *model = sched_fixture(MODEL);
     sched_env_defaults();
     setenv("COLI_DATA_PATH", data_path, 1);
@@ -134,25 +130,17 @@ static void s_impostor_case(const char *data_path)
     sched_assert_no_orphans();
 }
 
-Test(scheduler_identity, impostor_gets_nothing_socket_path, .timeout = 90)
-{
-    s_impostor_case("zmq");
-}
+Test(scheduler_identity, impostor_gets_nothing_socket_path, .timeout = 90) { s_impostor_case("zmq"); }
 
-Test(scheduler_identity, impostor_gets_nothing_ring_path, .timeout = 90)
-{
-    s_impostor_case("shm");
-}
+Test(scheduler_identity, impostor_gets_nothing_ring_path, .timeout = 90) { s_impostor_case("shm"); }
 
 // ---------------------------------------------------------------------------
 //  Entries in dir (not . and ..).
-static int s_count_entries(const char *dir)
-{
+static int s_count_entries(const char *dir) {
     DIR *d = opendir(dir);
     cr_assert(d, "%s", dir);
     int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    for (struct dirent *e; (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     closedir(d);
     return n;
 }
@@ -160,8 +148,7 @@ static int s_count_entries(const char *dir)
 //  A coordinator child (TMPDIR = a fresh directory) loads on cpu:2 and
 //  reports its workers; they are SIGKILLed (none can tidy up after it), then
 //  it is: the directory must be empty.
-Test(scheduler_identity, coordinator_sigkill_leaves_nothing_in_tmp, .timeout = 60)
-{
+Test(scheduler_identity, coordinator_sigkill_leaves_nothing_in_tmp, .timeout = 60) {
     const char *model = sched_fixture(MODEL);
     char tmp[] = "/tmp/coli-test-tmpdir-XXXXXX";
     cr_assert(mkdtemp(tmp));

@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <zmq.h>
 
-#include "sched_util.h"
+#include "tests/sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 #define N_HOSTS 2
@@ -36,8 +36,7 @@ static char s_keys[256];
 
 //  Run a shell command quietly; its exit status.
 static int s_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int s_sh(const char *fmt, ...)
-{
+static int s_sh(const char *fmt, ...) {
     char cmd[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -49,8 +48,7 @@ static int s_sh(const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void s_cleanup(void)
-{
+static void s_cleanup(void) {
     for (int i = 0; i < s_n_made; i++) {
         if (s_hosts[i].worker > 0) {
             kill(s_hosts[i].worker, SIGKILL);
@@ -66,8 +64,7 @@ static void s_cleanup(void)
 }
 
 //  Namespaces of earlier runs whose process is gone (a run killed outright).
-static void s_remove_stale(void)
-{
+static void s_remove_stale(void) {
     FILE *f = popen("ip netns list 2>/dev/null", "r");
     if (!f) return;
     char line[256];
@@ -80,8 +77,7 @@ static void s_remove_stale(void)
     pclose(f);
 }
 
-static void s_need_netns(void)
-{
+static void s_need_netns(void) {
     if (geteuid() != 0) cr_skip_test("network namespaces need root (ip netns add); not root here");
     if (s_sh("ip -V") != 0) cr_skip_test("iproute2's ip is not installed");
     if (!zmq_has("curve")) cr_skip_test("libzmq has no CURVE support");
@@ -91,8 +87,7 @@ static void s_need_netns(void)
     s_sh("ip netns del %s", probe);
 }
 
-static void s_make_host(int i)
-{
+static void s_make_host(int i) {
     host *h = &s_hosts[i];
     int k = (int)(getpid() % 100) * 2 + i + 1; /* a subnet of this run */
     snprintf(h->ns, sizeof h->ns, "colint-%d-%d", (int)getpid(), i);
@@ -112,8 +107,7 @@ static void s_make_host(int i)
 
 //  coli-worker --listen on the host's address, inside its namespace; waits
 //  for its "listening on" line.
-static void s_start_worker(int i)
-{
+static void s_start_worker(int i) {
     host *h = &s_hosts[i];
     char bin[1200], ep[64];
     snprintf(bin, sizeof bin, "%s/bin/coli-worker", sched_build_dir());
@@ -144,8 +138,7 @@ static void s_start_worker(int i)
     cr_assert(strstr(line, "listening on"), "worker in %s did not start: '%s'", h->ns, line);
 }
 
-static void s_setup(void)
-{
+static void s_setup(void) {
     s_need_netns();
     s_remove_stale();
     atexit(s_cleanup);
@@ -167,8 +160,7 @@ static void s_setup(void)
     setenv("COLI_WORKER_MAX_FAILURES", "1000", 1); /* a partition must not retire the host */
 }
 
-static coli_model *s_load(void)
-{
+static coli_model *s_load(void) {
     char devices[256];
     snprintf(devices, sizeof devices, "cpu:1,remote:tcp://%s:%d,remote:tcp://%s:%d", s_hosts[0].addr, PORT,
              s_hosts[1].addr, PORT);
@@ -181,16 +173,14 @@ static coli_model *s_load(void)
     return m;
 }
 
-static long s_worker_long(const char *js, int id, const char *field)
-{
+static long s_worker_long(const char *js, int id, const char *field) {
     char v[64];
     sched_worker_field(js, id, field, v, sizeof v);
     return atol(v);
 }
 
 //  Poll the stats (which drives reconnects) until worker id is up; bounded.
-static int s_wait_up(coli_model *m, int id, double seconds)
-{
+static int s_wait_up(coli_model *m, int id, double seconds) {
     double until = sched_now() + seconds;
     while (sched_now() < until) {
         char *js = NULL, v[32];
@@ -203,14 +193,12 @@ static int s_wait_up(coli_model *m, int id, double seconds)
     return 0;
 }
 
-static void s_link_down(coli_model *m, int step, void *user)
-{
+static void s_link_down(coli_model *m, int step, void *user) {
     (void)m;
     if (step == 2) cr_assert_eq(s_sh("ip link set %s down", s_hosts[*(int *)user].veth_ours), 0);
 }
 
-Test(scheduler_netns, partitioned_host_falls_back_and_rejoins, .timeout = 240)
-{
+Test(scheduler_netns, partitioned_host_falls_back_and_rejoins, .timeout = 240) {
     s_setup();
     gen_result ref, cut, back;
     sched_generate(sched_fixture(MODEL), "inproc", NULL, NULL, &ref);
@@ -230,12 +218,13 @@ Test(scheduler_netns, partitioned_host_falls_back_and_rejoins, .timeout = 240)
                  back.stats);
     cr_expect_gt(s_worker_long(back.stats, 2, "batches"), 0, "the other host did no work");
     coli_model_free(&m);
-    gen_free(&ref); gen_free(&cut); gen_free(&back);
+    gen_free(&ref);
+    gen_free(&cut);
+    gen_free(&back);
     s_cleanup();
 }
 
-static void s_kill_host(coli_model *m, int step, void *user)
-{
+static void s_kill_host(coli_model *m, int step, void *user) {
     (void)m;
     host *h = &s_hosts[*(int *)user];
     if (step != 2 || h->worker <= 0) return;
@@ -244,8 +233,7 @@ static void s_kill_host(coli_model *m, int step, void *user)
     h->worker = 0;
 }
 
-Test(scheduler_netns, worker_host_killed_and_restarted, .timeout = 240)
-{
+Test(scheduler_netns, worker_host_killed_and_restarted, .timeout = 240) {
     s_setup();
     gen_result ref, cut, back;
     sched_generate(sched_fixture(MODEL), "inproc", NULL, NULL, &ref);
@@ -262,6 +250,8 @@ Test(scheduler_netns, worker_host_killed_and_restarted, .timeout = 240)
     sched_assert_same(&ref, &back, "after the host restarted");
     cr_expect_gt(s_worker_long(back.stats, 2, "batches"), batches_before, "the restarted host got no batches");
     coli_model_free(&m);
-    gen_free(&ref); gen_free(&cut); gen_free(&back);
+    gen_free(&ref);
+    gen_free(&cut);
+    gen_free(&back);
     s_cleanup();
 }

@@ -12,26 +12,21 @@
 #include <sys/wait.h>
 #include <zmq.h>
 
-#include "sched_util.h"
+#include "tests/sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
-static void s_env(void)
-{
-    sched_env_defaults();
-}
+static void s_env(void) { sched_env_defaults(); }
 
 TestSuite(scheduler_procs, .init = s_env);
 
 //  A plugin directory holding the real cpu plugin plus `extra` as libcoli-cuda.so.
-static void s_plugin_dir(char *dir, size_t n, const char *extra)
-{
+static void s_plugin_dir(char *dir, size_t n, const char *extra) {
     sched_plugin_dir(dir, n, "/tmp/coli-plugtest-XXXXXX", extra, NULL);
 }
 
 //  cpu + cuda:0 where cuda cannot load: same output, one plugin_load fallback.
-static void s_expect_cuda_fails(const char *reason_part)
-{
+static void s_expect_cuda_fails(const char *reason_part) {
     const char *model = sched_fixture(MODEL);
     gen_result ref, got;
     sched_generate(model, "inproc", NULL, NULL, &ref);
@@ -49,19 +44,17 @@ static void s_expect_cuda_fails(const char *reason_part)
     sched_assert_no_orphans();
 }
 
-Test(scheduler_procs, plugin_missing_library)
-{
+Test(scheduler_procs, plugin_missing_library) {
     char dir[64];
     s_plugin_dir(dir, sizeof dir, NULL);
     s_expect_cuda_fails("plugin 'cuda': libcoli-cuda.so: cannot open shared object file");
     sched_rm_plugin_dir(dir);
 }
 
-Test(scheduler_procs, plugin_missing_symbol)
-{
+Test(scheduler_procs, plugin_missing_symbol) {
     char dir[64];
-    const char *libm = access("/lib/x86_64-linux-gnu/libm.so.6", R_OK) == 0
-                           ? "/lib/x86_64-linux-gnu/libm.so.6" : "/usr/lib/libm.so.6";
+    const char *libm =
+        access("/lib/x86_64-linux-gnu/libm.so.6", R_OK) == 0 ? "/lib/x86_64-linux-gnu/libm.so.6" : "/usr/lib/libm.so.6";
     if (access(libm, R_OK) != 0) cr_skip_test("no libm.so.6 to stand in for a plugin");
     s_plugin_dir(dir, sizeof dir, libm);
     s_expect_cuda_fails("has no symbol moe_plugin_get");
@@ -69,8 +62,7 @@ Test(scheduler_procs, plugin_missing_symbol)
 }
 
 //  A real shared library that says ABI 99: compiled here (skipped without cc).
-Test(scheduler_procs, plugin_wrong_abi)
-{
+Test(scheduler_procs, plugin_wrong_abi) {
     char dir[64], src[128], so[128], cmd[512];
     snprintf(dir, sizeof dir, "/tmp/coli-abi-XXXXXX");
     cr_assert(mkdtemp(dir));
@@ -80,7 +72,8 @@ Test(scheduler_procs, plugin_wrong_abi)
     cr_assert(f);
     fputs("#include \"plugins/plugin_abi.h\"\n"
           "static const struct moe_plugin p = {99, 0, sizeof(struct moe_plugin), \"cuda\"};\n"
-          "const struct moe_plugin *moe_plugin_get(void) { return &p; }\n", f);
+          "const struct moe_plugin *moe_plugin_get(void) { return &p; }\n",
+          f);
     fclose(f);
     snprintf(cmd, sizeof cmd, "cc -shared -fPIC -I. -o %s %s 2>/dev/null", so, src);
     if (system(cmd) != 0) cr_skip_test("no C compiler to build a wrong-ABI plugin");
@@ -92,11 +85,12 @@ Test(scheduler_procs, plugin_wrong_abi)
 }
 
 // ---------------------------------------------------------------------------
-typedef struct peer_plan { int done; } peer_plan;
+typedef struct peer_plan {
+    int done;
+} peer_plan;
 
 //  At step 1, a foreign DEALER sends garbage and a raw socket sends non-ZMTP bytes.
-static void s_foreign_hook(coli_model *m, int step, void *user)
-{
+static void s_foreign_hook(coli_model *m, int step, void *user) {
     peer_plan *pp = user;
     if (step != 1 || pp->done) return;
     pp->done = 1;
@@ -121,9 +115,10 @@ static void s_foreign_hook(coli_model *m, int step, void *user)
     int zero = 0;
     zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
     cr_assert_eq(zmq_connect(d, ep), 0);
-    zmq_send(d, "\xff\xfe garbage", 10, 0);                /* not protobuf */
-    zmq_send(d, "", 0, ZMQ_SNDMORE); zmq_send(d, "x", 1, 0); /* empty header + payload */
-    zmq_send(d, "\x08\x01", 2, 0);                          /* valid envelope, unknown peer */
+    zmq_send(d, "\xff\xfe garbage", 10, 0); /* not protobuf */
+    zmq_send(d, "", 0, ZMQ_SNDMORE);
+    zmq_send(d, "x", 1, 0);        /* empty header + payload */
+    zmq_send(d, "\x08\x01", 2, 0); /* valid envelope, unknown peer */
     /* wait until the coordinator has counted all three */
     double until = sched_now() + 10;
     long n = 0;
@@ -137,8 +132,7 @@ static void s_foreign_hook(coli_model *m, int step, void *user)
     zmq_ctx_term(ctx);
 }
 
-Test(scheduler_procs, foreign_peer_garbage_is_dropped)
-{
+Test(scheduler_procs, foreign_peer_garbage_is_dropped) {
     const char *model = sched_fixture(MODEL);
     gen_result ref, got;
     peer_plan pp = {0};
@@ -155,8 +149,7 @@ Test(scheduler_procs, foreign_peer_garbage_is_dropped)
 // ---------------------------------------------------------------------------
 //  Fork a coordinator child that loads model on cpu:2 (heartbeat_ms, if not
 //  NULL, as COLI_HEARTBEAT_MS there) and stays; pids gets its two workers.
-static pid_t s_fork_coordinator(const char *model, const char *heartbeat_ms, int pids[2])
-{
+static pid_t s_fork_coordinator(const char *model, const char *heartbeat_ms, int pids[2]) {
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     pid_t child = fork();
@@ -175,16 +168,14 @@ static pid_t s_fork_coordinator(const char *model, const char *heartbeat_ms, int
     }
     close(fds[1]);
     pids[0] = pids[1] = 0;
-    cr_assert_eq(read(fds[0], pids, 2 * sizeof *pids), (ssize_t)(2 * sizeof *pids),
-                 "coordinator child failed");
+    cr_assert_eq(read(fds[0], pids, 2 * sizeof *pids), (ssize_t)(2 * sizeof *pids), "coordinator child failed");
     close(fds[0]);
     return child;
 }
 
 //  A coordinator in a child process starts 2 workers, reports their pids,
 //  then is SIGKILLed: the workers must exit within 2 s.
-Test(scheduler_procs, coordinator_sigkill_leaves_no_worker, .timeout = 60)
-{
+Test(scheduler_procs, coordinator_sigkill_leaves_no_worker, .timeout = 60) {
     int pids[2];
     pid_t child = s_fork_coordinator(sched_fixture(MODEL), NULL, pids);
     cr_assert(!sched_proc_dead(pids[0]) && !sched_proc_dead(pids[1]));
@@ -194,8 +185,7 @@ Test(scheduler_procs, coordinator_sigkill_leaves_no_worker, .timeout = 60)
     sched_wait_dead(pids[1], 2.0);
 }
 
-Test(scheduler_procs, model_free_leaves_no_worker)
-{
+Test(scheduler_procs, model_free_leaves_no_worker) {
     const char *model = sched_fixture(MODEL);
     coli_model_params mp;
     coli_model_default_params(&mp);
@@ -207,8 +197,7 @@ Test(scheduler_procs, model_free_leaves_no_worker)
     sched_assert_no_orphans();
 }
 
-Test(scheduler_procs, unknown_device_is_named)
-{
+Test(scheduler_procs, unknown_device_is_named) {
     const char *model = sched_fixture(MODEL);
     coli_model_params mp;
     coli_model_default_params(&mp);
@@ -221,8 +210,7 @@ Test(scheduler_procs, unknown_device_is_named)
 
 //  As above with heartbeats 10 s apart, so the getppid() check cannot be what
 //  ends them: the lifeline pipe's EOF alone must, at once.
-Test(scheduler_procs, coordinator_sigkill_lifeline_alone, .timeout = 60)
-{
+Test(scheduler_procs, coordinator_sigkill_lifeline_alone, .timeout = 60) {
     int pids[2];
     pid_t child = s_fork_coordinator(sched_fixture(MODEL), "10000", pids);
     kill(child, SIGKILL);
@@ -241,8 +229,7 @@ typedef struct on_thread {
     int rc, kill_pid, new_pid;
 } on_thread;
 
-static void *s_load_thread(void *p)
-{
+static void *s_load_thread(void *p) {
     on_thread *t = p;
     coli_model_params mp;
     coli_model_default_params(&mp);
@@ -254,8 +241,7 @@ static void *s_load_thread(void *p)
 
 //  Poll the executor until worker 0 is up again under a new pid: its restart
 //  is forked from this thread, which then ends.
-static void *s_restart_thread(void *p)
-{
+static void *s_restart_thread(void *p) {
     on_thread *t = p;
     double until = sched_now() + 10;
     while (sched_now() < until) {
@@ -274,9 +260,7 @@ static void *s_restart_thread(void *p)
     return NULL;
 }
 
-
-Test(scheduler_procs, workers_outlive_the_thread_that_loaded_the_model, .timeout = 60)
-{
+Test(scheduler_procs, workers_outlive_the_thread_that_loaded_the_model, .timeout = 60) {
     on_thread t = {.model = sched_fixture(MODEL)};
     gen_result ref, got;
     sched_generate(t.model, "inproc", NULL, NULL, &ref);
@@ -303,8 +287,7 @@ Test(scheduler_procs, workers_outlive_the_thread_that_loaded_the_model, .timeout
 }
 
 //  A worker restarted from a short-lived thread survives that thread too.
-Test(scheduler_procs, worker_restarted_from_a_short_lived_thread_survives_it, .timeout = 60)
-{
+Test(scheduler_procs, worker_restarted_from_a_short_lived_thread_survives_it, .timeout = 60) {
     setenv("COLI_RESTART_BACKOFF_MS", "20", 1);
     on_thread t = {.model = sched_fixture(MODEL)};
     gen_result ref, got;
@@ -336,8 +319,7 @@ Test(scheduler_procs, worker_restarted_from_a_short_lived_thread_survives_it, .t
 
 //  coli_model_params.worker_path wins over COLI_WORKER: the program named is
 //  the one started, and a path that is no program fails the load naming it.
-Test(scheduler_procs, worker_path_param_wins_over_the_environment)
-{
+Test(scheduler_procs, worker_path_param_wins_over_the_environment) {
     const char *model = sched_fixture(MODEL);
     char worker[1200];
     snprintf(worker, sizeof worker, "%s/bin/coli-worker", sched_build_dir());

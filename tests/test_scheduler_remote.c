@@ -17,12 +17,11 @@
 
 #include "proto/curve_keys.h"
 #include "proto/wire.h"
-#include "sched_util.h"
+#include "tests/sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
-static void s_env(void)
-{
+static void s_env(void) {
     setenv("COLI_LAYER_DEADLINE_MS", "5000", 1);
     setenv("COLI_RESTART_BACKOFF_MS", "20", 1);
     unsetenv("COLI_FAULT");
@@ -31,8 +30,7 @@ static void s_env(void)
 
 TestSuite(scheduler_remote, .init = s_env);
 
-static const char *s_bin(const char *name)
-{
+static const char *s_bin(const char *name) {
     static char path[2][1024];
     static int k;
     const char *b = getenv("COLI_BUILD");
@@ -41,8 +39,7 @@ static const char *s_bin(const char *name)
     return path[k];
 }
 
-static void s_need_curve(void)
-{
+static void s_need_curve(void) {
     if (!zmq_has("curve")) cr_skip_test("libzmq has no CURVE support (zmq_has(\"curve\") is 0)");
 }
 
@@ -51,8 +48,7 @@ static void s_need_curve(void)
 static char s_made[8][512];
 static int s_n_made;
 
-static void s_remove_made(void)
-{
+static void s_remove_made(void) {
     for (int i = 0; i < s_n_made; i++) {
         char cmd[4200];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_made[i]);
@@ -61,8 +57,7 @@ static void s_remove_made(void)
 }
 
 //  A fresh private directory.
-static void s_tmpdir(char *out, size_t n)
-{
+static void s_tmpdir(char *out, size_t n) {
     snprintf(out, n, "%s/coli-remote-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     cr_assert(mkdtemp(out), "mkdtemp");
     if (s_n_made == 0) atexit(s_remove_made);
@@ -70,8 +65,7 @@ static void s_tmpdir(char *out, size_t n)
 }
 
 //  `coli keygen dir [--role role]`; its exit status (stdout/stderr silenced).
-static int s_keygen(const char *dir, const char *role)
-{
+static int s_keygen(const char *dir, const char *role) {
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -79,8 +73,10 @@ static int s_keygen(const char *dir, const char *role)
         dup2(null, 1);
         dup2(null, 2);
         const char *coli = s_bin("coli");
-        if (role) execl(coli, coli, "keygen", dir, "--role", role, (char *)NULL);
-        else execl(coli, coli, "keygen", dir, (char *)NULL);
+        if (role)
+            execl(coli, coli, "keygen", dir, "--role", role, (char *)NULL);
+        else
+            execl(coli, coli, "keygen", dir, (char *)NULL);
         _exit(127);
     }
     int st;
@@ -88,8 +84,7 @@ static int s_keygen(const char *dir, const char *role)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void s_copy(const char *from, const char *to)
-{
+static void s_copy(const char *from, const char *to) {
     char buf[256];
     FILE *a = fopen(from, "r"), *b = fopen(to, "w");
     cr_assert(a && b, "copy %s -> %s", from, to);
@@ -105,8 +100,7 @@ typedef struct remote_worker {
 } remote_worker;
 
 //  coli-worker --listen tcp://127.0.0.1:* ...; read the endpoint it prints.
-static void s_worker_start(remote_worker *rw, const char *keys, const char *model)
-{
+static void s_worker_start(remote_worker *rw, const char *keys, const char *model) {
     int p[2];
     cr_assert_eq(pipe(p), 0);
     rw->pid = fork();
@@ -115,8 +109,8 @@ static void s_worker_start(remote_worker *rw, const char *keys, const char *mode
         dup2(p[1], 1);
         close(p[0]);
         const char *bin = s_bin("coli-worker");
-        execl(bin, bin, "--listen", "tcp://127.0.0.1:*", "--keys", keys, "--plugin", "cpu",
-              "--threads", "1", "-m", model, (char *)NULL);
+        execl(bin, bin, "--listen", "tcp://127.0.0.1:*", "--keys", keys, "--plugin", "cpu", "--threads", "1", "-m",
+              model, (char *)NULL);
         _exit(127);
     }
     close(p[1]);
@@ -136,8 +130,7 @@ static void s_worker_start(remote_worker *rw, const char *keys, const char *mode
     cr_assert(!strncmp(rw->endpoint, "tcp://127.0.0.1:", 16), "endpoint %s", rw->endpoint);
 }
 
-static void s_worker_stop(remote_worker *rw)
-{
+static void s_worker_stop(remote_worker *rw) {
     if (rw->pid <= 0) return;
     kill(rw->pid, SIGKILL);
     sched_wait_dead(rw->pid, 5.0);
@@ -146,8 +139,7 @@ static void s_worker_stop(remote_worker *rw)
 }
 
 //  --inproc, then `cpu:1,remote:EP` with COLI_KEYS=keys: same bytes; the stats.
-static char *s_run_remote(const remote_worker *rw, const char *keys, step_hook hook, void *user)
-{
+static char *s_run_remote(const remote_worker *rw, const char *keys, step_hook hook, void *user) {
     const char *model = sched_fixture(MODEL);
     gen_result ref, got;
     sched_generate(model, "inproc", NULL, NULL, &ref);
@@ -165,8 +157,7 @@ static char *s_run_remote(const remote_worker *rw, const char *keys, step_hook h
 }
 
 // ---------------------------------------------------------------------------
-static void s_read(const char *dir, const char *name, char *out, size_t n, mode_t *mode)
-{
+static void s_read(const char *dir, const char *name, char *out, size_t n, mode_t *mode) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     struct stat st;
@@ -179,8 +170,7 @@ static void s_read(const char *dir, const char *name, char *out, size_t n, mode_
     fclose(f);
 }
 
-Test(scheduler_remote, keygen_secret_files_0600_and_never_overwritten)
-{
+Test(scheduler_remote, keygen_secret_files_0600_and_never_overwritten) {
     s_need_curve();
     char dir[512], before[4][64], after[64];
     s_tmpdir(dir, sizeof dir);
@@ -206,8 +196,7 @@ Test(scheduler_remote, keygen_secret_files_0600_and_never_overwritten)
 }
 
 //  CURVE present, a fresh key dir (both roles) and a remote worker on the fixture.
-static void s_start_with_keys(char *keys, size_t n, remote_worker *rw)
-{
+static void s_start_with_keys(char *keys, size_t n, remote_worker *rw) {
     s_need_curve();
     s_tmpdir(keys, n);
     cr_assert_eq(s_keygen(keys, NULL), 0);
@@ -215,16 +204,14 @@ static void s_start_with_keys(char *keys, size_t n, remote_worker *rw)
 }
 
 //  The local worker is our child; the remote one is nobody's business of ours.
-static void s_check_pids(coli_model *m, int step, void *user)
-{
+static void s_check_pids(coli_model *m, int step, void *user) {
     (void)user;
     if (step != 1) return;
     cr_expect_gt(sched_worker_pid(m, 0), 0);
     cr_expect_eq(sched_worker_pid(m, 1), 0, "a remote worker has no local process");
 }
 
-Test(scheduler_remote, remote_worker_computes_bit_identical, .timeout = 120)
-{
+Test(scheduler_remote, remote_worker_computes_bit_identical, .timeout = 120) {
     char keys[512];
     remote_worker rw;
     s_start_with_keys(keys, sizeof keys, &rw);
@@ -246,8 +233,7 @@ Test(scheduler_remote, remote_worker_computes_bit_identical, .timeout = 120)
     sched_assert_no_orphans();
 }
 
-Test(scheduler_remote, unauthorized_coordinator_key_is_one_auth_fallback, .timeout = 120)
-{
+Test(scheduler_remote, unauthorized_coordinator_key_is_one_auth_fallback, .timeout = 120) {
     s_need_curve();
     char worker_keys[512], our_keys[512], a[1100], b[1100];
     s_tmpdir(worker_keys, sizeof worker_keys);
@@ -271,15 +257,13 @@ Test(scheduler_remote, unauthorized_coordinator_key_is_one_auth_fallback, .timeo
     free(js);
 }
 
-static void s_kill_at_step(coli_model *m, int step, void *user)
-{
+static void s_kill_at_step(coli_model *m, int step, void *user) {
     (void)m;
     remote_worker *rw = user;
     if (step == 3) s_worker_stop(rw);
 }
 
-Test(scheduler_remote, remote_worker_sigkilled_mid_run, .timeout = 120)
-{
+Test(scheduler_remote, remote_worker_sigkilled_mid_run, .timeout = 120) {
     char keys[512];
     remote_worker rw;
     s_start_with_keys(keys, sizeof keys, &rw);
@@ -291,8 +275,7 @@ Test(scheduler_remote, remote_worker_sigkilled_mid_run, .timeout = 120)
     sched_assert_no_orphans();
 }
 
-Test(scheduler_remote, model_copy_not_the_coordinators_refuses_place, .timeout = 120)
-{
+Test(scheduler_remote, model_copy_not_the_coordinators_refuses_place, .timeout = 120) {
     s_need_curve();
     char keys[512];
     s_tmpdir(keys, sizeof keys);
@@ -309,8 +292,7 @@ Test(scheduler_remote, model_copy_not_the_coordinators_refuses_place, .timeout =
     free(js);
 }
 
-Test(scheduler_remote, remote_without_keys_is_a_clear_error)
-{
+Test(scheduler_remote, remote_without_keys_is_a_clear_error) {
     s_need_curve();
     coli_model_params mp;
     coli_model_default_params(&mp);
@@ -329,8 +311,7 @@ Test(scheduler_remote, remote_without_keys_is_a_clear_error)
 // fallback, its experts computed elsewhere, no stall), and the first keeps
 // the worker; neither takes it from the other.
 
-static coli_model *s_load_remote(const remote_worker *rw)
-{
+static coli_model *s_load_remote(const remote_worker *rw) {
     char devices[320];
     snprintf(devices, sizeof devices, "cpu:1,remote:%s", rw->endpoint);
     coli_model_params mp;
@@ -342,8 +323,7 @@ static coli_model *s_load_remote(const remote_worker *rw)
     return m;
 }
 
-Test(scheduler_remote, second_coordinator_is_refused_busy, .timeout = 120)
-{
+Test(scheduler_remote, second_coordinator_is_refused_busy, .timeout = 120) {
     char keys[512];
     remote_worker rw;
     s_start_with_keys(keys, sizeof keys, &rw);
@@ -380,7 +360,10 @@ Test(scheduler_remote, second_coordinator_is_refused_busy, .timeout = 120)
     sched_worker_field(a2.stats, 1, "batches", v, sizeof v);
     after = atol(v);
     cr_expect_gt(after, before, "the remote worker served the first coordinator no more batches");
-    gen_free(&ref); gen_free(&a1); gen_free(&b); gen_free(&a2);
+    gen_free(&ref);
+    gen_free(&a1);
+    gen_free(&b);
+    gen_free(&a2);
     sched_assert_no_orphans();
 }
 
@@ -388,13 +371,11 @@ Test(scheduler_remote, second_coordinator_is_refused_busy, .timeout = 120)
 // A remote worker does not obey Shutdown (coordinators never send it one):
 // an authorized peer that greets and says Shutdown leaves it serving.
 
-static void s_send_env(void *sock, Coli__Envelope *env)
-{
+static void s_send_env(void *sock, Coli__Envelope *env) {
     cr_assert_eq(wire_send(sock, NULL, 0, env, NULL, 0, 0), 0, "%s", coli_last_error());
 }
 
-Test(scheduler_remote, remote_worker_ignores_shutdown, .timeout = 120)
-{
+Test(scheduler_remote, remote_worker_ignores_shutdown, .timeout = 120) {
     char keys[512];
     remote_worker rw;
     s_start_with_keys(keys, sizeof keys, &rw);

@@ -15,12 +15,11 @@
  */
 #include <fcntl.h>
 
-#include "sched_util.h"
+#include "tests/sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
-static void s_env(void)
-{
+static void s_env(void) {
     sched_env_defaults();
     unsetenv("COLI_PLACE_IGNORE_BUDGET");
 }
@@ -28,8 +27,7 @@ static void s_env(void)
 TestSuite(scheduler_residency, .init = s_env);
 
 //  stderr into a temporary file until s_capture_end, which returns its text.
-static int s_capture_begin(int *saved)
-{
+static int s_capture_begin(int *saved) {
     fflush(stderr);
     char path[] = "/tmp/coli-stderr-XXXXXX";
     int fd = mkstemp(path);
@@ -40,8 +38,7 @@ static int s_capture_begin(int *saved)
     return fd;
 }
 
-static char *s_capture_end(int fd, int saved)
-{
+static char *s_capture_end(int fd, int saved) {
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -53,16 +50,14 @@ static char *s_capture_end(int fd, int saved)
     return text;
 }
 
-static long s_worker_long(const char *js, int id, const char *name)
-{
+static long s_worker_long(const char *js, int id, const char *name) {
     char v[64];
     sched_worker_field(js, id, name, v, sizeof v);
     return atol(v);
 }
 
 //  devices with COLI_FAULT=fault: same bytes as --inproc; returns the stats JSON.
-static char *s_run(const char *devices, const char *fault, char **err_text)
-{
+static char *s_run(const char *devices, const char *fault, char **err_text) {
     const char *model = sched_fixture(MODEL);
     gen_result ref, got;
     sched_generate(model, "inproc", NULL, NULL, &ref);
@@ -82,8 +77,7 @@ static char *s_run(const char *devices, const char *fault, char **err_text)
 
 //  Placement consults the budget: nothing beyond it is even sent, so nothing
 //  is refused or counted; the budget-limited worker holds what fits (2 x 96 KiB).
-Test(scheduler_residency, placement_stays_within_the_budget)
-{
+Test(scheduler_residency, placement_stays_within_the_budget) {
     char *js = s_run("cpu:1=200K,cpu:1", NULL, NULL);
     cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
     cr_expect_eq(s_worker_long(js, 0, "resident_experts"), 2, "%s", js);
@@ -95,8 +89,7 @@ Test(scheduler_residency, placement_stays_within_the_budget)
 
 //  Worker 0 is sent 4 experts (2 per layer) and holds the 2 that fit its
 //  budget; the other 2 are refused ("budget") and computed by worker 1.
-Test(scheduler_residency, budget_refusals_go_to_the_cpu_worker)
-{
+Test(scheduler_residency, budget_refusals_go_to_the_cpu_worker) {
     setenv("COLI_PLACE_IGNORE_BUDGET", "1", 1);
     char *err = NULL;
     char *js = s_run("cpu:1=200K,cpu:1", NULL, &err);
@@ -118,8 +111,7 @@ Test(scheduler_residency, budget_refusals_go_to_the_cpu_worker)
 
 //  One budget-limited worker alone: it holds 1 of 8, the 7 refused run
 //  in-process; 3 are named on stderr, then one summary line.
-Test(scheduler_residency, refusals_beyond_three_are_summarised)
-{
+Test(scheduler_residency, refusals_beyond_three_are_summarised) {
     setenv("COLI_PLACE_IGNORE_BUDGET", "1", 1);
     char *err = NULL;
     char *js = s_run("cpu:1=100K", NULL, &err);
@@ -137,8 +129,7 @@ Test(scheduler_residency, refusals_beyond_three_are_summarised)
 
 //  An allocation failure (injected) on one expert of worker 0: that expert
 //  alone goes to the CPU path ("alloc"); the worker keeps the other three.
-Test(scheduler_residency, allocation_failure_leaves_one_expert_on_cpu)
-{
+Test(scheduler_residency, allocation_failure_leaves_one_expert_on_cpu) {
     char *err = NULL;
     char *js = s_run("cpu:2", "fail-expert@worker=0@layer=1", &err);
     cr_expect_eq(sched_fallbacks(js, "cpu:0", "alloc"), 1, "%s", js);
@@ -146,15 +137,13 @@ Test(scheduler_residency, allocation_failure_leaves_one_expert_on_cpu)
     cr_expect_eq(s_worker_long(js, 0, "resident_experts"), 3, "%s", js);
     cr_expect_eq(s_worker_long(js, 0, "refused_experts"), 1, "%s", js);
     cr_expect_eq(s_worker_long(js, 1, "resident_experts"), 4, "%s", js);
-    cr_expect(strstr(err, "colibri: cpu:0: blk.1 expert 0: alloc (expert 1.0: device allocation failed"),
-              "%s", err);
+    cr_expect(strstr(err, "colibri: cpu:0: blk.1 expert 0: alloc (expert 1.0: device allocation failed"), "%s", err);
     free(err);
     free(js);
 }
 
 //  The end-of-run summary gives each worker's resident set in experts and bytes.
-Test(scheduler_residency, summary_shows_each_resident_set)
-{
+Test(scheduler_residency, summary_shows_each_resident_set) {
     setenv("COLI_PLACE_IGNORE_BUDGET", "1", 1);
     coli_model_params mp;
     coli_model_default_params(&mp);
@@ -167,8 +156,7 @@ Test(scheduler_residency, summary_shows_each_resident_set)
     cr_assert_eq(rc, 0, "%s", coli_last_error());
     char *text = NULL;
     cr_assert_eq(coli_model_stats_text(m, &text), 0, "%s", coli_last_error());
-    cr_expect(strstr(text, "cpu:0    plugin cpu   up          resident set: 2 experts (196608 bytes"),
-              "%s", text);
+    cr_expect(strstr(text, "cpu:0    plugin cpu   up          resident set: 2 experts (196608 bytes"), "%s", text);
     cr_expect(strstr(text, ", 2 refused"), "%s", text);
     cr_expect(strstr(text, "resident set: 4 experts (393216 bytes"), "%s", text);
     cr_expect(strstr(text, "fallbacks: budget 2"), "%s", text);

@@ -9,12 +9,13 @@
 #include <pthread.h>
 
 #include "colibri.h"
-#include "gguf.h"
-#include "serve_util.h"
+#include "core/gguf.h"
+#include "tests/serve_util.h"
 
 static const char *s_text_of(cJSON *resp, int chat) {
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(resp, "choices"), 0);
-    cJSON *t = chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content") : cJSON_GetObjectItem(c0, "text");
+    cJSON *t =
+        chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content") : cJSON_GetObjectItem(c0, "text");
     return cJSON_IsString(t) ? t->valuestring : NULL;
 }
 
@@ -53,7 +54,8 @@ static char *s_sse_text(const char *body, int chat, int *done, int *usage_tokens
         cJSON *ev = cJSON_ParseWithLength(p, (size_t)(end - p));
         cr_assert_not_null(ev, "SSE event is not JSON: %.200s", p);
         cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ev, "choices"), 0);
-        cJSON *t = chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "delta"), "content") : cJSON_GetObjectItem(c0, "text");
+        cJSON *t =
+            chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "delta"), "content") : cJSON_GetObjectItem(c0, "text");
         if (cJSON_IsString(t)) {
             memcpy(out + len, t->valuestring, strlen(t->valuestring));
             len += strlen(t->valuestring);
@@ -73,14 +75,19 @@ static char *s_sse_text(const char *body, int chat, int *done, int *usage_tokens
 Test(serve, completion_plain_and_streamed_agree) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);
-    cJSON *a = s_post_json(p.port, "/v1/completions", "{\"model\":\"x\",\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"seed\":7,\"temperature\":0.8}", 200);
+    cJSON *a = s_post_json(
+        p.port, "/v1/completions",
+        "{\"model\":\"x\",\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"seed\":7,\"temperature\":0.8}", 200);
     const char *text = s_text_of(a, 0);
     cr_assert_not_null(text);
     cr_expect_eq(s_num(a, "usage", "completion_tokens"), 12, "usage: %s", cJSON_PrintUnformatted(a));
     cr_expect_eq(s_num(a, "usage", "prompt_tokens") + 12, s_num(a, "usage", "total_tokens"));
     cr_expect_str_eq(cJSON_GetObjectItem(a, "object")->valuestring, "text_completion");
     cr_expect_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(a, "choices"), 0)->child->next->string, "text");
-    http_resp r = su_post(p.port, "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"seed\":7,\"temperature\":0.8,\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
+    http_resp r = su_post(p.port, "/v1/completions",
+                          "{\"prompt\":\"Once upon a "
+                          "time\",\"max_tokens\":12,\"seed\":7,\"temperature\":0.8,\"stream\":true,\"stream_options\":{"
+                          "\"include_usage\":true}}");
     cr_assert_eq(r.status, 200, "%s", r.raw);
     cr_expect(strstr(r.raw, "text/event-stream") != NULL, "content type: %s", r.raw);
     int done, usage;
@@ -99,7 +106,8 @@ Test(serve, completion_plain_and_streamed_agree) {
 Test(serve, chat_plain_and_streamed_and_models) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);
-    const char *msgs = "\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hello\"}]}]";
+    const char *msgs = "\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+                       "brief.\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hello\"}]}]";
     char body[1024];
     snprintf(body, sizeof body, "{%s,\"max_tokens\":6,\"seed\":3}", msgs);
     cJSON *a = s_post_json(p.port, "/v1/chat/completions", body, 200);
@@ -125,8 +133,10 @@ Test(serve, chat_plain_and_streamed_and_models) {
         "\"Hello\"",
     };
     for (size_t i = 0; i < 2; i++) {
-        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
-                 "{\"role\":\"user\",\"content\":%s}],\"max_tokens\":6,\"seed\":3}", same[i]);
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                 "{\"role\":\"user\",\"content\":%s}],\"max_tokens\":6,\"seed\":3}",
+                 same[i]);
         cJSON *b = s_post_json(p.port, "/v1/chat/completions", body, 200);
         const char *t = s_text_of(b, 1);
         cr_expect(t && strcmp(t, text) == 0, "content %s: '%s', expected '%s'", same[i], t ? t : "(none)", text);
@@ -143,7 +153,8 @@ Test(serve, chat_plain_and_streamed_and_models) {
 Test(serve, stop_strings_cut_the_answer) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);
-    cJSON *a = s_post_json(p.port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":40,\"seed\":11,\"temperature\":0}", 200);
+    cJSON *a = s_post_json(p.port, "/v1/completions",
+                           "{\"prompt\":\"Once\",\"max_tokens\":40,\"seed\":11,\"temperature\":0}", 200);
     char full[4096];
     snprintf(full, sizeof full, "%s", s_text_of(a, 0));
     cJSON_Delete(a);
@@ -158,7 +169,8 @@ Test(serve, stop_strings_cut_the_answer) {
     size_t at = (size_t)(strstr(full, stop) - full);
     cr_expect_eq(strlen(cut), at, "'%s' cut at '%s' gave '%s'", full, stop, cut);
     cr_expect_eq(strncmp(cut, full, at), 0);
-    cr_expect_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(a, "choices"), 0)->child->next->next->next->valuestring, "stop");
+    cr_expect_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(a, "choices"), 0)->child->next->next->next->valuestring,
+                     "stop");
     cJSON_Delete(a);
     /* and streamed: the held-back text never leaks a stop string */
     cJSON_AddTrueToObject(req, "stream");
@@ -186,7 +198,8 @@ typedef struct client_arg {
 static void *s_client(void *arg) {
     client_arg *c = arg;
     char body[256];
-    snprintf(body, sizeof body, "{\"prompt\":\"In the beginning\",\"max_tokens\":24,\"seed\":%d,\"temperature\":1.0}", c->seed);
+    snprintf(body, sizeof body, "{\"prompt\":\"In the beginning\",\"max_tokens\":24,\"seed\":%d,\"temperature\":1.0}",
+             c->seed);
     http_resp r = su_post(c->port, "/v1/completions", body);
     cJSON *j = r.status == 200 ? cJSON_Parse(r.body) : NULL;
     const char *t = j ? s_text_of(j, 0) : NULL;
@@ -225,10 +238,12 @@ Test(serve, api_key_required_on_v1_only) {
     cr_expect_eq(r.status, 401, "%s", r.raw);
     cr_expect(strstr(r.body, "\"code\":\"invalid_api_key\"") != NULL, "%s", r.body);
     su_free(&r);
-    r = su_request(p.port, "POST", "/v1/completions", "Authorization: Bearer wrong\r\n", "{\"prompt\":\"a\",\"max_tokens\":1}");
+    r = su_request(p.port, "POST", "/v1/completions", "Authorization: Bearer wrong\r\n",
+                   "{\"prompt\":\"a\",\"max_tokens\":1}");
     cr_expect_eq(r.status, 401);
     su_free(&r);
-    r = su_request(p.port, "POST", "/v1/completions", "Authorization: Bearer s3cret\r\n", "{\"prompt\":\"a\",\"max_tokens\":1}");
+    r = su_request(p.port, "POST", "/v1/completions", "Authorization: Bearer s3cret\r\n",
+                   "{\"prompt\":\"a\",\"max_tokens\":1}");
     cr_expect_eq(r.status, 200, "%s", r.raw);
     su_free(&r);
     r = su_get(p.port, "/health");
@@ -312,8 +327,8 @@ static void s_copy_with_template(const char *src, const char *dst, const char *t
     cr_assert_eq(gguf_writer_set_str(w, "tokenizer.chat_template", tmpl), 0);
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const coli_tensor *t = gguf_tensor(f, i);
-        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0,
-                     "%s", coli_last_error());
+        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0, "%s",
+                     coli_last_error());
     }
     cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
     gguf_writer_free(&w);
@@ -343,7 +358,9 @@ Test(serve, coli_chat_keeps_resets_and_reports) {
     su_model(model, sizeof model);
     cli_build_path(coli, sizeof coli, "bin/coli");
     char cmd[9000];
-    snprintf(cmd, sizeof cmd, "printf 'Hello\\nAnd more\\n/stats\\n/reset\\n/stats\\n/quit\\n' | %s chat -m %s --temp 0 -n 6 2>&1", coli, model);
+    snprintf(cmd, sizeof cmd,
+             "printf 'Hello\\nAnd more\\n/stats\\n/reset\\n/stats\\n/quit\\n' | %s chat -m %s --temp 0 -n 6 2>&1", coli,
+             model);
     char out[16384];
     int rc = cli_shell(cmd, out, sizeof out);
     cr_expect_eq(rc, 0, "%s", out);

@@ -9,7 +9,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 
-#include "serve_util.h"
+#include "tests/serve_util.h"
 
 static cJSON *s_post_json(int port, const char *path, const char *body) {
     http_resp r = su_post(port, path, body);
@@ -45,7 +45,8 @@ static char *s_join_bytes(const cJSON *content) {
 Test(serve_api, chat_logprobs_plain_and_streamed) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);
-    cJSON *a = s_post_json(p.port, "/v1/chat/completions", CHAT("\"max_tokens\":10,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":3"));
+    cJSON *a = s_post_json(p.port, "/v1/chat/completions",
+                           CHAT("\"max_tokens\":10,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":3"));
     const cJSON *lp = cJSON_GetObjectItem(s_choice(a), "logprobs"), *content = cJSON_GetObjectItem(lp, "content"), *e;
     cr_assert(cJSON_IsArray(content), "%s", cJSON_PrintUnformatted(a));
     cr_expect_eq(cJSON_GetArraySize(content), 10);
@@ -56,15 +57,19 @@ Test(serve_api, chat_logprobs_plain_and_streamed) {
         cr_expect_leq(chosen, 0.0);
         double t0 = cJSON_GetArrayItem(top, 0)->child->next->valuedouble;
         for (int k = 1; k < 3; k++)
-            cr_expect_geq(t0, cJSON_GetObjectItem(cJSON_GetArrayItem(top, k), "logprob")->valuedouble, "top_logprobs sorted");
+            cr_expect_geq(t0, cJSON_GetObjectItem(cJSON_GetArrayItem(top, k), "logprob")->valuedouble,
+                          "top_logprobs sorted");
         /* greedy: the chosen token is the most likely one */
         cr_expect_float_eq(chosen, t0, 1e-6, "greedy picked logprob %g, the best is %g", chosen, t0);
-        cr_expect_str_eq(cJSON_GetObjectItem(e, "token")->valuestring, cJSON_GetObjectItem(cJSON_GetArrayItem(top, 0), "token")->valuestring);
+        cr_expect_str_eq(cJSON_GetObjectItem(e, "token")->valuestring,
+                         cJSON_GetObjectItem(cJSON_GetArrayItem(top, 0), "token")->valuestring);
     }
     char *joined = s_join_bytes(content);
     cr_expect_str_eq(joined, s_content(a), "the tokens' bytes make the answer");
     /* streamed: the same entries, spread over the chunks */
-    http_resp r = su_post(p.port, "/v1/chat/completions", CHAT("\"max_tokens\":10,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":3,\"stream\":true"));
+    http_resp r =
+        su_post(p.port, "/v1/chat/completions",
+                CHAT("\"max_tokens\":10,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":3,\"stream\":true"));
     cr_assert_eq(r.status, 200, "%s", r.raw);
     cJSON *all = cJSON_CreateArray();
     for (const char *d = strstr(r.body, "data: {"); d; d = strstr(d + 1, "data: {")) {
@@ -75,7 +80,9 @@ Test(serve_api, chat_logprobs_plain_and_streamed) {
     }
     char *plain = cJSON_PrintUnformatted(content), *streamed = cJSON_PrintUnformatted(all);
     cr_expect_str_eq(streamed, plain, "streamed logprobs differ from the plain reply");
-    free(plain); free(streamed); free(joined);
+    free(plain);
+    free(streamed);
+    free(joined);
     cJSON_Delete(all);
     su_free(&r);
     cJSON_Delete(a);
@@ -89,7 +96,8 @@ Test(serve_api, chat_logprobs_plain_and_streamed) {
 Test(serve_api, completion_logprobs_shape) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);
-    cJSON *a = s_post_json(p.port, "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"seed\":3,\"logprobs\":2}");
+    cJSON *a = s_post_json(p.port, "/v1/completions",
+                           "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"seed\":3,\"logprobs\":2}");
     const cJSON *lp = cJSON_GetObjectItem(s_choice(a), "logprobs");
     const cJSON *tokens = cJSON_GetObjectItem(lp, "tokens"), *lps = cJSON_GetObjectItem(lp, "token_logprobs");
     const cJSON *tops = cJSON_GetObjectItem(lp, "top_logprobs"), *offs = cJSON_GetObjectItem(lp, "text_offset");
@@ -112,15 +120,17 @@ Test(serve_api, completion_logprobs_shape) {
 Test(serve_api, penalties_and_min_p_are_seeded_and_work) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);
-    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":16,\"seed\":11,\"temperature\":0.9,\"min_p\":0.05,"
-                       "\"presence_penalty\":0.5,\"frequency_penalty\":0.3,\"repeat_penalty\":1.2,\"repeat_last_n\":32}";
+    const char *body =
+        "{\"prompt\":\"Once upon a time\",\"max_tokens\":16,\"seed\":11,\"temperature\":0.9,\"min_p\":0.05,"
+        "\"presence_penalty\":0.5,\"frequency_penalty\":0.3,\"repeat_penalty\":1.2,\"repeat_last_n\":32}";
     cJSON *a = s_post_json(p.port, "/v1/completions", body), *b = s_post_json(p.port, "/v1/completions", body);
     cr_expect_str_eq(s_content(a), s_content(b), "same seed and settings, different text");
     cJSON_Delete(a);
     cJSON_Delete(b);
     /* greedy with a crushing repeat penalty over everything: no generated token comes twice */
-    a = s_post_json(p.port, "/v1/chat/completions", CHAT("\"max_tokens\":24,\"temperature\":0,\"repeat_penalty\":100,"
-                                                         "\"presence_penalty\":2,\"repeat_last_n\":-1,\"logprobs\":true"));
+    a = s_post_json(p.port, "/v1/chat/completions",
+                    CHAT("\"max_tokens\":24,\"temperature\":0,\"repeat_penalty\":100,"
+                         "\"presence_penalty\":2,\"repeat_last_n\":-1,\"logprobs\":true"));
     const cJSON *content = cJSON_GetObjectItem(cJSON_GetObjectItem(s_choice(a), "logprobs"), "content"), *e, *f;
     int i = 0;
     cJSON_ArrayForEach(e, content) {
@@ -181,16 +191,20 @@ static void s_json_answers(int port, const char *rf, int stream, void (*check)(c
 }
 
 static void s_fits_schema(const cJSON *v, const char *text) {
-    const cJSON *color = cJSON_GetObjectItem(v, "color"), *ok = cJSON_GetObjectItem(v, "ok"), *n = cJSON_GetObjectItem(v, "n");
-    cr_expect(cJSON_IsString(color) && (!strcmp(color->valuestring, "red") || !strcmp(color->valuestring, "blue")), "color: %s", text);
+    const cJSON *color = cJSON_GetObjectItem(v, "color"), *ok = cJSON_GetObjectItem(v, "ok"),
+                *n = cJSON_GetObjectItem(v, "n");
+    cr_expect(cJSON_IsString(color) && (!strcmp(color->valuestring, "red") || !strcmp(color->valuestring, "blue")),
+              "color: %s", text);
     cr_expect(cJSON_IsBool(ok), "ok: %s", text);
     cr_expect(!n || (cJSON_IsNumber(n) && n->valuedouble == floor(n->valuedouble)), "n: %s", text);
     cr_expect_leq(cJSON_GetArraySize(v), 3, "extra keys: %s", text);
 }
 
-#define SCHEMA "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"t\",\"strict\":true,\"schema\":{\"type\":\"object\"," \
-               "\"properties\":{\"color\":{\"enum\":[\"red\",\"blue\"]},\"n\":{\"type\":\"integer\"},\"ok\":{\"type\":\"boolean\"}}," \
-               "\"required\":[\"color\",\"ok\"],\"additionalProperties\":false}}}"
+#define SCHEMA                                                                                                   \
+    "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"t\",\"strict\":true,\"schema\":{\"type\":\"object\"," \
+    "\"properties\":{\"color\":{\"enum\":[\"red\",\"blue\"]},\"n\":{\"type\":\"integer\"},\"ok\":{\"type\":"     \
+    "\"boolean\"}},"                                                                                             \
+    "\"required\":[\"color\",\"ok\"],\"additionalProperties\":false}}}"
 
 Test(serve_api, response_format_output_parses, .timeout = 120) {
     char model[4096];
@@ -203,7 +217,9 @@ Test(serve_api, response_format_output_parses, .timeout = 120) {
     cJSON *a = s_post_json(p.port, "/v1/chat/completions", body);
     cr_expect_eq(s_content(a)[0], '{', "json_object output starts an object: %s", s_content(a));
     cJSON_Delete(a);
-    http_resp r = su_post(p.port, "/v1/chat/completions", CHAT("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"string\",\"format\":\"date\"}}}"));
+    http_resp r = su_post(p.port, "/v1/chat/completions",
+                          CHAT("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":"
+                               "\"string\",\"format\":\"date\"}}}"));
     cr_expect_eq(r.status, 400);
     cr_expect(strstr(r.body, "'format'") != NULL, "%s", r.body);
     su_free(&r);
@@ -254,7 +270,8 @@ Test(serve_api, tokenize_detokenize_props_alias_cors) {
     r = su_get(p.port, "/v1/models");
     cr_expect(strstr(r.body, "\"id\":\"my-model\"") != NULL, "%s", r.body);
     su_free(&r);
-    r = su_request(p.port, "OPTIONS", "/v1/chat/completions", "Origin: http://localhost:3000\r\nAccess-Control-Request-Method: POST\r\n", NULL);
+    r = su_request(p.port, "OPTIONS", "/v1/chat/completions",
+                   "Origin: http://localhost:3000\r\nAccess-Control-Request-Method: POST\r\n", NULL);
     cr_expect_eq(r.status, 204, "%s", r.raw);
     cr_expect(strstr(r.raw, "Access-Control-Allow-Methods:") && strstr(r.raw, "Authorization"), "%s", r.raw);
     su_free(&r);

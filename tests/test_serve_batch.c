@@ -9,9 +9,11 @@
 #include <cjson/cJSON.h>
 #include <pthread.h>
 
-#include "serve_util.h"
+#include "tests/serve_util.h"
 
-enum { MAX_CLIENTS = 8 };
+enum {
+    MAX_CLIENTS = 8
+};
 
 typedef struct client {
     int port, index;
@@ -76,7 +78,8 @@ static void s_together(const char *const *extra, const client *ref, int n, int w
         cr_expect_str_eq(c[i].text, ref[i].text, "client %d of %d: batched '%s' vs alone '%s'", i, n, c[i].text,
                          ref[i].text);
     }
-    const double steps = s_metric(p.port, "colibri_batch_steps_total"), rows = s_metric(p.port, "colibri_batch_rows_total");
+    const double steps = s_metric(p.port, "colibri_batch_steps_total"),
+                 rows = s_metric(p.port, "colibri_batch_rows_total");
     const double most = s_metric(p.port, "colibri_batch_max_rows");
     cr_expect_gt(steps, 0);
     cr_expect_leq(most, n);

@@ -8,7 +8,7 @@
  */
 #include <cjson/cJSON.h>
 
-#include "serve_util.h"
+#include "tests/serve_util.h"
 
 static int s_have(const char *prog) {
     char cmd[256];
@@ -58,7 +58,8 @@ Test(serve_dashboard, json_has_workers_counters_and_heat) {
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(ex, "workers")), 2);
     const cJSON *h = cJSON_GetObjectItem(d, "heat");
     cr_assert(cJSON_IsObject(h), "serve --heat: the heat must be there");
-    int nl = (int)cJSON_GetObjectItem(h, "n_layer")->valuedouble, ne = (int)cJSON_GetObjectItem(h, "n_expert")->valuedouble;
+    int nl = (int)cJSON_GetObjectItem(h, "n_layer")->valuedouble,
+        ne = (int)cJSON_GetObjectItem(h, "n_expert")->valuedouble;
     const cJSON *rows = cJSON_GetObjectItem(h, "counts"), *row, *n;
     cr_expect_eq(cJSON_GetArraySize(rows), nl);
     /* every routed token of every MoE layer selects k experts: each layer's sum is the same
@@ -93,8 +94,9 @@ Test(serve_dashboard, browser_shows_workers_and_injected_fallback, .timeout = 30
     unsetenv("COLI_FAULT");
     char shot[4096], cmd[8192];
     cli_build_path(shot, sizeof shot, "dashboard.png");
-    snprintf(cmd, sizeof cmd, "node tests/node/dashboard_test.mjs \"$(command -v chromium)\" http://127.0.0.1:%d 2 %s 2>&1",
-             p.port, shot);
+    snprintf(cmd, sizeof cmd,
+             "node tests/node/dashboard_test.mjs \"$(command -v chromium)\" http://127.0.0.1:%d 2 %s 2>&1", p.port,
+             shot);
     char out[32768];
     int rc = cli_shell(cmd, out, sizeof out);
     cr_expect_eq(rc, 0, "the dashboard checks failed:\n%s", out);

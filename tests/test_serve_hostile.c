@@ -9,7 +9,7 @@
 #include <iconv.h>
 #include <pthread.h>
 
-#include "serve_util.h"
+#include "tests/serve_util.h"
 
 /* The reply is an OpenAI error: {"error":{"message":..., "type":..., "param":..., "code":...}}. */
 static void s_expect_error(const http_resp *r, int status, const char *what) {
@@ -31,7 +31,9 @@ static void s_expect_alive(int port) {
 Test(serve_hostile, bad_bodies_get_400_naming_the_field) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);
-    static const struct { const char *path, *body, *param; } cases[] = {
+    static const struct {
+        const char *path, *body, *param;
+    } cases[] = {
         {"/v1/completions", "{\"prompt\": \"a\"", NULL},
         {"/v1/completions", "", NULL},
         {"/v1/completions", "[1,2,3]", NULL},
@@ -59,7 +61,8 @@ Test(serve_hostile, bad_bodies_get_400_naming_the_field) {
         {"/v1/completions", "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true}}", "stream_options"},
         {"/v1/completions", "{\"prompt\": \"a\", \"logprobs\": 21}", "logprobs"},
         {"/v1/completions", "{\"prompt\": \"a\", \"logprobs\": true}", "logprobs"},
-        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", "top_logprobs"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}",
+         "top_logprobs"},
         {"/v1/completions", "{\"prompt\": \"a\", \"presence_penalty\": 2.5}", "presence_penalty"},
         {"/v1/completions", "{\"prompt\": \"a\", \"min_p\": -0.1}", "min_p"},
         {"/v1/completions", "{\"prompt\": \"a\", \"repeat_last_n\": -2}", "repeat_last_n"},
@@ -75,8 +78,10 @@ Test(serve_hostile, bad_bodies_get_400_naming_the_field) {
         {"/v1/chat/completions", "{\"messages\": [{\"role\": 3, \"content\": \"x\"}]}", "messages"},
         {"/v1/chat/completions", "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", "messages"},
         {"/v1/chat/completions", "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}]}", "messages"},
-        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", "messages"},
-        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{}]}", "tools"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
+         "messages"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{}]}",
+         "tools"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         http_resp r = su_post(p.port, cases[i].path, cases[i].body);
@@ -108,7 +113,8 @@ Test(serve_hostile, neutral_fields_are_accepted_and_routes_checked) {
     serve_proc p = su_start(su_model(model, sizeof model), NULL);
     /* unknown fields are refused (bad_bodies_get_400_naming_the_field); "user" and neutral values pass */
     http_resp r = su_post(p.port, "/v1/completions",
-                          "{\"prompt\":\"a\",\"max_tokens\":2,\"user\":\"u1\",\"logit_bias\":{},\"presence_penalty\":0,\"n\":1,\"logprobs\":null}");
+                          "{\"prompt\":\"a\",\"max_tokens\":2,\"user\":\"u1\",\"logit_bias\":{},\"presence_penalty\":0,"
+                          "\"n\":1,\"logprobs\":null}");
     cr_expect_eq(r.status, 200, "%s", r.raw);
     su_free(&r);
     r = su_get(p.port, "/v1/nothing");
@@ -138,7 +144,8 @@ Test(serve_hostile, huge_bodies_get_413) {
     su_free(&r);
     /* no Content-Length: chunked upload, counted as it arrives */
     int fd = su_connect(p.port);
-    const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const char *head =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n";
     su_send_all(fd, head, strlen(head));
     char chunk[64];
     for (int i = 0; i < 10; i++) {
@@ -193,7 +200,9 @@ Test(serve_hostile, two_hundred_connections_at_once, .timeout = 240) {
     char model[4096];
     const char *extra[] = {"--parallel", "2", "--queue", "16", NULL};
     serve_proc p = su_start(su_model(model, sizeof model), extra);
-    enum { N = 200 };
+    enum {
+        N = 200
+    };
     flood_arg args[N];
     pthread_t th[N];
     pthread_attr_t attr;
@@ -226,14 +235,18 @@ Test(serve_hostile, ambiguous_framing_and_trailing_bytes_get_400) {
     const char *body = "{\"prompt\":\"a\",\"max_tokens\":1}";
     char req[1024];
     /* two different Content-Length headers: which one a proxy used is anyone's guess */
-    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n"
-             "Content-Length: %zu\r\n\r\n%s", strlen(body), strlen(body) + 5, body);
+    snprintf(req, sizeof req,
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             strlen(body), strlen(body) + 5, body);
     http_resp r = su_raw(p.port, req, strlen(req), 5);
     s_expect_error(&r, 400, "two Content-Length");
     su_free(&r);
     /* Content-Length and Transfer-Encoding: chunked */
-    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n"
-             "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n0\r\n\r\n", strlen(body), strlen(body), body);
+    snprintf(req, sizeof req,
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n0\r\n\r\n",
+             strlen(body), strlen(body), body);
     r = su_raw(p.port, req, strlen(req), 5);
     s_expect_error(&r, 400, "Content-Length with chunked");
     su_free(&r);
@@ -251,10 +264,13 @@ Test(serve_hostile, ambiguous_framing_and_trailing_bytes_get_400) {
 Test(serve_hostile, nul_in_text_and_tiny_top_p) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);
-    static const struct { const char *path, *body, *param, *names; } cases[] = {
+    static const struct {
+        const char *path, *body, *param, *names;
+    } cases[] = {
         {"/v1/completions", "{\"prompt\":\"a\\u0000b\",\"max_tokens\":1}", "prompt", "prompt:"},
         {"/v1/completions", "{\"prompt\":[\"x\\u0000\"],\"max_tokens\":1}", "prompt", "prompt[0]"},
-        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"a\\u0000\"}]}",
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"a\\u0000\"}]}",
          "messages", "messages[1].content"},
         {"/v1/completions", "{\"prompt\":\"a\",\"stop\":[\"x\",\"\\u0000\"],\"max_tokens\":1}", "stop", "stop[1]"},
     };
@@ -279,8 +295,9 @@ Test(serve_hostile, nul_in_text_and_tiny_top_p) {
     su_free(&r);
     /* top_p below the smallest float: the nucleus is the best token, never a 500 */
     for (int i = 0; i < 2; i++) {
-        r = su_post(p.port, "/v1/completions", i ? "{\"prompt\":\"a\",\"max_tokens\":3,\"top_p\":1e-300}"
-                                                  : "{\"prompt\":\"a\",\"max_tokens\":3,\"top_p\":5e-324}");
+        r = su_post(p.port, "/v1/completions",
+                    i ? "{\"prompt\":\"a\",\"max_tokens\":3,\"top_p\":1e-300}"
+                      : "{\"prompt\":\"a\",\"max_tokens\":3,\"top_p\":5e-324}");
         cr_expect_eq(r.status, 200, "tiny top_p: %s", r.raw);
         su_free(&r);
     }

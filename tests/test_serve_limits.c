@@ -10,7 +10,7 @@
 #include <cjson/cJSON.h>
 #include <pthread.h>
 
-#include "serve_util.h"
+#include "tests/serve_util.h"
 
 /* A TCP connection to 127.0.0.1:port from the local address src (e.g. "127.0.0.2"). */
 static int s_connect_from(int port, const char *src) {
@@ -41,7 +41,11 @@ static int s_closed_by_server(int fd, char *first, size_t cap) {
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
-enum { FLOOD_ADDRS = 5, FLOOD_PER_ADDR = 80, FLOOD = FLOOD_ADDRS * FLOOD_PER_ADDR };
+enum {
+    FLOOD_ADDRS = 5,
+    FLOOD_PER_ADDR = 80,
+    FLOOD = FLOOD_ADDRS * FLOOD_PER_ADDR
+};
 
 Test(serve_limits, slow_client_flood_does_not_lock_others_out, .timeout = 180) {
     char model[4096];
@@ -93,8 +97,8 @@ Test(serve_limits, slow_client_flood_does_not_lock_others_out, .timeout = 180) {
         }
         usleep(500000);
     }
-    cr_expect_eq(n_closed, FLOOD, "%d of %d trickling connections still open %.1f s after they began",
-                 FLOOD - n_closed, FLOOD, su_now() - t_flood);
+    cr_expect_eq(n_closed, FLOOD, "%d of %d trickling connections still open %.1f s after they began", FLOOD - n_closed,
+                 FLOOD, su_now() - t_flood);
     for (int i = 0; i < FLOOD; i++) close(fds[i]);
     http_resp told = su_read_resp(quiet, 3.0);
     close(quiet);
@@ -102,7 +106,9 @@ Test(serve_limits, slow_client_flood_does_not_lock_others_out, .timeout = 180) {
               "a stalled request head was not told 408 request_timeout: %s", told.raw ? told.raw : "(nothing)");
     su_free(&told);
     /* the per-address limit: 60 idle connections from one address, 10 are refused at once */
-    enum { N_IDLE = 60 };
+    enum {
+        N_IDLE = 60
+    };
     int idle[N_IDLE], refused = 0;
     for (int i = 0; i < N_IDLE; i++) idle[i] = s_connect_from(p.port, "127.0.0.20");
     usleep(500000);
@@ -147,8 +153,8 @@ static cJSON *s_last_event(const char *body, int *saw_finish) {
  * must leave it at the abort while the server still exits cleanly. */
 static void s_sigterm_case(int batched) {
     char model[4096];
-    const char *extra[] = {"--parallel", "2", "--queue", "8", "--shutdown-grace", "1.5",
-                           batched ? NULL : "--no-batching", NULL};
+    const char *extra[] = {
+        "--parallel", "2", "--queue", "8", "--shutdown-grace", "1.5", batched ? NULL : "--no-batching", NULL};
     setenv("COLI_SERVE_DELAY_MS", "100", 1); /* 12 tokens: ~1.2 s; 100 tokens: ~10 s */
     serve_proc p = su_start(su_model(model, sizeof model), extra);
     unsetenv("COLI_SERVE_DELAY_MS");
@@ -171,7 +177,8 @@ static void s_sigterm_case(int batched) {
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(a, "choices"), 0);
     const char *fr = cJSON_GetStringValue(cJSON_GetObjectItem(c0, "finish_reason"));
     double n_gen = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(a, "usage"), "completion_tokens"));
-    cr_expect(fr && (!strcmp(fr, "stop") || n_gen == 12), "running request cut: finish %s after %g tokens", fr ? fr : "-", n_gen);
+    cr_expect(fr && (!strcmp(fr, "stop") || n_gen == 12), "running request cut: finish %s after %g tokens",
+              fr ? fr : "-", n_gen);
     cJSON_Delete(a);
     /* the queued one was never started: 503 shutting_down */
     cr_expect_eq(queued.r.status, 503, "queued request: %s", queued.r.raw ? queued.r.raw : "(none)");
@@ -194,9 +201,7 @@ Test(serve_limits, sigterm_finishes_running_refuses_queued_and_cuts_streams_with
     s_sigterm_case(1);
 }
 
-Test(serve_limits, sigterm_without_batching, .timeout = 120) {
-    s_sigterm_case(0);
-}
+Test(serve_limits, sigterm_without_batching, .timeout = 120) { s_sigterm_case(0); }
 
 Test(serve_limits, api_key_file) {
     char model[4096], path[] = "/tmp/coli-test-key-XXXXXX";

@@ -7,7 +7,7 @@
  */
 #include <cjson/cJSON.h>
 
-#include "serve_util.h"
+#include "tests/serve_util.h"
 
 /* The value of the first sample line that starts with series (name + labels). */
 static double s_sample(const char *scrape, const char *series) {
@@ -59,15 +59,22 @@ Test(serve_metrics, crash_fallback_shows_and_passes_promtool) {
     char out[8192];
     cr_expect_eq(s_promtool(r.body, out, sizeof out), 0, "promtool check metrics: %s\n--- scrape:\n%s", out, r.body);
     cr_expect_eq(s_sample(r.body, "colibri_fallbacks_total{device=\"cpu:0\",reason=\"crash\"}"), 1, "%s", r.body);
-    cr_expect_eq(s_sample(r.body, "colibri_worker_restarts_total{worker=\"0\",device=\"cpu:0\",plugin=\"cpu\"}"), 1, "%s", r.body);
-    cr_expect_gt(s_sample(r.body, "colibri_worker_batches_total{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0, "%s", r.body);
-    cr_expect_gt(s_sample(r.body, "colibri_worker_resident_experts{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0, "%s", r.body);
-    cr_expect_gt(s_sample(r.body, "colibri_worker_resident_bytes{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0, "%s", r.body);
-    cr_expect_gt(s_sample(r.body, "colibri_worker_batch_latency_seconds_count{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0, "%s", r.body);
+    cr_expect_eq(s_sample(r.body, "colibri_worker_restarts_total{worker=\"0\",device=\"cpu:0\",plugin=\"cpu\"}"), 1,
+                 "%s", r.body);
+    cr_expect_gt(s_sample(r.body, "colibri_worker_batches_total{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0,
+                 "%s", r.body);
+    cr_expect_gt(s_sample(r.body, "colibri_worker_resident_experts{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0,
+                 "%s", r.body);
+    cr_expect_gt(s_sample(r.body, "colibri_worker_resident_bytes{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0,
+                 "%s", r.body);
+    cr_expect_gt(
+        s_sample(r.body, "colibri_worker_batch_latency_seconds_count{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0,
+        "%s", r.body);
     cr_expect_eq(s_sample(r.body, "colibri_generated_tokens_total"), 16, "%s", r.body);
     cr_expect_eq(s_sample(r.body, "colibri_time_to_first_token_seconds_count"), 1, "%s", r.body);
     cr_expect_eq(s_sample(r.body, "colibri_time_per_output_token_seconds_count"), 15, "%s", r.body);
-    cr_expect_eq(s_sample(r.body, "colibri_requests_total{endpoint=\"/v1/completions\",code=\"200\"}"), 1, "%s", r.body);
+    cr_expect_eq(s_sample(r.body, "colibri_requests_total{endpoint=\"/v1/completions\",code=\"200\"}"), 1, "%s",
+                 r.body);
     cr_expect_eq(s_sample(r.body, "colibri_queue_depth"), 0, "%s", r.body);
     cr_expect_eq(s_sample(r.body, "colibri_model_ready"), 1, "%s", r.body);
     su_free(&r);

@@ -5,7 +5,7 @@
  * its package-lock.json on first use; the test is skipped only when npm
  * itself is missing.
  */
-#include "serve_util.h"
+#include "tests/serve_util.h"
 
 static int s_have(const char *prog) {
     char cmd[256];

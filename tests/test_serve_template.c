@@ -10,18 +10,20 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "serve_util.h"
+#include "tests/serve_util.h"
 #include "tools/coli/server/server_template.c"
 
 /* Fragments of the reference Jinja templates, as found in GGUF files. */
 static const char *k_mixtral_tmpl =
     "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
-    "message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% endif %}{% endfor %}";
-static const char *k_qwen_tmpl =
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a "
-    "helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
-static const char *k_olmo_tmpl =
-    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + '\\n' }}{% endif %}{% endfor %}";
+    "message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% "
+    "endif %}{% endfor %}";
+static const char *k_qwen_tmpl = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' "
+                                 "%}{{ '<|im_start|>system\\nYou are a "
+                                 "helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + "
+                                 "'\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
+static const char *k_olmo_tmpl = "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ "
+                                 "'<|user|>\\n' + message['content'] + '\\n' }}{% endif %}{% endfor %}";
 
 Test(serve_template, family_from_template_then_architecture) {
     const char *src;
@@ -29,7 +31,8 @@ Test(serve_template, family_from_template_then_architecture) {
     cr_expect_str_eq(src, "tokenizer.chat_template");
     cr_expect_eq(chat_family_detect(k_qwen_tmpl, "llama", &src), CHAT_CHATML);
     cr_expect_eq(chat_family_detect(k_olmo_tmpl, "llama", &src), CHAT_OLMO);
-    cr_expect_eq(chat_family_detect("{{ messages | tojson }}", "llama", &src), CHAT_UNKNOWN, "a template present but unknown stays unknown");
+    cr_expect_eq(chat_family_detect("{{ messages | tojson }}", "llama", &src), CHAT_UNKNOWN,
+                 "a template present but unknown stays unknown");
     cr_expect_str_eq(src, "tokenizer.chat_template");
     cr_expect_eq(chat_family_detect(NULL, "llama", &src), CHAT_MISTRAL);
     cr_expect_str_eq(src, "architecture");
@@ -76,7 +79,8 @@ Test(serve_template, chatml_layout) {
     free(out);
     const chat_message dev[] = {{"developer", "Rules"}, {"user", "Hi"}};
     out = s_render(CHAT_CHATML, dev, 2, "You are a helpful assistant.");
-    cr_expect_str_eq(out, "<|im_start|>system\nRules<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    cr_expect_str_eq(out,
+                     "<|im_start|>system\nRules<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
                      "a developer message is the system message, and replaces the default");
     free(out);
 }
@@ -117,16 +121,21 @@ Test(serve_template, conversations_a_template_cannot_express) {
 /* Markers of the published templates (fragments of each model's tokenizer_config.json). */
 static const char *k_qwen3_tmpl =
     "{%- for message in messages %}{%- if (message.role == \"user\") %}{{- '<|im_start|>' + message.role + '\\n' + "
-    "message.content + '<|im_end|>' + '\\n' }}{%- elif message.role == \"assistant\" %}{%- if '</think>' in message.content %}"
-    "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' }}{%- endif %}"
+    "message.content + '<|im_end|>' + '\\n' }}{%- elif message.role == \"assistant\" %}{%- if '</think>' in "
+    "message.content %}"
+    "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' }}{%- "
+    "endif %}"
     "{%- endif %}{%- endfor %}";
-static const char *k_deepseek2_tmpl =
-    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\\n\\n' }}"
-    "{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + message['content'] + eos_token }}{% endif %}{% endfor %}";
+static const char *k_deepseek2_tmpl = "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' "
+                                      "%}{{ 'User: ' + message['content'] + '\\n\\n' }}"
+                                      "{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + message['content'] "
+                                      "+ eos_token }}{% endif %}{% endfor %}";
 static const char *k_deepseek3_tmpl =
     "{{ bos_token }}{{ ns.system_prompt }}{%- for message in messages %}{%- if message['role'] == 'user' %}"
     "{{'<\xEF\xBD\x9CUser\xEF\xBD\x9C>' + message['content']}}{%- endif %}{%- if message['role'] == 'assistant' %}"
-    "{{'<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>' + message['content'] + '<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>'}}"
+    "{{'<\xEF\xBD\x9C"
+    "Assistant\xEF\xBD\x9C>' + message['content'] + '<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>'}}"
     "{%- endif %}{%- endfor %}";
 static const char *k_llama3_tmpl =
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
@@ -163,8 +172,10 @@ static char *s_render_with(chat_family f, const chat_message *m, int n, const ch
  * add_generation_prompt, enable_thinking undefined: an assistant turn before
  * the last user message keeps only what follows "</think>" (lstrip '\n'). */
 Test(serve_template, qwen3_layout) {
-    const chat_message m[] = {{"system", "Be brief."}, {"user", "Hi"},
-                              {"assistant", "<think>\nThe user greets.\n</think>\n\nHello"}, {"user", "Bye?"}};
+    const chat_message m[] = {{"system", "Be brief."},
+                              {"user", "Hi"},
+                              {"assistant", "<think>\nThe user greets.\n</think>\n\nHello"},
+                              {"user", "Bye?"}};
     char *out = s_render_with(CHAT_QWEN3, m, 4, "", "<|im_end|>");
     cr_expect_str_eq(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                           "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye?<|im_end|>\n"
@@ -188,23 +199,35 @@ Test(serve_template, qwen3_layout) {
 /* Expected text: DeepSeek-V2-Chat's tokenizer_config.json chat_template. */
 Test(serve_template, deepseek2_layout) {
     const chat_message m[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye?"}};
-    char *out = s_render_with(CHAT_DEEPSEEK2, m, 4, "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
-                              "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>");
-    cr_expect_str_eq(out, "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>Be brief.\n\nUser: Hi\n\n"
-                          "Assistant: Hello<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>User: Bye?\n\nAssistant:");
+    char *out = s_render_with(CHAT_DEEPSEEK2, m, 4,
+                              "<\xEF\xBD\x9C"
+                              "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                              "<\xEF\xBD\x9C"
+                              "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>");
+    cr_expect_str_eq(out, "<\xEF\xBD\x9C"
+                          "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>Be brief.\n\nUser: Hi\n\n"
+                          "Assistant: Hello<\xEF\xBD\x9C"
+                          "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>User: Bye?\n\nAssistant:");
     free(out);
 }
 
 /* Expected text: DeepSeek-V3's tokenizer_config.json chat_template (system
  * texts first, joined by "\n\n", with no separator before the first turn). */
 Test(serve_template, deepseek3_layout) {
-    const chat_message m[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye?"},
-                              {"system", "Be kind."}};
-    char *out = s_render_with(CHAT_DEEPSEEK3, m, 4, "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "");
-    cr_expect_str_eq(out, "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>Be brief."
-                          "<\xEF\xBD\x9CUser\xEF\xBD\x9C>Hi<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>Hello"
-                          "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
-                          "<\xEF\xBD\x9CUser\xEF\xBD\x9C>Bye?<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>");
+    const chat_message m[] = {
+        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye?"}, {"system", "Be kind."}};
+    char *out = s_render_with(CHAT_DEEPSEEK3, m, 4,
+                              "<\xEF\xBD\x9C"
+                              "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                              "");
+    cr_expect_str_eq(out, "<\xEF\xBD\x9C"
+                          "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>Be brief."
+                          "<\xEF\xBD\x9CUser\xEF\xBD\x9C>Hi<\xEF\xBD\x9C"
+                          "Assistant\xEF\xBD\x9C>Hello"
+                          "<\xEF\xBD\x9C"
+                          "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+                          "<\xEF\xBD\x9CUser\xEF\xBD\x9C>Bye?<\xEF\xBD\x9C"
+                          "Assistant\xEF\xBD\x9C>");
     free(out);
     out = s_render_with(CHAT_DEEPSEEK3, m, 5, "", "");
     cr_expect(strncmp(out, "Be brief.\n\nBe kind.<\xEF\xBD\x9CUser", 27) == 0, "every system text first: %s", out);
@@ -254,8 +277,8 @@ Test(serve_template, unknown_name_is_a_usage_error) {
         if (i) argv[6] = NULL; /* -p is run's only */
         cli_result r = cli_run(argv);
         cr_expect_eq(r.status, 2, "%s: exit %d (%s)", cmds[i], r.status, r.err);
-        cr_expect(strstr(r.err, "unknown template 'llama-3'") && strstr(r.err, CHAT_FAMILY_NAMES),
-                  "%s: %s", cmds[i], r.err);
+        cr_expect(strstr(r.err, "unknown template 'llama-3'") && strstr(r.err, CHAT_FAMILY_NAMES), "%s: %s", cmds[i],
+                  r.err);
         cli_result_free(&r);
     }
 }
@@ -266,8 +289,8 @@ Test(serve_template, run_renders_the_prompt_as_a_user_message) {
     su_model(model, sizeof model);
     const chat_message msg[] = {{"user", "Hello there"}};
     snprintf(want, sizeof want, "prompt %d tokens", s_rendered_tokens(model, CHAT_QWEN3, msg, 1));
-    char *argv[] = {coli, "run", "-m", model, "-p", "Hello there", "--chat-template", "qwen3", "-n", "1",
-                    "--temp", "0", "--inproc", NULL};
+    char *argv[] = {coli,    "run", "-m", model,    "-p", "Hello there", "--chat-template",
+                    "qwen3", "-n",  "1",  "--temp", "0",  "--inproc",    NULL};
     cli_result r = cli_run(argv);
     cr_expect_eq(r.status, 0, "%s", r.err);
     cr_expect(strstr(r.err, want) != NULL, "expected '%s' in: %s", want, r.err);

@@ -21,13 +21,13 @@ typedef struct lossy_case {
 Test(server_utf8, lossy_matches_pythons_replace_decoder) {
     static const lossy_case cases[] = {
         {"ab\xE2\x82\xAC", "ab\xE2\x82\xAC", 5},
-        {"\xE2\x82", FFFD, 2},                       /* incomplete tail: one subpart */
-        {"\xC0\xAF", FFFD FFFD, 2},                  /* overlong lead */
-        {"\xED\xA0\x80", FFFD FFFD FFFD, 3},         /* surrogate */
-        {"\xF0\x9F\x98x", FFFD "x", 4},              /* cut 4-byte sequence */
+        {"\xE2\x82", FFFD, 2},                        /* incomplete tail: one subpart */
+        {"\xC0\xAF", FFFD FFFD, 2},                   /* overlong lead */
+        {"\xED\xA0\x80", FFFD FFFD FFFD, 3},          /* surrogate */
+        {"\xF0\x9F\x98x", FFFD "x", 4},               /* cut 4-byte sequence */
         {"\xF4\x90\x80\x80", FFFD FFFD FFFD FFFD, 4}, /* above U+10FFFF */
         {"\xFF\xE2\x82\xACz", FFFD "\xE2\x82\xACz", 5},
-        {"a\0b", "a" FFFD "b", 3},                   /* NUL: the server's rule */
+        {"a\0b", "a" FFFD "b", 3}, /* NUL: the server's rule */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *got = utf8_lossy(cases[i].in, cases[i].n);

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "threadpool.h"
+#include "core/threadpool.h"
 
 typedef struct count_job {
     atomic_int hits[16];
@@ -17,7 +17,10 @@ typedef struct count_job {
 
 static void count_fn(void *arg, int ith, int nth) {
     count_job *j = arg;
-    if (nth != j->want_nth || ith < 0 || ith >= 16) { atomic_fetch_add(&j->bad_nth, 1); return; }
+    if (nth != j->want_nth || ith < 0 || ith >= 16) {
+        atomic_fetch_add(&j->bad_nth, 1);
+        return;
+    }
     atomic_fetch_add(&j->hits[ith], 1);
 }
 
@@ -33,8 +36,8 @@ static void check_pool(int n) {
         /* run returns only after every thread finished: counts are final */
         cr_assert_eq(atomic_load(&j.bad_nth), 0, "wrong nth");
         for (int i = 0; i < 16; i++)
-            cr_assert_eq(atomic_load(&j.hits[i]), i < n ? 1 : 0, "pool %d rep %d: ith %d ran %d times",
-                         n, rep, i, atomic_load(&j.hits[i]));
+            cr_assert_eq(atomic_load(&j.hits[i]), i < n ? 1 : 0, "pool %d rep %d: ith %d ran %d times", n, rep, i,
+                         atomic_load(&j.hits[i]));
         if (rep % 100 == 99) usleep(5000); /* let workers fall asleep, then wake them */
     }
     coli_pool_destroy(&p);
@@ -59,7 +62,7 @@ Test(threadpool, destroy_accepts_null) {
     coli_pool_destroy(&p);
     coli_pool_destroy(NULL);
     p = coli_pool_new(3);
-    coli_pool_destroy(&p);   /* never ran a job */
+    coli_pool_destroy(&p); /* never ran a job */
     cr_assert_null(p);
 }
 
@@ -71,6 +74,4 @@ Test(threadpool, default_size_is_online_cores) {
     coli_pool_destroy(&p);
 }
 
-Test(threadpool, absurd_size_fails_with_a_reason) {
-    cr_assert_null(coli_pool_new(100000));
-}
+Test(threadpool, absurd_size_fails_with_a_reason) { cr_assert_null(coli_pool_new(100000)); }

@@ -11,30 +11,26 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/tokenizer.h"
 
 // ---------------------------------------------------------------------------
 // helpers
 
-static const char *shared_dir(void)
-{
+static const char *shared_dir(void) {
     const char *s = getenv("COLI_SHARED");
     return s ? s : "../shared";
 }
 
 // Path of a reference file, or skip the test when ../shared is absent.
-static void ref_path(char *buf, size_t n, const char *rel)
-{
+static void ref_path(char *buf, size_t n, const char *rel) {
     struct stat st;
     snprintf(buf, n, "%s/reference/%s", shared_dir(), rel);
-    if (stat(buf, &st) != 0)
-        cr_skip_test("../shared not found: %s missing", buf);
+    if (stat(buf, &st) != 0) cr_skip_test("../shared not found: %s missing", buf);
 }
 
-static char *read_file(const char *path, size_t *len)
-{
+static char *read_file(const char *path, size_t *len) {
     FILE *fp = fopen(path, "rb");
     cr_assert(fp, "cannot open %s", path);
     fseek(fp, 0, SEEK_END);
@@ -44,15 +40,13 @@ static char *read_file(const char *path, size_t *len)
     cr_assert(buf && fread(buf, 1, (size_t)n, fp) == (size_t)n);
     buf[n] = '\0';
     fclose(fp);
-    if (len)
-        *len = (size_t)n;
+    if (len) *len = (size_t)n;
     return buf;
 }
 
 // Write w to a temporary file and open it as a gguf_file (the file is
 // removed at once; the mapping stays valid).
-static gguf_file *writer_to_file(gguf_writer *w)
-{
+static gguf_file *writer_to_file(gguf_writer *w) {
     char path[] = "/tmp/coli-test-tok-XXXXXX";
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
@@ -64,8 +58,7 @@ static gguf_file *writer_to_file(gguf_writer *w)
     return f;
 }
 
-static coli_tokenizer *tok_from_writer(gguf_writer *w)
-{
+static coli_tokenizer *tok_from_writer(gguf_writer *w) {
     gguf_file *f = writer_to_file(w);
     coli_tokenizer *tok = NULL;
     cr_assert_eq(coli_tokenizer_new(f, &tok), 0, "%s", coli_last_error());
@@ -74,46 +67,39 @@ static coli_tokenizer *tok_from_writer(gguf_writer *w)
 }
 
 // Expect coli_tokenizer_new to fail with code and a message containing what.
-static void expect_load_error(gguf_writer *w, int code, const char *what)
-{
+static void expect_load_error(gguf_writer *w, int code, const char *what) {
     gguf_file *f = writer_to_file(w);
     coli_tokenizer *tok = NULL;
     int rc = coli_tokenizer_new(f, &tok);
     cr_expect_eq(rc, code, "rc %d (%s), expected %d", rc, coli_last_error(), code);
     cr_expect_null(tok);
-    cr_expect(strstr(coli_last_error(), what) != NULL, "message '%s' lacks '%s'",
-              coli_last_error(), what);
+    cr_expect(strstr(coli_last_error(), what) != NULL, "message '%s' lacks '%s'", coli_last_error(), what);
     gguf_close(&f);
 }
 
 // Tokenize into a malloc'ed array.
-static int32_t *encode(const coli_tokenizer *tok, const char *text, size_t len,
-                       int add_special, int parse_special, int *n)
-{
+static int32_t *encode(const coli_tokenizer *tok, const char *text, size_t len, int add_special, int parse_special,
+                       int *n) {
     int rc = coli_tokenizer_encode(tok, text, len, add_special, parse_special, NULL, 0, n);
     cr_assert(rc == 0 || (rc == COLI_ERANGE && *n > 0), "%s", coli_last_error());
     int32_t *ids = malloc(((size_t)*n + 1) * sizeof(int32_t));
-    cr_assert_eq(coli_tokenizer_encode(tok, text, len, add_special, parse_special, ids, *n, n), 0,
-                 "%s", coli_last_error());
+    cr_assert_eq(coli_tokenizer_encode(tok, text, len, add_special, parse_special, ids, *n, n), 0, "%s",
+                 coli_last_error());
     return ids;
 }
 
-static void format_ids(char *buf, size_t cap, const int32_t *ids, int n)
-{
+static void format_ids(char *buf, size_t cap, const int32_t *ids, int n) {
     size_t k = 0;
     buf[0] = '\0';
-    for (int i = 0; i < n && k + 16 < cap; i++)
-        k += (size_t)snprintf(buf + k, cap - k, " %d", ids[i]);
+    for (int i = 0; i < n && k + 16 < cap; i++) k += (size_t)snprintf(buf + k, cap - k, " %d", ids[i]);
 }
 
-static void expect_ids(const coli_tokenizer *tok, const char *text, int add_special,
-                       int parse_special, const int32_t *want, int n_want, const char *label)
-{
+static void expect_ids(const coli_tokenizer *tok, const char *text, int add_special, int parse_special,
+                       const int32_t *want, int n_want, const char *label) {
     int n;
     int32_t *got = encode(tok, text, strlen(text), add_special, parse_special, &n);
     int same = n == n_want;
-    for (int i = 0; same && i < n; i++)
-        same = got[i] == want[i];
+    for (int i = 0; same && i < n; i++) same = got[i] == want[i];
     if (!same) {
         char g[1024], w[1024];
         format_ids(g, sizeof(g), got, n);
@@ -123,13 +109,11 @@ static void expect_ids(const coli_tokenizer *tok, const char *text, int add_spec
     free(got);
 }
 
-static void expect_json_ids(const coli_tokenizer *tok, const char *text, const cJSON *ids,
-                            int add_special, int parse_special, const char *label)
-{
+static void expect_json_ids(const coli_tokenizer *tok, const char *text, const cJSON *ids, int add_special,
+                            int parse_special, const char *label) {
     int n = cJSON_GetArraySize(ids);
     int32_t *want = malloc(((size_t)n + 1) * sizeof(int32_t));
-    for (int i = 0; i < n; i++)
-        want[i] = (int32_t)cJSON_GetArrayItem(ids, i)->valuedouble;
+    for (int i = 0; i < n; i++) want[i] = (int32_t)cJSON_GetArrayItem(ids, i)->valuedouble;
     expect_ids(tok, text, add_special, parse_special, want, n, label);
     free(want);
 }
@@ -137,8 +121,7 @@ static void expect_json_ids(const coli_tokenizer *tok, const char *text, const c
 // ---------------------------------------------------------------------------
 // the reference vocabularies
 
-static coli_tokenizer *load_spm_vocab(void)
-{
+static coli_tokenizer *load_spm_vocab(void) {
     char path[512];
     ref_path(path, sizeof(path), "vocab/ggml-vocab-llama-spm.gguf");
     gguf_file *f = NULL;
@@ -150,8 +133,7 @@ static coli_tokenizer *load_spm_vocab(void)
 }
 
 // The GPT-NeoX vocabulary with tokenizer.ggml.pre = "olmo", as tiny-olmoe.
-static coli_tokenizer *load_neox_olmo_vocab(void)
-{
+static coli_tokenizer *load_neox_olmo_vocab(void) {
     char path[512];
     ref_path(path, sizeof(path), "vocab/ggml-vocab-gpt-neox.gguf");
     gguf_file *src = NULL;
@@ -166,17 +148,13 @@ static coli_tokenizer *load_neox_olmo_vocab(void)
     return tok;
 }
 
-static coli_tokenizer *load_vocab_named(const char *name)
-{
-    if (strcmp(name, "llama-spm") == 0)
-        return load_spm_vocab();
-    cr_assert(strcmp(name, "gpt-neox") == 0 || strcmp(name, "gpt-neox+olmo-pre") == 0,
-              "unknown vocabulary %s", name);
+static coli_tokenizer *load_vocab_named(const char *name) {
+    if (strcmp(name, "llama-spm") == 0) return load_spm_vocab();
+    cr_assert(strcmp(name, "gpt-neox") == 0 || strcmp(name, "gpt-neox+olmo-pre") == 0, "unknown vocabulary %s", name);
     return load_neox_olmo_vocab();
 }
 
-Test(tokenizer_ref, spm_upstream_vectors)
-{
+Test(tokenizer_ref, spm_upstream_vectors) {
     char inp_path[512], out_path[512];
     ref_path(inp_path, sizeof(inp_path), "vocab/ggml-vocab-llama-spm.gguf.inp");
     ref_path(out_path, sizeof(out_path), "vocab/ggml-vocab-llama-spm.gguf.out");
@@ -194,8 +172,7 @@ Test(tokenizer_ref, spm_upstream_vectors)
         int n_want = 0;
         for (char *p = line, *q;; p = q) {
             long id = strtol(p, &q, 10);
-            if (q == p || n_want == 512)
-                break;
+            if (q == p || n_want == 512) break;
             want[n_want++] = (int32_t)id;
         }
         expect_ids(tok, text, 0, 0, want, n_want, "upstream vector");
@@ -207,8 +184,7 @@ Test(tokenizer_ref, spm_upstream_vectors)
     coli_tokenizer_free(&tok);
 }
 
-Test(tokenizer_ref, tokenizer_json_cases)
-{
+Test(tokenizer_ref, tokenizer_json_cases) {
     char path[512];
     ref_path(path, sizeof(path), "expected/tokenizer.json");
     char *json = read_file(path, NULL);
@@ -220,13 +196,13 @@ Test(tokenizer_ref, tokenizer_json_cases)
         coli_tokenizer *tok = load_vocab_named(v->string);
         const cJSON *c;
         cJSON_ArrayForEach(c, cJSON_GetObjectItem(v, "cases")) {
-            expect_json_ids(tok, cJSON_GetObjectItem(c, "text")->valuestring,
-                            cJSON_GetObjectItem(c, "ids"), 0, 0, v->string);
+            expect_json_ids(tok, cJSON_GetObjectItem(c, "text")->valuestring, cJSON_GetObjectItem(c, "ids"), 0, 0,
+                            v->string);
             n_checked++;
         }
         cJSON_ArrayForEach(c, cJSON_GetObjectItem(v, "prompt_cases")) {
-            expect_json_ids(tok, cJSON_GetObjectItem(c, "text")->valuestring,
-                            cJSON_GetObjectItem(c, "ids"), 1, 1, v->string);
+            expect_json_ids(tok, cJSON_GetObjectItem(c, "text")->valuestring, cJSON_GetObjectItem(c, "ids"), 1, 1,
+                            v->string);
             n_checked++;
         }
         coli_tokenizer_free(&tok);
@@ -238,11 +214,9 @@ Test(tokenizer_ref, tokenizer_json_cases)
     free(json);
 }
 
-Test(tokenizer_ref, model_prompt_ids)
-{
-    static const char *const files[] = {
-        "tiny-mixtral-f32.json", "tiny-mixtral-f16.json", "tiny-mixtral-q8_0.json",
-        "tiny-mixtral-q4_0.json", "tiny-olmoe-f32.json", "tiny-qwen2moe-f32.json" };
+Test(tokenizer_ref, model_prompt_ids) {
+    static const char *const files[] = {"tiny-mixtral-f32.json",  "tiny-mixtral-f16.json", "tiny-mixtral-q8_0.json",
+                                        "tiny-mixtral-q4_0.json", "tiny-olmoe-f32.json",   "tiny-qwen2moe-f32.json"};
     int n_checked = 0;
     for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
         char rel[128], path[512];
@@ -255,8 +229,8 @@ Test(tokenizer_ref, model_prompt_ids)
         coli_tokenizer *tok = load_vocab_named(vocab);
         const cJSON *p;
         cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "prompts")) {
-            expect_json_ids(tok, cJSON_GetObjectItem(p, "prompt")->valuestring,
-                            cJSON_GetObjectItem(p, "prompt_ids"), 1, 1, files[k]);
+            expect_json_ids(tok, cJSON_GetObjectItem(p, "prompt")->valuestring, cJSON_GetObjectItem(p, "prompt_ids"), 1,
+                            1, files[k]);
             n_checked++;
         }
         coli_tokenizer_free(&tok);
@@ -268,11 +242,10 @@ Test(tokenizer_ref, model_prompt_ids)
 
 // Detokenizing gives the text back (SPM: with the space prefix), also for
 // long inputs, which must not take quadratic time.
-static void expect_round_trip(const coli_tokenizer *tok, const char *text, size_t len, int spm)
-{
+static void expect_round_trip(const coli_tokenizer *tok, const char *text, size_t len, int spm) {
     int n;
     int32_t *ids = encode(tok, text, len, 0, 0, &n);
-    if (len == 0) {   // nothing, not even the SPM space prefix
+    if (len == 0) { // nothing, not even the SPM space prefix
         cr_expect_eq(n, 0);
         free(ids);
         return;
@@ -295,12 +268,17 @@ static void expect_round_trip(const coli_tokenizer *tok, const char *text, size_
     free(ids);
 }
 
-static char *long_text(size_t target, size_t *len)
-{
-    static const char *const parts[] = {
-        "The quick brown fox jumps over the lazy dog. ", "Ünïcödé   wörds\t\n", "1234567890 ",
-        "日本語のテキスト、", "  indented(code) { return x[i] + 42; }\n", "emoji 🦙🚀 ", "it's we'll ",
-        "Привет мир! ", "    ", "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9 " };
+static char *long_text(size_t target, size_t *len) {
+    static const char *const parts[] = {"The quick brown fox jumps over the lazy dog. ",
+                                        "Ünïcödé   wörds\t\n",
+                                        "1234567890 ",
+                                        "日本語のテキスト、",
+                                        "  indented(code) { return x[i] + 42; }\n",
+                                        "emoji 🦙🚀 ",
+                                        "it's we'll ",
+                                        "Привет мир! ",
+                                        "    ",
+                                        "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9 "};
     char *buf = malloc(target + 64);
     size_t n = 0;
     for (size_t i = 0; n < target; i++) {
@@ -312,8 +290,7 @@ static char *long_text(size_t target, size_t *len)
     return buf;
 }
 
-Test(tokenizer_ref, long_text_round_trip)
-{
+Test(tokenizer_ref, long_text_round_trip) {
     size_t len;
     char *text = long_text(100 * 1024, &len);
     coli_tokenizer *spm = load_spm_vocab();
@@ -325,8 +302,7 @@ Test(tokenizer_ref, long_text_round_trip)
     free(text);
 }
 
-Test(tokenizer_ref, vocab_queries)
-{
+Test(tokenizer_ref, vocab_queries) {
     coli_tokenizer *spm = load_spm_vocab();
     cr_expect_str_eq(coli_tokenizer_model(spm), "llama");
     cr_expect_eq(coli_tokenizer_n_vocab(spm), 32000);
@@ -344,7 +320,7 @@ Test(tokenizer_ref, vocab_queries)
     cr_expect(n == 6 && memcmp(b, " Hello", 6) == 0);
     cr_expect_eq(coli_tokenizer_bytes(spm, 1, &b, &n), 0);
     cr_expect_eq(n, 0);
-    cr_expect_eq(coli_tokenizer_bytes(spm, 13, &b, &n), 0);   /* <0x0A> */
+    cr_expect_eq(coli_tokenizer_bytes(spm, 13, &b, &n), 0); /* <0x0A> */
     cr_expect(n == 1 && b[0] == '\n');
     cr_expect_eq(coli_tokenizer_bytes(spm, -1, &b, &n), COLI_ERANGE);
     coli_tokenizer_free(&spm);
@@ -354,9 +330,9 @@ Test(tokenizer_ref, vocab_queries)
     cr_expect_eq(coli_tokenizer_n_vocab(bpe), 50432);
     cr_expect_eq(coli_tokenizer_add_bos(bpe), 0);
     cr_expect(coli_tokenizer_is_eog(bpe, 0));
-    cr_expect_eq(coli_tokenizer_bytes(bpe, 1533, &b, &n), 0);   /* "Ġworld" */
+    cr_expect_eq(coli_tokenizer_bytes(bpe, 1533, &b, &n), 0); /* "Ġworld" */
     cr_expect(n == 6 && memcmp(b, " world", 6) == 0);
-    cr_expect_eq(coli_tokenizer_bytes(bpe, 50276, &b, &n), 0);  /* user-defined "  " */
+    cr_expect_eq(coli_tokenizer_bytes(bpe, 50276, &b, &n), 0); /* user-defined "  " */
     cr_expect(n == 2 && memcmp(b, "  ", 2) == 0);
     coli_tokenizer_free(&bpe);
 }
@@ -370,23 +346,33 @@ Test(tokenizer_ref, vocab_queries)
 #define BYTE_ID(b) (3 + (b))
 
 typedef struct spm_opts {
-    const char *model;   /* tokenizer.ggml.model, NULL: none */
-    int with_tokens;     /* write tokenizer.ggml.tokens */
-    int n_scores;        /* entries in tokenizer.ggml.scores */
-    int float_types;     /* token_type as FLOAT32 (wrong) */
-    int dup_token;       /* make token 262 a copy of 261 */
-    int space_prefix;    /* -1: key absent */
-    int add_eos;         /* -1: key absent */
-    const char *name;    /* general.name, NULL: none */
+    const char *model; /* tokenizer.ggml.model, NULL: none */
+    int with_tokens;   /* write tokenizer.ggml.tokens */
+    int n_scores;      /* entries in tokenizer.ggml.scores */
+    int float_types;   /* token_type as FLOAT32 (wrong) */
+    int dup_token;     /* make token 262 a copy of 261 */
+    int space_prefix;  /* -1: key absent */
+    int add_eos;       /* -1: key absent */
+    const char *name;  /* general.name, NULL: none */
 } spm_opts;
 
-static const spm_opts spm_default = { "llama", 1, SPM_N, 0, 0, -1, -1, NULL };
+static const spm_opts spm_default = {"llama", 1, SPM_N, 0, 0, -1, -1, NULL};
 
-static gguf_writer *spm_writer(const spm_opts *o)
-{
-    static const char *const named[] = { "\xE2\x96\x81", "a", "b", "c", "\xE2\x96\x81" "a", "ab", "bc",
-                                         "\xE2\x96\x81" "ab", "abc", "<tool>", "aa" };
-    static const float named_score[] = { -1, -1, -1, -1, -2, -3, -1.5f, -4, -2.5f, 0, -1 };
+static gguf_writer *spm_writer(const spm_opts *o) {
+    static const char *const named[] = {"\xE2\x96\x81",
+                                        "a",
+                                        "b",
+                                        "c",
+                                        "\xE2\x96\x81"
+                                        "a",
+                                        "ab",
+                                        "bc",
+                                        "\xE2\x96\x81"
+                                        "ab",
+                                        "abc",
+                                        "<tool>",
+                                        "aa"};
+    static const float named_score[] = {-1, -1, -1, -1, -2, -3, -1.5f, -4, -2.5f, 0, -1};
     static char bytes[256][8];
     const char *tokens[SPM_N];
     float scores[SPM_N];
@@ -404,43 +390,33 @@ static gguf_writer *spm_writer(const spm_opts *o)
         scores[259 + i] = named_score[i];
         types[259 + i] = i == 9 ? 4 : 1;
     }
-    for (int i = 0; i < 259; i++)
-        scores[i] = 0;
-    for (int i = 0; i < SPM_N; i++)
-        ftypes[i] = (float)types[i];
-    if (o->dup_token)
-        tokens[262] = tokens[261];
+    for (int i = 0; i < 259; i++) scores[i] = 0;
+    for (int i = 0; i < SPM_N; i++) ftypes[i] = (float)types[i];
+    if (o->dup_token) tokens[262] = tokens[261];
     gguf_writer *w = gguf_writer_new();
-    if (o->model)
-        gguf_writer_set_str(w, "tokenizer.ggml.model", o->model);
-    if (o->with_tokens)
-        gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, SPM_N);
+    if (o->model) gguf_writer_set_str(w, "tokenizer.ggml.model", o->model);
+    if (o->with_tokens) gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, SPM_N);
     gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, scores, (uint64_t)o->n_scores);
     if (o->float_types)
         gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_FLOAT32, ftypes, SPM_N);
     else
         gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, SPM_N);
-    if (o->space_prefix >= 0)
-        gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", o->space_prefix);
-    if (o->add_eos >= 0)
-        gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", o->add_eos);
-    if (o->name)
-        gguf_writer_set_str(w, "general.name", o->name);
+    if (o->space_prefix >= 0) gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", o->space_prefix);
+    if (o->add_eos >= 0) gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", o->add_eos);
+    if (o->name) gguf_writer_set_str(w, "general.name", o->name);
     return w;
 }
 
-static coli_tokenizer *spm_tiny(const spm_opts *o)
-{
+static coli_tokenizer *spm_tiny(const spm_opts *o) {
     gguf_writer *w = spm_writer(o);
     coli_tokenizer *tok = tok_from_writer(w);
     gguf_writer_free(&w);
     return tok;
 }
 
-#define IDS(...) ((const int32_t[]){ __VA_ARGS__ }), (int)(sizeof((const int32_t[]){ __VA_ARGS__ }) / sizeof(int32_t))
+#define IDS(...) ((const int32_t[]){__VA_ARGS__}), (int)(sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t))
 
-Test(tokenizer_spm, merges_by_score)
-{
+Test(tokenizer_spm, merges_by_score) {
     coli_tokenizer *tok = spm_tiny(&spm_default);
     // ▁abc: bc (-1.5) first, then ▁a (-2); abc (-2.5) is stale by then
     expect_ids(tok, "abc", 0, 0, IDS(263, 265), "score order");
@@ -455,8 +431,7 @@ Test(tokenizer_spm, merges_by_score)
     coli_tokenizer_free(&tok);
 }
 
-Test(tokenizer_spm, byte_fallback)
-{
+Test(tokenizer_spm, byte_fallback) {
     coli_tokenizer *tok = spm_tiny(&spm_default);
     expect_ids(tok, "\xC3\xA9", 0, 0, IDS(259, BYTE_ID(0xC3), BYTE_ID(0xA9)), "é");
     expect_ids(tok, "a\xFF", 0, 0, IDS(263, BYTE_ID(0xFF)), "invalid byte");
@@ -468,23 +443,23 @@ Test(tokenizer_spm, byte_fallback)
     cr_expect(n == 3 && memcmp(b, " ab", 3) == 0);
     cr_expect_eq(coli_tokenizer_bytes(tok, 2, &b, &n), 0);
     cr_expect_eq(n, 0);
-    cr_expect_eq(coli_tokenizer_bytes(tok, 0, &b, &n), 0);   /* <unk>: unknown type */
+    cr_expect_eq(coli_tokenizer_bytes(tok, 0, &b, &n), 0); /* <unk>: unknown type */
     cr_expect_eq(n, 0);
-    cr_expect_eq(coli_tokenizer_bytes(tok, 268, &b, &n), 0);   /* user-defined: as is */
+    cr_expect_eq(coli_tokenizer_bytes(tok, 268, &b, &n), 0); /* user-defined: as is */
     cr_expect(n == 6 && memcmp(b, "<tool>", 6) == 0);
     coli_tokenizer_free(&tok);
 }
 
-Test(tokenizer_spm, special_tokens)
-{
+Test(tokenizer_spm, special_tokens) {
     coli_tokenizer *tok = spm_tiny(&spm_default);
     // parsed: each raw fragment after a special token gets the space prefix
     expect_ids(tok, "<s>ab</s>", 1, 1, IDS(1, 1, 266, 2), "parsed");
     expect_ids(tok, "ab<s>ab", 0, 1, IDS(266, 1, 266), "parsed, middle");
     // not parsed: plain text, byte fallback for '<', 's', '>', '/'
-    expect_ids(tok, "<s>ab</s>", 0, 0,
-               IDS(259, BYTE_ID('<'), BYTE_ID('s'), BYTE_ID('>'), 264, BYTE_ID('<'), BYTE_ID('/'),
-                   BYTE_ID('s'), BYTE_ID('>')), "plain");
+    expect_ids(
+        tok, "<s>ab</s>", 0, 0,
+        IDS(259, BYTE_ID('<'), BYTE_ID('s'), BYTE_ID('>'), 264, BYTE_ID('<'), BYTE_ID('/'), BYTE_ID('s'), BYTE_ID('>')),
+        "plain");
     // user-defined tokens are matched even without parse_special
     expect_ids(tok, "a<tool>b", 0, 0, IDS(263, 268, 259, 261), "user-defined");
     expect_ids(tok, "<unk>", 0, 1, IDS(0), "unknown token text");
@@ -492,15 +467,14 @@ Test(tokenizer_spm, special_tokens)
     coli_tokenizer_free(&tok);
 }
 
-Test(tokenizer_spm, flags_and_capacity)
-{
+Test(tokenizer_spm, flags_and_capacity) {
     spm_opts o = spm_default;
     o.space_prefix = 0;
     o.add_eos = 1;
     coli_tokenizer *tok = spm_tiny(&o);
     expect_ids(tok, "ab", 0, 0, IDS(264), "no space prefix");
     expect_ids(tok, "ab", 1, 0, IDS(1, 264, 2), "BOS and EOS");
-    int32_t ids[2] = { -7, -7 };
+    int32_t ids[2] = {-7, -7};
     int n = 0;
     cr_expect_eq(coli_tokenizer_encode(tok, "ab", 2, 1, 0, ids, 1, &n), COLI_ERANGE);
     cr_expect_eq(n, 3);
@@ -510,8 +484,7 @@ Test(tokenizer_spm, flags_and_capacity)
     coli_tokenizer_free(&tok);
 }
 
-Test(tokenizer_spm, phi3_rstrip)
-{
+Test(tokenizer_spm, phi3_rstrip) {
     spm_opts o = spm_default;
     o.name = "Phi-3-mini-4k";
     coli_tokenizer *tok = spm_tiny(&o);
@@ -524,8 +497,7 @@ Test(tokenizer_spm, phi3_rstrip)
     coli_tokenizer_free(&tok);
 }
 
-Test(tokenizer_spm, bad_metadata)
-{
+Test(tokenizer_spm, bad_metadata) {
     spm_opts o = spm_default;
     gguf_writer *w;
 
@@ -569,14 +541,12 @@ Test(tokenizer_spm, bad_metadata)
 #define B(c) (1 + (unsigned char)(c))
 
 // GPT-2's byte -> code point mapping, written out independently of unicode.c.
-static void gpt2_byte_utf8(unsigned b, char *out)
-{
+static void gpt2_byte_utf8(unsigned b, char *out) {
     unsigned cpt = b;
     int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
     if (!printable) {
         unsigned n = 0;
-        for (unsigned x = 0; x < b; x++)
-            n += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
+        for (unsigned x = 0; x < b; x++) n += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
         cpt = 256 + n;
     }
     if (cpt < 0x80) {
@@ -586,13 +556,12 @@ static void gpt2_byte_utf8(unsigned b, char *out)
     }
 }
 
-static gguf_writer *bpe_writer(const char *pre, int with_merges)
-{
+static gguf_writer *bpe_writer(const char *pre, int with_merges) {
     static char bytes[256][4];
-    static const char *const named[] = { "he", "\xC4\xA0t", "the", "\xC4\xA0the", "\xC4\xA0\xC4\xA0",
-                                         "12", "123", "45", "12345", "\xC4\xA0!" };
-    static const char *const merges[] = { "h e", "\xC4\xA0 t", "t he", "\xC4\xA0t he", "\xC4\xA0 \xC4\xA0",
-                                          "1 2", "12 3", "4 5", "123 45", "\xC4\xA0 !" };
+    static const char *const named[] = {"he", "\xC4\xA0t", "the", "\xC4\xA0the", "\xC4\xA0\xC4\xA0",
+                                        "12", "123",       "45",  "12345",       "\xC4\xA0!"};
+    static const char *const merges[] = {"h e", "\xC4\xA0 t", "t he", "\xC4\xA0t he", "\xC4\xA0 \xC4\xA0",
+                                         "1 2", "12 3",       "4 5",  "123 45",       "\xC4\xA0 !"};
     const char *tokens[BPE_N];
     int32_t types[BPE_N];
     tokens[0] = "<|endoftext|>";
@@ -608,27 +577,23 @@ static gguf_writer *bpe_writer(const char *pre, int with_merges)
     }
     gguf_writer *w = gguf_writer_new();
     gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
-    if (pre)
-        gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    if (pre) gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, BPE_N);
     gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, BPE_N);
-    if (with_merges)
-        gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 10);
+    if (with_merges) gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 10);
     gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 0);
     gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0);
     return w;
 }
 
-static coli_tokenizer *bpe_tiny(const char *pre)
-{
+static coli_tokenizer *bpe_tiny(const char *pre) {
     gguf_writer *w = bpe_writer(pre, 1);
     coli_tokenizer *tok = tok_from_writer(w);
     gguf_writer_free(&w);
     return tok;
 }
 
-Test(tokenizer_bpe, merges_and_gpt2_regex)
-{
+Test(tokenizer_bpe, merges_and_gpt2_regex) {
     coli_tokenizer *tok = bpe_tiny("olmo");
     expect_ids(tok, "the the", 1, 1, IDS(259, 260), "merge ranks");
     // \s+(?!\S): the last space goes with the next word
@@ -643,32 +608,31 @@ Test(tokenizer_bpe, merges_and_gpt2_regex)
     coli_tokenizer_free(&tok);
 }
 
-Test(tokenizer_bpe, default_pretokenizer)
-{
+Test(tokenizer_bpe, default_pretokenizer) {
     coli_tokenizer *tok = bpe_tiny("default");
     // digits go in groups of three, punctuation runs stand alone
     expect_ids(tok, "12345", 0, 0, IDS(263, 264), "digit groups");
     expect_ids(tok, " !!", 0, 0, IDS(B(' '), B('!'), B('!')), "punctuation run");
     expect_ids(tok, "the the", 0, 0, IDS(259, 260), "words");
     coli_tokenizer_free(&tok);
-    tok = bpe_tiny(NULL);   // no pre-tokenizer key: "default"
+    tok = bpe_tiny(NULL); // no pre-tokenizer key: "default"
     expect_ids(tok, "12345", 0, 0, IDS(263, 264), "missing pre");
     coli_tokenizer_free(&tok);
 }
 
-Test(tokenizer_bpe, special_tokens_and_bytes)
-{
+Test(tokenizer_bpe, special_tokens_and_bytes) {
     coli_tokenizer *tok = bpe_tiny("gpt-2");
     expect_ids(tok, "a<|endoftext|>b", 0, 1, IDS(B('a'), 0, B('b')), "parsed");
-    expect_ids(tok, "<|endoftext|>", 0, 0,
-               IDS(B('<'), B('|'), B('e'), B('n'), B('d'), B('o'), B('f'), B('t'), B('e'), B('x'),
-                   B('t'), B('|'), B('>')), "plain");
+    expect_ids(
+        tok, "<|endoftext|>", 0, 0,
+        IDS(B('<'), B('|'), B('e'), B('n'), B('d'), B('o'), B('f'), B('t'), B('e'), B('x'), B('t'), B('|'), B('>')),
+        "plain");
     cr_expect(coli_tokenizer_is_eog(tok, 0));
     const char *b;
     size_t n;
     cr_expect_eq(coli_tokenizer_bytes(tok, 260, &b, &n), 0);
     cr_expect(n == 4 && memcmp(b, " the", 4) == 0);
-    cr_expect_eq(coli_tokenizer_bytes(tok, 1, &b, &n), 0);   /* byte 0x00 */
+    cr_expect_eq(coli_tokenizer_bytes(tok, 1, &b, &n), 0); /* byte 0x00 */
     cr_expect(n == 1 && b[0] == 0);
     cr_expect_eq(coli_tokenizer_bytes(tok, B(0xE9), &b, &n), 0);
     cr_expect(n == 1 && (unsigned char)b[0] == 0xE9);
@@ -677,8 +641,7 @@ Test(tokenizer_bpe, special_tokens_and_bytes)
     coli_tokenizer_free(&tok);
 }
 
-Test(tokenizer_bpe, bad_metadata)
-{
+Test(tokenizer_bpe, bad_metadata) {
     gguf_writer *w = bpe_writer("klingon", 1);
     expect_load_error(w, COLI_EUNSUPPORTED, "unknown pre-tokenizer 'klingon'");
     gguf_writer_free(&w);
@@ -690,9 +653,8 @@ Test(tokenizer_bpe, bad_metadata)
 // ---------------------------------------------------------------------------
 // streaming UTF-8
 
-Test(tokenizer_utf8, split_character)
-{
-    coli_utf8_stream s = { 0 };
+Test(tokenizer_utf8, split_character) {
+    coli_utf8_stream s = {0};
     char out[32];
     // "€" = E2 82 AC over two tokens: nothing until it is complete
     cr_expect_eq(coli_utf8_stream_push(&s, "a\xE2\x82", 3, out), 1);
@@ -703,23 +665,33 @@ Test(tokenizer_utf8, split_character)
     cr_expect_eq(coli_utf8_stream_flush(&s, out), 0);
     // a 4-byte emoji byte by byte
     const char *emoji = "\xF0\x9F\xA6\x99";
-    for (int i = 0; i < 3; i++)
-        cr_expect_eq(coli_utf8_stream_push(&s, emoji + i, 1, out), 0);
+    for (int i = 0; i < 3; i++) cr_expect_eq(coli_utf8_stream_push(&s, emoji + i, 1, out), 0);
     cr_expect_eq(coli_utf8_stream_push(&s, emoji + 3, 1, out), 4);
     cr_expect(memcmp(out, emoji, 4) == 0);
 }
 
-Test(tokenizer_utf8, invalid_bytes_pass_through)
-{
-    coli_utf8_stream s = { 0 };
+Test(tokenizer_utf8, invalid_bytes_pass_through) {
+    coli_utf8_stream s = {0};
     char out[32];
-    size_t n = coli_utf8_stream_push(&s, "\xFF" "a\x80", 3, out);
+    size_t n = coli_utf8_stream_push(&s,
+                                     "\xFF"
+                                     "a\x80",
+                                     3, out);
     cr_expect_eq(n, 3);
-    cr_expect(memcmp(out, "\xFF" "a\x80", 3) == 0);
+    cr_expect(memcmp(out,
+                     "\xFF"
+                     "a\x80",
+                     3) == 0);
     // a sequence broken by an ASCII byte: both come out as they are
-    n = coli_utf8_stream_push(&s, "\xE2\x82" "b", 3, out);
+    n = coli_utf8_stream_push(&s,
+                              "\xE2\x82"
+                              "b",
+                              3, out);
     cr_expect_eq(n, 3);
-    cr_expect(memcmp(out, "\xE2\x82" "b", 3) == 0);
+    cr_expect(memcmp(out,
+                     "\xE2\x82"
+                     "b",
+                     3) == 0);
     // an unfinished tail comes out on flush
     cr_expect_eq(coli_utf8_stream_push(&s, "\xF0\x9F", 2, out), 0);
     cr_expect_eq(coli_utf8_stream_flush(&s, out), 2);
@@ -730,23 +702,19 @@ Test(tokenizer_utf8, invalid_bytes_pass_through)
 // ---------------------------------------------------------------------------
 // arbitrary input: never an error, ids in range, text recovered
 
-static uint32_t lcg(uint32_t *s)
-{
+static uint32_t lcg(uint32_t *s) {
     *s = *s * 1664525u + 1013904223u;
     return *s >> 8;
 }
 
-static void expect_ids_in_range(const coli_tokenizer *tok, const char *text, size_t len, int n_vocab)
-{
+static void expect_ids_in_range(const coli_tokenizer *tok, const char *text, size_t len, int n_vocab) {
     int n;
     int32_t *ids = encode(tok, text, len, 1, 1, &n);
-    for (int i = 0; i < n; i++)
-        cr_assert(ids[i] >= 0 && ids[i] < n_vocab, "id %d out of range", ids[i]);
+    for (int i = 0; i < n; i++) cr_assert(ids[i] >= 0 && ids[i] < n_vocab, "id %d out of range", ids[i]);
     free(ids);
 }
 
-Test(tokenizer_fuzz, random_bytes)
-{
+Test(tokenizer_fuzz, random_bytes) {
     coli_tokenizer *spm = spm_tiny(&spm_default), *bpe = bpe_tiny("default");
     uint32_t seed = 12345;
     char text[300];
@@ -755,8 +723,10 @@ Test(tokenizer_fuzz, random_bytes)
         for (size_t i = 0; i < len; i++) {
             uint32_t r = lcg(&seed) % 16;
             // mostly ASCII, spaces and digits, some high bytes and specials
-            text[i] = r < 8 ? (char)(0x20 + lcg(&seed) % 0x5F) : r < 11 ? ' ' :
-                      r < 13 ? (char)('0' + lcg(&seed) % 10) : (char)(0x80 + lcg(&seed) % 0x80);
+            text[i] = r < 8    ? (char)(0x20 + lcg(&seed) % 0x5F)
+                      : r < 11 ? ' '
+                      : r < 13 ? (char)('0' + lcg(&seed) % 10)
+                               : (char)(0x80 + lcg(&seed) % 0x80);
         }
         if (len > 20 && iter % 3 == 0)
             memcpy(text + len / 2, "<s><tool></s><|endoftext|>", 26 < len / 2 ? 26 : len / 2);
@@ -769,12 +739,11 @@ Test(tokenizer_fuzz, random_bytes)
     coli_tokenizer_free(&bpe);
 }
 
-Test(tokenizer_fuzz, random_utf8_round_trip)
-{
+Test(tokenizer_fuzz, random_utf8_round_trip) {
     coli_tokenizer *bpe = bpe_tiny("olmo"), *spm = spm_tiny(&spm_default);
     uint32_t seed = 777;
-    static const uint32_t pool[] = { 'a', 'Z', ' ', ' ', '\n', '\t', '1', '!', '\'', 's', 0xA0, 0xE9,
-                                     0x3000, 0x4E2D, 0x1F999, 0x200B, 0x0663, 0x2028 };
+    static const uint32_t pool[] = {'a', 'Z',  ' ',  ' ',    '\n',   '\t',    '1',    '!',    '\'',
+                                    's', 0xA0, 0xE9, 0x3000, 0x4E2D, 0x1F999, 0x200B, 0x0663, 0x2028};
     char text[400];
     for (int iter = 0; iter < 200; iter++) {
         size_t len = 0;

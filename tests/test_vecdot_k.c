@@ -17,12 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_features.h"
-#include "quant.h"
-#include "quant_blocks.h"
-#include "quant_util.h"
-#include "vecdot.h"
-#include "vecdot_k_impl.h"
+#include "core/cpu_features.h"
+#include "core/quant.h"
+#include "core/quant_blocks.h"
+#include "tests/quant_util.h"
+#include "core/vecdot.h"
+#include "core/vecdot_k_impl.h"
 
 typedef struct ktype {
     const char *name;
@@ -81,7 +81,10 @@ static uint8_t *make_weights(const ktype *k, int64_t n, unsigned seed, int fill)
     int64_t nb = n / COLI_QK_K;
     uint8_t *w = malloc(k->block_bytes * (size_t)nb);
     cr_assert(w);
-    if (fill < 0) { qu_random_blocks(k->t, w, nb, &seed); return w; }
+    if (fill < 0) {
+        qu_random_blocks(k->t, w, nb, &seed);
+        return w;
+    }
     memset(w, fill, k->block_bytes * (size_t)nb);
     int od, om;
     qu_scale_offsets(k->t, &od, &om);
@@ -98,8 +101,7 @@ static block_q8_K *make_acts(int64_t n, unsigned seed, float c) {
     float *x = malloc(sizeof(float) * (size_t)n);
     block_q8_K *q = malloc(sizeof(block_q8_K) * (size_t)(n / COLI_QK_K));
     cr_assert(x && q);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = c != 0.0f ? c : frand(&seed) * (i % 37 == 0 ? 8.0f : 1.0f);
+    for (int64_t i = 0; i < n; i++) x[i] = c != 0.0f ? c : frand(&seed) * (i % 37 == 0 ? 8.0f : 1.0f);
     coli_quantize_act_q8_K(x, q, n);
     free(x);
     return q;
@@ -128,7 +130,10 @@ static double reference_dot(const ktype *k, const uint8_t *w, const block_q8_K *
 
 /* (weight fill, activation constant) patterns besides random: extreme
  * quants against all -127 activations (x constant negative) and +127 */
-static const struct { int fill; float c; } k_patterns[] = {
+static const struct {
+    int fill;
+    float c;
+} k_patterns[] = {
     {-1, 0.0f}, {0xff, -1.0f}, {0x00, -1.0f}, {0xff, 1.0f}, {0x00, 0.5f}, {0x55, 0.0f}, {0xaa, -3.0f},
 };
 #define N_PATTERNS (sizeof k_patterns / sizeof k_patterns[0])
@@ -145,8 +150,8 @@ Test(vecdot_k, portable_matches_dequantized_reference) {
                 double mag, want = reference_dot(k, w, x, n, &mag);
                 double got = k->portable(n, w, x);
                 cr_assert(fabs(got - want) <= 1e-6 * mag,
-                          "%s n=%lld pattern %zu: portable %.9g, reference %.9g (scale of terms %.3g)",
-                          k->name, (long long)n, pi, got, want, mag);
+                          "%s n=%lld pattern %zu: portable %.9g, reference %.9g (scale of terms %.3g)", k->name,
+                          (long long)n, pi, got, want, mag);
                 free(w);
                 free(x);
             }
@@ -168,8 +173,8 @@ Test(vecdot_k, avx2_matches_portable) {
                 (void)reference_dot(k, w, x, n, &mag);
                 float port = k->portable(n, w, x), fast = k->avx2(n, w, x);
                 cr_assert(fabs((double)fast - port) <= 1e-6 * mag,
-                          "%s n=%lld pattern %zu: avx2 %.9g, portable %.9g (scale of terms %.3g)",
-                          k->name, (long long)n, pi, fast, port, mag);
+                          "%s n=%lld pattern %zu: avx2 %.9g, portable %.9g (scale of terms %.3g)", k->name,
+                          (long long)n, pi, fast, port, mag);
                 free(w);
                 free(x);
             }
@@ -225,10 +230,13 @@ Test(vecdot_k, deterministic) {
         coli_vec_dot_fn fns[2] = {k->portable, coli_cpu_avx2() ? k->avx2 : k->portable};
         for (int f = 0; f < 2; f++) {
             float a = fns[f](n, w, x), b = fns[f](n, w, x), c = fns[f](n, w2 + 2, x2 + 4);
-            cr_assert(memcmp(&a, &b, sizeof a) == 0 && memcmp(&a, &c, sizeof a) == 0,
-                      "%s path %d: %.9g %.9g %.9g", k->name, f, a, b, c);
+            cr_assert(memcmp(&a, &b, sizeof a) == 0 && memcmp(&a, &c, sizeof a) == 0, "%s path %d: %.9g %.9g %.9g",
+                      k->name, f, a, b, c);
         }
-        free(w); free(x); free(w2); free(x2);
+        free(w);
+        free(x);
+        free(w2);
+        free(x2);
     }
 }
 
@@ -254,7 +262,7 @@ static void check_bsums(const block_q8_K *b) {
 Test(vecdot_k, q8_K_zero_block) {
     float x[2 * COLI_QK_K] = {0};
     block_q8_K y[2];
-    x[COLI_QK_K + 3] = 1.0f;   /* second block not zero */
+    x[COLI_QK_K + 3] = 1.0f; /* second block not zero */
     q8k_fn fns[2];
     for (int f = 0; f < q8k_paths(fns); f++) {
         memset(y, 0x5a, sizeof y);
@@ -273,9 +281,9 @@ Test(vecdot_k, q8_K_zero_block) {
  * (llama.cpp's iscale = -127/max, "for IQ2_XXS"), the opposite one to +127 */
 Test(vecdot_k, q8_K_max_sign_and_cap) {
     float x[COLI_QK_K];
-    for (int j = 0; j < COLI_QK_K; j++) x[j] = (float)((j % 5) - 2) * 0.25f;   /* |x| <= 0.5 */
+    for (int j = 0; j < COLI_QK_K; j++) x[j] = (float)((j % 5) - 2) * 0.25f; /* |x| <= 0.5 */
     x[20] = -2.0f;
-    x[40] = 2.0f;   /* same |x|, later: not the max */
+    x[40] = 2.0f; /* same |x|, later: not the max */
     block_q8_K y;
     q8k_fn fns[2];
     for (int f = 0; f < q8k_paths(fns); f++) {
@@ -293,7 +301,7 @@ Test(vecdot_k, q8_K_max_sign_and_cap) {
 /* iscale*x exactly half-way rounds to even, as ggml's nearest_int does */
 Test(vecdot_k, q8_K_rounds_half_to_even) {
     float x[COLI_QK_K] = {0};
-    x[0] = -127.0f;   /* max: iscale = 1, d = 1 */
+    x[0] = -127.0f; /* max: iscale = 1, d = 1 */
     const float in[] = {0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f, -126.5f, 3.4999f};
     const int want[] = {0, 2, 2, -2, 0, 126, -126, 3};
     for (int i = 0; i < 8; i++) x[1 + i] = in[i];
@@ -332,19 +340,22 @@ Test(vecdot_k, q8_K_random_bsums_and_error) {
  * half-way products, ties for the max, zeros, NaN and Inf */
 Test(vecdot_k, q8_K_avx2_same_bytes) {
     if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
-    enum { NB = 12, N = NB * COLI_QK_K };
+    enum {
+        NB = 12,
+        N = NB * COLI_QK_K
+    };
     static float x[N];
     unsigned seed = 31337;
     for (int i = 0; i < N; i++) x[i] = frand(&seed) * (float)(1 + i % 5);
-    for (int i = 0; i < COLI_QK_K; i++) x[COLI_QK_K + i] = (float)(i % 254 - 127) + 0.5f;  /* halves */
-    x[COLI_QK_K + 255] = -127.0f;   /* the max: iscale 1 */
-    for (int i = 0; i < COLI_QK_K; i++) x[2 * COLI_QK_K + i] = (i % 2 ? 3.0f : -3.0f);  /* ties for the max */
+    for (int i = 0; i < COLI_QK_K; i++) x[COLI_QK_K + i] = (float)(i % 254 - 127) + 0.5f; /* halves */
+    x[COLI_QK_K + 255] = -127.0f;                                                         /* the max: iscale 1 */
+    for (int i = 0; i < COLI_QK_K; i++) x[2 * COLI_QK_K + i] = (i % 2 ? 3.0f : -3.0f);    /* ties for the max */
     memset(x + 3 * COLI_QK_K, 0, sizeof(float) * COLI_QK_K);
     x[4 * COLI_QK_K + 9] = NAN;
     x[5 * COLI_QK_K + 200] = INFINITY;
     x[6 * COLI_QK_K + 17] = -INFINITY;
     x[7 * COLI_QK_K + 255] = 1e30f;
-    x[8 * COLI_QK_K] = -1e-30f;   /* subnormal-range scales */
+    x[8 * COLI_QK_K] = -1e-30f; /* subnormal-range scales */
     for (int i = 1; i < COLI_QK_K; i++) x[8 * COLI_QK_K + i] = 1e-31f * (float)(i % 7);
     block_q8_K a[NB], b[NB];
     memset(a, 0x11, sizeof a);

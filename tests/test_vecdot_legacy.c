@@ -9,15 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_features.h"
-#include "quant.h"
-#include "quant_blocks.h"
-#include "quant_util.h"
-#include "vecdot.h"
+#include "core/cpu_features.h"
+#include "core/quant.h"
+#include "core/quant_blocks.h"
+#include "tests/quant_util.h"
+#include "core/vecdot.h"
 
 static uint64_t s_rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(uint32_t n) {
-    s_rng ^= s_rng << 13; s_rng ^= s_rng >> 7; s_rng ^= s_rng << 17;
+    s_rng ^= s_rng << 13;
+    s_rng ^= s_rng >> 7;
+    s_rng ^= s_rng << 17;
     return (uint32_t)(s_rng % n);
 }
 static float rnd_gauss(void) {
@@ -34,9 +36,13 @@ Test(act_q8_1, follows_the_definition_and_matches_q8_0_values) {
         const float scale = rep % 3 == 0 ? 1e-3f : (rep % 3 == 1 ? 1.0f : 300.0f);
         for (int i = 0; i < 64; i++) x[i] = rnd_gauss() * scale;
         if (rep == 0) memset(x, 0, sizeof x); /* all zero: d = 0, q = 0 */
-        if (rep == 1) { /* amax 127: q = x, halves round to even */
+        if (rep == 1) {                       /* amax 127: q = x, halves round to even */
             memset(x, 0, sizeof x);
-            x[0] = 127.0f; x[1] = 0.5f; x[2] = 1.5f; x[3] = 2.5f; x[4] = -2.5f;
+            x[0] = 127.0f;
+            x[1] = 0.5f;
+            x[2] = 1.5f;
+            x[3] = 2.5f;
+            x[4] = -2.5f;
         }
         block_q8_1 y[2];
         block_q8_0 ref[2];
@@ -67,7 +73,7 @@ Test(act_q8_1, follows_the_definition_and_matches_q8_0_values) {
 
 typedef struct legacy_case {
     coli_dtype wtype;
-    int act_q8_1;          /* activations Q8_1 (else Q8_0) */
+    int act_q8_1; /* activations Q8_1 (else Q8_0) */
     coli_vec_dot_fn portable, avx2;
 } legacy_case;
 
@@ -120,8 +126,10 @@ static void check_case(const legacy_case *c, int n) {
     const int nb = n / 32;
     random_weights(c->wtype, w, nb);
     for (int i = 0; i < n; i++) x[i] = rnd_gauss();
-    if (c->act_q8_1) coli_quantize_act_q8_1(x, (block_q8_1 *)xq, n);
-    else coli_quantize_act_q8_0(x, (block_q8_0 *)xq, n);
+    if (c->act_q8_1)
+        coli_quantize_act_q8_1(x, (block_q8_1 *)xq, n);
+    else
+        coli_quantize_act_q8_0(x, (block_q8_0 *)xq, n);
     double tol;
     const double want = reference(c, w, xq, n, &tol);
     const float got = c->portable(n, w, xq);
@@ -135,7 +143,7 @@ static void check_case(const legacy_case *c, int n) {
 
 Test(vecdot_legacy, portable_and_avx2_match_float64_reference) {
     for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++)
-        for (int nb = 1; nb <= 16; nb++)   /* odd counts: IQ4_NL's tail block */
+        for (int nb = 1; nb <= 16; nb++) /* odd counts: IQ4_NL's tail block */
             for (int rep = 0; rep < 10; rep++) check_case(&k_cases[i], 32 * nb);
 }
 
@@ -146,8 +154,10 @@ Test(vecdot_legacy, zero_activations_give_zero) {
     for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
         const legacy_case *c = &k_cases[i];
         random_weights(c->wtype, w, 4);
-        if (c->act_q8_1) coli_quantize_act_q8_1(x, (block_q8_1 *)xq, 128);
-        else coli_quantize_act_q8_0(x, (block_q8_0 *)xq, 128);
+        if (c->act_q8_1)
+            coli_quantize_act_q8_1(x, (block_q8_1 *)xq, 128);
+        else
+            coli_quantize_act_q8_0(x, (block_q8_0 *)xq, 128);
         cr_expect_eq(c->portable(128, w, xq), 0.0f, "%s", coli_dtype_name(c->wtype));
         if (coli_cpu_avx2()) cr_expect_eq(c->avx2(128, w, xq), 0.0f, "%s avx2", coli_dtype_name(c->wtype));
     }

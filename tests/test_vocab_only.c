@@ -13,30 +13,26 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 #include "colibri.h"
-#include "gguf.h"
+#include "core/gguf.h"
 
 // ---------------------------------------------------------------------------
 // helpers
 
-static const char *shared_dir(void)
-{
+static const char *shared_dir(void) {
     const char *s = getenv("COLI_SHARED");
     return s && *s ? s : "../shared";
 }
 
 // Path of reference/<rel>, or skip the test when ../shared is absent.
-static void ref_path(char *buf, size_t n, const char *rel)
-{
+static void ref_path(char *buf, size_t n, const char *rel) {
     struct stat st;
     snprintf(buf, n, "%s/reference/%s", shared_dir(), rel);
-    if (stat(buf, &st) != 0)
-        cr_skip_test("../shared not found: %s missing", buf);
+    if (stat(buf, &st) != 0) cr_skip_test("../shared not found: %s missing", buf);
 }
 
-static char *read_file(const char *path)
-{
+static char *read_file(const char *path) {
     FILE *fp = fopen(path, "rb");
     cr_assert(fp, "cannot open %s", path);
     fseek(fp, 0, SEEK_END);
@@ -49,8 +45,7 @@ static char *read_file(const char *path)
     return buf;
 }
 
-static coli_model *load_vocab(const char *path)
-{
+static coli_model *load_vocab(const char *path) {
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.vocab_only = 1;
@@ -60,16 +55,14 @@ static coli_model *load_vocab(const char *path)
 }
 
 // The bytes of ids[0..n) concatenated (malloc'd, NUL-terminated).
-static char *detokenize(const coli_model *m, const int32_t *ids, int n, size_t *len)
-{
+static char *detokenize(const coli_model *m, const int32_t *ids, int n, size_t *len) {
     size_t cap = 64, used = 0;
     char *out = malloc(cap);
     for (int i = 0; i < n; i++) {
         const char *b;
         size_t k;
         cr_assert_eq(coli_token_to_bytes(m, ids[i], &b, &k), 0, "%s", coli_last_error());
-        while (used + k + 1 > cap)
-            out = realloc(out, cap *= 2);
+        while (used + k + 1 > cap) out = realloc(out, cap *= 2);
         memcpy(out + used, b, k);
         used += k;
     }
@@ -81,14 +74,12 @@ static char *detokenize(const coli_model *m, const int32_t *ids, int n, size_t *
 // ---------------------------------------------------------------------------
 // upstream vectors: "<case>\n__ggml_vocab_test__\n" ..., one line of ids per case
 
-static int parse_ids(const char *line, int32_t *ids, int cap)
-{
+static int parse_ids(const char *line, int32_t *ids, int cap) {
     int n = 0;
     for (const char *p = line;;) {
         char *q;
         long id = strtol(p, &q, 10);
-        if (q == p || n == cap)
-            return n;
+        if (q == p || n == cap) return n;
         ids[n++] = (int32_t)id;
         p = q;
     }
@@ -97,8 +88,7 @@ static int parse_ids(const char *line, int32_t *ids, int cap)
 // Tokenize every case of vocab/<name>.gguf.inp raw (no BOS, no special
 // parsing), compare with .out, and detokenize: BPE gives the text back,
 // SPM the text after its space prefix.
-static void check_upstream_vectors(const char *name, int spm)
-{
+static void check_upstream_vectors(const char *name, int spm) {
     char gguf[512], inp_path[600], out_path[600], rel[256];
     snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", name);
     ref_path(gguf, sizeof gguf, rel);
@@ -120,10 +110,9 @@ static void check_upstream_vectors(const char *name, int spm)
         int rc = coli_tokenize(m, text, strlen(text), 0, 0, got, 1024, &n_got);
         cr_assert_eq(rc, 0, "%s case %d: %s", name, n_cases, coli_last_error());
         int same = n_got == n_want;
-        for (int i = 0; same && i < n_got; i++)
-            same = got[i] == want[i];
-        cr_expect(same, "%s case %d '%s': %d ids, expected %d (first difference at %d)", name, n_cases,
-                  text, n_got, n_want, n_got);
+        for (int i = 0; same && i < n_got; i++) same = got[i] == want[i];
+        cr_expect(same, "%s case %d '%s': %d ids, expected %d (first difference at %d)", name, n_cases, text, n_got,
+                  n_want, n_got);
         size_t len;
         char *back = detokenize(m, got, n_got, &len);
         const char *expect = spm && *text ? back + 1 : back;
@@ -141,10 +130,15 @@ static void check_upstream_vectors(const char *name, int spm)
 
 // Prompt mode (add_special): only deepseek-coder's vocabulary adds BOS, id
 // 32013 (tokenizer.ggml.add_bos_token; ../shared/reference/README.md, Semantics).
-Test(vocab_only, bos_in_prompt_mode)
-{
-    static const struct { const char *name; int32_t bos; } v[] = {
-        { "gpt-2", -1 }, { "falcon", -1 }, { "starcoder", -1 }, { "deepseek-coder", 32013 },
+Test(vocab_only, bos_in_prompt_mode) {
+    static const struct {
+        const char *name;
+        int32_t bos;
+    } v[] = {
+        {"gpt-2", -1},
+        {"falcon", -1},
+        {"starcoder", -1},
+        {"deepseek-coder", 32013},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         char path[512], rel[256];
@@ -171,13 +165,15 @@ Test(vocab_only, deepseek_coder_vectors) { check_upstream_vectors("deepseek-code
 // ---------------------------------------------------------------------------
 // loading
 
-Test(vocab_only, every_vocab_file_loads_and_refuses_to_run)
-{
-    static const struct { const char *file, *arch; int n_vocab; } files[] = {
-        { "ggml-vocab-llama-spm.gguf", "llama", 32000 },
-        { "ggml-vocab-gpt-neox.gguf", "gptneox", 50432 },
-        { "ggml-vocab-tiny-spm-3000.gguf", "llama", 3000 },
-        { "ggml-vocab-gpt-2.gguf", "gpt2", 50257 },
+Test(vocab_only, every_vocab_file_loads_and_refuses_to_run) {
+    static const struct {
+        const char *file, *arch;
+        int n_vocab;
+    } files[] = {
+        {"ggml-vocab-llama-spm.gguf", "llama", 32000},
+        {"ggml-vocab-gpt-neox.gguf", "gptneox", 50432},
+        {"ggml-vocab-tiny-spm-3000.gguf", "llama", 3000},
+        {"ggml-vocab-gpt-2.gguf", "gpt2", 50257},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[512], rel[256];
@@ -210,8 +206,7 @@ Test(vocab_only, every_vocab_file_loads_and_refuses_to_run)
 }
 
 // The bundled fixture model minus its tokenizer.* keys, written to path.
-static void write_model_without_tokenizer(const char *path)
-{
+static void write_model_without_tokenizer(const char *path) {
     gguf_file *src = NULL;
     cr_assert_eq(gguf_open("models/tiny-moe-4e2r-f16.gguf", &src), 0, "%s", coli_last_error());
     gguf_writer *w = gguf_writer_new();
@@ -222,16 +217,15 @@ static void write_model_without_tokenizer(const char *path)
     }
     for (int64_t i = 0; i < gguf_n_tensors(src); i++) {
         const coli_tensor *t = gguf_tensor(src, i);
-        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0,
-                     "%s", coli_last_error());
+        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0, "%s",
+                     coli_last_error());
     }
     cr_assert_eq(gguf_writer_write(w, path), 0, "%s", coli_last_error());
     gguf_writer_free(&w);
     gguf_close(&src);
 }
 
-Test(vocab_only, weights_without_tokenizer_are_refused)
-{
+Test(vocab_only, weights_without_tokenizer_are_refused) {
     char path[] = "/tmp/coli-test-notok-XXXXXX";
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
@@ -243,26 +237,23 @@ Test(vocab_only, weights_without_tokenizer_are_refused)
         mp.devices = "inproc";
         mp.vocab_only = vocab_only;
         coli_model *m = NULL;
-        cr_expect_eq(coli_model_load(path, &mp, &m), COLI_EFORMAT, "vocab_only %d: %s", vocab_only,
-                     coli_last_error());
+        cr_expect_eq(coli_model_load(path, &mp, &m), COLI_EFORMAT, "vocab_only %d: %s", vocab_only, coli_last_error());
         cr_expect_null(m);
-        cr_expect(strstr(coli_last_error(), "no tokenizer") && strstr(coli_last_error(), path),
-                  "vocab_only %d: '%s'", vocab_only, coli_last_error());
+        cr_expect(strstr(coli_last_error(), "no tokenizer") && strstr(coli_last_error(), path), "vocab_only %d: '%s'",
+                  vocab_only, coli_last_error());
     }
     unlink(path);
 }
 
 // `coli tokenize` reads only the vocabulary: a vocabulary-only file with an
 // architecture we do not run tokenizes as through the library.
-Test(vocab_only, cli_tokenize)
-{
+Test(vocab_only, cli_tokenize) {
     char coli[512], path[512];
     cli_build_path(coli, sizeof coli, "bin/coli");
-    if (!cli_file_exists(coli))
-        cr_skip_test("%s not built", coli);
+    if (!cli_file_exists(coli)) cr_skip_test("%s not built", coli);
     ref_path(path, sizeof path, "vocab/ggml-vocab-gpt-2.gguf");
     const char *text = "Hello world, it's 2024!";
-    char *argv[] = { coli, "tokenize", "-m", path, "-p", (char *)text, "--json", NULL };
+    char *argv[] = {coli, "tokenize", "-m", path, "-p", (char *)text, "--json", NULL};
     cli_result r = cli_run(argv);
     cr_assert_eq(r.status, 0, "%s", r.err);
     coli_model *m = load_vocab(path);
@@ -270,10 +261,9 @@ Test(vocab_only, cli_tokenize)
     int n = 0;
     cr_assert_eq(coli_tokenize(m, text, strlen(text), 1, 1, ids, 64, &n), 0, "%s", coli_last_error());
     char want[1024] = "{\"ids\":[";
-    for (int i = 0; i < n; i++)
-        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? "," : "", ids[i]);
-    cr_expect(strncmp(r.out, want, strlen(want)) == 0 && r.out[strlen(want)] == ']', "got %s, expected %s]",
-              r.out, want);
+    for (int i = 0; i < n; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? "," : "", ids[i]);
+    cr_expect(strncmp(r.out, want, strlen(want)) == 0 && r.out[strlen(want)] == ']', "got %s, expected %s]", r.out,
+              want);
     coli_model_free(&m);
     cli_result_free(&r);
 }

@@ -10,28 +10,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve_util.h"
-#include "xdna_test_util.h"
+#include "tests/serve_util.h"
+#include "tests/xdna_test_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
-static const char *s_model(void)
-{
+static const char *s_model(void) {
     static char path[1100];
     snprintf(path, sizeof path, "%.1000s/fixtures/%s", xdna_abs_build(), MODEL);
     if (access(path, R_OK) != 0) cr_skip_test("fixture %s missing (make fixtures)", path);
     return path;
 }
 
-static const char *s_coli(void)
-{
+static const char *s_coli(void) {
     static char path[1100];
     snprintf(path, sizeof path, "%.1000s/bin/coli", xdna_abs_build());
     return path;
 }
 
-static void s_env(void)
-{
+static void s_env(void) {
     xdna_env_defaults();
     unsetenv("COLI_XDNA");
 }
@@ -39,8 +36,7 @@ static void s_env(void)
 TestSuite(xdna_cli, .init = s_env);
 
 //  Lines of text that start with prefix and contain needle.
-static int s_count_lines(const char *text, const char *prefix, const char *needle)
-{
+static int s_count_lines(const char *text, const char *prefix, const char *needle) {
     int n = 0;
     for (const char *p = text; p && *p;) {
         const char *nl = strchr(p, '\n');
@@ -53,15 +49,43 @@ static int s_count_lines(const char *text, const char *prefix, const char *needl
     return n;
 }
 
-Test(xdna_cli, run_without_package_says_package_missing_once_and_gives_the_cpu_tokens)
-{
+Test(xdna_cli, run_without_package_says_package_missing_once_and_gives_the_cpu_tokens) {
     char dir[64], stats[128];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 0, s_model());
     snprintf(stats, sizeof stats, "%s/stats.json", dir);
-    char *cpu[] = {(char *)s_coli(), "run", "-m", (char *)s_model(), "-p", "And it came to pass", "-n", "12",
-                   "--temp", "0", "--devices", "cpu:1", "-t", "1", NULL};
-    char *npu[] = {(char *)s_coli(), "run", "-m", (char *)s_model(), "-p", "And it came to pass", "-n", "12",
-                   "--temp", "0", "--devices", "cpu:1", "-t", "1", "--xdna", "--stats-json", stats, NULL};
+    char *cpu[] = {(char *)s_coli(),
+                   "run",
+                   "-m",
+                   (char *)s_model(),
+                   "-p",
+                   "And it came to pass",
+                   "-n",
+                   "12",
+                   "--temp",
+                   "0",
+                   "--devices",
+                   "cpu:1",
+                   "-t",
+                   "1",
+                   NULL};
+    char *npu[] = {(char *)s_coli(),
+                   "run",
+                   "-m",
+                   (char *)s_model(),
+                   "-p",
+                   "And it came to pass",
+                   "-n",
+                   "12",
+                   "--temp",
+                   "0",
+                   "--devices",
+                   "cpu:1",
+                   "-t",
+                   "1",
+                   "--xdna",
+                   "--stats-json",
+                   stats,
+                   NULL};
     cli_result a = cli_run(cpu), b = cli_run(npu);
     cr_assert_eq(a.status, 0, "%s", a.err);
     cr_assert_eq(b.status, 0, "%s", b.err);
@@ -84,15 +108,43 @@ Test(xdna_cli, run_without_package_says_package_missing_once_and_gives_the_cpu_t
 
 //  A failure of every execution: said once on stderr, counted each time, the
 //  CPU computes every batch (same text).
-Test(xdna_cli, a_per_batch_failure_is_said_once_and_counted_each_time)
-{
+Test(xdna_cli, a_per_batch_failure_is_said_once_and_counted_each_time) {
     char dir[64], stats[128];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, s_model());
     snprintf(stats, sizeof stats, "%s/stats.json", dir);
-    char *cpu[] = {(char *)s_coli(), "run", "-m", (char *)s_model(), "-p", "And it came to pass", "-n", "8",
-                   "--temp", "0", "--devices", "cpu:1", "-t", "1", NULL};
-    char *npu[] = {(char *)s_coli(), "run", "-m", (char *)s_model(), "-p", "And it came to pass", "-n", "8",
-                   "--temp", "0", "--devices", "cpu:1", "-t", "1", "--xdna", "--stats-json", stats, NULL};
+    char *cpu[] = {(char *)s_coli(),
+                   "run",
+                   "-m",
+                   (char *)s_model(),
+                   "-p",
+                   "And it came to pass",
+                   "-n",
+                   "8",
+                   "--temp",
+                   "0",
+                   "--devices",
+                   "cpu:1",
+                   "-t",
+                   "1",
+                   NULL};
+    char *npu[] = {(char *)s_coli(),
+                   "run",
+                   "-m",
+                   (char *)s_model(),
+                   "-p",
+                   "And it came to pass",
+                   "-n",
+                   "8",
+                   "--temp",
+                   "0",
+                   "--devices",
+                   "cpu:1",
+                   "-t",
+                   "1",
+                   "--xdna",
+                   "--stats-json",
+                   stats,
+                   NULL};
     cli_result a = cli_run(cpu);
     setenv("COLI_XRT_SYNTH_FAULT", "timeout", 1);
     cli_result b = cli_run(npu);
@@ -110,13 +162,28 @@ Test(xdna_cli, a_per_batch_failure_is_said_once_and_counted_each_time)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_cli, stats_show_the_lane_bucket_counters)
-{
+Test(xdna_cli, stats_show_the_lane_bucket_counters) {
     char dir[64], stats[128];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, s_model());
     snprintf(stats, sizeof stats, "%s/stats.json", dir);
-    char *npu[] = {(char *)s_coli(), "run", "-m", (char *)s_model(), "-p", "And it came to pass", "-n", "4",
-                   "--temp", "0", "--devices", "cpu:1", "-t", "1", "--xdna", "--stats-json", stats, NULL};
+    char *npu[] = {(char *)s_coli(),
+                   "run",
+                   "-m",
+                   (char *)s_model(),
+                   "-p",
+                   "And it came to pass",
+                   "-n",
+                   "4",
+                   "--temp",
+                   "0",
+                   "--devices",
+                   "cpu:1",
+                   "-t",
+                   "1",
+                   "--xdna",
+                   "--stats-json",
+                   stats,
+                   NULL};
     cli_result b = cli_run(npu);
     cr_assert_eq(b.status, 0, "%s", b.err);
     cr_expect(strstr(b.err, "counters: bucket_m64 "), "end-of-run summary:\n%s", b.err);
@@ -129,8 +196,7 @@ Test(xdna_cli, stats_show_the_lane_bucket_counters)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_cli, serve_metrics_count_the_diagnostic)
-{
+Test(xdna_cli, serve_metrics_count_the_diagnostic) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 0, s_model());
     const char *extra[] = {"--devices", "cpu:1", "-t", "1", "--xdna", NULL};
@@ -143,8 +209,7 @@ Test(xdna_cli, serve_metrics_count_the_diagnostic)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_cli, check_reports_each_fact_and_its_verdict)
-{
+Test(xdna_cli, check_reports_each_fact_and_its_verdict) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 0, s_model());
     char *argv[] = {(char *)s_coli(), "xdna", "check", "-m", (char *)s_model(), NULL};
@@ -167,8 +232,7 @@ Test(xdna_cli, check_reports_each_fact_and_its_verdict)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_cli, xdna_conflicts_with_inproc)
-{
+Test(xdna_cli, xdna_conflicts_with_inproc) {
     char *argv[] = {(char *)s_coli(), "run", "-m", (char *)s_model(), "-p", "x", "-n", "1", "--inproc", "--xdna", NULL};
     cli_result r = cli_run(argv);
     cr_expect_eq(r.status, 2, "%s", r.err);
@@ -177,8 +241,7 @@ Test(xdna_cli, xdna_conflicts_with_inproc)
 }
 
 //  readelf -d of every program and library of the default build: no XRT.
-Test(xdna_cli, no_binary_of_the_default_build_needs_xrt)
-{
+Test(xdna_cli, no_binary_of_the_default_build_needs_xrt) {
     const char *sub[] = {"bin", "lib"};
     int checked = 0;
     for (int s = 0; s < 2; s++) {

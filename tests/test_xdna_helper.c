@@ -14,13 +14,12 @@
 
 #include "plugins/xdna/xdna_loader.h"
 #include "plugins/xdna/xdna_package.h"
-#include "quant.h"
-#include "xdna_test_util.h"
+#include "core/quant.h"
+#include "tests/xdna_test_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
-static const char *s_model(void)
-{
+static const char *s_model(void) {
     static char path[1100];
     snprintf(path, sizeof path, "%.1000s/fixtures/%s", xdna_abs_build(), MODEL);
     if (access(path, R_OK) != 0) cr_skip_test("fixture %s missing (make fixtures)", path);
@@ -29,8 +28,7 @@ static const char *s_model(void)
 
 TestSuite(xdna_helper, .init = xdna_env_defaults);
 
-Test(xdna_helper, verdict_is_sticky)
-{
+Test(xdna_helper, verdict_is_sticky) {
     char empty[64], good[64], why[640] = "", why2[640] = "";
     xdna_lane_dir(empty, XDNA_NO_HELPER, 0, s_model());
     xdna_lane_dir(good, XDNA_SYNTH_HELPER, 0, s_model());
@@ -44,8 +42,7 @@ Test(xdna_helper, verdict_is_sticky)
     xdna_rm_dir(good);
 }
 
-Test(xdna_helper, other_generation_is_refused)
-{
+Test(xdna_helper, other_generation_is_refused) {
     char dir[64], why[640] = "";
     xdna_lane_dir(dir, XDNA_ABI1_HELPER, 0, s_model());
     const xdna_helper *h = NULL;
@@ -54,8 +51,7 @@ Test(xdna_helper, other_generation_is_refused)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_helper, missing_symbol_is_refused)
-{
+Test(xdna_helper, missing_symbol_is_refused) {
     char dir[64], why[640] = "";
     xdna_lane_dir(dir, XDNA_NOSYM_HELPER, 0, s_model());
     const xdna_helper *h = NULL;
@@ -69,11 +65,10 @@ typedef struct rig {
     xdna_package pkg;
     const xdna_helper *h;
     xdna_session *s;
-    int art;                 /* ffn_gate M64: K 64, N 128 */
+    int art; /* ffn_gate M64: K 64, N 128 */
 } rig;
 
-static void s_rig(rig *r)
-{
+static void s_rig(rig *r) {
     char why[640] = "", pkg[128];
     xdna_lane_dir(r->dir, XDNA_SYNTH_HELPER, 1, s_model());
     snprintf(pkg, sizeof pkg, "%s/xdna-package", r->dir);
@@ -85,19 +80,21 @@ static void s_rig(rig *r)
     cr_assert_geq(r->art, 0);
 }
 
-static void s_fill(uint16_t *v, size_t n, unsigned seed)
-{
+static void s_fill(uint16_t *v, size_t n, unsigned seed) {
     for (size_t i = 0; i < n; i++) {
         seed = seed * 1103515245u + 12345u;
         v[i] = coli_fp32_to_bf16((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f);
     }
 }
 
-Test(xdna_helper, gemm_matches_a_double_reference_of_the_same_bf16_values)
-{
+Test(xdna_helper, gemm_matches_a_double_reference_of_the_same_bf16_values) {
     rig r;
     s_rig(&r);
-    enum { M = 64, K = 64, N = 128 };
+    enum {
+        M = 64,
+        K = 64,
+        N = 128
+    };
     uint16_t *a = malloc(M * K * 2), *b = malloc(N * K * 2);
     float *c = malloc(M * N * 4);
     s_fill(a, M * K, 1);
@@ -123,16 +120,21 @@ Test(xdna_helper, gemm_matches_a_double_reference_of_the_same_bf16_values)
     cr_expect_null(w);
     r.h->shutdown(&r.s);
     cr_expect_null(r.s);
-    free(a); free(b); free(c);
+    free(a);
+    free(b);
+    free(c);
     xdna_rm_dir(r.dir);
 }
 
-Test(xdna_helper, failures_are_caught_and_the_session_stays_usable)
-{
+Test(xdna_helper, failures_are_caught_and_the_session_stays_usable) {
     setenv("COLI_XRT_SYNTH_FAULT", "start@1,timeout@1,sync@11", 1);
     rig r;
     s_rig(&r);
-    enum { M = 64, K = 64, N = 128 };
+    enum {
+        M = 64,
+        K = 64,
+        N = 128
+    };
     uint16_t *a = calloc(M * K, 2), *b = calloc(N * K, 2);
     float *c = malloc(M * N * 4);
     xdna_weight *w = NULL;
@@ -148,6 +150,8 @@ Test(xdna_helper, failures_are_caught_and_the_session_stays_usable)
     cr_expect_eq(r.h->execute(r.s, w, a, c), XDNA_SUCCESS, "usable after failures: %s", r.h->last_error());
     r.h->release_weight(r.s, &w);
     r.h->shutdown(&r.s);
-    free(a); free(b); free(c);
+    free(a);
+    free(b);
+    free(c);
     xdna_rm_dir(r.dir);
 }

@@ -14,15 +14,14 @@
 #include "core/settings.h"
 #include "plugins/xdna/xdna_package.h"
 #include "proto/wire.h"
-#include "tensor.h"
-#include "xdna_test_util.h"
+#include "core/tensor.h"
+#include "tests/xdna_test_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
 static xdna_package s_pkg;
 
-static const char *s_model(void)
-{
+static const char *s_model(void) {
     static char path[1100];
     snprintf(path, sizeof path, "%.1000s/fixtures/%s", xdna_abs_build(), MODEL);
     if (access(path, R_OK) != 0) cr_skip_test("fixture %s missing (make fixtures)", path);
@@ -30,20 +29,15 @@ static const char *s_model(void)
 }
 
 //  A fresh synthetic package for the fixture in dir (64 bytes); returns dir/xdna-package in pkg.
-static void s_package(char *dir, char *pkg, size_t n)
-{
+static void s_package(char *dir, char *pkg, size_t n) {
     xdna_env_defaults();
     xdna_lane_dir(dir, XDNA_NO_HELPER, 1, s_model());
     snprintf(pkg, n, "%s/xdna-package", dir);
 }
 
-static xdna_diag s_load(const char *pkg, char *why, size_t n)
-{
-    return xdna_package_load(pkg, &s_pkg, why, n);
-}
+static xdna_diag s_load(const char *pkg, char *why, size_t n) { return xdna_package_load(pkg, &s_pkg, why, n); }
 
-Test(xdna_package, sha256_matches_the_fips_vector)
-{
+Test(xdna_package, sha256_matches_the_fips_vector) {
     char path[] = "/tmp/coli-xdna-sha-XXXXXX";
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
@@ -57,8 +51,7 @@ Test(xdna_package, sha256_matches_the_fips_vector)
     unlink(path);
 }
 
-Test(xdna_package, valid_package_loads)
-{
+Test(xdna_package, valid_package_loads) {
     char dir[64], pkg[128], why[640] = "";
     s_package(dir, pkg, sizeof pkg);
     cr_assert_eq(s_load(pkg, why, sizeof why), XDNA_OK, "%s", why);
@@ -66,8 +59,7 @@ Test(xdna_package, valid_package_loads)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_package, missing_and_empty_directory_are_package_missing)
-{
+Test(xdna_package, missing_and_empty_directory_are_package_missing) {
     char why[640];
     cr_expect_eq(s_load("/nonexistent/xdna-package", why, sizeof why), XDNA_PACKAGE_MISSING);
     cr_expect(strstr(why, "PACKAGE_MISSING: "), "%s", why);
@@ -78,8 +70,7 @@ Test(xdna_package, missing_and_empty_directory_are_package_missing)
     rmdir(dir);
 }
 
-Test(xdna_package, deleted_artifact_is_incomplete_and_named)
-{
+Test(xdna_package, deleted_artifact_is_incomplete_and_named) {
     char dir[64], pkg[128], why[640];
     s_package(dir, pkg, sizeof pkg);
     xdna_sh("rm '%s/ffn_up_m256_k64_n128_F32.insts'", pkg);
@@ -88,8 +79,7 @@ Test(xdna_package, deleted_artifact_is_incomplete_and_named)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_package, one_tampered_byte_fails_integrity_and_restoring_restores)
-{
+Test(xdna_package, one_tampered_byte_fails_integrity_and_restoring_restores) {
     char dir[64], pkg[128], why[640];
     s_package(dir, pkg, sizeof pkg);
     char file[256];
@@ -109,8 +99,7 @@ Test(xdna_package, one_tampered_byte_fails_integrity_and_restoring_restores)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_package, names_that_escape_are_refused)
-{
+Test(xdna_package, names_that_escape_are_refused) {
     char dir[64], pkg[128], why[640];
     s_package(dir, pkg, sizeof pkg);
     /* .. and absolute names in the registry text */
@@ -122,7 +111,8 @@ Test(xdna_package, names_that_escape_are_refused)
     xdna_sh("sed -i 's/xclbin=\\/tmp\\/ffn_gate_m64/xclbin=ffn_gate_m64/' '%s/registry.txt'", pkg);
     cr_assert_eq(s_load(pkg, why, sizeof why), XDNA_OK, "%s", why);
     xdna_sh("cd '%s' && mv ffn_up_m64_k64_n128_F32.insts ../outside.insts && "
-            "ln -s ../outside.insts ffn_up_m64_k64_n128_F32.insts", pkg);
+            "ln -s ../outside.insts ffn_up_m64_k64_n128_F32.insts",
+            pkg);
     cr_expect_eq(s_load(pkg, why, sizeof why), XDNA_REGISTRY_INVALID, "%s", why);
     cr_expect(strstr(why, "outside the package"), "%s", why);
     xdna_rm_dir(dir);
@@ -133,15 +123,13 @@ static const char *s_line =
     "xclbin_sha256=%s instr=g.insts instr_sha256=%s\n";
 #define HASH "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
-static xdna_diag s_parse(const char *text)
-{
+static xdna_diag s_parse(const char *text) {
     char why[640];
     memset(&s_pkg, 0, sizeof s_pkg);
     return xdna_registry_parse(text, &s_pkg, why, sizeof why);
 }
 
-Test(xdna_package, registry_rules)
-{
+Test(xdna_package, registry_rules) {
     char text[4096], line[1024];
     snprintf(line, sizeof line, s_line, HASH, HASH);
     snprintf(text, sizeof text, "coli-xdna-registry 1\n# c\n\n%s", line);
@@ -164,8 +152,7 @@ Test(xdna_package, registry_rules)
     cr_expect_eq(s_parse(text), XDNA_REGISTRY_INVALID, "bucket 65");
 }
 
-Test(xdna_package, gates_in_order)
-{
+Test(xdna_package, gates_in_order) {
     char text[4096], line[1024], why[256];
     snprintf(line, sizeof line, s_line, HASH, HASH);
     snprintf(text, sizeof text, "coli-xdna-registry 1\n%s", line);
@@ -187,15 +174,13 @@ Test(xdna_package, gates_in_order)
     cr_expect_eq(xdna_bucket_of(0), 0);
 }
 
-static int s_requested(void)
-{
+static int s_requested(void) {
     static coli_settings set; /* PATH_MAX strings: not on the stack */
     coli_settings_from_env(&set);
     return set.xdna;
 }
 
-Test(xdna_package, opt_in_is_a_non_zero_integer_exactly)
-{
+Test(xdna_package, opt_in_is_a_non_zero_integer_exactly) {
     const char *on[] = {"1", "2", "-1", "007"}, *off[] = {"", "0", "00", "yes", "1x", " 1", "true"};
     for (size_t i = 0; i < sizeof on / sizeof *on; i++) {
         setenv("COLI_XDNA", on[i], 1);
@@ -209,8 +194,7 @@ Test(xdna_package, opt_in_is_a_non_zero_integer_exactly)
     cr_expect(!s_requested());
 }
 
-Test(xdna_package, reason_names_the_coordinator_counts)
-{
+Test(xdna_package, reason_names_the_coordinator_counts) {
     char buf[24];
     const char *r = wire_reason_code("plugin 'xdna': open device 0: PACKAGE_MISSING: no package", buf, sizeof buf);
     cr_expect(r && !strcmp(r, "PACKAGE_MISSING"), "%s", r ? r : "(null)");

@@ -14,38 +14,38 @@
 
 #include "colibri.h"
 #include "plugins/plugin_abi.h"
-#include "quant.h"
-#include "xdna_test_util.h"
+#include "core/quant.h"
+#include "tests/xdna_test_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf" /* its shapes: n_embd 64, n_ff 128, F32 */
-enum { E = 64, F = 128 };
+enum {
+    E = 64,
+    F = 128
+};
 
 typedef struct rig {
     char dir[64];
     void *dl;
     const struct moe_plugin *p;
     moe_device *dev;
-    float *gate, *up, *down;  /* F x E, F x E, E x F */
+    float *gate, *up, *down; /* F x E, F x E, E x F */
 } rig;
 
-static const char *s_model(void)
-{
+static const char *s_model(void) {
     static char path[1100];
     snprintf(path, sizeof path, "%.1000s/fixtures/%s", xdna_abs_build(), MODEL);
     if (access(path, R_OK) != 0) cr_skip_test("fixture %s missing (make fixtures)", path);
     return path;
 }
 
-static void s_fill(float *v, size_t n, unsigned seed, float scale)
-{
+static void s_fill(float *v, size_t n, unsigned seed, float scale) {
     for (size_t i = 0; i < n; i++) {
         seed = seed * 1103515245u + 12345u;
         v[i] = scale * ((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f);
     }
 }
 
-static void s_open(rig *r)
-{
+static void s_open(rig *r) {
     memset(r, 0, sizeof *r);
     xdna_lane_dir(r->dir, XDNA_SYNTH_HELPER, 1, s_model());
     char path[128], err[512] = "";
@@ -66,29 +66,36 @@ static void s_open(rig *r)
     s_fill(r->down, E * F, 3, 0.2f);
 }
 
-static void s_close(rig *r)
-{
+static void s_close(rig *r) {
     r->p->close(&r->dev);
     cr_expect_null(r->dev);
-    free(r->gate); free(r->up); free(r->down);
+    free(r->gate);
+    free(r->up);
+    free(r->down);
     xdna_rm_dir(r->dir); /* the plugin stays mapped: the helper's verdict is the process's */
 }
 
-static moe_expert_desc s_desc(const rig *r, int expert, int64_t n_ff, int32_t gate_type)
-{
-    return (moe_expert_desc){.layer = 0, .expert = expert, .n_embd = E, .n_ff = n_ff,
-                             .gate_type = gate_type, .up_type = COLI_F32, .down_type = COLI_F32,
-                             .gate = r->gate, .up = r->up, .down = r->down,
+static moe_expert_desc s_desc(const rig *r, int expert, int64_t n_ff, int32_t gate_type) {
+    return (moe_expert_desc){.layer = 0,
+                             .expert = expert,
+                             .n_embd = E,
+                             .n_ff = n_ff,
+                             .gate_type = gate_type,
+                             .up_type = COLI_F32,
+                             .down_type = COLI_F32,
+                             .gate = r->gate,
+                             .up = r->up,
+                             .down = r->down,
                              .gate_bytes = (size_t)(n_ff * E) * (gate_type == COLI_F16 ? 2 : 4),
-                             .up_bytes = (size_t)(n_ff * E) * 4, .down_bytes = (size_t)(E * n_ff) * 4};
+                             .up_bytes = (size_t)(n_ff * E) * 4,
+                             .down_bytes = (size_t)(E * n_ff) * 4};
 }
 
 static double s_bf(float v) { return coli_bf16_to_fp32(coli_fp32_to_bf16(v)); }
 
 //  The lane's FFN for one row, in double from the same BF16-rounded values; also
 //  the sum of |terms| of each output (the scale for the comparison).
-static void s_reference(const rig *r, const float *x, double *y, double *mag)
-{
+static void s_reference(const rig *r, const float *x, double *y, double *mag) {
     float h[F];
     for (int j = 0; j < F; j++) {
         double g = 0, u = 0;
@@ -108,8 +115,7 @@ static void s_reference(const rig *r, const float *x, double *y, double *mag)
     }
 }
 
-static uint64_t s_counter(const rig *r, const char *name)
-{
+static uint64_t s_counter(const rig *r, const char *name) {
     moe_counter c[MOE_MAX_COUNTERS];
     int n = r->p->get_counters(r->dev, c, MOE_MAX_COUNTERS);
     for (int i = 0; i < n; i++)
@@ -120,8 +126,7 @@ static uint64_t s_counter(const rig *r, const char *name)
 
 TestSuite(xdna_plugin, .init = xdna_env_defaults);
 
-Test(xdna_plugin, ffn_matches_the_bf16_reference_in_both_buckets)
-{
+Test(xdna_plugin, ffn_matches_the_bf16_reference_in_both_buckets) {
     rig r;
     s_open(&r);
     char err[512] = "";
@@ -151,14 +156,15 @@ Test(xdna_plugin, ffn_matches_the_bf16_reference_in_both_buckets)
     s_close(&r);
 }
 
-Test(xdna_plugin, more_than_256_rows_are_declined_before_anything_runs)
-{
+Test(xdna_plugin, more_than_256_rows_are_declined_before_anything_runs) {
     rig r;
     s_open(&r);
     char err[512] = "";
     moe_expert_desc d = s_desc(&r, 0, F, COLI_F32);
     cr_assert_eq(r.p->load_expert(r.dev, &d, err, sizeof err), 0, "%s", err);
-    enum { N = 300 };
+    enum {
+        N = 300
+    };
     float *x = calloc(N * E, sizeof *x), *out = calloc(N * E, sizeof *out);
     moe_batch_group g[2] = {{0, 0, 0, 4}, {0, 0, 4, N - 4}};
     cr_expect_neq(r.p->run(r.dev, g, 2, x, N, E, out, err, sizeof err), 0);
@@ -172,8 +178,7 @@ Test(xdna_plugin, more_than_256_rows_are_declined_before_anything_runs)
     s_close(&r);
 }
 
-Test(xdna_plugin, shapes_and_types_not_registered_are_declined_at_load)
-{
+Test(xdna_plugin, shapes_and_types_not_registered_are_declined_at_load) {
     rig r;
     s_open(&r);
     char err[512] = "";
@@ -190,8 +195,7 @@ Test(xdna_plugin, shapes_and_types_not_registered_are_declined_at_load)
     s_close(&r);
 }
 
-Test(xdna_plugin, a_half_prepared_image_is_never_published)
-{
+Test(xdna_plugin, a_half_prepared_image_is_never_published) {
     /* open allocates 3 buffers per artifact (6 artifacts): the 20th is the
      * second weight buffer of the first expert (gate M256) */
     setenv("COLI_XRT_SYNTH_FAULT", "bo@20", 1);

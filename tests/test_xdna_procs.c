@@ -11,8 +11,8 @@
 #include <math.h>
 
 #define SCHED_WAIVE_RUNNER_LEAK
-#include "sched_util.h"
-#include "xdna_test_util.h"
+#include "tests/sched_util.h"
+#include "tests/xdna_test_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 #define XDNA "xdna:0"
@@ -29,8 +29,7 @@
 TestSuite(xdna_procs, .init = xdna_env_defaults);
 
 //  The in-process reference of a fixture, once per test process.
-static const gen_result *s_reference_of(const char *model)
-{
+static const gen_result *s_reference_of(const char *model) {
     static gen_result refs[4];
     static char names[4][64];
     int i = 0;
@@ -43,40 +42,36 @@ static const gen_result *s_reference_of(const char *model)
     return &refs[i];
 }
 
-static const gen_result *s_reference(void)
-{
-    return s_reference_of(MODEL);
-}
+static const gen_result *s_reference(void) { return s_reference_of(MODEL); }
 
 //  A run through cpu:1 (+ the lane) that the lane does not compute: same bytes,
 //  `count` fallbacks of reason on xdna:0 (count < 0: at least one), and only those.
-static void s_expect_declined(const char *reason, long count)
-{
+static void s_expect_declined(const char *reason, long count) {
     gen_result got;
     sched_generate(sched_fixture(MODEL), "cpu:1", NULL, NULL, &got);
     sched_assert_same(s_reference(), &got, reason);
     long n = sched_fallbacks(got.stats, XDNA, reason);
-    if (count >= 0) cr_expect_eq(n, count, "%s: %ld fallbacks: %s", reason, n, got.stats);
-    else cr_expect_gt(n, 0, "%s: no fallback counted: %s", reason, got.stats);
+    if (count >= 0)
+        cr_expect_eq(n, count, "%s: %ld fallbacks: %s", reason, n, got.stats);
+    else
+        cr_expect_gt(n, 0, "%s: no fallback counted: %s", reason, got.stats);
     cr_expect_eq(sched_field(got.stats, "fallbacks_total"), n, "only %s: %s", reason, got.stats);
     gen_free(&got);
     sched_assert_no_orphans();
 }
 
 //  Worker 1's provisioning failed with reason (a FAILED hello: counted once).
-static void s_expect_failed_hello(const char *reason)
-{
-    s_expect_declined(reason, 1);
-}
+static void s_expect_failed_hello(const char *reason) { s_expect_declined(reason, 1); }
 
-Test(xdna_procs, off_unless_requested_and_auto_never_adds_it)
-{
+Test(xdna_procs, off_unless_requested_and_auto_never_adds_it) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
     const char *off[] = {NULL, "0", "", "yes"};
     for (size_t i = 0; i < sizeof off / sizeof *off; i++) {
-        if (off[i]) setenv("COLI_XDNA", off[i], 1);
-        else unsetenv("COLI_XDNA");
+        if (off[i])
+            setenv("COLI_XDNA", off[i], 1);
+        else
+            unsetenv("COLI_XDNA");
         gen_result got;
         sched_generate(sched_fixture(MODEL), "auto", NULL, NULL, &got);
         cr_expect_null(strstr(got.stats, "\"plugin\":\"xdna\""), "COLI_XDNA=%s: %s", off[i] ? off[i] : "(unset)",
@@ -94,16 +89,14 @@ Test(xdna_procs, off_unless_requested_and_auto_never_adds_it)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_procs, no_package_is_package_missing)
-{
+Test(xdna_procs, no_package_is_package_missing) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 0, sched_fixture(MODEL));
     s_expect_failed_hello("PACKAGE_MISSING");
     xdna_rm_dir(dir);
 }
 
-Test(xdna_procs, empty_package_directory_is_package_missing)
-{
+Test(xdna_procs, empty_package_directory_is_package_missing) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 0, sched_fixture(MODEL));
     xdna_sh("mkdir '%s/xdna-package'", dir);
@@ -111,8 +104,7 @@ Test(xdna_procs, empty_package_directory_is_package_missing)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_procs, deleted_artifact_is_package_incomplete)
-{
+Test(xdna_procs, deleted_artifact_is_package_incomplete) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
     xdna_sh("rm '%s/xdna-package/ffn_gate_m64_k64_n128_F32.xclbin'", dir);
@@ -120,8 +112,7 @@ Test(xdna_procs, deleted_artifact_is_package_incomplete)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_procs, tampered_byte_fails_integrity_and_restoring_restores_the_lane)
-{
+Test(xdna_procs, tampered_byte_fails_integrity_and_restoring_restores_the_lane) {
     char dir[64], file[128];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
     snprintf(file, sizeof file, "%s/xdna-package/ffn_down_m256_k128_n64_F32.insts", dir);
@@ -138,8 +129,7 @@ Test(xdna_procs, tampered_byte_fails_integrity_and_restoring_restores_the_lane)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_procs, escaping_name_is_registry_invalid)
-{
+Test(xdna_procs, escaping_name_is_registry_invalid) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
     xdna_sh("sed -i '0,/instr=ffn_up_m64/s//instr=..\\/..\\/ffn_up_m64/' '%s/xdna-package/registry.txt'", dir);
@@ -147,8 +137,7 @@ Test(xdna_procs, escaping_name_is_registry_invalid)
     xdna_rm_dir(dir);
 }
 
-Test(xdna_procs, helper_absent_other_abi_or_missing_symbol_is_helper_unavailable)
-{
+Test(xdna_procs, helper_absent_other_abi_or_missing_symbol_is_helper_unavailable) {
     const xdna_helper_kind kinds[] = {XDNA_NO_HELPER, XDNA_ABI1_HELPER, XDNA_NOSYM_HELPER};
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
         char dir[64];
@@ -160,14 +149,14 @@ Test(xdna_procs, helper_absent_other_abi_or_missing_symbol_is_helper_unavailable
 
 //  Each failure switch of the synthetic runtime: at open (the worker's hello
 //  fails: counted once) or per execution (each batch sent to the lane fails).
-Test(xdna_procs, runtime_failures_fall_back_with_their_reason)
-{
-    static const struct { const char *fault, *reason; int at_open; } cases[] = {
-        {"device", "DEVICE_UNAVAILABLE", 1}, {"xclbin", "XCLBIN_LOAD_FAILED", 1},
-        {"hwctx", "HW_CONTEXT_FAILED", 1},   {"bo", "BO_ALLOC_FAILED", 1},
-        {"sync", "SYNC_FAILED", 1},          {"start", "RUN_START_FAILED", 0},
-        {"timeout", "RUN_TIMEOUT", 0},       {"error", "RUN_FAILED", 0},
-        {"nan", "NAN_OUTPUT", 0},
+Test(xdna_procs, runtime_failures_fall_back_with_their_reason) {
+    static const struct {
+        const char *fault, *reason;
+        int at_open;
+    } cases[] = {
+        {"device", "DEVICE_UNAVAILABLE", 1}, {"xclbin", "XCLBIN_LOAD_FAILED", 1}, {"hwctx", "HW_CONTEXT_FAILED", 1},
+        {"bo", "BO_ALLOC_FAILED", 1},        {"sync", "SYNC_FAILED", 1},          {"start", "RUN_START_FAILED", 0},
+        {"timeout", "RUN_TIMEOUT", 0},       {"error", "RUN_FAILED", 0},          {"nan", "NAN_OUTPUT", 0},
     };
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
@@ -181,8 +170,7 @@ Test(xdna_procs, runtime_failures_fall_back_with_their_reason)
 
 //  A crash inside execute kills the worker: one crash, the CPU path computes
 //  the batch, and (no restart within the run) nothing else runs on the lane.
-Test(xdna_procs, crash_inside_execute_is_one_crash_and_cpu_bytes)
-{
+Test(xdna_procs, crash_inside_execute_is_one_crash_and_cpu_bytes) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
     setenv("COLI_XRT_SYNTH_FAULT", "crash@1", 1);
@@ -198,8 +186,7 @@ Test(xdna_procs, crash_inside_execute_is_one_crash_and_cpu_bytes)
 }
 
 //  Counter `name` of worker 1 in the stats JSON (its plugin's own), -1 if absent.
-static long s_counter(const char *js, const char *name)
-{
+static long s_counter(const char *js, const char *name) {
     const char *w = strstr(js, "{\"id\":1,");
     char key[64];
     snprintf(key, sizeof key, "\"%s\":", name);
@@ -209,8 +196,7 @@ static long s_counter(const char *js, const char *name)
 }
 
 //  A 200-token prompt through cpu:1 + the lane; returns the stats JSON.
-static char *s_long_prompt(void)
-{
+static char *s_long_prompt(void) {
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = "cpu:1";
@@ -240,8 +226,7 @@ static char *s_long_prompt(void)
 //  Experts that get 65..256 rows of a 200-token prompt run through the M256
 //  artifacts (zero-padded); with an M64-only package they are declined
 //  (DECLINED_BUCKET) and the CPU computes them.
-Test(xdna_procs, buckets_are_counted_and_rows_beyond_the_package_are_declined)
-{
+Test(xdna_procs, buckets_are_counted_and_rows_beyond_the_package_are_declined) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
     char *js = s_long_prompt();
@@ -260,8 +245,7 @@ Test(xdna_procs, buckets_are_counted_and_rows_beyond_the_package_are_declined)
 //  Logits of the reference's own token sequence (teacher-forced) through
 //  cpu:1 + the lane: BF16 may flip a near-tie, which would make a free-running
 //  comparison compare different texts. stats: the stats JSON (caller frees).
-static float *s_teacher_forced(const char *model, const gen_result *ref, char **stats)
-{
+static float *s_teacher_forced(const char *model, const gen_result *ref, char **stats) {
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = "cpu:1";
@@ -285,8 +269,7 @@ static float *s_teacher_forced(const char *model, const gen_result *ref, char **
     return lg;
 }
 
-Test(xdna_procs, lane_on_stays_within_the_bf16_tolerance)
-{
+Test(xdna_procs, lane_on_stays_within_the_bf16_tolerance) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
     const gen_result *ref = s_reference();
@@ -318,8 +301,7 @@ Test(xdna_procs, lane_on_stays_within_the_bf16_tolerance)
 //  the image is the dequantized weights rounded to BF16. The CPU path itself
 //  differs more from the lane here (it quantizes activations to Q8_0 for Q8_0
 //  and Q4_0 weights); the measured figures are in docs/xdna.md.
-Test(xdna_procs, lane_on_quantized_weights_stays_within_the_tolerance)
-{
+Test(xdna_procs, lane_on_quantized_weights_stays_within_the_tolerance) {
     const char *models[] = {"tiny-llama-moe-f16.gguf", "tiny-llama-moe-q8_0.gguf", "tiny-llama-moe-q4_0.gguf"};
     for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
         char dir[64], v[64];
@@ -334,7 +316,8 @@ Test(xdna_procs, lane_on_quantized_weights_stays_within_the_tolerance)
         for (size_t i = 0; i < (size_t)(GEN_STEPS + 1) * (size_t)ref->n_vocab; i++)
             worst = fmaxf(worst, fabsf(ref->logits[i] - lg[i]));
         cr_log_info("%s: lane on: max |logit - cpu logit| = %g", models[k], worst);
-        const float tol = strstr(models[k], "q8_0") || strstr(models[k], "q4_0") ? XDNA_LOGIT_TOL_QUANT : XDNA_LOGIT_TOL;
+        const float tol =
+            strstr(models[k], "q8_0") || strstr(models[k], "q4_0") ? XDNA_LOGIT_TOL_QUANT : XDNA_LOGIT_TOL;
         cr_expect_lt(worst, tol, "%s: logits differ by %g", models[k], worst);
         free(lg);
         free(stats);
@@ -345,8 +328,7 @@ Test(xdna_procs, lane_on_quantized_weights_stays_within_the_tolerance)
 //  A package without ffn_down: every expert placed on the lane is refused at
 //  Place (DECLINED_OP, one per expert), the CPU computes them, same bytes. A
 //  package for F32 weights and a Q8_0 model: DECLINED_DTYPE the same way.
-Test(xdna_procs, experts_that_fail_gates_1_2_are_refused_one_by_one)
-{
+Test(xdna_procs, experts_that_fail_gates_1_2_are_refused_one_by_one) {
     char dir[64];
     xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
     xdna_sh("sed -i '/op=ffn_down/d' '%s/xdna-package/registry.txt'", dir);

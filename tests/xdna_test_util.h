@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_run.h"
+#include "tests/cli_run.h"
 
 /* Which helper sits beside the plugin. */
 typedef enum xdna_helper_kind {
@@ -23,8 +23,7 @@ typedef enum xdna_helper_kind {
     XDNA_NOSYM_HELPER, /* the same, without coli_xdna_last_error */
 } xdna_helper_kind;
 
-static inline const char *xdna_abs_build(void)
-{
+static inline const char *xdna_abs_build(void) {
     static char path[1024];
     char *real = realpath(cli_build_dir(), NULL);
     cr_assert(real, "build directory %s", cli_build_dir());
@@ -33,8 +32,7 @@ static inline const char *xdna_abs_build(void)
     return path;
 }
 
-static inline void xdna_link(const char *src_rel, const char *dir, const char *name)
-{
+static inline void xdna_link(const char *src_rel, const char *dir, const char *name) {
     char src[1200], dst[1200];
     snprintf(src, sizeof src, "%s/%s", xdna_abs_build(), src_rel);
     snprintf(dst, sizeof dst, "%s/%s", dir, name);
@@ -44,8 +42,7 @@ static inline void xdna_link(const char *src_rel, const char *dir, const char *n
 
 /* Run a shell command line; assert it exits 0. */
 static inline void xdna_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static inline void xdna_sh(const char *fmt, ...)
-{
+static inline void xdna_sh(const char *fmt, ...) {
     char cmd[2400];
     va_list ap;
     va_start(ap, fmt);
@@ -57,30 +54,26 @@ static inline void xdna_sh(const char *fmt, ...)
 /* A new plugin directory (dir, 64 bytes) with the cpu and xdna plugins, the
  * helper `helper`, and, when package is set, a synthetic package for `model`
  * in dir/xdna-package. COLI_PLUGIN_DIR points at it. */
-static inline void xdna_lane_dir(char *dir, xdna_helper_kind helper, int package, const char *model)
-{
+static inline void xdna_lane_dir(char *dir, xdna_helper_kind helper, int package, const char *model) {
     snprintf(dir, 64, "/tmp/coli-xdnatest-XXXXXX");
     cr_assert(mkdtemp(dir), "mkdtemp");
     xdna_link("lib/libcoli-cpu.so", dir, "libcoli-cpu.so");
     xdna_link("lib/libcoli-xdna.so", dir, "libcoli-xdna.so");
-    static const char *const helpers[] = {NULL, "xdna/synth/libcoli-xdna-helper.so",
-                                          "xdna/abi1/libcoli-xdna-helper.so", "xdna/nosym/libcoli-xdna-helper.so"};
+    static const char *const helpers[] = {NULL, "xdna/synth/libcoli-xdna-helper.so", "xdna/abi1/libcoli-xdna-helper.so",
+                                          "xdna/nosym/libcoli-xdna-helper.so"};
     if (helpers[helper]) xdna_link(helpers[helper], dir, "libcoli-xdna-helper.so");
-    if (package)
-        xdna_sh("'%s/bin/xdna_pack' --synth '%s' '%s/xdna-package' >/dev/null", xdna_abs_build(), model, dir);
+    if (package) xdna_sh("'%s/bin/xdna_pack' --synth '%s' '%s/xdna-package' >/dev/null", xdna_abs_build(), model, dir);
     setenv("COLI_PLUGIN_DIR", dir, 1);
 }
 
-static inline void xdna_rm_dir(const char *dir)
-{
+static inline void xdna_rm_dir(const char *dir) {
     xdna_sh("rm -rf '%s'", dir);
     unsetenv("COLI_PLUGIN_DIR");
 }
 
 /* The environment every lane test starts from: the lane requested, no fault
  * switch, no package override, a generous layer deadline. */
-static inline void xdna_env_defaults(void)
-{
+static inline void xdna_env_defaults(void) {
     setenv("COLI_LAYER_DEADLINE_MS", "5000", 1);
     setenv("COLI_XDNA", "1", 1);
     unsetenv("COLI_FAULT");

@@ -15,10 +15,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
-#include "matmul.h"
-#include "quant.h"
-#include "../tests/quant_util.h"
+#include "core/error.h"
+#include "core/matmul.h"
+#include "core/quant.h"
+#include "tests/quant_util.h"
 
 static double clock_s(clockid_t id) {
     struct timespec ts;
@@ -46,7 +46,11 @@ static uint8_t *make_weights(const bench_cfg *c, coli_dtype t, int copies, size_
     size_t mat = *row_bytes * (size_t)c->rows;
     uint8_t *w = malloc(mat * (size_t)copies);
     float *row = malloc((size_t)c->cols * sizeof(float));
-    if (!w || !row) { free(w); free(row); return NULL; }
+    if (!w || !row) {
+        free(w);
+        free(row);
+        return NULL;
+    }
     unsigned seed = 7;
     /* types core cannot quantize: random blocks with sane scales (the
      * speed does not depend on the values) */
@@ -71,7 +75,13 @@ static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_d
     uint8_t *w = make_weights(c, t, copies, &row_bytes);
     float *x = malloc((size_t)n_tok * (size_t)c->cols * sizeof(float));
     float *y = malloc((size_t)n_tok * (size_t)c->rows * sizeof(float));
-    if (!w || !x || !y) { free(w); free(x); free(y); fprintf(stderr, "out of memory\n"); return 1; }
+    if (!w || !x || !y) {
+        free(w);
+        free(x);
+        free(y);
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
     unsigned seed = 11;
     for (int64_t i = 0; i < n_tok * c->cols; i++) x[i] = frand(&seed);
     int64_t iters = 0;
@@ -94,9 +104,11 @@ static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_d
     double tok_s = (double)n_tok / per / 48.0;
     printf("%-5s n_tok=%-3lld %8.3f ms  %6.2f GB/s  %7.2f GMAC/s  model tok/s %8.1f"
            "   | cpu-time: %8.3f ms %6.2f GB/s %8.1f tok/s\n",
-           coli_dtype_name(t), (long long)n_tok, per * 1e3, gbs, gmacs, tok_s,
-           cpu * 1e3, (double)mat / cpu / 1e9, (double)n_tok / cpu / 48.0);
-    free(w); free(x); free(y);
+           coli_dtype_name(t), (long long)n_tok, per * 1e3, gbs, gmacs, tok_s, cpu * 1e3, (double)mat / cpu / 1e9,
+           (double)n_tok / cpu / 48.0);
+    free(w);
+    free(x);
+    free(y);
     return 0;
 }
 
@@ -118,16 +130,25 @@ static int parse_types(const char *list, bench_cfg *c) {
 
 static int parse_args(int argc, char **argv, bench_cfg *c) {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) c->threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--portable")) c->portable = 1;
-        else if (!strcmp(argv[i], "--hot")) c->hot = 1;
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) c->seconds = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) c->rows = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--cols") && i + 1 < argc) c->cols = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--types") && i + 1 < argc) { if (parse_types(argv[++i], c)) return 1; }
-        else {
-            fprintf(stderr, "usage: %s [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]"
-                    " [--types T,...]\n", argv[0]);
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            c->threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--portable"))
+            c->portable = 1;
+        else if (!strcmp(argv[i], "--hot"))
+            c->hot = 1;
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            c->seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc)
+            c->rows = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--cols") && i + 1 < argc)
+            c->cols = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--types") && i + 1 < argc) {
+            if (parse_types(argv[++i], c)) return 1;
+        } else {
+            fprintf(stderr,
+                    "usage: %s [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]"
+                    " [--types T,...]\n",
+                    argv[0]);
             return 1;
         }
     }
@@ -137,26 +158,35 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
     }
     for (int i = 0; i < c->n_types; i++)
         if (c->cols % coli_dtype_block_elems(c->types[i])) {
-            fprintf(stderr, "bench_matmul: --cols %lld is not a multiple of %s's block\n",
-                    (long long)c->cols, coli_dtype_name(c->types[i]));
+            fprintf(stderr, "bench_matmul: --cols %lld is not a multiple of %s's block\n", (long long)c->cols,
+                    coli_dtype_name(c->types[i]));
             return 1;
         }
     return 0;
 }
 
 int main(int argc, char **argv) {
-    bench_cfg c = {.threads = 2, .portable = 0, .seconds = 1.0, .rows = 2816, .cols = 1024,
-                   .types = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0, COLI_Q4_1, COLI_Q5_0,
-                             COLI_Q5_1, COLI_IQ4_NL, COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K,
-                             COLI_IQ4_XS},
+    bench_cfg c = {.threads = 2,
+                   .portable = 0,
+                   .seconds = 1.0,
+                   .rows = 2816,
+                   .cols = 1024,
+                   .types = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0, COLI_Q4_1, COLI_Q5_0, COLI_Q5_1,
+                             COLI_IQ4_NL, COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS},
                    .n_types = 15};
     if (parse_args(argc, argv, &c)) return 2;
     coli_matmul_force_portable(c.portable);
     coli_pool *pool = coli_pool_new(c.threads);
-    if (!pool) { fprintf(stderr, "%s\n", coli_last_error()); return 1; }
-    if (c.threads <= 0) { fprintf(stderr, "bench_matmul: --threads >= 1\n"); return 2; }
-    printf("matmul %lld x %lld, %d threads, %s kernels\n", (long long)c.rows, (long long)c.cols,
-           coli_pool_size(pool), coli_matmul_impl());
+    if (!pool) {
+        fprintf(stderr, "%s\n", coli_last_error());
+        return 1;
+    }
+    if (c.threads <= 0) {
+        fprintf(stderr, "bench_matmul: --threads >= 1\n");
+        return 2;
+    }
+    printf("matmul %lld x %lld, %d threads, %s kernels\n", (long long)c.rows, (long long)c.cols, coli_pool_size(pool),
+           coli_matmul_impl());
     coli_scratch s = {0};
     const int64_t toks[] = {1, 64};
     int rc = 0;

@@ -12,7 +12,7 @@
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
-#include "error.h"
+#include "core/error.h"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -22,20 +22,17 @@
 #include "core/clock.h"
 #include "proto/wire.h"
 
-static int s_cmp(const void *a, const void *b)
-{
+static int s_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-static void s_report(const char *what, double *us, int n)
-{
+static void s_report(const char *what, double *us, int n) {
     qsort(us, (size_t)n, sizeof *us, s_cmp);
     printf("  %-28s p50 %8.2f us   p99 %8.2f us\n", what, us[n / 2], us[(int)(n * 0.99)]);
 }
 
-static void s_batch_env(Coli__Envelope *env, Coli__ExpertBatch *b, int64_t rows, int64_t e, uint64_t id)
-{
+static void s_batch_env(Coli__Envelope *env, Coli__ExpertBatch *b, int64_t rows, int64_t e, uint64_t id) {
     coli__expert_batch__init(b);
     b->n_rows = rows;
     b->n_embd = e;
@@ -46,14 +43,16 @@ static void s_batch_env(Coli__Envelope *env, Coli__ExpertBatch *b, int64_t rows,
 }
 
 //  Child: echo every ring request back as a reply.
-static void s_ring_echo(shm_ring *r, uint64_t spin_ns, int iters)
-{
+static void s_ring_echo(shm_ring *r, uint64_t spin_ns, int iters) {
     for (int i = 0; i < iters; i++) {
         if (!ring_spin(r, RING_REQ, spin_ns)) {
             zmq_pollitem_t it = {NULL, r->bell[RING_REQ], ZMQ_POLLIN, 0};
             if (!ring_sleep_begin(r, RING_REQ)) zmq_poll(&it, 1, 1000);
             ring_sleep_end(r, RING_REQ);
-            if (!ring_ready(r, RING_REQ)) { i--; continue; }
+            if (!ring_ready(r, RING_REQ)) {
+                i--;
+                continue;
+            }
         }
         wire_msg m;
         if (ring_recv(r, RING_REQ, &m) != 0) _exit(3);
@@ -64,16 +63,19 @@ static void s_ring_echo(shm_ring *r, uint64_t spin_ns, int iters)
     _exit(0);
 }
 
-static void s_bench_ring(int64_t rows, int64_t e, int iters, uint64_t spin_ns, const char *what)
-{
+static void s_bench_ring(int64_t rows, int64_t e, int iters, uint64_t spin_ns, const char *what) {
     shm_ring r;
-    if (ring_create(&r, 0, rows, e) != 0) { fprintf(stderr, "%s\n", coli_last_error()); return; }
+    if (ring_create(&r, 0, rows, e) != 0) {
+        fprintf(stderr, "%s\n", coli_last_error());
+        return;
+    }
     pid_t pid = fork();
     if (pid == 0) s_ring_echo(&r, spin_ns, iters);
     float *x = calloc((size_t)(rows * e), sizeof(float));
     double *us = malloc((size_t)iters * sizeof *us);
     for (int i = 0; i < iters; i++) {
-        Coli__Envelope env; Coli__ExpertBatch b;
+        Coli__Envelope env;
+        Coli__ExpertBatch b;
         s_batch_env(&env, &b, rows, e, (uint64_t)i + 1);
         uint64_t t0 = coli_now_ns();
         ring_send(&r, RING_REQ, &env, x, (size_t)(rows * e) * sizeof(float));
@@ -92,12 +94,12 @@ static void s_bench_ring(int64_t rows, int64_t e, int iters, uint64_t spin_ns, c
     }
     waitpid(pid, NULL, 0);
     s_report(what, us, iters);
-    free(x); free(us);
+    free(x);
+    free(us);
     ring_close(&r);
 }
 
-static void s_bench_zmq(int64_t rows, int64_t e, int iters)
-{
+static void s_bench_zmq(int64_t rows, int64_t e, int iters) {
     char dir[] = "/tmp/coli-bench-XXXXXX", ep[64];
     if (!mkdtemp(dir)) return;
     snprintf(ep, sizeof ep, "ipc://%s/s", dir);
@@ -122,7 +124,8 @@ static void s_bench_zmq(int64_t rows, int64_t e, int iters)
     float *x = calloc((size_t)(rows * e), sizeof(float));
     double *us = malloc((size_t)iters * sizeof *us);
     for (int i = 0; i < iters; i++) {
-        Coli__Envelope env; Coli__ExpertBatch b;
+        Coli__Envelope env;
+        Coli__ExpertBatch b;
         s_batch_env(&env, &b, rows, e, (uint64_t)i + 1);
         uint64_t t0 = coli_now_ns();
         while (wire_send(r, "w0.0", 4, &env, x, (size_t)(rows * e) * sizeof(float), 0) != 0)
@@ -135,15 +138,17 @@ static void s_bench_zmq(int64_t rows, int64_t e, int iters)
     }
     waitpid(pid, NULL, 0);
     s_report("zmq ipc DEALER/ROUTER", us + 10, iters - 10);
-    free(x); free(us);
-    zmq_close(r); zmq_ctx_term(ctx);
+    free(x);
+    free(us);
+    zmq_close(r);
+    zmq_ctx_term(ctx);
     char sock[80];
     snprintf(sock, sizeof sock, "%s/s", dir);
-    unlink(sock); rmdir(dir);
+    unlink(sock);
+    rmdir(dir);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int64_t rows = argc > 1 ? atoll(argv[1]) : 2, e = argc > 2 ? atoll(argv[2]) : 4096;
     int iters = argc > 3 ? atoi(argv[3]) : 2000;
     if (rows <= 0 || e <= 0 || iters < 100) {

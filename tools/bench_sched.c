@@ -27,10 +27,11 @@
 #define MAX_CONF 16
 #define MAX_ROUNDS 15
 
-typedef struct result { double tok_s, p50, p99, batch_p50, fallbacks; } result;
+typedef struct result {
+    double tok_s, p50, p99, batch_p50, fallbacks;
+} result;
 
-static double s_json_num(const char *js, const char *key)
-{
+static double s_json_num(const char *js, const char *key) {
     char k[96];
     snprintf(k, sizeof k, "\"%s\":", key);
     const char *p = js ? strstr(js, k) : NULL;
@@ -38,8 +39,7 @@ static double s_json_num(const char *js, const char *key)
 }
 
 //  "cpu:2/zmq" -> devices "cpu:2", COLI_DATA_PATH=zmq (none: the default).
-static void s_split(const char *conf, char *dev, size_t n)
-{
+static void s_split(const char *conf, char *dev, size_t n) {
     snprintf(dev, n, "%s", conf);
     char *slash = strchr(dev, '/');
     if (slash) {
@@ -50,8 +50,7 @@ static void s_split(const char *conf, char *dev, size_t n)
     }
 }
 
-static int s_decode(coli_model *m, int n_decode, double *seconds)
-{
+static int s_decode(coli_model *m, int n_decode, double *seconds) {
     coli_model_info info;
     coli_model_get_info(m, &info);
     coli_context *c = NULL;
@@ -65,7 +64,8 @@ static int s_decode(coli_model *m, int n_decode, double *seconds)
     double t0 = coli_now_s();
     for (int i = 0; !rc && i < n_decode; i++) {
         int32_t best = 0;
-        for (int v = 1; v < info.n_vocab; v++) if (logits[v] > logits[best]) best = v;
+        for (int v = 1; v < info.n_vocab; v++)
+            if (logits[v] > logits[best]) best = v;
         rc = coli_eval(c, &best, 1, logits, 0);
     }
     *seconds = coli_now_s() - t0;
@@ -74,8 +74,7 @@ static int s_decode(coli_model *m, int n_decode, double *seconds)
     return rc;
 }
 
-static int s_bench(const char *path, const char *conf, int n_decode, result *r)
-{
+static int s_bench(const char *path, const char *conf, int n_decode, result *r) {
     char dev[64];
     s_split(conf, dev, sizeof dev);
     coli_model_params mp;
@@ -101,22 +100,19 @@ static int s_bench(const char *path, const char *conf, int n_decode, result *r)
     return rc ? 1 : 0;
 }
 
-static int s_cmp(const void *a, const void *b)
-{
+static int s_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-static double s_median(const result *r, int n, size_t field)
-{
+static double s_median(const result *r, int n, size_t field) {
     double v[MAX_ROUNDS];
     for (int i = 0; i < n; i++) v[i] = *(const double *)((const char *)&r[i] + field);
     qsort(v, (size_t)n, sizeof v[0], s_cmp);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_sched MODEL [N_DECODE] [DEVICES[/shm|/zmq]...]\n");
         return 2;
@@ -135,13 +131,12 @@ int main(int argc, char **argv)
     for (int k = 0; k < rounds; k++)
         for (int i = 0; i < n_conf; i++) rc |= s_bench(argv[1], confs[i], n_decode, &res[i][k]);
     printf("%s (%d decode tokens, median of %d interleaved rounds)\n", argv[1], n_decode, rounds);
-    printf("  %-10s %10s %14s %14s %16s %9s\n", "devices", "decode", "dispatch p50", "dispatch p99",
-           "w0 batch p50", "fallbacks");
+    printf("  %-10s %10s %14s %14s %16s %9s\n", "devices", "decode", "dispatch p50", "dispatch p99", "w0 batch p50",
+           "fallbacks");
     for (int i = 0; i < n_conf; i++)
         printf("  %-10s %6.2f tok/s %11.3f ms %11.3f ms %13.3f ms %9.0f\n", confs[i],
                s_median(res[i], rounds, offsetof(result, tok_s)), s_median(res[i], rounds, offsetof(result, p50)),
-               s_median(res[i], rounds, offsetof(result, p99)),
-               s_median(res[i], rounds, offsetof(result, batch_p50)),
+               s_median(res[i], rounds, offsetof(result, p99)), s_median(res[i], rounds, offsetof(result, batch_p50)),
                s_median(res[i], rounds, offsetof(result, fallbacks)));
     return rc;
 }

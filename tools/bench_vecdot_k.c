@@ -17,9 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu_features.h"
-#include "quant.h"
-#include "vecdot.h"
+#include "core/cpu_features.h"
+#include "core/quant.h"
+#include "core/vecdot.h"
 
 typedef struct kernel {
     const char *name;
@@ -34,7 +34,8 @@ static const kernel k_kernels[] = {
     {"Q6_K", COLI_Q6_K, coli_vec_dot_q6_K_q8_K, coli_vec_dot_q6_K_q8_K_avx2, coli_vec_dot_q6_K_q8_K_avx2_tokens},
     {"Q3_K", COLI_Q3_K, coli_vec_dot_q3_K_q8_K, coli_vec_dot_q3_K_q8_K_avx2, coli_vec_dot_q3_K_q8_K_avx2_tokens},
     {"Q2_K", COLI_Q2_K, coli_vec_dot_q2_K_q8_K, coli_vec_dot_q2_K_q8_K_avx2, coli_vec_dot_q2_K_q8_K_avx2_tokens},
-    {"IQ4_XS", COLI_IQ4_XS, coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2, coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
+    {"IQ4_XS", COLI_IQ4_XS, coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2,
+     coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
 };
 
 /* this thread's CPU time: on a shared machine, time spent descheduled is
@@ -61,12 +62,12 @@ static uint8_t *random_bytes(size_t n) {
 }
 
 typedef struct bench_case {
-    coli_vec_dot_fn single;        /* or NULL: x4 */
-    coli_vec_dot_tokens_fn x4;     /* called with 4 rows */
+    coli_vec_dot_fn single;    /* or NULL: x4 */
+    coli_vec_dot_tokens_fn x4; /* called with 4 rows */
     const uint8_t *w;
     size_t row_bytes;
     int64_t rows, cols;
-    const block_q8_K *x;           /* 4 activation rows */
+    const block_q8_K *x; /* 4 activation rows */
 } bench_case;
 
 /* one pass over all rows; returns the weight bytes it counts */
@@ -74,7 +75,10 @@ static double one_pass(const bench_case *c, float *acc) {
     const size_t x_stride = sizeof(block_q8_K) * (size_t)(c->cols / COLI_QK_K);
     for (int64_t r = 0; r < c->rows; r++) {
         const uint8_t *wr = c->w + (size_t)r * c->row_bytes;
-        if (c->single) { *acc += c->single(c->cols, wr, c->x); continue; }
+        if (c->single) {
+            *acc += c->single(c->cols, wr, c->x);
+            continue;
+        }
         float out[4];
         c->x4(c->cols, wr, c->x, x_stride, out, 4);
         *acc += out[0] + out[3];
@@ -104,10 +108,16 @@ int main(int argc, char **argv) {
     double seconds = 1.0;
     int64_t cols = 4096;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--hot")) hot = 1;
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--cols") && i + 1 < argc) cols = atoll(argv[++i]);
-        else { fprintf(stderr, "usage: %s [--hot] [--seconds S] [--cols C]\n", argv[0]); return 2; }
+        if (!strcmp(argv[i], "--hot"))
+            hot = 1;
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--cols") && i + 1 < argc)
+            cols = atoll(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--hot] [--seconds S] [--cols C]\n", argv[0]);
+            return 2;
+        }
     }
     if (cols <= 0 || cols % COLI_QK_K) {
         fprintf(stderr, "bench_vecdot_k: --cols must be a positive multiple of 256\n");
@@ -117,7 +127,10 @@ int main(int argc, char **argv) {
     float *xf = malloc(sizeof(float) * (size_t)cols);
     block_q8_K *x = malloc(sizeof(block_q8_K) * (size_t)(4 * cols / COLI_QK_K));
     uint8_t *w = random_bytes(total + (1u << 20));
-    if (!xf || !x || !w) { fprintf(stderr, "bench_vecdot_k: out of memory\n"); return 1; }
+    if (!xf || !x || !w) {
+        fprintf(stderr, "bench_vecdot_k: out of memory\n");
+        return 1;
+    }
     unsigned seed = 99;
     for (int t = 0; t < 4; t++) {
         for (int64_t i = 0; i < cols; i++) xf[i] = (float)(next_rand(&seed) & 0xffff) / 32768.0f - 1.0f;
@@ -144,6 +157,8 @@ int main(int argc, char **argv) {
                a > 0 ? a4 / a : 0.0);
     }
     fprintf(stderr, "(checksum %g)\n", (double)sink);
-    free(xf); free(x); free(w);
+    free(xf);
+    free(x);
+    free(w);
     return 0;
 }

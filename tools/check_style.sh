@@ -3,6 +3,7 @@
 #  - no source file past 1500 lines (800 is the smell line: listed, not fatal)
 #  - no exit()/abort() outside a main file (_exit after fork in a child is allowed)
 #  - vendor #ifdefs (__HIP / __CUDA) only in plugins/gpu/gpu_compat.h
+#  - every file in the .clang-format layout; headers included by their path from the root
 #  - no function body past 80 lines (a body runs from a column-0 line ending in
 #    "{" to the next column-0 "}", the layout every file here uses)
 # Prints one line per finding; exit 1 on a hard failure.
@@ -30,5 +31,18 @@ long=$(awk -v LIMIT=80 '
            start = 0 } }
   { prev = $0 }' $(git ls-files '*.c' '*.cu' '*.cuh'))
 if [ -n "$long" ]; then echo "$long"; fail=1; fi
+# One layout: clang-format (.clang-format) leaves every file as it is. Exempt:
+# the generated Unicode tables and the synthetic XRT headers (they mirror XRT's).
+fmt_files=$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' | grep -v -E '^plugins/xdna/xrt_synth/include/|^core/unicode_tables.c$')
+if command -v clang-format >/dev/null 2>&1; then
+  bad=$(clang-format --dry-run --Werror $fmt_files 2>&1 | grep -oE '^[^:]+:[0-9]+:[0-9]+: error' | cut -d: -f1 | sort -u)
+  if [ -n "$bad" ]; then echo "style: not in the .clang-format layout (clang-format -i FILE):" $bad; fail=1; fi
+else
+  echo "style: clang-format is missing (make deps installs it)"; fail=1
+fi
+# Every header by its path from the root; only the public colibri.h (-Iinclude,
+# as a program using the library includes it) is named bare.
+bare=$(git grep -nE '^\s*#\s*include\s+"[^"/]+"' -- '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' | grep -v '"colibri.h"')
+if [ -n "$bare" ]; then echo "style: include headers by their path from the root:"; echo "$bare"; fail=1; fi
 [ $fail -eq 0 ] && echo "style: ok"
 exit $fail

@@ -29,11 +29,11 @@
 #include <sys/stat.h>
 
 #include "colibri.h"
-#include "error.h"
-#include "gguf.h"
-#include "hash.h"
-#include "quant.h"
-#include "tensor.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/hash.h"
+#include "core/quant.h"
+#include "core/tensor.h"
 
 /* ---- random numbers: PCG32 (O'Neill) + Box-Muller ------------------------ */
 
@@ -81,36 +81,51 @@ static float rng_normal(rng *r) {
 /* ---- model configuration -------------------------------------------------- */
 
 typedef struct model_cfg {
-    const char *arch;        /* "llama", "olmoe", "qwen2moe" */
-    const char *name;        /* general.name */
-    int dense;               /* llama only: ffn_{gate,up,down} instead of experts */
+    const char *arch; /* "llama", "olmoe", "qwen2moe" */
+    const char *name; /* general.name */
+    int dense;        /* llama only: ffn_{gate,up,down} instead of experts */
     int64_t n_embd, n_layer, n_head, n_head_kv;
-    int64_t n_ff;            /* expert FFN length (dense: the FFN length) */
-    int64_t n_ff_shexp;      /* qwen2moe shared expert FFN length */
+    int64_t n_ff;       /* expert FFN length (dense: the FFN length) */
+    int64_t n_ff_shexp; /* qwen2moe shared expert FFN length */
     int64_t n_expert, n_expert_used;
     int64_t n_vocab, n_ctx;
     float rope_theta, eps;
     uint64_t seed;
-    coli_dtype dtype;        /* storage type of the 2-D/3-D weights */
+    coli_dtype dtype; /* storage type of the 2-D/3-D weights */
 } model_cfg;
 
 /* Defaults per architecture: tiny, fast, and shaped like the real families
  * (olmoe has n_head_kv = n_head; qwen2moe a shared expert twice as wide). */
 static int cfg_defaults(model_cfg *c, const char *arch) {
     memset(c, 0, sizeof *c);
-    c->n_embd = 64; c->n_layer = 2; c->n_head = 4; c->n_head_kv = 2;
-    c->n_ff = 128; c->n_expert = 4; c->n_expert_used = 2;
-    c->n_vocab = 1024; c->n_ctx = 256; c->rope_theta = 1e6f; c->eps = 1e-5f;
-    c->seed = 1; c->dtype = COLI_F32;
+    c->n_embd = 64;
+    c->n_layer = 2;
+    c->n_head = 4;
+    c->n_head_kv = 2;
+    c->n_ff = 128;
+    c->n_expert = 4;
+    c->n_expert_used = 2;
+    c->n_vocab = 1024;
+    c->n_ctx = 256;
+    c->rope_theta = 1e6f;
+    c->eps = 1e-5f;
+    c->seed = 1;
+    c->dtype = COLI_F32;
     if (strcmp(arch, "llama") == 0) {
         c->arch = "llama";
     } else if (strcmp(arch, "olmoe") == 0) {
         c->arch = "olmoe";
-        c->n_head_kv = 4; c->n_ff = 64; c->n_expert = 8; c->n_expert_used = 4;
-        c->rope_theta = 1e4f; c->seed = 3;
+        c->n_head_kv = 4;
+        c->n_ff = 64;
+        c->n_expert = 8;
+        c->n_expert_used = 4;
+        c->rope_theta = 1e4f;
+        c->seed = 3;
     } else if (strcmp(arch, "qwen2moe") == 0) {
         c->arch = "qwen2moe";
-        c->n_ff = 64; c->eps = 1e-6f; c->seed = 4;
+        c->n_ff = 64;
+        c->eps = 1e-6f;
+        c->seed = 4;
     } else {
         return coli_fail(COLI_EINVAL, "--arch: unknown architecture '%s' (llama, olmoe, qwen2moe)", arch);
     }
@@ -125,17 +140,16 @@ static int cfg_check(const model_cfg *c) {
     if (c->n_embd % 32 || c->n_ff % 32 || c->n_ff_shexp % 32)
         return coli_fail(COLI_EINVAL, "--dim/--ffn: must be multiples of 32 (quantization blocks)");
     if (c->n_embd % c->n_head || (c->n_embd / c->n_head) % 2)
-        return coli_fail(COLI_EINVAL, "--heads: dim %lld is not a multiple of 2*heads (%lld)",
-                         (long long)c->n_embd, (long long)c->n_head);
-    if (c->n_head % c->n_head_kv)
-        return coli_fail(COLI_EINVAL, "--kv-heads: %lld does not divide heads %lld",
-                         (long long)c->n_head_kv, (long long)c->n_head);
-    if (strcmp(c->arch, "olmoe") == 0 && c->n_head_kv != c->n_head)
-        return coli_fail(COLI_EINVAL, "--kv-heads: olmoe needs kv-heads = heads (%lld)",
+        return coli_fail(COLI_EINVAL, "--heads: dim %lld is not a multiple of 2*heads (%lld)", (long long)c->n_embd,
                          (long long)c->n_head);
+    if (c->n_head % c->n_head_kv)
+        return coli_fail(COLI_EINVAL, "--kv-heads: %lld does not divide heads %lld", (long long)c->n_head_kv,
+                         (long long)c->n_head);
+    if (strcmp(c->arch, "olmoe") == 0 && c->n_head_kv != c->n_head)
+        return coli_fail(COLI_EINVAL, "--kv-heads: olmoe needs kv-heads = heads (%lld)", (long long)c->n_head);
     if (!c->dense && (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
-        return coli_fail(COLI_EINVAL, "--top-k: %lld is not in 1..experts (%lld)",
-                         (long long)c->n_expert_used, (long long)c->n_expert);
+        return coli_fail(COLI_EINVAL, "--top-k: %lld is not in 1..experts (%lld)", (long long)c->n_expert_used,
+                         (long long)c->n_expert);
     if (c->n_vocab < 300 || c->n_vocab > 65536)
         return coli_fail(COLI_EINVAL, "--vocab: %lld is not in 300..65536", (long long)c->n_vocab);
     return 0;
@@ -145,34 +159,40 @@ static int cfg_check(const model_cfg *c) {
 
 /* Common words of children's stories: the text the tests and `make run` use. */
 static const char *const s_words[] = {
-    "the", "a", "and", "to", "was", "he", "she", "it", "in", "that", "his", "her", "they",
-    "with", "for", "on", "you", "had", "said", "but", "at", "one", "little", "time", "upon",
-    "once", "there", "day", "big", "very", "were", "is", "be", "as", "so", "not", "all", "we",
-    "my", "what", "up", "out", "go", "went", "saw", "like", "play", "happy", "friend", "mom",
-    "dad", "wanted", "named", "girl", "boy", "cat", "dog", "tree", "sun", "park", "ball",
-    "home", "good", "new", "fun", "can", "are", "from", "this", "have", "did", "would",
-    "could", "then", "when", "them", "him", "me", "no", "do", "get", "make", "look", "see",
-    "come", "about", "just", "know", "how", "after", "back", "over", "into", "down", "away",
-    "old", "long", "man", "house", "water", "world", "people", "way", "thing", "because",
-    "some", "more", "other", "story", "loved", "found", "asked", "help", "sad", "smiled",
-    "together", "every", "bird", "flower", "sky", "red", "blue", "toy", "car", "run",
-    "jump", "felt", "thought", "decided", "learned", "lesson", "end", "of", "i", "hello",
+    "the",    "a",     "and",    "to",    "was",    "he",       "she",     "it",      "in",      "that",   "his",
+    "her",    "they",  "with",   "for",   "on",     "you",      "had",     "said",    "but",     "at",     "one",
+    "little", "time",  "upon",   "once",  "there",  "day",      "big",     "very",    "were",    "is",     "be",
+    "as",     "so",    "not",    "all",   "we",     "my",       "what",    "up",      "out",     "go",     "went",
+    "saw",    "like",  "play",   "happy", "friend", "mom",      "dad",     "wanted",  "named",   "girl",   "boy",
+    "cat",    "dog",   "tree",   "sun",   "park",   "ball",     "home",    "good",    "new",     "fun",    "can",
+    "are",    "from",  "this",   "have",  "did",    "would",    "could",   "then",    "when",    "them",   "him",
+    "me",     "no",    "do",     "get",   "make",   "look",     "see",     "come",    "about",   "just",   "know",
+    "how",    "after", "back",   "over",  "into",   "down",     "away",    "old",     "long",    "man",    "house",
+    "water",  "world", "people", "way",   "thing",  "because",  "some",    "more",    "other",   "story",  "loved",
+    "found",  "asked", "help",   "sad",   "smiled", "together", "every",   "bird",    "flower",  "sky",    "red",
+    "blue",   "toy",   "car",    "run",   "jump",   "felt",     "thought", "decided", "learned", "lesson", "end",
+    "of",     "i",     "hello",
 };
 #define N_WORDS ((int)(sizeof s_words / sizeof s_words[0]))
 
-#define SPM_SPACE "\xe2\x96\x81"  /* U+2581, SentencePiece's space */
-#define BPE_SPACE "\xc4\xa0"      /* U+0120 'Ġ', GPT-2's mapped space */
+#define SPM_SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+#define BPE_SPACE "\xc4\xa0"     /* U+0120 'Ġ', GPT-2's mapped space */
 
-enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_BYTE = 6 };
+enum {
+    TOK_NORMAL = 1,
+    TOK_UNKNOWN = 2,
+    TOK_CONTROL = 3,
+    TOK_BYTE = 6
+};
 
 typedef struct vocab {
     char **tokens;
     float *scores;
     int32_t *types;
     int64_t n, cap;
-    char **merges;        /* BPE only: "left right", rank = index */
+    char **merges; /* BPE only: "left right", rank = index */
     int64_t n_merges;
-    char **hash;          /* open addressing set of token strings */
+    char **hash; /* open addressing set of token strings */
     int64_t hash_cap;
 } vocab;
 
@@ -203,7 +223,11 @@ static int vocab_init(vocab *v, int64_t cap) {
 static void vocab_free(vocab *v) {
     for (int64_t i = 0; i < v->n; i++) free(v->tokens[i]);
     for (int64_t i = 0; i < v->n_merges; i++) free(v->merges[i]);
-    free(v->tokens); free(v->scores); free(v->types); free(v->merges); free(v->hash);
+    free(v->tokens);
+    free(v->scores);
+    free(v->types);
+    free(v->merges);
+    free(v->hash);
     memset(v, 0, sizeof *v);
 }
 
@@ -223,9 +247,7 @@ static int vocab_add(vocab *v, const char *text, float score, int32_t type) {
 }
 
 /* SentencePiece piece: score -rank, so earlier (more common) pieces merge first. */
-static int spm_piece(vocab *v, const char *text) {
-    return vocab_add(v, text, (float)(259 - v->n), TOK_NORMAL);
-}
+static int spm_piece(vocab *v, const char *text) { return vocab_add(v, text, (float)(259 - v->n), TOK_NORMAL); }
 
 /* Every prefix (of >= 2 characters) of `SPM_SPACE word`, so that the SPM merge
  * search can reach the whole word one character at a time. */
@@ -254,10 +276,11 @@ static int build_spm(vocab *v) {
     rc = rc < 0 ? rc : spm_piece(v, SPM_SPACE);
     const char *chars = "etaoinshrdlcumwfgypbvkjxqzTAOISHWMBCDEFGLNPRY.,!?'\"-:;()0123456789";
     for (const char *c = chars; *c && rc >= 0; c++) {
-        buf[0] = *c; buf[1] = '\0';
+        buf[0] = *c;
+        buf[1] = '\0';
         rc = spm_piece(v, buf);
     }
-    static const char *const pieces[] = {"th", "he", "in", "er", "an", "re", "on", "ed", "nd",
+    static const char *const pieces[] = {"th",  "he", "in", "er", "an", "re", "on", "ed", "nd",
                                          "ing", "es", "ly", "en", "at", "ou", "it", "or"};
     for (size_t i = 0; i < sizeof pieces / sizeof pieces[0] && rc >= 0; i++) rc = spm_piece(v, pieces[i]);
     for (int cap = 0; cap < 2 && rc >= 0; cap++)
@@ -281,13 +304,19 @@ static void gpt2_byte_symbol(int b, char out[4]) {
     int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     int cp = b;
     if (!printable) {
-        int n = 0;  /* the non-printable bytes map to 256, 257, ... in byte order */
+        int n = 0; /* the non-printable bytes map to 256, 257, ... in byte order */
         for (int x = 0; x < b; x++)
             if (!((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) n++;
         cp = 256 + n;
     }
-    if (cp < 0x80) { out[0] = (char)cp; out[1] = 0; }
-    else { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); out[2] = 0; }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
 }
 
 /* Add the merge "left right" and its result, if the result is new. */
@@ -307,8 +336,13 @@ static int bpe_word(vocab *v, const char *prefix, const char *word, int capitali
     char cur[128], sym[4];
     int rc = 0;
     size_t i = 0;
-    if (*prefix) snprintf(cur, sizeof cur, "%s", prefix);
-    else { cur[0] = capitalize ? (char)(word[0] - 'a' + 'A') : word[0]; cur[1] = 0; i = 1; }
+    if (*prefix)
+        snprintf(cur, sizeof cur, "%s", prefix);
+    else {
+        cur[0] = capitalize ? (char)(word[0] - 'a' + 'A') : word[0];
+        cur[1] = 0;
+        i = 1;
+    }
     for (; word[i] && rc >= 0 && strlen(cur) < 100; i++) {
         sym[0] = (i == 0 && capitalize) ? (char)(word[i] - 'a' + 'A') : word[i];
         sym[1] = 0;
@@ -330,7 +364,7 @@ static int build_bpe(vocab *v) {
     }
     for (int b = 0; b < 256 && rc >= 0; b++) {
         gpt2_byte_symbol(b, sym);
-        rc = vocab_add(v, sym, 0.0f, TOK_NORMAL);  /* only the remapped ones are new */
+        rc = vocab_add(v, sym, 0.0f, TOK_NORMAL); /* only the remapped ones are new */
     }
     for (int cap = 0; cap < 2 && rc >= 0; cap++)
         for (int w = 0; w < N_WORDS && rc >= 0; w++) {
@@ -351,8 +385,8 @@ static int build_vocab(const model_cfg *c, vocab *v) {
     int rc = vocab_init(v, c->n_vocab);
     if (rc == 0) rc = strcmp(c->arch, "olmoe") == 0 ? build_bpe(v) : build_spm(v);
     if (rc == 0 && v->n < c->n_vocab)
-        rc = coli_fail(COLI_EINVAL, "--vocab: only %lld distinct tokens can be generated, %lld asked",
-                       (long long)v->n, (long long)c->n_vocab);
+        rc = coli_fail(COLI_EINVAL, "--vocab: only %lld distinct tokens can be generated, %lld asked", (long long)v->n,
+                       (long long)c->n_vocab);
     return rc;
 }
 
@@ -363,8 +397,9 @@ static int write_vocab(gguf_writer *w, const model_cfg *c, const vocab *v) {
         rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
         if (!rc) rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)v->n);
         if (!rc) rc = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v->types, (uint64_t)v->n);
-        if (!rc) rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges,
-                                              (uint64_t)v->n_merges);
+        if (!rc)
+            rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges,
+                                         (uint64_t)v->n_merges);
         if (!rc) rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 0);
         if (!rc) rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0);
         if (!rc) rc = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
@@ -389,10 +424,10 @@ static int write_vocab(gguf_writer *w, const model_cfg *c, const vocab *v) {
 typedef struct gen_tensor {
     char name[64];
     int n_dims;
-    int64_t ne[3];      /* GGML order: ne[0] innermost */
-    float *values;      /* generated F32 values */
-    coli_dtype type;    /* stored type */
-    void *stored;       /* values converted to type (== values for F32) */
+    int64_t ne[3];   /* GGML order: ne[0] innermost */
+    float *values;   /* generated F32 values */
+    coli_dtype type; /* stored type */
+    void *stored;    /* values converted to type (== values for F32) */
     size_t nbytes;
 } gen_tensor;
 
@@ -413,13 +448,15 @@ static coli_dtype stored_type(const char *name, int n_dims, coli_dtype dtype) {
 }
 
 /* kind: 'm' matrix (gain/sqrt(ne[0])), 'e' embedding N(0,1), 'n' norm, 'b' bias. */
-static int gen_add(gen_weights *g, const char *name, char kind, float gain,
-                   int n_dims, int64_t ne0, int64_t ne1, int64_t ne2) {
+static int gen_add(gen_weights *g, const char *name, char kind, float gain, int n_dims, int64_t ne0, int64_t ne1,
+                   int64_t ne2) {
     if (g->n >= g->cap) return coli_fail(COLI_EINTERNAL, "gen_model: tensor table full at '%s'", name);
     gen_tensor *t = &g->t[g->n];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->n_dims = n_dims;
-    t->ne[0] = ne0; t->ne[1] = ne1; t->ne[2] = ne2;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = ne2;
     int64_t n = ne0 * ne1 * ne2;
     t->values = malloc((size_t)n * sizeof(float));
     if (!t->values) return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory", name);
@@ -466,12 +503,12 @@ static int gen_layer_ffn(gen_weights *g, const model_cfg *c, int il) {
         ADD("ffn_down.weight", 'm', 1.0f, 2, F, E, 1);
         return rc;
     }
-    ADD("ffn_gate_inp.weight", 'm', 2.0f, 2, E, X, 1);     /* router (n_expert, n_embd) */
-    ADD("ffn_gate_exps.weight", 'm', 1.0f, 3, E, F, X);    /* (n_expert, n_ff, n_embd) */
+    ADD("ffn_gate_inp.weight", 'm', 2.0f, 2, E, X, 1);  /* router (n_expert, n_embd) */
+    ADD("ffn_gate_exps.weight", 'm', 1.0f, 3, E, F, X); /* (n_expert, n_ff, n_embd) */
     ADD("ffn_up_exps.weight", 'm', 1.0f, 3, E, F, X);
-    ADD("ffn_down_exps.weight", 'm', 1.0f, 3, F, E, X);    /* (n_expert, n_embd, n_ff) */
+    ADD("ffn_down_exps.weight", 'm', 1.0f, 3, F, E, X); /* (n_expert, n_embd, n_ff) */
     if (strcmp(c->arch, "qwen2moe") == 0) {
-        ADD("ffn_gate_inp_shexp.weight", 'm', 1.0f, 1, E, 1, 1);  /* shared-expert gate (n_embd) */
+        ADD("ffn_gate_inp_shexp.weight", 'm', 1.0f, 1, E, 1, 1); /* shared-expert gate (n_embd) */
         ADD("ffn_gate_shexp.weight", 'm', 1.0f, 2, E, S, 1);
         ADD("ffn_up_shexp.weight", 'm', 1.0f, 2, E, S, 1);
         ADD("ffn_down_shexp.weight", 'm', 1.0f, 2, S, E, 1);
@@ -501,12 +538,14 @@ static int gen_all(gen_weights *g, const model_cfg *c) {
         t->type = stored_type(t->name, t->n_dims, c->dtype);
         size_t row_bytes = coli_row_bytes(t->type, t->ne[0]);
         t->nbytes = row_bytes * (size_t)rows;
-        if (t->type == COLI_F32) { t->stored = t->values; continue; }
+        if (t->type == COLI_F32) {
+            t->stored = t->values;
+            continue;
+        }
         t->stored = malloc(t->nbytes);
         if (!t->stored) return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory", t->name);
         for (int64_t r = 0; r < rows; r++)
-            coli_quantize_row(t->type, t->values + r * t->ne[0], (char *)t->stored + (size_t)r * row_bytes,
-                              t->ne[0]);
+            coli_quantize_row(t->type, t->values + r * t->ne[0], (char *)t->stored + (size_t)r * row_bytes, t->ne[0]);
     }
     return rc;
 }
@@ -537,11 +576,11 @@ static int tensor_order(const void *pa, const void *pb) {
  * LLAMA_FTYPE values). */
 static uint32_t file_type_of(coli_dtype t) {
     switch (t) {
-    case COLI_F16:  return 1;
+    case COLI_F16: return 1;
     case COLI_Q4_0: return 2;
     case COLI_Q8_0: return 7;
     case COLI_BF16: return 32;
-    default:        return 0;
+    default: return 0;
     }
 }
 
@@ -618,13 +657,15 @@ static int write_model(const model_cfg *c, const char *path) {
 
 /* The fixtures of the test suite (make fixtures). */
 static int write_fixtures(const char *dir) {
-    static const struct { const char *file, *arch; int dense; coli_dtype dtype; uint64_t seed; } fx[] = {
-        {"tiny-llama-moe-f32.gguf", "llama", 0, COLI_F32, 1},
-        {"tiny-llama-moe-f16.gguf", "llama", 0, COLI_F16, 1},
-        {"tiny-llama-moe-q8_0.gguf", "llama", 0, COLI_Q8_0, 1},
-        {"tiny-llama-moe-q4_0.gguf", "llama", 0, COLI_Q4_0, 1},
-        {"tiny-llama-dense-f32.gguf", "llama", 1, COLI_F32, 2},
-        {"tiny-olmoe-f32.gguf", "olmoe", 0, COLI_F32, 3},
+    static const struct {
+        const char *file, *arch;
+        int dense;
+        coli_dtype dtype;
+        uint64_t seed;
+    } fx[] = {
+        {"tiny-llama-moe-f32.gguf", "llama", 0, COLI_F32, 1},   {"tiny-llama-moe-f16.gguf", "llama", 0, COLI_F16, 1},
+        {"tiny-llama-moe-q8_0.gguf", "llama", 0, COLI_Q8_0, 1}, {"tiny-llama-moe-q4_0.gguf", "llama", 0, COLI_Q4_0, 1},
+        {"tiny-llama-dense-f32.gguf", "llama", 1, COLI_F32, 2}, {"tiny-olmoe-f32.gguf", "olmoe", 0, COLI_F32, 3},
         {"tiny-qwen2moe-f32.gguf", "qwen2moe", 0, COLI_F32, 4},
     };
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -647,17 +688,16 @@ static int write_fixtures(const char *dir) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-        "usage: gen_model --all DIR\n"
-        "       gen_model --arch llama|olmoe|qwen2moe [options] OUT.gguf\n"
-        "Writes small random GGUF models (deterministic: same arguments, same bytes).\n"
-        "  --all DIR       the test fixtures: tiny-llama-moe-{f32,f16,q8_0,q4_0}, tiny-llama-dense-f32,\n"
-        "                  tiny-olmoe-f32, tiny-qwen2moe-f32 (.gguf)\n"
-        "  --dense         llama only: dense FFN instead of experts\n"
-        "  --dim N --layers N --heads N --kv-heads N --experts N --top-k N\n"
-        "  --ffn N         expert FFN length (dense: FFN length; qwen2moe shared expert: 2N)\n"
-        "  --vocab N       vocabulary size (300..65536)   --ctx N   context length\n"
-        "  --seed S        random seed                    --dtype F32|F16|BF16|Q8_0|Q4_0\n");
+    fprintf(f, "usage: gen_model --all DIR\n"
+               "       gen_model --arch llama|olmoe|qwen2moe [options] OUT.gguf\n"
+               "Writes small random GGUF models (deterministic: same arguments, same bytes).\n"
+               "  --all DIR       the test fixtures: tiny-llama-moe-{f32,f16,q8_0,q4_0}, tiny-llama-dense-f32,\n"
+               "                  tiny-olmoe-f32, tiny-qwen2moe-f32 (.gguf)\n"
+               "  --dense         llama only: dense FFN instead of experts\n"
+               "  --dim N --layers N --heads N --kv-heads N --experts N --top-k N\n"
+               "  --ffn N         expert FFN length (dense: FFN length; qwen2moe shared expert: 2N)\n"
+               "  --vocab N       vocabulary size (300..65536)   --ctx N   context length\n"
+               "  --seed S        random seed                    --dtype F32|F16|BF16|Q8_0|Q4_0\n");
 }
 
 /* Parse a positive integer flag value; 0 or an error naming the flag. */
@@ -672,11 +712,15 @@ static int parse_count(const char *flag, const char *s, int64_t max, int64_t *ou
 }
 
 static int parse_option(model_cfg *c, const char *flag, const char *val) {
-    static const struct { const char *flag; size_t off; int64_t max; } ints[] = {
-        {"--dim", offsetof(model_cfg, n_embd), 1 << 16}, {"--layers", offsetof(model_cfg, n_layer), 256},
-        {"--heads", offsetof(model_cfg, n_head), 1024}, {"--kv-heads", offsetof(model_cfg, n_head_kv), 1024},
+    static const struct {
+        const char *flag;
+        size_t off;
+        int64_t max;
+    } ints[] = {
+        {"--dim", offsetof(model_cfg, n_embd), 1 << 16},    {"--layers", offsetof(model_cfg, n_layer), 256},
+        {"--heads", offsetof(model_cfg, n_head), 1024},     {"--kv-heads", offsetof(model_cfg, n_head_kv), 1024},
         {"--experts", offsetof(model_cfg, n_expert), 1024}, {"--top-k", offsetof(model_cfg, n_expert_used), 1024},
-        {"--ffn", offsetof(model_cfg, n_ff), 1 << 20}, {"--vocab", offsetof(model_cfg, n_vocab), 65536},
+        {"--ffn", offsetof(model_cfg, n_ff), 1 << 20},      {"--vocab", offsetof(model_cfg, n_vocab), 65536},
         {"--ctx", offsetof(model_cfg, n_ctx), 1 << 20},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
@@ -709,7 +753,10 @@ static int run_single(int argc, char **argv) {
     int ffn_set = 0;
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--dense") == 0) { c.dense = 1; continue; }
+        if (strcmp(a, "--dense") == 0) {
+            c.dense = 1;
+            continue;
+        }
         if (a[0] != '-' || a[1] == '\0') {
             if (out) return coli_fail(COLI_EINVAL, "%s: unexpected extra argument (output is %s)", a, out);
             out = a;
@@ -727,11 +774,20 @@ static int run_single(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { usage(stderr); return 2; }
-    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) { usage(stdout); return 0; }
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(stdout);
+        return 0;
+    }
     int rc;
     if (strcmp(argv[1], "--all") == 0) {
-        if (argc != 3) { fprintf(stderr, "gen_model: --all: expects exactly one directory\n"); return 2; }
+        if (argc != 3) {
+            fprintf(stderr, "gen_model: --all: expects exactly one directory\n");
+            return 2;
+        }
         rc = write_fixtures(argv[2]);
     } else {
         rc = run_single(argc, argv);

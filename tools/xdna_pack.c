@@ -21,18 +21,17 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "expert_ffn.h"
-#include "gguf.h"
+#include "core/expert_ffn.h"
+#include "core/gguf.h"
 #include "plugins/xdna/xdna_package.h"
-#include "tensor.h"
+#include "core/tensor.h"
 
 typedef struct pack_item {
     xdna_artifact a;
     char xclbin_src[PATH_MAX], instr_src[PATH_MAX];
 } pack_item;
 
-static int s_copy(const char *src, const char *dst)
-{
+static int s_copy(const char *src, const char *dst) {
     FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
     int rc = in && out ? 0 : -1;
     char buf[1 << 16];
@@ -46,15 +45,13 @@ static int s_copy(const char *src, const char *dst)
     return rc;
 }
 
-static const char *s_base(const char *path)
-{
+static const char *s_base(const char *path) {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
 }
 
 //  Copy both files of it into dir (under their base names) and hash them.
-static int s_add_files(const char *dir, pack_item *it)
-{
+static int s_add_files(const char *dir, pack_item *it) {
     const char *src[2] = {it->xclbin_src, it->instr_src};
     char *name[2] = {it->a.xclbin, it->a.instr};
     unsigned char *sha[2] = {it->a.xclbin_sha, it->a.instr_sha};
@@ -71,8 +68,7 @@ static int s_add_files(const char *dir, pack_item *it)
     return 0;
 }
 
-static int s_write_registry(const char *dir, const pack_item *items, int n)
-{
+static int s_write_registry(const char *dir, const pack_item *items, int n) {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", dir, XDNA_REGISTRY_FILE);
     FILE *f = fopen(path, "w");
@@ -86,30 +82,35 @@ static int s_write_registry(const char *dir, const pack_item *items, int n)
         char hx[65], hi[65];
         xdna_sha256_hex(a->xclbin_sha, hx);
         xdna_sha256_hex(a->instr_sha, hi);
-        fprintf(f, "artifact op=%s bucket=%lld k=%lld n=%lld wtype=%s a=BF16 b=BF16 c=F32 kernel=%s "
-                "xclbin=%s xclbin_sha256=%s instr=%s instr_sha256=%s\n", xdna_op_name(a->op),
-                (long long)a->bucket, (long long)a->k, (long long)a->n, coli_dtype_name((uint32_t)a->wtype),
-                a->kernel, a->xclbin, hx, a->instr, hi);
+        fprintf(f,
+                "artifact op=%s bucket=%lld k=%lld n=%lld wtype=%s a=BF16 b=BF16 c=F32 kernel=%s "
+                "xclbin=%s xclbin_sha256=%s instr=%s instr_sha256=%s\n",
+                xdna_op_name(a->op), (long long)a->bucket, (long long)a->k, (long long)a->n,
+                coli_dtype_name((uint32_t)a->wtype), a->kernel, a->xclbin, hx, a->instr, hi);
     }
     return fclose(f) == 0 ? 0 : -1;
 }
 
 //  "op=..,bucket=..,...,xclbin=PATH,instr=PATH" -> it (the files are not read here).
-static int s_parse_spec(const char *spec, pack_item *it)
-{
+static int s_parse_spec(const char *spec, pack_item *it) {
     char line[4096], fields[4096] = "", text[4400];
     snprintf(line, sizeof line, "%s", spec);
     it->xclbin_src[0] = it->instr_src[0] = '\0';
     char *save = NULL;
     for (char *tok = strtok_r(line, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (!strncmp(tok, "xclbin=", 7)) snprintf(it->xclbin_src, sizeof it->xclbin_src, "%s", tok + 7);
-        else if (!strncmp(tok, "instr=", 6)) snprintf(it->instr_src, sizeof it->instr_src, "%s", tok + 6);
-        else if (strlen(fields) + strlen(tok) + 2 < sizeof fields) strcat(strcat(fields, " "), tok);
+        if (!strncmp(tok, "xclbin=", 7))
+            snprintf(it->xclbin_src, sizeof it->xclbin_src, "%s", tok + 7);
+        else if (!strncmp(tok, "instr=", 6))
+            snprintf(it->instr_src, sizeof it->instr_src, "%s", tok + 6);
+        else if (strlen(fields) + strlen(tok) + 2 < sizeof fields)
+            strcat(strcat(fields, " "), tok);
     }
     /* the registry parser checks the fields; names and digests are placeholders here */
     static const char zeros[] = "0000000000000000000000000000000000000000000000000000000000000000";
-    snprintf(text, sizeof text, XDNA_REGISTRY_MAGIC " 1\nartifact%s xclbin=a.x xclbin_sha256=%s instr=a.i "
-             "instr_sha256=%s\n", fields, zeros, zeros);
+    snprintf(text, sizeof text,
+             XDNA_REGISTRY_MAGIC " 1\nartifact%s xclbin=a.x xclbin_sha256=%s instr=a.i "
+                                 "instr_sha256=%s\n",
+             fields, zeros, zeros);
     xdna_package p;
     char why[512];
     memset(&p, 0, sizeof p);
@@ -123,8 +124,7 @@ static int s_parse_spec(const char *spec, pack_item *it)
 }
 
 //  The synthetic xclbin and instruction stream of one artifact, in dir.
-static int s_write_synth(const char *dir, pack_item *it)
-{
+static int s_write_synth(const char *dir, pack_item *it) {
     const xdna_artifact *a = &it->a;
     snprintf(it->xclbin_src, sizeof it->xclbin_src, "%s/%s_m%lld_k%lld_n%lld_%s.xclbin", dir, xdna_op_name(a->op),
              (long long)a->bucket, (long long)a->k, (long long)a->n, coli_dtype_name((uint32_t)a->wtype));
@@ -142,8 +142,7 @@ static int s_write_synth(const char *dir, pack_item *it)
 }
 
 //  Every distinct (op, K, N, weight type) of the model's experts, two buckets each.
-static int s_synth_items(const char *model, pack_item *items, int cap, int *n)
-{
+static int s_synth_items(const char *model, pack_item *items, int cap, int *n) {
     gguf_file *g = NULL;
     if (gguf_open(model, &g) != 0) {
         fprintf(stderr, "xdna_pack: %s: cannot open as GGUF\n", model);
@@ -155,7 +154,9 @@ static int s_synth_items(const char *model, pack_item *items, int cap, int *n)
         const coli_dtype types[3] = {w.gate_type, w.up_type, w.down_type};
         for (int op = 0; op < XDNA_N_OPS; op++)
             for (int b = 0; b < 2; b++) {
-                xdna_artifact a = {.op = (xdna_op)op, .bucket = b ? 256 : 64, .wtype = (int32_t)types[op],
+                xdna_artifact a = {.op = (xdna_op)op,
+                                   .bucket = b ? 256 : 64,
+                                   .wtype = (int32_t)types[op],
                                    .k = op == XDNA_OP_DOWN ? w.n_ff : w.n_embd,
                                    .n = op == XDNA_OP_DOWN ? w.n_embd : w.n_ff};
                 snprintf(a.kernel, sizeof a.kernel, "MLIR_AIE");
@@ -173,8 +174,7 @@ static int s_synth_items(const char *model, pack_item *items, int cap, int *n)
     return *n ? 0 : -1;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     const int synth = argc >= 2 && !strcmp(argv[1], "--synth");
     if ((synth && argc != 4) || (!synth && argc < 3)) {
         fprintf(stderr, "usage: xdna_pack OUT_DIR op=..,bucket=..,k=..,n=..,wtype=..,kernel=..,xclbin=PATH,"

@@ -18,60 +18,65 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "worker.h"
+#include "core/error.h"
+#include "workers/worker.h"
 
-static const struct { const char *name; worker_fault_kind kind; } s_kinds[] = {
-    {"crash", FAULT_CRASH},          {"crash-during", FAULT_CRASH_DURING},
-    {"crash-after", FAULT_CRASH_AFTER}, {"hang", FAULT_HANG},
-    {"garbage", FAULT_GARBAGE_NAN},  {"garbage-nan", FAULT_GARBAGE_NAN},
-    {"garbage-size", FAULT_GARBAGE_SIZE}, {"garbage-id", FAULT_GARBAGE_ID},
-    {"fail-load", FAULT_FAIL_LOAD},  {"garbage-ring", FAULT_GARBAGE_RING},
-    {"fail-expert", FAULT_FAIL_EXPERT}, {"fail-batch", FAULT_FAIL_BATCH},
+static const struct {
+    const char *name;
+    worker_fault_kind kind;
+} s_kinds[] = {
+    {"crash", FAULT_CRASH},
+    {"crash-during", FAULT_CRASH_DURING},
+    {"crash-after", FAULT_CRASH_AFTER},
+    {"hang", FAULT_HANG},
+    {"garbage", FAULT_GARBAGE_NAN},
+    {"garbage-nan", FAULT_GARBAGE_NAN},
+    {"garbage-size", FAULT_GARBAGE_SIZE},
+    {"garbage-id", FAULT_GARBAGE_ID},
+    {"fail-load", FAULT_FAIL_LOAD},
+    {"garbage-ring", FAULT_GARBAGE_RING},
+    {"fail-expert", FAULT_FAIL_EXPERT},
+    {"fail-batch", FAULT_FAIL_BATCH},
 };
 
-const char *worker_fault_name(worker_fault_kind k)
-{
+const char *worker_fault_name(worker_fault_kind k) {
     for (size_t i = 0; i < sizeof s_kinds / sizeof s_kinds[0]; i++)
-        if (s_kinds[i].kind == k)
-            return s_kinds[i].name;
+        if (s_kinds[i].kind == k) return s_kinds[i].name;
     return "none";
 }
 
 //  "layer=3" / "worker=1" / "after=2" -> value; -1 on a bad number.
-static long s_value(const char *s, size_t n, const char *key)
-{
+static long s_value(const char *s, size_t n, const char *key) {
     size_t kl = strlen(key);
-    if (n <= kl + 1 || strncmp(s, key, kl) != 0 || s[kl] != '=')
-        return -2; /* not this key */
+    if (n <= kl + 1 || strncmp(s, key, kl) != 0 || s[kl] != '=') return -2; /* not this key */
     char *end;
     long v = strtol(s + kl + 1, &end, 10);
     return (end == s + n && v >= 0) ? v : -1;
 }
 
-static int s_parse_option(const char *s, size_t n, worker_fault *f)
-{
+static int s_parse_option(const char *s, size_t n, worker_fault *f) {
     long v;
-    if ((v = s_value(s, n, "layer")) != -2) f->layer = (int)v;
-    else if ((v = s_value(s, n, "worker")) != -2) f->worker = (int)v;
-    else if ((v = s_value(s, n, "after")) != -2) f->after = v;
-    else return -1;
+    if ((v = s_value(s, n, "layer")) != -2)
+        f->layer = (int)v;
+    else if ((v = s_value(s, n, "worker")) != -2)
+        f->worker = (int)v;
+    else if ((v = s_value(s, n, "after")) != -2)
+        f->after = v;
+    else
+        return -1;
     return v < 0 ? -1 : 0;
 }
 
 //  One comma-separated item: KIND then @opt / :opt parts.
-static int s_parse_item(const char *s, size_t n, worker_fault *f)
-{
+static int s_parse_item(const char *s, size_t n, worker_fault *f) {
     memset(f, 0, sizeof *f);
     f->layer = -1;
     f->worker = -1;
     size_t k = strcspn(s, "@:");
     if (k > n) k = n;
     for (size_t i = 0; i < sizeof s_kinds / sizeof s_kinds[0]; i++)
-        if (strlen(s_kinds[i].name) == k && strncmp(s, s_kinds[i].name, k) == 0)
-            f->kind = s_kinds[i].kind;
-    if (f->kind == FAULT_NONE)
-        return coli_fail(COLI_EINVAL, "COLI_FAULT: unknown fault '%.*s'", (int)k, s);
+        if (strlen(s_kinds[i].name) == k && strncmp(s, s_kinds[i].name, k) == 0) f->kind = s_kinds[i].kind;
+    if (f->kind == FAULT_NONE) return coli_fail(COLI_EINVAL, "COLI_FAULT: unknown fault '%.*s'", (int)k, s);
     while (k < n) {
         size_t start = k + 1;
         size_t len = strcspn(s + start, "@:");
@@ -83,17 +88,14 @@ static int s_parse_item(const char *s, size_t n, worker_fault *f)
     return 0;
 }
 
-int worker_fault_parse(const char *spec, worker_fault *out, int cap)
-{
+int worker_fault_parse(const char *spec, worker_fault *out, int cap) {
     int n = 0;
     while (spec && *spec) {
         size_t len = strcspn(spec, ",");
         if (len > 0) {
-            if (n == cap)
-                return coli_fail(COLI_EINVAL, "COLI_FAULT: more than %d faults", cap);
+            if (n == cap) return coli_fail(COLI_EINVAL, "COLI_FAULT: more than %d faults", cap);
             int rc = s_parse_item(spec, len, &out[n]);
-            if (rc != 0)
-                return rc;
+            if (rc != 0) return rc;
             n++;
         }
         spec += len + (spec[len] == ',');
@@ -102,43 +104,34 @@ int worker_fault_parse(const char *spec, worker_fault *out, int cap)
 }
 
 //  The first unfired fault of the wanted class for (worker, layer), counted.
-static worker_fault *s_match(worker_fault *f, int n, int worker_id, int layer, int loads)
-{
+static worker_fault *s_match(worker_fault *f, int n, int worker_id, int layer, int loads) {
     for (int i = 0; i < n; i++) {
         worker_fault *x = &f[i];
-        if (x->fired || x->kind == FAULT_FAIL_LOAD || (x->kind == FAULT_FAIL_EXPERT) != loads)
-            continue;
-        if ((x->layer >= 0 && x->layer != layer) || (x->worker >= 0 && x->worker != worker_id))
-            continue;
-        if (x->seen++ < x->after)
-            continue;
+        if (x->fired || x->kind == FAULT_FAIL_LOAD || (x->kind == FAULT_FAIL_EXPERT) != loads) continue;
+        if ((x->layer >= 0 && x->layer != layer) || (x->worker >= 0 && x->worker != worker_id)) continue;
+        if (x->seen++ < x->after) continue;
         x->fired = x->kind != FAULT_FAIL_BATCH; /* a worker that keeps failing, not one that failed */
         return x;
     }
     return NULL;
 }
 
-worker_fault *worker_fault_match(worker_fault *f, int n, int worker_id, int layer)
-{
+worker_fault *worker_fault_match(worker_fault *f, int n, int worker_id, int layer) {
     return s_match(f, n, worker_id, layer, 0);
 }
 
-worker_fault *worker_fault_match_load(worker_fault *f, int n, int worker_id, int layer)
-{
+worker_fault *worker_fault_match_load(worker_fault *f, int n, int worker_id, int layer) {
     return s_match(f, n, worker_id, layer, 1);
 }
 
-worker_fault *worker_fault_before_batch(worker *w, int layer)
-{
-    worker_fault *f = w->a.generation == 0
-        ? worker_fault_match(w->faults, w->n_faults, w->a.worker_id, layer) : NULL;
+worker_fault *worker_fault_before_batch(worker *w, int layer) {
+    worker_fault *f = w->a.generation == 0 ? worker_fault_match(w->faults, w->n_faults, w->a.worker_id, layer) : NULL;
     if (f && f->kind == FAULT_CRASH) raise(SIGKILL);
     if (f && f->kind == FAULT_HANG) raise(SIGSTOP);
     return f;
 }
 
-int worker_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b, uint64_t ns)
-{
+int worker_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b, uint64_t ns) {
     int64_t n = b->n_rows;
     switch (f->kind) {
     case FAULT_GARBAGE_NAN: w->out[0] = NAN; break;

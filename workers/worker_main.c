@@ -31,11 +31,10 @@
 #include <unistd.h>
 
 #include "proto/wire.h"
-#include "error.h"
-#include "worker.h"
+#include "core/error.h"
+#include "workers/worker.h"
 
-static void s_usage(void)
-{
+static void s_usage(void) {
     fprintf(stderr, "usage: coli-worker (--connect EP | --listen EP) --plugin NAME [--device I]\n"
                     "       [--id N] [--gen G] [--budget BYTES] [--threads N]\n"
                     "       [--parent-pid PID] [--lifeline FD] [--plugin-dir DIR] [--heartbeat-ms MS]\n"
@@ -46,8 +45,7 @@ static void s_usage(void)
 }
 
 //  Integer option value, or -1 (with a message) when it is not a number.
-static int s_num(const char *opt, const char *v, long long lo, long long *out)
-{
+static int s_num(const char *opt, const char *v, long long lo, long long *out) {
     char *end;
     errno = 0;
     long long x = v ? strtoll(v, &end, 10) : 0;
@@ -57,8 +55,7 @@ static int s_num(const char *opt, const char *v, long long lo, long long *out)
     return 0;
 }
 
-int worker_parse_args(int argc, char **argv, worker_args *a)
-{
+int worker_parse_args(int argc, char **argv, worker_args *a) {
     memset(a, 0, sizeof *a);
     a->heartbeat_ms = 200;
     a->lifeline_fd = -1;
@@ -67,42 +64,69 @@ int worker_parse_args(int argc, char **argv, worker_args *a)
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x = 0;
         int rc = 0;
-        if (!strcmp(o, "--connect")) a->connect = v;
-        else if (!strcmp(o, "--listen")) a->listen = v;
-        else if (!strcmp(o, "--plugin")) a->plugin = v;
-        else if (!strcmp(o, "--plugin-dir")) a->plugin_dir = v;
-        else if (!strcmp(o, "--ring")) a->ring = v;
-        else if (!strcmp(o, "--keys")) a->keys = v;
-        else if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model_path = v;
-        else if (!strcmp(o, "--probe")) a->probe = a->plugin = v;
-        else if (!strcmp(o, "--takeover")) { a->takeover = 1; continue; } /* a flag: no value */
-        else if (!strcmp(o, "--device")) { rc = s_num(o, v, 0, &x); a->device_index = (int)x; }
-        else if (!strcmp(o, "--id")) { rc = s_num(o, v, 0, &x); a->worker_id = (int)x; }
-        else if (!strcmp(o, "--gen")) { rc = s_num(o, v, 0, &x); a->generation = (unsigned)x; }
-        else if (!strcmp(o, "--threads")) { rc = s_num(o, v, 0, &x); a->n_threads = (int)x; }
-        else if (!strcmp(o, "--budget")) { rc = s_num(o, v, 0, &x); a->budget = (uint64_t)x; }
-        else if (!strcmp(o, "--parent-pid")) { rc = s_num(o, v, 1, &x); a->parent_pid = (int)x; }
-        else if (!strcmp(o, "--lifeline")) { rc = s_num(o, v, 0, &x); a->lifeline_fd = (int)x; }
-        else if (!strcmp(o, "--id-fd")) { rc = s_num(o, v, 0, &x); a->id_fd = (int)x; }
-        else if (!strcmp(o, "--heartbeat-ms")) { rc = s_num(o, v, 10, &x); a->heartbeat_ms = (int)x; }
-        else return coli_fail(COLI_EINVAL, "coli-worker: unknown option '%s'", o);
+        if (!strcmp(o, "--connect"))
+            a->connect = v;
+        else if (!strcmp(o, "--listen"))
+            a->listen = v;
+        else if (!strcmp(o, "--plugin"))
+            a->plugin = v;
+        else if (!strcmp(o, "--plugin-dir"))
+            a->plugin_dir = v;
+        else if (!strcmp(o, "--ring"))
+            a->ring = v;
+        else if (!strcmp(o, "--keys"))
+            a->keys = v;
+        else if (!strcmp(o, "-m") || !strcmp(o, "--model"))
+            a->model_path = v;
+        else if (!strcmp(o, "--probe"))
+            a->probe = a->plugin = v;
+        else if (!strcmp(o, "--takeover")) {
+            a->takeover = 1;
+            continue;
+        } /* a flag: no value */
+        else if (!strcmp(o, "--device")) {
+            rc = s_num(o, v, 0, &x);
+            a->device_index = (int)x;
+        } else if (!strcmp(o, "--id")) {
+            rc = s_num(o, v, 0, &x);
+            a->worker_id = (int)x;
+        } else if (!strcmp(o, "--gen")) {
+            rc = s_num(o, v, 0, &x);
+            a->generation = (unsigned)x;
+        } else if (!strcmp(o, "--threads")) {
+            rc = s_num(o, v, 0, &x);
+            a->n_threads = (int)x;
+        } else if (!strcmp(o, "--budget")) {
+            rc = s_num(o, v, 0, &x);
+            a->budget = (uint64_t)x;
+        } else if (!strcmp(o, "--parent-pid")) {
+            rc = s_num(o, v, 1, &x);
+            a->parent_pid = (int)x;
+        } else if (!strcmp(o, "--lifeline")) {
+            rc = s_num(o, v, 0, &x);
+            a->lifeline_fd = (int)x;
+        } else if (!strcmp(o, "--id-fd")) {
+            rc = s_num(o, v, 0, &x);
+            a->id_fd = (int)x;
+        } else if (!strcmp(o, "--heartbeat-ms")) {
+            rc = s_num(o, v, 10, &x);
+            a->heartbeat_ms = (int)x;
+        } else
+            return coli_fail(COLI_EINVAL, "coli-worker: unknown option '%s'", o);
         if (rc != 0) return rc;
         if (!v) return coli_fail(COLI_EINVAL, "coli-worker: %s needs a value", o);
         i++;
     }
-    if (a->probe)
-        return 0;
+    if (a->probe) return 0;
     if (!a->connect == !a->listen)
         return coli_fail(COLI_EINVAL, "coli-worker: give exactly one of --connect and --listen");
-    if (!a->plugin)
-        return coli_fail(COLI_EINVAL, "coli-worker: --plugin is required");
+    if (!a->plugin) return coli_fail(COLI_EINVAL, "coli-worker: --plugin is required");
     return 0;
 }
 
 // ---------------------------------------------------------------------------
 //  Map the shared-memory ring the coordinator passed (inherited fds).
-int worker_attach_ring(worker *w, char *why, size_t why_len)
-{
+int worker_attach_ring(worker *w, char *why, size_t why_len) {
     w->spin_ns = w->set.shm_spin_us * 1000ULL;
     if (!w->a.ring) return 0;
     int fd, req, rep;
@@ -117,15 +141,15 @@ int worker_attach_ring(worker *w, char *why, size_t why_len)
 }
 
 //  <dir of this executable>/../lib, where the Makefile puts the plugins.
-static void s_default_plugin_dir(char *out, size_t n)
-{
+static void s_default_plugin_dir(char *out, size_t n) {
     char exe[PATH_MAX];
-    if (coli_exe_dir(exe, sizeof exe) != 0) snprintf(out, n, "lib");
-    else snprintf(out, n, "%.4000s/../lib", exe);
+    if (coli_exe_dir(exe, sizeof exe) != 0)
+        snprintf(out, n, "lib");
+    else
+        snprintf(out, n, "%.4000s/../lib", exe);
 }
 
-int worker_load_plugin(worker *w, char *why, size_t why_len)
-{
+int worker_load_plugin(worker *w, char *why, size_t why_len) {
     const char *name = w->a.plugin;
     for (int i = 0; i < w->n_faults; i++)
         if (w->faults[i].kind == FAULT_FAIL_LOAD && w->a.generation == 0 &&
@@ -134,9 +158,12 @@ int worker_load_plugin(worker *w, char *why, size_t why_len)
             return COLI_EDEVICE;
         }
     char dir[PATH_MAX], path[PATH_MAX + 64];
-    if (w->a.plugin_dir) snprintf(dir, sizeof dir, "%s", w->a.plugin_dir);
-    else if (w->set.plugin_dir[0]) snprintf(dir, sizeof dir, "%s", w->set.plugin_dir);
-    else s_default_plugin_dir(dir, sizeof dir);
+    if (w->a.plugin_dir)
+        snprintf(dir, sizeof dir, "%s", w->a.plugin_dir);
+    else if (w->set.plugin_dir[0])
+        snprintf(dir, sizeof dir, "%s", w->set.plugin_dir);
+    else
+        s_default_plugin_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/libcoli-%s.so", dir, name);
     w->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!w->dl) {
@@ -147,19 +174,17 @@ int worker_load_plugin(worker *w, char *why, size_t why_len)
     }
     moe_plugin_get_fn get = (moe_plugin_get_fn)dlsym(w->dl, MOE_PLUGIN_SYMBOL);
     if (!get) {
-        snprintf(why, why_len, "plugin '%s': libcoli-%s.so has no symbol %s", name, name,
-                 MOE_PLUGIN_SYMBOL);
+        snprintf(why, why_len, "plugin '%s': libcoli-%s.so has no symbol %s", name, name, MOE_PLUGIN_SYMBOL);
         return COLI_EDEVICE;
     }
     const struct moe_plugin *p = get();
     if (!p || p->abi_major != MOE_PLUGIN_ABI_MAJOR) {
-        snprintf(why, why_len, "plugin '%s': ABI version %u.%u, this worker speaks %d.%d", name,
-                 p ? p->abi_major : 0, p ? p->abi_minor : 0, MOE_PLUGIN_ABI_MAJOR,
-                 MOE_PLUGIN_ABI_MINOR);
+        snprintf(why, why_len, "plugin '%s': ABI version %u.%u, this worker speaks %d.%d", name, p ? p->abi_major : 0,
+                 p ? p->abi_minor : 0, MOE_PLUGIN_ABI_MAJOR, MOE_PLUGIN_ABI_MINOR);
         return COLI_EDEVICE;
     }
-    if (p->struct_size < offsetof(struct moe_plugin, close) + sizeof p->close || !p->open ||
-        !p->get_caps || !p->load_expert || !p->run || !p->close) {
+    if (p->struct_size < offsetof(struct moe_plugin, close) + sizeof p->close || !p->open || !p->get_caps ||
+        !p->load_expert || !p->run || !p->close) {
         snprintf(why, why_len, "plugin '%s': function table incomplete", name);
         return COLI_EDEVICE;
     }
@@ -168,8 +193,7 @@ int worker_load_plugin(worker *w, char *why, size_t why_len)
 }
 
 //  probe + open + caps; the reason lands in why.
-static int s_open_device(worker *w, char *why, size_t why_len)
-{
+static int s_open_device(worker *w, char *why, size_t why_len) {
     const struct moe_plugin *p = w->plugin;
     if (p->probe) {
         int n_dev = 0;
@@ -179,13 +203,14 @@ static int s_open_device(worker *w, char *why, size_t why_len)
             return COLI_EDEVICE;
         }
         if (w->a.device_index >= n_dev) {
-            snprintf(why, why_len, "plugin '%s': no device %d (%d found)", p->name,
-                     w->a.device_index, n_dev);
+            snprintf(why, why_len, "plugin '%s': no device %d (%d found)", p->name, w->a.device_index, n_dev);
             return COLI_EDEVICE;
         }
     }
-    moe_open_opts o = {.device_index = w->a.device_index, .n_threads = w->a.n_threads,
-                       .memory_budget = w->a.budget, .fault = w->set.plugin_fault[0] ? w->set.plugin_fault : NULL};
+    moe_open_opts o = {.device_index = w->a.device_index,
+                       .n_threads = w->a.n_threads,
+                       .memory_budget = w->a.budget,
+                       .fault = w->set.plugin_fault[0] ? w->set.plugin_fault : NULL};
     char err[256] = "";
     int rc = p->open(&o, &w->dev, err, sizeof err);
     if (rc != 0 || !w->dev) {
@@ -198,8 +223,7 @@ static int s_open_device(worker *w, char *why, size_t why_len)
     return 0;
 }
 
-int worker_reopen_device(worker *w, char *why, size_t why_len)
-{
+int worker_reopen_device(worker *w, char *why, size_t why_len) {
     if (w->dev) w->plugin->close(&w->dev);
     w->dev = NULL;
     gguf_close(&w->model);
@@ -209,8 +233,7 @@ int worker_reopen_device(worker *w, char *why, size_t why_len)
 }
 
 // ---------------------------------------------------------------------------
-int worker_send_hello(worker *w, int ok, const char *why)
-{
+int worker_send_hello(worker *w, int ok, const char *why) {
     Coli__Hello h = COLI__HELLO__INIT;
     char device[64];
     snprintf(device, sizeof device, "%s:%d", w->a.plugin, w->a.device_index);
@@ -237,10 +260,8 @@ int worker_send_hello(worker *w, int ok, const char *why)
 //  The routing id the coordinator made for this spawn (worker_identity.c
 //  there): read to EOF from the inherited pipe, which is then closed; without
 //  --id-fd, "w<id>.<gen>" (a coordinator that checks identities drops it).
-static int s_routing_id(worker *w, char *id, size_t cap)
-{
-    if (w->a.id_fd < 0)
-        return snprintf(id, cap, "w%d.%u", w->a.worker_id, w->a.generation);
+static int s_routing_id(worker *w, char *id, size_t cap) {
+    if (w->a.id_fd < 0) return snprintf(id, cap, "w%d.%u", w->a.worker_id, w->a.generation);
     size_t n = 0;
     for (;;) {
         ssize_t r = read(w->a.id_fd, id + n, cap - 1 - n);
@@ -257,22 +278,17 @@ static int s_routing_id(worker *w, char *id, size_t cap)
     return (int)n;
 }
 
-static int s_connect(worker *w)
-{
-    if (w->a.listen)
-        return worker_listen(w); /* a remote worker: CURVE server (worker_remote.c) */
+static int s_connect(worker *w) {
+    if (w->a.listen) return worker_listen(w); /* a remote worker: CURVE server (worker_remote.c) */
     w->zctx = zmq_ctx_new();
     w->sock = w->zctx ? zmq_socket(w->zctx, ZMQ_DEALER) : NULL;
-    if (!w->sock)
-        return coli_fail(COLI_EIO, "coli-worker: zmq socket: %s", zmq_strerror(errno));
+    if (!w->sock) return coli_fail(COLI_EIO, "coli-worker: zmq socket: %s", zmq_strerror(errno));
     char id[64];
     int n = s_routing_id(w, id, sizeof id);
-    if (n < 0)
-        return n;
+    if (n < 0) return n;
     zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, id, (size_t)n);
     int rc = wire_socket_setup(w->sock, 0);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     rc = w->a.connect ? zmq_connect(w->sock, w->a.connect) : zmq_bind(w->sock, w->a.listen);
     if (rc != 0)
         return coli_fail(COLI_EIO, "coli-worker: %s %s: %s", w->a.connect ? "connect" : "bind",
@@ -280,10 +296,8 @@ static int s_connect(worker *w)
     return 0;
 }
 
-void worker_close(worker *w)
-{
-    if (w->plugin && w->dev)
-        w->plugin->close(&w->dev);
+void worker_close(worker *w) {
+    if (w->plugin && w->dev) w->plugin->close(&w->dev);
     gguf_close(&w->model);
     free(w->resident.keys);
     free(w->out);
@@ -298,18 +312,19 @@ void worker_close(worker *w)
 
 // ---------------------------------------------------------------------------
 //  A JSON string body on stdout: quotes, backslashes, control characters escaped.
-static void s_put_json_str(const char *v)
-{
+static void s_put_json_str(const char *v) {
     for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-        if (*p == '"' || *p == '\\') printf("\\%c", *p);
-        else if (*p < 0x20) printf("\\u%04x", *p);
-        else putchar(*p);
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
     }
 }
 
 //  --probe NAME: the plugin's device count (0 with the reason), one JSON line.
-static int s_probe_main(worker *w)
-{
+static int s_probe_main(worker *w) {
     char why[512] = "";
     int n_dev = 0;
     if (worker_load_plugin(w, why, sizeof why) == 0) {
@@ -328,8 +343,7 @@ static int s_probe_main(worker *w)
     return 0;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     static worker w;
     coli_settings_from_env(&w.set);
     if (worker_parse_args(argc, argv, &w.a) != 0) {
@@ -337,10 +351,8 @@ int main(int argc, char **argv)
         s_usage();
         return 2;
     }
-    if (w.a.probe)
-        return s_probe_main(&w);
-    if (w.a.parent_pid && getppid() != w.a.parent_pid)
-        return 1; /* the coordinator is gone already */
+    if (w.a.probe) return s_probe_main(&w);
+    if (w.a.parent_pid && getppid() != w.a.parent_pid) return 1; /* the coordinator is gone already */
     int n = worker_fault_parse(w.set.fault, w.faults, WORKER_MAX_FAULTS);
     if (n < 0) {
         fprintf(stderr, "coli-worker: %s\n", coli_last_error());
@@ -354,10 +366,8 @@ int main(int argc, char **argv)
     }
     char why[512] = "";
     int rc = worker_attach_ring(&w, why, sizeof why);
-    if (rc == 0)
-        rc = worker_load_plugin(&w, why, sizeof why);
-    if (rc == 0)
-        rc = s_open_device(&w, why, sizeof why);
+    if (rc == 0) rc = worker_load_plugin(&w, why, sizeof why);
+    if (rc == 0) rc = s_open_device(&w, why, sizeof why);
     int sent = worker_send_hello(&w, rc == 0, why);
     if (sent != 0 || rc != 0) {
         /* Give the FAILED hello time to leave before the socket closes. */
@@ -365,8 +375,7 @@ int main(int argc, char **argv)
         zmq_setsockopt(w.sock, ZMQ_LINGER, &linger, sizeof linger);
         /* a local coordinator prints the reason of a FAILED hello (once, on
          * the same terminal); say it here when it may not get there */
-        if (rc != 0 && (sent != 0 || w.a.listen))
-            fprintf(stderr, "coli-worker %d: %s\n", w.a.worker_id, why);
+        if (rc != 0 && (sent != 0 || w.a.listen)) fprintf(stderr, "coli-worker %d: %s\n", w.a.worker_id, why);
         worker_close(&w);
         return 1;
     }

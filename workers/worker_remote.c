@@ -32,23 +32,23 @@
 #include <string.h>
 
 #include "proto/curve_keys.h"
-#include "error.h"
-#include "worker.h"
+#include "core/error.h"
+#include "workers/worker.h"
 
 struct worker_zap {
     pthread_t thread;
     int started;
-    void *rep;                              /* bound before the server socket exists */
+    void *rep; /* bound before the server socket exists */
     curve_key keys[CURVE_MAX_AUTHORIZED];
     int n_keys;
 };
 
-enum { ZAP_FRAMES = 7 }; /* version, request id, domain, address, routing id, mechanism, key */
+enum {
+    ZAP_FRAMES = 7
+}; /* version, request id, domain, address, routing id, mechanism, key */
 
-static int s_authorized(const struct worker_zap *z, const zmq_msg_t *mech, const zmq_msg_t *cred)
-{
-    if (zmq_msg_size(mech) != 5 || memcmp(zmq_msg_data((zmq_msg_t *)mech), "CURVE", 5) ||
-        zmq_msg_size(cred) != 32)
+static int s_authorized(const struct worker_zap *z, const zmq_msg_t *mech, const zmq_msg_t *cred) {
+    if (zmq_msg_size(mech) != 5 || memcmp(zmq_msg_data((zmq_msg_t *)mech), "CURVE", 5) || zmq_msg_size(cred) != 32)
         return 0;
     char z85[CURVE_KEY_CHARS + 1];
     zmq_z85_encode(z85, zmq_msg_data((zmq_msg_t *)cred), 32);
@@ -59,8 +59,7 @@ static int s_authorized(const struct worker_zap *z, const zmq_msg_t *mech, const
 }
 
 //  Answer one ZAP request (RFC 27): 200 for an authorized key, else 400.
-static int s_zap_one(struct worker_zap *z)
-{
+static int s_zap_one(struct worker_zap *z) {
     zmq_msg_t f[ZAP_FRAMES];
     int n = 0, more = 1;
     while (more) {
@@ -72,8 +71,10 @@ static int s_zap_one(struct worker_zap *z)
             return -1; /* ETERM: the worker is closing */
         }
         more = zmq_msg_more(&m);
-        if (n < ZAP_FRAMES) f[n++] = m;
-        else zmq_msg_close(&m);
+        if (n < ZAP_FRAMES)
+            f[n++] = m;
+        else
+            zmq_msg_close(&m);
     }
     int ok = n == ZAP_FRAMES && s_authorized(z, &f[5], &f[6]);
     const char *status = ok ? "200" : "400", *text = ok ? "OK" : "key not authorized";
@@ -87,8 +88,7 @@ static int s_zap_one(struct worker_zap *z)
     return 0;
 }
 
-static void *s_zap_main(void *arg)
-{
+static void *s_zap_main(void *arg) {
     struct worker_zap *z = arg;
     while (s_zap_one(z) == 0) {}
     zmq_close(z->rep);
@@ -96,8 +96,7 @@ static void *s_zap_main(void *arg)
 }
 
 //  The ZAP handler: authorized keys loaded, REP bound, thread started.
-static int s_start_zap(worker *w)
-{
+static int s_start_zap(worker *w) {
     struct worker_zap *z = calloc(1, sizeof *z);
     if (!z) return coli_fail(COLI_ENOMEM, "coli-worker: ZAP handler");
     w->zap = z;
@@ -120,11 +119,10 @@ static int s_start_zap(worker *w)
     return rc;
 }
 
-int worker_listen(worker *w)
-{
+int worker_listen(worker *w) {
     if (!w->a.keys)
         return coli_fail(COLI_EINVAL, "coli-worker: --listen needs --keys DIR (remote workers only talk to "
-                         "authenticated coordinators; coli keygen DIR makes the keys)");
+                                      "authenticated coordinators; coli keygen DIR makes the keys)");
     if (!curve_available())
         return coli_fail(COLI_EUNSUPPORTED, "coli-worker: this libzmq has no CURVE support; cannot --listen");
     w->zctx = zmq_ctx_new();
@@ -133,8 +131,7 @@ int worker_listen(worker *w)
     if (rc) return rc;
     w->sock = zmq_socket(w->zctx, ZMQ_ROUTER);
     if (!w->sock) return coli_fail(COLI_EIO, "coli-worker: zmq socket: %s", zmq_strerror(errno));
-    if ((rc = wire_socket_setup(w->sock, 1)) || (rc = curve_server_setup(w->sock, w->a.keys)))
-        return rc;
+    if ((rc = wire_socket_setup(w->sock, 1)) || (rc = curve_server_setup(w->sock, w->a.keys))) return rc;
     int hb_ivl = 1000, hb_timeout = 10000;
     zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
     zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
@@ -149,19 +146,15 @@ int worker_listen(worker *w)
     return 0;
 }
 
-int worker_send(worker *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags)
-{
-    if (!w->listening)
-        return wire_send(w->sock, NULL, 0, env, payload, bytes, flags);
-    if (!w->peer_len)
-        return 0; /* nobody to tell yet */
+int worker_send(worker *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags) {
+    if (!w->listening) return wire_send(w->sock, NULL, 0, env, payload, bytes, flags);
+    if (!w->peer_len) return 0; /* nobody to tell yet */
     return wire_send(w->sock, w->peer, w->peer_len, env, payload, bytes, flags);
 }
 
 //  Is the coordinator served now still connected? A heartbeat to it: with
 //  ROUTER_MANDATORY, a send to a peer whose connection is gone fails at once.
-static int s_served_alive(worker *w)
-{
+static int s_served_alive(worker *w) {
     Coli__Heartbeat h = COLI__HEARTBEAT__INIT;
     h.seq = ++w->hb_seq;
     h.last_request_id = w->last_request_id;
@@ -174,11 +167,12 @@ static int s_served_alive(worker *w)
 }
 
 //  A FAILED hello to the coordinator that greeted second.
-static void s_refuse_busy(worker *w, const wire_msg *m)
-{
+static void s_refuse_busy(worker *w, const wire_msg *m) {
     w->busy_refused++;
-    fprintf(stderr, "coli-worker: refused a second coordinator (%llu so far): busy serving another; "
-            "--takeover lets the newest greeting win\n", (unsigned long long)w->busy_refused);
+    fprintf(stderr,
+            "coli-worker: refused a second coordinator (%llu so far): busy serving another; "
+            "--takeover lets the newest greeting win\n",
+            (unsigned long long)w->busy_refused);
     Coli__Hello h = COLI__HELLO__INIT;
     char device[64];
     snprintf(device, sizeof device, "%s:%d", w->a.plugin, w->a.device_index);
@@ -196,8 +190,7 @@ static void s_refuse_busy(worker *w, const wire_msg *m)
     wire_send(w->sock, m->peer, m->peer_len, &env, NULL, 0, ZMQ_DONTWAIT);
 }
 
-int worker_remote_gate(worker *w, const wire_msg *m)
-{
+int worker_remote_gate(worker *w, const wire_msg *m) {
     int current = w->peer_len && m->peer_len == w->peer_len && !memcmp(m->peer, w->peer, m->peer_len);
     if (current && m->env->body_case == COLI__ENVELOPE__BODY_SHUTDOWN) {
         fprintf(stderr, "coli-worker: ignored Shutdown from the coordinator: a remote worker stops by signal\n");
@@ -224,8 +217,7 @@ int worker_remote_gate(worker *w, const wire_msg *m)
     return !current; /* not the coordinator served: dropped */
 }
 
-void worker_remote_close(worker *w)
-{
+void worker_remote_close(worker *w) {
     if (!w->zap) return;
     if (w->zap->started) pthread_join(w->zap->thread, NULL); /* it ended at ETERM */
     free(w->zap);

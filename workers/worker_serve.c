@@ -15,19 +15,15 @@
 
 #include "proto/wire.h"
 #include "core/clock.h"
-#include "error.h"
-#include "expert_ffn.h"
-#include "worker.h"
+#include "core/error.h"
+#include "core/expert_ffn.h"
+#include "workers/worker.h"
 
 // ---------------------------------------------------------------------------
 //  Set of resident (layer, expert) pairs: open addressing, keys + 1 (0 = empty).
-static uint64_t s_key(int layer, int expert)
-{
-    return (((uint64_t)(uint32_t)layer << 32) | (uint32_t)expert) + 1;
-}
+static uint64_t s_key(int layer, int expert) { return (((uint64_t)(uint32_t)layer << 32) | (uint32_t)expert) + 1; }
 
-static int s_set_has(const expert_set *s, uint64_t k)
-{
+static int s_set_has(const expert_set *s, uint64_t k) {
     if (!s->cap) return 0;
     for (size_t i = (k * 0x9E3779B97F4A7C15ULL) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
         if (s->keys[i] == k) return 1;
@@ -35,8 +31,7 @@ static int s_set_has(const expert_set *s, uint64_t k)
     }
 }
 
-static int s_set_add(expert_set *s, uint64_t k)
-{
+static int s_set_add(expert_set *s, uint64_t k) {
     if ((s->n + 1) * 2 > s->cap) {
         expert_set g = {calloc(s->cap ? s->cap * 2 : 64, sizeof(uint64_t)), s->cap ? s->cap * 2 : 64, 0};
         if (!g.keys) return coli_fail(COLI_ENOMEM, "worker: expert set");
@@ -47,16 +42,17 @@ static int s_set_add(expert_set *s, uint64_t k)
     }
     size_t i = (k * 0x9E3779B97F4A7C15ULL) & (s->cap - 1);
     while (s->keys[i] && s->keys[i] != k) i = (i + 1) & (s->cap - 1);
-    if (!s->keys[i]) { s->keys[i] = k; s->n++; }
+    if (!s->keys[i]) {
+        s->keys[i] = k;
+        s->n++;
+    }
     return 0;
 }
 
 //  Hand expert (layer, e) to the plugin unless it already holds it.
-static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len)
-{
+static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len) {
     uint64_t k = s_key(layer, e);
-    if (s_set_has(&w->resident, k))
-        return 0;
+    if (s_set_has(&w->resident, k)) return 0;
     expert_weights ew;
     int rc = expert_weights_from_gguf(w->model, layer, e, &ew);
     if (rc != 0) {
@@ -64,16 +60,22 @@ static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len)
         return rc;
     }
     moe_expert_desc d = {
-        .layer = layer, .expert = e, .n_embd = ew.n_embd, .n_ff = ew.n_ff,
-        .gate_type = ew.gate_type, .up_type = ew.up_type, .down_type = ew.down_type,
-        .gate = ew.gate, .up = ew.up, .down = ew.down,
+        .layer = layer,
+        .expert = e,
+        .n_embd = ew.n_embd,
+        .n_ff = ew.n_ff,
+        .gate_type = ew.gate_type,
+        .up_type = ew.up_type,
+        .down_type = ew.down_type,
+        .gate = ew.gate,
+        .up = ew.up,
+        .down = ew.down,
         .gate_bytes = coli_row_bytes(ew.gate_type, ew.n_embd) * (size_t)ew.n_ff,
         .up_bytes = coli_row_bytes(ew.up_type, ew.n_embd) * (size_t)ew.n_ff,
         .down_bytes = coli_row_bytes(ew.down_type, ew.n_ff) * (size_t)ew.n_embd,
     };
     rc = w->plugin->load_expert(w->dev, &d, err, err_len);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     return s_set_add(&w->resident, k);
 }
 
@@ -83,13 +85,12 @@ typedef struct place_outcome {
     Coli__ExpertRef *held;
     Coli__RefusedExpert *refused;
     char (*why)[256];
-    char (*code)[24];        /* the refusal kind when the reason names one */
+    char (*code)[24]; /* the refusal kind when the reason names one */
     size_t n_held, n_refused;
 } place_outcome;
 
 //  Why a load failed, as the coordinator counts it.
-static const char *s_refusal_kind(int rc, const char *why, char *code, size_t code_len)
-{
+static const char *s_refusal_kind(int rc, const char *why, char *code, size_t code_len) {
     const char *named = wire_reason_code(why, code, code_len); /* e.g. DECLINED_SHAPE (xdna) */
     if (named) return named;
     if (strstr(why, "budget")) return "budget";
@@ -99,8 +100,7 @@ static const char *s_refusal_kind(int rc, const char *why, char *code, size_t co
     return "load";
 }
 
-static int s_send_place_ack(worker *w, int ok, const char *why, const place_outcome *po)
-{
+static int s_send_place_ack(worker *w, int ok, const char *why, const place_outcome *po) {
     moe_stats st = {0};
     if (ok && w->plugin->get_stats) w->plugin->get_stats(w->dev, &st);
     Coli__PlaceAck a = COLI__PLACE_ACK__INIT;
@@ -137,15 +137,12 @@ static int s_send_place_ack(worker *w, int ok, const char *why, const place_outc
 //  Map the model once and check it is the coordinator's file: the path of
 //  the Place, or this host's own copy (-m, remote workers). A remote worker
 //  serves one coordinator after another: one with another model starts afresh.
-static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_len)
-{
+static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_len) {
     uint64_t size, hash;
     if (w->model) {
         wire_model_identity(w->model, &size, &hash);
-        if (size == p->model_size && hash == p->header_hash)
-            return 0;
-        if (worker_reopen_device(w, why, why_len) != 0)
-            return 1;
+        if (size == p->model_size && hash == p->header_hash) return 0;
+        if (worker_reopen_device(w, why, why_len) != 0) return 1;
     }
     const char *path = w->a.model_path ? w->a.model_path : p->model_path;
     if (gguf_open(path, &w->model) != 0) {
@@ -154,8 +151,8 @@ static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_le
     }
     wire_model_identity(w->model, &size, &hash);
     if (size != p->model_size || hash != p->header_hash) {
-        snprintf(why, why_len, "model '%s': not the coordinator's file (size %llu vs %llu%s)",
-                 path, (unsigned long long)size, (unsigned long long)p->model_size,
+        snprintf(why, why_len, "model '%s': not the coordinator's file (size %llu vs %llu%s)", path,
+                 (unsigned long long)size, (unsigned long long)p->model_size,
                  size == p->model_size ? ", header differs" : "");
         gguf_close(&w->model);
         return 1;
@@ -165,13 +162,11 @@ static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_le
 
 //  Load one placed expert, or say why not (COLI_FAULT fail-expert stands in
 //  for a device allocation failure, the plugin is then not asked).
-static int s_place_one(worker *w, int layer, int e, char *why, size_t why_len)
-{
-    worker_fault *f = w->a.generation == 0
-        ? worker_fault_match_load(w->faults, w->n_faults, w->a.worker_id, layer) : NULL;
+static int s_place_one(worker *w, int layer, int e, char *why, size_t why_len) {
+    worker_fault *f =
+        w->a.generation == 0 ? worker_fault_match_load(w->faults, w->n_faults, w->a.worker_id, layer) : NULL;
     if (f) {
-        snprintf(why, why_len, "expert %d.%d: device allocation failed: fault injection fail-expert",
-                 layer, e);
+        snprintf(why, why_len, "expert %d.%d: device allocation failed: fault injection fail-expert", layer, e);
         return COLI_ENOMEM;
     }
     return s_load_expert(w, layer, e, why, why_len);
@@ -181,17 +176,22 @@ static int s_place_one(worker *w, int layer, int e, char *why, size_t why_len)
 //  on its own: one that cannot be held (budget, allocation, upload) is refused
 //  and stays on the CPU path; the rest are held. The plugin never keeps a part
 //  of an expert (plugin_abi.h), so held and refused are the whole truth.
-int worker_on_place(worker *w, const Coli__Envelope *env)
-{
+int worker_on_place(worker *w, const Coli__Envelope *env) {
     const Coli__Place *p = env->place;
     char why[512] = "";
-    if (s_map_model(w, p, why, sizeof why) != 0)
-        return s_send_place_ack(w, 0, why, NULL);
+    if (s_map_model(w, p, why, sizeof why) != 0) return s_send_place_ack(w, 0, why, NULL);
     size_t n = p->n_experts;
-    place_outcome po = {calloc(n + 1, sizeof *po.held), calloc(n + 1, sizeof *po.refused),
-                        calloc(n + 1, sizeof *po.why), calloc(n + 1, sizeof *po.code), 0, 0};
+    place_outcome po = {calloc(n + 1, sizeof *po.held),
+                        calloc(n + 1, sizeof *po.refused),
+                        calloc(n + 1, sizeof *po.why),
+                        calloc(n + 1, sizeof *po.code),
+                        0,
+                        0};
     if (!po.held || !po.refused || !po.why || !po.code) {
-        free(po.held); free(po.refused); free(po.why); free(po.code);
+        free(po.held);
+        free(po.refused);
+        free(po.why);
+        free(po.code);
         return s_send_place_ack(w, 0, "worker: out of memory for the place list", NULL);
     }
     for (size_t i = 0; i < n; i++) {
@@ -213,14 +213,16 @@ int worker_on_place(worker *w, const Coli__Envelope *env)
         r->reason = po.why[po.n_refused++];
     }
     int rc = s_send_place_ack(w, 1, "", &po);
-    free(po.held); free(po.refused); free(po.why); free(po.code);
+    free(po.held);
+    free(po.refused);
+    free(po.why);
+    free(po.code);
     return rc;
 }
 
 // ---------------------------------------------------------------------------
-int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int ok,
-                       const char *why, const float *out, int64_t n_rows, uint64_t ns)
-{
+int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int ok, const char *why, const float *out,
+                       int64_t n_rows, uint64_t ns) {
     Coli__ExpertResult r = COLI__EXPERT_RESULT__INIT;
     r.layer = b->layer;
     r.dtype = 0;
@@ -232,8 +234,9 @@ int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int o
     moe_counter mc[MOE_MAX_COUNTERS];
     Coli__Counter cs[MOE_MAX_COUNTERS], *cp[MOE_MAX_COUNTERS];
     const struct moe_plugin *p = w->plugin;
-    int nc = p->struct_size >= offsetof(struct moe_plugin, get_counters) + sizeof p->get_counters &&
-             p->get_counters ? p->get_counters(w->dev, mc, MOE_MAX_COUNTERS) : 0;
+    int nc = p->struct_size >= offsetof(struct moe_plugin, get_counters) + sizeof p->get_counters && p->get_counters
+                 ? p->get_counters(w->dev, mc, MOE_MAX_COUNTERS)
+                 : 0;
     for (int i = 0; i < nc && i < MOE_MAX_COUNTERS; i++) {
         coli__counter__init(&cs[i]);
         mc[i].name[sizeof mc[i].name - 1] = '\0';
@@ -252,20 +255,17 @@ int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int o
          * so the coordinator may send again as soon as it reads the reply */
         w->in_ring_request = 0;
         ring_release(&w->ring, RING_REQ);
-        if (ring_send(&w->ring, RING_REP, &env, ok ? out : NULL, bytes) == 0)
-            return 0;
+        if (ring_send(&w->ring, RING_REP, &env, ok ? out : NULL, bytes) == 0) return 0;
         /* the reply slot is not ours or too small: ZeroMQ carries it */
     }
     return worker_send(w, &env, ok ? out : NULL, bytes, 0);
 }
 
-void worker_send_garbage_frame(worker *w)
-{
+void worker_send_garbage_frame(worker *w) {
     if (w->in_ring_request) {
         w->in_ring_request = 0;
         ring_release(&w->ring, RING_REQ);
-        if (ring_send_garbage(&w->ring, RING_REP) == 0)
-            return;
+        if (ring_send_garbage(&w->ring, RING_REP) == 0) return;
     }
     static const char junk[] = "\xff\xfe not an envelope";
     zmq_send(w->sock, junk, sizeof junk - 1, ZMQ_DONTWAIT);
@@ -273,18 +273,18 @@ void worker_send_garbage_frame(worker *w)
 
 //  Check the batch against its payload and our model; load missing experts
 //  when allowed. Writes the reason and returns nonzero when it is refused.
-static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes,
-                         moe_batch_group *groups, char *why, size_t why_len)
-{
-    if (!w->model)
-        return snprintf(why, why_len, "batch before placement"), 1;
+static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes, moe_batch_group *groups, char *why,
+                         size_t why_len) {
+    if (!w->model) return snprintf(why, why_len, "batch before placement"), 1;
     if (b->dtype != 0 || b->n_embd <= 0 || b->n_embd > (1 << 20) || b->n_rows <= 0 ||
         b->n_rows > COLI_MAX_MSG_BYTES / 4 / b->n_embd)
-        return snprintf(why, why_len, "batch: bad shape (%lld rows of %lld, dtype %u)",
-                        (long long)b->n_rows, (long long)b->n_embd, b->dtype), 1;
+        return snprintf(why, why_len, "batch: bad shape (%lld rows of %lld, dtype %u)", (long long)b->n_rows,
+                        (long long)b->n_embd, b->dtype),
+               1;
     if (x_bytes != (size_t)b->n_rows * (size_t)b->n_embd * sizeof(float))
-        return snprintf(why, why_len, "batch: payload %zu bytes, header says %lld x %lld F32",
-                        x_bytes, (long long)b->n_rows, (long long)b->n_embd), 1;
+        return snprintf(why, why_len, "batch: payload %zu bytes, header says %lld x %lld F32", x_bytes,
+                        (long long)b->n_rows, (long long)b->n_embd),
+               1;
     int64_t next = 0;
     for (size_t g = 0; g < b->n_groups; g++) {
         const Coli__Group *gr = b->groups[g];
@@ -294,62 +294,66 @@ static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes,
         uint64_t k = s_key(b->layer, gr->expert);
         if (!s_set_has(&w->resident, k)) {
             if (!b->allow_load)
-                return snprintf(why, why_len, "expert %d of layer %d is not resident",
-                                gr->expert, b->layer), 1;
-            if (s_load_expert(w, b->layer, gr->expert, why, why_len) != 0)
-                return 1;
+                return snprintf(why, why_len, "expert %d of layer %d is not resident", gr->expert, b->layer), 1;
+            if (s_load_expert(w, b->layer, gr->expert, why, why_len) != 0) return 1;
         }
         groups[g] = (moe_batch_group){b->layer, gr->expert, gr->row_begin, gr->n_rows};
     }
     if (next != b->n_rows)
-        return snprintf(why, why_len, "batch: groups cover %lld of %lld rows", (long long)next,
-                        (long long)b->n_rows), 1;
+        return snprintf(why, why_len, "batch: groups cover %lld of %lld rows", (long long)next, (long long)b->n_rows),
+               1;
     return 0;
 }
 
-int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t x_bytes)
-{
+int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t x_bytes) {
     const Coli__ExpertBatch *b = env->batch;
     w->last_request_id = env->request_id;
     worker_fault *f = worker_fault_before_batch(w, b->layer);
     char why[512] = "";
     moe_batch_group *groups = calloc(b->n_groups ? b->n_groups : 1, sizeof *groups);
-    if (!groups)
-        return worker_send_result(w, env->request_id, b, 0, "worker: out of memory", NULL, 0, 0);
+    if (!groups) return worker_send_result(w, env->request_id, b, 0, "worker: out of memory", NULL, 0, 0);
     int rc = s_check_batch(w, b, x_bytes, groups, why, sizeof why);
     size_t need = rc ? 0 : (size_t)b->n_rows * (size_t)b->n_embd;
     if (rc == 0 && need > w->out_cap) {
         float *o = realloc(w->out, need * sizeof(float));
-        if (!o) rc = snprintf(why, sizeof why, "worker: out of memory for %zu outputs", need);
-        else { w->out = o; w->out_cap = need; }
+        if (!o)
+            rc = snprintf(why, sizeof why, "worker: out of memory for %zu outputs", need);
+        else {
+            w->out = o;
+            w->out_cap = need;
+        }
     }
     if (rc == 0 && ((uintptr_t)x % sizeof(float)) != 0) {
         /* a frame's bytes need not be aligned; the kernels read floats */
         if (need > w->xin_cap) {
             float *c = realloc(w->xin, need * sizeof(float));
-            if (!c) rc = snprintf(why, sizeof why, "worker: out of memory for %zu inputs", need);
-            else { w->xin = c; w->xin_cap = need; }
+            if (!c)
+                rc = snprintf(why, sizeof why, "worker: out of memory for %zu inputs", need);
+            else {
+                w->xin = c;
+                w->xin_cap = need;
+            }
         }
-        if (rc == 0) { memcpy(w->xin, x, need * sizeof(float)); x = w->xin; }
+        if (rc == 0) {
+            memcpy(w->xin, x, need * sizeof(float));
+            x = w->xin;
+        }
     }
     uint64_t t0 = coli_now_ns();
-    if (rc == 0 && w->plugin->run(w->dev, groups, (int32_t)b->n_groups, x, b->n_rows, b->n_embd,
-                                  w->out, why, sizeof why) != 0)
+    if (rc == 0 &&
+        w->plugin->run(w->dev, groups, (int32_t)b->n_groups, x, b->n_rows, b->n_embd, w->out, why, sizeof why) != 0)
         rc = 1;
     uint64_t ns = coli_now_ns() - t0;
     free(groups);
-    if (rc != 0)
-        return worker_send_result(w, env->request_id, b, 0, why, NULL, 0, ns);
+    if (rc != 0) return worker_send_result(w, env->request_id, b, 0, why, NULL, 0, ns);
     w->batches++;
     w->rows += (uint64_t)b->n_rows;
-    if (f)
-        return worker_fault_reply(w, f, env->request_id, b, ns);
+    if (f) return worker_fault_reply(w, f, env->request_id, b, ns);
     return worker_send_result(w, env->request_id, b, 1, "", w->out, b->n_rows, ns);
 }
 
 // ---------------------------------------------------------------------------
-static void s_heartbeat(worker *w)
-{
+static void s_heartbeat(worker *w) {
     Coli__Heartbeat h = COLI__HEARTBEAT__INIT;
     h.seq = ++w->hb_seq;
     h.last_request_id = w->last_request_id;
@@ -363,8 +367,7 @@ static void s_heartbeat(worker *w)
     w->last_hb_ns = coli_now_ns();
 }
 
-static void s_send_stats(worker *w)
-{
+static void s_send_stats(worker *w) {
     moe_stats st = {0};
     if (w->plugin->get_stats) w->plugin->get_stats(w->dev, &st);
     Coli__StatsReply r = COLI__STATS_REPLY__INIT;
@@ -381,12 +384,10 @@ static void s_send_stats(worker *w)
 }
 
 //  Take one waiting message. Returns 0 when one was handled, 1 when none waits.
-static int s_handle_one(worker *w)
-{
+static int s_handle_one(worker *w) {
     wire_msg m;
     int rc = wire_recv(w->sock, w->listening, ZMQ_DONTWAIT, &m);
-    if (rc == COLI_ETIMEOUT)
-        return 1;
+    if (rc == COLI_ETIMEOUT) return 1;
     if (rc == 0 && w->listening && worker_remote_gate(w, &m)) {
         wire_msg_clear(&m); /* a greeting, or a peer we do not serve */
         return 0;
@@ -409,10 +410,8 @@ static int s_handle_one(worker *w)
 }
 
 //  Serve the batch waiting in the ring, if any. Returns 1 if one was served.
-static int s_handle_ring(worker *w)
-{
-    if (!ring_ready(&w->ring, RING_REQ))
-        return 0;
+static int s_handle_ring(worker *w) {
+    if (!ring_ready(&w->ring, RING_REQ)) return 0;
     wire_msg m;
     if (ring_recv(&w->ring, RING_REQ, &m) != 0) {
         fprintf(stderr, "coli-worker %d: dropped a ring message: %s\n", w->a.worker_id, coli_last_error());
@@ -434,30 +433,24 @@ static int s_handle_ring(worker *w)
 //  Is the coordinator gone? Nobody writes to the lifeline, so readable means
 //  EOF: every write end closed, which happens only when the coordinator
 //  process ends (or frees the model). Also a new parent (reparented).
-static int s_coordinator_gone(const worker *w)
-{
-    if (w->a.parent_pid && getppid() != w->a.parent_pid)
-        return 1;
-    if (w->a.lifeline_fd < 0)
-        return 0;
+static int s_coordinator_gone(const worker *w) {
+    if (w->a.parent_pid && getppid() != w->a.parent_pid) return 1;
+    if (w->a.lifeline_fd < 0) return 0;
     struct pollfd p = {w->a.lifeline_fd, POLLIN, 0};
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
 }
 
 //  Wait for the socket, the ring or the lifeline: spin first if a ring batch
 //  just went by. Returns 1 when the lifeline woke it.
-static int s_wait(worker *w, int spin)
-{
-    if (w->ring.base && spin && ring_spin(&w->ring, RING_REQ, w->spin_ns))
-        return 0;
-    zmq_pollitem_t it[3] = {{w->sock, 0, ZMQ_POLLIN, 0}, {NULL, w->a.lifeline_fd, ZMQ_POLLIN, 0},
+static int s_wait(worker *w, int spin) {
+    if (w->ring.base && spin && ring_spin(&w->ring, RING_REQ, w->spin_ns)) return 0;
+    zmq_pollitem_t it[3] = {{w->sock, 0, ZMQ_POLLIN, 0},
+                            {NULL, w->a.lifeline_fd, ZMQ_POLLIN, 0},
                             {NULL, w->ring.bell[RING_REQ], ZMQ_POLLIN, 0}};
     int n = w->ring.base ? 3 : 2;
-    if (w->ring.base && ring_sleep_begin(&w->ring, RING_REQ))
-        return 0;
+    if (w->ring.base && ring_sleep_begin(&w->ring, RING_REQ)) return 0;
     zmq_poll(it, n, w->a.heartbeat_ms);
-    if (w->ring.base)
-        ring_sleep_end(&w->ring, RING_REQ);
+    if (w->ring.base) ring_sleep_end(&w->ring, RING_REQ);
     return w->a.lifeline_fd >= 0 && it[1].revents != 0;
 }
 
@@ -465,8 +458,7 @@ static int s_wait(worker *w, int spin)
 //  (mkdtemp "coli-XXXXXX" holding the socket "coord"); the workers it leaves
 //  behind do it on their way out. Only that exact shape is touched, and
 //  unlink/rmdir fail harmlessly when another worker got there first.
-static void s_tidy_dead_coordinator(const worker *w)
-{
+static void s_tidy_dead_coordinator(const worker *w) {
     const char *ep = w->a.connect;
     if (!ep || strncmp(ep, "ipc://", 6) != 0) return;
     const char *path = ep + 6, *slash = strrchr(path, '/');
@@ -482,8 +474,7 @@ static void s_tidy_dead_coordinator(const worker *w)
     rmdir(dir);
 }
 
-int worker_serve(worker *w)
-{
+int worker_serve(worker *w) {
     s_heartbeat(w);
     int spin = 0;
     while (!w->stop) {
@@ -495,10 +486,8 @@ int worker_serve(worker *w)
         }
         spin = w->ring.base && s_handle_ring(w);
         while (!w->stop && s_handle_one(w) == 0)
-            if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
-                s_heartbeat(w);
-        if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL)
-            s_heartbeat(w);
+            if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) s_heartbeat(w);
+        if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) s_heartbeat(w);
     }
     return 0;
 }

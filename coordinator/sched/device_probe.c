@@ -24,22 +24,23 @@
 #include <unistd.h>
 
 #include "coordinator/sched/sched_internal.h"
-#include "error.h"
+#include "core/error.h"
 
 static const char *s_gpu_plugins[] = {"cuda", "hip"};
 
 //  Is libcoli-<name>.so where the worker will look (COLI_PLUGIN_DIR, else
 //  <worker dir>/../lib)?
-static int s_plugin_built(const coli_settings *set, const char *worker_bin, const char *name)
-{
+static int s_plugin_built(const coli_settings *set, const char *worker_bin, const char *name) {
     char dir[PATH_MAX], path[PATH_MAX + 64];
     if (set->plugin_dir[0]) {
         snprintf(dir, sizeof dir, "%s", set->plugin_dir);
     } else {
         snprintf(dir, sizeof dir, "%s", worker_bin);
         char *slash = strrchr(dir, '/');
-        if (slash) *slash = 0;
-        else snprintf(dir, sizeof dir, ".");
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, ".");
         size_t len = strlen(dir);
         snprintf(dir + len, sizeof dir - len, "/../lib");
     }
@@ -48,8 +49,7 @@ static int s_plugin_built(const coli_settings *set, const char *worker_bin, cons
 }
 
 //  Read the child's stdout until EOF or the deadline; 0 = EOF seen.
-static int s_read_until(int fd, char *buf, size_t cap, uint64_t deadline)
-{
+static int s_read_until(int fd, char *buf, size_t cap, uint64_t deadline) {
     size_t len = 0;
     for (;;) {
         uint64_t now = coli_now_ns();
@@ -60,15 +60,20 @@ static int s_read_until(int fd, char *buf, size_t cap, uint64_t deadline)
         if (r <= 0) continue;
         ssize_t k = read(fd, buf + len, cap - 1 - len);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) { buf[len] = 0; return 0; }
+        if (k <= 0) {
+            buf[len] = 0;
+            return 0;
+        }
         len += (size_t)k;
-        if (len == cap - 1) { buf[len] = 0; return 0; }
+        if (len == cap - 1) {
+            buf[len] = 0;
+            return 0;
+        }
     }
 }
 
 //  Wait for pid until the deadline, then SIGKILL it. The wait status, or -1 when killed.
-static int s_reap_until(pid_t pid, uint64_t deadline)
-{
+static int s_reap_until(pid_t pid, uint64_t deadline) {
     int st = 0;
     while (waitpid(pid, &st, WNOHANG) == 0) {
         if (coli_now_ns() >= deadline) {
@@ -82,8 +87,7 @@ static int s_reap_until(pid_t pid, uint64_t deadline)
 }
 
 //  "reason":"..." of the probe line, JSON escapes undone (\uXXXX as '?').
-static void s_json_reason(const char *line, char *out, size_t n)
-{
+static void s_json_reason(const char *line, char *out, size_t n) {
     out[0] = 0;
     const char *p = strstr(line, "\"reason\":\"");
     if (!p) return;
@@ -91,7 +95,11 @@ static void s_json_reason(const char *line, char *out, size_t n)
     for (p += 10; *p && *p != '"' && k + 1 < n; p++) {
         if (*p == '\\' && p[1]) {
             p++;
-            if (*p == 'u') { out[k++] = '?'; p += strnlen(p, 5) > 4 ? 4 : 0; continue; }
+            if (*p == 'u') {
+                out[k++] = '?';
+                p += strnlen(p, 5) > 4 ? 4 : 0;
+                continue;
+            }
         }
         out[k++] = *p;
     }
@@ -99,9 +107,7 @@ static void s_json_reason(const char *line, char *out, size_t n)
 }
 
 //  Devices `name` has here (0 with why), probed in a child process.
-static int s_probe(const coli_settings *set, const char *worker_bin, const char *name, char *why,
-                   size_t why_len)
-{
+static int s_probe(const coli_settings *set, const char *worker_bin, const char *name, char *why, size_t why_len) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
         snprintf(why, why_len, "pipe: %s", strerror(errno));
@@ -113,7 +119,7 @@ static int s_probe(const coli_settings *set, const char *worker_bin, const char 
         /* Only async-signal-safe calls between fork and exec. */
         int null = open("/dev/null", O_WRONLY);
         dup2(fds[1], 1);
-        if (null >= 0) dup2(null, 2); /* a driver's chatter is not ours to print */
+        if (null >= 0) dup2(null, 2);          /* a driver's chatter is not ours to print */
         syscall(SYS_close_range, 3U, ~0U, 0U); /* nothing of the application's: a hung probe holds no pipe of it */
         execv(argv[0], argv);
         _exit(127);
@@ -130,8 +136,7 @@ static int s_probe(const coli_settings *set, const char *worker_bin, const char 
     close(fds[0]);
     int st = s_reap_until(pid, rd == 0 ? deadline : 0);
     if (rd != 0 || st == -1) {
-        snprintf(why, why_len, "probe did not answer within %llu ms",
-                 (unsigned long long)set->probe_timeout_ms);
+        snprintf(why, why_len, "probe did not answer within %llu ms", (unsigned long long)set->probe_timeout_ms);
         return -1;
     }
     if (WIFSIGNALED(st)) {
@@ -150,8 +155,7 @@ static int s_probe(const coli_settings *set, const char *worker_bin, const char 
 
 //  One "auto": GPU workers for every device the built plugins find, then CPU workers.
 static int s_expand_one(const coli_settings *set, const char *worker_bin, device_spec *out, int cap, int *n,
-                        int verbose)
-{
+                        int verbose) {
     for (size_t g = 0; worker_bin && g < sizeof s_gpu_plugins / sizeof s_gpu_plugins[0]; g++) {
         const char *name = s_gpu_plugins[g];
         if (!s_plugin_built(set, worker_bin, name)) continue;
@@ -169,9 +173,7 @@ static int s_expand_one(const coli_settings *set, const char *worker_bin, device
     return 0;
 }
 
-int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_spec *d, int cap, int *n,
-                      int verbose)
-{
+int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_spec *d, int cap, int *n, int verbose) {
     int any = 0;
     for (int i = 0; i < *n; i++) any |= !strcmp(d[i].plugin, "auto");
     if (!any) return 0;
@@ -179,9 +181,12 @@ int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_s
     if (!out) return coli_fail(COLI_ENOMEM, "devices: out of memory");
     int m = 0, rc = 0;
     for (int i = 0; rc == 0 && i < *n; i++) {
-        if (!strcmp(d[i].plugin, "auto")) rc = s_expand_one(set, worker_bin, out, cap, &m, verbose);
-        else if (m >= cap) rc = coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
-        else out[m++] = d[i];
+        if (!strcmp(d[i].plugin, "auto"))
+            rc = s_expand_one(set, worker_bin, out, cap, &m, verbose);
+        else if (m >= cap)
+            rc = coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
+        else
+            out[m++] = d[i];
     }
     for (int i = 0, cpu = 0; rc == 0 && i < m; i++) /* cpu:N names workers: number them in order */
         if (!strcmp(out[i].plugin, "cpu")) out[i].index = cpu++;

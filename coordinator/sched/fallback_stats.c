@@ -8,31 +8,28 @@
 #include <string.h>
 
 #include "coordinator/sched/sched_internal.h"
-#include "error.h"
-#include "strbuf.h"
+#include "core/error.h"
+#include "core/strbuf.h"
 
 /* Upper bounds of the latency histogram, seconds (Prometheus style). */
 static const double s_le[SCHED_N_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                             0.025,  0.05,    0.1,    0.25,  0.5,   1.0};
+                                             0.025,  0.05,    0.1,    0.25,  0.5,    1.0};
 
-void stats_fallback(sched *s, const worker_link *w, const char *reason)
-{
+void stats_fallback(sched *s, const worker_link *w, const char *reason) {
     s->stats.fallbacks_total++;
     for (int i = 0; i < s->stats.n_fb; i++)
         if (!strcmp(s->stats.fb[i].device, w->device) && !strcmp(s->stats.fb[i].reason, reason)) {
             s->stats.fb[i].count++;
             return;
         }
-    if (s->stats.n_fb == SCHED_MAX_FALLBACK_KINDS)
-        return; /* still in fallbacks_total */
+    if (s->stats.n_fb == SCHED_MAX_FALLBACK_KINDS) return; /* still in fallbacks_total */
     fallback_count *f = &s->stats.fb[s->stats.n_fb++];
     snprintf(f->device, sizeof f->device, "%s", w->device);
     snprintf(f->reason, sizeof f->reason, "%s", reason);
     f->count = 1;
 }
 
-void stats_latency(lat_stats *l, double seconds)
-{
+void stats_latency(lat_stats *l, double seconds) {
     l->ring[l->n % SCHED_LAT_RING] = seconds;
     l->n++;
     l->sum += seconds;
@@ -43,28 +40,24 @@ void stats_latency(lat_stats *l, double seconds)
         }
 }
 
-void stats_batch_outcome(link_stats *st, int ok)
-{
+void stats_batch_outcome(link_stats *st, int ok) {
     st->recent_failed = (st->recent_failed << 1) | (ok ? 0u : 1u);
     if (st->recent_n < SCHED_RECENT_BATCHES) st->recent_n++;
 }
 
-static int s_recent_failures(const link_stats *st)
-{
+static int s_recent_failures(const link_stats *st) {
     int n = 0;
     for (int i = 0; i < st->recent_n; i++) n += (int)(st->recent_failed >> i & 1u);
     return n;
 }
 
-static int s_cmp_double(const void *a, const void *b)
-{
+static int s_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
 //  Percentile q (0..1) of the recent samples, in milliseconds.
-static double s_pct_ms(const lat_stats *l, double q)
-{
+static double s_pct_ms(const lat_stats *l, double q) {
     size_t n = l->n < SCHED_LAT_RING ? (size_t)l->n : SCHED_LAT_RING;
     if (!n) return 0;
     double *v = malloc(n * sizeof *v);
@@ -79,19 +72,20 @@ static double s_pct_ms(const lat_stats *l, double q)
 
 // ---------------------------------------------------------------------------
 //  A JSON string body: quotes, backslashes and control characters escaped.
-static void s_put_str(coli_strbuf *b, const char *v)
-{
+static void s_put_str(coli_strbuf *b, const char *v) {
     coli_strbuf_appendf(b, "\"");
     for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-        if (*p == '"' || *p == '\\') coli_strbuf_appendf(b, "\\%c", *p);
-        else if (*p < 0x20) coli_strbuf_appendf(b, "\\u%04x", *p);
-        else coli_strbuf_appendf(b, "%c", *p);
+        if (*p == '"' || *p == '\\')
+            coli_strbuf_appendf(b, "\\%c", *p);
+        else if (*p < 0x20)
+            coli_strbuf_appendf(b, "\\u%04x", *p);
+        else
+            coli_strbuf_appendf(b, "%c", *p);
     }
     coli_strbuf_appendf(b, "\"");
 }
 
-static int s_done(coli_strbuf *b, char **out)
-{
+static int s_done(coli_strbuf *b, char **out) {
     if (b->failed || !b->s) {
         free(b->s);
         return coli_fail(COLI_ENOMEM, "scheduler stats: out of memory");
@@ -101,8 +95,7 @@ static int s_done(coli_strbuf *b, char **out)
 }
 
 //  Status as the stats schema names it: up | failed | down | quarantined.
-static const char *s_status(const worker_link *w)
-{
+static const char *s_status(const worker_link *w) {
     switch (w->state) {
     case LINK_UP: return "up";
     case LINK_FAILED: return "failed";
@@ -111,8 +104,7 @@ static const char *s_status(const worker_link *w)
     }
 }
 
-static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w)
-{
+static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w) {
     coli_strbuf_appendf(b, "{\"id\":%d,\"device\":", w->id);
     s_put_str(b, w->device);
     coli_strbuf_appendf(b, ",\"plugin\":");
@@ -127,10 +119,12 @@ static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w)
     s_put_str(b, w->place.device_name);
     int up = w->state == LINK_UP;
     coli_strbuf_appendf(b, ",\"refused_experts\":%llu", (unsigned long long)w->place.refused_experts);
-    coli_strbuf_appendf(b, ",\"owned_experts\":%llu,\"resident_experts\":%llu,\"resident_bytes\":%llu,"
+    coli_strbuf_appendf(b,
+                        ",\"owned_experts\":%llu,\"resident_experts\":%llu,\"resident_bytes\":%llu,"
                         "\"batches\":%llu,\"rows\":%llu,\"rerouted_rows\":%llu,\"restarts\":%llu,\"heartbeats\":%llu,"
                         "\"batch_latency_p50_ms\":%.6f,\"batch_latency_p99_ms\":%.6f,",
-                        (unsigned long long)w->place.owned_experts, (unsigned long long)(up ? w->place.resident_experts : 0),
+                        (unsigned long long)w->place.owned_experts,
+                        (unsigned long long)(up ? w->place.resident_experts : 0),
                         (unsigned long long)(up ? w->place.resident_bytes : 0), (unsigned long long)w->stats.batches,
                         (unsigned long long)w->stats.rows, (unsigned long long)w->stats.rerouted_rows,
                         (unsigned long long)w->proc.restarts, (unsigned long long)w->stats.heartbeats,
@@ -153,8 +147,7 @@ static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w)
     coli_strbuf_appendf(b, "}}");
 }
 
-int stats_json(const sched *s, char **json)
-{
+int stats_json(const sched *s, char **json) {
     coli_strbuf b = {0};
     coli_strbuf_appendf(&b, "{\"executor\":\"workers\",\"workers\":[");
     for (int i = 0; i < s->n_w; i++) {
@@ -169,7 +162,8 @@ int stats_json(const sched *s, char **json)
         s_put_str(&b, s->stats.fb[i].reason);
         coli_strbuf_appendf(&b, ",\"count\":%llu}", (unsigned long long)s->stats.fb[i].count);
     }
-    coli_strbuf_appendf(&b, "],\"fallbacks_total\":%llu,\"dispatch_latency_p50_ms\":%.6f,"
+    coli_strbuf_appendf(&b,
+                        "],\"fallbacks_total\":%llu,\"dispatch_latency_p50_ms\":%.6f,"
                         "\"dispatch_latency_p99_ms\":%.6f,\"dispatches\":%llu,\"inproc_rows\":%llu,"
                         "\"late_replies_dropped\":%llu,\"foreign_messages_dropped\":%llu,"
                         "\"stale_messages_dropped\":%llu,\"impostor_messages_refused\":%llu}",
@@ -182,20 +176,18 @@ int stats_json(const sched *s, char **json)
 }
 
 // ---------------------------------------------------------------------------
-static void s_worker_text(coli_strbuf *b, const sched *s, const worker_link *w)
-{
+static void s_worker_text(coli_strbuf *b, const sched *s, const worker_link *w) {
     int up = w->state == LINK_UP;
     /* what the device holds now: a worker that is not up holds nothing */
-    coli_strbuf_appendf(b, "  worker %d  %-8s plugin %-5s %-11s resident set: %llu experts (%llu bytes, %.1f MiB)",
-                        w->id, w->device, w->dev.plugin, s_status(w),
-                        (unsigned long long)(up ? w->place.resident_experts : 0),
-                        (unsigned long long)(up ? w->place.resident_bytes : 0),
-                        (double)(up ? w->place.resident_bytes : 0) / 1048576.0);
+    coli_strbuf_appendf(
+        b, "  worker %d  %-8s plugin %-5s %-11s resident set: %llu experts (%llu bytes, %.1f MiB)", w->id, w->device,
+        w->dev.plugin, s_status(w), (unsigned long long)(up ? w->place.resident_experts : 0),
+        (unsigned long long)(up ? w->place.resident_bytes : 0), (double)(up ? w->place.resident_bytes : 0) / 1048576.0);
     if (w->place.refused_experts)
         coli_strbuf_appendf(b, ", %llu refused", (unsigned long long)w->place.refused_experts);
-    coli_strbuf_appendf(b, "  batches %llu  p50 %.3f ms  p99 %.3f ms  restarts %llu  fallbacks:",
-                        (unsigned long long)w->stats.batches, s_pct_ms(&w->stats.lat, 0.5), s_pct_ms(&w->stats.lat, 0.99),
-                        (unsigned long long)w->proc.restarts);
+    coli_strbuf_appendf(
+        b, "  batches %llu  p50 %.3f ms  p99 %.3f ms  restarts %llu  fallbacks:", (unsigned long long)w->stats.batches,
+        s_pct_ms(&w->stats.lat, 0.5), s_pct_ms(&w->stats.lat, 0.99), (unsigned long long)w->proc.restarts);
     int any = 0;
     for (int i = 0; i < s->stats.n_fb; i++)
         if (!strcmp(s->stats.fb[i].device, w->device)) {
@@ -207,21 +199,22 @@ static void s_worker_text(coli_strbuf *b, const sched *s, const worker_link *w)
         coli_strbuf_appendf(b, "%s%s %llu", i ? ", " : "  counters: ", w->stats.counter_name[i],
                             (unsigned long long)w->stats.counter_value[i]);
     coli_strbuf_appendf(b, "%s%s\n", w->reason[0] ? "  (" : "", w->reason[0] ? w->reason : "");
-    if (w->reason[0]) { b->len--; coli_strbuf_appendf(b, ")\n"); }
+    if (w->reason[0]) {
+        b->len--;
+        coli_strbuf_appendf(b, ")\n");
+    }
 }
 
-int stats_text(const sched *s, char **text)
-{
+int stats_text(const sched *s, char **text) {
     coli_strbuf b = {0};
-    coli_strbuf_appendf(&b, "experts: %d worker%s over %s; dispatch p50 %.3f ms p99 %.3f ms; fallbacks %llu",
-                        s->n_w, s->n_w == 1 ? "" : "s", s->net.endpoint, s_pct_ms(&s->stats.dispatch, 0.5),
+    coli_strbuf_appendf(&b, "experts: %d worker%s over %s; dispatch p50 %.3f ms p99 %.3f ms; fallbacks %llu", s->n_w,
+                        s->n_w == 1 ? "" : "s", s->net.endpoint, s_pct_ms(&s->stats.dispatch, 0.5),
                         s_pct_ms(&s->stats.dispatch, 0.99), (unsigned long long)s->stats.fallbacks_total);
     for (int i = 0; i < s->stats.n_fb; i++)
         coli_strbuf_appendf(&b, "%s%s %s %llu", i ? ", " : " (", s->stats.fb[i].device, s->stats.fb[i].reason,
                             (unsigned long long)s->stats.fb[i].count);
     coli_strbuf_appendf(&b, "%s; rows computed in-process %llu\n", s->stats.n_fb ? ")" : "",
                         (unsigned long long)s->stats.inproc_rows);
-    for (int i = 0; i < s->n_w; i++)
-        s_worker_text(&b, s, &s->w[i]);
+    for (int i = 0; i < s->n_w; i++) s_worker_text(&b, s, &s->w[i]);
     return s_done(&b, text);
 }

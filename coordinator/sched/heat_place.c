@@ -13,21 +13,22 @@
 #include <string.h>
 
 #include "coordinator/sched/sched_internal.h"
-#include "error.h"
+#include "core/error.h"
 
-long sched_device_speed(const device_spec *d, int threads)
-{
+long sched_device_speed(const device_spec *d, int threads) {
     long kind = 0;
-    if (!strcmp(d->plugin, "cuda") || !strcmp(d->plugin, "hip")) kind = 3;
-    else if (!strcmp(d->plugin, "xdna")) kind = 2;
-    else if (!strcmp(d->plugin, "remote")) kind = 1;
+    if (!strcmp(d->plugin, "cuda") || !strcmp(d->plugin, "hip"))
+        kind = 3;
+    else if (!strcmp(d->plugin, "xdna"))
+        kind = 2;
+    else if (!strcmp(d->plugin, "remote"))
+        kind = 1;
     int t = d->threads > 0 ? d->threads : threads;
     return kind * 1000000L + (t > 0 ? t : 1);
 }
 
 //  The worker named dev ("cpu:1"), or -1.
-static int s_worker_named(const device_spec *d, int n_w, const char *dev, size_t len)
-{
+static int s_worker_named(const device_spec *d, int n_w, const char *dev, size_t len) {
     for (int w = 0; w < n_w; w++) {
         char name[48];
         int n = snprintf(name, sizeof name, "%s:%d", d[w].plugin, d[w].index);
@@ -36,8 +37,7 @@ static int s_worker_named(const device_spec *d, int n_w, const char *dev, size_t
     return -1;
 }
 
-static int s_number(const char *s, size_t len, int limit, int *out)
-{
+static int s_number(const char *s, size_t len, int limit, int *out) {
     if (!len || len > 9 || strspn(s, "0123456789") < len) return -1;
     long v = strtol(s, NULL, 10);
     if (v >= limit) return -1;
@@ -46,25 +46,26 @@ static int s_number(const char *s, size_t len, int limit, int *out)
 }
 
 //  One "L:E=DEV" or "L:*=DEV" item (len bytes at it).
-static int s_pin_item(const char *it, size_t len, const device_spec *d, int n_w, int n_layer, int n_expert, int32_t *pin)
-{
+static int s_pin_item(const char *it, size_t len, const device_spec *d, int n_w, int n_layer, int n_expert,
+                      int32_t *pin) {
     const char *colon = memchr(it, ':', len), *eq = memchr(it, '=', len);
     int layer, expert = -1;
     if (!colon || !eq || eq < colon || s_number(it, (size_t)(colon - it), n_layer, &layer) ||
         (!(eq - colon == 2 && colon[1] == '*') && s_number(colon + 1, (size_t)(eq - colon - 1), n_expert, &expert)))
-        return coli_fail(COLI_EINVAL, "pin '%.*s': want LAYER:EXPERT=DEVICE or LAYER:*=DEVICE with layer < %d, "
-                         "expert < %d", (int)len, it, n_layer, n_expert);
+        return coli_fail(COLI_EINVAL,
+                         "pin '%.*s': want LAYER:EXPERT=DEVICE or LAYER:*=DEVICE with layer < %d, "
+                         "expert < %d",
+                         (int)len, it, n_layer, n_expert);
     int w = s_worker_named(d, n_w, eq + 1, len - (size_t)(eq + 1 - it));
     if (w < 0)
-        return coli_fail(COLI_EINVAL, "pin '%.*s': no worker '%.*s' in --devices (names: cpu:0, cuda:0, ...)",
-                         (int)len, it, (int)(len - (size_t)(eq + 1 - it)), eq + 1);
+        return coli_fail(COLI_EINVAL, "pin '%.*s': no worker '%.*s' in --devices (names: cpu:0, cuda:0, ...)", (int)len,
+                         it, (int)(len - (size_t)(eq + 1 - it)), eq + 1);
     for (int e = 0; e < n_expert; e++)
         if (expert < 0 || e == expert) pin[(size_t)layer * (size_t)n_expert + (size_t)e] = w;
     return 0;
 }
 
-int sched_parse_pins(const char *pins, const device_spec *d, int n_w, int n_layer, int n_expert, int32_t *pin)
-{
+int sched_parse_pins(const char *pins, const device_spec *d, int n_w, int n_layer, int n_expert, int32_t *pin) {
     for (size_t i = 0; i < (size_t)n_layer * (size_t)n_expert; i++) pin[i] = -1;
     for (const char *p = pins ? pins : ""; *p;) {
         size_t len = strcspn(p, ",");
@@ -79,25 +80,23 @@ int sched_parse_pins(const char *pins, const device_spec *d, int n_w, int n_laye
 
 typedef struct heat_slot {
     uint64_t heat;
-    int32_t slot;   /* layer * n_expert + expert */
+    int32_t slot; /* layer * n_expert + expert */
 } heat_slot;
 
 //  Hottest first; equal heat in (layer, expert) order, so the plan is deterministic.
-static int s_hotter(const void *a, const void *b)
-{
+static int s_hotter(const void *a, const void *b) {
     const heat_slot *x = a, *y = b;
     if (x->heat != y->heat) return x->heat > y->heat ? -1 : 1;
     return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
 typedef struct place_acc {
-    uint64_t *total;        /* (n_w) bytes placed on each worker */
-    uint64_t *layer_heat;   /* (n_w * n_layer) rows each worker is expected to serve per layer */
-    uint64_t *layer_bytes;  /* (n_w * n_layer) */
+    uint64_t *total;       /* (n_w) bytes placed on each worker */
+    uint64_t *layer_heat;  /* (n_w * n_layer) rows each worker is expected to serve per layer */
+    uint64_t *layer_bytes; /* (n_w * n_layer) */
 } place_acc;
 
-static void s_take(const placement_in *in, place_acc *a, int w, int layer, uint64_t heat)
-{
+static void s_take(const placement_in *in, place_acc *a, int w, int layer, uint64_t heat) {
     a->total[w] += in->expert_bytes[layer];
     a->layer_heat[(size_t)w * (size_t)in->n_layer + (size_t)layer] += heat;
     a->layer_bytes[(size_t)w * (size_t)in->n_layer + (size_t)layer] += in->expert_bytes[layer];
@@ -105,15 +104,18 @@ static void s_take(const placement_in *in, place_acc *a, int w, int layer, uint6
 
 //  The fastest usable worker with room for one expert of layer; among equals
 //  the fewest expected rows of the layer, then bytes of the layer, then bytes, then index.
-static int s_pick(const placement_in *in, const place_acc *a, const long *speed, int layer)
-{
+static int s_pick(const placement_in *in, const place_acc *a, const long *speed, int layer) {
     const uint64_t eb = in->expert_bytes[layer];
     int best = -1;
     for (int w = 0; w < in->n_workers; w++) {
         if (!in->usable[w] || (in->budget[w] && a->total[w] + eb > in->budget[w])) continue;
-        if (best < 0 || speed[w] > speed[best]) { best = w; continue; }
+        if (best < 0 || speed[w] > speed[best]) {
+            best = w;
+            continue;
+        }
         if (speed[w] < speed[best]) continue;
-        size_t iw = (size_t)w * (size_t)in->n_layer + (size_t)layer, ib = (size_t)best * (size_t)in->n_layer + (size_t)layer;
+        size_t iw = (size_t)w * (size_t)in->n_layer + (size_t)layer,
+               ib = (size_t)best * (size_t)in->n_layer + (size_t)layer;
         if (a->layer_heat[iw] != a->layer_heat[ib]) {
             if (a->layer_heat[iw] < a->layer_heat[ib]) best = w;
         } else if (a->layer_bytes[iw] != a->layer_bytes[ib]) {
@@ -127,8 +129,7 @@ static int s_pick(const placement_in *in, const place_acc *a, const long *speed,
 
 //  Pinned experts onto their workers (budgets counted); the rest into order, hottest first.
 static int s_pins_then_order(const placement_in *in, const uint64_t *heat, const int32_t *pin, place_acc *a,
-                             int32_t *owner, heat_slot *order, size_t *n_order)
-{
+                             int32_t *owner, heat_slot *order, size_t *n_order) {
     const size_t X = (size_t)in->n_expert;
     *n_order = 0;
     for (int l = 0; l < in->n_layer; l++)
@@ -139,8 +140,8 @@ static int s_pins_then_order(const placement_in *in, const uint64_t *heat, const
             int w = pin ? pin[i] : -1;
             if (w >= 0 && in->usable[w]) {
                 if (in->budget[w] && a->total[w] + in->expert_bytes[l] > in->budget[w])
-                    return coli_fail(COLI_EINVAL, "pin %d:%zu: worker %d's budget of %llu bytes has no room left",
-                                     l, e, w, (unsigned long long)in->budget[w]);
+                    return coli_fail(COLI_EINVAL, "pin %d:%zu: worker %d's budget of %llu bytes has no room left", l, e,
+                                     w, (unsigned long long)in->budget[w]);
                 owner[i] = w;
                 s_take(in, a, w, l, heat[i]);
                 continue;
@@ -152,12 +153,13 @@ static int s_pins_then_order(const placement_in *in, const uint64_t *heat, const
 }
 
 int placement_plan_heat(const placement_in *in, const uint64_t *heat, const long *speed, const int32_t *pin,
-                        int32_t *owner)
-{
+                        int32_t *owner) {
     const size_t n_slots = (size_t)in->n_layer * (size_t)in->n_expert, wl = (size_t)in->n_workers * (size_t)in->n_layer;
     place_acc a = {calloc((size_t)in->n_workers + 1, 8), calloc(wl + 1, 8), calloc(wl + 1, 8)};
     heat_slot *order = malloc((n_slots + 1) * sizeof *order);
-    int rc = (!a.total || !a.layer_heat || !a.layer_bytes || !order) ? coli_fail(COLI_ENOMEM, "placement: out of memory") : 0;
+    int rc = (!a.total || !a.layer_heat || !a.layer_bytes || !order)
+                 ? coli_fail(COLI_ENOMEM, "placement: out of memory")
+                 : 0;
     size_t n_order = 0;
     if (rc == 0) rc = s_pins_then_order(in, heat, pin, &a, owner, order, &n_order);
     for (size_t j = 0; rc == 0 && j < n_order; j++) {
@@ -166,12 +168,14 @@ int placement_plan_heat(const placement_in *in, const uint64_t *heat, const long
         owner[order[j].slot] = w;
         if (w >= 0) s_take(in, &a, w, l, order[j].heat);
     }
-    free(a.total); free(a.layer_heat); free(a.layer_bytes); free(order);
+    free(a.total);
+    free(a.layer_heat);
+    free(a.layer_bytes);
+    free(order);
     return rc;
 }
 
-void placement_row_share(const placement_in *in, const uint64_t *heat, const int32_t *owner, double *share)
-{
+void placement_row_share(const placement_in *in, const uint64_t *heat, const int32_t *owner, double *share) {
     uint64_t total = 0;
     for (int w = 0; w <= in->n_workers; w++) share[w] = 0;
     for (size_t i = 0; i < (size_t)in->n_layer * (size_t)in->n_expert; i++) {

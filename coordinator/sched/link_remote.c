@@ -30,14 +30,14 @@
 
 #include "proto/curve_keys.h"
 #include "coordinator/sched/sched_internal.h"
-#include "error.h"
+#include "core/error.h"
 
-enum { REMOTE_EVENTS = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                       ZMQ_EVENT_DISCONNECTED };
+enum {
+    REMOTE_EVENTS = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED
+};
 
-void remote_close(worker_link *w)
-{
+void remote_close(worker_link *w) {
     if (w->tcp.sock) zmq_close(w->tcp.sock);
     if (w->tcp.mon) zmq_close(w->tcp.mon);
     w->tcp.sock = w->tcp.mon = NULL;
@@ -46,8 +46,7 @@ void remote_close(worker_link *w)
 //  The DEALER: limits as for local sockets, CURVE client, ZMTP heartbeats (a
 //  peer that vanished without a word, e.g. a host that lost power, drops
 //  the connection instead of leaving it open forever), connect retry back-off.
-static int s_socket(sched *s, worker_link *w, const char *keys)
-{
+static int s_socket(sched *s, worker_link *w, const char *keys) {
     w->tcp.sock = zmq_socket(s->net.zctx, ZMQ_DEALER);
     if (!w->tcp.sock) return coli_fail(COLI_EIO, "%s: zmq socket: %s", w->device, zmq_strerror(errno));
     int rc = wire_socket_setup(w->tcp.sock, 0);
@@ -61,24 +60,28 @@ static int s_socket(sched *s, worker_link *w, const char *keys)
     snprintf(mon, sizeof mon, "inproc://coli-monitor.%d.%u", w->id, w->proc.gen);
     w->tcp.mon = zmq_socket_monitor(w->tcp.sock, mon, REMOTE_EVENTS) == 0 ? zmq_socket(s->net.zctx, ZMQ_PAIR) : NULL;
     int zero = 0;
-    if (!w->tcp.mon || zmq_setsockopt(w->tcp.mon, ZMQ_LINGER, &zero, sizeof zero) != 0 || zmq_connect(w->tcp.mon, mon) != 0)
+    if (!w->tcp.mon || zmq_setsockopt(w->tcp.mon, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_connect(w->tcp.mon, mon) != 0)
         return coli_fail(COLI_EIO, "%s: socket monitor: %s", w->device, zmq_strerror(errno));
     if (zmq_connect(w->tcp.sock, w->dev.endpoint) != 0)
         return coli_fail(COLI_EIO, "%s: connect %s: %s", w->device, w->dev.endpoint, zmq_strerror(errno));
     return 0;
 }
 
-int remote_preflight(const coli_settings *set, const device_spec *d, int n)
-{
+int remote_preflight(const coli_settings *set, const device_spec *d, int n) {
     for (int i = 0; i < n; i++) {
         if (!d[i].endpoint[0]) continue;
         const char *keys = set->keys_dir;
         if (!curve_available())
-            return coli_fail(COLI_EUNSUPPORTED, "remote:%d (%s): this libzmq has no CURVE support "
-                             "(zmq_has(\"curve\") is 0); remote workers need it", d[i].index, d[i].endpoint);
+            return coli_fail(COLI_EUNSUPPORTED,
+                             "remote:%d (%s): this libzmq has no CURVE support "
+                             "(zmq_has(\"curve\") is 0); remote workers need it",
+                             d[i].index, d[i].endpoint);
         if (!keys || !*keys)
-            return coli_fail(COLI_EINVAL, "remote:%d (%s): remote workers need CURVE keys: set COLI_KEYS=DIR "
-                             "or give --keys DIR (coli keygen DIR makes them)", d[i].index, d[i].endpoint);
+            return coli_fail(COLI_EINVAL,
+                             "remote:%d (%s): remote workers need CURVE keys: set COLI_KEYS=DIR "
+                             "or give --keys DIR (coli keygen DIR makes them)",
+                             d[i].index, d[i].endpoint);
         curve_key k;
         int rc = curve_key_read(keys, "coordinator.key", 1, k);
         if (rc) return rc;
@@ -86,8 +89,7 @@ int remote_preflight(const coli_settings *set, const device_spec *d, int n)
     return 0;
 }
 
-int remote_connect(sched *s, worker_link *w)
-{
+int remote_connect(sched *s, worker_link *w) {
     remote_close(w);
     w->tcp.on = 1;
     w->proc.pid = 0;
@@ -115,8 +117,7 @@ int remote_connect(sched *s, worker_link *w)
     return wire_send(w->tcp.sock, NULL, 0, &env, NULL, 0, ZMQ_DONTWAIT);
 }
 
-link_sent link_send(sched *s, worker_link *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags)
-{
+link_sent link_send(sched *s, worker_link *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags) {
     if (!w->tcp.on) {
         if (wire_send(s->net.router, w->proc.routing_id, w->proc.routing_len, env, payload, bytes, flags) == 0)
             return LINK_SENT;
@@ -126,14 +127,12 @@ link_sent link_send(sched *s, worker_link *w, Coli__Envelope *env, const void *p
         coli_fail(COLI_EIO, "%s: not connected", w->device);
         return LINK_UNREACHABLE;
     }
-    if (wire_send(w->tcp.sock, NULL, 0, env, payload, bytes, flags) == 0)
-        return LINK_SENT;
+    if (wire_send(w->tcp.sock, NULL, 0, env, payload, bytes, flags) == 0) return LINK_SENT;
     /* EAGAIN too: nothing can be queued to it */
     return errno == EAGAIN || errno == EHOSTUNREACH ? LINK_UNREACHABLE : LINK_SEND_ERROR;
 }
 
-int remote_poll_items(sched *s, zmq_pollitem_t *items, int max_items)
-{
+int remote_poll_items(sched *s, zmq_pollitem_t *items, int max_items) {
     int n = 0;
     for (int i = 0; i < s->n_w && n + 2 <= max_items; i++)
         if (s->w[i].tcp.sock) {
@@ -146,41 +145,39 @@ int remote_poll_items(sched *s, zmq_pollitem_t *items, int max_items)
 // ---------------------------------------------------------------------------
 //  The handshake failed: our key is not authorized (ZAP status), or the
 //  worker's public key is not the one we have, or it does not speak CURVE.
-static void s_auth_failed(sched *s, worker_link *w, unsigned event, unsigned value)
-{
+static void s_auth_failed(sched *s, worker_link *w, unsigned event, unsigned value) {
     char why[512];
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-        snprintf(why, sizeof why, "%s refused our key (status %u): coordinator.pub is not among its "
-                 "authorized keys", w->dev.endpoint, value);
+        snprintf(why, sizeof why,
+                 "%s refused our key (status %u): coordinator.pub is not among its "
+                 "authorized keys",
+                 w->dev.endpoint, value);
     else
-        snprintf(why, sizeof why, "CURVE handshake with %s failed: wrong worker public key, or the "
-                 "worker does not use --keys", w->dev.endpoint);
+        snprintf(why, sizeof why,
+                 "CURVE handshake with %s failed: wrong worker public key, or the "
+                 "worker does not use --keys",
+                 w->dev.endpoint);
     sched_outcome(s, w, LINK_REFUSED, "auth", why);
 }
 
-static void s_on_event(sched *s, worker_link *w, unsigned event, unsigned value)
-{
+static void s_on_event(sched *s, worker_link *w, unsigned event, unsigned value) {
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
         w->tcp.handshaked = 1;
         return;
     }
     if (event == ZMQ_EVENT_DISCONNECTED) {
         /* the connection was up: the process (or its host, or the path) is gone */
-        if (w->tcp.handshaked && w->state != LINK_DOWN && w->state != LINK_FAILED &&
-            w->state != LINK_QUARANTINED) {
-            if (s->verbose)
-                fprintf(stderr, "colibri: worker %d (%s) disconnected\n", w->id, w->device);
+        if (w->tcp.handshaked && w->state != LINK_DOWN && w->state != LINK_FAILED && w->state != LINK_QUARANTINED) {
+            if (s->verbose) fprintf(stderr, "colibri: worker %d (%s) disconnected\n", w->id, w->device);
             sched_outcome(s, w, LINK_LOST, "crash", NULL);
         }
         return;
     }
-    if (!w->tcp.handshaked && w->state == LINK_STARTING)
-        s_auth_failed(s, w, event, value);
+    if (!w->tcp.handshaked && w->state == LINK_STARTING) s_auth_failed(s, w, event, value);
 }
 
 //  Monitor events: frame 1 = u16 event + u32 value, frame 2 = the endpoint.
-static void s_take_events(sched *s, worker_link *w)
-{
+static void s_take_events(sched *s, worker_link *w) {
     while (w->tcp.mon) {
         zmq_msg_t a, b;
         zmq_msg_init(&a);
@@ -202,8 +199,7 @@ static void s_take_events(sched *s, worker_link *w)
     }
 }
 
-void remote_take(sched *s)
-{
+void remote_take(sched *s) {
     for (int i = 0; i < s->n_w; i++) {
         worker_link *w = &s->w[i];
         while (w->tcp.sock) { /* messages first: a reply sent before a disconnect counts */

@@ -15,10 +15,9 @@
 #include <unistd.h>
 
 #include "coordinator/sched/sched_internal.h"
-#include "error.h"
+#include "core/error.h"
 
-int sched_default_cpu_workers(void)
-{
+int sched_default_cpu_workers(void) {
     /* One worker per 16 cores: more processes on one socket do not add
      * bandwidth, they only split the same threads. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -26,24 +25,24 @@ int sched_default_cpu_workers(void)
     return n < 1 ? 1 : (n > 4 ? 4 : n);
 }
 
-static int s_budget(const char *s, uint64_t *out)
-{
+static int s_budget(const char *s, uint64_t *out) {
     char *end;
     double v = strtod(s, &end);
     double mul = 1;
-    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
-    else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
-    else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
+    if (*end == 'K' || *end == 'k')
+        mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm')
+        mul = 1048576.0, end++;
+    else if (*end == 'G' || *end == 'g')
+        mul = 1073741824.0, end++;
     if (end == s || *end || v <= 0 || v * mul > 1.8e19)
         return coli_fail(COLI_EINVAL, "devices: bad memory budget '%s' (want e.g. 8G)", s);
     *out = (uint64_t)(v * mul);
     return 0;
 }
 
-int sched_add_device(device_spec *out, int cap, int *n, const char *plugin, int index, uint64_t budget)
-{
-    if (*n >= cap)
-        return coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
+int sched_add_device(device_spec *out, int cap, int *n, const char *plugin, int index, uint64_t budget) {
+    if (*n >= cap) return coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
     device_spec *d = &out[(*n)++];
     memset(d, 0, sizeof *d);
     snprintf(d->plugin, sizeof d->plugin, "%s", plugin);
@@ -52,8 +51,7 @@ int sched_add_device(device_spec *out, int cap, int *n, const char *plugin, int 
     return 0;
 }
 
-int sched_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n)
-{
+int sched_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n) {
     if (!set->xdna) return 0;
     for (int i = 0; i < *n; i++)
         if (!strcmp(d[i].plugin, "xdna")) return 0;
@@ -61,8 +59,7 @@ int sched_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n)
 }
 
 //  Index after "name:" (or 0 with no colon); -1 when not a number.
-static int s_index(const char *item, size_t name_len, const char *end_of_index)
-{
+static int s_index(const char *item, size_t name_len, const char *end_of_index) {
     if (item[name_len] != ':') return 0;
     const char *p = item + name_len + 1;
     if (p == end_of_index) return -1;
@@ -76,8 +73,7 @@ static int s_index(const char *item, size_t name_len, const char *end_of_index)
 
 //  remote:tcp://HOST:PORT - a worker on another host that we connect to
 //  (docs/scheduler.md, "Remote workers"); numbered remote:0, remote:1, ...
-static int s_add_remote(device_spec *out, int cap, int *n, const char *ep, uint64_t budget)
-{
+static int s_add_remote(device_spec *out, int cap, int *n, const char *ep, uint64_t budget) {
     const char *port = strrchr(ep, ':');
     if (strncmp(ep, "tcp://", 6) || !port || port < ep + 7 || !port[1] ||
         strspn(port + 1, "0123456789") != strlen(port + 1))
@@ -101,8 +97,7 @@ static int s_add_remote(device_spec *out, int cap, int *n, const char *ep, uint6
 }
 
 //  One item of the list (NUL-terminated copy).
-static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inproc)
-{
+static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inproc) {
     char *eq = strchr(item, '=');
     uint64_t budget = 0;
     if (eq) {
@@ -122,9 +117,11 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
     }
     size_t name_len = strcspn(item, ":");
     const char *idx_end = item + strlen(item);
-    if (!strcmp(item, "inproc")) { *inproc = 1; return 0; }
-    if (!strncmp(item, "remote:", 7))
-        return s_add_remote(out, cap, n, item + 7, budget);
+    if (!strcmp(item, "inproc")) {
+        *inproc = 1;
+        return 0;
+    }
+    if (!strncmp(item, "remote:", 7)) return s_add_remote(out, cap, n, item + 7, budget);
     if (!strcmp(item, "auto")) /* expanded by sched_expand_auto (device_probe.c) */
         return sched_add_device(out, cap, n, "auto", 0, 0);
     static const char *known[] = {"cpu", "cuda", "hip", "xdna"};
@@ -132,8 +129,10 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
     for (int k = 0; k < 4; k++)
         if (strlen(known[k]) == name_len && !strncmp(item, known[k], name_len)) which = k;
     if (which < 0)
-        return coli_fail(COLI_EINVAL, "devices: unknown device '%s' (known: cpu[:N], cuda:I[=BUDGET], "
-                         "hip:I[=BUDGET], xdna, remote:tcp://HOST:PORT[=BUDGET], auto, inproc)", item);
+        return coli_fail(COLI_EINVAL,
+                         "devices: unknown device '%s' (known: cpu[:N], cuda:I[=BUDGET], "
+                         "hip:I[=BUDGET], xdna, remote:tcp://HOST:PORT[=BUDGET], auto, inproc)",
+                         item);
     int v = s_index(item, name_len, idx_end);
     if (v < 0 || (which == 0 && item[name_len] == ':' && v == 0))
         return coli_fail(COLI_EINVAL, "devices: bad number in '%s'", item);
@@ -149,8 +148,7 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
     return sched_add_device(out, cap, n, known[which], v, budget);
 }
 
-int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, int *inproc)
-{
+int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, int *inproc) {
     *n = 0;
     *inproc = 0;
     char buf[1024];
@@ -167,16 +165,13 @@ int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, 
         int rc = s_parse_item(it, out, cap, n, inproc);
         if (rc) return rc;
     }
-    if (*inproc && *n)
-        return coli_fail(COLI_EINVAL, "devices: 'inproc' cannot be combined with workers");
-    if (!*inproc && !*n)
-        return coli_fail(COLI_EINVAL, "devices: '%s' names no device", devices ? devices : "");
+    if (*inproc && *n) return coli_fail(COLI_EINVAL, "devices: 'inproc' cannot be combined with workers");
+    if (!*inproc && !*n) return coli_fail(COLI_EINVAL, "devices: '%s' names no device", devices ? devices : "");
     return 0;
 }
 
 // ---------------------------------------------------------------------------
-int placement_plan(const placement_in *in, int32_t *owner)
-{
+int placement_plan(const placement_in *in, int32_t *owner) {
     uint64_t *total = calloc((size_t)in->n_workers + 1, sizeof *total);
     uint64_t *layer_bytes = calloc((size_t)in->n_workers + 1, sizeof *layer_bytes);
     if (!total || !layer_bytes) {
@@ -194,8 +189,7 @@ int placement_plan(const placement_in *in, int32_t *owner)
                 continue;
             }
             for (int w = 0; w < in->n_workers; w++) {
-                if (!in->usable[w] || (in->budget[w] && total[w] + eb > in->budget[w]))
-                    continue;
+                if (!in->usable[w] || (in->budget[w] && total[w] + eb > in->budget[w])) continue;
                 /* fewest bytes in this layer, then fewest overall, then lowest index */
                 if (best < 0 || layer_bytes[w] < layer_bytes[best] ||
                     (layer_bytes[w] == layer_bytes[best] && total[w] < total[best]))

@@ -9,13 +9,12 @@
 
 #include "coordinator/heat.h"
 #include "coordinator/sched/sched_internal.h"
-#include "error.h"
-#include "expert_ffn.h"
-#include "gguf.h"
+#include "core/error.h"
+#include "core/expert_ffn.h"
+#include "core/gguf.h"
 
 //  "<arch>.<suffix>" as an integer.
-static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out)
-{
+static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out) {
     gguf_str arch;
     int rc = gguf_get_str(f, "general.architecture", &arch);
     if (rc) return rc;
@@ -24,15 +23,15 @@ static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out)
     return gguf_get_i64(f, key, out);
 }
 
-static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, const uint64_t *eb,
-                    const int32_t *owner, const double *share, int pinned, char **text)
-{
+static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, const uint64_t *eb, const int32_t *owner,
+                    const double *share, int pinned, char **text) {
     size_t cap = 4096 + (size_t)n_w * 160 + (size_t)n_layer * ((size_t)n_expert * 8 + 32);
     char *t = malloc(cap);
     if (!t) return coli_fail(COLI_ENOMEM, "plan: out of memory");
     size_t len = 0;
     len += (size_t)snprintf(t + len, cap - len, "placement: %d workers, %d layers x %d experts (%s)\n", n_w, n_layer,
-                            n_expert, share || pinned ? "hottest first onto the fastest device with room; pins win"
+                            n_expert,
+                            share || pinned ? "hottest first onto the fastest device with room; pins win"
                                             : "balance expert bytes per layer within budgets");
     for (int w = -1; w < n_w; w++) {
         uint64_t n = 0, bytes = 0;
@@ -43,15 +42,14 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
         char rows[64] = "";
         if (share) snprintf(rows, sizeof rows, "  expected rows %.1f%%", 100.0 * share[w < 0 ? n_w : w]);
         if (w < 0)
-            len += (size_t)snprintf(t + len, cap - len, "  in-process: %llu experts, %.1f MiB (no room on any worker)%s\n",
-                                    (unsigned long long)n, (double)bytes / 1048576.0, rows);
-        else
-        {
+            len +=
+                (size_t)snprintf(t + len, cap - len, "  in-process: %llu experts, %.1f MiB (no room on any worker)%s\n",
+                                 (unsigned long long)n, (double)bytes / 1048576.0, rows);
+        else {
             char b[32] = "unlimited";
             if (d[w].budget) snprintf(b, sizeof b, "%.1f MiB", (double)d[w].budget / 1048576.0);
-            len += (size_t)snprintf(t + len, cap - len, "  worker %d  %s:%d  budget %s  experts %llu  %.1f MiB%s\n",
-                                    w, d[w].plugin, d[w].index, b, (unsigned long long)n,
-                                    (double)bytes / 1048576.0, rows);
+            len += (size_t)snprintf(t + len, cap - len, "  worker %d  %s:%d  budget %s  experts %llu  %.1f MiB%s\n", w,
+                                    d[w].plugin, d[w].index, b, (unsigned long long)n, (double)bytes / 1048576.0, rows);
         }
     }
     for (int l = 0; l < n_layer; l++) {
@@ -69,8 +67,7 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
 //  The heat file at heat_path (NULL: none) for a model of that shape, and
 //  the placement from it and pins into owner; share: rows per worker.
 static int s_plan_heat(const placement_in *in, const device_spec *d, const char *heat_path, const char *pins,
-                       int32_t *owner, double *share)
-{
+                       int32_t *owner, double *share) {
     heat_table h = {0};
     int rc = heat_path ? heat_read(heat_path, &h) : heat_init(&h, in->n_layer, in->n_expert);
     if (rc == 0 && (h.n_layer != in->n_layer || h.n_expert != in->n_expert))
@@ -88,14 +85,12 @@ static int s_plan_heat(const placement_in *in, const device_spec *d, const char 
     return rc;
 }
 
-int coli_plan_text(const char *model_path, const char *devices, char **text)
-{
+int coli_plan_text(const char *model_path, const char *devices, char **text) {
     return coli_plan_heat_text(model_path, devices, NULL, NULL, text);
 }
 
 int coli_plan_heat_text(const char *model_path, const char *devices, const char *heat_path, const char *pins,
-                        char **text)
-{
+                        char **text) {
     if (!text) return coli_fail(COLI_EINVAL, "plan: text must not be NULL");
     *text = NULL;
     if (!model_path) return coli_fail(COLI_EINVAL, "plan: no model path");
@@ -106,8 +101,8 @@ int coli_plan_heat_text(const char *model_path, const char *devices, const char 
     coli_settings set;
     coli_settings_from_env(&set);
     char worker_bin[PATH_MAX]; /* coli-worker probes the GPUs */
-    rc = sched_expand_auto(&set, sup_find_worker_bin(&set, worker_bin, sizeof worker_bin) == 0 ? worker_bin : NULL,
-                           d, SCHED_MAX_WORKERS, &n_w, 0);
+    rc = sched_expand_auto(&set, sup_find_worker_bin(&set, worker_bin, sizeof worker_bin) == 0 ? worker_bin : NULL, d,
+                           SCHED_MAX_WORKERS, &n_w, 0);
     if (rc == 0 && !inproc) rc = sched_xdna_optin(&set, d, SCHED_MAX_WORKERS, &n_w); /* --xdna */
     if (rc) return rc;
     if (inproc) {
@@ -125,8 +120,8 @@ int coli_plan_heat_text(const char *model_path, const char *devices, const char 
     if (s_arch_int(f, "nextn_predict_layers", &n_nextn) == 0 && n_nextn > 0 && n_nextn < n_layer) n_layer -= n_nextn;
     if (n_layer <= 0 || n_expert <= 0 || n_layer > 100000 || n_expert > 100000) {
         gguf_close(&f);
-        return coli_fail(COLI_EINVAL, "plan: %s is not a MoE model (%lld layers, %lld experts)",
-                         model_path, (long long)n_layer, (long long)n_expert);
+        return coli_fail(COLI_EINVAL, "plan: %s is not a MoE model (%lld layers, %lld experts)", model_path,
+                         (long long)n_layer, (long long)n_expert);
     }
     uint64_t *eb = calloc((size_t)n_layer, sizeof *eb);
     int32_t *owner = malloc((size_t)n_layer * (size_t)n_expert * sizeof *owner);

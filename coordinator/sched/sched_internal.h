@@ -31,11 +31,11 @@
 
 /* ---- devices and placement (placement.c) ------------------------------ */
 typedef struct device_spec {
-    char plugin[16];       /* "cpu", "cuda", "hip", "xdna" */
-    int index;             /* vendor ordinal */
-    uint64_t budget;       /* bytes of experts it may hold; 0 = unlimited */
-    int threads;           /* cpu:N@T: compute threads of each (0 = an even share of n_threads) */
-    char endpoint[224];    /* plugin "remote": the worker's tcp:// endpoint (link_remote.c) */
+    char plugin[16];    /* "cpu", "cuda", "hip", "xdna" */
+    int index;          /* vendor ordinal */
+    uint64_t budget;    /* bytes of experts it may hold; 0 = unlimited */
+    int threads;        /* cpu:N@T: compute threads of each (0 = an even share of n_threads) */
+    char endpoint[224]; /* plugin "remote": the worker's tcp:// endpoint (link_remote.c) */
 } device_spec;
 
 #define SCHED_MAX_WORKERS 64
@@ -52,8 +52,7 @@ int sched_default_cpu_workers(void);
  * `coli-worker --probe NAME`, with a timeout: a broken driver cannot take the
  * coordinator down) plus the default CPU workers; renumbers cpu workers.
  * worker_bin NULL: CPU workers only. No GPU is normal and silent. */
-int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_spec *d, int cap, int *n,
-                      int verbose);
+int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_spec *d, int cap, int *n, int verbose);
 
 /* The NPU lane's opt-in: when it is requested (set->xdna: COLI_XDNA a
  * non-zero integer; `--xdna` sets it) and the list has no xdna entry, append
@@ -63,10 +62,10 @@ int sched_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n);
 
 typedef struct placement_in {
     int n_layer, n_expert;
-    const uint64_t *expert_bytes;  /* (n_layer) bytes of one expert of each layer; 0: a dense layer */
+    const uint64_t *expert_bytes; /* (n_layer) bytes of one expert of each layer; 0: a dense layer */
     int n_workers;
-    const uint64_t *budget;        /* (n_workers) 0 = unlimited */
-    const int *usable;             /* (n_workers) 0 = takes nothing */
+    const uint64_t *budget; /* (n_workers) 0 = unlimited */
+    const int *usable;      /* (n_workers) 0 = takes nothing */
 } placement_in;
 
 /* owner (n_layer * n_expert) = worker index, or -1 when nobody has room
@@ -96,8 +95,8 @@ void placement_row_share(const placement_in *in, const uint64_t *heat, const int
 
 /* ---- one worker, as the coordinator sees it ----------------------------- */
 typedef enum link_state {
-    LINK_STARTING,    /* spawned, no hello yet */
-    LINK_PLACING,     /* hello OK, Place sent, no ack yet */
+    LINK_STARTING, /* spawned, no hello yet */
+    LINK_PLACING,  /* hello OK, Place sent, no ack yet */
     LINK_UP,
     LINK_HUNG,        /* missed a deadline; no work until it proves alive */
     LINK_DOWN,        /* dead; restart pending (or restart limit reached) */
@@ -109,9 +108,9 @@ typedef enum link_state {
 #define SCHED_N_BUCKETS 13
 #define SCHED_FAIL_TIMES 8
 
-typedef struct lat_stats {          /* latency in seconds */
+typedef struct lat_stats { /* latency in seconds */
     double ring[SCHED_LAT_RING];
-    uint64_t n;                      /* samples ever */
+    uint64_t n;                        /* samples ever */
     uint64_t buckets[SCHED_N_BUCKETS]; /* non-cumulative */
     double sum;
 } lat_stats;
@@ -122,54 +121,54 @@ typedef struct lat_stats {          /* latency in seconds */
  * worker, whose "process" is a connection). */
 typedef struct link_proc {
     pid_t pid;
-    int pidfd;                       /* -1 when pidfd_open is unavailable */
+    int pidfd; /* -1 when pidfd_open is unavailable */
     unsigned gen;
     int n_threads;
-    char routing_id[64];             /* local: "w<id>.<gen>.<32 hex secret>" (supervisor.c; see
+    char routing_id[64]; /* local: "w<id>.<gen>.<32 hex secret>" (supervisor.c; see
                                         worker_identity.c); remote: "w<id>.<gen>" (its own DEALER) */
     size_t routing_len;
-    uint64_t exit_seen_ns;           /* died before its hello: wait for a FAILED hello in flight */
+    uint64_t exit_seen_ns; /* died before its hello: wait for a FAILED hello in flight */
     uint64_t restart_at_ns;
     uint64_t fail_ns[SCHED_FAIL_TIMES];
     int n_fail;
-    int restart_limited;             /* DOWN for good: it cannot be started */
-    int probation;                   /* re-probes since it failed too often; 0 once a trial batch succeeded */
+    int restart_limited; /* DOWN for good: it cannot be started */
+    int probation;       /* re-probes since it failed too often; 0 once a trial batch succeeded */
     uint64_t restarts;
 } link_proc;
 
 /* What it holds: its hello and the Place conversation (worker_link.c). */
 typedef struct link_place {
-    int hello_ok;                    /* its hello said OK (this generation) */
+    int hello_ok; /* its hello said OK (this generation) */
     char device_name[64];
-    uint64_t caps_budget;            /* memory budget its hello reported */
+    uint64_t caps_budget; /* memory budget its hello reported */
     uint64_t owned_experts, owned_bytes;
     uint64_t resident_experts, resident_bytes;
-    uint64_t refused_experts;        /* placed experts it could not hold (all generations) */
+    uint64_t refused_experts; /* placed experts it could not hold (all generations) */
 } link_place;
 
 /* The request in flight (scheduler.c gathers rows; worker_link.c sends them). */
 typedef struct link_req {
-    uint64_t id;                     /* 0 = none */
+    uint64_t id; /* 0 = none */
     uint64_t sent_ns;
     int64_t n_rows;
-    int64_t *row_pair;               /* (n_rows) pair index of each row, grouped by expert */
-    float *x;                        /* (n_rows, n_embd) gathered inputs */
+    int64_t *row_pair; /* (n_rows) pair index of each row, grouped by expert */
+    float *x;          /* (n_rows, n_embd) gathered inputs */
     size_t cap_rows;
     int x_finite;
-    uint64_t hung_id;                /* a late reply with this id is dropped */
+    uint64_t hung_id; /* a late reply with this id is dropped */
 } link_req;
 
 /* The shared-memory data path (link_ring.c; supervisor.c makes the ring). */
 typedef struct link_shm {
-    shm_ring ring;                   /* batches and results go here when ring.base is set */
-    uint64_t replies;                /* messages taken from its rings (all generations) */
+    shm_ring ring;    /* batches and results go here when ring.base is set */
+    uint64_t replies; /* messages taken from its rings (all generations) */
 } link_shm;
 
 /* A worker on another host (link_remote.c): our own DEALER to it, and its monitor. */
 typedef struct link_tcp {
-    int on;                          /* dev.endpoint is set: this worker is remote */
+    int on; /* dev.endpoint is set: this worker is remote */
     void *sock, *mon;
-    int handshaked;                  /* the CURVE handshake of this generation succeeded */
+    int handshaked; /* the CURVE handshake of this generation succeeded */
 } link_tcp;
 
 #define SCHED_MAX_COUNTERS 8
@@ -180,8 +179,8 @@ typedef struct link_tcp {
 typedef struct link_stats {
     uint64_t batches, rows, rerouted_rows, heartbeats;
     lat_stats lat;
-    uint32_t recent_failed;          /* bit i: the i-th latest batch failed */
-    int recent_n;                    /* batches in that window, <= SCHED_RECENT_BATCHES */
+    uint32_t recent_failed; /* bit i: the i-th latest batch failed */
+    int recent_n;           /* batches in that window, <= SCHED_RECENT_BATCHES */
     /* its plugin's own counters, latest values (e.g. xdna buckets; worker_link.c, from each result) */
     char counter_name[SCHED_MAX_COUNTERS][32];
     uint64_t counter_value[SCHED_MAX_COUNTERS];
@@ -191,12 +190,12 @@ typedef struct link_stats {
 typedef struct worker_link {
     int id;
     device_spec dev;
-    char device[32];                 /* "cpu:0", "cuda:1" */
+    char device[32]; /* "cpu:0", "cuda:1" */
     int is_cpu;
-    link_state state;                /* link_set_state (worker_link.c) */
+    link_state state; /* link_set_state (worker_link.c) */
     char reason[256];
     uint64_t state_since_ns;
-    uint64_t last_seen_ns;           /* any message from it */
+    uint64_t last_seen_ns; /* any message from it */
     link_proc proc;
     link_place place;
     link_req req;
@@ -216,57 +215,57 @@ typedef struct fallback_count {
 /* The model as the executor needs it (scheduler.c, read-only after start). */
 typedef struct sched_model {
     char *path;
-    uint64_t size, hash;             /* identity both sides check (wire_model_identity) */
+    uint64_t size, hash; /* identity both sides check (wire_model_identity) */
     int n_layer, n_expert;
     int64_t n_embd;
-    uint64_t *expert_bytes;          /* (n_layer) */
+    uint64_t *expert_bytes; /* (n_layer) */
 } sched_model;
 
 /* Deadlines and switches, from coli_settings (scheduler.c, at start). */
 typedef struct sched_limits {
     uint64_t deadline_ns, per_row_ns, start_ns, hang_kill_ns;
     uint64_t backoff_ns, backoff_max_ns, fail_window_ns;
-    uint64_t reprobe_ns;             /* first re-probe of a worker that failed too often; 0: never */
+    uint64_t reprobe_ns; /* first re-probe of a worker that failed too often; 0: never */
     int max_failures;
-    uint64_t hb_ns;                  /* worker heartbeat interval */
-    uint64_t hb_miss;                /* idle silence of this many intervals = down (0 = off) */
-    int use_rings;                   /* local workers get a shm ring */
-    int64_t ring_rows;               /* rows one ring slot holds (the largest batch) */
-    uint64_t spin_ns;                /* spin on a ring before sleeping */
+    uint64_t hb_ns;    /* worker heartbeat interval */
+    uint64_t hb_miss;  /* idle silence of this many intervals = down (0 = off) */
+    int use_rings;     /* local workers get a shm ring */
+    int64_t ring_rows; /* rows one ring slot holds (the largest batch) */
+    uint64_t spin_ns;  /* spin on a ring before sleeping */
 } sched_limits;
 
 /* Sockets, the private directory, the lifeline (scheduler.c; supervisor.c spawns with them). */
 typedef struct sched_transport {
     void *zctx, *router;
-    char dir[PATH_MAX];              /* private temporary directory */
+    char dir[PATH_MAX]; /* private temporary directory */
     char endpoint[PATH_MAX + 16];
     char worker_bin[PATH_MAX];
-    int lifeline[2];                 /* pipe: workers hold the read end, EOF = coordinator gone */
-    char session[17];                /* this executor instance, 16 hex (random): the ipc name and
+    int lifeline[2];  /* pipe: workers hold the read end, EOF = coordinator gone */
+    char session[17]; /* this executor instance, 16 hex (random): the ipc name and
                                         the session of its greetings to remote workers */
 } sched_transport;
 
 /* Who holds what (scheduler.c plans; worker_link.c takes refusals back). */
 typedef struct sched_placement {
-    int32_t *owner;                  /* (n_layer, n_expert) worker index or -1 */
-    uint64_t *refused_by;            /* (n_layer, n_expert) bit w: worker w refused it at Place */
-    int started;                     /* start-up placement done: restarts place at once */
+    int32_t *owner;       /* (n_layer, n_expert) worker index or -1 */
+    uint64_t *refused_by; /* (n_layer, n_expert) bit w: worker w refused it at Place */
+    int started;          /* start-up placement done: restarts place at once */
 } sched_placement;
 
 /* The layer being computed (scheduler.c). */
 typedef struct sched_call {
-    int64_t *pair_target;            /* (pairs) worker index, -1 inproc, -2 done */
-    int16_t *done_by;                /* (pairs) who computed it: worker index, -1 in-process (route traces) */
+    int64_t *pair_target; /* (pairs) worker index, -1 inproc, -2 done */
+    int16_t *done_by;     /* (pairs) who computed it: worker index, -1 in-process (route traces) */
     size_t cap_pairs;
-    unsigned char *excluded;         /* (n_w) failed during this layer */
-    float *y;                        /* y of the layer being computed */
-    const int32_t *ids;              /* its expert id per pair */
+    unsigned char *excluded; /* (n_w) failed during this layer */
+    float *y;                /* y of the layer being computed */
+    const int32_t *ids;      /* its expert id per pair */
     int layer;
-    int64_t pending;                 /* pairs of this layer still without output */
-    int64_t *group_start;            /* (n_expert + 1) scratch of moe_group_by_expert */
-    int64_t *grouped;                /* (cap_grouped) one worker's rows regrouped by expert */
+    int64_t pending;      /* pairs of this layer still without output */
+    int64_t *group_start; /* (n_expert + 1) scratch of moe_group_by_expert */
+    int64_t *grouped;     /* (cap_grouped) one worker's rows regrouped by expert */
     size_t cap_grouped;
-    uint64_t next_req;               /* request ids, never reused */
+    uint64_t next_req; /* request ids, never reused */
 } sched_call;
 
 /* Executor-wide counters (fallback_stats.c formats them). */
@@ -274,14 +273,14 @@ typedef struct sched_stats {
     fallback_count fb[SCHED_MAX_FALLBACK_KINDS];
     int n_fb;
     uint64_t fallbacks_total, foreign_dropped, late_dropped, stale_dropped, inproc_rows;
-    uint64_t impostor_dropped;       /* names a live worker's id and generation without its secret */
+    uint64_t impostor_dropped; /* names a live worker's id and generation without its secret */
     lat_stats dispatch;
 } sched_stats;
 
 typedef struct sched {
-    moe_exec base;                   /* first: a moe_exec* is a sched* */
+    moe_exec base; /* first: a moe_exec* is a sched* */
     moe_exec_config cfg;
-    coli_settings set;               /* read once at start (core/settings.h) */
+    coli_settings set; /* read once at start (core/settings.h) */
     int verbose;
     sched_model model;
     sched_limits lim;
@@ -289,7 +288,7 @@ typedef struct sched {
     worker_link *w;
     int n_w;
     sched_placement place;
-    moe_exec *inproc;                /* fallback of last resort, made on first use */
+    moe_exec *inproc; /* fallback of last resort, made on first use */
     sched_call call;
     sched_stats stats;
 } sched;
@@ -313,16 +312,16 @@ void sched_outcome(sched *s, worker_link *w, link_outcome o, const char *reason,
 /* How a send went (link_send*): the caller decides what follows. */
 typedef enum link_sent {
     LINK_SENT = 0,
-    LINK_SEND_ERROR,     /* this message could not go (coli_last_error says why); the worker may be fine */
-    LINK_UNREACHABLE,    /* the worker is gone: nothing can reach it */
+    LINK_SEND_ERROR,  /* this message could not go (coli_last_error says why); the worker may be fine */
+    LINK_UNREACHABLE, /* the worker is gone: nothing can reach it */
 } link_sent;
 
 /* ---- supervisor.c ---- */
 /* The coli-worker program into out (cap bytes): set->worker_bin (COLI_WORKER,
  * or coli_model_params.worker_path), else next to this program (bin/coli,
  * tests/x -> ../bin), else <COLI_BUILD or build>/bin. 0 or COLI_EIO. */
-int  sup_find_worker_bin(const coli_settings *set, char *out, size_t cap);
-int  sup_spawn(sched *s, worker_link *w);
+int sup_find_worker_bin(const coli_settings *set, char *out, size_t cap);
+int sup_spawn(sched *s, worker_link *w);
 /* Reap dead children (non-blocking), start due restarts. */
 void sup_tick(sched *s);
 /* The process of w is gone (or must go): reap it, count, schedule restart. */
@@ -337,7 +336,7 @@ void sup_shutdown_all(sched *s);
  * getrandom (never in argv or the environment), into w->proc.routing_id;
  * then a pipe whose read end (*read_fd, close-on-exec: the spawn clears
  * that in the child alone) already holds it. 0 or COLI_EIO. */
-int  ident_new_secret(worker_link *w, int *read_fd);
+int ident_new_secret(worker_link *w, int *read_fd);
 /* The current worker a routing id names, or NULL: *kind 0 = unknown peer,
  * 1 = an older generation (stale), 2 = a live id and generation with a
  * wrong or missing secret (an impostor). Compared in constant time. */
@@ -367,20 +366,20 @@ void link_take_rings(sched *s);
 void link_spin_rings(sched *s);
 /* Around a blocking poll: arm the doorbells of rings we wait on; returns the
  * number armed (adding their eventfds to items), or -1 when one is ready. */
-int  link_rings_arm(sched *s, zmq_pollitem_t *items, int max_items);
+int link_rings_arm(sched *s, zmq_pollitem_t *items, int max_items);
 void link_rings_disarm(sched *s);
 
 /* ---- link_remote.c: workers on other hosts (tcp + CURVE), coordinator side ---- */
 /* Before anything starts: remote devices need CURVE and keys (set->keys_dir). */
-int  remote_preflight(const coli_settings *set, const device_spec *d, int n);
+int remote_preflight(const coli_settings *set, const device_spec *d, int n);
 /* Connect a fresh DEALER (CURVE client, keys from s->set.keys_dir) to w's
  * endpoint and greet it; w is then STARTING until its hello. */
-int  remote_connect(sched *s, worker_link *w);
+int remote_connect(sched *s, worker_link *w);
 void remote_close(worker_link *w);
 /* Send to w whichever way it is reached (ROUTER + routing id, or its DEALER). */
 link_sent link_send(sched *s, worker_link *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags);
 /* Poll items of the remote sockets and monitors; then take what they hold. */
-int  remote_poll_items(sched *s, zmq_pollitem_t *items, int max_items);
+int remote_poll_items(sched *s, zmq_pollitem_t *items, int max_items);
 void remote_take(sched *s);
 
 /* ---- fallback_stats.c ---- */
@@ -390,8 +389,8 @@ void stats_latency(lat_stats *l, double seconds);
 /* One batch of w answered (ok = 1) or failed: the recent window /health judges by. */
 void stats_batch_outcome(link_stats *st, int ok);
 /* Format the stats as they are (the caller polls first): malloc'd, caller frees. */
-int  stats_json(const sched *s, char **json);
-int  stats_text(const sched *s, char **text);
+int stats_json(const sched *s, char **json);
+int stats_text(const sched *s, char **text);
 
 /* ---- scheduler.c ---- */
 /* w's request in flight is answered: out holds its rows (validated, any

@@ -21,22 +21,24 @@
 
 #include "coordinator/forward.h"
 #include "coordinator/sched/sched_internal.h"
-#include "error.h"
-#include "expert_ffn.h"
+#include "core/error.h"
+#include "core/expert_ffn.h"
 
-enum { PAIR_DONE = -2, PAIR_PENDING = -3, PAIR_INPROC = -1 };
+enum {
+    PAIR_DONE = -2,
+    PAIR_PENDING = -3,
+    PAIR_INPROC = -1
+};
 
 // ---------------------------------------------------------------------------
-void sched_rows_done(sched *s, worker_link *w, const void *out)
-{
+void sched_rows_done(sched *s, worker_link *w, const void *out) {
     const size_t E = (size_t)s->model.n_embd;
     stats_latency(&w->stats.lat, (double)(coli_now_ns() - w->req.sent_ns) / 1e9);
     w->stats.batches++;
     w->stats.rows += (uint64_t)w->req.n_rows;
     for (int64_t r = 0; r < w->req.n_rows; r++) {
         int64_t p = w->req.row_pair[r];
-        memcpy(s->call.y + (size_t)p * E, (const char *)out + (size_t)r * E * sizeof(float),
-               E * sizeof(float));
+        memcpy(s->call.y + (size_t)p * E, (const char *)out + (size_t)r * E * sizeof(float), E * sizeof(float));
         s->call.pair_target[p] = PAIR_DONE;
         s->call.done_by[p] = (int16_t)w->id;
         s->call.pending--;
@@ -46,26 +48,20 @@ void sched_rows_done(sched *s, worker_link *w, const void *out)
     sup_batch_ok(s, w);
 }
 
-void sched_rows_lost(sched *s, worker_link *w)
-{
+void sched_rows_lost(sched *s, worker_link *w) {
     for (int64_t r = 0; r < w->req.n_rows; r++)
-        if (s->call.pair_target[w->req.row_pair[r]] == w->id)
-            s->call.pair_target[w->req.row_pair[r]] = PAIR_PENDING;
+        if (s->call.pair_target[w->req.row_pair[r]] == w->id) s->call.pair_target[w->req.row_pair[r]] = PAIR_PENDING;
     w->req.id = 0;
     s->call.excluded[w->id] = 1;
 }
 
-void sched_outcome(sched *s, worker_link *w, link_outcome o, const char *reason, const char *why)
-{
+void sched_outcome(sched *s, worker_link *w, link_outcome o, const char *reason, const char *why) {
     switch (o) {
-    case LINK_LOST:
-        sup_worker_lost(s, w, reason, 1);
-        return;
+    case LINK_LOST: sup_worker_lost(s, w, reason, 1); return;
     case LINK_GARBAGE:
         if (w->state == LINK_QUARANTINED || w->state == LINK_DOWN || w->state == LINK_FAILED)
             return; /* out of service already: counted when it left */
-        if (s->verbose)
-            fprintf(stderr, "colibri: worker %d (%s) quarantined: %s\n", w->id, w->device, why);
+        if (s->verbose) fprintf(stderr, "colibri: worker %d (%s) quarantined: %s\n", w->id, w->device, why);
         stats_fallback(s, w, reason);
         if (w->req.id) sched_rows_lost(s, w);
         link_set_state(w, LINK_QUARANTINED, why);
@@ -81,21 +77,17 @@ void sched_outcome(sched *s, worker_link *w, link_outcome o, const char *reason,
         return;
     }
     case LINK_BATCH_FAILED:
-        if (s->verbose && why)
-            fprintf(stderr, "colibri: worker %d (%s): %s\n", w->id, w->device, why);
+        if (s->verbose && why) fprintf(stderr, "colibri: worker %d (%s): %s\n", w->id, w->device, why);
         stats_fallback(s, w, reason);
         stats_batch_outcome(&w->stats, 0);
         sched_rows_lost(s, w);
         return;
-    case LINK_EXPERT_REFUSED:
-        stats_fallback(s, w, reason);
-        return;
+    case LINK_EXPERT_REFUSED: stats_fallback(s, w, reason); return;
     }
 }
 
 //  Take what the workers sent, then act on deaths and due restarts.
-static void s_poll(sched *s, int timeout_ms)
-{
+static void s_poll(sched *s, int timeout_ms) {
     link_poll(s, timeout_ms);
     sup_tick(s);
 }
@@ -103,18 +95,16 @@ static void s_poll(sched *s, int timeout_ms)
 // ---------------------------------------------------------------------------
 //  An up CPU worker that has not failed in this layer and did not refuse the
 //  expert at Place (refused_mask), the least loaded.
-static int s_fallback_worker(sched *s, const int64_t *load, uint64_t refused_mask)
-{
+static int s_fallback_worker(sched *s, const int64_t *load, uint64_t refused_mask) {
     int best = -1;
     for (int i = 0; i < s->n_w; i++)
-        if (s->w[i].is_cpu && s->w[i].state == LINK_UP && !s->call.excluded[i] &&
-            !(refused_mask >> i & 1) && (best < 0 || load[i] < load[best]))
+        if (s->w[i].is_cpu && s->w[i].state == LINK_UP && !s->call.excluded[i] && !(refused_mask >> i & 1) &&
+            (best < 0 || load[i] < load[best]))
             best = i;
     return best;
 }
 
-static int s_reserve_rows(sched *s, worker_link *w, size_t rows)
-{
+static int s_reserve_rows(sched *s, worker_link *w, size_t rows) {
     if (rows <= w->req.cap_rows) return 0;
     size_t cap = w->req.cap_rows ? w->req.cap_rows : 16;
     while (cap < rows) cap *= 2;
@@ -122,29 +112,27 @@ static int s_reserve_rows(sched *s, worker_link *w, size_t rows)
     if (rp) w->req.row_pair = rp;
     float *x = realloc(w->req.x, cap * (size_t)s->model.n_embd * sizeof(float));
     if (x) w->req.x = x;
-    if (!rp || !x)
-        return coli_fail(COLI_ENOMEM, "worker %d: buffers for %zu rows", w->id, rows);
+    if (!rp || !x) return coli_fail(COLI_ENOMEM, "worker %d: buffers for %zu rows", w->id, rows);
     w->req.cap_rows = cap;
     return 0;
 }
 
 //  w's rows (in pair order) regrouped by expert, pair order within an expert.
-static int s_group_rows(sched *s, worker_link *w)
-{
+static int s_group_rows(sched *s, worker_link *w) {
     if ((size_t)w->req.n_rows > s->call.cap_grouped) {
         int64_t *g = realloc(s->call.grouped, w->req.cap_rows * sizeof *g);
         if (!g) return coli_fail(COLI_ENOMEM, "scheduler: %lld rows", (long long)w->req.n_rows);
         s->call.grouped = g;
         s->call.cap_grouped = w->req.cap_rows;
     }
-    moe_group_by_expert(s->call.ids, w->req.row_pair, w->req.n_rows, s->model.n_expert, s->call.group_start, s->call.grouped);
+    moe_group_by_expert(s->call.ids, w->req.row_pair, w->req.n_rows, s->model.n_expert, s->call.group_start,
+                        s->call.grouped);
     memcpy(w->req.row_pair, s->call.grouped, (size_t)w->req.n_rows * sizeof *w->req.row_pair);
     return 0;
 }
 
 //  Give each pending pair a target; collect each worker's rows sorted by expert.
-static int s_assign(sched *s, int layer, int64_t n_pairs, unsigned char *allow_load)
-{
+static int s_assign(sched *s, int layer, int64_t n_pairs, unsigned char *allow_load) {
     int64_t load[SCHED_MAX_WORKERS] = {0};
     for (int i = 0; i < s->n_w; i++) s->w[i].req.n_rows = 0;
     for (int64_t p = 0; p < n_pairs; p++) {
@@ -173,8 +161,7 @@ static int s_assign(sched *s, int layer, int64_t n_pairs, unsigned char *allow_l
 }
 
 //  Gather the rows and send; a worker we cannot reach loses its rows.
-static void s_send_all(sched *s, int layer, const float *x, int k, const unsigned char *allow_load)
-{
+static void s_send_all(sched *s, int layer, const float *x, int k, const unsigned char *allow_load) {
     const size_t E = (size_t)s->model.n_embd;
     for (int i = 0; i < s->n_w; i++) {
         worker_link *w = &s->w[i];
@@ -184,12 +171,10 @@ static void s_send_all(sched *s, int layer, const float *x, int k, const unsigne
             const float *src = x + (size_t)(w->req.row_pair[r] / k) * E;
             memcpy(w->req.x + (size_t)r * E, src, E * sizeof(float));
         }
-        for (size_t j = 0; finite && j < (size_t)w->req.n_rows * E; j++)
-            finite = isfinite(w->req.x[j]);
+        for (size_t j = 0; finite && j < (size_t)w->req.n_rows * E; j++) finite = isfinite(w->req.x[j]);
         w->req.x_finite = finite;
         link_sent sent = link_send_batch(s, w, layer, allow_load[i]);
-        if (sent == LINK_SENT)
-            continue;
+        if (sent == LINK_SENT) continue;
         w->req.id = 1; /* so that the rows are handed back */
         if (sent == LINK_UNREACHABLE)
             sup_worker_lost(s, w, "crash", 1);
@@ -200,8 +185,7 @@ static void s_send_all(sched *s, int layer, const float *x, int k, const unsigne
 }
 
 //  Pairs nobody else can take: the cpu plugin, here.
-static int s_run_inproc(sched *s, int layer, const float *x, int64_t n_pairs, int k)
-{
+static int s_run_inproc(sched *s, int layer, const float *x, int64_t n_pairs, int k) {
     const size_t E = (size_t)s->model.n_embd;
     int64_t m = 0;
     for (int64_t p = 0; p < n_pairs; p++) m += s->call.pair_target[p] == PAIR_INPROC;
@@ -213,15 +197,15 @@ static int s_run_inproc(sched *s, int layer, const float *x, int64_t n_pairs, in
     float *xin = malloc((size_t)m * E * sizeof(float)), *yout = malloc((size_t)m * E * sizeof(float));
     int32_t *ids = malloc((size_t)m * sizeof *ids);
     int64_t *pp = malloc((size_t)m * sizeof *pp);
-    int rc = (!xin || !yout || !ids || !pp) ? coli_fail(COLI_ENOMEM, "in-process fallback: %lld rows", (long long)m) : 0;
+    int rc =
+        (!xin || !yout || !ids || !pp) ? coli_fail(COLI_ENOMEM, "in-process fallback: %lld rows", (long long)m) : 0;
     for (int64_t p = 0, j = 0; rc == 0 && p < n_pairs; p++)
         if (s->call.pair_target[p] == PAIR_INPROC) {
             memcpy(xin + (size_t)j * E, x + (size_t)(p / k) * E, E * sizeof(float));
             ids[j] = s->call.ids[p];
             pp[j++] = p;
         }
-    if (rc == 0)
-        rc = s->inproc->run_layer(s->inproc, layer, xin, m, 1, ids, yout);
+    if (rc == 0) rc = s->inproc->run_layer(s->inproc, layer, xin, m, 1, ids, yout);
     for (int64_t j = 0; rc == 0 && j < m; j++) {
         memcpy(s->call.y + (size_t)pp[j] * E, yout + (size_t)j * E, E * sizeof(float));
         s->call.pair_target[pp[j]] = PAIR_DONE;
@@ -229,13 +213,15 @@ static int s_run_inproc(sched *s, int layer, const float *x, int64_t n_pairs, in
         s->call.pending--;
     }
     if (rc == 0) s->stats.inproc_rows += (uint64_t)m;
-    free(xin); free(yout); free(ids); free(pp);
+    free(xin);
+    free(yout);
+    free(ids);
+    free(pp);
     return rc;
 }
 
 //  Wait for every request in flight, at most until the deadline.
-static void s_gather(sched *s)
-{
+static void s_gather(sched *s) {
     int64_t max_rows = 0;
     for (int i = 0; i < s->n_w; i++)
         if (s->w[i].req.id && s->w[i].req.n_rows > max_rows) max_rows = s->w[i].req.n_rows;
@@ -252,8 +238,7 @@ static void s_gather(sched *s)
     for (int i = 0; i < s->n_w; i++) {
         worker_link *w = &s->w[i];
         if (!w->req.id) continue;
-        if (s->verbose)
-            fprintf(stderr, "colibri: worker %d (%s) missed the layer deadline\n", w->id, w->device);
+        if (s->verbose) fprintf(stderr, "colibri: worker %d (%s) missed the layer deadline\n", w->id, w->device);
         stats_fallback(s, w, "timeout");
         w->req.hung_id = w->req.id;
         sched_rows_lost(s, w);
@@ -261,8 +246,7 @@ static void s_gather(sched *s)
     }
 }
 
-static int s_reserve_pairs(sched *s, int64_t n_pairs)
-{
+static int s_reserve_pairs(sched *s, int64_t n_pairs) {
     if ((size_t)n_pairs <= s->call.cap_pairs) return 0;
     int64_t *t = realloc(s->call.pair_target, (size_t)n_pairs * sizeof *t);
     if (t) s->call.pair_target = t;
@@ -273,9 +257,7 @@ static int s_reserve_pairs(sched *s, int64_t n_pairs)
     return 0;
 }
 
-static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok, int k,
-                       const int32_t *ids, float *y)
-{
+static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok, int k, const int32_t *ids, float *y) {
     sched *s = (sched *)self;
     if (layer < 0 || layer >= s->model.n_layer)
         return coli_fail(COLI_EINVAL, "scheduler: layer %d out of range [0, %d)", layer, s->model.n_layer);
@@ -283,12 +265,14 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
     const int64_t n_pairs = n_tok * k;
     for (int64_t p = 0; p < n_pairs; p++)
         if (ids[p] < 0 || ids[p] >= s->model.n_expert)
-            return coli_fail(COLI_ERANGE, "scheduler: layer %d: expert id %d out of range [0, %d)",
-                             layer, ids[p], s->model.n_expert);
+            return coli_fail(COLI_ERANGE, "scheduler: layer %d: expert id %d out of range [0, %d)", layer, ids[p],
+                             s->model.n_expert);
     int rc = s_reserve_pairs(s, n_pairs);
     if (rc) return rc;
     s_poll(s, 0);
-    s->call.y = y; s->call.ids = ids; s->call.layer = layer;
+    s->call.y = y;
+    s->call.ids = ids;
+    s->call.layer = layer;
     s->call.pending = n_pairs;
     for (int64_t p = 0; p < n_pairs; p++) s->call.pair_target[p] = PAIR_PENDING;
     memset(s->call.excluded, 0, (size_t)s->n_w);
@@ -304,29 +288,25 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
         s_gather(s);
     }
     for (int i = 0; i < s->n_w; i++) s->w[i].req.id = 0;
-    if (rc == 0 && used_workers)
-        stats_latency(&s->stats.dispatch, (double)(coli_now_ns() - t0) / 1e9);
+    if (rc == 0 && used_workers) stats_latency(&s->stats.dispatch, (double)(coli_now_ns() - t0) / 1e9);
     return rc;
 }
 
 // ---------------------------------------------------------------------------
 // stats: states brought up to date first, then formatted (fallback_stats.c)
 
-static int s_stats_json(moe_exec *self, char **json)
-{
+static int s_stats_json(moe_exec *self, char **json) {
     s_poll((sched *)self, 0);
     return stats_json((const sched *)self, json);
 }
 
-static int s_stats_text(moe_exec *self, char **text)
-{
+static int s_stats_text(moe_exec *self, char **text) {
     s_poll((sched *)self, 0);
     return stats_text((const sched *)self, text);
 }
 
 //  Who computed pair p of the last layer (route traces).
-static const char *s_pair_device(moe_exec *self, int64_t p)
-{
+static const char *s_pair_device(moe_exec *self, int64_t p) {
     const sched *s = (const sched *)self;
     if (p < 0 || (size_t)p >= s->call.cap_pairs || s->call.done_by[p] < 0) return "inproc";
     return s->w[s->call.done_by[p]].device;
@@ -335,8 +315,7 @@ static const char *s_pair_device(moe_exec *self, int64_t p)
 // ---------------------------------------------------------------------------
 // lifecycle
 
-static void s_destroy(moe_exec *self)
-{
+static void s_destroy(moe_exec *self) {
     sched *s = (sched *)self;
     if (!s) return;
     if (s->net.router) sup_shutdown_all(s);
@@ -356,16 +335,25 @@ static void s_destroy(moe_exec *self)
         free(s->w[i].req.x);
         ring_close(&s->w[i].shm.ring);
     }
-    free(s->w); free(s->place.owner); free(s->place.refused_by); free(s->model.expert_bytes); free(s->model.path);
-    free(s->call.pair_target); free(s->call.done_by); free(s->call.excluded); free(s->call.group_start); free(s->call.grouped);
+    free(s->w);
+    free(s->place.owner);
+    free(s->place.refused_by);
+    free(s->model.expert_bytes);
+    free(s->model.path);
+    free(s->call.pair_target);
+    free(s->call.done_by);
+    free(s->call.excluded);
+    free(s->call.group_start);
+    free(s->call.grouped);
     free(s);
 }
 
 //  The settings read at load (cfg->settings, else the environment now), in the units used here.
-static void s_settings(sched *s, const moe_exec_config *cfg)
-{
-    if (cfg->settings) s->set = *cfg->settings;
-    else coli_settings_from_env(&s->set);
+static void s_settings(sched *s, const moe_exec_config *cfg) {
+    if (cfg->settings)
+        s->set = *cfg->settings;
+    else
+        coli_settings_from_env(&s->set);
     const coli_settings *st = &s->set;
     s->lim.deadline_ns = st->layer_deadline_ms * 1000000ULL;
     s->lim.per_row_ns = st->deadline_per_row_us * 1000ULL;
@@ -383,8 +371,7 @@ static void s_settings(sched *s, const moe_exec_config *cfg)
 }
 
 //  COLI_DATA_PATH=shm (default) | zmq: how batches reach local workers.
-static int s_data_path(sched *s)
-{
+static int s_data_path(sched *s) {
     if (s->set.data_path == COLI_DATA_PATH_INVALID)
         return coli_fail(COLI_EINVAL, "COLI_DATA_PATH '%s': want shm or zmq", s->set.data_path_text);
     s->lim.use_rings = s->set.data_path == COLI_DATA_PATH_SHM;
@@ -394,8 +381,7 @@ static int s_data_path(sched *s)
 }
 
 //  Size of one expert per layer, the file's identity, buffers.
-static int s_model_facts(sched *s, const moe_exec_config *cfg)
-{
+static int s_model_facts(sched *s, const moe_exec_config *cfg) {
     s->model.n_layer = cfg->n_layer;
     s->model.n_expert = cfg->n_expert;
     s->model.n_embd = cfg->n_embd;
@@ -426,13 +412,11 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg)
 //  in the file system; anyone on the host may connect to it, and the routing
 //  id secret (worker_identity.c) is what refuses them. Elsewhere:
 //  ipc://<private 0700 directory in TMPDIR>/coord, removed at destroy.
-static int s_endpoint(sched *s)
-{
+static int s_endpoint(sched *s) {
     unsigned char r[8] = {0};
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
         return coli_fail(COLI_EIO, "scheduler: getrandom: %s", strerror(errno));
-    for (int i = 0; i < 8; i++)
-        snprintf(s->net.session + 2 * i, 3, "%02x", r[i]);
+    for (int i = 0; i < 8; i++) snprintf(s->net.session + 2 * i, 3, "%02x", r[i]);
 #ifdef __linux__
     snprintf(s->net.endpoint, sizeof s->net.endpoint, "ipc://@coli-%d-%s", (int)getpid(), s->net.session);
     return 0;
@@ -451,8 +435,7 @@ static int s_endpoint(sched *s)
 
 //  ROUTER bound to s_endpoint; the workers' lifeline pipe
 //  (both ends close-on-exec: sup_spawn lets each worker keep the read end).
-static int s_transport(sched *s)
-{
+static int s_transport(sched *s) {
     if (pipe2(s->net.lifeline, O_CLOEXEC) != 0) {
         s->net.lifeline[0] = s->net.lifeline[1] = -1;
         return coli_fail(COLI_EIO, "scheduler: lifeline pipe: %s", strerror(errno));
@@ -461,8 +444,7 @@ static int s_transport(sched *s)
     if (rc) return rc;
     s->net.zctx = zmq_ctx_new();
     s->net.router = s->net.zctx ? zmq_socket(s->net.zctx, ZMQ_ROUTER) : NULL;
-    if (!s->net.router)
-        return coli_fail(COLI_EIO, "scheduler: zmq socket: %s", zmq_strerror(errno));
+    if (!s->net.router) return coli_fail(COLI_EIO, "scheduler: zmq socket: %s", zmq_strerror(errno));
     rc = wire_socket_setup(s->net.router, 1);
     if (rc) return rc;
     if (zmq_bind(s->net.router, s->net.endpoint) != 0)
@@ -470,8 +452,7 @@ static int s_transport(sched *s)
     return 0;
 }
 
-static int s_make_workers(sched *s, const device_spec *devs, int n)
-{
+static int s_make_workers(sched *s, const device_spec *devs, int n) {
     s->w = calloc((size_t)n, sizeof *s->w);
     s->call.excluded = calloc((size_t)n, 1);
     if (!s->w || !s->call.excluded) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
@@ -486,7 +467,8 @@ static int s_make_workers(sched *s, const device_spec *devs, int n)
         w->proc.pidfd = -1;
         w->is_cpu = !strcmp(devs[i].plugin, "cpu");
         snprintf(w->device, sizeof w->device, "%.15s:%d", devs[i].plugin, devs[i].index);
-        w->proc.n_threads = w->is_cpu ? (devs[i].threads > 0 ? devs[i].threads : (int)(cores / (n_cpu ? n_cpu : 1))) : 1;
+        w->proc.n_threads =
+            w->is_cpu ? (devs[i].threads > 0 ? devs[i].threads : (int)(cores / (n_cpu ? n_cpu : 1))) : 1;
         if (w->proc.n_threads < 1) w->proc.n_threads = 1;
         int rc = sup_spawn(s, w);
         if (rc) return rc;
@@ -495,8 +477,7 @@ static int s_make_workers(sched *s, const device_spec *devs, int n)
 }
 
 //  Poll until no worker is in state st (or, for STARTING, without a hello).
-static void s_wait_while(sched *s, link_state st)
-{
+static void s_wait_while(sched *s, link_state st) {
     for (;;) {
         int waiting = 0;
         for (int i = 0; i < s->n_w; i++)
@@ -511,8 +492,7 @@ static void s_wait_while(sched *s, link_state st)
 //  cpu workers map the file, so without a budget they take any share.
 //  COLI_PLACE_IGNORE_BUDGET=1 (tests) sends experts regardless, so that the
 //  plugin's own refusal at load time is exercised.
-static uint64_t s_place_budget(const sched *s, const worker_link *w)
-{
+static uint64_t s_place_budget(const sched *s, const worker_link *w) {
     if (s->set.place_ignore_budget) return 0;
     if (w->dev.budget) return w->dev.budget;
     return w->is_cpu ? 0 : w->place.caps_budget;
@@ -520,8 +500,7 @@ static uint64_t s_place_budget(const sched *s, const worker_link *w)
 
 //  The expert -> worker map: from heat and pins when the model came with
 //  either (heat_place.c), else balanced by bytes (placement.c).
-static int s_plan(sched *s, const placement_in *in)
-{
+static int s_plan(sched *s, const placement_in *in) {
     const uint64_t *heat = s->cfg.heat;
     uint64_t total = 0;
     for (size_t i = 0; heat && i < (size_t)in->n_layer * (size_t)in->n_expert; i++) total += heat[i];
@@ -539,16 +518,15 @@ static int s_plan(sched *s, const placement_in *in)
         double share[SCHED_MAX_WORKERS + 1];
         placement_row_share(in, heat, s->place.owner, share);
         for (int i = 0; i < s->n_w; i++)
-            fprintf(stderr, "colibri: heat placement: worker %d (%s) expected to serve %.1f%% of routed rows\n",
-                    i, s->w[i].device, 100.0 * share[i]);
+            fprintf(stderr, "colibri: heat placement: worker %d (%s) expected to serve %.1f%% of routed rows\n", i,
+                    s->w[i].device, 100.0 * share[i]);
     }
     free(pin);
     free(zero);
     return rc;
 }
 
-static int s_place(sched *s)
-{
+static int s_place(sched *s) {
     uint64_t budget[SCHED_MAX_WORKERS];
     int usable[SCHED_MAX_WORKERS];
     for (int i = 0; i < s->n_w; i++) {
@@ -560,14 +538,12 @@ static int s_place(sched *s)
     if (rc) return rc;
     s->place.started = 1;
     for (int i = 0; i < s->n_w; i++)
-        if (usable[i] && link_send_place(s, &s->w[i]) != LINK_SENT)
-            sup_worker_lost(s, &s->w[i], "crash", 1);
+        if (usable[i] && link_send_place(s, &s->w[i]) != LINK_SENT) sup_worker_lost(s, &s->w[i], "crash", 1);
     s_wait_while(s, LINK_PLACING);
     return 0;
 }
 
-int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out)
-{
+int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out) {
     *out = NULL;
     if (!cfg || !cfg->gguf || !cfg->model_path || cfg->n_layer <= 0 || cfg->n_expert <= 0 || cfg->n_embd <= 0)
         return coli_fail(COLI_EINVAL, "scheduler: config needs a model file, layers, experts and n_embd");
@@ -585,10 +561,8 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out)
     if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) ||
         (rc = sup_find_worker_bin(&s->set, s->net.worker_bin, sizeof s->net.worker_bin)) ||
         (rc = sched_expand_auto(&s->set, s->net.worker_bin, devs, SCHED_MAX_WORKERS, &n, s->verbose)) ||
-        (rc = sched_xdna_optin(&s->set, devs, SCHED_MAX_WORKERS, &n)) ||
-        (rc = remote_preflight(&s->set, devs, n)) ||
-        (rc = s_transport(s)) ||
-        (rc = s_make_workers(s, devs, n)))
+        (rc = sched_xdna_optin(&s->set, devs, SCHED_MAX_WORKERS, &n)) || (rc = remote_preflight(&s->set, devs, n)) ||
+        (rc = s_transport(s)) || (rc = s_make_workers(s, devs, n)))
         goto fail;
     s_wait_while(s, LINK_STARTING);
     if ((rc = s_place(s))) goto fail;

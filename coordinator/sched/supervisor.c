@@ -29,13 +29,13 @@
 #include <unistd.h>
 
 #include "coordinator/sched/sched_internal.h"
-#include "error.h"
+#include "core/error.h"
 
-int sup_find_worker_bin(const coli_settings *set, char *out, size_t cap)
-{
+int sup_find_worker_bin(const coli_settings *set, char *out, size_t cap) {
     if (set->worker_bin[0]) {
         if (access(set->worker_bin, X_OK) != 0)
-            return coli_fail(COLI_EIO, "worker program '%s' (worker_path or COLI_WORKER): not an executable file", set->worker_bin);
+            return coli_fail(COLI_EIO, "worker program '%s' (worker_path or COLI_WORKER): not an executable file",
+                             set->worker_bin);
         snprintf(out, cap, "%s", set->worker_bin);
         return 0;
     }
@@ -45,26 +45,24 @@ int sup_find_worker_bin(const coli_settings *set, char *out, size_t cap)
         const char *rel[] = {"coli-worker", "../bin/coli-worker"};
         for (int i = 0; i < 2; i++) {
             snprintf(out, cap, "%.4000s/%s", exe, rel[i]);
-            if (access(out, X_OK) == 0)
-                return 0;
+            if (access(out, X_OK) == 0) return 0;
         }
     }
     const char *build = set->build_dir[0] ? set->build_dir : "build";
     snprintf(out, cap, "%.4000s/bin/coli-worker", build);
-    if (access(out, X_OK) == 0)
-        return 0;
-    return coli_fail(COLI_EIO, "worker program coli-worker not found next to %s nor in %s/bin "
-                     "(set COLI_WORKER)", have_exe ? exe : "this program", build);
+    if (access(out, X_OK) == 0) return 0;
+    return coli_fail(COLI_EIO,
+                     "worker program coli-worker not found next to %s nor in %s/bin "
+                     "(set COLI_WORKER)",
+                     have_exe ? exe : "this program", build);
 }
 
 // ---------------------------------------------------------------------------
 //  A fresh ring for this generation (the old process is gone, so is its ring);
 //  without one the worker is served over ZeroMQ alone.
-static void s_make_ring(sched *s, worker_link *w, char *arg, size_t n)
-{
+static void s_make_ring(sched *s, worker_link *w, char *arg, size_t n) {
     ring_close(&w->shm.ring);
-    if (!s->lim.use_rings)
-        return;
+    if (!s->lim.use_rings) return;
     if (ring_create(&w->shm.ring, w->proc.gen, s->lim.ring_rows, s->model.n_embd) != 0) {
         if (s->verbose)
             fprintf(stderr, "colibri: worker %d: %s; using ZeroMQ for its data\n", w->id, coli_last_error());
@@ -73,8 +71,7 @@ static void s_make_ring(sched *s, worker_link *w, char *arg, size_t n)
     snprintf(arg, n, "%d,%d,%d", w->shm.ring.fd, w->shm.ring.bell[RING_REQ], w->shm.ring.bell[RING_REP]);
 }
 
-int sup_spawn(sched *s, worker_link *w)
-{
+int sup_spawn(sched *s, worker_link *w) {
     if (w->dev.endpoint[0]) /* a remote worker: (re)connect, there is no process of ours */
         return remote_connect(s, w);
     char id[16], gen[16], dev[16], thr[16], budget[32], ppid[16], hb[24];
@@ -91,13 +88,34 @@ int sup_spawn(sched *s, worker_link *w)
     char lifeline[16], id_fd[16];
     snprintf(lifeline, sizeof lifeline, "%d", s->net.lifeline[0]);
     int secret_fd = -1; /* the routing id with its secret, for this child alone (worker_identity.c) */
-    if (ident_new_secret(w, &secret_fd) != 0)
-        return COLI_EIO;
+    if (ident_new_secret(w, &secret_fd) != 0) return COLI_EIO;
     snprintf(id_fd, sizeof id_fd, "%d", secret_fd);
-    char *argv[] = {s->net.worker_bin, "--connect", s->net.endpoint, "--lifeline", lifeline,
-                    "--id", id, "--gen", gen, "--plugin", w->dev.plugin, "--device", dev, "--threads", thr,
-                    "--budget", budget, "--parent-pid", ppid, "--heartbeat-ms", hb, "--id-fd", id_fd,
-                    ring[0] ? "--ring" : NULL, ring, NULL};
+    char *argv[] = {s->net.worker_bin,
+                    "--connect",
+                    s->net.endpoint,
+                    "--lifeline",
+                    lifeline,
+                    "--id",
+                    id,
+                    "--gen",
+                    gen,
+                    "--plugin",
+                    w->dev.plugin,
+                    "--device",
+                    dev,
+                    "--threads",
+                    thr,
+                    "--budget",
+                    budget,
+                    "--parent-pid",
+                    ppid,
+                    "--heartbeat-ms",
+                    hb,
+                    "--id-fd",
+                    id_fd,
+                    ring[0] ? "--ring" : NULL,
+                    ring,
+                    NULL};
     pid_t pid = fork();
     if (pid < 0) {
         close(secret_fd);
@@ -108,8 +126,7 @@ int sup_spawn(sched *s, worker_link *w)
         fcntl(s->net.lifeline[0], F_SETFD, 0); /* the read end survives exec; the write end does not */
         fcntl(secret_fd, F_SETFD, 0);
         if (w->shm.ring.base) /* this child alone inherits its ring */
-            for (int i = 0; i < 3; i++)
-                fcntl(i == 0 ? w->shm.ring.fd : w->shm.ring.bell[i - 1], F_SETFD, 0);
+            for (int i = 0; i < 3; i++) fcntl(i == 0 ? w->shm.ring.fd : w->shm.ring.bell[i - 1], F_SETFD, 0);
         execv(argv[0], argv);
         _exit(127);
     }
@@ -123,14 +140,11 @@ int sup_spawn(sched *s, worker_link *w)
 }
 
 //  Collect the exit status of w's process if it has ended. 1 = it has.
-static int s_reap(worker_link *w, int block)
-{
-    if (w->proc.pid <= 0)
-        return 1;
+static int s_reap(worker_link *w, int block) {
+    if (w->proc.pid <= 0) return 1;
     int st;
     pid_t r = waitpid(w->proc.pid, &st, block ? 0 : WNOHANG);
-    if (r == 0)
-        return 0;
+    if (r == 0) return 0;
     /* r == pid, or ECHILD when someone else reaped it (SIGCHLD ignored). */
     w->proc.pid = 0;
     if (w->proc.pidfd >= 0) close(w->proc.pidfd);
@@ -138,8 +152,7 @@ static int s_reap(worker_link *w, int block)
     return 1;
 }
 
-void sup_kill(sched *s, worker_link *w)
-{
+void sup_kill(sched *s, worker_link *w) {
     (void)s;
     remote_close(w);
     if (w->proc.pid > 0) {
@@ -149,16 +162,14 @@ void sup_kill(sched *s, worker_link *w)
 }
 
 //  Remember a failure; 1 if the worker has now failed too often to restart.
-static int s_too_many_failures(sched *s, worker_link *w, uint64_t now)
-{
+static int s_too_many_failures(sched *s, worker_link *w, uint64_t now) {
     if (w->proc.n_fail == SCHED_FAIL_TIMES) {
         memmove(w->proc.fail_ns, w->proc.fail_ns + 1, (SCHED_FAIL_TIMES - 1) * sizeof w->proc.fail_ns[0]);
         w->proc.n_fail--;
     }
     w->proc.fail_ns[w->proc.n_fail++] = now;
     int recent = 0;
-    for (int i = 0; i < w->proc.n_fail; i++)
-        recent += now - w->proc.fail_ns[i] <= s->lim.fail_window_ns;
+    for (int i = 0; i < w->proc.n_fail; i++) recent += now - w->proc.fail_ns[i] <= s->lim.fail_window_ns;
     return recent > s->lim.max_failures;
 }
 
@@ -166,14 +177,13 @@ static int s_too_many_failures(sched *s, worker_link *w, uint64_t now)
 //  circuit breaker). The wait doubles with each failed trial, up to 16 times
 //  the first; a trial batch that succeeds ends the probation (sup_batch_ok).
 //  With COLI_WORKER_REPROBE_MS=0 the worker stays down for good.
-static void s_put_on_probation(sched *s, worker_link *w, uint64_t now)
-{
+static void s_put_on_probation(sched *s, worker_link *w, uint64_t now) {
     if (!s->lim.reprobe_ns) {
         w->proc.restart_limited = 1;
         link_set_state(w, LINK_DOWN, "failed too often; stays down");
         if (s->verbose)
-            fprintf(stderr, "colibri: worker %d (%s) failed %d times within %.0f s; it stays down\n",
-                    w->id, w->device, w->proc.n_fail, (double)s->lim.fail_window_ns / 1e9);
+            fprintf(stderr, "colibri: worker %d (%s) failed %d times within %.0f s; it stays down\n", w->id, w->device,
+                    w->proc.n_fail, (double)s->lim.fail_window_ns / 1e9);
         return;
     }
     int shift = w->proc.probation < 4 ? w->proc.probation : 4;
@@ -183,12 +193,10 @@ static void s_put_on_probation(sched *s, worker_link *w, uint64_t now)
     char why[128];
     snprintf(why, sizeof why, "failed too often; tried again in %.1f s", (double)wait / 1e9);
     link_set_state(w, LINK_DOWN, why);
-    if (s->verbose)
-        fprintf(stderr, "colibri: worker %d (%s) %s\n", w->id, w->device, why);
+    if (s->verbose) fprintf(stderr, "colibri: worker %d (%s) %s\n", w->id, w->device, why);
 }
 
-void sup_batch_ok(sched *s, worker_link *w)
-{
+void sup_batch_ok(sched *s, worker_link *w) {
     if (!w->proc.probation) return;
     if (s->verbose)
         fprintf(stderr, "colibri: worker %d (%s) passed its trial batch; back in service\n", w->id, w->device);
@@ -196,19 +204,14 @@ void sup_batch_ok(sched *s, worker_link *w)
     w->proc.n_fail = 0;
 }
 
-void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it)
-{
+void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it) {
     link_state was = w->state;
     /* a remote reconnect that gets no answer: the worker was counted when it left */
-    if (w->tcp.on && was == LINK_STARTING && w->proc.gen > 0 && !w->place.hello_ok)
-        count_it = 0;
-    if (count_it && (was == LINK_UP || was == LINK_STARTING || was == LINK_PLACING))
-        stats_fallback(s, w, reason);
-    if (w->req.id)
-        sched_rows_lost(s, w);
+    if (w->tcp.on && was == LINK_STARTING && w->proc.gen > 0 && !w->place.hello_ok) count_it = 0;
+    if (count_it && (was == LINK_UP || was == LINK_STARTING || was == LINK_PLACING)) stats_fallback(s, w, reason);
+    if (w->req.id) sched_rows_lost(s, w);
     sup_kill(s, w);
-    if (was == LINK_FAILED || was == LINK_QUARANTINED)
-        return; /* permanent states stay */
+    if (was == LINK_FAILED || was == LINK_QUARANTINED) return; /* permanent states stay */
     uint64_t now = coli_now_ns();
     int too_many = s_too_many_failures(s, w, now);
     if (too_many || w->proc.probation) { /* a failed trial counts as failing too often again */
@@ -216,16 +219,14 @@ void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it)
         return;
     }
     uint64_t backoff = s->lim.backoff_ns;
-    for (int i = 1; i < w->proc.n_fail && backoff < s->lim.backoff_max_ns; i++)
-        backoff *= 2;
+    for (int i = 1; i < w->proc.n_fail && backoff < s->lim.backoff_max_ns; i++) backoff *= 2;
     if (backoff > s->lim.backoff_max_ns) backoff = s->lim.backoff_max_ns;
     w->proc.restart_at_ns = now + backoff;
     link_set_state(w, LINK_DOWN, reason);
 }
 
 // ---------------------------------------------------------------------------
-void sup_tick(sched *s)
-{
+void sup_tick(sched *s) {
     uint64_t now = coli_now_ns();
     for (int i = 0; i < s->n_w; i++) {
         worker_link *w = &s->w[i];
@@ -236,14 +237,12 @@ void sup_tick(sched *s)
                 w->proc.exit_seen_ns = now;
                 continue;
             }
-            if (w->state != LINK_DOWN)
-                sup_worker_lost(s, w, "crash", 1);
+            if (w->state != LINK_DOWN) sup_worker_lost(s, w, "crash", 1);
             continue;
         }
         if (w->proc.exit_seen_ns && (w->state != LINK_STARTING || now - w->proc.exit_seen_ns > 200000000ULL)) {
             w->proc.exit_seen_ns = 0;
-            if (w->state == LINK_STARTING)
-                sup_worker_lost(s, w, "crash", 1);
+            if (w->state == LINK_STARTING) sup_worker_lost(s, w, "crash", 1);
             continue;
         }
         if (w->state == LINK_UP && !w->req.id && s->lim.hb_miss &&
@@ -259,8 +258,7 @@ void sup_tick(sched *s)
             sup_worker_lost(s, w, "timeout", 0); /* counted when it missed the deadline */
             continue;
         }
-        if ((w->state == LINK_STARTING || w->state == LINK_PLACING) &&
-            now - w->state_since_ns > s->lim.start_ns) {
+        if ((w->state == LINK_STARTING || w->state == LINK_PLACING) && now - w->state_since_ns > s->lim.start_ns) {
             sup_worker_lost(s, w, "start_timeout", 1);
             continue;
         }
@@ -276,8 +274,7 @@ void sup_tick(sched *s)
 }
 
 //  Ask every worker to stop, give them a moment, then SIGKILL the rest.
-void sup_shutdown_all(sched *s)
-{
+void sup_shutdown_all(sched *s) {
     for (int i = 0; i < s->n_w; i++) {
         worker_link *w = &s->w[i];
         if (w->proc.pid <= 0) continue;
@@ -295,6 +292,5 @@ void sup_shutdown_all(sched *s)
             if (s->w[i].proc.pid > 0 && !s_reap(&s->w[i], 0)) left = 1;
         if (left) usleep(2000);
     }
-    for (int i = 0; i < s->n_w; i++)
-        sup_kill(s, &s->w[i]);
+    for (int i = 0; i < s->n_w; i++) sup_kill(s, &s->w[i]);
 }

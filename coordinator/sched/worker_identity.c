@@ -24,12 +24,11 @@
 #include <unistd.h>
 
 #include "coordinator/sched/sched_internal.h"
-#include "error.h"
+#include "core/error.h"
 
 #define SECRET_BYTES 16
 
-int ident_new_secret(worker_link *w, int *read_fd)
-{
+int ident_new_secret(worker_link *w, int *read_fd) {
     unsigned char raw[SECRET_BYTES];
     size_t got = 0;
     while (got < sizeof raw) {
@@ -39,13 +38,11 @@ int ident_new_secret(worker_link *w, int *read_fd)
         got += (size_t)n;
     }
     char hex[2 * SECRET_BYTES + 1];
-    for (size_t i = 0; i < sizeof raw; i++)
-        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-    w->proc.routing_len = (size_t)snprintf(w->proc.routing_id, sizeof w->proc.routing_id, "w%d.%u.%s",
-                                           w->id, w->proc.gen, hex);
+    for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    w->proc.routing_len =
+        (size_t)snprintf(w->proc.routing_id, sizeof w->proc.routing_id, "w%d.%u.%s", w->id, w->proc.gen, hex);
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
-        return coli_fail(COLI_EIO, "worker %d: identity pipe: %s", w->id, strerror(errno));
+    if (pipe2(fds, O_CLOEXEC) != 0) return coli_fail(COLI_EIO, "worker %d: identity pipe: %s", w->id, strerror(errno));
     /* far below the pipe's capacity: the write cannot block */
     ssize_t n = write(fds[1], w->proc.routing_id, w->proc.routing_len);
     close(fds[1]);
@@ -58,26 +55,21 @@ int ident_new_secret(worker_link *w, int *read_fd)
 }
 
 //  Equal bytes, in time that does not depend on where they differ.
-static int s_same(const void *a, const void *b, size_t n)
-{
+static int s_same(const void *a, const void *b, size_t n) {
     unsigned char d = 0;
-    for (size_t i = 0; i < n; i++)
-        d |= ((const unsigned char *)a)[i] ^ ((const unsigned char *)b)[i];
+    for (size_t i = 0; i < n; i++) d |= ((const unsigned char *)a)[i] ^ ((const unsigned char *)b)[i];
     return d == 0;
 }
 
-worker_link *ident_find(sched *s, const void *peer, size_t peer_len, int *kind)
-{
+worker_link *ident_find(sched *s, const void *peer, size_t peer_len, int *kind) {
     char id[64];
     *kind = 0;
-    if (peer_len == 0 || peer_len >= sizeof id)
-        return NULL;
+    if (peer_len == 0 || peer_len >= sizeof id) return NULL;
     memcpy(id, peer, peer_len);
     id[peer_len] = 0;
     int wid, used = 0;
     unsigned gen;
-    if (sscanf(id, "w%d.%u%n", &wid, &gen, &used) != 2 || wid < 0 || wid >= s->n_w)
-        return NULL;
+    if (sscanf(id, "w%d.%u%n", &wid, &gen, &used) != 2 || wid < 0 || wid >= s->n_w) return NULL;
     worker_link *w = &s->w[wid];
     if (gen < w->proc.gen) {
         *kind = 1;

@@ -13,24 +13,19 @@
 #include <string.h>
 
 #include "coordinator/sched/sched_internal.h"
-#include "error.h"
+#include "core/error.h"
 
 static const char *s_state_names[] = {"starting", "placing", "up", "hung", "down", "failed", "quarantined"};
 
-const char *link_state_name(link_state st)
-{
-    return s_state_names[st];
-}
+const char *link_state_name(link_state st) { return s_state_names[st]; }
 
-void link_set_state(worker_link *w, link_state st, const char *reason)
-{
+void link_set_state(worker_link *w, link_state st, const char *reason) {
     w->state = st;
     w->state_since_ns = coli_now_ns();
     snprintf(w->reason, sizeof w->reason, "%s", reason ? reason : "");
 }
 
-void link_starting(worker_link *w)
-{
+void link_starting(worker_link *w) {
     w->req.id = 0;
     w->req.hung_id = 0;
     w->place.hello_ok = 0;
@@ -39,11 +34,9 @@ void link_starting(worker_link *w)
 }
 
 // ---------------------------------------------------------------------------
-link_sent link_send_place(sched *s, worker_link *w)
-{
+link_sent link_send_place(sched *s, worker_link *w) {
     size_t n = 0;
-    for (size_t i = 0; i < (size_t)s->model.n_layer * (size_t)s->model.n_expert; i++)
-        n += s->place.owner[i] == w->id;
+    for (size_t i = 0; i < (size_t)s->model.n_layer * (size_t)s->model.n_expert; i++) n += s->place.owner[i] == w->id;
     Coli__ExpertRef *refs = calloc(n ? n : 1, sizeof *refs);
     Coli__ExpertRef **ptrs = calloc(n ? n : 1, sizeof *ptrs);
     if (!refs || !ptrs) {
@@ -77,14 +70,12 @@ link_sent link_send_place(sched *s, worker_link *w)
     link_sent rc = link_send(s, w, &env, NULL, 0, ZMQ_DONTWAIT);
     free(refs);
     free(ptrs);
-    if (rc == LINK_SENT)
-        link_set_state(w, LINK_PLACING, "");
+    if (rc == LINK_SENT) link_set_state(w, LINK_PLACING, "");
     return rc;
 }
 
 //  w->req.row_pair / w->req.x hold the rows, grouped by expert (see scheduler.c).
-link_sent link_send_batch(sched *s, worker_link *w, int layer, int allow_load)
-{
+link_sent link_send_batch(sched *s, worker_link *w, int layer, int allow_load) {
     int64_t n_groups = 0;
     Coli__Group *g = calloc((size_t)w->req.n_rows, sizeof *g);
     Coli__Group **gp = calloc((size_t)w->req.n_rows, sizeof *gp);
@@ -134,10 +125,8 @@ link_sent link_send_batch(sched *s, worker_link *w, int layer, int allow_load)
 }
 
 // ---------------------------------------------------------------------------
-static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
-{
-    if (w->state != LINK_STARTING || w->place.hello_ok)
-        return;
+static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h) {
+    if (w->state != LINK_STARTING || w->place.hello_ok) return;
     snprintf(w->place.device_name, sizeof w->place.device_name, "%s", h->device_name ? h->device_name : "");
     w->place.caps_budget = h->memory_budget;
     if (h->status != COLI__STATUS__STATUS_OK) {
@@ -149,8 +138,7 @@ static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
         return;
     }
     w->place.hello_ok = 1;
-    if (s->place.started && link_send_place(s, w) != LINK_SENT)
-        sched_outcome(s, w, LINK_LOST, "crash", NULL);
+    if (s->place.started && link_send_place(s, w) != LINK_SENT) sched_outcome(s, w, LINK_LOST, "crash", NULL);
 }
 
 // ---------------------------------------------------------------------------
@@ -163,15 +151,13 @@ static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h)
 
 typedef struct refusal_tally {
     int shown;
-    uint64_t more;                       /* refused beyond the first SHOW_REFUSED */
+    uint64_t more; /* refused beyond the first SHOW_REFUSED */
     char kind[MAX_REFUSAL_KINDS][24];
-    uint64_t count[MAX_REFUSAL_KINDS];   /* of the `more` ones, by kind */
+    uint64_t count[MAX_REFUSAL_KINDS]; /* of the `more` ones, by kind */
     int n_kinds;
 } refusal_tally;
 
-static void s_refuse(sched *s, worker_link *w, int l, int e, const char *kind, const char *why,
-                     refusal_tally *t)
-{
+static void s_refuse(sched *s, worker_link *w, int l, int e, const char *kind, const char *why, refusal_tally *t) {
     size_t i = (size_t)l * (size_t)s->model.n_expert + (size_t)e;
     s->place.owner[i] = -1;
     s->place.refused_by[i] |= 1ULL << w->id;
@@ -181,34 +167,31 @@ static void s_refuse(sched *s, worker_link *w, int l, int e, const char *kind, c
     sched_outcome(s, w, LINK_EXPERT_REFUSED, kind, why);
     if (t->shown < SHOW_REFUSED) {
         t->shown++;
-        fprintf(stderr, "colibri: %s: blk.%d expert %d: %s (%s); it stays on the CPU path\n", w->device,
-                l, e, kind, why && *why ? why : "no reason given");
+        fprintf(stderr, "colibri: %s: blk.%d expert %d: %s (%s); it stays on the CPU path\n", w->device, l, e, kind,
+                why && *why ? why : "no reason given");
         return;
     }
     t->more++;
     int k = 0;
     while (k < t->n_kinds && strcmp(t->kind[k], kind)) k++;
-    if (k == t->n_kinds && k < MAX_REFUSAL_KINDS)
-        snprintf(t->kind[t->n_kinds++], sizeof t->kind[0], "%s", kind);
+    if (k == t->n_kinds && k < MAX_REFUSAL_KINDS) snprintf(t->kind[t->n_kinds++], sizeof t->kind[0], "%s", kind);
     if (k < t->n_kinds) t->count[k]++;
 }
 
-static void s_refusal_summary(const worker_link *w, const refusal_tally *t)
-{
+static void s_refusal_summary(const worker_link *w, const refusal_tally *t) {
     if (!t->more) return;
     char counts[256] = "";
     size_t len = 0;
     for (int k = 0; k < t->n_kinds && len < sizeof counts; k++)
-        len += (size_t)snprintf(counts + len, sizeof counts - len, "%s%s %llu", k ? ", " : "",
-                                t->kind[k], (unsigned long long)t->count[k]);
-    fprintf(stderr, "colibri: %s: %llu more expert%s left on CPU (%s)\n", w->device,
-            (unsigned long long)t->more, t->more == 1 ? "" : "s", counts);
+        len += (size_t)snprintf(counts + len, sizeof counts - len, "%s%s %llu", k ? ", " : "", t->kind[k],
+                                (unsigned long long)t->count[k]);
+    fprintf(stderr, "colibri: %s: %llu more expert%s left on CPU (%s)\n", w->device, (unsigned long long)t->more,
+            t->more == 1 ? "" : "s", counts);
 }
 
 //  Every expert placed on w that its reply does not list as held is refused:
 //  with the worker's reason when it gave one, else "missing".
-static int s_take_refusals(sched *s, worker_link *w, const Coli__PlaceAck *a)
-{
+static int s_take_refusals(sched *s, worker_link *w, const Coli__PlaceAck *a) {
     const size_t n_slots = (size_t)s->model.n_layer * (size_t)s->model.n_expert;
     unsigned char *mark = calloc(n_slots, 1); /* 1 held, 2 refused (handled) */
     if (!mark) return coli_fail(COLI_ENOMEM, "worker %d: place reply", w->id);
@@ -220,8 +203,7 @@ static int s_take_refusals(sched *s, worker_link *w, const Coli__PlaceAck *a)
     }
     for (size_t i = 0; i < a->n_refused; i++) {
         const Coli__RefusedExpert *r = a->refused[i];
-        if (r->layer < 0 || r->layer >= s->model.n_layer || r->expert < 0 || r->expert >= s->model.n_expert)
-            continue;
+        if (r->layer < 0 || r->layer >= s->model.n_layer || r->expert < 0 || r->expert >= s->model.n_expert) continue;
         size_t k = (size_t)r->layer * (size_t)s->model.n_expert + (size_t)r->expert;
         if (s->place.owner[k] != w->id || mark[k]) continue;
         mark[k] = 2;
@@ -236,10 +218,8 @@ static int s_take_refusals(sched *s, worker_link *w, const Coli__PlaceAck *a)
     return 0;
 }
 
-static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a)
-{
-    if (w->state != LINK_PLACING)
-        return;
+static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a) {
+    if (w->state != LINK_PLACING) return;
     if (a->status != COLI__STATUS__STATUS_OK) {
         const char *why = a->reason && *a->reason ? a->reason : "placement refused";
         sched_outcome(s, w, LINK_REFUSED, "alloc", why);
@@ -255,8 +235,7 @@ static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a)
 }
 
 //  Is every output finite? (Checked only when every input was.)
-static int s_all_finite(const void *v, size_t n)
-{
+static int s_all_finite(const void *v, size_t n) {
     /* memcpy: a frame's bytes need not be 4-byte aligned */
     for (size_t i = 0; i < n; i++) {
         float f;
@@ -267,8 +246,7 @@ static int s_all_finite(const void *v, size_t n)
 }
 
 //  Keep the plugin counters a result carries (names [a-z0-9_], at most 8).
-static void s_take_counters(worker_link *w, const Coli__ExpertResult *r)
-{
+static void s_take_counters(worker_link *w, const Coli__ExpertResult *r) {
     link_stats *st = &w->stats;
     for (size_t i = 0; i < r->n_counters && i < SCHED_MAX_COUNTERS; i++) {
         const char *name = r->counters[i]->name ? r->counters[i]->name : "";
@@ -280,17 +258,16 @@ static void s_take_counters(worker_link *w, const Coli__ExpertResult *r)
     }
 }
 
-static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
-{
+static void s_on_result(sched *s, worker_link *w, const wire_msg *m) {
     const Coli__ExpertResult *r = m->env->result;
     uint64_t id = m->env->request_id;
     if (w->state == LINK_DOWN) {
-        s->stats.late_dropped++;          /* its process is gone; its rows went elsewhere */
+        s->stats.late_dropped++; /* its process is gone; its rows went elsewhere */
         return;
     }
-    s_take_counters(w, r);                /* a live worker's latest, even on a late or failed reply */
+    s_take_counters(w, r); /* a live worker's latest, even on a late or failed reply */
     if (w->state == LINK_HUNG && id == w->req.hung_id) {
-        s->stats.late_dropped++;          /* its work was done elsewhere already */
+        s->stats.late_dropped++; /* its work was done elsewhere already */
         w->req.hung_id = 0;
         link_set_state(w, LINK_UP, "");
         return;
@@ -322,8 +299,7 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m)
 }
 
 // ---------------------------------------------------------------------------
-void link_dispatch(sched *s, worker_link *w, const wire_msg *m)
-{
+void link_dispatch(sched *s, worker_link *w, const wire_msg *m) {
     w->last_seen_ns = coli_now_ns();
     switch (m->env->body_case) {
     case COLI__ENVELOPE__BODY_HELLO: s_on_hello(s, w, m->env->hello); break;
@@ -333,8 +309,7 @@ void link_dispatch(sched *s, worker_link *w, const wire_msg *m)
         w->stats.heartbeats++;
         /* a late reply in the ring was written before this heartbeat: take it first */
         if (w->state == LINK_HUNG) link_ring_take(s, w);
-        if (w->state == LINK_HUNG && w->req.hung_id &&
-            m->env->heartbeat->last_request_id >= w->req.hung_id) {
+        if (w->state == LINK_HUNG && w->req.hung_id && m->env->heartbeat->last_request_id >= w->req.hung_id) {
             w->req.hung_id = 0; /* alive again; a late reply, if any, is stale now */
             link_set_state(w, LINK_UP, "");
         }
@@ -343,38 +318,41 @@ void link_dispatch(sched *s, worker_link *w, const wire_msg *m)
     }
 }
 
-void link_poll(sched *s, int timeout_ms)
-{
-    enum { CAP = 1 + SCHED_MAX_WORKERS * 4 };
+void link_poll(sched *s, int timeout_ms) {
+    enum {
+        CAP = 1 + SCHED_MAX_WORKERS * 4
+    };
     zmq_pollitem_t items[CAP];
     int n = 0, any_pidfd_missing = 0;
     items[n++] = (zmq_pollitem_t){s->net.router, 0, ZMQ_POLLIN, 0};
     n += remote_poll_items(s, items + n, CAP - n);
     for (int i = 0; i < s->n_w; i++) {
         if (s->w[i].proc.pid <= 0) continue;
-        if (s->w[i].proc.pidfd >= 0) items[n++] = (zmq_pollitem_t){NULL, s->w[i].proc.pidfd, ZMQ_POLLIN, 0};
-        else any_pidfd_missing = 1;
+        if (s->w[i].proc.pidfd >= 0)
+            items[n++] = (zmq_pollitem_t){NULL, s->w[i].proc.pidfd, ZMQ_POLLIN, 0};
+        else
+            any_pidfd_missing = 1;
     }
-    if (any_pidfd_missing && (timeout_ms < 0 || timeout_ms > 20))
-        timeout_ms = 20; /* fall back to polling waitpid */
+    if (any_pidfd_missing && (timeout_ms < 0 || timeout_ms > 20)) timeout_ms = 20; /* fall back to polling waitpid */
     if (timeout_ms != 0) {
         int bells = link_rings_arm(s, items + n, CAP - n);
-        if (bells >= 0)
-            zmq_poll(items, n + bells, timeout_ms);
+        if (bells >= 0) zmq_poll(items, n + bells, timeout_ms);
         link_rings_disarm(s);
     }
     link_take_rings(s); /* before reaping: a reply written before death counts */
     for (;;) {
         wire_msg m;
         int rc = wire_recv(s->net.router, 1, ZMQ_DONTWAIT, &m);
-        if (rc == COLI_ETIMEOUT || rc == COLI_EIO)
-            break;
+        if (rc == COLI_ETIMEOUT || rc == COLI_EIO) break;
         int kind = 0; /* who it is when not one of ours: worker_identity.c */
         worker_link *w = rc == 0 || rc == COLI_EPROTO ? ident_find(s, m.peer, m.peer_len, &kind) : NULL;
         if (!w) {
-            if (kind == 1) s->stats.stale_dropped++;
-            else if (kind == 2) s->stats.impostor_dropped++;
-            else s->stats.foreign_dropped++;
+            if (kind == 1)
+                s->stats.stale_dropped++;
+            else if (kind == 2)
+                s->stats.impostor_dropped++;
+            else
+                s->stats.foreign_dropped++;
         } else if (rc == COLI_EPROTO) {
             w->last_seen_ns = coli_now_ns();
             sched_outcome(s, w, LINK_GARBAGE, "garbage", "malformed message"); /* one of ours speaks garbage */

@@ -13,10 +13,10 @@
 
 #include "colibri.h"
 #include "core/clock.h"
-#include "cpu_features.h"
-#include "expert_ffn.h"
-#include "matmul.h"
-#include "threadpool.h"
+#include "core/cpu_features.h"
+#include "core/expert_ffn.h"
+#include "core/matmul.h"
+#include "core/threadpool.h"
 
 #define CPU_DEV_TAG 0xc0c0c9u
 #define CPU_DTYPE_MASK coli_dtype_weight_mask() /* every type core/matmul computes */
@@ -26,23 +26,22 @@
 typedef struct cpu_expert {
     int used;
     int32_t layer, expert;
-    expert_weights w;      /* host pointers, not owned */
+    expert_weights w; /* host pointers, not owned */
     size_t bytes;
 } cpu_expert;
 
 struct moe_device {
-    uint32_t tag;          /* CPU_DEV_TAG while open */
+    uint32_t tag; /* CPU_DEV_TAG while open */
     coli_pool *pool;
-    int owns_pool;         /* 0 when the pool is borrowed (coli_cpu_plugin_open_shared) */
-    coli_scratch scratch;  /* expert_ffn's buffers, reused across runs */
-    uint64_t budget;       /* bytes of experts it may hold; 0 = no limit */
-    cpu_expert *slots;     /* cap entries, cap a power of two (or 0) */
+    int owns_pool;        /* 0 when the pool is borrowed (coli_cpu_plugin_open_shared) */
+    coli_scratch scratch; /* expert_ffn's buffers, reused across runs */
+    uint64_t budget;      /* bytes of experts it may hold; 0 = no limit */
+    cpu_expert *slots;    /* cap entries, cap a power of two (or 0) */
     size_t cap;
-    moe_stats stats;       /* stats.resident_experts: the used slots */
+    moe_stats stats; /* stats.resident_experts: the used slots */
 };
 
-static int fail(char *err, size_t err_len, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t err_len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int fail(char *err, size_t err_len, int code, const char *fmt, ...) {
     if (err && err_len) {
         va_list ap;
@@ -108,16 +107,13 @@ static void cpu_close(moe_device **dev) {
 }
 
 //  Open with the given pool (borrowed) or, when pool is NULL, a pool of its own.
-static int cpu_open_with(const moe_open_opts *opts, coli_pool *pool, moe_device **out,
-                         char *err, size_t err_len) {
+static int cpu_open_with(const moe_open_opts *opts, coli_pool *pool, moe_device **out, char *err, size_t err_len) {
     if (!out) return fail(err, err_len, COLI_EINVAL, "cpu: open: NULL output");
     *out = NULL;
     if (!opts) return fail(err, err_len, COLI_EINVAL, "cpu: open: NULL options");
     if (opts->device_index != 0)
-        return fail(err, err_len, COLI_EINVAL, "cpu: device %d does not exist (only 0)",
-                    opts->device_index);
-    if (opts->n_threads < 0)
-        return fail(err, err_len, COLI_EINVAL, "cpu: n_threads %d < 0", opts->n_threads);
+        return fail(err, err_len, COLI_EINVAL, "cpu: device %d does not exist (only 0)", opts->device_index);
+    if (opts->n_threads < 0) return fail(err, err_len, COLI_EINVAL, "cpu: n_threads %d < 0", opts->n_threads);
     moe_device *d = calloc(1, sizeof *d);
     if (!d) return fail(err, err_len, COLI_ENOMEM, "cpu: open: out of memory");
     d->tag = CPU_DEV_TAG;
@@ -137,8 +133,8 @@ static int cpu_open(const moe_open_opts *opts, moe_device **out, char *err, size
     return cpu_open_with(opts, NULL, out, err, err_len);
 }
 
-int coli_cpu_plugin_open_shared(const moe_open_opts *opts, coli_pool *pool, moe_device **out,
-                                char *err, size_t err_len) {
+int coli_cpu_plugin_open_shared(const moe_open_opts *opts, coli_pool *pool, moe_device **out, char *err,
+                                size_t err_len) {
     if (!pool) return fail(err, err_len, COLI_EINVAL, "cpu: open_shared: NULL pool");
     return cpu_open_with(opts, pool, out, err, err_len);
 }
@@ -155,8 +151,8 @@ static int cpu_get_caps(moe_device *dev, moe_caps *caps) {
     caps->max_rows = 0;
     caps->memory_total = 0;
     caps->memory_budget = dev->budget ? dev->budget : host_memory();
-    snprintf(caps->device_name, sizeof caps->device_name, "cpu (%s, %d threads)",
-             coli_cpu_avx2() ? "avx2" : "portable", coli_pool_size(dev->pool));
+    snprintf(caps->device_name, sizeof caps->device_name, "cpu (%s, %d threads)", coli_cpu_avx2() ? "avx2" : "portable",
+             coli_pool_size(dev->pool));
     return 0;
 }
 
@@ -167,22 +163,26 @@ static int check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
     const void *ptrs[3] = {e->gate, e->up, e->down};
     const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
     if (e->n_embd <= 0 || e->n_ff <= 0)
-        return fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: bad shape n_embd %lld, n_ff %lld",
-                    e->layer, e->expert, (long long)e->n_embd, (long long)e->n_ff);
+        return fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: bad shape n_embd %lld, n_ff %lld", e->layer,
+                    e->expert, (long long)e->n_embd, (long long)e->n_ff);
     for (int i = 0; i < 3; i++) {
         if (types[i] < 0 || !coli_dtype_valid((uint32_t)types[i]))
-            return fail(err, err_len, COLI_EUNSUPPORTED, "cpu: expert %d/%d: %s type %s not supported",
-                        e->layer, e->expert, names[i], coli_dtype_name((uint32_t)types[i]));
+            return fail(err, err_len, COLI_EUNSUPPORTED, "cpu: expert %d/%d: %s type %s not supported", e->layer,
+                        e->expert, names[i], coli_dtype_name((uint32_t)types[i]));
         int64_t n_in = i < 2 ? e->n_embd : e->n_ff, n_out = i < 2 ? e->n_ff : e->n_embd;
         coli_dtype t = (coli_dtype)types[i];
         if (n_in % coli_dtype_block_elems(t) != 0)
-            return fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: %s rows of %lld not a multiple "
-                        "of %lld for %s", e->layer, e->expert, names[i], (long long)n_in,
-                        (long long)coli_dtype_block_elems(t), coli_dtype_name(t));
+            return fail(err, err_len, COLI_EINVAL,
+                        "cpu: expert %d/%d: %s rows of %lld not a multiple "
+                        "of %lld for %s",
+                        e->layer, e->expert, names[i], (long long)n_in, (long long)coli_dtype_block_elems(t),
+                        coli_dtype_name(t));
         size_t want = coli_row_bytes(t, n_in) * (size_t)n_out;
         if (!ptrs[i] || bytes[i] != want)
-            return fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: %s is %zu bytes at %p, "
-                        "expected %zu", e->layer, e->expert, names[i], bytes[i], ptrs[i], want);
+            return fail(err, err_len, COLI_EINVAL,
+                        "cpu: expert %d/%d: %s is %zu bytes at %p, "
+                        "expected %zu",
+                        e->layer, e->expert, names[i], bytes[i], ptrs[i], want);
     }
     return 0;
 }
@@ -191,15 +191,20 @@ static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err,
     if (!dev || dev->tag != CPU_DEV_TAG || !e)
         return fail(err, err_len, COLI_EINVAL, "cpu: load_expert: NULL or closed device or descriptor");
     int rc = check_desc(e, err, err_len);
-    if (rc) { dev->stats.failed_loads++; return rc; }
+    if (rc) {
+        dev->stats.failed_loads++;
+        return rc;
+    }
     size_t bytes = e->gate_bytes + e->up_bytes + e->down_bytes;
     cpu_expert *s = find_slot(dev, e->layer, e->expert);
     uint64_t after = dev->stats.resident_bytes - (s ? s->bytes : 0) + bytes;
     if (dev->budget && after > dev->budget) {
         dev->stats.failed_loads++;
-        return fail(err, err_len, COLI_ENOMEM, "cpu: expert %d/%d: %zu bytes exceed the budget "
-                    "(%llu of %llu bytes held)", e->layer, e->expert, bytes,
-                    (unsigned long long)dev->stats.resident_bytes, (unsigned long long)dev->budget);
+        return fail(err, err_len, COLI_ENOMEM,
+                    "cpu: expert %d/%d: %zu bytes exceed the budget "
+                    "(%llu of %llu bytes held)",
+                    e->layer, e->expert, bytes, (unsigned long long)dev->stats.resident_bytes,
+                    (unsigned long long)dev->budget);
     }
     if (!s) {
         if (grow_table(dev)) {
@@ -213,44 +218,56 @@ static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err,
     }
     dev->stats.resident_bytes = after;
     *s = (cpu_expert){
-        .used = 1, .layer = e->layer, .expert = e->expert, .bytes = bytes,
-        .w = {.gate = e->gate, .up = e->up, .down = e->down,
-              .gate_type = (coli_dtype)e->gate_type, .up_type = (coli_dtype)e->up_type,
-              .down_type = (coli_dtype)e->down_type, .n_embd = e->n_embd, .n_ff = e->n_ff},
+        .used = 1,
+        .layer = e->layer,
+        .expert = e->expert,
+        .bytes = bytes,
+        .w = {.gate = e->gate,
+              .up = e->up,
+              .down = e->down,
+              .gate_type = (coli_dtype)e->gate_type,
+              .up_type = (coli_dtype)e->up_type,
+              .down_type = (coli_dtype)e->down_type,
+              .n_embd = e->n_embd,
+              .n_ff = e->n_ff},
     };
     return 0;
 }
 
 /* Every group names a loaded expert of width n_embd and rows inside x. */
-static int check_groups(const moe_device *dev, const moe_batch_group *groups, int32_t n_groups,
-                        int64_t n_rows_total, int64_t n_embd, char *err, size_t err_len) {
+static int check_groups(const moe_device *dev, const moe_batch_group *groups, int32_t n_groups, int64_t n_rows_total,
+                        int64_t n_embd, char *err, size_t err_len) {
     for (int32_t i = 0; i < n_groups; i++) {
         const moe_batch_group *g = &groups[i];
-        if (g->n_rows < 0 || g->row_begin < 0 || g->row_begin > n_rows_total ||
-            g->n_rows > n_rows_total - g->row_begin)
-            return fail(err, err_len, COLI_EINVAL, "cpu: run: group %d rows [%lld, +%lld) outside "
-                        "the batch of %lld", i, (long long)g->row_begin, (long long)g->n_rows,
-                        (long long)n_rows_total);
+        if (g->n_rows < 0 || g->row_begin < 0 || g->row_begin > n_rows_total || g->n_rows > n_rows_total - g->row_begin)
+            return fail(err, err_len, COLI_EINVAL,
+                        "cpu: run: group %d rows [%lld, +%lld) outside "
+                        "the batch of %lld",
+                        i, (long long)g->row_begin, (long long)g->n_rows, (long long)n_rows_total);
         const cpu_expert *s = find_slot(dev, g->layer, g->expert);
         if (!s)
-            return fail(err, err_len, COLI_EINVAL, "cpu: run: group %d: expert %d of layer %d "
-                        "is not loaded", i, g->expert, g->layer);
+            return fail(err, err_len, COLI_EINVAL,
+                        "cpu: run: group %d: expert %d of layer %d "
+                        "is not loaded",
+                        i, g->expert, g->layer);
         if (s->w.n_embd != n_embd)
-            return fail(err, err_len, COLI_EINVAL, "cpu: run: group %d: n_embd %lld, expert %d/%d "
-                        "has %lld", i, (long long)n_embd, g->layer, g->expert, (long long)s->w.n_embd);
+            return fail(err, err_len, COLI_EINVAL,
+                        "cpu: run: group %d: n_embd %lld, expert %d/%d "
+                        "has %lld",
+                        i, (long long)n_embd, g->layer, g->expert, (long long)s->w.n_embd);
     }
     return 0;
 }
 
-static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_groups,
-                   const float *x, int64_t n_rows_total, int64_t n_embd, float *out,
-                   char *err, size_t err_len) {
-    if (!dev || dev->tag != CPU_DEV_TAG)
-        return fail(err, err_len, COLI_EINVAL, "cpu: run: NULL or closed device");
+static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_groups, const float *x,
+                   int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t err_len) {
+    if (!dev || dev->tag != CPU_DEV_TAG) return fail(err, err_len, COLI_EINVAL, "cpu: run: NULL or closed device");
     if (n_groups < 0 || (n_groups > 0 && !groups) || n_rows_total < 0 || n_embd <= 0 ||
         (n_rows_total > 0 && (!x || !out)))
-        return fail(err, err_len, COLI_EINVAL, "cpu: run: bad arguments (%d groups, %lld rows, "
-                    "n_embd %lld)", n_groups, (long long)n_rows_total, (long long)n_embd);
+        return fail(err, err_len, COLI_EINVAL,
+                    "cpu: run: bad arguments (%d groups, %lld rows, "
+                    "n_embd %lld)",
+                    n_groups, (long long)n_rows_total, (long long)n_embd);
     int rc = check_groups(dev, groups, n_groups, n_rows_total, n_embd, err, err_len);
     if (rc) return rc;
     double t0 = coli_now_s();
@@ -262,13 +279,12 @@ static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_gro
         for (; i < n_groups && n < EXPERT_FFN_MANY_MAX; i++) {
             const moe_batch_group *g = &groups[i];
             const size_t off = (size_t)g->row_begin * (size_t)n_embd;
-            tasks[n++] = (expert_ffn_task){&find_slot(dev, g->layer, g->expert)->w, x + off,
-                                           out + off, g->n_rows};
+            tasks[n++] = (expert_ffn_task){&find_slot(dev, g->layer, g->expert)->w, x + off, out + off, g->n_rows};
             dev->stats.rows += (uint64_t)g->n_rows;
         }
         rc = expert_ffn_many(dev->pool, &dev->scratch, tasks, n);
-        if (rc) return fail(err, err_len, rc, "cpu: run: experts of groups %d..%d: %s", first, i - 1,
-                            coli_last_error());
+        if (rc)
+            return fail(err, err_len, rc, "cpu: run: experts of groups %d..%d: %s", first, i - 1, coli_last_error());
     }
     dev->stats.calls++;
     dev->stats.kernel_seconds += coli_now_s() - t0;

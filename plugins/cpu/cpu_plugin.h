@@ -26,8 +26,8 @@ const struct moe_plugin *coli_cpu_plugin(void);
  * thread that drives the pool, between its jobs (coli_pool_run is not
  * reentrant). Otherwise as the vtable's open(). */
 struct coli_pool;
-int coli_cpu_plugin_open_shared(const moe_open_opts *opts, struct coli_pool *pool,
-                                moe_device **out, char *err, size_t err_len);
+int coli_cpu_plugin_open_shared(const moe_open_opts *opts, struct coli_pool *pool, moe_device **out, char *err,
+                                size_t err_len);
 
 /* The plugin's exported entry point (see plugin_abi.h). */
 __attribute__((visibility("default"))) const struct moe_plugin *moe_plugin_get(void);

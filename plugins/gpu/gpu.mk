@@ -35,10 +35,10 @@ CUDA_LAST    := $(lastword $(CUDA_ARCH))
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
                 -gencode arch=compute_$(CUDA_LAST),code=compute_$(CUDA_LAST)
 NVCC_FLAGS   := -std=c++17 -O2 -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter \
-                -I. -Icore -Iinclude
+                -I. -Iinclude
 HIPCC_FLAGS  := -x hip -std=c++17 -O2 -fPIC -Wall -Wextra -Wno-unused-parameter \
-                $(foreach a,$(HIP_ARCH),--offload-arch=$(a)) -I. -Icore -Iinclude
-GPU_HOST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -fPIC -Iinclude -Icore -I.
+                $(foreach a,$(HIP_ARCH),--offload-arch=$(a)) -I. -Iinclude
+GPU_HOST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -fPIC -Iinclude -I.
 
 $(GPU_HOST_OBJ): plugins/gpu/gpu_host.c plugins/gpu/gpu_host.h include/colibri.h
 	@mkdir -p $(dir $@)
@@ -104,6 +104,6 @@ GPU_EMU_TEST := $(BUILD)/tests/test_gpu_emu
 $(GPU_EMU_TEST): tests/test_gpu_emu.cpp $(GPU_HDRS) tests/gpu_test_util.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-unknown-pragmas \
-	  $(SANFLAGS) -pthread -Iinclude -Icore -I. -Itests -o $@ $< $(LDFLAGS) $(LIB) $(LDLIBS) -lcriterion
+	  $(SANFLAGS) -pthread -Iinclude -I. -o $@ $< $(LDFLAGS) $(LIB) $(LDLIBS) -lcriterion
 all: $(GPU_EMU_TEST)
 TESTS += $(GPU_EMU_TEST)

@@ -31,11 +31,23 @@
  * Q8_1 and Q8_K are activation formats only. */
 static inline COLI_HD int gpu_block_elems(int t) {
     switch (t) {
-    case COLI_F32: case COLI_F16: case COLI_BF16: return 1;
-    case COLI_Q8_0: case COLI_Q4_0: case COLI_Q4_1: case COLI_Q5_0: case COLI_Q5_1:
-    case COLI_IQ4_NL: case COLI_Q8_1: return 32;
-    case COLI_Q2_K: case COLI_Q3_K: case COLI_Q4_K: case COLI_Q5_K: case COLI_Q6_K:
-    case COLI_IQ4_XS: case COLI_Q8_K: return 256;
+    case COLI_F32:
+    case COLI_F16:
+    case COLI_BF16: return 1;
+    case COLI_Q8_0:
+    case COLI_Q4_0:
+    case COLI_Q4_1:
+    case COLI_Q5_0:
+    case COLI_Q5_1:
+    case COLI_IQ4_NL:
+    case COLI_Q8_1: return 32;
+    case COLI_Q2_K:
+    case COLI_Q3_K:
+    case COLI_Q4_K:
+    case COLI_Q5_K:
+    case COLI_Q6_K:
+    case COLI_IQ4_XS:
+    case COLI_Q8_K: return 256;
     default: return 0;
     }
 }
@@ -43,9 +55,11 @@ static inline COLI_HD int gpu_block_elems(int t) {
 static inline COLI_HD size_t gpu_block_bytes(int t) {
     switch (t) {
     case COLI_F32: return 4;
-    case COLI_F16: case COLI_BF16: return 2;
+    case COLI_F16:
+    case COLI_BF16: return 2;
     case COLI_Q8_0: return 34;
-    case COLI_Q4_0: case COLI_IQ4_NL: return 18;
+    case COLI_Q4_0:
+    case COLI_IQ4_NL: return 18;
     case COLI_Q4_1: return 20;
     case COLI_Q5_0: return 22;
     case COLI_Q5_1: return 24;
@@ -93,16 +107,13 @@ static inline COLI_HD int gpu_nibble(const unsigned char *qs, int j) {
 }
 
 /* The fifth bit of element j of Q5_0/Q5_1 (qh, 4 bytes little-endian). */
-static inline COLI_HD int gpu_q5_high(const unsigned char *qh, int j) {
-    return (qh[j >> 3] >> (j & 7)) & 1;
-}
+static inline COLI_HD int gpu_q5_high(const unsigned char *qh, int j) { return (qh[j >> 3] >> (j & 7)) & 1; }
 
 /* Q4_K/Q5_K: the 6-bit scale (want_min 0) or minimum (1) of sub-block s
  * (0..7) from the 12 packed bytes (ggml's get_scale_min_k4). */
 static inline COLI_HD int gpu_k4_scale(const unsigned char *sc, int s, int want_min) {
     if (s < 4) return want_min ? (sc[s + 4] & 63) : (sc[s] & 63);
-    return want_min ? ((sc[s + 4] >> 4) | ((sc[s] >> 6) << 4))
-                    : ((sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4));
+    return want_min ? ((sc[s + 4] >> 4) | ((sc[s] >> 6) << 4)) : ((sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4));
 }
 
 /* Q3_K: the 6-bit scale k (0..15), unpacked as ggml's kmask shuffle does,
@@ -155,7 +166,8 @@ static inline COLI_HD int gpu_kquant_scale(int t, const unsigned char *blk, int 
     switch (t) {
     case COLI_Q2_K: return blk[2 * sub + half] & 15;
     case COLI_Q3_K: return gpu_q3k_scale(blk + 96, 2 * sub + half);
-    case COLI_Q4_K: case COLI_Q5_K: return gpu_k4_scale(blk + 4, sub, 0);
+    case COLI_Q4_K:
+    case COLI_Q5_K: return gpu_k4_scale(blk + 4, sub, 0);
     case COLI_Q6_K: return (int)(int8_t)blk[192 + 2 * sub + half];
     default: return gpu_iq4xs_scale(blk, sub); /* COLI_IQ4_XS */
     }
@@ -194,10 +206,11 @@ static inline COLI_HD int gpu_quant_q(int t, const unsigned char *blk, int sub, 
  * for types without a minimum. */
 static inline COLI_HD float gpu_quant_m(int t, const unsigned char *blk, int sub, int half) {
     switch (t) {
-    case COLI_Q4_1: case COLI_Q5_1: return gpu_fp16_to_f32(gpu_load_u16(blk + 2));
+    case COLI_Q4_1:
+    case COLI_Q5_1: return gpu_fp16_to_f32(gpu_load_u16(blk + 2));
     case COLI_Q2_K: return -(gpu_fp16_to_f32(gpu_load_u16(blk + 82)) * (float)(blk[2 * sub + half] >> 4));
-    case COLI_Q4_K: case COLI_Q5_K:
-        return -(gpu_fp16_to_f32(gpu_load_u16(blk + 2)) * (float)gpu_k4_scale(blk + 4, sub, 1));
+    case COLI_Q4_K:
+    case COLI_Q5_K: return -(gpu_fp16_to_f32(gpu_load_u16(blk + 2)) * (float)gpu_k4_scale(blk + 4, sub, 1));
     default: return 0.0f;
     }
 }
@@ -213,7 +226,8 @@ static inline COLI_HD float gpu_dequant_kquant(int t, const unsigned char *blk, 
         const float dl = d * (float)(sc & 15), ml = gpu_fp16_to_f32(gpu_load_u16(blk + 82)) * (float)(sc >> 4);
         return dl * (float)raw - ml;
     }
-    case COLI_Q4_K: case COLI_Q5_K: {
+    case COLI_Q4_K:
+    case COLI_Q5_K: {
         const float d1 = d * (float)gpu_k4_scale(blk + 4, sub, 0);
         const float m1 = gpu_fp16_to_f32(gpu_load_u16(blk + 2)) * (float)gpu_k4_scale(blk + 4, sub, 1);
         return d1 * (float)raw - m1;
@@ -226,10 +240,12 @@ static inline COLI_HD float gpu_dequant_kquant(int t, const unsigned char *blk, 
 /* Element j (0..31) of group sub of a block of quantized type t. */
 static inline COLI_HD float gpu_dequant(int t, const unsigned char *blk, int sub, int j) {
     switch (t) {
-    case COLI_Q8_0: case COLI_Q4_0: case COLI_Q5_0: case COLI_IQ4_NL:
-        return gpu_quant_d(t, blk) * (float)gpu_quant_q(t, blk, sub, j);
-    case COLI_Q4_1: case COLI_Q5_1:
-        return (float)gpu_quant_q(t, blk, sub, j) * gpu_quant_d(t, blk) + gpu_quant_m(t, blk, sub, 0);
+    case COLI_Q8_0:
+    case COLI_Q4_0:
+    case COLI_Q5_0:
+    case COLI_IQ4_NL: return gpu_quant_d(t, blk) * (float)gpu_quant_q(t, blk, sub, j);
+    case COLI_Q4_1:
+    case COLI_Q5_1: return (float)gpu_quant_q(t, blk, sub, j) * gpu_quant_d(t, blk) + gpu_quant_m(t, blk, sub, 0);
     default: return gpu_dequant_kquant(t, blk, sub, j);
     }
 }

@@ -37,35 +37,35 @@
 #define COLI_GPU_VENDOR "hip"
 #define COLI_GPU_RUNTIME_NAME "HIP"
 
-#define cudaError_t                 hipError_t
-#define cudaSuccess                 hipSuccess
-#define cudaErrorNoDevice           hipErrorNoDevice
+#define cudaError_t hipError_t
+#define cudaSuccess hipSuccess
+#define cudaErrorNoDevice hipErrorNoDevice
 #define cudaErrorInsufficientDriver hipErrorInsufficientDriver
-#define cudaErrorInvalidValue       hipErrorInvalidValue
-#define cudaGetErrorString          hipGetErrorString
-#define cudaGetErrorName            hipGetErrorName
-#define cudaGetLastError            hipGetLastError
-#define cudaGetDeviceCount          hipGetDeviceCount
-#define cudaSetDevice               hipSetDevice
-#define cudaDeviceProp              hipDeviceProp_t
-#define cudaGetDeviceProperties     hipGetDeviceProperties
-#define cudaMemGetInfo              hipMemGetInfo
-#define cudaMalloc                  hipMalloc
-#define cudaFree                    hipFree
-#define cudaMemcpyAsync             hipMemcpyAsync
-#define cudaMemcpyHostToDevice      hipMemcpyHostToDevice
-#define cudaMemcpyDeviceToHost      hipMemcpyDeviceToHost
-#define cudaStream_t                hipStream_t
-#define cudaStreamCreate            hipStreamCreate
-#define cudaStreamDestroy           hipStreamDestroy
-#define cudaStreamSynchronize       hipStreamSynchronize
-#define cudaEvent_t                 hipEvent_t
-#define cudaEventCreate             hipEventCreate
-#define cudaEventDestroy            hipEventDestroy
-#define cudaEventRecord             hipEventRecord
-#define cudaEventElapsedTime        hipEventElapsedTime
-#define cudaDriverGetVersion        hipDriverGetVersion
-#define cudaRuntimeGetVersion       hipRuntimeGetVersion
+#define cudaErrorInvalidValue hipErrorInvalidValue
+#define cudaGetErrorString hipGetErrorString
+#define cudaGetErrorName hipGetErrorName
+#define cudaGetLastError hipGetLastError
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaSetDevice hipSetDevice
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaMemGetInfo hipMemGetInfo
+#define cudaMalloc hipMalloc
+#define cudaFree hipFree
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaStream_t hipStream_t
+#define cudaStreamCreate hipStreamCreate
+#define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaEvent_t hipEvent_t
+#define cudaEventCreate hipEventCreate
+#define cudaEventDestroy hipEventDestroy
+#define cudaEventRecord hipEventRecord
+#define cudaEventElapsedTime hipEventElapsedTime
+#define cudaDriverGetVersion hipDriverGetVersion
+#define cudaRuntimeGetVersion hipRuntimeGetVersion
 
 /* The kernel driver check: HIP has no separate user-space driver library to
  * look for (libamdhip64 is a link dependency of the plugin, so a missing one
@@ -76,7 +76,6 @@ static inline int gpu_driver_check(char *why, size_t why_len) {
     snprintf(why, why_len, "no /dev/kfd (amdgpu kernel driver not loaded or no permission)");
     return -1;
 }
-
 
 /* hipDriverGetVersion / hipRuntimeGetVersion: major * 10^7 + minor * 10^5 + patch. */
 static inline void gpu_fmt_version(int v, char *buf, size_t n) {
@@ -111,11 +110,8 @@ static inline int gpu_driver_check(char *why, size_t why_len) {
     return -1;
 }
 
-
 /* cudaDriverGetVersion / cudaRuntimeGetVersion: 1000 * major + 10 * minor. */
-static inline void gpu_fmt_version(int v, char *buf, size_t n) {
-    snprintf(buf, n, "%d.%d", v / 1000, (v % 1000) / 10);
-}
+static inline void gpu_fmt_version(int v, char *buf, size_t n) { snprintf(buf, n, "%d.%d", v / 1000, (v % 1000) / 10); }
 
 #endif
 

@@ -39,14 +39,14 @@ static dim3 threadIdx(0, 0, 0), blockIdx(0, 0, 0), blockDim, gridDim;
 
 //  Structure of the emulator: the block being run, one context per thread
 struct gpu_emu {
-    ucontext_t sched;                   /* the launcher's context */
-    std::vector<ucontext_t> ctx;        /* one per thread of the block */
-    std::vector<std::vector<char> > stacks;
-    std::vector<int> done;              /* thread returned from the kernel */
-    std::vector<long> barriers;         /* barriers passed, per thread */
-    std::function<void()> body;         /* the kernel call */
+    ucontext_t sched;            /* the launcher's context */
+    std::vector<ucontext_t> ctx; /* one per thread of the block */
+    std::vector<std::vector<char>> stacks;
+    std::vector<int> done;      /* thread returned from the kernel */
+    std::vector<long> barriers; /* barriers passed, per thread */
+    std::function<void()> body; /* the kernel call */
     int current;
-    int divergent;                      /* a barrier not reached by every live thread */
+    int divergent; /* a barrier not reached by every live thread */
 };
 
 static gpu_emu s_emu;
@@ -96,7 +96,10 @@ static void gpu_emu_run_block(unsigned n) {
         long at = -1;
         unsigned finished = 0, waiting = 0;
         for (unsigned i = 0; i < n; i++) {
-            if (s_emu.done[i]) { finished++; continue; }
+            if (s_emu.done[i]) {
+                finished++;
+                continue;
+            }
             waiting++;
             if (at >= 0 && s_emu.barriers[i] != at) s_emu.divergent = 1;
             at = s_emu.barriers[i];
@@ -112,8 +115,7 @@ static void gpu_emu_run_block(unsigned n) {
 
 //  Launch f (a call of one kernel) on grid x block. 0, -1 for an invalid
 //  configuration, -2 when a barrier diverged.
-template <typename F>
-static int gpu_emu_launch(dim3 grid, dim3 block, F f) {
+template <typename F> static int gpu_emu_launch(dim3 grid, dim3 block, F f) {
     const unsigned n = block.x * block.y * block.z;
     if (n == 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0) return -1;
     gridDim = grid;

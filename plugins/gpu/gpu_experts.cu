@@ -43,32 +43,31 @@
 typedef struct gpu_expert {
     int32_t layer, expert;
     int64_t n_embd, n_ff;
-    int type[3];            /* gate, up, down */
-    unsigned char *base;    /* one device allocation holds all three */
-    size_t off[3];          /* offsets of gate, up, down in it */
-    uint64_t bytes;         /* size of that allocation: what the budget counts */
+    int type[3];         /* gate, up, down */
+    unsigned char *base; /* one device allocation holds all three */
+    size_t off[3];       /* offsets of gate, up, down in it */
+    uint64_t bytes;      /* size of that allocation: what the budget counts */
 } gpu_expert;
 
 //  Structure of one open device (one worker process drives it from one thread)
 struct moe_device {
-    uint32_t tag;              /* GPU_TAG while open */
-    int index;                 /* vendor ordinal */
+    uint32_t tag; /* GPU_TAG while open */
+    int index;    /* vendor ordinal */
     char name[64];
     uint64_t mem_total, budget;
     cudaStream_t stream;
-    cudaEvent_t ev[4];         /* before H2D, after H2D, after kernels, after D2H */
-    gpu_table experts;         /* (layer, expert) -> gpu_expert */
+    cudaEvent_t ev[4]; /* before H2D, after H2D, after kernels, after D2H */
+    gpu_table experts; /* (layer, expert) -> gpu_expert */
     gpu_faults faults;
-    int launch_fault;          /* 1 while an injected launch failure is pending */
-    unsigned char *scratch;    /* run buffers, grown on demand, never shrunk */
+    int launch_fault;       /* 1 while an injected launch failure is pending */
+    unsigned char *scratch; /* run buffers, grown on demand, never shrunk */
     size_t scratch_bytes;
-    float *x, *out, *g, *u;    /* views into scratch for the current run */
+    float *x, *out, *g, *u; /* views into scratch for the current run */
     unsigned char *prep;
-    moe_stats stats;           /* calls, rows, times (resident_* kept here too) */
+    moe_stats stats; /* calls, rows, times (resident_* kept here too) */
 };
 
-static int s_err(char *err, size_t n, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static int s_err(char *err, size_t n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 static int s_err(char *err, size_t n, int code, const char *fmt, ...) {
     if (err && n) {
@@ -103,8 +102,8 @@ static int s_count_devices(int *count, char *why, size_t n) {
         snprintf(why, n, "no %s device (driver loaded, %s)", COLI_GPU_RUNTIME_NAME,
                  e == cudaSuccess ? "0 devices" : cudaGetErrorName(e));
     } else {
-        snprintf(why, n, "%s device count failed: %s (%s)", COLI_GPU_RUNTIME_NAME,
-                 cudaGetErrorName(e), cudaGetErrorString(e));
+        snprintf(why, n, "%s device count failed: %s (%s)", COLI_GPU_RUNTIME_NAME, cudaGetErrorName(e),
+                 cudaGetErrorString(e));
     }
     return -1;
 }
@@ -158,9 +157,8 @@ static int s_launched(moe_device *d, const char *what, const gpu_expert *e, char
     const int injected = d->launch_fault;
     d->launch_fault = 0;
     if (rc == cudaSuccess && !injected) return 0;
-    return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: %s kernel for expert %d.%d failed to launch: %s%s",
-                 COLI_GPU_VENDOR, d->index, what, e->layer, e->expert,
-                 rc != cudaSuccess ? cudaGetErrorString(rc) : "no runtime error",
+    return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: %s kernel for expert %d.%d failed to launch: %s%s", COLI_GPU_VENDOR,
+                 d->index, what, e->layer, e->expert, rc != cudaSuccess ? cudaGetErrorString(rc) : "no runtime error",
                  injected ? " (injected fault)" : "");
 }
 
@@ -169,32 +167,31 @@ static int s_select(moe_device *d, char *err, size_t n) {
     const cudaError_t e = cudaSetDevice(d->index);
     if (e == cudaSuccess) return 0;
     (void)cudaGetLastError();
-    return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: cannot select the device: %s", COLI_GPU_VENDOR,
-                 d->index, cudaGetErrorString(e));
+    return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: cannot select the device: %s", COLI_GPU_VENDOR, d->index,
+                 cudaGetErrorString(e));
 }
 
 /* ---- launches ------------------------------------------------------------------------ */
 
-template <int A>
-static void s_prep_t(moe_device *d, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
+template <int A> static void s_prep_t(moe_device *d, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
     k_prep<A><<<gpu_prep_blocks(A, n_rows, n), s_threads(d, GPU_PREP_THREADS), 0, d->stream>>>(x, n_rows, n, out);
 }
 
 template <int T>
-static void s_matmul_t(moe_device *d, const unsigned char *W, int64_t n_in, int64_t n_out,
-                       const unsigned char *xp, int64_t n_rows, float *y) {
+static void s_matmul_t(moe_device *d, const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp,
+                       int64_t n_rows, float *y) {
     if (gpu_use_decode(n_rows))
-        k_mm_decode<T><<<gpu_decode_blocks(n_out), s_threads(d, GPU_DECODE_THREADS), 0, d->stream>>>(
-            W, n_in, n_out, xp, (int)n_rows, y);
+        k_mm_decode<T><<<gpu_decode_blocks(n_out), s_threads(d, GPU_DECODE_THREADS), 0, d->stream>>>(W, n_in, n_out, xp,
+                                                                                                     (int)n_rows, y);
     else
-        k_mm_tiled<T><<<gpu_tiled_grid(n_out, n_rows), s_threads(d, GPU_TILED_THREADS), 0, d->stream>>>(
-            W, n_in, n_out, xp, n_rows, y);
+        k_mm_tiled<T><<<gpu_tiled_grid(n_out, n_rows), s_threads(d, GPU_TILED_THREADS), 0, d->stream>>>(W, n_in, n_out,
+                                                                                                        xp, n_rows, y);
 }
 
 static void s_prep(moe_device *d, int t, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
     switch (gpu_act_type(t)) {
-    case COLI_F32:  s_prep_t<COLI_F32>(d, x, n_rows, n, out); break;
-    case COLI_F16:  s_prep_t<COLI_F16>(d, x, n_rows, n, out); break;
+    case COLI_F32: s_prep_t<COLI_F32>(d, x, n_rows, n, out); break;
+    case COLI_F16: s_prep_t<COLI_F16>(d, x, n_rows, n, out); break;
     case COLI_BF16: s_prep_t<COLI_BF16>(d, x, n_rows, n, out); break;
     case COLI_Q8_0: s_prep_t<COLI_Q8_0>(d, x, n_rows, n, out); break;
     case COLI_Q8_1: s_prep_t<COLI_Q8_1>(d, x, n_rows, n, out); break;
@@ -202,11 +199,11 @@ static void s_prep(moe_device *d, int t, const float *x, int64_t n_rows, int64_t
     }
 }
 
-static void s_matmul(moe_device *d, int t, const unsigned char *W, int64_t n_in, int64_t n_out,
-                     const unsigned char *xp, int64_t n_rows, float *y) {
+static void s_matmul(moe_device *d, int t, const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp,
+                     int64_t n_rows, float *y) {
     switch (t) {
-    case COLI_F32:  s_matmul_t<COLI_F32>(d, W, n_in, n_out, xp, n_rows, y); break;
-    case COLI_F16:  s_matmul_t<COLI_F16>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_F32: s_matmul_t<COLI_F32>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_F16: s_matmul_t<COLI_F16>(d, W, n_in, n_out, xp, n_rows, y); break;
     case COLI_BF16: s_matmul_t<COLI_BF16>(d, W, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q8_0: s_matmul_t<COLI_Q8_0>(d, W, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q4_0: s_matmul_t<COLI_Q4_0>(d, W, n_in, n_out, xp, n_rows, y); break;
@@ -224,8 +221,8 @@ static void s_matmul(moe_device *d, int t, const unsigned char *W, int64_t n_in,
 }
 
 //  One group: x (n_rows, n_embd) on the device -> out (n_rows, n_embd).
-static int s_run_group(moe_device *d, const gpu_expert *e, const float *x, int64_t n_rows,
-                       float *out, char *err, size_t n) {
+static int s_run_group(moe_device *d, const gpu_expert *e, const float *x, int64_t n_rows, float *out, char *err,
+                       size_t n) {
     const int64_t n_embd = e->n_embd, n_ff = e->n_ff;
     const unsigned char *wg = e->base + e->off[0], *wu = e->base + e->off[1], *wd = e->base + e->off[2];
     int rc;
@@ -251,25 +248,25 @@ static int s_run_group(moe_device *d, const gpu_expert *e, const float *x, int64
 /* ---- run ------------------------------------------------------------------------------ */
 
 //  Check the batch and find each group's expert; n_max: largest group.
-static int s_check_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups,
-                         int64_t n_rows_total, int64_t n_embd, const gpu_expert **ex,
-                         int64_t *n_max, int64_t *ff_max, char *err, size_t n) {
+static int s_check_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups, int64_t n_rows_total,
+                         int64_t n_embd, const gpu_expert **ex, int64_t *n_max, int64_t *ff_max, char *err, size_t n) {
     *n_max = 0;
     *ff_max = 0;
     for (int32_t i = 0; i < n_groups; i++) {
         const moe_batch_group *g = &groups[i];
         if (g->n_rows < 0 || g->row_begin < 0 || g->row_begin > n_rows_total - g->n_rows)
-            return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: group %d rows [%lld, +%lld) outside the "
-                         "batch of %lld rows", COLI_GPU_VENDOR, d->index, (int)i, (long long)g->row_begin,
-                         (long long)g->n_rows, (long long)n_rows_total);
+            return s_err(err, n, ERR_STATUS_INVAL,
+                         "%s:%d: group %d rows [%lld, +%lld) outside the "
+                         "batch of %lld rows",
+                         COLI_GPU_VENDOR, d->index, (int)i, (long long)g->row_begin, (long long)g->n_rows,
+                         (long long)n_rows_total);
         ex[i] = (const gpu_expert *)gpu_table_get(&d->experts, g->layer, g->expert);
         if (!ex[i])
-            return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d is not resident",
-                         COLI_GPU_VENDOR, d->index, g->layer, g->expert);
+            return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d is not resident", COLI_GPU_VENDOR, d->index,
+                         g->layer, g->expert);
         if (ex[i]->n_embd != n_embd)
             return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d has n_embd %lld, batch has %lld",
-                         COLI_GPU_VENDOR, d->index, g->layer, g->expert, (long long)ex[i]->n_embd,
-                         (long long)n_embd);
+                         COLI_GPU_VENDOR, d->index, g->layer, g->expert, (long long)ex[i]->n_embd, (long long)n_embd);
         if (g->n_rows > *n_max) *n_max = g->n_rows;
         if (ex[i]->n_ff > *ff_max) *ff_max = ex[i]->n_ff;
     }
@@ -278,8 +275,8 @@ static int s_check_batch(moe_device *d, const moe_batch_group *groups, int32_t n
 
 //  Lay the run buffers out in scratch, growing it when too small:
 //  x | out (whole batch), prep | g | u (largest group).
-static int s_scratch(moe_device *d, int64_t n_rows_total, int64_t n_embd, int64_t n_max,
-                     int64_t ff_max, char *err, size_t n) {
+static int s_scratch(moe_device *d, int64_t n_rows_total, int64_t n_embd, int64_t n_max, int64_t ff_max, char *err,
+                     size_t n) {
     const uint64_t io = gpu_align_up((uint64_t)n_rows_total * (uint64_t)n_embd * sizeof(float));
     const int64_t wide = ff_max > n_embd ? ff_max : n_embd;
     const uint64_t prep = gpu_align_up((uint64_t)n_max * (uint64_t)wide * sizeof(float));
@@ -293,9 +290,8 @@ static int s_scratch(moe_device *d, int64_t n_rows_total, int64_t n_embd, int64_
         const cudaError_t e = s_alloc(d, &p, (size_t)need);
         if (e != cudaSuccess) {
             char b[32];
-            return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: scratch of %s for %lld rows: %s",
-                         COLI_GPU_VENDOR, d->index, gpu_fmt_bytes(b, sizeof b, need),
-                         (long long)n_rows_total, cudaGetErrorString(e));
+            return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: scratch of %s for %lld rows: %s", COLI_GPU_VENDOR, d->index,
+                         gpu_fmt_bytes(b, sizeof b, need), (long long)n_rows_total, cudaGetErrorString(e));
         }
         d->scratch = (unsigned char *)p;
         d->scratch_bytes = (size_t)need;
@@ -310,17 +306,16 @@ static int s_scratch(moe_device *d, int64_t n_rows_total, int64_t n_embd, int64_
 
 //  Copy in, every group's kernels, copy the groups' rows out; all on the
 //  stream, events between the phases for the stats.
-static int s_run_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups,
-                       const gpu_expert **ex, const float *x, int64_t n_rows_total, int64_t n_embd,
-                       float *out, char *err, size_t n) {
+static int s_run_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const gpu_expert **ex,
+                       const float *x, int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t n) {
     const size_t row_bytes = (size_t)n_embd * sizeof(float);
     cudaError_t e = cudaEventRecord(d->ev[0], d->stream);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(d->x, x, (size_t)n_rows_total * row_bytes, cudaMemcpyHostToDevice, d->stream);
     if (e == cudaSuccess) e = cudaEventRecord(d->ev[1], d->stream);
     if (e != cudaSuccess)
-        return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: input copy of %lld rows: %s", COLI_GPU_VENDOR,
-                     d->index, (long long)n_rows_total, cudaGetErrorString(e));
+        return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: input copy of %lld rows: %s", COLI_GPU_VENDOR, d->index,
+                     (long long)n_rows_total, cudaGetErrorString(e));
     for (int32_t i = 0; i < n_groups; i++) {
         if (groups[i].n_rows == 0) continue;
         const int64_t off = groups[i].row_begin * n_embd;
@@ -331,14 +326,14 @@ static int s_run_batch(moe_device *d, const moe_batch_group *groups, int32_t n_g
     for (int32_t i = 0; i < n_groups && e == cudaSuccess; i++) {
         const int64_t off = groups[i].row_begin * n_embd;
         if (groups[i].n_rows > 0)
-            e = cudaMemcpyAsync(out + off, d->out + off, (size_t)groups[i].n_rows * row_bytes,
-                                cudaMemcpyDeviceToHost, d->stream);
+            e = cudaMemcpyAsync(out + off, d->out + off, (size_t)groups[i].n_rows * row_bytes, cudaMemcpyDeviceToHost,
+                                d->stream);
     }
     if (e == cudaSuccess) e = cudaEventRecord(d->ev[3], d->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(d->stream);
     if (e != cudaSuccess)
-        return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: batch of %lld rows: %s", COLI_GPU_VENDOR,
-                     d->index, (long long)n_rows_total, cudaGetErrorString(e));
+        return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: batch of %lld rows: %s", COLI_GPU_VENDOR, d->index,
+                     (long long)n_rows_total, cudaGetErrorString(e));
     float ms[3] = {0, 0, 0};
     for (int i = 0; i < 3; i++) (void)cudaEventElapsedTime(&ms[i], d->ev[i], d->ev[i + 1]);
     d->stats.h2d_seconds += ms[0] / 1e3;
@@ -347,15 +342,16 @@ static int s_run_batch(moe_device *d, const moe_batch_group *groups, int32_t n_g
     return 0;
 }
 
-static int s_run(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const float *x,
-                 int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t n) {
+static int s_run(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const float *x, int64_t n_rows_total,
+                 int64_t n_embd, float *out, char *err, size_t n) {
     if (!d || d->tag != GPU_TAG)
         return s_err(err, n, ERR_STATUS_INVAL, "%s: run on a closed or invalid device", COLI_GPU_VENDOR);
     if (n_groups < 0 || (n_groups > 0 && !groups) || n_rows_total < 0 || n_embd <= 0 ||
         (n_rows_total > 0 && (!x || !out)))
-        return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: run: bad arguments (%d groups, %lld rows, "
-                     "n_embd %lld)", COLI_GPU_VENDOR, d->index, (int)n_groups,
-                     (long long)n_rows_total, (long long)n_embd);
+        return s_err(err, n, ERR_STATUS_INVAL,
+                     "%s:%d: run: bad arguments (%d groups, %lld rows, "
+                     "n_embd %lld)",
+                     COLI_GPU_VENDOR, d->index, (int)n_groups, (long long)n_rows_total, (long long)n_embd);
     if (n_groups == 0 || n_rows_total == 0) return 0;
     const gpu_expert **ex = (const gpu_expert **)malloc((size_t)n_groups * sizeof *ex);
     if (!ex) return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: run: out of host memory", COLI_GPU_VENDOR, d->index);
@@ -388,27 +384,32 @@ static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *e
     const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
     const void *ptrs[3] = {e->gate, e->up, e->down};
     if (e->n_embd <= 0 || e->n_ff <= 0 || e->n_embd % GPU_QK || e->n_ff % GPU_QK)
-        return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: n_embd %lld / n_ff %lld not "
-                     "positive multiples of 32", COLI_GPU_VENDOR, d->index, e->layer, e->expert,
-                     (long long)e->n_embd, (long long)e->n_ff);
+        return s_err(err, n, ERR_STATUS_UNSUP,
+                     "%s:%d: expert %d.%d: n_embd %lld / n_ff %lld not "
+                     "positive multiples of 32",
+                     COLI_GPU_VENDOR, d->index, e->layer, e->expert, (long long)e->n_embd, (long long)e->n_ff);
     for (int i = 0; i < 3; i++) {
         if (!gpu_dtype_supported(types[i]))
             return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: %s weight type %d not supported",
                          COLI_GPU_VENDOR, d->index, e->layer, e->expert, names[i], types[i]);
         const int64_t rows = i == 2 ? e->n_embd : e->n_ff, cols = i == 2 ? e->n_ff : e->n_embd;
         if (cols % gpu_block_elems(types[i]))
-            return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: %s rows of %lld values are not "
-                         "a multiple of the %d-value blocks of weight type %d", COLI_GPU_VENDOR, d->index,
-                         e->layer, e->expert, names[i], (long long)cols, gpu_block_elems(types[i]), types[i]);
+            return s_err(err, n, ERR_STATUS_UNSUP,
+                         "%s:%d: expert %d.%d: %s rows of %lld values are not "
+                         "a multiple of the %d-value blocks of weight type %d",
+                         COLI_GPU_VENDOR, d->index, e->layer, e->expert, names[i], (long long)cols,
+                         gpu_block_elems(types[i]), types[i]);
         const uint64_t want = (uint64_t)rows * gpu_row_bytes(types[i], cols);
         if (!ptrs[i] || bytes[i] != want)
-            return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d: %s has %llu bytes at %p, "
-                         "expected %llu", COLI_GPU_VENDOR, d->index, e->layer, e->expert, names[i],
-                         (unsigned long long)bytes[i], ptrs[i], (unsigned long long)want);
+            return s_err(err, n, ERR_STATUS_INVAL,
+                         "%s:%d: expert %d.%d: %s has %llu bytes at %p, "
+                         "expected %llu",
+                         COLI_GPU_VENDOR, d->index, e->layer, e->expert, names[i], (unsigned long long)bytes[i],
+                         ptrs[i], (unsigned long long)want);
     }
     if (gpu_table_get(&d->experts, e->layer, e->expert))
-        return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d is already resident",
-                     COLI_GPU_VENDOR, d->index, e->layer, e->expert);
+        return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d is already resident", COLI_GPU_VENDOR, d->index,
+                     e->layer, e->expert);
     return 0;
 }
 
@@ -424,16 +425,16 @@ static int s_upload_expert(moe_device *d, const moe_expert_desc *e, gpu_expert *
     x->bytes = gpu_align_up(x->off[2] + bytes[2]);
     const uint64_t used = d->stats.resident_bytes;
     if (x->bytes > d->budget || used > d->budget - x->bytes)
-        return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d needs %s, budget %s has %s left",
-                     COLI_GPU_VENDOR, d->index, e->layer, e->expert, gpu_fmt_bytes(b1, sizeof b1, x->bytes),
+        return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d needs %s, budget %s has %s left", COLI_GPU_VENDOR,
+                     d->index, e->layer, e->expert, gpu_fmt_bytes(b1, sizeof b1, x->bytes),
                      gpu_fmt_bytes(b2, sizeof b2, d->budget),
                      gpu_fmt_bytes(b3, sizeof b3, used < d->budget ? d->budget - used : 0));
     void *p = NULL;
     cudaError_t rc = s_alloc(d, &p, (size_t)x->bytes);
     if (rc != cudaSuccess)
         return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d: device allocation of %s failed: %s",
-                     COLI_GPU_VENDOR, d->index, e->layer, e->expert,
-                     gpu_fmt_bytes(b1, sizeof b1, x->bytes), cudaGetErrorString(rc));
+                     COLI_GPU_VENDOR, d->index, e->layer, e->expert, gpu_fmt_bytes(b1, sizeof b1, x->bytes),
+                     cudaGetErrorString(rc));
     x->base = (unsigned char *)p;
     for (int i = 0; i < 3; i++) {
         rc = s_upload(d, x->base + x->off[i], src[i], bytes[i]);
@@ -459,8 +460,8 @@ static int s_load_expert(moe_device *d, const moe_expert_desc *e, char *err, siz
     gpu_expert *x = (gpu_expert *)calloc(1, sizeof *x);
     if (!x) {
         d->stats.failed_loads++;
-        return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d: out of host memory",
-                     COLI_GPU_VENDOR, d->index, e->layer, e->expert);
+        return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d: out of host memory", COLI_GPU_VENDOR, d->index,
+                     e->layer, e->expert);
     }
     x->layer = e->layer;
     x->expert = e->expert;
@@ -473,8 +474,8 @@ static int s_load_expert(moe_device *d, const moe_expert_desc *e, char *err, siz
     if (!rc) rc = s_upload_expert(d, e, x, err, n);
     if (!rc && gpu_table_put(&d->experts, e->layer, e->expert, x)) {
         (void)cudaFree(x->base);
-        rc = s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d: out of host memory",
-                   COLI_GPU_VENDOR, d->index, e->layer, e->expert);
+        rc = s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d: out of host memory", COLI_GPU_VENDOR, d->index,
+                   e->layer, e->expert);
     }
     if (rc) {
         free(x);
@@ -579,10 +580,17 @@ static int s_get_stats(moe_device *d, moe_stats *stats) {
 }
 
 static const struct moe_plugin s_plugin = {
-    MOE_PLUGIN_ABI_MAJOR, MOE_PLUGIN_ABI_MINOR, (uint32_t)sizeof(struct moe_plugin), COLI_GPU_VENDOR,
-    s_probe, s_open, s_get_caps, s_load_expert, s_run, s_get_stats, s_close,
+    MOE_PLUGIN_ABI_MAJOR,
+    MOE_PLUGIN_ABI_MINOR,
+    (uint32_t)sizeof(struct moe_plugin),
+    COLI_GPU_VENDOR,
+    s_probe,
+    s_open,
+    s_get_caps,
+    s_load_expert,
+    s_run,
+    s_get_stats,
+    s_close,
 };
 
-extern "C" __attribute__((visibility("default"))) const struct moe_plugin *moe_plugin_get(void) {
-    return &s_plugin;
-}
+extern "C" __attribute__((visibility("default"))) const struct moe_plugin *moe_plugin_get(void) { return &s_plugin; }

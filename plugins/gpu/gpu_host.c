@@ -2,7 +2,7 @@
  * gpu_host.c - host-side bookkeeping of the GPU plugin; see gpu_host.h.
  * Plain C on purpose: no runtime calls, so it is tested without a device.
  */
-#include "gpu_host.h"
+#include "plugins/gpu/gpu_host.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -15,9 +15,7 @@
 
 static const char *const s_kind_names[GPU_FAULT_KINDS] = {"alloc", "h2d", "launch"};
 
-const char *gpu_fault_kind_name(gpu_fault_kind k) {
-    return (unsigned)k < GPU_FAULT_KINDS ? s_kind_names[k] : "?";
-}
+const char *gpu_fault_kind_name(gpu_fault_kind k) { return (unsigned)k < GPU_FAULT_KINDS ? s_kind_names[k] : "?"; }
 
 //  ---------------------------------------------------------------------------
 //  One "KIND@N[+]" entry of len bytes.
@@ -38,7 +36,10 @@ static int s_parse_entry(const char *s, size_t len, gpu_faults *f, char *err, si
     unsigned long long n = strtoull(at + 1, &end, 10);
     if (errno || end == at + 1 || n == 0 || at[1] == '-') goto bad;
     int from_on = 0;
-    if (*end == '+') { from_on = 1; end++; }
+    if (*end == '+') {
+        from_on = 1;
+        end++;
+    }
     if (*end != '\0') goto bad;
     if (f->n_at[kind] == GPU_FAULT_MAX_AT) {
         snprintf(err, err_len, "fault spec: more than %d '%s' entries", GPU_FAULT_MAX_AT, buf);
@@ -84,9 +85,7 @@ int gpu_faults_next(gpu_faults *f, gpu_fault_kind k) {
 
 //  ---------------------------------------------------------------------------
 //  Resident experts. Keys are (layer, expert) packed into 64 bits.
-static uint64_t s_key(int32_t layer, int32_t expert) {
-    return (uint64_t)(uint32_t)layer << 32 | (uint32_t)expert;
-}
+static uint64_t s_key(int32_t layer, int32_t expert) { return (uint64_t)(uint32_t)layer << 32 | (uint32_t)expert; }
 
 static size_t s_slot(uint64_t key, size_t cap) {
     uint64_t h = key * 0x9e3779b97f4a7c15ull; /* Fibonacci hashing spreads (l, e) pairs */
@@ -156,8 +155,11 @@ uint64_t gpu_default_budget(uint64_t free_bytes, uint64_t total_bytes) {
 }
 
 const char *gpu_fmt_bytes(char *buf, size_t n, uint64_t bytes) {
-    if (bytes >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)bytes / (double)(1ull << 30));
-    else if (bytes >= (1ull << 20)) snprintf(buf, n, "%.1f MiB", (double)bytes / (double)(1ull << 20));
-    else snprintf(buf, n, "%llu B", (unsigned long long)bytes);
+    if (bytes >= (1ull << 30))
+        snprintf(buf, n, "%.2f GiB", (double)bytes / (double)(1ull << 30));
+    else if (bytes >= (1ull << 20))
+        snprintf(buf, n, "%.1f MiB", (double)bytes / (double)(1ull << 20));
+    else
+        snprintf(buf, n, "%llu B", (unsigned long long)bytes);
     return buf;
 }

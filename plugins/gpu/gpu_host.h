@@ -34,11 +34,11 @@ typedef enum gpu_fault_kind {
 #define GPU_FAULT_MAX_AT 8
 
 typedef struct gpu_faults {
-    uint64_t seen[GPU_FAULT_KINDS];                 /* events counted so far */
-    uint64_t at[GPU_FAULT_KINDS][GPU_FAULT_MAX_AT]; /* event numbers that fail */
-    uint8_t  from_on[GPU_FAULT_KINDS][GPU_FAULT_MAX_AT]; /* 1: that one and all later */
-    int      n_at[GPU_FAULT_KINDS];
-    uint64_t fired[GPU_FAULT_KINDS];                /* failures injected so far */
+    uint64_t seen[GPU_FAULT_KINDS];                     /* events counted so far */
+    uint64_t at[GPU_FAULT_KINDS][GPU_FAULT_MAX_AT];     /* event numbers that fail */
+    uint8_t from_on[GPU_FAULT_KINDS][GPU_FAULT_MAX_AT]; /* 1: that one and all later */
+    int n_at[GPU_FAULT_KINDS];
+    uint64_t fired[GPU_FAULT_KINDS]; /* failures injected so far */
 } gpu_faults;
 
 /* Parse spec (NULL or "" = no faults) into f. 0, or COLI_EINVAL with the bad
@@ -50,16 +50,16 @@ const char *gpu_fault_kind_name(gpu_fault_kind k);
 
 /* ---- resident experts: (layer, expert) -> pointer, open addressing ------ */
 typedef struct gpu_table {
-    uint64_t *keys;   /* GPU_TABLE_EMPTY or layer << 32 | expert */
-    void    **vals;
-    size_t    cap, n; /* cap a power of two (or 0), n <= cap / 2 */
+    uint64_t *keys; /* GPU_TABLE_EMPTY or layer << 32 | expert */
+    void **vals;
+    size_t cap, n; /* cap a power of two (or 0), n <= cap / 2 */
 } gpu_table;
 
 void *gpu_table_get(const gpu_table *t, int32_t layer, int32_t expert);
 /* Insert (key must be absent). 0, or COLI_ENOMEM with t unchanged. */
-int   gpu_table_put(gpu_table *t, int32_t layer, int32_t expert, void *val);
+int gpu_table_put(gpu_table *t, int32_t layer, int32_t expert, void *val);
 /* Call fn on every value, then free the table. */
-void  gpu_table_free(gpu_table *t, void (*fn)(void *val, void *arg), void *arg);
+void gpu_table_free(gpu_table *t, void (*fn)(void *val, void *arg), void *arg);
 
 /* ---- memory ------------------------------------------------------------------ */
 
@@ -73,9 +73,7 @@ uint64_t gpu_default_budget(uint64_t free_bytes, uint64_t total_bytes);
 /* Device allocations are rounded up to this, so the budget counts what the
  * device really gives out. */
 #define GPU_ALLOC_ALIGN 256
-static inline uint64_t gpu_align_up(uint64_t n) {
-    return (n + GPU_ALLOC_ALIGN - 1) & ~(uint64_t)(GPU_ALLOC_ALIGN - 1);
-}
+static inline uint64_t gpu_align_up(uint64_t n) { return (n + GPU_ALLOC_ALIGN - 1) & ~(uint64_t)(GPU_ALLOC_ALIGN - 1); }
 
 /* "1.50 GiB", "12.0 MiB", "512 B" into buf (returns buf). */
 const char *gpu_fmt_bytes(char *buf, size_t n, uint64_t bytes);

@@ -31,9 +31,9 @@
 #ifndef COLI_GPU_KERNELS_CUH
 #define COLI_GPU_KERNELS_CUH
 
-#define DEC_MAX_ROWS 8    /* k_mm_decode serves groups of up to this many rows */
-#define DEC_OUT 4         /* output rows per k_mm_decode block (32 threads each) */
-#define TILE 64           /* k_mm_tiled: TILE outputs x TILE rows per block */
+#define DEC_MAX_ROWS 8 /* k_mm_decode serves groups of up to this many rows */
+#define DEC_OUT 4      /* output rows per k_mm_decode block (32 threads each) */
+#define TILE 64        /* k_mm_tiled: TILE outputs x TILE rows per block */
 #if GPU_ROW_LANES != 32
 #error "k_mm_decode runs one row on 32 lanes: GPU_ROW_LANES (gpu_math.h) must be 32"
 #endif
@@ -43,7 +43,7 @@
 #define GPU_PREP_THREADS 128
 #define GPU_SWIGLU_THREADS 256
 #define GPU_DECODE_THREADS (32 * DEC_OUT)
-#define GPU_TILED_THREADS 256   /* 16 x 16, 4 x 4 results each */
+#define GPU_TILED_THREADS 256 /* 16 x 16, 4 x 4 results each */
 
 /* One prepared input serves gate and up when their activation types
  * (gpu_act_type: F32/F16/BF16 rounding, Q8_0, Q8_1 or Q8_K) agree. */
@@ -62,8 +62,7 @@ static inline dim3 gpu_tiled_grid(int64_t n_out, int64_t n_rows) {
 /* ---- kernels --------------------------------------------------------------- */
 
 /* A: the activation type (F32, F16, BF16, Q8_0, Q8_1, Q8_K). */
-template <int A>
-__global__ void k_prep(const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
+template <int A> __global__ void k_prep(const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
     const int e = gpu_prep_elems(A);
     const int64_t nb = n / e;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -85,8 +84,8 @@ __global__ void k_swiglu(float *g, const float *u, int64_t n) {
 
 /* y (n_rows, n_out) = prepared x (n_rows, n_in) @ W^T, n_rows <= DEC_MAX_ROWS. */
 template <int T>
-__global__ void k_mm_decode(const unsigned char *W, int64_t n_in, int64_t n_out,
-                            const unsigned char *xp, int n_rows, float *y) {
+__global__ void k_mm_decode(const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp, int n_rows,
+                            float *y) {
     __shared__ float red[DEC_OUT][DEC_MAX_ROWS][33];
     const int lane = threadIdx.x % 32, sub = threadIdx.x / 32;
     const int64_t o = (int64_t)blockIdx.x * DEC_OUT + sub;
@@ -156,10 +155,9 @@ struct tile_scales {
 /* Stage one K step (32 values) of TILE weight rows and TILE input rows into
  * shared memory; quantized types keep q as floats (exact) plus the scales. */
 template <int T>
-__device__ void tile_load(const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp,
-                          int64_t n_rows, int64_t o0, int64_t t0, int64_t kb,
-                          float (*ws)[GPU_QK + 1], float (*xs)[GPU_QK + 1], tile_scales *wsc,
-                          tile_scales *xsc) {
+__device__ void tile_load(const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp, int64_t n_rows,
+                          int64_t o0, int64_t t0, int64_t kb, float (*ws)[GPU_QK + 1], float (*xs)[GPU_QK + 1],
+                          tile_scales *wsc, tile_scales *xsc) {
     const size_t wstride = gpu_row_bytes(T, n_in), xstride = gpu_prep_row_bytes(T, n_in);
     const int A = gpu_act_type(T);
     for (int idx = threadIdx.x; idx < TILE * GPU_QK; idx += blockDim.x) {
@@ -188,8 +186,8 @@ __device__ void tile_load(const unsigned char *W, int64_t n_in, int64_t n_out, c
 
 /* part += the K step's products, each thread's 4 x 4 outputs, fused in
  * element order (exact integers for quantized types). */
-static __device__ inline void tile_products(const float (*ws)[GPU_QK + 1], const float (*xs)[GPU_QK + 1],
-                                            int tx, int ty, float (*part)[4]) {
+static __device__ inline void tile_products(const float (*ws)[GPU_QK + 1], const float (*xs)[GPU_QK + 1], int tx,
+                                            int ty, float (*part)[4]) {
     for (int kk = 0; kk < GPU_QK; kk++) {
         float wv[4], xv[4];
 #pragma unroll
@@ -204,8 +202,8 @@ static __device__ inline void tile_products(const float (*ws)[GPU_QK + 1], const
 }
 
 template <int T>
-__global__ void k_mm_tiled(const unsigned char *W, int64_t n_in, int64_t n_out,
-                           const unsigned char *xp, int64_t n_rows, float *y) {
+__global__ void k_mm_tiled(const unsigned char *W, int64_t n_in, int64_t n_out, const unsigned char *xp, int64_t n_rows,
+                           float *y) {
     __shared__ float ws[TILE][GPU_QK + 1], xs[TILE][GPU_QK + 1];
     __shared__ tile_scales wsc, xsc;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -236,9 +234,9 @@ __global__ void k_mm_tiled(const unsigned char *W, int64_t n_in, int64_t n_out,
                 for (int j = 0; j < 4; j++) {
                     const int wr = ty + 16 * i, xr = tx + 16 * j;
                     acc[i][j] = gpu_dtype_is_quant(T)
-                        ? gpu_group_acc(T, acc[i][j], part[i][j], wsc.d[wr], xsc.d[xr], wsc.m[wr][0],
-                                        wsc.m[wr][1], xsc.m[xr][0], xsc.m[xr][1])
-                        : acc[i][j] + part[i][j];
+                                    ? gpu_group_acc(T, acc[i][j], part[i][j], wsc.d[wr], xsc.d[xr], wsc.m[wr][0],
+                                                    wsc.m[wr][1], xsc.m[xr][0], xsc.m[xr][1])
+                                    : acc[i][j] + part[i][j];
                 }
             __syncthreads();
         }

@@ -32,29 +32,33 @@
 #include "core/tensor.h"
 
 #ifndef COLI_HD
-#define COLI_HD   /* host compiler: plain static inline functions */
+#define COLI_HD /* host compiler: plain static inline functions */
 #endif
 
-#define GPU_QK 32             /* values per group: a 32-value block, or 1/8 of a super-block */
+#define GPU_QK 32 /* values per group: a 32-value block, or 1/8 of a super-block */
 #define GPU_Q8_0_BYTES 34
 
 /* ---- bits -------------------------------------------------------------- */
 
 static inline COLI_HD uint32_t gpu_f32_bits(float f) {
-    union { float f; uint32_t u; } v;
+    union {
+        float f;
+        uint32_t u;
+    } v;
     v.f = f;
     return v.u;
 }
 
 static inline COLI_HD float gpu_bits_f32(uint32_t u) {
-    union { float f; uint32_t u; } v;
+    union {
+        float f;
+        uint32_t u;
+    } v;
     v.u = u;
     return v.f;
 }
 
-static inline COLI_HD uint16_t gpu_load_u16(const unsigned char *p) {
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
+static inline COLI_HD uint16_t gpu_load_u16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
 /* ---- fp16 / bf16 (bit-exact with core/quant.c) ---------------------------- */
 
@@ -90,9 +94,7 @@ static inline COLI_HD uint16_t gpu_f32_to_fp16(float f) {
     return (uint16_t)(sign | h);
 }
 
-static inline COLI_HD float gpu_bf16_to_f32(uint16_t h) {
-    return gpu_bits_f32((uint32_t)h << 16);
-}
+static inline COLI_HD float gpu_bf16_to_f32(uint16_t h) { return gpu_bits_f32((uint32_t)h << 16); }
 
 static inline COLI_HD uint16_t gpu_f32_to_bf16(float f) {
     const uint32_t x = gpu_f32_bits(f);
@@ -106,9 +108,18 @@ static inline COLI_HD uint16_t gpu_f32_to_bf16(float f) {
 
 static inline COLI_HD int gpu_dtype_is_quant(int t) {
     switch (t) {
-    case COLI_Q8_0: case COLI_Q4_0: case COLI_Q4_1: case COLI_Q5_0: case COLI_Q5_1: case COLI_IQ4_NL:
-    case COLI_Q2_K: case COLI_Q3_K: case COLI_Q4_K: case COLI_Q5_K: case COLI_Q6_K: case COLI_IQ4_XS:
-        return 1;
+    case COLI_Q8_0:
+    case COLI_Q4_0:
+    case COLI_Q4_1:
+    case COLI_Q5_0:
+    case COLI_Q5_1:
+    case COLI_IQ4_NL:
+    case COLI_Q2_K:
+    case COLI_Q3_K:
+    case COLI_Q4_K:
+    case COLI_Q5_K:
+    case COLI_Q6_K:
+    case COLI_IQ4_XS: return 1;
     default: return 0;
     }
 }
@@ -130,19 +141,25 @@ static inline COLI_HD size_t gpu_row_bytes(int t, int64_t n) {
  * blocks; the K-quants and IQ4_XS Q8_K super-blocks. */
 static inline COLI_HD int gpu_act_type(int t) {
     switch (t) {
-    case COLI_Q8_0: case COLI_Q4_0: case COLI_Q5_0: case COLI_IQ4_NL: return COLI_Q8_0;
-    case COLI_Q4_1: case COLI_Q5_1: return COLI_Q8_1;
-    case COLI_Q2_K: case COLI_Q3_K: case COLI_Q4_K: case COLI_Q5_K: case COLI_Q6_K: case COLI_IQ4_XS:
-        return COLI_Q8_K;
+    case COLI_Q8_0:
+    case COLI_Q4_0:
+    case COLI_Q5_0:
+    case COLI_IQ4_NL: return COLI_Q8_0;
+    case COLI_Q4_1:
+    case COLI_Q5_1: return COLI_Q8_1;
+    case COLI_Q2_K:
+    case COLI_Q3_K:
+    case COLI_Q4_K:
+    case COLI_Q5_K:
+    case COLI_Q6_K:
+    case COLI_IQ4_XS: return COLI_Q8_K;
     default: return t;
     }
 }
 
 /* Values one k_prep thread prepares: one activation block (32 or 256), or
  * 32 rounded floats. */
-static inline COLI_HD int gpu_prep_elems(int a) {
-    return a == COLI_Q8_K ? 256 : GPU_QK;
-}
+static inline COLI_HD int gpu_prep_elems(int a) { return a == COLI_Q8_K ? 256 : GPU_QK; }
 
 /* Bytes of a prepared activation row of n values for weights of type t:
  * F32 values (rounded to the weight's precision) or activation blocks. */
@@ -246,8 +263,10 @@ static inline COLI_HD void gpu_quantize_act_q8_K(const float *x, unsigned char *
 
 /* One activation block of type a (Q8_0, Q8_1 or Q8_K) from its values. */
 static inline COLI_HD void gpu_quantize_act(int a, const float *x, unsigned char *blk) {
-    if (a == COLI_Q8_K) gpu_quantize_act_q8_K(x, blk);
-    else gpu_quantize_act_q8(x, blk, a == COLI_Q8_1);
+    if (a == COLI_Q8_K)
+        gpu_quantize_act_q8_K(x, blk);
+    else
+        gpu_quantize_act_q8(x, blk, a == COLI_Q8_1);
 }
 
 /* Prepare one activation row of n values for weights of type t (out:
@@ -301,16 +320,16 @@ static inline COLI_HD float gpu_act_s(int a, const unsigned char *blk, int sub, 
  * |sum| < 2^24 for every type, see gpu_blocks.h), the scales and, for types
  * with a minimum, the minimum terms: sum * (d_w * d_x) + m0 * s0 + m1 * s1,
  * llama.cpp's vec_dot arithmetic per group. */
-static inline COLI_HD float gpu_group_acc(int t, float acc, float sum, float dw, float dx, float m0, float m1,
-                                          float s0, float s1) {
+static inline COLI_HD float gpu_group_acc(int t, float acc, float sum, float dw, float dx, float m0, float m1, float s0,
+                                          float s1) {
     if (!gpu_dtype_has_min(t)) return fmaf(sum, dw * dx, acc);
     return acc + fmaf(sum, dw * dx, fmaf(m0, s0, m1 * s1));
 }
 
 /* acc plus group g (32 values) of a weight row of type t times the same
  * group of a prepared activation row. */
-static inline COLI_HD float gpu_group_accumulate(int t, float acc, const unsigned char *wrow,
-                                                 const unsigned char *xrow, int64_t g) {
+static inline COLI_HD float gpu_group_accumulate(int t, float acc, const unsigned char *wrow, const unsigned char *xrow,
+                                                 int64_t g) {
     if (!gpu_dtype_is_quant(t)) {
         const float *x = (const float *)xrow + g * GPU_QK;
         float part = 0.0f;
@@ -341,8 +360,6 @@ static inline COLI_HD float gpu_row_dot(int t, const unsigned char *wrow, const 
 /* ---- the gated activation ----------------------------------------------------- */
 
 /* silu(g) * u with silu(g) = g / (1 + e^-g), in F32 (core/expert_ffn.c). */
-static inline COLI_HD float gpu_swiglu(float g, float u) {
-    return g / (1.0f + expf(-g)) * u;
-}
+static inline COLI_HD float gpu_swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 #endif /* COLI_GPU_MATH_H */

@@ -46,16 +46,16 @@ enum {
  * (the plugin resolved and verified them). */
 typedef struct xdna_artifact_desc {
     const char *xclbin_path;
-    const char *instr_path;   /* instruction stream: little-endian uint32 words */
-    const char *kernel_name;  /* e.g. "MLIR_AIE" */
-    int64_t m, k, n;          /* bucket rows, inner, output columns */
+    const char *instr_path;  /* instruction stream: little-endian uint32 words */
+    const char *kernel_name; /* e.g. "MLIR_AIE" */
+    int64_t m, k, n;         /* bucket rows, inner, output columns */
 } xdna_artifact_desc;
 
 typedef struct xdna_open_args {
     unsigned device_index;
     const xdna_artifact_desc *artifacts;
     int n_artifacts;
-    uint32_t timeout_ms;      /* per run; 0 = the helper's default (5000) */
+    uint32_t timeout_ms; /* per run; 0 = the helper's default (5000) */
 } xdna_open_args;
 
 typedef struct xdna_session xdna_session; /* device + one hw context per artifact */
@@ -66,8 +66,7 @@ typedef uint32_t (*xdna_abi_version_fn)(void);
  * kernel, instruction buffer). All or nothing. */
 typedef int (*xdna_open_fn)(const xdna_open_args *args, xdna_session **out);
 /* Copy the N x K BF16 image b into a device buffer for artifact `artifact`. */
-typedef int (*xdna_wrap_weight_fn)(xdna_session *s, int artifact, const uint16_t *b, size_t n_elems,
-                                   xdna_weight **out);
+typedef int (*xdna_wrap_weight_fn)(xdna_session *s, int artifact, const uint16_t *b, size_t n_elems, xdna_weight **out);
 /* c (M x N F32) = a (M x K BF16) . w^T on the NPU, M = the artifact's bucket. */
 typedef int (*xdna_execute_fn)(xdna_session *s, xdna_weight *w, const uint16_t *a, float *c);
 typedef void (*xdna_release_weight_fn)(xdna_session *s, xdna_weight **w);

@@ -13,21 +13,23 @@
 #include <unistd.h>
 
 static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
-static int s_decided;            /* 1 once the first attempt ended, either way */
+static int s_decided; /* 1 once the first attempt ended, either way */
 static xdna_diag s_verdict;
 static char s_why[512];
 static xdna_helper s_helper;
 
-int xdna_plugin_dir(char *out, size_t n)
-{
+int xdna_plugin_dir(char *out, size_t n) {
     Dl_info info;
     if (!dladdr((void *)xdna_plugin_dir, &info) || !info.dli_fname) return -1;
     /* the directory the plugin was opened from, as named (a symbolic link to
      * the plugin keeps its own directory): made absolute, not resolved */
     char path[PATH_MAX], cwd[PATH_MAX];
-    if (info.dli_fname[0] == '/') snprintf(path, sizeof path, "%s", info.dli_fname);
-    else if (getcwd(cwd, sizeof cwd)) snprintf(path, sizeof path, "%.2000s/%.2000s", cwd, info.dli_fname);
-    else return -1;
+    if (info.dli_fname[0] == '/')
+        snprintf(path, sizeof path, "%s", info.dli_fname);
+    else if (getcwd(cwd, sizeof cwd))
+        snprintf(path, sizeof path, "%.2000s/%.2000s", cwd, info.dli_fname);
+    else
+        return -1;
     char *slash = strrchr(path, '/');
     *slash = '\0';
     snprintf(out, n, "%s", path[0] ? path : "/");
@@ -35,8 +37,7 @@ int xdna_plugin_dir(char *out, size_t n)
 }
 
 //  Resolve one symbol into *slot; 0 or -1 with the reason in s_why.
-static int s_sym(void *dl, const char *name, void **slot)
-{
+static int s_sym(void *dl, const char *name, void **slot) {
     dlerror();
     *slot = dlsym(dl, name);
     if (*slot) return 0;
@@ -45,8 +46,7 @@ static int s_sym(void *dl, const char *name, void **slot)
     return -1;
 }
 
-static xdna_diag s_load(const char *dir)
-{
+static xdna_diag s_load(const char *dir) {
     char path[PATH_MAX + 64];
     if (dir[0] != '/') {
         snprintf(s_why, sizeof s_why, "%s: plugin directory '%s' is not absolute",
@@ -62,8 +62,7 @@ static xdna_diag s_load(const char *dir)
     }
     xdna_helper h = {.dl = dl};
     if (s_sym(dl, XDNA_SYM_ABI_VERSION, (void **)&h.abi_version) || s_sym(dl, XDNA_SYM_OPEN, (void **)&h.open) ||
-        s_sym(dl, XDNA_SYM_WRAP_WEIGHT, (void **)&h.wrap_weight) ||
-        s_sym(dl, XDNA_SYM_EXECUTE, (void **)&h.execute) ||
+        s_sym(dl, XDNA_SYM_WRAP_WEIGHT, (void **)&h.wrap_weight) || s_sym(dl, XDNA_SYM_EXECUTE, (void **)&h.execute) ||
         s_sym(dl, XDNA_SYM_RELEASE_WEIGHT, (void **)&h.release_weight) ||
         s_sym(dl, XDNA_SYM_SHUTDOWN, (void **)&h.shutdown) || s_sym(dl, XDNA_SYM_LAST_ERROR, (void **)&h.last_error)) {
         dlclose(dl);
@@ -80,22 +79,22 @@ static xdna_diag s_load(const char *dir)
     return XDNA_OK;
 }
 
-xdna_diag xdna_helper_load(const char *dir, const xdna_helper **out, char *why, size_t why_len)
-{
+xdna_diag xdna_helper_load(const char *dir, const xdna_helper **out, char *why, size_t why_len) {
     pthread_mutex_lock(&s_mu);
     if (!s_decided) {
         s_verdict = s_load(dir);
         s_decided = 1;
     }
     xdna_diag v = s_verdict;
-    if (v == XDNA_OK) *out = &s_helper;
-    else snprintf(why, why_len, "%s", s_why);
+    if (v == XDNA_OK)
+        *out = &s_helper;
+    else
+        snprintf(why, why_len, "%s", s_why);
     pthread_mutex_unlock(&s_mu);
     return v;
 }
 
-xdna_diag xdna_helper_diag(int status)
-{
+xdna_diag xdna_helper_diag(int status) {
     switch (status) {
     case XDNA_SUCCESS: return XDNA_OK;
     case XDNA_E_DEVICE: return XDNA_DEVICE_UNAVAILABLE;
@@ -112,12 +111,10 @@ xdna_diag xdna_helper_diag(int status)
 }
 
 xdna_diag xdna_session_open(const xdna_helper *h, const xdna_package *p, int device_index, uint32_t timeout_ms,
-                            xdna_session **out,
-                            char *why, size_t why_len)
-{
+                            xdna_session **out, char *why, size_t why_len) {
     *out = NULL;
     xdna_artifact_desc *descs = calloc((size_t)p->n, sizeof *descs);
-    char (*paths)[2][PATH_MAX + XDNA_NAME_MAX] = calloc((size_t)p->n, sizeof *paths);
+    char(*paths)[2][PATH_MAX + XDNA_NAME_MAX] = calloc((size_t)p->n, sizeof *paths);
     if (!descs || !paths) {
         free(descs);
         free(paths);

@@ -36,13 +36,13 @@
  * the fallback reason counted in stats (and the first word of the message). */
 typedef enum xdna_diag {
     XDNA_OK = 0,
-    XDNA_NOT_REQUESTED,     /* neither --xdna nor COLI_XDNA=<non-zero> */
-    XDNA_PACKAGE_MISSING,   /* no package directory, or no registry in it */
-    XDNA_REGISTRY_INVALID,  /* bad line, hash text, duplicate row, escaping name */
-    XDNA_PACKAGE_INCOMPLETE,/* a file the registry names is absent */
-    XDNA_INTEGRITY_FAILED,  /* a file's SHA-256 is not the registry's */
-    XDNA_HELPER_UNAVAILABLE,/* helper absent, unloadable, other ABI, missing symbol */
-    XDNA_DEVICE_UNAVAILABLE,/* the NPU did not open (process-scoped) */
+    XDNA_NOT_REQUESTED,      /* neither --xdna nor COLI_XDNA=<non-zero> */
+    XDNA_PACKAGE_MISSING,    /* no package directory, or no registry in it */
+    XDNA_REGISTRY_INVALID,   /* bad line, hash text, duplicate row, escaping name */
+    XDNA_PACKAGE_INCOMPLETE, /* a file the registry names is absent */
+    XDNA_INTEGRITY_FAILED,   /* a file's SHA-256 is not the registry's */
+    XDNA_HELPER_UNAVAILABLE, /* helper absent, unloadable, other ABI, missing symbol */
+    XDNA_DEVICE_UNAVAILABLE, /* the NPU did not open (process-scoped) */
     XDNA_XCLBIN_LOAD_FAILED,
     XDNA_HW_CONTEXT_FAILED,
     XDNA_BO_ALLOC_FAILED,
@@ -50,36 +50,41 @@ typedef enum xdna_diag {
     XDNA_RUN_START_FAILED,
     XDNA_RUN_FAILED,
     XDNA_RUN_TIMEOUT,
-    XDNA_NAN_OUTPUT,        /* non-finite output for finite input */
+    XDNA_NAN_OUTPUT, /* non-finite output for finite input */
     XDNA_HELPER_EXCEPTION,
     XDNA_HELPER_BAD_ARGUMENT,
-    XDNA_DECLINED_OP,       /* gate 1: the op is not in the registry */
-    XDNA_DECLINED_SHAPE,    /* gate 2: (K, N) not registered for the op */
-    XDNA_DECLINED_DTYPE,    /* gate 2: the weight type not registered for the shape */
-    XDNA_DECLINED_ROWS,     /* gate 3: more than 256 rows */
-    XDNA_DECLINED_BUCKET,   /* gate 3: no artifact for the rows' bucket */
-    XDNA_IMAGE_FAILED,      /* gate 4: the weight image could not be prepared */
+    XDNA_DECLINED_OP,     /* gate 1: the op is not in the registry */
+    XDNA_DECLINED_SHAPE,  /* gate 2: (K, N) not registered for the op */
+    XDNA_DECLINED_DTYPE,  /* gate 2: the weight type not registered for the shape */
+    XDNA_DECLINED_ROWS,   /* gate 3: more than 256 rows */
+    XDNA_DECLINED_BUCKET, /* gate 3: no artifact for the rows' bucket */
+    XDNA_IMAGE_FAILED,    /* gate 4: the weight image could not be prepared */
     XDNA_DIAG_COUNT
 } xdna_diag;
 
 /* "PACKAGE_MISSING", ...; "OK" for XDNA_OK. */
 const char *xdna_diag_name(xdna_diag d);
 
-typedef enum xdna_op { XDNA_OP_GATE = 0, XDNA_OP_UP, XDNA_OP_DOWN, XDNA_N_OPS } xdna_op;
+typedef enum xdna_op {
+    XDNA_OP_GATE = 0,
+    XDNA_OP_UP,
+    XDNA_OP_DOWN,
+    XDNA_N_OPS
+} xdna_op;
 const char *xdna_op_name(xdna_op op); /* "ffn_gate", "ffn_up", "ffn_down" */
 
 typedef struct xdna_artifact {
     xdna_op op;
     int64_t bucket, k, n;
-    int32_t wtype;                      /* GGUF type id of the source weights */
+    int32_t wtype; /* GGUF type id of the source weights */
     char kernel[64];
     char xclbin[XDNA_NAME_MAX], instr[XDNA_NAME_MAX]; /* relative to the package */
     unsigned char xclbin_sha[32], instr_sha[32];
 } xdna_artifact;
 
 typedef struct xdna_package {
-    char dir[PATH_MAX];                 /* as given */
-    char real[PATH_MAX];                /* realpath of dir */
+    char dir[PATH_MAX];  /* as given */
+    char real[PATH_MAX]; /* realpath of dir */
     xdna_artifact art[XDNA_MAX_ARTIFACTS];
     int n;
 } xdna_package;
@@ -110,13 +115,12 @@ int64_t xdna_bucket_of(int64_t n_rows);
 /* The expert FFN as the gates see it. */
 typedef struct xdna_expert_shape {
     int64_t n_embd, n_ff;
-    int32_t types[XDNA_N_OPS];          /* gate, up, down weight types */
+    int32_t types[XDNA_N_OPS]; /* gate, up, down weight types */
 } xdna_expert_shape;
 
 /* Gates 1-2 for one op of an expert, in order: op qualified, (K, N) as
  * registered, weight type as registered. XDNA_OK or the DECLINED_* code. */
-xdna_diag xdna_gate_op(const xdna_package *p, const xdna_expert_shape *e, xdna_op op, char *why,
-                       size_t why_len);
+xdna_diag xdna_gate_op(const xdna_package *p, const xdna_expert_shape *e, xdna_op op, char *why, size_t why_len);
 
 /* The artifact for (op, bucket) of this expert (gates 1-3 passed), or -1. */
 int xdna_find_artifact(const xdna_package *p, const xdna_expert_shape *e, xdna_op op, int64_t bucket);

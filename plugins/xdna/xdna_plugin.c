@@ -31,12 +31,12 @@
 #include "plugins/plugin_abi.h"
 #include "plugins/xdna/xdna_loader.h"
 #include "plugins/xdna/xdna_package.h"
-#include "quant.h"
-#include "tensor.h"
+#include "core/quant.h"
+#include "core/tensor.h"
 
 #define XDNA_DEV_TAG 0x7d9a0001u
-#define XDNA_DTYPE_MASK ((1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_Q4_0) | (1u << COLI_Q8_0) | \
-                         (1u << COLI_BF16))
+#define XDNA_DTYPE_MASK \
+    ((1u << COLI_F32) | (1u << COLI_F16) | (1u << COLI_Q4_0) | (1u << COLI_Q8_0) | (1u << COLI_BF16))
 #define XDNA_MAX_BUCKET 256
 
 static const int64_t s_buckets[2] = {64, 256};
@@ -44,10 +44,10 @@ static const int64_t s_buckets[2] = {64, 256};
 /* One expert on the lane: a device weight per (op, bucket) that has an artifact. */
 typedef struct xdna_expert {
     xdna_expert_shape shape;
-    int art[XDNA_N_OPS][2];          /* artifact index, -1 = none */
+    int art[XDNA_N_OPS][2]; /* artifact index, -1 = none */
     xdna_weight *w[XDNA_N_OPS][2];
-    size_t bytes;                    /* of the BF16 images */
-    int published;                   /* every weight wrapped: usable */
+    size_t bytes;  /* of the BF16 images */
+    int published; /* every weight wrapped: usable */
 } xdna_expert;
 
 struct moe_device {
@@ -55,19 +55,18 @@ struct moe_device {
     xdna_package *pkg;
     const xdna_helper *h;
     xdna_session *sess;
-    gpu_table experts;               /* (layer, expert) -> xdna_expert* */
+    gpu_table experts; /* (layer, expert) -> xdna_expert* */
     uint64_t budget;
-    uint16_t *a16;                   /* scratch: bucket x width BF16 */
-    float *c0, *c1;                  /* scratch: bucket x width F32 */
+    uint16_t *a16;  /* scratch: bucket x width BF16 */
+    float *c0, *c1; /* scratch: bucket x width F32 */
     size_t scratch_elems;
     moe_stats stats;
-    uint64_t runs[2], padded_rows;   /* expert FFNs run per bucket, zero rows they added */
+    uint64_t runs[2], padded_rows; /* expert FFNs run per bucket, zero rows they added */
 };
 
 static int s_fail(char *err, size_t err_len, int rc, xdna_diag d, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static int s_fail(char *err, size_t err_len, int rc, xdna_diag d, const char *fmt, ...)
-{
+static int s_fail(char *err, size_t err_len, int rc, xdna_diag d, const char *fmt, ...) {
     if (err && err_len) {
         int n = snprintf(err, err_len, "%s: xdna: ", xdna_diag_name(d));
         if (n >= 0 && (size_t)n < err_len) {
@@ -80,8 +79,7 @@ static int s_fail(char *err, size_t err_len, int rc, xdna_diag d, const char *fm
     return rc;
 }
 
-static double s_now(void)
-{
+static double s_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -90,16 +88,14 @@ static double s_now(void)
 // ---------------------------------------------------------------------------
 // open / close
 
-static int xdna_probe(int *n_devices, char *why, size_t why_len)
-{
+static int xdna_probe(int *n_devices, char *why, size_t why_len) {
     /* the facts are checked in order at open; probing would load the helper first */
     if (n_devices) *n_devices = 1;
     if (why && why_len) why[0] = '\0';
     return 0;
 }
 
-static void s_free_expert(void *val, void *arg)
-{
+static void s_free_expert(void *val, void *arg) {
     moe_device *d = arg;
     xdna_expert *e = val;
     for (int op = 0; op < XDNA_N_OPS; op++)
@@ -108,8 +104,7 @@ static void s_free_expert(void *val, void *arg)
     free(e);
 }
 
-static void xdna_close(moe_device **dev)
-{
+static void xdna_close(moe_device **dev) {
     if (!dev || !*dev) return;
     moe_device *d = *dev;
     gpu_table_free(&d->experts, s_free_expert, d);
@@ -123,14 +118,14 @@ static void xdna_close(moe_device **dev)
     *dev = NULL; /* the helper stays loaded: its verdict is the process's */
 }
 
-static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len)
-{
+static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len) {
     if (!out || !opts) return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "open: NULL argument");
     *out = NULL;
     coli_settings set; /* the plugin's moment: its worker's environment, read once at open */
     coli_settings_from_env(&set);
     if (!set.xdna)
-        return s_fail(err, err_len, COLI_EDEVICE, XDNA_NOT_REQUESTED, "the NPU lane is off (--xdna or COLI_XDNA=1 "
+        return s_fail(err, err_len, COLI_EDEVICE, XDNA_NOT_REQUESTED,
+                      "the NPU lane is off (--xdna or COLI_XDNA=1 "
                       "turns it on)");
     char dir[PATH_MAX], pkg_dir[PATH_MAX + 32], why[640];
     if (xdna_plugin_dir(dir, sizeof dir) != 0)
@@ -147,21 +142,22 @@ static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, siz
     /* the package gate runs before the helper loads */
     xdna_diag v = xdna_package_load(pkg_dir, d->pkg, why, sizeof why);
     if (v == XDNA_OK) v = xdna_helper_load(dir, &d->h, why, sizeof why);
-    if (v == XDNA_OK) v = xdna_session_open(d->h, d->pkg, opts->device_index, set.xdna_timeout_ms, &d->sess,
-                                              why, sizeof why);
+    if (v == XDNA_OK)
+        v = xdna_session_open(d->h, d->pkg, opts->device_index, set.xdna_timeout_ms, &d->sess, why, sizeof why);
     if (v != XDNA_OK) {
         snprintf(err, err_len, "%s", why);
         xdna_close(&d);
         return COLI_EDEVICE;
     }
-    fprintf(stderr, "colibri: xdna: experimental NPU lane on (%d artifacts from %s); it computes in BF16, "
-            "so its outputs differ slightly from the CPU path\n", d->pkg->n, pkg_dir);
+    fprintf(stderr,
+            "colibri: xdna: experimental NPU lane on (%d artifacts from %s); it computes in BF16, "
+            "so its outputs differ slightly from the CPU path\n",
+            d->pkg->n, pkg_dir);
     *out = d;
     return 0;
 }
 
-static int xdna_get_caps(moe_device *d, moe_caps *caps)
-{
+static int xdna_get_caps(moe_device *d, moe_caps *caps) {
     if (!d || d->tag != XDNA_DEV_TAG || !caps) return COLI_EINVAL;
     memset(caps, 0, sizeof *caps);
     caps->dtype_mask = XDNA_DTYPE_MASK;
@@ -176,8 +172,7 @@ static int xdna_get_caps(moe_device *d, moe_caps *caps)
 
 //  rows x k BF16 image of the GGUF matrix src (rows of k values of type t),
 //  page aligned; NULL when out of memory.
-static uint16_t *s_bf16_image(const void *src, coli_dtype t, int64_t rows, int64_t k)
-{
+static uint16_t *s_bf16_image(const void *src, coli_dtype t, int64_t rows, int64_t k) {
     size_t bytes = (size_t)rows * (size_t)k * sizeof(uint16_t);
     void *img = NULL;
     float *row = malloc((size_t)k * sizeof *row);
@@ -196,8 +191,7 @@ static uint16_t *s_bf16_image(const void *src, coli_dtype t, int64_t rows, int64
 }
 
 //  Convert and wrap every (op, bucket) weight of x; on failure nothing is kept.
-static int s_prepare(moe_device *d, const moe_expert_desc *e, xdna_expert *x, char *err, size_t err_len)
-{
+static int s_prepare(moe_device *d, const moe_expert_desc *e, xdna_expert *x, char *err, size_t err_len) {
     const void *src[XDNA_N_OPS] = {e->gate, e->up, e->down};
     for (int op = 0; op < XDNA_N_OPS; op++) {
         const int64_t rows = op == XDNA_OP_DOWN ? e->n_embd : e->n_ff, k = op == XDNA_OP_DOWN ? e->n_ff : e->n_embd;
@@ -220,8 +214,7 @@ static int s_prepare(moe_device *d, const moe_expert_desc *e, xdna_expert *x, ch
     return 0;
 }
 
-static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len)
-{
+static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
     const int32_t types[3] = {e->gate_type, e->up_type, e->down_type};
     const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
     const void *ptrs[3] = {e->gate, e->up, e->down};
@@ -235,18 +228,22 @@ static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len)
         const int64_t k = i < 2 ? e->n_embd : e->n_ff, rows = i < 2 ? e->n_ff : e->n_embd;
         if (k % coli_dtype_block_elems((coli_dtype)types[i]) || !ptrs[i] ||
             bytes[i] != coli_row_bytes((coli_dtype)types[i], k) * (size_t)rows)
-            return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "expert %d/%d: matrix %d is %zu "
-                          "bytes, not its shape's", e->layer, e->expert, i, bytes[i]);
+            return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT,
+                          "expert %d/%d: matrix %d is %zu "
+                          "bytes, not its shape's",
+                          e->layer, e->expert, i, bytes[i]);
     }
     return 0;
 }
 
-static int xdna_load_expert(moe_device *d, const moe_expert_desc *e, char *err, size_t err_len)
-{
+static int xdna_load_expert(moe_device *d, const moe_expert_desc *e, char *err, size_t err_len) {
     if (!d || d->tag != XDNA_DEV_TAG || !e)
         return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "load_expert: NULL or closed device");
     int rc = s_check_desc(e, err, err_len);
-    if (rc) { d->stats.failed_loads++; return rc; }
+    if (rc) {
+        d->stats.failed_loads++;
+        return rc;
+    }
     if (gpu_table_get(&d->experts, e->layer, e->expert)) return 0; /* held already */
     xdna_expert *x = calloc(1, sizeof *x);
     if (!x) return s_fail(err, err_len, COLI_ENOMEM, XDNA_IMAGE_FAILED, "out of memory");
@@ -263,8 +260,10 @@ static int xdna_load_expert(moe_device *d, const moe_expert_desc *e, char *err, 
         any_bucket |= all;
     }
     if (rc == 0 && !any_bucket)
-        rc = s_fail(err, err_len, COLI_EUNSUPPORTED, XDNA_DECLINED_BUCKET, "expert %d/%d: no bucket has all three "
-                    "ops", e->layer, e->expert);
+        rc = s_fail(err, err_len, COLI_EUNSUPPORTED, XDNA_DECLINED_BUCKET,
+                    "expert %d/%d: no bucket has all three "
+                    "ops",
+                    e->layer, e->expert);
     if (rc == 0) rc = s_prepare(d, e, x, err, err_len);
     if (rc == 0 && d->budget && d->stats.resident_bytes + x->bytes > d->budget)
         rc = s_fail(err, err_len, COLI_ENOMEM, XDNA_IMAGE_FAILED, "expert %d/%d: the budget is full", e->layer,
@@ -285,8 +284,7 @@ static int xdna_load_expert(moe_device *d, const moe_expert_desc *e, char *err, 
 // ---------------------------------------------------------------------------
 // run: gate 3 per batch, then the FFN of each group on the NPU
 
-static int s_reserve(moe_device *d, size_t elems)
-{
+static int s_reserve(moe_device *d, size_t elems) {
     if (elems <= d->scratch_elems) return 0;
     uint16_t *a = realloc(d->a16, elems * sizeof *a);
     if (a) d->a16 = a;
@@ -300,8 +298,7 @@ static int s_reserve(moe_device *d, size_t elems)
 }
 
 //  c = a16 . W^T for (op, bucket b) of x; the helper's failure as a diagnostic.
-static int s_gemm(moe_device *d, xdna_expert *x, int op, int b, float *c, char *err, size_t err_len)
-{
+static int s_gemm(moe_device *d, xdna_expert *x, int op, int b, float *c, char *err, size_t err_len) {
     int st = d->h->execute(d->sess, x->w[op][b], d->a16, c);
     if (st != XDNA_SUCCESS)
         return s_fail(err, err_len, COLI_EDEVICE, xdna_helper_diag(st), "%s: %s", xdna_op_name((xdna_op)op),
@@ -309,8 +306,7 @@ static int s_gemm(moe_device *d, xdna_expert *x, int op, int b, float *c, char *
     return 0;
 }
 
-static int s_finite(const float *v, size_t n)
-{
+static int s_finite(const float *v, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(v[i])) return 0;
     return 1;
@@ -318,9 +314,8 @@ static int s_finite(const float *v, size_t n)
 
 //  out (n x E) = expert x (x (n x E)) through bucket b: gate and up GEMMs,
 //  SwiGLU in F32 rounded to BF16, down GEMM. Rows n..M-1 are zeros.
-static int s_ffn(moe_device *d, xdna_expert *x, int b, const float *in, int64_t n, int check, float *out,
-                 char *err, size_t err_len)
-{
+static int s_ffn(moe_device *d, xdna_expert *x, int b, const float *in, int64_t n, int check, float *out, char *err,
+                 size_t err_len) {
     const int64_t M = s_buckets[b], E = x->shape.n_embd, F = x->shape.n_ff;
     memset(d->a16, 0, (size_t)(M * E) * sizeof *d->a16);
     for (int64_t i = 0; i < n * E; i++) d->a16[i] = coli_fp32_to_bf16(in[i]);
@@ -346,8 +341,7 @@ static int s_ffn(moe_device *d, xdna_expert *x, int b, const float *in, int64_t 
 
 //  Gate 3 for every group before anything runs (and gate 4: published).
 static int s_gate_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups, int64_t n_rows_total,
-                        int64_t n_embd, char *err, size_t err_len)
-{
+                        int64_t n_embd, char *err, size_t err_len) {
     for (int32_t i = 0; i < n_groups; i++) {
         const moe_batch_group *g = &groups[i];
         if (g->n_rows < 0 || g->row_begin < 0 || g->row_begin > n_rows_total || g->n_rows > n_rows_total - g->row_begin)
@@ -358,8 +352,10 @@ static int s_gate_batch(moe_device *d, const moe_batch_group *groups, int32_t n_
                           g->layer, g->expert);
         const int64_t bucket = xdna_bucket_of(g->n_rows);
         if (g->n_rows > 0 && bucket == 0)
-            return s_fail(err, err_len, COLI_EUNSUPPORTED, XDNA_DECLINED_ROWS, "expert %d/%d: %lld rows, the "
-                          "largest bucket is %d", g->layer, g->expert, (long long)g->n_rows, XDNA_MAX_BUCKET);
+            return s_fail(err, err_len, COLI_EUNSUPPORTED, XDNA_DECLINED_ROWS,
+                          "expert %d/%d: %lld rows, the "
+                          "largest bucket is %d",
+                          g->layer, g->expert, (long long)g->n_rows, XDNA_MAX_BUCKET);
         const int b = bucket == 256;
         if (g->n_rows > 0 && (!x->w[XDNA_OP_GATE][b] || !x->w[XDNA_OP_UP][b] || !x->w[XDNA_OP_DOWN][b]))
             return s_fail(err, err_len, COLI_EUNSUPPORTED, XDNA_DECLINED_BUCKET, "expert %d/%d: no M%lld artifact",
@@ -370,23 +366,24 @@ static int s_gate_batch(moe_device *d, const moe_batch_group *groups, int32_t n_
 
 //  A batch the lane did not compute goes to the CPU path and is counted there;
 //  say the first of each reason on stderr too (the rest only count).
-static void s_say_once(const char *err)
-{
+static void s_say_once(const char *err) {
     static unsigned char said[XDNA_DIAG_COUNT];
     for (int k = 1; k < XDNA_DIAG_COUNT; k++) {
         const char *name = xdna_diag_name((xdna_diag)k);
         const size_t len = strlen(name);
         if (strncmp(err, name, len) || err[len] != ':') continue;
-        if (!said[k]) fprintf(stderr, "colibri: xdna: %s; the CPU path computes it (further %s counted, not "
-                              "printed)\n", err, name);
+        if (!said[k])
+            fprintf(stderr,
+                    "colibri: xdna: %s; the CPU path computes it (further %s counted, not "
+                    "printed)\n",
+                    err, name);
         said[k] = 1;
         return;
     }
 }
 
 static int xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const float *x,
-                    int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t err_len)
-{
+                    int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t err_len) {
     if (!d || d->tag != XDNA_DEV_TAG)
         return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "run: NULL or closed device");
     if (n_groups < 0 || (n_groups > 0 && !groups) || n_rows_total < 0 || n_embd <= 0 ||
@@ -417,8 +414,7 @@ static int xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_grou
     return rc;
 }
 
-static int xdna_get_stats(moe_device *d, moe_stats *stats)
-{
+static int xdna_get_stats(moe_device *d, moe_stats *stats) {
     if (!d || d->tag != XDNA_DEV_TAG || !stats) return COLI_EINVAL;
     *stats = d->stats;
     return 0;
@@ -426,8 +422,7 @@ static int xdna_get_stats(moe_device *d, moe_stats *stats)
 
 //  What stats show per bucket: expert FFNs run through M64 / M256 artifacts,
 //  and the zero rows that padding added.
-static int xdna_get_counters(moe_device *d, moe_counter *out, int cap)
-{
+static int xdna_get_counters(moe_device *d, moe_counter *out, int cap) {
     if (!d || d->tag != XDNA_DEV_TAG || !out || cap < 3) return 0;
     const char *names[3] = {"bucket_m64", "bucket_m256", "padded_rows"};
     const uint64_t values[3] = {d->runs[0], d->runs[1], d->padded_rows};

@@ -1,5 +1,5 @@
 /* args.c - the shared flag parser; see args.h. */
-#include "args.h"
+#include "tools/coli/args.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,8 +41,10 @@ static const arg_spec *find_spec(const arg_spec *specs, int n, const char *name,
 /* Describe the allowed range for a message: ">= 0", "in (0, 1]", ... */
 static void range_text(const arg_spec *s, char *buf, size_t cap) {
     int has_max = s->max > s->min;
-    if (!has_max) snprintf(buf, cap, "must be %s %.10g", s->min_open ? ">" : ">=", s->min);
-    else snprintf(buf, cap, "must be in %s%.10g, %.10g]", s->min_open ? "(" : "[", s->min, s->max);
+    if (!has_max)
+        snprintf(buf, cap, "must be %s %.10g", s->min_open ? ">" : ">=", s->min);
+    else
+        snprintf(buf, cap, "must be in %s%.10g, %.10g]", s->min_open ? "(" : "[", s->min, s->max);
 }
 
 static int in_range(const arg_spec *s, double v) {
@@ -72,8 +74,7 @@ static int set_number(const char *cmd, const arg_spec *s, const char *shown, con
         return ARGS_OK;
     }
     double v = strtod(val, &end);
-    if (errno || end == val || *end || !isfinite(v))
-        return args_error(cmd, shown, "'%s' is not a number", val);
+    if (errno || end == val || *end || !isfinite(v)) return args_error(cmd, shown, "'%s' is not a number", val);
     if (!isfinite((float)v)) return args_error(cmd, shown, "'%s' is out of range", val);
     if (!in_range(s, v)) return args_error(cmd, shown, "'%s' %s", val, range);
     *(float *)s->dest = (float)v;
@@ -107,35 +108,39 @@ static int parse_flag(const char *cmd, int argc, char **argv, int *i, const arg_
     return set_number(cmd, s, shown, val);
 }
 
-int args_parse(const char *cmd, int argc, char **argv, const arg_spec *specs, int n_specs,
-               const char **pos, int max_pos, int *n_pos) {
+int args_parse(const char *cmd, int argc, char **argv, const arg_spec *specs, int n_specs, const char **pos,
+               int max_pos, int *n_pos) {
     int np = 0, only_positional = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!only_positional && (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)) return ARGS_HELP;
-        if (!only_positional && strcmp(a, "--") == 0) { only_positional = 1; continue; }
+        if (!only_positional && strcmp(a, "--") == 0) {
+            only_positional = 1;
+            continue;
+        }
         if (!only_positional && a[0] == '-' && a[1] != '\0') {
             int rc = parse_flag(cmd, argc, argv, &i, specs, n_specs);
             if (rc != ARGS_OK) return rc;
             continue;
         }
         if (np >= max_pos)
-            return args_error(cmd, a, max_pos ? "unexpected extra argument" : "unexpected argument (flags start with -)");
+            return args_error(cmd, a,
+                              max_pos ? "unexpected extra argument" : "unexpected argument (flags start with -)");
         pos[np++] = a;
     }
     if (n_pos) *n_pos = np;
     return ARGS_OK;
 }
 
-void args_usage(FILE *f, const char *cmd, const char *synopsis, const char *description,
-                const arg_spec *specs, int n_specs) {
+void args_usage(FILE *f, const char *cmd, const char *synopsis, const char *description, const arg_spec *specs,
+                int n_specs) {
     fprintf(f, "usage: coli %s %s\n%s\n", cmd, synopsis, description);
     if (n_specs) fprintf(f, "\noptions:\n");
     for (int i = 0; i < n_specs; i++) {
         char left[64];
         const arg_spec *s = &specs[i];
-        snprintf(left, sizeof left, "%s%s%s%s%s", s->alias ? s->alias : "", s->alias ? ", " : "",
-                 s->name, s->meta ? " " : "", s->meta ? s->meta : "");
+        snprintf(left, sizeof left, "%s%s%s%s%s", s->alias ? s->alias : "", s->alias ? ", " : "", s->name,
+                 s->meta ? " " : "", s->meta ? s->meta : "");
         fprintf(f, "  %-24s %s\n", left, s->help);
     }
     fprintf(f, "  %-24s %s\n", "-h, --help", "show this help");
@@ -195,7 +200,11 @@ int cli_read_file(const char *flag, const char *path, char **out, size_t *len) {
         }
         if (n + 1 == cap) {
             char *bigger = realloc(buf, cap * 2);
-            if (!bigger) { free(buf); buf = NULL; break; }
+            if (!bigger) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
             buf = bigger;
             cap *= 2;
         }
@@ -204,7 +213,9 @@ int cli_read_file(const char *flag, const char *path, char **out, size_t *len) {
     fclose(f);
     if (!buf || failed || too_big) {
         fprintf(stderr, "coli: %s %s: %s\n", flag, path,
-                too_big ? "grew past the size limit while being read" : buf ? "read error" : "out of memory");
+                too_big ? "grew past the size limit while being read"
+                : buf   ? "read error"
+                        : "out of memory");
         free(buf);
         return CLI_FAIL;
     }

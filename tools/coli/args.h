@@ -17,25 +17,29 @@
 #include <stdio.h>
 
 typedef enum arg_kind {
-    ARG_FLAG,   /* no value; dest is int*, set to 1 */
-    ARG_STR,    /* dest is const char ** */
-    ARG_INT,    /* dest is int *, range [min, max] */
-    ARG_FLOAT,  /* dest is float *, range [min, max] (min exclusive if min_open) */
-    ARG_U64,    /* dest is uint64_t *, any non-negative integer */
+    ARG_FLAG,  /* no value; dest is int*, set to 1 */
+    ARG_STR,   /* dest is const char ** */
+    ARG_INT,   /* dest is int *, range [min, max] */
+    ARG_FLOAT, /* dest is float *, range [min, max] (min exclusive if min_open) */
+    ARG_U64,   /* dest is uint64_t *, any non-negative integer */
 } arg_kind;
 
 typedef struct arg_spec {
-    const char *name;   /* "--temp" */
-    const char *alias;  /* "-t", or NULL */
+    const char *name;  /* "--temp" */
+    const char *alias; /* "-t", or NULL */
     arg_kind kind;
     void *dest;
-    double min, max;    /* numeric range, inclusive */
-    int min_open;       /* 1: the range excludes min, as in top-p's (0, 1] */
-    const char *meta;   /* value placeholder in --help, e.g. "N" */
-    const char *help;   /* one line */
+    double min, max;  /* numeric range, inclusive */
+    int min_open;     /* 1: the range excludes min, as in top-p's (0, 1] */
+    const char *meta; /* value placeholder in --help, e.g. "N" */
+    const char *help; /* one line */
 } arg_spec;
 
-enum { ARGS_OK = 0, ARGS_HELP = 1, ARGS_ERROR = 2 };
+enum {
+    ARGS_OK = 0,
+    ARGS_HELP = 1,
+    ARGS_ERROR = 2
+};
 
 /* Runtime failure: print "coli: <coli_last_error()>" and give the exit status 1. */
 #define CLI_FAIL 1
@@ -44,17 +48,16 @@ enum { ARGS_OK = 0, ARGS_HELP = 1, ARGS_ERROR = 2 };
  * as the next argument or after '=' ("--temp=0.5"). Arguments that are not
  * flags go to pos[] (at most max_pos, more is an error). -h/--help gives
  * ARGS_HELP. On ARGS_ERROR the one-line message is already on stderr. */
-int args_parse(const char *cmd, int argc, char **argv, const arg_spec *specs, int n_specs,
-               const char **pos, int max_pos, int *n_pos);
+int args_parse(const char *cmd, int argc, char **argv, const arg_spec *specs, int n_specs, const char **pos,
+               int max_pos, int *n_pos);
 
 /* The command's help text: synopsis line, description, one line per flag. */
-void args_usage(FILE *f, const char *cmd, const char *synopsis, const char *description,
-                const arg_spec *specs, int n_specs);
+void args_usage(FILE *f, const char *cmd, const char *synopsis, const char *description, const arg_spec *specs,
+                int n_specs);
 
 /* A usage error found after parsing (missing required flag, conflicting
  * flags): prints "coli CMD: <what>: <why>" and returns ARGS_ERROR. */
-int args_error(const char *cmd, const char *what, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int args_error(const char *cmd, const char *what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* A runtime error: prints "coli: <coli_last_error()>" and returns CLI_FAIL. */
 int cli_fail(void);

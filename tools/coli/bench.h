@@ -19,11 +19,11 @@ int bench_read_bandwidth(int n_threads, int mib, int passes, double *gbs);
  * stacks (*_exps: n_expert_used of n_expert). Also the whole file's
  * tensor bytes. 0 or CLI_FAIL (printed). */
 typedef struct bench_bytes {
-    int64_t per_token;     /* the sum above */
-    int64_t experts;       /* of which routed experts */
-    int64_t output;        /* of which the output head */
-    int64_t all_tensors;   /* every tensor of the file */
-    char expert_type[16];  /* type of the expert stacks ("Q8_0"), or of the output head */
+    int64_t per_token;    /* the sum above */
+    int64_t experts;      /* of which routed experts */
+    int64_t output;       /* of which the output head */
+    int64_t all_tensors;  /* every tensor of the file */
+    char expert_type[16]; /* type of the expert stacks ("Q8_0"), or of the output head */
 } bench_bytes;
 int bench_decode_bytes(const char *path, bench_bytes *out);
 

@@ -14,12 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
-#include "bench.h"
+#include "tools/coli/args.h"
+#include "tools/coli/bench.h"
 #include "core/clock.h"
 
 /* Slices are handed out in 32-byte units (one AVX2 load). */
-typedef struct { long long q[4]; } v4i64;
+typedef struct {
+    long long q[4];
+} v4i64;
 
 typedef struct bw_sync {
     atomic_int gen, n_done, abort;
@@ -29,10 +31,10 @@ typedef struct bw_thread {
     pthread_t tid;
     bw_sync *sync;
     const v4i64 *p;
-    size_t n;            /* vectors in this slice */
+    size_t n; /* vectors in this slice */
     int passes;
-    double best_s;       /* fastest pass of this thread */
-    long long sink;      /* keeps the sums alive */
+    double best_s;  /* fastest pass of this thread */
+    long long sink; /* keeps the sums alive */
 } bw_thread;
 
 #if defined(__x86_64__)
@@ -62,7 +64,8 @@ static long long sum_scalar(const v4i64 *p, size_t n) {
     long long a[8] = {0};
     for (size_t i = 0; i + 2 <= n; i += 2)
         for (int k = 0; k < 8; k++) a[k] += p[i + k / 4].q[k % 4];
-    if (n % 2) for (int k = 0; k < 4; k++) a[k] += p[n - 1].q[k];
+    if (n % 2)
+        for (int k = 0; k < 4; k++) a[k] += p[n - 1].q[k];
     return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
 }
 
@@ -81,8 +84,10 @@ static void *bw_main(void *arg) {
     atomic_fetch_add(&t->sync->n_done, 1);
     for (int k = 0; k < t->passes; k++) {
         while (atomic_load(&t->sync->gen) <= k)
-            if (atomic_load(&t->sync->abort)) return NULL;
-            else sched_yield();
+            if (atomic_load(&t->sync->abort))
+                return NULL;
+            else
+                sched_yield();
         double t0 = coli_now_s();
         t->sink += sum_slice(t->p, t->n);
         double dt = coli_now_s() - t0;
@@ -109,7 +114,10 @@ int bench_read_bandwidth(int n_threads, int mib, int passes, double *gbs) {
     for (int i = 0; i < n_threads; i++) {
         const size_t lo = n_vec * (size_t)i / (size_t)n_threads, hi = n_vec * (size_t)(i + 1) / (size_t)n_threads;
         th[i] = (bw_thread){.sync = &sync, .p = buf + lo, .n = hi - lo, .passes = passes};
-        if (pthread_create(&th[i].tid, NULL, bw_main, &th[i]) != 0) { rc = CLI_FAIL; break; }
+        if (pthread_create(&th[i].tid, NULL, bw_main, &th[i]) != 0) {
+            rc = CLI_FAIL;
+            break;
+        }
         started++;
     }
     if (rc) {

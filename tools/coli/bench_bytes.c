@@ -10,11 +10,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "args.h"
-#include "bench.h"
+#include "tools/coli/args.h"
+#include "tools/coli/bench.h"
 #include "colibri.h"
-#include "gguf.h"
-#include "tensor.h"
+#include "core/gguf.h"
+#include "core/tensor.h"
 
 /* "<arch>.expert_count" style keys: the architecture prefix from general.architecture. */
 static int64_t arch_u32(const gguf_file *f, const char *suffix) {

@@ -1,7 +1,7 @@
 /* bench_stats.c - quantiles of `coli bench`; see bench.h. */
 #include <stdlib.h>
 
-#include "bench.h"
+#include "tools/coli/bench.h"
 
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;

@@ -21,12 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "args.h"
-#include "bench.h"
+#include "tools/coli/args.h"
+#include "tools/coli/bench.h"
 #include "colibri.h"
-#include "commands.h"
+#include "tools/coli/commands.h"
 #include "core/clock.h"
-#include "model_opts.h"
+#include "tools/coli/model_opts.h"
 
 #define MAX_PROMPTS 8
 #define MAX_CONFIGS 8
@@ -34,16 +34,16 @@
 
 typedef struct bench_opts {
     model_opts mo;
-    const char *prompts;  /* "64,512" */
+    const char *prompts; /* "64,512" */
     int n_decode, repeat, bandwidth, bw_mib;
     const char *json;
     int n_prompt, prompt[MAX_PROMPTS];
-    int n_threads;        /* what -t resolves to */
+    int n_threads; /* what -t resolves to */
 } bench_opts;
 
 typedef struct config_run {
     char devices[64];
-    int index;                               /* its place in --devices */
+    int index; /* its place in --devices */
     coli_model *m;
     coli_context *ctx;
     double load_s;
@@ -58,7 +58,7 @@ typedef struct config_run {
 
 typedef struct bench_env {
     bench_bytes bytes;
-    double gbs;           /* read bandwidth, 0 = not measured */
+    double gbs; /* read bandwidth, 0 = not measured */
     double load_before[3], load_after[3];
 } bench_env;
 
@@ -81,8 +81,7 @@ static int parse_prompts(bench_opts *o) {
         long v = strtol(s, &end, 10);
         if (end == s || v < 1 || v > 1 << 20 || (*end && *end != ','))
             return args_error("bench", "-p", "'%s' must be a comma-separated list of token counts >= 1", o->prompts);
-        if (o->n_prompt == MAX_PROMPTS)
-            return args_error("bench", "-p", "at most %d prompt lengths", MAX_PROMPTS);
+        if (o->n_prompt == MAX_PROMPTS) return args_error("bench", "-p", "at most %d prompt lengths", MAX_PROMPTS);
         o->prompt[o->n_prompt++] = (int)v;
         s = *end ? end + 1 : end;
     }
@@ -109,7 +108,8 @@ static int parse_configs(const bench_opts *o, config_run *cfg, int *n_cfg) {
 
 static int argmax(const float *v, int n) {
     int best = 0;
-    for (int i = 1; i < n; i++) if (v[i] > v[best]) best = i;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
     return best;
 }
 
@@ -137,8 +137,10 @@ static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
     if (o->mo.route_trace) {
         char path[4096];
         int i = c->index;
-        if (i) snprintf(path, sizeof path, "%s.%d", o->mo.route_trace, i);
-        else snprintf(path, sizeof path, "%s", o->mo.route_trace);
+        if (i)
+            snprintf(path, sizeof path, "%s.%d", o->mo.route_trace, i);
+        else
+            snprintf(path, sizeof path, "%s", o->mo.route_trace);
         if (coli_dump_routing(c->m, path) != 0) return cli_fail();
     }
     c->load_s = coli_now_s() - t0;
@@ -146,8 +148,8 @@ static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
     coli_model_get_info(c->m, &info);
     c->n_ctx = n_ctx < info.n_ctx ? n_ctx : info.n_ctx;
     if (o->n_decode + 1 > c->n_ctx) {
-        fprintf(stderr, "coli bench: -n: %d decode tokens + 1 do not fit the model's context (%d)\n",
-                o->n_decode, info.n_ctx);
+        fprintf(stderr, "coli bench: -n: %d decode tokens + 1 do not fit the model's context (%d)\n", o->n_decode,
+                info.n_ctx);
         return ARGS_ERROR;
     }
     coli_context_params cp;
@@ -155,7 +157,10 @@ static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
     cp.n_ctx = c->n_ctx;
     if (coli_context_new(c->m, &cp, &c->ctx) != 0) return cli_fail();
     c->lat = malloc((size_t)o->repeat * (size_t)o->n_decode * sizeof(double));
-    if (!c->lat) { fprintf(stderr, "coli: bench: out of memory\n"); return CLI_FAIL; }
+    if (!c->lat) {
+        fprintf(stderr, "coli: bench: out of memory\n");
+        return CLI_FAIL;
+    }
     return 0;
 }
 
@@ -195,7 +200,10 @@ static int config_stats(config_run *c) {
     if (coli_model_stats_json(c->m, &text) != 0) return cli_fail();
     cJSON *js = cJSON_Parse(text);
     free(text);
-    if (!js) { fprintf(stderr, "coli: bench: [%s]: the stats are not JSON\n", c->devices); return CLI_FAIL; }
+    if (!js) {
+        fprintf(stderr, "coli: bench: [%s]: the stats are not JSON\n", c->devices);
+        return CLI_FAIL;
+    }
     c->disp_p50 = json_num(js, "dispatch_latency_p50_ms", &c->has_dispatch);
     c->disp_p99 = json_num(js, "dispatch_latency_p99_ms", NULL);
     int found = 0;
@@ -208,7 +216,9 @@ static int config_stats(config_run *c) {
 // ---------------------------------------------------------------------------
 // reporting
 
-typedef struct summary { double med, min, max; } summary;
+typedef struct summary {
+    double med, min, max;
+} summary;
 
 static summary summarize(const double *v, int n) {
     double tmp[MAX_REPEAT];
@@ -225,8 +235,8 @@ static void print_header(const bench_opts *o, const bench_env *env) {
     printf("coli bench: %s (%s experts), %d threads, %d repeats, %d decode tokens\n", o->mo.model,
            env->bytes.expert_type[0] ? env->bytes.expert_type : "no", o->n_threads, o->repeat, o->n_decode);
     printf("weights read per decode token: %.1f MB (routed experts %.1f MB, output head %.1f MB; file %.1f MB)\n",
-           (double)env->bytes.per_token / 1e6, (double)env->bytes.experts / 1e6,
-           (double)env->bytes.output / 1e6, (double)env->bytes.all_tensors / 1e6);
+           (double)env->bytes.per_token / 1e6, (double)env->bytes.experts / 1e6, (double)env->bytes.output / 1e6,
+           (double)env->bytes.all_tensors / 1e6);
     if (env->gbs > 0)
         printf("read bandwidth (%d threads): %.2f GB/s -> decode limit %.1f tok/s\n", o->n_threads, env->gbs,
                limit_tok_s(env));
@@ -250,7 +260,8 @@ static void print_config(const bench_opts *o, const bench_env *env, config_run *
     double p50 = bench_quantile(c->lat, c->n_lat, 0.5) * 1e3, p99 = bench_quantile(c->lat, c->n_lat, 0.99) * 1e3;
     printf("\n  token latency p50 %.3f ms, p99 %.3f ms (p99/p50 %.2f)\n", p50, p99, p50 > 0 ? p99 / p50 : 0);
     if (c->has_dispatch)
-        printf("  per-layer dispatch p50 %.3f ms, p99 %.3f ms, fallbacks %.0f\n", c->disp_p50, c->disp_p99, c->fallbacks);
+        printf("  per-layer dispatch p50 %.3f ms, p99 %.3f ms, fallbacks %.0f\n", c->disp_p50, c->disp_p99,
+               c->fallbacks);
     else
         printf("  experts in-process (no dispatch), fallbacks %.0f\n", c->fallbacks);
 }
@@ -298,11 +309,14 @@ static cJSON *json_config(const bench_opts *o, const bench_env *env, config_run 
     cJSON_AddNumberToObject(decode, "n_tokens", o->n_decode);
     json_summary(decode, "tok_s", c->decode, o->repeat);
     summary d = summarize(c->decode, o->repeat);
-    cJSON_AddItemToObject(j, "pct_of_limit", json_round(limit_tok_s(env) > 0 ? 100.0 * d.med / limit_tok_s(env) : 0, 2));
+    cJSON_AddItemToObject(j, "pct_of_limit",
+                          json_round(limit_tok_s(env) > 0 ? 100.0 * d.med / limit_tok_s(env) : 0, 2));
     json_latency(j, "token_latency_ms", bench_quantile(c->lat, c->n_lat, 0.5) * 1e3,
                  bench_quantile(c->lat, c->n_lat, 0.99) * 1e3);
-    if (c->has_dispatch) json_latency(j, "dispatch_latency_ms", c->disp_p50, c->disp_p99);
-    else cJSON_AddNullToObject(j, "dispatch_latency_ms");
+    if (c->has_dispatch)
+        json_latency(j, "dispatch_latency_ms", c->disp_p50, c->disp_p99);
+    else
+        cJSON_AddNullToObject(j, "dispatch_latency_ms");
     cJSON_AddItemToObject(j, "fallbacks", json_round(c->fallbacks, 0));
     return j;
 }
@@ -336,12 +350,18 @@ static int write_json(const bench_opts *o, const bench_env *env, config_run *cfg
     for (int i = 0; i < n_cfg; i++) cJSON_AddItemToArray(configs, json_config(o, env, &cfg[i]));
     char *text = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
-    if (!text) { fprintf(stderr, "coli: --json %s: out of memory\n", o->json); return CLI_FAIL; }
+    if (!text) {
+        fprintf(stderr, "coli: --json %s: out of memory\n", o->json);
+        return CLI_FAIL;
+    }
     FILE *f = fopen(o->json, "w");
     int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
     if (f && fclose(f) != 0) ok = 0;
     free(text);
-    if (!ok) { fprintf(stderr, "coli: --json %s: cannot write\n", o->json); return CLI_FAIL; }
+    if (!ok) {
+        fprintf(stderr, "coli: --json %s: cannot write\n", o->json);
+        return CLI_FAIL;
+    }
     return 0;
 }
 
@@ -351,7 +371,8 @@ static int write_json(const bench_opts *o, const bench_env *env, config_run *cfg
 /* Load every configuration, run the repeats interleaved, report. */
 static int run_configs(const bench_opts *o, bench_env *env, config_run *cfg, int n_cfg) {
     int max_p = 1;
-    for (int p = 0; p < o->n_prompt; p++) if (o->prompt[p] > max_p) max_p = o->prompt[p];
+    for (int p = 0; p < o->n_prompt; p++)
+        if (o->prompt[p] > max_p) max_p = o->prompt[p];
     const int n_ctx = (max_p > o->n_decode + 1 ? max_p : o->n_decode + 1) + 1;
     int rc = 0;
     for (int i = 0; i < n_cfg && !rc; i++) rc = config_open(o, &cfg[i], n_ctx);
@@ -359,7 +380,10 @@ static int run_configs(const bench_opts *o, bench_env *env, config_run *cfg, int
     if (!rc) coli_model_get_info(cfg[0].m, &info);
     int32_t *ids = rc ? NULL : malloc((size_t)max_p * sizeof *ids);
     float *logits = rc ? NULL : malloc((size_t)info.n_vocab * sizeof *logits);
-    if (!rc && (!ids || !logits)) { fprintf(stderr, "coli: bench: out of memory\n"); rc = CLI_FAIL; }
+    if (!rc && (!ids || !logits)) {
+        fprintf(stderr, "coli: bench: out of memory\n");
+        rc = CLI_FAIL;
+    }
     uint32_t seed = 12345; /* the same pseudo-random prompt for every configuration */
     for (int i = 0; !rc && i < max_p; i++) {
         seed = seed * 1664525u + 1013904223u;
@@ -385,32 +409,42 @@ static int run_configs(const bench_opts *o, bench_env *env, config_run *cfg, int
 static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     arg_spec specs[] = {
         MODEL_OPTS_SPECS(o->mo),
-        {"--route-trace", NULL, ARG_STR, &o->mo.route_trace, 0, 0, 0, "FILE", "write each token's expert choice per layer as JSON lines (configuration i > 0: FILE.i)"},
-        {"--pin", NULL, ARG_STR, &o->mo.pins, 0, 0, 0, "L:E=DEV,...", "place these experts on these workers (every configuration with workers)"},
-        {"--prompts", "-p", ARG_STR, &o->prompts, 0, 0, 0, "LIST", "prompt lengths to prefill, e.g. 64,512 (default 64,512)"},
+        {"--route-trace", NULL, ARG_STR, &o->mo.route_trace, 0, 0, 0, "FILE",
+         "write each token's expert choice per layer as JSON lines (configuration i > 0: FILE.i)"},
+        {"--pin", NULL, ARG_STR, &o->mo.pins, 0, 0, 0, "L:E=DEV,...",
+         "place these experts on these workers (every configuration with workers)"},
+        {"--prompts", "-p", ARG_STR, &o->prompts, 0, 0, 0, "LIST",
+         "prompt lengths to prefill, e.g. 64,512 (default 64,512)"},
         {"--n-decode", "-n", ARG_INT, &o->n_decode, 1, 1 << 20, 0, "N", "decode steps per repeat (default 128)"},
-        {"--repeat", "-r", ARG_INT, &o->repeat, 1, MAX_REPEAT, 0, "R", "repeats, interleaved over the configurations (default 3)"},
-        {"--bandwidth", NULL, ARG_FLAG, &o->bandwidth, 0, 0, 0, NULL, "measure the read bandwidth first (alone: only that)"},
-        {"--bandwidth-mib", NULL, ARG_INT, &o->bw_mib, 64, 1 << 16, 0, "MIB", "buffer of the bandwidth test (default 1024)"},
+        {"--repeat", "-r", ARG_INT, &o->repeat, 1, MAX_REPEAT, 0, "R",
+         "repeats, interleaved over the configurations (default 3)"},
+        {"--bandwidth", NULL, ARG_FLAG, &o->bandwidth, 0, 0, 0, NULL,
+         "measure the read bandwidth first (alone: only that)"},
+        {"--bandwidth-mib", NULL, ARG_INT, &o->bw_mib, 64, 1 << 16, 0, "MIB",
+         "buffer of the bandwidth test (default 1024)"},
         {"--json", NULL, ARG_STR, &o->json, 0, 0, 0, "OUT", "also write the results as JSON to OUT"},
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("bench", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
-        args_usage(stdout, "bench", "-m FILE [-p 64,512] [-n 128] [--devices \"inproc cpu:1\"] [--repeat R] [--bandwidth] [--json OUT]",
+        args_usage(stdout, "bench",
+                   "-m FILE [-p 64,512] [-n 128] [--devices \"inproc cpu:1\"] [--repeat R] [--bandwidth] [--json OUT]",
                    "Prefill and decode tok/s (median, min, max over repeats), p50/p99 token latency,\n"
                    "per-layer dispatch latency, fallbacks, weight bytes read per decode token and, with\n"
                    "--bandwidth, the read bandwidth and the decode limit it implies. Several --devices\n"
-                   "configurations, separated by spaces, run interleaved repeat by repeat.", specs, n_specs);
+                   "configurations, separated by spaces, run interleaved repeat by repeat.",
+                   specs, n_specs);
         return ARGS_HELP;
     }
     if (rc) return rc;
     if (!o->mo.model && !o->bandwidth)
         return args_error("bench", "-m", "required (the GGUF model file), or --bandwidth alone");
     if (o->mo.model && cli_check_input_file("-m", o->mo.model)) return CLI_FAIL;
-    if (o->mo.inproc && o->mo.devices) return args_error("bench", "--inproc", "conflicts with --devices %s", o->mo.devices);
+    if (o->mo.inproc && o->mo.devices)
+        return args_error("bench", "--inproc", "conflicts with --devices %s", o->mo.devices);
     if (o->mo.xdna && (o->mo.inproc || !o->mo.devices))
-        return args_error("bench", "--xdna", "needs --devices with workers (e.g. \"cpu:1\"); bench's default is inproc");
+        return args_error("bench", "--xdna",
+                          "needs --devices with workers (e.g. \"cpu:1\"); bench's default is inproc");
     if (o->mo.xdna) setenv("COLI_XDNA", "1", 1); /* configurations with workers get the NPU lane */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = o->mo.n_threads > 0 ? o->mo.n_threads : (int)(cores > 0 ? cores : 1);

@@ -12,11 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
-#include "line_edit.h"
-#include "model_opts.h"
+#include "tools/coli/commands.h"
+#include "tools/coli/line_edit.h"
+#include "tools/coli/model_opts.h"
 #include "tools/coli/server/server_template.h"
 
 static volatile sig_atomic_t s_interrupted;
@@ -29,17 +29,17 @@ static void s_on_sigint(int sig) {
 typedef struct chat_state {
     coli_model *m;
     coli_context *ctx;
-    coli_sampling_params sp;     /* n_predict: the most tokens per answer */
+    coli_sampling_params sp; /* n_predict: the most tokens per answer */
     chat_family family;
-    const char *default_system;  /* ChatML templates that carry one */
+    const char *default_system; /* ChatML templates that carry one */
     char *bos, *eos;
-    chat_message *msgs;          /* owned role/content strings */
+    chat_message *msgs; /* owned role/content strings */
     int n_msgs, cap_msgs;
-    int32_t *cache;              /* the ids the context holds, in order */
+    int32_t *cache; /* the ids the context holds, in order */
     int n_cache, cap_cache;
     int n_ctx;
     coli_gen_stats last;
-    char *answer;                /* the answer being streamed, NUL-terminated */
+    char *answer; /* the answer being streamed, NUL-terminated */
     size_t answer_len, answer_cap;
 } chat_state;
 
@@ -123,7 +123,8 @@ static int s_answer(chat_state *c) {
     int n = 0;
     if (s_prompt_ids(c, &ids, &n)) return -1;
     if (n + 1 >= c->n_ctx) {
-        fprintf(stderr, "coli chat: the conversation (%d tokens) fills the context of %d; /reset to start over\n", n, c->n_ctx);
+        fprintf(stderr, "coli chat: the conversation (%d tokens) fills the context of %d; /reset to start over\n", n,
+                c->n_ctx);
         free(ids);
         c->n_msgs--; /* forget the turn that did not fit */
         free((char *)c->msgs[c->n_msgs].role);
@@ -161,12 +162,11 @@ static int s_answer(chat_state *c) {
 
 static void s_stats(chat_state *c) {
     const coli_gen_stats *st = &c->last;
-    printf("last answer: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s)%s\n",
-           st->n_prompt, st->prompt_seconds > 0 ? st->n_prompt / st->prompt_seconds : 0.0,
-           st->n_gen, st->gen_seconds > 0 ? st->n_gen / st->gen_seconds : 0.0,
-           st->stopped_by_eog ? ", ended by the model" : "");
-    printf("conversation: %d messages, %d of %d context tokens, template %s\n", c->n_msgs,
-           coli_context_pos(c->ctx), c->n_ctx, chat_family_name(c->family));
+    printf("last answer: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s)%s\n", st->n_prompt,
+           st->prompt_seconds > 0 ? st->n_prompt / st->prompt_seconds : 0.0, st->n_gen,
+           st->gen_seconds > 0 ? st->n_gen / st->gen_seconds : 0.0, st->stopped_by_eog ? ", ended by the model" : "");
+    printf("conversation: %d messages, %d of %d context tokens, template %s\n", c->n_msgs, coli_context_pos(c->ctx),
+           c->n_ctx, chat_family_name(c->family));
     char *text = NULL;
     if (coli_model_stats_text(c->m, &text) == 0 && text) fputs(text, stdout);
     free(text);
@@ -228,7 +228,9 @@ static int s_chat(const model_opts *o, const coli_sampling_params *sp, const cha
     c.eos = strdup(eos ? eos : "");
     c.n_ctx = model_opts_n_ctx(o, c.m);
     if (c.family == CHAT_UNKNOWN) {
-        fprintf(stderr, "coli chat: %s: the model's chat template is not one colibri can render (%s); choose one with --chat-template NAME\n",
+        fprintf(stderr,
+                "coli chat: %s: the model's chat template is not one colibri can render (%s); choose one with "
+                "--chat-template NAME\n",
                 o->model, chat_family_list());
         rc = CLI_FAIL;
     } else if (!c.bos || !c.eos || (system && s_add_message(&c, "system", system))) {
@@ -263,7 +265,8 @@ int cmd_chat(int argc, char **argv) {
         MODEL_OPTS_SPECS(mo),
         {"--system", "-sys", ARG_STR, &system, 0, 0, 0, "TEXT", "a system message to start the conversation with"},
         CHAT_TEMPLATE_SPEC(tmpl),
-        {"--n-predict", "-n", ARG_INT, &sp.n_predict, -1, 1 << 24, 0, "N", "most tokens per answer (default 512, -1 = the context's room)"},
+        {"--n-predict", "-n", ARG_INT, &sp.n_predict, -1, 1 << 24, 0, "N",
+         "most tokens per answer (default 512, -1 = the context's room)"},
         SAMPLING_SPECS(sp, help),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);

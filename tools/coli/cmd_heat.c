@@ -8,23 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
+#include "tools/coli/commands.h"
 #include "coordinator/heat.h"
 
 static const uint64_t *s_layer(const heat_table *h, int l) { return h->count + (size_t)l * (size_t)h->n_expert; }
 
 //  Sum of the n largest of v[0..X) (a partial selection; X is small).
-static uint64_t s_top_sum(const uint64_t *v, int X, int n, int *order)
-{
+static uint64_t s_top_sum(const uint64_t *v, int X, int n, int *order) {
     for (int e = 0; e < X; e++) order[e] = e;
     uint64_t sum = 0;
     for (int i = 0; i < n && i < X; i++) {
         int best = i;
         for (int j = i + 1; j < X; j++)
             if (v[order[j]] > v[order[best]]) best = j;
-        int t = order[i]; order[i] = order[best]; order[best] = t;
+        int t = order[i];
+        order[i] = order[best];
+        order[best] = t;
         sum += v[order[i]];
     }
     return sum;
@@ -33,8 +34,7 @@ static uint64_t s_top_sum(const uint64_t *v, int X, int n, int *order)
 static double s_pct(uint64_t a, uint64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
 
 //  One layer: its table, its top-N share, its most frequent pairs.
-static void s_print_layer(const heat_table *h, int l, int top, int n_pairs, int *order)
-{
+static void s_print_layer(const heat_table *h, int l, int top, int n_pairs, int *order) {
     const int X = h->n_expert;
     const uint64_t *c = s_layer(h, l);
     uint64_t sel = 0;
@@ -71,8 +71,7 @@ static void s_print_layer(const heat_table *h, int l, int top, int n_pairs, int 
 
 //  The SVG heat map: one row per layer, one column per expert, darker = a
 //  larger share of that layer's selections.
-static int s_plot(const heat_table *h, const char *path)
-{
+static int s_plot(const heat_table *h, const char *path) {
     FILE *fp = fopen(path, "w");
     if (!fp) {
         fprintf(stderr, "coli heat: --plot %s: cannot write\n", path);
@@ -80,22 +79,29 @@ static int s_plot(const heat_table *h, const char *path)
     }
     const int X = h->n_expert, L = h->n_layer, cell = X > 64 ? 6 : 16, left = 60, topm = 30;
     const int width = left + X * cell + 20 > 440 ? left + X * cell + 20 : 440, height = topm + L * cell + 30;
-    fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-            "font-size=\"10\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", width, height);
-    fprintf(fp, "<text x=\"%d\" y=\"14\">expert heat: share of each layer's selections (%d layers x %d experts)</text>\n",
+    fprintf(fp,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+            "font-size=\"10\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            width, height);
+    fprintf(fp,
+            "<text x=\"%d\" y=\"14\">expert heat: share of each layer's selections (%d layers x %d experts)</text>\n",
             left, L, X);
     for (int l = 0; l < L; l++) {
         const uint64_t *c = s_layer(h, l);
         uint64_t sel = 0, max = 0;
-        for (int e = 0; e < X; e++) { sel += c[e]; if (c[e] > max) max = c[e]; }
+        for (int e = 0; e < X; e++) {
+            sel += c[e];
+            if (c[e] > max) max = c[e];
+        }
         if (L <= 64 || l % 8 == 0)
             fprintf(fp, "<text x=\"4\" y=\"%d\">layer %d</text>\n", topm + l * cell + cell - 3, l);
         for (int e = 0; e < X; e++) {
             double f = max ? (double)c[e] / (double)max : 0.0; /* 1 = the layer's hottest */
             int shade = 255 - (int)(f * 235.0);
-            fprintf(fp, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"rgb(255,%d,%d)\" stroke=\"#ddd\">"
-                    "<title>layer %d expert %d: %.1f%%</title></rect>\n", left + e * cell, topm + l * cell, cell, cell,
-                    shade, shade, l, e, s_pct(c[e], sel));
+            fprintf(fp,
+                    "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"rgb(255,%d,%d)\" stroke=\"#ddd\">"
+                    "<title>layer %d expert %d: %.1f%%</title></rect>\n",
+                    left + e * cell, topm + l * cell, cell, cell, shade, shade, l, e, s_pct(c[e], sel));
         }
     }
     fprintf(fp, "<text x=\"%d\" y=\"%d\">experts 0..%d (left to right); darker = hotter</text>\n</svg>\n", left,
@@ -108,8 +114,7 @@ static int s_plot(const heat_table *h, const char *path)
     return 0;
 }
 
-static void s_print(const heat_table *h, const char *path, int top, int pairs)
-{
+static void s_print(const heat_table *h, const char *path, int top, int pairs) {
     uint64_t total = heat_total(h), top_total = 0;
     int *order = malloc(((size_t)h->n_expert + (size_t)(pairs > 0 ? pairs : 0) + 1) * sizeof *order);
     if (!order) return;
@@ -119,17 +124,17 @@ static void s_print(const heat_table *h, const char *path, int top, int pairs)
         s_print_layer(h, l, top, pairs, order);
         top_total += s_top_sum(s_layer(h, l), h->n_expert, top, order);
     }
-    printf("all layers: the top %d experts of each layer take %.1f%% of the routed selections (uniform: %.1f%%)\n",
-           top, s_pct(top_total, total), 100.0 * (top < h->n_expert ? top : h->n_expert) / h->n_expert);
+    printf("all layers: the top %d experts of each layer take %.1f%% of the routed selections (uniform: %.1f%%)\n", top,
+           s_pct(top_total, total), 100.0 * (top < h->n_expert ? top : h->n_expert) / h->n_expert);
     free(order);
 }
 
-int cmd_heat(int argc, char **argv)
-{
+int cmd_heat(int argc, char **argv) {
     int top = 0, pairs = 3;
     const char *plot = NULL, *file = NULL;
     arg_spec specs[] = {
-        {"--top", NULL, ARG_INT, &top, 1, HEAT_MAX_EXPERTS, 0, "N", "share of the N hottest experts per layer (default: a quarter)"},
+        {"--top", NULL, ARG_INT, &top, 1, HEAT_MAX_EXPERTS, 0, "N",
+         "share of the N hottest experts per layer (default: a quarter)"},
         {"--pairs", NULL, ARG_INT, &pairs, 0, 100, 0, "N", "co-selected pairs shown per layer (default 3)"},
         {"--plot", NULL, ARG_STR, &plot, 0, 0, 0, "OUT.svg", "also write an SVG heat map, layers x experts"},
     };

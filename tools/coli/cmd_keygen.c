@@ -12,17 +12,15 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "args.h"
-#include "commands.h"
+#include "tools/coli/args.h"
+#include "tools/coli/commands.h"
 #include "proto/curve_keys.h"
-#include "error.h"
+#include "core/error.h"
 
 //  Write one key pair NAME.key / NAME.pub into dir.
-static int s_write_pair(const char *dir, const char *name)
-{
+static int s_write_pair(const char *dir, const char *name) {
     curve_key pub, sec;
-    if (zmq_curve_keypair(pub, sec) != 0)
-        return coli_fail(COLI_EIO, "zmq_curve_keypair: %s", zmq_strerror(errno));
+    if (zmq_curve_keypair(pub, sec) != 0) return coli_fail(COLI_EIO, "zmq_curve_keypair: %s", zmq_strerror(errno));
     char kname[64], pname[64];
     snprintf(kname, sizeof kname, "%s.key", name);
     snprintf(pname, sizeof pname, "%s.pub", name);
@@ -33,21 +31,21 @@ static int s_write_pair(const char *dir, const char *name)
 }
 
 //  0 when none of the files the roles would write exists yet.
-static int s_none_exist(const char *dir, const char *const *names, int n)
-{
+static int s_none_exist(const char *dir, const char *const *names, int n) {
     for (int i = 0; i < n; i++)
         for (int k = 0; k < 2; k++) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s.%s", dir, names[i], k ? "pub" : "key");
             if (access(path, F_OK) == 0)
-                return coli_fail(COLI_EINVAL, "keygen: %s exists already; not overwriting any key "
-                                 "(move it away or choose another directory)", path);
+                return coli_fail(COLI_EINVAL,
+                                 "keygen: %s exists already; not overwriting any key "
+                                 "(move it away or choose another directory)",
+                                 path);
         }
     return 0;
 }
 
-int cmd_keygen(int argc, char **argv)
-{
+int cmd_keygen(int argc, char **argv) {
     const char *role = "both";
     const char *pos[1];
     int n_pos = 0;
@@ -81,7 +79,6 @@ int cmd_keygen(int argc, char **argv)
     if (s_none_exist(pos[0], names, n) != 0) return cli_fail();
     for (int i = 0; i < n; i++)
         if (s_write_pair(pos[0], names[i]) != 0) return cli_fail();
-    for (int i = 0; i < n; i++)
-        printf("%s/%s.key (secret, 0600) and %s/%s.pub\n", pos[0], names[i], pos[0], names[i]);
+    for (int i = 0; i < n; i++) printf("%s/%s.key (secret, 0600) and %s/%s.pub\n", pos[0], names[i], pos[0], names[i]);
     return 0;
 }

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
-#include "model_opts.h"
+#include "tools/coli/commands.h"
+#include "tools/coli/model_opts.h"
 
 /* "1,2,3" -> ids (malloc'd). 0 or ARGS_ERROR naming --ids. */
 static int parse_ids(const char *s, int32_t **ids, int *n) {
@@ -26,8 +26,7 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
         char *end = NULL;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0') || *p == '+' ||
-            *p == ' ') {
+        if (errno || end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0') || *p == '+' || *p == ' ') {
             free(*ids);
             *ids = NULL;
             return args_error("logits", "--ids", "'%s' is not a comma-separated list of token ids (0, 1, ...)", s);
@@ -44,7 +43,10 @@ static void top_k(const float *row, int n, int k, int32_t *top) {
     for (int i = 0; i < n; i++) {
         if (m == k && !(row[i] > row[top[k - 1]])) continue;
         int j = m < k ? m++ : k - 1;
-        while (j > 0 && row[i] > row[top[j - 1]]) { top[j] = top[j - 1]; j--; }
+        while (j > 0 && row[i] > row[top[j - 1]]) {
+            top[j] = top[j - 1];
+            j--;
+        }
         top[j] = i;
     }
 }

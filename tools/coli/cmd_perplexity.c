@@ -18,17 +18,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
-#include "model_opts.h"
+#include "tools/coli/commands.h"
+#include "tools/coli/model_opts.h"
 
 typedef struct ppl_run {
     coli_context *ctx;
     const int32_t *tokens;
     int n_tokens, window, stride, n_vocab;
-    float *logits;      /* window * n_vocab */
-    double nll;         /* sum of -log p over scored tokens */
+    float *logits; /* window * n_vocab */
+    double nll;    /* sum of -log p over scored tokens */
     long long n_scored;
 } ppl_run;
 
@@ -55,7 +55,7 @@ static int score_window(ppl_run *r, int start, int end, int from) {
 }
 
 static int run_windows(ppl_run *r) {
-    int scored_until = 1, n_windows = 0;  /* token 0 has nothing before it */
+    int scored_until = 1, n_windows = 0; /* token 0 has nothing before it */
     for (int start = 0; scored_until < r->n_tokens; start += r->stride) {
         int end = start + r->window < r->n_tokens ? start + r->window : r->n_tokens;
         int from = scored_until > start + 1 ? scored_until : start + 1;
@@ -63,8 +63,8 @@ static int run_windows(ppl_run *r) {
         if (rc) return rc;
         scored_until = end;
         n_windows++;
-        fprintf(stderr, "perplexity: window %d, tokens %d..%d, %lld scored, running perplexity %.4f\n",
-                n_windows, start, end - 1, r->n_scored, exp(r->nll / (double)r->n_scored));
+        fprintf(stderr, "perplexity: window %d, tokens %d..%d, %lld scored, running perplexity %.4f\n", n_windows,
+                start, end - 1, r->n_scored, exp(r->nll / (double)r->n_scored));
     }
     return 0;
 }

@@ -5,19 +5,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
+#include "tools/coli/commands.h"
 
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *devices = NULL, *heat = NULL, *pins = NULL;
     int xdna = 0;
     arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &model, 0, 0, 0, "FILE", "the GGUF model file (required)"},
-        {"--devices", NULL, ARG_STR, &devices, 0, 0, 0, "LIST", "cpu:N[@T], cuda:I[=BUDGET], hip:I[=BUDGET], xdna, auto, inproc (default: the library's)"},
-        {"--xdna", NULL, ARG_FLAG, &xdna, 0, 0, 0, NULL, "include the experimental NPU lane (= COLI_XDNA=1; docs/xdna.md)"},
-        {"--heat", NULL, ARG_STR, &heat, 0, 0, 0, "FILE", "place from this heat file: hottest experts onto the fastest device with room"},
-        {"--pin", NULL, ARG_STR, &pins, 0, 0, 0, "L:E=DEV,...", "these experts on these workers whatever the heat (L:*=DEV: a whole layer)"},
+        {"--devices", NULL, ARG_STR, &devices, 0, 0, 0, "LIST",
+         "cpu:N[@T], cuda:I[=BUDGET], hip:I[=BUDGET], xdna, auto, inproc (default: the library's)"},
+        {"--xdna", NULL, ARG_FLAG, &xdna, 0, 0, 0, NULL,
+         "include the experimental NPU lane (= COLI_XDNA=1; docs/xdna.md)"},
+        {"--heat", NULL, ARG_STR, &heat, 0, 0, 0, "FILE",
+         "place from this heat file: hottest experts onto the fastest device with room"},
+        {"--pin", NULL, ARG_STR, &pins, 0, 0, 0, "L:E=DEV,...",
+         "these experts on these workers whatever the heat (L:*=DEV: a whole layer)"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("plan", argc, argv, specs, n_specs, NULL, 0, NULL);
@@ -25,7 +29,8 @@ int cmd_plan(int argc, char **argv) {
         args_usage(stdout, "plan", "-m FILE [--devices LIST] [--xdna] [--heat FILE] [--pin L:E=DEV,...]",
                    "Print the expert -> worker placement the scheduler would make (assuming every\n"
                    "device comes up): experts and bytes per worker (with --heat: the share of routed rows\n"
-                   "each is expected to serve), then each layer's owners.", specs, n_specs);
+                   "each is expected to serve), then each layer's owners.",
+                   specs, n_specs);
         return 0;
     }
     if (rc) return rc;

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
-#include "gguf.h"
+#include "tools/coli/commands.h"
+#include "core/gguf.h"
 
 static const char s_about[] =
     "Write a copy of IN with its 2-D/3-D weights quantized as llama-quantize does for the preset\n"
@@ -21,13 +21,15 @@ static const char s_about[] =
 /* An override flag's value must be a block type the library knows; it
  * checks that itself, but a usage error (exit 2) names the flag. */
 static int s_check_type_flag(const char *flag, const char *value) {
-    static const char *const types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+    static const char *const types[] = {"F32",    "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",  "Q5_1",
                                         "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"};
     if (!value) return 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(value, types[i]) == 0) return 0;
-    return args_error("quantize", flag, "unknown type '%s' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                      "IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)", value);
+    return args_error("quantize", flag,
+                      "unknown type '%s' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                      "IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
+                      value);
 }
 
 /* "F32 13, Q4_K 23, Q6_K 3": how many tensors of each type the file has
@@ -75,8 +77,7 @@ int cmd_quantize(int argc, char **argv) {
     if ((rc = s_check_type_flag("--output-type", qp.output_type)) != 0) return rc;
     if ((rc = s_check_type_flag("--token-embedding-type", qp.token_embd_type)) != 0) return rc;
     if (cli_check_input_file("IN.gguf", pos[0])) return CLI_FAIL;
-    if (strcmp(pos[0], pos[1]) == 0)
-        return args_error("quantize", "OUT.gguf", "'%s' is also the input file", pos[1]);
+    if (strcmp(pos[0], pos[1]) == 0) return args_error("quantize", "OUT.gguf", "'%s' is also the input file", pos[1]);
     if (coli_quantize_file_params(pos[0], pos[1], pos[2], &qp) != 0) return cli_fail();
     char summary[512];
     s_type_summary(pos[1], summary, sizeof summary);

@@ -8,16 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
-#include "model_opts.h"
+#include "tools/coli/commands.h"
+#include "tools/coli/model_opts.h"
 
 typedef struct run_flags {
     model_opts m;
     coli_sampling_params sp;
     const char *prompt, *prompt_file;
-    const char *chat_template;   /* --chat-template NAME, NULL: the prompt as it is */
+    const char *chat_template; /* --chat-template NAME, NULL: the prompt as it is */
 } run_flags;
 
 /* Called per generated token: print its complete UTF-8 bytes right away. */
@@ -28,7 +28,7 @@ static int print_token(void *user, int32_t id, const char *text, size_t len) {
         fflush(stdout);
         *printed += len;
     }
-    return ferror(stdout) ? 1 : 0;  /* a closed pipe stops generation, not an error */
+    return ferror(stdout) ? 1 : 0; /* a closed pipe stops generation, not an error */
 }
 
 /* The prompt as one user message in the chat template name (the template
@@ -37,12 +37,13 @@ static int render_chat(const coli_model *m, const char *name, const char *prompt
     coli_model_info info;
     coli_model_get_info(m, &info);
     const char *source, *bos = info.bos_id >= 0 ? coli_token_text(m, info.bos_id) : "",
-               *eos = info.eos_id >= 0 ? coli_token_text(m, info.eos_id) : "";
+                        *eos = info.eos_id >= 0 ? coli_token_text(m, info.eos_id) : "";
     chat_family f = chat_template_pick(name, &info, &source);
     char *text = strndup(prompt, len), err[512];
     chat_message msg = {"user", text};
-    int rc = text ? chat_render(f, &msg, 1, bos, eos, chat_template_default_system(info.chat_template), out,
-                                err, sizeof err) : -1;
+    int rc =
+        text ? chat_render(f, &msg, 1, bos, eos, chat_template_default_system(info.chat_template), out, err, sizeof err)
+             : -1;
     if (rc) fprintf(stderr, "coli run: --chat-template %s: %s\n", name, text ? err : "out of memory");
     free(text);
     return rc ? CLI_FAIL : 0;
@@ -142,8 +143,10 @@ int cmd_run(int argc, char **argv) {
         MODEL_OPTS_SPECS(f.m),
         ROUTE_OPTS_SPECS(f.m),
         {"--prompt", "-p", ARG_STR, &f.prompt, 0, 0, 0, "TEXT", "the prompt"},
-        {"--file", "-f", ARG_STR, &f.prompt_file, 0, 0, 0, "FILE", "read the prompt from FILE (one trailing newline dropped)"},
-        {"--n-predict", "-n", ARG_INT, &f.sp.n_predict, -1, 1 << 24, 0, "N", "tokens to generate (default 64, -1 = until the context is full)"},
+        {"--file", "-f", ARG_STR, &f.prompt_file, 0, 0, 0, "FILE",
+         "read the prompt from FILE (one trailing newline dropped)"},
+        {"--n-predict", "-n", ARG_INT, &f.sp.n_predict, -1, 1 << 24, 0, "N",
+         "tokens to generate (default 64, -1 = until the context is full)"},
         SAMPLING_SPECS(f.sp, help),
         {"--stats-json", NULL, ARG_STR, &f.m.stats_json, 0, 0, 0, "FILE", "write the run's stats as JSON to FILE"},
         CHAT_TEMPLATE_SPEC(f.chat_template),
@@ -152,8 +155,8 @@ int cmd_run(int argc, char **argv) {
     int rc = args_parse("run", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
         args_usage(stdout, "run", "-m FILE (-p TEXT | -f FILE) [flags]",
-                   "Generate text: the continuation is streamed to stdout, a speed summary goes to stderr.",
-                   specs, n_specs);
+                   "Generate text: the continuation is streamed to stdout, a speed summary goes to stderr.", specs,
+                   n_specs);
         return 0;
     }
     if (rc) return rc;

@@ -11,10 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
-#include "model_opts.h"
+#include "tools/coli/commands.h"
+#include "tools/coli/model_opts.h"
 #include "tools/coli/server/server.h"
 
 static int s_signal_pipe[2] = {-1, -1};
@@ -92,7 +92,8 @@ static void s_shutdown(server *s) {
     int finished = server_drain(s, s->cfg.shutdown_grace_s);
     server_slots_stop(s);
     if (!finished) {
-        printf("coli serve: requests still running after the %.1f s grace period were stopped\n", s->cfg.shutdown_grace_s);
+        printf("coli serve: requests still running after the %.1f s grace period were stopped\n",
+               s->cfg.shutdown_grace_s);
         fflush(stdout);
     }
     http_stop(5.0);
@@ -104,9 +105,8 @@ static int s_run(server *s, const model_opts *o, const char *tmpl) {
     if (!rc) rc = s_load(s, o, tmpl);
     if (!rc) {
         atomic_store(&s->ready, 1);
-        printf("coli serve: ready: model %s (%s), %d slots of %d tokens, chat template %s (from %s)\n",
-               s->model_id, s->info.arch, s->cfg.n_slots, s->cfg.n_ctx, chat_family_name(s->family),
-               s->family_source);
+        printf("coli serve: ready: model %s (%s), %d slots of %d tokens, chat template %s (from %s)\n", s->model_id,
+               s->info.arch, s->cfg.n_slots, s->cfg.n_ctx, chat_family_name(s->family), s->family_source);
         fflush(stdout);
         char heat[4096];
         s_wait_for_signal(s, model_opts_heat_path(o, heat, sizeof heat) != NULL);
@@ -121,7 +121,8 @@ static int s_run(server *s, const model_opts *o, const char *tmpl) {
 
 /* --api-key-file: the key is the file's first line (without its newline). */
 static int s_read_key_file(server *s, const char *path) {
-    if (s->cfg.api_key) return args_error("serve", "--api-key-file", "give either --api-key or --api-key-file, not both");
+    if (s->cfg.api_key)
+        return args_error("serve", "--api-key-file", "give either --api-key or --api-key-file, not both");
     char *text = NULL;
     size_t len = 0;
     if (cli_read_file("--api-key-file", path, &text, &len)) return CLI_FAIL;
@@ -134,46 +135,95 @@ static int s_read_key_file(server *s, const char *path) {
     return 0;
 }
 
+/* The server's defaults, before the flags. */
+static void s_config_defaults(server_config *cfg) {
+    *cfg = (server_config){.host = "127.0.0.1",
+                           .port = 8080,
+                           .n_slots = 4,
+                           .queue_max = 64,
+                           .max_connections = 1024,
+                           .max_conn_per_client = 256,
+                           .request_timeout_s = 30,
+                           .prefix_block = 16,
+                           .prefill_chunk = 64};
+    coli_sampling_default_params(&cfg->sampling);
+    cfg->sampling.temperature = 1.0f; /* OpenAI's defaults: the full distribution */
+    cfg->sampling.top_k = 0;
+    cfg->sampling.top_p = 1.0f;
+    cfg->sampling.seed = UINT64_MAX; /* a fresh seed per request unless --seed */
+}
+
+/* The flags' values that need checking or converting, and the environment
+ * (COLI_API_KEY, COLI_SERVE_DELAY_MS), into s->cfg: 0 or a usage error. */
+static int s_config_finish(server *s, const model_opts *mo, const char *key_file, int max_body_kib, int prefix_mb,
+                           float grace_s) {
+    const char *env_key = getenv("COLI_API_KEY"), *delay = getenv("COLI_SERVE_DELAY_MS");
+    int rc = key_file ? s_read_key_file(s, key_file) : 0;
+    if (!s->cfg.api_key && env_key && *env_key) s->cfg.api_key = env_key;
+    if (!rc && s->cfg.api_key && !*s->cfg.api_key) rc = args_error("serve", "--api-key", "empty key");
+    if (!rc && s->cfg.alias && !*s->cfg.alias) rc = args_error("serve", "--alias", "empty name");
+    if (!rc && s->cfg.cors_origin && (!*s->cfg.cors_origin || strpbrk(s->cfg.cors_origin, "\r\n ")))
+        rc = args_error("serve", "--cors-origin", "'%s': expected one origin (scheme://host[:port]) or *",
+                        s->cfg.cors_origin);
+    s->cfg.shutdown_grace_s = grace_s;
+    s->cfg.max_body = (size_t)max_body_kib * 1024;
+    s->cfg.prefix_cache_bytes = (size_t)prefix_mb << 20;
+    s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
+    s->cfg.verbose = mo->verbose;
+    s->cfg.n_ctx = mo->n_ctx;
+    return rc;
+}
+
 int cmd_serve(int argc, char **argv) {
     model_opts mo;
     memset(&mo, 0, sizeof mo);
     server *s = calloc(1, sizeof *s);
     if (!s) return CLI_FAIL;
-    s->cfg = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .queue_max = 64,
-                             .max_connections = 1024, .max_conn_per_client = 256, .request_timeout_s = 30};
+    s_config_defaults(&s->cfg);
     int max_body_kib = 1024, prefix_mb = 256;
     float grace_s = 30;
-    s->cfg.prefix_block = 16;
-    s->cfg.prefill_chunk = 64;
     const char *tmpl = NULL, *key_file = NULL;
-    coli_sampling_default_params(&s->cfg.sampling);
-    s->cfg.sampling.temperature = 1.0f; /* OpenAI's defaults: the full distribution */
-    s->cfg.sampling.top_k = 0;
-    s->cfg.sampling.top_p = 1.0f;
-    s->cfg.sampling.seed = UINT64_MAX;  /* a fresh seed per request unless --seed */
     sampling_help help;
     sampling_help_init(&help, &s->cfg.sampling);
     snprintf(help.seed, sizeof help.seed, "the seed of requests that give none (default: a fresh one each)");
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
         ROUTE_OPTS_SPECS(mo),
-        {"--host", NULL, ARG_STR, &s->cfg.host, 0, 0, 0, "ADDR", "address to listen on (default 127.0.0.1, loopback only)"},
-        {"--port", NULL, ARG_INT, &s->cfg.port, 0, 65535, 0, "N", "TCP port (default 8080; 0 = any free port, printed)"},
-        {"--api-key", NULL, ARG_STR, &s->cfg.api_key, 0, 0, 0, "KEY", "require 'Authorization: Bearer KEY' on /v1/*; visible to every local user in ps: prefer --api-key-file or COLI_API_KEY"},
+        {"--host", NULL, ARG_STR, &s->cfg.host, 0, 0, 0, "ADDR",
+         "address to listen on (default 127.0.0.1, loopback only)"},
+        {"--port", NULL, ARG_INT, &s->cfg.port, 0, 65535, 0, "N",
+         "TCP port (default 8080; 0 = any free port, printed)"},
+        {"--api-key", NULL, ARG_STR, &s->cfg.api_key, 0, 0, 0, "KEY",
+         "require 'Authorization: Bearer KEY' on /v1/*; visible to every local user in ps: prefer --api-key-file or "
+         "COLI_API_KEY"},
         {"--api-key-file", NULL, ARG_STR, &key_file, 0, 0, 0, "FILE", "read the API key from FILE (its first line)"},
-        {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N", "requests generated at once, each with its own KV cache, decoding in one batch (default 4)"},
-        {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N", "requests that may wait for a slot; more get HTTP 429 (default 64)"},
-        {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB", "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
-        {"--max-connections", NULL, ARG_INT, &s->cfg.max_connections, 1, 100000, 0, "N", "open connections in all; more are closed at once (default 1024)"},
-        {"--max-conn-per-client", NULL, ARG_INT, &s->cfg.max_conn_per_client, 1, 100000, 0, "N", "open connections from one client address (default 256)"},
-        {"--request-timeout", NULL, ARG_INT, &s->cfg.request_timeout_s, 1, 3600, 0, "S", "a request's head and body must arrive within S seconds, else 408 (default 30)"},
-        {"--shutdown-grace", NULL, ARG_FLOAT, &grace_s, 0, 86400, 0, "S", "on SIGTERM, running requests may finish within S seconds (default 30)"},
-        {"--cors-origin", NULL, ARG_STR, &s->cfg.cors_origin, 0, 0, 0, "ORIGIN", "allow browsers from ORIGIN (or *): CORS headers, preflight answered"},
-        {"--alias", "-a", ARG_STR, &s->cfg.alias, 0, 0, 0, "NAME", "the model id clients see (default: the model's name)"},
-        {"--prefix-cache-mb", NULL, ARG_INT, &prefix_mb, 0, 1 << 20, 0, "MB", "KV cache kept for prompts that start like earlier ones (multi-turn chat, shared system prompts), in MiB; 0 = off (default 256)"},
-        {"--prefix-block", NULL, ARG_INT, &s->cfg.prefix_block, 1, 4096, 0, "N", "tokens per prefix cache block: prefixes are reused in whole blocks (default 16)"},
-        {"--no-batching", NULL, ARG_FLAG, &s->cfg.no_batching, 0, 0, 0, NULL, "generating requests take turns one token each instead of decoding together in one forward pass per step"},
-        {"--prefill-chunk", NULL, ARG_INT, &s->cfg.prefill_chunk, 1, 4096, 0, "N", "prompt tokens evaluated per turn while other requests decode (default 64)"},
+        {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N",
+         "requests generated at once, each with its own KV cache, decoding in one batch (default 4)"},
+        {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N",
+         "requests that may wait for a slot; more get HTTP 429 (default 64)"},
+        {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB",
+         "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
+        {"--max-connections", NULL, ARG_INT, &s->cfg.max_connections, 1, 100000, 0, "N",
+         "open connections in all; more are closed at once (default 1024)"},
+        {"--max-conn-per-client", NULL, ARG_INT, &s->cfg.max_conn_per_client, 1, 100000, 0, "N",
+         "open connections from one client address (default 256)"},
+        {"--request-timeout", NULL, ARG_INT, &s->cfg.request_timeout_s, 1, 3600, 0, "S",
+         "a request's head and body must arrive within S seconds, else 408 (default 30)"},
+        {"--shutdown-grace", NULL, ARG_FLOAT, &grace_s, 0, 86400, 0, "S",
+         "on SIGTERM, running requests may finish within S seconds (default 30)"},
+        {"--cors-origin", NULL, ARG_STR, &s->cfg.cors_origin, 0, 0, 0, "ORIGIN",
+         "allow browsers from ORIGIN (or *): CORS headers, preflight answered"},
+        {"--alias", "-a", ARG_STR, &s->cfg.alias, 0, 0, 0, "NAME",
+         "the model id clients see (default: the model's name)"},
+        {"--prefix-cache-mb", NULL, ARG_INT, &prefix_mb, 0, 1 << 20, 0, "MB",
+         "KV cache kept for prompts that start like earlier ones (multi-turn chat, shared system prompts), in MiB; 0 = "
+         "off (default 256)"},
+        {"--prefix-block", NULL, ARG_INT, &s->cfg.prefix_block, 1, 4096, 0, "N",
+         "tokens per prefix cache block: prefixes are reused in whole blocks (default 16)"},
+        {"--no-batching", NULL, ARG_FLAG, &s->cfg.no_batching, 0, 0, 0, NULL,
+         "generating requests take turns one token each instead of decoding together in one forward pass per step"},
+        {"--prefill-chunk", NULL, ARG_INT, &s->cfg.prefill_chunk, 1, 4096, 0, "N",
+         "prompt tokens evaluated per turn while other requests decode (default 64)"},
         CHAT_TEMPLATE_SPEC(tmpl),
         SAMPLING_SPECS(s->cfg.sampling, help),
     };
@@ -189,21 +239,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!rc) rc = model_opts_check("serve", &mo);
     if (!rc) rc = chat_template_check("serve", tmpl);
-    if (!rc) {
-        const char *env_key = getenv("COLI_API_KEY"), *delay = getenv("COLI_SERVE_DELAY_MS");
-        if (key_file) rc = s_read_key_file(s, key_file);
-        if (!s->cfg.api_key && env_key && *env_key) s->cfg.api_key = env_key;
-        if (!rc && s->cfg.api_key && !*s->cfg.api_key) rc = args_error("serve", "--api-key", "empty key");
-        if (!rc && s->cfg.alias && !*s->cfg.alias) rc = args_error("serve", "--alias", "empty name");
-        if (!rc && s->cfg.cors_origin && (!*s->cfg.cors_origin || strpbrk(s->cfg.cors_origin, "\r\n ")))
-            rc = args_error("serve", "--cors-origin", "'%s': expected one origin (scheme://host[:port]) or *", s->cfg.cors_origin);
-        s->cfg.shutdown_grace_s = grace_s;
-        s->cfg.max_body = (size_t)max_body_kib * 1024;
-        s->cfg.prefix_cache_bytes = (size_t)prefix_mb << 20;
-        s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
-        s->cfg.verbose = mo.verbose;
-        s->cfg.n_ctx = mo.n_ctx;
-    }
+    if (!rc) rc = s_config_finish(s, &mo, key_file, max_body_kib, prefix_mb, grace_s);
     if (!rc) {
         metrics_init(&s->metrics);
         server_sync_init(s);

@@ -10,12 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
-#include "commands.h"
+#include "tools/coli/args.h"
+#include "tools/coli/commands.h"
 
 //  Whole file, NUL-terminated; NULL with errno set on failure.
-static char *s_slurp(const char *path)
-{
+static char *s_slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 1 << 16, n = 0, got;
@@ -24,7 +23,12 @@ static char *s_slurp(const char *path)
         n += got;
         if (n + 1 == cap) {
             char *b = cap < ((size_t)64 << 20) ? realloc(buf, cap * 2) : NULL;
-            if (!b) { free(buf); buf = NULL; errno = EFBIG; break; }
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                errno = EFBIG;
+                break;
+            }
             buf = b;
             cap *= 2;
         }
@@ -34,37 +38,31 @@ static char *s_slurp(const char *path)
     return buf;
 }
 
-static double s_num(const cJSON *o, const char *key)
-{
+static double s_num(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
-static const char *s_str(const cJSON *o, const char *key)
-{
+static const char *s_str(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(v) && v->valuestring ? v->valuestring : "-";
 }
 
-static void s_workers(const cJSON *ws)
-{
-    printf("%-3s %-8s %-6s %-12s %-4s %7s %9s %9s %10s %9s %9s %8s %6s  %s\n", "id", "device", "plugin",
-           "status", "path", "experts", "MiB", "batches", "rows", "p50 ms", "p99 ms", "restarts",
-           "beats", "reason");
+static void s_workers(const cJSON *ws) {
+    printf("%-3s %-8s %-6s %-12s %-4s %7s %9s %9s %10s %9s %9s %8s %6s  %s\n", "id", "device", "plugin", "status",
+           "path", "experts", "MiB", "batches", "rows", "p50 ms", "p99 ms", "restarts", "beats", "reason");
     const cJSON *w;
     cJSON_ArrayForEach(w, ws) {
         const char *reason = s_str(w, "reason");
-        printf("%-3.0f %-8s %-6s %-12s %-4s %7.0f %9.1f %9.0f %10.0f %9.3f %9.3f %8.0f %6.0f  %s\n",
-               s_num(w, "id"), s_str(w, "device"), s_str(w, "plugin"), s_str(w, "status"),
-               s_str(w, "data_path"), s_num(w, "resident_experts"), s_num(w, "resident_bytes") / 1048576.0,
-               s_num(w, "batches"), s_num(w, "rows"), s_num(w, "batch_latency_p50_ms"),
-               s_num(w, "batch_latency_p99_ms"), s_num(w, "restarts"), s_num(w, "heartbeats"),
-               strcmp(reason, "-") && *reason ? reason : "");
+        printf("%-3.0f %-8s %-6s %-12s %-4s %7.0f %9.1f %9.0f %10.0f %9.3f %9.3f %8.0f %6.0f  %s\n", s_num(w, "id"),
+               s_str(w, "device"), s_str(w, "plugin"), s_str(w, "status"), s_str(w, "data_path"),
+               s_num(w, "resident_experts"), s_num(w, "resident_bytes") / 1048576.0, s_num(w, "batches"),
+               s_num(w, "rows"), s_num(w, "batch_latency_p50_ms"), s_num(w, "batch_latency_p99_ms"),
+               s_num(w, "restarts"), s_num(w, "heartbeats"), strcmp(reason, "-") && *reason ? reason : "");
     }
 }
 
-static void s_fallbacks(const cJSON *root)
-{
+static void s_fallbacks(const cJSON *root) {
     const cJSON *fb = cJSON_GetObjectItemCaseSensitive(root, "fallbacks");
     printf("\nfallbacks: %.0f\n", s_num(root, "fallbacks_total"));
     if (cJSON_GetArraySize(fb) == 0) return;
@@ -75,8 +73,7 @@ static void s_fallbacks(const cJSON *root)
 }
 
 //  Each worker's plugin counters (e.g. the xdna lane's buckets), if any.
-static void s_counters(const cJSON *ws)
-{
+static void s_counters(const cJSON *ws) {
     const cJSON *w;
     cJSON_ArrayForEach(w, ws) {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(w, "counters"), *v;
@@ -87,8 +84,7 @@ static void s_counters(const cJSON *ws)
     }
 }
 
-static int s_print(const char *path, const cJSON *root)
-{
+static int s_print(const char *path, const cJSON *root) {
     const char *ex = s_str(root, "executor");
     if (!strcmp(ex, "-")) {
         fprintf(stderr, "coli stats: %s: not a colibri stats file (no \"executor\")\n", path);
@@ -100,8 +96,9 @@ static int s_print(const char *path, const cJSON *root)
         return 0;
     }
     printf("executor: workers (%d); dispatch p50 %.3f ms, p99 %.3f ms over %.0f layers; "
-           "rows computed in-process %.0f\n\n", cJSON_GetArraySize(ws), s_num(root, "dispatch_latency_p50_ms"),
-           s_num(root, "dispatch_latency_p99_ms"), s_num(root, "dispatches"), s_num(root, "inproc_rows"));
+           "rows computed in-process %.0f\n\n",
+           cJSON_GetArraySize(ws), s_num(root, "dispatch_latency_p50_ms"), s_num(root, "dispatch_latency_p99_ms"),
+           s_num(root, "dispatches"), s_num(root, "inproc_rows"));
     s_workers(ws);
     s_fallbacks(root);
     s_counters(ws);
@@ -111,8 +108,7 @@ static int s_print(const char *path, const cJSON *root)
     return 0;
 }
 
-int cmd_stats(int argc, char **argv)
-{
+int cmd_stats(int argc, char **argv) {
     const char *url = NULL;
     arg_spec specs[] = {
         {"--url", NULL, ARG_STR, &url, 0, 0, 0, "URL", "(not here: scrape /metrics of coli serve)"},
@@ -124,15 +120,16 @@ int cmd_stats(int argc, char **argv)
         args_usage(stdout, "stats", "FILE.json",
                    "Print the stats of a run (coli run --stats-json FILE): one row per worker\n"
                    "(status, data path, resident experts, batches, latency, restarts), then the\n"
-                   "fallbacks by device and reason.", specs, 1);
+                   "fallbacks by device and reason.",
+                   specs, 1);
         return 0;
     }
     if (rc) return rc;
     if (url)
-        return args_error("stats", "--url", "not supported by coli stats; a running coli serve shows "
+        return args_error("stats", "--url",
+                          "not supported by coli stats; a running coli serve shows "
                           "the same numbers at /metrics");
-    if (n_pos != 1)
-        return args_error("stats", "FILE", "missing (usage: coli stats FILE.json)");
+    if (n_pos != 1) return args_error("stats", "FILE", "missing (usage: coli stats FILE.json)");
     char *text = s_slurp(pos[0]);
     if (!text) {
         fprintf(stderr, "coli stats: %s: cannot read: %s\n", pos[0], strerror(errno));

@@ -5,21 +5,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
-#include "model_opts.h"
+#include "tools/coli/commands.h"
+#include "tools/coli/model_opts.h"
 
 /* s as a JSON string: quotes, backslashes and control bytes escaped; other
  * bytes (UTF-8) as they are. */
 static void json_string(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p == '\n') fputs("\\n", f);
-        else if (*p == '\t') fputs("\\t", f);
-        else if (*p < 0x20 || *p == 0x7f) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
     }
     fputc('"', f);
 }
@@ -43,8 +48,7 @@ static void print_tokens(const coli_model *m, const int32_t *ids, int n, int jso
     printf("]}\n");
 }
 
-static int tokenize_text(const char *model, const char *text, size_t len, int add_bos, int parse_special,
-                         int json) {
+static int tokenize_text(const char *model, const char *text, size_t len, int add_bos, int parse_special, int json) {
     /* Tokenizing needs only the vocabulary (as llama-tokenize): any GGUF
      * that carries one works, vocabulary-only files and unsupported
      * architectures included, and no workers start. */
@@ -79,15 +83,14 @@ int cmd_tokenize(int argc, char **argv) {
         {"--file", "-f", ARG_STR, &file, 0, 0, 0, "FILE", "tokenize the contents of FILE"},
         {"--json", NULL, ARG_FLAG, &json, 0, 0, 0, NULL, "print {\"ids\":[...],\"pieces\":[...]}"},
         {"--no-bos", NULL, ARG_FLAG, &no_bos, 0, 0, 0, NULL, "do not add BOS"},
-        {"--no-parse-special", NULL, ARG_FLAG, &no_parse_special, 0, 0, 0, NULL,
-         "treat text like <s> as plain text"},
+        {"--no-parse-special", NULL, ARG_FLAG, &no_parse_special, 0, 0, 0, NULL, "treat text like <s> as plain text"},
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("tokenize", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
         args_usage(stdout, "tokenize", "-m FILE (-p TEXT | -f FILE) [--json] [--no-bos] [--no-parse-special]",
-                   "Print the token ids of a text and their vocabulary strings (one per line: id -> 'piece').",
-                   specs, n_specs);
+                   "Print the token ids of a text and their vocabulary strings (one per line: id -> 'piece').", specs,
+                   n_specs);
         return 0;
     }
     if (rc) return rc;

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "args.h"
-#include "commands.h"
+#include "tools/coli/args.h"
+#include "tools/coli/commands.h"
 #include "core/settings.h"
 
 /* coli-worker has no --help of its own (its usage goes to stderr with status 2). */

@@ -13,42 +13,42 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
+#include "tools/coli/commands.h"
 #include "core/settings.h"
-#include "expert_ffn.h"
-#include "gguf.h"
+#include "core/expert_ffn.h"
+#include "core/gguf.h"
 #include "plugins/xdna/xdna_loader.h"
 #include "plugins/xdna/xdna_package.h"
-#include "tensor.h"
+#include "core/tensor.h"
 
 //  Where the worker finds the plugin (and the helper beside it): COLI_PLUGIN_DIR,
 //  else <dir of this executable>/../lib.
-static void s_plugin_dir(const coli_settings *set, char *out, size_t n)
-{
+static void s_plugin_dir(const coli_settings *set, char *out, size_t n) {
     char exe[PATH_MAX];
-    if (set->plugin_dir[0]) snprintf(out, n, "%s", set->plugin_dir);
-    else if (coli_exe_dir(exe, sizeof exe) == 0) snprintf(out, n, "%.4000s/../lib", exe);
-    else snprintf(out, n, "lib");
+    if (set->plugin_dir[0])
+        snprintf(out, n, "%s", set->plugin_dir);
+    else if (coli_exe_dir(exe, sizeof exe) == 0)
+        snprintf(out, n, "%.4000s/../lib", exe);
+    else
+        snprintf(out, n, "lib");
     char *real = realpath(out, NULL);
     if (real) snprintf(out, n, "%s", real);
     free(real);
 }
 
-static void s_print_artifacts(const xdna_package *p)
-{
+static void s_print_artifacts(const xdna_package *p) {
     for (int i = 0; i < p->n; i++) {
         const xdna_artifact *a = &p->art[i];
         printf("    %-8s M%-3lld K %-6lld N %-6lld %-5s BF16xBF16->F32  %s + %s\n", xdna_op_name(a->op),
-               (long long)a->bucket, (long long)a->k, (long long)a->n, coli_dtype_name((uint32_t)a->wtype),
-               a->xclbin, a->instr);
+               (long long)a->bucket, (long long)a->k, (long long)a->n, coli_dtype_name((uint32_t)a->wtype), a->xclbin,
+               a->instr);
     }
 }
 
 //  Gates 1-3 for expert 0 of each layer of model (the shapes are per layer).
-static int s_print_gates(const xdna_package *p, const char *model)
-{
+static int s_print_gates(const xdna_package *p, const char *model) {
     gguf_file *g = NULL;
     if (gguf_open(model, &g) != 0) {
         fprintf(stderr, "coli: xdna check: %s: %s\n", model, coli_last_error());
@@ -78,14 +78,15 @@ static int s_print_gates(const xdna_package *p, const char *model)
     return 0;
 }
 
-static int s_check(const char *package, const char *model)
-{
+static int s_check(const char *package, const char *model) {
     char dir[PATH_MAX], pkg[PATH_MAX + 32], why[640];
     static coli_settings set; /* PATH_MAX strings: not on the stack */
     coli_settings_from_env(&set);
     s_plugin_dir(&set, dir, sizeof dir);
-    if (package) snprintf(pkg, sizeof pkg, "%s", package);
-    else xdna_package_default_dir(set.xdna_package, dir, pkg, sizeof pkg);
+    if (package)
+        snprintf(pkg, sizeof pkg, "%s", package);
+    else
+        xdna_package_default_dir(set.xdna_package, dir, pkg, sizeof pkg);
     const char *v = getenv("COLI_XDNA"); /* shown as it is written */
     printf("xdna lane (experimental NPU lane; docs/xdna.md)\n");
     printf("  requested: %s (COLI_XDNA=%s%s)\n", set.xdna ? "yes" : "no", v ? v : "",
@@ -96,8 +97,10 @@ static int s_check(const char *package, const char *model)
     if (d == XDNA_OK) s_print_artifacts(&p);
     const xdna_helper *h = NULL;
     xdna_diag hd = d == XDNA_OK ? xdna_helper_load(dir, &h, why, sizeof why) : XDNA_DIAG_COUNT;
-    if (hd == XDNA_DIAG_COUNT) printf("  helper:    not tried (the package gate comes first)\n");
-    else printf("  helper:    %s/%s: %s\n", dir, XDNA_HELPER_FILE, hd == XDNA_OK ? "OK, ABI generation 2" : why);
+    if (hd == XDNA_DIAG_COUNT)
+        printf("  helper:    not tried (the package gate comes first)\n");
+    else
+        printf("  helper:    %s/%s: %s\n", dir, XDNA_HELPER_FILE, hd == XDNA_OK ? "OK, ABI generation 2" : why);
     xdna_diag dd = XDNA_DIAG_COUNT;
     if (hd == XDNA_OK) {
         xdna_session *s = NULL;
@@ -109,16 +112,16 @@ static int s_check(const char *package, const char *model)
     }
     if (model && d == XDNA_OK && s_print_gates(&p, model)) return 1;
     xdna_diag first = d != XDNA_OK ? d : hd != XDNA_OK ? hd : dd;
-    printf("verdict: %s\n", first == XDNA_OK ? "provisioned (with --xdna, qualified experts run on the NPU)"
-                                             : xdna_diag_name(first));
+    printf("verdict: %s\n",
+           first == XDNA_OK ? "provisioned (with --xdna, qualified experts run on the NPU)" : xdna_diag_name(first));
     return first == XDNA_OK ? 0 : 1;
 }
 
-int cmd_xdna(int argc, char **argv)
-{
+int cmd_xdna(int argc, char **argv) {
     const char *package = NULL, *model = NULL;
     arg_spec specs[] = {
-        {"--package", NULL, ARG_STR, &package, 0, 0, 0, "DIR", "the package to check (default: COLI_XDNA_PACKAGE, "
+        {"--package", NULL, ARG_STR, &package, 0, 0, 0, "DIR",
+         "the package to check (default: COLI_XDNA_PACKAGE, "
          "else xdna-package beside the plugin)"},
         {"--model", "-m", ARG_STR, &model, 0, 0, 0, "FILE", "also show how the model's experts fare at the gates"},
     };
@@ -127,7 +130,8 @@ int cmd_xdna(int argc, char **argv)
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             args_usage(stdout, "xdna", "check [--package DIR] [-m FILE]",
                        "The NPU lane's doctor: whether it is requested, the package and its SHA-256\n"
-                       "check, the helper library, the device, and with -m the gates per layer.", specs, n_specs);
+                       "check, the helper library, the device, and with -m the gates per layer.",
+                       specs, n_specs);
             return 0;
         }
         fprintf(stderr, "coli xdna: want 'coli xdna check [--package DIR] [-m FILE]'\n");
@@ -137,7 +141,8 @@ int cmd_xdna(int argc, char **argv)
     if (rc == ARGS_HELP) {
         args_usage(stdout, "xdna check", "[--package DIR] [-m FILE]",
                    "The NPU lane's doctor: whether it is requested, the package and its SHA-256\n"
-                   "check, the helper library, the device, and with -m the gates per layer.", specs, n_specs);
+                   "check, the helper library, the device, and with -m the gates per layer.",
+                   specs, n_specs);
         return 0;
     }
     if (rc) return rc;

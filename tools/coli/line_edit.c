@@ -1,5 +1,5 @@
 /* line_edit.c - libedit on a terminal, getline otherwise; see line_edit.h. */
-#include "line_edit.h"
+#include "tools/coli/line_edit.h"
 
 #include <errno.h>
 #include <histedit.h>
@@ -9,9 +9,9 @@
 #include <sys/types.h>
 
 struct line_reader {
-    EditLine *el;      /* NULL: not a terminal, getline */
+    EditLine *el; /* NULL: not a terminal, getline */
     History *hist;
-    char *line;        /* the returned line (a copy: libedit's buffer changes on the next call) */
+    char *line; /* the returned line (a copy: libedit's buffer changes on the next call) */
     size_t cap;
 };
 

@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
-#include "commands.h"
+#include "tools/coli/commands.h"
 
 typedef struct command {
     const char *name;
@@ -21,20 +21,20 @@ typedef struct command {
 
 /* One line per command; worker, plan, bench, serve, chat and stats go here too. */
 static const command s_commands[] = {
-    {"run",        cmd_run,        "generate text from a prompt"},
-    {"tokenize",   cmd_tokenize,   "print the token ids and pieces of a text"},
-    {"logits",     cmd_logits,     "teacher-forced top-k logits at every position of an id list"},
+    {"run", cmd_run, "generate text from a prompt"},
+    {"tokenize", cmd_tokenize, "print the token ids and pieces of a text"},
+    {"logits", cmd_logits, "teacher-forced top-k logits at every position of an id list"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
-    {"quantize",   cmd_quantize,   "write a copy of a model with its weights in another type"},
-    {"plan",       cmd_plan,       "print which expert goes to which worker for --devices (--heat: hottest on the fastest)"},
-    {"heat",       cmd_heat,       "print an expert heat file: per-layer tables, top-N share, pairs, --plot SVG"},
-    {"bench",      cmd_bench,      "prefill/decode tok/s, token and dispatch latency, vs the read bandwidth"},
-    {"worker",     cmd_worker,     "run a worker process (what the coordinator starts per device)"},
-    {"serve",      cmd_serve,      "serve the model over an OpenAI-compatible HTTP API, with /health and /metrics"},
-    {"chat",       cmd_chat,       "chat with the model in the terminal (streams, keeps the conversation)"},
-    {"stats",      cmd_stats,      "print a --stats-json file: workers, fallbacks by device and reason"},
-    {"keygen",     cmd_keygen,     "make CURVE key pairs for remote workers (tcp, authenticated)"},
-    {"xdna",       cmd_xdna,       "check the experimental NPU lane: package, helper, device, gates (xdna check)"},
+    {"quantize", cmd_quantize, "write a copy of a model with its weights in another type"},
+    {"plan", cmd_plan, "print which expert goes to which worker for --devices (--heat: hottest on the fastest)"},
+    {"heat", cmd_heat, "print an expert heat file: per-layer tables, top-N share, pairs, --plot SVG"},
+    {"bench", cmd_bench, "prefill/decode tok/s, token and dispatch latency, vs the read bandwidth"},
+    {"worker", cmd_worker, "run a worker process (what the coordinator starts per device)"},
+    {"serve", cmd_serve, "serve the model over an OpenAI-compatible HTTP API, with /health and /metrics"},
+    {"chat", cmd_chat, "chat with the model in the terminal (streams, keeps the conversation)"},
+    {"stats", cmd_stats, "print a --stats-json file: workers, fallbacks by device and reason"},
+    {"keygen", cmd_keygen, "make CURVE key pairs for remote workers (tcp, authenticated)"},
+    {"xdna", cmd_xdna, "check the experimental NPU lane: package, helper, device, gates (xdna check)"},
 };
 #define N_COMMANDS ((int)(sizeof s_commands / sizeof s_commands[0]))
 

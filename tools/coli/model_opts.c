@@ -1,5 +1,5 @@
 /* model_opts.c - shared model flags and loading; see model_opts.h. */
-#include "model_opts.h"
+#include "tools/coli/model_opts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +35,7 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
         coli_model_free(m);
         return cli_fail();
     }
-    if (!ctx) return 0;  /* the caller needs no context (tokenize) */
+    if (!ctx) return 0; /* the caller needs no context (tokenize) */
     int rc = model_opts_new_context(o, *m, ctx);
     if (rc) coli_model_free(m);
     return rc;
@@ -66,11 +66,12 @@ void sampling_help_init(sampling_help *h, const coli_sampling_params *sp) {
     snprintf(h->temp, sizeof h->temp, "temperature, 0 = greedy (default %g)", sp->temperature);
     snprintf(h->top_k, sizeof h->top_k, "sample among the K most likely, 0 = off (default %d)", sp->top_k);
     snprintf(h->top_p, sizeof h->top_p, "nucleus sampling in (0, 1], 1 = off (default %g)", sp->top_p);
-    snprintf(h->seed, sizeof h->seed, "random seed: same seed, same output (default %llu)", (unsigned long long)sp->seed);
+    snprintf(h->seed, sizeof h->seed, "random seed: same seed, same output (default %llu)",
+             (unsigned long long)sp->seed);
 }
 
-int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special,
-                 int32_t **ids, int *n) {
+int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t **ids,
+                 int *n) {
     /* tokens rarely outnumber bytes (BOS/EOS and odd vocabularies aside): one try mostly does */
     int cap = (int)(len < (1u << 26) ? len : (1u << 26)) + 16, rc = COLI_ERANGE;
     *ids = NULL;

@@ -6,21 +6,21 @@
 #ifndef COLI_CLI_MODEL_OPTS_H
 #define COLI_CLI_MODEL_OPTS_H
 
-#include "args.h"
+#include "tools/coli/args.h"
 #include "colibri.h"
 #include "tools/coli/server/server_template.h"
 
 typedef struct model_opts {
-    const char *model;       /* -m FILE (required) */
-    int n_threads;           /* -t N, 0 = one per core */
-    const char *devices;     /* --devices LIST */
-    int inproc;              /* --inproc = --devices inproc */
-    int n_ctx;               /* --ctx N, 0 = the model's */
-    int kv_f16;              /* --kv-f16 */
-    int verbose;             /* -v */
-    const char *stats_json;  /* --stats-json FILE (run only) */
-    const char *keys;        /* --keys DIR: CURVE keys for remote workers (coli_model_params.keys_dir) */
-    int xdna;                /* --xdna: the NPU lane (sets COLI_XDNA=1; docs/xdna.md) */
+    const char *model;      /* -m FILE (required) */
+    int n_threads;          /* -t N, 0 = one per core */
+    const char *devices;    /* --devices LIST */
+    int inproc;             /* --inproc = --devices inproc */
+    int n_ctx;              /* --ctx N, 0 = the model's */
+    int kv_f16;             /* --kv-f16 */
+    int verbose;            /* -v */
+    const char *stats_json; /* --stats-json FILE (run only) */
+    const char *keys;       /* --keys DIR: CURVE keys for remote workers (coli_model_params.keys_dir) */
+    int xdna;               /* --xdna: the NPU lane (sets COLI_XDNA=1; docs/xdna.md) */
     /* routing (run, bench, serve: ROUTE_OPTS_SPECS) */
     const char *route_trace; /* --route-trace FILE: one JSON line per (token, layer) */
     const char *heat;        /* --heat FILE|auto: the heat file (auto = MODEL.heat, created) */
@@ -29,25 +29,58 @@ typedef struct model_opts {
 } model_opts;
 
 /* The arg_spec entries of model_opts o (an lvalue), for a command's table. */
-#define MODEL_OPTS_SPECS(o)                                                                     \
-    {"--model", "-m", ARG_STR, &(o).model, 0, 0, 0, "FILE", "the GGUF model file (required)"},  \
-    {"--threads", "-t", ARG_INT, &(o).n_threads, 1, 4096, 0, "N", "compute threads (default: one per core)"}, \
-    {"--devices", NULL, ARG_STR, &(o).devices, 0, 0, 0, "LIST", "where experts run: inproc, auto, cpu:2, cuda:0,cpu:1"}, \
-    {"--inproc", NULL, ARG_FLAG, &(o).inproc, 0, 0, 0, NULL, "run experts in this process (= --devices inproc)"}, \
-    {"--ctx", "-c", ARG_INT, &(o).n_ctx, 1, 1 << 24, 0, "N", "context length (default: the model's)"}, \
-    {"--ctx-size", NULL, ARG_INT, &(o).n_ctx, 1, 1 << 24, 0, "N", "= --ctx (llama.cpp's spelling)"}, \
-    {"--kv-f16", NULL, ARG_FLAG, &(o).kv_f16, 0, 0, 0, NULL, "F16 KV cache (default F32)"},     \
-    {"--keys", NULL, ARG_STR, &(o).keys, 0, 0, 0, "DIR", "CURVE keys for remote:tcp://... workers (= COLI_KEYS; coli keygen)"}, \
-    {"--xdna", NULL, ARG_FLAG, &(o).xdna, 0, 0, 0, NULL, "experimental NPU lane: adds an xdna worker (= COLI_XDNA=1; docs/xdna.md)"}, \
-    {"--verbose", "-v", ARG_FLAG, &(o).verbose, 0, 0, 0, NULL, "progress and per-worker lines on stderr"}
+#define MODEL_OPTS_SPECS(o)                                                                                           \
+    {"--model", "-m", ARG_STR, &(o).model, 0, 0, 0, "FILE", "the GGUF model file (required)"},                        \
+        {"--threads", "-t", ARG_INT, &(o).n_threads, 1, 4096, 0, "N", "compute threads (default: one per core)"},     \
+        {"--devices",                                                                                                 \
+         NULL,                                                                                                        \
+         ARG_STR,                                                                                                     \
+         &(o).devices,                                                                                                \
+         0,                                                                                                           \
+         0,                                                                                                           \
+         0,                                                                                                           \
+         "LIST",                                                                                                      \
+         "where experts run: inproc, auto, cpu:2, cuda:0,cpu:1"},                                                     \
+        {"--inproc", NULL, ARG_FLAG, &(o).inproc, 0, 0, 0, NULL, "run experts in this process (= --devices inproc)"}, \
+        {"--ctx", "-c", ARG_INT, &(o).n_ctx, 1, 1 << 24, 0, "N", "context length (default: the model's)"},            \
+        {"--ctx-size", NULL, ARG_INT, &(o).n_ctx, 1, 1 << 24, 0, "N", "= --ctx (llama.cpp's spelling)"},              \
+        {"--kv-f16", NULL, ARG_FLAG, &(o).kv_f16, 0, 0, 0, NULL, "F16 KV cache (default F32)"},                       \
+        {"--keys",  NULL,  ARG_STR,                                                                                   \
+         &(o).keys, 0,     0,                                                                                         \
+         0,         "DIR", "CURVE keys for remote:tcp://... workers (= COLI_KEYS; coli keygen)"},                     \
+        {"--xdna",  NULL, ARG_FLAG,                                                                                   \
+         &(o).xdna, 0,    0,                                                                                          \
+         0,         NULL, "experimental NPU lane: adds an xdna worker (= COLI_XDNA=1; docs/xdna.md)"},                \
+    {                                                                                                                 \
+        "--verbose", "-v", ARG_FLAG, &(o).verbose, 0, 0, 0, NULL, "progress and per-worker lines on stderr"           \
+    }
 
 /* The routing flags of model_opts o (an lvalue): without --heat, MODEL.heat is used (read
  * for placement, updated at exit) when it exists; docs/scheduler.md, "Heat". */
-#define ROUTE_OPTS_SPECS(o)                                                                     \
-    {"--route-trace", NULL, ARG_STR, &(o).route_trace, 0, 0, 0, "FILE", "write each token's expert choice per layer as JSON lines"}, \
-    {"--heat", NULL, ARG_STR, &(o).heat, 0, 0, 0, "FILE", "expert heat file: placement follows it, counts are added at exit (auto: MODEL.heat; default: MODEL.heat if it exists)"}, \
-    {"--no-heat", NULL, ARG_FLAG, &(o).no_heat, 0, 0, 0, NULL, "no heat file (placement balances bytes)"}, \
-    {"--pin", NULL, ARG_STR, &(o).pins, 0, 0, 0, "L:E=DEV,...", "place these experts on these workers whatever the heat (L:*=DEV: a whole layer)"}
+#define ROUTE_OPTS_SPECS(o)                                                                                            \
+    {"--route-trace",                                                                                                  \
+     NULL,                                                                                                             \
+     ARG_STR,                                                                                                          \
+     &(o).route_trace,                                                                                                 \
+     0,                                                                                                                \
+     0,                                                                                                                \
+     0,                                                                                                                \
+     "FILE",                                                                                                           \
+     "write each token's expert choice per layer as JSON lines"},                                                      \
+        {"--heat",                                                                                                     \
+         NULL,                                                                                                         \
+         ARG_STR,                                                                                                      \
+         &(o).heat,                                                                                                    \
+         0,                                                                                                            \
+         0,                                                                                                            \
+         0,                                                                                                            \
+         "FILE",                                                                                                       \
+         "expert heat file: placement follows it, counts are added at exit (auto: MODEL.heat; default: MODEL.heat if " \
+         "it exists)"},                                                                                                \
+        {"--no-heat", NULL, ARG_FLAG, &(o).no_heat, 0, 0, 0, NULL, "no heat file (placement balances bytes)"}, {       \
+        "--pin", NULL, ARG_STR, &(o).pins, 0, 0, 0, "L:E=DEV,...",                                                     \
+            "place these experts on these workers whatever the heat (L:*=DEV: a whole layer)"                          \
+    }
 
 /* The heat file o names for its model (--heat, auto, or MODEL.heat when it
  * exists; NULL: none) into buf (cap bytes): buf or NULL. */
@@ -62,17 +95,53 @@ typedef struct sampling_help {
 void sampling_help_init(sampling_help *h, const coli_sampling_params *sp);
 
 /* The arg_spec entries of the sampling flags of sp (an lvalue), helped by h (a sampling_help). */
-#define SAMPLING_SPECS(sp, h)                                                       \
-    {"--temp", NULL, ARG_FLOAT, &(sp).temperature, 0, 0, 0, "T", (h).temp},         \
-    {"--top-k", NULL, ARG_INT, &(sp).top_k, 0, 0, 0, "K", (h).top_k},               \
-    {"--top-p", NULL, ARG_FLOAT, &(sp).top_p, 0, 1, 1, "P", (h).top_p},             \
-    {"--seed", "-s", ARG_U64, &(sp).seed, 0, 0, 0, "S", (h).seed}, \
-    {"--min-p", NULL, ARG_FLOAT, &(sp).min_p, 0, 1, 0, "P", "drop tokens below P x the best one's probability, 0 = off"}, \
-    {"--repeat-penalty", NULL, ARG_FLOAT, &(sp).repeat_penalty, 0, 100, 0, "X", "divide seen tokens' logits by X (llama.cpp), 1 = off"}, \
-    {"--repeat-last-n", NULL, ARG_INT, &(sp).repeat_last_n, -1, 1 << 24, 0, "N", "tokens the penalties look back at (default 64, -1 = all, 0 = off)"}, \
-    {"--presence-penalty", NULL, ARG_FLOAT, &(sp).presence_penalty, -2, 2, 0, "X", "subtract X from seen tokens' logits, 0 = off"}, \
-    {"--frequency-penalty", NULL, ARG_FLOAT, &(sp).frequency_penalty, -2, 2, 0, "X", "subtract X per occurrence, 0 = off"}, \
-    {"--ignore-eos", NULL, ARG_FLAG, &(sp).ignore_eos, 0, 0, 0, NULL, "never end at an end-of-generation token"}
+#define SAMPLING_SPECS(sp, h)                                                                                      \
+    {"--temp", NULL, ARG_FLOAT, &(sp).temperature, 0, 0, 0, "T", (h).temp},                                        \
+        {"--top-k", NULL, ARG_INT, &(sp).top_k, 0, 0, 0, "K", (h).top_k},                                          \
+        {"--top-p", NULL, ARG_FLOAT, &(sp).top_p, 0, 1, 1, "P", (h).top_p},                                        \
+        {"--seed", "-s", ARG_U64, &(sp).seed, 0, 0, 0, "S", (h).seed},                                             \
+        {"--min-p",   NULL, ARG_FLOAT,                                                                             \
+         &(sp).min_p, 0,    1,                                                                                     \
+         0,           "P",  "drop tokens below P x the best one's probability, 0 = off"},                          \
+        {"--repeat-penalty",                                                                                       \
+         NULL,                                                                                                     \
+         ARG_FLOAT,                                                                                                \
+         &(sp).repeat_penalty,                                                                                     \
+         0,                                                                                                        \
+         100,                                                                                                      \
+         0,                                                                                                        \
+         "X",                                                                                                      \
+         "divide seen tokens' logits by X (llama.cpp), 1 = off"},                                                  \
+        {"--repeat-last-n",                                                                                        \
+         NULL,                                                                                                     \
+         ARG_INT,                                                                                                  \
+         &(sp).repeat_last_n,                                                                                      \
+         -1,                                                                                                       \
+         1 << 24,                                                                                                  \
+         0,                                                                                                        \
+         "N",                                                                                                      \
+         "tokens the penalties look back at (default 64, -1 = all, 0 = off)"},                                     \
+        {"--presence-penalty",                                                                                     \
+         NULL,                                                                                                     \
+         ARG_FLOAT,                                                                                                \
+         &(sp).presence_penalty,                                                                                   \
+         -2,                                                                                                       \
+         2,                                                                                                        \
+         0,                                                                                                        \
+         "X",                                                                                                      \
+         "subtract X from seen tokens' logits, 0 = off"},                                                          \
+        {"--frequency-penalty",                                                                                    \
+         NULL,                                                                                                     \
+         ARG_FLOAT,                                                                                                \
+         &(sp).frequency_penalty,                                                                                  \
+         -2,                                                                                                       \
+         2,                                                                                                        \
+         0,                                                                                                        \
+         "X",                                                                                                      \
+         "subtract X per occurrence, 0 = off"},                                                                    \
+    {                                                                                                              \
+        "--ignore-eos", NULL, ARG_FLAG, &(sp).ignore_eos, 0, 0, 0, NULL, "never end at an end-of-generation token" \
+    }
 
 /* Check the combination (-m given, --inproc vs --devices and --xdna): 0 or
  * ARGS_ERROR. --xdna sets COLI_XDNA=1 here, for the library and its workers. */
@@ -93,8 +162,8 @@ int model_opts_n_ctx(const model_opts *o, const coli_model *m);
  * sized from the text and grown once if the library needs more. Returns 0,
  * COLI_ENOMEM (nothing in coli_last_error), or coli_tokenize's status (its
  * reason in coli_last_error). On failure *ids is NULL. Prints nothing. */
-int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special,
-                 int32_t **ids, int *n);
+int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t **ids,
+                 int *n);
 
 /* --chat-template NAME of run, chat and serve: NULL or "auto" (the model's
  * template) or a chat_family_name. Returns ARGS_OK, or ARGS_ERROR with a
@@ -107,8 +176,10 @@ int chat_template_check(const char *cmd, const char *name);
 chat_family chat_template_pick(const char *name, const coli_model_info *info, const char **source);
 
 /* The arg_spec entry of --chat-template for a const char * lvalue. */
-#define CHAT_TEMPLATE_SPEC(name)                                                                 \
-    {"--chat-template", NULL, ARG_STR, &(name), 0, 0, 0, "NAME",                                 \
-     "chat template: auto (the model's, default), " CHAT_FAMILY_NAMES}
+#define CHAT_TEMPLATE_SPEC(name)                                             \
+    {                                                                        \
+        "--chat-template", NULL, ARG_STR, &(name), 0, 0, 0, "NAME",          \
+            "chat template: auto (the model's, default), " CHAT_FAMILY_NAMES \
+    }
 
 #endif

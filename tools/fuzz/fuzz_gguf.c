@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "gguf.h"
-#include "quant.h"
-#include "../../tests/gguf_bytes.h"
+#include "core/gguf.h"
+#include "core/quant.h"
+#include "tests/gguf_bytes.h"
 
 /* The first and last row of every tensor through coli_dequantize_row: the
  * block decoders must stay inside a row of coli_row_bytes bytes whatever

@@ -13,8 +13,7 @@
 
 #include "tools/coli/server/server.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     static server s;
     s.model_id = "fuzz";

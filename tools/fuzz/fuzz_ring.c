@@ -26,21 +26,19 @@ typedef struct slot_head {
 } slot_head;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc; (void)argv;
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
     return ring_create(&s_ring, 1, 4, 16) == 0 ? 0 : 1;
 }
 
-static uint64_t s_u64(const uint8_t *p)
-{
+static uint64_t s_u64(const uint8_t *p) {
     uint64_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-static void s_slot(const uint8_t *data, size_t size)
-{
+static void s_slot(const uint8_t *data, size_t size) {
     if (size < 24) return;
     slot_head *sl = (slot_head *)((unsigned char *)s_ring.base + 64); /* ctl fields, then slot[0] */
     uint64_t seq = s_u64(data), hb = s_u64(data + 8), pb = s_u64(data + 16);
@@ -61,8 +59,7 @@ static void s_slot(const uint8_t *data, size_t size)
     s_ring.taken[RING_REQ] = 0; /* every input starts from a fresh ring's sequence */
 }
 
-static void s_attach(const uint8_t *data, size_t size)
-{
+static void s_attach(const uint8_t *data, size_t size) {
     int fd = memfd_create("fuzz-ring", MFD_CLOEXEC);
     if (fd < 0) return;
     size_t len = size < 16384 ? size : 16384;
@@ -87,8 +84,7 @@ static void s_attach(const uint8_t *data, size_t size)
     ring_close(&r);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     s_slot(data, size);
     s_attach(data, size);
     return 0;

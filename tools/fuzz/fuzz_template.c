@@ -19,8 +19,7 @@
 
 static volatile unsigned s_sink;
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     char *text = malloc(size + 1); /* strings cut at NULs */
     if (!text) return 0;
@@ -45,8 +44,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)chat_template_default_system(text);
     for (int f = 0; f <= CHAT_LLAMA3; f++) {
         char *out = NULL, err[256] = "";
-        int rc = chat_render((chat_family)f, msgs, n, "<s>", "</s>", data[0] & 1 ? "You are helpful." : NULL,
-                             &out, err, sizeof err);
+        int rc = chat_render((chat_family)f, msgs, n, "<s>", "</s>", data[0] & 1 ? "You are helpful." : NULL, &out, err,
+                             sizeof err);
         if (rc == 0) {
             if (!out) __builtin_trap();
             s_sink += (unsigned)strlen(out);

@@ -21,9 +21,9 @@ static int s_n_vocab;
 static volatile unsigned s_sink;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc; (void)argv;
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
     const char *path = getenv("COLI_FUZZ_VOCAB");
     if (!path || !*path) path = "models/tiny-moe-4e2r-f16.gguf";
     coli_model_params mp;
@@ -39,8 +39,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static void s_decode(int32_t id)
-{
+static void s_decode(int32_t id) {
     const char *b = NULL;
     size_t n = 0;
     int rc = coli_token_to_bytes(s_model, id, &b, &n);
@@ -56,8 +55,7 @@ static void s_decode(int32_t id)
     s_sink += (unsigned)coli_token_is_eog(s_model, id);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     int add_special = data[0] & 1, parse_special = (data[0] >> 1) & 1;
     const char *text = (const char *)data + 1;

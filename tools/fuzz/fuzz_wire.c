@@ -18,9 +18,9 @@
 static void *s_ctx, *s_router, *s_dealer, *s_pair_a, *s_pair_b;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc; (void)argv;
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
     s_ctx = zmq_ctx_new();
     s_router = zmq_socket(s_ctx, ZMQ_ROUTER);
     s_dealer = zmq_socket(s_ctx, ZMQ_DEALER);
@@ -38,8 +38,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 static volatile unsigned s_sink;
 
-static void s_walk(const wire_msg *m)
-{
+static void s_walk(const wire_msg *m) {
     const Coli__Envelope *e = m->env;
     const unsigned char *p = wire_payload_data(m);
     for (size_t i = 0, n = wire_payload_size(m); i < n; i++) s_sink += p[i];
@@ -69,8 +68,7 @@ static void s_walk(const wire_msg *m)
 }
 
 //  Send the frames of data (up to 4) on `from`, read one message on `to`.
-static void s_round(void *from, void *to, int is_router, const uint8_t *data, size_t size)
-{
+static void s_round(void *from, void *to, int is_router, const uint8_t *data, size_t size) {
     int frames = size ? 1 + data[0] % 4 : 1;
     size_t at = size ? 1 : 0;
     for (int f = 0; f < frames; f++) {
@@ -93,8 +91,7 @@ static void s_round(void *from, void *to, int is_router, const uint8_t *data, si
     zmq_msg_close(&left);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     s_round(s_dealer, s_router, 1, data, size); /* worker -> coordinator */
     s_round(s_pair_a, s_pair_b, 0, data, size); /* coordinator -> worker */
     return 0;

@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #include "colibri.h"
-#include "server_template.h"
+#include "tools/coli/server/server_template.h"
 
 struct cJSON;
 struct MHD_Connection;
@@ -61,16 +61,31 @@ enum MHD_ConnectionNotificationCode;
 typedef struct histogram {
     uint64_t counts[METRICS_N_BUCKETS]; /* per bucket, not cumulative; last is +Inf */
     uint64_t n;
-    double sum;                          /* seconds */
+    double sum; /* seconds */
 } histogram;
 
-enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS,
-       EP_DASHBOARD, EP_DASHBOARD_JSON, EP_OTHER, EP_COUNT };
+enum {
+    EP_COMPLETIONS,
+    EP_CHAT,
+    EP_MODELS,
+    EP_HEALTH,
+    EP_METRICS,
+    EP_TOKENIZE,
+    EP_DETOKENIZE,
+    EP_PROPS,
+    EP_DASHBOARD,
+    EP_DASHBOARD_JSON,
+    EP_OTHER,
+    EP_COUNT
+};
 #define METRICS_MAX_CODES 12
 
 typedef struct server_metrics {
     pthread_mutex_t mu;
-    struct { int code; uint64_t n; } requests[EP_COUNT][METRICS_MAX_CODES];
+    struct {
+        int code;
+        uint64_t n;
+    } requests[EP_COUNT][METRICS_MAX_CODES];
     uint64_t prompt_tokens, generated_tokens, cancelled, rejected_queue_full;
     histogram ttft, per_token, queue_wait;
 } server_metrics;
@@ -81,21 +96,21 @@ void metrics_count_request(server_metrics *m, int endpoint, int http_code);
 void metrics_observe(server_metrics *m, histogram *h, double seconds);
 void metrics_add_tokens(server_metrics *m, int prompt, int generated);
 void metrics_count_cancelled(server_metrics *m);
-int  metrics_endpoint(const char *url);
+int metrics_endpoint(const char *url);
 
 // ---------------------------------------------------------------------------
 // requests and jobs
 
 /* One validated request, ready to generate. */
 typedef struct gen_request {
-    int chat;                     /* 1: /v1/chat/completions */
+    int chat; /* 1: /v1/chat/completions */
     int stream, include_usage;
-    coli_sampling_params sp;      /* n_predict = max_tokens */
-    int max_tokens_given;         /* 0: fill the context (chat) or 16 (completions) */
+    coli_sampling_params sp; /* n_predict = max_tokens */
+    int max_tokens_given;    /* 0: fill the context (chat) or 16 (completions) */
     char *stop[SERVE_MAX_STOP];
     int n_stop;
-    char *prompt;                 /* text (chat: rendered template); NULL if ids given */
-    int32_t *ids;                 /* prompt tokens once tokenized */
+    char *prompt; /* text (chat: rendered template); NULL if ids given */
+    int32_t *ids; /* prompt tokens once tokenized */
     int n_ids;
     int add_special;              /* BOS by the vocabulary (completions) or by the template text (chat) */
     struct json_grammar *grammar; /* response_format json_object / json_schema; NULL: free text */
@@ -106,37 +121,41 @@ typedef struct tok_logprob {
     coli_logprob chosen;
     int n_top;
     coli_logprob top[COLI_MAX_TOP_LOGPROBS];
-    size_t start, end;            /* raw[start..end): the text that became complete with it */
+    size_t start, end; /* raw[start..end): the text that became complete with it */
 } tok_logprob;
 
 void gen_request_free(gen_request *r);
 
-typedef enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+typedef enum job_state {
+    JOB_QUEUED,
+    JOB_RUNNING,
+    JOB_DONE
+} job_state;
 
 /* A request's life between its HTTP thread and a slot thread (refcounted). */
 typedef struct job {
     pthread_mutex_t mu;
-    pthread_cond_t cv;            /* new text, state changes */
+    pthread_cond_t cv; /* new text, state changes */
     int refs;
     gen_request req;
     job_state state;
-    char *raw;                    /* everything generated so far */
+    char *raw; /* everything generated so far */
     size_t raw_len, raw_cap;
-    size_t exposed;               /* raw[0..exposed) is final (no stop string can start in it) */
+    size_t exposed; /* raw[0..exposed) is final (no stop string can start in it) */
     int n_gen;
-    char utf8_hold[4];            /* an incomplete UTF-8 sequence awaiting the next token */
+    char utf8_hold[4]; /* an incomplete UTF-8 sequence awaiting the next token */
     size_t n_hold;
-    tok_logprob *lp;              /* req.sp.logprobs: one per answer token (stop-string tokens dropped) */
+    tok_logprob *lp; /* req.sp.logprobs: one per answer token (stop-string tokens dropped) */
     int n_lp, lp_cap;
-    int n_cached;                 /* prompt tokens restored from the prefix cache */
-    const char *finish_reason;    /* "stop" | "length", set when done */
-    int error_http;               /* 0, or the status of a failure during generation */
-    const char *error_code;       /* OpenAI error code of that failure, or NULL */
+    int n_cached;              /* prompt tokens restored from the prefix cache */
+    const char *finish_reason; /* "stop" | "length", set when done */
+    int error_http;            /* 0, or the status of a failure during generation */
+    const char *error_code;    /* OpenAI error code of that failure, or NULL */
     char error[256];
-    atomic_int cancel;            /* client gone or server stopping */
-    int aborted;                  /* stopped by the shutdown, not finished */
-    struct MHD_Connection *conn;  /* suspended until this job changes; NULL if none */
-    int client_fd;                /* for hang-up checks; -1 if unknown */
+    atomic_int cancel;           /* client gone or server stopping */
+    int aborted;                 /* stopped by the shutdown, not finished */
+    struct MHD_Connection *conn; /* suspended until this job changes; NULL if none */
+    int client_fd;               /* for hang-up checks; -1 if unknown */
     double t_arrival, t_first, t_last;
     char id[48];
     long long created;
@@ -146,7 +165,7 @@ job *job_new(int client_fd);
 void job_retain(job *j);
 void job_release(job *j);
 /* 1 if the client of fd has closed its end (checked without blocking). */
-int  client_gone(int fd);
+int client_gone(int fd);
 /* With j->mu held: resume the connection suspended on j, if any (new text or done). */
 void job_wake(job *j);
 /* With j->mu held: end a job that will not run (queued at shutdown, ...). */
@@ -168,25 +187,25 @@ char *utf8_lossy(const char *bytes, size_t n);
 typedef struct server_config {
     const char *host;
     int port;
-    const char *api_key;          /* NULL: no auth */
-    char *api_key_owned;          /* read from --api-key-file (malloc'd) */
-    int max_connections;          /* open connections in all */
-    int max_conn_per_client;      /* open connections per client address */
-    int request_timeout_s;        /* deadline for a request's head and body */
-    double shutdown_grace_s;      /* on SIGTERM, how long running requests may finish */
-    int n_slots;                  /* --parallel */
-    int queue_max;                /* waiting requests beyond the busy slots */
-    size_t max_body;              /* bytes */
-    int n_ctx;                    /* per slot, 0 = the model's */
-    int token_delay_ms;           /* COLI_SERVE_DELAY_MS: tests slow generation down */
+    const char *api_key;           /* NULL: no auth */
+    char *api_key_owned;           /* read from --api-key-file (malloc'd) */
+    int max_connections;           /* open connections in all */
+    int max_conn_per_client;       /* open connections per client address */
+    int request_timeout_s;         /* deadline for a request's head and body */
+    double shutdown_grace_s;       /* on SIGTERM, how long running requests may finish */
+    int n_slots;                   /* --parallel */
+    int queue_max;                 /* waiting requests beyond the busy slots */
+    size_t max_body;               /* bytes */
+    int n_ctx;                     /* per slot, 0 = the model's */
+    int token_delay_ms;            /* COLI_SERVE_DELAY_MS: tests slow generation down */
     coli_sampling_params sampling; /* what a request starts from (OpenAI's defaults, or run's flags);
                                       seed UINT64_MAX: a fresh seed per request */
-    const char *cors_origin;      /* --cors-origin: Access-Control-Allow-Origin on every reply; NULL: none */
-    const char *alias;            /* --alias: the model id /v1/models and replies show */
-    size_t prefix_cache_bytes;    /* --prefix-cache-mb; 0 = no prefix cache */
-    int prefix_block;             /* --prefix-block: tokens per cached block */
-    int no_batching;              /* --no-batching: slots take turns one token each */
-    int prefill_chunk;            /* --prefill-chunk: prompt tokens per turn when batching */
+    const char *cors_origin;       /* --cors-origin: Access-Control-Allow-Origin on every reply; NULL: none */
+    const char *alias;             /* --alias: the model id /v1/models and replies show */
+    size_t prefix_cache_bytes;     /* --prefix-cache-mb; 0 = no prefix cache */
+    int prefix_block;              /* --prefix-block: tokens per cached block */
+    int no_batching;               /* --no-batching: slots take turns one token each */
+    int prefill_chunk;             /* --prefill-chunk: prompt tokens per turn when batching */
     int verbose;
 } server_config;
 
@@ -196,17 +215,17 @@ typedef struct server {
     server_config cfg;
     coli_model *model;
     coli_model_info info;
-    const char *model_id;         /* what /v1/models lists (--alias, else the model's name) */
-    const char *model_path;       /* -m */
-    chat_family family;           /* CHAT_UNKNOWN: chat requests fail with a clear error */
-    const char *family_source;    /* "tokenizer.chat_template" | "architecture" */
+    const char *model_id;      /* what /v1/models lists (--alias, else the model's name) */
+    const char *model_path;    /* -m */
+    chat_family family;        /* CHAT_UNKNOWN: chat requests fail with a clear error */
+    const char *family_source; /* "tokenizer.chat_template" | "architecture" */
     char *bos_text, *eos_text;
-    atomic_int ready;             /* model loaded, slots started */
-    atomic_int stopping;          /* no new requests; queued ones were answered 503 */
-    atomic_int abort_running;     /* the grace period is over: running requests stop */
+    atomic_int ready;         /* model loaded, slots started */
+    atomic_int stopping;      /* no new requests; queued ones were answered 503 */
+    atomic_int abort_running; /* the grace period is over: running requests stop */
     server_metrics metrics;
-    coli_prefix_cache *prefix;    /* NULL when off; shared by the slots */
-    coli_batch *batch;            /* continuous batching; NULL with --no-batching */
+    coli_prefix_cache *prefix; /* NULL when off; shared by the slots */
+    coli_batch *batch;         /* continuous batching; NULL with --no-batching */
 
     /* the baton: a fair lock over every computing library call */
     pthread_mutex_t baton_mu;
@@ -216,9 +235,9 @@ typedef struct server {
     /* the queue */
     pthread_mutex_t q_mu;
     pthread_cond_t q_cv;
-    job **queue;                  /* ring of queue_max + n_slots */
+    job **queue; /* ring of queue_max + n_slots */
     int q_head, q_len, q_cap;
-    int active;                   /* slots generating */
+    int active; /* slots generating */
     server_slot *slots;
     pthread_t *slot_threads;
     int n_started;
@@ -233,24 +252,24 @@ typedef struct server {
 } server;
 
 /* server_slots.c */
-void server_sync_init(server *s);            /* locks and conditions, before anything starts */
-int  server_slots_start(server *s);          /* contexts, slot threads, monitor; 0 or CLI_FAIL */
+void server_sync_init(server *s);  /* locks and conditions, before anything starts */
+int server_slots_start(server *s); /* contexts, slot threads, monitor; 0 or CLI_FAIL */
 /* Stop taking requests, answer queued ones 503 shutting_down, wait at most
  * grace_s seconds for running ones. 1 if all finished in time. */
-int  server_drain(server *s, double grace_s);
-void server_slots_stop(server *s);           /* stop what still runs (503 / error event), join */
-void server_slots_free(server *s);           /* after the HTTP side stopped: contexts, queue */
+int server_drain(server *s, double grace_s);
+void server_slots_stop(server *s); /* stop what still runs (503 / error event), join */
+void server_slots_free(server *s); /* after the HTTP side stopped: contexts, queue */
 void baton_acquire(server *s);
 void baton_release(server *s);
 /* Queue j (retains it). 0, or 429 when the queue is full, 503 when stopping. */
-int  server_submit(server *s, job *j);
+int server_submit(server *s, job *j);
 void server_queue_gauges(server *s, int *waiting, int *active);
 /* A copy of the executor's stats JSON no older than this call (malloc'd, NULL if none). */
 char *server_stats_fresh(server *s);
 
 /* server_openai.c: parse body into r. 0, or an HTTP status with *err set (param may be NULL). */
-int openai_parse(server *s, const char *body, size_t len, int chat, gen_request *r,
-                 char *err, size_t err_cap, const char **param);
+int openai_parse(server *s, const char *body, size_t len, int chat, gen_request *r, char *err, size_t err_cap,
+                 const char **param);
 /* Tokenize r->prompt (or check r->ids) and fit max_tokens to the context. 0 or 400/500 + err. */
 int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, const char **param);
 
@@ -258,38 +277,37 @@ int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, 
 typedef struct json_grammar json_grammar;
 /* Compile rf (the response_format object, type json_object or json_schema) over the model's
  * vocabulary into *out. 0, 400 (err names the unsupported or bad part) or 500 (out of memory). */
-int  json_grammar_new(server *s, const struct cJSON *rf, json_grammar **out, char *err, size_t err_cap);
+int json_grammar_new(server *s, const struct cJSON *rf, json_grammar **out, char *err, size_t err_cap);
 void json_grammar_free(json_grammar *g);
 /* coli_sampling_params.logit_filter: -INFINITY on every token that cannot continue valid output
  * (end-of-generation tokens: allowed only once the JSON value is complete). */
 void json_grammar_filter(void *g, float *logits, int n_vocab);
 /* Advance over the token just generated: 0, or -1 if its bytes break the grammar. */
-int  json_grammar_accept(json_grammar *g, int32_t id);
+int json_grammar_accept(json_grammar *g, int32_t id);
 
 /* server_http.c */
-int  http_start(server *s);                  /* 0 or CLI_FAIL; prints the listening line */
-void http_quiesce(void);                     /* stop accepting connections */
+int http_start(server *s); /* 0 or CLI_FAIL; prints the listening line */
+void http_quiesce(void);   /* stop accepting connections */
 /* Wait at most wait_s seconds for answers still being sent, then close everything. */
 void http_stop(double wait_s);
 /* Suspend c until job_wake (with the job's mutex held: the wake cannot be missed). */
 void http_suspend(struct MHD_Connection *c);
 void http_resume(struct MHD_Connection *c);
-int  http_bound_port(void);
+int http_bound_port(void);
 /* Queue a reply (takes ownership of the text). */
-int  http_reply_json(struct MHD_Connection *c, int status, char *json_text);
-int  http_reply_text(struct MHD_Connection *c, int status, char *text, const char *content_type);
+int http_reply_json(struct MHD_Connection *c, int status, char *json_text);
+int http_reply_text(struct MHD_Connection *c, int status, char *text, const char *content_type);
 /* Queue a 200 text/event-stream reply (takes the response). */
-int  http_reply_stream(struct MHD_Connection *c, struct MHD_Response *r);
-int  http_reply_error(server *s, struct MHD_Connection *c, int ep, int status, const char *type,
-                      const char *code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 8, 9)));
-int  http_connection_fd(struct MHD_Connection *c);
+int http_reply_stream(struct MHD_Connection *c, struct MHD_Response *r);
+int http_reply_error(server *s, struct MHD_Connection *c, int ep, int status, const char *type, const char *code,
+                     const char *param, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+int http_connection_fd(struct MHD_Connection *c);
 /* The job a suspended request waits for (NULL if none); http_set_job retains it. */
 job *http_current_job(void);
 void http_set_job(job *j);
 
 /* server_conns.c: the head-and-body deadline (see there). */
-int  conns_start(int timeout_s);             /* 0 or -1 (printed) */
+int conns_start(int timeout_s); /* 0 or -1 (printed) */
 void conns_stop(void);
 void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe);
 void conns_request_received(struct MHD_Connection *c);

@@ -23,15 +23,15 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "server.h"
+#include "tools/coli/server/server.h"
 #include "core/clock.h"
 
 typedef struct conn_entry {
     struct conn_entry *prev, *next;
     int fd;
-    double t_start;      /* when the current request's first byte could arrive */
-    int received;        /* the request's head and body are in */
-    int reaped;          /* shut down by the deadline */
+    double t_start; /* when the current request's first byte could arrive */
+    int received;   /* the request's head and body are in */
+    int reaped;     /* shut down by the deadline */
 } conn_entry;
 
 static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -60,8 +60,10 @@ void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context, en
         *socket_context = e;
     } else if (*socket_context) {
         conn_entry *e = *socket_context;
-        if (e->prev) e->prev->next = e->next;
-        else s_head = e->next;
+        if (e->prev)
+            e->prev->next = e->next;
+        else
+            s_head = e->next;
         if (e->next) e->next->prev = e->prev;
         free(e);
         *socket_context = NULL;
@@ -91,10 +93,12 @@ static void s_reap(conn_entry *e, int timeout_s) {
     char body[256], msg[512];
     snprintf(body, sizeof body,
              "{\"error\":{\"message\":\"request: head and body not received within %d s\","
-             "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"request_timeout\"}}", timeout_s);
+             "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"request_timeout\"}}",
+             timeout_s);
     int n = snprintf(msg, sizeof msg,
                      "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                     "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+                     "Content-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
     ssize_t sent = send(e->fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)sent;
     shutdown(e->fd, SHUT_RDWR);

@@ -2,7 +2,7 @@
  * server_dashboard.c - GET / (or /dashboard): a live page of the server, and
  * GET /dashboard.json, the numbers it polls. The page is plain HTML/CSS/JS
  * (tools/coli/server/dashboard.html) compiled into the binary as a string
- * (the Makefile turns it into $(BUILD)/gen/dashboard_html.h), so it needs
+ * (the Makefile turns it into $(BUILD)/gen/tools/coli/server/dashboard_html.h), so it needs
  * nothing off this machine. The JSON reuses what /metrics and /health read:
  * the server's counters, the batch and prefix-cache stats, the executor's
  * stats JSON (coli_model_stats_json, embedded as is) and the routing heat.
@@ -11,15 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "tools/coli/server/server.h"
 
 static const char s_page[] =
-#include "dashboard_html.h"
+#include "tools/coli/server/dashboard_html.h" /* generated in $(BUILD)/gen */
     ;
 
 int handle_dashboard_page(server *s, struct MHD_Connection *c) {
     char *page = strdup(s_page);
-    if (!page) return http_reply_error(s, c, EP_DASHBOARD, 500, "server_error", NULL, NULL, "out of memory for the page");
+    if (!page)
+        return http_reply_error(s, c, EP_DASHBOARD, 500, "server_error", NULL, NULL, "out of memory for the page");
     return http_reply_text(c, 200, page, "text/html; charset=utf-8");
 }
 
@@ -117,10 +118,14 @@ int handle_dashboard_json(server *s, struct MHD_Connection *c) {
     cJSON *ex = stats ? cJSON_Parse(stats) : NULL;
     free(stats);
     cJSON_AddItemToObject(o, "executor", ex ? ex : cJSON_CreateNull());
-    if (ready) s_heat(o, s);
-    else cJSON_AddNullToObject(o, "heat");
+    if (ready)
+        s_heat(o, s);
+    else
+        cJSON_AddNullToObject(o, "heat");
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (!text) return http_reply_error(s, c, EP_DASHBOARD_JSON, 500, "server_error", NULL, NULL, "out of memory for /dashboard.json");
+    if (!text)
+        return http_reply_error(s, c, EP_DASHBOARD_JSON, 500, "server_error", NULL, NULL,
+                                "out of memory for /dashboard.json");
     return http_reply_json(c, 200, text);
 }

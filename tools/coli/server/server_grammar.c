@@ -22,41 +22,68 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "tools/coli/server/server.h"
 
 #define MAX_DEPTH 32
-#define MAX_LIT 120    /* bytes of one enum literal or quoted key */
+#define MAX_LIT 120 /* bytes of one enum literal or quoted key */
 #define MAX_NODES 256
 #define WS_RUN 8
 
-enum { N_ANY, N_OBJECT, N_ARRAY, N_STRING, N_NUMBER, N_INTEGER, N_LITERALS };
+enum {
+    N_ANY,
+    N_OBJECT,
+    N_ARRAY,
+    N_STRING,
+    N_NUMBER,
+    N_INTEGER,
+    N_LITERALS
+};
 
 typedef struct gnode {
     int type;
-    int items;           /* array: node of the items, -1 = any */
-    int prop0, n_props;  /* object with properties: props[prop0 ..]; n_props 0 = any keys */
-    int lit0, n_lit;     /* N_LITERALS: lits[lit0 ..] (JSON texts); object: the quoted keys */
+    int items;          /* array: node of the items, -1 = any */
+    int prop0, n_props; /* object with properties: props[prop0 ..]; n_props 0 = any keys */
+    int lit0, n_lit;    /* N_LITERALS: lits[lit0 ..] (JSON texts); object: the quoted keys */
 } gnode;
 
-typedef struct gprop { int node, required; } gprop;
+typedef struct gprop {
+    int node, required;
+} gprop;
 
 /* The frames of the automaton (fixed size: the filter copies the state per token). */
-enum { F_VALUE, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT };
+enum {
+    F_VALUE,
+    F_OBJ,
+    F_ARR,
+    F_STR,
+    F_NUM,
+    F_LIT
+};
 /* F_OBJ sub-states */
-enum { O_KEY_OR_END, O_KEY, O_COLON, O_VALUE, O_COMMA_OR_END };
+enum {
+    O_KEY_OR_END,
+    O_KEY,
+    O_COLON,
+    O_VALUE,
+    O_COMMA_OR_END
+};
 /* F_ARR sub-states */
-enum { A_VALUE_OR_END, A_VALUE, A_COMMA_OR_END };
+enum {
+    A_VALUE_OR_END,
+    A_VALUE,
+    A_COMMA_OR_END
+};
 
 typedef struct gframe {
     uint8_t kind, sub;
-    int16_t node;        /* schema node (-1: any) */
-    int16_t next;        /* F_OBJ: next property index; F_LIT: first candidate */
-    int16_t n;           /* F_LIT: candidates; F_STR: 1 = a free key (then ':') */
+    int16_t node; /* schema node (-1: any) */
+    int16_t next; /* F_OBJ: next property index; F_LIT: first candidate */
+    int16_t n;    /* F_LIT: candidates; F_STR: 1 = a free key (then ':') */
 } gframe;
 
 typedef struct gstate {
     int depth, root_done, ws_run;
-    int u8_need, hex_left, escape;   /* inside a string */
+    int u8_need, hex_left, escape; /* inside a string */
     int lit_len;
     char lit[MAX_LIT];
     gframe f[MAX_DEPTH];
@@ -70,7 +97,7 @@ struct json_grammar {
     char **lits;
     int n_lits;
     int n_vocab;
-    const char **piece;   /* per token: its bytes */
+    const char **piece; /* per token: its bytes */
     uint32_t *piece_len;
     uint8_t *eog;
     gstate st;
@@ -90,10 +117,15 @@ static int s_push(gstate *st, int kind, int sub, int node) {
 /* The top frame's value is complete: pop it and tell the parent. */
 static void s_value_done(gstate *st) {
     st->depth--;
-    if (st->depth == 0) { st->root_done = 1; return; }
+    if (st->depth == 0) {
+        st->root_done = 1;
+        return;
+    }
     gframe *p = &st->f[st->depth - 1];
-    if (p->kind == F_OBJ) p->sub = p->sub == O_KEY ? O_COLON : O_COMMA_OR_END;
-    else if (p->kind == F_ARR) p->sub = A_COMMA_OR_END;
+    if (p->kind == F_OBJ)
+        p->sub = p->sub == O_KEY ? O_COLON : O_COMMA_OR_END;
+    else if (p->kind == F_ARR)
+        p->sub = A_COMMA_OR_END;
 }
 
 static int s_is_ws(int b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
@@ -117,7 +149,10 @@ static int s_value_start(const json_grammar *g, gstate *st, int node, int b) {
     const gnode *n = node >= 0 ? &g->nodes[node] : NULL;
     int type = n ? n->type : N_ANY;
     st->depth--; /* the F_VALUE placeholder */
-    if (type == N_LITERALS) { s_lit_start(st, n->lit0, n->n_lit); return s_feed(g, st, b); }
+    if (type == N_LITERALS) {
+        s_lit_start(st, n->lit0, n->n_lit);
+        return s_feed(g, st, b);
+    }
     if (b == '{' && (type == N_ANY || type == N_OBJECT)) return s_push(st, F_OBJ, O_KEY_OR_END, node);
     if (b == '[' && (type == N_ANY || type == N_ARRAY)) return s_push(st, F_ARR, A_VALUE_OR_END, node);
     if (b == '"' && (type == N_ANY || type == N_STRING)) return s_push(st, F_STR, 0, node);
@@ -125,7 +160,10 @@ static int s_value_start(const json_grammar *g, gstate *st, int node, int b) {
         s_push(st, F_NUM, 0, node);
         return s_feed(g, st, b);
     }
-    if (type == N_ANY && (b == 't' || b == 'f' || b == 'n')) { s_lit_start(st, 0, 3); return s_feed(g, st, b); }
+    if (type == N_ANY && (b == 't' || b == 'f' || b == 'n')) {
+        s_lit_start(st, 0, 3);
+        return s_feed(g, st, b);
+    }
     return 0;
 }
 
@@ -134,18 +172,60 @@ static int s_num(const json_grammar *g, gstate *st, gframe *f, int b) {
     int digit = b >= '0' && b <= '9', integer = f->node >= 0 && g->nodes[f->node].type == N_INTEGER;
     int frac_ok = !integer;
     switch (f->sub) {
-    case 0: if (b == '-') { f->sub = 1; return 1; } /* fall through */
-    case 1: if (b == '0') { f->sub = 2; return 1; } if (digit) { f->sub = 3; return 1; } return 0;
-    case 2: case 3:
+    case 0:
+        if (b == '-') {
+            f->sub = 1;
+            return 1;
+        } /* fall through */
+    case 1:
+        if (b == '0') {
+            f->sub = 2;
+            return 1;
+        }
+        if (digit) {
+            f->sub = 3;
+            return 1;
+        }
+        return 0;
+    case 2:
+    case 3:
         if (f->sub == 3 && digit) return 1;
-        if (b == '.' && frac_ok) { f->sub = 4; return 1; }
-        if ((b == 'e' || b == 'E') && frac_ok) { f->sub = 6; return 1; }
+        if (b == '.' && frac_ok) {
+            f->sub = 4;
+            return 1;
+        }
+        if ((b == 'e' || b == 'E') && frac_ok) {
+            f->sub = 6;
+            return 1;
+        }
         break;
-    case 4: if (digit) { f->sub = 5; return 1; } return 0;
-    case 5: if (digit) return 1; if (b == 'e' || b == 'E') { f->sub = 6; return 1; } break;
-    case 6: if (b == '+' || b == '-') { f->sub = 7; return 1; } /* fall through */
-    case 7: if (digit) { f->sub = 8; return 1; } return 0;
-    case 8: if (digit) return 1; break;
+    case 4:
+        if (digit) {
+            f->sub = 5;
+            return 1;
+        }
+        return 0;
+    case 5:
+        if (digit) return 1;
+        if (b == 'e' || b == 'E') {
+            f->sub = 6;
+            return 1;
+        }
+        break;
+    case 6:
+        if (b == '+' || b == '-') {
+            f->sub = 7;
+            return 1;
+        } /* fall through */
+    case 7:
+        if (digit) {
+            f->sub = 8;
+            return 1;
+        }
+        return 0;
+    case 8:
+        if (digit) return 1;
+        break;
     }
     if (f->sub == 0 || f->sub == 1 || f->sub == 4 || f->sub == 6 || f->sub == 7) return 0;
     s_value_done(st); /* the number ended before b */
@@ -161,7 +241,10 @@ static int s_str(gstate *st, int b) {
     }
     if (st->escape) {
         st->escape = 0;
-        if (b == 'u') { st->hex_left = 4; return 1; }
+        if (b == 'u') {
+            st->hex_left = 4;
+            return 1;
+        }
         return strchr("\"\\/bfnrt", b) != NULL && b != 0;
     }
     if (st->u8_need) {
@@ -173,13 +256,20 @@ static int s_str(gstate *st, int b) {
         s_value_done(st);
         return 1;
     }
-    if (b == '\\') { st->escape = 1; return 1; }
+    if (b == '\\') {
+        st->escape = 1;
+        return 1;
+    }
     if (b < 0x20) return 0;
     if (b < 0x80) return 1;
-    if (b >= 0xC2 && b <= 0xDF) st->u8_need = 1;
-    else if (b >= 0xE0 && b <= 0xEF) st->u8_need = 2;
-    else if (b >= 0xF0 && b <= 0xF4) st->u8_need = 3;
-    else return 0;
+    if (b >= 0xC2 && b <= 0xDF)
+        st->u8_need = 1;
+    else if (b >= 0xE0 && b <= 0xEF)
+        st->u8_need = 2;
+    else if (b >= 0xF0 && b <= 0xF4)
+        st->u8_need = 3;
+    else
+        return 0;
     return 1;
 }
 
@@ -222,7 +312,8 @@ static int s_key_range(const json_grammar *g, const gframe *f, int *first) {
 static int s_required_left(const json_grammar *g, const gframe *f) {
     if (f->node < 0 || g->nodes[f->node].n_props == 0) return 0;
     const gnode *n = &g->nodes[f->node];
-    for (int k = f->next; k < n->n_props; k++) if (g->props[n->prop0 + k].required) return 1;
+    for (int k = f->next; k < n->n_props; k++)
+        if (g->props[n->prop0 + k].required) return 1;
     return 0;
 }
 
@@ -232,7 +323,10 @@ static int s_obj(const json_grammar *g, gstate *st, gframe *f, int b) {
     switch (f->sub) {
     case O_KEY_OR_END:
     case O_KEY:
-        if (b == '}' && f->sub == O_KEY_OR_END && !s_required_left(g, f)) { s_value_done(st); return 1; }
+        if (b == '}' && f->sub == O_KEY_OR_END && !s_required_left(g, f)) {
+            s_value_done(st);
+            return 1;
+        }
         if (b != '"') return 0;
         f->sub = O_KEY;
         if (schema_keys) {
@@ -250,11 +344,17 @@ static int s_obj(const json_grammar *g, gstate *st, gframe *f, int b) {
     }
     case O_COMMA_OR_END:
         if (b == ',') {
-            if (schema_keys) { int first; if (s_key_range(g, f, &first) <= 0) return 0; }
+            if (schema_keys) {
+                int first;
+                if (s_key_range(g, f, &first) <= 0) return 0;
+            }
             f->sub = O_KEY;
             return 1;
         }
-        if (b == '}' && !s_required_left(g, f)) { s_value_done(st); return 1; }
+        if (b == '}' && !s_required_left(g, f)) {
+            s_value_done(st);
+            return 1;
+        }
         return 0;
     }
     return 0;
@@ -264,7 +364,10 @@ static int s_arr(const json_grammar *g, gstate *st, gframe *f, int b) {
     if (b >= 0 && s_is_ws(b)) return s_ws(st);
     int items = f->node >= 0 ? g->nodes[f->node].items : -1;
     if (f->sub == A_COMMA_OR_END || f->sub == A_VALUE_OR_END) {
-        if (b == ']') { s_value_done(st); return 1; }
+        if (b == ']') {
+            s_value_done(st);
+            return 1;
+        }
         if (f->sub == A_COMMA_OR_END) {
             if (b != ',') return 0;
             f->sub = A_VALUE;
@@ -303,12 +406,21 @@ void json_grammar_filter(void *user, float *logits, int n_vocab) {
     gstate end = g->st;
     int can_end = s_feed(g, &end, -1);
     for (int id = 0; id < n_vocab && id < g->n_vocab; id++) {
-        if (g->eog[id]) { if (!can_end) logits[id] = -INFINITY; continue; }
-        if (can_end || g->piece_len[id] == 0) { logits[id] = -INFINITY; continue; }
+        if (g->eog[id]) {
+            if (!can_end) logits[id] = -INFINITY;
+            continue;
+        }
+        if (can_end || g->piece_len[id] == 0) {
+            logits[id] = -INFINITY;
+            continue;
+        }
         gstate st = g->st;
         const unsigned char *p = (const unsigned char *)g->piece[id];
         for (uint32_t i = 0; i < g->piece_len[id]; i++)
-            if (!s_feed(g, &st, p[i])) { logits[id] = -INFINITY; break; }
+            if (!s_feed(g, &st, p[i])) {
+                logits[id] = -INFINITY;
+                break;
+            }
     }
 }
 
@@ -372,11 +484,13 @@ static int s_literals(compile_ctx *c, const cJSON *values, const char *path) {
     c->g->nodes[node].n_lit = n;
     const cJSON *v;
     cJSON_ArrayForEach(v, values) {
-        if (cJSON_IsObject(v) || cJSON_IsArray(v)) return s_fail(c, path, "%s", "enum: only strings, numbers, booleans and null");
+        if (cJSON_IsObject(v) || cJSON_IsArray(v))
+            return s_fail(c, path, "%s", "enum: only strings, numbers, booleans and null");
         char *text = cJSON_PrintUnformatted(v);
         if (!text) return -500;
         size_t len = strlen(text);
-        int rc = len + 1 > MAX_LIT ? s_fail(c, path, "enum: a value longer than %s bytes", "119") : s_add_lit(c->g, at++, text, len);
+        int rc = len + 1 > MAX_LIT ? s_fail(c, path, "enum: a value longer than %s bytes", "119")
+                                   : s_add_lit(c->g, at++, text, len);
         free(text);
         if (rc) return rc;
     }
@@ -391,10 +505,14 @@ static int s_required(compile_ctx *c, const cJSON *req, const cJSON *props, int 
         int k = 0, found = 0;
         const cJSON *p;
         cJSON_ArrayForEach(p, props) {
-            if (cJSON_IsString(r) && !strcmp(p->string, r->valuestring)) { c->g->props[prop0 + k].required = 1; found = 1; }
+            if (cJSON_IsString(r) && !strcmp(p->string, r->valuestring)) {
+                c->g->props[prop0 + k].required = 1;
+                found = 1;
+            }
             k++;
         }
-        if (!found) return s_fail(c, path, "required: '%s' is not in properties", cJSON_IsString(r) ? r->valuestring : "?");
+        if (!found)
+            return s_fail(c, path, "required: '%s' is not in properties", cJSON_IsString(r) ? r->valuestring : "?");
     }
     return 0;
 }
@@ -403,7 +521,8 @@ static int s_object(compile_ctx *c, const cJSON *sc, const char *path, int depth
     int node = s_new_node(c, path, N_OBJECT);
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(sc, "properties"), *p;
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(sc, "required");
-    if (node < 0 || !props) return req && cJSON_GetArraySize(req) ? s_fail(c, path, "%s", "required: without properties") : node;
+    if (node < 0 || !props)
+        return req && cJSON_GetArraySize(req) ? s_fail(c, path, "%s", "required: without properties") : node;
     if (!cJSON_IsObject(props)) return s_fail(c, path, "%s", "properties: must be an object");
     int n = cJSON_GetArraySize(props);
     if (n == 0) return node;
@@ -424,7 +543,8 @@ static int s_object(compile_ctx *c, const cJSON *sc, const char *path, int depth
         if (len + 3 > MAX_LIT || strpbrk(p->string, "\"\\") || memchr(p->string, 0, len))
             return s_fail(c, path, "property name '%.60s': too long or needs escaping", p->string);
         for (size_t i = 0; i < len; i++)
-            if ((unsigned char)p->string[i] < 0x20) return s_fail(c, path, "property name '%.60s': needs escaping", p->string);
+            if ((unsigned char)p->string[i] < 0x20)
+                return s_fail(c, path, "property name '%.60s': needs escaping", p->string);
         snprintf(quoted, sizeof quoted, "\"%s\"", p->string);
         if (s_add_lit(g, lit0 + k, quoted, len + 2)) return -500;
         snprintf(sub, sizeof sub, "%s.properties.%s", path, p->string);
@@ -439,8 +559,9 @@ static int s_object(compile_ctx *c, const cJSON *sc, const char *path, int depth
 
 /* Keywords that change nothing here, and those that this subset knows. */
 static int s_keywords(compile_ctx *c, const cJSON *sc, const char *path) {
-    static const char *const ok[] = {"type", "properties", "required", "items", "enum", "const", "description",
-                                     "title", "$schema", "default", "additionalProperties", NULL};
+    static const char *const ok[] = {
+        "type",    "properties",           "required", "items", "enum", "const", "description", "title", "$schema",
+        "default", "additionalProperties", NULL};
     const cJSON *k;
     cJSON_ArrayForEach(k, sc) {
         const char *const *o = ok;
@@ -479,8 +600,12 @@ static int s_compile(compile_ctx *c, const cJSON *sc, const char *path, int dept
     if (!strcmp(t, "boolean") || !strcmp(t, "null")) {
         cJSON *vals = !strcmp(t, "null") ? cJSON_CreateArray() : cJSON_CreateArray();
         if (!vals) return -500;
-        if (!strcmp(t, "null")) cJSON_AddItemToArray(vals, cJSON_CreateNull());
-        else { cJSON_AddItemToArray(vals, cJSON_CreateTrue()); cJSON_AddItemToArray(vals, cJSON_CreateFalse()); }
+        if (!strcmp(t, "null"))
+            cJSON_AddItemToArray(vals, cJSON_CreateNull());
+        else {
+            cJSON_AddItemToArray(vals, cJSON_CreateTrue());
+            cJSON_AddItemToArray(vals, cJSON_CreateFalse());
+        }
         rc = s_literals(c, vals, path);
         cJSON_Delete(vals);
         return rc;
@@ -535,7 +660,10 @@ static const cJSON *s_schema_of(const cJSON *rf, const char **bad) {
     const char *type = cJSON_GetObjectItemCaseSensitive(rf, "type")->valuestring;
     *bad = NULL;
     if (!strcmp(type, "json_object")) return cJSON_GetObjectItemCaseSensitive(rf, "schema"); /* llama.cpp's extension */
-    if (strcmp(type, "json_schema") != 0) { *bad = "type: must be \"text\", \"json_object\" or \"json_schema\""; return NULL; }
+    if (strcmp(type, "json_schema") != 0) {
+        *bad = "type: must be \"text\", \"json_object\" or \"json_schema\"";
+        return NULL;
+    }
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
     const cJSON *schema = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
     if (!cJSON_IsObject(schema)) *bad = "json_schema.schema: required (an object)";
@@ -554,7 +682,8 @@ int json_grammar_new(server *s, const cJSON *rf, json_grammar **out, char *err, 
     if (!g) return 500;
     compile_ctx c = {g, err, err_cap};
     int rc = s_more_lits(g, 3);
-    if (rc >= 0) rc = s_add_lit(g, 0, "true", 4) || s_add_lit(g, 1, "false", 5) || s_add_lit(g, 2, "null", 4) ? -500 : 0;
+    if (rc >= 0)
+        rc = s_add_lit(g, 0, "true", 4) || s_add_lit(g, 1, "false", 5) || s_add_lit(g, 2, "null", 4) ? -500 : 0;
     if (rc >= 0) rc = schema ? s_compile(&c, schema, "$", 0) : s_new_node(&c, "$", N_OBJECT);
     if (rc >= 0) {
         g->root = rc;

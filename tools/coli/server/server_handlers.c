@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "tools/coli/server/server.h"
 
 cJSON *response_base(server *s, const job *j, const char *object) {
     cJSON *o = cJSON_CreateObject();
@@ -48,8 +48,10 @@ static char *s_final_json(server *s, const job *j) {
     } else {
         cJSON_AddStringToObject(c, "text", j->raw ? j->raw : "");
     }
-    if (j->req.sp.logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, j, j->lp, j->n_lp));
-    else cJSON_AddNullToObject(c, "logprobs");
+    if (j->req.sp.logprobs)
+        cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, j, j->lp, j->n_lp));
+    else
+        cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", j->finish_reason);
     cJSON_AddItemToObject(o, "usage", usage_json(j));
     char *text = cJSON_PrintUnformatted(o);
@@ -148,7 +150,8 @@ static int s_worker_trouble(const cJSON *w, const char *status, char *why, size_
         return 1;
     }
     if (cJSON_IsNumber(n) && cJSON_IsNumber(failed) && n->valueint >= 4 && 2 * failed->valueint > n->valueint) {
-        snprintf(why, cap, "worker %d (%s): %d of its last %d batches failed", wid, dname, failed->valueint, n->valueint);
+        snprintf(why, cap, "worker %d (%s): %d of its last %d batches failed", wid, dname, failed->valueint,
+                 n->valueint);
         return 1;
     }
     return 0;
@@ -171,8 +174,8 @@ static void s_health_workers(cJSON *out, const char *stats_json, int *all_up, ch
             *all_up = 0;
         }
         cJSON *e = cJSON_CreateObject();
-        const char *keys[] = {"id", "device", "plugin", "status", "reason", "restarts", "recent_batches",
-                              "recent_failed_batches"};
+        const char *keys[] = {"id",     "device",   "plugin",         "status",
+                              "reason", "restarts", "recent_batches", "recent_failed_batches"};
         for (int k = 0; k < 8; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(w, keys[k]);
             if (v) cJSON_AddItemToObject(e, keys[k], cJSON_Duplicate(v, 1));

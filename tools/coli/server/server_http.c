@@ -22,18 +22,18 @@
 #include <unistd.h>
 
 #include "tools/coli/args.h"
-#include "server.h"
+#include "tools/coli/server/server.h"
 #include "core/clock.h"
 
 /* Per request: the body as it arrives, and the status we answered with. */
 typedef struct http_req {
     char *body;
     size_t len, cap;
-    int too_big;     /* past --max-body: the rest is read and dropped, then 413 */
-    int no_memory;   /* the body could not be stored: 500, not 413 */
+    int too_big;   /* past --max-body: the rest is read and dropped, then 413 */
+    int no_memory; /* the body could not be stored: 500, not 413 */
     int ep;
     int status;
-    job *job;        /* a non-streamed completion waiting for its answer */
+    job *job; /* a non-streamed completion waiting for its answer */
 } http_req;
 
 #define HTTP_POOL_THREADS 4
@@ -41,9 +41,9 @@ typedef struct http_req {
 static struct MHD_Daemon *s_daemon;
 static int s_port;
 static MHD_socket s_listen_fd = MHD_INVALID_SOCKET; /* after quiesce: closed after the daemon */
-static atomic_int s_in_flight;                       /* requests between their head and their end */
-static const char *s_cors_origin; /* --cors-origin, NULL: no CORS headers */
-static __thread http_req *t_req; /* the request this pool thread is answering */
+static atomic_int s_in_flight;                      /* requests between their head and their end */
+static const char *s_cors_origin;                   /* --cors-origin, NULL: no CORS headers */
+static __thread http_req *t_req;                    /* the request this pool thread is answering */
 
 int http_bound_port(void) { return s_port; }
 
@@ -94,8 +94,8 @@ int http_reply_stream(struct MHD_Connection *c, struct MHD_Response *r) {
     return s_queue(c, 200, r);
 }
 
-int http_reply_error(server *s, struct MHD_Connection *c, int ep, int status, const char *type,
-                     const char *code, const char *param, const char *fmt, ...) {
+int http_reply_error(server *s, struct MHD_Connection *c, int ep, int status, const char *type, const char *code,
+                     const char *param, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -104,10 +104,14 @@ int http_reply_error(server *s, struct MHD_Connection *c, int ep, int status, co
     cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(e, "message", msg);
     cJSON_AddStringToObject(e, "type", type);
-    if (param) cJSON_AddStringToObject(e, "param", param);
-    else cJSON_AddNullToObject(e, "param");
-    if (code) cJSON_AddStringToObject(e, "code", code);
-    else cJSON_AddNullToObject(e, "code");
+    if (param)
+        cJSON_AddStringToObject(e, "param", param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (code)
+        cJSON_AddStringToObject(e, "code", code);
+    else
+        cJSON_AddNullToObject(e, "code");
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return http_reply_json(c, status, text);
@@ -131,8 +135,8 @@ static int s_route(server *s, struct MHD_Connection *c, const char *url, const c
     int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
     int ep = r->ep;
     if (ep == EP_OTHER)
-        return http_reply_error(s, c, ep, 404, "invalid_request_error", "not_found", NULL,
-                                "%s %s: no such endpoint", method, url);
+        return http_reply_error(s, c, ep, 404, "invalid_request_error", "not_found", NULL, "%s %s: no such endpoint",
+                                method, url);
     int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_TOKENIZE || ep == EP_DETOKENIZE;
     if ((want_post && !post) || (!want_post && !get))
         return http_reply_error(s, c, ep, 405, "invalid_request_error", "method_not_allowed", NULL,
@@ -288,8 +292,10 @@ static int s_resolve(server *s, struct sockaddr_storage *addr, int *ipv6) {
     }
     memcpy(addr, res->ai_addr, res->ai_addrlen);
     *ipv6 = res->ai_family == AF_INET6;
-    if (*ipv6) ((struct sockaddr_in6 *)addr)->sin6_port = htons((uint16_t)s->cfg.port);
-    else ((struct sockaddr_in *)addr)->sin_port = htons((uint16_t)s->cfg.port);
+    if (*ipv6)
+        ((struct sockaddr_in6 *)addr)->sin6_port = htons((uint16_t)s->cfg.port);
+    else
+        ((struct sockaddr_in *)addr)->sin_port = htons((uint16_t)s->cfg.port);
     freeaddrinfo(res);
     return 0;
 }
@@ -303,18 +309,16 @@ int http_start(server *s) {
     if (ipv6) flags |= MHD_USE_IPv6;
     if (s->cfg.verbose) flags |= MHD_USE_ERROR_LOG;
     if (conns_start(s->cfg.request_timeout_s)) return CLI_FAIL;
-    s_daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, s_access, s,
-                                MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                MHD_OPTION_NOTIFY_COMPLETED, s_completed, s,
-                                MHD_OPTION_NOTIFY_CONNECTION, conns_notify, NULL,
-                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_POOL_THREADS,
-                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_client,
-                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                                MHD_OPTION_END);
+    s_daemon = MHD_start_daemon(
+        flags, (uint16_t)s->cfg.port, NULL, NULL, s_access, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_NOTIFY_CONNECTION, conns_notify, NULL,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_POOL_THREADS, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_client,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
     if (!s_daemon) {
         conns_stop();
-        fprintf(stderr, "coli serve: cannot listen on %s:%d (address in use, or not allowed)\n", s->cfg.host, s->cfg.port);
+        fprintf(stderr, "coli serve: cannot listen on %s:%d (address in use, or not allowed)\n", s->cfg.host,
+                s->cfg.port);
         return CLI_FAIL;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s_daemon, MHD_DAEMON_INFO_BIND_PORT);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "tools/coli/server/server.h"
 
 int logprobs_record(coli_context *ctx, job *j, size_t start, size_t end) {
     if (j->n_lp == j->lp_cap) {

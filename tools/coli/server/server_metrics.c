@@ -9,17 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
-#include "strbuf.h"
+#include "tools/coli/server/server.h"
+#include "core/strbuf.h"
 
 /* Upper bounds (seconds) of the latency buckets; the last bucket is +Inf. */
 static const double s_le[METRICS_N_BUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                    0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
 
-static const char *s_endpoint_names[EP_COUNT] = {"/v1/completions", "/v1/chat/completions",
-                                                 "/v1/models", "/health", "/metrics", "/tokenize",
-                                                 "/detokenize", "/props", "/dashboard",
-                                                 "/dashboard.json", "other"};
+static const char *s_endpoint_names[EP_COUNT] = {
+    "/v1/completions", "/v1/chat/completions", "/v1/models",      "/health", "/metrics", "/tokenize", "/detokenize",
+    "/props",          "/dashboard",           "/dashboard.json", "other"};
 
 void metrics_init(server_metrics *m) {
     memset(m, 0, sizeof *m);
@@ -83,9 +82,14 @@ static void s_label_value(coli_strbuf *b, const char *v) {
     char tmp[256];
     size_t n = 0;
     for (; v && *v && n + 3 < sizeof tmp; v++) {
-        if (*v == '\\' || *v == '"') { tmp[n++] = '\\'; tmp[n++] = *v; }
-        else if (*v == '\n') { tmp[n++] = '\\'; tmp[n++] = 'n'; }
-        else tmp[n++] = *v;
+        if (*v == '\\' || *v == '"') {
+            tmp[n++] = '\\';
+            tmp[n++] = *v;
+        } else if (*v == '\n') {
+            tmp[n++] = '\\';
+            tmp[n++] = 'n';
+        } else
+            tmp[n++] = *v;
     }
     tmp[n] = '\0';
     coli_strbuf_appendf(b, "\"%s\"", tmp);
@@ -97,8 +101,8 @@ static void s_histogram(coli_strbuf *b, const char *name, const histogram *h) {
         cum += h->counts[i];
         coli_strbuf_appendf(b, "%s_bucket{le=\"%g\"} %llu\n", name, s_le[i], (unsigned long long)cum);
     }
-    coli_strbuf_appendf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name,
-          (unsigned long long)h->n, name, h->sum, name, (unsigned long long)h->n);
+    coli_strbuf_appendf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name, (unsigned long long)h->n,
+                        name, h->sum, name, (unsigned long long)h->n);
 }
 
 /* The prefix cache's and the batch's counters (all zero when off or not
@@ -108,15 +112,18 @@ static void s_prefix_series(coli_strbuf *b, server *s) {
     coli_prefix_cache_get_stats(atomic_load(&s->ready) ? s->prefix : NULL, &st);
     s_header(b, "colibri_prefix_cache_hit_tokens_total", "counter", "Prompt tokens restored from the prefix cache.");
     coli_strbuf_appendf(b, "colibri_prefix_cache_hit_tokens_total %llu\n", (unsigned long long)st.hit_tokens);
-    s_header(b, "colibri_prefix_cache_miss_tokens_total", "counter", "Prompt tokens the prefix cache did not hold (prefilled).");
+    s_header(b, "colibri_prefix_cache_miss_tokens_total", "counter",
+             "Prompt tokens the prefix cache did not hold (prefilled).");
     coli_strbuf_appendf(b, "colibri_prefix_cache_miss_tokens_total %llu\n", (unsigned long long)st.miss_tokens);
-    s_header(b, "colibri_prefix_cache_evicted_tokens_total", "counter", "Token positions dropped from the prefix cache for room.");
+    s_header(b, "colibri_prefix_cache_evicted_tokens_total", "counter",
+             "Token positions dropped from the prefix cache for room.");
     coli_strbuf_appendf(b, "colibri_prefix_cache_evicted_tokens_total %llu\n", (unsigned long long)st.evicted_tokens);
     s_header(b, "colibri_prefix_cache_stored_tokens_total", "counter", "Token positions added to the prefix cache.");
     coli_strbuf_appendf(b, "colibri_prefix_cache_stored_tokens_total %llu\n", (unsigned long long)st.stored_tokens);
     coli_batch_stats bs;
     coli_batch_get_stats(atomic_load(&s->ready) ? s->batch : NULL, &bs);
-    s_header(b, "colibri_batch_steps_total", "counter", "Decode steps: forward passes over the next token of every generating request.");
+    s_header(b, "colibri_batch_steps_total", "counter",
+             "Decode steps: forward passes over the next token of every generating request.");
     coli_strbuf_appendf(b, "colibri_batch_steps_total %llu\n", (unsigned long long)bs.steps);
     s_header(b, "colibri_batch_rows_total", "counter", "Tokens those steps evaluated (rows / steps = the mean batch).");
     coli_strbuf_appendf(b, "colibri_batch_rows_total %llu\n", (unsigned long long)bs.rows);
@@ -137,16 +144,19 @@ static void s_server_series(coli_strbuf *b, server *s) {
     for (int e = 0; e < EP_COUNT; e++)
         for (int i = 0; i < METRICS_MAX_CODES && m.requests[e][i].code; i++)
             coli_strbuf_appendf(b, "colibri_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", s_endpoint_names[e],
-                  m.requests[e][i].code, (unsigned long long)m.requests[e][i].n);
-    s_header(b, "colibri_prompt_tokens_total", "counter", "Prompt tokens of the requests (prefilled or restored from the prefix cache).");
+                                m.requests[e][i].code, (unsigned long long)m.requests[e][i].n);
+    s_header(b, "colibri_prompt_tokens_total", "counter",
+             "Prompt tokens of the requests (prefilled or restored from the prefix cache).");
     coli_strbuf_appendf(b, "colibri_prompt_tokens_total %llu\n", (unsigned long long)m.prompt_tokens);
     s_header(b, "colibri_generated_tokens_total", "counter", "Tokens generated.");
     coli_strbuf_appendf(b, "colibri_generated_tokens_total %llu\n", (unsigned long long)m.generated_tokens);
     s_header(b, "colibri_requests_cancelled_total", "counter", "Generations stopped because the client went away.");
     coli_strbuf_appendf(b, "colibri_requests_cancelled_total %llu\n", (unsigned long long)m.cancelled);
-    s_header(b, "colibri_time_to_first_token_seconds", "histogram", "From request arrival to the first generated token.");
+    s_header(b, "colibri_time_to_first_token_seconds", "histogram",
+             "From request arrival to the first generated token.");
     s_histogram(b, "colibri_time_to_first_token_seconds", &m.ttft);
-    s_header(b, "colibri_time_per_output_token_seconds", "histogram", "Time between consecutive generated tokens of a request.");
+    s_header(b, "colibri_time_per_output_token_seconds", "histogram",
+             "Time between consecutive generated tokens of a request.");
     s_histogram(b, "colibri_time_per_output_token_seconds", &m.per_token);
     s_header(b, "colibri_queue_wait_seconds", "histogram", "Time a request waited for a free slot.");
     s_histogram(b, "colibri_queue_wait_seconds", &m.queue_wait);
@@ -185,15 +195,17 @@ static void s_worker_labels(coli_strbuf *b, const cJSON *w) {
 }
 
 /* One series per worker for the numeric field key of each worker object. */
-static void s_worker_field(coli_strbuf *b, const cJSON *workers, const char *name, const char *type,
-                           const char *help, const char *key) {
+static void s_worker_field(coli_strbuf *b, const cJSON *workers, const char *name, const char *type, const char *help,
+                           const char *key) {
     s_header(b, name, type, help);
     const cJSON *w;
     cJSON_ArrayForEach(w, workers) {
         coli_strbuf_appendf(b, "%s", name);
         s_worker_labels(b, w);
-        if (key) coli_strbuf_appendf(b, " %.0f\n", s_num(w, key));
-        else coli_strbuf_appendf(b, " %d\n", strcmp(s_str(w, "status"), "up") == 0);
+        if (key)
+            coli_strbuf_appendf(b, " %.0f\n", s_num(w, key));
+        else
+            coli_strbuf_appendf(b, " %d\n", strcmp(s_str(w, "status"), "up") == 0);
     }
 }
 
@@ -215,7 +227,7 @@ static void s_worker_histograms(coli_strbuf *b, const cJSON *workers) {
             coli_strbuf_appendf(b, ",plugin=");
             s_label_value(b, s_str(w, "plugin"));
             coli_strbuf_appendf(b, ",le=\"%g\"} %.0f\n", cJSON_GetArrayItem(le, i)->valuedouble,
-                  cJSON_GetArrayItem(counts, i)->valuedouble);
+                                cJSON_GetArrayItem(counts, i)->valuedouble);
         }
         const char *suffix[3] = {"_bucket", "_sum", "_count"};
         for (int k = 0; k < 3; k++) {
@@ -224,9 +236,12 @@ static void s_worker_histograms(coli_strbuf *b, const cJSON *workers) {
             s_label_value(b, s_str(w, "device"));
             coli_strbuf_appendf(b, ",plugin=");
             s_label_value(b, s_str(w, "plugin"));
-            if (k == 0) coli_strbuf_appendf(b, ",le=\"+Inf\"} %.0f\n", s_num(h, "count"));
-            else if (k == 1) coli_strbuf_appendf(b, "} %.9f\n", s_num(h, "sum"));
-            else coli_strbuf_appendf(b, "} %.0f\n", s_num(h, "count"));
+            if (k == 0)
+                coli_strbuf_appendf(b, ",le=\"+Inf\"} %.0f\n", s_num(h, "count"));
+            else if (k == 1)
+                coli_strbuf_appendf(b, "} %.9f\n", s_num(h, "sum"));
+            else
+                coli_strbuf_appendf(b, "} %.0f\n", s_num(h, "count"));
         }
     }
 }
@@ -250,16 +265,21 @@ static void s_fallbacks(coli_strbuf *b, const cJSON *stats) {
 static void s_worker_series(coli_strbuf *b, const char *stats_json) {
     cJSON *stats = stats_json ? cJSON_Parse(stats_json) : NULL;
     const cJSON *workers = cJSON_GetObjectItemCaseSensitive(stats, "workers");
-    s_header(b, "colibri_executor_info", "gauge", "Which executor computes the routed experts (workers, inproc, none).");
+    s_header(b, "colibri_executor_info", "gauge",
+             "Which executor computes the routed experts (workers, inproc, none).");
     coli_strbuf_appendf(b, "colibri_executor_info{executor=");
     s_label_value(b, stats ? s_str(stats, "executor") : "unknown");
     coli_strbuf_appendf(b, "} 1\n");
     s_worker_field(b, workers, "colibri_worker_up", "gauge", "1 if the worker is up and serving its experts.", NULL);
-    s_worker_field(b, workers, "colibri_worker_restarts_total", "counter", "Times the worker process was restarted.", "restarts");
-    s_worker_field(b, workers, "colibri_worker_batches_total", "counter", "Expert batches the worker answered.", "batches");
+    s_worker_field(b, workers, "colibri_worker_restarts_total", "counter", "Times the worker process was restarted.",
+                   "restarts");
+    s_worker_field(b, workers, "colibri_worker_batches_total", "counter", "Expert batches the worker answered.",
+                   "batches");
     s_worker_field(b, workers, "colibri_worker_rows_total", "counter", "Token rows the worker computed.", "rows");
-    s_worker_field(b, workers, "colibri_worker_resident_experts", "gauge", "Experts resident on the worker's device.", "resident_experts");
-    s_worker_field(b, workers, "colibri_worker_resident_bytes", "gauge", "Bytes of expert weights resident on the worker's device.", "resident_bytes");
+    s_worker_field(b, workers, "colibri_worker_resident_experts", "gauge", "Experts resident on the worker's device.",
+                   "resident_experts");
+    s_worker_field(b, workers, "colibri_worker_resident_bytes", "gauge",
+                   "Bytes of expert weights resident on the worker's device.", "resident_bytes");
     s_worker_histograms(b, workers);
     s_fallbacks(b, stats);
     cJSON_Delete(stats);

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "tools/coli/model_opts.h"
-#include "server.h"
+#include "tools/coli/server/server.h"
 
 #define MAX_MESSAGES 4096
 
@@ -57,16 +57,35 @@ static int s_is_int(const cJSON *v, double lo, double hi) {
 
 /* Every field a request may carry; anything else is refused (400 naming it) rather than ignored. */
 static const char *const s_known_chat[] = {
-    "messages", "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
-    "max_tokens", "max_completion_tokens", "stop", "presence_penalty", "frequency_penalty",
-    "repeat_penalty", "repeat_last_n", "logprobs", "top_logprobs", "response_format", "user",
+    "messages", "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens",
+    "max_completion_tokens", "stop", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n",
+    "logprobs", "top_logprobs", "response_format", "user",
     /* accepted only at their neutral value (s_unsupported) */
     "n", "logit_bias", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls", NULL};
-static const char *const s_known_completions[] = {
-    "prompt", "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
-    "max_tokens", "stop", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n",
-    "logprobs", "response_format", "user",
-    "n", "best_of", "echo", "suffix", "logit_bias", NULL};
+static const char *const s_known_completions[] = {"prompt",
+                                                  "model",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "min_p",
+                                                  "seed",
+                                                  "max_tokens",
+                                                  "stop",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "repeat_penalty",
+                                                  "repeat_last_n",
+                                                  "logprobs",
+                                                  "response_format",
+                                                  "user",
+                                                  "n",
+                                                  "best_of",
+                                                  "echo",
+                                                  "suffix",
+                                                  "logit_bias",
+                                                  NULL};
 
 static int s_unknown_fields(parse_ctx *p, const cJSON *root, int chat) {
     const cJSON *f;
@@ -83,8 +102,8 @@ static int s_unknown_fields(parse_ctx *p, const cJSON *root, int chat) {
 
 /* Options that must keep their neutral value: absent, null, false, 0, 1 (n, best_of), {} or []. */
 static int s_unsupported(parse_ctx *p, const cJSON *root) {
-    static const char *names[] = {"echo", "suffix", "logit_bias", "tools", "functions", "tool_choice",
-                                  "function_call", "parallel_tool_calls", "best_of", "n"};
+    static const char *names[] = {"echo",        "suffix",        "logit_bias",          "tools",   "functions",
+                                  "tool_choice", "function_call", "parallel_tool_calls", "best_of", "n"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cJSON *v = s_get(root, names[i]);
         if (!v) continue;
@@ -136,7 +155,8 @@ static int s_penalties(parse_ctx *p, const cJSON *root, gen_request *r) {
     if (!rc) rc = s_number(p, root, "min_p", 0, 1, &r->sp.min_p);
     const cJSON *v = s_get(root, "repeat_last_n");
     if (!rc && v) {
-        if (!s_is_int(v, -1, 1 << 24)) return s_bad(p, "repeat_last_n", "repeat_last_n: must be an integer >= -1 (-1: all)");
+        if (!s_is_int(v, -1, 1 << 24))
+            return s_bad(p, "repeat_last_n", "repeat_last_n: must be an integer >= -1 (-1: all)");
         r->sp.repeat_last_n = (int)v->valuedouble;
     }
     return rc;
@@ -158,7 +178,8 @@ static int s_logprobs(parse_ctx *p, const cJSON *root, gen_request *r) {
     if (!top) return 0;
     if (!s_is_int(top, 0, COLI_MAX_TOP_LOGPROBS))
         return s_bad(p, "top_logprobs", "top_logprobs: must be an integer from 0 to %d", COLI_MAX_TOP_LOGPROBS);
-    if (!r->sp.logprobs && top->valuedouble > 0) return s_bad(p, "top_logprobs", "top_logprobs: requires logprobs: true");
+    if (!r->sp.logprobs && top->valuedouble > 0)
+        return s_bad(p, "top_logprobs", "top_logprobs: requires logprobs: true");
     r->sp.top_logprobs = (int)top->valuedouble;
     return 0;
 }
@@ -167,7 +188,8 @@ static int s_sampling(server *s, parse_ctx *p, const cJSON *root, gen_request *r
     const cJSON *v;
     r->sp = s->cfg.sampling; /* OpenAI's defaults (the full distribution), or serve's flags */
     r->sp.n_predict = 0;
-    if (r->sp.seed == UINT64_MAX) r->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)r;
+    if (r->sp.seed == UINT64_MAX)
+        r->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)r;
     if ((v = s_get(root, "temperature"))) {
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 2))
             return s_bad(p, "temperature", "temperature: must be a number from 0 to 2");
@@ -184,8 +206,7 @@ static int s_sampling(server *s, parse_ctx *p, const cJSON *root, gen_request *r
         r->sp.top_k = (int)v->valuedouble;
     }
     if ((v = s_get(root, "seed"))) {
-        if (!s_is_int(v, -9007199254740992.0, 9007199254740992.0))
-            return s_bad(p, "seed", "seed: must be an integer");
+        if (!s_is_int(v, -9007199254740992.0, 9007199254740992.0)) return s_bad(p, "seed", "seed: must be an integer");
         r->sp.seed = (uint64_t)(int64_t)v->valuedouble;
     }
     const char *mt = r->chat && s_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -221,7 +242,8 @@ static int s_stream(parse_ctx *p, const cJSON *root, gen_request *r) {
         if (!cJSON_IsObject(o)) return s_bad(p, "stream_options", "stream_options: must be an object");
         if (!r->stream) return s_bad(p, "stream_options", "stream_options: only allowed when stream is true");
         const cJSON *u = s_get(o, "include_usage");
-        if (u && !cJSON_IsBool(u)) return s_bad(p, "stream_options.include_usage", "stream_options.include_usage: must be true or false");
+        if (u && !cJSON_IsBool(u))
+            return s_bad(p, "stream_options.include_usage", "stream_options.include_usage: must be true or false");
         r->include_usage = u && cJSON_IsTrue(u);
     }
     const cJSON *model = s_get(root, "model");
@@ -266,15 +288,22 @@ static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r
     int rc = 0, i = 0;
     cJSON_ArrayForEach(m, msgs) {
         const cJSON *role = s_get(m, "role"), *content = s_get(m, "content");
-        if (!cJSON_IsObject(m)) rc = s_bad(p, "messages", "messages[%d]: must be an object", i);
-        else if (!cJSON_IsString(role)) rc = s_bad(p, "messages", "messages[%d].role: must be a string", i);
-        else if (!content) rc = s_bad(p, "messages", "messages[%d].content: required", i);
-        else rc = s_content(p, content, i, (char **)&cm[i].content);
+        if (!cJSON_IsObject(m))
+            rc = s_bad(p, "messages", "messages[%d]: must be an object", i);
+        else if (!cJSON_IsString(role))
+            rc = s_bad(p, "messages", "messages[%d].role: must be a string", i);
+        else if (!content)
+            rc = s_bad(p, "messages", "messages[%d].content: required", i);
+        else
+            rc = s_content(p, content, i, (char **)&cm[i].content);
         if (rc) break;
         cm[i++].role = role->valuestring;
     }
     if (!rc && s->family == CHAT_UNKNOWN) {
-        snprintf(p->err, p->cap, "model '%s': its chat template is not one colibri can render (%s); use /v1/completions with your own prompt format", s->model_id, chat_family_list());
+        snprintf(p->err, p->cap,
+                 "model '%s': its chat template is not one colibri can render (%s); use /v1/completions with your own "
+                 "prompt format",
+                 s->model_id, chat_family_list());
         *p->param = "messages";
         rc = 400;
     } else if (!rc && chat_render(s->family, cm, n, s->bos_text, s->eos_text,
@@ -295,7 +324,8 @@ static int s_prompt(server *s, parse_ctx *p, const cJSON *root, gen_request *r) 
     if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child)) v = v->child;
     if (cJSON_IsString(v)) return (r->prompt = strdup(v->valuestring)) ? 0 : 500;
     if (!cJSON_IsArray(v) || !v->child)
-        return s_bad(p, "prompt", "prompt: must be a string, an array of one string, or a non-empty array of token ids");
+        return s_bad(p, "prompt",
+                     "prompt: must be a string, an array of one string, or a non-empty array of token ids");
     if (cJSON_IsString(v->child)) return s_bad(p, "prompt", "prompt: only one prompt per request (n = 1)");
     int n = cJSON_GetArraySize(v), i = 0;
     if (!(r->ids = malloc((size_t)n * sizeof *r->ids))) return 500;
@@ -330,8 +360,10 @@ static int s_first_cut_string(const cJSON *a, const cJSON *b, char *path, size_t
     size_t at = strlen(path);
     int i = 0;
     for (const cJSON *x = a ? a->child : NULL, *y = b ? b->child : NULL; x && y; x = x->next, y = y->next, i++) {
-        if (cJSON_IsObject(a)) snprintf(path + at, cap - at, "%s%s", at ? "." : "", y->string ? y->string : "");
-        else snprintf(path + at, cap - at, "[%d]", i);
+        if (cJSON_IsObject(a))
+            snprintf(path + at, cap - at, "%s%s", at ? "." : "", y->string ? y->string : "");
+        else
+            snprintf(path + at, cap - at, "[%d]", i);
         if ((x->string && y->string && strcmp(x->string, y->string)) || s_first_cut_string(x, y, path, cap)) return 1;
     }
     path[at] = '\0';
@@ -389,8 +421,8 @@ static cJSON *s_parse_body(parse_ctx *p, const char *body, size_t len, int *rc) 
     return root;
 }
 
-int openai_parse(server *s, const char *body, size_t len, int chat, gen_request *r,
-                 char *err, size_t err_cap, const char **param) {
+int openai_parse(server *s, const char *body, size_t len, int chat, gen_request *r, char *err, size_t err_cap,
+                 const char **param) {
     parse_ctx p = {err, err_cap, param};
     *param = NULL;
     memset(r, 0, sizeof *r);
@@ -435,12 +467,15 @@ int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, 
     int n_ctx = s->cfg.n_ctx > 0 ? s->cfg.n_ctx : s->info.n_ctx;
     if (r->n_ids < 1) return s_bad(&p, what, "%s: empty (it gives no tokens)", what);
     if (r->n_ids >= n_ctx)
-        return s_bad(&p, what, "this model's maximum context length is %d tokens; the %s has %d", n_ctx, what, r->n_ids);
+        return s_bad(&p, what, "this model's maximum context length is %d tokens; the %s has %d", n_ctx, what,
+                     r->n_ids);
     int room = n_ctx - r->n_ids;
     if (!r->max_tokens_given) {
         r->sp.n_predict = r->chat || room < 16 ? room : 16; /* OpenAI: completions default to 16 */
     } else if (r->sp.n_predict > room) {
-        return s_bad(&p, "max_tokens", "this model's maximum context length is %d tokens; you requested %lld (%d in the %s, %d for the completion)",
+        return s_bad(&p, "max_tokens",
+                     "this model's maximum context length is %d tokens; you requested %lld (%d in the %s, %d for the "
+                     "completion)",
                      n_ctx, (long long)r->n_ids + r->sp.n_predict, r->n_ids, what, r->sp.n_predict);
     }
     return 0;

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "tools/coli/args.h"
-#include "server.h"
+#include "tools/coli/server/server.h"
 #include "core/clock.h"
 
 struct server_slot {
@@ -21,7 +21,7 @@ struct server_slot {
     int index;
     coli_context *ctx;
     job *cur;
-    int32_t *seq;                 /* the ids the context holds: prompt, then generated */
+    int32_t *seq; /* the ids the context holds: prompt, then generated */
     int seq_len, seq_cap;
 };
 
@@ -124,8 +124,10 @@ void baton_release(server *s) {
 int server_submit(server *s, job *j) {
     pthread_mutex_lock(&s->q_mu);
     int rc = 0;
-    if (atomic_load(&s->stopping)) rc = 503;
-    else if (s->q_len >= s->q_cap || s->q_len - (s->cfg.n_slots - s->active) >= s->cfg.queue_max) rc = 429;
+    if (atomic_load(&s->stopping))
+        rc = 503;
+    else if (s->q_len >= s->q_cap || s->q_len - (s->cfg.n_slots - s->active) >= s->cfg.queue_max)
+        rc = 429;
     if (rc == 0) {
         job_retain(j);
         s->queue[(s->q_head + s->q_len) % s->q_cap] = j;
@@ -231,8 +233,10 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     server *s = slot->srv;
     job *j = slot->cur;
     double now = coli_now_s();
-    if (j->n_gen == 0) metrics_observe(&s->metrics, &s->metrics.ttft, now - j->t_arrival);
-    else metrics_observe(&s->metrics, &s->metrics.per_token, now - j->t_last);
+    if (j->n_gen == 0)
+        metrics_observe(&s->metrics, &s->metrics.ttft, now - j->t_arrival);
+    else
+        metrics_observe(&s->metrics, &s->metrics.per_token, now - j->t_last);
     if (slot->seq_len < slot->seq_cap) slot->seq[slot->seq_len++] = id;
     pthread_mutex_lock(&j->mu);
     j->t_last = now;
@@ -442,9 +446,8 @@ static int s_alloc(server *s) {
         fprintf(stderr, "coli serve: %s\n", coli_last_error());
         return CLI_FAIL;
     }
-    if (!s->cfg.no_batching &&
-        coli_batch_new(s->model, s->cfg.n_slots, s->cfg.n_ctx, s->cfg.prefill_chunk, s_baton_lock, s_baton_unlock, s,
-                       &s->batch) != 0) {
+    if (!s->cfg.no_batching && coli_batch_new(s->model, s->cfg.n_slots, s->cfg.n_ctx, s->cfg.prefill_chunk,
+                                              s_baton_lock, s_baton_unlock, s, &s->batch) != 0) {
         fprintf(stderr, "coli serve: %s\n", coli_last_error());
         return CLI_FAIL;
     }

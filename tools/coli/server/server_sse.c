@@ -14,20 +14,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
-#include "strbuf.h"
+#include "tools/coli/server/server.h"
+#include "core/strbuf.h"
 
 typedef struct sse_stream {
     server *srv;
     job *j;
     struct MHD_Connection *conn; /* suspended while the job has nothing new */
-    coli_strbuf pending;    /* formatted events not yet handed to the connection */
-    size_t pending_off;     /* bytes of pending already handed over */
-    size_t sent;            /* bytes of j->raw already sent */
-    int lp_sent;            /* entries of j->lp already sent */
-    int role_sent;          /* chat: the first chunk carries the role */
-    int finished;           /* [DONE] is in pending */
-    int oom;                /* cJSON could not print an event (a failed append: pending.failed) */
+    coli_strbuf pending;         /* formatted events not yet handed to the connection */
+    size_t pending_off;          /* bytes of pending already handed over */
+    size_t sent;                 /* bytes of j->raw already sent */
+    int lp_sent;                 /* entries of j->lp already sent */
+    int role_sent;               /* chat: the first chunk carries the role */
+    int finished;                /* [DONE] is in pending */
+    int oom;                     /* cJSON could not print an event (a failed append: pending.failed) */
 } sse_stream;
 
 static void s_put(sse_stream *st, const char *text) { coli_strbuf_appendf(&st->pending, "%s", text); }
@@ -71,8 +71,10 @@ static void s_chunk(sse_stream *st, const char *text, size_t len, const char *fi
     else
         cJSON_AddNullToObject(c, "logprobs");
     st->lp_sent = n_lp;
-    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
-    else cJSON_AddNullToObject(c, "finish_reason");
+    if (finish)
+        cJSON_AddStringToObject(c, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
     if (j->req.include_usage) cJSON_AddNullToObject(o, "usage");
     s_event(st, o);
 }
@@ -85,8 +87,10 @@ static void s_final(sse_stream *st) {
         cJSON_AddStringToObject(e, "message", j->error);
         cJSON_AddStringToObject(e, "type", "server_error");
         cJSON_AddNullToObject(e, "param");
-        if (j->error_code) cJSON_AddStringToObject(e, "code", j->error_code);
-        else cJSON_AddNullToObject(e, "code");
+        if (j->error_code)
+            cJSON_AddStringToObject(e, "code", j->error_code);
+        else
+            cJSON_AddNullToObject(e, "code");
         s_event(st, o);
     } else {
         s_chunk(st, "", 0, j->finish_reason);
@@ -158,7 +162,8 @@ int sse_reply(server *s, struct MHD_Connection *c, job *j) {
     sse_stream *st = calloc(1, sizeof *st);
     if (!st) {
         atomic_store(&j->cancel, 1);
-        return http_reply_error(s, c, j->req.chat ? EP_CHAT : EP_COMPLETIONS, 500, "server_error", NULL, NULL, "out of memory");
+        return http_reply_error(s, c, j->req.chat ? EP_CHAT : EP_COMPLETIONS, 500, "server_error", NULL, NULL,
+                                "out of memory");
     }
     st->srv = s;
     st->j = j;

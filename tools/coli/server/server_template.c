@@ -22,8 +22,8 @@
  *                     ... <|start_header_id|>assistant<|end_header_id|>\n\n
  *                     (Meta-Llama-3-8B-Instruct's tokenizer_config.json)
  */
-#include "server_template.h"
-#include "strbuf.h"
+#include "tools/coli/server/server_template.h"
+#include "core/strbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,10 +44,10 @@ static int s_err(char *err, size_t cap, const char *fmt, ...) {
 
 /* DeepSeek V3's role and end markers: U+FF5C FULLWIDTH VERTICAL LINE and
  * U+2581 LOWER ONE EIGHTH BLOCK, written as bytes. */
-#define DS_BAR       "\xEF\xBD\x9C"
-#define DS_USER      "<" DS_BAR "User" DS_BAR ">"
+#define DS_BAR "\xEF\xBD\x9C"
+#define DS_USER "<" DS_BAR "User" DS_BAR ">"
 #define DS_ASSISTANT "<" DS_BAR "Assistant" DS_BAR ">"
-#define DS_EOS       "<" DS_BAR "end\xE2\x96\x81of\xE2\x96\x81sentence" DS_BAR ">"
+#define DS_EOS "<" DS_BAR "end\xE2\x96\x81of\xE2\x96\x81sentence" DS_BAR ">"
 
 /* What tokenizer.chat_template holds for each family, checked in this order
  * (Qwen3's template is also ChatML, so it comes first). */
@@ -78,8 +78,8 @@ chat_family chat_family_detect(const char *tmpl, const char *arch, const char **
 }
 
 static const char *const k_family_names[] = {
-    [CHAT_UNKNOWN] = "unknown", [CHAT_MISTRAL] = "mistral", [CHAT_CHATML] = "chatml",
-    [CHAT_OLMO] = "olmo", [CHAT_QWEN3] = "qwen3", [CHAT_DEEPSEEK2] = "deepseek2",
+    [CHAT_UNKNOWN] = "unknown",     [CHAT_MISTRAL] = "mistral", [CHAT_CHATML] = "chatml",
+    [CHAT_OLMO] = "olmo",           [CHAT_QWEN3] = "qwen3",     [CHAT_DEEPSEEK2] = "deepseek2",
     [CHAT_DEEPSEEK3] = "deepseek3", [CHAT_LLAMA3] = "llama3",
 };
 #define N_FAMILIES ((int)(sizeof k_family_names / sizeof k_family_names[0]))
@@ -94,16 +94,19 @@ chat_family chat_family_from_name(const char *name) {
     return CHAT_UNKNOWN;
 }
 
-const char *chat_family_list(void) {
-    return CHAT_FAMILY_NAMES;
-}
+const char *chat_family_list(void) { return CHAT_FAMILY_NAMES; }
 
 const char *chat_template_default_system(const char *tmpl) {
     static const char qwen[] = "You are a helpful assistant.";
     return tmpl && strstr(tmpl, "<|im_start|>") && strstr(tmpl, qwen) ? qwen : NULL;
 }
 
-enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_BAD };
+enum {
+    ROLE_SYSTEM,
+    ROLE_USER,
+    ROLE_ASSISTANT,
+    ROLE_BAD
+};
 
 static int s_role(const char *role) {
     if (!role) return ROLE_BAD;
@@ -114,20 +117,25 @@ static int s_role(const char *role) {
 }
 
 /* Mistral: system text joins the first user turn; user/assistant must alternate. */
-static int s_mistral(coli_strbuf *b, const chat_message *m, int n, const char *bos, const char *eos,
-                     char *err, size_t cap) {
+static int s_mistral(coli_strbuf *b, const chat_message *m, int n, const char *bos, const char *eos, char *err,
+                     size_t cap) {
     const char *system = NULL;
     int expect = ROLE_USER, first_user = 1;
     s_put(b, bos);
     for (int i = 0; i < n; i++) {
         int r = s_role(m[i].role);
         if (r == ROLE_SYSTEM) {
-            if (i != 0) return s_err(err, cap, "messages[%d]: a system message must come first for this model's template (mistral)", i);
+            if (i != 0)
+                return s_err(err, cap,
+                             "messages[%d]: a system message must come first for this model's template (mistral)", i);
             system = m[i].content;
             continue;
         }
         if (r != expect)
-            return s_err(err, cap, "messages[%d]: role '%s' out of order: this model's template (mistral) needs user and assistant turns alternating, starting with user", i, m[i].role);
+            return s_err(err, cap,
+                         "messages[%d]: role '%s' out of order: this model's template (mistral) needs user and "
+                         "assistant turns alternating, starting with user",
+                         i, m[i].role);
         if (r == ROLE_USER) {
             s_put(b, "[INST] ");
             if (first_user && system && *system) {
@@ -296,8 +304,8 @@ static int s_llama3(coli_strbuf *b, const chat_message *m, int n, const char *bo
         const char *c = m[i].content, *e = c + strlen(c);
         while (c < e && strchr(" \t\n\r\v\f", *c)) c++;
         while (e > c && strchr(" \t\n\r\v\f", e[-1])) e--;
-        coli_strbuf_appendf(b, "<|start_header_id|>%s<|end_header_id|>\n\n%.*s<|eot_id|>",
-                            names[s_role(m[i].role)], (int)(e - c), c);
+        coli_strbuf_appendf(b, "<|start_header_id|>%s<|end_header_id|>\n\n%.*s<|eot_id|>", names[s_role(m[i].role)],
+                            (int)(e - c), c);
     }
     s_put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return 0;
@@ -307,11 +315,15 @@ int chat_render(chat_family f, const chat_message *msgs, int n, const char *bos,
                 const char *chatml_default_system, char **out, char *err, size_t err_cap) {
     *out = NULL;
     if (f == CHAT_UNKNOWN)
-        return s_err(err, err_cap, "this model's chat template is not one colibri knows (%s); use /v1/completions with your own prompt format", chat_family_list());
+        return s_err(
+            err, err_cap,
+            "this model's chat template is not one colibri knows (%s); use /v1/completions with your own prompt format",
+            chat_family_list());
     if (n <= 0) return s_err(err, err_cap, "messages: empty (at least one message is needed)");
     for (int i = 0; i < n; i++) {
         if (s_role(msgs[i].role) == ROLE_BAD)
-            return s_err(err, err_cap, "messages[%d].role: '%s' is not supported (system, developer, user, assistant)", i, msgs[i].role ? msgs[i].role : "(null)");
+            return s_err(err, err_cap, "messages[%d].role: '%s' is not supported (system, developer, user, assistant)",
+                         i, msgs[i].role ? msgs[i].role : "(null)");
         if (!msgs[i].content) return s_err(err, err_cap, "messages[%d].content: missing", i);
     }
     coli_strbuf b = {0};

@@ -25,11 +25,18 @@
 #include <stddef.h>
 
 typedef enum chat_family {
-    CHAT_UNKNOWN, CHAT_MISTRAL, CHAT_CHATML, CHAT_OLMO, CHAT_QWEN3, CHAT_DEEPSEEK2, CHAT_DEEPSEEK3, CHAT_LLAMA3,
+    CHAT_UNKNOWN,
+    CHAT_MISTRAL,
+    CHAT_CHATML,
+    CHAT_OLMO,
+    CHAT_QWEN3,
+    CHAT_DEEPSEEK2,
+    CHAT_DEEPSEEK3,
+    CHAT_LLAMA3,
 } chat_family;
 
 typedef struct chat_message {
-    const char *role;     /* "system" (or "developer"), "user", "assistant" */
+    const char *role; /* "system" (or "developer"), "user", "assistant" */
     const char *content;
 } chat_message;
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "tools/coli/model_opts.h"
-#include "server.h"
+#include "tools/coli/server/server.h"
 
 /* An optional boolean field: 0 (and *out set) or -1 when it is not a boolean. */
 static int s_bool(const cJSON *o, const char *key, int *out) {
@@ -37,7 +37,10 @@ static const char *s_unknown(const cJSON *o, const char *const *known) {
 static cJSON *s_tokens_json(server *s, const int32_t *ids, int n, int with_pieces) {
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "tokens");
     for (int i = 0; i < n; i++) {
-        if (!with_pieces) { cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i])); continue; }
+        if (!with_pieces) {
+            cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+            continue;
+        }
         const char *bytes = NULL;
         size_t len = 0;
         if (coli_token_to_bytes(s->model, ids[i], &bytes, &len) != 0) len = 0;
@@ -56,14 +59,17 @@ int handle_tokenize(server *s, struct MHD_Connection *c, const char *body, size_
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return http_reply_error(s, c, EP_TOKENIZE, 400, "invalid_request_error", NULL, NULL, "request body: must be a JSON object");
+        return http_reply_error(s, c, EP_TOKENIZE, 400, "invalid_request_error", NULL, NULL,
+                                "request body: must be a JSON object");
     }
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
     int add_special = 0, parse_special = 1, with_pieces = 0, rc;
     char err[160] = "";
     const char *bad = s_unknown(root, known);
-    if (bad) snprintf(err, sizeof err, "%.60s: not supported by this server (refused rather than ignored)", bad);
-    else if (!cJSON_IsString(content)) snprintf(err, sizeof err, "content: required (a string)");
+    if (bad)
+        snprintf(err, sizeof err, "%.60s: not supported by this server (refused rather than ignored)", bad);
+    else if (!cJSON_IsString(content))
+        snprintf(err, sizeof err, "content: required (a string)");
     else if (s_bool(root, "add_special", &add_special) || s_bool(root, "parse_special", &parse_special) ||
              s_bool(root, "with_pieces", &with_pieces))
         snprintf(err, sizeof err, "add_special, parse_special, with_pieces: must be true or false");
@@ -73,10 +79,13 @@ int handle_tokenize(server *s, struct MHD_Connection *c, const char *body, size_
     }
     int32_t *ids = NULL;
     int n = 0;
-    rc = cli_tokenize(s->model, content->valuestring, strlen(content->valuestring), add_special, parse_special, &ids, &n);
+    rc = cli_tokenize(s->model, content->valuestring, strlen(content->valuestring), add_special, parse_special, &ids,
+                      &n);
     cJSON_Delete(root);
-    if (rc) return http_reply_error(s, c, EP_TOKENIZE, rc == COLI_ENOMEM ? 500 : 400, rc == COLI_ENOMEM ? "server_error" : "invalid_request_error",
-                                    NULL, "content", "%s", rc == COLI_ENOMEM ? "out of memory" : coli_last_error());
+    if (rc)
+        return http_reply_error(s, c, EP_TOKENIZE, rc == COLI_ENOMEM ? 500 : 400,
+                                rc == COLI_ENOMEM ? "server_error" : "invalid_request_error", NULL, "content", "%s",
+                                rc == COLI_ENOMEM ? "out of memory" : coli_last_error());
     cJSON *o = s_tokens_json(s, ids, n, with_pieces);
     free(ids);
     char *text = cJSON_PrintUnformatted(o);
@@ -90,9 +99,12 @@ int handle_detokenize(server *s, struct MHD_Connection *c, const char *body, siz
     const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(root, "tokens"), *t;
     const char *bad = cJSON_IsObject(root) ? s_unknown(root, known) : NULL;
     char err[160] = "";
-    if (!cJSON_IsObject(root)) snprintf(err, sizeof err, "request body: must be a JSON object");
-    else if (bad) snprintf(err, sizeof err, "%.60s: not supported by this server (refused rather than ignored)", bad);
-    else if (!cJSON_IsArray(tokens)) snprintf(err, sizeof err, "tokens: required (an array of token ids)");
+    if (!cJSON_IsObject(root))
+        snprintf(err, sizeof err, "request body: must be a JSON object");
+    else if (bad)
+        snprintf(err, sizeof err, "%.60s: not supported by this server (refused rather than ignored)", bad);
+    else if (!cJSON_IsArray(tokens))
+        snprintf(err, sizeof err, "tokens: required (an array of token ids)");
     size_t cap = 1, at = 0;
     char *out = *err ? NULL : malloc(cap);
     int i = 0;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "tools/coli/server/server.h"
 
 static const char s_fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
 
@@ -23,13 +23,13 @@ static int s_lead(unsigned char b, unsigned char *lo, unsigned char *hi) {
     if (b < 0x80) return 1;
     if (b >= 0xC2 && b <= 0xDF) return 2;
     if (b >= 0xE0 && b <= 0xEF) {
-        if (b == 0xE0) *lo = 0xA0;       /* no overlongs */
-        if (b == 0xED) *hi = 0x9F;       /* no surrogates */
+        if (b == 0xE0) *lo = 0xA0; /* no overlongs */
+        if (b == 0xED) *hi = 0x9F; /* no surrogates */
         return 3;
     }
     if (b >= 0xF0 && b <= 0xF4) {
-        if (b == 0xF0) *lo = 0x90;       /* no overlongs */
-        if (b == 0xF4) *hi = 0x8F;       /* nothing above U+10FFFF */
+        if (b == 0xF0) *lo = 0x90; /* no overlongs */
+        if (b == 0xF4) *hi = 0x8F; /* nothing above U+10FFFF */
         return 4;
     }
     return 0;
