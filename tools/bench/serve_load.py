@@ -124,6 +124,7 @@ def markdown_table(rows):
 def write_docs(path, key, table, load_before):
     """Rewrite path's coli-serve KEY section with table, stamped with date, commit, load, command."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
     import run_bench
     m = run_bench.machine()
     begin = f"<!-- coli-serve:{key}:begin (tools/bench/serve_load.py rewrites this section) -->"
