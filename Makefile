@@ -213,7 +213,23 @@ bench-coli: $(COLI) $(WORKER) $(CPU_PLUGIN) $(FIXTURES) $(BENCH_DIR)/bench-mixtr
 	  --model tiny-llama-moe=$(BUILD)/fixtures/tiny-llama-moe-f32.gguf \
 	  --model bench-mixtral=$(BENCH_DIR)/bench-mixtral-q8_0.gguf \
 	  --model bench-mixtral=$(BENCH_DIR)/bench-mixtral-q4_0.gguf
-bench: bench-coli bench-sched
+# Serving (issue 14): tools/bench/serve_load.py drives `coli serve` (local CPU workers, the
+# default) with 1/4/8 concurrent streamed requests, with continuous batching and with
+# --no-batching; each table replaces its coli-serve section of docs/benchmarks.md.
+# BENCH_SERVE_MODEL, _STREAMS, _REQUESTS, _N and _DOCS override the defaults.
+BENCH_SERVE_MODEL    ?= $(BENCH_DIR)/bench-mixtral-q4_0.gguf
+BENCH_SERVE_STREAMS  ?= 1,4,8
+BENCH_SERVE_REQUESTS ?= 2
+BENCH_SERVE_N        ?= 64
+BENCH_SERVE_DOCS     ?= docs/benchmarks.md
+BENCH_SERVE = $(BENCH_PY) tools/bench/serve_load.py --coli $(COLI) --model $(BENCH_SERVE_MODEL) \
+  --streams $(BENCH_SERVE_STREAMS) --requests $(BENCH_SERVE_REQUESTS) -n $(BENCH_SERVE_N) \
+  --markdown --docs $(BENCH_SERVE_DOCS)
+.PHONY: bench-serve
+bench-serve: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BENCH_SERVE_MODEL)
+	$(BENCH_SERVE) --section batching --serve-args "-t $(BENCH_THREADS)"
+	$(BENCH_SERVE) --section no-batching --serve-args "-t $(BENCH_THREADS) --no-batching"
+bench: bench-coli bench-sched bench-serve
 
 # ---- tests ---------------------------------------------------------------------
 fixtures: $(FIXTURES)

@@ -133,17 +133,19 @@ def section(a, m, bw, results, chart_rel):
     return "\n".join(lines)
 
 
-def rewrite_docs(path, text):
+def rewrite_docs(path, text, begin=BEGIN, end=END):
+    """Replace path's section from the begin to the end marker (text includes both) with text;
+    without the markers, text goes after the file's title. serve_load.py uses its own markers."""
     old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    if BEGIN in old and END in old:
-        new = old[:old.index(BEGIN)] + text + old[old.index(END) + len(END):]
+    if begin in old and end in old:
+        new = old[:old.index(begin)] + text + old[old.index(end) + len(end):]
     else:
         lines = old.split("\n")
         at = 1 if lines and lines[0].startswith("# ") else 0
         new = "\n".join(lines[:at] + ["", text, ""] + lines[at:])
     with open(path, "w") as f:
         f.write(new)
-    print("run_bench: rewrote %s" % path)
+    print("%s: rewrote %s" % (os.path.basename(sys.argv[0]), path))
 
 
 def main():
