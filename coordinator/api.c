@@ -513,7 +513,8 @@ static int s_decode_one(coli_context *ctx, int32_t id) {
     if (!ctx->batch) return coli_eval(ctx, &id, 1, ctx->logits, 0);
     if (id < 0 || id >= ctx->model->m->hp.n_vocab)
         return coli_fail(COLI_ERANGE, "eval: token id %d out of range [0, %d)", id, ctx->model->m->hp.n_vocab);
-    return decode_batch_step(ctx->batch->b, &ctx->kv, &ctx->pos, id, ctx->logits);
+    return decode_batch_step(ctx->batch->b, &ctx->kv, &ctx->pos, id, ctx->logits,
+                             ctx->fs.route_hook ? &ctx->route : NULL);
 }
 
 /* A batched context's prompt: all but the last token alone, prefill_chunk

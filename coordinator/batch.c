@@ -14,6 +14,7 @@ typedef struct batch_entry {
     int *pos;
     int32_t id;
     float *logits;
+    route_obs *route; /* NULL: not observed */
     int rc, done;
 } batch_entry;
 
@@ -34,6 +35,19 @@ struct decode_batch {
     char err[256]; /* the last failed step's message */
     decode_batch_stats st;
 };
+
+/* b->fs's route hook: the step's row t belongs to taken[t]'s sequence, at
+ * pos[t]; each member's observer gets its own row, with the pass's pair
+ * indices for the devices (the taken entries stay put while the step runs). */
+static void s_route_rows(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w) {
+    (void)pos0; /* rows of different sequences: each has its own position */
+    decode_batch *b = user;
+    for (int t = 0; t < n_tok; t++) {
+        route_obs *o = b->taken[t]->route;
+        const size_t at = (size_t)t * (size_t)k;
+        if (o) route_obs_rows(o, layer, b->pos[t], 1, t, k, sel + at, w + at);
+    }
+}
 
 int decode_batch_new(const model *m, moe_exec *moe, coli_pool *pool, int max_seqs, int n_ctx, decode_lock_fn lock,
                      decode_lock_fn unlock, void *user, decode_batch **out) {
@@ -70,6 +84,8 @@ int decode_batch_new(const model *m, moe_exec *moe, coli_pool *pool, int max_seq
         free(b);
         return rc;
     }
+    b->fs.route_hook = s_route_rows;
+    b->fs.route_user = b;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
     *out = b;
@@ -144,8 +160,8 @@ static void s_run_step(decode_batch *b, int n) {
     pthread_cond_broadcast(&b->cv);
 }
 
-int decode_batch_step(decode_batch *b, kv_cache *kv, int *pos, int32_t id, float *logits) {
-    batch_entry e = {kv, pos, id, logits, 0, 0};
+int decode_batch_step(decode_batch *b, kv_cache *kv, int *pos, int32_t id, float *logits, route_obs *route) {
+    batch_entry e = {kv, pos, id, logits, route, 0, 0};
     char err[sizeof b->err];
     pthread_mutex_lock(&b->mu);
     b->pending[b->n_pending++] = &e; /* members <= max_seqs, each with one entry at most */

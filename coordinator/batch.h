@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "coordinator/forward.h"
+#include "coordinator/route_obs.h"
 
 typedef struct decode_batch decode_batch;
 
@@ -48,9 +49,12 @@ void decode_batch_lock(decode_batch *b);
 void decode_batch_unlock(decode_batch *b);
 
 /* Append id at *pos of kv in the next step; logits (n_vocab) get its row.
+ * route: the member's routing observer (route_obs.h), NULL: none; it sees
+ * this row's choices as a one-sequence pass would show them, called on the
+ * thread that runs the step (the leader), under the caller's lock.
  * Blocks until the step ran. On success *pos moved by 1. Returns 0 or the
  * step's error (set as this thread's error too). The caller is a member. */
-int decode_batch_step(decode_batch *b, kv_cache *kv, int *pos, int32_t id, float *logits);
+int decode_batch_step(decode_batch *b, kv_cache *kv, int *pos, int32_t id, float *logits, route_obs *route);
 
 void decode_batch_get_stats(decode_batch *b, decode_batch_stats *out);
 

@@ -420,7 +420,7 @@ static int forward_batch(forward_state *s, const fwd_rows *rows, const int32_t *
     const model_hparams *hp = &m->hp;
     const size_t row = coli_row_bytes(m->tok_embd->type, hp->n_embd);
     int rc;
-    s->pos0 = row_pos(rows, 0); /* the route hook is set on one-sequence states only (batch.c sets none) */
+    s->pos0 = row_pos(rows, 0); /* for one-sequence states; batch.c's hook reads each row's */
     // h = token_embd[ids], dequantized exactly; rope angles of each position
     for (int t = 0; t < n; t++) {
         const char *src = (const char *)m->tok_embd->data + (size_t)ids[t] * row;

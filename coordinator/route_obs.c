@@ -19,7 +19,10 @@ static void s_trace_line(FILE *fp, int ctx, const coli_route_event *ev) {
 }
 
 void route_obs_hook(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w) {
-    route_obs *o = user;
+    route_obs_rows(user, layer, pos0, n_tok, 0, k, sel, w);
+}
+
+void route_obs_rows(route_obs *o, int layer, int pos0, int n_tok, int row0, int k, const int32_t *sel, const float *w) {
     route_sink *sink = o->sink;
     if (sink->heat.count) heat_add(&sink->heat, layer, n_tok, k, sel);
     if (!sink->trace && !o->cb) return;
@@ -27,7 +30,8 @@ void route_obs_hook(void *user, int layer, int pos0, int n_tok, int k, const int
     const int kk = k < ROUTE_MAX_K ? k : ROUTE_MAX_K;
     for (int t = 0; t < n_tok; t++) {
         for (int j = 0; j < kk; j++)
-            dev[j] = o->moe && o->moe->pair_device ? o->moe->pair_device(o->moe, (int64_t)t * k + j) : "inproc";
+            dev[j] =
+                o->moe && o->moe->pair_device ? o->moe->pair_device(o->moe, ((int64_t)row0 + t) * k + j) : "inproc";
         coli_route_event ev = {layer, pos0 + t, kk, sel + (size_t)t * (size_t)k, w + (size_t)t * (size_t)k, dev};
         if (sink->trace) s_trace_line(sink->trace, o->ctx_id, &ev);
         if (o->cb) o->cb(o->user, &ev);

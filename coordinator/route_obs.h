@@ -31,6 +31,10 @@ typedef struct route_obs {
 
 /* The forward pass's route_hook (forward.h); user is a route_obs. */
 void route_obs_hook(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w);
+/* The same for n_tok tokens at positions pos0.. that were rows row0.. of a
+ * pass with other sequences' rows (batch.c): the devices are looked up at
+ * the pass's pair indices (row0 + t) * k + j; sel/w are these rows' own. */
+void route_obs_rows(route_obs *o, int layer, int pos0, int n_tok, int row0, int k, const int32_t *sel, const float *w);
 
 /* Open path (truncated) as the sink's trace, closing any previous one; NULL: close. 0 or COLI_EIO. */
 int route_sink_trace(route_sink *sink, const char *path);

@@ -358,8 +358,9 @@ typedef struct coli_route_event {
 /* Called once per (token, layer); ev and its arrays are valid during the call only. */
 typedef void (*coli_route_cb)(void *user, const coli_route_event *ev);
 
-/* Call cb for every routed token of ctx from now on (cb NULL: stop).
- * COLI_EINVAL for a NULL ctx. */
+/* Call cb for every routed token of ctx from now on (cb NULL: stop). For a
+ * context in a coli_batch, the decode steps' events come from the thread that
+ * runs the step, which may be another member's. COLI_EINVAL for a NULL ctx. */
 int coli_set_route_callback(coli_context *ctx, coli_route_cb cb, void *user);
 /* Write every routed token of every context of m, from now on, to path as
  * one JSON line per (token, layer):
