@@ -52,19 +52,27 @@ float coli_vec_dot_q4_1_q8_1(int64_t n, const void *vw, const void *vx) {
     return sum;
 }
 
+/* The exact integer sum of one Q5_0/Q5_1 block times its Q8 activations:
+ * 5-bit quants (low nibble from qs, 5th bit from qh) minus offset (16 for
+ * Q5_0's signed form, 0 for Q5_1, whose minimum is added by the caller). */
+static int q5_block_isum(const uint8_t *qs, const uint8_t qh_bytes[4], const int8_t *xq, int offset) {
+    const uint32_t qh = q5_high_bits(qh_bytes);
+    int s0 = 0, s1 = 0;
+    for (int j = 0; j < COLI_QK / 2; j++) {
+        const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+        s0 += (((qs[j] & 0x0f) | h0) - offset) * xq[j];
+        s1 += (((qs[j] >> 4) | h1) - offset) * xq[j + COLI_QK / 2];
+    }
+    return s0 + s1;
+}
+
 float coli_vec_dot_q5_0_q8_0(int64_t n, const void *vw, const void *vx) {
     const block_q5_0 *w = vw;
     const block_q8_0 *x = vx;
     float sum = 0.0f;
     for (int64_t b = 0; b < n / COLI_QK; b++) {
-        const uint32_t qh = q5_high_bits(w[b].qh);
-        int s0 = 0, s1 = 0;
-        for (int j = 0; j < COLI_QK / 2; j++) {
-            const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
-            s0 += (((w[b].qs[j] & 0x0f) | h0) - 16) * x[b].qs[j];
-            s1 += (((w[b].qs[j] >> 4) | h1) - 16) * x[b].qs[j + COLI_QK / 2];
-        }
-        sum += (HALF(w[b].d) * HALF(x[b].d)) * (float)(s0 + s1);
+        const int isum = q5_block_isum(w[b].qs, w[b].qh, x[b].qs, 16);
+        sum += (HALF(w[b].d) * HALF(x[b].d)) * (float)isum;
     }
     return sum;
 }
@@ -74,14 +82,8 @@ float coli_vec_dot_q5_1_q8_1(int64_t n, const void *vw, const void *vx) {
     const block_q8_1 *x = vx;
     float sum = 0.0f;
     for (int64_t b = 0; b < n / COLI_QK; b++) {
-        const uint32_t qh = q5_high_bits(w[b].qh);
-        int s0 = 0, s1 = 0;
-        for (int j = 0; j < COLI_QK / 2; j++) {
-            const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
-            s0 += ((w[b].qs[j] & 0x0f) | h0) * x[b].qs[j];
-            s1 += ((w[b].qs[j] >> 4) | h1) * x[b].qs[j + COLI_QK / 2];
-        }
-        sum += (HALF(w[b].d) * HALF(x[b].d)) * (float)(s0 + s1) + HALF(w[b].m) * HALF(x[b].s);
+        const int isum = q5_block_isum(w[b].qs, w[b].qh, x[b].qs, 0);
+        sum += (HALF(w[b].d) * HALF(x[b].d)) * (float)isum + HALF(w[b].m) * HALF(x[b].s);
     }
     return sum;
 }
