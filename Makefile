@@ -231,6 +231,18 @@ bench-serve: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BENCH_SERVE_MODEL)
 	$(BENCH_SERVE) --section no-batching --serve-args "-t $(BENCH_THREADS) --no-batching"
 bench: bench-coli bench-sched bench-serve
 
+# Soak (issue 16; not in CI, see docs/soak.md): tools/soak/soak.py runs coli serve with
+# local CPU workers for SOAK_MINUTES under 4 clients (completion, chat, each plain and
+# streamed; every reply compared byte for byte with a --inproc reference) while a chaos
+# thread SIGKILLs and SIGSTOPs the workers. SOAK_MODEL (default: the bundled model),
+# SOAK_MINUTES (10) and SOAK_ARGS (more soak.py flags) override the defaults.
+SOAK_MINUTES ?= 10
+SOAK_MODEL   ?= $(firstword $(sort $(wildcard models/*.gguf)))
+SOAK_ARGS    ?=
+.PHONY: soak
+soak: $(COLI) $(WORKER) $(CPU_PLUGIN)
+	$(BENCH_PY) tools/soak/soak.py --coli $(COLI) --model $(SOAK_MODEL) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+
 # ---- tests ---------------------------------------------------------------------
 fixtures: $(FIXTURES)
 $(FIXTURES): $(BUILD)/bin/gen_model
