@@ -7,7 +7,9 @@
  * our key is one fallback `auth` and the output is still the same; one
  * SIGKILLed mid-run is one `crash`, the same output; one whose model copy is
  * not the coordinator's file refuses the Place (`alloc`). `coli keygen`
- * writes secret keys 0600 and never overwrites.
+ * writes secret keys 0600 and never overwrites. `coli bench` over two remote
+ * workers reports each one (address, dispatch latency, rows, bytes per token
+ * each way, fallbacks) in its JSON.
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -15,8 +17,12 @@
 #include <sys/wait.h>
 #include <zmq.h>
 
+#include <cjson/cJSON.h>
+#include <math.h>
+
 #include "proto/curve_keys.h"
 #include "proto/wire.h"
+#include "tests/cli_run.h"
 #include "tests/sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
@@ -412,4 +418,89 @@ Test(scheduler_remote, remote_worker_ignores_shutdown, .timeout = 120) {
         free(js);
     }
     s_worker_stop(&rw);
+}
+
+// ---------------------------------------------------------------------------
+// `coli bench --devices "remote:A,remote:B"`: one report per worker.
+
+static double s_jnum(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "bench JSON: no number '%s'", key);
+    return v->valuedouble;
+}
+
+//  What one worker's entry must say after a healthy run: where it is, that it
+//  served rows, and bytes each way of about rows x n_embd floats (the rows out,
+//  the results back) plus small headers.
+static void s_check_host(const cJSON *h, const remote_worker *rw, double tokens, int n_embd) {
+    const cJSON *addr = cJSON_GetObjectItemCaseSensitive(h, "address");
+    cr_expect(cJSON_IsString(addr) && !strcmp(addr->valuestring, rw->endpoint), "address of %s", rw->endpoint);
+    double rows = s_jnum(h, "rows"), batches = s_jnum(h, "batches");
+    cr_expect_gt(rows, 0, "%s served no rows", rw->endpoint);
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(h, "dispatch_latency_ms");
+    cr_expect_gt(s_jnum(lat, "p50"), 0);
+    cr_expect_geq(s_jnum(lat, "p99"), s_jnum(lat, "p50"));
+    cr_expect_eq(s_jnum(h, "fallbacks_total"), 0, "fallbacks on a healthy run");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(h, "fallbacks")), 0);
+    double payload = rows * n_embd * 4.0;
+    const char *dir[2] = {"sent", "received"};
+    for (int d = 0; d < 2; d++) {
+        char key[64];
+        snprintf(key, sizeof key, "bytes_%s", dir[d]);
+        double bytes = s_jnum(h, key);
+        cr_expect_geq(bytes, payload, "%s %s %.0f < rows x n_embd x 4 = %.0f", rw->endpoint, key, bytes, payload);
+        cr_expect_leq(bytes, payload + 512 * batches + 16384, "%s %s %.0f: far more than the rows' %.0f", rw->endpoint,
+                      key, bytes, payload);
+        snprintf(key, sizeof key, "bytes_%s_per_token", dir[d]);
+        cr_expect(fabs(s_jnum(h, key) - bytes / tokens) < 1e-6 * bytes, "%s", key);
+    }
+}
+
+Test(scheduler_remote, bench_reports_each_remote_worker, .timeout = 180) {
+    char keys[512], dir[512], json[600], devices[600], coli[1100];
+    remote_worker rw[2];
+    s_start_with_keys(keys, sizeof keys, &rw[0]);
+    const char *model = sched_fixture(MODEL);
+    s_worker_start(&rw[1], keys, model);
+    s_tmpdir(dir, sizeof dir);
+    snprintf(json, sizeof json, "%s/bench.json", dir);
+    snprintf(devices, sizeof devices, "remote:%s,remote:%s", rw[0].endpoint, rw[1].endpoint);
+    const int repeat = 2, n_prompt = 8, n_decode = 8; /* as the arguments below say */
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    char *argv[] = {coli, "bench", "-m", (char *)model, "-t",    "1",      "-p", "8", "-n",
+                    "8",  "-r",    "2",  "--devices",   devices, "--json", json, NULL};
+    setenv("COLI_KEYS", keys, 1);
+    cli_result r = cli_run(argv);
+    unsetenv("COLI_KEYS");
+    s_worker_stop(&rw[0]);
+    s_worker_stop(&rw[1]);
+    cr_assert_eq(r.status, 0, "coli bench: %s", r.err);
+    cr_expect(strstr(r.out, "per worker") && strstr(r.out, rw[0].endpoint) && strstr(r.out, rw[1].endpoint),
+              "no per-worker lines: %s", r.out);
+    cli_result_free(&r);
+    coli_model *m = NULL;
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "inproc";
+    cr_assert_eq(coli_model_load(model, &mp, &m), 0);
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    coli_model_free(&m);
+    char *text = cli_slurp(json, NULL);
+    cJSON *js = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    cr_assert(js, "%s is not JSON", json);
+    const cJSON *cfg = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(js, "configs"), 0);
+    double tokens = s_jnum(cfg, "tokens");
+    cr_expect_eq(tokens, repeat * (n_prompt + 1 + n_decode), "tokens evaluated");
+    const cJSON *hosts = cJSON_GetObjectItemCaseSensitive(cfg, "workers");
+    cr_assert_eq(cJSON_GetArraySize(hosts), 2, "one entry per remote worker");
+    double rows = 0;
+    for (int i = 0; i < 2; i++) {
+        s_check_host(cJSON_GetArrayItem(hosts, i), &rw[i], tokens, info.n_embd);
+        rows += s_jnum(cJSON_GetArrayItem(hosts, i), "rows");
+    }
+    /* every routed (token, layer, expert) pair went to one of them */
+    cr_expect_eq(rows, tokens * info.n_layer * info.n_expert_used, "rows %.0f", rows);
+    cJSON_Delete(js);
 }

@@ -131,6 +131,10 @@ static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w) 
                         s_pct_ms(&w->stats.lat, 0.5), s_pct_ms(&w->stats.lat, 0.99));
     coli_strbuf_appendf(b, "\"recent_batches\":%d,\"recent_failed_batches\":%d,", w->stats.recent_n,
                         s_recent_failures(&w->stats));
+    coli_strbuf_appendf(
+        b, "\"bytes_sent\":%llu,\"bytes_received\":%llu,\"messages_sent\":%llu,\"messages_received\":%llu,",
+        (unsigned long long)w->stats.bytes_sent, (unsigned long long)w->stats.bytes_received,
+        (unsigned long long)w->stats.messages_sent, (unsigned long long)w->stats.messages_received);
     coli_strbuf_appendf(b, "\"batch_latency_buckets\":{\"le\":[");
     for (int i = 0; i < SCHED_N_BUCKETS; i++) coli_strbuf_appendf(b, "%s%g", i ? "," : "", s_le[i]);
     coli_strbuf_appendf(b, "],\"counts\":[");

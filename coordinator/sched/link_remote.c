@@ -114,20 +114,27 @@ int remote_connect(sched *s, worker_link *w) {
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_HELLO;
     env.hello = &greet;
-    return wire_send(w->tcp.sock, NULL, 0, &env, NULL, 0, ZMQ_DONTWAIT);
+    rc = wire_send(w->tcp.sock, NULL, 0, &env, NULL, 0, ZMQ_DONTWAIT);
+    if (rc == 0) link_count_sent(w, &env, 0);
+    return rc;
 }
 
 link_sent link_send(sched *s, worker_link *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags) {
     if (!w->tcp.on) {
-        if (wire_send(s->net.router, w->proc.routing_id, w->proc.routing_len, env, payload, bytes, flags) == 0)
+        if (wire_send(s->net.router, w->proc.routing_id, w->proc.routing_len, env, payload, bytes, flags) == 0) {
+            link_count_sent(w, env, bytes);
             return LINK_SENT;
+        }
         return errno == EHOSTUNREACH ? LINK_UNREACHABLE : LINK_SEND_ERROR; /* wire_send keeps errno */
     }
     if (!w->tcp.sock) {
         coli_fail(COLI_EIO, "%s: not connected", w->device);
         return LINK_UNREACHABLE;
     }
-    if (wire_send(w->tcp.sock, NULL, 0, env, payload, bytes, flags) == 0) return LINK_SENT;
+    if (wire_send(w->tcp.sock, NULL, 0, env, payload, bytes, flags) == 0) {
+        link_count_sent(w, env, bytes);
+        return LINK_SENT;
+    }
     /* EAGAIN too: nothing can be queued to it */
     return errno == EAGAIN || errno == EHOSTUNREACH ? LINK_UNREACHABLE : LINK_SEND_ERROR;
 }

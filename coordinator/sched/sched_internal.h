@@ -178,6 +178,9 @@ typedef struct link_tcp {
 
 typedef struct link_stats {
     uint64_t batches, rows, rerouted_rows, heartbeats;
+    /* bytes of our messages to it and of its messages to us (protobuf header + payload, as handed to
+       ZeroMQ or a ring slot; ZMTP framing and CURVE's per-frame overhead not included), all generations */
+    uint64_t bytes_sent, bytes_received, messages_sent, messages_received;
     lat_stats lat;
     uint32_t recent_failed; /* bit i: the i-th latest batch failed */
     int recent_n;           /* batches in that window, <= SCHED_RECENT_BATCHES */
@@ -351,6 +354,8 @@ link_sent link_send_place(sched *s, worker_link *w);
 /* Send w->req's rows (grouped by expert) for layer; sets w->req.id, sent_ns. */
 link_sent link_send_batch(sched *s, worker_link *w, int layer, int allow_load);
 void link_set_state(worker_link *w, link_state st, const char *reason);
+/* Count one message sent to w (env as sent, payload_bytes after it) in w->stats.bytes_sent. */
+void link_count_sent(worker_link *w, const Coli__Envelope *env, size_t payload_bytes);
 /* A new generation of w (spawned or reconnected): nothing in flight, no hello yet, STARTING. */
 void link_starting(worker_link *w);
 /* "starting", "up", ...: the state as stats name it (a static string). */

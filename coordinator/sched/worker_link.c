@@ -25,6 +25,11 @@ void link_set_state(worker_link *w, link_state st, const char *reason) {
     snprintf(w->reason, sizeof w->reason, "%s", reason ? reason : "");
 }
 
+void link_count_sent(worker_link *w, const Coli__Envelope *env, size_t payload_bytes) {
+    w->stats.bytes_sent += coli__envelope__get_packed_size(env) + payload_bytes;
+    w->stats.messages_sent++;
+}
+
 void link_starting(worker_link *w) {
     w->req.id = 0;
     w->req.hung_id = 0;
@@ -111,10 +116,12 @@ link_sent link_send_batch(sched *s, worker_link *w, int layer, int allow_load) {
     size_t x_bytes = (size_t)w->req.n_rows * (size_t)s->model.n_embd * sizeof(float);
     /* the ring when this batch fits it; else (or for remote workers) ZeroMQ */
     link_sent rc;
-    if (w->shm.ring.base && ring_fits(&w->shm.ring, &env, x_bytes))
+    if (w->shm.ring.base && ring_fits(&w->shm.ring, &env, x_bytes)) {
         rc = ring_send(&w->shm.ring, RING_REQ, &env, w->req.x, x_bytes) == 0 ? LINK_SENT : LINK_SEND_ERROR;
-    else
-        rc = link_send(s, w, &env, w->req.x, x_bytes, ZMQ_DONTWAIT);
+        if (rc == LINK_SENT) link_count_sent(w, &env, x_bytes);
+    } else {
+        rc = link_send(s, w, &env, w->req.x, x_bytes, ZMQ_DONTWAIT); /* counts what it sends */
+    }
     free(g);
     free(gp);
     if (rc == LINK_SENT) {
@@ -301,6 +308,8 @@ static void s_on_result(sched *s, worker_link *w, const wire_msg *m) {
 // ---------------------------------------------------------------------------
 void link_dispatch(sched *s, worker_link *w, const wire_msg *m) {
     w->last_seen_ns = coli_now_ns();
+    w->stats.bytes_received += coli__envelope__get_packed_size(m->env) + wire_payload_size(m);
+    w->stats.messages_received++;
     switch (m->env->body_case) {
     case COLI__ENVELOPE__BODY_HELLO: s_on_hello(s, w, m->env->hello); break;
     case COLI__ENVELOPE__BODY_PLACE_ACK: s_on_place_ack(s, w, m->env->place_ack); break;

@@ -27,6 +27,16 @@ typedef struct bench_bytes {
 } bench_bytes;
 int bench_decode_bytes(const char *path, bench_bytes *out);
 
+/* Per worker of a configuration with workers (bench_hosts.c), from its stats
+ * JSON (coli_model_stats_json): address, dispatch p50/p99 of its batches (send
+ * to reply), rows served, bytes sent and received per evaluated token
+ * (n_tokens: the tokens the run evaluated), fallbacks by reason.
+ * bench_hosts_json: a new cJSON array (caller deletes), NULL when the stats
+ * have no workers (in-process). bench_hosts_print: the same as lines on stdout. */
+struct cJSON;
+struct cJSON *bench_hosts_json(const char *stats_json, double n_tokens);
+void bench_hosts_print(const char *stats_json, double n_tokens);
+
 /* Sorts v[0..n) in place; the q-quantile (0..1) by nearest rank; 0 if n is 0. */
 double bench_quantile(double *v, int n, double q);
 

@@ -42,7 +42,7 @@ typedef struct bench_opts {
 } bench_opts;
 
 typedef struct config_run {
-    char devices[64];
+    char devices[256];
     int index; /* its place in --devices */
     coli_model *m;
     coli_context *ctx;
@@ -54,6 +54,8 @@ typedef struct config_run {
     int n_lat;
     double disp_p50, disp_p99, fallbacks;
     int has_dispatch;
+    char *stats;     /* its stats JSON after the run (per-worker report) */
+    double n_tokens; /* tokens evaluated, all repeats */
 } config_run;
 
 typedef struct bench_env {
@@ -169,6 +171,8 @@ static void config_close(config_run *c) {
     coli_model_free(&c->m);
     free(c->lat);
     c->lat = NULL;
+    free(c->stats);
+    c->stats = NULL;
 }
 
 /* One repeat r of configuration c: the prefills, then the decode. */
@@ -181,6 +185,7 @@ static int config_repeat(const bench_opts *o, config_run *c, int r, const int32_
         double t0 = coli_now_s();
         if (coli_eval(c->ctx, ids, o->prompt[p], logits, 0) != 0) return cli_fail();
         c->prefill[p][r] = o->prompt[p] / (coli_now_s() - t0);
+        c->n_tokens += o->prompt[p];
     }
     coli_context_reset(c->ctx);
     if (coli_eval(c->ctx, ids, 1, logits, 0) != 0) return cli_fail();
@@ -192,6 +197,7 @@ static int config_repeat(const bench_opts *o, config_run *c, int r, const int32_
         c->lat[c->n_lat++] = coli_now_s() - t0;
     }
     c->decode[r] = o->n_decode / (coli_now_s() - start);
+    c->n_tokens += 1 + o->n_decode;
     return 0;
 }
 
@@ -199,7 +205,8 @@ static int config_stats(config_run *c) {
     char *text = NULL;
     if (coli_model_stats_json(c->m, &text) != 0) return cli_fail();
     cJSON *js = cJSON_Parse(text);
-    free(text);
+    free(c->stats);
+    c->stats = text; /* kept for the per-worker report */
     if (!js) {
         fprintf(stderr, "coli: bench: [%s]: the stats are not JSON\n", c->devices);
         return CLI_FAIL;
@@ -264,6 +271,7 @@ static void print_config(const bench_opts *o, const bench_env *env, config_run *
                c->fallbacks);
     else
         printf("  experts in-process (no dispatch), fallbacks %.0f\n", c->fallbacks);
+    bench_hosts_print(c->stats, c->n_tokens);
 }
 
 /* v rounded to `decimals` places: what the file shows (cJSON prints the shortest exact form). */
@@ -318,6 +326,12 @@ static cJSON *json_config(const bench_opts *o, const bench_env *env, config_run 
     else
         cJSON_AddNullToObject(j, "dispatch_latency_ms");
     cJSON_AddItemToObject(j, "fallbacks", json_round(c->fallbacks, 0));
+    cJSON_AddNumberToObject(j, "tokens", c->n_tokens);
+    cJSON *hosts = bench_hosts_json(c->stats, c->n_tokens);
+    if (hosts)
+        cJSON_AddItemToObject(j, "workers", hosts);
+    else
+        cJSON_AddNullToObject(j, "workers");
     return j;
 }
 
