@@ -246,6 +246,7 @@ class Soak:
         self.diffs = []
         self.chaos = collections.Counter()
         self.stopped = {}  # pid -> monotonic time to SIGCONT it
+        self.rss_samples = []  # server RSS KiB, once a minute
         self.deadline = time.monotonic() + args.minutes * 60
 
     def client(self, kind, seed):
@@ -291,7 +292,7 @@ class Soak:
 
     def chaos_loop(self, seed):
         rng = random.Random(seed)
-        time.sleep(rng.uniform(1, self.args.chaos_every))
+        time.sleep(min(rng.uniform(1, self.args.chaos_every), max(0.0, self.deadline - time.monotonic())))
         while time.monotonic() < self.deadline and self.server.poll() is None:
             self.chaos_step(rng)
             end = time.monotonic() + rng.uniform(1, self.args.chaos_every)
@@ -342,6 +343,16 @@ def reference_replies(args):
         stop_server(proc)
 
 
+def wait_workers_up(port, n, seconds):
+    """Scrape /metrics until n workers are up (restarts after the last kill) or seconds pass."""
+    until = time.monotonic() + seconds
+    m = scrape_metrics(port)
+    while m["workers_up"] < n and time.monotonic() < until:
+        time.sleep(0.5)
+        m = scrape_metrics(port)
+    return m
+
+
 def soak_run(args, proc, port, ref):
     """The timed phase: 4 clients and the chaos thread; returns the Soak state."""
     soak = Soak(args, port, proc, ref)
@@ -354,9 +365,12 @@ def soak_run(args, proc, port, ref):
         threads[-1].join(timeout=1)
         if time.monotonic() >= next_line:
             next_line += 60
+            rss = proc_usage(proc.pid)["rss_kib"] if proc.poll() is None else None
             with soak.lock:
+                soak.rss_samples.append(rss)
                 print(f"soak: {time.strftime('%H:%M:%S')} requests {sum(soak.requests.values())}, failures "
-                      f"{dict(soak.failures)}, differing {len(soak.diffs)}, chaos {dict(soak.chaos)}", flush=True)
+                      f"{dict(soak.failures)}, differing {len(soak.diffs)}, chaos {dict(soak.chaos)}, "
+                      f"server RSS {rss} KiB", flush=True)
     for t in threads:
         t.join()
     return soak
@@ -364,6 +378,8 @@ def soak_run(args, proc, port, ref):
 
 def main():
     args = parse_args()
+    # SIGTERM (or SIGINT) ends the run like an error would: the finally clauses stop the servers
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(2))
     load_before = open("/proc/loadavg").read().split()[0]
     started = time.time()
     try:
@@ -380,13 +396,14 @@ def main():
         usage_start, metrics_start = proc_usage(proc.pid), scrape_metrics(port)
         soak = soak_run(args, proc, port, ref)
         alive = proc.poll() is None
+        # the last kill's restart may be under way: give it (and its back-off) a moment
+        metrics_end = wait_workers_up(port, metrics_start["workers_up"], 20) if alive else None
         usage_end = proc_usage(proc.pid) if alive else None
-        metrics_end = scrape_metrics(port) if alive else None
     except Failure as e:
         print(f"soak: failed before the timed phase: {e}", file=sys.stderr)
-        stop_server(proc)
         return 1
-    exit_status = stop_server(proc)
+    finally:
+        exit_status = stop_server(proc)
     report = build_report(args, soak, quiet_diffs, usage_start, usage_end, metrics_start, metrics_end,
                           exit_status, load_before, started)
     print_report(report, args.markdown)
@@ -416,6 +433,7 @@ def build_report(args, soak, quiet_diffs, usage_start, usage_end, m_start, m_end
         "quiet_pass_differs_from_inproc": [f"{k[0]}#{k[1]}" for k in quiet_diffs],
         "chaos": dict(soak.chaos), "metrics_start": m_start, "metrics_end": m_end,
         "server_start": usage_start, "server_end": usage_end, "server_exit": exit_status,
+        "server_rss_kib_per_minute": soak.rss_samples,
         "ok": not problems, "problems": problems,
     }
 
@@ -429,7 +447,7 @@ def print_report(r, markdown):
         ("failures", r["failures"] or 0), ("differing outputs", r["differing_outputs"]),
         ("chaos actions", r["chaos"]),
         ("worker restarts", f"{m0['worker_restarts']} -> {m1.get('worker_restarts')}"),
-        ("workers up at end", m1.get("workers_up")),
+        ("workers up at end", f"{m1.get('workers_up')} of {m0['workers_up']} (after up to 20 s)"),
         ("fallbacks by reason", f"{m0['fallbacks'] or 0} -> {m1.get('fallbacks') or 0}"),
         ("server RSS KiB", f"{s0['rss_kib']} -> {s1.get('rss_kib')}"),
         ("server open fds", f"{s0['fds']} -> {s1.get('fds')}"),
