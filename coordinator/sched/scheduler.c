@@ -23,6 +23,7 @@
 #include "coordinator/sched/sched_internal.h"
 #include "core/error.h"
 #include "core/expert_ffn.h"
+#include "core/threadpool.h"
 
 enum {
     PAIR_DONE = -2,
@@ -222,9 +223,12 @@ static int s_run_inproc(sched *s, int layer, const float *x, int64_t n_pairs, in
 
 //  Wait for every request in flight, at most until the deadline.
 static void s_gather(sched *s) {
-    int64_t max_rows = 0;
-    for (int i = 0; i < s->n_w; i++)
+    int64_t max_rows = 0, in_flight = 0;
+    for (int i = 0; i < s->n_w; i++) {
         if (s->w[i].req.id && s->w[i].req.n_rows > max_rows) max_rows = s->w[i].req.n_rows;
+        in_flight += s->w[i].req.id != 0;
+    }
+    if (in_flight) coli_pool_stand_down(); /* our idle compute threads must not spin on the workers' cores */
     uint64_t deadline = coli_now_ns() + s->lim.deadline_ns + s->lim.per_row_ns * (uint64_t)max_rows;
     link_spin_rings(s); /* ring replies come within microseconds: do not sleep for them */
     for (;;) {
