@@ -216,6 +216,24 @@ Test(scheduler_auto, hanging_probe_is_killed_after_the_timeout, .timeout = 120) 
     sched_rm_plugin_dir(fake);
 }
 
+//  `coli plan` expands auto the same way: in-process without a GPU, the
+//  device's worker plus its CPU fallback target with one.
+Test(scheduler_auto, plan_follows_the_same_rule, .timeout = 60) {
+    char dir[64], cpu[1100];
+    s_plugin_dir(dir, sizeof dir, NULL, NULL);
+    char *text = NULL;
+    cr_assert_eq(coli_plan_text(sched_fixture(MODEL), NULL, &text), 0, "%s", coli_last_error());
+    cr_expect(strstr(text, "placement: in-process (--devices auto found no GPU or NPU)"), "%s", text);
+    free(text);
+    sched_rm_plugin_dir(dir);
+    snprintf(cpu, sizeof cpu, "%s/lib/libcoli-cpu.so", sched_build_dir());
+    s_plugin_dir(dir, sizeof dir, cpu, NULL);
+    cr_assert_eq(coli_plan_text(sched_fixture(MODEL), "auto", &text), 0, "%s", coli_last_error());
+    cr_expect(strstr(text, "worker 0  cuda:0") && strstr(text, "worker 1  cpu:0"), "%s", text);
+    free(text);
+    sched_rm_plugin_dir(dir);
+}
+
 //  CPU workers named beside auto start without a GPU: only auto's own are
 //  dropped. Same bytes as --inproc, one worker, no fallback.
 Test(scheduler_auto, named_cpu_workers_start_beside_auto, .timeout = 120) {
