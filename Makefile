@@ -213,8 +213,8 @@ bench-coli: $(COLI) $(WORKER) $(CPU_PLUGIN) $(FIXTURES) $(BENCH_DIR)/bench-mixtr
 	  --model tiny-llama-moe=$(BUILD)/fixtures/tiny-llama-moe-f32.gguf \
 	  --model bench-mixtral=$(BENCH_DIR)/bench-mixtral-q8_0.gguf \
 	  --model bench-mixtral=$(BENCH_DIR)/bench-mixtral-q4_0.gguf
-# Serving (issue 14): tools/bench/serve_load.py drives `coli serve` (local CPU workers, the
-# default) with 1/4/8 concurrent streamed requests, with continuous batching and with
+# Serving (issue 14): tools/bench/serve_load.py drives `coli serve` (the default devices:
+# in-process on a machine without accelerators) with 1/4/8 concurrent streamed requests, with continuous batching and with
 # --no-batching; each table replaces its coli-serve section of docs/benchmarks.md.
 # BENCH_SERVE_MODEL, _STREAMS, _REQUESTS, _N and _DOCS override the defaults.
 BENCH_SERVE_MODEL    ?= $(BENCH_DIR)/bench-mixtral-q4_0.gguf

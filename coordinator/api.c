@@ -89,7 +89,9 @@ void coli_model_default_params(coli_model_params *p) {
 static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
     const char *d = cfg->devices;
     if (d && strcmp(d, "inproc") == 0) return moe_exec_inproc_new(cfg, out);
-    /* default (NULL or ""): local CPU workers over ipc (coordinator/sched/scheduler.c) */
+    /* everything else, the default (NULL, "" = "auto") included: the worker executor
+     * (coordinator/sched/scheduler.c), which hands back the in-process one when
+     * auto finds no accelerator (device_probe.c) */
     return moe_exec_workers_new(cfg, out);
 }
 

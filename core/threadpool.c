@@ -169,6 +169,8 @@ static void wait_for_workers(coli_pool *p) {
     pthread_mutex_unlock(&p->mutex);
 }
 
+void coli_pool_stand_down(void) { atomic_store_explicit(&s_active, NULL, memory_order_relaxed); }
+
 void coli_pool_run(coli_pool *pool, coli_pool_fn fn, void *arg) {
     if (!pool || pool->n == 1) {
         fn(arg, 0, 1);

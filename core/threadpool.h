@@ -20,5 +20,12 @@ int coli_pool_size(const coli_pool *pool);
 /* Run fn on every thread of the pool and return when all are done.
  * pool may be NULL: fn(arg, 0, 1) runs on the caller. Not reentrant. */
 void coli_pool_run(coli_pool *pool, coli_pool_fn fn, void *arg);
+/* Every pool of this process stops spinning for its next job: its idle
+ * threads sleep at once instead of after their spin (~40 us). Call it before
+ * waiting on another process (a worker computing the experts, a coordinator
+ * running attention): on a machine with as many cores as compute threads,
+ * a spinner takes the core that process computes on. The next job wakes the
+ * threads as usual (a futex wake instead of a spin hit). */
+void coli_pool_stand_down(void);
 
 #endif

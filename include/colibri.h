@@ -62,7 +62,8 @@ typedef struct coli_context coli_context; /* one conversation: KV cache, positio
 /* ---- model ------------------------------------------------------------ */
 
 typedef struct coli_model_params {
-    const char *devices;         /* where experts run: NULL or "" = default,
+    const char *devices;         /* where experts run: NULL or "" = default ("auto": a worker per GPU
+                             found plus CPU workers as their fallback; no GPU: in this process),
                              "inproc" = in this process, "cpu:2", "cuda:0,cpu:1", "auto" */
     int n_threads;               /* compute threads in this process; 0 = one per core */
     int kv_f16;                  /* 1 = F16 KV cache, 0 = F32 (default) */

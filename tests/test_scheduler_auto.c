@@ -1,8 +1,11 @@
 /*
  * test_scheduler_auto.c - `--devices auto`, the default: one worker per GPU
  * the built plugins find (each probed in a child, `coli-worker --probe`),
- * else CPU workers only. A machine without a GPU is normal and silent; a
- * probe that crashes or hangs costs one line and never the coordinator.
+ * plus CPU workers as their fallback target; no GPU: the experts run
+ * in-process (faster than local CPU workers, docs/scheduler.md), while CPU
+ * workers asked for by name still start. A machine without a GPU is normal
+ * and silent; a probe that crashes or hangs costs one line and never the
+ * coordinator.
  */
 #include <sys/wait.h>
 
@@ -115,14 +118,11 @@ static char *s_run(const char *devices, char **err) {
     return js;
 }
 
-static void s_expect_cpu_only(const char *js) {
-    cr_expect_eq(s_n_workers(js), s_default_cpu(), "%s", js);
-    for (int i = 0; i < s_n_workers(js); i++) {
-        char v[32];
-        sched_worker_field(js, i, "plugin", v, sizeof v);
-        cr_expect_str_eq(v, "cpu", "worker %d: %s", i, js);
-    }
-    cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
+//  No worker process: the in-process executor computed every expert.
+static void s_expect_inproc(const char *js) {
+    cr_expect(strstr(js, "\"executor\":\"inproc\""), "not in-process: %s", js);
+    cr_expect_eq(s_n_workers(js), 0, "%s", js);
+    cr_expect_gt(sched_field(js, "rows"), 0, "%s", js);
 }
 
 // ---------------------------------------------------------------------------
@@ -141,15 +141,15 @@ Test(scheduler_auto, probe_of_a_missing_plugin_gives_the_reason) {
     sched_rm_plugin_dir(dir);
 }
 
-//  No GPU here: the default and "auto" are CPU workers only, silently, with
-//  the real GPU plugins present when they are built (they probe 0 devices).
-Test(scheduler_auto, auto_without_a_gpu_is_cpu_workers_and_silent, .timeout = 120) {
+//  No GPU here: the default and "auto" run the experts in-process, silently,
+//  with the real GPU plugins present when they are built (they probe 0 devices).
+Test(scheduler_auto, auto_without_a_gpu_is_in_process_and_silent, .timeout = 120) {
     char dir[64], cuda[1100], hip[1100];
     s_plugin_dir(dir, sizeof dir, s_gpu_plugin("cuda", cuda, sizeof cuda), s_gpu_plugin("hip", hip, sizeof hip));
     const char *devices[2] = {NULL, "auto"};
     for (int i = 0; i < 2; i++) {
         char *err = NULL, *js = s_run(devices[i], &err);
-        s_expect_cpu_only(js);
+        s_expect_inproc(js);
         cr_expect_eq(err[0], 0, "auto printed: %s", err);
         free(err);
         free(js);
@@ -185,7 +185,7 @@ Test(scheduler_auto, crashing_probe_costs_one_line, .timeout = 120) {
     s_fake_plugin(fake, sizeof fake, "raise(SIGSEGV)", so, sizeof so);
     s_plugin_dir(dir, sizeof dir, so, NULL);
     char *err = NULL, *js = s_run(NULL, &err);
-    s_expect_cpu_only(js);
+    s_expect_inproc(js);
     /* under ASan the probe's SEGV handler turns the signal into exit status 1 */
     cr_expect(strstr(err, "colibri: devices auto: cuda: probe crashed (") ||
                   strstr(err, "colibri: devices auto: cuda: probe failed (exit status 1)"),
@@ -207,7 +207,7 @@ Test(scheduler_auto, hanging_probe_is_killed_after_the_timeout, .timeout = 120) 
     double t0 = sched_now();
     char *err = NULL, *js = s_run("auto", &err);
     cr_expect_lt(sched_now() - t0, 30.0, "the hung probe held the load");
-    s_expect_cpu_only(js);
+    s_expect_inproc(js);
     cr_expect(strstr(err, "colibri: devices auto: cuda: probe did not answer within 300 ms; no cuda workers"), "%s",
               err);
     free(err);
@@ -216,10 +216,49 @@ Test(scheduler_auto, hanging_probe_is_killed_after_the_timeout, .timeout = 120) 
     sched_rm_plugin_dir(fake);
 }
 
-//  The default's workers go with the model, as named devices' do.
-Test(scheduler_auto, default_workers_end_with_the_model, .timeout = 60) {
+//  `coli plan` expands auto the same way: in-process without a GPU, the
+//  device's worker plus its CPU fallback target with one.
+Test(scheduler_auto, plan_follows_the_same_rule, .timeout = 60) {
+    char dir[64], cpu[1100];
+    s_plugin_dir(dir, sizeof dir, NULL, NULL);
+    char *text = NULL;
+    cr_assert_eq(coli_plan_text(sched_fixture(MODEL), NULL, &text), 0, "%s", coli_last_error());
+    cr_expect(strstr(text, "placement: in-process (--devices auto found no GPU or NPU)"), "%s", text);
+    free(text);
+    sched_rm_plugin_dir(dir);
+    snprintf(cpu, sizeof cpu, "%s/lib/libcoli-cpu.so", sched_build_dir());
+    s_plugin_dir(dir, sizeof dir, cpu, NULL);
+    cr_assert_eq(coli_plan_text(sched_fixture(MODEL), "auto", &text), 0, "%s", coli_last_error());
+    cr_expect(strstr(text, "worker 0  cuda:0") && strstr(text, "worker 1  cpu:0"), "%s", text);
+    free(text);
+    sched_rm_plugin_dir(dir);
+}
+
+//  CPU workers named beside auto start without a GPU: only auto's own are
+//  dropped. Same bytes as --inproc, one worker, no fallback.
+Test(scheduler_auto, named_cpu_workers_start_beside_auto, .timeout = 120) {
     char dir[64];
     s_plugin_dir(dir, sizeof dir, NULL, NULL);
+    char *err = NULL, *js = s_run("auto,cpu:1", &err);
+    cr_expect_eq(s_n_workers(js), 1, "%s", js);
+    char v[32];
+    sched_worker_field(js, 0, "device", v, sizeof v);
+    cr_expect_str_eq(v, "cpu:0", "%s", js);
+    sched_worker_field(js, 0, "batches", v, sizeof v);
+    cr_expect_gt(atol(v), 0, "the named worker did no work: %s", js);
+    cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
+    free(err);
+    free(js);
+    sched_rm_plugin_dir(dir);
+}
+
+//  The default's workers (here the cpu plugin standing in as a GPU, and the
+//  CPU worker that is its fallback target) go with the model, as named
+//  devices' do.
+Test(scheduler_auto, default_workers_end_with_the_model, .timeout = 60) {
+    char dir[64], cpu[1100];
+    snprintf(cpu, sizeof cpu, "%s/lib/libcoli-cpu.so", sched_build_dir());
+    s_plugin_dir(dir, sizeof dir, cpu, NULL);
     coli_model_params mp;
     coli_model_default_params(&mp);
     coli_model *m = NULL;

@@ -75,3 +75,24 @@ Test(threadpool, default_size_is_online_cores) {
 }
 
 Test(threadpool, absurd_size_fails_with_a_reason) { cr_assert_null(coli_pool_new(100000)); }
+
+//  A stand-down between jobs (what a worker process and a coordinator waiting
+//  on workers do) sends the idle threads to sleep mid-spin; the next job
+//  must still reach every thread exactly once, whether it comes at once
+//  (a thread still leaving its spin) or after they slept.
+Test(threadpool, stand_down_between_jobs_loses_no_thread) {
+    coli_pool *p = coli_pool_new(3);
+    cr_assert_not_null(p);
+    for (int rep = 0; rep < 600; rep++) {
+        count_job j;
+        memset(&j, 0, sizeof j);
+        j.want_nth = 3;
+        coli_pool_run(p, count_fn, &j);
+        for (int i = 0; i < 3; i++)
+            cr_assert_eq(atomic_load(&j.hits[i]), 1, "rep %d: ith %d ran %d times", rep, i, atomic_load(&j.hits[i]));
+        cr_assert_eq(atomic_load(&j.bad_nth), 0, "wrong nth");
+        coli_pool_stand_down();
+        if (rep % 3 == 1) usleep(200); /* some jobs find the threads asleep */
+    }
+    coli_pool_destroy(&p);
+}

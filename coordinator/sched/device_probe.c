@@ -1,13 +1,14 @@
 /*
  * device_probe.c - `--devices auto` (the default): one worker per GPU found,
- * plus the default CPU workers.
+ * plus the default CPU workers as their fallback target; with no GPU, NPU or
+ * remote worker in the list, no workers: the experts run in-process.
  *
  * Each GPU plugin that is built (libcoli-<name>.so in the plugin directory)
  * is probed in a child process, `coli-worker --probe <name>`, which prints
  * one JSON line {"plugin":..,"devices":N,"reason":..}. A driver that crashes
  * or hangs in its probe takes only that child down (killed after
- * COLI_PROBE_TIMEOUT_MS, 10 s): the coordinator goes on with CPU workers and
- * says so in one line. A plugin that is not built, or finds no device, is a
+ * COLI_PROBE_TIMEOUT_MS, 10 s): the coordinator goes on without that plugin
+ * and says so in one line. A plugin that is not built, or finds no device, is a
  * normal machine: no message (unless verbose) and no fallback counted.
  */
 #define _GNU_SOURCE
@@ -153,9 +154,9 @@ static int s_probe(const coli_settings *set, const char *worker_bin, const char 
     return count < 0 ? 0 : (int)(count > SCHED_MAX_WORKERS ? SCHED_MAX_WORKERS : count);
 }
 
-//  One "auto": GPU workers for every device the built plugins find, then CPU workers.
-static int s_expand_one(const coli_settings *set, const char *worker_bin, device_spec *out, int cap, int *n,
-                        int verbose) {
+//  The GPU workers of one "auto": one per device the built plugins find.
+static int s_expand_gpus(const coli_settings *set, const char *worker_bin, device_spec *out, int cap, int *n,
+                         int verbose) {
     for (size_t g = 0; worker_bin && g < sizeof s_gpu_plugins / sizeof s_gpu_plugins[0]; g++) {
         const char *name = s_gpu_plugins[g];
         if (!s_plugin_built(set, worker_bin, name)) continue;
@@ -168,9 +169,50 @@ static int s_expand_one(const coli_settings *set, const char *worker_bin, device
         for (int i = 0; i < count; i++)
             if (sched_add_device(out, cap, n, name, i, 0)) return COLI_EINVAL;
     }
-    for (int i = 0, k = sched_default_cpu_workers(); i < k; i++)
-        if (sched_add_device(out, cap, n, "cpu", 0, 0)) return COLI_EINVAL;
     return 0;
+}
+
+//  Does the list hold a worker that is not a local CPU worker (a GPU, the
+//  NPU lane, a remote host), or will --xdna add one?
+static int s_has_device_worker(const coli_settings *set, const device_spec *d, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(d[i].plugin, "cpu") != 0) return 1;
+    return set->xdna != 0;
+}
+
+//  Drop the entries marked in from_auto (auto's CPU workers), keeping the order.
+static int s_drop_marked(device_spec *d, int n, const unsigned char *from_auto) {
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!from_auto[i]) d[m++] = d[i];
+    return m;
+}
+
+//  auto's CPU workers are the fallback target of device workers. Without
+//  any device worker they are dropped: on a machine without accelerators
+//  the experts run in-process, measured faster than local CPU workers on a
+//  2-core machine (docs/scheduler.md, "--devices auto without accelerators").
+static int s_expand(const coli_settings *set, const char *worker_bin, const device_spec *d, int n, device_spec *out,
+                    int cap, int *m, int verbose) {
+    unsigned char *from_auto = calloc((size_t)cap, 1);
+    if (!from_auto) return coli_fail(COLI_ENOMEM, "devices: out of memory");
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (strcmp(d[i].plugin, "auto") != 0) {
+            rc = *m >= cap ? coli_fail(COLI_EINVAL, "devices: more than %d workers", cap) : 0;
+            if (rc == 0) out[(*m)++] = d[i];
+            continue;
+        }
+        rc = s_expand_gpus(set, worker_bin, out, cap, m, verbose);
+        for (int k = 0, c = sched_default_cpu_workers(); rc == 0 && k < c; k++)
+            if ((rc = sched_add_device(out, cap, m, "cpu", 0, 0)) == 0) from_auto[*m - 1] = 1;
+    }
+    if (rc == 0 && !s_has_device_worker(set, out, *m)) {
+        *m = s_drop_marked(out, *m, from_auto);
+        if (verbose && *m == 0) fprintf(stderr, "colibri: devices auto: no GPU or NPU; the experts run in-process\n");
+    }
+    free(from_auto);
+    return rc;
 }
 
 int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_spec *d, int cap, int *n, int verbose) {
@@ -179,15 +221,8 @@ int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_s
     if (!any) return 0;
     device_spec *out = calloc((size_t)cap, sizeof *out);
     if (!out) return coli_fail(COLI_ENOMEM, "devices: out of memory");
-    int m = 0, rc = 0;
-    for (int i = 0; rc == 0 && i < *n; i++) {
-        if (!strcmp(d[i].plugin, "auto"))
-            rc = s_expand_one(set, worker_bin, out, cap, &m, verbose);
-        else if (m >= cap)
-            rc = coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
-        else
-            out[m++] = d[i];
-    }
+    int m = 0;
+    int rc = s_expand(set, worker_bin, d, *n, out, cap, &m, verbose);
     for (int i = 0, cpu = 0; rc == 0 && i < m; i++) /* cpu:N names workers: number them in order */
         if (!strcmp(out[i].plugin, "cpu")) out[i].index = cpu++;
     if (rc == 0) {

@@ -105,8 +105,10 @@ int coli_plan_heat_text(const char *model_path, const char *devices, const char 
                            SCHED_MAX_WORKERS, &n_w, 0);
     if (rc == 0 && !inproc) rc = sched_xdna_optin(&set, d, SCHED_MAX_WORKERS, &n_w); /* --xdna */
     if (rc) return rc;
-    if (inproc) {
-        *text = strdup("placement: in-process (--devices inproc): every expert runs in the coordinator\n");
+    if (inproc || n_w == 0) {
+        *text = strdup(inproc ? "placement: in-process (--devices inproc): every expert runs in the coordinator\n"
+                              : "placement: in-process (--devices auto found no GPU or NPU): every expert runs in "
+                                "the coordinator\n");
         return *text ? 0 : coli_fail(COLI_ENOMEM, "plan: out of memory");
     }
     gguf_file *f = NULL;

@@ -50,8 +50,11 @@ int sched_default_cpu_workers(void);
 /* Replace each "auto" entry (plugin "auto", the default) by one worker per
  * GPU that the cuda and hip plugins find (each probed in its own process,
  * `coli-worker --probe NAME`, with a timeout: a broken driver cannot take the
- * coordinator down) plus the default CPU workers; renumbers cpu workers.
- * worker_bin NULL: CPU workers only. No GPU is normal and silent. */
+ * coordinator down) plus the default CPU workers as their fallback target;
+ * renumbers cpu workers. When the expanded list holds no worker besides
+ * local CPU ones (no GPU found, no remote, no --xdna), auto's CPU workers are
+ * dropped: *n may become 0, which means in-process (docs/scheduler.md).
+ * worker_bin NULL: no probes. No GPU is normal and silent. */
 int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_spec *d, int cap, int *n, int verbose);
 
 /* The NPU lane's opt-in: when it is requested (set->xdna: COLI_XDNA a

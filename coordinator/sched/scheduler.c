@@ -23,6 +23,7 @@
 #include "coordinator/sched/sched_internal.h"
 #include "core/error.h"
 #include "core/expert_ffn.h"
+#include "core/threadpool.h"
 
 enum {
     PAIR_DONE = -2,
@@ -222,9 +223,12 @@ static int s_run_inproc(sched *s, int layer, const float *x, int64_t n_pairs, in
 
 //  Wait for every request in flight, at most until the deadline.
 static void s_gather(sched *s) {
-    int64_t max_rows = 0;
-    for (int i = 0; i < s->n_w; i++)
+    int64_t max_rows = 0, in_flight = 0;
+    for (int i = 0; i < s->n_w; i++) {
         if (s->w[i].req.id && s->w[i].req.n_rows > max_rows) max_rows = s->w[i].req.n_rows;
+        in_flight += s->w[i].req.id != 0;
+    }
+    if (in_flight) coli_pool_stand_down(); /* our idle compute threads must not spin on the workers' cores */
     uint64_t deadline = coli_now_ns() + s->lim.deadline_ns + s->lim.per_row_ns * (uint64_t)max_rows;
     link_spin_rings(s); /* ring replies come within microseconds: do not sleep for them */
     for (;;) {
@@ -543,6 +547,17 @@ static int s_place(sched *s) {
     return 0;
 }
 
+//  The workers to start: --devices with auto expanded (device_probe.c) and
+//  --xdna added; *n == 0 when auto found nothing that needs a worker. The
+//  worker program is only required when there are workers to start.
+static int s_devices(sched *s, device_spec *devs, int *n) {
+    int have_bin = sup_find_worker_bin(&s->set, s->net.worker_bin, sizeof s->net.worker_bin) == 0;
+    int rc = sched_expand_auto(&s->set, have_bin ? s->net.worker_bin : NULL, devs, SCHED_MAX_WORKERS, n, s->verbose);
+    if (rc == 0) rc = sched_xdna_optin(&s->set, devs, SCHED_MAX_WORKERS, n);
+    if (rc == 0 && *n > 0 && !have_bin) rc = sup_find_worker_bin(&s->set, s->net.worker_bin, sizeof s->net.worker_bin);
+    return rc;
+}
+
 int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out) {
     *out = NULL;
     if (!cfg || !cfg->gguf || !cfg->model_path || cfg->n_layer <= 0 || cfg->n_expert <= 0 || cfg->n_embd <= 0)
@@ -558,10 +573,12 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out) {
     s->net.lifeline[0] = s->net.lifeline[1] = -1;
     s->verbose = cfg->verbose;
     s_settings(s, cfg);
-    if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) ||
-        (rc = sup_find_worker_bin(&s->set, s->net.worker_bin, sizeof s->net.worker_bin)) ||
-        (rc = sched_expand_auto(&s->set, s->net.worker_bin, devs, SCHED_MAX_WORKERS, &n, s->verbose)) ||
-        (rc = sched_xdna_optin(&s->set, devs, SCHED_MAX_WORKERS, &n)) || (rc = remote_preflight(&s->set, devs, n)) ||
+    if ((rc = s_devices(s, devs, &n))) goto fail;
+    if (n == 0) { /* auto found no accelerator: in-process is the faster place (docs/scheduler.md) */
+        s_destroy(&s->base);
+        return moe_exec_inproc_new(cfg, out);
+    }
+    if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) || (rc = remote_preflight(&s->set, devs, n)) ||
         (rc = s_transport(s)) || (rc = s_make_workers(s, devs, n)))
         goto fail;
     s_wait_while(s, LINK_STARTING);

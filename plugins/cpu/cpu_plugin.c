@@ -288,6 +288,10 @@ static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_gro
     }
     dev->stats.calls++;
     dev->stats.kernel_seconds += coli_now_s() - t0;
+    /* A pool of our own serves a worker process: its next batch comes after
+     * the coordinator's attention, which must not share its cores with our
+     * spinning threads. A borrowed pool (in-process) goes on at once. */
+    if (dev->owns_pool) coli_pool_stand_down();
     return 0;
 }
 
