@@ -37,6 +37,7 @@ typedef struct bench_batch_opts {
     const char *model, *devices; /* devices: as coli_model_params.devices */
     int n_threads, n_decode, repeat;
     int n_levels, levels[BENCH_BATCH_MAX_LEVELS]; /* rows per step, each 1..64 */
+    double gbs; /* measured read bandwidth (GB/s) for the bytes limit, 0: not measured */
 } bench_batch_opts;
 /* 0 or CLI_FAIL (printed). */
 int bench_batch(const bench_batch_opts *o);

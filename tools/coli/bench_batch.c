@@ -158,6 +158,14 @@ static void s_report(const bench_batch_opts *o, level_result *res, const bench_b
     printf(
         "(medians over the repeats; CPU: this process's user + system time, not a worker's; bytes: what the\n"
         " distinct experts per step and the dense tensors weigh per row, the ratio a bandwidth-bound step allows)\n");
+    if (o->gbs > 0) {
+        printf("read bandwidth %.2f GB/s: a bandwidth-bound step would reach", o->gbs);
+        for (int l = 0; l < o->n_levels; l++) {
+            const double mb = s_mb_per_row(&res[l], by, k);
+            printf("%s %.1f tok/s at %d", l ? "," : "", mb > 0 ? o->gbs * 1e3 / mb : 0.0, o->levels[l]);
+        }
+        printf("\n");
+    }
     printf("load average %.2f before, %.2f after\n", load0, load1);
 }
 

@@ -455,7 +455,7 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
 }
 
 /* --batch LIST: the levels, then bench_batch on the first configuration. */
-static int run_batch(const bench_opts *o) {
+static int run_batch(const bench_opts *o, double gbs) {
     bench_batch_opts b = {
         .model = o->mo.model, .n_threads = o->mo.n_threads, .n_decode = o->n_decode, .repeat = o->repeat};
     b.devices = o->mo.inproc ? "inproc" : o->mo.devices ? o->mo.devices : "inproc";
@@ -470,6 +470,9 @@ static int run_batch(const bench_opts *o) {
         s = *end ? end + 1 : end;
     }
     if (!b.n_levels) return args_error("bench", "--batch", "empty list");
+    if (o->json) return args_error("bench", "--json", "not written by --batch (its table is on stdout)");
+    if (!o->mo.model) return args_error("bench", "--batch", "needs -m (the GGUF model file)");
+    b.gbs = gbs;
     if (strchr(b.devices, ' ')) return args_error("bench", "--batch", "one --devices configuration only");
     return bench_batch(&b);
 }
@@ -488,7 +491,7 @@ int cmd_bench(int argc, char **argv) {
             return 0;
         }
     }
-    if (o.batch) return run_batch(&o);
+    if (o.batch) return run_batch(&o, env.gbs);
     int n_cfg = 0;
     memset(cfg, 0, sizeof cfg);
     if ((rc = parse_configs(&o, cfg, &n_cfg)) != 0) return rc;
