@@ -36,6 +36,20 @@ int bench_decode_bytes(const char *path, bench_bytes *out);
 struct cJSON;
 struct cJSON *bench_hosts_json(const char *stats_json, double n_tokens);
 void bench_hosts_print(const char *stats_json, double n_tokens);
+/* `coli bench --batch LIST` (bench_batch.c): for each level N of levels,
+ * N contexts decode n_decode greedy tokens each through one coli_batch on
+ * their own threads; prints step time, aggregate tok/s and the ratio to
+ * the first level (medians over repeats, levels interleaved). */
+#define BENCH_BATCH_MAX_LEVELS 8
+#define BENCH_BATCH_MAX_REPEAT 100
+typedef struct bench_batch_opts {
+    const char *model, *devices; /* devices: as coli_model_params.devices */
+    int n_threads, n_decode, repeat;
+    int n_levels, levels[BENCH_BATCH_MAX_LEVELS]; /* rows per step, each 1..64 */
+    double gbs; /* measured read bandwidth (GB/s) for the bytes limit, 0: not measured */
+} bench_batch_opts;
+/* 0 or CLI_FAIL (printed). */
+int bench_batch(const bench_batch_opts *o);
 
 /* Sorts v[0..n) in place; the q-quantile (0..1) by nearest rank; 0 if n is 0. */
 double bench_quantile(double *v, int n, double q);

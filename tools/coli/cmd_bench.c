@@ -35,6 +35,7 @@
 typedef struct bench_opts {
     model_opts mo;
     const char *prompts; /* "64,512" */
+    const char *batch;   /* "1,4,8": --batch levels, NULL: the prefill/decode bench */
     int n_decode, repeat, bandwidth, bw_mib;
     const char *json;
     int n_prompt, prompt[MAX_PROMPTS];
@@ -437,6 +438,8 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         {"--bandwidth-mib", NULL, ARG_INT, &o->bw_mib, 64, 1 << 16, 0, "MIB",
          "buffer of the bandwidth test (default 1024)"},
         {"--json", NULL, ARG_STR, &o->json, 0, 0, 0, "OUT", "also write the results as JSON to OUT"},
+        {"--batch", NULL, ARG_STR, &o->batch, 0, 0, 0, "LIST",
+         "instead: continuous-batching decode steps of 1,4,8... sequences at once (step ms, tok/s)"},
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("bench", argc, argv, specs, n_specs, NULL, 0, NULL);
@@ -465,6 +468,29 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     return parse_prompts(o);
 }
 
+/* --batch LIST: the levels, then bench_batch on the first configuration. */
+static int run_batch(const bench_opts *o, double gbs) {
+    bench_batch_opts b = {
+        .model = o->mo.model, .n_threads = o->mo.n_threads, .n_decode = o->n_decode, .repeat = o->repeat};
+    b.devices = o->mo.inproc ? "inproc" : o->mo.devices ? o->mo.devices : "inproc";
+    for (const char *s = o->batch; *s;) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 64 || (*end && *end != ','))
+            return args_error("bench", "--batch", "'%s' must be a comma-separated list of 1..64", o->batch);
+        if (b.n_levels == BENCH_BATCH_MAX_LEVELS)
+            return args_error("bench", "--batch", "at most %d levels", BENCH_BATCH_MAX_LEVELS);
+        b.levels[b.n_levels++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    if (!b.n_levels) return args_error("bench", "--batch", "empty list");
+    if (o->json) return args_error("bench", "--json", "not written by --batch (its table is on stdout)");
+    if (!o->mo.model) return args_error("bench", "--batch", "needs -m (the GGUF model file)");
+    b.gbs = gbs;
+    if (strchr(b.devices, ' ')) return args_error("bench", "--batch", "one --devices configuration only");
+    return bench_batch(&b);
+}
+
 int cmd_bench(int argc, char **argv) {
     static config_run cfg[MAX_CONFIGS]; /* large (per-repeat arrays): not on the stack */
     bench_opts o = {.prompts = "64,512", .n_decode = 128, .repeat = 3, .bw_mib = 1024};
@@ -479,6 +505,7 @@ int cmd_bench(int argc, char **argv) {
             return 0;
         }
     }
+    if (o.batch) return run_batch(&o, env.gbs);
     int n_cfg = 0;
     memset(cfg, 0, sizeof cfg);
     if ((rc = parse_configs(&o, cfg, &n_cfg)) != 0) return rc;
