@@ -15,7 +15,7 @@
  * never on the batch or the thread (matmul.h's contract).
  *
  * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
- * load_wd4, fold4, PREFETCH_LINES, Q_RM, Q_RN.
+ * load_wd4, fold4, PREFETCH_TILES, Q_RM, Q_RN.
  */
 #define QT_CAT2(a, b) a##_##b
 #define QT_CAT(a, b) QT_CAT2(a, b)
@@ -46,13 +46,14 @@ QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t,
         xd[b] = j->xd + (t + b) * nb;
         acc[b] = _mm256_setzero_ps();
     }
-    /* decode streams each weight byte once: fetch the next tile's rows
-     * (contiguous after this tile's) while this one computes */
-    const uint8_t *ahead = w[0] + (size_t)RM * j->w_stride;
+    /* decode streams each weight byte once: fetch the rows PREFETCH_TILES
+     * tiles ahead (contiguous after this tile's) while this one computes,
+     * RM blocks' worth per block: every line those bytes touch */
+    const uint8_t *ahead = w[0] + (size_t)PREFETCH_TILES * RM * j->w_stride;
     for (int64_t k = 0; k < nb; k++) {
         __m256i wq[4], aw[4];
-        if (RN == 1 && PREFETCH_LINES)
-            for (int l = 0; l < PREFETCH_LINES; l++)
+        if (RN == 1 && PREFETCH_TILES)
+            for (int l = 0; l < (RM * (int)bb + 63) / 64 + 1; l++)
                 _mm_prefetch((const char *)ahead + (size_t)k * RM * bb + 64 * l, _MM_HINT_T0);
         const __m128 dw = load_wd4(w, (size_t)k * bb, RM);
 #pragma GCC unroll 4
