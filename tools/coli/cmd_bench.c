@@ -453,7 +453,7 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     if (rc == ARGS_HELP) {
         args_usage(stdout, "bench",
                    "-m FILE [-p 64,512] [-n 128] [--devices \"inproc cpu:1\"] [--repeat R] [--bandwidth] [--json OUT]",
-                   "Prefill and decode tok/s (median, min, max over repeats), p50/p99 token latency,\n"
+                   "Prefill and decode tok/s (median, min, max over repeats), p50/p90/p99/max token latency,\n"
                    "per-layer dispatch latency, fallbacks, weight bytes read per decode token and, with\n"
                    "--bandwidth, the read bandwidth and the decode limit it implies. Several --devices\n"
                    "configurations, separated by spaces, run interleaved repeat by repeat.",
