@@ -14,7 +14,11 @@
  * into each row's exact integer sums over elements 0..15 and 16..31, then
  * converted and accumulated scaled by d_w * d_x, 4 rows per instruction.
  * Q4_0 gets the same int32 lanes as nibbles * x - 8 * x (see block_dot).
+ * Where the CPU has AVX-VNNI or AVX512-VNNI, vpdpbusd makes those lanes in
+ * one instruction instead of maddubs + madd (+ sub): the same integers, so
+ * the same bits (matmul_qtile.h).
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "core/cpu_features.h"
@@ -34,8 +38,11 @@
 #ifndef F_RN
 #define F_RN 3
 #endif
-#ifndef PREFETCH_LINES
-#define PREFETCH_LINES 2
+/* Decode (one token) prefetches the weights this many row tiles ahead:
+ * one tile (~2 KB) is ~100 ns of streaming, about one memory latency, too
+ * short (Q8_0 read 15.6 -> 21.4 GB/s on one thread at 2 tiles) */
+#ifndef PREFETCH_TILES
+#define PREFETCH_TILES 2
 #endif
 #ifndef Q_RM
 #define Q_RM 4
@@ -174,22 +181,12 @@ AVX2 ALWAYS void float_tile(const mm_job *j, int64_t r, int64_t t, const int RM,
 /* Q8_0: the signed values. Q4_0: the unsigned nibbles q in [0, 16) (the
  * value is q - 8; the tile subtracts 8 * x once per input block instead of
  * per weight block, see quant_tile). Byte j = element j (low nibble) and
- * j+16 (high nibble). */
+ * j+16 (high nibble): the 16 bytes broadcast to both halves (a load, no
+ * shuffle), the upper half shifted by 4, then masked. */
 AVX2 ALWAYS __m256i load_wq(const uint8_t *blk, coli_dtype T) {
     if (T == COLI_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
-    const __m128i tmp = _mm_loadu_si128((const __m128i *)(blk + 2));
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
-
-/* The 8 int32 lanes of sum(w * x) over the block, lane i summing elements
- * 4i..4i+3 (madd of maddubs). Q8_0: |w| * sign(x, w), llama.cpp's trick for
- * a signed x signed product. Q4_0: q * x - 8 * x, where xc holds the lanes
- * of 8 * x: the same integers exactly, with no sign fix-ups per row. */
-AVX2 ALWAYS __m256i block_dot(__m256i wq, __m256i aw, __m256i xv, __m256i xc, coli_dtype T) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    if (T == COLI_Q8_0) return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wq)), ones);
-    return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wq, xv), ones), xc);
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 2)));
+    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0f));
 }
 
 /* The fp16 scales of block k of the RM rows as 4 floats (lanes past RM: 0),
@@ -214,75 +211,17 @@ AVX2 ALWAYS __m256 fold4(const __m256i *d, const int RM) {
     return _mm256_cvtepi32_ps(_mm256_hadd_epi32(d01, d23));
 }
 
-AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T) {
-    const int64_t nb = j->n_in / COLI_QK;
-    const size_t bb = T == COLI_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
-    const uint8_t *w[4];
-    const int8_t *xq[4];
-    const float *xd[4];
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int a = 0; a < RM; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
-#pragma GCC unroll 4
-    for (int b = 0; b < RN; b++) {
-        xq[b] = j->xq + (t + b) * j->n_in;
-        xd[b] = j->xd + (t + b) * nb;
-        acc[b] = _mm256_setzero_ps();
-    }
-    /* decode streams each weight byte once: fetch the next tile's rows
-     * (contiguous after this tile's) while this one computes */
-    const uint8_t *ahead = w[0] + (size_t)RM * j->w_stride;
-    for (int64_t k = 0; k < nb; k++) {
-        __m256i wq[4], aw[4];
-        if (RN == 1 && PREFETCH_LINES)
-            for (int l = 0; l < PREFETCH_LINES; l++)
-                _mm_prefetch((const char *)ahead + (size_t)k * RM * bb + 64 * l, _MM_HINT_T0);
-        const __m128 dw = load_wd4(w, (size_t)k * bb, RM);
-#pragma GCC unroll 4
-        for (int a = 0; a < RM; a++) {
-            wq[a] = load_wq(w[a] + (size_t)k * bb, T);
-            aw[a] = T == COLI_Q8_0 ? _mm256_sign_epi8(wq[a], wq[a]) : wq[a];
-        }
-#pragma GCC unroll 4
-        for (int b = 0; b < RN; b++) {
-            const __m256i xv = _mm256_load_si256((const __m256i *)(xq[b] + k * COLI_QK));
-            /* d_w * d_x of each row: the same single-precision products as one at a time */
-            const __m128 s4 = _mm_mul_ps(dw, _mm_set1_ps(xd[b][k]));
-            const __m256i xc =
-                T == COLI_Q4_0 ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), _mm256_set1_epi16(1))
-                               : xv;
-            __m256i d[4];
-#pragma GCC unroll 4
-            for (int a = 0; a < RM; a++) d[a] = block_dot(wq[a], aw[a], xv, xc, T);
-            acc[b] = _mm256_fmadd_ps(fold4(d, RM), _mm256_set_m128(s4, s4), acc[b]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int b = 0; b < RN; b++) {
-        /* row a: its elements 0..15 lane plus its 16..31 lane */
-        const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc[b]), _mm256_extractf128_ps(acc[b], 1));
-        float out[4];
-        _mm_storeu_ps(out, sum);
-#pragma GCC unroll 4
-        for (int a = 0; a < RM; a++) j->y[(t + b) * j->n_out + r + a] = out[a];
-    }
-}
-
 /* ---- instantiations: every tile shape up to the maximum, per type ------- */
 
 typedef void (*tile_fn)(const mm_job *j, int64_t r, int64_t t);
 
 #define FT(T, A, B) \
     AVX2 static void ft_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) { float_tile(j, r, t, A, B, COLI_##T); }
-#define QT(T, A, B) \
-    AVX2 static void qt_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) { quant_tile(j, r, t, A, B, COLI_##T); }
 #define ROWS_OF(M, T, A) M(T, A, 1) M(T, A, 2) M(T, A, 3) M(T, A, 4)
 #define ALL_OF(M, T) ROWS_OF(M, T, 1) ROWS_OF(M, T, 2) ROWS_OF(M, T, 3) ROWS_OF(M, T, 4)
 ALL_OF(FT, F32)
 ALL_OF(FT, F16)
 ALL_OF(FT, BF16)
-ALL_OF(QT, Q8_0)
-ALL_OF(QT, Q4_0)
 
 #define TROW(P, T, A) \
     { P##_##T##_##A##_1, P##_##T##_##A##_2, P##_##T##_##A##_3, P##_##T##_##A##_4 }
@@ -291,8 +230,6 @@ ALL_OF(QT, Q4_0)
 static const tile_fn s_f32[4][4] = TABLE(ft, F32);
 static const tile_fn s_f16[4][4] = TABLE(ft, F16);
 static const tile_fn s_bf16[4][4] = TABLE(ft, BF16);
-static const tile_fn s_q8_0[4][4] = TABLE(qt, Q8_0);
-static const tile_fn s_q4_0[4][4] = TABLE(qt, Q4_0);
 
 /* ---- row loop: per block of tokens, row tiles x token tiles ------------- */
 
@@ -312,16 +249,44 @@ static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn ta
 static void rows_f32(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f32, F_RM, F_RN); }
 static void rows_f16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f16, F_RM, F_RN); }
 static void rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_bf16, F_RM, F_RN); }
-static void rows_q8_0(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_q8_0, Q_RM, Q_RN); }
-static void rows_q4_0(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_q4_0, Q_RM, Q_RN); }
+
+/* ---- quantized tiles, once per integer dot instruction (matmul_qtile.h) - */
+
+#define QT_TARGET AVX2
+#define QT_SUFFIX avx2
+#define QT_DPBUSD(acc, u, s) \
+    _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+#include "core/matmul_qtile.h"
+
+#define QT_TARGET COLI_TARGET_AVXVNNI
+#define QT_SUFFIX avxvnni
+#define QT_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
+#include "core/matmul_qtile.h"
+
+#define QT_TARGET COLI_TARGET_AVX512VNNI
+#define QT_SUFFIX avx512vnni
+#define QT_DPBUSD(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
+#include "core/matmul_qtile.h"
+
+static atomic_int s_skip_vnni; /* mm_avx2_skip_vnni */
+
+void mm_avx2_skip_vnni(int mask) { atomic_store(&s_skip_vnni, mask); }
+
+/* The Q8_0 / Q4_0 rows of the best integer dot the CPU has. */
+static mm_rows_fn quant_rows(coli_dtype wtype) {
+    const int q8 = wtype == COLI_Q8_0, skip = atomic_load(&s_skip_vnni);
+    if (!(skip & MM_SKIP_AVXVNNI) && coli_cpu_avxvnni()) return q8 ? rows_q8_0_avxvnni : rows_q4_0_avxvnni;
+    if (!(skip & MM_SKIP_AVX512VNNI) && coli_cpu_avx512vnni()) return q8 ? rows_q8_0_avx512vnni : rows_q4_0_avx512vnni;
+    return q8 ? rows_q8_0_avx2 : rows_q4_0_avx2;
+}
 
 mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
     switch (wtype) {
     case COLI_F32: return rows_f32;
     case COLI_F16: return rows_f16;
     case COLI_BF16: return rows_bf16;
-    case COLI_Q8_0: return rows_q8_0;
-    case COLI_Q4_0: return rows_q4_0;
+    case COLI_Q8_0:
+    case COLI_Q4_0: return quant_rows(wtype);
     default: break;
     }
     return rows_f32;
@@ -330,6 +295,7 @@ mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
 mm_rows_fn mm_avx2_rows(coli_dtype wtype) { return mm_portable_rows(wtype); }
+void mm_avx2_skip_vnni(int mask) { (void)mask; }
 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride) {
     mm_portable_round_rows(wtype, x, n_tok, n_in, xf, xf_stride);
 }

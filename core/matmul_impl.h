@@ -77,6 +77,12 @@ void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8
 
 /* ---- AVX2 + FMA + F16C (matmul_avx2.c); call only if coli_cpu_avx2() ---- */
 mm_rows_fn mm_avx2_rows(coli_dtype wtype);
+/* Q8_0 / Q4_0 skip the integer dots in mask even where the CPU has them
+ * (tests compare them, which must give the same bits); 0: the best one.
+ * With both bits set they use AVX2's maddubs. */
+#define MM_SKIP_AVXVNNI 1
+#define MM_SKIP_AVX512VNNI 2
+void mm_avx2_skip_vnni(int mask);
 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride);
 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
 

@@ -13,6 +13,7 @@
 #include "colibri.h"
 #include "core/cpu_features.h"
 #include "core/matmul.h"
+#include "core/matmul_impl.h"
 #include "core/quant.h"
 #include "tests/quant_util.h"
 #include "core/vecdot.h"
@@ -413,4 +414,43 @@ Test(matmul, avx2_token_groups_equal_single_tokens) {
         free(x);
         free(w);
     }
+}
+
+/* Q8_0 / Q4_0 with each VNNI integer dot the CPU has give the bits of the
+ * AVX2 maddubs path: the same exact integer lanes. Odd shapes (partial
+ * tiles), 1..9 tokens, 2 threads; Q8_0 weights include -128 bytes (the
+ * largest magnitude the unsigned operand sees). */
+static void check_vnni_variant(int skip, const char *name) {
+    static const coli_dtype types[] = {COLI_Q8_0, COLI_Q4_0};
+    coli_pool *pool = coli_pool_new(2);
+    coli_scratch s = {0};
+    for (int i = 0; i < 2; i++)
+        for (int64_t n_tok = 1; n_tok <= 9; n_tok += 4) {
+            problem p = make_problem(types[i], 352, 45, n_tok, 900u + (unsigned)(i * 16 + n_tok));
+            if (types[i] == COLI_Q8_0)
+                for (int64_t r = 0; r < p.n_out; r += 3)
+                    p.w[(size_t)r * coli_row_bytes(p.t, p.n_in) + 2 + r % 32] = 0x80;
+            mm_avx2_skip_vnni(MM_SKIP_AVXVNNI | MM_SKIP_AVX512VNNI);
+            float *a = run(&p, pool, &s);
+            mm_avx2_skip_vnni(skip);
+            float *b = run(&p, pool, &s);
+            mm_avx2_skip_vnni(0);
+            cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)(p.n_out * n_tok)), 0, "%s, %lld tokens: %s differs",
+                         coli_dtype_name(types[i]), (long long)n_tok, name);
+            free(a);
+            free(b);
+            free_problem(&p);
+        }
+    coli_scratch_free(&s);
+    coli_pool_destroy(&pool);
+}
+
+Test(matmul, avxvnni_equals_avx2_bits) {
+    if (!coli_cpu_avxvnni()) cr_skip_test("no AVX-VNNI on this CPU");
+    check_vnni_variant(MM_SKIP_AVX512VNNI, "AVX-VNNI");
+}
+
+Test(matmul, avx512vnni_equals_avx2_bits) {
+    if (!coli_cpu_avx512vnni()) cr_skip_test("no AVX512-VNNI on this CPU");
+    check_vnni_variant(MM_SKIP_AVXVNNI, "AVX512-VNNI");
 }

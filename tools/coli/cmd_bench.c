@@ -252,6 +252,21 @@ static void print_header(const bench_opts *o, const bench_env *env) {
         printf("read bandwidth: not measured (--bandwidth)\n");
 }
 
+/* Decode token latency over all repeats, in ms. */
+typedef struct token_latency {
+    double p50, p90, p99, max;
+} token_latency;
+
+static token_latency token_latency_of(const config_run *c) {
+    token_latency l = {0, 0, 0, 0};
+    for (int i = 0; i < c->n_lat; i++)
+        if (c->lat[i] * 1e3 > l.max) l.max = c->lat[i] * 1e3;
+    l.p50 = bench_quantile(c->lat, c->n_lat, 0.5) * 1e3;
+    l.p90 = bench_quantile(c->lat, c->n_lat, 0.9) * 1e3;
+    l.p99 = bench_quantile(c->lat, c->n_lat, 0.99) * 1e3;
+    return l;
+}
+
 static void print_config(const bench_opts *o, const bench_env *env, config_run *c) {
     printf("[%s] load %.3f s\n", c->devices, c->load_s);
     for (int p = 0; p < o->n_prompt; p++) {
@@ -265,8 +280,9 @@ static void print_config(const bench_opts *o, const bench_env *env, config_run *
     summary d = summarize(c->decode, o->repeat);
     printf("  decode  %4d tokens: %9.2f tok/s (min %.2f, max %.2f)", o->n_decode, d.med, d.min, d.max);
     if (limit_tok_s(env) > 0) printf("  = %.0f%% of the limit", 100.0 * d.med / limit_tok_s(env));
-    double p50 = bench_quantile(c->lat, c->n_lat, 0.5) * 1e3, p99 = bench_quantile(c->lat, c->n_lat, 0.99) * 1e3;
-    printf("\n  token latency p50 %.3f ms, p99 %.3f ms (p99/p50 %.2f)\n", p50, p99, p50 > 0 ? p99 / p50 : 0);
+    const token_latency l = token_latency_of(c);
+    printf("\n  token latency p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (p99/p50 %.2f)\n", l.p50, l.p90, l.p99,
+           l.max, l.p50 > 0 ? l.p99 / l.p50 : 0);
     if (c->has_dispatch)
         printf("  per-layer dispatch p50 %.3f ms, p99 %.3f ms, fallbacks %.0f\n", c->disp_p50, c->disp_p99,
                c->fallbacks);
@@ -298,6 +314,15 @@ static void json_latency(cJSON *parent, const char *name, double p50, double p99
     cJSON_AddItemToObject(o, "p99", json_round(p99, 4));
 }
 
+static void json_token_latency(cJSON *parent, const config_run *c) {
+    const token_latency l = token_latency_of(c);
+    cJSON *o = cJSON_AddObjectToObject(parent, "token_latency_ms");
+    cJSON_AddItemToObject(o, "p50", json_round(l.p50, 4));
+    cJSON_AddItemToObject(o, "p90", json_round(l.p90, 4));
+    cJSON_AddItemToObject(o, "p99", json_round(l.p99, 4));
+    cJSON_AddItemToObject(o, "max", json_round(l.max, 4));
+}
+
 static cJSON *json_config(const bench_opts *o, const bench_env *env, config_run *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "devices", c->devices);
@@ -320,8 +345,7 @@ static cJSON *json_config(const bench_opts *o, const bench_env *env, config_run 
     summary d = summarize(c->decode, o->repeat);
     cJSON_AddItemToObject(j, "pct_of_limit",
                           json_round(limit_tok_s(env) > 0 ? 100.0 * d.med / limit_tok_s(env) : 0, 2));
-    json_latency(j, "token_latency_ms", bench_quantile(c->lat, c->n_lat, 0.5) * 1e3,
-                 bench_quantile(c->lat, c->n_lat, 0.99) * 1e3);
+    json_token_latency(j, c);
     if (c->has_dispatch)
         json_latency(j, "dispatch_latency_ms", c->disp_p50, c->disp_p99);
     else
@@ -446,7 +470,7 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     if (rc == ARGS_HELP) {
         args_usage(stdout, "bench",
                    "-m FILE [-p 64,512] [-n 128] [--devices \"inproc cpu:1\"] [--repeat R] [--bandwidth] [--json OUT]",
-                   "Prefill and decode tok/s (median, min, max over repeats), p50/p99 token latency,\n"
+                   "Prefill and decode tok/s (median, min, max over repeats), p50/p90/p99/max token latency,\n"
                    "per-layer dispatch latency, fallbacks, weight bytes read per decode token and, with\n"
                    "--bandwidth, the read bandwidth and the decode limit it implies. Several --devices\n"
                    "configurations, separated by spaces, run interleaved repeat by repeat.",
@@ -499,7 +523,7 @@ int cmd_bench(int argc, char **argv) {
     bench_env env;
     memset(&env, 0, sizeof env);
     if (o.bandwidth) {
-        if ((rc = bench_read_bandwidth(o.n_threads, o.bw_mib, 5, &env.gbs)) != 0) return rc;
+        if ((rc = bench_read_bandwidth(o.n_threads, o.bw_mib, 10, &env.gbs)) != 0) return rc;
         if (!o.mo.model) {
             printf("read bandwidth (%d threads, %d MiB): %.2f GB/s\n", o.n_threads, o.bw_mib, env.gbs);
             return 0;
