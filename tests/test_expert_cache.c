@@ -28,6 +28,7 @@
 #include "coordinator/sched/expert_cache.h"
 #include "coordinator/sched/sched_internal.h"
 #include "core/gguf.h"
+#include "tests/cli_run.h"
 #include "tests/sched_util.h"
 
 #define BUNDLED "models/tiny-moe-4e2r-f16.gguf"
@@ -38,6 +39,7 @@ TestSuite(ec_policy);
 TestSuite(ec_devices);
 TestSuite(ec_run, .init = sched_env_defaults, .timeout = 240);
 TestSuite(ec_wire, .timeout = 60);
+TestSuite(ec_cli, .init = sched_env_defaults, .timeout = 240);
 
 static const uint64_t s_bytes[2] = {100, 100};
 
@@ -464,4 +466,58 @@ Test(ec_wire, a_worker_placed_without_cache_refuses_cache_requests) {
     const int one[1][2] = {{3, 2}};
     s_expect_refused(&f, 0, one, 1, "not a cache worker");
     s_stop_worker(&f);
+}
+
+// ---------------------------------------------------------------------------
+//  The counters reach the end-of-run summary, --stats-json, coli stats and coli bench --json.
+Test(ec_cli, counters_in_summary_stats_file_and_bench_json) {
+    char coli[1024], st[256], bj[256];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    snprintf(st, sizeof st, "/tmp/coli-ec-%ld.json", (long)getpid());
+    snprintf(bj, sizeof bj, "/tmp/coli-ec-bench-%ld.json", (long)getpid());
+    char *run[] = {coli,
+                   "run",
+                   "-m",
+                   BUNDLED,
+                   "-p",
+                   "And God said",
+                   "-n",
+                   "4",
+                   "--temp",
+                   "0",
+                   "-t",
+                   "1",
+                   "--devices",
+                   "cpu:1@1@cache=25%,cpu:1@1",
+                   "--stats-json",
+                   st,
+                   NULL};
+    cli_result r = cli_run(run);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "cache cpu:0: budget 2.2 MiB  hits"), "summary: %s", r.err);
+    cli_result_free(&r);
+    char *stats[] = {coli, "stats", st, NULL};
+    r = cli_run(stats);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "live expert caches:") && strstr(r.out, "promotions"), "%s", r.out);
+    cli_result_free(&r);
+    char *bench[] = {coli,       "bench", "-m",     BUNDLED, "--devices", "cpu:1@1@cache=50%,cpu:1@1", "-n", "4",
+                     "--repeat", "1",     "--json", bj,      NULL};
+    r = cli_run(bench);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "cache cpu:0: hit rate"), "%s", r.out);
+    cli_result_free(&r);
+    size_t n = 0;
+    char *text = cli_slurp(bj, &n);
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_not_null(j, "%s", text);
+    cJSON *cfg = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "configs"), 0);
+    cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(cfg, "caches"), 0);
+    cr_assert_not_null(c, "%s", text);
+    cr_assert_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(c, "hits")),
+                 cJSON_GetNumberValue(cJSON_GetObjectItem(c, "rows")), "its rows are its hits");
+    cJSON_Delete(j);
+    free(text);
+    unlink(st);
+    unlink(bj);
 }
