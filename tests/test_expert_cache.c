@@ -253,6 +253,33 @@ Test(ec_run, byte_identical_to_inproc_for_every_budget_with_evictions) {
     gen_free(&ref);
 }
 
+//  Prefetch on (the default) and off: the same bytes; prefetches issued only when on.
+Test(ec_run, prefetch_on_and_off_byte_identical) {
+    gen_result ref, r;
+    sched_generate(BUNDLED, "inproc", NULL, NULL, &ref);
+    const char *devices[] = {"cpu:1@1@cache=25%,cpu:1@1", "cpu:1@1@cache=50%,cpu:1@1"};
+    long issued[2][2] = {{0}};
+    for (int on = 0; on < 2; on++)
+        for (int i = 0; i < 2; i++) {
+            setenv("COLI_CACHE_PREFETCH", on ? "1" : "0", 1);
+            sched_generate(BUNDLED, devices[i], NULL, NULL, &r);
+            unsetenv("COLI_CACHE_PREFETCH");
+            sched_assert_same(&ref, &r, devices[i]);
+            cJSON *j = cJSON_Parse(r.stats);
+            cJSON *c = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "workers"), 0), "cache");
+            issued[on][i] = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "prefetch_issued"));
+            long used = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "prefetch_used"));
+            cr_assert_leq(used, issued[on][i], "%s", r.stats);
+            cache_counts k = s_counts(r.stats, 0);
+            cr_assert_eq(k.hits + k.misses, ROUTED_PAIRS);
+            cJSON_Delete(j);
+            gen_free(&r);
+        }
+    cr_assert_eq(issued[0][0] + issued[0][1], 0, "COLI_CACHE_PREFETCH=0 issues none");
+    cr_assert_gt(issued[1][0] + issued[1][1], 0, "the default prefetches the next layer");
+    gen_free(&ref);
+}
+
 Test(ec_run, heat_seeds_the_initial_set) {
     char heat[256];
     snprintf(heat, sizeof heat, "/tmp/coli-ec-%ld.heat", (long)getpid());

@@ -168,6 +168,10 @@ int worker_cache_on_load(worker *w, const Coli__Envelope *env);
 int worker_cache_on_evict(worker *w, const Coli__Envelope *env);
 /* Adopt what the loader thread staged (between batches) and ack it. */
 void worker_cache_poll(worker *w);
+/* The main thread is idle (no batch waiting): stage a job the loader thread
+ * has left waiting too long (a starved thread), adopt it, ack it. Returns 1
+ * while loads still wait for the loader. */
+int worker_cache_idle(worker *w);
 /* The loader's doorbell (an eventfd to poll), or -1. */
 int worker_cache_fd(const worker *w);
 /* Join the loader, free the copies (after the plugin dropped them). */

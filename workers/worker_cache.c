@@ -20,14 +20,19 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/expert_ffn.h"
 #include "workers/worker.h"
 
 #define CACHE_MAX_PER_MSG 4096 /* experts one CacheLoad / CacheEvict may name */
+/* A job the loader has not picked up after this long is staged by the idle
+ * main thread instead (a starved loader thread on a loaded machine). */
+#define CACHE_STEAL_NS 20000000ULL
 
 typedef struct cache_job {
     uint64_t seq;
+    uint64_t queued_ns; /* when the main thread queued it */
     size_t n;
     int32_t *layer, *expert;
     expert_weights *src; /* pointers into the mapping (validated on the main thread) */
@@ -88,6 +93,14 @@ static void *s_stage(const expert_weights *src, expert_weights *dst, size_t *byt
     return buf;
 }
 
+static void s_stage_job(cache_job *j) {
+    for (size_t i = 0; i < j->n; i++) {
+        expert_weights copy;
+        j->copy[i] = s_stage(&j->src[i], &copy, NULL);
+        if (j->copy[i]) j->src[i] = copy; /* from now on: the copy */
+    }
+}
+
 static void *s_loader(void *arg) {
     struct worker_cache *c = arg;
     pthread_mutex_lock(&c->mu);
@@ -97,11 +110,7 @@ static void *s_loader(void *arg) {
         cache_job *j = c->todo;
         c->todo = j->next;
         pthread_mutex_unlock(&c->mu);
-        for (size_t i = 0; i < j->n; i++) {
-            expert_weights copy;
-            j->copy[i] = s_stage(&j->src[i], &copy, NULL);
-            if (j->copy[i]) j->src[i] = copy; /* from now on: the copy */
-        }
+        s_stage_job(j);
         pthread_mutex_lock(&c->mu);
         s_push(&c->done, j);
         uint64_t one = 1;
@@ -256,6 +265,7 @@ int worker_cache_on_load(worker *w, const Coli__Envelope *env) {
         return s_send_ack(w, m->seq, "cache load: worker out of memory", NULL);
     }
     j->seq = m->seq;
+    j->queued_ns = coli_now_ns();
     j->n = n;
     for (size_t i = 0; i < n && !why[0]; i++) {
         int l = m->experts[i]->layer, e = m->experts[i]->expert;
@@ -307,6 +317,24 @@ static void s_finish_job(worker *w, cache_job *j) {
     }
     s_send_ack(w, j->seq, NULL, &al);
     free(al.changed), free(al.refused), free(al.why);
+}
+
+int worker_cache_idle(worker *w) {
+    struct worker_cache *c = w->cache;
+    if (!c) return 0;
+    pthread_mutex_lock(&c->mu);
+    cache_job *j = c->todo;
+    if (j && coli_now_ns() - j->queued_ns >= CACHE_STEAL_NS)
+        c->todo = j->next;
+    else
+        j = NULL;
+    int waiting = c->todo != NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (!j) return waiting;
+    s_stage_job(j);
+    s_finish_job(w, j);
+    s_job_free(j);
+    return waiting;
 }
 
 void worker_cache_poll(worker *w) {

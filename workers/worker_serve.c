@@ -428,7 +428,10 @@ static int s_wait(worker *w, int spin) {
     int n = w->ring.base ? 3 : 2;
     if (w->cache) it[n++] = it[3]; /* the loader staged an expert: adopt it between batches */
     if (w->ring.base && ring_sleep_begin(&w->ring, RING_REQ)) return 0;
-    zmq_poll(it, n, w->a.heartbeat_ms);
+    int timeout = w->a.heartbeat_ms;
+    /* nothing to serve: stage a load the loader has not started; look again soon while loads wait */
+    if (worker_cache_idle(w) && timeout > 5) timeout = 5;
+    zmq_poll(it, n, timeout);
     if (w->ring.base) ring_sleep_end(&w->ring, RING_REQ);
     return w->a.lifeline_fd >= 0 && it[1].revents != 0;
 }

@@ -404,6 +404,11 @@ void cache_restart(worker_link *w);
  * pair's tier decides. count: the first assignment of the pair (hits, misses
  * and scores follow it). */
 int cache_route(sched *s, size_t slot, int count);
+/* Before layer's batches go out (x: its n_tok MoE inputs): when
+ * COLI_CACHE_PREFETCH is on, predict layer + 1's experts with its router and
+ * start loads of those not resident (free room, or colder ones under the
+ * hysteresis). */
+void cache_prefetch(sched *s, int layer, const float *x, int64_t n_tok);
 /* After a layer of n_tok tokens (no batch in flight): promotions and evictions. */
 void cache_after_layer(sched *s, int64_t n_tok);
 /* The stats of w's cache as JSON members (",\"cache\":{...}") / a text line; nothing for other workers. */

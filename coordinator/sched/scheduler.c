@@ -283,6 +283,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
     for (int64_t p = 0; p < n_pairs; p++) s->call.pair_target[p] = PAIR_PENDING;
     memset(s->call.excluded, 0, (size_t)s->n_w);
     uint64_t t0 = coli_now_ns();
+    cache_prefetch(s, layer, x, n_tok); /* the next layer's loads overlap with this one */
     int used_workers = 0, first = 1;
     while (rc == 0 && s->call.pending > 0) {
         unsigned char allow_load[SCHED_MAX_WORKERS] = {0};
