@@ -83,24 +83,43 @@ Test(ec_policy, hysteresis_keeps_equal_heat_and_lets_a_clear_winner_in) {
     expert_cache *ec = s_cache(100); /* one expert */
     s_make_resident(ec, 0);
     ec_action a[4];
-    int64_t b = 5;
+    int64_t b = 1;                  /* same layer as slot 0 */
     for (int i = 0; i < 200; i++) { /* two experts of equal heat, alternating */
         ec_touch(ec, 0);
-        ec_touch(ec, 5);
+        ec_touch(ec, 1);
         cr_assert_eq(ec_decide(ec, &b, 1, 0, a, 4), 0, "round %d: equal heat must not swap", i);
     }
     cr_assert_eq(ec->c.evictions, 0);
-    /* 0 has 200 touches; 5 needs more than 200 * 1.25 + 1 = 251 */
-    for (int i = 0; i < 51; i++) ec_touch(ec, 5);
-    cr_assert_eq(ec_decide(ec, &b, 1, 0, a, 4), 0, "251 is not more than 251");
-    ec_touch(ec, 5);
-    cr_assert_eq(ec_decide(ec, &b, 1, 0, a, 4), 1, "252 is");
+    /* 0 has 200 touches; 1 needs a share above 1.25 times 0's: more than 250 */
+    for (int i = 0; i < 50; i++) ec_touch(ec, 1);
+    cr_assert_eq(ec_decide(ec, &b, 1, 0, a, 4), 0, "250 is not more than 250");
+    ec_touch(ec, 1);
+    cr_assert_eq(ec_decide(ec, &b, 1, 0, a, 4), 1, "251 is");
     cr_assert_eq(a[0].victim, 0);
-    cr_assert_eq(a[0].slot, 5);
+    cr_assert_eq(a[0].slot, 1);
     cr_assert_eq(ec->state[0], EC_NONE, "the victim leaves routing at once");
-    cr_assert_eq(ec->state[5], EC_LOADING);
+    cr_assert_eq(ec->state[1], EC_LOADING);
     cr_assert_eq(ec->c.evictions, 1);
     cr_assert_eq(ec->used, 100);
+    ec_free(ec);
+}
+
+//  Layers compare by share: a big batch seen by layer 1 only does not make
+//  layer 1's experts look hotter than layer 0's hot one.
+Test(ec_policy, layers_compare_by_share_not_by_raw_counts) {
+    expert_cache *ec = s_cache(100);
+    s_make_resident(ec, 0);
+    for (int i = 0; i < 10; i++) ec_touch(ec, 0), ec_touch(ec, 1); /* layer 0: 0 and 1 half each */
+    for (int i = 0; i < 500; i++) ec_touch(ec, 4 + i % 4);         /* layer 1: a burst, uniform */
+    int64_t c[4] = {4, 5, 6, 7};
+    ec_action a[4];
+    cr_assert_eq(ec_decide(ec, c, 4, 0, a, 4), 0, "a quarter share does not beat a half");
+    for (int i = 0; i < 300; i++) ec_touch(ec, 5);
+    cr_assert_eq(ec_decide(ec, c, 4, 0, a, 4), 0, "425 / 800 = 0.53 is not above 0.5 * 1.25");
+    for (int i = 0; i < 300; i++) ec_touch(ec, 5);
+    cr_assert_eq(ec_decide(ec, c, 4, 0, a, 4), 1, "725 / 1100 = 0.66 is");
+    cr_assert_eq(a[0].victim, 0);
+    cr_assert_eq(a[0].slot, 5);
     ec_free(ec);
 }
 
@@ -111,19 +130,19 @@ Test(ec_policy, decay_lets_a_new_favourite_displace_an_old_one) {
     expert_cache *ec = ec_new(2, 4, s_bytes, 100, &p);
     s_make_resident(ec, 2);
     for (int i = 0; i < 50; i++) ec_touch(ec, 2);
-    int64_t b = 7;
+    int64_t b = 1; /* same layer */
     ec_action a[4];
-    for (int i = 0; i < 3; i++) ec_touch(ec, 7);
+    for (int i = 0; i < 3; i++) ec_touch(ec, 1);
     cr_assert_eq(ec_decide(ec, &b, 1, 0, a, 4), 0, "3 recent touches do not beat 50 of the same age");
     ec_advance(ec, 100); /* ten half-lives: the old touches weigh 1/1024 of new ones */
-    for (int i = 0; i < 3; i++) ec_touch(ec, 7);
+    for (int i = 0; i < 3; i++) ec_touch(ec, 1);
     cr_assert_eq(ec_decide(ec, &b, 1, 0, a, 4), 1, "now they do");
     cr_assert_eq(a[0].victim, 2);
     /* a rescale keeps the order */
-    ec_loaded(ec, 7, 1);
+    ec_loaded(ec, 1, 1);
     ec_advance(ec, 10 * 400);
     cr_assert(ec->inc < 1e100 && ec->inc >= 1);
-    cr_assert(ec->score[7] > ec->score[2]);
+    cr_assert(ec->score[1] > ec->score[2]);
     ec_free(ec);
 }
 
@@ -229,6 +248,24 @@ static cache_counts s_counts(const char *json, int id) {
 
 #define ROUTED_PAIRS ((PROMPT_LEN + GEN_STEPS) * N_LAYER * TOP_K)
 
+//  Before each step: wait (up to 10 s) until the cache's loads are acknowledged,
+//  so that a loaded machine's scheduling does not decide what the test sees.
+static void s_settle(coli_model *m, int step, void *user) {
+    (void)step, (void)user;
+    for (double t0 = sched_now(); sched_now() - t0 < 10; usleep(2000)) {
+        char *js = NULL;
+        cr_assert_eq(coli_model_stats_json(m, &js), 0);
+        cJSON *j = cJSON_Parse(js);
+        free(js);
+        cJSON *c = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "workers"), 0), "cache");
+        double used = cJSON_GetNumberValue(cJSON_GetObjectItem(c, "used_bytes"));
+        double held = cJSON_GetNumberValue(cJSON_GetObjectItem(c, "resident_experts"));
+        cJSON_Delete(j);
+        if (used == held * 576 * 1024) return;
+    }
+    cr_assert_fail("the cache's loads were not acknowledged within 10 s");
+}
+
 Test(ec_run, byte_identical_to_inproc_for_every_budget_with_evictions) {
     gen_result ref, r;
     sched_generate(BUNDLED, "inproc", NULL, NULL, &ref);
@@ -237,7 +274,9 @@ Test(ec_run, byte_identical_to_inproc_for_every_budget_with_evictions) {
     const long expert = 576 * 1024, budget[4] = {expert, 4 * expert, 8 * expert, 16 * expert};
     long evictions_small = 0;
     for (size_t i = 0; i < 4; i++) {
-        sched_generate(BUNDLED, cases[i], NULL, NULL, &r);
+        if (i < 2) setenv("COLI_CACHE_MARGIN_PCT", "0", 1); /* no hysteresis: evictions mid-run */
+        sched_generate(BUNDLED, cases[i], s_settle, NULL, &r);
+        unsetenv("COLI_CACHE_MARGIN_PCT");
         sched_assert_same(&ref, &r, cases[i]);
         cache_counts c = s_counts(r.stats, 0);
         cr_assert_eq(c.hits + c.misses, ROUTED_PAIRS, "%s: every routed pair reaches the cache once", cases[i]);
@@ -262,7 +301,7 @@ Test(ec_run, prefetch_on_and_off_byte_identical) {
     for (int on = 0; on < 2; on++)
         for (int i = 0; i < 2; i++) {
             setenv("COLI_CACHE_PREFETCH", on ? "1" : "0", 1);
-            sched_generate(BUNDLED, devices[i], NULL, NULL, &r);
+            sched_generate(BUNDLED, devices[i], s_settle, NULL, &r);
             unsetenv("COLI_CACHE_PREFETCH");
             sched_assert_same(&ref, &r, devices[i]);
             cJSON *j = cJSON_Parse(r.stats);
@@ -312,19 +351,22 @@ Test(ec_run, heat_seeds_the_initial_set) {
     unlink(heat);
 }
 
-//  The cache worker SIGKILLs itself on its third batch (COLI_FAULT crash,
+//  The cache worker SIGKILLs itself on its first batch (COLI_FAULT crash,
 //  a real process death): its rows go to the CPU tier, it restarts empty
 //  of routed experts until its Place is answered, the bytes do not change.
 //  Before the last two steps: wait (up to 20 s) until the killed worker is back.
 static void s_wait_restarted(coli_model *m, int step, void *user) {
-    (void)user;
-    if (step != GEN_STEPS - 2) return;
+    if (step < 1) {
+        s_settle(m, step, user);
+        return;
+    }
     for (double t0 = sched_now(); sched_now() - t0 < 20;) {
         char *js = NULL, state[32];
         cr_assert_eq(coli_model_stats_json(m, &js), 0);
         sched_worker_field(js, 0, "state", state, sizeof state);
         free(js);
-        if (!strcmp(state, "up")) return;
+        if (strcmp(state, "down") && strcmp(state, "starting") && strcmp(state, "placing"))
+            return s_settle(m, step, user);
         usleep(20000);
     }
     cr_assert_fail("the cache worker did not come back");
@@ -333,7 +375,7 @@ static void s_wait_restarted(coli_model *m, int step, void *user) {
 Test(ec_run, cache_worker_killed_mid_run) {
     gen_result ref, r;
     sched_generate(BUNDLED, "inproc", NULL, NULL, &ref);
-    setenv("COLI_FAULT", "crash@worker=0:after=2", 1);
+    setenv("COLI_FAULT", "crash@worker=0:after=0", 1);
     sched_generate(BUNDLED, "cpu:1@1@cache=50%,cpu:1@1", s_wait_restarted, NULL, &r);
     unsetenv("COLI_FAULT");
     sched_assert_same(&ref, &r, "cache worker killed");

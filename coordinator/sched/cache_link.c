@@ -71,7 +71,10 @@ int cache_setup(sched *s, const uint64_t *heat) {
         if (!w->dev.cache) continue;
         cache_worker *cw = calloc(1, sizeof *cw);
         if (cw) {
-            cw->ec = ec_new(s->model.n_layer, s->model.n_expert, s->model.expert_bytes, w->dev.budget, NULL);
+            ec_params p;
+            ec_default_params(&p);
+            p.margin = (double)s->set.cache_margin_pct / 100.0;
+            cw->ec = ec_new(s->model.n_layer, s->model.n_expert, s->model.expert_bytes, w->dev.budget, &p);
             cw->seq_of = calloc(n, sizeof *cw->seq_of);
             cw->missed = calloc(n, sizeof *cw->missed);
             cw->in_missed = calloc(n, 1);
@@ -203,7 +206,7 @@ int cache_route(sched *s, size_t slot, int count) {
             if (usable)
                 ec_touch(cw->ec, slot);
             else {
-                cw->ec->score[slot] += cw->ec->inc;
+                ec_count(cw->ec, slot);
                 cw->ec->c.misses++;
                 if (!cw->in_missed[slot]) cw->in_missed[slot] = 1, cw->missed[cw->n_missed++] = (int64_t)slot;
             }

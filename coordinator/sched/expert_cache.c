@@ -37,7 +37,8 @@ expert_cache *ec_new(int n_layer, int n_expert, const uint64_t *expert_bytes, ui
     ec->state = calloc(n ? n : 1, 1);
     ec->prefetched = calloc(n ? n : 1, 1);
     ec->score = calloc(n ? n : 1, sizeof *ec->score);
-    if (!ec->expert_bytes || !ec->state || !ec->prefetched || !ec->score) {
+    ec->mass = calloc((size_t)n_layer, sizeof *ec->mass);
+    if (!ec->expert_bytes || !ec->state || !ec->prefetched || !ec->score || !ec->mass) {
         ec_free(ec);
         return NULL;
     }
@@ -51,6 +52,7 @@ void ec_free(expert_cache *ec) {
     free(ec->state);
     free(ec->prefetched);
     free(ec->score);
+    free(ec->mass);
     free(ec);
 }
 
@@ -61,11 +63,23 @@ void ec_advance(expert_cache *ec, double tokens) {
     ec->inc *= exp2(tokens / ec->p.half_life_tokens);
     if (ec->inc < EC_RESCALE_AT) return;
     for (size_t i = 0; i < ec_slots(ec); i++) ec->score[i] /= ec->inc;
+    for (int l = 0; l < ec->n_layer; l++) ec->mass[l] /= ec->inc;
     ec->inc = 1;
 }
 
-int ec_touch(expert_cache *ec, size_t slot) {
+//  Slot's share of its layer's touches (0 when the layer has none).
+static double s_share(const expert_cache *ec, size_t slot) {
+    double m = ec->mass[slot / (size_t)ec->n_expert];
+    return m > 0 ? ec->score[slot] / m : 0;
+}
+
+void ec_count(expert_cache *ec, size_t slot) {
     ec->score[slot] += ec->inc;
+    ec->mass[slot / (size_t)ec->n_expert] += ec->inc;
+}
+
+int ec_touch(expert_cache *ec, size_t slot) {
+    ec_count(ec, slot);
     if (ec->state[slot] != EC_RESIDENT) {
         ec->c.misses++;
         return 0;
@@ -85,7 +99,10 @@ size_t ec_seed(expert_cache *ec, const uint64_t *heat) {
     if (!total) return 0;
     /* scores as if the heat had been seen over one half-life of tokens */
     double rows = (double)total / (double)ec->n_layer;
-    for (size_t i = 0; i < n; i++) ec->score[i] = (double)heat[i] / rows * ec->p.half_life_tokens * ec->inc;
+    for (size_t i = 0; i < n; i++) {
+        ec->score[i] = (double)heat[i] / rows * ec->p.half_life_tokens * ec->inc;
+        ec->mass[i / (size_t)ec->n_expert] += ec->score[i];
+    }
     size_t chosen = 0;
     for (;;) { /* hottest NONE slot that fits; ties in slot order: deterministic */
         int64_t best = -1;
@@ -104,7 +121,7 @@ size_t ec_seed(expert_cache *ec, const uint64_t *heat) {
 static int64_t s_coldest(const expert_cache *ec) {
     int64_t v = -1;
     for (size_t i = 0; i < ec_slots(ec); i++)
-        if (ec->state[i] == EC_RESIDENT && (v < 0 || ec->score[i] < ec->score[v])) v = (int64_t)i;
+        if (ec->state[i] == EC_RESIDENT && (v < 0 || s_share(ec, i) < s_share(ec, (size_t)v))) v = (int64_t)i;
     return v;
 }
 
@@ -119,7 +136,7 @@ int ec_decide(expert_cache *ec, const int64_t *cand, int n_cand, int prefetch, e
         if (ec->used + b > ec->budget) {
             victim = s_coldest(ec);
             /* hysteresis: only a clearly hotter candidate displaces it, and only when that makes room */
-            if (victim < 0 || ec->score[c] <= ec->score[victim] * (1 + ec->p.margin) + ec->inc ||
+            if (victim < 0 || s_share(ec, c) <= s_share(ec, (size_t)victim) * (1 + ec->p.margin) ||
                 ec->used - s_bytes(ec, (size_t)victim) + b > ec->budget)
                 continue;
             ec->state[victim] = EC_NONE;

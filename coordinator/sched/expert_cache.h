@@ -13,9 +13,11 @@
  * Score: LFU with exponential decay. Each routed pair that reaches the cache
  * adds `inc` to its slot's score; `inc` grows by 2^(tokens / half_life) as
  * tokens go by (so older touches weigh less, without touching every slot);
- * all scores are rescaled when inc gets large. Hysteresis: a candidate
- * replaces the coldest resident slot only when its score exceeds that slot's
- * by the factor (1 + margin) plus one touch.
+ * all scores are rescaled when inc gets large. Slots are compared by their
+ * share of their layer's (decayed) touches, so layers compare fairly even
+ * while one layer has seen a large batch the later layers have not seen yet
+ * (a prefill). Hysteresis: a candidate replaces the coldest resident slot
+ * only when its share exceeds that slot's by the factor (1 + margin).
  */
 #ifndef COLI_COORD_SCHED_EXPERT_CACHE_H
 #define COLI_COORD_SCHED_EXPERT_CACHE_H
@@ -57,6 +59,7 @@ typedef struct expert_cache {
     unsigned char *state;      /* (slots) EC_* */
     unsigned char *prefetched; /* (slots) 1: loaded by prefetch and not routed since */
     double *score;             /* (slots) */
+    double *mass;              /* (n_layer) decayed touches of each layer (sum of its scores) */
     double inc;
     ec_params p;
     ec_counters c;
@@ -74,6 +77,8 @@ void ec_advance(expert_cache *ec, double tokens);
 /* A routed pair of slot reached the cache: its score rises; returns 1 (a hit)
  * when it is RESIDENT, else 0 (a miss); counts either. */
 int ec_touch(expert_cache *ec, size_t slot);
+/* A routed pair of slot: its score (and its layer's mass) rise; nothing counted. */
+void ec_count(expert_cache *ec, size_t slot);
 /* Seed the scores and choose the initial resident set from heat
  * ((slots) selection counts; all zero or NULL: nothing): hottest first while
  * they fit. The chosen slots become LOADING. Returns how many. */
