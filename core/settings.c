@@ -43,6 +43,8 @@ void coli_settings_from_env(coli_settings *out) {
     out->reprobe_ms = s_num("COLI_WORKER_REPROBE_MS", 60000);
     out->heartbeat_ms = s_num("COLI_HEARTBEAT_MS", 200);
     out->heartbeat_miss = s_num("COLI_HEARTBEAT_MISS", 10);
+    out->cache_prefetch = s_num("COLI_CACHE_PREFETCH", 1);
+    out->cache_margin_pct = s_num("COLI_CACHE_MARGIN_PCT", 25);
     out->probe_timeout_ms = s_num("COLI_PROBE_TIMEOUT_MS", 10000);
     out->shm_spin_us = s_num("COLI_SHM_SPIN_US", 50);
     s_str("COLI_DATA_PATH", out->data_path_text, sizeof out->data_path_text);

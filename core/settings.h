@@ -33,6 +33,8 @@ typedef struct coli_settings {
     uint64_t reprobe_ms;          /* COLI_WORKER_REPROBE_MS (0 = a worker that failed too often stays down) */
     uint64_t heartbeat_ms;        /* COLI_HEARTBEAT_MS */
     uint64_t heartbeat_miss;      /* COLI_HEARTBEAT_MISS (0 = off) */
+    uint64_t cache_margin_pct;    /* COLI_CACHE_MARGIN_PCT: a live cache's hysteresis, percent */
+    uint64_t cache_prefetch;      /* COLI_CACHE_PREFETCH: live expert caches prefetch the next layer (0 = off) */
     uint64_t probe_timeout_ms;    /* COLI_PROBE_TIMEOUT_MS */
     /* the data path to local workers */
     coli_data_path data_path; /* COLI_DATA_PATH */

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define MOE_PLUGIN_ABI_MAJOR 1
-#define MOE_PLUGIN_ABI_MINOR 1 /* 1.1: get_counters */
+#define MOE_PLUGIN_ABI_MINOR 2 /* 1.1: get_counters; 1.2: unload_expert */
 #define MOE_PLUGIN_SYMBOL "moe_plugin_get"
 
 typedef struct moe_device moe_device; /* the plugin's own state for one device */
@@ -52,8 +52,9 @@ typedef struct moe_caps {
     char device_name[64];   /* e.g. "NVIDIA H200", "cpu (avx2)" */
 } moe_caps;
 
-/* One expert's three matrices, as host pointers into the mapped model file.
- * They stay valid until close(). The plugin may use them in place (cpu) or
+/* One expert's three matrices, as host pointers (into the mapped model file,
+ * or a copy the worker owns). They stay valid until close(), or until
+ * unload_expert of that expert. The plugin may use them in place (cpu) or
  * copy them to device memory (gpu). */
 typedef struct moe_expert_desc {
     int32_t layer, expert;
@@ -124,7 +125,17 @@ struct moe_plugin {
      * plugin's own into out; returns how many. The worker sends them with
      * each result; the coordinator shows them per worker in its stats. */
     int (*get_counters)(moe_device *dev, moe_counter *out, int cap);
+
+    /* (optional, ABI 1.2; check struct_size) Drop one loaded expert: its
+     * memory and its share of the budget are free again, and the plugin no
+     * longer touches its descriptor's pointers. Unknown expert: COLI_EINVAL
+     * (-1) with a reason, nothing changed. A plugin without it cannot serve
+     * as a live expert cache (docs/scheduler.md). Never called during run. */
+    int (*unload_expert)(moe_device *dev, int32_t layer, int32_t expert, char *err, size_t err_len);
 };
+
+/* Does plugin p (as built, struct_size) have member m set? */
+#define MOE_PLUGIN_HAS(p, m) ((p)->struct_size >= offsetof(struct moe_plugin, m) + sizeof((p)->m) && (p)->m != NULL)
 
 typedef const struct moe_plugin *(*moe_plugin_get_fn)(void);
 

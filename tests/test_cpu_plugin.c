@@ -171,6 +171,59 @@ Test(cpu_plugin, many_experts_in_the_table) {
     free_expert(&e);
 }
 
+//  unload_expert (ABI 1.2): the budget is free again, the others still run,
+//  an unknown expert is refused with a reason and changes nothing.
+Test(cpu_plugin, unload_frees_the_budget_and_keeps_the_others) {
+    const struct moe_plugin *p = coli_cpu_plugin();
+    cr_assert(MOE_PLUGIN_HAS(p, unload_expert));
+    test_expert e = make_expert(0, 0, COLI_Q8_0);
+    const size_t one = e.d.gate_bytes + e.d.up_bytes + e.d.down_bytes;
+    moe_device *d = open_dev(p, 1, 3 * one);
+    char err[256];
+    for (int k = 0; k < 3; k++) {
+        moe_expert_desc desc = e.d;
+        desc.expert = k;
+        cr_assert_eq(p->load_expert(d, &desc, err, sizeof err), 0, "%s", err);
+    }
+    moe_expert_desc fourth = e.d;
+    fourth.expert = 3;
+    cr_assert_neq(p->load_expert(d, &fourth, err, sizeof err), 0, "over the budget");
+    cr_assert_eq(p->unload_expert(d, 0, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_neq(p->unload_expert(d, 0, 1, err, sizeof err), 0);
+    cr_assert(strstr(err, "not loaded"), "%s", err);
+    moe_stats st;
+    p->get_stats(d, &st);
+    cr_assert_eq(st.resident_experts, 2);
+    cr_assert_eq(st.resident_bytes, 2 * one);
+    cr_assert_eq(p->load_expert(d, &fourth, err, sizeof err), 0, "room again: %s", err);
+    float x[EMBD] = {0}, out[EMBD];
+    for (int k = 0; k < 4; k++) {
+        moe_batch_group g = {0, k, 0, 1};
+        int rc = p->run(d, &g, 1, x, 1, EMBD, out, err, sizeof err);
+        cr_assert_eq(rc != 0, k == 1, "expert %d: rc %d (%s)", k, rc, err);
+    }
+    /* many removals in a big table: every survivor is still found */
+    moe_device *big = open_dev(p, 1, 0);
+    for (int l = 0; l < 8; l++)
+        for (int k = 0; k < 32; k++) {
+            moe_expert_desc desc = e.d;
+            desc.layer = l;
+            desc.expert = k;
+            cr_assert_eq(p->load_expert(big, &desc, err, sizeof err), 0, "%s", err);
+        }
+    for (int l = 0; l < 8; l++)
+        for (int k = l % 2; k < 32; k += 2) cr_assert_eq(p->unload_expert(big, l, k, err, sizeof err), 0, "%s", err);
+    for (int l = 0; l < 8; l++)
+        for (int k = 0; k < 32; k++) {
+            moe_batch_group g = {l, k, 0, 1};
+            int rc = p->run(big, &g, 1, x, 1, EMBD, out, err, sizeof err);
+            cr_assert_eq(rc == 0, (k % 2) != (l % 2), "(%d, %d): rc %d", l, k, rc);
+        }
+    p->close(&big);
+    p->close(&d);
+    free_expert(&e);
+}
+
 Test(cpu_plugin, bad_input_is_refused_with_a_reason) {
     const struct moe_plugin *p = coli_cpu_plugin();
     moe_device *d = open_dev(p, 1, 0);

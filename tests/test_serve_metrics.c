@@ -117,6 +117,36 @@ Test(serve_metrics, worker_that_cannot_load_makes_health_degraded) {
     su_stop(&p);
 }
 
+//  A live expert cache's counters (docs/scheduler.md): hits + misses = the
+//  routed pairs that reached it, hits = the rows its worker computed.
+Test(serve_metrics, expert_cache_counters_show_and_pass_promtool) {
+    char model[4096];
+    const char *extra[] = {"--devices", "cpu:1@1@cache=25%,cpu:1@1", NULL};
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    http_resp r = su_post(p.port, "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"seed\":5}");
+    cr_assert_eq(r.status, 200, "%s", r.raw);
+    su_free(&r);
+    r = su_get(p.port, "/metrics");
+    char out[8192];
+    cr_expect_eq(s_promtool(r.body, out, sizeof out), 0, "promtool: %s", out);
+    const char *w0 = "{worker=\"0\",device=\"cpu:0\",plugin=\"cpu\"}";
+    char name[160];
+    snprintf(name, sizeof name, "colibri_worker_cache_hits_total%s", w0);
+    double hits = s_sample(r.body, name);
+    snprintf(name, sizeof name, "colibri_worker_cache_misses_total%s", w0);
+    double misses = s_sample(r.body, name);
+    snprintf(name, sizeof name, "colibri_worker_rows_total%s", w0);
+    double rows = s_sample(r.body, name);
+    snprintf(name, sizeof name, "colibri_worker_cache_budget_bytes%s", w0);
+    cr_expect_gt(s_sample(r.body, name), 0, "%s", r.body);
+    cr_expect_gt(misses, 0, "%s", r.body);
+    cr_expect_eq(hits, rows, "%s", r.body);
+    cr_expect(strstr(r.body, "colibri_worker_cache_promotions_total{worker=\"0\"") != NULL, "%s", r.body);
+    cr_expect(strstr(r.body, "colibri_worker_cache_hits_total{worker=\"1\"") == NULL, "worker 1 is no cache");
+    su_free(&r);
+    su_stop(&p);
+}
+
 Test(serve_metrics, healthy_run_says_ok) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);

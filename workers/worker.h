@@ -16,6 +16,7 @@
 #include "proto/shm_ring.h"
 #include "proto/wire.h"
 #include "core/settings.h"
+#include "core/expert_ffn.h"
 #include "core/gguf.h"
 #include "plugins/plugin_abi.h"
 #include "proto/coli.pb-c.h"
@@ -84,6 +85,17 @@ typedef struct expert_set { /* open-addressing set of (layer, expert) */
     size_t cap, n;
 } expert_set;
 
+/* expert_set.c: keys are expert_set_key(layer, expert), never 0. */
+uint64_t expert_set_key(int layer, int expert);
+void expert_set_unkey(uint64_t k, int *layer, int *expert);
+int expert_set_has(const expert_set *s, uint64_t k);
+/* 0 or COLI_ENOMEM. */
+int expert_set_add(expert_set *s, uint64_t k);
+/* 1 when k was there (and is gone now), else 0. */
+int expert_set_remove(expert_set *s, uint64_t k);
+
+struct worker_cache; /* worker_cache.c: a live expert cache's loader thread and copies */
+
 typedef struct worker {
     worker_args a;
     coli_settings set; /* the environment, read once at start (core/settings.h) */
@@ -94,7 +106,8 @@ typedef struct worker {
     moe_caps caps;
     gguf_file *model;
     expert_set resident;
-    float *out; /* result buffer, grown on demand */
+    struct worker_cache *cache; /* non-NULL once a Place said cache (docs/scheduler.md) */
+    float *out;                 /* result buffer, grown on demand */
     size_t out_cap;
     float *xin; /* aligned copy of a misaligned input frame */
     size_t xin_cap;
@@ -141,7 +154,32 @@ int worker_remote_gate(worker *w, const struct wire_msg *m);
 /* After the context is terminated: join the ZAP thread, free. */
 void worker_remote_close(worker *w);
 
+/* Live expert cache (worker_cache.c). */
+/* Become a cache worker (a Place with cache set): the plugin must have
+ * unload_expert; starts the loader thread. Idempotent. 0, or nonzero with why. */
+int worker_cache_enable(worker *w, char *why, size_t why_len);
+/* Load expert (layer, e) now, as a copy in the worker's memory (Place of a
+ * cache worker). 0 or the plugin's error with err. */
+int worker_cache_load_now(worker *w, int layer, int e, const expert_weights *src, char *err, size_t err_len);
+/* CacheLoad: validate, queue for the loader thread (acked when resident);
+ * CacheEvict: unload now and ack. A request refused as a whole gets a FAILED
+ * ack naming the reason. 0 or COLI_EIO (the ack could not be sent). */
+int worker_cache_on_load(worker *w, const Coli__Envelope *env);
+int worker_cache_on_evict(worker *w, const Coli__Envelope *env);
+/* Adopt what the loader thread staged (between batches) and ack it. */
+void worker_cache_poll(worker *w);
+/* The main thread is idle (no batch waiting): stage a job the loader thread
+ * has left waiting too long (a starved thread), adopt it, ack it. Returns 1
+ * while loads still wait for the loader. */
+int worker_cache_idle(worker *w);
+/* The loader's doorbell (an eventfd to poll), or -1. */
+int worker_cache_fd(const worker *w);
+/* Join the loader, free the copies (after the plugin dropped them). */
+void worker_cache_close(worker *w);
+
 /* Handlers (worker_serve.c). */
+/* Give the plugin expert (layer, e) with weights ew and record it resident. */
+int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, char *err, size_t err_len);
 int worker_on_place(worker *w, const Coli__Envelope *env);
 int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t x_bytes);
 /* Reply to batch b (request id): its n_rows outputs when ok, else FAILED with

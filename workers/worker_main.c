@@ -226,6 +226,7 @@ static int s_open_device(worker *w, char *why, size_t why_len) {
 int worker_reopen_device(worker *w, char *why, size_t why_len) {
     if (w->dev) w->plugin->close(&w->dev);
     w->dev = NULL;
+    worker_cache_close(w); /* its copies: the plugin no longer holds them */
     gguf_close(&w->model);
     free(w->resident.keys);
     memset(&w->resident, 0, sizeof w->resident);
@@ -298,6 +299,7 @@ static int s_connect(worker *w) {
 
 void worker_close(worker *w) {
     if (w->plugin && w->dev) w->plugin->close(&w->dev);
+    worker_cache_close(w);
     gguf_close(&w->model);
     free(w->resident.keys);
     free(w->out);

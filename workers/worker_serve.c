@@ -19,64 +19,39 @@
 #include "core/expert_ffn.h"
 #include "workers/worker.h"
 
-// ---------------------------------------------------------------------------
-//  Set of resident (layer, expert) pairs: open addressing, keys + 1 (0 = empty).
-static uint64_t s_key(int layer, int expert) { return (((uint64_t)(uint32_t)layer << 32) | (uint32_t)expert) + 1; }
-
-static int s_set_has(const expert_set *s, uint64_t k) {
-    if (!s->cap) return 0;
-    for (size_t i = (k * 0x9E3779B97F4A7C15ULL) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-        if (s->keys[i] == k) return 1;
-        if (!s->keys[i]) return 0;
-    }
+int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, char *err, size_t err_len) {
+    moe_expert_desc d = {
+        .layer = layer,
+        .expert = e,
+        .n_embd = ew->n_embd,
+        .n_ff = ew->n_ff,
+        .gate_type = ew->gate_type,
+        .up_type = ew->up_type,
+        .down_type = ew->down_type,
+        .gate = ew->gate,
+        .up = ew->up,
+        .down = ew->down,
+        .gate_bytes = coli_row_bytes(ew->gate_type, ew->n_embd) * (size_t)ew->n_ff,
+        .up_bytes = coli_row_bytes(ew->up_type, ew->n_embd) * (size_t)ew->n_ff,
+        .down_bytes = coli_row_bytes(ew->down_type, ew->n_ff) * (size_t)ew->n_embd,
+    };
+    int rc = w->plugin->load_expert(w->dev, &d, err, err_len);
+    if (rc != 0) return rc;
+    return expert_set_add(&w->resident, expert_set_key(layer, e));
 }
 
-static int s_set_add(expert_set *s, uint64_t k) {
-    if ((s->n + 1) * 2 > s->cap) {
-        expert_set g = {calloc(s->cap ? s->cap * 2 : 64, sizeof(uint64_t)), s->cap ? s->cap * 2 : 64, 0};
-        if (!g.keys) return coli_fail(COLI_ENOMEM, "worker: expert set");
-        for (size_t i = 0; i < s->cap; i++)
-            if (s->keys[i]) s_set_add(&g, s->keys[i]);
-        free(s->keys);
-        *s = g;
-    }
-    size_t i = (k * 0x9E3779B97F4A7C15ULL) & (s->cap - 1);
-    while (s->keys[i] && s->keys[i] != k) i = (i + 1) & (s->cap - 1);
-    if (!s->keys[i]) {
-        s->keys[i] = k;
-        s->n++;
-    }
-    return 0;
-}
-
-//  Hand expert (layer, e) to the plugin unless it already holds it.
+//  Hand expert (layer, e) to the plugin unless it already holds it: in place
+//  from the mapping, or (a cache worker) as a copy of its own.
 static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len) {
-    uint64_t k = s_key(layer, e);
-    if (s_set_has(&w->resident, k)) return 0;
+    if (expert_set_has(&w->resident, expert_set_key(layer, e))) return 0;
     expert_weights ew;
     int rc = expert_weights_from_gguf(w->model, layer, e, &ew);
     if (rc != 0) {
         snprintf(err, err_len, "%s", coli_last_error());
         return rc;
     }
-    moe_expert_desc d = {
-        .layer = layer,
-        .expert = e,
-        .n_embd = ew.n_embd,
-        .n_ff = ew.n_ff,
-        .gate_type = ew.gate_type,
-        .up_type = ew.up_type,
-        .down_type = ew.down_type,
-        .gate = ew.gate,
-        .up = ew.up,
-        .down = ew.down,
-        .gate_bytes = coli_row_bytes(ew.gate_type, ew.n_embd) * (size_t)ew.n_ff,
-        .up_bytes = coli_row_bytes(ew.up_type, ew.n_embd) * (size_t)ew.n_ff,
-        .down_bytes = coli_row_bytes(ew.down_type, ew.n_ff) * (size_t)ew.n_embd,
-    };
-    rc = w->plugin->load_expert(w->dev, &d, err, err_len);
-    if (rc != 0) return rc;
-    return s_set_add(&w->resident, k);
+    if (w->cache) return worker_cache_load_now(w, layer, e, &ew, err, err_len);
+    return worker_hand_expert(w, layer, e, &ew, err, err_len);
 }
 
 // ---------------------------------------------------------------------------
@@ -180,6 +155,7 @@ int worker_on_place(worker *w, const Coli__Envelope *env) {
     const Coli__Place *p = env->place;
     char why[512] = "";
     if (s_map_model(w, p, why, sizeof why) != 0) return s_send_place_ack(w, 0, why, NULL);
+    if (p->cache && worker_cache_enable(w, why, sizeof why) != 0) return s_send_place_ack(w, 0, why, NULL);
     size_t n = p->n_experts;
     place_outcome po = {calloc(n + 1, sizeof *po.held),
                         calloc(n + 1, sizeof *po.refused),
@@ -291,8 +267,7 @@ static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes, 
         if (gr->row_begin != next || gr->n_rows <= 0 || gr->n_rows > b->n_rows - next)
             return snprintf(why, why_len, "batch: group %zu does not continue the rows", g), 1;
         next += gr->n_rows;
-        uint64_t k = s_key(b->layer, gr->expert);
-        if (!s_set_has(&w->resident, k)) {
+        if (!expert_set_has(&w->resident, expert_set_key(b->layer, gr->expert))) {
             if (!b->allow_load)
                 return snprintf(why, why_len, "expert %d of layer %d is not resident", gr->expert, b->layer), 1;
             if (s_load_expert(w, b->layer, gr->expert, why, why_len) != 0) return 1;
@@ -402,6 +377,8 @@ static int s_handle_one(worker *w) {
     case COLI__ENVELOPE__BODY_PLACE: worker_on_place(w, m.env); break;
     case COLI__ENVELOPE__BODY_BATCH: worker_on_batch(w, m.env, x, xb); break;
     case COLI__ENVELOPE__BODY_STATS_REQUEST: s_send_stats(w); break;
+    case COLI__ENVELOPE__BODY_CACHE_LOAD: worker_cache_on_load(w, m.env); break;
+    case COLI__ENVELOPE__BODY_CACHE_EVICT: worker_cache_on_evict(w, m.env); break;
     case COLI__ENVELOPE__BODY_SHUTDOWN: w->stop = 1; break;
     default: break; /* nothing else is for us; ignore */
     }
@@ -444,12 +421,17 @@ static int s_coordinator_gone(const worker *w) {
 //  just went by. Returns 1 when the lifeline woke it.
 static int s_wait(worker *w, int spin) {
     if (w->ring.base && spin && ring_spin(&w->ring, RING_REQ, w->spin_ns)) return 0;
-    zmq_pollitem_t it[3] = {{w->sock, 0, ZMQ_POLLIN, 0},
+    zmq_pollitem_t it[4] = {{w->sock, 0, ZMQ_POLLIN, 0},
                             {NULL, w->a.lifeline_fd, ZMQ_POLLIN, 0},
-                            {NULL, w->ring.bell[RING_REQ], ZMQ_POLLIN, 0}};
+                            {NULL, w->ring.bell[RING_REQ], ZMQ_POLLIN, 0},
+                            {NULL, worker_cache_fd(w), ZMQ_POLLIN, 0}};
     int n = w->ring.base ? 3 : 2;
+    if (w->cache) it[n++] = it[3]; /* the loader staged an expert: adopt it between batches */
     if (w->ring.base && ring_sleep_begin(&w->ring, RING_REQ)) return 0;
-    zmq_poll(it, n, w->a.heartbeat_ms);
+    int timeout = w->a.heartbeat_ms;
+    /* nothing to serve: stage a load the loader has not started; look again soon while loads wait */
+    if (worker_cache_idle(w) && timeout > 5) timeout = 5;
+    zmq_poll(it, n, timeout);
     if (w->ring.base) ring_sleep_end(&w->ring, RING_REQ);
     return w->a.lifeline_fd >= 0 && it[1].revents != 0;
 }
@@ -485,6 +467,7 @@ int worker_serve(worker *w) {
             return 0; /* the coordinator is gone: so are we */
         }
         spin = w->ring.base && s_handle_ring(w);
+        worker_cache_poll(w);
         while (!w->stop && s_handle_one(w) == 0)
             if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) s_heartbeat(w);
         if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) s_heartbeat(w);

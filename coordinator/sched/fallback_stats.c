@@ -148,7 +148,9 @@ static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w) 
     for (int i = 0; i < w->stats.n_counters; i++) /* names checked on arrival: [a-z0-9_] */
         coli_strbuf_appendf(b, "%s\"%s\":%llu", i ? "," : "", w->stats.counter_name[i],
                             (unsigned long long)w->stats.counter_value[i]);
-    coli_strbuf_appendf(b, "}}");
+    coli_strbuf_appendf(b, "}");
+    cache_stats_json(w, b); /* a live expert cache's counters (cache_link.c) */
+    coli_strbuf_appendf(b, "}");
 }
 
 int stats_json(const sched *s, char **json) {
@@ -219,6 +221,9 @@ int stats_text(const sched *s, char **text) {
                             (unsigned long long)s->stats.fb[i].count);
     coli_strbuf_appendf(&b, "%s; rows computed in-process %llu\n", s->stats.n_fb ? ")" : "",
                         (unsigned long long)s->stats.inproc_rows);
-    for (int i = 0; i < s->n_w; i++) s_worker_text(&b, s, &s->w[i]);
+    for (int i = 0; i < s->n_w; i++) {
+        s_worker_text(&b, s, &s->w[i]);
+        cache_stats_text(&s->w[i], &b);
+    }
     return s_done(&b, text);
 }

@@ -3,7 +3,8 @@
  *
  * --devices is a comma list: cpu:N[@T] (N cpu workers, T threads each), cpu (= cpu:1),
  * cuda:I[=BUDGET], hip:I[=BUDGET], xdna, remote:tcp://HOST:PORT[=BUDGET],
- * auto, inproc. BUDGET is bytes with
+ * auto, inproc; a cpu, cuda or hip item may end in @cache=SIZE (a live
+ * expert cache of SIZE bytes or P% of the experts: cache_link.c). BUDGET is bytes with
  * an optional K/M/G suffix. Without heat, placement balances expert bytes
  * across the workers of each layer, within each worker's budget; with a
  * heat file or pins, heat_place.c decides.
@@ -96,8 +97,55 @@ static int s_add_remote(device_spec *out, int cap, int *n, const char *ep, uint6
     return rc;
 }
 
+static int s_parse_device(char *item, device_spec *out, int cap, int *n, int *inproc);
+
+//  "@cache=SIZE" cut off the end of item (NUL-terminated copy): SIZE is bytes
+//  (K/M/G) or P% of the model's expert bytes. *is_cache 0 when absent.
+static int s_cache_suffix(char *item, int *is_cache, uint64_t *bytes, double *pct) {
+    char *c = strstr(item, "@cache=");
+    *is_cache = 0;
+    if (!c) return 0;
+    const char *v = c + 7;
+    size_t len = strlen(v);
+    if (len && v[len - 1] == '%') {
+        char *end;
+        double p = strtod(v, &end);
+        if (end != v + len - 1 || !(p > 0 && p <= 100))
+            return coli_fail(COLI_EINVAL,
+                             "devices: bad cache size '%s' in '%s' (want @cache=BYTES[K|M|G] or P%% with 0 < P <= 100)",
+                             v, item);
+        *pct = p;
+    } else if (s_budget(v, bytes) != 0) {
+        return coli_fail(COLI_EINVAL,
+                         "devices: bad cache size '%s' in '%s' (want @cache=BYTES[K|M|G] or P%% with 0 < P <= 100)", v,
+                         item);
+    }
+    *c = 0;
+    if (strchr(item, '=') || strncmp(item, "cpu", 3) * strncmp(item, "cuda", 4) * strncmp(item, "hip", 3) != 0) {
+        *c = '@';
+        return coli_fail(COLI_EINVAL, "devices: '%s': @cache goes on a cpu, cuda or hip worker without =BUDGET", item);
+    }
+    *is_cache = 1;
+    return 0;
+}
+
 //  One item of the list (NUL-terminated copy).
 static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inproc) {
+    int is_cache = 0, first = *n;
+    uint64_t cache_bytes = 0;
+    double cache_pct = 0;
+    int rc = s_cache_suffix(item, &is_cache, &cache_bytes, &cache_pct);
+    if (rc == 0) rc = s_parse_device(item, out, cap, n, inproc);
+    for (int i = first; rc == 0 && is_cache && i < *n; i++) {
+        out[i].cache = 1;
+        out[i].budget = cache_bytes;
+        out[i].cache_pct = cache_pct;
+    }
+    return rc;
+}
+
+//  One device item, without its @cache suffix.
+static int s_parse_device(char *item, device_spec *out, int cap, int *n, int *inproc) {
     char *eq = strchr(item, '=');
     uint64_t budget = 0;
     if (eq) {

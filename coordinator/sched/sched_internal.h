@@ -36,6 +36,8 @@ typedef struct device_spec {
     uint64_t budget;    /* bytes of experts it may hold; 0 = unlimited */
     int threads;        /* cpu:N@T: compute threads of each (0 = an even share of n_threads) */
     char endpoint[224]; /* plugin "remote": the worker's tcp:// endpoint (link_remote.c) */
+    int cache;          /* @cache=SIZE: a live expert cache holding at most budget bytes (cache_link.c) */
+    double cache_pct;   /* @cache=P%: budget = P% of the model's expert bytes (set at start); 0: bytes given */
 } device_spec;
 
 #define SCHED_MAX_WORKERS 64
@@ -208,6 +210,7 @@ typedef struct worker_link {
     link_shm shm;
     link_tcp tcp;
     link_stats stats;
+    struct cache_worker *cache; /* a live expert cache's state, NULL otherwise (cache_link.c) */
 } worker_link;
 
 typedef struct fallback_count {
@@ -389,6 +392,37 @@ link_sent link_send(sched *s, worker_link *w, Coli__Envelope *env, const void *p
 /* Poll items of the remote sockets and monitors; then take what they hold. */
 int remote_poll_items(sched *s, zmq_pollitem_t *items, int max_items);
 void remote_take(sched *s);
+
+/* ---- cache_link.c: live expert caches (docs/scheduler.md, "Live expert cache") ---- */
+/* Resolve @cache=P% budgets (bytes of the model's experts), make each cache
+ * worker's policy, seed its initial set from heat (NULL: none). 0 or COLI_ENOMEM. */
+int cache_setup(sched *s, const uint64_t *heat);
+/* Before the workers start: @cache=P% into bytes (d[i].budget) of s's model. */
+void cache_budgets(const sched *s, device_spec *d, int n);
+void cache_free(sched *s);
+/* Does w's Place name slot? (a cache worker: its wanted set; else its owner map) */
+int cache_place_has(const sched *s, const worker_link *w, size_t slot);
+/* w (a cache worker) answered its Place: held experts become routable. */
+void cache_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a);
+/* A CacheAck from w: validated (garbage is reported), states follow. */
+void cache_on_ack(sched *s, worker_link *w, const Coli__CacheAck *a);
+/* A new generation of w: nothing it held is routable until its Place is answered. */
+void cache_restart(worker_link *w);
+/* The cache worker serving pair slot (layer * n_expert + expert), or -1: the
+ * pair's tier decides. count: the first assignment of the pair (hits, misses
+ * and scores follow it). */
+int cache_route(sched *s, size_t slot, int count);
+/* Before layer's batches go out (x: its n_tok MoE inputs): when
+ * COLI_CACHE_PREFETCH is on, predict layer + 1's experts with its router and
+ * start loads of those not resident (free room, or colder ones under the
+ * hysteresis). */
+void cache_prefetch(sched *s, int layer, const float *x, int64_t n_tok);
+/* After a layer of n_tok tokens (no batch in flight): promotions and evictions. */
+void cache_after_layer(sched *s, int64_t n_tok);
+/* The stats of w's cache as JSON members (",\"cache\":{...}") / a text line; nothing for other workers. */
+struct coli_strbuf;
+void cache_stats_json(const worker_link *w, struct coli_strbuf *b);
+void cache_stats_text(const worker_link *w, struct coli_strbuf *b);
 
 /* ---- fallback_stats.c ---- */
 /* Count one fallback of w's device for reason. */

@@ -99,8 +99,8 @@ static void s_poll(sched *s, int timeout_ms) {
 static int s_fallback_worker(sched *s, const int64_t *load, uint64_t refused_mask) {
     int best = -1;
     for (int i = 0; i < s->n_w; i++)
-        if (s->w[i].is_cpu && s->w[i].state == LINK_UP && !s->call.excluded[i] && !(refused_mask >> i & 1) &&
-            (best < 0 || load[i] < load[best]))
+        if (s->w[i].is_cpu && !s->w[i].cache && s->w[i].state == LINK_UP && !s->call.excluded[i] &&
+            !(refused_mask >> i & 1) && (best < 0 || load[i] < load[best]))
             best = i;
     return best;
 }
@@ -132,15 +132,21 @@ static int s_group_rows(sched *s, worker_link *w) {
     return 0;
 }
 
-//  Give each pending pair a target; collect each worker's rows sorted by expert.
-static int s_assign(sched *s, int layer, int64_t n_pairs, unsigned char *allow_load) {
+//  Give each pending pair a target (a cache worker holding its expert, else
+//  its owner, else a CPU worker or in-process); collect each worker's rows
+//  sorted by expert. first: the layer's first round (cache counters follow it).
+static int s_assign(sched *s, int layer, int64_t n_pairs, unsigned char *allow_load, int first) {
     int64_t load[SCHED_MAX_WORKERS] = {0};
     for (int i = 0; i < s->n_w; i++) s->w[i].req.n_rows = 0;
     for (int64_t p = 0; p < n_pairs; p++) {
         if (s->call.pair_target[p] != PAIR_PENDING) continue;
         size_t slot = (size_t)layer * (size_t)s->model.n_expert + (size_t)s->call.ids[p];
         int o = s->place.owner[slot];
-        int t = o;
+        int t = cache_route(s, slot, first);
+        if (t >= 0)
+            o = t;
+        else
+            t = o;
         if (o < 0 || s->w[o].state != LINK_UP || s->call.excluded[o]) {
             t = s_fallback_worker(s, load, s->place.refused_by[slot]);
             if (t >= 0) allow_load[t] = 1;
@@ -281,10 +287,12 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
     for (int64_t p = 0; p < n_pairs; p++) s->call.pair_target[p] = PAIR_PENDING;
     memset(s->call.excluded, 0, (size_t)s->n_w);
     uint64_t t0 = coli_now_ns();
-    int used_workers = 0;
+    cache_prefetch(s, layer, x, n_tok); /* the next layer's loads overlap with this one */
+    int used_workers = 0, first = 1;
     while (rc == 0 && s->call.pending > 0) {
         unsigned char allow_load[SCHED_MAX_WORKERS] = {0};
-        rc = s_assign(s, layer, n_pairs, allow_load);
+        rc = s_assign(s, layer, n_pairs, allow_load, first);
+        first = 0;
         if (rc) break;
         for (int i = 0; i < s->n_w; i++) used_workers |= s->w[i].req.n_rows > 0;
         s_send_all(s, layer, x, k, allow_load);
@@ -292,6 +300,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
         s_gather(s);
     }
     for (int i = 0; i < s->n_w; i++) s->w[i].req.id = 0;
+    cache_after_layer(s, n_tok); /* nothing in flight: evictions may leave routing now */
     if (rc == 0 && used_workers) stats_latency(&s->stats.dispatch, (double)(coli_now_ns() - t0) / 1e9);
     return rc;
 }
@@ -334,6 +343,7 @@ static void s_destroy(moe_exec *self) {
         rmdir(s->net.dir);
     }
     if (s->inproc) s->inproc->destroy(s->inproc);
+    if (s->w) cache_free(s);
     for (int i = 0; i < s->n_w; i++) {
         free(s->w[i].req.row_pair);
         free(s->w[i].req.x);
@@ -535,14 +545,18 @@ static int s_place(sched *s) {
     int usable[SCHED_MAX_WORKERS];
     for (int i = 0; i < s->n_w; i++) {
         budget[i] = s_place_budget(s, &s->w[i]);
-        usable[i] = s->w[i].state == LINK_STARTING && s->w[i].place.hello_ok;
+        /* a cache worker is no home tier: its experts come and go (cache_link.c) */
+        usable[i] = s->w[i].state == LINK_STARTING && s->w[i].place.hello_ok && !s->w[i].dev.cache;
     }
     placement_in in = {s->model.n_layer, s->model.n_expert, s->model.expert_bytes, s->n_w, budget, usable};
     int rc = s_plan(s, &in);
+    if (rc == 0) rc = cache_setup(s, s->cfg.heat);
     if (rc) return rc;
     s->place.started = 1;
     for (int i = 0; i < s->n_w; i++)
-        if (usable[i] && link_send_place(s, &s->w[i]) != LINK_SENT) sup_worker_lost(s, &s->w[i], "crash", 1);
+        if ((usable[i] || (s->w[i].dev.cache && s->w[i].state == LINK_STARTING && s->w[i].place.hello_ok)) &&
+            link_send_place(s, &s->w[i]) != LINK_SENT)
+            sup_worker_lost(s, &s->w[i], "crash", 1);
     s_wait_while(s, LINK_PLACING);
     return 0;
 }
@@ -578,9 +592,9 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out) {
         s_destroy(&s->base);
         return moe_exec_inproc_new(cfg, out);
     }
-    if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) || (rc = remote_preflight(&s->set, devs, n)) ||
-        (rc = s_transport(s)) || (rc = s_make_workers(s, devs, n)))
-        goto fail;
+    if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) || (rc = remote_preflight(&s->set, devs, n))) goto fail;
+    cache_budgets(s, devs, n);
+    if ((rc = s_transport(s)) || (rc = s_make_workers(s, devs, n))) goto fail;
     s_wait_while(s, LINK_STARTING);
     if ((rc = s_place(s))) goto fail;
     s->cfg.heat = NULL; /* the caller's: read only while placing */

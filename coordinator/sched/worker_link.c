@@ -34,6 +34,7 @@ void link_starting(worker_link *w) {
     w->req.id = 0;
     w->req.hung_id = 0;
     w->place.hello_ok = 0;
+    cache_restart(w);
     link_set_state(w, LINK_STARTING, "");
     w->last_seen_ns = coli_now_ns();
 }
@@ -41,7 +42,7 @@ void link_starting(worker_link *w) {
 // ---------------------------------------------------------------------------
 link_sent link_send_place(sched *s, worker_link *w) {
     size_t n = 0;
-    for (size_t i = 0; i < (size_t)s->model.n_layer * (size_t)s->model.n_expert; i++) n += s->place.owner[i] == w->id;
+    for (size_t i = 0; i < (size_t)s->model.n_layer * (size_t)s->model.n_expert; i++) n += cache_place_has(s, w, i);
     Coli__ExpertRef *refs = calloc(n ? n : 1, sizeof *refs);
     Coli__ExpertRef **ptrs = calloc(n ? n : 1, sizeof *ptrs);
     if (!refs || !ptrs) {
@@ -54,7 +55,7 @@ link_sent link_send_place(sched *s, worker_link *w) {
     w->place.owned_bytes = 0;
     for (int l = 0; l < s->model.n_layer; l++)
         for (int e = 0; e < s->model.n_expert; e++)
-            if (s->place.owner[(size_t)l * (size_t)s->model.n_expert + (size_t)e] == w->id) {
+            if (cache_place_has(s, w, (size_t)l * (size_t)s->model.n_expert + (size_t)e)) {
                 coli__expert_ref__init(&refs[k]);
                 refs[k].layer = l;
                 refs[k].expert = e;
@@ -69,6 +70,7 @@ link_sent link_send_place(sched *s, worker_link *w) {
     p.header_hash = s->model.hash;
     p.n_experts = n;
     p.experts = ptrs;
+    p.cache = w->cache != NULL;
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_PLACE;
     env.place = &p;
@@ -232,7 +234,9 @@ static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a) {
         sched_outcome(s, w, LINK_REFUSED, "alloc", why);
         return;
     }
-    if (s_take_refusals(s, w, a) != 0) {
+    if (w->cache)
+        cache_on_place_ack(s, w, a); /* what it could not take is simply not cached */
+    else if (s_take_refusals(s, w, a) != 0) {
         sched_outcome(s, w, LINK_REFUSED, "alloc", coli_last_error());
         return;
     }
@@ -314,6 +318,7 @@ void link_dispatch(sched *s, worker_link *w, const wire_msg *m) {
     case COLI__ENVELOPE__BODY_HELLO: s_on_hello(s, w, m->env->hello); break;
     case COLI__ENVELOPE__BODY_PLACE_ACK: s_on_place_ack(s, w, m->env->place_ack); break;
     case COLI__ENVELOPE__BODY_RESULT: s_on_result(s, w, m); break;
+    case COLI__ENVELOPE__BODY_CACHE_ACK: cache_on_ack(s, w, m->env->cache_ack); break;
     case COLI__ENVELOPE__BODY_HEARTBEAT:
         w->stats.heartbeats++;
         /* a late reply in the ring was written before this heartbeat: take it first */

@@ -234,6 +234,33 @@ static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err,
     return 0;
 }
 
+/* Remove slot s and re-seat the run of slots after it, so that every
+ * remaining key is still found from its home slot (linear probing). */
+static void remove_slot(moe_device *d, cpu_expert *s) {
+    size_t hole = (size_t)(s - d->slots);
+    d->slots[hole].used = 0;
+    for (size_t i = (hole + 1) & (d->cap - 1); d->slots[i].used; i = (i + 1) & (d->cap - 1)) {
+        size_t home = slot_hash(d->slots[i].layer, d->slots[i].expert, d->cap);
+        /* i may move to the hole when its home is not in (hole, i] (cyclically) */
+        int stays = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+        if (stays) continue;
+        d->slots[hole] = d->slots[i];
+        d->slots[i].used = 0;
+        hole = i;
+    }
+}
+
+static int cpu_unload_expert(moe_device *dev, int32_t layer, int32_t expert, char *err, size_t err_len) {
+    if (!dev || dev->tag != CPU_DEV_TAG)
+        return fail(err, err_len, COLI_EINVAL, "cpu: unload_expert: NULL or closed device");
+    cpu_expert *s = find_slot(dev, layer, expert);
+    if (!s) return fail(err, err_len, COLI_EINVAL, "cpu: unload_expert: expert %d/%d is not loaded", layer, expert);
+    dev->stats.resident_bytes -= s->bytes;
+    dev->stats.resident_experts--;
+    remove_slot(dev, s);
+    return 0;
+}
+
 /* Every group names a loaded expert of width n_embd and rows inside x. */
 static int check_groups(const moe_device *dev, const moe_batch_group *groups, int32_t n_groups, int64_t n_rows_total,
                         int64_t n_embd, char *err, size_t err_len) {
@@ -313,6 +340,7 @@ static const struct moe_plugin s_cpu_plugin = {
     .run = cpu_run,
     .get_stats = cpu_get_stats,
     .close = cpu_close,
+    .unload_expert = cpu_unload_expert,
 };
 
 const struct moe_plugin *coli_cpu_plugin(void) { return &s_cpu_plugin; }

@@ -487,6 +487,24 @@ static int s_load_expert(moe_device *d, const moe_expert_desc *e, char *err, siz
     return 0;
 }
 
+//  Free one expert's device buffer; its bytes leave the budget (ABI 1.2).
+static int s_unload_expert(moe_device *d, int32_t layer, int32_t expert, char *err, size_t n) {
+    if (!d || d->tag != GPU_TAG)
+        return s_err(err, n, ERR_STATUS_INVAL, "%s: unload_expert: closed device", COLI_GPU_VENDOR);
+    gpu_expert *x = (gpu_expert *)gpu_table_remove(&d->experts, layer, expert);
+    if (!x)
+        return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: unload_expert: expert %d.%d is not resident", COLI_GPU_VENDOR,
+                     d->index, layer, expert);
+    (void)cudaSetDevice(d->index);
+    if (d->stream) (void)cudaStreamSynchronize(d->stream); /* no kernel of a finished run still reads it */
+    d->stats.resident_experts--;
+    d->stats.resident_bytes -= x->bytes;
+    (void)cudaFree(x->base);
+    (void)cudaGetLastError();
+    free(x);
+    return 0;
+}
+
 /* ---- open / caps / stats / close ------------------------------------------------------- */
 
 static void s_free_expert(void *val, void *arg) {
@@ -591,6 +609,8 @@ static const struct moe_plugin s_plugin = {
     s_run,
     s_get_stats,
     s_close,
+    NULL, /* get_counters */
+    s_unload_expert,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct moe_plugin *moe_plugin_get(void) { return &s_plugin; }

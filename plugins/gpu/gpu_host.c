@@ -135,6 +135,30 @@ int gpu_table_put(gpu_table *t, int32_t layer, int32_t expert, void *val) {
     return 0;
 }
 
+void *gpu_table_remove(gpu_table *t, int32_t layer, int32_t expert) {
+    if (!t->cap) return NULL;
+    const uint64_t key = s_key(layer, expert);
+    size_t hole = s_slot(key, t->cap);
+    while (t->keys[hole] != key) {
+        if (t->keys[hole] == GPU_TABLE_EMPTY) return NULL;
+        hole = (hole + 1) & (t->cap - 1);
+    }
+    void *val = t->vals[hole];
+    t->keys[hole] = GPU_TABLE_EMPTY;
+    t->n--;
+    for (size_t i = (hole + 1) & (t->cap - 1); t->keys[i] != GPU_TABLE_EMPTY; i = (i + 1) & (t->cap - 1)) {
+        const size_t home = s_slot(t->keys[i], t->cap);
+        /* an entry whose home lies in (hole, i], cyclically, must stay */
+        const int stays = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+        if (stays) continue;
+        t->keys[hole] = t->keys[i];
+        t->vals[hole] = t->vals[i];
+        t->keys[i] = GPU_TABLE_EMPTY;
+        hole = i;
+    }
+    return val;
+}
+
 void gpu_table_free(gpu_table *t, void (*fn)(void *val, void *arg), void *arg) {
     for (size_t i = 0; i < t->cap; i++)
         if (t->keys[i] != GPU_TABLE_EMPTY && fn) fn(t->vals[i], arg);

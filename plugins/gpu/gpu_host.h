@@ -58,6 +58,9 @@ typedef struct gpu_table {
 void *gpu_table_get(const gpu_table *t, int32_t layer, int32_t expert);
 /* Insert (key must be absent). 0, or COLI_ENOMEM with t unchanged. */
 int gpu_table_put(gpu_table *t, int32_t layer, int32_t expert, void *val);
+/* Remove (layer, expert) and return its value (NULL when absent); the run of
+ * entries after it is re-seated so every other key is still found. */
+void *gpu_table_remove(gpu_table *t, int32_t layer, int32_t expert);
 /* Call fn on every value, then free the table. */
 void gpu_table_free(gpu_table *t, void (*fn)(void *val, void *arg), void *arg);
 

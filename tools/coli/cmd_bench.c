@@ -57,6 +57,7 @@ typedef struct config_run {
     int has_dispatch;
     char *stats;     /* its stats JSON after the run (per-worker report) */
     double n_tokens; /* tokens evaluated, all repeats */
+    cJSON *caches;   /* live expert caches: [{"device", hits, misses, ...}] from the stats (owned) */
 } config_run;
 
 typedef struct bench_env {
@@ -174,6 +175,8 @@ static void config_close(config_run *c) {
     c->lat = NULL;
     free(c->stats);
     c->stats = NULL;
+    cJSON_Delete(c->caches);
+    c->caches = NULL;
 }
 
 /* One repeat r of configuration c: the prefills, then the decode. */
@@ -217,6 +220,16 @@ static int config_stats(config_run *c) {
     int found = 0;
     c->fallbacks = json_num(js, "fallbacks_total", &found); /* workers; inproc says "fallbacks" */
     if (!found) c->fallbacks = json_num(js, "fallbacks", NULL);
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(js, "workers")) {
+        const cJSON *cache = cJSON_GetObjectItemCaseSensitive(w, "cache");
+        if (!cache) continue;
+        if (!c->caches) c->caches = cJSON_CreateArray();
+        cJSON *e = cJSON_Duplicate(cache, 1);
+        cJSON_AddItemToObject(e, "device", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(w, "device"), 0));
+        cJSON_AddItemToObject(e, "rows", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(w, "rows"), 0));
+        cJSON_AddItemToArray(c->caches, e);
+    }
     cJSON_Delete(js);
     return 0;
 }
@@ -289,6 +302,14 @@ static void print_config(const bench_opts *o, const bench_env *env, config_run *
     else
         printf("  experts in-process (no dispatch), fallbacks %.0f\n", c->fallbacks);
     bench_hosts_print(c->stats, c->n_tokens);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, c->caches) /* live expert caches (docs/scheduler.md) */
+        printf("  cache %s: hit rate %.1f%% (%.0f hits, %.0f misses), %.0f promotions, %.0f evictions, prefetch %.0f "
+               "issued / %.0f used\n",
+               cJSON_GetStringValue(cJSON_GetObjectItem(e, "device")), 100 * json_num(e, "hit_rate", NULL),
+               json_num(e, "hits", NULL), json_num(e, "misses", NULL), json_num(e, "promotions", NULL),
+               json_num(e, "evictions", NULL), json_num(e, "prefetch_issued", NULL),
+               json_num(e, "prefetch_used", NULL));
 }
 
 /* v rounded to `decimals` places: what the file shows (cJSON prints the shortest exact form). */
@@ -357,6 +378,7 @@ static cJSON *json_config(const bench_opts *o, const bench_env *env, config_run 
         cJSON_AddItemToObject(j, "workers", hosts);
     else
         cJSON_AddNullToObject(j, "workers");
+    if (c->caches) cJSON_AddItemReferenceToObject(j, "caches", c->caches);
     return j;
 }
 

@@ -84,6 +84,23 @@ static void s_counters(const cJSON *ws) {
     }
 }
 
+//  Live expert caches (docs/scheduler.md, "Live expert cache"), if any.
+static void s_caches(const cJSON *ws) {
+    const cJSON *w;
+    int any = 0;
+    cJSON_ArrayForEach(w, ws) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(w, "cache");
+        if (!cJSON_IsObject(c)) continue;
+        if (!any++)
+            printf("\nlive expert caches:\n  %-8s %9s %9s %9s %8s %10s %9s %9s %9s %9s\n", "device", "budget MiB",
+                   "hits", "misses", "hit %", "promotions", "evictions", "moved MiB", "prefetch", "used");
+        printf("  %-8s %9.1f %9.0f %9.0f %8.1f %10.0f %9.0f %9.1f %9.0f %9.0f\n", s_str(w, "device"),
+               s_num(c, "budget_bytes") / 1048576.0, s_num(c, "hits"), s_num(c, "misses"), 100 * s_num(c, "hit_rate"),
+               s_num(c, "promotions"), s_num(c, "evictions"), s_num(c, "bytes_moved") / 1048576.0,
+               s_num(c, "prefetch_issued"), s_num(c, "prefetch_used"));
+    }
+}
+
 static int s_print(const char *path, const cJSON *root) {
     const char *ex = s_str(root, "executor");
     if (!strcmp(ex, "-")) {
@@ -102,6 +119,7 @@ static int s_print(const char *path, const cJSON *root) {
     s_workers(ws);
     s_fallbacks(root);
     s_counters(ws);
+    s_caches(ws);
     printf("\ndropped messages: late replies %.0f, foreign %.0f, stale %.0f, impostor %.0f\n",
            s_num(root, "late_replies_dropped"), s_num(root, "foreign_messages_dropped"),
            s_num(root, "stale_messages_dropped"), s_num(root, "impostor_messages_refused"));

@@ -209,6 +209,42 @@ static void s_worker_field(coli_strbuf *b, const cJSON *workers, const char *nam
     }
 }
 
+//  A live expert cache's counter (member key of a worker's "cache"), for the
+//  workers that are caches; nothing at all when none is.
+static void s_cache_field(coli_strbuf *b, const cJSON *workers, const char *name, const char *type, const char *help,
+                          const char *key) {
+    const cJSON *w;
+    int any = 0;
+    cJSON_ArrayForEach(w, workers) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(w, "cache");
+        if (!cJSON_IsObject(c)) continue;
+        if (!any++) s_header(b, name, type, help);
+        coli_strbuf_appendf(b, "%s", name);
+        s_worker_labels(b, w);
+        coli_strbuf_appendf(b, " %.0f\n", s_num(c, key));
+    }
+}
+
+static void s_cache_series(coli_strbuf *b, const cJSON *workers) {
+    static const char *const f[][4] = {
+        {"colibri_worker_cache_budget_bytes", "gauge", "Bytes of experts the live expert cache may hold.",
+         "budget_bytes"},
+        {"colibri_worker_cache_hits_total", "counter", "Routed pairs the cache worker served (expert resident).",
+         "hits"},
+        {"colibri_worker_cache_misses_total", "counter",
+         "Routed pairs that reached the cache without a resident expert (computed by the CPU tier).", "misses"},
+        {"colibri_worker_cache_promotions_total", "counter", "Experts loaded into the cache and acknowledged.",
+         "promotions"},
+        {"colibri_worker_cache_evictions_total", "counter", "Experts evicted from the cache.", "evictions"},
+        {"colibri_worker_cache_moved_bytes_total", "counter", "Bytes of experts loaded into the cache.", "bytes_moved"},
+        {"colibri_worker_cache_prefetch_issued_total", "counter", "Loads started by the next-layer prediction.",
+         "prefetch_issued"},
+        {"colibri_worker_cache_prefetch_used_total", "counter", "Prefetched experts later routed while resident.",
+         "prefetch_used"},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) s_cache_field(b, workers, f[i][0], f[i][1], f[i][2], f[i][3]);
+}
+
 static void s_worker_histograms(coli_strbuf *b, const cJSON *workers) {
     const char *name = "colibri_worker_batch_latency_seconds";
     s_header(b, name, "histogram", "Latency of expert batches per worker, send to reply.");
@@ -281,6 +317,7 @@ static void s_worker_series(coli_strbuf *b, const char *stats_json) {
     s_worker_field(b, workers, "colibri_worker_resident_bytes", "gauge",
                    "Bytes of expert weights resident on the worker's device.", "resident_bytes");
     s_worker_histograms(b, workers);
+    s_cache_series(b, workers);
     s_fallbacks(b, stats);
     cJSON_Delete(stats);
 }
