@@ -137,9 +137,10 @@ def write_docs(path, key, table, load_before):
     run_bench.rewrite_docs(path, text, begin, end)
 
 
-def start_server(args):
-    cmd = [args.coli, "serve", "-m", args.model, "--port", "0", "--parallel", str(max(args.streams))]
-    cmd += shlex.split(args.serve_args)
+def launch_server(cmd):
+    """Start `coli serve ... --port 0` (cmd, a list); wait for its ready line.
+    Returns (process, port); its stdout keeps being drained so the server never
+    blocks on a full pipe. Shared with tools/soak/soak.py."""
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     port = None
@@ -150,8 +151,15 @@ def start_server(args):
             break
     if port is None:
         proc.kill()
-        raise RuntimeError("coli serve did not start")
+        proc.wait()
+        raise RuntimeError(f"coli serve did not start ({' '.join(cmd)})")
+    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
     return proc, port
+
+
+def start_server(args):
+    cmd = [args.coli, "serve", "-m", args.model, "--port", "0", "--parallel", str(max(args.streams))]
+    return launch_server(cmd + shlex.split(args.serve_args))
 
 
 def main():

@@ -40,6 +40,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import serve_load  # noqa: E402  (launch_server: shared with the serving benchmark)
+
 PROMPTS = [
     "The old lighthouse keeper",
     "In the beginning",
@@ -143,22 +146,7 @@ def run_request(port, kind, i, max_tokens, timeout):
 
 def start_server(coli, model, extra):
     """Start coli serve on a free port; returns (process, port)."""
-    cmd = [coli, "serve", "-m", model, "--port", "0", "--parallel", "4"] + extra
-    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    port = None
-    for line in proc.stdout:
-        if "listening on http://" in line:
-            port = int(line.rsplit(":", 1)[1].split("/")[0])
-        if "coli serve: ready" in line:
-            break
-    if port is None:
-        proc.kill()
-        proc.wait()
-        raise RuntimeError(f"coli serve did not start ({' '.join(cmd)})")
-    # keep draining stdout so the server never blocks on a full pipe
-    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-    return proc, port
+    return serve_load.launch_server([coli, "serve", "-m", model, "--port", "0", "--parallel", "4"] + extra)
 
 
 def stop_server(proc, grace=60):
