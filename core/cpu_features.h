@@ -18,4 +18,15 @@
 /* 1 if AVX2, FMA and F16C are all present (and the build is x86). */
 int coli_cpu_avx2(void);
 
+/* Which 256-bit int8 dot instruction (vpdpbusd) the CPU offers on top of
+ * coli_cpu_avx2(): COLI_VNNI_NONE, COLI_VNNI_VEX (AVX-VNNI) or
+ * COLI_VNNI_EVEX (AVX512-VNNI with AVX512VL, the OS saving its state).
+ * VEX is preferred where both exist. Always COLI_VNNI_NONE without AVX2. */
+enum {
+    COLI_VNNI_NONE = 0,
+    COLI_VNNI_VEX = 1,
+    COLI_VNNI_EVEX = 2
+};
+int coli_cpu_vnni(void);
+
 #endif

@@ -15,13 +15,18 @@
 #include "core/error.h"
 #include "core/matmul_impl.h"
 
-static atomic_int s_force_portable;
+static atomic_int s_force_portable, s_force_no_vnni;
 
 void coli_matmul_force_portable(int on) { atomic_store(&s_force_portable, on != 0); }
+void coli_matmul_force_no_vnni(int on) { atomic_store(&s_force_no_vnni, on != 0); }
 
 static int use_avx2(void) { return !atomic_load(&s_force_portable) && coli_cpu_avx2(); }
+static int use_vnni(void) { return atomic_load(&s_force_no_vnni) ? COLI_VNNI_NONE : coli_cpu_vnni(); }
 
-const char *coli_matmul_impl(void) { return use_avx2() ? "avx2" : "portable"; }
+const char *coli_matmul_impl(void) {
+    if (!use_avx2()) return "portable";
+    return use_vnni() == COLI_VNNI_NONE ? "avx2" : "avx2+vnni";
+}
 
 void coli_scratch_free(coli_scratch *s) {
     if (!s) return;
@@ -209,7 +214,7 @@ static void init_job(mm_job *j, const coli_matmul_op *o, int avx2, uint8_t *buf,
         j->dot = mm_vecdot_fn(vd, avx2);
         j->dot_tokens = mm_vecdot_tokens_fn(vd, avx2);
     } else {
-        j->rows = avx2 ? mm_avx2_rows(o->wtype) : mm_portable_rows(o->wtype);
+        j->rows = avx2 ? mm_avx2_rows(o->wtype, use_vnni()) : mm_portable_rows(o->wtype);
     }
     j->token_block = 64;
     if (!shared) {

@@ -77,7 +77,10 @@ size_t coli_matmul_many_scratch_bytes(const coli_matmul_op *ops, int n_ops);
 
 /* Force the portable path (tests compare the two). 1 = portable only. */
 void coli_matmul_force_portable(int on);
-/* "avx2" or "portable": what coli_matmul uses now. */
+/* 1 = Q8_0/Q4_0 kernels without vpdpbusd even where the CPU has AVX-VNNI
+ * or AVX512-VNNI (tests compare the two: the same bits). */
+void coli_matmul_force_no_vnni(int on);
+/* "avx2+vnni", "avx2" or "portable": what coli_matmul uses now. */
 const char *coli_matmul_impl(void);
 
 #endif

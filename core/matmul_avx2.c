@@ -182,14 +182,30 @@ AVX2 ALWAYS __m256i load_wq(const uint8_t *blk, coli_dtype T) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
+/* acc + the 8 int32 lanes of sum(u * s) over groups of 4 bytes, u unsigned,
+ * s signed: one vpdpbusd where the CPU has it (V: COLI_VNNI_VEX or _EVEX,
+ * by inline asm so that this file needs no VNNI target), else maddubs
+ * (pairs into int16; the callers' operands never saturate) and madd with
+ * ones. The same integers exactly either way. */
+AVX2 ALWAYS __m256i dot_add(__m256i acc, __m256i u, __m256i s, const int V) {
+    if (V == COLI_VNNI_VEX) {
+        __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+        return acc;
+    }
+    if (V == COLI_VNNI_EVEX) {
+        __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+        return acc;
+    }
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+
 /* The 8 int32 lanes of sum(w * x) over the block, lane i summing elements
- * 4i..4i+3 (madd of maddubs). Q8_0: |w| * sign(x, w), llama.cpp's trick for
- * a signed x signed product. Q4_0: q * x - 8 * x, where xc holds the lanes
- * of 8 * x: the same integers exactly, with no sign fix-ups per row. */
-AVX2 ALWAYS __m256i block_dot(__m256i wq, __m256i aw, __m256i xv, __m256i xc, coli_dtype T) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    if (T == COLI_Q8_0) return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wq)), ones);
-    return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wq, xv), ones), xc);
+ * 4i..4i+3. Q8_0: |w| * sign(x, w), llama.cpp's trick for a signed x
+ * signed product. Q4_0: q * x - 8 * x, where neg_xc holds the lanes of
+ * -8 * x: the same integers exactly, with no sign fix-ups per row. */
+AVX2 ALWAYS __m256i block_dot(__m256i wq, __m256i aw, __m256i xv, __m256i neg_xc, coli_dtype T, const int V) {
+    if (T == COLI_Q8_0) return dot_add(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xv, wq), V);
+    return dot_add(neg_xc, wq, xv, V);
 }
 
 /* The fp16 scales of block k of the RM rows as 4 floats (lanes past RM: 0),
@@ -214,7 +230,8 @@ AVX2 ALWAYS __m256 fold4(const __m256i *d, const int RM) {
     return _mm256_cvtepi32_ps(_mm256_hadd_epi32(d01, d23));
 }
 
-AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T) {
+AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T,
+                            const int V) {
     const int64_t nb = j->n_in / COLI_QK;
     const size_t bb = T == COLI_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
     const uint8_t *w[4];
@@ -238,6 +255,7 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t, const int RM,
             for (int l = 0; l < PREFETCH_LINES; l++)
                 _mm_prefetch((const char *)ahead + (size_t)k * RM * bb + 64 * l, _MM_HINT_T0);
         const __m128 dw = load_wd4(w, (size_t)k * bb, RM);
+        const __m256 dw8 = _mm256_set_m128(dw, dw);
 #pragma GCC unroll 4
         for (int a = 0; a < RM; a++) {
             wq[a] = load_wq(w[a] + (size_t)k * bb, T);
@@ -247,14 +265,14 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t, const int RM,
         for (int b = 0; b < RN; b++) {
             const __m256i xv = _mm256_load_si256((const __m256i *)(xq[b] + k * COLI_QK));
             /* d_w * d_x of each row: the same single-precision products as one at a time */
-            const __m128 s4 = _mm_mul_ps(dw, _mm_set1_ps(xd[b][k]));
-            const __m256i xc =
-                T == COLI_Q4_0 ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), _mm256_set1_epi16(1))
-                               : xv;
+            const __m256 s8 = _mm256_mul_ps(dw8, _mm256_set1_ps(xd[b][k]));
+            const __m256i zero = _mm256_setzero_si256();
+            const __m256i neg_xc =
+                T == COLI_Q4_0 ? _mm256_sub_epi32(zero, dot_add(zero, _mm256_set1_epi8(8), xv, V)) : zero;
             __m256i d[4];
 #pragma GCC unroll 4
-            for (int a = 0; a < RM; a++) d[a] = block_dot(wq[a], aw[a], xv, xc, T);
-            acc[b] = _mm256_fmadd_ps(fold4(d, RM), _mm256_set_m128(s4, s4), acc[b]);
+            for (int a = 0; a < RM; a++) d[a] = block_dot(wq[a], aw[a], xv, neg_xc, T, V);
+            acc[b] = _mm256_fmadd_ps(fold4(d, RM), s8, acc[b]);
         }
     }
 #pragma GCC unroll 4
@@ -274,8 +292,12 @@ typedef void (*tile_fn)(const mm_job *j, int64_t r, int64_t t);
 
 #define FT(T, A, B) \
     AVX2 static void ft_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) { float_tile(j, r, t, A, B, COLI_##T); }
-#define QT(T, A, B) \
-    AVX2 static void qt_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) { quant_tile(j, r, t, A, B, COLI_##T); }
+/* quantized tiles per vpdpbusd flavour: qt0 (none), qt1 (VEX), qt2 (EVEX) */
+#define QTV(V, T, A, B)                                                               \
+    AVX2 static void qt##V##_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) { \
+        quant_tile(j, r, t, A, B, COLI_##T, V);                                       \
+    }
+#define QT(T, A, B) QTV(0, T, A, B) QTV(1, T, A, B) QTV(2, T, A, B)
 #define ROWS_OF(M, T, A) M(T, A, 1) M(T, A, 2) M(T, A, 3) M(T, A, 4)
 #define ALL_OF(M, T) ROWS_OF(M, T, 1) ROWS_OF(M, T, 2) ROWS_OF(M, T, 3) ROWS_OF(M, T, 4)
 ALL_OF(FT, F32)
@@ -291,8 +313,8 @@ ALL_OF(QT, Q4_0)
 static const tile_fn s_f32[4][4] = TABLE(ft, F32);
 static const tile_fn s_f16[4][4] = TABLE(ft, F16);
 static const tile_fn s_bf16[4][4] = TABLE(ft, BF16);
-static const tile_fn s_q8_0[4][4] = TABLE(qt, Q8_0);
-static const tile_fn s_q4_0[4][4] = TABLE(qt, Q4_0);
+static const tile_fn s_q8_0[3][4][4] = {TABLE(qt0, Q8_0), TABLE(qt1, Q8_0), TABLE(qt2, Q8_0)};
+static const tile_fn s_q4_0[3][4][4] = {TABLE(qt0, Q4_0), TABLE(qt1, Q4_0), TABLE(qt2, Q4_0)};
 
 /* ---- row loop: per block of tokens, row tiles x token tiles ------------- */
 
@@ -312,16 +334,27 @@ static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn ta
 static void rows_f32(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f32, F_RM, F_RN); }
 static void rows_f16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f16, F_RM, F_RN); }
 static void rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_bf16, F_RM, F_RN); }
-static void rows_q8_0(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_q8_0, Q_RM, Q_RN); }
-static void rows_q4_0(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_q4_0, Q_RM, Q_RN); }
+#define ROWS_Q(T, V)                                                       \
+    static void rows_##T##_v##V(const mm_job *j, int64_t r0, int64_t r1) { \
+        rows_tiled(j, r0, r1, s_##T[V], Q_RM, Q_RN);                       \
+    }
+ROWS_Q(q8_0, 0)
+ROWS_Q(q8_0, 1)
+ROWS_Q(q8_0, 2)
+ROWS_Q(q4_0, 0)
+ROWS_Q(q4_0, 1)
+ROWS_Q(q4_0, 2)
 
-mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
+mm_rows_fn mm_avx2_rows(coli_dtype wtype, int vnni) {
+    static const mm_rows_fn q8_0[3] = {rows_q8_0_v0, rows_q8_0_v1, rows_q8_0_v2};
+    static const mm_rows_fn q4_0[3] = {rows_q4_0_v0, rows_q4_0_v1, rows_q4_0_v2};
+    const int v = vnni == COLI_VNNI_VEX || vnni == COLI_VNNI_EVEX ? vnni : COLI_VNNI_NONE;
     switch (wtype) {
     case COLI_F32: return rows_f32;
     case COLI_F16: return rows_f16;
     case COLI_BF16: return rows_bf16;
-    case COLI_Q8_0: return rows_q8_0;
-    case COLI_Q4_0: return rows_q4_0;
+    case COLI_Q8_0: return q8_0[v];
+    case COLI_Q4_0: return q4_0[v];
     default: break;
     }
     return rows_f32;
@@ -329,7 +362,10 @@ mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
 
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
-mm_rows_fn mm_avx2_rows(coli_dtype wtype) { return mm_portable_rows(wtype); }
+mm_rows_fn mm_avx2_rows(coli_dtype wtype, int vnni) {
+    (void)vnni;
+    return mm_portable_rows(wtype);
+}
 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride) {
     mm_portable_round_rows(wtype, x, n_tok, n_in, xf, xf_stride);
 }

@@ -76,7 +76,9 @@ void mm_portable_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int
 void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
 
 /* ---- AVX2 + FMA + F16C (matmul_avx2.c); call only if coli_cpu_avx2() ---- */
-mm_rows_fn mm_avx2_rows(coli_dtype wtype);
+/* vnni: coli_cpu_vnni()'s answer, or COLI_VNNI_NONE for plain AVX2 (the
+ * same bits either way: the block sums are exact integers) */
+mm_rows_fn mm_avx2_rows(coli_dtype wtype, int vnni);
 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride);
 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
 

@@ -156,7 +156,8 @@ static float *run(const problem *p, coli_pool *pool, coli_scratch *s) {
 static void check_against_reference(int portable) {
     if (!portable && !coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
     coli_matmul_force_portable(portable);
-    cr_assert_str_eq(coli_matmul_impl(), portable ? "portable" : "avx2");
+    cr_assert_eq(strncmp(coli_matmul_impl(), portable ? "portable" : "avx2", portable ? 9 : 4), 0, "impl %s",
+                 coli_matmul_impl());
     coli_pool *pool = coli_pool_new(2);
     coli_scratch s = {0};
     for (int i = 0; i < N_TYPES; i++) {
@@ -205,6 +206,39 @@ Test(matmul, avx2_and_portable_agree) {
         free_problem(&p);
     }
     coli_scratch_free(&s);
+}
+
+/* The vpdpbusd kernels (AVX-VNNI or AVX512-VNNI) and the maddubs ones give
+ * the same bits for Q8_0 and Q4_0: their block sums are the same exact
+ * integers. Q8_0 rows get -128 (which the quantizer never writes) poked
+ * into every block's first values, the one weight where |w| overflows
+ * int8; 200 tokens x 70 rows cover every tile shape and more than one
+ * token block. */
+Test(matmul, vnni_and_plain_avx2_same_bits) {
+    if (coli_cpu_vnni() == COLI_VNNI_NONE) cr_skip_test("no AVX-VNNI / AVX512-VNNI on this CPU");
+    const coli_dtype types[] = {COLI_Q8_0, COLI_Q4_0};
+    coli_pool *pool = coli_pool_new(2);
+    coli_scratch s = {0};
+    for (int i = 0; i < 2; i++) {
+        problem p = make_problem(types[i], 1024, 70, 200, 31u + (unsigned)i);
+        if (types[i] == COLI_Q8_0)
+            for (size_t b = 0; b < 70 * 1024 / COLI_QK; b++) {
+                block_q8_0 *blk = (block_q8_0 *)p.w + b;
+                blk->qs[0] = blk->qs[b % COLI_QK] = -128;
+            }
+        float *a = run(&p, pool, &s);
+        coli_matmul_force_no_vnni(1);
+        cr_assert_str_eq(coli_matmul_impl(), "avx2");
+        float *b = run(&p, pool, &s);
+        coli_matmul_force_no_vnni(0);
+        cr_assert_eq(memcmp(a, b, sizeof(float) * 70 * 200), 0, "%s: vnni and plain avx2 differ",
+                     coli_dtype_name(types[i]));
+        free(a);
+        free(b);
+        free_problem(&p);
+    }
+    coli_scratch_free(&s);
+    coli_pool_destroy(&pool);
 }
 
 /* Each token alone == the same token in a batch of 7, with 1 and 2
