@@ -56,8 +56,15 @@ static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 static int64_t float_stride(int64_t n_in) { return (int64_t)round_up((size_t)n_in, 16); }
 
 /* Quantized input: n_tok rows of n_in int8 values (rounded up to 64 bytes),
- * then the block scales as floats. */
+ * then the block scales as floats (rounded up to 64 bytes), then the AVX2
+ * kernels' block sums (8 int32 per block, see mm_job.xs). */
 static size_t quant_values_bytes(int64_t n_in, int64_t n_tok) { return round_up((size_t)n_tok * (size_t)n_in, 64); }
+static size_t quant_scales_bytes(int64_t n_in, int64_t n_tok) {
+    return round_up((size_t)n_tok * (size_t)(n_in / COLI_QK) * sizeof(float), 64);
+}
+static size_t quant_sums_bytes(int64_t n_in, int64_t n_tok) {
+    return (size_t)n_tok * (size_t)(n_in / COLI_QK) * 8 * sizeof(int32_t);
+}
 
 size_t coli_matmul_scratch_bytes(coli_dtype wtype, int64_t n_in, int64_t n_tok) {
     if (n_in <= 0 || n_tok <= 0) return 0;
@@ -67,7 +74,8 @@ size_t coli_matmul_scratch_bytes(coli_dtype wtype, int64_t n_in, int64_t n_tok) 
     case COLI_F16:
     case COLI_BF16: return (size_t)n_tok * (size_t)float_stride(n_in) * sizeof(float);
     case COLI_Q8_0:
-    case COLI_Q4_0: return quant_values_bytes(n_in, n_tok) + (size_t)n_tok * (size_t)(n_in / COLI_QK) * sizeof(float);
+    case COLI_Q4_0:
+        return quant_values_bytes(n_in, n_tok) + quant_scales_bytes(n_in, n_tok) + quant_sums_bytes(n_in, n_tok);
     default: return 0;
     }
 }
@@ -99,12 +107,16 @@ static void prepare_input(mm_job *job, uint8_t *buf, const float *x, int avx2) {
     }
     int8_t *xq = (int8_t *)buf;
     float *xd = (float *)(buf + quant_values_bytes(n_in, n_tok));
-    if (avx2)
+    int32_t *xs = (int32_t *)((uint8_t *)xd + quant_scales_bytes(n_in, n_tok));
+    if (avx2) {
         mm_avx2_quantize_rows(x, n_tok, n_in, xq, xd);
-    else
+        mm_avx2_block_sums(xq, n_tok, n_in, xs);
+    } else {
         mm_portable_quantize_rows(x, n_tok, n_in, xq, xd);
+    }
     job->xq = xq;
     job->xd = xd;
+    job->xs = xs;
 }
 
 /* Rows per chunk: enough that a chunk's weights stay cache-sized, few
@@ -225,6 +237,7 @@ static void init_job(mm_job *j, const coli_matmul_op *o, int avx2, uint8_t *buf,
     j->xf_stride = shared->xf_stride;
     j->xq = shared->xq;
     j->xd = shared->xd;
+    j->xs = shared->xs;
     j->xa = shared->xa;
     j->xa_stride = shared->xa_stride;
 }

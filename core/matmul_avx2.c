@@ -13,7 +13,7 @@
  * with ones to 8 int32 lanes; the lanes of 4 rows are folded by two hadds
  * into each row's exact integer sums over elements 0..15 and 16..31, then
  * converted and accumulated scaled by d_w * d_x, 4 rows per instruction.
- * Q4_0 gets the same int32 lanes as nibbles * x - 8 * x (see block_dot).
+ * Q4_0 gets the same integers as nibbles * x - 8 * x (see block_dot).
  */
 #include <string.h>
 
@@ -100,6 +100,18 @@ AVX2 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t b = 0; b < nb; b++)
             quantize_block(x + t * n_in + b * COLI_QK, xq + t * n_in + b * COLI_QK, xd + t * nb + b);
+}
+
+/* Per block: 8 * the sums of its values 0..15 and 16..31, each in 4 lanes
+ * (mm_job.xs): what Q4_0's nibbles q in [0, 16) need to become q - 8. */
+AVX2 void mm_avx2_block_sums(const int8_t *xq, int64_t n_tok, int64_t n_in, int32_t *xs) {
+    const int64_t nb = n_tok * (n_in / COLI_QK);
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i xv = _mm256_load_si256((const __m256i *)(xq + b * COLI_QK));
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), _mm256_set1_epi16(1));
+        const __m256i h = _mm256_hadd_epi32(s, s);
+        _mm256_store_si256((__m256i *)(xs + 8 * b), _mm256_hadd_epi32(h, h));
+    }
 }
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -201,11 +213,12 @@ AVX2 ALWAYS __m256i dot_add(__m256i acc, __m256i u, __m256i s, const int V) {
 
 /* The 8 int32 lanes of sum(w * x) over the block, lane i summing elements
  * 4i..4i+3. Q8_0: |w| * sign(x, w), llama.cpp's trick for a signed x
- * signed product. Q4_0: q * x - 8 * x, where neg_xc holds the lanes of
- * -8 * x: the same integers exactly, with no sign fix-ups per row. */
-AVX2 ALWAYS __m256i block_dot(__m256i wq, __m256i aw, __m256i xv, __m256i neg_xc, coli_dtype T, const int V) {
+ * signed product. Q4_0: the nibbles q times x; the tile subtracts 8 * x
+ * after folding (mm_job.xs), which makes the same integers exactly with no
+ * sign fix-ups per row. */
+AVX2 ALWAYS __m256i block_dot(__m256i wq, __m256i aw, __m256i xv, coli_dtype T, const int V) {
     if (T == COLI_Q8_0) return dot_add(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xv, wq), V);
-    return dot_add(neg_xc, wq, xv, V);
+    return dot_add(_mm256_setzero_si256(), wq, xv, V);
 }
 
 /* The fp16 scales of block k of the RM rows as 4 floats (lanes past RM: 0),
@@ -220,14 +233,14 @@ AVX2 ALWAYS __m128 load_wd4(const uint8_t *const *w, size_t off, const int RM) {
 /* Block k of rows r..r+RM against token t: the block dots of the RM rows
  * (8 int32 lanes each, zeros past RM) folded by two hadds into one vector
  * whose lanes a and a+4 are row a's integer sums over elements 0..15 and
- * 16..31 (exact), converted and scaled by d_w * d_x of their row at once:
- * one convert and one FMA per 4 rows instead of 4 each. Row a's lanes see
- * the same operations in every tile shape. */
-AVX2 ALWAYS __m256 fold4(const __m256i *d, const int RM) {
+ * 16..31 (exact), then converted and scaled by d_w * d_x of their row at
+ * once: one convert and one FMA per 4 rows instead of 4 each. Row a's
+ * lanes see the same operations in every tile shape. */
+AVX2 ALWAYS __m256i fold4(const __m256i *d, const int RM) {
     const __m256i z = _mm256_setzero_si256();
     const __m256i d01 = _mm256_hadd_epi32(d[0], RM > 1 ? d[1] : z);
     const __m256i d23 = RM > 2 ? _mm256_hadd_epi32(d[2], RM > 3 ? d[3] : z) : z;
-    return _mm256_cvtepi32_ps(_mm256_hadd_epi32(d01, d23));
+    return _mm256_hadd_epi32(d01, d23);
 }
 
 AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T,
@@ -237,6 +250,7 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t, const int RM,
     const uint8_t *w[4];
     const int8_t *xq[4];
     const float *xd[4];
+    const int32_t *xs[4];
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int a = 0; a < RM; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
@@ -244,6 +258,7 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t, const int RM,
     for (int b = 0; b < RN; b++) {
         xq[b] = j->xq + (t + b) * j->n_in;
         xd[b] = j->xd + (t + b) * nb;
+        xs[b] = j->xs + (t + b) * nb * 8;
         acc[b] = _mm256_setzero_ps();
     }
     /* decode streams each weight byte once: fetch the next tile's rows
@@ -266,13 +281,12 @@ AVX2 ALWAYS void quant_tile(const mm_job *j, int64_t r, int64_t t, const int RM,
             const __m256i xv = _mm256_load_si256((const __m256i *)(xq[b] + k * COLI_QK));
             /* d_w * d_x of each row: the same single-precision products as one at a time */
             const __m256 s8 = _mm256_mul_ps(dw8, _mm256_set1_ps(xd[b][k]));
-            const __m256i zero = _mm256_setzero_si256();
-            const __m256i neg_xc =
-                T == COLI_Q4_0 ? _mm256_sub_epi32(zero, dot_add(zero, _mm256_set1_epi8(8), xv, V)) : zero;
             __m256i d[4];
 #pragma GCC unroll 4
-            for (int a = 0; a < RM; a++) d[a] = block_dot(wq[a], aw[a], xv, neg_xc, T, V);
-            acc[b] = _mm256_fmadd_ps(fold4(d, RM), s8, acc[b]);
+            for (int a = 0; a < RM; a++) d[a] = block_dot(wq[a], aw[a], xv, T, V);
+            __m256i sums = fold4(d, RM);
+            if (T == COLI_Q4_0) sums = _mm256_sub_epi32(sums, _mm256_load_si256((const __m256i *)(xs[b] + 8 * k)));
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s8, acc[b]);
         }
     }
 #pragma GCC unroll 4
@@ -371,5 +385,8 @@ void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t
 }
 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd) {
     mm_portable_quantize_rows(x, n_tok, n_in, xq, xd);
+}
+void mm_avx2_block_sums(const int8_t *xq, int64_t n_tok, int64_t n_in, int32_t *xs) {
+    (void)xq, (void)n_tok, (void)n_in, (void)xs;
 }
 #endif

@@ -35,6 +35,8 @@ typedef struct mm_job {
     int64_t xf_stride;
     const int8_t *xq;  /* Q8_0/Q4_0: quantized rows, n_in bytes apart (32-byte aligned) */
     const float *xd;   /* Q8_0/Q4_0: block scales, n_in/32 floats per token */
+    const int32_t *xs; /* AVX2 Q4_0: 8 lanes per block (32-byte aligned), n_in/32 blocks per token:
+                          8 * sum of its values 0..15 in lanes 0-3, of 16..31 in lanes 4-7 */
     const uint8_t *xa; /* vecdot types: activation block rows, xa_stride bytes apart */
     size_t xa_stride;
     coli_vec_dot_fn dot;               /* vecdot types: one (row, token) dot product */
@@ -81,5 +83,7 @@ void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8
 mm_rows_fn mm_avx2_rows(coli_dtype wtype, int vnni);
 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride);
 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
+/* job->xs from the quantized rows xq (n_tok rows of n_in values). */
+void mm_avx2_block_sums(const int8_t *xq, int64_t n_tok, int64_t n_in, int32_t *xs);
 
 #endif
