@@ -29,18 +29,25 @@ int coli_cpu_avx2(void) {
 /* CPUID leaf 7 sub-leaf 1, EAX bit 4: AVX-VNNI (older cpuid.h lack the name) */
 #define AVXVNNI_EAX_BIT (1u << 4)
 
+int coli_cpu_has_vnni(int kind) {
+    if (kind == COLI_VNNI_NONE) return 1;
+#if COLI_X86
+    if (!coli_cpu_avx2()) return 0;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (kind == COLI_VNNI_VEX) return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & AVXVNNI_EAX_BIT);
+    /* __builtin_cpu_supports checks that the OS saves the AVX-512 state */
+    if (kind == COLI_VNNI_EVEX) return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+#endif
+    return 0;
+}
+
 int coli_cpu_vnni(void) {
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v >= 0) return v;
-    v = COLI_VNNI_NONE;
-#if COLI_X86
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (coli_cpu_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & AVXVNNI_EAX_BIT)) v = COLI_VNNI_VEX;
-    /* __builtin_cpu_supports checks that the OS saves the AVX-512 state */
-    else if (coli_cpu_avx2() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
-        v = COLI_VNNI_EVEX;
-#endif
+    v = coli_cpu_has_vnni(COLI_VNNI_VEX)    ? COLI_VNNI_VEX
+        : coli_cpu_has_vnni(COLI_VNNI_EVEX) ? COLI_VNNI_EVEX
+                                            : COLI_VNNI_NONE;
     atomic_store_explicit(&cached, v, memory_order_relaxed);
     return v;
 }

@@ -28,5 +28,7 @@ enum {
     COLI_VNNI_EVEX = 2
 };
 int coli_cpu_vnni(void);
+/* 1 if that flavour (a COLI_VNNI_* value) can run here (NONE always can). */
+int coli_cpu_has_vnni(int kind);
 
 #endif

@@ -15,13 +15,16 @@
 #include "core/error.h"
 #include "core/matmul_impl.h"
 
-static atomic_int s_force_portable, s_force_no_vnni;
+static atomic_int s_force_portable, s_force_vnni = -1;
 
 void coli_matmul_force_portable(int on) { atomic_store(&s_force_portable, on != 0); }
-void coli_matmul_force_no_vnni(int on) { atomic_store(&s_force_no_vnni, on != 0); }
+void coli_matmul_force_vnni(int kind) { atomic_store(&s_force_vnni, kind >= 0 && coli_cpu_has_vnni(kind) ? kind : -1); }
 
 static int use_avx2(void) { return !atomic_load(&s_force_portable) && coli_cpu_avx2(); }
-static int use_vnni(void) { return atomic_load(&s_force_no_vnni) ? COLI_VNNI_NONE : coli_cpu_vnni(); }
+static int use_vnni(void) {
+    const int forced = atomic_load(&s_force_vnni);
+    return forced >= 0 ? forced : coli_cpu_vnni();
+}
 
 const char *coli_matmul_impl(void) {
     if (!use_avx2()) return "portable";

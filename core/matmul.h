@@ -77,9 +77,10 @@ size_t coli_matmul_many_scratch_bytes(const coli_matmul_op *ops, int n_ops);
 
 /* Force the portable path (tests compare the two). 1 = portable only. */
 void coli_matmul_force_portable(int on);
-/* 1 = Q8_0/Q4_0 kernels without vpdpbusd even where the CPU has AVX-VNNI
- * or AVX512-VNNI (tests compare the two: the same bits). */
-void coli_matmul_force_no_vnni(int on);
+/* Which vpdpbusd flavour the Q8_0/Q4_0 AVX2 kernels use: a COLI_VNNI_*
+ * value (cpu_features.h) the CPU has (coli_cpu_has_vnni), or -1 for the
+ * default, coli_cpu_vnni(). Tests compare the flavours: the same bits. */
+void coli_matmul_force_vnni(int kind);
 /* "avx2+vnni", "avx2" or "portable": what coli_matmul uses now. */
 const char *coli_matmul_impl(void);
 

@@ -215,8 +215,10 @@ Test(matmul, avx2_and_portable_agree) {
  * int8; 200 tokens x 70 rows cover every tile shape and more than one
  * token block. */
 Test(matmul, vnni_and_plain_avx2_same_bits) {
+    if (!coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
     if (coli_cpu_vnni() == COLI_VNNI_NONE) cr_skip_test("no AVX-VNNI / AVX512-VNNI on this CPU");
     const coli_dtype types[] = {COLI_Q8_0, COLI_Q4_0};
+    const int kinds[] = {COLI_VNNI_VEX, COLI_VNNI_EVEX};
     coli_pool *pool = coli_pool_new(2);
     coli_scratch s = {0};
     for (int i = 0; i < 2; i++) {
@@ -226,15 +228,19 @@ Test(matmul, vnni_and_plain_avx2_same_bits) {
                 block_q8_0 *blk = (block_q8_0 *)p.w + b;
                 blk->qs[0] = blk->qs[b % COLI_QK] = -128;
             }
-        float *a = run(&p, pool, &s);
-        coli_matmul_force_no_vnni(1);
+        coli_matmul_force_vnni(COLI_VNNI_NONE);
         cr_assert_str_eq(coli_matmul_impl(), "avx2");
-        float *b = run(&p, pool, &s);
-        coli_matmul_force_no_vnni(0);
-        cr_assert_eq(memcmp(a, b, sizeof(float) * 70 * 200), 0, "%s: vnni and plain avx2 differ",
-                     coli_dtype_name(types[i]));
-        free(a);
-        free(b);
+        float *plain = run(&p, pool, &s);
+        for (int k = 0; k < 2; k++) {
+            if (!coli_cpu_has_vnni(kinds[k])) continue;
+            coli_matmul_force_vnni(kinds[k]);
+            float *v = run(&p, pool, &s);
+            cr_assert_eq(memcmp(v, plain, sizeof(float) * 70 * 200), 0, "%s: vnni flavour %d and plain avx2 differ",
+                         coli_dtype_name(types[i]), kinds[k]);
+            free(v);
+        }
+        coli_matmul_force_vnni(-1);
+        free(plain);
         free_problem(&p);
     }
     coli_scratch_free(&s);
