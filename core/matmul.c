@@ -21,7 +21,7 @@ void coli_matmul_force_portable(int on) { atomic_store(&s_force_portable, on != 
 
 static int use_avx2(void) { return !atomic_load(&s_force_portable) && coli_cpu_avx2(); }
 
-const char *coli_matmul_impl(void) { return use_avx2() ? "avx2" : "portable"; }
+const char *coli_matmul_impl(void) { return use_avx2() ? mm_avx2_impl_name() : "portable"; }
 
 void coli_scratch_free(coli_scratch *s) {
     if (!s) return;

@@ -77,7 +77,9 @@ size_t coli_matmul_many_scratch_bytes(const coli_matmul_op *ops, int n_ops);
 
 /* Force the portable path (tests compare the two). 1 = portable only. */
 void coli_matmul_force_portable(int on);
-/* "avx2" or "portable": what coli_matmul uses now. */
+/* What coli_matmul uses now (a static string): "portable", "avx2", or
+ * "avx2+avxvnni" / "avx2+avx512vnni" where the Q8_0/Q4_0 kernels use that
+ * vpdpbusd (the same bits as plain "avx2"). */
 const char *coli_matmul_impl(void);
 
 #endif

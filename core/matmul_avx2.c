@@ -280,6 +280,11 @@ static mm_rows_fn quant_rows(coli_dtype wtype) {
     return q8 ? rows_q8_0_avx2 : rows_q4_0_avx2;
 }
 
+const char *mm_avx2_impl_name(void) {
+    const mm_rows_fn q8 = quant_rows(COLI_Q8_0);
+    return q8 == rows_q8_0_avxvnni ? "avx2+avxvnni" : q8 == rows_q8_0_avx512vnni ? "avx2+avx512vnni" : "avx2";
+}
+
 mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
     switch (wtype) {
     case COLI_F32: return rows_f32;
@@ -296,6 +301,7 @@ mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
 
 mm_rows_fn mm_avx2_rows(coli_dtype wtype) { return mm_portable_rows(wtype); }
 void mm_avx2_skip_vnni(int mask) { (void)mask; }
+const char *mm_avx2_impl_name(void) { return "avx2"; }
 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride) {
     mm_portable_round_rows(wtype, x, n_tok, n_in, xf, xf_stride);
 }

@@ -83,6 +83,9 @@ mm_rows_fn mm_avx2_rows(coli_dtype wtype);
 #define MM_SKIP_AVXVNNI 1
 #define MM_SKIP_AVX512VNNI 2
 void mm_avx2_skip_vnni(int mask);
+/* "avx2", "avx2+avxvnni" or "avx2+avx512vnni": what mm_avx2_rows gives
+ * Q8_0 / Q4_0 now (coli_matmul_impl); a static string. */
+const char *mm_avx2_impl_name(void);
 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride);
 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
 
