@@ -46,13 +46,17 @@ QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t,
         xd[b] = j->xd + (t + b) * nb;
         acc[b] = _mm256_setzero_ps();
     }
-    /* decode streams each weight byte once: fetch the rows PREFETCH_TILES
-     * tiles ahead (contiguous after this tile's) while this one computes,
-     * RM blocks' worth per block: every line those bytes touch */
+    /* The first token tile of a token block streams these weight rows from
+     * memory (decode, and the few rows of a batched decode step, have only
+     * that one; later tiles of a prefill find them in cache): fetch the rows
+     * PREFETCH_TILES tiles ahead (contiguous after this tile's) while this
+     * one computes, RM blocks' worth per block: every line those bytes touch.
+     * The hardware prefetchers barely help here (docs/benchmarks.md). */
     const uint8_t *ahead = w[0] + (size_t)PREFETCH_TILES * RM * j->w_stride;
+    const int streams = PREFETCH_TILES && t % j->token_block == 0;
     for (int64_t k = 0; k < nb; k++) {
         __m256i wq[4], aw[4];
-        if (RN == 1 && PREFETCH_TILES)
+        if (streams)
             for (int l = 0; l < (RM * (int)bb + 63) / 64 + 1; l++)
                 _mm_prefetch((const char *)ahead + (size_t)k * RM * bb + 64 * l, _MM_HINT_T0);
         const __m128 dw = load_wd4(w, (size_t)k * bb, RM);
