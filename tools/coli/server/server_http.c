@@ -43,6 +43,7 @@ static int s_port;
 static MHD_socket s_listen_fd = MHD_INVALID_SOCKET; /* after quiesce: closed after the daemon */
 static atomic_int s_in_flight;                      /* requests between their head and their end */
 static const char *s_cors_origin;                   /* --cors-origin, NULL: no CORS headers */
+static server_metrics *s_metrics;                   /* the server's: requests counted by status */
 static __thread http_req *t_req;                    /* the request this pool thread is answering */
 
 int http_bound_port(void) { return s_port; }
@@ -66,6 +67,9 @@ int http_connection_fd(struct MHD_Connection *c) {
 
 static int s_queue(struct MHD_Connection *c, int status, struct MHD_Response *resp) {
     if (!resp) return MHD_NO;
+    /* Counted when queued, not when sent: a client that has its answer and asks
+     * /metrics at once must find its request there. */
+    if (t_req && !t_req->status) metrics_count_request(s_metrics, t_req->ep, status);
     if (t_req) t_req->status = status;
     if (s_cors_origin) MHD_add_response_header(resp, "Access-Control-Allow-Origin", s_cors_origin);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
@@ -270,10 +274,9 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *c, const char 
 static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)c;
     (void)toe;
-    server *s = cls;
+    (void)cls;
     http_req *r = *con_cls;
     if (!r) return;
-    if (r->status) metrics_count_request(&s->metrics, r->ep, r->status);
     if (t_req == r) t_req = NULL;
     job_release(r->job);
     free(r->body);
@@ -305,6 +308,7 @@ int http_start(server *s) {
     int ipv6 = 0;
     if (s_resolve(s, &addr, &ipv6)) return CLI_FAIL;
     s_cors_origin = s->cfg.cors_origin;
+    s_metrics = &s->metrics;
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ipv6) flags |= MHD_USE_IPv6;
     if (s->cfg.verbose) flags |= MHD_USE_ERROR_LOG;

@@ -280,6 +280,11 @@ static void s_finish(server_slot *slot, job *j, int rc, const coli_gen_stats *st
     pthread_mutex_lock(&s->q_mu);
     s->active--;
     pthread_mutex_unlock(&s->q_mu);
+    /* Counted before the answer goes out: a client that reads /metrics or
+     * /dashboard.json the moment it has its answer must see its tokens.
+     * n_gen and n_cached are this thread's own (the generating slot). */
+    metrics_add_tokens(&s->metrics, st->n_prompt + j->n_cached, j->n_gen);
+    if (atomic_load(&j->cancel) && !atomic_load(&s->stopping)) metrics_count_cancelled(&s->metrics);
     pthread_mutex_lock(&j->mu);
     if (rc != 0 && !j->error_http) {
         j->error_http = 500;
@@ -301,8 +306,6 @@ static void s_finish(server_slot *slot, job *j, int rc, const coli_gen_stats *st
     j->state = JOB_DONE;
     job_wake(j);
     pthread_mutex_unlock(&j->mu);
-    metrics_add_tokens(&s->metrics, st->n_prompt + j->n_cached, j->n_gen);
-    if (atomic_load(&j->cancel) && !atomic_load(&s->stopping)) metrics_count_cancelled(&s->metrics);
 }
 
 /* Reset the slot's context to the longest cached prefix of j's prompt
