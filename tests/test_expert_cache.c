@@ -222,6 +222,18 @@ Test(ec_devices, cache_suffix_parses_and_errors_name_the_item) {
     }
 }
 
+//  coli plan shows a cache worker as what the scheduler makes of it: no home
+//  for any expert (the other workers hold them all), with its budget in bytes.
+Test(ec_devices, plan_shows_the_cache_and_homes_every_expert_elsewhere) {
+    if (access(BUNDLED, R_OK) != 0) cr_skip_test("skipped: %s missing", BUNDLED);
+    char *plan = NULL;
+    cr_assert_eq(coli_plan_text(BUNDLED, "cpu:1@2@cache=25%,cpu:1@1", &plan), 0, "%s", coli_last_error());
+    cr_expect(strstr(plan, "worker 0  cpu:0  live expert cache  budget 2.2 MiB"), "%s", plan);
+    cr_expect(strstr(plan, "worker 1  cpu:1  budget unlimited  experts 16"), "%s", plan);
+    cr_expect(strstr(plan, "layer   0: 1 1 1 1\n"), "%s", plan);
+    free(plan);
+}
+
 // ---------------------------------------------------------------------------
 //  A cache worker's counters from the stats JSON.
 typedef struct cache_counts {

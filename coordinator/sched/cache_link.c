@@ -57,6 +57,10 @@ static int s_first_cache(const sched *s) {
 void cache_budgets(const sched *s, device_spec *d, int n) {
     uint64_t all = 0;
     for (int l = 0; l < s->model.n_layer; l++) all += s->model.expert_bytes[l] * (uint64_t)s->model.n_expert;
+    cache_budgets_of(all, d, n);
+}
+
+void cache_budgets_of(uint64_t all, device_spec *d, int n) {
     for (int i = 0; i < n; i++)
         if (d[i].cache && d[i].cache_pct > 0) {
             d[i].budget = (uint64_t)(d[i].cache_pct / 100.0 * (double)all);

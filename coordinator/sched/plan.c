@@ -45,7 +45,12 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
             len +=
                 (size_t)snprintf(t + len, cap - len, "  in-process: %llu experts, %.1f MiB (no room on any worker)%s\n",
                                  (unsigned long long)n, (double)bytes / 1048576.0, rows);
-        else {
+        else if (d[w].cache) {
+            len += (size_t)snprintf(t + len, cap - len,
+                                    "  worker %d  %s:%d  live expert cache  budget %.1f MiB (the hottest experts that "
+                                    "fit, promoted and evicted as routing goes; a miss goes to the expert's home)\n",
+                                    w, d[w].plugin, d[w].index, (double)d[w].budget / 1048576.0);
+        } else {
             char b[32] = "unlimited";
             if (d[w].budget) snprintf(b, sizeof b, "%.1f MiB", (double)d[w].budget / 1048576.0);
             len += (size_t)snprintf(t + len, cap - len, "  worker %d  %s:%d  budget %s  experts %llu  %.1f MiB%s\n", w,
@@ -134,9 +139,12 @@ int coli_plan_heat_text(const char *model_path, const char *devices, const char 
         rc = expert_weights_from_gguf(f, l, 0, &w);
         if (rc == 0) eb[l] = expert_weights_bytes(&w);
     }
-    uint64_t budget[SCHED_MAX_WORKERS];
+    uint64_t budget[SCHED_MAX_WORKERS], all = 0;
     int usable[SCHED_MAX_WORKERS];
-    for (int i = 0; i < n_w; i++) budget[i] = d[i].budget, usable[i] = 1;
+    for (int l = 0; l < n_layer; l++) all += eb[l] * (uint64_t)n_expert;
+    cache_budgets_of(all, d, n_w);
+    /* a cache worker is no home: its experts come and go (cache_link.c), as in the scheduler */
+    for (int i = 0; i < n_w; i++) budget[i] = d[i].budget, usable[i] = !d[i].cache;
     placement_in in = {(int)n_layer, (int)n_expert, eb, n_w, budget, usable};
     const int by_heat = heat_path || (pins && *pins);
     double share[SCHED_MAX_WORKERS + 1];

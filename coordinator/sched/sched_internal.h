@@ -399,6 +399,8 @@ void remote_take(sched *s);
 int cache_setup(sched *s, const uint64_t *heat);
 /* Before the workers start: @cache=P% into bytes (d[i].budget) of s's model. */
 void cache_budgets(const sched *s, device_spec *d, int n);
+/* The same for a model whose experts weigh all_expert_bytes in total (coli plan). */
+void cache_budgets_of(uint64_t all_expert_bytes, device_spec *d, int n);
 void cache_free(sched *s);
 /* Does w's Place name slot? (a cache worker: its wanted set; else its owner map) */
 int cache_place_has(const sched *s, const worker_link *w, size_t slot);
