@@ -136,14 +136,20 @@ static inline void sched_generate_on(coli_model *m, const char *what, step_hook 
     coli_context_free(&c);
 }
 
-/* sched_generate_on a model loaded here on `devices`, freed afterwards. */
-static inline void sched_generate(const char *model, const char *devices, step_hook hook, void *user, gen_result *r) {
+/* model loaded on `devices` with one compute thread (the test fails if it cannot be); caller frees. */
+static inline coli_model *sched_load(const char *model, const char *devices) {
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = devices;
     mp.n_threads = 1;
     coli_model *m = NULL;
     cr_assert_eq(coli_model_load(model, &mp, &m), 0, "load (%s): %s", devices, coli_last_error());
+    return m;
+}
+
+/* sched_generate_on a model loaded here on `devices`, freed afterwards. */
+static inline void sched_generate(const char *model, const char *devices, step_hook hook, void *user, gen_result *r) {
+    coli_model *m = sched_load(model, devices);
     sched_generate_on(m, devices, hook, user, r);
     coli_model_free(&m);
 }

@@ -206,13 +206,7 @@ static coli_model *s_load(void) {
     char devices[256];
     snprintf(devices, sizeof devices, "cpu:1,remote:tcp://%s:%d,remote:tcp://%s:%d", s_hosts[0].addr, PORT,
              s_hosts[1].addr, PORT);
-    coli_model_params mp;
-    coli_model_default_params(&mp);
-    mp.devices = devices;
-    mp.n_threads = 1;
-    coli_model *m = NULL;
-    cr_assert_eq(coli_model_load(sched_fixture(MODEL), &mp, &m), 0, "load (%s): %s", devices, coli_last_error());
-    return m;
+    return sched_load(sched_fixture(MODEL), devices);
 }
 
 static long s_worker_long(const char *js, int id, const char *field) {
@@ -349,13 +343,7 @@ static void s_setup_slow(int delay_ms, int deadline_ms) {
 static coli_model *s_load_slow(void) {
     char devices[128];
     snprintf(devices, sizeof devices, "remote:%s", s_hosts[0].proxy_endpoint);
-    coli_model_params mp;
-    coli_model_default_params(&mp);
-    mp.devices = devices;
-    mp.n_threads = 1;
-    coli_model *m = NULL;
-    cr_assert_eq(coli_model_load(sched_fixture(MODEL), &mp, &m), 0, "load (%s): %s", devices, coli_last_error());
-    return m;
+    return sched_load(sched_fixture(MODEL), devices);
 }
 
 static double s_json_double(const char *js, const char *name) {

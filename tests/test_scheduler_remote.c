@@ -320,13 +320,7 @@ Test(scheduler_remote, remote_without_keys_is_a_clear_error) {
 static coli_model *s_load_remote(const remote_worker *rw) {
     char devices[320];
     snprintf(devices, sizeof devices, "cpu:1,remote:%s", rw->endpoint);
-    coli_model_params mp;
-    coli_model_default_params(&mp);
-    mp.devices = devices;
-    mp.n_threads = 1;
-    coli_model *m = NULL;
-    cr_assert_eq(coli_model_load(sched_fixture(MODEL), &mp, &m), 0, "load (%s): %s", devices, coli_last_error());
-    return m;
+    return sched_load(sched_fixture(MODEL), devices);
 }
 
 Test(scheduler_remote, second_coordinator_is_refused_busy, .timeout = 120) {

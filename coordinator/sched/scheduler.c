@@ -542,11 +542,12 @@ static int s_plan(sched *s, const placement_in *in) {
 
 static int s_place(sched *s) {
     uint64_t budget[SCHED_MAX_WORKERS];
-    int usable[SCHED_MAX_WORKERS];
+    int ready[SCHED_MAX_WORKERS], usable[SCHED_MAX_WORKERS];
     for (int i = 0; i < s->n_w; i++) {
         budget[i] = s_place_budget(s, &s->w[i]);
+        ready[i] = s->w[i].state == LINK_STARTING && s->w[i].place.hello_ok;
         /* a cache worker is no home tier: its experts come and go (cache_link.c) */
-        usable[i] = s->w[i].state == LINK_STARTING && s->w[i].place.hello_ok && !s->w[i].dev.cache;
+        usable[i] = ready[i] && !s->w[i].dev.cache;
     }
     placement_in in = {s->model.n_layer, s->model.n_expert, s->model.expert_bytes, s->n_w, budget, usable};
     int rc = s_plan(s, &in);
@@ -554,9 +555,7 @@ static int s_place(sched *s) {
     if (rc) return rc;
     s->place.started = 1;
     for (int i = 0; i < s->n_w; i++)
-        if ((usable[i] || (s->w[i].dev.cache && s->w[i].state == LINK_STARTING && s->w[i].place.hello_ok)) &&
-            link_send_place(s, &s->w[i]) != LINK_SENT)
-            sup_worker_lost(s, &s->w[i], "crash", 1);
+        if (ready[i] && link_send_place(s, &s->w[i]) != LINK_SENT) sup_worker_lost(s, &s->w[i], "crash", 1);
     s_wait_while(s, LINK_PLACING);
     return 0;
 }

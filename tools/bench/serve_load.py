@@ -45,6 +45,21 @@ def prompt_of(i):
     return " ".join(WORDS[(i * 5 + k * 3) % len(WORDS)] for k in range(n)) + f" ({i})"
 
 
+def sse_data(resp):
+    """Yield the payload (bytes after "data: ") of each server-sent event of
+    resp as it arrives, "[DONE]" included. Shared with tools/soak/soak.py."""
+    buf = b""
+    while True:
+        chunk = resp.read1(65536)
+        if not chunk:
+            return
+        buf += chunk
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            if event.startswith(b"data: "):
+                yield event[6:]
+
+
 def one_request(host, port, body):
     """POST a streamed completion; return the arrival times of its content chunks and the start."""
     conn = http.client.HTTPConnection(host, port, timeout=600)
@@ -53,20 +68,14 @@ def one_request(host, port, body):
     resp = conn.getresponse()
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
-    times, buf = [], b""
-    while True:
-        chunk = resp.read1(65536)
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n\n" in buf:
-            event, buf = buf.split(b"\n\n", 1)
-            if not event.startswith(b"data: ") or event == b"data: [DONE]":
-                continue
-            # invalid UTF-8 can come at a cut-off last token (the server passes its bytes on)
-            ev = json.loads(event[6:].decode("utf-8", "replace"))
-            if ev.get("choices") and ev["choices"][0].get("text"):
-                times.append(time.monotonic())
+    times = []
+    for payload in sse_data(resp):
+        if payload == b"[DONE]":
+            continue
+        # invalid UTF-8 can come at a cut-off last token (the server passes its bytes on)
+        ev = json.loads(payload.decode("utf-8", "replace"))
+        if ev.get("choices") and ev["choices"][0].get("text"):
+            times.append(time.monotonic())
     conn.close()
     return t0, times
 

@@ -97,25 +97,17 @@ def text_of_choice(kind, choice, streamed):
 
 def read_stream(kind, resp):
     """Concatenate a stream's text deltas; returns (text, finish_reason)."""
-    buf, text, finish, done = b"", [], None, False
-    while True:
-        chunk = resp.read1(65536)
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n\n" in buf:
-            event, buf = buf.split(b"\n\n", 1)
-            if not event.startswith(b"data: "):
-                continue
-            if event == b"data: [DONE]":
-                done = True
-                continue
-            ev = read_json(event[6:], "stream event")
-            if "error" in ev:
-                raise Failure("stream_error", json.dumps(ev["error"])[:200])
-            for choice in ev.get("choices") or []:
-                text.append(text_of_choice(kind, choice, True))
-                finish = choice.get("finish_reason") or finish
+    text, finish, done = [], None, False
+    for payload in serve_load.sse_data(resp):
+        if payload == b"[DONE]":
+            done = True
+            continue
+        ev = read_json(payload, "stream event")
+        if "error" in ev:
+            raise Failure("stream_error", json.dumps(ev["error"])[:200])
+        for choice in ev.get("choices") or []:
+            text.append(text_of_choice(kind, choice, True))
+            finish = choice.get("finish_reason") or finish
     if not done:
         raise Failure("stream_cut", "the stream ended without data: [DONE]")
     return "".join(text), finish
