@@ -45,16 +45,19 @@ static int os_saves_avx512(void) {
 }
 #endif
 
-/* feature: 0 AVX-VNNI, 1 AVX512-VNNI (with F and VL); cached like coli_cpu_avx2. */
+/* feature: 0 AVX-VNNI, 1 AVX512-VNNI (with F and VL), 2 that and BW + DQ;
+ * cached like coli_cpu_avx2. */
 static int vnni_present(int feature) {
-    static atomic_int cached[2] = {-1, -1};
+    static atomic_int cached[3] = {-1, -1, -1};
     int v = atomic_load_explicit(&cached[feature], memory_order_relaxed);
     if (v >= 0) return v;
 #if COLI_X86
     if (feature == 0)
         v = coli_cpu_avx2() && leaf7_bit(1, 0, 4); /* leaf 7.1 eax bit 4: AVX-VNNI */
-    else                                           /* leaf 7.0: ebx 16 AVX512F, ebx 31 AVX512VL, ecx 11 AVX512-VNNI */
+    else if (feature == 1)                         /* leaf 7.0: ebx 16 AVX512F, ebx 31 AVX512VL, ecx 11 AVX512-VNNI */
         v = coli_cpu_avx2() && leaf7_bit(0, 1, 16) && leaf7_bit(0, 1, 31) && leaf7_bit(0, 2, 11) && os_saves_avx512();
+    else /* leaf 7.0: ebx 30 AVX512BW, ebx 17 AVX512DQ */
+        v = vnni_present(1) && leaf7_bit(0, 1, 30) && leaf7_bit(0, 1, 17);
 #else
     v = 0;
 #endif
@@ -64,3 +67,4 @@ static int vnni_present(int feature) {
 
 int coli_cpu_avxvnni(void) { return vnni_present(0); }
 int coli_cpu_avx512vnni(void) { return vnni_present(1); }
+int coli_cpu_avx512(void) { return vnni_present(2); }

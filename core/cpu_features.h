@@ -13,11 +13,13 @@
 #define COLI_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define COLI_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define COLI_TARGET_AVX512VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define COLI_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
 #else
 #define COLI_X86 0
 #define COLI_TARGET_AVX2
 #define COLI_TARGET_AVXVNNI
 #define COLI_TARGET_AVX512VNNI
+#define COLI_TARGET_AVX512
 #endif
 
 /* 1 if AVX2, FMA and F16C are all present (and the build is x86). */
@@ -28,5 +30,8 @@ int coli_cpu_avxvnni(void);
 /* 1 if coli_cpu_avx2() and AVX512F + AVX512VL + AVX512-VNNI are present and
  * the OS saves the AVX-512 state: COLI_TARGET_AVX512VNNI may run. */
 int coli_cpu_avx512vnni(void);
+/* 1 if coli_cpu_avx512vnni() and AVX512BW + AVX512DQ are present: the
+ * 512-bit tiles (COLI_TARGET_AVX512) may run. */
+int coli_cpu_avx512(void);
 
 #endif

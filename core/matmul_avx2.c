@@ -268,6 +268,8 @@ static void rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r
 #define QT_DPBUSD(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
 #include "core/matmul_qtile.h"
 
+#include "core/matmul_qtile512.h"
+
 static atomic_int s_skip_vnni; /* mm_avx2_skip_vnni */
 
 void mm_avx2_skip_vnni(int mask) { atomic_store(&s_skip_vnni, mask); }
@@ -275,6 +277,7 @@ void mm_avx2_skip_vnni(int mask) { atomic_store(&s_skip_vnni, mask); }
 /* The Q8_0 / Q4_0 rows of the best integer dot the CPU has. */
 static mm_rows_fn quant_rows(coli_dtype wtype) {
     const int q8 = wtype == COLI_Q8_0, skip = atomic_load(&s_skip_vnni);
+    if (!(skip & MM_SKIP_AVX512) && coli_cpu_avx512()) return q8 ? rows_q8_0_avx512 : rows_q4_0_avx512;
     if (!(skip & MM_SKIP_AVXVNNI) && coli_cpu_avxvnni()) return q8 ? rows_q8_0_avxvnni : rows_q4_0_avxvnni;
     if (!(skip & MM_SKIP_AVX512VNNI) && coli_cpu_avx512vnni()) return q8 ? rows_q8_0_avx512vnni : rows_q4_0_avx512vnni;
     return q8 ? rows_q8_0_avx2 : rows_q4_0_avx2;
@@ -282,6 +285,7 @@ static mm_rows_fn quant_rows(coli_dtype wtype) {
 
 const char *mm_avx2_impl_name(void) {
     const mm_rows_fn q8 = quant_rows(COLI_Q8_0);
+    if (q8 == rows_q8_0_avx512) return "avx2+avx512";
     return q8 == rows_q8_0_avxvnni ? "avx2+avxvnni" : q8 == rows_q8_0_avx512vnni ? "avx2+avx512vnni" : "avx2";
 }
 

@@ -77,13 +77,16 @@ void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8
 
 /* ---- AVX2 + FMA + F16C (matmul_avx2.c); call only if coli_cpu_avx2() ---- */
 mm_rows_fn mm_avx2_rows(coli_dtype wtype);
-/* Q8_0 / Q4_0 skip the integer dots in mask even where the CPU has them
- * (tests compare them, which must give the same bits); 0: the best one.
- * With both bits set they use AVX2's maddubs. */
+/* Q8_0 / Q4_0 skip the tiles in mask even where the CPU has them (tests
+ * compare them, which must give the same bits); 0: the best one, in the
+ * order 512-bit, AVX-VNNI, AVX512-VNNI on 256 bits. With all bits set they
+ * use AVX2's maddubs. */
 #define MM_SKIP_AVXVNNI 1
 #define MM_SKIP_AVX512VNNI 2
+#define MM_SKIP_AVX512 4
+#define MM_SKIP_ALL_VNNI (MM_SKIP_AVXVNNI | MM_SKIP_AVX512VNNI | MM_SKIP_AVX512)
 void mm_avx2_skip_vnni(int mask);
-/* "avx2", "avx2+avxvnni" or "avx2+avx512vnni": what mm_avx2_rows gives
+/* "avx2", "avx2+avxvnni", "avx2+avx512vnni" or "avx2+avx512": what mm_avx2_rows gives
  * Q8_0 / Q4_0 now (coli_matmul_impl); a static string. */
 const char *mm_avx2_impl_name(void);
 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride);

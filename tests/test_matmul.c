@@ -417,30 +417,35 @@ Test(matmul, avx2_token_groups_equal_single_tokens) {
     }
 }
 
-/* Q8_0 / Q4_0 with each VNNI integer dot the CPU has give the bits of the
- * AVX2 maddubs path: the same exact integer lanes. Odd shapes (partial
- * tiles), 1..9 tokens and 130 (more than two token blocks), 2 threads;
+/* Q8_0 / Q4_0 with each VNNI integer dot the CPU has, and the 512-bit
+ * tiles, give the bits of the AVX2 maddubs path: the same exact integer
+ * lanes, the same float steps per block. Odd shapes (partial tiles), an odd
+ * and an even number of blocks per row (the 512-bit tiles take blocks in
+ * pairs), 1..9 tokens and 130 (more than two token blocks), 2 threads;
  * Q8_0 weights include -128 bytes (the largest magnitude the unsigned
- * operand sees). */
+ * operand sees) and zeros. */
 static void check_vnni_variant(int skip, const char *name) {
     static const coli_dtype types[] = {COLI_Q8_0, COLI_Q4_0};
     coli_pool *pool = coli_pool_new(2);
     coli_scratch s = {0};
-    static const int64_t tokens[] = {1, 5, 9, 130};
+    static const int64_t tokens[] = {1, 5, 9, 130}, widths[] = {352, 384};
     for (int i = 0; i < 2; i++)
-        for (int n = 0; n < 4; n++) {
-            const int64_t n_tok = tokens[n];
-            problem p = make_problem(types[i], 352, 45, n_tok, 900u + (unsigned)(i * 16 + n_tok));
+        for (int n = 0; n < 8; n++) {
+            const int64_t n_tok = tokens[n % 4], n_in = widths[n / 4];
+            problem p = make_problem(types[i], n_in, 45, n_tok, 900u + (unsigned)(i * 16 + n * 131));
             if (types[i] == COLI_Q8_0)
-                for (int64_t r = 0; r < p.n_out; r += 3)
+                for (int64_t r = 0; r < p.n_out; r += 3) {
                     p.w[(size_t)r * coli_row_bytes(p.t, p.n_in) + 2 + r % 32] = 0x80;
-            mm_avx2_skip_vnni(MM_SKIP_AVXVNNI | MM_SKIP_AVX512VNNI);
+                    p.w[(size_t)r * coli_row_bytes(p.t, p.n_in) + 40 + r % 30] = 0;
+                }
+            mm_avx2_skip_vnni(MM_SKIP_ALL_VNNI);
             float *a = run(&p, pool, &s);
             mm_avx2_skip_vnni(skip);
             float *b = run(&p, pool, &s);
             mm_avx2_skip_vnni(0);
-            cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)(p.n_out * n_tok)), 0, "%s, %lld tokens: %s differs",
-                         coli_dtype_name(types[i]), (long long)n_tok, name);
+            cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)(p.n_out * n_tok)), 0,
+                         "%s, %lld x %lld tokens: %s differs", coli_dtype_name(types[i]), (long long)n_in,
+                         (long long)n_tok, name);
             free(a);
             free(b);
             free_problem(&p);
@@ -451,10 +456,15 @@ static void check_vnni_variant(int skip, const char *name) {
 
 Test(matmul, avxvnni_equals_avx2_bits) {
     if (!coli_cpu_avxvnni()) cr_skip_test("no AVX-VNNI on this CPU");
-    check_vnni_variant(MM_SKIP_AVX512VNNI, "AVX-VNNI");
+    check_vnni_variant(MM_SKIP_ALL_VNNI & ~MM_SKIP_AVXVNNI, "AVX-VNNI");
 }
 
 Test(matmul, avx512vnni_equals_avx2_bits) {
     if (!coli_cpu_avx512vnni()) cr_skip_test("no AVX512-VNNI on this CPU");
-    check_vnni_variant(MM_SKIP_AVXVNNI, "AVX512-VNNI");
+    check_vnni_variant(MM_SKIP_ALL_VNNI & ~MM_SKIP_AVX512VNNI, "AVX512-VNNI");
+}
+
+Test(matmul, avx512_tiles_equal_avx2_bits) {
+    if (!coli_cpu_avx512()) cr_skip_test("no AVX-512 BW/DQ/VNNI on this CPU");
+    check_vnni_variant(MM_SKIP_ALL_VNNI & ~MM_SKIP_AVX512, "512-bit tiles");
 }

@@ -5,6 +5,11 @@
  *
  *   bench_matmul [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]
  *                [--types Q4_K,Q6_K,...]   (default: every weight type)
+ *                [--tiles avx2,avxvnni,avx512vnni,avx512 [--rounds K]]
+ *
+ * --tiles compares the Q8_0 / Q4_0 tile flavours side by side: K rounds,
+ * each timing every flavour once in turn on the same weights, then the
+ * median per flavour (a noisy shared machine moves all of them alike).
  *
  * Decode rotates through enough copies of the matrix to exceed the caches,
  * so GB/s is memory bandwidth. "model tok/s" is what bench-mixtral would
@@ -16,7 +21,9 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/cpu_features.h"
 #include "core/matmul.h"
+#include "core/matmul_impl.h"
 #include "core/quant.h"
 #include "tests/quant_util.h"
 
@@ -32,8 +39,10 @@ static float frand(unsigned *s) {
 }
 
 typedef struct bench_cfg {
-    int threads, portable, hot;
+    int threads, portable, hot, rounds;
     double seconds;
+    int tile_skip[8], n_tiles; /* --tiles: mm_avx2_skip_vnni masks */
+    const char *tile_name[8];
     int64_t rows, cols;
     coli_dtype types[32];
     int n_types;
@@ -68,6 +77,64 @@ static uint8_t *make_weights(const bench_cfg *c, coli_dtype t, int copies, size_
     return w;
 }
 
+/* Seconds per call of coli_matmul on w (copies of the matrix, taken in
+ * turn), timed for c->seconds; *cpu: CPU seconds per call per thread. */
+static double time_calls(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok,
+                         const uint8_t *w, size_t mat, int copies, const float *x, float *y, double *cpu) {
+    int64_t iters = 0;
+    double t0 = clock_s(CLOCK_MONOTONIC), t1 = t0, c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    while (t1 - t0 < c->seconds || iters < 3) {
+        const uint8_t *wi = w + (size_t)(iters % copies) * mat;
+        if (coli_matmul(pool, s, wi, t, c->cols, c->rows, x, n_tok, y)) {
+            fprintf(stderr, "matmul: %s\n", coli_last_error());
+            return -1;
+        }
+        iters++;
+        t1 = clock_s(CLOCK_MONOTONIC);
+    }
+    /* CPU seconds per call per thread: what a call costs on an idle machine
+     * (the wall clock also counts time other processes took the cores) */
+    *cpu = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / (double)iters / c->threads;
+    return (t1 - t0) / (double)iters;
+}
+
+static void print_case(const bench_cfg *c, coli_dtype t, int64_t n_tok, size_t mat, double per, double cpu,
+                       const char *label) {
+    double gbs = (double)mat / per / 1e9;
+    double gmacs = (double)c->rows * (double)c->cols * (double)n_tok / per / 1e9;
+    double tok_s = (double)n_tok / per / 48.0;
+    printf("%-5s n_tok=%-3lld %-11s %8.3f ms  %6.2f GB/s  %7.2f GMAC/s  model tok/s %8.1f"
+           "   | cpu-time: %8.3f ms %6.2f GB/s %8.1f tok/s\n",
+           coli_dtype_name(t), (long long)n_tok, label, per * 1e3, gbs, gmacs, tok_s, cpu * 1e3,
+           (double)mat / cpu / 1e9, (double)n_tok / cpu / 48.0);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* --tiles: rounds x flavours, interleaved; prints each flavour's median. */
+static int compare_tiles(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok,
+                         const uint8_t *w, size_t mat, int copies, const float *x, float *y) {
+    double per[8][64], cpu[8][64], cpu_i;
+    const int rounds = c->rounds < 64 ? c->rounds : 64;
+    for (int r = 0; r < rounds; r++)
+        for (int f = 0; f < c->n_tiles; f++) {
+            mm_avx2_skip_vnni(c->tile_skip[f]);
+            per[f][r] = time_calls(c, pool, s, t, n_tok, w, mat, copies, x, y, &cpu_i);
+            cpu[f][r] = cpu_i;
+            mm_avx2_skip_vnni(0);
+            if (per[f][r] < 0) return 1;
+        }
+    for (int f = 0; f < c->n_tiles; f++) {
+        qsort(per[f], (size_t)rounds, sizeof(double), cmp_double);
+        qsort(cpu[f], (size_t)rounds, sizeof(double), cmp_double);
+        print_case(c, t, n_tok, mat, per[f][rounds / 2], cpu[f][rounds / 2], c->tile_name[f]);
+    }
+    return 0;
+}
+
 static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok) {
     size_t row_bytes;
     size_t mat = coli_row_bytes(t, c->cols) * (size_t)c->rows;
@@ -75,41 +142,52 @@ static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_d
     uint8_t *w = make_weights(c, t, copies, &row_bytes);
     float *x = malloc((size_t)n_tok * (size_t)c->cols * sizeof(float));
     float *y = malloc((size_t)n_tok * (size_t)c->rows * sizeof(float));
+    int rc = 1;
     if (!w || !x || !y) {
-        free(w);
-        free(x);
-        free(y);
         fprintf(stderr, "out of memory\n");
-        return 1;
+        goto done;
     }
     unsigned seed = 11;
     for (int64_t i = 0; i < n_tok * c->cols; i++) x[i] = frand(&seed);
-    int64_t iters = 0;
-    double t0 = clock_s(CLOCK_MONOTONIC), t1 = t0, c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-    while (t1 - t0 < c->seconds || iters < 3) {
-        const uint8_t *wi = w + (size_t)(iters % copies) * mat;
-        if (coli_matmul(pool, s, wi, t, c->cols, c->rows, x, n_tok, y)) {
-            fprintf(stderr, "matmul: %s\n", coli_last_error());
-            return 1;
-        }
-        iters++;
-        t1 = clock_s(CLOCK_MONOTONIC);
+    if (c->n_tiles && (t == COLI_Q8_0 || t == COLI_Q4_0)) {
+        rc = compare_tiles(c, pool, s, t, n_tok, w, mat, copies, x, y);
+        goto done;
     }
-    double per = (t1 - t0) / (double)iters;
-    /* CPU seconds per call per thread: what a call costs on an idle machine
-     * (the wall clock also counts time other processes took the cores) */
-    double cpu = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / (double)iters / c->threads;
-    double gbs = (double)mat / per / 1e9;
-    double gmacs = (double)c->rows * (double)c->cols * (double)n_tok / per / 1e9;
-    double tok_s = (double)n_tok / per / 48.0;
-    printf("%-5s n_tok=%-3lld %8.3f ms  %6.2f GB/s  %7.2f GMAC/s  model tok/s %8.1f"
-           "   | cpu-time: %8.3f ms %6.2f GB/s %8.1f tok/s\n",
-           coli_dtype_name(t), (long long)n_tok, per * 1e3, gbs, gmacs, tok_s, cpu * 1e3, (double)mat / cpu / 1e9,
-           (double)n_tok / cpu / 48.0);
+    double cpu, per = time_calls(c, pool, s, t, n_tok, w, mat, copies, x, y, &cpu);
+    if (per >= 0) print_case(c, t, n_tok, mat, per, cpu, "");
+    rc = per < 0;
+done:
     free(w);
     free(x);
     free(y);
-    return 0;
+    return rc;
+}
+
+/* "avx2,avx512" into c->tile_skip / tile_name; -1 on an unknown name or
+ * one this CPU lacks. */
+static int parse_tiles(const char *list, bench_cfg *c) {
+    static const struct {
+        const char *name;
+        int skip;
+        int (*present)(void);
+    } k_tiles[] = {{"avx2", MM_SKIP_ALL_VNNI, coli_cpu_avx2},
+                   {"avxvnni", MM_SKIP_ALL_VNNI & ~MM_SKIP_AVXVNNI, coli_cpu_avxvnni},
+                   {"avx512vnni", MM_SKIP_ALL_VNNI & ~MM_SKIP_AVX512VNNI, coli_cpu_avx512vnni},
+                   {"avx512", MM_SKIP_ALL_VNNI & ~MM_SKIP_AVX512, coli_cpu_avx512}};
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    c->n_tiles = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        size_t i = 0;
+        while (i < sizeof k_tiles / sizeof k_tiles[0] && strcmp(k_tiles[i].name, tok)) i++;
+        if (i == sizeof k_tiles / sizeof k_tiles[0] || c->n_tiles == 8 || !k_tiles[i].present()) {
+            fprintf(stderr, "bench_matmul: --tiles: '%s' is not a tile flavour this CPU has\n", tok);
+            return -1;
+        }
+        c->tile_skip[c->n_tiles] = k_tiles[i].skip;
+        c->tile_name[c->n_tiles++] = k_tiles[i].name;
+    }
+    return c->n_tiles ? 0 : -1;
 }
 
 /* "Q4_K,Q6_K" into c->types; -1 on an unknown or non-weight name. */
@@ -142,15 +220,23 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
             c->rows = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--cols") && i + 1 < argc)
             c->cols = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            c->rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) {
             if (parse_types(argv[++i], c)) return 1;
+        } else if (!strcmp(argv[i], "--tiles") && i + 1 < argc) {
+            if (parse_tiles(argv[++i], c)) return 1;
         } else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]"
-                    " [--types T,...]\n",
+                    " [--types T,...] [--tiles avx2,avxvnni,avx512vnni,avx512 [--rounds K]]\n",
                     argv[0]);
             return 1;
         }
+    }
+    if (c->rounds < 1 || c->rounds > 64) {
+        fprintf(stderr, "bench_matmul: --rounds between 1 and 64\n");
+        return 1;
     }
     if (c->rows <= 0 || c->cols <= 0 || c->cols % 32) {
         fprintf(stderr, "bench_matmul: --rows > 0 and --cols a positive multiple of 32\n");
@@ -168,6 +254,7 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
 int main(int argc, char **argv) {
     bench_cfg c = {.threads = 2,
                    .portable = 0,
+                   .rounds = 5,
                    .seconds = 1.0,
                    .rows = 2816,
                    .cols = 1024,

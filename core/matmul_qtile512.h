@@ -1,0 +1,162 @@
+/*
+ * matmul_qtile512.h - the Q8_0 / Q4_0 register tiles with 512-bit registers
+ * (AVX-512 F/BW/DQ/VL + VNNI), included once by matmul_avx2.c.
+ *
+ * Why: decode and prefill of these types are bound by the integer work per
+ * weight byte, not by memory (docs/benchmarks.md). One zmm vpdpbusd makes
+ * the lanes of two weight blocks, so the unpack, the dots, the fold and the
+ * convert of a block pair cost about what one block costs in 256 bits.
+ *
+ * The same bits as matmul_qtile.h, on purpose: a pair's integer lanes are
+ * the exact integers the 256-bit tile makes for each block (integer adds in
+ * another order are the same integers), and each block's float steps (d_w *
+ * d_x product, convert, one fused multiply-add into the token's
+ * accumulator) run as there, block k before block k + 1. An odd last block
+ * takes the 256-bit step. So placement on a CPU with or without AVX-512
+ * never changes a token (tests/test_matmul.c compares every flavour).
+ *
+ * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
+ * load_wd4, fold4, PREFETCH_TILES, Q_RM, Q_RN, ALWAYS.
+ */
+#define W512 COLI_TARGET_AVX512
+
+/* The quants of blocks k (low 256 bits) and k + 1 (high) of one row, each
+ * half laid out as load_wq lays out one block. */
+W512 ALWAYS __m512i load_wq2(const uint8_t *blk, size_t bb, coli_dtype T) {
+    if (T == COLI_Q8_0) {
+        const __m512i lo = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2)));
+        return _mm512_inserti64x4(lo, _mm256_loadu_si256((const __m256i *)(blk + bb + 2)), 1);
+    }
+    const __m512i lo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk + 2)));
+    const __m512i v = _mm512_mask_broadcast_i32x4(lo, 0xff00, _mm_loadu_si128((const __m128i *)(blk + bb + 2)));
+    return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0f));
+}
+
+/* The fp16 scales of blocks k (lanes 0..3) and k + 1 (4..7) of the RM rows. */
+W512 ALWAYS __m256 load_wd8(const uint8_t *const *w, size_t off, size_t bb, const int RM) {
+    uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++) {
+        memcpy(&h[a], w[a] + off, 2);
+        memcpy(&h[4 + a], w[a] + off + bb, 2);
+    }
+    return _mm256_cvtph_ps(_mm_set_epi16((short)h[7], (short)h[6], (short)h[5], (short)h[4], (short)h[3], (short)h[2],
+                                         (short)h[1], (short)h[0]));
+}
+
+/* fold4 of both blocks at once (AVX-512 has no hadd): in each 256-bit
+ * half, lanes a and a + 4 are row a's sums over elements 0..15 and 16..31
+ * of that half's block, converted: fold4's integers exactly. */
+W512 ALWAYS __m512 fold4x2(const __m512i *d, const int RM) {
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i d1 = RM > 1 ? d[1] : z, d2 = RM > 2 ? d[2] : z, d3 = RM > 3 ? d[3] : z;
+    const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d1), _mm512_unpackhi_epi32(d[0], d1));
+    const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d2, d3), _mm512_unpackhi_epi32(d2, d3));
+    return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23)));
+}
+
+/* One token against blocks k, k + 1 of the tile's rows: wq the rows'
+ * quants (Q8_0: |w|), neg the rows' masks of negative weights (Q8_0), dw8
+ * their scales. Q8_0: |w| * (x negated where w < 0), where w = 0 the
+ * product is 0 either way: the integers of the 256-bit sign trick. */
+W512 ALWAYS __m256 pair_dot(const __m512i *wq, const __mmask64 *neg, __m256 dw8, const int8_t *xq, const float *xd,
+                            __m256 acc, const int RM, const coli_dtype T) {
+    const __m512i xv = _mm512_loadu_si512((const void *)xq), zero = _mm512_setzero_si512();
+    const __m256 s8 = _mm256_mul_ps(dw8, _mm256_set_m128(_mm_set1_ps(xd[1]), _mm_set1_ps(xd[0])));
+    const __m512i neg_xc =
+        T == COLI_Q4_0 ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), xv)) : zero;
+    __m512i d[4];
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++)
+        d[a] = T == COLI_Q8_0 ? _mm512_dpbusd_epi32(zero, wq[a], _mm512_mask_sub_epi8(xv, neg[a], zero, xv))
+                              : _mm512_dpbusd_epi32(neg_xc, wq[a], xv);
+    const __m512 f = fold4x2(d, RM);
+    acc = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm256_permute2f128_ps(s8, s8, 0x00), acc);
+    return _mm256_fmadd_ps(_mm512_extractf32x8_ps(f, 1), _mm256_permute2f128_ps(s8, s8, 0x11), acc);
+}
+
+/* The odd last block: matmul_qtile.h's step, 256 bits. */
+W512 ALWAYS __m256 single_dot(const uint8_t *const *w, size_t off, const int8_t *xq, float xd, __m256 acc, const int RM,
+                              const coli_dtype T) {
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)xq), zero = _mm256_setzero_si256();
+    const __m128 s4 = _mm_mul_ps(load_wd4(w, off, RM), _mm_set1_ps(xd));
+    const __m256i neg_xc =
+        T == COLI_Q4_0 ? _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(8), xv)) : zero;
+    __m256i d[4];
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++) {
+        const __m256i wq = load_wq(w[a] + off, T);
+        d[a] = T == COLI_Q8_0 ? _mm256_dpbusd_epi32(zero, _mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xv, wq))
+                              : _mm256_dpbusd_epi32(neg_xc, wq, xv);
+    }
+    return _mm256_fmadd_ps(fold4(d, RM), _mm256_set_m128(s4, s4), acc);
+}
+
+W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T) {
+    const int64_t nb = j->n_in / COLI_QK;
+    const size_t bb = T == COLI_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+    const uint8_t *w[4];
+    const int8_t *xq[4];
+    const float *xd[4];
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
+#pragma GCC unroll 4
+    for (int b = 0; b < RN; b++) {
+        xq[b] = j->xq + (t + b) * j->n_in;
+        xd[b] = j->xd + (t + b) * nb;
+        acc[b] = _mm256_setzero_ps();
+    }
+    /* as matmul_qtile.h: the first token tile of a token block streams
+     * the rows PREFETCH_TILES tiles ahead, here two blocks' worth a step */
+    const uint8_t *ahead = w[0] + (size_t)PREFETCH_TILES * RM * j->w_stride;
+    const int streams = PREFETCH_TILES && t % j->token_block == 0;
+    int64_t k = 0;
+    for (; k + 2 <= nb; k += 2) {
+        if (streams)
+            for (int l = 0; l < (2 * RM * (int)bb + 63) / 64 + 1; l++)
+                _mm_prefetch((const char *)ahead + (size_t)k * RM * bb + 64 * l, _MM_HINT_T0);
+        const __m256 dw8 = load_wd8(w, (size_t)k * bb, bb, RM);
+        __m512i wq[4];
+        __mmask64 neg[4];
+#pragma GCC unroll 4
+        for (int a = 0; a < RM; a++) {
+            wq[a] = load_wq2(w[a] + (size_t)k * bb, bb, T);
+            neg[a] = T == COLI_Q8_0 ? _mm512_movepi8_mask(wq[a]) : 0;
+            if (T == COLI_Q8_0) wq[a] = _mm512_abs_epi8(wq[a]);
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < RN; b++) acc[b] = pair_dot(wq, neg, dw8, xq[b] + k * COLI_QK, xd[b] + k, acc[b], RM, T);
+    }
+    if (k < nb)
+#pragma GCC unroll 4
+        for (int b = 0; b < RN; b++)
+            acc[b] = single_dot(w, (size_t)k * bb, xq[b] + k * COLI_QK, xd[b][k], acc[b], RM, T);
+#pragma GCC unroll 4
+    for (int b = 0; b < RN; b++) {
+        const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc[b]), _mm256_extractf128_ps(acc[b], 1));
+        float out[4];
+        _mm_storeu_ps(out, sum);
+#pragma GCC unroll 4
+        for (int a = 0; a < RM; a++) j->y[(t + b) * j->n_out + r + a] = out[a];
+    }
+}
+
+#define Q5_TILE(T, A, B)                                                         \
+    W512 static void q5_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) { \
+        quant_tile512(j, r, t, A, B, COLI_##T);                                  \
+    }
+ALL_OF(Q5_TILE, Q8_0)
+ALL_OF(Q5_TILE, Q4_0)
+static const tile_fn s_q8_0_avx512[4][4] = TABLE(q5, Q8_0);
+static const tile_fn s_q4_0_avx512[4][4] = TABLE(q5, Q4_0);
+
+static void rows_q8_0_avx512(const mm_job *j, int64_t r0, int64_t r1) {
+    rows_tiled(j, r0, r1, s_q8_0_avx512, Q_RM, Q_RN);
+}
+static void rows_q4_0_avx512(const mm_job *j, int64_t r0, int64_t r1) {
+    rows_tiled(j, r0, r1, s_q4_0_avx512, Q_RM, Q_RN);
+}
+
+#undef Q5_TILE
+#undef W512
