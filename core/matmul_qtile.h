@@ -15,7 +15,7 @@
  * never on the batch or the thread (matmul.h's contract).
  *
  * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
- * load_wd4, fold4, PREFETCH_TILES, Q_RM, Q_RN.
+ * load_wd4, fold4, prefetch_weights, PREFETCH_TILES, Q_RM, Q_RN.
  */
 #define QT_CAT2(a, b) a##_##b
 #define QT_CAT(a, b) QT_CAT2(a, b)
@@ -53,12 +53,12 @@ QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t,
      * one computes, RM blocks' worth per block: every line those bytes touch.
      * The hardware prefetchers barely help here (docs/benchmarks.md). */
     const uint8_t *ahead = w[0] + (size_t)PREFETCH_TILES * RM * j->w_stride;
-    const int streams = PREFETCH_TILES && t % j->token_block == 0;
+    const int streams = PREFETCH_TILES && t % j->token_block == 0, read_once = j->n_tok <= 2 * Q_RN;
     for (int64_t k = 0; k < nb; k++) {
         __m256i wq[4], aw[4];
         if (streams)
             for (int l = 0; l < (RM * (int)bb + 63) / 64 + 1; l++)
-                _mm_prefetch((const char *)ahead + (size_t)k * RM * bb + 64 * l, _MM_HINT_T0);
+                prefetch_weights(ahead + (size_t)k * RM * bb + 64 * l, read_once);
         const __m128 dw = load_wd4(w, (size_t)k * bb, RM);
 #pragma GCC unroll 4
         for (int a = 0; a < RM; a++) {

@@ -16,7 +16,7 @@
  * never changes a token (tests/test_matmul.c compares every flavour).
  *
  * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
- * load_wd4, fold4, PREFETCH_TILES, Q_RM, Q_RN, ALWAYS.
+ * load_wd4, fold4, prefetch_weights, PREFETCH_TILES, Q_RM, Q_RN, ALWAYS.
  */
 #define W512 COLI_TARGET_AVX512
 
@@ -110,12 +110,12 @@ W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, const int 
     /* as matmul_qtile.h: the first token tile of a token block streams
      * the rows PREFETCH_TILES tiles ahead, here two blocks' worth a step */
     const uint8_t *ahead = w[0] + (size_t)PREFETCH_TILES * RM * j->w_stride;
-    const int streams = PREFETCH_TILES && t % j->token_block == 0;
+    const int streams = PREFETCH_TILES && t % j->token_block == 0, read_once = j->n_tok <= 2 * Q_RN;
     int64_t k = 0;
     for (; k + 2 <= nb; k += 2) {
         if (streams)
             for (int l = 0; l < (2 * RM * (int)bb + 63) / 64 + 1; l++)
-                _mm_prefetch((const char *)ahead + (size_t)k * RM * bb + 64 * l, _MM_HINT_T0);
+                prefetch_weights(ahead + (size_t)k * RM * bb + 64 * l, read_once);
         const __m256 dw8 = load_wd8(w, (size_t)k * bb, bb, RM);
         __m512i wq[4];
         __mmask64 neg[4];
