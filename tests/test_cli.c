@@ -531,6 +531,31 @@ Test(cli, bench_json_survives_any_model_path) {
     cli_result_free(&r);
 }
 
+//  --floor times the machine's own decode-shaped tokens after each repeat:
+//  n_decode x repeat of them, quantiles in order, in the text and the JSON.
+Test(cli, bench_floor_is_reported) {
+    char json_path[256];
+    tmp_path(json_path, sizeof json_path, "floor.json");
+    char *argv[] = {s_coli, "bench",    "-m", s_model, "-p",      "4",      "-n",      "5", "--repeat",
+                    "2",    "--inproc", "-t", "2",     "--floor", "--json", json_path, NULL};
+    cli_result r = cli_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_expect_not_null(strstr(r.out, "machine floor (no model: "), "%s", r.out);
+    char *text = cli_slurp(json_path, NULL);
+    cr_assert_not_null(text, "--json wrote nothing");
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(j, "floor");
+    cr_assert(cJSON_IsObject(fl), "no floor: %s", text);
+    const double p50 = cJSON_GetObjectItemCaseSensitive(fl, "p50_ms")->valuedouble,
+                 p99 = cJSON_GetObjectItemCaseSensitive(fl, "p99_ms")->valuedouble,
+                 max = cJSON_GetObjectItemCaseSensitive(fl, "max_ms")->valuedouble;
+    cr_expect(p50 > 0 && p50 <= p99 && p99 <= max, "floor quantiles out of order: %s", text);
+    cr_expect_gt(cJSON_GetObjectItemCaseSensitive(fl, "jobs_per_token")->valueint, 2, "%s", text);
+    cJSON_Delete(j);
+    free(text);
+    cli_result_free(&r);
+}
+
 //  --keys DIR reaches the library: a remote device then looks for its key files
 //  there instead of saying that keys are needed.
 Test(cli, bench_keys_are_used) {

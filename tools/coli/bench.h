@@ -13,6 +13,19 @@
  * passes after one warm-up. GB/s (1e9 bytes/s) in *gbs. 0 or CLI_FAIL
  * (printed). */
 int bench_read_bandwidth(int n_threads, int mib, int passes, double *gbs);
+/* The sum of the 64-bit words of p[0..bytes) (bytes a multiple of 32, p
+ * 32-byte aligned), read with the bandwidth test's loads. */
+long long bench_sum_bytes(const void *p, size_t bytes);
+
+/* The machine's token-latency floor (bench_floor.c): a pool of n_threads
+ * whose "tokens" are n_jobs jobs reading bytes_per_token of a buffer larger
+ * than the caches, as a decode token reads its weights. NULL on failure
+ * (printed). bench_floor_run: n_tokens tokens after a warm-up one, each
+ * token's seconds in lat_s[0..n_tokens). */
+typedef struct bench_floor bench_floor;
+bench_floor *bench_floor_new(int n_threads, size_t bytes_per_token, int n_jobs);
+void bench_floor_run(bench_floor *f, int n_tokens, double *lat_s);
+void bench_floor_free(bench_floor *f);
 
 /* Weight bytes one decode token reads in the GGUF at path: every tensor
  * in full except the token embedding (one row) and the routed expert

@@ -84,6 +84,8 @@ static long long sum_slice(const v4i64 *p, size_t n) {
     return sum_scalar(p, n);
 }
 
+long long bench_sum_bytes(const void *p, size_t bytes) { return sum_slice(p, bytes / sizeof(v4i64)); }
+
 static void *bw_main(void *arg) {
     bw_thread *t = arg;
     memset((void *)t->p, 1, t->n * sizeof(v4i64)); /* first touch: fault the pages in */

@@ -36,7 +36,7 @@ typedef struct bench_opts {
     model_opts mo;
     const char *prompts; /* "64,512" */
     const char *batch;   /* "1,4,8": --batch levels, NULL: the prefill/decode bench */
-    int n_decode, repeat, bandwidth, bw_mib;
+    int n_decode, repeat, bandwidth, bw_mib, floor;
     const char *json;
     int n_prompt, prompt[MAX_PROMPTS];
     int n_threads; /* what -t resolves to */
@@ -62,7 +62,9 @@ typedef struct config_run {
 
 typedef struct bench_env {
     bench_bytes bytes;
-    double gbs; /* read bandwidth, 0 = not measured */
+    double gbs;        /* read bandwidth, 0 = not measured */
+    double *floor_lat; /* --floor: seconds per floor token, all repeats (NULL: not run) */
+    int n_floor, floor_jobs;
     double load_before[3], load_after[3];
 } bench_env;
 
@@ -388,6 +390,36 @@ static cJSON *json_doubles(const double *v, int n, int decimals) {
     return a;
 }
 
+// ---------------------------------------------------------------------------
+// --floor: the machine's own latency floor beside the model's tokens
+
+/* A floor shaped like this model's decode token: its weight bytes, about
+ * as many pool jobs as a token issues (attention projections, attention,
+ * output projection, expert gate/up and down per layer, and the head). */
+static bench_floor *floor_open(const bench_opts *o, bench_env *env, int n_layer) {
+    env->n_floor = o->n_decode * o->repeat;
+    env->floor_jobs = 6 * (n_layer > 0 ? n_layer : 1) + 2;
+    env->floor_lat = calloc((size_t)env->n_floor, sizeof *env->floor_lat);
+    if (!env->floor_lat) {
+        fprintf(stderr, "coli: bench --floor: out of memory\n");
+        return NULL;
+    }
+    return bench_floor_new(o->n_threads, (size_t)env->bytes.per_token, env->floor_jobs);
+}
+
+static token_latency floor_latency(const bench_env *env) {
+    config_run c = {.lat = env->floor_lat, .n_lat = env->n_floor};
+    return token_latency_of(&c);
+}
+
+static void print_floor(const bench_opts *o, const bench_env *env) {
+    const token_latency l = floor_latency(env);
+    printf("machine floor (no model: %d pool jobs reading %.1f MB per token, %d threads, after each repeat)\n",
+           env->floor_jobs, (double)env->bytes.per_token / 1e6, o->n_threads);
+    printf("  token latency p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (p99/p50 %.2f)\n", l.p50, l.p90, l.p99,
+           l.max, l.p50 > 0 ? l.p99 / l.p50 : 0);
+}
+
 static int write_json(const bench_opts *o, const bench_env *env, config_run *cfg, int n_cfg) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", o->mo.model);
@@ -404,6 +436,15 @@ static int write_json(const bench_opts *o, const bench_env *env, config_run *cfg
     } else {
         cJSON_AddNullToObject(j, "bandwidth_gbs");
         cJSON_AddNullToObject(j, "limit_tok_s");
+    }
+    if (env->floor_lat) {
+        const token_latency l = floor_latency(env);
+        cJSON *fl = cJSON_AddObjectToObject(j, "floor");
+        cJSON_AddNumberToObject(fl, "jobs_per_token", env->floor_jobs);
+        cJSON_AddItemToObject(fl, "p50_ms", json_round(l.p50, 4));
+        cJSON_AddItemToObject(fl, "p90_ms", json_round(l.p90, 4));
+        cJSON_AddItemToObject(fl, "p99_ms", json_round(l.p99, 4));
+        cJSON_AddItemToObject(fl, "max_ms", json_round(l.max, 4));
     }
     cJSON_AddItemToObject(j, "loadavg_before", json_doubles(env->load_before, 3, 2));
     cJSON_AddItemToObject(j, "loadavg_after", json_doubles(env->load_after, 3, 2));
@@ -450,19 +491,27 @@ static int run_configs(const bench_opts *o, bench_env *env, config_run *cfg, int
         seed = seed * 1664525u + 1013904223u;
         ids[i] = (int32_t)((seed >> 8) % (uint32_t)info.n_vocab);
     }
+    bench_floor *floor = NULL;
+    if (!rc && o->floor && !(floor = floor_open(o, env, info.n_layer))) rc = CLI_FAIL;
     read_loadavg(env->load_before);
-    for (int r = 0; r < o->repeat && !rc; r++)
+    for (int r = 0; r < o->repeat && !rc; r++) {
         for (int i = 0; i < n_cfg && !rc; i++) rc = config_repeat(o, &cfg[i], r, ids, logits);
+        if (floor && !rc) bench_floor_run(floor, o->n_decode, env->floor_lat + (size_t)r * o->n_decode);
+    }
     read_loadavg(env->load_after);
+    bench_floor_free(floor);
     for (int i = 0; i < n_cfg && !rc; i++) rc = config_stats(&cfg[i]);
     if (!rc) {
         print_header(o, env);
         for (int i = 0; i < n_cfg; i++) print_config(o, env, &cfg[i]);
+        if (env->floor_lat) print_floor(o, env);
         printf("load average %.2f before, %.2f after\n", env->load_before[0], env->load_after[0]);
         if (o->json) rc = write_json(o, env, cfg, n_cfg);
     }
     free(ids);
     free(logits);
+    free(env->floor_lat);
+    env->floor_lat = NULL;
     for (int i = 0; i < n_cfg; i++) config_close(&cfg[i]);
     return rc;
 }
@@ -483,6 +532,8 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
          "measure the read bandwidth first (alone: only that)"},
         {"--bandwidth-mib", NULL, ARG_INT, &o->bw_mib, 64, 1 << 16, 0, "MIB",
          "buffer of the bandwidth test (default 1024)"},
+        {"--floor", NULL, ARG_FLAG, &o->floor, 0, 0, 0, NULL,
+         "also time the machine's latency floor: decode-shaped tokens with no model, after each repeat"},
         {"--json", NULL, ARG_STR, &o->json, 0, 0, 0, "OUT", "also write the results as JSON to OUT"},
         {"--batch", NULL, ARG_STR, &o->batch, 0, 0, 0, "LIST",
          "instead: continuous-batching decode steps of 1,4,8... sequences at once (step ms, tok/s)"},
