@@ -35,11 +35,24 @@ static double s_uniform(sampler *s) {
 // ---------------------------------------------------------------------------
 // candidates
 
+/* The first index of the largest value, as the plain loop `if (x[i] >
+ * x[best]) best = i` gives it (NaNs never win; a NaN x[0] stays: no value
+ * compares greater), in two passes: the maximum over 8 independent lanes
+ * (one dependent compare per element was ~1.5% of a batched decode step
+ * at 8 rows over a 32k vocabulary), then the first index equal to it. */
 int32_t sampler_argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    if (n <= 0) return 0;
+    float lane[8];
+    for (int l = 0; l < 8; l++) lane[l] = x[0];
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
+    for (; i < n; i++) lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+    float max = lane[0];
+    for (int l = 1; l < 8; l++) max = lane[l] > max ? lane[l] : max;
+    for (i = 0; i < n; i++)
+        if (x[i] == max) return i;
+    return 0; /* max is a NaN x[0] */
 }
 
 /* a ranks before b: larger value, or equal value and lower id. */

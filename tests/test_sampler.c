@@ -28,6 +28,34 @@ Test(sampler, greedy_picks_argmax_and_lower_id_on_ties) {
     cr_assert_eq(sampler_argmax(logits, 6), 3);
 }
 
+/* The index the plain loop picks: the first of the largest, NaNs never. */
+static int32_t naive_argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+//  The two-pass argmax agrees with the plain loop on every length (partial
+//  lanes), ties (first wins), -0.0 next to 0.0, NaNs anywhere (a NaN first
+//  element wins, as in the loop) and all-equal rows.
+Test(sampler, argmax_equals_the_plain_loop) {
+    unsigned seed = 99;
+    float x[300];
+    for (int trial = 0; trial < 2000; trial++) {
+        const int n = 1 + trial % 300;
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            x[i] = (float)((seed >> 20) % 7) - 3.0f; /* few values: many ties */
+            if ((seed >> 8) % 53 == 0) x[i] = NAN;
+            if ((seed >> 8) % 61 == 1) x[i] = -0.0f;
+        }
+        if (trial % 5 == 0) x[trial % n] = 9.0f;
+        if (trial % 97 == 0) x[0] = NAN;
+        cr_assert_eq(sampler_argmax(x, n), naive_argmax(x, n), "trial %d, n %d", trial, n);
+    }
+}
+
 Test(sampler, same_seed_same_sequence_other_seed_differs) {
     enum {
         V = 50,
