@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coordinator/sampler.h"
 #include "tools/coli/args.h"
 #include "tools/coli/bench.h"
 #include "colibri.h"
@@ -112,13 +113,6 @@ static int parse_configs(const bench_opts *o, config_run *cfg, int *n_cfg) {
     return *n_cfg ? ARGS_OK : args_error("bench", "--devices", "empty list");
 }
 
-static int argmax(const float *v, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return best;
-}
-
 /* A top-level number of a parsed JSON object; 0 (and *found 0) when absent or not a number. */
 static double json_num(const cJSON *js, const char *key, int *found) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(js, key);
@@ -197,7 +191,7 @@ static int config_repeat(const bench_opts *o, config_run *c, int r, const int32_
     if (coli_eval(c->ctx, ids, 1, logits, 0) != 0) return cli_fail();
     double start = coli_now_s();
     for (int i = 0; i < o->n_decode; i++) {
-        int32_t next = argmax(logits, info.n_vocab);
+        int32_t next = sampler_argmax(logits, info.n_vocab);
         double t0 = coli_now_s();
         if (coli_eval(c->ctx, &next, 1, logits, 0) != 0) return cli_fail();
         c->lat[c->n_lat++] = coli_now_s() - t0;
