@@ -24,6 +24,7 @@
 #include "coordinator/route_obs.h"
 #include "coordinator/sampler.h"
 #include "core/clock.h"
+#include "core/prefault.h"
 #include "core/settings.h"
 #include "core/error.h"
 #include "core/threadpool.h"
@@ -34,8 +35,9 @@ struct coli_model {
     gguf_file *vocab_file; /* vocab_only: the mapping the tokenizer was read from */
     char *arch;            /* vocab_only: general.architecture ("" if absent) */
     coli_tokenizer *tok;
-    moe_exec *moe;   /* routed experts; NULL for a dense model */
-    coli_pool *pool; /* compute threads for attention and dense matmuls */
+    moe_exec *moe;           /* routed experts; NULL for a dense model */
+    coli_pool *pool;         /* compute threads for attention and dense matmuls */
+    coli_prefault *prefault; /* fills the mapping's page tables after the load (core/prefault.h) */
     int n_threads;
     int kv_f16;
     int n_ctx; /* the model's context, capped by n_ctx_max */
@@ -119,15 +121,12 @@ static int s_load_heat(coli_model *cm, const coli_model_params *p) {
     return 0;
 }
 
-static int s_start_experts(coli_model *cm, const char *path, const coli_model_params *p) {
+static int s_start_experts(coli_model *cm, const char *path, const coli_model_params *p, coli_settings *set) {
     const model_hparams *hp = &cm->m->hp;
     if (hp->n_expert == 0) return 0; /* dense: the forward pass runs the FFN itself */
     int rc = s_load_heat(cm, p);
     if (rc) return rc;
-    /* the environment, read once here; what the program set wins over it */
-    coli_settings *set = malloc(sizeof *set); /* ~21 KiB (paths); the executor copies it */
-    if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
-    coli_settings_from_env(set);
+    /* what the program set wins over the environment */
     if (p->worker_path && *p->worker_path) snprintf(set->worker_bin, sizeof set->worker_bin, "%s", p->worker_path);
     if (p->keys_dir && *p->keys_dir) snprintf(set->keys_dir, sizeof set->keys_dir, "%s", p->keys_dir);
     moe_exec_config cfg = {
@@ -146,9 +145,7 @@ static int s_start_experts(coli_model *cm, const char *path, const coli_model_pa
         .pins = p->pins,
         .heat = heat_total(&cm->route.heat) ? cm->route.heat.count : NULL,
     };
-    rc = select_executor(&cfg, &cm->moe);
-    free(set);
-    return rc;
+    return select_executor(&cfg, &cm->moe);
 }
 
 /* name, chat template: copies, so they outlive nothing but the model. */
@@ -195,7 +192,17 @@ static int s_model_setup(coli_model *cm, const char *path, const coli_model_para
     if (p->n_ctx_max > 0 && p->n_ctx_max < cm->n_ctx) cm->n_ctx = p->n_ctx_max;
     if (!(cm->pool = coli_pool_new(p->n_threads))) return COLI_ENOMEM;
     cm->n_threads = coli_pool_size(cm->pool);
-    return s_start_experts(cm, path, p);
+    /* the environment, read once here */
+    coli_settings *set = malloc(sizeof *set); /* ~21 KiB (paths); the executor copies it */
+    if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
+    coli_settings_from_env(set);
+    if (set->prefault) {
+        const coli_byte_range whole = {gguf_base(cm->m->gguf), gguf_size(cm->m->gguf)};
+        cm->prefault = coli_prefault_start(&whole, 1);
+    }
+    rc = s_start_experts(cm, path, p, set);
+    free(set);
+    return rc;
 }
 
 int coli_model_load(const char *path, const coli_model_params *p, coli_model **out) {
@@ -261,6 +268,7 @@ void coli_model_free(coli_model **pm) {
     if (cm->moe) cm->moe->destroy(cm->moe);
     coli_pool_destroy(&cm->pool);
     coli_tokenizer_free(&cm->tok);
+    coli_prefault_stop(&cm->prefault); /* before the mapping goes */
     model_close(&cm->m);
     gguf_close(&cm->vocab_file);
     free(cm->arch);

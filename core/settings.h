@@ -36,6 +36,7 @@ typedef struct coli_settings {
     uint64_t cache_margin_pct;    /* COLI_CACHE_MARGIN_PCT: a live cache's hysteresis, percent */
     uint64_t cache_prefetch;      /* COLI_CACHE_PREFETCH: live expert caches prefetch the next layer (0 = off) */
     uint64_t probe_timeout_ms;    /* COLI_PROBE_TIMEOUT_MS */
+    uint64_t prefault;            /* COLI_PREFAULT: fill the weights' page tables in the background (0 = off) */
     /* the data path to local workers */
     coli_data_path data_path; /* COLI_DATA_PATH */
     char data_path_text[32];  /* its text, for the error message */

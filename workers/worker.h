@@ -105,6 +105,7 @@ typedef struct worker {
     moe_device *dev;
     moe_caps caps;
     gguf_file *model;
+    struct coli_prefault *prefault; /* fills the held experts' page tables (core/prefault.h) */
     expert_set resident;
     struct worker_cache *cache; /* non-NULL once a Place said cache (docs/scheduler.md) */
     float *out;                 /* result buffer, grown on demand */

@@ -32,6 +32,7 @@
 
 #include "proto/wire.h"
 #include "core/error.h"
+#include "core/prefault.h"
 #include "workers/worker.h"
 
 static void s_usage(void) {
@@ -227,6 +228,7 @@ int worker_reopen_device(worker *w, char *why, size_t why_len) {
     if (w->dev) w->plugin->close(&w->dev);
     w->dev = NULL;
     worker_cache_close(w); /* its copies: the plugin no longer holds them */
+    coli_prefault_stop(&w->prefault);
     gguf_close(&w->model);
     free(w->resident.keys);
     memset(&w->resident, 0, sizeof w->resident);
@@ -300,6 +302,7 @@ static int s_connect(worker *w) {
 void worker_close(worker *w) {
     if (w->plugin && w->dev) w->plugin->close(&w->dev);
     worker_cache_close(w);
+    coli_prefault_stop(&w->prefault);
     gguf_close(&w->model);
     free(w->resident.keys);
     free(w->out);

@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/expert_ffn.h"
+#include "core/prefault.h"
 #include "workers/worker.h"
 
 int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, char *err, size_t err_len) {
@@ -147,6 +148,27 @@ static int s_place_one(worker *w, int layer, int e, char *why, size_t why_len) {
     return s_load_expert(w, layer, e, why, why_len);
 }
 
+//  Fill the page tables of the held experts' weights in the background (the
+//  plugin computes from the mapping: its first batches would fault them in;
+//  a device plugin copied them at load, and the pass finds them mapped). A
+//  Place replaces the previous pass's list. A cache worker's copies are its own.
+static void s_prefault_held(worker *w, const Coli__ExpertRef *held, size_t n) {
+    coli_prefault_stop(&w->prefault);
+    if (!w->set.prefault || w->cache || n == 0) return;
+    coli_byte_range *r = malloc(3 * n * sizeof *r);
+    if (!r) return; /* the pages then fault on first use */
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        expert_weights ew;
+        if (expert_weights_from_gguf(w->model, held[i].layer, held[i].expert, &ew) != 0) continue;
+        r[k++] = (coli_byte_range){ew.gate, coli_row_bytes(ew.gate_type, ew.n_embd) * (size_t)ew.n_ff};
+        r[k++] = (coli_byte_range){ew.up, coli_row_bytes(ew.up_type, ew.n_embd) * (size_t)ew.n_ff};
+        r[k++] = (coli_byte_range){ew.down, coli_row_bytes(ew.down_type, ew.n_ff) * (size_t)ew.n_embd};
+    }
+    w->prefault = coli_prefault_start(r, k);
+    free(r);
+}
+
 //  Map the model (checking it is the coordinator's file) and load each expert
 //  on its own: one that cannot be held (budget, allocation, upload) is refused
 //  and stays on the CPU path; the rest are held. The plugin never keeps a part
@@ -188,6 +210,7 @@ int worker_on_place(worker *w, const Coli__Envelope *env) {
         snprintf(po.why[po.n_refused], sizeof po.why[0], "%s", err[0] ? err : coli_status_str(rc));
         r->reason = po.why[po.n_refused++];
     }
+    s_prefault_held(w, po.held, po.n_held);
     int rc = s_send_place_ack(w, 1, "", &po);
     free(po.held);
     free(po.refused);
