@@ -55,24 +55,39 @@ W512 ALWAYS __m512 fold4x2(const __m512i *d, const int RM) {
     return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23)));
 }
 
+/* Q8_0: the lanes of -128 * sum(w) of one row's block pair, the base that
+ * takes back out what x + 128 adds (pair_dot), computed once per weight
+ * load for every token of the tile. */
+W512 ALWAYS __m512i neg128_sums(__m512i wq) {
+    const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), wq);
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 7));
+}
+
 /* One token against blocks k, k + 1 of the tile's rows: wq the rows'
- * quants (Q8_0: |w|), neg the rows' masks of negative weights (Q8_0), dw8
- * their scales. Q8_0: |w| * (x negated where w < 0), where w = 0 the
- * product is 0 either way: the integers of the 256-bit sign trick. */
-W512 ALWAYS __m256 pair_dot(const __m512i *wq, const __mmask64 *neg, __m256 dw8, const int8_t *xq, const float *xd,
+ * quants, base their neg128_sums (Q8_0), dw16 their scales as [block k's
+ * 4, again, block k + 1's 4, again]. vpdpbusd wants one unsigned operand:
+ * Q8_0 makes it x + 128 (x ^ 0x80: Q8_0 activations are -127..127) and
+ * starts from -128 * sum(w); Q4_0 has it in the nibbles and starts from
+ * -8 * sum(x). Either way each lane is sum(w * x) over its 4 elements,
+ * exactly the 256-bit tile's integers. The scale products are the same
+ * single-precision d_w * d_x, the two FMAs the same, in block order. */
+W512 ALWAYS __m256 pair_dot(const __m512i *wq, const __m512i *base, __m512 dw16, const int8_t *xq, const float *xd,
                             __m256 acc, const int RM, const coli_dtype T) {
     const __m512i xv = _mm512_loadu_si512((const void *)xq), zero = _mm512_setzero_si512();
-    const __m256 s8 = _mm256_mul_ps(dw8, _mm256_set_m128(_mm_set1_ps(xd[1]), _mm_set1_ps(xd[0])));
+    const __m512 xd2 =
+        _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                              _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)xd))));
+    const __m512 s16 = _mm512_mul_ps(dw16, xd2);
+    const __m512i xu = T == COLI_Q8_0 ? _mm512_xor_si512(xv, _mm512_set1_epi8((char)0x80)) : xv;
     const __m512i neg_xc =
         T == COLI_Q4_0 ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), xv)) : zero;
     __m512i d[4];
 #pragma GCC unroll 4
     for (int a = 0; a < RM; a++)
-        d[a] = T == COLI_Q8_0 ? _mm512_dpbusd_epi32(zero, wq[a], _mm512_mask_sub_epi8(xv, neg[a], zero, xv))
-                              : _mm512_dpbusd_epi32(neg_xc, wq[a], xv);
+        d[a] = T == COLI_Q8_0 ? _mm512_dpbusd_epi32(base[a], xu, wq[a]) : _mm512_dpbusd_epi32(neg_xc, wq[a], xv);
     const __m512 f = fold4x2(d, RM);
-    acc = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm256_permute2f128_ps(s8, s8, 0x00), acc);
-    return _mm256_fmadd_ps(_mm512_extractf32x8_ps(f, 1), _mm256_permute2f128_ps(s8, s8, 0x11), acc);
+    acc = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm512_castps512_ps256(s16), acc);
+    return _mm256_fmadd_ps(_mm512_extractf32x8_ps(f, 1), _mm512_extractf32x8_ps(s16, 1), acc);
 }
 
 /* The odd last block: matmul_qtile.h's step, 256 bits. */
@@ -116,17 +131,16 @@ W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, const int 
         if (streams)
             for (int l = 0; l < (2 * RM * (int)bb + 63) / 64 + 1; l++)
                 prefetch_weights(ahead + (size_t)k * RM * bb + 64 * l, read_once);
-        const __m256 dw8 = load_wd8(w, (size_t)k * bb, bb, RM);
-        __m512i wq[4];
-        __mmask64 neg[4];
+        const __m512 dw8 = _mm512_castps256_ps512(load_wd8(w, (size_t)k * bb, bb, RM));
+        const __m512 dw16 = _mm512_shuffle_f32x4(dw8, dw8, _MM_SHUFFLE(1, 1, 0, 0));
+        __m512i wq[4], base[4];
 #pragma GCC unroll 4
         for (int a = 0; a < RM; a++) {
             wq[a] = load_wq2(w[a] + (size_t)k * bb, bb, T);
-            neg[a] = T == COLI_Q8_0 ? _mm512_movepi8_mask(wq[a]) : 0;
-            if (T == COLI_Q8_0) wq[a] = _mm512_abs_epi8(wq[a]);
+            base[a] = T == COLI_Q8_0 ? neg128_sums(wq[a]) : _mm512_setzero_si512();
         }
 #pragma GCC unroll 4
-        for (int b = 0; b < RN; b++) acc[b] = pair_dot(wq, neg, dw8, xq[b] + k * COLI_QK, xd[b] + k, acc[b], RM, T);
+        for (int b = 0; b < RN; b++) acc[b] = pair_dot(wq, base, dw16, xq[b] + k * COLI_QK, xd[b] + k, acc[b], RM, T);
     }
     if (k < nb)
 #pragma GCC unroll 4

@@ -5,6 +5,8 @@
  *
  *   bench_matmul [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]
  *                [--types Q4_K,Q6_K,...]   (default: every weight type)
+ *                [--tokens 1,2,4,64]       (default 1,64; up to 8 tokens stream the weights
+ *                                           from memory like decode, more reuse one copy)
  *                [--tiles avx2,avxvnni,avx512vnni,avx512 [--rounds K]]
  *
  * --tiles compares the Q8_0 / Q4_0 tile flavours side by side: K rounds,
@@ -42,6 +44,8 @@ typedef struct bench_cfg {
     int threads, portable, hot, rounds;
     double seconds;
     int tile_skip[8], n_tiles; /* --tiles: mm_avx2_skip_vnni masks */
+    int64_t toks[8];           /* --tokens: n_tok of each case (default 1, 64) */
+    int n_toks;
     const char *tile_name[8];
     int64_t rows, cols;
     coli_dtype types[32];
@@ -138,7 +142,7 @@ static int compare_tiles(const bench_cfg *c, coli_pool *pool, coli_scratch *s, c
 static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok) {
     size_t row_bytes;
     size_t mat = coli_row_bytes(t, c->cols) * (size_t)c->rows;
-    int copies = n_tok == 1 && !c->hot ? (int)((512u << 20) / mat + 1) : 1;
+    int copies = n_tok <= 8 && !c->hot ? (int)((512u << 20) / mat + 1) : 1;
     uint8_t *w = make_weights(c, t, copies, &row_bytes);
     float *x = malloc((size_t)n_tok * (size_t)c->cols * sizeof(float));
     float *y = malloc((size_t)n_tok * (size_t)c->rows * sizeof(float));
@@ -206,6 +210,22 @@ static int parse_types(const char *list, bench_cfg *c) {
     return c->n_types ? 0 : -1;
 }
 
+/* "1,2,4,64" into c->toks; -1 on a bad list. */
+static int parse_tokens(const char *list, bench_cfg *c) {
+    c->n_toks = 0;
+    for (const char *p = list; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 4096 || (*end && *end != ',') || c->n_toks == 8) {
+            fprintf(stderr, "bench_matmul: --tokens: '%s' must list up to 8 counts of 1..4096\n", list);
+            return -1;
+        }
+        c->toks[c->n_toks++] = v;
+        p = *end ? end + 1 : end;
+    }
+    return c->n_toks ? 0 : -1;
+}
+
 static int parse_args(int argc, char **argv, bench_cfg *c) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -220,7 +240,9 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
             c->rows = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--cols") && i + 1 < argc)
             c->cols = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
+            if (parse_tokens(argv[++i], c)) return 1;
+        } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
             c->rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) {
             if (parse_types(argv[++i], c)) return 1;
@@ -229,7 +251,7 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
         } else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]"
-                    " [--types T,...] [--tiles avx2,avxvnni,avx512vnni,avx512 [--rounds K]]\n",
+                    " [--types T,...] [--tokens 1,64] [--tiles avx2,avxvnni,avx512vnni,avx512 [--rounds K]]\n",
                     argv[0]);
             return 1;
         }
@@ -255,6 +277,8 @@ int main(int argc, char **argv) {
     bench_cfg c = {.threads = 2,
                    .portable = 0,
                    .rounds = 5,
+                   .toks = {1, 64},
+                   .n_toks = 2,
                    .seconds = 1.0,
                    .rows = 2816,
                    .cols = 1024,
@@ -275,10 +299,9 @@ int main(int argc, char **argv) {
     printf("matmul %lld x %lld, %d threads, %s kernels\n", (long long)c.rows, (long long)c.cols, coli_pool_size(pool),
            coli_matmul_impl());
     coli_scratch s = {0};
-    const int64_t toks[] = {1, 64};
     int rc = 0;
     for (int i = 0; i < c.n_types && !rc; i++)
-        for (size_t k = 0; k < 2 && !rc; k++) rc = run_case(&c, pool, &s, c.types[i], toks[k]);
+        for (int k = 0; k < c.n_toks && !rc; k++) rc = run_case(&c, pool, &s, c.types[i], c.toks[k]);
     coli_scratch_free(&s);
     coli_pool_destroy(&pool);
     return rc;
