@@ -52,9 +52,111 @@ ALWAYS AVX512 void isum_zero(int nt, __m512i *isum) {
     for (int t = 0; t < nt; t++) isum[t] = _mm512_setzero_si512();
 }
 
-ALWAYS AVX512 void isum_fold(int nt, const __m512i *isum, __m256i *isum8) {
+/* ---- the float steps, two rows per register -------------------------------
+ *
+ * Rows 0, 1 and 2, 3 of a call go in pairs: the low half of a register
+ * holds row t's 8 lanes, the high half row t+1's, and each lane goes
+ * through the operations of the shared 256-bit steps (vecdot_k_impl.h),
+ * the same integers folded, converted, FMA'd with the same scale, so the
+ * lanes are the same floats; a lone row (nt 1 or 3) takes those steps
+ * themselves. The pairs are split into token_acc for the final sums. */
+typedef struct rows_acc {
+    token_acc a[MAX_TOKENS];
+    struct {
+        __m512 acc, acc_min;
+    } pair[MAX_TOKENS / 2]; /* rows 2k (low half) and 2k+1 */
+} rows_acc;
+
+ALWAYS AVX512 void rows_zero(int nt, rows_acc *r) {
+    acc_zero(r->a, nt);
     UNROLL
-    for (int t = 0; t < nt; t++) isum8[t] = fold(isum[t]);
+    for (int k = 0; k < nt / 2; k++) r->pair[k].acc = r->pair[k].acc_min = _mm512_setzero_ps();
+}
+
+ALWAYS AVX512 void rows_store(int nt, rows_acc *r, float *out) {
+    UNROLL
+    for (int k = 0; k < nt / 2; k++) {
+        r->a[2 * k].acc = _mm512_castps512_ps256(r->pair[k].acc);
+        r->a[2 * k + 1].acc = _mm512_extractf32x8_ps(r->pair[k].acc, 1);
+        r->a[2 * k].acc_min = _mm512_castps512_ps256(r->pair[k].acc_min);
+        r->a[2 * k + 1].acc_min = _mm512_extractf32x8_ps(r->pair[k].acc_min, 1);
+    }
+    acc_store(r->a, nt, out);
+}
+
+/* the 8 lanes of fold(i0) in the low half, of fold(i1) in the high one */
+ALWAYS AVX512 __m512i fold_pair(__m512i i0, __m512i i1) {
+    return _mm512_add_epi32(_mm512_shuffle_i64x2(i0, i1, 0x44), _mm512_shuffle_i64x2(i0, i1, 0xee));
+}
+
+/* f * the activation scale of each row of the pair, in its half */
+ALWAYS AVX512 __m512 pair_scale(float f, const block_q8_K *x0, const block_q8_K *x1) {
+    return _mm512_insertf32x8(_mm512_set1_ps(f * x0->d), _mm256_set1_ps(f * x1->d), 1);
+}
+
+ALWAYS AVX512 __m512i load_pair(const void *p0, const void *p1) { return halves(load256(p0), load256(p1)); }
+
+/* Q4_K / Q5_K: q4k_block_end for rows x0, x1 of block b. The minimums'
+ * lanes 0..3 (4..7 zero) as mins_dot_bsums makes them: lane i = mins 2i,
+ * 2i+1 times their pairs of bsums; here madd with each min twice gives
+ * min k * pair k, and adjacent lanes are added and gathered. mins2: the 8
+ * mins as int16, each twice, in both halves. */
+ALWAYS AVX512 void q4k_pair_end(uint16_t d16, uint16_t dmin16, __m512i mins2, const block_q8_K *x0,
+                                const block_q8_K *x1, __m512i i0, __m512i i1, __m512 *acc, __m512 *acc_min) {
+    const __m512i gather = _mm512_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0, 8, 10, 12, 14, 0, 0, 0, 0);
+    const float d = _cvtsh_ss(d16), dmin = _cvtsh_ss(dmin16);
+    const __m512i per_min = _mm512_madd_epi16(load_pair(x0->bsums, x1->bsums), mins2);
+    const __m512i adjacent = _mm512_add_epi32(per_min, _mm512_srli_epi64(per_min, 32));
+    const __m512i msum = _mm512_maskz_permutexvar_epi32(0x0f0f, gather, adjacent);
+    *acc = _mm512_fmadd_ps(pair_scale(d, x0, x1), _mm512_cvtepi32_ps(fold_pair(i0, i1)), *acc);
+    *acc_min = _mm512_fmadd_ps(pair_scale(dmin, x0, x1), _mm512_cvtepi32_ps(msum), *acc_min);
+}
+
+/* Q4_K / Q5_K: the float step of block b for every row */
+ALWAYS AVX512 void q4k_rows_end(int nt, uint16_t d16, uint16_t dmin16, __m128i smv, const block_q8_K *const *xs,
+                                int64_t b, const __m512i *isum, rows_acc *r) {
+    const __m512i mins2 = _mm512_broadcast_i64x4(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smv, smv)));
+    UNROLL
+    for (int k = 0; k < nt / 2; k++)
+        q4k_pair_end(d16, dmin16, mins2, &xs[2 * k][b], &xs[2 * k + 1][b], isum[2 * k], isum[2 * k + 1],
+                     &r->pair[k].acc, &r->pair[k].acc_min);
+    if (nt % 2) {
+        const __m256i last = fold(isum[nt - 1]);
+        q4k_block_end(1, d16, dmin16, smv, xs + nt - 1, b, &last, r->a + nt - 1);
+    }
+}
+
+/* Q6_K: q6k_block_end for every row; sc: the 16 scales */
+ALWAYS AVX512 void q6k_rows_end(int nt, uint16_t d16, __m128i sc, const block_q8_K *const *xs, int64_t b,
+                                const __m512i *isum, rows_acc *r) {
+    const __m512i sc16 = _mm512_broadcast_i64x4(_mm256_cvtepi8_epi16(sc));
+    const float d = _cvtsh_ss(d16);
+    UNROLL
+    for (int k = 0; k < nt / 2; k++) {
+        const block_q8_K *x0 = &xs[2 * k][b], *x1 = &xs[2 * k + 1][b];
+        const __m512i offset = _mm512_madd_epi16(sc16, load_pair(x0->bsums, x1->bsums));
+        const __m512i isum8 = _mm512_sub_epi32(fold_pair(isum[2 * k], isum[2 * k + 1]), _mm512_slli_epi32(offset, 5));
+        r->pair[k].acc = _mm512_fmadd_ps(pair_scale(d, x0, x1), _mm512_cvtepi32_ps(isum8), r->pair[k].acc);
+    }
+    if (nt % 2) {
+        const __m256i last = fold(isum[nt - 1]);
+        q6k_block_end(1, d16, sc, xs + nt - 1, b, &last, r->a + nt - 1);
+    }
+}
+
+/* Q4_K / Q5_K: bytes 0..7 = scales, 8..15 = mins: the words of
+ * coli_q4k_scale_words (vecdot_k_impl.h states the layout), built from
+ * the packed words p0, p1, p2 in 7 instructions instead of some 30 scalar
+ * ones: words 0, 2 are p0, p1 & 0x3f; words 1, 3 are the low, high
+ * nibbles of p2 with the top 2 bits of p0, p1 (>> 6 << 4) above them.
+ * Reads 16 bytes from `packed`: the block's quants follow its 12. */
+ALWAYS AVX512 __m128i q4k_scales_mins16(const uint8_t *packed) {
+    const __m128i p = _mm_loadu_si128((const __m128i *)packed);
+    const __m128i low = _mm_srlv_epi32(_mm_shuffle_epi32(p, 0x98), _mm_setr_epi32(0, 0, 0, 4)); /* p0 p2 p1 p2 */
+    const __m128i top = _mm_srli_epi32(_mm_shuffle_epi32(p, 0x50), 2);                          /* p0 p0 p1 p1 */
+    const __m128i low_mask = _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f);
+    const __m128i top_mask = _mm_setr_epi32(0, 0x30303030, 0, 0x30303030);
+    return _mm_or_si128(_mm_and_si128(low, low_mask), _mm_and_si128(top, top_mask));
 }
 
 /* Q4_K / Q5_K: the scales of chunk pair j (sub-blocks 2j and 2j+1) from
@@ -86,20 +188,18 @@ ALWAYS AVX512 void q4k_pair(int nt, __m512i q, __m512i sc16, int j, const block_
 /* Q4_K: per 64 values, 32 qs bytes: low nibbles sub-block 2j, high 2j+1 */
 ALWAYS AVX512 void q4_K_tokens(int nt, int64_t n, const void *w, const block_q8_K *const *xs, float *out) {
     const block_q4_K *wb = w;
-    token_acc a[MAX_TOKENS];
-    acc_zero(a, nt);
+    rows_acc r;
+    rows_zero(nt, &r);
     for (int64_t b = 0; b < n / QK_K; b++) {
-        const __m128i smv = q4k_scales_mins(wb[b].scales);
+        const __m128i smv = q4k_scales_mins16(wb[b].scales);
         const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(smv));
         __m512i isum[MAX_TOKENS];
-        __m256i isum8[MAX_TOKENS];
         isum_zero(nt, isum);
         UNROLL
         for (int j = 0; j < 4; j++) q4k_pair(nt, q4k_nibbles(wb[b].qs + 32 * j), sc16, j, xs, b, isum);
-        isum_fold(nt, isum, isum8);
-        q4k_block_end(nt, wb[b].d, wb[b].dmin, smv, xs, b, isum8, a);
+        q4k_rows_end(nt, wb[b].d, wb[b].dmin, smv, xs, b, isum, &r);
     }
-    acc_store(a, nt, out);
+    rows_store(nt, &r, out);
 }
 ENTRY_POINTS(q4_K, q4_K_tokens, avx512, AVX512)
 
@@ -108,14 +208,13 @@ ENTRY_POINTS(q4_K, q4_K_tokens, avx512, AVX512)
 ALWAYS AVX512 void q5_K_tokens(int nt, int64_t n, const void *w, const block_q8_K *const *xs, float *out) {
     const block_q5_K *wb = w;
     const __m512i bit4 = _mm512_set1_epi8(0x10);
-    token_acc a[MAX_TOKENS];
-    acc_zero(a, nt);
+    rows_acc r;
+    rows_zero(nt, &r);
     for (int64_t b = 0; b < n / QK_K; b++) {
-        const __m128i smv = q4k_scales_mins(wb[b].scales);
+        const __m128i smv = q4k_scales_mins16(wb[b].scales);
         const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(smv));
         const __m512i qh = load256_twice(wb[b].qh);
         __m512i isum[MAX_TOKENS];
-        __m256i isum8[MAX_TOKENS];
         isum_zero(nt, isum);
         UNROLL
         for (int j = 0; j < 4; j++) {
@@ -125,10 +224,9 @@ ALWAYS AVX512 void q5_K_tokens(int nt, int64_t n, const void *w, const block_q8_
             const __m512i nib = q4k_nibbles(wb[b].qs + 32 * j);
             q4k_pair(nt, _mm512_mask_add_epi8(nib, high, nib, bit4), sc16, j, xs, b, isum);
         }
-        isum_fold(nt, isum, isum8);
-        q4k_block_end(nt, wb[b].d, wb[b].dmin, smv, xs, b, isum8, a);
+        q4k_rows_end(nt, wb[b].d, wb[b].dmin, smv, xs, b, isum, &r);
     }
-    acc_store(a, nt, out);
+    rows_store(nt, &r, out);
 }
 ENTRY_POINTS(q5_K, q5_K_tokens, avx512, AVX512)
 
@@ -155,13 +253,12 @@ ALWAYS AVX512 __m512i q6k_pair_scales(__m512i sc16, int p) {
 ALWAYS AVX512 void q6_K_tokens(int nt, int64_t n, const void *w, const block_q8_K *const *xs, float *out) {
     const block_q6_K *wb = w;
     const __m512i shl01 = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4), shr23 = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
-    token_acc a[MAX_TOKENS];
-    acc_zero(a, nt);
+    rows_acc r;
+    rows_zero(nt, &r);
     for (int64_t b = 0; b < n / QK_K; b++) {
         const __m128i sc = _mm_loadu_si128((const __m128i *)wb[b].scales);
         const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc));
         __m512i isum[MAX_TOKENS];
-        __m256i isum8[MAX_TOKENS];
         isum_zero(nt, isum);
         UNROLL
         for (int half = 0; half < 2; half++) {
@@ -178,10 +275,9 @@ ALWAYS AVX512 void q6_K_tokens(int nt, int64_t n, const void *w, const block_q8_
                 for (int t = 0; t < nt; t++) isum[t] = scaled_dot_acc(isum[t], q[p], load512(xs[t][b].qs + at), s);
             }
         }
-        isum_fold(nt, isum, isum8);
-        q6k_block_end(nt, wb[b].d, sc, xs, b, isum8, a);
+        q6k_rows_end(nt, wb[b].d, sc, xs, b, isum, &r);
     }
-    acc_store(a, nt, out);
+    rows_store(nt, &r, out);
 }
 ENTRY_POINTS(q6_K, q6_K_tokens, avx512, AVX512)
 
