@@ -5,11 +5,11 @@
  *
  * One table row per weight type names its activation format (llama.cpp's
  * vec_dot_type), how to quantize an input row into it, and the portable,
- * AVX2 and (Q4_K, Q5_K, Q6_K) AVX-512 dot products. The input is quantized
- * once per token into the scratch (whole activation blocks, one row per
- * token); every output
- * value is then one dot product of a weight row and a token row, so its
- * operations depend only on n_in and the path (the determinism contract).
+ * AVX2 and (Q4_K, Q5_K, Q6_K, IQ4_XS) AVX-512 dot products. The input is
+ * quantized once per token into the scratch (whole activation blocks, one
+ * row per token); every output value is then one dot product of a weight
+ * row and a token row, so its operations depend only on n_in and the path
+ * (the determinism contract).
  */
 #include <stddef.h>
 
@@ -47,10 +47,10 @@ struct mm_vecdot_type {
             coli_vec_dot_##stem##_avx2_tokens, coli_vec_dot_##stem##_avx512, coli_vec_dot_##stem##_avx512_tokens \
     }
 static const mm_vecdot_type s_types[] = {
-    VD(Q4_1, Q8_1, q4_1_q8_1),     VD(Q5_0, Q8_0, q5_0_q8_0),    VD(Q5_1, Q8_1, q5_1_q8_1),
-    VD(IQ4_NL, Q8_0, iq4_nl_q8_0), VD(Q2_K, Q8_K, q2_K_q8_K),    VD(Q3_K, Q8_K, q3_K_q8_K),
-    VD512(Q4_K, Q8_K, q4_K_q8_K),  VD512(Q5_K, Q8_K, q5_K_q8_K), VD512(Q6_K, Q8_K, q6_K_q8_K),
-    VD(IQ4_XS, Q8_K, iq4_xs_q8_K),
+    VD(Q4_1, Q8_1, q4_1_q8_1),        VD(Q5_0, Q8_0, q5_0_q8_0),    VD(Q5_1, Q8_1, q5_1_q8_1),
+    VD(IQ4_NL, Q8_0, iq4_nl_q8_0),    VD(Q2_K, Q8_K, q2_K_q8_K),    VD(Q3_K, Q8_K, q3_K_q8_K),
+    VD512(Q4_K, Q8_K, q4_K_q8_K),     VD512(Q5_K, Q8_K, q5_K_q8_K), VD512(Q6_K, Q8_K, q6_K_q8_K),
+    VD512(IQ4_XS, Q8_K, iq4_xs_q8_K),
 };
 
 const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype) {

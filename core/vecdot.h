@@ -91,11 +91,14 @@ void coli_vec_dot_iq4_nl_q8_0_avx2_tokens(int64_t n, const void *w, const void *
 float coli_vec_dot_q4_K_q8_K_avx512(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q5_K_q8_K_avx512(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q6_K_q8_K_avx512(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq4_xs_q8_K_avx512(int64_t n, const void *w, const void *x);
 void coli_vec_dot_q4_K_q8_K_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
                                           int n_tok);
 void coli_vec_dot_q5_K_q8_K_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
                                           int n_tok);
 void coli_vec_dot_q6_K_q8_K_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
                                           int n_tok);
+void coli_vec_dot_iq4_xs_q8_K_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                            int n_tok);
 
 #endif

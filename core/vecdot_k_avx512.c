@@ -1,6 +1,6 @@
 /*
- * vecdot_k_avx512.c - AVX-512 BW/DQ/VNNI dot products of Q4_K, Q5_K and
- * Q6_K weight rows with Q8_K activation rows (vecdot.h), compiled per
+ * vecdot_k_avx512.c - AVX-512 BW/DQ/VNNI dot products of Q4_K, Q5_K, Q6_K
+ * and IQ4_XS weight rows with Q8_K activation rows (vecdot.h), compiled per
  * function (COLI_TARGET_AVX512) and called only when coli_cpu_avx512().
  *
  * Each returns exactly the floats of its AVX2 namesake (vecdot_k_avx2.c)
@@ -16,6 +16,8 @@
  * (vecdot_k_impl.h: convert, FMA with d * the activation scale, the
  * minimums or the -32 offset through bsums, one sum at the end).
  */
+#include <string.h>
+
 #include "core/cpu_features.h"
 #include "core/vecdot.h"
 #define COLI_VECDOT_K_SIMD /* the float steps shared with the AVX2 kernels */
@@ -124,6 +126,19 @@ ALWAYS AVX512 void q4k_rows_end(int nt, uint16_t d16, uint16_t dmin16, __m128i s
         const __m256i last = fold(isum[nt - 1]);
         q4k_block_end(1, d16, dmin16, smv, xs + nt - 1, b, &last, r->a + nt - 1);
     }
+}
+
+/* IQ4_XS: d * isum for every row (the AVX2 kernel's acc_add) */
+ALWAYS AVX512 void plain_rows_end(int nt, uint16_t d16, const block_q8_K *const *xs, int64_t b, const __m512i *isum,
+                                  rows_acc *r) {
+    const float d = _cvtsh_ss(d16);
+    UNROLL
+    for (int k = 0; k < nt / 2; k++) {
+        const __m512 scale = pair_scale(d, &xs[2 * k][b], &xs[2 * k + 1][b]);
+        r->pair[k].acc =
+            _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(fold_pair(isum[2 * k], isum[2 * k + 1])), r->pair[k].acc);
+    }
+    if (nt % 2) acc_add(&r->a[nt - 1], d * xs[nt - 1][b].d, fold(isum[nt - 1]));
 }
 
 /* Q6_K: q6k_block_end for every row; sc: the 16 scales */
@@ -281,9 +296,71 @@ ALWAYS AVX512 void q6_K_tokens(int nt, int64_t n, const void *w, const block_q8_
 }
 ENTRY_POINTS(q6_K, q6_K_tokens, avx512, AVX512)
 
+/* IQ4_XS: the 8 sub-block scales (-32..31) as int16 in every 128-bit
+ * lane, as coli_iq4xs_scale reads them: a nibble of scales_l (low one for
+ * even sub-blocks) and 2 bits of scales_h */
+ALWAYS AVX512 __m512i iq4xs_scales(const block_iq4_xs *blk) {
+    uint32_t packed_l;
+    memcpy(&packed_l, blk->scales_l, sizeof packed_l);
+    const __m128i l = _mm_cvtsi32_si128((int)packed_l);
+    const __m128i each_twice = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(l, l));
+    const __m128i low =
+        _mm_and_si128(_mm_srlv_epi16(each_twice, _mm_setr_epi16(0, 4, 0, 4, 0, 4, 0, 4)), _mm_set1_epi16(15));
+    const __m128i high =
+        _mm_and_si128(_mm_srlv_epi16(_mm_set1_epi16((short)blk->scales_h), _mm_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14)),
+                      _mm_set1_epi16(3));
+    const __m128i scales = _mm_sub_epi16(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi16(32));
+    return _mm512_broadcast_i32x4(scales);
+}
+
+/* IQ4_XS: sub-blocks ib and ib+1 (64 values, 32 qs bytes) as signed
+ * weights: 128-bit lanes hold the low nibbles of bytes 0..15 (values 0..15
+ * of ib), their high nibbles (16..31), then the same of bytes 16..31
+ * (ib+1), each looked up in the 16 levels */
+ALWAYS AVX512 __m512i iq4xs_weights(const uint8_t *qs, __m512i levels) {
+    const __m512i spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                  by_lane = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    const __m512i raw = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(load256(qs)));
+    return _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srlv_epi64(raw, by_lane), _mm512_set1_epi8(0x0f)));
+}
+
+/* acc + sum(w * q8) * scale per int16 pair for signed weights w, as AVX2's
+ * signed_scaled_dot: maddubs of |q8| and w with q8's sign (AVX-512 has no
+ * sign_epi8: w is negated where q8 < 0; where q8 is 0, sign_epi8's 0 and
+ * w give the same 0 product) */
+ALWAYS AVX512 __m512i signed_scaled_dot_acc(__m512i acc, __m512i w, __m512i q8, __m512i scales_i16) {
+    const __m512i signed_w = _mm512_mask_sub_epi8(w, _mm512_movepi8_mask(q8), _mm512_setzero_si512(), w);
+    return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(_mm512_abs_epi8(q8), signed_w), scales_i16);
+}
+
+/* IQ4_XS: per two 32-value sub-blocks, 32 qs bytes (see iq4xs_weights)
+ * against 64 contiguous activation bytes */
+ALWAYS AVX512 void iq4_xs_tokens(int nt, int64_t n, const void *w, const block_q8_K *const *xs, float *out) {
+    const block_iq4_xs *wb = w;
+    const __m512i levels = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)coli_kvalues_iq4nl));
+    rows_acc r;
+    rows_zero(nt, &r);
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const __m512i sc16 = iq4xs_scales(&wb[b]);
+        __m512i isum[MAX_TOKENS];
+        isum_zero(nt, isum);
+        UNROLL
+        for (int ib = 0; ib < QK_K / 32; ib += 2) {
+            const __m512i wq = iq4xs_weights(wb[b].qs + 16 * ib, levels), s = q4k_pair_scales(sc16, ib / 2);
+            UNROLL
+            for (int t = 0; t < nt; t++)
+                isum[t] = signed_scaled_dot_acc(isum[t], wq, load512(xs[t][b].qs + 32 * ib), s);
+        }
+        plain_rows_end(nt, wb[b].d, xs, b, isum, &r);
+    }
+    rows_store(nt, &r, out);
+}
+ENTRY_POINTS(iq4_xs, iq4_xs_tokens, avx512, AVX512)
+
 #else /* not x86: never called (coli_cpu_avx512() is 0), present for the linker */
 
 PORTABLE_ENTRY_POINTS(q4_K, avx512)
 PORTABLE_ENTRY_POINTS(q5_K, avx512)
 PORTABLE_ENTRY_POINTS(q6_K, avx512)
+PORTABLE_ENTRY_POINTS(iq4_xs, avx512)
 #endif

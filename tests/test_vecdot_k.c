@@ -251,6 +251,7 @@ static const struct {
     {2, coli_vec_dot_q4_K_q8_K_avx512, coli_vec_dot_q4_K_q8_K_avx512_tokens},
     {3, coli_vec_dot_q5_K_q8_K_avx512, coli_vec_dot_q5_K_q8_K_avx512_tokens},
     {4, coli_vec_dot_q6_K_q8_K_avx512, coli_vec_dot_q6_K_q8_K_avx512_tokens},
+    {5, coli_vec_dot_iq4_xs_q8_K_avx512, coli_vec_dot_iq4_xs_q8_K_avx512_tokens},
 };
 
 /* d (and dmin) of every block of the row set to extreme fp16 values: the
