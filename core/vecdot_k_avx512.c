@@ -91,9 +91,10 @@ ALWAYS AVX512 __m512i fold_pair(__m512i i0, __m512i i1) {
     return _mm512_add_epi32(_mm512_shuffle_i64x2(i0, i1, 0x44), _mm512_shuffle_i64x2(i0, i1, 0xee));
 }
 
-/* f * the activation scale of each row of the pair, in its half */
-ALWAYS AVX512 __m512 pair_scale(float f, const block_q8_K *x0, const block_q8_K *x1) {
-    return _mm512_insertf32x8(_mm512_set1_ps(f * x0->d), _mm256_set1_ps(f * x1->d), 1);
+/* the activation scale of each row of the pair, in its half; times f
+ * (vmulps) the same floats as AVX2's scalar f * x->d */
+ALWAYS AVX512 __m512 pair_act_scale(const block_q8_K *x0, const block_q8_K *x1) {
+    return _mm512_insertf32x8(_mm512_set1_ps(x0->d), _mm256_set1_ps(x1->d), 1);
 }
 
 ALWAYS AVX512 __m512i load_pair(const void *p0, const void *p1) { return halves(load256(p0), load256(p1)); }
@@ -110,8 +111,9 @@ ALWAYS AVX512 void q4k_pair_end(uint16_t d16, uint16_t dmin16, __m512i mins2, co
     const __m512i per_min = _mm512_madd_epi16(load_pair(x0->bsums, x1->bsums), mins2);
     const __m512i adjacent = _mm512_add_epi32(per_min, _mm512_srli_epi64(per_min, 32));
     const __m512i msum = _mm512_maskz_permutexvar_epi32(0x0f0f, gather, adjacent);
-    *acc = _mm512_fmadd_ps(pair_scale(d, x0, x1), _mm512_cvtepi32_ps(fold_pair(i0, i1)), *acc);
-    *acc_min = _mm512_fmadd_ps(pair_scale(dmin, x0, x1), _mm512_cvtepi32_ps(msum), *acc_min);
+    const __m512 act = pair_act_scale(x0, x1);
+    *acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(d), act), _mm512_cvtepi32_ps(fold_pair(i0, i1)), *acc);
+    *acc_min = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dmin), act), _mm512_cvtepi32_ps(msum), *acc_min);
 }
 
 /* Q4_K / Q5_K: the float step of block b for every row */
@@ -134,7 +136,7 @@ ALWAYS AVX512 void plain_rows_end(int nt, uint16_t d16, const block_q8_K *const 
     const float d = _cvtsh_ss(d16);
     UNROLL
     for (int k = 0; k < nt / 2; k++) {
-        const __m512 scale = pair_scale(d, &xs[2 * k][b], &xs[2 * k + 1][b]);
+        const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(d), pair_act_scale(&xs[2 * k][b], &xs[2 * k + 1][b]));
         r->pair[k].acc =
             _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(fold_pair(isum[2 * k], isum[2 * k + 1])), r->pair[k].acc);
     }
@@ -151,7 +153,8 @@ ALWAYS AVX512 void q6k_rows_end(int nt, uint16_t d16, __m128i sc, const block_q8
         const block_q8_K *x0 = &xs[2 * k][b], *x1 = &xs[2 * k + 1][b];
         const __m512i offset = _mm512_madd_epi16(sc16, load_pair(x0->bsums, x1->bsums));
         const __m512i isum8 = _mm512_sub_epi32(fold_pair(isum[2 * k], isum[2 * k + 1]), _mm512_slli_epi32(offset, 5));
-        r->pair[k].acc = _mm512_fmadd_ps(pair_scale(d, x0, x1), _mm512_cvtepi32_ps(isum8), r->pair[k].acc);
+        const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(d), pair_act_scale(x0, x1));
+        r->pair[k].acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum8), r->pair[k].acc);
     }
     if (nt % 2) {
         const __m256i last = fold(isum[nt - 1]);
