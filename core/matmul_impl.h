@@ -90,7 +90,8 @@ mm_rows_fn mm_avx2_rows(coli_dtype wtype);
 #define MM_SKIP_ALL_VNNI (MM_SKIP_AVXVNNI | MM_SKIP_AVX512VNNI | MM_SKIP_AVX512)
 void mm_avx2_skip_vnni(int mask);
 /* The mask last given to mm_avx2_skip_vnni (x86 only): MM_SKIP_AVX512 also
- * makes the K-quants use their AVX2 dot products (matmul_vecdot.c). */
+ * gives Q4_K, Q5_K, Q6_K and IQ4_XS their AVX2 dot products instead of the
+ * 512-bit ones (matmul_vecdot.c; the same bits). */
 int mm_avx2_skipped(void);
 /* "avx2", "avx2+avxvnni", "avx2+avx512vnni" or "avx2+avx512": what mm_avx2_rows gives
  * Q8_0 / Q4_0 now (coli_matmul_impl); a static string. */

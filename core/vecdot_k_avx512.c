@@ -14,7 +14,11 @@
  * Integer adds give the same integers in any order, so the 8 lanes are
  * those of the AVX2 kernel, and from there both take the same float steps
  * (vecdot_k_impl.h: convert, FMA with d * the activation scale, the
- * minimums or the -32 offset through bsums, one sum at the end).
+ * minimums or the -32 offset through bsums, one sum at the end); here
+ * rows 0, 1 and 2, 3 of a _tokens call take them two rows per register,
+ * lane for lane the same operations ("the float steps" below).
+ * IQ4_XS's weights are signed: as in the AVX2 kernel, maddubs gets the
+ * activation's magnitude and the weight with the activation's sign.
  */
 #include <string.h>
 
