@@ -71,12 +71,21 @@ typedef struct rows_acc {
     struct {
         __m512 acc, acc_min;
     } pair[MAX_TOKENS / 2]; /* rows 2k (low half) and 2k+1 */
+    __m512 lone;            /* Q4_K / Q5_K lone row: acc (low half) and acc_min */
 } rows_acc;
 
 ALWAYS AVX512 void rows_zero(int nt, rows_acc *r) {
     acc_zero(r->a, nt);
     UNROLL
     for (int k = 0; k < nt / 2; k++) r->pair[k].acc = r->pair[k].acc_min = _mm512_setzero_ps();
+    r->lone = _mm512_setzero_ps();
+}
+
+/* Q4_K / Q5_K: the lone row's accumulators into its token_acc */
+ALWAYS AVX512 void lone_store(int nt, rows_acc *r) {
+    if (nt % 2 == 0) return;
+    r->a[nt - 1].acc = _mm512_castps512_ps256(r->lone);
+    r->a[nt - 1].acc_min = _mm512_extractf32x8_ps(r->lone, 1);
 }
 
 ALWAYS AVX512 void rows_store(int nt, rows_acc *r, float *out) {
@@ -120,6 +129,23 @@ ALWAYS AVX512 void q4k_pair_end(uint16_t d16, uint16_t dmin16, __m512i mins2, co
     *acc_min = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dmin), act), _mm512_cvtepi32_ps(msum), *acc_min);
 }
 
+/* Q4_K / Q5_K: q4k_block_end for a lone row x, its acc and acc_min in one
+ * register (low, high half): the integer sums beside the minimums (lanes
+ * 0..3 as q4k_pair_end makes them, 4..7 zero), d * x->d beside
+ * dmin * x->d (vmulps: the same products as the scalar ones) */
+ALWAYS AVX512 void q4k_lone_end(uint16_t d16, uint16_t dmin16, __m256i mins2, const block_q8_K *x, __m512i isum,
+                                __m512 *acc) {
+    const __m256i gather = _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0);
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m128i both = _mm_cvtsi32_si128((int)((uint32_t)d16 | (uint32_t)dmin16 << 16));
+    const __m128 scales = _mm_mul_ps(_mm_cvtph_ps(both), _mm_set1_ps(x->d));
+    const __m256i per_min = _mm256_madd_epi16(load256(x->bsums), mins2);
+    const __m256i adjacent = _mm256_add_epi32(per_min, _mm256_srli_epi64(per_min, 32));
+    const __m256i msum = _mm256_maskz_permutexvar_epi32(0x0f, gather, adjacent);
+    const __m512 scale = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(scales));
+    *acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(halves(fold(isum), msum)), *acc);
+}
+
 /* Q4_K / Q5_K: the float step of block b for every row */
 ALWAYS AVX512 void q4k_rows_end(int nt, uint16_t d16, uint16_t dmin16, __m128i smv, const block_q8_K *const *xs,
                                 int64_t b, const __m512i *isum, rows_acc *r) {
@@ -128,10 +154,7 @@ ALWAYS AVX512 void q4k_rows_end(int nt, uint16_t d16, uint16_t dmin16, __m128i s
     for (int k = 0; k < nt / 2; k++)
         q4k_pair_end(d16, dmin16, mins2, &xs[2 * k][b], &xs[2 * k + 1][b], isum[2 * k], isum[2 * k + 1],
                      &r->pair[k].acc, &r->pair[k].acc_min);
-    if (nt % 2) {
-        const __m256i last = fold(isum[nt - 1]);
-        q4k_block_end(1, d16, dmin16, smv, xs + nt - 1, b, &last, r->a + nt - 1);
-    }
+    if (nt % 2) q4k_lone_end(d16, dmin16, _mm512_castsi512_si256(mins2), &xs[nt - 1][b], isum[nt - 1], &r->lone);
 }
 
 /* IQ4_XS: d * isum for every row (the AVX2 kernel's acc_add) */
@@ -221,6 +244,7 @@ ALWAYS AVX512 void q4_K_tokens(int nt, int64_t n, const void *w, const block_q8_
         for (int j = 0; j < 4; j++) q4k_pair(nt, q4k_nibbles(wb[b].qs + 32 * j), sc16, j, xs, b, isum);
         q4k_rows_end(nt, wb[b].d, wb[b].dmin, smv, xs, b, isum, &r);
     }
+    lone_store(nt, &r);
     rows_store(nt, &r, out);
 }
 ENTRY_POINTS(q4_K, q4_K_tokens, avx512, AVX512)
@@ -248,6 +272,7 @@ ALWAYS AVX512 void q5_K_tokens(int nt, int64_t n, const void *w, const block_q8_
         }
         q4k_rows_end(nt, wb[b].d, wb[b].dmin, smv, xs, b, isum, &r);
     }
+    lone_store(nt, &r);
     rows_store(nt, &r, out);
 }
 ENTRY_POINTS(q5_K, q5_K_tokens, avx512, AVX512)
