@@ -287,6 +287,7 @@ static void rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r
 static atomic_int s_skip_vnni; /* mm_avx2_skip_vnni */
 
 void mm_avx2_skip_vnni(int mask) { atomic_store(&s_skip_vnni, mask); }
+int mm_avx2_skipped(void) { return atomic_load(&s_skip_vnni); }
 
 /* The Q8_0 / Q4_0 rows of the best integer dot the CPU has. */
 static mm_rows_fn quant_rows(coli_dtype wtype) {

@@ -59,7 +59,10 @@ const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype);
 coli_dtype mm_vecdot_act_type(const mm_vecdot_type *v);
 /* Bytes between token rows of the prepared input (a multiple of 64). */
 size_t mm_vecdot_row_stride(const mm_vecdot_type *v, int64_t n_in);
-/* The AVX2 dot product if avx2 (the caller checked coli_cpu_avx2), else the portable one. */
+/* The AVX2 dot product if avx2 (the caller checked coli_cpu_avx2), else the
+ * portable one; on AVX2, the 512-bit one where the type has one, the CPU
+ * has coli_cpu_avx512() and mm_avx2_skip_vnni does not skip MM_SKIP_AVX512
+ * (the same bits: vecdot.h). */
 coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2);
 /* Its several-token kernel on that path (same bits as mm_vecdot_fn's), or NULL. */
 coli_vec_dot_tokens_fn mm_vecdot_tokens_fn(const mm_vecdot_type *v, int avx2);
@@ -86,6 +89,10 @@ mm_rows_fn mm_avx2_rows(coli_dtype wtype);
 #define MM_SKIP_AVX512 4
 #define MM_SKIP_ALL_VNNI (MM_SKIP_AVXVNNI | MM_SKIP_AVX512VNNI | MM_SKIP_AVX512)
 void mm_avx2_skip_vnni(int mask);
+/* The mask last given to mm_avx2_skip_vnni (x86 only): MM_SKIP_AVX512 also
+ * gives Q4_K, Q5_K, Q6_K and IQ4_XS their AVX2 dot products instead of the
+ * 512-bit ones (matmul_vecdot.c; the same bits). */
+int mm_avx2_skipped(void);
 /* "avx2", "avx2+avxvnni", "avx2+avx512vnni" or "avx2+avx512": what mm_avx2_rows gives
  * Q8_0 / Q4_0 now (coli_matmul_impl); a static string. */
 const char *mm_avx2_impl_name(void);

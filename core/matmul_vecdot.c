@@ -4,14 +4,16 @@
  * the K-quants with IQ4_XS.
  *
  * One table row per weight type names its activation format (llama.cpp's
- * vec_dot_type), how to quantize an input row into it, and the portable
- * and AVX2 dot products. The input is quantized once per token into the
- * scratch (whole activation blocks, one row per token); every output
- * value is then one dot product of a weight row and a token row, so its
- * operations depend only on n_in and the path (the determinism contract).
+ * vec_dot_type), how to quantize an input row into it, and the portable,
+ * AVX2 and (Q4_K, Q5_K, Q6_K, IQ4_XS) AVX-512 dot products. The input is
+ * quantized once per token into the scratch (whole activation blocks, one
+ * row per token); every output value is then one dot product of a weight
+ * row and a token row, so its operations depend only on n_in and the path
+ * (the determinism contract).
  */
 #include <stddef.h>
 
+#include "core/cpu_features.h"
 #include "core/matmul_impl.h"
 #include "core/quant.h"
 #include "core/vecdot.h"
@@ -28,18 +30,27 @@ struct mm_vecdot_type {
     act_quantize_fn quantize; /* one row of floats into act blocks */
     coli_vec_dot_fn portable, avx2;
     coli_vec_dot_tokens_fn avx2_tokens; /* NULL: the AVX2 path calls avx2 per token */
+    coli_vec_dot_fn avx512;             /* NULL: none, AVX2 everywhere (same bits where set) */
+    coli_vec_dot_tokens_fn avx512_tokens;
 };
 
-/* weight type, activation format, and the name stem of its dot products */
+/* weight type, activation format, and the name stem of its dot products
+ * (VD512: it has AVX-512 ones too) */
 #define VD(T, ACT, stem)                                                                  \
     {                                                                                     \
         COLI_##T, COLI_##ACT, act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, \
-            coli_vec_dot_##stem##_avx2_tokens                                             \
+            coli_vec_dot_##stem##_avx2_tokens, NULL, NULL                                 \
+    }
+#define VD512(T, ACT, stem)                                                                                      \
+    {                                                                                                            \
+        COLI_##T, COLI_##ACT, act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2,                        \
+            coli_vec_dot_##stem##_avx2_tokens, coli_vec_dot_##stem##_avx512, coli_vec_dot_##stem##_avx512_tokens \
     }
 static const mm_vecdot_type s_types[] = {
-    VD(Q4_1, Q8_1, q4_1_q8_1), VD(Q5_0, Q8_0, q5_0_q8_0),     VD(Q5_1, Q8_1, q5_1_q8_1), VD(IQ4_NL, Q8_0, iq4_nl_q8_0),
-    VD(Q2_K, Q8_K, q2_K_q8_K), VD(Q3_K, Q8_K, q3_K_q8_K),     VD(Q4_K, Q8_K, q4_K_q8_K), VD(Q5_K, Q8_K, q5_K_q8_K),
-    VD(Q6_K, Q8_K, q6_K_q8_K), VD(IQ4_XS, Q8_K, iq4_xs_q8_K),
+    VD(Q4_1, Q8_1, q4_1_q8_1),        VD(Q5_0, Q8_0, q5_0_q8_0),    VD(Q5_1, Q8_1, q5_1_q8_1),
+    VD(IQ4_NL, Q8_0, iq4_nl_q8_0),    VD(Q2_K, Q8_K, q2_K_q8_K),    VD(Q3_K, Q8_K, q3_K_q8_K),
+    VD512(Q4_K, Q8_K, q4_K_q8_K),     VD512(Q5_K, Q8_K, q5_K_q8_K), VD512(Q6_K, Q8_K, q6_K_q8_K),
+    VD512(IQ4_XS, Q8_K, iq4_xs_q8_K),
 };
 
 const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype) {
@@ -55,9 +66,25 @@ size_t mm_vecdot_row_stride(const mm_vecdot_type *v, int64_t n_in) {
     return (coli_row_bytes(v->act, n_in) + 63) & ~(size_t)63;
 }
 
-coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2) { return avx2 ? v->avx2 : v->portable; }
+/* 1 if v's AVX-512 dot products are to be used now (the caller chose AVX2) */
+static int use_avx512(const mm_vecdot_type *v) {
+#if COLI_X86
+    return v->avx512 && coli_cpu_avx512() && !(mm_avx2_skipped() & MM_SKIP_AVX512);
+#else
+    (void)v;
+    return 0;
+#endif
+}
 
-coli_vec_dot_tokens_fn mm_vecdot_tokens_fn(const mm_vecdot_type *v, int avx2) { return avx2 ? v->avx2_tokens : NULL; }
+coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2) {
+    if (!avx2) return v->portable;
+    return use_avx512(v) ? v->avx512 : v->avx2;
+}
+
+coli_vec_dot_tokens_fn mm_vecdot_tokens_fn(const mm_vecdot_type *v, int avx2) {
+    if (!avx2) return NULL;
+    return use_avx512(v) ? v->avx512_tokens : v->avx2_tokens;
+}
 
 /* The quantizers give the same bytes on both paths (they follow llama.cpp's
  * AVX2 rounding in scalar code), so the prepared input is path-independent. */

@@ -24,6 +24,7 @@
 
 #include "core/cpu_features.h"
 #include "core/vecdot.h"
+#define COLI_VECDOT_K_SIMD /* the shared float steps (vecdot_k_impl.h) */
 #include "core/vecdot_k_impl.h"
 
 #if COLI_X86
@@ -31,22 +32,6 @@
 
 #define AVX2 COLI_TARGET_AVX2
 #define ALWAYS static inline __attribute__((always_inline))
-#define QK_K COLI_QK_K
-/* fully unrolled sub-block loops: shift counts and shuffle masks become
- * immediates/constants instead of being computed at run time */
-#define UNROLL _Pragma("GCC unroll 8")
-
-ALWAYS AVX2 float hsum128_ps(__m128 s) {
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-ALWAYS AVX2 float hsum_ps(__m256 v) {
-    return hsum128_ps(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
-}
-
-ALWAYS AVX2 __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* int16 lanes 0..7 = scale s, 8..15 = scale s+1 of 16 int8 scales: the
  * scales of a 32-value chunk made of two 16-value sub-blocks, in the order
@@ -85,75 +70,7 @@ ALWAYS AVX2 __m256i lane_scale(__m256i scales_i16, int l) {
     return _mm256_shuffle_epi8(scales_i16, _mm256_set1_epi16((short)(((2 * l + 1) << 8) | (2 * l))));
 }
 
-/* Q4_K / Q5_K: bytes 0..7 = scales, 8..15 = mins (built in registers: a
- * byte array stored then loaded whole would stall store forwarding) */
-ALWAYS AVX2 __m128i q4k_scales_mins(const uint8_t *packed) {
-    uint32_t u[4];
-    coli_q4k_scale_words(packed, u);
-    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
-}
-
-/* Q4_K / Q5_K minimums: 8 mins (bytes 8..15 of the unpacked scales) times
- * the activation sums of their 32-value sub-blocks (pairs of bsums) */
-ALWAYS AVX2 __m128i mins_dot_bsums(__m128i scales_mins, const int16_t *bsums) {
-    __m256i bs = load256(bsums);
-    __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    return _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scales_mins, 8)), pairs);
-}
-
-/* ---- dot products ----------------------------------------------------------
- *
- * Each type's kernel takes nt activation rows (1..4, a constant once
- * inlined): the weight block is unpacked once and serves every row, and
- * each row gets the very same operations whatever nt is, so the _tokens
- * entry points return the bits of single calls. */
-#define MAX_TOKENS COLI_VEC_DOT_MAX_TOKENS
-
-/* the entry points of one type: the single dot product and the one for
- * n_tok (1..4) activation rows x_stride bytes apart (vecdot.h) */
-#define ENTRY_POINTS(type, kernel)                                                                             \
-    AVX2 float coli_vec_dot_##type##_q8_K_avx2(int64_t n, const void *w, const void *x) {                      \
-        const block_q8_K *xs[1] = {x};                                                                         \
-        float out;                                                                                             \
-        kernel(1, n, w, xs, &out);                                                                             \
-        return out;                                                                                            \
-    }                                                                                                          \
-    AVX2 void coli_vec_dot_##type##_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, \
-                                                     float *out, int n_tok) {                                  \
-        const block_q8_K *xs[MAX_TOKENS];                                                                      \
-        for (int t = 0; t < n_tok && t < MAX_TOKENS; t++)                                                      \
-            xs[t] = (const block_q8_K *)((const uint8_t *)x + t * x_stride);                                   \
-        switch (n_tok) {                                                                                       \
-        case 1: kernel(1, n, w, xs, out); break;                                                               \
-        case 2: kernel(2, n, w, xs, out); break;                                                               \
-        case 3: kernel(3, n, w, xs, out); break;                                                               \
-        case 4: kernel(4, n, w, xs, out); break;                                                               \
-        default: break;                                                                                        \
-        }                                                                                                      \
-    }
-
-typedef struct token_acc {
-    __m256 acc;     /* d-scaled integer sums, 8 lanes */
-    __m256 acc_min; /* dmin-scaled minimum sums (types with minimums) */
-} token_acc;
-
-ALWAYS AVX2 void acc_zero(token_acc *a, int nt) {
-    UNROLL
-    for (int t = 0; t < nt; t++) a[t].acc = a[t].acc_min = _mm256_setzero_ps();
-}
-
-ALWAYS AVX2 void acc_add(token_acc *a, float d, __m256i isum) {
-    a->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), a->acc);
-}
-
-ALWAYS AVX2 void acc_add_min(token_acc *a, float dmin, __m256i msum) {
-    a->acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(msum), a->acc_min);
-}
-
-ALWAYS AVX2 void acc_store(const token_acc *a, int nt, float *out) {
-    UNROLL
-    for (int t = 0; t < nt; t++) out[t] = hsum_ps(a[t].acc) - hsum_ps(a[t].acc_min);
-}
+/* ---- dot products (the shared steps: vecdot_k_impl.h) ---- */
 
 /* Q4_K / Q5_K: the 64 values of chunk j, unpacked (lo: sub-block 2j, hi:
  * 2j+1), against every activation row */
@@ -165,19 +82,6 @@ ALWAYS AVX2 void q4k_chunk(int nt, __m256i lo, __m256i hi, __m256i sc16, int j, 
         const int8_t *q8 = xs[t][b].qs + 64 * j;
         isum[t] = accumulate(isum[t], scaled_dot(lo, load256(q8), s_lo));
         isum[t] = accumulate(isum[t], scaled_dot(hi, load256(q8 + 32), s_hi));
-    }
-}
-
-/* Q4_K / Q5_K: the float step of block b per row: d * isum, and dmin
- * times the minimums against the row's bsums */
-ALWAYS AVX2 void q4k_block_end(int nt, uint16_t d16, uint16_t dmin16, __m128i scales_mins, const block_q8_K *const *xs,
-                               int64_t b, const __m256i *isum, token_acc *a) {
-    const float d = _cvtsh_ss(d16), dmin = _cvtsh_ss(dmin16);
-    UNROLL
-    for (int t = 0; t < nt; t++) {
-        __m128i msum = mins_dot_bsums(scales_mins, xs[t][b].bsums);
-        acc_add(&a[t], d * xs[t][b].d, isum[t]);
-        acc_add_min(&a[t], dmin * xs[t][b].d, _mm256_zextsi128_si256(msum));
     }
 }
 
@@ -203,7 +107,7 @@ ALWAYS AVX2 void q4_K_tokens(int nt, int64_t n, const void *w, const block_q8_K 
     }
     acc_store(a, nt, out);
 }
-ENTRY_POINTS(q4_K, q4_K_tokens)
+ENTRY_POINTS(q4_K, q4_K_tokens, avx2, AVX2)
 
 /* Q5_K: Q4_K plus the 5th bits, bits 2j and 2j+1 of qh for chunk j:
  * shifted down by 2 per chunk, always read at bits 0 and 1 */
@@ -232,7 +136,7 @@ ALWAYS AVX2 void q5_K_tokens(int nt, int64_t n, const void *w, const block_q8_K 
     }
     acc_store(a, nt, out);
 }
-ENTRY_POINTS(q5_K, q5_K_tokens)
+ENTRY_POINTS(q5_K, q5_K_tokens, avx2, AVX2)
 
 /* Q6_K: per 128 values, two 32-byte rows of ql (low nibbles: chunks 0, 1;
  * high: chunks 2, 3) and 32 bytes of qh (bits 2k..2k+1: chunk k), each put
@@ -268,17 +172,11 @@ ALWAYS AVX2 void q6_K_tokens(int nt, int64_t n, const void *w, const block_q8_K 
                     isum[t] = accumulate(isum[t], scaled_dot(q[k], load256(xs[t][b].qs + at), scales));
             }
         }
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
-        const float d = _cvtsh_ss(wb[b].d);
-        UNROLL
-        for (int t = 0; t < nt; t++) {
-            __m256i offset = _mm256_madd_epi16(sc16, load256(xs[t][b].bsums));
-            acc_add(&a[t], d * xs[t][b].d, _mm256_sub_epi32(isum[t], _mm256_slli_epi32(offset, 5)));
-        }
+        q6k_block_end(nt, wb[b].d, sc, xs, b, isum, a);
     }
     acc_store(a, nt, out);
 }
-ENTRY_POINTS(q6_K, q6_K_tokens)
+ENTRY_POINTS(q6_K, q6_K_tokens, avx2, AVX2)
 
 /* bit `bit` (0..7) of each byte moved to bit 2, the rest cleared */
 ALWAYS AVX2 __m256i bit_to_2(__m256i v, int bit) {
@@ -325,7 +223,7 @@ ALWAYS AVX2 void q3_K_tokens(int nt, int64_t n, const void *w, const block_q8_K 
     }
     acc_store(a, nt, out);
 }
-ENTRY_POINTS(q3_K, q3_K_tokens)
+ENTRY_POINTS(q3_K, q3_K_tokens, avx2, AVX2)
 
 /* Q2_K: 2-bit quants laid out as Q3_K's low bits; a scale (low nibble) and
  * a min (high nibble) per 16 values. */
@@ -364,7 +262,7 @@ ALWAYS AVX2 void q2_K_tokens(int nt, int64_t n, const void *w, const block_q8_K 
     }
     acc_store(a, nt, out);
 }
-ENTRY_POINTS(q2_K, q2_K_tokens)
+ENTRY_POINTS(q2_K, q2_K_tokens, avx2, AVX2)
 
 /* IQ4_XS: per two 32-value sub-blocks, 32 qs bytes; a sub-block's values
  * are the low nibbles of its 16 bytes, then the high ones, looked up in
@@ -400,7 +298,7 @@ ALWAYS AVX2 void iq4_xs_tokens(int nt, int64_t n, const void *w, const block_q8_
     }
     acc_store(a, nt, out);
 }
-ENTRY_POINTS(iq4_xs, iq4_xs_tokens)
+ENTRY_POINTS(iq4_xs, iq4_xs_tokens, avx2, AVX2)
 
 /* ---- Q8_K activation quantizer -------------------------------------------- */
 
@@ -482,20 +380,12 @@ AVX2 void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) 
 
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
-#define ENTRY_POINTS(type)                                                                                            \
-    float coli_vec_dot_##type##_q8_K_avx2(int64_t n, const void *w, const void *x) {                                  \
-        return coli_vec_dot_##type##_q8_K(n, w, x);                                                                   \
-    }                                                                                                                 \
-    void coli_vec_dot_##type##_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out, \
-                                                int n_tok) {                                                          \
-        for (int t = 0; t < n_tok; t++) out[t] = coli_vec_dot_##type##_q8_K(n, w, (const uint8_t *)x + t * x_stride); \
-    }
-ENTRY_POINTS(q2_K)
-ENTRY_POINTS(q3_K)
-ENTRY_POINTS(q4_K)
-ENTRY_POINTS(q5_K)
-ENTRY_POINTS(q6_K)
-ENTRY_POINTS(iq4_xs)
+PORTABLE_ENTRY_POINTS(q2_K, avx2)
+PORTABLE_ENTRY_POINTS(q3_K, avx2)
+PORTABLE_ENTRY_POINTS(q4_K, avx2)
+PORTABLE_ENTRY_POINTS(q5_K, avx2)
+PORTABLE_ENTRY_POINTS(q6_K, avx2)
+PORTABLE_ENTRY_POINTS(iq4_xs, avx2)
 
 void coli_quantize_act_q8_K_avx2(const float *x, block_q8_K *y, int64_t n) { coli_quantize_act_q8_K_portable(x, y, n); }
 #endif

@@ -1,6 +1,7 @@
 /*
  * test_vecdot_k.c - the K-quant and IQ4_XS dot products (vecdot_k.c,
- * vecdot_k_avx2.c) and the Q8_K activation quantizer, both paths of each.
+ * vecdot_k_avx2.c, vecdot_k_avx512.c) and the Q8_K activation quantizer,
+ * every path of each: the AVX-512 ones must give the AVX2 ones' bits.
  *
  * Weights: random quant bytes with sane fp16 scales (quant_util.h), and
  * constant bytes against constant activations (extreme quants, all -127).
@@ -238,6 +239,86 @@ Test(vecdot_k, deterministic) {
         free(w2);
         free(x2);
     }
+}
+
+/* ---- AVX-512 kernels: the bits of the AVX2 ones --------------------------- */
+
+static const struct {
+    size_t avx2; /* index in k_types */
+    coli_vec_dot_fn one;
+    coli_vec_dot_tokens_fn many;
+} k_avx512[] = {
+    {2, coli_vec_dot_q4_K_q8_K_avx512, coli_vec_dot_q4_K_q8_K_avx512_tokens},
+    {3, coli_vec_dot_q5_K_q8_K_avx512, coli_vec_dot_q5_K_q8_K_avx512_tokens},
+    {4, coli_vec_dot_q6_K_q8_K_avx512, coli_vec_dot_q6_K_q8_K_avx512_tokens},
+    {5, coli_vec_dot_iq4_xs_q8_K_avx512, coli_vec_dot_iq4_xs_q8_K_avx512_tokens},
+};
+
+/* d (and dmin) of every block of the row set to extreme fp16 values: the
+ * largest finite, the smallest subnormal, or 0 */
+static void set_scales(const ktype *k, uint8_t *w, int64_t nb, float d, float dmin) {
+    int od, om;
+    qu_scale_offsets(k->t, &od, &om);
+    uint16_t hd = coli_fp32_to_fp16(d), hm = coli_fp32_to_fp16(dmin);
+    for (int64_t b = 0; b < nb; b++) {
+        memcpy(w + (size_t)b * k->block_bytes + od, &hd, 2);
+        if (om >= 0) memcpy(w + (size_t)b * k->block_bytes + om, &hm, 2);
+    }
+}
+
+/* weight variants: random blocks, constant bytes, random blocks with
+ * extreme scales (largest fp16, subnormal d, zero d with a large dmin) */
+static uint8_t *variant_weights(const ktype *k, int64_t n, int v, unsigned seed) {
+    static const int fills[] = {-1, 0xff, 0x00, 0x55, -1, -1, -1};
+    uint8_t *w = make_weights(k, n, seed, fills[v]);
+    const int64_t nb = n / COLI_QK_K;
+    if (v == 4) set_scales(k, w, nb, 65504.0f, 65504.0f);
+    if (v == 5) set_scales(k, w, nb, -5.96e-8f, 5.96e-8f);
+    if (v == 6) set_scales(k, w, nb, 0.0f, -1000.0f);
+    return w;
+}
+#define N_VARIANTS 7
+
+/* one weight row against 4 activation rows (random with outliers, then
+ * all -127, then random): every group of 1..4 rows and every single call
+ * of the 512-bit kernel has the bits of the AVX2 single call */
+static void check_avx512_row(size_t i, int64_t n, int v) {
+    const ktype *k = &k_types[k_avx512[i].avx2];
+    const size_t row = sizeof(block_q8_K) * (size_t)(n / COLI_QK_K), stride = row + 16;
+    uint8_t *w = variant_weights(k, n, v, (unsigned)(900 + 31 * i + 7 * v + n));
+    uint8_t *xs = malloc(4 * stride);
+    cr_assert(xs);
+    for (int t = 0; t < 4; t++) {
+        block_q8_K *x = make_acts(n, (unsigned)(1300 + 10 * i + t + n), t == 1 ? -1.0f : 0.0f);
+        memcpy(xs + t * stride, x, row);
+        free(x);
+    }
+    float want[4];
+    for (int t = 0; t < 4; t++) want[t] = k->avx2(n, w, xs + t * stride);
+    for (int t = 0; t < 4; t++) {
+        float one = k_avx512[i].one(n, w, xs + t * stride);
+        cr_assert(memcmp(&one, &want[t], sizeof one) == 0, "%s n=%lld variant %d row %d: avx512 %.9g, avx2 %.9g",
+                  k->name, (long long)n, v, t, one, want[t]);
+    }
+    for (int nt = 1; nt <= COLI_VEC_DOT_MAX_TOKENS; nt++)
+        for (int first = 0; first + nt <= 4; first++) {
+            float out[COLI_VEC_DOT_MAX_TOKENS];
+            k_avx512[i].many(n, w, xs + first * stride, stride, out, nt);
+            for (int t = 0; t < nt; t++)
+                cr_assert(memcmp(&out[t], &want[first + t], sizeof out[t]) == 0,
+                          "%s n=%lld variant %d, %d rows from %d, row %d: avx512 %.9g, avx2 %.9g", k->name,
+                          (long long)n, v, nt, first, t, out[t], want[first + t]);
+        }
+    free(w);
+    free(xs);
+}
+
+Test(vecdot_k, avx512_equals_avx2_bits) {
+    if (!coli_cpu_avx512()) cr_skip_test("no AVX-512 BW/DQ/VNNI on this CPU");
+    static const int64_t blocks[] = {1, 2, 5};
+    for (size_t i = 0; i < sizeof k_avx512 / sizeof k_avx512[0]; i++)
+        for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++)
+            for (int v = 0; v < N_VARIANTS; v++) check_avx512_row(i, blocks[b] * COLI_QK_K, v);
 }
 
 /* ---- Q8_K quantizer -------------------------------------------------------- */
