@@ -211,6 +211,33 @@ AVX2 ALWAYS __m256 fold4(const __m256i *d, const int RM) {
     return _mm256_cvtepi32_ps(_mm256_hadd_epi32(d01, d23));
 }
 
+/* Where a Q8_0 / Q4_0 tile reads: its RM weight rows w, its RN tokens'
+ * quantized values xq and block scales xd. */
+AVX2 ALWAYS void qtile_rows(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const uint8_t **w,
+                            const int8_t **xq, const float **xd) {
+    const int64_t nb = j->n_in / COLI_QK;
+#pragma GCC unroll 4
+    for (int a = 0; a < RM; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
+#pragma GCC unroll 4
+    for (int b = 0; b < RN; b++) {
+        xq[b] = j->xq + (t + b) * j->n_in;
+        xd[b] = j->xd + (t + b) * nb;
+    }
+}
+
+/* A tile's results: token b's accumulator holds row a's sums over
+ * elements 0..15 in lane a and over 16..31 in lane a + 4. */
+AVX2 ALWAYS void qtile_store(const mm_job *j, int64_t r, int64_t t, const __m256 *acc, const int RM, const int RN) {
+#pragma GCC unroll 4
+    for (int b = 0; b < RN; b++) {
+        const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc[b]), _mm256_extractf128_ps(acc[b], 1));
+        float out[4];
+        _mm_storeu_ps(out, sum);
+#pragma GCC unroll 4
+        for (int a = 0; a < RM; a++) j->y[(t + b) * j->n_out + r + a] = out[a];
+    }
+}
+
 /* One line of the weight rows a tile streams, fetched ahead. With a few
  * tokens (decode, a batched decode step: up to two token tiles) the rows
  * are read once and go in non-temporal: they do not push the activations,

@@ -15,7 +15,7 @@
  * never on the batch or the thread (matmul.h's contract).
  *
  * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
- * load_wd4, fold4, prefetch_weights, PREFETCH_TILES, Q_RM, Q_RN.
+ * load_wd4, fold4, prefetch_weights, qtile_rows, qtile_store, PREFETCH_TILES, Q_RM, Q_RN.
  */
 #define QT_CAT2(a, b) a##_##b
 #define QT_CAT(a, b) QT_CAT2(a, b)
@@ -37,15 +37,10 @@ QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t,
     const uint8_t *w[4];
     const int8_t *xq[4];
     const float *xd[4];
+    qtile_rows(j, r, t, RM, RN, w, xq, xd);
     __m256 acc[4];
 #pragma GCC unroll 4
-    for (int a = 0; a < RM; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
-#pragma GCC unroll 4
-    for (int b = 0; b < RN; b++) {
-        xq[b] = j->xq + (t + b) * j->n_in;
-        xd[b] = j->xd + (t + b) * nb;
-        acc[b] = _mm256_setzero_ps();
-    }
+    for (int b = 0; b < RN; b++) acc[b] = _mm256_setzero_ps();
     /* The first token tile of a token block streams these weight rows from
      * memory (decode, and the few rows of a batched decode step, have only
      * that one; later tiles of a prefill find them in cache): fetch the rows
@@ -79,15 +74,7 @@ QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t,
             acc[b] = _mm256_fmadd_ps(fold4(d, RM), _mm256_set_m128(s4, s4), acc[b]);
         }
     }
-#pragma GCC unroll 4
-    for (int b = 0; b < RN; b++) {
-        /* row a: its elements 0..15 lane plus its 16..31 lane */
-        const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc[b]), _mm256_extractf128_ps(acc[b], 1));
-        float out[4];
-        _mm_storeu_ps(out, sum);
-#pragma GCC unroll 4
-        for (int a = 0; a < RM; a++) j->y[(t + b) * j->n_out + r + a] = out[a];
-    }
+    qtile_store(j, r, t, acc, RM, RN);
 }
 
 #define QT_TILE(T, A, B)                                                                       \

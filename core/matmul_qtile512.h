@@ -16,7 +16,7 @@
  * never changes a token (tests/test_matmul.c compares every flavour).
  *
  * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
- * load_wd4, fold4, prefetch_weights, PREFETCH_TILES, Q_RM, Q_RN, ALWAYS.
+ * load_wd4, fold4, prefetch_weights, qtile_rows, qtile_store, PREFETCH_TILES, Q_RM, Q_RN, ALWAYS.
  */
 #define W512 COLI_TARGET_AVX512
 
@@ -113,15 +113,10 @@ W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, const int 
     const uint8_t *w[4];
     const int8_t *xq[4];
     const float *xd[4];
+    qtile_rows(j, r, t, RM, RN, w, xq, xd);
     __m256 acc[4];
 #pragma GCC unroll 4
-    for (int a = 0; a < RM; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
-#pragma GCC unroll 4
-    for (int b = 0; b < RN; b++) {
-        xq[b] = j->xq + (t + b) * j->n_in;
-        xd[b] = j->xd + (t + b) * nb;
-        acc[b] = _mm256_setzero_ps();
-    }
+    for (int b = 0; b < RN; b++) acc[b] = _mm256_setzero_ps();
     /* as matmul_qtile.h: the first token tile of a token block streams
      * the rows PREFETCH_TILES tiles ahead, here two blocks' worth a step */
     const uint8_t *ahead = w[0] + (size_t)PREFETCH_TILES * RM * j->w_stride;
@@ -146,14 +141,7 @@ W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, const int 
 #pragma GCC unroll 4
         for (int b = 0; b < RN; b++)
             acc[b] = single_dot(w, (size_t)k * bb, xq[b] + k * COLI_QK, xd[b][k], acc[b], RM, T);
-#pragma GCC unroll 4
-    for (int b = 0; b < RN; b++) {
-        const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc[b]), _mm256_extractf128_ps(acc[b], 1));
-        float out[4];
-        _mm_storeu_ps(out, sum);
-#pragma GCC unroll 4
-        for (int a = 0; a < RM; a++) j->y[(t + b) * j->n_out + r + a] = out[a];
-    }
+    qtile_store(j, r, t, acc, RM, RN);
 }
 
 #define Q5_TILE(T, A, B)                                                         \
