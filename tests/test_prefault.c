@@ -112,29 +112,29 @@ Test(prefault, refuses_what_does_not_fit_or_is_empty) {
     cr_expect_eq(coli_prefault_done(NULL), 0);
 }
 
+/* Process pid's Rss of the bundled model's mapping some time after a
+ * load: with the pass on, once it reaches want (polled for up to ~20 s on
+ * a loaded machine); off, after 200 ms. */
+static long long rss_after_load(int pid, int on, long long want) {
+    long long rss = process_mapping_rss(pid, NULL, "tiny-moe-4e2r-f16.gguf");
+    for (int i = 0; i < 2000 && on && rss < want; i++, usleep(10000))
+        rss = process_mapping_rss(pid, NULL, "tiny-moe-4e2r-f16.gguf");
+    if (!on) usleep(200000);
+    return process_mapping_rss(pid, NULL, "tiny-moe-4e2r-f16.gguf");
+}
+
 /* The bundled model's mapping after a load, with COLI_PREFAULT as given:
  * on, its Rss reaches the file's size; off, the load itself maps little of
  * it (headers, vocabulary), far from all. */
-static void check_model_load(const char *setting) {
-    setenv("COLI_PREFAULT", setting, 1);
-    coli_model_params mp;
-    coli_model_default_params(&mp);
-    mp.devices = "inproc";
-    mp.n_threads = 1;
-    coli_model *m = NULL;
-    cr_assert_eq(coli_model_load(BUNDLED, &mp, &m), 0, "%s", coli_last_error());
+static void check_model_load(int on) {
+    setenv("COLI_PREFAULT", on ? "1" : "0", 1);
+    coli_model *m = sched_load(BUNDLED, "inproc");
     FILE *f = fopen(BUNDLED, "rb");
     fseek(f, 0, SEEK_END);
     const long long size = ftell(f);
     fclose(f);
-    long long rss = mapping_rss(NULL, "tiny-moe-4e2r-f16.gguf");
-    if (!strcmp(setting, "1"))
-        for (int i = 0; i < 2000 && rss < size - 4096; i++, usleep(10000))
-            rss = mapping_rss(NULL, "tiny-moe-4e2r-f16.gguf");
-    else
-        usleep(200000);
-    rss = mapping_rss(NULL, "tiny-moe-4e2r-f16.gguf");
-    if (!strcmp(setting, "1"))
+    const long long rss = rss_after_load(0, on, size - 4096);
+    if (on)
         cr_expect_geq(rss, size - 4096, "COLI_PREFAULT=1: Rss %lld of %lld", rss, size);
     else
         cr_expect_lt(rss, size / 2, "COLI_PREFAULT=0: Rss %lld of %lld", rss, size);
@@ -142,9 +142,9 @@ static void check_model_load(const char *setting) {
     unsetenv("COLI_PREFAULT");
 }
 
-Test(prefault, model_load_fills_the_mapping) { check_model_load("1"); }
+Test(prefault, model_load_fills_the_mapping) { check_model_load(1); }
 
-Test(prefault, model_load_leaves_it_with_prefault_off) { check_model_load("0"); }
+Test(prefault, model_load_leaves_it_with_prefault_off) { check_model_load(0); }
 
 /* Bytes of the routed expert stacks (*_exps) of the GGUF at path. */
 static long long expert_bytes(const char *path) {
@@ -159,20 +159,16 @@ static long long expert_bytes(const char *path) {
 
 /* A cpu:1 worker holding every expert: on, its mapping's Rss reaches the
  * expert stacks' bytes before any token; off, it stays far below. The
- * coordinator's own pass is off here: the worker inherits the setting. */
-static void check_worker(const char *setting) {
+ * worker inherits the setting. */
+static void check_worker(int on) {
     sched_env_defaults();
-    setenv("COLI_PREFAULT", setting, 1);
+    setenv("COLI_PREFAULT", on ? "1" : "0", 1);
     const long long want = expert_bytes(BUNDLED);
     coli_model *m = sched_load(BUNDLED, "cpu:1");
     const int pid = sched_worker_pid(m, 0);
     cr_assert_gt(pid, 0);
-    long long rss = process_mapping_rss(pid, NULL, "tiny-moe-4e2r-f16.gguf");
-    for (int i = 0; i < 2000 && !strcmp(setting, "1") && rss < want; i++, usleep(10000))
-        rss = process_mapping_rss(pid, NULL, "tiny-moe-4e2r-f16.gguf");
-    if (strcmp(setting, "1")) usleep(200000);
-    rss = process_mapping_rss(pid, NULL, "tiny-moe-4e2r-f16.gguf");
-    if (!strcmp(setting, "1"))
+    const long long rss = rss_after_load(pid, on, want);
+    if (on)
         cr_expect_geq(rss, want, "COLI_PREFAULT=1: worker Rss %lld of %lld expert bytes", rss, want);
     else
         cr_expect_lt(rss, want / 2, "COLI_PREFAULT=0: worker Rss %lld of %lld expert bytes", rss, want);
@@ -180,6 +176,6 @@ static void check_worker(const char *setting) {
     unsetenv("COLI_PREFAULT");
 }
 
-Test(prefault, worker_fills_its_experts) { check_worker("1"); }
+Test(prefault, worker_fills_its_experts) { check_worker(1); }
 
-Test(prefault, worker_leaves_them_with_prefault_off) { check_worker("0"); }
+Test(prefault, worker_leaves_them_with_prefault_off) { check_worker(0); }
