@@ -66,8 +66,8 @@ W512 ALWAYS __m512i neg128_sums(__m512i wq) {
 /* One token against blocks k, k + 1 of the tile's rows: wq the rows'
  * quants, base their neg128_sums (Q8_0), dw16 their scales as [block k's
  * 4, again, block k + 1's 4, again]. vpdpbusd wants one unsigned operand:
- * Q8_0 makes it x + 128 (x ^ 0x80: Q8_0 activations are -127..127) and
- * starts from -128 * sum(w); Q4_0 has it in the nibbles and starts from
+ * Q8_0 makes it x + 128 (x ^ 0x80, for every signed byte) and starts
+ * from -128 * sum(w); Q4_0 has it in the nibbles and starts from
  * -8 * sum(x). Either way each lane is sum(w * x) over its 4 elements,
  * exactly the 256-bit tile's integers. The scale products are the same
  * single-precision d_w * d_x, the two FMAs the same, in block order. */
