@@ -70,8 +70,15 @@ Test(chat_tty, editing_history_and_ctrl_keys, .timeout = 120) {
     s_type(fd, "\x15/stats\r"); /* Ctrl-U clears it */
     cr_expect(s_expect(fd, buf, sizeof buf, &len, &at, "conversation: 2 messages"), "/stats after one edited line: %s",
               buf);
+    cr_expect(s_expect(fd, buf, sizeof buf, &len, &at, "> "), "no prompt after /stats: %s", buf);
+    usleep(300000);
     s_type(fd, "\x03");
     cr_expect(s_expect(fd, buf, sizeof buf, &len, &at, "(/quit or Ctrl-D leaves)"), "Ctrl-C at the prompt: %s", buf);
+    /* as above: a key typed before libedit has the terminal back in its
+     * mode goes through the cooked line discipline; a Ctrl-D there is an
+     * EOF that a later raw read never sees (the chat then waited forever) */
+    cr_expect(s_expect(fd, buf, sizeof buf, &len, &at, "> "), "no prompt after Ctrl-C: %s", buf);
+    usleep(300000);
     s_type(fd, "\x04");
     int status = 0;
     double until = s_now() + 30;
