@@ -14,9 +14,10 @@
  * Integer adds give the same integers in any order, so the 8 lanes are
  * those of the AVX2 kernel, and from there both take the same float steps
  * (vecdot_k_impl.h: convert, FMA with d * the activation scale, the
- * minimums or the -32 (Q6_K), -4 (Q3_K) offset through bsums, one sum at the end); here
- * rows 0, 1 and 2, 3 of a _tokens call take them two rows per register,
- * lane for lane the same operations ("the float steps" below).
+ * minimums or the offset (Q6_K's -32, Q3_K's -4) through bsums, one sum
+ * at the end); here rows 0, 1 and 2, 3 of a _tokens call take them two
+ * rows per register, lane for lane the same operations ("the float
+ * steps" below).
  * IQ4_XS's weights are signed: as in the AVX2 kernel, maddubs gets the
  * activation's magnitude and the weight with the activation's sign.
  */
@@ -351,6 +352,20 @@ ALWAYS AVX512 void k16_pair(int nt, __m512i q, __m512i sc16, int p, const block_
     for (int t = 0; t < nt; t++) isum[t] = scaled_dot_acc(isum[t], q, load512(xs[t][b].qs + 64 * p), s);
 }
 
+/* Q3_K: the 16 scales - 32, bytes of coli_q3k_scale_words (vecdot_k_impl.h
+ * states the layout) built from the packed words p0, p1, p2 in vector ops
+ * instead of some 20 scalar ones: words 0..3 are the low nibbles of p0, p1,
+ * then their high nibbles, each with 2 bits of p2 (>> 0, 2, 4, 6) above.
+ * A masked load of the 12 bytes: only d follows them in the block. */
+ALWAYS AVX512 __m128i q3k_scales16(const uint8_t *packed) {
+    const __m128i p = _mm_maskz_loadu_epi8(0x0fff, packed);
+    const __m128i low = _mm_srlv_epi32(_mm_shuffle_epi32(p, 0x44), _mm_setr_epi32(0, 0, 4, 4)); /* p0 p1 p0 p1 */
+    const __m128i top = _mm_srlv_epi32(_mm_shuffle_epi32(p, 0xaa), _mm_setr_epi32(0, 2, 4, 6)); /* p2 x 4 */
+    const __m128i sc = _mm_or_si128(_mm_and_si128(low, _mm_set1_epi8(0x0f)),
+                                    _mm_slli_epi32(_mm_and_si128(top, _mm_set1_epi8(0x03)), 4));
+    return _mm_sub_epi8(sc, _mm_set1_epi8(32));
+}
+
 /* Q3_K: quant q + 4h (0..7, h bit 2p of hmask for chunk 2p, 2p+1 for
  * chunk 2p+1: a byte test picks the bytes that get 4); the -4 of every
  * quant through bsums. */
@@ -360,9 +375,7 @@ ALWAYS AVX512 void q3_K_tokens(int nt, int64_t n, const void *w, const block_q8_
     rows_acc r;
     rows_zero(nt, &r);
     for (int64_t b = 0; b < n / QK_K; b++) {
-        uint32_t u[4];
-        coli_q3k_scale_words(wb[b].scales, u);
-        const __m128i sc = _mm_sub_epi8(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), _mm_set1_epi8(32));
+        const __m128i sc = q3k_scales16(wb[b].scales);
         const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc));
         const __m512i hm = load256_twice(wb[b].hmask);
         __m512i isum[MAX_TOKENS];
