@@ -88,10 +88,16 @@ void coli_vec_dot_iq4_nl_q8_0_avx2_tokens(int64_t n, const void *w, const void *
  * Each returns exactly the bits of its AVX2 namesake above (same integer
  * sums per super-block, same float steps), in 512-bit registers; the
  * _tokens ones as the AVX2 _tokens. On other targets: portable calls. */
+float coli_vec_dot_q2_K_q8_K_avx512(int64_t n, const void *w, const void *x);
+float coli_vec_dot_q3_K_q8_K_avx512(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q4_K_q8_K_avx512(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q5_K_q8_K_avx512(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q6_K_q8_K_avx512(int64_t n, const void *w, const void *x);
 float coli_vec_dot_iq4_xs_q8_K_avx512(int64_t n, const void *w, const void *x);
+void coli_vec_dot_q2_K_q8_K_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                          int n_tok);
+void coli_vec_dot_q3_K_q8_K_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                          int n_tok);
 void coli_vec_dot_q4_K_q8_K_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
                                           int n_tok);
 void coli_vec_dot_q5_K_q8_K_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,

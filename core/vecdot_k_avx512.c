@@ -1,6 +1,6 @@
 /*
- * vecdot_k_avx512.c - AVX-512 BW/DQ/VNNI dot products of Q4_K, Q5_K, Q6_K
- * and IQ4_XS weight rows with Q8_K activation rows (vecdot.h), compiled per
+ * vecdot_k_avx512.c - AVX-512 BW/DQ/VNNI dot products of the K-quants
+ * (Q2_K..Q6_K) and IQ4_XS weight rows with Q8_K activation rows (vecdot.h), compiled per
  * function (COLI_TARGET_AVX512) and called only when coli_cpu_avx512().
  *
  * Each returns exactly the floats of its AVX2 namesake (vecdot_k_avx2.c)
@@ -14,9 +14,10 @@
  * Integer adds give the same integers in any order, so the 8 lanes are
  * those of the AVX2 kernel, and from there both take the same float steps
  * (vecdot_k_impl.h: convert, FMA with d * the activation scale, the
- * minimums or the -32 offset through bsums, one sum at the end); here
- * rows 0, 1 and 2, 3 of a _tokens call take them two rows per register,
- * lane for lane the same operations ("the float steps" below).
+ * minimums or the offset (Q6_K's -32, Q3_K's -4) through bsums, one sum
+ * at the end); here rows 0, 1 and 2, 3 of a _tokens call take them two
+ * rows per register, lane for lane the same operations ("the float
+ * steps" below).
  * IQ4_XS's weights are signed: as in the AVX2 kernel, maddubs gets the
  * activation's magnitude and the weight with the activation's sign.
  */
@@ -170,22 +171,28 @@ ALWAYS AVX512 void plain_rows_end(int nt, uint16_t d16, const block_q8_K *const 
     if (nt % 2) acc_add(&r->a[nt - 1], d * xs[nt - 1][b].d, fold(isum[nt - 1]));
 }
 
-/* Q6_K: q6k_block_end for every row; sc: the 16 scales */
-ALWAYS AVX512 void q6k_rows_end(int nt, uint16_t d16, __m128i sc, const block_q8_K *const *xs, int64_t b,
-                                const __m512i *isum, rows_acc *r) {
-    const __m512i sc16 = _mm512_broadcast_i64x4(_mm256_cvtepi8_epi16(sc));
+/* Q6_K and Q3_K: d * (isum - 2^shift * the sum over sub-blocks of scale *
+ * bsum) for every row, the constant offset of every quant (Q6_K's -32:
+ * shift 5, Q3_K's -4: shift 2), as q6k_block_end and the AVX2 Q3_K kernel
+ * take it; sc: the 16 signed scales */
+ALWAYS AVX512 void offset_rows_end(int nt, uint16_t d16, __m128i sc, const block_q8_K *const *xs, int64_t b,
+                                   const __m512i *isum, rows_acc *r, int shift) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
+    const __m512i sc16x2 = _mm512_broadcast_i64x4(sc16);
     const float d = _cvtsh_ss(d16);
     UNROLL
     for (int k = 0; k < nt / 2; k++) {
         const block_q8_K *x0 = &xs[2 * k][b], *x1 = &xs[2 * k + 1][b];
-        const __m512i offset = _mm512_madd_epi16(sc16, load_pair(x0->bsums, x1->bsums));
-        const __m512i isum8 = _mm512_sub_epi32(fold_pair(isum[2 * k], isum[2 * k + 1]), _mm512_slli_epi32(offset, 5));
+        const __m512i offset = _mm512_madd_epi16(sc16x2, load_pair(x0->bsums, x1->bsums));
+        const __m512i isum8 =
+            _mm512_sub_epi32(fold_pair(isum[2 * k], isum[2 * k + 1]), _mm512_slli_epi32(offset, shift));
         const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(d), pair_act_scale(x0, x1));
         r->pair[k].acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum8), r->pair[k].acc);
     }
     if (nt % 2) {
-        const __m256i last = fold(isum[nt - 1]);
-        q6k_block_end(1, d16, sc, xs + nt - 1, b, &last, r->a + nt - 1);
+        const block_q8_K *x = &xs[nt - 1][b];
+        const __m256i offset = _mm256_madd_epi16(sc16, load256(x->bsums));
+        acc_add(&r->a[nt - 1], d * x->d, _mm256_sub_epi32(fold(isum[nt - 1]), _mm256_slli_epi32(offset, shift)));
     }
 }
 
@@ -322,11 +329,115 @@ ALWAYS AVX512 void q6_K_tokens(int nt, int64_t n, const void *w, const block_q8_
                 for (int t = 0; t < nt; t++) isum[t] = scaled_dot_acc(isum[t], q[p], load512(xs[t][b].qs + at), s);
             }
         }
-        q6k_rows_end(nt, wb[b].d, sc, xs, b, isum, &r);
+        offset_rows_end(nt, wb[b].d, sc, xs, b, isum, &r, 5);
     }
     rows_store(nt, &r, out);
 }
 ENTRY_POINTS(q6_K, q6_K_tokens, avx512, AVX512)
+
+/* Q3_K / Q2_K: the 2-bit quants of chunk pair p (values 64p..64p+63) from
+ * the 32 qs bytes of their half in both halves of qs2: bits 4(p%2) of each
+ * byte in the low half (chunk 2p), 4(p%2)+2 in the high one (2p+1) */
+ALWAYS AVX512 __m512i two_bit_pair(__m512i qs2, int p) {
+    const long long lo = 4 * (p % 2), hi = lo + 2;
+    const __m512i by_half = _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
+    return _mm512_and_si512(_mm512_srlv_epi64(qs2, by_half), _mm512_set1_epi8(0x03));
+}
+
+/* Q3_K / Q2_K: chunk pair p (quants q, scales 4p..4p+3) against every row */
+ALWAYS AVX512 void k16_pair(int nt, __m512i q, __m512i sc16, int p, const block_q8_K *const *xs, int64_t b,
+                            __m512i *isum) {
+    const __m512i s = q6k_pair_scales(sc16, p);
+    UNROLL
+    for (int t = 0; t < nt; t++) isum[t] = scaled_dot_acc(isum[t], q, load512(xs[t][b].qs + 64 * p), s);
+}
+
+/* Q3_K: the 16 scales - 32, bytes of coli_q3k_scale_words (vecdot_k_impl.h
+ * states the layout) built from the packed words p0, p1, p2 in vector ops
+ * instead of some 20 scalar ones: words 0..3 are the low nibbles of p0, p1,
+ * then their high nibbles, each with 2 bits of p2 (>> 0, 2, 4, 6) above.
+ * A masked load of the 12 bytes: only d follows them in the block. */
+ALWAYS AVX512 __m128i q3k_scales16(const uint8_t *packed) {
+    const __m128i p = _mm_maskz_loadu_epi8(0x0fff, packed);
+    const __m128i low = _mm_srlv_epi32(_mm_shuffle_epi32(p, 0x44), _mm_setr_epi32(0, 0, 4, 4)); /* p0 p1 p0 p1 */
+    const __m128i top = _mm_srlv_epi32(_mm_shuffle_epi32(p, 0xaa), _mm_setr_epi32(0, 2, 4, 6)); /* p2 x 4 */
+    const __m128i sc = _mm_or_si128(_mm_and_si128(low, _mm_set1_epi8(0x0f)),
+                                    _mm_slli_epi32(_mm_and_si128(top, _mm_set1_epi8(0x03)), 4));
+    return _mm_sub_epi8(sc, _mm_set1_epi8(32));
+}
+
+/* Q3_K: quant q + 4h (0..7, h bit 2p of hmask for chunk 2p, 2p+1 for
+ * chunk 2p+1: a byte test picks the bytes that get 4); the -4 of every
+ * quant through bsums. */
+ALWAYS AVX512 void q3_K_tokens(int nt, int64_t n, const void *w, const block_q8_K *const *xs, float *out) {
+    const block_q3_K *wb = w;
+    const __m512i four = _mm512_set1_epi8(4);
+    rows_acc r;
+    rows_zero(nt, &r);
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const __m128i sc = q3k_scales16(wb[b].scales);
+        const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc));
+        const __m512i hm = load256_twice(wb[b].hmask);
+        __m512i isum[MAX_TOKENS];
+        isum_zero(nt, isum);
+        UNROLL
+        for (int p = 0; p < 4; p++) {
+            const __m512i which =
+                halves(_mm256_set1_epi8((char)(1 << (2 * p))), _mm256_set1_epi8((char)(2 << (2 * p))));
+            const __m512i q = two_bit_pair(load256_twice(wb[b].qs + 32 * (p / 2)), p);
+            k16_pair(nt, _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, which), q, four), sc16, p, xs, b, isum);
+        }
+        offset_rows_end(nt, wb[b].d, sc, xs, b, isum, &r, 2);
+    }
+    rows_store(nt, &r, out);
+}
+ENTRY_POINTS(q3_K, q3_K_tokens, avx512, AVX512)
+
+/* Q2_K: the float step of block b for every row, as the AVX2 kernel's:
+ * d * isum, and dmin * the minimums against the row's bsums; mins: the 16
+ * mins as int16 */
+ALWAYS AVX512 void q2k_rows_end(int nt, uint16_t d16, uint16_t dmin16, __m256i mins, const block_q8_K *const *xs,
+                                int64_t b, const __m512i *isum, rows_acc *r) {
+    const __m512i mins2 = _mm512_broadcast_i64x4(mins);
+    const float d = _cvtsh_ss(d16), dmin = _cvtsh_ss(dmin16);
+    UNROLL
+    for (int k = 0; k < nt / 2; k++) {
+        const block_q8_K *x0 = &xs[2 * k][b], *x1 = &xs[2 * k + 1][b];
+        const __m512 act = pair_act_scale(x0, x1);
+        const __m512i msum = _mm512_madd_epi16(mins2, load_pair(x0->bsums, x1->bsums));
+        r->pair[k].acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(d), act),
+                                         _mm512_cvtepi32_ps(fold_pair(isum[2 * k], isum[2 * k + 1])), r->pair[k].acc);
+        r->pair[k].acc_min =
+            _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dmin), act), _mm512_cvtepi32_ps(msum), r->pair[k].acc_min);
+    }
+    if (nt % 2) {
+        const block_q8_K *x = &xs[nt - 1][b];
+        acc_add(&r->a[nt - 1], d * x->d, fold(isum[nt - 1]));
+        acc_add_min(&r->a[nt - 1], dmin * x->d, _mm256_madd_epi16(mins, load256(x->bsums)));
+    }
+}
+
+/* Q2_K: 2-bit quants laid out as Q3_K's low bits; a scale (low nibble) and
+ * a min (high nibble) per 16 values. */
+ALWAYS AVX512 void q2_K_tokens(int nt, int64_t n, const void *w, const block_q8_K *const *xs, float *out) {
+    const block_q2_K *wb = w;
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    rows_acc r;
+    rows_zero(nt, &r);
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const __m128i packed = _mm_loadu_si128((const __m128i *)wb[b].scales);
+        const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(packed, low4)));
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), low4));
+        __m512i isum[MAX_TOKENS];
+        isum_zero(nt, isum);
+        UNROLL
+        for (int p = 0; p < 4; p++)
+            k16_pair(nt, two_bit_pair(load256_twice(wb[b].qs + 32 * (p / 2)), p), sc16, p, xs, b, isum);
+        q2k_rows_end(nt, wb[b].d, wb[b].dmin, mins, xs, b, isum, &r);
+    }
+    rows_store(nt, &r, out);
+}
+ENTRY_POINTS(q2_K, q2_K_tokens, avx512, AVX512)
 
 /* IQ4_XS: the 8 sub-block scales (-32..31) as int16 in every 128-bit
  * lane, as coli_iq4xs_scale reads them: a nibble of scales_l (low one for
@@ -391,6 +502,8 @@ ENTRY_POINTS(iq4_xs, iq4_xs_tokens, avx512, AVX512)
 
 #else /* not x86: never called (coli_cpu_avx512() is 0), present for the linker */
 
+PORTABLE_ENTRY_POINTS(q2_K, avx512)
+PORTABLE_ENTRY_POINTS(q3_K, avx512)
 PORTABLE_ENTRY_POINTS(q4_K, avx512)
 PORTABLE_ENTRY_POINTS(q5_K, avx512)
 PORTABLE_ENTRY_POINTS(q6_K, avx512)

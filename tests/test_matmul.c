@@ -469,17 +469,17 @@ Test(matmul, avx512_tiles_equal_avx2_bits) {
     check_vnni_variant(MM_SKIP_ALL_VNNI & ~MM_SKIP_AVX512, "512-bit tiles");
 }
 
-/* Q4_K / Q5_K / Q6_K / IQ4_XS through coli_matmul with their AVX-512 dot products
+/* the K-quants (Q2_K..Q6_K) and IQ4_XS through coli_matmul with their AVX-512 dot products
  * give the bits of the AVX2 ones (mm_avx2_skip_vnni's MM_SKIP_AVX512 also
  * skips them): 1, 2 and 5 super-blocks per row, 1, 3 and 130 tokens (token
  * groups of 4 and a partial one, more than two token blocks), 2 threads. */
 Test(matmul, avx512_k_quants_equal_avx2_bits) {
     if (!coli_cpu_avx512()) cr_skip_test("no AVX-512 BW/DQ/VNNI on this CPU");
-    static const coli_dtype types[] = {COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS};
+    static const coli_dtype types[] = {COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS};
     static const int64_t tokens[] = {1, 3, 130}, widths[] = {256, 512, 1280};
     coli_pool *pool = coli_pool_new(2);
     coli_scratch s = {0};
-    for (int i = 0; i < 4; i++)
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         for (int n = 0; n < 9; n++) {
             const int64_t n_tok = tokens[n % 3], n_in = widths[n / 3];
             problem p = make_problem(types[i], n_in, 37, n_tok, 4000u + (unsigned)(i * 16 + n * 131));

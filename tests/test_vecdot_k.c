@@ -248,6 +248,8 @@ static const struct {
     coli_vec_dot_fn one;
     coli_vec_dot_tokens_fn many;
 } k_avx512[] = {
+    {0, coli_vec_dot_q2_K_q8_K_avx512, coli_vec_dot_q2_K_q8_K_avx512_tokens},
+    {1, coli_vec_dot_q3_K_q8_K_avx512, coli_vec_dot_q3_K_q8_K_avx512_tokens},
     {2, coli_vec_dot_q4_K_q8_K_avx512, coli_vec_dot_q4_K_q8_K_avx512_tokens},
     {3, coli_vec_dot_q5_K_q8_K_avx512, coli_vec_dot_q5_K_q8_K_avx512_tokens},
     {4, coli_vec_dot_q6_K_q8_K_avx512, coli_vec_dot_q6_K_q8_K_avx512_tokens},
