@@ -155,8 +155,8 @@ static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_d
     }
     unsigned seed = 11;
     for (int64_t i = 0; i < n_tok * c->cols; i++) x[i] = frand(&seed);
-    const int has_flavours =
-        t == COLI_Q8_0 || t == COLI_Q4_0 || t == COLI_Q4_K || t == COLI_Q5_K || t == COLI_Q6_K || t == COLI_IQ4_XS;
+    const int has_flavours = t == COLI_Q8_0 || t == COLI_Q4_0 || t == COLI_Q2_K || t == COLI_Q3_K || t == COLI_Q4_K ||
+                             t == COLI_Q5_K || t == COLI_Q6_K || t == COLI_IQ4_XS;
     if (c->n_tiles && has_flavours) {
         rc = compare_tiles(c, pool, s, t, n_tok, w, mat, copies, x, y);
         goto done;
