@@ -13,9 +13,9 @@
  * passes after one warm-up. GB/s (1e9 bytes/s) in *gbs. 0 or CLI_FAIL
  * (printed). */
 int bench_read_bandwidth(int n_threads, int mib, int passes, double *gbs);
-/* The sum of the 64-bit words of p[0..bytes) (bytes a multiple of 32, p
- * 32-byte aligned), read with the bandwidth test's loads. */
-long long bench_sum_bytes(const void *p, size_t bytes);
+/* The sum (wrapping) of the 64-bit words of p[0..bytes) (bytes a multiple
+ * of 32, p 32-byte aligned), read with the bandwidth test's loads. */
+unsigned long long bench_sum_bytes(const void *p, size_t bytes);
 
 /* The machine's token-latency floor (bench_floor.c): a pool of n_threads
  * whose "tokens" are n_jobs jobs reading bytes_per_token of a buffer larger

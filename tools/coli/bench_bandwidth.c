@@ -28,7 +28,7 @@
 
 /* Slices are handed out in 32-byte units (one AVX2 load). */
 typedef struct {
-    long long q[4];
+    unsigned long long q[4]; /* unsigned: the sums of arbitrary bytes wrap, no overflow */
 } v4i64;
 
 typedef struct bw_sync {
@@ -42,14 +42,14 @@ typedef struct bw_thread {
     size_t n; /* vectors in this slice */
     int passes;
     double start[BW_MAX_PASSES], end[BW_MAX_PASSES]; /* of each pass, coli_now_s() */
-    long long sink;                                  /* keeps the sums alive */
+    unsigned long long sink;                         /* keeps the sums alive */
 } bw_thread;
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 /* AVX2 loads with four independent accumulators (built for AVX2 only here,
  * used when the CPU has it). */
-__attribute__((target("avx2"))) static long long sum_avx2(const v4i64 *p, size_t n) {
+__attribute__((target("avx2"))) static unsigned long long sum_avx2(const v4i64 *p, size_t n) {
     __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
     const __m256i *v = (const __m256i *)p;
     size_t i = 0;
@@ -61,15 +61,15 @@ __attribute__((target("avx2"))) static long long sum_avx2(const v4i64 *p, size_t
     }
     for (; i < n; i++) a = _mm256_add_epi64(a, _mm256_load_si256(v + i));
     a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-    long long s[4];
+    unsigned long long s[4];
     _mm256_storeu_si256((__m256i *)s, a);
     return s[0] + s[1] + s[2] + s[3];
 }
 #endif
 
 /* Portable: 64-bit loads, eight accumulators. */
-static long long sum_scalar(const v4i64 *p, size_t n) {
-    long long a[8] = {0};
+static unsigned long long sum_scalar(const v4i64 *p, size_t n) {
+    unsigned long long a[8] = {0};
     for (size_t i = 0; i + 2 <= n; i += 2)
         for (int k = 0; k < 8; k++) a[k] += p[i + k / 4].q[k % 4];
     if (n % 2)
@@ -77,14 +77,14 @@ static long long sum_scalar(const v4i64 *p, size_t n) {
     return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
 }
 
-static long long sum_slice(const v4i64 *p, size_t n) {
+static unsigned long long sum_slice(const v4i64 *p, size_t n) {
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2")) return sum_avx2(p, n);
 #endif
     return sum_scalar(p, n);
 }
 
-long long bench_sum_bytes(const void *p, size_t bytes) { return sum_slice(p, bytes / sizeof(v4i64)); }
+unsigned long long bench_sum_bytes(const void *p, size_t bytes) { return sum_slice(p, bytes / sizeof(v4i64)); }
 
 static void *bw_main(void *arg) {
     bw_thread *t = arg;
@@ -151,7 +151,7 @@ int bench_read_bandwidth(int n_threads, int mib, int passes, double *gbs) {
         while (atomic_load(&sync.n_done) < started * (k + 1)) sched_yield();
         atomic_store(&sync.gen, k + 1);
     }
-    long long sink = 0;
+    unsigned long long sink = 0;
     for (int i = 0; i < started; i++) {
         pthread_join(th[i].tid, NULL);
         sink += th[i].sink;

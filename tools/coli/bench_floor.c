@@ -29,14 +29,14 @@ typedef struct floor_job {
     const unsigned char *base;
     size_t bytes; /* this job's share */
     atomic_size_t next;
-    atomic_llong sum; /* keeps the reads alive */
+    atomic_ullong sum; /* keeps the reads alive (wrapping) */
 } floor_job;
 
 static void floor_worker(void *arg, int ith, int nth) {
     (void)ith;
     (void)nth;
     floor_job *j = arg;
-    long long s = 0;
+    unsigned long long s = 0;
     for (;;) {
         size_t off = atomic_fetch_add_explicit(&j->next, FLOOR_SLICE, memory_order_relaxed);
         if (off >= j->bytes) break;
@@ -51,7 +51,7 @@ struct bench_floor {
     unsigned char *buf;
     size_t buf_bytes, bytes_per_token, pos;
     int n_jobs;
-    long long sink;
+    unsigned long long sink;
 };
 
 bench_floor *bench_floor_new(int n_threads, size_t bytes_per_token, int n_jobs) {
