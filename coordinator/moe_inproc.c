@@ -184,6 +184,7 @@ static int s_load_all(inproc *ex, const moe_exec_config *cfg) {
             expert_weights w;
             int rc = expert_weights_from_gguf(cfg->gguf, l, e, &w);
             if (rc < 0) return rc;
+            const expert_part_bytes b = expert_parts_bytes(&w);
             moe_expert_desc d = {
                 .layer = l,
                 .expert = e,
@@ -195,9 +196,9 @@ static int s_load_all(inproc *ex, const moe_exec_config *cfg) {
                 .gate = w.gate,
                 .up = w.up,
                 .down = w.down,
-                .gate_bytes = coli_row_bytes(w.gate_type, w.n_embd) * (size_t)w.n_ff,
-                .up_bytes = coli_row_bytes(w.up_type, w.n_embd) * (size_t)w.n_ff,
-                .down_bytes = coli_row_bytes(w.down_type, w.n_ff) * (size_t)w.n_embd,
+                .gate_bytes = b.gate,
+                .up_bytes = b.up,
+                .down_bytes = b.down,
             };
             err[0] = '\0';
             rc = ex->plugin->load_expert(ex->dev, &d, err, sizeof err);

@@ -9,10 +9,15 @@
 
 #include "core/error.h"
 
+expert_part_bytes expert_parts_bytes(const expert_weights *w) {
+    return (expert_part_bytes){coli_row_bytes(w->gate_type, w->n_embd) * (size_t)w->n_ff,
+                               coli_row_bytes(w->up_type, w->n_embd) * (size_t)w->n_ff,
+                               coli_row_bytes(w->down_type, w->n_ff) * (size_t)w->n_embd};
+}
+
 size_t expert_weights_bytes(const expert_weights *w) {
-    return coli_row_bytes(w->gate_type, w->n_embd) * (size_t)w->n_ff +
-           coli_row_bytes(w->up_type, w->n_embd) * (size_t)w->n_ff +
-           coli_row_bytes(w->down_type, w->n_ff) * (size_t)w->n_embd;
+    const expert_part_bytes b = expert_parts_bytes(w);
+    return b.gate + b.up + b.down;
 }
 
 /* ---- slicing a 3-D expert tensor --------------------------------------- */

@@ -24,6 +24,13 @@ typedef struct expert_weights {
     int64_t n_embd, n_ff;
 } expert_weights;
 
+/* Bytes of each matrix: gate and up are n_ff rows of n_embd values, down
+ * n_embd rows of n_ff. */
+typedef struct expert_part_bytes {
+    size_t gate, up, down;
+} expert_part_bytes;
+expert_part_bytes expert_parts_bytes(const expert_weights *w);
+
 /* Bytes of the three matrices (what a device must hold for this expert). */
 size_t expert_weights_bytes(const expert_weights *w);
 

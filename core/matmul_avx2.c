@@ -238,13 +238,11 @@ AVX2 ALWAYS void qtile_store(const mm_job *j, int64_t r, int64_t t, const __m256
     }
 }
 
-/* One line of the weight rows a tile streams, fetched ahead. With a few
- * tokens (decode, a batched decode step: up to two token tiles) the rows
- * are read once and go in non-temporal: they do not push the activations,
- * the KV cache and the next rows out of L2 (Q8_0 / Q4_0 decode read 5-10%
- * faster than with T0, tools/bench_matmul.c). A prefill keeps them: its
- * token tiles stream the activations through L1 and would evict a
- * non-temporal row before its last token tile (64 tokens: 2-3% slower). */
+/* One line of the weight rows a tile streams, fetched ahead: non-temporal
+ * when read_once (MM_READ_ONCE_TOKENS; Q8_0 / Q4_0 decode read 5-10% faster
+ * than with T0, tools/bench_matmul.c). A prefill keeps T0: its token tiles
+ * stream the activations through L1 and would evict a non-temporal row
+ * before its last token tile (64 tokens: 2-3% slower). */
 AVX2 ALWAYS void prefetch_weights(const uint8_t *p, int read_once) {
     if (read_once)
         _mm_prefetch((const char *)p, _MM_HINT_NTA);

@@ -26,6 +26,12 @@
 #include "core/tensor.h"
 #include "core/vecdot.h"
 
+/* Weight rows a job reads only once (decode, a batched decode step: this
+ * many tokens at most) are prefetched non-temporal, so that they do not
+ * push the activations and the KV cache out of L2; a prefill keeps them
+ * cached for its later token tiles (matmul_avx2.c, matmul_vecdot.c). */
+#define MM_READ_ONCE_TOKENS 8
+
 typedef struct mm_job {
     const uint8_t *W; /* n_out rows of w_stride bytes */
     size_t w_stride;

@@ -48,7 +48,7 @@ QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t,
      * one computes, RM blocks' worth per block: every line those bytes touch.
      * The hardware prefetchers barely help here (docs/benchmarks.md). */
     const uint8_t *ahead = w[0] + (size_t)PREFETCH_TILES * RM * j->w_stride;
-    const int streams = PREFETCH_TILES && t % j->token_block == 0, read_once = j->n_tok <= 2 * Q_RN;
+    const int streams = PREFETCH_TILES && t % j->token_block == 0, read_once = j->n_tok <= MM_READ_ONCE_TOKENS;
     for (int64_t k = 0; k < nb; k++) {
         __m256i wq[4], aw[4];
         if (streams)

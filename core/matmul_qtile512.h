@@ -120,7 +120,7 @@ W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, const int 
     /* as matmul_qtile.h: the first token tile of a token block streams
      * the rows PREFETCH_TILES tiles ahead, here two blocks' worth a step */
     const uint8_t *ahead = w[0] + (size_t)PREFETCH_TILES * RM * j->w_stride;
-    const int streams = PREFETCH_TILES && t % j->token_block == 0, read_once = j->n_tok <= 2 * Q_RN;
+    const int streams = PREFETCH_TILES && t % j->token_block == 0, read_once = j->n_tok <= MM_READ_ONCE_TOKENS;
     int64_t k = 0;
     for (; k + 2 <= nb; k += 2) {
         if (streams)

@@ -97,8 +97,8 @@ void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, i
  * two of the Q8_0/Q4_0 tiles' worth (matmul_avx2.c's PREFETCH_TILES). */
 #define PREFETCH_BYTES 4096
 
-/* Every cache line of weight row r (when r < r1), non-temporal when the
- * rows are read once (few tokens, as matmul_avx2.c's prefetch_weights). */
+/* Every cache line of weight row r (when r < r1), non-temporal when
+ * read_once (MM_READ_ONCE_TOKENS, as matmul_avx2.c's prefetch_weights). */
 static void prefetch_row(const mm_job *j, int64_t r, int64_t r1, int read_once) {
     if (r >= r1) return;
     const char *w = (const char *)j->W + (size_t)r * j->w_stride;
@@ -116,7 +116,7 @@ static void prefetch_row(const mm_job *j, int64_t r, int64_t r1, int read_once) 
 void mm_vecdot_rows(const mm_job *j, int64_t r0, int64_t r1) {
     float out[COLI_VEC_DOT_MAX_TOKENS];
     const int64_t ahead = 1 + (int64_t)(PREFETCH_BYTES / (j->w_stride ? j->w_stride : 1));
-    const int read_once = j->n_tok <= 2 * COLI_VEC_DOT_MAX_TOKENS;
+    const int read_once = j->n_tok <= MM_READ_ONCE_TOKENS;
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         const int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
         if (t0 == 0)

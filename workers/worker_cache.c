@@ -50,7 +50,7 @@ struct worker_cache {
     int started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    cache_job *todo, *done; /* FIFO lists (todo: loader's input; done: its output) */
+    cache_job *queued, *done; /* FIFO lists (queued: the loader's input; done: its output) */
     int stop;
     int bell;           /* eventfd: a job is done */
     expert_set pending; /* queued loads (main thread only) */
@@ -76,9 +76,8 @@ static void s_push(cache_job **list, cache_job *j) {
 
 //  One buffer holding gate, up and down (64-byte aligned parts); *dst points into it.
 static void *s_stage(const expert_weights *src, expert_weights *dst, size_t *bytes) {
-    const size_t gb = coli_row_bytes(src->gate_type, src->n_embd) * (size_t)src->n_ff;
-    const size_t ub = coli_row_bytes(src->up_type, src->n_embd) * (size_t)src->n_ff;
-    const size_t db = coli_row_bytes(src->down_type, src->n_ff) * (size_t)src->n_embd;
+    const expert_part_bytes b = expert_parts_bytes(src);
+    const size_t gb = b.gate, ub = b.up, db = b.down;
     const size_t go = 0, uo = (gb + 63) & ~(size_t)63, dof = uo + ((ub + 63) & ~(size_t)63);
     unsigned char *buf = NULL;
     if (posix_memalign((void **)&buf, 64, dof + db + 1) != 0) return NULL;
@@ -105,10 +104,10 @@ static void *s_loader(void *arg) {
     struct worker_cache *c = arg;
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->todo && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+        while (!c->queued && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
         if (c->stop) break;
-        cache_job *j = c->todo;
-        c->todo = j->next;
+        cache_job *j = c->queued;
+        c->queued = j->next;
         pthread_mutex_unlock(&c->mu);
         s_stage_job(j);
         pthread_mutex_lock(&c->mu);
@@ -283,7 +282,7 @@ int worker_cache_on_load(worker *w, const Coli__Envelope *env) {
     }
     for (size_t i = 0; i < n; i++) expert_set_add(&w->cache->pending, expert_set_key(j->layer[i], j->expert[i]));
     pthread_mutex_lock(&w->cache->mu);
-    s_push(&w->cache->todo, j);
+    s_push(&w->cache->queued, j);
     pthread_cond_signal(&w->cache->cv);
     pthread_mutex_unlock(&w->cache->mu);
     return 0;
@@ -323,12 +322,12 @@ int worker_cache_idle(worker *w) {
     struct worker_cache *c = w->cache;
     if (!c) return 0;
     pthread_mutex_lock(&c->mu);
-    cache_job *j = c->todo;
+    cache_job *j = c->queued;
     if (j && coli_now_ns() - j->queued_ns >= CACHE_STEAL_NS)
-        c->todo = j->next;
+        c->queued = j->next;
     else
         j = NULL;
-    int waiting = c->todo != NULL;
+    int waiting = c->queued != NULL;
     pthread_mutex_unlock(&c->mu);
     if (!j) return waiting;
     s_stage_job(j);
@@ -395,7 +394,7 @@ void worker_cache_close(worker *w) {
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
     if (c->started) pthread_join(c->thread, NULL);
-    for (cache_job *lists[2] = {c->todo, c->done}, **l = lists; l < lists + 2; l++)
+    for (cache_job *lists[2] = {c->queued, c->done}, **l = lists; l < lists + 2; l++)
         while (*l) {
             cache_job *j = *l;
             *l = j->next;

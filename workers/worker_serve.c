@@ -21,6 +21,7 @@
 #include "workers/worker.h"
 
 int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, char *err, size_t err_len) {
+    const expert_part_bytes b = expert_parts_bytes(ew);
     moe_expert_desc d = {
         .layer = layer,
         .expert = e,
@@ -32,9 +33,9 @@ int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, ch
         .gate = ew->gate,
         .up = ew->up,
         .down = ew->down,
-        .gate_bytes = coli_row_bytes(ew->gate_type, ew->n_embd) * (size_t)ew->n_ff,
-        .up_bytes = coli_row_bytes(ew->up_type, ew->n_embd) * (size_t)ew->n_ff,
-        .down_bytes = coli_row_bytes(ew->down_type, ew->n_ff) * (size_t)ew->n_embd,
+        .gate_bytes = b.gate,
+        .up_bytes = b.up,
+        .down_bytes = b.down,
     };
     int rc = w->plugin->load_expert(w->dev, &d, err, err_len);
     if (rc != 0) return rc;
@@ -161,9 +162,10 @@ static void s_prefault_held(worker *w, const Coli__ExpertRef *held, size_t n) {
     for (size_t i = 0; i < n; i++) {
         expert_weights ew;
         if (expert_weights_from_gguf(w->model, held[i].layer, held[i].expert, &ew) != 0) continue;
-        r[k++] = (coli_byte_range){ew.gate, coli_row_bytes(ew.gate_type, ew.n_embd) * (size_t)ew.n_ff};
-        r[k++] = (coli_byte_range){ew.up, coli_row_bytes(ew.up_type, ew.n_embd) * (size_t)ew.n_ff};
-        r[k++] = (coli_byte_range){ew.down, coli_row_bytes(ew.down_type, ew.n_ff) * (size_t)ew.n_embd};
+        const expert_part_bytes b = expert_parts_bytes(&ew);
+        r[k++] = (coli_byte_range){ew.gate, b.gate};
+        r[k++] = (coli_byte_range){ew.up, b.up};
+        r[k++] = (coli_byte_range){ew.down, b.down};
     }
     w->prefault = coli_prefault_start(r, k);
     free(r);
