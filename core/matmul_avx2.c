@@ -38,12 +38,6 @@
 #ifndef F_RN
 #define F_RN 3
 #endif
-/* Decode (one token) prefetches the weights this many row tiles ahead:
- * one tile (~2 KB) is ~100 ns of streaming, about one memory latency, too
- * short (Q8_0 read 15.6 -> 21.4 GB/s on one thread at 2 tiles) */
-#ifndef PREFETCH_TILES
-#define PREFETCH_TILES 2
-#endif
 #ifndef Q_RM
 #define Q_RM 4
 #endif
@@ -238,24 +232,74 @@ AVX2 ALWAYS void qtile_store(const mm_job *j, int64_t r, int64_t t, const __m256
     }
 }
 
-/* One line of the weight rows a tile streams, fetched ahead: non-temporal
- * when read_once (MM_READ_ONCE_TOKENS; Q8_0 / Q4_0 decode read 5-10% faster
- * than with T0, tools/bench_matmul.c). A prefill keeps T0: its token tiles
- * stream the activations through L1 and would evict a non-temporal row
- * before its last token tile (64 tokens: 2-3% slower). */
-AVX2 ALWAYS void prefetch_weights(const uint8_t *p, int read_once) {
-    if (read_once)
-        _mm_prefetch((const char *)p, _MM_HINT_NTA);
-    else
-        _mm_prefetch((const char *)p, _MM_HINT_T0);
+/* How a quantized tile fetches the weight rows ahead (rows_tiled decides,
+ * once per token block): not at all (the later token tiles of a prefill
+ * find the rows in cache), T0, or non-temporal where a job reads its rows
+ * once (MM_READ_ONCE_TOKENS; Q8_0 / Q4_0 decode read 5-10% faster than
+ * with T0, tools/bench_matmul.c; a prefill keeps T0: its token tiles stream
+ * the activations through L1 and would evict a non-temporal row before its
+ * last token tile, 64 tokens: 2-3% slower); PF_ROWS: along the rows, not in
+ * address order (prefetch_ahead). Inside a tile the mode is a constant:
+ * each mode gets its own loop, with no test per line. */
+enum {
+    PF_NONE = 0,
+    PF_T0 = 1,
+    PF_NTA = 2,
+    PF_ROWS = 4
+};
+
+/* What a tile of RM rows from w0 fetches at block k (bb bytes a block,
+ * `blocks` blocks a step; all but w0 and k constants), the pf way:
+ *  - in address order: the bytes of the tile two tiles on (its rows are
+ *    contiguous), RM blocks' worth a block: every line they touch;
+ *  - PF_ROWS (rows longer than MM_PREFETCH_LINEAR_MAX): each row's line
+ *    MM_PREFETCH_ROW_BYTES further on, which past the row's end is that
+ *    offset in the row the tile ahead reads in its place (RM rows on, not
+ *    the next: a tile reads its rows side by side). The offset stays below
+ *    two rows (rows are longer than MM_PREFETCH_ROW_BYTES). */
+AVX2 ALWAYS void prefetch_ahead(const mm_job *j, const uint8_t *w0, int64_t k, const size_t bb, const int blocks,
+                                const int RM, const int pf) {
+    const size_t ws = j->w_stride;
+    const char *p = (const char *)w0 + 2 * RM * ws + (size_t)k * RM * bb;
+    int rows = 1, lines = (blocks * RM * (int)bb + 63) / 64 + 1;
+    if (pf & PF_ROWS) {
+        const size_t off = MM_PREFETCH_ROW_BYTES + (size_t)k * bb;
+        p = (const char *)w0 + off + (off >= ws ? (size_t)(RM - 1) * ws : 0);
+        rows = RM;
+        lines = (blocks * (int)bb + 63) / 64;
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < rows; a++)
+#pragma GCC unroll 8
+        for (int l = 0; l < lines; l++) {
+            if (pf & PF_NTA) _mm_prefetch(p + a * ws + 64 * l, _MM_HINT_NTA);
+            if (pf & PF_T0) _mm_prefetch(p + a * ws + 64 * l, _MM_HINT_T0);
+        }
 }
+
+/* Calls TILE_PF(m) with m the constant equal to pf (one of PF_*'s five
+ * uses), so that each mode compiles to its own loop. */
+#define WITH_CONSTANT_PF(pf, TILE_PF)                            \
+    do {                                                         \
+        switch (pf) {                                            \
+        case PF_T0: TILE_PF(PF_T0); break;                       \
+        case PF_NTA: TILE_PF(PF_NTA); break;                     \
+        case PF_T0 | PF_ROWS: TILE_PF(PF_T0 | PF_ROWS); break;   \
+        case PF_NTA | PF_ROWS: TILE_PF(PF_NTA | PF_ROWS); break; \
+        default: TILE_PF(PF_NONE); break;                        \
+        }                                                        \
+    } while (0)
 
 /* ---- instantiations: every tile shape up to the maximum, per type ------- */
 
-typedef void (*tile_fn)(const mm_job *j, int64_t r, int64_t t);
+/* Rows r..r+RM-1 x tokens t..t+RN-1; pf: PF_* for the quantized tiles. */
+typedef void (*tile_fn)(const mm_job *j, int64_t r, int64_t t, int pf);
 
-#define FT(T, A, B) \
-    AVX2 static void ft_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) { float_tile(j, r, t, A, B, COLI_##T); }
+#define FT(T, A, B)                                                                      \
+    AVX2 static void ft_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t, int pf) { \
+        (void)pf;                                                                        \
+        float_tile(j, r, t, A, B, COLI_##T);                                             \
+    }
 #define ROWS_OF(M, T, A) M(T, A, 1) M(T, A, 2) M(T, A, 3) M(T, A, 4)
 #define ALL_OF(M, T) ROWS_OF(M, T, 1) ROWS_OF(M, T, 2) ROWS_OF(M, T, 3) ROWS_OF(M, T, 4)
 ALL_OF(FT, F32)
@@ -273,13 +317,14 @@ static const tile_fn s_bf16[4][4] = TABLE(ft, BF16);
 /* ---- row loop: per block of tokens, row tiles x token tiles ------------- */
 
 static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4], int RM, int RN) {
+    const int pf = (j->n_tok <= MM_READ_ONCE_TOKENS ? PF_NTA : PF_T0) | (j->prefetch_along_rows ? PF_ROWS : 0);
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
         for (int64_t r = r0; r < r1; r += RM) {
             int rm = r1 - r < RM ? (int)(r1 - r) : RM;
             for (int64_t t = t0; t < t1; t += RN) {
                 int rn = t1 - t < RN ? (int)(t1 - t) : RN;
-                table[rm - 1][rn - 1](j, r, t);
+                table[rm - 1][rn - 1](j, r, t, t == t0 ? pf : PF_NONE);
             }
         }
     }

@@ -32,6 +32,22 @@
  * cached for its later token tiles (matmul_avx2.c, matmul_vecdot.c). */
 #define MM_READ_ONCE_TOKENS 8
 
+/* How far ahead the Q8_0 / Q4_0 tiles fetch the weight rows they will read
+ * (matmul_avx2.c's prefetch_ahead). Rows of up to MM_PREFETCH_LINEAR_MAX
+ * bytes: the bytes of the tile two tiles on, in address order (one stream,
+ * 4.6-20 KiB ahead). Longer rows would put that tile too far ahead
+ * (Mixtral's 14336-wide rows: 64 KiB; non-temporal lines, fetched into L1
+ * only, are gone before they are read): each row is fetched
+ * MM_PREFETCH_ROW_BYTES ahead along itself instead (tools/bench_matmul.c,
+ * docs/benchmarks.md). */
+#ifndef MM_PREFETCH_LINEAR_MAX
+#define MM_PREFETCH_LINEAR_MAX 2560
+#endif
+#ifndef MM_PREFETCH_ROW_BYTES
+#define MM_PREFETCH_ROW_BYTES 2048
+#endif
+_Static_assert(MM_PREFETCH_LINEAR_MAX >= MM_PREFETCH_ROW_BYTES, "along-row offsets must stay below two rows");
+
 typedef struct mm_job {
     const uint8_t *W; /* n_out rows of w_stride bytes */
     size_t w_stride;
@@ -48,6 +64,7 @@ typedef struct mm_job {
     float *y;                          /* (n_tok, n_out) */
     int64_t chunk_rows;                /* rows taken per counter increment */
     int64_t token_block;               /* tokens per pass over a chunk (keeps x in L2) */
+    int prefetch_along_rows;           /* Q8_0/Q4_0 tiles: rows longer than MM_PREFETCH_LINEAR_MAX */
     void (*rows)(const struct mm_job *job, int64_t r0, int64_t r1);
 } mm_job;
 

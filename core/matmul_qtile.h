@@ -15,7 +15,7 @@
  * never on the batch or the thread (matmul.h's contract).
  *
  * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
- * load_wd4, fold4, prefetch_weights, qtile_rows, qtile_store, PREFETCH_TILES, Q_RM, Q_RN.
+ * load_wd4, fold4, prefetch_ahead, PF_*, WITH_CONSTANT_PF, qtile_rows, qtile_store, Q_RM, Q_RN.
  */
 #define QT_CAT2(a, b) a##_##b
 #define QT_CAT(a, b) QT_CAT2(a, b)
@@ -30,8 +30,9 @@ QT_TARGET ALWAYS __m256i QT_NAME(block_dot)(__m256i wq, __m256i aw, __m256i xv, 
     return QT_DPBUSD(neg_xc, wq, xv);
 }
 
-QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN,
-                                          const coli_dtype T) {
+/* The tile with pf (PF_*) a constant: see quant_tile. */
+QT_TARGET ALWAYS void QT_NAME(quant_tile_pf)(const mm_job *j, int64_t r, int64_t t, const int pf, const int RM,
+                                             const int RN, const coli_dtype T) {
     const int64_t nb = j->n_in / COLI_QK;
     const size_t bb = T == COLI_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
     const uint8_t *w[4];
@@ -43,17 +44,12 @@ QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t,
     for (int b = 0; b < RN; b++) acc[b] = _mm256_setzero_ps();
     /* The first token tile of a token block streams these weight rows from
      * memory (decode, and the few rows of a batched decode step, have only
-     * that one; later tiles of a prefill find them in cache): fetch the rows
-     * PREFETCH_TILES tiles ahead (contiguous after this tile's) while this
-     * one computes, RM blocks' worth per block: every line those bytes touch.
-     * The hardware prefetchers barely help here (docs/benchmarks.md). */
-    const uint8_t *ahead = w[0] + (size_t)PREFETCH_TILES * RM * j->w_stride;
-    const int streams = PREFETCH_TILES && t % j->token_block == 0, read_once = j->n_tok <= MM_READ_ONCE_TOKENS;
+     * that one; later tiles of a prefill find them in cache): fetch the
+     * rows ahead (prefetch_ahead) while this block computes. The hardware
+     * prefetchers barely help with four streams (docs/benchmarks.md). */
     for (int64_t k = 0; k < nb; k++) {
         __m256i wq[4], aw[4];
-        if (streams)
-            for (int l = 0; l < (RM * (int)bb + 63) / 64 + 1; l++)
-                prefetch_weights(ahead + (size_t)k * RM * bb + 64 * l, read_once);
+        prefetch_ahead(j, w[0], k, bb, 1, RM, pf);
         const __m128 dw = load_wd4(w, (size_t)k * bb, RM);
 #pragma GCC unroll 4
         for (int a = 0; a < RM; a++) {
@@ -77,9 +73,17 @@ QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t,
     qtile_store(j, r, t, acc, RM, RN);
 }
 
-#define QT_TILE(T, A, B)                                                                       \
-    QT_TARGET static void QT_NAME(qt_##T##_##A##_##B)(const mm_job *j, int64_t r, int64_t t) { \
-        QT_NAME(quant_tile)(j, r, t, A, B, COLI_##T);                                          \
+/* One loop per prefetch mode (matmul_avx2.c's PF_*), chosen per tile. */
+QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t, int pf, const int RM, const int RN,
+                                          const coli_dtype T) {
+#define QT_TILE_PF(m) QT_NAME(quant_tile_pf)(j, r, t, m, RM, RN, T)
+    WITH_CONSTANT_PF(pf, QT_TILE_PF);
+#undef QT_TILE_PF
+}
+
+#define QT_TILE(T, A, B)                                                                               \
+    QT_TARGET static void QT_NAME(qt_##T##_##A##_##B)(const mm_job *j, int64_t r, int64_t t, int pf) { \
+        QT_NAME(quant_tile)(j, r, t, pf, A, B, COLI_##T);                                              \
     }
 #define QT_ROW(T, A) QT_TILE(T, A, 1) QT_TILE(T, A, 2) QT_TILE(T, A, 3) QT_TILE(T, A, 4)
 #define QT_TYPE(T) QT_ROW(T, 1) QT_ROW(T, 2) QT_ROW(T, 3) QT_ROW(T, 4)

@@ -16,7 +16,7 @@
  * never changes a token (tests/test_matmul.c compares every flavour).
  *
  * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
- * load_wd4, fold4, prefetch_weights, qtile_rows, qtile_store, PREFETCH_TILES, Q_RM, Q_RN, ALWAYS.
+ * load_wd4, fold4, prefetch_ahead, PF_*, WITH_CONSTANT_PF, qtile_rows, qtile_store, Q_RM, Q_RN, ALWAYS.
  */
 #define W512 COLI_TARGET_AVX512
 
@@ -107,7 +107,9 @@ W512 ALWAYS __m256 single_dot(const uint8_t *const *w, size_t off, const int8_t 
     return _mm256_fmadd_ps(fold4(d, RM), _mm256_set_m128(s4, s4), acc);
 }
 
-W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T) {
+/* The tile with pf (PF_*) a constant: see quant_tile512. */
+W512 ALWAYS void quant_tile512_pf(const mm_job *j, int64_t r, int64_t t, const int pf, const int RM, const int RN,
+                                  const coli_dtype T) {
     const int64_t nb = j->n_in / COLI_QK;
     const size_t bb = T == COLI_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
     const uint8_t *w[4];
@@ -117,15 +119,11 @@ W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, const int 
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int b = 0; b < RN; b++) acc[b] = _mm256_setzero_ps();
-    /* as matmul_qtile.h: the first token tile of a token block streams
-     * the rows PREFETCH_TILES tiles ahead, here two blocks' worth a step */
-    const uint8_t *ahead = w[0] + (size_t)PREFETCH_TILES * RM * j->w_stride;
-    const int streams = PREFETCH_TILES && t % j->token_block == 0, read_once = j->n_tok <= MM_READ_ONCE_TOKENS;
+    /* as matmul_qtile.h: the first token tile of a token block fetches
+     * its rows ahead, here two blocks' worth a step */
     int64_t k = 0;
     for (; k + 2 <= nb; k += 2) {
-        if (streams)
-            for (int l = 0; l < (2 * RM * (int)bb + 63) / 64 + 1; l++)
-                prefetch_weights(ahead + (size_t)k * RM * bb + 64 * l, read_once);
+        prefetch_ahead(j, w[0], k, bb, 2, RM, pf);
         const __m512 dw8 = _mm512_castps256_ps512(load_wd8(w, (size_t)k * bb, bb, RM));
         const __m512 dw16 = _mm512_shuffle_f32x4(dw8, dw8, _MM_SHUFFLE(1, 1, 0, 0));
         __m512i wq[4], base[4];
@@ -144,9 +142,17 @@ W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, const int 
     qtile_store(j, r, t, acc, RM, RN);
 }
 
-#define Q5_TILE(T, A, B)                                                         \
-    W512 static void q5_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t) { \
-        quant_tile512(j, r, t, A, B, COLI_##T);                                  \
+/* One loop per prefetch mode (matmul_avx2.c's PF_*), chosen per tile. */
+W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, int pf, const int RM, const int RN,
+                               const coli_dtype T) {
+#define Q5_TILE_PF(m) quant_tile512_pf(j, r, t, m, RM, RN, T)
+    WITH_CONSTANT_PF(pf, Q5_TILE_PF);
+#undef Q5_TILE_PF
+}
+
+#define Q5_TILE(T, A, B)                                                                 \
+    W512 static void q5_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t, int pf) { \
+        quant_tile512(j, r, t, pf, A, B, COLI_##T);                                      \
     }
 ALL_OF(Q5_TILE, Q8_0)
 ALL_OF(Q5_TILE, Q4_0)

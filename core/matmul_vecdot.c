@@ -98,7 +98,7 @@ void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, i
 #define PREFETCH_BYTES 4096
 
 /* Every cache line of weight row r (when r < r1), non-temporal when
- * read_once (MM_READ_ONCE_TOKENS, as matmul_avx2.c's prefetch_weights). */
+ * read_once (MM_READ_ONCE_TOKENS, as matmul_avx2.c's prefetch_ahead). */
 static void prefetch_row(const mm_job *j, int64_t r, int64_t r1, int read_once) {
     if (r >= r1) return;
     const char *w = (const char *)j->W + (size_t)r * j->w_stride;
