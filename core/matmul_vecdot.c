@@ -93,20 +93,24 @@ void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, i
     for (int64_t t = 0; t < n_tok; t++) v->quantize(x + t * n_in, xa + (size_t)t * stride, n_in);
 }
 
-/* How far ahead the first token block fetches weight rows: about 4 KiB,
- * two of the Q8_0/Q4_0 tiles' worth (matmul_avx2.c's PREFETCH_TILES). */
+/* How far ahead of the row being read the first token block fetches the
+ * weights, in bytes: rows are read one after the other, so a distance in
+ * bytes whatever the row length (whole rows ahead put a 14336-wide row's
+ * successor 8-12 KiB ahead at its start and at 0 at its end). */
+#ifndef PREFETCH_BYTES
 #define PREFETCH_BYTES 4096
+#endif
 
-/* Every cache line of weight row r (when r < r1), non-temporal when
- * read_once (MM_READ_ONCE_TOKENS, as matmul_avx2.c's prefetch_ahead). */
-static void prefetch_row(const mm_job *j, int64_t r, int64_t r1, int read_once) {
-    if (r >= r1) return;
-    const char *w = (const char *)j->W + (size_t)r * j->w_stride;
-    for (size_t off = 0; off < j->w_stride; off += 64)
+/* The lines of weight bytes [lo, hi) (offsets from W) below end,
+ * non-temporal when read_once (MM_READ_ONCE_TOKENS, as matmul_avx2.c's
+ * prefetch_ahead). */
+static void prefetch_span(const mm_job *j, size_t lo, size_t hi, size_t end, int read_once) {
+    if (hi > end) hi = end;
+    for (size_t off = lo & ~(size_t)63; off < hi; off += 64)
         if (read_once)
-            __builtin_prefetch(w + off, 0, 0);
+            __builtin_prefetch((const char *)j->W + off, 0, 0);
         else
-            __builtin_prefetch(w + off, 0, 3);
+            __builtin_prefetch((const char *)j->W + off, 0, 3);
 }
 
 /* Rows r0..r1 for all tokens, a block of tokens at a time so that the
@@ -115,16 +119,17 @@ static void prefetch_row(const mm_job *j, int64_t r, int64_t r1, int read_once) 
  * groups (the same bits as one at a time, see vecdot.h). */
 void mm_vecdot_rows(const mm_job *j, int64_t r0, int64_t r1) {
     float out[COLI_VEC_DOT_MAX_TOKENS];
-    const int64_t ahead = 1 + (int64_t)(PREFETCH_BYTES / (j->w_stride ? j->w_stride : 1));
+    const size_t ws = j->w_stride, end = (size_t)r1 * ws;
     const int read_once = j->n_tok <= MM_READ_ONCE_TOKENS;
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         const int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
-        if (t0 == 0)
-            for (int64_t r = r0; r < r0 + ahead - 1; r++) prefetch_row(j, r, r1, read_once);
+        if (t0 == 0) prefetch_span(j, (size_t)r0 * ws, (size_t)r0 * ws + PREFETCH_BYTES, end, read_once);
         for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *w = j->W + (size_t)r * j->w_stride;
+            const uint8_t *w = j->W + (size_t)r * ws;
             int64_t t = t0;
-            if (t0 == 0) prefetch_row(j, r + ahead - 1, r1, read_once);
+            if (t0 == 0)
+                prefetch_span(j, (size_t)r * ws + PREFETCH_BYTES, (size_t)(r + 1) * ws + PREFETCH_BYTES, end,
+                              read_once);
             if (j->dot_tokens)
                 for (; t + 1 < t1; t += COLI_VEC_DOT_MAX_TOKENS) {
                     const int nt = t1 - t < COLI_VEC_DOT_MAX_TOKENS ? (int)(t1 - t) : COLI_VEC_DOT_MAX_TOKENS;
