@@ -186,13 +186,19 @@ $(BENCH_DIR)/bench-mixtral-q4_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf | $(CO
 	$(COLI) quantize --pure $< $@ Q4_0
 $(BENCH_DIR)/bench-mixtral-q8_0.gguf: $(BENCH_DIR)/bench-mixtral-f16.gguf | $(COLI)
 	$(COLI) quantize --pure $< $@ Q8_0
+# bench-wide: Mixtral 8x7B's widths (4096 / 14336: rows of 8-15 KiB, where bench-mixtral's
+# are 0.6-3 KiB), 2 layers, 4 experts, top 2; random weights by gen_model, 0.99 GB in Q4_0.
+$(BENCH_DIR)/bench-wide-q4_0.gguf: | $(BUILD)/bin/gen_model
+	@mkdir -p $(BENCH_DIR)
+	$(BUILD)/bin/gen_model --arch llama --dim 4096 --ffn 14336 --layers 2 --heads 32 --kv-heads 8 \
+	  --experts 4 --top-k 2 --vocab 32000 --ctx 4096 --seed 7 --dtype Q4_0 $@
 .PHONY: bench-sched
 bench-sched: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BUILD)/bin/bench_sched $(BUILD)/bin/bench_ring $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q4_0.gguf
 	$(BUILD)/bin/bench_ring 2 4096 2000
 	$(BUILD)/bin/bench_ring 16 4096 2000
 	$(BUILD)/bin/bench_sched $(BUILD)/fixtures/tiny-llama-moe-f32.gguf 64
 	$(BUILD)/bin/bench_sched $(BENCH_DIR)/bench-mixtral-q4_0.gguf 16
-# `coli bench` over the standard set (tiny fixture and bench-mixtral Q8_0/Q4_0; --inproc
+# `coli bench` over the standard set (tiny fixture, bench-mixtral Q8_0/Q4_0, bench-wide Q4_0; --inproc
 # and local CPU workers, interleaved), then docs/benchmarks.md's generated section and
 # chart are rewritten (tools/bench/run_bench.py). BENCH_REPEAT, BENCH_N, BENCH_PROMPTS,
 # BENCH_THREADS, BENCH_DEVICES override the defaults.
@@ -206,13 +212,14 @@ bandwidth: $(COLI)
 	$(COLI) bench --bandwidth -t 1
 	$(COLI) bench --bandwidth -t 2
 bench-coli: $(COLI) $(WORKER) $(CPU_PLUGIN) $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q8_0.gguf \
-            $(BENCH_DIR)/bench-mixtral-q4_0.gguf
+            $(BENCH_DIR)/bench-mixtral-q4_0.gguf $(BENCH_DIR)/bench-wide-q4_0.gguf
 	$(BENCH_PY) tools/bench/run_bench.py --coli $(COLI) --out $(BENCH_DIR) \
 	  --threads $(BENCH_THREADS) --repeat $(BENCH_REPEAT) -n $(BENCH_N) -p $(BENCH_PROMPTS) \
 	  --devices "$(BENCH_DEVICES)" --docs docs/benchmarks.md --chart docs/img/bench-decode.svg \
 	  --model tiny-llama-moe=$(BUILD)/fixtures/tiny-llama-moe-f32.gguf \
 	  --model bench-mixtral=$(BENCH_DIR)/bench-mixtral-q8_0.gguf \
-	  --model bench-mixtral=$(BENCH_DIR)/bench-mixtral-q4_0.gguf
+	  --model bench-mixtral=$(BENCH_DIR)/bench-mixtral-q4_0.gguf \
+	  --model bench-wide=$(BENCH_DIR)/bench-wide-q4_0.gguf
 # Serving (issue 14): tools/bench/serve_load.py drives `coli serve` (the default devices:
 # in-process on a machine without accelerators) with 1/4/8 concurrent streamed requests, with continuous batching and with
 # --no-batching; each table replaces its coli-serve section of docs/benchmarks.md.

@@ -265,6 +265,41 @@ Test(matmul, large_batch_crosses_token_blocks) {
     coli_pool_destroy(&pool);
 }
 
+/* Rows longer than MM_PREFETCH_LINEAR_MAX are prefetched along the rows
+ * (matmul_avx2.c's PF_ROWS, the K-quants a fixed distance ahead): the same
+ * results as every other way, token alone (non-temporal) or in a batch of 10
+ * (T0 on the first token tile, none on the others), with 1 and 2 threads,
+ * odd rows (a partial tile); within float error of the portable path. */
+Test(matmul, long_rows_prefetched_along_them_keep_the_bits) {
+    static const coli_dtype types[] = {COLI_Q8_0, COLI_Q4_0, COLI_Q4_K};
+    const int64_t n_in = 4608, n_out = 45, n_tok = 10; /* Q4_0: 2592-byte rows */
+    coli_pool *p1 = coli_pool_new(1), *p2 = coli_pool_new(2);
+    coli_scratch s = {0};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_gt(coli_row_bytes(types[i], n_in), MM_PREFETCH_LINEAR_MAX);
+        problem p = make_problem(types[i], n_in, n_out, n_tok, 4242u + (unsigned)i);
+        float *batch = run(&p, p2, &s), *alone = malloc(sizeof(float) * (size_t)n_out);
+        for (int64_t t = 0; t < n_tok; t++) {
+            cr_assert_eq(coli_matmul(t % 2 ? p1 : p2, &s, p.w, p.t, n_in, n_out, p.x + t * n_in, 1, alone), 0);
+            cr_assert_eq(memcmp(alone, batch + t * n_out, sizeof(float) * (size_t)n_out), 0, "%s token %lld",
+                         coli_dtype_name(types[i]), (long long)t);
+        }
+        coli_matmul_force_portable(1);
+        float *ref = run(&p, p1, &s);
+        coli_matmul_force_portable(0);
+        for (int64_t j = 0; j < n_out * n_tok; j++)
+            cr_assert_leq(fabsf(batch[j] - ref[j]), 2e-5f * (fabsf(ref[j]) + 1.0f) * 64.0f, "%s y[%lld]: %.9g vs %.9g",
+                          coli_dtype_name(types[i]), (long long)j, batch[j], ref[j]);
+        free(batch);
+        free(alone);
+        free(ref);
+        free_problem(&p);
+    }
+    coli_scratch_free(&s);
+    coli_pool_destroy(&p1);
+    coli_pool_destroy(&p2);
+}
+
 Test(matmul, bad_arguments_fail_with_a_reason) {
     float x[64] = {0}, y[4];
     uint8_t w[4 * 68] = {0};
@@ -421,16 +456,17 @@ Test(matmul, avx2_token_groups_equal_single_tokens) {
  * tiles, give the bits of the AVX2 maddubs path: the same exact integer
  * lanes, the same float steps per block. Odd shapes (partial tiles), an odd
  * and an even number of blocks per row (the 512-bit tiles take blocks in
- * pairs), 1..9 tokens and 130 (more than two token blocks), 2 threads;
+ * pairs), short rows and long ones (prefetched another way), 1..9 tokens and 130 (more than two token blocks), 2 threads;
  * Q8_0 weights include -128 bytes (the largest magnitude the unsigned
  * operand sees) and zeros. */
 static void check_vnni_variant(int skip, const char *name) {
     static const coli_dtype types[] = {COLI_Q8_0, COLI_Q4_0};
     coli_pool *pool = coli_pool_new(2);
     coli_scratch s = {0};
-    static const int64_t tokens[] = {1, 5, 9, 130}, widths[] = {352, 384};
+    /* 4640: rows longer than MM_PREFETCH_LINEAR_MAX, prefetched along the rows */
+    static const int64_t tokens[] = {1, 5, 9, 130}, widths[] = {352, 384, 4640};
     for (int i = 0; i < 2; i++)
-        for (int n = 0; n < 8; n++) {
+        for (int n = 0; n < 12; n++) {
             const int64_t n_tok = tokens[n % 4], n_in = widths[n / 4];
             problem p = make_problem(types[i], n_in, 45, n_tok, 900u + (unsigned)(i * 16 + n * 131));
             if (types[i] == COLI_Q8_0)
