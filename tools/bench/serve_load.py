@@ -10,7 +10,11 @@ Every content chunk's arrival time is recorded. Per level it prints:
   streams, requests, generated tokens, wall seconds,
   aggregate tok/s (generated tokens / wall time of the level),
   p50 / p99 inter-token latency (gaps between consecutive chunks of one
-  request, over all requests of the level), p50 time to first token.
+  request, over all requests of the level), p50 time to first token, and
+  decode tok/s: streams x the median per-request decode rate (tokens after
+  the first over the time they took), the rate at which S streams decode
+  together once their prompts are in; the aggregate tok/s above also pays
+  for every prompt's prefill and queueing (short requests: mostly that).
 
 and, with --markdown, a table row per level. With --docs FILE --section KEY
 the table also replaces FILE's section between the coli-serve KEY markers
@@ -81,8 +85,8 @@ def one_request(host, port, body):
 
 
 def run_level(host, port, streams, requests, n_predict, base):
-    """streams threads x requests each; returns (tokens, wall, gaps, ttfts)."""
-    gaps, ttfts, tokens, errors = [], [], [0], []
+    """streams threads x requests each; returns (tokens, wall, gaps, ttfts, rates)."""
+    gaps, ttfts, rates, tokens, errors = [], [], [], [0], []
     lock = threading.Lock()
 
     def client(c):
@@ -100,6 +104,8 @@ def run_level(host, port, streams, requests, n_predict, base):
                 if times:
                     ttfts.append(times[0] - t0)
                 gaps.extend(b - a for a, b in zip(times, times[1:]))
+                if len(times) > 1 and times[-1] > times[0]:
+                    rates.append((len(times) - 1) / (times[-1] - times[0]))
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(streams)]
     start = time.monotonic()
@@ -110,7 +116,7 @@ def run_level(host, port, streams, requests, n_predict, base):
     wall = time.monotonic() - start
     if errors:
         raise RuntimeError(f"{len(errors)} requests failed, first: {errors[0]}")
-    return tokens[0], wall, gaps, ttfts
+    return tokens[0], wall, gaps, ttfts, rates
 
 
 def pct(values, p):
@@ -122,11 +128,13 @@ def pct(values, p):
 
 def markdown_table(rows):
     """The levels as a markdown table; x 1 stream is relative to the first level."""
-    one = rows[0][4]
-    lines = ["| streams | requests | tokens | aggregate tok/s | x 1 stream | inter-token p50 ms | p99 ms | first token p50 ms |",
-             "|---|---|---|---|---|---|---|---|"]
-    for s, nr, tok, wall, tps, p50, p99, ttft in rows:
-        lines.append(f"| {s} | {nr} | {tok} | {tps:.1f} | {tps / one:.2f} | {p50:.1f} | {p99:.1f} | {ttft:.1f} |")
+    one, one_dec = rows[0][4], rows[0][8]
+    lines = ["| streams | requests | tokens | aggregate tok/s | x 1 stream | inter-token p50 ms | p99 ms "
+             "| first token p50 ms | decode tok/s | x 1 stream |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for s, nr, tok, wall, tps, p50, p99, ttft, dec in rows:
+        lines.append(f"| {s} | {nr} | {tok} | {tps:.1f} | {tps / one:.2f} | {p50:.1f} | {p99:.1f} | {ttft:.1f} "
+                     f"| {dec:.1f} | {dec / one_dec:.2f} |")
     return "\n".join(lines)
 
 
@@ -201,13 +209,13 @@ def main():
         one_request(host, port, {"prompt": "warm up", "max_tokens": 4, "stream": True})
         rows, base = [], 0
         for s in args.streams:
-            tokens, wall, gaps, ttfts = run_level(host, port, s, args.requests, args.n, base)
+            tokens, wall, gaps, ttfts, rates = run_level(host, port, s, args.requests, args.n, base)
             base += s * args.requests
             rows.append((s, s * args.requests, tokens, wall, tokens / wall, pct(gaps, 50) * 1e3,
-                         pct(gaps, 99) * 1e3, pct(ttfts, 50) * 1e3))
+                         pct(gaps, 99) * 1e3, pct(ttfts, 50) * 1e3, s * pct(rates, 50)))
             print(f"streams {s}: {s * args.requests} requests, {tokens} tokens in {wall:.2f} s: "
                   f"{tokens / wall:.1f} tok/s; inter-token p50 {rows[-1][5]:.1f} ms p99 {rows[-1][6]:.1f} ms; "
-                  f"first token p50 {rows[-1][7]:.1f} ms", flush=True)
+                  f"first token p50 {rows[-1][7]:.1f} ms; decode {rows[-1][8]:.1f} tok/s", flush=True)
         if args.markdown:
             print("\n" + markdown_table(rows))
         if args.docs:
