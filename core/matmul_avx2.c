@@ -239,8 +239,9 @@ AVX2 ALWAYS void qtile_store(const mm_job *j, int64_t r, int64_t t, const __m256
  * with T0, tools/bench_matmul.c; a prefill keeps T0: its token tiles stream
  * the activations through L1 and would evict a non-temporal row before its
  * last token tile, 64 tokens: 2-3% slower); PF_ROWS: along the rows, not in
- * address order (prefetch_ahead). Inside a tile the mode is a constant:
- * each mode gets its own loop, with no test per line. */
+ * address order (prefetch_ahead). The tests per line are predictable
+ * branches: a loop compiled per mode was no faster (weights hot or
+ * streamed) and took the sanitizer build of this file from 30 s to 3.5 min. */
 enum {
     PF_NONE = 0,
     PF_T0 = 1,
@@ -249,7 +250,7 @@ enum {
 };
 
 /* What a tile of RM rows from w0 fetches at block k (bb bytes a block,
- * `blocks` blocks a step; all but w0 and k constants), the pf way:
+ * `blocks` blocks a step; bb, blocks and RM constants), the pf way:
  *  - in address order: the bytes of the tile two tiles on (its rows are
  *    contiguous), RM blocks' worth a block: every line they touch;
  *  - PF_ROWS (rows longer than MM_PREFETCH_LINEAR_MAX): each row's line
@@ -258,7 +259,8 @@ enum {
  *    the next: a tile reads its rows side by side). The offset stays below
  *    two rows (rows are longer than MM_PREFETCH_ROW_BYTES). */
 AVX2 ALWAYS void prefetch_ahead(const mm_job *j, const uint8_t *w0, int64_t k, const size_t bb, const int blocks,
-                                const int RM, const int pf) {
+                                const int RM, int pf) {
+    if (pf == PF_NONE) return;
     const size_t ws = j->w_stride;
     const char *p = (const char *)w0 + 2 * RM * ws + (size_t)k * RM * bb;
     int rows = 1, lines = (blocks * RM * (int)bb + 63) / 64 + 1;
@@ -272,23 +274,12 @@ AVX2 ALWAYS void prefetch_ahead(const mm_job *j, const uint8_t *w0, int64_t k, c
     for (int a = 0; a < rows; a++)
 #pragma GCC unroll 8
         for (int l = 0; l < lines; l++) {
-            if (pf & PF_NTA) _mm_prefetch(p + a * ws + 64 * l, _MM_HINT_NTA);
-            if (pf & PF_T0) _mm_prefetch(p + a * ws + 64 * l, _MM_HINT_T0);
+            if (pf & PF_NTA)
+                _mm_prefetch(p + a * ws + 64 * l, _MM_HINT_NTA);
+            else
+                _mm_prefetch(p + a * ws + 64 * l, _MM_HINT_T0);
         }
 }
-
-/* Calls TILE_PF(m) with m the constant equal to pf (one of PF_*'s five
- * uses), so that each mode compiles to its own loop. */
-#define WITH_CONSTANT_PF(pf, TILE_PF)                            \
-    do {                                                         \
-        switch (pf) {                                            \
-        case PF_T0: TILE_PF(PF_T0); break;                       \
-        case PF_NTA: TILE_PF(PF_NTA); break;                     \
-        case PF_T0 | PF_ROWS: TILE_PF(PF_T0 | PF_ROWS); break;   \
-        case PF_NTA | PF_ROWS: TILE_PF(PF_NTA | PF_ROWS); break; \
-        default: TILE_PF(PF_NONE); break;                        \
-        }                                                        \
-    } while (0)
 
 /* ---- instantiations: every tile shape up to the maximum, per type ------- */
 

@@ -15,7 +15,7 @@
  * never on the batch or the thread (matmul.h's contract).
  *
  * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
- * load_wd4, fold4, prefetch_ahead, PF_*, WITH_CONSTANT_PF, qtile_rows, qtile_store, Q_RM, Q_RN.
+ * load_wd4, fold4, prefetch_ahead, PF_*, qtile_rows, qtile_store, Q_RM, Q_RN.
  */
 #define QT_CAT2(a, b) a##_##b
 #define QT_CAT(a, b) QT_CAT2(a, b)
@@ -30,9 +30,9 @@ QT_TARGET ALWAYS __m256i QT_NAME(block_dot)(__m256i wq, __m256i aw, __m256i xv, 
     return QT_DPBUSD(neg_xc, wq, xv);
 }
 
-/* The tile with pf (PF_*) a constant: see quant_tile. */
-QT_TARGET ALWAYS void QT_NAME(quant_tile_pf)(const mm_job *j, int64_t r, int64_t t, const int pf, const int RM,
-                                             const int RN, const coli_dtype T) {
+/* Rows r..r+RM-1 x tokens t..t+RN-1, prefetching the pf way (PF_*). */
+QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t, const int pf, const int RM,
+                                          const int RN, const coli_dtype T) {
     const int64_t nb = j->n_in / COLI_QK;
     const size_t bb = T == COLI_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
     const uint8_t *w[4];
@@ -71,14 +71,6 @@ QT_TARGET ALWAYS void QT_NAME(quant_tile_pf)(const mm_job *j, int64_t r, int64_t
         }
     }
     qtile_store(j, r, t, acc, RM, RN);
-}
-
-/* One loop per prefetch mode (matmul_avx2.c's PF_*), chosen per tile. */
-QT_TARGET ALWAYS void QT_NAME(quant_tile)(const mm_job *j, int64_t r, int64_t t, int pf, const int RM, const int RN,
-                                          const coli_dtype T) {
-#define QT_TILE_PF(m) QT_NAME(quant_tile_pf)(j, r, t, m, RM, RN, T)
-    WITH_CONSTANT_PF(pf, QT_TILE_PF);
-#undef QT_TILE_PF
 }
 
 #define QT_TILE(T, A, B)                                                                               \

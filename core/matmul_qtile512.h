@@ -16,7 +16,7 @@
  * never changes a token (tests/test_matmul.c compares every flavour).
  *
  * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
- * load_wd4, fold4, prefetch_ahead, PF_*, WITH_CONSTANT_PF, qtile_rows, qtile_store, Q_RM, Q_RN, ALWAYS.
+ * load_wd4, fold4, prefetch_ahead, PF_*, qtile_rows, qtile_store, Q_RM, Q_RN, ALWAYS.
  */
 #define W512 COLI_TARGET_AVX512
 
@@ -107,9 +107,9 @@ W512 ALWAYS __m256 single_dot(const uint8_t *const *w, size_t off, const int8_t 
     return _mm256_fmadd_ps(fold4(d, RM), _mm256_set_m128(s4, s4), acc);
 }
 
-/* The tile with pf (PF_*) a constant: see quant_tile512. */
-W512 ALWAYS void quant_tile512_pf(const mm_job *j, int64_t r, int64_t t, const int pf, const int RM, const int RN,
-                                  const coli_dtype T) {
+/* Rows r..r+RM-1 x tokens t..t+RN-1, prefetching the pf way (PF_*). */
+W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, const int pf, const int RM, const int RN,
+                               const coli_dtype T) {
     const int64_t nb = j->n_in / COLI_QK;
     const size_t bb = T == COLI_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
     const uint8_t *w[4];
@@ -140,14 +140,6 @@ W512 ALWAYS void quant_tile512_pf(const mm_job *j, int64_t r, int64_t t, const i
         for (int b = 0; b < RN; b++)
             acc[b] = single_dot(w, (size_t)k * bb, xq[b] + k * COLI_QK, xd[b][k], acc[b], RM, T);
     qtile_store(j, r, t, acc, RM, RN);
-}
-
-/* One loop per prefetch mode (matmul_avx2.c's PF_*), chosen per tile. */
-W512 ALWAYS void quant_tile512(const mm_job *j, int64_t r, int64_t t, int pf, const int RM, const int RN,
-                               const coli_dtype T) {
-#define Q5_TILE_PF(m) quant_tile512_pf(j, r, t, m, RM, RN, T)
-    WITH_CONSTANT_PF(pf, Q5_TILE_PF);
-#undef Q5_TILE_PF
 }
 
 #define Q5_TILE(T, A, B)                                                                 \
