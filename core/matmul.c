@@ -212,7 +212,6 @@ static void init_job(mm_job *j, const coli_matmul_op *o, int avx2, uint8_t *buf,
         j->rows = avx2 ? mm_avx2_rows(o->wtype) : mm_portable_rows(o->wtype);
     }
     j->token_block = 64;
-    j->prefetch_along_rows = j->w_stride > MM_PREFETCH_LINEAR_MAX;
     if (!shared) {
         prepare_input(j, buf, o->x, avx2);
         return;

@@ -232,8 +232,8 @@ AVX2 ALWAYS void qtile_store(const mm_job *j, int64_t r, int64_t t, const __m256
     }
 }
 
-/* How a quantized tile fetches the weight rows ahead (rows_tiled decides,
- * once per token block): not at all (the later token tiles of a prefill
+/* How a quantized tile fetches the weight rows ahead (rows_quant decides
+ * per chunk, rows_tiled per token tile): not at all (the later token tiles of a prefill
  * find the rows in cache), T0, or non-temporal where a job reads its rows
  * once (MM_READ_ONCE_TOKENS; Q8_0 / Q4_0 decode read 5-10% faster than
  * with T0, tools/bench_matmul.c; a prefill keeps T0: its token tiles stream
@@ -273,17 +273,12 @@ AVX2 ALWAYS void prefetch_ahead(const mm_job *j, const uint8_t *w0, int64_t k, c
 #pragma GCC unroll 4
     for (int a = 0; a < rows; a++)
 #pragma GCC unroll 8
-        for (int l = 0; l < lines; l++) {
-            if (pf & PF_NTA)
-                _mm_prefetch(p + a * ws + 64 * l, _MM_HINT_NTA);
-            else
-                _mm_prefetch(p + a * ws + 64 * l, _MM_HINT_T0);
-        }
+        for (int l = 0; l < lines; l++) mm_prefetch_line(p + a * ws + 64 * l, pf & PF_NTA);
 }
 
 /* ---- instantiations: every tile shape up to the maximum, per type ------- */
 
-/* Rows r..r+RM-1 x tokens t..t+RN-1; pf: PF_* for the quantized tiles. */
+/* Rows r..r+RM-1 x tokens t..t+RN-1; pf: PF_* (the float tiles ignore it). */
 typedef void (*tile_fn)(const mm_job *j, int64_t r, int64_t t, int pf);
 
 #define FT(T, A, B)                                                                      \
@@ -319,19 +314,14 @@ static const tile_fn s_bf16[4][4] = TABLE(ft, BF16);
 static void prefetch_chunk_start(const mm_job *j, int64_t r0, int64_t r1, int RM, int pf) {
     const int64_t end = r0 + 2 * RM < r1 ? r0 + 2 * RM : r1;
     const char *p = (const char *)j->W + (size_t)r0 * j->w_stride, *q = (const char *)j->W + (size_t)end * j->w_stride;
-    for (; p < q; p += 64)
-        if (pf & PF_NTA)
-            _mm_prefetch(p, _MM_HINT_NTA);
-        else
-            _mm_prefetch(p, _MM_HINT_T0);
+    for (; p < q; p += 64) mm_prefetch_line(p, pf & PF_NTA);
 }
 
-static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4], int RM, int RN) {
-    const int pf = (j->n_tok <= MM_READ_ONCE_TOKENS ? PF_NTA : PF_T0) | (j->prefetch_along_rows ? PF_ROWS : 0);
-    const int quantized = j->wtype == COLI_Q8_0 || j->wtype == COLI_Q4_0; /* the tiles that prefetch */
+/* Rows r0..r1 for all tokens, a block of tokens at a time; the first token
+ * tile of each block gets pf, the others PF_NONE (the rows are cached). */
+static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4], int RM, int RN, int pf) {
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
-        if (quantized && !(pf & PF_ROWS)) prefetch_chunk_start(j, r0, r1, RM, pf);
         for (int64_t r = r0; r < r1; r += RM) {
             int rm = r1 - r < RM ? (int)(r1 - r) : RM;
             for (int64_t t = t0; t < t1; t += RN) {
@@ -342,9 +332,19 @@ static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn ta
     }
 }
 
-static void rows_f32(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f32, F_RM, F_RN); }
-static void rows_f16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f16, F_RM, F_RN); }
-static void rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_bf16, F_RM, F_RN); }
+/* The Q8_0 / Q4_0 tiles' rows: how they prefetch (PF_*: non-temporal for
+ * a job that reads its rows once, along the rows for long ones) and, in
+ * address order, the chunk's first two tiles before the first. */
+static void rows_quant(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4]) {
+    const int pf =
+        (j->n_tok <= MM_READ_ONCE_TOKENS ? PF_NTA : PF_T0) | (j->w_stride > MM_PREFETCH_LINEAR_MAX ? PF_ROWS : 0);
+    if (!(pf & PF_ROWS)) prefetch_chunk_start(j, r0, r1, Q_RM, pf);
+    rows_tiled(j, r0, r1, table, Q_RM, Q_RN, pf);
+}
+
+static void rows_f32(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f32, F_RM, F_RN, PF_NONE); }
+static void rows_f16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f16, F_RM, F_RN, PF_NONE); }
+static void rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_bf16, F_RM, F_RN, PF_NONE); }
 
 /* ---- quantized tiles, once per integer dot instruction (matmul_qtile.h) - */
 

@@ -48,6 +48,16 @@
 #endif
 _Static_assert(MM_PREFETCH_LINEAR_MAX >= MM_PREFETCH_ROW_BYTES, "along-row offsets must stay below two rows");
 
+/* The cache line at p, fetched non-temporal when read_once (prefetchnta),
+ * else into every level (prefetcht0): the weight streams of both kernel
+ * files (MM_READ_ONCE_TOKENS). */
+static inline void mm_prefetch_line(const void *p, int read_once) {
+    if (read_once)
+        __builtin_prefetch(p, 0, 0);
+    else
+        __builtin_prefetch(p, 0, 3);
+}
+
 typedef struct mm_job {
     const uint8_t *W; /* n_out rows of w_stride bytes */
     size_t w_stride;
@@ -64,7 +74,6 @@ typedef struct mm_job {
     float *y;                          /* (n_tok, n_out) */
     int64_t chunk_rows;                /* rows taken per counter increment */
     int64_t token_block;               /* tokens per pass over a chunk (keeps x in L2) */
-    int prefetch_along_rows;           /* Q8_0/Q4_0 tiles: rows longer than MM_PREFETCH_LINEAR_MAX */
     void (*rows)(const struct mm_job *job, int64_t r0, int64_t r1);
 } mm_job;
 

@@ -14,7 +14,7 @@
  * every variant gives the same bits: the choice depends on the CPU only,
  * never on the batch or the thread (matmul.h's contract).
  *
- * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
+ * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_quant, load_wq,
  * load_wd4, fold4, prefetch_ahead, PF_*, qtile_rows, qtile_store, Q_RM, Q_RN.
  */
 #define QT_CAT2(a, b) a##_##b
@@ -87,12 +87,8 @@ QT_ALL_TILES
 static const tile_fn QT_NAME(s_q8_0)[4][4] = {QT_TROW(Q8_0, 1), QT_TROW(Q8_0, 2), QT_TROW(Q8_0, 3), QT_TROW(Q8_0, 4)};
 static const tile_fn QT_NAME(s_q4_0)[4][4] = {QT_TROW(Q4_0, 1), QT_TROW(Q4_0, 2), QT_TROW(Q4_0, 3), QT_TROW(Q4_0, 4)};
 
-static void QT_NAME(rows_q8_0)(const mm_job *j, int64_t r0, int64_t r1) {
-    rows_tiled(j, r0, r1, QT_NAME(s_q8_0), Q_RM, Q_RN);
-}
-static void QT_NAME(rows_q4_0)(const mm_job *j, int64_t r0, int64_t r1) {
-    rows_tiled(j, r0, r1, QT_NAME(s_q4_0), Q_RM, Q_RN);
-}
+static void QT_NAME(rows_q8_0)(const mm_job *j, int64_t r0, int64_t r1) { rows_quant(j, r0, r1, QT_NAME(s_q8_0)); }
+static void QT_NAME(rows_q4_0)(const mm_job *j, int64_t r0, int64_t r1) { rows_quant(j, r0, r1, QT_NAME(s_q4_0)); }
 
 #undef QT_TILE
 #undef QT_ROW

@@ -15,7 +15,7 @@
  * takes the 256-bit step. So placement on a CPU with or without AVX-512
  * never changes a token (tests/test_matmul.c compares every flavour).
  *
- * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_tiled, load_wq,
+ * Needs (from matmul_avx2.c): mm_job, tile_fn, rows_quant, load_wq,
  * load_wd4, fold4, prefetch_ahead, PF_*, qtile_rows, qtile_store, Q_RM, Q_RN, ALWAYS.
  */
 #define W512 COLI_TARGET_AVX512
@@ -151,12 +151,8 @@ ALL_OF(Q5_TILE, Q4_0)
 static const tile_fn s_q8_0_avx512[4][4] = TABLE(q5, Q8_0);
 static const tile_fn s_q4_0_avx512[4][4] = TABLE(q5, Q4_0);
 
-static void rows_q8_0_avx512(const mm_job *j, int64_t r0, int64_t r1) {
-    rows_tiled(j, r0, r1, s_q8_0_avx512, Q_RM, Q_RN);
-}
-static void rows_q4_0_avx512(const mm_job *j, int64_t r0, int64_t r1) {
-    rows_tiled(j, r0, r1, s_q4_0_avx512, Q_RM, Q_RN);
-}
+static void rows_q8_0_avx512(const mm_job *j, int64_t r0, int64_t r1) { rows_quant(j, r0, r1, s_q8_0_avx512); }
+static void rows_q4_0_avx512(const mm_job *j, int64_t r0, int64_t r1) { rows_quant(j, r0, r1, s_q4_0_avx512); }
 
 #undef Q5_TILE
 #undef W512

@@ -101,16 +101,11 @@ void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, i
 #define PREFETCH_BYTES 4096
 #endif
 
-/* The lines of weight bytes [lo, hi) (offsets from W) below end,
- * non-temporal when read_once (MM_READ_ONCE_TOKENS, as matmul_avx2.c's
- * prefetch_ahead). */
+/* The lines of weight bytes [lo, hi) (offsets from W) below end
+ * (mm_prefetch_line's read_once). */
 static void prefetch_span(const mm_job *j, size_t lo, size_t hi, size_t end, int read_once) {
     if (hi > end) hi = end;
-    for (size_t off = lo & ~(size_t)63; off < hi; off += 64)
-        if (read_once)
-            __builtin_prefetch((const char *)j->W + off, 0, 0);
-        else
-            __builtin_prefetch((const char *)j->W + off, 0, 3);
+    for (size_t off = lo & ~(size_t)63; off < hi; off += 64) mm_prefetch_line((const char *)j->W + off, read_once);
 }
 
 /* Rows r0..r1 for all tokens, a block of tokens at a time so that the

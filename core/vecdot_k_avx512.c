@@ -42,6 +42,12 @@ ALWAYS AVX512 __m512i load256_twice(const void *p) { return _mm512_broadcast_i64
 /* a 256-bit value per half: lo in lanes 0..255, hi in 256..511 */
 ALWAYS AVX512 __m512i halves(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
+/* Bit 2j in every byte of the low half, bit 2j + 1 in the high half: which
+ * bytes of Q5_K's qh / Q3_K's hmask add the high bit to chunk pair j. */
+ALWAYS AVX512 __m512i pair_bits(int j) {
+    return halves(_mm256_set1_epi8((char)(1 << (2 * j))), _mm256_set1_epi8((char)(2 << (2 * j))));
+}
+
 /* acc + sum(q * q8) * scale per int16 pair, into int32 lanes: AVX2's
  * scaled_dot plus its add (vpdpwssd does not saturate: the same int32s
  * as madd then add); q unsigned bytes */
@@ -271,9 +277,7 @@ ALWAYS AVX512 void q5_K_tokens(int nt, int64_t n, const void *w, const block_q8_
         isum_zero(nt, isum);
         UNROLL
         for (int j = 0; j < 4; j++) {
-            const __m512i which =
-                halves(_mm256_set1_epi8((char)(1 << (2 * j))), _mm256_set1_epi8((char)(2 << (2 * j))));
-            const __mmask64 high = _mm512_test_epi8_mask(qh, which);
+            const __mmask64 high = _mm512_test_epi8_mask(qh, pair_bits(j));
             const __m512i nib = q4k_nibbles(wb[b].qs + 32 * j);
             q4k_pair(nt, _mm512_mask_add_epi8(nib, high, nib, bit4), sc16, j, xs, b, isum);
         }
@@ -382,10 +386,9 @@ ALWAYS AVX512 void q3_K_tokens(int nt, int64_t n, const void *w, const block_q8_
         isum_zero(nt, isum);
         UNROLL
         for (int p = 0; p < 4; p++) {
-            const __m512i which =
-                halves(_mm256_set1_epi8((char)(1 << (2 * p))), _mm256_set1_epi8((char)(2 << (2 * p))));
             const __m512i q = two_bit_pair(load256_twice(wb[b].qs + 32 * (p / 2)), p);
-            k16_pair(nt, _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, which), q, four), sc16, p, xs, b, isum);
+            k16_pair(nt, _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, pair_bits(p)), q, four), sc16, p, xs, b,
+                     isum);
         }
         offset_rows_end(nt, wb[b].d, sc, xs, b, isum, &r, 2);
     }
