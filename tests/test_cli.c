@@ -123,6 +123,20 @@ Test(cli, llama_cpp_sampling_flags) {
     cr_expect_not_null(strstr(f.err, "prompt 5 tokens"), "%s", f.err);
     cr_expect_not_null(strstr(f.err, "generated 35 tokens"), "-n -1 --ignore-eos fills the 40-token context: %s",
                        f.err);
+    cr_expect_not_null(strstr(f.err, "stopped: the context of 40 tokens is full (--ctx)"), "the reason: %s", f.err);
+    cli_result_free(&f);
+    char *more[] = {s_coli, "run",      "-m", s_model, "-p", "Once upon a time", "-n", "1000", "--ignore-eos", "-c",
+                    "40",   "--inproc", "-t", "1",     NULL};
+    f = cli_run(more);
+    cr_assert_eq(f.status, 0, "%s", f.err);
+    cr_expect_not_null(strstr(f.err, "generated 35 tokens"), "%s", f.err);
+    cr_expect_not_null(strstr(f.err, "context of 40 tokens is full"), "-n 1000 in a 40-token context: %s", f.err);
+    cli_result_free(&f);
+    char *fits[] = {s_coli, "run",      "-m", s_model, "-p", "Once upon a time", "-n", "6", "--ignore-eos", "-c",
+                    "40",   "--inproc", "-t", "1",     NULL};
+    f = cli_run(fits);
+    cr_assert_eq(f.status, 0, "%s", f.err);
+    cr_expect_null(strstr(f.err, "is full"), "-n 6 ended by -n, not the context: %s", f.err);
     cli_result_free(&f);
 }
 

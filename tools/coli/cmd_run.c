@@ -62,12 +62,20 @@ static int tokenize_prompt(const coli_model *m, const char *text, size_t len, in
 
 static double per_second(int n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
 
-static void print_summary(const coli_model *m, const model_opts *o, const coli_gen_stats *st) {
+/* The summary line; ctx_full: the context, not -n, ended generation (the
+ * user asked for more tokens than fit, or for -n -1): say so, or a user
+ * who asked for 1000 tokens and got 60 cannot tell why. */
+static void print_summary(const coli_model *m, const model_opts *o, const coli_gen_stats *st, int ctx_full, int n_ctx) {
     coli_model_info info;
     coli_model_get_info(m, &info);
-    fprintf(stderr, "coli run: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s), load %.2f s\n",
+    char why[96] = "";
+    if (st->stopped_by_eog)
+        snprintf(why, sizeof why, ", ended by the model");
+    else if (ctx_full)
+        snprintf(why, sizeof why, ", stopped: the context of %d tokens is full (--ctx)", n_ctx);
+    fprintf(stderr, "coli run: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s)%s, load %.2f s\n",
             st->n_prompt, per_second(st->n_prompt, st->prompt_seconds), st->n_gen,
-            per_second(st->n_gen, st->gen_seconds), info.load_seconds);
+            per_second(st->n_gen, st->gen_seconds), why, info.load_seconds);
     char *text = NULL;
     /* The executor's lines: always when verbose, otherwise only when they
      * are about workers (an in-process run has nothing the user must see). */
@@ -115,14 +123,15 @@ static int generate(const run_flags *f, const char *prompt, size_t len) {
     if (!rc) {
         coli_sampling_params sp = f->sp;
         /* stop when the context is full (-n -1: only then) */
-        if (sp.n_predict < 0 || sp.n_predict > n_ctx - n_prompt) sp.n_predict = n_ctx - n_prompt;
+        const int by_ctx = sp.n_predict < 0 || sp.n_predict > n_ctx - n_prompt;
+        if (by_ctx) sp.n_predict = n_ctx - n_prompt;
         coli_gen_stats st;
         memset(&st, 0, sizeof st);
         size_t printed = 0;
         if (coli_generate(ctx, ids, n_prompt, &sp, print_token, &printed, &st) != 0) rc = cli_fail();
         if (printed) fputc('\n', stdout);
         fflush(stdout);
-        if (!rc) print_summary(m, &f->m, &st);
+        if (!rc) print_summary(m, &f->m, &st, by_ctx && st.n_gen >= sp.n_predict, n_ctx);
     }
     free(ids);
     free(chat);
