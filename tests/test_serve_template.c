@@ -48,7 +48,8 @@ Test(serve_template, family_from_template_then_architecture) {
 
 static char *s_render(chat_family f, const chat_message *m, int n, const char *default_system) {
     char *out = NULL, err[256] = "";
-    int rc = chat_render(f, m, n, "<s>", "</s>", default_system, &out, err, sizeof err);
+    int rc = chat_render(f, m, n, &(chat_options){"<s>", "</s>", default_system, CHAT_THINKING_DEFAULT}, &out, err,
+                         sizeof err);
     cr_assert_eq(rc, 0, "render failed: %s", err);
     return out;
 }
@@ -95,24 +96,37 @@ Test(serve_template, olmo_layout) {
 Test(serve_template, conversations_a_template_cannot_express) {
     char *out = NULL, err[256];
     const chat_message bad_role[] = {{"tool", "x"}};
-    cr_expect_eq(chat_render(CHAT_CHATML, bad_role, 1, "", "", NULL, &out, err, sizeof err), -1);
+    cr_expect_eq(chat_render(CHAT_CHATML, bad_role, 1, &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT}, &out, err,
+                             sizeof err),
+                 -1);
     cr_expect(strstr(err, "messages[0].role: 'tool'") != NULL, "%s", err);
     const chat_message twice[] = {{"user", "a"}, {"user", "b"}};
-    cr_expect_eq(chat_render(CHAT_MISTRAL, twice, 2, "<s>", "</s>", NULL, &out, err, sizeof err), -1);
+    cr_expect_eq(chat_render(CHAT_MISTRAL, twice, 2, &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT}, &out,
+                             err, sizeof err),
+                 -1);
     cr_expect(strstr(err, "messages[1]") && strstr(err, "alternating"), "%s", err);
     const chat_message late_system[] = {{"user", "a"}, {"system", "b"}};
-    cr_expect_eq(chat_render(CHAT_MISTRAL, late_system, 2, "<s>", "</s>", NULL, &out, err, sizeof err), -1);
+    cr_expect_eq(chat_render(CHAT_MISTRAL, late_system, 2, &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT},
+                             &out, err, sizeof err),
+                 -1);
     cr_expect(strstr(err, "messages[1]: a system message must come first") != NULL, "%s", err);
     const chat_message only_system[] = {{"system", "a"}};
-    cr_expect_eq(chat_render(CHAT_MISTRAL, only_system, 1, "<s>", "</s>", NULL, &out, err, sizeof err), -1);
+    cr_expect_eq(chat_render(CHAT_MISTRAL, only_system, 1, &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT},
+                             &out, err, sizeof err),
+                 -1);
     cr_expect(strstr(err, "no user message") != NULL, "%s", err);
     const chat_message ok[] = {{"user", "a"}};
-    cr_expect_eq(chat_render(CHAT_UNKNOWN, ok, 1, "", "", NULL, &out, err, sizeof err), -1);
+    cr_expect_eq(
+        chat_render(CHAT_UNKNOWN, ok, 1, &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT}, &out, err, sizeof err),
+        -1);
     cr_expect(strstr(err, "not one colibri knows") != NULL, "%s", err);
-    cr_expect_eq(chat_render(CHAT_OLMO, ok, 0, "", "", NULL, &out, err, sizeof err), -1);
+    cr_expect_eq(
+        chat_render(CHAT_OLMO, ok, 0, &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT}, &out, err, sizeof err), -1);
     cr_expect(strstr(err, "empty") != NULL, "%s", err);
     const chat_message null_content[] = {{"user", NULL}};
-    cr_expect_eq(chat_render(CHAT_OLMO, null_content, 1, "", "", NULL, &out, err, sizeof err), -1);
+    cr_expect_eq(chat_render(CHAT_OLMO, null_content, 1, &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT}, &out,
+                             err, sizeof err),
+                 -1);
     cr_expect_null(out);
 }
 
@@ -162,10 +176,16 @@ Test(serve_template, new_families_detected_and_named) {
     cr_expect_eq(chat_family_from_name(NULL), CHAT_UNKNOWN);
 }
 
-static char *s_render_with(chat_family f, const chat_message *m, int n, const char *bos, const char *eos) {
+static char *s_render_thinking(chat_family f, const chat_message *m, int n, const char *bos, const char *eos,
+                               int thinking) {
     char *out = NULL, err[256] = "";
-    cr_assert_eq(chat_render(f, m, n, bos, eos, NULL, &out, err, sizeof err), 0, "render failed: %s", err);
+    cr_assert_eq(chat_render(f, m, n, &(chat_options){bos, eos, NULL, thinking}, &out, err, sizeof err), 0,
+                 "render failed: %s", err);
     return out;
+}
+
+static char *s_render_with(chat_family f, const chat_message *m, int n, const char *bos, const char *eos) {
+    return s_render_thinking(f, m, n, bos, eos, CHAT_THINKING_DEFAULT);
 }
 
 /* Expected text: Qwen3-30B-A3B's tokenizer_config.json chat_template with
@@ -250,7 +270,7 @@ Test(serve_template, llama3_layout) {
 /* ---- --chat-template on the commands -------------------------------------------- */
 
 /* Tokens of the fixture model's rendering of msgs in family f (BOS/EOS text from its vocabulary). */
-static int s_rendered_tokens(const char *model, chat_family f, const chat_message *msgs, int n) {
+static int s_rendered_tokens_thinking(const char *model, chat_family f, const chat_message *msgs, int n, int thinking) {
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.vocab_only = 1;
@@ -258,13 +278,18 @@ static int s_rendered_tokens(const char *model, chat_family f, const chat_messag
     cr_assert_eq(coli_model_load(model, &mp, &m), 0, "%s", coli_last_error());
     coli_model_info info;
     coli_model_get_info(m, &info);
-    char *text = s_render_with(f, msgs, n, coli_token_text(m, info.bos_id), coli_token_text(m, info.eos_id));
+    char *text =
+        s_render_thinking(f, msgs, n, coli_token_text(m, info.bos_id), coli_token_text(m, info.eos_id), thinking);
     int32_t ids[512];
     int n_ids = 0;
     cr_assert_eq(coli_tokenize(m, text, strlen(text), 0, 1, ids, 512, &n_ids), 0, "%s", coli_last_error());
     free(text);
     coli_model_free(&m);
     return n_ids;
+}
+
+static int s_rendered_tokens(const char *model, chat_family f, const chat_message *msgs, int n) {
+    return s_rendered_tokens_thinking(model, f, msgs, n, CHAT_THINKING_DEFAULT);
 }
 
 Test(serve_template, unknown_name_is_a_usage_error) {
@@ -316,4 +341,162 @@ Test(serve_template, serve_uses_the_chosen_template) {
     cr_expect(r.body && strstr(r.body, want), "expected %s in %s", want, r.raw);
     su_free(&r);
     cr_expect_eq(su_stop(&p), 0);
+}
+
+/* Qwen3's template with enable_thinking false: the generation prompt is
+ * followed by an empty thought, "<think>\n\n</think>\n\n"; true renders as
+ * unset. Any other family refuses the switch rather than ignoring it. */
+Test(serve_template, qwen3_enable_thinking) {
+    const chat_message m[] = {{"user", "Hi"}};
+    char *out = NULL, err[256] = "";
+    cr_assert_eq(chat_render(CHAT_QWEN3, m, 1, &(chat_options){"", "<|im_end|>", NULL, 0}, &out, err, sizeof err), 0,
+                 "%s", err);
+    cr_expect_str_eq(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    free(out);
+    char *on = NULL, *unset = s_render_with(CHAT_QWEN3, m, 1, "", "<|im_end|>");
+    cr_assert_eq(chat_render(CHAT_QWEN3, m, 1, &(chat_options){"", "<|im_end|>", NULL, 1}, &on, err, sizeof err), 0);
+    cr_expect_str_eq(on, unset);
+    free(on);
+    free(unset);
+    static const chat_family others[] = {CHAT_MISTRAL,   CHAT_CHATML,    CHAT_OLMO,
+                                         CHAT_DEEPSEEK2, CHAT_DEEPSEEK3, CHAT_LLAMA3};
+    for (int i = 0; i < 6; i++)
+        for (int t = 0; t <= 1; t++) {
+            out = NULL;
+            cr_expect_eq(chat_render(others[i], m, 1, &(chat_options){"<s>", "</s>", NULL, t}, &out, err, sizeof err),
+                         -1, "%s took enable_thinking", chat_family_name(others[i]));
+            cr_expect_null(out);
+            cr_expect(strstr(err, "chat_template_kwargs.enable_thinking") && strstr(err, chat_family_name(others[i])),
+                      "%s", err);
+        }
+}
+
+static int s_parse_kwargs(const char *json, int *thinking, char *err, size_t cap) {
+    cJSON *kw = cJSON_Parse(json);
+    cr_assert_not_null(kw, "%s", json);
+    int rc = chat_kwargs_parse(kw, thinking, err, cap);
+    cJSON_Delete(kw);
+    return rc;
+}
+
+Test(serve_template, chat_template_kwargs_parsed_or_refused) {
+    char err[256];
+    int t = CHAT_THINKING_DEFAULT;
+    cr_expect_eq(s_parse_kwargs("{}", &t, err, sizeof err), 0);
+    cr_expect_eq(t, CHAT_THINKING_DEFAULT, "an empty object sets nothing");
+    cr_expect_eq(s_parse_kwargs("{\"enable_thinking\":false}", &t, err, sizeof err), 0);
+    cr_expect_eq(t, 0);
+    cr_expect_eq(s_parse_kwargs("{\"enable_thinking\":true}", &t, err, sizeof err), 0);
+    cr_expect_eq(t, 1);
+    static const struct {
+        const char *json, *says;
+    } bad[] = {{"{\"enable_thinking\":0}", "enable_thinking: must be true or false"},
+               {"{\"enable_thinking\":\"no\"}", "enable_thinking: must be true or false"},
+               {"{\"reasoning_effort\":\"low\"}", "chat_template_kwargs.reasoning_effort: not supported"},
+               {"[true]", "must be a JSON object"},
+               {"false", "must be a JSON object"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        cr_expect_eq(s_parse_kwargs(bad[i].json, &t, err, sizeof err), -1, "%s accepted", bad[i].json);
+        cr_expect(strstr(err, bad[i].says) != NULL, "%s: %s", bad[i].json, err);
+    }
+}
+
+/* The request field: qwen3 (chosen by --chat-template on the test model)
+ * renders the empty thought, so the prompt has exactly the tokens of that
+ * rendering; unknown keys and the model's own template (mistral, no switch)
+ * get a 400 naming chat_template_kwargs. */
+Test(serve_template, serve_takes_enable_thinking) {
+    char model[4096], want[2][64];
+    su_model(model, sizeof model);
+    const chat_message msgs[] = {{"user", "Hi"}};
+    for (int t = 0; t <= 1; t++)
+        snprintf(want[t], sizeof want[t], "\"prompt_tokens\":%d,",
+                 s_rendered_tokens_thinking(model, CHAT_QWEN3, msgs, 1, t));
+    cr_expect_str_neq(want[0], want[1], "the empty thought is tokens");
+    const char *extra[] = {"--chat-template", "qwen3", NULL};
+    serve_proc p = su_start(model, extra);
+    for (int t = 0; t <= 1; t++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1,\"temperature\":0,"
+                 "\"chat_template_kwargs\":{\"enable_thinking\":%s}}",
+                 t ? "true" : "false");
+        http_resp r = su_post(p.port, "/v1/chat/completions", body);
+        cr_expect_eq(r.status, 200, "%s", r.raw);
+        cr_expect(r.body && strstr(r.body, want[t]), "expected %s in %s", want[t], r.raw);
+        su_free(&r);
+    }
+    http_resp r = su_post(p.port, "/v1/chat/completions",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1,"
+                          "\"chat_template_kwargs\":{\"thinking_budget\":0}}");
+    cr_expect_eq(r.status, 400, "%s", r.raw);
+    cr_expect(r.body && strstr(r.body, "\"param\":\"chat_template_kwargs\"") && strstr(r.body, "thinking_budget"), "%s",
+              r.raw);
+    su_free(&r);
+    cr_expect_eq(su_stop(&p), 0);
+    p = su_start(model, NULL); /* the model's own template: mistral */
+    r = su_post(p.port, "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1,"
+                "\"chat_template_kwargs\":{\"enable_thinking\":false}}");
+    cr_expect_eq(r.status, 400, "%s", r.raw);
+    cr_expect(r.body && strstr(r.body, "\"param\":\"chat_template_kwargs\"") && strstr(r.body, "no thinking switch"),
+              "%s", r.raw);
+    su_free(&r);
+    cr_expect_eq(su_stop(&p), 0);
+}
+
+/* --chat-template-kwargs on run (which renders what serve does), chat and
+ * serve: checked like any flag (exit 2 naming it); serve with a switch the
+ * model's template lacks ends at start with a one-line reason (exit 1). */
+Test(serve_template, flags_take_enable_thinking) {
+    char coli[4096], model[4096], want[64];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    su_model(model, sizeof model);
+    const chat_message msgs[] = {{"user", "Hi"}};
+    snprintf(want, sizeof want, "prompt %d tokens", s_rendered_tokens_thinking(model, CHAT_QWEN3, msgs, 1, 0));
+    char *run[] = {coli,
+                   "run",
+                   "-m",
+                   model,
+                   "-p",
+                   "Hi",
+                   "--chat-template",
+                   "qwen3",
+                   "--chat-template-kwargs",
+                   "{\"enable_thinking\":false}",
+                   "-n",
+                   "1",
+                   "--temp",
+                   "0",
+                   "--inproc",
+                   NULL};
+    cli_result c = cli_run(run);
+    cr_expect_eq(c.status, 0, "%s", c.err);
+    cr_expect(strstr(c.err, want) != NULL, "expected '%s' in %s", want, c.err);
+    cli_result_free(&c);
+    const char *cmds[] = {"run", "chat", "serve"};
+    for (int i = 0; i < 3; i++) {
+        char *argv[] = {coli, (char *)cmds[i], "-m", model, "--chat-template-kwargs", "{\"enable_thinking\":1}", NULL};
+        c = cli_run(argv);
+        cr_expect_eq(c.status, 2, "%s: exit %d (%s)", cmds[i], c.status, c.err);
+        cr_expect(strstr(c.err, "--chat-template-kwargs") && strstr(c.err, "must be true or false"), "%s: %s", cmds[i],
+                  c.err);
+        cli_result_free(&c);
+    }
+    char *serve_mistral[] = {coli,
+                             "serve",
+                             "-m",
+                             model,
+                             "--port",
+                             "0",
+                             "--host",
+                             "127.0.0.1",
+                             "--chat-template-kwargs",
+                             "{\"enable_thinking\":false}",
+                             NULL};
+    c = cli_run(serve_mistral);
+    cr_expect_eq(c.status, 1, "serve with a switch its template lacks: exit %d (%s)", c.status, c.err);
+    cr_expect(strstr(c.err, "no thinking switch") != NULL, "%s", c.err);
+    cli_result_free(&c);
 }

@@ -32,6 +32,7 @@ typedef struct chat_state {
     coli_sampling_params sp; /* n_predict: the most tokens per answer */
     chat_family family;
     const char *default_system; /* ChatML templates that carry one */
+    int thinking;               /* --chat-template-kwargs enable_thinking (CHAT_THINKING_DEFAULT: not given) */
     char *bos, *eos;
     chat_message *msgs; /* owned role/content strings */
     int n_msgs, cap_msgs;
@@ -104,7 +105,8 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
 /* The conversation's ids: rendered, tokenized (special tokens parsed, BOS from the template). */
 static int s_prompt_ids(chat_state *c, int32_t **ids, int *n) {
     char *text = NULL, err[512];
-    if (chat_render(c->family, c->msgs, c->n_msgs, c->bos, c->eos, c->default_system, &text, err, sizeof err)) {
+    if (chat_render(c->family, c->msgs, c->n_msgs, &(chat_options){c->bos, c->eos, c->default_system, c->thinking},
+                    &text, err, sizeof err)) {
         fprintf(stderr, "coli chat: %s\n", err);
         return -1;
     }
@@ -211,10 +213,12 @@ static int s_loop(chat_state *c) {
     return rc;
 }
 
-static int s_chat(const model_opts *o, const coli_sampling_params *sp, const char *system, const char *tmpl) {
+static int s_chat(const model_opts *o, const coli_sampling_params *sp, const char *system, const char *tmpl,
+                  int thinking) {
     chat_state c;
     memset(&c, 0, sizeof c);
     c.sp = *sp;
+    c.thinking = thinking;
     int rc = model_opts_open(o, NULL, &c.m, &c.ctx);
     if (rc) return rc;
     coli_model_info info;
@@ -232,6 +236,12 @@ static int s_chat(const model_opts *o, const coli_sampling_params *sp, const cha
                 "coli chat: %s: the model's chat template is not one colibri can render (%s); choose one with "
                 "--chat-template NAME\n",
                 o->model, chat_family_list());
+        rc = CLI_FAIL;
+    } else if (thinking != CHAT_THINKING_DEFAULT && c.family != CHAT_QWEN3) {
+        fprintf(stderr,
+                "coli chat: --chat-template-kwargs: enable_thinking: the %s chat template has no thinking switch "
+                "(qwen3 has)\n",
+                chat_family_name(c.family));
         rc = CLI_FAIL;
     } else if (!c.bos || !c.eos || (system && s_add_message(&c, "system", system))) {
         fprintf(stderr, "coli chat: out of memory\n");
@@ -258,13 +268,15 @@ int cmd_chat(int argc, char **argv) {
     coli_sampling_params sp;
     coli_sampling_default_params(&sp);
     sp.n_predict = 512;
-    const char *system = NULL, *tmpl = NULL;
+    const char *system = NULL, *tmpl = NULL, *chat_kwargs = NULL;
+    int thinking = CHAT_THINKING_DEFAULT;
     sampling_help help;
     sampling_help_init(&help, &sp);
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(mo),
         {"--system", "-sys", ARG_STR, &system, 0, 0, 0, "TEXT", "a system message to start the conversation with"},
         CHAT_TEMPLATE_SPEC(tmpl),
+        CHAT_KWARGS_SPEC(chat_kwargs),
         {"--n-predict", "-n", ARG_INT, &sp.n_predict, -1, 1 << 24, 0, "N",
          "most tokens per answer (default 512, -1 = the context's room)"},
         SAMPLING_SPECS(sp, help),
@@ -279,10 +291,12 @@ int cmd_chat(int argc, char **argv) {
         return 0;
     }
     if (rc) return rc;
-    if ((rc = model_opts_check("chat", &mo)) || (rc = chat_template_check("chat", tmpl))) return rc;
+    if ((rc = model_opts_check("chat", &mo)) || (rc = chat_template_check("chat", tmpl)) ||
+        (rc = chat_kwargs_check("chat", chat_kwargs, &thinking)))
+        return rc;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = s_on_sigint; /* no SA_RESTART: Ctrl-C at the prompt interrupts getline */
     sigaction(SIGINT, &sa, NULL);
-    return s_chat(&mo, &sp, system, tmpl);
+    return s_chat(&mo, &sp, system, tmpl, thinking);
 }

@@ -18,6 +18,8 @@ typedef struct run_flags {
     coli_sampling_params sp;
     const char *prompt, *prompt_file;
     const char *chat_template; /* --chat-template NAME, NULL: the prompt as it is */
+    const char *chat_kwargs;   /* --chat-template-kwargs JSON (with --chat-template only) */
+    int thinking;              /* its enable_thinking, CHAT_THINKING_DEFAULT: not given */
 } run_flags;
 
 /* Called per generated token: print its complete UTF-8 bytes right away. */
@@ -33,7 +35,8 @@ static int print_token(void *user, int32_t id, const char *text, size_t len) {
 
 /* The prompt as one user message in the chat template name (the template
  * text carries BOS): malloc'd into *out, or CLI_FAIL (printed). */
-static int render_chat(const coli_model *m, const char *name, const char *prompt, size_t len, char **out) {
+static int render_chat(const coli_model *m, const char *name, int thinking, const char *prompt, size_t len,
+                       char **out) {
     coli_model_info info;
     coli_model_get_info(m, &info);
     const char *source, *bos = info.bos_id >= 0 ? coli_token_text(m, info.bos_id) : "",
@@ -41,9 +44,10 @@ static int render_chat(const coli_model *m, const char *name, const char *prompt
     chat_family f = chat_template_pick(name, &info, &source);
     char *text = strndup(prompt, len), err[512];
     chat_message msg = {"user", text};
-    int rc =
-        text ? chat_render(f, &msg, 1, bos, eos, chat_template_default_system(info.chat_template), out, err, sizeof err)
-             : -1;
+    int rc = text ? chat_render(f, &msg, 1,
+                                &(chat_options){bos, eos, chat_template_default_system(info.chat_template), thinking},
+                                out, err, sizeof err)
+                  : -1;
     if (rc) fprintf(stderr, "coli run: --chat-template %s: %s\n", name, text ? err : "out of memory");
     free(text);
     return rc ? CLI_FAIL : 0;
@@ -107,7 +111,7 @@ static int generate(const run_flags *f, const char *prompt, size_t len) {
     mo.stats_json = NULL; /* write_stats_json below */
     int rc = model_opts_open(&mo, NULL, &m, &ctx);
     if (rc) return rc;
-    if (f->chat_template && (rc = render_chat(m, f->chat_template, prompt, len, &chat)) == 0) {
+    if (f->chat_template && (rc = render_chat(m, f->chat_template, f->thinking, prompt, len, &chat)) == 0) {
         prompt = chat;
         len = strlen(chat);
     }
@@ -159,6 +163,7 @@ int cmd_run(int argc, char **argv) {
         SAMPLING_SPECS(f.sp, help),
         {"--stats-json", NULL, ARG_STR, &f.m.stats_json, 0, 0, 0, "FILE", "write the run's stats as JSON to FILE"},
         CHAT_TEMPLATE_SPEC(f.chat_template),
+        CHAT_KWARGS_SPEC(f.chat_kwargs),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("run", argc, argv, specs, n_specs, NULL, 0, NULL);
@@ -169,7 +174,12 @@ int cmd_run(int argc, char **argv) {
         return 0;
     }
     if (rc) return rc;
-    if ((rc = model_opts_check("run", &f.m)) || (rc = chat_template_check("run", f.chat_template))) return rc;
+    if ((rc = model_opts_check("run", &f.m)) || (rc = chat_template_check("run", f.chat_template)) ||
+        (rc = chat_kwargs_check("run", f.chat_kwargs, &f.thinking)))
+        return rc;
+    if (f.chat_kwargs && !f.chat_template)
+        return args_error("run", "--chat-template-kwargs",
+                          "only with --chat-template (without it the prompt is used as it is)");
     if (f.prompt && f.prompt_file) return args_error("run", "-f", "give either -p or -f, not both");
     if (!f.prompt && !f.prompt_file) return args_error("run", "-p", "required (the prompt text, or -f FILE)");
     if (f.prompt) return generate(&f, f.prompt, strlen(f.prompt));

@@ -53,6 +53,13 @@ static int s_load(server *s, const model_opts *o, const char *tmpl) {
     s->model_id = s->cfg.alias ? s->cfg.alias : s->info.name;
     s->model_path = o->model;
     s->family = chat_template_pick(tmpl, &s->info, &s->family_source);
+    if (s->chat_thinking != CHAT_THINKING_DEFAULT && s->family != CHAT_QWEN3) {
+        fprintf(stderr,
+                "coli serve: --chat-template-kwargs: enable_thinking: the %s chat template has no thinking "
+                "switch (qwen3 has)\n",
+                chat_family_name(s->family));
+        return CLI_FAIL;
+    }
     s->bos_text = s_token_string(s->model, s->info.bos_id);
     s->eos_text = s_token_string(s->model, s->info.eos_id);
     if (!s->bos_text || !s->eos_text) {
@@ -182,7 +189,7 @@ int cmd_serve(int argc, char **argv) {
     s_config_defaults(&s->cfg);
     int max_body_kib = 1024, prefix_mb = 256;
     float grace_s = 30;
-    const char *tmpl = NULL, *key_file = NULL;
+    const char *tmpl = NULL, *key_file = NULL, *chat_kwargs = NULL;
     sampling_help help;
     sampling_help_init(&help, &s->cfg.sampling);
     snprintf(help.seed, sizeof help.seed, "the seed of requests that give none (default: a fresh one each)");
@@ -225,6 +232,7 @@ int cmd_serve(int argc, char **argv) {
         {"--prefill-chunk", NULL, ARG_INT, &s->cfg.prefill_chunk, 1, 4096, 0, "N",
          "prompt tokens evaluated per turn while other requests decode (default 64)"},
         CHAT_TEMPLATE_SPEC(tmpl),
+        CHAT_KWARGS_SPEC(chat_kwargs),
         SAMPLING_SPECS(s->cfg.sampling, help),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
@@ -239,6 +247,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!rc) rc = model_opts_check("serve", &mo);
     if (!rc) rc = chat_template_check("serve", tmpl);
+    if (!rc) rc = chat_kwargs_check("serve", chat_kwargs, &s->chat_thinking);
     if (!rc) rc = s_config_finish(s, &mo, key_file, max_body_kib, prefix_mb, grace_s);
     if (!rc) {
         metrics_init(&s->metrics);

@@ -1,6 +1,8 @@
 /* model_opts.c - shared model flags and loading; see model_opts.h. */
 #include "tools/coli/model_opts.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +96,17 @@ int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_spec
 int chat_template_check(const char *cmd, const char *name) {
     if (!name || !strcmp(name, "auto") || chat_family_from_name(name) != CHAT_UNKNOWN) return ARGS_OK;
     return args_error(cmd, "--chat-template", "unknown template '%s' (known: auto, %s)", name, chat_family_list());
+}
+
+int chat_kwargs_check(const char *cmd, const char *json, int *thinking) {
+    *thinking = CHAT_THINKING_DEFAULT;
+    if (!json) return ARGS_OK;
+    cJSON *kw = cJSON_Parse(json);
+    char err[160];
+    int rc = kw ? chat_kwargs_parse(kw, thinking, err, sizeof err) : -1;
+    cJSON_Delete(kw);
+    if (!kw) return args_error(cmd, "--chat-template-kwargs", "not valid JSON: %.60s", json);
+    return rc ? args_error(cmd, "--chat-template-kwargs", "%s", err) : ARGS_OK;
 }
 
 chat_family chat_template_pick(const char *name, const coli_model_info *info, const char **source) {

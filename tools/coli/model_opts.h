@@ -175,6 +175,19 @@ int chat_template_check(const char *cmd, const char *name);
  * which ("--chat-template", "tokenizer.chat_template", "architecture", "none"). */
 chat_family chat_template_pick(const char *name, const coli_model_info *info, const char **source);
 
+/* --chat-template-kwargs JSON of run, chat and serve (NULL: not given):
+ * *thinking set from it (chat_kwargs_parse; CHAT_THINKING_DEFAULT when not
+ * given). Returns ARGS_OK, or ARGS_ERROR with a usage error naming the key. */
+int chat_kwargs_check(const char *cmd, const char *json, int *thinking);
+
+/* The arg_spec entry of --chat-template-kwargs for a const char * lvalue. */
+#define CHAT_KWARGS_SPEC(json)                                                                \
+    {                                                                                         \
+        "--chat-template-kwargs", NULL, ARG_STR, &(json), 0, 0, 0, "JSON",                    \
+            "template options as llama.cpp takes them; known: enable_thinking (qwen3), e.g. " \
+            "'{\"enable_thinking\":false}'"                                                   \
+    }
+
 /* The arg_spec entry of --chat-template for a const char * lvalue. */
 #define CHAT_TEMPLATE_SPEC(name)                                             \
     {                                                                        \

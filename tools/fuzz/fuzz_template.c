@@ -44,8 +44,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)chat_template_default_system(text);
     for (int f = 0; f <= CHAT_LLAMA3; f++) {
         char *out = NULL, err[256] = "";
-        int rc = chat_render((chat_family)f, msgs, n, "<s>", "</s>", data[0] & 1 ? "You are helpful." : NULL, &out, err,
-                             sizeof err);
+        int rc = chat_render(
+            (chat_family)f, msgs, n,
+            &(chat_options){"<s>", "</s>", data[0] & 1 ? "You are helpful." : NULL, (int)((data[0] >> 1) % 3) - 1},
+            &out, err, sizeof err);
         if (rc == 0) {
             if (!out) __builtin_trap();
             s_sink += (unsigned)strlen(out);

@@ -219,6 +219,7 @@ typedef struct server {
     const char *model_path;    /* -m */
     chat_family family;        /* CHAT_UNKNOWN: chat requests fail with a clear error */
     const char *family_source; /* "tokenizer.chat_template" | "architecture" */
+    int chat_thinking;         /* --chat-template-kwargs enable_thinking, CHAT_THINKING_DEFAULT: not given */
     char *bos_text, *eos_text;
     atomic_int ready;         /* model loaded, slots started */
     atomic_int stopping;      /* no new requests; queued ones were answered 503 */

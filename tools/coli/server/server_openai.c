@@ -59,7 +59,7 @@ static int s_is_int(const cJSON *v, double lo, double hi) {
 static const char *const s_known_chat[] = {
     "messages", "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens",
     "max_completion_tokens", "stop", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n",
-    "logprobs", "top_logprobs", "response_format", "user",
+    "logprobs", "top_logprobs", "response_format", "chat_template_kwargs", "user",
     /* accepted only at their neutral value (s_unsupported) */
     "n", "logit_bias", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls", NULL};
 static const char *const s_known_completions[] = {"prompt",
@@ -283,6 +283,13 @@ static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r
     if (!cJSON_IsArray(msgs)) return s_bad(p, "messages", "messages: must be an array");
     int n = cJSON_GetArraySize(msgs);
     if (n < 1 || n > MAX_MESSAGES) return s_bad(p, "messages", "messages: must hold 1 to %d messages", MAX_MESSAGES);
+    const cJSON *kwargs = s_get(root, "chat_template_kwargs");
+    chat_options opts = {s->bos_text, s->eos_text, chat_template_default_system(s->info.chat_template),
+                         s->chat_thinking};
+    if (kwargs && chat_kwargs_parse(kwargs, &opts.thinking, p->err, p->cap)) {
+        *p->param = "chat_template_kwargs";
+        return 400;
+    }
     chat_message *cm = calloc((size_t)n, sizeof *cm);
     if (!cm) return 500;
     int rc = 0, i = 0;
@@ -306,9 +313,8 @@ static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r
                  s->model_id, chat_family_list());
         *p->param = "messages";
         rc = 400;
-    } else if (!rc && chat_render(s->family, cm, n, s->bos_text, s->eos_text,
-                                  chat_template_default_system(s->info.chat_template), &r->prompt, p->err, p->cap)) {
-        *p->param = "messages";
+    } else if (!rc && chat_render(s->family, cm, n, &opts, &r->prompt, p->err, p->cap)) {
+        *p->param = strncmp(p->err, "chat_template_kwargs", 20) ? "messages" : "chat_template_kwargs";
         rc = 400;
     }
     for (int k = 0; k < n; k++) free((char *)cm[k].content);

@@ -11,8 +11,10 @@
  *   Qwen3:            ChatML; an assistant turn before the last user message
  *                     loses its <think>...</think> part, one after it keeps it
  *                     as "<think>\nR\n</think>\n\n" (Qwen3's tokenizer_config.json).
- *                     Thinking stays on (enable_thinking undefined); Qwen3's
- *                     "/no_think" in a message is plain text and works.
+ *                     enable_thinking false (chat_template_kwargs) adds an
+ *                     empty "<think>\n\n</think>\n\n" after the generation
+ *                     prompt, as the template does; left unset, thinking is
+ *                     on, and Qwen3's "/no_think" in a message works as text.
  *   DeepSeek V2:      <bos>system\n\nUser: ..\n\nAssistant: ..<eos>User: ..\n\nAssistant:
  *                     (DeepSeek-V2-Chat's tokenizer_config.json)
  *   DeepSeek V3:      <bos>system<｜User｜>..<｜Assistant｜>..<｜end▁of▁sentence｜>..<｜Assistant｜>
@@ -25,6 +27,7 @@
 #include "tools/coli/server/server_template.h"
 #include "core/strbuf.h"
 
+#include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,7 +239,7 @@ static int s_qwen3_last_query(const chat_message *m, int n) {
     return n - 1;
 }
 
-static int s_qwen3(coli_strbuf *b, const chat_message *m, int n) {
+static int s_qwen3(coli_strbuf *b, const chat_message *m, int n, int thinking) {
     static const char *names[] = {"system", "user", "assistant"};
     int last_query = s_qwen3_last_query(m, n);
     for (int i = 0; i < n; i++) {
@@ -260,6 +263,7 @@ static int s_qwen3(coli_strbuf *b, const chat_message *m, int n) {
         s_put(b, "<|im_end|>\n");
     }
     s_put(b, "<|im_start|>assistant\n");
+    if (thinking == 0) s_put(b, "<think>\n\n</think>\n\n"); /* enable_thinking false: an empty thought */
     return 0;
 }
 
@@ -311,8 +315,22 @@ static int s_llama3(coli_strbuf *b, const chat_message *m, int n, const char *bo
     return 0;
 }
 
-int chat_render(chat_family f, const chat_message *msgs, int n, const char *bos, const char *eos,
-                const char *chatml_default_system, char **out, char *err, size_t err_cap) {
+int chat_kwargs_parse(const cJSON *kwargs, int *thinking, char *err, size_t err_cap) {
+    if (!cJSON_IsObject(kwargs)) return s_err(err, err_cap, "chat_template_kwargs: must be a JSON object");
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, kwargs) {
+        if (strcmp(kv->string, "enable_thinking") != 0)
+            return s_err(err, err_cap, "chat_template_kwargs.%.64s: not supported (known: enable_thinking)",
+                         kv->string);
+        if (!cJSON_IsBool(kv))
+            return s_err(err, err_cap, "chat_template_kwargs.enable_thinking: must be true or false");
+        *thinking = cJSON_IsTrue(kv);
+    }
+    return 0;
+}
+
+int chat_render(chat_family f, const chat_message *msgs, int n, const chat_options *o, char **out, char *err,
+                size_t err_cap) {
     *out = NULL;
     if (f == CHAT_UNKNOWN)
         return s_err(
@@ -320,6 +338,10 @@ int chat_render(chat_family f, const chat_message *msgs, int n, const char *bos,
             "this model's chat template is not one colibri knows (%s); use /v1/completions with your own prompt format",
             chat_family_list());
     if (n <= 0) return s_err(err, err_cap, "messages: empty (at least one message is needed)");
+    if (o->thinking != CHAT_THINKING_DEFAULT && f != CHAT_QWEN3)
+        return s_err(err, err_cap,
+                     "chat_template_kwargs.enable_thinking: the %s chat template has no thinking switch (qwen3 has)",
+                     chat_family_name(f));
     for (int i = 0; i < n; i++) {
         if (s_role(msgs[i].role) == ROLE_BAD)
             return s_err(err, err_cap, "messages[%d].role: '%s' is not supported (system, developer, user, assistant)",
@@ -328,12 +350,11 @@ int chat_render(chat_family f, const chat_message *msgs, int n, const char *bos,
     }
     coli_strbuf b = {0};
     int rc = 0;
-    bos = bos ? bos : "";
-    eos = eos ? eos : "";
+    const char *bos = o->bos ? o->bos : "", *eos = o->eos ? o->eos : "";
     switch (f) {
     case CHAT_MISTRAL: rc = s_mistral(&b, msgs, n, bos, eos, err, err_cap); break;
-    case CHAT_CHATML: rc = s_chatml(&b, msgs, n, chatml_default_system); break;
-    case CHAT_QWEN3: rc = s_qwen3(&b, msgs, n); break;
+    case CHAT_CHATML: rc = s_chatml(&b, msgs, n, o->default_system); break;
+    case CHAT_QWEN3: rc = s_qwen3(&b, msgs, n, o->thinking); break;
     case CHAT_DEEPSEEK2: rc = s_deepseek2(&b, msgs, n, bos, eos); break;
     case CHAT_DEEPSEEK3: rc = s_deepseek3(&b, msgs, n, bos); break;
     case CHAT_LLAMA3: rc = s_llama3(&b, msgs, n, bos); break;

@@ -16,6 +16,9 @@
  *   no template: llama -> mistral, olmoe -> olmo, qwen2moe -> chatml, qwen3moe -> qwen3
  *   (deepseek2 files are V2 or V3: no guess)
  *
+ * chat_template_kwargs {"enable_thinking": false} turns Qwen3's thinking off
+ * as its template does; no other family has a switch (refused).
+ *
  * Used by `coli serve`, `coli chat` and `coli run --chat-template`; pure
  * string work, no model needed.
  */
@@ -51,17 +54,37 @@ chat_family chat_family_from_name(const char *name);
 #define CHAT_FAMILY_NAMES "mistral, chatml, olmo, qwen3, deepseek2, deepseek3, llama3"
 const char *chat_family_list(void);
 
+/* How to render: bos/eos, the vocabulary's BOS/EOS text ("<s>", "</s>"; ""
+ * or NULL if none); default_system, a system line to add when the
+ * conversation has none (Qwen's templates do this), or NULL; thinking, the
+ * templates' enable_thinking: CHAT_THINKING_DEFAULT (not set: the template's
+ * own default), 0 or 1. Only qwen3 has the switch; another family given 0
+ * or 1 is an error (refused rather than ignored). */
+#define CHAT_THINKING_DEFAULT (-1)
+typedef struct chat_options {
+    const char *bos, *eos, *default_system;
+    int thinking;
+} chat_options;
+
 /* The prompt for msgs followed by the start of the assistant's answer (the
  * templates' add_generation_prompt; a Mistral conversation that ends with
- * an assistant message instead leaves it open, to be continued).
- * bos/eos: the vocabulary's BOS/EOS text ("<s>", "</s>"; "" if none); the
- * result is meant to be tokenized with special-token parsing and without an
- * automatic BOS. chatml_default_system: a system line to add when the
- * conversation has none (Qwen's templates do this), or NULL.
+ * an assistant message instead leaves it open, to be continued; qwen3 with
+ * thinking 0 adds the empty "<think>\n\n</think>\n\n" its template adds).
+ * The result is meant to be tokenized with special-token parsing and
+ * without an automatic BOS.
  * Returns 0 and a malloc'd *out, or -1 with a one-line reason in err
- * (unknown family, unknown role, roles out of order, empty conversation). */
-int chat_render(chat_family f, const chat_message *msgs, int n, const char *bos, const char *eos,
-                const char *chatml_default_system, char **out, char *err, size_t err_cap);
+ * (unknown family, unknown role, roles out of order, empty conversation,
+ * a thinking switch the family does not have). */
+int chat_render(chat_family f, const chat_message *msgs, int n, const chat_options *o, char **out, char *err,
+                size_t err_cap);
+
+/* chat_template_kwargs (a request field of coli serve; --chat-template-kwargs
+ * JSON of run, chat and serve), parsed: an object whose only known key is
+ * enable_thinking (true or false) -> *thinking (0 / 1; untouched when the
+ * object does not set it). Returns 0, or -1 with a one-line reason in err
+ * naming the key (any other key is refused rather than ignored). */
+struct cJSON;
+int chat_kwargs_parse(const struct cJSON *kwargs, int *thinking, char *err, size_t err_cap);
 
 /* The default system line a ChatML template carries, if any (Qwen: "You are a
  * helpful assistant."), else NULL. */
