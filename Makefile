@@ -320,7 +320,7 @@ $(FUZZ_LIB): | fuzz-deps
 	$(MAKE) --no-print-directory BUILD=$(FUZZ_LIBDIR) CC=clang OPT=-O1 \
 	  SANFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" $(FUZZ_LIB)
 
-FUZZ_EXTRA_openai   := tools/coli/server/server_openai.c tools/coli/server/server_template.c \
+FUZZ_EXTRA_openai   := tools/coli/server/server_openai.c tools/coli/server/server_template.c tools/coli/server/server_reasoning.c \
                        tools/coli/server/server_grammar.c tools/coli/server/server_utf8.c tools/coli/model_opts.c \
                        tools/coli/args.c
 FUZZ_EXTRA_template := tools/coli/server/server_template.c

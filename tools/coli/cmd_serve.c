@@ -181,6 +181,16 @@ static int s_config_finish(server *s, const model_opts *mo, const char *key_file
     return rc;
 }
 
+/* --chat-template, --chat-template-kwargs and --reasoning-format, checked into s. */
+static int s_chat_flags(server *s, const char *tmpl, const char *chat_kwargs, const char *reasoning) {
+    int rc = chat_template_check("serve", tmpl);
+    if (!rc) rc = chat_kwargs_check("serve", chat_kwargs, &s->chat_thinking);
+    if (!rc && reasoning && reasoning_format_parse(reasoning, &s->cfg.reasoning))
+        rc = args_error("serve", "--reasoning-format", "unknown format '%s' (known: %s)", reasoning,
+                        REASONING_FORMAT_NAMES);
+    return rc;
+}
+
 int cmd_serve(int argc, char **argv) {
     model_opts mo;
     memset(&mo, 0, sizeof mo);
@@ -189,7 +199,7 @@ int cmd_serve(int argc, char **argv) {
     s_config_defaults(&s->cfg);
     int max_body_kib = 1024, prefix_mb = 256;
     float grace_s = 30;
-    const char *tmpl = NULL, *key_file = NULL, *chat_kwargs = NULL;
+    const char *tmpl = NULL, *key_file = NULL, *chat_kwargs = NULL, *reasoning = NULL;
     sampling_help help;
     sampling_help_init(&help, &s->cfg.sampling);
     snprintf(help.seed, sizeof help.seed, "the seed of requests that give none (default: a fresh one each)");
@@ -233,6 +243,9 @@ int cmd_serve(int argc, char **argv) {
          "prompt tokens evaluated per turn while other requests decode (default 64)"},
         CHAT_TEMPLATE_SPEC(tmpl),
         CHAT_KWARGS_SPEC(chat_kwargs),
+        {"--reasoning-format", NULL, ARG_STR, &reasoning, 0, 0, 0, "FORMAT",
+         "chat answers of thinking models: none (as generated, default) or deepseek / auto (the "
+         "<think>..</think> part in reasoning_content); a request's reasoning_format wins"},
         SAMPLING_SPECS(s->cfg.sampling, help),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
@@ -246,8 +259,7 @@ int cmd_serve(int argc, char **argv) {
         return 0;
     }
     if (!rc) rc = model_opts_check("serve", &mo);
-    if (!rc) rc = chat_template_check("serve", tmpl);
-    if (!rc) rc = chat_kwargs_check("serve", chat_kwargs, &s->chat_thinking);
+    if (!rc) rc = s_chat_flags(s, tmpl, chat_kwargs, reasoning);
     if (!rc) rc = s_config_finish(s, &mo, key_file, max_body_kib, prefix_mb, grace_s);
     if (!rc) {
         metrics_init(&s->metrics);

@@ -10,6 +10,7 @@
  *   server_dashboard.c GET / (/dashboard): the live page (dashboard.html, built in); /dashboard.json
  *   server_grammar.c   response_format: a JSON (schema) state machine masking the logits
  *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
+ *   server_reasoning.c reasoning_format deepseek: "<think>..</think>" apart as reasoning_content
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
  *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots,
  *                      the prefix cache (a request first restores the longest cached
@@ -114,6 +115,7 @@ typedef struct gen_request {
     int n_ids;
     int add_special;              /* BOS by the vocabulary (completions) or by the template text (chat) */
     struct json_grammar *grammar; /* response_format json_object / json_schema; NULL: free text */
+    int reasoning;                /* chat: REASONING_NONE or REASONING_DEEPSEEK (reasoning_format) */
 } gen_request;
 
 /* One generated token's log-probabilities and where its text lies in job.raw. */
@@ -125,6 +127,36 @@ typedef struct tok_logprob {
 } tok_logprob;
 
 void gen_request_free(gen_request *r);
+
+// ---------------------------------------------------------------------------
+// reasoning_format (server_reasoning.c)
+
+enum {
+    REASONING_NONE = 0,    /* the answer as generated, thought and all, in content */
+    REASONING_DEEPSEEK = 1 /* "<think>R</think>A": R in reasoning_content, A in content */
+};
+
+/* The two parts of an answer's text t[0..len): t[reasoning_start..+reasoning_len)
+ * and t[content_start..+content_len). final 0 (still generating): only what
+ * later text cannot change (each part only grows as text is added). */
+typedef struct reasoning_split {
+    size_t reasoning_start, reasoning_len, content_start, content_len;
+} reasoning_split;
+reasoning_split reasoning_split_text(const char *t, size_t len, int final);
+/* What a stream sends next: the bytes each part grew by since *sent_reasoning
+ * / *sent_content of them went out (both advanced), and raw_end, how far
+ * into t the text sent so far reaches. */
+typedef struct reasoning_delta {
+    const char *reasoning;
+    size_t reasoning_len;
+    const char *content;
+    size_t content_len;
+    size_t raw_end;
+} reasoning_delta;
+reasoning_delta reasoning_next(const char *t, size_t len, int final, size_t *sent_reasoning, size_t *sent_content);
+/* "none" -> REASONING_NONE, "deepseek" or "auto" -> REASONING_DEEPSEEK; -1 for any other name. */
+int reasoning_format_parse(const char *name, int *out);
+#define REASONING_FORMAT_NAMES "none, deepseek, auto"
 
 typedef enum job_state {
     JOB_QUEUED,
@@ -206,6 +238,7 @@ typedef struct server_config {
     int prefix_block;              /* --prefix-block: tokens per cached block */
     int no_batching;               /* --no-batching: slots take turns one token each */
     int prefill_chunk;             /* --prefill-chunk: prompt tokens per turn when batching */
+    int reasoning;                 /* --reasoning-format: what a chat request starts from (REASONING_*) */
     int verbose;
 } server_config;
 

@@ -44,7 +44,17 @@ static char *s_final_json(server *s, const job *j) {
     if (j->req.chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", j->raw ? j->raw : "");
+        const char *raw = j->raw ? j->raw : "";
+        reasoning_split part = {0, 0, 0, j->raw ? j->raw_len : 0};
+        if (j->req.reasoning == REASONING_DEEPSEEK) part = reasoning_split_text(raw, j->raw ? j->raw_len : 0, 1);
+        char *content = strndup(raw + part.content_start, part.content_len);
+        cJSON_AddStringToObject(m, "content", content ? content : "");
+        free(content);
+        if (part.reasoning_len) {
+            char *reasoning = strndup(raw + part.reasoning_start, part.reasoning_len);
+            cJSON_AddStringToObject(m, "reasoning_content", reasoning ? reasoning : "");
+            free(reasoning);
+        }
     } else {
         cJSON_AddStringToObject(c, "text", j->raw ? j->raw : "");
     }

@@ -59,7 +59,7 @@ static int s_is_int(const cJSON *v, double lo, double hi) {
 static const char *const s_known_chat[] = {
     "messages", "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens",
     "max_completion_tokens", "stop", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n",
-    "logprobs", "top_logprobs", "response_format", "chat_template_kwargs", "user",
+    "logprobs", "top_logprobs", "response_format", "chat_template_kwargs", "reasoning_format", "user",
     /* accepted only at their neutral value (s_unsupported) */
     "n", "logit_bias", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls", NULL};
 static const char *const s_known_completions[] = {"prompt",
@@ -117,6 +117,16 @@ static int s_unsupported(parse_ctx *p, const cJSON *root) {
         }
         if (!neutral) return s_bad(p, names[i], "%s: not supported by this server", names[i]);
     }
+    return 0;
+}
+
+/* reasoning_format (chat): none, deepseek or auto (server_reasoning.c). */
+static int s_reasoning_format(server *s, parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *v = s_get(root, "reasoning_format");
+    r->reasoning = s->cfg.reasoning;
+    if (!v) return 0;
+    if (!cJSON_IsString(v) || reasoning_format_parse(v->valuestring, &r->reasoning))
+        return s_bad(p, "reasoning_format", "reasoning_format: must be one of %s", REASONING_FORMAT_NAMES);
     return 0;
 }
 
@@ -448,6 +458,7 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
     if (!rc) rc = s_logprobs(&p, root, r);
     if (!rc) rc = s_response_format(s, &p, root, r);
     if (!rc) rc = s_stop(&p, root, r);
+    if (!rc && chat) rc = s_reasoning_format(s, &p, root, r);
     if (!rc) rc = chat ? s_messages(s, &p, root, r) : s_prompt(s, &p, root, r);
     if (rc == 500) snprintf(err, err_cap, "out of memory while reading the request");
     cJSON_Delete(root);

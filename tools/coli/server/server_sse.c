@@ -23,11 +23,13 @@ typedef struct sse_stream {
     struct MHD_Connection *conn; /* suspended while the job has nothing new */
     coli_strbuf pending;         /* formatted events not yet handed to the connection */
     size_t pending_off;          /* bytes of pending already handed over */
-    size_t sent;                 /* bytes of j->raw already sent */
-    int lp_sent;                 /* entries of j->lp already sent */
-    int role_sent;               /* chat: the first chunk carries the role */
-    int finished;                /* [DONE] is in pending */
-    int oom;                     /* cJSON could not print an event (a failed append: pending.failed) */
+    size_t sent;                 /* bytes of j->raw already sent (with reasoning_format: covered) */
+    size_t reasoning_sent;       /* reasoning_format deepseek: bytes of each part already sent */
+    size_t content_sent;
+    int lp_sent;   /* entries of j->lp already sent */
+    int role_sent; /* chat: the first chunk carries the role */
+    int finished;  /* [DONE] is in pending */
+    int oom;       /* cJSON could not print an event (a failed append: pending.failed) */
 } sse_stream;
 
 static void s_put(sse_stream *st, const char *text) { coli_strbuf_appendf(&st->pending, "%s", text); }
@@ -46,8 +48,12 @@ static void s_event(sse_stream *st, cJSON *o) {
     free(text);
 }
 
-/* A chunk with new text (or the role, or the finish reason). */
-static void s_chunk(sse_stream *st, const char *text, size_t len, const char *finish) {
+/* A chunk with new text (or the role, or the finish reason): the answer's
+ * text, and with reasoning_format deepseek the reasoning's, reasoning_len
+ * bytes (0: no reasoning_content field); raw_end: how far into j->raw the
+ * chunk reaches (for the log-probabilities it completes). */
+static void s_chunk(sse_stream *st, const char *reasoning, size_t reasoning_len, const char *text, size_t len,
+                    size_t raw_end, const char *finish) {
     const job *j = st->j;
     cJSON *o = response_base(st->srv, j, j->req.chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
@@ -57,7 +63,13 @@ static void s_chunk(sse_stream *st, const char *text, size_t len, const char *fi
     if (j->req.chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (!st->role_sent) cJSON_AddStringToObject(d, "role", "assistant");
-        if (!finish || !st->role_sent) cJSON_AddStringToObject(d, "content", copy ? copy : "");
+        if (reasoning_len) {
+            char *r = strndup(reasoning, reasoning_len);
+            cJSON_AddStringToObject(d, "reasoning_content", r ? r : "");
+            free(r);
+        }
+        if ((!finish || !st->role_sent) && (len || !reasoning_len))
+            cJSON_AddStringToObject(d, "content", copy ? copy : "");
         st->role_sent = 1;
     } else {
         cJSON_AddStringToObject(c, "text", copy ? copy : "");
@@ -65,7 +77,7 @@ static void s_chunk(sse_stream *st, const char *text, size_t len, const char *fi
     free(copy);
     /* logprobs: the tokens whose text this chunk completes (at the end: all that are left) */
     int n_lp = st->lp_sent;
-    while (n_lp < j->n_lp && (finish || j->lp[n_lp].end <= st->sent + len)) n_lp++;
+    while (n_lp < j->n_lp && (finish || j->lp[n_lp].end <= raw_end)) n_lp++;
     if (j->req.sp.logprobs && (n_lp > st->lp_sent || !finish))
         cJSON_AddItemToObject(c, "logprobs", logprobs_json(st->srv, j, j->lp + st->lp_sent, n_lp - st->lp_sent));
     else
@@ -77,6 +89,17 @@ static void s_chunk(sse_stream *st, const char *text, size_t len, const char *fi
         cJSON_AddNullToObject(c, "finish_reason");
     if (j->req.include_usage) cJSON_AddNullToObject(o, "usage");
     s_event(st, o);
+}
+
+/* reasoning_format deepseek: what each part of raw[0..exposed) grew by since
+ * the last chunk (reasoning_next: the split only grows). */
+static void s_reasoning_chunk(sse_stream *st, int final) {
+    const job *j = st->j;
+    const reasoning_delta d =
+        reasoning_next(j->raw ? j->raw : "", j->exposed, final, &st->reasoning_sent, &st->content_sent);
+    st->sent = j->exposed;
+    if (d.reasoning_len || d.content_len)
+        s_chunk(st, d.reasoning, d.reasoning_len, d.content, d.content_len, d.raw_end, NULL);
 }
 
 /* The end: finish_reason chunk (or the error), usage, [DONE]. j->mu held. */
@@ -93,7 +116,7 @@ static void s_final(sse_stream *st) {
             cJSON_AddNullToObject(e, "code");
         s_event(st, o);
     } else {
-        s_chunk(st, "", 0, j->finish_reason);
+        s_chunk(st, "", 0, "", 0, j->exposed, j->finish_reason);
         if (j->req.include_usage) {
             cJSON *o = response_base(st->srv, j, j->req.chat ? "chat.completion.chunk" : "text_completion");
             cJSON_AddArrayToObject(o, "choices");
@@ -109,9 +132,11 @@ static void s_final(sse_stream *st) {
 static int s_collect(sse_stream *st) {
     job *j = st->j;
     pthread_mutex_lock(&j->mu);
-    if (!st->role_sent && j->req.chat) s_chunk(st, "", 0, NULL);
-    if (j->exposed > st->sent) {
-        s_chunk(st, j->raw + st->sent, j->exposed - st->sent, NULL);
+    if (!st->role_sent && j->req.chat) s_chunk(st, "", 0, "", 0, 0, NULL);
+    if (j->req.chat && j->req.reasoning == REASONING_DEEPSEEK) {
+        if (j->exposed > st->sent || j->state == JOB_DONE) s_reasoning_chunk(st, j->state == JOB_DONE);
+    } else if (j->exposed > st->sent) {
+        s_chunk(st, "", 0, j->raw + st->sent, j->exposed - st->sent, j->exposed, NULL);
         st->sent = j->exposed;
     }
     if (j->state == JOB_DONE) s_final(st);
