@@ -293,3 +293,69 @@ Test(serve_api, sampling_flags_are_request_defaults) {
     su_free(&r);
     cr_expect_eq(su_stop(&p), 0);
 }
+
+/* The id of the token whose text is piece (the last /tokenize entry with
+ * that piece: SentencePiece puts a space token first). */
+static int s_token_id(int port, const char *piece) {
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "content", piece);
+    cJSON_AddTrueToObject(req, "with_pieces");
+    char *body = cJSON_PrintUnformatted(req);
+    cJSON *t = s_post_json(port, "/tokenize", body);
+    int id = -1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(t, "tokens")) {
+        const cJSON *pc = cJSON_GetObjectItem(e, "piece");
+        if (cJSON_IsString(pc) && !strcmp(pc->valuestring, piece)) id = cJSON_GetObjectItem(e, "id")->valueint;
+    }
+    cJSON_Delete(t);
+    cJSON_Delete(req);
+    free(body);
+    return id;
+}
+
+/* logit_bias, OpenAI's shape: -100 bans the greedy choice, +100 makes a
+ * token the only choice, the JSON grammar still wins over a bias, and bad
+ * keys, values and shapes are refused naming the field. */
+Test(serve_api, logit_bias_bans_and_forces) {
+    char model[4096], body[256];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    const char *base = "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":0,\"logprobs\":1";
+    snprintf(body, sizeof body, "%s}", base);
+    cJSON *plain = s_post_json(p.port, "/v1/completions", body);
+    const cJSON *tokens = cJSON_GetObjectItem(cJSON_GetObjectItem(s_choice(plain), "logprobs"), "tokens");
+    char *first = strdup(cJSON_GetArrayItem(tokens, 0)->valuestring);
+    cJSON_Delete(plain);
+    const int id = s_token_id(p.port, first);
+    cr_assert_geq(id, 0, "no token with the piece [%s]", first);
+    snprintf(body, sizeof body, "%s,\"logit_bias\":{\"%d\":-100}}", base, id);
+    cJSON *banned = s_post_json(p.port, "/v1/completions", body);
+    tokens = cJSON_GetObjectItem(cJSON_GetObjectItem(s_choice(banned), "logprobs"), "tokens");
+    for (int i = 0; i < cJSON_GetArraySize(tokens); i++)
+        cr_expect_str_neq(cJSON_GetArrayItem(tokens, i)->valuestring, first, "token %d is the banned one", i);
+    cJSON_Delete(banned);
+    const int other = s_token_id(p.port, " hello");
+    cr_assert_geq(other, 0);
+    snprintf(body, sizeof body, "%s,\"logit_bias\":{\"%d\":100}}", base, other);
+    cJSON *forced = s_post_json(p.port, "/v1/completions", body);
+    cr_expect_str_eq(s_content(forced), " hello hello hello");
+    cJSON_Delete(forced);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4,\"temperature\":0,"
+             "\"logit_bias\":{\"%d\":100},\"response_format\":{\"type\":\"json_object\"}}",
+             other);
+    cJSON *json = s_post_json(p.port, "/v1/chat/completions", body);
+    cr_expect_eq(s_content(json)[0], '{', "the grammar wins: %s", s_content(json));
+    cJSON_Delete(json);
+    static const char *bad[] = {"{\"x\":1}", "{\"-1\":1}", "{\"99999999\":1}", "{\"5\":101}", "{\"5\":\"1\"}",
+                                "[1]",       "3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"x\",\"max_tokens\":1,\"logit_bias\":%s}", bad[i]);
+        http_resp r = su_post(p.port, "/v1/completions", body);
+        cr_expect_eq(r.status, 400, "%s: %s", bad[i], r.raw);
+        cr_expect(r.body && strstr(r.body, "\"param\":\"logit_bias\""), "%s: %s", bad[i], r.raw);
+        su_free(&r);
+    }
+    free(first);
+    cr_expect_eq(su_stop(&p), 0);
+}

@@ -104,12 +104,26 @@ for (let seed = 1; seed <= 3; seed++) {
 }
 check(parsed >= 1, 'json_schema answers finish', parsed);
 
+// logit_bias: +100 makes a token the only greedy choice; a bias out of range is refused, naming it
+{
+  const forced = await client.completions.create({ model: modelId, prompt: 'x', max_tokens: 2, temperature: 0, logit_bias: { '50': 100 } });
+  const root = baseURL.replace(/\/v1\/?$/, '');
+  const detok = await fetch(`${root}/detokenize`, { method: 'POST', headers: { Authorization: `Bearer ${apiKey}`, 'Content-Type': 'application/json' }, body: JSON.stringify({ tokens: [50] }) });
+  const { content: piece } = await detok.json();
+  check(forced.choices[0].text === piece + piece, 'logit_bias +100 forces the token', { text: forced.choices[0].text, piece });
+}
+try {
+  await client.completions.create({ model: modelId, prompt: 'x', max_tokens: 2, logit_bias: { '50': 500 } });
+  check(false, 'logit_bias 500 is refused');
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError && (e.param === 'logit_bias' || e.error?.param === 'logit_bias'), 'logit_bias out of range refused with its name', e.error);
+}
 // a field the server does not honour is refused, naming it
 try {
-  await client.completions.create({ model: modelId, prompt: 'x', max_tokens: 2, logit_bias: { '50': 5 } });
-  check(false, 'logit_bias is refused');
+  await client.completions.create({ model: modelId, prompt: 'x', max_tokens: 2, suffix: 'tail' });
+  check(false, 'suffix is refused');
 } catch (e) {
-  check(e instanceof OpenAI.BadRequestError && (e.param === 'logit_bias' || e.error?.param === 'logit_bias'), 'logit_bias refused with its name', e.error);
+  check(e instanceof OpenAI.BadRequestError && (e.param === 'suffix' || e.error?.param === 'suffix'), 'suffix refused with its name', e.error);
 }
 
 console.log(failures ? `${failures} checks failed` : 'all checks passed');

@@ -116,7 +116,13 @@ typedef struct gen_request {
     int add_special;              /* BOS by the vocabulary (completions) or by the template text (chat) */
     struct json_grammar *grammar; /* response_format json_object / json_schema; NULL: free text */
     int reasoning;                /* chat: REASONING_NONE or REASONING_DEEPSEEK (reasoning_format) */
+    int32_t *bias_id;             /* logit_bias: n_bias token ids and what is added to their logits */
+    float *bias;                  /* (-INFINITY for -100: a ban) */
+    int n_bias;
 } gen_request;
+
+/* Most logit_bias entries a request may carry. */
+#define SERVE_MAX_LOGIT_BIAS 1024
 
 /* One generated token's log-probabilities and where its text lies in job.raw. */
 typedef struct tok_logprob {

@@ -26,6 +26,8 @@ void gen_request_free(gen_request *r) {
     free(r->prompt);
     free(r->ids);
     json_grammar_free(r->grammar);
+    free(r->bias_id);
+    free(r->bias);
     memset(r, 0, sizeof *r);
 }
 
@@ -102,8 +104,8 @@ static int s_unknown_fields(parse_ctx *p, const cJSON *root, int chat) {
 
 /* Options that must keep their neutral value: absent, null, false, 0, 1 (n, best_of), {} or []. */
 static int s_unsupported(parse_ctx *p, const cJSON *root) {
-    static const char *names[] = {"echo",        "suffix",        "logit_bias",          "tools",   "functions",
-                                  "tool_choice", "function_call", "parallel_tool_calls", "best_of", "n"};
+    static const char *names[] = {
+        "echo", "suffix", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls", "best_of", "n"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cJSON *v = s_get(root, names[i]);
         if (!v) continue;
@@ -140,11 +142,41 @@ static int s_response_format(server *s, parse_ctx *p, const cJSON *root, gen_req
     if (!strcmp(type->valuestring, "text")) return 0;
     int rc = json_grammar_new(s, rf, &r->grammar, p->err, p->cap);
     if (rc) *p->param = "response_format";
-    if (!rc) {
-        r->sp.logit_filter = json_grammar_filter;
-        r->sp.logit_filter_user = r->grammar;
-    }
     return rc;
+}
+
+/* What a request does to each step's logits: its logit_bias, then the JSON
+ * grammar's mask (which the bias cannot get around). user: the gen_request. */
+static void s_logit_filter(void *user, float *logits, int n_vocab) {
+    const gen_request *r = user;
+    for (int i = 0; i < r->n_bias; i++)
+        if (r->bias_id[i] < n_vocab) logits[r->bias_id[i]] += r->bias[i];
+    if (r->grammar) json_grammar_filter(r->grammar, logits, n_vocab);
+}
+
+/* logit_bias: {"token id": bias in -100..100}, OpenAI's shape; -100 bans the token. */
+static int s_logit_bias(server *s, parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *v = s_get(root, "logit_bias"), *e;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsObject(v)) return s_bad(p, "logit_bias", "logit_bias: must be an object of token id: bias");
+    const int n = cJSON_GetArraySize(v);
+    if (n > SERVE_MAX_LOGIT_BIAS)
+        return s_bad(p, "logit_bias", "logit_bias: %d entries, at most %d", n, SERVE_MAX_LOGIT_BIAS);
+    if (n == 0) return 0;
+    if (!(r->bias_id = malloc((size_t)n * sizeof *r->bias_id)) || !(r->bias = malloc((size_t)n * sizeof *r->bias)))
+        return 500;
+    cJSON_ArrayForEach(e, v) {
+        char *end = NULL;
+        const long id = strtol(e->string, &end, 10);
+        if (!*e->string || *end || id < 0 || id >= s->info.n_vocab)
+            return s_bad(p, "logit_bias", "logit_bias: key '%.32s' is not a token id of this model (0..%d)", e->string,
+                         s->info.n_vocab - 1);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+            return s_bad(p, "logit_bias", "logit_bias[\"%.32s\"]: must be a number from -100 to 100", e->string);
+        r->bias_id[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = e->valuedouble == -100 ? -INFINITY : (float)e->valuedouble;
+    }
+    return 0;
 }
 
 /* A number field in [lo, hi] into *out; 0 if absent. */
@@ -457,6 +489,11 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
     if (!rc) rc = s_penalties(&p, root, r);
     if (!rc) rc = s_logprobs(&p, root, r);
     if (!rc) rc = s_response_format(s, &p, root, r);
+    if (!rc) rc = s_logit_bias(s, &p, root, r);
+    if (!rc && (r->grammar || r->n_bias)) {
+        r->sp.logit_filter = s_logit_filter;
+        r->sp.logit_filter_user = r;
+    }
     if (!rc) rc = s_stop(&p, root, r);
     if (!rc && chat) rc = s_reasoning_format(s, &p, root, r);
     if (!rc) rc = chat ? s_messages(s, &p, root, r) : s_prompt(s, &p, root, r);
