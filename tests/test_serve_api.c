@@ -347,8 +347,8 @@ Test(serve_api, logit_bias_bans_and_forces) {
     cJSON *json = s_post_json(p.port, "/v1/chat/completions", body);
     cr_expect_eq(s_content(json)[0], '{', "the grammar wins: %s", s_content(json));
     cJSON_Delete(json);
-    static const char *bad[] = {"{\"x\":1}", "{\"-1\":1}", "{\"99999999\":1}", "{\"5\":101}", "{\"5\":\"1\"}",
-                                "[1]",       "3"};
+    static const char *bad[] = {"{\"x\":1}",   "{\" 5\":1}",    "{\"+5\":1}", "{\"-1\":1}", "{\"99999999\":1}",
+                                "{\"5\":101}", "{\"5\":\"1\"}", "[1]",        "3"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(body, sizeof body, "{\"prompt\":\"x\",\"max_tokens\":1,\"logit_bias\":%s}", bad[i]);
         http_resp r = su_post(p.port, "/v1/completions", body);

@@ -167,8 +167,8 @@ static int s_logit_bias(server *s, parse_ctx *p, const cJSON *root, gen_request 
         return 500;
     cJSON_ArrayForEach(e, v) {
         char *end = NULL;
-        const long id = strtol(e->string, &end, 10);
-        if (!*e->string || *end || id < 0 || id >= s->info.n_vocab)
+        const long id = e->string[0] >= '0' && e->string[0] <= '9' ? strtol(e->string, &end, 10) : -1;
+        if (id < 0 || *end || id >= s->info.n_vocab)
             return s_bad(p, "logit_bias", "logit_bias: key '%.32s' is not a token id of this model (0..%d)", e->string,
                          s->info.n_vocab - 1);
         if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
