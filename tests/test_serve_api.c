@@ -264,6 +264,8 @@ Test(serve_api, tokenize_detokenize_props_alias_cors) {
     cr_expect(cJSON_IsString(cJSON_GetObjectItem(props, "chat_template")));
     cr_expect(cJSON_IsArray(cJSON_GetObjectItem(props, "devices")), "%s", r.body);
     cr_expect(cJSON_IsObject(cJSON_GetObjectItem(props, "build")));
+    cr_expect(cJSON_IsObject(cJSON_GetObjectItem(props, "chat_template_kwargs")), "%s", r.body);
+    cr_expect_str_eq(cJSON_GetObjectItem(props, "reasoning_format")->valuestring, "none");
     cr_expect(strstr(r.raw, "Access-Control-Allow-Origin: http://localhost:3000") != NULL, "%s", r.raw);
     cJSON_Delete(props);
     su_free(&r);

@@ -134,6 +134,9 @@ Test(serve_reasoning, request_field_and_flag) {
     cli_build_path(coli, sizeof coli, "bin/coli");
     const char *extra[] = {"--reasoning-format", "deepseek", NULL};
     serve_proc p = su_start(model, extra);
+    http_resp props = su_get(p.port, "/props");
+    cr_expect(props.body && strstr(props.body, "\"reasoning_format\":\"deepseek\""), "%s", props.raw);
+    su_free(&props);
     const char *base = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":12,\"temperature\":0";
     char body[512];
     snprintf(body, sizeof body, "%s,\"reasoning_format\":\"none\"}", base);

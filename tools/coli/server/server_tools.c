@@ -171,6 +171,10 @@ int handle_props(server *s, struct MHD_Connection *c) {
     cJSON_AddNumberToObject(o, "total_slots", s->cfg.n_slots);
     cJSON_AddStringToObject(o, "chat_template", chat_family_name(s->family));
     cJSON_AddStringToObject(o, "chat_template_source", s->family_source ? s->family_source : "none");
+    /* the request defaults the flags set: chat_template_kwargs ({} when not given), reasoning_format */
+    cJSON *kw = cJSON_AddObjectToObject(o, "chat_template_kwargs");
+    if (s->chat_thinking != CHAT_THINKING_DEFAULT) cJSON_AddBoolToObject(kw, "enable_thinking", s->chat_thinking);
+    cJSON_AddStringToObject(o, "reasoning_format", s->cfg.reasoning == REASONING_DEEPSEEK ? "deepseek" : "none");
     char *stats = server_stats_fresh(s);
     s_devices(o, stats);
     free(stats);
