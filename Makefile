@@ -305,7 +305,7 @@ FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -I.
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIBDIR  := $(FUZZ_DIR)/lib
-FUZZ_LIB     := $(FUZZ_LIBDIR)/lib/libcolibri.a
+FUZZ_LIB     := $(FUZZ_LIBDIR)/lib/libcolibri-internal.a
 FUZZ_LIBS    := -lzmq -lprotobuf-c -ldl -lm -lcjson -lmicrohttpd -pthread
 .PHONY: fuzz fuzz-deps fuzz-build $(FUZZ_LIB)
 fuzz-deps:

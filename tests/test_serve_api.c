@@ -361,3 +361,47 @@ Test(serve_api, logit_bias_bans_and_forces) {
     free(first);
     cr_expect_eq(su_stop(&p), 0);
 }
+
+/* n answers: one choice each, indexed 0..n-1, the prompt counted once and
+ * every answer's tokens; greedy answers are the same, sampled ones follow
+ * seed + index (so answer i equals a lone request with seed + i); each
+ * keeps its own JSON grammar state. */
+Test(serve_api, n_answers) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    cJSON *three =
+        s_post_json(p.port, "/v1/completions",
+                    "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"seed\":40,\"temperature\":1,\"n\":3}");
+    const cJSON *choices = cJSON_GetObjectItem(three, "choices");
+    cr_assert_eq(cJSON_GetArraySize(choices), 3, "%s", cJSON_PrintUnformatted(three));
+    int gen = 0;
+    for (int i = 0; i < 3; i++) {
+        const cJSON *c = cJSON_GetArrayItem(choices, i);
+        cr_expect_eq(cJSON_GetObjectItem(c, "index")->valueint, i);
+        char body[160];
+        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"seed\":%d,\"temperature\":1}",
+                 40 + i);
+        cJSON *alone = s_post_json(p.port, "/v1/completions", body);
+        cr_expect_str_eq(cJSON_GetObjectItem(c, "text")->valuestring, s_content(alone), "answer %d vs seed %d", i,
+                         40 + i);
+        gen += cJSON_GetObjectItem(cJSON_GetObjectItem(alone, "usage"), "completion_tokens")->valueint;
+        cJSON_Delete(alone);
+    }
+    const cJSON *usage = cJSON_GetObjectItem(three, "usage");
+    cr_expect_eq(cJSON_GetObjectItem(usage, "completion_tokens")->valueint, gen);
+    cr_expect_eq(cJSON_GetObjectItem(usage, "total_tokens")->valueint,
+                 gen + cJSON_GetObjectItem(usage, "prompt_tokens")->valueint);
+    cJSON_Delete(three);
+    cJSON *greedy = s_post_json(p.port, "/v1/chat/completions",
+                                CHAT("\"max_tokens\":6,\"temperature\":0,\"n\":2,"
+                                     "\"response_format\":{\"type\":\"json_object\"}"));
+    choices = cJSON_GetObjectItem(greedy, "choices");
+    cr_assert_eq(cJSON_GetArraySize(choices), 2);
+    const char *
+        a = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(choices, 0), "message"), "content")->valuestring,
+       *b = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(choices, 1), "message"), "content")->valuestring;
+    cr_expect_str_eq(a, b, "greedy answers agree");
+    cr_expect_eq(a[0], '{', "each answer has its own grammar: %s", a);
+    cJSON_Delete(greedy);
+    cr_expect_eq(su_stop(&p), 0);
+}

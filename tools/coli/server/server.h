@@ -53,6 +53,7 @@ struct MHD_Response;
 enum MHD_ConnectionNotificationCode;
 
 #define SERVE_MAX_STOP 4
+#define SERVE_MAX_CHOICES 16 /* n */
 
 // ---------------------------------------------------------------------------
 // metrics (server_metrics.c)
@@ -116,6 +117,7 @@ typedef struct gen_request {
     int add_special;              /* BOS by the vocabulary (completions) or by the template text (chat) */
     struct json_grammar *grammar; /* response_format json_object / json_schema; NULL: free text */
     int reasoning;                /* chat: REASONING_NONE or REASONING_DEEPSEEK (reasoning_format) */
+    int n_choices;                /* n: answers wanted (each its own job, server_handlers.c) */
     int32_t *bias_id;             /* logit_bias: n_bias token ids and what is added to their logits */
     float *bias;                  /* (-INFINITY for -100: a ban) */
     int n_bias;
@@ -197,6 +199,7 @@ typedef struct job {
     double t_arrival, t_first, t_last;
     char id[48];
     long long created;
+    struct job *next_choice; /* n > 1: the job of the next answer (this one holds a reference) */
 } job;
 
 job *job_new(int client_fd);

@@ -35,12 +35,10 @@ cJSON *usage_json(const job *j) {
     return u;
 }
 
-/* The whole answer of a finished job (j->mu held by the caller). */
-static char *s_final_json(server *s, const job *j) {
-    cJSON *o = response_base(s, j, j->req.chat ? "chat.completion" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+/* Answer index of a finished job, as one entry of "choices" (j->mu held by the caller). */
+static cJSON *s_choice_json(server *s, const job *j, int index) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", index);
     if (j->req.chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
@@ -63,7 +61,25 @@ static char *s_final_json(server *s, const job *j) {
     else
         cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", j->finish_reason);
-    cJSON_AddItemToObject(o, "usage", usage_json(j));
+    return c;
+}
+
+/* The whole answer of finished jobs: first and its next_choice chain, one
+ * choice each; usage counts the prompt once and every answer's tokens. */
+static char *s_final_json(server *s, job *first) {
+    cJSON *o = response_base(s, first, first->req.chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    int n_gen = 0, index = 0;
+    for (job *j = first; j; j = j->next_choice) {
+        pthread_mutex_lock(&j->mu);
+        cJSON_AddItemToArray(choices, s_choice_json(s, j, index++));
+        n_gen += j->n_gen;
+        pthread_mutex_unlock(&j->mu);
+    }
+    cJSON *u = usage_json(first);
+    cJSON_ReplaceItemInObject(u, "completion_tokens", cJSON_CreateNumber(n_gen));
+    cJSON_ReplaceItemInObject(u, "total_tokens", cJSON_CreateNumber(first->req.n_ids + n_gen));
+    cJSON_AddItemToObject(o, "usage", u);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
@@ -78,27 +94,66 @@ static int s_submit_error(server *s, struct MHD_Connection *c, int ep, int rc) {
     return http_reply_error(s, c, ep, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
 }
 
-int completion_reply(server *s, struct MHD_Connection *c, job *j) {
-    int ep = j->req.chat ? EP_CHAT : EP_COMPLETIONS;
-    pthread_mutex_lock(&j->mu);
-    if (j->state != JOB_DONE) { /* not yet: sleep until the slot thread wakes us (job_wake) */
+/* The first job of the chain that is not done, with its mu held; NULL if all are. */
+static job *s_running_choice(job *first) {
+    for (job *j = first; j; j = j->next_choice) {
+        pthread_mutex_lock(&j->mu);
+        if (j->state != JOB_DONE) return j;
+        pthread_mutex_unlock(&j->mu);
+    }
+    return NULL;
+}
+
+int completion_reply(server *s, struct MHD_Connection *c, job *first) {
+    int ep = first->req.chat ? EP_CHAT : EP_COMPLETIONS;
+    job *j = s_running_choice(first);
+    if (j) { /* not yet: sleep until that job's slot thread wakes us (job_wake), then look again */
         j->conn = c;
         http_suspend(c);
         pthread_mutex_unlock(&j->mu);
         return MHD_YES;
     }
-    pthread_mutex_unlock(&j->mu);
-    if (atomic_load(&j->cancel) && client_gone(j->client_fd)) return MHD_NO; /* nobody to answer */
-    pthread_mutex_lock(&j->mu);
-    char *text = j->error_http ? NULL : s_final_json(s, j);
-    int err = j->error_http;
-    const char *code = j->error_code;
-    char msg[sizeof j->error];
-    memcpy(msg, j->error, sizeof msg);
-    pthread_mutex_unlock(&j->mu);
-    if (err) return http_reply_error(s, c, ep, err, "server_error", code, NULL, "%s", msg);
+    if (atomic_load(&first->cancel) && client_gone(first->client_fd)) return MHD_NO; /* nobody to answer */
+    for (j = first; j; j = j->next_choice) { /* any answer that failed fails the request */
+        pthread_mutex_lock(&j->mu);
+        int err = j->error_http;
+        const char *code = j->error_code;
+        char msg[sizeof j->error];
+        memcpy(msg, j->error, sizeof msg);
+        pthread_mutex_unlock(&j->mu);
+        if (err) return http_reply_error(s, c, ep, err, "server_error", code, NULL, "%s", msg);
+    }
+    char *text = s_final_json(s, first);
     if (!text) return http_reply_error(s, c, ep, 500, "server_error", NULL, NULL, "out of memory for the reply");
     return http_reply_json(c, 200, text);
+}
+
+/* n > 1: the other answers, each parsed from the same body as its own job
+ * (its own grammar state, logit_bias, prompt tokens) with the seed moved by
+ * its index, chained behind first and queued. Returns 0, or an HTTP status
+ * with the jobs already queued cancelled. */
+static int s_more_choices(server *s, struct MHD_Connection *c, job *first, const char *body, size_t len) {
+    job *last = first;
+    for (int i = 1; i < first->req.n_choices; i++) {
+        job *j = job_new(http_connection_fd(c));
+        char err[1024];
+        const char *param = NULL;
+        int rc = j ? openai_parse(s, body, len, first->req.chat, &j->req, err, sizeof err, &param) : 500;
+        if (!rc) rc = openai_prepare_tokens(s, &j->req, err, sizeof err, &param);
+        if (!rc) {
+            j->req.sp.seed = first->req.sp.seed + (uint64_t)i;
+            last->next_choice = j; /* the chain holds it now */
+            last = j;
+            rc = server_submit(s, j);
+        } else {
+            job_release(j);
+        }
+        if (rc) {
+            for (job *k = first; k; k = k->next_choice) atomic_store(&k->cancel, 1);
+            return rc == 400 ? 500 : rc; /* the body parsed once already: a second failure is ours */
+        }
+    }
+    return 0;
 }
 
 int handle_completion(server *s, struct MHD_Connection *c, int chat, const char *body, size_t len) {
@@ -114,8 +169,12 @@ int handle_completion(server *s, struct MHD_Connection *c, int chat, const char 
         ret = http_reply_error(s, c, ep, rc, rc >= 500 ? "server_error" : "invalid_request_error",
                                rc == 400 && strstr(err, "maximum context length") ? "context_length_exceeded" : NULL,
                                param, "%s", err);
-    } else if ((rc = server_submit(s, j))) {
-        ret = s_submit_error(s, c, ep, rc);
+    } else if ((rc = server_submit(s, j)) || (j->req.n_choices > 1 && (rc = s_more_choices(s, c, j, body, len)))) {
+        if (rc == 500)
+            ret = http_reply_error(s, c, ep, 500, "server_error", NULL, NULL, "out of memory for %d answers",
+                                   j->req.n_choices);
+        else
+            ret = s_submit_error(s, c, ep, rc);
     } else if (j->req.stream) {
         ret = sse_reply(s, c, j);
     } else {

@@ -4,7 +4,7 @@
  * that names the field (and `param` set to it), as OpenAI does. A field
  * this server does not know is refused (400 naming it), never ignored:
  * "user" is the one extra accepted (it changes no output); known options
- * it cannot honour (tools, logit_bias, n > 1, ...) are refused when set to
+ * it cannot honour (tools, echo, best_of > 1, ...) are refused when set to
  * anything but their neutral value.
  */
 #include <cjson/cJSON.h>
@@ -102,17 +102,17 @@ static int s_unknown_fields(parse_ctx *p, const cJSON *root, int chat) {
     return 0;
 }
 
-/* Options that must keep their neutral value: absent, null, false, 0, 1 (n, best_of), {} or []. */
+/* Options that must keep their neutral value: absent, null, false, 0, 1 (best_of), {} or []. */
 static int s_unsupported(parse_ctx *p, const cJSON *root) {
     static const char *names[] = {
-        "echo", "suffix", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls", "best_of", "n"};
+        "echo", "suffix", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls", "best_of"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cJSON *v = s_get(root, names[i]);
         if (!v) continue;
         int neutral = cJSON_IsFalse(v) || (cJSON_IsNumber(v) && v->valuedouble == 0) ||
                       ((cJSON_IsObject(v) || cJSON_IsArray(v)) && !v->child) ||
                       (cJSON_IsString(v) && (!strcmp(v->valuestring, "none") || !*v->valuestring));
-        if (!strcmp(names[i], "n") || !strcmp(names[i], "best_of")) {
+        if (!strcmp(names[i], "best_of")) {
             if (s_is_int(v, 1, 1)) continue;
             if (!s_is_int(v, 1, 1e9)) return s_bad(p, names[i], "%s: must be a positive integer", names[i]);
             return s_bad(p, names[i], "%s: only 1 is supported", names[i]);
@@ -257,6 +257,19 @@ static int s_sampling(server *s, parse_ctx *p, const cJSON *root, gen_request *r
         r->sp.n_predict = v->valuedouble > (1 << 30) ? (1 << 30) : (int)v->valuedouble;
         r->max_tokens_given = 1;
     }
+    return 0;
+}
+
+/* n: how many answers (1..SERVE_MAX_CHOICES); more than one only without stream. */
+static int s_choices(parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *v = s_get(root, "n");
+    r->n_choices = 1;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!s_is_int(v, 1, SERVE_MAX_CHOICES))
+        return s_bad(p, "n", "n: must be an integer from 1 to %d", SERVE_MAX_CHOICES);
+    r->n_choices = (int)v->valuedouble;
+    if (r->n_choices > 1 && r->stream)
+        return s_bad(p, "n", "n: more than one answer is not supported with stream (ask for them unstreamed)");
     return 0;
 }
 
@@ -485,6 +498,7 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
     if (!rc) rc = s_unknown_fields(&p, root, chat);
     if (!rc) rc = s_unsupported(&p, root);
     if (!rc) rc = s_stream(&p, root, r);
+    if (!rc) rc = s_choices(&p, root, r);
     if (!rc) rc = s_sampling(s, &p, root, r);
     if (!rc) rc = s_penalties(&p, root, r);
     if (!rc) rc = s_logprobs(&p, root, r);

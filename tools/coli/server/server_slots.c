@@ -73,6 +73,7 @@ void job_release(job *j) {
     int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (left) return;
+    job_release(j->next_choice);
     gen_request_free(&j->req);
     free(j->raw);
     free(j->lp);
