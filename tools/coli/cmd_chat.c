@@ -224,6 +224,7 @@ static int s_chat(const model_opts *o, const coli_sampling_params *sp, const cha
     coli_model_info info;
     coli_model_get_info(c.m, &info);
     const char *source;
+    char err[160];
     c.family = chat_template_pick(tmpl, &info, &source);
     c.default_system = chat_template_default_system(info.chat_template);
     const char *bos = info.bos_id >= 0 ? coli_token_text(c.m, info.bos_id) : "";
@@ -237,11 +238,8 @@ static int s_chat(const model_opts *o, const coli_sampling_params *sp, const cha
                 "--chat-template NAME\n",
                 o->model, chat_family_list());
         rc = CLI_FAIL;
-    } else if (thinking != CHAT_THINKING_DEFAULT && c.family != CHAT_QWEN3) {
-        fprintf(stderr,
-                "coli chat: --chat-template-kwargs: enable_thinking: the %s chat template has no thinking switch "
-                "(qwen3 has)\n",
-                chat_family_name(c.family));
+    } else if (chat_thinking_check(c.family, thinking, err, sizeof err)) {
+        fprintf(stderr, "coli chat: --chat-template-kwargs: %s\n", err);
         rc = CLI_FAIL;
     } else if (!c.bos || !c.eos || (system && s_add_message(&c, "system", system))) {
         fprintf(stderr, "coli chat: out of memory\n");

@@ -53,11 +53,9 @@ static int s_load(server *s, const model_opts *o, const char *tmpl) {
     s->model_id = s->cfg.alias ? s->cfg.alias : s->info.name;
     s->model_path = o->model;
     s->family = chat_template_pick(tmpl, &s->info, &s->family_source);
-    if (s->chat_thinking != CHAT_THINKING_DEFAULT && s->family != CHAT_QWEN3) {
-        fprintf(stderr,
-                "coli serve: --chat-template-kwargs: enable_thinking: the %s chat template has no thinking "
-                "switch (qwen3 has)\n",
-                chat_family_name(s->family));
+    char err[160];
+    if (chat_thinking_check(s->family, s->chat_thinking, err, sizeof err)) {
+        fprintf(stderr, "coli serve: --chat-template-kwargs: %s\n", err);
         return CLI_FAIL;
     }
     s->bos_text = s_token_string(s->model, s->info.bos_id);

@@ -363,6 +363,7 @@ int handle_health(server *s, struct MHD_Connection *c);
 int handle_metrics(server *s, struct MHD_Connection *c);
 /* A response object (chunk or final) common fields. */
 struct cJSON *response_base(server *s, const job *j, const char *object);
+/* usage of a finished request: the prompt once, every answer's tokens (j and its next_choice chain). */
 struct cJSON *usage_json(const job *j);
 
 /* server_logprobs.c: the "logprobs" value of a choice for lp[0..n) (chat: {"content": [...]},

@@ -26,10 +26,12 @@ cJSON *response_base(server *s, const job *j, const char *object) {
 }
 
 cJSON *usage_json(const job *j) {
+    int n_gen = 0; /* every answer's tokens (n > 1: the next_choice chain, all finished) */
+    for (const job *k = j; k; k = k->next_choice) n_gen += k->n_gen;
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", j->req.n_ids);
-    cJSON_AddNumberToObject(u, "completion_tokens", j->n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", j->req.n_ids + j->n_gen);
+    cJSON_AddNumberToObject(u, "completion_tokens", n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", j->req.n_ids + n_gen);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", j->n_cached);
     return u;
@@ -43,8 +45,9 @@ static cJSON *s_choice_json(server *s, const job *j, int index) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
         const char *raw = j->raw ? j->raw : "";
-        reasoning_split part = {0, 0, 0, j->raw ? j->raw_len : 0};
-        if (j->req.reasoning == REASONING_DEEPSEEK) part = reasoning_split_text(raw, j->raw ? j->raw_len : 0, 1);
+        const size_t len = j->raw ? j->raw_len : 0;
+        reasoning_split part = {0, 0, 0, len}; /* reasoning_format none: all of it is the answer */
+        if (j->req.reasoning == REASONING_DEEPSEEK) part = reasoning_split_text(raw, len, 1);
         char *content = strndup(raw + part.content_start, part.content_len);
         cJSON_AddStringToObject(m, "content", content ? content : "");
         free(content);
@@ -69,17 +72,13 @@ static cJSON *s_choice_json(server *s, const job *j, int index) {
 static char *s_final_json(server *s, job *first) {
     cJSON *o = response_base(s, first, first->req.chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    int n_gen = 0, index = 0;
+    int index = 0;
     for (job *j = first; j; j = j->next_choice) {
         pthread_mutex_lock(&j->mu);
         cJSON_AddItemToArray(choices, s_choice_json(s, j, index++));
-        n_gen += j->n_gen;
         pthread_mutex_unlock(&j->mu);
     }
-    cJSON *u = usage_json(first);
-    cJSON_ReplaceItemInObject(u, "completion_tokens", cJSON_CreateNumber(n_gen));
-    cJSON_ReplaceItemInObject(u, "total_tokens", cJSON_CreateNumber(first->req.n_ids + n_gen));
-    cJSON_AddItemToObject(o, "usage", u);
+    cJSON_AddItemToObject(o, "usage", usage_json(first));
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;

@@ -341,7 +341,8 @@ static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r
     const cJSON *kwargs = s_get(root, "chat_template_kwargs");
     chat_options opts = {s->bos_text, s->eos_text, chat_template_default_system(s->info.chat_template),
                          s->chat_thinking};
-    if (kwargs && chat_kwargs_parse(kwargs, &opts.thinking, p->err, p->cap)) {
+    if ((kwargs && chat_kwargs_parse(kwargs, &opts.thinking, p->err, p->cap)) ||
+        chat_thinking_check(s->family, opts.thinking, p->err, p->cap)) {
         *p->param = "chat_template_kwargs";
         return 400;
     }
@@ -369,7 +370,7 @@ static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r
         *p->param = "messages";
         rc = 400;
     } else if (!rc && chat_render(s->family, cm, n, &opts, &r->prompt, p->err, p->cap)) {
-        *p->param = strncmp(p->err, "chat_template_kwargs", 20) ? "messages" : "chat_template_kwargs";
+        *p->param = "messages";
         rc = 400;
     }
     for (int k = 0; k < n; k++) free((char *)cm[k].content);

@@ -33,11 +33,15 @@ static size_t s_without_partial_tag(const char *t, size_t from, size_t len, cons
     return len;
 }
 
-/* The first tag in t[from..len), or len. */
+/* The first tag (which starts with '<') in t[from..len), or len. A stream
+ * splits its whole answer again per chunk, so this jumps from '<' to '<'
+ * (memchr) rather than comparing at every byte. */
 static size_t s_find(const char *t, size_t from, size_t len, const char *tag) {
     const size_t n = strlen(tag);
-    for (size_t at = from; at + n <= len; at++)
-        if (memcmp(t + at, tag, n) == 0) return at;
+    for (const char *at = t + from; (size_t)(at - t) + n <= len; at++) {
+        if (!(at = memchr(at, '<', len - (size_t)(at - t))) || (size_t)(at - t) + n > len) break;
+        if (memcmp(at, tag, n) == 0) return (size_t)(at - t);
+    }
     return len;
 }
 

@@ -329,6 +329,13 @@ int chat_kwargs_parse(const cJSON *kwargs, int *thinking, char *err, size_t err_
     return 0;
 }
 
+int chat_thinking_check(chat_family f, int thinking, char *err, size_t err_cap) {
+    if (thinking == CHAT_THINKING_DEFAULT || f == CHAT_QWEN3) return 0;
+    return s_err(err, err_cap,
+                 "chat_template_kwargs.enable_thinking: the %s chat template has no thinking switch (qwen3 has)",
+                 chat_family_name(f));
+}
+
 int chat_render(chat_family f, const chat_message *msgs, int n, const chat_options *o, char **out, char *err,
                 size_t err_cap) {
     *out = NULL;
@@ -338,10 +345,7 @@ int chat_render(chat_family f, const chat_message *msgs, int n, const chat_optio
             "this model's chat template is not one colibri knows (%s); use /v1/completions with your own prompt format",
             chat_family_list());
     if (n <= 0) return s_err(err, err_cap, "messages: empty (at least one message is needed)");
-    if (o->thinking != CHAT_THINKING_DEFAULT && f != CHAT_QWEN3)
-        return s_err(err, err_cap,
-                     "chat_template_kwargs.enable_thinking: the %s chat template has no thinking switch (qwen3 has)",
-                     chat_family_name(f));
+    if (chat_thinking_check(f, o->thinking, err, err_cap)) return -1;
     for (int i = 0; i < n; i++) {
         if (s_role(msgs[i].role) == ROLE_BAD)
             return s_err(err, err_cap, "messages[%d].role: '%s' is not supported (system, developer, user, assistant)",

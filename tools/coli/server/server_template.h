@@ -78,6 +78,12 @@ typedef struct chat_options {
 int chat_render(chat_family f, const chat_message *msgs, int n, const chat_options *o, char **out, char *err,
                 size_t err_cap);
 
+/* 0 if family f takes thinking (CHAT_THINKING_DEFAULT: always), else -1
+ * with a one-line reason in err naming enable_thinking: chat_render's
+ * check, also made before a model runs (serve and chat at start, a request
+ * before its messages are read). */
+int chat_thinking_check(chat_family f, int thinking, char *err, size_t err_cap);
+
 /* chat_template_kwargs (a request field of coli serve; --chat-template-kwargs
  * JSON of run, chat and serve), parsed: an object whose only known key is
  * enable_thinking (true or false) -> *thinking (0 / 1; untouched when the
