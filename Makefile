@@ -1,7 +1,7 @@
 # colibri - build, test, run.
 #
 #   make            build everything (bin/coli, bin/coli-worker, plugins, tests)
-#   make run        build, then run the bundled model
+#   make run        build what the main job runs (not the tests), then run the bundled model
 #   make test       build, then run the whole test suite
 #   make deps       install what is missing (Debian 12, apt-get, as root)
 #   make bench      benchmarks, results in docs/benchmarks.md
@@ -10,6 +10,13 @@
 # different flags (SANITIZE=1 uses build-asan/) never mix their objects.
 
 SHELL   := /bin/bash
+
+# Build in parallel, one job per core; JOBS=1 builds serially. Only the top-level make sets
+# it: sub-makes share its job server (setting -j again there would start a second one).
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+ifeq ($(MAKELEVEL),0)
+MAKEFLAGS += -j$(JOBS)
+endif
 SANITIZE ?= 0
 ifeq ($(SANITIZE),1)
 BUILD   ?= build-asan
@@ -150,8 +157,9 @@ deps:
 # ---- the main job -----------------------------------------------------------
 MODEL ?= models/tiny-moe-4e2r-f16.gguf
 PROMPT ?= And it came to pass
+# Only what `coli run` needs: the CLI, and the worker and CPU plugin for --devices with workers.
 run: deps
-	$(MAKE) all
+	$(MAKE) $(COLI) $(WORKER) $(CPU_PLUGIN)
 	@if [ ! -f "$(MODEL)" ]; then echo "make run: $(MODEL) missing, generating a random fixture"; \
 	  $(MAKE) fixtures; fi
 	$(COLI) run -m $$( [ -f "$(MODEL)" ] && echo "$(MODEL)" || echo "$(BUILD)/fixtures/tiny-llama-moe-f32.gguf" ) \
@@ -164,7 +172,7 @@ TRAIN_PKGS := python3-torch python3-sentencepiece sentencepiece python3-matplotl
               bible-kjv bible-kjv-text libopenblas0-pthread
 TRAIN_OUT ?= tools/train/out
 .PHONY: train train-deps
-train-deps:
+train-deps: deps
 	$(call apt_install,train-deps,$(TRAIN_PKGS))
 train: deps train-deps
 	/usr/bin/python3 tools/train/train.py --out $(TRAIN_OUT)
@@ -236,7 +244,10 @@ BENCH_SERVE = $(BENCH_PY) tools/bench/serve_load.py --coli $(COLI) --model $(BEN
 bench-serve: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BENCH_SERVE_MODEL)
 	$(BENCH_SERVE) --section batching --serve-args "-t $(BENCH_THREADS)"
 	$(BENCH_SERVE) --section no-batching --serve-args "-t $(BENCH_THREADS) --no-batching"
-bench: bench-coli bench-sched bench-serve
+# One benchmark at a time (each sub-make still builds its inputs in parallel): two running
+# side by side would measure each other.
+bench:
+	@for t in bench-coli bench-sched bench-serve; do $(MAKE) --no-print-directory $$t || exit 1; done
 
 # Soak (issue 16; not in CI, see docs/soak.md): tools/soak/soak.py runs coli serve with
 # local CPU workers for SOAK_MINUTES under 4 clients (completion, chat, each plain and
@@ -263,7 +274,8 @@ $(FIXTURES): $(BUILD)/bin/gen_model
 # which drives Debian's chromium (headless) through coli serve's dashboard.
 TEST_PKGS := prometheus chromium
 .PHONY: test-deps
-test-deps:
+# after deps: two apt-get runs at once would fight over dpkg's lock under make -j
+test-deps: deps
 	$(call apt_install,test-deps,$(TEST_PKGS),--no-install-recommends)
 
 test: deps test-deps
