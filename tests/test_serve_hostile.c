@@ -379,6 +379,36 @@ Test(serve_hostile, huge_schemas_work_or_get_400_naming_the_limit, .timeout = 12
     cr_expect_eq(su_stop(&p), 0);
 }
 
+/* Issue 28: /tokenize cut its text at \u0000 and called a lone surrogate "must be a JSON
+ * object"; it now refuses both as /v1 does (the same check), naming the reason. */
+Test(serve_hostile, tokenize_checks_text_as_v1_does) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    static const struct {
+        const char *path, *body, *says;
+    } cases[] = {
+        {"/tokenize", "{\"content\":\"a\\u0000b\"}", "content: contains a NUL"},
+        {"/tokenize", "{\"content\":\"\\ud800\"}", "\\\\ud800 at byte 12 is half a UTF-16 surrogate pair"},
+        {"/tokenize", "{\"content\":\"x\\udc00y\"}", "\\\\udc00 at byte 13 is half a UTF-16 surrogate pair"},
+        {"/detokenize", "{\"tokens\":[1],\"model\":\"\\ud800\"}", "surrogate pair"},
+        {"/v1/completions", "{\"prompt\":\"\\ud83d\",\"max_tokens\":1}", "surrogate pair"},
+        {"/tokenize", "[1]", "must be a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        http_resp r = su_post(p.port, cases[i].path, cases[i].body);
+        s_expect_error(&r, 400, cases[i].body);
+        cr_expect(r.body && strstr(r.body, cases[i].says), "%s: want '%s' in %s", cases[i].body, cases[i].says,
+                  r.body ? r.body : "(none)");
+        su_free(&r);
+    }
+    /* a whole pair is text */
+    http_resp r = su_post(p.port, "/tokenize", "{\"content\":\"\\ud83d\\ude00\"}");
+    cr_expect_eq(r.status, 200, "%s", r.raw);
+    su_free(&r);
+    s_expect_alive(p.port);
+    su_stop(&p);
+}
+
 /* 1 if text[0..n) is valid UTF-8, by glibc's decoder (independent of the server's). */
 static int s_strict_utf8(const char *text, size_t n) {
     iconv_t cd = iconv_open("UTF-32LE", "UTF-8");

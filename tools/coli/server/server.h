@@ -313,6 +313,11 @@ char *server_stats_fresh(server *s);
 /* server_openai.c: parse body into r. 0, or an HTTP status with *err set (param may be NULL). */
 int openai_parse(server *s, const char *body, size_t len, int chat, gen_request *r, char *err, size_t err_cap,
                  const char **param);
+/* A request body as exactly one JSON value, the check every endpoint makes: valid UTF-8
+ * without NUL, no \u0000 in a string (cJSON would cut it there), no lone UTF-16 surrogate,
+ * nothing after it. The value, or NULL with *status 400/500 and err (*param: the field). */
+struct cJSON *openai_parse_json(const char *body, size_t len, char *err, size_t err_cap, const char **param,
+                                int *status);
 /* Tokenize r->prompt (or check r->ids) and fit max_tokens to the context. 0 or 400/500 + err. */
 int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, const char **param);
 

@@ -289,6 +289,16 @@ static int s_stop(parse_ctx *p, const cJSON *root, gen_request *r) {
     return 0;
 }
 
+/* A JSON response_format: stop strings apply only after the value is complete, so
+ * none can cut it (stop ["{"] had left an empty answer). The grammar then allows
+ * nothing but the end of the answer: no text follows for a stop string to match,
+ * so they are checked as above and then dropped (docs/api.md says so). */
+static void s_stop_after_json(gen_request *r) {
+    if (!r->grammar) return;
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    r->n_stop = 0;
+}
+
 static int s_stream(parse_ctx *p, const cJSON *root, gen_request *r) {
     const cJSON *v = s_get(root, "stream"), *o;
     if (v && !cJSON_IsBool(v)) return s_bad(p, "stream", "stream: must be true or false");
@@ -454,6 +464,17 @@ static int s_refuse_nul(parse_ctx *p, const cJSON *root, const char *body, size_
     return s_bad(p, top ? field : NULL, "%s: contains a NUL character (\\u0000), which a prompt cannot hold", path);
 }
 
+/* Why cJSON stopped at body[at]: a \u escape of half a UTF-16 surrogate pair
+ * (valid JSON syntax, but no text: RFC 8259 section 8.2), or bad JSON. */
+static int s_bad_json(parse_ctx *p, const char *body, size_t len, size_t at) {
+    unsigned cp = 0;
+    if (at + 6 <= len && body[at] == '\\' && body[at + 1] == 'u' && sscanf(body + at + 2, "%4x", &cp) == 1 &&
+        cp >= 0xD800 && cp <= 0xDFFF)
+        return s_bad(p, NULL, "request body: \\u%.4s at byte %zu is half a UTF-16 surrogate pair, not text",
+                     body + at + 2, at);
+    return s_bad(p, NULL, "request body: not valid JSON (error near byte %zu)", at);
+}
+
 /* Parse the body as exactly one JSON value (RFC 8259: UTF-8, nothing after it). */
 static cJSON *s_parse_body(parse_ctx *p, const char *body, size_t len, int *rc) {
     size_t bad = utf8_invalid_at(body, len);
@@ -464,8 +485,7 @@ static cJSON *s_parse_body(parse_ctx *p, const char *body, size_t len, int *rc) 
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
-        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        *rc = s_bad(p, NULL, "request body: not valid JSON (error near byte %zu)", at);
+        *rc = s_bad_json(p, body, len, end && end >= body && end <= body + len ? (size_t)(end - body) : 0);
         return NULL;
     }
     size_t at = (size_t)(end - body);
@@ -480,6 +500,15 @@ static cJSON *s_parse_body(parse_ctx *p, const char *body, size_t len, int *rc) 
         cJSON_Delete(root);
         return NULL;
     }
+    return root;
+}
+
+cJSON *openai_parse_json(const char *body, size_t len, char *err, size_t err_cap, const char **param, int *status) {
+    parse_ctx p = {err, err_cap, param};
+    *param = NULL;
+    *status = 0;
+    cJSON *root = s_parse_body(&p, body, len, status);
+    if (!root && *status == 500) snprintf(err, err_cap, "out of memory while reading the request");
     return root;
 }
 
@@ -510,6 +539,7 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
         r->sp.logit_filter_user = r;
     }
     if (!rc) rc = s_stop(&p, root, r);
+    if (!rc) s_stop_after_json(r);
     if (!rc && chat) rc = s_reasoning_format(s, &p, root, r);
     if (!rc) rc = chat ? s_messages(s, &p, root, r) : s_prompt(s, &p, root, r);
     if (rc == 500) snprintf(err, err_cap, "out of memory while reading the request");
