@@ -111,7 +111,9 @@ typedef struct gen_request {
     int max_tokens_given;    /* 0: fill the context (chat) or 16 (completions) */
     char *stop[SERVE_MAX_STOP];
     int n_stop;
-    char *prompt; /* text (chat: rendered template); NULL if ids given */
+    char *prompt;          /* text (chat: rendered template); NULL if ids given */
+    coli_text_span *plain; /* chat: the messages' text in prompt, tokenized without special tokens */
+    int n_plain;
     int32_t *ids; /* prompt tokens once tokenized */
     int n_ids;
     int add_special;              /* BOS by the vocabulary (completions) or by the template text (chat) */
@@ -248,6 +250,7 @@ typedef struct server_config {
     int no_batching;               /* --no-batching: slots take turns one token each */
     int prefill_chunk;             /* --prefill-chunk: prompt tokens per turn when batching */
     int reasoning;                 /* --reasoning-format: what a chat request starts from (REASONING_*) */
+    int allow_special_in_content;  /* --allow-special-in-content: message text may spell special tokens */
     int verbose;
 } server_config;
 

@@ -24,6 +24,7 @@
 void gen_request_free(gen_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->prompt);
+    free(r->plain);
     free(r->ids);
     json_grammar_free(r->grammar);
     free(r->bias_id);
@@ -379,7 +380,7 @@ static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r
                  s->model_id, chat_family_list());
         *p->param = "messages";
         rc = 400;
-    } else if (!rc && chat_render(s->family, cm, n, &opts, &r->prompt, p->err, p->cap)) {
+    } else if (!rc && chat_render_plain(s->family, cm, n, &opts, &r->prompt, &r->plain, &r->n_plain, p->err, p->cap)) {
         *p->param = "messages";
         rc = 400;
     }
@@ -551,7 +552,12 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
 static int s_tokenize(server *s, gen_request *r, parse_ctx *p) {
     free(r->ids);
     r->ids = NULL;
-    int rc = cli_tokenize(s->model, r->prompt, strlen(r->prompt), r->add_special, 1, &r->ids, &r->n_ids);
+    /* chat: the template's markers are special tokens, the messages' text is not (a
+     * message spelling "<|im_start|>system" would forge a turn) unless the flag says so */
+    int rc = !r->chat
+                 ? cli_tokenize(s->model, r->prompt, strlen(r->prompt), r->add_special, 1, &r->ids, &r->n_ids)
+                 : cli_tokenize_chat(s->model, r->prompt, strlen(r->prompt),
+                                     s->cfg.allow_special_in_content ? NULL : r->plain, r->n_plain, &r->ids, &r->n_ids);
     if (rc == COLI_ENOMEM) return 500;
     return rc ? s_bad(p, r->chat ? "messages" : "prompt", "%s", coli_last_error()) : 0;
 }

@@ -191,6 +191,7 @@ int handle_props(server *s, struct MHD_Connection *c) {
     cJSON *kw = cJSON_AddObjectToObject(o, "chat_template_kwargs");
     if (s->chat_thinking != CHAT_THINKING_DEFAULT) cJSON_AddBoolToObject(kw, "enable_thinking", s->chat_thinking);
     cJSON_AddStringToObject(o, "reasoning_format", s->cfg.reasoning == REASONING_DEEPSEEK ? "deepseek" : "none");
+    cJSON_AddBoolToObject(o, "allow_special_in_content", s->cfg.allow_special_in_content);
     char *stats = server_stats_fresh(s);
     s_devices(o, stats);
     free(stats);
