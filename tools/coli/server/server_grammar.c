@@ -117,6 +117,7 @@ struct json_grammar {
     uint32_t *piece_len;
     uint8_t *eog;
     gstate st;
+    gstate *after; /* the filter's: the state after each first byte (256), this step */
 };
 
 // ---------------------------------------------------------------------------
@@ -423,24 +424,36 @@ static void s_state_copy(gstate *dst, const gstate *src) {
     memcpy(dst, src, offsetof(gstate, f) + (size_t)src->depth * sizeof src->f[0]);
 }
 
+/* Which first bytes the current state takes (ok[b]) and the state after each
+ * (g->after[b]): computed once per step, not once per token. Most tokens fail
+ * on their first byte, and inside a long enum each byte scans every candidate. */
+static void s_first_bytes(json_grammar *g, uint8_t ok[256]) {
+    for (int b = 0; b < 256; b++) {
+        s_state_copy(&g->after[b], &g->st);
+        ok[b] = (uint8_t)s_feed(g, &g->after[b], b);
+    }
+}
+
 void json_grammar_filter(void *user, float *logits, int n_vocab) {
-    const json_grammar *g = user;
+    json_grammar *g = user;
     gstate end;
     s_state_copy(&end, &g->st);
     int can_end = s_feed(g, &end, -1);
+    uint8_t ok[256];
+    if (!can_end) s_first_bytes(g, ok);
     for (int id = 0; id < n_vocab && id < g->n_vocab; id++) {
+        const unsigned char *p = (const unsigned char *)g->piece[id];
         if (g->eog[id]) {
             if (!can_end) logits[id] = -INFINITY;
             continue;
         }
-        if (can_end || g->piece_len[id] == 0) {
+        if (can_end || g->piece_len[id] == 0 || !ok[p[0]]) {
             logits[id] = -INFINITY;
             continue;
         }
         gstate st;
-        s_state_copy(&st, &g->st);
-        const unsigned char *p = (const unsigned char *)g->piece[id];
-        for (uint32_t i = 0; i < g->piece_len[id]; i++)
+        s_state_copy(&st, &g->after[p[0]]);
+        for (uint32_t i = 1; i < g->piece_len[id]; i++)
             if (!s_feed(g, &st, p[i])) {
                 logits[id] = -INFINITY;
                 break;
@@ -691,6 +704,7 @@ void json_grammar_free(json_grammar *g) {
     free(g->piece);
     free(g->piece_len);
     free(g->eog);
+    free(g->after);
     free(g);
 }
 
@@ -701,7 +715,8 @@ static int s_vocab(server *s, json_grammar *g) {
     g->piece = calloc((size_t)n, sizeof *g->piece);
     g->piece_len = calloc((size_t)n, sizeof *g->piece_len);
     g->eog = calloc((size_t)n, 1);
-    if (!g->piece || !g->piece_len || !g->eog) return -500;
+    g->after = malloc(256 * sizeof *g->after);
+    if (!g->piece || !g->piece_len || !g->eog || !g->after) return -500;
     for (int id = 0; id < n; id++) {
         size_t len = 0;
         if (coli_token_to_bytes(s->model, id, &g->piece[id], &len) != 0) len = 0;
