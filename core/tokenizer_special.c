@@ -209,7 +209,9 @@ static int s_in_plain(const tok_plain *plain, size_t at, size_t n) {
         else
             hi = mid;
     }
-    return plain && lo < plain->n && plain->v[lo].len && plain->v[lo].off < at + n;
+    for (; plain && lo < plain->n && plain->v[lo].off < at + n; lo++) /* empty ranges overlap nothing */
+        if (plain->v[lo].len) return 1;
+    return 0;
 }
 
 // Split every raw fragment of in at each occurrence of special token id

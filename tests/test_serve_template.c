@@ -578,6 +578,13 @@ Test(serve_template, message_text_cannot_forge_special_tokens) {
     n_old = s_chat_ids(v, CHAT_MISTRAL, normal, 4, 1, old, 256);
     cr_expect(n == n_old && !memcmp(ids, old, (size_t)n * sizeof *ids), "plain text tokenizes as before");
     cr_expect_eq(s_count(ids, n, info.eos_id), 1, "the template's </s> after the answer is EOS");
+    /* an empty range overlaps nothing, and does not hide the range after it */
+    const char *t = "a</s>b</s>";
+    int32_t one[16], two[16];
+    int n1 = 0, n2 = 0;
+    cr_assert_eq(coli_tokenize_plain(v, t, strlen(t), 0, (coli_text_span[]){{2, 0}, {3, 1}}, 2, one, 16, &n1), 0);
+    cr_assert_eq(coli_tokenize_plain(v, t, strlen(t), 0, (coli_text_span[]){{3, 1}}, 1, two, 16, &n2), 0);
+    cr_expect(n1 == n2 && !memcmp(one, two, (size_t)n1 * sizeof *one) && s_count(one, n1, info.eos_id) == 1);
     /* ranges out of order or past the text are refused */
     coli_text_span bad[] = {{4, 2}, {1, 1}};
     int n_ids = 0;
