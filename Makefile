@@ -306,12 +306,14 @@ include plugins/xdna/xdna.mk
 #   ring       the shared-memory ring's slot reader and attach (proto/shm_ring.c)
 #   openai     the OpenAI request body parser (tools/coli/server/server_openai.c)
 #   template   the chat template renderer (tools/coli/server/server_template.c)
+#   grammar    the response_format schema compiler and automaton: a few bytes expand into large
+#              schemas (enums up to 65535 values, thousands of properties, deep nesting)
 #   tokenizer  encode + decode of arbitrary bytes with the bundled vocabulary
 # New inputs are kept in $(BUILD)/fuzz/corpus-NAME, crashes land in $(BUILD)/fuzz/NAME-crash-*.
 # The library under the harnesses is built with the same sanitizers in $(BUILD)/fuzz/lib
 # (a sub-make with BUILD there). Figures: docs/fuzzing.md.
 FUZZ_SECONDS ?= 300
-FUZZ_TARGETS ?= gguf wire ring openai template tokenizer
+FUZZ_TARGETS ?= gguf wire ring openai template grammar tokenizer
 FUZZ_PKGS    := clang libclang-rt-14-dev
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -I.

@@ -317,6 +317,13 @@ int coli_tokenize(const coli_model *cm, const char *text, size_t len, int add_sp
     return coli_tokenizer_encode(cm->tok, text ? text : "", len, add_special, parse_special, ids, cap, n_out);
 }
 
+int coli_tokenize_plain(const coli_model *cm, const char *text, size_t len, int add_special,
+                        const coli_text_span *plain, int n_plain, int32_t *ids, int cap, int *n_out) {
+    if (!cm || !n_out || (!text && len) || cap < 0 || (!ids && cap > 0))
+        return coli_fail(COLI_EINVAL, "coli_tokenize_plain: NULL model/text/ids/n_out or negative cap");
+    return coli_tokenizer_encode_plain(cm->tok, text ? text : "", len, add_special, plain, n_plain, ids, cap, n_out);
+}
+
 int coli_token_to_bytes(const coli_model *cm, int32_t id, const char **bytes, size_t *len) {
     if (!cm || !bytes || !len) return coli_fail(COLI_EINVAL, "coli_token_to_bytes: NULL argument");
     return coli_tokenizer_bytes(cm->tok, id, bytes, len);

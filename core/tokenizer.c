@@ -499,10 +499,10 @@ static int s_encode_fragments(const coli_tokenizer *tok, const char *text, const
 }
 
 static int s_encode(const coli_tokenizer *tok, const char *text, size_t len, int add_special, int parse_special,
-                    tok_ids *out) {
+                    const tok_plain *plain, tok_ids *out) {
     tok_fragment *fr = NULL;
     size_t n_fr = 0;
-    int rc = tok_partition(tok, text, len, parse_special, &fr, &n_fr);
+    int rc = tok_partition(tok, text, len, parse_special, plain, &fr, &n_fr);
     if (rc < 0) return rc;
     if (add_special && tok->add_bos) rc = tok_ids_push(out, tok->bos);
     if (rc == 0) rc = s_encode_fragments(tok, text, fr, n_fr, out);
@@ -511,12 +511,12 @@ static int s_encode(const coli_tokenizer *tok, const char *text, size_t len, int
     return rc;
 }
 
-int coli_tokenizer_encode(const coli_tokenizer *tok, const char *text, size_t len, int add_special, int parse_special,
-                          int32_t *ids, int cap, int *n_out) {
+static int s_encode_into(const coli_tokenizer *tok, const char *text, size_t len, int add_special, int parse_special,
+                         const tok_plain *plain, int32_t *ids, int cap, int *n_out) {
     if (!tok || !n_out || (!text && len) || cap < 0 || (!ids && cap > 0))
         return coli_fail(COLI_EINVAL, "coli_tokenizer_encode: bad argument (NULL pointer or cap %d)", cap);
     tok_ids out = {0};
-    int rc = s_encode(tok, text, len, add_special, parse_special, &out);
+    int rc = s_encode(tok, text, len, add_special, parse_special, plain, &out);
     if (rc == 0 && out.n > INT_MAX)
         rc = coli_fail(COLI_ERANGE, "tokenizer: %zu tokens, more than an int can count", out.n);
     if (rc == 0) {
@@ -526,6 +526,27 @@ int coli_tokenizer_encode(const coli_tokenizer *tok, const char *text, size_t le
     }
     free(out.v);
     return rc;
+}
+
+int coli_tokenizer_encode(const coli_tokenizer *tok, const char *text, size_t len, int add_special, int parse_special,
+                          int32_t *ids, int cap, int *n_out) {
+    return s_encode_into(tok, text, len, add_special, parse_special, NULL, ids, cap, n_out);
+}
+
+int coli_tokenizer_encode_plain(const coli_tokenizer *tok, const char *text, size_t len, int add_special,
+                                const coli_text_span *plain, int n_plain, int32_t *ids, int cap, int *n_out) {
+    if (n_plain < 0 || (!plain && n_plain > 0))
+        return coli_fail(COLI_EINVAL, "coli_tokenize_plain: %d plain ranges at %p", n_plain, (const void *)plain);
+    for (int i = 0; i < n_plain; i++) { /* in order, inside the text: s_in_plain searches them */
+        size_t start = i ? plain[i - 1].off + plain[i - 1].len : 0;
+        if (plain[i].off < start || plain[i].off > len || plain[i].len > len - plain[i].off)
+            return coli_fail(COLI_EINVAL,
+                             "coli_tokenize_plain: range %d (%zu + %zu) overlaps the one before or ends past the %zu "
+                             "bytes of the text",
+                             i, plain[i].off, plain[i].len, len);
+    }
+    tok_plain guard = {plain, (size_t)n_plain};
+    return s_encode_into(tok, text, len, add_special, 1, &guard, ids, cap, n_out);
 }
 
 // ---------------------------------------------------------------------------

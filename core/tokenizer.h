@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "colibri.h" /* coli_text_span */
 #include "core/gguf.h"
 
 typedef struct coli_tokenizer coli_tokenizer;
@@ -36,6 +37,9 @@ const char *coli_tokenizer_model(const coli_tokenizer *tok); /* "llama" or "gpt2
 /* Same contract as coli_tokenize in colibri.h. */
 int coli_tokenizer_encode(const coli_tokenizer *tok, const char *text, size_t len, int add_special, int parse_special,
                           int32_t *ids, int cap, int *n_out);
+/* Same contract as coli_tokenize_plain in colibri.h. */
+int coli_tokenizer_encode_plain(const coli_tokenizer *tok, const char *text, size_t len, int add_special,
+                                const coli_text_span *plain, int n_plain, int32_t *ids, int cap, int *n_out);
 
 /* Vocabulary string of id (NUL-terminated), NULL if out of range. */
 const char *coli_tokenizer_text(const coli_tokenizer *tok, int32_t id);

@@ -114,10 +114,19 @@ typedef struct tok_fragment {
     size_t off, len; /* raw text span */
 } tok_fragment;
 
+/* Byte ranges of the text where control and unknown tokens are not matched
+ * (coli_tokenize_plain): ascending, not overlapping. */
+typedef struct tok_plain {
+    const coli_text_span *v;
+    size_t n;
+} tok_plain;
+
 /* Split text into raw and special-token fragments (llama.cpp's
- * tokenizer_st_partition). *frags is malloc'ed. */
-int tok_partition(const coli_tokenizer *tok, const char *text, size_t len, int parse_special, tok_fragment **frags,
-                  size_t *n_frags);
+ * tokenizer_st_partition); plain (NULL: none) keeps control and unknown
+ * tokens from matching where they would overlap one of its ranges.
+ * *frags is malloc'ed. */
+int tok_partition(const coli_tokenizer *tok, const char *text, size_t len, int parse_special, const tok_plain *plain,
+                  tok_fragment **frags, size_t *n_frags);
 
 /* ---- tokenizer_merge.c ---- */
 /* A symbol is a span of the text being merged; merged-away symbols have n == 0. */

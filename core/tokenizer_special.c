@@ -9,8 +9,10 @@
  *    text, longest first; each one splits every raw fragment at all its
  *    occurrences. User-defined tokens are matched even without
  *    parse_special (like HF tokenizers' added tokens), control and unknown
- *    ones only with it. A token marked rstrip/lstrip also eats the white
- *    space after/before it (llama.cpp sets that only for Phi-3 models).
+ *    ones only with it, and not inside the plain ranges of
+ *    coli_tokenize_plain (message text in a chat prompt). A token marked
+ *    rstrip/lstrip also eats the white space after/before it (llama.cpp
+ *    sets that only for Phi-3 models).
  */
 #define _GNU_SOURCE /* memmem */
 #include <ctype.h>
@@ -197,8 +199,25 @@ static int s_frag_push(frag_list *l, int32_t token, size_t off, size_t len) {
     return 0;
 }
 
-// Split every raw fragment of in at each occurrence of special token id.
-static int s_split_at(const coli_tokenizer *tok, const char *text, int32_t id, const frag_list *in, frag_list *out) {
+// 1 if text[at .. at + n) overlaps a range of plain (binary search: they ascend).
+static int s_in_plain(const tok_plain *plain, size_t at, size_t n) {
+    size_t lo = 0, hi = plain ? plain->n : 0;
+    while (lo < hi) { // the first range that ends after at
+        size_t mid = lo + (hi - lo) / 2;
+        if (plain->v[mid].off + plain->v[mid].len <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (; plain && lo < plain->n && plain->v[lo].off < at + n; lo++) /* empty ranges overlap nothing */
+        if (plain->v[lo].len) return 1;
+    return 0;
+}
+
+// Split every raw fragment of in at each occurrence of special token id
+// (not where it overlaps a range of guard: a control token in message text).
+static int s_split_at(const coli_tokenizer *tok, const char *text, int32_t id, const tok_plain *guard,
+                      const frag_list *in, frag_list *out) {
     const char *t = tok->text_blob + tok->text_off[id];
     size_t tlen = tok->text_len[id];
     int rc = 0;
@@ -209,30 +228,36 @@ static int s_split_at(const coli_tokenizer *tok, const char *text, int32_t id, c
             rc = s_frag_push(out, fr->token, 0, 0);
             continue;
         }
-        size_t cur = fr->off, end = fr->off + fr->len;
+        size_t cur = fr->off, end = fr->off + fr->len, from = cur;
         const char *m;
-        while (rc == 0 && (m = memmem(text + cur, end - cur, t, tlen)) != NULL) {
+        while (rc == 0 && (m = memmem(text + from, end - from, t, tlen)) != NULL) {
             size_t at = (size_t)(m - text), left_end = at;
+            if (s_in_plain(guard, at, tlen)) { // text, not the token: look further on
+                from = at + 1;
+                continue;
+            }
             while ((tok->attr[id] & TOK_ATTR_LSTRIP) && left_end > cur && isspace((unsigned char)text[left_end - 1]))
                 left_end--;
             if (left_end > cur) rc = s_frag_push(out, -1, cur, left_end - cur);
             if (rc == 0) rc = s_frag_push(out, id, 0, 0);
             cur = at + tlen;
             while ((tok->attr[id] & TOK_ATTR_RSTRIP) && cur < end && isspace((unsigned char)text[cur])) cur++;
+            from = cur;
         }
         if (rc == 0 && cur < end) rc = s_frag_push(out, -1, cur, end - cur);
     }
     return rc;
 }
 
-int tok_partition(const coli_tokenizer *tok, const char *text, size_t len, int parse_special, tok_fragment **frags,
-                  size_t *n_frags) {
+int tok_partition(const coli_tokenizer *tok, const char *text, size_t len, int parse_special, const tok_plain *plain,
+                  tok_fragment **frags, size_t *n_frags) {
     frag_list a = {0}, b = {0};
     int rc = len ? s_frag_push(&a, -1, 0, len) : 0;
     for (int32_t i = 0; i < tok->n_special && rc == 0; i++) {
         int32_t id = tok->special[i];
-        if (!parse_special && (tok->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
-        if ((rc = s_split_at(tok, text, id, &a, &b)) == 0) {
+        int guarded = (tok->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)) != 0; /* as parse_special 0 skips */
+        if (!parse_special && guarded) continue;
+        if ((rc = s_split_at(tok, text, id, guarded ? plain : NULL, &a, &b)) == 0) {
             frag_list t = a;
             a = b;
             b = t;

@@ -134,6 +134,22 @@ void coli_model_get_info(const coli_model *m, coli_model_info *out);
 int coli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t *ids,
                   int cap, int *n_out);
 
+/* A byte range of a text: text[off .. off + len). */
+typedef struct coli_text_span {
+    size_t off, len;
+} coli_text_span;
+
+/* coli_tokenize with parse_special on, except inside the n_plain ranges of
+ * plain (ascending, not overlapping, within the text): a control token's
+ * text that overlaps one of them stays text, as with parse_special 0
+ * (user-defined tokens match everywhere, as in coli_tokenize). For a chat
+ * prompt: the template's markers are special, the messages' text is plain,
+ * so a message cannot forge another role's turn. Tokens are those of the
+ * whole text (BPE merges cross the range edges as usual). COLI_EINVAL for
+ * ranges out of order or past the text; otherwise as coli_tokenize. */
+int coli_tokenize_plain(const coli_model *m, const char *text, size_t len, int add_special, const coli_text_span *plain,
+                        int n_plain, int32_t *ids, int cap, int *n_out);
+
 /* The bytes a token stands for (SPM "▁" -> " ", byte tokens -> the byte,
  * GPT-2 byte mapping undone). Not NUL-terminated; valid while m lives.
  * Control tokens (BOS/EOS) give the empty string. COLI_ERANGE for an id

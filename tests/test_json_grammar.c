@@ -136,6 +136,106 @@ Test(json_grammar, schema_subset, .init = s_setup, .fini = s_teardown) {
     }
 }
 
+/* A json_schema response_format around an object schema (depth objects down, each with
+ * one property "in") of n_props properties p0, p1, ...: the first n_big each an enum of
+ * n_enum strings "v0", "v1", ... (with pad 'z's after the number), the others enums of
+ * two strings "x", "y". */
+static cJSON *s_big_schema(int n_enum, int n_big, int pad, int n_props, int depth) {
+    cJSON *rf = cJSON_CreateObject(), *js = cJSON_AddObjectToObject(rf, "json_schema");
+    cJSON_AddStringToObject(rf, "type", "json_schema");
+    cJSON *sc = cJSON_AddObjectToObject(js, "schema");
+    for (int d = 0; d < depth; d++) { /* {"type":"object","properties":{"in":{...}}} */
+        cJSON_AddStringToObject(sc, "type", "object");
+        sc = cJSON_AddObjectToObject(cJSON_AddObjectToObject(sc, "properties"), "in");
+    }
+    cJSON_AddStringToObject(sc, "type", "object");
+    cJSON *props = cJSON_AddObjectToObject(sc, "properties");
+    for (int k = 0; k < n_props; k++) {
+        char name[32], v[160];
+        snprintf(name, sizeof name, "p%d", k);
+        cJSON *e = cJSON_AddArrayToObject(cJSON_AddObjectToObject(props, name), "enum");
+        int big = k < n_big;
+        for (int i = 0; i < (big ? n_enum : 2); i++) {
+            snprintf(
+                v, sizeof v, big ? "v%d%.*s" : "%c", big ? i : 'x' + i, pad,
+                "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz");
+            cJSON_AddItemToArray(e, cJSON_CreateString(v));
+        }
+    }
+    return rf;
+}
+
+/* Compile s_big_schema(...): 0 or the HTTP status, err filled. */
+static int s_new_big(int n_enum, int n_big, int pad, int n_props, int depth, json_grammar **g, char *err, size_t cap) {
+    cJSON *rf = s_big_schema(n_enum, n_big, pad, n_props, depth);
+    int rc = json_grammar_new(&g_srv, rf, g, err, cap);
+    cJSON_Delete(rf);
+    return rc;
+}
+
+/* Issue 28: an enum of 32,767 values pushed the next property's literal indices past an
+ * int16 (SIGSEGV while matching); 32,768 and more gave an automaton that accepted nothing.
+ * Every count is bounded now: a schema over a limit is a 400 naming it, one under works. */
+Test(json_grammar, large_enums_and_many_properties_work_or_name_the_limit, .init = s_setup, .fini = s_teardown) {
+    json_grammar *g = NULL;
+    char err[256];
+    const struct {
+        int n_enum, n_big, pad, n_props, depth;
+        const char *says;
+    } over[] = {
+        {32767, 1, 0, 2, 0, "at most 1024"}, /* the crash of the issue */
+        {40000, 1, 0, 2, 0, "at most 1024"}, /* the empty answer of the issue */
+        {1024, 4, 0, 4, 0, "4096 enum values and property names"},
+        {1000, 1, 90, 1, 0, "65536 bytes"},
+        {0, 0, 0, 2000, 0, "more than 1024 nodes"},
+        {0, 0, 0, 1, 40, "deeper than 30 levels"},
+    };
+    for (size_t i = 0; i < sizeof over / sizeof *over; i++) {
+        g = NULL;
+        cr_assert_eq(
+            s_new_big(over[i].n_enum, over[i].n_big, over[i].pad, over[i].n_props, over[i].depth, &g, err, sizeof err),
+            400, "case %zu compiled", i);
+        cr_assert(strstr(err, over[i].says), "case %zu: '%s' does not name '%s'", i, err, over[i].says);
+        cr_assert_null(g);
+    }
+    /* at the limits: the last value of a 1024-value enum, then the next property */
+    cr_assert_eq(s_new_big(1024, 1, 0, 3, 0, &g, err, sizeof err), 0, "%s", err);
+    cr_assert(s_accepts(g, "{\"p0\":\"v1023\",\"p1\":\"y\",\"p2\":\"x\"}", 1));
+    cr_assert(s_accepts(g, "{\"p2\":\"y\"}", 1));
+    cr_assert(!s_accepts(g, "{\"p0\":\"v1024\"}", 1));
+    cr_assert(!s_accepts(g, "{\"p0\":\"v1\",\"p1\":\"z\"}", 1));
+    json_grammar_free(g);
+    cr_assert_eq(s_new_big(0, 0, 0, 1000, 0, &g, err, sizeof err), 0, "%s", err);
+    cr_assert(s_accepts(g, "{\"p0\":\"x\",\"p998\":\"y\",\"p999\":\"x\"}", 1));
+    cr_assert(!s_accepts(g, "{\"p999\":\"x\",\"p0\":\"x\"}", 1));
+    json_grammar_free(g);
+    cr_assert_eq(s_new_big(0, 0, 0, 1, 28, &g, err, sizeof err), 0, "%s", err);
+    char deep[512] = "", *at = deep;
+    for (int d = 0; d < 28; d++) at += sprintf(at, "{\"in\":");
+    at += sprintf(at, "{\"p0\":\"y\"}");
+    for (int d = 0; d < 28; d++) *at++ = '}';
+    *at = '\0';
+    cr_assert(s_accepts(g, deep, 1), "%s", deep);
+    json_grammar_free(g);
+}
+
+/* Issue 28: enum [1e400] (cJSON reads an infinity) generated "null"; refused, naming the value. */
+Test(json_grammar, out_of_range_numbers_are_refused, .init = s_setup, .fini = s_teardown) {
+    const char *rf[] = {SCHEMA("{\"enum\":[1,1e400]}"), SCHEMA("{\"const\":-1e400}")};
+    const char *says[] = {"enum[1]: a number out of range", "const[0]: a number out of range"};
+    for (int i = 0; i < 2; i++) {
+        json_grammar *g = NULL;
+        char err[256];
+        cr_assert_eq(s_new(rf[i], &g, err, sizeof err), 400, "%s compiled", rf[i]);
+        cr_assert(strstr(err, says[i]), "'%s'", err);
+    }
+    json_grammar *g = NULL;
+    char err[256];
+    cr_assert_eq(s_new(SCHEMA("{\"enum\":[1e300,-2.5]}"), &g, err, sizeof err), 0, "%s", err);
+    cr_assert(s_accepts(g, "1e+300", 1) && s_accepts(g, "-2.5", 1) && !s_accepts(g, "null", 1));
+    json_grammar_free(g);
+}
+
 /* Drive the filter like a model: pseudo-random logits, the best allowed token, until an
  * end-of-generation token wins. The text must parse; returns it (malloc'd) or NULL if 400 steps did not end it. */
 static double s_now_s(void) {

@@ -217,6 +217,13 @@ Test(serve_api, response_format_output_parses, .timeout = 120) {
     cJSON *a = s_post_json(p.port, "/v1/chat/completions", body);
     cr_expect_eq(s_content(a)[0], '{', "json_object output starts an object: %s", s_content(a));
     cJSON_Delete(a);
+    /* issue 28: stop strings apply only after the JSON value (stop "{" had left an empty answer) */
+    snprintf(body, sizeof body,
+             CHAT("\"max_tokens\":30,\"seed\":5,\"stop\":[\"{\",\"\\\"\"],\"response_format\":{\"type\":"
+                  "\"json_object\"}"));
+    a = s_post_json(p.port, "/v1/chat/completions", body);
+    cr_expect(s_content(a)[0] == '{' && strlen(s_content(a)) > 1, "stop cut the JSON: '%s'", s_content(a));
+    cJSON_Delete(a);
     http_resp r = su_post(p.port, "/v1/chat/completions",
                           CHAT("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":"
                                "\"string\",\"format\":\"date\"}}}"));

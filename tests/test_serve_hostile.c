@@ -307,6 +307,108 @@ Test(serve_hostile, nul_in_text_and_tiny_top_p) {
     su_stop(&p);
 }
 
+/* A completions body with a json_schema: an object of n_props properties p0, p1, ...
+ * (p0 an enum of n_enum strings when n_enum > 0, the rest enums of "x" and "y"),
+ * depth objects down (each with one property "in"); malloc'd. */
+static char *s_schema_body(int n_enum, int n_props, int depth) {
+    cJSON *o = cJSON_CreateObject(), *rf = cJSON_AddObjectToObject(o, "response_format");
+    cJSON_AddStringToObject(o, "prompt", "a");
+    cJSON_AddNumberToObject(o, "max_tokens", 8);
+    cJSON_AddStringToObject(rf, "type", "json_schema");
+    cJSON *sc = cJSON_AddObjectToObject(cJSON_AddObjectToObject(rf, "json_schema"), "schema");
+    for (int d = 0; d < depth; d++) {
+        cJSON_AddStringToObject(sc, "type", "object");
+        sc = cJSON_AddObjectToObject(cJSON_AddObjectToObject(sc, "properties"), "in");
+    }
+    cJSON_AddStringToObject(sc, "type", "object");
+    cJSON *props = cJSON_AddObjectToObject(sc, "properties");
+    for (int k = 0; k < n_props; k++) {
+        char name[32], v[32];
+        snprintf(name, sizeof name, "p%d", k);
+        cJSON *e = cJSON_AddArrayToObject(cJSON_AddObjectToObject(props, name), "enum");
+        for (int i = 0; i < (k == 0 && n_enum ? n_enum : 2); i++) {
+            snprintf(v, sizeof v, "v%d", i);
+            cJSON_AddItemToArray(e, cJSON_CreateString(k == 0 && n_enum ? v : i ? "y" : "x"));
+        }
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+/* Issue 28: an enum of 32,767 values before another property killed the server
+ * (SIGSEGV in the grammar), 40,000 gave 200 with empty content. Each schema here
+ * either works or gets a 400 naming the limit, and the server stays up. */
+Test(serve_hostile, huge_schemas_work_or_get_400_naming_the_limit, .timeout = 120) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    static const struct {
+        int n_enum, n_props, depth, status;
+        const char *says;
+    } cases[] = {
+        {32767, 2, 0, 400, "at most 1024"},
+        {40000, 2, 0, 400, "at most 1024"},
+        {1024, 2, 0, 200, NULL},
+        {0, 2000, 0, 400, "1024 nodes"},
+        {0, 300, 0, 200, NULL},
+        {0, 1, 40, 400, "30 levels"},
+        {0, 1, 20, 200, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *body = s_schema_body(cases[i].n_enum, cases[i].n_props, cases[i].depth);
+        http_resp r = su_post(p.port, "/v1/completions", body);
+        free(body);
+        if (cases[i].status == 400) {
+            s_expect_error(&r, 400, cases[i].says);
+            cr_expect(r.body && strstr(r.body, cases[i].says) && strstr(r.body, "\"param\":\"response_format\""),
+                      "case %zu: %s", i, r.raw ? r.raw : "(none)");
+        } else {
+            cr_expect_eq(r.status, 200, "case %zu: %s", i, r.raw ? r.raw : "(none)");
+            cr_expect(r.body && strstr(r.body, "\"text\":\"{"), "case %zu: no JSON begun: %s", i, r.body);
+        }
+        su_free(&r);
+        s_expect_alive(p.port);
+    }
+    /* enum [1e400]: cJSON reads an infinity, which had become "null" */
+    http_resp r = su_post(p.port, "/v1/completions",
+                          "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
+                          "{\"enum\":[1e400]}}}}");
+    s_expect_error(&r, 400, "enum [1e400]");
+    cr_expect(r.body && strstr(r.body, "enum[0]: a number out of range"), "%s", r.body);
+    su_free(&r);
+    cr_expect_eq(su_stop(&p), 0);
+}
+
+/* Issue 28: /tokenize cut its text at \u0000 and called a lone surrogate "must be a JSON
+ * object"; it now refuses both as /v1 does (the same check), naming the reason. */
+Test(serve_hostile, tokenize_checks_text_as_v1_does) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    static const struct {
+        const char *path, *body, *says;
+    } cases[] = {
+        {"/tokenize", "{\"content\":\"a\\u0000b\"}", "content: contains a NUL"},
+        {"/tokenize", "{\"content\":\"\\ud800\"}", "\\\\ud800 at byte 12 is half a UTF-16 surrogate pair"},
+        {"/tokenize", "{\"content\":\"x\\udc00y\"}", "\\\\udc00 at byte 13 is half a UTF-16 surrogate pair"},
+        {"/detokenize", "{\"tokens\":[1],\"model\":\"\\ud800\"}", "surrogate pair"},
+        {"/v1/completions", "{\"prompt\":\"\\ud83d\",\"max_tokens\":1}", "surrogate pair"},
+        {"/tokenize", "[1]", "must be a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        http_resp r = su_post(p.port, cases[i].path, cases[i].body);
+        s_expect_error(&r, 400, cases[i].body);
+        cr_expect(r.body && strstr(r.body, cases[i].says), "%s: want '%s' in %s", cases[i].body, cases[i].says,
+                  r.body ? r.body : "(none)");
+        su_free(&r);
+    }
+    /* a whole pair is text */
+    http_resp r = su_post(p.port, "/tokenize", "{\"content\":\"\\ud83d\\ude00\"}");
+    cr_expect_eq(r.status, 200, "%s", r.raw);
+    su_free(&r);
+    s_expect_alive(p.port);
+    su_stop(&p);
+}
+
 /* 1 if text[0..n) is valid UTF-8, by glibc's decoder (independent of the server's). */
 static int s_strict_utf8(const char *text, size_t n) {
     iconv_t cd = iconv_open("UTF-32LE", "UTF-8");

@@ -102,16 +102,21 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     return s_interrupted ? 1 : 0;
 }
 
-/* The conversation's ids: rendered, tokenized (special tokens parsed, BOS from the template). */
+/* The conversation's ids: rendered, tokenized (the template's special tokens parsed, the
+ * messages' text plain as coli serve does, BOS from the template). */
 static int s_prompt_ids(chat_state *c, int32_t **ids, int *n) {
     char *text = NULL, err[512];
-    if (chat_render(c->family, c->msgs, c->n_msgs, &(chat_options){c->bos, c->eos, c->default_system, c->thinking},
-                    &text, err, sizeof err)) {
+    coli_text_span *plain = NULL;
+    int n_plain = 0;
+    if (chat_render_plain(c->family, c->msgs, c->n_msgs,
+                          &(chat_options){c->bos, c->eos, c->default_system, c->thinking}, &text, &plain, &n_plain, err,
+                          sizeof err)) {
         fprintf(stderr, "coli chat: %s\n", err);
         return -1;
     }
-    int rc = cli_tokenize(c->m, text, strlen(text), 0, 1, ids, n);
+    int rc = cli_tokenize_chat(c->m, text, strlen(text), plain, n_plain, ids, n);
     free(text);
+    free(plain);
     if (rc) {
         fprintf(stderr, "coli chat: %s\n", rc == COLI_ENOMEM ? "out of memory" : coli_last_error());
         return -1;

@@ -34,9 +34,11 @@ static int print_token(void *user, int32_t id, const char *text, size_t len) {
 }
 
 /* The prompt as one user message in the chat template name (the template
- * text carries BOS): malloc'd into *out, or CLI_FAIL (printed). */
-static int render_chat(const coli_model *m, const char *name, int thinking, const char *prompt, size_t len,
-                       char **out) {
+ * text carries BOS): malloc'd into *out, the message's place in it in
+ * *plain (chat_render_plain: tokenized as text, as coli serve does), or
+ * CLI_FAIL (printed). */
+static int render_chat(const coli_model *m, const char *name, int thinking, const char *prompt, size_t len, char **out,
+                       coli_text_span **plain, int *n_plain) {
     coli_model_info info;
     coli_model_get_info(m, &info);
     const char *source, *bos = info.bos_id >= 0 ? coli_token_text(m, info.bos_id) : "",
@@ -44,19 +46,22 @@ static int render_chat(const coli_model *m, const char *name, int thinking, cons
     chat_family f = chat_template_pick(name, &info, &source);
     char *text = strndup(prompt, len), err[512];
     chat_message msg = {"user", text};
-    int rc = text ? chat_render(f, &msg, 1,
-                                &(chat_options){bos, eos, chat_template_default_system(info.chat_template), thinking},
-                                out, err, sizeof err)
-                  : -1;
+    int rc =
+        text ? chat_render_plain(f, &msg, 1,
+                                 &(chat_options){bos, eos, chat_template_default_system(info.chat_template), thinking},
+                                 out, plain, n_plain, err, sizeof err)
+             : -1;
     if (rc) fprintf(stderr, "coli run: --chat-template %s: %s\n", name, text ? err : "out of memory");
     free(text);
     return rc ? CLI_FAIL : 0;
 }
 
 /* Tokenize with special tokens, and BOS unless a chat template put it in the
- * text; *ids is malloc'd. 0 or CLI_FAIL. */
-static int tokenize_prompt(const coli_model *m, const char *text, size_t len, int add_bos, int32_t **ids, int *n) {
-    int rc = cli_tokenize(m, text, len, add_bos, 1, ids, n);
+ * text (chat: the message's text, plain[0..n_plain), without special tokens);
+ * *ids is malloc'd. 0 or CLI_FAIL. */
+static int tokenize_prompt(const coli_model *m, const char *text, size_t len, int chat, const coli_text_span *plain,
+                           int n_plain, int32_t **ids, int *n) {
+    int rc = chat ? cli_tokenize_chat(m, text, len, plain, n_plain, ids, n) : cli_tokenize(m, text, len, 1, 1, ids, n);
     if (rc == COLI_ENOMEM) {
         fprintf(stderr, "coli: prompt: out of memory for its tokens\n");
         return CLI_FAIL;
@@ -111,11 +116,15 @@ static int generate(const run_flags *f, const char *prompt, size_t len) {
     mo.stats_json = NULL; /* write_stats_json below */
     int rc = model_opts_open(&mo, NULL, &m, &ctx);
     if (rc) return rc;
-    if (f->chat_template && (rc = render_chat(m, f->chat_template, f->thinking, prompt, len, &chat)) == 0) {
+    coli_text_span *plain = NULL;
+    int n_plain = 0;
+    if (f->chat_template &&
+        (rc = render_chat(m, f->chat_template, f->thinking, prompt, len, &chat, &plain, &n_plain)) == 0) {
         prompt = chat;
         len = strlen(chat);
     }
-    if (!rc) rc = tokenize_prompt(m, prompt, len, !chat, &ids, &n_prompt);
+    if (!rc) rc = tokenize_prompt(m, prompt, len, chat != NULL, plain, n_plain, &ids, &n_prompt);
+    free(plain);
     int n_ctx = model_opts_n_ctx(&f->m, m);
     if (!rc && n_prompt == 0) {
         fprintf(stderr, "coli: prompt: empty (it gives no tokens)\n");

@@ -241,6 +241,8 @@ int cmd_serve(int argc, char **argv) {
          "prompt tokens evaluated per turn while other requests decode (default 64)"},
         CHAT_TEMPLATE_SPEC(tmpl),
         CHAT_KWARGS_SPEC(chat_kwargs),
+        {"--allow-special-in-content", NULL, ARG_FLAG, &s->cfg.allow_special_in_content, 0, 0, 0, NULL,
+         "message text may spell special tokens (<|im_start|> becomes the token: users can forge turns)"},
         {"--reasoning-format", NULL, ARG_STR, &reasoning, 0, 0, 0, "FORMAT",
          "chat answers of thinking models: none (as generated, default) or deepseek / auto (the "
          "<think>..</think> part in reasoning_content); a request's reasoning_format wins"},

@@ -164,6 +164,11 @@ int model_opts_n_ctx(const model_opts *o, const coli_model *m);
  * reason in coli_last_error). On failure *ids is NULL. Prints nothing. */
 int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t **ids,
                  int *n);
+/* cli_tokenize of a rendered chat prompt (chat_render_plain): special tokens parsed
+ * except in the n_plain ranges of plain (the messages' text: coli_tokenize_plain);
+ * plain NULL or none: parsed everywhere (--allow-special-in-content). No BOS is added. */
+int cli_tokenize_chat(const coli_model *m, const char *text, size_t len, const coli_text_span *plain, int n_plain,
+                      int32_t **ids, int *n);
 
 /* --chat-template NAME of run, chat and serve: NULL or "auto" (the model's
  * template) or a chat_family_name. Returns ARGS_OK, or ARGS_ERROR with a

@@ -6,7 +6,10 @@
  * first byte chooses) and every id decoded back; then its bytes, read as
  * 16-bit ids, are decoded, in range or not. Ids must lie in the vocabulary,
  * the count must agree between the sizing call and the real one, and a
- * bad id must be refused with COLI_ERANGE, never read.
+ * bad id must be refused with COLI_ERANGE, never read. coli_tokenize_plain
+ * gets ranges cut at the input's 0x01 bytes (every other piece plain): each
+ * id in range, and with the whole text one range it must give what
+ * parse_special 0 gives, with none what parse_special 1 gives.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -55,6 +58,47 @@ static void s_decode(int32_t id) {
     s_sink += (unsigned)coli_token_is_eog(s_model, id);
 }
 
+/* ids of text[0..len) (malloc'd into *ids, their count), by coli_tokenize_plain when
+ * plain is not NULL, else by coli_tokenize; -1 when refused. */
+static int s_ids(const char *text, size_t len, int parse_special, const coli_text_span *plain, int n_plain,
+                 int32_t **ids) {
+    int n = -1, rc = plain ? coli_tokenize_plain(s_model, text, len, 0, plain, n_plain, NULL, 0, &n)
+                           : coli_tokenize(s_model, text, len, 0, parse_special, NULL, 0, &n);
+    if ((rc != 0 && rc != COLI_ERANGE) || !(*ids = malloc((size_t)(n > 0 ? n : 1) * sizeof **ids))) return -1;
+    int n2 = -1;
+    rc = plain ? coli_tokenize_plain(s_model, text, len, 0, plain, n_plain, *ids, n, &n2)
+               : coli_tokenize(s_model, text, len, 0, parse_special, *ids, n, &n2);
+    if (rc != 0 || n2 != n) __builtin_trap();
+    for (int i = 0; i < n; i++)
+        if ((*ids)[i] < 0 || (*ids)[i] >= s_n_vocab) __builtin_trap();
+    return n;
+}
+
+static int s_same(const char *text, size_t len, int parse_special, const coli_text_span *plain, int n_plain) {
+    int32_t *a = NULL, *b = NULL;
+    int na = s_ids(text, len, parse_special, NULL, 0, &a), nb = s_ids(text, len, 0, plain, n_plain, &b);
+    int same = na < 0 || nb < 0 || (na == nb && !memcmp(a, b, (size_t)na * sizeof *a));
+    free(a);
+    free(b);
+    return same;
+}
+
+/* Plain ranges: the pieces between 0x01 bytes, every other one. */
+static void s_plain(const char *text, size_t len) {
+    coli_text_span spans[64];
+    int n = 0, piece = 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= len && n < 64; i++)
+        if (i == len || text[i] == 1) {
+            if (piece++ % 2) spans[n++] = (coli_text_span){start, i - start};
+            start = i + 1;
+        }
+    int32_t *ids = NULL;
+    s_ids(text, len, 0, spans, n, &ids);
+    free(ids);
+    if (!s_same(text, len, 0, &(coli_text_span){0, len}, 1) || !s_same(text, len, 1, spans, 0)) __builtin_trap();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     int add_special = data[0] & 1, parse_special = (data[0] >> 1) & 1;
@@ -74,6 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         s_decode(ids[i]);
     }
     free(ids);
+    if (data[0] & 8) s_plain(text, len);
     for (size_t i = 1; i + 1 < size; i += 2) /* arbitrary ids, in range or not */
         s_decode((int32_t)(int16_t)(data[i] | data[i + 1] << 8) * (data[0] & 4 ? 1 : 3));
     return 0;

@@ -111,7 +111,9 @@ typedef struct gen_request {
     int max_tokens_given;    /* 0: fill the context (chat) or 16 (completions) */
     char *stop[SERVE_MAX_STOP];
     int n_stop;
-    char *prompt; /* text (chat: rendered template); NULL if ids given */
+    char *prompt;          /* text (chat: rendered template); NULL if ids given */
+    coli_text_span *plain; /* chat: the messages' text in prompt, tokenized without special tokens */
+    int n_plain;
     int32_t *ids; /* prompt tokens once tokenized */
     int n_ids;
     int add_special;              /* BOS by the vocabulary (completions) or by the template text (chat) */
@@ -248,6 +250,7 @@ typedef struct server_config {
     int no_batching;               /* --no-batching: slots take turns one token each */
     int prefill_chunk;             /* --prefill-chunk: prompt tokens per turn when batching */
     int reasoning;                 /* --reasoning-format: what a chat request starts from (REASONING_*) */
+    int allow_special_in_content;  /* --allow-special-in-content: message text may spell special tokens */
     int verbose;
 } server_config;
 
@@ -313,6 +316,11 @@ char *server_stats_fresh(server *s);
 /* server_openai.c: parse body into r. 0, or an HTTP status with *err set (param may be NULL). */
 int openai_parse(server *s, const char *body, size_t len, int chat, gen_request *r, char *err, size_t err_cap,
                  const char **param);
+/* A request body as exactly one JSON value, the check every endpoint makes: valid UTF-8
+ * without NUL, no \u0000 in a string (cJSON would cut it there), no lone UTF-16 surrogate,
+ * nothing after it. The value, or NULL with *status 400/500 and err (*param: the field). */
+struct cJSON *openai_parse_json(const char *body, size_t len, char *err, size_t err_cap, const char **param,
+                                int *status);
 /* Tokenize r->prompt (or check r->ids) and fit max_tokens to the context. 0 or 400/500 + err. */
 int openai_prepare_tokens(server *s, gen_request *r, char *err, size_t err_cap, const char **param);
 

@@ -14,9 +14,18 @@
  * is refused with a 400 naming it. json_object: any JSON object.
  * Whitespace between tokens: at most WS_RUN bytes in a row, so a model
  * cannot stall in it; none before the value or after it.
+ *
+ * Limits (docs/api.md), each checked while compiling, before anything is
+ * sized from it, so no count can wrap: MAX_NODES schema nodes, nesting
+ * MAX_DEPTH - 2 levels, MAX_ENUM values per enum, MAX_LITS literals (enum
+ * values and property names) in all, MAX_LIT_BYTES bytes of them, MAX_LIT
+ * bytes each. A schema over one is refused with a 400 naming it. They also
+ * bound what the filter does per step (it scans the candidate literals).
  */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +33,12 @@
 
 #include "tools/coli/server/server.h"
 
-#define MAX_DEPTH 32
-#define MAX_LIT 120 /* bytes of one enum literal or quoted key */
-#define MAX_NODES 256
+#define MAX_DEPTH 32        /* automaton frames; a schema nests at most MAX_DEPTH - 2 levels */
+#define MAX_LIT 120         /* bytes of one enum literal or quoted key */
+#define MAX_NODES 1024      /* schema nodes: each property, items, enum and type counts one */
+#define MAX_ENUM 1024       /* values of one enum */
+#define MAX_LITS 4096       /* enum values and property names in all */
+#define MAX_LIT_BYTES 65536 /* their bytes in all */
 #define WS_RUN 8
 
 enum {
@@ -74,19 +86,22 @@ enum {
     A_COMMA_OR_END
 };
 
+/* int32_t: every index below MAX_LITS / MAX_NODES fits without a cast that could wrap
+ * (an int16_t here once turned literal 32,770 negative and read out of bounds). */
 typedef struct gframe {
     uint8_t kind, sub;
-    int16_t node; /* schema node (-1: any) */
-    int16_t next; /* F_OBJ: next property index; F_LIT: first candidate */
-    int16_t n;    /* F_LIT: candidates; F_STR: 1 = a free key (then ':') */
+    int32_t node; /* schema node (-1: any) */
+    int32_t next; /* F_OBJ: next property index; F_LIT: first candidate */
+    int32_t n;    /* F_LIT: candidates; F_STR: 1 = a free key (then ':') */
 } gframe;
+_Static_assert(MAX_LITS <= INT32_MAX && MAX_NODES <= INT32_MAX, "gframe indices are int32_t");
 
 typedef struct gstate {
     int depth, root_done, ws_run;
     int u8_need, hex_left, escape; /* inside a string */
     int lit_len;
     char lit[MAX_LIT];
-    gframe f[MAX_DEPTH];
+    gframe f[MAX_DEPTH]; /* last: s_state_copy copies the frames in use only */
 } gstate;
 
 struct json_grammar {
@@ -96,11 +111,13 @@ struct json_grammar {
     int n_props_total;
     char **lits;
     int n_lits;
+    size_t lit_bytes; /* of the schema's literals (MAX_LIT_BYTES) */
     int n_vocab;
     const char **piece; /* per token: its bytes */
     uint32_t *piece_len;
     uint8_t *eog;
     gstate st;
+    gstate *after; /* the filter's: the state after each first byte (256), this step */
 };
 
 // ---------------------------------------------------------------------------
@@ -110,7 +127,7 @@ static int s_feed(const json_grammar *g, gstate *st, int b);
 
 static int s_push(gstate *st, int kind, int sub, int node) {
     if (st->depth >= MAX_DEPTH) return 0;
-    st->f[st->depth++] = (gframe){(uint8_t)kind, (uint8_t)sub, (int16_t)node, 0, 0};
+    st->f[st->depth++] = (gframe){(uint8_t)kind, (uint8_t)sub, node, 0, 0};
     return 1;
 }
 
@@ -139,8 +156,8 @@ static int s_ws(gstate *st) {
 
 static void s_lit_start(gstate *st, int first, int n) {
     s_push(st, F_LIT, 0, -1);
-    st->f[st->depth - 1].next = (int16_t)first;
-    st->f[st->depth - 1].n = (int16_t)n;
+    st->f[st->depth - 1].next = first;
+    st->f[st->depth - 1].n = n;
     st->lit_len = 0;
 }
 
@@ -290,7 +307,7 @@ static int s_lit(const json_grammar *g, gstate *st, gframe *f, int b) {
     gframe *p = st->depth > 0 ? &st->f[st->depth - 1] : NULL;
     if (p && p->kind == F_OBJ && p->sub == O_KEY) { /* a schema key: its value's node comes next */
         const gnode *on = &g->nodes[p->node];
-        p->next = (int16_t)(exact - on->lit0 + 1);
+        p->next = exact - on->lit0 + 1;
         p->sub = O_COLON;
     } else {
         st->depth++;
@@ -401,22 +418,42 @@ static int s_feed(const json_grammar *g, gstate *st, int b) {
 // ---------------------------------------------------------------------------
 // the filter
 
+/* A copy of the state for one trial: the frames above depth are dead, and
+ * the filter makes one copy per vocabulary token per step. */
+static void s_state_copy(gstate *dst, const gstate *src) {
+    memcpy(dst, src, offsetof(gstate, f) + (size_t)src->depth * sizeof src->f[0]);
+}
+
+/* Which first bytes the current state takes (ok[b]) and the state after each
+ * (g->after[b]): computed once per step, not once per token. Most tokens fail
+ * on their first byte, and inside a long enum each byte scans every candidate. */
+static void s_first_bytes(json_grammar *g, uint8_t ok[256]) {
+    for (int b = 0; b < 256; b++) {
+        s_state_copy(&g->after[b], &g->st);
+        ok[b] = (uint8_t)s_feed(g, &g->after[b], b);
+    }
+}
+
 void json_grammar_filter(void *user, float *logits, int n_vocab) {
-    const json_grammar *g = user;
-    gstate end = g->st;
+    json_grammar *g = user;
+    gstate end;
+    s_state_copy(&end, &g->st);
     int can_end = s_feed(g, &end, -1);
+    uint8_t ok[256];
+    if (!can_end) s_first_bytes(g, ok);
     for (int id = 0; id < n_vocab && id < g->n_vocab; id++) {
+        const unsigned char *p = (const unsigned char *)g->piece[id];
         if (g->eog[id]) {
             if (!can_end) logits[id] = -INFINITY;
             continue;
         }
-        if (can_end || g->piece_len[id] == 0) {
+        if (can_end || g->piece_len[id] == 0 || !ok[p[0]]) {
             logits[id] = -INFINITY;
             continue;
         }
-        gstate st = g->st;
-        const unsigned char *p = (const unsigned char *)g->piece[id];
-        for (uint32_t i = 0; i < g->piece_len[id]; i++)
+        gstate st;
+        s_state_copy(&st, &g->after[p[0]]);
+        for (uint32_t i = 1; i < g->piece_len[id]; i++)
             if (!s_feed(g, &st, p[i])) {
                 logits[id] = -INFINITY;
                 break;
@@ -441,16 +478,25 @@ typedef struct compile_ctx {
     size_t cap;
 } compile_ctx;
 
-static int s_fail(compile_ctx *c, const char *path, const char *fmt, const char *what) {
+static int s_fail(compile_ctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int s_fail(compile_ctx *c, const char *path, const char *fmt, ...) {
     char msg[256];
-    snprintf(msg, sizeof msg, fmt, what);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     snprintf(c->err, c->cap, "response_format: %s (at %s)", msg, path);
     return -400;
 }
 
-/* Room for n more literals / properties; their first index, or -500. */
-static int s_more_lits(json_grammar *g, int n) {
-    char **t = realloc(g->lits, (size_t)(g->n_lits + n) * sizeof *t);
+/* Room for n (checked: 0 < n <= MAX_ENUM or a property count) more
+ * literals; their first index, -400 over MAX_LITS, or -500. */
+static int s_more_lits(compile_ctx *c, const char *path, int n) {
+    json_grammar *g = c->g;
+    if (n < 0 || (size_t)g->n_lits + (size_t)n > MAX_LITS + 3) /* + true, false, null */
+        return s_fail(c, path, "the schema has more than %d enum values and property names in all (the limit)",
+                      MAX_LITS);
+    char **t = realloc(g->lits, ((size_t)g->n_lits + (size_t)n) * sizeof *t);
     if (!t) return -500;
     g->lits = t;
     for (int i = 0; i < n; i++) t[g->n_lits + i] = NULL;
@@ -458,41 +504,58 @@ static int s_more_lits(json_grammar *g, int n) {
     return g->n_lits - n;
 }
 
-static int s_add_lit(json_grammar *g, int at, const char *text, size_t len) {
+static int s_add_lit(compile_ctx *c, const char *path, int at, const char *text, size_t len) {
+    json_grammar *g = c->g;
+    if (len > MAX_LIT_BYTES - g->lit_bytes)
+        return s_fail(c, path, "the schema's enum values and property names exceed %d bytes in all (the limit)",
+                      MAX_LIT_BYTES);
     if (!(g->lits[at] = strndup(text, len))) return -500;
+    g->lit_bytes += len;
     return 0;
 }
 
 static int s_new_node(compile_ctx *c, const char *path, int type) {
     json_grammar *g = c->g;
-    if (g->n_nodes >= MAX_NODES) return s_fail(c, path, "%s", "the schema has too many nodes");
+    if (g->n_nodes >= MAX_NODES)
+        return s_fail(c, path, "the schema has more than %d nodes (properties, items, enums; the limit)", MAX_NODES);
     g->nodes[g->n_nodes] = (gnode){.type = type, .items = -1};
     return g->n_nodes++;
 }
 
 static int s_compile(compile_ctx *c, const cJSON *sc, const char *path, int depth);
 
-/* enum / const: the literals' JSON texts. */
-static int s_literals(compile_ctx *c, const cJSON *values, const char *path) {
+/* One enum / const value as the JSON text the model must write, into lits[at]. */
+static int s_literal(compile_ctx *c, const char *kw, const cJSON *v, int i, int at, const char *path) {
+    if (cJSON_IsObject(v) || cJSON_IsArray(v))
+        return s_fail(c, path, "%s[%d]: only strings, numbers, booleans and null", kw, i);
+    if (cJSON_IsNumber(v) && !isfinite(v->valuedouble)) /* 1e400: cJSON would print it as null */
+        return s_fail(c, path, "%s[%d]: a number out of range (beyond a double; JSON has no infinity)", kw, i);
+    char *text = cJSON_PrintUnformatted(v);
+    if (!text) return -500;
+    size_t len = strlen(text);
+    int rc = len + 1 > MAX_LIT ? s_fail(c, path, "%s[%d]: a value longer than %d bytes", kw, i, MAX_LIT - 1)
+                               : s_add_lit(c, path, at, text, len);
+    free(text);
+    return rc;
+}
+
+/* enum / const (kw, for messages): the literals' JSON texts. */
+static int s_literals(compile_ctx *c, const char *kw, const cJSON *values, const char *path) {
     int node = s_new_node(c, path, N_LITERALS);
     if (node < 0) return node;
     int n = cJSON_GetArraySize(values);
     if (n < 1) return s_fail(c, path, "%s", "enum: must hold at least one value");
-    int at = s_more_lits(c->g, n);
+    if (n > MAX_ENUM) return s_fail(c, path, "enum: %d values, at most %d (the limit)", n, MAX_ENUM);
+    int at = s_more_lits(c, path, n);
     if (at < 0) return at;
     c->g->nodes[node].lit0 = at;
     c->g->nodes[node].n_lit = n;
     const cJSON *v;
+    int i = 0;
     cJSON_ArrayForEach(v, values) {
-        if (cJSON_IsObject(v) || cJSON_IsArray(v))
-            return s_fail(c, path, "%s", "enum: only strings, numbers, booleans and null");
-        char *text = cJSON_PrintUnformatted(v);
-        if (!text) return -500;
-        size_t len = strlen(text);
-        int rc = len + 1 > MAX_LIT ? s_fail(c, path, "enum: a value longer than %s bytes", "119")
-                                   : s_add_lit(c->g, at++, text, len);
-        free(text);
+        int rc = s_literal(c, kw, v, i, at + i, path);
         if (rc) return rc;
+        i++;
     }
     return node;
 }
@@ -501,6 +564,8 @@ static int s_required(compile_ctx *c, const cJSON *req, const cJSON *props, int 
     const cJSON *r;
     if (!req) return 0;
     if (!cJSON_IsArray(req)) return s_fail(c, path, "%s", "required: must be an array of property names");
+    if (cJSON_GetArraySize(req) > cJSON_GetArraySize(props)) /* each name is looked up among them */
+        return s_fail(c, path, "%s", "required: more names than properties");
     cJSON_ArrayForEach(r, req) {
         int k = 0, found = 0;
         const cJSON *p;
@@ -527,12 +592,13 @@ static int s_object(compile_ctx *c, const cJSON *sc, const char *path, int depth
     int n = cJSON_GetArraySize(props);
     if (n == 0) return node;
     json_grammar *g = c->g;
-    gprop *t = realloc(g->props, (size_t)(g->n_props_total + n) * sizeof *t);
+    int lit0 = s_more_lits(c, path, n); /* bounds n and so n_props_total (<= MAX_LITS) */
+    if (lit0 < 0) return lit0;
+    gprop *t = realloc(g->props, ((size_t)g->n_props_total + (size_t)n) * sizeof *t);
     if (!t) return -500;
     g->props = t;
-    int prop0 = g->n_props_total, lit0 = s_more_lits(g, n);
+    int prop0 = g->n_props_total;
     g->n_props_total += n;
-    if (lit0 < 0) return lit0;
     g->nodes[node].prop0 = prop0;
     g->nodes[node].n_props = n;
     g->nodes[node].lit0 = lit0;
@@ -546,7 +612,8 @@ static int s_object(compile_ctx *c, const cJSON *sc, const char *path, int depth
             if ((unsigned char)p->string[i] < 0x20)
                 return s_fail(c, path, "property name '%.60s': needs escaping", p->string);
         snprintf(quoted, sizeof quoted, "\"%s\"", p->string);
-        if (s_add_lit(g, lit0 + k, quoted, len + 2)) return -500;
+        int rc = s_add_lit(c, path, lit0 + k, quoted, len + 2);
+        if (rc) return rc;
         snprintf(sub, sizeof sub, "%s.properties.%s", path, p->string);
         g->props[prop0 + k] = (gprop){-1, 0};
         int child = s_compile(c, p, sub, depth + 1);
@@ -576,16 +643,18 @@ static int s_keywords(compile_ctx *c, const cJSON *sc, const char *path) {
 
 static int s_compile(compile_ctx *c, const cJSON *sc, const char *path, int depth) {
     if (!cJSON_IsObject(sc)) return s_fail(c, path, "%s", "a schema must be an object");
-    if (depth >= MAX_DEPTH - 2) return s_fail(c, path, "%s", "the schema nests too deep");
+    if (depth >= MAX_DEPTH - 2)
+        return s_fail(c, path, "the schema nests deeper than %d levels (the limit)", MAX_DEPTH - 2);
     int rc = s_keywords(c, sc, path);
     if (rc) return rc;
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(sc, "enum"), *cn = cJSON_GetObjectItemCaseSensitive(sc, "const");
-    if (en) return cJSON_IsArray(en) ? s_literals(c, en, path) : s_fail(c, path, "%s", "enum: must be an array");
+    if (en)
+        return cJSON_IsArray(en) ? s_literals(c, "enum", en, path) : s_fail(c, path, "%s", "enum: must be an array");
     if (cn) {
         cJSON *one = cJSON_CreateArray();
         if (!one) return -500;
         cJSON_AddItemReferenceToArray(one, (cJSON *)cn);
-        rc = s_literals(c, one, path);
+        rc = s_literals(c, "const", one, path);
         cJSON_Delete(one);
         return rc;
     }
@@ -606,7 +675,7 @@ static int s_compile(compile_ctx *c, const cJSON *sc, const char *path, int dept
             cJSON_AddItemToArray(vals, cJSON_CreateTrue());
             cJSON_AddItemToArray(vals, cJSON_CreateFalse());
         }
-        rc = s_literals(c, vals, path);
+        rc = s_literals(c, "enum", vals, path);
         cJSON_Delete(vals);
         return rc;
     }
@@ -635,6 +704,7 @@ void json_grammar_free(json_grammar *g) {
     free(g->piece);
     free(g->piece_len);
     free(g->eog);
+    free(g->after);
     free(g);
 }
 
@@ -645,7 +715,8 @@ static int s_vocab(server *s, json_grammar *g) {
     g->piece = calloc((size_t)n, sizeof *g->piece);
     g->piece_len = calloc((size_t)n, sizeof *g->piece_len);
     g->eog = calloc((size_t)n, 1);
-    if (!g->piece || !g->piece_len || !g->eog) return -500;
+    g->after = malloc(256 * sizeof *g->after);
+    if (!g->piece || !g->piece_len || !g->eog || !g->after) return -500;
     for (int id = 0; id < n; id++) {
         size_t len = 0;
         if (coli_token_to_bytes(s->model, id, &g->piece[id], &len) != 0) len = 0;
@@ -681,9 +752,11 @@ int json_grammar_new(server *s, const cJSON *rf, json_grammar **out, char *err, 
     json_grammar *g = calloc(1, sizeof *g);
     if (!g) return 500;
     compile_ctx c = {g, err, err_cap};
-    int rc = s_more_lits(g, 3);
+    int rc = s_more_lits(&c, "$", 3); /* lits[0..3): json_object's true, false, null */
     if (rc >= 0)
-        rc = s_add_lit(g, 0, "true", 4) || s_add_lit(g, 1, "false", 5) || s_add_lit(g, 2, "null", 4) ? -500 : 0;
+        rc = s_add_lit(&c, "$", 0, "true", 4) || s_add_lit(&c, "$", 1, "false", 5) || s_add_lit(&c, "$", 2, "null", 4)
+                 ? -500
+                 : 0;
     if (rc >= 0) rc = schema ? s_compile(&c, schema, "$", 0) : s_new_node(&c, "$", N_OBJECT);
     if (rc >= 0) {
         g->root = rc;
@@ -695,7 +768,7 @@ int json_grammar_new(server *s, const cJSON *rf, json_grammar **out, char *err, 
         return -rc;
     }
     g->st.depth = 1;
-    g->st.f[0] = (gframe){F_VALUE, 0, (int16_t)g->root, 0, 0};
+    g->st.f[0] = (gframe){F_VALUE, 0, g->root, 0, 0};
     *out = g;
     return 0;
 }

@@ -24,6 +24,7 @@
 void gen_request_free(gen_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->prompt);
+    free(r->plain);
     free(r->ids);
     json_grammar_free(r->grammar);
     free(r->bias_id);
@@ -289,6 +290,16 @@ static int s_stop(parse_ctx *p, const cJSON *root, gen_request *r) {
     return 0;
 }
 
+/* A JSON response_format: stop strings apply only after the value is complete, so
+ * none can cut it (stop ["{"] had left an empty answer). The grammar then allows
+ * nothing but the end of the answer: no text follows for a stop string to match,
+ * so they are checked as above and then dropped (docs/api.md says so). */
+static void s_stop_after_json(gen_request *r) {
+    if (!r->grammar) return;
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    r->n_stop = 0;
+}
+
 static int s_stream(parse_ctx *p, const cJSON *root, gen_request *r) {
     const cJSON *v = s_get(root, "stream"), *o;
     if (v && !cJSON_IsBool(v)) return s_bad(p, "stream", "stream: must be true or false");
@@ -369,7 +380,7 @@ static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r
                  s->model_id, chat_family_list());
         *p->param = "messages";
         rc = 400;
-    } else if (!rc && chat_render(s->family, cm, n, &opts, &r->prompt, p->err, p->cap)) {
+    } else if (!rc && chat_render_plain(s->family, cm, n, &opts, &r->prompt, &r->plain, &r->n_plain, p->err, p->cap)) {
         *p->param = "messages";
         rc = 400;
     }
@@ -454,6 +465,17 @@ static int s_refuse_nul(parse_ctx *p, const cJSON *root, const char *body, size_
     return s_bad(p, top ? field : NULL, "%s: contains a NUL character (\\u0000), which a prompt cannot hold", path);
 }
 
+/* Why cJSON stopped at body[at]: a \u escape of half a UTF-16 surrogate pair
+ * (valid JSON syntax, but no text: RFC 8259 section 8.2), or bad JSON. */
+static int s_bad_json(parse_ctx *p, const char *body, size_t len, size_t at) {
+    unsigned cp = 0;
+    if (at + 6 <= len && body[at] == '\\' && body[at + 1] == 'u' && sscanf(body + at + 2, "%4x", &cp) == 1 &&
+        cp >= 0xD800 && cp <= 0xDFFF)
+        return s_bad(p, NULL, "request body: \\u%.4s at byte %zu is half a UTF-16 surrogate pair, not text",
+                     body + at + 2, at);
+    return s_bad(p, NULL, "request body: not valid JSON (error near byte %zu)", at);
+}
+
 /* Parse the body as exactly one JSON value (RFC 8259: UTF-8, nothing after it). */
 static cJSON *s_parse_body(parse_ctx *p, const char *body, size_t len, int *rc) {
     size_t bad = utf8_invalid_at(body, len);
@@ -464,8 +486,7 @@ static cJSON *s_parse_body(parse_ctx *p, const char *body, size_t len, int *rc) 
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
-        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        *rc = s_bad(p, NULL, "request body: not valid JSON (error near byte %zu)", at);
+        *rc = s_bad_json(p, body, len, end && end >= body && end <= body + len ? (size_t)(end - body) : 0);
         return NULL;
     }
     size_t at = (size_t)(end - body);
@@ -480,6 +501,15 @@ static cJSON *s_parse_body(parse_ctx *p, const char *body, size_t len, int *rc) 
         cJSON_Delete(root);
         return NULL;
     }
+    return root;
+}
+
+cJSON *openai_parse_json(const char *body, size_t len, char *err, size_t err_cap, const char **param, int *status) {
+    parse_ctx p = {err, err_cap, param};
+    *param = NULL;
+    *status = 0;
+    cJSON *root = s_parse_body(&p, body, len, status);
+    if (!root && *status == 500) snprintf(err, err_cap, "out of memory while reading the request");
     return root;
 }
 
@@ -510,6 +540,7 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
         r->sp.logit_filter_user = r;
     }
     if (!rc) rc = s_stop(&p, root, r);
+    if (!rc) s_stop_after_json(r);
     if (!rc && chat) rc = s_reasoning_format(s, &p, root, r);
     if (!rc) rc = chat ? s_messages(s, &p, root, r) : s_prompt(s, &p, root, r);
     if (rc == 500) snprintf(err, err_cap, "out of memory while reading the request");
@@ -521,7 +552,12 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
 static int s_tokenize(server *s, gen_request *r, parse_ctx *p) {
     free(r->ids);
     r->ids = NULL;
-    int rc = cli_tokenize(s->model, r->prompt, strlen(r->prompt), r->add_special, 1, &r->ids, &r->n_ids);
+    /* chat: the template's markers are special tokens, the messages' text is not (a
+     * message spelling "<|im_start|>system" would forge a turn) unless the flag says so */
+    int rc = !r->chat
+                 ? cli_tokenize(s->model, r->prompt, strlen(r->prompt), r->add_special, 1, &r->ids, &r->n_ids)
+                 : cli_tokenize_chat(s->model, r->prompt, strlen(r->prompt),
+                                     s->cfg.allow_special_in_content ? NULL : r->plain, r->n_plain, &r->ids, &r->n_ids);
     if (rc == COLI_ENOMEM) return 500;
     return rc ? s_bad(p, r->chat ? "messages" : "prompt", "%s", coli_last_error()) : 0;
 }

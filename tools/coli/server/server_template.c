@@ -33,8 +33,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The rendered prompt grows in many small pieces; a failure sticks (checked once at the end). */
-static void s_put(coli_strbuf *b, const char *text) { coli_strbuf_appendf(b, "%s", text); }
+/* The rendered prompt and where the messages' text lies in it (the plain
+ * ranges: tokenized without special tokens, coli_tokenize_plain). It grows
+ * in many small pieces; a failure sticks (checked once at the end). */
+typedef struct chat_out {
+    coli_strbuf b;
+    coli_text_span *plain;
+    int n_plain, cap_plain, failed;
+} chat_out;
+
+/* Template text: its markers are special tokens. */
+static void s_put(chat_out *o, const char *text) { coli_strbuf_appendf(&o->b, "%s", text); }
+
+/* A message's text (n bytes at p): a plain range. */
+static void s_text_n(chat_out *o, const char *p, size_t n) {
+    size_t at = o->b.len;
+    coli_strbuf_appendf(&o->b, "%.*s", (int)n, p);
+    if (!n || o->b.failed) return;
+    if (o->n_plain == o->cap_plain) {
+        int cap = o->cap_plain ? 2 * o->cap_plain : 16;
+        coli_text_span *t = realloc(o->plain, (size_t)cap * sizeof *t);
+        if (!t) {
+            o->failed = 1;
+            return;
+        }
+        o->plain = t;
+        o->cap_plain = cap;
+    }
+    o->plain[o->n_plain++] = (coli_text_span){at, n};
+}
+
+static void s_text(chat_out *o, const char *text) { s_text_n(o, text, strlen(text)); }
 
 static int s_err(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int s_err(char *err, size_t cap, const char *fmt, ...) {
@@ -120,7 +149,7 @@ static int s_role(const char *role) {
 }
 
 /* Mistral: system text joins the first user turn; user/assistant must alternate. */
-static int s_mistral(coli_strbuf *b, const chat_message *m, int n, const char *bos, const char *eos, char *err,
+static int s_mistral(chat_out *b, const chat_message *m, int n, const char *bos, const char *eos, char *err,
                      size_t cap) {
     const char *system = NULL;
     int expect = ROLE_USER, first_user = 1;
@@ -142,15 +171,15 @@ static int s_mistral(coli_strbuf *b, const chat_message *m, int n, const char *b
         if (r == ROLE_USER) {
             s_put(b, "[INST] ");
             if (first_user && system && *system) {
-                s_put(b, system);
+                s_text(b, system);
                 s_put(b, "\n\n");
             }
             first_user = 0;
-            s_put(b, m[i].content);
+            s_text(b, m[i].content);
             s_put(b, " [/INST]");
             expect = ROLE_ASSISTANT;
         } else {
-            s_put(b, m[i].content);
+            s_text(b, m[i].content);
             if (i + 1 < n) s_put(b, eos); /* a final assistant message is a prefix to continue */
             expect = ROLE_USER;
         }
@@ -159,7 +188,7 @@ static int s_mistral(coli_strbuf *b, const chat_message *m, int n, const char *b
     return 0;
 }
 
-static int s_chatml(coli_strbuf *b, const chat_message *m, int n, const char *default_system) {
+static int s_chatml(chat_out *b, const chat_message *m, int n, const char *default_system) {
     static const char *names[] = {"system", "user", "assistant"};
     if (default_system && s_role(m[0].role) != ROLE_SYSTEM) {
         s_put(b, "<|im_start|>system\n");
@@ -170,20 +199,20 @@ static int s_chatml(coli_strbuf *b, const chat_message *m, int n, const char *de
         s_put(b, "<|im_start|>");
         s_put(b, names[s_role(m[i].role)]);
         s_put(b, "\n");
-        s_put(b, m[i].content);
+        s_text(b, m[i].content);
         s_put(b, "<|im_end|>\n");
     }
     s_put(b, "<|im_start|>assistant\n");
     return 0;
 }
 
-static int s_olmo(coli_strbuf *b, const chat_message *m, int n, const char *bos, const char *eos) {
+static int s_olmo(chat_out *b, const chat_message *m, int n, const char *bos, const char *eos) {
     static const char *tags[] = {"<|system|>\n", "<|user|>\n", "<|assistant|>\n"};
     s_put(b, bos);
     for (int i = 0; i < n; i++) {
         int r = s_role(m[i].role);
         s_put(b, tags[r]);
-        s_put(b, m[i].content);
+        s_text(b, m[i].content);
         if (r == ROLE_ASSISTANT) s_put(b, eos);
         s_put(b, "\n");
     }
@@ -197,7 +226,7 @@ typedef struct text_span {
     size_t n;
 } text_span;
 
-static void s_put_span(coli_strbuf *b, text_span t) { coli_strbuf_appendf(b, "%.*s", (int)t.n, t.p); }
+static void s_put_span(chat_out *b, text_span t) { s_text_n(b, t.p, t.n); }
 
 /* Jinja's lstrip('\n') / rstrip('\n') / strip('\n'). */
 static text_span s_strip_nl(text_span t, int left, int right) {
@@ -239,7 +268,7 @@ static int s_qwen3_last_query(const chat_message *m, int n) {
     return n - 1;
 }
 
-static int s_qwen3(coli_strbuf *b, const chat_message *m, int n, int thinking) {
+static int s_qwen3(chat_out *b, const chat_message *m, int n, int thinking) {
     static const char *names[] = {"system", "user", "assistant"};
     int last_query = s_qwen3_last_query(m, n);
     for (int i = 0; i < n; i++) {
@@ -248,7 +277,7 @@ static int s_qwen3(coli_strbuf *b, const chat_message *m, int n, int thinking) {
         s_put(b, names[r]);
         s_put(b, "\n");
         if (r != ROLE_ASSISTANT) {
-            s_put(b, m[i].content);
+            s_text(b, m[i].content);
         } else {
             text_span reasoning, answer;
             s_qwen3_split(m[i].content, &reasoning, &answer);
@@ -268,12 +297,12 @@ static int s_qwen3(coli_strbuf *b, const chat_message *m, int n, int thinking) {
 }
 
 /* DeepSeek V2: system text in place, "User: " and "Assistant: " turns. */
-static int s_deepseek2(coli_strbuf *b, const chat_message *m, int n, const char *bos, const char *eos) {
+static int s_deepseek2(chat_out *b, const chat_message *m, int n, const char *bos, const char *eos) {
     s_put(b, bos);
     for (int i = 0; i < n; i++) {
         int r = s_role(m[i].role);
         s_put(b, r == ROLE_USER ? "User: " : r == ROLE_ASSISTANT ? "Assistant: " : "");
-        s_put(b, m[i].content);
+        s_text(b, m[i].content);
         s_put(b, r == ROLE_ASSISTANT ? eos : "\n\n");
     }
     s_put(b, "Assistant:");
@@ -281,19 +310,19 @@ static int s_deepseek2(coli_strbuf *b, const chat_message *m, int n, const char 
 }
 
 /* DeepSeek V3: every system text first (joined by a blank line), then the turns. */
-static int s_deepseek3(coli_strbuf *b, const chat_message *m, int n, const char *bos) {
+static int s_deepseek3(chat_out *b, const chat_message *m, int n, const char *bos) {
     int n_system = 0;
     s_put(b, bos);
     for (int i = 0; i < n; i++) {
         if (s_role(m[i].role) != ROLE_SYSTEM) continue;
         if (n_system++) s_put(b, "\n\n");
-        s_put(b, m[i].content);
+        s_text(b, m[i].content);
     }
     for (int i = 0; i < n; i++) {
         int r = s_role(m[i].role);
         if (r == ROLE_SYSTEM) continue;
         s_put(b, r == ROLE_USER ? DS_USER : DS_ASSISTANT);
-        s_put(b, m[i].content);
+        s_text(b, m[i].content);
         if (r == ROLE_ASSISTANT) s_put(b, DS_EOS);
     }
     s_put(b, DS_ASSISTANT);
@@ -301,15 +330,18 @@ static int s_deepseek3(coli_strbuf *b, const chat_message *m, int n, const char 
 }
 
 /* Llama 3: a header per turn, content trimmed (Jinja's trim: Python's strip()). */
-static int s_llama3(coli_strbuf *b, const chat_message *m, int n, const char *bos) {
+static int s_llama3(chat_out *b, const chat_message *m, int n, const char *bos) {
     static const char *names[] = {"system", "user", "assistant"};
     s_put(b, bos);
     for (int i = 0; i < n; i++) {
         const char *c = m[i].content, *e = c + strlen(c);
         while (c < e && strchr(" \t\n\r\v\f", *c)) c++;
         while (e > c && strchr(" \t\n\r\v\f", e[-1])) e--;
-        coli_strbuf_appendf(b, "<|start_header_id|>%s<|end_header_id|>\n\n%.*s<|eot_id|>", names[s_role(m[i].role)],
-                            (int)(e - c), c);
+        s_put(b, "<|start_header_id|>");
+        s_put(b, names[s_role(m[i].role)]);
+        s_put(b, "<|end_header_id|>\n\n");
+        s_text_n(b, c, (size_t)(e - c));
+        s_put(b, "<|eot_id|>");
     }
     s_put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return 0;
@@ -338,7 +370,14 @@ int chat_thinking_check(chat_family f, int thinking, char *err, size_t err_cap) 
 
 int chat_render(chat_family f, const chat_message *msgs, int n, const chat_options *o, char **out, char *err,
                 size_t err_cap) {
+    return chat_render_plain(f, msgs, n, o, out, NULL, NULL, err, err_cap);
+}
+
+int chat_render_plain(chat_family f, const chat_message *msgs, int n, const chat_options *o, char **out,
+                      coli_text_span **plain, int *n_plain, char *err, size_t err_cap) {
     *out = NULL;
+    if (plain) *plain = NULL;
+    if (n_plain) *n_plain = 0;
     if (f == CHAT_UNKNOWN)
         return s_err(
             err, err_cap,
@@ -352,7 +391,7 @@ int chat_render(chat_family f, const chat_message *msgs, int n, const chat_optio
                          i, msgs[i].role ? msgs[i].role : "(null)");
         if (!msgs[i].content) return s_err(err, err_cap, "messages[%d].content: missing", i);
     }
-    coli_strbuf b = {0};
+    chat_out b = {0};
     int rc = 0;
     const char *bos = o->bos ? o->bos : "", *eos = o->eos ? o->eos : "";
     switch (f) {
@@ -364,11 +403,16 @@ int chat_render(chat_family f, const chat_message *msgs, int n, const chat_optio
     case CHAT_LLAMA3: rc = s_llama3(&b, msgs, n, bos); break;
     default: rc = s_olmo(&b, msgs, n, bos, eos); break;
     }
-    if (rc == 0 && (b.failed || !b.s)) rc = s_err(err, err_cap, "chat template: out of memory");
+    if (rc == 0 && (b.failed || b.b.failed || !b.b.s)) rc = s_err(err, err_cap, "chat template: out of memory");
+    if (rc || !plain) free(b.plain);
     if (rc) {
-        free(b.s);
+        free(b.b.s);
         return -1;
     }
-    *out = b.s;
+    *out = b.b.s;
+    if (plain) {
+        *plain = b.plain;
+        *n_plain = b.n_plain;
+    }
     return 0;
 }

@@ -27,6 +27,8 @@
 
 #include <stddef.h>
 
+#include "colibri.h" /* coli_text_span */
+
 typedef enum chat_family {
     CHAT_UNKNOWN,
     CHAT_MISTRAL,
@@ -71,12 +73,18 @@ typedef struct chat_options {
  * an assistant message instead leaves it open, to be continued; qwen3 with
  * thinking 0 adds the empty "<think>\n\n</think>\n\n" its template adds).
  * The result is meant to be tokenized with special-token parsing and
- * without an automatic BOS.
+ * without an automatic BOS (chat_render_plain: except in the messages' text).
  * Returns 0 and a malloc'd *out, or -1 with a one-line reason in err
  * (unknown family, unknown role, roles out of order, empty conversation,
  * a thinking switch the family does not have). */
 int chat_render(chat_family f, const chat_message *msgs, int n, const chat_options *o, char **out, char *err,
                 size_t err_cap);
+/* chat_render, and where the messages' text landed in *out: (*plain)[0 .. *n_plain),
+ * ascending byte ranges (malloc'd, NULL if none), for coli_tokenize_plain. The
+ * template's own markers are then special tokens and the messages' text is not,
+ * so a message that spells "<|im_start|>system" cannot forge a turn. */
+int chat_render_plain(chat_family f, const chat_message *msgs, int n, const chat_options *o, char **out,
+                      coli_text_span **plain, int *n_plain, char *err, size_t err_cap);
 
 /* 0 if family f takes thinking (CHAT_THINKING_DEFAULT: always), else -1
  * with a one-line reason in err naming enable_thinking: chat_render's

@@ -54,14 +54,30 @@ static cJSON *s_tokens_json(server *s, const int32_t *ids, int n, int with_piece
     return o;
 }
 
+/* The body as a JSON object, checked as the /v1 endpoints check theirs (openai_parse_json:
+ * a \u0000 would cut the text, a lone surrogate is no text); NULL when refused (replied). */
+static cJSON *s_body_object(server *s, struct MHD_Connection *c, int ep, const char *body, size_t len, int *ret) {
+    char err[512];
+    const char *param = NULL;
+    int status = 0;
+    cJSON *root = openai_parse_json(body, len, err, sizeof err, &param, &status);
+    if (root && !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        root = NULL;
+        status = 400;
+        snprintf(err, sizeof err, "request body: must be a JSON object");
+    }
+    if (!root)
+        *ret = http_reply_error(s, c, ep, status, status == 400 ? "invalid_request_error" : "server_error", NULL, param,
+                                "%s", err);
+    return root;
+}
+
 int handle_tokenize(server *s, struct MHD_Connection *c, const char *body, size_t len) {
     static const char *const known[] = {"content", "add_special", "parse_special", "with_pieces", "model", NULL};
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return http_reply_error(s, c, EP_TOKENIZE, 400, "invalid_request_error", NULL, NULL,
-                                "request body: must be a JSON object");
-    }
+    int ret = MHD_NO;
+    cJSON *root = s_body_object(s, c, EP_TOKENIZE, body, len, &ret);
+    if (!root) return ret;
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
     int add_special = 0, parse_special = 1, with_pieces = 0, rc;
     char err[160] = "";
@@ -95,13 +111,13 @@ int handle_tokenize(server *s, struct MHD_Connection *c, const char *body, size_
 
 int handle_detokenize(server *s, struct MHD_Connection *c, const char *body, size_t len) {
     static const char *const known[] = {"tokens", "model", NULL};
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    int ret = MHD_NO;
+    cJSON *root = s_body_object(s, c, EP_DETOKENIZE, body, len, &ret);
+    if (!root) return ret;
     const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(root, "tokens"), *t;
-    const char *bad = cJSON_IsObject(root) ? s_unknown(root, known) : NULL;
+    const char *bad = s_unknown(root, known);
     char err[160] = "";
-    if (!cJSON_IsObject(root))
-        snprintf(err, sizeof err, "request body: must be a JSON object");
-    else if (bad)
+    if (bad)
         snprintf(err, sizeof err, "%.60s: not supported by this server (refused rather than ignored)", bad);
     else if (!cJSON_IsArray(tokens))
         snprintf(err, sizeof err, "tokens: required (an array of token ids)");
@@ -175,6 +191,7 @@ int handle_props(server *s, struct MHD_Connection *c) {
     cJSON *kw = cJSON_AddObjectToObject(o, "chat_template_kwargs");
     if (s->chat_thinking != CHAT_THINKING_DEFAULT) cJSON_AddBoolToObject(kw, "enable_thinking", s->chat_thinking);
     cJSON_AddStringToObject(o, "reasoning_format", s->cfg.reasoning == REASONING_DEEPSEEK ? "deepseek" : "none");
+    cJSON_AddBoolToObject(o, "allow_special_in_content", s->cfg.allow_special_in_content);
     char *stats = server_stats_fresh(s);
     s_devices(o, stats);
     free(stats);
