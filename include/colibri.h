@@ -366,8 +366,10 @@ int coli_set_route_callback(coli_context *ctx, coli_route_cb cb, void *user);
 /* Write every routed token of every context of m, from now on, to path as
  * one JSON line per (token, layer):
  *   {"ctx":0,"pos":3,"layer":1,"experts":[2,0],"weights":[0.61,0.39],"devices":["cpu:0","inproc"]}
- * (the file is truncated first; path NULL: stop and close it). 0, COLI_EINVAL
- * (NULL m), COLI_EIO (cannot open it). */
+ * (written to a temporary file beside path, renamed over path when the trace
+ * stops: path NULL, another path, or coli_model_free; a trace that could not
+ * be written is removed). 0, COLI_EINVAL (NULL m), COLI_EIO (cannot create
+ * it, or the trace it stops could not be written). */
 int coli_dump_routing(coli_model *m, const char *path);
 /* Write the heat counted so far (the heat file read at load, if any, plus
  * every token routed since) to path, or to the model's heat_path when path

@@ -10,6 +10,7 @@
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "core/gguf.h"
+#include "core/outfile.h"
 
 static const char s_about[] =
     "Write a copy of IN with its 2-D/3-D weights quantized as llama-quantize does for the preset\n"
@@ -77,7 +78,10 @@ int cmd_quantize(int argc, char **argv) {
     if ((rc = s_check_type_flag("--output-type", qp.output_type)) != 0) return rc;
     if ((rc = s_check_type_flag("--token-embedding-type", qp.token_embd_type)) != 0) return rc;
     if (cli_check_input_file("IN.gguf", pos[0])) return CLI_FAIL;
-    if (strcmp(pos[0], pos[1]) == 0) return args_error("quantize", "OUT.gguf", "'%s' is also the input file", pos[1]);
+    /* by device and inode: ./IN, an absolute path, a symlink or a hard link is IN too */
+    if (strcmp(pos[0], pos[1]) == 0 || coli_same_file(pos[0], pos[1]))
+        return args_error("quantize", "OUT.gguf", "'%s' is the input file %s; writing it would destroy the model",
+                          pos[1], pos[0]);
     if (coli_quantize_file_params(pos[0], pos[1], pos[2], &qp) != 0) return cli_fail();
     char summary[512];
     s_type_summary(pos[1], summary, sizeof summary);

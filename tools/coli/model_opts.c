@@ -33,6 +33,10 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
     mp.pins = o->pins;
     *m = NULL;
     if (coli_model_load(o->model, &mp, m) != 0) return cli_fail();
+    /* auto picks the path itself: say which, so the user can find it (coli heat PATH) */
+    if (mp.heat_path && o->heat && !strcmp(o->heat, "auto"))
+        fprintf(stderr, "coli: --heat auto: heat file %s (%s when the model is freed)\n", mp.heat_path,
+                access(mp.heat_path, F_OK) == 0 ? "read, updated" : "written");
     if (o->route_trace && coli_dump_routing(*m, o->route_trace) != 0) {
         coli_model_free(m);
         return cli_fail();
@@ -40,6 +44,12 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
     if (!ctx) return 0; /* the caller needs no context (tokenize) */
     int rc = model_opts_new_context(o, *m, ctx);
     if (rc) coli_model_free(m);
+    return rc;
+}
+
+int model_opts_free(coli_model **m) {
+    int rc = *m && coli_dump_routing(*m, NULL) != 0 ? cli_fail() : 0;
+    coli_model_free(m);
     return rc;
 }
 

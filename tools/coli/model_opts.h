@@ -152,6 +152,10 @@ int model_opts_check(const char *cmd, const model_opts *o);
  * --devices nor --inproc was given (NULL = the library's default). */
 int model_opts_open(const model_opts *o, const char *default_devices, coli_model **m, coli_context **ctx);
 
+/* Free *m after finishing its --route-trace: a trace that cannot be written
+ * (a full disk, /dev/full) fails the command. 0 or CLI_FAIL (printed). */
+int model_opts_free(coli_model **m);
+
 /* A context of --ctx tokens (0: the model's) for m; 0 or CLI_FAIL (printed). */
 int model_opts_new_context(const model_opts *o, coli_model *m, coli_context **ctx);
 
