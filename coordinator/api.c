@@ -27,7 +27,7 @@
 #include "core/prefault.h"
 #include "core/settings.h"
 #include "core/error.h"
-#include "core/outfile.h"
+#include "core/file_io.h"
 #include "core/threadpool.h"
 #include "core/tokenizer.h"
 

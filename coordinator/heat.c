@@ -2,7 +2,6 @@
 #include "coordinator/heat.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "core/outfile.h"
+#include "core/file_io.h"
 
 #define HEAT_MAGIC "COLIHEAT"
 #define HEAT_HEADER 24
@@ -206,15 +205,16 @@ static int s_parse(const unsigned char *buf, size_t size, const char *path, heat
 
 int heat_read(const char *path, heat_table *h) {
     memset(h, 0, sizeof *h);
-    /* O_NONBLOCK: a FIFO must not wait for a writer; fstat then refuses it */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return coli_fail(COLI_EIO, "heat file %s: %s", path, strerror(errno));
     struct stat st;
+    int fd = coli_open_regular(path, &st); /* a FIFO is refused, not waited on */
+    if (fd < 0 && errno) return coli_fail(COLI_EIO, "heat file %s: %s", path, strerror(errno));
+    if (fd < 0) return coli_fail(COLI_EFORMAT, "heat file %s: not a regular file (%s)", path, coli_file_kind(&st));
     const size_t limit =
         s_file_bytes(HEAT_MAX_LAYERS, HEAT_PAIR_MAX_EXPERTS, 1) + (size_t)HEAT_MAX_LAYERS * HEAT_MAX_EXPERTS * 8;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 || (size_t)st.st_size > limit) {
+    if (st.st_size < 0 || (size_t)st.st_size > limit) {
         close(fd);
-        return coli_fail(COLI_EFORMAT, "heat file %s: not a regular file of at most %zu bytes", path, limit);
+        return coli_fail(COLI_EFORMAT, "heat file %s: %lld bytes, more than a heat file has (%zu)", path,
+                         (long long)st.st_size, limit);
     }
     size_t size = (size_t)st.st_size, got = 0;
     unsigned char *buf = malloc(size ? size : 1);

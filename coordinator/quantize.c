@@ -24,7 +24,7 @@
 #include "colibri.h"
 #include "core/error.h"
 #include "core/gguf.h"
-#include "core/outfile.h"
+#include "core/file_io.h"
 #include "core/quant.h"
 #include "coordinator/quantize_mix.h"
 #include "core/tensor.h"

@@ -10,7 +10,7 @@
 #include <stdio.h>
 
 #include "colibri.h"
-#include "core/outfile.h"
+#include "core/file_io.h"
 #include "coordinator/heat.h"
 #include "coordinator/moe_exec.h"
 
@@ -39,7 +39,7 @@ void route_obs_rows(route_obs *o, int layer, int pos0, int n_tok, int row0, int 
 
 /* Start path as the sink's trace, finishing any previous one; NULL: finish.
  * The trace is written to a temporary beside path and renamed into place
- * when finished (core/outfile.h). 0, or COLI_EIO: the previous trace could
+ * when finished (core/file_io.h). 0, or COLI_EIO: the previous trace could
  * not be written (it is removed) or path cannot be created. */
 int route_sink_trace(route_sink *sink, const char *path);
 

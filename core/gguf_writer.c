@@ -21,7 +21,7 @@
 
 #include "core/error.h"
 #include "core/gguf_internal.h"
-#include "core/outfile.h"
+#include "core/file_io.h"
 
 /* One key: its name and its encoded value (u32 type field + value bytes). */
 typedef struct wkv {

@@ -17,7 +17,7 @@
 #include <zmq.h>
 
 #include "core/error.h"
-#include "core/outfile.h"
+#include "core/file_io.h"
 
 int curve_available(void) { return zmq_has("curve"); }
 

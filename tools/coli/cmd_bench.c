@@ -27,7 +27,7 @@
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "core/clock.h"
-#include "core/outfile.h"
+#include "core/file_io.h"
 #include "tools/coli/model_opts.h"
 
 #define MAX_PROMPTS 8

@@ -12,7 +12,7 @@
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "coordinator/heat.h"
-#include "core/outfile.h"
+#include "core/file_io.h"
 
 static const uint64_t *s_layer(const heat_table *h, int l) { return h->count + (size_t)l * (size_t)h->n_expert; }
 

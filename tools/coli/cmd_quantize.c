@@ -10,7 +10,7 @@
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "core/gguf.h"
-#include "core/outfile.h"
+#include "core/file_io.h"
 
 static const char s_about[] =
     "Write a copy of IN with its 2-D/3-D weights quantized as llama-quantize does for the preset\n"

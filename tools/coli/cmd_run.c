@@ -11,7 +11,7 @@
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "tools/coli/model_opts.h"
-#include "core/outfile.h"
+#include "core/file_io.h"
 
 typedef struct run_flags {
     model_opts m;

@@ -1,5 +1,5 @@
-/* outfile.c - see outfile.h. */
-#include "core/outfile.h"
+/* file_io.c - see file_io.h. */
+#include "core/file_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +10,33 @@
 #include <unistd.h>
 
 #include "core/error.h"
+
+int coli_open_regular(const char *path, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return -1;
+    const int stat_ok = fstat(fd, st) == 0;
+    if (!stat_ok || !S_ISREG(st->st_mode)) {
+        int e = stat_ok ? 0 : errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK); /* a regular file: plain blocking reads */
+    return fd;
+}
+
+const char *coli_file_kind(const struct stat *st) {
+    if (S_ISREG(st->st_mode)) return "a regular file";
+    if (S_ISDIR(st->st_mode)) return "a directory";
+    if (S_ISFIFO(st->st_mode)) return "a FIFO";
+    if (S_ISCHR(st->st_mode)) return "a character device";
+    if (S_ISBLK(st->st_mode)) return "a block device";
+    if (S_ISSOCK(st->st_mode)) return "a socket";
+    return "not a plain file";
+}
+
+/* ---- output ---------------------------------------------------------------- */
 
 /* Longest piece of the target's name kept in the temporary's, so that
  * ".NAME.tmp-PID-N" stays within NAME_MAX whatever the target is called. */

@@ -1,6 +1,8 @@
 /*
- * outfile.h - an output file that appears whole or not at all, and never
- * at the cost of an input.
+ * file_io.h - the files a command reads and writes, safely: an input is a
+ * regular file opened without blocking (a FIFO would wait forever for a
+ * writer), an output appears whole or not at all, never at the cost of an
+ * input.
  *
  * Every file a command writes (a quantized model, a heat file, a routing
  * trace, stats JSON, keys, a plot) goes through here: it is written to a
@@ -20,11 +22,23 @@
  *
  * Every error is one line "WHAT PATH: reason" in coli_last_error.
  */
-#ifndef COLI_CORE_OUTFILE_H
-#define COLI_CORE_OUTFILE_H
+#ifndef COLI_CORE_FILE_IO_H
+#define COLI_CORE_FILE_IO_H
 
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/stat.h>
+
+/* Open path for reading if it is a regular file: O_NONBLOCK for the open (a
+ * FIFO then does not wait for a writer), fstat, then back to blocking reads.
+ * Returns the fd (O_CLOEXEC) with *st filled; -1 with errno when it cannot
+ * be opened; -1 with errno 0 and *st filled when it is not a regular file
+ * (coli_file_kind(st) says what it is). */
+int coli_open_regular(const char *path, struct stat *st);
+
+/* "a directory", "a FIFO", "a character device", ...: what st is, for
+ * "not a regular file (a FIFO)". */
+const char *coli_file_kind(const struct stat *st);
 
 enum {
     COLI_OUTFILE_SECRET = 1,     /* mode exactly 0600 (else 0666 less the umask) */
