@@ -108,12 +108,13 @@ static int s_copy_metadata(gguf_writer *w, const gguf_file *in, const quant_pres
 }
 
 /* Tensors in llama-quantize order, each converted weight in the type the
- * mix decides; converted data goes to bufs[i]. */
+ * mix decides; converted data goes to bufs[i]. params->progress hears of each. */
 static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, coli_pool *pool,
-                         const coli_tensor **order, void **bufs) {
+                         const coli_quantize_params *params, const coli_tensor **order, void **bufs) {
     const int64_t n = gguf_n_tensors(in);
+    uint64_t total = 0, done = 0;
     int rc;
-    for (int64_t i = 0; i < n; i++) order[i] = gguf_tensor(in, i);
+    for (int64_t i = 0; i < n; i++) order[i] = gguf_tensor(in, i), total += order[i]->nbytes;
     qsort(order, (size_t)n, sizeof *order, s_tensor_order);
     for (int64_t i = 0; i < n; i++) {
         const coli_tensor *t = order[i];
@@ -127,6 +128,8 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, co
             out_type = type;
         }
         if ((rc = gguf_writer_add_tensor(w, t->name, out_type, t->n_dims, t->ne, data, nbytes)) < 0) return rc;
+        done += t->nbytes;
+        if (params && params->progress) params->progress(params->progress_user, i + 1, n, done, total);
     }
     return 0;
 }
@@ -166,7 +169,7 @@ static int s_quantize(const char *in_path, const char *out_path, const quant_pre
     else if (!pool)
         rc = coli_fail_prefix(COLI_ENOMEM, "quantize");
     if (rc == 0 &&
-        ((rc = s_copy_metadata(w, in, preset)) < 0 || (rc = s_add_tensors(w, in, &mix, pool, order, bufs)) < 0))
+        ((rc = s_copy_metadata(w, in, preset)) < 0 || (rc = s_add_tensors(w, in, &mix, pool, params, order, bufs)) < 0))
         rc = coli_fail_prefix(rc, "quantize %s -> %s", in_path, out_path);
     if (rc == 0) rc = gguf_writer_write(w, out_path); /* its message names out_path */
     for (int64_t i = 0; bufs && i < n; i++) free(bufs[i]);

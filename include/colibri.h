@@ -321,6 +321,11 @@ typedef struct coli_quantize_params {
     const char *output_type;     /* NULL, or the type of output.weight ("Q6_K"; --output-tensor-type) */
     const char *token_embd_type; /* NULL, or the type of token_embd.weight (--token-embedding-type) */
     int n_threads;               /* threads converting rows; <= 0: one per core (same bytes for any) */
+    /* Added without breaking the API (NULL = none): called on the calling thread after each
+     * tensor is converted or copied, with the tensors and input bytes done so far and in all;
+     * the file is written after the last call. */
+    void (*progress)(void *user, int64_t n_done, int64_t n_total, uint64_t bytes_done, uint64_t bytes_total);
+    void *progress_user;
 } coli_quantize_params;
 
 /* Write a copy of the GGUF at in_path to out_path with its 2-D/3-D weights
