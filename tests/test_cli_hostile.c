@@ -231,14 +231,14 @@ Test(cli_hostile, fifo_heat_file_and_xdna_registry_do_not_hang) {
 Test(cli_hostile, outputs_to_a_full_device_exit_1) {
     char heat[128];
     s_tmp(heat, sizeof heat, "m.heat");
-    expect_exit((char *[]){s_coli, "run", "-m", s_model, "-p", "hi", "-n", "2", "--inproc", "--route-trace",
+    expect_exit(
+        (char *[]){s_coli, "run", "-m", s_model, "-p", "hi", "-n", "2", "--inproc", "--route-trace", "/dev/full", NULL},
+        1, "route trace /dev/full: cannot write: No space left on device");
+    expect_exit(
+        (char *[]){s_coli, "run", "-m", s_model, "-p", "hi", "-n", "2", "--inproc", "--stats-json", "/dev/full", NULL},
+        1, "--stats-json /dev/full: cannot write: No space left on device");
+    expect_exit((char *[]){s_coli, "bench", "-m", s_model, "-p", "4", "-n", "2", "--repeat", "1", "--inproc", "--json",
                            "/dev/full", NULL},
-                1, "route trace /dev/full: cannot write: No space left on device");
-    expect_exit((char *[]){s_coli, "run", "-m", s_model, "-p", "hi", "-n", "2", "--inproc", "--stats-json",
-                           "/dev/full", NULL},
-                1, "--stats-json /dev/full: cannot write: No space left on device");
-    expect_exit((char *[]){s_coli, "bench", "-m", s_model, "-p", "4", "-n", "2", "--repeat", "1", "--inproc",
-                           "--json", "/dev/full", NULL},
                 1, "--json /dev/full: cannot write");
     expect_exit((char *[]){s_coli, "run", "-m", s_model, "-p", "hi", "-n", "2", "--inproc", "--heat", heat, NULL}, 0,
                 "");
