@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tools/coli/progress.h"
+
 int model_opts_check(const char *cmd, const model_opts *o) {
     if (!o->model) return args_error(cmd, "-m", "required (the GGUF model file)");
     if (cli_check_input_file("-m", o->model)) return CLI_FAIL;
@@ -32,7 +34,14 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
     mp.heat_path = model_opts_heat_path(o, heat, sizeof heat);
     mp.pins = o->pins;
     *m = NULL;
-    if (coli_model_load(o->model, &mp, m) != 0) return cli_fail();
+    /* a cold disk can take minutes: after a few seconds a line says we are at it (not with -v,
+     * whose own lines tell) */
+    char what[4200];
+    snprintf(what, sizeof what, "loading %s", o->model);
+    cli_waiting *wait = cli_waiting_start("coli", what, 3.0, o->verbose);
+    int rc = coli_model_load(o->model, &mp, m);
+    cli_waiting_end(wait);
+    if (rc != 0) return cli_fail();
     /* auto picks the path itself: say which, so the user can find it (coli heat PATH) */
     if (mp.heat_path && o->heat && !strcmp(o->heat, "auto"))
         fprintf(stderr, "coli: --heat auto: heat file %s (%s when the model is freed)\n", mp.heat_path,
@@ -42,7 +51,7 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
         return cli_fail();
     }
     if (!ctx) return 0; /* the caller needs no context (tokenize) */
-    int rc = model_opts_new_context(o, *m, ctx);
+    rc = model_opts_new_context(o, *m, ctx);
     if (rc) coli_model_free(m);
     return rc;
 }

@@ -1,7 +1,10 @@
 /* progress.c - see progress.h. */
 #include "tools/coli/progress.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -46,6 +49,12 @@ void cli_progress_show(cli_progress *p, int64_t done, int64_t total, uint64_t by
     if (bytes_total && elapsed > 0)
         snprintf(rate, sizeof rate, ", %s/s", cli_bytes(a, sizeof a, (uint64_t)((double)bytes_done / elapsed)));
     s_left(left, sizeof left, elapsed, frac);
+    if (total <= 0) {
+        fprintf(stderr, "\r%s: %s, %.0f s\033[K", p->cmd, p->unit, elapsed);
+        fflush(stderr);
+        p->drawn = 1;
+        return;
+    }
     fprintf(stderr, "\r%s: %s %lld/%lld", p->cmd, p->unit, (long long)done, (long long)total);
     if (bytes_total)
         fprintf(stderr, ", %s/%s", cli_bytes(a, sizeof a, bytes_done), cli_bytes(b, sizeof b, bytes_total));
@@ -61,4 +70,68 @@ double cli_progress_end(cli_progress *p) {
     }
     p->drawn = 0;
     return coli_now_s() - p->t0;
+}
+
+struct cli_waiting {
+    cli_progress bar;
+    double after_s;
+    int done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    pthread_t thread;
+};
+
+//  Wait on w->cv until done or seconds pass; 1 when done.
+static int s_wait(cli_waiting *w, double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)(seconds * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    pthread_mutex_lock(&w->mu);
+    while (!w->done && pthread_cond_timedwait(&w->cv, &w->mu, &ts) == 0) {}
+    int done = w->done;
+    pthread_mutex_unlock(&w->mu);
+    return done;
+}
+
+static void *s_waiting_thread(void *arg) {
+    cli_waiting *w = arg;
+    if (s_wait(w, w->after_s)) return NULL; /* quick: never shown */
+    do cli_progress_show(&w->bar, 0, 0, 0, 0, NULL);
+    while (!s_wait(w, 0.5));
+    cli_progress_end(&w->bar);
+    return NULL;
+}
+
+cli_waiting *cli_waiting_start(const char *cmd, const char *what, double after_s, int quiet) {
+    cli_waiting *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    cli_progress_start(&w->bar, cmd, what, quiet);
+    w->after_s = after_s;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (!w->bar.on || pthread_create(&w->thread, NULL, s_waiting_thread, w) != 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void cli_waiting_end(cli_waiting *w) {
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
 }

@@ -28,12 +28,21 @@ void cli_progress_start(cli_progress *p, const char *cmd, const char *unit, int 
 /* done of total units, bytes_done of bytes_total (0: no byte counts; the
  * rate and time left then come from the units); extra: more text for the
  * line ("perplexity 12.31") or NULL. Redraws at most every 0.1 s, and always
- * when done == total. */
+ * when done == total. total 0: no count, the line is "CMD: UNIT, N s". */
 void cli_progress_show(cli_progress *p, int64_t done, int64_t total, uint64_t bytes_done, uint64_t bytes_total,
                        const char *extra);
 
 /* Clear the line (if one was drawn). Returns the seconds since start. */
 double cli_progress_end(cli_progress *p);
+
+/* A step with no count to show (a model load, mostly waiting on a cold
+ * disk): if it is still running after after_s seconds and stderr is a
+ * terminal (and !quiet), a thread redraws "CMD: WHAT, 12 s" twice a second
+ * until cli_waiting_end, which clears the line. NULL (nothing to end) when
+ * it would never show. */
+typedef struct cli_waiting cli_waiting;
+cli_waiting *cli_waiting_start(const char *cmd, const char *what, double after_s, int quiet);
+void cli_waiting_end(cli_waiting *w);
 
 /* "1.20 GiB", "512.0 KiB", "77 B": n bytes for people, into buf. */
 const char *cli_bytes(char *buf, int cap, uint64_t n);
