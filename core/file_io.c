@@ -42,7 +42,34 @@ const char *coli_file_kind(const struct stat *st) {
  * ".NAME.tmp-PID-N" stays within NAME_MAX whatever the target is called. */
 #define OUTFILE_NAME_KEEP 200
 
+/* The temporaries being written, for coli_outfile_unlink_all from a
+ * signal handler: a slot is a pointer set and cleared atomically. */
+#define OUTFILE_LIVE_MAX 32
+static char *volatile s_live[OUTFILE_LIVE_MAX];
+
+static void s_remember(char *tmp) {
+    for (int i = 0; i < OUTFILE_LIVE_MAX; i++) {
+        char *none = NULL;
+        if (__atomic_compare_exchange_n(&s_live[i], &none, tmp, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return;
+    }
+}
+
+static void s_forget(char *tmp) {
+    for (int i = 0; tmp && i < OUTFILE_LIVE_MAX; i++) {
+        char *mine = tmp;
+        __atomic_compare_exchange_n(&s_live[i], &mine, NULL, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+}
+
+void coli_outfile_unlink_all(void) {
+    for (int i = 0; i < OUTFILE_LIVE_MAX; i++) {
+        char *tmp = __atomic_load_n(&s_live[i], __ATOMIC_SEQ_CST);
+        if (tmp) unlink(tmp); /* async-signal-safe */
+    }
+}
+
 static void s_free(coli_outfile *o) {
+    s_forget(o->tmp);
     free(o->what);
     free(o->name);
     free(o->target);
@@ -142,6 +169,7 @@ int coli_outfile_open(coli_outfile *o, const char *what, const char *path, int f
         s_free(o);
         return rc;
     }
+    if (o->tmp) s_remember(o->tmp);
     return 0;
 }
 

@@ -67,6 +67,11 @@ int coli_outfile_commit(coli_outfile *o);
  * Safe on a closed or zeroed o. */
 void coli_outfile_discard(coli_outfile *o);
 
+/* Remove every temporary still being written (async-signal-safe): for a
+ * command's SIGINT/SIGTERM handler, so that an interrupted quantize leaves
+ * no hidden partial file. The targets are untouched. */
+void coli_outfile_unlink_all(void);
+
 /* The whole output at once: open, write len bytes, commit. 0 or the error. */
 int coli_outfile_write(const char *what, const char *path, const void *data, size_t len, int flags);
 

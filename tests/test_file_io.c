@@ -180,3 +180,24 @@ Test(file_io, same_file_by_device_and_inode) {
     cr_expect(!coli_same_file(a, b), "equal bytes are not the same file");
     cr_expect(!coli_same_file(a, "/nonexistent"));
 }
+
+//  What a signal handler calls: every temporary being written goes, the
+//  target stays, and the interrupted output then fails to commit.
+Test(file_io, unlink_all_removes_the_temporaries_being_written) {
+    char path[128];
+    s_put(s_path(path, sizeof path, "out"), "old");
+    coli_outfile a, b;
+    cr_assert_eq(coli_outfile_open(&a, "test", path, 0), 0);
+    cr_assert_eq(coli_outfile_open(&b, "test", path, 0), 0);
+    fputs("partial", a.fp);
+    cr_expect_eq(s_entries(), 3);
+    coli_outfile_unlink_all();
+    cr_expect_eq(s_entries(), 1, "temporaries left");
+    cr_expect_eq(coli_outfile_commit(&a), COLI_EIO);
+    coli_outfile_discard(&b);
+    cr_expect(s_has(path, "old"));
+    /* a finished output is no longer in the list */
+    cr_assert_eq(coli_outfile_write("test", path, "new", 3, 0), 0);
+    coli_outfile_unlink_all();
+    cr_expect(s_has(path, "new"));
+}
