@@ -156,7 +156,8 @@ static int s_dir_has(const char *part) {
 }
 
 //  ./in.gguf, its absolute path, a symlink and a hard link are all the input:
-//  each is refused (usage error naming OUT.gguf) and the model keeps every byte.
+//  each is refused (usage error naming OUT.gguf, or the output flag of run and
+//  bench) and the model keeps every byte.
 Test(cli_hostile, quantize_refuses_its_input_under_any_name) {
     char in[128], sym[128], hard[128], abs[4096], coli[4096], cmd[10000];
     s_tmp(in, sizeof in, "in.gguf");
@@ -175,6 +176,13 @@ Test(cli_hostile, quantize_refuses_its_input_under_any_name) {
     char *const outs[] = {abs, sym, hard};
     expect_exit((char *[]){"/bin/sh", "-c", cmd, NULL}, 2, "is the input file");
     for (int i = 0; i < 3; i++) expect_exit((char *[]){s_coli, "quantize", in, outs[i], "Q8_0", NULL}, 2, "OUT.gguf");
+    /* the other outputs of a model-using command: the model is no place for them either */
+    expect_exit((char *[]){s_coli, "run", "-m", in, "-p", "hi", "-n", "1", "--inproc", "--route-trace", sym, NULL}, 2,
+                "--route-trace");
+    expect_exit((char *[]){s_coli, "run", "-m", in, "-p", "hi", "-n", "1", "--inproc", "--stats-json", hard, NULL}, 2,
+                "--stats-json");
+    expect_exit((char *[]){s_coli, "bench", "-m", in, "-p", "4", "-n", "1", "--inproc", "--json", abs, NULL}, 2,
+                "--json");
     char *after = cli_slurp(in, &len1);
     cr_assert_not_null(after);
     cr_expect(len0 == len1 && memcmp(before, after, len0) == 0, "the input changed (%zu -> %zu bytes)", len0, len1);

@@ -546,6 +546,9 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     if (!o->mo.model && !o->bandwidth)
         return args_error("bench", "-m", "required (the GGUF model file), or --bandwidth alone");
     if (o->mo.model && cli_check_input_file("-m", o->mo.model)) return CLI_FAIL;
+    if ((rc = cli_check_output_file("bench", "--json", o->json, o->mo.model)) ||
+        (rc = cli_check_output_file("bench", "--route-trace", o->mo.route_trace, o->mo.model)))
+        return rc;
     if (o->mo.inproc && o->mo.devices)
         return args_error("bench", "--inproc", "conflicts with --devices %s", o->mo.devices);
     if (o->mo.xdna && (o->mo.inproc || !o->mo.devices))

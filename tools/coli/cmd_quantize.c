@@ -11,7 +11,7 @@
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "core/gguf.h"
-#include "core/file_io.h"
+#include "tools/coli/model_opts.h"
 #include "tools/coli/progress.h"
 
 static const char s_about[] =
@@ -104,10 +104,7 @@ int cmd_quantize(int argc, char **argv) {
     if ((rc = s_check_type_flag("--output-type", qp.output_type)) != 0) return rc;
     if ((rc = s_check_type_flag("--token-embedding-type", qp.token_embd_type)) != 0) return rc;
     if (cli_check_input_file("IN.gguf", pos[0])) return CLI_FAIL;
-    /* by device and inode: ./IN, an absolute path, a symlink or a hard link is IN too */
-    if (strcmp(pos[0], pos[1]) == 0 || coli_same_file(pos[0], pos[1]))
-        return args_error("quantize", "OUT.gguf", "'%s' is the input file %s; writing it would destroy the model",
-                          pos[1], pos[0]);
+    if ((rc = cli_check_output_file("quantize", "OUT.gguf", pos[1], pos[0])) != 0) return rc;
     cli_progress bar;
     cli_progress_start(&bar, "coli quantize", "tensor", quiet);
     qp.progress = s_progress;

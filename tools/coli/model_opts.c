@@ -8,11 +8,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/file_io.h"
 #include "tools/coli/progress.h"
+
+int cli_check_output_file(const char *cmd, const char *flag, const char *path, const char *input) {
+    /* by device and inode: ./IN, an absolute path, a symlink or a hard link is IN too */
+    if (!path || !input || (strcmp(path, input) != 0 && !coli_same_file(path, input))) return ARGS_OK;
+    return args_error(cmd, flag, "'%s' is the input file %s; writing it would destroy it", path, input);
+}
 
 int model_opts_check(const char *cmd, const model_opts *o) {
     if (!o->model) return args_error(cmd, "-m", "required (the GGUF model file)");
     if (cli_check_input_file("-m", o->model)) return CLI_FAIL;
+    int rc = cli_check_output_file(cmd, "--route-trace", o->route_trace, o->model);
+    if (rc || (rc = cli_check_output_file(cmd, "--stats-json", o->stats_json, o->model))) return rc;
     if (o->inproc && o->devices) return args_error(cmd, "--inproc", "conflicts with --devices %s", o->devices);
     if (o->xdna && o->inproc) return args_error(cmd, "--xdna", "needs worker processes; conflicts with --inproc");
     if (o->xdna) setenv("COLI_XDNA", "1", 1); /* the lane is opt-in: only this or the variable turns it on */

@@ -143,6 +143,10 @@ void sampling_help_init(sampling_help *h, const coli_sampling_params *sp);
         "--ignore-eos", NULL, ARG_FLAG, &(sp).ignore_eos, 0, 0, 0, NULL, "never end at an end-of-generation token" \
     }
 
+/* An output flag's path that is the input file (same device and inode: any
+ * name of it): ARGS_ERROR, printed; else ARGS_OK. path or input NULL: OK. */
+int cli_check_output_file(const char *cmd, const char *flag, const char *path, const char *input);
+
 /* Check the combination (-m given, --inproc vs --devices and --xdna): 0 or
  * ARGS_ERROR. --xdna sets COLI_XDNA=1 here, for the library and its workers. */
 int model_opts_check(const char *cmd, const model_opts *o);
