@@ -336,7 +336,7 @@ $(FUZZ_LIB): | fuzz-deps
 
 FUZZ_EXTRA_openai   := tools/coli/server/server_openai.c tools/coli/server/server_template.c tools/coli/server/server_reasoning.c \
                        tools/coli/server/server_grammar.c tools/coli/server/server_utf8.c tools/coli/model_opts.c \
-                       tools/coli/args.c
+                       tools/coli/args.c tools/coli/progress.c
 FUZZ_EXTRA_template := tools/coli/server/server_template.c
 $(FUZZ_DIR)/fuzz_%: tools/fuzz/fuzz_%.c $(FUZZ_LIB)
 	clang $(FUZZ_CFLAGS) -I$(FUZZ_LIBDIR)/gen -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $< $(FUZZ_EXTRA_$*) \

@@ -27,6 +27,7 @@
 #include "core/prefault.h"
 #include "core/settings.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/threadpool.h"
 #include "core/tokenizer.h"
 
@@ -242,18 +243,13 @@ int coli_model_load(const char *path, const coli_model_params *p, coli_model **o
     return 0;
 }
 
-/* stats_json_path: the run's stats, written when the model is freed. */
+/* stats_json_path: the run's stats, written when the model is freed; a
+ * file that cannot be written is one line on stderr (free cannot fail). */
 static void s_write_stats_file(const coli_model *cm) {
     char *json = NULL;
     if (coli_model_stats_json(cm, &json) < 0) return;
-    FILE *fp = fopen(cm->stats_json_path, "w");
-    if (fp) {
-        fputs(json, fp);
-        fputc('\n', fp);
-        fclose(fp);
-    } else if (cm->verbose) {
-        fprintf(stderr, "colibri: cannot write stats to %s\n", cm->stats_json_path);
-    }
+    if (coli_outfile_write_line("stats file", cm->stats_json_path, json, 0) != 0)
+        fprintf(stderr, "colibri: %s\n", coli_last_error());
     free(json);
 }
 
@@ -262,7 +258,7 @@ void coli_model_free(coli_model **pm) {
     coli_model *cm = *pm;
     if (cm->stats_json_path && cm->m) s_write_stats_file(cm);
     if (cm->heat_save && coli_model_heat_save(cm, NULL) != 0) fprintf(stderr, "colibri: %s\n", coli_last_error());
-    route_sink_trace(&cm->route, NULL);
+    if (route_sink_trace(&cm->route, NULL) != 0) fprintf(stderr, "colibri: %s\n", coli_last_error());
     heat_free(&cm->route.heat);
     free(cm->heat_path);
     if (cm->moe) cm->moe->destroy(cm->moe);

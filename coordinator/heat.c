@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 #define HEAT_MAGIC "COLIHEAT"
 #define HEAT_HEADER 24
@@ -141,19 +142,9 @@ int heat_write(const heat_table *h, const char *path) {
     for (int a = 0; a < 3; a++)
         for (size_t i = 0; i < len[a]; i++, at += 8) s_put64(buf + at, arr[a][i]);
     s_put64(buf + at, s_fnv1a(buf, at));
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%ld", path, (long)getpid());
-    FILE *fp = fopen(tmp, "wb");
-    int e = fp ? 0 : errno;
-    if (fp) {
-        if (fwrite(buf, 1, bytes, fp) != bytes) e = errno ? errno : EIO;
-        if (fclose(fp) != 0 && !e) e = errno;
-    }
+    int rc = coli_outfile_write("heat file", path, buf, bytes, 0);
     free(buf);
-    if (!e && rename(tmp, path) != 0) e = errno;
-    if (!e) return 0;
-    unlink(tmp);
-    return coli_fail(COLI_EIO, "heat file %s: cannot write: %s", path, strerror(e));
+    return rc;
 }
 
 //  Counts no larger than what they count: each expert at most once per
@@ -214,21 +205,28 @@ static int s_parse(const unsigned char *buf, size_t size, const char *path, heat
 
 int heat_read(const char *path, heat_table *h) {
     memset(h, 0, sizeof *h);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return coli_fail(COLI_EIO, "heat file %s: %s", path, strerror(errno));
     struct stat st;
+    int fd = coli_open_regular(path, &st); /* a FIFO is refused, not waited on */
+    if (fd < 0 && errno) return coli_fail(COLI_EIO, "heat file %s: %s", path, strerror(errno));
+    if (fd < 0) return coli_fail(COLI_EFORMAT, "heat file %s: not a regular file (%s)", path, coli_file_kind(&st));
     const size_t limit =
         s_file_bytes(HEAT_MAX_LAYERS, HEAT_PAIR_MAX_EXPERTS, 1) + (size_t)HEAT_MAX_LAYERS * HEAT_MAX_EXPERTS * 8;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 || (size_t)st.st_size > limit) {
-        fclose(fp);
-        return coli_fail(COLI_EFORMAT, "heat file %s: not a regular file of at most %zu bytes", path, limit);
+    if (st.st_size < 0 || (size_t)st.st_size > limit) {
+        close(fd);
+        return coli_fail(COLI_EFORMAT, "heat file %s: %lld bytes, more than a heat file has (%zu)", path,
+                         (long long)st.st_size, limit);
     }
-    size_t size = (size_t)st.st_size;
+    size_t size = (size_t)st.st_size, got = 0;
     unsigned char *buf = malloc(size ? size : 1);
-    int rc = !buf                              ? coli_fail(COLI_ENOMEM, "heat file %s: out of memory", path)
-             : fread(buf, 1, size, fp) != size ? coli_fail(COLI_EIO, "heat file %s: short read", path)
-                                               : 0;
-    fclose(fp);
+    while (buf && got < size) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    int rc = !buf          ? coli_fail(COLI_ENOMEM, "heat file %s: out of memory", path)
+             : got != size ? coli_fail(COLI_EIO, "heat file %s: short read", path)
+                           : 0;
+    close(fd);
     if (rc == 0) rc = s_parse(buf, size, path, h);
     free(buf);
     return rc;

@@ -24,6 +24,7 @@
 #include "colibri.h"
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/file_io.h"
 #include "core/quant.h"
 #include "coordinator/quantize_mix.h"
 #include "core/tensor.h"
@@ -107,12 +108,13 @@ static int s_copy_metadata(gguf_writer *w, const gguf_file *in, const quant_pres
 }
 
 /* Tensors in llama-quantize order, each converted weight in the type the
- * mix decides; converted data goes to bufs[i]. */
+ * mix decides; converted data goes to bufs[i]. params->progress hears of each. */
 static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, coli_pool *pool,
-                         const coli_tensor **order, void **bufs) {
+                         const coli_quantize_params *params, const coli_tensor **order, void **bufs) {
     const int64_t n = gguf_n_tensors(in);
+    uint64_t total = 0, done = 0;
     int rc;
-    for (int64_t i = 0; i < n; i++) order[i] = gguf_tensor(in, i);
+    for (int64_t i = 0; i < n; i++) order[i] = gguf_tensor(in, i), total += order[i]->nbytes;
     qsort(order, (size_t)n, sizeof *order, s_tensor_order);
     for (int64_t i = 0; i < n; i++) {
         const coli_tensor *t = order[i];
@@ -126,6 +128,8 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, co
             out_type = type;
         }
         if ((rc = gguf_writer_add_tensor(w, t->name, out_type, t->n_dims, t->ne, data, nbytes)) < 0) return rc;
+        done += t->nbytes;
+        if (params && params->progress) params->progress(params->progress_user, i + 1, n, done, total);
     }
     return 0;
 }
@@ -152,7 +156,7 @@ static int s_quantize(const char *in_path, const char *out_path, const quant_pre
     if (rc == 0) rc = s_override(params ? params->token_embd_type : NULL, "token embedding type", &token_embd_type);
     if (rc < 0) return rc;
     gguf_file *in = NULL;
-    if ((rc = gguf_open(in_path, &in)) < 0) return rc;
+    if ((rc = gguf_open(in_path, &in)) < 0) return coli_fail_prefix(rc, "quantize"); /* it names in_path */
     quant_mix mix;
     quant_mix_init(&mix, in, preset, params && params->pure, output_type, token_embd_type);
     const int64_t n = gguf_n_tensors(in);
@@ -164,9 +168,10 @@ static int s_quantize(const char *in_path, const char *out_path, const quant_pre
         rc = coli_fail(COLI_ENOMEM, "quantize: out of memory");
     else if (!pool)
         rc = coli_fail_prefix(COLI_ENOMEM, "quantize");
-    if (rc == 0) rc = s_copy_metadata(w, in, preset);
-    if (rc == 0) rc = s_add_tensors(w, in, &mix, pool, order, bufs);
-    if (rc == 0) rc = gguf_writer_write(w, out_path);
+    if (rc == 0 &&
+        ((rc = s_copy_metadata(w, in, preset)) < 0 || (rc = s_add_tensors(w, in, &mix, pool, params, order, bufs)) < 0))
+        rc = coli_fail_prefix(rc, "quantize %s -> %s", in_path, out_path);
+    if (rc == 0) rc = gguf_writer_write(w, out_path); /* its message names out_path */
     for (int64_t i = 0; bufs && i < n; i++) free(bufs[i]);
     free(bufs);
     free(order);
@@ -183,11 +188,11 @@ int coli_quantize_file_params(const char *in_path, const char *out_path, const c
     const quant_preset *preset = quant_preset_find(type_name);
     if (!preset)
         return coli_fail(COLI_EINVAL, "quantize: unknown type '%s' (accepted: %s)", type_name, quant_preset_names());
-    if (strcmp(in_path, out_path) == 0)
-        return coli_fail(COLI_EINVAL, "quantize: output '%s' is the input file", out_path);
-    int rc = s_quantize(in_path, out_path, preset, params);
-    if (rc < 0) rc = coli_fail_prefix(rc, "quantize %s -> %s", in_path, out_path);
-    return rc;
+    /* by device and inode: "./in.gguf", an absolute path, a symlink or a
+     * hard link is the input as much as its own name is */
+    if (strcmp(in_path, out_path) == 0 || coli_same_file(in_path, out_path))
+        return coli_fail(COLI_EINVAL, "quantize: output %s is the input file %s", out_path, in_path);
+    return s_quantize(in_path, out_path, preset, params);
 }
 
 int coli_quantize_file(const char *in_path, const char *out_path, const char *type_name) {

@@ -1,11 +1,6 @@
 /* route_obs.c - heat, trace and callback for each routing decision; see route_obs.h. */
 #include "coordinator/route_obs.h"
 
-#include <errno.h>
-#include <string.h>
-
-#include "core/error.h"
-
 #define ROUTE_MAX_K 64 /* experts per token the trace spells out (models use <= 16) */
 
 static void s_trace_line(FILE *fp, int ctx, const coli_route_event *ev) {
@@ -25,7 +20,7 @@ void route_obs_hook(void *user, int layer, int pos0, int n_tok, int k, const int
 void route_obs_rows(route_obs *o, int layer, int pos0, int n_tok, int row0, int k, const int32_t *sel, const float *w) {
     route_sink *sink = o->sink;
     if (sink->heat.count) heat_add(&sink->heat, layer, n_tok, k, sel);
-    if (!sink->trace && !o->cb) return;
+    if (!sink->trace.fp && !o->cb) return;
     const char *dev[ROUTE_MAX_K];
     const int kk = k < ROUTE_MAX_K ? k : ROUTE_MAX_K;
     for (int t = 0; t < n_tok; t++) {
@@ -33,15 +28,13 @@ void route_obs_rows(route_obs *o, int layer, int pos0, int n_tok, int row0, int 
             dev[j] =
                 o->moe && o->moe->pair_device ? o->moe->pair_device(o->moe, ((int64_t)row0 + t) * k + j) : "inproc";
         coli_route_event ev = {layer, pos0 + t, kk, sel + (size_t)t * (size_t)k, w + (size_t)t * (size_t)k, dev};
-        if (sink->trace) s_trace_line(sink->trace, o->ctx_id, &ev);
+        if (sink->trace.fp) s_trace_line(sink->trace.fp, o->ctx_id, &ev);
         if (o->cb) o->cb(o->user, &ev);
     }
 }
 
 int route_sink_trace(route_sink *sink, const char *path) {
-    if (sink->trace) fclose(sink->trace);
-    sink->trace = NULL;
-    if (!path) return 0;
-    if (!(sink->trace = fopen(path, "w"))) return coli_fail(COLI_EIO, "route trace %s: %s", path, strerror(errno));
-    return 0;
+    int rc = sink->trace.fp ? coli_outfile_commit(&sink->trace) : 0;
+    if (rc == 0 && path) rc = coli_outfile_open(&sink->trace, "route trace", path, 0);
+    return rc;
 }

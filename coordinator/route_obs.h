@@ -10,14 +10,15 @@
 #include <stdio.h>
 
 #include "colibri.h"
+#include "core/file_io.h"
 #include "coordinator/heat.h"
 #include "coordinator/moe_exec.h"
 
 /* Model-wide: one per coli_model. */
 typedef struct route_sink {
-    heat_table heat; /* counts (loaded + new); heat.count NULL: not counted */
-    FILE *trace;     /* coli_dump_routing's file, NULL: none */
-    int next_ctx;    /* ids of contexts, in creation order */
+    heat_table heat;    /* counts (loaded + new); heat.count NULL: not counted */
+    coli_outfile trace; /* coli_dump_routing's file; trace.fp NULL: none */
+    int next_ctx;       /* ids of contexts, in creation order */
 } route_sink;
 
 /* Per context. */
@@ -36,7 +37,10 @@ void route_obs_hook(void *user, int layer, int pos0, int n_tok, int k, const int
  * the pass's pair indices (row0 + t) * k + j; sel/w are these rows' own. */
 void route_obs_rows(route_obs *o, int layer, int pos0, int n_tok, int row0, int k, const int32_t *sel, const float *w);
 
-/* Open path (truncated) as the sink's trace, closing any previous one; NULL: close. 0 or COLI_EIO. */
+/* Start path as the sink's trace, finishing any previous one; NULL: finish.
+ * The trace is written to a temporary beside path and renamed into place
+ * when finished (core/file_io.h). 0, or COLI_EIO: the previous trace could
+ * not be written (it is removed) or path cannot be created. */
 int route_sink_trace(route_sink *sink, const char *path);
 
 #endif

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/gguf_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -509,15 +510,9 @@ int gguf_open_memory(const void *data, size_t size, gguf_file **out) {
 int gguf_open(const char *path, gguf_file **out) {
     struct stat st;
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return coli_fail(COLI_EIO, "cannot open '%s': %s", path, strerror(errno));
-    int st_rc = fstat(fd, &st);
-    if (st_rc != 0 || !S_ISREG(st.st_mode)) {
-        const char *why = st_rc != 0 ? strerror(errno) : S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file";
-        int rc = coli_fail(COLI_EIO, "cannot open '%s': %s", path, why);
-        close(fd);
-        return rc;
-    }
+    int fd = coli_open_regular(path, &st); /* a FIFO is refused, not waited on */
+    if (fd < 0 && errno) return coli_fail(COLI_EIO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0) return coli_fail(COLI_EIO, "cannot open '%s': not a regular file (%s)", path, coli_file_kind(&st));
     gguf_file *f = s_new(path);
     if (!f) {
         close(fd);

@@ -113,6 +113,8 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem_type, co
 int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, int64_t i);
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type, int n_dims, const int64_t *ne,
                            const void *data, size_t nbytes);
+/* The file, whole or not at all (core/file_io.h: a temporary renamed into
+ * place; an existing path is replaced, never truncated). 0 or COLI_EIO. */
 int gguf_writer_write(gguf_writer *w, const char *path);
 
 #endif

@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/gguf_internal.h"
+#include "core/file_io.h"
 
 /* One key: its name and its encoded value (u32 type field + value bytes). */
 typedef struct wkv {
@@ -351,8 +352,12 @@ static size_t s_write_header(gguf_writer *w, FILE *fp) {
 }
 
 int gguf_writer_write(gguf_writer *w, const char *path) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) return coli_fail(COLI_EIO, "cannot create '%s': %s", path, strerror(errno));
+    /* a temporary renamed into place: a failed write leaves no half model,
+     * and an existing file (perhaps the mapped input) is never truncated */
+    coli_outfile out;
+    int rc = coli_outfile_open(&out, "output", path, 0);
+    if (rc) return rc;
+    FILE *fp = out.fp;
     setvbuf(fp, NULL, _IOFBF, 1 << 20);
     size_t header = s_write_header(w, fp);
     s_put_zeros(fp, s_pad(header, w->alignment));
@@ -360,15 +365,5 @@ int gguf_writer_write(gguf_writer *w, const char *path) {
         fwrite(w->tensors[i].data, 1, w->tensors[i].nbytes, fp);
         s_put_zeros(fp, s_pad(w->tensors[i].nbytes, w->alignment));
     }
-    int failed = ferror(fp);
-    int saved = errno;
-    if (fclose(fp) != 0 && !failed) {
-        failed = 1;
-        saved = errno;
-    }
-    if (failed) {
-        unlink(path); /* never leave a half-written model behind */
-        return coli_fail(COLI_EIO, "cannot write '%s': %s", path, strerror(saved));
-    }
-    return 0;
+    return coli_outfile_commit(&out);
 }

@@ -337,6 +337,11 @@ typedef struct coli_quantize_params {
     const char *output_type;     /* NULL, or the type of output.weight ("Q6_K"; --output-tensor-type) */
     const char *token_embd_type; /* NULL, or the type of token_embd.weight (--token-embedding-type) */
     int n_threads;               /* threads converting rows; <= 0: one per core (same bytes for any) */
+    /* Added without breaking the API (NULL = none): called on the calling thread after each
+     * tensor is converted or copied, with the tensors and input bytes done so far and in all;
+     * the file is written after the last call. */
+    void (*progress)(void *user, int64_t n_done, int64_t n_total, uint64_t bytes_done, uint64_t bytes_total);
+    void *progress_user;
 } coli_quantize_params;
 
 /* Write a copy of the GGUF at in_path to out_path with its 2-D/3-D weights
@@ -382,8 +387,10 @@ int coli_set_route_callback(coli_context *ctx, coli_route_cb cb, void *user);
 /* Write every routed token of every context of m, from now on, to path as
  * one JSON line per (token, layer):
  *   {"ctx":0,"pos":3,"layer":1,"experts":[2,0],"weights":[0.61,0.39],"devices":["cpu:0","inproc"]}
- * (the file is truncated first; path NULL: stop and close it). 0, COLI_EINVAL
- * (NULL m), COLI_EIO (cannot open it). */
+ * (written to a temporary file beside path, renamed over path when the trace
+ * stops: path NULL, another path, or coli_model_free; a trace that could not
+ * be written is removed). 0, COLI_EINVAL (NULL m), COLI_EIO (cannot create
+ * it, or the trace it stops could not be written). */
 int coli_dump_routing(coli_model *m, const char *path);
 /* Write the heat counted so far (the heat file read at load, if any, plus
  * every token routed since) to path, or to the model's heat_path when path

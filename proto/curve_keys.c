@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 int curve_available(void) { return zmq_has("curve"); }
 
@@ -55,21 +56,8 @@ int curve_key_read(const char *dir, const char *name, int secret, curve_key key)
 int curve_key_write(const char *dir, const char *name, const char *key, int secret) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, secret ? 0600 : 0644);
-    if (fd < 0)
-        return coli_fail(COLI_EIO, "key file %s: %s", path,
-                         errno == EEXIST ? "exists already; not overwriting it" : strerror(errno));
-    char line[CURVE_KEY_CHARS + 2];
-    int len = snprintf(line, sizeof line, "%s\n", key);
-    /* the mode of O_CREAT is masked by the umask: set it exactly */
-    int ok = fchmod(fd, secret ? 0600 : 0644) == 0 && write(fd, line, (size_t)len) == len;
-    int e = errno;
-    ok = close(fd) == 0 && ok;
-    if (!ok) {
-        unlink(path);
-        return coli_fail(COLI_EIO, "key file %s: %s", path, strerror(e));
-    }
-    return 0;
+    /* never over an existing key; a secret is 0600 from its first byte */
+    return coli_outfile_write_line("key file", path, key, COLI_OUTFILE_NO_REPLACE | (secret ? COLI_OUTFILE_SECRET : 0));
 }
 
 //  Each non-empty, non-# line of dir/authorized_coordinators is one key.

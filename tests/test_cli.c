@@ -23,8 +23,7 @@ static void setup(void) {
     cli_build_path(s_model, sizeof s_model, "fixtures/tiny-llama-moe-f32.gguf");
     if (!cli_file_exists(s_coli)) cr_skip_test("%s not built", s_coli);
     if (!cli_file_exists(s_model)) cr_skip_test("%s missing (make fixtures)", s_model);
-    strcpy(s_dir, "/tmp/coli-cli-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    s_dir[0] = 0; /* made by the first tmp_path: a test skipped in its body runs no teardown */
 }
 
 static void teardown(void) {
@@ -37,6 +36,10 @@ static void teardown(void) {
 TestSuite(cli, .init = setup, .fini = teardown, .timeout = 120);
 
 static const char *tmp_path(char *buf, size_t cap, const char *name) {
+    if (!s_dir[0]) {
+        strcpy(s_dir, "/tmp/coli-cli-XXXXXX");
+        cr_assert_not_null(mkdtemp(s_dir));
+    }
     snprintf(buf, cap, "%s/%s", s_dir, name);
     return buf;
 }
@@ -295,6 +298,42 @@ Test(cli, quantize_gives_loadable_file) {
     cli_result_free(&r);
 }
 
+//  The summary line names the tensors, the bytes in and out and the time;
+//  off a terminal there is no progress line; -q silences both.
+Test(cli, quantize_summary_and_quiet) {
+    char out[256];
+    tmp_path(out, sizeof out, "q.gguf");
+    cli_result r = cli_run((char *[]){s_coli, "quantize", s_model, out, "Q8_0", NULL});
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "coli quantize: wrote ") && strstr(r.out, " tensors (") && strstr(r.out, " MiB -> ") &&
+                  strstr(r.out, " s\n"),
+              "summary: %s", r.out);
+    cr_expect_eq(cli_count_lines(r.out), 1, "%s", r.out);
+    cr_expect_eq(r.err_len, 0, "no progress off a terminal: %s", r.err);
+    cli_result_free(&r);
+    remove(out);
+    r = cli_run((char *[]){s_coli, "quantize", "-q", s_model, out, "Q8_0", NULL});
+    cr_expect_eq(r.status, 0, "%s", r.err);
+    cr_expect_eq(r.out_len + r.err_len, 0, "-q printed: %s%s", r.out, r.err);
+    cr_expect(cli_file_exists(out));
+    cli_result_free(&r);
+}
+
+//  On a terminal (a pty from script(1)) the progress line is drawn with \r
+//  and cleared; -q draws nothing.
+Test(cli, quantize_progress_on_a_terminal) {
+    if (!cli_file_exists("/usr/bin/script")) cr_skip_test("script(1) missing (bsdutils)");
+    char out[256], cmd[2048], text[8192];
+    tmp_path(out, sizeof out, "p.gguf");
+    snprintf(cmd, sizeof cmd, "/usr/bin/script -qec \"%s quantize %s %s Q8_0\" /dev/null", s_coli, s_model, out);
+    cr_assert_eq(cli_shell(cmd, text, sizeof text), 0, "%s", text);
+    cr_expect(strstr(text, "\rcoli quantize: tensor ") && strstr(text, "/s"), "no progress line: %s", text);
+    cr_expect(strstr(text, "coli quantize: wrote "), "no summary: %s", text);
+    snprintf(cmd, sizeof cmd, "/usr/bin/script -qec \"%s quantize -q %s %s Q8_0\" /dev/null", s_coli, s_model, out);
+    cr_assert_eq(cli_shell(cmd, text, sizeof text), 0, "%s", text);
+    cr_expect(!strstr(text, "coli quantize"), "-q printed: %s", text);
+}
+
 /* ---- perplexity ------------------------------------------------------------------ */
 
 /* The same number the command computes (non-overlapping windows), via the API. */
@@ -355,6 +394,14 @@ Test(cli, perplexity_prints_finite_number) {
     cr_assert_eq(sscanf(r.out, "perplexity: %lf (%lld tokens)", &ppl, &n2), 2, "%s", r.out);
     cr_expect(isfinite(ppl) && ppl > 1.0);
     cr_expect_gt(n2, n, "overlapping windows score every token but the first (%lld vs %lld)", n2, n);
+    cli_result_free(&r);
+
+    /* -q: the number alone */
+    char *argv_q[] = {s_coli, "perplexity", "-q", "-m", s_model, "-f", path, "--ctx", "16", "--inproc", NULL};
+    r = cli_run(argv_q);
+    cr_expect_eq(r.status, 0, "%s", r.err);
+    cr_expect_eq(r.err_len, 0, "-q printed progress: %s", r.err);
+    cr_expect_eq(cli_count_lines(r.out), 1, "%s", r.out);
     cli_result_free(&r);
 }
 
@@ -431,6 +478,14 @@ Test(cli, missing_or_truncated_model_exit_1) {
     tmp_path(out, sizeof out, "out.gguf");
     expect_exit((char *[]){s_coli, "quantize", missing, out, "Q4_0", NULL}, 1, missing);
     expect_exit((char *[]){s_coli, "run", "-m", s_model, "-f", missing, NULL}, 1, missing);
+    expect_exit((char *[]){s_coli, "plan", "-m", missing, NULL}, 1, missing); /* auto: in-process, never opened */
+    /* each message names the model once (quantize said "quantize M -> OUT: cannot open 'M'") */
+    for (int i = 0; i < 2; i++) {
+        cli_result r = cli_run((char *[]){s_coli, "quantize", (char *)models[i], out, "Q4_0", NULL});
+        const char *first = strstr(r.err, models[i]);
+        cr_expect(first && !strstr(first + 1, models[i]), "the path twice: %s", r.err);
+        cli_result_free(&r);
+    }
 }
 
 Test(cli, help_everywhere) {
@@ -511,6 +566,39 @@ Test(cli, run_new_families_inproc_equals_workers) {
             cli_result_free(&b);
         }
     }
+}
+
+/* ---- what a user is told ------------------------------------------------------ */
+
+//  --heat auto picks MODEL.heat itself: one line says which file.
+Test(cli, heat_auto_names_its_file) {
+    char model[256], heat[300], cmd[1024];
+    tmp_path(model, sizeof model, "m.gguf");
+    snprintf(heat, sizeof heat, "%s.heat", model);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", s_model, model);
+    cr_assert_eq(system(cmd), 0);
+    cli_result r =
+        cli_run((char *[]){s_coli, "run", "-m", model, "-p", "hi", "-n", "2", "--inproc", "--heat", "auto", NULL});
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char want[400];
+    snprintf(want, sizeof want, "--heat auto: heat file %s", heat);
+    cr_expect(strstr(r.err, want), "stderr lacks '%s': %s", want, r.err);
+    cr_expect(cli_file_exists(heat));
+    cli_result_free(&r);
+}
+
+//  An answer cut by the context (not by -n, not by the model) says so and
+//  how to go on; one that fits says nothing of the kind.
+Test(cli, chat_says_when_the_context_cut_an_answer) {
+    char cmd[2048], out[16384];
+    snprintf(cmd, sizeof cmd, "printf 'hi\\n/quit\\n' | %s chat -m %s --inproc --ctx 48 -n -1 --ignore-eos -t 1 2>&1",
+             s_coli, s_model);
+    cr_assert_eq(cli_shell(cmd, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "the context of 48 tokens is full; /reset"), "no notice: %s", out);
+    snprintf(cmd, sizeof cmd, "printf 'hi\\n/quit\\n' | %s chat -m %s --inproc --ctx 48 -n 4 --ignore-eos -t 1 2>&1",
+             s_coli, s_model);
+    cr_assert_eq(cli_shell(cmd, out, sizeof out), 0, "%s", out);
+    cr_expect(!strstr(out, "is full"), "-n stopped it, not the context: %s", out);
 }
 
 /* ---- bench ------------------------------------------------------------------ */

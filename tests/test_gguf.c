@@ -371,7 +371,7 @@ Test(gguf_write, honours_general_alignment_and_refuses_bad_input) {
     cr_assert_not_null(strstr(coli_last_error(), "duplicate tensor name 'v'"));
     cr_assert_eq(gguf_writer_add_tensor(w, "w", COLI_F32, 1, ne, v, sizeof v), 0);
     cr_assert_eq(gguf_writer_write(w, "/nonexistent-dir/x.gguf"), COLI_EIO);
-    cr_assert_not_null(strstr(coli_last_error(), "cannot create '/nonexistent-dir/x.gguf'"));
+    cr_assert_not_null(strstr(coli_last_error(), "/nonexistent-dir/x.gguf: cannot create"));
     char *path = temp_path();
     cr_assert_eq(gguf_writer_write(w, path), 0);
     gguf_writer_free(&w);
@@ -465,7 +465,7 @@ Test(gguf_hostile, missing_file_and_directory) {
     cr_assert_eq(gguf_open("/nonexistent/model.gguf", &f), COLI_EIO);
     cr_assert_not_null(strstr(coli_last_error(), "cannot open '/nonexistent/model.gguf'"));
     cr_assert_eq(gguf_open("/tmp", &f), COLI_EIO);
-    cr_assert_not_null(strstr(coli_last_error(), "is a directory"));
+    cr_assert_not_null(strstr(coli_last_error(), "a directory"));
     cr_assert_null(f);
 }
 

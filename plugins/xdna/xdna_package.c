@@ -10,9 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
+#include "core/file_io.h"
 #include "core/tensor.h"
 
 static const char *const s_diag_names[XDNA_DIAG_COUNT] = {
@@ -268,8 +270,13 @@ static int s_locate(const xdna_package *p, const char *name, char *path, size_t 
 }
 
 static char *s_slurp(const char *path, size_t max) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    struct stat st;
+    int fd = coli_open_regular(path, &st); /* a FIFO registry is refused, not waited on */
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
     char *buf = malloc(max + 1);
     size_t got = buf ? fread(buf, 1, max + 1, f) : 0;
     fclose(f);
@@ -325,6 +332,8 @@ xdna_diag xdna_package_load(const char *dir, xdna_package *p, char *why, size_t 
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", p->real, XDNA_REGISTRY_FILE);
     if (stat(path, &st) != 0) return diag(XDNA_PACKAGE_MISSING, why, why_len, "no %s in %s", XDNA_REGISTRY_FILE, dir);
+    if (!S_ISREG(st.st_mode))
+        return diag(XDNA_REGISTRY_INVALID, why, why_len, "%s: not a regular file (%s)", path, coli_file_kind(&st));
     char *text = s_slurp(path, 1u << 20);
     if (!text) return diag(XDNA_REGISTRY_INVALID, why, why_len, "%s: unreadable or over 1 MiB", path);
     xdna_diag d = xdna_registry_parse(text, p, why, why_len);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "colibri.h"
+#include "core/file_io.h"
 
 int args_error(const char *cmd, const char *what, const char *fmt, ...) {
     char reason[256];
@@ -146,43 +147,30 @@ void args_usage(FILE *f, const char *cmd, const char *synopsis, const char *desc
     fprintf(f, "  %-24s %s\n", "-h, --help", "show this help");
 }
 
-/* What kind of file st is, for "not a regular file (a FIFO)". */
-static const char *s_file_kind(const struct stat *st) {
-    if (S_ISDIR(st->st_mode)) return "a directory";
-    if (S_ISFIFO(st->st_mode)) return "a FIFO";
-    if (S_ISCHR(st->st_mode)) return "a character device";
-    if (S_ISBLK(st->st_mode)) return "a block device";
-    if (S_ISSOCK(st->st_mode)) return "a socket";
-    return "not a plain file";
-}
-
 int cli_check_input_file(const char *flag, const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) return 0; /* missing: the reader says so, with its own reason */
     if (S_ISREG(st.st_mode)) return 0;
-    fprintf(stderr, "coli: %s %s: not a regular file (%s)\n", flag, path, s_file_kind(&st));
+    fprintf(stderr, "coli: %s %s: not a regular file (%s)\n", flag, path, coli_file_kind(&st));
     return CLI_FAIL;
 }
 
 int cli_read_file(const char *flag, const char *path, char **out, size_t *len) {
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
+    int fd = coli_open_regular(path, &st); /* a FIFO is refused, not waited on */
+    if (fd < 0 && errno) {
         fprintf(stderr, "coli: %s %s: cannot open: %s\n", flag, path, strerror(errno));
-        if (fd >= 0) close(fd);
         return CLI_FAIL;
     }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > CLI_MAX_READ_FILE) {
-        if (S_ISREG(st.st_mode))
+    if (fd < 0 || (uint64_t)st.st_size > CLI_MAX_READ_FILE) {
+        if (fd >= 0)
             fprintf(stderr, "coli: %s %s: %lld bytes, more than the limit of %d MiB\n", flag, path,
                     (long long)st.st_size, CLI_MAX_READ_FILE >> 20);
         else
-            fprintf(stderr, "coli: %s %s: not a regular file (%s)\n", flag, path, s_file_kind(&st));
-        close(fd);
+            fprintf(stderr, "coli: %s %s: not a regular file (%s)\n", flag, path, coli_file_kind(&st));
+        if (fd >= 0) close(fd);
         return CLI_FAIL;
     }
-    fcntl(fd, F_SETFL, 0); /* a regular file: plain blocking reads */
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         fprintf(stderr, "coli: %s %s: cannot open: %s\n", flag, path, strerror(errno));

@@ -27,6 +27,7 @@
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "core/clock.h"
+#include "core/file_io.h"
 #include "tools/coli/model_opts.h"
 
 #define MAX_PROMPTS 8
@@ -164,15 +165,17 @@ static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
     return 0;
 }
 
-static void config_close(config_run *c) {
+//  0, or CLI_FAIL (printed) when its --route-trace could not be written.
+static int config_close(config_run *c) {
     coli_context_free(&c->ctx);
-    coli_model_free(&c->m);
+    int rc = model_opts_free(&c->m);
     free(c->lat);
     c->lat = NULL;
     free(c->stats);
     c->stats = NULL;
     cJSON_Delete(c->caches);
     c->caches = NULL;
+    return rc;
 }
 
 /* One repeat r of configuration c: the prefills, then the decode. */
@@ -450,15 +453,9 @@ static int write_json(const bench_opts *o, const bench_env *env, config_run *cfg
         fprintf(stderr, "coli: --json %s: out of memory\n", o->json);
         return CLI_FAIL;
     }
-    FILE *f = fopen(o->json, "w");
-    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f) != 0) ok = 0;
+    int rc = coli_outfile_write_line("--json", o->json, text, 0);
     free(text);
-    if (!ok) {
-        fprintf(stderr, "coli: --json %s: cannot write\n", o->json);
-        return CLI_FAIL;
-    }
-    return 0;
+    return rc ? cli_fail() : 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -506,7 +503,8 @@ static int run_configs(const bench_opts *o, bench_env *env, config_run *cfg, int
     free(logits);
     free(env->floor_lat);
     env->floor_lat = NULL;
-    for (int i = 0; i < n_cfg; i++) config_close(&cfg[i]);
+    for (int i = 0; i < n_cfg; i++)
+        if (config_close(&cfg[i]) && !rc) rc = CLI_FAIL;
     return rc;
 }
 
@@ -548,6 +546,9 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     if (!o->mo.model && !o->bandwidth)
         return args_error("bench", "-m", "required (the GGUF model file), or --bandwidth alone");
     if (o->mo.model && cli_check_input_file("-m", o->mo.model)) return CLI_FAIL;
+    if ((rc = cli_check_output_file("bench", "--json", o->json, o->mo.model)) ||
+        (rc = cli_check_output_file("bench", "--route-trace", o->mo.route_trace, o->mo.model)))
+        return rc;
     if (o->mo.inproc && o->mo.devices)
         return args_error("bench", "--inproc", "conflicts with --devices %s", o->mo.devices);
     if (o->mo.xdna && (o->mo.inproc || !o->mo.devices))

@@ -150,14 +150,22 @@ static int s_answer(chat_state *c) {
             return -1;
         }
     coli_sampling_params sp = c->sp;
-    if (sp.n_predict < 0 || sp.n_predict > c->n_ctx - n) sp.n_predict = c->n_ctx - n; /* -n -1: all the room */
+    const int by_ctx = sp.n_predict < 0 || sp.n_predict > c->n_ctx - n;
+    if (by_ctx) sp.n_predict = c->n_ctx - n; /* -n -1: all the room */
     c->answer_len = 0;
     if (c->answer) c->answer[0] = '\0'; /* an answer with no text must not repeat the last one */
     s_interrupted = 0;
     int rc = coli_generate(c->ctx, ids + from, n - from, &sp, s_on_token, c, &c->last);
     free(ids);
     fputc('\n', stdout);
-    if (s_interrupted) fprintf(stderr, "(stopped)\n");
+    if (s_interrupted)
+        fprintf(stderr, "(stopped)\n");
+    else if (!rc && by_ctx && !c->last.stopped_by_eog && c->last.n_gen >= sp.n_predict)
+        /* cut by the context, not by -n or the model: without a word it looks like the model's end */
+        fprintf(stderr,
+                "coli chat: the answer stopped: the context of %d tokens is full; /reset to start over (or a "
+                "larger --ctx)\n",
+                c->n_ctx);
     s_interrupted = 0;
     if (rc) {
         fprintf(stderr, "coli chat: %s\n", coli_last_error());

@@ -12,6 +12,7 @@
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "coordinator/heat.h"
+#include "core/file_io.h"
 
 static const uint64_t *s_layer(const heat_table *h, int l) { return h->count + (size_t)l * (size_t)h->n_expert; }
 
@@ -72,11 +73,9 @@ static void s_print_layer(const heat_table *h, int l, int top, int n_pairs, int 
 //  The SVG heat map: one row per layer, one column per expert, darker = a
 //  larger share of that layer's selections.
 static int s_plot(const heat_table *h, const char *path) {
-    FILE *fp = fopen(path, "w");
-    if (!fp) {
-        fprintf(stderr, "coli heat: --plot %s: cannot write\n", path);
-        return CLI_FAIL;
-    }
+    coli_outfile out;
+    if (coli_outfile_open(&out, "--plot", path, 0) != 0) return cli_fail();
+    FILE *fp = out.fp;
     const int X = h->n_expert, L = h->n_layer, cell = X > 64 ? 6 : 16, left = 60, topm = 30;
     const int width = left + X * cell + 20 > 440 ? left + X * cell + 20 : 440, height = topm + L * cell + 30;
     fprintf(fp,
@@ -106,12 +105,7 @@ static int s_plot(const heat_table *h, const char *path) {
     }
     fprintf(fp, "<text x=\"%d\" y=\"%d\">experts 0..%d (left to right); darker = hotter</text>\n</svg>\n", left,
             topm + L * cell + 18, X - 1);
-    int bad = ferror(fp);
-    if (fclose(fp) != 0 || bad) {
-        fprintf(stderr, "coli heat: --plot %s: write failed\n", path);
-        return CLI_FAIL;
-    }
-    return 0;
+    return coli_outfile_commit(&out) ? cli_fail() : 0;
 }
 
 static void s_print(const heat_table *h, const char *path, int top, int pairs) {

@@ -22,6 +22,7 @@
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "tools/coli/model_opts.h"
+#include "tools/coli/progress.h"
 
 typedef struct ppl_run {
     coli_context *ctx;
@@ -30,6 +31,7 @@ typedef struct ppl_run {
     float *logits; /* window * n_vocab */
     double nll;    /* sum of -log p over scored tokens */
     long long n_scored;
+    int quiet; /* -q: no progress */
 } ppl_run;
 
 /* -log softmax(row)[target], in double. */
@@ -54,18 +56,38 @@ static int score_window(ppl_run *r, int start, int end, int from) {
     return 0;
 }
 
+//  Windows run_windows evaluates: the first, then one per stride until the end is scored.
+static int s_n_windows(const ppl_run *r) {
+    int n = 1;
+    for (int start = 0; start + r->window < r->n_tokens; start += r->stride) n++;
+    return n;
+}
+
+//  Progress: on a terminal one line redrawn (progress.h); elsewhere a line
+//  per window, as a log wants it; -q: neither.
 static int run_windows(ppl_run *r) {
-    int scored_until = 1, n_windows = 0; /* token 0 has nothing before it */
+    int scored_until = 1, n_windows = 0, total = s_n_windows(r); /* token 0 has nothing before it */
+    cli_progress bar;
+    cli_progress_start(&bar, "coli perplexity", "window", r->quiet);
     for (int start = 0; scored_until < r->n_tokens; start += r->stride) {
         int end = start + r->window < r->n_tokens ? start + r->window : r->n_tokens;
         int from = scored_until > start + 1 ? scored_until : start + 1;
         int rc = score_window(r, start, end, from);
-        if (rc) return rc;
+        if (rc) {
+            cli_progress_end(&bar);
+            return rc;
+        }
         scored_until = end;
         n_windows++;
-        fprintf(stderr, "perplexity: window %d, tokens %d..%d, %lld scored, running perplexity %.4f\n", n_windows,
-                start, end - 1, r->n_scored, exp(r->nll / (double)r->n_scored));
+        char now[64];
+        snprintf(now, sizeof now, "running perplexity %.4f", exp(r->nll / (double)r->n_scored));
+        if (bar.on)
+            cli_progress_show(&bar, n_windows, total, 0, 0, now);
+        else if (!r->quiet)
+            fprintf(stderr, "perplexity: window %d of %d, tokens %d..%d, %lld scored, %s\n", n_windows, total, start,
+                    end - 1, r->n_scored, now);
     }
+    cli_progress_end(&bar);
     return 0;
 }
 
@@ -82,10 +104,11 @@ static int tokenize_all(const coli_model *m, const char *text, size_t len, int32
  * whole window are held at once: window x n_vocab floats). */
 #define PPL_DEFAULT_WINDOW 512
 
-static int perplexity(model_opts *o, int stride, const char *text, size_t len) {
+static int perplexity(model_opts *o, int stride, int quiet, const char *text, size_t len) {
     coli_model *m = NULL;
     ppl_run r;
     memset(&r, 0, sizeof r);
+    r.quiet = quiet;
     int32_t *tokens = NULL;
     int rc = model_opts_open(o, NULL, &m, NULL);
     if (rc) return rc;
@@ -122,11 +145,12 @@ int cmd_perplexity(int argc, char **argv) {
     model_opts o;
     memset(&o, 0, sizeof o);
     const char *file = NULL;
-    int stride = 0;
+    int stride = 0, quiet = 0;
     const arg_spec specs[] = {
         MODEL_OPTS_SPECS(o),
         {"--file", "-f", ARG_STR, &file, 0, 0, 0, "FILE", "the text to score (required)"},
         {"--stride", NULL, ARG_INT, &stride, 1, 1 << 24, 0, "N", "start a window every N tokens (default: --ctx)"},
+        {"--quiet", "-q", ARG_FLAG, &quiet, 0, 0, 0, NULL, "no progress on stderr"},
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("perplexity", argc, argv, specs, n_specs, NULL, 0, NULL);
@@ -136,7 +160,8 @@ int cmd_perplexity(int argc, char **argv) {
                    "every --stride tokens (default: non-overlapping; --ctx: the model's, at most 512).\n"
                    "Each window scores the tokens no earlier window scored (--stride ctx/2: the second\n"
                    "half of each window, like llama.cpp).\n"
-                   "Progress per window on stderr, \"perplexity: X (N tokens)\" on stdout.",
+                   "Progress on stderr (a line redrawn on a terminal, a line per window elsewhere; -q: none),\n"
+                   "\"perplexity: X (N tokens)\" on stdout.",
                    specs, n_specs);
         return 0;
     }
@@ -149,7 +174,7 @@ int cmd_perplexity(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0;
     if ((rc = cli_read_file("-f", file, &text, &len))) return rc;
-    rc = perplexity(&o, stride, text, len);
+    rc = perplexity(&o, stride, quiet, text, len);
     free(text);
     return rc;
 }

@@ -2,8 +2,11 @@
  * cmd_plan.c - `coli plan -m FILE [--devices LIST] [--heat FILE] [--pin ...]`:
  * which expert goes where, without starting any worker.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "tools/coli/args.h"
 #include "colibri.h"
@@ -36,6 +39,11 @@ int cmd_plan(int argc, char **argv) {
     if (rc) return rc;
     if (!model) return args_error("plan", "-m", "required (the GGUF model file)");
     if (cli_check_input_file("-m", model)) return CLI_FAIL;
+    /* an in-process plan never opens the model: a missing one must not pass for a plan */
+    if (access(model, R_OK) != 0) {
+        fprintf(stderr, "coli: -m %s: %s\n", model, strerror(errno));
+        return CLI_FAIL;
+    }
     if (xdna) setenv("COLI_XDNA", "1", 1);
     char *text = NULL;
     if (coli_plan_heat_text(model, devices, heat, pins, &text) != 0) return cli_fail();

@@ -5,11 +5,14 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "tools/coli/args.h"
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "core/gguf.h"
+#include "tools/coli/model_opts.h"
+#include "tools/coli/progress.h"
 
 static const char s_about[] =
     "Write a copy of IN with its 2-D/3-D weights quantized as llama-quantize does for the preset\n"
@@ -33,11 +36,12 @@ static int s_check_type_flag(const char *flag, const char *value) {
 }
 
 /* "F32 13, Q4_K 23, Q6_K 3": how many tensors of each type the file has
- * (what the preset decided, fallbacks included). Empty if it cannot be read. */
-static void s_type_summary(const char *path, char *out, size_t cap) {
+ * (what the preset decided, fallbacks included); returns the tensors in all.
+ * Empty (0) if it cannot be read. */
+static int64_t s_type_summary(const char *path, char *out, size_t cap) {
     gguf_file *f = NULL;
     out[0] = 0;
-    if (gguf_open(path, &f) != 0) return;
+    if (gguf_open(path, &f) != 0) return 0;
     int count[64] = {0};
     for (int64_t i = 0; i < gguf_n_tensors(f); i++)
         if (gguf_tensor(f, i)->type < 64) count[gguf_tensor(f, i)->type]++;
@@ -46,16 +50,39 @@ static void s_type_summary(const char *path, char *out, size_t cap) {
         if (count[t])
             len += (size_t)snprintf(out + len, cap - len, "%s%s %d", len ? ", " : "", coli_dtype_name((uint32_t)t),
                                     count[t]);
+    int64_t n = gguf_n_tensors(f);
     gguf_close(&f);
+    return n;
+}
+
+/* The library's progress callback: the terminal line (progress.h). */
+static void s_progress(void *user, int64_t n_done, int64_t n_total, uint64_t bytes_done, uint64_t bytes_total) {
+    cli_progress_show(user, n_done, n_total, bytes_done, bytes_total, n_done == n_total ? "writing" : NULL);
+}
+
+static uint64_t s_file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* The summary line: what was written, from what, how big, how long. */
+static void s_summary(const char *in, const char *out, const char *type, int pure, double seconds) {
+    char types[512], a[32], b[32];
+    int64_t n = s_type_summary(out, types, sizeof types);
+    printf("coli quantize: wrote %s (%s%s): %lld tensors (%s), %s -> %s in %.1f s\n", out, type, pure ? ", pure" : "",
+           (long long)n, types, cli_bytes(a, sizeof a, s_file_size(in)), cli_bytes(b, sizeof b, s_file_size(out)),
+           seconds);
 }
 
 int cmd_quantize(int argc, char **argv) {
     coli_quantize_params qp = {0};
+    int quiet = 0;
     const arg_spec specs[] = {
         {"--pure", NULL, ARG_FLAG, &qp.pure, 0, 0, 0, NULL, "every weight in TYPE's base type (no per-tensor mix)"},
         {"--output-type", NULL, ARG_STR, &qp.output_type, 0, 0, 0, "T", "type of output.weight"},
         {"--token-embedding-type", NULL, ARG_STR, &qp.token_embd_type, 0, 0, 0, "T", "type of token_embd.weight"},
         {"--threads", "-t", ARG_INT, &qp.n_threads, 1, 512, 0, "N", "threads converting rows (default: one per core)"},
+        {"--quiet", "-q", ARG_FLAG, &quiet, 0, 0, 0, NULL, "no progress line and no summary (errors still print)"},
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     const char *pos[3];
@@ -77,10 +104,14 @@ int cmd_quantize(int argc, char **argv) {
     if ((rc = s_check_type_flag("--output-type", qp.output_type)) != 0) return rc;
     if ((rc = s_check_type_flag("--token-embedding-type", qp.token_embd_type)) != 0) return rc;
     if (cli_check_input_file("IN.gguf", pos[0])) return CLI_FAIL;
-    if (strcmp(pos[0], pos[1]) == 0) return args_error("quantize", "OUT.gguf", "'%s' is also the input file", pos[1]);
-    if (coli_quantize_file_params(pos[0], pos[1], pos[2], &qp) != 0) return cli_fail();
-    char summary[512];
-    s_type_summary(pos[1], summary, sizeof summary);
-    printf("coli quantize: wrote %s (%s%s): %s\n", pos[1], pos[2], qp.pure ? ", pure" : "", summary);
+    if ((rc = cli_check_output_file("quantize", "OUT.gguf", pos[1], pos[0])) != 0) return rc;
+    cli_progress bar;
+    cli_progress_start(&bar, "coli quantize", "tensor", quiet);
+    qp.progress = s_progress;
+    qp.progress_user = &bar;
+    rc = coli_quantize_file_params(pos[0], pos[1], pos[2], &qp);
+    double seconds = cli_progress_end(&bar);
+    if (rc != 0) return cli_fail();
+    if (!quiet) s_summary(pos[0], pos[1], pos[2], qp.pure, seconds);
     return 0;
 }

@@ -3,7 +3,6 @@
  * one token at a time, with a one-line speed summary on stderr. With
  * --chat-template the prompt is one user message in that chat template.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include "colibri.h"
 #include "tools/coli/commands.h"
 #include "tools/coli/model_opts.h"
+#include "core/file_io.h"
 
 typedef struct run_flags {
     model_opts m;
@@ -98,12 +98,9 @@ static void print_summary(const coli_model *m, const model_opts *o, const coli_g
 static int write_stats_json(const coli_model *m, const char *path) {
     char *json = NULL;
     if (coli_model_stats_json(m, &json) != 0) return cli_fail();
-    FILE *f = fopen(path, "w");
-    int ok = f && fputs(json, f) >= 0 && fputc('\n', f) != EOF;
-    ok = f && fclose(f) == 0 && ok;
-    if (!ok) fprintf(stderr, "coli: --stats-json %s: cannot write: %s\n", path, strerror(errno));
+    int rc = coli_outfile_write_line("--stats-json", path, json, 0);
     free(json);
-    return ok ? 0 : CLI_FAIL;
+    return rc ? cli_fail() : 0;
 }
 
 static int generate(const run_flags *f, const char *prompt, size_t len) {
@@ -150,7 +147,7 @@ static int generate(const run_flags *f, const char *prompt, size_t len) {
     free(chat);
     coli_context_free(&ctx);
     if (f->m.stats_json && write_stats_json(m, f->m.stats_json) && !rc) rc = CLI_FAIL;
-    coli_model_free(&m);
+    if (model_opts_free(&m) && !rc) rc = CLI_FAIL;
     return rc;
 }
 

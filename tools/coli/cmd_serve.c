@@ -118,7 +118,7 @@ static int s_run(server *s, const model_opts *o, const char *tmpl) {
     }
     s_shutdown(s);
     server_slots_free(s);
-    coli_model_free(&s->model);
+    if (model_opts_free(&s->model) && !rc) rc = CLI_FAIL;
     free(s->bos_text);
     free(s->eos_text);
     return rc;

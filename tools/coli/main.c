@@ -6,12 +6,14 @@
  * 2 usage error (one line naming the flag and the reason).
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "tools/coli/args.h"
 #include "colibri.h"
 #include "tools/coli/commands.h"
+#include "core/file_io.h"
 
 typedef struct command {
     const char *name;
@@ -73,4 +75,30 @@ static int s_main(int argc, char **argv) {
     return ARGS_ERROR;
 }
 
-int main(int argc, char **argv) { return s_finish_stdout(s_main(argc, argv)); }
+/* Ctrl-C, kill or a closed terminal in the middle of a write: remove the
+ * temporary files (a quantize's can be GBs, hidden beside the target), then
+ * die of the signal as before. */
+static void s_on_fatal_signal(int sig) {
+    coli_outfile_unlink_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+//  For the signals whose default ends the process; one that is ignored (nohup,
+//  a background job) stays ignored. Commands with their own handlers (chat,
+//  serve) replace these.
+static void s_install_cleanup(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = s_on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+int main(int argc, char **argv) {
+    s_install_cleanup();
+    return s_finish_stdout(s_main(argc, argv));
+}

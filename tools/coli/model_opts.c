@@ -8,9 +8,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/file_io.h"
+#include "tools/coli/progress.h"
+
+int cli_check_output_file(const char *cmd, const char *flag, const char *path, const char *input) {
+    /* by device and inode: ./IN, an absolute path, a symlink or a hard link is IN too */
+    if (!path || !input || (strcmp(path, input) != 0 && !coli_same_file(path, input))) return ARGS_OK;
+    return args_error(cmd, flag, "'%s' is the input file %s; writing it would destroy it", path, input);
+}
+
 int model_opts_check(const char *cmd, const model_opts *o) {
     if (!o->model) return args_error(cmd, "-m", "required (the GGUF model file)");
     if (cli_check_input_file("-m", o->model)) return CLI_FAIL;
+    int rc = cli_check_output_file(cmd, "--route-trace", o->route_trace, o->model);
+    if (rc || (rc = cli_check_output_file(cmd, "--stats-json", o->stats_json, o->model))) return rc;
     if (o->inproc && o->devices) return args_error(cmd, "--inproc", "conflicts with --devices %s", o->devices);
     if (o->xdna && o->inproc) return args_error(cmd, "--xdna", "needs worker processes; conflicts with --inproc");
     if (o->xdna) setenv("COLI_XDNA", "1", 1); /* the lane is opt-in: only this or the variable turns it on */
@@ -32,14 +43,31 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
     mp.heat_path = model_opts_heat_path(o, heat, sizeof heat);
     mp.pins = o->pins;
     *m = NULL;
-    if (coli_model_load(o->model, &mp, m) != 0) return cli_fail();
+    /* a cold disk can take minutes: after a few seconds a line says we are at it (not with -v,
+     * whose own lines tell) */
+    char what[4200];
+    snprintf(what, sizeof what, "loading %s", o->model);
+    cli_waiting *wait = cli_waiting_start("coli", what, 3.0, o->verbose);
+    int rc = coli_model_load(o->model, &mp, m);
+    cli_waiting_end(wait);
+    if (rc != 0) return cli_fail();
+    /* auto picks the path itself: say which, so the user can find it (coli heat PATH) */
+    if (mp.heat_path && o->heat && !strcmp(o->heat, "auto"))
+        fprintf(stderr, "coli: --heat auto: heat file %s (%s when the model is freed)\n", mp.heat_path,
+                access(mp.heat_path, F_OK) == 0 ? "read, updated" : "written");
     if (o->route_trace && coli_dump_routing(*m, o->route_trace) != 0) {
         coli_model_free(m);
         return cli_fail();
     }
     if (!ctx) return 0; /* the caller needs no context (tokenize) */
-    int rc = model_opts_new_context(o, *m, ctx);
+    rc = model_opts_new_context(o, *m, ctx);
     if (rc) coli_model_free(m);
+    return rc;
+}
+
+int model_opts_free(coli_model **m) {
+    int rc = *m && coli_dump_routing(*m, NULL) != 0 ? cli_fail() : 0;
+    coli_model_free(m);
     return rc;
 }
 

@@ -143,6 +143,10 @@ void sampling_help_init(sampling_help *h, const coli_sampling_params *sp);
         "--ignore-eos", NULL, ARG_FLAG, &(sp).ignore_eos, 0, 0, 0, NULL, "never end at an end-of-generation token" \
     }
 
+/* An output flag's path that is the input file (same device and inode: any
+ * name of it): ARGS_ERROR, printed; else ARGS_OK. path or input NULL: OK. */
+int cli_check_output_file(const char *cmd, const char *flag, const char *path, const char *input);
+
 /* Check the combination (-m given, --inproc vs --devices and --xdna): 0 or
  * ARGS_ERROR. --xdna sets COLI_XDNA=1 here, for the library and its workers. */
 int model_opts_check(const char *cmd, const model_opts *o);
@@ -151,6 +155,10 @@ int model_opts_check(const char *cmd, const model_opts *o);
  * return CLI_FAIL (nothing to free). default_devices is used when neither
  * --devices nor --inproc was given (NULL = the library's default). */
 int model_opts_open(const model_opts *o, const char *default_devices, coli_model **m, coli_context **ctx);
+
+/* Free *m after finishing its --route-trace: a trace that cannot be written
+ * (a full disk, /dev/full) fails the command. 0 or CLI_FAIL (printed). */
+int model_opts_free(coli_model **m);
 
 /* A context of --ctx tokens (0: the model's) for m; 0 or CLI_FAIL (printed). */
 int model_opts_new_context(const model_opts *o, coli_model *m, coli_context **ctx);
