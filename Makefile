@@ -88,7 +88,8 @@ $(BUILD)/obj/%.o: %.c $(PROTO_GEN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+# (tests and single-file tools too: some test files include a .c they test)
+-include $(shell find $(BUILD)/obj $(BUILD)/tests $(BUILD)/bin -name '*.d' 2>/dev/null)
 
 # ---- libraries and programs -------------------------------------------------
 $(LIB): $(CORE_OBJ) $(WIRE_OBJ) $(COORD_OBJ) $(CPU_OBJ) $(PROTO_OBJ)
@@ -124,11 +125,11 @@ $(CPU_PLUGIN): $(CPU_OBJ) $(CORE_OBJ) plugins/plugin.map
 # Single-file tools: tools/NAME.c -> bin/NAME
 $(BUILD)/bin/%: tools/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -MP $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(LIB) $(PUBLIC_LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -lcjson
+	$(CC) $(CFLAGS) -MMD -MP $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -lcjson
 
 # The dashboard page of coli serve, compiled in as one C string literal
 # (server_dashboard.c includes it): \ and " escaped, each line a "...\n" piece.

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "colibri.h"
+#include "tests/stderr_capture.h"
 
 #define GEN_STEPS 6
 #define PROMPT_LEN 5
@@ -44,6 +45,7 @@ static inline const char *sched_fixture(const char *name) {
 static inline void sched_env_defaults(void) {
     setenv("COLI_LAYER_DEADLINE_MS", "5000", 1);
     unsetenv("COLI_FAULT");
+    stderr_quiet(); /* the workers' expected diagnostics: shown only if the test fails */
 }
 
 /* Criterion's runner (libcriterion 2.4.1) leaks one 48-byte block of its own

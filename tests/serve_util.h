@@ -51,6 +51,30 @@ static inline const char *su_model(char *buf, size_t cap) {
     return buf;
 }
 
+/* The servers this test process started and has not stopped: a test that ends early (a failed
+ * cr_assert, cr_skip_test after su_start) must not leave one running, holding a port and the
+ * runner's output pipe. Killed at exit, which Criterion reaches after either. */
+static pid_t su_running[16];
+
+static void su_kill_running(void) {
+    for (size_t i = 0; i < sizeof su_running / sizeof su_running[0]; i++)
+        if (su_running[i] > 0) {
+            kill(su_running[i], SIGKILL);
+            waitpid(su_running[i], NULL, 0);
+            su_running[i] = 0;
+        }
+}
+
+static void su_track(pid_t old, pid_t now) {
+    static int registered;
+    if (!registered) registered = atexit(su_kill_running) == 0;
+    for (size_t i = 0; i < sizeof su_running / sizeof su_running[0]; i++)
+        if (su_running[i] == old) {
+            su_running[i] = now;
+            return;
+        }
+}
+
 /* Start coli serve -m model EXTRA... and wait for "ready" (30 s). */
 static inline serve_proc su_start(const char *model, const char *const *extra) {
     serve_proc p = {.pid = -1, .out_fd = -1};
@@ -71,6 +95,7 @@ static inline serve_proc su_start(const char *model, const char *const *extra) {
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
     cr_assert_eq(rc, 0, "cannot start %s: %s", coli, strerror(rc));
+    su_track(0, p.pid);
     p.out_fd = fds[0];
     size_t len = 0;
     double until = su_now() + 30;
@@ -87,6 +112,7 @@ static inline serve_proc su_start(const char *model, const char *const *extra) {
     if (!strstr(p.log, "coli serve: ready") || p.port <= 0) {
         kill(p.pid, SIGKILL);
         waitpid(p.pid, NULL, 0);
+        su_track(p.pid, 0);
         cr_assert_fail("coli serve did not become ready; it printed: %s", p.log);
     }
     return p;
@@ -112,6 +138,7 @@ static inline int su_stop(serve_proc *p) {
         status = 128 + SIGKILL;
     }
     close(p->out_fd);
+    su_track(p->pid, 0);
     p->pid = -1;
     return status;
 }

@@ -438,6 +438,9 @@ Test(heat_route, damaged_heat_file_is_ignored_and_kept) {
     m = s_load("cpu:2", heat, NULL); /* one line on stderr, and it runs */
     s_generate(m, NULL, &r);
     coli_model_free(&m);
+    char *err = stderr_captured();
+    cr_expect(strstr(err, heat) && strstr(err, "not a heat file"), "the line naming the file: %s", err);
+    free(err);
     sched_assert_same(&ref, &r, "damaged heat file");
     unsigned char *back;
     size_t n = s_read_all(heat, &back);

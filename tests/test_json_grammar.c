@@ -238,11 +238,6 @@ Test(json_grammar, out_of_range_numbers_are_refused, .init = s_setup, .fini = s_
 
 /* Drive the filter like a model: pseudo-random logits, the best allowed token, until an
  * end-of-generation token wins. The text must parse; returns it (malloc'd) or NULL if 400 steps did not end it. */
-static double s_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static char *s_generate(json_grammar *g, unsigned seed, float eog_bonus, int *calls) {
     int n = g->n_vocab;
@@ -316,7 +311,6 @@ Test(json_grammar, gpt2_vocabulary_output_parses) {
     cr_assert_eq(coli_model_load(path, &mp, &g_srv.model), 0, "%s", coli_last_error());
     coli_model_get_info(g_srv.model, &g_srv.info);
     int finished = 0;
-    double t0 = s_now_s();
     int calls = 0;
     for (unsigned seed = 1; seed <= 4; seed++) {
         json_grammar *g = NULL;
@@ -333,8 +327,6 @@ Test(json_grammar, gpt2_vocabulary_output_parses) {
         free(text);
         json_grammar_free(g);
     }
-    fprintf(stderr, "json_grammar: %d filter calls over %d tokens, %.2f ms each\n", calls, g_srv.info.n_vocab,
-            (s_now_s() - t0) * 1e3 / (calls ? calls : 1));
     coli_model_free(&g_srv.model);
     cr_assert_geq(finished, 2, "only %d of 4 generations finished", finished);
 }

@@ -62,33 +62,6 @@ static void s_fake_plugin(char *dir, size_t dir_len, const char *body, char *so,
     if (system(cmd) != 0) cr_skip_test("no C compiler to build a fake plugin");
 }
 
-//  stderr of the whole load + generation, into a file.
-typedef struct capture {
-    int fd, saved;
-} capture;
-
-static capture s_capture_begin(void) {
-    fflush(stderr);
-    char path[] = "/tmp/coli-stderr-XXXXXX";
-    capture c = {mkstemp(path), dup(2)};
-    cr_assert_geq(c.fd, 0);
-    unlink(path);
-    dup2(c.fd, 2);
-    return c;
-}
-
-static char *s_capture_end(capture c) {
-    fflush(stderr);
-    dup2(c.saved, 2);
-    close(c.saved);
-    off_t n = lseek(c.fd, 0, SEEK_END);
-    char *text = calloc((size_t)n + 1, 1);
-    cr_assert(text);
-    cr_assert_eq(pread(c.fd, text, (size_t)n, 0), (ssize_t)n);
-    close(c.fd);
-    return text;
-}
-
 static int s_n_workers(const char *js) {
     int n = 0;
     for (const char *p = js; (p = strstr(p, "{\"id\":")); p++) n++;
@@ -106,9 +79,9 @@ static char *s_run(const char *devices, char **err) {
     const char *model = sched_fixture(MODEL);
     gen_result ref, got;
     sched_generate(model, "inproc", NULL, NULL, &ref);
-    capture c = s_capture_begin();
+    stderr_capture c = stderr_capture_begin();
     sched_generate(model, devices, NULL, NULL, &got);
-    *err = s_capture_end(c);
+    *err = stderr_capture_end(c);
     sched_assert_same(&ref, &got, devices ? devices : "(default)");
     char *js = got.stats;
     got.stats = NULL;

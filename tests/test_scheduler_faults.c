@@ -14,6 +14,7 @@
 static void s_env(void) {
     setenv("COLI_LAYER_DEADLINE_MS", "5000", 1); /* generous: CI noise */
     setenv("COLI_RESTART_BACKOFF_MS", "20", 1);
+    stderr_quiet();
 }
 
 TestSuite(scheduler_faults, .init = s_env);

@@ -32,6 +32,7 @@ static void s_env(void) {
     setenv("COLI_RESTART_BACKOFF_MS", "20", 1);
     unsetenv("COLI_FAULT");
     unsetenv("COLI_KEYS");
+    stderr_quiet();
 }
 
 TestSuite(scheduler_remote, .init = s_env);

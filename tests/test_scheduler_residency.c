@@ -26,29 +26,6 @@ static void s_env(void) {
 
 TestSuite(scheduler_residency, .init = s_env);
 
-//  stderr into a temporary file until s_capture_end, which returns its text.
-static int s_capture_begin(int *saved) {
-    fflush(stderr);
-    char path[] = "/tmp/coli-stderr-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0, "mkstemp");
-    unlink(path);
-    *saved = dup(2);
-    dup2(fd, 2);
-    return fd;
-}
-
-static char *s_capture_end(int fd, int saved) {
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    off_t n = lseek(fd, 0, SEEK_END);
-    char *text = calloc((size_t)n + 1, 1);
-    cr_assert(text);
-    cr_assert_eq(pread(fd, text, (size_t)n, 0), (ssize_t)n);
-    close(fd);
-    return text;
-}
 
 static long s_worker_long(const char *js, int id, const char *name) {
     char v[64];
@@ -62,9 +39,10 @@ static char *s_run(const char *devices, const char *fault, char **err_text) {
     gen_result ref, got;
     sched_generate(model, "inproc", NULL, NULL, &ref);
     if (fault) setenv("COLI_FAULT", fault, 1);
-    int saved = -1, fd = err_text ? s_capture_begin(&saved) : -1;
+    stderr_capture c = {-1, -1};
+    if (err_text) c = stderr_capture_begin();
     sched_generate(model, devices, NULL, NULL, &got);
-    if (err_text) *err_text = s_capture_end(fd, saved);
+    if (err_text) *err_text = stderr_capture_end(c);
     unsetenv("COLI_FAULT");
     sched_assert_same(&ref, &got, devices);
     char *js = got.stats;
@@ -150,9 +128,9 @@ Test(scheduler_residency, summary_shows_each_resident_set) {
     mp.devices = "cpu:1=200K,cpu:1";
     mp.n_threads = 1;
     coli_model *m = NULL;
-    int saved, fd = s_capture_begin(&saved);
+    stderr_capture c = stderr_capture_begin();
     int rc = coli_model_load(sched_fixture(MODEL), &mp, &m);
-    free(s_capture_end(fd, saved));
+    free(stderr_capture_end(c));
     cr_assert_eq(rc, 0, "%s", coli_last_error());
     char *text = NULL;
     cr_assert_eq(coli_model_stats_text(m, &text), 0, "%s", coli_last_error());

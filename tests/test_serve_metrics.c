@@ -8,6 +8,9 @@
 #include <cjson/cJSON.h>
 
 #include "tests/serve_util.h"
+#include "tests/stderr_capture.h"
+
+TestSuite(serve_metrics, .init = stderr_quiet);
 
 /* The value of the first sample line that starts with series (name + labels). */
 static double s_sample(const char *scrape, const char *series) {
@@ -115,6 +118,9 @@ Test(serve_metrics, worker_that_cannot_load_makes_health_degraded) {
     cr_expect_eq(s_sample(r.body, "colibri_fallbacks_total{device=\"cpu:1\",reason=\"plugin_load\"}"), 1, "%s", r.body);
     su_free(&r);
     su_stop(&p);
+    char *err = stderr_captured();
+    cr_expect(strstr(err, "worker 1 (cpu:1): plugin 'cpu': init failed: fault injection fail-load"), "%s", err);
+    free(err);
 }
 
 //  A live expert cache's counters (docs/scheduler.md): hits + misses = the
