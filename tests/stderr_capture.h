@@ -68,7 +68,8 @@ static void s_quiet_report(struct criterion_test_stats *stats, bool failed) {
     if (fd < 0) return;
     if (failed) {
         char *text = s_read_fd(fd);
-        if (*text) fprintf(stderr, "---- stderr of %s::%s ----\n%s----\n", stats->test->category, stats->test->name, text);
+        if (*text)
+            fprintf(stderr, "---- stderr of %s::%s ----\n%s----\n", stats->test->category, stats->test->name, text);
         free(text);
     }
     close(fd);
@@ -80,9 +81,7 @@ ReportHook(POST_FINI)(struct criterion_test_stats *stats) {
 }
 
 //  A crashed test has no POST_FINI.
-ReportHook(TEST_CRASH)(struct criterion_test_stats *stats) {
-    s_quiet_report(stats, true);
-}
+ReportHook(TEST_CRASH)(struct criterion_test_stats *stats) { s_quiet_report(stats, true); }
 
 //  One stretch of a test: stderr into an anonymous file until stderr_capture_end.
 typedef struct stderr_capture {

@@ -26,7 +26,6 @@ static void s_env(void) {
 
 TestSuite(scheduler_residency, .init = s_env);
 
-
 static long s_worker_long(const char *js, int id, const char *name) {
     char v[64];
     sched_worker_field(js, id, name, v, sizeof v);
