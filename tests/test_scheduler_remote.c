@@ -443,6 +443,26 @@ Test(scheduler_remote, place_reply_without_a_body_is_garbage_not_a_timeout, .tim
     s_run_against_fake(LIE_PLACE_NOBODY, "garbage", "a message of kind 0");
 }
 
+//  Nothing listens at the endpoint: a `connect` fallback at once (the load
+//  used to wait out the start deadline and count a start_timeout), the
+//  output that of --inproc, for an IPv6 and an IPv4 address.
+Test(scheduler_remote, refused_connection_fails_fast, .timeout = 120) {
+    s_need_curve();
+    setenv("COLI_WORKER_START_MS", "60000", 1); /* longer than this test may take */
+    char keys[512];
+    s_tmpdir(keys, sizeof keys);
+    cr_assert_eq(s_keygen(keys, NULL), 0);
+    const char *eps[2] = {"tcp://[::1]:1", "tcp://127.0.0.1:1"};
+    for (int i = 0; i < 2; i++) {
+        remote_worker rw = {0, ""};
+        snprintf(rw.endpoint, sizeof rw.endpoint, "%s", eps[i]);
+        char *js = s_run_remote(&rw, keys, NULL, NULL);
+        cr_expect_eq(sched_fallbacks(js, "remote:0", "connect"), 1, "%s: %s", eps[i], js);
+        cr_expect_eq(sched_fallbacks(js, "remote:0", "start_timeout"), 0, "%s: %s", eps[i], js);
+        free(js);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // One coordinator at a time: a second one is refused "busy" (one `busy`
 // fallback, its experts computed elsewhere, no stall), and the first keeps

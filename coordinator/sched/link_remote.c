@@ -34,7 +34,8 @@
 
 enum {
     REMOTE_EVENTS = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED
+                    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                    ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED
 };
 
 void remote_close(worker_link *w) {
@@ -52,7 +53,8 @@ static int s_socket(sched *s, worker_link *w, const char *keys) {
     int rc = wire_socket_setup(w->tcp.sock, 0);
     if (rc == 0) rc = curve_client_setup(w->tcp.sock, keys, w->dev.endpoint);
     if (rc) return coli_fail_prefix(rc, w->device);
-    int hb_ivl = 1000, hb_timeout = 10000, retry_max = 5000;
+    int hb_ivl = 1000, hb_timeout = 10000, retry_max = 5000, ipv6 = 1; /* tcp://[::1]:P as well as IPv4 */
+    zmq_setsockopt(w->tcp.sock, ZMQ_IPV6, &ipv6, sizeof ipv6);
     zmq_setsockopt(w->tcp.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
     zmq_setsockopt(w->tcp.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
     zmq_setsockopt(w->tcp.sock, ZMQ_RECONNECT_IVL_MAX, &retry_max, sizeof retry_max);
@@ -167,9 +169,26 @@ static void s_auth_failed(sched *s, worker_link *w, unsigned event, unsigned val
     sched_outcome(s, w, LINK_REFUSED, "auth", why);
 }
 
+//  The TCP connection itself failed (ZeroMQ retries it): nothing listens at
+//  the endpoint or it cannot be reached. Waiting for the start deadline would
+//  only stall the load: the worker is lost now (counted once, as `connect`)
+//  and reconnected with back-off like any lost remote worker.
+static void s_connect_failed(sched *s, worker_link *w) {
+    if (w->proc.gen == 0 || s->verbose)
+        fprintf(stderr,
+                "colibri: worker %d (%s): %s: connection refused (nothing listens there, or it cannot be "
+                "reached); its experts go to the CPU path, reconnecting with back-off\n",
+                w->id, w->device, w->dev.endpoint);
+    sched_outcome(s, w, LINK_LOST, "connect", NULL);
+}
+
 static void s_on_event(sched *s, worker_link *w, unsigned event, unsigned value) {
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
         w->tcp.handshaked = 1;
+        return;
+    }
+    if (event == ZMQ_EVENT_CONNECT_RETRIED) {
+        if (!w->tcp.handshaked && w->state == LINK_STARTING) s_connect_failed(s, w);
         return;
     }
     if (event == ZMQ_EVENT_DISCONNECTED) {
