@@ -9,7 +9,11 @@
  * not the coordinator's file refuses the Place (`alloc`). `coli keygen`
  * writes secret keys 0600 and never overwrites. `coli bench` over two remote
  * workers reports each one (address, dispatch latency, rows, bytes per token
- * each way, fallbacks) in its JSON.
+ * each way, fallbacks) in its JSON. A fake remote worker that greets with
+ * another ABI or no weight type is refused at the greeting (`abi`, `caps`,
+ * never Placed); one whose place reply names an expert outside the model or
+ * has no body is `garbage`, not a start_timeout; an endpoint where nothing
+ * listens (tcp://[::1]:1, tcp://127.0.0.1:1) is `connect` at once.
  */
 #include <fcntl.h>
 #include <poll.h>
