@@ -52,7 +52,7 @@ static int s_socket(sched *s, worker_link *w, const char *keys) {
     if (!w->tcp.sock) return coli_fail(COLI_EIO, "%s: zmq socket: %s", w->device, zmq_strerror(errno));
     int rc = wire_socket_setup(w->tcp.sock, 0);
     if (rc == 0) rc = curve_client_setup(w->tcp.sock, keys, w->dev.endpoint);
-    if (rc) return coli_fail_prefix(rc, w->device);
+    if (rc) return coli_fail_prefix(rc, "%s", w->device);
     int hb_ivl = 1000, hb_timeout = 10000, retry_max = 5000, ipv6 = 1; /* tcp://[::1]:P as well as IPv4 */
     zmq_setsockopt(w->tcp.sock, ZMQ_IPV6, &ipv6, sizeof ipv6);
     zmq_setsockopt(w->tcp.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
