@@ -21,7 +21,9 @@
  * reason `auth`, once, and the worker is not tried again (keys do not fix
  * themselves). A connection that drops after its handshake is a `crash`:
  * the supervisor reconnects with back-off (a new generation), but never
- * restarts the process, which is not ours.
+ * restarts the process, which is not ours. A first connection that cannot
+ * be made at all (refused, unreachable) is the reason `connect` at once, not
+ * a wait for the start deadline (s_connect_failed).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -169,16 +171,19 @@ static void s_auth_failed(sched *s, worker_link *w, unsigned event, unsigned val
     sched_outcome(s, w, LINK_REFUSED, "auth", why);
 }
 
-//  The TCP connection itself failed (ZeroMQ retries it): nothing listens at
+//  The first TCP connection failed (ZeroMQ retries it): nothing listens at
 //  the endpoint or it cannot be reached. Waiting for the start deadline would
 //  only stall the load: the worker is lost now (counted once, as `connect`)
-//  and reconnected with back-off like any lost remote worker.
+//  and reconnected with back-off. A reconnect (generation > 0) keeps letting
+//  ZeroMQ retry until the start deadline instead: a host that restarts is
+//  taken the moment it listens again, and refusals in a row do not put it on
+//  probation (supervisor.c).
 static void s_connect_failed(sched *s, worker_link *w) {
-    if (w->proc.gen == 0 || s->verbose)
-        fprintf(stderr,
-                "colibri: worker %d (%s): %s: connection refused (nothing listens there, or it cannot be "
-                "reached); its experts go to the CPU path, reconnecting with back-off\n",
-                w->id, w->device, w->dev.endpoint);
+    if (w->proc.gen > 0) return;
+    fprintf(stderr,
+            "colibri: worker %d (%s): %s: connection refused (nothing listens there, or it cannot be "
+            "reached); its experts go to the CPU path, reconnecting with back-off\n",
+            w->id, w->device, w->dev.endpoint);
     sched_outcome(s, w, LINK_LOST, "connect", NULL);
 }
 
