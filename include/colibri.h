@@ -427,6 +427,13 @@ int coli_plan_text(const char *model_path, const char *devices, char **text);
  * COLI_EFORMAT / COLI_EIO for the heat file, COLI_EINVAL for a bad pin. */
 int coli_plan_heat_text(const char *model_path, const char *devices, const char *heat_path, const char *pins,
                         char **text);
+/* Check a --devices string (NULL = the default) and pins against each other
+ * before a model is loaded: a bad or repeated item ("auto,auto", a GPU twice),
+ * a pin naming a worker the devices do not give (the error lists those that
+ * exist, by the names `coli plan` shows: cpu:0, cuda:0, remote:0), a pin on a
+ * live expert cache, pins with no worker at all. With pins, auto runs its GPU
+ * probes. 0, or COLI_EINVAL with *flag the culprit ("--devices" or "--pin"). */
+int coli_devices_check(const char *devices, const char *pins, const char **flag);
 
 #ifdef __cplusplus
 }

@@ -4,12 +4,14 @@
 #include "proto/wire.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/gguf.h"
+#include "plugins/plugin_abi.h"
 
 // ---------------------------------------------------------------------------
 int wire_socket_setup(void *sock, int is_router) {
@@ -173,5 +175,45 @@ const char *wire_reason_code(const char *why, char *buf, size_t n) {
         }
         p += len ? len - 1 : 0;
     }
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------
+const char *wire_hello_check(const Coli__Hello *h, char *why, size_t n) {
+    if (h->abi_major != MOE_PLUGIN_ABI_MAJOR) {
+        snprintf(why, n, "hello: the worker's plugin speaks ABI %u.%u, this coordinator %d.%d", h->abi_major,
+                 h->abi_minor, MOE_PLUGIN_ABI_MAJOR, MOE_PLUGIN_ABI_MINOR);
+        return "abi";
+    }
+    if (h->dtype_mask == 0) {
+        snprintf(why, n, "hello: the worker computes no weight type (empty type mask)");
+        return "caps";
+    }
+    if (h->max_rows < 0) {
+        snprintf(why, n, "hello: the worker's row limit %lld is negative", (long long)h->max_rows);
+        return "caps";
+    }
+    return NULL;
+}
+
+//  Is (layer, expert) inside the model? Writes why when not.
+static int s_ref_in_model(const char *list, int layer, int expert, int n_layer, int n_expert, char *why, size_t n) {
+    if (layer >= 0 && layer < n_layer && expert >= 0 && expert < n_expert) return 1;
+    snprintf(why, n, "place reply: %s expert %d.%d is outside the model (%d layers x %d experts)", list, layer, expert,
+             n_layer, n_expert);
+    return 0;
+}
+
+const char *wire_place_ack_check(const Coli__PlaceAck *a, int n_layer, int n_expert, char *why, size_t n) {
+    if (a->status != COLI__STATUS__STATUS_OK && a->status != COLI__STATUS__STATUS_FAILED) {
+        snprintf(why, n, "place reply: unknown status %d", (int)a->status);
+        return "garbage";
+    }
+    for (size_t i = 0; i < a->n_resident; i++)
+        if (!s_ref_in_model("resident", a->resident[i]->layer, a->resident[i]->expert, n_layer, n_expert, why, n))
+            return "garbage";
+    for (size_t i = 0; i < a->n_refused; i++)
+        if (!s_ref_in_model("refused", a->refused[i]->layer, a->refused[i]->expert, n_layer, n_expert, why, n))
+            return "garbage";
     return NULL;
 }

@@ -71,4 +71,15 @@ void wire_model_identity(const struct gguf_file *f, uint64_t *size, uint64_t *ha
  * reason names none (or why is NULL). docs/protocol.md. */
 const char *wire_reason_code(const char *why, char *buf, size_t n);
 
+/* Checks of what a worker says, before the coordinator acts on it (also run
+ * by the wire fuzzer on whatever it accepts). Each returns NULL when the
+ * message is fine, else the fallback reason it counts as, with a one-line
+ * why (n bytes). */
+/* An OK Hello: the plugin ABI major the coordinator speaks ("abi": both
+ * numbers named), at least one weight type and a row limit >= 0 ("caps"). */
+const char *wire_hello_check(const Coli__Hello *h, char *why, size_t n);
+/* A PlaceAck: a known status and every expert it lists inside a model of
+ * n_layer x n_expert ("garbage"). */
+const char *wire_place_ack_check(const Coli__PlaceAck *a, int n_layer, int n_expert, char *why, size_t n);
+
 #endif

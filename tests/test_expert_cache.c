@@ -11,7 +11,9 @@
  *    and all, with evictions happening mid-run, with a heat file, and with
  *    the cache worker SIGKILLed mid-run; hits + misses = the routed pairs;
  *    the rows the cache worker served = its hits;
- *  - a worker refuses malformed CacheLoad / CacheEvict with a one-line reason.
+ *  - a worker refuses malformed CacheLoad / CacheEvict with a one-line reason,
+ *    keys outside the model included ((-1, -1) too), and holds one copy per
+ *    expert whether a CacheLoad, a Place or both made it resident.
  * Uses the bundled trained model (models/, always in the repository):
  * 4 layers x 4 experts of 576 KiB, top-2.
  */
@@ -427,6 +429,26 @@ static void s_send(fake_coord *f, Coli__Envelope *env) {
     cr_assert_eq(wire_send(f->router, f->peer, f->peer_len, env, NULL, 0, 0), 0, "%s", coli_last_error());
 }
 
+//  A Place (of the bundled model) of n (layer, expert) pairs; the ack is not awaited.
+static void s_send_place(fake_coord *f, int cache, const int (*le)[2], size_t n) {
+    gguf_file *g = NULL;
+    cr_assert_eq(gguf_open(BUNDLED, &g), 0);
+    Coli__Place p = COLI__PLACE__INIT;
+    p.model_path = BUNDLED;
+    wire_model_identity(g, &p.model_size, &p.header_hash);
+    gguf_close(&g);
+    Coli__ExpertRef r[8], *refs[8];
+    for (size_t i = 0; i < n && i < 8; i++) {
+        coli__expert_ref__init(&r[i]);
+        r[i].layer = le[i][0], r[i].expert = le[i][1];
+        refs[i] = &r[i];
+    }
+    p.n_experts = n, p.experts = refs, p.cache = cache;
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    env.body_case = COLI__ENVELOPE__BODY_PLACE, env.place = &p;
+    s_send(f, &env);
+}
+
 static void s_start_worker(fake_coord *f, int cache) {
     char ep[128], bin[1200];
     snprintf(ep, sizeof ep, "ipc://@coli-ec-test-%ld", (long)getpid());
@@ -436,27 +458,20 @@ static void s_start_worker(fake_coord *f, int cache) {
     int tmo = 20000;
     zmq_setsockopt(f->router, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
     cr_assert_eq(zmq_bind(f->router, ep), 0);
+    char parent[16]; /* the worker leaves when this test process does, a failed assertion included */
+    snprintf(parent, sizeof parent, "%d", (int)getpid());
     f->pid = fork();
     if (f->pid == 0) {
         execl(bin, bin, "--connect", ep, "--id", "0", "--gen", "0", "--plugin", "cpu", "--device", "0", "--threads",
-              "1", "--budget", "1179648", (char *)NULL);
+              "1", "--budget", "1179648", "--parent-pid", parent, (char *)NULL);
         _exit(127);
     }
     wire_msg m;
     s_recv(f, &m, COLI__ENVELOPE__BODY_HELLO);
     cr_assert_eq(m.env->hello->status, COLI__STATUS__STATUS_OK, "%s", m.env->hello->reason);
     wire_msg_clear(&m);
-    gguf_file *g = NULL;
-    cr_assert_eq(gguf_open(BUNDLED, &g), 0);
-    Coli__Place p = COLI__PLACE__INIT;
-    p.model_path = BUNDLED;
-    wire_model_identity(g, &p.model_size, &p.header_hash);
-    gguf_close(&g);
-    Coli__ExpertRef r0 = COLI__EXPERT_REF__INIT, *refs[1] = {&r0};
-    p.n_experts = 1, p.experts = refs, p.cache = cache;
-    Coli__Envelope env = COLI__ENVELOPE__INIT;
-    env.body_case = COLI__ENVELOPE__BODY_PLACE, env.place = &p;
-    s_send(f, &env);
+    const int first[1][2] = {{0, 0}};
+    s_send_place(f, cache, first, 1);
     s_recv(f, &m, COLI__ENVELOPE__BODY_PLACE_ACK);
     cr_assert_eq(m.env->place_ack->status, COLI__STATUS__STATUS_OK, "%s", m.env->place_ack->reason);
     cr_assert_eq(m.env->place_ack->n_resident, 1);
@@ -475,8 +490,8 @@ static void s_stop_worker(fake_coord *f) {
     zmq_ctx_term(f->ctx);
 }
 
-//  Send a CacheLoad (evict 0) or CacheEvict (1) of n (layer, expert) pairs; return the ack (caller clears).
-static void s_request(fake_coord *f, int evict, uint64_t seq, const int (*le)[2], size_t n, wire_msg *m) {
+//  Send a CacheLoad (evict 0) or CacheEvict (1) of n (layer, expert) pairs, not waiting for the ack.
+static void s_send_request(fake_coord *f, int evict, uint64_t seq, const int (*le)[2], size_t n) {
     Coli__ExpertRef refs[8], *ptrs[8];
     for (size_t i = 0; i < n; i++) {
         coli__expert_ref__init(&refs[i]);
@@ -494,6 +509,11 @@ static void s_request(fake_coord *f, int evict, uint64_t seq, const int (*le)[2]
         env.body_case = COLI__ENVELOPE__BODY_CACHE_LOAD, env.cache_load = &ld;
     }
     s_send(f, &env);
+}
+
+//  s_send_request, then its ack (caller clears).
+static void s_request(fake_coord *f, int evict, uint64_t seq, const int (*le)[2], size_t n, wire_msg *m) {
+    s_send_request(f, evict, seq, le, n);
     s_recv(f, m, COLI__ENVELOPE__BODY_CACHE_ACK);
     cr_assert_eq(m->env->cache_ack->seq, seq);
 }
@@ -537,6 +557,104 @@ Test(ec_wire, malformed_cache_requests_are_refused_with_a_reason) {
     cr_assert_eq(m.env->cache_ack->status, COLI__STATUS__STATUS_OK);
     cr_assert_eq(m.env->cache_ack->n_evicted, 1);
     cr_assert_eq(m.env->cache_ack->n_resident, 1);
+    wire_msg_clear(&m);
+    s_stop_worker(&f);
+}
+
+//  VmRSS of pid in KiB.
+static long s_rss_kib(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *fp = fopen(path, "r");
+    cr_assert(fp, "%s", path);
+    long kib = -1;
+    while (kib < 0 && fgets(line, sizeof line, fp))
+        if (!strncmp(line, "VmRSS:", 6)) kib = strtol(line + 6, NULL, 10);
+    fclose(fp);
+    return kib;
+}
+
+//  The worker's copies after an ack: one per resident expert, each of its bytes.
+static void s_expect_one_copy_each(const Coli__CacheAck *a, const char *when) {
+    cr_assert_eq(a->copies, a->n_resident, "%s: %llu copies for %zu resident experts", when,
+                 (unsigned long long)a->copies, a->n_resident);
+    cr_assert_eq(a->copy_bytes, (uint64_t)a->n_resident * 576 * 1024, "%s: %llu bytes of copies for %zu experts", when,
+                 (unsigned long long)a->copy_bytes, a->n_resident);
+    cr_assert_eq(a->copy_bytes, a->resident_bytes, "%s: the plugin holds %llu bytes", when,
+                 (unsigned long long)a->resident_bytes);
+}
+
+//  A CacheLoad and a Place of the same expert sent back to back (the worker
+//  takes both before its loader's copy is adopted, as often as not), then an
+//  evict: one copy per expert whatever the path, every round (issue 28: the
+//  worker kept both copies and grew by an expert a round).
+Test(ec_wire, load_and_place_of_one_expert_keep_one_copy) {
+    fake_coord f = {0};
+    s_start_worker(&f, 1);
+    long rss0 = s_rss_kib(f.pid);
+    for (int round = 0; round < 200; round++) {
+        const int one[1][2] = {{1 + round % 3, round % 4}};
+        s_send_request(&f, 0, 1000 + (uint64_t)round, one, 1);
+        s_send_place(&f, 1, one, 1);
+        int got_ack = 0, got_place = 0;
+        while (!got_ack || !got_place) {
+            wire_msg m;
+            cr_assert_eq(wire_recv(f.router, 1, 0, &m), 0, "round %d: no answer: %s", round, coli_last_error());
+            if (m.env->body_case == COLI__ENVELOPE__BODY_PLACE_ACK) {
+                cr_assert_eq(m.env->place_ack->status, COLI__STATUS__STATUS_OK, "%s", m.env->place_ack->reason);
+                got_place = 1;
+            } else if (m.env->body_case == COLI__ENVELOPE__BODY_CACHE_ACK) {
+                const Coli__CacheAck *a = m.env->cache_ack;
+                /* loaded by the CacheLoad, or already held by the Place: both OK */
+                cr_assert(a->status == COLI__STATUS__STATUS_OK || strstr(a->reason, "already resident"), "round %d: %s",
+                          round, a->reason);
+                got_ack = 1;
+            }
+            wire_msg_clear(&m);
+        }
+        wire_msg m;
+        s_request(&f, 1, 5000 + (uint64_t)round, one, 1, &m);
+        cr_assert_eq(m.env->cache_ack->status, COLI__STATUS__STATUS_OK, "round %d: %s", round,
+                     m.env->cache_ack->reason);
+        cr_assert_eq(m.env->cache_ack->n_resident, 1, "round %d: (0, 0) alone is left", round);
+        char when[32];
+        snprintf(when, sizeof when, "round %d", round);
+        s_expect_one_copy_each(m.env->cache_ack, when);
+        wire_msg_clear(&m);
+    }
+    /* a second check, with a wide margin: 200 leaked copies would be 112 MiB */
+    long grew = s_rss_kib(f.pid) - rss0;
+    cr_expect_lt(grew, 48 * 1024, "the worker grew by %ld KiB over 200 rounds", grew);
+    s_stop_worker(&f);
+}
+
+//  Keys: (-1, -1) and other pairs outside the model are refused with a
+//  reason (it used to wrap to the empty-slot marker and be "found"); expert
+//  (0, 0) loads, is listed and evicts like any other.
+Test(ec_wire, negative_and_out_of_range_keys_are_refused_and_expert_0_0_works) {
+    fake_coord f = {0};
+    s_start_worker(&f, 1);
+    const int minus[1][2] = {{-1, -1}}, neg_expert[1][2] = {{0, -1}}, big[1][2] = {{2147483647, 2147483647}},
+              zero[1][2] = {{0, 0}};
+    s_expect_refused(&f, 1, minus, 1, "expert -1.-1");
+    s_expect_refused(&f, 0, minus, 1, "expert -1.-1");
+    s_expect_refused(&f, 1, neg_expert, 1, "expert 0.-1");
+    s_expect_refused(&f, 1, big, 1, "expert 2147483647.2147483647");
+    wire_msg m;
+    s_request(&f, 1, 1, zero, 1, &m);
+    cr_assert_eq(m.env->cache_ack->status, COLI__STATUS__STATUS_OK, "%s", m.env->cache_ack->reason);
+    cr_assert_eq(m.env->cache_ack->n_evicted, 1);
+    cr_assert_eq(m.env->cache_ack->n_resident, 0);
+    s_expect_one_copy_each(m.env->cache_ack, "after evicting 0.0");
+    wire_msg_clear(&m);
+    s_expect_refused(&f, 1, zero, 1, "not resident");
+    s_request(&f, 0, 2, zero, 1, &m);
+    cr_assert_eq(m.env->cache_ack->status, COLI__STATUS__STATUS_OK, "%s", m.env->cache_ack->reason);
+    cr_assert_eq(m.env->cache_ack->n_loaded, 1);
+    cr_assert_eq(m.env->cache_ack->n_resident, 1);
+    cr_assert_eq(m.env->cache_ack->resident[0]->layer, 0);
+    cr_assert_eq(m.env->cache_ack->resident[0]->expert, 0);
+    s_expect_one_copy_each(m.env->cache_ack, "after loading 0.0 again");
     wire_msg_clear(&m);
     s_stop_worker(&f);
 }

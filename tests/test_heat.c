@@ -251,6 +251,22 @@ Test(heat_place, pins_are_checked) {
     cr_assert_eq(placement_plan_heat(&in, heat, speed, pin, owner), COLI_EINVAL);
 }
 
+//  One naming: a pin takes the workers' names as `coli plan` shows them (and
+//  the same without the colon); a wrong one lists the workers that exist; a
+//  live expert cache is no home for a pin.
+Test(heat_place, pins_name_the_workers_that_exist) {
+    device_spec d[3] = {{.plugin = "cpu", .index = 0}, {.plugin = "cpu", .index = 1}, {.plugin = "cuda", .index = 0}};
+    int32_t pin[8];
+    cr_assert_eq(sched_parse_pins("0:1=cuda0,1:*=cpu1", d, 3, 2, 4, pin), 0, "%s", coli_last_error());
+    cr_assert_eq(pin[1], 2);
+    cr_assert_eq(pin[4], 1);
+    cr_assert_eq(sched_parse_pins("0:1=cuda:1", d, 3, 2, 4, pin), COLI_EINVAL);
+    cr_assert(strstr(coli_last_error(), "(the workers: cpu:0, cpu:1, cuda:0)"), "%s", coli_last_error());
+    d[0].cache = 1;
+    cr_assert_eq(sched_parse_pins("0:1=cpu:0", d, 3, 2, 4, pin), COLI_EINVAL);
+    cr_assert(strstr(coli_last_error(), "live expert cache"), "%s", coli_last_error());
+}
+
 // ---------------------------------------------------------------------------
 // through the API, on the bundled model
 
@@ -454,6 +470,47 @@ Test(heat_route, damaged_heat_file_is_ignored_and_kept) {
 
 // ---------------------------------------------------------------------------
 // the commands: coli run --heat / --route-trace, coli heat, coli plan --heat
+
+//  --devices and --pin that contradict each other (or a list that names a
+//  device twice) are usage errors: exit 2, one line naming the flag, before
+//  any worker starts; a good pin by either spelling passes.
+Test(heat_cli, devices_and_pins_that_contradict_are_usage_errors) {
+    char coli[1024];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    struct {
+        const char *cmd, *devices, *pins, *flag, *why;
+    } bad[] = {
+        {"plan", "auto,auto", NULL, "--devices", "'auto' named twice"},
+        {"run", "auto,auto", NULL, "--devices", "'auto' named twice"},
+        {"plan", "cuda:0,cuda:0", NULL, "--devices", "cuda:0 named twice"},
+        {"plan", "cpu:2", "0:0=cuda:0", "--pin", "(the workers: cpu:0, cpu:1)"},
+        {"run", "cpu:2", "0:0=cpu:2", "--pin", "(the workers: cpu:0, cpu:1)"},
+        {"run", "cpu:1@cache=50%,cpu:1", "0:0=cpu:0", "--pin", "live expert cache"},
+        {"run", "inproc", "0:0=cpu:0", "--pin", "no worker to pin to"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *argv[16] = {coli, (char *)bad[i].cmd, "-m", BUNDLED, "--devices", (char *)bad[i].devices};
+        int n = 6;
+        if (!strcmp(bad[i].cmd, "run")) argv[n++] = "-p", argv[n++] = "hi", argv[n++] = "-n", argv[n++] = "1";
+        if (bad[i].pins) argv[n++] = "--pin", argv[n++] = (char *)bad[i].pins;
+        argv[n] = NULL;
+        cli_result r = cli_run(argv);
+        cr_expect_eq(r.status, 2, "%s --devices %s --pin %s: status %d: %s", bad[i].cmd, bad[i].devices,
+                     bad[i].pins ? bad[i].pins : "-", r.status, r.err);
+        char want[64];
+        snprintf(want, sizeof want, "coli %s: %s: ", bad[i].cmd, bad[i].flag);
+        cr_expect(!strncmp(r.err, want, strlen(want)) && strstr(r.err, bad[i].why), "want '%s...%s', got: %s", want,
+                  bad[i].why, r.err);
+        cr_expect(strchr(r.err, '\n') == r.err + r.err_len - 1, "one line: %s", r.err);
+        cli_result_free(&r);
+    }
+    char *ok[] = {coli, "plan", "-m", BUNDLED, "--devices", "cpu:2", "--pin", "0:0=cpu1,1:1=cpu:0", NULL};
+    cli_result r = cli_run(ok);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "workers (--pin L:E=NAME takes these names): cpu:0, cpu:1\n"), "%s", r.out);
+    cr_expect(strstr(r.out, "layer   0: 1"), "pinned 0:0 on cpu:1: %s", r.out);
+    cli_result_free(&r);
+}
 
 Test(heat_cli, run_heat_then_report_plot_and_plan) {
     char coli[1024], heat[256], svg[256], trace[256];

@@ -9,7 +9,11 @@
  * not the coordinator's file refuses the Place (`alloc`). `coli keygen`
  * writes secret keys 0600 and never overwrites. `coli bench` over two remote
  * workers reports each one (address, dispatch latency, rows, bytes per token
- * each way, fallbacks) in its JSON.
+ * each way, fallbacks) in its JSON. A fake remote worker that greets with
+ * another ABI or no weight type is refused at the greeting (`abi`, `caps`,
+ * never Placed); one whose place reply names an expert outside the model or
+ * has no body is `garbage`, not a start_timeout; an endpoint where nothing
+ * listens (tcp://[::1]:1, tcp://127.0.0.1:1) is `connect` at once.
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -311,6 +315,157 @@ Test(scheduler_remote, remote_without_keys_is_a_clear_error) {
     cr_assert_neq(coli_model_load(sched_fixture(MODEL), &mp, &m), 0);
     cr_expect(strstr(coli_last_error(), "tcp://HOST:PORT"), "%s", coli_last_error());
     sched_assert_no_orphans();
+}
+
+// ---------------------------------------------------------------------------
+// A fake remote worker (a CURVE server ROUTER in a child process) that says
+// what a real one never would: the coordinator refuses it at the greeting
+// or at its place reply, with a named reason, and the work goes elsewhere
+// (issue 28: a Hello with ABI 99 and an empty type mask was given experts;
+// a garbage place reply ended as a silent start_timeout).
+
+typedef enum fake_lie {
+    LIE_ABI,          /* hello: plugin ABI 99 */
+    LIE_NO_TYPES,     /* hello: empty type mask */
+    LIE_PLACE_RANGE,  /* place reply: an expert outside the model */
+    LIE_PLACE_NOBODY, /* place reply: an envelope without a body */
+} fake_lie;
+
+typedef struct fake_worker {
+    pid_t pid;
+    int report; /* read end: one 'P' per Place the fake worker got */
+    char endpoint[256];
+} fake_worker;
+
+static void s_fake_reply(void *r, const wire_msg *m, fake_lie lie) {
+    Coli__Envelope env = COLI__ENVELOPE__INIT;
+    Coli__Hello h = COLI__HELLO__INIT;
+    Coli__PlaceAck a = COLI__PLACE_ACK__INIT;
+    Coli__ExpertRef far = COLI__EXPERT_REF__INIT, *refs[1] = {&far};
+    if (m->env->body_case == COLI__ENVELOPE__BODY_HELLO) {
+        h.plugin = "cpu", h.device = "cpu:0", h.abi_major = lie == LIE_ABI ? 99 : 1, h.abi_minor = 2;
+        h.dtype_mask = lie == LIE_NO_TYPES ? 0 : 1; /* F32 */
+        env.body_case = COLI__ENVELOPE__BODY_HELLO, env.hello = &h;
+    } else if (lie == LIE_PLACE_RANGE) {
+        far.layer = 99, far.expert = 99;
+        a.n_resident = 1, a.resident = refs;
+        env.body_case = COLI__ENVELOPE__BODY_PLACE_ACK, env.place_ack = &a;
+    } /* else LIE_PLACE_NOBODY: the envelope as it is, no body */
+    wire_send(r, m->peer, m->peer_len, &env, NULL, 0, ZMQ_DONTWAIT);
+}
+
+//  The child: answer greetings and Places as `lie` says, until killed.
+static void s_fake_serve(const char *keys, fake_lie lie, int ep_fd, int report_fd) {
+    void *ctx = zmq_ctx_new(), *r = zmq_socket(ctx, ZMQ_ROUTER);
+    char ep[256];
+    size_t len = sizeof ep;
+    if (wire_socket_setup(r, 1) || curve_server_setup(r, keys) || zmq_bind(r, "tcp://127.0.0.1:*") ||
+        zmq_getsockopt(r, ZMQ_LAST_ENDPOINT, ep, &len))
+        _exit(3);
+    if (write(ep_fd, ep, strlen(ep) + 1) < 0) _exit(3);
+    for (;;) {
+        wire_msg m;
+        if (wire_recv(r, 1, 0, &m) != 0) continue;
+        if (m.env->body_case == COLI__ENVELOPE__BODY_PLACE && write(report_fd, "P", 1) < 0) _exit(3);
+        if (m.env->body_case == COLI__ENVELOPE__BODY_HELLO || m.env->body_case == COLI__ENVELOPE__BODY_PLACE)
+            s_fake_reply(r, &m, lie);
+        wire_msg_clear(&m);
+    }
+}
+
+static void s_fake_start(fake_worker *fw, const char *keys, fake_lie lie) {
+    int ep[2], rep[2];
+    cr_assert_eq(pipe(ep), 0);
+    cr_assert_eq(pipe(rep), 0);
+    fw->pid = fork();
+    cr_assert_geq(fw->pid, 0);
+    if (fw->pid == 0) {
+        close(ep[0]);
+        close(rep[0]);
+        s_fake_serve(keys, lie, ep[1], rep[1]);
+    }
+    close(ep[1]);
+    close(rep[1]);
+    fw->report = rep[0];
+    struct pollfd pf = {ep[0], POLLIN, 0};
+    cr_assert_gt(poll(&pf, 1, 10000), 0, "the fake worker did not say where it listens");
+    ssize_t n = read(ep[0], fw->endpoint, sizeof fw->endpoint - 1);
+    close(ep[0]);
+    cr_assert_gt(n, 0);
+    fw->endpoint[n] = 0;
+}
+
+//  Stop the fake worker; the number of Places it got.
+static int s_fake_stop(fake_worker *fw) {
+    kill(fw->pid, SIGKILL);
+    waitpid(fw->pid, NULL, 0);
+    char buf[64];
+    int places = 0;
+    fcntl(fw->report, F_SETFL, O_NONBLOCK);
+    for (ssize_t n; (n = read(fw->report, buf, sizeof buf)) > 0;) places += (int)n;
+    close(fw->report);
+    return places;
+}
+
+//  A run against the fake worker: the bytes of --inproc, one fallback of
+//  `reason` for remote:0 and no start_timeout; the number of Places it got.
+static int s_run_against_fake(fake_lie lie, const char *reason, const char *why_part) {
+    s_need_curve();
+    setenv("COLI_WORKER_START_MS", "8000", 1); /* the old silent end, within the test's time */
+    char keys[512];
+    s_tmpdir(keys, sizeof keys);
+    cr_assert_eq(s_keygen(keys, NULL), 0);
+    fake_worker fw;
+    s_fake_start(&fw, keys, lie);
+    remote_worker rw = {fw.pid, ""};
+    snprintf(rw.endpoint, sizeof rw.endpoint, "%s", fw.endpoint);
+    char *js = s_run_remote(&rw, keys, NULL, NULL);
+    int places = s_fake_stop(&fw);
+    cr_expect_eq(sched_fallbacks(js, "remote:0", reason), 1, "%s", js);
+    cr_expect_eq(sched_fallbacks(js, "remote:0", "start_timeout"), 0, "%s", js);
+    char v[256];
+    sched_worker_field(js, 1, "reason", v, sizeof v);
+    cr_expect(strstr(v, why_part), "reason '%s', want '%s'", v, why_part);
+    free(js);
+    return places;
+}
+
+Test(scheduler_remote, hello_with_another_abi_is_refused_naming_both, .timeout = 120) {
+    int places = s_run_against_fake(LIE_ABI, "abi", "speaks ABI 99.2");
+    cr_expect_eq(places, 0, "a worker of another ABI was given experts");
+}
+
+Test(scheduler_remote, hello_with_no_weight_type_is_refused, .timeout = 120) {
+    int places = s_run_against_fake(LIE_NO_TYPES, "caps", "empty type mask");
+    cr_expect_eq(places, 0, "a worker that computes no type was given experts");
+}
+
+Test(scheduler_remote, place_reply_outside_the_model_is_garbage, .timeout = 120) {
+    s_run_against_fake(LIE_PLACE_RANGE, "garbage", "outside the model");
+}
+
+Test(scheduler_remote, place_reply_without_a_body_is_garbage_not_a_timeout, .timeout = 120) {
+    s_run_against_fake(LIE_PLACE_NOBODY, "garbage", "a message of kind 0");
+}
+
+//  Nothing listens at the endpoint: a `connect` fallback at once (the load
+//  used to wait out the start deadline and count a start_timeout), the
+//  output that of --inproc, for an IPv6 and an IPv4 address.
+Test(scheduler_remote, refused_connection_fails_fast, .timeout = 120) {
+    s_need_curve();
+    setenv("COLI_WORKER_START_MS", "60000", 1); /* longer than this test may take */
+    char keys[512];
+    s_tmpdir(keys, sizeof keys);
+    cr_assert_eq(s_keygen(keys, NULL), 0);
+    const char *eps[2] = {"tcp://[::1]:1", "tcp://127.0.0.1:1"};
+    for (int i = 0; i < 2; i++) {
+        remote_worker rw = {0, ""};
+        snprintf(rw.endpoint, sizeof rw.endpoint, "%s", eps[i]);
+        char *js = s_run_remote(&rw, keys, NULL, NULL);
+        cr_expect_eq(sched_fallbacks(js, "remote:0", "connect"), 1, "%s: %s", eps[i], js);
+        cr_expect_eq(sched_fallbacks(js, "remote:0", "start_timeout"), 0, "%s: %s", eps[i], js);
+        free(js);
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -85,7 +85,8 @@ typedef struct expert_set { /* open-addressing set of (layer, expert) */
     size_t cap, n;
 } expert_set;
 
-/* expert_set.c: keys are expert_set_key(layer, expert), never 0. */
+/* expert_set.c: keys are expert_set_key(layer, expert), never 0 for a real
+ * pair; a negative layer or expert gives 0, which no set holds (add refuses it). */
 uint64_t expert_set_key(int layer, int expert);
 void expert_set_unkey(uint64_t k, int *layer, int *expert);
 int expert_set_has(const expert_set *s, uint64_t k);

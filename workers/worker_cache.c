@@ -43,6 +43,7 @@ typedef struct cache_job {
 typedef struct cache_copy {
     uint64_t key;
     void *buf;
+    size_t bytes;
 } cache_copy;
 
 struct worker_cache {
@@ -54,8 +55,9 @@ struct worker_cache {
     int stop;
     int bell;           /* eventfd: a job is done */
     expert_set pending; /* queued loads (main thread only) */
-    cache_copy *copies; /* the buffers the plugin computes from (main thread only) */
+    cache_copy *copies; /* the buffers the plugin computes from (main thread only): one per resident expert */
     size_t n_copies, cap_copies;
+    uint64_t copy_bytes; /* their weight bytes, reported in every ack */
 };
 
 static void s_job_free(cache_job *j) {
@@ -142,7 +144,7 @@ int worker_cache_enable(worker *w, char *why, size_t why_len) {
     return 0;
 }
 
-static int s_keep_copy(struct worker_cache *c, uint64_t key, void *buf) {
+static int s_keep_copy(struct worker_cache *c, uint64_t key, void *buf, size_t bytes) {
     if (c->n_copies == c->cap_copies) {
         size_t cap = c->cap_copies ? c->cap_copies * 2 : 64;
         cache_copy *g = realloc(c->copies, cap * sizeof *g);
@@ -150,24 +152,35 @@ static int s_keep_copy(struct worker_cache *c, uint64_t key, void *buf) {
         c->copies = g;
         c->cap_copies = cap;
     }
-    c->copies[c->n_copies++] = (cache_copy){key, buf};
+    c->copies[c->n_copies++] = (cache_copy){key, buf, bytes};
+    c->copy_bytes += bytes;
     return 0;
 }
 
 static void s_drop_copy(struct worker_cache *c, uint64_t key) {
     for (size_t i = 0; i < c->n_copies; i++)
         if (c->copies[i].key == key) {
+            c->copy_bytes -= c->copies[i].bytes;
             free(c->copies[i].buf);
             c->copies[i] = c->copies[--c->n_copies];
             return;
         }
 }
 
-//  Hand a staged copy to the plugin; on refusal the copy is freed. 0 or the plugin's code.
-static int s_adopt(worker *w, int layer, int e, const expert_weights *copy, void *buf, char *err, size_t n) {
+//  Hand a staged copy to the plugin; on refusal the copy is freed. One copy
+//  per expert whatever the path: a CacheLoad staged while a Place (or a batch
+//  allowed to load) made the expert resident finds it held, and its copy is
+//  dropped (*kept 0) instead of stacking a second one. 0 or the plugin's code.
+static int s_adopt(worker *w, int layer, int e, const expert_weights *copy, void *buf, int *kept, char *err, size_t n) {
+    *kept = 0;
+    if (expert_set_has(&w->resident, expert_set_key(layer, e))) {
+        free(buf);
+        return 0;
+    }
     int rc = buf ? worker_hand_expert(w, layer, e, copy, err, n)
                  : (snprintf(err, n, "expert %d.%d: out of memory for its copy", layer, e), COLI_ENOMEM);
-    if (rc == 0) rc = s_keep_copy(w->cache, expert_set_key(layer, e), buf);
+    if (rc == 0) rc = s_keep_copy(w->cache, expert_set_key(layer, e), buf, expert_weights_bytes(copy));
+    *kept = rc == 0;
     if (rc != 0 && buf && expert_set_remove(&w->resident, expert_set_key(layer, e))) {
         char ignore[64];
         w->plugin->unload_expert(w->dev, layer, e, ignore, sizeof ignore);
@@ -179,8 +192,9 @@ static int s_adopt(worker *w, int layer, int e, const expert_weights *copy, void
 
 int worker_cache_load_now(worker *w, int layer, int e, const expert_weights *src, char *err, size_t err_len) {
     expert_weights copy;
+    int kept;
     void *buf = s_stage(src, &copy, NULL);
-    return s_adopt(w, layer, e, &copy, buf, err, err_len);
+    return s_adopt(w, layer, e, &copy, buf, &kept, err, err_len);
 }
 
 // ---------------------------------------------------------------------------
@@ -227,6 +241,8 @@ static int s_send_ack(worker *w, uint64_t seq, const char *failed, const ack_lis
     if (w->plugin->get_stats) w->plugin->get_stats(w->dev, &st);
     a.resident_bytes = st.resident_bytes;
     a.bytes_copied = al ? al->bytes_copied : 0;
+    a.copies = w->cache ? w->cache->n_copies : 0;
+    a.copy_bytes = w->cache ? w->cache->copy_bytes : 0;
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_CACHE_ACK;
     env.cache_ack = &a;
@@ -241,10 +257,16 @@ static int s_check_request(worker *w, const char *what, size_t n, Coli__ExpertRe
     if (!w->model) return snprintf(why, why_len, "%s: before placement", what), 1;
     if (n == 0 || n > CACHE_MAX_PER_MSG)
         return snprintf(why, why_len, "%s: %zu experts (want 1..%d)", what, n, CACHE_MAX_PER_MSG), 1;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        expert_weights ew; /* an expert of the model: a negative or out-of-range pair never reaches the sets */
+        if (expert_weights_from_gguf(w->model, refs[i]->layer, refs[i]->expert, &ew) != 0)
+            return snprintf(why, why_len, "%s: expert %d.%d: %s", what, refs[i]->layer, refs[i]->expert,
+                            coli_last_error()),
+                   1;
         for (size_t j = 0; j < i; j++)
             if (refs[i]->layer == refs[j]->layer && refs[i]->expert == refs[j]->expert)
                 return snprintf(why, why_len, "%s: expert %d.%d named twice", what, refs[i]->layer, refs[i]->expert), 1;
+    }
     return 0;
 }
 
@@ -298,13 +320,14 @@ static void s_finish_job(worker *w, cache_job *j) {
         char err[256] = "";
         void *buf = j->copy[i];
         j->copy[i] = NULL; /* s_adopt keeps or frees it */
-        int rc = s_adopt(w, l, e, &j->src[i], buf, err, sizeof err);
+        int kept;
+        int rc = s_adopt(w, l, e, &j->src[i], buf, &kept, err, sizeof err);
         if (!al.changed || !al.refused || !al.why) continue; /* out of memory: the resident list still tells */
         if (rc == 0) {
             coli__expert_ref__init(&al.changed[al.n_changed]);
             al.changed[al.n_changed].layer = l;
             al.changed[al.n_changed++].expert = e;
-            al.bytes_copied += expert_weights_bytes(&j->src[i]);
+            if (kept) al.bytes_copied += expert_weights_bytes(&j->src[i]);
             continue;
         }
         Coli__RefusedExpert *r = &al.refused[al.n_refused];

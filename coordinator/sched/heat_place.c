@@ -27,20 +27,32 @@ long sched_device_speed(const device_spec *d, int threads) {
     return kind * 1000000L + (t > 0 ? t : 1);
 }
 
-//  The worker named dev ("cpu:1"), or -1.
+//  The worker named dev: its name as `coli plan` and the stats show it
+//  ("cpu:1", "cuda:0", "remote:0"), or the same without the colon ("cpu1").
+//  -1 when none.
 static int s_worker_named(const device_spec *d, int n_w, const char *dev, size_t len) {
     for (int w = 0; w < n_w; w++) {
-        char name[48];
+        char name[48], alias[48];
         int n = snprintf(name, sizeof name, "%s:%d", d[w].plugin, d[w].index);
-        if ((size_t)n == len && !strncmp(name, dev, len)) return w;
+        int a = snprintf(alias, sizeof alias, "%s%d", d[w].plugin, d[w].index);
+        if (((size_t)n == len && !strncmp(name, dev, len)) || ((size_t)a == len && !strncmp(alias, dev, len))) return w;
     }
     return -1;
 }
 
+void sched_worker_names(const device_spec *d, int n_w, char *out, size_t cap) {
+    size_t len = 0;
+    out[0] = 0;
+    for (int w = 0; w < n_w && len < cap; w++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%s:%d", w ? ", " : "", d[w].plugin, d[w].index);
+    if (n_w == 0) snprintf(out, cap, "none");
+}
+
+//  A number below limit (limit 0: any of up to 9 digits, the model is not known yet).
 static int s_number(const char *s, size_t len, int limit, int *out) {
     if (!len || len > 9 || strspn(s, "0123456789") < len) return -1;
     long v = strtol(s, NULL, 10);
-    if (v >= limit) return -1;
+    if (limit > 0 && v >= limit) return -1;
     *out = (int)v;
     return 0;
 }
@@ -51,22 +63,33 @@ static int s_pin_item(const char *it, size_t len, const device_spec *d, int n_w,
     const char *colon = memchr(it, ':', len), *eq = memchr(it, '=', len);
     int layer, expert = -1;
     if (!colon || !eq || eq < colon || s_number(it, (size_t)(colon - it), n_layer, &layer) ||
-        (!(eq - colon == 2 && colon[1] == '*') && s_number(colon + 1, (size_t)(eq - colon - 1), n_expert, &expert)))
+        (!(eq - colon == 2 && colon[1] == '*') && s_number(colon + 1, (size_t)(eq - colon - 1), n_expert, &expert))) {
+        if (!pin) return coli_fail(COLI_EINVAL, "pin '%.*s': want LAYER:EXPERT=WORKER or LAYER:*=WORKER", (int)len, it);
         return coli_fail(COLI_EINVAL,
-                         "pin '%.*s': want LAYER:EXPERT=DEVICE or LAYER:*=DEVICE with layer < %d, "
+                         "pin '%.*s': want LAYER:EXPERT=WORKER or LAYER:*=WORKER with layer < %d, "
                          "expert < %d",
                          (int)len, it, n_layer, n_expert);
-    int w = s_worker_named(d, n_w, eq + 1, len - (size_t)(eq + 1 - it));
+    }
+    const char *name = eq + 1;
+    const int name_len = (int)(len - (size_t)(eq + 1 - it));
+    int w = s_worker_named(d, n_w, name, (size_t)name_len);
+    char names[512];
+    sched_worker_names(d, n_w, names, sizeof names);
     if (w < 0)
-        return coli_fail(COLI_EINVAL, "pin '%.*s': no worker '%.*s' in --devices (names: cpu:0, cuda:0, ...)", (int)len,
-                         it, (int)(len - (size_t)(eq + 1 - it)), eq + 1);
-    for (int e = 0; e < n_expert; e++)
+        return coli_fail(COLI_EINVAL, "pin '%.*s': no worker '%.*s' (the workers: %s)", (int)len, it, name_len, name,
+                         names);
+    if (d[w].cache)
+        return coli_fail(COLI_EINVAL,
+                         "pin '%.*s': %.*s is a live expert cache (@cache), not a home for pinned experts (the "
+                         "workers: %s)",
+                         (int)len, it, name_len, name, names);
+    for (int e = 0; pin && e < n_expert; e++)
         if (expert < 0 || e == expert) pin[(size_t)layer * (size_t)n_expert + (size_t)e] = w;
     return 0;
 }
 
 int sched_parse_pins(const char *pins, const device_spec *d, int n_w, int n_layer, int n_expert, int32_t *pin) {
-    for (size_t i = 0; i < (size_t)n_layer * (size_t)n_expert; i++) pin[i] = -1;
+    for (size_t i = 0; pin && i < (size_t)n_layer * (size_t)n_expert; i++) pin[i] = -1;
     for (const char *p = pins ? pins : ""; *p;) {
         size_t len = strcspn(p, ",");
         if (len) {

@@ -21,7 +21,9 @@
  * reason `auth`, once, and the worker is not tried again (keys do not fix
  * themselves). A connection that drops after its handshake is a `crash`:
  * the supervisor reconnects with back-off (a new generation), but never
- * restarts the process, which is not ours.
+ * restarts the process, which is not ours. A first connection that cannot
+ * be made at all (refused, unreachable) is the reason `connect` at once, not
+ * a wait for the start deadline (s_connect_failed).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -34,7 +36,8 @@
 
 enum {
     REMOTE_EVENTS = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED
+                    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                    ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED
 };
 
 void remote_close(worker_link *w) {
@@ -51,8 +54,9 @@ static int s_socket(sched *s, worker_link *w, const char *keys) {
     if (!w->tcp.sock) return coli_fail(COLI_EIO, "%s: zmq socket: %s", w->device, zmq_strerror(errno));
     int rc = wire_socket_setup(w->tcp.sock, 0);
     if (rc == 0) rc = curve_client_setup(w->tcp.sock, keys, w->dev.endpoint);
-    if (rc) return coli_fail_prefix(rc, w->device);
-    int hb_ivl = 1000, hb_timeout = 10000, retry_max = 5000;
+    if (rc) return coli_fail_prefix(rc, "%s", w->device);
+    int hb_ivl = 1000, hb_timeout = 10000, retry_max = 5000, ipv6 = 1; /* tcp://[::1]:P as well as IPv4 */
+    zmq_setsockopt(w->tcp.sock, ZMQ_IPV6, &ipv6, sizeof ipv6);
     zmq_setsockopt(w->tcp.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
     zmq_setsockopt(w->tcp.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
     zmq_setsockopt(w->tcp.sock, ZMQ_RECONNECT_IVL_MAX, &retry_max, sizeof retry_max);
@@ -167,9 +171,29 @@ static void s_auth_failed(sched *s, worker_link *w, unsigned event, unsigned val
     sched_outcome(s, w, LINK_REFUSED, "auth", why);
 }
 
+//  The first TCP connection failed (ZeroMQ retries it): nothing listens at
+//  the endpoint or it cannot be reached. Waiting for the start deadline would
+//  only stall the load: the worker is lost now (counted once, as `connect`)
+//  and reconnected with back-off. A reconnect (generation > 0) keeps letting
+//  ZeroMQ retry until the start deadline instead: a host that restarts is
+//  taken the moment it listens again, and refusals in a row do not put it on
+//  probation (supervisor.c).
+static void s_connect_failed(sched *s, worker_link *w) {
+    if (w->proc.gen > 0) return;
+    fprintf(stderr,
+            "colibri: worker %d (%s): %s: connection refused (nothing listens there, or it cannot be "
+            "reached); its experts go to the CPU path, reconnecting with back-off\n",
+            w->id, w->device, w->dev.endpoint);
+    sched_outcome(s, w, LINK_LOST, "connect", NULL);
+}
+
 static void s_on_event(sched *s, worker_link *w, unsigned event, unsigned value) {
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
         w->tcp.handshaked = 1;
+        return;
+    }
+    if (event == ZMQ_EVENT_CONNECT_RETRIED) {
+        if (!w->tcp.handshaked && w->state == LINK_STARTING) s_connect_failed(s, w);
         return;
     }
     if (event == ZMQ_EVENT_DISCONNECTED) {

@@ -196,6 +196,25 @@ static int s_parse_device(char *item, device_spec *out, int cap, int *n, int *in
     return sched_add_device(out, cap, n, known[which], v, budget);
 }
 
+//  A device named twice: auto (each already takes every GPU), the same GPU
+//  or NPU as two homes, the same remote endpoint. CPU workers are counted
+//  (cpu:2,cpu:1 is three) and a cache may share a device with a home.
+static int s_check_twice(const device_spec *d, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) {
+            const device_spec *a = &d[i], *b = &d[j];
+            if (strcmp(a->plugin, b->plugin) || !strcmp(a->plugin, "cpu") || a->cache != b->cache) continue;
+            if (!strcmp(a->plugin, "auto"))
+                return coli_fail(COLI_EINVAL, "devices: 'auto' named twice (one auto already takes every device)");
+            if (!strcmp(a->plugin, "remote") && !strcmp(a->endpoint, b->endpoint))
+                return coli_fail(COLI_EINVAL, "devices: remote:%s named twice", a->endpoint);
+            if (strcmp(a->plugin, "remote") && a->index == b->index)
+                return coli_fail(COLI_EINVAL, "devices: %s:%d named twice (one worker per device)", a->plugin,
+                                 a->index);
+        }
+    return 0;
+}
+
 int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, int *inproc) {
     *n = 0;
     *inproc = 0;
@@ -214,6 +233,8 @@ int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, 
         if (rc) return rc;
     }
     if (*inproc && *n) return coli_fail(COLI_EINVAL, "devices: 'inproc' cannot be combined with workers");
+    int rc = s_check_twice(out, *n);
+    if (rc) return rc;
     if (!*inproc && !*n) return coli_fail(COLI_EINVAL, "devices: '%s' names no device", devices ? devices : "");
     return 0;
 }

@@ -33,6 +33,9 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
                             n_expert,
                             share || pinned ? "hottest first onto the fastest device with room; pins win"
                                             : "balance expert bytes per layer within budgets");
+    char names[512]; /* one naming: what the stats, the metrics and --pin use too */
+    sched_worker_names(d, n_w, names, sizeof names);
+    len += (size_t)snprintf(t + len, cap - len, "  workers (--pin L:E=NAME takes these names): %s\n", names);
     for (int w = -1; w < n_w; w++) {
         uint64_t n = 0, bytes = 0;
         for (int l = 0; l < n_layer; l++)
@@ -94,6 +97,35 @@ int coli_plan_text(const char *model_path, const char *devices, char **text) {
     return coli_plan_heat_text(model_path, devices, NULL, NULL, text);
 }
 
+//  The workers a devices string gives on this machine, as the scheduler
+//  would start them: auto expanded (the GPU probes run), --xdna added.
+static int s_workers_of(const char *devices, device_spec *d, int *n_w, int *inproc) {
+    int rc = sched_parse_devices(devices, d, SCHED_MAX_WORKERS, n_w, inproc);
+    if (rc) return rc;
+    coli_settings set;
+    coli_settings_from_env(&set);
+    char worker_bin[PATH_MAX]; /* coli-worker probes the GPUs */
+    rc = sched_expand_auto(&set, sup_find_worker_bin(&set, worker_bin, sizeof worker_bin) == 0 ? worker_bin : NULL, d,
+                           SCHED_MAX_WORKERS, n_w, 0);
+    if (rc == 0 && !*inproc) rc = sched_xdna_optin(&set, d, SCHED_MAX_WORKERS, n_w); /* --xdna */
+    return rc;
+}
+
+int coli_devices_check(const char *devices, const char *pins, const char **flag) {
+    device_spec d[SCHED_MAX_WORKERS];
+    int n_w = 0, inproc = 0;
+    *flag = "--devices";
+    int rc = sched_parse_devices(devices, d, SCHED_MAX_WORKERS, &n_w, &inproc);
+    if (rc || !pins || !*pins) return rc; /* the probes of auto run only when pins need the names */
+    if ((rc = s_workers_of(devices, d, &n_w, &inproc))) return rc;
+    *flag = "--pin";
+    if (inproc || n_w == 0)
+        return coli_fail(COLI_EINVAL,
+                         "'%s': no worker to pin to: %s runs every expert in-process (give --devices cpu:N or a GPU)",
+                         pins, inproc ? "--devices inproc" : "--devices auto found no GPU or NPU and");
+    return sched_parse_pins(pins, d, n_w, 0, 0, NULL);
+}
+
 int coli_plan_heat_text(const char *model_path, const char *devices, const char *heat_path, const char *pins,
                         char **text) {
     if (!text) return coli_fail(COLI_EINVAL, "plan: text must not be NULL");
@@ -101,14 +133,7 @@ int coli_plan_heat_text(const char *model_path, const char *devices, const char 
     if (!model_path) return coli_fail(COLI_EINVAL, "plan: no model path");
     device_spec d[SCHED_MAX_WORKERS];
     int n_w = 0, inproc = 0;
-    int rc = sched_parse_devices(devices, d, SCHED_MAX_WORKERS, &n_w, &inproc);
-    if (rc) return rc;
-    coli_settings set;
-    coli_settings_from_env(&set);
-    char worker_bin[PATH_MAX]; /* coli-worker probes the GPUs */
-    rc = sched_expand_auto(&set, sup_find_worker_bin(&set, worker_bin, sizeof worker_bin) == 0 ? worker_bin : NULL, d,
-                           SCHED_MAX_WORKERS, &n_w, 0);
-    if (rc == 0 && !inproc) rc = sched_xdna_optin(&set, d, SCHED_MAX_WORKERS, &n_w); /* --xdna */
+    int rc = s_workers_of(devices, d, &n_w, &inproc);
     if (rc) return rc;
     if (inproc || n_w == 0) {
         *text = strdup(inproc ? "placement: in-process (--devices inproc): every expert runs in the coordinator\n"

@@ -83,9 +83,14 @@ int placement_plan(const placement_in *in, int32_t *owner);
  * (cuda/hip > xdna > remote > cpu), then its compute threads (cpu:N@T, else
  * threads: the share it gets). A static rank from the device's kind, not a measurement. */
 long sched_device_speed(const device_spec *d, int threads);
-/* "L:E=DEV,L:*=DEV" into pin (n_layer * n_expert, -1 = not pinned): DEV is a
- * worker's device name ("cpu:1", "cuda:0") among d[0..n_w). 0 or COLI_EINVAL naming the item. */
+/* "L:E=W,L:*=W" into pin (n_layer * n_expert, -1 = not pinned): W is a
+ * worker's name as `coli plan` shows it ("cpu:1", "cuda:0", "remote:0"; also
+ * "cpu1") among d[0..n_w), not a live expert cache. pin NULL: check only
+ * (n_layer, n_expert 0: numbers unbounded). 0 or COLI_EINVAL naming the item
+ * and listing the workers. */
 int sched_parse_pins(const char *pins, const device_spec *d, int n_w, int n_layer, int n_expert, int32_t *pin);
+/* "cpu:0, cpu:1, cuda:0" (or "none") into out (cap bytes). */
+void sched_worker_names(const device_spec *d, int n_w, char *out, size_t cap);
 /* Placement that follows the heat: pinned experts first (pin may be NULL),
  * then every other expert, hottest first (heat: (n_layer, n_expert)
  * selection counts), onto the fastest usable worker with budget room; among

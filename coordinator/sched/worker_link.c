@@ -146,6 +146,13 @@ static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h) {
         sched_outcome(s, w, LINK_REFUSED, kind, why);
         return;
     }
+    char why[256]; /* an OK hello we cannot work with: refused now, not handed experts */
+    const char *kind = wire_hello_check(h, why, sizeof why);
+    if (kind) {
+        sched_outcome(s, w, LINK_REFUSED, kind, why);
+        sup_kill(s, w); /* it said OK: it would not leave by itself */
+        return;
+    }
     w->place.hello_ok = 1;
     if (s->place.started && link_send_place(s, w) != LINK_SENT) sched_outcome(s, w, LINK_LOST, "crash", NULL);
 }
@@ -227,8 +234,33 @@ static int s_take_refusals(sched *s, worker_link *w, const Coli__PlaceAck *a) {
     return 0;
 }
 
+//  A reply that lists an expert it was not placed, or one outside the model,
+//  or a status that is neither: NULL when none of these, else why.
+static const char *s_place_ack_malformed(sched *s, worker_link *w, const Coli__PlaceAck *a, char *why, size_t n) {
+    if (wire_place_ack_check(a, s->model.n_layer, s->model.n_expert, why, n)) return why;
+    for (size_t i = 0; i < a->n_resident + a->n_refused; i++) {
+        int l = i < a->n_resident ? a->resident[i]->layer : a->refused[i - a->n_resident]->layer;
+        int e = i < a->n_resident ? a->resident[i]->expert : a->refused[i - a->n_resident]->expert;
+        if (!cache_place_has(s, w, (size_t)l * (size_t)s->model.n_expert + (size_t)e)) {
+            snprintf(why, n, "place reply: lists expert %d.%d, which it was not placed", l, e);
+            return why;
+        }
+    }
+    return NULL;
+}
+
 static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a) {
-    if (w->state != LINK_PLACING) return;
+    char why_bad[192];
+    if (w->state != LINK_PLACING) {
+        /* before its hello or after the answer: not a reply to anything we sent */
+        if (w->state == LINK_STARTING) sched_outcome(s, w, LINK_GARBAGE, "garbage", "a place reply before its hello");
+        return;
+    }
+    if (s_place_ack_malformed(s, w, a, why_bad, sizeof why_bad)) {
+        fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id, w->device, why_bad);
+        sched_outcome(s, w, LINK_GARBAGE, "garbage", why_bad);
+        return;
+    }
     if (a->status != COLI__STATUS__STATUS_OK) {
         const char *why = a->reason && *a->reason ? a->reason : "placement refused";
         sched_outcome(s, w, LINK_REFUSED, "alloc", why);
@@ -319,6 +351,7 @@ void link_dispatch(sched *s, worker_link *w, const wire_msg *m) {
     case COLI__ENVELOPE__BODY_PLACE_ACK: s_on_place_ack(s, w, m->env->place_ack); break;
     case COLI__ENVELOPE__BODY_RESULT: s_on_result(s, w, m); break;
     case COLI__ENVELOPE__BODY_CACHE_ACK: cache_on_ack(s, w, m->env->cache_ack); break;
+    case COLI__ENVELOPE__BODY_STATS: break;
     case COLI__ENVELOPE__BODY_HEARTBEAT:
         w->stats.heartbeats++;
         /* a late reply in the ring was written before this heartbeat: take it first */
@@ -328,7 +361,14 @@ void link_dispatch(sched *s, worker_link *w, const wire_msg *m) {
             link_set_state(w, LINK_UP, "");
         }
         break;
-    default: break;
+    default: { /* no body (an unknown field), or a kind only the coordinator sends */
+        char why[96];
+        snprintf(why, sizeof why, "a message of kind %d, which a worker does not send", (int)m->env->body_case);
+        if (w->state == LINK_STARTING || w->state == LINK_PLACING)
+            fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id, w->device, why);
+        sched_outcome(s, w, LINK_GARBAGE, "garbage", why);
+        break;
+    }
     }
 }
 

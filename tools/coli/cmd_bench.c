@@ -107,6 +107,8 @@ static int parse_configs(const bench_opts *o, config_run *cfg, int *n_cfg) {
         if (*n_cfg == MAX_CONFIGS) return args_error("bench", "--devices", "at most %d configurations", MAX_CONFIGS);
         if (len >= sizeof cfg->devices) return args_error("bench", "--devices", "'%.*s' too long", (int)len, s);
         snprintf(cfg[*n_cfg].devices, sizeof cfg->devices, "%.*s", (int)len, s);
+        int rc = devices_check("bench", cfg[*n_cfg].devices, NULL); /* a bad list is a usage error, before any load */
+        if (rc) return rc;
         cfg[*n_cfg].index = *n_cfg;
         (*n_cfg)++;
         s += len;

@@ -11,6 +11,7 @@
 #include "tools/coli/args.h"
 #include "colibri.h"
 #include "tools/coli/commands.h"
+#include "tools/coli/model_opts.h"
 
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *devices = NULL, *heat = NULL, *pins = NULL;
@@ -23,8 +24,8 @@ int cmd_plan(int argc, char **argv) {
          "include the experimental NPU lane (= COLI_XDNA=1; docs/xdna.md)"},
         {"--heat", NULL, ARG_STR, &heat, 0, 0, 0, "FILE",
          "place from this heat file: hottest experts onto the fastest device with room"},
-        {"--pin", NULL, ARG_STR, &pins, 0, 0, 0, "L:E=DEV,...",
-         "these experts on these workers whatever the heat (L:*=DEV: a whole layer)"},
+        {"--pin", NULL, ARG_STR, &pins, 0, 0, 0, "L:E=WORKER,...",
+         "these experts on these workers (names as listed below: cpu:0, cuda:0, ...) whatever the heat"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("plan", argc, argv, specs, n_specs, NULL, 0, NULL);
@@ -45,6 +46,7 @@ int cmd_plan(int argc, char **argv) {
         return CLI_FAIL;
     }
     if (xdna) setenv("COLI_XDNA", "1", 1);
+    if ((rc = devices_check("plan", devices, pins))) return rc;
     char *text = NULL;
     if (coli_plan_heat_text(model, devices, heat, pins, &text) != 0) return cli_fail();
     fputs(text, stdout);

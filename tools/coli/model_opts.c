@@ -26,6 +26,12 @@ int model_opts_check(const char *cmd, const model_opts *o) {
     if (o->xdna && o->inproc) return args_error(cmd, "--xdna", "needs worker processes; conflicts with --inproc");
     if (o->xdna) setenv("COLI_XDNA", "1", 1); /* the lane is opt-in: only this or the variable turns it on */
     if (o->no_heat && o->heat) return args_error(cmd, "--no-heat", "conflicts with --heat %s", o->heat);
+    return devices_check(cmd, o->inproc ? "inproc" : o->devices, o->pins);
+}
+
+int devices_check(const char *cmd, const char *devices, const char *pins) {
+    const char *flag = "--devices";
+    if (coli_devices_check(devices, pins, &flag) != 0) return args_error(cmd, flag, "%s", coli_last_error());
     return ARGS_OK;
 }
 

@@ -78,8 +78,8 @@ typedef struct model_opts {
          "expert heat file: placement follows it, counts are added at exit (auto: MODEL.heat; default: MODEL.heat if " \
          "it exists)"},                                                                                                \
         {"--no-heat", NULL, ARG_FLAG, &(o).no_heat, 0, 0, 0, NULL, "no heat file (placement balances bytes)"}, {       \
-        "--pin", NULL, ARG_STR, &(o).pins, 0, 0, 0, "L:E=DEV,...",                                                     \
-            "place these experts on these workers whatever the heat (L:*=DEV: a whole layer)"                          \
+        "--pin", NULL, ARG_STR, &(o).pins, 0, 0, 0, "L:E=WORKER,...",                                                  \
+            "place these experts on these workers (cpu:0, cuda:0, ... as `coli plan` names them; L:*=W: a layer)"      \
     }
 
 /* The heat file o names for its model (--heat, auto, or MODEL.heat when it
@@ -150,6 +150,9 @@ int cli_check_output_file(const char *cmd, const char *flag, const char *path, c
 /* Check the combination (-m given, --inproc vs --devices and --xdna): 0 or
  * ARGS_ERROR. --xdna sets COLI_XDNA=1 here, for the library and its workers. */
 int model_opts_check(const char *cmd, const model_opts *o);
+/* --devices and --pin against each other (coli_devices_check): ARGS_OK, or
+ * ARGS_ERROR with one line naming the flag. */
+int devices_check(const char *cmd, const char *devices, const char *pins);
 
 /* Load o->model and, if ctx is not NULL, make a context; on failure print "coli: <error>" and
  * return CLI_FAIL (nothing to free). default_devices is used when neither

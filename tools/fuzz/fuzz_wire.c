@@ -6,7 +6,10 @@
  * reaches the coordinator) and to a DEALER (as the coordinator's reaches a
  * worker), and read back with wire_recv. Whatever it accepts is walked: every
  * field a receiver reads (the body's sub-messages, repeated fields, strings)
- * and every payload byte. Built and run by `make fuzz` (docs/protocol.md).
+ * and every payload byte (the cache protocol's CacheLoad / CacheEvict /
+ * CacheAck included), and a Hello or PlaceAck goes through the checks the
+ * coordinator runs on them (wire_hello_check, wire_place_ack_check). Built
+ * and run by `make fuzz` (docs/protocol.md).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -38,24 +41,59 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 static volatile unsigned s_sink;
 
+static void s_refs(Coli__ExpertRef *const *refs, size_t n) {
+    for (size_t i = 0; i < n; i++) s_sink += (unsigned)refs[i]->layer + (unsigned)refs[i]->expert;
+}
+
+static void s_refused(Coli__RefusedExpert *const *r, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        s_sink += (unsigned)r[i]->layer + (unsigned)r[i]->expert;
+        if (r[i]->kind) s_sink += (unsigned)strlen(r[i]->kind);
+        if (r[i]->reason) s_sink += (unsigned)strlen(r[i]->reason);
+    }
+}
+
+//  The checks the coordinator runs before it acts on a hello or a place
+//  reply (a bogus why would be read past its end under ASan).
+static void s_check(const Coli__Envelope *e) {
+    char why[256];
+    if (e->body_case == COLI__ENVELOPE__BODY_HELLO && wire_hello_check(e->hello, why, sizeof why))
+        s_sink += (unsigned)strlen(why);
+    if (e->body_case == COLI__ENVELOPE__BODY_PLACE_ACK && wire_place_ack_check(e->place_ack, 4, 4, why, sizeof why))
+        s_sink += (unsigned)strlen(why);
+}
+
 static void s_walk(const wire_msg *m) {
     const Coli__Envelope *e = m->env;
     const unsigned char *p = wire_payload_data(m);
     for (size_t i = 0, n = wire_payload_size(m); i < n; i++) s_sink += p[i];
     (void)wire_payload_is(m, (int64_t)(wire_payload_size(m) / 4));
     switch (e->body_case) {
-    case COLI__ENVELOPE__BODY_HELLO:
-        if (e->hello->reason) s_sink += (unsigned)strlen(e->hello->reason);
-        if (e->hello->device_name) s_sink += (unsigned)strlen(e->hello->device_name);
+    case COLI__ENVELOPE__BODY_HELLO: {
+        const char *str[5] = {e->hello->plugin, e->hello->device, e->hello->reason, e->hello->device_name,
+                              e->hello->session};
+        for (int i = 0; i < 5; i++)
+            if (str[i]) s_sink += (unsigned)strlen(str[i]);
+        s_sink += e->hello->abi_major + e->hello->dtype_mask + (unsigned)e->hello->max_rows;
         break;
+    }
     case COLI__ENVELOPE__BODY_PLACE:
         if (e->place->model_path) s_sink += (unsigned)strlen(e->place->model_path);
         for (size_t i = 0; i < e->place->n_experts; i++) s_sink += (unsigned)e->place->experts[i]->layer;
         break;
     case COLI__ENVELOPE__BODY_PLACE_ACK:
-        for (size_t i = 0; i < e->place_ack->n_resident; i++) s_sink += (unsigned)e->place_ack->resident[i]->expert;
-        for (size_t i = 0; i < e->place_ack->n_refused; i++)
-            if (e->place_ack->refused[i]->reason) s_sink += (unsigned)strlen(e->place_ack->refused[i]->reason);
+        s_refs(e->place_ack->resident, e->place_ack->n_resident);
+        s_refused(e->place_ack->refused, e->place_ack->n_refused);
+        break;
+    case COLI__ENVELOPE__BODY_CACHE_LOAD: s_refs(e->cache_load->experts, e->cache_load->n_experts); break;
+    case COLI__ENVELOPE__BODY_CACHE_EVICT: s_refs(e->cache_evict->experts, e->cache_evict->n_experts); break;
+    case COLI__ENVELOPE__BODY_CACHE_ACK:
+        s_refs(e->cache_ack->loaded, e->cache_ack->n_loaded);
+        s_refs(e->cache_ack->evicted, e->cache_ack->n_evicted);
+        s_refs(e->cache_ack->resident, e->cache_ack->n_resident);
+        s_refused(e->cache_ack->refused, e->cache_ack->n_refused);
+        if (e->cache_ack->reason) s_sink += (unsigned)strlen(e->cache_ack->reason);
+        s_sink += (unsigned)(e->cache_ack->copies + e->cache_ack->copy_bytes);
         break;
     case COLI__ENVELOPE__BODY_BATCH:
         for (size_t i = 0; i < e->batch->n_groups; i++) s_sink += (unsigned)e->batch->groups[i]->n_rows;
@@ -65,6 +103,7 @@ static void s_walk(const wire_msg *m) {
         break;
     default: break;
     }
+    s_check(e);
 }
 
 //  Send the frames of data (up to 4) on `from`, read one message on `to`.
