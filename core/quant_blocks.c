@@ -1,8 +1,6 @@
 /* quant_blocks.c - constant tables of the block formats; see quant_blocks.h. */
 #include "core/quant_blocks.h"
 
-#include <string.h>
-
 const int8_t coli_kvalues_iq4nl[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
@@ -12,12 +10,3 @@ const int8_t coli_kvalues_iq4nl[16] = {
 const int8_t coli_kvalues_mxfp4[16] = {
     0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
 };
-
-float coli_e8m0_half(uint8_t e) {
-    /* 2^(e - 128): a subnormal for e < 2 (2^-128 = bit 21, 2^-127 = bit 22),
-     * else the biased exponent e - 1 with a zero mantissa */
-    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}

@@ -11,6 +11,7 @@
 #define COLI_CORE_QUANT_BLOCKS_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "core/tensor.h"
 
@@ -141,8 +142,15 @@ extern const int8_t coli_kvalues_iq4nl[16];
 extern const int8_t coli_kvalues_mxfp4[16];
 
 /* Half the value of an E8M0 scale, 2^(e - 128), as a float (2^-128 and
- * 2^-127 are subnormal; e = 255 gives 2^127, not NaN, as ggml). */
-float coli_e8m0_half(uint8_t e);
+ * 2^-127 are subnormal; e = 255 gives 2^127, not NaN, as ggml): for e < 2
+ * the subnormal bit 21 + e, else the biased exponent e - 1, mantissa 0.
+ * Inline: the dot products read one per 32 values. */
+static inline float coli_e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 /* dst[0..n) = the values of a row of n values of type t, one of Q4_1, Q5_0,
  * Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4 (n a multiple of

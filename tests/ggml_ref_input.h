@@ -15,6 +15,7 @@
 #define COLI_TESTS_GGML_REF_INPUT_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define GRI_N_QUANT 2048   /* floats quantized per type */
@@ -71,6 +72,19 @@ static inline void gri_blocks(uint8_t *dst, int nb, int block_bytes, int scale_o
             memcpy(blk + scale_off, &h, 2);
         }
     }
+}
+
+/* tests/fixtures/ggml-ref/<name> into dst, which it must fill exactly:
+ * 0, or -1 (missing, short or long). Run from the repository root. */
+static inline int gri_read_fixture(const char *name, void *dst, size_t n) {
+    char path[256];
+    snprintf(path, sizeof path, "tests/fixtures/ggml-ref/%s", name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    const size_t got = fread(dst, 1, n, f);
+    const int extra = fgetc(f) != EOF;
+    fclose(f);
+    return got == n && !extra ? 0 : -1;
 }
 
 #endif

@@ -96,8 +96,9 @@ Test(cpu_plugin, vtable_is_sane) {
     moe_device *d = open_dev(p, 2, 0);
     moe_caps caps;
     cr_assert_eq(p->get_caps(d, &caps), 0);
-    for (int t = 0; t < 32; t++)
-        cr_assert_eq((caps.dtype_mask >> t) & 1, (unsigned)coli_dtype_valid((uint32_t)t), "dtype %d", t);
+    const uint64_t mask = (uint64_t)caps.dtype_mask_hi << 32 | caps.dtype_mask;
+    for (int t = 0; t < 64; t++) /* MXFP4 (39), TQ1_0/TQ2_0 (34, 35) in the high word */
+        cr_assert_eq((mask >> t) & 1, (unsigned)coli_dtype_valid((uint32_t)t), "dtype %d", t);
     cr_assert(strncmp(caps.device_name, "cpu", 3) == 0, "%s", caps.device_name);
     cr_assert_gt(caps.memory_budget, 0);
     p->close(&d);

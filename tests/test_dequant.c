@@ -409,16 +409,8 @@ static const ref_type k_ref_types[] = {
     {COLI_TQ2_0, "tq2_0", 256, 5, 6, (int)offsetof(block_tq2_0, d), 0},
 };
 
-/* The fixture file, which must be exactly n bytes. */
 static void read_fixture(const char *name, void *dst, size_t n) {
-    char path[256];
-    snprintf(path, sizeof path, "tests/fixtures/ggml-ref/%s", name);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s: cannot open (run from the repository root)", path);
-    const size_t got = fread(dst, 1, n, f);
-    const int extra = fgetc(f) != EOF;
-    fclose(f);
-    cr_assert(got == n && !extra, "%s: expected %zu bytes", path, n);
+    cr_assert_eq(gri_read_fixture(name, dst, n), 0, "tests/fixtures/ggml-ref/%s: missing or not %zu bytes", name, n);
 }
 
 static void first_difference(const void *a, const void *b, size_t n, size_t unit, const char *what) {
