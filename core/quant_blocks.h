@@ -5,7 +5,8 @@
  * except Q8_K's, which is a float.
  *
  * 32-value blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4.
- * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0.
+ * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0,
+ * IQ2_XXS.
  */
 #ifndef COLI_CORE_QUANT_BLOCKS_H
 #define COLI_CORE_QUANT_BLOCKS_H
@@ -118,6 +119,16 @@ typedef struct block_tq2_0 {
     uint16_t d; /* fp16 scale */
 } block_tq2_0;
 
+/* IQ2_XXS: per 32 values 8 bytes (qs[4 ib .. 4 ib + 3] as little-endian
+ * bytes): bytes 0..3 index coli_iq2xxs_grid (8 magnitudes each, in order),
+ * the last 32 bits hold four 7-bit sign indices (bits 7l..7l+6 for grid
+ * entry l, coli_iq2_signs) and the 4-bit scale s (bits 28..31); value =
+ * d * (0.5 + s) / 4 * grid byte * sign. */
+typedef struct block_iq2_xxs {
+    uint16_t d; /* fp16 */
+    uint16_t qs[COLI_QK_K / 8];
+} block_iq2_xxs;
+
 _Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(block_q5_1) == 24, "Q5_1 block is 24 bytes");
@@ -133,6 +144,7 @@ _Static_assert(sizeof(block_iq4_xs) == 136, "IQ4_XS block is 136 bytes");
 _Static_assert(sizeof(block_mxfp4) == 17, "MXFP4 block is 17 bytes");
 _Static_assert(sizeof(block_tq1_0) == 54, "TQ1_0 block is 54 bytes");
 _Static_assert(sizeof(block_tq2_0) == 66, "TQ2_0 block is 66 bytes");
+_Static_assert(sizeof(block_iq2_xxs) == 66, "IQ2_XXS block is 66 bytes");
 
 /* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 extern const int8_t coli_kvalues_iq4nl[16];
@@ -140,6 +152,16 @@ extern const int8_t coli_kvalues_iq4nl[16];
 /* The 16 E2M1 values of MXFP4 doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and
  * their negatives, times 2), indexed by the 4-bit code. */
 extern const int8_t coli_kvalues_mxfp4[16];
+
+/* IQ2_XXS's 256 grid points: 8 magnitudes (bytes 8, 25 or 43, element j in
+ * byte j) each (ggml's iq2xxs_grid; quant_tables_iq2.c). */
+extern const uint64_t coli_iq2xxs_grid[256];
+
+/* The 8 sign bits of a 7-bit sign index: bit j set = element j negative;
+ * bit 7 makes the count of negatives even (ggml's ksigns_iq2xs). */
+static inline uint8_t coli_iq2_signs(unsigned i7) {
+    return (uint8_t)(i7 | (unsigned)(__builtin_popcount(i7) & 1) << 7);
+}
 
 /* Half the value of an E8M0 scale, 2^(e - 128), as a float (2^-128 and
  * 2^-127 are subnormal; e = 255 gives 2^127, not NaN, as ggml): for e < 2

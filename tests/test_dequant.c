@@ -1,6 +1,6 @@
 /*
  * test_dequant.c - dequantization of Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K,
- * IQ4_XS, MXFP4, TQ1_0 and TQ2_0 (core/quant_dequant.c).
+ * IQ4_XS, MXFP4, TQ1_0, TQ2_0 and IQ2_XXS (core/quant_dequant.c).
  *
  * Block level: each block is packed here from chosen logical values
  * (scales, mins, quants) following the ggml format definition element by
@@ -8,7 +8,7 @@
  * the definition gives are compared with what coli_dequantize_row returns.
  * File level: every tensor of llama.cpp's shipped tiny-kquant-*.gguf is
  * dequantized and compared with the F32 source model it was quantized from.
- * ggml level (MXFP4, TQ1_0, TQ2_0): dequantization of raw blocks and our
+ * ggml level (MXFP4, TQ1_0, TQ2_0, IQ2_XXS): dequantization of raw blocks and our
  * quantizers' bytes against ggml's recorded answers for the same inputs
  * (tests/fixtures/ggml-ref, tests/ggml_ref_input.h), bit for bit.
  */
@@ -315,6 +315,51 @@ Test(dequant_block, tq1_0_and_tq2_0) {
     }
 }
 
+/* The grid's shape (what the format says of it: 256 points of 8
+ * magnitudes 8, 25 or 43; ggml lists them ascending) and the sign rule:
+ * 7 stored bits, the 8th makes the count of negatives even. */
+Test(dequant_block, iq2_xxs_tables) {
+    for (int i = 0; i < 256; i++) {
+        if (i) cr_assert_gt(coli_iq2xxs_grid[i], coli_iq2xxs_grid[i - 1], "entry %d", i);
+        for (int j = 0; j < 8; j++) {
+            const int m = (int)(coli_iq2xxs_grid[i] >> 8 * j) & 0xff;
+            cr_assert(m == 8 || m == 25 || m == 43, "entry %d byte %d: %d", i, j, m);
+        }
+    }
+    for (unsigned i = 0; i < 128; i++) {
+        const uint8_t s = coli_iq2_signs(i);
+        cr_assert_eq(s & 127, i);
+        cr_assert_eq(__builtin_popcount(s) % 2, 0, "signs of %u: %#x", i, s);
+    }
+}
+
+Test(dequant_block, iq2_xxs) {
+    for (int rep = 0; rep < 20; rep++) {
+        block_iq2_xxs b;
+        float d;
+        double want[256];
+        b.d = rnd_half(&d, 1);
+        uint8_t *q = (uint8_t *)b.qs;
+        for (int ib = 0; ib < 8; ib++) {
+            const uint32_t ls = rnd(16);
+            uint32_t aux = ls << 28;
+            for (int l = 0; l < 4; l++) {
+                const int idx = (int)rnd(256);
+                unsigned neg = rnd(256);
+                if (__builtin_popcount(neg) % 2) neg ^= 0x80; /* an even count: bit 7 follows from 0..6 */
+                q[8 * ib + l] = (uint8_t)idx;
+                aux |= (neg & 127) << 7 * l;
+                for (int j = 0; j < 8; j++) {
+                    const int m = (int)(coli_iq2xxs_grid[idx] >> 8 * j) & 0xff;
+                    want[32 * ib + 8 * l + j] = (double)d * (0.5 + ls) / 4 * m * (neg >> j & 1 ? -1 : 1);
+                }
+            }
+            memcpy(q + 8 * ib + 4, &aux, 4);
+        }
+        check_block(COLI_IQ2_XXS, &b, want, 256);
+    }
+}
+
 Test(dequant_block, rows_of_several_blocks_are_blockwise) {
     /* a row of 3 Q6_K blocks dequantizes to the 3 blocks one after another */
     block_q6_K row[3];
@@ -397,16 +442,17 @@ Test(dequant_file, q5_1, .timeout = 120) { check_file_against_f32("tiny-kquant-q
 
 typedef struct ref_type {
     coli_dtype t;
-    const char *file; /* fixtures/ggml-ref/<file>.q, .deq */
-    int group;        /* gri_floats group: the block size */
-    uint32_t qseed, dseed;
-    int scale_off, e8m0; /* gri_blocks: where the scale is */
+    const char *file;      /* fixtures/ggml-ref/<file>.q, .deq */
+    int group;             /* gri_floats group: the block size */
+    uint32_t qseed, dseed; /* qseed 0: no quantizer (IQ2_XXS needs an imatrix) */
+    int scale_off, e8m0;   /* gri_blocks: where the scale is */
 } ref_type;
 
 static const ref_type k_ref_types[] = {
     {COLI_MXFP4, "mxfp4", 32, 1, 2, 0, 1},
     {COLI_TQ1_0, "tq1_0", 256, 3, 4, (int)offsetof(block_tq1_0, d), 0},
     {COLI_TQ2_0, "tq2_0", 256, 5, 6, (int)offsetof(block_tq2_0, d), 0},
+    {COLI_IQ2_XXS, "iq2_xxs", 256, 0, 9, 0, 0},
 };
 
 static void read_fixture(const char *name, void *dst, size_t n) {
@@ -438,6 +484,7 @@ Test(ggml_ref, quantize_bytes_equal_ggml_ref_quantizer) {
     static uint8_t got[GRI_N_QUANT], want[GRI_N_QUANT];
     for (size_t i = 0; i < sizeof k_ref_types / sizeof k_ref_types[0]; i++) {
         const ref_type *r = &k_ref_types[i];
+        if (!r->qseed) continue;
         const size_t n = coli_row_bytes(r->t, GRI_N_QUANT);
         char name[64];
         snprintf(name, sizeof name, "%s.q", r->file);

@@ -18,9 +18,9 @@
 #include "tests/quant_util.h"
 #include "core/vecdot.h"
 
-static const coli_dtype k_types[] = {COLI_F32,  COLI_F16,  COLI_BF16,   COLI_Q8_0,  COLI_Q4_0,  COLI_Q4_1,
-                                     COLI_Q5_0, COLI_Q5_1, COLI_IQ4_NL, COLI_Q2_K,  COLI_Q3_K,  COLI_Q4_K,
-                                     COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS, COLI_MXFP4, COLI_TQ1_0, COLI_TQ2_0};
+static const coli_dtype k_types[] = {
+    COLI_F32,  COLI_F16,  COLI_BF16, COLI_Q8_0, COLI_Q4_0,   COLI_Q4_1,  COLI_Q5_0,  COLI_Q5_1,  COLI_IQ4_NL, COLI_Q2_K,
+    COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS, COLI_MXFP4, COLI_TQ1_0, COLI_TQ2_0, COLI_IQ2_XXS};
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 
 /* Types we cannot quantize here (no weight quantizer in core): random
@@ -305,8 +305,8 @@ Test(matmul, bad_arguments_fail_with_a_reason) {
     uint8_t w[4 * 68] = {0};
     cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_Q8_0, 48, 2, x, 1, y), COLI_EINVAL);
     cr_assert(strstr(coli_last_error(), "multiple of 32"), "%s", coli_last_error());
-    cr_assert_eq(coli_matmul(NULL, NULL, w, (coli_dtype)16, 32, 2, x, 1, y), COLI_EUNSUPPORTED);
-    cr_assert(strstr(coli_last_error(), "type 16"), "%s", coli_last_error());
+    cr_assert_eq(coli_matmul(NULL, NULL, w, (coli_dtype)24, 32, 2, x, 1, y), COLI_EUNSUPPORTED);
+    cr_assert(strstr(coli_last_error(), "type 24"), "%s", coli_last_error());
     cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_F32, 0, 2, x, 1, y), COLI_EINVAL);
     cr_assert_eq(coli_matmul(NULL, NULL, NULL, COLI_F32, 8, 2, x, 1, y), COLI_EINVAL);
     /* nothing to do is not an error */

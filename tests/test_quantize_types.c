@@ -25,6 +25,7 @@
 #include "core/gguf.h"
 #include "core/quant.h"
 #include "tests/ref_models.h"
+#include "tests/quant_util.h"
 #include "tests/sched_util.h"
 #include "core/tensor.h"
 
@@ -461,5 +462,64 @@ Test(quantize_types, fp4_ternary_files_run_alike_on_a_worker, .timeout = 300) {
         gen_free(&got);
         remove(out);
     }
+    sched_assert_no_orphans();
+}
+
+/* ---- IQ2_XXS (computed; not written without an importance matrix) -------- */
+
+Test(quantize_types, iq2_xxs_needs_an_imatrix) {
+    char out[4200];
+    snprintf(out, sizeof out, "%s/quantize-types-iq2.gguf", s_build());
+    const coli_quantize_params p = {.output_type = "IQ2_XXS"};
+    cr_assert_eq(coli_quantize_file_params("models/tiny-moe-4e2r-f16.gguf", out, "Q4_K_M", &p), COLI_EUNSUPPORTED);
+    cr_expect(strstr(coli_last_error(), "output type 'IQ2_XXS' needs an importance matrix"), "%s", coli_last_error());
+}
+
+/* The bundled model with its ffn_gate_exps/ffn_up_exps replaced by random
+ * IQ2_XXS blocks (d = 1/2048: values up to 0.33), everything else copied. */
+static void s_write_iq2_xxs_model(const char *out) {
+    gguf_file *in = s_open("models/tiny-moe-4e2r-f16.gguf");
+    gguf_writer *w = gguf_writer_new();
+    cr_assert(w);
+    for (int64_t i = 0; i < gguf_n_kv(in); i++) cr_assert_eq(gguf_writer_copy_kv(w, in, i), 0);
+    void *bufs[64] = {0};
+    unsigned seed = 2024;
+    cr_assert_leq(gguf_n_tensors(in), 64);
+    for (int64_t i = 0; i < gguf_n_tensors(in); i++) {
+        const coli_tensor *t = gguf_tensor(in, i);
+        if (strstr(t->name, "ffn_gate_exps") || strstr(t->name, "ffn_up_exps")) {
+            const int64_t nb = coli_tensor_nelems(t) / COLI_QK_K;
+            block_iq2_xxs *b = malloc(sizeof *b * (size_t)nb);
+            cr_assert(b);
+            for (int64_t k = 0; k < nb; k++) {
+                for (int j = 0; j < COLI_QK_K / 8; j++) b[k].qs[j] = (uint16_t)qu_next(&seed);
+                b[k].d = coli_fp32_to_fp16(1.0f / 2048);
+            }
+            bufs[i] = b;
+            cr_assert_eq(gguf_writer_add_tensor(w, t->name, COLI_IQ2_XXS, t->n_dims, t->ne, b, sizeof *b * (size_t)nb),
+                         0);
+        } else {
+            cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
+        }
+    }
+    cr_assert_eq(gguf_writer_write(w, out), 0, "%s", coli_last_error());
+    for (int i = 0; i < 64; i++) free(bufs[i]);
+    gguf_writer_free(&w);
+    gguf_close(&in);
+}
+
+Test(quantize_types, iq2_xxs_experts_run_alike_on_a_worker, .timeout = 300) {
+    char out[4200];
+    snprintf(out, sizeof out, "%s/quantize-types-iq2-experts.gguf", s_build());
+    s_write_iq2_xxs_model(out);
+    sched_env_defaults();
+    gen_result ref, got;
+    sched_generate(out, "inproc", NULL, NULL, &ref);
+    sched_generate(out, "cpu:1", NULL, NULL, &got);
+    sched_assert_same(&ref, &got, "IQ2_XXS experts");
+    for (int i = 0; i < (GEN_STEPS + 1) * ref.n_vocab; i++) cr_assert(isfinite(ref.logits[i]), "logit %d", i);
+    gen_free(&ref);
+    gen_free(&got);
+    remove(out);
     sched_assert_no_orphans();
 }

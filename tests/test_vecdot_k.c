@@ -49,6 +49,7 @@ static const ktype k_types[] = {
     /* no several-token kernels (matmul calls the dot per token) */
     {"TQ1_0", COLI_TQ1_0, sizeof(block_tq1_0), coli_vec_dot_tq1_0_q8_K, coli_vec_dot_tq1_0_q8_K_avx2, NULL},
     {"TQ2_0", COLI_TQ2_0, sizeof(block_tq2_0), coli_vec_dot_tq2_0_q8_K, coli_vec_dot_tq2_0_q8_K_avx2, NULL},
+    {"IQ2_XXS", COLI_IQ2_XXS, sizeof(block_iq2_xxs), coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, NULL},
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -77,6 +78,7 @@ static double term_bound(const ktype *k, const uint8_t *blk) {
     case COLI_Q6_K: return ad * 128 * 32;
     case COLI_TQ1_0:
     case COLI_TQ2_0: return ad * 2; /* TQ1_0's bytes above 242 decode to 1; TQ2_0's code 3 to 2 */
+    case COLI_IQ2_XXS: return ad * 15.5 / 4 * 43;
     default: return ad * 32 * 127;
     }
 }
@@ -223,13 +225,13 @@ Test(vecdot_k, tokens_equal_single_calls) {
 /* same inputs, same bits: repeated calls, and the same rows at addresses
  * off the 32-byte grid (still aligned for their fp16/float fields, as
  * rows in a file and the matmul scratch are): no alignment-dependent path */
-/* TQ1_0/TQ2_0: AVX2 sums each super-block exactly and takes the portable
- * float steps, so the bits are the same */
-Test(vecdot_k, ternary_avx2_equals_portable_bits) {
+/* TQ1_0/TQ2_0/IQ2_XXS: AVX2 sums each super-block exactly and takes the
+ * portable float steps, so the bits are the same */
+Test(vecdot_k, exact_sum_avx2_equals_portable_bits) {
     if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const ktype *k = &k_types[ti];
-        if (k->t != COLI_TQ1_0 && k->t != COLI_TQ2_0) continue;
+        if (k->t != COLI_TQ1_0 && k->t != COLI_TQ2_0 && k->t != COLI_IQ2_XXS) continue;
         for (size_t li = 0; li < N_LENGTHS; li++)
             for (size_t pi = 0; pi < N_PATTERNS; pi++) {
                 const int64_t n = k_lengths[li];

@@ -175,12 +175,14 @@ typedef struct ref_dot {
     const char *file, *act_file;
     coli_vec_dot_fn portable, avx2;
     int ggml_avx2_same; /* our AVX2 takes llama.cpp's AVX2 steps: its bits too */
+    uint32_t wseed;     /* weights: gri_blocks of this seed (no quantizer), or 0: <file>.q */
 } ref_dot;
 
 static const ref_dot k_ref_dots[] = {
-    {COLI_MXFP4, "mxfp4", "act_q8_0", coli_vec_dot_mxfp4_q8_0, coli_vec_dot_mxfp4_q8_0_avx2, 1},
-    {COLI_TQ1_0, "tq1_0", "act_q8_K", coli_vec_dot_tq1_0_q8_K, coli_vec_dot_tq1_0_q8_K_avx2, 0},
-    {COLI_TQ2_0, "tq2_0", "act_q8_K", coli_vec_dot_tq2_0_q8_K, coli_vec_dot_tq2_0_q8_K_avx2, 0},
+    {COLI_MXFP4, "mxfp4", "act_q8_0", coli_vec_dot_mxfp4_q8_0, coli_vec_dot_mxfp4_q8_0_avx2, 1, 0},
+    {COLI_TQ1_0, "tq1_0", "act_q8_K", coli_vec_dot_tq1_0_q8_K, coli_vec_dot_tq1_0_q8_K_avx2, 0, 0},
+    {COLI_TQ2_0, "tq2_0", "act_q8_K", coli_vec_dot_tq2_0_q8_K, coli_vec_dot_tq2_0_q8_K_avx2, 0, 0},
+    {COLI_IQ2_XXS, "iq2_xxs", "act_q8_K", coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, 0, 10},
 };
 #define N_REF_DOTS (sizeof k_ref_dots / sizeof k_ref_dots[0])
 
@@ -200,7 +202,10 @@ Test(ggml_ref, dot_products_bit_for_bit) {
         const ref_dot *r = &k_ref_dots[i];
         const int64_t blk = coli_dtype_block_elems(r->t), nk = GRI_N_QUANT / blk;
         const coli_dtype at = blk == 32 ? COLI_Q8_0 : COLI_Q8_K;
-        read_fixture(r->file, ".q", w, coli_row_bytes(r->t, GRI_N_QUANT));
+        if (r->wseed)
+            gri_blocks(w, (int)nk, (int)coli_dtype_block_bytes(r->t), 0, 0, r->wseed);
+        else
+            read_fixture(r->file, ".q", w, coli_row_bytes(r->t, GRI_N_QUANT));
         read_fixture(r->act_file, "", act, coli_row_bytes(at, GRI_N_QUANT));
         read_fixture(r->file, ".dot", want, (size_t)nk * sizeof(float));
         read_fixture(r->file, ".dot_avx2", want_avx2, (size_t)nk * sizeof(float));
@@ -236,6 +241,7 @@ Test(ggml_ref, dot_error_within_test_quantize_fns_bound) {
     for (int i = 0; i < N; i++) ref += a[i] * b[i];
     for (size_t i = 0; i < N_REF_DOTS; i++) {
         const ref_dot *r = &k_ref_dots[i];
+        if (r->wseed) continue; /* no quantizer */
         coli_quantize_row(r->t, a, wq, N);
         if (r->t == COLI_MXFP4)
             coli_quantize_act_q8_0(b, (block_q8_0 *)xq, N);

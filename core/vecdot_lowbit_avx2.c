@@ -1,14 +1,18 @@
 /*
- * vecdot_ternary_avx2.c - AVX2 dot products of TQ1_0 and TQ2_0 rows with
- * Q8_K activation rows (vecdot.h), compiled per function
+ * vecdot_lowbit_avx2.c - AVX2 dot products of TQ1_0, TQ2_0 and IQ2_XXS rows
+ * with Q8_K activation rows (vecdot.h), compiled per function
  * (COLI_TARGET_AVX2) and called only when coli_cpu_avx2().
  *
- * Each super-block's integer sum is computed in registers and is exact:
- * the trits are unpacked as codes 0..2 (trit + 1), multiplied with the
- * activation bytes by maddubs (pairs into int16: at most 9 * 2*2*127 per
- * lane), and the activations' sum (the bsums) is subtracted once. The
- * float step per super-block is the portable one, so the results are the
- * portable functions' bits (test_vecdot_legacy checks it).
+ * Each super-block's integer sum is computed in registers and is exact;
+ * the float steps per super-block are the portable ones, so the results
+ * are the portable functions' bits (test_vecdot_k checks it).
+ *  TQ1_0/TQ2_0: the trits unpacked as codes 0..2 (trit + 1), multiplied
+ *    with the activation bytes by maddubs (pairs into int16: at most
+ *    9 * 2*2*127 per lane); the activations' sum (the bsums) is subtracted
+ *    once.
+ *  IQ2_XXS: per 32 values, 4 grid points (magnitudes 8..43) against the
+ *    activations with the points' signs applied (sign_epi8), maddubs
+ *    (at most 2*43*127 per pair), madd with the block's 2s + 1.
  */
 #include <string.h>
 
@@ -125,9 +129,48 @@ AVX2 float coli_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *vw, const void *v
     return sum;
 }
 
+/* sum over one IQ2_XXS super-block of grid * sign * x * (2s + 1) per 32
+ * values (quant_blocks.h); each group's 8 sign bits spread over its 8
+ * bytes (byte j tests bit j), as +1 / -1 for sign_epi8 */
+AVX2 ALWAYS int iq2xxs_isum(const block_iq2_xxs *w, const int8_t *x) {
+    const uint8_t *q = (const uint8_t *)w->qs;
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
+        uint32_t aux;
+        memcpy(&aux, q + 4, 4);
+        const __m256i g = _mm256_set_epi64x((long long)coli_iq2xxs_grid[q[3]], (long long)coli_iq2xxs_grid[q[2]],
+                                            (long long)coli_iq2xxs_grid[q[1]], (long long)coli_iq2xxs_grid[q[0]]);
+        const uint32_t s4 = coli_iq2_signs(aux & 127) | (uint32_t)coli_iq2_signs((aux >> 7) & 127) << 8 |
+                            (uint32_t)coli_iq2_signs((aux >> 14) & 127) << 16 |
+                            (uint32_t)coli_iq2_signs((aux >> 21) & 127) << 24;
+        const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), spread);
+        const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(sb, bit), bit);
+        const __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(x + 32 * ib)),
+                                            _mm256_or_si256(neg, _mm256_set1_epi8(1)));
+        const __m256i ls = _mm256_set1_epi16((short)(2 * (aux >> 28) + 1));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), ls));
+    }
+    return hsum_i32(acc);
+}
+
+AVX2 float coli_vec_dot_iq2_xxs_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+    const block_iq2_xxs *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++)
+        sum = add_mul(sum, _cvtsh_ss(w[b].d) * x[b].d, (float)iq2xxs_isum(&w[b], x[b].qs));
+    return 0.125f * sum;
+}
+
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
 float coli_vec_dot_tq1_0_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_tq1_0_q8_K(n, w, x); }
 float coli_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_tq2_0_q8_K(n, w, x); }
+float coli_vec_dot_iq2_xxs_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    return coli_vec_dot_iq2_xxs_q8_K(n, w, x);
+}
 
 #endif
