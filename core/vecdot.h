@@ -117,5 +117,9 @@ void coli_vec_dot_q6_K_q8_K_avx512_tokens(int64_t n, const void *w, const void *
                                           int n_tok);
 void coli_vec_dot_iq4_xs_q8_K_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
                                             int n_tok);
+/* vecdot_mxfp4_avx512.c: the bits of coli_vec_dot_mxfp4_q8_0_avx2 (and its _tokens) */
+float coli_vec_dot_mxfp4_q8_0_avx512(int64_t n, const void *w, const void *x);
+void coli_vec_dot_mxfp4_q8_0_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                           int n_tok);
 
 #endif

@@ -218,6 +218,10 @@ Test(ggml_ref, dot_products_bit_for_bit) {
             const float *ref = r->ggml_avx2_same ? &want_avx2[k - 1] : &got;
             cr_assert(memcmp(&fast, ref, sizeof fast) == 0, "%s, %lld blocks: avx2 %.9g, expected %.9g",
                       coli_dtype_name(r->t), (long long)k, fast, *ref);
+            if (r->t != COLI_MXFP4 || !coli_cpu_avx512()) continue;
+            const float wide = coli_vec_dot_mxfp4_q8_0_avx512(k * blk, w, act);
+            cr_assert(memcmp(&wide, ref, sizeof wide) == 0, "%s, %lld blocks: avx512 %.9g, expected %.9g",
+                      coli_dtype_name(r->t), (long long)k, wide, *ref);
         }
     }
 }
@@ -253,5 +257,39 @@ Test(ggml_ref, dot_error_within_test_quantize_fns_bound) {
         if (!coli_cpu_avx2()) continue;
         const double e2 = fabs(r->avx2(N, wq, xq) - ref) / N;
         cr_assert(e2 < bound, "%s avx2: error %.6f, bound %.2f", coli_dtype_name(r->t), e2, bound);
+    }
+}
+
+/* MXFP4's 512-bit kernel: the AVX2 kernel's bits, one token and 1..4 at
+ * once, for odd and even block counts and extreme scales */
+Test(vecdot_legacy, mxfp4_avx512_equals_avx2_bits) {
+    if (!coli_cpu_avx512()) cr_skip_test("CPU lacks AVX-512 BW/DQ/VNNI");
+    enum {
+        NB = 19
+    };
+    static block_mxfp4 w[NB];
+    static block_q8_0 x[4][NB];
+    unsigned seed = 77;
+    for (int rep = 0; rep < 20; rep++) {
+        qu_random_blocks(COLI_MXFP4, (uint8_t *)w, NB, &seed);
+        if (rep == 1) w[0].e = 254; /* 2^126: products overflow to inf */
+        if (rep == 2) w[1].e = 0;   /* subnormal scale */
+        for (int t = 0; t < 4; t++) {
+            float xf[NB * 32];
+            for (int i = 0; i < NB * 32; i++) xf[i] = rnd_gauss();
+            coli_quantize_act_q8_0(xf, x[t], NB * 32);
+        }
+        for (int nb = 1; nb <= NB; nb++) {
+            float a[4], b[4];
+            coli_vec_dot_mxfp4_q8_0_avx2_tokens(nb * 32, w, x, sizeof x[0], a, 4);
+            for (int nt = 1; nt <= 4; nt++) {
+                coli_vec_dot_mxfp4_q8_0_avx512_tokens(nb * 32, w, x, sizeof x[0], b, nt);
+                for (int t = 0; t < nt; t++)
+                    cr_assert(memcmp(&a[t], &b[t], sizeof a[t]) == 0,
+                              "rep %d, %d blocks, %d tokens, token %d: %.9g vs %.9g", rep, nb, nt, t, b[t], a[t]);
+            }
+            const float one = coli_vec_dot_mxfp4_q8_0_avx512(nb * 32, w, x[0]);
+            cr_assert(memcmp(&one, &a[0], sizeof one) == 0, "rep %d, %d blocks: %.9g vs %.9g", rep, nb, one, a[0]);
+        }
     }
 }
