@@ -12,7 +12,7 @@
 #include "core/error.h"
 
 /* Weight types the matmul kernels take; norms and biases must be F32. */
-#define MASK_F32 (1u << COLI_F32)
+#define MASK_F32 ((uint64_t)1 << COLI_F32)
 #define MASK_MATRIX coli_dtype_weight_mask()
 
 /* Sane upper bounds; a file past them is hostile or not a model we run. */
@@ -356,7 +356,7 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
 
 /* Find name and check its dims (ne[i] for i < n_dims) and type. optional:
  * a missing tensor gives *out = NULL instead of an error. */
-static int s_tensor(const gguf_file *f, const char *name, int n_dims, const int64_t *ne, uint32_t type_mask,
+static int s_tensor(const gguf_file *f, const char *name, int n_dims, const int64_t *ne, uint64_t type_mask,
                     int optional, const coli_tensor **out) {
     const coli_tensor *t = gguf_find_tensor(f, name);
     *out = NULL;
@@ -376,7 +376,7 @@ static int s_tensor(const gguf_file *f, const char *name, int n_dims, const int6
         return coli_fail(COLI_EFORMAT, "tensor '%s': shape [%s] disagrees with the metadata, expected [%s]", name, got,
                          want);
     }
-    if (!(type_mask & (1u << t->type)))
+    if (t->type >= 64 || !(type_mask & ((uint64_t)1 << t->type)))
         return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': dtype %s is not supported here%s", name,
                          coli_dtype_name(t->type), type_mask == MASK_F32 ? " (expected F32)" : "");
     *out = t;
@@ -385,7 +385,7 @@ static int s_tensor(const gguf_file *f, const char *name, int n_dims, const int6
 
 /* blk.<il>.<suffix> with the expected shape. */
 static int s_blk(const gguf_file *f, int il, const char *suffix, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
-                 uint32_t mask, int optional, const coli_tensor **out) {
+                 uint64_t mask, int optional, const coli_tensor **out) {
     char name[128];
     const int64_t ne[3] = {ne0, ne1, ne2};
     snprintf(name, sizeof name, "blk.%d.%s", il, suffix);

@@ -143,7 +143,11 @@ static int s_override(const char *name, const char *what, int *out) {
     if (coli_dtype_from_name(name, &t) != 0 || t == COLI_Q8_1 || t == COLI_Q8_K)
         return coli_fail(COLI_EINVAL,
                          "quantize: %s '%s' is not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                         "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
+                         "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4)",
+                         what, name);
+    /* llama.cpp quantizes IQ2_XXS only with an importance matrix */
+    if (t == COLI_IQ2_XXS)
+        return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' needs an importance matrix, which coli cannot use yet",
                          what, name);
     *out = (int)t;
     return 0;

@@ -13,6 +13,11 @@
  *  - a 70B llama (80 layers, GQA, not 8 experts) gets attn_v Q5_K instead of
  *    Q3_K/Q4_K.
  *  - a type whose block does not divide the row length falls back (header).
+ *
+ * and, from llama.cpp de3ff815 (the presets c392e50 did not have):
+ *  - MXFP4_MOE: expert tensors (ne[2] > 1) MXFP4, every other weight and
+ *    output.weight Q8_0 (token_embd.weight too, unless overridden).
+ *  - TQ1_0 / TQ2_0: token_embd.weight Q4_K; otherwise the rules above.
  */
 #include "coordinator/quantize_mix.h"
 
@@ -44,6 +49,9 @@ enum {
     FT_IQ4_NL = 25,
     FT_IQ4_XS = 30,
     FT_BF16 = 32,
+    FT_TQ1_0 = 36,
+    FT_TQ2_0 = 37,
+    FT_MXFP4_MOE = 38,
 };
 
 static const quant_preset s_presets[] = {
@@ -67,6 +75,11 @@ static const quant_preset s_presets[] = {
     {"Q5_K_S", FT_Q5_K_S, COLI_Q5_K},
     {"Q5_K_M", FT_Q5_K_M, COLI_Q5_K},
     {"Q6_K", FT_Q6_K, COLI_Q6_K},
+    {"TQ1_0", FT_TQ1_0, COLI_TQ1_0},
+    {"TQ2_0", FT_TQ2_0, COLI_TQ2_0},
+    {"MXFP4_MOE", FT_MXFP4_MOE, COLI_MXFP4},
+    /* ours: llama-quantize has no plain MXFP4 preset */
+    {"MXFP4", FT_MXFP4_MOE, COLI_MXFP4},
     /* llama-quantize's aliases */
     {"Q3_K", FT_Q3_K_M, COLI_Q3_K},
     {"Q4_K", FT_Q4_K_M, COLI_Q4_K},
@@ -82,7 +95,8 @@ const quant_preset *quant_preset_find(const char *name) {
 
 const char *quant_preset_names(void) {
     return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, "
-           "Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K (aliases Q3_K, Q4_K, Q5_K = the _M presets)";
+           "Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, TQ1_0, TQ2_0, MXFP4_MOE (aliases Q3_K, Q4_K, Q5_K = "
+           "the _M presets, MXFP4 = MXFP4_MOE)";
 }
 
 /* ---- the rule table ---------------------------------------------------- */
@@ -239,6 +253,9 @@ static int s_fallback(const coli_tensor *t, coli_dtype type, coli_dtype *out) {
     case COLI_Q4_K: fb = COLI_Q5_0; break;
     case COLI_Q5_K: fb = COLI_Q5_1; break;
     case COLI_Q6_K: fb = COLI_Q8_0; break;
+    case COLI_TQ1_0:
+    case COLI_TQ2_0: fb = COLI_Q4_0; break;
+    case COLI_MXFP4: fb = COLI_F16; break; /* already a 32-value block: nothing smaller */
     default:
         return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': row length %lld is not a multiple of %lld, cannot be %s",
                          t->name, (long long)t->ne[0], (long long)coli_dtype_block_elems(type), coli_dtype_name(type));
@@ -256,16 +273,22 @@ int quant_mix_type(quant_mix *m, const coli_tensor *t, coli_dtype *out) {
     const int quantized = coli_dtype_block_elems(base) > 1;
     coli_dtype type = base;
     if (!m->pure && quantized) {
+        const int mxfp4_moe = m->preset->ftype == FT_MXFP4_MOE;
+        const int token_embd = strcmp(t->name, "token_embd.weight") == 0;
         if (s_is_output(m, t->name)) {
             if (m->output_type >= 0)
                 type = (coli_dtype)m->output_type;
-            else if (m->falcon || !s_fits(base, t->ne[0]))
+            else if (mxfp4_moe || m->falcon || !s_fits(base, t->ne[0]))
                 type = COLI_Q8_0;
             else if (base != COLI_Q8_0)
                 type = COLI_Q6_K;
-        } else if (strcmp(t->name, "token_embd.weight") == 0 && m->token_embd_type >= 0) {
+        } else if (token_embd && m->token_embd_type >= 0) {
             type = (coli_dtype)m->token_embd_type;
-        } else if (strcmp(t->name, "token_embd.weight") != 0) {
+        } else if (mxfp4_moe) {
+            type = t->ne[2] > 1 ? COLI_MXFP4 : COLI_Q8_0; /* experts, everything else */
+        } else if (token_embd) {
+            if (base == COLI_TQ1_0 || base == COLI_TQ2_0) type = COLI_Q4_K;
+        } else {
             type = s_table_type(m, t);
         }
         if (!s_fits(type, t->ne[0])) {

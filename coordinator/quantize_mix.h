@@ -50,7 +50,8 @@ int quant_mix_init(quant_mix *m, const gguf_file *f, const quant_preset *p, int 
 /* Type of the weight t (one that is converted at all), called once per such
  * tensor in file order. Falls back as llama.cpp does when the row length
  * does not fit the chosen block: Q2_K/Q3_K/IQ4_XS -> IQ4_NL, Q4_K -> Q5_0,
- * Q5_K -> Q5_1, Q6_K -> Q8_0, then F16. Returns 0 and *out, or
+ * Q5_K -> Q5_1, Q6_K -> Q8_0, TQ1_0/TQ2_0 -> Q4_0, then F16 (MXFP4 -> F16
+ * directly). Returns 0 and *out, or
  * COLI_EUNSUPPORTED when no type fits (message names the tensor). */
 int quant_mix_type(quant_mix *m, const coli_tensor *t, coli_dtype *out);
 

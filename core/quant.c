@@ -249,6 +249,9 @@ void coli_quantize_row(coli_dtype t, const float *src, void *dst, int64_t n) {
     case COLI_Q5_K: coli_quantize_row_q5_K(src, dst, n); break;
     case COLI_Q6_K: coli_quantize_row_q6_K(src, dst, n); break;
     case COLI_IQ4_XS: coli_quantize_row_iq4_xs(src, dst, n); break;
+    case COLI_MXFP4: coli_quantize_row_mxfp4(src, dst, n); break;
+    case COLI_TQ1_0: coli_quantize_row_tq1_0(src, dst, n); break;
+    case COLI_TQ2_0: coli_quantize_row_tq2_0(src, dst, n); break;
     default: break; /* Q8_1/Q8_K are activation formats, quantized by the kernels */
     }
 }

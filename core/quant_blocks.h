@@ -4,13 +4,15 @@
  * blocks along ne[0]). Scales are fp16 bit patterns (coli_fp16_to_fp32)
  * except Q8_K's, which is a float.
  *
- * 32-value blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL.
- * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS.
+ * 32-value blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4.
+ * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0,
+ * IQ2_XXS.
  */
 #ifndef COLI_CORE_QUANT_BLOCKS_H
 #define COLI_CORE_QUANT_BLOCKS_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "core/tensor.h"
 
@@ -90,6 +92,43 @@ typedef struct block_iq4_xs {
     uint8_t qs[COLI_QK_K / 2];        /* 4-bit indices into kvalues_iq4nl */
 } block_iq4_xs;
 
+/* MXFP4 (OCP microscaling FP4): 32 E2M1 values sharing one E8M0 scale.
+ * value = 2^(e - 127) * fp4(nib); the levels are kept doubled as integers
+ * (coli_kvalues_mxfp4), so value = 2^(e - 128) * level (coli_e8m0_half). */
+typedef struct block_mxfp4 {
+    uint8_t e;               /* E8M0 exponent, bias 127 */
+    uint8_t qs[COLI_QK / 2]; /* as Q4_0: element j low nibble, j+16 high */
+} block_mxfp4;
+
+/* TQ1_0: ternary values {-1, 0, 1} * d, as base-3 digits (trits) packed 5
+ * per byte (4 in qh), each byte b holding the digits' number N < 243 as
+ * ceil(N * 256 / 243): digit k (most significant first) is
+ * ((uint8_t)(b * 3^k) * 3) >> 8, minus 1. Value order: qs[0..31] hold
+ * values m + 32 k (k = 0..4) of the first 160, qs[32..47] values
+ * 160 + m + 16 k, qh[0..3] values 240 + m + 4 k (k = 0..3). */
+typedef struct block_tq1_0 {
+    uint8_t qs[(COLI_QK_K - 4 * COLI_QK_K / 64) / 5]; /* 48 bytes, 5 trits each */
+    uint8_t qh[COLI_QK_K / 64];                       /* 4 bytes, 4 trits each */
+    uint16_t d;                                       /* fp16 scale */
+} block_tq1_0;
+
+/* TQ2_0: ternary values as 2-bit codes q in 0..2, value = (q - 1) * d;
+ * byte j + 32 c (c = 0..1) holds values 128 c + j + 32 k at bits 2k. */
+typedef struct block_tq2_0 {
+    uint8_t qs[COLI_QK_K / 4];
+    uint16_t d; /* fp16 scale */
+} block_tq2_0;
+
+/* IQ2_XXS: per 32 values 8 bytes (qs[4 ib .. 4 ib + 3] as little-endian
+ * bytes): bytes 0..3 index coli_iq2xxs_grid (8 magnitudes each, in order),
+ * the last 32 bits hold four 7-bit sign indices (bits 7l..7l+6 for grid
+ * entry l, coli_iq2_signs) and the 4-bit scale s (bits 28..31); value =
+ * d * (0.5 + s) / 4 * grid byte * sign. */
+typedef struct block_iq2_xxs {
+    uint16_t d; /* fp16 */
+    uint16_t qs[COLI_QK_K / 8];
+} block_iq2_xxs;
+
 _Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(block_q5_1) == 24, "Q5_1 block is 24 bytes");
@@ -102,13 +141,42 @@ _Static_assert(sizeof(block_q5_K) == 176, "Q5_K block is 176 bytes");
 _Static_assert(sizeof(block_q6_K) == 210, "Q6_K block is 210 bytes");
 _Static_assert(sizeof(block_q8_K) == 292, "Q8_K block is 292 bytes");
 _Static_assert(sizeof(block_iq4_xs) == 136, "IQ4_XS block is 136 bytes");
+_Static_assert(sizeof(block_mxfp4) == 17, "MXFP4 block is 17 bytes");
+_Static_assert(sizeof(block_tq1_0) == 54, "TQ1_0 block is 54 bytes");
+_Static_assert(sizeof(block_tq2_0) == 66, "TQ2_0 block is 66 bytes");
+_Static_assert(sizeof(block_iq2_xxs) == 66, "IQ2_XXS block is 66 bytes");
 
 /* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 extern const int8_t coli_kvalues_iq4nl[16];
 
+/* The 16 E2M1 values of MXFP4 doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and
+ * their negatives, times 2), indexed by the 4-bit code. */
+extern const int8_t coli_kvalues_mxfp4[16];
+
+/* IQ2_XXS's 256 grid points: 8 magnitudes (bytes 8, 25 or 43, element j in
+ * byte j) each (ggml's iq2xxs_grid; quant_tables_iq2.c). */
+extern const uint64_t coli_iq2xxs_grid[256];
+
+/* The 8 sign bits of a 7-bit sign index: bit j set = element j negative;
+ * bit 7 makes the count of negatives even (ggml's ksigns_iq2xs). */
+static inline uint8_t coli_iq2_signs(unsigned i7) {
+    return (uint8_t)(i7 | (unsigned)(__builtin_popcount(i7) & 1) << 7);
+}
+
+/* Half the value of an E8M0 scale, 2^(e - 128), as a float (2^-128 and
+ * 2^-127 are subnormal; e = 255 gives 2^127, not NaN, as ggml): for e < 2
+ * the subnormal bit 21 + e, else the biased exponent e - 1, mantissa 0.
+ * Inline: the dot products read one per 32 values. */
+static inline float coli_e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 /* dst[0..n) = the values of a row of n values of type t, one of Q4_1, Q5_0,
- * Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS (n a multiple of its block size), as
- * ggml's dequantize_row_* computes them (quant_dequant.c). Returns 0, or -1
+ * Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4 (n a multiple of
+ * its block size), as ggml's dequantize_row_* computes them (quant_dequant.c). Returns 0, or -1
  * if t is not one of these types (dst untouched). coli_dequantize_row
  * (quant.h) calls it for these types. */
 int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n);

@@ -1,6 +1,7 @@
 /*
  * quant_dequant.c - dequantization of the block types of quant_blocks.h
- * (Q4_1, Q5_0, Q5_1, IQ4_NL and the 256-value K-quants and IQ4_XS), value
+ * (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 and the 256-value K-quants, IQ4_XS,
+ * TQ1_0 and TQ2_0), value
  * for value as ggml's dequantize_row_* (ggml-quants.c) computes them: the
  * same unpacking of nibbles, high bits and packed 6-bit scales, the same
  * float expressions. coli_dequantize_row (quant.c) dispatches here.
@@ -207,6 +208,72 @@ static void dequant_iq4_xs(const block_iq4_xs *x, float *y, int64_t nb) {
     }
 }
 
+/* ---- MXFP4 and the ternary types ------------------------------------------ */
+
+static void dequant_mxfp4(const block_mxfp4 *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += COLI_QK) {
+        const float d = coli_e8m0_half(x[i].e); /* the levels are doubled */
+        for (int j = 0; j < COLI_QK / 2; j++) {
+            y[j] = (float)coli_kvalues_mxfp4[x[i].qs[j] & 0x0f] * d;
+            y[j + COLI_QK / 2] = (float)coli_kvalues_mxfp4[x[i].qs[j] >> 4] * d;
+        }
+    }
+}
+
+/* Trit k (0 = most significant) of a TQ1_0 byte, as -1, 0 or 1: the byte
+ * is ceil(N * 256 / 243) of the 5-digit base-3 number N, so multiplying by
+ * 3^k modulo 256 brings digit k to the top, where * 3 >> 8 reads it. */
+static int tq1_trit(uint8_t b, int k) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    const uint8_t q = (uint8_t)(b * pow3[k]);
+    return (((uint16_t)q * 3) >> 8) - 1;
+}
+
+/* len bytes of `trits` trits each, trit-major (all bytes' first trit,
+ * then all second ones: the block's order, quant_blocks.h). */
+static float *tq1_run(const uint8_t *b, int len, int trits, float d, float *y) {
+    for (int k = 0; k < trits; k++)
+        for (int m = 0; m < len; m++) *y++ = (float)tq1_trit(b[m], k) * d;
+    return y;
+}
+
+static void dequant_tq1_0(const block_tq1_0 *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = HALF(x[i].d);
+        y = tq1_run(x[i].qs, 32, 5, d, y);
+        y = tq1_run(x[i].qs + 32, 16, 5, d, y);
+        y = tq1_run(x[i].qh, 4, 4, d, y);
+    }
+}
+
+static void dequant_tq2_0(const block_tq2_0 *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = HALF(x[i].d);
+        for (int c = 0; c < 2; c++)
+            for (int k = 0; k < 4; k++)
+                for (int m = 0; m < 32; m++) *y++ = (float)(((x[i].qs[32 * c + m] >> (2 * k)) & 3) - 1) * d;
+    }
+}
+
+/* IQ2_XXS: per 32 values, 4 grid indexes and a word of 4 sign indexes
+ * plus the 4-bit scale (quant_blocks.h). */
+static void dequant_iq2_xxs(const block_iq2_xxs *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = HALF(x[i].d);
+        const uint8_t *q = (const uint8_t *)x[i].qs;
+        for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
+            uint32_t aux;
+            memcpy(&aux, q + 4, 4);
+            const float db = d * (0.5f + (float)(aux >> 28)) * 0.25f;
+            for (int l = 0; l < 4; l++, y += 8) {
+                const uint64_t g = coli_iq2xxs_grid[q[l]];
+                const uint8_t signs = coli_iq2_signs((aux >> 7 * l) & 127);
+                for (int j = 0; j < 8; j++) y[j] = db * (float)(uint8_t)(g >> 8 * j) * (signs >> j & 1 ? -1.0f : 1.0f);
+            }
+        }
+    }
+}
+
 int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case COLI_Q4_1: dequant_q4_1(src, dst, n / COLI_QK); return 0;
@@ -219,6 +286,10 @@ int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_
     case COLI_Q5_K: dequant_q5_K(src, dst, n / COLI_QK_K); return 0;
     case COLI_Q6_K: dequant_q6_K(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ4_XS: dequant_iq4_xs(src, dst, n / COLI_QK_K); return 0;
+    case COLI_TQ1_0: dequant_tq1_0(src, dst, n / COLI_QK_K); return 0;
+    case COLI_TQ2_0: dequant_tq2_0(src, dst, n / COLI_QK_K); return 0;
+    case COLI_MXFP4: dequant_mxfp4(src, dst, n / COLI_QK); return 0;
+    case COLI_IQ2_XXS: dequant_iq2_xxs(src, dst, n / COLI_QK_K); return 0;
     default: return -1;
     }
 }

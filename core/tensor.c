@@ -30,6 +30,10 @@ static const struct dtype_info {
     {COLI_Q6_K, "Q6_K", COLI_QK_K, 210, 1},
     {COLI_Q8_K, "Q8_K", COLI_QK_K, 292, 0},
     {COLI_IQ4_XS, "IQ4_XS", COLI_QK_K, 136, 1},
+    {COLI_IQ2_XXS, "IQ2_XXS", COLI_QK_K, 66, 1},
+    {COLI_TQ1_0, "TQ1_0", COLI_QK_K, 54, 1},
+    {COLI_TQ2_0, "TQ2_0", COLI_QK_K, 66, 1},
+    {COLI_MXFP4, "MXFP4", COLI_QK, 17, 1},
 };
 #define N_DTYPES (sizeof s_dtypes / sizeof s_dtypes[0])
 
@@ -44,10 +48,10 @@ int coli_dtype_valid(uint32_t t) {
     return d && d->valid;
 }
 
-uint32_t coli_dtype_weight_mask(void) {
-    uint32_t mask = 0;
+uint64_t coli_dtype_weight_mask(void) {
+    uint64_t mask = 0;
     for (size_t i = 0; i < N_DTYPES; i++)
-        if (s_dtypes[i].valid) mask |= 1u << s_dtypes[i].t;
+        if (s_dtypes[i].valid) mask |= (uint64_t)1 << s_dtypes[i].t;
     return mask;
 }
 

@@ -31,19 +31,24 @@ typedef enum coli_dtype {
     COLI_Q5_K = 13,
     COLI_Q6_K = 14,
     COLI_Q8_K = 15,
+    COLI_IQ2_XXS = 16,
     COLI_IQ4_NL = 20,
     COLI_IQ4_XS = 23,
     COLI_BF16 = 30,
+    COLI_TQ1_0 = 34,
+    COLI_TQ2_0 = 35,
+    COLI_MXFP4 = 39,
 } coli_dtype;
 
-#define COLI_QK 32    /* values per block of the 32-value types (Q8_0, Q4_0, Q4_1, Q5_x, IQ4_NL) */
-#define COLI_QK_K 256 /* values per super-block of the K-quants and IQ4_XS */
+#define COLI_QK 32    /* values per block of the 32-value types (Q8_0, Q4_0, Q4_1, Q5_x, IQ4_NL, MXFP4) */
+#define COLI_QK_K 256 /* values per super-block of the K-quants, IQ4_XS, TQ1_0 and TQ2_0 */
 #define COLI_MAX_DIMS 4
 
 /* 1 if t is a type that weights may have and that every path computes. */
 int coli_dtype_valid(uint32_t t);
-/* Bit (1u << t) set for every valid t (all type ids of the table are < 32). */
-uint32_t coli_dtype_weight_mask(void);
+/* Bit (1 << t) set for every valid t (all type ids of the table are < 64:
+ * MXFP4 is 39, so the mask is 64 bits wide). */
+uint64_t coli_dtype_weight_mask(void);
 /* 1 if t is any type of the table (its block size is known), valid or not. */
 int coli_dtype_known(uint32_t t);
 const char *coli_dtype_name(uint32_t t);                  /* "F32", ..., "type 16" for unknown */

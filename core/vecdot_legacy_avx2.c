@@ -1,11 +1,13 @@
 /*
  * vecdot_legacy_avx2.c - AVX2 + FMA + F16C dot products of Q4_1, Q5_0,
- * Q5_1 and IQ4_NL rows with their activation rows (vecdot.h), compiled per
- * function (COLI_TARGET_AVX2) and called only when coli_cpu_avx2().
+ * Q5_1, IQ4_NL and MXFP4 rows with their activation rows (vecdot.h),
+ * compiled per function (COLI_TARGET_AVX2) and called only when
+ * coli_cpu_avx2().
  *
  * As llama.cpp's AVX2 ggml_vec_dot_*: a block's 32 weights become 32 bytes
  * (nibbles unpacked, Q5's 5th bits merged in, IQ4_NL's levels looked up by
- * pshufb), multiplied with the activation bytes by maddubs (pairs into
+ * pshufb, MXFP4's doubled E2M1 levels the same way), multiplied with the
+ * activation bytes by maddubs (pairs into
  * int16, no overflow: 2*31*127 and 2*127*127 < 32768), madd with ones into
  * 8 int32 lanes, converted and accumulated with one FMA per block. The
  * integer sums equal the portable code's; only the float order differs.
@@ -61,12 +63,15 @@ AVX2 ALWAYS __m256 dot_ss8(__m256i a, __m256i b) { return dot_us8(_mm256_sign_ep
 
 /* Block b of a row of type T as 32 bytes: Q4_1 and Q5_1 unsigned (0..15,
  * 0..31), Q5_0 the signed q - 16 (the nibble with 0xf0 or'ed in where the
- * 5th bit is clear), IQ4_NL the signed levels (one pshufb per half). */
+ * 5th bit is clear), IQ4_NL and MXFP4 the signed levels (one pshufb per
+ * half). */
 AVX2 ALWAYS __m256i unpack_block(const uint8_t *blk, const coli_dtype T) {
-    if (T == COLI_IQ4_NL) {
-        const __m128i levels = _mm_loadu_si128((const __m128i *)coli_kvalues_iq4nl);
+    if (T == COLI_IQ4_NL || T == COLI_MXFP4) {
+        const int mx = T == COLI_MXFP4;
+        const __m128i levels = _mm_loadu_si128((const __m128i *)(mx ? coli_kvalues_mxfp4 : coli_kvalues_iq4nl));
         const __m128i m4 = _mm_set1_epi8(0x0f);
-        const __m128i bits = _mm_loadu_si128((const __m128i *)(blk + offsetof(block_iq4_nl, qs)));
+        const __m128i bits =
+            _mm_loadu_si128((const __m128i *)(blk + (mx ? offsetof(block_mxfp4, qs) : offsetof(block_iq4_nl, qs))));
         return _mm256_set_m128i(_mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(bits, 4), m4)),
                                 _mm_shuffle_epi8(levels, _mm_and_si128(bits, m4)));
     }
@@ -90,11 +95,13 @@ AVX2 ALWAYS float half_at(const uint8_t *p) {
  * unpacked once for all tokens. Per (row, token) the operations are those
  * of RN = 1, the single-token function, so a group gives the same bits.
  * Per block: d_w * d_x times the 8 int32 lanes, one FMA; Q4_1/Q5_1 add
- * m_w * s_x in a scalar sum; IQ4_NL keeps even and odd blocks in two
- * accumulators as llama.cpp and adds an odd last block exactly. */
+ * m_w * s_x in a scalar sum; IQ4_NL and MXFP4 keep even and odd blocks in
+ * two accumulators as llama.cpp and add an odd last block exactly (for
+ * MXFP4 these are the steps of llama.cpp's AVX2 ggml_vec_dot_mxfp4_q8_0;
+ * d_w is the E8M0 scale's half, the levels being doubled). */
 AVX2 ALWAYS void legacy_tokens(int64_t n, const uint8_t *w, const uint8_t *x, size_t x_stride, float *out, const int RN,
                                const coli_dtype T) {
-    const int has_min = T == COLI_Q4_1 || T == COLI_Q5_1, pairs = T == COLI_IQ4_NL;
+    const int has_min = T == COLI_Q4_1 || T == COLI_Q5_1, pairs = T == COLI_IQ4_NL || T == COLI_MXFP4;
     const size_t wbb = coli_dtype_block_bytes(T), xbb = has_min ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const int64_t nb = n / COLI_QK, nb_vec = pairs ? nb & ~(int64_t)1 : nb;
     __m256 acc[2][4];
@@ -104,14 +111,15 @@ AVX2 ALWAYS void legacy_tokens(int64_t n, const uint8_t *w, const uint8_t *x, si
         acc[0][t] = acc[1][t] = _mm256_setzero_ps();
         mins[t] = 0.0f;
     }
-    /* IQ4_NL: blocks b (even) and b+1 into accumulators 0 and 1 */
+    /* IQ4_NL, MXFP4: blocks b (even) and b+1 into accumulators 0 and 1 */
     const int step = pairs ? 2 : 1;
     for (int64_t b = 0; b < nb_vec; b += step) {
 #pragma GCC unroll 2
         for (int k = 0; k < step; k++) {
             const uint8_t *wb = w + (size_t)(b + k) * wbb;
             const __m256i q = unpack_block(wb, T);
-            const float wd = half_at(wb), wm = has_min ? half_at(wb + 2) : 0.0f;
+            const float wd = T == COLI_MXFP4 ? coli_e8m0_half(wb[0]) : half_at(wb);
+            const float wm = has_min ? half_at(wb + 2) : 0.0f;
 #pragma GCC unroll 4
             for (int t = 0; t < RN; t++) {
                 const uint8_t *xb = x + (size_t)t * x_stride + (size_t)(b + k) * xbb;
@@ -126,8 +134,8 @@ AVX2 ALWAYS void legacy_tokens(int64_t n, const uint8_t *w, const uint8_t *x, si
     for (int t = 0; t < RN; t++) {
         float sum = hsum8(pairs ? _mm256_add_ps(acc[0][t], acc[1][t]) : acc[0][t]) + mins[t];
         if (nb_vec < nb)
-            sum += coli_vec_dot_iq4_nl_q8_0(COLI_QK, w + (size_t)nb_vec * wbb,
-                                            x + (size_t)t * x_stride + (size_t)nb_vec * xbb);
+            sum += (T == COLI_MXFP4 ? coli_vec_dot_mxfp4_q8_0 : coli_vec_dot_iq4_nl_q8_0)(
+                COLI_QK, w + (size_t)nb_vec * wbb, x + (size_t)t * x_stride + (size_t)nb_vec * xbb);
         out[t] = sum;
     }
 }
@@ -152,6 +160,7 @@ LEGACY_FNS(q4_1_q8_1, COLI_Q4_1)
 LEGACY_FNS(q5_0_q8_0, COLI_Q5_0)
 LEGACY_FNS(q5_1_q8_1, COLI_Q5_1)
 LEGACY_FNS(iq4_nl_q8_0, COLI_IQ4_NL)
+LEGACY_FNS(mxfp4_q8_0, COLI_MXFP4)
 
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
@@ -161,6 +170,7 @@ float coli_vec_dot_q5_1_q8_1_avx2(int64_t n, const void *w, const void *x) { ret
 float coli_vec_dot_iq4_nl_q8_0_avx2(int64_t n, const void *w, const void *x) {
     return coli_vec_dot_iq4_nl_q8_0(n, w, x);
 }
+float coli_vec_dot_mxfp4_q8_0_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_mxfp4_q8_0(n, w, x); }
 #define LEGACY_TOKENS(name)                                                                                         \
     void coli_vec_dot_##name##_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,    \
                                            int n_tok) {                                                             \
@@ -170,4 +180,5 @@ LEGACY_TOKENS(q4_1_q8_1)
 LEGACY_TOKENS(q5_0_q8_0)
 LEGACY_TOKENS(q5_1_q8_1)
 LEGACY_TOKENS(iq4_nl_q8_0)
+LEGACY_TOKENS(mxfp4_q8_0)
 #endif

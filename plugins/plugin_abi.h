@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define MOE_PLUGIN_ABI_MAJOR 1
-#define MOE_PLUGIN_ABI_MINOR 2 /* 1.1: get_counters; 1.2: unload_expert */
+#define MOE_PLUGIN_ABI_MINOR 3 /* 1.1: get_counters; 1.2: unload_expert; 1.3: moe_caps.dtype_mask_hi */
 #define MOE_PLUGIN_SYMBOL "moe_plugin_get"
 
 typedef struct moe_device moe_device; /* the plugin's own state for one device */
@@ -50,6 +50,8 @@ typedef struct moe_caps {
     uint64_t memory_total;  /* bytes on the device (0 = host memory) */
     uint64_t memory_budget; /* bytes it will hold for experts */
     char device_name[64];   /* e.g. "NVIDIA H200", "cpu (avx2)" */
+    uint32_t dtype_mask_hi; /* (1.3) bit (1u << (dtype - 32)) for the types 32..63 (TQ1_0, TQ2_0, MXFP4);
+                               the worker zeroes caps first, so an older plugin reports none */
 } moe_caps;
 
 /* One expert's three matrices, as host pointers (into the mapped model file,

@@ -185,7 +185,7 @@ const char *wire_hello_check(const Coli__Hello *h, char *why, size_t n) {
                  h->abi_minor, MOE_PLUGIN_ABI_MAJOR, MOE_PLUGIN_ABI_MINOR);
         return "abi";
     }
-    if (h->dtype_mask == 0) {
+    if (h->dtype_mask == 0 && h->dtype_mask_hi == 0) {
         snprintf(why, n, "hello: the worker computes no weight type (empty type mask)");
         return "caps";
     }

@@ -40,7 +40,9 @@ static inline void qu_scale_offsets(coli_dtype t, int *d, int *dmin) {
         *dmin = 2;
         break;
     case COLI_Q6_K: *d = (int)offsetof(block_q6_K, d); break;
-    default: *d = 0; break; /* Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS: d first */
+    case COLI_TQ1_0: *d = (int)offsetof(block_tq1_0, d); break;
+    case COLI_TQ2_0: *d = (int)offsetof(block_tq2_0, d); break;
+    default: *d = 0; break; /* Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS: d first; MXFP4: its exponent */
     }
 }
 
@@ -54,6 +56,10 @@ static inline void qu_random_blocks(coli_dtype t, uint8_t *dst, int64_t nb, unsi
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *blk = dst + (size_t)b * bb;
         for (size_t i = 0; i < bb; i++) blk[i] = (uint8_t)qu_next(seed);
+        if (t == COLI_MXFP4) { /* E8M0 scale 2^-9..2^-3 (levels up to 6: values below 1) */
+            blk[0] = (uint8_t)(118 + qu_next(seed) % 7);
+            continue;
+        }
         float d = 0.005f + (float)(qu_next(seed) % 1000) / 100000.0f;
         if (qu_next(seed) & 1) d = -d;
         uint16_t h = coli_fp32_to_fp16(d);
@@ -68,7 +74,8 @@ static inline void qu_random_blocks(coli_dtype t, uint8_t *dst, int64_t nb, unsi
     }
 }
 
-/* llama.cpp's vec_dot_type of weight type t: Q8_0, Q8_1 or Q8_K. */
+/* llama.cpp's vec_dot_type of weight type t: Q8_0 (also MXFP4's), Q8_1 or
+ * Q8_K. */
 static inline coli_dtype qu_act_type(coli_dtype t) {
     switch (t) {
     case COLI_Q4_1:
@@ -78,7 +85,10 @@ static inline coli_dtype qu_act_type(coli_dtype t) {
     case COLI_Q4_K:
     case COLI_Q5_K:
     case COLI_Q6_K:
-    case COLI_IQ4_XS: return COLI_Q8_K;
+    case COLI_IQ4_XS:
+    case COLI_TQ1_0:
+    case COLI_TQ2_0:
+    case COLI_IQ2_XXS: return COLI_Q8_K;
     default: return COLI_Q8_0;
     }
 }

@@ -96,8 +96,9 @@ Test(cpu_plugin, vtable_is_sane) {
     moe_device *d = open_dev(p, 2, 0);
     moe_caps caps;
     cr_assert_eq(p->get_caps(d, &caps), 0);
-    for (int t = 0; t < 32; t++)
-        cr_assert_eq((caps.dtype_mask >> t) & 1, (unsigned)coli_dtype_valid((uint32_t)t), "dtype %d", t);
+    const uint64_t mask = (uint64_t)caps.dtype_mask_hi << 32 | caps.dtype_mask;
+    for (int t = 0; t < 64; t++) /* MXFP4 (39), TQ1_0/TQ2_0 (34, 35) in the high word */
+        cr_assert_eq((mask >> t) & 1, (unsigned)coli_dtype_valid((uint32_t)t), "dtype %d", t);
     cr_assert(strncmp(caps.device_name, "cpu", 3) == 0, "%s", caps.device_name);
     cr_assert_gt(caps.memory_budget, 0);
     p->close(&d);
@@ -230,9 +231,9 @@ Test(cpu_plugin, bad_input_is_refused_with_a_reason) {
     test_expert e = make_expert(0, 3, COLI_Q8_0);
     char err[256];
     moe_expert_desc bad = e.d;
-    bad.down_type = 16; /* GGML IQ2_XXS: not ours */
+    bad.down_type = 24; /* GGML I8: never a weight type here */
     cr_assert_eq(p->load_expert(d, &bad, err, sizeof err), COLI_EUNSUPPORTED);
-    cr_assert(strstr(err, "type 16"), "%s", err);
+    cr_assert(strstr(err, "type 24"), "%s", err);
     bad = e.d;
     bad.up_bytes -= 1;
     cr_assert_eq(p->load_expert(d, &bad, err, sizeof err), COLI_EINVAL);

@@ -1,6 +1,6 @@
 /*
- * test_dequant.c - dequantization of Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K
- * and IQ4_XS (core/quant_dequant.c).
+ * test_dequant.c - dequantization of Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K,
+ * IQ4_XS, MXFP4, TQ1_0, TQ2_0 and IQ2_XXS (core/quant_dequant.c).
  *
  * Block level: each block is packed here from chosen logical values
  * (scales, mins, quants) following the ggml format definition element by
@@ -8,6 +8,9 @@
  * the definition gives are compared with what coli_dequantize_row returns.
  * File level: every tensor of llama.cpp's shipped tiny-kquant-*.gguf is
  * dequantized and compared with the F32 source model it was quantized from.
+ * ggml level (MXFP4, TQ1_0, TQ2_0, IQ2_XXS): dequantization of raw blocks and our
+ * quantizers' bytes against ggml's recorded answers for the same inputs
+ * (tests/fixtures/ggml-ref, tests/ggml_ref_input.h), bit for bit.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -19,6 +22,8 @@
 #include "core/gguf.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
+#include "core/quantize_rows.h"
+#include "tests/ggml_ref_input.h"
 #include "tests/ref_models.h"
 
 /* ggml's kvalues_iq4nl, written out from the format definition. */
@@ -257,6 +262,104 @@ Test(dequant_block, iq4_xs) {
     }
 }
 
+/* An E2M1 code's value from its bits: sign, 2 exponent bits (bias 1; 0 is
+ * subnormal), 1 mantissa bit. */
+static double e2m1(int code) {
+    const int sign = code >> 3, ex = (code >> 1) & 3, man = code & 1;
+    const double v = ex == 0 ? 0.5 * man : ldexp(1.0 + 0.5 * man, ex - 1);
+    return sign ? -v : v;
+}
+
+Test(dequant_block, mxfp4) {
+    for (int rep = 0; rep < 40; rep++) {
+        block_mxfp4 b = {0};
+        int code[32];
+        b.e = (uint8_t)(100 + rep); /* scale 2^(e - 127) */
+        for (int j = 0; j < 32; j++) {
+            code[j] = (int)rnd(16);
+            b.qs[j % 16] |= (uint8_t)(code[j] << (j < 16 ? 0 : 4));
+        }
+        double want[32];
+        for (int j = 0; j < 32; j++) want[j] = ldexp(e2m1(code[j]), b.e - 127);
+        check_block(COLI_MXFP4, &b, want, 32);
+    }
+}
+
+/* TQ1_0 byte of base-3 digits t[0] (most significant) .. t[n-1], padded
+ * to 5 digits: ceil(N * 256 / 243). */
+static uint8_t tq1_pack(const int *t, int stride, int n) {
+    int num = 0;
+    for (int k = 0; k < 5; k++) num = num * 3 + (k < n ? t[k * stride] + 1 : 0);
+    return (uint8_t)((num * 256 + 242) / 243);
+}
+
+Test(dequant_block, tq1_0_and_tq2_0) {
+    for (int rep = 0; rep < 20; rep++) {
+        int t[256];
+        float d;
+        double want[256];
+        for (int e = 0; e < 256; e++) t[e] = (int)rnd(3) - 1;
+        block_tq1_0 b1;
+        block_tq2_0 b2 = {0};
+        b1.d = b2.d = rnd_half(&d, 1);
+        /* TQ1_0: bytes m < 32 hold values m + 32k, bytes 32 + m values
+         * 160 + m + 16k, qh[m] values 240 + m + 4k */
+        for (int m = 0; m < 32; m++) b1.qs[m] = tq1_pack(t + m, 32, 5);
+        for (int m = 0; m < 16; m++) b1.qs[32 + m] = tq1_pack(t + 160 + m, 16, 5);
+        for (int m = 0; m < 4; m++) b1.qh[m] = tq1_pack(t + 240 + m, 4, 4);
+        /* TQ2_0: value 128c + 32k + m at bits 2k of byte 32c + m */
+        for (int e = 0; e < 256; e++) b2.qs[32 * (e / 128) + e % 32] |= (uint8_t)((t[e] + 1) << (2 * ((e % 128) / 32)));
+        for (int e = 0; e < 256; e++) want[e] = (double)d * t[e];
+        check_block(COLI_TQ1_0, &b1, want, 256);
+        check_block(COLI_TQ2_0, &b2, want, 256);
+    }
+}
+
+/* The grid's shape (what the format says of it: 256 points of 8
+ * magnitudes 8, 25 or 43; ggml lists them ascending) and the sign rule:
+ * 7 stored bits, the 8th makes the count of negatives even. */
+Test(dequant_block, iq2_xxs_tables) {
+    for (int i = 0; i < 256; i++) {
+        if (i) cr_assert_gt(coli_iq2xxs_grid[i], coli_iq2xxs_grid[i - 1], "entry %d", i);
+        for (int j = 0; j < 8; j++) {
+            const int m = (int)(coli_iq2xxs_grid[i] >> 8 * j) & 0xff;
+            cr_assert(m == 8 || m == 25 || m == 43, "entry %d byte %d: %d", i, j, m);
+        }
+    }
+    for (unsigned i = 0; i < 128; i++) {
+        const uint8_t s = coli_iq2_signs(i);
+        cr_assert_eq(s & 127, i);
+        cr_assert_eq(__builtin_popcount(s) % 2, 0, "signs of %u: %#x", i, s);
+    }
+}
+
+Test(dequant_block, iq2_xxs) {
+    for (int rep = 0; rep < 20; rep++) {
+        block_iq2_xxs b;
+        float d;
+        double want[256];
+        b.d = rnd_half(&d, 1);
+        uint8_t *q = (uint8_t *)b.qs;
+        for (int ib = 0; ib < 8; ib++) {
+            const uint32_t ls = rnd(16);
+            uint32_t aux = ls << 28;
+            for (int l = 0; l < 4; l++) {
+                const int idx = (int)rnd(256);
+                unsigned neg = rnd(256);
+                if (__builtin_popcount(neg) % 2) neg ^= 0x80; /* an even count: bit 7 follows from 0..6 */
+                q[8 * ib + l] = (uint8_t)idx;
+                aux |= (neg & 127) << 7 * l;
+                for (int j = 0; j < 8; j++) {
+                    const int m = (int)(coli_iq2xxs_grid[idx] >> 8 * j) & 0xff;
+                    want[32 * ib + 8 * l + j] = (double)d * (0.5 + ls) / 4 * m * (neg >> j & 1 ? -1 : 1);
+                }
+            }
+            memcpy(q + 8 * ib + 4, &aux, 4);
+        }
+        check_block(COLI_IQ2_XXS, &b, want, 256);
+    }
+}
+
 Test(dequant_block, rows_of_several_blocks_are_blockwise) {
     /* a row of 3 Q6_K blocks dequantizes to the 3 blocks one after another */
     block_q6_K row[3];
@@ -334,3 +437,76 @@ Test(dequant_file, q3_k_m, .timeout = 120) { check_file_against_f32("tiny-kquant
 Test(dequant_file, iq4_xs, .timeout = 120) { check_file_against_f32("tiny-kquant-iq4_xs.gguf"); }
 Test(dequant_file, q4_1, .timeout = 120) { check_file_against_f32("tiny-kquant-q4_1.gguf"); }
 Test(dequant_file, q5_1, .timeout = 120) { check_file_against_f32("tiny-kquant-q5_1.gguf"); }
+
+/* ---- ggml's recorded answers (tests/fixtures/ggml-ref) ------------------- */
+
+typedef struct ref_type {
+    coli_dtype t;
+    const char *file;      /* fixtures/ggml-ref/<file>.q, .deq */
+    int group;             /* gri_floats group: the block size */
+    uint32_t qseed, dseed; /* qseed 0: no quantizer (IQ2_XXS needs an imatrix) */
+    int scale_off, e8m0;   /* gri_blocks: where the scale is */
+} ref_type;
+
+static const ref_type k_ref_types[] = {
+    {COLI_MXFP4, "mxfp4", 32, 1, 2, 0, 1},
+    {COLI_TQ1_0, "tq1_0", 256, 3, 4, (int)offsetof(block_tq1_0, d), 0},
+    {COLI_TQ2_0, "tq2_0", 256, 5, 6, (int)offsetof(block_tq2_0, d), 0},
+    {COLI_IQ2_XXS, "iq2_xxs", 256, 0, 9, 0, 0},
+};
+
+static void read_fixture(const char *name, void *dst, size_t n) {
+    cr_assert_eq(gri_read_fixture(name, dst, n), 0, "tests/fixtures/ggml-ref/%s: missing or not %zu bytes", name, n);
+}
+
+static void first_difference(const void *a, const void *b, size_t n, size_t unit, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (((const uint8_t *)a)[i] != ((const uint8_t *)b)[i])
+            cr_assert_fail("%s: first difference in element %zu (byte %zu)", what, i / unit, i);
+}
+
+Test(ggml_ref, dequantize_bit_for_bit) {
+    static uint8_t raw[GRI_N_DEQUANT * 2];
+    static float got[GRI_N_DEQUANT], want[GRI_N_DEQUANT];
+    for (size_t i = 0; i < sizeof k_ref_types / sizeof k_ref_types[0]; i++) {
+        const ref_type *r = &k_ref_types[i];
+        char name[64];
+        snprintf(name, sizeof name, "%s.deq", r->file);
+        read_fixture(name, want, sizeof want);
+        gri_blocks(raw, GRI_N_DEQUANT / r->group, (int)coli_dtype_block_bytes(r->t), r->scale_off, r->e8m0, r->dseed);
+        coli_dequantize_row(r->t, raw, got, GRI_N_DEQUANT);
+        first_difference(got, want, sizeof got, sizeof(float), coli_dtype_name(r->t));
+    }
+}
+
+Test(ggml_ref, quantize_bytes_equal_ggml_ref_quantizer) {
+    static float x[GRI_N_QUANT];
+    static uint8_t got[GRI_N_QUANT], want[GRI_N_QUANT];
+    for (size_t i = 0; i < sizeof k_ref_types / sizeof k_ref_types[0]; i++) {
+        const ref_type *r = &k_ref_types[i];
+        if (!r->qseed) continue;
+        const size_t n = coli_row_bytes(r->t, GRI_N_QUANT);
+        char name[64];
+        snprintf(name, sizeof name, "%s.q", r->file);
+        read_fixture(name, want, n);
+        gri_floats(x, GRI_N_QUANT, r->group, r->qseed);
+        coli_quantize_row(r->t, x, got, GRI_N_QUANT);
+        first_difference(got, want, n, coli_dtype_block_bytes(r->t), coli_dtype_name(r->t));
+    }
+}
+
+Test(ggml_ref, quantizers_survive_extreme_rows) {
+    /* no crash and a defined scale for what ggml leaves undefined: a block
+     * below 2^-125, one with an infinity, one with a NaN */
+    float x[256] = {0};
+    uint8_t out[256];
+    x[0] = 0x1p-140f;
+    coli_quantize_row(COLI_MXFP4, x, out, 32);
+    cr_assert_eq(out[0], 0, "MXFP4 exponent of a 2^-140 block");
+    x[0] = INFINITY;
+    coli_quantize_row(COLI_MXFP4, x, out, 32);
+    cr_assert_eq(out[0], 255);
+    x[1] = NAN;
+    coli_quantize_row(COLI_TQ1_0, x, out, 256);
+    coli_quantize_row(COLI_TQ2_0, x, out, 256);
+}

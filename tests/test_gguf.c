@@ -639,10 +639,11 @@ Test(gguf_hostile, product_of_dims_overflows) {
 
 Test(gguf_hostile, unknown_tensor_type_is_named) {
     gguf_bytes b = {0};
-    one_tensor(&b, "blk.0.ffn_down.weight", 2, (const uint64_t[]){256, 4}, 16, 0, 1024);
+    one_tensor(&b, "blk.0.ffn_down.weight", 2, (const uint64_t[]){256, 4}, 17, 0, 1024);
     EXPECT_REFUSED(
-        &b, COLI_EUNSUPPORTED, "tensor 'blk.0.ffn_down.weight': tensor type IQ2_XXS (16) is not supported",
-        "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS");
+        &b, COLI_EUNSUPPORTED, "tensor 'blk.0.ffn_down.weight': tensor type IQ2_XS (17) is not supported",
+        "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, "
+        "TQ1_0, TQ2_0, MXFP4, IQ2_XXS)");
     gb_free(&b);
     /* Q8_K is an activation format: never a weight */
     one_tensor(&b, "w", 2, (const uint64_t[]){256, 1}, COLI_Q8_K, 0, 292);
@@ -716,8 +717,9 @@ Test(gguf_hostile, k_quant_row_not_a_multiple_of_256) {
         const char *name;
         uint64_t ne0;
     } cases[] = {
-        {COLI_Q4_K, "Q4_K", 128},      {COLI_Q6_K, "Q6_K", 288}, {COLI_Q2_K, "Q2_K", 32},
-        {COLI_Q3_K, "Q3_K", 512 + 96}, {COLI_Q5_K, "Q5_K", 255}, {COLI_IQ4_XS, "IQ4_XS", 96},
+        {COLI_Q4_K, "Q4_K", 128},      {COLI_Q6_K, "Q6_K", 288},  {COLI_Q2_K, "Q2_K", 32},
+        {COLI_Q3_K, "Q3_K", 512 + 96}, {COLI_Q5_K, "Q5_K", 255},  {COLI_IQ4_XS, "IQ4_XS", 96},
+        {COLI_TQ1_0, "TQ1_0", 160},    {COLI_TQ2_0, "TQ2_0", 32}, {COLI_IQ2_XXS, "IQ2_XXS", 64},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gguf_bytes b = {0};
@@ -735,6 +737,9 @@ Test(gguf_hostile, k_quant_row_not_a_multiple_of_256) {
     one_tensor(&b, "w", 2, (const uint64_t[]){48, 2}, COLI_Q5_1, 0, 256);
     EXPECT_REFUSED(&b, COLI_EFORMAT, "row length ne[0] = 48 is not a multiple of the Q5_1 block size 32");
     gb_free(&b);
+    one_tensor(&b, "w", 2, (const uint64_t[]){2880 + 16, 2}, COLI_MXFP4, 0, 256);
+    EXPECT_REFUSED(&b, COLI_EFORMAT, "row length ne[0] = 2896 is not a multiple of the MXFP4 block size 32");
+    gb_free(&b);
 }
 
 /* A file cut inside the last block of a tensor: one byte short is refused
@@ -746,6 +751,13 @@ Test(gguf_hostile, truncated_block_of_a_new_type) {
     gb_free(&b);
     one_tensor(&b, "w", 2, (const uint64_t[]){64, 3}, COLI_Q4_1, 0, 6 * 20 - 7);
     EXPECT_REFUSED(&b, COLI_EFORMAT, "tensor 'w': data (120 bytes at offset 0) past end of file");
+    gb_free(&b);
+    /* MXFP4's 17-byte blocks and TQ1_0's 54-byte super-blocks */
+    one_tensor(&b, "w", 3, (const uint64_t[]){64, 3, 2}, COLI_MXFP4, 0, 12 * 17 - 1);
+    EXPECT_REFUSED(&b, COLI_EFORMAT, "tensor 'w': data (204 bytes at offset 0) past end of file");
+    gb_free(&b);
+    one_tensor(&b, "w", 2, (const uint64_t[]){512, 1}, COLI_TQ1_0, 0, 107);
+    EXPECT_REFUSED(&b, COLI_EFORMAT, "tensor 'w': data (108 bytes at offset 0) past end of file");
     gb_free(&b);
     gguf_file *f = NULL;
     one_tensor(&b, "output.weight", 2, (const uint64_t[]){256, 2}, COLI_Q6_K, 0, 420);

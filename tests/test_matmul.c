@@ -18,9 +18,9 @@
 #include "tests/quant_util.h"
 #include "core/vecdot.h"
 
-static const coli_dtype k_types[] = {COLI_F32,  COLI_F16,  COLI_BF16, COLI_Q8_0,   COLI_Q4_0,
-                                     COLI_Q4_1, COLI_Q5_0, COLI_Q5_1, COLI_IQ4_NL, COLI_Q2_K,
-                                     COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K,   COLI_IQ4_XS};
+static const coli_dtype k_types[] = {
+    COLI_F32,  COLI_F16,  COLI_BF16, COLI_Q8_0, COLI_Q4_0,   COLI_Q4_1,  COLI_Q5_0,  COLI_Q5_1,  COLI_IQ4_NL, COLI_Q2_K,
+    COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS, COLI_MXFP4, COLI_TQ1_0, COLI_TQ2_0, COLI_IQ2_XXS};
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 
 /* Types we cannot quantize here (no weight quantizer in core): random
@@ -305,8 +305,8 @@ Test(matmul, bad_arguments_fail_with_a_reason) {
     uint8_t w[4 * 68] = {0};
     cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_Q8_0, 48, 2, x, 1, y), COLI_EINVAL);
     cr_assert(strstr(coli_last_error(), "multiple of 32"), "%s", coli_last_error());
-    cr_assert_eq(coli_matmul(NULL, NULL, w, (coli_dtype)16, 32, 2, x, 1, y), COLI_EUNSUPPORTED);
-    cr_assert(strstr(coli_last_error(), "type 16"), "%s", coli_last_error());
+    cr_assert_eq(coli_matmul(NULL, NULL, w, (coli_dtype)24, 32, 2, x, 1, y), COLI_EUNSUPPORTED);
+    cr_assert(strstr(coli_last_error(), "type 24"), "%s", coli_last_error());
     cr_assert_eq(coli_matmul(NULL, NULL, w, COLI_F32, 0, 2, x, 1, y), COLI_EINVAL);
     cr_assert_eq(coli_matmul(NULL, NULL, NULL, COLI_F32, 8, 2, x, 1, y), COLI_EINVAL);
     /* nothing to do is not an error */
@@ -336,12 +336,12 @@ Test(matmul, scratch_is_reused) {
 }
 
 /* coli_matmul_many over types that share an activation format (Q4_K/Q6_K/
- * IQ4_XS: Q8_K; Q4_1/Q5_1: Q8_1; Q5_0/IQ4_NL: Q8_0 blocks) and Q8_0 (its
+ * IQ4_XS/TQ2_0: Q8_K; Q4_1/Q5_1: Q8_1; Q5_0/IQ4_NL/MXFP4: Q8_0 blocks) and Q8_0 (its
  * own split format): each op gives the bits of coli_matmul on it alone,
  * and each shared input is counted once in the scratch. */
 Test(matmul, many_shares_prepared_inputs_per_activation_type) {
-    static const coli_dtype types[] = {COLI_Q4_K, COLI_Q6_K,   COLI_IQ4_XS, COLI_Q4_1, COLI_Q5_1,
-                                       COLI_Q5_0, COLI_IQ4_NL, COLI_Q8_0,   COLI_Q2_K};
+    static const coli_dtype types[] = {COLI_Q4_K,   COLI_Q6_K, COLI_IQ4_XS, COLI_Q4_1,  COLI_Q5_1, COLI_Q5_0,
+                                       COLI_IQ4_NL, COLI_Q8_0, COLI_Q2_K,   COLI_MXFP4, COLI_TQ2_0};
     enum {
         N = sizeof types / sizeof types[0],
         N_IN = 512,
@@ -413,6 +413,7 @@ Test(matmul, avx2_token_groups_equal_single_tokens) {
         {COLI_Q5_0, coli_vec_dot_q5_0_q8_0_avx2, coli_vec_dot_q5_0_q8_0_avx2_tokens},
         {COLI_Q5_1, coli_vec_dot_q5_1_q8_1_avx2, coli_vec_dot_q5_1_q8_1_avx2_tokens},
         {COLI_IQ4_NL, coli_vec_dot_iq4_nl_q8_0_avx2, coli_vec_dot_iq4_nl_q8_0_avx2_tokens},
+        {COLI_MXFP4, coli_vec_dot_mxfp4_q8_0_avx2, coli_vec_dot_mxfp4_q8_0_avx2_tokens},
     };
     enum {
         NT = 4

@@ -49,10 +49,12 @@ Test(dtype, names_round_trip_and_unknown_types_say_their_number) {
         cr_assert_eq(coli_dtype_from_name(coli_dtype_name(all[i]), &back), 0, "%s", coli_dtype_name(all[i]));
         cr_expect_eq(back, all[i]);
     }
-    cr_expect_str_eq(coli_dtype_name(16), "type 16"); /* GGML's IQ2_XXS */
+    cr_expect_str_eq(coli_dtype_name(24), "type 24"); /* GGML's I8 */
     cr_expect_str_eq(coli_dtype_name(4294967295u), "type 4294967295");
     coli_dtype t;
-    cr_expect_eq(coli_dtype_from_name("IQ2_XXS", &t), -1);
+    cr_expect_eq(coli_dtype_from_name("I8", &t), -1);
+    cr_expect_eq(coli_dtype_from_name("IQ2_XXS", &t), 0);
+    cr_expect_eq(t, COLI_IQ2_XXS);
 }
 
 Test(fp16, to_fp32_matches_definition_for_all_halves) {

@@ -46,6 +46,10 @@ static const ktype k_types[] = {
      coli_vec_dot_q6_K_q8_K_avx2_tokens},
     {"IQ4_XS", COLI_IQ4_XS, sizeof(block_iq4_xs), coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2,
      coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
+    /* no several-token kernels (matmul calls the dot per token) */
+    {"TQ1_0", COLI_TQ1_0, sizeof(block_tq1_0), coli_vec_dot_tq1_0_q8_K, coli_vec_dot_tq1_0_q8_K_avx2, NULL},
+    {"TQ2_0", COLI_TQ2_0, sizeof(block_tq2_0), coli_vec_dot_tq2_0_q8_K, coli_vec_dot_tq2_0_q8_K_avx2, NULL},
+    {"IQ2_XXS", COLI_IQ2_XXS, sizeof(block_iq2_xxs), coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, NULL},
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -72,6 +76,9 @@ static double term_bound(const ktype *k, const uint8_t *blk) {
     case COLI_Q4_K: return ad * 63 * 15 + am * 63;
     case COLI_Q5_K: return ad * 63 * 31 + am * 63;
     case COLI_Q6_K: return ad * 128 * 32;
+    case COLI_TQ1_0:
+    case COLI_TQ2_0: return ad * 2; /* TQ1_0's bytes above 242 decode to 1; TQ2_0's code 3 to 2 */
+    case COLI_IQ2_XXS: return ad * 15.5 / 4 * 43;
     default: return ad * 32 * 127;
     }
 }
@@ -188,6 +195,7 @@ Test(vecdot_k, tokens_equal_single_calls) {
     if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const ktype *k = &k_types[ti];
+        if (!k->avx2_tokens) continue;
         for (size_t li = 0; li < N_LENGTHS; li++) {
             int64_t n = k_lengths[li];
             size_t row = sizeof(block_q8_K) * (size_t)(n / COLI_QK_K), stride = row + 4 * li;
@@ -217,6 +225,28 @@ Test(vecdot_k, tokens_equal_single_calls) {
 /* same inputs, same bits: repeated calls, and the same rows at addresses
  * off the 32-byte grid (still aligned for their fp16/float fields, as
  * rows in a file and the matmul scratch are): no alignment-dependent path */
+/* TQ1_0/TQ2_0/IQ2_XXS: AVX2 sums each super-block exactly and takes the
+ * portable float steps, so the bits are the same */
+Test(vecdot_k, exact_sum_avx2_equals_portable_bits) {
+    if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const ktype *k = &k_types[ti];
+        if (k->t != COLI_TQ1_0 && k->t != COLI_TQ2_0 && k->t != COLI_IQ2_XXS) continue;
+        for (size_t li = 0; li < N_LENGTHS; li++)
+            for (size_t pi = 0; pi < N_PATTERNS; pi++) {
+                const int64_t n = k_lengths[li];
+                const unsigned seed = (unsigned)(9000 + 100 * ti + 10 * li + pi);
+                uint8_t *w = make_weights(k, n, seed, k_patterns[pi].fill);
+                block_q8_K *x = make_acts(n, seed * 5u, k_patterns[pi].c);
+                const float port = k->portable(n, w, x), fast = k->avx2(n, w, x);
+                cr_assert(memcmp(&port, &fast, sizeof port) == 0, "%s n=%lld pattern %zu: avx2 %.9g, portable %.9g",
+                          k->name, (long long)n, pi, fast, port);
+                free(w);
+                free(x);
+            }
+    }
+}
+
 Test(vecdot_k, deterministic) {
     const int64_t n = 1024;
     for (size_t ti = 0; ti < N_TYPES; ti++) {

@@ -1,8 +1,11 @@
 /*
  * test_vecdot_legacy.c - the Q8_1 activation quantizer and the Q4_1,
- * Q5_0, Q5_1, IQ4_NL dot products (core/vecdot_legacy*.c) against a
- * float64 reference built from coli_dequantize_row (test_dequant checks
- * it against the format definition), portable and AVX2.
+ * Q5_0, Q5_1, IQ4_NL, MXFP4 dot products (core/vecdot_legacy*.c,
+ * core/vecdot_fp4_ternary.c) against a float64 reference built from
+ * coli_dequantize_row (test_dequant checks it against the format
+ * definition), portable and AVX2. The ggml_ref suite: MXFP4, TQ1_0 and
+ * TQ2_0 against ggml's recorded dot products (tests/fixtures/ggml-ref) and
+ * within the error bound of ggml's test-quantize-fns.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -14,6 +17,7 @@
 #include "core/quant_blocks.h"
 #include "tests/quant_util.h"
 #include "core/vecdot.h"
+#include "tests/ggml_ref_input.h"
 
 static uint64_t s_rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(uint32_t n) {
@@ -82,6 +86,7 @@ static const legacy_case k_cases[] = {
     {COLI_Q5_0, 0, coli_vec_dot_q5_0_q8_0, coli_vec_dot_q5_0_q8_0_avx2},
     {COLI_Q5_1, 1, coli_vec_dot_q5_1_q8_1, coli_vec_dot_q5_1_q8_1_avx2},
     {COLI_IQ4_NL, 0, coli_vec_dot_iq4_nl_q8_0, coli_vec_dot_iq4_nl_q8_0_avx2},
+    {COLI_MXFP4, 0, coli_vec_dot_mxfp4_q8_0, coli_vec_dot_mxfp4_q8_0_avx2},
 };
 
 static unsigned s_wseed = 12345u;
@@ -120,7 +125,7 @@ static double reference(const legacy_case *c, const uint8_t *w, const void *xq, 
 }
 
 static void check_case(const legacy_case *c, int n) {
-    uint8_t w[24 * 16];
+    uint8_t w[24 * 16]; /* 16 blocks of the largest type */
     float x[512];
     uint8_t xq[36 * 16];
     const int nb = n / 32;
@@ -160,5 +165,131 @@ Test(vecdot_legacy, zero_activations_give_zero) {
             coli_quantize_act_q8_0(x, (block_q8_0 *)xq, 128);
         cr_expect_eq(c->portable(128, w, xq), 0.0f, "%s", coli_dtype_name(c->wtype));
         if (coli_cpu_avx2()) cr_expect_eq(c->avx2(128, w, xq), 0.0f, "%s avx2", coli_dtype_name(c->wtype));
+    }
+}
+
+/* ---- ggml's recorded dot products and error bound ------------------------ */
+
+typedef struct ref_dot {
+    coli_dtype t;
+    const char *file, *act_file;
+    coli_vec_dot_fn portable, avx2;
+    int ggml_avx2_same; /* our AVX2 takes llama.cpp's AVX2 steps: its bits too */
+    uint32_t wseed;     /* weights: gri_blocks of this seed (no quantizer), or 0: <file>.q */
+} ref_dot;
+
+static const ref_dot k_ref_dots[] = {
+    {COLI_MXFP4, "mxfp4", "act_q8_0", coli_vec_dot_mxfp4_q8_0, coli_vec_dot_mxfp4_q8_0_avx2, 1, 0},
+    {COLI_TQ1_0, "tq1_0", "act_q8_K", coli_vec_dot_tq1_0_q8_K, coli_vec_dot_tq1_0_q8_K_avx2, 0, 0},
+    {COLI_TQ2_0, "tq2_0", "act_q8_K", coli_vec_dot_tq2_0_q8_K, coli_vec_dot_tq2_0_q8_K_avx2, 0, 0},
+    {COLI_IQ2_XXS, "iq2_xxs", "act_q8_K", coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, 0, 10},
+};
+#define N_REF_DOTS (sizeof k_ref_dots / sizeof k_ref_dots[0])
+
+static void read_fixture(const char *name, const char *ext, void *dst, size_t n) {
+    char file[64];
+    snprintf(file, sizeof file, "%s%s", name, ext);
+    cr_assert_eq(gri_read_fixture(file, dst, n), 0, "tests/fixtures/ggml-ref/%s: missing or not %zu bytes", file, n);
+}
+
+/* The dot product of the first k blocks, k = 1.. (as the fixture holds
+ * them), against ggml's: the portable one against the generic C, the AVX2
+ * one against ggml's AVX2 where it takes its steps, else the portable. */
+Test(ggml_ref, dot_products_bit_for_bit) {
+    static uint8_t w[GRI_N_QUANT], act[GRI_N_QUANT * 2];
+    static float want[GRI_N_QUANT / 32], want_avx2[GRI_N_QUANT / 32];
+    for (size_t i = 0; i < N_REF_DOTS; i++) {
+        const ref_dot *r = &k_ref_dots[i];
+        const int64_t blk = coli_dtype_block_elems(r->t), nk = GRI_N_QUANT / blk;
+        const coli_dtype at = blk == 32 ? COLI_Q8_0 : COLI_Q8_K;
+        if (r->wseed)
+            gri_blocks(w, (int)nk, (int)coli_dtype_block_bytes(r->t), 0, 0, r->wseed);
+        else
+            read_fixture(r->file, ".q", w, coli_row_bytes(r->t, GRI_N_QUANT));
+        read_fixture(r->act_file, "", act, coli_row_bytes(at, GRI_N_QUANT));
+        read_fixture(r->file, ".dot", want, (size_t)nk * sizeof(float));
+        read_fixture(r->file, ".dot_avx2", want_avx2, (size_t)nk * sizeof(float));
+        for (int64_t k = 1; k <= nk; k++) {
+            const float got = r->portable(k * blk, w, act);
+            cr_assert(memcmp(&got, &want[k - 1], sizeof got) == 0, "%s, %lld blocks: portable %.9g, ggml %.9g",
+                      coli_dtype_name(r->t), (long long)k, got, want[k - 1]);
+            if (!coli_cpu_avx2()) continue;
+            const float fast = r->avx2(k * blk, w, act);
+            const float *ref = r->ggml_avx2_same ? &want_avx2[k - 1] : &got;
+            cr_assert(memcmp(&fast, ref, sizeof fast) == 0, "%s, %lld blocks: avx2 %.9g, expected %.9g",
+                      coli_dtype_name(r->t), (long long)k, fast, *ref);
+            if (r->t != COLI_MXFP4 || !coli_cpu_avx512()) continue;
+            const float wide = coli_vec_dot_mxfp4_q8_0_avx512(k * blk, w, act);
+            cr_assert(memcmp(&wide, ref, sizeof wide) == 0, "%s, %lld blocks: avx512 %.9g, expected %.9g",
+                      coli_dtype_name(r->t), (long long)k, wide, *ref);
+        }
+    }
+}
+
+/* ggml's test-quantize-fns: weights 0.1 + 2 cos(i), activations
+ * 0.1 + 2 cos(i + 1), 4096 of each, quantized (weights by our quantizer,
+ * activations by the activation format's); |dot - float dot| / n below
+ * 0.02 for MXFP4 (MAX_DOT_PRODUCT_ERROR) and 0.15 for the ternary types
+ * (MAX_DOT_PRODUCT_ERROR_TERNARY). */
+Test(ggml_ref, dot_error_within_test_quantize_fns_bound) {
+    enum {
+        N = 32 * 128
+    };
+    static float a[N], b[N];
+    static uint8_t wq[N], xq[N * 2];
+    for (int i = 0; i < N; i++) {
+        a[i] = 0.1f + 2.0f * cosf((float)i);
+        b[i] = 0.1f + 2.0f * cosf((float)i + 1.0f);
+    }
+    double ref = 0.0;
+    for (int i = 0; i < N; i++) ref += a[i] * b[i];
+    for (size_t i = 0; i < N_REF_DOTS; i++) {
+        const ref_dot *r = &k_ref_dots[i];
+        if (r->wseed) continue; /* no quantizer */
+        coli_quantize_row(r->t, a, wq, N);
+        if (r->t == COLI_MXFP4)
+            coli_quantize_act_q8_0(b, (block_q8_0 *)xq, N);
+        else
+            coli_quantize_act_q8_K(b, (block_q8_K *)xq, N);
+        const double bound = r->t == COLI_MXFP4 ? 0.02 : 0.15;
+        const double e1 = fabs(r->portable(N, wq, xq) - ref) / N;
+        cr_assert(e1 < bound, "%s portable: error %.6f, bound %.2f", coli_dtype_name(r->t), e1, bound);
+        if (!coli_cpu_avx2()) continue;
+        const double e2 = fabs(r->avx2(N, wq, xq) - ref) / N;
+        cr_assert(e2 < bound, "%s avx2: error %.6f, bound %.2f", coli_dtype_name(r->t), e2, bound);
+    }
+}
+
+/* MXFP4's 512-bit kernel: the AVX2 kernel's bits, one token and 1..4 at
+ * once, for odd and even block counts and extreme scales */
+Test(vecdot_legacy, mxfp4_avx512_equals_avx2_bits) {
+    if (!coli_cpu_avx512()) cr_skip_test("CPU lacks AVX-512 BW/DQ/VNNI");
+    enum {
+        NB = 19
+    };
+    static block_mxfp4 w[NB];
+    static block_q8_0 x[4][NB];
+    unsigned seed = 77;
+    for (int rep = 0; rep < 20; rep++) {
+        qu_random_blocks(COLI_MXFP4, (uint8_t *)w, NB, &seed);
+        if (rep == 1) w[0].e = 254; /* 2^126: products overflow to inf */
+        if (rep == 2) w[1].e = 0;   /* subnormal scale */
+        for (int t = 0; t < 4; t++) {
+            float xf[NB * 32];
+            for (int i = 0; i < NB * 32; i++) xf[i] = rnd_gauss();
+            coli_quantize_act_q8_0(xf, x[t], NB * 32);
+        }
+        for (int nb = 1; nb <= NB; nb++) {
+            float a[4], b[4];
+            coli_vec_dot_mxfp4_q8_0_avx2_tokens(nb * 32, w, x, sizeof x[0], a, 4);
+            for (int nt = 1; nt <= 4; nt++) {
+                coli_vec_dot_mxfp4_q8_0_avx512_tokens(nb * 32, w, x, sizeof x[0], b, nt);
+                for (int t = 0; t < nt; t++)
+                    cr_assert(memcmp(&a[t], &b[t], sizeof a[t]) == 0,
+                              "rep %d, %d blocks, %d tokens, token %d: %.9g vs %.9g", rep, nb, nt, t, b[t], a[t]);
+            }
+            const float one = coli_vec_dot_mxfp4_q8_0_avx512(nb * 32, w, x[0]);
+            cr_assert(memcmp(&one, &a[0], sizeof one) == 0, "rep %d, %d blocks: %.9g vs %.9g", rep, nb, one, a[0]);
+        }
     }
 }

@@ -12,7 +12,7 @@
  * --tiles compares the Q8_0 / Q4_0 tile flavours side by side: K rounds,
  * each timing every flavour once in turn on the same weights, then the
  * median per flavour (a noisy shared machine moves all of them alike).
- * Q4_K / Q5_K / Q6_K / IQ4_XS take part too: their dot products are 512-bit under
+ * Q4_K / Q5_K / Q6_K / IQ4_XS / MXFP4 take part too: their dot products are 512-bit under
  * "avx512" and AVX2 under the other flavours (MM_SKIP_AVX512).
  *
  * Decode rotates through enough copies of the matrix to exceed the caches,
@@ -156,7 +156,7 @@ static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_d
     unsigned seed = 11;
     for (int64_t i = 0; i < n_tok * c->cols; i++) x[i] = frand(&seed);
     const int has_flavours = t == COLI_Q8_0 || t == COLI_Q4_0 || t == COLI_Q2_K || t == COLI_Q3_K || t == COLI_Q4_K ||
-                             t == COLI_Q5_K || t == COLI_Q6_K || t == COLI_IQ4_XS;
+                             t == COLI_Q5_K || t == COLI_Q6_K || t == COLI_IQ4_XS || t == COLI_MXFP4;
     if (c->n_tiles && has_flavours) {
         rc = compare_tiles(c, pool, s, t, n_tok, w, mat, copies, x, y);
         goto done;
@@ -287,8 +287,9 @@ int main(int argc, char **argv) {
                    .rows = 2816,
                    .cols = 1024,
                    .types = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0, COLI_Q4_1, COLI_Q5_0, COLI_Q5_1,
-                             COLI_IQ4_NL, COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS},
-                   .n_types = 15};
+                             COLI_IQ4_NL, COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS,
+                             COLI_MXFP4, COLI_TQ1_0, COLI_TQ2_0, COLI_IQ2_XXS},
+                   .n_types = 19};
     if (parse_args(argc, argv, &c)) return 2;
     coli_matmul_force_portable(c.portable);
     coli_pool *pool = coli_pool_new(c.threads);

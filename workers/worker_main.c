@@ -247,6 +247,7 @@ int worker_send_hello(worker *w, int ok, const char *why) {
     h.abi_major = MOE_PLUGIN_ABI_MAJOR;
     h.abi_minor = MOE_PLUGIN_ABI_MINOR;
     h.dtype_mask = w->caps.dtype_mask;
+    h.dtype_mask_hi = w->caps.dtype_mask_hi;
     h.max_rows = w->caps.max_rows;
     h.memory_total = w->caps.memory_total;
     h.memory_budget = w->caps.memory_budget;

@@ -147,7 +147,8 @@ static uint64_t host_memory(void) {
 static int cpu_get_caps(moe_device *dev, moe_caps *caps) {
     if (!dev || !caps) return COLI_EINVAL;
     memset(caps, 0, sizeof *caps);
-    caps->dtype_mask = CPU_DTYPE_MASK;
+    caps->dtype_mask = (uint32_t)CPU_DTYPE_MASK;
+    caps->dtype_mask_hi = (uint32_t)(CPU_DTYPE_MASK >> 32);
     caps->max_rows = 0;
     caps->memory_total = 0;
     caps->memory_budget = dev->budget ? dev->budget : host_memory();

@@ -24,14 +24,14 @@ static const char s_about[] =
 /* An override flag's value must be a block type the library knows; it
  * checks that itself, but a usage error (exit 2) names the flag. */
 static int s_check_type_flag(const char *flag, const char *value) {
-    static const char *const types[] = {"F32",    "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",  "Q5_1",
-                                        "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"};
+    static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",  "Q5_1",  "IQ4_NL",
+                                        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4"};
     if (!value) return 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(value, types[i]) == 0) return 0;
     return args_error("quantize", flag,
                       "unknown type '%s' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                      "IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
+                      "IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4)",
                       value);
 }
 

@@ -1,0 +1,176 @@
+/*
+ * vecdot_lowbit_avx2.c - AVX2 dot products of TQ1_0, TQ2_0 and IQ2_XXS rows
+ * with Q8_K activation rows (vecdot.h), compiled per function
+ * (COLI_TARGET_AVX2) and called only when coli_cpu_avx2().
+ *
+ * Each super-block's integer sum is computed in registers and is exact;
+ * the float steps per super-block are the portable ones, so the results
+ * are the portable functions' bits (test_vecdot_k checks it).
+ *  TQ1_0/TQ2_0: the trits unpacked as codes 0..2 (trit + 1), multiplied
+ *    with the activation bytes by maddubs (pairs into int16: at most
+ *    9 * 2*2*127 per lane); the activations' sum (the bsums) is subtracted
+ *    once.
+ *  IQ2_XXS: per 32 values, 4 grid points (magnitudes 8..43) against the
+ *    activations with the points' signs applied (sign_epi8), maddubs
+ *    (at most 2*43*127 per pair), madd with the block's 2s + 1.
+ */
+#include <string.h>
+
+#include "core/cpu_features.h"
+#include "core/quant_blocks.h"
+#include "core/vecdot.h"
+
+#if COLI_X86
+#include <immintrin.h>
+
+#define AVX2 COLI_TARGET_AVX2
+#define ALWAYS static inline __attribute__((always_inline))
+
+AVX2 ALWAYS int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Sum of the 16 bsums: the activations' sum over the super-block. */
+AVX2 ALWAYS int act_sum(const block_q8_K *x) {
+    return hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), _mm256_set1_epi16(1)));
+}
+
+/* The float step of the portable functions, without contraction into an
+ * FMA (scalar SSE operations the compiler keeps as written). */
+AVX2 ALWAYS float add_mul(float sum, float a, float b) {
+    return _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(sum), _mm_mul_ss(_mm_set_ss(a), _mm_set_ss(b))));
+}
+
+/* Bytes of v times the constants of c (one per 16-bit lane, both bytes),
+ * modulo 256: the even bytes from one 16-bit multiply, the odd ones from a
+ * second with the even bytes cleared. */
+AVX2 ALWAYS __m256i mul_bytes(__m256i v, __m256i c) {
+    const __m256i lo = _mm256_and_si256(_mm256_mullo_epi16(v, c), _mm256_set1_epi16(0x00ff));
+    const __m256i hi = _mm256_mullo_epi16(_mm256_and_si256(v, _mm256_set1_epi16((short)0xff00)), c);
+    return _mm256_or_si256(lo, hi);
+}
+
+/* A TQ1_0 byte q (the top digit brought up by the multiply) read as the
+ * code (q * 3) >> 8: 0 below 86, 1 below 171, else 2. */
+AVX2 ALWAYS __m256i trit_code(__m256i q) {
+    const __m256i ge86 = _mm256_cmpeq_epi8(_mm256_max_epu8(q, _mm256_set1_epi8(86)), q);
+    const __m256i ge171 = _mm256_cmpeq_epi8(_mm256_max_epu8(q, _mm256_set1_epi8((char)171)), q);
+    return _mm256_sub_epi8(_mm256_sub_epi8(_mm256_setzero_si256(), ge86), ge171);
+}
+
+/* int16 pair sums of code(q * c) * x for 32 bytes q, 32 activations x */
+AVX2 ALWAYS __m256i tq1_part(__m256i q, __m256i c, const int8_t *x) {
+    return _mm256_maddubs_epi16(trit_code(mul_bytes(q, c)), _mm256_loadu_si256((const __m256i *)x));
+}
+
+/* sum of code * x over one TQ1_0 super-block (values in the block's order,
+ * quant_blocks.h): qs[0..31] digit k against x[32k..]; qs[32..47] in both
+ * halves, digits k and k+1 against x[160 + 16k..] (32 in a row); qh's 4
+ * bytes repeated 4 times, digit k against x[240 + 4k..] (16 bytes). */
+AVX2 ALWAYS int tq1_codes_dot(const block_tq1_0 *w, const int8_t *x) {
+    static const short pow3[5] = {1, 3, 9, 27, 81};
+    const __m256i q0 = _mm256_loadu_si256((const __m256i *)w->qs);
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 5
+    for (int k = 0; k < 5; k++) acc = _mm256_add_epi16(acc, tq1_part(q0, _mm256_set1_epi16(pow3[k]), x + 32 * k));
+    const __m256i q1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w->qs + 32)));
+    acc = _mm256_add_epi16(acc, tq1_part(q1, _mm256_setr_m128i(_mm_set1_epi16(1), _mm_set1_epi16(3)), x + 160));
+    acc = _mm256_add_epi16(acc, tq1_part(q1, _mm256_setr_m128i(_mm_set1_epi16(9), _mm_set1_epi16(27)), x + 192));
+    /* digit 4 of qs[32..47] and qh's 4 digits share one register: the low
+     * half against x[224..239], the high half against x[240..255] */
+    uint32_t qh;
+    memcpy(&qh, w->qh, 4);
+    const __m256i q2 = _mm256_setr_m128i(_mm_loadu_si128((const __m128i *)(w->qs + 32)), _mm_set1_epi32((int)qh));
+    const __m256i c2 = _mm256_setr_epi16(81, 81, 81, 81, 81, 81, 81, 81, 1, 1, 3, 3, 9, 9, 27, 27);
+    acc = _mm256_add_epi16(acc, tq1_part(q2, c2, x + 224));
+    return hsum_i32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)));
+}
+
+AVX2 float coli_vec_dot_tq1_0_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+    const block_tq1_0 *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++) {
+        const int s = tq1_codes_dot(&w[b], x[b].qs) - act_sum(&x[b]);
+        sum = add_mul(sum, (float)s, _cvtsh_ss(w[b].d) * x[b].d);
+    }
+    return sum;
+}
+
+/* sum of code * x over one TQ2_0 super-block: byte 32c + m holds values
+ * 128c + 32k + m at bits 2k. */
+AVX2 ALWAYS int tq2_codes_dot(const block_tq2_0 *w, const int8_t *x) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), m3);
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + 128 * c + 32 * k));
+            acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(codes, xv));
+        }
+    }
+    return hsum_i32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)));
+}
+
+AVX2 float coli_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+    const block_tq2_0 *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++) {
+        const int s = tq2_codes_dot(&w[b], x[b].qs) - act_sum(&x[b]);
+        sum = add_mul(sum, (float)s, x[b].d * _cvtsh_ss(w[b].d));
+    }
+    return sum;
+}
+
+/* sum over one IQ2_XXS super-block of grid * sign * x * (2s + 1) per 32
+ * values (quant_blocks.h); each group's 8 sign bits spread over its 8
+ * bytes (byte j tests bit j), as +1 / -1 for sign_epi8 */
+AVX2 ALWAYS int iq2xxs_isum(const block_iq2_xxs *w, const int8_t *x) {
+    const uint8_t *q = (const uint8_t *)w->qs;
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
+        uint32_t aux;
+        memcpy(&aux, q + 4, 4);
+        const __m256i g = _mm256_set_epi64x((long long)coli_iq2xxs_grid[q[3]], (long long)coli_iq2xxs_grid[q[2]],
+                                            (long long)coli_iq2xxs_grid[q[1]], (long long)coli_iq2xxs_grid[q[0]]);
+        const uint32_t s4 = coli_iq2_signs(aux & 127) | (uint32_t)coli_iq2_signs((aux >> 7) & 127) << 8 |
+                            (uint32_t)coli_iq2_signs((aux >> 14) & 127) << 16 |
+                            (uint32_t)coli_iq2_signs((aux >> 21) & 127) << 24;
+        const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), spread);
+        const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(sb, bit), bit);
+        const __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(x + 32 * ib)),
+                                            _mm256_or_si256(neg, _mm256_set1_epi8(1)));
+        const __m256i ls = _mm256_set1_epi16((short)(2 * (aux >> 28) + 1));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), ls));
+    }
+    return hsum_i32(acc);
+}
+
+AVX2 float coli_vec_dot_iq2_xxs_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+    const block_iq2_xxs *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++)
+        sum = add_mul(sum, _cvtsh_ss(w[b].d) * x[b].d, (float)iq2xxs_isum(&w[b], x[b].qs));
+    return 0.125f * sum;
+}
+
+#else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
+
+float coli_vec_dot_tq1_0_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_tq1_0_q8_K(n, w, x); }
+float coli_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_tq2_0_q8_K(n, w, x); }
+float coli_vec_dot_iq2_xxs_q8_K_avx2(int64_t n, const void *w, const void *x) {
+    return coli_vec_dot_iq2_xxs_q8_K(n, w, x);
+}
+
+#endif
