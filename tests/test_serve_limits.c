@@ -221,3 +221,61 @@ Test(serve_limits, api_key_file) {
     su_stop(&p);
     unlink(path);
 }
+
+/* Several keys, one per line: each is let in, comments and blank lines are not keys. */
+Test(serve_limits, api_key_file_several_keys) {
+    char model[4096], path[] = "/tmp/coli-test-key-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    const char *text = "# the team\nalpha-key\n\n   \n# the bot\nbeta-key\n";
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    const char *extra[] = {"--api-key-file", path, NULL};
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    const char *headers[] = {"Authorization: Bearer alpha-key\r\n", "Authorization: Bearer beta-key\r\n",
+                             "Authorization: Bearer # the team\r\n", "Authorization: Bearer alpha-ke\r\n"};
+    for (int i = 0; i < 4; i++) {
+        http_resp r = su_request(p.port, "POST", "/v1/completions", headers[i], "{\"prompt\":\"a\",\"max_tokens\":1}");
+        cr_expect_eq(r.status, i < 2 ? 200 : 401, "%s: %s", headers[i], r.raw);
+        su_free(&r);
+    }
+    su_stop(&p);
+    unlink(path);
+}
+
+/* A key file that is missing, empty, only comments, a directory, or has a bad line: one
+ * line on stderr naming the file, exit 2 (1 where it cannot be read), before the model loads. */
+Test(serve_limits, api_key_file_bad, .timeout = 150) {
+    char model[4096], coli[4096], dir[] = "/tmp/coli-test-keydir-XXXXXX";
+    su_model(model, sizeof model);
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    cr_assert_not_null(mkdtemp(dir));
+    static const char *const contents[] = {NULL, "", "# only a comment\n\n", NULL, "good\ntwo words\n", "k\nk\n"};
+    static const char *const why[] = {"cannot open", "no key", "no key", "not a regular file", "line 2", "line 2"};
+    for (int i = 0; i < 6; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/keys%d", dir, i);
+        if (i == 3) mkdir(path, 0700);
+        if (contents[i]) {
+            FILE *f = fopen(path, "w");
+            cr_assert_not_null(f);
+            fputs(contents[i], f);
+            fclose(f);
+        }
+        /* timeout: a server that takes the file would serve until killed */
+        char *argv[] = {"/usr/bin/timeout", "20", coli, "serve", "-m", model, "--port", "0",
+                        "--api-key-file",   path, NULL};
+        cli_result c = cli_run(argv);
+        cr_expect_neq(c.status, 0, "case %d: a bad key file was accepted", i);
+        cr_expect_eq(cli_count_lines(c.err), 1, "case %d: %s", i, c.err);
+        cr_expect(strstr(c.err, path) && strstr(c.err, why[i]), "case %d: the error names neither %s nor '%s': %s", i,
+                  path, why[i], c.err);
+        cr_expect(!strstr(c.out, "listening"), "case %d: it started: %s", i, c.out);
+        cli_result_free(&c);
+        if (i == 3)
+            rmdir(path);
+        else
+            unlink(path);
+    }
+    rmdir(dir);
+}

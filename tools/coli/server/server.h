@@ -121,7 +121,12 @@ typedef struct gen_request {
     int32_t *bias_id;             /* logit_bias: n_bias token ids and what is added to their logits */
     float *bias;                  /* (-INFINITY for -100: a ban) */
     int n_bias;
+    char *cache_salt;      /* cache_salt: NULL if not given */
+    uint64_t cache_domain; /* the prefix cache domain: (API key, cache_salt), server_cache_domain */
 } gen_request;
+
+/* Longest cache_salt a request may give, in bytes. */
+#define SERVE_MAX_CACHE_SALT 256
 
 /* Most logit_bias entries a request may carry. */
 #define SERVE_MAX_LOGIT_BIAS 1024
@@ -228,8 +233,10 @@ char *utf8_lossy(const char *bytes, size_t n);
 typedef struct server_config {
     const char *host;
     int port;
-    const char *api_key;           /* NULL: no auth */
-    char *api_key_owned;           /* read from --api-key-file (malloc'd) */
+    const char *api_key;           /* --api-key or COLI_API_KEY (folded into api_keys) */
+    const char **api_keys;         /* every accepted key, n_api_keys of them (0: no auth); malloc'd */
+    int n_api_keys;                /* key i is prefix cache domain i (with the request's cache_salt) */
+    char *api_key_text;            /* --api-key-file's text, which api_keys point into (malloc'd) */
     int max_connections;           /* open connections in all */
     int max_conn_per_client;       /* open connections per client address */
     int request_timeout_s;         /* deadline for a request's head and body */
@@ -268,6 +275,7 @@ typedef struct server {
     atomic_int abort_running; /* the grace period is over: running requests stop */
     server_metrics metrics;
     coli_prefix_cache *prefix; /* NULL when off; shared by the slots */
+    uint64_t cache_key[2];     /* random per start: the SipHash key of the prefix cache domains */
     coli_batch *batch;         /* continuous batching; NULL with --no-batching */
 
     /* the baton: a fair lock over every computing library call */
@@ -304,6 +312,10 @@ void server_slots_stop(server *s); /* stop what still runs (503 / error event), 
 void server_slots_free(server *s); /* after the HTTP side stopped: contexts, queue */
 void baton_acquire(server *s);
 void baton_release(server *s);
+/* The prefix cache domain of a request that came with API key number key (-1: none) and
+ * cache_salt salt (NULL: none): 0 (shared) for neither, else a keyed hash of both, so
+ * requests of different keys or salts never share a cached block. */
+uint64_t server_cache_domain(const server *s, int key, const char *salt);
 /* Queue j (retains it). 0, or 429 when the queue is full, 503 when stopping. */
 int server_submit(server *s, job *j);
 void server_queue_gauges(server *s, int *waiting, int *active);
@@ -348,6 +360,8 @@ int http_connection_fd(struct MHD_Connection *c);
 /* The job a suspended request waits for (NULL if none); http_set_job retains it. */
 job *http_current_job(void);
 void http_set_job(job *j);
+/* The number of the API key the request this thread answers came with; -1: no auth. */
+int http_current_key(void);
 
 /* server_conns.c: the head-and-body deadline (see there). */
 int conns_start(int timeout_s); /* 0 or -1 (printed) */

@@ -141,6 +141,7 @@ static int s_more_choices(server *s, struct MHD_Connection *c, job *first, const
         if (!rc) rc = openai_prepare_tokens(s, &j->req, err, sizeof err, &param);
         if (!rc) {
             j->req.sp.seed = first->req.sp.seed + (uint64_t)i;
+            j->req.cache_domain = first->req.cache_domain;
             last->next_choice = j; /* the chain holds it now */
             last = j;
             rc = server_submit(s, j);
@@ -163,6 +164,7 @@ int handle_completion(server *s, struct MHD_Connection *c, int chat, const char 
     const char *param = NULL;
     int rc = openai_parse(s, body, len, chat, &j->req, err, sizeof err, &param);
     if (!rc) rc = openai_prepare_tokens(s, &j->req, err, sizeof err, &param);
+    if (!rc) j->req.cache_domain = server_cache_domain(s, http_current_key(), j->req.cache_salt);
     int ret;
     if (rc) {
         ret = http_reply_error(s, c, ep, rc, rc >= 500 ? "server_error" : "invalid_request_error",

@@ -33,6 +33,7 @@ typedef struct http_req {
     int no_memory; /* the body could not be stored: 500, not 413 */
     int ep;
     int status;
+    int key;  /* the number of the API key it came with (its cache domain); -1: none */
     job *job; /* a non-streamed completion waiting for its answer */
 } http_req;
 
@@ -49,6 +50,8 @@ static __thread http_req *t_req;                    /* the request this pool thr
 int http_bound_port(void) { return s_port; }
 
 job *http_current_job(void) { return t_req ? t_req->job : NULL; }
+
+int http_current_key(void) { return t_req ? t_req->key : -1; }
 
 void http_set_job(job *j) {
     if (!t_req || t_req->job == j) return;
@@ -129,10 +132,16 @@ static int s_key_matches(const char *given, const char *key) {
     return diff == 0;
 }
 
-static int s_authorized(server *s, struct MHD_Connection *c, const char *url) {
-    if (!s->cfg.api_key || strncmp(url, "/v1/", 4) != 0) return 1; /* /health, /metrics, the dashboard stay open */
+/* 1 if the request may go on, with r->key the number of the key it gave; every key is
+ * compared in full, so timing tells neither a key nor which one matched. */
+static int s_authorized(server *s, struct MHD_Connection *c, const char *url, http_req *r) {
+    r->key = -1;
+    if (!s->cfg.n_api_keys || strncmp(url, "/v1/", 4) != 0) return 1; /* /health, /metrics, the dashboard stay open */
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    return h && strncmp(h, "Bearer ", 7) == 0 && s_key_matches(h + 7, s->cfg.api_key);
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
+    for (int i = 0; i < s->cfg.n_api_keys; i++)
+        if (s_key_matches(h + 7, s->cfg.api_keys[i]) && r->key < 0) r->key = i;
+    return r->key >= 0;
 }
 
 static int s_route(server *s, struct MHD_Connection *c, const char *url, const char *method, http_req *r) {
@@ -215,7 +224,7 @@ static int s_first_call(server *s, struct MHD_Connection *c, const char *url, co
         return http_reply_error(s, c, r->ep, 400, "invalid_request_error", "ambiguous_framing", NULL,
                                 "request framing: %s (RFC 9112 forbids it)", ambiguous);
     if (strcmp(method, "OPTIONS") == 0 && r->ep != EP_OTHER) return s_preflight(c);
-    if (!s_authorized(s, c, url))
+    if (!s_authorized(s, c, url, r))
         return http_reply_error(s, c, r->ep, 401, "invalid_request_error", "invalid_api_key", NULL,
                                 "missing or wrong API key: send 'Authorization: Bearer KEY'");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");

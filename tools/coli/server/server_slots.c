@@ -9,12 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "tools/coli/args.h"
 #include "tools/coli/server/server.h"
 #include "core/clock.h"
+#include "core/hash.h"
 
 struct server_slot {
     server *srv;
@@ -309,6 +311,19 @@ static void s_finish(server_slot *slot, job *j, int rc, const coli_gen_stats *st
     pthread_mutex_unlock(&j->mu);
 }
 
+uint64_t server_cache_domain(const server *s, int key, const char *salt) {
+    if (key < 0 && !salt) return 0;
+    /* the key's number, then the salt: a salt cannot pose as another key's */
+    unsigned char in[4 + SERVE_MAX_CACHE_SALT];
+    size_t n = salt ? strlen(salt) : 0;
+    if (n > SERVE_MAX_CACHE_SALT) n = SERVE_MAX_CACHE_SALT; /* openai_parse refuses longer ones */
+    const uint32_t k = (uint32_t)(key + 1);
+    memcpy(in, &k, 4);
+    if (n) memcpy(in + 4, salt, n);
+    uint64_t d = coli_siphash24(s->cache_key[0], s->cache_key[1], in, 4 + n);
+    return d ? d : 1; /* 0 is the shared domain */
+}
+
 /* Reset the slot's context to the longest cached prefix of j's prompt
  * (nothing without a cache): the positions restored, which generation
  * then skips. A failing lookup is a miss, never a failed request. */
@@ -319,6 +334,7 @@ static int s_prefix_restore(server_slot *slot, job *j) {
     slot->seq_len = n <= slot->seq_cap ? n : 0;
     if (slot->seq_len) memcpy(slot->seq, j->req.ids, (size_t)n * sizeof(int32_t));
     if (!s->prefix || !slot->seq_len) return 0;
+    coli_context_set_prefix_domain(slot->ctx, j->req.cache_domain); /* s_prefix_save stores in it too */
     int got = coli_context_restore_prefix(slot->ctx, s->prefix, j->req.ids, n);
     if (got < 0) {
         if (s->cfg.verbose) fprintf(stderr, "coli serve: prefix cache: %s\n", coli_last_error());
@@ -445,6 +461,10 @@ static int s_alloc(server *s) {
     coli_context_params cp;
     coli_context_default_params(&cp);
     cp.n_ctx = s->cfg.n_ctx;
+    if (s->cfg.prefix_cache_bytes && getrandom(s->cache_key, sizeof s->cache_key, 0) != (ssize_t)sizeof s->cache_key) {
+        fprintf(stderr, "coli serve: prefix cache: no random key for its domains: %s\n", strerror(errno));
+        return CLI_FAIL;
+    }
     if (s->cfg.prefix_cache_bytes &&
         coli_prefix_cache_new(s->model, s->cfg.prefix_cache_bytes, s->cfg.prefix_block, &s->prefix) != 0) {
         fprintf(stderr, "coli serve: %s\n", coli_last_error());
