@@ -9,6 +9,7 @@
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include "tests/serve_util.h"
 
@@ -39,6 +40,18 @@ static int s_closed_by_server(int fd, char *first, size_t cap) {
     }
     if (n > 0) n = recv(fd, buf, sizeof buf, MSG_DONTWAIT); /* the EOF after the 408 */
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+typedef struct call {
+    int port;
+    const char *body;
+    http_resp r;
+} call;
+
+static void *s_call(void *arg) {
+    call *c = arg;
+    c->r = su_post(c->port, "/v1/completions", c->body);
+    return NULL;
 }
 
 enum {
@@ -122,18 +135,6 @@ Test(serve_limits, slow_client_flood_does_not_lock_others_out, .timeout = 180) {
     cr_expect_eq(su_stop(&p), 0);
 }
 
-typedef struct call {
-    int port;
-    const char *body;
-    http_resp r;
-} call;
-
-static void *s_call(void *arg) {
-    call *c = arg;
-    c->r = su_post(c->port, "/v1/completions", c->body);
-    return NULL;
-}
-
 /* The last `data: ` event of an SSE body, parsed (NULL if none is JSON). */
 static cJSON *s_last_event(const char *body, int *saw_finish) {
     cJSON *last = NULL;
@@ -202,6 +203,87 @@ Test(serve_limits, sigterm_finishes_running_refuses_queued_and_cuts_streams_with
 }
 
 Test(serve_limits, sigterm_without_batching, .timeout = 120) { s_sigterm_case(0); }
+
+enum {
+    CAP = 16,
+    CROWD = 48
+};
+
+/* At --max-connections, slow clients push each other out, oldest first: they are told 503
+ * too_many_connections; a request in flight is never the one closed, and /health and a
+ * completion still answer (finding 4: 5 addresses x 256 slow clients filled the table). */
+Test(serve_limits, full_table_closes_the_oldest_slow_connections, .timeout = 120) {
+    char model[4096];
+    const char *extra[] = {"--max-connections", "16", "--request-timeout", "60", NULL};
+    setenv("COLI_SERVE_DELAY_MS", "100", 1); /* the running request: 60 tokens, ~6 s */
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    unsetenv("COLI_SERVE_DELAY_MS");
+    call running = {.port = p.port, .body = "{\"prompt\":\"a\",\"max_tokens\":60,\"temperature\":0}"};
+    pthread_t th;
+    pthread_create(&th, NULL, s_call, &running);
+    usleep(300000);
+    static int fds[CROWD];
+    for (int i = 0; i < CROWD; i++) {
+        char src[32];
+        snprintf(src, sizeof src, "127.0.0.%d", 2 + i % 6);
+        fds[i] = s_connect_from(p.port, src);
+        cr_assert_geq(fds[i], 0, "slow connection %d from %s: %s", i, src, strerror(errno));
+        su_send_all(fds[i], "POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 41);
+        usleep(2000); /* one after the other: the first is the oldest */
+    }
+    usleep(500000);
+    http_resp r = su_get(p.port, "/health");
+    cr_expect_eq(r.status, 200, "/health with the table full: %s", r.raw ? r.raw : "(none)");
+    su_free(&r);
+    r = su_post(p.port, "/v1/completions", "{\"prompt\":\"Hello\",\"max_tokens\":2}");
+    cr_expect_eq(r.status, 200, "a completion with the table full: %s", r.raw ? r.raw : "(none)");
+    su_free(&r);
+    usleep(200000);
+    int n_closed = 0;
+    char first[256] = "";
+    static char closed[CROWD];
+    for (int i = 0; i < CROWD; i++) n_closed += closed[i] = (char)s_closed_by_server(fds[i], first, sizeof first);
+    /* the running request holds one place: at most CAP - 1 slow ones stay */
+    cr_expect_geq(n_closed, CROWD - (CAP - 1), "%d of %d slow connections closed (limit %d)", n_closed, CROWD, CAP);
+    cr_expect(closed[0], "the oldest slow connection is still open");
+    cr_expect(!closed[CROWD - 1], "the newest slow connection was closed");
+    cr_expect(strstr(first, "503 Service Unavailable") && strstr(first, "limit of 16"), "a closed one was told: %s",
+              first);
+    for (int i = 0; i < CROWD; i++) close(fds[i]);
+    pthread_join(th, NULL);
+    cr_expect_eq(running.r.status, 200, "the request in flight: %s", running.r.raw ? running.r.raw : "(none)");
+    cr_expect(running.r.body && strstr(running.r.body, "\"completion_tokens\":60"), "%s", running.r.body);
+    su_free(&running.r);
+    cr_expect_eq(su_stop(&p), 0);
+}
+
+/* The default limit follows the file-descriptor limit: the soft one is raised to the hard
+ * one at start; a --max-connections the limit cannot hold is refused in one line. */
+Test(serve_limits, connection_limit_from_the_descriptor_limit, .timeout = 60) {
+    char model[4096], coli[4096];
+    su_model(model, sizeof model);
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    struct rlimit old;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+    if (old.rlim_max < 2048 || old.rlim_max == RLIM_INFINITY)
+        cr_skip_test("hard descriptor limit %llu", (unsigned long long)old.rlim_max);
+    struct rlimit low = {512, old.rlim_max};
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    serve_proc p = su_start(model, NULL); /* inherits the soft 512 */
+    setrlimit(RLIMIT_NOFILE, &old);
+    char want[128];
+    snprintf(want, sizeof want, "(file-descriptor limit %llu)", (unsigned long long)old.rlim_max);
+    cr_expect(strstr(p.log, want), "the soft limit was not raised to the hard one: %s", p.log);
+    const char *at = strstr(p.log, "at most ");
+    cr_expect(at && atoi(at + 8) > 512, "%s", p.log);
+    cr_expect_eq(su_stop(&p), 0);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "ulimit -n 400 && exec %s serve -m %s --port 0 --max-connections 1000 2>&1", coli, model);
+    char out[1024];
+    cr_expect_neq(cli_shell(cmd, out, sizeof out), 0, "accepted: %s", out);
+    cr_expect(cli_count_lines(out) == 1 && strstr(out, "--max-connections") && strstr(out, "limit (ulimit -n) is 400"),
+              "%s", out);
+}
 
 Test(serve_limits, api_key_file) {
     char model[4096], path[] = "/tmp/coli-test-key-XXXXXX";

@@ -181,7 +181,7 @@ static void s_config_defaults(server_config *cfg) {
                            .port = 8080,
                            .n_slots = 4,
                            .queue_max = 64,
-                           .max_connections = 1024,
+                           .max_connections = 0, /* conns_plan: from the file-descriptor limit */
                            .max_conn_per_client = 256,
                            .request_timeout_s = 30,
                            .prefix_block = 16,
@@ -212,7 +212,7 @@ static int s_config_finish(server *s, const model_opts *mo, const char *key_file
     s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
     s->cfg.verbose = mo->verbose;
     s->cfg.n_ctx = mo->n_ctx;
-    return rc;
+    return rc ? rc : conns_plan(&s->cfg);
 }
 
 /* --chat-template, --chat-template-kwargs and --reasoning-format, checked into s. */
@@ -256,7 +256,7 @@ int cmd_serve(int argc, char **argv) {
         {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB",
          "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
         {"--max-connections", NULL, ARG_INT, &s->cfg.max_connections, 1, 100000, 0, "N",
-         "open connections in all; more are closed at once (default 1024)"},
+         "open connections; at the limit the oldest one still sending its request is closed (default: from ulimit -n)"},
         {"--max-conn-per-client", NULL, ARG_INT, &s->cfg.max_conn_per_client, 1, 100000, 0, "N",
          "open connections from one client address (default 256)"},
         {"--request-timeout", NULL, ARG_INT, &s->cfg.request_timeout_s, 1, 3600, 0, "S",

@@ -237,7 +237,8 @@ typedef struct server_config {
     const char **api_keys;         /* every accepted key, n_api_keys of them (0: no auth); malloc'd */
     int n_api_keys;                /* key i is prefix cache domain i (with the request's cache_salt) */
     char *api_key_text;            /* --api-key-file's text, which api_keys point into (malloc'd) */
-    int max_connections;           /* open connections in all */
+    int max_connections;           /* open connections in all; 0 until conns_plan sizes it */
+    long long fd_limit;            /* the file-descriptor limit in force (raised to the hard one) */
     int max_conn_per_client;       /* open connections per client address */
     int request_timeout_s;         /* deadline for a request's head and body */
     double shutdown_grace_s;       /* on SIGTERM, how long running requests may finish */
@@ -363,10 +364,16 @@ void http_set_job(job *j);
 /* The number of the API key the request this thread answers came with; -1: no auth. */
 int http_current_key(void);
 
-/* server_conns.c: the head-and-body deadline (see there). */
-int conns_start(int timeout_s); /* 0 or -1 (printed) */
+/* server_conns.c: the connection limit and the head-and-body deadline (see there). */
+/* Raise the soft file-descriptor limit to the hard one and size cfg->max_connections from it
+ * when not given (or check the given one fits): 0, or an error (printed). */
+int conns_plan(server_config *cfg);
+/* Connections beyond limit libmicrohttpd keeps room for: closed ones not yet gone. */
+int conns_slack(int limit);
+int conns_start(int timeout_s, int limit); /* 0 or -1 (printed) */
 void conns_stop(void);
 void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe);
+void conns_head_received(struct MHD_Connection *c);
 void conns_request_received(struct MHD_Connection *c);
 void conns_request_done(struct MHD_Connection *c);
 

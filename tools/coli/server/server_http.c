@@ -266,6 +266,7 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *c, const char 
         *con_cls = r;
         t_req = r;
         atomic_fetch_add(&s_in_flight, 1);
+        conns_head_received(c);
         return (enum MHD_Result)s_first_call(s, c, url, method, r);
     }
     t_req = r;
@@ -321,13 +322,16 @@ int http_start(server *s) {
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ipv6) flags |= MHD_USE_IPv6;
     if (s->cfg.verbose) flags |= MHD_USE_ERROR_LOG;
-    if (conns_start(s->cfg.request_timeout_s)) return CLI_FAIL;
-    s_daemon = MHD_start_daemon(
-        flags, (uint16_t)s->cfg.port, NULL, NULL, s_access, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_NOTIFY_CONNECTION, conns_notify, NULL,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_POOL_THREADS, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_client,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    if (conns_start(s->cfg.request_timeout_s, s->cfg.max_connections)) return CLI_FAIL;
+    /* libmicrohttpd's limit is above ours: at ours the oldest slow connection makes room
+     * (server_conns.c), and it lingers until its thread closes it */
+    const unsigned mhd_limit = (unsigned)(s->cfg.max_connections + conns_slack(s->cfg.max_connections));
+    s_daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, s_access, s, MHD_OPTION_SOCK_ADDR,
+                                (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, s_completed, s,
+                                MHD_OPTION_NOTIFY_CONNECTION, conns_notify, NULL, MHD_OPTION_THREAD_POOL_SIZE,
+                                (unsigned)HTTP_POOL_THREADS, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_client,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
     if (!s_daemon) {
         conns_stop();
         fprintf(stderr, "coli serve: cannot listen on %s:%d (address in use, or not allowed)\n", s->cfg.host,
@@ -337,6 +341,8 @@ int http_start(server *s) {
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s_daemon, MHD_DAEMON_INFO_BIND_PORT);
     s_port = di ? di->port : s->cfg.port;
     printf("coli serve: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", s->cfg.host, ipv6 ? "]" : "", s_port);
+    printf("coli serve: at most %d connections, %d per client address (file-descriptor limit %lld)\n",
+           s->cfg.max_connections, s->cfg.max_conn_per_client, s->cfg.fd_limit);
     fflush(stdout);
     return 0;
 }
