@@ -9,6 +9,7 @@
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 
 #include "tests/serve_util.h"
@@ -283,6 +284,108 @@ Test(serve_limits, connection_limit_from_the_descriptor_limit, .timeout = 60) {
     cr_expect_neq(cli_shell(cmd, out, sizeof out), 0, "accepted: %s", out);
     cr_expect(cli_count_lines(out) == 1 && strstr(out, "--max-connections") && strstr(out, "limit (ulimit -n) is 400"),
               "%s", out);
+}
+
+/* colibri_queue_depth (answers waiting) from /metrics; -1 if unreadable. */
+static int s_queue_depth(int port) {
+    http_resp r = su_get(port, "/metrics");
+    const char *at = r.body ? strstr(r.body, "\ncolibri_queue_depth ") : NULL;
+    int v = at ? atoi(at + strlen("\ncolibri_queue_depth ")) : -1;
+    su_free(&r);
+    return v;
+}
+
+/* Wait (at most 20 s) until at least n answers wait: the order the requests were queued in. */
+static void s_wait_depth(int port, int n) {
+    double until = su_now() + 20;
+    while (s_queue_depth(port) < n && su_now() < until) usleep(20000);
+    cr_assert_geq(s_queue_depth(port), n, "the queue never held %d answers", n);
+}
+
+/* Wait (at most 20 s) until a slot generates. */
+static void s_wait_busy(int port) {
+    double until = su_now() + 20;
+    int busy = 0;
+    while (!busy && su_now() < until) {
+        http_resp h = su_get(port, "/health");
+        busy = h.body && strstr(h.body, "\"slots_busy\":1");
+        su_free(&h);
+        if (!busy) usleep(20000);
+    }
+    cr_assert(busy, "no slot ever got busy");
+}
+
+/* The queue counts answers: a request is queued whole or refused whole (429), so a refused
+ * n = 5 leaves no answers behind to crowd out the next request; an n no queue can ever hold
+ * is 400 naming n (finding 8). */
+Test(serve_limits, queue_counts_answers_all_or_none, .timeout = 120) {
+    char model[4096];
+    const char *extra[] = {"--parallel", "1", "--queue", "4", NULL};
+    setenv("COLI_SERVE_DELAY_MS", "50", 1);
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    unsetenv("COLI_SERVE_DELAY_MS");
+    call running = {.port = p.port, .body = "{\"prompt\":\"a\",\"max_tokens\":100,\"temperature\":0}"};
+    pthread_t th;
+    pthread_create(&th, NULL, s_call, &running);
+    s_wait_busy(p.port); /* it holds the one slot */
+    http_resp r = su_post(p.port, "/v1/completions", "{\"prompt\":\"b\",\"max_tokens\":2,\"n\":5}");
+    cr_expect_eq(r.status, 429, "5 answers with 4 waiting places: %s", r.raw ? r.raw : "(none)");
+    cr_expect(r.body && strstr(r.body, "\"code\":\"queue_full\""), "%s", r.body);
+    su_free(&r);
+    cr_expect_eq(s_queue_depth(p.port), 0, "a refused request left answers in the queue");
+    r = su_post(p.port, "/v1/completions", "{\"prompt\":\"c\",\"max_tokens\":2,\"n\":4}");
+    cr_expect_eq(r.status, 200, "4 answers with 4 waiting places: %s", r.raw ? r.raw : "(none)");
+    su_free(&r);
+    r = su_post(p.port, "/v1/completions", "{\"prompt\":\"d\",\"max_tokens\":2,\"n\":6}");
+    cr_expect_eq(r.status, 400, "6 answers, more than 1 slot + 4 places: %s", r.raw ? r.raw : "(none)");
+    cr_expect(r.body && strstr(r.body, "\"param\":\"n\""), "%s", r.body);
+    su_free(&r);
+    pthread_join(th, NULL);
+    cr_expect_eq(running.r.status, 200);
+    su_free(&running.r);
+    cr_expect_eq(su_stop(&p), 0);
+}
+
+typedef struct ordered_call {
+    call c;
+    atomic_int *clock; /* the order the answers came back in */
+    int done_at;
+} ordered_call;
+
+static void *s_ordered_call(void *arg) {
+    ordered_call *o = arg;
+    s_call(&o->c);
+    o->done_at = atomic_fetch_add(o->clock, 1);
+    return NULL;
+}
+
+/* Requests take turns: a small request queued behind one of n = 4 gets the slot after the
+ * big one's first answer, not after all four, so its answer comes back first (finding 8). */
+Test(serve_limits, queued_requests_take_turns, .timeout = 120) {
+    char model[4096];
+    const char *extra[] = {"--parallel", "1", "--queue", "8", NULL};
+    setenv("COLI_SERVE_DELAY_MS", "50", 1);
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    unsetenv("COLI_SERVE_DELAY_MS");
+    atomic_int clock = 0;
+    ordered_call a = {{p.port, "{\"prompt\":\"a\",\"max_tokens\":40,\"temperature\":0}", {0}}, &clock, -1};
+    ordered_call big = {{p.port, "{\"prompt\":\"b\",\"max_tokens\":8,\"n\":4,\"temperature\":0}", {0}}, &clock, -1};
+    ordered_call small = {{p.port, "{\"prompt\":\"c\",\"max_tokens\":8,\"temperature\":0}", {0}}, &clock, -1};
+    pthread_t th[3];
+    pthread_create(&th[0], NULL, s_ordered_call, &a);
+    s_wait_busy(p.port);
+    pthread_create(&th[1], NULL, s_ordered_call, &big);
+    s_wait_depth(p.port, 3); /* the big one is queued (all 4, or 3 if its first has started) */
+    pthread_create(&th[2], NULL, s_ordered_call, &small);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    cr_expect_eq(a.c.r.status, 200, "%s", a.c.r.raw ? a.c.r.raw : "(none)");
+    cr_expect_eq(big.c.r.status, 200, "%s", big.c.r.raw ? big.c.r.raw : "(none)");
+    cr_expect_eq(small.c.r.status, 200, "%s", small.c.r.raw ? small.c.r.raw : "(none)");
+    cr_expect_lt(small.done_at, big.done_at, "the small request waited for all 4 answers of the big one");
+    su_free(&a.c.r);
+    su_free(&big.c.r);
+    su_free(&small.c.r);
+    cr_expect_eq(su_stop(&p), 0);
 }
 
 Test(serve_limits, api_key_file) {

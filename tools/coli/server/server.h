@@ -243,7 +243,7 @@ typedef struct server_config {
     int request_timeout_s;         /* deadline for a request's head and body */
     double shutdown_grace_s;       /* on SIGTERM, how long running requests may finish */
     int n_slots;                   /* --parallel */
-    int queue_max;                 /* waiting requests beyond the busy slots */
+    int queue_max;                 /* waiting answers beyond the free slots (a request of n counts n) */
     size_t max_body;               /* bytes */
     int n_ctx;                     /* per slot, 0 = the model's */
     int token_delay_ms;            /* COLI_SERVE_DELAY_MS: tests slow generation down */
@@ -287,9 +287,10 @@ typedef struct server {
     /* the queue */
     pthread_mutex_t q_mu;
     pthread_cond_t q_cv;
-    job **queue; /* ring of queue_max + n_slots */
+    job **queue; /* ring of queue_max + n_slots: each waiting request's next answer, in turn */
     int q_head, q_len, q_cap;
-    int active; /* slots generating */
+    int q_answers; /* answers waiting (a request's later ones are not in the ring yet) */
+    int active;    /* slots generating */
     server_slot *slots;
     pthread_t *slot_threads;
     int n_started;
@@ -317,8 +318,9 @@ void baton_release(server *s);
  * cache_salt salt (NULL: none): 0 (shared) for neither, else a keyed hash of both, so
  * requests of different keys or salts never share a cached block. */
 uint64_t server_cache_domain(const server *s, int key, const char *salt);
-/* Queue j (retains it). 0, or 429 when the queue is full, 503 when stopping. */
-int server_submit(server *s, job *j);
+/* Queue first and its next_choice chain, each answer a job (retains them): all or none.
+ * 0, or 429 when its answers do not fit in the free slots and queue places, 503 when stopping. */
+int server_submit(server *s, job *first);
 void server_queue_gauges(server *s, int *waiting, int *active);
 /* A copy of the executor's stats JSON no older than this call (malloc'd, NULL if none). */
 char *server_stats_fresh(server *s);

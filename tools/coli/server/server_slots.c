@@ -124,17 +124,25 @@ void baton_release(server *s) {
 // ---------------------------------------------------------------------------
 // the queue
 
-int server_submit(server *s, job *j) {
+/* With q_mu held: j at the back of the line. */
+static void s_push(server *s, job *j) {
+    s->queue[(s->q_head + s->q_len) % s->q_cap] = j;
+    s->q_len++;
+}
+
+int server_submit(server *s, job *first) {
+    int n = 0;
+    for (job *j = first; j; j = j->next_choice) n++;
     pthread_mutex_lock(&s->q_mu);
     int rc = 0;
     if (atomic_load(&s->stopping))
         rc = 503;
-    else if (s->q_len >= s->q_cap || s->q_len - (s->cfg.n_slots - s->active) >= s->cfg.queue_max)
-        rc = 429;
+    else if (s->q_answers + n - (s->cfg.n_slots - s->active) > s->cfg.queue_max || s->q_len >= s->q_cap)
+        rc = 429; /* all of its answers fit, or none is queued */
     if (rc == 0) {
-        job_retain(j);
-        s->queue[(s->q_head + s->q_len) % s->q_cap] = j;
-        s->q_len++;
+        for (job *j = first; j; j = j->next_choice) job_retain(j);
+        s_push(s, first); /* its later answers follow one by one (s_take) */
+        s->q_answers += n;
         pthread_cond_signal(&s->q_cv);
     }
     pthread_mutex_unlock(&s->q_mu);
@@ -143,12 +151,14 @@ int server_submit(server *s, job *j) {
 
 void server_queue_gauges(server *s, int *waiting, int *active) {
     pthread_mutex_lock(&s->q_mu);
-    *waiting = s->q_len;
+    *waiting = s->q_answers;
     *active = s->active;
     pthread_mutex_unlock(&s->q_mu);
 }
 
-/* The next job for a slot; NULL when the server stops. */
+/* The next job for a slot; NULL when the server stops. Requests take turns:
+ * the line holds each request's next answer, and a request with more goes to
+ * the back once one starts, so n = 16 answers cannot keep a small request waiting. */
 static job *s_take(server *s) {
     pthread_mutex_lock(&s->q_mu);
     while (s->q_len == 0 && !atomic_load(&s->stopping)) pthread_cond_wait(&s->q_cv, &s->q_mu);
@@ -157,7 +167,9 @@ static job *s_take(server *s) {
         j = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
+        s->q_answers--;
         s->active++;
+        if (j->next_choice) s_push(s, j->next_choice);
     }
     pthread_mutex_unlock(&s->q_mu);
     return j;
@@ -521,16 +533,20 @@ int server_slots_start(server *s) {
     return 0;
 }
 
-/* With q_mu held: answer every queued job 503 and empty the queue. */
+/* With q_mu held: answer every queued job 503 and empty the queue (a request's
+ * answers after the one in line wait behind it: next_choice). */
 static void s_fail_queued(server *s) {
     for (int i = 0; i < s->q_len; i++) {
-        job *j = s->queue[(s->q_head + i) % s->q_cap];
-        pthread_mutex_lock(&j->mu);
-        job_fail(j, 503, "shutting_down", "the server is shutting down; this request was not started");
-        pthread_mutex_unlock(&j->mu);
-        job_release(j);
+        for (job *j = s->queue[(s->q_head + i) % s->q_cap], *next; j; j = next) {
+            next = j->next_choice; /* j's reference to it outlives the release below */
+            pthread_mutex_lock(&j->mu);
+            job_fail(j, 503, "shutting_down", "the server is shutting down; this request was not started");
+            pthread_mutex_unlock(&j->mu);
+            job_release(j);
+        }
     }
     s->q_len = 0;
+    s->q_answers = 0;
 }
 
 int server_drain(server *s, double grace_s) {
