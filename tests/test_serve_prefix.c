@@ -146,13 +146,13 @@ Test(serve_prefix, streamed_usage_reports_cached_tokens, .timeout = 120) {
     cr_expect_eq(su_stop(&p), 0);
 }
 
-/* cached_tokens of a chat request with body on port, sent with extra headers. */
+/* cached_tokens of a chat request with body on port, sent with extra headers; -1 if it
+ * failed (expected, not asserted: the test goes on to stop its server). */
 static double s_cached(int port, const char *headers, const char *body) {
     http_resp r = su_request(port, "POST", "/v1/chat/completions", headers, body);
-    cr_assert_eq(r.status, 200, "status %d: %s", r.status, r.raw ? r.raw : "");
-    cJSON *j = cJSON_Parse(r.body);
-    cr_assert_not_null(j, "not JSON: %s", r.body);
-    double cached = s_usage(j, "cached_tokens");
+    cr_expect_eq(r.status, 200, "status %d: %s", r.status, r.raw ? r.raw : "");
+    cJSON *j = r.status == 200 ? cJSON_Parse(r.body) : NULL;
+    double cached = j ? s_usage(j, "cached_tokens") : -1;
     cJSON_Delete(j);
     su_free(&r);
     return cached;
