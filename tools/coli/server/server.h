@@ -12,11 +12,13 @@
  *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
  *   server_reasoning.c reasoning_format deepseek: "<think>..</think>" apart as reasoning_content
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
- *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots,
+ *   server_slots.c     request queue (answers counted, requests in turn), slot threads,
+ *                      the compute baton, stats snapshots,
  *                      the prefix cache (a request first restores the longest cached
  *                      prefix of its prompt into its slot's context, and leaves its
  *                      prompt + answer there for the next turn)
- *   server_conns.c     per-connection registry: the deadline for a request's head and body
+ *   server_conns.c     per-connection registry: the connection limit (sized from the descriptor
+ *                      limit; the oldest slow one makes room) and the head-and-body deadline
  *   server_utf8.c      answer text stays valid UTF-8 (held partial characters, U+FFFD)
  *
  * Concurrency (why it looks like this): a coli_model owns one thread pool and one
