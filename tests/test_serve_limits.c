@@ -395,6 +395,25 @@ Test(serve_limits, queued_requests_take_turns, .timeout = 120) {
     cr_expect_eq(su_stop(&p), 0);
 }
 
+/* The answers of one request still spread over the free slots (each one taken signals the
+ * next): n = 3 on an idle server of 3 slots decodes in batches of more than one row. */
+Test(serve_limits, answers_of_one_request_share_free_slots, .timeout = 120) {
+    char model[4096];
+    const char *extra[] = {"--parallel", "3", NULL};
+    setenv("COLI_SERVE_DELAY_MS", "30", 1);
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    unsetenv("COLI_SERVE_DELAY_MS");
+    http_resp r = su_post(p.port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":20,\"n\":3}");
+    cr_expect_eq(r.status, 200, "%s", r.raw ? r.raw : "(none)");
+    su_free(&r);
+    r = su_get(p.port, "/metrics");
+    const char *at = r.body ? strstr(r.body, "\ncolibri_batch_max_rows ") : NULL;
+    cr_expect(at && atoi(at + strlen("\ncolibri_batch_max_rows ")) >= 2, "the 3 answers ran one at a time: %s",
+              at ? at : "(no colibri_batch_max_rows)");
+    su_free(&r);
+    cr_expect_eq(su_stop(&p), 0);
+}
+
 Test(serve_limits, api_key_file) {
     char model[4096], path[] = "/tmp/coli-test-key-XXXXXX";
     int fd = mkstemp(path);

@@ -169,7 +169,10 @@ static job *s_take(server *s) {
         s->q_len--;
         s->q_answers--;
         s->active++;
-        if (j->next_choice) s_push(s, j->next_choice);
+        if (j->next_choice) { /* its next answer, for another free slot */
+            s_push(s, j->next_choice);
+            pthread_cond_signal(&s->q_cv);
+        }
     }
     pthread_mutex_unlock(&s->q_mu);
     return j;
