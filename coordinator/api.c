@@ -61,8 +61,9 @@ struct coli_context {
     const sampler *gen_smp; /* coli_generate's sampler while it runs (coli_generate_logprobs) */
     char *text;             /* UTF-8 assembly buffer for the callback */
     size_t text_cap;
-    route_obs route;   /* what its routing decisions feed (route_obs.h) */
-    coli_batch *batch; /* NULL: coli_generate decodes alone */
+    route_obs route;        /* what its routing decisions feed (route_obs.h) */
+    coli_batch *batch;      /* NULL: coli_generate decodes alone */
+    uint64_t prefix_domain; /* the prefix cache domain of its restores and saves */
 };
 
 struct coli_batch {
@@ -445,7 +446,7 @@ int coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const 
     if (!ctx || !pc || !ids || n < 1 || ctx->model != pc->model)
         return coli_fail(COLI_EINVAL, "coli_context_restore_prefix: NULL argument, n %d < 1, or another model", n);
     ctx->pos = 0;
-    int got = prefix_cache_restore(pc->pc, &ctx->kv, ids, n, n - 1);
+    int got = prefix_cache_restore(pc->pc, ctx->prefix_domain, &ctx->kv, ids, n, n - 1);
     if (got > 0) ctx->pos = got;
     return got;
 }
@@ -456,7 +457,11 @@ int coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int
                          "coli_context_save_prefix: NULL argument, another model, or n %d outside "
                          "0..%d (the context's position)",
                          n, ctx ? ctx->pos : 0);
-    return n ? prefix_cache_store(pc->pc, &ctx->kv, ids, n) : 0;
+    return n ? prefix_cache_store(pc->pc, ctx->prefix_domain, &ctx->kv, ids, n) : 0;
+}
+
+void coli_context_set_prefix_domain(coli_context *ctx, uint64_t domain) {
+    if (ctx) ctx->prefix_domain = domain;
 }
 
 void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats *out) {

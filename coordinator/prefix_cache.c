@@ -8,7 +8,8 @@
 #include "core/error.h"
 
 typedef struct pc_block {
-    uint64_t key, parent; /* chain hash of the prefix up to its end / before it */
+    uint64_t domain;      /* whose prefix it is: compared exactly, never shared across domains */
+    uint64_t key, parent; /* chain hash of the prefix up to its end / before it (the domain at the root) */
     struct pc_block *next_in_bucket;
     struct pc_block *newer, *older; /* the LRU list */
     uint64_t op;                    /* the operation that last touched it (store guard) */
@@ -85,9 +86,9 @@ static uint64_t s_chain_key(uint64_t parent, const int32_t *ids, int n) {
     return h ? h : 1; /* 0 is the key "before the first block" */
 }
 
-static pc_block *s_find(prefix_cache *pc, uint64_t key, uint64_t parent, const int32_t *ids) {
+static pc_block *s_find(prefix_cache *pc, uint64_t domain, uint64_t key, uint64_t parent, const int32_t *ids) {
     for (pc_block *b = pc->buckets[key & (pc->n_buckets - 1)]; b; b = b->next_in_bucket)
-        if (b->key == key && b->parent == parent &&
+        if (b->key == key && b->parent == parent && b->domain == domain &&
             memcmp(b->ids, ids, (size_t)pc->block_tokens * sizeof(int32_t)) == 0)
             return b;
     return NULL;
@@ -158,7 +159,7 @@ static void s_copy_rows(const prefix_cache *pc, pc_block *b, kv_cache *kv, int p
     }
 }
 
-int prefix_cache_restore(prefix_cache *pc, kv_cache *kv, const int32_t *ids, int n, int max_tokens) {
+int prefix_cache_restore(prefix_cache *pc, uint64_t domain, kv_cache *kv, const int32_t *ids, int n, int max_tokens) {
     if (!s_shape_ok(pc, kv)) return coli_fail(COLI_EINVAL, "prefix cache: KV cache of another shape");
     const int B = pc->block_tokens;
     if (max_tokens > n) max_tokens = n;
@@ -168,12 +169,12 @@ int prefix_cache_restore(prefix_cache *pc, kv_cache *kv, const int32_t *ids, int
     if (!chain) return coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
     pthread_mutex_lock(&pc->mu);
     pc->op++;
-    uint64_t parent = 0;
+    uint64_t parent = domain;
     int got = 0;
     for (; got < most; got++) {
         const int32_t *blk = ids + (size_t)got * (size_t)B;
         const uint64_t key = s_chain_key(parent, blk, B);
-        pc_block *b = s_find(pc, key, parent, blk);
+        pc_block *b = s_find(pc, domain, key, parent, blk);
         if (!b) break;
         s_copy_rows(pc, b, kv, got * B, 1);
         chain[got] = b;
@@ -189,8 +190,8 @@ int prefix_cache_restore(prefix_cache *pc, kv_cache *kv, const int32_t *ids, int
 
 /* A new block keyed (key, parent) with ids and kv's rows at pos, evicting
  * older blocks as the budget needs (never one touched by this operation). */
-static pc_block *s_add(prefix_cache *pc, uint64_t key, uint64_t parent, const int32_t *ids, const kv_cache *kv, int pos,
-                       int *rc) {
+static pc_block *s_add(prefix_cache *pc, uint64_t domain, uint64_t key, uint64_t parent, const int32_t *ids,
+                       const kv_cache *kv, int pos, int *rc) {
     *rc = 0;
     while (pc->c.bytes + pc->block_bytes > pc->c.max_bytes && pc->oldest && pc->oldest->op != pc->op)
         s_evict_oldest(pc);
@@ -204,6 +205,7 @@ static pc_block *s_add(prefix_cache *pc, uint64_t key, uint64_t parent, const in
         *rc = coli_fail(COLI_ENOMEM, "prefix cache: out of memory for a block of %zu bytes", pc->block_bytes);
         return NULL;
     }
+    b->domain = domain;
     b->key = key;
     b->parent = parent;
     memcpy(b->ids, ids, (size_t)pc->block_tokens * sizeof(int32_t));
@@ -218,7 +220,7 @@ static pc_block *s_add(prefix_cache *pc, uint64_t key, uint64_t parent, const in
     return b;
 }
 
-int prefix_cache_store(prefix_cache *pc, const kv_cache *kv, const int32_t *ids, int n) {
+int prefix_cache_store(prefix_cache *pc, uint64_t domain, const kv_cache *kv, const int32_t *ids, int n) {
     if (!s_shape_ok(pc, kv) || n > kv->n_ctx)
         return coli_fail(COLI_EINVAL, "prefix cache: KV cache of another shape, or %d tokens > its %d", n, kv->n_ctx);
     const int B = pc->block_tokens, n_blocks = n / B;
@@ -227,15 +229,15 @@ int prefix_cache_store(prefix_cache *pc, const kv_cache *kv, const int32_t *ids,
     if (!chain) return coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
     pthread_mutex_lock(&pc->mu);
     pc->op++;
-    uint64_t parent = 0;
+    uint64_t parent = domain;
     int i = 0, added = 0, rc = 0;
     for (; i < n_blocks; i++) {
         const int32_t *blk = ids + (size_t)i * (size_t)B;
         const uint64_t key = s_chain_key(parent, blk, B);
-        pc_block *b = s_find(pc, key, parent, blk);
+        pc_block *b = s_find(pc, domain, key, parent, blk);
         if (b)
             s_touch(pc, b); /* marks it as this operation's: not evicted below */
-        else if ((b = s_add(pc, key, parent, blk, kv, i * B, &rc)))
+        else if ((b = s_add(pc, domain, key, parent, blk, kv, i * B, &rc)))
             added++;
         if (!b) break;
         chain[i] = b;

@@ -6,7 +6,10 @@
  * The unit is a block of block_tokens positions. A block is keyed by the
  * whole prefix up to its end: a 64-bit chain hash (the parent block's key
  * mixed with this block's ids), and an entry also keeps its own ids and its
- * parent's key, which a lookup compares too. KV rows of position p depend
+ * parent's key, which a lookup compares too. Every call names a domain
+ * (0: the default one): a block is found only by calls of the domain that
+ * stored it (compared exactly, and the chain hash starts from it), so
+ * callers that must not learn of each other's prompts share nothing. KV rows of position p depend
  * only on ids[0..p] (causal attention, and the determinism contract of
  * core/matmul.h: a row's result never depends on the batch), so restored
  * rows are the bits a cold prefill would write, and what follows from them
@@ -49,12 +52,12 @@ void prefix_cache_free(prefix_cache **pc);
  * long (whole blocks) into kv positions 0.., counting hits and, for the
  * n - restored prompt positions left to compute, misses. Returns the
  * positions restored (>= 0), or COLI_EINVAL when kv's shape differs. */
-int prefix_cache_restore(prefix_cache *pc, kv_cache *kv, const int32_t *ids, int n, int max_tokens);
+int prefix_cache_restore(prefix_cache *pc, uint64_t domain, kv_cache *kv, const int32_t *ids, int n, int max_tokens);
 
 /* Store the whole blocks of ids[0..n), whose KV rows kv holds at positions
  * 0..n-1 (blocks already held are only touched). Returns the blocks added
  * (>= 0), COLI_EINVAL (shape, n > kv->n_ctx) or COLI_ENOMEM. */
-int prefix_cache_store(prefix_cache *pc, const kv_cache *kv, const int32_t *ids, int n);
+int prefix_cache_store(prefix_cache *pc, uint64_t domain, const kv_cache *kv, const int32_t *ids, int n);
 
 void prefix_cache_get_counters(prefix_cache *pc, prefix_cache_counters *out);
 

@@ -225,6 +225,11 @@ int coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const 
  * (NULL arguments, n outside 0..position, another model's context) or
  * COLI_ENOMEM. */
 int coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
+/* The cache domain of ctx's later restores and saves (0, the default, until
+ * set): a restore finds only blocks saved in the same domain, so clients
+ * that must not learn each other's prompts (cached positions and timing
+ * would tell) get domains of their own. */
+void coli_context_set_prefix_domain(coli_context *ctx, uint64_t domain);
 /* The counters into *out (all zero when pc is NULL; out NULL: nothing). */
 void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats *out);
 

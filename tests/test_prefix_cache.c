@@ -150,6 +150,36 @@ Test(prefix_cache, generated_tokens_identical) {
     coli_model_free(&m);
 }
 
+/* A prefix saved in one domain is found only in that domain (each its own blocks, stored twice). */
+Test(prefix_cache, domains_share_nothing) {
+    enum {
+        N = 48
+    };
+    coli_model *m = s_load(0);
+    int32_t ids[N];
+    s_ids(ids, N, s_vocab(m), 0);
+    coli_prefix_cache *pc = NULL;
+    cr_assert_eq(coli_prefix_cache_new(m, (size_t)64 << 20, BLOCK, &pc), 0);
+    coli_context *a = NULL;
+    cr_assert_eq(coli_context_new(m, NULL, &a), 0);
+    cr_assert_eq(coli_eval(a, ids, N, NULL, 0), 0);
+    coli_context_set_prefix_domain(a, 7);
+    cr_assert_eq(coli_context_save_prefix(a, pc, ids, N), N / BLOCK);
+    coli_context_set_prefix_domain(a, 8);
+    cr_assert_eq(coli_context_restore_prefix(a, pc, ids, N), 0, "domain 8 found domain 7's prefix");
+    coli_context_set_prefix_domain(a, 0);
+    cr_assert_eq(coli_context_restore_prefix(a, pc, ids, N), 0, "the default domain found domain 7's prefix");
+    coli_context_set_prefix_domain(a, 7);
+    cr_assert_eq(coli_context_restore_prefix(a, pc, ids, N), N - BLOCK);
+    cr_assert_eq(coli_eval(a, ids + N - BLOCK, BLOCK, NULL, 0), 0);
+    coli_context_set_prefix_domain(a, 8);
+    cr_assert_eq(coli_context_save_prefix(a, pc, ids, N), N / BLOCK, "domain 8 keeps blocks of its own");
+    cr_assert_eq(coli_context_restore_prefix(a, pc, ids, N), N - BLOCK);
+    coli_context_free(&a);
+    coli_prefix_cache_free(&pc);
+    coli_model_free(&m);
+}
+
 Test(prefix_cache, lookup_stops_at_first_different_block) {
     enum {
         N = 64

@@ -145,3 +145,84 @@ Test(serve_prefix, streamed_usage_reports_cached_tokens, .timeout = 120) {
     free(body);
     cr_expect_eq(su_stop(&p), 0);
 }
+
+/* cached_tokens of a chat request with body on port, sent with extra headers; -1 if it
+ * failed (expected, not asserted: the test goes on to stop its server). */
+static double s_cached(int port, const char *headers, const char *body) {
+    http_resp r = su_request(port, "POST", "/v1/chat/completions", headers, body);
+    cr_expect_eq(r.status, 200, "status %d: %s", r.status, r.raw ? r.raw : "");
+    cJSON *j = r.status == 200 ? cJSON_Parse(r.body) : NULL;
+    double cached = j ? s_usage(j, "cached_tokens") : -1;
+    cJSON_Delete(j);
+    su_free(&r);
+    return cached;
+}
+
+/* The one-turn chat body with "cache_salt": salt added (salt NULL: none). malloc'd. */
+static char *s_salted(const char *salt) {
+    const char *turns[1] = {"Tell me the secret number, which is 4711."};
+    char *body = s_chat_body(turns, 1, 0, 0);
+    if (!salt) return body;
+    size_t len = strlen(body) + strlen(salt) + 32;
+    char *out = malloc(len);
+    snprintf(out, len, "%.*s,\"cache_salt\":\"%s\"}", (int)strlen(body) - 1, body, salt);
+    free(body);
+    return out;
+}
+
+/* A prompt cached under one salt tells a request with another salt (or none) nothing:
+ * cached_tokens 0 there; the same salt finds it. */
+Test(serve_prefix, cache_salt_isolates_prompts, .timeout = 120) {
+    char model[4096];
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    char *alice = s_salted("alice"), *bob = s_salted("bob"), *none = s_salted(NULL);
+    cr_expect_eq(s_cached(p.port, NULL, alice), 0, "nothing cached yet");
+    cr_expect_eq(s_cached(p.port, NULL, bob), 0, "another salt found alice's prompt");
+    cr_expect_eq(s_cached(p.port, NULL, none), 0, "no salt found alice's prompt");
+    cr_expect_gt(s_cached(p.port, NULL, alice), 0, "the same salt does not find its own prompt");
+    cr_expect_gt(s_cached(p.port, NULL, none), 0, "requests without a salt share as before");
+    free(alice);
+    free(bob);
+    free(none);
+    /* a salt of another type, empty or too long: 400 naming it */
+    char long_salt[300];
+    memset(long_salt, 'x', sizeof long_salt - 1);
+    long_salt[sizeof long_salt - 1] = '\0';
+    char *too_long = s_salted(long_salt);
+    const char *bad[] = {"{\"prompt\":\"a\",\"max_tokens\":1,\"cache_salt\":7}",
+                         "{\"prompt\":\"a\",\"max_tokens\":1,\"cache_salt\":\"\"}", too_long};
+    for (int i = 0; i < 3; i++) {
+        http_resp r = su_post(p.port, i < 2 ? "/v1/completions" : "/v1/chat/completions", bad[i]);
+        cr_expect_eq(r.status, 400, "bad cache_salt %d: %s", i, r.raw ? r.raw : "");
+        cr_expect(r.body && strstr(r.body, "\"param\":\"cache_salt\""), "bad cache_salt %d: %s", i, r.body);
+        su_free(&r);
+    }
+    free(too_long);
+    cr_expect_eq(su_stop(&p), 0);
+}
+
+/* Each key of --api-key-file is a cache domain of its own. */
+Test(serve_prefix, api_keys_share_nothing, .timeout = 120) {
+    char model[4096], path[] = "/tmp/coli-test-keys-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    const char *keys = "# two tenants\n\nkey-one\n  key-two \r\n";
+    cr_assert_eq(write(fd, keys, strlen(keys)), (ssize_t)strlen(keys));
+    close(fd);
+    const char *extra[] = {"--api-key-file", path, NULL};
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    const char *one = "Authorization: Bearer key-one\r\n", *two = "Authorization: Bearer key-two\r\n";
+    char *body = s_salted(NULL), *salted = s_salted("s");
+    cr_expect_eq(s_cached(p.port, one, body), 0, "nothing cached yet");
+    cr_expect_eq(s_cached(p.port, two, body), 0, "key two found key one's prompt");
+    cr_expect_eq(s_cached(p.port, two, salted), 0, "key two with a salt found key one's prompt");
+    cr_expect_gt(s_cached(p.port, one, body), 0, "key one does not find its own prompt");
+    cr_expect_gt(s_cached(p.port, two, body), 0, "key two does not find its own prompt");
+    http_resp r = su_request(p.port, "POST", "/v1/chat/completions", "Authorization: Bearer # two tenants\r\n", body);
+    cr_expect_eq(r.status, 401, "a comment line became a key: %s", r.raw ? r.raw : "");
+    su_free(&r);
+    free(body);
+    free(salted);
+    cr_expect_eq(su_stop(&p), 0);
+    unlink(path);
+}

@@ -124,19 +124,54 @@ static int s_run(server *s, const model_opts *o, const char *tmpl) {
     return rc;
 }
 
-/* --api-key-file: the key is the file's first line (without its newline). */
+/* Accept key k (NUL-terminated, outliving the server) as key number n_api_keys. */
+static int s_add_key(server *s, const char *k) {
+    const char **keys = realloc(s->cfg.api_keys, (size_t)(s->cfg.n_api_keys + 1) * sizeof *keys);
+    if (!keys) {
+        fprintf(stderr, "coli serve: out of memory for the API keys\n");
+        return CLI_FAIL;
+    }
+    keys[s->cfg.n_api_keys++] = k;
+    s->cfg.api_keys = keys;
+    return 0;
+}
+
+/* Line number line of the key file: its key (trimmed) is accepted, or it is skipped (blank,
+ * # comment): 0; it cannot be a header's token (control bytes, spaces inside) or repeats a key:
+ * a usage error. */
+static int s_key_line(server *s, const char *path, int line, char *text) {
+    while (*text == ' ' || *text == '\t') text++;
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == ' ' || text[n - 1] == '\t' || text[n - 1] == '\r')) text[--n] = '\0';
+    if (!n || *text == '#') return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)text[i] <= ' ' || text[i] == 0x7f)
+            return args_error("serve", "--api-key-file", "%s line %d: a key is one word of visible characters", path,
+                              line);
+    for (int i = 0; i < s->cfg.n_api_keys; i++)
+        if (!strcmp(s->cfg.api_keys[i], text))
+            return args_error("serve", "--api-key-file", "%s line %d: a key given twice", path, line);
+    return s_add_key(s, text);
+}
+
+/* --api-key-file: one key per line (blank lines and # comments skipped), each its own
+ * prefix cache domain. */
 static int s_read_key_file(server *s, const char *path) {
     if (s->cfg.api_key)
         return args_error("serve", "--api-key-file", "give either --api-key or --api-key-file, not both");
     char *text = NULL;
     size_t len = 0;
     if (cli_read_file("--api-key-file", path, &text, &len)) return CLI_FAIL;
-    text[strcspn(text, "\r\n")] = '\0';
-    if (!*text) {
-        free(text);
-        return args_error("serve", "--api-key-file", "%s: the first line is empty", path);
+    s->cfg.api_key_text = text; /* the keys point into it */
+    if (memchr(text, '\0', len)) return args_error("serve", "--api-key-file", "%s: has a NUL byte", path);
+    int rc = 0, line = 1;
+    for (char *at = text, *next; at && !rc; at = next, line++) {
+        if ((next = strchr(at, '\n'))) *next++ = '\0';
+        rc = s_key_line(s, path, line, at);
     }
-    s->cfg.api_key = s->cfg.api_key_owned = text;
+    if (rc) return rc;
+    if (!s->cfg.n_api_keys)
+        return args_error("serve", "--api-key-file", "%s: no key in it (only blank lines and # comments)", path);
     return 0;
 }
 
@@ -146,7 +181,7 @@ static void s_config_defaults(server_config *cfg) {
                            .port = 8080,
                            .n_slots = 4,
                            .queue_max = 64,
-                           .max_connections = 1024,
+                           .max_connections = 0, /* conns_plan: from the file-descriptor limit */
                            .max_conn_per_client = 256,
                            .request_timeout_s = 30,
                            .prefix_block = 16,
@@ -164,8 +199,9 @@ static int s_config_finish(server *s, const model_opts *mo, const char *key_file
                            float grace_s) {
     const char *env_key = getenv("COLI_API_KEY"), *delay = getenv("COLI_SERVE_DELAY_MS");
     int rc = key_file ? s_read_key_file(s, key_file) : 0;
-    if (!s->cfg.api_key && env_key && *env_key) s->cfg.api_key = env_key;
+    if (!s->cfg.api_key && !key_file && env_key && *env_key) s->cfg.api_key = env_key;
     if (!rc && s->cfg.api_key && !*s->cfg.api_key) rc = args_error("serve", "--api-key", "empty key");
+    if (!rc && s->cfg.api_key) rc = s_add_key(s, s->cfg.api_key);
     if (!rc && s->cfg.alias && !*s->cfg.alias) rc = args_error("serve", "--alias", "empty name");
     if (!rc && s->cfg.cors_origin && (!*s->cfg.cors_origin || strpbrk(s->cfg.cors_origin, "\r\n ")))
         rc = args_error("serve", "--cors-origin", "'%s': expected one origin (scheme://host[:port]) or *",
@@ -176,7 +212,7 @@ static int s_config_finish(server *s, const model_opts *mo, const char *key_file
     s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
     s->cfg.verbose = mo->verbose;
     s->cfg.n_ctx = mo->n_ctx;
-    return rc;
+    return rc ? rc : conns_plan(&s->cfg);
 }
 
 /* --chat-template, --chat-template-kwargs and --reasoning-format, checked into s. */
@@ -211,7 +247,8 @@ int cmd_serve(int argc, char **argv) {
         {"--api-key", NULL, ARG_STR, &s->cfg.api_key, 0, 0, 0, "KEY",
          "require 'Authorization: Bearer KEY' on /v1/*; visible to every local user in ps: prefer --api-key-file or "
          "COLI_API_KEY"},
-        {"--api-key-file", NULL, ARG_STR, &key_file, 0, 0, 0, "FILE", "read the API key from FILE (its first line)"},
+        {"--api-key-file", NULL, ARG_STR, &key_file, 0, 0, 0, "FILE",
+         "API keys, one per line (# comments), each its own prefix cache domain"},
         {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N",
          "requests generated at once, each with its own KV cache, decoding in one batch (default 4)"},
         {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N",
@@ -219,7 +256,7 @@ int cmd_serve(int argc, char **argv) {
         {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB",
          "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
         {"--max-connections", NULL, ARG_INT, &s->cfg.max_connections, 1, 100000, 0, "N",
-         "open connections in all; more are closed at once (default 1024)"},
+         "open connections; at the limit the oldest one still sending its request is closed (default: from ulimit -n)"},
         {"--max-conn-per-client", NULL, ARG_INT, &s->cfg.max_conn_per_client, 1, 100000, 0, "N",
          "open connections from one client address (default 256)"},
         {"--request-timeout", NULL, ARG_INT, &s->cfg.request_timeout_s, 1, 3600, 0, "S",
@@ -267,7 +304,8 @@ int cmd_serve(int argc, char **argv) {
         rc = s_run(s, &mo, tmpl);
         metrics_destroy(&s->metrics);
     }
-    free(s->cfg.api_key_owned);
+    free(s->cfg.api_keys);
+    free(s->cfg.api_key_text);
     free(s);
     return rc;
 }

@@ -12,11 +12,13 @@
  *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
  *   server_reasoning.c reasoning_format deepseek: "<think>..</think>" apart as reasoning_content
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
- *   server_slots.c     request queue, slot threads, the compute baton, stats snapshots,
+ *   server_slots.c     request queue (answers counted, requests in turn), slot threads,
+ *                      the compute baton, stats snapshots,
  *                      the prefix cache (a request first restores the longest cached
  *                      prefix of its prompt into its slot's context, and leaves its
  *                      prompt + answer there for the next turn)
- *   server_conns.c     per-connection registry: the deadline for a request's head and body
+ *   server_conns.c     per-connection registry: the connection limit (sized from the descriptor
+ *                      limit; the oldest slow one makes room) and the head-and-body deadline
  *   server_utf8.c      answer text stays valid UTF-8 (held partial characters, U+FFFD)
  *
  * Concurrency (why it looks like this): a coli_model owns one thread pool and one
@@ -123,7 +125,12 @@ typedef struct gen_request {
     int32_t *bias_id;             /* logit_bias: n_bias token ids and what is added to their logits */
     float *bias;                  /* (-INFINITY for -100: a ban) */
     int n_bias;
+    char *cache_salt;      /* cache_salt: NULL if not given */
+    uint64_t cache_domain; /* the prefix cache domain: (API key, cache_salt), server_cache_domain */
 } gen_request;
+
+/* Longest cache_salt a request may give, in bytes. */
+#define SERVE_MAX_CACHE_SALT 256
 
 /* Most logit_bias entries a request may carry. */
 #define SERVE_MAX_LOGIT_BIAS 1024
@@ -230,14 +237,17 @@ char *utf8_lossy(const char *bytes, size_t n);
 typedef struct server_config {
     const char *host;
     int port;
-    const char *api_key;           /* NULL: no auth */
-    char *api_key_owned;           /* read from --api-key-file (malloc'd) */
-    int max_connections;           /* open connections in all */
+    const char *api_key;           /* --api-key or COLI_API_KEY (folded into api_keys) */
+    const char **api_keys;         /* every accepted key, n_api_keys of them (0: no auth); malloc'd */
+    int n_api_keys;                /* key i is prefix cache domain i (with the request's cache_salt) */
+    char *api_key_text;            /* --api-key-file's text, which api_keys point into (malloc'd) */
+    int max_connections;           /* open connections in all; 0 until conns_plan sizes it */
+    long long fd_limit;            /* the file-descriptor limit in force (raised to the hard one) */
     int max_conn_per_client;       /* open connections per client address */
     int request_timeout_s;         /* deadline for a request's head and body */
     double shutdown_grace_s;       /* on SIGTERM, how long running requests may finish */
     int n_slots;                   /* --parallel */
-    int queue_max;                 /* waiting requests beyond the busy slots */
+    int queue_max;                 /* waiting answers beyond the free slots (a request of n counts n) */
     size_t max_body;               /* bytes */
     int n_ctx;                     /* per slot, 0 = the model's */
     int token_delay_ms;            /* COLI_SERVE_DELAY_MS: tests slow generation down */
@@ -271,6 +281,7 @@ typedef struct server {
     atomic_int abort_running; /* the grace period is over: running requests stop */
     server_metrics metrics;
     coli_prefix_cache *prefix; /* NULL when off; shared by the slots */
+    uint64_t cache_key[2];     /* random per start: the SipHash key of the prefix cache domains */
     coli_batch *batch;         /* continuous batching; NULL with --no-batching */
 
     /* the baton: a fair lock over every computing library call */
@@ -281,9 +292,10 @@ typedef struct server {
     /* the queue */
     pthread_mutex_t q_mu;
     pthread_cond_t q_cv;
-    job **queue; /* ring of queue_max + n_slots */
+    job **queue; /* ring of queue_max + n_slots: each waiting request's next answer, in turn */
     int q_head, q_len, q_cap;
-    int active; /* slots generating */
+    int q_answers; /* answers waiting (a request's later ones are not in the ring yet) */
+    int active;    /* slots generating */
     server_slot *slots;
     pthread_t *slot_threads;
     int n_started;
@@ -307,8 +319,13 @@ void server_slots_stop(server *s); /* stop what still runs (503 / error event), 
 void server_slots_free(server *s); /* after the HTTP side stopped: contexts, queue */
 void baton_acquire(server *s);
 void baton_release(server *s);
-/* Queue j (retains it). 0, or 429 when the queue is full, 503 when stopping. */
-int server_submit(server *s, job *j);
+/* The prefix cache domain of a request that came with API key number key (-1: none) and
+ * cache_salt salt (NULL: none): 0 (shared) for neither, else a keyed hash of both, so
+ * requests of different keys or salts never share a cached block. */
+uint64_t server_cache_domain(const server *s, int key, const char *salt);
+/* Queue first and its next_choice chain, each answer a job (retains them): all or none.
+ * 0, or 429 when its answers do not fit in the free slots and queue places, 503 when stopping. */
+int server_submit(server *s, job *first);
 void server_queue_gauges(server *s, int *waiting, int *active);
 /* A copy of the executor's stats JSON no older than this call (malloc'd, NULL if none). */
 char *server_stats_fresh(server *s);
@@ -356,11 +373,19 @@ int http_connection_fd(struct MHD_Connection *c);
 /* The job a suspended request waits for (NULL if none); http_set_job retains it. */
 job *http_current_job(void);
 void http_set_job(job *j);
+/* The number of the API key the request this thread answers came with; -1: no auth. */
+int http_current_key(void);
 
-/* server_conns.c: the head-and-body deadline (see there). */
-int conns_start(int timeout_s); /* 0 or -1 (printed) */
+/* server_conns.c: the connection limit and the head-and-body deadline (see there). */
+/* Raise the soft file-descriptor limit to the hard one and size cfg->max_connections from it
+ * when not given (or check the given one fits): 0, or an error (printed). */
+int conns_plan(server_config *cfg);
+/* Connections beyond limit libmicrohttpd keeps room for: closed ones not yet gone. */
+int conns_slack(int limit);
+int conns_start(int timeout_s, int limit); /* 0 or -1 (printed) */
 void conns_stop(void);
 void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe);
+void conns_head_received(struct MHD_Connection *c);
 void conns_request_received(struct MHD_Connection *c);
 void conns_request_done(struct MHD_Connection *c);
 

@@ -84,12 +84,13 @@ static char *s_final_json(server *s, job *first) {
     return text;
 }
 
-/* Reply for a job that failed before or while it ran. */
-static int s_submit_error(server *s, struct MHD_Connection *c, int ep, int rc) {
+/* Reply for a request the queue did not take. */
+static int s_submit_error(server *s, struct MHD_Connection *c, int ep, int rc, int n) {
     if (rc == 429)
         return http_reply_error(s, c, ep, 429, "rate_limit_error", "queue_full", NULL,
-                                "server busy: %d requests generating and %d waiting (the limit); retry later",
-                                s->cfg.n_slots, s->cfg.queue_max);
+                                "server busy: %d answer%s wanted, more than the free places of %d slots and %d "
+                                "waiting answers (the limit); retry later",
+                                n, n == 1 ? "" : "s", s->cfg.n_slots, s->cfg.queue_max);
     return http_reply_error(s, c, ep, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
 }
 
@@ -129,8 +130,8 @@ int completion_reply(server *s, struct MHD_Connection *c, job *first) {
 
 /* n > 1: the other answers, each parsed from the same body as its own job
  * (its own grammar state, logit_bias, prompt tokens) with the seed moved by
- * its index, chained behind first and queued. Returns 0, or an HTTP status
- * with the jobs already queued cancelled. */
+ * its index, chained behind first (queued with it: server_submit). Returns 0,
+ * or 500: the body parsed once already, a second failure is ours (out of memory). */
 static int s_more_choices(server *s, struct MHD_Connection *c, job *first, const char *body, size_t len) {
     job *last = first;
     for (int i = 1; i < first->req.n_choices; i++) {
@@ -139,18 +140,42 @@ static int s_more_choices(server *s, struct MHD_Connection *c, job *first, const
         const char *param = NULL;
         int rc = j ? openai_parse(s, body, len, first->req.chat, &j->req, err, sizeof err, &param) : 500;
         if (!rc) rc = openai_prepare_tokens(s, &j->req, err, sizeof err, &param);
-        if (!rc) {
-            j->req.sp.seed = first->req.sp.seed + (uint64_t)i;
-            last->next_choice = j; /* the chain holds it now */
-            last = j;
-            rc = server_submit(s, j);
-        } else {
-            job_release(j);
-        }
         if (rc) {
-            for (job *k = first; k; k = k->next_choice) atomic_store(&k->cancel, 1);
-            return rc == 400 ? 500 : rc; /* the body parsed once already: a second failure is ours */
+            job_release(j);
+            return 500;
         }
+        j->req.sp.seed = first->req.sp.seed + (uint64_t)i;
+        j->req.cache_domain = first->req.cache_domain;
+        last->next_choice = j; /* the chain holds it now */
+        last = j;
+    }
+    return 0;
+}
+
+/* Parse the body into j (and its other answers): 0, or a reply sent. */
+static int s_prepare(server *s, struct MHD_Connection *c, int ep, job *j, const char *body, size_t len, int *ret) {
+    char err[1024];
+    const char *param = NULL;
+    int rc = openai_parse(s, body, len, ep == EP_CHAT, &j->req, err, sizeof err, &param);
+    if (!rc) rc = openai_prepare_tokens(s, &j->req, err, sizeof err, &param);
+    const int most = s->cfg.n_slots + s->cfg.queue_max;
+    if (!rc && j->req.n_choices > most) { /* it could never be queued: 429 would say retry */
+        rc = 400;
+        param = "n";
+        snprintf(err, sizeof err, "n: %d answers, more than this server holds at once (%d: --parallel + --queue)",
+                 j->req.n_choices, most);
+    }
+    if (rc) {
+        *ret = http_reply_error(s, c, ep, rc, rc >= 500 ? "server_error" : "invalid_request_error",
+                                rc == 400 && strstr(err, "maximum context length") ? "context_length_exceeded" : NULL,
+                                param, "%s", err);
+        return rc;
+    }
+    j->req.cache_domain = server_cache_domain(s, http_current_key(), j->req.cache_salt);
+    if (j->req.n_choices > 1 && s_more_choices(s, c, j, body, len)) {
+        *ret = http_reply_error(s, c, ep, 500, "server_error", NULL, NULL, "out of memory for %d answers",
+                                j->req.n_choices);
+        return 500;
     }
     return 0;
 }
@@ -159,26 +184,16 @@ int handle_completion(server *s, struct MHD_Connection *c, int chat, const char 
     int ep = chat ? EP_CHAT : EP_COMPLETIONS;
     job *j = job_new(http_connection_fd(c));
     if (!j) return http_reply_error(s, c, ep, 500, "server_error", NULL, NULL, "out of memory");
-    char err[1024];
-    const char *param = NULL;
-    int rc = openai_parse(s, body, len, chat, &j->req, err, sizeof err, &param);
-    if (!rc) rc = openai_prepare_tokens(s, &j->req, err, sizeof err, &param);
-    int ret;
-    if (rc) {
-        ret = http_reply_error(s, c, ep, rc, rc >= 500 ? "server_error" : "invalid_request_error",
-                               rc == 400 && strstr(err, "maximum context length") ? "context_length_exceeded" : NULL,
-                               param, "%s", err);
-    } else if ((rc = server_submit(s, j)) || (j->req.n_choices > 1 && (rc = s_more_choices(s, c, j, body, len)))) {
-        if (rc == 500)
-            ret = http_reply_error(s, c, ep, 500, "server_error", NULL, NULL, "out of memory for %d answers",
-                                   j->req.n_choices);
-        else
-            ret = s_submit_error(s, c, ep, rc);
-    } else if (j->req.stream) {
-        ret = sse_reply(s, c, j);
-    } else {
-        http_set_job(j); /* the request keeps it across its suspension */
-        ret = completion_reply(s, c, j);
+    int ret = 0, rc;
+    if (s_prepare(s, c, ep, j, body, len, &ret) == 0) {
+        if ((rc = server_submit(s, j))) {
+            ret = s_submit_error(s, c, ep, rc, j->req.n_choices);
+        } else if (j->req.stream) {
+            ret = sse_reply(s, c, j);
+        } else {
+            http_set_job(j); /* the request keeps it across its suspension */
+            ret = completion_reply(s, c, j);
+        }
     }
     job_release(j);
     return ret;

@@ -33,6 +33,7 @@ typedef struct http_req {
     int no_memory; /* the body could not be stored: 500, not 413 */
     int ep;
     int status;
+    int key;  /* the number of the API key it came with (its cache domain); -1: none */
     job *job; /* a non-streamed completion waiting for its answer */
 } http_req;
 
@@ -49,6 +50,8 @@ static __thread http_req *t_req;                    /* the request this pool thr
 int http_bound_port(void) { return s_port; }
 
 job *http_current_job(void) { return t_req ? t_req->job : NULL; }
+
+int http_current_key(void) { return t_req ? t_req->key : -1; }
 
 void http_set_job(job *j) {
     if (!t_req || t_req->job == j) return;
@@ -129,10 +132,16 @@ static int s_key_matches(const char *given, const char *key) {
     return diff == 0;
 }
 
-static int s_authorized(server *s, struct MHD_Connection *c, const char *url) {
-    if (!s->cfg.api_key || strncmp(url, "/v1/", 4) != 0) return 1; /* /health, /metrics, the dashboard stay open */
+/* 1 if the request may go on, with r->key the number of the key it gave; every key is
+ * compared in full, so timing tells neither a key nor which one matched. */
+static int s_authorized(server *s, struct MHD_Connection *c, const char *url, http_req *r) {
+    r->key = -1;
+    if (!s->cfg.n_api_keys || strncmp(url, "/v1/", 4) != 0) return 1; /* /health, /metrics, the dashboard stay open */
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    return h && strncmp(h, "Bearer ", 7) == 0 && s_key_matches(h + 7, s->cfg.api_key);
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
+    for (int i = 0; i < s->cfg.n_api_keys; i++)
+        if (s_key_matches(h + 7, s->cfg.api_keys[i]) && r->key < 0) r->key = i;
+    return r->key >= 0;
 }
 
 static int s_route(server *s, struct MHD_Connection *c, const char *url, const char *method, http_req *r) {
@@ -215,7 +224,7 @@ static int s_first_call(server *s, struct MHD_Connection *c, const char *url, co
         return http_reply_error(s, c, r->ep, 400, "invalid_request_error", "ambiguous_framing", NULL,
                                 "request framing: %s (RFC 9112 forbids it)", ambiguous);
     if (strcmp(method, "OPTIONS") == 0 && r->ep != EP_OTHER) return s_preflight(c);
-    if (!s_authorized(s, c, url))
+    if (!s_authorized(s, c, url, r))
         return http_reply_error(s, c, r->ep, 401, "invalid_request_error", "invalid_api_key", NULL,
                                 "missing or wrong API key: send 'Authorization: Bearer KEY'");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -257,6 +266,7 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *c, const char 
         *con_cls = r;
         t_req = r;
         atomic_fetch_add(&s_in_flight, 1);
+        conns_head_received(c);
         return (enum MHD_Result)s_first_call(s, c, url, method, r);
     }
     t_req = r;
@@ -312,13 +322,16 @@ int http_start(server *s) {
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ipv6) flags |= MHD_USE_IPv6;
     if (s->cfg.verbose) flags |= MHD_USE_ERROR_LOG;
-    if (conns_start(s->cfg.request_timeout_s)) return CLI_FAIL;
-    s_daemon = MHD_start_daemon(
-        flags, (uint16_t)s->cfg.port, NULL, NULL, s_access, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_NOTIFY_CONNECTION, conns_notify, NULL,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_POOL_THREADS, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_client,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    if (conns_start(s->cfg.request_timeout_s, s->cfg.max_connections)) return CLI_FAIL;
+    /* libmicrohttpd's limit is above ours: at ours the oldest slow connection makes room
+     * (server_conns.c), and it lingers until its thread closes it */
+    const unsigned mhd_limit = (unsigned)(s->cfg.max_connections + conns_slack(s->cfg.max_connections));
+    s_daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, s_access, s, MHD_OPTION_SOCK_ADDR,
+                                (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, s_completed, s,
+                                MHD_OPTION_NOTIFY_CONNECTION, conns_notify, NULL, MHD_OPTION_THREAD_POOL_SIZE,
+                                (unsigned)HTTP_POOL_THREADS, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_client,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
     if (!s_daemon) {
         conns_stop();
         fprintf(stderr, "coli serve: cannot listen on %s:%d (address in use, or not allowed)\n", s->cfg.host,
@@ -328,6 +341,8 @@ int http_start(server *s) {
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s_daemon, MHD_DAEMON_INFO_BIND_PORT);
     s_port = di ? di->port : s->cfg.port;
     printf("coli serve: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", s->cfg.host, ipv6 ? "]" : "", s_port);
+    printf("coli serve: at most %d connections, %d per client address (file-descriptor limit %lld)\n",
+           s->cfg.max_connections, s->cfg.max_conn_per_client, s->cfg.fd_limit);
     fflush(stdout);
     return 0;
 }

@@ -162,7 +162,7 @@ static void s_server_series(coli_strbuf *b, server *s) {
     s_histogram(b, "colibri_queue_wait_seconds", &m.queue_wait);
     int waiting = 0, active = 0;
     server_queue_gauges(s, &waiting, &active);
-    s_header(b, "colibri_queue_depth", "gauge", "Requests waiting for a slot.");
+    s_header(b, "colibri_queue_depth", "gauge", "Answers waiting for a slot (a request of n counts n).");
     coli_strbuf_appendf(b, "colibri_queue_depth %d\n", waiting);
     s_header(b, "colibri_slots_busy", "gauge", "Slots generating now.");
     coli_strbuf_appendf(b, "colibri_slots_busy %d\n", active);

@@ -3,7 +3,8 @@
  * checked for its type and range; a bad one gives HTTP 400 with a message
  * that names the field (and `param` set to it), as OpenAI does. A field
  * this server does not know is refused (400 naming it), never ignored:
- * "user" is the one extra accepted (it changes no output); known options
+ * "user" is the one extra accepted (it changes no output), "cache_salt"
+ * (vLLM's) picks the request's prefix cache domain; known options
  * it cannot honour (tools, echo, best_of > 1, ...) are refused when set to
  * anything but their neutral value.
  */
@@ -29,6 +30,7 @@ void gen_request_free(gen_request *r) {
     json_grammar_free(r->grammar);
     free(r->bias_id);
     free(r->bias);
+    free(r->cache_salt);
     memset(r, 0, sizeof *r);
 }
 
@@ -62,7 +64,7 @@ static int s_is_int(const cJSON *v, double lo, double hi) {
 static const char *const s_known_chat[] = {
     "messages", "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens",
     "max_completion_tokens", "stop", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n",
-    "logprobs", "top_logprobs", "response_format", "chat_template_kwargs", "reasoning_format", "user",
+    "logprobs", "top_logprobs", "response_format", "chat_template_kwargs", "reasoning_format", "user", "cache_salt",
     /* accepted only at their neutral value (s_unsupported) */
     "n", "logit_bias", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls", NULL};
 static const char *const s_known_completions[] = {"prompt",
@@ -88,6 +90,7 @@ static const char *const s_known_completions[] = {"prompt",
                                                   "echo",
                                                   "suffix",
                                                   "logit_bias",
+                                                  "cache_salt",
                                                   NULL};
 
 static int s_unknown_fields(parse_ctx *p, const cJSON *root, int chat) {
@@ -259,6 +262,16 @@ static int s_sampling(server *s, parse_ctx *p, const cJSON *root, gen_request *r
         r->max_tokens_given = 1;
     }
     return 0;
+}
+
+/* cache_salt: requests share prefix cache blocks only with requests of the same salt (and API key). */
+static int s_cache_salt(parse_ctx *p, const cJSON *root, gen_request *r) {
+    const cJSON *v = s_get(root, "cache_salt");
+    if (!v) return 0;
+    if (!cJSON_IsString(v) || !*v->valuestring) return s_bad(p, "cache_salt", "cache_salt: must be a non-empty string");
+    if (strlen(v->valuestring) > SERVE_MAX_CACHE_SALT)
+        return s_bad(p, "cache_salt", "cache_salt: longer than %d bytes", SERVE_MAX_CACHE_SALT);
+    return (r->cache_salt = strdup(v->valuestring)) ? 0 : 500;
 }
 
 /* n: how many answers (1..SERVE_MAX_CHOICES); more than one only without stream. */
@@ -541,6 +554,7 @@ int openai_parse(server *s, const char *body, size_t len, int chat, gen_request 
     }
     if (!rc) rc = s_stop(&p, root, r);
     if (!rc) s_stop_after_json(r);
+    if (!rc) rc = s_cache_salt(&p, root, r);
     if (!rc && chat) rc = s_reasoning_format(s, &p, root, r);
     if (!rc) rc = chat ? s_messages(s, &p, root, r) : s_prompt(s, &p, root, r);
     if (rc == 500) snprintf(err, err_cap, "out of memory while reading the request");

@@ -9,12 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "tools/coli/args.h"
 #include "tools/coli/server/server.h"
 #include "core/clock.h"
+#include "core/hash.h"
 
 struct server_slot {
     server *srv;
@@ -122,17 +124,25 @@ void baton_release(server *s) {
 // ---------------------------------------------------------------------------
 // the queue
 
-int server_submit(server *s, job *j) {
+/* With q_mu held: j at the back of the line. */
+static void s_push(server *s, job *j) {
+    s->queue[(s->q_head + s->q_len) % s->q_cap] = j;
+    s->q_len++;
+}
+
+int server_submit(server *s, job *first) {
+    int n = 0;
+    for (job *j = first; j; j = j->next_choice) n++;
     pthread_mutex_lock(&s->q_mu);
     int rc = 0;
     if (atomic_load(&s->stopping))
         rc = 503;
-    else if (s->q_len >= s->q_cap || s->q_len - (s->cfg.n_slots - s->active) >= s->cfg.queue_max)
-        rc = 429;
+    else if (s->q_answers + n - (s->cfg.n_slots - s->active) > s->cfg.queue_max || s->q_len >= s->q_cap)
+        rc = 429; /* all of its answers fit, or none is queued */
     if (rc == 0) {
-        job_retain(j);
-        s->queue[(s->q_head + s->q_len) % s->q_cap] = j;
-        s->q_len++;
+        for (job *j = first; j; j = j->next_choice) job_retain(j);
+        s_push(s, first); /* its later answers follow one by one (s_take) */
+        s->q_answers += n;
         pthread_cond_signal(&s->q_cv);
     }
     pthread_mutex_unlock(&s->q_mu);
@@ -141,12 +151,14 @@ int server_submit(server *s, job *j) {
 
 void server_queue_gauges(server *s, int *waiting, int *active) {
     pthread_mutex_lock(&s->q_mu);
-    *waiting = s->q_len;
+    *waiting = s->q_answers;
     *active = s->active;
     pthread_mutex_unlock(&s->q_mu);
 }
 
-/* The next job for a slot; NULL when the server stops. */
+/* The next job for a slot; NULL when the server stops. Requests take turns:
+ * the line holds each request's next answer, and a request with more goes to
+ * the back once one starts, so n = 16 answers cannot keep a small request waiting. */
 static job *s_take(server *s) {
     pthread_mutex_lock(&s->q_mu);
     while (s->q_len == 0 && !atomic_load(&s->stopping)) pthread_cond_wait(&s->q_cv, &s->q_mu);
@@ -155,7 +167,12 @@ static job *s_take(server *s) {
         j = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
+        s->q_answers--;
         s->active++;
+        if (j->next_choice) { /* its next answer, for another free slot */
+            s_push(s, j->next_choice);
+            pthread_cond_signal(&s->q_cv);
+        }
     }
     pthread_mutex_unlock(&s->q_mu);
     return j;
@@ -309,6 +326,19 @@ static void s_finish(server_slot *slot, job *j, int rc, const coli_gen_stats *st
     pthread_mutex_unlock(&j->mu);
 }
 
+uint64_t server_cache_domain(const server *s, int key, const char *salt) {
+    if (key < 0 && !salt) return 0;
+    /* the key's number, then the salt: a salt cannot pose as another key's */
+    unsigned char in[4 + SERVE_MAX_CACHE_SALT];
+    size_t n = salt ? strlen(salt) : 0;
+    if (n > SERVE_MAX_CACHE_SALT) n = SERVE_MAX_CACHE_SALT; /* openai_parse refuses longer ones */
+    const uint32_t k = (uint32_t)(key + 1);
+    memcpy(in, &k, 4);
+    if (n) memcpy(in + 4, salt, n);
+    uint64_t d = coli_siphash24(s->cache_key[0], s->cache_key[1], in, 4 + n);
+    return d ? d : 1; /* 0 is the shared domain */
+}
+
 /* Reset the slot's context to the longest cached prefix of j's prompt
  * (nothing without a cache): the positions restored, which generation
  * then skips. A failing lookup is a miss, never a failed request. */
@@ -319,6 +349,7 @@ static int s_prefix_restore(server_slot *slot, job *j) {
     slot->seq_len = n <= slot->seq_cap ? n : 0;
     if (slot->seq_len) memcpy(slot->seq, j->req.ids, (size_t)n * sizeof(int32_t));
     if (!s->prefix || !slot->seq_len) return 0;
+    coli_context_set_prefix_domain(slot->ctx, j->req.cache_domain); /* s_prefix_save stores in it too */
     int got = coli_context_restore_prefix(slot->ctx, s->prefix, j->req.ids, n);
     if (got < 0) {
         if (s->cfg.verbose) fprintf(stderr, "coli serve: prefix cache: %s\n", coli_last_error());
@@ -445,6 +476,10 @@ static int s_alloc(server *s) {
     coli_context_params cp;
     coli_context_default_params(&cp);
     cp.n_ctx = s->cfg.n_ctx;
+    if (s->cfg.prefix_cache_bytes && getrandom(s->cache_key, sizeof s->cache_key, 0) != (ssize_t)sizeof s->cache_key) {
+        fprintf(stderr, "coli serve: prefix cache: no random key for its domains: %s\n", strerror(errno));
+        return CLI_FAIL;
+    }
     if (s->cfg.prefix_cache_bytes &&
         coli_prefix_cache_new(s->model, s->cfg.prefix_cache_bytes, s->cfg.prefix_block, &s->prefix) != 0) {
         fprintf(stderr, "coli serve: %s\n", coli_last_error());
@@ -501,16 +536,20 @@ int server_slots_start(server *s) {
     return 0;
 }
 
-/* With q_mu held: answer every queued job 503 and empty the queue. */
+/* With q_mu held: answer every queued job 503 and empty the queue (a request's
+ * answers after the one in line wait behind it: next_choice). */
 static void s_fail_queued(server *s) {
     for (int i = 0; i < s->q_len; i++) {
-        job *j = s->queue[(s->q_head + i) % s->q_cap];
-        pthread_mutex_lock(&j->mu);
-        job_fail(j, 503, "shutting_down", "the server is shutting down; this request was not started");
-        pthread_mutex_unlock(&j->mu);
-        job_release(j);
+        for (job *j = s->queue[(s->q_head + i) % s->q_cap], *next; j; j = next) {
+            next = j->next_choice; /* j's reference to it outlives the release below */
+            pthread_mutex_lock(&j->mu);
+            job_fail(j, 503, "shutting_down", "the server is shutting down; this request was not started");
+            pthread_mutex_unlock(&j->mu);
+            job_release(j);
+        }
     }
     s->q_len = 0;
+    s->q_answers = 0;
 }
 
 int server_drain(server *s, double grace_s) {
