@@ -225,6 +225,13 @@ static int s_chat_flags(server *s, const char *tmpl, const char *chat_kwargs, co
     return rc;
 }
 
+static void s_usage(const arg_spec *specs, int n_specs) {
+    args_usage(stdout, "serve", "-m FILE [--host ADDR] [--port N] [--api-key-file FILE] [flags]",
+               "Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
+               "/v1/models), /tokenize, /detokenize, /props, /health and Prometheus /metrics. See docs/api.md.",
+               specs, n_specs);
+}
+
 int cmd_serve(int argc, char **argv) {
     model_opts mo;
     memset(&mo, 0, sizeof mo);
@@ -252,7 +259,7 @@ int cmd_serve(int argc, char **argv) {
         {"--parallel", "-np", ARG_INT, &s->cfg.n_slots, 1, 256, 0, "N",
          "requests generated at once, each with its own KV cache, decoding in one batch (default 4)"},
         {"--queue", NULL, ARG_INT, &s->cfg.queue_max, 0, 100000, 0, "N",
-         "requests that may wait for a slot; more get HTTP 429 (default 64)"},
+         "answers that may wait for a slot (a request with n takes n); more get HTTP 429 (default 64)"},
         {"--max-body", NULL, ARG_INT, &max_body_kib, 1, 1 << 20, 0, "KIB",
          "largest request body in KiB; larger gets HTTP 413 (default 1024)"},
         {"--max-connections", NULL, ARG_INT, &s->cfg.max_connections, 1, 100000, 0, "N",
@@ -288,10 +295,7 @@ int cmd_serve(int argc, char **argv) {
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("serve", argc, argv, specs, n_specs, NULL, 0, NULL);
     if (rc == ARGS_HELP) {
-        args_usage(stdout, "serve", "-m FILE [--host ADDR] [--port N] [--api-key-file FILE] [flags]",
-                   "Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
-                   "/v1/models), /tokenize, /detokenize, /props, /health and Prometheus /metrics. See docs/api.md.",
-                   specs, n_specs);
+        s_usage(specs, n_specs);
         free(s);
         return 0;
     }
