@@ -281,6 +281,8 @@ test-deps: deps
 
 test: deps test-deps
 	tools/check_style.sh
+	tools/include_graph.py --check
+	tools/include_graph.py --self-test
 	$(MAKE) all fixtures
 	COLI_BUILD=$(BUILD) tests/run.sh $(TESTS)
 

@@ -18,7 +18,7 @@
 #include "core/matmul.h"
 #include "core/threadpool.h"
 
-#define FORWARD_MAX_BATCH 512 /* larger evals are run in chunks of this many tokens */
+#define FORWARD_MAX_BATCH MOE_EXEC_MAX_TOKENS /* larger evals are run in chunks of this many tokens */
 
 typedef struct forward_state {
     const model *m;

@@ -20,6 +20,11 @@ struct coli_settings;
 
 typedef struct moe_exec moe_exec;
 
+/* The most tokens one run_layer call carries: the forward pass evaluates
+ * longer inputs in chunks of this many (forward.h's FORWARD_MAX_BATCH), so an
+ * executor can size its buffers (a worker ring's slots) without the forward pass. */
+#define MOE_EXEC_MAX_TOKENS 512
+
 struct moe_exec {
     /* y (n_tok, k, n_embd): y[t][s] = expert_{ids[t*k+s]} of layer applied to
      * x[t] (x: (n_tok, n_embd)). Returns 0 or a negative coli_status; an

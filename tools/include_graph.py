@@ -10,19 +10,30 @@ are outside the graph.
 
   tools/include_graph.py            file loops, then folder loops
   tools/include_graph.py --edges    also every folder -> folder edge with a count
-  tools/include_graph.py --check    exit 1 if a folder loop crosses folders
-                                    (a folder that includes one above it)
+  tools/include_graph.py --check    check the includes against the table of
+                                    docs/architecture.md ("may include"): one
+                                    line per include across a boundary the
+                                    table does not allow, and per loop between
+                                    folders the document does not list
+                                    (`a/` <-> `b/`); exit 1 on any
+  tools/include_graph.py --check --doc FILE [--root DIR]
+                                    the same against another document / tree
+  tools/include_graph.py --self-test
+                                    --check on a copy of the tree with a
+                                    forbidden include added: it must fail
   tools/include_graph.py --calls BUILD
                                     also the loops of the call graph between
                                     source files: a.c -> b.c when a.o uses a
                                     symbol b.o defines (nm on BUILD/obj)
 
-Exit status 0 unless --check finds a violation.
+Exit status 0 unless --check finds a violation (or --self-test fails).
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 
 SEARCH = ["include", "core", "."]  # the Makefile's -I order
@@ -30,6 +41,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 def tracked_sources(root):
+    if not os.path.exists(os.path.join(root, ".git")):  # a copy (--self-test): every source file
+        return sorted(os.path.relpath(os.path.join(d, n), root) for d, _, names in os.walk(root)
+                      for n in names if n.endswith((".c", ".h", ".cu", ".cuh")))
     out = subprocess.run(["git", "ls-files", "*.c", "*.h", "*.cu", "*.cuh"], cwd=root,
                          capture_output=True, text=True, check=True).stdout
     return [p for p in out.split() if os.path.isfile(os.path.join(root, p))]
@@ -126,8 +140,164 @@ def folder(p):
     return os.path.dirname(p) or "."
 
 
+# ---- --check: the document's table against the includes -------------------
+
+CELL_ITEM = re.compile(r"`([^`\s]+)`")
+LOOP = re.compile(r"`([^`\s]+/)`((?:\s*<->\s*`[^`\s]+/`)+)")
+
+
+def s_strip_parens(text):
+    """The cell without its parenthesised remarks (nested ones too): what
+    is named inside "(...)" explains, it does not allow."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+def parse_table(doc):
+    """{folder/: allowed} from the markdown table whose header has a column
+    "may include": allowed is None for "anything", else a list of folders
+    ("core/") and files ("coordinator/moe_exec.h"). Rows whose first cell is
+    not one backticked folder ending in "/" are skipped."""
+    rows, col = {}, None
+    for line in doc.splitlines():
+        line = line.strip()
+        if not line.startswith("|"):
+            col = None if not rows else col
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        low = [c.lower() for c in cells]
+        if "may include" in low:
+            col = low.index("may include")
+            continue
+        if col is None or col >= len(cells) or set(cells[0]) <= set("-: "):
+            continue
+        m = re.fullmatch(r"`([^`\s]+/)`", cells[0])
+        if not m:
+            continue
+        cell = cells[col]
+        if re.search(r"\banything\b", s_strip_parens(cell), re.I):
+            rows[m.group(1)] = None
+        else:
+            rows[m.group(1)] = [i for i in CELL_ITEM.findall(s_strip_parens(cell)) if "/" in i]
+    return rows
+
+
+def parse_loops(doc):
+    """The folder loops the document lists, written `a/` <-> `b/` [<-> `c/`]:
+    a list of sets of folders (without the trailing "/")."""
+    loops = []
+    for m in LOOP.finditer(doc):
+        names = [m.group(1)] + re.findall(r"`([^`\s]+/)`", m.group(2))
+        loops.append({n.rstrip("/") for n in names})
+    return loops
+
+
+def row_of(path, rows):
+    """The table's row of a file: the longest folder that holds it."""
+    best = None
+    for r in rows:
+        if path.startswith(r) and (best is None or len(r) > len(best)):
+            best = r
+    return best
+
+
+def allowed(src_row, target, rows):
+    if src_row is None:
+        return False
+    if rows[src_row] is None or row_of(target, rows) == src_row:
+        return True
+    for item in rows[src_row]:
+        if not item.endswith("/"):
+            if target == item:
+                return True
+        elif item in rows:  # a row of the table: only what that row holds, not its sub-rows
+            if row_of(target, rows) == item:
+                return True
+        elif target.startswith(item):
+            return True
+    return False
+
+
+def check(root, doc_path):
+    with open(doc_path, encoding="utf-8") as fh:
+        doc = fh.read()
+    rows, listed = parse_table(doc), parse_loops(doc)
+    if not rows:
+        return [f"{doc_path}: no table with a \"may include\" column"]
+    g = graph(root)
+    bad = []
+    for f in sorted(g):
+        r = row_of(f, rows)
+        for t in sorted(g[f]):
+            if not allowed(r, t, rows):
+                rule = f"{r} may include {'anything' if r and rows[r] is None else ', '.join(rows[r]) if r else '?'}"
+                if r is None:
+                    rule = "its folder has no row in the table"
+                bad.append(f"{f}: includes {t}: not allowed ({rule}; {os.path.basename(doc_path)})")
+    fg = defaultdict(set)
+    for a, targets in g.items():
+        for b in targets:
+            if folder(a) != folder(b):
+                fg[folder(a)].add(folder(b))
+    for loop in tarjan(fg):
+        if not any(set(loop) <= known for known in listed):
+            bad.append("include loop between folders not listed in " + os.path.basename(doc_path) + ": "
+                       + " <-> ".join(loop))
+    return bad
+
+
+def s_arg(name, default):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def self_test(root, doc_path):
+    """--check passes on the tree; it fails on a copy of the tree with one
+    file that includes across a boundary (core/ including workers/), and on
+    a copy with a loop between two new folders that the document does not list."""
+    if check(root, doc_path):
+        print("self-test: --check fails on the tree itself")
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in tracked_sources(root):
+            os.makedirs(os.path.join(tmp, os.path.dirname(f)), exist_ok=True)
+            shutil.copy(os.path.join(root, f), os.path.join(tmp, f))
+        with open(os.path.join(tmp, "core", "zz_layer_fault.c"), "w") as fh:
+            fh.write('#include "workers/worker.h"\n')
+        bad = check(tmp, doc_path)
+        want = "core/zz_layer_fault.c: includes workers/worker.h: not allowed (core/ may include include/"
+        if not any(line.startswith(want) for line in bad):
+            print("self-test: a forbidden include was not reported: " + repr(bad))
+            return 1
+        os.remove(os.path.join(tmp, "core", "zz_layer_fault.c"))
+        for here, there in (("zz_a", "zz_b"), ("zz_b", "zz_a")):  # tools/ may include anything: only the loop is wrong
+            os.makedirs(os.path.join(tmp, "tools", here))
+            with open(os.path.join(tmp, "tools", here, "x.h"), "w") as fh:
+                fh.write(f'#include "tools/{there}/x.h"\n')
+        bad = check(tmp, doc_path)
+        if bad != [f"include loop between folders not listed in {os.path.basename(doc_path)}: tools/zz_a <-> tools/zz_b"]:
+            print("self-test: a folder loop the document does not list was not reported alone: " + repr(bad))
+            return 1
+    print("self-test: ok (the tree passes; a forbidden include and an unlisted loop are reported)")
+    return 0
+
+
 def main():
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    root = os.path.normpath(s_arg("--root", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")))
+    doc_path = s_arg("--doc", os.path.join(root, "docs", "architecture.md"))
+    if "--self-test" in sys.argv:
+        return self_test(root, doc_path)
+    if "--check" in sys.argv:
+        bad = check(root, doc_path)
+        for line in bad:
+            print(line)
+        return 1 if bad else 0
     g = graph(root)
     file_loops = tarjan(g)
     fg = defaultdict(set)
@@ -155,8 +325,6 @@ def main():
         print("folder -> folder (includes):")
         for (a, b), n in sorted(counts.items()):
             print(f"  {a} -> {b} ({n})")
-    if "--check" in sys.argv and folder_loops:
-        return 1
     return 0
 
 

@@ -19,7 +19,6 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "coordinator/forward.h"
 #include "coordinator/sched/sched_internal.h"
 #include "core/error.h"
 #include "core/expert_ffn.h"
@@ -390,7 +389,7 @@ static int s_data_path(sched *s) {
         return coli_fail(COLI_EINVAL, "COLI_DATA_PATH '%s': want shm or zmq", s->set.data_path_text);
     s->lim.use_rings = s->set.data_path == COLI_DATA_PATH_SHM;
     /* the largest batch the forward pass sends: every (token, slot) pair of a chunk */
-    s->lim.ring_rows = (int64_t)FORWARD_MAX_BATCH * (s->cfg.n_expert_used > 0 ? s->cfg.n_expert_used : 1);
+    s->lim.ring_rows = (int64_t)MOE_EXEC_MAX_TOKENS * (s->cfg.n_expert_used > 0 ? s->cfg.n_expert_used : 1);
     return 0;
 }
 
