@@ -6,6 +6,13 @@
  * ownership of the experts) -> serve batches and heartbeat from the main
  * loop until Shutdown, or until the coordinator is gone (EOF on the lifeline
  * pipe, or a new parent, for local workers), then exit.
+ *
+ * One file per concern, each the one writer of its part of the worker below:
+ *   worker_main.c    the command line, the settings, the plugin and its device; start and close
+ *   worker_remote.c  the link: a local DEALER or a listening ROUTER, the coordinator served
+ *   worker_serve.c   the main loop and handlers: what it holds, the ring, the buffers, the counters
+ *   worker_cache.c   a live expert cache (loader thread, copies)
+ *   worker_fault.c   fault injection (COLI_FAULT)
  */
 #ifndef COLI_WORKER_H
 #define COLI_WORKER_H
@@ -51,11 +58,6 @@ typedef struct worker_fault {
 /* Parse COLI_FAULT ("KIND[@layer=L][@worker=W][:after=N]", comma list).
  * Returns the number parsed or a negative coli_status naming the bad part. */
 int worker_fault_parse(const char *spec, worker_fault *out, int cap);
-/* The fault to act on for a batch of this layer (counting it), or NULL. */
-worker_fault *worker_fault_match(worker_fault *f, int n, int worker_id, int layer);
-/* The fail-expert fault to act on for loading an expert of this layer at Place
- * (counting the load), or NULL. */
-worker_fault *worker_fault_match_load(worker_fault *f, int n, int worker_id, int layer);
 const char *worker_fault_name(worker_fault_kind k);
 
 /* ---- the process ------------------------------------------------------- */
@@ -97,43 +99,75 @@ int expert_set_remove(expert_set *s, uint64_t k);
 
 struct worker_cache; /* worker_cache.c: a live expert cache's loader thread and copies */
 
-typedef struct worker {
-    worker_args a;
-    coli_settings set; /* the environment, read once at start (core/settings.h) */
-    void *zctx, *sock;
+/* Each part of a worker has one file that writes it; the others read it or
+ * call that file's functions (as coordinator/sched/sched_internal.h does for
+ * the coordinator's side). */
+
+/* The plugin and its device (worker_main.c). */
+typedef struct worker_device {
     void *dl; /* dlopen handle of the plugin */
     const struct moe_plugin *plugin;
     moe_device *dev;
     moe_caps caps;
-    gguf_file *model;
-    struct coli_prefault *prefault; /* fills the held experts' page tables (core/prefault.h) */
-    expert_set resident;
-    struct worker_cache *cache; /* non-NULL once a Place said cache (docs/scheduler.md) */
-    float *out;                 /* result buffer, grown on demand */
-    size_t out_cap;
-    float *xin; /* aligned copy of a misaligned input frame */
-    size_t xin_cap;
-    uint64_t batches, rows, last_request_id, hb_seq;
-    uint64_t last_hb_ns;
-    shm_ring ring;       /* batches and results of same-host workers */
-    int in_ring_request; /* the batch being served came by the ring: so goes its reply */
-    uint64_t spin_ns;    /* spin for the next ring request before sleeping */
-    worker_fault faults[WORKER_MAX_FAULTS];
-    int n_faults;
-    int stop;
-    /* --listen: a ROUTER serving one coordinator at a time (worker_remote.c) */
+} worker_device;
+
+/* The socket and the coordinator served (worker_remote.c: the local DEALER
+ * and the listening ROUTER alike). */
+typedef struct worker_link {
+    void *zctx, *sock;
+    /* who this worker is to the coordinator served: --id and --gen, then
+     * what a greeting of a coordinator says (a listening worker) */
+    int worker_id;
+    unsigned generation;
+    /* --listen: a ROUTER serving one coordinator at a time */
     int listening;
     unsigned char peer[WIRE_MAX_PEER]; /* routing id of the coordinator served now */
     size_t peer_len;                   /* 0: none yet */
     uint64_t busy_refused;             /* greetings refused "busy" (another coordinator is served) */
     char peer_session[40];             /* the served coordinator's session ("" = it sent none) */
     struct worker_zap *zap;            /* the ZAP handler thread */
+} worker_link;
+
+/* What it holds (worker_serve.c): the model and the experts handed to the plugin. */
+typedef struct worker_hold {
+    gguf_file *model;
+    struct coli_prefault *prefault; /* fills the held experts' page tables (core/prefault.h) */
+    expert_set resident;
+} worker_hold;
+
+/* The serving loop (worker_serve.c): the ring, the batch buffers, the counters a heartbeat reports. */
+typedef struct worker_loop {
+    shm_ring ring;       /* batches and results of same-host workers */
+    int in_ring_request; /* the batch being served came by the ring: so goes its reply */
+    uint64_t spin_ns;    /* spin for the next ring request before sleeping */
+    float *out;          /* result buffer, grown on demand */
+    size_t out_cap;
+    float *xin; /* aligned copy of a misaligned input frame */
+    size_t xin_cap;
+    uint64_t batches, rows, last_request_id, hb_seq;
+    uint64_t last_hb_ns;
+    int stop;
+} worker_loop;
+
+/* Fault injection (worker_fault.c). */
+typedef struct worker_faults {
+    worker_fault f[WORKER_MAX_FAULTS];
+    int n;
+} worker_faults;
+
+typedef struct worker {
+    worker_args a;     /* the command line (worker_main.c) */
+    coli_settings set; /* the environment, read once at start (worker_main.c; core/settings.h) */
+    worker_device device;
+    worker_link link;
+    worker_hold hold;
+    worker_loop loop;
+    struct worker_cache *cache; /* non-NULL once a Place said cache (worker_cache.c; docs/scheduler.md) */
+    worker_faults faults;
 } worker;
 
 int worker_parse_args(int argc, char **argv, worker_args *a);
 int worker_load_plugin(worker *w, char *why, size_t why_len);
-int worker_attach_ring(worker *w, char *why, size_t why_len);
-int worker_serve(worker *w); /* the main loop */
 void worker_close(worker *w);
 
 /* worker_main.c */
@@ -142,10 +176,12 @@ int worker_send_hello(worker *w, int ok, const char *why);
  * coordinator with another model). */
 int worker_reopen_device(worker *w, char *why, size_t why_len);
 
-/* Remote workers (worker_remote.c). */
-/* Bind a ROUTER at a.listen as a CURVE server (a.keys), with a ZAP handler
- * that admits only the authorized coordinator keys; prints the endpoint. */
-int worker_listen(worker *w);
+/* The link (worker_remote.c). */
+/* Take the identity of the command line, then connect a DEALER to a.connect
+ * under routing id (len bytes), or (a.listen) bind a ROUTER at a.listen as a
+ * CURVE server (a.keys), with a ZAP handler that admits only the authorized
+ * coordinator keys, and print the endpoint (id unused). */
+int worker_connect(worker *w, const char *id, size_t len);
 /* Send to the coordinator (the current one, for a listening worker; nothing
  * when none has greeted yet). */
 int worker_send(worker *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags);
@@ -153,8 +189,10 @@ int worker_send(worker *w, Coli__Envelope *env, const void *payload, size_t byte
  * served (answered with a hello); messages of any other peer are dropped.
  * Returns 1 when m was consumed here. */
 int worker_remote_gate(worker *w, const struct wire_msg *m);
-/* After the context is terminated: join the ZAP thread, free. */
-void worker_remote_close(worker *w);
+/* Keep unsent messages up to ms at close (a FAILED hello must get out). */
+void worker_link_linger(worker *w, int ms);
+/* Close the socket, terminate the context, join the ZAP thread, free. */
+void worker_link_close(worker *w);
 
 /* Live expert cache (worker_cache.c). */
 /* Become a cache worker (a Place with cache set): the plugin must have
@@ -180,8 +218,20 @@ int worker_cache_fd(const worker *w);
 void worker_cache_close(worker *w);
 
 /* Handlers (worker_serve.c). */
+int worker_attach_ring(worker *w, char *why, size_t why_len);
+int worker_serve(worker *w); /* the main loop */
 /* Give the plugin expert (layer, e) with weights ew and record it resident. */
 int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, char *err, size_t err_len);
+/* No longer resident (the plugin dropped it or never kept it): 1 when it was. */
+int worker_forget_expert(worker *w, int layer, int e);
+/* Drop the model, the resident set and the prefault pass (the device is closed). */
+void worker_hold_close(worker *w);
+/* Free the batch buffers, unmap the ring. */
+void worker_loop_close(worker *w);
+/* The next heartbeat's body: its sequence number (counted) and the counters. */
+void worker_heartbeat_fill(worker *w, Coli__Heartbeat *h);
+/* A new coordinator is served: no request of it has been seen. */
+void worker_served_anew(worker *w);
 int worker_on_place(worker *w, const Coli__Envelope *env);
 int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t x_bytes);
 /* Reply to batch b (request id): its n_rows outputs when ok, else FAILED with
@@ -191,14 +241,22 @@ int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int o
 /* A reply whose framing itself is wrong, on whichever path the batch came (fault tests). */
 void worker_send_garbage_frame(worker *w);
 
-/* Fault injection around a batch (worker_fault.c; tests only, COLI_FAULT):
- * the two places where a batch handler meets it. */
+/* Fault injection (worker_fault.c; tests only, COLI_FAULT). Faults strike
+ * only in a worker's first generation. */
+/* Parse set.fault into the worker's faults. 0, or the parser's error. */
+int worker_faults_init(worker *w);
+/* Should the plugin "fail to initialise" (fail-load)? */
+int worker_fault_fail_load(const worker *w);
+/* Before loading an expert of layer at Place: the fail-expert fault that
+ * fires on it (counted), or NULL. */
+worker_fault *worker_fault_before_load(worker *w, int layer);
 /* Before computing a batch of layer: the fault that fires on it (counted),
  * or NULL; crash and hang strike here and do not return. */
 worker_fault *worker_fault_before_batch(worker *w, int layer);
-/* The reply to batch b as fault f wants it (w->out holds the computed rows):
- * garbage in place of the answer, or the answer and then a crash. Returns
- * what worker_send_result returns for the answer, 0 for garbage. */
-int worker_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b, uint64_t ns);
+/* The reply to batch b as fault f wants it (out holds the computed rows, and
+ * garbage-nan spoils one): garbage in place of the answer, or the answer and
+ * then a crash. Returns what worker_send_result returns for the answer, 0
+ * for garbage. */
+int worker_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b, float *out, uint64_t ns);
 
 #endif

@@ -124,9 +124,9 @@ static void *s_loader(void *arg) {
 
 int worker_cache_enable(worker *w, char *why, size_t why_len) {
     if (w->cache) return 0;
-    if (!MOE_PLUGIN_HAS(w->plugin, unload_expert))
+    if (!MOE_PLUGIN_HAS(w->device.plugin, unload_expert))
         return snprintf(why, why_len, "plugin %s has no unload_expert (ABI 1.2): it cannot be a live expert cache",
-                        w->plugin->name),
+                        w->device.plugin->name),
                1;
     struct worker_cache *c = calloc(1, sizeof *c);
     if (!c) return snprintf(why, why_len, "worker: out of memory for the expert cache"), 1;
@@ -173,7 +173,7 @@ static void s_drop_copy(struct worker_cache *c, uint64_t key) {
 //  dropped (*kept 0) instead of stacking a second one. 0 or the plugin's code.
 static int s_adopt(worker *w, int layer, int e, const expert_weights *copy, void *buf, int *kept, char *err, size_t n) {
     *kept = 0;
-    if (expert_set_has(&w->resident, expert_set_key(layer, e))) {
+    if (expert_set_has(&w->hold.resident, expert_set_key(layer, e))) {
         free(buf);
         return 0;
     }
@@ -181,9 +181,9 @@ static int s_adopt(worker *w, int layer, int e, const expert_weights *copy, void
                  : (snprintf(err, n, "expert %d.%d: out of memory for its copy", layer, e), COLI_ENOMEM);
     if (rc == 0) rc = s_keep_copy(w->cache, expert_set_key(layer, e), buf, expert_weights_bytes(copy));
     *kept = rc == 0;
-    if (rc != 0 && buf && expert_set_remove(&w->resident, expert_set_key(layer, e))) {
+    if (rc != 0 && buf && worker_forget_expert(w, layer, e)) {
         char ignore[64];
-        w->plugin->unload_expert(w->dev, layer, e, ignore, sizeof ignore);
+        w->device.plugin->unload_expert(w->device.dev, layer, e, ignore, sizeof ignore);
         snprintf(err, n, "expert %d.%d: out of memory", layer, e);
     }
     if (rc != 0) free(buf);
@@ -214,7 +214,7 @@ static int s_send_ack(worker *w, uint64_t seq, const char *failed, const ack_lis
     a.seq = seq;
     a.status = failed ? COLI__STATUS__STATUS_FAILED : COLI__STATUS__STATUS_OK;
     a.reason = (char *)(failed ? failed : "");
-    size_t n_res = w->resident.n, nc = al ? al->n_changed : 0, nr = al ? al->n_refused : 0;
+    size_t n_res = w->hold.resident.n, nc = al ? al->n_changed : 0, nr = al ? al->n_refused : 0;
     Coli__ExpertRef *res = calloc(n_res + 1, sizeof *res);
     Coli__ExpertRef **rp = calloc(n_res + 1, sizeof *rp), **cp = calloc(nc + 1, sizeof *cp);
     Coli__RefusedExpert **fp = calloc(nr + 1, sizeof *fp);
@@ -222,10 +222,10 @@ static int s_send_ack(worker *w, uint64_t seq, const char *failed, const ack_lis
         free(res), free(rp), free(cp), free(fp);
         return failed ? COLI_ENOMEM : s_send_ack(w, seq, "worker: out of memory for the cache ack", NULL);
     }
-    for (size_t i = 0, k = 0; i < w->resident.cap; i++)
-        if (w->resident.keys[i]) {
+    for (size_t i = 0, k = 0; i < w->hold.resident.cap; i++)
+        if (w->hold.resident.keys[i]) {
             coli__expert_ref__init(&res[k]);
-            expert_set_unkey(w->resident.keys[i], &res[k].layer, &res[k].expert);
+            expert_set_unkey(w->hold.resident.keys[i], &res[k].layer, &res[k].expert);
             rp[k] = &res[k];
             k++;
         }
@@ -238,7 +238,7 @@ static int s_send_ack(worker *w, uint64_t seq, const char *failed, const ack_lis
         a.n_loaded = nc, a.loaded = cp;
     a.n_refused = nr, a.refused = fp;
     moe_stats st = {0};
-    if (w->plugin->get_stats) w->plugin->get_stats(w->dev, &st);
+    if (w->device.plugin->get_stats) w->device.plugin->get_stats(w->device.dev, &st);
     a.resident_bytes = st.resident_bytes;
     a.bytes_copied = al ? al->bytes_copied : 0;
     a.copies = w->cache ? w->cache->n_copies : 0;
@@ -254,12 +254,12 @@ static int s_send_ack(worker *w, uint64_t seq, const char *failed, const ack_lis
 //  Is the request acceptable as a whole? Writes the reason when not.
 static int s_check_request(worker *w, const char *what, size_t n, Coli__ExpertRef **refs, char *why, size_t why_len) {
     if (!w->cache) return snprintf(why, why_len, "%s: not a cache worker (its Place did not say cache)", what), 1;
-    if (!w->model) return snprintf(why, why_len, "%s: before placement", what), 1;
+    if (!w->hold.model) return snprintf(why, why_len, "%s: before placement", what), 1;
     if (n == 0 || n > CACHE_MAX_PER_MSG)
         return snprintf(why, why_len, "%s: %zu experts (want 1..%d)", what, n, CACHE_MAX_PER_MSG), 1;
     for (size_t i = 0; i < n; i++) {
         expert_weights ew; /* an expert of the model: a negative or out-of-range pair never reaches the sets */
-        if (expert_weights_from_gguf(w->model, refs[i]->layer, refs[i]->expert, &ew) != 0)
+        if (expert_weights_from_gguf(w->hold.model, refs[i]->layer, refs[i]->expert, &ew) != 0)
             return snprintf(why, why_len, "%s: expert %d.%d: %s", what, refs[i]->layer, refs[i]->expert,
                             coli_last_error()),
                    1;
@@ -292,10 +292,10 @@ int worker_cache_on_load(worker *w, const Coli__Envelope *env) {
         int l = m->experts[i]->layer, e = m->experts[i]->expert;
         uint64_t k = expert_set_key(l, e);
         j->layer[i] = l, j->expert[i] = e;
-        if (expert_set_has(&w->resident, k) || expert_set_has(&w->cache->pending, k))
+        if (expert_set_has(&w->hold.resident, k) || expert_set_has(&w->cache->pending, k))
             snprintf(why, sizeof why, "cache load: expert %d.%d is already %s", l, e,
-                     expert_set_has(&w->resident, k) ? "resident" : "being loaded");
-        else if (expert_weights_from_gguf(w->model, l, e, &j->src[i]) != 0)
+                     expert_set_has(&w->hold.resident, k) ? "resident" : "being loaded");
+        else if (expert_weights_from_gguf(w->hold.model, l, e, &j->src[i]) != 0)
             snprintf(why, sizeof why, "cache load: %s", coli_last_error());
     }
     if (why[0]) {
@@ -383,7 +383,7 @@ int worker_cache_on_evict(worker *w, const Coli__Envelope *env) {
     if (s_check_request(w, "cache evict", m->n_experts, m->experts, why, sizeof why))
         return s_send_ack(w, m->seq, why, NULL);
     for (size_t i = 0; i < m->n_experts && !why[0]; i++)
-        if (!expert_set_has(&w->resident, expert_set_key(m->experts[i]->layer, m->experts[i]->expert)))
+        if (!expert_set_has(&w->hold.resident, expert_set_key(m->experts[i]->layer, m->experts[i]->expert)))
             snprintf(why, sizeof why, "cache evict: expert %d.%d is not resident", m->experts[i]->layer,
                      m->experts[i]->expert);
     if (why[0]) return s_send_ack(w, m->seq, why, NULL);
@@ -392,11 +392,11 @@ int worker_cache_on_evict(worker *w, const Coli__Envelope *env) {
     for (size_t i = 0; i < m->n_experts; i++) {
         int l = m->experts[i]->layer, e = m->experts[i]->expert;
         char err[256];
-        if (w->plugin->unload_expert(w->dev, l, e, err, sizeof err) != 0) {
-            fprintf(stderr, "coli-worker %d: %s\n", w->a.worker_id, err); /* still listed as resident */
+        if (w->device.plugin->unload_expert(w->device.dev, l, e, err, sizeof err) != 0) {
+            fprintf(stderr, "coli-worker %d: %s\n", w->link.worker_id, err); /* still listed as resident */
             continue;
         }
-        expert_set_remove(&w->resident, expert_set_key(l, e));
+        worker_forget_expert(w, l, e);
         s_drop_copy(w->cache, expert_set_key(l, e));
         coli__expert_ref__init(&al.changed[al.n_changed]);
         al.changed[al.n_changed].layer = l;

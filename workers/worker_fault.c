@@ -116,36 +116,51 @@ static worker_fault *s_match(worker_fault *f, int n, int worker_id, int layer, i
     return NULL;
 }
 
-worker_fault *worker_fault_match(worker_fault *f, int n, int worker_id, int layer) {
-    return s_match(f, n, worker_id, layer, 0);
+int worker_faults_init(worker *w) {
+    int n = worker_fault_parse(w->set.fault, w->faults.f, WORKER_MAX_FAULTS);
+    if (n < 0) return n;
+    w->faults.n = n;
+    return 0;
 }
 
-worker_fault *worker_fault_match_load(worker_fault *f, int n, int worker_id, int layer) {
-    return s_match(f, n, worker_id, layer, 1);
+int worker_fault_fail_load(const worker *w) {
+    for (int i = 0; i < w->faults.n; i++)
+        if (w->faults.f[i].kind == FAULT_FAIL_LOAD && w->link.generation == 0 &&
+            (w->faults.f[i].worker < 0 || w->faults.f[i].worker == w->link.worker_id))
+            return 1;
+    return 0;
 }
+
+//  The fault of the wanted class for a batch or load of layer, counted; none
+//  after the first generation (a restarted worker is healthy).
+static worker_fault *s_strike(worker *w, int layer, int loads) {
+    return w->link.generation == 0 ? s_match(w->faults.f, w->faults.n, w->link.worker_id, layer, loads) : NULL;
+}
+
+worker_fault *worker_fault_before_load(worker *w, int layer) { return s_strike(w, layer, 1); }
 
 worker_fault *worker_fault_before_batch(worker *w, int layer) {
-    worker_fault *f = w->a.generation == 0 ? worker_fault_match(w->faults, w->n_faults, w->a.worker_id, layer) : NULL;
+    worker_fault *f = s_strike(w, layer, 0);
     if (f && f->kind == FAULT_CRASH) raise(SIGKILL);
     if (f && f->kind == FAULT_HANG) raise(SIGSTOP);
     return f;
 }
 
-int worker_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b, uint64_t ns) {
+int worker_fault_reply(worker *w, worker_fault *f, uint64_t id, const Coli__ExpertBatch *b, float *out, uint64_t ns) {
     int64_t n = b->n_rows;
     switch (f->kind) {
-    case FAULT_GARBAGE_NAN: w->out[0] = NAN; break;
+    case FAULT_GARBAGE_NAN: out[0] = NAN; break;
     case FAULT_GARBAGE_SIZE: n = n - 1; break;
     case FAULT_GARBAGE_ID: id += 1000003; break;
     case FAULT_CRASH_DURING: raise(SIGKILL); break;
     case FAULT_GARBAGE_RING: worker_send_garbage_frame(w); return 0;
     case FAULT_FAIL_BATCH: return worker_send_result(w, id, b, 0, "COLI_FAULT fail-batch", NULL, 0, ns);
     default: {
-        int rc = worker_send_result(w, id, b, 1, "", w->out, b->n_rows, ns);
+        int rc = worker_send_result(w, id, b, 1, "", out, b->n_rows, ns);
         if (f->kind == FAULT_CRASH_AFTER) raise(SIGKILL);
         return rc;
     }
     }
-    worker_send_result(w, id, b, 1, "", w->out, n, 0);
+    worker_send_result(w, id, b, 1, "", out, n, 0);
     return 0;
 }

@@ -30,9 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proto/wire.h"
 #include "core/error.h"
-#include "core/prefault.h"
 #include "workers/worker.h"
 
 static void s_usage(void) {
@@ -126,21 +124,6 @@ int worker_parse_args(int argc, char **argv, worker_args *a) {
 }
 
 // ---------------------------------------------------------------------------
-//  Map the shared-memory ring the coordinator passed (inherited fds).
-int worker_attach_ring(worker *w, char *why, size_t why_len) {
-    w->spin_ns = w->set.shm_spin_us * 1000ULL;
-    if (!w->a.ring) return 0;
-    int fd, req, rep;
-    char tail;
-    if (sscanf(w->a.ring, "%d,%d,%d%c", &fd, &req, &rep, &tail) != 3 || fd < 0 || req < 0 || rep < 0) {
-        snprintf(why, why_len, "--ring '%s': want FD,BELL_REQ,BELL_REP", w->a.ring);
-        return COLI_EINVAL;
-    }
-    int rc = ring_attach(&w->ring, fd, req, rep, w->a.generation);
-    if (rc != 0) snprintf(why, why_len, "%s", coli_last_error());
-    return rc;
-}
-
 //  <dir of this executable>/../lib, where the Makefile puts the plugins.
 static void s_default_plugin_dir(char *out, size_t n) {
     char exe[PATH_MAX];
@@ -152,12 +135,10 @@ static void s_default_plugin_dir(char *out, size_t n) {
 
 int worker_load_plugin(worker *w, char *why, size_t why_len) {
     const char *name = w->a.plugin;
-    for (int i = 0; i < w->n_faults; i++)
-        if (w->faults[i].kind == FAULT_FAIL_LOAD && w->a.generation == 0 &&
-            (w->faults[i].worker < 0 || w->faults[i].worker == w->a.worker_id)) {
-            snprintf(why, why_len, "plugin '%s': init failed: fault injection fail-load", name);
-            return COLI_EDEVICE;
-        }
+    if (worker_fault_fail_load(w)) {
+        snprintf(why, why_len, "plugin '%s': init failed: fault injection fail-load", name);
+        return COLI_EDEVICE;
+    }
     char dir[PATH_MAX], path[PATH_MAX + 64];
     if (w->a.plugin_dir)
         snprintf(dir, sizeof dir, "%s", w->a.plugin_dir);
@@ -166,14 +147,14 @@ int worker_load_plugin(worker *w, char *why, size_t why_len) {
     else
         s_default_plugin_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/libcoli-%s.so", dir, name);
-    w->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!w->dl) {
+    w->device.dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!w->device.dl) {
         const char *e = dlerror();
         const char *base = e ? strstr(e, "libcoli-") : NULL; /* drop the directory */
         snprintf(why, why_len, "plugin '%s': %s", name, base ? base : (e ? e : "dlopen failed"));
         return COLI_EDEVICE;
     }
-    moe_plugin_get_fn get = (moe_plugin_get_fn)dlsym(w->dl, MOE_PLUGIN_SYMBOL);
+    moe_plugin_get_fn get = (moe_plugin_get_fn)dlsym(w->device.dl, MOE_PLUGIN_SYMBOL);
     if (!get) {
         snprintf(why, why_len, "plugin '%s': libcoli-%s.so has no symbol %s", name, name, MOE_PLUGIN_SYMBOL);
         return COLI_EDEVICE;
@@ -189,13 +170,13 @@ int worker_load_plugin(worker *w, char *why, size_t why_len) {
         snprintf(why, why_len, "plugin '%s': function table incomplete", name);
         return COLI_EDEVICE;
     }
-    w->plugin = p;
+    w->device.plugin = p;
     return 0;
 }
 
 //  probe + open + caps; the reason lands in why.
 static int s_open_device(worker *w, char *why, size_t why_len) {
-    const struct moe_plugin *p = w->plugin;
+    const struct moe_plugin *p = w->device.plugin;
     if (p->probe) {
         int n_dev = 0;
         char pw[256] = "";
@@ -213,25 +194,22 @@ static int s_open_device(worker *w, char *why, size_t why_len) {
                        .memory_budget = w->a.budget,
                        .fault = w->set.plugin_fault[0] ? w->set.plugin_fault : NULL};
     char err[256] = "";
-    int rc = p->open(&o, &w->dev, err, sizeof err);
-    if (rc != 0 || !w->dev) {
+    int rc = p->open(&o, &w->device.dev, err, sizeof err);
+    if (rc != 0 || !w->device.dev) {
         snprintf(why, why_len, "plugin '%s': open device %d: %s", p->name, w->a.device_index,
                  err[0] ? err : coli_status_str(rc));
         return rc ? rc : COLI_EDEVICE;
     }
-    memset(&w->caps, 0, sizeof w->caps);
-    p->get_caps(w->dev, &w->caps);
+    memset(&w->device.caps, 0, sizeof w->device.caps);
+    p->get_caps(w->device.dev, &w->device.caps);
     return 0;
 }
 
 int worker_reopen_device(worker *w, char *why, size_t why_len) {
-    if (w->dev) w->plugin->close(&w->dev);
-    w->dev = NULL;
+    if (w->device.dev) w->device.plugin->close(&w->device.dev);
+    w->device.dev = NULL;
     worker_cache_close(w); /* its copies: the plugin no longer holds them */
-    coli_prefault_stop(&w->prefault);
-    gguf_close(&w->model);
-    free(w->resident.keys);
-    memset(&w->resident, 0, sizeof w->resident);
+    worker_hold_close(w);
     return s_open_device(w, why, why_len);
 }
 
@@ -246,15 +224,15 @@ int worker_send_hello(worker *w, int ok, const char *why) {
     h.reason = (char *)(why ? why : "");
     h.abi_major = MOE_PLUGIN_ABI_MAJOR;
     h.abi_minor = MOE_PLUGIN_ABI_MINOR;
-    h.dtype_mask = w->caps.dtype_mask;
-    h.dtype_mask_hi = w->caps.dtype_mask_hi;
-    h.max_rows = w->caps.max_rows;
-    h.memory_total = w->caps.memory_total;
-    h.memory_budget = w->caps.memory_budget;
-    h.device_name = w->caps.device_name;
+    h.dtype_mask = w->device.caps.dtype_mask;
+    h.dtype_mask_hi = w->device.caps.dtype_mask_hi;
+    h.max_rows = w->device.caps.max_rows;
+    h.memory_total = w->device.caps.memory_total;
+    h.memory_budget = w->device.caps.memory_budget;
+    h.device_name = w->device.caps.device_name;
     h.pid = (int32_t)getpid();
-    h.worker_id = w->a.worker_id;
-    h.generation = w->a.generation;
+    h.worker_id = w->link.worker_id;
+    h.generation = w->link.generation;
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_HELLO;
     env.hello = &h;
@@ -283,37 +261,23 @@ static int s_routing_id(worker *w, char *id, size_t cap) {
 }
 
 static int s_connect(worker *w) {
-    if (w->a.listen) return worker_listen(w); /* a remote worker: CURVE server (worker_remote.c) */
-    w->zctx = zmq_ctx_new();
-    w->sock = w->zctx ? zmq_socket(w->zctx, ZMQ_DEALER) : NULL;
-    if (!w->sock) return coli_fail(COLI_EIO, "coli-worker: zmq socket: %s", zmq_strerror(errno));
+    if (w->a.listen) return worker_connect(w, NULL, 0); /* a remote worker: CURVE server (worker_remote.c) */
     char id[64];
     int n = s_routing_id(w, id, sizeof id);
     if (n < 0) return n;
-    zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, id, (size_t)n);
-    int rc = wire_socket_setup(w->sock, 0);
-    if (rc != 0) return rc;
-    rc = w->a.connect ? zmq_connect(w->sock, w->a.connect) : zmq_bind(w->sock, w->a.listen);
-    if (rc != 0)
-        return coli_fail(COLI_EIO, "coli-worker: %s %s: %s", w->a.connect ? "connect" : "bind",
-                         w->a.connect ? w->a.connect : w->a.listen, zmq_strerror(errno));
-    return 0;
+    return worker_connect(w, id, (size_t)n);
 }
 
+//  Each part is closed by the file that owns it, in this order: the device
+//  first (it computes from the copies and the mapping), the library last.
 void worker_close(worker *w) {
-    if (w->plugin && w->dev) w->plugin->close(&w->dev);
+    if (w->device.plugin && w->device.dev) w->device.plugin->close(&w->device.dev);
     worker_cache_close(w);
-    coli_prefault_stop(&w->prefault);
-    gguf_close(&w->model);
-    free(w->resident.keys);
-    free(w->out);
-    free(w->xin);
-    ring_close(&w->ring);
-    if (w->sock) zmq_close(w->sock);
-    if (w->zctx) zmq_ctx_term(w->zctx);
-    worker_remote_close(w);
-    if (w->dl) dlclose(w->dl);
-    memset(w, 0, sizeof *w);
+    worker_hold_close(w);
+    worker_loop_close(w);
+    worker_link_close(w);
+    if (w->device.dl) dlclose(w->device.dl);
+    memset(&w->device, 0, sizeof w->device);
 }
 
 // ---------------------------------------------------------------------------
@@ -334,9 +298,9 @@ static int s_probe_main(worker *w) {
     char why[512] = "";
     int n_dev = 0;
     if (worker_load_plugin(w, why, sizeof why) == 0) {
-        if (!w->plugin->probe)
+        if (!w->device.plugin->probe)
             n_dev = 1; /* a plugin without probe serves the host itself */
-        else if (w->plugin->probe(&n_dev, why, sizeof why) != 0 || n_dev < 0)
+        else if (w->device.plugin->probe(&n_dev, why, sizeof why) != 0 || n_dev < 0)
             n_dev = 0;
     }
     printf("{\"plugin\":\"");
@@ -359,12 +323,10 @@ int main(int argc, char **argv) {
     }
     if (w.a.probe) return s_probe_main(&w);
     if (w.a.parent_pid && getppid() != w.a.parent_pid) return 1; /* the coordinator is gone already */
-    int n = worker_fault_parse(w.set.fault, w.faults, WORKER_MAX_FAULTS);
-    if (n < 0) {
+    if (worker_faults_init(&w) != 0) {
         fprintf(stderr, "coli-worker: %s\n", coli_last_error());
         return 2;
     }
-    w.n_faults = n;
     if (s_connect(&w) != 0) {
         fprintf(stderr, "%s\n", coli_last_error());
         worker_close(&w);
@@ -377,11 +339,10 @@ int main(int argc, char **argv) {
     int sent = worker_send_hello(&w, rc == 0, why);
     if (sent != 0 || rc != 0) {
         /* Give the FAILED hello time to leave before the socket closes. */
-        int linger = 2000;
-        zmq_setsockopt(w.sock, ZMQ_LINGER, &linger, sizeof linger);
+        worker_link_linger(&w, 2000);
         /* a local coordinator prints the reason of a FAILED hello (once, on
          * the same terminal); say it here when it may not get there */
-        if (rc != 0 && (sent != 0 || w.a.listen)) fprintf(stderr, "coli-worker %d: %s\n", w.a.worker_id, why);
+        if (rc != 0 && (sent != 0 || w.a.listen)) fprintf(stderr, "coli-worker %d: %s\n", w.link.worker_id, why);
         worker_close(&w);
         return 1;
     }

@@ -1,6 +1,7 @@
 /*
- * worker_remote.c - a worker on another host: `coli-worker --listen
- * tcp://ADDR:PORT --keys DIR [-m MODEL]` (docs/scheduler.md, "Remote workers").
+ * worker_remote.c - the worker's link (its part of worker.h, written only
+ * here): a local worker's DEALER, and a worker on another host: `coli-worker
+ * --listen tcp://ADDR:PORT --keys DIR [-m MODEL]` (docs/scheduler.md, "Remote workers").
  *
  * The worker is the long-lived server: it binds a ROUTER as a CURVE server
  * with its secret key (DIR/worker.key). libzmq asks a ZAP handler about
@@ -99,10 +100,10 @@ static void *s_zap_main(void *arg) {
 static int s_start_zap(worker *w) {
     struct worker_zap *z = calloc(1, sizeof *z);
     if (!z) return coli_fail(COLI_ENOMEM, "coli-worker: ZAP handler");
-    w->zap = z;
+    w->link.zap = z;
     int rc = curve_authorized_load(w->a.keys, z->keys, CURVE_MAX_AUTHORIZED, &z->n_keys);
     if (rc) return rc;
-    z->rep = zmq_socket(w->zctx, ZMQ_REP);
+    z->rep = zmq_socket(w->link.zctx, ZMQ_REP);
     int linger = 0;
     if (z->rep && zmq_setsockopt(z->rep, ZMQ_LINGER, &linger, sizeof linger) == 0 &&
         zmq_bind(z->rep, "inproc://zeromq.zap.01") == 0) {
@@ -119,60 +120,76 @@ static int s_start_zap(worker *w) {
     return rc;
 }
 
-int worker_listen(worker *w) {
+static int s_listen(worker *w) {
     if (!w->a.keys)
         return coli_fail(COLI_EINVAL, "coli-worker: --listen needs --keys DIR (remote workers only talk to "
                                       "authenticated coordinators; coli keygen DIR makes the keys)");
     if (!curve_available())
         return coli_fail(COLI_EUNSUPPORTED, "coli-worker: this libzmq has no CURVE support; cannot --listen");
-    w->zctx = zmq_ctx_new();
-    if (!w->zctx) return coli_fail(COLI_EIO, "coli-worker: zmq context: %s", zmq_strerror(errno));
+    w->link.zctx = zmq_ctx_new();
+    if (!w->link.zctx) return coli_fail(COLI_EIO, "coli-worker: zmq context: %s", zmq_strerror(errno));
     int rc = s_start_zap(w);
     if (rc) return rc;
-    w->sock = zmq_socket(w->zctx, ZMQ_ROUTER);
-    if (!w->sock) return coli_fail(COLI_EIO, "coli-worker: zmq socket: %s", zmq_strerror(errno));
-    if ((rc = wire_socket_setup(w->sock, 1)) || (rc = curve_server_setup(w->sock, w->a.keys))) return rc;
+    w->link.sock = zmq_socket(w->link.zctx, ZMQ_ROUTER);
+    if (!w->link.sock) return coli_fail(COLI_EIO, "coli-worker: zmq socket: %s", zmq_strerror(errno));
+    if ((rc = wire_socket_setup(w->link.sock, 1)) || (rc = curve_server_setup(w->link.sock, w->a.keys))) return rc;
     int hb_ivl = 1000, hb_timeout = 10000;
-    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
-    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
-    if (zmq_bind(w->sock, w->a.listen) != 0)
+    zmq_setsockopt(w->link.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(w->link.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
+    if (zmq_bind(w->link.sock, w->a.listen) != 0)
         return coli_fail(COLI_EIO, "coli-worker: bind %s: %s", w->a.listen, zmq_strerror(errno));
     char ep[256];
     size_t len = sizeof ep;
-    if (zmq_getsockopt(w->sock, ZMQ_LAST_ENDPOINT, ep, &len) != 0) snprintf(ep, sizeof ep, "%s", w->a.listen);
+    if (zmq_getsockopt(w->link.sock, ZMQ_LAST_ENDPOINT, ep, &len) != 0) snprintf(ep, sizeof ep, "%s", w->a.listen);
     printf("coli-worker: listening on %s\n", ep); /* the port, when --listen asked for any (:*) */
     fflush(stdout);
-    w->listening = 1;
+    w->link.listening = 1;
     return 0;
 }
 
+//  A local worker: a DEALER under the coordinator's routing id for this spawn.
+static int s_dealer(worker *w, const char *id, size_t len) {
+    w->link.zctx = zmq_ctx_new();
+    w->link.sock = w->link.zctx ? zmq_socket(w->link.zctx, ZMQ_DEALER) : NULL;
+    if (!w->link.sock) return coli_fail(COLI_EIO, "coli-worker: zmq socket: %s", zmq_strerror(errno));
+    zmq_setsockopt(w->link.sock, ZMQ_ROUTING_ID, id, len);
+    int rc = wire_socket_setup(w->link.sock, 0);
+    if (rc != 0) return rc;
+    if (zmq_connect(w->link.sock, w->a.connect) != 0)
+        return coli_fail(COLI_EIO, "coli-worker: connect %s: %s", w->a.connect, zmq_strerror(errno));
+    return 0;
+}
+
+int worker_connect(worker *w, const char *id, size_t len) {
+    w->link.worker_id = w->a.worker_id;
+    w->link.generation = w->a.generation;
+    return w->a.listen ? s_listen(w) : s_dealer(w, id, len);
+}
+
 int worker_send(worker *w, Coli__Envelope *env, const void *payload, size_t bytes, int flags) {
-    if (!w->listening) return wire_send(w->sock, NULL, 0, env, payload, bytes, flags);
-    if (!w->peer_len) return 0; /* nobody to tell yet */
-    return wire_send(w->sock, w->peer, w->peer_len, env, payload, bytes, flags);
+    if (!w->link.listening) return wire_send(w->link.sock, NULL, 0, env, payload, bytes, flags);
+    if (!w->link.peer_len) return 0; /* nobody to tell yet */
+    return wire_send(w->link.sock, w->link.peer, w->link.peer_len, env, payload, bytes, flags);
 }
 
 //  Is the coordinator served now still connected? A heartbeat to it: with
 //  ROUTER_MANDATORY, a send to a peer whose connection is gone fails at once.
 static int s_served_alive(worker *w) {
     Coli__Heartbeat h = COLI__HEARTBEAT__INIT;
-    h.seq = ++w->hb_seq;
-    h.last_request_id = w->last_request_id;
-    h.batches = w->batches;
-    h.rows = w->rows;
+    worker_heartbeat_fill(w, &h);
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &h;
-    return wire_send(w->sock, w->peer, w->peer_len, &env, NULL, 0, ZMQ_DONTWAIT) == 0;
+    return wire_send(w->link.sock, w->link.peer, w->link.peer_len, &env, NULL, 0, ZMQ_DONTWAIT) == 0;
 }
 
 //  A FAILED hello to the coordinator that greeted second.
 static void s_refuse_busy(worker *w, const wire_msg *m) {
-    w->busy_refused++;
+    w->link.busy_refused++;
     fprintf(stderr,
             "coli-worker: refused a second coordinator (%llu so far): busy serving another; "
             "--takeover lets the newest greeting win\n",
-            (unsigned long long)w->busy_refused);
+            (unsigned long long)w->link.busy_refused);
     Coli__Hello h = COLI__HELLO__INIT;
     char device[64];
     snprintf(device, sizeof device, "%s:%d", w->a.plugin, w->a.device_index);
@@ -187,39 +204,44 @@ static void s_refuse_busy(worker *w, const wire_msg *m) {
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_HELLO;
     env.hello = &h;
-    wire_send(w->sock, m->peer, m->peer_len, &env, NULL, 0, ZMQ_DONTWAIT);
+    wire_send(w->link.sock, m->peer, m->peer_len, &env, NULL, 0, ZMQ_DONTWAIT);
 }
 
 int worker_remote_gate(worker *w, const wire_msg *m) {
-    int current = w->peer_len && m->peer_len == w->peer_len && !memcmp(m->peer, w->peer, m->peer_len);
+    int current = w->link.peer_len && m->peer_len == w->link.peer_len && !memcmp(m->peer, w->link.peer, m->peer_len);
     if (current && m->env->body_case == COLI__ENVELOPE__BODY_SHUTDOWN) {
         fprintf(stderr, "coli-worker: ignored Shutdown from the coordinator: a remote worker stops by signal\n");
         return 1;
     }
     if (m->env->body_case == COLI__ENVELOPE__BODY_HELLO) {
         const char *session = m->env->hello->session ? m->env->hello->session : "";
-        int same_session = session[0] && !strcmp(session, w->peer_session); /* it reconnected */
-        if (w->peer_len && !current && !same_session && !w->a.takeover && s_served_alive(w)) {
+        int same_session = session[0] && !strcmp(session, w->link.peer_session); /* it reconnected */
+        if (w->link.peer_len && !current && !same_session && !w->a.takeover && s_served_alive(w)) {
             s_refuse_busy(w, m);
             return 1;
         }
-        if (w->peer_len && !current)
+        if (w->link.peer_len && !current)
             fprintf(stderr, "coli-worker: a new coordinator greeted; serving it from now on\n");
-        snprintf(w->peer_session, sizeof w->peer_session, "%s", session);
-        memcpy(w->peer, m->peer, m->peer_len);
-        w->peer_len = m->peer_len;
-        w->a.worker_id = m->env->hello->worker_id;
-        w->a.generation = m->env->hello->generation;
-        w->last_request_id = 0;
+        snprintf(w->link.peer_session, sizeof w->link.peer_session, "%s", session);
+        memcpy(w->link.peer, m->peer, m->peer_len);
+        w->link.peer_len = m->peer_len;
+        w->link.worker_id = m->env->hello->worker_id;
+        w->link.generation = m->env->hello->generation;
+        worker_served_anew(w);
         worker_send_hello(w, 1, "");
         return 1;
     }
     return !current; /* not the coordinator served: dropped */
 }
 
-void worker_remote_close(worker *w) {
-    if (!w->zap) return;
-    if (w->zap->started) pthread_join(w->zap->thread, NULL); /* it ended at ETERM */
-    free(w->zap);
-    w->zap = NULL;
+void worker_link_linger(worker *w, int ms) {
+    if (w->link.sock) zmq_setsockopt(w->link.sock, ZMQ_LINGER, &ms, sizeof ms);
+}
+
+void worker_link_close(worker *w) {
+    if (w->link.sock) zmq_close(w->link.sock);
+    if (w->link.zctx) zmq_ctx_term(w->link.zctx); /* the ZAP thread ends at ETERM */
+    if (w->link.zap && w->link.zap->started) pthread_join(w->link.zap->thread, NULL);
+    free(w->link.zap);
+    memset(&w->link, 0, sizeof w->link);
 }

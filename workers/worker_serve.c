@@ -20,6 +20,21 @@
 #include "core/prefault.h"
 #include "workers/worker.h"
 
+//  Map the shared-memory ring the coordinator passed (inherited fds).
+int worker_attach_ring(worker *w, char *why, size_t why_len) {
+    w->loop.spin_ns = w->set.shm_spin_us * 1000ULL;
+    if (!w->a.ring) return 0;
+    int fd, req, rep;
+    char tail;
+    if (sscanf(w->a.ring, "%d,%d,%d%c", &fd, &req, &rep, &tail) != 3 || fd < 0 || req < 0 || rep < 0) {
+        snprintf(why, why_len, "--ring '%s': want FD,BELL_REQ,BELL_REP", w->a.ring);
+        return COLI_EINVAL;
+    }
+    int rc = ring_attach(&w->loop.ring, fd, req, rep, w->a.generation);
+    if (rc != 0) snprintf(why, why_len, "%s", coli_last_error());
+    return rc;
+}
+
 int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, char *err, size_t err_len) {
     const expert_part_bytes b = expert_parts_bytes(ew);
     moe_expert_desc d = {
@@ -37,17 +52,35 @@ int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, ch
         .up_bytes = b.up,
         .down_bytes = b.down,
     };
-    int rc = w->plugin->load_expert(w->dev, &d, err, err_len);
+    int rc = w->device.plugin->load_expert(w->device.dev, &d, err, err_len);
     if (rc != 0) return rc;
-    return expert_set_add(&w->resident, expert_set_key(layer, e));
+    return expert_set_add(&w->hold.resident, expert_set_key(layer, e));
+}
+
+int worker_forget_expert(worker *w, int layer, int e) {
+    return expert_set_remove(&w->hold.resident, expert_set_key(layer, e));
+}
+
+void worker_hold_close(worker *w) {
+    coli_prefault_stop(&w->hold.prefault);
+    gguf_close(&w->hold.model);
+    free(w->hold.resident.keys);
+    memset(&w->hold, 0, sizeof w->hold);
+}
+
+void worker_loop_close(worker *w) {
+    free(w->loop.out);
+    free(w->loop.xin);
+    ring_close(&w->loop.ring);
+    memset(&w->loop, 0, sizeof w->loop);
 }
 
 //  Hand expert (layer, e) to the plugin unless it already holds it: in place
 //  from the mapping, or (a cache worker) as a copy of its own.
 static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len) {
-    if (expert_set_has(&w->resident, expert_set_key(layer, e))) return 0;
+    if (expert_set_has(&w->hold.resident, expert_set_key(layer, e))) return 0;
     expert_weights ew;
-    int rc = expert_weights_from_gguf(w->model, layer, e, &ew);
+    int rc = expert_weights_from_gguf(w->hold.model, layer, e, &ew);
     if (rc != 0) {
         snprintf(err, err_len, "%s", coli_last_error());
         return rc;
@@ -79,7 +112,7 @@ static const char *s_refusal_kind(int rc, const char *why, char *code, size_t co
 
 static int s_send_place_ack(worker *w, int ok, const char *why, const place_outcome *po) {
     moe_stats st = {0};
-    if (ok && w->plugin->get_stats) w->plugin->get_stats(w->dev, &st);
+    if (ok && w->device.plugin->get_stats) w->device.plugin->get_stats(w->device.dev, &st);
     Coli__PlaceAck a = COLI__PLACE_ACK__INIT;
     a.status = ok ? COLI__STATUS__STATUS_OK : COLI__STATUS__STATUS_FAILED;
     a.reason = (char *)why;
@@ -116,22 +149,22 @@ static int s_send_place_ack(worker *w, int ok, const char *why, const place_outc
 //  serves one coordinator after another: one with another model starts afresh.
 static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_len) {
     uint64_t size, hash;
-    if (w->model) {
-        wire_model_identity(w->model, &size, &hash);
+    if (w->hold.model) {
+        wire_model_identity(w->hold.model, &size, &hash);
         if (size == p->model_size && hash == p->header_hash) return 0;
         if (worker_reopen_device(w, why, why_len) != 0) return 1;
     }
     const char *path = w->a.model_path ? w->a.model_path : p->model_path;
-    if (gguf_open(path, &w->model) != 0) {
+    if (gguf_open(path, &w->hold.model) != 0) {
         snprintf(why, why_len, "%s", coli_last_error());
         return 1;
     }
-    wire_model_identity(w->model, &size, &hash);
+    wire_model_identity(w->hold.model, &size, &hash);
     if (size != p->model_size || hash != p->header_hash) {
         snprintf(why, why_len, "model '%s': not the coordinator's file (size %llu vs %llu%s)", path,
                  (unsigned long long)size, (unsigned long long)p->model_size,
                  size == p->model_size ? ", header differs" : "");
-        gguf_close(&w->model);
+        gguf_close(&w->hold.model);
         return 1;
     }
     return 0;
@@ -140,9 +173,7 @@ static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_le
 //  Load one placed expert, or say why not (COLI_FAULT fail-expert stands in
 //  for a device allocation failure, the plugin is then not asked).
 static int s_place_one(worker *w, int layer, int e, char *why, size_t why_len) {
-    worker_fault *f =
-        w->a.generation == 0 ? worker_fault_match_load(w->faults, w->n_faults, w->a.worker_id, layer) : NULL;
-    if (f) {
+    if (worker_fault_before_load(w, layer)) {
         snprintf(why, why_len, "expert %d.%d: device allocation failed: fault injection fail-expert", layer, e);
         return COLI_ENOMEM;
     }
@@ -154,20 +185,20 @@ static int s_place_one(worker *w, int layer, int e, char *why, size_t why_len) {
 //  a device plugin copied them at load, and the pass finds them mapped). A
 //  Place replaces the previous pass's list. A cache worker's copies are its own.
 static void s_prefault_held(worker *w, const Coli__ExpertRef *held, size_t n) {
-    coli_prefault_stop(&w->prefault);
+    coli_prefault_stop(&w->hold.prefault);
     if (!w->set.prefault || w->cache || n == 0) return;
     coli_byte_range *r = malloc(3 * n * sizeof *r);
     if (!r) return; /* the pages then fault on first use */
     int k = 0;
     for (size_t i = 0; i < n; i++) {
         expert_weights ew;
-        if (expert_weights_from_gguf(w->model, held[i].layer, held[i].expert, &ew) != 0) continue;
+        if (expert_weights_from_gguf(w->hold.model, held[i].layer, held[i].expert, &ew) != 0) continue;
         const expert_part_bytes b = expert_parts_bytes(&ew);
         r[k++] = (coli_byte_range){ew.gate, b.gate};
         r[k++] = (coli_byte_range){ew.up, b.up};
         r[k++] = (coli_byte_range){ew.down, b.down};
     }
-    w->prefault = coli_prefault_start(r, k);
+    w->hold.prefault = coli_prefault_start(r, k);
     free(r);
 }
 
@@ -234,9 +265,9 @@ int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int o
     r.compute_ns = ns;
     moe_counter mc[MOE_MAX_COUNTERS];
     Coli__Counter cs[MOE_MAX_COUNTERS], *cp[MOE_MAX_COUNTERS];
-    const struct moe_plugin *p = w->plugin;
+    const struct moe_plugin *p = w->device.plugin;
     int nc = p->struct_size >= offsetof(struct moe_plugin, get_counters) + sizeof p->get_counters && p->get_counters
-                 ? p->get_counters(w->dev, mc, MOE_MAX_COUNTERS)
+                 ? p->get_counters(w->device.dev, mc, MOE_MAX_COUNTERS)
                  : 0;
     for (int i = 0; i < nc && i < MOE_MAX_COUNTERS; i++) {
         coli__counter__init(&cs[i]);
@@ -251,32 +282,32 @@ int worker_send_result(worker *w, uint64_t id, const Coli__ExpertBatch *b, int o
     env.body_case = COLI__ENVELOPE__BODY_RESULT;
     env.result = &r;
     size_t bytes = ok ? (size_t)n_rows * (size_t)b->n_embd * sizeof(float) : 0;
-    if (w->in_ring_request) {
+    if (w->loop.in_ring_request) {
         /* done with the input: the slot goes back before the reply is visible,
          * so the coordinator may send again as soon as it reads the reply */
-        w->in_ring_request = 0;
-        ring_release(&w->ring, RING_REQ);
-        if (ring_send(&w->ring, RING_REP, &env, ok ? out : NULL, bytes) == 0) return 0;
+        w->loop.in_ring_request = 0;
+        ring_release(&w->loop.ring, RING_REQ);
+        if (ring_send(&w->loop.ring, RING_REP, &env, ok ? out : NULL, bytes) == 0) return 0;
         /* the reply slot is not ours or too small: ZeroMQ carries it */
     }
     return worker_send(w, &env, ok ? out : NULL, bytes, 0);
 }
 
 void worker_send_garbage_frame(worker *w) {
-    if (w->in_ring_request) {
-        w->in_ring_request = 0;
-        ring_release(&w->ring, RING_REQ);
-        if (ring_send_garbage(&w->ring, RING_REP) == 0) return;
+    if (w->loop.in_ring_request) {
+        w->loop.in_ring_request = 0;
+        ring_release(&w->loop.ring, RING_REQ);
+        if (ring_send_garbage(&w->loop.ring, RING_REP) == 0) return;
     }
     static const char junk[] = "\xff\xfe not an envelope";
-    zmq_send(w->sock, junk, sizeof junk - 1, ZMQ_DONTWAIT);
+    zmq_send(w->link.sock, junk, sizeof junk - 1, ZMQ_DONTWAIT);
 }
 
 //  Check the batch against its payload and our model; load missing experts
 //  when allowed. Writes the reason and returns nonzero when it is refused.
 static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes, moe_batch_group *groups, char *why,
                          size_t why_len) {
-    if (!w->model) return snprintf(why, why_len, "batch before placement"), 1;
+    if (!w->hold.model) return snprintf(why, why_len, "batch before placement"), 1;
     if (b->dtype != 0 || b->n_embd <= 0 || b->n_embd > (1 << 20) || b->n_rows <= 0 ||
         b->n_rows > COLI_MAX_MSG_BYTES / 4 / b->n_embd)
         return snprintf(why, why_len, "batch: bad shape (%lld rows of %lld, dtype %u)", (long long)b->n_rows,
@@ -292,7 +323,7 @@ static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes, 
         if (gr->row_begin != next || gr->n_rows <= 0 || gr->n_rows > b->n_rows - next)
             return snprintf(why, why_len, "batch: group %zu does not continue the rows", g), 1;
         next += gr->n_rows;
-        if (!expert_set_has(&w->resident, expert_set_key(b->layer, gr->expert))) {
+        if (!expert_set_has(&w->hold.resident, expert_set_key(b->layer, gr->expert))) {
             if (!b->allow_load)
                 return snprintf(why, why_len, "expert %d of layer %d is not resident", gr->expert, b->layer), 1;
             if (s_load_expert(w, b->layer, gr->expert, why, why_len) != 0) return 1;
@@ -307,69 +338,75 @@ static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes, 
 
 int worker_on_batch(worker *w, const Coli__Envelope *env, const void *x, size_t x_bytes) {
     const Coli__ExpertBatch *b = env->batch;
-    w->last_request_id = env->request_id;
+    w->loop.last_request_id = env->request_id;
     worker_fault *f = worker_fault_before_batch(w, b->layer);
     char why[512] = "";
     moe_batch_group *groups = calloc(b->n_groups ? b->n_groups : 1, sizeof *groups);
     if (!groups) return worker_send_result(w, env->request_id, b, 0, "worker: out of memory", NULL, 0, 0);
     int rc = s_check_batch(w, b, x_bytes, groups, why, sizeof why);
     size_t need = rc ? 0 : (size_t)b->n_rows * (size_t)b->n_embd;
-    if (rc == 0 && need > w->out_cap) {
-        float *o = realloc(w->out, need * sizeof(float));
+    if (rc == 0 && need > w->loop.out_cap) {
+        float *o = realloc(w->loop.out, need * sizeof(float));
         if (!o)
             rc = snprintf(why, sizeof why, "worker: out of memory for %zu outputs", need);
         else {
-            w->out = o;
-            w->out_cap = need;
+            w->loop.out = o;
+            w->loop.out_cap = need;
         }
     }
     if (rc == 0 && ((uintptr_t)x % sizeof(float)) != 0) {
         /* a frame's bytes need not be aligned; the kernels read floats */
-        if (need > w->xin_cap) {
-            float *c = realloc(w->xin, need * sizeof(float));
+        if (need > w->loop.xin_cap) {
+            float *c = realloc(w->loop.xin, need * sizeof(float));
             if (!c)
                 rc = snprintf(why, sizeof why, "worker: out of memory for %zu inputs", need);
             else {
-                w->xin = c;
-                w->xin_cap = need;
+                w->loop.xin = c;
+                w->loop.xin_cap = need;
             }
         }
         if (rc == 0) {
-            memcpy(w->xin, x, need * sizeof(float));
-            x = w->xin;
+            memcpy(w->loop.xin, x, need * sizeof(float));
+            x = w->loop.xin;
         }
     }
     uint64_t t0 = coli_now_ns();
-    if (rc == 0 &&
-        w->plugin->run(w->dev, groups, (int32_t)b->n_groups, x, b->n_rows, b->n_embd, w->out, why, sizeof why) != 0)
+    if (rc == 0 && w->device.plugin->run(w->device.dev, groups, (int32_t)b->n_groups, x, b->n_rows, b->n_embd,
+                                         w->loop.out, why, sizeof why) != 0)
         rc = 1;
     uint64_t ns = coli_now_ns() - t0;
     free(groups);
     if (rc != 0) return worker_send_result(w, env->request_id, b, 0, why, NULL, 0, ns);
-    w->batches++;
-    w->rows += (uint64_t)b->n_rows;
-    if (f) return worker_fault_reply(w, f, env->request_id, b, ns);
-    return worker_send_result(w, env->request_id, b, 1, "", w->out, b->n_rows, ns);
+    w->loop.batches++;
+    w->loop.rows += (uint64_t)b->n_rows;
+    if (f) return worker_fault_reply(w, f, env->request_id, b, w->loop.out, ns);
+    return worker_send_result(w, env->request_id, b, 1, "", w->loop.out, b->n_rows, ns);
 }
 
 // ---------------------------------------------------------------------------
+void worker_heartbeat_fill(worker *w, Coli__Heartbeat *h) {
+    h->seq = ++w->loop.hb_seq;
+    h->last_request_id = w->loop.last_request_id;
+    h->batches = w->loop.batches;
+    h->rows = w->loop.rows;
+}
+
+void worker_served_anew(worker *w) { w->loop.last_request_id = 0; }
+
 static void s_heartbeat(worker *w) {
     Coli__Heartbeat h = COLI__HEARTBEAT__INIT;
-    h.seq = ++w->hb_seq;
-    h.last_request_id = w->last_request_id;
-    h.batches = w->batches;
-    h.rows = w->rows;
+    worker_heartbeat_fill(w, &h);
     Coli__Envelope env = COLI__ENVELOPE__INIT;
     env.body_case = COLI__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &h;
     /* Never block on a heartbeat: a full queue means the coordinator is busy. */
     worker_send(w, &env, NULL, 0, ZMQ_DONTWAIT);
-    w->last_hb_ns = coli_now_ns();
+    w->loop.last_hb_ns = coli_now_ns();
 }
 
 static void s_send_stats(worker *w) {
     moe_stats st = {0};
-    if (w->plugin->get_stats) w->plugin->get_stats(w->dev, &st);
+    if (w->device.plugin->get_stats) w->device.plugin->get_stats(w->device.dev, &st);
     Coli__StatsReply r = COLI__STATS_REPLY__INIT;
     r.resident_experts = st.resident_experts;
     r.resident_bytes = st.resident_bytes;
@@ -386,14 +423,14 @@ static void s_send_stats(worker *w) {
 //  Take one waiting message. Returns 0 when one was handled, 1 when none waits.
 static int s_handle_one(worker *w) {
     wire_msg m;
-    int rc = wire_recv(w->sock, w->listening, ZMQ_DONTWAIT, &m);
+    int rc = wire_recv(w->link.sock, w->link.listening, ZMQ_DONTWAIT, &m);
     if (rc == COLI_ETIMEOUT) return 1;
-    if (rc == 0 && w->listening && worker_remote_gate(w, &m)) {
+    if (rc == 0 && w->link.listening && worker_remote_gate(w, &m)) {
         wire_msg_clear(&m); /* a greeting, or a peer we do not serve */
         return 0;
     }
     if (rc != 0) {
-        fprintf(stderr, "coli-worker %d: dropped a message: %s\n", w->a.worker_id, coli_last_error());
+        fprintf(stderr, "coli-worker %d: dropped a message: %s\n", w->link.worker_id, coli_last_error());
         return 0;
     }
     const void *x = wire_payload_data(&m);
@@ -404,7 +441,7 @@ static int s_handle_one(worker *w) {
     case COLI__ENVELOPE__BODY_STATS_REQUEST: s_send_stats(w); break;
     case COLI__ENVELOPE__BODY_CACHE_LOAD: worker_cache_on_load(w, m.env); break;
     case COLI__ENVELOPE__BODY_CACHE_EVICT: worker_cache_on_evict(w, m.env); break;
-    case COLI__ENVELOPE__BODY_SHUTDOWN: w->stop = 1; break;
+    case COLI__ENVELOPE__BODY_SHUTDOWN: w->loop.stop = 1; break;
     default: break; /* nothing else is for us; ignore */
     }
     wire_msg_clear(&m);
@@ -413,20 +450,20 @@ static int s_handle_one(worker *w) {
 
 //  Serve the batch waiting in the ring, if any. Returns 1 if one was served.
 static int s_handle_ring(worker *w) {
-    if (!ring_ready(&w->ring, RING_REQ)) return 0;
+    if (!ring_ready(&w->loop.ring, RING_REQ)) return 0;
     wire_msg m;
-    if (ring_recv(&w->ring, RING_REQ, &m) != 0) {
-        fprintf(stderr, "coli-worker %d: dropped a ring message: %s\n", w->a.worker_id, coli_last_error());
-        ring_release(&w->ring, RING_REQ);
+    if (ring_recv(&w->loop.ring, RING_REQ, &m) != 0) {
+        fprintf(stderr, "coli-worker %d: dropped a ring message: %s\n", w->link.worker_id, coli_last_error());
+        ring_release(&w->loop.ring, RING_REQ);
         return 1;
     }
     if (m.env->body_case == COLI__ENVELOPE__BODY_BATCH) {
-        w->in_ring_request = 1;
+        w->loop.in_ring_request = 1;
         worker_on_batch(w, m.env, wire_payload_data(&m), wire_payload_size(&m));
     }
-    if (w->in_ring_request) { /* not a batch, or no reply was sent */
-        w->in_ring_request = 0;
-        ring_release(&w->ring, RING_REQ);
+    if (w->loop.in_ring_request) { /* not a batch, or no reply was sent */
+        w->loop.in_ring_request = 0;
+        ring_release(&w->loop.ring, RING_REQ);
     }
     wire_msg_clear(&m);
     return 1;
@@ -445,19 +482,19 @@ static int s_coordinator_gone(const worker *w) {
 //  Wait for the socket, the ring or the lifeline: spin first if a ring batch
 //  just went by. Returns 1 when the lifeline woke it.
 static int s_wait(worker *w, int spin) {
-    if (w->ring.base && spin && ring_spin(&w->ring, RING_REQ, w->spin_ns)) return 0;
-    zmq_pollitem_t it[4] = {{w->sock, 0, ZMQ_POLLIN, 0},
+    if (w->loop.ring.base && spin && ring_spin(&w->loop.ring, RING_REQ, w->loop.spin_ns)) return 0;
+    zmq_pollitem_t it[4] = {{w->link.sock, 0, ZMQ_POLLIN, 0},
                             {NULL, w->a.lifeline_fd, ZMQ_POLLIN, 0},
-                            {NULL, w->ring.bell[RING_REQ], ZMQ_POLLIN, 0},
+                            {NULL, w->loop.ring.bell[RING_REQ], ZMQ_POLLIN, 0},
                             {NULL, worker_cache_fd(w), ZMQ_POLLIN, 0}};
-    int n = w->ring.base ? 3 : 2;
+    int n = w->loop.ring.base ? 3 : 2;
     if (w->cache) it[n++] = it[3]; /* the loader staged an expert: adopt it between batches */
-    if (w->ring.base && ring_sleep_begin(&w->ring, RING_REQ)) return 0;
+    if (w->loop.ring.base && ring_sleep_begin(&w->loop.ring, RING_REQ)) return 0;
     int timeout = w->a.heartbeat_ms;
     /* nothing to serve: stage a load the loader has not started; look again soon while loads wait */
     if (worker_cache_idle(w) && timeout > 5) timeout = 5;
     zmq_poll(it, n, timeout);
-    if (w->ring.base) ring_sleep_end(&w->ring, RING_REQ);
+    if (w->loop.ring.base) ring_sleep_end(&w->loop.ring, RING_REQ);
     return w->a.lifeline_fd >= 0 && it[1].revents != 0;
 }
 
@@ -484,18 +521,18 @@ static void s_tidy_dead_coordinator(const worker *w) {
 int worker_serve(worker *w) {
     s_heartbeat(w);
     int spin = 0;
-    while (!w->stop) {
+    while (!w->loop.stop) {
         int woke = s_wait(w, spin);
-        if ((woke || coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) &&
+        if ((woke || coli_now_ns() - w->loop.last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) &&
             s_coordinator_gone(w)) {
             s_tidy_dead_coordinator(w);
             return 0; /* the coordinator is gone: so are we */
         }
-        spin = w->ring.base && s_handle_ring(w);
+        spin = w->loop.ring.base && s_handle_ring(w);
         worker_cache_poll(w);
-        while (!w->stop && s_handle_one(w) == 0)
-            if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) s_heartbeat(w);
-        if (coli_now_ns() - w->last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) s_heartbeat(w);
+        while (!w->loop.stop && s_handle_one(w) == 0)
+            if (coli_now_ns() - w->loop.last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) s_heartbeat(w);
+        if (coli_now_ns() - w->loop.last_hb_ns >= (uint64_t)w->a.heartbeat_ms * 1000000ULL) s_heartbeat(w);
     }
     return 0;
 }
