@@ -169,7 +169,7 @@ def parse_table(doc):
     for line in doc.splitlines():
         line = line.strip()
         if not line.startswith("|"):
-            col = None if not rows else col
+            col = None  # the table ended: a later table needs its own "may include" header
             continue
         cells = [c.strip() for c in line.strip("|").split("|")]
         low = [c.lower() for c in cells]
