@@ -19,8 +19,10 @@
  * agree on every token a greedy walk picks; refusals leave nothing behind.
  */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /*
  * server.c - a server's life: new, listen, run, stop, free (server.h). The
  * pieces it starts keep all their state in the server object, so a process
- * may run several servers side by side; only the model may be shared.
+ * may run several servers side by side, each over its own model.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,9 @@
 /*
  * server.h - the pieces of `coli serve` and how they meet. The server is a
  * library (libcoli-server.a): every piece of its state lives in one server
- * object, so one process can run several (each on its own port, over its own
- * model or the same one):
+ * object, so one process can run several, each on its own port over its own
+ * model (not a shared one: the baton that keeps a model's calls from
+ * overlapping, below, is the server's):
  *
  *   server *s = server_new(&cfg);   configuration copied, nothing started
  *   server_listen(s);               optional: HTTP up early, /health says "loading"
@@ -18,8 +19,8 @@
  *   server_logprobs.c  per-token log-probabilities in OpenAI's chat and completions shapes
  *   server_tools.c     /tokenize, /detokenize, /props
  *   server_dashboard.c GET / (/dashboard): the live page (dashboard.html, built in); /dashboard.json
- *   server_grammar.c   response_format: a JSON (schema) state machine masking the logits
  *   server.c           the lifecycle above
+ *   server_grammar.c   response_format: a JSON (schema) state machine masking the logits
  *   server_reasoning.c reasoning_format deepseek: "<think>..</think>" apart as reasoning_content
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
  *   server_slots.c     request queue (answers counted, requests in turn), slot threads,
@@ -361,8 +362,9 @@ server *server_new(const server_config *cfg);
 /* Start the HTTP side: requests other than /health, /metrics and the dashboard
  * get 503 model_loading until server_run. 0 or SERVER_FAIL (printed). */
 int server_listen(server *s);
-/* Serve model (not owned; model_path: what /props shows): listen (if not yet), pick
- * the chat template, start the slots, then take requests. 0 or SERVER_FAIL (printed). */
+/* Serve model (not owned, and no other server's; model_path: what /props shows):
+ * listen (if not yet), pick the chat template, start the slots, then take
+ * requests. 0 or SERVER_FAIL (printed). */
 int server_run(server *s, coli_model *model, const char *model_path);
 /* The TCP port the server listens on (cfg.port 0: the one it got); 0 before it listens. */
 int server_port(const server *s);
