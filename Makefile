@@ -39,7 +39,8 @@ COORD_SRC  := $(wildcard coordinator/*.c coordinator/sched/*.c)
 WIRE_SRC   := $(wildcard proto/*.c)
 CPU_SRC    := $(wildcard plugins/cpu/*.c)
 WORKER_SRC := $(wildcard workers/*.c)
-CLI_SRC    := $(wildcard tools/coli/*.c tools/coli/server/*.c)
+CLI_SRC    := $(wildcard tools/coli/*.c)
+SERVER_SRC := $(wildcard tools/coli/server/*.c tools/coli/chat/*.c)
 PROTO_SRC  := $(wildcard proto/*.proto)
 PROTO_GEN  := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTO_SRC))
 TEST_SRC   := $(wildcard tests/test_*.c)
@@ -51,12 +52,16 @@ WIRE_OBJ   := $(call obj,$(WIRE_SRC))
 CPU_OBJ    := $(call obj,$(CPU_SRC))
 WORKER_OBJ := $(call obj,$(WORKER_SRC))
 CLI_OBJ    := $(call obj,$(CLI_SRC))
+SERVER_OBJ := $(call obj,$(SERVER_SRC))
 PROTO_OBJ  := $(patsubst %.c,%.o,$(PROTO_GEN))
 
 # $(LIB) holds every object with every symbol: our programs and tests link it.
 # $(PUBLIC_LIB) is what a program using the C API links (see its rule).
 LIB        := $(BUILD)/lib/libcolibri-internal.a
 PUBLIC_LIB := $(BUILD)/lib/libcolibri.a
+# The HTTP server (tools/coli/server/) and the chat templates and tokenize helpers it shares
+# with the CLI (tools/coli/chat/): coli serve and the tests link it before $(LIB).
+SERVER_LIB := $(BUILD)/lib/libcoli-server.a
 COLI       := $(BUILD)/bin/coli
 WORKER     := $(BUILD)/bin/coli-worker
 CPU_PLUGIN := $(BUILD)/lib/libcoli-cpu.so
@@ -70,7 +75,7 @@ FIXTURES   := $(BUILD)/fixtures/.stamp
 .SECONDARY: $(PROTO_GEN)
 
 # The first rule is the default goal: `make` builds everything.
-all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(PUBLIC_LIB) $(TOOLS) $(TESTS)
+all: $(COLI) $(WORKER) $(CPU_PLUGIN) $(PUBLIC_LIB) $(SERVER_LIB) $(TOOLS) $(TESTS)
 
 check-style:
 	tools/check_style.sh
@@ -109,9 +114,13 @@ $(PUBLIC_LIB): $(PUBLIC_OBJ)
 	objcopy --keep-global-symbols=$(BUILD)/lib/colibri.syms $(BUILD)/lib/colibri-all.o $(BUILD)/lib/colibri.o
 	rm -f $@ $(BUILD)/lib/colibri-all.o && ar rcs $@ $(BUILD)/lib/colibri.o
 
-$(COLI): $(CLI_OBJ) $(LIB)
+$(SERVER_LIB): $(SERVER_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+	rm -f $@ && ar rcs $@ $^
+
+$(COLI): $(CLI_OBJ) $(SERVER_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(SERVER_LIB) $(LIB) $(LDLIBS)
 
 $(WORKER): $(WORKER_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
@@ -127,9 +136,9 @@ $(BUILD)/bin/%: tools/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(LIB) $(PUBLIC_LIB) $(wildcard tests/*.h)
+$(BUILD)/tests/%: tests/%.c $(SERVER_LIB) $(LIB) $(PUBLIC_LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -lcjson
+	$(CC) $(CFLAGS) -MMD -MP $(LDFLAGS) -o $@ $< $(SERVER_LIB) $(LIB) $(LDLIBS) -lcriterion -lcjson
 
 # The dashboard page of coli serve, compiled in as one C string literal
 # (server_dashboard.c includes it): \ and " escaped, each line a "...\n" piece.
@@ -308,7 +317,7 @@ include plugins/xdna/xdna.mk
 #   wire       protocol messages and frames a worker or coordinator receives (proto/wire.c)
 #   ring       the shared-memory ring's slot reader and attach (proto/shm_ring.c)
 #   openai     the OpenAI request body parser (tools/coli/server/server_openai.c)
-#   template   the chat template renderer (tools/coli/server/server_template.c)
+#   template   the chat template renderer (tools/coli/chat/chat_template.c)
 #   grammar    the response_format schema compiler and automaton: a few bytes expand into large
 #              schemas (enums up to 65535 values, thousands of properties, deep nesting)
 #   tokenizer  encode + decode of arbitrary bytes with the bundled vocabulary
@@ -324,6 +333,7 @@ FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIBDIR  := $(FUZZ_DIR)/lib
 FUZZ_LIB     := $(FUZZ_LIBDIR)/lib/libcolibri-internal.a
 FUZZ_LIBS    := -lzmq -lprotobuf-c -ldl -lm -lcjson -lmicrohttpd -pthread
+FUZZ_SERVER_LIB := $(FUZZ_LIBDIR)/lib/libcoli-server.a
 .PHONY: fuzz fuzz-deps fuzz-build $(FUZZ_LIB)
 fuzz-deps:
 	$(call apt_install,fuzz,$(FUZZ_PKGS))
@@ -332,16 +342,17 @@ fuzz-deps:
 $(FUZZ_DIR)/gguf_seeds: tools/fuzz/gguf_seeds.c $(FUZZ_LIB) tests/gguf_bytes.h core/gguf.h
 	clang $(FUZZ_CFLAGS) $(FUZZ_SAN) -o $@ tools/fuzz/gguf_seeds.c $(FUZZ_LIB) $(FUZZ_LIBS)
 
-# The whole library, instrumented for the fuzzer (coverage) and the sanitizers.
+# The whole library and the server library (the harnesses of its parts link it),
+# instrumented for the fuzzer (coverage) and the sanitizers.
 $(FUZZ_LIB): | fuzz-deps
 	$(MAKE) --no-print-directory BUILD=$(FUZZ_LIBDIR) CC=clang OPT=-O1 \
-	  SANFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" $(FUZZ_LIB)
+	  SANFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" $(FUZZ_LIB) $(FUZZ_SERVER_LIB)
+$(FUZZ_SERVER_LIB): $(FUZZ_LIB)
 
-FUZZ_EXTRA_openai   := tools/coli/server/server_openai.c tools/coli/server/server_template.c tools/coli/server/server_reasoning.c \
-                       tools/coli/server/server_grammar.c tools/coli/server/server_utf8.c tools/coli/model_opts.c \
-                       tools/coli/args.c tools/coli/progress.c
-FUZZ_EXTRA_template := tools/coli/server/server_template.c
-$(FUZZ_DIR)/fuzz_%: tools/fuzz/fuzz_%.c $(FUZZ_LIB)
+FUZZ_EXTRA_openai   := $(FUZZ_SERVER_LIB)
+FUZZ_EXTRA_template := $(FUZZ_SERVER_LIB)
+FUZZ_EXTRA_grammar  := $(FUZZ_SERVER_LIB)
+$(FUZZ_DIR)/fuzz_%: tools/fuzz/fuzz_%.c $(FUZZ_LIB) $(FUZZ_SERVER_LIB)
 	clang $(FUZZ_CFLAGS) -I$(FUZZ_LIBDIR)/gen -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $< $(FUZZ_EXTRA_$*) \
 	  $(FUZZ_LIB) $(FUZZ_LIBS)
 

@@ -1,6 +1,6 @@
 /*
  * test_json_grammar.c - response_format's JSON automaton
- * (tools/coli/server/server_grammar.c, compiled in here): byte by byte on
+ * (tools/coli/server/server_grammar.c, its insides by server_grammar.h): byte by byte on
  * valid and broken JSON, the schema subset and its refusals, and the logit
  * filter driven like a model over the fixture's real vocabulary: whatever
  * it picks, the finished output parses and fits the schema (checked with cJSON);
@@ -15,7 +15,7 @@
 
 #include "tests/cli_run.h"
 #include "tests/ref_models.h"
-#include "tools/coli/server/server_grammar.c"
+#include "tools/coli/server/server_grammar.h"
 
 static server g_srv;
 
@@ -45,8 +45,8 @@ static int s_new(const char *rf_json, json_grammar **g, char *err, size_t cap) {
 static int s_accepts(const json_grammar *g, const char *text, int need_end) {
     gstate st = g->st;
     for (const unsigned char *p = (const unsigned char *)text; *p; p++)
-        if (!s_feed(g, &st, *p)) return 0;
-    return need_end ? s_feed(g, &st, -1) : 1;
+        if (!json_grammar_feed(g, &st, *p)) return 0;
+    return need_end ? json_grammar_feed(g, &st, -1) : 1;
 }
 
 #define OBJECT "{\"type\":\"json_object\"}"

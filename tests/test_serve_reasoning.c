@@ -1,6 +1,6 @@
 /*
  * test_serve_reasoning.c - reasoning_format deepseek of coli serve
- * (tools/coli/server/server_reasoning.c, compiled in here): the split of
+ * (tools/coli/server/server_reasoning.c, from libcoli-server.a): the split of
  * "<think>R</think>A" answers, the property streaming rests on (the split
  * of any prefix is a prefix of the final split, so the chunks add up to the
  * whole answer), and the request field and flag on a real server.
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "tests/serve_util.h"
-#include "tools/coli/server/server_reasoning.c"
+#include "tools/coli/server/server.h"
 
 static char *s_part(const char *t, size_t start, size_t len) { return strndup(t + start, len); }
 

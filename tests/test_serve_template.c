@@ -1,17 +1,18 @@
 /*
  * test_serve_template.c - chat templates of coli serve / coli chat
- * (tools/coli/server/server_template.c, compiled in here): family detection from
+ * (tools/coli/chat/chat_template.c, linked from libcoli-server.a): family detection from
  * tokenizer.chat_template and the architecture, the exact text each family
  * renders, the errors for conversations a template cannot express, and
  * --chat-template on run, chat and serve.
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "colibri.h"
 #include "tests/serve_util.h"
-#include "tools/coli/server/server_template.c"
+#include "tools/coli/chat/chat_template.h"
 
 /* Fragments of the reference Jinja templates, as found in GGUF files. */
 static const char *k_mixtral_tmpl =

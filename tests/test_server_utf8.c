@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/coli/server/server_utf8.c"
+#include "tools/coli/server/server.h"
 
 typedef struct lossy_case {
     const char *in, *want;

@@ -1,8 +1,8 @@
 /*
  * cmd_chat.c - `coli chat`: talk to the model in the terminal. Answers are
  * streamed as they are generated; the conversation is kept (rendered with
- * the model's chat template, server_template.h) and the KV cache is reused
- * when the new prompt extends what it already holds. /reset, /stats, /quit;
+ * the model's chat template, tools/coli/chat/chat_template.h) and the KV
+ * cache is reused when the new prompt extends what it already holds. /reset, /stats, /quit;
  * Ctrl-C stops the answer being written, not the program.
  */
 #include <errno.h>
@@ -17,7 +17,7 @@
 #include "tools/coli/commands.h"
 #include "tools/coli/line_edit.h"
 #include "tools/coli/model_opts.h"
-#include "tools/coli/server/server_template.h"
+#include "tools/coli/chat/chat_template.h"
 
 static volatile sig_atomic_t s_interrupted;
 
@@ -114,7 +114,7 @@ static int s_prompt_ids(chat_state *c, int32_t **ids, int *n) {
         fprintf(stderr, "coli chat: %s\n", err);
         return -1;
     }
-    int rc = cli_tokenize_chat(c->m, text, strlen(text), plain, n_plain, ids, n);
+    int rc = chat_tokenize(c->m, text, strlen(text), plain, n_plain, ids, n);
     free(text);
     free(plain);
     if (rc) {

@@ -92,7 +92,7 @@ static int run_windows(ppl_run *r) {
 }
 
 static int tokenize_all(const coli_model *m, const char *text, size_t len, int32_t **ids, int *n) {
-    int rc = cli_tokenize(m, text, len, 1, 0, ids, n);
+    int rc = text_tokenize(m, text, len, 1, 0, ids, n);
     if (rc == COLI_ENOMEM) {
         fprintf(stderr, "coli: -f: out of memory for the text's tokens\n");
         return CLI_FAIL;

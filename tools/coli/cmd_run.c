@@ -61,7 +61,7 @@ static int render_chat(const coli_model *m, const char *name, int thinking, cons
  * *ids is malloc'd. 0 or CLI_FAIL. */
 static int tokenize_prompt(const coli_model *m, const char *text, size_t len, int chat, const coli_text_span *plain,
                            int n_plain, int32_t **ids, int *n) {
-    int rc = chat ? cli_tokenize_chat(m, text, len, plain, n_plain, ids, n) : cli_tokenize(m, text, len, 1, 1, ids, n);
+    int rc = chat ? chat_tokenize(m, text, len, plain, n_plain, ids, n) : text_tokenize(m, text, len, 1, 1, ids, n);
     if (rc == COLI_ENOMEM) {
         fprintf(stderr, "coli: prompt: out of memory for its tokens\n");
         return CLI_FAIL;

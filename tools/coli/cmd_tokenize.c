@@ -60,7 +60,7 @@ static int tokenize_text(const char *model, const char *text, size_t len, int ad
     int rc;
     int32_t *ids = NULL;
     int n = 0;
-    rc = cli_tokenize(m, text, len, add_bos, parse_special, &ids, &n);
+    rc = text_tokenize(m, text, len, add_bos, parse_special, &ids, &n);
     if (rc == COLI_ENOMEM) {
         fprintf(stderr, "coli: tokenize: out of memory\n");
         rc = CLI_FAIL;

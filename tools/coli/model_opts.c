@@ -1,8 +1,6 @@
 /* model_opts.c - shared model flags and loading; see model_opts.h. */
 #include "tools/coli/model_opts.h"
 
-#include <cjson/cJSON.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,71 +104,14 @@ void sampling_help_init(sampling_help *h, const coli_sampling_params *sp) {
              (unsigned long long)sp->seed);
 }
 
-/* What cli_tokenize and cli_tokenize_chat ask the library for. */
-typedef struct tokenize_call {
-    int add_special, parse_special;
-    const coli_text_span *plain; /* non-NULL: coli_tokenize_plain */
-    int n_plain;
-} tokenize_call;
-
-static int s_tokenize_into(const coli_model *m, const char *text, size_t len, const tokenize_call *t, int32_t *ids,
-                           int cap, int *n) {
-    if (t->plain) return coli_tokenize_plain(m, text, len, t->add_special, t->plain, t->n_plain, ids, cap, n);
-    return coli_tokenize(m, text, len, t->add_special, t->parse_special, ids, cap, n);
-}
-
-static int s_tokenize(const coli_model *m, const char *text, size_t len, const tokenize_call *t, int32_t **ids,
-                      int *n) {
-    /* tokens rarely outnumber bytes (BOS/EOS and odd vocabularies aside): one try mostly does */
-    int cap = (int)(len < (1u << 26) ? len : (1u << 26)) + 16, rc = COLI_ERANGE;
-    *ids = NULL;
-    *n = 0;
-    for (int attempt = 0; attempt < 2 && rc == COLI_ERANGE; attempt++) {
-        if (attempt) {
-            if (*n <= cap) break; /* not a short buffer: more tokens than an int counts */
-            cap = *n;             /* the library said how many it needs */
-        }
-        if (!(*ids = malloc((size_t)cap * sizeof **ids))) return COLI_ENOMEM;
-        rc = s_tokenize_into(m, text, len, t, *ids, cap, n);
-        if (rc) {
-            free(*ids);
-            *ids = NULL;
-        }
-    }
-    return rc;
-}
-
-int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t **ids,
-                 int *n) {
-    return s_tokenize(m, text, len, &(tokenize_call){add_special, parse_special, NULL, 0}, ids, n);
-}
-
-int cli_tokenize_chat(const coli_model *m, const char *text, size_t len, const coli_text_span *plain, int n_plain,
-                      int32_t **ids, int *n) {
-    /* no range (no message had text) parses as coli_tokenize does */
-    return s_tokenize(m, text, len, &(tokenize_call){0, 1, n_plain > 0 ? plain : NULL, n_plain}, ids, n);
-}
-
 int chat_template_check(const char *cmd, const char *name) {
-    if (!name || !strcmp(name, "auto") || chat_family_from_name(name) != CHAT_UNKNOWN) return ARGS_OK;
+    if (chat_template_name_ok(name)) return ARGS_OK;
     return args_error(cmd, "--chat-template", "unknown template '%s' (known: auto, %s)", name, chat_family_list());
 }
 
 int chat_kwargs_check(const char *cmd, const char *json, int *thinking) {
-    *thinking = CHAT_THINKING_DEFAULT;
-    if (!json) return ARGS_OK;
-    cJSON *kw = cJSON_Parse(json);
     char err[160];
-    int rc = kw ? chat_kwargs_parse(kw, thinking, err, sizeof err) : -1;
-    cJSON_Delete(kw);
-    if (!kw) return args_error(cmd, "--chat-template-kwargs", "not valid JSON: %.60s", json);
-    return rc ? args_error(cmd, "--chat-template-kwargs", "%s", err) : ARGS_OK;
-}
-
-chat_family chat_template_pick(const char *name, const coli_model_info *info, const char **source) {
-    if (name && strcmp(name, "auto") != 0) {
-        *source = "--chat-template";
-        return chat_family_from_name(name);
-    }
-    return chat_family_detect(info->chat_template, info->arch, source);
+    if (chat_kwargs_from_json(json, thinking, err, sizeof err))
+        return args_error(cmd, "--chat-template-kwargs", "%s", err);
+    return ARGS_OK;
 }

@@ -8,7 +8,8 @@
 
 #include "tools/coli/args.h"
 #include "colibri.h"
-#include "tools/coli/server/server_template.h"
+#include "tools/coli/chat/chat_template.h"
+#include "tools/coli/chat/tokenize.h"
 
 typedef struct model_opts {
     const char *model;      /* -m FILE (required) */
@@ -169,27 +170,10 @@ int model_opts_new_context(const model_opts *o, coli_model *m, coli_context **ct
 /* Context length the context got: --ctx, else the model's. */
 int model_opts_n_ctx(const model_opts *o, const coli_model *m);
 
-/* Tokenize len bytes of text into *ids (malloc'd, *n of them): the array is
- * sized from the text and grown once if the library needs more. Returns 0,
- * COLI_ENOMEM (nothing in coli_last_error), or coli_tokenize's status (its
- * reason in coli_last_error). On failure *ids is NULL. Prints nothing. */
-int cli_tokenize(const coli_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t **ids,
-                 int *n);
-/* cli_tokenize of a rendered chat prompt (chat_render_plain): special tokens parsed
- * except in the n_plain ranges of plain (the messages' text: coli_tokenize_plain);
- * plain NULL or none: parsed everywhere (--allow-special-in-content). No BOS is added. */
-int cli_tokenize_chat(const coli_model *m, const char *text, size_t len, const coli_text_span *plain, int n_plain,
-                      int32_t **ids, int *n);
-
 /* --chat-template NAME of run, chat and serve: NULL or "auto" (the model's
  * template) or a chat_family_name. Returns ARGS_OK, or ARGS_ERROR with a
  * usage error listing the known names. */
 int chat_template_check(const char *cmd, const char *name);
-
-/* The template for a model: name (checked) unless NULL or "auto", else the
- * one tokenizer.chat_template or the architecture names; *source says
- * which ("--chat-template", "tokenizer.chat_template", "architecture", "none"). */
-chat_family chat_template_pick(const char *name, const coli_model_info *info, const char **source);
 
 /* --chat-template-kwargs JSON of run, chat and serve (NULL: not given):
  * *thinking set from it (chat_kwargs_parse; CHAT_THINKING_DEFAULT when not

@@ -1,6 +1,6 @@
 /*
  * fuzz_grammar.c - libFuzzer target for the response_format grammar compiler
- * and automaton (tools/coli/server/server_grammar.c, compiled in here). A
+ * and automaton (tools/coli/server/server_grammar.c, its insides by server_grammar.h). A
  * few input bytes expand into a large schema, so the fuzzer reaches the
  * sizes of issue 28 (an enum of 32,767 values before another property):
  *   byte 0      shape: bit 0 every property required, bits 1-2 the kind of
@@ -19,12 +19,14 @@
  * agree on every token a greedy walk picks; refusals leave nothing behind.
  */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/coli/server/server_grammar.c"
+#include "tools/coli/server/server_grammar.h"
 
 #define N_PIECES 64
 
@@ -110,13 +112,13 @@ static void s_check_last_value(const json_grammar *g, int depth, int k) {
     const char *parts[] = {key, g->lits[e->lit0 + e->n_lit - 1], "}"};
     for (int d = 0; d < depth; d++)
         for (const char *c = "{\"in\":"; *c; c++)
-            if (!s_feed(g, &st, (unsigned char)*c)) __builtin_trap();
+            if (!json_grammar_feed(g, &st, (unsigned char)*c)) __builtin_trap();
     for (int i = 0; i < 3; i++)
         for (const char *c = parts[i]; *c; c++)
-            if (!s_feed(g, &st, (unsigned char)*c)) __builtin_trap();
+            if (!json_grammar_feed(g, &st, (unsigned char)*c)) __builtin_trap();
     for (int d = 0; d < depth; d++)
-        if (!s_feed(g, &st, '}')) __builtin_trap();
-    if (!s_feed(g, &st, -1)) __builtin_trap();
+        if (!json_grammar_feed(g, &st, '}')) __builtin_trap();
+    if (!json_grammar_feed(g, &st, -1)) __builtin_trap();
 }
 
 /* A vocabulary of N_PIECES pieces cut from the input (token 0 ends generation), then a
@@ -175,7 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     s_check_last_value(g, depth, top->n_props - 1);
     gstate st = g->st;
     for (unsigned n_raw = s_byte(&in); n_raw && in.n; n_raw--) /* raw bytes through the automaton */
-        if (!s_feed(g, &st, (int)s_byte(&in))) break;
+        if (!json_grammar_feed(g, &st, (int)s_byte(&in))) break;
     s_walk(g, &in);
     json_grammar_free(g);
     return 0;

@@ -1,6 +1,6 @@
 /*
  * fuzz_template.c - libFuzzer target for the chat template renderer
- * (tools/coli/server/server_template.c): chat_render of a conversation the
+ * (tools/coli/chat/chat_template.c): chat_render of a conversation the
  * input spells (role and content strings separated by NUL bytes, roles as
  * given or folded onto the known ones) in every family, and chat template
  * family detection of the input as a GGUF's tokenizer.chat_template. A
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/coli/server/server_template.h"
+#include "tools/coli/chat/chat_template.h"
 
 #define MAX_MSG 16
 

@@ -1,5 +1,16 @@
 /*
- * server.h - the pieces of `coli serve` and how they meet.
+ * server.h - the pieces of `coli serve` and how they meet. The server is a
+ * library (libcoli-server.a): every piece of its state lives in one server
+ * object, so one process can run several, each on its own port over its own
+ * model (not a shared one: the baton that keeps a model's calls from
+ * overlapping, below, is the server's):
+ *
+ *   server *s = server_new(&cfg);   configuration copied, nothing started
+ *   server_listen(s);               optional: HTTP up early, /health says "loading"
+ *   server_run(s, model, path);     listening (if not yet), slots started, ready
+ *   ...                             requests are served on the server's threads
+ *   server_stop(s);                 stop accepting, drain (cfg.shutdown_grace_s), close
+ *   server_free(s);                 everything but the model (the caller's)
  *
  *   server_http.c      libmicrohttpd daemon: routing, body limit, auth, JSON/error replies
  *   server_openai.c    OpenAI request bodies -> gen_request (cJSON), every check named
@@ -8,8 +19,8 @@
  *   server_logprobs.c  per-token log-probabilities in OpenAI's chat and completions shapes
  *   server_tools.c     /tokenize, /detokenize, /props
  *   server_dashboard.c GET / (/dashboard): the live page (dashboard.html, built in); /dashboard.json
+ *   server.c           the lifecycle above
  *   server_grammar.c   response_format: a JSON (schema) state machine masking the logits
- *   server_template.c  chat templates (Mistral [INST], ChatML, OLMo), see server_template.h
  *   server_reasoning.c reasoning_format deepseek: "<think>..</think>" apart as reasoning_content
  *   server_metrics.c   counters, histograms and the Prometheus text, per worker from the stats JSON
  *   server_slots.c     request queue (answers counted, requests in turn), slot threads,
@@ -37,6 +48,9 @@
  * thread notices a crash and forks the replacement worker does not matter:
  * a worker is tied to the coordinator process by its lifeline pipe, not to
  * the forking thread (coordinator/sched/supervisor.c). Tokenizing is read-only and runs in the HTTP threads without the baton.
+ *
+ * The chat templates and the tokenize helpers are tools/coli/chat/'s, shared
+ * with `coli run` and `coli chat`; this folder includes nothing of tools/coli/.
  */
 #ifndef COLI_CLI_SERVER_H
 #define COLI_CLI_SERVER_H
@@ -47,12 +61,19 @@
 #include <stdint.h>
 
 #include "colibri.h"
-#include "tools/coli/server/server_template.h"
+#include "tools/coli/chat/chat_template.h"
+#include "tools/coli/chat/tokenize.h"
 
 struct cJSON;
 struct MHD_Connection;
 struct MHD_Response;
 enum MHD_ConnectionNotificationCode;
+
+/* What the functions that can fail return: 0, SERVER_FAIL (a runtime error,
+ * printed) or SERVER_USAGE (a configuration that cannot work): the exit
+ * statuses of coli serve. */
+#define SERVER_FAIL 1
+#define SERVER_USAGE 2
 
 #define SERVE_MAX_STOP 4
 #define SERVE_MAX_CHOICES 16 /* n */
@@ -261,10 +282,30 @@ typedef struct server_config {
     int prefill_chunk;             /* --prefill-chunk: prompt tokens per turn when batching */
     int reasoning;                 /* --reasoning-format: what a chat request starts from (REASONING_*) */
     int allow_special_in_content;  /* --allow-special-in-content: message text may spell special tokens */
+    const char *chat_template;     /* --chat-template: NULL or "auto" (the model's), or a family name */
+    int chat_thinking;             /* --chat-template-kwargs enable_thinking, CHAT_THINKING_DEFAULT: not given */
     int verbose;
 } server_config;
 
 typedef struct server_slot server_slot;
+
+/* server_conns.c's connection registry (see there); one per server. */
+typedef struct server_conns {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct conn_entry *head;
+    int timeout_s, running;
+    int limit, live; /* --max-connections; entries not reaped */
+    pthread_t reaper;
+} server_conns;
+
+/* server_http.c's daemon; one per server. */
+typedef struct server_http {
+    struct MHD_Daemon *daemon;
+    int port;             /* the one bound (cfg.port 0: any free one) */
+    int listen_fd;        /* after quiesce: closed after the daemon; -1 none */
+    atomic_int in_flight; /* requests between their head and their end */
+} server_http;
 
 typedef struct server {
     server_config cfg;
@@ -274,7 +315,6 @@ typedef struct server {
     const char *model_path;    /* -m */
     chat_family family;        /* CHAT_UNKNOWN: chat requests fail with a clear error */
     const char *family_source; /* "tokenizer.chat_template" | "architecture" */
-    int chat_thinking;         /* --chat-template-kwargs enable_thinking, CHAT_THINKING_DEFAULT: not given */
     char *bos_text, *eos_text;
     atomic_int ready;         /* model loaded, slots started */
     atomic_int stopping;      /* no new requests; queued ones were answered 503 */
@@ -307,11 +347,36 @@ typedef struct server {
     uint64_t st_want, st_have;
     pthread_t monitor;
     int monitor_started;
+
+    server_http http;
+    server_conns conns;
 } server;
+
+/* server.c: the lifecycle (see the top of this file). */
+/* coli serve's defaults (its flags' defaults; OpenAI's sampling; max_connections 0:
+ * conns_plan sizes it from the descriptor limit). */
+void server_config_defaults(server_config *cfg);
+/* A server for cfg (copied; the strings and api_keys it points to must outlive
+ * the server), nothing started: NULL when out of memory (printed). */
+server *server_new(const server_config *cfg);
+/* Start the HTTP side: requests other than /health, /metrics and the dashboard
+ * get 503 model_loading until server_run. 0 or SERVER_FAIL (printed). */
+int server_listen(server *s);
+/* Serve model (not owned, and no other server's; model_path: what /props shows):
+ * listen (if not yet), pick the chat template, start the slots, then take
+ * requests. 0 or SERVER_FAIL (printed). */
+int server_run(server *s, coli_model *model, const char *model_path);
+/* The TCP port the server listens on (cfg.port 0: the one it got); 0 before it listens. */
+int server_port(const server *s);
+/* Stop accepting, answer the queue 503, give running requests cfg.shutdown_grace_s,
+ * stop the rest, close: safe at any point after server_new, and twice. */
+void server_stop(server *s);
+/* Stop (if not yet) and free s, but not its model. NULL: nothing. */
+void server_free(server *s);
 
 /* server_slots.c */
 void server_sync_init(server *s);  /* locks and conditions, before anything starts */
-int server_slots_start(server *s); /* contexts, slot threads, monitor; 0 or CLI_FAIL */
+int server_slots_start(server *s); /* contexts, slot threads, monitor; 0 or SERVER_FAIL */
 /* Stop taking requests, answer queued ones 503 shutting_down, wait at most
  * grace_s seconds for running ones. 1 if all finished in time. */
 int server_drain(server *s, double grace_s);
@@ -354,14 +419,14 @@ void json_grammar_filter(void *g, float *logits, int n_vocab);
 int json_grammar_accept(json_grammar *g, int32_t id);
 
 /* server_http.c */
-int http_start(server *s); /* 0 or CLI_FAIL; prints the listening line */
-void http_quiesce(void);   /* stop accepting connections */
+void http_init(server *s);    /* nothing listening yet */
+int http_start(server *s);    /* 0 or SERVER_FAIL; prints the listening line */
+void http_quiesce(server *s); /* stop accepting connections */
 /* Wait at most wait_s seconds for answers still being sent, then close everything. */
-void http_stop(double wait_s);
+void http_stop(server *s, double wait_s);
 /* Suspend c until job_wake (with the job's mutex held: the wake cannot be missed). */
 void http_suspend(struct MHD_Connection *c);
 void http_resume(struct MHD_Connection *c);
-int http_bound_port(void);
 /* Queue a reply (takes ownership of the text). */
 int http_reply_json(struct MHD_Connection *c, int status, char *json_text);
 int http_reply_text(struct MHD_Connection *c, int status, char *text, const char *content_type);
@@ -378,16 +443,21 @@ int http_current_key(void);
 
 /* server_conns.c: the connection limit and the head-and-body deadline (see there). */
 /* Raise the soft file-descriptor limit to the hard one and size cfg->max_connections from it
- * when not given (or check the given one fits): 0, or an error (printed). */
-int conns_plan(server_config *cfg);
+ * when not given (or check the given one fits): 0, or SERVER_USAGE (the given
+ * --max-connections does not fit) or SERVER_FAIL (the limit is too low), with the
+ * one-line reason in err. */
+int conns_plan(server_config *cfg, char *err, size_t err_cap);
 /* Connections beyond limit libmicrohttpd keeps room for: closed ones not yet gone. */
 int conns_slack(int limit);
-int conns_start(int timeout_s, int limit); /* 0 or -1 (printed) */
-void conns_stop(void);
+void conns_init(server_conns *cn);
+void conns_destroy(server_conns *cn);
+int conns_start(server_conns *cn, int timeout_s, int limit); /* 0 or -1 (printed) */
+void conns_stop(server_conns *cn);
+/* libmicrohttpd's connection notification; cls is the server_conns. */
 void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe);
-void conns_head_received(struct MHD_Connection *c);
-void conns_request_received(struct MHD_Connection *c);
-void conns_request_done(struct MHD_Connection *c);
+void conns_head_received(server_conns *cn, struct MHD_Connection *c);
+void conns_request_received(server_conns *cn, struct MHD_Connection *c);
+void conns_request_done(server_conns *cn, struct MHD_Connection *c);
 
 /* server_handlers.c */
 int handle_completion(server *s, struct MHD_Connection *c, int chat, const char *body, size_t len);

@@ -25,8 +25,11 @@
  *
  * Why shutdown() on a descriptor is safe: an entry leaves the registry in
  * the CLOSED notification, which libmicrohttpd gives before it closes the
- * descriptor, and both run under s_mu, so the reaper never touches a number
- * that a newer connection reuses.
+ * descriptor, and both run under the registry's mutex, so the reaper never
+ * touches a number that a newer connection reuses.
+ *
+ * Each server has its own registry (server_conns, in server.h), so one
+ * process can run several servers.
  */
 #include <errno.h>
 #include <microhttpd.h>
@@ -38,7 +41,6 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "tools/coli/args.h"
 #include "tools/coli/server/server.h"
 #include "core/clock.h"
 
@@ -57,13 +59,6 @@ typedef struct conn_entry {
     int reaped;     /* shut down (deadline or limit): no longer counted */
 } conn_entry;
 
-static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t s_cv = PTHREAD_COND_INITIALIZER;
-static conn_entry *s_head;
-static int s_timeout_s, s_running;
-static int s_limit, s_live; /* --max-connections; entries not reaped */
-static pthread_t s_reaper;
-
 int conns_slack(int limit) { return limit / 4 > 32 ? limit / 4 : 32; }
 
 /* Raise the soft descriptor limit to the hard one; the limit now in force. */
@@ -77,26 +72,26 @@ static rlim_t s_raise_nofile(void) {
     return rl.rlim_cur;
 }
 
-int conns_plan(server_config *cfg) {
+int conns_plan(server_config *cfg, char *err, size_t err_cap) {
     const rlim_t nofile = s_raise_nofile();
     const long long usable = nofile > (rlim_t)(1 << 30) ? (1 << 30) : (long long)nofile - CONNS_FD_RESERVE;
     cfg->fd_limit = (long long)nofile;
     if (cfg->max_connections > 0) { /* given: it must fit */
         if (cfg->max_connections + conns_slack(cfg->max_connections) <= usable) return 0;
-        return args_error("serve", "--max-connections",
-                          "%d: needs %d file descriptors with the %d kept for closing ones and %d for the rest; the "
-                          "limit (ulimit -n) is %lld",
-                          cfg->max_connections,
-                          cfg->max_connections + conns_slack(cfg->max_connections) + CONNS_FD_RESERVE,
-                          conns_slack(cfg->max_connections), CONNS_FD_RESERVE, (long long)nofile);
+        snprintf(err, err_cap,
+                 "%d: needs %d file descriptors with the %d kept for closing ones and %d for the rest; the "
+                 "limit (ulimit -n) is %lld",
+                 cfg->max_connections, cfg->max_connections + conns_slack(cfg->max_connections) + CONNS_FD_RESERVE,
+                 conns_slack(cfg->max_connections), CONNS_FD_RESERVE, (long long)nofile);
+        return SERVER_USAGE;
     }
     long long n = usable * 4 / 5; /* n + n / 4 <= usable */
     if (usable - n < 32) n = usable - 32;
     if (n > CONNS_AUTO_MAX) n = CONNS_AUTO_MAX;
     if (n < 1) {
-        fprintf(stderr, "coli serve: the file-descriptor limit (ulimit -n) is %lld: too low to serve (at least %d)\n",
-                (long long)nofile, CONNS_FD_RESERVE + 33);
-        return CLI_FAIL;
+        snprintf(err, err_cap, "the file-descriptor limit (ulimit -n) is %lld: too low to serve (at least %d)",
+                 (long long)nofile, CONNS_FD_RESERVE + 33);
+        return SERVER_FAIL;
     }
     cfg->max_connections = (int)n;
     return 0;
@@ -109,7 +104,7 @@ static conn_entry *s_entry(struct MHD_Connection *c) {
 
 /* Tell the client why (best effort, never blocking: an HTTP status line and
  * an OpenAI error), then end the connection; it no longer counts. */
-static void s_reap(conn_entry *e, const char *status, const char *code, const char *message) {
+static void s_reap(server_conns *cn, conn_entry *e, const char *status, const char *code, const char *message) {
     char body[512], msg[1024];
     snprintf(body, sizeof body, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":\"%s\"}}",
              message, status[0] == '5' ? "server_error" : "invalid_request_error", code);
@@ -121,18 +116,18 @@ static void s_reap(conn_entry *e, const char *status, const char *code, const ch
     (void)sent;
     shutdown(e->fd, SHUT_RDWR);
     e->reaped = 1;
-    s_live--;
+    cn->live--;
 }
 
-static void s_reap_late(conn_entry *e) {
+static void s_reap_late(server_conns *cn, conn_entry *e) {
     char message[128];
-    snprintf(message, sizeof message, "request: head and body not received within %d s", s_timeout_s);
-    s_reap(e, "408 Request Timeout", "request_timeout", message);
+    snprintf(message, sizeof message, "request: head and body not received within %d s", cn->timeout_s);
+    s_reap(cn, e, "408 Request Timeout", "request_timeout", message);
 }
 
-/* With s_mu held, one connection over the limit (fresh is the newest): close
+/* With cn->mu held, one connection over the limit (fresh is the newest): close
  * the oldest one still sending its head, else its body, else fresh itself. */
-static void s_make_room(conn_entry *fresh) {
+static void s_make_room(server_conns *cn, conn_entry *fresh) {
     conn_entry *victim = NULL;
     for (conn_entry *e = fresh->next; e; e = e->next) {
         if (e->received || e->reaped || e->fd < 0) continue;
@@ -140,72 +135,72 @@ static void s_make_room(conn_entry *fresh) {
     }
     char message[200];
     snprintf(message, sizeof message, "connections: the server's limit of %d is reached; %s was closed to make room",
-             s_limit,
+             cn->limit,
              victim ? "this one, the oldest still sending its request,"
                     : "every other one has a request in flight; this one");
     if (!victim && fresh->fd < 0) return; /* nothing to close: over the limit until one ends */
-    s_reap(victim ? victim : fresh, "503 Service Unavailable", "too_many_connections", message);
+    s_reap(cn, victim ? victim : fresh, "503 Service Unavailable", "too_many_connections", message);
 }
 
 void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
-    (void)cls;
-    pthread_mutex_lock(&s_mu);
+    server_conns *cn = cls;
+    pthread_mutex_lock(&cn->mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         conn_entry *e = calloc(1, sizeof *e); /* without one, the connection just has no deadline */
         if (e) {
             e->fd = http_connection_fd(c);
             e->t_start = coli_now_s();
-            e->next = s_head;
-            if (s_head) s_head->prev = e;
-            s_head = e;
-            if (++s_live > s_limit) s_make_room(e);
+            e->next = cn->head;
+            if (cn->head) cn->head->prev = e;
+            cn->head = e;
+            if (++cn->live > cn->limit) s_make_room(cn, e);
         }
         *socket_context = e;
     } else if (*socket_context) {
         conn_entry *e = *socket_context;
-        if (!e->reaped) s_live--;
+        if (!e->reaped) cn->live--;
         if (e->prev)
             e->prev->next = e->next;
         else
-            s_head = e->next;
+            cn->head = e->next;
         if (e->next) e->next->prev = e->prev;
         free(e);
         *socket_context = NULL;
     }
-    pthread_mutex_unlock(&s_mu);
+    pthread_mutex_unlock(&cn->mu);
 }
 
-void conns_head_received(struct MHD_Connection *c) {
-    pthread_mutex_lock(&s_mu);
+void conns_head_received(server_conns *cn, struct MHD_Connection *c) {
+    pthread_mutex_lock(&cn->mu);
     conn_entry *e = s_entry(c);
     if (e) e->head = 1;
-    pthread_mutex_unlock(&s_mu);
+    pthread_mutex_unlock(&cn->mu);
 }
 
-void conns_request_received(struct MHD_Connection *c) {
-    pthread_mutex_lock(&s_mu);
+void conns_request_received(server_conns *cn, struct MHD_Connection *c) {
+    pthread_mutex_lock(&cn->mu);
     conn_entry *e = s_entry(c);
     if (e) e->received = 1;
-    pthread_mutex_unlock(&s_mu);
+    pthread_mutex_unlock(&cn->mu);
 }
 
-void conns_request_done(struct MHD_Connection *c) {
-    pthread_mutex_lock(&s_mu);
+void conns_request_done(server_conns *cn, struct MHD_Connection *c) {
+    pthread_mutex_lock(&cn->mu);
     conn_entry *e = s_entry(c);
     if (e) {
         e->head = e->received = 0;
         e->t_start = coli_now_s();
     }
-    pthread_mutex_unlock(&s_mu);
+    pthread_mutex_unlock(&cn->mu);
 }
 
 static void *s_reaper_main(void *arg) {
-    (void)arg;
-    pthread_mutex_lock(&s_mu);
-    while (s_running) {
+    server_conns *cn = arg;
+    pthread_mutex_lock(&cn->mu);
+    while (cn->running) {
         double now = coli_now_s();
-        for (conn_entry *e = s_head; e; e = e->next)
-            if (!e->received && !e->reaped && e->fd >= 0 && now - e->t_start > s_timeout_s) s_reap_late(e);
+        for (conn_entry *e = cn->head; e; e = e->next)
+            if (!e->received && !e->reaped && e->fd >= 0 && now - e->t_start > cn->timeout_s) s_reap_late(cn, e);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += 100 * 1000000L; /* the deadline holds to within 0.1 s */
@@ -213,31 +208,42 @@ static void *s_reaper_main(void *arg) {
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&s_cv, &s_mu, &until);
+        pthread_cond_timedwait(&cn->cv, &cn->mu, &until);
     }
-    pthread_mutex_unlock(&s_mu);
+    pthread_mutex_unlock(&cn->mu);
     return NULL;
 }
 
-int conns_start(int timeout_s, int limit) {
-    s_timeout_s = timeout_s;
-    s_limit = limit;
-    s_live = 0;
-    s_running = 1;
-    int e = pthread_create(&s_reaper, NULL, s_reaper_main, NULL);
+void conns_init(server_conns *cn) {
+    memset(cn, 0, sizeof *cn);
+    pthread_mutex_init(&cn->mu, NULL);
+    pthread_cond_init(&cn->cv, NULL);
+}
+
+void conns_destroy(server_conns *cn) {
+    pthread_cond_destroy(&cn->cv);
+    pthread_mutex_destroy(&cn->mu);
+}
+
+int conns_start(server_conns *cn, int timeout_s, int limit) {
+    cn->timeout_s = timeout_s;
+    cn->limit = limit;
+    cn->live = 0;
+    cn->running = 1;
+    int e = pthread_create(&cn->reaper, NULL, s_reaper_main, cn);
     if (e) {
-        s_running = 0;
+        cn->running = 0;
         fprintf(stderr, "coli serve: cannot start the request-deadline thread: %s\n", strerror(e));
         return -1;
     }
     return 0;
 }
 
-void conns_stop(void) {
-    pthread_mutex_lock(&s_mu);
-    int was = s_running;
-    s_running = 0;
-    pthread_cond_broadcast(&s_cv);
-    pthread_mutex_unlock(&s_mu);
-    if (was) pthread_join(s_reaper, NULL);
+void conns_stop(server_conns *cn) {
+    pthread_mutex_lock(&cn->mu);
+    int was = cn->running;
+    cn->running = 0;
+    pthread_cond_broadcast(&cn->cv);
+    pthread_mutex_unlock(&cn->mu);
+    if (was) pthread_join(cn->reaper, NULL);
 }

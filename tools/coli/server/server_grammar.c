@@ -32,98 +32,10 @@
 #include <string.h>
 
 #include "tools/coli/server/server.h"
-
-#define MAX_DEPTH 32        /* automaton frames; a schema nests at most MAX_DEPTH - 2 levels */
-#define MAX_LIT 120         /* bytes of one enum literal or quoted key */
-#define MAX_NODES 1024      /* schema nodes: each property, items, enum and type counts one */
-#define MAX_ENUM 1024       /* values of one enum */
-#define MAX_LITS 4096       /* enum values and property names in all */
-#define MAX_LIT_BYTES 65536 /* their bytes in all */
-#define WS_RUN 8
-
-enum {
-    N_ANY,
-    N_OBJECT,
-    N_ARRAY,
-    N_STRING,
-    N_NUMBER,
-    N_INTEGER,
-    N_LITERALS
-};
-
-typedef struct gnode {
-    int type;
-    int items;          /* array: node of the items, -1 = any */
-    int prop0, n_props; /* object with properties: props[prop0 ..]; n_props 0 = any keys */
-    int lit0, n_lit;    /* N_LITERALS: lits[lit0 ..] (JSON texts); object: the quoted keys */
-} gnode;
-
-typedef struct gprop {
-    int node, required;
-} gprop;
-
-/* The frames of the automaton (fixed size: the filter copies the state per token). */
-enum {
-    F_VALUE,
-    F_OBJ,
-    F_ARR,
-    F_STR,
-    F_NUM,
-    F_LIT
-};
-/* F_OBJ sub-states */
-enum {
-    O_KEY_OR_END,
-    O_KEY,
-    O_COLON,
-    O_VALUE,
-    O_COMMA_OR_END
-};
-/* F_ARR sub-states */
-enum {
-    A_VALUE_OR_END,
-    A_VALUE,
-    A_COMMA_OR_END
-};
-
-/* int32_t: every index below MAX_LITS / MAX_NODES fits without a cast that could wrap
- * (an int16_t here once turned literal 32,770 negative and read out of bounds). */
-typedef struct gframe {
-    uint8_t kind, sub;
-    int32_t node; /* schema node (-1: any) */
-    int32_t next; /* F_OBJ: next property index; F_LIT: first candidate */
-    int32_t n;    /* F_LIT: candidates; F_STR: 1 = a free key (then ':') */
-} gframe;
-_Static_assert(MAX_LITS <= INT32_MAX && MAX_NODES <= INT32_MAX, "gframe indices are int32_t");
-
-typedef struct gstate {
-    int depth, root_done, ws_run;
-    int u8_need, hex_left, escape; /* inside a string */
-    int lit_len;
-    char lit[MAX_LIT];
-    gframe f[MAX_DEPTH]; /* last: s_state_copy copies the frames in use only */
-} gstate;
-
-struct json_grammar {
-    gnode nodes[MAX_NODES];
-    int n_nodes, root;
-    gprop *props;
-    int n_props_total;
-    char **lits;
-    int n_lits;
-    size_t lit_bytes; /* of the schema's literals (MAX_LIT_BYTES) */
-    int n_vocab;
-    const char **piece; /* per token: its bytes */
-    uint32_t *piece_len;
-    uint8_t *eog;
-    gstate st;
-    gstate *after; /* the filter's: the state after each first byte (256), this step */
-};
+#include "tools/coli/server/server_grammar.h"
 
 // ---------------------------------------------------------------------------
 // the automaton
-
-static int s_feed(const json_grammar *g, gstate *st, int b);
 
 static int s_push(gstate *st, int kind, int sub, int node) {
     if (st->depth >= MAX_DEPTH) return 0;
@@ -168,18 +80,18 @@ static int s_value_start(const json_grammar *g, gstate *st, int node, int b) {
     st->depth--; /* the F_VALUE placeholder */
     if (type == N_LITERALS) {
         s_lit_start(st, n->lit0, n->n_lit);
-        return s_feed(g, st, b);
+        return json_grammar_feed(g, st, b);
     }
     if (b == '{' && (type == N_ANY || type == N_OBJECT)) return s_push(st, F_OBJ, O_KEY_OR_END, node);
     if (b == '[' && (type == N_ANY || type == N_ARRAY)) return s_push(st, F_ARR, A_VALUE_OR_END, node);
     if (b == '"' && (type == N_ANY || type == N_STRING)) return s_push(st, F_STR, 0, node);
     if ((b == '-' || (b >= '0' && b <= '9')) && (type == N_ANY || type == N_NUMBER || type == N_INTEGER)) {
         s_push(st, F_NUM, 0, node);
-        return s_feed(g, st, b);
+        return json_grammar_feed(g, st, b);
     }
     if (type == N_ANY && (b == 't' || b == 'f' || b == 'n')) {
         s_lit_start(st, 0, 3);
-        return s_feed(g, st, b);
+        return json_grammar_feed(g, st, b);
     }
     return 0;
 }
@@ -246,7 +158,7 @@ static int s_num(const json_grammar *g, gstate *st, gframe *f, int b) {
     }
     if (f->sub == 0 || f->sub == 1 || f->sub == 4 || f->sub == 6 || f->sub == 7) return 0;
     s_value_done(st); /* the number ended before b */
-    return s_feed(g, st, b);
+    return json_grammar_feed(g, st, b);
 }
 
 static int s_str(gstate *st, int b) {
@@ -313,7 +225,7 @@ static int s_lit(const json_grammar *g, gstate *st, gframe *f, int b) {
         st->depth++;
         s_value_done(st);
     }
-    return s_feed(g, st, b);
+    return json_grammar_feed(g, st, b);
 }
 
 /* Keys an object of node may take next: lits[*first .. *first + return). */
@@ -350,7 +262,7 @@ static int s_obj(const json_grammar *g, gstate *st, gframe *f, int b) {
             int first, n = s_key_range(g, f, &first);
             if (n <= 0) return 0;
             s_lit_start(st, first, n);
-            return s_feed(g, st, b);
+            return json_grammar_feed(g, st, b);
         }
         return s_push(st, F_STR, 0, -1);
     case O_COLON: {
@@ -393,11 +305,11 @@ static int s_arr(const json_grammar *g, gstate *st, gframe *f, int b) {
     }
     if (b < 0) return 0;
     f->sub = A_VALUE;
-    return s_push(st, F_VALUE, 0, items) && s_feed(g, st, b);
+    return s_push(st, F_VALUE, 0, items) && json_grammar_feed(g, st, b);
 }
 
 /* One byte (b = -1: the end of the output). 1 if the grammar allows it. */
-static int s_feed(const json_grammar *g, gstate *st, int b) {
+int json_grammar_feed(const json_grammar *g, gstate *st, int b) {
     if (st->depth == 0) return b < 0 && st->root_done;
     gframe *f = &st->f[st->depth - 1];
     if (!(b >= 0 && s_is_ws(b))) st->ws_run = 0;
@@ -430,7 +342,7 @@ static void s_state_copy(gstate *dst, const gstate *src) {
 static void s_first_bytes(json_grammar *g, uint8_t ok[256]) {
     for (int b = 0; b < 256; b++) {
         s_state_copy(&g->after[b], &g->st);
-        ok[b] = (uint8_t)s_feed(g, &g->after[b], b);
+        ok[b] = (uint8_t)json_grammar_feed(g, &g->after[b], b);
     }
 }
 
@@ -438,7 +350,7 @@ void json_grammar_filter(void *user, float *logits, int n_vocab) {
     json_grammar *g = user;
     gstate end;
     s_state_copy(&end, &g->st);
-    int can_end = s_feed(g, &end, -1);
+    int can_end = json_grammar_feed(g, &end, -1);
     uint8_t ok[256];
     if (!can_end) s_first_bytes(g, ok);
     for (int id = 0; id < n_vocab && id < g->n_vocab; id++) {
@@ -454,7 +366,7 @@ void json_grammar_filter(void *user, float *logits, int n_vocab) {
         gstate st;
         s_state_copy(&st, &g->after[p[0]]);
         for (uint32_t i = 1; i < g->piece_len[id]; i++)
-            if (!s_feed(g, &st, p[i])) {
+            if (!json_grammar_feed(g, &st, p[i])) {
                 logits[id] = -INFINITY;
                 break;
             }
@@ -465,7 +377,7 @@ int json_grammar_accept(json_grammar *g, int32_t id) {
     if (id < 0 || id >= g->n_vocab) return -1;
     const unsigned char *p = (const unsigned char *)g->piece[id];
     for (uint32_t i = 0; i < g->piece_len[id]; i++)
-        if (!s_feed(g, &g->st, p[i])) return -1;
+        if (!json_grammar_feed(g, &g->st, p[i])) return -1;
     return 0;
 }
 

@@ -9,6 +9,8 @@
  * endpoints, routing, and the JSON and OpenAI-error replies every handler
  * uses. A request that waits for its tokens is suspended, not blocked: the
  * slot thread resumes it (job_wake) when there is something to send.
+ * Its state (the daemon, the bound port, requests in flight) lives in the
+ * server (server_http in server.h), so one process can run several servers.
  */
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
@@ -21,7 +23,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tools/coli/args.h"
 #include "tools/coli/server/server.h"
 #include "core/clock.h"
 
@@ -33,21 +34,15 @@ typedef struct http_req {
     int no_memory; /* the body could not be stored: 500, not 413 */
     int ep;
     int status;
-    int key;  /* the number of the API key it came with (its cache domain); -1: none */
-    job *job; /* a non-streamed completion waiting for its answer */
+    int key;   /* the number of the API key it came with (its cache domain); -1: none */
+    job *job;  /* a non-streamed completion waiting for its answer */
+    server *s; /* the server it came to */
 } http_req;
 
 #define HTTP_POOL_THREADS 4
 
-static struct MHD_Daemon *s_daemon;
-static int s_port;
-static MHD_socket s_listen_fd = MHD_INVALID_SOCKET; /* after quiesce: closed after the daemon */
-static atomic_int s_in_flight;                      /* requests between their head and their end */
-static const char *s_cors_origin;                   /* --cors-origin, NULL: no CORS headers */
-static server_metrics *s_metrics;                   /* the server's: requests counted by status */
-static __thread http_req *t_req;                    /* the request this pool thread is answering */
-
-int http_bound_port(void) { return s_port; }
+/* The request this pool thread is answering (a pool thread serves one server's daemon). */
+static __thread http_req *t_req;
 
 job *http_current_job(void) { return t_req ? t_req->job : NULL; }
 
@@ -68,13 +63,17 @@ int http_connection_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
+/* --cors-origin of the server the current request came to; NULL: no CORS headers. */
+static const char *s_cors_origin(void) { return t_req ? t_req->s->cfg.cors_origin : NULL; }
+
 static int s_queue(struct MHD_Connection *c, int status, struct MHD_Response *resp) {
     if (!resp) return MHD_NO;
     /* Counted when queued, not when sent: a client that has its answer and asks
      * /metrics at once must find its request there. */
-    if (t_req && !t_req->status) metrics_count_request(s_metrics, t_req->ep, status);
+    if (t_req && !t_req->status) metrics_count_request(&t_req->s->metrics, t_req->ep, status);
     if (t_req) t_req->status = status;
-    if (s_cors_origin) MHD_add_response_header(resp, "Access-Control-Allow-Origin", s_cors_origin);
+    const char *cors = s_cors_origin();
+    if (cors) MHD_add_response_header(resp, "Access-Control-Allow-Origin", cors);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return rc;
@@ -209,7 +208,7 @@ static int s_preflight(struct MHD_Connection *c) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Allow", "GET, POST, OPTIONS");
-    if (s_cors_origin) {
+    if (s_cors_origin()) {
         MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
@@ -263,10 +262,11 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *c, const char 
     if (!r) {
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
         r->ep = metrics_endpoint(url);
+        r->s = s;
         *con_cls = r;
         t_req = r;
-        atomic_fetch_add(&s_in_flight, 1);
-        conns_head_received(c);
+        atomic_fetch_add(&s->http.in_flight, 1);
+        conns_head_received(&s->conns, c);
         return (enum MHD_Result)s_first_call(s, c, url, method, r);
     }
     t_req = r;
@@ -275,16 +275,15 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *c, const char 
         *upload_size = 0;
         return MHD_YES;
     }
-    conns_request_received(c);
+    conns_request_received(&s->conns, c);
     enum MHD_Result rc = (enum MHD_Result)s_route(s, c, url, method, r);
     t_req = NULL; /* the same thread may serve another connection next */
     return rc;
 }
 
 static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c;
     (void)toe;
-    (void)cls;
+    server *s = cls;
     http_req *r = *con_cls;
     if (!r) return;
     if (t_req == r) t_req = NULL;
@@ -292,8 +291,8 @@ static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls, enu
     free(r->body);
     free(r);
     *con_cls = NULL;
-    conns_request_done(c);
-    atomic_fetch_sub(&s_in_flight, 1);
+    conns_request_done(&s->conns, c);
+    atomic_fetch_sub(&s->http.in_flight, 1);
 }
 
 static int s_resolve(server *s, struct sockaddr_storage *addr, int *ipv6) {
@@ -301,7 +300,7 @@ static int s_resolve(server *s, struct sockaddr_storage *addr, int *ipv6) {
     int e = getaddrinfo(s->cfg.host, NULL, &hints, &res);
     if (e || !res) {
         fprintf(stderr, "coli serve: --host %s: %s\n", s->cfg.host, gai_strerror(e));
-        return CLI_FAIL;
+        return SERVER_FAIL;
     }
     memcpy(addr, res->ai_addr, res->ai_addrlen);
     *ipv6 = res->ai_family == AF_INET6;
@@ -316,50 +315,55 @@ static int s_resolve(server *s, struct sockaddr_storage *addr, int *ipv6) {
 int http_start(server *s) {
     struct sockaddr_storage addr;
     int ipv6 = 0;
-    if (s_resolve(s, &addr, &ipv6)) return CLI_FAIL;
-    s_cors_origin = s->cfg.cors_origin;
-    s_metrics = &s->metrics;
+    if (s_resolve(s, &addr, &ipv6)) return SERVER_FAIL;
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ipv6) flags |= MHD_USE_IPv6;
     if (s->cfg.verbose) flags |= MHD_USE_ERROR_LOG;
-    if (conns_start(s->cfg.request_timeout_s, s->cfg.max_connections)) return CLI_FAIL;
+    if (conns_start(&s->conns, s->cfg.request_timeout_s, s->cfg.max_connections)) return SERVER_FAIL;
     /* libmicrohttpd's limit is above ours: at ours the oldest slow connection makes room
      * (server_conns.c), and it lingers until its thread closes it */
     const unsigned mhd_limit = (unsigned)(s->cfg.max_connections + conns_slack(s->cfg.max_connections));
-    s_daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, s_access, s, MHD_OPTION_SOCK_ADDR,
-                                (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, s_completed, s,
-                                MHD_OPTION_NOTIFY_CONNECTION, conns_notify, NULL, MHD_OPTION_THREAD_POOL_SIZE,
-                                (unsigned)HTTP_POOL_THREADS, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
-                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_client,
-                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
-    if (!s_daemon) {
-        conns_stop();
+    s->http.daemon = MHD_start_daemon(
+        flags, (uint16_t)s->cfg.port, NULL, NULL, s_access, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_NOTIFY_CONNECTION, conns_notify, &s->conns,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_POOL_THREADS, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_client, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)120, MHD_OPTION_END);
+    if (!s->http.daemon) {
+        conns_stop(&s->conns);
         fprintf(stderr, "coli serve: cannot listen on %s:%d (address in use, or not allowed)\n", s->cfg.host,
                 s->cfg.port);
-        return CLI_FAIL;
+        return SERVER_FAIL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s_daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s_port = di ? di->port : s->cfg.port;
-    printf("coli serve: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", s->cfg.host, ipv6 ? "]" : "", s_port);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->http.daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->http.port = di ? di->port : s->cfg.port;
+    printf("coli serve: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", s->cfg.host, ipv6 ? "]" : "", s->http.port);
     printf("coli serve: at most %d connections, %d per client address (file-descriptor limit %lld)\n",
            s->cfg.max_connections, s->cfg.max_conn_per_client, s->cfg.fd_limit);
     fflush(stdout);
     return 0;
 }
 
-void http_quiesce(void) {
-    if (s_daemon && s_listen_fd == MHD_INVALID_SOCKET) s_listen_fd = MHD_quiesce_daemon(s_daemon);
+void http_init(server *s) {
+    s->http.daemon = NULL;
+    s->http.listen_fd = MHD_INVALID_SOCKET;
+    atomic_init(&s->http.in_flight, 0);
 }
 
-void http_stop(double wait_s) {
+void http_quiesce(server *s) {
+    if (s->http.daemon && s->http.listen_fd == MHD_INVALID_SOCKET)
+        s->http.listen_fd = MHD_quiesce_daemon(s->http.daemon);
+}
+
+void http_stop(server *s, double wait_s) {
     /* Answers of finished jobs may still be on their way out; MHD_stop_daemon
      * would cut them. Every suspended request has been resumed by then (each
      * job ended), which MHD_stop_daemon requires. Bounded by wait_s. */
     double until = coli_now_s() + wait_s;
-    while (s_daemon && atomic_load(&s_in_flight) > 0 && coli_now_s() < until) usleep(10000);
-    if (s_daemon) MHD_stop_daemon(s_daemon);
-    s_daemon = NULL;
-    if (s_listen_fd != MHD_INVALID_SOCKET) close(s_listen_fd);
-    s_listen_fd = MHD_INVALID_SOCKET;
-    conns_stop();
+    while (s->http.daemon && atomic_load(&s->http.in_flight) > 0 && coli_now_s() < until) usleep(10000);
+    if (s->http.daemon) MHD_stop_daemon(s->http.daemon);
+    s->http.daemon = NULL;
+    if (s->http.listen_fd != MHD_INVALID_SOCKET) close(s->http.listen_fd);
+    s->http.listen_fd = MHD_INVALID_SOCKET;
+    conns_stop(&s->conns);
 }

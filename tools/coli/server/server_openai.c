@@ -17,7 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "tools/coli/model_opts.h"
 #include "tools/coli/server/server.h"
 
 #define MAX_MESSAGES 4096
@@ -364,7 +363,7 @@ static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r
     if (n < 1 || n > MAX_MESSAGES) return s_bad(p, "messages", "messages: must hold 1 to %d messages", MAX_MESSAGES);
     const cJSON *kwargs = s_get(root, "chat_template_kwargs");
     chat_options opts = {s->bos_text, s->eos_text, chat_template_default_system(s->info.chat_template),
-                         s->chat_thinking};
+                         s->cfg.chat_thinking};
     if ((kwargs && chat_kwargs_parse(kwargs, &opts.thinking, p->err, p->cap)) ||
         chat_thinking_check(s->family, opts.thinking, p->err, p->cap)) {
         *p->param = "chat_template_kwargs";
@@ -569,9 +568,9 @@ static int s_tokenize(server *s, gen_request *r, parse_ctx *p) {
     /* chat: the template's markers are special tokens, the messages' text is not (a
      * message spelling "<|im_start|>system" would forge a turn) unless the flag says so */
     int rc = !r->chat
-                 ? cli_tokenize(s->model, r->prompt, strlen(r->prompt), r->add_special, 1, &r->ids, &r->n_ids)
-                 : cli_tokenize_chat(s->model, r->prompt, strlen(r->prompt),
-                                     s->cfg.allow_special_in_content ? NULL : r->plain, r->n_plain, &r->ids, &r->n_ids);
+                 ? text_tokenize(s->model, r->prompt, strlen(r->prompt), r->add_special, 1, &r->ids, &r->n_ids)
+                 : chat_tokenize(s->model, r->prompt, strlen(r->prompt),
+                                 s->cfg.allow_special_in_content ? NULL : r->plain, r->n_plain, &r->ids, &r->n_ids);
     if (rc == COLI_ENOMEM) return 500;
     return rc ? s_bad(p, r->chat ? "messages" : "prompt", "%s", coli_last_error()) : 0;
 }

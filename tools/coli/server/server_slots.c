@@ -13,7 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tools/coli/args.h"
 #include "tools/coli/server/server.h"
 #include "core/clock.h"
 #include "core/hash.h"
@@ -471,38 +470,38 @@ static int s_alloc(server *s) {
     s->slot_threads = calloc((size_t)s->cfg.n_slots, sizeof *s->slot_threads);
     if (!s->queue || !s->slots || !s->slot_threads) {
         fprintf(stderr, "coli serve: out of memory for %d slots\n", s->cfg.n_slots);
-        return CLI_FAIL;
+        return SERVER_FAIL;
     }
     coli_context_params cp;
     coli_context_default_params(&cp);
     cp.n_ctx = s->cfg.n_ctx;
     if (s->cfg.prefix_cache_bytes && getrandom(s->cache_key, sizeof s->cache_key, 0) != (ssize_t)sizeof s->cache_key) {
         fprintf(stderr, "coli serve: prefix cache: no random key for its domains: %s\n", strerror(errno));
-        return CLI_FAIL;
+        return SERVER_FAIL;
     }
     if (s->cfg.prefix_cache_bytes &&
         coli_prefix_cache_new(s->model, s->cfg.prefix_cache_bytes, s->cfg.prefix_block, &s->prefix) != 0) {
         fprintf(stderr, "coli serve: %s\n", coli_last_error());
-        return CLI_FAIL;
+        return SERVER_FAIL;
     }
     if (!s->cfg.no_batching && coli_batch_new(s->model, s->cfg.n_slots, s->cfg.n_ctx, s->cfg.prefill_chunk,
                                               s_baton_lock, s_baton_unlock, s, &s->batch) != 0) {
         fprintf(stderr, "coli serve: %s\n", coli_last_error());
-        return CLI_FAIL;
+        return SERVER_FAIL;
     }
     for (int i = 0; i < s->cfg.n_slots; i++) {
         s->slots[i] = (server_slot){.srv = s, .index = i, .seq_cap = s->cfg.n_ctx};
         if (!(s->slots[i].seq = malloc((size_t)s->cfg.n_ctx * sizeof(int32_t)))) {
             fprintf(stderr, "coli serve: out of memory for slot %d's token record\n", i);
-            return CLI_FAIL;
+            return SERVER_FAIL;
         }
         if (coli_context_new(s->model, &cp, &s->slots[i].ctx) != 0) {
             fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
-            return CLI_FAIL;
+            return SERVER_FAIL;
         }
         if (s->batch && coli_context_set_batch(s->slots[i].ctx, s->batch) != 0) {
             fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
-            return CLI_FAIL;
+            return SERVER_FAIL;
         }
     }
     return 0;
@@ -518,19 +517,19 @@ void server_sync_init(server *s) {
 }
 
 int server_slots_start(server *s) {
-    if (s_alloc(s)) return CLI_FAIL;
+    if (s_alloc(s)) return SERVER_FAIL;
     for (; s->n_started < s->cfg.n_slots; s->n_started++) {
         int e = pthread_create(&s->slot_threads[s->n_started], NULL, s_slot_main, &s->slots[s->n_started]);
         if (e) {
             fprintf(stderr, "coli serve: cannot start slot thread: %s\n", strerror(e));
-            return CLI_FAIL;
+            return SERVER_FAIL;
         }
     }
     s_refresh_stats(s);
     int e = pthread_create(&s->monitor, NULL, s_monitor_main, s);
     if (e) {
         fprintf(stderr, "coli serve: cannot start the monitor thread: %s\n", strerror(e));
-        return CLI_FAIL;
+        return SERVER_FAIL;
     }
     s->monitor_started = 1;
     return 0;

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/coli/model_opts.h"
 #include "tools/coli/server/server.h"
 
 /* An optional boolean field: 0 (and *out set) or -1 when it is not a boolean. */
@@ -95,8 +94,8 @@ int handle_tokenize(server *s, struct MHD_Connection *c, const char *body, size_
     }
     int32_t *ids = NULL;
     int n = 0;
-    rc = cli_tokenize(s->model, content->valuestring, strlen(content->valuestring), add_special, parse_special, &ids,
-                      &n);
+    rc = text_tokenize(s->model, content->valuestring, strlen(content->valuestring), add_special, parse_special, &ids,
+                       &n);
     cJSON_Delete(root);
     if (rc)
         return http_reply_error(s, c, EP_TOKENIZE, rc == COLI_ENOMEM ? 500 : 400,
@@ -189,7 +188,8 @@ int handle_props(server *s, struct MHD_Connection *c) {
     cJSON_AddStringToObject(o, "chat_template_source", s->family_source ? s->family_source : "none");
     /* the request defaults the flags set: chat_template_kwargs ({} when not given), reasoning_format */
     cJSON *kw = cJSON_AddObjectToObject(o, "chat_template_kwargs");
-    if (s->chat_thinking != CHAT_THINKING_DEFAULT) cJSON_AddBoolToObject(kw, "enable_thinking", s->chat_thinking);
+    if (s->cfg.chat_thinking != CHAT_THINKING_DEFAULT)
+        cJSON_AddBoolToObject(kw, "enable_thinking", s->cfg.chat_thinking);
     cJSON_AddStringToObject(o, "reasoning_format", s->cfg.reasoning == REASONING_DEEPSEEK ? "deepseek" : "none");
     cJSON_AddBoolToObject(o, "allow_special_in_content", s->cfg.allow_special_in_content);
     char *stats = server_stats_fresh(s);

@@ -1,5 +1,5 @@
 /*
- * server_template.c - chat templates rendered in C; see server_template.h.
+ * chat_template.c - chat templates rendered in C; see chat_template.h.
  *
  * The layouts, as their reference Jinja templates produce them (with
  * add_generation_prompt):
@@ -24,7 +24,7 @@
  *                     ... <|start_header_id|>assistant<|end_header_id|>\n\n
  *                     (Meta-Llama-3-8B-Instruct's tokenizer_config.json)
  */
-#include "tools/coli/server/server_template.h"
+#include "tools/coli/chat/chat_template.h"
 #include "core/strbuf.h"
 
 #include <cjson/cJSON.h>
@@ -415,4 +415,26 @@ int chat_render_plain(chat_family f, const chat_message *msgs, int n, const chat
         *n_plain = b.n_plain;
     }
     return 0;
+}
+
+int chat_kwargs_from_json(const char *json, int *thinking, char *err, size_t err_cap) {
+    *thinking = CHAT_THINKING_DEFAULT;
+    if (!json) return 0;
+    cJSON *kw = cJSON_Parse(json);
+    if (!kw) return s_err(err, err_cap, "not valid JSON: %.60s", json);
+    int rc = chat_kwargs_parse(kw, thinking, err, err_cap);
+    cJSON_Delete(kw);
+    return rc;
+}
+
+int chat_template_name_ok(const char *name) {
+    return !name || !strcmp(name, "auto") || chat_family_from_name(name) != CHAT_UNKNOWN;
+}
+
+chat_family chat_template_pick(const char *name, const coli_model_info *info, const char **source) {
+    if (name && strcmp(name, "auto") != 0) {
+        *source = "--chat-template";
+        return chat_family_from_name(name);
+    }
+    return chat_family_detect(info->chat_template, info->arch, source);
 }

@@ -1,5 +1,5 @@
 /*
- * server_template.h - chat templates for the model families colibri runs,
+ * chat_template.h - chat templates for the model families colibri runs,
  * rendered in C (no Jinja engine): the family is recognised from markers in
  * tokenizer.chat_template when the GGUF has one (as llama.cpp's
  * llm_chat_detect_template), else from the architecture; --chat-template
@@ -19,11 +19,12 @@
  * chat_template_kwargs {"enable_thinking": false} turns Qwen3's thinking off
  * as its template does; no other family has a switch (refused).
  *
- * Used by `coli serve`, `coli chat` and `coli run --chat-template`; pure
- * string work, no model needed.
+ * Used by `coli serve`, `coli chat` and `coli run --chat-template` (the
+ * one module both the CLI and the server use: tools/coli/chat/ includes
+ * neither of them); pure string work, no model needed.
  */
-#ifndef COLI_CLI_SERVER_TEMPLATE_H
-#define COLI_CLI_SERVER_TEMPLATE_H
+#ifndef COLI_CLI_CHAT_TEMPLATE_H
+#define COLI_CLI_CHAT_TEMPLATE_H
 
 #include <stddef.h>
 
@@ -99,6 +100,20 @@ int chat_thinking_check(chat_family f, int thinking, char *err, size_t err_cap);
  * naming the key (any other key is refused rather than ignored). */
 struct cJSON;
 int chat_kwargs_parse(const struct cJSON *kwargs, int *thinking, char *err, size_t err_cap);
+
+/* --chat-template-kwargs JSON text (run, chat and serve; NULL: not given), parsed
+ * as chat_kwargs_parse: *thinking is CHAT_THINKING_DEFAULT unless it sets it.
+ * Returns 0, or -1 with a one-line reason in err ("not valid JSON: ..." or
+ * chat_kwargs_parse's). */
+int chat_kwargs_from_json(const char *json, int *thinking, char *err, size_t err_cap);
+
+/* A --chat-template NAME: NULL or "auto" (the model's template) or a chat_family_name. */
+int chat_template_name_ok(const char *name);
+
+/* The template for a model: name (checked) unless NULL or "auto", else the
+ * one tokenizer.chat_template or the architecture names; *source says
+ * which ("--chat-template", "tokenizer.chat_template", "architecture", "none"). */
+chat_family chat_template_pick(const char *name, const coli_model_info *info, const char **source);
 
 /* The default system line a ChatML template carries, if any (Qwen: "You are a
  * helpful assistant."), else NULL. */
