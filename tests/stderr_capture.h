@@ -5,14 +5,15 @@
  * diagnostics (HELPER_UNAVAILABLE, "its experts go to the CPU path", ...). Those are the
  * behaviour under test, not news for the reader of the results, so:
  *
- *   TestSuite(x, .init = stderr_quiet);   every test of x writes its stderr (and that of
- *                                         every process it starts) to a file; a test that
+ *   TestSuite(x, .init = stderr_quiet);   every test of x writes its stderr and stdout (and
+ *                                         those of every process it starts) to a file (a
+ *                                         library's progress lines too); a test that
  *                                         fails has the file printed after its result,
  *                                         one that passes has it removed
  *   stderr_captured()                     what the current test wrote so far, to assert on
  *   stderr_capture_begin / _end           capture one stretch of a test and get its text
  *
- * COLI_TEST_VERBOSE=1 leaves stderr alone (every diagnostic printed as it happens).
+ * COLI_TEST_VERBOSE=1 leaves both alone (every diagnostic printed as it happens).
  * The file is named from the runner's pid and the test's suite and name, so the runner's
  * report hook (in the parent process) finds it after the test's process has exited.
  */
@@ -44,18 +45,23 @@ static char *s_read_fd(int fd) {
     return text;
 }
 
-//  .init of a suite: the test's stderr (fd 2, inherited by its children) goes to its file.
+//  .init of a suite: the test's stderr and stdout (fds 2 and 1, inherited by its children) go
+//  to its file. Criterion reports from its runner process, so its lines are not affected.
 static inline void stderr_quiet(void) {
     if (getenv("COLI_TEST_VERBOSE")) return;
     char path[512];
     s_quiet_path(path, sizeof path, getppid(), criterion_current_test->category, criterion_current_test->name);
     fflush(stderr);
     s_quiet_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (s_quiet_fd >= 0) dup2(s_quiet_fd, 2);
+    if (s_quiet_fd < 0) return;
+    fflush(stdout);
+    dup2(s_quiet_fd, 1);
+    dup2(s_quiet_fd, 2);
 }
 
-//  What the current test has written to stderr so far ("" without stderr_quiet). Free it.
+//  What the current test has written so far ("" without stderr_quiet). Free it.
 static inline char *stderr_captured(void) {
+    fflush(stdout);
     fflush(stderr);
     return s_quiet_fd >= 0 ? s_read_fd(s_quiet_fd) : strdup("");
 }

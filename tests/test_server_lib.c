@@ -14,6 +14,9 @@
 #include "colibri.h"
 #include "tests/serve_util.h"
 #include "tools/coli/server/server.h"
+#include "tests/stderr_capture.h"
+
+TestSuite(server_lib, .init = stderr_quiet);
 
 /* A fixture model with its experts in this process (no worker to start or reap). */
 static coli_model *s_load(const char *fixture, char *path, size_t cap) {
