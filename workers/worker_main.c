@@ -230,7 +230,7 @@ int worker_reopen_device(worker *w, char *why, size_t why_len) {
     worker_cache_close(w); /* its copies: the plugin no longer holds them */
     coli_prefault_stop(&w->prefault);
     gguf_close(&w->model);
-    free(w->resident.keys);
+    expert_table_free(&w->resident, NULL, NULL);
     memset(&w->resident, 0, sizeof w->resident);
     return s_open_device(w, why, why_len);
 }
@@ -305,7 +305,7 @@ void worker_close(worker *w) {
     worker_cache_close(w);
     coli_prefault_stop(&w->prefault);
     gguf_close(&w->model);
-    free(w->resident.keys);
+    expert_table_free(&w->resident, NULL, NULL);
     free(w->out);
     free(w->xin);
     ring_close(&w->ring);

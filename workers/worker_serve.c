@@ -39,13 +39,15 @@ int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, ch
     };
     int rc = w->plugin->load_expert(w->dev, &d, err, err_len);
     if (rc != 0) return rc;
-    return expert_set_add(&w->resident, expert_set_key(layer, e));
+    rc = expert_table_put(&w->resident, expert_key(layer, e), NULL);
+    if (rc == COLI_EINVAL) return coli_fail(rc, "worker: expert set: a negative layer or expert has no key");
+    return rc ? coli_fail(rc, "worker: expert set") : 0;
 }
 
 //  Hand expert (layer, e) to the plugin unless it already holds it: in place
 //  from the mapping, or (a cache worker) as a copy of its own.
 static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len) {
-    if (expert_set_has(&w->resident, expert_set_key(layer, e))) return 0;
+    if (expert_table_has(&w->resident, expert_key(layer, e))) return 0;
     expert_weights ew;
     int rc = expert_weights_from_gguf(w->model, layer, e, &ew);
     if (rc != 0) {
@@ -292,7 +294,7 @@ static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes, 
         if (gr->row_begin != next || gr->n_rows <= 0 || gr->n_rows > b->n_rows - next)
             return snprintf(why, why_len, "batch: group %zu does not continue the rows", g), 1;
         next += gr->n_rows;
-        if (!expert_set_has(&w->resident, expert_set_key(b->layer, gr->expert))) {
+        if (!expert_table_has(&w->resident, expert_key(b->layer, gr->expert))) {
             if (!b->allow_load)
                 return snprintf(why, why_len, "expert %d of layer %d is not resident", gr->expert, b->layer), 1;
             if (s_load_expert(w, b->layer, gr->expert, why, why_len) != 0) return 1;
