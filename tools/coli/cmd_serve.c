@@ -13,6 +13,7 @@
 
 #include "tools/coli/args.h"
 #include "colibri.h"
+#include "core/settings.h"
 #include "tools/coli/commands.h"
 #include "tools/coli/model_opts.h"
 #include "tools/coli/server/server.h"
@@ -69,15 +70,14 @@ static int s_load(server *s, const model_opts *o, const char *tmpl) {
     return server_slots_start(s);
 }
 
-/* Until a signal: every COLI_HEAT_SAVE_S (60) seconds the heat counted so far goes
- * to the heat file (if any), under the baton, so a server killed hard loses little. */
-static void s_wait_for_signal(server *s, int heat_on) {
+/* Until a signal: every heat_save_s seconds (COLI_HEAT_SAVE_S, 60; 0: no heat file)
+ * the heat counted so far goes to the heat file, under the baton, so a server killed
+ * hard loses little. */
+static void s_wait_for_signal(server *s, int heat_save_s) {
     unsigned char b;
-    const char *env = getenv("COLI_HEAT_SAVE_S");
-    int period_ms = (env && atoi(env) > 0 ? atoi(env) : 60) * 1000;
     for (;;) {
         struct pollfd pfd = {s_signal_pipe[0], POLLIN, 0};
-        int r = poll(&pfd, 1, heat_on ? period_ms : -1);
+        int r = poll(&pfd, 1, heat_save_s ? heat_save_s * 1000 : -1);
         if (r > 0 && read(s_signal_pipe[0], &b, 1) == 1) break;
         if (r != 0) continue;
         baton_acquire(s);
@@ -104,7 +104,7 @@ static void s_shutdown(server *s) {
     http_stop(5.0);
 }
 
-static int s_run(server *s, const model_opts *o, const char *tmpl) {
+static int s_run(server *s, const model_opts *o, const char *tmpl, const coli_settings *env) {
     int rc = s_install_signals();
     if (!rc) rc = http_start(s);
     if (!rc) rc = s_load(s, o, tmpl);
@@ -114,7 +114,7 @@ static int s_run(server *s, const model_opts *o, const char *tmpl) {
                s->info.arch, s->cfg.n_slots, s->cfg.n_ctx, chat_family_name(s->family), s->family_source);
         fflush(stdout);
         char heat[4096];
-        s_wait_for_signal(s, model_opts_heat_path(o, heat, sizeof heat) != NULL);
+        s_wait_for_signal(s, model_opts_heat_path(o, heat, sizeof heat) ? (int)env->heat_save_s : 0);
     }
     s_shutdown(s);
     server_slots_free(s);
@@ -194,12 +194,11 @@ static void s_config_defaults(server_config *cfg) {
 }
 
 /* The flags' values that need checking or converting, and the environment
- * (COLI_API_KEY, COLI_SERVE_DELAY_MS), into s->cfg: 0 or a usage error. */
-static int s_config_finish(server *s, const model_opts *mo, const char *key_file, int max_body_kib, int prefix_mb,
-                           float grace_s) {
-    const char *env_key = getenv("COLI_API_KEY"), *delay = getenv("COLI_SERVE_DELAY_MS");
+ * (COLI_API_KEY, COLI_SERVE_DELAY_MS, read in env), into s->cfg: 0 or a usage error. */
+static int s_config_finish(server *s, const model_opts *mo, const coli_settings *env, const char *key_file,
+                           int max_body_kib, int prefix_mb, float grace_s) {
     int rc = key_file ? s_read_key_file(s, key_file) : 0;
-    if (!s->cfg.api_key && !key_file && env_key && *env_key) s->cfg.api_key = env_key;
+    if (!s->cfg.api_key && !key_file && env->api_key) s->cfg.api_key = env->api_key;
     if (!rc && s->cfg.api_key && !*s->cfg.api_key) rc = args_error("serve", "--api-key", "empty key");
     if (!rc && s->cfg.api_key) rc = s_add_key(s, s->cfg.api_key);
     if (!rc && s->cfg.alias && !*s->cfg.alias) rc = args_error("serve", "--alias", "empty name");
@@ -209,7 +208,7 @@ static int s_config_finish(server *s, const model_opts *mo, const char *key_file
     s->cfg.shutdown_grace_s = grace_s;
     s->cfg.max_body = (size_t)max_body_kib * 1024;
     s->cfg.prefix_cache_bytes = (size_t)prefix_mb << 20;
-    s->cfg.token_delay_ms = delay ? atoi(delay) : 0;
+    s->cfg.token_delay_ms = (int)env->serve_delay_ms;
     s->cfg.verbose = mo->verbose;
     s->cfg.n_ctx = mo->n_ctx;
     return rc ? rc : conns_plan(&s->cfg);
@@ -232,12 +231,34 @@ static void s_usage(const arg_spec *specs, int n_specs) {
                specs, n_specs);
 }
 
+//  A server with its defaults, and *env the environment it reads (COLI_API_KEY, ...), read
+//  once (~30 KiB: not on the stack). NULL when out of memory.
+static server *s_new(coli_settings **env) {
+    server *s = calloc(1, sizeof *s);
+    *env = malloc(sizeof **env);
+    if (!s || !*env) {
+        free(s);
+        free(*env);
+        return NULL;
+    }
+    coli_settings_load(*env, NULL);
+    s_config_defaults(&s->cfg);
+    return s;
+}
+
+static void s_free(server *s, coli_settings *env) {
+    free(s->cfg.api_keys);
+    free(s->cfg.api_key_text);
+    free(s);
+    free(env);
+}
+
 int cmd_serve(int argc, char **argv) {
     model_opts mo;
     memset(&mo, 0, sizeof mo);
-    server *s = calloc(1, sizeof *s);
+    coli_settings *env = NULL;
+    server *s = s_new(&env);
     if (!s) return CLI_FAIL;
-    s_config_defaults(&s->cfg);
     int max_body_kib = 1024, prefix_mb = 256;
     float grace_s = 30;
     const char *tmpl = NULL, *key_file = NULL, *chat_kwargs = NULL, *reasoning = NULL;
@@ -294,22 +315,16 @@ int cmd_serve(int argc, char **argv) {
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("serve", argc, argv, specs, n_specs, NULL, 0, NULL);
-    if (rc == ARGS_HELP) {
-        s_usage(specs, n_specs);
-        free(s);
-        return 0;
-    }
+    if (rc == ARGS_HELP) s_usage(specs, n_specs);
     if (!rc) rc = model_opts_check("serve", &mo);
     if (!rc) rc = s_chat_flags(s, tmpl, chat_kwargs, reasoning);
-    if (!rc) rc = s_config_finish(s, &mo, key_file, max_body_kib, prefix_mb, grace_s);
+    if (!rc) rc = s_config_finish(s, &mo, env, key_file, max_body_kib, prefix_mb, grace_s);
     if (!rc) {
         metrics_init(&s->metrics);
         server_sync_init(s);
-        rc = s_run(s, &mo, tmpl);
+        rc = s_run(s, &mo, tmpl, env);
         metrics_destroy(&s->metrics);
     }
-    free(s->cfg.api_keys);
-    free(s->cfg.api_key_text);
-    free(s);
-    return rc;
+    s_free(s, env);
+    return rc == ARGS_HELP ? 0 : rc;
 }
