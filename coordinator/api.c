@@ -89,16 +89,6 @@ void coli_model_default_params(coli_model_params *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Which executor computes the routed experts, from --devices. */
-static int select_executor(const moe_exec_config *cfg, moe_exec **out) {
-    const char *d = cfg->devices;
-    if (d && strcmp(d, "inproc") == 0) return moe_exec_inproc_new(cfg, out);
-    /* everything else, the default (NULL, "" = "auto") included: the worker executor
-     * (coordinator/sched/scheduler.c), which hands back the in-process one when
-     * auto finds no accelerator (device_probe.c) */
-    return moe_exec_workers_new(cfg, out);
-}
-
 /* heat_path: counts start from the file when it is there and valid; a file
  * that is not (another model's, damaged, hostile) is one line on stderr,
  * ignored and left as it is. */
@@ -123,14 +113,11 @@ static int s_load_heat(coli_model *cm, const coli_model_params *p) {
     return 0;
 }
 
-static int s_start_experts(coli_model *cm, const char *path, const coli_model_params *p, coli_settings *set) {
+static int s_start_experts(coli_model *cm, const char *path, const coli_model_params *p, const coli_settings *set) {
     const model_hparams *hp = &cm->m->hp;
     if (hp->n_expert == 0) return 0; /* dense: the forward pass runs the FFN itself */
     int rc = s_load_heat(cm, p);
     if (rc) return rc;
-    /* what the program set wins over the environment */
-    if (p->worker_path && *p->worker_path) snprintf(set->worker_bin, sizeof set->worker_bin, "%s", p->worker_path);
-    if (p->keys_dir && *p->keys_dir) snprintf(set->keys_dir, sizeof set->keys_dir, "%s", p->keys_dir);
     moe_exec_config cfg = {
         .model_path = path,
         .gguf = cm->m->gguf,
@@ -147,7 +134,9 @@ static int s_start_experts(coli_model *cm, const char *path, const coli_model_pa
         .pins = p->pins,
         .heat = heat_total(&cm->route.heat) ? cm->route.heat.count : NULL,
     };
-    return select_executor(&cfg, &cm->moe);
+    /* the worker executor decides where experts run (sched_workers_of): "inproc", and auto
+     * without an accelerator, give the in-process one */
+    return moe_exec_workers_new(&cfg, &cm->moe);
 }
 
 /* name, chat template: copies, so they outlive nothing but the model. */
@@ -194,10 +183,10 @@ static int s_model_setup(coli_model *cm, const char *path, const coli_model_para
     if (p->n_ctx_max > 0 && p->n_ctx_max < cm->n_ctx) cm->n_ctx = p->n_ctx_max;
     if (!(cm->pool = coli_pool_new(p->n_threads))) return COLI_ENOMEM;
     cm->n_threads = coli_pool_size(cm->pool);
-    /* the environment, read once here */
-    coli_settings *set = malloc(sizeof *set); /* ~21 KiB (paths); the executor copies it */
+    /* the environment, read once here, and what the program set in p over it */
+    coli_settings *set = malloc(sizeof *set); /* ~30 KiB (paths); the executor copies it */
     if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
-    coli_settings_from_env(set);
+    coli_settings_load(set, p);
     if (set->prefault) {
         const coli_byte_range whole = {gguf_base(cm->m->gguf), gguf_size(cm->m->gguf)};
         cm->prefault = coli_prefault_start(&whole, 1);

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+extern char **environ; /* the process's environment: read here only */
+
 //  An unsigned decimal; unset, empty or anything else gives dflt.
 static uint64_t s_num(const char *name, uint64_t dflt) {
     const char *v = getenv(name);
@@ -29,6 +31,17 @@ static int s_nonzero_int(const char *name) {
     errno = 0;
     long long x = strtoll(v, &end, 10);
     return !errno && *end == '\0' && x != 0;
+}
+
+//  coli serve's variables (docs/api.md).
+static void s_serve(coli_settings *out) {
+    out->api_key = getenv("COLI_API_KEY");
+    if (out->api_key && !*out->api_key) out->api_key = NULL;
+    out->heat_save_s = s_num("COLI_HEAT_SAVE_S", 60);
+    if (out->heat_save_s == 0) out->heat_save_s = 60;
+    if (out->heat_save_s > INT_MAX / 1000) out->heat_save_s = INT_MAX / 1000; /* its milliseconds are an int */
+    out->serve_delay_ms = s_num("COLI_SERVE_DELAY_MS", 0);
+    if (out->serve_delay_ms > INT_MAX) out->serve_delay_ms = INT_MAX;
 }
 
 void coli_settings_from_env(coli_settings *out) {
@@ -62,10 +75,37 @@ void coli_settings_from_env(coli_settings *out) {
     s_str("COLI_XDNA_PACKAGE", out->xdna_package, sizeof out->xdna_package);
     uint64_t xdna_ms = s_num("COLI_XDNA_TIMEOUT_MS", 0);
     out->xdna_timeout_ms = xdna_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)xdna_ms;
+    s_str("COLI_XDNA", out->xdna_text, sizeof out->xdna_text);
+    s_serve(out);
     const char *ign = getenv("COLI_PLACE_IGNORE_BUDGET");
     out->place_ignore_budget = ign && !strcmp(ign, "1");
     s_str("COLI_FAULT", out->fault, sizeof out->fault);
     s_str("COLI_PLUGIN_FAULT", out->plugin_fault, sizeof out->plugin_fault);
+    s_str("COLI_FUZZ_VOCAB", out->fuzz_vocab, sizeof out->fuzz_vocab);
+    out->bench_rounds = s_num("BENCH_ROUNDS", 0);
+}
+
+void coli_settings_load(coli_settings *out, const coli_model_params *p) {
+    coli_settings_from_env(out);
+    if (!p) return;
+    if (p->worker_path && *p->worker_path) snprintf(out->worker_bin, sizeof out->worker_bin, "%s", p->worker_path);
+    if (p->keys_dir && *p->keys_dir) snprintf(out->keys_dir, sizeof out->keys_dir, "%s", p->keys_dir);
+    if (p->xdna) out->xdna = 1; /* --xdna: the lane is opt-in, this or the variable turns it on */
+}
+
+char **coli_settings_worker_env(const coli_settings *set) {
+    static char xdna_on[] = "COLI_XDNA=1";
+    const int put = set->xdna && !s_nonzero_int("COLI_XDNA"); /* what the worker would not read itself */
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = malloc((n + 2) * sizeof *env);
+    if (!env) return NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!put || strncmp(environ[i], "COLI_XDNA=", 10) != 0) env[m++] = environ[i];
+    if (put) env[m++] = xdna_on;
+    env[m] = NULL;
+    return env;
 }
 
 int coli_exe_dir(char *out, size_t n) {

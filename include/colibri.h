@@ -86,6 +86,10 @@ typedef struct coli_model_params {
                                 line on stderr and never overwritten. */
     const char *pins;        /* "L:E=DEV,L:*=DEV": experts placed on a worker whatever
                                 the heat (DEV: cpu:1, cuda:0, ...); NULL or "" = none */
+    int xdna;                /* 1 = ask for the experimental NPU lane (docs/xdna.md), as
+                                COLI_XDNA=1 does (the CLI's --xdna): an xdna:0 worker joins
+                                unless devices is "inproc"; 0 = as COLI_XDNA says. The
+                                process's environment is not changed */
 } coli_model_params;
 
 /* All fields zero: default devices, one thread per core, F32 KV cache, the
@@ -439,6 +443,11 @@ int coli_plan_heat_text(const char *model_path, const char *devices, const char 
  * live expert cache, pins with no worker at all. With pins, auto runs its GPU
  * probes. 0, or COLI_EINVAL with *flag the culprit ("--devices" or "--pin"). */
 int coli_devices_check(const char *devices, const char *pins, const char **flag);
+/* The two above from the fields of p that a load would use (devices,
+ * heat_path, pins, xdna, worker_path; p NULL = defaults), so that a plan or
+ * a check sees what coli_model_load with the same p would do. */
+int coli_plan_params_text(const char *model_path, const coli_model_params *p, char **text);
+int coli_devices_check_params(const coli_model_params *p, const char **flag);
 
 #ifdef __cplusplus
 }

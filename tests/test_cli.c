@@ -228,6 +228,35 @@ Test(cli, tokenize_json_matches_library) {
     cli_result_free(&r);
 }
 
+/* An empty text is a text (llama.cpp's llama-tokenize and tokenizer give no
+ * tokens for it): -p "" tokenizes, as coli_tokenize does; only a flag naming
+ * a thing (-m "") still says "empty value". */
+Test(cli, tokenize_empty_text_gives_no_tokens) {
+    int32_t ids[4];
+    int n = -1;
+    coli_model *m = s_load_inproc();
+    cr_expect_eq(coli_tokenize(m, "", 0, 0, 1, ids, 4, &n), 0, "%s", coli_last_error());
+    cr_expect_eq(n, 0, "no tokens without BOS");
+    cr_expect_eq(coli_tokenize(m, NULL, 0, 0, 1, NULL, 0, &n), 0, "NULL text of length 0: %s", coli_last_error());
+    cr_expect_eq(n, 0);
+    cr_assert_eq(coli_tokenize(m, "", 0, 1, 1, ids, 4, &n), 0, "%s", coli_last_error());
+    coli_model_free(&m);
+    cli_result r = cli_run((char *[]){s_coli, "tokenize", "-m", s_model, "-p", "", "--json", "--no-bos", NULL});
+    cr_expect_eq(r.status, 0, "-p \"\": %s", r.err);
+    cr_expect_str_eq(r.out, "{\"ids\":[],\"pieces\":[]}\n");
+    cli_result_free(&r);
+    r = cli_run((char *[]){s_coli, "tokenize", "-m", s_model, "--prompt=", "--json", NULL});
+    cr_expect_eq(r.status, 0, "--prompt=: %s", r.err);
+    int32_t cli_ids[4];
+    cr_expect_eq(parse_ids_json(r.out, cli_ids, 4), n, "BOS alone, as the library: %s", r.out);
+    cr_expect_eq(cli_ids[0], ids[0]);
+    cli_result_free(&r);
+    r = cli_run((char *[]){s_coli, "tokenize", "-m", "", "-p", "x", NULL});
+    cr_expect_eq(r.status, 2, "-m \"\": %s", r.err);
+    cr_expect_not_null(strstr(r.err, "-m: empty value"), "%s", r.err);
+    cli_result_free(&r);
+}
+
 /* ---- logits ------------------------------------------------------------------- */
 
 Test(cli, logits_json_matches_eval) {

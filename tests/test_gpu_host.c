@@ -51,69 +51,6 @@ Test(gpu_host, bad_fault_specs_are_named) {
     }
 }
 
-static void count_val(void *val, void *arg) { *(long *)arg += (long)(intptr_t)val; }
-
-Test(gpu_host, expert_table_finds_what_was_put_and_nothing_else) {
-    gpu_table t = {0};
-    cr_assert_null(gpu_table_get(&t, 0, 0));
-    long sum = 0;
-    for (int l = 0; l < 40; l++)
-        for (int e = 0; e < 64; e++) {
-            cr_assert_eq(gpu_table_put(&t, l, e, (void *)(intptr_t)(l * 1000 + e + 1)), 0);
-            sum += l * 1000 + e + 1;
-        }
-    cr_assert_eq(t.n, 40 * 64);
-    cr_assert(t.n * 2 <= t.cap);
-    for (int l = 0; l < 40; l++)
-        for (int e = 0; e < 64; e++)
-            cr_assert_eq((intptr_t)gpu_table_get(&t, l, e), l * 1000 + e + 1, "(%d, %d)", l, e);
-    cr_assert_null(gpu_table_get(&t, 40, 0));
-    cr_assert_null(gpu_table_get(&t, 0, 64));
-    cr_assert_null(gpu_table_get(&t, -1, 3));
-    long seen = 0;
-    gpu_table_free(&t, count_val, &seen);
-    cr_assert_eq(seen, sum);
-    cr_assert_eq(t.cap, 0);
-    cr_assert_null(gpu_table_get(&t, 1, 1));
-}
-
-//  Removing keys in a scattered order keeps every other key findable (the
-//  re-seating after a hole), whatever the probe runs look like.
-Test(gpu_host, expert_table_remove_keeps_the_others) {
-    gpu_table t = {0};
-    const int L = 12, E = 40;
-    for (int l = 0; l < L; l++)
-        for (int e = 0; e < E; e++) cr_assert_eq(gpu_table_put(&t, l, e, (void *)(intptr_t)(l * 1000 + e + 1)), 0);
-    cr_assert_null(gpu_table_remove(&t, L, 0), "absent key");
-    unsigned char gone[12][40] = {{0}};
-    for (int i = 0; i < L * E; i += 1) {
-        int k = (i * 37) % (L * E); /* 37 is prime to 480: visits each key once */
-        if (k % 3 == 0) continue;
-        int l = k / E, e = k % E;
-        cr_assert_eq((intptr_t)gpu_table_remove(&t, l, e), l * 1000 + e + 1);
-        gone[l][e] = 1;
-        if (i % 17 == 0)
-            for (int l2 = 0; l2 < L; l2++)
-                for (int e2 = 0; e2 < E; e2++) {
-                    if (gone[l2][e2]) {
-                        cr_assert_null(gpu_table_get(&t, l2, e2));
-                    } else {
-                        cr_assert_eq((intptr_t)gpu_table_get(&t, l2, e2), l2 * 1000 + e2 + 1, "(%d, %d)", l2, e2);
-                    }
-                }
-    }
-    size_t left = 0;
-    for (int l = 0; l < L; l++)
-        for (int e = 0; e < E; e++) {
-            left += !gone[l][e];
-            if (!gone[l][e]) cr_assert_eq((intptr_t)gpu_table_get(&t, l, e), l * 1000 + e + 1);
-        }
-    cr_assert_eq(t.n, left);
-    cr_assert_eq(gpu_table_put(&t, 0, 1, (void *)(intptr_t)7), 0, "a removed key can come back");
-    cr_assert_eq((intptr_t)gpu_table_get(&t, 0, 1), 7);
-    gpu_table_free(&t, NULL, NULL);
-}
-
 Test(gpu_host, default_budget_keeps_a_reserve) {
     const uint64_t gib = 1ull << 30;
     cr_assert_eq(gpu_reserve_bytes(8 * gib), gib);       /* small card: 1 GiB */

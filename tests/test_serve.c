@@ -252,6 +252,23 @@ Test(serve, api_key_required_on_v1_only) {
     su_stop(&p);
 }
 
+/* COLI_API_KEY, read with the other variables in core/settings.c, is the key when no
+ * flag gives one. */
+Test(serve, api_key_from_the_environment) {
+    char model[4096];
+    setenv("COLI_API_KEY", "env-s3cret", 1);
+    serve_proc p = su_start(su_model(model, sizeof model), NULL);
+    unsetenv("COLI_API_KEY");
+    http_resp r = su_post(p.port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1}");
+    cr_expect_eq(r.status, 401, "%s", r.raw);
+    su_free(&r);
+    r = su_request(p.port, "POST", "/v1/completions", "Authorization: Bearer env-s3cret\r\n",
+                   "{\"prompt\":\"a\",\"max_tokens\":1}");
+    cr_expect_eq(r.status, 200, "%s", r.raw);
+    su_free(&r);
+    su_stop(&p);
+}
+
 typedef struct slow_arg {
     int port;
     http_resp r;

@@ -257,6 +257,13 @@ Test(serve_api, tokenize_detokenize_props_alias_cors) {
     cr_expect_str_eq(cJSON_GetObjectItem(c, "model")->valuestring, "my-model");
     cJSON_Delete(t);
     cJSON_Delete(c);
+    /* an empty text is a text: no tokens (BOS alone with add_special), as llama.cpp's server */
+    t = s_post_json(p.port, "/tokenize", "{\"content\":\"\"}");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(t, "tokens")), 0);
+    cJSON_Delete(t);
+    t = s_post_json(p.port, "/tokenize", "{\"content\":\"\",\"add_special\":true}");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(t, "tokens")), 1);
+    cJSON_Delete(t);
     http_resp r = su_post(p.port, "/tokenize", "{\"content\":\"x\",\"bogus\":1}");
     cr_expect_eq(r.status, 400, "%s", r.raw);
     su_free(&r);

@@ -297,6 +297,42 @@ Test(xdna_procs, lane_on_stays_within_the_bf16_tolerance) {
     xdna_rm_dir(dir);
 }
 
+//  --xdna travels by coli_model_params.xdna (as model_opts_open sets it),
+//  never by the environment: with COLI_XDNA unset, the plan, the --pin check
+//  and the load see the lane, its worker's plugin opens and computes (the
+//  worker gets the opt-in in its own environment), and this process's
+//  environment is unchanged afterwards.
+Test(xdna_procs, xdna_param_reaches_plan_check_and_lane_without_setenv) {
+    char dir[64], v[64];
+    xdna_lane_dir(dir, XDNA_SYNTH_HELPER, 1, sched_fixture(MODEL));
+    unsetenv("COLI_XDNA");
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "cpu:1";
+    mp.n_threads = 1;
+    mp.pins = "0:0=xdna:0";
+    const char *flag = NULL;
+    cr_expect_neq(coli_devices_check_params(&mp, &flag), 0, "no lane without the field");
+    mp.xdna = 1;
+    cr_expect_eq(coli_devices_check_params(&mp, &flag), 0, "a pin on the lane: %s", coli_last_error());
+    mp.pins = NULL;
+    char *plan = NULL;
+    cr_assert_eq(coli_plan_params_text(sched_fixture(MODEL), &mp, &plan), 0, "%s", coli_last_error());
+    cr_expect_not_null(strstr(plan, "xdna:0"), "the plan has the lane: %s", plan);
+    free(plan);
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(sched_fixture(MODEL), &mp, &m), 0, "%s", coli_last_error());
+    gen_result got;
+    sched_generate_on(m, "cpu:1, xdna by params", NULL, NULL, &got);
+    coli_model_free(&m);
+    cr_expect_null(getenv("COLI_XDNA"), "the library left the environment alone");
+    sched_worker_field(got.stats, 1, "batches", v, sizeof v);
+    cr_expect_gt(atol(v), 0, "the lane computed: %s", got.stats);
+    cr_expect_eq(sched_fallbacks(got.stats, XDNA, "NOT_REQUESTED"), 0, "%s", got.stats);
+    gen_free(&got);
+    xdna_rm_dir(dir);
+}
+
 //  Quantized and F16 weights: the package is built for the model's own types,
 //  the image is the dequantized weights rounded to BF16. The CPU path itself
 //  differs more from the lane here (it quantizes activations to Q8_0 for Q8_0

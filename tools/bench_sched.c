@@ -23,6 +23,7 @@
 
 #include "colibri.h"
 #include "core/clock.h"
+#include "core/settings.h"
 
 #define MAX_CONF 16
 #define MAX_ROUNDS 15
@@ -122,9 +123,9 @@ int main(int argc, char **argv) {
     const char *deflt[] = {"inproc", "cpu:1/shm", "cpu:1/zmq", "cpu:2/shm", "cpu:2/zmq"};
     const char **confs = argc > 3 ? (const char **)argv + 3 : deflt;
     int n_conf = argc > 3 ? argc - 3 : 5;
-    const char *rv = getenv("BENCH_ROUNDS");
-    int rounds = rv && atoi(rv) > 0 ? atoi(rv) : 3;
-    if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
+    static coli_settings set; /* PATH_MAX strings: not on the stack */
+    coli_settings_from_env(&set);
+    int rounds = set.bench_rounds > 0 ? (int)(set.bench_rounds < MAX_ROUNDS ? set.bench_rounds : MAX_ROUNDS) : 3;
     if (n_conf > MAX_CONF) n_conf = MAX_CONF;
     static result res[MAX_CONF][MAX_ROUNDS];
     int rc = 0;

@@ -24,6 +24,7 @@
 #include "proto/wire.h"
 #include "core/settings.h"
 #include "core/expert_ffn.h"
+#include "core/expert_table.h"
 #include "core/gguf.h"
 #include "plugins/plugin_abi.h"
 #include "proto/coli.pb-c.h"
@@ -82,21 +83,6 @@ typedef struct worker_args {
     int takeover;           /* --takeover: a newer coordinator's greeting wins over the one served */
 } worker_args;
 
-typedef struct expert_set { /* open-addressing set of (layer, expert) */
-    uint64_t *keys;
-    size_t cap, n;
-} expert_set;
-
-/* expert_set.c: keys are expert_set_key(layer, expert), never 0 for a real
- * pair; a negative layer or expert gives 0, which no set holds (add refuses it). */
-uint64_t expert_set_key(int layer, int expert);
-void expert_set_unkey(uint64_t k, int *layer, int *expert);
-int expert_set_has(const expert_set *s, uint64_t k);
-/* 0 or COLI_ENOMEM. */
-int expert_set_add(expert_set *s, uint64_t k);
-/* 1 when k was there (and is gone now), else 0. */
-int expert_set_remove(expert_set *s, uint64_t k);
-
 struct worker_cache; /* worker_cache.c: a live expert cache's loader thread and copies */
 
 /* Each part of a worker has one file that writes it; the others read it or
@@ -132,7 +118,7 @@ typedef struct worker_link {
 typedef struct worker_hold {
     gguf_file *model;
     struct coli_prefault *prefault; /* fills the held experts' page tables (core/prefault.h) */
-    expert_set resident;
+    expert_table resident;
 } worker_hold;
 
 /* The serving loop (worker_serve.c): the ring, the batch buffers, the counters a heartbeat reports. */

@@ -53,9 +53,9 @@ struct worker_cache {
     pthread_cond_t cv;
     cache_job *queued, *done; /* FIFO lists (queued: the loader's input; done: its output) */
     int stop;
-    int bell;           /* eventfd: a job is done */
-    expert_set pending; /* queued loads (main thread only) */
-    cache_copy *copies; /* the buffers the plugin computes from (main thread only): one per resident expert */
+    int bell;             /* eventfd: a job is done */
+    expert_table pending; /* queued loads (main thread only) */
+    cache_copy *copies;   /* the buffers the plugin computes from (main thread only): one per resident expert */
     size_t n_copies, cap_copies;
     uint64_t copy_bytes; /* their weight bytes, reported in every ack */
 };
@@ -173,13 +173,13 @@ static void s_drop_copy(struct worker_cache *c, uint64_t key) {
 //  dropped (*kept 0) instead of stacking a second one. 0 or the plugin's code.
 static int s_adopt(worker *w, int layer, int e, const expert_weights *copy, void *buf, int *kept, char *err, size_t n) {
     *kept = 0;
-    if (expert_set_has(&w->hold.resident, expert_set_key(layer, e))) {
+    if (expert_table_has(&w->hold.resident, expert_key(layer, e))) {
         free(buf);
         return 0;
     }
     int rc = buf ? worker_hand_expert(w, layer, e, copy, err, n)
                  : (snprintf(err, n, "expert %d.%d: out of memory for its copy", layer, e), COLI_ENOMEM);
-    if (rc == 0) rc = s_keep_copy(w->cache, expert_set_key(layer, e), buf, expert_weights_bytes(copy));
+    if (rc == 0) rc = s_keep_copy(w->cache, expert_key(layer, e), buf, expert_weights_bytes(copy));
     *kept = rc == 0;
     if (rc != 0 && buf && worker_forget_expert(w, layer, e)) {
         char ignore[64];
@@ -225,7 +225,7 @@ static int s_send_ack(worker *w, uint64_t seq, const char *failed, const ack_lis
     for (size_t i = 0, k = 0; i < w->hold.resident.cap; i++)
         if (w->hold.resident.keys[i]) {
             coli__expert_ref__init(&res[k]);
-            expert_set_unkey(w->hold.resident.keys[i], &res[k].layer, &res[k].expert);
+            expert_unkey(w->hold.resident.keys[i], &res[k].layer, &res[k].expert);
             rp[k] = &res[k];
             k++;
         }
@@ -290,11 +290,11 @@ int worker_cache_on_load(worker *w, const Coli__Envelope *env) {
     j->n = n;
     for (size_t i = 0; i < n && !why[0]; i++) {
         int l = m->experts[i]->layer, e = m->experts[i]->expert;
-        uint64_t k = expert_set_key(l, e);
+        uint64_t k = expert_key(l, e);
         j->layer[i] = l, j->expert[i] = e;
-        if (expert_set_has(&w->hold.resident, k) || expert_set_has(&w->cache->pending, k))
+        if (expert_table_has(&w->hold.resident, k) || expert_table_has(&w->cache->pending, k))
             snprintf(why, sizeof why, "cache load: expert %d.%d is already %s", l, e,
-                     expert_set_has(&w->hold.resident, k) ? "resident" : "being loaded");
+                     expert_table_has(&w->hold.resident, k) ? "resident" : "being loaded");
         else if (expert_weights_from_gguf(w->hold.model, l, e, &j->src[i]) != 0)
             snprintf(why, sizeof why, "cache load: %s", coli_last_error());
     }
@@ -302,7 +302,7 @@ int worker_cache_on_load(worker *w, const Coli__Envelope *env) {
         s_job_free(j);
         return s_send_ack(w, m->seq, why, NULL);
     }
-    for (size_t i = 0; i < n; i++) expert_set_add(&w->cache->pending, expert_set_key(j->layer[i], j->expert[i]));
+    for (size_t i = 0; i < n; i++) expert_table_put(&w->cache->pending, expert_key(j->layer[i], j->expert[i]), NULL);
     pthread_mutex_lock(&w->cache->mu);
     s_push(&w->cache->queued, j);
     pthread_cond_signal(&w->cache->cv);
@@ -316,7 +316,7 @@ static void s_finish_job(worker *w, cache_job *j) {
         calloc(j->n, sizeof *al.changed), 0, calloc(j->n, sizeof *al.refused), calloc(j->n, sizeof *al.why), 0, 0, 0};
     for (size_t i = 0; i < j->n; i++) {
         int l = j->layer[i], e = j->expert[i];
-        expert_set_remove(&w->cache->pending, expert_set_key(l, e));
+        expert_table_remove(&w->cache->pending, expert_key(l, e), NULL);
         char err[256] = "";
         void *buf = j->copy[i];
         j->copy[i] = NULL; /* s_adopt keeps or frees it */
@@ -383,7 +383,7 @@ int worker_cache_on_evict(worker *w, const Coli__Envelope *env) {
     if (s_check_request(w, "cache evict", m->n_experts, m->experts, why, sizeof why))
         return s_send_ack(w, m->seq, why, NULL);
     for (size_t i = 0; i < m->n_experts && !why[0]; i++)
-        if (!expert_set_has(&w->hold.resident, expert_set_key(m->experts[i]->layer, m->experts[i]->expert)))
+        if (!expert_table_has(&w->hold.resident, expert_key(m->experts[i]->layer, m->experts[i]->expert)))
             snprintf(why, sizeof why, "cache evict: expert %d.%d is not resident", m->experts[i]->layer,
                      m->experts[i]->expert);
     if (why[0]) return s_send_ack(w, m->seq, why, NULL);
@@ -397,7 +397,7 @@ int worker_cache_on_evict(worker *w, const Coli__Envelope *env) {
             continue;
         }
         worker_forget_expert(w, l, e);
-        s_drop_copy(w->cache, expert_set_key(l, e));
+        s_drop_copy(w->cache, expert_key(l, e));
         coli__expert_ref__init(&al.changed[al.n_changed]);
         al.changed[al.n_changed].layer = l;
         al.changed[al.n_changed++].expert = e;
@@ -425,7 +425,7 @@ void worker_cache_close(worker *w) {
         }
     for (size_t i = 0; i < c->n_copies; i++) free(c->copies[i].buf);
     free(c->copies);
-    free(c->pending.keys);
+    expert_table_free(&c->pending, NULL, NULL);
     close(c->bell);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);

@@ -54,17 +54,19 @@ int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, ch
     };
     int rc = w->device.plugin->load_expert(w->device.dev, &d, err, err_len);
     if (rc != 0) return rc;
-    return expert_set_add(&w->hold.resident, expert_set_key(layer, e));
+    rc = expert_table_put(&w->hold.resident, expert_key(layer, e), NULL);
+    if (rc == COLI_EINVAL) return coli_fail(rc, "worker: expert set: a negative layer or expert has no key");
+    return rc ? coli_fail(rc, "worker: expert set") : 0;
 }
 
 int worker_forget_expert(worker *w, int layer, int e) {
-    return expert_set_remove(&w->hold.resident, expert_set_key(layer, e));
+    return expert_table_remove(&w->hold.resident, expert_key(layer, e), NULL);
 }
 
 void worker_hold_close(worker *w) {
     coli_prefault_stop(&w->hold.prefault);
     gguf_close(&w->hold.model);
-    free(w->hold.resident.keys);
+    expert_table_free(&w->hold.resident, NULL, NULL);
     memset(&w->hold, 0, sizeof w->hold);
 }
 
@@ -78,7 +80,7 @@ void worker_loop_close(worker *w) {
 //  Hand expert (layer, e) to the plugin unless it already holds it: in place
 //  from the mapping, or (a cache worker) as a copy of its own.
 static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len) {
-    if (expert_set_has(&w->hold.resident, expert_set_key(layer, e))) return 0;
+    if (expert_table_has(&w->hold.resident, expert_key(layer, e))) return 0;
     expert_weights ew;
     int rc = expert_weights_from_gguf(w->hold.model, layer, e, &ew);
     if (rc != 0) {
@@ -323,7 +325,7 @@ static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes, 
         if (gr->row_begin != next || gr->n_rows <= 0 || gr->n_rows > b->n_rows - next)
             return snprintf(why, why_len, "batch: group %zu does not continue the rows", g), 1;
         next += gr->n_rows;
-        if (!expert_set_has(&w->hold.resident, expert_set_key(b->layer, gr->expert))) {
+        if (!expert_table_has(&w->hold.resident, expert_key(b->layer, gr->expert))) {
             if (!b->allow_load)
                 return snprintf(why, why_len, "expert %d of layer %d is not resident", gr->expert, b->layer), 1;
             if (s_load_expert(w, b->layer, gr->expert, why, why_len) != 0) return 1;

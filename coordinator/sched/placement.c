@@ -52,11 +52,26 @@ int sched_add_device(device_spec *out, int cap, int *n, const char *plugin, int 
     return 0;
 }
 
-int sched_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n) {
+//  The NPU lane's opt-in: when it is requested (set->xdna: COLI_XDNA a
+//  non-zero integer, or coli_model_params.xdna, the CLI's --xdna) and the
+//  list has no xdna entry, append xdna:0. `auto` never adds it by itself
+//  (docs/xdna.md). 0 or COLI_EINVAL (list full).
+static int s_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n) {
     if (!set->xdna) return 0;
     for (int i = 0; i < *n; i++)
         if (!strcmp(d[i].plugin, "xdna")) return 0;
     return sched_add_device(d, cap, n, "xdna", 0, 0);
+}
+
+int sched_workers_of(const coli_settings *set, const char *devices, device_spec *d, int cap, sched_workers *out,
+                     int verbose) {
+    out->n = out->inproc = 0;
+    out->worker_bin[0] = '\0';
+    int rc = sched_parse_devices(devices, d, cap, &out->n, &out->inproc);
+    if (rc || out->inproc) return rc;
+    if (sup_find_worker_bin(set, out->worker_bin, sizeof out->worker_bin) != 0) out->worker_bin[0] = '\0';
+    rc = sched_expand_auto(set, out->worker_bin[0] ? out->worker_bin : NULL, d, cap, &out->n, verbose);
+    return rc ? rc : s_xdna_optin(set, d, cap, &out->n);
 }
 
 //  Index after "name:" (or 0 with no colon); -1 when not a number.

@@ -97,27 +97,35 @@ int coli_plan_text(const char *model_path, const char *devices, char **text) {
     return coli_plan_heat_text(model_path, devices, NULL, NULL, text);
 }
 
-//  The workers a devices string gives on this machine, as the scheduler
-//  would start them: auto expanded (the GPU probes run), --xdna added.
-static int s_workers_of(const char *devices, device_spec *d, int *n_w, int *inproc) {
-    int rc = sched_parse_devices(devices, d, SCHED_MAX_WORKERS, n_w, inproc);
-    if (rc) return rc;
-    coli_settings set;
-    coli_settings_from_env(&set);
-    char worker_bin[PATH_MAX]; /* coli-worker probes the GPUs */
-    rc = sched_expand_auto(&set, sup_find_worker_bin(&set, worker_bin, sizeof worker_bin) == 0 ? worker_bin : NULL, d,
-                           SCHED_MAX_WORKERS, n_w, 0);
-    if (rc == 0 && !*inproc) rc = sched_xdna_optin(&set, d, SCHED_MAX_WORKERS, n_w); /* --xdna */
+//  The workers p's devices give on this machine, as the scheduler would
+//  start them (sched_workers_of: auto expanded, the lane added), with the
+//  settings a load with p would read.
+static int s_workers_of(const coli_model_params *p, device_spec *d, sched_workers *ws) {
+    coli_settings *set = malloc(sizeof *set); /* ~30 KiB (paths) */
+    if (!set) return coli_fail(COLI_ENOMEM, "plan: out of memory");
+    coli_settings_load(set, p);
+    int rc = sched_workers_of(set, p->devices, d, SCHED_MAX_WORKERS, ws, 0);
+    free(set);
     return rc;
 }
 
 int coli_devices_check(const char *devices, const char *pins, const char **flag) {
+    coli_model_params p = {.devices = devices, .pins = pins};
+    return coli_devices_check_params(&p, flag);
+}
+
+int coli_devices_check_params(const coli_model_params *p, const char **flag) {
+    static const coli_model_params defaults = {0};
+    if (!p) p = &defaults;
     device_spec d[SCHED_MAX_WORKERS];
     int n_w = 0, inproc = 0;
+    const char *pins = p->pins;
     *flag = "--devices";
-    int rc = sched_parse_devices(devices, d, SCHED_MAX_WORKERS, &n_w, &inproc);
+    int rc = sched_parse_devices(p->devices, d, SCHED_MAX_WORKERS, &n_w, &inproc);
     if (rc || !pins || !*pins) return rc; /* the probes of auto run only when pins need the names */
-    if ((rc = s_workers_of(devices, d, &n_w, &inproc))) return rc;
+    sched_workers ws;
+    if ((rc = s_workers_of(p, d, &ws))) return rc;
+    n_w = ws.n, inproc = ws.inproc;
     *flag = "--pin";
     if (inproc || n_w == 0)
         return coli_fail(COLI_EINVAL,
@@ -128,17 +136,25 @@ int coli_devices_check(const char *devices, const char *pins, const char **flag)
 
 int coli_plan_heat_text(const char *model_path, const char *devices, const char *heat_path, const char *pins,
                         char **text) {
+    coli_model_params p = {.devices = devices, .heat_path = heat_path, .pins = pins};
+    return coli_plan_params_text(model_path, &p, text);
+}
+
+int coli_plan_params_text(const char *model_path, const coli_model_params *p, char **text) {
+    static const coli_model_params defaults = {0};
     if (!text) return coli_fail(COLI_EINVAL, "plan: text must not be NULL");
     *text = NULL;
     if (!model_path) return coli_fail(COLI_EINVAL, "plan: no model path");
+    if (!p) p = &defaults;
+    const char *heat_path = p->heat_path && *p->heat_path ? p->heat_path : NULL, *pins = p->pins;
     device_spec d[SCHED_MAX_WORKERS];
-    int n_w = 0, inproc = 0;
-    int rc = s_workers_of(devices, d, &n_w, &inproc);
+    sched_workers ws;
+    int rc = s_workers_of(p, d, &ws), n_w = ws.n;
     if (rc) return rc;
-    if (inproc || n_w == 0) {
-        *text = strdup(inproc ? "placement: in-process (--devices inproc): every expert runs in the coordinator\n"
-                              : "placement: in-process (--devices auto found no GPU or NPU): every expert runs in "
-                                "the coordinator\n");
+    if (n_w == 0) {
+        *text = strdup(ws.inproc ? "placement: in-process (--devices inproc): every expert runs in the coordinator\n"
+                                 : "placement: in-process (--devices auto found no GPU or NPU): every expert runs in "
+                                   "the coordinator\n");
         return *text ? 0 : coli_fail(COLI_ENOMEM, "plan: out of memory");
     }
     gguf_file *f = NULL;

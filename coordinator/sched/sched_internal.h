@@ -59,11 +59,24 @@ int sched_default_cpu_workers(void);
  * worker_bin NULL: no probes. No GPU is normal and silent. */
 int sched_expand_auto(const coli_settings *set, const char *worker_bin, device_spec *d, int cap, int *n, int verbose);
 
-/* The NPU lane's opt-in: when it is requested (set->xdna: COLI_XDNA a
- * non-zero integer; `--xdna` sets it) and the list has no xdna entry, append
- * xdna:0. `auto` never adds it by itself (docs/xdna.md). 0 or COLI_EINVAL
- * (list full). */
-int sched_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n);
+/* What sched_workers_of decides. */
+typedef struct sched_workers {
+    int n;                     /* workers to start; 0: every expert runs in this process */
+    int inproc;                /* 1: devices said "inproc" (nothing probed, no worker program sought) */
+    char worker_bin[PATH_MAX]; /* the coli-worker program, "" when none was found */
+} sched_workers;
+
+/* The one decision whether experts run in-process, taken by the executor,
+ * coli_plan_* and coli_devices_check_* alike: the workers a devices string
+ * gives on this machine (d, up to cap), parsed, `auto` expanded (its GPU
+ * probes run: sched_expand_auto) and the NPU lane added when requested
+ * (set->xdna; `auto` never adds it by itself, docs/xdna.md). out->n == 0
+ * means in-process: "inproc", or auto found nothing that needs a worker
+ * (faster than local CPU workers: docs/scheduler.md). A missing worker
+ * program is an error only for whoever starts workers (sup_find_worker_bin
+ * says why). 0 or COLI_EINVAL (a bad devices string, a list too long). */
+int sched_workers_of(const coli_settings *set, const char *devices, device_spec *d, int cap, sched_workers *out,
+                     int verbose);
 
 typedef struct placement_in {
     int n_layer, n_expert;

@@ -361,12 +361,9 @@ static void s_destroy(moe_exec *self) {
     free(s);
 }
 
-//  The settings read at load (cfg->settings, else the environment now), in the units used here.
+//  The settings read at load (cfg->settings), in the units used here.
 static void s_settings(sched *s, const moe_exec_config *cfg) {
-    if (cfg->settings)
-        s->set = *cfg->settings;
-    else
-        coli_settings_from_env(&s->set);
+    s->set = *cfg->settings;
     const coli_settings *st = &s->set;
     s->lim.deadline_ns = st->layer_deadline_ms * 1000000ULL;
     s->lim.per_row_ns = st->deadline_per_row_us * 1000ULL;
@@ -559,37 +556,27 @@ static int s_place(sched *s) {
     return 0;
 }
 
-//  The workers to start: --devices with auto expanded (device_probe.c) and
-//  --xdna added; *n == 0 when auto found nothing that needs a worker. The
-//  worker program is only required when there are workers to start.
-static int s_devices(sched *s, device_spec *devs, int *n) {
-    int have_bin = sup_find_worker_bin(&s->set, s->net.worker_bin, sizeof s->net.worker_bin) == 0;
-    int rc = sched_expand_auto(&s->set, have_bin ? s->net.worker_bin : NULL, devs, SCHED_MAX_WORKERS, n, s->verbose);
-    if (rc == 0) rc = sched_xdna_optin(&s->set, devs, SCHED_MAX_WORKERS, n);
-    if (rc == 0 && *n > 0 && !have_bin) rc = sup_find_worker_bin(&s->set, s->net.worker_bin, sizeof s->net.worker_bin);
-    return rc;
-}
-
 int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out) {
     *out = NULL;
-    if (!cfg || !cfg->gguf || !cfg->model_path || cfg->n_layer <= 0 || cfg->n_expert <= 0 || cfg->n_embd <= 0)
-        return coli_fail(COLI_EINVAL, "scheduler: config needs a model file, layers, experts and n_embd");
+    if (!cfg || !cfg->gguf || !cfg->model_path || cfg->n_layer <= 0 || cfg->n_expert <= 0 || cfg->n_embd <= 0 ||
+        !cfg->settings)
+        return coli_fail(COLI_EINVAL, "scheduler: config needs a model file, layers, experts, n_embd and settings");
     device_spec devs[SCHED_MAX_WORKERS];
-    int n = 0, inproc = 0;
-    int rc = sched_parse_devices(cfg->devices, devs, SCHED_MAX_WORKERS, &n, &inproc);
-    if (rc) return rc;
-    if (inproc) return moe_exec_inproc_new(cfg, out);
     sched *s = calloc(1, sizeof *s);
     if (!s) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
     s->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, s_pair_device};
     s->net.lifeline[0] = s->net.lifeline[1] = -1;
     s->verbose = cfg->verbose;
     s_settings(s, cfg);
-    if ((rc = s_devices(s, devs, &n))) goto fail;
-    if (n == 0) { /* auto found no accelerator: in-process is the faster place (docs/scheduler.md) */
+    sched_workers ws;
+    int rc = sched_workers_of(&s->set, cfg->devices, devs, SCHED_MAX_WORKERS, &ws, s->verbose), n = ws.n;
+    if (rc == 0 && n == 0) { /* "inproc", or auto found no accelerator (docs/scheduler.md) */
         s_destroy(&s->base);
         return moe_exec_inproc_new(cfg, out);
     }
+    if (rc == 0 && !ws.worker_bin[0]) rc = sup_find_worker_bin(&s->set, ws.worker_bin, sizeof ws.worker_bin); /* why */
+    if (rc) goto fail;
+    snprintf(s->net.worker_bin, sizeof s->net.worker_bin, "%s", ws.worker_bin);
     if ((rc = s_model_facts(s, cfg)) || (rc = s_data_path(s)) || (rc = remote_preflight(&s->set, devs, n))) goto fail;
     cache_budgets(s, devs, n);
     if ((rc = s_transport(s)) || (rc = s_make_workers(s, devs, n))) goto fail;

@@ -116,10 +116,15 @@ int sup_spawn(sched *s, worker_link *w) {
                     ring[0] ? "--ring" : NULL,
                     ring,
                     NULL};
-    pid_t pid = fork();
+    /* the settings the worker reads itself, as this load has them (--xdna travels by params) */
+    char **env = coli_settings_worker_env(&s->set);
+    pid_t pid = env ? fork() : -1;
     if (pid < 0) {
+        int e = errno;
         close(secret_fd);
-        return coli_fail(COLI_EIO, "worker %d: fork: %s", w->id, strerror(errno));
+        free(env);
+        return env ? coli_fail(COLI_EIO, "worker %d: fork: %s", w->id, strerror(e))
+                   : coli_fail(COLI_ENOMEM, "worker %d: out of memory", w->id);
     }
     if (pid == 0) {
         /* Only async-signal-safe calls between fork and exec. */
@@ -127,9 +132,10 @@ int sup_spawn(sched *s, worker_link *w) {
         fcntl(secret_fd, F_SETFD, 0);
         if (w->shm.ring.base) /* this child alone inherits its ring */
             for (int i = 0; i < 3; i++) fcntl(i == 0 ? w->shm.ring.fd : w->shm.ring.bell[i - 1], F_SETFD, 0);
-        execv(argv[0], argv);
+        execve(argv[0], argv, env);
         _exit(127);
     }
+    free(env);
     close(secret_fd);
     w->proc.pid = pid;
     w->proc.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);

@@ -14,6 +14,7 @@
 #include "colibri.h"
 #include "core/clock.h"
 #include "core/cpu_features.h"
+#include "core/expert_table.h"
 #include "core/expert_ffn.h"
 #include "core/matmul.h"
 #include "core/threadpool.h"
@@ -21,11 +22,8 @@
 #define CPU_DEV_TAG 0xc0c0c9u
 #define CPU_DTYPE_MASK coli_dtype_weight_mask() /* every type core/matmul computes */
 
-/* One loaded expert: a slot of an open-addressing table keyed by
- * (layer, expert). */
+/* One loaded expert, the value of its (layer, expert) in the device's table. */
 typedef struct cpu_expert {
-    int used;
-    int32_t layer, expert;
     expert_weights w; /* host pointers, not owned */
     size_t bytes;
 } cpu_expert;
@@ -36,9 +34,8 @@ struct moe_device {
     int owns_pool;        /* 0 when the pool is borrowed (coli_cpu_plugin_open_shared) */
     coli_scratch scratch; /* expert_ffn's buffers, reused across runs */
     uint64_t budget;      /* bytes of experts it may hold; 0 = no limit */
-    cpu_expert *slots;    /* cap entries, cap a power of two (or 0) */
-    size_t cap;
-    moe_stats stats; /* stats.resident_experts: the used slots */
+    expert_table experts; /* (layer, expert) -> cpu_expert* */
+    moe_stats stats;      /* stats.resident_experts: experts.n */
 };
 
 static int fail(char *err, size_t err_len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -54,37 +51,13 @@ static int fail(char *err, size_t err_len, int code, const char *fmt, ...) {
 
 /* ---- the expert table -------------------------------------------------- */
 
-static size_t slot_hash(int32_t layer, int32_t expert, size_t cap) {
-    uint64_t k = ((uint64_t)(uint32_t)layer << 32) | (uint32_t)expert;
-    k *= 0x9e3779b97f4a7c15ull;
-    return (size_t)(k >> 32) & (cap - 1);
-}
-
 static cpu_expert *find_slot(const moe_device *d, int32_t layer, int32_t expert) {
-    if (d->cap == 0) return NULL;
-    for (size_t i = slot_hash(layer, expert, d->cap);; i = (i + 1) & (d->cap - 1)) {
-        cpu_expert *s = &d->slots[i];
-        if (!s->used) return NULL;
-        if (s->layer == layer && s->expert == expert) return s;
-    }
+    return expert_table_get(&d->experts, expert_key(layer, expert));
 }
 
-/* Keep the table at most half full. 0 or COLI_ENOMEM. */
-static int grow_table(moe_device *d) {
-    if (d->cap && (d->stats.resident_experts + 1) * 2 <= d->cap) return 0;
-    size_t cap = d->cap ? d->cap * 2 : 64;
-    cpu_expert *slots = calloc(cap, sizeof *slots);
-    if (!slots) return COLI_ENOMEM;
-    for (size_t i = 0; i < d->cap; i++) {
-        if (!d->slots[i].used) continue;
-        size_t j = slot_hash(d->slots[i].layer, d->slots[i].expert, cap);
-        while (slots[j].used) j = (j + 1) & (cap - 1);
-        slots[j] = d->slots[i];
-    }
-    free(d->slots);
-    d->slots = slots;
-    d->cap = cap;
-    return 0;
+static void s_free_expert(void *val, void *arg) {
+    (void)arg;
+    free(val);
 }
 
 /* ---- vtable ------------------------------------------------------------ */
@@ -100,7 +73,7 @@ static void cpu_close(moe_device **dev) {
     moe_device *d = *dev;
     if (d->owns_pool) coli_pool_destroy(&d->pool);
     coli_scratch_free(&d->scratch);
-    free(d->slots);
+    expert_table_free(&d->experts, s_free_expert, NULL);
     d->tag = 0xdeadbeefu;
     free(d);
     *dev = NULL;
@@ -188,6 +161,21 @@ static int check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
     return 0;
 }
 
+//  A new entry for e's (layer, expert) in the table, into *out. 0, COLI_EINVAL
+//  (a negative layer or expert has no key) or COLI_ENOMEM.
+static int s_add_expert(moe_device *dev, const moe_expert_desc *e, cpu_expert **out) {
+    cpu_expert *x = calloc(1, sizeof *x);
+    if (!x) return COLI_ENOMEM;
+    int rc = expert_table_put(&dev->experts, expert_key(e->layer, e->expert), x);
+    if (rc) {
+        free(x);
+        return rc;
+    }
+    dev->stats.resident_experts = dev->experts.n;
+    *out = x;
+    return 0;
+}
+
 static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err, size_t err_len) {
     if (!dev || dev->tag != CPU_DEV_TAG || !e)
         return fail(err, err_len, COLI_EINVAL, "cpu: load_expert: NULL or closed device or descriptor");
@@ -207,21 +195,14 @@ static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err,
                     e->layer, e->expert, bytes, (unsigned long long)dev->stats.resident_bytes,
                     (unsigned long long)dev->budget);
     }
-    if (!s) {
-        if (grow_table(dev)) {
-            dev->stats.failed_loads++;
-            return fail(err, err_len, COLI_ENOMEM, "cpu: expert %d/%d: out of memory", e->layer, e->expert);
-        }
-        size_t i = slot_hash(e->layer, e->expert, dev->cap);
-        while (dev->slots[i].used) i = (i + 1) & (dev->cap - 1);
-        s = &dev->slots[i];
-        dev->stats.resident_experts++;
+    if (!s && (rc = s_add_expert(dev, e, &s))) {
+        dev->stats.failed_loads++;
+        return rc == COLI_EINVAL
+                   ? fail(err, err_len, rc, "cpu: expert %d/%d: a negative layer or expert", e->layer, e->expert)
+                   : fail(err, err_len, rc, "cpu: expert %d/%d: out of memory", e->layer, e->expert);
     }
     dev->stats.resident_bytes = after;
     *s = (cpu_expert){
-        .used = 1,
-        .layer = e->layer,
-        .expert = e->expert,
         .bytes = bytes,
         .w = {.gate = e->gate,
               .up = e->up,
@@ -235,30 +216,15 @@ static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err,
     return 0;
 }
 
-/* Remove slot s and re-seat the run of slots after it, so that every
- * remaining key is still found from its home slot (linear probing). */
-static void remove_slot(moe_device *d, cpu_expert *s) {
-    size_t hole = (size_t)(s - d->slots);
-    d->slots[hole].used = 0;
-    for (size_t i = (hole + 1) & (d->cap - 1); d->slots[i].used; i = (i + 1) & (d->cap - 1)) {
-        size_t home = slot_hash(d->slots[i].layer, d->slots[i].expert, d->cap);
-        /* i may move to the hole when its home is not in (hole, i] (cyclically) */
-        int stays = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
-        if (stays) continue;
-        d->slots[hole] = d->slots[i];
-        d->slots[i].used = 0;
-        hole = i;
-    }
-}
-
 static int cpu_unload_expert(moe_device *dev, int32_t layer, int32_t expert, char *err, size_t err_len) {
     if (!dev || dev->tag != CPU_DEV_TAG)
         return fail(err, err_len, COLI_EINVAL, "cpu: unload_expert: NULL or closed device");
     cpu_expert *s = find_slot(dev, layer, expert);
     if (!s) return fail(err, err_len, COLI_EINVAL, "cpu: unload_expert: expert %d/%d is not loaded", layer, expert);
     dev->stats.resident_bytes -= s->bytes;
-    dev->stats.resident_experts--;
-    remove_slot(dev, s);
+    expert_table_remove(&dev->experts, expert_key(layer, expert), NULL);
+    dev->stats.resident_experts = dev->experts.n;
+    free(s);
     return 0;
 }
 

@@ -25,8 +25,9 @@ HIP_PKGS    := hipcc libamdhip64-dev
 
 GPU_DIR      := $(BUILD)/gpu
 GPU_SRC      := plugins/gpu/gpu_experts.cu
-GPU_HDRS     := $(wildcard plugins/gpu/*.h plugins/gpu/*.cuh) plugins/plugin_abi.h core/tensor.h
-GPU_HOST_OBJ := $(GPU_DIR)/gpu_host.o
+GPU_HDRS     := $(wildcard plugins/gpu/*.h plugins/gpu/*.cuh) plugins/plugin_abi.h core/tensor.h core/expert_table.h
+# the host-side C: gpu_host.c and the expert table it shares with the other plugins (core/)
+GPU_HOST_OBJ := $(GPU_DIR)/gpu_host.o $(GPU_DIR)/expert_table.o
 CUDA_SO      := $(GPU_DIR)/cuda/libcoli-cuda.so
 HIP_SO       := $(GPU_DIR)/hip/libcoli-hip.so
 
@@ -40,7 +41,11 @@ HIPCC_FLAGS  := -x hip -std=c++17 -O2 -fPIC -Wall -Wextra -Wno-unused-parameter 
                 $(foreach a,$(HIP_ARCH),--offload-arch=$(a)) -I. -Iinclude
 GPU_HOST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -fPIC -Iinclude -I.
 
-$(GPU_HOST_OBJ): plugins/gpu/gpu_host.c plugins/gpu/gpu_host.h include/colibri.h
+$(GPU_DIR)/gpu_host.o: plugins/gpu/gpu_host.c plugins/gpu/gpu_host.h include/colibri.h
+	@mkdir -p $(dir $@)
+	$(CC) $(GPU_HOST_CFLAGS) -c $< -o $@
+
+$(GPU_DIR)/expert_table.o: core/expert_table.c core/expert_table.h include/colibri.h
 	@mkdir -p $(dir $@)
 	$(CC) $(GPU_HOST_CFLAGS) -c $< -o $@
 

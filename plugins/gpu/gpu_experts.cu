@@ -19,6 +19,7 @@
  *
  * The kernels and their launch geometry are in gpu_kernels.cuh.
  */
+#include "core/expert_table.h"
 #include "plugins/gpu/gpu_compat.h"
 #include "plugins/gpu/gpu_math.h"
 #include "plugins/gpu/gpu_host.h"
@@ -56,8 +57,8 @@ struct moe_device {
     char name[64];
     uint64_t mem_total, budget;
     cudaStream_t stream;
-    cudaEvent_t ev[4]; /* before H2D, after H2D, after kernels, after D2H */
-    gpu_table experts; /* (layer, expert) -> gpu_expert */
+    cudaEvent_t ev[4];    /* before H2D, after H2D, after kernels, after D2H */
+    expert_table experts; /* (layer, expert) -> gpu_expert */
     gpu_faults faults;
     int launch_fault;       /* 1 while an injected launch failure is pending */
     unsigned char *scratch; /* run buffers, grown on demand, never shrunk */
@@ -260,7 +261,7 @@ static int s_check_batch(moe_device *d, const moe_batch_group *groups, int32_t n
                          "batch of %lld rows",
                          COLI_GPU_VENDOR, d->index, (int)i, (long long)g->row_begin, (long long)g->n_rows,
                          (long long)n_rows_total);
-        ex[i] = (const gpu_expert *)gpu_table_get(&d->experts, g->layer, g->expert);
+        ex[i] = (const gpu_expert *)expert_table_get(&d->experts, expert_key(g->layer, g->expert));
         if (!ex[i])
             return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d is not resident", COLI_GPU_VENDOR, d->index,
                          g->layer, g->expert);
@@ -407,7 +408,10 @@ static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *e
                          COLI_GPU_VENDOR, d->index, e->layer, e->expert, names[i], (unsigned long long)bytes[i],
                          ptrs[i], (unsigned long long)want);
     }
-    if (gpu_table_get(&d->experts, e->layer, e->expert))
+    if (!expert_key(e->layer, e->expert))
+        return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d: a negative layer or expert", COLI_GPU_VENDOR,
+                     d->index, e->layer, e->expert);
+    if (expert_table_has(&d->experts, expert_key(e->layer, e->expert)))
         return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d is already resident", COLI_GPU_VENDOR, d->index,
                      e->layer, e->expert);
     return 0;
@@ -472,7 +476,7 @@ static int s_load_expert(moe_device *d, const moe_expert_desc *e, char *err, siz
     x->type[2] = e->down_type;
     rc = s_select(d, err, n);
     if (!rc) rc = s_upload_expert(d, e, x, err, n);
-    if (!rc && gpu_table_put(&d->experts, e->layer, e->expert, x)) {
+    if (!rc && expert_table_put(&d->experts, expert_key(e->layer, e->expert), x)) {
         (void)cudaFree(x->base);
         rc = s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d: out of host memory", COLI_GPU_VENDOR, d->index,
                    e->layer, e->expert);
@@ -491,7 +495,9 @@ static int s_load_expert(moe_device *d, const moe_expert_desc *e, char *err, siz
 static int s_unload_expert(moe_device *d, int32_t layer, int32_t expert, char *err, size_t n) {
     if (!d || d->tag != GPU_TAG)
         return s_err(err, n, ERR_STATUS_INVAL, "%s: unload_expert: closed device", COLI_GPU_VENDOR);
-    gpu_expert *x = (gpu_expert *)gpu_table_remove(&d->experts, layer, expert);
+    void *val = NULL;
+    expert_table_remove(&d->experts, expert_key(layer, expert), &val);
+    gpu_expert *x = (gpu_expert *)val;
     if (!x)
         return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: unload_expert: expert %d.%d is not resident", COLI_GPU_VENDOR,
                      d->index, layer, expert);
@@ -519,7 +525,7 @@ static void s_close(moe_device **pd) {
     moe_device *d = *pd;
     (void)cudaSetDevice(d->index);
     if (d->stream) (void)cudaStreamSynchronize(d->stream);
-    gpu_table_free(&d->experts, s_free_expert, NULL);
+    expert_table_free(&d->experts, s_free_expert, NULL);
     (void)cudaFree(d->scratch);
     for (int i = 0; i < 4; i++)
         if (d->ev[i]) (void)cudaEventDestroy(d->ev[i]);

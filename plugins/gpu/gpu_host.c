@@ -11,8 +11,6 @@
 
 #include "colibri.h"
 
-#define GPU_TABLE_EMPTY UINT64_MAX
-
 static const char *const s_kind_names[GPU_FAULT_KINDS] = {"alloc", "h2d", "launch"};
 
 const char *gpu_fault_kind_name(gpu_fault_kind k) { return (unsigned)k < GPU_FAULT_KINDS ? s_kind_names[k] : "?"; }
@@ -81,90 +79,6 @@ int gpu_faults_next(gpu_faults *f, gpu_fault_kind k) {
         }
     }
     return 0;
-}
-
-//  ---------------------------------------------------------------------------
-//  Resident experts. Keys are (layer, expert) packed into 64 bits.
-static uint64_t s_key(int32_t layer, int32_t expert) { return (uint64_t)(uint32_t)layer << 32 | (uint32_t)expert; }
-
-static size_t s_slot(uint64_t key, size_t cap) {
-    uint64_t h = key * 0x9e3779b97f4a7c15ull; /* Fibonacci hashing spreads (l, e) pairs */
-    return (size_t)(h >> 17) & (cap - 1);
-}
-
-void *gpu_table_get(const gpu_table *t, int32_t layer, int32_t expert) {
-    if (!t->cap) return NULL;
-    const uint64_t key = s_key(layer, expert);
-    for (size_t i = s_slot(key, t->cap);; i = (i + 1) & (t->cap - 1)) {
-        if (t->keys[i] == key) return t->vals[i];
-        if (t->keys[i] == GPU_TABLE_EMPTY) return NULL;
-    }
-}
-
-static void s_insert(uint64_t *keys, void **vals, size_t cap, uint64_t key, void *val) {
-    size_t i = s_slot(key, cap);
-    while (keys[i] != GPU_TABLE_EMPTY) i = (i + 1) & (cap - 1);
-    keys[i] = key;
-    vals[i] = val;
-}
-
-static int s_grow(gpu_table *t) {
-    const size_t cap = t->cap ? t->cap * 2 : 64;
-    uint64_t *keys = malloc(cap * sizeof *keys);
-    void **vals = malloc(cap * sizeof *vals);
-    if (!keys || !vals) {
-        free(keys);
-        free(vals);
-        return COLI_ENOMEM;
-    }
-    memset(keys, 0xff, cap * sizeof *keys); /* GPU_TABLE_EMPTY everywhere */
-    for (size_t i = 0; i < t->cap; i++)
-        if (t->keys[i] != GPU_TABLE_EMPTY) s_insert(keys, vals, cap, t->keys[i], t->vals[i]);
-    free(t->keys);
-    free(t->vals);
-    t->keys = keys;
-    t->vals = vals;
-    t->cap = cap;
-    return 0;
-}
-
-int gpu_table_put(gpu_table *t, int32_t layer, int32_t expert, void *val) {
-    if ((t->n + 1) * 2 > t->cap && s_grow(t)) return COLI_ENOMEM;
-    s_insert(t->keys, t->vals, t->cap, s_key(layer, expert), val);
-    t->n++;
-    return 0;
-}
-
-void *gpu_table_remove(gpu_table *t, int32_t layer, int32_t expert) {
-    if (!t->cap) return NULL;
-    const uint64_t key = s_key(layer, expert);
-    size_t hole = s_slot(key, t->cap);
-    while (t->keys[hole] != key) {
-        if (t->keys[hole] == GPU_TABLE_EMPTY) return NULL;
-        hole = (hole + 1) & (t->cap - 1);
-    }
-    void *val = t->vals[hole];
-    t->keys[hole] = GPU_TABLE_EMPTY;
-    t->n--;
-    for (size_t i = (hole + 1) & (t->cap - 1); t->keys[i] != GPU_TABLE_EMPTY; i = (i + 1) & (t->cap - 1)) {
-        const size_t home = s_slot(t->keys[i], t->cap);
-        /* an entry whose home lies in (hole, i], cyclically, must stay */
-        const int stays = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
-        if (stays) continue;
-        t->keys[hole] = t->keys[i];
-        t->vals[hole] = t->vals[i];
-        t->keys[i] = GPU_TABLE_EMPTY;
-        hole = i;
-    }
-    return val;
-}
-
-void gpu_table_free(gpu_table *t, void (*fn)(void *val, void *arg), void *arg) {
-    for (size_t i = 0; i < t->cap; i++)
-        if (t->keys[i] != GPU_TABLE_EMPTY && fn) fn(t->vals[i], arg);
-    free(t->keys);
-    free(t->vals);
-    memset(t, 0, sizeof *t);
 }
 
 //  ---------------------------------------------------------------------------

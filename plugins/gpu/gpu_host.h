@@ -1,8 +1,8 @@
 /*
  * gpu_host.h - the GPU plugin's host-side bookkeeping, in plain C (built by
  * the host compiler, linked into libcoli-cuda.so / libcoli-hip.so, and
- * tested on machines without a GPU): fault-injection spec, the table of
- * resident experts, the default memory budget.
+ * tested on machines without a GPU): fault-injection spec, the default
+ * memory budget. Its table of resident experts is core/expert_table.h.
  */
 #ifndef COLI_GPU_HOST_H
 #define COLI_GPU_HOST_H
@@ -47,22 +47,6 @@ int gpu_faults_parse(const char *spec, gpu_faults *f, char *err, size_t err_len)
 /* Count one event of kind k; 1 if it must fail. */
 int gpu_faults_next(gpu_faults *f, gpu_fault_kind k);
 const char *gpu_fault_kind_name(gpu_fault_kind k);
-
-/* ---- resident experts: (layer, expert) -> pointer, open addressing ------ */
-typedef struct gpu_table {
-    uint64_t *keys; /* GPU_TABLE_EMPTY or layer << 32 | expert */
-    void **vals;
-    size_t cap, n; /* cap a power of two (or 0), n <= cap / 2 */
-} gpu_table;
-
-void *gpu_table_get(const gpu_table *t, int32_t layer, int32_t expert);
-/* Insert (key must be absent). 0, or COLI_ENOMEM with t unchanged. */
-int gpu_table_put(gpu_table *t, int32_t layer, int32_t expert, void *val);
-/* Remove (layer, expert) and return its value (NULL when absent); the run of
- * entries after it is re-seated so every other key is still found. */
-void *gpu_table_remove(gpu_table *t, int32_t layer, int32_t expert);
-/* Call fn on every value, then free the table. */
-void gpu_table_free(gpu_table *t, void (*fn)(void *val, void *arg), void *arg);
 
 /* ---- memory ------------------------------------------------------------------ */
 

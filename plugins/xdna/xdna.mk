@@ -34,10 +34,9 @@ LDLIBS   += -lsodium
 # what uses them needs -lsodium; the coordinator's opt-in is core/settings.c's COLI_XDNA)
 $(LIB): $(XDNA_PKG_OBJ) $(call obj,plugins/xdna/xdna_loader.c)
 
-$(XDNA_PLUGIN): $(XDNA_OBJ) $(GPU_HOST_OBJ) $(CORE_OBJ) plugins/plugin.map
+$(XDNA_PLUGIN): $(XDNA_OBJ) $(CORE_OBJ) plugins/plugin.map
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(LDFLAGS) -Wl,--version-script=plugins/plugin.map -o $@ $(XDNA_OBJ) $(GPU_HOST_OBJ) \
-	  $(CORE_OBJ) -lsodium -ldl -lm
+	$(CC) -shared $(LDFLAGS) -Wl,--version-script=plugins/plugin.map -o $@ $(XDNA_OBJ) $(CORE_OBJ) -lsodium -ldl -lm
 
 $(XDNA_SYNTH_LIB): plugins/xdna/xrt_synth/xrt_synth.cpp $(XDNA_SYNTH_HDRS)
 	@mkdir -p $(dir $@)

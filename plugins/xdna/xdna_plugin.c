@@ -26,8 +26,8 @@
 #include <time.h>
 
 #include "colibri.h"
+#include "core/expert_table.h"
 #include "core/settings.h"
-#include "plugins/gpu/gpu_host.h"
 #include "plugins/plugin_abi.h"
 #include "plugins/xdna/xdna_loader.h"
 #include "plugins/xdna/xdna_package.h"
@@ -55,7 +55,7 @@ struct moe_device {
     xdna_package *pkg;
     const xdna_helper *h;
     xdna_session *sess;
-    gpu_table experts; /* (layer, expert) -> xdna_expert* */
+    expert_table experts; /* (layer, expert) -> xdna_expert* */
     uint64_t budget;
     uint16_t *a16;  /* scratch: bucket x width BF16 */
     float *c0, *c1; /* scratch: bucket x width F32 */
@@ -107,7 +107,7 @@ static void s_free_expert(void *val, void *arg) {
 static void xdna_close(moe_device **dev) {
     if (!dev || !*dev) return;
     moe_device *d = *dev;
-    gpu_table_free(&d->experts, s_free_expert, d);
+    expert_table_free(&d->experts, s_free_expert, d);
     if (d->sess) d->h->shutdown(&d->sess);
     free(d->pkg);
     free(d->a16);
@@ -221,6 +221,9 @@ static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
     if (e->n_embd <= 0 || e->n_ff <= 0)
         return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "expert %d/%d: bad shape", e->layer,
                       e->expert);
+    if (!expert_key(e->layer, e->expert)) /* no key in the table */
+        return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "expert %d/%d: a negative layer or expert",
+                      e->layer, e->expert);
     for (int i = 0; i < 3; i++) {
         if (types[i] < 0 || types[i] >= 32 || !(XDNA_DTYPE_MASK >> types[i] & 1u))
             return s_fail(err, err_len, COLI_EUNSUPPORTED, XDNA_DECLINED_DTYPE, "expert %d/%d: weight type %s",
@@ -244,7 +247,7 @@ static int xdna_load_expert(moe_device *d, const moe_expert_desc *e, char *err, 
         d->stats.failed_loads++;
         return rc;
     }
-    if (gpu_table_get(&d->experts, e->layer, e->expert)) return 0; /* held already */
+    if (expert_table_has(&d->experts, expert_key(e->layer, e->expert))) return 0; /* held already */
     xdna_expert *x = calloc(1, sizeof *x);
     if (!x) return s_fail(err, err_len, COLI_ENOMEM, XDNA_IMAGE_FAILED, "out of memory");
     x->shape = (xdna_expert_shape){e->n_embd, e->n_ff, {e->gate_type, e->up_type, e->down_type}};
@@ -268,7 +271,7 @@ static int xdna_load_expert(moe_device *d, const moe_expert_desc *e, char *err, 
     if (rc == 0 && d->budget && d->stats.resident_bytes + x->bytes > d->budget)
         rc = s_fail(err, err_len, COLI_ENOMEM, XDNA_IMAGE_FAILED, "expert %d/%d: the budget is full", e->layer,
                     e->expert);
-    if (rc == 0 && gpu_table_put(&d->experts, e->layer, e->expert, x) != 0)
+    if (rc == 0 && expert_table_put(&d->experts, expert_key(e->layer, e->expert), x) != 0)
         rc = s_fail(err, err_len, COLI_ENOMEM, XDNA_IMAGE_FAILED, "out of memory");
     if (rc != 0) {
         s_free_expert(x, d);
@@ -346,7 +349,7 @@ static int s_gate_batch(moe_device *d, const moe_batch_group *groups, int32_t n_
         const moe_batch_group *g = &groups[i];
         if (g->n_rows < 0 || g->row_begin < 0 || g->row_begin > n_rows_total || g->n_rows > n_rows_total - g->row_begin)
             return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "group %d outside the batch", i);
-        const xdna_expert *x = gpu_table_get(&d->experts, g->layer, g->expert);
+        const xdna_expert *x = expert_table_get(&d->experts, expert_key(g->layer, g->expert));
         if (!x || !x->published || x->shape.n_embd != n_embd)
             return s_fail(err, err_len, COLI_EINVAL, XDNA_IMAGE_FAILED, "expert %d/%d has no prepared weight image",
                           g->layer, g->expert);
@@ -399,7 +402,7 @@ static int xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_grou
     for (int32_t i = 0; rc == 0 && i < n_groups; i++) {
         const moe_batch_group *g = &groups[i];
         if (g->n_rows == 0) continue;
-        xdna_expert *e = gpu_table_get(&d->experts, g->layer, g->expert);
+        xdna_expert *e = expert_table_get(&d->experts, expert_key(g->layer, g->expert));
         const int b = xdna_bucket_of(g->n_rows) == 256;
         const int64_t width = e->shape.n_ff > e->shape.n_embd ? e->shape.n_ff : e->shape.n_embd;
         if (s_reserve(d, (size_t)(s_buckets[b] * width)) != 0)

@@ -101,8 +101,8 @@ static int parse_flag(const char *cmd, int argc, char **argv, int *i, const arg_
         if (*i + 1 >= argc) return args_error(cmd, shown, "missing value");
         val = argv[++*i];
     }
-    if (s->kind == ARG_STR) {
-        if (!*val) return args_error(cmd, shown, "empty value");
+    if (s->kind == ARG_STR || s->kind == ARG_TEXT) {
+        if (!*val && s->kind == ARG_STR) return args_error(cmd, shown, "empty value");
         *(const char **)s->dest = val;
         return ARGS_OK;
     }

@@ -18,7 +18,8 @@
 
 typedef enum arg_kind {
     ARG_FLAG,  /* no value; dest is int*, set to 1 */
-    ARG_STR,   /* dest is const char ** */
+    ARG_STR,   /* dest is const char **; "" is refused ("empty value": a name or path left out) */
+    ARG_TEXT,  /* dest is const char **; "" is a value (a text to process, as `tokenize -p ""`) */
     ARG_INT,   /* dest is int *, range [min, max] */
     ARG_FLOAT, /* dest is float *, range [min, max] (min exclusive if min_open) */
     ARG_U64,   /* dest is uint64_t *, any non-negative integer */

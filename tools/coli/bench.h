@@ -56,8 +56,8 @@ void bench_hosts_print(const char *stats_json, double n_tokens);
 #define BENCH_BATCH_MAX_LEVELS 8
 #define BENCH_BATCH_MAX_REPEAT 100
 typedef struct bench_batch_opts {
-    const char *model, *devices; /* devices: as coli_model_params.devices */
-    int n_threads, n_decode, repeat;
+    const char *model, *devices; /* devices, xdna: as coli_model_params' */
+    int n_threads, n_decode, repeat, xdna;
     int n_levels, levels[BENCH_BATCH_MAX_LEVELS]; /* rows per step, each 1..64 */
     double gbs; /* measured read bandwidth (GB/s) for the bytes limit, 0: not measured */
 } bench_batch_opts;

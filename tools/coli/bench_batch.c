@@ -183,6 +183,7 @@ static int s_open(const bench_batch_opts *o, int max_n, pthread_mutex_t *mu, col
     coli_model_default_params(&mp);
     mp.devices = o->devices;
     mp.n_threads = o->n_threads;
+    mp.xdna = o->xdna;
     if (coli_model_load(o->model, &mp, m) != 0) return cli_fail();
     coli_model_get_info(*m, info);
     const int n_ctx = o->n_decode + 2;

@@ -107,7 +107,8 @@ static int parse_configs(const bench_opts *o, config_run *cfg, int *n_cfg) {
         if (*n_cfg == MAX_CONFIGS) return args_error("bench", "--devices", "at most %d configurations", MAX_CONFIGS);
         if (len >= sizeof cfg->devices) return args_error("bench", "--devices", "'%.*s' too long", (int)len, s);
         snprintf(cfg[*n_cfg].devices, sizeof cfg->devices, "%.*s", (int)len, s);
-        int rc = devices_check("bench", cfg[*n_cfg].devices, NULL); /* a bad list is a usage error, before any load */
+        int rc =
+            devices_check("bench", cfg[*n_cfg].devices, NULL, 0); /* a bad list is a usage error, before any load */
         if (rc) return rc;
         cfg[*n_cfg].index = *n_cfg;
         (*n_cfg)++;
@@ -135,6 +136,7 @@ static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
     mp.verbose = o->mo.verbose;
     mp.keys_dir = o->mo.keys;
     mp.pins = o->mo.pins;
+    mp.xdna = o->mo.xdna; /* configurations with workers get the NPU lane */
     double t0 = coli_now_s();
     if (coli_model_load(o->mo.model, &mp, &c->m) != 0) return cli_fail();
     if (o->mo.route_trace) {
@@ -556,7 +558,6 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     if (o->mo.xdna && (o->mo.inproc || !o->mo.devices))
         return args_error("bench", "--xdna",
                           "needs --devices with workers (e.g. \"cpu:1\"); bench's default is inproc");
-    if (o->mo.xdna) setenv("COLI_XDNA", "1", 1); /* configurations with workers get the NPU lane */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = o->mo.n_threads > 0 ? o->mo.n_threads : (int)(cores > 0 ? cores : 1);
     return parse_prompts(o);
@@ -567,6 +568,7 @@ static int run_batch(const bench_opts *o, double gbs) {
     bench_batch_opts b = {
         .model = o->mo.model, .n_threads = o->mo.n_threads, .n_decode = o->n_decode, .repeat = o->repeat};
     b.devices = o->mo.inproc ? "inproc" : o->mo.devices ? o->mo.devices : "inproc";
+    b.xdna = o->mo.xdna;
     for (const char *s = o->batch; *s;) {
         char *end;
         long v = strtol(s, &end, 10);

@@ -45,10 +45,10 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "coli: -m %s: %s\n", model, strerror(errno));
         return CLI_FAIL;
     }
-    if (xdna) setenv("COLI_XDNA", "1", 1);
-    if ((rc = devices_check("plan", devices, pins))) return rc;
+    if ((rc = devices_check("plan", devices, pins, xdna))) return rc;
     char *text = NULL;
-    if (coli_plan_heat_text(model, devices, heat, pins, &text) != 0) return cli_fail();
+    const coli_model_params p = {.devices = devices, .heat_path = heat, .pins = pins, .xdna = xdna};
+    if (coli_plan_params_text(model, &p, &text) != 0) return cli_fail();
     fputs(text, stdout);
     free(text);
     return 0;

@@ -16,6 +16,7 @@
 #include "tools/coli/commands.h"
 #include "tools/coli/model_opts.h"
 #include "tools/coli/server/server.h"
+#include "core/settings.h"
 
 static int s_signal_pipe[2] = {-1, -1};
 
@@ -40,15 +41,14 @@ static int s_install_signals(void) {
     return 0;
 }
 
-/* Until a signal: every COLI_HEAT_SAVE_S (60) seconds the heat counted so far goes
- * to the heat file (if any), under the baton, so a server killed hard loses little. */
-static void s_wait_for_signal(server *s, int heat_on) {
+/* Until a signal: every heat_save_s seconds (COLI_HEAT_SAVE_S, 60; 0: no heat file)
+ * the heat counted so far goes to the heat file, under the baton, so a server killed
+ * hard loses little. */
+static void s_wait_for_signal(server *s, int heat_save_s) {
     unsigned char b;
-    const char *env = getenv("COLI_HEAT_SAVE_S");
-    int period_ms = (env && atoi(env) > 0 ? atoi(env) : 60) * 1000;
     for (;;) {
         struct pollfd pfd = {s_signal_pipe[0], POLLIN, 0};
-        int r = poll(&pfd, 1, heat_on ? period_ms : -1);
+        int r = poll(&pfd, 1, heat_save_s ? heat_save_s * 1000 : -1);
         if (r > 0 && read(s_signal_pipe[0], &b, 1) == 1) break;
         if (r != 0) continue;
         baton_acquire(s);
@@ -60,7 +60,7 @@ static void s_wait_for_signal(server *s, int heat_on) {
 }
 
 /* Listen (so /health says "loading"), load the model, serve it until a signal, stop. */
-static int s_serve(const server_config *cfg, const model_opts *o) {
+static int s_serve(const server_config *cfg, const model_opts *o, const coli_settings *env) {
     server *s = server_new(cfg);
     if (!s) return CLI_FAIL;
     coli_model *model = NULL;
@@ -73,7 +73,7 @@ static int s_serve(const server_config *cfg, const model_opts *o) {
                s->info.arch, s->cfg.n_slots, s->cfg.n_ctx, chat_family_name(s->family), s->family_source);
         fflush(stdout);
         char heat[4096];
-        s_wait_for_signal(s, model_opts_heat_path(o, heat, sizeof heat) != NULL);
+        s_wait_for_signal(s, model_opts_heat_path(o, heat, sizeof heat) ? (int)env->heat_save_s : 0);
     }
     server_free(s); /* stops it first */
     if (model_opts_free(&model) && !rc) rc = CLI_FAIL;
@@ -140,12 +140,11 @@ static int s_plan_connections(server_config *cfg) {
 }
 
 /* The flags' values that need checking or converting, and the environment
- * (COLI_API_KEY, COLI_SERVE_DELAY_MS), into cfg: 0 or a usage error. */
-static int s_config_finish(server_config *cfg, const model_opts *mo, const char *key_file, int max_body_kib,
-                           int prefix_mb, float grace_s) {
-    const char *env_key = getenv("COLI_API_KEY"), *delay = getenv("COLI_SERVE_DELAY_MS");
+ * (COLI_API_KEY, COLI_SERVE_DELAY_MS, read in env), into cfg: 0 or a usage error. */
+static int s_config_finish(server_config *cfg, const model_opts *mo, const coli_settings *env, const char *key_file,
+                           int max_body_kib, int prefix_mb, float grace_s) {
     int rc = key_file ? s_read_key_file(cfg, key_file) : 0;
-    if (!cfg->api_key && !key_file && env_key && *env_key) cfg->api_key = env_key;
+    if (!cfg->api_key && !key_file && env->api_key) cfg->api_key = env->api_key;
     if (!rc && cfg->api_key && !*cfg->api_key) rc = args_error("serve", "--api-key", "empty key");
     if (!rc && cfg->api_key) rc = s_add_key(cfg, cfg->api_key);
     if (!rc && cfg->alias && !*cfg->alias) rc = args_error("serve", "--alias", "empty name");
@@ -155,7 +154,7 @@ static int s_config_finish(server_config *cfg, const model_opts *mo, const char 
     cfg->shutdown_grace_s = grace_s;
     cfg->max_body = (size_t)max_body_kib * 1024;
     cfg->prefix_cache_bytes = (size_t)prefix_mb << 20;
-    cfg->token_delay_ms = delay ? atoi(delay) : 0;
+    cfg->token_delay_ms = (int)env->serve_delay_ms;
     cfg->verbose = mo->verbose;
     cfg->n_ctx = mo->n_ctx;
     return rc ? rc : s_plan_connections(cfg);
@@ -244,8 +243,13 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!rc) rc = model_opts_check("serve", &mo);
     if (!rc) rc = s_chat_flags(&cfg, tmpl, chat_kwargs, reasoning);
-    if (!rc) rc = s_config_finish(&cfg, &mo, key_file, max_body_kib, prefix_mb, grace_s);
-    if (!rc) rc = s_serve(&cfg, &mo);
+    /* the environment, read once (~30 KiB: not on the stack) */
+    coli_settings *env = malloc(sizeof *env);
+    if (!env) rc = CLI_FAIL;
+    if (env) coli_settings_load(env, NULL);
+    if (!rc) rc = s_config_finish(&cfg, &mo, env, key_file, max_body_kib, prefix_mb, grace_s);
+    if (!rc) rc = s_serve(&cfg, &mo, env);
+    free(env);
     free(cfg.api_keys);
     free(cfg.api_key_text);
     return rc;

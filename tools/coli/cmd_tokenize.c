@@ -79,7 +79,7 @@ int cmd_tokenize(int argc, char **argv) {
     int json = 0, no_bos = 0, no_parse_special = 0;
     const arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &model, 0, 0, 0, "FILE", "the GGUF model file (required)"},
-        {"--prompt", "-p", ARG_STR, &text, 0, 0, 0, "TEXT", "the text to tokenize"},
+        {"--prompt", "-p", ARG_TEXT, &text, 0, 0, 0, "TEXT", "the text to tokenize (\"\": no tokens, BOS aside)"},
         {"--file", "-f", ARG_STR, &file, 0, 0, 0, "FILE", "tokenize the contents of FILE"},
         {"--json", NULL, ARG_FLAG, &json, 0, 0, 0, NULL, "print {\"ids\":[...],\"pieces\":[...]}"},
         {"--no-bos", NULL, ARG_FLAG, &no_bos, 0, 0, 0, NULL, "do not add BOS"},

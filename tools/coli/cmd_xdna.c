@@ -81,15 +81,14 @@ static int s_print_gates(const xdna_package *p, const char *model) {
 static int s_check(const char *package, const char *model) {
     char dir[PATH_MAX], pkg[PATH_MAX + 32], why[640];
     static coli_settings set; /* PATH_MAX strings: not on the stack */
-    coli_settings_from_env(&set);
+    coli_settings_load(&set, NULL);
     s_plugin_dir(&set, dir, sizeof dir);
     if (package)
         snprintf(pkg, sizeof pkg, "%s", package);
     else
         xdna_package_default_dir(set.xdna_package, dir, pkg, sizeof pkg);
-    const char *v = getenv("COLI_XDNA"); /* shown as it is written */
     printf("xdna lane (experimental NPU lane; docs/xdna.md)\n");
-    printf("  requested: %s (COLI_XDNA=%s%s)\n", set.xdna ? "yes" : "no", v ? v : "",
+    printf("  requested: %s (COLI_XDNA=%s%s)\n", set.xdna ? "yes" : "no", set.xdna_text, /* shown as it is written */
            set.xdna ? "" : "; --xdna or COLI_XDNA=1 turns it on");
     static xdna_package p;
     xdna_diag d = xdna_package_load(pkg, &p, why, sizeof why);

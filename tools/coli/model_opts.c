@@ -22,14 +22,14 @@ int model_opts_check(const char *cmd, const model_opts *o) {
     if (rc || (rc = cli_check_output_file(cmd, "--stats-json", o->stats_json, o->model))) return rc;
     if (o->inproc && o->devices) return args_error(cmd, "--inproc", "conflicts with --devices %s", o->devices);
     if (o->xdna && o->inproc) return args_error(cmd, "--xdna", "needs worker processes; conflicts with --inproc");
-    if (o->xdna) setenv("COLI_XDNA", "1", 1); /* the lane is opt-in: only this or the variable turns it on */
     if (o->no_heat && o->heat) return args_error(cmd, "--no-heat", "conflicts with --heat %s", o->heat);
-    return devices_check(cmd, o->inproc ? "inproc" : o->devices, o->pins);
+    return devices_check(cmd, o->inproc ? "inproc" : o->devices, o->pins, o->xdna);
 }
 
-int devices_check(const char *cmd, const char *devices, const char *pins) {
+int devices_check(const char *cmd, const char *devices, const char *pins, int xdna) {
     const char *flag = "--devices";
-    if (coli_devices_check(devices, pins, &flag) != 0) return args_error(cmd, flag, "%s", coli_last_error());
+    const coli_model_params p = {.devices = devices, .pins = pins, .xdna = xdna};
+    if (coli_devices_check_params(&p, &flag) != 0) return args_error(cmd, flag, "%s", coli_last_error());
     return ARGS_OK;
 }
 
@@ -46,6 +46,7 @@ int model_opts_open(const model_opts *o, const char *default_devices, coli_model
     char heat[4096];
     mp.heat_path = model_opts_heat_path(o, heat, sizeof heat);
     mp.pins = o->pins;
+    mp.xdna = o->xdna; /* the lane is opt-in: only this or COLI_XDNA turns it on */
     *m = NULL;
     /* a cold disk can take minutes: after a few seconds a line says we are at it (not with -v,
      * whose own lines tell) */

@@ -149,11 +149,12 @@ void sampling_help_init(sampling_help *h, const coli_sampling_params *sp);
 int cli_check_output_file(const char *cmd, const char *flag, const char *path, const char *input);
 
 /* Check the combination (-m given, --inproc vs --devices and --xdna): 0 or
- * ARGS_ERROR. --xdna sets COLI_XDNA=1 here, for the library and its workers. */
+ * ARGS_ERROR. --xdna reaches the library as coli_model_params.xdna
+ * (model_opts_open), never through the environment. */
 int model_opts_check(const char *cmd, const model_opts *o);
-/* --devices and --pin against each other (coli_devices_check): ARGS_OK, or
- * ARGS_ERROR with one line naming the flag. */
-int devices_check(const char *cmd, const char *devices, const char *pins);
+/* --devices and --pin against each other, with the lane --xdna adds
+ * (coli_devices_check_params): ARGS_OK, or ARGS_ERROR with one line naming the flag. */
+int devices_check(const char *cmd, const char *devices, const char *pins, int xdna);
 
 /* Load o->model and, if ctx is not NULL, make a context; on failure print "coli: <error>" and
  * return CLI_FAIL (nothing to free). default_devices is used when neither

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "colibri.h"
+#include "core/settings.h"
 
 static coli_model *s_model;
 static int s_n_vocab;
@@ -27,8 +28,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *path = getenv("COLI_FUZZ_VOCAB");
-    if (!path || !*path) path = "models/tiny-moe-4e2r-f16.gguf";
+    static coli_settings set; /* PATH_MAX strings: not on the stack */
+    coli_settings_from_env(&set);
+    const char *path = set.fuzz_vocab[0] ? set.fuzz_vocab : "models/tiny-moe-4e2r-f16.gguf";
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.vocab_only = 1;
