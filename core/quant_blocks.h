@@ -6,7 +6,7 @@
  *
  * 32-value blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4.
  * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0,
- * IQ2_XXS.
+ * IQ2_XXS, IQ3_XXS.
  */
 #ifndef COLI_CORE_QUANT_BLOCKS_H
 #define COLI_CORE_QUANT_BLOCKS_H
@@ -129,6 +129,15 @@ typedef struct block_iq2_xxs {
     uint16_t qs[COLI_QK_K / 8];
 } block_iq2_xxs;
 
+/* IQ3_XXS: qs[0..63] index coli_iq3xxs_grid (4 magnitudes each), two per
+ * 8 values; then per 32 values a little-endian word at 64 + 4 ib as
+ * IQ2_XXS's (four 7-bit sign indices, scale s in bits 28..31); value =
+ * d * (0.5 + s) / 2 * grid byte * sign. */
+typedef struct block_iq3_xxs {
+    uint16_t d; /* fp16 */
+    uint8_t qs[3 * COLI_QK_K / 8];
+} block_iq3_xxs;
+
 _Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(block_q5_1) == 24, "Q5_1 block is 24 bytes");
@@ -145,6 +154,7 @@ _Static_assert(sizeof(block_mxfp4) == 17, "MXFP4 block is 17 bytes");
 _Static_assert(sizeof(block_tq1_0) == 54, "TQ1_0 block is 54 bytes");
 _Static_assert(sizeof(block_tq2_0) == 66, "TQ2_0 block is 66 bytes");
 _Static_assert(sizeof(block_iq2_xxs) == 66, "IQ2_XXS block is 66 bytes");
+_Static_assert(sizeof(block_iq3_xxs) == 98, "IQ3_XXS block is 98 bytes");
 
 /* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 extern const int8_t coli_kvalues_iq4nl[16];
@@ -156,6 +166,10 @@ extern const int8_t coli_kvalues_mxfp4[16];
 /* IQ2_XXS's 256 grid points: 8 magnitudes (bytes 8, 25 or 43, element j in
  * byte j) each (ggml's iq2xxs_grid; quant_tables_iq2.c). */
 extern const uint64_t coli_iq2xxs_grid[256];
+
+/* IQ3_XXS's 256 grid points: 4 magnitudes (bytes 4, 12, ..., 52 and 62,
+ * element j in byte j) each (ggml's iq3xxs_grid; quant_tables_iq3.c). */
+extern const uint32_t coli_iq3xxs_grid[256];
 
 /* The 8 sign bits of a 7-bit sign index: bit j set = element j negative;
  * bit 7 makes the count of negatives even (ggml's ksigns_iq2xs). */
@@ -175,10 +189,14 @@ static inline float coli_e8m0_half(uint8_t e) {
 }
 
 /* dst[0..n) = the values of a row of n values of type t, one of Q4_1, Q5_0,
- * Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4 (n a multiple of
- * its block size), as ggml's dequantize_row_* computes them (quant_dequant.c). Returns 0, or -1
- * if t is not one of these types (dst untouched). coli_dequantize_row
- * (quant.h) calls it for these types. */
+ * Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4 and the IQ grid
+ * types (n a multiple of its block size), as ggml's dequantize_row_*
+ * computes them (quant_dequant.c). Returns 0, or -1 if t is not one of
+ * these types (dst untouched). coli_dequantize_row (quant.h) calls it for
+ * these types. */
 int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n);
+
+/* The same for the IQ grid types (IQ2_XXS, IQ3_XXS; quant_dequant_iq.c). */
+int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n);
 
 #endif

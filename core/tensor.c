@@ -31,6 +31,7 @@ static const struct dtype_info {
     {COLI_Q8_K, "Q8_K", COLI_QK_K, 292, 0},
     {COLI_IQ4_XS, "IQ4_XS", COLI_QK_K, 136, 1},
     {COLI_IQ2_XXS, "IQ2_XXS", COLI_QK_K, 66, 1},
+    {COLI_IQ3_XXS, "IQ3_XXS", COLI_QK_K, 98, 1},
     {COLI_TQ1_0, "TQ1_0", COLI_QK_K, 54, 1},
     {COLI_TQ2_0, "TQ2_0", COLI_QK_K, 66, 1},
     {COLI_MXFP4, "MXFP4", COLI_QK, 17, 1},

@@ -1,0 +1,59 @@
+/*
+ * quant_dequant_iq.c - dequantization of the IQ grid types (quant_blocks.h):
+ * IQ2_XXS and IQ3_XXS, value for value as ggml's dequantize_row_*
+ * (ggml-quants.c): 8 values at a time from grid magnitudes, 8 sign bits
+ * and the group's float scale, in ggml's float expression
+ * (scale * magnitude, then the sign). coli_dequantize_row_blocks
+ * (quant_dequant.c) dispatches here.
+ */
+#include <string.h>
+
+#include "core/quant.h"
+#include "core/quant_blocks.h"
+
+/* y[0..8) = db * byte j of the magnitudes g, negated where bit j of signs */
+static void s_put8(float *y, float db, uint64_t g, uint8_t signs) {
+    for (int j = 0; j < 8; j++) y[j] = db * (float)(uint8_t)(g >> 8 * j) * (signs >> j & 1 ? -1.0f : 1.0f);
+}
+
+/* IQ2_XXS: per 32 values, 4 grid indexes and a word of 4 sign indexes
+ * plus the 4-bit scale. */
+static void s_iq2_xxs(const block_iq2_xxs *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = coli_fp16_to_fp32(x[i].d);
+        const uint8_t *q = (const uint8_t *)x[i].qs;
+        for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
+            uint32_t aux;
+            memcpy(&aux, q + 4, 4);
+            const float db = d * (0.5f + (float)(aux >> 28)) * 0.25f;
+            for (int l = 0; l < 4; l++, y += 8)
+                s_put8(y, db, coli_iq2xxs_grid[q[l]], coli_iq2_signs((aux >> 7 * l) & 127));
+        }
+    }
+}
+
+/* IQ3_XXS: two 4-magnitude grid points per 8 values, the sign and scale
+ * words after the 64 indexes. */
+static void s_iq3_xxs(const block_iq3_xxs *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = coli_fp16_to_fp32(x[i].d);
+        const uint8_t *q = x[i].qs;
+        for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
+            uint32_t aux;
+            memcpy(&aux, x[i].qs + COLI_QK_K / 4 + 4 * ib, 4);
+            const float db = d * (0.5f + (float)(aux >> 28)) * 0.5f;
+            for (int l = 0; l < 4; l++, y += 8) {
+                const uint64_t g = coli_iq3xxs_grid[q[2 * l]] | (uint64_t)coli_iq3xxs_grid[q[2 * l + 1]] << 32;
+                s_put8(y, db, g, coli_iq2_signs((aux >> 7 * l) & 127));
+            }
+        }
+    }
+}
+
+int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n) {
+    switch (t) {
+    case COLI_IQ2_XXS: s_iq2_xxs(src, dst, n / COLI_QK_K); return 0;
+    case COLI_IQ3_XXS: s_iq3_xxs(src, dst, n / COLI_QK_K); return 0;
+    default: return -1;
+    }
+}

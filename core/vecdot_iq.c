@@ -1,0 +1,75 @@
+/*
+ * vecdot_iq.c - portable dot products of the IQ grid types' rows with Q8_K
+ * activations (vecdot.h), the arithmetic of ggml's generic
+ * ggml_vec_dot_<type>_q8_K (ggml-cpu/quants.c): per group of 32 values
+ * (16 for a type with two scales per 32) the exact integer sum of grid
+ * magnitude * sign * activation, times its odd scale 2s + 1, summed per
+ * super-block; then d_w d_x times that sum per super-block in block order,
+ * and the row's sum times the type's constant (IQ2: 1/8, IQ3_XXS: 1/4).
+ */
+#include <string.h>
+
+#include "core/quant.h"
+#include "core/quant_blocks.h"
+#include "core/vecdot.h"
+
+/* sum over 8 values of magnitude byte j of g * x[j], negated where bit j
+ * of signs is set */
+static int32_t s_dot8(uint64_t g, uint8_t signs, const int8_t *x) {
+    int32_t s = 0;
+    for (int j = 0; j < 8; j++) {
+        const int v = (uint8_t)(g >> 8 * j) * x[j];
+        s += signs >> j & 1 ? -v : v;
+    }
+    return s;
+}
+
+/* The integer sum of one IQ2_XXS super-block with its 256 activations. */
+static int32_t s_iq2_xxs_isum(const block_iq2_xxs *w, const int8_t *x) {
+    const uint8_t *q = (const uint8_t *)w->qs;
+    int32_t sum = 0;
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
+        uint32_t aux;
+        memcpy(&aux, q + 4, 4);
+        int32_t s = 0;
+        for (int l = 0; l < 4; l++, x += 8)
+            s += s_dot8(coli_iq2xxs_grid[q[l]], coli_iq2_signs((aux >> 7 * l) & 127), x);
+        sum += s * (int32_t)(2 * (aux >> 28) + 1);
+    }
+    return sum;
+}
+
+/* The integer sum of one IQ3_XXS super-block: two grid points per 8. */
+static int32_t s_iq3_xxs_isum(const block_iq3_xxs *w, const int8_t *x) {
+    const uint8_t *q = w->qs;
+    int32_t sum = 0;
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
+        uint32_t aux;
+        memcpy(&aux, w->qs + COLI_QK_K / 4 + 4 * ib, 4);
+        int32_t s = 0;
+        for (int l = 0; l < 4; l++, x += 8) {
+            const uint64_t g = coli_iq3xxs_grid[q[2 * l]] | (uint64_t)coli_iq3xxs_grid[q[2 * l + 1]] << 32;
+            s += s_dot8(g, coli_iq2_signs((aux >> 7 * l) & 127), x);
+        }
+        sum += s * (int32_t)(2 * (aux >> 28) + 1);
+    }
+    return sum;
+}
+
+float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
+    const block_iq2_xxs *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++)
+        sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq2_xxs_isum(&w[b], x[b].qs);
+    return 0.125f * sum;
+}
+
+float coli_vec_dot_iq3_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
+    const block_iq3_xxs *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++)
+        sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq3_xxs_isum(&w[b], x[b].qs);
+    return 0.25f * sum;
+}
