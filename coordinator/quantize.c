@@ -139,7 +139,8 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, co
 static int s_needs_imatrix(coli_dtype t) {
     switch (t) {
     case COLI_IQ2_XXS:
-    case COLI_IQ3_XXS: return 1;
+    case COLI_IQ3_XXS:
+    case COLI_IQ2_XS: return 1;
     default: return 0;
     }
 }

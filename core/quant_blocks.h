@@ -6,7 +6,7 @@
  *
  * 32-value blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4.
  * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0,
- * IQ2_XXS, IQ3_XXS.
+ * IQ2_XXS, IQ3_XXS, IQ2_XS.
  */
 #ifndef COLI_CORE_QUANT_BLOCKS_H
 #define COLI_CORE_QUANT_BLOCKS_H
@@ -138,6 +138,16 @@ typedef struct block_iq3_xxs {
     uint8_t qs[3 * COLI_QK_K / 8];
 } block_iq3_xxs;
 
+/* IQ2_XS: per 8 values a 16-bit word qs[k]: bits 0..8 index coli_iq2xs_grid
+ * (8 magnitudes), bits 9..15 a 7-bit sign index (coli_iq2_signs); per 32
+ * values a byte of scales, the low nibble s for its first 16 values, the
+ * high for the last 16; value = d * (0.5 + s) / 4 * grid byte * sign. */
+typedef struct block_iq2_xs {
+    uint16_t d; /* fp16 */
+    uint16_t qs[COLI_QK_K / 8];
+    uint8_t scales[COLI_QK_K / 32];
+} block_iq2_xs;
+
 _Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(block_q5_1) == 24, "Q5_1 block is 24 bytes");
@@ -155,6 +165,7 @@ _Static_assert(sizeof(block_tq1_0) == 54, "TQ1_0 block is 54 bytes");
 _Static_assert(sizeof(block_tq2_0) == 66, "TQ2_0 block is 66 bytes");
 _Static_assert(sizeof(block_iq2_xxs) == 66, "IQ2_XXS block is 66 bytes");
 _Static_assert(sizeof(block_iq3_xxs) == 98, "IQ3_XXS block is 98 bytes");
+_Static_assert(sizeof(block_iq2_xs) == 74, "IQ2_XS block is 74 bytes");
 
 /* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 extern const int8_t coli_kvalues_iq4nl[16];
@@ -166,6 +177,10 @@ extern const int8_t coli_kvalues_mxfp4[16];
 /* IQ2_XXS's 256 grid points: 8 magnitudes (bytes 8, 25 or 43, element j in
  * byte j) each (ggml's iq2xxs_grid; quant_tables_iq2.c). */
 extern const uint64_t coli_iq2xxs_grid[256];
+
+/* IQ2_XS's 512 grid points, bytes 8, 25 or 43 as IQ2_XXS's (ggml's
+ * iq2xs_grid; quant_tables_iq2.c). */
+extern const uint64_t coli_iq2xs_grid[512];
 
 /* IQ3_XXS's 256 grid points: 4 magnitudes (bytes 4, 12, ..., 52 and 62,
  * element j in byte j) each (ggml's iq3xxs_grid; quant_tables_iq3.c). */
@@ -196,7 +211,7 @@ static inline float coli_e8m0_half(uint8_t e) {
  * these types. */
 int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n);
 
-/* The same for the IQ grid types (IQ2_XXS, IQ3_XXS; quant_dequant_iq.c). */
+/* The same for the IQ grid types (IQ2_XXS, IQ3_XXS, IQ2_XS; quant_dequant_iq.c). */
 int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n);
 
 #endif

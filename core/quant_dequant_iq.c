@@ -1,6 +1,6 @@
 /*
  * quant_dequant_iq.c - dequantization of the IQ grid types (quant_blocks.h):
- * IQ2_XXS and IQ3_XXS, value for value as ggml's dequantize_row_*
+ * IQ2_XXS, IQ3_XXS and IQ2_XS, value for value as ggml's dequantize_row_*
  * (ggml-quants.c): 8 values at a time from grid magnitudes, 8 sign bits
  * and the group's float scale, in ggml's float expression
  * (scale * magnitude, then the sign). coli_dequantize_row_blocks
@@ -50,10 +50,27 @@ static void s_iq3_xxs(const block_iq3_xxs *x, float *y, int64_t nb) {
     }
 }
 
+/* IQ2_XS: a 9-bit grid index and a 7-bit sign index per 8 values, two
+ * 4-bit scales per 32. */
+static void s_iq2_xs(const block_iq2_xs *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = coli_fp16_to_fp32(x[i].d);
+        for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+            const float db[2] = {d * (0.5f + (float)(x[i].scales[ib] & 0xf)) * 0.25f,
+                                 d * (0.5f + (float)(x[i].scales[ib] >> 4)) * 0.25f};
+            for (int l = 0; l < 4; l++, y += 8) {
+                const uint16_t q = x[i].qs[4 * ib + l];
+                s_put8(y, db[l / 2], coli_iq2xs_grid[q & 511], coli_iq2_signs(q >> 9));
+            }
+        }
+    }
+}
+
 int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case COLI_IQ2_XXS: s_iq2_xxs(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ3_XXS: s_iq3_xxs(src, dst, n / COLI_QK_K); return 0;
+    case COLI_IQ2_XS: s_iq2_xs(src, dst, n / COLI_QK_K); return 0;
     default: return -1;
     }
 }

@@ -32,6 +32,7 @@ typedef enum coli_dtype {
     COLI_Q6_K = 14,
     COLI_Q8_K = 15,
     COLI_IQ2_XXS = 16,
+    COLI_IQ2_XS = 17,
     COLI_IQ3_XXS = 18,
     COLI_IQ4_NL = 20,
     COLI_IQ4_XS = 23,

@@ -89,7 +89,8 @@ static inline coli_dtype qu_act_type(coli_dtype t) {
     case COLI_TQ1_0:
     case COLI_TQ2_0:
     case COLI_IQ2_XXS:
-    case COLI_IQ3_XXS: return COLI_Q8_K;
+    case COLI_IQ3_XXS:
+    case COLI_IQ2_XS: return COLI_Q8_K;
     default: return COLI_Q8_0;
     }
 }

@@ -381,6 +381,7 @@ typedef struct iq_grid {
     }
 static const iq_grid k_iq_grids[] = {
     IQ_GRID("iq3_xxs", coli_iq3xxs_grid, 256, 0, 4, 12, 20, 28, 36, 44, 52, 62),
+    IQ_GRID("iq2_xs", coli_iq2xs_grid, 512, 0, 8, 25, 43),
 };
 
 static uint64_t s_grid_entry(const iq_grid *g, int i, uint8_t bias) {
@@ -508,6 +509,7 @@ static const ref_type k_ref_types[] = {
     {COLI_TQ2_0, "tq2_0", 256, 5, 6, (int)offsetof(block_tq2_0, d), 0},
     {COLI_IQ2_XXS, "iq2_xxs", 256, 0, 9, 0, 0},
     {COLI_IQ3_XXS, "iq3_xxs", 256, 0, 11, 0, 0},
+    {COLI_IQ2_XS, "iq2_xs", 256, 0, 13, 0, 0},
 };
 
 static void read_fixture(const char *name, void *dst, size_t n) {

@@ -52,6 +52,7 @@ static const ktype k_types[] = {
     {"IQ2_XXS", COLI_IQ2_XXS, sizeof(block_iq2_xxs), coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, NULL},
     /* portable only (matmul's AVX2 path calls the portable dot) */
     {"IQ3_XXS", COLI_IQ3_XXS, sizeof(block_iq3_xxs), coli_vec_dot_iq3_xxs_q8_K, coli_vec_dot_iq3_xxs_q8_K, NULL},
+    {"IQ2_XS", COLI_IQ2_XS, sizeof(block_iq2_xs), coli_vec_dot_iq2_xs_q8_K, coli_vec_dot_iq2_xs_q8_K, NULL},
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -80,7 +81,8 @@ static double term_bound(const ktype *k, const uint8_t *blk) {
     case COLI_Q6_K: return ad * 128 * 32;
     case COLI_TQ1_0:
     case COLI_TQ2_0: return ad * 2; /* TQ1_0's bytes above 242 decode to 1; TQ2_0's code 3 to 2 */
-    case COLI_IQ2_XXS: return ad * 15.5 / 4 * 43;
+    case COLI_IQ2_XXS:
+    case COLI_IQ2_XS: return ad * 15.5 / 4 * 43;
     case COLI_IQ3_XXS: return ad * 15.5 / 2 * 62;
     default: return ad * 32 * 127;
     }
