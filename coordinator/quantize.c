@@ -140,7 +140,8 @@ static int s_needs_imatrix(coli_dtype t) {
     switch (t) {
     case COLI_IQ2_XXS:
     case COLI_IQ3_XXS:
-    case COLI_IQ2_XS: return 1;
+    case COLI_IQ2_XS:
+    case COLI_IQ3_S: return 1;
     default: return 0;
     }
 }

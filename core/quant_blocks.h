@@ -6,7 +6,7 @@
  *
  * 32-value blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4.
  * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0,
- * IQ2_XXS, IQ3_XXS, IQ2_XS.
+ * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S.
  */
 #ifndef COLI_CORE_QUANT_BLOCKS_H
 #define COLI_CORE_QUANT_BLOCKS_H
@@ -148,6 +148,19 @@ typedef struct block_iq2_xs {
     uint8_t scales[COLI_QK_K / 32];
 } block_iq2_xs;
 
+/* IQ3_S: per 32 values (group g) 8 grid indexes of 9 bits, qs[8 g + k]
+ * with bit k of qh[g] as bit 8, into coli_iq3s_grid (4 magnitudes each,
+ * two points per 8 values); signs[4 g .. 4 g + 3] one byte of 8 sign bits
+ * per 8 values (all 8 stored); scales[g / 2] nibble g % 2 the 4-bit scale
+ * s; value = d * (1 + 2 s) * grid byte * sign. */
+typedef struct block_iq3_s {
+    uint16_t d; /* fp16 */
+    uint8_t qs[COLI_QK_K / 4];
+    uint8_t qh[COLI_QK_K / 32];
+    uint8_t signs[COLI_QK_K / 8];
+    uint8_t scales[COLI_QK_K / 64];
+} block_iq3_s;
+
 _Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(block_q5_1) == 24, "Q5_1 block is 24 bytes");
@@ -166,6 +179,7 @@ _Static_assert(sizeof(block_tq2_0) == 66, "TQ2_0 block is 66 bytes");
 _Static_assert(sizeof(block_iq2_xxs) == 66, "IQ2_XXS block is 66 bytes");
 _Static_assert(sizeof(block_iq3_xxs) == 98, "IQ3_XXS block is 98 bytes");
 _Static_assert(sizeof(block_iq2_xs) == 74, "IQ2_XS block is 74 bytes");
+_Static_assert(sizeof(block_iq3_s) == 110, "IQ3_S block is 110 bytes");
 
 /* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 extern const int8_t coli_kvalues_iq4nl[16];
@@ -185,6 +199,18 @@ extern const uint64_t coli_iq2xs_grid[512];
 /* IQ3_XXS's 256 grid points: 4 magnitudes (bytes 4, 12, ..., 52 and 62,
  * element j in byte j) each (ggml's iq3xxs_grid; quant_tables_iq3.c). */
 extern const uint32_t coli_iq3xxs_grid[256];
+
+/* IQ3_S's 512 grid points: 4 magnitudes (odd bytes 1..15) each (ggml's
+ * iq3s_grid; quant_tables_iq3.c). */
+extern const uint32_t coli_iq3s_grid[512];
+
+/* IQ3_S: the magnitudes of values 8 l .. 8 l + 7 of group g (32 values),
+ * the two grid points of their 9-bit indexes as one word */
+static inline uint64_t coli_iq3_s_pair(const block_iq3_s *x, int g, int l) {
+    const uint8_t *q = x->qs + 8 * g + 2 * l;
+    const unsigned h = x->qh[g] >> 2 * l;
+    return coli_iq3s_grid[q[0] | (h & 1) << 8] | (uint64_t)coli_iq3s_grid[q[1] | (h & 2) << 7] << 32;
+}
 
 /* The 8 sign bits of a 7-bit sign index: bit j set = element j negative;
  * bit 7 makes the count of negatives even (ggml's ksigns_iq2xs). */
@@ -211,7 +237,7 @@ static inline float coli_e8m0_half(uint8_t e) {
  * these types. */
 int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n);
 
-/* The same for the IQ grid types (IQ2_XXS, IQ3_XXS, IQ2_XS; quant_dequant_iq.c). */
+/* The same for the IQ grid types (IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S; quant_dequant_iq.c). */
 int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * quant_dequant_iq.c - dequantization of the IQ grid types (quant_blocks.h):
- * IQ2_XXS, IQ3_XXS and IQ2_XS, value for value as ggml's dequantize_row_*
+ * IQ2_XXS, IQ3_XXS, IQ2_XS and IQ3_S, value for value as ggml's dequantize_row_*
  * (ggml-quants.c): 8 values at a time from grid magnitudes, 8 sign bits
  * and the group's float scale, in ggml's float expression
  * (scale * magnitude, then the sign). coli_dequantize_row_blocks
@@ -66,11 +66,23 @@ static void s_iq2_xs(const block_iq2_xs *x, float *y, int64_t nb) {
     }
 }
 
+/* IQ3_S: 8 grid indexes of 9 bits, 4 sign bytes and a 4-bit scale per 32 */
+static void s_iq3_s(const block_iq3_s *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = coli_fp16_to_fp32(x[i].d);
+        for (int g = 0; g < COLI_QK_K / 32; g++) {
+            const float db = d * (float)(1 + 2 * (x[i].scales[g / 2] >> 4 * (g % 2) & 0xf));
+            for (int l = 0; l < 4; l++, y += 8) s_put8(y, db, coli_iq3_s_pair(&x[i], g, l), x[i].signs[4 * g + l]);
+        }
+    }
+}
+
 int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case COLI_IQ2_XXS: s_iq2_xxs(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ3_XXS: s_iq3_xxs(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ2_XS: s_iq2_xs(src, dst, n / COLI_QK_K); return 0;
+    case COLI_IQ3_S: s_iq3_s(src, dst, n / COLI_QK_K); return 0;
     default: return -1;
     }
 }

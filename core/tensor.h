@@ -35,6 +35,7 @@ typedef enum coli_dtype {
     COLI_IQ2_XS = 17,
     COLI_IQ3_XXS = 18,
     COLI_IQ4_NL = 20,
+    COLI_IQ3_S = 21,
     COLI_IQ4_XS = 23,
     COLI_BF16 = 30,
     COLI_TQ1_0 = 34,

@@ -5,7 +5,8 @@
  * (16 for a type with two scales per 32) the exact integer sum of grid
  * magnitude * sign * activation, times its odd scale 2s + 1, summed per
  * super-block; then d_w d_x times that sum per super-block in block order,
- * and the row's sum times the type's constant (IQ2: 1/8, IQ3_XXS: 1/4).
+ * and the row's sum times the type's constant (IQ2: 1/8, IQ3_XXS: 1/4,
+ * IQ3_S: 1).
  */
 #include <string.h>
 
@@ -73,6 +74,18 @@ static int32_t s_iq2_xs_isum(const block_iq2_xs *w, const int8_t *x) {
     return sum;
 }
 
+/* The integer sum of one IQ3_S super-block (grid points as dequantization
+ * reads them, quant_blocks.h). */
+static int32_t s_iq3_s_isum(const block_iq3_s *w, const int8_t *x) {
+    int32_t sum = 0;
+    for (int g = 0; g < COLI_QK_K / 32; g++) {
+        int32_t s = 0;
+        for (int l = 0; l < 4; l++, x += 8) s += s_dot8(coli_iq3_s_pair(w, g, l), w->signs[4 * g + l], x);
+        sum += s * (int32_t)(2 * (w->scales[g / 2] >> 4 * (g % 2) & 0xf) + 1);
+    }
+    return sum;
+}
+
 float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
     const block_iq2_xxs *w = vw;
     const block_q8_K *x = vx;
@@ -80,6 +93,15 @@ float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
     for (int64_t b = 0; b < n / COLI_QK_K; b++)
         sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq2_xxs_isum(&w[b], x[b].qs);
     return 0.125f * sum;
+}
+
+float coli_vec_dot_iq3_s_q8_K(int64_t n, const void *vw, const void *vx) {
+    const block_iq3_s *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++)
+        sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq3_s_isum(&w[b], x[b].qs);
+    return sum;
 }
 
 float coli_vec_dot_iq3_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
