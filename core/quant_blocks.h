@@ -6,7 +6,7 @@
  *
  * 32-value blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4.
  * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0,
- * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S.
+ * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S.
  */
 #ifndef COLI_CORE_QUANT_BLOCKS_H
 #define COLI_CORE_QUANT_BLOCKS_H
@@ -161,6 +161,17 @@ typedef struct block_iq3_s {
     uint8_t scales[COLI_QK_K / 64];
 } block_iq3_s;
 
+/* IQ2_S: per 8 values (point k = 4 ib + l of group ib) a 10-bit index
+ * into coli_iq2s_grid (8 magnitudes), qs[k] with bits 2l..2l+1 of qh[ib]
+ * as bits 8..9, and a byte of 8 sign bits qs[32 + k]; two 4-bit scales
+ * per 32 values as IQ2_XS's; value = d * (0.5 + s) / 4 * grid byte * sign. */
+typedef struct block_iq2_s {
+    uint16_t d;                /* fp16 */
+    uint8_t qs[COLI_QK_K / 4]; /* 32 index bytes, then 32 sign bytes */
+    uint8_t qh[COLI_QK_K / 32];
+    uint8_t scales[COLI_QK_K / 32];
+} block_iq2_s;
+
 _Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(block_q5_1) == 24, "Q5_1 block is 24 bytes");
@@ -180,6 +191,7 @@ _Static_assert(sizeof(block_iq2_xxs) == 66, "IQ2_XXS block is 66 bytes");
 _Static_assert(sizeof(block_iq3_xxs) == 98, "IQ3_XXS block is 98 bytes");
 _Static_assert(sizeof(block_iq2_xs) == 74, "IQ2_XS block is 74 bytes");
 _Static_assert(sizeof(block_iq3_s) == 110, "IQ3_S block is 110 bytes");
+_Static_assert(sizeof(block_iq2_s) == 82, "IQ2_S block is 82 bytes");
 
 /* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 extern const int8_t coli_kvalues_iq4nl[16];
@@ -196,6 +208,10 @@ extern const uint64_t coli_iq2xxs_grid[256];
  * iq2xs_grid; quant_tables_iq2.c). */
 extern const uint64_t coli_iq2xs_grid[512];
 
+/* IQ2_S's 1024 grid points, bytes 8, 25 or 43 (ggml's iq2s_grid;
+ * quant_tables_iq2.c). */
+extern const uint64_t coli_iq2s_grid[1024];
+
 /* IQ3_XXS's 256 grid points: 4 magnitudes (bytes 4, 12, ..., 52 and 62,
  * element j in byte j) each (ggml's iq3xxs_grid; quant_tables_iq3.c). */
 extern const uint32_t coli_iq3xxs_grid[256];
@@ -210,6 +226,11 @@ static inline uint64_t coli_iq3_s_pair(const block_iq3_s *x, int g, int l) {
     const uint8_t *q = x->qs + 8 * g + 2 * l;
     const unsigned h = x->qh[g] >> 2 * l;
     return coli_iq3s_grid[q[0] | (h & 1) << 8] | (uint64_t)coli_iq3s_grid[q[1] | (h & 2) << 7] << 32;
+}
+
+/* IQ2_S: the magnitudes of point l (values 8 l .. 8 l + 7) of group ib */
+static inline uint64_t coli_iq2_s_point(const block_iq2_s *x, int ib, int l) {
+    return coli_iq2s_grid[x->qs[4 * ib + l] | (x->qh[ib] >> 2 * l & 3) << 8];
 }
 
 /* The 8 sign bits of a 7-bit sign index: bit j set = element j negative;
@@ -237,7 +258,8 @@ static inline float coli_e8m0_half(uint8_t e) {
  * these types. */
 int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n);
 
-/* The same for the IQ grid types (IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S; quant_dequant_iq.c). */
+/* The same for the IQ grid types (IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S;
+ * quant_dequant_iq.c).. */
 int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n);
 
 #endif

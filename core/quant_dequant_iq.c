@@ -1,6 +1,6 @@
 /*
  * quant_dequant_iq.c - dequantization of the IQ grid types (quant_blocks.h):
- * IQ2_XXS, IQ3_XXS, IQ2_XS and IQ3_S, value for value as ggml's dequantize_row_*
+ * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S and IQ2_S, value for value as ggml's dequantize_row_*
  * (ggml-quants.c): 8 values at a time from grid magnitudes, 8 sign bits
  * and the group's float scale, in ggml's float expression
  * (scale * magnitude, then the sign). coli_dequantize_row_blocks
@@ -77,12 +77,26 @@ static void s_iq3_s(const block_iq3_s *x, float *y, int64_t nb) {
     }
 }
 
+/* IQ2_S: 10-bit grid indexes, a sign byte per 8 values, scales as IQ2_XS */
+static void s_iq2_s(const block_iq2_s *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = coli_fp16_to_fp32(x[i].d);
+        for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+            const float db[2] = {d * (0.5f + (float)(x[i].scales[ib] & 0xf)) * 0.25f,
+                                 d * (0.5f + (float)(x[i].scales[ib] >> 4)) * 0.25f};
+            for (int l = 0; l < 4; l++, y += 8)
+                s_put8(y, db[l / 2], coli_iq2_s_point(&x[i], ib, l), x[i].qs[COLI_QK_K / 8 + 4 * ib + l]);
+        }
+    }
+}
+
 int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case COLI_IQ2_XXS: s_iq2_xxs(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ3_XXS: s_iq3_xxs(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ2_XS: s_iq2_xs(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ3_S: s_iq3_s(src, dst, n / COLI_QK_K); return 0;
+    case COLI_IQ2_S: s_iq2_s(src, dst, n / COLI_QK_K); return 0;
     default: return -1;
     }
 }

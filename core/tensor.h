@@ -36,6 +36,7 @@ typedef enum coli_dtype {
     COLI_IQ3_XXS = 18,
     COLI_IQ4_NL = 20,
     COLI_IQ3_S = 21,
+    COLI_IQ2_S = 22,
     COLI_IQ4_XS = 23,
     COLI_BF16 = 30,
     COLI_TQ1_0 = 34,

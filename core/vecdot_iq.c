@@ -86,12 +86,35 @@ static int32_t s_iq3_s_isum(const block_iq3_s *w, const int8_t *x) {
     return sum;
 }
 
+/* The integer sum of one IQ2_S super-block: scales as IQ2_XS's. */
+static int32_t s_iq2_s_isum(const block_iq2_s *w, const int8_t *x) {
+    int32_t sum = 0;
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+        for (int h = 0; h < 2; h++) {
+            int32_t s = 0;
+            for (int l = 2 * h; l < 2 * h + 2; l++, x += 8)
+                s += s_dot8(coli_iq2_s_point(w, ib, l), w->qs[COLI_QK_K / 8 + 4 * ib + l], x);
+            sum += s * (int32_t)(2 * (w->scales[ib] >> 4 * h & 0xf) + 1);
+        }
+    }
+    return sum;
+}
+
 float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
     const block_iq2_xxs *w = vw;
     const block_q8_K *x = vx;
     float sum = 0.0f;
     for (int64_t b = 0; b < n / COLI_QK_K; b++)
         sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq2_xxs_isum(&w[b], x[b].qs);
+    return 0.125f * sum;
+}
+
+float coli_vec_dot_iq2_s_q8_K(int64_t n, const void *vw, const void *vx) {
+    const block_iq2_s *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++)
+        sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq2_s_isum(&w[b], x[b].qs);
     return 0.125f * sum;
 }
 
