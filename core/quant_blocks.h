@@ -6,7 +6,7 @@
  *
  * 32-value blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4.
  * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0,
- * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S.
+ * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S, IQ1_S.
  */
 #ifndef COLI_CORE_QUANT_BLOCKS_H
 #define COLI_CORE_QUANT_BLOCKS_H
@@ -172,6 +172,16 @@ typedef struct block_iq2_s {
     uint8_t scales[COLI_QK_K / 32];
 } block_iq2_s;
 
+/* IQ1_S: per 8 values (point k = 4 ib + l of group ib) an 11-bit index into
+ * coli_iq1s_grid (8 values -1, 0, 1), qs[k] with bits 3l..3l+2 of qh[ib]
+ * as bits 8..10; qh[ib] bits 12..14 the group's 3-bit scale s, bit 15 the
+ * sign of its shift delta = -+1/8; value = d * (2 s + 1) * (grid + delta). */
+typedef struct block_iq1_s {
+    uint16_t d; /* fp16 */
+    uint8_t qs[COLI_QK_K / 8];
+    uint16_t qh[COLI_QK_K / 32];
+} block_iq1_s;
+
 _Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(block_q5_1) == 24, "Q5_1 block is 24 bytes");
@@ -192,6 +202,7 @@ _Static_assert(sizeof(block_iq3_xxs) == 98, "IQ3_XXS block is 98 bytes");
 _Static_assert(sizeof(block_iq2_xs) == 74, "IQ2_XS block is 74 bytes");
 _Static_assert(sizeof(block_iq3_s) == 110, "IQ3_S block is 110 bytes");
 _Static_assert(sizeof(block_iq2_s) == 82, "IQ2_S block is 82 bytes");
+_Static_assert(sizeof(block_iq1_s) == 50, "IQ1_S block is 50 bytes");
 
 /* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 extern const int8_t coli_kvalues_iq4nl[16];
@@ -212,6 +223,10 @@ extern const uint64_t coli_iq2xs_grid[512];
  * quant_tables_iq2.c). */
 extern const uint64_t coli_iq2s_grid[1024];
 
+/* IQ1_S's (and IQ1_M's) 2048 grid points: 8 int8 values -1, 0 or 1,
+ * element j in byte j (ggml's iq1s_grid; quant_tables_iq1.c). */
+extern const uint64_t coli_iq1s_grid[2048];
+
 /* IQ3_XXS's 256 grid points: 4 magnitudes (bytes 4, 12, ..., 52 and 62,
  * element j in byte j) each (ggml's iq3xxs_grid; quant_tables_iq3.c). */
 extern const uint32_t coli_iq3xxs_grid[256];
@@ -231,6 +246,14 @@ static inline uint64_t coli_iq3_s_pair(const block_iq3_s *x, int g, int l) {
 /* IQ2_S: the magnitudes of point l (values 8 l .. 8 l + 7) of group ib */
 static inline uint64_t coli_iq2_s_point(const block_iq2_s *x, int ib, int l) {
     return coli_iq2s_grid[x->qs[4 * ib + l] | (x->qh[ib] >> 2 * l & 3) << 8];
+}
+
+/* The IQ1 types' shift of every grid value, +-1/8 (ggml's IQ1S_DELTA) */
+#define COLI_IQ1_DELTA 0.125f
+
+/* IQ1_S: the grid point of values 8 l .. 8 l + 7 of group ib */
+static inline uint64_t coli_iq1_s_point(const block_iq1_s *x, int ib, int l) {
+    return coli_iq1s_grid[x->qs[4 * ib + l] | (x->qh[ib] >> 3 * l & 7) << 8];
 }
 
 /* The 8 sign bits of a 7-bit sign index: bit j set = element j negative;
@@ -258,8 +281,8 @@ static inline float coli_e8m0_half(uint8_t e) {
  * these types. */
 int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n);
 
-/* The same for the IQ grid types (IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S;
- * quant_dequant_iq.c).. */
+/* The same for the IQ grid types (IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S,
+ * IQ1_S; quant_dequant_iq.c).. */
 int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n);
 
 #endif

@@ -1,9 +1,10 @@
 /*
  * quant_dequant_iq.c - dequantization of the IQ grid types (quant_blocks.h):
- * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S and IQ2_S, value for value as ggml's dequantize_row_*
+ * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S and IQ1_S, value for value as ggml's dequantize_row_*
  * (ggml-quants.c): 8 values at a time from grid magnitudes, 8 sign bits
  * and the group's float scale, in ggml's float expression
- * (scale * magnitude, then the sign). coli_dequantize_row_blocks
+ * (scale * magnitude, then the sign; IQ1: scale * (grid value + shift)).
+ * coli_dequantize_row_blocks
  * (quant_dequant.c) dispatches here.
  */
 #include <string.h>
@@ -14,6 +15,11 @@
 /* y[0..8) = db * byte j of the magnitudes g, negated where bit j of signs */
 static void s_put8(float *y, float db, uint64_t g, uint8_t signs) {
     for (int j = 0; j < 8; j++) y[j] = db * (float)(uint8_t)(g >> 8 * j) * (signs >> j & 1 ? -1.0f : 1.0f);
+}
+
+/* y[0..8) = dl * (int8 byte j of the grid point g + delta) (the IQ1 types) */
+static void s_put8_iq1(float *y, float dl, uint64_t g, float delta) {
+    for (int j = 0; j < 8; j++) y[j] = dl * ((float)(int8_t)(g >> 8 * j) + delta);
 }
 
 /* IQ2_XXS: per 32 values, 4 grid indexes and a word of 4 sign indexes
@@ -90,6 +96,19 @@ static void s_iq2_s(const block_iq2_s *x, float *y, int64_t nb) {
     }
 }
 
+/* IQ1_S: 11-bit grid indexes, per 32 values a 3-bit scale and the shift's
+ * sign in qh */
+static void s_iq1_s(const block_iq1_s *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = coli_fp16_to_fp32(x[i].d);
+        for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+            const float dl = d * (float)(2 * (x[i].qh[ib] >> 12 & 7) + 1);
+            const float delta = x[i].qh[ib] & 0x8000 ? -COLI_IQ1_DELTA : COLI_IQ1_DELTA;
+            for (int l = 0; l < 4; l++, y += 8) s_put8_iq1(y, dl, coli_iq1_s_point(&x[i], ib, l), delta);
+        }
+    }
+}
+
 int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case COLI_IQ2_XXS: s_iq2_xxs(src, dst, n / COLI_QK_K); return 0;
@@ -97,6 +116,7 @@ int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n)
     case COLI_IQ2_XS: s_iq2_xs(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ3_S: s_iq3_s(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ2_S: s_iq2_s(src, dst, n / COLI_QK_K); return 0;
+    case COLI_IQ1_S: s_iq1_s(src, dst, n / COLI_QK_K); return 0;
     default: return -1;
     }
 }

@@ -34,6 +34,7 @@ typedef enum coli_dtype {
     COLI_IQ2_XXS = 16,
     COLI_IQ2_XS = 17,
     COLI_IQ3_XXS = 18,
+    COLI_IQ1_S = 19,
     COLI_IQ4_NL = 20,
     COLI_IQ3_S = 21,
     COLI_IQ2_S = 22,

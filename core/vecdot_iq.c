@@ -6,7 +6,9 @@
  * magnitude * sign * activation, times its odd scale 2s + 1, summed per
  * super-block; then d_w d_x times that sum per super-block in block order,
  * and the row's sum times the type's constant (IQ2: 1/8, IQ3_XXS: 1/4,
- * IQ3_S: 1).
+ * IQ3_S: 1). The IQ1 types add their shifts: +-1/8 times the scaled sums
+ * of the activations (Q8_K's bsums), as ggml (sum + 1/8 * shift sum in
+ * float).
  */
 #include <string.h>
 
@@ -22,6 +24,13 @@ static int32_t s_dot8(uint64_t g, uint8_t signs, const int8_t *x) {
         const int v = (uint8_t)(g >> 8 * j) * x[j];
         s += signs >> j & 1 ? -v : v;
     }
+    return s;
+}
+
+/* sum over 8 values of the int8 grid values of g times x[j] (IQ1) */
+static int32_t s_dot8_i8(uint64_t g, const int8_t *x) {
+    int32_t s = 0;
+    for (int j = 0; j < 8; j++) s += (int8_t)(g >> 8 * j) * x[j];
     return s;
 }
 
@@ -100,6 +109,21 @@ static int32_t s_iq2_s_isum(const block_iq2_s *w, const int8_t *x) {
     return sum;
 }
 
+/* One IQ1_S super-block's grid sum plus 1/8 of its shift sum, in float as
+ * ggml adds them. */
+static float s_iq1_s_sum(const block_iq1_s *w, const block_q8_K *x) {
+    const int8_t *q8 = x->qs;
+    int32_t sumi = 0, sumi1 = 0;
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+        const int ls = 2 * (w->qh[ib] >> 12 & 7) + 1, delta = w->qh[ib] & 0x8000 ? -1 : 1;
+        int32_t lsum = 0;
+        for (int l = 0; l < 4; l++, q8 += 8) lsum += s_dot8_i8(coli_iq1_s_point(w, ib, l), q8);
+        sumi += ls * lsum;
+        sumi1 += ls * delta * (x->bsums[2 * ib] + x->bsums[2 * ib + 1]);
+    }
+    return (float)sumi + COLI_IQ1_DELTA * (float)sumi1;
+}
+
 float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
     const block_iq2_xxs *w = vw;
     const block_q8_K *x = vx;
@@ -107,6 +131,14 @@ float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
     for (int64_t b = 0; b < n / COLI_QK_K; b++)
         sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq2_xxs_isum(&w[b], x[b].qs);
     return 0.125f * sum;
+}
+
+float coli_vec_dot_iq1_s_q8_K(int64_t n, const void *vw, const void *vx) {
+    const block_iq1_s *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++) sum += coli_fp16_to_fp32(w[b].d) * x[b].d * s_iq1_s_sum(&w[b], &x[b]);
+    return sum;
 }
 
 float coli_vec_dot_iq2_s_q8_K(int64_t n, const void *vw, const void *vx) {

@@ -92,7 +92,8 @@ static inline coli_dtype qu_act_type(coli_dtype t) {
     case COLI_IQ3_XXS:
     case COLI_IQ2_XS:
     case COLI_IQ3_S:
-    case COLI_IQ2_S: return COLI_Q8_K;
+    case COLI_IQ2_S:
+    case COLI_IQ1_S: return COLI_Q8_K;
     default: return COLI_Q8_0;
     }
 }

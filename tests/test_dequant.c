@@ -383,6 +383,7 @@ static const iq_grid k_iq_grids[] = {
     IQ_GRID("iq3_xxs", coli_iq3xxs_grid, 256, 0, 4, 12, 20, 28, 36, 44, 52, 62),
     IQ_GRID("iq2_xs", coli_iq2xs_grid, 512, 0, 8, 25, 43),
     IQ_GRID("iq2_s", coli_iq2s_grid, 1024, 0, 8, 25, 43),
+    IQ_GRID("iq1_s", coli_iq1s_grid, 2048, 1, 0xff, 0, 1),
     IQ_GRID("iq3_s", coli_iq3s_grid, 512, 0, 1, 3, 5, 7, 9, 11, 13, 15),
 };
 
@@ -511,6 +512,7 @@ static const ref_type k_ref_types[] = {
     {COLI_TQ2_0, "tq2_0", 256, 5, 6, (int)offsetof(block_tq2_0, d), 0},
     {COLI_IQ2_XXS, "iq2_xxs", 256, 0, 9, 0, 0},
     {COLI_IQ3_XXS, "iq3_xxs", 256, 0, 11, 0, 0},
+    {COLI_IQ1_S, "iq1_s", 256, 0, 19, 0, 0},
     {COLI_IQ2_S, "iq2_s", 256, 0, 17, 0, 0},
     {COLI_IQ3_S, "iq3_s", 256, 0, 15, 0, 0},
     {COLI_IQ2_XS, "iq2_xs", 256, 0, 13, 0, 0},

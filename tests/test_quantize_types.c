@@ -468,7 +468,7 @@ Test(quantize_types, fp4_ternary_files_run_alike_on_a_worker, .timeout = 300) {
 /* ---- IQ grid types (computed; not written without an importance matrix) -- */
 
 Test(quantize_types, iq_types_need_an_imatrix) {
-    static const char *const types[] = {"IQ2_XXS", "IQ3_XXS", "IQ2_XS", "IQ3_S", "IQ2_S"};
+    static const char *const types[] = {"IQ2_XXS", "IQ3_XXS", "IQ2_XS", "IQ3_S", "IQ2_S", "IQ1_S"};
     char out[4200];
     snprintf(out, sizeof out, "%s/quantize-types-iq2.gguf", s_build());
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
@@ -536,3 +536,4 @@ Test(quantize_types, iq3_xxs_experts_run_alike_on_a_worker, .timeout = 300) { s_
 Test(quantize_types, iq2_xs_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ2_XS); }
 Test(quantize_types, iq3_s_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ3_S); }
 Test(quantize_types, iq2_s_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ2_S); }
+Test(quantize_types, iq1_s_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ1_S); }

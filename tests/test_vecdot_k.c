@@ -52,6 +52,7 @@ static const ktype k_types[] = {
     {"IQ2_XXS", COLI_IQ2_XXS, sizeof(block_iq2_xxs), coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, NULL},
     /* portable only (matmul's AVX2 path calls the portable dot) */
     {"IQ3_XXS", COLI_IQ3_XXS, sizeof(block_iq3_xxs), coli_vec_dot_iq3_xxs_q8_K, coli_vec_dot_iq3_xxs_q8_K, NULL},
+    {"IQ1_S", COLI_IQ1_S, sizeof(block_iq1_s), coli_vec_dot_iq1_s_q8_K, coli_vec_dot_iq1_s_q8_K, NULL},
     {"IQ2_S", COLI_IQ2_S, sizeof(block_iq2_s), coli_vec_dot_iq2_s_q8_K, coli_vec_dot_iq2_s_q8_K, NULL},
     {"IQ3_S", COLI_IQ3_S, sizeof(block_iq3_s), coli_vec_dot_iq3_s_q8_K, coli_vec_dot_iq3_s_q8_K, NULL},
     {"IQ2_XS", COLI_IQ2_XS, sizeof(block_iq2_xs), coli_vec_dot_iq2_xs_q8_K, coli_vec_dot_iq2_xs_q8_K, NULL},
@@ -88,6 +89,7 @@ static double term_bound(const ktype *k, const uint8_t *blk) {
     case COLI_IQ3_XXS: return ad * 15.5 / 2 * 62;
     case COLI_IQ3_S: return ad * 31 * 15;
     case COLI_IQ2_S: return ad * 15.5 / 4 * 43;
+    case COLI_IQ1_S: return ad * 15 * 1.125;
     default: return ad * 32 * 127;
     }
 }
