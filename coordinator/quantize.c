@@ -143,7 +143,8 @@ static int s_needs_imatrix(coli_dtype t) {
     case COLI_IQ2_XS:
     case COLI_IQ3_S:
     case COLI_IQ2_S:
-    case COLI_IQ1_S: return 1;
+    case COLI_IQ1_S:
+    case COLI_IQ1_M: return 1;
     default: return 0;
     }
 }

@@ -6,7 +6,7 @@
  *
  * 32-value blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4.
  * 256-value super-blocks (COLI_QK_K): Q2_K..Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0,
- * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S, IQ1_S.
+ * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S, IQ1_S, IQ1_M.
  */
 #ifndef COLI_CORE_QUANT_BLOCKS_H
 #define COLI_CORE_QUANT_BLOCKS_H
@@ -182,6 +182,19 @@ typedef struct block_iq1_s {
     uint16_t qh[COLI_QK_K / 32];
 } block_iq1_s;
 
+/* IQ1_M: no d field. Per 8 values (point l of group ib) an 11-bit index
+ * into coli_iq1s_grid, qs[4 ib + l] with bits 0..2 (l even) or 4..6 (l odd)
+ * of qh[2 ib + l / 2] as bits 8..10, the next bit (3 or 7) the sign of the
+ * shift delta = -+1/8; the scales as four little-endian 16-bit words:
+ * word ib / 2, bits 6 (ib % 2) + 3 h .. + 2, the 3-bit scale s of half h
+ * (16 values) of group ib; the top nibbles of words 0..3, nibbles 0..3 of
+ * the fp16 d; value = d * (2 s + 1) * (grid + delta). */
+typedef struct block_iq1_m {
+    uint8_t qs[COLI_QK_K / 8];
+    uint8_t qh[COLI_QK_K / 16];
+    uint8_t scales[COLI_QK_K / 32];
+} block_iq1_m;
+
 _Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(block_q5_1) == 24, "Q5_1 block is 24 bytes");
@@ -203,6 +216,7 @@ _Static_assert(sizeof(block_iq2_xs) == 74, "IQ2_XS block is 74 bytes");
 _Static_assert(sizeof(block_iq3_s) == 110, "IQ3_S block is 110 bytes");
 _Static_assert(sizeof(block_iq2_s) == 82, "IQ2_S block is 82 bytes");
 _Static_assert(sizeof(block_iq1_s) == 50, "IQ1_S block is 50 bytes");
+_Static_assert(sizeof(block_iq1_m) == 56, "IQ1_M block is 56 bytes");
 
 /* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 extern const int8_t coli_kvalues_iq4nl[16];
@@ -256,6 +270,29 @@ static inline uint64_t coli_iq1_s_point(const block_iq1_s *x, int ib, int l) {
     return coli_iq1s_grid[x->qs[4 * ib + l] | (x->qh[ib] >> 3 * l & 7) << 8];
 }
 
+/* IQ1_M's fp16 d, gathered from the top nibbles of its scale words */
+static inline uint16_t coli_iq1_m_half(const block_iq1_m *x) {
+    uint16_t sc[4];
+    memcpy(sc, x->scales, sizeof sc);
+    return (uint16_t)(sc[0] >> 12 | (sc[1] >> 8 & 0x00f0) | (sc[2] >> 4 & 0x0f00) | (sc[3] & 0xf000));
+}
+
+/* IQ1_M: the 3-bit scale of half h of group ib */
+static inline int coli_iq1_m_scale(const block_iq1_m *x, int ib, int h) {
+    uint16_t sc;
+    memcpy(&sc, x->scales + 2 * (ib / 2), sizeof sc);
+    return sc >> (6 * (ib % 2) + 3 * h) & 7;
+}
+
+/* IQ1_M: the grid point of values 8 l .. 8 l + 7 of group ib, and whether
+ * their shift is negative */
+static inline uint64_t coli_iq1_m_point(const block_iq1_m *x, int ib, int l) {
+    return coli_iq1s_grid[x->qs[4 * ib + l] | (x->qh[2 * ib + l / 2] >> 4 * (l % 2) & 7) << 8];
+}
+static inline int coli_iq1_m_neg(const block_iq1_m *x, int ib, int l) {
+    return x->qh[2 * ib + l / 2] >> (4 * (l % 2) + 3) & 1;
+}
+
 /* The 8 sign bits of a 7-bit sign index: bit j set = element j negative;
  * bit 7 makes the count of negatives even (ggml's ksigns_iq2xs). */
 static inline uint8_t coli_iq2_signs(unsigned i7) {
@@ -282,7 +319,7 @@ static inline float coli_e8m0_half(uint8_t e) {
 int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n);
 
 /* The same for the IQ grid types (IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S,
- * IQ1_S; quant_dequant_iq.c).. */
+ * IQ1_S, IQ1_M; quant_dequant_iq.c).. */
 int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * quant_dequant_iq.c - dequantization of the IQ grid types (quant_blocks.h):
- * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S and IQ1_S, value for value as ggml's dequantize_row_*
+ * IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S, IQ1_S and IQ1_M, value for value as ggml's dequantize_row_*
  * (ggml-quants.c): 8 values at a time from grid magnitudes, 8 sign bits
  * and the group's float scale, in ggml's float expression
  * (scale * magnitude, then the sign; IQ1: scale * (grid value + shift)).
@@ -109,6 +109,19 @@ static void s_iq1_s(const block_iq1_s *x, float *y, int64_t nb) {
     }
 }
 
+/* IQ1_M: IQ1_S's grid, a scale per 16 values, a shift sign per 8 */
+static void s_iq1_m(const block_iq1_m *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = coli_fp16_to_fp32(coli_iq1_m_half(&x[i]));
+        for (int ib = 0; ib < COLI_QK_K / 32; ib++)
+            for (int l = 0; l < 4; l++, y += 8) {
+                const float dl = d * (float)(2 * coli_iq1_m_scale(&x[i], ib, l / 2) + 1);
+                const float delta = coli_iq1_m_neg(&x[i], ib, l) ? -COLI_IQ1_DELTA : COLI_IQ1_DELTA;
+                s_put8_iq1(y, dl, coli_iq1_m_point(&x[i], ib, l), delta);
+            }
+    }
+}
+
 int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case COLI_IQ2_XXS: s_iq2_xxs(src, dst, n / COLI_QK_K); return 0;
@@ -117,6 +130,7 @@ int coli_dequantize_row_iq(coli_dtype t, const void *src, float *dst, int64_t n)
     case COLI_IQ3_S: s_iq3_s(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ2_S: s_iq2_s(src, dst, n / COLI_QK_K); return 0;
     case COLI_IQ1_S: s_iq1_s(src, dst, n / COLI_QK_K); return 0;
+    case COLI_IQ1_M: s_iq1_m(src, dst, n / COLI_QK_K); return 0;
     default: return -1;
     }
 }

@@ -32,6 +32,7 @@ static const struct dtype_info {
     {COLI_IQ4_XS, "IQ4_XS", COLI_QK_K, 136, 1},
     {COLI_IQ2_XXS, "IQ2_XXS", COLI_QK_K, 66, 1},
     {COLI_IQ3_XXS, "IQ3_XXS", COLI_QK_K, 98, 1},
+    {COLI_IQ1_M, "IQ1_M", COLI_QK_K, 56, 1},
     {COLI_IQ1_S, "IQ1_S", COLI_QK_K, 50, 1},
     {COLI_IQ2_S, "IQ2_S", COLI_QK_K, 82, 1},
     {COLI_IQ3_S, "IQ3_S", COLI_QK_K, 110, 1},

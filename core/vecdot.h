@@ -8,7 +8,7 @@
  *   Q4_1, Q5_1           -> Q8_1 (block_q8_1)
  *   Q5_0, IQ4_NL         -> Q8_0 (block_q8_0)
  *   Q2_K..Q6_K, IQ4_XS   -> Q8_K (block_q8_K)
- *   MXFP4                -> Q8_0;  TQ1_0, TQ2_0, IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S, IQ1_S -> Q8_K
+ *   MXFP4                -> Q8_0;  TQ1_0, TQ2_0, IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S, IQ1_S, IQ1_M -> Q8_K
  * so results match llama.cpp's CPU backend within float rounding.
  *
  * Every function: n values (a multiple of the type's block size), w the
@@ -48,6 +48,7 @@ float coli_vec_dot_tq1_0_q8_K(int64_t n, const void *w, const void *x);
 float coli_vec_dot_tq2_0_q8_K(int64_t n, const void *w, const void *x);
 float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x); /* vecdot_iq.c */
 float coli_vec_dot_iq3_xxs_q8_K(int64_t n, const void *w, const void *x); /* portable only */
+float coli_vec_dot_iq1_m_q8_K(int64_t n, const void *w, const void *x);   /* portable only */
 float coli_vec_dot_iq1_s_q8_K(int64_t n, const void *w, const void *x);   /* portable only */
 float coli_vec_dot_iq2_s_q8_K(int64_t n, const void *w, const void *x);   /* portable only */
 float coli_vec_dot_iq3_s_q8_K(int64_t n, const void *w, const void *x);   /* portable only */

@@ -124,6 +124,27 @@ static float s_iq1_s_sum(const block_iq1_s *w, const block_q8_K *x) {
     return (float)sumi + COLI_IQ1_DELTA * (float)sumi1;
 }
 
+/* The same for IQ1_M: scales per 16 values, shift signs per 8 (the shift
+ * sums from the activations themselves). */
+static float s_iq1_m_sum(const block_iq1_m *w, const block_q8_K *x) {
+    const int8_t *q8 = x->qs;
+    int32_t sumi1 = 0, sumi2 = 0;
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++)
+        for (int h = 0; h < 2; h++) {
+            const int ls = 2 * coli_iq1_m_scale(w, ib, h) + 1;
+            int32_t s1 = 0, s2 = 0;
+            for (int l = 2 * h; l < 2 * h + 2; l++, q8 += 8) {
+                s1 += s_dot8_i8(coli_iq1_m_point(w, ib, l), q8);
+                int32_t xs = 0;
+                for (int j = 0; j < 8; j++) xs += q8[j];
+                s2 += coli_iq1_m_neg(w, ib, l) ? -xs : xs;
+            }
+            sumi1 += s1 * ls;
+            sumi2 += s2 * ls;
+        }
+    return (float)sumi1 + COLI_IQ1_DELTA * (float)sumi2;
+}
+
 float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
     const block_iq2_xxs *w = vw;
     const block_q8_K *x = vx;
@@ -131,6 +152,15 @@ float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
     for (int64_t b = 0; b < n / COLI_QK_K; b++)
         sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq2_xxs_isum(&w[b], x[b].qs);
     return 0.125f * sum;
+}
+
+float coli_vec_dot_iq1_m_q8_K(int64_t n, const void *vw, const void *vx) {
+    const block_iq1_m *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / COLI_QK_K; b++)
+        sum += coli_fp16_to_fp32(coli_iq1_m_half(&w[b])) * x[b].d * s_iq1_m_sum(&w[b], &x[b]);
+    return sum;
 }
 
 float coli_vec_dot_iq1_s_q8_K(int64_t n, const void *vw, const void *vx) {

@@ -512,6 +512,7 @@ static const ref_type k_ref_types[] = {
     {COLI_TQ2_0, "tq2_0", 256, 5, 6, (int)offsetof(block_tq2_0, d), 0},
     {COLI_IQ2_XXS, "iq2_xxs", 256, 0, 9, 0, 0},
     {COLI_IQ3_XXS, "iq3_xxs", 256, 0, 11, 0, 0},
+    {COLI_IQ1_M, "iq1_m", 256, 0, 21, 0, 0},
     {COLI_IQ1_S, "iq1_s", 256, 0, 19, 0, 0},
     {COLI_IQ2_S, "iq2_s", 256, 0, 17, 0, 0},
     {COLI_IQ3_S, "iq3_s", 256, 0, 15, 0, 0},
@@ -536,7 +537,11 @@ Test(ggml_ref, dequantize_bit_for_bit) {
         char name[64];
         snprintf(name, sizeof name, "%s.deq", r->file);
         read_fixture(name, want, sizeof want);
-        gri_blocks(raw, GRI_N_DEQUANT / r->group, (int)coli_dtype_block_bytes(r->t), r->scale_off, r->e8m0, r->dseed);
+        if (r->t == COLI_IQ1_M) /* its d is spread over the scale words */
+            gri_blocks_iq1_m(raw, GRI_N_DEQUANT / r->group, r->dseed);
+        else
+            gri_blocks(raw, GRI_N_DEQUANT / r->group, (int)coli_dtype_block_bytes(r->t), r->scale_off, r->e8m0,
+                       r->dseed);
         coli_dequantize_row(r->t, raw, got, GRI_N_DEQUANT);
         first_difference(got, want, sizeof got, sizeof(float), coli_dtype_name(r->t));
     }

@@ -468,7 +468,7 @@ Test(quantize_types, fp4_ternary_files_run_alike_on_a_worker, .timeout = 300) {
 /* ---- IQ grid types (computed; not written without an importance matrix) -- */
 
 Test(quantize_types, iq_types_need_an_imatrix) {
-    static const char *const types[] = {"IQ2_XXS", "IQ3_XXS", "IQ2_XS", "IQ3_S", "IQ2_S", "IQ1_S"};
+    static const char *const types[] = {"IQ2_XXS", "IQ3_XXS", "IQ2_XS", "IQ3_S", "IQ2_S", "IQ1_S", "IQ1_M"};
     char out[4200];
     snprintf(out, sizeof out, "%s/quantize-types-iq2.gguf", s_build());
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
@@ -501,7 +501,7 @@ static void s_write_iq_model(const char *out, coli_dtype t) {
             uint8_t *b = malloc(n);
             cr_assert(b);
             for (size_t k = 0; k < n; k++) b[k] = (uint8_t)qu_next(&seed);
-            for (size_t k = 0; k < n; k += bb) memcpy(b + k, &d, 2);
+            for (size_t k = 0; k < n; k += bb) qu_put_d(t, b + k, 0, d);
             bufs[i] = b;
             cr_assert_eq(gguf_writer_add_tensor(w, ti->name, t, ti->n_dims, ti->ne, b, n), 0);
         } else {
@@ -537,3 +537,4 @@ Test(quantize_types, iq2_xs_experts_run_alike_on_a_worker, .timeout = 300) { s_i
 Test(quantize_types, iq3_s_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ3_S); }
 Test(quantize_types, iq2_s_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ2_S); }
 Test(quantize_types, iq1_s_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ1_S); }
+Test(quantize_types, iq1_m_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ1_M); }

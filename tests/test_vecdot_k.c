@@ -52,6 +52,7 @@ static const ktype k_types[] = {
     {"IQ2_XXS", COLI_IQ2_XXS, sizeof(block_iq2_xxs), coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, NULL},
     /* portable only (matmul's AVX2 path calls the portable dot) */
     {"IQ3_XXS", COLI_IQ3_XXS, sizeof(block_iq3_xxs), coli_vec_dot_iq3_xxs_q8_K, coli_vec_dot_iq3_xxs_q8_K, NULL},
+    {"IQ1_M", COLI_IQ1_M, sizeof(block_iq1_m), coli_vec_dot_iq1_m_q8_K, coli_vec_dot_iq1_m_q8_K, NULL},
     {"IQ1_S", COLI_IQ1_S, sizeof(block_iq1_s), coli_vec_dot_iq1_s_q8_K, coli_vec_dot_iq1_s_q8_K, NULL},
     {"IQ2_S", COLI_IQ2_S, sizeof(block_iq2_s), coli_vec_dot_iq2_s_q8_K, coli_vec_dot_iq2_s_q8_K, NULL},
     {"IQ3_S", COLI_IQ3_S, sizeof(block_iq3_s), coli_vec_dot_iq3_s_q8_K, coli_vec_dot_iq3_s_q8_K, NULL},
@@ -75,7 +76,7 @@ static float fp16_at(const uint8_t *p) {
 static double term_bound(const ktype *k, const uint8_t *blk) {
     int od, om;
     qu_scale_offsets(k->t, &od, &om);
-    double ad = fabs(fp16_at(blk + od)), am = om >= 0 ? fabs(fp16_at(blk + om)) : 0.0;
+    double ad = fabs(coli_fp16_to_fp32(qu_get_d(k->t, blk, od))), am = om >= 0 ? fabs(fp16_at(blk + om)) : 0.0;
     switch (k->t) {
     case COLI_Q2_K: return ad * 15 * 3 + am * 15;
     case COLI_Q3_K: return ad * 32 * 4;
@@ -90,6 +91,7 @@ static double term_bound(const ktype *k, const uint8_t *blk) {
     case COLI_IQ3_S: return ad * 31 * 15;
     case COLI_IQ2_S: return ad * 15.5 / 4 * 43;
     case COLI_IQ1_S: return ad * 15 * 1.125;
+    case COLI_IQ1_M: return ad * 15 * 1.125;
     default: return ad * 32 * 127;
     }
 }
@@ -109,7 +111,7 @@ static uint8_t *make_weights(const ktype *k, int64_t n, unsigned seed, int fill)
     qu_scale_offsets(k->t, &od, &om);
     uint16_t d = coli_fp32_to_fp16(-0.01f), dmin = coli_fp32_to_fp16(0.004f);
     for (int64_t b = 0; b < nb; b++) {
-        memcpy(w + (size_t)b * k->block_bytes + od, &d, 2);
+        qu_put_d(k->t, w + (size_t)b * k->block_bytes, od, d);
         if (om >= 0) memcpy(w + (size_t)b * k->block_bytes + om, &dmin, 2);
     }
     return w;
@@ -304,7 +306,7 @@ static void set_scales(const ktype *k, uint8_t *w, int64_t nb, float d, float dm
     qu_scale_offsets(k->t, &od, &om);
     uint16_t hd = coli_fp32_to_fp16(d), hm = coli_fp32_to_fp16(dmin);
     for (int64_t b = 0; b < nb; b++) {
-        memcpy(w + (size_t)b * k->block_bytes + od, &hd, 2);
+        qu_put_d(k->t, w + (size_t)b * k->block_bytes, od, hd);
         if (om >= 0) memcpy(w + (size_t)b * k->block_bytes + om, &hm, 2);
     }
 }
