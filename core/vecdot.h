@@ -47,12 +47,12 @@ float coli_vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x); /* vecdo
 float coli_vec_dot_tq1_0_q8_K(int64_t n, const void *w, const void *x);
 float coli_vec_dot_tq2_0_q8_K(int64_t n, const void *w, const void *x);
 float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x); /* vecdot_iq.c */
-float coli_vec_dot_iq3_xxs_q8_K(int64_t n, const void *w, const void *x); /* portable only */
-float coli_vec_dot_iq1_m_q8_K(int64_t n, const void *w, const void *x);   /* portable only */
-float coli_vec_dot_iq1_s_q8_K(int64_t n, const void *w, const void *x);   /* portable only */
-float coli_vec_dot_iq2_s_q8_K(int64_t n, const void *w, const void *x);   /* portable only */
-float coli_vec_dot_iq3_s_q8_K(int64_t n, const void *w, const void *x);   /* portable only */
-float coli_vec_dot_iq2_xs_q8_K(int64_t n, const void *w, const void *x);  /* portable only */
+float coli_vec_dot_iq3_xxs_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq1_m_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq1_s_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq2_s_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq3_s_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq2_xs_q8_K(int64_t n, const void *w, const void *x);
 
 /* AVX2 + FMA (vecdot_legacy_avx2.c, vecdot_k_avx2.c); call only if
  * coli_cpu_avx2(). On other targets they are the portable functions. */
@@ -64,6 +64,12 @@ float coli_vec_dot_mxfp4_q8_0_avx2(int64_t n, const void *w, const void *x);   /
 float coli_vec_dot_tq1_0_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
 float coli_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
 float coli_vec_dot_iq2_xxs_q8_K_avx2(int64_t n, const void *w, const void *x); /* the portable bits */
+float coli_vec_dot_iq3_xxs_q8_K_avx2(int64_t n, const void *w, const void *x); /* the portable bits */
+float coli_vec_dot_iq2_xs_q8_K_avx2(int64_t n, const void *w, const void *x);  /* the portable bits */
+float coli_vec_dot_iq3_s_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
+float coli_vec_dot_iq2_s_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
+float coli_vec_dot_iq1_s_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
+float coli_vec_dot_iq1_m_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
 float coli_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *x);

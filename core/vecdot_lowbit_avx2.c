@@ -1,5 +1,5 @@
 /*
- * vecdot_lowbit_avx2.c - AVX2 dot products of TQ1_0, TQ2_0 and IQ2_XXS rows
+ * vecdot_lowbit_avx2.c - AVX2 dot products of TQ1_0, TQ2_0 and the IQ types' rows
  * with Q8_K activation rows (vecdot.h), compiled per function
  * (COLI_TARGET_AVX2) and called only when coli_cpu_avx2().
  *
@@ -10,9 +10,13 @@
  *    with the activation bytes by maddubs (pairs into int16: at most
  *    9 * 2*2*127 per lane); the activations' sum (the bsums) is subtracted
  *    once.
- *  IQ2_XXS: per 32 values, 4 grid points (magnitudes 8..43) against the
- *    activations with the points' signs applied (sign_epi8), maddubs
- *    (at most 2*43*127 per pair), madd with the block's 2s + 1.
+ *  IQ2/IQ3 types: per 32 values, the grid points' magnitudes (8..62)
+ *    against the activations with the signs applied (sign_epi8), maddubs
+ *    (at most 2*62*127 per pair), madd with the scales 2s + 1.
+ *  IQ1_S/IQ1_M: the grid values -1/0/1 applied by sign_epi8, summed by
+ *    maddubs with ones; the shift sums from the bsums (IQ1_S) or the
+ *    activations with the shift signs (IQ1_M); the float step adds 1/8
+ *    of them as the portable one.
  */
 #include <string.h>
 
@@ -129,48 +133,185 @@ AVX2 float coli_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *vw, const void *v
     return sum;
 }
 
-/* sum over one IQ2_XXS super-block of grid * sign * x * (2s + 1) per 32
- * values (quant_blocks.h); each group's 8 sign bits spread over its 8
- * bytes (byte j tests bit j), as +1 / -1 for sign_epi8 */
-AVX2 ALWAYS int iq2xxs_isum(const block_iq2_xxs *w, const int8_t *x) {
-    const uint8_t *q = (const uint8_t *)w->qs;
+/* One group of 32 values of an IQ grid type: g the magnitudes (unsigned
+ * bytes, value j in byte j), s4 their 32 sign bits (byte l: the 8 signs of
+ * values 8 l ..), x the activations; the pair sums times ls (16-bit lanes:
+ * the odd scale of the values they hold) as 8 int32. Each sign bit spread
+ * over its byte (byte j tests bit j), as +1 / -1 for sign_epi8; maddubs
+ * pairs stay below 2 * 62 * 127. */
+AVX2 ALWAYS __m256i iq_group(__m256i g, uint32_t s4, const int8_t *x, __m256i ls) {
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), spread);
+    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(sb, bit), bit);
+    const __m256i xv =
+        _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x), _mm256_or_si256(neg, _mm256_set1_epi8(1)));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), ls);
+}
+
+/* One group of an IQ1 type: g the int8 grid values -1, 0, 1 (times x by
+ * sign_epi8), the pair sums times ls. */
+AVX2 ALWAYS __m256i iq1_group(__m256i g, const int8_t *x, __m256i ls) {
+    const __m256i p = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x), g);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p), ls);
+}
+
+AVX2 ALWAYS __m256i words4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+    return _mm256_set_epi64x((long long)d, (long long)c, (long long)b, (long long)a);
+}
+
+/* the scale lanes of a group with one scale, and with one per 16 values */
+AVX2 ALWAYS __m256i ls1(unsigned s) { return _mm256_set1_epi16((short)(2 * s + 1)); }
+AVX2 ALWAYS __m256i ls2(unsigned s0, unsigned s1) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)(2 * s1 + 1)), _mm_set1_epi16((short)(2 * s0 + 1)));
+}
+
+/* the 4 sign bytes of 4 7-bit sign indexes (bits 7l.. of aux) */
+AVX2 ALWAYS uint32_t signs4(uint32_t aux) {
+    return coli_iq2_signs(aux & 127) | (uint32_t)coli_iq2_signs((aux >> 7) & 127) << 8 |
+           (uint32_t)coli_iq2_signs((aux >> 14) & 127) << 16 | (uint32_t)coli_iq2_signs((aux >> 21) & 127) << 24;
+}
+
+AVX2 ALWAYS uint32_t load4(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The exact integer sums of one super-block, as the portable functions'
+ * (quant_blocks.h has the layouts). */
+AVX2 ALWAYS int iq2xxs_isum(const block_iq2_xxs *w, const int8_t *x) {
+    const uint8_t *q = (const uint8_t *)w->qs;
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
-        uint32_t aux;
-        memcpy(&aux, q + 4, 4);
-        const __m256i g = _mm256_set_epi64x((long long)coli_iq2xxs_grid[q[3]], (long long)coli_iq2xxs_grid[q[2]],
-                                            (long long)coli_iq2xxs_grid[q[1]], (long long)coli_iq2xxs_grid[q[0]]);
-        const uint32_t s4 = coli_iq2_signs(aux & 127) | (uint32_t)coli_iq2_signs((aux >> 7) & 127) << 8 |
-                            (uint32_t)coli_iq2_signs((aux >> 14) & 127) << 16 |
-                            (uint32_t)coli_iq2_signs((aux >> 21) & 127) << 24;
-        const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), spread);
-        const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(sb, bit), bit);
-        const __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(x + 32 * ib)),
-                                            _mm256_or_si256(neg, _mm256_set1_epi8(1)));
-        const __m256i ls = _mm256_set1_epi16((short)(2 * (aux >> 28) + 1));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), ls));
+        const uint32_t aux = load4(q + 4);
+        const __m256i g =
+            words4(coli_iq2xxs_grid[q[0]], coli_iq2xxs_grid[q[1]], coli_iq2xxs_grid[q[2]], coli_iq2xxs_grid[q[3]]);
+        acc = _mm256_add_epi32(acc, iq_group(g, signs4(aux), x + 32 * ib, ls1(aux >> 28)));
     }
     return hsum_i32(acc);
 }
 
-AVX2 float coli_vec_dot_iq2_xxs_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
-    const block_iq2_xxs *w = vw;
-    const block_q8_K *x = vx;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / COLI_QK_K; b++)
-        sum = add_mul(sum, _cvtsh_ss(w[b].d) * x[b].d, (float)iq2xxs_isum(&w[b], x[b].qs));
-    return 0.125f * sum;
+AVX2 ALWAYS int iq3xxs_isum(const block_iq3_xxs *w, const int8_t *x) {
+    const uint8_t *q = w->qs;
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
+        const uint32_t aux = load4(w->qs + COLI_QK_K / 4 + 4 * ib);
+        const __m256i g =
+            _mm256_set_epi32((int)coli_iq3xxs_grid[q[7]], (int)coli_iq3xxs_grid[q[6]], (int)coli_iq3xxs_grid[q[5]],
+                             (int)coli_iq3xxs_grid[q[4]], (int)coli_iq3xxs_grid[q[3]], (int)coli_iq3xxs_grid[q[2]],
+                             (int)coli_iq3xxs_grid[q[1]], (int)coli_iq3xxs_grid[q[0]]);
+        acc = _mm256_add_epi32(acc, iq_group(g, signs4(aux), x + 32 * ib, ls1(aux >> 28)));
+    }
+    return hsum_i32(acc);
 }
+
+AVX2 ALWAYS int iq2xs_isum(const block_iq2_xs *w, const int8_t *x) {
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+        const uint16_t *q = w->qs + 4 * ib;
+        const __m256i g = words4(coli_iq2xs_grid[q[0] & 511], coli_iq2xs_grid[q[1] & 511], coli_iq2xs_grid[q[2] & 511],
+                                 coli_iq2xs_grid[q[3] & 511]);
+        const uint32_t s4 = coli_iq2_signs(q[0] >> 9) | (uint32_t)coli_iq2_signs(q[1] >> 9) << 8 |
+                            (uint32_t)coli_iq2_signs(q[2] >> 9) << 16 | (uint32_t)coli_iq2_signs(q[3] >> 9) << 24;
+        acc = _mm256_add_epi32(acc, iq_group(g, s4, x + 32 * ib, ls2(w->scales[ib] & 0xf, w->scales[ib] >> 4)));
+    }
+    return hsum_i32(acc);
+}
+
+AVX2 ALWAYS int iq2s_isum(const block_iq2_s *w, const int8_t *x) {
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+        const __m256i g = words4(coli_iq2_s_point(w, ib, 0), coli_iq2_s_point(w, ib, 1), coli_iq2_s_point(w, ib, 2),
+                                 coli_iq2_s_point(w, ib, 3));
+        const uint32_t s4 = load4(w->qs + COLI_QK_K / 8 + 4 * ib);
+        acc = _mm256_add_epi32(acc, iq_group(g, s4, x + 32 * ib, ls2(w->scales[ib] & 0xf, w->scales[ib] >> 4)));
+    }
+    return hsum_i32(acc);
+}
+
+AVX2 ALWAYS int iq3s_isum(const block_iq3_s *w, const int8_t *x) {
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+        const __m256i g = words4(coli_iq3_s_pair(w, ib, 0), coli_iq3_s_pair(w, ib, 1), coli_iq3_s_pair(w, ib, 2),
+                                 coli_iq3_s_pair(w, ib, 3));
+        const unsigned s = w->scales[ib / 2] >> 4 * (ib % 2) & 0xf;
+        acc = _mm256_add_epi32(acc, iq_group(g, load4(w->signs + 4 * ib), x + 32 * ib, ls1(s)));
+    }
+    return hsum_i32(acc);
+}
+
+/* IQ1_S: the grid sum plus 1/8 of the shift sum (from the bsums), in float
+ * as the portable function adds them */
+AVX2 ALWAYS float iq1s_sum(const block_iq1_s *w, const block_q8_K *x) {
+    __m256i acc = _mm256_setzero_si256();
+    int sumi1 = 0;
+#pragma GCC unroll 8
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+        const unsigned s = w->qh[ib] >> 12 & 7;
+        const __m256i g = words4(coli_iq1_s_point(w, ib, 0), coli_iq1_s_point(w, ib, 1), coli_iq1_s_point(w, ib, 2),
+                                 coli_iq1_s_point(w, ib, 3));
+        acc = _mm256_add_epi32(acc, iq1_group(g, x->qs + 32 * ib, ls1(s)));
+        const int bs = x->bsums[2 * ib] + x->bsums[2 * ib + 1];
+        sumi1 += (int)(2 * s + 1) * (w->qh[ib] & 0x8000 ? -bs : bs);
+    }
+    return (float)hsum_i32(acc) + COLI_IQ1_DELTA * (float)sumi1;
+}
+
+/* IQ1_M: the shift signs as -1 / +1 bytes per 8 values against x too */
+AVX2 ALWAYS float iq1m_sum(const block_iq1_m *w, const block_q8_K *x) {
+    __m256i acc = _mm256_setzero_si256(), acc2 = _mm256_setzero_si256();
+    const uint64_t minus = 0xffffffffffffffffull, plus = 0x0101010101010101ull;
+#pragma GCC unroll 8
+    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+        const __m256i ls = ls2((unsigned)coli_iq1_m_scale(w, ib, 0), (unsigned)coli_iq1_m_scale(w, ib, 1));
+        const __m256i g = words4(coli_iq1_m_point(w, ib, 0), coli_iq1_m_point(w, ib, 1), coli_iq1_m_point(w, ib, 2),
+                                 coli_iq1_m_point(w, ib, 3));
+        const __m256i dv = words4(coli_iq1_m_neg(w, ib, 0) ? minus : plus, coli_iq1_m_neg(w, ib, 1) ? minus : plus,
+                                  coli_iq1_m_neg(w, ib, 2) ? minus : plus, coli_iq1_m_neg(w, ib, 3) ? minus : plus);
+        acc = _mm256_add_epi32(acc, iq1_group(g, x->qs + 32 * ib, ls));
+        acc2 = _mm256_add_epi32(acc2, iq1_group(dv, x->qs + 32 * ib, ls));
+    }
+    return (float)hsum_i32(acc) + COLI_IQ1_DELTA * (float)hsum_i32(acc2);
+}
+
+/* The portable float steps over the super-blocks: d_w d_x times the
+ * block's sum added without contraction, the row's sum times k. */
+#define IQ_DOT(stem, T, HALF, SUM, k)                                                                           \
+    AVX2 float coli_vec_dot_##stem##_q8_K_avx2(int64_t n, const void *vw, const void *vx) {                     \
+        const T *w = vw;                                                                                        \
+        const block_q8_K *x = vx;                                                                               \
+        float sum = 0.0f;                                                                                       \
+        for (int64_t b = 0; b < n / COLI_QK_K; b++) sum = add_mul(sum, _cvtsh_ss(HALF) * x[b].d, (float)(SUM)); \
+        return k * sum;                                                                                         \
+    }
+IQ_DOT(iq2_xxs, block_iq2_xxs, w[b].d, iq2xxs_isum(&w[b], x[b].qs), 0.125f)
+IQ_DOT(iq3_xxs, block_iq3_xxs, w[b].d, iq3xxs_isum(&w[b], x[b].qs), 0.25f)
+IQ_DOT(iq2_xs, block_iq2_xs, w[b].d, iq2xs_isum(&w[b], x[b].qs), 0.125f)
+IQ_DOT(iq2_s, block_iq2_s, w[b].d, iq2s_isum(&w[b], x[b].qs), 0.125f)
+IQ_DOT(iq3_s, block_iq3_s, w[b].d, iq3s_isum(&w[b], x[b].qs), 1.0f)
+IQ_DOT(iq1_s, block_iq1_s, w[b].d, iq1s_sum(&w[b], &x[b]), 1.0f)
+IQ_DOT(iq1_m, block_iq1_m, coli_iq1_m_half(&w[b]), iq1m_sum(&w[b], &x[b]), 1.0f)
 
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
 float coli_vec_dot_tq1_0_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_tq1_0_q8_K(n, w, x); }
 float coli_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *w, const void *x) { return coli_vec_dot_tq2_0_q8_K(n, w, x); }
-float coli_vec_dot_iq2_xxs_q8_K_avx2(int64_t n, const void *w, const void *x) {
-    return coli_vec_dot_iq2_xxs_q8_K(n, w, x);
-}
+#define IQ_DOT(stem)                                                                 \
+    float coli_vec_dot_##stem##_q8_K_avx2(int64_t n, const void *w, const void *x) { \
+        return coli_vec_dot_##stem##_q8_K(n, w, x);                                  \
+    }
+IQ_DOT(iq2_xxs)
+IQ_DOT(iq3_xxs)
+IQ_DOT(iq2_xs)
+IQ_DOT(iq2_s)
+IQ_DOT(iq3_s)
+IQ_DOT(iq1_s)
+IQ_DOT(iq1_m)
 
 #endif

@@ -183,13 +183,12 @@ static const ref_dot k_ref_dots[] = {
     {COLI_TQ1_0, "tq1_0", "act_q8_K", coli_vec_dot_tq1_0_q8_K, coli_vec_dot_tq1_0_q8_K_avx2, 0, 0},
     {COLI_TQ2_0, "tq2_0", "act_q8_K", coli_vec_dot_tq2_0_q8_K, coli_vec_dot_tq2_0_q8_K_avx2, 0, 0},
     {COLI_IQ2_XXS, "iq2_xxs", "act_q8_K", coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, 0, 10},
-    /* portable only: the avx2 slot is what matmul's AVX2 path calls */
-    {COLI_IQ3_XXS, "iq3_xxs", "act_q8_K", coli_vec_dot_iq3_xxs_q8_K, coli_vec_dot_iq3_xxs_q8_K, 0, 12},
-    {COLI_IQ1_M, "iq1_m", "act_q8_K", coli_vec_dot_iq1_m_q8_K, coli_vec_dot_iq1_m_q8_K, 0, 22},
-    {COLI_IQ1_S, "iq1_s", "act_q8_K", coli_vec_dot_iq1_s_q8_K, coli_vec_dot_iq1_s_q8_K, 0, 20},
-    {COLI_IQ2_S, "iq2_s", "act_q8_K", coli_vec_dot_iq2_s_q8_K, coli_vec_dot_iq2_s_q8_K, 0, 18},
-    {COLI_IQ3_S, "iq3_s", "act_q8_K", coli_vec_dot_iq3_s_q8_K, coli_vec_dot_iq3_s_q8_K, 0, 16},
-    {COLI_IQ2_XS, "iq2_xs", "act_q8_K", coli_vec_dot_iq2_xs_q8_K, coli_vec_dot_iq2_xs_q8_K, 0, 14},
+    {COLI_IQ3_XXS, "iq3_xxs", "act_q8_K", coli_vec_dot_iq3_xxs_q8_K, coli_vec_dot_iq3_xxs_q8_K_avx2, 0, 12},
+    {COLI_IQ1_M, "iq1_m", "act_q8_K", coli_vec_dot_iq1_m_q8_K, coli_vec_dot_iq1_m_q8_K_avx2, 0, 22},
+    {COLI_IQ1_S, "iq1_s", "act_q8_K", coli_vec_dot_iq1_s_q8_K, coli_vec_dot_iq1_s_q8_K_avx2, 0, 20},
+    {COLI_IQ2_S, "iq2_s", "act_q8_K", coli_vec_dot_iq2_s_q8_K, coli_vec_dot_iq2_s_q8_K_avx2, 0, 18},
+    {COLI_IQ3_S, "iq3_s", "act_q8_K", coli_vec_dot_iq3_s_q8_K, coli_vec_dot_iq3_s_q8_K_avx2, 0, 16},
+    {COLI_IQ2_XS, "iq2_xs", "act_q8_K", coli_vec_dot_iq2_xs_q8_K, coli_vec_dot_iq2_xs_q8_K_avx2, 0, 14},
 };
 #define N_REF_DOTS (sizeof k_ref_dots / sizeof k_ref_dots[0])
 
