@@ -133,20 +133,28 @@ AVX2 float coli_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *vw, const void *v
     return sum;
 }
 
-/* One group of 32 values of an IQ grid type: g the magnitudes (unsigned
- * bytes, value j in byte j), s4 their 32 sign bits (byte l: the 8 signs of
- * values 8 l ..), x the activations; the pair sums times ls (16-bit lanes:
- * the odd scale of the values they hold) as 8 int32. Each sign bit spread
- * over its byte (byte j tests bit j), as +1 / -1 for sign_epi8; maddubs
- * pairs stay below 2 * 62 * 127. */
-AVX2 ALWAYS __m256i iq_group(__m256i g, uint32_t s4, const int8_t *x, __m256i ls) {
+/* One group of 32 values of an IQ grid type as applied to each token's
+ * activations: g the magnitudes (unsigned bytes, value j in byte j), s the
+ * signs as -1 / +1 bytes, ls the odd scales 2s + 1 in 16-bit lanes (those
+ * of the values each lane's pair holds). */
+typedef struct iq_grp {
+    __m256i g, s, ls;
+} iq_grp;
+
+/* the 32 sign bits s4 (byte l: the 8 signs of values 8 l ..) as -1 / +1
+ * bytes: each bit spread over its byte (byte j tests bit j) */
+AVX2 ALWAYS __m256i sign_bytes(uint32_t s4) {
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
     const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), spread);
-    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(sb, bit), bit);
-    const __m256i xv =
-        _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x), _mm256_or_si256(neg, _mm256_set1_epi8(1)));
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), ls);
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sb, bit), bit), _mm256_set1_epi8(1));
+}
+
+/* the group against 32 activations: 8 int32 lanes (maddubs pairs stay
+ * below 2 * 62 * 127) */
+AVX2 ALWAYS __m256i iq_apply(const iq_grp *p, const int8_t *x) {
+    const __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x), p->s);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(p->g, xv), p->ls);
 }
 
 /* One group of an IQ1 type: g the int8 grid values -1, 0, 1 (times x by
@@ -178,73 +186,87 @@ AVX2 ALWAYS uint32_t load4(const uint8_t *p) {
     return v;
 }
 
-/* The exact integer sums of one super-block, as the portable functions'
- * (quant_blocks.h has the layouts). */
-AVX2 ALWAYS int iq2xxs_isum(const block_iq2_xxs *w, const int8_t *x) {
-    const uint8_t *q = (const uint8_t *)w->qs;
-    __m256i acc = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
-        const uint32_t aux = load4(q + 4);
-        const __m256i g =
-            words4(coli_iq2xxs_grid[q[0]], coli_iq2xxs_grid[q[1]], coli_iq2xxs_grid[q[2]], coli_iq2xxs_grid[q[3]]);
-        acc = _mm256_add_epi32(acc, iq_group(g, signs4(aux), x + 32 * ib, ls1(aux >> 28)));
-    }
-    return hsum_i32(acc);
+/* Group ib of a super-block of each type, decoded (quant_blocks.h has
+ * the layouts). */
+AVX2 ALWAYS iq_grp grp_iq2_xxs(const block_iq2_xxs *w, int ib) {
+    const uint8_t *q = (const uint8_t *)w->qs + 8 * ib;
+    const uint32_t aux = load4(q + 4);
+    return (iq_grp){
+        words4(coli_iq2xxs_grid[q[0]], coli_iq2xxs_grid[q[1]], coli_iq2xxs_grid[q[2]], coli_iq2xxs_grid[q[3]]),
+        sign_bytes(signs4(aux)), ls1(aux >> 28)};
 }
 
-AVX2 ALWAYS int iq3xxs_isum(const block_iq3_xxs *w, const int8_t *x) {
-    const uint8_t *q = w->qs;
-    __m256i acc = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
-        const uint32_t aux = load4(w->qs + COLI_QK_K / 4 + 4 * ib);
-        const __m256i g =
-            _mm256_set_epi32((int)coli_iq3xxs_grid[q[7]], (int)coli_iq3xxs_grid[q[6]], (int)coli_iq3xxs_grid[q[5]],
-                             (int)coli_iq3xxs_grid[q[4]], (int)coli_iq3xxs_grid[q[3]], (int)coli_iq3xxs_grid[q[2]],
-                             (int)coli_iq3xxs_grid[q[1]], (int)coli_iq3xxs_grid[q[0]]);
-        acc = _mm256_add_epi32(acc, iq_group(g, signs4(aux), x + 32 * ib, ls1(aux >> 28)));
-    }
-    return hsum_i32(acc);
+AVX2 ALWAYS iq_grp grp_iq3_xxs(const block_iq3_xxs *w, int ib) {
+    const uint8_t *q = w->qs + 8 * ib;
+    const uint32_t aux = load4(w->qs + COLI_QK_K / 4 + 4 * ib);
+    return (iq_grp){_mm256_set_epi32((int)coli_iq3xxs_grid[q[7]], (int)coli_iq3xxs_grid[q[6]],
+                                     (int)coli_iq3xxs_grid[q[5]], (int)coli_iq3xxs_grid[q[4]],
+                                     (int)coli_iq3xxs_grid[q[3]], (int)coli_iq3xxs_grid[q[2]],
+                                     (int)coli_iq3xxs_grid[q[1]], (int)coli_iq3xxs_grid[q[0]]),
+                    sign_bytes(signs4(aux)), ls1(aux >> 28)};
 }
 
-AVX2 ALWAYS int iq2xs_isum(const block_iq2_xs *w, const int8_t *x) {
-    __m256i acc = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
-        const uint16_t *q = w->qs + 4 * ib;
-        const __m256i g = words4(coli_iq2xs_grid[q[0] & 511], coli_iq2xs_grid[q[1] & 511], coli_iq2xs_grid[q[2] & 511],
-                                 coli_iq2xs_grid[q[3] & 511]);
-        const uint32_t s4 = coli_iq2_signs(q[0] >> 9) | (uint32_t)coli_iq2_signs(q[1] >> 9) << 8 |
-                            (uint32_t)coli_iq2_signs(q[2] >> 9) << 16 | (uint32_t)coli_iq2_signs(q[3] >> 9) << 24;
-        acc = _mm256_add_epi32(acc, iq_group(g, s4, x + 32 * ib, ls2(w->scales[ib] & 0xf, w->scales[ib] >> 4)));
-    }
-    return hsum_i32(acc);
+AVX2 ALWAYS iq_grp grp_iq2_xs(const block_iq2_xs *w, int ib) {
+    const uint16_t *q = w->qs + 4 * ib;
+    const uint32_t s4 = coli_iq2_signs(q[0] >> 9) | (uint32_t)coli_iq2_signs(q[1] >> 9) << 8 |
+                        (uint32_t)coli_iq2_signs(q[2] >> 9) << 16 | (uint32_t)coli_iq2_signs(q[3] >> 9) << 24;
+    return (iq_grp){words4(coli_iq2xs_grid[q[0] & 511], coli_iq2xs_grid[q[1] & 511], coli_iq2xs_grid[q[2] & 511],
+                           coli_iq2xs_grid[q[3] & 511]),
+                    sign_bytes(s4), ls2(w->scales[ib] & 0xf, w->scales[ib] >> 4)};
 }
 
-AVX2 ALWAYS int iq2s_isum(const block_iq2_s *w, const int8_t *x) {
-    __m256i acc = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
-        const __m256i g = words4(coli_iq2_s_point(w, ib, 0), coli_iq2_s_point(w, ib, 1), coli_iq2_s_point(w, ib, 2),
-                                 coli_iq2_s_point(w, ib, 3));
-        const uint32_t s4 = load4(w->qs + COLI_QK_K / 8 + 4 * ib);
-        acc = _mm256_add_epi32(acc, iq_group(g, s4, x + 32 * ib, ls2(w->scales[ib] & 0xf, w->scales[ib] >> 4)));
-    }
-    return hsum_i32(acc);
+AVX2 ALWAYS iq_grp grp_iq2_s(const block_iq2_s *w, int ib) {
+    return (iq_grp){words4(coli_iq2_s_point(w, ib, 0), coli_iq2_s_point(w, ib, 1), coli_iq2_s_point(w, ib, 2),
+                           coli_iq2_s_point(w, ib, 3)),
+                    sign_bytes(load4(w->qs + COLI_QK_K / 8 + 4 * ib)), ls2(w->scales[ib] & 0xf, w->scales[ib] >> 4)};
 }
 
-AVX2 ALWAYS int iq3s_isum(const block_iq3_s *w, const int8_t *x) {
-    __m256i acc = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
-        const __m256i g = words4(coli_iq3_s_pair(w, ib, 0), coli_iq3_s_pair(w, ib, 1), coli_iq3_s_pair(w, ib, 2),
-                                 coli_iq3_s_pair(w, ib, 3));
-        const unsigned s = w->scales[ib / 2] >> 4 * (ib % 2) & 0xf;
-        acc = _mm256_add_epi32(acc, iq_group(g, load4(w->signs + 4 * ib), x + 32 * ib, ls1(s)));
-    }
-    return hsum_i32(acc);
+AVX2 ALWAYS iq_grp grp_iq3_s(const block_iq3_s *w, int ib) {
+    return (iq_grp){words4(coli_iq3_s_pair(w, ib, 0), coli_iq3_s_pair(w, ib, 1), coli_iq3_s_pair(w, ib, 2),
+                           coli_iq3_s_pair(w, ib, 3)),
+                    sign_bytes(load4(w->signs + 4 * ib)), ls1(w->scales[ib / 2] >> 4 * (ib % 2) & 0xf)};
 }
+
+/* Several tokens (vecdot.h): each group decoded once and applied to every
+ * token's activations, each super-block's exact sum per token; the float
+ * steps of the portable function per token (no contraction), the row's
+ * sum times k. The single-token function is the same with one token. */
+#define IQ_TOKENS(stem, T, k)                                                                                          \
+    AVX2 ALWAYS void stem##_dots(int64_t n, const void *vw, const void *vx, size_t xs, float *out, int nt) {           \
+        const T *w = vw;                                                                                               \
+        float sum[COLI_VEC_DOT_MAX_TOKENS] = {0};                                                                      \
+        for (int64_t b = 0; b < n / COLI_QK_K; b++) {                                                                  \
+            __m256i acc[COLI_VEC_DOT_MAX_TOKENS];                                                                      \
+            for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_si256();                                              \
+            for (int ib = 0; ib < COLI_QK_K / 32; ib++) {                                                              \
+                const iq_grp p = grp_##stem(&w[b], ib);                                                                \
+                for (int t = 0; t < nt; t++) {                                                                         \
+                    const block_q8_K *x = (const block_q8_K *)((const char *)vx + (size_t)t * xs) + b;                 \
+                    acc[t] = _mm256_add_epi32(acc[t], iq_apply(&p, x->qs + 32 * ib));                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+            const float dw = _cvtsh_ss(w[b].d);                                                                        \
+            for (int t = 0; t < nt; t++) {                                                                             \
+                const block_q8_K *x = (const block_q8_K *)((const char *)vx + (size_t)t * xs) + b;                     \
+                sum[t] = add_mul(sum[t], dw * x->d, (float)hsum_i32(acc[t]));                                          \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (int t = 0; t < nt; t++) out[t] = k * sum[t];                                                              \
+    }                                                                                                                  \
+    AVX2 void coli_vec_dot_##stem##_q8_K_avx2_tokens(int64_t n, const void *vw, const void *vx, size_t xs, float *out, \
+                                                     int nt) {                                                         \
+        stem##_dots(n, vw, vx, xs, out, nt);                                                                           \
+    }                                                                                                                  \
+    AVX2 float coli_vec_dot_##stem##_q8_K_avx2(int64_t n, const void *vw, const void *vx) {                            \
+        float r;                                                                                                       \
+        stem##_dots(n, vw, vx, 0, &r, 1); /* inlined with one token: the compiler drops the token loops */             \
+        return r;                                                                                                      \
+    }
+IQ_TOKENS(iq2_xxs, block_iq2_xxs, 0.125f)
+IQ_TOKENS(iq3_xxs, block_iq3_xxs, 0.25f)
+IQ_TOKENS(iq2_xs, block_iq2_xs, 0.125f)
+IQ_TOKENS(iq2_s, block_iq2_s, 0.125f)
+IQ_TOKENS(iq3_s, block_iq3_s, 1.0f)
 
 /* IQ1_S: the grid sum plus 1/8 of the shift sum (from the bsums), in float
  * as the portable function adds them */
@@ -290,11 +312,6 @@ AVX2 ALWAYS float iq1m_sum(const block_iq1_m *w, const block_q8_K *x) {
         for (int64_t b = 0; b < n / COLI_QK_K; b++) sum = add_mul(sum, _cvtsh_ss(HALF) * x[b].d, (float)(SUM)); \
         return k * sum;                                                                                         \
     }
-IQ_DOT(iq2_xxs, block_iq2_xxs, w[b].d, iq2xxs_isum(&w[b], x[b].qs), 0.125f)
-IQ_DOT(iq3_xxs, block_iq3_xxs, w[b].d, iq3xxs_isum(&w[b], x[b].qs), 0.25f)
-IQ_DOT(iq2_xs, block_iq2_xs, w[b].d, iq2xs_isum(&w[b], x[b].qs), 0.125f)
-IQ_DOT(iq2_s, block_iq2_s, w[b].d, iq2s_isum(&w[b], x[b].qs), 0.125f)
-IQ_DOT(iq3_s, block_iq3_s, w[b].d, iq3s_isum(&w[b], x[b].qs), 1.0f)
 IQ_DOT(iq1_s, block_iq1_s, w[b].d, iq1s_sum(&w[b], &x[b]), 1.0f)
 IQ_DOT(iq1_m, block_iq1_m, coli_iq1_m_half(&w[b]), iq1m_sum(&w[b], &x[b]), 1.0f)
 
@@ -313,5 +330,15 @@ IQ_DOT(iq2_s)
 IQ_DOT(iq3_s)
 IQ_DOT(iq1_s)
 IQ_DOT(iq1_m)
+#define IQ_TOKENS(stem)                                                                                           \
+    void coli_vec_dot_##stem##_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t xs, float *out,   \
+                                                int nt) {                                                         \
+        for (int t = 0; t < nt; t++) out[t] = coli_vec_dot_##stem##_q8_K(n, w, (const char *)x + (size_t)t * xs); \
+    }
+IQ_TOKENS(iq2_xxs)
+IQ_TOKENS(iq3_xxs)
+IQ_TOKENS(iq2_xs)
+IQ_TOKENS(iq2_s)
+IQ_TOKENS(iq3_s)
 
 #endif

@@ -46,16 +46,21 @@ static const ktype k_types[] = {
      coli_vec_dot_q6_K_q8_K_avx2_tokens},
     {"IQ4_XS", COLI_IQ4_XS, sizeof(block_iq4_xs), coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2,
      coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
-    /* no several-token kernels (matmul calls the dot per token) */
+    /* TQ1_0, TQ2_0, IQ1_S, IQ1_M: no several-token kernels (matmul calls the dot per token) */
     {"TQ1_0", COLI_TQ1_0, sizeof(block_tq1_0), coli_vec_dot_tq1_0_q8_K, coli_vec_dot_tq1_0_q8_K_avx2, NULL},
     {"TQ2_0", COLI_TQ2_0, sizeof(block_tq2_0), coli_vec_dot_tq2_0_q8_K, coli_vec_dot_tq2_0_q8_K_avx2, NULL},
-    {"IQ2_XXS", COLI_IQ2_XXS, sizeof(block_iq2_xxs), coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, NULL},
-    {"IQ3_XXS", COLI_IQ3_XXS, sizeof(block_iq3_xxs), coli_vec_dot_iq3_xxs_q8_K, coli_vec_dot_iq3_xxs_q8_K_avx2, NULL},
+    {"IQ2_XXS", COLI_IQ2_XXS, sizeof(block_iq2_xxs), coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2,
+     coli_vec_dot_iq2_xxs_q8_K_avx2_tokens},
+    {"IQ3_XXS", COLI_IQ3_XXS, sizeof(block_iq3_xxs), coli_vec_dot_iq3_xxs_q8_K, coli_vec_dot_iq3_xxs_q8_K_avx2,
+     coli_vec_dot_iq3_xxs_q8_K_avx2_tokens},
     {"IQ1_M", COLI_IQ1_M, sizeof(block_iq1_m), coli_vec_dot_iq1_m_q8_K, coli_vec_dot_iq1_m_q8_K_avx2, NULL},
     {"IQ1_S", COLI_IQ1_S, sizeof(block_iq1_s), coli_vec_dot_iq1_s_q8_K, coli_vec_dot_iq1_s_q8_K_avx2, NULL},
-    {"IQ2_S", COLI_IQ2_S, sizeof(block_iq2_s), coli_vec_dot_iq2_s_q8_K, coli_vec_dot_iq2_s_q8_K_avx2, NULL},
-    {"IQ3_S", COLI_IQ3_S, sizeof(block_iq3_s), coli_vec_dot_iq3_s_q8_K, coli_vec_dot_iq3_s_q8_K_avx2, NULL},
-    {"IQ2_XS", COLI_IQ2_XS, sizeof(block_iq2_xs), coli_vec_dot_iq2_xs_q8_K, coli_vec_dot_iq2_xs_q8_K_avx2, NULL},
+    {"IQ2_S", COLI_IQ2_S, sizeof(block_iq2_s), coli_vec_dot_iq2_s_q8_K, coli_vec_dot_iq2_s_q8_K_avx2,
+     coli_vec_dot_iq2_s_q8_K_avx2_tokens},
+    {"IQ3_S", COLI_IQ3_S, sizeof(block_iq3_s), coli_vec_dot_iq3_s_q8_K, coli_vec_dot_iq3_s_q8_K_avx2,
+     coli_vec_dot_iq3_s_q8_K_avx2_tokens},
+    {"IQ2_XS", COLI_IQ2_XS, sizeof(block_iq2_xs), coli_vec_dot_iq2_xs_q8_K, coli_vec_dot_iq2_xs_q8_K_avx2,
+     coli_vec_dot_iq2_xs_q8_K_avx2_tokens},
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -243,7 +248,7 @@ Test(vecdot_k, exact_sum_avx2_equals_portable_bits) {
     if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const ktype *k = &k_types[ti];
-        if (k->avx2_tokens) continue; /* the K-quants: their own float steps */
+        if (k->t < COLI_IQ2_XXS || k->t == COLI_IQ4_XS) continue; /* the K-quants: their own float steps */
         for (size_t li = 0; li < N_LENGTHS; li++)
             for (size_t pi = 0; pi < N_PATTERNS; pi++) {
                 const int64_t n = k_lengths[li];
