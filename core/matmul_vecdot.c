@@ -56,7 +56,7 @@ static const mm_vecdot_type s_types[] = {
     VD512(IQ4_XS, Q8_K, iq4_xs_q8_K), VD512(MXFP4, Q8_0, mxfp4_q8_0),  VD1(TQ1_0, Q8_K, tq1_0_q8_K),
     VD1(TQ2_0, Q8_K, tq2_0_q8_K),     VD(IQ2_XXS, Q8_K, iq2_xxs_q8_K), VD(IQ3_XXS, Q8_K, iq3_xxs_q8_K),
     VD(IQ2_XS, Q8_K, iq2_xs_q8_K),    VD(IQ3_S, Q8_K, iq3_s_q8_K),     VD(IQ2_S, Q8_K, iq2_s_q8_K),
-    VD1(IQ1_S, Q8_K, iq1_s_q8_K),     VD1(IQ1_M, Q8_K, iq1_m_q8_K),
+    VD(IQ1_S, Q8_K, iq1_s_q8_K),      VD(IQ1_M, Q8_K, iq1_m_q8_K),
 };
 
 const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype) {

@@ -106,6 +106,10 @@ void coli_vec_dot_iq2_s_q8_K_avx2_tokens(int64_t n, const void *w, const void *x
                                          int n_tok);
 void coli_vec_dot_iq3_s_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
                                          int n_tok);
+void coli_vec_dot_iq1_s_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                         int n_tok);
+void coli_vec_dot_iq1_m_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                         int n_tok);
 void coli_vec_dot_q4_1_q8_1_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
                                         int n_tok);
 void coli_vec_dot_q5_0_q8_0_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,

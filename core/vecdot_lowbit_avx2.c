@@ -227,93 +227,122 @@ AVX2 ALWAYS iq_grp grp_iq3_s(const block_iq3_s *w, int ib) {
                     sign_bytes(load4(w->signs + 4 * ib)), ls1(w->scales[ib / 2] >> 4 * (ib % 2) & 0xf)};
 }
 
-/* Several tokens (vecdot.h): each group decoded once and applied to every
- * token's activations, each super-block's exact sum per token; the float
- * steps of the portable function per token (no contraction), the row's
- * sum times k. The single-token function is the same with one token. */
-#define IQ_TOKENS(stem, T, k)                                                                                          \
-    AVX2 ALWAYS void stem##_dots(int64_t n, const void *vw, const void *vx, size_t xs, float *out, int nt) {           \
-        const T *w = vw;                                                                                               \
-        float sum[COLI_VEC_DOT_MAX_TOKENS] = {0};                                                                      \
-        for (int64_t b = 0; b < n / COLI_QK_K; b++) {                                                                  \
-            __m256i acc[COLI_VEC_DOT_MAX_TOKENS];                                                                      \
-            for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_si256();                                              \
-            for (int ib = 0; ib < COLI_QK_K / 32; ib++) {                                                              \
-                const iq_grp p = grp_##stem(&w[b], ib);                                                                \
-                for (int t = 0; t < nt; t++) {                                                                         \
-                    const block_q8_K *x = (const block_q8_K *)((const char *)vx + (size_t)t * xs) + b;                 \
-                    acc[t] = _mm256_add_epi32(acc[t], iq_apply(&p, x->qs + 32 * ib));                                  \
-                }                                                                                                      \
-            }                                                                                                          \
-            const float dw = _cvtsh_ss(w[b].d);                                                                        \
-            for (int t = 0; t < nt; t++) {                                                                             \
-                const block_q8_K *x = (const block_q8_K *)((const char *)vx + (size_t)t * xs) + b;                     \
-                sum[t] = add_mul(sum[t], dw * x->d, (float)hsum_i32(acc[t]));                                          \
-            }                                                                                                          \
-        }                                                                                                              \
-        for (int t = 0; t < nt; t++) out[t] = k * sum[t];                                                              \
-    }                                                                                                                  \
+/* the exported pair of a type with a stem##_dots body: the several-token
+ * function, and the single-token one as the same body inlined with one
+ * token (the compiler drops the token loops) */
+#define IQ_PAIR(stem)                                                                                                  \
     AVX2 void coli_vec_dot_##stem##_q8_K_avx2_tokens(int64_t n, const void *vw, const void *vx, size_t xs, float *out, \
                                                      int nt) {                                                         \
         stem##_dots(n, vw, vx, xs, out, nt);                                                                           \
     }                                                                                                                  \
     AVX2 float coli_vec_dot_##stem##_q8_K_avx2(int64_t n, const void *vw, const void *vx) {                            \
         float r;                                                                                                       \
-        stem##_dots(n, vw, vx, 0, &r, 1); /* inlined with one token: the compiler drops the token loops */             \
+        stem##_dots(n, vw, vx, 0, &r, 1);                                                                              \
         return r;                                                                                                      \
     }
+
+/* Several tokens (vecdot.h): each group decoded once and applied to every
+ * token's activations, each super-block's exact sum per token; the float
+ * steps of the portable function per token (no contraction), the row's
+ * sum times k. The single-token function is the same with one token. */
+#define IQ_TOKENS(stem, T, k)                                                                                \
+    AVX2 ALWAYS void stem##_dots(int64_t n, const void *vw, const void *vx, size_t xs, float *out, int nt) { \
+        const T *w = vw;                                                                                     \
+        float sum[COLI_VEC_DOT_MAX_TOKENS] = {0};                                                            \
+        for (int64_t b = 0; b < n / COLI_QK_K; b++) {                                                        \
+            __m256i acc[COLI_VEC_DOT_MAX_TOKENS];                                                            \
+            for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_si256();                                    \
+            for (int ib = 0; ib < COLI_QK_K / 32; ib++) {                                                    \
+                const iq_grp p = grp_##stem(&w[b], ib);                                                      \
+                for (int t = 0; t < nt; t++) {                                                               \
+                    const block_q8_K *x = (const block_q8_K *)((const char *)vx + (size_t)t * xs) + b;       \
+                    acc[t] = _mm256_add_epi32(acc[t], iq_apply(&p, x->qs + 32 * ib));                        \
+                }                                                                                            \
+            }                                                                                                \
+            const float dw = _cvtsh_ss(w[b].d);                                                              \
+            for (int t = 0; t < nt; t++) {                                                                   \
+                const block_q8_K *x = (const block_q8_K *)((const char *)vx + (size_t)t * xs) + b;           \
+                sum[t] = add_mul(sum[t], dw * x->d, (float)hsum_i32(acc[t]));                                \
+            }                                                                                                \
+        }                                                                                                    \
+        for (int t = 0; t < nt; t++) out[t] = k * sum[t];                                                    \
+    }                                                                                                        \
+    IQ_PAIR(stem)
 IQ_TOKENS(iq2_xxs, block_iq2_xxs, 0.125f)
 IQ_TOKENS(iq3_xxs, block_iq3_xxs, 0.25f)
 IQ_TOKENS(iq2_xs, block_iq2_xs, 0.125f)
 IQ_TOKENS(iq2_s, block_iq2_s, 0.125f)
 IQ_TOKENS(iq3_s, block_iq3_s, 1.0f)
 
-/* IQ1_S: the grid sum plus 1/8 of the shift sum (from the bsums), in float
- * as the portable function adds them */
-AVX2 ALWAYS float iq1s_sum(const block_iq1_s *w, const block_q8_K *x) {
-    __m256i acc = _mm256_setzero_si256();
-    int sumi1 = 0;
-#pragma GCC unroll 8
-    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
-        const unsigned s = w->qh[ib] >> 12 & 7;
-        const __m256i g = words4(coli_iq1_s_point(w, ib, 0), coli_iq1_s_point(w, ib, 1), coli_iq1_s_point(w, ib, 2),
-                                 coli_iq1_s_point(w, ib, 3));
-        acc = _mm256_add_epi32(acc, iq1_group(g, x->qs + 32 * ib, ls1(s)));
-        const int bs = x->bsums[2 * ib] + x->bsums[2 * ib + 1];
-        sumi1 += (int)(2 * s + 1) * (w->qh[ib] & 0x8000 ? -bs : bs);
-    }
-    return (float)hsum_i32(acc) + COLI_IQ1_DELTA * (float)sumi1;
+/* The IQ1 types for 1..4 tokens: per group the grid values (applied by
+ * sign_epi8, summed by maddubs with ones) and the shift signs, decoded
+ * once; per token the exact sums, then the grid sum plus 1/8 of the shift
+ * sum in float and the portable float steps, as the portable functions.
+ * IQ1_S's shift sums come from the bsums, IQ1_M's from the activations
+ * under -1 / +1 bytes of the shift signs. */
+AVX2 ALWAYS const block_q8_K *tok_block(const void *vx, size_t xs, int t, int64_t b) {
+    return (const block_q8_K *)((const char *)vx + (size_t)t * xs) + b;
 }
 
-/* IQ1_M: the shift signs as -1 / +1 bytes per 8 values against x too */
-AVX2 ALWAYS float iq1m_sum(const block_iq1_m *w, const block_q8_K *x) {
-    __m256i acc = _mm256_setzero_si256(), acc2 = _mm256_setzero_si256();
+AVX2 ALWAYS void iq1_s_dots(int64_t n, const void *vw, const void *vx, size_t xs, float *out, int nt) {
+    const block_iq1_s *w = vw;
+    float sum[COLI_VEC_DOT_MAX_TOKENS] = {0};
+    for (int64_t b = 0; b < n / COLI_QK_K; b++) {
+        __m256i acc[COLI_VEC_DOT_MAX_TOKENS];
+        int shift[COLI_VEC_DOT_MAX_TOKENS];
+        for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_si256(), shift[t] = 0;
+        for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+            const unsigned s = w[b].qh[ib] >> 12 & 7;
+            const int ls = (int)(2 * s + 1), neg = w[b].qh[ib] >> 15;
+            const __m256i g = words4(coli_iq1_s_point(&w[b], ib, 0), coli_iq1_s_point(&w[b], ib, 1),
+                                     coli_iq1_s_point(&w[b], ib, 2), coli_iq1_s_point(&w[b], ib, 3));
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *x = tok_block(vx, xs, t, b);
+                acc[t] = _mm256_add_epi32(acc[t], iq1_group(g, x->qs + 32 * ib, ls1(s)));
+                const int bs = x->bsums[2 * ib] + x->bsums[2 * ib + 1];
+                shift[t] += ls * (neg ? -bs : bs);
+            }
+        }
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < nt; t++) {
+            const float v = (float)hsum_i32(acc[t]) + COLI_IQ1_DELTA * (float)shift[t];
+            sum[t] = add_mul(sum[t], dw * tok_block(vx, xs, t, b)->d, v);
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = sum[t];
+}
+
+AVX2 ALWAYS void iq1_m_dots(int64_t n, const void *vw, const void *vx, size_t xs, float *out, int nt) {
+    const block_iq1_m *w = vw;
     const uint64_t minus = 0xffffffffffffffffull, plus = 0x0101010101010101ull;
-#pragma GCC unroll 8
-    for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
-        const __m256i ls = ls2((unsigned)coli_iq1_m_scale(w, ib, 0), (unsigned)coli_iq1_m_scale(w, ib, 1));
-        const __m256i g = words4(coli_iq1_m_point(w, ib, 0), coli_iq1_m_point(w, ib, 1), coli_iq1_m_point(w, ib, 2),
-                                 coli_iq1_m_point(w, ib, 3));
-        const __m256i dv = words4(coli_iq1_m_neg(w, ib, 0) ? minus : plus, coli_iq1_m_neg(w, ib, 1) ? minus : plus,
-                                  coli_iq1_m_neg(w, ib, 2) ? minus : plus, coli_iq1_m_neg(w, ib, 3) ? minus : plus);
-        acc = _mm256_add_epi32(acc, iq1_group(g, x->qs + 32 * ib, ls));
-        acc2 = _mm256_add_epi32(acc2, iq1_group(dv, x->qs + 32 * ib, ls));
+    float sum[COLI_VEC_DOT_MAX_TOKENS] = {0};
+    for (int64_t b = 0; b < n / COLI_QK_K; b++) {
+        __m256i acc[COLI_VEC_DOT_MAX_TOKENS], acc2[COLI_VEC_DOT_MAX_TOKENS];
+        for (int t = 0; t < nt; t++) acc[t] = acc2[t] = _mm256_setzero_si256();
+        for (int ib = 0; ib < COLI_QK_K / 32; ib++) {
+            const block_iq1_m *wb = &w[b];
+            const __m256i ls = ls2((unsigned)coli_iq1_m_scale(wb, ib, 0), (unsigned)coli_iq1_m_scale(wb, ib, 1));
+            const __m256i g = words4(coli_iq1_m_point(wb, ib, 0), coli_iq1_m_point(wb, ib, 1),
+                                     coli_iq1_m_point(wb, ib, 2), coli_iq1_m_point(wb, ib, 3));
+            const __m256i dv =
+                words4(coli_iq1_m_neg(wb, ib, 0) ? minus : plus, coli_iq1_m_neg(wb, ib, 1) ? minus : plus,
+                       coli_iq1_m_neg(wb, ib, 2) ? minus : plus, coli_iq1_m_neg(wb, ib, 3) ? minus : plus);
+            for (int t = 0; t < nt; t++) {
+                const int8_t *q = tok_block(vx, xs, t, b)->qs + 32 * ib;
+                acc[t] = _mm256_add_epi32(acc[t], iq1_group(g, q, ls));
+                acc2[t] = _mm256_add_epi32(acc2[t], iq1_group(dv, q, ls));
+            }
+        }
+        const float dw = _cvtsh_ss(coli_iq1_m_half(&w[b]));
+        for (int t = 0; t < nt; t++) {
+            const float v = (float)hsum_i32(acc[t]) + COLI_IQ1_DELTA * (float)hsum_i32(acc2[t]);
+            sum[t] = add_mul(sum[t], dw * tok_block(vx, xs, t, b)->d, v);
+        }
     }
-    return (float)hsum_i32(acc) + COLI_IQ1_DELTA * (float)hsum_i32(acc2);
+    for (int t = 0; t < nt; t++) out[t] = sum[t];
 }
-
-/* The portable float steps over the super-blocks: d_w d_x times the
- * block's sum added without contraction, the row's sum times k. */
-#define IQ_DOT(stem, T, HALF, SUM, k)                                                                           \
-    AVX2 float coli_vec_dot_##stem##_q8_K_avx2(int64_t n, const void *vw, const void *vx) {                     \
-        const T *w = vw;                                                                                        \
-        const block_q8_K *x = vx;                                                                               \
-        float sum = 0.0f;                                                                                       \
-        for (int64_t b = 0; b < n / COLI_QK_K; b++) sum = add_mul(sum, _cvtsh_ss(HALF) * x[b].d, (float)(SUM)); \
-        return k * sum;                                                                                         \
-    }
-IQ_DOT(iq1_s, block_iq1_s, w[b].d, iq1s_sum(&w[b], &x[b]), 1.0f)
-IQ_DOT(iq1_m, block_iq1_m, coli_iq1_m_half(&w[b]), iq1m_sum(&w[b], &x[b]), 1.0f)
+IQ_PAIR(iq1_s)
+IQ_PAIR(iq1_m)
 
 #else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
 
@@ -340,5 +369,7 @@ IQ_TOKENS(iq3_xxs)
 IQ_TOKENS(iq2_xs)
 IQ_TOKENS(iq2_s)
 IQ_TOKENS(iq3_s)
+IQ_TOKENS(iq1_s)
+IQ_TOKENS(iq1_m)
 
 #endif
