@@ -481,9 +481,11 @@ Test(quantize_types, iq_types_need_an_imatrix) {
     }
 }
 
-/* The bundled model with its ffn_gate_exps/ffn_up_exps replaced by random
- * blocks of type t (random bytes, d = 1/2048: IQ2_XXS values up to 0.33),
- * everything else copied. */
+/* The bundled model with every F16 matrix whose rows are whole blocks
+ * (token_embd, output, attention, ffn_gate_exps/ffn_up_exps; not
+ * ffn_down_exps: rows of 384) replaced by random blocks of type t (random
+ * bytes, d = 1/2048: IQ2_XXS values up to 0.33), everything else copied:
+ * the coordinator's dense matmuls and embedding rows read the type too. */
 static void s_write_iq_model(const char *out, coli_dtype t) {
     gguf_file *in = s_open("models/tiny-moe-4e2r-f16.gguf");
     gguf_writer *w = gguf_writer_new();
@@ -496,7 +498,7 @@ static void s_write_iq_model(const char *out, coli_dtype t) {
     cr_assert_leq(gguf_n_tensors(in), 64);
     for (int64_t i = 0; i < gguf_n_tensors(in); i++) {
         const coli_tensor *ti = gguf_tensor(in, i);
-        if (strstr(ti->name, "ffn_gate_exps") || strstr(ti->name, "ffn_up_exps")) {
+        if (ti->type == COLI_F16 && ti->ne[0] % COLI_QK_K == 0) {
             const size_t n = coli_row_bytes(t, coli_tensor_nelems(ti));
             uint8_t *b = malloc(n);
             cr_assert(b);
