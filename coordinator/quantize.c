@@ -134,8 +134,24 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, co
     return 0;
 }
 
+/* 1 for the types llama.cpp quantizes only with an importance matrix (the
+ * IQ grid types) */
+static int s_needs_imatrix(coli_dtype t) {
+    switch (t) {
+    case COLI_IQ2_XXS:
+    case COLI_IQ3_XXS:
+    case COLI_IQ2_XS:
+    case COLI_IQ3_S:
+    case COLI_IQ2_S:
+    case COLI_IQ1_S:
+    case COLI_IQ1_M: return 1;
+    default: return 0;
+    }
+}
+
 /* *out = the block type called name, or -1 when name is NULL. Returns 0, or
- * COLI_EINVAL when name is not a weight type. */
+ * COLI_EINVAL when name is not a weight type, COLI_EUNSUPPORTED when it
+ * needs an importance matrix. */
 static int s_override(const char *name, const char *what, int *out) {
     coli_dtype t;
     *out = -1;
@@ -145,8 +161,7 @@ static int s_override(const char *name, const char *what, int *out) {
                          "quantize: %s '%s' is not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
                          "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4)",
                          what, name);
-    /* llama.cpp quantizes IQ2_XXS only with an importance matrix */
-    if (t == COLI_IQ2_XXS)
+    if (s_needs_imatrix(t))
         return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' needs an importance matrix, which coli cannot use yet",
                          what, name);
     *out = (int)t;

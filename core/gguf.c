@@ -342,7 +342,8 @@ static int s_check_shape(cursor *c, coli_tensor *t, uint32_t n_dims, const uint6
         return coli_fail(COLI_EUNSUPPORTED,
                          "%s: %s: tensor type %s (%u) is not supported "
                          "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, "
-                         "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4, IQ2_XXS)",
+                         "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4, IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, "
+                         "IQ2_S, IQ1_S, IQ1_M)",
                          fn, c->what, s_ggml_type_name(type), type);
     t->type = (coli_dtype)type;
     int64_t blk = coli_dtype_block_elems(t->type);

@@ -1,7 +1,7 @@
 /*
  * matmul_vecdot.c - the matmul path of the block types that have a
  * per-(row, token) dot product (vecdot.h): Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
- * the K-quants with IQ4_XS, TQ1_0 / TQ2_0 and IQ2_XXS.
+ * the K-quants with IQ4_XS, TQ1_0 / TQ2_0 and the IQ grid types.
  *
  * One table row per weight type names its activation format (llama.cpp's
  * vec_dot_type), how to quantize an input row into it, and the portable,
@@ -50,11 +50,13 @@ struct mm_vecdot_type {
 #define VD1(T, ACT, stem) \
     { COLI_##T, COLI_##ACT, act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, NULL, NULL, NULL }
 static const mm_vecdot_type s_types[] = {
-    VD(Q4_1, Q8_1, q4_1_q8_1),        VD(Q5_0, Q8_0, q5_0_q8_0),        VD(Q5_1, Q8_1, q5_1_q8_1),
-    VD(IQ4_NL, Q8_0, iq4_nl_q8_0),    VD512(Q2_K, Q8_K, q2_K_q8_K),     VD512(Q3_K, Q8_K, q3_K_q8_K),
-    VD512(Q4_K, Q8_K, q4_K_q8_K),     VD512(Q5_K, Q8_K, q5_K_q8_K),     VD512(Q6_K, Q8_K, q6_K_q8_K),
-    VD512(IQ4_XS, Q8_K, iq4_xs_q8_K), VD512(MXFP4, Q8_0, mxfp4_q8_0),   VD1(TQ1_0, Q8_K, tq1_0_q8_K),
-    VD1(TQ2_0, Q8_K, tq2_0_q8_K),     VD1(IQ2_XXS, Q8_K, iq2_xxs_q8_K),
+    VD(Q4_1, Q8_1, q4_1_q8_1),        VD(Q5_0, Q8_0, q5_0_q8_0),       VD(Q5_1, Q8_1, q5_1_q8_1),
+    VD(IQ4_NL, Q8_0, iq4_nl_q8_0),    VD512(Q2_K, Q8_K, q2_K_q8_K),    VD512(Q3_K, Q8_K, q3_K_q8_K),
+    VD512(Q4_K, Q8_K, q4_K_q8_K),     VD512(Q5_K, Q8_K, q5_K_q8_K),    VD512(Q6_K, Q8_K, q6_K_q8_K),
+    VD512(IQ4_XS, Q8_K, iq4_xs_q8_K), VD512(MXFP4, Q8_0, mxfp4_q8_0),  VD1(TQ1_0, Q8_K, tq1_0_q8_K),
+    VD1(TQ2_0, Q8_K, tq2_0_q8_K),     VD(IQ2_XXS, Q8_K, iq2_xxs_q8_K), VD(IQ3_XXS, Q8_K, iq3_xxs_q8_K),
+    VD(IQ2_XS, Q8_K, iq2_xs_q8_K),    VD(IQ3_S, Q8_K, iq3_s_q8_K),     VD(IQ2_S, Q8_K, iq2_s_q8_K),
+    VD(IQ1_S, Q8_K, iq1_s_q8_K),      VD(IQ1_M, Q8_K, iq1_m_q8_K),
 };
 
 const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype) {

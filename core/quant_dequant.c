@@ -255,25 +255,6 @@ static void dequant_tq2_0(const block_tq2_0 *x, float *y, int64_t nb) {
     }
 }
 
-/* IQ2_XXS: per 32 values, 4 grid indexes and a word of 4 sign indexes
- * plus the 4-bit scale (quant_blocks.h). */
-static void dequant_iq2_xxs(const block_iq2_xxs *x, float *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; i++) {
-        const float d = HALF(x[i].d);
-        const uint8_t *q = (const uint8_t *)x[i].qs;
-        for (int ib = 0; ib < COLI_QK_K / 32; ib++, q += 8) {
-            uint32_t aux;
-            memcpy(&aux, q + 4, 4);
-            const float db = d * (0.5f + (float)(aux >> 28)) * 0.25f;
-            for (int l = 0; l < 4; l++, y += 8) {
-                const uint64_t g = coli_iq2xxs_grid[q[l]];
-                const uint8_t signs = coli_iq2_signs((aux >> 7 * l) & 127);
-                for (int j = 0; j < 8; j++) y[j] = db * (float)(uint8_t)(g >> 8 * j) * (signs >> j & 1 ? -1.0f : 1.0f);
-            }
-        }
-    }
-}
-
 int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case COLI_Q4_1: dequant_q4_1(src, dst, n / COLI_QK); return 0;
@@ -289,7 +270,6 @@ int coli_dequantize_row_blocks(coli_dtype t, const void *src, float *dst, int64_
     case COLI_TQ1_0: dequant_tq1_0(src, dst, n / COLI_QK_K); return 0;
     case COLI_TQ2_0: dequant_tq2_0(src, dst, n / COLI_QK_K); return 0;
     case COLI_MXFP4: dequant_mxfp4(src, dst, n / COLI_QK); return 0;
-    case COLI_IQ2_XXS: dequant_iq2_xxs(src, dst, n / COLI_QK_K); return 0;
-    default: return -1;
+    default: return coli_dequantize_row_iq(t, src, dst, n);
     }
 }

@@ -8,7 +8,7 @@
  *   Q4_1, Q5_1           -> Q8_1 (block_q8_1)
  *   Q5_0, IQ4_NL         -> Q8_0 (block_q8_0)
  *   Q2_K..Q6_K, IQ4_XS   -> Q8_K (block_q8_K)
- *   MXFP4                -> Q8_0;  TQ1_0, TQ2_0, IQ2_XXS -> Q8_K
+ *   MXFP4                -> Q8_0;  TQ1_0, TQ2_0, IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S, IQ1_S, IQ1_M -> Q8_K
  * so results match llama.cpp's CPU backend within float rounding.
  *
  * Every function: n values (a multiple of the type's block size), w the
@@ -46,7 +46,13 @@ float coli_vec_dot_iq4_xs_q8_K(int64_t n, const void *w, const void *x);
 float coli_vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x); /* vecdot_fp4_ternary.c */
 float coli_vec_dot_tq1_0_q8_K(int64_t n, const void *w, const void *x);
 float coli_vec_dot_tq2_0_q8_K(int64_t n, const void *w, const void *x);
-float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x); /* vecdot_iq2.c */
+float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x); /* vecdot_iq.c */
+float coli_vec_dot_iq3_xxs_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq1_m_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq1_s_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq2_s_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq3_s_q8_K(int64_t n, const void *w, const void *x);
+float coli_vec_dot_iq2_xs_q8_K(int64_t n, const void *w, const void *x);
 
 /* AVX2 + FMA (vecdot_legacy_avx2.c, vecdot_k_avx2.c); call only if
  * coli_cpu_avx2(). On other targets they are the portable functions. */
@@ -58,6 +64,12 @@ float coli_vec_dot_mxfp4_q8_0_avx2(int64_t n, const void *w, const void *x);   /
 float coli_vec_dot_tq1_0_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
 float coli_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
 float coli_vec_dot_iq2_xxs_q8_K_avx2(int64_t n, const void *w, const void *x); /* the portable bits */
+float coli_vec_dot_iq3_xxs_q8_K_avx2(int64_t n, const void *w, const void *x); /* the portable bits */
+float coli_vec_dot_iq2_xs_q8_K_avx2(int64_t n, const void *w, const void *x);  /* the portable bits */
+float coli_vec_dot_iq3_s_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
+float coli_vec_dot_iq2_s_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
+float coli_vec_dot_iq1_s_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
+float coli_vec_dot_iq1_m_q8_K_avx2(int64_t n, const void *w, const void *x);   /* the portable bits */
 float coli_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 float coli_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *x);
@@ -84,6 +96,20 @@ void coli_vec_dot_q6_K_q8_K_avx2_tokens(int64_t n, const void *w, const void *x,
                                         int n_tok);
 void coli_vec_dot_iq4_xs_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
                                           int n_tok);
+void coli_vec_dot_iq2_xxs_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                           int n_tok);
+void coli_vec_dot_iq3_xxs_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                           int n_tok);
+void coli_vec_dot_iq2_xs_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                          int n_tok);
+void coli_vec_dot_iq2_s_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                         int n_tok);
+void coli_vec_dot_iq3_s_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                         int n_tok);
+void coli_vec_dot_iq1_s_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                         int n_tok);
+void coli_vec_dot_iq1_m_q8_K_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
+                                         int n_tok);
 void coli_vec_dot_q4_1_q8_1_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
                                         int n_tok);
 void coli_vec_dot_q5_0_q8_0_avx2_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,

@@ -74,6 +74,19 @@ static inline void gri_blocks(uint8_t *dst, int nb, int block_bytes, int scale_o
     }
 }
 
+/* IQ1_M keeps its fp16 scale in the top 4 bits of its four 16-bit block
+ * scales (bytes 48..55, nibble k of the half in scale word k): nb blocks
+ * of gri_blocks with the sane half written at offset 0 (the first two
+ * index bytes, random anyway) and moved there. */
+static inline void gri_blocks_iq1_m(uint8_t *dst, int nb, uint32_t seed) {
+    gri_blocks(dst, nb, 56, 0, 0, seed);
+    for (int b = 0; b < nb; b++) {
+        uint8_t *blk = dst + b * 56;
+        const unsigned h = (unsigned)blk[0] | (unsigned)blk[1] << 8;
+        for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0f) | ((h >> 4 * k) & 15) << 4);
+    }
+}
+
 /* tests/fixtures/ggml-ref/<name> into dst, which it must fill exactly:
  * 0, or -1 (missing, short or long). Run from the repository root. */
 static inline int gri_read_fixture(const char *name, void *dst, size_t n) {

@@ -46,6 +46,23 @@ static inline void qu_scale_offsets(coli_dtype t, int *d, int *dmin) {
     }
 }
 
+/* A block's fp16 d: at byte od, or (IQ1_M) in the top nibbles of its four
+ * 16-bit scale words. */
+static inline void qu_put_d(coli_dtype t, uint8_t *blk, int od, uint16_t h) {
+    if (t != COLI_IQ1_M) {
+        memcpy(blk + od, &h, 2);
+        return;
+    }
+    uint8_t *hi = blk + offsetof(block_iq1_m, scales) + 1;
+    for (int k = 0; k < 4; k++) hi[2 * k] = (uint8_t)((hi[2 * k] & 0x0f) | (h >> 4 * k & 15) << 4);
+}
+static inline uint16_t qu_get_d(coli_dtype t, const uint8_t *blk, int od) {
+    uint16_t h;
+    if (t == COLI_IQ1_M) return coli_iq1_m_half((const block_iq1_m *)blk);
+    memcpy(&h, blk + od, 2);
+    return h;
+}
+
 /* nb random blocks of type t (a quantized type): random quant bytes, d in
  * +-[0.005, 0.015) and a minimum in [-0.1, 0.1) where the type has one
  * (K-quants: dmin > 0, as llama.cpp's quantizer writes it). */
@@ -63,7 +80,7 @@ static inline void qu_random_blocks(coli_dtype t, uint8_t *dst, int64_t nb, unsi
         float d = 0.005f + (float)(qu_next(seed) % 1000) / 100000.0f;
         if (qu_next(seed) & 1) d = -d;
         uint16_t h = coli_fp32_to_fp16(d);
-        memcpy(blk + od, &h, 2);
+        qu_put_d(t, blk, od, h);
         if (om >= 0) {
             const int kq = coli_dtype_block_elems(t) == COLI_QK_K;
             float m = kq ? 0.001f + (float)(qu_next(seed) % 1000) / 100000.0f
@@ -88,7 +105,13 @@ static inline coli_dtype qu_act_type(coli_dtype t) {
     case COLI_IQ4_XS:
     case COLI_TQ1_0:
     case COLI_TQ2_0:
-    case COLI_IQ2_XXS: return COLI_Q8_K;
+    case COLI_IQ2_XXS:
+    case COLI_IQ3_XXS:
+    case COLI_IQ2_XS:
+    case COLI_IQ3_S:
+    case COLI_IQ2_S:
+    case COLI_IQ1_S:
+    case COLI_IQ1_M: return COLI_Q8_K;
     default: return COLI_Q8_0;
     }
 }

@@ -1,6 +1,7 @@
 /*
  * test_dequant.c - dequantization of Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K,
- * IQ4_XS, MXFP4, TQ1_0, TQ2_0 and IQ2_XXS (core/quant_dequant.c).
+ * IQ4_XS, MXFP4, TQ1_0, TQ2_0 and the IQ grid types (core/quant_dequant.c,
+ * core/quant_dequant_iq.c).
  *
  * Block level: each block is packed here from chosen logical values
  * (scales, mins, quants) following the ggml format definition element by
@@ -8,7 +9,7 @@
  * the definition gives are compared with what coli_dequantize_row returns.
  * File level: every tensor of llama.cpp's shipped tiny-kquant-*.gguf is
  * dequantized and compared with the F32 source model it was quantized from.
- * ggml level (MXFP4, TQ1_0, TQ2_0, IQ2_XXS): dequantization of raw blocks and our
+ * ggml level (MXFP4, TQ1_0, TQ2_0, the IQ types): dequantization of raw blocks and our
  * quantizers' bytes against ggml's recorded answers for the same inputs
  * (tests/fixtures/ggml-ref, tests/ggml_ref_input.h), bit for bit.
  */
@@ -360,6 +361,63 @@ Test(dequant_block, iq2_xxs) {
     }
 }
 
+/* The grids of the other IQ types: what the format says of each (its entry
+ * count, the element values it allows, distinct points in ascending order;
+ * IQ1_S's int8 elements -1, 0, 1 ascend with the last element most
+ * significant, i.e. with 1 added to every byte) and byte for byte the table
+ * ggml de3ff815 holds (fixtures/ggml-ref/<file>.grid). */
+typedef struct iq_grid {
+    const char *file;
+    const void *tab;
+    int n, want_n, width; /* entries (ours, the format's), bytes per entry */
+    uint8_t values[8];    /* the allowed element bytes */
+    int n_values;
+    uint8_t bias; /* added to each byte before the order check */
+} iq_grid;
+#define IQ_GRID(file, tab, want_n, bias, ...)                                                    \
+    {                                                                                            \
+        file, tab, (int)(sizeof tab / sizeof tab[0]), want_n, (int)sizeof tab[0], {__VA_ARGS__}, \
+            (int)sizeof((uint8_t[]){__VA_ARGS__}), bias                                          \
+    }
+static const iq_grid k_iq_grids[] = {
+    IQ_GRID("iq3_xxs", coli_iq3xxs_grid, 256, 0, 4, 12, 20, 28, 36, 44, 52, 62),
+    IQ_GRID("iq2_xs", coli_iq2xs_grid, 512, 0, 8, 25, 43),
+    IQ_GRID("iq2_s", coli_iq2s_grid, 1024, 0, 8, 25, 43),
+    IQ_GRID("iq1_s", coli_iq1s_grid, 2048, 1, 0xff, 0, 1),
+    IQ_GRID("iq3_s", coli_iq3s_grid, 512, 0, 1, 3, 5, 7, 9, 11, 13, 15),
+};
+
+static uint64_t s_grid_entry(const iq_grid *g, int i, uint8_t bias) {
+    uint64_t e = 0;
+    memcpy(&e, (const uint8_t *)g->tab + (size_t)i * (size_t)g->width, (size_t)g->width);
+    for (int j = 0; j < g->width; j++)
+        e = (e & ~((uint64_t)0xff << 8 * j)) | (uint64_t)(uint8_t)((e >> 8 * j) + bias) << 8 * j;
+    return e;
+}
+
+static void read_fixture(const char *name, void *dst, size_t n);
+
+Test(dequant_block, iq_grids_shape_and_ggml_tables) {
+    static uint8_t want[2048 * 8];
+    for (size_t gi = 0; gi < sizeof k_iq_grids / sizeof k_iq_grids[0]; gi++) {
+        const iq_grid *g = &k_iq_grids[gi];
+        cr_assert_eq(g->n, g->want_n, "%s: %d entries", g->file, g->n);
+        for (int i = 0; i < g->n; i++) {
+            if (i)
+                cr_assert_gt(s_grid_entry(g, i, g->bias), s_grid_entry(g, i - 1, g->bias), "%s entry %d", g->file, i);
+            const uint64_t e = s_grid_entry(g, i, 0);
+            for (int j = 0; j < g->width; j++) {
+                const uint8_t m = (uint8_t)(e >> 8 * j);
+                cr_assert(memchr(g->values, m, (size_t)g->n_values), "%s entry %d byte %d: %#x", g->file, i, j, m);
+            }
+        }
+        char name[64];
+        snprintf(name, sizeof name, "%s.grid", g->file);
+        read_fixture(name, want, (size_t)g->n * (size_t)g->width);
+        cr_assert(memcmp(g->tab, want, (size_t)g->n * (size_t)g->width) == 0, "%s: not ggml's table", g->file);
+    }
+}
+
 Test(dequant_block, rows_of_several_blocks_are_blockwise) {
     /* a row of 3 Q6_K blocks dequantizes to the 3 blocks one after another */
     block_q6_K row[3];
@@ -453,6 +511,12 @@ static const ref_type k_ref_types[] = {
     {COLI_TQ1_0, "tq1_0", 256, 3, 4, (int)offsetof(block_tq1_0, d), 0},
     {COLI_TQ2_0, "tq2_0", 256, 5, 6, (int)offsetof(block_tq2_0, d), 0},
     {COLI_IQ2_XXS, "iq2_xxs", 256, 0, 9, 0, 0},
+    {COLI_IQ3_XXS, "iq3_xxs", 256, 0, 11, 0, 0},
+    {COLI_IQ1_M, "iq1_m", 256, 0, 21, 0, 0},
+    {COLI_IQ1_S, "iq1_s", 256, 0, 19, 0, 0},
+    {COLI_IQ2_S, "iq2_s", 256, 0, 17, 0, 0},
+    {COLI_IQ3_S, "iq3_s", 256, 0, 15, 0, 0},
+    {COLI_IQ2_XS, "iq2_xs", 256, 0, 13, 0, 0},
 };
 
 static void read_fixture(const char *name, void *dst, size_t n) {
@@ -473,7 +537,11 @@ Test(ggml_ref, dequantize_bit_for_bit) {
         char name[64];
         snprintf(name, sizeof name, "%s.deq", r->file);
         read_fixture(name, want, sizeof want);
-        gri_blocks(raw, GRI_N_DEQUANT / r->group, (int)coli_dtype_block_bytes(r->t), r->scale_off, r->e8m0, r->dseed);
+        if (r->t == COLI_IQ1_M) /* its d is spread over the scale words */
+            gri_blocks_iq1_m(raw, GRI_N_DEQUANT / r->group, r->dseed);
+        else
+            gri_blocks(raw, GRI_N_DEQUANT / r->group, (int)coli_dtype_block_bytes(r->t), r->scale_off, r->e8m0,
+                       r->dseed);
         coli_dequantize_row(r->t, raw, got, GRI_N_DEQUANT);
         first_difference(got, want, sizeof got, sizeof(float), coli_dtype_name(r->t));
     }

@@ -639,11 +639,11 @@ Test(gguf_hostile, product_of_dims_overflows) {
 
 Test(gguf_hostile, unknown_tensor_type_is_named) {
     gguf_bytes b = {0};
-    one_tensor(&b, "blk.0.ffn_down.weight", 2, (const uint64_t[]){256, 4}, 17, 0, 1024);
+    one_tensor(&b, "blk.0.ffn_down.weight", 2, (const uint64_t[]){256, 4}, 24, 0, 1024);
     EXPECT_REFUSED(
-        &b, COLI_EUNSUPPORTED, "tensor 'blk.0.ffn_down.weight': tensor type IQ2_XS (17) is not supported",
+        &b, COLI_EUNSUPPORTED, "tensor 'blk.0.ffn_down.weight': tensor type I8 (24) is not supported",
         "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, "
-        "TQ1_0, TQ2_0, MXFP4, IQ2_XXS)");
+        "TQ1_0, TQ2_0, MXFP4, IQ2_XXS, IQ3_XXS, IQ2_XS, IQ3_S, IQ2_S, IQ1_S, IQ1_M)");
     gb_free(&b);
     /* Q8_K is an activation format: never a weight */
     one_tensor(&b, "w", 2, (const uint64_t[]){256, 1}, COLI_Q8_K, 0, 292);
@@ -717,9 +717,11 @@ Test(gguf_hostile, k_quant_row_not_a_multiple_of_256) {
         const char *name;
         uint64_t ne0;
     } cases[] = {
-        {COLI_Q4_K, "Q4_K", 128},      {COLI_Q6_K, "Q6_K", 288},  {COLI_Q2_K, "Q2_K", 32},
-        {COLI_Q3_K, "Q3_K", 512 + 96}, {COLI_Q5_K, "Q5_K", 255},  {COLI_IQ4_XS, "IQ4_XS", 96},
-        {COLI_TQ1_0, "TQ1_0", 160},    {COLI_TQ2_0, "TQ2_0", 32}, {COLI_IQ2_XXS, "IQ2_XXS", 64},
+        {COLI_Q4_K, "Q4_K", 128},        {COLI_Q6_K, "Q6_K", 288},        {COLI_Q2_K, "Q2_K", 32},
+        {COLI_Q3_K, "Q3_K", 512 + 96},   {COLI_Q5_K, "Q5_K", 255},        {COLI_IQ4_XS, "IQ4_XS", 96},
+        {COLI_TQ1_0, "TQ1_0", 160},      {COLI_TQ2_0, "TQ2_0", 32},       {COLI_IQ2_XXS, "IQ2_XXS", 64},
+        {COLI_IQ3_XXS, "IQ3_XXS", 128},  {COLI_IQ1_M, "IQ1_M", 256 + 64}, {COLI_IQ1_S, "IQ1_S", 256 + 64},
+        {COLI_IQ2_S, "IQ2_S", 256 + 64}, {COLI_IQ3_S, "IQ3_S", 256 + 64}, {COLI_IQ2_XS, "IQ2_XS", 512 + 32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gguf_bytes b = {0};

@@ -19,8 +19,9 @@
 #include "core/vecdot.h"
 
 static const coli_dtype k_types[] = {
-    COLI_F32,  COLI_F16,  COLI_BF16, COLI_Q8_0, COLI_Q4_0,   COLI_Q4_1,  COLI_Q5_0,  COLI_Q5_1,  COLI_IQ4_NL, COLI_Q2_K,
-    COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS, COLI_MXFP4, COLI_TQ1_0, COLI_TQ2_0, COLI_IQ2_XXS};
+    COLI_F32,     COLI_F16,     COLI_BF16,   COLI_Q8_0,  COLI_Q4_0,  COLI_Q4_1,   COLI_Q5_0,  COLI_Q5_1,  COLI_IQ4_NL,
+    COLI_Q2_K,    COLI_Q3_K,    COLI_Q4_K,   COLI_Q5_K,  COLI_Q6_K,  COLI_IQ4_XS, COLI_MXFP4, COLI_TQ1_0, COLI_TQ2_0,
+    COLI_IQ2_XXS, COLI_IQ3_XXS, COLI_IQ2_XS, COLI_IQ3_S, COLI_IQ2_S, COLI_IQ1_S,  COLI_IQ1_M};
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 
 /* Types we cannot quantize here (no weight quantizer in core): random

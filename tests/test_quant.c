@@ -53,8 +53,21 @@ Test(dtype, names_round_trip_and_unknown_types_say_their_number) {
     cr_expect_str_eq(coli_dtype_name(4294967295u), "type 4294967295");
     coli_dtype t;
     cr_expect_eq(coli_dtype_from_name("I8", &t), -1);
-    cr_expect_eq(coli_dtype_from_name("IQ2_XXS", &t), 0);
-    cr_expect_eq(t, COLI_IQ2_XXS);
+    /* the IQ types by GGML's names and ids */
+    static const struct {
+        const char *name;
+        coli_dtype t;
+        uint32_t id;
+    } iq[] = {{"IQ2_XXS", COLI_IQ2_XXS, 16}, {"IQ2_XS", COLI_IQ2_XS, 17}, {"IQ3_XXS", COLI_IQ3_XXS, 18},
+              {"IQ1_S", COLI_IQ1_S, 19},     {"IQ3_S", COLI_IQ3_S, 21},   {"IQ2_S", COLI_IQ2_S, 22},
+              {"IQ1_M", COLI_IQ1_M, 29}};
+    for (size_t i = 0; i < sizeof iq / sizeof iq[0]; i++) {
+        cr_expect_eq(coli_dtype_from_name(iq[i].name, &t), 0, "%s", iq[i].name);
+        cr_expect_eq(t, iq[i].t);
+        cr_expect_eq((uint32_t)iq[i].t, iq[i].id);
+        cr_expect_str_eq(coli_dtype_name(iq[i].id), iq[i].name);
+        cr_expect(coli_dtype_valid(iq[i].id), "%s is a weight type", iq[i].name);
+    }
 }
 
 Test(fp16, to_fp32_matches_definition_for_all_halves) {

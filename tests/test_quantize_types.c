@@ -465,41 +465,49 @@ Test(quantize_types, fp4_ternary_files_run_alike_on_a_worker, .timeout = 300) {
     sched_assert_no_orphans();
 }
 
-/* ---- IQ2_XXS (computed; not written without an importance matrix) -------- */
+/* ---- IQ grid types (computed; not written without an importance matrix) -- */
 
-Test(quantize_types, iq2_xxs_needs_an_imatrix) {
+Test(quantize_types, iq_types_need_an_imatrix) {
+    static const char *const types[] = {"IQ2_XXS", "IQ3_XXS", "IQ2_XS", "IQ3_S", "IQ2_S", "IQ1_S", "IQ1_M"};
     char out[4200];
     snprintf(out, sizeof out, "%s/quantize-types-iq2.gguf", s_build());
-    const coli_quantize_params p = {.output_type = "IQ2_XXS"};
-    cr_assert_eq(coli_quantize_file_params("models/tiny-moe-4e2r-f16.gguf", out, "Q4_K_M", &p), COLI_EUNSUPPORTED);
-    cr_expect(strstr(coli_last_error(), "output type 'IQ2_XXS' needs an importance matrix"), "%s", coli_last_error());
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const coli_quantize_params p = {.output_type = types[i]};
+        char want[128];
+        snprintf(want, sizeof want, "output type '%s' needs an importance matrix", types[i]);
+        cr_assert_eq(coli_quantize_file_params("models/tiny-moe-4e2r-f16.gguf", out, "Q4_K_M", &p), COLI_EUNSUPPORTED);
+        cr_expect(strstr(coli_last_error(), want), "%s", coli_last_error());
+        cr_expect_null(strchr(coli_last_error(), '\n'), "one line: %s", coli_last_error());
+    }
 }
 
-/* The bundled model with its ffn_gate_exps/ffn_up_exps replaced by random
- * IQ2_XXS blocks (d = 1/2048: values up to 0.33), everything else copied. */
-static void s_write_iq2_xxs_model(const char *out) {
+/* The bundled model with every F16 matrix whose rows are whole blocks
+ * (token_embd, output, attention, ffn_gate_exps/ffn_up_exps; not
+ * ffn_down_exps: rows of 384) replaced by random blocks of type t (random
+ * bytes, d = 1/2048: IQ2_XXS values up to 0.33), everything else copied:
+ * the coordinator's dense matmuls and embedding rows read the type too. */
+static void s_write_iq_model(const char *out, coli_dtype t) {
     gguf_file *in = s_open("models/tiny-moe-4e2r-f16.gguf");
     gguf_writer *w = gguf_writer_new();
     cr_assert(w);
     for (int64_t i = 0; i < gguf_n_kv(in); i++) cr_assert_eq(gguf_writer_copy_kv(w, in, i), 0);
     void *bufs[64] = {0};
     unsigned seed = 2024;
+    const size_t bb = coli_dtype_block_bytes(t);
+    const uint16_t d = coli_fp32_to_fp16(1.0f / 2048);
     cr_assert_leq(gguf_n_tensors(in), 64);
     for (int64_t i = 0; i < gguf_n_tensors(in); i++) {
-        const coli_tensor *t = gguf_tensor(in, i);
-        if (strstr(t->name, "ffn_gate_exps") || strstr(t->name, "ffn_up_exps")) {
-            const int64_t nb = coli_tensor_nelems(t) / COLI_QK_K;
-            block_iq2_xxs *b = malloc(sizeof *b * (size_t)nb);
+        const coli_tensor *ti = gguf_tensor(in, i);
+        if (ti->type == COLI_F16 && ti->ne[0] % COLI_QK_K == 0) {
+            const size_t n = coli_row_bytes(t, coli_tensor_nelems(ti));
+            uint8_t *b = malloc(n);
             cr_assert(b);
-            for (int64_t k = 0; k < nb; k++) {
-                for (int j = 0; j < COLI_QK_K / 8; j++) b[k].qs[j] = (uint16_t)qu_next(&seed);
-                b[k].d = coli_fp32_to_fp16(1.0f / 2048);
-            }
+            for (size_t k = 0; k < n; k++) b[k] = (uint8_t)qu_next(&seed);
+            for (size_t k = 0; k < n; k += bb) qu_put_d(t, b + k, 0, d);
             bufs[i] = b;
-            cr_assert_eq(gguf_writer_add_tensor(w, t->name, COLI_IQ2_XXS, t->n_dims, t->ne, b, sizeof *b * (size_t)nb),
-                         0);
+            cr_assert_eq(gguf_writer_add_tensor(w, ti->name, t, ti->n_dims, ti->ne, b, n), 0);
         } else {
-            cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
+            cr_assert_eq(gguf_writer_add_tensor(w, ti->name, ti->type, ti->n_dims, ti->ne, ti->data, ti->nbytes), 0);
         }
     }
     cr_assert_eq(gguf_writer_write(w, out), 0, "%s", coli_last_error());
@@ -508,18 +516,27 @@ static void s_write_iq2_xxs_model(const char *out) {
     gguf_close(&in);
 }
 
-Test(quantize_types, iq2_xxs_experts_run_alike_on_a_worker, .timeout = 300) {
+/* in-process and a cpu:1 worker give the same tokens and logits, finite */
+static void s_iq_experts_run_alike(coli_dtype t) {
     char out[4200];
-    snprintf(out, sizeof out, "%s/quantize-types-iq2-experts.gguf", s_build());
-    s_write_iq2_xxs_model(out);
+    snprintf(out, sizeof out, "%s/quantize-types-%s-experts.gguf", s_build(), coli_dtype_name(t));
+    s_write_iq_model(out, t);
     sched_env_defaults();
     gen_result ref, got;
     sched_generate(out, "inproc", NULL, NULL, &ref);
     sched_generate(out, "cpu:1", NULL, NULL, &got);
-    sched_assert_same(&ref, &got, "IQ2_XXS experts");
+    sched_assert_same(&ref, &got, coli_dtype_name(t));
     for (int i = 0; i < (GEN_STEPS + 1) * ref.n_vocab; i++) cr_assert(isfinite(ref.logits[i]), "logit %d", i);
     gen_free(&ref);
     gen_free(&got);
     remove(out);
     sched_assert_no_orphans();
 }
+
+Test(quantize_types, iq2_xxs_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ2_XXS); }
+Test(quantize_types, iq3_xxs_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ3_XXS); }
+Test(quantize_types, iq2_xs_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ2_XS); }
+Test(quantize_types, iq3_s_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ3_S); }
+Test(quantize_types, iq2_s_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ2_S); }
+Test(quantize_types, iq1_s_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ1_S); }
+Test(quantize_types, iq1_m_experts_run_alike_on_a_worker, .timeout = 300) { s_iq_experts_run_alike(COLI_IQ1_M); }

@@ -46,10 +46,23 @@ static const ktype k_types[] = {
      coli_vec_dot_q6_K_q8_K_avx2_tokens},
     {"IQ4_XS", COLI_IQ4_XS, sizeof(block_iq4_xs), coli_vec_dot_iq4_xs_q8_K, coli_vec_dot_iq4_xs_q8_K_avx2,
      coli_vec_dot_iq4_xs_q8_K_avx2_tokens},
-    /* no several-token kernels (matmul calls the dot per token) */
+    /* TQ1_0, TQ2_0: no several-token kernels (matmul calls the dot per token) */
     {"TQ1_0", COLI_TQ1_0, sizeof(block_tq1_0), coli_vec_dot_tq1_0_q8_K, coli_vec_dot_tq1_0_q8_K_avx2, NULL},
     {"TQ2_0", COLI_TQ2_0, sizeof(block_tq2_0), coli_vec_dot_tq2_0_q8_K, coli_vec_dot_tq2_0_q8_K_avx2, NULL},
-    {"IQ2_XXS", COLI_IQ2_XXS, sizeof(block_iq2_xxs), coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, NULL},
+    {"IQ2_XXS", COLI_IQ2_XXS, sizeof(block_iq2_xxs), coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2,
+     coli_vec_dot_iq2_xxs_q8_K_avx2_tokens},
+    {"IQ3_XXS", COLI_IQ3_XXS, sizeof(block_iq3_xxs), coli_vec_dot_iq3_xxs_q8_K, coli_vec_dot_iq3_xxs_q8_K_avx2,
+     coli_vec_dot_iq3_xxs_q8_K_avx2_tokens},
+    {"IQ1_M", COLI_IQ1_M, sizeof(block_iq1_m), coli_vec_dot_iq1_m_q8_K, coli_vec_dot_iq1_m_q8_K_avx2,
+     coli_vec_dot_iq1_m_q8_K_avx2_tokens},
+    {"IQ1_S", COLI_IQ1_S, sizeof(block_iq1_s), coli_vec_dot_iq1_s_q8_K, coli_vec_dot_iq1_s_q8_K_avx2,
+     coli_vec_dot_iq1_s_q8_K_avx2_tokens},
+    {"IQ2_S", COLI_IQ2_S, sizeof(block_iq2_s), coli_vec_dot_iq2_s_q8_K, coli_vec_dot_iq2_s_q8_K_avx2,
+     coli_vec_dot_iq2_s_q8_K_avx2_tokens},
+    {"IQ3_S", COLI_IQ3_S, sizeof(block_iq3_s), coli_vec_dot_iq3_s_q8_K, coli_vec_dot_iq3_s_q8_K_avx2,
+     coli_vec_dot_iq3_s_q8_K_avx2_tokens},
+    {"IQ2_XS", COLI_IQ2_XS, sizeof(block_iq2_xs), coli_vec_dot_iq2_xs_q8_K, coli_vec_dot_iq2_xs_q8_K_avx2,
+     coli_vec_dot_iq2_xs_q8_K_avx2_tokens},
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -69,7 +82,7 @@ static float fp16_at(const uint8_t *p) {
 static double term_bound(const ktype *k, const uint8_t *blk) {
     int od, om;
     qu_scale_offsets(k->t, &od, &om);
-    double ad = fabs(fp16_at(blk + od)), am = om >= 0 ? fabs(fp16_at(blk + om)) : 0.0;
+    double ad = fabs(coli_fp16_to_fp32(qu_get_d(k->t, blk, od))), am = om >= 0 ? fabs(fp16_at(blk + om)) : 0.0;
     switch (k->t) {
     case COLI_Q2_K: return ad * 15 * 3 + am * 15;
     case COLI_Q3_K: return ad * 32 * 4;
@@ -78,7 +91,13 @@ static double term_bound(const ktype *k, const uint8_t *blk) {
     case COLI_Q6_K: return ad * 128 * 32;
     case COLI_TQ1_0:
     case COLI_TQ2_0: return ad * 2; /* TQ1_0's bytes above 242 decode to 1; TQ2_0's code 3 to 2 */
-    case COLI_IQ2_XXS: return ad * 15.5 / 4 * 43;
+    case COLI_IQ2_XXS:
+    case COLI_IQ2_XS: return ad * 15.5 / 4 * 43;
+    case COLI_IQ3_XXS: return ad * 15.5 / 2 * 62;
+    case COLI_IQ3_S: return ad * 31 * 15;
+    case COLI_IQ2_S: return ad * 15.5 / 4 * 43;
+    case COLI_IQ1_S: return ad * 15 * 1.125;
+    case COLI_IQ1_M: return ad * 15 * 1.125;
     default: return ad * 32 * 127;
     }
 }
@@ -98,7 +117,7 @@ static uint8_t *make_weights(const ktype *k, int64_t n, unsigned seed, int fill)
     qu_scale_offsets(k->t, &od, &om);
     uint16_t d = coli_fp32_to_fp16(-0.01f), dmin = coli_fp32_to_fp16(0.004f);
     for (int64_t b = 0; b < nb; b++) {
-        memcpy(w + (size_t)b * k->block_bytes + od, &d, 2);
+        qu_put_d(k->t, w + (size_t)b * k->block_bytes, od, d);
         if (om >= 0) memcpy(w + (size_t)b * k->block_bytes + om, &dmin, 2);
     }
     return w;
@@ -225,13 +244,13 @@ Test(vecdot_k, tokens_equal_single_calls) {
 /* same inputs, same bits: repeated calls, and the same rows at addresses
  * off the 32-byte grid (still aligned for their fp16/float fields, as
  * rows in a file and the matmul scratch are): no alignment-dependent path */
-/* TQ1_0/TQ2_0/IQ2_XXS: AVX2 sums each super-block exactly and takes the
- * portable float steps, so the bits are the same */
+/* TQ1_0/TQ2_0 and the IQ types: AVX2 sums each super-block exactly and
+ * takes the portable float steps, so the bits are the same */
 Test(vecdot_k, exact_sum_avx2_equals_portable_bits) {
     if (!coli_cpu_avx2()) cr_skip_test("CPU lacks AVX2/FMA/F16C");
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const ktype *k = &k_types[ti];
-        if (k->t != COLI_TQ1_0 && k->t != COLI_TQ2_0 && k->t != COLI_IQ2_XXS) continue;
+        if (k->t < COLI_IQ2_XXS || k->t == COLI_IQ4_XS) continue; /* the K-quants: their own float steps */
         for (size_t li = 0; li < N_LENGTHS; li++)
             for (size_t pi = 0; pi < N_PATTERNS; pi++) {
                 const int64_t n = k_lengths[li];
@@ -293,7 +312,7 @@ static void set_scales(const ktype *k, uint8_t *w, int64_t nb, float d, float dm
     qu_scale_offsets(k->t, &od, &om);
     uint16_t hd = coli_fp32_to_fp16(d), hm = coli_fp32_to_fp16(dmin);
     for (int64_t b = 0; b < nb; b++) {
-        memcpy(w + (size_t)b * k->block_bytes + od, &hd, 2);
+        qu_put_d(k->t, w + (size_t)b * k->block_bytes, od, hd);
         if (om >= 0) memcpy(w + (size_t)b * k->block_bytes + om, &hm, 2);
     }
 }

@@ -183,6 +183,12 @@ static const ref_dot k_ref_dots[] = {
     {COLI_TQ1_0, "tq1_0", "act_q8_K", coli_vec_dot_tq1_0_q8_K, coli_vec_dot_tq1_0_q8_K_avx2, 0, 0},
     {COLI_TQ2_0, "tq2_0", "act_q8_K", coli_vec_dot_tq2_0_q8_K, coli_vec_dot_tq2_0_q8_K_avx2, 0, 0},
     {COLI_IQ2_XXS, "iq2_xxs", "act_q8_K", coli_vec_dot_iq2_xxs_q8_K, coli_vec_dot_iq2_xxs_q8_K_avx2, 0, 10},
+    {COLI_IQ3_XXS, "iq3_xxs", "act_q8_K", coli_vec_dot_iq3_xxs_q8_K, coli_vec_dot_iq3_xxs_q8_K_avx2, 0, 12},
+    {COLI_IQ1_M, "iq1_m", "act_q8_K", coli_vec_dot_iq1_m_q8_K, coli_vec_dot_iq1_m_q8_K_avx2, 0, 22},
+    {COLI_IQ1_S, "iq1_s", "act_q8_K", coli_vec_dot_iq1_s_q8_K, coli_vec_dot_iq1_s_q8_K_avx2, 0, 20},
+    {COLI_IQ2_S, "iq2_s", "act_q8_K", coli_vec_dot_iq2_s_q8_K, coli_vec_dot_iq2_s_q8_K_avx2, 0, 18},
+    {COLI_IQ3_S, "iq3_s", "act_q8_K", coli_vec_dot_iq3_s_q8_K, coli_vec_dot_iq3_s_q8_K_avx2, 0, 16},
+    {COLI_IQ2_XS, "iq2_xs", "act_q8_K", coli_vec_dot_iq2_xs_q8_K, coli_vec_dot_iq2_xs_q8_K_avx2, 0, 14},
 };
 #define N_REF_DOTS (sizeof k_ref_dots / sizeof k_ref_dots[0])
 
@@ -202,7 +208,9 @@ Test(ggml_ref, dot_products_bit_for_bit) {
         const ref_dot *r = &k_ref_dots[i];
         const int64_t blk = coli_dtype_block_elems(r->t), nk = GRI_N_QUANT / blk;
         const coli_dtype at = blk == 32 ? COLI_Q8_0 : COLI_Q8_K;
-        if (r->wseed)
+        if (r->t == COLI_IQ1_M) /* its d is spread over the scale words */
+            gri_blocks_iq1_m(w, (int)nk, r->wseed);
+        else if (r->wseed)
             gri_blocks(w, (int)nk, (int)coli_dtype_block_bytes(r->t), 0, 0, r->wseed);
         else
             read_fixture(r->file, ".q", w, coli_row_bytes(r->t, GRI_N_QUANT));

@@ -286,10 +286,11 @@ int main(int argc, char **argv) {
                    .seconds = 1.0,
                    .rows = 2816,
                    .cols = 1024,
-                   .types = {COLI_F32, COLI_F16, COLI_BF16, COLI_Q8_0, COLI_Q4_0, COLI_Q4_1, COLI_Q5_0, COLI_Q5_1,
-                             COLI_IQ4_NL, COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K, COLI_Q6_K, COLI_IQ4_XS,
-                             COLI_MXFP4, COLI_TQ1_0, COLI_TQ2_0, COLI_IQ2_XXS},
-                   .n_types = 19};
+                   .types = {COLI_F32,    COLI_F16,    COLI_BF16,  COLI_Q8_0,  COLI_Q4_0,    COLI_Q4_1,    COLI_Q5_0,
+                             COLI_Q5_1,   COLI_IQ4_NL, COLI_Q2_K,  COLI_Q3_K,  COLI_Q4_K,    COLI_Q5_K,    COLI_Q6_K,
+                             COLI_IQ4_XS, COLI_MXFP4,  COLI_TQ1_0, COLI_TQ2_0, COLI_IQ2_XXS, COLI_IQ3_XXS, COLI_IQ2_XS,
+                             COLI_IQ3_S,  COLI_IQ2_S,  COLI_IQ1_S, COLI_IQ1_M},
+                   .n_types = 25};
     if (parse_args(argc, argv, &c)) return 2;
     coli_matmul_force_portable(c.portable);
     coli_pool *pool = coli_pool_new(c.threads);

@@ -24,10 +24,11 @@ static int save(const char *dir, const char *name, const void *p, size_t n) {
 /* One small tensor of each supported type, written by the real writer. */
 static int write_tensor_types(const char *dir, uint32_t alignment, const char *name) {
     static uint8_t data[2 * 256 * 4];
-    static const coli_dtype types[] = {COLI_F32,   COLI_F16,   COLI_BF16,  COLI_Q8_0,   COLI_Q4_0,
-                                       COLI_Q4_1,  COLI_Q5_0,  COLI_Q5_1,  COLI_IQ4_NL, COLI_Q2_K,
-                                       COLI_Q3_K,  COLI_Q4_K,  COLI_Q5_K,  COLI_Q6_K,   COLI_IQ4_XS,
-                                       COLI_MXFP4, COLI_TQ1_0, COLI_TQ2_0, COLI_IQ2_XXS};
+    static const coli_dtype types[] = {COLI_F32,    COLI_F16,   COLI_BF16,  COLI_Q8_0,    COLI_Q4_0,
+                                       COLI_Q4_1,   COLI_Q5_0,  COLI_Q5_1,  COLI_IQ4_NL,  COLI_Q2_K,
+                                       COLI_Q3_K,   COLI_Q4_K,  COLI_Q5_K,  COLI_Q6_K,    COLI_IQ4_XS,
+                                       COLI_MXFP4,  COLI_TQ1_0, COLI_TQ2_0, COLI_IQ2_XXS, COLI_IQ3_XXS,
+                                       COLI_IQ2_XS, COLI_IQ3_S, COLI_IQ2_S, COLI_IQ1_S,   COLI_IQ1_M};
     static const char *const tokens[] = {"<unk>", "<s>", "</s>", "a", "b"};
     char path[1024], tname[32];
     gguf_writer *w = gguf_writer_new();
