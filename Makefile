@@ -34,7 +34,7 @@ LDFLAGS += $(SANFLAGS) -pthread
 LDLIBS  += -lzmq -lprotobuf-c -ldl -lm -lmicrohttpd -lcjson -ledit
 
 # ---- sources ---------------------------------------------------------------
-CORE_SRC   := $(wildcard core/*.c)
+CORE_SRC   := $(wildcard core/*.c core/gguf/*.c core/quant/*.c core/kernels/*.c core/tokenizer/*.c)
 COORD_SRC  := $(wildcard coordinator/*.c coordinator/sched/*.c)
 WIRE_SRC   := $(wildcard proto/*.c)
 CPU_SRC    := $(wildcard plugins/cpu/*.c)
@@ -339,7 +339,7 @@ fuzz-deps:
 	$(call apt_install,fuzz,$(FUZZ_PKGS))
 
 # Seed files for the GGUF harness (a plain program on the instrumented library).
-$(FUZZ_DIR)/gguf_seeds: tools/fuzz/gguf_seeds.c $(FUZZ_LIB) tests/gguf_bytes.h core/gguf.h
+$(FUZZ_DIR)/gguf_seeds: tools/fuzz/gguf_seeds.c $(FUZZ_LIB) tests/gguf_bytes.h core/gguf/gguf.h
 	clang $(FUZZ_CFLAGS) $(FUZZ_SAN) -o $@ tools/fuzz/gguf_seeds.c $(FUZZ_LIB) $(FUZZ_LIBS)
 
 # The whole library and the server library (the harnesses of its parts link it),

@@ -29,7 +29,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/threadpool.h"
-#include "core/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 struct coli_model {
     model *m;              /* mapped, validated weights; NULL when vocab_only */

@@ -29,8 +29,8 @@
 #include "coordinator/forward_impl.h"
 #include "coordinator/router.h"
 #include "core/error.h"
-#include "core/expert_ffn.h"
-#include "core/quant.h"
+#include "core/kernels/expert_ffn.h"
+#include "core/quant/quant.h"
 
 // ---------------------------------------------------------------------------
 // run state

@@ -15,7 +15,7 @@
 #include "coordinator/kv_cache.h"
 #include "coordinator/model.h"
 #include "coordinator/moe_exec.h"
-#include "core/matmul.h"
+#include "core/kernels/matmul.h"
 #include "core/threadpool.h"
 
 #define FORWARD_MAX_BATCH MOE_EXEC_MAX_TOKENS /* larger evals are run in chunks of this many tokens */
@@ -70,7 +70,7 @@ int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int 
  * already; the caches are distinct, shaped alike and at most s->n_ctx long;
  * n <= max_batch. Matmuls and the experts run once over all rows (one
  * executor call per layer), attention per row over its own cache; a row's
- * bits are those it gets alone (core/matmul.h). logits: NULL or (n,
+ * bits are those it gets alone (core/kernels/matmul.h). logits: NULL or (n,
  * n_vocab), row t for sequence t. Returns 0, COLI_EINVAL, COLI_ERANGE or
  * the executor's error; on error the caches' rows at pos[t] may be written
  * (positions have not moved, so they are overwritten later). */

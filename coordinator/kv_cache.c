@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "core/quant.h"
+#include "core/quant/quant.h"
 
 static size_t s_elem(const kv_cache *c) { return c->f16 ? sizeof(uint16_t) : sizeof(float); }
 

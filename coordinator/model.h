@@ -2,7 +2,7 @@
  * model.h - a validated view of a GGUF language model: hyper-parameters read
  * from the metadata and tensor views that point into the mapped file.
  *
- * model_open maps the file (core/gguf.h does the file-level checks) and then
+ * model_open maps the file (core/gguf/gguf.h does the file-level checks) and then
  * checks what only a model loader can know: the architecture is one we run,
  * every tensor it needs is present, each shape agrees with the metadata and
  * each dtype is one the forward pass can use. Every refusal is one line that
@@ -28,8 +28,8 @@
 
 #include <stdint.h>
 
-#include "core/expert_ffn.h"
-#include "core/gguf.h"
+#include "core/kernels/expert_ffn.h"
+#include "core/gguf/gguf.h"
 #include "core/tensor.h"
 #include "coordinator/rope.h"
 

@@ -15,8 +15,8 @@
 
 #include "coordinator/moe_exec.h"
 #include "core/error.h"
-#include "core/expert_ffn.h"
-#include "core/gguf.h"
+#include "core/kernels/expert_ffn.h"
+#include "core/gguf/gguf.h"
 #include "plugins/cpu/cpu_plugin.h"
 #include "plugins/plugin_abi.h"
 #include "core/strbuf.h"

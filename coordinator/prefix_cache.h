@@ -11,7 +11,7 @@
  * stored it (compared exactly, and the chain hash starts from it), so
  * callers that must not learn of each other's prompts share nothing. KV rows of position p depend
  * only on ids[0..p] (causal attention, and the determinism contract of
- * core/matmul.h: a row's result never depends on the batch), so restored
+ * core/kernels/matmul.h: a row's result never depends on the batch), so restored
  * rows are the bits a cold prefill would write, and what follows from them
  * (logits, sampled tokens) is identical.
  *

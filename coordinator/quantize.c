@@ -3,7 +3,7 @@
  * to a llama.cpp preset ("Q4_K_M": per-tensor types as llama-quantize picks
  * them, coordinator/quantize_mix.c) or, pure, every weight in one type, laid
  * out exactly as llama-quantize writes it; with our row quantizers
- * (core/quantize_*.c) the files are byte-identical to llama.cpp's (checked
+ * (core/quant/quantize_*.c) the files are byte-identical to llama.cpp's (checked
  * against the shipped files).
  *
  * What llama-quantize does, and so we do:
@@ -23,9 +23,9 @@
 
 #include "colibri.h"
 #include "core/error.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/file_io.h"
-#include "core/quant.h"
+#include "core/quant/quant.h"
 #include "coordinator/quantize_mix.h"
 #include "core/tensor.h"
 #include "core/threadpool.h"

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/tensor.h"
 
 /* A preset as llama-quantize names it: its llama_ftype (written to

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 /* Values are the GGML type ids, so a GGUF tensor type maps 1:1. The block
- * layouts are ggml's (core/quant_blocks.h). Q8_1 and Q8_K are activation
+ * layouts are ggml's (core/quant/quant_blocks.h). Q8_1 and Q8_K are activation
  * formats only: they never hold weights. */
 typedef enum coli_dtype {
     COLI_F32 = 0,

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/hash.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "plugins/plugin_abi.h"
 
 // ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 
 typedef struct gguf_bytes {
     uint8_t *p;

@@ -4,7 +4,7 @@
  * test_gpu_emu.cpp, test_gpu_plugin.c against a device).
  *
  * Weights of F32/F16/BF16/Q8_0/Q4_0 are quantized from random floats by
- * core/quant.c; those of the other block types are random blocks: random
+ * core/quant/quant.c; those of the other block types are random blocks: random
  * bytes for every quant and sub-scale field (so every bit pattern of the
  * format is exercised: negative Q6_K scales, every Q3_K high-bit mask) and
  * fp16 block scales chosen to give values of about 2/sqrt(cols).
@@ -19,8 +19,8 @@
 
 #include <stddef.h>
 
-#include "core/quant.h"
-#include "core/quant_blocks.h"
+#include "core/quant/quant.h"
+#include "core/quant/quant_blocks.h"
 #include "core/tensor.h"
 #include "plugins/cpu/cpu_plugin.h"
 #include "plugins/plugin_abi.h"
@@ -56,7 +56,7 @@ static inline void test_rand_rows(float *x, int64_t n, float scale, uint64_t see
 }
 
 /* Where a block of type t keeps its fp16 scale d and its fp16 minimum
- * (dmin, or Q4_1/Q5_1's m; -1 if none), from core/quant_blocks.h; unit: the
+ * (dmin, or Q4_1/Q5_1's m; -1 if none), from core/quant/quant_blocks.h; unit: the
  * typical |q| times sub-scale, min_ratio: the minimum in units of d that
  * centres the values. */
 static inline void test_block_scales(coli_dtype t, int *d_off, int *m_off, float *unit, float *min_ratio) {

@@ -2,7 +2,7 @@
  * quant_util.h - tests' weight rows of any quantized block type without a
  * quantizer: random quant bytes with sane fp16 scales, and the activation
  * format llama.cpp pairs with each weight type (its vec_dot_type), written
- * out here independently of core/matmul_vecdot.c's table.
+ * out here independently of core/kernels/matmul_vecdot.c's table.
  * Static functions: include from one test file each.
  */
 #ifndef COLI_TESTS_QUANT_UTIL_H
@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/quant.h"
-#include "core/quant_blocks.h"
+#include "core/quant/quant.h"
+#include "core/quant/quant_blocks.h"
 
 static inline unsigned qu_next(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;

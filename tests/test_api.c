@@ -14,8 +14,8 @@
 
 #include "colibri.h"
 #include "coordinator/forward.h"
-#include "core/gguf.h"
-#include "core/quant.h"
+#include "core/gguf/gguf.h"
+#include "core/quant/quant.h"
 #include "tests/ref_models.h"
 
 static coli_model *s_load(const char *fixture, int kv_f16) {

@@ -13,7 +13,7 @@
 
 #include "tests/cli_run.h"
 #include "colibri.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tests/ref_models.h"
 
 static char s_coli[512], s_model[512], s_dir[64];

@@ -21,8 +21,8 @@
 
 #include "colibri.h"
 #include "core/error.h"
-#include "core/gguf.h"
-#include "core/matmul.h"
+#include "core/gguf/gguf.h"
+#include "core/kernels/matmul.h"
 #include "tests/ref_models.h"
 #include "tests/sched_util.h"
 

@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "colibri.h"
-#include "core/expert_ffn.h"
+#include "core/kernels/expert_ffn.h"
 #include "plugins/cpu/cpu_plugin.h"
-#include "core/quant.h"
+#include "core/quant/quant.h"
 #include "core/threadpool.h"
 
 enum {

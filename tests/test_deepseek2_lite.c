@@ -20,7 +20,7 @@
 
 #include "colibri.h"
 #include "core/error.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tests/ref_models.h"
 
 #define MODEL "tiny-deepseek2-lite-f32.gguf"

@@ -1,7 +1,7 @@
 /*
  * test_dequant.c - dequantization of Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K,
- * IQ4_XS, MXFP4, TQ1_0, TQ2_0 and the IQ grid types (core/quant_dequant.c,
- * core/quant_dequant_iq.c).
+ * IQ4_XS, MXFP4, TQ1_0, TQ2_0 and the IQ grid types (core/quant/quant_dequant.c,
+ * core/quant/quant_dequant_iq.c).
  *
  * Block level: each block is packed here from chosen logical values
  * (scales, mins, quants) following the ggml format definition element by
@@ -20,10 +20,10 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "core/gguf.h"
-#include "core/quant.h"
-#include "core/quant_blocks.h"
-#include "core/quantize_rows.h"
+#include "core/gguf/gguf.h"
+#include "core/quant/quant.h"
+#include "core/quant/quant_blocks.h"
+#include "core/quant/quantize_rows.h"
 #include "tests/ggml_ref_input.h"
 #include "tests/ref_models.h"
 

@@ -29,7 +29,7 @@
 #include "coordinator/heat.h"
 #include "coordinator/sched/expert_cache.h"
 #include "coordinator/sched/sched_internal.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tests/cli_run.h"
 #include "tests/sched_util.h"
 

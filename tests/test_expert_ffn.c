@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "colibri.h"
-#include "core/expert_ffn.h"
-#include "core/quant.h"
+#include "core/kernels/expert_ffn.h"
+#include "core/quant/quant.h"
 
 enum {
     EMBD = 64,

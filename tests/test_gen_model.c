@@ -9,7 +9,7 @@
 
 #include "tests/cli_run.h"
 #include "colibri.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 
 static char s_dir[64];
 static char s_gen[512];

@@ -13,7 +13,7 @@
 
 #include "colibri.h"
 #include "core/error.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tests/gguf_bytes.h"
 
 /* ---- helpers ------------------------------------------------------------------ */

@@ -14,7 +14,7 @@
 #include <criterion/criterion.h>
 
 /* The C headers first, with C linkage (core/tensor.h has no extern "C"). */
-#define _Static_assert static_assert /* core/quant.h is C11 */
+#define _Static_assert static_assert /* core/quant/quant.h is C11 */
 extern "C" {
 #include "tests/gpu_test_util.h"
 }

@@ -1,8 +1,8 @@
 /*
  * test_gpu_math.c - the GPU kernels' per-element math (plugins/gpu/gpu_math.h,
- * gpu_blocks.h), built by the host compiler and checked against core/quant.h
+ * gpu_blocks.h), built by the host compiler and checked against core/quant/quant.h
  * (dequantization, bit for bit), llama.cpp's activation quantization rules,
- * core/matmul.h and the cpu plugin, for every weight type. No device needed:
+ * core/kernels/matmul.h and the cpu plugin, for every weight type. No device needed:
  * this is where most kernel bugs are caught.
  */
 #include <criterion/criterion.h>
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/matmul.h"
-#include "core/quant.h"
-#include "core/vecdot.h"
+#include "core/kernels/matmul.h"
+#include "core/quant/quant.h"
+#include "core/kernels/vecdot.h"
 #include "tests/gpu_test_util.h"
 #include "plugins/gpu/gpu_math.h"
 #include "tests/gpu_test_model.h"
@@ -191,7 +191,7 @@ Test(gpu_math, q8_K_activation_is_llama_cpp_reference_byte_for_byte) {
 
 /* GPU and CPU must prepare the same Q8_K blocks. A CPU quantizer that
  * follows the pre-2024 rule (-128/max) is a known, named disagreement
- * (core/vecdot_k.c to fix), reported as a skip; any other difference fails. */
+ * (core/kernels/vecdot_k.c to fix), reported as a skip; any other difference fails. */
 Test(gpu_math, q8_K_activation_equals_the_cpu_quantizer) {
     float x[COLI_QK_K];
     unsigned char mine[292];

@@ -12,11 +12,11 @@
 
 #include "colibri.h"
 #include "core/cpu_features.h"
-#include "core/matmul.h"
-#include "core/matmul_impl.h"
-#include "core/quant.h"
+#include "core/kernels/matmul.h"
+#include "core/kernels/matmul_impl.h"
+#include "core/quant/quant.h"
 #include "tests/quant_util.h"
-#include "core/vecdot.h"
+#include "core/kernels/vecdot.h"
 
 static const coli_dtype k_types[] = {
     COLI_F32,     COLI_F16,     COLI_BF16,   COLI_Q8_0,  COLI_Q4_0,  COLI_Q4_1,   COLI_Q5_0,  COLI_Q5_1,  COLI_IQ4_NL,

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "colibri.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/prefault.h"
 #include "tests/sched_util.h"
 

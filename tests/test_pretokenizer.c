@@ -1,6 +1,6 @@
 /*
- * test_pretokenizer.c - the BPE pre-tokenizers by name (core/tokenizer_pre.c)
- * and the regex matcher under them (core/tokenizer_regex.c).
+ * test_pretokenizer.c - the BPE pre-tokenizers by name (core/tokenizer/tokenizer_pre.c)
+ * and the regex matcher under them (core/tokenizer/tokenizer_regex.c).
  *
  * The reference vocabularies in ../shared cover gpt-2, falcon, starcoder and
  * deepseek-coder (test_vocab_only.c). Here each preset's word split is
@@ -17,10 +17,10 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "core/gguf.h"
-#include "core/tokenizer.h"
-#include "core/tokenizer_impl.h"
-#include "core/unicode.h"
+#include "core/gguf/gguf.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/tokenizer_impl.h"
+#include "core/tokenizer/unicode.h"
 
 // ---------------------------------------------------------------------------
 // helpers

@@ -14,9 +14,9 @@
 
 #include "colibri.h"
 #include "core/cpu_features.h"
-#include "core/gguf.h"
-#include "core/matmul_impl.h"
-#include "core/quant.h"
+#include "core/gguf/gguf.h"
+#include "core/kernels/matmul_impl.h"
+#include "core/quant/quant.h"
 
 #if COLI_X86
 #include <immintrin.h>

@@ -22,8 +22,8 @@
 
 #include "tests/cli_run.h"
 #include "colibri.h"
-#include "core/gguf.h"
-#include "core/quant.h"
+#include "core/gguf/gguf.h"
+#include "core/quant/quant.h"
 #include "tests/ref_models.h"
 #include "tests/quant_util.h"
 #include "tests/sched_util.h"

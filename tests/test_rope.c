@@ -13,7 +13,7 @@
 #include "coordinator/model.h"
 #include "coordinator/rope.h"
 #include "core/error.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tests/ref_models.h"
 
 #define TOL 1e-6

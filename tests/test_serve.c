@@ -9,7 +9,7 @@
 #include <pthread.h>
 
 #include "colibri.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tests/serve_util.h"
 
 static const char *s_text_of(cJSON *resp, int chat) {

@@ -1,5 +1,5 @@
 /*
- * test_tokenizer.c - core/tokenizer: SPM and GPT-2 BPE against llama.cpp's
+ * test_tokenizer.c - core/tokenizer/: SPM and GPT-2 BPE against llama.cpp's
  * ids (reference vectors in ../shared), tiny synthetic vocabularies built
  * with the GGUF writer, bad metadata, and the streaming UTF-8 assembler.
  */
@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "core/gguf.h"
-#include "core/tokenizer.h"
+#include "core/gguf/gguf.h"
+#include "core/tokenizer/tokenizer.h"
 
 // ---------------------------------------------------------------------------
 // helpers

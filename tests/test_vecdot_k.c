@@ -19,11 +19,11 @@
 #include <string.h>
 
 #include "core/cpu_features.h"
-#include "core/quant.h"
-#include "core/quant_blocks.h"
+#include "core/quant/quant.h"
+#include "core/quant/quant_blocks.h"
 #include "tests/quant_util.h"
-#include "core/vecdot.h"
-#include "core/vecdot_k_impl.h"
+#include "core/kernels/vecdot.h"
+#include "core/kernels/vecdot_k_impl.h"
 
 typedef struct ktype {
     const char *name;

@@ -1,7 +1,7 @@
 /*
  * test_vecdot_legacy.c - the Q8_1 activation quantizer and the Q4_1,
- * Q5_0, Q5_1, IQ4_NL, MXFP4 dot products (core/vecdot_legacy*.c,
- * core/vecdot_fp4_ternary.c) against a float64 reference built from
+ * Q5_0, Q5_1, IQ4_NL, MXFP4 dot products (core/kernels/vecdot_legacy*.c,
+ * core/kernels/vecdot_fp4_ternary.c) against a float64 reference built from
  * coli_dequantize_row (test_dequant checks it against the format
  * definition), portable and AVX2. The ggml_ref suite: MXFP4, TQ1_0 and
  * TQ2_0 against ggml's recorded dot products (tests/fixtures/ggml-ref) and
@@ -13,10 +13,10 @@
 #include <string.h>
 
 #include "core/cpu_features.h"
-#include "core/quant.h"
-#include "core/quant_blocks.h"
+#include "core/quant/quant.h"
+#include "core/quant/quant_blocks.h"
 #include "tests/quant_util.h"
-#include "core/vecdot.h"
+#include "core/kernels/vecdot.h"
 #include "tests/ggml_ref_input.h"
 
 static uint64_t s_rng = 0x9e3779b97f4a7c15ull;

@@ -15,7 +15,7 @@
 
 #include "tests/cli_run.h"
 #include "colibri.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 
 // ---------------------------------------------------------------------------
 // helpers

@@ -14,7 +14,7 @@
 
 #include "plugins/xdna/xdna_loader.h"
 #include "plugins/xdna/xdna_package.h"
-#include "core/quant.h"
+#include "core/quant/quant.h"
 #include "tests/xdna_test_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"

@@ -14,7 +14,7 @@
 
 #include "colibri.h"
 #include "plugins/plugin_abi.h"
-#include "core/quant.h"
+#include "core/quant/quant.h"
 #include "tests/xdna_test_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf" /* its shapes: n_embd 64, n_ff 128, F32 */

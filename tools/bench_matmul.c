@@ -26,9 +26,9 @@
 
 #include "core/error.h"
 #include "core/cpu_features.h"
-#include "core/matmul.h"
-#include "core/matmul_impl.h"
-#include "core/quant.h"
+#include "core/kernels/matmul.h"
+#include "core/kernels/matmul_impl.h"
+#include "core/quant/quant.h"
 #include "tests/quant_util.h"
 
 static double clock_s(clockid_t id) {

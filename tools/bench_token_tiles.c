@@ -19,8 +19,8 @@
 #include <time.h>
 
 #include "core/error.h"
-#include "core/matmul.h"
-#include "core/quant.h"
+#include "core/kernels/matmul.h"
+#include "core/quant/quant.h"
 #include "tests/quant_util.h"
 
 #define MAX_TOK 16

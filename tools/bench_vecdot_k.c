@@ -18,8 +18,8 @@
 #include <time.h>
 
 #include "core/cpu_features.h"
-#include "core/quant.h"
-#include "core/vecdot.h"
+#include "core/quant/quant.h"
+#include "core/kernels/vecdot.h"
 
 typedef struct kernel {
     const char *name;

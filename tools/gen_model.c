@@ -30,9 +30,9 @@
 
 #include "colibri.h"
 #include "core/error.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/hash.h"
-#include "core/quant.h"
+#include "core/quant/quant.h"
 #include "core/tensor.h"
 
 /* ---- random numbers: PCG32 (O'Neill) + Box-Muller ------------------------ */

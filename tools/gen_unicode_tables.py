@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate core/unicode_tables.c: code point classes for the tokenizer.
+"""Generate core/tokenizer/unicode_tables.c: code point classes for the tokenizer.
 
 The GPT-2 style pre-tokenizers need \\p{L} (letters), \\p{N} (numbers),
 \\p{P} (punctuation), \\p{M} (marks) and \\p{S} (symbols, both for
@@ -13,7 +13,7 @@ sorted ranges [first, last] -> flags. Code points in no range have no flag
 Use a Python whose unicodedata has the Unicode version llama.cpp's tables
 were generated from (15.1: Python 3.13):
 
-    python3.13 tools/gen_unicode_tables.py > core/unicode_tables.c
+    python3.13 tools/gen_unicode_tables.py > core/tokenizer/unicode_tables.c
 """
 import sys
 import unicodedata

@@ -21,8 +21,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/expert_ffn.h"
-#include "core/gguf.h"
+#include "core/kernels/expert_ffn.h"
+#include "core/gguf/gguf.h"
 #include "plugins/xdna/xdna_package.h"
 #include "core/tensor.h"
 

@@ -23,9 +23,9 @@
 #include "proto/shm_ring.h"
 #include "proto/wire.h"
 #include "core/settings.h"
-#include "core/expert_ffn.h"
+#include "core/kernels/expert_ffn.h"
 #include "core/expert_table.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "plugins/plugin_abi.h"
 #include "proto/coli.pb-c.h"
 

@@ -22,7 +22,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
-#include "core/expert_ffn.h"
+#include "core/kernels/expert_ffn.h"
 #include "workers/worker.h"
 
 #define CACHE_MAX_PER_MSG 4096 /* experts one CacheLoad / CacheEvict may name */

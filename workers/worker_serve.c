@@ -16,7 +16,7 @@
 #include "proto/wire.h"
 #include "core/clock.h"
 #include "core/error.h"
-#include "core/expert_ffn.h"
+#include "core/kernels/expert_ffn.h"
 #include "core/prefault.h"
 #include "workers/worker.h"
 

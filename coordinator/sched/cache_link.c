@@ -19,8 +19,8 @@
 #include "coordinator/sched/expert_cache.h"
 #include "coordinator/sched/sched_internal.h"
 #include "core/error.h"
-#include "core/gguf.h"
-#include "core/matmul.h"
+#include "core/gguf/gguf.h"
+#include "core/kernels/matmul.h"
 #include "core/strbuf.h"
 
 typedef struct cache_worker {

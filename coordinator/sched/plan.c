@@ -10,8 +10,8 @@
 #include "coordinator/heat.h"
 #include "coordinator/sched/sched_internal.h"
 #include "core/error.h"
-#include "core/expert_ffn.h"
-#include "core/gguf.h"
+#include "core/kernels/expert_ffn.h"
+#include "core/gguf/gguf.h"
 
 //  "<arch>.<suffix>" as an integer.
 static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out) {

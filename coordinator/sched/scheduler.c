@@ -6,7 +6,7 @@
  *
  * Outputs land in y[t][s] by pair index; the forward pass combines them in
  * slot order, and the cpu kernels' rows do not depend on the batch they are
- * in (core/matmul.h), so the answer is bit-identical whichever path
+ * in (core/kernels/matmul.h), so the answer is bit-identical whichever path
  * computed which pair. Placement decides speed, never the answer.
  */
 #define _GNU_SOURCE
@@ -21,7 +21,7 @@
 
 #include "coordinator/sched/sched_internal.h"
 #include "core/error.h"
-#include "core/expert_ffn.h"
+#include "core/kernels/expert_ffn.h"
 #include "core/threadpool.h"
 
 enum {

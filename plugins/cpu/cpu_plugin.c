@@ -15,12 +15,12 @@
 #include "core/clock.h"
 #include "core/cpu_features.h"
 #include "core/expert_table.h"
-#include "core/expert_ffn.h"
-#include "core/matmul.h"
+#include "core/kernels/expert_ffn.h"
+#include "core/kernels/matmul.h"
 #include "core/threadpool.h"
 
 #define CPU_DEV_TAG 0xc0c0c9u
-#define CPU_DTYPE_MASK coli_dtype_weight_mask() /* every type core/matmul computes */
+#define CPU_DTYPE_MASK coli_dtype_weight_mask() /* every type core/kernels/matmul computes */
 
 /* One loaded expert, the value of its (layer, expert) in the device's table. */
 typedef struct cpu_expert {

@@ -19,7 +19,7 @@
  *                  activations every group sum is an exact integer, as in
  *                  llama.cpp's vec_dot kernels.
  *
- * Layouts are ggml's (core/quant_blocks.h has the structs; fields are read
+ * Layouts are ggml's (core/quant/quant_blocks.h has the structs; fields are read
  * bytewise here because blocks are only 2-byte aligned inside a row).
  */
 #ifndef COLI_GPU_BLOCKS_H

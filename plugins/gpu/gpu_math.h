@@ -8,7 +8,7 @@
  * quantization of the input, the activation type llama.cpp's CPU kernels
  * use for that weight type), the integer group dot product and the gated
  * activation. The host tests (tests/test_gpu_math.c) check them against
- * core/quant.h, the format definitions and the cpu plugin, so most kernel
+ * core/quant/quant.h, the format definitions and the cpu plugin, so most kernel
  * bugs are caught on a machine without a GPU.
  *
  * Compiled three ways: as C by the host compiler (COLI_HD empty), as CUDA by
@@ -16,7 +16,7 @@
  * included first). Hence only C that is also valid C++: explicit casts, no
  * designated initializers, no vendor intrinsics.
  *
- * Layouts (GGML, core/quant_blocks.h): Q8_0 block = fp16 d, 32 x int8 q
+ * Layouts (GGML, core/quant/quant_blocks.h): Q8_0 block = fp16 d, 32 x int8 q
  * (34 bytes); Q4_0 block = fp16 d, 16 bytes, byte j = element j (low
  * nibble) and j+16 (high nibble), value d * (nibble - 8) (18 bytes); the
  * others in gpu_blocks.h. Blocks are read bytewise: they are only 2-byte
@@ -60,12 +60,12 @@ static inline COLI_HD float gpu_bits_f32(uint32_t u) {
 
 static inline COLI_HD uint16_t gpu_load_u16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
-/* ---- fp16 / bf16 (bit-exact with core/quant.c) ---------------------------- */
+/* ---- fp16 / bf16 (bit-exact with core/quant/quant.c) ---------------------------- */
 
 static inline COLI_HD float gpu_fp16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0x1f) /* inf, or NaN made quiet (as vcvtph2ps and core/quant.c) */
+    if (exp == 0x1f) /* inf, or NaN made quiet (as vcvtph2ps and core/quant/quant.c) */
         return gpu_bits_f32(sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0u));
     if (exp == 0) {
         /* zero or subnormal: man * 2^-24, exact in F32 */
@@ -136,7 +136,7 @@ static inline COLI_HD size_t gpu_row_bytes(int t, int64_t n) {
 }
 
 /* The matmul input each weight type sees (llama.cpp's vec_dot_type, as the
- * CPU kernels, core/vecdot.h): F32/F16/BF16 weights the F32 input rounded to
+ * CPU kernels, core/kernels/vecdot.h): F32/F16/BF16 weights the F32 input rounded to
  * their precision; Q8_0, Q4_0, Q5_0, IQ4_NL Q8_0 blocks; Q4_1, Q5_1 Q8_1
  * blocks; the K-quants and IQ4_XS Q8_K super-blocks. */
 static inline COLI_HD int gpu_act_type(int t) {
@@ -182,7 +182,7 @@ static inline COLI_HD float gpu_weight_value(int t, const unsigned char *row, in
 /* ---- activations (the matmul input, prepared per weight type) ------------- */
 
 /* F16 weights see x rounded to fp16, BF16 weights x rounded to bf16, F32
- * weights x itself (llama.cpp's rules, see core/matmul.h). */
+ * weights x itself (llama.cpp's rules, see core/kernels/matmul.h). */
 static inline COLI_HD float gpu_round_act(int t, float x) {
     if (t == COLI_F16) return gpu_fp16_to_f32(gpu_f32_to_fp16(x));
     if (t == COLI_BF16) return gpu_bf16_to_f32(gpu_f32_to_bf16(x));
@@ -359,7 +359,7 @@ static inline COLI_HD float gpu_row_dot(int t, const unsigned char *wrow, const 
 
 /* ---- the gated activation ----------------------------------------------------- */
 
-/* silu(g) * u with silu(g) = g / (1 + e^-g), in F32 (core/expert_ffn.c). */
+/* silu(g) * u with silu(g) = g / (1 + e^-g), in F32 (core/kernels/expert_ffn.c). */
 static inline COLI_HD float gpu_swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 #endif /* COLI_GPU_MATH_H */

@@ -31,7 +31,7 @@
 #include "plugins/plugin_abi.h"
 #include "plugins/xdna/xdna_loader.h"
 #include "plugins/xdna/xdna_package.h"
-#include "core/quant.h"
+#include "core/quant/quant.h"
 #include "core/tensor.h"
 
 #define XDNA_DEV_TAG 0x7d9a0001u

@@ -13,7 +13,7 @@
 #include "tools/coli/args.h"
 #include "tools/coli/bench.h"
 #include "colibri.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/tensor.h"
 
 /* "<arch>.expert_count" style keys: the architecture prefix from general.architecture. */

@@ -10,7 +10,7 @@
 #include "tools/coli/args.h"
 #include "colibri.h"
 #include "tools/coli/commands.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tools/coli/model_opts.h"
 #include "tools/coli/progress.h"
 

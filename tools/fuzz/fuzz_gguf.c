@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "core/gguf.h"
-#include "core/quant.h"
+#include "core/gguf/gguf.h"
+#include "core/quant/quant.h"
 #include "tests/gguf_bytes.h"
 
 /* The first and last row of every tensor through coli_dequantize_row: the

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "colibri.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tests/gguf_bytes.h"
 
 static int save(const char *dir, const char *name, const void *p, size_t n) {

@@ -1,0 +1,68 @@
+/*
+ * expert_ffn.h - one gated FFN expert, the unit of work the scheduler moves.
+ *
+ *   out = W_down · (silu(W_gate · x) ⊙ (W_up · x))
+ *
+ * The same function serves the dense llama FFN, Qwen2-MoE's shared expert,
+ * the cpu plugin and the coordinator's in-process path, so a CPU fallback
+ * computes exactly what the primary CPU path would have.
+ */
+#ifndef COLI_CORE_EXPERT_FFN_H
+#define COLI_CORE_EXPERT_FFN_H
+
+#include <stdint.h>
+
+#include "core/gguf/gguf.h"
+#include "core/kernels/matmul.h"
+#include "core/tensor.h"
+
+typedef struct expert_weights {
+    const void *gate; /* (n_ff rows, n_embd) */
+    const void *up;   /* (n_ff rows, n_embd) */
+    const void *down; /* (n_embd rows, n_ff) */
+    coli_dtype gate_type, up_type, down_type;
+    int64_t n_embd, n_ff;
+} expert_weights;
+
+/* Bytes of each matrix: gate and up are n_ff rows of n_embd values, down
+ * n_embd rows of n_ff. */
+typedef struct expert_part_bytes {
+    size_t gate, up, down;
+} expert_part_bytes;
+expert_part_bytes expert_parts_bytes(const expert_weights *w);
+
+/* Bytes of the three matrices (what a device must hold for this expert). */
+size_t expert_weights_bytes(const expert_weights *w);
+
+/* 1 when layer l of f has routed experts (blk.l.ffn_gate_exps.weight is
+ * present), 0 for a dense layer (deepseek2's leading blocks): executors and
+ * placement skip those. */
+int expert_layer_present(const gguf_file *f, int layer);
+
+/* Expert e of layer l of a MoE file: slices of blk.l.ffn_{gate,up,down}_exps.
+ * Validates the tensors' presence, types and shapes (3-D, consistent
+ * n_embd/n_ff, e < n_expert). */
+int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_weights *out);
+
+/* out (n_rows, n_embd) = expert(x (n_rows, n_embd)). Row r of out depends
+ * only on row r of x (see matmul.h). Returns 0 or COLI_ENOMEM. */
+int expert_ffn(coli_pool *pool, coli_scratch *scratch, const expert_weights *w, const float *x, int64_t n_rows,
+               float *out);
+
+/* One expert applied to a block of rows, for expert_ffn_many. */
+typedef struct expert_ffn_task {
+    const expert_weights *w;
+    const float *x; /* (n_rows, n_embd) */
+    float *out;     /* (n_rows, n_embd) */
+    int64_t n_rows;
+} expert_ffn_task;
+
+/* Experts run together per step of the FFN: the gate and up matrices of
+ * up to EXPERT_FFN_MANY_MAX experts as one pool job, then their down
+ * matrices as one, instead of three jobs per expert (decode wakes the pool
+ * 2 times per layer instead of 3 k). Each out is bit-identical to
+ * expert_ffn on its task alone. Returns 0, COLI_EINVAL or COLI_ENOMEM. */
+#define EXPERT_FFN_MANY_MAX 16
+int expert_ffn_many(coli_pool *pool, coli_scratch *scratch, const expert_ffn_task *tasks, int n);
+
+#endif
