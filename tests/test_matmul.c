@@ -13,7 +13,7 @@
 #include "colibri.h"
 #include "core/cpu_features.h"
 #include "core/kernels/matmul.h"
-#include "core/kernels/matmul_impl.h"
+#include "core/kernels/matmul_dispatch.h"
 #include "core/quant/quant.h"
 #include "tests/quant_util.h"
 #include "core/kernels/vecdot.h"
@@ -476,11 +476,11 @@ static void check_vnni_variant(int skip, const char *name) {
                     p.w[(size_t)r * coli_row_bytes(p.t, p.n_in) + 2 + r % 32] = 0x80;
                     p.w[(size_t)r * coli_row_bytes(p.t, p.n_in) + 40 + r % 30] = 0;
                 }
-            mm_avx2_skip_vnni(MM_SKIP_ALL_VNNI);
+            mm_skip_vnni(MM_SKIP_ALL_VNNI);
             float *a = run(&p, pool, &s);
-            mm_avx2_skip_vnni(skip);
+            mm_skip_vnni(skip);
             float *b = run(&p, pool, &s);
-            mm_avx2_skip_vnni(0);
+            mm_skip_vnni(0);
             cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)(p.n_out * n_tok)), 0,
                          "%s, %lld x %lld tokens: %s differs", coli_dtype_name(types[i]), (long long)n_in,
                          (long long)n_tok, name);
@@ -508,7 +508,7 @@ Test(matmul, avx512_tiles_equal_avx2_bits) {
 }
 
 /* the K-quants (Q2_K..Q6_K) and IQ4_XS through coli_matmul with their AVX-512 dot products
- * give the bits of the AVX2 ones (mm_avx2_skip_vnni's MM_SKIP_AVX512 also
+ * give the bits of the AVX2 ones (mm_skip_vnni's MM_SKIP_AVX512 also
  * skips them): 1, 2 and 5 super-blocks per row, 1, 3 and 130 tokens (token
  * groups of 4 and a partial one, more than two token blocks), 2 threads. */
 Test(matmul, avx512_k_quants_equal_avx2_bits) {
@@ -521,9 +521,9 @@ Test(matmul, avx512_k_quants_equal_avx2_bits) {
         for (int n = 0; n < 9; n++) {
             const int64_t n_tok = tokens[n % 3], n_in = widths[n / 3];
             problem p = make_problem(types[i], n_in, 37, n_tok, 4000u + (unsigned)(i * 16 + n * 131));
-            mm_avx2_skip_vnni(MM_SKIP_AVX512);
+            mm_skip_vnni(MM_SKIP_AVX512);
             float *a = run(&p, pool, &s);
-            mm_avx2_skip_vnni(0);
+            mm_skip_vnni(0);
             float *b = run(&p, pool, &s);
             cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)(p.n_out * n_tok)), 0,
                          "%s, %lld x %lld tokens: the AVX-512 dot products differ", coli_dtype_name(types[i]),

@@ -27,7 +27,7 @@
 #include "core/error.h"
 #include "core/cpu_features.h"
 #include "core/kernels/matmul.h"
-#include "core/kernels/matmul_impl.h"
+#include "core/kernels/matmul_dispatch.h"
 #include "core/quant/quant.h"
 #include "tests/quant_util.h"
 
@@ -45,7 +45,7 @@ static float frand(unsigned *s) {
 typedef struct bench_cfg {
     int threads, portable, hot, rounds;
     double seconds;
-    int tile_skip[8], n_tiles; /* --tiles: mm_avx2_skip_vnni masks */
+    int tile_skip[8], n_tiles; /* --tiles: mm_skip_vnni masks */
     int64_t toks[8];           /* --tokens: n_tok of each case (default 1, 64) */
     int n_toks;
     const char *tile_name[8];
@@ -127,10 +127,10 @@ static int compare_tiles(const bench_cfg *c, coli_pool *pool, coli_scratch *s, c
     const int rounds = c->rounds < 64 ? c->rounds : 64;
     for (int r = 0; r < rounds; r++)
         for (int f = 0; f < c->n_tiles; f++) {
-            mm_avx2_skip_vnni(c->tile_skip[f]);
+            mm_skip_vnni(c->tile_skip[f]);
             per[f][r] = time_calls(c, pool, s, t, n_tok, w, mat, copies, x, y, &cpu_i);
             cpu[f][r] = cpu_i;
-            mm_avx2_skip_vnni(0);
+            mm_skip_vnni(0);
             if (per[f][r] < 0) return 1;
         }
     for (int f = 0; f < c->n_tiles; f++) {

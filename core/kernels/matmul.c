@@ -1,8 +1,8 @@
 /*
- * matmul.c - y = W x: input preparation, row chunking over the pool, and
- * the choice between the AVX2 and portable kernels; see matmul.h and
- * matmul_impl.h for the plan, matmul_avx2.c / matmul_portable.c for the
- * kernels themselves.
+ * matmul.c - y = W x: input preparation and row chunking over the pool;
+ * see matmul.h and matmul_impl.h for the plan. The kernels come from one
+ * table (matmul_dispatch.c), read once per op; the input is prepared here,
+ * once, and the kernels below are only called, never call back.
  */
 #include "core/kernels/matmul.h"
 
@@ -11,17 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cpu_features.h"
 #include "core/error.h"
-#include "core/kernels/matmul_impl.h"
-
-static atomic_int s_force_portable;
-
-void coli_matmul_force_portable(int on) { atomic_store(&s_force_portable, on != 0); }
-
-static int use_avx2(void) { return !atomic_load(&s_force_portable) && coli_cpu_avx2(); }
-
-const char *coli_matmul_impl(void) { return use_avx2() ? mm_avx2_impl_name() : "portable"; }
+#include "core/kernels/matmul_dispatch.h"
 
 void coli_scratch_free(coli_scratch *s) {
     if (!s) return;
@@ -45,61 +36,56 @@ void *coli_scratch_reserve(coli_scratch *s, size_t bytes) {
     return p;
 }
 
-static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+static size_t s_round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 /* Float rows of the prepared F16/BF16 input are this many floats apart. */
-static int64_t float_stride(int64_t n_in) { return (int64_t)round_up((size_t)n_in, 16); }
+static int64_t s_float_stride(int64_t n_in) { return (int64_t)s_round_up((size_t)n_in, 16); }
 
 /* Quantized input: n_tok rows of n_in int8 values (rounded up to 64 bytes),
  * then the block scales as floats. */
-static size_t quant_values_bytes(int64_t n_in, int64_t n_tok) { return round_up((size_t)n_tok * (size_t)n_in, 64); }
+static size_t s_quant_values_bytes(int64_t n_in, int64_t n_tok) { return s_round_up((size_t)n_tok * (size_t)n_in, 64); }
 
 size_t coli_matmul_scratch_bytes(coli_dtype wtype, int64_t n_in, int64_t n_tok) {
-    if (n_in <= 0 || n_tok <= 0) return 0;
-    const mm_vecdot_type *vd = mm_vecdot_find(wtype);
-    if (vd) return (size_t)n_tok * mm_vecdot_row_stride(vd, n_in);
-    switch (wtype) {
-    case COLI_F16:
-    case COLI_BF16: return (size_t)n_tok * (size_t)float_stride(n_in) * sizeof(float);
-    case COLI_Q8_0:
-    case COLI_Q4_0: return quant_values_bytes(n_in, n_tok) + (size_t)n_tok * (size_t)(n_in / COLI_QK) * sizeof(float);
+    if (n_in <= 0 || n_tok <= 0 || !coli_dtype_valid((uint32_t)wtype)) return 0;
+    const mm_kernel *k = mm_kernel_for(wtype);
+    switch (k->input) {
+    case MM_IN_ROUNDED: return (size_t)n_tok * (size_t)s_float_stride(n_in) * sizeof(float);
+    case MM_IN_Q8_0:
+        return s_quant_values_bytes(n_in, n_tok) + (size_t)n_tok * (size_t)(n_in / COLI_QK) * sizeof(float);
+    case MM_IN_BLOCKS: return (size_t)n_tok * mm_vecdot_row_stride(k->blocks, n_in);
     default: return 0;
     }
 }
 
-/* Step 1 of the plan: fill job->xf or job->xq/xd from x, using buf (of
- * coli_matmul_scratch_bytes for the job's shape; unused for F32). */
-static void prepare_input(mm_job *job, uint8_t *buf, const float *x, int avx2) {
+/* Step 1 of the plan: fill job->xf, xq/xd or xa from x the way k says,
+ * using buf (of coli_matmul_scratch_bytes for the job's shape; unused for
+ * F32). */
+static void s_prepare_input(mm_job *job, const mm_kernel *k, uint8_t *buf, const float *x) {
     const int64_t n_tok = job->n_tok, n_in = job->n_in;
-    if (job->wtype == COLI_F32) {
+    switch (k->input) {
+    case MM_IN_F32:
         job->xf = x;
         job->xf_stride = n_in;
         return;
-    }
-    if (job->wtype == COLI_F16 || job->wtype == COLI_BF16) {
+    case MM_IN_ROUNDED:
         job->xf = (float *)buf;
-        job->xf_stride = float_stride(n_in);
-        if (avx2)
-            mm_avx2_round_rows(job->wtype, x, n_tok, n_in, (float *)buf, job->xf_stride);
-        else
-            mm_portable_round_rows(job->wtype, x, n_tok, n_in, (float *)buf, job->xf_stride);
+        job->xf_stride = s_float_stride(n_in);
+        k->round(job->wtype, x, n_tok, n_in, (float *)buf, job->xf_stride);
         return;
-    }
-    const mm_vecdot_type *vd = mm_vecdot_find(job->wtype);
-    if (vd) {
+    case MM_IN_BLOCKS:
         job->xa = buf;
-        job->xa_stride = mm_vecdot_row_stride(vd, n_in);
-        mm_vecdot_prepare(vd, x, n_tok, n_in, buf, job->xa_stride);
+        job->xa_stride = mm_vecdot_row_stride(k->blocks, n_in);
+        mm_vecdot_prepare(k->blocks, x, n_tok, n_in, buf, job->xa_stride);
+        return;
+    case MM_IN_Q8_0: {
+        int8_t *xq = (int8_t *)buf;
+        float *xd = (float *)(buf + s_quant_values_bytes(n_in, n_tok));
+        k->quantize(x, n_tok, n_in, xq, xd);
+        job->xq = xq;
+        job->xd = xd;
         return;
     }
-    int8_t *xq = (int8_t *)buf;
-    float *xd = (float *)(buf + quant_values_bytes(n_in, n_tok));
-    if (avx2)
-        mm_avx2_quantize_rows(x, n_tok, n_in, xq, xd);
-    else
-        mm_portable_quantize_rows(x, n_tok, n_in, xq, xd);
-    job->xq = xq;
-    job->xd = xd;
+    }
 }
 
 /* Rows per chunk: enough that a chunk's weights stay cache-sized, few
@@ -107,7 +93,7 @@ static void prepare_input(mm_job *job, uint8_t *buf, const float *x, int avx2) {
  * (the other core may be busy). Always a multiple of 8, so the kernels'
  * row tiles never straddle chunks except at the end (which does not matter
  * for the results anyway). */
-static int64_t choose_chunk(int64_t total_rows, size_t w_stride, int nth) {
+static int64_t s_choose_chunk(int64_t total_rows, size_t w_stride, int nth) {
     int64_t by_cache = (int64_t)((96 * 1024) / (w_stride ? w_stride : 1));
     int64_t by_balance = (total_rows + (int64_t)nth * 4 - 1) / ((int64_t)nth * 4);
     int64_t c = by_cache < by_balance ? by_cache : by_balance;
@@ -124,7 +110,7 @@ typedef struct mm_many {
     atomic_llong next_chunk;
 } mm_many;
 
-static void many_worker(void *arg, int ith, int nth) {
+static void s_many_worker(void *arg, int ith, int nth) {
     (void)ith;
     (void)nth;
     mm_many *m = arg;
@@ -141,43 +127,31 @@ static void many_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* Which prepared input an op reads: 0 none (F32), 1 fp16-rounded,
- * 2 bf16-rounded, 3 Q8_0-quantized into values and scales (Q8_0 and Q4_0
- * weights), 100 + the activation block type for the vecdot types. */
-static int input_kind(coli_dtype t) {
-    const mm_vecdot_type *vd = mm_vecdot_find(t);
-    if (vd) return 100 + (int)mm_vecdot_act_type(vd);
-    switch (t) {
-    case COLI_F16: return 1;
-    case COLI_BF16: return 2;
-    case COLI_Q8_0:
-    case COLI_Q4_0: return 3;
-    default: return 0;
-    }
-}
+/* Which prepared input an op reads (mm_kernel's input_kind). */
+static int s_input_kind(coli_dtype t) { return mm_kernel_for(t)->input_kind; }
 
-static int op_active(const coli_matmul_op *o) { return o->n_tok > 0 && o->n_out > 0; }
+static int s_op_active(const coli_matmul_op *o) { return o->n_tok > 0 && o->n_out > 0; }
 
 /* src[i]: the op whose prepared input op i reads (i itself: its own), -1
  * for an op with nothing to compute. */
-static void find_shared_inputs(const coli_matmul_op *ops, int n, int *src) {
+static void s_find_shared_inputs(const coli_matmul_op *ops, int n, int *src) {
     for (int i = 0; i < n; i++) {
-        src[i] = op_active(&ops[i]) ? i : -1;
+        src[i] = s_op_active(&ops[i]) ? i : -1;
         for (int k = 0; k < i && src[i] == i; k++)
             if (src[k] == k && ops[k].x == ops[i].x && ops[k].n_in == ops[i].n_in && ops[k].n_tok == ops[i].n_tok &&
-                input_kind(ops[k].wtype) == input_kind(ops[i].wtype))
+                s_input_kind(ops[k].wtype) == s_input_kind(ops[i].wtype))
                 src[i] = k;
     }
 }
 
-static size_t op_input_bytes(const coli_matmul_op *o) {
-    return round_up(coli_matmul_scratch_bytes(o->wtype, o->n_in, o->n_tok), 64);
+static size_t s_op_input_bytes(const coli_matmul_op *o) {
+    return s_round_up(coli_matmul_scratch_bytes(o->wtype, o->n_in, o->n_tok), 64);
 }
 
-static size_t group_scratch_bytes(const coli_matmul_op *ops, int n, const int *src) {
+static size_t s_group_scratch_bytes(const coli_matmul_op *ops, int n, const int *src) {
     size_t bytes = 0;
     for (int i = 0; i < n; i++)
-        if (src[i] == i) bytes += op_input_bytes(&ops[i]);
+        if (src[i] == i) bytes += s_op_input_bytes(&ops[i]);
     return bytes;
 }
 
@@ -186,15 +160,16 @@ size_t coli_matmul_many_scratch_bytes(const coli_matmul_op *ops, int n_ops) {
     for (int g = 0; g < n_ops; g += COLI_MATMUL_MANY_MAX) {
         int n = n_ops - g < COLI_MATMUL_MANY_MAX ? n_ops - g : COLI_MATMUL_MANY_MAX;
         int src[COLI_MATMUL_MANY_MAX];
-        find_shared_inputs(ops + g, n, src);
-        size_t b = group_scratch_bytes(ops + g, n, src);
+        s_find_shared_inputs(ops + g, n, src);
+        size_t b = s_group_scratch_bytes(ops + g, n, src);
         if (b > most) most = b;
     }
     return most;
 }
 
 /* The job of op o, its input prepared into buf or taken from shared. */
-static void init_job(mm_job *j, const coli_matmul_op *o, int avx2, uint8_t *buf, const mm_job *shared) {
+static void s_init_job(mm_job *j, const coli_matmul_op *o, uint8_t *buf, const mm_job *shared) {
+    const mm_kernel *k = mm_kernel_for(o->wtype);
     memset(j, 0, sizeof *j);
     j->W = o->W;
     j->wtype = o->wtype;
@@ -203,17 +178,12 @@ static void init_job(mm_job *j, const coli_matmul_op *o, int avx2, uint8_t *buf,
     j->n_out = o->n_out;
     j->n_tok = o->n_tok;
     j->y = o->y;
-    const mm_vecdot_type *vd = mm_vecdot_find(o->wtype);
-    if (vd) {
-        j->rows = mm_vecdot_rows;
-        j->dot = mm_vecdot_fn(vd, avx2);
-        j->dot_tokens = mm_vecdot_tokens_fn(vd, avx2);
-    } else {
-        j->rows = avx2 ? mm_avx2_rows(o->wtype) : mm_portable_rows(o->wtype);
-    }
+    j->rows = k->rows;
+    j->dot = k->dot;
+    j->dot_tokens = k->dot_tokens;
     j->token_block = 64;
     if (!shared) {
-        prepare_input(j, buf, o->x, avx2);
+        s_prepare_input(j, k, buf, o->x);
         return;
     }
     j->xf = shared->xf;
@@ -228,11 +198,11 @@ static void init_job(mm_job *j, const coli_matmul_op *o, int avx2, uint8_t *buf,
  * router: 8 rows): waking the pool costs more than the work. */
 #define MM_MIN_PARALLEL_MACS (1 << 16)
 
-static int is_tiny(const coli_matmul_op *ops, int n, const int *src) {
+static int s_is_tiny(const coli_matmul_op *ops, int n, const int *src) {
     int64_t macs = 0;
     for (int i = 0; i < n && macs < MM_MIN_PARALLEL_MACS; i++) {
         if (src[i] < 0) continue;
-        const int64_t per_row = ops[i].n_in * ops[i].n_tok; /* <= 2^40 (check_args) */
+        const int64_t per_row = ops[i].n_in * ops[i].n_tok; /* <= 2^40 (s_check_args) */
         if (per_row >= MM_MIN_PARALLEL_MACS || ops[i].n_out >= MM_MIN_PARALLEL_MACS) return 0;
         macs += per_row * ops[i].n_out;
     }
@@ -241,35 +211,35 @@ static int is_tiny(const coli_matmul_op *ops, int n, const int *src) {
 
 /* n <= COLI_MATMUL_MANY_MAX checked ops: prepare the inputs on the calling
  * thread, then one pool job over all their rows. */
-static int run_group(coli_pool *pool, coli_scratch *scratch, const coli_matmul_op *ops, int n) {
+static int s_run_group(coli_pool *pool, coli_scratch *scratch, const coli_matmul_op *ops, int n) {
     int src[COLI_MATMUL_MANY_MAX], job_of[COLI_MATMUL_MANY_MAX];
     mm_job jobs[COLI_MATMUL_MANY_MAX];
     mm_many m = {.jobs = jobs, .n = 0};
-    find_shared_inputs(ops, n, src);
-    const size_t bytes = group_scratch_bytes(ops, n, src);
+    s_find_shared_inputs(ops, n, src);
+    const size_t bytes = s_group_scratch_bytes(ops, n, src);
     uint8_t *buf = bytes ? coli_scratch_reserve(scratch, bytes) : NULL;
     if (bytes && !buf) return coli_fail(COLI_ENOMEM, "matmul: no memory for %zu bytes of inputs", bytes);
-    const int avx2 = use_avx2(), nth = pool ? coli_pool_size(pool) : 1;
+    const int nth = pool ? coli_pool_size(pool) : 1;
     int64_t total_rows = 0, chunks = 0;
     for (int i = 0; i < n; i++) total_rows += src[i] >= 0 ? ops[i].n_out : 0;
     for (int i = 0; i < n; i++) {
         if (src[i] < 0) continue;
         mm_job *j = &jobs[m.n];
-        init_job(j, &ops[i], avx2, buf, src[i] == i ? NULL : &jobs[job_of[src[i]]]);
-        if (src[i] == i) buf += op_input_bytes(&ops[i]);
-        j->chunk_rows = choose_chunk(total_rows, j->w_stride, nth);
+        s_init_job(j, &ops[i], buf, src[i] == i ? NULL : &jobs[job_of[src[i]]]);
+        if (src[i] == i) buf += s_op_input_bytes(&ops[i]);
+        j->chunk_rows = s_choose_chunk(total_rows, j->w_stride, nth);
         chunks += (j->n_out + j->chunk_rows - 1) / j->chunk_rows;
         m.chunk_end[m.n] = chunks;
         job_of[i] = m.n++;
     }
     if (m.n == 0) return 0;
     atomic_init(&m.next_chunk, 0);
-    coli_pool_run(nth > 1 && !is_tiny(ops, n, src) ? pool : NULL, many_worker, &m);
+    coli_pool_run(nth > 1 && !s_is_tiny(ops, n, src) ? pool : NULL, s_many_worker, &m);
     return 0;
 }
 
-static int check_args(const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out, const float *x, int64_t n_tok,
-                      const float *y) {
+static int s_check_args(const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out, const float *x, int64_t n_tok,
+                        const float *y) {
     if (!coli_dtype_valid((uint32_t)wtype))
         return coli_fail(COLI_EUNSUPPORTED, "matmul: weight type %s not supported", coli_dtype_name((uint32_t)wtype));
     if (n_in <= 0 || n_out < 0 || n_tok < 0)
@@ -285,13 +255,13 @@ static int check_args(const void *W, coli_dtype wtype, int64_t n_in, int64_t n_o
     return 0;
 }
 
-static int run_ops(coli_pool *pool, coli_scratch *scratch, const coli_matmul_op *ops, int n_ops) {
+static int s_run_ops(coli_pool *pool, coli_scratch *scratch, const coli_matmul_op *ops, int n_ops) {
     coli_scratch local = {0};
     coli_scratch *s = scratch ? scratch : &local;
     int rc = 0;
     for (int g = 0; g < n_ops && rc == 0; g += COLI_MATMUL_MANY_MAX) {
         int n = n_ops - g < COLI_MATMUL_MANY_MAX ? n_ops - g : COLI_MATMUL_MANY_MAX;
-        rc = run_group(pool, s, ops + g, n);
+        rc = s_run_group(pool, s, ops + g, n);
     }
     if (s == &local) coli_scratch_free(&local);
     return rc;
@@ -299,10 +269,10 @@ static int run_ops(coli_pool *pool, coli_scratch *scratch, const coli_matmul_op 
 
 int coli_matmul(coli_pool *pool, coli_scratch *scratch, const void *W, coli_dtype wtype, int64_t n_in, int64_t n_out,
                 const float *x, int64_t n_tok, float *y) {
-    int rc = check_args(W, wtype, n_in, n_out, x, n_tok, y);
+    int rc = s_check_args(W, wtype, n_in, n_out, x, n_tok, y);
     if (rc) return rc;
     const coli_matmul_op op = {W, wtype, n_in, n_out, x, n_tok, y};
-    return run_ops(pool, scratch, &op, 1);
+    return s_run_ops(pool, scratch, &op, 1);
 }
 
 int coli_matmul_many(coli_pool *pool, coli_scratch *scratch, const coli_matmul_op *ops, int n_ops) {
@@ -310,8 +280,8 @@ int coli_matmul_many(coli_pool *pool, coli_scratch *scratch, const coli_matmul_o
         return coli_fail(COLI_EINVAL, "matmul: %d ops%s", n_ops, ops ? "" : " (NULL list)");
     for (int i = 0; i < n_ops; i++) {
         const coli_matmul_op *o = &ops[i];
-        int rc = check_args(o->W, o->wtype, o->n_in, o->n_out, o->x, o->n_tok, o->y);
+        int rc = s_check_args(o->W, o->wtype, o->n_in, o->n_out, o->x, o->n_tok, o->y);
         if (rc) return coli_fail_prefix(rc, "op %d of %d", i, n_ops);
     }
-    return run_ops(pool, scratch, ops, n_ops);
+    return s_run_ops(pool, scratch, ops, n_ops);
 }

@@ -13,15 +13,15 @@
  * with ones to 8 int32 lanes; the lanes of 4 rows are folded by two hadds
  * into each row's exact integer sums over elements 0..15 and 16..31, then
  * converted and accumulated scaled by d_w * d_x, 4 rows per instruction.
- * Q4_0 gets the same int32 lanes as nibbles * x - 8 * x (see block_dot).
+ * Q4_0 gets the same int32 lanes as nibbles * x - 8 * x (see s_block_dot).
  * Where the CPU has AVX-VNNI or AVX512-VNNI, vpdpbusd makes those lanes in
  * one instruction instead of maddubs + madd (+ sub): the same integers, so
- * the same bits (matmul_qtile.h).
+ * the same bits (matmul_qtile.h). Which of them runs is the kernel
+ * table's choice (matmul_dispatch.c, by the CPU's features).
  */
-#include <stdatomic.h>
 #include <string.h>
 
-#include "core/cpu_features.h"
+#include "core/cpu_features.h" /* COLI_X86, COLI_TARGET_* */
 #include "core/kernels/matmul_impl.h"
 #include "core/quant/quant.h"
 
@@ -67,7 +67,7 @@ AVX2 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, in
 
 /* llama.cpp's quantize_row_q8_0 AVX2 branch, written out as separate
  * values and scales. */
-AVX2 static void quantize_block(const float *x, int8_t *q, float *d) {
+AVX2 static void s_quantize_block(const float *x, int8_t *q, float *d) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
     __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
@@ -100,26 +100,26 @@ AVX2 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int
     const int64_t nb = n_in / COLI_QK;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t b = 0; b < nb; b++)
-            quantize_block(x + t * n_in + b * COLI_QK, xq + t * n_in + b * COLI_QK, xd + t * nb + b);
+            s_quantize_block(x + t * n_in + b * COLI_QK, xq + t * n_in + b * COLI_QK, xd + t * nb + b);
 }
 
 /* ---- helpers ------------------------------------------------------------ */
 
-AVX2 ALWAYS float hsum8(__m256 v) {
+AVX2 ALWAYS float s_hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
 
-AVX2 ALWAYS __m256 load_w8(const uint8_t *row, int64_t k, coli_dtype t) {
+AVX2 ALWAYS __m256 s_load_w8(const uint8_t *row, int64_t k, coli_dtype t) {
     if (t == COLI_F32) return _mm256_loadu_ps((const float *)row + k);
     __m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * k));
     if (t == COLI_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-static inline float load_w1(const uint8_t *row, int64_t k, coli_dtype t) {
+static inline float s_load_w1(const uint8_t *row, int64_t k, coli_dtype t) {
     if (t == COLI_F32) {
         float f;
         memcpy(&f, row + 4 * k, 4);
@@ -130,13 +130,13 @@ static inline float load_w1(const uint8_t *row, int64_t k, coli_dtype t) {
     return t == COLI_F16 ? coli_fp16_to_fp32(h) : coli_bf16_to_fp32(h);
 }
 
-AVX2 ALWAYS float fma1(float a, float b, float c) {
+AVX2 ALWAYS float s_fma1(float a, float b, float c) {
     return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
 
 /* ---- float weights (F32, F16, BF16): RM x RN tile ----------------------- */
 
-AVX2 ALWAYS void float_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T) {
+AVX2 ALWAYS void s_float_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T) {
     const int64_t n = j->n_in, n8 = n & ~(int64_t)7;
     const uint8_t *w[4];
     const float *x[4];
@@ -152,7 +152,7 @@ AVX2 ALWAYS void float_tile(const mm_job *j, int64_t r, int64_t t, const int RM,
     for (int64_t k = 0; k < n8; k += 8) {
         __m256 wv[4];
 #pragma GCC unroll 4
-        for (int a = 0; a < RM; a++) wv[a] = load_w8(w[a], k, T);
+        for (int a = 0; a < RM; a++) wv[a] = s_load_w8(w[a], k, T);
 #pragma GCC unroll 4
         for (int b = 0; b < RN; b++) {
             const __m256 xv = _mm256_loadu_ps(x[b] + k);
@@ -164,8 +164,8 @@ AVX2 ALWAYS void float_tile(const mm_job *j, int64_t r, int64_t t, const int RM,
     for (int a = 0; a < RM; a++)
 #pragma GCC unroll 4
         for (int b = 0; b < RN; b++) {
-            float s = hsum8(acc[a][b]);
-            for (int64_t k = n8; k < n; k++) s = fma1(load_w1(w[a], k, T), x[b][k], s);
+            float s = s_hsum8(acc[a][b]);
+            for (int64_t k = n8; k < n; k++) s = s_fma1(s_load_w1(w[a], k, T), x[b][k], s);
             j->y[(t + b) * j->n_out + r + a] = s;
         }
 }
@@ -174,10 +174,10 @@ AVX2 ALWAYS void float_tile(const mm_job *j, int64_t r, int64_t t, const int RM,
 
 /* Q8_0: the signed values. Q4_0: the unsigned nibbles q in [0, 16) (the
  * value is q - 8; the tile subtracts 8 * x once per input block instead of
- * per weight block, see quant_tile). Byte j = element j (low nibble) and
+ * per weight block, see s_quant_tile). Byte j = element j (low nibble) and
  * j+16 (high nibble): the 16 bytes broadcast to both halves (a load, no
  * shuffle), the upper half shifted by 4, then masked. */
-AVX2 ALWAYS __m256i load_wq(const uint8_t *blk, coli_dtype T) {
+AVX2 ALWAYS __m256i s_load_wq(const uint8_t *blk, coli_dtype T) {
     if (T == COLI_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
     const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 2)));
     return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0f));
@@ -185,7 +185,7 @@ AVX2 ALWAYS __m256i load_wq(const uint8_t *blk, coli_dtype T) {
 
 /* The fp16 scales of block k of the RM rows as 4 floats (lanes past RM: 0),
  * converted by one vcvtph2ps instead of one per row. */
-AVX2 ALWAYS __m128 load_wd4(const uint8_t *const *w, size_t off, const int RM) {
+AVX2 ALWAYS __m128 s_load_wd4(const uint8_t *const *w, size_t off, const int RM) {
     uint16_t h[4] = {0, 0, 0, 0};
 #pragma GCC unroll 4
     for (int a = 0; a < RM; a++) memcpy(&h[a], w[a] + off, 2);
@@ -198,7 +198,7 @@ AVX2 ALWAYS __m128 load_wd4(const uint8_t *const *w, size_t off, const int RM) {
  * 16..31 (exact), converted and scaled by d_w * d_x of their row at once:
  * one convert and one FMA per 4 rows instead of 4 each. Row a's lanes see
  * the same operations in every tile shape. */
-AVX2 ALWAYS __m256 fold4(const __m256i *d, const int RM) {
+AVX2 ALWAYS __m256 s_fold4(const __m256i *d, const int RM) {
     const __m256i z = _mm256_setzero_si256();
     const __m256i d01 = _mm256_hadd_epi32(d[0], RM > 1 ? d[1] : z);
     const __m256i d23 = RM > 2 ? _mm256_hadd_epi32(d[2], RM > 3 ? d[3] : z) : z;
@@ -207,8 +207,8 @@ AVX2 ALWAYS __m256 fold4(const __m256i *d, const int RM) {
 
 /* Where a Q8_0 / Q4_0 tile reads: its RM weight rows w, its RN tokens'
  * quantized values xq and block scales xd. */
-AVX2 ALWAYS void qtile_rows(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const uint8_t **w,
-                            const int8_t **xq, const float **xd) {
+AVX2 ALWAYS void s_qtile_rows(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const uint8_t **w,
+                              const int8_t **xq, const float **xd) {
     const int64_t nb = j->n_in / COLI_QK;
 #pragma GCC unroll 4
     for (int a = 0; a < RM; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
@@ -221,7 +221,7 @@ AVX2 ALWAYS void qtile_rows(const mm_job *j, int64_t r, int64_t t, const int RM,
 
 /* A tile's results: token b's accumulator holds row a's sums over
  * elements 0..15 in lane a and over 16..31 in lane a + 4. */
-AVX2 ALWAYS void qtile_store(const mm_job *j, int64_t r, int64_t t, const __m256 *acc, const int RM, const int RN) {
+AVX2 ALWAYS void s_qtile_store(const mm_job *j, int64_t r, int64_t t, const __m256 *acc, const int RM, const int RN) {
 #pragma GCC unroll 4
     for (int b = 0; b < RN; b++) {
         const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc[b]), _mm256_extractf128_ps(acc[b], 1));
@@ -232,14 +232,14 @@ AVX2 ALWAYS void qtile_store(const mm_job *j, int64_t r, int64_t t, const __m256
     }
 }
 
-/* How a quantized tile fetches the weight rows ahead (rows_quant decides
- * per chunk, rows_tiled per token tile): not at all (the later token tiles of a prefill
+/* How a quantized tile fetches the weight rows ahead (s_rows_quant decides
+ * per chunk, s_rows_tiled per token tile): not at all (the later token tiles of a prefill
  * find the rows in cache), T0, or non-temporal where a job reads its rows
  * once (MM_READ_ONCE_TOKENS; Q8_0 / Q4_0 decode read 5-10% faster than
  * with T0, tools/bench_matmul.c; a prefill keeps T0: its token tiles stream
  * the activations through L1 and would evict a non-temporal row before its
  * last token tile, 64 tokens: 2-3% slower); PF_ROWS: along the rows, not in
- * address order (prefetch_ahead). The tests per line are predictable
+ * address order (s_prefetch_ahead). The tests per line are predictable
  * branches: a loop compiled per mode was no faster (weights hot or
  * streamed) and took the sanitizer build of this file from 30 s to 3.5 min. */
 enum {
@@ -258,8 +258,8 @@ enum {
  *    offset in the row the tile ahead reads in its place (RM rows on, not
  *    the next: a tile reads its rows side by side). The offset stays below
  *    two rows (rows are longer than MM_PREFETCH_ROW_BYTES). */
-AVX2 ALWAYS void prefetch_ahead(const mm_job *j, const uint8_t *w0, int64_t k, const size_t bb, const int blocks,
-                                const int RM, int pf) {
+AVX2 ALWAYS void s_prefetch_ahead(const mm_job *j, const uint8_t *w0, int64_t k, const size_t bb, const int blocks,
+                                  const int RM, int pf) {
     if (pf == PF_NONE) return;
     const size_t ws = j->w_stride;
     const char *p = (const char *)w0 + 2 * RM * ws + (size_t)k * RM * bb;
@@ -281,10 +281,10 @@ AVX2 ALWAYS void prefetch_ahead(const mm_job *j, const uint8_t *w0, int64_t k, c
 /* Rows r..r+RM-1 x tokens t..t+RN-1; pf: PF_* (the float tiles ignore it). */
 typedef void (*tile_fn)(const mm_job *j, int64_t r, int64_t t, int pf);
 
-#define FT(T, A, B)                                                                      \
-    AVX2 static void ft_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t, int pf) { \
-        (void)pf;                                                                        \
-        float_tile(j, r, t, A, B, COLI_##T);                                             \
+#define FT(T, A, B)                                                                        \
+    AVX2 static void s_ft_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t, int pf) { \
+        (void)pf;                                                                          \
+        s_float_tile(j, r, t, A, B, COLI_##T);                                             \
     }
 #define ROWS_OF(M, T, A) M(T, A, 1) M(T, A, 2) M(T, A, 3) M(T, A, 4)
 #define ALL_OF(M, T) ROWS_OF(M, T, 1) ROWS_OF(M, T, 2) ROWS_OF(M, T, 3) ROWS_OF(M, T, 4)
@@ -296,13 +296,13 @@ ALL_OF(FT, BF16)
     { P##_##T##_##A##_1, P##_##T##_##A##_2, P##_##T##_##A##_3, P##_##T##_##A##_4 }
 #define TABLE(P, T) \
     { TROW(P, T, 1), TROW(P, T, 2), TROW(P, T, 3), TROW(P, T, 4) }
-static const tile_fn s_f32[4][4] = TABLE(ft, F32);
-static const tile_fn s_f16[4][4] = TABLE(ft, F16);
-static const tile_fn s_bf16[4][4] = TABLE(ft, BF16);
+static const tile_fn s_f32[4][4] = TABLE(s_ft, F32);
+static const tile_fn s_f16[4][4] = TABLE(s_ft, F16);
+static const tile_fn s_bf16[4][4] = TABLE(s_ft, BF16);
 
 /* ---- row loop: per block of tokens, row tiles x token tiles ------------- */
 
-/* The first two tiles of a chunk, which prefetch_ahead (in address order,
+/* The first two tiles of a chunk, which s_prefetch_ahead (in address order,
  * rows up to MM_PREFETCH_LINEAR_MAX) would have fetched had the chunk gone
  * on from the one before: it does not, the pool's threads take chunks in
  * turn, so the rows before r0 were another thread's and that thread's
@@ -311,7 +311,7 @@ static const tile_fn s_bf16[4][4] = TABLE(ft, BF16);
  * on demand misses; bench_matmul 1024 columns, Q4_0 0.830 -> 0.772 ms (15
  * interleaved rounds). Along the rows only the first 2 KiB of 4 rows are
  * missed: left alone. */
-static void prefetch_chunk_start(const mm_job *j, int64_t r0, int64_t r1, int RM, int pf) {
+static void s_prefetch_chunk_start(const mm_job *j, int64_t r0, int64_t r1, int RM, int pf) {
     const int64_t end = r0 + 2 * RM < r1 ? r0 + 2 * RM : r1;
     const char *p = (const char *)j->W + (size_t)r0 * j->w_stride, *q = (const char *)j->W + (size_t)end * j->w_stride;
     for (; p < q; p += 64) mm_prefetch_line(p, pf & PF_NTA);
@@ -319,7 +319,7 @@ static void prefetch_chunk_start(const mm_job *j, int64_t r0, int64_t r1, int RM
 
 /* Rows r0..r1 for all tokens, a block of tokens at a time; the first token
  * tile of each block gets pf, the others PF_NONE (the rows are cached). */
-static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4], int RM, int RN, int pf) {
+static void s_rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4], int RM, int RN, int pf) {
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
         for (int64_t r = r0; r < r1; r += RM) {
@@ -335,16 +335,18 @@ static void rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn ta
 /* The Q8_0 / Q4_0 tiles' rows: how they prefetch (PF_*: non-temporal for
  * a job that reads its rows once, along the rows for long ones) and, in
  * address order, the chunk's first two tiles before the first. */
-static void rows_quant(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4]) {
+static void s_rows_quant(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4]) {
     const int pf =
         (j->n_tok <= MM_READ_ONCE_TOKENS ? PF_NTA : PF_T0) | (j->w_stride > MM_PREFETCH_LINEAR_MAX ? PF_ROWS : 0);
-    if (!(pf & PF_ROWS)) prefetch_chunk_start(j, r0, r1, Q_RM, pf);
-    rows_tiled(j, r0, r1, table, Q_RM, Q_RN, pf);
+    if (!(pf & PF_ROWS)) s_prefetch_chunk_start(j, r0, r1, Q_RM, pf);
+    s_rows_tiled(j, r0, r1, table, Q_RM, Q_RN, pf);
 }
 
-static void rows_f32(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f32, F_RM, F_RN, PF_NONE); }
-static void rows_f16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_f16, F_RM, F_RN, PF_NONE); }
-static void rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r0, r1, s_bf16, F_RM, F_RN, PF_NONE); }
+static void s_rows_f32(const mm_job *j, int64_t r0, int64_t r1) { s_rows_tiled(j, r0, r1, s_f32, F_RM, F_RN, PF_NONE); }
+static void s_rows_f16(const mm_job *j, int64_t r0, int64_t r1) { s_rows_tiled(j, r0, r1, s_f16, F_RM, F_RN, PF_NONE); }
+static void s_rows_bf16(const mm_job *j, int64_t r0, int64_t r1) {
+    s_rows_tiled(j, r0, r1, s_bf16, F_RM, F_RN, PF_NONE);
+}
 
 /* ---- quantized tiles, once per integer dot instruction (matmul_qtile.h) - */
 
@@ -366,47 +368,37 @@ static void rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { rows_tiled(j, r
 
 #include "core/kernels/matmul_qtile512.h"
 
-static atomic_int s_skip_vnni; /* mm_avx2_skip_vnni */
+/* The Q8_0 / Q4_0 rows of each integer dot, in mm_qtile_isa's order. */
+static const mm_rows_fn s_quant_rows[4][2] = {
+    [MM_QTILE_AVX2] = {s_rows_q8_0_avx2, s_rows_q4_0_avx2},
+    [MM_QTILE_AVXVNNI] = {s_rows_q8_0_avxvnni, s_rows_q4_0_avxvnni},
+    [MM_QTILE_AVX512VNNI] = {s_rows_q8_0_avx512vnni, s_rows_q4_0_avx512vnni},
+    [MM_QTILE_AVX512] = {s_rows_q8_0_avx512, s_rows_q4_0_avx512},
+};
 
-void mm_avx2_skip_vnni(int mask) { atomic_store(&s_skip_vnni, mask); }
-int mm_avx2_skipped(void) { return atomic_load(&s_skip_vnni); }
-
-/* The Q8_0 / Q4_0 rows of the best integer dot the CPU has. */
-static mm_rows_fn quant_rows(coli_dtype wtype) {
-    const int q8 = wtype == COLI_Q8_0, skip = atomic_load(&s_skip_vnni);
-    if (!(skip & MM_SKIP_AVX512) && coli_cpu_avx512()) return q8 ? rows_q8_0_avx512 : rows_q4_0_avx512;
-    if (!(skip & MM_SKIP_AVXVNNI) && coli_cpu_avxvnni()) return q8 ? rows_q8_0_avxvnni : rows_q4_0_avxvnni;
-    if (!(skip & MM_SKIP_AVX512VNNI) && coli_cpu_avx512vnni()) return q8 ? rows_q8_0_avx512vnni : rows_q4_0_avx512vnni;
-    return q8 ? rows_q8_0_avx2 : rows_q4_0_avx2;
-}
-
-const char *mm_avx2_impl_name(void) {
-    const mm_rows_fn q8 = quant_rows(COLI_Q8_0);
-    if (q8 == rows_q8_0_avx512) return "avx2+avx512";
-    return q8 == rows_q8_0_avxvnni ? "avx2+avxvnni" : q8 == rows_q8_0_avx512vnni ? "avx2+avx512vnni" : "avx2";
-}
-
-mm_rows_fn mm_avx2_rows(coli_dtype wtype) {
+mm_rows_fn mm_avx2_rows(coli_dtype wtype, mm_qtile_isa isa) {
     switch (wtype) {
-    case COLI_F32: return rows_f32;
-    case COLI_F16: return rows_f16;
-    case COLI_BF16: return rows_bf16;
-    case COLI_Q8_0:
-    case COLI_Q4_0: return quant_rows(wtype);
+    case COLI_F32: return s_rows_f32;
+    case COLI_F16: return s_rows_f16;
+    case COLI_BF16: return s_rows_bf16;
+    case COLI_Q8_0: return s_quant_rows[isa][0];
+    case COLI_Q4_0: return s_quant_rows[isa][1];
     default: break;
     }
-    return rows_f32;
+    return s_rows_f32;
 }
 
-#else /* not x86: never called (coli_cpu_avx2() is 0), present for the linker */
+#else /* not x86: never called (coli_cpu_avx2() is 0, matmul_dispatch.c), present for the linker */
 
-mm_rows_fn mm_avx2_rows(coli_dtype wtype) { return mm_portable_rows(wtype); }
-void mm_avx2_skip_vnni(int mask) { (void)mask; }
-const char *mm_avx2_impl_name(void) { return "avx2"; }
+mm_rows_fn mm_avx2_rows(coli_dtype wtype, mm_qtile_isa isa) {
+    (void)wtype;
+    (void)isa;
+    return NULL;
+}
 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride) {
-    mm_portable_round_rows(wtype, x, n_tok, n_in, xf, xf_stride);
+    (void)wtype, (void)x, (void)n_tok, (void)n_in, (void)xf, (void)xf_stride;
 }
 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd) {
-    mm_portable_quantize_rows(x, n_tok, n_in, xq, xd);
+    (void)x, (void)n_tok, (void)n_in, (void)xq, (void)xd;
 }
 #endif

@@ -1,7 +1,10 @@
 /*
- * matmul_impl.h - what matmul.c shares with its two kernel files
- * (matmul_portable.c, matmul_avx2.c). Not a public interface; tests include
- * it to compare the two paths piece by piece.
+ * matmul_impl.h - the kernel layer of coli_matmul: the job the kernels
+ * read and what each kernel file (matmul_portable.c, matmul_avx2.c,
+ * matmul_vecdot.c) offers. The kernel files include only this header and
+ * call nothing above them; matmul_dispatch.c picks their functions for a
+ * (weight type, instruction set) pair and matmul.c runs them. Not a public
+ * interface; tests include it to compare the paths piece by piece.
  *
  * A matmul runs in two steps:
  *   1. prepare the input once (on the calling thread) into the scratch:
@@ -79,25 +82,24 @@ typedef struct mm_job {
 
 typedef void (*mm_rows_fn)(const mm_job *job, int64_t r0, int64_t r1);
 
-/* Round-half-even int8 of llama.cpp's AVX2 activation quantizer (quant.c). */
-int8_t coli_act_round_i8(float v);
-
 /* ---- block types with a per-(row, token) dot product (matmul_vecdot.c) ---- */
-typedef struct mm_vecdot_type mm_vecdot_type;
+typedef void (*mm_act_quantize_fn)(const float *x, void *y, int64_t n);
+/* One weight type's activation format (llama.cpp's vec_dot_type), its
+ * quantizer and its dot products on each instruction set; which of them a
+ * matmul uses is chosen by the kernel table (matmul_dispatch.c). */
+typedef struct mm_vecdot_type {
+    coli_dtype wtype;
+    coli_dtype act;              /* activation block format: Q8_0, Q8_1 or Q8_K */
+    mm_act_quantize_fn quantize; /* one row of floats into act blocks */
+    coli_vec_dot_fn portable, avx2;
+    coli_vec_dot_tokens_fn avx2_tokens; /* NULL: the AVX2 path calls avx2 per token */
+    coli_vec_dot_fn avx512;             /* NULL: none, AVX2 everywhere (same bits where set) */
+    coli_vec_dot_tokens_fn avx512_tokens;
+} mm_vecdot_type;
 /* The table row of wtype, or NULL if wtype has a tiled kernel instead. */
 const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype);
-/* Its activation format (COLI_Q8_0, COLI_Q8_1 or COLI_Q8_K): inputs of two
- * weight types with the same one are shared by coli_matmul_many. */
-coli_dtype mm_vecdot_act_type(const mm_vecdot_type *v);
 /* Bytes between token rows of the prepared input (a multiple of 64). */
 size_t mm_vecdot_row_stride(const mm_vecdot_type *v, int64_t n_in);
-/* The AVX2 dot product if avx2 (the caller checked coli_cpu_avx2), else the
- * portable one; on AVX2, the 512-bit one where the type has one, the CPU
- * has coli_cpu_avx512() and mm_avx2_skip_vnni does not skip MM_SKIP_AVX512
- * (the same bits: vecdot.h). */
-coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2);
-/* Its several-token kernel on that path (same bits as mm_vecdot_fn's), or NULL. */
-coli_vec_dot_tokens_fn mm_vecdot_tokens_fn(const mm_vecdot_type *v, int avx2);
 /* Quantize the n_tok rows of x into xa, rows stride bytes apart. */
 void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, int64_t n_in, uint8_t *xa,
                        size_t stride);
@@ -111,23 +113,18 @@ void mm_portable_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int
 void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
 
 /* ---- AVX2 + FMA + F16C (matmul_avx2.c); call only if coli_cpu_avx2() ---- */
-mm_rows_fn mm_avx2_rows(coli_dtype wtype);
-/* Q8_0 / Q4_0 skip the tiles in mask even where the CPU has them (tests
- * compare them, which must give the same bits); 0: the best one, in the
- * order 512-bit, AVX-VNNI, AVX512-VNNI on 256 bits. With all bits set they
- * use AVX2's maddubs. */
-#define MM_SKIP_AVXVNNI 1
-#define MM_SKIP_AVX512VNNI 2
-#define MM_SKIP_AVX512 4
-#define MM_SKIP_ALL_VNNI (MM_SKIP_AVXVNNI | MM_SKIP_AVX512VNNI | MM_SKIP_AVX512)
-void mm_avx2_skip_vnni(int mask);
-/* The mask last given to mm_avx2_skip_vnni (x86 only): MM_SKIP_AVX512 also
- * gives Q4_K, Q5_K, Q6_K and IQ4_XS their AVX2 dot products instead of the
- * 512-bit ones (matmul_vecdot.c; the same bits). */
-int mm_avx2_skipped(void);
-/* "avx2", "avx2+avxvnni", "avx2+avx512vnni" or "avx2+avx512": what mm_avx2_rows gives
- * Q8_0 / Q4_0 now (coli_matmul_impl); a static string. */
-const char *mm_avx2_impl_name(void);
+/* The integer dot of the Q8_0 / Q4_0 tiles: AVX2's maddubs, vpdpbusd of
+ * AVX-VNNI or of AVX512-VNNI on 256 bits, or the 512-bit tiles; all give the
+ * same bits (matmul_qtile.h). The caller checks the CPU has the one it asks for. */
+typedef enum mm_qtile_isa {
+    MM_QTILE_AVX2,
+    MM_QTILE_AVXVNNI,
+    MM_QTILE_AVX512VNNI,
+    MM_QTILE_AVX512,
+} mm_qtile_isa;
+/* The rows kernel of wtype (F32, F16, BF16; Q8_0 / Q4_0 with the tiles of
+ * isa); other types get F32's. NULL where the build is not x86. */
+mm_rows_fn mm_avx2_rows(coli_dtype wtype, mm_qtile_isa isa);
 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf, int64_t xf_stride);
 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
 

@@ -40,21 +40,21 @@ void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8
 
 /* ---- dot products ------------------------------------------------------ */
 
-static float sum8(const float s[8]) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
+static float s_sum8(const float s[8]) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
 
-static float dot_f32(const uint8_t *wrow, const float *x, int64_t n) {
+static float s_dot_f32(const uint8_t *wrow, const float *x, int64_t n) {
     const float *w = (const float *)wrow;
     float s[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int k = 0; k < 8; k++) s[k] += w[i + k] * x[i + k];
-    float r = sum8(s);
+    float r = s_sum8(s);
     for (; i < n; i++) r += w[i] * x[i];
     return r;
 }
 
 /* F16 and BF16 rows: 16-bit weights widened by `widen`, same summation. */
-static float dot_16bit(const uint8_t *wrow, const float *x, int64_t n, float (*widen)(uint16_t)) {
+static float s_dot_16bit(const uint8_t *wrow, const float *x, int64_t n, float (*widen)(uint16_t)) {
     float s[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -63,7 +63,7 @@ static float dot_16bit(const uint8_t *wrow, const float *x, int64_t n, float (*w
             memcpy(&h, wrow + 2 * (i + k), 2);
             s[k] += widen(h) * x[i + k];
         }
-    float r = sum8(s);
+    float r = s_sum8(s);
     for (; i < n; i++) {
         uint16_t h;
         memcpy(&h, wrow + 2 * i, 2);
@@ -72,16 +72,16 @@ static float dot_16bit(const uint8_t *wrow, const float *x, int64_t n, float (*w
     return r;
 }
 
-static float dot_f16(const uint8_t *wrow, const float *x, int64_t n) {
-    return dot_16bit(wrow, x, n, coli_fp16_to_fp32);
+static float s_dot_f16(const uint8_t *wrow, const float *x, int64_t n) {
+    return s_dot_16bit(wrow, x, n, coli_fp16_to_fp32);
 }
 
-static float dot_bf16(const uint8_t *wrow, const float *x, int64_t n) {
-    return dot_16bit(wrow, x, n, coli_bf16_to_fp32);
+static float s_dot_bf16(const uint8_t *wrow, const float *x, int64_t n) {
+    return s_dot_16bit(wrow, x, n, coli_bf16_to_fp32);
 }
 
 /* llama.cpp's generic ggml_vec_dot_q8_0_q8_0: sumf += sumi * (d_w * d_x) */
-static float dot_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd, int64_t nb) {
+static float s_dot_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd, int64_t nb) {
     const block_q8_0 *w = (const block_q8_0 *)wrow;
     float sum = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
@@ -92,7 +92,7 @@ static float dot_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd, in
     return sum;
 }
 
-static float dot_q4_0(const uint8_t *wrow, const int8_t *xq, const float *xd, int64_t nb) {
+static float s_dot_q4_0(const uint8_t *wrow, const int8_t *xq, const float *xd, int64_t nb) {
     const block_q4_0 *w = (const block_q4_0 *)wrow;
     float sum = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
@@ -110,10 +110,10 @@ static float dot_q4_0(const uint8_t *wrow, const int8_t *xq, const float *xd, in
 /* ---- row loops: a block of tokens at a time, so a weight row is read
  * from memory once and from L1 for the other tokens of the block. ------- */
 
-static void rows_float(const mm_job *j, int64_t r0, int64_t r1) {
-    float (*dot)(const uint8_t *, const float *, int64_t) = j->wtype == COLI_F32   ? dot_f32
-                                                            : j->wtype == COLI_F16 ? dot_f16
-                                                                                   : dot_bf16;
+static void s_rows_float(const mm_job *j, int64_t r0, int64_t r1) {
+    float (*dot)(const uint8_t *, const float *, int64_t) = j->wtype == COLI_F32   ? s_dot_f32
+                                                            : j->wtype == COLI_F16 ? s_dot_f16
+                                                                                   : s_dot_bf16;
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
         for (int64_t r = r0; r < r1; r++) {
@@ -123,8 +123,9 @@ static void rows_float(const mm_job *j, int64_t r0, int64_t r1) {
     }
 }
 
-static void rows_quant(const mm_job *j, int64_t r0, int64_t r1) {
-    float (*dot)(const uint8_t *, const int8_t *, const float *, int64_t) = j->wtype == COLI_Q8_0 ? dot_q8_0 : dot_q4_0;
+static void s_rows_quant(const mm_job *j, int64_t r0, int64_t r1) {
+    float (*dot)(const uint8_t *, const int8_t *, const float *, int64_t) =
+        j->wtype == COLI_Q8_0 ? s_dot_q8_0 : s_dot_q4_0;
     const int64_t nb = j->n_in / COLI_QK;
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
@@ -136,5 +137,5 @@ static void rows_quant(const mm_job *j, int64_t r0, int64_t r1) {
 }
 
 mm_rows_fn mm_portable_rows(coli_dtype wtype) {
-    return (wtype == COLI_Q8_0 || wtype == COLI_Q4_0) ? rows_quant : rows_float;
+    return (wtype == COLI_Q8_0 || wtype == COLI_Q4_0) ? s_rows_quant : s_rows_float;
 }

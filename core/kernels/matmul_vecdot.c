@@ -5,7 +5,8 @@
  *
  * One table row per weight type names its activation format (llama.cpp's
  * vec_dot_type), how to quantize an input row into it, and the portable,
- * AVX2 and (the K-quants, IQ4_XS and MXFP4) AVX-512 dot products. The input is
+ * AVX2 and (the K-quants, IQ4_XS and MXFP4) AVX-512 dot products; which
+ * one runs is the kernel table's choice (matmul_dispatch.c). The input is
  * quantized once per token into the scratch (whole activation blocks, one
  * row per token); every output value is then one dot product of a weight
  * row and a token row, so its operations depend only on n_in and the path
@@ -13,42 +14,29 @@
  */
 #include <stddef.h>
 
-#include "core/cpu_features.h"
 #include "core/kernels/matmul_impl.h"
 #include "core/quant/quant.h"
 #include "core/kernels/vecdot.h"
 
-typedef void (*act_quantize_fn)(const float *x, void *y, int64_t n);
-
-static void act_Q8_0(const float *x, void *y, int64_t n) { coli_quantize_act_q8_0(x, y, n); }
-static void act_Q8_1(const float *x, void *y, int64_t n) { coli_quantize_act_q8_1(x, y, n); }
-static void act_Q8_K(const float *x, void *y, int64_t n) { coli_quantize_act_q8_K(x, y, n); }
-
-struct mm_vecdot_type {
-    coli_dtype wtype;
-    coli_dtype act;           /* activation block format: Q8_0, Q8_1 or Q8_K */
-    act_quantize_fn quantize; /* one row of floats into act blocks */
-    coli_vec_dot_fn portable, avx2;
-    coli_vec_dot_tokens_fn avx2_tokens; /* NULL: the AVX2 path calls avx2 per token */
-    coli_vec_dot_fn avx512;             /* NULL: none, AVX2 everywhere (same bits where set) */
-    coli_vec_dot_tokens_fn avx512_tokens;
-};
+static void s_act_Q8_0(const float *x, void *y, int64_t n) { coli_quantize_act_q8_0(x, y, n); }
+static void s_act_Q8_1(const float *x, void *y, int64_t n) { coli_quantize_act_q8_1(x, y, n); }
+static void s_act_Q8_K(const float *x, void *y, int64_t n) { coli_quantize_act_q8_K(x, y, n); }
 
 /* weight type, activation format, and the name stem of its dot products
  * (VD512: it has AVX-512 ones too) */
-#define VD(T, ACT, stem)                                                                  \
-    {                                                                                     \
-        COLI_##T, COLI_##ACT, act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, \
-            coli_vec_dot_##stem##_avx2_tokens, NULL, NULL                                 \
+#define VD(T, ACT, stem)                                                                    \
+    {                                                                                       \
+        COLI_##T, COLI_##ACT, s_act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, \
+            coli_vec_dot_##stem##_avx2_tokens, NULL, NULL                                   \
     }
 #define VD512(T, ACT, stem)                                                                                      \
     {                                                                                                            \
-        COLI_##T, COLI_##ACT, act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2,                        \
+        COLI_##T, COLI_##ACT, s_act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2,                      \
             coli_vec_dot_##stem##_avx2_tokens, coli_vec_dot_##stem##_avx512, coli_vec_dot_##stem##_avx512_tokens \
     }
 /* no several-token AVX2 kernel: the AVX2 path calls the dot per token */
 #define VD1(T, ACT, stem) \
-    { COLI_##T, COLI_##ACT, act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, NULL, NULL, NULL }
+    { COLI_##T, COLI_##ACT, s_act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, NULL, NULL, NULL }
 static const mm_vecdot_type s_types[] = {
     VD(Q4_1, Q8_1, q4_1_q8_1),        VD(Q5_0, Q8_0, q5_0_q8_0),       VD(Q5_1, Q8_1, q5_1_q8_1),
     VD(IQ4_NL, Q8_0, iq4_nl_q8_0),    VD512(Q2_K, Q8_K, q2_K_q8_K),    VD512(Q3_K, Q8_K, q3_K_q8_K),
@@ -65,31 +53,9 @@ const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype) {
     return NULL;
 }
 
-coli_dtype mm_vecdot_act_type(const mm_vecdot_type *v) { return v->act; }
-
 /* Rows start 64 bytes apart at least, so each token row is cache-aligned. */
 size_t mm_vecdot_row_stride(const mm_vecdot_type *v, int64_t n_in) {
     return (coli_row_bytes(v->act, n_in) + 63) & ~(size_t)63;
-}
-
-/* 1 if v's AVX-512 dot products are to be used now (the caller chose AVX2) */
-static int use_avx512(const mm_vecdot_type *v) {
-#if COLI_X86
-    return v->avx512 && coli_cpu_avx512() && !(mm_avx2_skipped() & MM_SKIP_AVX512);
-#else
-    (void)v;
-    return 0;
-#endif
-}
-
-coli_vec_dot_fn mm_vecdot_fn(const mm_vecdot_type *v, int avx2) {
-    if (!avx2) return v->portable;
-    return use_avx512(v) ? v->avx512 : v->avx2;
-}
-
-coli_vec_dot_tokens_fn mm_vecdot_tokens_fn(const mm_vecdot_type *v, int avx2) {
-    if (!avx2) return NULL;
-    return use_avx512(v) ? v->avx512_tokens : v->avx2_tokens;
 }
 
 /* The quantizers give the same bytes on both paths (they follow llama.cpp's
@@ -109,7 +75,7 @@ void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, i
 
 /* The lines of weight bytes [lo, hi) (offsets from W) below end
  * (mm_prefetch_line's read_once). */
-static void prefetch_span(const mm_job *j, size_t lo, size_t hi, size_t end, int read_once) {
+static void s_prefetch_span(const mm_job *j, size_t lo, size_t hi, size_t end, int read_once) {
     if (hi > end) hi = end;
     for (size_t off = lo & ~(size_t)63; off < hi; off += 64) mm_prefetch_line((const char *)j->W + off, read_once);
 }
@@ -124,13 +90,13 @@ void mm_vecdot_rows(const mm_job *j, int64_t r0, int64_t r1) {
     const int read_once = j->n_tok <= MM_READ_ONCE_TOKENS;
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
         const int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
-        if (t0 == 0) prefetch_span(j, (size_t)r0 * ws, (size_t)r0 * ws + PREFETCH_BYTES, end, read_once);
+        if (t0 == 0) s_prefetch_span(j, (size_t)r0 * ws, (size_t)r0 * ws + PREFETCH_BYTES, end, read_once);
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *w = j->W + (size_t)r * ws;
             int64_t t = t0;
             if (t0 == 0)
-                prefetch_span(j, (size_t)r * ws + PREFETCH_BYTES, (size_t)(r + 1) * ws + PREFETCH_BYTES, end,
-                              read_once);
+                s_prefetch_span(j, (size_t)r * ws + PREFETCH_BYTES, (size_t)(r + 1) * ws + PREFETCH_BYTES, end,
+                                read_once);
             if (j->dot_tokens)
                 for (; t + 1 < t1; t += COLI_VEC_DOT_MAX_TOKENS) {
                     const int nt = t1 - t < COLI_VEC_DOT_MAX_TOKENS ? (int)(t1 - t) : COLI_VEC_DOT_MAX_TOKENS;

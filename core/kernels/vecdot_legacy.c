@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/kernels/matmul_impl.h" /* coli_act_round_i8: llama.cpp's AVX2 rounding */
+#include "core/quant/quant.h" /* coli_act_round_i8: llama.cpp's AVX2 rounding */
 #include "core/quant/quant_blocks.h"
 #include "core/kernels/vecdot.h"
 

@@ -36,6 +36,9 @@ void coli_quantize_row_q4_0(const float *x, block_q4_0 *y, int64_t n);
 /* Activation quantization as llama.cpp's AVX2 path does it: q = round half
  * to even of x * 127/amax. Used for the matmul input of Q8_0/Q4_0 weights. */
 void coli_quantize_act_q8_0(const float *x, block_q8_0 *y, int64_t n);
+/* The round half to even int8 of that quantizer (the other activation
+ * formats use it too, core/kernels/vecdot_legacy.c). */
+int8_t coli_act_round_i8(float v);
 
 /* dst[0..n) = the values of a row of type t (n a multiple of the block size). */
 void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n);
