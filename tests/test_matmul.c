@@ -535,3 +535,32 @@ Test(matmul, avx512_k_quants_equal_avx2_bits) {
     coli_scratch_free(&s);
     coli_pool_destroy(&pool);
 }
+
+/* The kernel table (matmul_dispatch.c): every weight type has a row
+ * kernel on every path, the block types a dot product, and the switches
+ * pick the entry they name: portable gives the portable dot, AVX2 the
+ * 512-bit one where the CPU has it unless MM_SKIP_AVX512 says otherwise. */
+Test(matmul, kernel_table_follows_the_switches) {
+    for (int portable = 0; portable < 2; portable++)
+        for (int mask = 0; mask <= MM_SKIP_ALL_VNNI; mask++) {
+            coli_matmul_force_portable(portable);
+            mm_skip_vnni(mask);
+            for (int i = 0; i < N_TYPES; i++) {
+                const mm_kernel *k = mm_kernel_for(k_types[i]);
+                cr_assert_not_null(k->rows, "%s: no row kernel", coli_dtype_name(k_types[i]));
+                cr_assert(k->input != MM_IN_BLOCKS || k->dot, "%s: no dot product", coli_dtype_name(k_types[i]));
+                cr_assert_eq(k->input == MM_IN_F32, k_types[i] == COLI_F32, "%s: input form %d",
+                             coli_dtype_name(k_types[i]), (int)k->input);
+            }
+            const coli_vec_dot_fn dot = mm_kernel_for(COLI_Q4_K)->dot;
+            if (portable || !coli_cpu_avx2())
+                cr_assert(dot == coli_vec_dot_q4_K_q8_K, "portable path: not the portable dot");
+            else if (coli_cpu_avx512() && !(mask & MM_SKIP_AVX512))
+                cr_assert(dot == coli_vec_dot_q4_K_q8_K_avx512, "mask %d: not the 512-bit dot", mask);
+            else
+                cr_assert(dot == coli_vec_dot_q4_K_q8_K_avx2, "mask %d: not the AVX2 dot", mask);
+            if (!portable && coli_cpu_avx2() && mask == MM_SKIP_ALL_VNNI) cr_assert_str_eq(coli_matmul_impl(), "avx2");
+        }
+    coli_matmul_force_portable(0);
+    mm_skip_vnni(0);
+}
