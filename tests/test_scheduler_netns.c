@@ -37,6 +37,7 @@ typedef struct host {
     char endpoint[80];                                  /* the worker's, as it printed it */
     char proxy_endpoint[80];                            /* the slow link's, when one runs */
     pid_t worker, proxy;
+    int subnet; /* K of 10.201.K.0/24, claimed in s_claim_subnet (0: none) */
 } host;
 
 static host s_hosts[N_HOSTS];
@@ -64,6 +65,48 @@ static void s_reap(pid_t *pid) {
     *pid = 0;
 }
 
+//  The claim file of subnet k: it holds the pid of the test process using 10.201.K.0/24.
+static void s_subnet_claim_path(char *out, size_t n, int k) { snprintf(out, n, "/tmp/colint-subnet-%d", k); }
+
+static void s_release_subnet(host *h) {
+    if (h->subnet <= 0) return;
+    char path[64];
+    s_subnet_claim_path(path, sizeof path, h->subnet);
+    unlink(path);
+    h->subnet = 0;
+}
+
+//  A /24 of 10.201.K.0 that no other test (of this run or of another one on the machine)
+//  uses: claimed by creating its file with O_EXCL; a claim whose pid is gone is stale and
+//  removed. (K from the pid alone collided: pids 100 apart got the same subnet, and the
+//  coordinator then reached the other test's worker: "wrong worker public key".)
+static int s_claim_subnet(void) {
+    int start = (int)(getpid() % 254);
+    for (int j = 0; j < 2 * 254; j++) {
+        int k = 1 + (start + j) % 254;
+        char path[64];
+        s_subnet_claim_path(path, sizeof path, k);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            FILE *f = fopen(path, "r");
+            int pid = 0;
+            if (f && fscanf(f, "%d", &pid) != 1) pid = 0;
+            if (f) fclose(f);
+            if (pid > 0 && kill(pid, 0) != 0) unlink(path); /* stale: free on the next pass */
+            continue;
+        }
+        dprintf(fd, "%d\n", (int)getpid());
+        close(fd);
+        if (s_sh("ip -o -4 addr show | grep -q ' 10\\.201\\.%d\\.'", k) == 0) { /* in use outside our claims */
+            unlink(path);
+            continue;
+        }
+        return k;
+    }
+    cr_assert_fail("no free subnet 10.201.K.0/24 (claims in /tmp/colint-subnet-*)");
+    return 0;
+}
+
 static void s_cleanup(void) {
     for (int i = 0; i < s_n_made; i++) {
         s_reap(&s_hosts[i].worker);
@@ -71,6 +114,7 @@ static void s_cleanup(void) {
         if (!s_hosts[i].ns[0]) continue;
         s_sh("ip link del %s", s_hosts[i].veth_ours); /* takes its peer along */
         s_sh("ip netns del %s", s_hosts[i].ns);
+        s_release_subnet(&s_hosts[i]);
     }
     s_n_made = 0;
     if (s_keys[0]) s_sh("rm -rf '%s'", s_keys);
@@ -110,7 +154,7 @@ static void s_need_netns(void) {
 
 static void s_make_host(int i) {
     host *h = &s_hosts[i];
-    int k = (int)(getpid() % 100) * 2 + i + 1; /* a subnet of this run */
+    int k = h->subnet = s_claim_subnet();
     snprintf(h->ns, sizeof h->ns, "colint-%d-%d", (int)getpid(), i);
     snprintf(h->veth_ours, sizeof h->veth_ours, "cnt%d%c", (int)(getpid() % 100000), 'a' + i);
     snprintf(h->veth_its, sizeof h->veth_its, "cnw%d%c", (int)(getpid() % 100000), 'a' + i);
