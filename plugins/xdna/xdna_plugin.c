@@ -88,7 +88,7 @@ static double s_now(void) {
 // ---------------------------------------------------------------------------
 // open / close
 
-static int xdna_probe(int *n_devices, char *why, size_t why_len) {
+static int s_xdna_probe(int *n_devices, char *why, size_t why_len) {
     /* the facts are checked in order at open; probing would load the helper first */
     if (n_devices) *n_devices = 1;
     if (why && why_len) why[0] = '\0';
@@ -104,7 +104,7 @@ static void s_free_expert(void *val, void *arg) {
     free(e);
 }
 
-static void xdna_close(moe_device **dev) {
+static void s_xdna_close(moe_device **dev) {
     if (!dev || !*dev) return;
     moe_device *d = *dev;
     expert_table_free(&d->experts, s_free_expert, d);
@@ -118,7 +118,7 @@ static void xdna_close(moe_device **dev) {
     *dev = NULL; /* the helper stays loaded: its verdict is the process's */
 }
 
-static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len) {
+static int s_xdna_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len) {
     if (!out || !opts) return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "open: NULL argument");
     *out = NULL;
     coli_settings set; /* the plugin's moment: its worker's environment, read once at open */
@@ -146,7 +146,7 @@ static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, siz
         v = xdna_session_open(d->h, d->pkg, opts->device_index, set.xdna_timeout_ms, &d->sess, why, sizeof why);
     if (v != XDNA_OK) {
         snprintf(err, err_len, "%s", why);
-        xdna_close(&d);
+        s_xdna_close(&d);
         return COLI_EDEVICE;
     }
     fprintf(stderr,
@@ -157,7 +157,7 @@ static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, siz
     return 0;
 }
 
-static int xdna_get_caps(moe_device *d, moe_caps *caps) {
+static int s_xdna_get_caps(moe_device *d, moe_caps *caps) {
     if (!d || d->tag != XDNA_DEV_TAG || !caps) return COLI_EINVAL;
     memset(caps, 0, sizeof *caps);
     caps->dtype_mask = XDNA_DTYPE_MASK;
@@ -239,7 +239,7 @@ static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
     return 0;
 }
 
-static int xdna_load_expert(moe_device *d, const moe_expert_desc *e, char *err, size_t err_len) {
+static int s_xdna_load_expert(moe_device *d, const moe_expert_desc *e, char *err, size_t err_len) {
     if (!d || d->tag != XDNA_DEV_TAG || !e)
         return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "load_expert: NULL or closed device");
     int rc = s_check_desc(e, err, err_len);
@@ -385,8 +385,8 @@ static void s_say_once(const char *err) {
     }
 }
 
-static int xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const float *x,
-                    int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t err_len) {
+static int s_xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const float *x,
+                      int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t err_len) {
     if (!d || d->tag != XDNA_DEV_TAG)
         return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "run: NULL or closed device");
     if (n_groups < 0 || (n_groups > 0 && !groups) || n_rows_total < 0 || n_embd <= 0 ||
@@ -417,7 +417,7 @@ static int xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_grou
     return rc;
 }
 
-static int xdna_get_stats(moe_device *d, moe_stats *stats) {
+static int s_xdna_get_stats(moe_device *d, moe_stats *stats) {
     if (!d || d->tag != XDNA_DEV_TAG || !stats) return COLI_EINVAL;
     *stats = d->stats;
     return 0;
@@ -425,7 +425,7 @@ static int xdna_get_stats(moe_device *d, moe_stats *stats) {
 
 //  What stats show per bucket: expert FFNs run through M64 / M256 artifacts,
 //  and the zero rows that padding added.
-static int xdna_get_counters(moe_device *d, moe_counter *out, int cap) {
+static int s_xdna_get_counters(moe_device *d, moe_counter *out, int cap) {
     if (!d || d->tag != XDNA_DEV_TAG || !out || cap < 3) return 0;
     const char *names[3] = {"bucket_m64", "bucket_m256", "padded_rows"};
     const uint64_t values[3] = {d->runs[0], d->runs[1], d->padded_rows};
@@ -441,14 +441,14 @@ static const struct moe_plugin s_xdna_plugin = {
     .abi_minor = MOE_PLUGIN_ABI_MINOR,
     .struct_size = sizeof(struct moe_plugin),
     .name = "xdna",
-    .probe = xdna_probe,
-    .open = xdna_open,
-    .get_caps = xdna_get_caps,
-    .load_expert = xdna_load_expert,
-    .run = xdna_run,
-    .get_stats = xdna_get_stats,
-    .close = xdna_close,
-    .get_counters = xdna_get_counters,
+    .probe = s_xdna_probe,
+    .open = s_xdna_open,
+    .get_caps = s_xdna_get_caps,
+    .load_expert = s_xdna_load_expert,
+    .run = s_xdna_run,
+    .get_stats = s_xdna_get_stats,
+    .close = s_xdna_close,
+    .get_counters = s_xdna_get_counters,
 };
 
 const struct moe_plugin *moe_plugin_get(void) { return &s_xdna_plugin; }
