@@ -52,16 +52,17 @@ const char *xdna_op_name(xdna_op op) { return (unsigned)op < XDNA_N_OPS ? s_op_n
 
 static xdna_diag s_diag(xdna_diag d, char *why, size_t why_len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+void xdna_vwhy(xdna_diag d, const char *prefix, char *why, size_t why_len, const char *fmt, va_list ap) {
+    if (!why || !why_len) return;
+    int n = snprintf(why, why_len, "%s: %s", xdna_diag_name(d), prefix);
+    if (n >= 0 && (size_t)n < why_len) vsnprintf(why + n, why_len - (size_t)n, fmt, ap);
+}
+
 static xdna_diag s_diag(xdna_diag d, char *why, size_t why_len, const char *fmt, ...) {
-    if (why && why_len) {
-        int n = snprintf(why, why_len, "%s: ", xdna_diag_name(d));
-        if (n >= 0 && (size_t)n < why_len) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(why + n, why_len - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    xdna_vwhy(d, "", why, why_len, fmt, ap);
+    va_end(ap);
     return d;
 }
 

@@ -67,15 +67,10 @@ struct moe_device {
 static int s_fail(char *err, size_t err_len, int rc, xdna_diag d, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static int s_fail(char *err, size_t err_len, int rc, xdna_diag d, const char *fmt, ...) {
-    if (err && err_len) {
-        int n = snprintf(err, err_len, "%s: xdna: ", xdna_diag_name(d));
-        if (n >= 0 && (size_t)n < err_len) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(err + n, err_len - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    xdna_vwhy(d, "xdna: ", err, err_len, fmt, ap);
+    va_end(ap);
     return rc;
 }
 
