@@ -35,7 +35,8 @@
 #include "core/quant/quant.h"
 #include "core/tensor.h"
 
-/* ---- random numbers: PCG32 (O'Neill) + Box-Muller ------------------------ */
+// ----------------------------------------------------------------------------
+// random numbers: PCG32 (O'Neill) + Box-Muller
 
 typedef struct rng {
     uint64_t state, inc;
@@ -78,7 +79,8 @@ static float s_rng_normal(rng *r) {
     return (float)(mag * cos(2.0 * M_PI * u2));
 }
 
-/* ---- model configuration -------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// model configuration
 
 typedef struct model_cfg {
     const char *arch; /* "llama", "olmoe", "qwen2moe" */
@@ -155,7 +157,8 @@ static int s_cfg_check(const model_cfg *c) {
     return 0;
 }
 
-/* ---- vocabulary ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// vocabulary
 
 /* Common words of children's stories: the text the tests and `make run` use. */
 static const char *const s_words[] = {
@@ -419,7 +422,8 @@ static int s_write_vocab(gguf_writer *w, const model_cfg *c, const vocab *v) {
     return rc;
 }
 
-/* ---- weights ------------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// weights
 
 typedef struct gen_tensor {
     char name[64];
@@ -570,7 +574,8 @@ static int s_tensor_order(const void *pa, const void *pb) {
     return strcmp(a->name, b->name);
 }
 
-/* ---- the file --------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// the file
 
 /* general.file_type of a file whose weights are mostly of type t (llama.cpp's
  * LLAMA_FTYPE values). */
@@ -653,7 +658,8 @@ static int s_write_model(const model_cfg *c, const char *path) {
     return rc;
 }
 
-/* ---- command line ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// command line
 
 /* The fixtures of the test suite (make fixtures). */
 static int s_write_fixtures(const char *dir) {

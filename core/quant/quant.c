@@ -31,7 +31,8 @@ static inline float s_bits_f32(uint32_t u) {
     return f;
 }
 
-/* ---- fp16 ------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// fp16
 
 float coli_fp16_to_fp32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -71,7 +72,8 @@ uint16_t coli_fp32_to_fp16(float f) {
     return sign | (uint16_t)(a >> 13);
 }
 
-/* ---- bf16 ------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// bf16
 
 float coli_bf16_to_fp32(uint16_t h) { return s_bits_f32((uint32_t)h << 16); }
 
@@ -82,7 +84,8 @@ uint16_t coli_fp32_to_bf16(float f) {
     return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
 }
 
-/* ---- bulk fp16 rows: F16C when present, same bits either way ---------- */
+// ----------------------------------------------------------------------------
+// bulk fp16 rows: F16C when present, same bits either way
 
 #if COLI_X86
 COLI_TARGET_AVX2 static void fp16_to_fp32_row_f16c(const uint16_t *src, float *dst, int64_t n) {
@@ -119,7 +122,8 @@ static void s_fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = coli_fp32_to_fp16(src[i]);
 }
 
-/* ---- weight quantization (llama.cpp reference rules) ------------------ */
+// ----------------------------------------------------------------------------
+// weight quantization (llama.cpp reference rules)
 
 /* roundf into int8 without undefined behaviour for NaN (-> 0) */
 static inline int8_t s_round_away_i8(float v) {
@@ -171,7 +175,8 @@ void coli_quantize_row_q4_0(const float *x, block_q4_0 *y, int64_t n) {
     }
 }
 
-/* ---- activation quantization (llama.cpp AVX2 rules) ------------------- */
+// ----------------------------------------------------------------------------
+// activation quantization (llama.cpp AVX2 rules)
 
 /* What _mm256_round_ps(nearest) + _mm256_cvtps_epi32 + the saturating packs
  * give: round half to even, clamp to int8; NaN and |v| >= 2^31 come out of
@@ -193,7 +198,8 @@ void coli_quantize_act_q8_0(const float *x, block_q8_0 *y, int64_t n) {
     }
 }
 
-/* ---- whole rows of any type ------------------------------------------- */
+// ----------------------------------------------------------------------------
+// whole rows of any type
 
 static void s_dequantize_q8_0(const block_q8_0 *x, float *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK; b++) {

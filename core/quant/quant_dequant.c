@@ -13,7 +13,8 @@
 
 #define HALF(h) coli_fp16_to_fp32(h)
 
-/* ---- 32-value blocks ---------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// 32-value blocks
 
 /* Byte j of qs holds element j (low nibble) and element j+16 (high). */
 static void s_dequant_q4_1(const block_q4_1 *x, float *y, int64_t nb) {
@@ -67,7 +68,8 @@ static void s_dequant_iq4_nl(const block_iq4_nl *x, float *y, int64_t nb) {
     }
 }
 
-/* ---- 256-value super-blocks --------------------------------------------- */
+// ----------------------------------------------------------------------------
+// 256-value super-blocks
 
 /* Q2_K: 16 sub-blocks of 16; scales[k] low nibble = scale, high = min.
  * Each 32-byte group of qs serves 128 values, 2 bits at shifts 0,2,4,6. */
@@ -208,7 +210,8 @@ static void s_dequant_iq4_xs(const block_iq4_xs *x, float *y, int64_t nb) {
     }
 }
 
-/* ---- MXFP4 and the ternary types ------------------------------------------ */
+// ----------------------------------------------------------------------------
+// MXFP4 and the ternary types
 
 static void s_dequant_mxfp4(const block_mxfp4 *x, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += COLI_QK) {

@@ -49,7 +49,8 @@ static int s_fail(char *err, size_t err_len, int code, const char *fmt, ...) {
     return code;
 }
 
-/* ---- the expert table -------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// the expert table
 
 static cpu_expert *s_find_slot(const moe_device *d, int32_t layer, int32_t expert) {
     return expert_table_get(&d->experts, expert_key(layer, expert));
@@ -60,7 +61,8 @@ static void s_free_expert(void *val, void *arg) {
     free(val);
 }
 
-/* ---- vtable ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// vtable
 
 static int s_cpu_probe(int *n_devices, char *why, size_t why_len) {
     if (n_devices) *n_devices = 1;
@@ -79,7 +81,7 @@ static void s_cpu_close(moe_device **dev) {
     *dev = NULL;
 }
 
-//  Open with the given pool (borrowed) or, when pool is NULL, a pool of its own.
+/* Open with the given pool (borrowed) or, when pool is NULL, a pool of its own. */
 static int s_cpu_open_with(const moe_open_opts *opts, coli_pool *pool, moe_device **out, char *err, size_t err_len) {
     if (!out) return s_fail(err, err_len, COLI_EINVAL, "cpu: open: NULL output");
     *out = NULL;
@@ -161,8 +163,8 @@ static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
     return 0;
 }
 
-//  A new entry for e's (layer, expert) in the table, into *out. 0, COLI_EINVAL
-//  (a negative layer or expert has no key) or COLI_ENOMEM.
+/* A new entry for e's (layer, expert) in the table, into *out. 0, COLI_EINVAL
+ * (a negative layer or expert has no key) or COLI_ENOMEM. */
 static int s_add_expert(moe_device *dev, const moe_expert_desc *e, cpu_expert **out) {
     cpu_expert *x = calloc(1, sizeof *x);
     if (!x) return COLI_ENOMEM;

@@ -128,8 +128,8 @@ static int s_hex_digest(const char *s, unsigned char out[32]) {
 // ---------------------------------------------------------------------------
 // registry
 
-//  A relative name that stays inside the package: no leading '/', no ".."
-//  component, only [A-Za-z0-9._/-]. (Symbolic links are checked on disk.)
+/* A relative name that stays inside the package: no leading '/', no ".."
+ * component, only [A-Za-z0-9._/-]. (Symbolic links are checked on disk.) */
 static int s_name_ok(const char *s) {
     if (!*s || *s == '/' || strlen(s) >= XDNA_NAME_MAX) return 0;
     if (strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/-") != strlen(s)) return 0;
@@ -151,7 +151,7 @@ static int s_int(const char *v, int64_t lo, int64_t hi, int64_t *out) {
     return 0;
 }
 
-//  One key=value of an artifact line; 0 or -1.
+/* One key=value of an artifact line; 0 or -1. */
 static int s_field(xdna_artifact *a, const char *key, const char *v, unsigned *seen) {
     static const char *const keys[] = {
         "op", "bucket", "k", "n", "wtype", "a", "b", "c", "kernel", "xclbin", "xclbin_sha256", "instr", "instr_sha256"};
@@ -186,7 +186,7 @@ static int s_field(xdna_artifact *a, const char *key, const char *v, unsigned *s
     }
 }
 
-//  "artifact key=value ..." (line is modified).
+/* "artifact key=value ..." (line is modified). */
 static xdna_diag s_artifact_line(char *line, int lineno, xdna_package *p, char *why, size_t why_len) {
     if (p->n == XDNA_MAX_ARTIFACTS)
         return s_diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: more than %d artifacts", lineno,
@@ -257,8 +257,8 @@ xdna_diag xdna_registry_parse(const char *text, xdna_package *p, char *why, size
 // ---------------------------------------------------------------------------
 // the package on disk
 
-//  dir/name exists as a regular file inside the package (after symbolic links)?
-//  0 yes, 1 absent, 2 escapes the package.
+/* dir/name exists as a regular file inside the package (after symbolic links)?
+ * 0 yes, 1 absent, 2 escapes the package. */
 static int s_locate(const xdna_package *p, const char *name, char *path, size_t n) {
     snprintf(path, n, "%s/%s", p->real, name);
     struct stat st;
@@ -290,7 +290,7 @@ static char *s_slurp(const char *path, size_t max) {
     return buf;
 }
 
-//  Every file present and inside (cheap), then every digest (reads it all).
+/* Every file present and inside (cheap), then every digest (reads it all). */
 static xdna_diag s_check_files(const xdna_package *p, char *why, size_t why_len) {
     char path[PATH_MAX + XDNA_NAME_MAX + 2];
     for (int pass = 0; pass < 2; pass++)

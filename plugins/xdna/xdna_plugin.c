@@ -165,8 +165,8 @@ static int s_xdna_get_caps(moe_device *d, moe_caps *caps) {
 // ---------------------------------------------------------------------------
 // experts: gates 1, 2 and 4 at load
 
-//  rows x k BF16 image of the GGUF matrix src (rows of k values of type t),
-//  page aligned; NULL when out of memory.
+/* rows x k BF16 image of the GGUF matrix src (rows of k values of type t),
+ * page aligned; NULL when out of memory. */
 static uint16_t *s_bf16_image(const void *src, coli_dtype t, int64_t rows, int64_t k) {
     size_t bytes = (size_t)rows * (size_t)k * sizeof(uint16_t);
     void *img = NULL;
@@ -185,7 +185,7 @@ static uint16_t *s_bf16_image(const void *src, coli_dtype t, int64_t rows, int64
     return o;
 }
 
-//  Convert and wrap every (op, bucket) weight of x; on failure nothing is kept.
+/* Convert and wrap every (op, bucket) weight of x; on failure nothing is kept. */
 static int s_prepare(moe_device *d, const moe_expert_desc *e, xdna_expert *x, char *err, size_t err_len) {
     const void *src[XDNA_N_OPS] = {e->gate, e->up, e->down};
     for (int op = 0; op < XDNA_N_OPS; op++) {
@@ -295,7 +295,7 @@ static int s_reserve(moe_device *d, size_t elems) {
     return 0;
 }
 
-//  c = a16 . W^T for (op, bucket b) of x; the helper's failure as a diagnostic.
+/* c = a16 . W^T for (op, bucket b) of x; the helper's failure as a diagnostic. */
 static int s_gemm(moe_device *d, xdna_expert *x, int op, int b, float *c, char *err, size_t err_len) {
     int st = d->h->execute(d->sess, x->w[op][b], d->a16, c);
     if (st != XDNA_SUCCESS)
@@ -310,8 +310,8 @@ static int s_finite(const float *v, size_t n) {
     return 1;
 }
 
-//  out (n x E) = expert x (x (n x E)) through bucket b: gate and up GEMMs,
-//  SwiGLU in F32 rounded to BF16, down GEMM. Rows n..M-1 are zeros.
+/* out (n x E) = expert x (x (n x E)) through bucket b: gate and up GEMMs,
+ * SwiGLU in F32 rounded to BF16, down GEMM. Rows n..M-1 are zeros. */
 static int s_ffn(moe_device *d, xdna_expert *x, int b, const float *in, int64_t n, int check, float *out, char *err,
                  size_t err_len) {
     const int64_t M = s_buckets[b], E = x->shape.n_embd, F = x->shape.n_ff;
@@ -337,7 +337,7 @@ static int s_ffn(moe_device *d, xdna_expert *x, int b, const float *in, int64_t 
     return 0;
 }
 
-//  Gate 3 for every group before anything runs (and gate 4: published).
+/* Gate 3 for every group before anything runs (and gate 4: published). */
 static int s_gate_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups, int64_t n_rows_total,
                         int64_t n_embd, char *err, size_t err_len) {
     for (int32_t i = 0; i < n_groups; i++) {
@@ -362,8 +362,8 @@ static int s_gate_batch(moe_device *d, const moe_batch_group *groups, int32_t n_
     return 0;
 }
 
-//  A batch the lane did not compute goes to the CPU path and is counted there;
-//  say the first of each reason on stderr too (the rest only count).
+/* A batch the lane did not compute goes to the CPU path and is counted there;
+ * say the first of each reason on stderr too (the rest only count). */
 static void s_say_once(const char *err) {
     static unsigned char said[XDNA_DIAG_COUNT];
     for (int k = 1; k < XDNA_DIAG_COUNT; k++) {
@@ -418,8 +418,8 @@ static int s_xdna_get_stats(moe_device *d, moe_stats *stats) {
     return 0;
 }
 
-//  What stats show per bucket: expert FFNs run through M64 / M256 artifacts,
-//  and the zero rows that padding added.
+/* What stats show per bucket: expert FFNs run through M64 / M256 artifacts,
+ * and the zero rows that padding added. */
 static int s_xdna_get_counters(moe_device *d, moe_counter *out, int cap) {
     if (!d || d->tag != XDNA_DEV_TAG || !out || cap < 3) return 0;
     const char *names[3] = {"bucket_m64", "bucket_m256", "padded_rows"};

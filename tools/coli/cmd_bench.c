@@ -169,7 +169,7 @@ static int s_config_open(const bench_opts *o, config_run *c, int n_ctx) {
     return 0;
 }
 
-//  0, or CLI_FAIL (printed) when its --route-trace could not be written.
+/* 0, or CLI_FAIL (printed) when its --route-trace could not be written. */
 static int s_config_close(config_run *c) {
     coli_context_free(&c->ctx);
     int rc = model_opts_free(&c->m);

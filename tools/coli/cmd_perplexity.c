@@ -56,15 +56,15 @@ static int s_score_window(ppl_run *r, int start, int end, int from) {
     return 0;
 }
 
-//  Windows run_windows evaluates: the first, then one per stride until the end is scored.
+/* Windows run_windows evaluates: the first, then one per stride until the end is scored. */
 static int s_n_windows(const ppl_run *r) {
     int n = 1;
     for (int start = 0; start + r->window < r->n_tokens; start += r->stride) n++;
     return n;
 }
 
-//  Progress: on a terminal one line redrawn (progress.h); elsewhere a line
-//  per window, as a log wants it; -q: neither.
+/* Progress: on a terminal one line redrawn (progress.h); elsewhere a line
+ * per window, as a log wants it; -q: neither. */
 static int s_run_windows(ppl_run *r) {
     int scored_until = 1, n_windows = 0, total = s_n_windows(r); /* token 0 has nothing before it */
     cli_progress bar;

@@ -84,9 +84,9 @@ static void s_on_fatal_signal(int sig) {
     raise(sig);
 }
 
-//  For the signals whose default ends the process; one that is ignored (nohup,
-//  a background job) stays ignored. Commands with their own handlers (chat,
-//  serve) replace these.
+/* For the signals whose default ends the process; one that is ignored (nohup,
+ * a background job) stays ignored. Commands with their own handlers (chat,
+ * serve) replace these. */
 static void s_install_cleanup(void) {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
