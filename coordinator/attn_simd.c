@@ -7,7 +7,7 @@
 #include <immintrin.h>
 #endif
 
-static float dot_portable(const float *q, const float *k, int n) {
+static float s_dot_portable(const float *q, const float *k, int n) {
     float acc[8] = {0};
     int d = 0;
     for (; d + 8 <= n; d += 8)
@@ -17,7 +17,7 @@ static float dot_portable(const float *q, const float *k, int n) {
     return sum;
 }
 
-static void axpy_portable(float *out, float p, const float *v, int n) {
+static void s_axpy_portable(float *out, float p, const float *v, int n) {
     for (int d = 0; d < n; d++) out[d] += p * v[d];
 }
 
@@ -70,7 +70,7 @@ float attn_dot_f32(const float *q, const float *k, int n) {
 #if COLI_X86
     if (coli_cpu_avx2()) return dot_avx2(q, k, n);
 #endif
-    return dot_portable(q, k, n);
+    return s_dot_portable(q, k, n);
 }
 
 void attn_dots_f32(const float *q, long q_stride, int n_q, const float *k, int n, float *out, long out_stride) {
@@ -89,5 +89,5 @@ void attn_axpy_f32(float *out, float p, const float *v, int n) {
         return;
     }
 #endif
-    axpy_portable(out, p, v, n);
+    s_axpy_portable(out, p, v, n);
 }

@@ -49,6 +49,16 @@ static void s_route_rows(void *user, int layer, int pos0, int n_tok, int k, cons
     }
 }
 
+/* The per-sequence arrays, freed by both the failed constructor and the destructor. */
+static void s_free_arrays(decode_batch *b) {
+    free(b->pending);
+    free(b->taken);
+    free(b->kvs);
+    free(b->pos);
+    free(b->ids);
+    free(b->logits);
+}
+
 int decode_batch_new(const model *m, moe_exec *moe, coli_pool *pool, int max_seqs, int n_ctx, decode_lock_fn lock,
                      decode_lock_fn unlock, void *user, decode_batch **out) {
     *out = NULL;
@@ -75,12 +85,7 @@ int decode_batch_new(const model *m, moe_exec *moe, coli_pool *pool, int max_seq
         rc = coli_fail(COLI_ENOMEM, "batch: out of memory for %d sequences", max_seqs);
     if (rc == 0) rc = forward_state_init(&b->fs, m, moe, pool, max_seqs, n_ctx);
     if (rc < 0) {
-        free(b->pending);
-        free(b->taken);
-        free(b->kvs);
-        free(b->pos);
-        free(b->ids);
-        free(b->logits);
+        s_free_arrays(b);
         free(b);
         return rc;
     }
@@ -96,12 +101,7 @@ void decode_batch_free(decode_batch **pb) {
     if (!pb || !*pb) return;
     decode_batch *b = *pb;
     forward_state_free(&b->fs);
-    free(b->pending);
-    free(b->taken);
-    free(b->kvs);
-    free(b->pos);
-    free(b->ids);
-    free(b->logits);
+    s_free_arrays(b);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
     free(b);

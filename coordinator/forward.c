@@ -6,15 +6,15 @@
  *
  *   h = token_embd[ids]
  *   for each layer:
- *     x = rmsnorm(h) * attn_norm
+ *     x = s_rmsnorm(h) * attn_norm
  *     q, k, v = Wq x (+bq), Wk x (+bk), Wv x (+bv)   (deepseek2: forward_mla.c)
- *     (olmoe) q = rmsnorm(q) * q_norm, k = rmsnorm(k) * k_norm
+ *     (olmoe) q = s_rmsnorm(q) * q_norm, k = s_rmsnorm(k) * k_norm
  *     (qwen3moe) the same per head
  *     q, k = rope(q), rope(k);  cache k, v
  *     h += Wo * softmax(q K^T * attn_scale + causal mask) V
- *     x = rmsnorm(h) * ffn_norm
+ *     x = s_rmsnorm(h) * ffn_norm
  *     h += FFN(x)  (dense) or  sum_s w_s expert_{e_s}(x) (+ shared expert)
- *   logits = output * (rmsnorm(h) * output_norm)
+ *   logits = output * (s_rmsnorm(h) * output_norm)
  *
  * Matmuls go through coli_matmul, which rounds the input per weight type as
  * llama.cpp does; everything else (norms, rope, softmax, attention) is F32.
@@ -110,7 +110,7 @@ void forward_state_free(forward_state *s) {
 // neural net blocks
 
 /* o = x / sqrt(mean(x^2) + eps) * w over n values (sum in double, as ggml). */
-static void rmsnorm(float *o, const float *x, const float *w, int64_t n, float eps) {
+static void s_rmsnorm(float *o, const float *x, const float *w, int64_t n, float eps) {
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
     const float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
@@ -119,7 +119,7 @@ static void rmsnorm(float *o, const float *x, const float *w, int64_t n, float e
 
 void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int64_t cols, float eps) {
     for (int t = 0; t < n; t++)
-        rmsnorm(o + (size_t)t * (size_t)cols, x + (size_t)t * (size_t)cols, (const float *)w->data, cols, eps);
+        s_rmsnorm(o + (size_t)t * (size_t)cols, x + (size_t)t * (size_t)cols, (const float *)w->data, cols, eps);
 }
 
 void fwd_softmax(float *x, int64_t n) {
@@ -143,13 +143,13 @@ coli_matmul_op fwd_op_of(const coli_tensor *W, const float *x, int n, float *y) 
     return (coli_matmul_op){W->data, W->type, W->ne[0], W->ne[1], x, n, y};
 }
 
-static void add_bias(float *y, const coli_tensor *b, int n, int64_t cols) {
+static void s_add_bias(float *y, const coli_tensor *b, int n, int64_t cols) {
     const float *bv = (const float *)b->data;
     for (int t = 0; t < n; t++)
         for (int64_t i = 0; i < cols; i++) y[(size_t)t * (size_t)cols + i] += bv[i];
 }
 
-static void add_rows(float *h, const float *d, int n, int64_t cols) {
+static void s_add_rows(float *h, const float *d, int n, int64_t cols) {
     for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) h[i] += d[i];
 }
 
@@ -168,8 +168,8 @@ typedef struct fwd_rows {
     const int *poss;
 } fwd_rows;
 
-static kv_cache *row_kv(const fwd_rows *r, int t) { return r->kvs ? r->kvs[t] : r->kv; }
-static int row_pos(const fwd_rows *r, int t) { return r->poss ? r->poss[t] : r->pos + t; }
+static kv_cache *s_row_kv(const fwd_rows *r, int t) { return r->kvs ? r->kvs[t] : r->kv; }
+static int s_row_pos(const fwd_rows *r, int t) { return r->poss ? r->poss[t] : r->pos + t; }
 
 typedef struct attn_job {
     forward_state *s;
@@ -177,7 +177,7 @@ typedef struct attn_job {
     int layer, n, f16;
 } attn_job;
 
-static float fp16_round(float x) { return coli_fp16_to_fp32(coli_fp32_to_fp16(x)); }
+static float s_fp16_round(float x) { return coli_fp16_to_fp32(coli_fp32_to_fp16(x)); }
 
 /* Widths of one head and the q.k multiplier. */
 typedef struct head_dims {
@@ -188,8 +188,8 @@ typedef struct head_dims {
 /* out (hd.v) = softmax(q . K[0..n_kv) * scale) V for one query head
  * reading KV head kvh of an fp16 cache: q arrives fp16-rounded and the
  * probabilities are rounded to fp16 before the product with V (llama.cpp). */
-static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, head_dims hd, const float *q,
-                           float *scores, float *out) {
+static void s_attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, head_dims hd, const float *q,
+                             float *scores, float *out) {
     const float *h2f = kv_fp16_table();
     const size_t koff = (size_t)kvh * (size_t)hd.k, voff = (size_t)kvh * (size_t)hd.v;
     for (int j = 0; j < n_kv; j++) {
@@ -201,7 +201,7 @@ static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, hea
     fwd_softmax(scores, n_kv);
     memset(out, 0, (size_t)hd.v * sizeof(float));
     for (int j = 0; j < n_kv; j++) {
-        const float p = fp16_round(scores[j]);
+        const float p = s_fp16_round(scores[j]);
         const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, j) + voff;
         for (int d = 0; d < hd.v; d++) out[d] += p * h2f[vj[d]];
     }
@@ -211,8 +211,8 @@ static void attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, hea
  * hd.k, out: group heads of hd.v, contiguous) over an F32 cache: each
  * cached key is read once for all of them; scores: group rows,
  * score_stride apart. Each head gets the bits it would get alone. */
-static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, int group, head_dims hd, const float *q,
-                             float *scores, long score_stride, float *out) {
+static void s_attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, int group, head_dims hd,
+                               const float *q, float *scores, long score_stride, float *out) {
     const size_t koff = (size_t)kvh * (size_t)hd.k, voff = (size_t)kvh * (size_t)hd.v;
     for (int j = 0; j < n_kv; j++)
         attn_dots_f32(q, hd.k, group, (const float *)kv_cache_k(kv, layer, j) + koff, hd.k, scores + j, score_stride);
@@ -232,7 +232,7 @@ static void attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, i
 /* F32 cache: thread ith takes tasks ith, ith + nth, ...: a (token, KV head,
  * chunk of its query heads); fp16 cache: (token, head) pairs. Token t sees
  * positions 0..pos+t (the causal mask). */
-static void attention_worker(void *arg, int ith, int nth) {
+static void s_attention_worker(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     forward_state *s = job->s;
     const model_hparams *hp = &s->m->hp;
@@ -243,22 +243,22 @@ static void attention_worker(void *arg, int ith, int nth) {
     const size_t q_dim = (size_t)model_q_dim(hp), o_dim = (size_t)model_attn_dim(hp);
     float *scores = s->scores + (size_t)ith * (size_t)chunk * (size_t)s->n_ctx;
     for (int task = ith; task < job->n * per_tok; task += nth) {
-        const int t = task / per_tok, h = task % per_tok, n_kv = row_pos(job->rows, t) + 1;
-        const kv_cache *kv = row_kv(job->rows, t);
+        const int t = task / per_tok, h = task % per_tok, n_kv = s_row_pos(job->rows, t) + 1;
+        const kv_cache *kv = s_row_kv(job->rows, t);
         const int kvh = f16 ? h / group : h / n_chunks;
         const int first = f16 ? h : kvh * group + (h % n_chunks) * chunk; /* first query head */
         const int heads = f16 ? 1 : (group - (first - kvh * group) < chunk ? group - (first - kvh * group) : chunk);
         const float *q = s->q + (size_t)t * q_dim + (size_t)first * (size_t)hd.k;
         float *out = s->attn + (size_t)t * o_dim + (size_t)first * (size_t)hd.v;
         if (f16)
-            attend_one_f16(kv, job->layer, n_kv, kvh, hd, q, scores, out);
+            s_attend_one_f16(kv, job->layer, n_kv, kvh, hd, q, scores, out);
         else
-            attend_group_f32(kv, job->layer, n_kv, kvh, heads, hd, q, scores, s->n_ctx, out);
+            s_attend_group_f32(kv, job->layer, n_kv, kvh, heads, hd, q, scores, s->n_ctx, out);
     }
 }
 
 /* q, k, v of the standard block: projections (+ biases), q/k norms, rope. */
-static int qkv_block(forward_state *s, const layer_weights *l, int n) {
+static int s_qkv_block(forward_state *s, const layer_weights *l, int n) {
     const model_hparams *hp = &s->m->hp;
     const int64_t Q = model_q_dim(hp), K = model_k_dim(hp), V = model_v_dim(hp);
     int rc;
@@ -268,9 +268,9 @@ static int qkv_block(forward_state *s, const layer_weights *l, int n) {
                                    fwd_op_of(l->wv, s->xb, n, s->v)};
     if ((rc = coli_matmul_many(s->pool, &s->scratch, qkv, 3)) < 0) return rc;
     if (l->bq) {
-        add_bias(s->q, l->bq, n, Q);
-        add_bias(s->k, l->bk, n, K);
-        add_bias(s->v, l->bv, n, V);
+        s_add_bias(s->q, l->bq, n, Q);
+        s_add_bias(s->k, l->bk, n, K);
+        s_add_bias(s->v, l->bv, n, V);
     }
     // OLMoE: RMSNorm over the whole projected q and k vectors, before rope;
     // Qwen3-MoE: over each head (rows of head_dim)
@@ -290,20 +290,20 @@ static int qkv_block(forward_state *s, const layer_weights *l, int n) {
     return 0;
 }
 
-static int attention_block(forward_state *s, const fwd_rows *rows, int il, int n) {
+static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int n) {
     const model_hparams *hp = &s->m->hp;
     const layer_weights *l = &s->m->layers[il];
     const int64_t E = hp->n_embd, Q = model_q_dim(hp);
     int rc;
-    // x = rmsnorm(h) * attn_norm
+    // x = s_rmsnorm(h) * attn_norm
     fwd_rmsnorm_rows(s->xb, s->h, l->attn_norm, n, E, hp->rms_eps);
     // q, k, v with rope applied: one head per KV head (deepseek2: every
     // head's decompressed key and value, forward_mla.c)
-    rc = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_qkv(s, l, n) : qkv_block(s, l, n);
+    rc = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_qkv(s, l, n) : s_qkv_block(s, l, n);
     if (rc < 0) return rc;
     // append k, v to the cache(s); attention then reads the new rows from it too
     const int64_t KD = model_k_dim(hp), VD = model_v_dim(hp);
-    kv_cache *kv = row_kv(rows, 0);
+    kv_cache *kv = s_row_kv(rows, 0);
     if (!rows->kvs)
         kv_cache_store(kv, il, rows->pos, n, s->k, s->v);
     else
@@ -314,20 +314,20 @@ static int attention_block(forward_state *s, const fwd_rows *rows, int il, int n
     // the latent cache (v_in_k) keeps F32 queries: no reference to follow
     // there, and the absorbed queries are the larger numbers
     if (kv->f16 && !kv->v_in_k)
-        for (size_t i = 0; i < (size_t)n * (size_t)Q; i++) s->q[i] = fp16_round(s->q[i]);
+        for (size_t i = 0; i < (size_t)n * (size_t)Q; i++) s->q[i] = s_fp16_round(s->q[i]);
     // attn = softmax(q K^T * attn_scale) V, heads in parallel unless the
     // work is too small to pay for waking the pool (short-context decode)
     attn_job job = {s, rows, il, n, kv->f16};
     int64_t work = 0;
-    for (int t = 0; t < n; t++) work += (int64_t)(row_pos(rows, t) + 1) * Q;
+    for (int t = 0; t < n; t++) work += (int64_t)(s_row_pos(rows, t) + 1) * Q;
     if (work < ATTN_MIN_PARALLEL_WORK)
-        attention_worker(&job, 0, 1);
+        s_attention_worker(&job, 0, 1);
     else
-        coli_pool_run(s->pool, attention_worker, &job);
+        coli_pool_run(s->pool, s_attention_worker, &job);
     // h += Wo attn (deepseek2's latent attention: the heads' values first)
     const float *o = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_values(s, l, n, &rc) : s->attn;
     if (rc < 0 || (rc = fwd_matmul(s, l->wo, o, n, s->delta)) < 0) return rc;
-    add_rows(s->h, s->delta, n, E);
+    s_add_rows(s->h, s->delta, n, E);
     return 0;
 }
 
@@ -336,7 +336,7 @@ static int attention_block(forward_state *s, const fwd_rows *rows, int il, int n
 
 /* Router logits of the n tokens, then each token's experts and weights
  * (router.h: scores, selection bias, groups, renormalisation, scale). */
-static int route(forward_state *s, const layer_weights *l, int n) {
+static int s_route(forward_state *s, const layer_weights *l, int n) {
     const model_hparams *hp = &s->m->hp;
     const int X = hp->n_expert, K = hp->n_expert_used;
     const router_params rp = router_params_of(hp);
@@ -352,12 +352,12 @@ static int route(forward_state *s, const layer_weights *l, int n) {
 /* delta[t] = sum_s w[t][s] * y[t][s] in slot order, + the shared expert(s)
  * (Qwen2-MoE: times sigmoid(g . x); DeepSeek: ungated), computed here in the
  * coordinator so that placement never changes the sum. */
-static int moe_block(forward_state *s, const layer_weights *l, int il, int n) {
+static int s_moe_block(forward_state *s, const layer_weights *l, int il, int n) {
     const model_hparams *hp = &s->m->hp;
     const int K = hp->n_expert_used;
     const size_t E = (size_t)hp->n_embd;
     int rc;
-    if ((rc = route(s, l, n)) < 0) return rc;
+    if ((rc = s_route(s, l, n)) < 0) return rc;
     rc = s->moe->run_layer(s->moe, il, s->xb, n, K, s->sel, s->moe_y);
     if (rc < 0) return coli_fail_prefix(rc, "layer %d experts", il);
     if (s->route_hook) s->route_hook(s->route_user, il, s->pos0, n, K, s->sel, s->sel_w);
@@ -372,7 +372,7 @@ static int moe_block(forward_state *s, const layer_weights *l, int il, int n) {
     if (!l->has_shexp) return 0;
     if ((rc = expert_ffn(s->pool, &s->scratch, &l->shexp, s->xb, n, s->shexp)) < 0) return rc;
     if (!l->shexp_gate) {
-        add_rows(s->delta, s->shexp, n, hp->n_embd);
+        s_add_rows(s->delta, s->shexp, n, hp->n_embd);
         return 0;
     }
     if ((rc = fwd_matmul(s, l->shexp_gate, s->xb, n, s->shexp_gate)) < 0) return rc;
@@ -383,29 +383,29 @@ static int moe_block(forward_state *s, const layer_weights *l, int il, int n) {
     return 0;
 }
 
-static int ffn_block(forward_state *s, int il, int n) {
+static int s_ffn_block(forward_state *s, int il, int n) {
     const model_hparams *hp = &s->m->hp;
     const layer_weights *l = &s->m->layers[il];
     int rc;
-    // x = rmsnorm(h) * ffn_norm
+    // x = s_rmsnorm(h) * ffn_norm
     fwd_rmsnorm_rows(s->xb, s->h, l->ffn_norm, n, hp->n_embd, hp->rms_eps);
     // FFN: W_down (silu(W_gate x) * W_up x), one dense one (dense models,
     // deepseek2's leading blocks) or k routed ones
     if (!l->router)
         rc = expert_ffn(s->pool, &s->scratch, &l->dense, s->xb, n, s->delta);
     else
-        rc = moe_block(s, l, il, n);
+        rc = s_moe_block(s, l, il, n);
     if (rc < 0) return rc;
     // h += FFN(x)
-    add_rows(s->h, s->delta, n, hp->n_embd);
+    s_add_rows(s->h, s->delta, n, hp->n_embd);
     return 0;
 }
 
 // ---------------------------------------------------------------------------
 // the whole pass
 
-/* logits = output (rmsnorm(h) * output_norm) for the last row or every row. */
-static int output_logits(forward_state *s, int n, float *logits, int logits_all) {
+/* logits = output (s_rmsnorm(h) * output_norm) for the last row or every row. */
+static int s_output_logits(forward_state *s, int n, float *logits, int logits_all) {
     const model_hparams *hp = &s->m->hp;
     const int first = logits_all ? 0 : n - 1, rows = n - first;
     float *x = s->xb + (size_t)first * (size_t)hp->n_embd;
@@ -414,24 +414,24 @@ static int output_logits(forward_state *s, int n, float *logits, int logits_all)
 }
 
 /* One batch of n <= max_batch tokens. */
-static int forward_batch(forward_state *s, const fwd_rows *rows, const int32_t *ids, int n, float *logits,
-                         int logits_all) {
+static int s_forward_batch(forward_state *s, const fwd_rows *rows, const int32_t *ids, int n, float *logits,
+                           int logits_all) {
     const model *m = s->m;
     const model_hparams *hp = &m->hp;
     const size_t row = coli_row_bytes(m->tok_embd->type, hp->n_embd);
     int rc;
-    s->pos0 = row_pos(rows, 0); /* for one-sequence states; batch.c's hook reads each row's */
+    s->pos0 = s_row_pos(rows, 0); /* for one-sequence states; batch.c's hook reads each row's */
     // h = token_embd[ids], dequantized exactly; rope angles of each position
     for (int t = 0; t < n; t++) {
         const char *src = (const char *)m->tok_embd->data + (size_t)ids[t] * row;
         coli_dequantize_row(m->tok_embd->type, src, s->h + (size_t)t * (size_t)hp->n_embd, hp->n_embd);
-        rope_angles(&hp->rope, row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
+        rope_angles(&hp->rope, s_row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
     }
     for (int il = 0; il < hp->n_layer; il++) {
-        if ((rc = attention_block(s, rows, il, n)) < 0) return rc;
-        if ((rc = ffn_block(s, il, n)) < 0) return rc;
+        if ((rc = s_attention_block(s, rows, il, n)) < 0) return rc;
+        if ((rc = s_ffn_block(s, il, n)) < 0) return rc;
     }
-    return logits ? output_logits(s, n, logits, logits_all) : 0;
+    return logits ? s_output_logits(s, n, logits, logits_all) : 0;
 }
 
 /* Every id in the vocabulary: 0 or COLI_ERANGE naming the first that is not. */
@@ -457,7 +457,7 @@ int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, co
             if (kvs[u] == kvs[t]) return coli_fail(COLI_EINVAL, "eval: sequences %d and %d share a KV cache", u, t);
     }
     const fwd_rows rows = {.kv = kvs[0], .kvs = kvs, .poss = pos};
-    return forward_batch(s, &rows, ids, n, logits, 1);
+    return s_forward_batch(s, &rows, ids, n, logits, 1);
 }
 
 int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int pos, float *logits, int logits_all) {
@@ -477,7 +477,7 @@ int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int 
         else if (logits && last)
             out = logits;
         const fwd_rows rows = {.kv = kv, .pos = pos + done};
-        rc = forward_batch(s, &rows, ids + done, chunk, out, logits_all);
+        rc = s_forward_batch(s, &rows, ids + done, chunk, out, logits_all);
         if (rc < 0) return rc;
         done += chunk;
     }

@@ -113,14 +113,14 @@ static uint64_t s_get64(const unsigned char *p) {
     return v;
 }
 
-//  Bytes of a file of that shape, checksum included.
+/* Bytes of a file of that shape, checksum included. */
 static size_t s_file_bytes(int n_layer, int n_expert, int pairs) {
     size_t words = (size_t)n_layer + (size_t)n_layer * (size_t)n_expert + 1;
     if (pairs) words += (size_t)n_layer * heat_n_pairs(n_expert);
     return HEAT_HEADER + words * 8;
 }
 
-//  Counts in the order the file stores them (rows, count, pair).
+/* Counts in the order the file stores them (rows, count, pair). */
 static void s_words(const heat_table *h, uint64_t **arr, size_t *len) {
     arr[0] = h->rows, len[0] = (size_t)h->n_layer;
     arr[1] = h->count, len[1] = (size_t)h->n_layer * (size_t)h->n_expert;
@@ -147,8 +147,8 @@ int heat_write(const heat_table *h, const char *path) {
     return rc;
 }
 
-//  Counts no larger than what they count: each expert at most once per
-//  token, each pair at most as often as either of its experts.
+/* Counts no larger than what they count: each expert at most once per
+ * token, each pair at most as often as either of its experts. */
 static int s_check_counts(const heat_table *h, const char *path) {
     const int X = h->n_expert;
     for (int l = 0; l < h->n_layer; l++) {
@@ -168,7 +168,7 @@ static int s_check_counts(const heat_table *h, const char *path) {
     return 0;
 }
 
-//  The header of buf (size bytes) into a fresh table of its shape.
+/* The header of buf (size bytes) into a fresh table of its shape. */
 static int s_parse_header(const unsigned char *buf, size_t size, const char *path, heat_table *h) {
     if (size < HEAT_HEADER + 8 || memcmp(buf, HEAT_MAGIC, 8) != 0)
         return coli_fail(COLI_EFORMAT, "heat file %s: not a heat file (no COLIHEAT header)", path);

@@ -99,7 +99,8 @@ const char *quant_preset_names(void) {
            "the _M presets, MXFP4 = MXFP4_MOE)";
 }
 
-/* ---- the rule table ---------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// the rule table
 
 typedef enum tensor_role {
     ROLE_OTHER,
@@ -303,7 +304,8 @@ int quant_mix_type(quant_mix *m, const coli_tensor *t, coli_dtype *out) {
     return 0;
 }
 
-/* ---- model facts --------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// model facts
 
 /* "<arch>.<suffix>" as u32, or dflt when absent or not an integer. */
 static uint32_t s_arch_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t dflt) {

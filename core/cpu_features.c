@@ -28,7 +28,7 @@ int coli_cpu_avx2(void) {
 
 #if COLI_X86
 /* CPUID leaf 7 sub-leaf sub: register r (0 eax, 1 ebx, 2 ecx) has bit. */
-static int leaf7_bit(unsigned sub, int r, int bit) {
+static int s_leaf7_bit(unsigned sub, int r, int bit) {
     unsigned v[4];
     if (!__get_cpuid_count(7, sub, &v[0], &v[1], &v[2], &v[3])) return 0;
     return (v[r] >> bit) & 1;
@@ -36,7 +36,7 @@ static int leaf7_bit(unsigned sub, int r, int bit) {
 
 /* The OS saves the opmask and upper ZMM state (XCR0 bits 5..7) as well as
  * SSE/AVX (1, 2): checked through OSXSAVE and xgetbv. */
-static int os_saves_avx512(void) {
+static int s_os_saves_avx512(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return 0;
     unsigned lo, hi;
@@ -47,17 +47,18 @@ static int os_saves_avx512(void) {
 
 /* feature: 0 AVX-VNNI, 1 AVX512-VNNI (with F and VL), 2 that and BW + DQ;
  * cached like coli_cpu_avx2. */
-static int vnni_present(int feature) {
+static int s_vnni_present(int feature) {
     static atomic_int cached[3] = {-1, -1, -1};
     int v = atomic_load_explicit(&cached[feature], memory_order_relaxed);
     if (v >= 0) return v;
 #if COLI_X86
     if (feature == 0)
-        v = coli_cpu_avx2() && leaf7_bit(1, 0, 4); /* leaf 7.1 eax bit 4: AVX-VNNI */
-    else if (feature == 1)                         /* leaf 7.0: ebx 16 AVX512F, ebx 31 AVX512VL, ecx 11 AVX512-VNNI */
-        v = coli_cpu_avx2() && leaf7_bit(0, 1, 16) && leaf7_bit(0, 1, 31) && leaf7_bit(0, 2, 11) && os_saves_avx512();
+        v = coli_cpu_avx2() && s_leaf7_bit(1, 0, 4); /* leaf 7.1 eax bit 4: AVX-VNNI */
+    else if (feature == 1)                           /* leaf 7.0: ebx 16 AVX512F, ebx 31 AVX512VL, ecx 11 AVX512-VNNI */
+        v = coli_cpu_avx2() && s_leaf7_bit(0, 1, 16) && s_leaf7_bit(0, 1, 31) && s_leaf7_bit(0, 2, 11) &&
+            s_os_saves_avx512();
     else /* leaf 7.0: ebx 30 AVX512BW, ebx 17 AVX512DQ */
-        v = vnni_present(1) && leaf7_bit(0, 1, 30) && leaf7_bit(0, 1, 17);
+        v = s_vnni_present(1) && s_leaf7_bit(0, 1, 30) && s_leaf7_bit(0, 1, 17);
 #else
     v = 0;
 #endif
@@ -65,6 +66,6 @@ static int vnni_present(int feature) {
     return v;
 }
 
-int coli_cpu_avxvnni(void) { return vnni_present(0); }
-int coli_cpu_avx512vnni(void) { return vnni_present(1); }
-int coli_cpu_avx512(void) { return vnni_present(2); }
+int coli_cpu_avxvnni(void) { return s_vnni_present(0); }
+int coli_cpu_avx512vnni(void) { return s_vnni_present(1); }
+int coli_cpu_avx512(void) { return s_vnni_present(2); }

@@ -16,11 +16,11 @@ void expert_unkey(uint64_t k, int32_t *layer, int32_t *expert) {
     *expert = (int32_t)(uint32_t)(k - 1);
 }
 
-//  Fibonacci hashing, high bits: the low bits of the product depend only on
-//  the expert, which would put every layer of one expert in one run.
+/* Fibonacci hashing, high bits: the low bits of the product depend only on
+ * the expert, which would put every layer of one expert in one run. */
 static size_t s_home(uint64_t k, size_t cap) { return (size_t)((k * 0x9E3779B97F4A7C15ULL) >> 32) & (cap - 1); }
 
-//  The slot holding k, or the empty slot where it would go (cap > 0).
+/* The slot holding k, or the empty slot where it would go (cap > 0). */
 static size_t s_find(const expert_table *t, uint64_t k) {
     size_t i = s_home(k, t->cap);
     while (t->keys[i] && t->keys[i] != k) i = (i + 1) & (t->cap - 1);

@@ -36,7 +36,8 @@ const char *coli_file_kind(const struct stat *st) {
     return "not a plain file";
 }
 
-/* ---- output ---------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// output
 
 /* Longest piece of the target's name kept in the temporary's, so that
  * ".NAME.tmp-PID-N" stays within NAME_MAX whatever the target is called. */

@@ -38,7 +38,7 @@ struct coli_prefault {
 };
 
 /* MemAvailable from /proc/meminfo in bytes; 0 when unknown. */
-static size_t mem_available(void) {
+static size_t s_mem_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return 0;
     char line[128];
@@ -50,7 +50,7 @@ static size_t mem_available(void) {
 }
 
 /* One step: the kernel's populate, or a read of one byte per page. */
-static void populate(const unsigned char *p, size_t n, int *use_madvise) {
+static void s_populate(const unsigned char *p, size_t n, int *use_madvise) {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     const uintptr_t start = (uintptr_t)p & ~(uintptr_t)(page - 1);
     if (*use_madvise && madvise((void *)start, (uintptr_t)p + n - start, MADV_POPULATE_READ) == 0) return;
@@ -62,7 +62,7 @@ static void populate(const unsigned char *p, size_t n, int *use_madvise) {
     (void)sink;
 }
 
-static void *prefault_main(void *arg) {
+static void *s_prefault_main(void *arg) {
     coli_prefault *pf = arg;
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19); /* this thread only (Linux) */
     int use_madvise = 1;
@@ -70,7 +70,7 @@ static void *prefault_main(void *arg) {
         for (size_t off = 0; off < pf->ranges[r].n; off += PREFAULT_STEP) {
             if (atomic_load_explicit(&pf->stop, memory_order_relaxed)) return NULL;
             const size_t n = pf->ranges[r].n - off < PREFAULT_STEP ? pf->ranges[r].n - off : PREFAULT_STEP;
-            populate((const unsigned char *)pf->ranges[r].p + off, n, &use_madvise);
+            s_populate((const unsigned char *)pf->ranges[r].p + off, n, &use_madvise);
             atomic_fetch_add_explicit(&pf->done, n, memory_order_relaxed);
         }
     return NULL;
@@ -79,7 +79,7 @@ static void *prefault_main(void *arg) {
 coli_prefault *coli_prefault_start(const coli_byte_range *ranges, int n) {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += ranges[i].n;
-    if (n <= 0 || total == 0 || total > mem_available() / 2) return NULL;
+    if (n <= 0 || total == 0 || total > s_mem_available() / 2) return NULL;
     coli_prefault *pf = calloc(1, sizeof *pf);
     if (!pf || !(pf->ranges = malloc((size_t)n * sizeof *ranges))) {
         free(pf);
@@ -89,7 +89,7 @@ coli_prefault *coli_prefault_start(const coli_byte_range *ranges, int n) {
     pf->n = n;
     atomic_init(&pf->stop, 0);
     atomic_init(&pf->done, 0);
-    if (pthread_create(&pf->thread, NULL, prefault_main, pf) != 0) {
+    if (pthread_create(&pf->thread, NULL, s_prefault_main, pf) != 0) {
         free(pf->ranges);
         free(pf);
         return NULL;

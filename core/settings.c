@@ -9,7 +9,7 @@
 
 extern char **environ; /* the process's environment: read here only */
 
-//  An unsigned decimal; unset, empty or anything else gives dflt.
+/* An unsigned decimal; unset, empty or anything else gives dflt. */
 static uint64_t s_num(const char *name, uint64_t dflt) {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
@@ -23,7 +23,7 @@ static void s_str(const char *name, char *out, size_t n) {
     snprintf(out, n, "%s", v ? v : "");
 }
 
-//  A non-zero integer (sign allowed, no blanks, no text) is on; anything else off.
+/* A non-zero integer (sign allowed, no blanks, no text) is on; anything else off. */
 static int s_nonzero_int(const char *name) {
     const char *v = getenv(name);
     if (!v || !(*v == '-' || *v == '+' || (*v >= '0' && *v <= '9'))) return 0;
@@ -33,7 +33,7 @@ static int s_nonzero_int(const char *name) {
     return !errno && *end == '\0' && x != 0;
 }
 
-//  coli serve's variables (docs/api.md).
+/* coli serve's variables (docs/api.md). */
 static void s_serve(coli_settings *out) {
     out->api_key = getenv("COLI_API_KEY");
     if (out->api_key && !*out->api_key) out->api_key = NULL;

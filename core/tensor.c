@@ -6,7 +6,7 @@
 
 /* One row per type: the name users and files spell, the block shape, and
  * whether weights of that type are computed on every path yet (valid). */
-static const struct dtype_info {
+static const struct s_dtype_info {
     coli_dtype t;
     const char *name;
     int64_t block_elems;
@@ -43,14 +43,14 @@ static const struct dtype_info {
 };
 #define N_DTYPES (sizeof s_dtypes / sizeof s_dtypes[0])
 
-static const struct dtype_info *dtype_info(uint32_t t) {
+static const struct s_dtype_info *s_dtype_info(uint32_t t) {
     for (size_t i = 0; i < N_DTYPES; i++)
         if ((uint32_t)s_dtypes[i].t == t) return &s_dtypes[i];
     return NULL;
 }
 
 int coli_dtype_valid(uint32_t t) {
-    const struct dtype_info *d = dtype_info(t);
+    const struct s_dtype_info *d = s_dtype_info(t);
     return d && d->valid;
 }
 
@@ -61,10 +61,10 @@ uint64_t coli_dtype_weight_mask(void) {
     return mask;
 }
 
-int coli_dtype_known(uint32_t t) { return dtype_info(t) != NULL; }
+int coli_dtype_known(uint32_t t) { return s_dtype_info(t) != NULL; }
 
 const char *coli_dtype_name(uint32_t t) {
-    const struct dtype_info *d = dtype_info(t);
+    const struct s_dtype_info *d = s_dtype_info(t);
     if (d) return d->name;
     /* e.g. GGML's IQ2_XXS is type 16: name the number so the user can look it up */
     static _Thread_local char buf[32];
@@ -82,12 +82,12 @@ int coli_dtype_from_name(const char *s, coli_dtype *out) {
 }
 
 int64_t coli_dtype_block_elems(coli_dtype t) {
-    const struct dtype_info *d = dtype_info(t);
+    const struct s_dtype_info *d = s_dtype_info(t);
     return d ? d->block_elems : 0;
 }
 
 size_t coli_dtype_block_bytes(coli_dtype t) {
-    const struct dtype_info *d = dtype_info(t);
+    const struct s_dtype_info *d = s_dtype_info(t);
     return d ? d->block_bytes : 0;
 }
 

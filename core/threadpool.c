@@ -52,7 +52,7 @@ typedef struct worker_arg {
     int ith;
 } worker_arg;
 
-static unsigned wait_for_job(coli_pool *p, unsigned seen) {
+static unsigned s_wait_for_job(coli_pool *p, unsigned seen) {
     for (int i = 0; i < SPIN_ROUNDS; i++) {
         unsigned g = atomic_load_explicit(&p->generation, memory_order_acquire);
         if (g != seen) return g;
@@ -67,13 +67,13 @@ static unsigned wait_for_job(coli_pool *p, unsigned seen) {
     return g;
 }
 
-static void *worker_main(void *varg) {
+static void *s_worker_main(void *varg) {
     worker_arg wa = *(worker_arg *)varg;
     free(varg);
     coli_pool *p = wa.pool;
     unsigned seen = 0;
     for (;;) {
-        seen = wait_for_job(p, seen);
+        seen = s_wait_for_job(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
         p->fn(p->arg, wa.ith, p->n);
         if (atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel) + 1 == p->n - 1) {
@@ -86,24 +86,24 @@ static void *worker_main(void *varg) {
     return NULL;
 }
 
-static void announce(coli_pool *p) {
+static void s_announce(coli_pool *p) {
     pthread_mutex_lock(&p->mutex);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     pthread_cond_broadcast(&p->job_cond);
     pthread_mutex_unlock(&p->mutex);
 }
 
-static int online_cores(void) {
+static int s_online_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : (n > MAX_THREADS ? MAX_THREADS : (int)n);
 }
 
 /* Stop and join the first n_started workers, free everything. */
-static void pool_teardown(coli_pool *p, int n_started) {
+static void s_pool_teardown(coli_pool *p, int n_started) {
     coli_pool *expected = p;
     atomic_compare_exchange_strong(&s_active, &expected, NULL);
     atomic_store_explicit(&p->stop, 1, memory_order_release);
-    announce(p);
+    s_announce(p);
     for (int i = 0; i < n_started; i++) pthread_join(p->threads[i], NULL);
     pthread_cond_destroy(&p->job_cond);
     pthread_cond_destroy(&p->done_cond);
@@ -113,7 +113,7 @@ static void pool_teardown(coli_pool *p, int n_started) {
 }
 
 coli_pool *coli_pool_new(int n_threads) {
-    if (n_threads <= 0) n_threads = online_cores();
+    if (n_threads <= 0) n_threads = s_online_cores();
     if (n_threads > MAX_THREADS) {
         coli_fail(COLI_EINVAL, "thread pool: %d threads requested, at most %d", n_threads, MAX_THREADS);
         return NULL;
@@ -138,11 +138,11 @@ coli_pool *coli_pool_new(int n_threads) {
         int rc = wa ? 0 : -1;
         if (wa) {
             *wa = (worker_arg){p, i};
-            rc = pthread_create(&p->threads[i - 1], NULL, worker_main, wa);
+            rc = pthread_create(&p->threads[i - 1], NULL, s_worker_main, wa);
             if (rc) free(wa);
         }
         if (rc) {
-            pool_teardown(p, i - 1);
+            s_pool_teardown(p, i - 1);
             coli_fail(COLI_ENOMEM, "thread pool: cannot start thread %d of %d", i, n_threads);
             return NULL;
         }
@@ -152,13 +152,13 @@ coli_pool *coli_pool_new(int n_threads) {
 
 void coli_pool_destroy(coli_pool **pool) {
     if (!pool || !*pool) return;
-    pool_teardown(*pool, (*pool)->n - 1);
+    s_pool_teardown(*pool, (*pool)->n - 1);
     *pool = NULL;
 }
 
 int coli_pool_size(const coli_pool *pool) { return pool ? pool->n : 1; }
 
-static void wait_for_workers(coli_pool *p) {
+static void s_wait_for_workers(coli_pool *p) {
     const int want = p->n - 1;
     for (int i = 0; i < SPIN_ROUNDS; i++) {
         if (atomic_load_explicit(&p->n_done, memory_order_acquire) == want) return;
@@ -181,7 +181,7 @@ void coli_pool_run(coli_pool *pool, coli_pool_fn fn, void *arg) {
     pool->fn = fn;
     pool->arg = arg;
     atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
-    announce(pool);
+    s_announce(pool);
     fn(arg, 0, pool->n);
-    wait_for_workers(pool);
+    s_wait_for_workers(pool);
 }

@@ -59,7 +59,8 @@ const char *coli_status_str(int status);
 typedef struct coli_model coli_model;     /* weights (mapped file), tokenizer, workers */
 typedef struct coli_context coli_context; /* one conversation: KV cache, positions */
 
-/* ---- model ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// model
 
 typedef struct coli_model_params {
     const char *devices;         /* where experts run: NULL or "" = default ("auto": a worker per GPU
@@ -127,7 +128,8 @@ typedef struct coli_model_info {
 /* Fill *out (zeroed first; all zero if m is NULL). Its strings belong to m. */
 void coli_model_get_info(const coli_model *m, coli_model_info *out);
 
-/* ---- tokens ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// tokens
 
 /* Tokenize len bytes of text (need not be NUL-terminated; text may be NULL
  * if len is 0). add_special: add BOS if the vocabulary does.
@@ -165,7 +167,8 @@ const char *coli_token_text(const coli_model *m, int32_t id);
 /* 1 if id ends generation (EOS, EOT, ...), else 0 (also for a bad id). */
 int coli_token_is_eog(const coli_model *m, int32_t id);
 
-/* ---- contexts and the forward pass ---------------------------------- */
+// ----------------------------------------------------------------------------
+// contexts and the forward pass
 
 typedef struct coli_context_params {
     int n_ctx; /* tokens the KV cache holds; 0 = model's (capped by n_ctx_max) */
@@ -192,7 +195,8 @@ int coli_context_pos(const coli_context *ctx); /* tokens in the cache (0 for NUL
  * instead); the position does not move on failure. */
 int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all);
 
-/* ---- prefix cache ------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// prefix cache
 
 /* KV rows of token prefixes evaluated before, kept for contexts of one model
  * (coordinator/prefix_cache.h): blocks of block_tokens positions keyed by
@@ -237,7 +241,8 @@ void coli_context_set_prefix_domain(coli_context *ctx, uint64_t domain);
 /* The counters into *out (all zero when pc is NULL; out NULL: nothing). */
 void coli_prefix_cache_get_stats(coli_prefix_cache *pc, coli_prefix_cache_stats *out);
 
-/* ---- continuous batching ----------------------------------------------- */
+// ----------------------------------------------------------------------------
+// continuous batching
 
 /* Contexts attached to one batch decode together: while several run
  * coli_generate (each on its own thread), every generation step is one
@@ -272,7 +277,8 @@ void coli_batch_free(coli_batch **b);
 int coli_context_set_batch(coli_context *ctx, coli_batch *b);
 void coli_batch_get_stats(coli_batch *b, coli_batch_stats *out);
 
-/* ---- generation ------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// generation
 
 typedef struct coli_sampling_params {
     float temperature; /* 0 = greedy (argmax) */
@@ -338,7 +344,8 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt, const 
  * off, NULL ctx/chosen). */
 int coli_generate_logprobs(const coli_context *ctx, coli_logprob *chosen, coli_logprob *top, int n_top);
 
-/* ---- files ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// files
 
 /* Options of coli_quantize_file_params; all zero/NULL = llama-quantize's defaults. */
 typedef struct coli_quantize_params {
@@ -375,7 +382,8 @@ int coli_quantize_type_known(const char *type);
 /* The accepted type names, comma-separated, for messages (static string). */
 const char *coli_quantize_type_names(void);
 
-/* ---- routing: traces and heat ---------------------------------------- */
+// ----------------------------------------------------------------------------
+// routing: traces and heat
 
 /* One token's expert choice in one MoE layer, after its experts ran. */
 typedef struct coli_route_event {
@@ -414,7 +422,8 @@ int coli_model_heat_save(coli_model *m, const char *path);
  * m's contexts. 0, COLI_EINVAL (NULL m or shape pointers), COLI_ERANGE (cap too small). */
 int coli_model_heat_counts(const coli_model *m, uint64_t *counts, size_t cap, int *n_layer, int *n_expert);
 
-/* ---- scheduler visibility -------------------------------------------- */
+// ----------------------------------------------------------------------------
+// scheduler visibility
 
 /* Stats of the expert scheduler (workers, fallbacks) as a JSON document,
  * malloc'd and NUL-terminated; the caller frees it. *json is NULL on failure

@@ -21,7 +21,7 @@
 
 int curve_available(void) { return zmq_has("curve"); }
 
-//  40 characters of Z85 that decode (zmq_z85_decode checks the alphabet).
+/* 40 characters of Z85 that decode (zmq_z85_decode checks the alphabet). */
 static int s_key_valid(const char *k) {
     uint8_t raw[32];
     return strlen(k) == CURVE_KEY_CHARS && zmq_z85_decode(raw, k) != NULL;
@@ -60,7 +60,7 @@ int curve_key_write(const char *dir, const char *name, const char *key, int secr
     return coli_outfile_write_line("key file", path, key, COLI_OUTFILE_NO_REPLACE | (secret ? COLI_OUTFILE_SECRET : 0));
 }
 
-//  Each non-empty, non-# line of dir/authorized_coordinators is one key.
+/* Each non-empty, non-# line of dir/authorized_coordinators is one key. */
 static int s_authorized_file(const char *dir, curve_key *keys, int cap, int *n) {
     char path[4096], line[256];
     snprintf(path, sizeof path, "%s/authorized_coordinators", dir);

@@ -53,7 +53,7 @@ _Static_assert(sizeof(struct ring_ctl) <= RING_CTL_BYTES, "the control block fit
 
 static size_t s_round(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-//  Point the slot data at their places in the mapping.
+/* Point the slot data at their places in the mapping. */
 static void s_layout(shm_ring *r) {
     r->ctl = r->base;
     size_t slot = r->head_cap + r->payload_cap;
@@ -148,7 +148,7 @@ int ring_fits(const shm_ring *r, Coli__Envelope *env, size_t payload_bytes) {
     return r->base && coli__envelope__get_packed_size(env) <= r->head_cap && payload_bytes <= r->payload_cap;
 }
 
-//  Mark the slot FULL and wake its reader if it sleeps.
+/* Mark the slot FULL and wake its reader if it sleeps. */
 static void s_publish(shm_ring *r, int dir) {
     struct ring_slot *sl = &r->ctl->slot[dir];
     atomic_store(&sl->state, SLOT_FULL);

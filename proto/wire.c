@@ -66,7 +66,7 @@ static int s_has_more(void *sock) {
     return more;
 }
 
-//  Read the routing id frame of a ROUTER message into out->peer.
+/* Read the routing id frame of a ROUTER message into out->peer. */
 static int s_recv_peer(void *sock, int flags, wire_msg *out) {
     zmq_msg_t id;
     zmq_msg_init(&id);
@@ -196,7 +196,7 @@ const char *wire_hello_check(const Coli__Hello *h, char *why, size_t n) {
     return NULL;
 }
 
-//  Is (layer, expert) inside the model? Writes why when not.
+/* Is (layer, expert) inside the model? Writes why when not. */
 static int s_ref_in_model(const char *list, int layer, int expert, int n_layer, int n_expert, char *why, size_t n) {
     if (layer >= 0 && layer < n_layer && expert >= 0 && expert < n_expert) return 1;
     snprintf(why, n, "place reply: %s expert %d.%d is outside the model (%d layers x %d experts)", list, layer, expert,

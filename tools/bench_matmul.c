@@ -31,13 +31,13 @@
 #include "core/quant/quant.h"
 #include "tests/quant_util.h"
 
-static double clock_s(clockid_t id) {
+static double s_clock_s(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static float frand(unsigned *s) {
+static float s_frand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
     return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
@@ -56,7 +56,7 @@ typedef struct bench_cfg {
 
 /* copies of a rows x cols matrix of type t, together at least 512 MiB
  * (or one copy for prefill, where the matrix is reused across tokens) */
-static uint8_t *make_weights(const bench_cfg *c, coli_dtype t, int copies, size_t *row_bytes) {
+static uint8_t *s_make_weights(const bench_cfg *c, coli_dtype t, int copies, size_t *row_bytes) {
     *row_bytes = coli_row_bytes(t, c->cols);
     size_t mat = *row_bytes * (size_t)c->rows;
     uint8_t *w = malloc(mat * (size_t)copies);
@@ -75,7 +75,7 @@ static uint8_t *make_weights(const bench_cfg *c, coli_dtype t, int copies, size_
             qu_random_blocks(t, w + (size_t)r * *row_bytes, c->cols / coli_dtype_block_elems(t), &seed);
             continue;
         }
-        for (int64_t k = 0; k < c->cols; k++) row[k] = 0.03f * frand(&seed);
+        for (int64_t k = 0; k < c->cols; k++) row[k] = 0.03f * s_frand(&seed);
         coli_quantize_row(t, row, w + (size_t)r * *row_bytes, c->cols);
     }
     for (int i = 1; i < copies; i++) memcpy(w + (size_t)i * mat, w, mat);
@@ -85,10 +85,10 @@ static uint8_t *make_weights(const bench_cfg *c, coli_dtype t, int copies, size_
 
 /* Seconds per call of coli_matmul on w (copies of the matrix, taken in
  * turn), timed for c->seconds; *cpu: CPU seconds per call per thread. */
-static double time_calls(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok,
-                         const uint8_t *w, size_t mat, int copies, const float *x, float *y, double *cpu) {
+static double s_time_calls(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok,
+                           const uint8_t *w, size_t mat, int copies, const float *x, float *y, double *cpu) {
     int64_t iters = 0;
-    double t0 = clock_s(CLOCK_MONOTONIC), t1 = t0, c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t0 = s_clock_s(CLOCK_MONOTONIC), t1 = t0, c0 = s_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     while (t1 - t0 < c->seconds || iters < 3) {
         const uint8_t *wi = w + (size_t)(iters % copies) * mat;
         if (coli_matmul(pool, s, wi, t, c->cols, c->rows, x, n_tok, y)) {
@@ -96,16 +96,16 @@ static double time_calls(const bench_cfg *c, coli_pool *pool, coli_scratch *s, c
             return -1;
         }
         iters++;
-        t1 = clock_s(CLOCK_MONOTONIC);
+        t1 = s_clock_s(CLOCK_MONOTONIC);
     }
     /* CPU seconds per call per thread: what a call costs on an idle machine
      * (the wall clock also counts time other processes took the cores) */
-    *cpu = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / (double)iters / c->threads;
+    *cpu = (s_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / (double)iters / c->threads;
     return (t1 - t0) / (double)iters;
 }
 
-static void print_case(const bench_cfg *c, coli_dtype t, int64_t n_tok, size_t mat, double per, double cpu,
-                       const char *label) {
+static void s_print_case(const bench_cfg *c, coli_dtype t, int64_t n_tok, size_t mat, double per, double cpu,
+                         const char *label) {
     double gbs = (double)mat / per / 1e9;
     double gmacs = (double)c->rows * (double)c->cols * (double)n_tok / per / 1e9;
     double tok_s = (double)n_tok / per / 48.0;
@@ -115,37 +115,37 @@ static void print_case(const bench_cfg *c, coli_dtype t, int64_t n_tok, size_t m
            (double)mat / cpu / 1e9, (double)n_tok / cpu / 48.0);
 }
 
-static int cmp_double(const void *a, const void *b) {
+static int s_cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
 /* --tiles: rounds x flavours, interleaved; prints each flavour's median. */
-static int compare_tiles(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok,
-                         const uint8_t *w, size_t mat, int copies, const float *x, float *y) {
+static int s_compare_tiles(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok,
+                           const uint8_t *w, size_t mat, int copies, const float *x, float *y) {
     double per[8][64], cpu[8][64], cpu_i;
     const int rounds = c->rounds < 64 ? c->rounds : 64;
     for (int r = 0; r < rounds; r++)
         for (int f = 0; f < c->n_tiles; f++) {
             mm_skip_vnni(c->tile_skip[f]);
-            per[f][r] = time_calls(c, pool, s, t, n_tok, w, mat, copies, x, y, &cpu_i);
+            per[f][r] = s_time_calls(c, pool, s, t, n_tok, w, mat, copies, x, y, &cpu_i);
             cpu[f][r] = cpu_i;
             mm_skip_vnni(0);
             if (per[f][r] < 0) return 1;
         }
     for (int f = 0; f < c->n_tiles; f++) {
-        qsort(per[f], (size_t)rounds, sizeof(double), cmp_double);
-        qsort(cpu[f], (size_t)rounds, sizeof(double), cmp_double);
-        print_case(c, t, n_tok, mat, per[f][rounds / 2], cpu[f][rounds / 2], c->tile_name[f]);
+        qsort(per[f], (size_t)rounds, sizeof(double), s_cmp_double);
+        qsort(cpu[f], (size_t)rounds, sizeof(double), s_cmp_double);
+        s_print_case(c, t, n_tok, mat, per[f][rounds / 2], cpu[f][rounds / 2], c->tile_name[f]);
     }
     return 0;
 }
 
-static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok) {
+static int s_run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_dtype t, int64_t n_tok) {
     size_t row_bytes;
     size_t mat = coli_row_bytes(t, c->cols) * (size_t)c->rows;
     int copies = n_tok <= 8 && !c->hot ? (int)((512u << 20) / mat + 1) : 1;
-    uint8_t *w = make_weights(c, t, copies, &row_bytes);
+    uint8_t *w = s_make_weights(c, t, copies, &row_bytes);
     float *x = malloc((size_t)n_tok * (size_t)c->cols * sizeof(float));
     float *y = malloc((size_t)n_tok * (size_t)c->rows * sizeof(float));
     int rc = 1;
@@ -154,15 +154,15 @@ static int run_case(const bench_cfg *c, coli_pool *pool, coli_scratch *s, coli_d
         goto done;
     }
     unsigned seed = 11;
-    for (int64_t i = 0; i < n_tok * c->cols; i++) x[i] = frand(&seed);
+    for (int64_t i = 0; i < n_tok * c->cols; i++) x[i] = s_frand(&seed);
     const int has_flavours = t == COLI_Q8_0 || t == COLI_Q4_0 || t == COLI_Q2_K || t == COLI_Q3_K || t == COLI_Q4_K ||
                              t == COLI_Q5_K || t == COLI_Q6_K || t == COLI_IQ4_XS || t == COLI_MXFP4;
     if (c->n_tiles && has_flavours) {
-        rc = compare_tiles(c, pool, s, t, n_tok, w, mat, copies, x, y);
+        rc = s_compare_tiles(c, pool, s, t, n_tok, w, mat, copies, x, y);
         goto done;
     }
-    double cpu, per = time_calls(c, pool, s, t, n_tok, w, mat, copies, x, y, &cpu);
-    if (per >= 0) print_case(c, t, n_tok, mat, per, cpu, "");
+    double cpu, per = s_time_calls(c, pool, s, t, n_tok, w, mat, copies, x, y, &cpu);
+    if (per >= 0) s_print_case(c, t, n_tok, mat, per, cpu, "");
     rc = per < 0;
 done:
     free(w);
@@ -173,7 +173,7 @@ done:
 
 /* "avx2,avx512" into c->tile_skip / tile_name; -1 on an unknown name or
  * one this CPU lacks. */
-static int parse_tiles(const char *list, bench_cfg *c) {
+static int s_parse_tiles(const char *list, bench_cfg *c) {
     static const struct {
         const char *name;
         int skip;
@@ -199,7 +199,7 @@ static int parse_tiles(const char *list, bench_cfg *c) {
 }
 
 /* "Q4_K,Q6_K" into c->types; -1 on an unknown or non-weight name. */
-static int parse_types(const char *list, bench_cfg *c) {
+static int s_parse_types(const char *list, bench_cfg *c) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", list);
     c->n_types = 0;
@@ -215,7 +215,7 @@ static int parse_types(const char *list, bench_cfg *c) {
 }
 
 /* "1,2,4,64" into c->toks; -1 on a bad list. */
-static int parse_tokens(const char *list, bench_cfg *c) {
+static int s_parse_tokens(const char *list, bench_cfg *c) {
     c->n_toks = 0;
     for (const char *p = list; *p;) {
         char *end;
@@ -230,7 +230,7 @@ static int parse_tokens(const char *list, bench_cfg *c) {
     return c->n_toks ? 0 : -1;
 }
 
-static int parse_args(int argc, char **argv, bench_cfg *c) {
+static int s_parse_args(int argc, char **argv, bench_cfg *c) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             c->threads = atoi(argv[++i]);
@@ -245,13 +245,13 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
         else if (!strcmp(argv[i], "--cols") && i + 1 < argc)
             c->cols = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
-            if (parse_tokens(argv[++i], c)) return 1;
+            if (s_parse_tokens(argv[++i], c)) return 1;
         } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
             c->rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) {
-            if (parse_types(argv[++i], c)) return 1;
+            if (s_parse_types(argv[++i], c)) return 1;
         } else if (!strcmp(argv[i], "--tiles") && i + 1 < argc) {
-            if (parse_tiles(argv[++i], c)) return 1;
+            if (s_parse_tiles(argv[++i], c)) return 1;
         } else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--portable] [--hot] [--seconds S] [--rows R] [--cols C]"
@@ -291,7 +291,7 @@ int main(int argc, char **argv) {
                              COLI_IQ4_XS, COLI_MXFP4,  COLI_TQ1_0, COLI_TQ2_0, COLI_IQ2_XXS, COLI_IQ3_XXS, COLI_IQ2_XS,
                              COLI_IQ3_S,  COLI_IQ2_S,  COLI_IQ1_S, COLI_IQ1_M},
                    .n_types = 25};
-    if (parse_args(argc, argv, &c)) return 2;
+    if (s_parse_args(argc, argv, &c)) return 2;
     coli_matmul_force_portable(c.portable);
     coli_pool *pool = coli_pool_new(c.threads);
     if (!pool) {
@@ -307,7 +307,7 @@ int main(int argc, char **argv) {
     coli_scratch s = {0};
     int rc = 0;
     for (int i = 0; i < c.n_types && !rc; i++)
-        for (int k = 0; k < c.n_toks && !rc; k++) rc = run_case(&c, pool, &s, c.types[i], c.toks[k]);
+        for (int k = 0; k < c.n_toks && !rc; k++) rc = s_run_case(&c, pool, &s, c.types[i], c.toks[k]);
     coli_scratch_free(&s);
     coli_pool_destroy(&pool);
     return rc;

@@ -42,7 +42,7 @@ static void s_batch_env(Coli__Envelope *env, Coli__ExpertBatch *b, int64_t rows,
     env->batch = b;
 }
 
-//  Child: echo every ring request back as a reply.
+/* Child: echo every ring request back as a reply. */
 static void s_ring_echo(shm_ring *r, uint64_t spin_ns, int iters) {
     for (int i = 0; i < iters; i++) {
         if (!ring_spin(r, RING_REQ, spin_ns)) {

@@ -39,7 +39,7 @@ static double s_json_num(const char *js, const char *key) {
     return p ? atof(p + strlen(k)) : 0;
 }
 
-//  "cpu:2/zmq" -> devices "cpu:2", COLI_DATA_PATH=zmq (none: the default).
+/* "cpu:2/zmq" -> devices "cpu:2", COLI_DATA_PATH=zmq (none: the default). */
 static void s_split(const char *conf, char *dev, size_t n) {
     snprintf(dev, n, "%s", conf);
     char *slash = strchr(dev, '/');

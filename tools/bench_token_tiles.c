@@ -25,7 +25,7 @@
 
 #define MAX_TOK 16
 
-static double cpu_s(void) {
+static double s_cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -36,7 +36,7 @@ typedef struct opts {
     int tokens[MAX_TOK], n_tokens, reps;
 } opts;
 
-static int parse(int argc, char **argv, opts *o) {
+static int s_parse(int argc, char **argv, opts *o) {
     const char *list = "1,2,3,4,5,8";
     o->type = COLI_Q4_0;
     o->reps = 200;
@@ -65,7 +65,7 @@ static int parse(int argc, char **argv, opts *o) {
 
 int main(int argc, char **argv) {
     opts o = {0};
-    if (parse(argc, argv, &o)) return 2;
+    if (s_parse(argc, argv, &o)) return 2;
     const int64_t n_in = 1024, n_out = 2816;
     const size_t row = coli_row_bytes(o.type, n_in);
     uint8_t *W = malloc(row * (size_t)n_out);
@@ -84,9 +84,9 @@ int main(int argc, char **argv) {
         const int n = o.tokens[k];
         if (coli_matmul(NULL, &scratch, W, o.type, n_in, n_out, x, n, y) != 0) /* warm-up */
             return fprintf(stderr, "%s\n", coli_last_error()), 1;
-        const double t0 = cpu_s();
+        const double t0 = s_cpu_s();
         for (int r = 0; r < o.reps; r++) coli_matmul(NULL, &scratch, W, o.type, n_in, n_out, x, n, y);
-        const double us = (cpu_s() - t0) * 1e6 / o.reps;
+        const double us = (s_cpu_s() - t0) * 1e6 / o.reps;
         if (k == 0) one = us / n;
         printf("| %d | %.1f | %.1f | %.2f |\n", n, us, us / n, one / (us / n));
     }

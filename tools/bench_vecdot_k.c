@@ -40,24 +40,24 @@ static const kernel k_kernels[] = {
 
 /* this thread's CPU time: on a shared machine, time spent descheduled is
  * not the kernel's */
-static double now_s(void) {
+static double s_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static unsigned next_rand(unsigned *s) {
+static unsigned s_next_rand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
     return *s >> 8;
 }
 
 /* Random bytes make valid blocks of every type except for their fp16
  * scales, which may be Inf/NaN: speed does not depend on the values. */
-static uint8_t *random_bytes(size_t n) {
+static uint8_t *s_random_bytes(size_t n) {
     uint8_t *p = malloc(n);
     unsigned seed = 12345;
     if (p)
-        for (size_t i = 0; i < n; i++) p[i] = (uint8_t)next_rand(&seed);
+        for (size_t i = 0; i < n; i++) p[i] = (uint8_t)s_next_rand(&seed);
     return p;
 }
 
@@ -71,7 +71,7 @@ typedef struct bench_case {
 } bench_case;
 
 /* one pass over all rows; returns the weight bytes it counts */
-static double one_pass(const bench_case *c, float *acc) {
+static double s_one_pass(const bench_case *c, float *acc) {
     const size_t x_stride = sizeof(block_q8_K) * (size_t)(c->cols / COLI_QK_K);
     for (int64_t r = 0; r < c->rows; r++) {
         const uint8_t *wr = c->w + (size_t)r * c->row_bytes;
@@ -88,14 +88,14 @@ static double one_pass(const bench_case *c, float *acc) {
 
 /* weight GB/s over all rows: the best of 5 windows of seconds/5 each (the
  * machine may be shared; the best window is the kernel's) */
-static double measure(const bench_case *c, double seconds, float *sink) {
+static double s_measure(const bench_case *c, double seconds, float *sink) {
     double best = 0.0;
     float acc = 0.0f;
     for (int window = 0; window < 5; window++) {
-        double t0 = now_s(), t, bytes = 0.0;
+        double t0 = s_now_s(), t, bytes = 0.0;
         do {
-            bytes += one_pass(c, &acc);
-            t = now_s() - t0;
+            bytes += s_one_pass(c, &acc);
+            t = s_now_s() - t0;
         } while (t < seconds / 5);
         if (bytes / t / 1e9 > best) best = bytes / t / 1e9;
     }
@@ -126,14 +126,14 @@ int main(int argc, char **argv) {
     const size_t total = hot ? (256u << 10) : (256u << 20);
     float *xf = malloc(sizeof(float) * (size_t)cols);
     block_q8_K *x = malloc(sizeof(block_q8_K) * (size_t)(4 * cols / COLI_QK_K));
-    uint8_t *w = random_bytes(total + (1u << 20));
+    uint8_t *w = s_random_bytes(total + (1u << 20));
     if (!xf || !x || !w) {
         fprintf(stderr, "bench_vecdot_k: out of memory\n");
         return 1;
     }
     unsigned seed = 99;
     for (int t = 0; t < 4; t++) {
-        for (int64_t i = 0; i < cols; i++) xf[i] = (float)(next_rand(&seed) & 0xffff) / 32768.0f - 1.0f;
+        for (int64_t i = 0; i < cols; i++) xf[i] = (float)(s_next_rand(&seed) & 0xffff) / 32768.0f - 1.0f;
         coli_quantize_act_q8_K(xf, x + t * (cols / COLI_QK_K), cols);
     }
     printf("bench_vecdot_k: 1 thread, %lld values per row, %s weights (%zu KiB)\n", (long long)cols,
@@ -145,13 +145,13 @@ int main(int argc, char **argv) {
         size_t row_bytes = coli_row_bytes(kn->t, cols);
         int64_t rows = (int64_t)(total / row_bytes);
         bench_case c = {kn->portable, NULL, w, row_bytes, rows, cols, x};
-        double p = measure(&c, seconds, &sink), a = 0.0, a4 = 0.0;
+        double p = s_measure(&c, seconds, &sink), a = 0.0, a4 = 0.0;
         if (coli_cpu_avx2()) {
             c.single = kn->avx2;
-            a = measure(&c, seconds, &sink);
+            a = s_measure(&c, seconds, &sink);
             c.single = NULL;
             c.x4 = kn->avx2_tokens;
-            a4 = measure(&c, seconds, &sink);
+            a4 = s_measure(&c, seconds, &sink);
         }
         printf("%-7s %14.2f %10.2f %7.1fx %10.2f %7.2fx\n", kn->name, p, a, a > 0 ? a / p : 0.0, a4,
                a > 0 ? a4 / a : 0.0);

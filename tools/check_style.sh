@@ -4,6 +4,8 @@
 #  - no exit()/abort() outside a main file (_exit after fork in a child is allowed)
 #  - vendor #ifdefs (__HIP / __CUDA) only in plugins/gpu/gpu_compat.h
 #  - every file in the .clang-format layout; headers included by their path from the root
+#  - every file-local (static) function named s_* (tools/check_statics.py)
+#  - one comment marker: /* */ prose, // ---- section banners (tools/comment_style.py --check)
 #  - no function body past 80 lines (a body runs from a column-0 line ending in
 #    "{" to the next column-0 "}", the layout every file here uses)
 # Prints one line per finding; exit 1 on a hard failure.
@@ -44,5 +46,9 @@ fi
 # as a program using the library includes it) is named bare.
 bare=$(git grep -nE '^\s*#\s*include\s+"[^"/]+"' -- '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' | grep -v '"colibri.h"')
 if [ -n "$bare" ]; then echo "style: include headers by their path from the root:"; echo "$bare"; fail=1; fi
+# File-local functions carry the s_ prefix (czmq's rule): the call site tells a private helper.
+python3 tools/check_statics.py || fail=1
+# One comment marker (docs/architecture.md): tools/comment_style.py converts the others.
+python3 tools/comment_style.py --check || fail=1
 [ $fail -eq 0 ] && echo "style: ok"
 exit $fail

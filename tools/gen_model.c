@@ -35,7 +35,8 @@
 #include "core/quant/quant.h"
 #include "core/tensor.h"
 
-/* ---- random numbers: PCG32 (O'Neill) + Box-Muller ------------------------ */
+// ----------------------------------------------------------------------------
+// random numbers: PCG32 (O'Neill) + Box-Muller
 
 typedef struct rng {
     uint64_t state, inc;
@@ -43,7 +44,7 @@ typedef struct rng {
     double spare;
 } rng;
 
-static uint32_t rng_u32(rng *r) {
+static uint32_t s_rng_u32(rng *r) {
     uint64_t old = r->state;
     r->state = old * 6364136223846793005ULL + r->inc;
     uint32_t xorshifted = (uint32_t)(((old >> 18u) ^ old) >> 27u);
@@ -51,34 +52,35 @@ static uint32_t rng_u32(rng *r) {
     return (xorshifted >> rot) | (xorshifted << ((32 - rot) & 31));
 }
 
-static void rng_seed(rng *r, uint64_t seed) {
+static void s_rng_seed(rng *r, uint64_t seed) {
     r->state = 0;
     r->inc = (seed << 1u) | 1u;
     r->has_spare = 0;
-    rng_u32(r);
+    s_rng_u32(r);
     r->state += seed ^ 0x853c49e6748fea9bULL;
-    rng_u32(r);
+    s_rng_u32(r);
 }
 
 /* Uniform in (0, 1]: never 0, so log() below is finite. */
-static double rng_uniform(rng *r) {
-    uint64_t bits = ((uint64_t)rng_u32(r) << 32 | rng_u32(r)) >> 11;
+static double s_rng_uniform(rng *r) {
+    uint64_t bits = ((uint64_t)s_rng_u32(r) << 32 | s_rng_u32(r)) >> 11;
     return (double)(bits + 1) * 0x1.0p-53;
 }
 
-static float rng_normal(rng *r) {
+static float s_rng_normal(rng *r) {
     if (r->has_spare) {
         r->has_spare = 0;
         return (float)r->spare;
     }
-    double u1 = rng_uniform(r), u2 = rng_uniform(r);
+    double u1 = s_rng_uniform(r), u2 = s_rng_uniform(r);
     double mag = sqrt(-2.0 * log(u1));
     r->spare = mag * sin(2.0 * M_PI * u2);
     r->has_spare = 1;
     return (float)(mag * cos(2.0 * M_PI * u2));
 }
 
-/* ---- model configuration -------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// model configuration
 
 typedef struct model_cfg {
     const char *arch; /* "llama", "olmoe", "qwen2moe" */
@@ -96,7 +98,7 @@ typedef struct model_cfg {
 
 /* Defaults per architecture: tiny, fast, and shaped like the real families
  * (olmoe has n_head_kv = n_head; qwen2moe a shared expert twice as wide). */
-static int cfg_defaults(model_cfg *c, const char *arch) {
+static int s_cfg_defaults(model_cfg *c, const char *arch) {
     memset(c, 0, sizeof *c);
     c->n_embd = 64;
     c->n_layer = 2;
@@ -134,7 +136,7 @@ static int cfg_defaults(model_cfg *c, const char *arch) {
     return 0;
 }
 
-static int cfg_check(const model_cfg *c) {
+static int s_cfg_check(const model_cfg *c) {
     if (c->dense && strcmp(c->arch, "llama") != 0)
         return coli_fail(COLI_EINVAL, "--dense: only arch llama has a dense layout");
     if (c->n_embd % 32 || c->n_ff % 32 || c->n_ff_shexp % 32)
@@ -155,7 +157,8 @@ static int cfg_check(const model_cfg *c) {
     return 0;
 }
 
-/* ---- vocabulary ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// vocabulary
 
 /* Common words of children's stories: the text the tests and `make run` use. */
 static const char *const s_words[] = {
@@ -197,15 +200,15 @@ typedef struct vocab {
 } vocab;
 
 /* Slot of s in the hash: where it is, or the empty slot where it would go. */
-static int64_t vocab_slot(const vocab *v, const char *s) {
+static int64_t s_vocab_slot(const vocab *v, const char *s) {
     int64_t i = (int64_t)(coli_fnv1a(s, strlen(s), COLI_FNV1A_SEED) & (uint64_t)(v->hash_cap - 1));
     while (v->hash[i] && strcmp(v->hash[i], s) != 0) i = (i + 1) & (v->hash_cap - 1);
     return i;
 }
 
-static int vocab_has(const vocab *v, const char *s) { return v->hash[vocab_slot(v, s)] != NULL; }
+static int s_vocab_has(const vocab *v, const char *s) { return v->hash[s_vocab_slot(v, s)] != NULL; }
 
-static int vocab_init(vocab *v, int64_t cap) {
+static int s_vocab_init(vocab *v, int64_t cap) {
     memset(v, 0, sizeof *v);
     v->cap = cap;
     v->hash_cap = 1;
@@ -220,7 +223,7 @@ static int vocab_init(vocab *v, int64_t cap) {
     return 0;
 }
 
-static void vocab_free(vocab *v) {
+static void s_vocab_free(vocab *v) {
     for (int64_t i = 0; i < v->n; i++) free(v->tokens[i]);
     for (int64_t i = 0; i < v->n_merges; i++) free(v->merges[i]);
     free(v->tokens);
@@ -232,9 +235,9 @@ static void vocab_free(vocab *v) {
 }
 
 /* Add a token unless present or the vocabulary is full: 1 added, 0 not, <0 error. */
-static int vocab_add(vocab *v, const char *text, float score, int32_t type) {
+static int s_vocab_add(vocab *v, const char *text, float score, int32_t type) {
     if (v->n >= v->cap) return 0;
-    int64_t slot = vocab_slot(v, text);
+    int64_t slot = s_vocab_slot(v, text);
     if (v->hash[slot]) return 0;
     char *copy = strdup(text);
     if (!copy) return coli_fail(COLI_ENOMEM, "vocabulary: out of memory");
@@ -247,44 +250,44 @@ static int vocab_add(vocab *v, const char *text, float score, int32_t type) {
 }
 
 /* SentencePiece piece: score -rank, so earlier (more common) pieces merge first. */
-static int spm_piece(vocab *v, const char *text) { return vocab_add(v, text, (float)(259 - v->n), TOK_NORMAL); }
+static int s_spm_piece(vocab *v, const char *text) { return s_vocab_add(v, text, (float)(259 - v->n), TOK_NORMAL); }
 
 /* Every prefix (of >= 2 characters) of `SPM_SPACE word`, so that the SPM merge
  * search can reach the whole word one character at a time. */
-static int spm_word(vocab *v, const char *word, int capitalize) {
+static int s_spm_word(vocab *v, const char *word, int capitalize) {
     char buf[64];
     size_t n = strlen(word);
     for (size_t k = 1; k <= n && n < 40; k++) {
         snprintf(buf, sizeof buf, SPM_SPACE "%.*s", (int)k, word);
         if (capitalize) buf[3] = (char)(buf[3] - 'a' + 'A');
-        int rc = spm_piece(v, buf);
+        int rc = s_spm_piece(v, buf);
         if (rc < 0) return rc;
     }
     return 0;
 }
 
-static int build_spm(vocab *v) {
+static int s_build_spm(vocab *v) {
     static const char *const specials[] = {"<unk>", "<s>", "</s>"};
     static const int32_t special_types[] = {TOK_UNKNOWN, TOK_CONTROL, TOK_CONTROL};
     char buf[16];
     int rc = 0;
-    for (int i = 0; i < 3 && rc >= 0; i++) rc = vocab_add(v, specials[i], 0.0f, special_types[i]);
+    for (int i = 0; i < 3 && rc >= 0; i++) rc = s_vocab_add(v, specials[i], 0.0f, special_types[i]);
     for (int b = 0; b < 256 && rc >= 0; b++) {
         snprintf(buf, sizeof buf, "<0x%02X>", b);
-        rc = vocab_add(v, buf, 0.0f, TOK_BYTE);
+        rc = s_vocab_add(v, buf, 0.0f, TOK_BYTE);
     }
-    rc = rc < 0 ? rc : spm_piece(v, SPM_SPACE);
+    rc = rc < 0 ? rc : s_spm_piece(v, SPM_SPACE);
     const char *chars = "etaoinshrdlcumwfgypbvkjxqzTAOISHWMBCDEFGLNPRY.,!?'\"-:;()0123456789";
     for (const char *c = chars; *c && rc >= 0; c++) {
         buf[0] = *c;
         buf[1] = '\0';
-        rc = spm_piece(v, buf);
+        rc = s_spm_piece(v, buf);
     }
     static const char *const pieces[] = {"th",  "he", "in", "er", "an", "re", "on", "ed", "nd",
                                          "ing", "es", "ly", "en", "at", "ou", "it", "or"};
-    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0] && rc >= 0; i++) rc = spm_piece(v, pieces[i]);
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0] && rc >= 0; i++) rc = s_spm_piece(v, pieces[i]);
     for (int cap = 0; cap < 2 && rc >= 0; cap++)
-        for (int w = 0; w < N_WORDS && rc >= 0; w++) rc = spm_word(v, s_words[w], cap);
+        for (int w = 0; w < N_WORDS && rc >= 0; w++) rc = s_spm_word(v, s_words[w], cap);
     /* Fill the rest with letter bigrams and trigrams, with and without the space. */
     for (int len = 2; len <= 3 && rc >= 0 && v->n < v->cap; len++) {
         int64_t count = len == 2 ? 26 * 26 : 26 * 26 * 26;
@@ -293,14 +296,14 @@ static int build_spm(vocab *v) {
             char s[8] = {0};
             for (int k = len - 1; k >= 0; k--, x /= 26) s[k] = (char)('a' + x % 26);
             snprintf(buf, sizeof buf, "%s%s", i < count ? "" : SPM_SPACE, s);
-            rc = spm_piece(v, buf);
+            rc = s_spm_piece(v, buf);
         }
     }
     return rc < 0 ? rc : 0;
 }
 
 /* GPT-2's byte -> printable character map (bytes_to_unicode), as UTF-8. */
-static void gpt2_byte_symbol(int b, char out[4]) {
+static void s_gpt2_byte_symbol(int b, char out[4]) {
     int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     int cp = b;
     if (!printable) {
@@ -320,19 +323,19 @@ static void gpt2_byte_symbol(int b, char out[4]) {
 }
 
 /* Add the merge "left right" and its result, if the result is new. */
-static int bpe_merge(vocab *v, const char *left, const char *right) {
+static int s_bpe_merge(vocab *v, const char *left, const char *right) {
     char merged[128], rule[130];
     snprintf(merged, sizeof merged, "%s%s", left, right);
-    if (v->n >= v->cap || vocab_has(v, merged)) return 0;
+    if (v->n >= v->cap || s_vocab_has(v, merged)) return 0;
     snprintf(rule, sizeof rule, "%s %s", left, right);
     char *copy = strdup(rule);
     if (!copy) return coli_fail(COLI_ENOMEM, "vocabulary: out of memory");
     v->merges[v->n_merges++] = copy;
-    return vocab_add(v, merged, 0.0f, TOK_NORMAL);
+    return s_vocab_add(v, merged, 0.0f, TOK_NORMAL);
 }
 
 /* Merges that build `prefix word` left to right, one symbol at a time. */
-static int bpe_word(vocab *v, const char *prefix, const char *word, int capitalize) {
+static int s_bpe_word(vocab *v, const char *prefix, const char *word, int capitalize) {
     char cur[128], sym[4];
     int rc = 0;
     size_t i = 0;
@@ -346,51 +349,51 @@ static int bpe_word(vocab *v, const char *prefix, const char *word, int capitali
     for (; word[i] && rc >= 0 && strlen(cur) < 100; i++) {
         sym[0] = (i == 0 && capitalize) ? (char)(word[i] - 'a' + 'A') : word[i];
         sym[1] = 0;
-        rc = bpe_merge(v, cur, sym);
+        rc = s_bpe_merge(v, cur, sym);
         strcat(cur, sym);
     }
     return rc;
 }
 
-static int build_bpe(vocab *v) {
+static int s_build_bpe(vocab *v) {
     char sym[4];
-    int rc = vocab_add(v, "<|endoftext|>", 0.0f, TOK_CONTROL);
+    int rc = s_vocab_add(v, "<|endoftext|>", 0.0f, TOK_CONTROL);
     for (int b = 0; b < 256 && rc >= 0; b++) {
         /* GPT-2 order: printable bytes first, then the remapped ones */
         int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
         if (!printable) continue;
-        gpt2_byte_symbol(b, sym);
-        rc = vocab_add(v, sym, 0.0f, TOK_NORMAL);
+        s_gpt2_byte_symbol(b, sym);
+        rc = s_vocab_add(v, sym, 0.0f, TOK_NORMAL);
     }
     for (int b = 0; b < 256 && rc >= 0; b++) {
-        gpt2_byte_symbol(b, sym);
-        rc = vocab_add(v, sym, 0.0f, TOK_NORMAL); /* only the remapped ones are new */
+        s_gpt2_byte_symbol(b, sym);
+        rc = s_vocab_add(v, sym, 0.0f, TOK_NORMAL); /* only the remapped ones are new */
     }
     for (int cap = 0; cap < 2 && rc >= 0; cap++)
         for (int w = 0; w < N_WORDS && rc >= 0; w++) {
-            rc = bpe_word(v, BPE_SPACE, s_words[w], cap);
-            if (rc >= 0) rc = bpe_word(v, "", s_words[w], cap);
+            rc = s_bpe_word(v, BPE_SPACE, s_words[w], cap);
+            if (rc >= 0) rc = s_bpe_word(v, "", s_words[w], cap);
         }
     /* Fill with letter bigrams, then space + letter bigrams. */
     for (int i = 0; i < 2 * 26 * 26 && rc >= 0 && v->n < v->cap; i++) {
         int x = i % (26 * 26);
         char l[8], r[2] = {(char)('a' + x % 26), 0};
         snprintf(l, sizeof l, "%s%c", i < 26 * 26 ? "" : BPE_SPACE, 'a' + x / 26);
-        rc = bpe_merge(v, l, r);
+        rc = s_bpe_merge(v, l, r);
     }
     return rc < 0 ? rc : 0;
 }
 
-static int build_vocab(const model_cfg *c, vocab *v) {
-    int rc = vocab_init(v, c->n_vocab);
-    if (rc == 0) rc = strcmp(c->arch, "olmoe") == 0 ? build_bpe(v) : build_spm(v);
+static int s_build_vocab(const model_cfg *c, vocab *v) {
+    int rc = s_vocab_init(v, c->n_vocab);
+    if (rc == 0) rc = strcmp(c->arch, "olmoe") == 0 ? s_build_bpe(v) : s_build_spm(v);
     if (rc == 0 && v->n < c->n_vocab)
         rc = coli_fail(COLI_EINVAL, "--vocab: only %lld distinct tokens can be generated, %lld asked", (long long)v->n,
                        (long long)c->n_vocab);
     return rc;
 }
 
-static int write_vocab(gguf_writer *w, const model_cfg *c, const vocab *v) {
+static int s_write_vocab(gguf_writer *w, const model_cfg *c, const vocab *v) {
     const char *const *toks = (const char *const *)v->tokens;
     int rc;
     if (strcmp(c->arch, "olmoe") == 0) {
@@ -419,7 +422,8 @@ static int write_vocab(gguf_writer *w, const model_cfg *c, const vocab *v) {
     return rc;
 }
 
-/* ---- weights ------------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// weights
 
 typedef struct gen_tensor {
     char name[64];
@@ -439,7 +443,7 @@ typedef struct gen_weights {
 
 /* The make_models.py rule: 2-D/3-D *.weight tensors take the file's type;
  * 1-D tensors, norms and routers (ffn_gate_inp) stay F32. */
-static coli_dtype stored_type(const char *name, int n_dims, coli_dtype dtype) {
+static coli_dtype s_stored_type(const char *name, int n_dims, coli_dtype dtype) {
     size_t len = strlen(name);
     int is_weight = len >= 6 && strcmp(name + len - 6, "weight") == 0;
     if (!is_weight || n_dims < 2 || strstr(name, "_norm.weight") || strstr(name, "ffn_gate_inp.weight"))
@@ -448,8 +452,8 @@ static coli_dtype stored_type(const char *name, int n_dims, coli_dtype dtype) {
 }
 
 /* kind: 'm' matrix (gain/sqrt(ne[0])), 'e' embedding N(0,1), 'n' norm, 'b' bias. */
-static int gen_add(gen_weights *g, const char *name, char kind, float gain, int n_dims, int64_t ne0, int64_t ne1,
-                   int64_t ne2) {
+static int s_gen_add(gen_weights *g, const char *name, char kind, float gain, int n_dims, int64_t ne0, int64_t ne1,
+                     int64_t ne2) {
     if (g->n >= g->cap) return coli_fail(COLI_EINTERNAL, "gen_model: tensor table full at '%s'", name);
     gen_tensor *t = &g->t[g->n];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -463,18 +467,18 @@ static int gen_add(gen_weights *g, const char *name, char kind, float gain, int 
     g->n++;
     float scale = kind == 'm' ? gain / sqrtf((float)ne0) : kind == 'e' ? 1.0f : 0.1f;
     for (int64_t i = 0; i < n; i++) {
-        float x = rng_normal(&g->r) * scale;
+        float x = s_rng_normal(&g->r) * scale;
         t->values[i] = kind == 'n' ? 1.0f + x : x;
     }
     return 0;
 }
 
-static int gen_layer_attn(gen_weights *g, const model_cfg *c, int il) {
+static int s_gen_layer_attn(gen_weights *g, const model_cfg *c, int il) {
     char n[64];
     int64_t E = c->n_embd, nkv = E / c->n_head * c->n_head_kv;
     int rc = 0;
 #define ADD(suffix, kind, gain, nd, a, b, x) \
-    (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc = rc ? rc : gen_add(g, n, kind, gain, nd, a, b, x))
+    (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc = rc ? rc : s_gen_add(g, n, kind, gain, nd, a, b, x))
     ADD("attn_norm.weight", 'n', 0, 1, E, 1, 1);
     ADD("attn_q.weight", 'm', 1.5f, 2, E, E, 1);
     ADD("attn_k.weight", 'm', 1.5f, 2, E, nkv, 1);
@@ -492,7 +496,7 @@ static int gen_layer_attn(gen_weights *g, const model_cfg *c, int il) {
     return rc;
 }
 
-static int gen_layer_ffn(gen_weights *g, const model_cfg *c, int il) {
+static int s_gen_layer_ffn(gen_weights *g, const model_cfg *c, int il) {
     char n[64];
     int64_t E = c->n_embd, F = c->n_ff, X = c->n_expert, S = c->n_ff_shexp;
     int rc = 0;
@@ -519,23 +523,23 @@ static int gen_layer_ffn(gen_weights *g, const model_cfg *c, int il) {
 
 /* Generate every tensor in make_models.py's order (the order of the draws
  * defines the model), then convert each to its stored type. */
-static int gen_all(gen_weights *g, const model_cfg *c) {
+static int s_gen_all(gen_weights *g, const model_cfg *c) {
     memset(g, 0, sizeof *g);
     g->cap = 3 + (int)c->n_layer * 20;
     g->t = calloc((size_t)g->cap, sizeof *g->t);
     if (!g->t) return coli_fail(COLI_ENOMEM, "gen_model: out of memory");
-    rng_seed(&g->r, c->seed);
-    int rc = gen_add(g, "token_embd.weight", 'e', 0, 2, c->n_embd, c->n_vocab, 1);
-    if (!rc) rc = gen_add(g, "output_norm.weight", 'n', 0, 1, c->n_embd, 1, 1);
-    if (!rc) rc = gen_add(g, "output.weight", 'm', 2.0f, 2, c->n_embd, c->n_vocab, 1);
+    s_rng_seed(&g->r, c->seed);
+    int rc = s_gen_add(g, "token_embd.weight", 'e', 0, 2, c->n_embd, c->n_vocab, 1);
+    if (!rc) rc = s_gen_add(g, "output_norm.weight", 'n', 0, 1, c->n_embd, 1, 1);
+    if (!rc) rc = s_gen_add(g, "output.weight", 'm', 2.0f, 2, c->n_embd, c->n_vocab, 1);
     for (int il = 0; il < c->n_layer && !rc; il++) {
-        rc = gen_layer_attn(g, c, il);
-        if (!rc) rc = gen_layer_ffn(g, c, il);
+        rc = s_gen_layer_attn(g, c, il);
+        if (!rc) rc = s_gen_layer_ffn(g, c, il);
     }
     for (int i = 0; i < g->n && !rc; i++) {
         gen_tensor *t = &g->t[i];
         int64_t rows = t->ne[1] * t->ne[2];
-        t->type = stored_type(t->name, t->n_dims, c->dtype);
+        t->type = s_stored_type(t->name, t->n_dims, c->dtype);
         size_t row_bytes = coli_row_bytes(t->type, t->ne[0]);
         t->nbytes = row_bytes * (size_t)rows;
         if (t->type == COLI_F32) {
@@ -550,7 +554,7 @@ static int gen_all(gen_weights *g, const model_cfg *c) {
     return rc;
 }
 
-static void gen_free(gen_weights *g) {
+static void s_gen_free(gen_weights *g) {
     for (int i = 0; i < g->n; i++) {
         if (g->t[i].stored != g->t[i].values) free(g->t[i].stored);
         free(g->t[i].values);
@@ -561,7 +565,7 @@ static void gen_free(gen_weights *g) {
 
 /* Sort key of non-F32 files (as llama-quantize writes them): non-layer
  * tensors first, then by layer index, then by name. */
-static int tensor_order(const void *pa, const void *pb) {
+static int s_tensor_order(const void *pa, const void *pb) {
     const gen_tensor *a = *(const gen_tensor *const *)pa, *b = *(const gen_tensor *const *)pb;
     int la = -1, lb = -1;
     sscanf(a->name, "blk.%d.", &la);
@@ -570,11 +574,12 @@ static int tensor_order(const void *pa, const void *pb) {
     return strcmp(a->name, b->name);
 }
 
-/* ---- the file --------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// the file
 
 /* general.file_type of a file whose weights are mostly of type t (llama.cpp's
  * LLAMA_FTYPE values). */
-static uint32_t file_type_of(coli_dtype t) {
+static uint32_t s_file_type_of(coli_dtype t) {
     switch (t) {
     case COLI_F16: return 1;
     case COLI_Q4_0: return 2;
@@ -584,7 +589,7 @@ static uint32_t file_type_of(coli_dtype t) {
     }
 }
 
-static int write_hparams(gguf_writer *w, const model_cfg *c) {
+static int s_write_hparams(gguf_writer *w, const model_cfg *c) {
     char k[96];
     int rc = 0;
 #define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", c->arch, suffix), k)
@@ -612,11 +617,11 @@ static int write_hparams(gguf_writer *w, const model_cfg *c) {
     return rc;
 }
 
-static int write_tensors(gguf_writer *w, const model_cfg *c, gen_weights *g) {
+static int s_write_tensors(gguf_writer *w, const model_cfg *c, gen_weights *g) {
     gen_tensor **order = malloc((size_t)g->n * sizeof *order);
     if (!order) return coli_fail(COLI_ENOMEM, "gen_model: out of memory");
     for (int i = 0; i < g->n; i++) order[i] = &g->t[i];
-    if (c->dtype != COLI_F32) qsort(order, (size_t)g->n, sizeof *order, tensor_order);
+    if (c->dtype != COLI_F32) qsort(order, (size_t)g->n, sizeof *order, s_tensor_order);
     int rc = 0;
     for (int i = 0; i < g->n && !rc; i++) {
         const gen_tensor *t = order[i];
@@ -626,37 +631,38 @@ static int write_tensors(gguf_writer *w, const model_cfg *c, gen_weights *g) {
     return rc;
 }
 
-static int write_model(const model_cfg *c, const char *path) {
-    int rc = cfg_check(c);
+static int s_write_model(const model_cfg *c, const char *path) {
+    int rc = s_cfg_check(c);
     if (rc) return rc;
     vocab v;
     gen_weights g;
     memset(&g, 0, sizeof g);
     gguf_writer *w = NULL;
-    rc = build_vocab(c, &v);
-    if (!rc) rc = gen_all(&g, c);
+    rc = s_build_vocab(c, &v);
+    if (!rc) rc = s_gen_all(&g, c);
     if (!rc && !(w = gguf_writer_new())) rc = coli_fail(COLI_ENOMEM, "gen_model: out of memory");
     if (!rc) rc = gguf_writer_set_str(w, "general.architecture", c->arch);
     if (!rc) rc = gguf_writer_set_str(w, "general.name", c->name);
     if (!rc && c->dtype == COLI_F32) rc = gguf_writer_set_u32(w, "general.file_type", 0);
-    if (!rc) rc = write_hparams(w, c);
-    if (!rc) rc = write_vocab(w, c, &v);
+    if (!rc) rc = s_write_hparams(w, c);
+    if (!rc) rc = s_write_vocab(w, c, &v);
     if (!rc && c->dtype != COLI_F32) {
         rc = gguf_writer_set_u32(w, "general.quantization_version", 2);
-        if (!rc) rc = gguf_writer_set_u32(w, "general.file_type", file_type_of(c->dtype));
+        if (!rc) rc = gguf_writer_set_u32(w, "general.file_type", s_file_type_of(c->dtype));
     }
-    if (!rc) rc = write_tensors(w, c, &g);
+    if (!rc) rc = s_write_tensors(w, c, &g);
     if (!rc) rc = gguf_writer_write(w, path);
     gguf_writer_free(&w);
-    gen_free(&g);
-    vocab_free(&v);
+    s_gen_free(&g);
+    s_vocab_free(&v);
     return rc;
 }
 
-/* ---- command line ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// command line
 
 /* The fixtures of the test suite (make fixtures). */
-static int write_fixtures(const char *dir) {
+static int s_write_fixtures(const char *dir) {
     static const struct {
         const char *file, *arch;
         int dense;
@@ -673,21 +679,21 @@ static int write_fixtures(const char *dir) {
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
         model_cfg c;
         char path[4096], name[64];
-        int rc = cfg_defaults(&c, fx[i].arch);
+        int rc = s_cfg_defaults(&c, fx[i].arch);
         snprintf(name, sizeof name, "%.*s", (int)(strlen(fx[i].file) - 5), fx[i].file);
         c.name = name;
         c.dense = fx[i].dense;
         c.dtype = fx[i].dtype;
         c.seed = fx[i].seed;
         snprintf(path, sizeof path, "%s/%s", dir, fx[i].file);
-        if (!rc) rc = write_model(&c, path);
+        if (!rc) rc = s_write_model(&c, path);
         if (rc) return rc;
         printf("gen_model: wrote %s\n", path);
     }
     return 0;
 }
 
-static void usage(FILE *f) {
+static void s_usage(FILE *f) {
     fprintf(f, "usage: gen_model --all DIR\n"
                "       gen_model --arch llama|olmoe|qwen2moe [options] OUT.gguf\n"
                "Writes small random GGUF models (deterministic: same arguments, same bytes).\n"
@@ -701,7 +707,7 @@ static void usage(FILE *f) {
 }
 
 /* Parse a positive integer flag value; 0 or an error naming the flag. */
-static int parse_count(const char *flag, const char *s, int64_t max, int64_t *out) {
+static int s_parse_count(const char *flag, const char *s, int64_t max, int64_t *out) {
     char *end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -711,7 +717,7 @@ static int parse_count(const char *flag, const char *s, int64_t max, int64_t *ou
     return 0;
 }
 
-static int parse_option(model_cfg *c, const char *flag, const char *val) {
+static int s_parse_option(model_cfg *c, const char *flag, const char *val) {
     static const struct {
         const char *flag;
         size_t off;
@@ -725,7 +731,7 @@ static int parse_option(model_cfg *c, const char *flag, const char *val) {
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (strcmp(flag, ints[i].flag) == 0)
-            return parse_count(flag, val, ints[i].max, (int64_t *)((char *)c + ints[i].off));
+            return s_parse_count(flag, val, ints[i].max, (int64_t *)((char *)c + ints[i].off));
     if (strcmp(flag, "--seed") == 0) {
         char *end = NULL;
         errno = 0;
@@ -743,13 +749,13 @@ static int parse_option(model_cfg *c, const char *flag, const char *val) {
 }
 
 /* gen_model --arch A [options] OUT: 0, or a coli_status (EINVAL = usage). */
-static int run_single(int argc, char **argv) {
+static int s_run_single(int argc, char **argv) {
     const char *arch = NULL, *out = NULL;
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) arch = argv[i + 1];
     if (!arch) return coli_fail(COLI_EINVAL, "--arch: required (llama, olmoe, qwen2moe)");
     model_cfg c;
-    int rc = cfg_defaults(&c, arch);
+    int rc = s_cfg_defaults(&c, arch);
     int ffn_set = 0;
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i];
@@ -763,23 +769,23 @@ static int run_single(int argc, char **argv) {
             continue;
         }
         if (i + 1 >= argc) return coli_fail(COLI_EINVAL, "%s: missing value", a);
-        if (strcmp(a, "--arch") != 0) rc = parse_option(&c, a, argv[i + 1]);
+        if (strcmp(a, "--arch") != 0) rc = s_parse_option(&c, a, argv[i + 1]);
         ffn_set |= strcmp(a, "--ffn") == 0;
         i++;
     }
     if (rc) return rc;
     if (!out) return coli_fail(COLI_EINVAL, "OUT.gguf: missing output file");
     if (ffn_set) c.n_ff_shexp = 2 * c.n_ff;
-    return write_model(&c, out);
+    return s_write_model(&c, out);
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        usage(stderr);
+        s_usage(stderr);
         return 2;
     }
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        usage(stdout);
+        s_usage(stdout);
         return 0;
     }
     int rc;
@@ -788,9 +794,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "gen_model: --all: expects exactly one directory\n");
             return 2;
         }
-        rc = write_fixtures(argv[2]);
+        rc = s_write_fixtures(argv[2]);
     } else {
-        rc = run_single(argc, argv);
+        rc = s_run_single(argc, argv);
     }
     if (rc) {
         fprintf(stderr, "gen_model: %s\n", coli_last_error());

@@ -50,7 +50,7 @@ static const char *s_base(const char *path) {
     return s ? s + 1 : path;
 }
 
-//  Copy both files of it into dir (under their base names) and hash them.
+/* Copy both files of it into dir (under their base names) and hash them. */
 static int s_add_files(const char *dir, pack_item *it) {
     const char *src[2] = {it->xclbin_src, it->instr_src};
     char *name[2] = {it->a.xclbin, it->a.instr};
@@ -91,7 +91,7 @@ static int s_write_registry(const char *dir, const pack_item *items, int n) {
     return fclose(f) == 0 ? 0 : -1;
 }
 
-//  "op=..,bucket=..,...,xclbin=PATH,instr=PATH" -> it (the files are not read here).
+/* "op=..,bucket=..,...,xclbin=PATH,instr=PATH" -> it (the files are not read here). */
 static int s_parse_spec(const char *spec, pack_item *it) {
     char line[4096], fields[4096] = "", text[4400];
     snprintf(line, sizeof line, "%s", spec);
@@ -123,7 +123,7 @@ static int s_parse_spec(const char *spec, pack_item *it) {
     return 0;
 }
 
-//  The synthetic xclbin and instruction stream of one artifact, in dir.
+/* The synthetic xclbin and instruction stream of one artifact, in dir. */
 static int s_write_synth(const char *dir, pack_item *it) {
     const xdna_artifact *a = &it->a;
     snprintf(it->xclbin_src, sizeof it->xclbin_src, "%s/%s_m%lld_k%lld_n%lld_%s.xclbin", dir, xdna_op_name(a->op),
@@ -141,7 +141,7 @@ static int s_write_synth(const char *dir, pack_item *it) {
     return fclose(f) == 0 && w == 1 ? 0 : -1;
 }
 
-//  Every distinct (op, K, N, weight type) of the model's experts, two buckets each.
+/* Every distinct (op, K, N, weight type) of the model's experts, two buckets each. */
 static int s_synth_items(const char *model, pack_item *items, int cap, int *n) {
     gguf_file *g = NULL;
     if (gguf_open(model, &g) != 0) {

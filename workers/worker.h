@@ -29,7 +29,8 @@
 #include "plugins/plugin_abi.h"
 #include "proto/coli.pb-c.h"
 
-/* ---- fault injection (tests only; see docs/scheduler.md) ---------------- */
+// ----------------------------------------------------------------------------
+// fault injection (tests only; see docs/scheduler.md)
 typedef enum worker_fault_kind {
     FAULT_NONE = 0,
     FAULT_CRASH,        /* SIGKILL itself when the batch arrives */
@@ -61,7 +62,8 @@ typedef struct worker_fault {
 int worker_fault_parse(const char *spec, worker_fault *out, int cap);
 const char *worker_fault_name(worker_fault_kind k);
 
-/* ---- the process ------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// the process
 typedef struct worker_args {
     const char *connect;    /* endpoint the DEALER connects to */
     const char *listen;     /* or binds (remote workers) */

@@ -76,7 +76,7 @@ static void s_push(cache_job **list, cache_job *j) {
     *list = j;
 }
 
-//  One buffer holding gate, up and down (64-byte aligned parts); *dst points into it.
+/* One buffer holding gate, up and down (64-byte aligned parts); *dst points into it. */
 static void *s_stage(const expert_weights *src, expert_weights *dst, size_t *bytes) {
     const expert_part_bytes b = expert_parts_bytes(src);
     const size_t gb = b.gate, ub = b.up, db = b.down;
@@ -167,10 +167,10 @@ static void s_drop_copy(struct worker_cache *c, uint64_t key) {
         }
 }
 
-//  Hand a staged copy to the plugin; on refusal the copy is freed. One copy
-//  per expert whatever the path: a CacheLoad staged while a Place (or a batch
-//  allowed to load) made the expert resident finds it held, and its copy is
-//  dropped (*kept 0) instead of stacking a second one. 0 or the plugin's code.
+/* Hand a staged copy to the plugin; on refusal the copy is freed. One copy
+ * per expert whatever the path: a CacheLoad staged while a Place (or a batch
+ * allowed to load) made the expert resident finds it held, and its copy is
+ * dropped (*kept 0) instead of stacking a second one. 0 or the plugin's code. */
 static int s_adopt(worker *w, int layer, int e, const expert_weights *copy, void *buf, int *kept, char *err, size_t n) {
     *kept = 0;
     if (expert_table_has(&w->hold.resident, expert_key(layer, e))) {
@@ -251,7 +251,7 @@ static int s_send_ack(worker *w, uint64_t seq, const char *failed, const ack_lis
     return rc;
 }
 
-//  Is the request acceptable as a whole? Writes the reason when not.
+/* Is the request acceptable as a whole? Writes the reason when not. */
 static int s_check_request(worker *w, const char *what, size_t n, Coli__ExpertRef **refs, char *why, size_t why_len) {
     if (!w->cache) return snprintf(why, why_len, "%s: not a cache worker (its Place did not say cache)", what), 1;
     if (!w->hold.model) return snprintf(why, why_len, "%s: before placement", what), 1;
@@ -310,7 +310,7 @@ int worker_cache_on_load(worker *w, const Coli__Envelope *env) {
     return 0;
 }
 
-//  Adopt one staged job and ack it.
+/* Adopt one staged job and ack it. */
 static void s_finish_job(worker *w, cache_job *j) {
     ack_lists al = {
         calloc(j->n, sizeof *al.changed), 0, calloc(j->n, sizeof *al.refused), calloc(j->n, sizeof *al.why), 0, 0, 0};

@@ -45,7 +45,7 @@ const char *worker_fault_name(worker_fault_kind k) {
     return "none";
 }
 
-//  "layer=3" / "worker=1" / "after=2" -> value; -1 on a bad number.
+/* "layer=3" / "worker=1" / "after=2" -> value; -1 on a bad number. */
 static long s_value(const char *s, size_t n, const char *key) {
     size_t kl = strlen(key);
     if (n <= kl + 1 || strncmp(s, key, kl) != 0 || s[kl] != '=') return -2; /* not this key */
@@ -67,7 +67,7 @@ static int s_parse_option(const char *s, size_t n, worker_fault *f) {
     return v < 0 ? -1 : 0;
 }
 
-//  One comma-separated item: KIND then @opt / :opt parts.
+/* One comma-separated item: KIND then @opt / :opt parts. */
 static int s_parse_item(const char *s, size_t n, worker_fault *f) {
     memset(f, 0, sizeof *f);
     f->layer = -1;
@@ -103,7 +103,7 @@ int worker_fault_parse(const char *spec, worker_fault *out, int cap) {
     return n;
 }
 
-//  The first unfired fault of the wanted class for (worker, layer), counted.
+/* The first unfired fault of the wanted class for (worker, layer), counted. */
 static worker_fault *s_match(worker_fault *f, int n, int worker_id, int layer, int loads) {
     for (int i = 0; i < n; i++) {
         worker_fault *x = &f[i];
@@ -131,8 +131,8 @@ int worker_fault_fail_load(const worker *w) {
     return 0;
 }
 
-//  The fault of the wanted class for a batch or load of layer, counted; none
-//  after the first generation (a restarted worker is healthy).
+/* The fault of the wanted class for a batch or load of layer, counted; none
+ * after the first generation (a restarted worker is healthy). */
 static worker_fault *s_strike(worker *w, int layer, int loads) {
     return w->link.generation == 0 ? s_match(w->faults.f, w->faults.n, w->link.worker_id, layer, loads) : NULL;
 }

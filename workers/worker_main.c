@@ -43,7 +43,7 @@ static void s_usage(void) {
                     "       coli-worker --probe NAME [--plugin-dir DIR]\n");
 }
 
-//  Integer option value, or -1 (with a message) when it is not a number.
+/* Integer option value, or -1 (with a message) when it is not a number. */
 static int s_num(const char *opt, const char *v, long long lo, long long *out) {
     char *end;
     errno = 0;
@@ -174,7 +174,7 @@ int worker_load_plugin(worker *w, char *why, size_t why_len) {
     return 0;
 }
 
-//  probe + open + caps; the reason lands in why.
+/* probe + open + caps; the reason lands in why. */
 static int s_open_device(worker *w, char *why, size_t why_len) {
     const struct moe_plugin *p = w->device.plugin;
     if (p->probe) {
@@ -239,9 +239,9 @@ int worker_send_hello(worker *w, int ok, const char *why) {
     return worker_send(w, &env, NULL, 0, 0);
 }
 
-//  The routing id the coordinator made for this spawn (worker_identity.c
-//  there): read to EOF from the inherited pipe, which is then closed; without
-//  --id-fd, "w<id>.<gen>" (a coordinator that checks identities drops it).
+/* The routing id the coordinator made for this spawn (worker_identity.c
+ * there): read to EOF from the inherited pipe, which is then closed; without
+ * --id-fd, "w<id>.<gen>" (a coordinator that checks identities drops it). */
 static int s_routing_id(worker *w, char *id, size_t cap) {
     if (w->a.id_fd < 0) return snprintf(id, cap, "w%d.%u", w->a.worker_id, w->a.generation);
     size_t n = 0;
@@ -268,8 +268,8 @@ static int s_connect(worker *w) {
     return worker_connect(w, id, (size_t)n);
 }
 
-//  Each part is closed by the file that owns it, in this order: the device
-//  first (it computes from the copies and the mapping), the library last.
+/* Each part is closed by the file that owns it, in this order: the device
+ * first (it computes from the copies and the mapping), the library last. */
 void worker_close(worker *w) {
     if (w->device.plugin && w->device.dev) w->device.plugin->close(&w->device.dev);
     worker_cache_close(w);
@@ -293,7 +293,7 @@ static void s_put_json_str(const char *v) {
     }
 }
 
-//  --probe NAME: the plugin's device count (0 with the reason), one JSON line.
+/* --probe NAME: the plugin's device count (0 with the reason), one JSON line. */
 static int s_probe_main(worker *w) {
     char why[512] = "";
     int n_dev = 0;

@@ -59,7 +59,7 @@ static int s_authorized(const struct worker_zap *z, const zmq_msg_t *mech, const
     return 0;
 }
 
-//  Answer one ZAP request (RFC 27): 200 for an authorized key, else 400.
+/* Answer one ZAP request (RFC 27): 200 for an authorized key, else 400. */
 static int s_zap_one(struct worker_zap *z) {
     zmq_msg_t f[ZAP_FRAMES];
     int n = 0, more = 1;
@@ -96,7 +96,7 @@ static void *s_zap_main(void *arg) {
     return NULL;
 }
 
-//  The ZAP handler: authorized keys loaded, REP bound, thread started.
+/* The ZAP handler: authorized keys loaded, REP bound, thread started. */
 static int s_start_zap(worker *w) {
     struct worker_zap *z = calloc(1, sizeof *z);
     if (!z) return coli_fail(COLI_ENOMEM, "coli-worker: ZAP handler");
@@ -147,7 +147,7 @@ static int s_listen(worker *w) {
     return 0;
 }
 
-//  A local worker: a DEALER under the coordinator's routing id for this spawn.
+/* A local worker: a DEALER under the coordinator's routing id for this spawn. */
 static int s_dealer(worker *w, const char *id, size_t len) {
     w->link.zctx = zmq_ctx_new();
     w->link.sock = w->link.zctx ? zmq_socket(w->link.zctx, ZMQ_DEALER) : NULL;
@@ -172,8 +172,8 @@ int worker_send(worker *w, Coli__Envelope *env, const void *payload, size_t byte
     return wire_send(w->link.sock, w->link.peer, w->link.peer_len, env, payload, bytes, flags);
 }
 
-//  Is the coordinator served now still connected? A heartbeat to it: with
-//  ROUTER_MANDATORY, a send to a peer whose connection is gone fails at once.
+/* Is the coordinator served now still connected? A heartbeat to it: with
+ * ROUTER_MANDATORY, a send to a peer whose connection is gone fails at once. */
 static int s_served_alive(worker *w) {
     Coli__Heartbeat h = COLI__HEARTBEAT__INIT;
     worker_heartbeat_fill(w, &h);
@@ -183,7 +183,7 @@ static int s_served_alive(worker *w) {
     return wire_send(w->link.sock, w->link.peer, w->link.peer_len, &env, NULL, 0, ZMQ_DONTWAIT) == 0;
 }
 
-//  A FAILED hello to the coordinator that greeted second.
+/* A FAILED hello to the coordinator that greeted second. */
 static void s_refuse_busy(worker *w, const wire_msg *m) {
     w->link.busy_refused++;
     fprintf(stderr,

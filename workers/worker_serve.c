@@ -20,7 +20,7 @@
 #include "core/prefault.h"
 #include "workers/worker.h"
 
-//  Map the shared-memory ring the coordinator passed (inherited fds).
+/* Map the shared-memory ring the coordinator passed (inherited fds). */
 int worker_attach_ring(worker *w, char *why, size_t why_len) {
     w->loop.spin_ns = w->set.shm_spin_us * 1000ULL;
     if (!w->a.ring) return 0;
@@ -77,8 +77,8 @@ void worker_loop_close(worker *w) {
     memset(&w->loop, 0, sizeof w->loop);
 }
 
-//  Hand expert (layer, e) to the plugin unless it already holds it: in place
-//  from the mapping, or (a cache worker) as a copy of its own.
+/* Hand expert (layer, e) to the plugin unless it already holds it: in place
+ * from the mapping, or (a cache worker) as a copy of its own. */
 static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len) {
     if (expert_table_has(&w->hold.resident, expert_key(layer, e))) return 0;
     expert_weights ew;
@@ -101,7 +101,7 @@ typedef struct place_outcome {
     size_t n_held, n_refused;
 } place_outcome;
 
-//  Why a load failed, as the coordinator counts it.
+/* Why a load failed, as the coordinator counts it. */
 static const char *s_refusal_kind(int rc, const char *why, char *code, size_t code_len) {
     const char *named = wire_reason_code(why, code, code_len); /* e.g. DECLINED_SHAPE (xdna) */
     if (named) return named;
@@ -146,9 +146,9 @@ static int s_send_place_ack(worker *w, int ok, const char *why, const place_outc
     return rc;
 }
 
-//  Map the model once and check it is the coordinator's file: the path of
-//  the Place, or this host's own copy (-m, remote workers). A remote worker
-//  serves one coordinator after another: one with another model starts afresh.
+/* Map the model once and check it is the coordinator's file: the path of
+ * the Place, or this host's own copy (-m, remote workers). A remote worker
+ * serves one coordinator after another: one with another model starts afresh. */
 static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_len) {
     uint64_t size, hash;
     if (w->hold.model) {
@@ -172,8 +172,8 @@ static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_le
     return 0;
 }
 
-//  Load one placed expert, or say why not (COLI_FAULT fail-expert stands in
-//  for a device allocation failure, the plugin is then not asked).
+/* Load one placed expert, or say why not (COLI_FAULT fail-expert stands in
+ * for a device allocation failure, the plugin is then not asked). */
 static int s_place_one(worker *w, int layer, int e, char *why, size_t why_len) {
     if (worker_fault_before_load(w, layer)) {
         snprintf(why, why_len, "expert %d.%d: device allocation failed: fault injection fail-expert", layer, e);
@@ -182,10 +182,10 @@ static int s_place_one(worker *w, int layer, int e, char *why, size_t why_len) {
     return s_load_expert(w, layer, e, why, why_len);
 }
 
-//  Fill the page tables of the held experts' weights in the background (the
-//  plugin computes from the mapping: its first batches would fault them in;
-//  a device plugin copied them at load, and the pass finds them mapped). A
-//  Place replaces the previous pass's list. A cache worker's copies are its own.
+/* Fill the page tables of the held experts' weights in the background (the
+ * plugin computes from the mapping: its first batches would fault them in;
+ * a device plugin copied them at load, and the pass finds them mapped). A
+ * Place replaces the previous pass's list. A cache worker's copies are its own. */
 static void s_prefault_held(worker *w, const Coli__ExpertRef *held, size_t n) {
     coli_prefault_stop(&w->hold.prefault);
     if (!w->set.prefault || w->cache || n == 0) return;
@@ -204,10 +204,10 @@ static void s_prefault_held(worker *w, const Coli__ExpertRef *held, size_t n) {
     free(r);
 }
 
-//  Map the model (checking it is the coordinator's file) and load each expert
-//  on its own: one that cannot be held (budget, allocation, upload) is refused
-//  and stays on the CPU path; the rest are held. The plugin never keeps a part
-//  of an expert (plugin_abi.h), so held and refused are the whole truth.
+/* Map the model (checking it is the coordinator's file) and load each expert
+ * on its own: one that cannot be held (budget, allocation, upload) is refused
+ * and stays on the CPU path; the rest are held. The plugin never keeps a part
+ * of an expert (plugin_abi.h), so held and refused are the whole truth. */
 int worker_on_place(worker *w, const Coli__Envelope *env) {
     const Coli__Place *p = env->place;
     char why[512] = "";
@@ -305,8 +305,8 @@ void worker_send_garbage_frame(worker *w) {
     zmq_send(w->link.sock, junk, sizeof junk - 1, ZMQ_DONTWAIT);
 }
 
-//  Check the batch against its payload and our model; load missing experts
-//  when allowed. Writes the reason and returns nonzero when it is refused.
+/* Check the batch against its payload and our model; load missing experts
+ * when allowed. Writes the reason and returns nonzero when it is refused. */
 static int s_check_batch(worker *w, const Coli__ExpertBatch *b, size_t x_bytes, moe_batch_group *groups, char *why,
                          size_t why_len) {
     if (!w->hold.model) return snprintf(why, why_len, "batch before placement"), 1;
@@ -422,7 +422,7 @@ static void s_send_stats(worker *w) {
     worker_send(w, &env, NULL, 0, ZMQ_DONTWAIT);
 }
 
-//  Take one waiting message. Returns 0 when one was handled, 1 when none waits.
+/* Take one waiting message. Returns 0 when one was handled, 1 when none waits. */
 static int s_handle_one(worker *w) {
     wire_msg m;
     int rc = wire_recv(w->link.sock, w->link.listening, ZMQ_DONTWAIT, &m);
@@ -450,7 +450,7 @@ static int s_handle_one(worker *w) {
     return 0;
 }
 
-//  Serve the batch waiting in the ring, if any. Returns 1 if one was served.
+/* Serve the batch waiting in the ring, if any. Returns 1 if one was served. */
 static int s_handle_ring(worker *w) {
     if (!ring_ready(&w->loop.ring, RING_REQ)) return 0;
     wire_msg m;
@@ -471,9 +471,9 @@ static int s_handle_ring(worker *w) {
     return 1;
 }
 
-//  Is the coordinator gone? Nobody writes to the lifeline, so readable means
-//  EOF: every write end closed, which happens only when the coordinator
-//  process ends (or frees the model). Also a new parent (reparented).
+/* Is the coordinator gone? Nobody writes to the lifeline, so readable means
+ * EOF: every write end closed, which happens only when the coordinator
+ * process ends (or frees the model). Also a new parent (reparented). */
 static int s_coordinator_gone(const worker *w) {
     if (w->a.parent_pid && getppid() != w->a.parent_pid) return 1;
     if (w->a.lifeline_fd < 0) return 0;
@@ -481,8 +481,8 @@ static int s_coordinator_gone(const worker *w) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
 }
 
-//  Wait for the socket, the ring or the lifeline: spin first if a ring batch
-//  just went by. Returns 1 when the lifeline woke it.
+/* Wait for the socket, the ring or the lifeline: spin first if a ring batch
+ * just went by. Returns 1 when the lifeline woke it. */
 static int s_wait(worker *w, int spin) {
     if (w->loop.ring.base && spin && ring_spin(&w->loop.ring, RING_REQ, w->loop.spin_ns)) return 0;
     zmq_pollitem_t it[4] = {{w->link.sock, 0, ZMQ_POLLIN, 0},
@@ -500,10 +500,10 @@ static int s_wait(worker *w, int spin) {
     return w->a.lifeline_fd >= 0 && it[1].revents != 0;
 }
 
-//  A coordinator killed with SIGKILL cannot remove its private ipc directory
-//  (mkdtemp "coli-XXXXXX" holding the socket "coord"); the workers it leaves
-//  behind do it on their way out. Only that exact shape is touched, and
-//  unlink/rmdir fail harmlessly when another worker got there first.
+/* A coordinator killed with SIGKILL cannot remove its private ipc directory
+ * (mkdtemp "coli-XXXXXX" holding the socket "coord"); the workers it leaves
+ * behind do it on their way out. Only that exact shape is touched, and
+ * unlink/rmdir fail harmlessly when another worker got there first. */
 static void s_tidy_dead_coordinator(const worker *w) {
     const char *ep = w->a.connect;
     if (!ep || strncmp(ep, "ipc://", 6) != 0) return;

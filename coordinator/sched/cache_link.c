@@ -112,7 +112,7 @@ void cache_restart(worker_link *w) {
     memset(w->cache->seq_of, 0, (size_t)w->cache->ec->n_layer * (size_t)w->cache->ec->n_expert * sizeof(uint64_t));
 }
 
-//  Slot of an ExpertRef, or -1 when it names no slot of the model.
+/* Slot of an ExpertRef, or -1 when it names no slot of the model. */
 static int64_t s_slot_of(const sched *s, const Coli__ExpertRef *r) {
     if (!r || r->layer < 0 || r->layer >= s->model.n_layer || r->expert < 0 || r->expert >= s->model.n_expert)
         return -1;
@@ -132,7 +132,7 @@ void cache_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a) {
     free(held);
 }
 
-//  Every slot the coordinator routes to w must be in the ack's resident list.
+/* Every slot the coordinator routes to w must be in the ack's resident list. */
 static int s_resident_agrees(const sched *s, const worker_link *w, const Coli__CacheAck *a) {
     const expert_cache *ec = w->cache->ec;
     size_t routed = 0, listed = 0;
@@ -145,7 +145,7 @@ static int s_resident_agrees(const sched *s, const worker_link *w, const Coli__C
     return listed == routed;
 }
 
-//  The ack's loaded / refused / evicted lists against what is in flight. 0 or why not.
+/* The ack's loaded / refused / evicted lists against what is in flight. 0 or why not. */
 static const char *s_check_ack(const sched *s, const worker_link *w, const Coli__CacheAck *a) {
     const cache_worker *cw = w->cache;
     if (a->seq == 0 || a->seq > cw->next_seq) return "a cache ack for a request never sent";
@@ -220,7 +220,7 @@ int cache_route(sched *s, size_t slot, int count) {
     return -1;
 }
 
-//  Send one CacheEvict or CacheLoad naming slots[0..n). LINK_SENT or why not.
+/* Send one CacheEvict or CacheLoad naming slots[0..n). LINK_SENT or why not. */
 static link_sent s_send_refs(sched *s, worker_link *w, const int64_t *slots, int n, int evict, uint64_t seq) {
     Coli__ExpertRef refs[64], *ptrs[64];
     for (int i = 0; i < n; i++) {
@@ -242,7 +242,7 @@ static link_sent s_send_refs(sched *s, worker_link *w, const int64_t *slots, int
     return link_send(s, w, &env, NULL, 0, ZMQ_DONTWAIT);
 }
 
-//  Carry out decisions: the evictions (already out of routing) in one message, then the loads.
+/* Carry out decisions: the evictions (already out of routing) in one message, then the loads. */
 static void s_apply(sched *s, worker_link *w, const ec_action *act, int n) {
     cache_worker *cw = w->cache;
     int64_t victims[64], loads[64] = {0};
@@ -264,7 +264,7 @@ static void s_apply(sched *s, worker_link *w, const ec_action *act, int n) {
     for (int i = 0; i < n; i++) cw->seq_of[loads[i]] = seq;
 }
 
-//  Candidates hottest first (insertion sort: a layer misses few distinct experts).
+/* Candidates hottest first (insertion sort: a layer misses few distinct experts). */
 static void s_sort_by_score(const expert_cache *ec, int64_t *c, int n) {
     for (int i = 1; i < n; i++) {
         int64_t v = c[i];
@@ -298,7 +298,7 @@ void cache_after_layer(sched *s, int64_t n_tok) {
 // (selection biases and expert groups, where a model has them, are left out
 // of the prediction). The loads overlap with layer l's experts.
 
-//  Layer's router logits for x (n_tok rows) into cw->logits; 0 or an error code.
+/* Layer's router logits for x (n_tok rows) into cw->logits; 0 or an error code. */
 static int s_next_router(sched *s, cache_worker *cw, int layer, const float *x, int64_t n_tok) {
     char name[64];
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", layer);
@@ -314,7 +314,7 @@ static int s_next_router(sched *s, cache_worker *cw, int layer, const float *x, 
     return coli_matmul(NULL, &cw->scratch, t->data, t->type, s->model.n_embd, s->model.n_expert, x, n_tok, cw->logits);
 }
 
-//  The predicted slots of layer (each token's k best logits), most often predicted first.
+/* The predicted slots of layer (each token's k best logits), most often predicted first. */
 static int s_predict(sched *s, cache_worker *cw, int layer, int64_t n_tok, int64_t *cand) {
     const int X = s->model.n_expert, K = s->cfg.n_expert_used > 0 ? s->cfg.n_expert_used : 1;
     int votes[1024] = {0};

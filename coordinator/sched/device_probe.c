@@ -29,8 +29,8 @@
 
 static const char *s_gpu_plugins[] = {"cuda", "hip"};
 
-//  Is libcoli-<name>.so where the worker will look (COLI_PLUGIN_DIR, else
-//  <worker dir>/../lib)?
+/* Is libcoli-<name>.so where the worker will look (COLI_PLUGIN_DIR, else
+ * <worker dir>/../lib)? */
 static int s_plugin_built(const coli_settings *set, const char *worker_bin, const char *name) {
     char dir[PATH_MAX], path[PATH_MAX + 64];
     if (set->plugin_dir[0]) {
@@ -49,7 +49,7 @@ static int s_plugin_built(const coli_settings *set, const char *worker_bin, cons
     return access(path, R_OK) == 0;
 }
 
-//  Read the child's stdout until EOF or the deadline; 0 = EOF seen.
+/* Read the child's stdout until EOF or the deadline; 0 = EOF seen. */
 static int s_read_until(int fd, char *buf, size_t cap, uint64_t deadline) {
     size_t len = 0;
     for (;;) {
@@ -73,7 +73,7 @@ static int s_read_until(int fd, char *buf, size_t cap, uint64_t deadline) {
     }
 }
 
-//  Wait for pid until the deadline, then SIGKILL it. The wait status, or -1 when killed.
+/* Wait for pid until the deadline, then SIGKILL it. The wait status, or -1 when killed. */
 static int s_reap_until(pid_t pid, uint64_t deadline) {
     int st = 0;
     while (waitpid(pid, &st, WNOHANG) == 0) {
@@ -87,7 +87,7 @@ static int s_reap_until(pid_t pid, uint64_t deadline) {
     return st;
 }
 
-//  "reason":"..." of the probe line, JSON escapes undone (\uXXXX as '?').
+/* "reason":"..." of the probe line, JSON escapes undone (\uXXXX as '?'). */
 static void s_json_reason(const char *line, char *out, size_t n) {
     out[0] = 0;
     const char *p = strstr(line, "\"reason\":\"");
@@ -107,7 +107,7 @@ static void s_json_reason(const char *line, char *out, size_t n) {
     out[k] = 0;
 }
 
-//  Devices `name` has here (0 with why), probed in a child process.
+/* Devices `name` has here (0 with why), probed in a child process. */
 static int s_probe(const coli_settings *set, const char *worker_bin, const char *name, char *why, size_t why_len) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
@@ -154,7 +154,7 @@ static int s_probe(const coli_settings *set, const char *worker_bin, const char 
     return count < 0 ? 0 : (int)(count > SCHED_MAX_WORKERS ? SCHED_MAX_WORKERS : count);
 }
 
-//  The GPU workers of one "auto": one per device the built plugins find.
+/* The GPU workers of one "auto": one per device the built plugins find. */
 static int s_expand_gpus(const coli_settings *set, const char *worker_bin, device_spec *out, int cap, int *n,
                          int verbose) {
     for (size_t g = 0; worker_bin && g < sizeof s_gpu_plugins / sizeof s_gpu_plugins[0]; g++) {
@@ -172,15 +172,15 @@ static int s_expand_gpus(const coli_settings *set, const char *worker_bin, devic
     return 0;
 }
 
-//  Does the list hold a worker that is not a local CPU worker (a GPU, the
-//  NPU lane, a remote host), or will --xdna add one?
+/* Does the list hold a worker that is not a local CPU worker (a GPU, the
+ * NPU lane, a remote host), or will --xdna add one? */
 static int s_has_device_worker(const coli_settings *set, const device_spec *d, int n) {
     for (int i = 0; i < n; i++)
         if (strcmp(d[i].plugin, "cpu") != 0) return 1;
     return set->xdna != 0;
 }
 
-//  Drop the entries marked in from_auto (auto's CPU workers), keeping the order.
+/* Drop the entries marked in from_auto (auto's CPU workers), keeping the order. */
 static int s_drop_marked(device_spec *d, int n, const unsigned char *from_auto) {
     int m = 0;
     for (int i = 0; i < n; i++)
@@ -188,10 +188,10 @@ static int s_drop_marked(device_spec *d, int n, const unsigned char *from_auto) 
     return m;
 }
 
-//  auto's CPU workers are the fallback target of device workers. Without
-//  any device worker they are dropped: on a machine without accelerators
-//  the experts run in-process, measured faster than local CPU workers on a
-//  2-core machine (docs/scheduler.md, "--devices auto without accelerators").
+/* auto's CPU workers are the fallback target of device workers. Without
+ * any device worker they are dropped: on a machine without accelerators
+ * the experts run in-process, measured faster than local CPU workers on a
+ * 2-core machine (docs/scheduler.md, "--devices auto without accelerators"). */
 static int s_expand(const coli_settings *set, const char *worker_bin, const device_spec *d, int n, device_spec *out,
                     int cap, int *m, int verbose) {
     unsigned char *from_auto = calloc((size_t)cap, 1);

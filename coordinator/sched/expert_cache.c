@@ -67,7 +67,7 @@ void ec_advance(expert_cache *ec, double tokens) {
     ec->inc = 1;
 }
 
-//  Slot's share of its layer's touches (0 when the layer has none).
+/* Slot's share of its layer's touches (0 when the layer has none). */
 static double s_share(const expert_cache *ec, size_t slot) {
     double m = ec->mass[slot / (size_t)ec->n_expert];
     return m > 0 ? ec->score[slot] / m : 0;
@@ -117,7 +117,7 @@ size_t ec_seed(expert_cache *ec, const uint64_t *heat) {
     }
 }
 
-//  The RESIDENT slot with the lowest score (ties: lowest slot), or -1.
+/* The RESIDENT slot with the lowest score (ties: lowest slot), or -1. */
 static int64_t s_coldest(const expert_cache *ec) {
     int64_t v = -1;
     for (size_t i = 0; i < ec_slots(ec); i++)

@@ -56,7 +56,7 @@ static int s_cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-//  Percentile q (0..1) of the recent samples, in milliseconds.
+/* Percentile q (0..1) of the recent samples, in milliseconds. */
 static double s_pct_ms(const lat_stats *l, double q) {
     size_t n = l->n < SCHED_LAT_RING ? (size_t)l->n : SCHED_LAT_RING;
     if (!n) return 0;
@@ -94,7 +94,7 @@ static int s_done(coli_strbuf *b, char **out) {
     return 0;
 }
 
-//  Status as the stats schema names it: up | failed | down | quarantined.
+/* Status as the stats schema names it: up | failed | down | quarantined. */
 static const char *s_status(const worker_link *w) {
     switch (w->state) {
     case LINK_UP: return "up";

@@ -27,9 +27,9 @@ long sched_device_speed(const device_spec *d, int threads) {
     return kind * 1000000L + (t > 0 ? t : 1);
 }
 
-//  The worker named dev: its name as `coli plan` and the stats show it
-//  ("cpu:1", "cuda:0", "remote:0"), or the same without the colon ("cpu1").
-//  -1 when none.
+/* The worker named dev: its name as `coli plan` and the stats show it
+ * ("cpu:1", "cuda:0", "remote:0"), or the same without the colon ("cpu1").
+ * -1 when none. */
 static int s_worker_named(const device_spec *d, int n_w, const char *dev, size_t len) {
     for (int w = 0; w < n_w; w++) {
         char name[48], alias[48];
@@ -48,7 +48,7 @@ void sched_worker_names(const device_spec *d, int n_w, char *out, size_t cap) {
     if (n_w == 0) snprintf(out, cap, "none");
 }
 
-//  A number below limit (limit 0: any of up to 9 digits, the model is not known yet).
+/* A number below limit (limit 0: any of up to 9 digits, the model is not known yet). */
 static int s_number(const char *s, size_t len, int limit, int *out) {
     if (!len || len > 9 || strspn(s, "0123456789") < len) return -1;
     long v = strtol(s, NULL, 10);
@@ -57,7 +57,7 @@ static int s_number(const char *s, size_t len, int limit, int *out) {
     return 0;
 }
 
-//  One "L:E=DEV" or "L:*=DEV" item (len bytes at it).
+/* One "L:E=DEV" or "L:*=DEV" item (len bytes at it). */
 static int s_pin_item(const char *it, size_t len, const device_spec *d, int n_w, int n_layer, int n_expert,
                       int32_t *pin) {
     const char *colon = memchr(it, ':', len), *eq = memchr(it, '=', len);
@@ -106,7 +106,7 @@ typedef struct heat_slot {
     int32_t slot; /* layer * n_expert + expert */
 } heat_slot;
 
-//  Hottest first; equal heat in (layer, expert) order, so the plan is deterministic.
+/* Hottest first; equal heat in (layer, expert) order, so the plan is deterministic. */
 static int s_hotter(const void *a, const void *b) {
     const heat_slot *x = a, *y = b;
     if (x->heat != y->heat) return x->heat > y->heat ? -1 : 1;
@@ -125,8 +125,8 @@ static void s_take(const placement_in *in, place_acc *a, int w, int layer, uint6
     a->layer_bytes[(size_t)w * (size_t)in->n_layer + (size_t)layer] += in->expert_bytes[layer];
 }
 
-//  The fastest usable worker with room for one expert of layer; among equals
-//  the fewest expected rows of the layer, then bytes of the layer, then bytes, then index.
+/* The fastest usable worker with room for one expert of layer; among equals
+ * the fewest expected rows of the layer, then bytes of the layer, then bytes, then index. */
 static int s_pick(const placement_in *in, const place_acc *a, const long *speed, int layer) {
     const uint64_t eb = in->expert_bytes[layer];
     int best = -1;
@@ -150,7 +150,7 @@ static int s_pick(const placement_in *in, const place_acc *a, const long *speed,
     return best;
 }
 
-//  Pinned experts onto their workers (budgets counted); the rest into order, hottest first.
+/* Pinned experts onto their workers (budgets counted); the rest into order, hottest first. */
 static int s_pins_then_order(const placement_in *in, const uint64_t *heat, const int32_t *pin, place_acc *a,
                              int32_t *owner, heat_slot *order, size_t *n_order) {
     const size_t X = (size_t)in->n_expert;

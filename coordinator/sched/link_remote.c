@@ -46,9 +46,9 @@ void remote_close(worker_link *w) {
     w->tcp.sock = w->tcp.mon = NULL;
 }
 
-//  The DEALER: limits as for local sockets, CURVE client, ZMTP heartbeats (a
-//  peer that vanished without a word, e.g. a host that lost power, drops
-//  the connection instead of leaving it open forever), connect retry back-off.
+/* The DEALER: limits as for local sockets, CURVE client, ZMTP heartbeats (a
+ * peer that vanished without a word, e.g. a host that lost power, drops
+ * the connection instead of leaving it open forever), connect retry back-off. */
 static int s_socket(sched *s, worker_link *w, const char *keys) {
     w->tcp.sock = zmq_socket(s->net.zctx, ZMQ_DEALER);
     if (!w->tcp.sock) return coli_fail(COLI_EIO, "%s: zmq socket: %s", w->device, zmq_strerror(errno));
@@ -171,13 +171,13 @@ static void s_auth_failed(sched *s, worker_link *w, unsigned event, unsigned val
     sched_outcome(s, w, LINK_REFUSED, "auth", why);
 }
 
-//  The first TCP connection failed (ZeroMQ retries it): nothing listens at
-//  the endpoint or it cannot be reached. Waiting for the start deadline would
-//  only stall the load: the worker is lost now (counted once, as `connect`)
-//  and reconnected with back-off. A reconnect (generation > 0) keeps letting
-//  ZeroMQ retry until the start deadline instead: a host that restarts is
-//  taken the moment it listens again, and refusals in a row do not put it on
-//  probation (supervisor.c).
+/* The first TCP connection failed (ZeroMQ retries it): nothing listens at
+ * the endpoint or it cannot be reached. Waiting for the start deadline would
+ * only stall the load: the worker is lost now (counted once, as `connect`)
+ * and reconnected with back-off. A reconnect (generation > 0) keeps letting
+ * ZeroMQ retry until the start deadline instead: a host that restarts is
+ * taken the moment it listens again, and refusals in a row do not put it on
+ * probation (supervisor.c). */
 static void s_connect_failed(sched *s, worker_link *w) {
     if (w->proc.gen > 0) return;
     fprintf(stderr,
@@ -207,7 +207,7 @@ static void s_on_event(sched *s, worker_link *w, unsigned event, unsigned value)
     if (!w->tcp.handshaked && w->state == LINK_STARTING) s_auth_failed(s, w, event, value);
 }
 
-//  Monitor events: frame 1 = u16 event + u32 value, frame 2 = the endpoint.
+/* Monitor events: frame 1 = u16 event + u32 value, frame 2 = the endpoint. */
 static void s_take_events(sched *s, worker_link *w) {
     while (w->tcp.mon) {
         zmq_msg_t a, b;

@@ -11,13 +11,13 @@
 #include "coordinator/sched/sched_internal.h"
 #include "core/error.h"
 
-//  A ring whose process we still believe in (a dead one's last words are dropped).
+/* A ring whose process we still believe in (a dead one's last words are dropped). */
 static int s_ring_live(const worker_link *w) {
     return w->shm.ring.base &&
            (w->state == LINK_UP || w->state == LINK_HUNG || w->state == LINK_STARTING || w->state == LINK_PLACING);
 }
 
-//  We expect a reply on w's ring: a request in flight, or a late one.
+/* We expect a reply on w's ring: a request in flight, or a late one. */
 static int s_ring_awaited(const worker_link *w) {
     return s_ring_live(w) && (w->req.id || (w->state == LINK_HUNG && w->req.hung_id));
 }

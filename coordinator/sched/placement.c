@@ -52,10 +52,10 @@ int sched_add_device(device_spec *out, int cap, int *n, const char *plugin, int 
     return 0;
 }
 
-//  The NPU lane's opt-in: when it is requested (set->xdna: COLI_XDNA a
-//  non-zero integer, or coli_model_params.xdna, the CLI's --xdna) and the
-//  list has no xdna entry, append xdna:0. `auto` never adds it by itself
-//  (docs/xdna.md). 0 or COLI_EINVAL (list full).
+/* The NPU lane's opt-in: when it is requested (set->xdna: COLI_XDNA a
+ * non-zero integer, or coli_model_params.xdna, the CLI's --xdna) and the
+ * list has no xdna entry, append xdna:0. `auto` never adds it by itself
+ * (docs/xdna.md). 0 or COLI_EINVAL (list full). */
 static int s_xdna_optin(const coli_settings *set, device_spec *d, int cap, int *n) {
     if (!set->xdna) return 0;
     for (int i = 0; i < *n; i++)
@@ -74,7 +74,7 @@ int sched_workers_of(const coli_settings *set, const char *devices, device_spec 
     return rc ? rc : s_xdna_optin(set, d, cap, &out->n);
 }
 
-//  Index after "name:" (or 0 with no colon); -1 when not a number.
+/* Index after "name:" (or 0 with no colon); -1 when not a number. */
 static int s_index(const char *item, size_t name_len, const char *end_of_index) {
     if (item[name_len] != ':') return 0;
     const char *p = item + name_len + 1;
@@ -87,8 +87,8 @@ static int s_index(const char *item, size_t name_len, const char *end_of_index) 
     return v;
 }
 
-//  remote:tcp://HOST:PORT - a worker on another host that we connect to
-//  (docs/scheduler.md, "Remote workers"); numbered remote:0, remote:1, ...
+/* remote:tcp://HOST:PORT - a worker on another host that we connect to
+ * (docs/scheduler.md, "Remote workers"); numbered remote:0, remote:1, ... */
 static int s_add_remote(device_spec *out, int cap, int *n, const char *ep, uint64_t budget) {
     const char *port = strrchr(ep, ':');
     if (strncmp(ep, "tcp://", 6) || !port || port < ep + 7 || !port[1] ||
@@ -114,8 +114,8 @@ static int s_add_remote(device_spec *out, int cap, int *n, const char *ep, uint6
 
 static int s_parse_device(char *item, device_spec *out, int cap, int *n, int *inproc);
 
-//  "@cache=SIZE" cut off the end of item (NUL-terminated copy): SIZE is bytes
-//  (K/M/G) or P% of the model's expert bytes. *is_cache 0 when absent.
+/* "@cache=SIZE" cut off the end of item (NUL-terminated copy): SIZE is bytes
+ * (K/M/G) or P% of the model's expert bytes. *is_cache 0 when absent. */
 static int s_cache_suffix(char *item, int *is_cache, uint64_t *bytes, double *pct) {
     char *c = strstr(item, "@cache=");
     *is_cache = 0;
@@ -144,7 +144,7 @@ static int s_cache_suffix(char *item, int *is_cache, uint64_t *bytes, double *pc
     return 0;
 }
 
-//  One item of the list (NUL-terminated copy).
+/* One item of the list (NUL-terminated copy). */
 static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inproc) {
     int is_cache = 0, first = *n;
     uint64_t cache_bytes = 0;
@@ -159,7 +159,7 @@ static int s_parse_item(char *item, device_spec *out, int cap, int *n, int *inpr
     return rc;
 }
 
-//  One device item, without its @cache suffix.
+/* One device item, without its @cache suffix. */
 static int s_parse_device(char *item, device_spec *out, int cap, int *n, int *inproc) {
     char *eq = strchr(item, '=');
     uint64_t budget = 0;
@@ -211,9 +211,9 @@ static int s_parse_device(char *item, device_spec *out, int cap, int *n, int *in
     return sched_add_device(out, cap, n, known[which], v, budget);
 }
 
-//  A device named twice: auto (each already takes every GPU), the same GPU
-//  or NPU as two homes, the same remote endpoint. CPU workers are counted
-//  (cpu:2,cpu:1 is three) and a cache may share a device with a home.
+/* A device named twice: auto (each already takes every GPU), the same GPU
+ * or NPU as two homes, the same remote endpoint. CPU workers are counted
+ * (cpu:2,cpu:1 is three) and a cache may share a device with a home. */
 static int s_check_twice(const device_spec *d, int n) {
     for (int i = 0; i < n; i++)
         for (int j = 0; j < i; j++) {

@@ -13,7 +13,7 @@
 #include "core/kernels/expert_ffn.h"
 #include "core/gguf/gguf.h"
 
-//  "<arch>.<suffix>" as an integer.
+/* "<arch>.<suffix>" as an integer. */
 static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out) {
     gguf_str arch;
     int rc = gguf_get_str(f, "general.architecture", &arch);
@@ -72,8 +72,8 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
     return 0;
 }
 
-//  The heat file at heat_path (NULL: none) for a model of that shape, and
-//  the placement from it and pins into owner; share: rows per worker.
+/* The heat file at heat_path (NULL: none) for a model of that shape, and
+ * the placement from it and pins into owner; share: rows per worker. */
 static int s_plan_heat(const placement_in *in, const device_spec *d, const char *heat_path, const char *pins,
                        int32_t *owner, double *share) {
     heat_table h = {0};
@@ -97,9 +97,9 @@ int coli_plan_text(const char *model_path, const char *devices, char **text) {
     return coli_plan_heat_text(model_path, devices, NULL, NULL, text);
 }
 
-//  The workers p's devices give on this machine, as the scheduler would
-//  start them (sched_workers_of: auto expanded, the lane added), with the
-//  settings a load with p would read.
+/* The workers p's devices give on this machine, as the scheduler would
+ * start them (sched_workers_of: auto expanded, the lane added), with the
+ * settings a load with p would read. */
 static int s_workers_of(const coli_model_params *p, device_spec *d, sched_workers *ws) {
     coli_settings *set = malloc(sizeof *set); /* ~30 KiB (paths) */
     if (!set) return coli_fail(COLI_ENOMEM, "plan: out of memory");

@@ -29,7 +29,8 @@
 #include "proto/shm_ring.h"
 #include "proto/wire.h"
 
-/* ---- devices and placement (placement.c) ------------------------------ */
+// ----------------------------------------------------------------------------
+// devices and placement (placement.c)
 typedef struct device_spec {
     char plugin[16];    /* "cpu", "cuda", "hip", "xdna" */
     int index;          /* vendor ordinal */
@@ -91,7 +92,8 @@ typedef struct placement_in {
  * worker with the fewest bytes of that layer so far that still has budget. */
 int placement_plan(const placement_in *in, int32_t *owner);
 
-/* ---- placement from heat (heat_place.c) ---- */
+// ----------------------------------------------------------------------------
+// placement from heat (heat_place.c)
 /* How fast a device computes experts, as a rank (higher = faster): the kind
  * (cuda/hip > xdna > remote > cpu), then its compute threads (cpu:N@T, else
  * threads: the share it gets). A static rank from the device's kind, not a measurement. */
@@ -116,7 +118,8 @@ int placement_plan_heat(const placement_in *in, const uint64_t *heat, const long
  * routed rows heat says owner sends to each worker (0 when heat is all zero). */
 void placement_row_share(const placement_in *in, const uint64_t *heat, const int32_t *owner, double *share);
 
-/* ---- one worker, as the coordinator sees it ----------------------------- */
+// ----------------------------------------------------------------------------
+// one worker, as the coordinator sees it
 typedef enum link_state {
     LINK_STARTING, /* spawned, no hello yet */
     LINK_PLACING,  /* hello OK, Place sent, no ack yet */
@@ -320,7 +323,8 @@ typedef struct sched {
     sched_stats stats;
 } sched;
 
-/* ---- what the link files report (scheduler.c decides what follows) -------- */
+// ----------------------------------------------------------------------------
+// what the link files report (scheduler.c decides what follows)
 typedef enum link_outcome {
     LINK_LOST,           /* its process or connection is gone: restart it (supervisor.c) */
     LINK_GARBAGE,        /* it answered garbage: its rows go elsewhere, quarantined for good */
@@ -343,7 +347,8 @@ typedef enum link_sent {
     LINK_UNREACHABLE, /* the worker is gone: nothing can reach it */
 } link_sent;
 
-/* ---- supervisor.c ---- */
+// ----------------------------------------------------------------------------
+// supervisor.c
 /* The coli-worker program into out (cap bytes): set->worker_bin (COLI_WORKER,
  * or coli_model_params.worker_path), else next to this program (bin/coli,
  * tests/x -> ../bin), else <COLI_BUILD or build>/bin. 0 or COLI_EIO. */
@@ -358,7 +363,8 @@ void sup_batch_ok(sched *s, worker_link *w);
 void sup_kill(sched *s, worker_link *w);
 void sup_shutdown_all(sched *s);
 
-/* ---- worker_identity.c: who may speak for a local worker ---- */
+// ----------------------------------------------------------------------------
+// worker_identity.c: who may speak for a local worker
 /* A fresh routing id for w's next generation, "w<id>.<gen>.<32 hex>" from
  * getrandom (never in argv or the environment), into w->proc.routing_id;
  * then a pipe whose read end (*read_fd, close-on-exec: the spawn clears
@@ -369,7 +375,8 @@ int ident_new_secret(worker_link *w, int *read_fd);
  * wrong or missing secret (an impostor). Compared in constant time. */
 worker_link *ident_find(sched *s, const void *peer, size_t peer_len, int *kind);
 
-/* ---- worker_link.c ---- */
+// ----------------------------------------------------------------------------
+// worker_link.c
 /* Take every waiting message (wait up to timeout_ms for the first); the
  * caller then runs sup_tick (deaths, restarts). */
 void link_poll(sched *s, int timeout_ms);
@@ -387,7 +394,8 @@ const char *link_state_name(link_state st);
 /* Handle one message from w (either path); a garbage answer is reported (LINK_GARBAGE). */
 void link_dispatch(sched *s, worker_link *w, const wire_msg *m);
 
-/* ---- link_ring.c: the shared-memory data path, coordinator side ---- */
+// ----------------------------------------------------------------------------
+// link_ring.c: the shared-memory data path, coordinator side
 /* Take w's reply slot if it holds a message. */
 void link_ring_take(sched *s, worker_link *w);
 void link_take_rings(sched *s);
@@ -398,7 +406,8 @@ void link_spin_rings(sched *s);
 int link_rings_arm(sched *s, zmq_pollitem_t *items, int max_items);
 void link_rings_disarm(sched *s);
 
-/* ---- link_remote.c: workers on other hosts (tcp + CURVE), coordinator side ---- */
+// ----------------------------------------------------------------------------
+// link_remote.c: workers on other hosts (tcp + CURVE), coordinator side
 /* Before anything starts: remote devices need CURVE and keys (set->keys_dir). */
 int remote_preflight(const coli_settings *set, const device_spec *d, int n);
 /* Connect a fresh DEALER (CURVE client, keys from s->set.keys_dir) to w's
@@ -411,7 +420,8 @@ link_sent link_send(sched *s, worker_link *w, Coli__Envelope *env, const void *p
 int remote_poll_items(sched *s, zmq_pollitem_t *items, int max_items);
 void remote_take(sched *s);
 
-/* ---- cache_link.c: live expert caches (docs/scheduler.md, "Live expert cache") ---- */
+// ----------------------------------------------------------------------------
+// cache_link.c: live expert caches (docs/scheduler.md, "Live expert cache")
 /* Resolve @cache=P% budgets (bytes of the model's experts), make each cache
  * worker's policy, seed its initial set from heat (NULL: none). 0 or COLI_ENOMEM. */
 int cache_setup(sched *s, const uint64_t *heat);
@@ -444,7 +454,8 @@ struct coli_strbuf;
 void cache_stats_json(const worker_link *w, struct coli_strbuf *b);
 void cache_stats_text(const worker_link *w, struct coli_strbuf *b);
 
-/* ---- fallback_stats.c ---- */
+// ----------------------------------------------------------------------------
+// fallback_stats.c
 /* Count one fallback of w's device for reason. */
 void stats_fallback(sched *s, const worker_link *w, const char *reason);
 void stats_latency(lat_stats *l, double seconds);
@@ -454,7 +465,8 @@ void stats_batch_outcome(link_stats *st, int ok);
 int stats_json(const sched *s, char **json);
 int stats_text(const sched *s, char **text);
 
-/* ---- scheduler.c ---- */
+// ----------------------------------------------------------------------------
+// scheduler.c
 /* w's request in flight is answered: out holds its rows (validated, any
  * alignment); counts the batch and its latency, clears the request. */
 void sched_rows_done(sched *s, worker_link *w, const void *out);

@@ -86,7 +86,7 @@ void sched_outcome(sched *s, worker_link *w, link_outcome o, const char *reason,
     }
 }
 
-//  Take what the workers sent, then act on deaths and due restarts.
+/* Take what the workers sent, then act on deaths and due restarts. */
 static void s_poll(sched *s, int timeout_ms) {
     link_poll(s, timeout_ms);
     sup_tick(s);
@@ -117,7 +117,7 @@ static int s_reserve_rows(sched *s, worker_link *w, size_t rows) {
     return 0;
 }
 
-//  w's rows (in pair order) regrouped by expert, pair order within an expert.
+/* w's rows (in pair order) regrouped by expert, pair order within an expert. */
 static int s_group_rows(sched *s, worker_link *w) {
     if ((size_t)w->req.n_rows > s->call.cap_grouped) {
         int64_t *g = realloc(s->call.grouped, w->req.cap_rows * sizeof *g);
@@ -131,9 +131,9 @@ static int s_group_rows(sched *s, worker_link *w) {
     return 0;
 }
 
-//  Give each pending pair a target (a cache worker holding its expert, else
-//  its owner, else a CPU worker or in-process); collect each worker's rows
-//  sorted by expert. first: the layer's first round (cache counters follow it).
+/* Give each pending pair a target (a cache worker holding its expert, else
+ * its owner, else a CPU worker or in-process); collect each worker's rows
+ * sorted by expert. first: the layer's first round (cache counters follow it). */
 static int s_assign(sched *s, int layer, int64_t n_pairs, unsigned char *allow_load, int first) {
     int64_t load[SCHED_MAX_WORKERS] = {0};
     for (int i = 0; i < s->n_w; i++) s->w[i].req.n_rows = 0;
@@ -166,7 +166,7 @@ static int s_assign(sched *s, int layer, int64_t n_pairs, unsigned char *allow_l
     return 0;
 }
 
-//  Gather the rows and send; a worker we cannot reach loses its rows.
+/* Gather the rows and send; a worker we cannot reach loses its rows. */
 static void s_send_all(sched *s, int layer, const float *x, int k, const unsigned char *allow_load) {
     const size_t E = (size_t)s->model.n_embd;
     for (int i = 0; i < s->n_w; i++) {
@@ -190,7 +190,7 @@ static void s_send_all(sched *s, int layer, const float *x, int k, const unsigne
     }
 }
 
-//  Pairs nobody else can take: the cpu plugin, here.
+/* Pairs nobody else can take: the cpu plugin, here. */
 static int s_run_inproc(sched *s, int layer, const float *x, int64_t n_pairs, int k) {
     const size_t E = (size_t)s->model.n_embd;
     int64_t m = 0;
@@ -226,7 +226,7 @@ static int s_run_inproc(sched *s, int layer, const float *x, int64_t n_pairs, in
     return rc;
 }
 
-//  Wait for every request in flight, at most until the deadline.
+/* Wait for every request in flight, at most until the deadline. */
 static void s_gather(sched *s) {
     int64_t max_rows = 0, in_flight = 0;
     for (int i = 0; i < s->n_w; i++) {
@@ -317,7 +317,7 @@ static int s_stats_text(moe_exec *self, char **text) {
     return stats_text((const sched *)self, text);
 }
 
-//  Who computed pair p of the last layer (route traces).
+/* Who computed pair p of the last layer (route traces). */
 static const char *s_pair_device(moe_exec *self, int64_t p) {
     const sched *s = (const sched *)self;
     if (p < 0 || (size_t)p >= s->call.cap_pairs || s->call.done_by[p] < 0) return "inproc";
@@ -361,7 +361,7 @@ static void s_destroy(moe_exec *self) {
     free(s);
 }
 
-//  The settings read at load (cfg->settings), in the units used here.
+/* The settings read at load (cfg->settings), in the units used here. */
 static void s_settings(sched *s, const moe_exec_config *cfg) {
     s->set = *cfg->settings;
     const coli_settings *st = &s->set;
@@ -380,7 +380,7 @@ static void s_settings(sched *s, const moe_exec_config *cfg) {
     s->lim.hb_miss = st->heartbeat_miss;
 }
 
-//  COLI_DATA_PATH=shm (default) | zmq: how batches reach local workers.
+/* COLI_DATA_PATH=shm (default) | zmq: how batches reach local workers. */
 static int s_data_path(sched *s) {
     if (s->set.data_path == COLI_DATA_PATH_INVALID)
         return coli_fail(COLI_EINVAL, "COLI_DATA_PATH '%s': want shm or zmq", s->set.data_path_text);
@@ -390,7 +390,7 @@ static int s_data_path(sched *s) {
     return 0;
 }
 
-//  Size of one expert per layer, the file's identity, buffers.
+/* Size of one expert per layer, the file's identity, buffers. */
 static int s_model_facts(sched *s, const moe_exec_config *cfg) {
     s->model.n_layer = cfg->n_layer;
     s->model.n_expert = cfg->n_expert;
@@ -417,11 +417,11 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg) {
     return 0;
 }
 
-//  The ROUTER's address. Linux: an abstract unix address ("ipc://@coli-..."),
-//  which vanishes with the socket, so a SIGKILLed coordinator leaves nothing
-//  in the file system; anyone on the host may connect to it, and the routing
-//  id secret (worker_identity.c) is what refuses them. Elsewhere:
-//  ipc://<private 0700 directory in TMPDIR>/coord, removed at destroy.
+/* The ROUTER's address. Linux: an abstract unix address ("ipc://@coli-..."),
+ * which vanishes with the socket, so a SIGKILLed coordinator leaves nothing
+ * in the file system; anyone on the host may connect to it, and the routing
+ * id secret (worker_identity.c) is what refuses them. Elsewhere:
+ * ipc://<private 0700 directory in TMPDIR>/coord, removed at destroy. */
 static int s_endpoint(sched *s) {
     unsigned char r[8] = {0};
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
@@ -443,8 +443,8 @@ static int s_endpoint(sched *s) {
 #endif
 }
 
-//  ROUTER bound to s_endpoint; the workers' lifeline pipe
-//  (both ends close-on-exec: sup_spawn lets each worker keep the read end).
+/* ROUTER bound to s_endpoint; the workers' lifeline pipe
+ * (both ends close-on-exec: sup_spawn lets each worker keep the read end). */
 static int s_transport(sched *s) {
     if (pipe2(s->net.lifeline, O_CLOEXEC) != 0) {
         s->net.lifeline[0] = s->net.lifeline[1] = -1;
@@ -486,7 +486,7 @@ static int s_make_workers(sched *s, const device_spec *devs, int n) {
     return 0;
 }
 
-//  Poll until no worker is in state st (or, for STARTING, without a hello).
+/* Poll until no worker is in state st (or, for STARTING, without a hello). */
 static void s_wait_while(sched *s, link_state st) {
     for (;;) {
         int waiting = 0;
@@ -497,19 +497,19 @@ static void s_wait_while(sched *s, link_state st) {
     }
 }
 
-//  Bytes of experts worker w may be given: its --devices budget, else for a
-//  device plugin the budget its hello reported (free memory less a reserve);
-//  cpu workers map the file, so without a budget they take any share.
-//  COLI_PLACE_IGNORE_BUDGET=1 (tests) sends experts regardless, so that the
-//  plugin's own refusal at load time is exercised.
+/* Bytes of experts worker w may be given: its --devices budget, else for a
+ * device plugin the budget its hello reported (free memory less a reserve);
+ * cpu workers map the file, so without a budget they take any share.
+ * COLI_PLACE_IGNORE_BUDGET=1 (tests) sends experts regardless, so that the
+ * plugin's own refusal at load time is exercised. */
 static uint64_t s_place_budget(const sched *s, const worker_link *w) {
     if (s->set.place_ignore_budget) return 0;
     if (w->dev.budget) return w->dev.budget;
     return w->is_cpu ? 0 : w->place.caps_budget;
 }
 
-//  The expert -> worker map: from heat and pins when the model came with
-//  either (heat_place.c), else balanced by bytes (placement.c).
+/* The expert -> worker map: from heat and pins when the model came with
+ * either (heat_place.c), else balanced by bytes (placement.c). */
 static int s_plan(sched *s, const placement_in *in) {
     const uint64_t *heat = s->cfg.heat;
     uint64_t total = 0;

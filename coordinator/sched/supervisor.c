@@ -145,7 +145,7 @@ int sup_spawn(sched *s, worker_link *w) {
     return 0;
 }
 
-//  Collect the exit status of w's process if it has ended. 1 = it has.
+/* Collect the exit status of w's process if it has ended. 1 = it has. */
 static int s_reap(worker_link *w, int block) {
     if (w->proc.pid <= 0) return 1;
     int st;
@@ -167,7 +167,7 @@ void sup_kill(sched *s, worker_link *w) {
     }
 }
 
-//  Remember a failure; 1 if the worker has now failed too often to restart.
+/* Remember a failure; 1 if the worker has now failed too often to restart. */
 static int s_too_many_failures(sched *s, worker_link *w, uint64_t now) {
     if (w->proc.n_fail == SCHED_FAIL_TIMES) {
         memmove(w->proc.fail_ns, w->proc.fail_ns + 1, (SCHED_FAIL_TIMES - 1) * sizeof w->proc.fail_ns[0]);
@@ -179,10 +179,10 @@ static int s_too_many_failures(sched *s, worker_link *w, uint64_t now) {
     return recent > s->lim.max_failures;
 }
 
-//  Failed too often: down for a while, then one more try (half-open, like a
-//  circuit breaker). The wait doubles with each failed trial, up to 16 times
-//  the first; a trial batch that succeeds ends the probation (sup_batch_ok).
-//  With COLI_WORKER_REPROBE_MS=0 the worker stays down for good.
+/* Failed too often: down for a while, then one more try (half-open, like a
+ * circuit breaker). The wait doubles with each failed trial, up to 16 times
+ * the first; a trial batch that succeeds ends the probation (sup_batch_ok).
+ * With COLI_WORKER_REPROBE_MS=0 the worker stays down for good. */
 static void s_put_on_probation(sched *s, worker_link *w, uint64_t now) {
     if (!s->lim.reprobe_ns) {
         w->proc.restart_limited = 1;
@@ -279,7 +279,7 @@ void sup_tick(sched *s) {
     }
 }
 
-//  Ask every worker to stop, give them a moment, then SIGKILL the rest.
+/* Ask every worker to stop, give them a moment, then SIGKILL the rest. */
 void sup_shutdown_all(sched *s) {
     for (int i = 0; i < s->n_w; i++) {
         worker_link *w = &s->w[i];

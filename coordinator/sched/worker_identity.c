@@ -54,7 +54,7 @@ int ident_new_secret(worker_link *w, int *read_fd) {
     return 0;
 }
 
-//  Equal bytes, in time that does not depend on where they differ.
+/* Equal bytes, in time that does not depend on where they differ. */
 static int s_same(const void *a, const void *b, size_t n) {
     unsigned char d = 0;
     for (size_t i = 0; i < n; i++) d |= ((const unsigned char *)a)[i] ^ ((const unsigned char *)b)[i];

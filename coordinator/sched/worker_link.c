@@ -81,7 +81,7 @@ link_sent link_send_place(sched *s, worker_link *w) {
     return rc;
 }
 
-//  w->req.row_pair / w->req.x hold the rows, grouped by expert (see scheduler.c).
+/* w->req.row_pair / w->req.x hold the rows, grouped by expert (see scheduler.c). */
 link_sent link_send_batch(sched *s, worker_link *w, int layer, int allow_load) {
     int64_t n_groups = 0;
     Coli__Group *g = calloc((size_t)w->req.n_rows, sizeof *g);
@@ -205,8 +205,8 @@ static void s_refusal_summary(const worker_link *w, const refusal_tally *t) {
             t->more == 1 ? "" : "s", counts);
 }
 
-//  Every expert placed on w that its reply does not list as held is refused:
-//  with the worker's reason when it gave one, else "missing".
+/* Every expert placed on w that its reply does not list as held is refused:
+ * with the worker's reason when it gave one, else "missing". */
 static int s_take_refusals(sched *s, worker_link *w, const Coli__PlaceAck *a) {
     const size_t n_slots = (size_t)s->model.n_layer * (size_t)s->model.n_expert;
     unsigned char *mark = calloc(n_slots, 1); /* 1 held, 2 refused (handled) */
@@ -234,8 +234,8 @@ static int s_take_refusals(sched *s, worker_link *w, const Coli__PlaceAck *a) {
     return 0;
 }
 
-//  A reply that lists an expert it was not placed, or one outside the model,
-//  or a status that is neither: NULL when none of these, else why.
+/* A reply that lists an expert it was not placed, or one outside the model,
+ * or a status that is neither: NULL when none of these, else why. */
 static const char *s_place_ack_malformed(sched *s, worker_link *w, const Coli__PlaceAck *a, char *why, size_t n) {
     if (wire_place_ack_check(a, s->model.n_layer, s->model.n_expert, why, n)) return why;
     for (size_t i = 0; i < a->n_resident + a->n_refused; i++) {
@@ -277,7 +277,7 @@ static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a) {
     link_set_state(w, LINK_UP, "");
 }
 
-//  Is every output finite? (Checked only when every input was.)
+/* Is every output finite? (Checked only when every input was.) */
 static int s_all_finite(const void *v, size_t n) {
     /* memcpy: a frame's bytes need not be 4-byte aligned */
     for (size_t i = 0; i < n; i++) {
@@ -288,7 +288,7 @@ static int s_all_finite(const void *v, size_t n) {
     return 1;
 }
 
-//  Keep the plugin counters a result carries (names [a-z0-9_], at most 8).
+/* Keep the plugin counters a result carries (names [a-z0-9_], at most 8). */
 static void s_take_counters(worker_link *w, const Coli__ExpertResult *r) {
     link_stats *st = &w->stats;
     for (size_t i = 0; i < r->n_counters && i < SCHED_MAX_COUNTERS; i++) {

@@ -75,7 +75,8 @@ typedef struct cursor {
     char what[160];
 } cursor;
 
-/* ---- small helpers --------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// small helpers
 
 /* A bounded, printable copy of a name taken from the file: messages stay on
  * one line whatever bytes a hostile file puts in its names. */
@@ -146,7 +147,8 @@ static int s_check_bools(cursor *c, const uint8_t *p, uint64_t n) {
     return 0;
 }
 
-/* ---- metadata values ------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// metadata values
 
 static int s_parse_array(cursor *c, int depth, gguf_kv *kv);
 
@@ -253,7 +255,8 @@ static int s_parse_kv(cursor *c, int64_t i) {
     return rc;
 }
 
-/* ---- header ------------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// header
 
 static int s_check_count(gguf_file *f, const char *what, uint64_t n, size_t room, size_t min_bytes) {
     if (n > room / min_bytes)
@@ -305,7 +308,8 @@ static int s_read_alignment(gguf_file *f) {
     return 0;
 }
 
-/* ---- tensor infos -------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// tensor infos
 
 /* GGML's type ids, so an unsupported tensor is named the way llama.cpp names it. */
 static const char *s_ggml_type_name(uint32_t t) {
@@ -396,7 +400,8 @@ static int s_copy_names(gguf_file *f) {
     return 0;
 }
 
-/* ---- tensor data ------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// tensor data
 
 typedef struct span {
     uint64_t offset;
@@ -453,7 +458,8 @@ static int s_place_data(gguf_file *f, size_t header_end) {
     return s_check_overlaps(f);
 }
 
-/* ---- open / close -------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// open / close
 
 static int s_alloc_tables(gguf_file *f) {
     f->kvs = calloc((size_t)f->n_kv + 1, sizeof *f->kvs);
@@ -559,7 +565,8 @@ void gguf_close(gguf_file **fp) {
     *fp = NULL;
 }
 
-/* ---- file-level accessors -------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// file-level accessors
 
 uint32_t gguf_version(const gguf_file *f) { return f->version; }
 const void *gguf_base(const gguf_file *f) { return f->base; }
@@ -576,7 +583,8 @@ const uint8_t *gguf_kv_raw(const gguf_file *f, int64_t i, size_t *len) {
     return f->kvs[i].raw;
 }
 
-/* ---- metadata ------------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// metadata
 
 int64_t gguf_n_kv(const gguf_file *f) { return f->n_kv; }
 
@@ -751,7 +759,8 @@ int gguf_arr_str(const gguf_file *f, const char *key, uint64_t i, gguf_str *out)
     return 0;
 }
 
-/* ---- tensors ------------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// tensors
 
 int64_t gguf_n_tensors(const gguf_file *f) { return f->n_tensors; }
 

@@ -63,7 +63,8 @@ size_t gguf_size(const gguf_file *f);        /* bytes in the file */
 size_t gguf_data_offset(const gguf_file *f); /* start of the tensor data section */
 size_t gguf_alignment(const gguf_file *f);
 
-/* ---- metadata ---- */
+// ----------------------------------------------------------------------------
+// metadata
 int64_t gguf_n_kv(const gguf_file *f);
 int64_t gguf_find_key(const gguf_file *f, const char *key); /* index or -1 */
 gguf_str gguf_key_name(const gguf_file *f, int64_t i);
@@ -86,7 +87,8 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
 int gguf_get_arr(const gguf_file *f, const char *key, gguf_type *elem_type, uint64_t *n, const void **data);
 int gguf_arr_str(const gguf_file *f, const char *key, uint64_t i, gguf_str *out);
 
-/* ---- tensors ---- */
+// ----------------------------------------------------------------------------
+// tensors
 int64_t gguf_n_tensors(const gguf_file *f);
 const coli_tensor *gguf_tensor(const gguf_file *f, int64_t i);
 const coli_tensor *gguf_find_tensor(const gguf_file *f, const char *name); /* NULL if absent */

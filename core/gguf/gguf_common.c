@@ -39,7 +39,8 @@ const char *gguf_type_name(uint32_t t) {
 
 int gguf_alignment_valid(uint64_t a) { return a >= 1 && a <= GGUF_MAX_ALIGNMENT && (a & (a - 1)) == 0; }
 
-/* ---- name index ------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// name index
 
 int gguf_index_init(gguf_name_index *ix, int64_t n) {
     uint64_t slots = 16;

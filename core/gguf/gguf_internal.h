@@ -30,7 +30,8 @@ int gguf_alignment_valid(uint64_t a);
  * field to the end of the value (arrays with all their elements). */
 const uint8_t *gguf_kv_raw(const gguf_file *f, int64_t i, size_t *len);
 
-/* ---- name index: open addressing over names that live elsewhere ---- */
+// ----------------------------------------------------------------------------
+// name index: open addressing over names that live elsewhere
 typedef gguf_str (*gguf_name_at)(const void *ctx, int64_t i);
 
 typedef struct gguf_name_index {

@@ -74,7 +74,8 @@ void gguf_writer_free(gguf_writer **wp) {
     *wp = NULL;
 }
 
-/* ---- metadata ------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// metadata
 
 /* A blob that starts with the u32 value type; the value follows. */
 static uint8_t *s_blob(uint32_t type, size_t value_len, size_t *blob_len) {
@@ -231,7 +232,8 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, int64_t i) {
     return s_put(w, key.ptr, (size_t)key.len, b, raw_len);
 }
 
-/* ---- tensors -------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// tensors
 
 static gguf_str s_wtensor_name(const void *ctx, int64_t i) {
     const char *name = ((const gguf_writer *)ctx)->tensors[i].name;
@@ -303,7 +305,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type, in
     return 0;
 }
 
-/* ---- output --------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// output
 
 static size_t s_pad(size_t n, size_t a) { return (a - n % a) % a; }
 

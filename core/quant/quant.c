@@ -20,38 +20,39 @@
 #include <immintrin.h>
 #endif
 
-static inline uint32_t f32_bits(float f) {
+static inline uint32_t s_f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
 }
-static inline float bits_f32(uint32_t u) {
+static inline float s_bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-/* ---- fp16 ------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// fp16
 
 float coli_fp16_to_fp32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f;
     uint32_t mant = h & 0x3ff;
     if (exp == 0x1f) /* Inf, or NaN made quiet as vcvtph2ps does */
-        return bits_f32(sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0));
-    if (exp != 0) return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
-    if (mant == 0) return bits_f32(sign);
+        return s_bits_f32(sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0));
+    if (exp != 0) return s_bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+    if (mant == 0) return s_bits_f32(sign);
     /* subnormal half: normalise; 2^-14 * mant/1024 is exact in f32 */
     exp = 113;
     while (!(mant & 0x400)) {
         mant <<= 1;
         exp--;
     }
-    return bits_f32(sign | (exp << 23) | ((mant & 0x3ff) << 13));
+    return s_bits_f32(sign | (exp << 23) | ((mant & 0x3ff) << 13));
 }
 
 uint16_t coli_fp32_to_fp16(float f) {
-    uint32_t u = f32_bits(f);
+    uint32_t u = s_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) /* NaN: quiet, keep the top of the payload (as vcvtps2ph) */
@@ -62,8 +63,8 @@ uint16_t coli_fp32_to_fp16(float f) {
         /* below the smallest normal half: adding 0.5f lines the half's
          * subnormal ulp (2^-24) up with the f32 ulp of 0.5, so the FPU's own
          * round-to-nearest-even does the rounding. */
-        float t = bits_f32(a) + 0.5f;
-        return sign | (uint16_t)(f32_bits(t) - 0x3f000000u);
+        float t = s_bits_f32(a) + 0.5f;
+        return sign | (uint16_t)(s_f32_bits(t) - 0x3f000000u);
     }
     /* normal: rebias the exponent (-112 << 23) and round to nearest even */
     uint32_t odd = (a >> 13) & 1;
@@ -71,18 +72,20 @@ uint16_t coli_fp32_to_fp16(float f) {
     return sign | (uint16_t)(a >> 13);
 }
 
-/* ---- bf16 ------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// bf16
 
-float coli_bf16_to_fp32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+float coli_bf16_to_fp32(uint16_t h) { return s_bits_f32((uint32_t)h << 16); }
 
 uint16_t coli_fp32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
+    uint32_t u = s_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it, forced quiet (as ggml) */
         return (uint16_t)((u >> 16) | 64);
     return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
 }
 
-/* ---- bulk fp16 rows: F16C when present, same bits either way ---------- */
+// ----------------------------------------------------------------------------
+// bulk fp16 rows: F16C when present, same bits either way
 
 #if COLI_X86
 COLI_TARGET_AVX2 static void fp16_to_fp32_row_f16c(const uint16_t *src, float *dst, int64_t n) {
@@ -99,7 +102,7 @@ COLI_TARGET_AVX2 static void fp32_to_fp16_row_f16c(const float *src, uint16_t *d
 }
 #endif
 
-static void fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) {
+static void s_fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) {
 #if COLI_X86
     if (coli_cpu_avx2()) {
         fp16_to_fp32_row_f16c(src, dst, n);
@@ -109,7 +112,7 @@ static void fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = coli_fp16_to_fp32(src[i]);
 }
 
-static void fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n) {
+static void s_fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n) {
 #if COLI_X86
     if (coli_cpu_avx2()) {
         fp32_to_fp16_row_f16c(src, dst, n);
@@ -119,16 +122,17 @@ static void fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = coli_fp32_to_fp16(src[i]);
 }
 
-/* ---- weight quantization (llama.cpp reference rules) ------------------ */
+// ----------------------------------------------------------------------------
+// weight quantization (llama.cpp reference rules)
 
 /* roundf into int8 without undefined behaviour for NaN (-> 0) */
-static inline int8_t round_away_i8(float v) {
+static inline int8_t s_round_away_i8(float v) {
     if (!(fabsf(v) <= 127.0f)) return v > 0 ? 127 : (v < 0 ? -127 : 0);
     return (int8_t)roundf(v);
 }
 
 /* largest |x| of one block, compared as llama.cpp does (the scales must match bit for bit) */
-static inline float block_amax(const float *x) {
+static inline float s_block_amax(const float *x) {
     float amax = 0.0f;
     for (int j = 0; j < COLI_QK; j++) {
         float a = fabsf(x[j]);
@@ -139,16 +143,16 @@ static inline float block_amax(const float *x) {
 
 void coli_quantize_row_q8_0(const float *x, block_q8_0 *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK; b++, x += COLI_QK) {
-        const float amax = block_amax(x);
+        const float amax = s_block_amax(x);
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = coli_fp32_to_fp16(d);
-        for (int j = 0; j < COLI_QK; j++) y[b].qs[j] = round_away_i8(x[j] * id);
+        for (int j = 0; j < COLI_QK; j++) y[b].qs[j] = s_round_away_i8(x[j] * id);
     }
 }
 
 /* (int8_t)(v + 8.5f) then min 15, with NaN and out-of-range kept defined */
-static inline uint8_t q4_nibble(float v) {
+static inline uint8_t s_q4_nibble(float v) {
     float t = v + 8.5f;
     if (!(t >= 0.0f)) return 0;
     if (t >= 15.0f) return 15;
@@ -167,11 +171,12 @@ void coli_quantize_row_q4_0(const float *x, block_q4_0 *y, int64_t n) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = coli_fp32_to_fp16(d);
         for (int j = 0; j < COLI_QK / 2; j++)
-            y[b].qs[j] = (uint8_t)(q4_nibble(x[j] * id) | (q4_nibble(x[COLI_QK / 2 + j] * id) << 4));
+            y[b].qs[j] = (uint8_t)(s_q4_nibble(x[j] * id) | (s_q4_nibble(x[COLI_QK / 2 + j] * id) << 4));
     }
 }
 
-/* ---- activation quantization (llama.cpp AVX2 rules) ------------------- */
+// ----------------------------------------------------------------------------
+// activation quantization (llama.cpp AVX2 rules)
 
 /* What _mm256_round_ps(nearest) + _mm256_cvtps_epi32 + the saturating packs
  * give: round half to even, clamp to int8; NaN and |v| >= 2^31 come out of
@@ -186,23 +191,24 @@ int8_t coli_act_round_i8(float v) {
 
 void coli_quantize_act_q8_0(const float *x, block_q8_0 *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK; b++, x += COLI_QK) {
-        const float amax = block_amax(x);
+        const float amax = s_block_amax(x);
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[b].d = coli_fp32_to_fp16(amax / 127.0f);
         for (int j = 0; j < COLI_QK; j++) y[b].qs[j] = coli_act_round_i8(x[j] * id);
     }
 }
 
-/* ---- whole rows of any type ------------------------------------------- */
+// ----------------------------------------------------------------------------
+// whole rows of any type
 
-static void dequantize_q8_0(const block_q8_0 *x, float *y, int64_t n) {
+static void s_dequantize_q8_0(const block_q8_0 *x, float *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK; b++) {
         const float d = coli_fp16_to_fp32(x[b].d);
         for (int j = 0; j < COLI_QK; j++) y[b * COLI_QK + j] = d * (float)x[b].qs[j];
     }
 }
 
-static void dequantize_q4_0(const block_q4_0 *x, float *y, int64_t n) {
+static void s_dequantize_q4_0(const block_q4_0 *x, float *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK; b++) {
         const float d = coli_fp16_to_fp32(x[b].d);
         float *o = y + b * COLI_QK;
@@ -216,14 +222,14 @@ static void dequantize_q4_0(const block_q4_0 *x, float *y, int64_t n) {
 void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case COLI_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
-    case COLI_F16: fp16_to_fp32_row(src, dst, n); break;
+    case COLI_F16: s_fp16_to_fp32_row(src, dst, n); break;
     case COLI_BF16: {
         const uint16_t *s = src;
         for (int64_t i = 0; i < n; i++) dst[i] = coli_bf16_to_fp32(s[i]);
         break;
     }
-    case COLI_Q8_0: dequantize_q8_0(src, dst, n); break;
-    case COLI_Q4_0: dequantize_q4_0(src, dst, n); break;
+    case COLI_Q8_0: s_dequantize_q8_0(src, dst, n); break;
+    case COLI_Q4_0: s_dequantize_q4_0(src, dst, n); break;
     default: coli_dequantize_row_blocks(t, src, dst, n); break;
     }
 }
@@ -231,7 +237,7 @@ void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n) {
 void coli_quantize_row(coli_dtype t, const float *src, void *dst, int64_t n) {
     switch (t) {
     case COLI_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
-    case COLI_F16: fp32_to_fp16_row(src, dst, n); break;
+    case COLI_F16: s_fp32_to_fp16_row(src, dst, n); break;
     case COLI_BF16: {
         uint16_t *d = dst;
         for (int64_t i = 0; i < n; i++) d[i] = coli_fp32_to_bf16(src[i]);

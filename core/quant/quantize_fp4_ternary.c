@@ -18,7 +18,8 @@
 #include "core/quant/quant.h"
 #include "core/quant/quantize_rows.h"
 
-/* ---- MXFP4 --------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// MXFP4
 
 static uint8_t s_mxfp4_exponent(float amax) {
     if (!(amax > 0.0f)) return 0;
@@ -53,7 +54,8 @@ void coli_quantize_row_mxfp4(const float *x, block_mxfp4 *y, int64_t n) {
     }
 }
 
-/* ---- ternary --------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// ternary
 
 /* amax of 256 values and its inverse (0 for an all-zero block). */
 static float s_ternary_scale(const float *x, float *id) {

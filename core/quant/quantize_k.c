@@ -37,7 +37,8 @@ static float s_signed_max(const float *x, int n, float *amax_out) {
     return max;
 }
 
-/* ---- group fits ------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// group fits
 
 /* Weighted error of x against scale*L + min (|.| if use_mad, else squared). */
 static float s_fit_error(const float *x, const float *w, const uint8_t *L, int n, float scale, float min, int use_mad) {
@@ -191,7 +192,8 @@ static float s_fit_signed_search(int n, int nmax, const float *x, int8_t *L) {
     return scale;
 }
 
-/* ---- Q2_K --------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// Q2_K
 
 /* 256 codes of 2 bits: byte l of each 32-byte half holds codes l, l+32,
  * l+64, l+96 of its 128 values in bits 0-1, 2-3, 4-5, 6-7. */
@@ -235,7 +237,8 @@ void coli_quantize_row_q2_K(const float *x, block_q2_K *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK_K; b++) s_q2_K_block(x + b * COLI_QK_K, &y[b]);
 }
 
-/* ---- Q3_K --------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// Q3_K
 
 /* Signed 6-bit scale j (stored +32) of a Q3_K block: low 4 bits in
  * scales[j % 8] (nibble j / 8), high 2 bits in scales[8 + j % 4]. */
@@ -292,7 +295,8 @@ void coli_quantize_row_q3_K(const float *x, block_q3_K *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK_K; b++) s_q3_K_block(x + b * COLI_QK_K, &y[b]);
 }
 
-/* ---- Q4_K / Q5_K ---------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// Q4_K / Q5_K
 
 /* 6-bit scale and minimum of group j of a Q4_K/Q5_K block (ggml's
  * get_scale_min_k4): groups 0-3 in the low 6 bits of bytes j and j+4,
@@ -379,7 +383,8 @@ void coli_quantize_row_q5_K(const float *x, block_q5_K *y, int64_t n) {
     }
 }
 
-/* ---- Q6_K --------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// Q6_K
 
 static void s_q6_K_block(const float *x, block_q6_K *y) {
     int8_t L[COLI_QK_K];

@@ -18,15 +18,20 @@
 #include "core/quant/quantize_impl.h"
 #include "core/quant/quantize_rows.h"
 
-/* Smallest and largest value of one 32-value block. */
-static void s_block_range(const float *x, float *min_out, float *max_out) {
+/* The affine fit of Q4_1 / Q5_1 to one 32-value block: codes 0..levels from the block's
+ * smallest value (*min) at step d = (max - min) / levels; stores d and min (fp16) and returns
+ * the inverse step (0 for a constant block). */
+static float s_block_affine(const float *x, float levels, uint16_t *d_out, uint16_t *m_out, float *min_out) {
     float min = FLT_MAX, max = -FLT_MAX;
     for (int j = 0; j < COLI_QK; j++) {
         if (x[j] < min) min = x[j];
         if (x[j] > max) max = x[j];
     }
+    const float d = (max - min) / levels;
+    *d_out = coli_fp32_to_fp16(d);
+    *m_out = coli_fp32_to_fp16(min);
     *min_out = min;
-    *max_out = max;
+    return d != 0.0f ? 1.0f / d : 0.0f;
 }
 
 /* The value of largest magnitude, sign kept; the first one on ties. */
@@ -54,12 +59,8 @@ static void s_pack_5bit(const uint8_t *q, uint8_t qs[COLI_QK / 2], uint8_t qh_ou
 
 void coli_quantize_row_q4_1(const float *x, block_q4_1 *y, int64_t n) {
     for (int64_t b = 0; b < n / COLI_QK; b++, x += COLI_QK) {
-        float min, max;
-        s_block_range(x, &min, &max);
-        const float d = (max - min) / 15.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = coli_fp32_to_fp16(d);
-        y[b].m = coli_fp32_to_fp16(min);
+        float min;
+        const float id = s_block_affine(x, 15.0f, &y[b].d, &y[b].m, &min);
         for (int j = 0; j < COLI_QK / 2; j++) {
             const int lo = coli_trunc_clamp((x[j] - min) * id + 0.5f, 15);
             const int hi = coli_trunc_clamp((x[j + COLI_QK / 2] - min) * id + 0.5f, 15);
@@ -82,12 +83,8 @@ void coli_quantize_row_q5_0(const float *x, block_q5_0 *y, int64_t n) {
 void coli_quantize_row_q5_1(const float *x, block_q5_1 *y, int64_t n) {
     uint8_t q[COLI_QK];
     for (int64_t b = 0; b < n / COLI_QK; b++, x += COLI_QK) {
-        float min, max;
-        s_block_range(x, &min, &max);
-        const float d = (max - min) / 31.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = coli_fp32_to_fp16(d);
-        y[b].m = coli_fp32_to_fp16(min);
+        float min;
+        const float id = s_block_affine(x, 31.0f, &y[b].d, &y[b].m, &min);
         for (int j = 0; j < COLI_QK; j++) q[j] = (uint8_t)coli_trunc_clamp((x[j] - min) * id + 0.5f, 31);
         s_pack_5bit(q, y[b].qs, y[b].qh);
     }

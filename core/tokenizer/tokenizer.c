@@ -88,7 +88,7 @@ int tok_ids_push(tok_ids *ids, int32_t id) {
 
 static int s_str_eq(gguf_str s, const char *c) { return s.len == strlen(c) && memcmp(s.ptr, c, s.len) == 0; }
 
-// tokenizer.ggml.pre: llama.cpp warns and uses "default" when it is absent.
+/* tokenizer.ggml.pre: llama.cpp warns and uses "default" when it is absent. */
 static int s_load_pre(coli_tokenizer *tok, const gguf_file *f) {
     gguf_str pre = {"default", 7};
     if (gguf_find_key(f, KEY_PRE) >= 0) {
@@ -123,7 +123,7 @@ static int s_load_kind(coli_tokenizer *tok, const gguf_file *f) {
 // ---------------------------------------------------------------------------
 // loading: vocabulary
 
-// An optional per-token array of elem_type (or alt) with at least n entries.
+/* An optional per-token array of elem_type (or alt) with at least n entries. */
 static int s_token_array(const gguf_file *f, const char *key, gguf_type elem_type, gguf_type alt, uint64_t n,
                          gguf_type *type, const void **data) {
     uint64_t count;
@@ -151,7 +151,7 @@ static uint8_t s_attr_of_type(int32_t type) {
     }
 }
 
-// Scores and token types (both optional; default score 0, type normal).
+/* Scores and token types (both optional; default score 0, type normal). */
 static int s_load_scores_types(coli_tokenizer *tok, const gguf_file *f) {
     gguf_type st, tt;
     const void *sdata, *tdata;
@@ -178,7 +178,7 @@ static int s_load_scores_types(coli_tokenizer *tok, const gguf_file *f) {
     return 0;
 }
 
-// Copy the vocabulary strings into one blob ("" becomes "[EMPTY_<id>]").
+/* Copy the vocabulary strings into one blob ("" becomes "[EMPTY_<id>]"). */
 static int s_copy_texts(coli_tokenizer *tok, const gguf_file *f) {
     size_t total = 0;
     gguf_str s;
@@ -305,7 +305,7 @@ static int s_load_merges(coli_tokenizer *tok, const gguf_file *f) {
 // ---------------------------------------------------------------------------
 // loading: special ids and flags
 
-// An id key: kept only when in range (llama.cpp warns and keeps the default).
+/* An id key: kept only when in range (llama.cpp warns and keeps the default). */
 static void s_load_id(coli_tokenizer *tok, const gguf_file *f, const char *key, int32_t *id) {
     int64_t v;
     if (*id >= tok->n_vocab) *id = -1;
@@ -342,14 +342,14 @@ static int s_hex(char c) {
                                   : -1;
 }
 
-// "<0xNN>" -> the byte (the hex digits that parse, as strtol).
+/* "<0xNN>" -> the byte (the hex digits that parse, as strtol). */
 static char s_byte_of(const char *t, uint32_t len) {
     int v = 0;
     for (uint32_t i = 3; i < 5 && i < len && s_hex(t[i]) >= 0; i++) v = v * 16 + s_hex(t[i]);
     return (char)v;
 }
 
-// The piece of one token into a malloc'ed buffer.
+/* The piece of one token into a malloc'ed buffer. */
 static int s_piece_of(const coli_tokenizer *tok, int32_t id, char **out, size_t *n) {
     const char *t = tok->text_blob + tok->text_off[id];
     uint32_t len = tok->text_len[id];
@@ -552,8 +552,8 @@ int coli_tokenizer_encode_plain(const coli_tokenizer *tok, const char *text, siz
 // ---------------------------------------------------------------------------
 // streaming UTF-8 assembly
 
-// Bytes a lead byte announces: 1 for ASCII, 2..4 for a valid lead, 0 for a
-// byte that cannot start a character (continuation, 0xC0/0xC1, 0xF5..0xFF).
+/* Bytes a lead byte announces: 1 for ASCII, 2..4 for a valid lead, 0 for a
+ * byte that cannot start a character (continuation, 0xC0/0xC1, 0xF5..0xFF). */
 static int s_seq_len(unsigned char b) {
     if (b < 0x80) return 1;
     if (b >= 0xC2 && b <= 0xDF) return 2;

@@ -31,7 +31,7 @@ typedef struct bpe_session {
     tok_merger merger;
 } bpe_session;
 
-// The pair merges if a merge rule names it; the lowest rank merges first.
+/* The pair merges if a merge rule names it; the lowest rank merges first. */
 static int s_pair_rank(const coli_tokenizer *tok, const char *text, size_t left_n, size_t right_n, double *priority) {
     int32_t rank = tok_merge_rank(tok, text, left_n, text + left_n, right_n);
     if (rank < 0) return 0;
@@ -39,7 +39,7 @@ static int s_pair_rank(const coli_tokenizer *tok, const char *text, size_t left_
     return 1;
 }
 
-// Emit the word's symbols; one that is no token goes byte by byte.
+/* Emit the word's symbols; one that is no token goes byte by byte. */
 static int s_emit_word(const bpe_session *s, int32_t n_sym, tok_ids *out) {
     for (int32_t i = 0; i < n_sym; i++) {
         const tok_symbol *sym = &s->merger.sym[i];
@@ -59,7 +59,7 @@ static int s_emit_word(const bpe_session *s, int32_t n_sym, tok_ids *out) {
     return 0;
 }
 
-// Encode n code points as UTF-8, each byte GPT-2 mapped, into s->word.
+/* Encode n code points as UTF-8, each byte GPT-2 mapped, into s->word. */
 static int s_encode_word(bpe_session *s, const uint32_t *cpts, size_t n) {
     // a code point is at most 4 UTF-8 bytes, each mapped to at most 2
     if (n * 8 > s->word_cap) {
@@ -121,7 +121,7 @@ done:
 
 // ---------------------------------------------------------------------------
 
-// Decode into buf (NULL: only count); returns the bytes written.
+/* Decode into buf (NULL: only count); returns the bytes written. */
 static size_t s_decode_text(const char *text, size_t len, char *buf) {
     size_t n_out = 0;
     for (size_t off = 0; off < len;) {

@@ -91,7 +91,8 @@ struct coli_tokenizer {
     int add_bos, add_eos, add_space_prefix;
 };
 
-/* ---- tokenizer.c ---- */
+// ----------------------------------------------------------------------------
+// tokenizer.c
 /* id of the vocabulary string s (n bytes), -1 if none */
 int32_t tok_find(const coli_tokenizer *tok, const char *s, size_t n);
 /* rank of the merge (left, right), -1 if none */
@@ -103,7 +104,8 @@ int tok_ids_push(tok_ids *ids, int32_t id);
  * COLI_ENOMEM's message naming what ("tokens", "merge candidates"). */
 void *tok_grow(void *v, size_t *cap, size_t need, size_t elem, size_t min_cap, const char *what);
 
-/* ---- tokenizer_special.c ---- */
+// ----------------------------------------------------------------------------
+// tokenizer_special.c
 /* Roles found by metadata or by text (EOT, FIM, ...), end-of-generation
  * ids, and the list of special tokens matched in the text. */
 int tok_setup_special(coli_tokenizer *tok, const gguf_file *f);
@@ -128,7 +130,8 @@ typedef struct tok_plain {
 int tok_partition(const coli_tokenizer *tok, const char *text, size_t len, int parse_special, const tok_plain *plain,
                   tok_fragment **frags, size_t *n_frags);
 
-/* ---- tokenizer_merge.c ---- */
+// ----------------------------------------------------------------------------
+// tokenizer_merge.c
 /* A symbol is a span of the text being merged; merged-away symbols have n == 0. */
 typedef struct tok_symbol {
     int32_t prev, next; /* neighbours in the chain, -1 at the ends */
@@ -163,11 +166,13 @@ int32_t tok_merger_split(tok_merger *m, const char *text, size_t n);
 int tok_merger_run(tok_merger *m, const coli_tokenizer *tok, const char *text, int32_t n_sym, tok_pair_fn pair);
 void tok_merger_free(tok_merger *m);
 
-/* ---- tokenizer_spm.c ---- */
+// ----------------------------------------------------------------------------
+// tokenizer_spm.c
 /* Tokenize one text fragment (spaces not yet escaped) with the SPM model. */
 int tok_spm_encode(const coli_tokenizer *tok, const char *text, size_t len, int space_prefix, tok_ids *out);
 
-/* ---- tokenizer_pre.c, tokenizer_regex.c ---- */
+// ----------------------------------------------------------------------------
+// tokenizer_pre.c, tokenizer_regex.c
 /* Word lengths in code points (llama.cpp's bpe_offsets). */
 typedef struct tok_pieces {
     size_t *len;
@@ -195,7 +200,8 @@ void tok_regex_free(tok_regex **re);
  * into out: the matches and the text between them, in order. */
 int tok_regex_split(const tok_regex *re, const uint32_t *cpts, size_t n, const tok_pieces *in, tok_pieces *out);
 
-/* ---- tokenizer_bpe.c ---- */
+// ----------------------------------------------------------------------------
+// tokenizer_bpe.c
 /* Pre-tokenize and BPE-encode one text fragment. */
 int tok_bpe_encode(const coli_tokenizer *tok, const char *text, size_t len, tok_ids *out);
 /* The bytes a byte-level vocabulary string stands for (llama.cpp's

@@ -68,7 +68,7 @@ int32_t tok_merger_split(tok_merger *m, const char *text, size_t n) {
     return n_sym;
 }
 
-// Queue the merge of symbols left and right if the pair may merge.
+/* Queue the merge of symbols left and right if the pair may merge. */
 static int s_try_add_bigram(tok_merger *m, const coli_tokenizer *tok, const char *text, tok_pair_fn pair, int32_t left,
                             int32_t right) {
     if (left < 0 || right < 0) return 0;

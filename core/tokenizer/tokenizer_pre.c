@@ -37,14 +37,14 @@ int tok_pieces_push(tok_pieces *p, size_t len) {
 // (clang-format 14 does not settle on these string macros)
 // clang-format off
 #define RX_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-// Llama 3's (?i:'s|'t|...) spelt without (?i:), as llama.cpp does
+/* Llama 3's (?i:'s|'t|...) spelt without (?i:), as llama.cpp does */
 #define RX_CONTRACTIONS_CI "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 #define RX_LLAMA3 RX_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RX_QWEN2  RX_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-// CJK ideographs U+4E00..U+9FA5, U+0800..U+4E00 (sic, from DeepSeek's tokenizer.json), Hangul U+AC00..U+D7FF
+/* CJK ideographs U+4E00..U+9FA5, U+0800..U+4E00 (sic, from DeepSeek's tokenizer.json), Hangul U+AC00..U+D7FF */
 #define RX_DEEPSEEK_CJK "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+"
-// DeepSeek LLM's cased letters (written as code points: several are singletons
-// that Unicode normalization would turn into other letters)
+/* DeepSeek LLM's cased letters (written as code points: several are singletons
+ * that Unicode normalization would turn into other letters) */
 #define RX_DEEPSEEK_LETTERS "\\s?[A-Za-z\u00B5\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u01BA\u01BC-\u01BF\u01C4-\u0293" \
     "\u0295-\u02AF\u0370-\u0373\u0376\u0377\u037B-\u037D\u037F\u0386\u0388-\u038A\u038C\u038E-\u03A1"   \
     "\u03A3-\u03F5\u03F7-\u0481\u048A-\u052F\u0531-\u0556\u10A0-\u10C5\u13A0-\u13F5\u13F8-\u13FD"        \
@@ -57,13 +57,13 @@ int tok_pieces_push(tok_pieces *p, size_t len) {
     "\uFB13-\uFB17\uFF21-\uFF3A\uFF41-\uFF5A\U00010400-\U0001044F\U000104B0-\U000104D3"                  \
     "\U000104D8-\U000104FB\U00010C80-\U00010CB2\U00010CC0-\U00010CF2\U000118A0-\U000118DF"               \
     "\U0001E900-\U0001E943]+"
-// ASCII and full-width punctuation, quotation marks U+2018..U+201F, U+3000..U+3002
+/* ASCII and full-width punctuation, quotation marks U+2018..U+201F, U+3000..U+3002 */
 #define RX_DEEPSEEK_PUNCT "\\s?[!-/:-~\uFF01-\uFF0F\uFF1A-\uFF5E\u2018-\u201F\u3000-\u3002]+"
-// CJK ideographs, hiragana, katakana
+/* CJK ideographs, hiragana, katakana */
 #define RX_DEEPSEEK3_CJK "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+"
 #define RX_DEEPSEEK3 "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"  \
     "| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-// everything but white space and . , ! ? and the ellipsis, ideographic/full-width/Devanagari/Arabic stops and commas
+/* everything but white space and . , ! ? and the ellipsis, ideographic/full-width/Devanagari/Arabic stops and commas */
 #define RX_PORO " ?[^(\\s|.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C)]+"
 // clang-format on
 
@@ -144,10 +144,10 @@ static int s_is_other(unsigned f) /* [^\s\p{L}\p{N}] inside the piece */
     return (f & IN_RANGE) && !(f & (COLI_CPT_SPACE | COLI_CPT_LETTER | COLI_CPT_NUMBER));
 }
 
-// ASCII case folding suffices: no other code point lowercases to s t r e v m l d.
+/* ASCII case folding suffices: no other code point lowercases to s t r e v m l d. */
 static uint32_t s_fold(uint32_t c, int fold) { return fold && c >= 'A' && c <= 'Z' ? c + 32 : c; }
 
-// 's|'t|'re|'ve|'m|'ll|'d (any case when fold): the end of the contraction at pos, or 0.
+/* 's|'t|'re|'ve|'m|'ll|'d (any case when fold): the end of the contraction at pos, or 0. */
 static size_t s_contraction(const split_piece *g, size_t pos, int fold) {
     if (g->cpts[pos] != '\'' || pos + 1 >= g->end) return 0;
     uint32_t c1 = s_fold(g->cpts[pos + 1], fold);
@@ -158,7 +158,7 @@ static size_t s_contraction(const split_piece *g, size_t pos, int fold) {
     return 0;
 }
 
-// \s+(?!\S) then \s+ (Llama 3: \s*[\r\n]+ first): the end of the run at pos.
+/* \s+(?!\S) then \s+ (Llama 3: \s*[\r\n]+ first): the end of the run at pos. */
 static size_t s_space_end(const split_piece *g, size_t pos, int newline_first) {
     size_t n_ws = 0, after_newline = 0;
     for (; s_flags_at(g, pos + n_ws) & COLI_CPT_SPACE; n_ws++) {
@@ -171,7 +171,7 @@ static size_t s_space_end(const split_piece *g, size_t pos, int newline_first) {
     return pos + (n_ws ? n_ws : 1); // \s+, or no match: one code point
 }
 
-// The end of the GPT-2 regex's word at pos.
+/* The end of the GPT-2 regex's word at pos. */
 static size_t s_gpt2_word_end(const split_piece *g, size_t pos) {
     size_t end = s_contraction(g, pos, 0);
     if (end) return end;
@@ -193,7 +193,7 @@ static size_t s_gpt2_word_end(const split_piece *g, size_t pos) {
     return s_space_end(g, pos, 0);
 }
 
-// The end of the Llama 3 regex's word at pos.
+/* The end of the Llama 3 regex's word at pos. */
 static size_t s_llama3_word_end(const split_piece *g, size_t pos) {
     size_t end = s_contraction(g, pos, 1);
     if (end) return end;

@@ -85,7 +85,7 @@ static int s_error(const re_parser *ps, const char *what) {
     return coli_fail(COLI_EINVAL, "pre-tokenizer regex '%.80s': %s at character %zu", ps->src, what, ps->i);
 }
 
-// Room for need elements in *arr (see tok_grow); *arr stays valid on failure.
+/* Room for need elements in *arr (see tok_grow); *arr stays valid on failure. */
 static int s_reserve(void *arr, size_t *cap, size_t need, size_t elem, const char *what) {
     void *grown = tok_grow(*(void **)arr, cap, need, elem, 16, what);
     if (!grown) return COLI_ENOMEM;
@@ -102,7 +102,7 @@ static int s_add_range(re_parser *ps, uint32_t lo, uint32_t hi) {
     return 0;
 }
 
-// Start a class; its ranges are added next. Returns its index or < 0.
+/* Start a class; its ranges are added next. Returns its index or < 0. */
 static int64_t s_new_class(re_parser *ps, int negate) {
     tok_regex *re = ps->re;
     if (s_reserve(&re->classes, &re->cap_classes, re->n_classes + 1, sizeof(*re->classes), "regex classes") < 0)
@@ -119,7 +119,7 @@ static int64_t s_new_node(re_parser *ps, re_kind kind) {
     return (int64_t)re->n_nodes++;
 }
 
-// \p{X} in the collapsed text: the category's marker and llama.cpp's ASCII members of X.
+/* \p{X} in the collapsed text: the category's marker and llama.cpp's ASCII members of X. */
 static int s_add_category(re_parser *ps, char cat) {
     static const struct {
         char cat;
@@ -197,7 +197,7 @@ static int s_escape(re_parser *ps, int negated_ok, int *is_class, int *negated, 
     }
 }
 
-// One member of a bracket class: a character (*cpt) or a class escape.
+/* One member of a bracket class: a character (*cpt) or a class escape. */
 static int s_class_member(re_parser *ps, int *is_class, uint32_t *cpt) {
     int negated;
     *is_class = 0;
@@ -209,7 +209,7 @@ static int s_class_member(re_parser *ps, int *is_class, uint32_t *cpt) {
     return s_escape(ps, 0, is_class, &negated, cpt);
 }
 
-// [...] with ps->i just past '['; returns the class index or < 0.
+/* [...] with ps->i just past '['; returns the class index or < 0. */
 static int64_t s_bracket(re_parser *ps) {
     int negate = ps->i < ps->n && ps->p[ps->i] == '^';
     ps->i += (size_t)negate;
@@ -235,7 +235,7 @@ static int64_t s_bracket(re_parser *ps) {
 
 static int s_parse_alternatives(re_parser *ps, int64_t group);
 
-// (...) (?:...) (?=...) (?!...) with ps->i just past '('; returns the node.
+/* (...) (?:...) (?=...) (?!...) with ps->i just past '('; returns the node. */
 static int64_t s_group(re_parser *ps) {
     re_kind kind = RE_GROUP;
     if (ps->i + 1 < ps->n && ps->p[ps->i] == '?') {
@@ -252,7 +252,7 @@ static int64_t s_group(re_parser *ps) {
     return node;
 }
 
-// One atom (a character, a class, a group, '$'); returns its node.
+/* One atom (a character, a class, a group, '$'); returns its node. */
 static int64_t s_atom(re_parser *ps) {
     uint32_t c = ps->p[ps->i++];
     if (c == '(') return s_group(ps);
@@ -283,7 +283,7 @@ static int s_number(re_parser *ps, uint32_t *out) {
     return ps->i > start ? 0 : s_error(ps, "bad {n,m} quantifier");
 }
 
-// A quantifier after node, if one follows.
+/* A quantifier after node, if one follows. */
 static int s_quantifier(re_parser *ps, int64_t node) {
     uint32_t min = 1, max = 1, c = ps->i < ps->n ? ps->p[ps->i] : 0;
     int rc = 0;
@@ -313,8 +313,8 @@ static int s_quantifier(re_parser *ps, int64_t node) {
     return 0;
 }
 
-// A sequence of quantified atoms up to '|', ')' or the end; *first is its
-// first node (-1 when empty).
+/* A sequence of quantified atoms up to '|', ')' or the end; *first is its
+ * first node (-1 when empty). */
 static int s_sequence(re_parser *ps, int32_t *first) {
     int64_t last = -1;
     *first = -1;
@@ -331,7 +331,7 @@ static int s_sequence(re_parser *ps, int32_t *first) {
     return 0;
 }
 
-// a|b|... up to ')' or the end, as the alternatives of group.
+/* a|b|... up to ')' or the end, as the alternatives of group. */
 static int s_parse_alternatives(re_parser *ps, int64_t group) {
     int32_t firsts[RE_MAX_ALTS];
     uint32_t n = 0;
@@ -402,7 +402,7 @@ typedef struct re_match {
     size_t end;           /* end of the piece being split */
 } re_match;
 
-// What follows when a sequence ends: the node after the enclosing group.
+/* What follows when a sequence ends: the node after the enclosing group. */
 typedef struct re_cont {
     int32_t node;
     const struct re_cont *up;
@@ -417,7 +417,7 @@ static int s_class_has(const tok_regex *re, const re_class *cls, uint32_t c) {
 
 static size_t s_match(const re_match *m, int32_t node, size_t pos, const re_cont *k);
 
-// Try the alternatives of a group in order; each continues with k.
+/* Try the alternatives of a group in order; each continues with k. */
 static size_t s_match_alts(const re_match *m, const re_node *g, size_t pos, const re_cont *k) {
     for (uint32_t a = 0; a < g->n_alt; a++) {
         size_t end = s_match(m, m->re->alts[g->alt + a], pos, k);
@@ -458,7 +458,7 @@ static size_t s_match(const re_match *m, int32_t node, size_t pos, const re_cont
     return RE_FAIL;
 }
 
-// The text as the regex sees it (see the top of the file).
+/* The text as the regex sees it (see the top of the file). */
 static uint32_t s_unit(const tok_regex *re, uint32_t cpt) {
     if (cpt < 128) return cpt;
     unsigned f = coli_cpt_flags(cpt);
@@ -472,7 +472,7 @@ static uint32_t s_unit(const tok_regex *re, uint32_t cpt) {
                                  : 0xD0;
 }
 
-// Split [start, end): the matches and the stretches between them become pieces.
+/* Split [start, end): the matches and the stretches between them become pieces. */
 static int s_split_piece(const re_match *m, size_t start, tok_pieces *out) {
     const re_node *root = &m->re->nodes[m->re->root];
     size_t from = start;

@@ -86,15 +86,15 @@ static int s_text_in(const coli_tokenizer *tok, int32_t id, const char *const *t
     return 0;
 }
 
-// An id from metadata: -1 if absent or out of range (llama.cpp ignores those).
+/* An id from metadata: -1 if absent or out of range (llama.cpp ignores those). */
 static int32_t s_meta_id(const coli_tokenizer *tok, const gguf_file *f, const char *key) {
     int64_t v;
     if (!key || gguf_find_key(f, key) < 0 || gguf_get_i64(f, key, &v) < 0) return -1;
     return v >= 0 && v < tok->n_vocab ? (int32_t)v : -1;
 }
 
-// The role's id from metadata, else the first token with one of its texts
-// (which then becomes a control token).
+/* The role's id from metadata, else the first token with one of its texts
+ * (which then becomes a control token). */
 static int32_t s_find_role(coli_tokenizer *tok, const gguf_file *f, const tok_role *role) {
     int32_t id = s_meta_id(tok, f, role->key);
     int32_t id_old = s_meta_id(tok, f, role->key_old);
@@ -122,8 +122,8 @@ static void s_setup_eog(coli_tokenizer *tok, const gguf_file *f) {
     if (tok->eos >= 0) tok->is_eog[tok->eos] = 1;
 }
 
-// Phi-3 (by general.name, as llama.cpp): special tokens eat the white space
-// after them, except <unk>, <s> and <|endoftext|>; </s> does too.
+/* Phi-3 (by general.name, as llama.cpp): special tokens eat the white space
+ * after them, except <unk>, <s> and <|endoftext|>; </s> does too. */
 static void s_phi3_rstrip(coli_tokenizer *tok, const gguf_file *f) {
     gguf_str name;
     char lower[256];
@@ -199,7 +199,7 @@ static int s_frag_push(frag_list *l, int32_t token, size_t off, size_t len) {
     return 0;
 }
 
-// 1 if text[at .. at + n) overlaps a range of plain (binary search: they ascend).
+/* 1 if text[at .. at + n) overlaps a range of plain (binary search: they ascend). */
 static int s_in_plain(const tok_plain *plain, size_t at, size_t n) {
     size_t lo = 0, hi = plain ? plain->n : 0;
     while (lo < hi) { // the first range that ends after at
@@ -214,8 +214,8 @@ static int s_in_plain(const tok_plain *plain, size_t at, size_t n) {
     return 0;
 }
 
-// Split every raw fragment of in at each occurrence of special token id
-// (not where it overlaps a range of guard: a control token in message text).
+/* Split every raw fragment of in at each occurrence of special token id
+ * (not where it overlaps a range of guard: a control token in message text). */
 static int s_split_at(const coli_tokenizer *tok, const char *text, int32_t id, const tok_plain *guard,
                       const frag_list *in, frag_list *out) {
     const char *t = tok->text_blob + tok->text_off[id];

@@ -14,7 +14,7 @@
 #include "core/tokenizer/tokenizer_impl.h"
 #include "core/tokenizer/unicode.h"
 
-// The pair merges if its concatenation is a token; the token's score ranks it.
+/* The pair merges if its concatenation is a token; the token's score ranks it. */
 static int s_pair_score(const coli_tokenizer *tok, const char *text, size_t left_n, size_t right_n, double *priority) {
     int32_t id = tok_find(tok, text, left_n + right_n);
     if (id < 0) return 0;
@@ -22,7 +22,7 @@ static int s_pair_score(const coli_tokenizer *tok, const char *text, size_t left
     return 1;
 }
 
-// The token of one byte: "<0xNN>", else the byte itself as a string.
+/* The token of one byte: "<0xNN>", else the byte itself as a string. */
 static int s_byte_token(const coli_tokenizer *tok, unsigned char byte, int32_t *id) {
     static const char hex[] = "0123456789ABCDEF";
     char buf[6] = {'<', '0', 'x', hex[byte >> 4], hex[byte & 15], '>'};
@@ -34,7 +34,7 @@ static int s_byte_token(const coli_tokenizer *tok, unsigned char byte, int32_t *
     return 0;
 }
 
-// Emit a final symbol: its token, or one byte token per byte.
+/* Emit a final symbol: its token, or one byte token per byte. */
 static int s_emit(const coli_tokenizer *tok, const char *text, const tok_symbol *sym, tok_ids *out) {
     int32_t id = tok_find(tok, text + sym->off, sym->n);
     if (id >= 0) return tok_ids_push(out, id);
@@ -47,7 +47,7 @@ static int s_emit(const coli_tokenizer *tok, const char *text, const tok_symbol 
 
 // ---------------------------------------------------------------------------
 
-// " " -> U+2581 (3 bytes), with an optional leading one.
+/* " " -> U+2581 (3 bytes), with an optional leading one. */
 static char *s_escape(const char *text, size_t len, int space_prefix, size_t *out_len) {
     size_t n_space = space_prefix ? 1 : 0;
     for (size_t i = 0; i < len; i++) n_space += text[i] == ' ';

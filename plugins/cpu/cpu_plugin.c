@@ -38,8 +38,8 @@ struct moe_device {
     moe_stats stats;      /* stats.resident_experts: experts.n */
 };
 
-static int fail(char *err, size_t err_len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t err_len, int code, const char *fmt, ...) {
+static int s_fail(char *err, size_t err_len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int s_fail(char *err, size_t err_len, int code, const char *fmt, ...) {
     if (err && err_len) {
         va_list ap;
         va_start(ap, fmt);
@@ -49,9 +49,10 @@ static int fail(char *err, size_t err_len, int code, const char *fmt, ...) {
     return code;
 }
 
-/* ---- the expert table -------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// the expert table
 
-static cpu_expert *find_slot(const moe_device *d, int32_t layer, int32_t expert) {
+static cpu_expert *s_find_slot(const moe_device *d, int32_t layer, int32_t expert) {
     return expert_table_get(&d->experts, expert_key(layer, expert));
 }
 
@@ -60,15 +61,16 @@ static void s_free_expert(void *val, void *arg) {
     free(val);
 }
 
-/* ---- vtable ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// vtable
 
-static int cpu_probe(int *n_devices, char *why, size_t why_len) {
+static int s_cpu_probe(int *n_devices, char *why, size_t why_len) {
     if (n_devices) *n_devices = 1;
     if (why && why_len) why[0] = '\0';
     return 0;
 }
 
-static void cpu_close(moe_device **dev) {
+static void s_cpu_close(moe_device **dev) {
     if (!dev || !*dev) return;
     moe_device *d = *dev;
     if (d->owns_pool) coli_pool_destroy(&d->pool);
@@ -79,90 +81,90 @@ static void cpu_close(moe_device **dev) {
     *dev = NULL;
 }
 
-//  Open with the given pool (borrowed) or, when pool is NULL, a pool of its own.
-static int cpu_open_with(const moe_open_opts *opts, coli_pool *pool, moe_device **out, char *err, size_t err_len) {
-    if (!out) return fail(err, err_len, COLI_EINVAL, "cpu: open: NULL output");
+/* Open with the given pool (borrowed) or, when pool is NULL, a pool of its own. */
+static int s_cpu_open_with(const moe_open_opts *opts, coli_pool *pool, moe_device **out, char *err, size_t err_len) {
+    if (!out) return s_fail(err, err_len, COLI_EINVAL, "cpu: open: NULL output");
     *out = NULL;
-    if (!opts) return fail(err, err_len, COLI_EINVAL, "cpu: open: NULL options");
+    if (!opts) return s_fail(err, err_len, COLI_EINVAL, "cpu: open: NULL options");
     if (opts->device_index != 0)
-        return fail(err, err_len, COLI_EINVAL, "cpu: device %d does not exist (only 0)", opts->device_index);
-    if (opts->n_threads < 0) return fail(err, err_len, COLI_EINVAL, "cpu: n_threads %d < 0", opts->n_threads);
+        return s_fail(err, err_len, COLI_EINVAL, "cpu: device %d does not exist (only 0)", opts->device_index);
+    if (opts->n_threads < 0) return s_fail(err, err_len, COLI_EINVAL, "cpu: n_threads %d < 0", opts->n_threads);
     moe_device *d = calloc(1, sizeof *d);
-    if (!d) return fail(err, err_len, COLI_ENOMEM, "cpu: open: out of memory");
+    if (!d) return s_fail(err, err_len, COLI_ENOMEM, "cpu: open: out of memory");
     d->tag = CPU_DEV_TAG;
     d->budget = opts->memory_budget;
     d->owns_pool = pool == NULL;
     d->pool = pool ? pool : coli_pool_new(opts->n_threads);
     if (!d->pool) {
-        int rc = fail(err, err_len, COLI_ENOMEM, "cpu: open: %s", coli_last_error());
-        cpu_close(&d);
+        int rc = s_fail(err, err_len, COLI_ENOMEM, "cpu: open: %s", coli_last_error());
+        s_cpu_close(&d);
         return rc;
     }
     *out = d;
     return 0;
 }
 
-static int cpu_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len) {
-    return cpu_open_with(opts, NULL, out, err, err_len);
+static int s_cpu_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len) {
+    return s_cpu_open_with(opts, NULL, out, err, err_len);
 }
 
 int coli_cpu_plugin_open_shared(const moe_open_opts *opts, coli_pool *pool, moe_device **out, char *err,
                                 size_t err_len) {
-    if (!pool) return fail(err, err_len, COLI_EINVAL, "cpu: open_shared: NULL pool");
-    return cpu_open_with(opts, pool, out, err, err_len);
+    if (!pool) return s_fail(err, err_len, COLI_EINVAL, "cpu: open_shared: NULL pool");
+    return s_cpu_open_with(opts, pool, out, err, err_len);
 }
 
-static uint64_t host_memory(void) {
+static uint64_t s_host_memory(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
 }
 
-static int cpu_get_caps(moe_device *dev, moe_caps *caps) {
+static int s_cpu_get_caps(moe_device *dev, moe_caps *caps) {
     if (!dev || !caps) return COLI_EINVAL;
     memset(caps, 0, sizeof *caps);
     caps->dtype_mask = (uint32_t)CPU_DTYPE_MASK;
     caps->dtype_mask_hi = (uint32_t)(CPU_DTYPE_MASK >> 32);
     caps->max_rows = 0;
     caps->memory_total = 0;
-    caps->memory_budget = dev->budget ? dev->budget : host_memory();
+    caps->memory_budget = dev->budget ? dev->budget : s_host_memory();
     snprintf(caps->device_name, sizeof caps->device_name, "cpu (%s, %d threads)", coli_cpu_avx2() ? "avx2" : "portable",
              coli_pool_size(dev->pool));
     return 0;
 }
 
 /* Shapes, types and byte counts of a descriptor; 0 or an error in err. */
-static int check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
+static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
     const int32_t types[3] = {e->gate_type, e->up_type, e->down_type};
     const char *names[3] = {"gate", "up", "down"};
     const void *ptrs[3] = {e->gate, e->up, e->down};
     const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
     if (e->n_embd <= 0 || e->n_ff <= 0)
-        return fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: bad shape n_embd %lld, n_ff %lld", e->layer,
-                    e->expert, (long long)e->n_embd, (long long)e->n_ff);
+        return s_fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: bad shape n_embd %lld, n_ff %lld", e->layer,
+                      e->expert, (long long)e->n_embd, (long long)e->n_ff);
     for (int i = 0; i < 3; i++) {
         if (types[i] < 0 || !coli_dtype_valid((uint32_t)types[i]))
-            return fail(err, err_len, COLI_EUNSUPPORTED, "cpu: expert %d/%d: %s type %s not supported", e->layer,
-                        e->expert, names[i], coli_dtype_name((uint32_t)types[i]));
+            return s_fail(err, err_len, COLI_EUNSUPPORTED, "cpu: expert %d/%d: %s type %s not supported", e->layer,
+                          e->expert, names[i], coli_dtype_name((uint32_t)types[i]));
         int64_t n_in = i < 2 ? e->n_embd : e->n_ff, n_out = i < 2 ? e->n_ff : e->n_embd;
         coli_dtype t = (coli_dtype)types[i];
         if (n_in % coli_dtype_block_elems(t) != 0)
-            return fail(err, err_len, COLI_EINVAL,
-                        "cpu: expert %d/%d: %s rows of %lld not a multiple "
-                        "of %lld for %s",
-                        e->layer, e->expert, names[i], (long long)n_in, (long long)coli_dtype_block_elems(t),
-                        coli_dtype_name(t));
+            return s_fail(err, err_len, COLI_EINVAL,
+                          "cpu: expert %d/%d: %s rows of %lld not a multiple "
+                          "of %lld for %s",
+                          e->layer, e->expert, names[i], (long long)n_in, (long long)coli_dtype_block_elems(t),
+                          coli_dtype_name(t));
         size_t want = coli_row_bytes(t, n_in) * (size_t)n_out;
         if (!ptrs[i] || bytes[i] != want)
-            return fail(err, err_len, COLI_EINVAL,
-                        "cpu: expert %d/%d: %s is %zu bytes at %p, "
-                        "expected %zu",
-                        e->layer, e->expert, names[i], bytes[i], ptrs[i], want);
+            return s_fail(err, err_len, COLI_EINVAL,
+                          "cpu: expert %d/%d: %s is %zu bytes at %p, "
+                          "expected %zu",
+                          e->layer, e->expert, names[i], bytes[i], ptrs[i], want);
     }
     return 0;
 }
 
-//  A new entry for e's (layer, expert) in the table, into *out. 0, COLI_EINVAL
-//  (a negative layer or expert has no key) or COLI_ENOMEM.
+/* A new entry for e's (layer, expert) in the table, into *out. 0, COLI_EINVAL
+ * (a negative layer or expert has no key) or COLI_ENOMEM. */
 static int s_add_expert(moe_device *dev, const moe_expert_desc *e, cpu_expert **out) {
     cpu_expert *x = calloc(1, sizeof *x);
     if (!x) return COLI_ENOMEM;
@@ -176,30 +178,30 @@ static int s_add_expert(moe_device *dev, const moe_expert_desc *e, cpu_expert **
     return 0;
 }
 
-static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err, size_t err_len) {
+static int s_cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err, size_t err_len) {
     if (!dev || dev->tag != CPU_DEV_TAG || !e)
-        return fail(err, err_len, COLI_EINVAL, "cpu: load_expert: NULL or closed device or descriptor");
-    int rc = check_desc(e, err, err_len);
+        return s_fail(err, err_len, COLI_EINVAL, "cpu: load_expert: NULL or closed device or descriptor");
+    int rc = s_check_desc(e, err, err_len);
     if (rc) {
         dev->stats.failed_loads++;
         return rc;
     }
     size_t bytes = e->gate_bytes + e->up_bytes + e->down_bytes;
-    cpu_expert *s = find_slot(dev, e->layer, e->expert);
+    cpu_expert *s = s_find_slot(dev, e->layer, e->expert);
     uint64_t after = dev->stats.resident_bytes - (s ? s->bytes : 0) + bytes;
     if (dev->budget && after > dev->budget) {
         dev->stats.failed_loads++;
-        return fail(err, err_len, COLI_ENOMEM,
-                    "cpu: expert %d/%d: %zu bytes exceed the budget "
-                    "(%llu of %llu bytes held)",
-                    e->layer, e->expert, bytes, (unsigned long long)dev->stats.resident_bytes,
-                    (unsigned long long)dev->budget);
+        return s_fail(err, err_len, COLI_ENOMEM,
+                      "cpu: expert %d/%d: %zu bytes exceed the budget "
+                      "(%llu of %llu bytes held)",
+                      e->layer, e->expert, bytes, (unsigned long long)dev->stats.resident_bytes,
+                      (unsigned long long)dev->budget);
     }
     if (!s && (rc = s_add_expert(dev, e, &s))) {
         dev->stats.failed_loads++;
         return rc == COLI_EINVAL
-                   ? fail(err, err_len, rc, "cpu: expert %d/%d: a negative layer or expert", e->layer, e->expert)
-                   : fail(err, err_len, rc, "cpu: expert %d/%d: out of memory", e->layer, e->expert);
+                   ? s_fail(err, err_len, rc, "cpu: expert %d/%d: a negative layer or expert", e->layer, e->expert)
+                   : s_fail(err, err_len, rc, "cpu: expert %d/%d: out of memory", e->layer, e->expert);
     }
     dev->stats.resident_bytes = after;
     *s = (cpu_expert){
@@ -216,11 +218,11 @@ static int cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *err,
     return 0;
 }
 
-static int cpu_unload_expert(moe_device *dev, int32_t layer, int32_t expert, char *err, size_t err_len) {
+static int s_cpu_unload_expert(moe_device *dev, int32_t layer, int32_t expert, char *err, size_t err_len) {
     if (!dev || dev->tag != CPU_DEV_TAG)
-        return fail(err, err_len, COLI_EINVAL, "cpu: unload_expert: NULL or closed device");
-    cpu_expert *s = find_slot(dev, layer, expert);
-    if (!s) return fail(err, err_len, COLI_EINVAL, "cpu: unload_expert: expert %d/%d is not loaded", layer, expert);
+        return s_fail(err, err_len, COLI_EINVAL, "cpu: unload_expert: NULL or closed device");
+    cpu_expert *s = s_find_slot(dev, layer, expert);
+    if (!s) return s_fail(err, err_len, COLI_EINVAL, "cpu: unload_expert: expert %d/%d is not loaded", layer, expert);
     dev->stats.resident_bytes -= s->bytes;
     expert_table_remove(&dev->experts, expert_key(layer, expert), NULL);
     dev->stats.resident_experts = dev->experts.n;
@@ -229,40 +231,40 @@ static int cpu_unload_expert(moe_device *dev, int32_t layer, int32_t expert, cha
 }
 
 /* Every group names a loaded expert of width n_embd and rows inside x. */
-static int check_groups(const moe_device *dev, const moe_batch_group *groups, int32_t n_groups, int64_t n_rows_total,
-                        int64_t n_embd, char *err, size_t err_len) {
+static int s_check_groups(const moe_device *dev, const moe_batch_group *groups, int32_t n_groups, int64_t n_rows_total,
+                          int64_t n_embd, char *err, size_t err_len) {
     for (int32_t i = 0; i < n_groups; i++) {
         const moe_batch_group *g = &groups[i];
         if (g->n_rows < 0 || g->row_begin < 0 || g->row_begin > n_rows_total || g->n_rows > n_rows_total - g->row_begin)
-            return fail(err, err_len, COLI_EINVAL,
-                        "cpu: run: group %d rows [%lld, +%lld) outside "
-                        "the batch of %lld",
-                        i, (long long)g->row_begin, (long long)g->n_rows, (long long)n_rows_total);
-        const cpu_expert *s = find_slot(dev, g->layer, g->expert);
+            return s_fail(err, err_len, COLI_EINVAL,
+                          "cpu: run: group %d rows [%lld, +%lld) outside "
+                          "the batch of %lld",
+                          i, (long long)g->row_begin, (long long)g->n_rows, (long long)n_rows_total);
+        const cpu_expert *s = s_find_slot(dev, g->layer, g->expert);
         if (!s)
-            return fail(err, err_len, COLI_EINVAL,
-                        "cpu: run: group %d: expert %d of layer %d "
-                        "is not loaded",
-                        i, g->expert, g->layer);
+            return s_fail(err, err_len, COLI_EINVAL,
+                          "cpu: run: group %d: expert %d of layer %d "
+                          "is not loaded",
+                          i, g->expert, g->layer);
         if (s->w.n_embd != n_embd)
-            return fail(err, err_len, COLI_EINVAL,
-                        "cpu: run: group %d: n_embd %lld, expert %d/%d "
-                        "has %lld",
-                        i, (long long)n_embd, g->layer, g->expert, (long long)s->w.n_embd);
+            return s_fail(err, err_len, COLI_EINVAL,
+                          "cpu: run: group %d: n_embd %lld, expert %d/%d "
+                          "has %lld",
+                          i, (long long)n_embd, g->layer, g->expert, (long long)s->w.n_embd);
     }
     return 0;
 }
 
-static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_groups, const float *x,
-                   int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t err_len) {
-    if (!dev || dev->tag != CPU_DEV_TAG) return fail(err, err_len, COLI_EINVAL, "cpu: run: NULL or closed device");
+static int s_cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_groups, const float *x,
+                     int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t err_len) {
+    if (!dev || dev->tag != CPU_DEV_TAG) return s_fail(err, err_len, COLI_EINVAL, "cpu: run: NULL or closed device");
     if (n_groups < 0 || (n_groups > 0 && !groups) || n_rows_total < 0 || n_embd <= 0 ||
         (n_rows_total > 0 && (!x || !out)))
-        return fail(err, err_len, COLI_EINVAL,
-                    "cpu: run: bad arguments (%d groups, %lld rows, "
-                    "n_embd %lld)",
-                    n_groups, (long long)n_rows_total, (long long)n_embd);
-    int rc = check_groups(dev, groups, n_groups, n_rows_total, n_embd, err, err_len);
+        return s_fail(err, err_len, COLI_EINVAL,
+                      "cpu: run: bad arguments (%d groups, %lld rows, "
+                      "n_embd %lld)",
+                      n_groups, (long long)n_rows_total, (long long)n_embd);
+    int rc = s_check_groups(dev, groups, n_groups, n_rows_total, n_embd, err, err_len);
     if (rc) return rc;
     double t0 = coli_now_s();
     /* up to EXPERT_FFN_MANY_MAX experts at a time: 2 pool jobs, not 3 each */
@@ -273,12 +275,12 @@ static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_gro
         for (; i < n_groups && n < EXPERT_FFN_MANY_MAX; i++) {
             const moe_batch_group *g = &groups[i];
             const size_t off = (size_t)g->row_begin * (size_t)n_embd;
-            tasks[n++] = (expert_ffn_task){&find_slot(dev, g->layer, g->expert)->w, x + off, out + off, g->n_rows};
+            tasks[n++] = (expert_ffn_task){&s_find_slot(dev, g->layer, g->expert)->w, x + off, out + off, g->n_rows};
             dev->stats.rows += (uint64_t)g->n_rows;
         }
         rc = expert_ffn_many(dev->pool, &dev->scratch, tasks, n);
         if (rc)
-            return fail(err, err_len, rc, "cpu: run: experts of groups %d..%d: %s", first, i - 1, coli_last_error());
+            return s_fail(err, err_len, rc, "cpu: run: experts of groups %d..%d: %s", first, i - 1, coli_last_error());
     }
     dev->stats.calls++;
     dev->stats.kernel_seconds += coli_now_s() - t0;
@@ -289,7 +291,7 @@ static int cpu_run(moe_device *dev, const moe_batch_group *groups, int32_t n_gro
     return 0;
 }
 
-static int cpu_get_stats(moe_device *dev, moe_stats *stats) {
+static int s_cpu_get_stats(moe_device *dev, moe_stats *stats) {
     if (!dev || dev->tag != CPU_DEV_TAG || !stats) return COLI_EINVAL;
     *stats = dev->stats;
     return 0;
@@ -300,14 +302,14 @@ static const struct moe_plugin s_cpu_plugin = {
     .abi_minor = MOE_PLUGIN_ABI_MINOR,
     .struct_size = sizeof(struct moe_plugin),
     .name = "cpu",
-    .probe = cpu_probe,
-    .open = cpu_open,
-    .get_caps = cpu_get_caps,
-    .load_expert = cpu_load_expert,
-    .run = cpu_run,
-    .get_stats = cpu_get_stats,
-    .close = cpu_close,
-    .unload_expert = cpu_unload_expert,
+    .probe = s_cpu_probe,
+    .open = s_cpu_open,
+    .get_caps = s_cpu_get_caps,
+    .load_expert = s_cpu_load_expert,
+    .run = s_cpu_run,
+    .get_stats = s_cpu_get_stats,
+    .close = s_cpu_close,
+    .unload_expert = s_cpu_unload_expert,
 };
 
 const struct moe_plugin *coli_cpu_plugin(void) { return &s_cpu_plugin; }

@@ -25,7 +25,8 @@
 #ifndef COLI_GPU_BLOCKS_H
 #define COLI_GPU_BLOCKS_H
 
-/* ---- shape -------------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// shape
 
 /* Values per block of type t: 1 (F32/F16/BF16), 32, 256; 0 if not a GPU type.
  * Q8_1 and Q8_K are activation formats only. */
@@ -89,7 +90,8 @@ static inline COLI_HD int gpu_dtype_has_min(int t) {
     return t == COLI_Q4_1 || t == COLI_Q5_1 || t == COLI_Q2_K || t == COLI_Q4_K || t == COLI_Q5_K;
 }
 
-/* ---- field helpers ---------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// field helpers
 
 /* ggml's kvalues_iq4nl, packed 8 per 64-bit constant (a table in constant
  * memory would need a vendor-specific declaration): level i is byte i%8 of
@@ -173,7 +175,8 @@ static inline COLI_HD int gpu_kquant_scale(int t, const unsigned char *blk, int 
     }
 }
 
-/* ---- integer form: value = d * q + m(half) --------------------------------------------- */
+// ----------------------------------------------------------------------------
+// integer form: value = d * q + m(half)
 
 /* Offset of the fp16 scale d in a block of type t. */
 static inline COLI_HD int gpu_d_offset(int t) {
@@ -215,7 +218,8 @@ static inline COLI_HD float gpu_quant_m(int t, const unsigned char *blk, int sub
     }
 }
 
-/* ---- exact values (ggml's dequantize_row_<type>) ------------------------------------------- */
+// ----------------------------------------------------------------------------
+// exact values (ggml's dequantize_row_<type>)
 
 static inline COLI_HD float gpu_dequant_kquant(int t, const unsigned char *blk, int sub, int j) {
     const float d = gpu_quant_d(t, blk);

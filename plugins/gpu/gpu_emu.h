@@ -37,7 +37,7 @@ struct dim3 {
 
 static dim3 threadIdx(0, 0, 0), blockIdx(0, 0, 0), blockDim, gridDim;
 
-//  Structure of the emulator: the block being run, one context per thread
+/* Structure of the emulator: the block being run, one context per thread */
 struct gpu_emu {
     ucontext_t sched;            /* the launcher's context */
     std::vector<ucontext_t> ctx; /* one per thread of the block */
@@ -61,7 +61,7 @@ static void gpu_emu_trampoline() {
     s_emu.done[s_emu.current] = 1; /* then uc_link returns to the launcher */
 }
 
-//  A fresh context for thread i that starts at the kernel call.
+/* A fresh context for thread i that starts at the kernel call. */
 static __attribute__((noinline)) void gpu_emu_init_thread(unsigned i) {
     getcontext(&s_emu.ctx[i]);
     s_emu.ctx[i].uc_stack.ss_sp = s_emu.stacks[i].data();
@@ -72,17 +72,17 @@ static __attribute__((noinline)) void gpu_emu_init_thread(unsigned i) {
     s_emu.barriers[i] = 0;
 }
 
-//  Switch into thread i until its next barrier or its end. A function of its
-//  own: the caller's loop variables stay clear of swapcontext's
-//  returns-twice semantics.
+/* Switch into thread i until its next barrier or its end. A function of its
+ * own: the caller's loop variables stay clear of swapcontext's
+ * returns-twice semantics. */
 static __attribute__((noinline)) void gpu_emu_resume(unsigned i) {
     s_emu.current = (int)i;
     threadIdx = dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
     swapcontext(&s_emu.sched, &s_emu.ctx[i]);
 }
 
-//  Run every thread of the current block up to its next barrier (or its
-//  end), round after round, until all have returned.
+/* Run every thread of the current block up to its next barrier (or its
+ * end), round after round, until all have returned. */
 static void gpu_emu_run_block(unsigned n) {
     for (unsigned i = 0; i < n; i++) gpu_emu_init_thread(i);
     for (;;) {
@@ -113,8 +113,8 @@ static void gpu_emu_run_block(unsigned n) {
     }
 }
 
-//  Launch f (a call of one kernel) on grid x block. 0, -1 for an invalid
-//  configuration, -2 when a barrier diverged.
+/* Launch f (a call of one kernel) on grid x block. 0, -1 for an invalid
+ * configuration, -2 when a barrier diverged. */
 template <typename F> static int gpu_emu_launch(dim3 grid, dim3 block, F f) {
     const unsigned n = block.x * block.y * block.z;
     if (n == 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0) return -1;

@@ -39,7 +39,8 @@
 #define ERR_STATUS_INVAL (-1)  /* COLI_EINVAL */
 #define ERR_STATUS_UNSUP (-4)  /* COLI_EUNSUPPORTED */
 
-/* ---- device state --------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// device state
 
 typedef struct gpu_expert {
     int32_t layer, expert;
@@ -50,7 +51,7 @@ typedef struct gpu_expert {
     uint64_t bytes;      /* size of that allocation: what the budget counts */
 } gpu_expert;
 
-//  Structure of one open device (one worker process drives it from one thread)
+/* Structure of one open device (one worker process drives it from one thread) */
 struct moe_device {
     uint32_t tag; /* GPU_TAG while open */
     int index;    /* vendor ordinal */
@@ -80,10 +81,11 @@ static int s_err(char *err, size_t n, int code, const char *fmt, ...) {
     return code;
 }
 
-/* ---- probing ------------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// probing
 
-//  How many devices the runtime sees; -1 with a precise reason in why when
-//  none can be used.
+/* How many devices the runtime sees; -1 with a precise reason in why when
+ * none can be used. */
 static int s_count_devices(int *count, char *why, size_t n) {
     *count = 0;
     if (gpu_driver_check(why, n)) return -1;
@@ -118,10 +120,11 @@ static int s_probe(int *n_devices, char *why, size_t why_len) {
     return 0;
 }
 
-/* ---- runtime calls with fault injection ------------------------------------------ */
+// ----------------------------------------------------------------------------
+// runtime calls with fault injection
 
-//  An injected allocation failure asks for 4 EiB, so the runtime's own
-//  out-of-memory path answers.
+/* An injected allocation failure asks for 4 EiB, so the runtime's own
+ * out-of-memory path answers. */
 static cudaError_t s_alloc(moe_device *d, void **p, size_t bytes) {
     if (gpu_faults_next(&d->faults, GPU_FAULT_ALLOC)) bytes = (size_t)1 << 62;
     cudaError_t e = cudaMalloc(p, bytes);
@@ -132,9 +135,9 @@ static cudaError_t s_alloc(moe_device *d, void **p, size_t bytes) {
     return e;
 }
 
-//  Expert upload, synchronous. An injected failure skips the copy and
-//  reports what the runtime reports for a bad argument (a real bad copy
-//  could leave the context unusable, which is not the path under test).
+/* Expert upload, synchronous. An injected failure skips the copy and
+ * reports what the runtime reports for a bad argument (a real bad copy
+ * could leave the context unusable, which is not the path under test). */
 static cudaError_t s_upload(moe_device *d, unsigned char *dst, const void *src, size_t bytes) {
     if (gpu_faults_next(&d->faults, GPU_FAULT_H2D)) return cudaErrorInvalidValue;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->stream);
@@ -143,16 +146,16 @@ static cudaError_t s_upload(moe_device *d, unsigned char *dst, const void *src, 
     return e;
 }
 
-//  Threads per block for the next launch; 0 (a genuinely invalid launch
-//  configuration) when an injected launch failure is due.
+/* Threads per block for the next launch; 0 (a genuinely invalid launch
+ * configuration) when an injected launch failure is due. */
 static unsigned s_threads(moe_device *d, unsigned n) {
     if (!gpu_faults_next(&d->faults, GPU_FAULT_LAUNCH)) return n;
     d->launch_fault = 1;
     return 0;
 }
 
-//  After each launch: the runtime's verdict, cleared so that it does not
-//  stick to the next launch.
+/* After each launch: the runtime's verdict, cleared so that it does not
+ * stick to the next launch. */
 static int s_launched(moe_device *d, const char *what, const gpu_expert *e, char *err, size_t n) {
     const cudaError_t rc = cudaGetLastError();
     const int injected = d->launch_fault;
@@ -163,7 +166,7 @@ static int s_launched(moe_device *d, const char *what, const gpu_expert *e, char
                  injected ? " (injected fault)" : "");
 }
 
-//  Make d the calling thread's current device (the runtime keeps it per thread).
+/* Make d the calling thread's current device (the runtime keeps it per thread). */
 static int s_select(moe_device *d, char *err, size_t n) {
     const cudaError_t e = cudaSetDevice(d->index);
     if (e == cudaSuccess) return 0;
@@ -172,7 +175,8 @@ static int s_select(moe_device *d, char *err, size_t n) {
                  cudaGetErrorString(e));
 }
 
-/* ---- launches ------------------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// launches
 
 template <int A> static void s_prep_t(moe_device *d, const float *x, int64_t n_rows, int64_t n, unsigned char *out) {
     k_prep<A><<<gpu_prep_blocks(A, n_rows, n), s_threads(d, GPU_PREP_THREADS), 0, d->stream>>>(x, n_rows, n, out);
@@ -221,7 +225,7 @@ static void s_matmul(moe_device *d, int t, const unsigned char *W, int64_t n_in,
     }
 }
 
-//  One group: x (n_rows, n_embd) on the device -> out (n_rows, n_embd).
+/* One group: x (n_rows, n_embd) on the device -> out (n_rows, n_embd). */
 static int s_run_group(moe_device *d, const gpu_expert *e, const float *x, int64_t n_rows, float *out, char *err,
                        size_t n) {
     const int64_t n_embd = e->n_embd, n_ff = e->n_ff;
@@ -246,9 +250,10 @@ static int s_run_group(moe_device *d, const gpu_expert *e, const float *x, int64
     return s_launched(d, "down matmul", e, err, n);
 }
 
-/* ---- run ------------------------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// run
 
-//  Check the batch and find each group's expert; n_max: largest group.
+/* Check the batch and find each group's expert; n_max: largest group. */
 static int s_check_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups, int64_t n_rows_total,
                          int64_t n_embd, const gpu_expert **ex, int64_t *n_max, int64_t *ff_max, char *err, size_t n) {
     *n_max = 0;
@@ -274,8 +279,8 @@ static int s_check_batch(moe_device *d, const moe_batch_group *groups, int32_t n
     return 0;
 }
 
-//  Lay the run buffers out in scratch, growing it when too small:
-//  x | out (whole batch), prep | g | u (largest group).
+/* Lay the run buffers out in scratch, growing it when too small:
+ * x | out (whole batch), prep | g | u (largest group). */
 static int s_scratch(moe_device *d, int64_t n_rows_total, int64_t n_embd, int64_t n_max, int64_t ff_max, char *err,
                      size_t n) {
     const uint64_t io = gpu_align_up((uint64_t)n_rows_total * (uint64_t)n_embd * sizeof(float));
@@ -305,8 +310,8 @@ static int s_scratch(moe_device *d, int64_t n_rows_total, int64_t n_embd, int64_
     return 0;
 }
 
-//  Copy in, every group's kernels, copy the groups' rows out; all on the
-//  stream, events between the phases for the stats.
+/* Copy in, every group's kernels, copy the groups' rows out; all on the
+ * stream, events between the phases for the stats. */
 static int s_run_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const gpu_expert **ex,
                        const float *x, int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t n) {
     const size_t row_bytes = (size_t)n_embd * sizeof(float);
@@ -376,9 +381,10 @@ static int s_run(moe_device *d, const moe_batch_group *groups, int32_t n_groups,
     return 0;
 }
 
-/* ---- experts ------------------------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// experts
 
-//  Shape, type and size checks of one expert; 0 or a status with err set.
+/* Shape, type and size checks of one expert; 0 or a status with err set. */
 static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *err, size_t n) {
     const int types[3] = {e->gate_type, e->up_type, e->down_type};
     const char *names[3] = {"gate", "up", "down"};
@@ -417,7 +423,7 @@ static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *e
     return 0;
 }
 
-//  Allocate and fill one expert; on failure nothing of it stays on the device.
+/* Allocate and fill one expert; on failure nothing of it stays on the device. */
 static int s_upload_expert(moe_device *d, const moe_expert_desc *e, gpu_expert *x, char *err, size_t n) {
     const void *src[3] = {e->gate, e->up, e->down};
     const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
@@ -491,7 +497,7 @@ static int s_load_expert(moe_device *d, const moe_expert_desc *e, char *err, siz
     return 0;
 }
 
-//  Free one expert's device buffer; its bytes leave the budget (ABI 1.2).
+/* Free one expert's device buffer; its bytes leave the budget (ABI 1.2). */
 static int s_unload_expert(moe_device *d, int32_t layer, int32_t expert, char *err, size_t n) {
     if (!d || d->tag != GPU_TAG)
         return s_err(err, n, ERR_STATUS_INVAL, "%s: unload_expert: closed device", COLI_GPU_VENDOR);
@@ -511,7 +517,8 @@ static int s_unload_expert(moe_device *d, int32_t layer, int32_t expert, char *e
     return 0;
 }
 
-/* ---- open / caps / stats / close ------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// open / caps / stats / close
 
 static void s_free_expert(void *val, void *arg) {
     (void)arg;
@@ -536,7 +543,7 @@ static void s_close(moe_device **pd) {
     *pd = NULL;
 }
 
-//  Select the device, read its name and memory, create the stream and events.
+/* Select the device, read its name and memory, create the stream and events. */
 static int s_open_device(moe_device *d, uint64_t budget, char *err, size_t n) {
     cudaDeviceProp prop;
     size_t free_b = 0, total_b = 0;

@@ -48,7 +48,8 @@ int gpu_faults_parse(const char *spec, gpu_faults *f, char *err, size_t err_len)
 int gpu_faults_next(gpu_faults *f, gpu_fault_kind k);
 const char *gpu_fault_kind_name(gpu_fault_kind k);
 
-/* ---- memory ------------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// memory
 
 /* What the plugin keeps free on the device for its own scratch (activations,
  * intermediate rows) and the runtime's context: the larger of 1 GiB and 5 %

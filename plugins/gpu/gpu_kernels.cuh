@@ -38,7 +38,8 @@
 #error "k_mm_decode runs one row on 32 lanes: GPU_ROW_LANES (gpu_math.h) must be 32"
 #endif
 
-/* ---- launch geometry -------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// launch geometry
 
 #define GPU_PREP_THREADS 128
 #define GPU_SWIGLU_THREADS 256
@@ -59,7 +60,8 @@ static inline dim3 gpu_tiled_grid(int64_t n_out, int64_t n_rows) {
     return dim3((unsigned)((n_out + TILE - 1) / TILE), (unsigned)((n_rows + TILE - 1) / TILE));
 }
 
-/* ---- kernels --------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// kernels
 
 /* A: the activation type (F32, F16, BF16, Q8_0, Q8_1, Q8_K). */
 template <int A> __global__ void k_prep(const float *x, int64_t n_rows, int64_t n, unsigned char *out) {

@@ -38,7 +38,8 @@
 #define GPU_QK 32 /* values per group: a 32-value block, or 1/8 of a super-block */
 #define GPU_Q8_0_BYTES 34
 
-/* ---- bits -------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// bits
 
 static inline COLI_HD uint32_t gpu_f32_bits(float f) {
     union {
@@ -60,7 +61,8 @@ static inline COLI_HD float gpu_bits_f32(uint32_t u) {
 
 static inline COLI_HD uint16_t gpu_load_u16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
-/* ---- fp16 / bf16 (bit-exact with core/quant/quant.c) ---------------------------- */
+// ----------------------------------------------------------------------------
+// fp16 / bf16 (bit-exact with core/quant/quant.c)
 
 static inline COLI_HD float gpu_fp16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
@@ -104,7 +106,8 @@ static inline COLI_HD uint16_t gpu_f32_to_bf16(float f) {
 
 #include "plugins/gpu/gpu_blocks.h"
 
-/* ---- dtypes --------------------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// dtypes
 
 static inline COLI_HD int gpu_dtype_is_quant(int t) {
     switch (t) {
@@ -179,7 +182,8 @@ static inline COLI_HD float gpu_weight_value(int t, const unsigned char *row, in
     return gpu_dequant(t, blk, sub, (int)(k % GPU_QK));
 }
 
-/* ---- activations (the matmul input, prepared per weight type) ------------- */
+// ----------------------------------------------------------------------------
+// activations (the matmul input, prepared per weight type)
 
 /* F16 weights see x rounded to fp16, BF16 weights x rounded to bf16, F32
  * weights x itself (llama.cpp's rules, see core/kernels/matmul.h). */
@@ -303,7 +307,8 @@ static inline COLI_HD float gpu_act_s(int a, const unsigned char *blk, int sub, 
     return gpu_act_d(a, blk) * (float)(int16_t)gpu_load_u16(blk + 260 + 4 * sub + 2 * half);
 }
 
-/* ---- dot products ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// dot products
 
 /* The order of every row dot, kernels and host alike (the determinism
  * contract: a row's result never depends on the batch, the group size or
@@ -357,7 +362,8 @@ static inline COLI_HD float gpu_row_dot(int t, const unsigned char *wrow, const 
     return total;
 }
 
-/* ---- the gated activation ----------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// the gated activation
 
 /* silu(g) * u with silu(g) = g / (1 + e^-g), in F32 (core/kernels/expert_ffn.c). */
 static inline COLI_HD float gpu_swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }

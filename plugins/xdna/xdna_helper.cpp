@@ -86,9 +86,9 @@ struct xdna_weight {
 
 namespace {
 
-//  One artifact: xclbin registered, hardware context, kernel, the instruction
-//  stream in its buffer and the A and C buffers of its bucket. Each stage
-//  fails with its own code.
+/* One artifact: xclbin registered, hardware context, kernel, the instruction
+ * stream in its buffer and the A and C buffers of its bucket. Each stage
+ * fails with its own code. */
 int open_artifact(xdna_session &s, const xdna_artifact_desc &d, artifact &a) {
     const std::string name = d.xclbin_path;
     a.m = d.m;

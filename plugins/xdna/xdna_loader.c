@@ -36,7 +36,7 @@ int xdna_plugin_dir(char *out, size_t n) {
     return 0;
 }
 
-//  Resolve one symbol into *slot; 0 or -1 with the reason in s_why.
+/* Resolve one symbol into *slot; 0 or -1 with the reason in s_why. */
 static int s_sym(void *dl, const char *name, void **slot) {
     dlerror();
     *slot = dlsym(dl, name);

@@ -50,18 +50,19 @@ static const char *const s_op_names[XDNA_N_OPS] = {"ffn_gate", "ffn_up", "ffn_do
 
 const char *xdna_op_name(xdna_op op) { return (unsigned)op < XDNA_N_OPS ? s_op_names[op] : "?"; }
 
-static xdna_diag diag(xdna_diag d, char *why, size_t why_len, const char *fmt, ...)
+static xdna_diag s_diag(xdna_diag d, char *why, size_t why_len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static xdna_diag diag(xdna_diag d, char *why, size_t why_len, const char *fmt, ...) {
-    if (why && why_len) {
-        int n = snprintf(why, why_len, "%s: ", xdna_diag_name(d));
-        if (n >= 0 && (size_t)n < why_len) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(why + n, why_len - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
+void xdna_vwhy(xdna_diag d, const char *prefix, char *why, size_t why_len, const char *fmt, va_list ap) {
+    if (!why || !why_len) return;
+    int n = snprintf(why, why_len, "%s: %s", xdna_diag_name(d), prefix);
+    if (n >= 0 && (size_t)n < why_len) vsnprintf(why + n, why_len - (size_t)n, fmt, ap);
+}
+
+static xdna_diag s_diag(xdna_diag d, char *why, size_t why_len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    xdna_vwhy(d, "", why, why_len, fmt, ap);
+    va_end(ap);
     return d;
 }
 
@@ -127,8 +128,8 @@ static int s_hex_digest(const char *s, unsigned char out[32]) {
 // ---------------------------------------------------------------------------
 // registry
 
-//  A relative name that stays inside the package: no leading '/', no ".."
-//  component, only [A-Za-z0-9._/-]. (Symbolic links are checked on disk.)
+/* A relative name that stays inside the package: no leading '/', no ".."
+ * component, only [A-Za-z0-9._/-]. (Symbolic links are checked on disk.) */
 static int s_name_ok(const char *s) {
     if (!*s || *s == '/' || strlen(s) >= XDNA_NAME_MAX) return 0;
     if (strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/-") != strlen(s)) return 0;
@@ -150,7 +151,7 @@ static int s_int(const char *v, int64_t lo, int64_t hi, int64_t *out) {
     return 0;
 }
 
-//  One key=value of an artifact line; 0 or -1.
+/* One key=value of an artifact line; 0 or -1. */
 static int s_field(xdna_artifact *a, const char *key, const char *v, unsigned *seen) {
     static const char *const keys[] = {
         "op", "bucket", "k", "n", "wtype", "a", "b", "c", "kernel", "xclbin", "xclbin_sha256", "instr", "instr_sha256"};
@@ -185,10 +186,11 @@ static int s_field(xdna_artifact *a, const char *key, const char *v, unsigned *s
     }
 }
 
-//  "artifact key=value ..." (line is modified).
+/* "artifact key=value ..." (line is modified). */
 static xdna_diag s_artifact_line(char *line, int lineno, xdna_package *p, char *why, size_t why_len) {
     if (p->n == XDNA_MAX_ARTIFACTS)
-        return diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: more than %d artifacts", lineno, XDNA_MAX_ARTIFACTS);
+        return s_diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: more than %d artifacts", lineno,
+                      XDNA_MAX_ARTIFACTS);
     xdna_artifact a;
     memset(&a, 0, sizeof a);
     unsigned seen = 0;
@@ -196,25 +198,25 @@ static xdna_diag s_artifact_line(char *line, int lineno, xdna_package *p, char *
     strtok_r(line, " \t", &save); /* "artifact" */
     for (char *tok = strtok_r(NULL, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
         char *eq = strchr(tok, '=');
-        if (!eq) return diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: '%.40s' is not key=value", lineno, tok);
+        if (!eq) return s_diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: '%.40s' is not key=value", lineno, tok);
         *eq = '\0';
         if (s_field(&a, tok, eq + 1, &seen) != 0)
-            return diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: bad, repeated or unknown field %.20s=%.70s",
-                        lineno, tok, eq + 1);
+            return s_diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: bad, repeated or unknown field %.20s=%.70s",
+                          lineno, tok, eq + 1);
     }
     if (seen != (1u << 13) - 1)
-        return diag(XDNA_REGISTRY_INVALID, why, why_len,
-                    "line %d: incomplete artifact (every one of op, bucket, "
-                    "k, n, wtype, a, b, c, kernel, xclbin, xclbin_sha256, instr, instr_sha256)",
-                    lineno);
+        return s_diag(XDNA_REGISTRY_INVALID, why, why_len,
+                      "line %d: incomplete artifact (every one of op, bucket, "
+                      "k, n, wtype, a, b, c, kernel, xclbin, xclbin_sha256, instr, instr_sha256)",
+                      lineno);
     for (int i = 0; i < p->n; i++) {
         const xdna_artifact *o = &p->art[i];
         if (o->op == a.op && o->bucket == a.bucket && o->k == a.k && o->n == a.n && o->wtype == a.wtype)
-            return diag(XDNA_REGISTRY_INVALID, why, why_len,
-                        "line %d: duplicate of artifact %d (%s M%lld K%lld "
-                        "N%lld %s)",
-                        lineno, i + 1, xdna_op_name(a.op), (long long)a.bucket, (long long)a.k, (long long)a.n,
-                        coli_dtype_name((uint32_t)a.wtype));
+            return s_diag(XDNA_REGISTRY_INVALID, why, why_len,
+                          "line %d: duplicate of artifact %d (%s M%lld K%lld "
+                          "N%lld %s)",
+                          lineno, i + 1, xdna_op_name(a.op), (long long)a.bucket, (long long)a.k, (long long)a.n,
+                          coli_dtype_name((uint32_t)a.wtype));
     }
     p->art[p->n++] = a;
     return XDNA_OK;
@@ -223,7 +225,7 @@ static xdna_diag s_artifact_line(char *line, int lineno, xdna_package *p, char *
 xdna_diag xdna_registry_parse(const char *text, xdna_package *p, char *why, size_t why_len) {
     p->n = 0;
     char *copy = strdup(text);
-    if (!copy) return diag(XDNA_REGISTRY_INVALID, why, why_len, "out of memory");
+    if (!copy) return s_diag(XDNA_REGISTRY_INVALID, why, why_len, "out of memory");
     xdna_diag d = XDNA_OK;
     int lineno = 0, header = 0;
     char *save = NULL;
@@ -236,18 +238,18 @@ xdna_diag xdna_registry_parse(const char *text, xdna_package *p, char *why, size
             int version = 0;
             char tail;
             if (sscanf(s, XDNA_REGISTRY_MAGIC " %d %c", &version, &tail) != 1 || version != 1)
-                d = diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: want '" XDNA_REGISTRY_MAGIC " 1'", lineno);
+                d = s_diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: want '" XDNA_REGISTRY_MAGIC " 1'", lineno);
             header = 1;
         } else if (!strncmp(s, "artifact", 8) && (s[8] == ' ' || s[8] == '\t')) {
             d = s_artifact_line(line, lineno, p, why, why_len);
         } else {
-            d = diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: '%.40s' is not an artifact line", lineno, s);
+            d = s_diag(XDNA_REGISTRY_INVALID, why, why_len, "line %d: '%.40s' is not an artifact line", lineno, s);
         }
     }
     free(copy);
     if (d == XDNA_OK && !header)
-        d = diag(XDNA_REGISTRY_INVALID, why, why_len, "empty registry (no '" XDNA_REGISTRY_MAGIC " 1' line)");
-    if (d == XDNA_OK && p->n == 0) d = diag(XDNA_REGISTRY_INVALID, why, why_len, "the registry lists no artifact");
+        d = s_diag(XDNA_REGISTRY_INVALID, why, why_len, "empty registry (no '" XDNA_REGISTRY_MAGIC " 1' line)");
+    if (d == XDNA_OK && p->n == 0) d = s_diag(XDNA_REGISTRY_INVALID, why, why_len, "the registry lists no artifact");
     if (d != XDNA_OK) p->n = 0;
     return d;
 }
@@ -255,8 +257,8 @@ xdna_diag xdna_registry_parse(const char *text, xdna_package *p, char *why, size
 // ---------------------------------------------------------------------------
 // the package on disk
 
-//  dir/name exists as a regular file inside the package (after symbolic links)?
-//  0 yes, 1 absent, 2 escapes the package.
+/* dir/name exists as a regular file inside the package (after symbolic links)?
+ * 0 yes, 1 absent, 2 escapes the package. */
 static int s_locate(const xdna_package *p, const char *name, char *path, size_t n) {
     snprintf(path, n, "%s/%s", p->real, name);
     struct stat st;
@@ -288,7 +290,7 @@ static char *s_slurp(const char *path, size_t max) {
     return buf;
 }
 
-//  Every file present and inside (cheap), then every digest (reads it all).
+/* Every file present and inside (cheap), then every digest (reads it all). */
 static xdna_diag s_check_files(const xdna_package *p, char *why, size_t why_len) {
     char path[PATH_MAX + XDNA_NAME_MAX + 2];
     for (int pass = 0; pass < 2; pass++)
@@ -299,23 +301,23 @@ static xdna_diag s_check_files(const xdna_package *p, char *why, size_t why_len)
             for (int j = 0; j < 2; j++) {
                 int where = s_locate(p, names[j], path, sizeof path);
                 if (pass == 0 && where == 2)
-                    return diag(XDNA_REGISTRY_INVALID, why, why_len, "%s resolves outside the package", names[j]);
+                    return s_diag(XDNA_REGISTRY_INVALID, why, why_len, "%s resolves outside the package", names[j]);
                 if (pass == 0 && where == 1)
-                    return diag(XDNA_PACKAGE_INCOMPLETE, why, why_len,
-                                "artifact %s M%lld K%lld N%lld %s: %s is "
-                                "missing from %s",
-                                xdna_op_name(a->op), (long long)a->bucket, (long long)a->k, (long long)a->n,
-                                coli_dtype_name((uint32_t)a->wtype), names[j], p->dir);
+                    return s_diag(XDNA_PACKAGE_INCOMPLETE, why, why_len,
+                                  "artifact %s M%lld K%lld N%lld %s: %s is "
+                                  "missing from %s",
+                                  xdna_op_name(a->op), (long long)a->bucket, (long long)a->k, (long long)a->n,
+                                  coli_dtype_name((uint32_t)a->wtype), names[j], p->dir);
                 if (pass == 0) continue;
                 unsigned char got[32];
                 char err[256];
                 if (xdna_sha256_file(path, got, err, sizeof err) != 0)
-                    return diag(XDNA_INTEGRITY_FAILED, why, why_len, "%s", err);
+                    return s_diag(XDNA_INTEGRITY_FAILED, why, why_len, "%s", err);
                 if (memcmp(got, sha[j], 32) != 0) {
                     char hex[65];
                     xdna_sha256_hex(got, hex);
-                    return diag(XDNA_INTEGRITY_FAILED, why, why_len, "%s: SHA-256 %.16s... is not the registry's",
-                                names[j], hex);
+                    return s_diag(XDNA_INTEGRITY_FAILED, why, why_len, "%s: SHA-256 %.16s... is not the registry's",
+                                  names[j], hex);
                 }
             }
         }
@@ -324,18 +326,18 @@ static xdna_diag s_check_files(const xdna_package *p, char *why, size_t why_len)
 
 xdna_diag xdna_package_load(const char *dir, xdna_package *p, char *why, size_t why_len) {
     memset(p, 0, sizeof *p);
-    if (sodium_init() < 0) return diag(XDNA_INTEGRITY_FAILED, why, why_len, "libsodium did not initialise");
+    if (sodium_init() < 0) return s_diag(XDNA_INTEGRITY_FAILED, why, why_len, "libsodium did not initialise");
     snprintf(p->dir, sizeof p->dir, "%s", dir);
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || !realpath(dir, p->real))
-        return diag(XDNA_PACKAGE_MISSING, why, why_len, "no package directory %s", dir);
+        return s_diag(XDNA_PACKAGE_MISSING, why, why_len, "no package directory %s", dir);
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", p->real, XDNA_REGISTRY_FILE);
-    if (stat(path, &st) != 0) return diag(XDNA_PACKAGE_MISSING, why, why_len, "no %s in %s", XDNA_REGISTRY_FILE, dir);
+    if (stat(path, &st) != 0) return s_diag(XDNA_PACKAGE_MISSING, why, why_len, "no %s in %s", XDNA_REGISTRY_FILE, dir);
     if (!S_ISREG(st.st_mode))
-        return diag(XDNA_REGISTRY_INVALID, why, why_len, "%s: not a regular file (%s)", path, coli_file_kind(&st));
+        return s_diag(XDNA_REGISTRY_INVALID, why, why_len, "%s: not a regular file (%s)", path, coli_file_kind(&st));
     char *text = s_slurp(path, 1u << 20);
-    if (!text) return diag(XDNA_REGISTRY_INVALID, why, why_len, "%s: unreadable or over 1 MiB", path);
+    if (!text) return s_diag(XDNA_REGISTRY_INVALID, why, why_len, "%s: unreadable or over 1 MiB", path);
     xdna_diag d = xdna_registry_parse(text, p, why, why_len);
     free(text);
     if (d == XDNA_OK) d = s_check_files(p, why, why_len);
@@ -363,12 +365,12 @@ xdna_diag xdna_gate_op(const xdna_package *p, const xdna_expert_shape *e, xdna_o
         any_shape = 1;
         if (a->wtype == e->types[op]) return XDNA_OK;
     }
-    if (!any_op) return diag(XDNA_DECLINED_OP, why, why_len, "%s is not qualified in the registry", xdna_op_name(op));
+    if (!any_op) return s_diag(XDNA_DECLINED_OP, why, why_len, "%s is not qualified in the registry", xdna_op_name(op));
     if (!any_shape)
-        return diag(XDNA_DECLINED_SHAPE, why, why_len, "%s K %lld N %lld is not registered", xdna_op_name(op),
-                    (long long)k, (long long)n);
-    return diag(XDNA_DECLINED_DTYPE, why, why_len, "%s K %lld N %lld is not registered for %s weights",
-                xdna_op_name(op), (long long)k, (long long)n, coli_dtype_name((uint32_t)e->types[op]));
+        return s_diag(XDNA_DECLINED_SHAPE, why, why_len, "%s K %lld N %lld is not registered", xdna_op_name(op),
+                      (long long)k, (long long)n);
+    return s_diag(XDNA_DECLINED_DTYPE, why, why_len, "%s K %lld N %lld is not registered for %s weights",
+                  xdna_op_name(op), (long long)k, (long long)n, coli_dtype_name((uint32_t)e->types[op]));
 }
 
 int xdna_find_artifact(const xdna_package *p, const xdna_expert_shape *e, xdna_op op, int64_t bucket) {

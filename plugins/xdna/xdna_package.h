@@ -23,6 +23,7 @@
 #define COLI_XDNA_PACKAGE_H
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,6 +65,10 @@ typedef enum xdna_diag {
 
 /* "PACKAGE_MISSING", ...; "OK" for XDNA_OK. */
 const char *xdna_diag_name(xdna_diag d);
+
+/* Writes "<DIAG>: <prefix><message>" into why (why_len bytes, truncated; nothing when why is
+ * NULL or why_len 0): the one layout of a diagnosis line for the package reader and the plugin. */
+void xdna_vwhy(xdna_diag d, const char *prefix, char *why, size_t why_len, const char *fmt, va_list ap);
 
 typedef enum xdna_op {
     XDNA_OP_GATE = 0,

@@ -67,15 +67,10 @@ struct moe_device {
 static int s_fail(char *err, size_t err_len, int rc, xdna_diag d, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static int s_fail(char *err, size_t err_len, int rc, xdna_diag d, const char *fmt, ...) {
-    if (err && err_len) {
-        int n = snprintf(err, err_len, "%s: xdna: ", xdna_diag_name(d));
-        if (n >= 0 && (size_t)n < err_len) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(err + n, err_len - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    xdna_vwhy(d, "xdna: ", err, err_len, fmt, ap);
+    va_end(ap);
     return rc;
 }
 
@@ -88,7 +83,7 @@ static double s_now(void) {
 // ---------------------------------------------------------------------------
 // open / close
 
-static int xdna_probe(int *n_devices, char *why, size_t why_len) {
+static int s_xdna_probe(int *n_devices, char *why, size_t why_len) {
     /* the facts are checked in order at open; probing would load the helper first */
     if (n_devices) *n_devices = 1;
     if (why && why_len) why[0] = '\0';
@@ -104,7 +99,7 @@ static void s_free_expert(void *val, void *arg) {
     free(e);
 }
 
-static void xdna_close(moe_device **dev) {
+static void s_xdna_close(moe_device **dev) {
     if (!dev || !*dev) return;
     moe_device *d = *dev;
     expert_table_free(&d->experts, s_free_expert, d);
@@ -118,7 +113,7 @@ static void xdna_close(moe_device **dev) {
     *dev = NULL; /* the helper stays loaded: its verdict is the process's */
 }
 
-static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len) {
+static int s_xdna_open(const moe_open_opts *opts, moe_device **out, char *err, size_t err_len) {
     if (!out || !opts) return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "open: NULL argument");
     *out = NULL;
     coli_settings set; /* the plugin's moment: its worker's environment, read once at open */
@@ -146,7 +141,7 @@ static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, siz
         v = xdna_session_open(d->h, d->pkg, opts->device_index, set.xdna_timeout_ms, &d->sess, why, sizeof why);
     if (v != XDNA_OK) {
         snprintf(err, err_len, "%s", why);
-        xdna_close(&d);
+        s_xdna_close(&d);
         return COLI_EDEVICE;
     }
     fprintf(stderr,
@@ -157,7 +152,7 @@ static int xdna_open(const moe_open_opts *opts, moe_device **out, char *err, siz
     return 0;
 }
 
-static int xdna_get_caps(moe_device *d, moe_caps *caps) {
+static int s_xdna_get_caps(moe_device *d, moe_caps *caps) {
     if (!d || d->tag != XDNA_DEV_TAG || !caps) return COLI_EINVAL;
     memset(caps, 0, sizeof *caps);
     caps->dtype_mask = XDNA_DTYPE_MASK;
@@ -170,8 +165,8 @@ static int xdna_get_caps(moe_device *d, moe_caps *caps) {
 // ---------------------------------------------------------------------------
 // experts: gates 1, 2 and 4 at load
 
-//  rows x k BF16 image of the GGUF matrix src (rows of k values of type t),
-//  page aligned; NULL when out of memory.
+/* rows x k BF16 image of the GGUF matrix src (rows of k values of type t),
+ * page aligned; NULL when out of memory. */
 static uint16_t *s_bf16_image(const void *src, coli_dtype t, int64_t rows, int64_t k) {
     size_t bytes = (size_t)rows * (size_t)k * sizeof(uint16_t);
     void *img = NULL;
@@ -190,7 +185,7 @@ static uint16_t *s_bf16_image(const void *src, coli_dtype t, int64_t rows, int64
     return o;
 }
 
-//  Convert and wrap every (op, bucket) weight of x; on failure nothing is kept.
+/* Convert and wrap every (op, bucket) weight of x; on failure nothing is kept. */
 static int s_prepare(moe_device *d, const moe_expert_desc *e, xdna_expert *x, char *err, size_t err_len) {
     const void *src[XDNA_N_OPS] = {e->gate, e->up, e->down};
     for (int op = 0; op < XDNA_N_OPS; op++) {
@@ -239,7 +234,7 @@ static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
     return 0;
 }
 
-static int xdna_load_expert(moe_device *d, const moe_expert_desc *e, char *err, size_t err_len) {
+static int s_xdna_load_expert(moe_device *d, const moe_expert_desc *e, char *err, size_t err_len) {
     if (!d || d->tag != XDNA_DEV_TAG || !e)
         return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "load_expert: NULL or closed device");
     int rc = s_check_desc(e, err, err_len);
@@ -300,7 +295,7 @@ static int s_reserve(moe_device *d, size_t elems) {
     return 0;
 }
 
-//  c = a16 . W^T for (op, bucket b) of x; the helper's failure as a diagnostic.
+/* c = a16 . W^T for (op, bucket b) of x; the helper's failure as a diagnostic. */
 static int s_gemm(moe_device *d, xdna_expert *x, int op, int b, float *c, char *err, size_t err_len) {
     int st = d->h->execute(d->sess, x->w[op][b], d->a16, c);
     if (st != XDNA_SUCCESS)
@@ -315,8 +310,8 @@ static int s_finite(const float *v, size_t n) {
     return 1;
 }
 
-//  out (n x E) = expert x (x (n x E)) through bucket b: gate and up GEMMs,
-//  SwiGLU in F32 rounded to BF16, down GEMM. Rows n..M-1 are zeros.
+/* out (n x E) = expert x (x (n x E)) through bucket b: gate and up GEMMs,
+ * SwiGLU in F32 rounded to BF16, down GEMM. Rows n..M-1 are zeros. */
 static int s_ffn(moe_device *d, xdna_expert *x, int b, const float *in, int64_t n, int check, float *out, char *err,
                  size_t err_len) {
     const int64_t M = s_buckets[b], E = x->shape.n_embd, F = x->shape.n_ff;
@@ -342,7 +337,7 @@ static int s_ffn(moe_device *d, xdna_expert *x, int b, const float *in, int64_t 
     return 0;
 }
 
-//  Gate 3 for every group before anything runs (and gate 4: published).
+/* Gate 3 for every group before anything runs (and gate 4: published). */
 static int s_gate_batch(moe_device *d, const moe_batch_group *groups, int32_t n_groups, int64_t n_rows_total,
                         int64_t n_embd, char *err, size_t err_len) {
     for (int32_t i = 0; i < n_groups; i++) {
@@ -367,8 +362,8 @@ static int s_gate_batch(moe_device *d, const moe_batch_group *groups, int32_t n_
     return 0;
 }
 
-//  A batch the lane did not compute goes to the CPU path and is counted there;
-//  say the first of each reason on stderr too (the rest only count).
+/* A batch the lane did not compute goes to the CPU path and is counted there;
+ * say the first of each reason on stderr too (the rest only count). */
 static void s_say_once(const char *err) {
     static unsigned char said[XDNA_DIAG_COUNT];
     for (int k = 1; k < XDNA_DIAG_COUNT; k++) {
@@ -385,8 +380,8 @@ static void s_say_once(const char *err) {
     }
 }
 
-static int xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const float *x,
-                    int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t err_len) {
+static int s_xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_groups, const float *x,
+                      int64_t n_rows_total, int64_t n_embd, float *out, char *err, size_t err_len) {
     if (!d || d->tag != XDNA_DEV_TAG)
         return s_fail(err, err_len, COLI_EINVAL, XDNA_HELPER_BAD_ARGUMENT, "run: NULL or closed device");
     if (n_groups < 0 || (n_groups > 0 && !groups) || n_rows_total < 0 || n_embd <= 0 ||
@@ -417,15 +412,15 @@ static int xdna_run(moe_device *d, const moe_batch_group *groups, int32_t n_grou
     return rc;
 }
 
-static int xdna_get_stats(moe_device *d, moe_stats *stats) {
+static int s_xdna_get_stats(moe_device *d, moe_stats *stats) {
     if (!d || d->tag != XDNA_DEV_TAG || !stats) return COLI_EINVAL;
     *stats = d->stats;
     return 0;
 }
 
-//  What stats show per bucket: expert FFNs run through M64 / M256 artifacts,
-//  and the zero rows that padding added.
-static int xdna_get_counters(moe_device *d, moe_counter *out, int cap) {
+/* What stats show per bucket: expert FFNs run through M64 / M256 artifacts,
+ * and the zero rows that padding added. */
+static int s_xdna_get_counters(moe_device *d, moe_counter *out, int cap) {
     if (!d || d->tag != XDNA_DEV_TAG || !out || cap < 3) return 0;
     const char *names[3] = {"bucket_m64", "bucket_m256", "padded_rows"};
     const uint64_t values[3] = {d->runs[0], d->runs[1], d->padded_rows};
@@ -441,14 +436,14 @@ static const struct moe_plugin s_xdna_plugin = {
     .abi_minor = MOE_PLUGIN_ABI_MINOR,
     .struct_size = sizeof(struct moe_plugin),
     .name = "xdna",
-    .probe = xdna_probe,
-    .open = xdna_open,
-    .get_caps = xdna_get_caps,
-    .load_expert = xdna_load_expert,
-    .run = xdna_run,
-    .get_stats = xdna_get_stats,
-    .close = xdna_close,
-    .get_counters = xdna_get_counters,
+    .probe = s_xdna_probe,
+    .open = s_xdna_open,
+    .get_caps = s_xdna_get_caps,
+    .load_expert = s_xdna_load_expert,
+    .run = s_xdna_run,
+    .get_stats = s_xdna_get_stats,
+    .close = s_xdna_close,
+    .get_counters = s_xdna_get_counters,
 };
 
 const struct moe_plugin *moe_plugin_get(void) { return &s_xdna_plugin; }

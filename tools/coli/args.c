@@ -30,7 +30,7 @@ int cli_fail(void) {
     return CLI_FAIL;
 }
 
-static const arg_spec *find_spec(const arg_spec *specs, int n, const char *name, size_t len) {
+static const arg_spec *s_find_spec(const arg_spec *specs, int n, const char *name, size_t len) {
     for (int i = 0; i < n; i++) {
         if (strlen(specs[i].name) == len && strncmp(specs[i].name, name, len) == 0) return &specs[i];
         if (specs[i].alias && strlen(specs[i].alias) == len && strncmp(specs[i].alias, name, len) == 0)
@@ -40,7 +40,7 @@ static const arg_spec *find_spec(const arg_spec *specs, int n, const char *name,
 }
 
 /* Describe the allowed range for a message: ">= 0", "in (0, 1]", ... */
-static void range_text(const arg_spec *s, char *buf, size_t cap) {
+static void s_range_text(const arg_spec *s, char *buf, size_t cap) {
     int has_max = s->max > s->min;
     if (!has_max)
         snprintf(buf, cap, "must be %s %.10g", s->min_open ? ">" : ">=", s->min);
@@ -48,13 +48,13 @@ static void range_text(const arg_spec *s, char *buf, size_t cap) {
         snprintf(buf, cap, "must be in %s%.10g, %.10g]", s->min_open ? "(" : "[", s->min, s->max);
 }
 
-static int in_range(const arg_spec *s, double v) {
+static int s_in_range(const arg_spec *s, double v) {
     if (s->min_open ? !(v > s->min) : !(v >= s->min)) return 0;
     return !(s->max > s->min) || v <= s->max;
 }
 
 /* shown: the flag as the user typed it (-n or --n-predict), for messages. */
-static int set_number(const char *cmd, const arg_spec *s, const char *shown, const char *val) {
+static int s_set_number(const char *cmd, const arg_spec *s, const char *shown, const char *val) {
     char *end = NULL, range[64];
     errno = 0;
     if (s->kind == ARG_U64) {
@@ -64,32 +64,32 @@ static int set_number(const char *cmd, const arg_spec *s, const char *shown, con
         *(uint64_t *)s->dest = v;
         return ARGS_OK;
     }
-    range_text(s, range, sizeof range);
+    s_range_text(s, range, sizeof range);
     if (s->kind == ARG_INT) {
         long v = strtol(val, &end, 10);
         if (errno || end == val || *end) return args_error(cmd, shown, "'%s' is not an integer", val);
         /* a flag without a maximum still lands in an int */
         if (v < INT_MIN || v > INT_MAX) return args_error(cmd, shown, "'%s' is out of range", val);
-        if (!in_range(s, (double)v)) return args_error(cmd, shown, "'%s' %s", val, range);
+        if (!s_in_range(s, (double)v)) return args_error(cmd, shown, "'%s' %s", val, range);
         *(int *)s->dest = (int)v;
         return ARGS_OK;
     }
     double v = strtod(val, &end);
     if (errno || end == val || *end || !isfinite(v)) return args_error(cmd, shown, "'%s' is not a number", val);
     if (!isfinite((float)v)) return args_error(cmd, shown, "'%s' is out of range", val);
-    if (!in_range(s, v)) return args_error(cmd, shown, "'%s' %s", val, range);
+    if (!s_in_range(s, v)) return args_error(cmd, shown, "'%s' %s", val, range);
     *(float *)s->dest = (float)v;
     return ARGS_OK;
 }
 
 /* One flag argument (argv[*i] starts with '-'); may consume the next one. */
-static int parse_flag(const char *cmd, int argc, char **argv, int *i, const arg_spec *specs, int n) {
+static int s_parse_flag(const char *cmd, int argc, char **argv, int *i, const arg_spec *specs, int n) {
     const char *arg = argv[*i];
     const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
     size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
     char shown[64];
     snprintf(shown, sizeof shown, "%.*s", (int)(name_len < 63 ? name_len : 63), arg);
-    const arg_spec *s = find_spec(specs, n, arg, name_len);
+    const arg_spec *s = s_find_spec(specs, n, arg, name_len);
     if (!s) return args_error(cmd, shown, "unknown flag (see coli %s --help)", cmd);
     if (s->kind == ARG_FLAG) {
         if (eq) return args_error(cmd, shown, "takes no value");
@@ -106,7 +106,7 @@ static int parse_flag(const char *cmd, int argc, char **argv, int *i, const arg_
         *(const char **)s->dest = val;
         return ARGS_OK;
     }
-    return set_number(cmd, s, shown, val);
+    return s_set_number(cmd, s, shown, val);
 }
 
 int args_parse(const char *cmd, int argc, char **argv, const arg_spec *specs, int n_specs, const char **pos,
@@ -120,7 +120,7 @@ int args_parse(const char *cmd, int argc, char **argv, const arg_spec *specs, in
             continue;
         }
         if (!only_positional && a[0] == '-' && a[1] != '\0') {
-            int rc = parse_flag(cmd, argc, argv, &i, specs, n_specs);
+            int rc = s_parse_flag(cmd, argc, argv, &i, specs, n_specs);
             if (rc != ARGS_OK) return rc;
             continue;
         }

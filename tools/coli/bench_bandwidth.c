@@ -68,7 +68,7 @@ __attribute__((target("avx2"))) static unsigned long long sum_avx2(const v4i64 *
 #endif
 
 /* Portable: 64-bit loads, eight accumulators. */
-static unsigned long long sum_scalar(const v4i64 *p, size_t n) {
+static unsigned long long s_sum_scalar(const v4i64 *p, size_t n) {
     unsigned long long a[8] = {0};
     for (size_t i = 0; i + 2 <= n; i += 2)
         for (int k = 0; k < 8; k++) a[k] += p[i + k / 4].q[k % 4];
@@ -77,19 +77,19 @@ static unsigned long long sum_scalar(const v4i64 *p, size_t n) {
     return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
 }
 
-static unsigned long long sum_slice(const v4i64 *p, size_t n) {
+static unsigned long long s_sum_slice(const v4i64 *p, size_t n) {
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2")) return sum_avx2(p, n);
 #endif
-    return sum_scalar(p, n);
+    return s_sum_scalar(p, n);
 }
 
-unsigned long long bench_sum_bytes(const void *p, size_t bytes) { return sum_slice(p, bytes / sizeof(v4i64)); }
+unsigned long long bench_sum_bytes(const void *p, size_t bytes) { return s_sum_slice(p, bytes / sizeof(v4i64)); }
 
-static void *bw_main(void *arg) {
+static void *s_bw_main(void *arg) {
     bw_thread *t = arg;
     memset((void *)t->p, 1, t->n * sizeof(v4i64)); /* first touch: fault the pages in */
-    t->sink = sum_slice(t->p, t->n);               /* warm-up pass */
+    t->sink = s_sum_slice(t->p, t->n);             /* warm-up pass */
     atomic_fetch_add(&t->sync->n_done, 1);
     for (int k = 0; k < t->passes; k++) {
         while (atomic_load(&t->sync->gen) <= k)
@@ -98,7 +98,7 @@ static void *bw_main(void *arg) {
             else
                 sched_yield();
         t->start[k] = coli_now_s();
-        t->sink += sum_slice(t->p, t->n);
+        t->sink += s_sum_slice(t->p, t->n);
         t->end[k] = coli_now_s();
         atomic_fetch_add(&t->sync->n_done, 1);
     }
@@ -106,7 +106,7 @@ static void *bw_main(void *arg) {
 }
 
 /* The fastest pass of all the threads together: first start to last end. */
-static double fastest_pass_s(const bw_thread *th, int n, int passes) {
+static double s_fastest_pass_s(const bw_thread *th, int n, int passes) {
     double best = 1e30;
     for (int k = 0; k < passes; k++) {
         double t0 = th[0].start[k], t1 = th[0].end[k];
@@ -137,7 +137,7 @@ int bench_read_bandwidth(int n_threads, int mib, int passes, double *gbs) {
     for (int i = 0; i < n_threads; i++) {
         const size_t lo = n_vec * (size_t)i / (size_t)n_threads, hi = n_vec * (size_t)(i + 1) / (size_t)n_threads;
         th[i] = (bw_thread){.sync = &sync, .p = buf + lo, .n = hi - lo, .passes = passes};
-        if (pthread_create(&th[i].tid, NULL, bw_main, &th[i]) != 0) {
+        if (pthread_create(&th[i].tid, NULL, s_bw_main, &th[i]) != 0) {
             rc = CLI_FAIL;
             break;
         }
@@ -156,7 +156,7 @@ int bench_read_bandwidth(int n_threads, int mib, int passes, double *gbs) {
         pthread_join(th[i].tid, NULL);
         sink += th[i].sink;
     }
-    if (!rc) *gbs = (double)bytes / fastest_pass_s(th, started, passes) / 1e9;
+    if (!rc) *gbs = (double)bytes / s_fastest_pass_s(th, started, passes) / 1e9;
     if (sink == 42) fputc(' ', stderr); /* the sums must not be optimised away */
     free(buf);
     free(th);

@@ -17,7 +17,7 @@
 #include "core/tensor.h"
 
 /* "<arch>.expert_count" style keys: the architecture prefix from general.architecture. */
-static int64_t arch_u32(const gguf_file *f, const char *suffix) {
+static int64_t s_arch_u32(const gguf_file *f, const char *suffix) {
     gguf_str arch;
     if (gguf_get_str(f, "general.architecture", &arch) != 0) return 0;
     char key[128];
@@ -30,7 +30,7 @@ int bench_decode_bytes(const char *path, bench_bytes *out) {
     gguf_file *f = NULL;
     memset(out, 0, sizeof *out);
     if (gguf_open(path, &f) != 0) return cli_fail();
-    const int64_t n_expert = arch_u32(f, "expert_count"), n_used = arch_u32(f, "expert_used_count");
+    const int64_t n_expert = s_arch_u32(f, "expert_count"), n_used = s_arch_u32(f, "expert_used_count");
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const coli_tensor *t = gguf_tensor(f, i);
         const int64_t bytes = (int64_t)t->nbytes;

@@ -32,7 +32,7 @@ typedef struct floor_job {
     atomic_ullong sum; /* keeps the reads alive (wrapping) */
 } floor_job;
 
-static void floor_worker(void *arg, int ith, int nth) {
+static void s_floor_worker(void *arg, int ith, int nth) {
     (void)ith;
     (void)nth;
     floor_job *j = arg;
@@ -81,24 +81,24 @@ void bench_floor_free(bench_floor *f) {
 
 /* One token: n_jobs jobs over the next bytes_per_token of the buffer
  * (wrapping), so consecutive tokens read memory, not the caches. */
-static void floor_token(bench_floor *f) {
+static void s_floor_token(bench_floor *f) {
     const size_t per_job = f->bytes_per_token / (size_t)f->n_jobs & ~(size_t)31;
     for (int k = 0; k < f->n_jobs; k++) {
         if (f->pos + per_job > f->buf_bytes) f->pos = 0;
         floor_job j = {.base = f->buf + f->pos, .bytes = per_job};
         atomic_init(&j.next, 0);
         atomic_init(&j.sum, 0);
-        coli_pool_run(f->pool, floor_worker, &j);
+        coli_pool_run(f->pool, s_floor_worker, &j);
         f->sink += atomic_load(&j.sum);
         f->pos += per_job;
     }
 }
 
 void bench_floor_run(bench_floor *f, int n_tokens, double *lat_s) {
-    floor_token(f); /* warm-up: wakes the threads, as the model's first token does */
+    s_floor_token(f); /* warm-up: wakes the threads, as the model's first token does */
     for (int t = 0; t < n_tokens; t++) {
         const double t0 = coli_now_s();
-        floor_token(f);
+        s_floor_token(f);
         lat_s[t] = coli_now_s() - t0;
     }
 }

@@ -24,7 +24,7 @@ static const char *s_str(const cJSON *o, const char *key) {
 
 static double s_per(double v, double n_tokens) { return n_tokens > 0 ? v / n_tokens : 0; }
 
-//  {"reason": count, ...} of the fallbacks counted against device; *total their sum.
+/* {"reason": count, ...} of the fallbacks counted against device; *total their sum. */
 static cJSON *s_fallbacks_of(const cJSON *stats, const char *device, double *total) {
     cJSON *out = cJSON_CreateObject();
     const cJSON *f;
@@ -43,7 +43,7 @@ static void s_add_latency(cJSON *o, const cJSON *w) {
     cJSON_AddNumberToObject(lat, "p99", s_num(w, "batch_latency_p99_ms"));
 }
 
-//  One worker's entry of the report.
+/* One worker's entry of the report. */
 static cJSON *s_host(const cJSON *stats, const cJSON *w, double n_tokens) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", s_num(w, "id"));

@@ -73,7 +73,7 @@ typedef struct bench_env {
 // ---------------------------------------------------------------------------
 // helpers
 
-static void read_loadavg(double out[3]) {
+static void s_read_loadavg(double out[3]) {
     out[0] = out[1] = out[2] = -1;
     FILE *f = fopen("/proc/loadavg", "r");
     if (!f) return;
@@ -81,7 +81,7 @@ static void read_loadavg(double out[3]) {
     fclose(f);
 }
 
-static int parse_prompts(bench_opts *o) {
+static int s_parse_prompts(bench_opts *o) {
     const char *s = o->prompts;
     o->n_prompt = 0;
     while (*s) {
@@ -97,7 +97,7 @@ static int parse_prompts(bench_opts *o) {
 }
 
 /* Split the --devices list at spaces into cfg[].devices. */
-static int parse_configs(const bench_opts *o, config_run *cfg, int *n_cfg) {
+static int s_parse_configs(const bench_opts *o, config_run *cfg, int *n_cfg) {
     const char *list = o->mo.inproc ? "inproc" : o->mo.devices ? o->mo.devices : "inproc";
     *n_cfg = 0;
     for (const char *s = list; *s;) {
@@ -118,7 +118,7 @@ static int parse_configs(const bench_opts *o, config_run *cfg, int *n_cfg) {
 }
 
 /* A top-level number of a parsed JSON object; 0 (and *found 0) when absent or not a number. */
-static double json_num(const cJSON *js, const char *key, int *found) {
+static double s_json_num(const cJSON *js, const char *key, int *found) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(js, key);
     if (found) *found = cJSON_IsNumber(v);
     return cJSON_IsNumber(v) ? v->valuedouble : 0;
@@ -127,7 +127,7 @@ static double json_num(const cJSON *js, const char *key, int *found) {
 // ---------------------------------------------------------------------------
 // one configuration
 
-static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
+static int s_config_open(const bench_opts *o, config_run *c, int n_ctx) {
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = c->devices;
@@ -169,8 +169,8 @@ static int config_open(const bench_opts *o, config_run *c, int n_ctx) {
     return 0;
 }
 
-//  0, or CLI_FAIL (printed) when its --route-trace could not be written.
-static int config_close(config_run *c) {
+/* 0, or CLI_FAIL (printed) when its --route-trace could not be written. */
+static int s_config_close(config_run *c) {
     coli_context_free(&c->ctx);
     int rc = model_opts_free(&c->m);
     free(c->lat);
@@ -183,7 +183,7 @@ static int config_close(config_run *c) {
 }
 
 /* One repeat r of configuration c: the prefills, then the decode. */
-static int config_repeat(const bench_opts *o, config_run *c, int r, const int32_t *ids, float *logits) {
+static int s_config_repeat(const bench_opts *o, config_run *c, int r, const int32_t *ids, float *logits) {
     coli_model_info info;
     coli_model_get_info(c->m, &info);
     for (int p = 0; p < o->n_prompt; p++) {
@@ -208,7 +208,7 @@ static int config_repeat(const bench_opts *o, config_run *c, int r, const int32_
     return 0;
 }
 
-static int config_stats(config_run *c) {
+static int s_config_stats(config_run *c) {
     char *text = NULL;
     if (coli_model_stats_json(c->m, &text) != 0) return cli_fail();
     cJSON *js = cJSON_Parse(text);
@@ -218,11 +218,11 @@ static int config_stats(config_run *c) {
         fprintf(stderr, "coli: bench: [%s]: the stats are not JSON\n", c->devices);
         return CLI_FAIL;
     }
-    c->disp_p50 = json_num(js, "dispatch_latency_p50_ms", &c->has_dispatch);
-    c->disp_p99 = json_num(js, "dispatch_latency_p99_ms", NULL);
+    c->disp_p50 = s_json_num(js, "dispatch_latency_p50_ms", &c->has_dispatch);
+    c->disp_p99 = s_json_num(js, "dispatch_latency_p99_ms", NULL);
     int found = 0;
-    c->fallbacks = json_num(js, "fallbacks_total", &found); /* workers; inproc says "fallbacks" */
-    if (!found) c->fallbacks = json_num(js, "fallbacks", NULL);
+    c->fallbacks = s_json_num(js, "fallbacks_total", &found); /* workers; inproc says "fallbacks" */
+    if (!found) c->fallbacks = s_json_num(js, "fallbacks", NULL);
     const cJSON *w;
     cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(js, "workers")) {
         const cJSON *cache = cJSON_GetObjectItemCaseSensitive(w, "cache");
@@ -244,18 +244,18 @@ typedef struct summary {
     double med, min, max;
 } summary;
 
-static summary summarize(const double *v, int n) {
+static summary s_summarize(const double *v, int n) {
     double tmp[MAX_REPEAT];
     memcpy(tmp, v, (size_t)n * sizeof *v);
     summary s = {bench_quantile(tmp, n, 0.5), tmp[0], tmp[n - 1]};
     return s;
 }
 
-static double limit_tok_s(const bench_env *env) {
+static double s_limit_tok_s(const bench_env *env) {
     return env->gbs > 0 && env->bytes.per_token > 0 ? env->gbs * 1e9 / (double)env->bytes.per_token : 0;
 }
 
-static void print_header(const bench_opts *o, const bench_env *env) {
+static void s_print_header(const bench_opts *o, const bench_env *env) {
     printf("coli bench: %s (%s experts), %d threads, %d repeats, %d decode tokens\n", o->mo.model,
            env->bytes.expert_type[0] ? env->bytes.expert_type : "no", o->n_threads, o->repeat, o->n_decode);
     printf("weights read per decode token: %.1f MB (routed experts %.1f MB, output head %.1f MB; file %.1f MB)\n",
@@ -263,7 +263,7 @@ static void print_header(const bench_opts *o, const bench_env *env) {
            (double)env->bytes.all_tensors / 1e6);
     if (env->gbs > 0)
         printf("read bandwidth (%d threads): %.2f GB/s -> decode limit %.1f tok/s\n", o->n_threads, env->gbs,
-               limit_tok_s(env));
+               s_limit_tok_s(env));
     else
         printf("read bandwidth: not measured (--bandwidth)\n");
 }
@@ -273,7 +273,7 @@ typedef struct token_latency {
     double p50, p90, p99, max;
 } token_latency;
 
-static token_latency token_latency_of(const config_run *c) {
+static token_latency s_token_latency_of(const config_run *c) {
     token_latency l = {0, 0, 0, 0};
     for (int i = 0; i < c->n_lat; i++)
         if (c->lat[i] * 1e3 > l.max) l.max = c->lat[i] * 1e3;
@@ -283,20 +283,20 @@ static token_latency token_latency_of(const config_run *c) {
     return l;
 }
 
-static void print_config(const bench_opts *o, const bench_env *env, config_run *c) {
+static void s_print_config(const bench_opts *o, const bench_env *env, config_run *c) {
     printf("[%s] load %.3f s\n", c->devices, c->load_s);
     for (int p = 0; p < o->n_prompt; p++) {
         if (o->prompt[p] > c->n_ctx) {
             printf("  prefill %4d tokens: skipped (longer than the context, %d)\n", o->prompt[p], c->n_ctx);
             continue;
         }
-        summary s = summarize(c->prefill[p], o->repeat);
+        summary s = s_summarize(c->prefill[p], o->repeat);
         printf("  prefill %4d tokens: %9.2f tok/s (min %.2f, max %.2f)\n", o->prompt[p], s.med, s.min, s.max);
     }
-    summary d = summarize(c->decode, o->repeat);
+    summary d = s_summarize(c->decode, o->repeat);
     printf("  decode  %4d tokens: %9.2f tok/s (min %.2f, max %.2f)", o->n_decode, d.med, d.min, d.max);
-    if (limit_tok_s(env) > 0) printf("  = %.0f%% of the limit", 100.0 * d.med / limit_tok_s(env));
-    const token_latency l = token_latency_of(c);
+    if (s_limit_tok_s(env) > 0) printf("  = %.0f%% of the limit", 100.0 * d.med / s_limit_tok_s(env));
+    const token_latency l = s_token_latency_of(c);
     printf("\n  token latency p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (p99/p50 %.2f)\n", l.p50, l.p90, l.p99,
            l.max, l.p50 > 0 ? l.p99 / l.p50 : 0);
     if (c->has_dispatch)
@@ -309,48 +309,48 @@ static void print_config(const bench_opts *o, const bench_env *env, config_run *
     cJSON_ArrayForEach(e, c->caches) /* live expert caches (docs/scheduler.md) */
         printf("  cache %s: hit rate %.1f%% (%.0f hits, %.0f misses), %.0f promotions, %.0f evictions, prefetch %.0f "
                "issued / %.0f used\n",
-               cJSON_GetStringValue(cJSON_GetObjectItem(e, "device")), 100 * json_num(e, "hit_rate", NULL),
-               json_num(e, "hits", NULL), json_num(e, "misses", NULL), json_num(e, "promotions", NULL),
-               json_num(e, "evictions", NULL), json_num(e, "prefetch_issued", NULL),
-               json_num(e, "prefetch_used", NULL));
+               cJSON_GetStringValue(cJSON_GetObjectItem(e, "device")), 100 * s_json_num(e, "hit_rate", NULL),
+               s_json_num(e, "hits", NULL), s_json_num(e, "misses", NULL), s_json_num(e, "promotions", NULL),
+               s_json_num(e, "evictions", NULL), s_json_num(e, "prefetch_issued", NULL),
+               s_json_num(e, "prefetch_used", NULL));
 }
 
 /* v rounded to `decimals` places: what the file shows (cJSON prints the shortest exact form). */
-static cJSON *json_round(double v, int decimals) {
+static cJSON *s_json_round(double v, int decimals) {
     double scale = 1;
     for (int i = 0; i < decimals; i++) scale *= 10;
     return cJSON_CreateNumber(round(v * scale) / scale);
 }
 
-static void json_summary(cJSON *parent, const char *name, const double *v, int n) {
-    summary s = summarize(v, n);
+static void s_json_summary(cJSON *parent, const char *name, const double *v, int n) {
+    summary s = s_summarize(v, n);
     cJSON *o = cJSON_AddObjectToObject(parent, name);
-    cJSON_AddItemToObject(o, "median", json_round(s.med, 4));
-    cJSON_AddItemToObject(o, "min", json_round(s.min, 4));
-    cJSON_AddItemToObject(o, "max", json_round(s.max, 4));
+    cJSON_AddItemToObject(o, "median", s_json_round(s.med, 4));
+    cJSON_AddItemToObject(o, "min", s_json_round(s.min, 4));
+    cJSON_AddItemToObject(o, "max", s_json_round(s.max, 4));
     cJSON *runs = cJSON_AddArrayToObject(o, "runs");
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(runs, json_round(v[i], 4));
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(runs, s_json_round(v[i], 4));
 }
 
-static void json_latency(cJSON *parent, const char *name, double p50, double p99) {
+static void s_json_latency(cJSON *parent, const char *name, double p50, double p99) {
     cJSON *o = cJSON_AddObjectToObject(parent, name);
-    cJSON_AddItemToObject(o, "p50", json_round(p50, 4));
-    cJSON_AddItemToObject(o, "p99", json_round(p99, 4));
+    cJSON_AddItemToObject(o, "p50", s_json_round(p50, 4));
+    cJSON_AddItemToObject(o, "p99", s_json_round(p99, 4));
 }
 
-static void json_token_latency(cJSON *parent, const config_run *c) {
-    const token_latency l = token_latency_of(c);
+static void s_json_token_latency(cJSON *parent, const config_run *c) {
+    const token_latency l = s_token_latency_of(c);
     cJSON *o = cJSON_AddObjectToObject(parent, "token_latency_ms");
-    cJSON_AddItemToObject(o, "p50", json_round(l.p50, 4));
-    cJSON_AddItemToObject(o, "p90", json_round(l.p90, 4));
-    cJSON_AddItemToObject(o, "p99", json_round(l.p99, 4));
-    cJSON_AddItemToObject(o, "max", json_round(l.max, 4));
+    cJSON_AddItemToObject(o, "p50", s_json_round(l.p50, 4));
+    cJSON_AddItemToObject(o, "p90", s_json_round(l.p90, 4));
+    cJSON_AddItemToObject(o, "p99", s_json_round(l.p99, 4));
+    cJSON_AddItemToObject(o, "max", s_json_round(l.max, 4));
 }
 
-static cJSON *json_config(const bench_opts *o, const bench_env *env, config_run *c) {
+static cJSON *s_json_config(const bench_opts *o, const bench_env *env, config_run *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "devices", c->devices);
-    cJSON_AddItemToObject(j, "load_seconds", json_round(c->load_s, 4));
+    cJSON_AddItemToObject(j, "load_seconds", s_json_round(c->load_s, 4));
     cJSON *prefill = cJSON_AddArrayToObject(j, "prefill");
     for (int p = 0; p < o->n_prompt; p++) {
         cJSON *e = cJSON_CreateObject();
@@ -359,22 +359,22 @@ static cJSON *json_config(const bench_opts *o, const bench_env *env, config_run 
             cJSON_AddStringToObject(e, "skipped", "longer than the context");
             cJSON_AddNullToObject(e, "tok_s");
         } else {
-            json_summary(e, "tok_s", c->prefill[p], o->repeat);
+            s_json_summary(e, "tok_s", c->prefill[p], o->repeat);
         }
         cJSON_AddItemToArray(prefill, e);
     }
     cJSON *decode = cJSON_AddObjectToObject(j, "decode");
     cJSON_AddNumberToObject(decode, "n_tokens", o->n_decode);
-    json_summary(decode, "tok_s", c->decode, o->repeat);
-    summary d = summarize(c->decode, o->repeat);
+    s_json_summary(decode, "tok_s", c->decode, o->repeat);
+    summary d = s_summarize(c->decode, o->repeat);
     cJSON_AddItemToObject(j, "pct_of_limit",
-                          json_round(limit_tok_s(env) > 0 ? 100.0 * d.med / limit_tok_s(env) : 0, 2));
-    json_token_latency(j, c);
+                          s_json_round(s_limit_tok_s(env) > 0 ? 100.0 * d.med / s_limit_tok_s(env) : 0, 2));
+    s_json_token_latency(j, c);
     if (c->has_dispatch)
-        json_latency(j, "dispatch_latency_ms", c->disp_p50, c->disp_p99);
+        s_json_latency(j, "dispatch_latency_ms", c->disp_p50, c->disp_p99);
     else
         cJSON_AddNullToObject(j, "dispatch_latency_ms");
-    cJSON_AddItemToObject(j, "fallbacks", json_round(c->fallbacks, 0));
+    cJSON_AddItemToObject(j, "fallbacks", s_json_round(c->fallbacks, 0));
     cJSON_AddNumberToObject(j, "tokens", c->n_tokens);
     cJSON *hosts = bench_hosts_json(c->stats, c->n_tokens);
     if (hosts)
@@ -385,9 +385,9 @@ static cJSON *json_config(const bench_opts *o, const bench_env *env, config_run 
     return j;
 }
 
-static cJSON *json_doubles(const double *v, int n, int decimals) {
+static cJSON *s_json_doubles(const double *v, int n, int decimals) {
     cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, json_round(v[i], decimals));
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, s_json_round(v[i], decimals));
     return a;
 }
 
@@ -397,7 +397,7 @@ static cJSON *json_doubles(const double *v, int n, int decimals) {
 /* A floor shaped like this model's decode token: its weight bytes, about
  * as many pool jobs as a token issues (attention projections, attention,
  * output projection, expert gate/up and down per layer, and the head). */
-static bench_floor *floor_open(const bench_opts *o, bench_env *env, int n_layer) {
+static bench_floor *s_floor_open(const bench_opts *o, bench_env *env, int n_layer) {
     env->n_floor = o->n_decode * o->repeat;
     env->floor_jobs = 6 * (n_layer > 0 ? n_layer : 1) + 2;
     env->floor_lat = calloc((size_t)env->n_floor, sizeof *env->floor_lat);
@@ -408,20 +408,20 @@ static bench_floor *floor_open(const bench_opts *o, bench_env *env, int n_layer)
     return bench_floor_new(o->n_threads, (size_t)env->bytes.per_token, env->floor_jobs);
 }
 
-static token_latency floor_latency(const bench_env *env) {
+static token_latency s_floor_latency(const bench_env *env) {
     config_run c = {.lat = env->floor_lat, .n_lat = env->n_floor};
-    return token_latency_of(&c);
+    return s_token_latency_of(&c);
 }
 
-static void print_floor(const bench_opts *o, const bench_env *env) {
-    const token_latency l = floor_latency(env);
+static void s_print_floor(const bench_opts *o, const bench_env *env) {
+    const token_latency l = s_floor_latency(env);
     printf("machine floor (no model: %d pool jobs reading %.1f MB per token, %d threads, after each repeat)\n",
            env->floor_jobs, (double)env->bytes.per_token / 1e6, o->n_threads);
     printf("  token latency p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (p99/p50 %.2f)\n", l.p50, l.p90, l.p99,
            l.max, l.p50 > 0 ? l.p99 / l.p50 : 0);
 }
 
-static int write_json(const bench_opts *o, const bench_env *env, config_run *cfg, int n_cfg) {
+static int s_write_json(const bench_opts *o, const bench_env *env, config_run *cfg, int n_cfg) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", o->mo.model);
     cJSON_AddStringToObject(j, "expert_type", env->bytes.expert_type);
@@ -432,25 +432,25 @@ static int write_json(const bench_opts *o, const bench_env *env, config_run *cfg
     cJSON_AddNumberToObject(j, "output_bytes", (double)env->bytes.output);
     cJSON_AddNumberToObject(j, "file_tensor_bytes", (double)env->bytes.all_tensors);
     if (env->gbs > 0) {
-        cJSON_AddItemToObject(j, "bandwidth_gbs", json_round(env->gbs, 3));
-        cJSON_AddItemToObject(j, "limit_tok_s", json_round(limit_tok_s(env), 3));
+        cJSON_AddItemToObject(j, "bandwidth_gbs", s_json_round(env->gbs, 3));
+        cJSON_AddItemToObject(j, "limit_tok_s", s_json_round(s_limit_tok_s(env), 3));
     } else {
         cJSON_AddNullToObject(j, "bandwidth_gbs");
         cJSON_AddNullToObject(j, "limit_tok_s");
     }
     if (env->floor_lat) {
-        const token_latency l = floor_latency(env);
+        const token_latency l = s_floor_latency(env);
         cJSON *fl = cJSON_AddObjectToObject(j, "floor");
         cJSON_AddNumberToObject(fl, "jobs_per_token", env->floor_jobs);
-        cJSON_AddItemToObject(fl, "p50_ms", json_round(l.p50, 4));
-        cJSON_AddItemToObject(fl, "p90_ms", json_round(l.p90, 4));
-        cJSON_AddItemToObject(fl, "p99_ms", json_round(l.p99, 4));
-        cJSON_AddItemToObject(fl, "max_ms", json_round(l.max, 4));
+        cJSON_AddItemToObject(fl, "p50_ms", s_json_round(l.p50, 4));
+        cJSON_AddItemToObject(fl, "p90_ms", s_json_round(l.p90, 4));
+        cJSON_AddItemToObject(fl, "p99_ms", s_json_round(l.p99, 4));
+        cJSON_AddItemToObject(fl, "max_ms", s_json_round(l.max, 4));
     }
-    cJSON_AddItemToObject(j, "loadavg_before", json_doubles(env->load_before, 3, 2));
-    cJSON_AddItemToObject(j, "loadavg_after", json_doubles(env->load_after, 3, 2));
+    cJSON_AddItemToObject(j, "loadavg_before", s_json_doubles(env->load_before, 3, 2));
+    cJSON_AddItemToObject(j, "loadavg_after", s_json_doubles(env->load_after, 3, 2));
     cJSON *configs = cJSON_AddArrayToObject(j, "configs");
-    for (int i = 0; i < n_cfg; i++) cJSON_AddItemToArray(configs, json_config(o, env, &cfg[i]));
+    for (int i = 0; i < n_cfg; i++) cJSON_AddItemToArray(configs, s_json_config(o, env, &cfg[i]));
     char *text = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!text) {
@@ -466,13 +466,13 @@ static int write_json(const bench_opts *o, const bench_env *env, config_run *cfg
 // the command
 
 /* Load every configuration, run the repeats interleaved, report. */
-static int run_configs(const bench_opts *o, bench_env *env, config_run *cfg, int n_cfg) {
+static int s_run_configs(const bench_opts *o, bench_env *env, config_run *cfg, int n_cfg) {
     int max_p = 1;
     for (int p = 0; p < o->n_prompt; p++)
         if (o->prompt[p] > max_p) max_p = o->prompt[p];
     const int n_ctx = (max_p > o->n_decode + 1 ? max_p : o->n_decode + 1) + 1;
     int rc = 0;
-    for (int i = 0; i < n_cfg && !rc; i++) rc = config_open(o, &cfg[i], n_ctx);
+    for (int i = 0; i < n_cfg && !rc; i++) rc = s_config_open(o, &cfg[i], n_ctx);
     coli_model_info info;
     if (!rc) coli_model_get_info(cfg[0].m, &info);
     int32_t *ids = rc ? NULL : malloc((size_t)max_p * sizeof *ids);
@@ -487,32 +487,32 @@ static int run_configs(const bench_opts *o, bench_env *env, config_run *cfg, int
         ids[i] = (int32_t)((seed >> 8) % (uint32_t)info.n_vocab);
     }
     bench_floor *floor = NULL;
-    if (!rc && o->floor && !(floor = floor_open(o, env, info.n_layer))) rc = CLI_FAIL;
-    read_loadavg(env->load_before);
+    if (!rc && o->floor && !(floor = s_floor_open(o, env, info.n_layer))) rc = CLI_FAIL;
+    s_read_loadavg(env->load_before);
     for (int r = 0; r < o->repeat && !rc; r++) {
-        for (int i = 0; i < n_cfg && !rc; i++) rc = config_repeat(o, &cfg[i], r, ids, logits);
+        for (int i = 0; i < n_cfg && !rc; i++) rc = s_config_repeat(o, &cfg[i], r, ids, logits);
         if (floor && !rc) bench_floor_run(floor, o->n_decode, env->floor_lat + (size_t)r * o->n_decode);
     }
-    read_loadavg(env->load_after);
+    s_read_loadavg(env->load_after);
     bench_floor_free(floor);
-    for (int i = 0; i < n_cfg && !rc; i++) rc = config_stats(&cfg[i]);
+    for (int i = 0; i < n_cfg && !rc; i++) rc = s_config_stats(&cfg[i]);
     if (!rc) {
-        print_header(o, env);
-        for (int i = 0; i < n_cfg; i++) print_config(o, env, &cfg[i]);
-        if (env->floor_lat) print_floor(o, env);
+        s_print_header(o, env);
+        for (int i = 0; i < n_cfg; i++) s_print_config(o, env, &cfg[i]);
+        if (env->floor_lat) s_print_floor(o, env);
         printf("load average %.2f before, %.2f after\n", env->load_before[0], env->load_after[0]);
-        if (o->json) rc = write_json(o, env, cfg, n_cfg);
+        if (o->json) rc = s_write_json(o, env, cfg, n_cfg);
     }
     free(ids);
     free(logits);
     free(env->floor_lat);
     env->floor_lat = NULL;
     for (int i = 0; i < n_cfg; i++)
-        if (config_close(&cfg[i]) && !rc) rc = CLI_FAIL;
+        if (s_config_close(&cfg[i]) && !rc) rc = CLI_FAIL;
     return rc;
 }
 
-static int parse_bench_args(int argc, char **argv, bench_opts *o) {
+static int s_parse_bench_args(int argc, char **argv, bench_opts *o) {
     arg_spec specs[] = {
         MODEL_OPTS_SPECS(o->mo),
         {"--route-trace", NULL, ARG_STR, &o->mo.route_trace, 0, 0, 0, "FILE",
@@ -560,11 +560,11 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
                           "needs --devices with workers (e.g. \"cpu:1\"); bench's default is inproc");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = o->mo.n_threads > 0 ? o->mo.n_threads : (int)(cores > 0 ? cores : 1);
-    return parse_prompts(o);
+    return s_parse_prompts(o);
 }
 
 /* --batch LIST: the levels, then bench_batch on the first configuration. */
-static int run_batch(const bench_opts *o, double gbs) {
+static int s_run_batch(const bench_opts *o, double gbs) {
     bench_batch_opts b = {
         .model = o->mo.model, .n_threads = o->mo.n_threads, .n_decode = o->n_decode, .repeat = o->repeat};
     b.devices = o->mo.inproc ? "inproc" : o->mo.devices ? o->mo.devices : "inproc";
@@ -590,7 +590,7 @@ static int run_batch(const bench_opts *o, double gbs) {
 int cmd_bench(int argc, char **argv) {
     static config_run cfg[MAX_CONFIGS]; /* large (per-repeat arrays): not on the stack */
     bench_opts o = {.prompts = "64,512", .n_decode = 128, .repeat = 3, .bw_mib = 1024};
-    int rc = parse_bench_args(argc, argv, &o);
+    int rc = s_parse_bench_args(argc, argv, &o);
     if (rc) return rc == ARGS_HELP ? 0 : rc;
     bench_env env;
     memset(&env, 0, sizeof env);
@@ -601,10 +601,10 @@ int cmd_bench(int argc, char **argv) {
             return 0;
         }
     }
-    if (o.batch) return run_batch(&o, env.gbs);
+    if (o.batch) return s_run_batch(&o, env.gbs);
     int n_cfg = 0;
     memset(cfg, 0, sizeof cfg);
-    if ((rc = parse_configs(&o, cfg, &n_cfg)) != 0) return rc;
+    if ((rc = s_parse_configs(&o, cfg, &n_cfg)) != 0) return rc;
     if ((rc = bench_decode_bytes(o.mo.model, &env.bytes)) != 0) return rc;
-    return run_configs(&o, &env, cfg, n_cfg);
+    return s_run_configs(&o, &env, cfg, n_cfg);
 }

@@ -16,7 +16,7 @@
 
 static const uint64_t *s_layer(const heat_table *h, int l) { return h->count + (size_t)l * (size_t)h->n_expert; }
 
-//  Sum of the n largest of v[0..X) (a partial selection; X is small).
+/* Sum of the n largest of v[0..X) (a partial selection; X is small). */
 static uint64_t s_top_sum(const uint64_t *v, int X, int n, int *order) {
     for (int e = 0; e < X; e++) order[e] = e;
     uint64_t sum = 0;
@@ -34,7 +34,7 @@ static uint64_t s_top_sum(const uint64_t *v, int X, int n, int *order) {
 
 static double s_pct(uint64_t a, uint64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
 
-//  One layer: its table, its top-N share, its most frequent pairs.
+/* One layer: its table, its top-N share, its most frequent pairs. */
 static void s_print_layer(const heat_table *h, int l, int top, int n_pairs, int *order) {
     const int X = h->n_expert;
     const uint64_t *c = s_layer(h, l);
@@ -70,8 +70,8 @@ static void s_print_layer(const heat_table *h, int l, int top, int n_pairs, int 
     printf("\n");
 }
 
-//  The SVG heat map: one row per layer, one column per expert, darker = a
-//  larger share of that layer's selections.
+/* The SVG heat map: one row per layer, one column per expert, darker = a
+ * larger share of that layer's selections. */
 static int s_plot(const heat_table *h, const char *path) {
     coli_outfile out;
     if (coli_outfile_open(&out, "--plot", path, 0) != 0) return cli_fail();

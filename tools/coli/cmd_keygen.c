@@ -17,7 +17,7 @@
 #include "proto/curve_keys.h"
 #include "core/error.h"
 
-//  Write one key pair NAME.key / NAME.pub into dir.
+/* Write one key pair NAME.key / NAME.pub into dir. */
 static int s_write_pair(const char *dir, const char *name) {
     curve_key pub, sec;
     if (zmq_curve_keypair(pub, sec) != 0) return coli_fail(COLI_EIO, "zmq_curve_keypair: %s", zmq_strerror(errno));
@@ -30,7 +30,7 @@ static int s_write_pair(const char *dir, const char *name) {
     return rc;
 }
 
-//  0 when none of the files the roles would write exists yet.
+/* 0 when none of the files the roles would write exists yet. */
 static int s_none_exist(const char *dir, const char *const *names, int n) {
     for (int i = 0; i < n; i++)
         for (int k = 0; k < 2; k++) {

@@ -15,7 +15,7 @@
 #include "tools/coli/model_opts.h"
 
 /* "1,2,3" -> ids (malloc'd). 0 or ARGS_ERROR naming --ids. */
-static int parse_ids(const char *s, int32_t **ids, int *n) {
+static int s_parse_ids(const char *s, int32_t **ids, int *n) {
     int cap = 1;
     for (const char *p = s; *p; p++) cap += *p == ',';
     *ids = malloc((size_t)cap * sizeof **ids);
@@ -38,7 +38,7 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
 }
 
 /* The k largest of row[0..n) into top (ids), descending; ties: lower id first. */
-static void top_k(const float *row, int n, int k, int32_t *top) {
+static void s_top_k(const float *row, int n, int k, int32_t *top) {
     int m = 0;
     for (int i = 0; i < n; i++) {
         if (m == k && !(row[i] > row[top[k - 1]])) continue;
@@ -51,13 +51,13 @@ static void top_k(const float *row, int n, int k, int32_t *top) {
     }
 }
 
-static void print_positions(const float *logits, int n_pos, int n_vocab, int k, int json) {
+static void s_print_positions(const float *logits, int n_pos, int n_vocab, int k, int json) {
     int32_t *top = malloc((size_t)k * sizeof *top);
     if (!top) return;
     if (json) printf("{\"positions\":[");
     for (int p = 0; p < n_pos; p++) {
         const float *row = logits + (size_t)p * (size_t)n_vocab;
-        top_k(row, n_vocab, k, top);
+        s_top_k(row, n_vocab, k, top);
         if (json) {
             printf("%s[", p ? "," : "");
             for (int i = 0; i < k; i++) printf("%s[%d,%.9g]", i ? "," : "", top[i], row[top[i]]);
@@ -72,7 +72,7 @@ static void print_positions(const float *logits, int n_pos, int n_vocab, int k, 
     free(top);
 }
 
-static int eval_ids(const model_opts *o, const int32_t *ids, int n, int k, int json) {
+static int s_eval_ids(const model_opts *o, const int32_t *ids, int n, int k, int json) {
     coli_model *m = NULL;
     coli_context *ctx = NULL;
     int rc = model_opts_open(o, NULL, &m, &ctx);
@@ -90,7 +90,7 @@ static int eval_ids(const model_opts *o, const int32_t *ids, int n, int k, int j
     } else if (coli_eval(ctx, ids, n, logits, 1) != 0) {
         rc = cli_fail();
     } else {
-        print_positions(logits, n, info.n_vocab, k < info.n_vocab ? k : info.n_vocab, json);
+        s_print_positions(logits, n, info.n_vocab, k < info.n_vocab ? k : info.n_vocab, json);
     }
     free(logits);
     coli_context_free(&ctx);
@@ -123,8 +123,8 @@ int cmd_logits(int argc, char **argv) {
     if (!ids_text) return args_error("logits", "--ids", "required (comma-separated token ids)");
     int32_t *ids = NULL;
     int n = 0;
-    if ((rc = parse_ids(ids_text, &ids, &n))) return rc;
-    rc = eval_ids(&o, ids, n, k, json);
+    if ((rc = s_parse_ids(ids_text, &ids, &n))) return rc;
+    rc = s_eval_ids(&o, ids, n, k, json);
     free(ids);
     return rc;
 }

@@ -35,7 +35,7 @@ typedef struct ppl_run {
 } ppl_run;
 
 /* -log softmax(row)[target], in double. */
-static double neg_log_prob(const float *row, int n, int32_t target) {
+static double s_neg_log_prob(const float *row, int n, int32_t target) {
     float mx = row[0];
     for (int i = 1; i < n; i++) mx = row[i] > mx ? row[i] : mx;
     double sum = 0;
@@ -44,35 +44,35 @@ static double neg_log_prob(const float *row, int n, int32_t target) {
 }
 
 /* Evaluate the window [start, end) and score tokens [from, end). */
-static int score_window(ppl_run *r, int start, int end, int from) {
+static int s_score_window(ppl_run *r, int start, int end, int from) {
     coli_context_reset(r->ctx);
     if (coli_eval(r->ctx, r->tokens + start, end - start, r->logits, 1) != 0) return cli_fail();
     for (int j = from; j < end; j++) {
         /* row j-start-1 is the prediction made after token j-1 */
         const float *row = r->logits + (size_t)(j - start - 1) * (size_t)r->n_vocab;
-        r->nll += neg_log_prob(row, r->n_vocab, r->tokens[j]);
+        r->nll += s_neg_log_prob(row, r->n_vocab, r->tokens[j]);
         r->n_scored++;
     }
     return 0;
 }
 
-//  Windows run_windows evaluates: the first, then one per stride until the end is scored.
+/* Windows run_windows evaluates: the first, then one per stride until the end is scored. */
 static int s_n_windows(const ppl_run *r) {
     int n = 1;
     for (int start = 0; start + r->window < r->n_tokens; start += r->stride) n++;
     return n;
 }
 
-//  Progress: on a terminal one line redrawn (progress.h); elsewhere a line
-//  per window, as a log wants it; -q: neither.
-static int run_windows(ppl_run *r) {
+/* Progress: on a terminal one line redrawn (progress.h); elsewhere a line
+ * per window, as a log wants it; -q: neither. */
+static int s_run_windows(ppl_run *r) {
     int scored_until = 1, n_windows = 0, total = s_n_windows(r); /* token 0 has nothing before it */
     cli_progress bar;
     cli_progress_start(&bar, "coli perplexity", "window", r->quiet);
     for (int start = 0; scored_until < r->n_tokens; start += r->stride) {
         int end = start + r->window < r->n_tokens ? start + r->window : r->n_tokens;
         int from = scored_until > start + 1 ? scored_until : start + 1;
-        int rc = score_window(r, start, end, from);
+        int rc = s_score_window(r, start, end, from);
         if (rc) {
             cli_progress_end(&bar);
             return rc;
@@ -91,7 +91,7 @@ static int run_windows(ppl_run *r) {
     return 0;
 }
 
-static int tokenize_all(const coli_model *m, const char *text, size_t len, int32_t **ids, int *n) {
+static int s_tokenize_all(const coli_model *m, const char *text, size_t len, int32_t **ids, int *n) {
     int rc = text_tokenize(m, text, len, 1, 0, ids, n);
     if (rc == COLI_ENOMEM) {
         fprintf(stderr, "coli: -f: out of memory for the text's tokens\n");
@@ -104,7 +104,7 @@ static int tokenize_all(const coli_model *m, const char *text, size_t len, int32
  * whole window are held at once: window x n_vocab floats). */
 #define PPL_DEFAULT_WINDOW 512
 
-static int perplexity(model_opts *o, int stride, int quiet, const char *text, size_t len) {
+static int s_perplexity(model_opts *o, int stride, int quiet, const char *text, size_t len) {
     coli_model *m = NULL;
     ppl_run r;
     memset(&r, 0, sizeof r);
@@ -116,7 +116,7 @@ static int perplexity(model_opts *o, int stride, int quiet, const char *text, si
     coli_model_get_info(m, &info);
     if (!o->n_ctx) o->n_ctx = info.n_ctx < PPL_DEFAULT_WINDOW ? info.n_ctx : PPL_DEFAULT_WINDOW;
     rc = model_opts_new_context(o, m, &r.ctx);
-    if (!rc) rc = tokenize_all(m, text, len, &tokens, &r.n_tokens);
+    if (!rc) rc = s_tokenize_all(m, text, len, &tokens, &r.n_tokens);
     if (!rc && r.n_tokens < 2) {
         fprintf(stderr, "coli: -f: the text gives %d token(s), perplexity needs at least 2\n", r.n_tokens);
         rc = CLI_FAIL;
@@ -132,7 +132,7 @@ static int perplexity(model_opts *o, int stride, int quiet, const char *text, si
             rc = CLI_FAIL;
         }
     }
-    if (!rc) rc = run_windows(&r);
+    if (!rc) rc = s_run_windows(&r);
     if (!rc) printf("perplexity: %.4f (%lld tokens)\n", exp(r.nll / (double)r.n_scored), r.n_scored);
     free(r.logits);
     free(tokens);
@@ -174,7 +174,7 @@ int cmd_perplexity(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0;
     if ((rc = cli_read_file("-f", file, &text, &len))) return rc;
-    rc = perplexity(&o, stride, quiet, text, len);
+    rc = s_perplexity(&o, stride, quiet, text, len);
     free(text);
     return rc;
 }

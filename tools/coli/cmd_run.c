@@ -23,7 +23,7 @@ typedef struct run_flags {
 } run_flags;
 
 /* Called per generated token: print its complete UTF-8 bytes right away. */
-static int print_token(void *user, int32_t id, const char *text, size_t len) {
+static int s_print_token(void *user, int32_t id, const char *text, size_t len) {
     size_t *printed = user;
     if (len) {
         fwrite(text, 1, len, stdout);
@@ -37,8 +37,8 @@ static int print_token(void *user, int32_t id, const char *text, size_t len) {
  * text carries BOS): malloc'd into *out, the message's place in it in
  * *plain (chat_render_plain: tokenized as text, as coli serve does), or
  * CLI_FAIL (printed). */
-static int render_chat(const coli_model *m, const char *name, int thinking, const char *prompt, size_t len, char **out,
-                       coli_text_span **plain, int *n_plain) {
+static int s_render_chat(const coli_model *m, const char *name, int thinking, const char *prompt, size_t len,
+                         char **out, coli_text_span **plain, int *n_plain) {
     coli_model_info info;
     coli_model_get_info(m, &info);
     const char *source, *bos = info.bos_id >= 0 ? coli_token_text(m, info.bos_id) : "",
@@ -59,8 +59,8 @@ static int render_chat(const coli_model *m, const char *name, int thinking, cons
 /* Tokenize with special tokens, and BOS unless a chat template put it in the
  * text (chat: the message's text, plain[0..n_plain), without special tokens);
  * *ids is malloc'd. 0 or CLI_FAIL. */
-static int tokenize_prompt(const coli_model *m, const char *text, size_t len, int chat, const coli_text_span *plain,
-                           int n_plain, int32_t **ids, int *n) {
+static int s_tokenize_prompt(const coli_model *m, const char *text, size_t len, int chat, const coli_text_span *plain,
+                             int n_plain, int32_t **ids, int *n) {
     int rc = chat ? chat_tokenize(m, text, len, plain, n_plain, ids, n) : text_tokenize(m, text, len, 1, 1, ids, n);
     if (rc == COLI_ENOMEM) {
         fprintf(stderr, "coli: prompt: out of memory for its tokens\n");
@@ -69,12 +69,13 @@ static int tokenize_prompt(const coli_model *m, const char *text, size_t len, in
     return rc ? cli_fail() : 0;
 }
 
-static double per_second(int n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
+static double s_per_second(int n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
 
 /* The summary line; ctx_full: the context, not -n, ended generation (the
  * user asked for more tokens than fit, or for -n -1): say so, or a user
  * who asked for 1000 tokens and got 60 cannot tell why. */
-static void print_summary(const coli_model *m, const model_opts *o, const coli_gen_stats *st, int ctx_full, int n_ctx) {
+static void s_print_summary(const coli_model *m, const model_opts *o, const coli_gen_stats *st, int ctx_full,
+                            int n_ctx) {
     coli_model_info info;
     coli_model_get_info(m, &info);
     char why[96] = "";
@@ -83,8 +84,8 @@ static void print_summary(const coli_model *m, const model_opts *o, const coli_g
     else if (ctx_full)
         snprintf(why, sizeof why, ", stopped: the context of %d tokens is full (--ctx)", n_ctx);
     fprintf(stderr, "coli run: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s)%s, load %.2f s\n",
-            st->n_prompt, per_second(st->n_prompt, st->prompt_seconds), st->n_gen,
-            per_second(st->n_gen, st->gen_seconds), why, info.load_seconds);
+            st->n_prompt, s_per_second(st->n_prompt, st->prompt_seconds), st->n_gen,
+            s_per_second(st->n_gen, st->gen_seconds), why, info.load_seconds);
     char *text = NULL;
     /* The executor's lines: always when verbose, otherwise only when they
      * are about workers (an in-process run has nothing the user must see). */
@@ -95,7 +96,7 @@ static void print_summary(const coli_model *m, const model_opts *o, const coli_g
 
 /* --stats-json: written here, not by the library on free, so that a path
  * that cannot be written fails the run (exit 1 with the reason). */
-static int write_stats_json(const coli_model *m, const char *path) {
+static int s_write_stats_json(const coli_model *m, const char *path) {
     char *json = NULL;
     if (coli_model_stats_json(m, &json) != 0) return cli_fail();
     int rc = coli_outfile_write_line("--stats-json", path, json, 0);
@@ -103,7 +104,7 @@ static int write_stats_json(const coli_model *m, const char *path) {
     return rc ? cli_fail() : 0;
 }
 
-static int generate(const run_flags *f, const char *prompt, size_t len) {
+static int s_generate(const run_flags *f, const char *prompt, size_t len) {
     coli_model *m = NULL;
     coli_context *ctx = NULL;
     int32_t *ids = NULL;
@@ -116,11 +117,11 @@ static int generate(const run_flags *f, const char *prompt, size_t len) {
     coli_text_span *plain = NULL;
     int n_plain = 0;
     if (f->chat_template &&
-        (rc = render_chat(m, f->chat_template, f->thinking, prompt, len, &chat, &plain, &n_plain)) == 0) {
+        (rc = s_render_chat(m, f->chat_template, f->thinking, prompt, len, &chat, &plain, &n_plain)) == 0) {
         prompt = chat;
         len = strlen(chat);
     }
-    if (!rc) rc = tokenize_prompt(m, prompt, len, chat != NULL, plain, n_plain, &ids, &n_prompt);
+    if (!rc) rc = s_tokenize_prompt(m, prompt, len, chat != NULL, plain, n_plain, &ids, &n_prompt);
     free(plain);
     int n_ctx = model_opts_n_ctx(&f->m, m);
     if (!rc && n_prompt == 0) {
@@ -138,15 +139,15 @@ static int generate(const run_flags *f, const char *prompt, size_t len) {
         coli_gen_stats st;
         memset(&st, 0, sizeof st);
         size_t printed = 0;
-        if (coli_generate(ctx, ids, n_prompt, &sp, print_token, &printed, &st) != 0) rc = cli_fail();
+        if (coli_generate(ctx, ids, n_prompt, &sp, s_print_token, &printed, &st) != 0) rc = cli_fail();
         if (printed) fputc('\n', stdout);
         fflush(stdout);
-        if (!rc) print_summary(m, &f->m, &st, by_ctx && st.n_gen >= sp.n_predict, n_ctx);
+        if (!rc) s_print_summary(m, &f->m, &st, by_ctx && st.n_gen >= sp.n_predict, n_ctx);
     }
     free(ids);
     free(chat);
     coli_context_free(&ctx);
-    if (f->m.stats_json && write_stats_json(m, f->m.stats_json) && !rc) rc = CLI_FAIL;
+    if (f->m.stats_json && s_write_stats_json(m, f->m.stats_json) && !rc) rc = CLI_FAIL;
     if (model_opts_free(&m) && !rc) rc = CLI_FAIL;
     return rc;
 }
@@ -188,12 +189,12 @@ int cmd_run(int argc, char **argv) {
                           "only with --chat-template (without it the prompt is used as it is)");
     if (f.prompt && f.prompt_file) return args_error("run", "-f", "give either -p or -f, not both");
     if (!f.prompt && !f.prompt_file) return args_error("run", "-p", "required (the prompt text, or -f FILE)");
-    if (f.prompt) return generate(&f, f.prompt, strlen(f.prompt));
+    if (f.prompt) return s_generate(&f, f.prompt, strlen(f.prompt));
     char *text = NULL;
     size_t len = 0;
     if ((rc = cli_read_file("-f", f.prompt_file, &text, &len))) return rc;
     if (len && text[len - 1] == '\n') text[--len] = '\0';
-    rc = generate(&f, text, len);
+    rc = s_generate(&f, text, len);
     free(text);
     return rc;
 }

@@ -13,7 +13,7 @@
 #include "tools/coli/args.h"
 #include "tools/coli/commands.h"
 
-//  Whole file, NUL-terminated; NULL with errno set on failure.
+/* Whole file, NUL-terminated; NULL with errno set on failure. */
 static char *s_slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -72,7 +72,7 @@ static void s_fallbacks(const cJSON *root) {
         printf("  %-10s %-14s %6.0f\n", s_str(f, "device"), s_str(f, "reason"), s_num(f, "count"));
 }
 
-//  Each worker's plugin counters (e.g. the xdna lane's buckets), if any.
+/* Each worker's plugin counters (e.g. the xdna lane's buckets), if any. */
 static void s_counters(const cJSON *ws) {
     const cJSON *w;
     cJSON_ArrayForEach(w, ws) {
@@ -84,7 +84,7 @@ static void s_counters(const cJSON *ws) {
     }
 }
 
-//  Live expert caches (docs/scheduler.md, "Live expert cache"), if any.
+/* Live expert caches (docs/scheduler.md, "Live expert cache"), if any. */
 static void s_caches(const cJSON *ws) {
     const cJSON *w;
     int any = 0;

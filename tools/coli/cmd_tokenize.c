@@ -12,7 +12,7 @@
 
 /* s as a JSON string: quotes, backslashes and control bytes escaped; other
  * bytes (UTF-8) as they are. */
-static void json_string(FILE *f, const char *s) {
+static void s_json_string(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\')
@@ -29,7 +29,7 @@ static void json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-static void print_tokens(const coli_model *m, const int32_t *ids, int n, int json) {
+static void s_print_tokens(const coli_model *m, const int32_t *ids, int n, int json) {
     if (!json) {
         for (int i = 0; i < n; i++) {
             const char *piece = coli_token_text(m, ids[i]);
@@ -43,12 +43,12 @@ static void print_tokens(const coli_model *m, const int32_t *ids, int n, int jso
     for (int i = 0; i < n; i++) {
         const char *piece = coli_token_text(m, ids[i]);
         if (i) putchar(',');
-        json_string(stdout, piece ? piece : "");
+        s_json_string(stdout, piece ? piece : "");
     }
     printf("]}\n");
 }
 
-static int tokenize_text(const char *model, const char *text, size_t len, int add_bos, int parse_special, int json) {
+static int s_tokenize_text(const char *model, const char *text, size_t len, int add_bos, int parse_special, int json) {
     /* Tokenizing needs only the vocabulary (as llama-tokenize): any GGUF
      * that carries one works, vocabulary-only files and unsupported
      * architectures included, and no workers start. */
@@ -67,7 +67,7 @@ static int tokenize_text(const char *model, const char *text, size_t len, int ad
     } else if (rc) {
         rc = cli_fail();
     } else {
-        print_tokens(m, ids, n, json);
+        s_print_tokens(m, ids, n, json);
     }
     free(ids);
     coli_model_free(&m);
@@ -98,11 +98,11 @@ int cmd_tokenize(int argc, char **argv) {
     if (cli_check_input_file("-m", model)) return CLI_FAIL;
     if (text && file) return args_error("tokenize", "-f", "give either -p or -f, not both");
     if (!text && !file) return args_error("tokenize", "-p", "required (the text, or -f FILE)");
-    if (text) return tokenize_text(model, text, strlen(text), !no_bos, !no_parse_special, json);
+    if (text) return s_tokenize_text(model, text, strlen(text), !no_bos, !no_parse_special, json);
     char *buf = NULL;
     size_t len = 0;
     if ((rc = cli_read_file("-f", file, &buf, &len))) return rc;
-    rc = tokenize_text(model, buf, len, !no_bos, !no_parse_special, json);
+    rc = s_tokenize_text(model, buf, len, !no_bos, !no_parse_special, json);
     free(buf);
     return rc;
 }

@@ -23,8 +23,8 @@
 #include "plugins/xdna/xdna_package.h"
 #include "core/tensor.h"
 
-//  Where the worker finds the plugin (and the helper beside it): COLI_PLUGIN_DIR,
-//  else <dir of this executable>/../lib.
+/* Where the worker finds the plugin (and the helper beside it): COLI_PLUGIN_DIR,
+ * else <dir of this executable>/../lib. */
 static void s_plugin_dir(const coli_settings *set, char *out, size_t n) {
     char exe[PATH_MAX];
     if (set->plugin_dir[0])
@@ -47,7 +47,7 @@ static void s_print_artifacts(const xdna_package *p) {
     }
 }
 
-//  Gates 1-3 for expert 0 of each layer of model (the shapes are per layer).
+/* Gates 1-3 for expert 0 of each layer of model (the shapes are per layer). */
 static int s_print_gates(const xdna_package *p, const char *model) {
     gguf_file *g = NULL;
     if (gguf_open(model, &g) != 0) {

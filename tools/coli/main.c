@@ -40,7 +40,7 @@ static const command s_commands[] = {
 };
 #define N_COMMANDS ((int)(sizeof s_commands / sizeof s_commands[0]))
 
-static void usage(FILE *f) {
+static void s_usage(FILE *f) {
     fprintf(f, "usage: coli COMMAND [flags]   (coli COMMAND --help for its flags)\n"
                "colibri: inference for Mixture-of-Experts language models in GGUF files.\n\ncommands:\n");
     for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-12s %s\n", s_commands[i].name, s_commands[i].summary);
@@ -57,12 +57,12 @@ static int s_finish_stdout(int rc) {
 
 static int s_main(int argc, char **argv) {
     if (argc < 2) {
-        usage(stderr);
+        s_usage(stderr);
         return ARGS_ERROR;
     }
     const char *name = argv[1];
     if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0) {
-        usage(stdout);
+        s_usage(stdout);
         return 0;
     }
     if (strcmp(name, "--version") == 0) {
@@ -84,9 +84,9 @@ static void s_on_fatal_signal(int sig) {
     raise(sig);
 }
 
-//  For the signals whose default ends the process; one that is ignored (nohup,
-//  a background job) stays ignored. Commands with their own handlers (chat,
-//  serve) replace these.
+/* For the signals whose default ends the process; one that is ignored (nohup,
+ * a background job) stays ignored. Commands with their own handlers (chat,
+ * serve) replace these. */
 static void s_install_cleanup(void) {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {

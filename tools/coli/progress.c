@@ -27,7 +27,7 @@ const char *cli_bytes(char *buf, int cap, uint64_t n) {
     return buf;
 }
 
-//  "47 s left", "3 min 5 s left", or "" before anything is measurable.
+/* "47 s left", "3 min 5 s left", or "" before anything is measurable. */
 static void s_left(char *buf, int cap, double elapsed, double frac) {
     buf[0] = 0;
     if (frac <= 0.0 || frac >= 1.0 || elapsed < 0.5) return;
@@ -81,7 +81,7 @@ struct cli_waiting {
     pthread_t thread;
 };
 
-//  Wait on w->cv until done or seconds pass; 1 when done.
+/* Wait on w->cv until done or seconds pass; 1 when done. */
 static int s_wait(cli_waiting *w, double seconds) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -22,7 +22,7 @@
  * block decoders must stay inside a row of coli_row_bytes bytes whatever
  * those bytes are (NaN scales, any nibbles); the reader's nbytes must be
  * whole rows. */
-static int dequant_rows(const gguf_file *f) {
+static int s_dequant_rows(const gguf_file *f) {
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const coli_tensor *t = gguf_tensor(f, i);
         const int64_t n_in = t->ne[0], rows = coli_tensor_nelems(t) / n_in;
@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (rc > 0 || strncmp(msg, "<memory>: ", 10) != 0 || strchr(msg, '\n')) __builtin_trap();
         return 0;
     }
-    if (gb_walk(f) < 0 || dequant_rows(f) < 0) __builtin_trap();
+    if (gb_walk(f) < 0 || s_dequant_rows(f) < 0) __builtin_trap();
     gguf_close(&f);
     return 0;
 }

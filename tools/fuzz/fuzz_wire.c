@@ -53,8 +53,8 @@ static void s_refused(Coli__RefusedExpert *const *r, size_t n) {
     }
 }
 
-//  The checks the coordinator runs before it acts on a hello or a place
-//  reply (a bogus why would be read past its end under ASan).
+/* The checks the coordinator runs before it acts on a hello or a place
+ * reply (a bogus why would be read past its end under ASan). */
 static void s_check(const Coli__Envelope *e) {
     char why[256];
     if (e->body_case == COLI__ENVELOPE__BODY_HELLO && wire_hello_check(e->hello, why, sizeof why))
@@ -106,7 +106,7 @@ static void s_walk(const wire_msg *m) {
     s_check(e);
 }
 
-//  Send the frames of data (up to 4) on `from`, read one message on `to`.
+/* Send the frames of data (up to 4) on `from`, read one message on `to`. */
 static void s_round(void *from, void *to, int is_router, const uint8_t *data, size_t size) {
     int frames = size ? 1 + data[0] % 4 : 1;
     size_t at = size ? 1 : 0;

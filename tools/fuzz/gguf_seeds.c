@@ -10,7 +10,7 @@
 #include "core/gguf/gguf.h"
 #include "tests/gguf_bytes.h"
 
-static int save(const char *dir, const char *name, const void *p, size_t n) {
+static int s_save(const char *dir, const char *name, const void *p, size_t n) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *fp = fopen(path, "wb");
@@ -22,7 +22,7 @@ static int save(const char *dir, const char *name, const void *p, size_t n) {
 }
 
 /* One small tensor of each supported type, written by the real writer. */
-static int write_tensor_types(const char *dir, uint32_t alignment, const char *name) {
+static int s_write_tensor_types(const char *dir, uint32_t alignment, const char *name) {
     static uint8_t data[2 * 256 * 4];
     static const coli_dtype types[] = {COLI_F32,    COLI_F16,   COLI_BF16,  COLI_Q8_0,    COLI_Q4_0,
                                        COLI_Q4_1,   COLI_Q5_0,  COLI_Q5_1,  COLI_IQ4_NL,  COLI_Q2_K,
@@ -60,15 +60,15 @@ int main(int argc, char **argv) {
     int bad = 0;
     gguf_bytes b = {0};
     gb_all_types(&b, 3);
-    bad |= save(argv[1], "all_types_v3.gguf", b.p, b.n);
+    bad |= s_save(argv[1], "all_types_v3.gguf", b.p, b.n);
     gb_free(&b);
     gb_all_types(&b, 2);
-    bad |= save(argv[1], "all_types_v2.gguf", b.p, b.n);
+    bad |= s_save(argv[1], "all_types_v2.gguf", b.p, b.n);
     gb_free(&b);
     gb_header(&b, 3, 0, 0);
-    bad |= save(argv[1], "empty_v3.gguf", b.p, b.n);
+    bad |= s_save(argv[1], "empty_v3.gguf", b.p, b.n);
     gb_free(&b);
-    bad |= write_tensor_types(argv[1], 32, "tensor_types.gguf");
-    bad |= write_tensor_types(argv[1], 64, "tensor_types_align64.gguf");
+    bad |= s_write_tensor_types(argv[1], 32, "tensor_types.gguf");
+    bad |= s_write_tensor_types(argv[1], 64, "tensor_types_align64.gguf");
     return bad;
 }

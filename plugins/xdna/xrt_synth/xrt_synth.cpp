@@ -328,7 +328,7 @@ const std::shared_ptr<bo_impl> &buffer(const run_impl &r, int index, size_t min_
     return it->second;
 }
 
-//  The GEMM on the device sides of the buffers, after checking the instructions.
+/* The GEMM on the device sides of the buffers, after checking the instructions. */
 void synth_gemm(const run_impl &r) {
     const xclbin_impl &bin = *r.k->ctx.get_handle()->bin;
     const int64_t M = bin.m, K = bin.k, N = bin.n;

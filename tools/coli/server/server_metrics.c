@@ -209,8 +209,8 @@ static void s_worker_field(coli_strbuf *b, const cJSON *workers, const char *nam
     }
 }
 
-//  A live expert cache's counter (member key of a worker's "cache"), for the
-//  workers that are caches; nothing at all when none is.
+/* A live expert cache's counter (member key of a worker's "cache"), for the
+ * workers that are caches; nothing at all when none is. */
 static void s_cache_field(coli_strbuf *b, const cJSON *workers, const char *name, const char *type, const char *help,
                           const char *key) {
     const cJSON *w;
