@@ -6,8 +6,8 @@ Prose comments are /* ... */ blocks; a section banner is the llama2.c pair
     // title
 Converts, at column 0 of the tracked C/CUDA sources: runs of // prose lines (czmq's
 "//  text") into /* */ blocks, and one-line /* ---- title ---- */ banners into the pair.
-Comments inside functions (indented) are left alone, and so are tests/ (their tables) and, until
-its restructuring lands, core/kernels/ (--check lists it). Mechanical: rerun it after a merge.
+Comments inside functions (indented) are left alone, and so are tests/ (their tables).
+Mechanical: rerun it after a merge.
 
   tools/comment_style.py          rewrite the files, print the ones changed
   tools/comment_style.py --check  list the lines to convert, exit 1 if any
@@ -18,7 +18,7 @@ import sys
 
 BANNER = "// " + "-" * 76
 SKIP = re.compile(r"^(tests/|build/|plugins/xdna/xrt_synth/include/|core/tokenizer/unicode_tables\.c$)")
-NOTE_DIRS = ("core/kernels/",)
+NOTE_DIRS = ()
 IS_BANNER = re.compile(r"^//\s*-{3,}\s*$")
 KEEP = re.compile(r"clang-format|NOLINT|/\*|\*/")
 OLD_BANNER = re.compile(r"^/\*\s*-{3,}\s+(.*?)\s*-*\s*\*/\s*$")

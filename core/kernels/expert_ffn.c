@@ -20,11 +20,12 @@ size_t expert_weights_bytes(const expert_weights *w) {
     return b.gate + b.up + b.down;
 }
 
-/* ---- slicing a 3-D expert tensor --------------------------------------- */
+// ----------------------------------------------------------------------------
+// slicing a 3-D expert tensor
 
 /* The tensor blk.<layer>.ffn_<part>_exps.weight, checked to be a 3-D
  * expert stack of a type the kernels compute. */
-static int find_exps(const gguf_file *f, int layer, const char *part, const coli_tensor **out) {
+static int s_find_exps(const gguf_file *f, int layer, const char *part, const coli_tensor **out) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.weight", layer, part);
     const coli_tensor *t = gguf_find_tensor(f, name);
@@ -42,7 +43,7 @@ static int find_exps(const gguf_file *f, int layer, const char *part, const coli
 }
 
 /* Pointer to expert e's (rows, row_len) matrix inside t. */
-static const void *expert_slice(const coli_tensor *t, int expert) {
+static const void *s_expert_slice(const coli_tensor *t, int expert) {
     size_t bytes = coli_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
     return (const uint8_t *)t->data + (size_t)expert * bytes;
 }
@@ -58,8 +59,8 @@ int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_w
     int rc;
     if (!f || !out) return coli_fail(COLI_EINVAL, "expert weights: NULL file or output");
     if (layer < 0) return coli_fail(COLI_EINVAL, "expert weights: layer %d < 0", layer);
-    if ((rc = find_exps(f, layer, "gate", &g)) || (rc = find_exps(f, layer, "up", &u)) ||
-        (rc = find_exps(f, layer, "down", &d)))
+    if ((rc = s_find_exps(f, layer, "gate", &g)) || (rc = s_find_exps(f, layer, "up", &u)) ||
+        (rc = s_find_exps(f, layer, "down", &d)))
         return rc;
     const int64_t n_embd = g->ne[0], n_ff = g->ne[1], n_expert = g->ne[2];
     if (u->ne[0] != n_embd || u->ne[1] != n_ff || u->ne[2] != n_expert)
@@ -78,9 +79,9 @@ int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_w
         return coli_fail(COLI_ERANGE, "tensor '%s': expert %d out of range [0, %lld)", g->name, expert,
                          (long long)n_expert);
     memset(out, 0, sizeof *out);
-    out->gate = expert_slice(g, expert);
-    out->up = expert_slice(u, expert);
-    out->down = expert_slice(d, expert);
+    out->gate = s_expert_slice(g, expert);
+    out->up = s_expert_slice(u, expert);
+    out->down = s_expert_slice(d, expert);
     out->gate_type = g->type;
     out->up_type = u->type;
     out->down_type = d->type;
@@ -89,14 +90,15 @@ int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_w
     return 0;
 }
 
-/* ---- the FFN ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// the FFN
 
 /* g[i] = silu(g[i]) * u[i], silu(x) = x / (1 + e^-x), in F32 */
-static void swiglu(float *g, const float *u, int64_t n) {
+static void s_swiglu(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-/* Hidden values below which swiglu runs on the calling thread (decode):
+/* Hidden values below which s_swiglu runs on the calling thread (decode):
  * waking the pool costs more than a few thousand expf. */
 #define SWIGLU_MIN_PARALLEL (1 << 16)
 
@@ -109,15 +111,15 @@ typedef struct swiglu_job {
 
 /* Thread ith takes the ith of nth slices of every expert's hidden values
  * (elementwise, so the split does not change any result). */
-static void swiglu_worker(void *arg, int ith, int nth) {
+static void s_swiglu_worker(void *arg, int ith, int nth) {
     const swiglu_job *j = arg;
     for (int e = 0; e < j->count; e++) {
         const int64_t a = j->n[e] * ith / nth, b = j->n[e] * (ith + 1) / nth;
-        swiglu(j->g[e] + a, j->u[e] + a, b - a);
+        s_swiglu(j->g[e] + a, j->u[e] + a, b - a);
     }
 }
 
-static int check_task(const expert_ffn_task *t, int i) {
+static int s_check_task(const expert_ffn_task *t, int i) {
     const expert_weights *w = t->w;
     if (!w || t->n_rows < 0 || (t->n_rows > 0 && (!t->x || !t->out)))
         return coli_fail(COLI_EINVAL, "expert ffn: task %d: NULL weights/input/output or negative rows", i);
@@ -128,20 +130,21 @@ static int check_task(const expert_ffn_task *t, int i) {
     return 0;
 }
 
-static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
+static size_t s_align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
-static size_t hidden_bytes(const expert_ffn_task *t) {
-    return align64((size_t)t->n_rows * (size_t)t->w->n_ff * sizeof(float));
+static size_t s_hidden_bytes(const expert_ffn_task *t) {
+    return s_align64((size_t)t->n_rows * (size_t)t->w->n_ff * sizeof(float));
 }
 
 /* The matmul ops of n tasks: gu = gate and up of each (2n ops), down = the
  * down of each, reading the hidden g that hid[i] points at. */
-static void ffn_ops(const expert_ffn_task *tasks, int n, float *const *hid, coli_matmul_op *gu, coli_matmul_op *down) {
+static void s_ffn_ops(const expert_ffn_task *tasks, int n, float *const *hid, coli_matmul_op *gu,
+                      coli_matmul_op *down) {
     for (int i = 0; i < n; i++) {
         const expert_weights *w = tasks[i].w;
         const int64_t r = tasks[i].n_rows;
         float *g = hid ? hid[i] : NULL;
-        float *u = hid ? (float *)((uint8_t *)g + hidden_bytes(&tasks[i])) : NULL;
+        float *u = hid ? (float *)((uint8_t *)g + s_hidden_bytes(&tasks[i])) : NULL;
         gu[2 * i] = (coli_matmul_op){w->gate, w->gate_type, w->n_embd, w->n_ff, tasks[i].x, r, g};
         gu[2 * i + 1] = (coli_matmul_op){w->up, w->up_type, w->n_embd, w->n_ff, tasks[i].x, r, u};
         down[i] = (coli_matmul_op){w->down, w->down_type, w->n_ff, w->n_embd, g, r, tasks[i].out};
@@ -152,27 +155,27 @@ static void ffn_ops(const expert_ffn_task *tasks, int n, float *const *hid, coli
  * state): [g_0 | u_0 | g_1 | u_1 | ... | the matmuls' input area]. The
  * matmuls get a view of the tail sized for the larger of the two steps, so
  * they never reallocate it. n <= EXPERT_FFN_MANY_MAX checked tasks. */
-static int ffn_group(coli_pool *pool, coli_scratch *s, const expert_ffn_task *tasks, int n) {
+static int s_ffn_group(coli_pool *pool, coli_scratch *s, const expert_ffn_task *tasks, int n) {
     coli_matmul_op gu[2 * EXPERT_FFN_MANY_MAX], down[EXPERT_FFN_MANY_MAX];
     float *hid[EXPERT_FFN_MANY_MAX];
     swiglu_job sj = {.count = n};
     size_t hidden = 0, down_in = 0;
     int64_t n_hidden = 0;
     for (int i = 0; i < n; i++) {
-        hidden += 2 * hidden_bytes(&tasks[i]);
-        down_in += align64(coli_matmul_scratch_bytes(tasks[i].w->down_type, tasks[i].w->n_ff, tasks[i].n_rows));
+        hidden += 2 * s_hidden_bytes(&tasks[i]);
+        down_in += s_align64(coli_matmul_scratch_bytes(tasks[i].w->down_type, tasks[i].w->n_ff, tasks[i].n_rows));
         n_hidden += tasks[i].n_rows * tasks[i].w->n_ff;
     }
-    ffn_ops(tasks, n, NULL, gu, down);
+    s_ffn_ops(tasks, n, NULL, gu, down);
     size_t gu_in = coli_matmul_many_scratch_bytes(gu, 2 * n);
     size_t mm_bytes = gu_in > down_in ? gu_in : down_in;
     uint8_t *base = coli_scratch_reserve(s, hidden + mm_bytes);
     if (!base) return coli_fail(COLI_ENOMEM, "no memory for %lld hidden values", (long long)n_hidden);
     for (int i = 0; i < n; i++) {
         hid[i] = (float *)base;
-        base += 2 * hidden_bytes(&tasks[i]);
+        base += 2 * s_hidden_bytes(&tasks[i]);
     }
-    ffn_ops(tasks, n, hid, gu, down);
+    s_ffn_ops(tasks, n, hid, gu, down);
     coli_scratch mm = {base, mm_bytes};
     int rc = coli_matmul_many(pool, &mm, gu, 2 * n);
     if (rc) return rc;
@@ -182,9 +185,9 @@ static int ffn_group(coli_pool *pool, coli_scratch *s, const expert_ffn_task *ta
         sj.n[i] = tasks[i].n_rows * tasks[i].w->n_ff;
     }
     if (n_hidden < SWIGLU_MIN_PARALLEL)
-        swiglu_worker(&sj, 0, 1);
+        s_swiglu_worker(&sj, 0, 1);
     else
-        coli_pool_run(pool, swiglu_worker, &sj);
+        coli_pool_run(pool, s_swiglu_worker, &sj);
     return coli_matmul_many(pool, &mm, down, n);
 }
 
@@ -192,7 +195,7 @@ int expert_ffn_many(coli_pool *pool, coli_scratch *scratch, const expert_ffn_tas
     if (n < 0 || (n > 0 && !tasks))
         return coli_fail(COLI_EINVAL, "expert ffn: %d tasks%s", n, tasks ? "" : " (NULL list)");
     for (int i = 0; i < n; i++) {
-        int rc = check_task(&tasks[i], i);
+        int rc = s_check_task(&tasks[i], i);
         if (rc) return rc;
     }
     coli_scratch local = {0};
@@ -203,7 +206,7 @@ int expert_ffn_many(coli_pool *pool, coli_scratch *scratch, const expert_ffn_tas
         int k = 0;
         for (; g < n && k < EXPERT_FFN_MANY_MAX; g++)
             if (tasks[g].n_rows > 0) part[k++] = tasks[g];
-        if (k) rc = ffn_group(pool, s, part, k);
+        if (k) rc = s_ffn_group(pool, s, part, k);
     }
     if (s == &local) coli_scratch_free(&local);
     return rc ? coli_fail_prefix(rc, "expert ffn") : 0;

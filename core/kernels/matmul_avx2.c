@@ -45,7 +45,8 @@
 #define Q_RN 4
 #endif
 
-/* ---- input preparation ------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// input preparation
 
 AVX2 void mm_avx2_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf,
                              int64_t xf_stride) {
@@ -103,7 +104,8 @@ AVX2 void mm_avx2_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int
             s_quantize_block(x + t * n_in + b * COLI_QK, xq + t * n_in + b * COLI_QK, xd + t * nb + b);
 }
 
-/* ---- helpers ------------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// helpers
 
 AVX2 ALWAYS float s_hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -134,7 +136,8 @@ AVX2 ALWAYS float s_fma1(float a, float b, float c) {
     return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
 
-/* ---- float weights (F32, F16, BF16): RM x RN tile ----------------------- */
+// ----------------------------------------------------------------------------
+// float weights (F32, F16, BF16): RM x RN tile
 
 AVX2 ALWAYS void s_float_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T) {
     const int64_t n = j->n_in, n8 = n & ~(int64_t)7;
@@ -170,7 +173,8 @@ AVX2 ALWAYS void s_float_tile(const mm_job *j, int64_t r, int64_t t, const int R
         }
 }
 
-/* ---- quantized weights (Q8_0, Q4_0) with Q8_0 input: RM x RN tile ------- */
+// ----------------------------------------------------------------------------
+// quantized weights (Q8_0, Q4_0) with Q8_0 input: RM x RN tile
 
 /* Q8_0: the signed values. Q4_0: the unsigned nibbles q in [0, 16) (the
  * value is q - 8; the tile subtracts 8 * x once per input block instead of
@@ -276,7 +280,8 @@ AVX2 ALWAYS void s_prefetch_ahead(const mm_job *j, const uint8_t *w0, int64_t k,
         for (int l = 0; l < lines; l++) mm_prefetch_line(p + a * ws + 64 * l, pf & PF_NTA);
 }
 
-/* ---- instantiations: every tile shape up to the maximum, per type ------- */
+// ----------------------------------------------------------------------------
+// instantiations: every tile shape up to the maximum, per type
 
 /* Rows r..r+RM-1 x tokens t..t+RN-1; pf: PF_* (the float tiles ignore it). */
 typedef void (*tile_fn)(const mm_job *j, int64_t r, int64_t t, int pf);
@@ -300,7 +305,8 @@ static const tile_fn s_f32[4][4] = TABLE(s_ft, F32);
 static const tile_fn s_f16[4][4] = TABLE(s_ft, F16);
 static const tile_fn s_bf16[4][4] = TABLE(s_ft, BF16);
 
-/* ---- row loop: per block of tokens, row tiles x token tiles ------------- */
+// ----------------------------------------------------------------------------
+// row loop: per block of tokens, row tiles x token tiles
 
 /* The first two tiles of a chunk, which s_prefetch_ahead (in address order,
  * rows up to MM_PREFETCH_LINEAR_MAX) would have fetched had the chunk gone
@@ -348,7 +354,8 @@ static void s_rows_bf16(const mm_job *j, int64_t r0, int64_t r1) {
     s_rows_tiled(j, r0, r1, s_bf16, F_RM, F_RN, PF_NONE);
 }
 
-/* ---- quantized tiles, once per integer dot instruction (matmul_qtile.h) - */
+// ----------------------------------------------------------------------------
+// quantized tiles, once per integer dot instruction (matmul_qtile.h)
 
 #define QT_TARGET AVX2
 #define QT_SUFFIX avx2

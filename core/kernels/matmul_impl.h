@@ -82,7 +82,8 @@ typedef struct mm_job {
 
 typedef void (*mm_rows_fn)(const mm_job *job, int64_t r0, int64_t r1);
 
-/* ---- block types with a per-(row, token) dot product (matmul_vecdot.c) ---- */
+// ----------------------------------------------------------------------------
+// block types with a per-(row, token) dot product (matmul_vecdot.c)
 typedef void (*mm_act_quantize_fn)(const float *x, void *y, int64_t n);
 /* One weight type's activation format (llama.cpp's vec_dot_type), its
  * quantizer and its dot products on each instruction set; which of them a
@@ -106,13 +107,15 @@ void mm_vecdot_prepare(const mm_vecdot_type *v, const float *x, int64_t n_tok, i
 /* Output rows r0..r1 of a job whose xa, xa_stride and dot are set. */
 void mm_vecdot_rows(const mm_job *job, int64_t r0, int64_t r1);
 
-/* ---- portable C (matmul_portable.c) ---- */
+// ----------------------------------------------------------------------------
+// portable C (matmul_portable.c)
 mm_rows_fn mm_portable_rows(coli_dtype wtype);
 void mm_portable_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf,
                             int64_t xf_stride);
 void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8_t *xq, float *xd);
 
-/* ---- AVX2 + FMA + F16C (matmul_avx2.c); call only if coli_cpu_avx2() ---- */
+// ----------------------------------------------------------------------------
+// AVX2 + FMA + F16C (matmul_avx2.c); call only if coli_cpu_avx2()
 /* The integer dot of the Q8_0 / Q4_0 tiles: AVX2's maddubs, vpdpbusd of
  * AVX-VNNI or of AVX512-VNNI on 256 bits, or the 512-bit tiles; all give the
  * same bits (matmul_qtile.h). The caller checks the CPU has the one it asks for. */

@@ -12,7 +12,8 @@
 #include "core/kernels/matmul_impl.h"
 #include "core/quant/quant.h"
 
-/* ---- input preparation ------------------------------------------------- */
+// ----------------------------------------------------------------------------
+// input preparation
 
 void mm_portable_round_rows(coli_dtype wtype, const float *x, int64_t n_tok, int64_t n_in, float *xf,
                             int64_t xf_stride) {
@@ -38,7 +39,8 @@ void mm_portable_quantize_rows(const float *x, int64_t n_tok, int64_t n_in, int8
     }
 }
 
-/* ---- dot products ------------------------------------------------------ */
+// ----------------------------------------------------------------------------
+// dot products
 
 static float s_sum8(const float s[8]) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
 

@@ -20,7 +20,7 @@
 
 #define QK_K COLI_QK_K
 
-/* ggml's nearest_int: round half to even by adding 1.5 * 2^23, valid for
+/* ggml's s_nearest_int: round half to even by adding 1.5 * 2^23, valid for
  * |v| < 2^22 (here |v| <= 127.5). Same bits as llama.cpp for every finite
  * v. NaN (from NaN or Inf inputs) gives 0 here: what ggml's reference gives
  * for the default quiet NaN (its result depends on the NaN's payload), and
@@ -29,7 +29,7 @@
  * (If this file were built with FMA enabled, the compiler could fuse the
  * caller's product into the add and round ties differently in rare cases;
  * the default x86-64 build has no FMA here.) */
-static int nearest_int(float v) {
+static int s_nearest_int(float v) {
     if (v != v) return 0;
     float shifted = v + 12582912.0f;
     int32_t bits;
@@ -39,7 +39,7 @@ static int nearest_int(float v) {
 
 /* max |x| of a block, NaN ignored (never compares greater); 8 running
  * maxima, not one, so the compare-select chain is not the bottleneck */
-static float block_amax(const float *x) {
+static float s_block_amax(const float *x) {
     float part[8] = {0};
     for (int j = 0; j < QK_K; j += 8)
         for (int k = 0; k < 8; k++) {
@@ -53,7 +53,7 @@ static float block_amax(const float *x) {
 
 /* the first value with |x| == amax: the one ggml's single running max
  * keeps (it replaces only on strictly greater) */
-static float first_with_magnitude(const float *x, float amax) {
+static float s_first_with_magnitude(const float *x, float amax) {
     for (int j = 0; j < QK_K; j++)
         if (fabsf(x[j]) == amax) return x[j];
     return 0.0f; /* not reached: amax is one of the |x| */
@@ -62,19 +62,19 @@ static float first_with_magnitude(const float *x, float amax) {
 /* llama.cpp's quantize_row_q8_K_ref: per block, max = the value of largest
  * magnitude (the first one, sign kept); it maps to -127: iscale = -127/max
  * (not -128: llama.cpp changed it "for IQ2_XXS", and its K-quant results
- * follow), q = nearest_int(iscale * x) capped at 127, d = 1/iscale; bsums
+ * follow), q = s_nearest_int(iscale * x) capped at 127, d = 1/iscale; bsums
  * = sums of each 16 q. An all-zero block gets d = 0, q = 0, bsums = 0. */
 void coli_quantize_act_q8_K_portable(const float *restrict x, block_q8_K *restrict y, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
         block_q8_K *out = &y[b];
-        const float amax = block_amax(x);
+        const float amax = s_block_amax(x);
         if (amax == 0.0f) {
             memset(out, 0, sizeof *out);
             continue;
         }
-        const float iscale = -127.0f / first_with_magnitude(x, amax);
+        const float iscale = -127.0f / s_first_with_magnitude(x, amax);
         for (int j = 0; j < QK_K; j++) {
-            int q = nearest_int(iscale * x[j]);
+            int q = s_nearest_int(iscale * x[j]);
             out->qs[j] = (int8_t)(q < 127 ? q : 127);
         }
         for (int g = 0; g < QK_K / 16; g++) {
@@ -94,7 +94,7 @@ void coli_quantize_act_q8_K(const float *x, block_q8_K *y, int64_t n) {
 }
 
 /* sum of q8[l] * q[l] over l < len, q unsigned (already unpacked) */
-static int32_t dot_u8_s8(const uint8_t *q, const int8_t *q8, int len) {
+static int32_t s_dot_u8_s8(const uint8_t *q, const int8_t *q8, int len) {
     int32_t s = 0;
     for (int l = 0; l < len; l++) s += (int32_t)q[l] * q8[l];
     return s;
@@ -102,7 +102,7 @@ static int32_t dot_u8_s8(const uint8_t *q, const int8_t *q8, int len) {
 
 /* sum over sub-blocks s of mins[s] * (sum of their activation quants); a
  * sub-block of size 16 * per is `per` consecutive bsums */
-static int32_t mins_dot_bsums(const uint8_t *mins, int n_sub, const int16_t *bsums, int per) {
+static int32_t s_mins_dot_bsums(const uint8_t *mins, int n_sub, const int16_t *bsums, int per) {
     int32_t s = 0;
     for (int i = 0; i < n_sub; i++)
         for (int k = 0; k < per; k++) s += (int32_t)mins[i] * bsums[per * i + k];
@@ -126,10 +126,10 @@ float coli_vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
             for (int k = 0; k < 4; k++, q8 += 32) {
                 const uint8_t *sc = wb[b].scales + 8 * half + 2 * k;
                 for (int l = 0; l < 32; l++) q[l] = (qs[l] >> (2 * k)) & 3;
-                isum += (sc[0] & 15) * dot_u8_s8(q, q8, 16) + (sc[1] & 15) * dot_u8_s8(q + 16, q8 + 16, 16);
+                isum += (sc[0] & 15) * s_dot_u8_s8(q, q8, 16) + (sc[1] & 15) * s_dot_u8_s8(q + 16, q8 + 16, 16);
             }
         }
-        int32_t msum = mins_dot_bsums(mins, 16, xb[b].bsums, 1);
+        int32_t msum = s_mins_dot_bsums(mins, 16, xb[b].bsums, 1);
         float d = coli_fp16_to_fp32(wb[b].d) * xb[b].d, dmin = coli_fp16_to_fp32(wb[b].dmin) * xb[b].d;
         sum += d * (float)isum - dmin * (float)msum;
     }
@@ -155,7 +155,7 @@ float coli_vec_dot_q3_K_q8_K(int64_t n, const void *w, const void *x) {
                 int hbit = 4 * half + k, s = 8 * half + 2 * k;
                 for (int l = 0; l < 32; l++)
                     q[l] = (uint8_t)(((qs[l] >> (2 * k)) & 3) | (((wb[b].hmask[l] >> hbit) & 1) << 2));
-                isum += sc[s] * dot_u8_s8(q, q8, 16) + sc[s + 1] * dot_u8_s8(q + 16, q8 + 16, 16);
+                isum += sc[s] * s_dot_u8_s8(q, q8, 16) + sc[s + 1] * s_dot_u8_s8(q + 16, q8 + 16, 16);
             }
         }
         for (int s = 0; s < 16; s++) offset += sc[s] * xb[b].bsums[s];
@@ -181,9 +181,9 @@ float coli_vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
                 lo[l] = qs[l] & 15;
                 hi[l] = qs[l] >> 4;
             }
-            isum += sm[2 * j] * dot_u8_s8(lo, q8, 32) + sm[2 * j + 1] * dot_u8_s8(hi, q8 + 32, 32);
+            isum += sm[2 * j] * s_dot_u8_s8(lo, q8, 32) + sm[2 * j + 1] * s_dot_u8_s8(hi, q8 + 32, 32);
         }
-        int32_t msum = mins_dot_bsums(sm + 8, 8, xb[b].bsums, 2);
+        int32_t msum = s_mins_dot_bsums(sm + 8, 8, xb[b].bsums, 2);
         float d = coli_fp16_to_fp32(wb[b].d) * xb[b].d, dmin = coli_fp16_to_fp32(wb[b].dmin) * xb[b].d;
         sum += d * (float)isum - dmin * (float)msum;
     }
@@ -207,9 +207,9 @@ float coli_vec_dot_q5_K_q8_K(int64_t n, const void *w, const void *x) {
                 lo[l] = (uint8_t)((qs[l] & 15) | (((qh[l] >> (2 * j)) & 1) << 4));
                 hi[l] = (uint8_t)((qs[l] >> 4) | (((qh[l] >> (2 * j + 1)) & 1) << 4));
             }
-            isum += sm[2 * j] * dot_u8_s8(lo, q8, 32) + sm[2 * j + 1] * dot_u8_s8(hi, q8 + 32, 32);
+            isum += sm[2 * j] * s_dot_u8_s8(lo, q8, 32) + sm[2 * j + 1] * s_dot_u8_s8(hi, q8 + 32, 32);
         }
-        int32_t msum = mins_dot_bsums(sm + 8, 8, xb[b].bsums, 2);
+        int32_t msum = s_mins_dot_bsums(sm + 8, 8, xb[b].bsums, 2);
         float d = coli_fp16_to_fp32(wb[b].d) * xb[b].d, dmin = coli_fp16_to_fp32(wb[b].dmin) * xb[b].d;
         sum += d * (float)isum - dmin * (float)msum;
     }
@@ -235,7 +235,7 @@ float coli_vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *x) {
                 const uint8_t *low = ql + 32 * (k & 1);
                 for (int l = 0; l < 32; l++)
                     q[l] = (uint8_t)(((low[l] >> (4 * (k >> 1))) & 15) | (((qh[l] >> (2 * k)) & 3) << 4));
-                isum += sc[s] * dot_u8_s8(q, q8, 16) + sc[s + 1] * dot_u8_s8(q + 16, q8 + 16, 16);
+                isum += sc[s] * s_dot_u8_s8(q, q8, 16) + sc[s + 1] * s_dot_u8_s8(q + 16, q8 + 16, 16);
             }
         }
         for (int s = 0; s < 16; s++) offset += sc[s] * xb[b].bsums[s];

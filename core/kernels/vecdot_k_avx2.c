@@ -70,7 +70,8 @@ ALWAYS AVX2 __m256i lane_scale(__m256i scales_i16, int l) {
     return _mm256_shuffle_epi8(scales_i16, _mm256_set1_epi16((short)(((2 * l + 1) << 8) | (2 * l))));
 }
 
-/* ---- dot products (the shared steps: vecdot_k_impl.h) ---- */
+// ----------------------------------------------------------------------------
+// dot products (the shared steps: vecdot_k_impl.h)
 
 /* Q4_K / Q5_K: the 64 values of chunk j, unpacked (lo: sub-block 2j, hi:
  * 2j+1), against every activation row */
@@ -300,7 +301,8 @@ ALWAYS AVX2 void iq4_xs_tokens(int nt, int64_t n, const void *w, const block_q8_
 }
 ENTRY_POINTS(iq4_xs, iq4_xs_tokens, avx2, AVX2)
 
-/* ---- Q8_K activation quantizer -------------------------------------------- */
+// ----------------------------------------------------------------------------
+// Q8_K activation quantizer
 
 /* |x| of largest magnitude in a block, NaN ignored: maxps returns its
  * second operand when either is NaN, and the running max is second */

@@ -33,7 +33,7 @@ void coli_quantize_act_q8_1(const float *x, block_q8_1 *y, int64_t n) {
 }
 
 /* The 5th bits of a Q5 block: bit j belongs to element j. */
-static uint32_t q5_high_bits(const uint8_t qh[4]) {
+static uint32_t s_q5_high_bits(const uint8_t qh[4]) {
     return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
 }
 
@@ -55,8 +55,8 @@ float coli_vec_dot_q4_1_q8_1(int64_t n, const void *vw, const void *vx) {
 /* The exact integer sum of one Q5_0/Q5_1 block times its Q8 activations:
  * 5-bit quants (low nibble from qs, 5th bit from qh) minus offset (16 for
  * Q5_0's signed form, 0 for Q5_1, whose minimum is added by the caller). */
-static int q5_block_isum(const uint8_t *qs, const uint8_t qh_bytes[4], const int8_t *xq, int offset) {
-    const uint32_t qh = q5_high_bits(qh_bytes);
+static int s_q5_block_isum(const uint8_t *qs, const uint8_t qh_bytes[4], const int8_t *xq, int offset) {
+    const uint32_t qh = s_q5_high_bits(qh_bytes);
     int s0 = 0, s1 = 0;
     for (int j = 0; j < COLI_QK / 2; j++) {
         const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
@@ -71,7 +71,7 @@ float coli_vec_dot_q5_0_q8_0(int64_t n, const void *vw, const void *vx) {
     const block_q8_0 *x = vx;
     float sum = 0.0f;
     for (int64_t b = 0; b < n / COLI_QK; b++) {
-        const int isum = q5_block_isum(w[b].qs, w[b].qh, x[b].qs, 16);
+        const int isum = s_q5_block_isum(w[b].qs, w[b].qh, x[b].qs, 16);
         sum += (HALF(w[b].d) * HALF(x[b].d)) * (float)isum;
     }
     return sum;
@@ -82,7 +82,7 @@ float coli_vec_dot_q5_1_q8_1(int64_t n, const void *vw, const void *vx) {
     const block_q8_1 *x = vx;
     float sum = 0.0f;
     for (int64_t b = 0; b < n / COLI_QK; b++) {
-        const int isum = q5_block_isum(w[b].qs, w[b].qh, x[b].qs, 0);
+        const int isum = s_q5_block_isum(w[b].qs, w[b].qh, x[b].qs, 0);
         sum += (HALF(w[b].d) * HALF(x[b].d)) * (float)isum + HALF(w[b].m) * HALF(x[b].s);
     }
     return sum;
