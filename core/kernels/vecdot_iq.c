@@ -145,14 +145,17 @@ static float s_iq1_m_sum(const block_iq1_m *w, const block_q8_K *x) {
     return (float)sumi1 + COLI_IQ1_DELTA * (float)sumi2;
 }
 
-float coli_vec_dot_iq2_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
-    const block_iq2_xxs *w = vw;
-    const block_q8_K *x = vx;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / COLI_QK_K; b++)
-        sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq2_xxs_isum(&w[b], x[b].qs);
-    return 0.125f * sum;
-}
+/* The Q8_K dot of a grid type whose block sum is an integer (s_T_isum): per block
+ * d * x.d * isum in float, then the type's constant factor, in ggml's order. */
+#define S_IQ_ISUM_DOT(T, FACTOR)                                                             \
+    float coli_vec_dot_##T##_q8_K(int64_t n, const void *vw, const void *vx) {               \
+        const block_##T *w = vw;                                                             \
+        const block_q8_K *x = vx;                                                            \
+        float sum = 0.0f;                                                                    \
+        for (int64_t b = 0; b < n / COLI_QK_K; b++)                                          \
+            sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_##T##_isum(&w[b], x[b].qs); \
+        return FACTOR * sum;                                                                 \
+    }
 
 float coli_vec_dot_iq1_m_q8_K(int64_t n, const void *vw, const void *vx) {
     const block_iq1_m *w = vw;
@@ -171,38 +174,8 @@ float coli_vec_dot_iq1_s_q8_K(int64_t n, const void *vw, const void *vx) {
     return sum;
 }
 
-float coli_vec_dot_iq2_s_q8_K(int64_t n, const void *vw, const void *vx) {
-    const block_iq2_s *w = vw;
-    const block_q8_K *x = vx;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / COLI_QK_K; b++)
-        sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq2_s_isum(&w[b], x[b].qs);
-    return 0.125f * sum;
-}
-
-float coli_vec_dot_iq3_s_q8_K(int64_t n, const void *vw, const void *vx) {
-    const block_iq3_s *w = vw;
-    const block_q8_K *x = vx;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / COLI_QK_K; b++)
-        sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq3_s_isum(&w[b], x[b].qs);
-    return sum;
-}
-
-float coli_vec_dot_iq3_xxs_q8_K(int64_t n, const void *vw, const void *vx) {
-    const block_iq3_xxs *w = vw;
-    const block_q8_K *x = vx;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / COLI_QK_K; b++)
-        sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq3_xxs_isum(&w[b], x[b].qs);
-    return 0.25f * sum;
-}
-
-float coli_vec_dot_iq2_xs_q8_K(int64_t n, const void *vw, const void *vx) {
-    const block_iq2_xs *w = vw;
-    const block_q8_K *x = vx;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / COLI_QK_K; b++)
-        sum += coli_fp16_to_fp32(w[b].d) * x[b].d * (float)s_iq2_xs_isum(&w[b], x[b].qs);
-    return 0.125f * sum;
-}
+S_IQ_ISUM_DOT(iq2_xxs, 0.125f)
+S_IQ_ISUM_DOT(iq2_s, 0.125f)
+S_IQ_ISUM_DOT(iq3_s, 1.0f)
+S_IQ_ISUM_DOT(iq3_xxs, 0.25f)
+S_IQ_ISUM_DOT(iq2_xs, 0.125f)
