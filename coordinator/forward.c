@@ -9,7 +9,7 @@
  *     x = s_rmsnorm(h) * attn_norm
  *     q, k, v = Wq x (+bq), Wk x (+bk), Wv x (+bv)   (deepseek2: forward_mla.c)
  *     (olmoe) q = s_rmsnorm(q) * q_norm, k = s_rmsnorm(k) * k_norm
- *     (qwen3moe) the same per head
+ *     (qwen3moe, glm4moe) the same per head
  *     q, k = rope(q), rope(k);  cache k, v
  *     h += Wo * softmax(q K^T * attn_scale + causal mask) V
  *     x = s_rmsnorm(h) * ffn_norm
@@ -267,11 +267,9 @@ static int s_qkv_block(forward_state *s, const layer_weights *l, int n) {
     const coli_matmul_op qkv[3] = {fwd_op_of(l->wq, s->xb, n, s->q), fwd_op_of(l->wk, s->xb, n, s->k),
                                    fwd_op_of(l->wv, s->xb, n, s->v)};
     if ((rc = coli_matmul_many(s->pool, &s->scratch, qkv, 3)) < 0) return rc;
-    if (l->bq) {
-        s_add_bias(s->q, l->bq, n, Q);
-        s_add_bias(s->k, l->bk, n, K);
-        s_add_bias(s->v, l->bv, n, V);
-    }
+    if (l->bq) s_add_bias(s->q, l->bq, n, Q);
+    if (l->bk) s_add_bias(s->k, l->bk, n, K);
+    if (l->bv) s_add_bias(s->v, l->bv, n, V);
     // OLMoE: RMSNorm over the whole projected q and k vectors, before rope;
     // Qwen3-MoE: over each head (rows of head_dim)
     if (l->q_norm && l->qk_norm_per_head) {

@@ -9,11 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/model_impl.h"
 #include "core/error.h"
-
-/* Weight types the matmul kernels take; norms and biases must be F32. */
-#define MASK_F32 ((uint64_t)1 << COLI_F32)
-#define MASK_MATRIX coli_dtype_weight_mask()
 
 /* Sane upper bounds; a file past them is hostile or not a model we run. */
 #define MAX_LAYERS 4096
@@ -84,7 +81,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
         model_arch arch;
     } known[] = {
         {"llama", ARCH_LLAMA},       {"olmoe", ARCH_OLMOE},         {"qwen2moe", ARCH_QWEN2MOE},
-        {"qwen3moe", ARCH_QWEN3MOE}, {"deepseek2", ARCH_DEEPSEEK2},
+        {"qwen3moe", ARCH_QWEN3MOE}, {"deepseek2", ARCH_DEEPSEEK2}, {"glm4moe", ARCH_GLM4MOE},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
@@ -95,7 +92,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     }
     return coli_fail(COLI_EUNSUPPORTED,
                      "general.architecture '%.*s': unknown architecture "
-                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2)",
+                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe)",
                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
 }
 
@@ -256,7 +253,7 @@ static int s_read_rope(const gguf_file *f, model_hparams *hp) {
     return s_read_rope_scaling(f, hp, base, hp->arch != ARCH_LLAMA && hp->arch != ARCH_DEEPSEEK2);
 }
 
-/* deepseek2's routing and shared-expert keys. */
+/* deepseek2's (and glm4moe's) routing and shared-expert keys. */
 static int s_read_deepseek2_ffn(const gguf_file *f, model_hparams *hp) {
     int64_t v;
     int rc;
@@ -326,9 +323,10 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
     if (hp->arch == ARCH_QWEN3MOE && (rc = s_opt_bool(f, hp, "expert_weights_norm", 1, &hp->renorm_topk)) < 0)
         return rc;
     if ((rc = s_read_expert_groups(f, hp)) < 0) return rc;
-    if (hp->arch != ARCH_DEEPSEEK2) return 0;
+    if (hp->arch != ARCH_DEEPSEEK2 && hp->arch != ARCH_GLM4MOE) return 0;
     hp->n_ff = n_ff; /* the leading dense blocks' width */
-    return s_read_deepseek2_ffn(f, hp);
+    if ((rc = s_read_deepseek2_ffn(f, hp)) < 0) return rc;
+    return hp->arch == ARCH_GLM4MOE ? glm4moe_read_hparams(f, hp) : 0;
 }
 
 static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
@@ -342,6 +340,7 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
      * forward pass (llama.cpp: n_layer = block_count - nextn_predict_layers) */
     if ((rc = s_opt_int(f, hp, "nextn_predict_layers", 0, hp->n_layer - 1, &v)) < 0) return rc;
     hp->n_layer -= (int)v;
+    hp->n_layer_nextn = (int)v;
     if ((rc = s_req_int(f, hp, "embedding_length", MAX_WIDTH, &v)) < 0) return rc;
     hp->n_embd = (int)v;
     if ((rc = s_req_int(f, hp, "context_length", 1 << 24, &v)) < 0) return rc;
@@ -489,6 +488,7 @@ static int s_load_moe(const gguf_file *f, const model_hparams *hp, int il, layer
 static int s_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
     const int64_t E = hp->n_embd;
     int rc;
+    if (hp->arch == ARCH_GLM4MOE) return glm4moe_load_layer(f, hp, il, l);
     if ((rc = s_load_attention(f, hp, il, l)) < 0) return rc;
     if ((rc = s_blk(f, il, "ffn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0) return rc;
     if (hp->n_expert > 0 && il >= hp->n_layer_dense_lead) return s_load_moe(f, hp, il, l);
@@ -562,6 +562,7 @@ int model_from_gguf(gguf_file *f, model **out) {
     }
     for (int il = 0; il < m->hp.n_layer; il++)
         if ((rc = s_load_layer(f, &m->hp, il, &m->layers[il])) < 0) goto fail;
+    if (m->hp.arch == ARCH_GLM4MOE && (rc = glm4moe_load_nextn(f, m)) < 0) goto fail;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) m->n_params += coli_tensor_nelems(gguf_tensor(f, i));
     *out = m;
     return 0;
@@ -585,6 +586,23 @@ void model_close(model **pm) {
     model *m = *pm;
     gguf_close(&m->gguf);
     free(m->layers);
+    free(m->nextn);
     free(m);
     *pm = NULL;
+}
+
+// ---------------------------------------------------------------------------
+// for the family loaders (model_impl.h)
+
+int model_blk(const gguf_file *f, int il, const char *suffix, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+              uint64_t mask, int optional, const coli_tensor **out) {
+    return s_blk(f, il, suffix, n_dims, ne0, ne1, ne2, mask, optional, out);
+}
+
+int model_blk_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int64_t F, expert_weights *out) {
+    return s_load_ffn(f, il, suffix, E, F, out);
+}
+
+int model_blk_moe(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
+    return s_load_moe(f, hp, il, l);
 }

@@ -21,6 +21,10 @@
  *              leading dense blocks, ungated shared experts, softmax or
  *              sigmoid routing with an optional selection bias, normalised
  *              and scaled top-k weights, YaRN rope on the rope dims only.
+ *   glm4moe  - GLM-4.5/4.6/4.7 (model_glm4moe.c): q/k/v biases, optional per-head
+ *              q/k norm, NEOX rope on the leading rope.dimension_count dims,
+ *              leading dense blocks, sigmoid routing with a selection bias,
+ *              one ungated shared expert; NextN blocks loaded, not run.
  * Rope scaling (none / linear / yarn) is read for every architecture.
  */
 #ifndef COLI_COORD_MODEL_H
@@ -39,6 +43,7 @@ typedef enum model_arch {
     ARCH_QWEN2MOE,
     ARCH_QWEN3MOE,
     ARCH_DEEPSEEK2,
+    ARCH_GLM4MOE,
 } model_arch;
 
 typedef enum expert_gating {
@@ -48,7 +53,7 @@ typedef enum expert_gating {
 
 typedef struct model_hparams {
     model_arch arch;
-    char arch_name[16]; /* "llama", "olmoe", "qwen2moe", "qwen3moe", "deepseek2" */
+    char arch_name[16]; /* "llama", "olmoe", "qwen2moe", "qwen3moe", "deepseek2", "glm4moe" */
     int n_vocab;
     int n_ctx_train; /* <arch>.context_length */
     int n_embd;      /* width of the residual stream */
@@ -64,6 +69,7 @@ typedef struct model_hparams {
     int n_expert, n_expert_used; /* 0, 0 for a dense model */
     int n_layer_dense_lead;      /* deepseek2: leading layers with a dense FFN (n_ff) */
     int n_expert_shared;         /* deepseek2: shared experts, one FFN of n_ff_shexp */
+    int n_layer_nextn;           /* nextn_predict_layers: multi-token-prediction blocks after n_layer */
     float rms_eps;
     rope_params rope;           /* base, layout, scaling (rope.h) */
     float attn_scale;           /* q.k multiplier: 1/sqrt(head_dim) (deepseek2: mscale^2/sqrt(head_dim)) */
@@ -106,6 +112,14 @@ typedef struct layer_weights {
     expert_weights shexp;                      /* shared expert(s) as one FFN */
 } layer_weights;
 
+/* glm4moe's multi-token-prediction (NextN) block: loaded and validated,
+ * not run (the draft model of speculative decoding, later). */
+typedef struct nextn_weights {
+    layer_weights layer;                                /* a full MoE block */
+    const coli_tensor *eh_proj, *enorm, *hnorm;         /* (2 n_embd, n_embd), (n_embd), (n_embd) */
+    const coli_tensor *embed_tokens, *head, *head_norm; /* optional: (n_embd, n_vocab) x 2, (n_embd) */
+} nextn_weights;
+
 typedef struct model {
     gguf_file *gguf; /* owns the mapping */
     model_hparams hp;
@@ -113,6 +127,8 @@ typedef struct model {
     const coli_tensor *output_norm; /* (n_embd) F32 */
     const coli_tensor *output;      /* (n_embd, n_vocab); token_embd when the file ties them */
     layer_weights *layers;          /* n_layer entries */
+    nextn_weights *nextn;           /* n_nextn entries (glm4moe files that carry them), else NULL */
+    int n_nextn;
     int64_t n_params;
 } model;
 

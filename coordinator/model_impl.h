@@ -1,0 +1,33 @@
+/*
+ * model_impl.h - what model.c shares with the loaders of single families
+ * (model_glm4moe.c); not part of the engine's interface.
+ */
+#ifndef COLI_COORD_MODEL_IMPL_H
+#define COLI_COORD_MODEL_IMPL_H
+
+#include "coordinator/model.h"
+
+/* Weight types the matmul kernels take; norms and biases must be F32. */
+#define MASK_F32 ((uint64_t)1 << COLI_F32)
+#define MASK_MATRIX coli_dtype_weight_mask()
+
+/* blk.<il>.<suffix> with the expected shape (ne[i] for i < n_dims) and a
+ * type in mask; optional: a missing tensor gives *out = NULL, not an error. */
+int model_blk(const gguf_file *f, int il, const char *suffix, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+              uint64_t mask, int optional, const coli_tensor **out);
+
+/* The dense gated FFN blk.il.ffn_{gate,up,down}<suffix>.weight, width F. */
+int model_blk_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int64_t F, expert_weights *out);
+
+/* The router and the routed experts of blk.il (plus what the family's own
+ * branch of model.c loads with them). */
+int model_blk_moe(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+
+/* glm4moe (model_glm4moe.c): the family's keys after the deepseek2-style
+ * FFN keys were read (required ones, defaults, consistency); one block's
+ * tensors; the NextN blocks after the trunk, validated and not run. */
+int glm4moe_read_hparams(const gguf_file *f, model_hparams *hp);
+int glm4moe_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+int glm4moe_load_nextn(const gguf_file *f, model *m);
+
+#endif
