@@ -303,8 +303,8 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
         return coli_fail(COLI_EFORMAT, "%s: metadata '%s.expert_count' missing or 0 (a MoE architecture)",
                          hp->arch_name, hp->arch_name);
     if (hp->n_expert > 0 && (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert))
-        return coli_fail(COLI_EFORMAT, "%s: expert_used_count %d: expected 1..expert_count %d", hp->arch_name,
-                         hp->n_expert_used, hp->n_expert);
+        return coli_fail(COLI_EFORMAT, "%s: metadata '%s.expert_used_count' = %d: expected 1..expert_count %d",
+                         hp->arch_name, hp->arch_name, hp->n_expert_used, hp->n_expert);
     if (hp->n_expert == 0 && hp->n_expert_used != 0)
         return coli_fail(COLI_EFORMAT, "%s: expert_used_count %d without experts", hp->arch_name, hp->n_expert_used);
     if ((rc = s_req_int(f, hp, "feed_forward_length", MAX_WIDTH, &n_ff)) < 0) return rc;
