@@ -295,6 +295,7 @@ static int s_read_expert_groups(const gguf_file *f, model_hparams *hp) {
 static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
     int64_t n_ff, v;
     int rc;
+    if (hp->arch == ARCH_GLM4MOE && (rc = glm4moe_require_keys(f)) < 0) return rc;
     if ((rc = s_opt_int(f, hp, "expert_count", 0, MAX_EXPERTS, &v)) < 0) return rc;
     hp->n_expert = (int)v;
     if ((rc = s_opt_int(f, hp, "expert_used_count", 0, MAX_EXPERTS, &v)) < 0) return rc;
@@ -303,8 +304,8 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
         return coli_fail(COLI_EFORMAT, "%s: metadata '%s.expert_count' missing or 0 (a MoE architecture)",
                          hp->arch_name, hp->arch_name);
     if (hp->n_expert > 0 && (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert))
-        return coli_fail(COLI_EFORMAT, "%s: metadata '%s.expert_used_count' = %d: expected 1..expert_count %d",
-                         hp->arch_name, hp->arch_name, hp->n_expert_used, hp->n_expert);
+        return coli_fail(COLI_EFORMAT, "%s: expert_used_count %d: expected 1..expert_count %d", hp->arch_name,
+                         hp->n_expert_used, hp->n_expert);
     if (hp->n_expert == 0 && hp->n_expert_used != 0)
         return coli_fail(COLI_EFORMAT, "%s: expert_used_count %d without experts", hp->arch_name, hp->n_expert_used);
     if ((rc = s_req_int(f, hp, "feed_forward_length", MAX_WIDTH, &n_ff)) < 0) return rc;

@@ -48,15 +48,21 @@ static int s_refuse_mrope(const gguf_file *f) {
     return 0;
 }
 
+int glm4moe_require_keys(const gguf_file *f) {
+    char key[128];
+    /* required by llama.cpp for this family, where model.c has defaults */
+    static const char *const required[] = {"expert_count", "expert_used_count", "expert_feed_forward_length",
+                                           "expert_shared_count"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (gguf_find_key(f, s_key(required[i], key, sizeof key)) < 0)
+            return coli_fail(COLI_EFORMAT, "glm4moe: metadata '%s' missing", key);
+    return 0;
+}
+
 int glm4moe_read_hparams(const gguf_file *f, model_hparams *hp) {
     char key[128];
     int64_t v;
     int rc;
-    /* required by llama.cpp for this family, where model.c has defaults */
-    static const char *const required[] = {"expert_used_count", "expert_feed_forward_length", "expert_shared_count"};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-        if (gguf_find_key(f, s_key(required[i], key, sizeof key)) < 0)
-            return coli_fail(COLI_EFORMAT, "glm4moe: metadata '%s' missing", key);
     if (hp->n_expert_shared < 1)
         return coli_fail(COLI_EFORMAT,
                          "glm4moe: metadata '%s' = 0: expected >= 1 (every MoE block has its shared expert)",

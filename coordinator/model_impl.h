@@ -23,9 +23,11 @@ int model_blk_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int
  * branch of model.c loads with them). */
 int model_blk_moe(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 
-/* glm4moe (model_glm4moe.c): the family's keys after the deepseek2-style
- * FFN keys were read (required ones, defaults, consistency); one block's
+/* glm4moe (model_glm4moe.c): the FFN keys the family requires (before
+ * model.c reads them with defaults); the family's keys after the
+ * deepseek2-style FFN keys were read (defaults, consistency); one block's
  * tensors; the NextN blocks after the trunk, validated and not run. */
+int glm4moe_require_keys(const gguf_file *f);
 int glm4moe_read_hparams(const gguf_file *f, model_hparams *hp);
 int glm4moe_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 int glm4moe_load_nextn(const gguf_file *f, model *m);
