@@ -80,8 +80,9 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
         const char *name;
         model_arch arch;
     } known[] = {
-        {"llama", ARCH_LLAMA},       {"olmoe", ARCH_OLMOE},         {"qwen2moe", ARCH_QWEN2MOE},
-        {"qwen3moe", ARCH_QWEN3MOE}, {"deepseek2", ARCH_DEEPSEEK2}, {"glm4moe", ARCH_GLM4MOE},
+        {"llama", ARCH_LLAMA},           {"olmoe", ARCH_OLMOE},         {"qwen2moe", ARCH_QWEN2MOE},
+        {"qwen3moe", ARCH_QWEN3MOE},     {"deepseek2", ARCH_DEEPSEEK2}, {"glm4moe", ARCH_GLM4MOE},
+        {"minimax-m2", ARCH_MINIMAX_M2},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
@@ -92,7 +93,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     }
     return coli_fail(COLI_EUNSUPPORTED,
                      "general.architecture '%.*s': unknown architecture "
-                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe)",
+                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2)",
                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
 }
 
@@ -292,10 +293,23 @@ static int s_read_expert_groups(const gguf_file *f, model_hparams *hp) {
     return 0;
 }
 
+/* Keys a family needs where model.c has defaults for the others (listed
+ * in the family's file). */
+static int s_family_required(const gguf_file *f, const model_hparams *hp) {
+    const char *const *keys = hp->arch == ARCH_GLM4MOE      ? glm4moe_required_keys
+                              : hp->arch == ARCH_MINIMAX_M2 ? minimax_m2_required_keys
+                                                            : NULL;
+    char key[128];
+    for (; keys && *keys; keys++)
+        if (gguf_find_key(f, s_key(hp, *keys, key, sizeof key)) < 0)
+            return coli_fail(COLI_EFORMAT, "%s: metadata '%s' missing", hp->arch_name, key);
+    return 0;
+}
+
 static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
     int64_t n_ff, v;
     int rc;
-    if (hp->arch == ARCH_GLM4MOE && (rc = glm4moe_require_keys(f)) < 0) return rc;
+    if ((rc = s_family_required(f, hp)) < 0) return rc;
     if ((rc = s_opt_int(f, hp, "expert_count", 0, MAX_EXPERTS, &v)) < 0) return rc;
     hp->n_expert = (int)v;
     if ((rc = s_opt_int(f, hp, "expert_used_count", 0, MAX_EXPERTS, &v)) < 0) return rc;
@@ -324,6 +338,7 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
     if (hp->arch == ARCH_QWEN3MOE && (rc = s_opt_bool(f, hp, "expert_weights_norm", 1, &hp->renorm_topk)) < 0)
         return rc;
     if ((rc = s_read_expert_groups(f, hp)) < 0) return rc;
+    if (hp->arch == ARCH_MINIMAX_M2) return minimax_m2_read_hparams(f, hp);
     if (hp->arch != ARCH_DEEPSEEK2 && hp->arch != ARCH_GLM4MOE) return 0;
     hp->n_ff = n_ff; /* the leading dense blocks' width */
     if ((rc = s_read_deepseek2_ffn(f, hp)) < 0) return rc;
@@ -490,6 +505,7 @@ static int s_load_layer(const gguf_file *f, const model_hparams *hp, int il, lay
     const int64_t E = hp->n_embd;
     int rc;
     if (hp->arch == ARCH_GLM4MOE) return glm4moe_load_layer(f, hp, il, l);
+    if (hp->arch == ARCH_MINIMAX_M2) return minimax_m2_load_layer(f, hp, il, l);
     if ((rc = s_load_attention(f, hp, il, l)) < 0) return rc;
     if ((rc = s_blk(f, il, "ffn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0) return rc;
     if (hp->n_expert > 0 && il >= hp->n_layer_dense_lead) return s_load_moe(f, hp, il, l);
@@ -606,4 +622,18 @@ int model_blk_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int
 
 int model_blk_moe(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
     return s_load_moe(f, hp, il, l);
+}
+
+int model_blk_attention(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
+    const int64_t E = hp->n_embd, Q = model_q_dim(hp), K = model_k_dim(hp), V = model_v_dim(hp);
+    int rc;
+    if ((rc = s_blk(f, il, "attn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->attn_norm)) < 0 ||
+        (rc = s_blk(f, il, "attn_q.weight", 2, E, Q, 1, MASK_MATRIX, 0, &l->wq)) < 0 ||
+        (rc = s_blk(f, il, "attn_k.weight", 2, E, K, 1, MASK_MATRIX, 0, &l->wk)) < 0 ||
+        (rc = s_blk(f, il, "attn_v.weight", 2, E, V, 1, MASK_MATRIX, 0, &l->wv)) < 0 ||
+        (rc = s_blk(f, il, "attn_output.weight", 2, model_attn_dim(hp), E, 1, MASK_MATRIX, 0, &l->wo)) < 0 ||
+        (rc = s_blk(f, il, "attn_q.bias", 1, Q, 1, 1, MASK_F32, 1, &l->bq)) < 0 ||
+        (rc = s_blk(f, il, "attn_k.bias", 1, K, 1, 1, MASK_F32, 1, &l->bk)) < 0)
+        return rc;
+    return s_blk(f, il, "attn_v.bias", 1, V, 1, 1, MASK_F32, 1, &l->bv);
 }

@@ -25,6 +25,9 @@
  *              q/k norm, NEOX rope on the leading rope.dimension_count dims,
  *              leading dense blocks, sigmoid routing with a selection bias,
  *              one ungated shared expert; NextN blocks loaded, not run.
+ *   minimax-m2 - MiniMax-M2 (model_minimax_m2.c): q_norm/k_norm over the
+ *              whole q and k, NEOX rope on the leading dims, sigmoid
+ *              routing with a selection bias, weights renormalised.
  * Rope scaling (none / linear / yarn) is read for every architecture.
  */
 #ifndef COLI_COORD_MODEL_H
@@ -44,6 +47,7 @@ typedef enum model_arch {
     ARCH_QWEN3MOE,
     ARCH_DEEPSEEK2,
     ARCH_GLM4MOE,
+    ARCH_MINIMAX_M2,
 } model_arch;
 
 typedef enum expert_gating {
@@ -53,7 +57,7 @@ typedef enum expert_gating {
 
 typedef struct model_hparams {
     model_arch arch;
-    char arch_name[16]; /* "llama", "olmoe", "qwen2moe", "qwen3moe", "deepseek2", "glm4moe" */
+    char arch_name[16]; /* "llama", "olmoe", "qwen2moe", "qwen3moe", "deepseek2", "glm4moe", "minimax-m2" */
     int n_vocab;
     int n_ctx_train; /* <arch>.context_length */
     int n_embd;      /* width of the residual stream */

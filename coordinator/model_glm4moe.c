@@ -48,16 +48,9 @@ static int s_refuse_mrope(const gguf_file *f) {
     return 0;
 }
 
-int glm4moe_require_keys(const gguf_file *f) {
-    char key[128];
-    /* required by llama.cpp for this family, where model.c has defaults */
-    static const char *const required[] = {"expert_count", "expert_used_count", "expert_feed_forward_length",
-                                           "expert_shared_count"};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-        if (gguf_find_key(f, s_key(required[i], key, sizeof key)) < 0)
-            return coli_fail(COLI_EFORMAT, "glm4moe: metadata '%s' missing", key);
-    return 0;
-}
+/* required by llama.cpp for this family, where model.c has defaults */
+const char *const glm4moe_required_keys[] = {"expert_count", "expert_used_count", "expert_feed_forward_length",
+                                             "expert_shared_count", NULL};
 
 int glm4moe_read_hparams(const gguf_file *f, model_hparams *hp) {
     char key[128];
@@ -84,16 +77,8 @@ int glm4moe_read_hparams(const gguf_file *f, model_hparams *hp) {
 /* q/k/v/o with their optional biases, and the optional per-head q/k norms
  * (both or neither: the forward pass normalises q and k together). */
 static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
-    const int64_t E = hp->n_embd, Q = model_q_dim(hp), K = model_k_dim(hp), V = model_v_dim(hp);
     int rc;
-    if ((rc = model_blk(f, il, "attn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->attn_norm)) < 0 ||
-        (rc = model_blk(f, il, "attn_q.weight", 2, E, Q, 1, MASK_MATRIX, 0, &l->wq)) < 0 ||
-        (rc = model_blk(f, il, "attn_k.weight", 2, E, K, 1, MASK_MATRIX, 0, &l->wk)) < 0 ||
-        (rc = model_blk(f, il, "attn_v.weight", 2, E, V, 1, MASK_MATRIX, 0, &l->wv)) < 0 ||
-        (rc = model_blk(f, il, "attn_output.weight", 2, model_attn_dim(hp), E, 1, MASK_MATRIX, 0, &l->wo)) < 0 ||
-        (rc = model_blk(f, il, "attn_q.bias", 1, Q, 1, 1, MASK_F32, 1, &l->bq)) < 0 ||
-        (rc = model_blk(f, il, "attn_k.bias", 1, K, 1, 1, MASK_F32, 1, &l->bk)) < 0 ||
-        (rc = model_blk(f, il, "attn_v.bias", 1, V, 1, 1, MASK_F32, 1, &l->bv)) < 0 ||
+    if ((rc = model_blk_attention(f, hp, il, l)) < 0 ||
         (rc = model_blk(f, il, "attn_q_norm.weight", 1, hp->head_dim, 1, 1, MASK_F32, 1, &l->q_norm)) < 0 ||
         (rc = model_blk(f, il, "attn_k_norm.weight", 1, hp->head_dim, 1, 1, MASK_F32, 1, &l->k_norm)) < 0)
         return rc;

@@ -23,13 +23,23 @@ int model_blk_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int
  * branch of model.c loads with them). */
 int model_blk_moe(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 
-/* glm4moe (model_glm4moe.c): the FFN keys the family requires (before
- * model.c reads them with defaults); the family's keys after the
- * deepseek2-style FFN keys were read (defaults, consistency); one block's
- * tensors; the NextN blocks after the trunk, validated and not run. */
-int glm4moe_require_keys(const gguf_file *f);
+/* attn_norm, attn_q/k/v/output of blk.il (widths from hp) and the
+ * optional attn_q/k/v.bias. */
+int model_blk_attention(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+
+/* glm4moe (model_glm4moe.c): the keys the family requires (NULL-ended,
+ * checked before model.c reads them with defaults); the family's keys
+ * after the deepseek2-style FFN keys were read (defaults, consistency);
+ * one block's tensors; the NextN blocks after the trunk, validated and
+ * not run. */
+extern const char *const glm4moe_required_keys[];
 int glm4moe_read_hparams(const gguf_file *f, model_hparams *hp);
 int glm4moe_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 int glm4moe_load_nextn(const gguf_file *f, model *m);
+
+/* minimax-m2 (model_minimax_m2.c): the same for MiniMax-M2 (no NextN). */
+extern const char *const minimax_m2_required_keys[];
+int minimax_m2_read_hparams(const gguf_file *f, model_hparams *hp);
+int minimax_m2_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 
 #endif
