@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A tiny glm4moe (GLM-4.5 / 4.6 layout) model, deterministic (python3 + numpy only).
 
-    gen_glm4moe.py MODEL.gguf
+    gen_glm4moe.py MODEL.gguf [--air]
 
 Writes MODEL.gguf with ../shared/reference/gen (gguf_tiny's writer, make_models.py's weight scales and
 its tiny 3000-token SPM vocabulary) in the layout llama.cpp's converter (conversion/glm.py, Glm4MoeModel)
@@ -11,6 +11,9 @@ key_length 48 (not n_embd / n_head) with only its first 24 dims rotated (NEOX pa
 norm named post_attention_norm, and one NextN (multi-token prediction) block appended as blk.3
 (nextn_predict_layers 1): a full MoE block plus eh_proj, enorm, hnorm, embed_tokens, shared_head_head and
 shared_head_norm. Everything F32. Seed 2301; the draw order below defines the model.
+
+--air: the GLM-4.5-Air flavour (seed 2303): no q/k norm, no expert_gating_func key (sigmoid by default
+for this family), expert_weights_scale 1, otherwise the same.
 """
 import os
 import sys
@@ -24,13 +27,14 @@ from gguf_tiny import GGUFWriter, T, read_gguf  # noqa: E402
 
 CFG = dict(seed=2301, n_embd=128, n_layer=3, n_nextn=1, n_head=4, n_head_kv=2, head_dim=48, n_rot=24,
            n_ff=256, n_ff_exp=64, n_expert=8, n_expert_used=3, n_expert_shared=1, n_dense_lead=1,
-           weights_scale=2.5, rope_theta=1e6, eps=1e-5, ctx=512)
+           weights_scale=2.5, rope_theta=1e6, eps=1e-5, ctx=512, qk_norm=True, gating_key=True)
+AIR = dict(CFG, seed=2303, weights_scale=1.0, qk_norm=False, gating_key=False)
 
 
 def write_kvs(w, c):
     A, U = "glm4moe.", T.UINT32
     w.add("general.architecture", "glm4moe")
-    w.add("general.name", "tiny-glm4moe")
+    w.add("general.name", "tiny-glm4moe" if c["qk_norm"] else "tiny-glm4moe-air")
     w.add("general.file_type", 0, U)
     w.add(A + "block_count", c["n_layer"] + c["n_nextn"], U)
     w.add(A + "context_length", c["ctx"], U)
@@ -48,7 +52,8 @@ def write_kvs(w, c):
     w.add(A + "expert_feed_forward_length", c["n_ff_exp"], U)
     w.add(A + "expert_shared_count", c["n_expert_shared"], U)
     w.add(A + "leading_dense_block_count", c["n_dense_lead"], U)
-    w.add(A + "expert_gating_func", 2, U)                                        # sigmoid
+    if c["gating_key"]:
+        w.add(A + "expert_gating_func", 2, U)                                    # sigmoid
     w.add(A + "expert_weights_scale", float(c["weights_scale"]), T.FLOAT32)
     w.add(A + "expert_weights_norm", True, T.BOOL)
     w.add(A + "nextn_predict_layers", c["n_nextn"], U)
@@ -72,8 +77,9 @@ def gen_weights(c):
         yield p + "attn_k.bias", d.vec(HKV * hd, 0.1)
         yield p + "attn_v.bias", d.vec(HKV * hd, 0.1)
         yield p + "attn_output.weight", d.mat(E, H * hd)
-        yield p + "attn_q_norm.weight", d.norm(hd)                                # per head
-        yield p + "attn_k_norm.weight", d.norm(hd)
+        if c["qk_norm"]:
+            yield p + "attn_q_norm.weight", d.norm(hd)                            # per head
+            yield p + "attn_k_norm.weight", d.norm(hd)
         yield p + "post_attention_norm.weight", d.norm(E)                         # the FFN's norm
         if i < c["n_dense_lead"]:
             yield p + "ffn_gate.weight", d.mat(FF, E)
@@ -100,8 +106,8 @@ def gen_weights(c):
 
 def main():
     vocab = read_gguf(os.path.join(mm.VOCAB_DIR, mm.VOCABS["tiny-spm-3000"]))
-    cfg = dict(CFG, n_vocab=len(vocab.kv["tokenizer.ggml.tokens"]))
-    w = GGUFWriter(sys.argv[1])
+    cfg = dict(AIR if "--air" in sys.argv[1:] else CFG, n_vocab=len(vocab.kv["tokenizer.ggml.tokens"]))
+    w = GGUFWriter([a for a in sys.argv[1:] if not a.startswith("--")][0])
     write_kvs(w, cfg)
     w.add("glm4moe.vocab_size", cfg["n_vocab"], T.UINT32)
     w.copy_kvs(vocab, "tokenizer.")

@@ -2,7 +2,8 @@
  * test_glm4moe.c - the glm4moe family (GLM-4.5 / 4.6 / 4.7) on a tiny model
  * written by tests/gen_glm4moe.py (layer 0 dense, two MoE layers with the
  * sigmoid + exp_probs_b router and a shared expert, q/k/v biases, per-head
- * q/k norm, rope on half of each head, a NextN block appended), generated
+ * q/k norm, rope on half of each head, a NextN block appended; and its
+ * GLM-4.5-Air flavour: no q/k norm, no gating key, scale 1), generated
  * on first use into $COLI_BUILD/ref and checked against the sha256 its
  * llama.cpp logits were recorded for (tests/fixtures/glm4moe/README).
  *
@@ -19,6 +20,10 @@
 static const family k_glm = {"tiny-glm4moe-f32.gguf", "tests/gen_glm4moe.py",
                              "tests/fixtures/glm4moe/tiny-glm4moe-f32.txt", "glm4moe."};
 
+/* GLM-4.5-Air's flavour: no q/k norm, the gating key absent (sigmoid by default), scale 1 */
+static const family k_air = {"tiny-glm4moe-air-f32.gguf", "tests/gen_glm4moe.py --air",
+                             "tests/fixtures/glm4moe/tiny-glm4moe-air-f32.txt", "glm4moe."};
+
 TestSuite(glm4moe, .timeout = 120);
 
 Test(glm4moe, f32_kv_matches_llamacpp) { s_check_f32(&k_glm); }
@@ -27,6 +32,10 @@ Test(glm4moe, greedy_matches_llamacpp) { s_check_greedy(&k_glm, 2); }
 /* the two MoE layers' experts, not the dense layer's or the NextN block's */
 Test(glm4moe, workers_give_inproc_bytes, .init = s_fam_env) { s_check_workers(&k_glm, 2 * 8); }
 Test(glm4moe, worker_sigkill_gives_inproc_bytes, .init = s_fam_env) { s_check_sigkill(&k_glm); }
+Test(glm4moe, air_f32_kv_matches_llamacpp) { s_check_f32(&k_air); }
+/* llama.cpp's greedy margins: 0.12, 0.17, 0.75, 0.18, 0.072, 0.47, 0.97, 0.82 */
+Test(glm4moe, air_greedy_matches_llamacpp) { s_check_greedy(&k_air, 8); }
+Test(glm4moe, air_workers_give_inproc_bytes, .init = s_fam_env) { s_check_workers(&k_air, 2 * 8); }
 
 Test(glm4moe, nextn_block_loaded_not_run) {
     fam_ref r;
