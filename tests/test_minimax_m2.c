@@ -8,7 +8,8 @@
  *
  * - the F32 rule of ../shared/reference: F32 KV cache, every recorded
  *   logit (top 20 of 32 positions) within 1e-3 of llama.cpp de3ff815, the
- *   same argmax everywhere; greedy steps while llama.cpp's margin >= 0.05;
+ *   same argmax everywhere; F16 KV against llama.cpp's F16-KV run within
+ *   1e-2; greedy steps while llama.cpp's margin >= 0.05;
  * - two workers and a worker SIGKILLed mid-run give --inproc's bytes;
  * - each required key missing, and inconsistent metadata or tensors, is
  *   refused with one line naming the key or tensor.
@@ -21,6 +22,7 @@ static const family k_mm = {"tiny-minimax-m2-f32.gguf", "tests/gen_minimax_m2.py
 TestSuite(minimax_m2, .timeout = 120);
 
 Test(minimax_m2, f32_kv_matches_llamacpp) { s_check_f32(&k_mm); }
+Test(minimax_m2, f16_kv_matches_llamacpp_f16_kv) { s_check_rule(&k_mm, 1); }
 /* llama.cpp's greedy margins: 0.60, 0.21, 0.95, 0.41, 1.9, 0.078, 0.45, 0.13 */
 Test(minimax_m2, greedy_matches_llamacpp) { s_check_greedy(&k_mm, 8); }
 /* every layer's 8 experts */
