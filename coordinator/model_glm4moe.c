@@ -18,6 +18,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "coordinator/model_impl.h"
 #include "core/error.h"
@@ -39,7 +40,8 @@ static int s_refuse_mrope(const gguf_file *f) {
     int rc = gguf_get_arr(f, key, &et, &n, &data);
     if (rc < 0) return rc;
     if (n < 2 || (et != GGUF_INT32 && et != GGUF_UINT32)) return 0;
-    const int32_t *sec = data;
+    int32_t sec[2];
+    memcpy(sec, data, sizeof sec); /* array elements need not be aligned in the mapping */
     if (sec[0] > 0 && sec[1] > 0)
         return coli_fail(COLI_EUNSUPPORTED,
                          "glm4moe: metadata '%s' = [%d, %d, ...]: multi-axis rope (M-RoPE, the vision "
