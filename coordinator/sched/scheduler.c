@@ -66,6 +66,7 @@ void sched_outcome(sched *s, worker_link *w, link_outcome o, const char *reason,
         if (w->req.id) sched_rows_lost(s, w);
         link_set_state(w, LINK_QUARANTINED, why);
         sup_kill(s, w);
+        host_on_lost(s, w); /* for good: a remote host's experts move */
         return;
     case LINK_REFUSED: {
         /* a FAILED hello's worker exits by itself; a refused Place or handshake is ended here */
@@ -74,6 +75,7 @@ void sched_outcome(sched *s, worker_link *w, link_outcome o, const char *reason,
         link_set_state(w, LINK_FAILED, why);
         fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id, w->device, why);
         if (end_it) sup_kill(s, w);
+        host_on_lost(s, w);
         return;
     }
     case LINK_BATCH_FAILED:
@@ -351,6 +353,8 @@ static void s_destroy(moe_exec *self) {
     free(s->w);
     free(s->place.owner);
     free(s->place.refused_by);
+    free(s->place.home);
+    free(s->place.moving);
     free(s->model.expert_bytes);
     free(s->model.path);
     free(s->call.pair_target);
@@ -402,6 +406,8 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg) {
     s->model.path = strdup(cfg->model_path);
     if (!s->model.expert_bytes || !s->place.owner || !s->place.refused_by || !s->call.group_start || !s->model.path)
         return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
+    int rc_home = host_tier_init(s);
+    if (rc_home) return rc_home;
     for (int l = 0; l < cfg->n_layer; l++) {
         expert_weights ew;
         if (!expert_layer_present(cfg->gguf, l)) continue; /* dense layer: 0 bytes, nothing placed */
@@ -549,6 +555,7 @@ static int s_place(sched *s) {
     int rc = s_plan(s, &in);
     if (rc == 0) rc = cache_setup(s, s->cfg.heat);
     if (rc) return rc;
+    host_tier_planned(s);
     s->place.started = 1;
     for (int i = 0; i < s->n_w; i++)
         if (ready[i] && link_send_place(s, &s->w[i]) != LINK_SENT) sup_worker_lost(s, &s->w[i], "crash", 1);
