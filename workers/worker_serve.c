@@ -169,6 +169,7 @@ static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_le
         gguf_close(&w->hold.model);
         return 1;
     }
+    worker_mem_advise_model(w);
     return 0;
 }
 
@@ -200,6 +201,7 @@ static void s_prefault_held(worker *w, const Coli__ExpertRef *held, size_t n) {
         r[k++] = (coli_byte_range){ew.up, b.up};
         r[k++] = (coli_byte_range){ew.down, b.down};
     }
+    for (int i = 0; i < k; i++) worker_mem_willneed(w, r[i].p, r[i].n);
     w->hold.prefault = coli_prefault_start(r, k);
     free(r);
 }
@@ -286,6 +288,7 @@ int worker_on_place(worker *w, const Coli__Envelope *env) {
     }
     s_drop_unlisted(w, p);
     s_prefault_held(w, po.held, po.n_held);
+    w->loop.mem_at_ns = 0; /* the next heartbeat tells the memory of the new set */
     int rc = s_send_place_ack(w, 1, "", &po);
     free(po.held);
     free(po.refused);

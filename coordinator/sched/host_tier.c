@@ -16,6 +16,9 @@
 
 #include "coordinator/sched/sched_internal.h"
 #include "core/error.h"
+#include "core/gguf/gguf.h"
+#include "core/kernels/expert_ffn.h"
+#include "core/prefault.h"
 #include "core/strbuf.h"
 
 int host_tier_init(sched *s) {
@@ -199,4 +202,75 @@ void host_moves_text(const sched *s, coli_strbuf *b) {
                         (double)m->to_hosts_bytes / 1048576.0, (unsigned long long)m->to_coord,
                         (double)m->to_coord_bytes / 1048576.0, (unsigned long long)m->returned,
                         (double)m->returned_bytes / 1048576.0, m->seconds, m->last_seconds);
+}
+
+// ---------------------------------------------------------------------------
+// What the coordinator prefaults (coordinator/api.c): not a host's experts.
+
+static int s_cmp_range(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const coli_byte_range *)a)->p, y = (uintptr_t)((const coli_byte_range *)b)->p;
+    return x < y ? -1 : x > y;
+}
+
+/* The three expert tensors of layer l (gate, up, down of all its experts) into ex[*k..]. */
+static int s_expert_extents(const gguf_file *f, int l, int n_expert, coli_byte_range *ex, int *k) {
+    expert_weights first, last;
+    int rc = expert_weights_from_gguf(f, l, 0, &first);
+    if (rc == 0) rc = expert_weights_from_gguf(f, l, n_expert - 1, &last);
+    if (rc) return rc;
+    const expert_part_bytes b = expert_parts_bytes(&last);
+    const void *lo[3] = {first.gate, first.up, first.down}, *hi[3] = {last.gate, last.up, last.down};
+    const size_t n[3] = {b.gate, b.up, b.down};
+    for (int i = 0; i < 3; i++)
+        ex[(*k)++] = (coli_byte_range){lo[i], (size_t)((const char *)hi[i] - (const char *)lo[i]) + n[i]};
+    return 0;
+}
+
+/* [base, base + size) less the sorted ranges ex[0..k) into out (appended at *n). */
+static void s_complement(const char *base, size_t size, coli_byte_range *ex, int k, coli_byte_range *out, int *n) {
+    qsort(ex, (size_t)k, sizeof *ex, s_cmp_range);
+    const char *at = base, *end = base + size;
+    for (int i = 0; i < k; i++) {
+        const char *a = ex[i].p, *b = a + ex[i].n;
+        if (a > at) out[(*n)++] = (coli_byte_range){at, (size_t)(a - at)};
+        if (b > at) at = b;
+    }
+    if (end > at) out[(*n)++] = (coli_byte_range){at, (size_t)(end - at)};
+}
+
+int moe_exec_prefault_ranges(moe_exec *e, const gguf_file *f, int n_layer, int n_expert, coli_byte_range **out,
+                             int *n) {
+    *out = NULL;
+    *n = 0;
+    if (!e->computes_here) {
+        coli_byte_range *r = malloc(sizeof *r);
+        if (!r) return coli_fail(COLI_ENOMEM, "prefault: out of memory");
+        *r = (coli_byte_range){gguf_base(f), gguf_size(f)};
+        *out = r;
+        *n = 1;
+        return 0;
+    }
+    size_t cap = 3 * (size_t)n_layer + 1 + 3 * (size_t)n_layer * (size_t)n_expert + 3 * (size_t)n_layer;
+    coli_byte_range *ex = malloc((3 * (size_t)n_layer + 1) * sizeof *ex), *r = malloc(cap * sizeof *r);
+    int k = 0, rc = !ex || !r ? coli_fail(COLI_ENOMEM, "prefault: out of memory") : 0;
+    for (int l = 0; rc == 0 && l < n_layer; l++)
+        if (expert_layer_present(f, l)) rc = s_expert_extents(f, l, n_expert, ex, &k);
+    if (rc == 0) s_complement(gguf_base(f), gguf_size(f), ex, k, r, n);
+    for (int l = 0; rc == 0 && l < n_layer; l++)
+        for (int x = 0; x < n_expert && expert_layer_present(f, l); x++) {
+            expert_weights w;
+            if (!e->computes_here(e, l, x) || expert_weights_from_gguf(f, l, x, &w) != 0) continue;
+            const expert_part_bytes b = expert_parts_bytes(&w);
+            r[(*n)++] = (coli_byte_range){w.gate, b.gate};
+            r[(*n)++] = (coli_byte_range){w.up, b.up};
+            r[(*n)++] = (coli_byte_range){w.down, b.down};
+        }
+    free(ex);
+    if (rc) {
+        free(r);
+        *n = 0;
+        return rc;
+    }
+    *out = r;
+    return 0;
 }

@@ -326,6 +326,12 @@ static const char *s_pair_device(moe_exec *self, int64_t p) {
     return s->w[s->call.done_by[p]].device;
 }
 
+/* Nobody holds it at start: the coordinator (or a CPU worker loading it on demand) computes it. */
+static int s_computes_here(moe_exec *self, int layer, int expert) {
+    const sched *s = (const sched *)self;
+    return s->place.owner[(size_t)layer * (size_t)s->model.n_expert + (size_t)expert] < 0;
+}
+
 // ---------------------------------------------------------------------------
 // lifecycle
 
@@ -571,7 +577,7 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out) {
     device_spec devs[SCHED_MAX_WORKERS];
     sched *s = calloc(1, sizeof *s);
     if (!s) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
-    s->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, s_pair_device};
+    s->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, s_pair_device, s_computes_here};
     s->net.lifeline[0] = s->net.lifeline[1] = -1;
     s->verbose = cfg->verbose;
     s_settings(s, cfg);
