@@ -591,6 +591,11 @@ static void s_check_host(const cJSON *h, const remote_worker *rw, double tokens,
     cr_expect_gt(s_jnum(lat, "p50"), 0);
     cr_expect_geq(s_jnum(lat, "p99"), s_jnum(lat, "p50"));
     cr_expect_eq(s_jnum(h, "fallbacks_total"), 0, "fallbacks on a healthy run");
+    /* its memory: what it holds (half the experts each) and nothing for a lost host */
+    cr_expect_gt(s_jnum(h, "resident_experts"), 0, "%s holds nothing", rw->endpoint);
+    cr_expect_gt(s_jnum(h, "owned_bytes"), 0);
+    cr_expect_eq(s_jnum(h, "guest_experts"), 0);
+    cr_expect_geq(s_jnum(h, "rss_bytes"), 0);
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(h, "fallbacks")), 0);
     double payload = rows * n_embd * 4.0;
     const char *dir[2] = {"sent", "received"};
@@ -627,6 +632,7 @@ Test(scheduler_remote, bench_reports_each_remote_worker, .timeout = 180) {
     cr_assert_eq(r.status, 0, "coli bench: %s", r.err);
     cr_expect(strstr(r.out, "per worker") && strstr(r.out, rw[0].endpoint) && strstr(r.out, rw[1].endpoint),
               "no per-worker lines: %s", r.out);
+    cr_expect(strstr(r.out, "memory: resident") && strstr(r.out, "expert moves: 0 hosts lost"), "%s", r.out);
     cli_result_free(&r);
     coli_model *m = NULL;
     coli_model_params mp;
@@ -652,5 +658,9 @@ Test(scheduler_remote, bench_reports_each_remote_worker, .timeout = 180) {
     }
     /* every routed (token, layer, expert) pair went to one of them */
     cr_expect_eq(rows, tokens * info.n_layer * info.n_expert_used, "rows %.0f", rows);
+    const cJSON *moves = cJSON_GetObjectItemCaseSensitive(cfg, "expert_moves");
+    cr_expect(cJSON_IsObject(moves), "no expert_moves in the bench JSON");
+    cr_expect_eq(s_jnum(moves, "hosts_lost"), 0);
+    cr_expect_eq(s_jnum(moves, "bytes_moved"), 0);
     cJSON_Delete(js);
 }
