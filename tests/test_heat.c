@@ -614,8 +614,8 @@ Test(heat_route, trace_follows_a_crash_fallback) {
  * the plan shows per host its address, experts, bytes and expected rows. */
 Test(heat, plan_over_hosts_shows_each_hosts_share) {
     char *plan = NULL;
-    cr_assert_eq(coli_plan_text(BUNDLED, "remote:tcp://10.0.0.1:7601=3M,remote:tcp://10.0.0.2:7601=3M", &plan), 0,
-                 "%s", coli_last_error());
+    cr_assert_eq(coli_plan_text(BUNDLED, "remote:tcp://10.0.0.1:7601=3M,remote:tcp://10.0.0.2:7601=3M", &plan), 0, "%s",
+                 coli_last_error());
     cr_expect(strstr(plan, "worker 0  remote:0 (tcp://10.0.0.1:7601)  budget 3.0 MiB  experts 5  2.8 MiB  expected "
                            "rows 31.2%"),
               "%s", plan);

@@ -74,10 +74,10 @@ Test(serve_metrics, crash_fallback_shows_and_passes_promtool) {
         s_sample(r.body, "colibri_worker_batch_latency_seconds_count{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0,
         "%s", r.body);
     /* hosts as a memory tier: what each worker holds and uses, the experts moved (none here) */
-    cr_expect_gt(s_sample(r.body, "colibri_worker_owned_bytes{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0,
-                 "%s", r.body);
-    cr_expect_gt(s_sample(r.body, "colibri_worker_rss_bytes{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0,
-                 "%s", r.body);
+    cr_expect_gt(s_sample(r.body, "colibri_worker_owned_bytes{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0, "%s",
+                 r.body);
+    cr_expect_gt(s_sample(r.body, "colibri_worker_rss_bytes{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0, "%s",
+                 r.body);
     cr_expect_eq(s_sample(r.body, "colibri_worker_guest_experts{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0,
                  "%s", r.body);
     cr_expect_eq(s_sample(r.body, "colibri_expert_moves_total{to=\"host\"}"), 0, "%s", r.body);

@@ -231,7 +231,7 @@ static void s_drop_unlisted(worker *w, const Coli__Place *p) {
     uint64_t *drop = malloc(w->hold.resident.n * sizeof *drop);
     for (size_t i = 0; drop && i < p->n_experts; i++)
         if (expert_table_put(&listed, expert_key(p->experts[i]->layer, p->experts[i]->expert), NULL) == COLI_ENOMEM)
-            goto out; /* out of memory: keep what is held (only the pages stay) */
+            goto out;                        /* out of memory: keep what is held (only the pages stay) */
     for (size_t i = 0; drop && i < cap; i++) /* a snapshot first: removing re-seats the table */
         if (w->hold.resident.keys[i] && !expert_table_has(&listed, w->hold.resident.keys[i]))
             drop[n++] = w->hold.resident.keys[i];

@@ -101,8 +101,7 @@ void host_on_lost(sched *s, worker_link *w) {
     if (!moved) return;
     s->stats.moves.events++;
     if (!s->stats.moves.started_ns) s->stats.moves.started_ns = coli_now_ns();
-    if (s->verbose)
-        fprintf(stderr, "colibri: %s lost: %llu experts to move\n", w->device, (unsigned long long)moved);
+    if (s->verbose) fprintf(stderr, "colibri: %s lost: %llu experts to move\n", w->device, (unsigned long long)moved);
     s_replace_marked(s, again);
     s_maybe_done(s); /* nothing sent: everything stayed with the coordinator */
 }

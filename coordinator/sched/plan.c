@@ -32,7 +32,7 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
     len += (size_t)snprintf(t + len, cap - len, "placement: %d workers, %d layers x %d experts (%s)\n", n_w, n_layer,
                             n_expert,
                             pinned ? "hottest first onto the fastest device with room; pins win"
-                                            : "balance expert bytes per layer within budgets");
+                                   : "balance expert bytes per layer within budgets");
     char names[512]; /* one naming: what the stats, the metrics and --pin use too */
     sched_worker_names(d, n_w, names, sizeof names);
     len += (size_t)snprintf(t + len, cap - len, "  workers (--pin L:E=NAME takes these names): %s\n", names);
@@ -57,8 +57,8 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
             char b[32] = "unlimited", at[240] = "";
             if (d[w].budget) snprintf(b, sizeof b, "%.1f MiB", (double)d[w].budget / 1048576.0);
             if (d[w].endpoint[0]) snprintf(at, sizeof at, " (%s)", d[w].endpoint); /* a host: which one */
-            len += (size_t)snprintf(t + len, cap - len, "  worker %d  %s:%d%s  budget %s  experts %llu  %.1f MiB%s\n", w,
-                                    d[w].plugin, d[w].index, at, b, (unsigned long long)n, (double)bytes / 1048576.0,
+            len += (size_t)snprintf(t + len, cap - len, "  worker %d  %s:%d%s  budget %s  experts %llu  %.1f MiB%s\n",
+                                    w, d[w].plugin, d[w].index, at, b, (unsigned long long)n, (double)bytes / 1048576.0,
                                     rows);
         }
     }

@@ -59,9 +59,8 @@ static cJSON *s_host(const cJSON *stats, const cJSON *w, double n_tokens) {
     cJSON_AddNumberToObject(o, "bytes_received", received);
     cJSON_AddNumberToObject(o, "bytes_sent_per_token", s_per(sent, n_tokens));
     cJSON_AddNumberToObject(o, "bytes_received_per_token", s_per(received, n_tokens));
-    static const char *mem[] = {"budget_bytes", "owned_bytes",    "resident_experts", "resident_bytes",
-                                "guest_experts", "guest_bytes", "rss_bytes",        "model_rss_bytes",
-                                "cgroup_bytes"};
+    static const char *mem[] = {"budget_bytes", "owned_bytes", "resident_experts", "resident_bytes", "guest_experts",
+                                "guest_bytes",  "rss_bytes",   "model_rss_bytes",  "cgroup_bytes"};
     for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++) cJSON_AddNumberToObject(o, mem[i], s_num(w, mem[i]));
     double total;
     cJSON_AddItemToObject(o, "fallbacks", s_fallbacks_of(stats, s_str(w, "device"), &total));
@@ -117,11 +116,12 @@ void bench_hosts_print(const char *stats_json, double n_tokens) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(h, "fallbacks");
         if (!cJSON_GetArraySize(f)) printf(" none");
         for (const cJSON *r = f ? f->child : NULL; r; r = r->next) printf(" %s %.0f", r->string, r->valuedouble);
-        printf("\n      memory: resident %.0f experts %.1f MiB (budget %.1f MiB, %.0f held for lost hosts); rss %.1f MiB, "
-               "model %.1f MiB, cgroup %.1f MiB\n",
-               s_num(h, "resident_experts"), s_num(h, "resident_bytes") / 1048576.0, s_num(h, "budget_bytes") / 1048576.0,
-               s_num(h, "guest_experts"), s_num(h, "rss_bytes") / 1048576.0, s_num(h, "model_rss_bytes") / 1048576.0,
-               s_num(h, "cgroup_bytes") / 1048576.0);
+        printf(
+            "\n      memory: resident %.0f experts %.1f MiB (budget %.1f MiB, %.0f held for lost hosts); rss %.1f MiB, "
+            "model %.1f MiB, cgroup %.1f MiB\n",
+            s_num(h, "resident_experts"), s_num(h, "resident_bytes") / 1048576.0, s_num(h, "budget_bytes") / 1048576.0,
+            s_num(h, "guest_experts"), s_num(h, "rss_bytes") / 1048576.0, s_num(h, "model_rss_bytes") / 1048576.0,
+            s_num(h, "cgroup_bytes") / 1048576.0);
     }
     cJSON_Delete(hosts);
     s_moves_print(stats_json);

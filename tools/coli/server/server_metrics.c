@@ -322,11 +322,13 @@ static void s_host_series(coli_strbuf *b, const cJSON *stats, const cJSON *worke
     static const char *nb[3] = {"to_hosts_bytes", "to_coordinator_bytes", "returned_bytes"};
     s_header(b, "colibri_expert_moves_total", "counter",
              "Experts moved: to another host with room, to the coordinator, back to their home host.");
-    for (int i = 0; i < 3; i++) coli_strbuf_appendf(b, "colibri_expert_moves_total{to=\"%s\"} %.0f\n", to[i], s_num(m, n[i]));
+    for (int i = 0; i < 3; i++)
+        coli_strbuf_appendf(b, "colibri_expert_moves_total{to=\"%s\"} %.0f\n", to[i], s_num(m, n[i]));
     s_header(b, "colibri_expert_moved_bytes_total", "counter", "Bytes of the experts moved, by destination.");
     for (int i = 0; i < 3; i++)
         coli_strbuf_appendf(b, "colibri_expert_moved_bytes_total{to=\"%s\"} %.0f\n", to[i], s_num(m, nb[i]));
-    s_header(b, "colibri_expert_move_seconds_total", "counter", "Time from a host's loss to the last ack of its moves.");
+    s_header(b, "colibri_expert_move_seconds_total", "counter",
+             "Time from a host's loss to the last ack of its moves.");
     coli_strbuf_appendf(b, "colibri_expert_move_seconds_total %.6f\n", s_num(m, "move_seconds"));
     s_header(b, "colibri_layer_dispatch_p50_seconds", "gauge",
              "Median time of one MoE layer's dispatch to the workers (send to last reply), recent layers.");
