@@ -515,20 +515,6 @@ static long long s_model_rss(pid_t pid) {
     return sum;
 }
 
-//  Poll the stats until the integer field reaches want (polling drives reconnects and acks).
-static int s_wait_field(coli_model *m, const char *field, long want, double seconds) {
-    double until = sched_now() + seconds;
-    for (;;) {
-        char *js = NULL;
-        cr_assert_eq(coli_model_stats_json(m, &js), 0);
-        long v = sched_field(js, field);
-        free(js);
-        if (v == want) return 1;
-        if (sched_now() > until) return 0;
-        usleep(50000);
-    }
-}
-
 static long long s_rss_coordinator, s_rss_host1_before;
 
 //  Before step 2: what the coordinator and the other host map while both hosts are up; then host 0 dies.
@@ -572,7 +558,7 @@ Test(scheduler_netns, host_killed_its_experts_move_and_return, .timeout = 300) {
                  s_rss_coordinator);
     cr_expect_leq(s_rss_host1_before, TIER_OWN * TIER_EXPERT + TIER_SLACK, "host 1 maps %lld bytes",
                   s_rss_host1_before);
-    cr_expect(s_wait_field(m, "to_hosts", TIER_ROOM, 10), "moved experts not acknowledged");
+    cr_expect(sched_wait_field(m, "to_hosts", TIER_ROOM, 10), "moved experts not acknowledged");
     char *js = NULL;
     for (double until = sched_now() + 5; sched_now() < until; usleep(100000)) { /* a heartbeat brings its memory */
         free(js);
@@ -597,7 +583,7 @@ Test(scheduler_netns, host_killed_its_experts_move_and_return, .timeout = 300) {
 
     s_start_worker(0); /* the host comes back (same address, same cgroup) */
     cr_expect(s_wait_up(m, 0, 60), "the restarted host did not come back");
-    cr_expect(s_wait_field(m, "returned", TIER_OWN, 10), "its experts did not return");
+    cr_expect(sched_wait_field(m, "returned", TIER_OWN, 10), "its experts did not return");
     sched_generate_on(m, "after the host returned", NULL, NULL, &back);
     sched_assert_same(&ref, &back, "after the host returned");
     cr_expect_eq(sched_field(back.stats, "returned_bytes"), TIER_OWN * TIER_EXPERT, "%s", back.stats);
