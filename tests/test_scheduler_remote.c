@@ -120,8 +120,8 @@ static void s_worker_start_at(remote_worker *rw, const char *keys, const char *m
         dup2(p[1], 1);
         close(p[0]);
         const char *bin = s_bin("coli-worker");
-        execl(bin, bin, "--listen", listen, "--keys", keys, "--plugin", "cpu", "--threads", "1", "-m",
-              model, (char *)NULL);
+        execl(bin, bin, "--listen", listen, "--keys", keys, "--plugin", "cpu", "--threads", "1", "-m", model,
+              (char *)NULL);
         _exit(127);
     }
     close(p[1]);
