@@ -225,8 +225,9 @@ void worker_mem_fill(worker *w, Coli__Heartbeat *h);
 /* A remote worker (listening) maps the whole file but holds only its experts:
  * no readahead around a fault, no huge page mappings of the file. */
 void worker_mem_advise_model(const worker *w);
-/* A remote worker: read [p, p + n) ahead now, in large reads (before its
- * prefault pass, which MADV_RANDOM would otherwise leave to single pages). */
+/* A remote worker: read [p, p + n) ahead now, in large reads (before a
+ * plugin copies an expert or the prefault pass maps it, which MADV_RANDOM
+ * would otherwise leave to single pages). */
 void worker_mem_willneed(const worker *w, const void *p, size_t n);
 /* Give back the whole pages of [p, p + n) of the mapped model (MADV_DONTNEED):
  * an expert no longer held leaves the resident set. */

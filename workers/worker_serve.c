@@ -87,6 +87,10 @@ static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len)
         snprintf(err, err_len, "%s", coli_last_error());
         return rc;
     }
+    const expert_part_bytes b = expert_parts_bytes(&ew); /* large reads ahead of a copy or the prefault pass */
+    worker_mem_willneed(w, ew.gate, b.gate);
+    worker_mem_willneed(w, ew.up, b.up);
+    worker_mem_willneed(w, ew.down, b.down);
     if (w->cache) return worker_cache_load_now(w, layer, e, &ew, err, err_len);
     return worker_hand_expert(w, layer, e, &ew, err, err_len);
 }
@@ -201,7 +205,6 @@ static void s_prefault_held(worker *w, const Coli__ExpertRef *held, size_t n) {
         r[k++] = (coli_byte_range){ew.up, b.up};
         r[k++] = (coli_byte_range){ew.down, b.down};
     }
-    for (int i = 0; i < k; i++) worker_mem_willneed(w, r[i].p, r[i].n);
     w->hold.prefault = coli_prefault_start(r, k);
     free(r);
 }
