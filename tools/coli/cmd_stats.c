@@ -112,11 +112,12 @@ static void s_hosts(const cJSON *root, const cJSON *ws) {
                s_num(w, "owned_bytes") / 1048576.0, s_num(w, "guest_experts"), s_num(w, "rss_bytes") / 1048576.0,
                s_num(w, "model_rss_bytes") / 1048576.0, s_num(w, "cgroup_bytes") / 1048576.0);
     }
-    printf("expert moves: %.0f hosts lost; to hosts %.0f (%.1f MiB), to the coordinator %.0f (%.1f MiB), back home %.0f "
-           "(%.1f MiB); %.3f s moving\n",
-           s_num(m, "hosts_lost"), s_num(m, "to_hosts"), s_num(m, "to_hosts_bytes") / 1048576.0,
-           s_num(m, "to_coordinator"), s_num(m, "to_coordinator_bytes") / 1048576.0, s_num(m, "returned"),
-           s_num(m, "returned_bytes") / 1048576.0, s_num(m, "move_seconds"));
+    printf(
+        "expert moves: %.0f hosts lost; to hosts %.0f (%.1f MiB), to the coordinator %.0f (%.1f MiB), back home %.0f "
+        "(%.1f MiB); %.3f s moving\n",
+        s_num(m, "hosts_lost"), s_num(m, "to_hosts"), s_num(m, "to_hosts_bytes") / 1048576.0,
+        s_num(m, "to_coordinator"), s_num(m, "to_coordinator_bytes") / 1048576.0, s_num(m, "returned"),
+        s_num(m, "returned_bytes") / 1048576.0, s_num(m, "move_seconds"));
 }
 
 static int s_print(const char *path, const cJSON *root) {
