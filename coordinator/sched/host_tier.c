@@ -256,7 +256,7 @@ int moe_exec_prefault_ranges(moe_exec *e, const gguf_file *f, int n_layer, int n
         if (expert_layer_present(f, l)) rc = s_expert_extents(f, l, n_expert, ex, &k);
     if (rc == 0) s_complement(gguf_base(f), gguf_size(f), ex, k, r, n);
     for (int l = 0; rc == 0 && l < n_layer; l++)
-        for (int x = 0; x < n_expert && expert_layer_present(f, l); x++) {
+        for (int x = 0, present = expert_layer_present(f, l); present && x < n_expert; x++) {
             expert_weights w;
             if (!e->computes_here(e, l, x) || expert_weights_from_gguf(f, l, x, &w) != 0) continue;
             const expert_part_bytes b = expert_parts_bytes(&w);
