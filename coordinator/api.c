@@ -170,6 +170,23 @@ static int s_vocab_setup(coli_model *cm, const char *path) {
     return s_load_strings(cm, cm->vocab_file, path);
 }
 
+/* Fill the page tables of what this process computes from, in the
+ * background: the dense weights, and the experts no worker or host holds
+ * (moe_exec_prefault_ranges): a host's experts stay out of our memory. */
+static int s_prefault(coli_model *cm) {
+    coli_byte_range *r = NULL;
+    int n = 0;
+    const coli_byte_range whole = {gguf_base(cm->m->gguf), gguf_size(cm->m->gguf)};
+    if (!cm->moe) {
+        cm->prefault = coli_prefault_start(&whole, 1);
+        return 0;
+    }
+    int rc = moe_exec_prefault_ranges(cm->moe, cm->m->gguf, cm->m->hp.n_layer, cm->m->hp.n_expert, &r, &n);
+    if (rc == 0) cm->prefault = coli_prefault_start(r, n);
+    free(r);
+    return rc;
+}
+
 static int s_model_setup(coli_model *cm, const char *path, const coli_model_params *p) {
     int rc;
     if (p->vocab_only) return s_vocab_setup(cm, path);
@@ -187,11 +204,8 @@ static int s_model_setup(coli_model *cm, const char *path, const coli_model_para
     coli_settings *set = malloc(sizeof *set); /* ~30 KiB (paths); the executor copies it */
     if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
     coli_settings_load(set, p);
-    if (set->prefault) {
-        const coli_byte_range whole = {gguf_base(cm->m->gguf), gguf_size(cm->m->gguf)};
-        cm->prefault = coli_prefault_start(&whole, 1);
-    }
     rc = s_start_experts(cm, path, p, set);
+    if (rc == 0 && set->prefault) rc = s_prefault(cm);
     free(set);
     return rc;
 }

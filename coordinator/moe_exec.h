@@ -39,7 +39,20 @@ struct moe_exec {
      * pair p (t * k + s) of the last run_layer, e.g. "cpu:1", "cuda:0",
      * "inproc"; a static or executor-owned string valid until the next call. */
     const char *(*pair_device)(moe_exec *self, int64_t pair);
+    /* Optional (NULL: every expert): 1 when this process computes expert
+     * (layer, e) itself as placed at start (nobody else holds it). The
+     * coordinator prefaults only the dense weights and these: an expert a
+     * worker or host holds is never touched here while it is up. */
+    int (*computes_here)(moe_exec *self, int layer, int expert);
 };
+
+struct coli_byte_range;
+/* The parts of the mapped model f this process should prefault with
+ * executor e: everything but the expert tensors of its n_layer layers, plus
+ * each expert e->computes_here says it computes (all with computes_here
+ * NULL). *out malloc'd (caller frees), *n ranges. 0 or COLI_ENOMEM. */
+int moe_exec_prefault_ranges(moe_exec *e, const struct gguf_file *f, int n_layer, int n_expert,
+                             struct coli_byte_range **out, int *n);
 
 /* What an executor needs to know to start. */
 typedef struct moe_exec_config {

@@ -183,6 +183,21 @@ static inline long sched_field(const char *json, const char *name) {
     return strtol(p + strlen(key), NULL, 10);
 }
 
+/* Poll the stats (polling drives reconnects and acks) until the top-level
+ * integer field reaches want; 1 when it did within seconds. */
+static inline int sched_wait_field(coli_model *m, const char *name, long want, double seconds) {
+    double until = sched_now() + seconds;
+    for (;;) {
+        char *js = NULL;
+        cr_assert_eq(coli_model_stats_json(m, &js), 0);
+        long v = sched_field(js, name);
+        free(js);
+        if (v == want) return 1;
+        if (sched_now() > until) return 0;
+        usleep(50000);
+    }
+}
+
 /* Field `name` of worker `id` as text (value up to , or }). */
 static inline void sched_worker_field(const char *json, int id, const char *name, char *out, size_t n) {
     char key[64];

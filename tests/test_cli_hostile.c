@@ -115,6 +115,10 @@ Test(cli_hostile, device_lists_that_cannot_work_are_refused_at_once) {
         {"remote:tcp://127.0.0.1:65536", "not in 1..65535"},
         {"remote:tcp://127.0.0.1:0", "not in 1..65535"},
         {"remote:tcp://127.0.0.1:99999999999999999999", "not in 1..65535"},
+        {"remote:tcp://127.0.0.1:5555=20G,remote:tcp://127.0.0.2:5555=20X",
+         "'remote:tcp://127.0.0.2:5555=20X': bad memory budget '20X'"},
+        {"remote:tcp://127.0.0.1:5555=0", "'remote:tcp://127.0.0.1:5555=0': bad memory budget '0'"},
+        {"remote:tcp://127.0.0.1:5555=", "'remote:tcp://127.0.0.1:5555=': bad memory budget ''"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct timespec a, b;

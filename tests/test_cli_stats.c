@@ -65,6 +65,7 @@ Test(cli_stats, real_run_with_two_workers) {
         cr_expect_not_null(line, "no row '%s' in:\n%s", row, r.out);
     }
     cr_expect(strstr(r.out, "fallbacks: 0"), "%s", r.out);
+    cr_expect(s_line(r.out, "cpu:1      ") && strstr(r.out, "expert moves: 0 hosts lost"), "%s", r.out);
     cli_result_free(&r);
 }
 

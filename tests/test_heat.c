@@ -608,3 +608,18 @@ Test(heat_route, trace_follows_a_crash_fallback) {
     gen_free(&r);
     unlink(heat);
 }
+
+/* Hosts as the memory tier: each remote host gets experts up to its budget
+ * (576 KiB each here: 5 fit in 3 MiB), the coordinator keeps the rest, and
+ * the plan shows per host its address, experts, bytes and expected rows. */
+Test(heat, plan_over_hosts_shows_each_hosts_share) {
+    char *plan = NULL;
+    cr_assert_eq(coli_plan_text(BUNDLED, "remote:tcp://10.0.0.1:7601=3M,remote:tcp://10.0.0.2:7601=3M", &plan), 0, "%s",
+                 coli_last_error());
+    cr_expect(strstr(plan, "worker 0  remote:0 (tcp://10.0.0.1:7601)  budget 3.0 MiB  experts 5  2.8 MiB  expected "
+                           "rows 31.2%"),
+              "%s", plan);
+    cr_expect(strstr(plan, "worker 1  remote:1 (tcp://10.0.0.2:7601)  budget 3.0 MiB  experts 5  2.8 MiB"), "%s", plan);
+    cr_expect(strstr(plan, "in-process: 6 experts, 3.4 MiB (no room on any worker)  expected rows 37.5%"), "%s", plan);
+    free(plan);
+}

@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "colibri.h"
+#include "coordinator/moe_exec.h"
 #include "core/gguf/gguf.h"
+#include "core/kernels/expert_ffn.h"
 #include "core/prefault.h"
 #include "tests/sched_util.h"
 
@@ -179,3 +181,42 @@ static void check_worker(int on) {
 Test(prefault, worker_fills_its_experts) { check_worker(1); }
 
 Test(prefault, worker_leaves_them_with_prefault_off) { check_worker(0); }
+
+/* The coordinator's share of the file (moe_exec_prefault_ranges): with
+ * workers holding every expert but (0, 1), the ranges are the dense weights
+ * and that one expert; no other byte of an expert stack is in them. */
+static int computes_only_0_1(moe_exec *self, int layer, int expert) {
+    (void)self;
+    return layer == 0 && expert == 1;
+}
+
+Test(prefault, coordinator_leaves_out_the_experts_workers_hold) {
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(BUNDLED, &f), 0, "%s", coli_last_error());
+    moe_exec all = {0}, some = {.computes_here = computes_only_0_1};
+    coli_byte_range *r = NULL;
+    int n = 0;
+    cr_assert_eq(moe_exec_prefault_ranges(&all, f, 4, 4, &r, &n), 0, "%s", coli_last_error());
+    cr_expect(n == 1 && r[0].p == gguf_base(f) && r[0].n == gguf_size(f), "in-process: the whole file");
+    free(r);
+    cr_assert_eq(moe_exec_prefault_ranges(&some, f, 4, 4, &r, &n), 0, "%s", coli_last_error());
+    expert_weights ew;
+    cr_assert_eq(expert_weights_from_gguf(f, 0, 1, &ew), 0);
+    const long long one = (long long)expert_weights_bytes(&ew);
+    long long total = 0;
+    for (int i = 0; i < n; i++) {
+        total += (long long)r[i].n;
+        for (int64_t t = 0; t < gguf_n_tensors(f); t++) { /* inside an expert stack only as (0, 1)'s parts */
+            const coli_tensor *x = gguf_tensor(f, t);
+            const char *a = r[i].p, *b = a + r[i].n, *ta = x->data, *tb = ta + x->nbytes;
+            if (!strstr(x->name, "_exps.") || b <= ta || a >= tb) continue;
+            const expert_part_bytes pb = expert_parts_bytes(&ew);
+            cr_expect((a == ew.gate && r[i].n == pb.gate) || (a == ew.up && r[i].n == pb.up) ||
+                          (a == ew.down && r[i].n == pb.down),
+                      "range %d overlaps %s beyond expert (0, 1)", i, x->name);
+        }
+    }
+    cr_expect_eq(total, (long long)gguf_size(f) - expert_bytes(BUNDLED) + one, "dense bytes + one expert");
+    free(r);
+    gguf_close(&f);
+}

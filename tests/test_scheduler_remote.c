@@ -110,8 +110,8 @@ typedef struct remote_worker {
     char endpoint[256];
 } remote_worker;
 
-//  coli-worker --listen tcp://127.0.0.1:* ...; read the endpoint it prints.
-static void s_worker_start(remote_worker *rw, const char *keys, const char *model) {
+//  coli-worker --listen LISTEN ...; read the endpoint it prints.
+static void s_worker_start_at(remote_worker *rw, const char *keys, const char *model, const char *listen) {
     int p[2];
     cr_assert_eq(pipe(p), 0);
     rw->pid = fork();
@@ -120,8 +120,8 @@ static void s_worker_start(remote_worker *rw, const char *keys, const char *mode
         dup2(p[1], 1);
         close(p[0]);
         const char *bin = s_bin("coli-worker");
-        execl(bin, bin, "--listen", "tcp://127.0.0.1:*", "--keys", keys, "--plugin", "cpu", "--threads", "1", "-m",
-              model, (char *)NULL);
+        execl(bin, bin, "--listen", listen, "--keys", keys, "--plugin", "cpu", "--threads", "1", "-m", model,
+              (char *)NULL);
         _exit(127);
     }
     close(p[1]);
@@ -139,6 +139,11 @@ static void s_worker_start(remote_worker *rw, const char *keys, const char *mode
     cr_assert(ep, "remote worker did not say where it listens: '%s'", line);
     snprintf(rw->endpoint, sizeof rw->endpoint, "%.*s", (int)strcspn(ep + 13, "\n"), ep + 13);
     cr_assert(!strncmp(rw->endpoint, "tcp://127.0.0.1:", 16), "endpoint %s", rw->endpoint);
+}
+
+//  coli-worker --listen tcp://127.0.0.1:* (any free port).
+static void s_worker_start(remote_worker *rw, const char *keys, const char *model) {
+    s_worker_start_at(rw, keys, model, "tcp://127.0.0.1:*");
 }
 
 static void s_worker_stop(remote_worker *rw) {
@@ -591,6 +596,11 @@ static void s_check_host(const cJSON *h, const remote_worker *rw, double tokens,
     cr_expect_gt(s_jnum(lat, "p50"), 0);
     cr_expect_geq(s_jnum(lat, "p99"), s_jnum(lat, "p50"));
     cr_expect_eq(s_jnum(h, "fallbacks_total"), 0, "fallbacks on a healthy run");
+    /* its memory: what it holds (half the experts each) and nothing for a lost host */
+    cr_expect_gt(s_jnum(h, "resident_experts"), 0, "%s holds nothing", rw->endpoint);
+    cr_expect_gt(s_jnum(h, "owned_bytes"), 0);
+    cr_expect_eq(s_jnum(h, "guest_experts"), 0);
+    cr_expect_geq(s_jnum(h, "rss_bytes"), 0);
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(h, "fallbacks")), 0);
     double payload = rows * n_embd * 4.0;
     const char *dir[2] = {"sent", "received"};
@@ -627,6 +637,7 @@ Test(scheduler_remote, bench_reports_each_remote_worker, .timeout = 180) {
     cr_assert_eq(r.status, 0, "coli bench: %s", r.err);
     cr_expect(strstr(r.out, "per worker") && strstr(r.out, rw[0].endpoint) && strstr(r.out, rw[1].endpoint),
               "no per-worker lines: %s", r.out);
+    cr_expect(strstr(r.out, "memory: resident") && strstr(r.out, "expert moves: 0 hosts lost"), "%s", r.out);
     cli_result_free(&r);
     coli_model *m = NULL;
     coli_model_params mp;
@@ -652,5 +663,68 @@ Test(scheduler_remote, bench_reports_each_remote_worker, .timeout = 180) {
     }
     /* every routed (token, layer, expert) pair went to one of them */
     cr_expect_eq(rows, tokens * info.n_layer * info.n_expert_used, "rows %.0f", rows);
+    const cJSON *moves = cJSON_GetObjectItemCaseSensitive(cfg, "expert_moves");
+    cr_expect(cJSON_IsObject(moves), "no expert_moves in the bench JSON");
+    cr_expect_eq(s_jnum(moves, "hosts_lost"), 0);
+    cr_expect_eq(s_jnum(moves, "bytes_moved"), 0);
     cJSON_Delete(js);
+}
+
+// ---------------------------------------------------------------------------
+// Hosts as a memory tier (docs/scheduler.md): a host lost mid-answer, its
+// experts moved to the other host (within its budget) and to the coordinator,
+// then back. The netns test measures memory; this one runs anywhere.
+
+#define TIER_EB 98304 /* bytes of one expert of the fixture (3 x 64 x 128 x 4) */
+
+static long s_worker_num(const char *js, int id, const char *name) {
+    char v[64];
+    sched_worker_field(js, id, name, v, sizeof v);
+    return atol(v);
+}
+
+Test(scheduler_remote, lost_hosts_experts_move_and_return, .timeout = 180) {
+    char keys[512], devices[640], again[300];
+    remote_worker rw[2];
+    s_start_with_keys(keys, sizeof keys, &rw[0]);
+    const char *model = sched_fixture(MODEL);
+    s_worker_start(&rw[1], keys, model);
+    gen_result ref, cut, back;
+    sched_generate(model, "inproc", NULL, NULL, &ref);
+    /* 576K: the 4 experts the plan gives each host and room for 2 more */
+    snprintf(devices, sizeof devices, "remote:%s=576K,remote:%s=576K", rw[0].endpoint, rw[1].endpoint);
+    snprintf(again, sizeof again, "%s", rw[0].endpoint);
+    setenv("COLI_KEYS", keys, 1);
+    setenv("COLI_RESTART_BACKOFF_MS", "50", 1);
+    setenv("COLI_WORKER_MAX_FAILURES", "1000", 1);
+    coli_model *m = sched_load(model, devices);
+    sched_generate_on(m, "a host killed", s_kill_at_step, &rw[0], &cut);
+    sched_assert_same(&ref, &cut, "a host killed mid-answer");
+    cr_expect(sched_wait_field(m, "to_hosts", 2, 10), "the moved experts were not acknowledged");
+    char *js = NULL;
+    cr_assert_eq(coli_model_stats_json(m, &js), 0);
+    cr_expect_eq(sched_fallbacks(js, "remote:0", "crash"), 1, "%s", js);
+    cr_expect_eq(sched_field(js, "hosts_lost"), 1, "%s", js);
+    cr_expect_eq(sched_field(js, "to_hosts_bytes"), 2 * TIER_EB, "%s", js);
+    cr_expect_eq(sched_field(js, "to_coordinator"), 2, "%s", js);
+    cr_expect_eq(sched_field(js, "to_coordinator_bytes"), 2 * TIER_EB, "%s", js);
+    cr_expect_eq(s_worker_num(js, 1, "guest_experts"), 2, "%s", js);
+    cr_expect_eq(s_worker_num(js, 1, "resident_experts"), 6, "host 1 does not hold its guests: %s", js);
+    free(js);
+    s_worker_start_at(&rw[0], keys, model, again); /* the host comes back on its address */
+    cr_expect(sched_wait_field(m, "returned", 4, 30), "its experts did not return");
+    sched_generate_on(m, "after the host returned", NULL, NULL, &back);
+    sched_assert_same(&ref, &back, "after the host returned");
+    cr_expect_eq(sched_field(back.stats, "returned_bytes"), 4 * TIER_EB, "%s", back.stats);
+    cr_expect_eq(s_worker_num(back.stats, 1, "guest_experts"), 0, "%s", back.stats);
+    /* the other host's re-Place left its guests out: its plugin dropped them */
+    cr_expect_eq(s_worker_num(back.stats, 1, "resident_experts"), 4, "%s", back.stats);
+    cr_expect_gt(s_worker_num(back.stats, 0, "batches"), s_worker_num(cut.stats, 0, "batches"), "%s", back.stats);
+    coli_model_free(&m);
+    unsetenv("COLI_KEYS");
+    s_worker_stop(&rw[0]);
+    s_worker_stop(&rw[1]);
+    gen_free(&ref);
+    gen_free(&cut);
+    gen_free(&back);
 }

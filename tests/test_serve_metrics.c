@@ -73,6 +73,16 @@ Test(serve_metrics, crash_fallback_shows_and_passes_promtool) {
     cr_expect_gt(
         s_sample(r.body, "colibri_worker_batch_latency_seconds_count{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0,
         "%s", r.body);
+    /* hosts as a memory tier: what each worker holds and uses, the experts moved (none here) */
+    cr_expect_gt(s_sample(r.body, "colibri_worker_owned_bytes{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0, "%s",
+                 r.body);
+    cr_expect_gt(s_sample(r.body, "colibri_worker_rss_bytes{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0, "%s",
+                 r.body);
+    cr_expect_eq(s_sample(r.body, "colibri_worker_guest_experts{worker=\"1\",device=\"cpu:1\",plugin=\"cpu\"}"), 0,
+                 "%s", r.body);
+    cr_expect_eq(s_sample(r.body, "colibri_expert_moves_total{to=\"host\"}"), 0, "%s", r.body);
+    cr_expect_eq(s_sample(r.body, "colibri_hosts_lost_total"), 0, "%s", r.body);
+    cr_expect_gt(s_sample(r.body, "colibri_layer_dispatch_p50_seconds"), 0, "%s", r.body);
     cr_expect_eq(s_sample(r.body, "colibri_generated_tokens_total"), 16, "%s", r.body);
     cr_expect_eq(s_sample(r.body, "colibri_time_to_first_token_seconds_count"), 1, "%s", r.body);
     cr_expect_eq(s_sample(r.body, "colibri_time_per_output_token_seconds_count"), 15, "%s", r.body);

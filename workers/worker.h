@@ -134,6 +134,7 @@ typedef struct worker_loop {
     size_t xin_cap;
     uint64_t batches, rows, last_request_id, hb_seq;
     uint64_t last_hb_ns;
+    uint64_t mem_at_ns, rss_bytes, model_rss_bytes, cgroup_bytes; /* worker_mem.c: the latest sample */
     int stop;
 } worker_loop;
 
@@ -218,6 +219,19 @@ void worker_hold_close(worker *w);
 void worker_loop_close(worker *w);
 /* The next heartbeat's body: its sequence number (counted) and the counters. */
 void worker_heartbeat_fill(worker *w, Coli__Heartbeat *h);
+/* Memory (worker_mem.c): the heartbeat's rss_bytes, model_rss_bytes and
+ * cgroup_bytes, sampled at most once a second. */
+void worker_mem_fill(worker *w, Coli__Heartbeat *h);
+/* A remote worker (listening) maps the whole file but holds only its experts:
+ * no readahead around a fault, no huge page mappings of the file. */
+void worker_mem_advise_model(const worker *w);
+/* A remote worker: read [p, p + n) ahead now, in large reads (before a
+ * plugin copies an expert or the prefault pass maps it, which MADV_RANDOM
+ * would otherwise leave to single pages). */
+void worker_mem_willneed(const worker *w, const void *p, size_t n);
+/* Give back the whole pages of [p, p + n) of the mapped model (MADV_DONTNEED):
+ * an expert no longer held leaves the resident set. */
+void worker_mem_release(const void *p, size_t n);
 /* A new coordinator is served: no request of it has been seen. */
 void worker_served_anew(worker *w);
 int worker_on_place(worker *w, const Coli__Envelope *env);

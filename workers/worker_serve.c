@@ -87,6 +87,10 @@ static int s_load_expert(worker *w, int layer, int e, char *err, size_t err_len)
         snprintf(err, err_len, "%s", coli_last_error());
         return rc;
     }
+    const expert_part_bytes b = expert_parts_bytes(&ew); /* large reads ahead of a copy or the prefault pass */
+    worker_mem_willneed(w, ew.gate, b.gate);
+    worker_mem_willneed(w, ew.up, b.up);
+    worker_mem_willneed(w, ew.down, b.down);
     if (w->cache) return worker_cache_load_now(w, layer, e, &ew, err, err_len);
     return worker_hand_expert(w, layer, e, &ew, err, err_len);
 }
@@ -169,6 +173,7 @@ static int s_map_model(worker *w, const Coli__Place *p, char *why, size_t why_le
         gguf_close(&w->hold.model);
         return 1;
     }
+    worker_mem_advise_model(w);
     return 0;
 }
 
@@ -202,6 +207,45 @@ static void s_prefault_held(worker *w, const Coli__ExpertRef *held, size_t n) {
     }
     w->hold.prefault = coli_prefault_start(r, k);
     free(r);
+}
+
+/* Drop expert (layer, e): the plugin lets go, its pages leave the resident set. */
+static void s_drop_one(worker *w, int layer, int e) {
+    char err[256];
+    expert_weights ew;
+    if (w->device.plugin->unload_expert(w->device.dev, layer, e, err, sizeof err) != 0) return;
+    worker_forget_expert(w, layer, e);
+    if (expert_weights_from_gguf(w->hold.model, layer, e, &ew) != 0) return;
+    const expert_part_bytes b = expert_parts_bytes(&ew);
+    worker_mem_release(ew.gate, b.gate);
+    worker_mem_release(ew.up, b.up);
+    worker_mem_release(ew.down, b.down);
+}
+
+/* A Place is the whole set a home worker holds (docs/scheduler.md, "Remote
+ * hosts"): the experts it held for a host that is back are not named any
+ * more, so the plugin drops them and their pages leave the resident set. A
+ * cache worker's set is the cache's business; a plugin without
+ * unload_expert keeps them. */
+static void s_drop_unlisted(worker *w, const Coli__Place *p) {
+    if (w->cache || !w->device.plugin->unload_expert || !w->hold.resident.n) return;
+    expert_table listed = {0};
+    size_t n = 0, cap = w->hold.resident.cap;
+    uint64_t *drop = malloc(w->hold.resident.n * sizeof *drop);
+    for (size_t i = 0; drop && i < p->n_experts; i++)
+        if (expert_table_put(&listed, expert_key(p->experts[i]->layer, p->experts[i]->expert), NULL) == COLI_ENOMEM)
+            goto out;                        /* out of memory: keep what is held (only the pages stay) */
+    for (size_t i = 0; drop && i < cap; i++) /* a snapshot first: removing re-seats the table */
+        if (w->hold.resident.keys[i] && !expert_table_has(&listed, w->hold.resident.keys[i]))
+            drop[n++] = w->hold.resident.keys[i];
+    for (size_t i = 0; i < n; i++) {
+        int32_t layer, e;
+        expert_unkey(drop[i], &layer, &e);
+        s_drop_one(w, layer, e);
+    }
+out:
+    expert_table_free(&listed, NULL, NULL);
+    free(drop);
 }
 
 /* Map the model (checking it is the coordinator's file) and load each expert
@@ -245,7 +289,9 @@ int worker_on_place(worker *w, const Coli__Envelope *env) {
         snprintf(po.why[po.n_refused], sizeof po.why[0], "%s", err[0] ? err : coli_status_str(rc));
         r->reason = po.why[po.n_refused++];
     }
+    s_drop_unlisted(w, p);
     s_prefault_held(w, po.held, po.n_held);
+    w->loop.mem_at_ns = 0; /* the next heartbeat tells the memory of the new set */
     int rc = s_send_place_ack(w, 1, "", &po);
     free(po.held);
     free(po.refused);
@@ -391,6 +437,7 @@ void worker_heartbeat_fill(worker *w, Coli__Heartbeat *h) {
     h->last_request_id = w->loop.last_request_id;
     h->batches = w->loop.batches;
     h->rows = w->loop.rows;
+    worker_mem_fill(w, h);
 }
 
 void worker_served_anew(worker *w) { w->loop.last_request_id = 0; }

@@ -102,7 +102,7 @@ void cache_free(sched *s) {
 }
 
 int cache_place_has(const sched *s, const worker_link *w, size_t slot) {
-    if (!w->cache) return s->place.owner[slot] == w->id;
+    if (!w->cache) return host_place_has(s, w, slot);
     return w->cache->ec->state[slot] != EC_NONE;
 }
 

@@ -104,6 +104,30 @@ static const char *s_status(const worker_link *w) {
     }
 }
 
+/* Experts w computes for another host's sake (host_tier.c): owned, not its home. */
+static uint64_t s_guests(const sched *s, const worker_link *w, uint64_t *bytes) {
+    uint64_t n = 0;
+    *bytes = 0;
+    for (size_t k = 0; s->place.home && k < (size_t)s->model.n_layer * (size_t)s->model.n_expert; k++)
+        if (s->place.owner[k] == w->id && s->place.home[k] != w->id) {
+            n++;
+            *bytes += s->model.expert_bytes[k / (size_t)s->model.n_expert];
+        }
+    return n;
+}
+
+/* Its memory: the budget, what it is given, its heartbeat's own figures (worker_mem.c). */
+static void s_memory_json(coli_strbuf *b, const sched *s, const worker_link *w) {
+    uint64_t guest_bytes, guests = s_guests(s, w, &guest_bytes);
+    coli_strbuf_appendf(b,
+                        ",\"budget_bytes\":%llu,\"owned_bytes\":%llu,\"guest_experts\":%llu,\"guest_bytes\":%llu,"
+                        "\"rss_bytes\":%llu,\"model_rss_bytes\":%llu,\"cgroup_bytes\":%llu",
+                        (unsigned long long)w->dev.budget, (unsigned long long)w->place.owned_bytes,
+                        (unsigned long long)guests, (unsigned long long)guest_bytes,
+                        (unsigned long long)w->stats.rss_bytes, (unsigned long long)w->stats.model_rss_bytes,
+                        (unsigned long long)w->stats.cgroup_bytes);
+}
+
 static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w) {
     coli_strbuf_appendf(b, "{\"id\":%d,\"device\":", w->id);
     s_put_str(b, w->device);
@@ -149,6 +173,7 @@ static void s_worker_json(coli_strbuf *b, const sched *s, const worker_link *w) 
         coli_strbuf_appendf(b, "%s\"%s\":%llu", i ? "," : "", w->stats.counter_name[i],
                             (unsigned long long)w->stats.counter_value[i]);
     coli_strbuf_appendf(b, "}");
+    s_memory_json(b, s, w);
     cache_stats_json(w, b); /* a live expert cache's counters (cache_link.c) */
     coli_strbuf_appendf(b, "}");
 }
@@ -172,12 +197,14 @@ int stats_json(const sched *s, char **json) {
                         "],\"fallbacks_total\":%llu,\"dispatch_latency_p50_ms\":%.6f,"
                         "\"dispatch_latency_p99_ms\":%.6f,\"dispatches\":%llu,\"inproc_rows\":%llu,"
                         "\"late_replies_dropped\":%llu,\"foreign_messages_dropped\":%llu,"
-                        "\"stale_messages_dropped\":%llu,\"impostor_messages_refused\":%llu}",
+                        "\"stale_messages_dropped\":%llu,\"impostor_messages_refused\":%llu",
                         (unsigned long long)s->stats.fallbacks_total, s_pct_ms(&s->stats.dispatch, 0.5),
                         s_pct_ms(&s->stats.dispatch, 0.99), (unsigned long long)s->stats.dispatch.n,
                         (unsigned long long)s->stats.inproc_rows, (unsigned long long)s->stats.late_dropped,
                         (unsigned long long)s->stats.foreign_dropped, (unsigned long long)s->stats.stale_dropped,
                         (unsigned long long)s->stats.impostor_dropped);
+    host_moves_json(s, &b); /* experts moved between hosts (host_tier.c) */
+    coli_strbuf_appendf(&b, "}");
     return s_done(&b, json);
 }
 
@@ -191,6 +218,12 @@ static void s_worker_text(coli_strbuf *b, const sched *s, const worker_link *w) 
         (unsigned long long)(up ? w->place.resident_bytes : 0), (double)(up ? w->place.resident_bytes : 0) / 1048576.0);
     if (w->place.refused_experts)
         coli_strbuf_appendf(b, ", %llu refused", (unsigned long long)w->place.refused_experts);
+    uint64_t guest_bytes, guests = s_guests(s, w, &guest_bytes);
+    if (guests) coli_strbuf_appendf(b, ", %llu held for lost hosts", (unsigned long long)guests);
+    if (w->stats.rss_bytes)
+        coli_strbuf_appendf(b, "  memory: rss %.1f MiB, model %.1f MiB, cgroup %.1f MiB",
+                            (double)w->stats.rss_bytes / 1048576.0, (double)w->stats.model_rss_bytes / 1048576.0,
+                            (double)w->stats.cgroup_bytes / 1048576.0);
     coli_strbuf_appendf(
         b, "  batches %llu  p50 %.3f ms  p99 %.3f ms  restarts %llu  fallbacks:", (unsigned long long)w->stats.batches,
         s_pct_ms(&w->stats.lat, 0.5), s_pct_ms(&w->stats.lat, 0.99), (unsigned long long)w->proc.restarts);
@@ -225,5 +258,6 @@ int stats_text(const sched *s, char **text) {
         s_worker_text(&b, s, &s->w[i]);
         cache_stats_text(&s->w[i], &b);
     }
+    host_moves_text(s, &b);
     return s_done(&b, text);
 }

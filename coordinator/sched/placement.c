@@ -165,8 +165,10 @@ static int s_parse_device(char *item, device_spec *out, int cap, int *n, int *in
     uint64_t budget = 0;
     if (eq) {
         *eq = 0;
-        int rc = s_budget(eq + 1, &budget);
-        if (rc) return rc;
+        if (s_budget(eq + 1, &budget) != 0) /* name the item: a list of hosts has several budgets */
+            return coli_fail(COLI_EINVAL,
+                             "devices: '%s=%s': bad memory budget '%s' (want bytes > 0 with K, M or G, e.g. 20G)", item,
+                             eq + 1, eq + 1);
     }
     int threads = 0;
     char *at = strncmp(item, "remote:", 7) ? strchr(item, '@') : NULL;

@@ -25,14 +25,14 @@ static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out) {
 
 static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, const uint64_t *eb, const int32_t *owner,
                     const double *share, int pinned, char **text) {
-    size_t cap = 4096 + (size_t)n_w * 160 + (size_t)n_layer * ((size_t)n_expert * 8 + 32);
+    size_t cap = 4096 + (size_t)n_w * 400 + (size_t)n_layer * ((size_t)n_expert * 8 + 32);
     char *t = malloc(cap);
     if (!t) return coli_fail(COLI_ENOMEM, "plan: out of memory");
     size_t len = 0;
     len += (size_t)snprintf(t + len, cap - len, "placement: %d workers, %d layers x %d experts (%s)\n", n_w, n_layer,
                             n_expert,
-                            share || pinned ? "hottest first onto the fastest device with room; pins win"
-                                            : "balance expert bytes per layer within budgets");
+                            pinned ? "hottest first onto the fastest device with room; pins win"
+                                   : "balance expert bytes per layer within budgets");
     char names[512]; /* one naming: what the stats, the metrics and --pin use too */
     sched_worker_names(d, n_w, names, sizeof names);
     len += (size_t)snprintf(t + len, cap - len, "  workers (--pin L:E=NAME takes these names): %s\n", names);
@@ -54,10 +54,12 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
                                     "fit, promoted and evicted as routing goes; a miss goes to the expert's home)\n",
                                     w, d[w].plugin, d[w].index, (double)d[w].budget / 1048576.0);
         } else {
-            char b[32] = "unlimited";
+            char b[32] = "unlimited", at[240] = "";
             if (d[w].budget) snprintf(b, sizeof b, "%.1f MiB", (double)d[w].budget / 1048576.0);
-            len += (size_t)snprintf(t + len, cap - len, "  worker %d  %s:%d  budget %s  experts %llu  %.1f MiB%s\n", w,
-                                    d[w].plugin, d[w].index, b, (unsigned long long)n, (double)bytes / 1048576.0, rows);
+            if (d[w].endpoint[0]) snprintf(at, sizeof at, " (%s)", d[w].endpoint); /* a host: which one */
+            len += (size_t)snprintf(t + len, cap - len, "  worker %d  %s:%d%s  budget %s  experts %llu  %.1f MiB%s\n",
+                                    w, d[w].plugin, d[w].index, at, b, (unsigned long long)n, (double)bytes / 1048576.0,
+                                    rows);
         }
     }
     for (int l = 0; l < n_layer; l++) {
@@ -91,6 +93,19 @@ static int s_plan_heat(const placement_in *in, const device_spec *d, const char 
     free(pin);
     heat_free(&h);
     return rc;
+}
+
+/* Without a heat file each expert is taken as equally likely: a worker's
+ * expected share of the routed rows is then its share of the experts
+ * (every layer routes the same tokens, k each). */
+static int s_uniform_share(const placement_in *in, const int32_t *owner, double *share) {
+    const size_t n = (size_t)in->n_layer * (size_t)in->n_expert;
+    uint64_t *ones = malloc(n * sizeof *ones);
+    if (!ones) return coli_fail(COLI_ENOMEM, "plan: out of memory");
+    for (size_t i = 0; i < n; i++) ones[i] = in->expert_bytes[i / (size_t)in->n_expert] ? 1 : 0;
+    placement_row_share(in, ones, owner, share);
+    free(ones);
+    return 0;
 }
 
 int coli_plan_text(const char *model_path, const char *devices, char **text) {
@@ -190,7 +205,8 @@ int coli_plan_params_text(const char *model_path, const coli_model_params *p, ch
     const int by_heat = heat_path || (pins && *pins);
     double share[SCHED_MAX_WORKERS + 1];
     if (rc == 0) rc = by_heat ? s_plan_heat(&in, d, heat_path, pins, owner, share) : placement_plan(&in, owner);
-    if (rc == 0) rc = s_render(d, n_w, (int)n_layer, (int)n_expert, eb, owner, heat_path ? share : NULL, by_heat, text);
+    if (rc == 0 && !heat_path) rc = s_uniform_share(&in, owner, share);
+    if (rc == 0) rc = s_render(d, n_w, (int)n_layer, (int)n_expert, eb, owner, share, by_heat, text);
     free(eb);
     free(owner);
     gguf_close(&f);

@@ -13,6 +13,7 @@
  *   link_ring.c      the shared-memory data path (coordinator side)
  *   link_remote.c    workers on other hosts (tcp + CURVE)
  *   fallback_stats.c counters, latency histograms, JSON and text summaries
+ *   host_tier.c      remote hosts' experts: moved when a host is lost, back when it returns
  * Each part of worker_link and sched below names the file that writes it.
  */
 #ifndef COLI_COORD_SCHED_INTERNAL_H
@@ -170,6 +171,7 @@ typedef struct link_place {
     uint64_t owned_experts, owned_bytes;
     uint64_t resident_experts, resident_bytes;
     uint64_t refused_experts; /* placed experts it could not hold (all generations) */
+    int replacing;            /* re-Places sent while up (host_tier.c), not yet answered */
 } link_place;
 
 /* The request in flight (scheduler.c gathers rows; worker_link.c sends them). */
@@ -204,6 +206,8 @@ typedef struct link_tcp {
 
 typedef struct link_stats {
     uint64_t batches, rows, rerouted_rows, heartbeats;
+    /* its memory as its latest heartbeat says (worker_mem.c): VmRSS, the mapped model's part, its cgroup's usage */
+    uint64_t rss_bytes, model_rss_bytes, cgroup_bytes;
     /* bytes of our messages to it and of its messages to us (protobuf header + payload, as handed to
        ZeroMQ or a ring slot; ZMTP framing and CURVE's per-frame overhead not included), all generations */
     uint64_t bytes_sent, bytes_received, messages_sent, messages_received;
@@ -280,7 +284,19 @@ typedef struct sched_placement {
     int32_t *owner;       /* (n_layer, n_expert) worker index or -1 */
     uint64_t *refused_by; /* (n_layer, n_expert) bit w: worker w refused it at Place */
     int started;          /* start-up placement done: restarts place at once */
+    int32_t *home;        /* (n_layer, n_expert) the worker the plan gave it, -1 none (host_tier.c) */
+    int32_t *moving;      /* (n_layer, n_expert) the host asked to hold it while its home is lost, no ack yet; -1 */
 } sched_placement;
+
+/* Experts moved between remote hosts and the coordinator (host_tier.c). */
+typedef struct host_moves {
+    uint64_t events;                   /* hosts lost while holding experts */
+    uint64_t to_hosts, to_hosts_bytes; /* moved to another host with room (acknowledged held) */
+    uint64_t to_coord, to_coord_bytes; /* left to the coordinator (no host had room, or it refused) */
+    uint64_t returned, returned_bytes; /* back on their home host after it returned */
+    double seconds, last_seconds;      /* from a loss to the last ack of its moves: all, the latest */
+    uint64_t started_ns;               /* the move in progress, 0 none */
+} host_moves;
 
 /* The layer being computed (scheduler.c). */
 typedef struct sched_call {
@@ -305,6 +321,7 @@ typedef struct sched_stats {
     uint64_t fallbacks_total, foreign_dropped, late_dropped, stale_dropped, inproc_rows;
     uint64_t impostor_dropped; /* names a live worker's id and generation without its secret */
     lat_stats dispatch;
+    host_moves moves;
 } sched_stats;
 
 typedef struct sched {
@@ -453,6 +470,28 @@ void cache_after_layer(sched *s, int64_t n_tok);
 struct coli_strbuf;
 void cache_stats_json(const worker_link *w, struct coli_strbuf *b);
 void cache_stats_text(const worker_link *w, struct coli_strbuf *b);
+
+// ----------------------------------------------------------------------------
+// host_tier.c: remote hosts' experts (docs/scheduler.md, "Remote hosts as a memory tier")
+/* home and moving (n_slots each), before anything is placed. 0 or COLI_ENOMEM. */
+int host_tier_init(sched *s);
+/* The plan is made: each expert's home is its owner now. */
+void host_tier_planned(sched *s);
+/* Is slot in w's Place? Its owner, its home, or moving to it. */
+int host_place_has(const sched *s, const worker_link *w, size_t slot);
+/* Remote worker w left service (DOWN): each expert it held goes to another
+ * remote host with budget room (a re-Place; the coordinator computes it
+ * until that host acks), else to the coordinator. */
+void host_on_lost(sched *s, worker_link *w);
+/* The answer to a re-Place of w (up): moved experts it holds become its. */
+void host_on_replace_ack(sched *s, worker_link *w, const Coli__PlaceAck *a);
+/* w answered its Place (it is up again): its home experts it holds come back
+ * from wherever they went; the hosts that held them drop them (a re-Place). */
+void host_on_home_ack(sched *s, worker_link *w, const Coli__PlaceAck *a);
+/* The moves as JSON members / a summary line (nothing when none happened). */
+struct coli_strbuf;
+void host_moves_json(const sched *s, struct coli_strbuf *b);
+void host_moves_text(const sched *s, struct coli_strbuf *b);
 
 // ----------------------------------------------------------------------------
 // fallback_stats.c

@@ -66,6 +66,7 @@ void sched_outcome(sched *s, worker_link *w, link_outcome o, const char *reason,
         if (w->req.id) sched_rows_lost(s, w);
         link_set_state(w, LINK_QUARANTINED, why);
         sup_kill(s, w);
+        host_on_lost(s, w); /* for good: a remote host's experts move */
         return;
     case LINK_REFUSED: {
         /* a FAILED hello's worker exits by itself; a refused Place or handshake is ended here */
@@ -74,6 +75,7 @@ void sched_outcome(sched *s, worker_link *w, link_outcome o, const char *reason,
         link_set_state(w, LINK_FAILED, why);
         fprintf(stderr, "colibri: worker %d (%s): %s; its experts go to the CPU path\n", w->id, w->device, why);
         if (end_it) sup_kill(s, w);
+        host_on_lost(s, w);
         return;
     }
     case LINK_BATCH_FAILED:
@@ -324,6 +326,12 @@ static const char *s_pair_device(moe_exec *self, int64_t p) {
     return s->w[s->call.done_by[p]].device;
 }
 
+/* Nobody holds it at start: the coordinator (or a CPU worker loading it on demand) computes it. */
+static int s_computes_here(moe_exec *self, int layer, int expert) {
+    const sched *s = (const sched *)self;
+    return s->place.owner[(size_t)layer * (size_t)s->model.n_expert + (size_t)expert] < 0;
+}
+
 // ---------------------------------------------------------------------------
 // lifecycle
 
@@ -351,6 +359,8 @@ static void s_destroy(moe_exec *self) {
     free(s->w);
     free(s->place.owner);
     free(s->place.refused_by);
+    free(s->place.home);
+    free(s->place.moving);
     free(s->model.expert_bytes);
     free(s->model.path);
     free(s->call.pair_target);
@@ -402,6 +412,8 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg) {
     s->model.path = strdup(cfg->model_path);
     if (!s->model.expert_bytes || !s->place.owner || !s->place.refused_by || !s->call.group_start || !s->model.path)
         return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
+    int rc_home = host_tier_init(s);
+    if (rc_home) return rc_home;
     for (int l = 0; l < cfg->n_layer; l++) {
         expert_weights ew;
         if (!expert_layer_present(cfg->gguf, l)) continue; /* dense layer: 0 bytes, nothing placed */
@@ -549,6 +561,7 @@ static int s_place(sched *s) {
     int rc = s_plan(s, &in);
     if (rc == 0) rc = cache_setup(s, s->cfg.heat);
     if (rc) return rc;
+    host_tier_planned(s);
     s->place.started = 1;
     for (int i = 0; i < s->n_w; i++)
         if (ready[i] && link_send_place(s, &s->w[i]) != LINK_SENT) sup_worker_lost(s, &s->w[i], "crash", 1);
@@ -564,7 +577,7 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out) {
     device_spec devs[SCHED_MAX_WORKERS];
     sched *s = calloc(1, sizeof *s);
     if (!s) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
-    s->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, s_pair_device};
+    s->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, s_pair_device, s_computes_here};
     s->net.lifeline[0] = s->net.lifeline[1] = -1;
     s->verbose = cfg->verbose;
     s_settings(s, cfg);

@@ -222,6 +222,7 @@ void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it)
     int too_many = s_too_many_failures(s, w, now);
     if (too_many || w->proc.probation) { /* a failed trial counts as failing too often again */
         s_put_on_probation(s, w, now);
+        host_on_lost(s, w);
         return;
     }
     uint64_t backoff = s->lim.backoff_ns;
@@ -229,6 +230,7 @@ void sup_worker_lost(sched *s, worker_link *w, const char *reason, int count_it)
     if (backoff > s->lim.backoff_max_ns) backoff = s->lim.backoff_max_ns;
     w->proc.restart_at_ns = now + backoff;
     link_set_state(w, LINK_DOWN, reason);
+    host_on_lost(s, w); /* a remote host's experts go where there is room meanwhile */
 }
 
 // ---------------------------------------------------------------------------

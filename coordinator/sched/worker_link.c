@@ -77,7 +77,10 @@ link_sent link_send_place(sched *s, worker_link *w) {
     link_sent rc = link_send(s, w, &env, NULL, 0, ZMQ_DONTWAIT);
     free(refs);
     free(ptrs);
-    if (rc == LINK_SENT) link_set_state(w, LINK_PLACING, "");
+    if (rc == LINK_SENT && (w->state == LINK_UP || w->state == LINK_HUNG))
+        w->place.replacing++; /* a host's set changes (host_tier.c): it keeps serving meanwhile */
+    else if (rc == LINK_SENT)
+        link_set_state(w, LINK_PLACING, "");
     return rc;
 }
 
@@ -176,6 +179,7 @@ typedef struct refusal_tally {
 static void s_refuse(sched *s, worker_link *w, int l, int e, const char *kind, const char *why, refusal_tally *t) {
     size_t i = (size_t)l * (size_t)s->model.n_expert + (size_t)e;
     s->place.owner[i] = -1;
+    if (s->place.home[i] == w->id) s->place.home[i] = -1; /* its home cannot hold it: no return either */
     s->place.refused_by[i] |= 1ULL << w->id;
     w->place.owned_experts--;
     w->place.owned_bytes -= s->model.expert_bytes[l];
@@ -251,6 +255,14 @@ static const char *s_place_ack_malformed(sched *s, worker_link *w, const Coli__P
 
 static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a) {
     char why_bad[192];
+    if ((w->state == LINK_UP || w->state == LINK_HUNG) && w->place.replacing) {
+        /* a re-Place (host_tier.c): its set may have shrunk since, so only the shape is judged */
+        if (wire_place_ack_check(a, s->model.n_layer, s->model.n_expert, why_bad, sizeof why_bad))
+            sched_outcome(s, w, LINK_GARBAGE, "garbage", why_bad);
+        else
+            host_on_replace_ack(s, w, a);
+        return;
+    }
     if (w->state != LINK_PLACING) {
         /* before its hello or after the answer: not a reply to anything we sent */
         if (w->state == LINK_STARTING) sched_outcome(s, w, LINK_GARBAGE, "garbage", "a place reply before its hello");
@@ -275,6 +287,7 @@ static void s_on_place_ack(sched *s, worker_link *w, const Coli__PlaceAck *a) {
     w->place.resident_experts = a->resident_experts;
     w->place.resident_bytes = a->resident_bytes;
     link_set_state(w, LINK_UP, "");
+    if (!w->cache) host_on_home_ack(s, w, a); /* a host that is back takes its experts back */
 }
 
 /* Is every output finite? (Checked only when every input was.) */
@@ -354,6 +367,9 @@ void link_dispatch(sched *s, worker_link *w, const wire_msg *m) {
     case COLI__ENVELOPE__BODY_STATS: break;
     case COLI__ENVELOPE__BODY_HEARTBEAT:
         w->stats.heartbeats++;
+        w->stats.rss_bytes = m->env->heartbeat->rss_bytes;
+        w->stats.model_rss_bytes = m->env->heartbeat->model_rss_bytes;
+        w->stats.cgroup_bytes = m->env->heartbeat->cgroup_bytes;
         /* a late reply in the ring was written before this heartbeat: take it first */
         if (w->state == LINK_HUNG) link_ring_take(s, w);
         if (w->state == LINK_HUNG && w->req.hung_id && m->env->heartbeat->last_request_id >= w->req.hung_id) {

@@ -49,6 +49,9 @@ int bench_decode_bytes(const char *path, bench_bytes *out);
 struct cJSON;
 struct cJSON *bench_hosts_json(const char *stats_json, double n_tokens);
 void bench_hosts_print(const char *stats_json, double n_tokens);
+/* The stats' expert_moves (hosts lost, experts and bytes moved, time): a new
+ * cJSON object (caller deletes), NULL without workers. */
+struct cJSON *bench_moves_json(const char *stats_json);
 /* `coli bench --batch LIST` (bench_batch.c): for each level N of levels,
  * N contexts decode n_decode greedy tokens each through one coli_batch on
  * their own threads; prints step time, aggregate tok/s and the ratio to

@@ -59,6 +59,9 @@ static cJSON *s_host(const cJSON *stats, const cJSON *w, double n_tokens) {
     cJSON_AddNumberToObject(o, "bytes_received", received);
     cJSON_AddNumberToObject(o, "bytes_sent_per_token", s_per(sent, n_tokens));
     cJSON_AddNumberToObject(o, "bytes_received_per_token", s_per(received, n_tokens));
+    static const char *mem[] = {"budget_bytes", "owned_bytes", "resident_experts", "resident_bytes", "guest_experts",
+                                "guest_bytes",  "rss_bytes",   "model_rss_bytes",  "cgroup_bytes"};
+    for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++) cJSON_AddNumberToObject(o, mem[i], s_num(w, mem[i]));
     double total;
     cJSON_AddItemToObject(o, "fallbacks", s_fallbacks_of(stats, s_str(w, "device"), &total));
     cJSON_AddNumberToObject(o, "fallbacks_total", total);
@@ -78,6 +81,26 @@ cJSON *bench_hosts_json(const char *stats_json, double n_tokens) {
     return out;
 }
 
+/* The executor's expert_moves object (a copy, caller deletes), NULL without one. */
+cJSON *bench_moves_json(const char *stats_json) {
+    cJSON *stats = stats_json ? cJSON_Parse(stats_json) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(stats, "expert_moves");
+    cJSON *out = cJSON_IsObject(m) ? cJSON_Duplicate(m, 1) : NULL;
+    cJSON_Delete(stats);
+    return out;
+}
+
+static void s_moves_print(const char *stats_json) {
+    cJSON *m = bench_moves_json(stats_json);
+    if (!m) return;
+    printf("  expert moves: %.0f hosts lost; to hosts %.0f (%.1f MiB), to the coordinator %.0f (%.1f MiB), back home "
+           "%.0f (%.1f MiB); %.1f MiB moved in all, %.3f s\n",
+           s_num(m, "hosts_lost"), s_num(m, "to_hosts"), s_num(m, "to_hosts_bytes") / 1048576.0,
+           s_num(m, "to_coordinator"), s_num(m, "to_coordinator_bytes") / 1048576.0, s_num(m, "returned"),
+           s_num(m, "returned_bytes") / 1048576.0, s_num(m, "bytes_moved") / 1048576.0, s_num(m, "move_seconds"));
+    cJSON_Delete(m);
+}
+
 void bench_hosts_print(const char *stats_json, double n_tokens) {
     cJSON *hosts = bench_hosts_json(stats_json, n_tokens);
     if (!hosts) return;
@@ -93,7 +116,13 @@ void bench_hosts_print(const char *stats_json, double n_tokens) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(h, "fallbacks");
         if (!cJSON_GetArraySize(f)) printf(" none");
         for (const cJSON *r = f ? f->child : NULL; r; r = r->next) printf(" %s %.0f", r->string, r->valuedouble);
-        printf("\n");
+        printf(
+            "\n      memory: resident %.0f experts %.1f MiB (budget %.1f MiB, %.0f held for lost hosts); rss %.1f MiB, "
+            "model %.1f MiB, cgroup %.1f MiB\n",
+            s_num(h, "resident_experts"), s_num(h, "resident_bytes") / 1048576.0, s_num(h, "budget_bytes") / 1048576.0,
+            s_num(h, "guest_experts"), s_num(h, "rss_bytes") / 1048576.0, s_num(h, "model_rss_bytes") / 1048576.0,
+            s_num(h, "cgroup_bytes") / 1048576.0);
     }
     cJSON_Delete(hosts);
+    s_moves_print(stats_json);
 }

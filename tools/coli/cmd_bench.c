@@ -381,6 +381,8 @@ static cJSON *s_json_config(const bench_opts *o, const bench_env *env, config_ru
         cJSON_AddItemToObject(j, "workers", hosts);
     else
         cJSON_AddNullToObject(j, "workers");
+    cJSON *moves = bench_moves_json(c->stats); /* experts moved between hosts (docs/scheduler.md) */
+    if (moves) cJSON_AddItemToObject(j, "expert_moves", moves);
     if (c->caches) cJSON_AddItemReferenceToObject(j, "caches", c->caches);
     return j;
 }

@@ -101,6 +101,25 @@ static void s_caches(const cJSON *ws) {
     }
 }
 
+/* Remote hosts as a memory tier (docs/scheduler.md): each worker's memory, the experts moved. */
+static void s_hosts(const cJSON *root, const cJSON *ws) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "expert_moves"), *w;
+    if (!cJSON_IsObject(m)) return;
+    printf("\nmemory (MiB):\n%-10s %8s %8s %6s %8s %8s %8s\n", "device", "budget", "owned", "guests", "rss", "model",
+           "cgroup");
+    cJSON_ArrayForEach(w, ws) {
+        printf("%-10s %8.1f %8.1f %6.0f %8.1f %8.1f %8.1f\n", s_str(w, "device"), s_num(w, "budget_bytes") / 1048576.0,
+               s_num(w, "owned_bytes") / 1048576.0, s_num(w, "guest_experts"), s_num(w, "rss_bytes") / 1048576.0,
+               s_num(w, "model_rss_bytes") / 1048576.0, s_num(w, "cgroup_bytes") / 1048576.0);
+    }
+    printf(
+        "expert moves: %.0f hosts lost; to hosts %.0f (%.1f MiB), to the coordinator %.0f (%.1f MiB), back home %.0f "
+        "(%.1f MiB); %.3f s moving\n",
+        s_num(m, "hosts_lost"), s_num(m, "to_hosts"), s_num(m, "to_hosts_bytes") / 1048576.0,
+        s_num(m, "to_coordinator"), s_num(m, "to_coordinator_bytes") / 1048576.0, s_num(m, "returned"),
+        s_num(m, "returned_bytes") / 1048576.0, s_num(m, "move_seconds"));
+}
+
 static int s_print(const char *path, const cJSON *root) {
     const char *ex = s_str(root, "executor");
     if (!strcmp(ex, "-")) {
@@ -120,6 +139,7 @@ static int s_print(const char *path, const cJSON *root) {
     s_fallbacks(root);
     s_counters(ws);
     s_caches(ws);
+    s_hosts(root, ws);
     printf("\ndropped messages: late replies %.0f, foreign %.0f, stale %.0f, impostor %.0f\n",
            s_num(root, "late_replies_dropped"), s_num(root, "foreign_messages_dropped"),
            s_num(root, "stale_messages_dropped"), s_num(root, "impostor_messages_refused"));
@@ -138,7 +158,8 @@ int cmd_stats(int argc, char **argv) {
         args_usage(stdout, "stats", "FILE.json",
                    "Print the stats of a run (coli run --stats-json FILE): one row per worker\n"
                    "(status, data path, resident experts, batches, latency, restarts), then the\n"
-                   "fallbacks by device and reason.",
+                   "fallbacks by device and reason, each worker's memory and the experts moved\n"
+                   "between hosts.",
                    specs, 1);
         return 0;
     }

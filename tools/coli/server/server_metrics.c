@@ -298,6 +298,45 @@ static void s_fallbacks(coli_strbuf *b, const cJSON *stats) {
     coli_strbuf_appendf(b, "colibri_inproc_rows_total %.0f\n", s_num(stats, "inproc_rows"));
 }
 
+/* Hosts as a memory tier (docs/scheduler.md): each worker's memory, what it
+ * holds for a lost host, the experts moved and the layer dispatch latency. */
+static void s_host_series(coli_strbuf *b, const cJSON *stats, const cJSON *workers) {
+    s_worker_field(b, workers, "colibri_worker_budget_bytes", "gauge",
+                   "Bytes of experts the worker may hold (its --devices budget; 0 = unlimited).", "budget_bytes");
+    s_worker_field(b, workers, "colibri_worker_owned_bytes", "gauge", "Bytes of the experts placed on the worker.",
+                   "owned_bytes");
+    s_worker_field(b, workers, "colibri_worker_guest_experts", "gauge",
+                   "Experts the worker computes for a host that is lost.", "guest_experts");
+    s_worker_field(b, workers, "colibri_worker_rss_bytes", "gauge", "The worker process's resident set (VmRSS).",
+                   "rss_bytes");
+    s_worker_field(b, workers, "colibri_worker_model_rss_bytes", "gauge",
+                   "Bytes of the mapped model file resident in the worker process.", "model_rss_bytes");
+    s_worker_field(b, workers, "colibri_worker_cgroup_bytes", "gauge",
+                   "Memory usage of the worker's memory cgroup (0: in none).", "cgroup_bytes");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(stats, "expert_moves");
+    if (!cJSON_IsObject(m)) return;
+    s_header(b, "colibri_hosts_lost_total", "counter", "Remote hosts lost while holding experts.");
+    coli_strbuf_appendf(b, "colibri_hosts_lost_total %.0f\n", s_num(m, "hosts_lost"));
+    static const char *to[3] = {"host", "coordinator", "home"};
+    static const char *n[3] = {"to_hosts", "to_coordinator", "returned"};
+    static const char *nb[3] = {"to_hosts_bytes", "to_coordinator_bytes", "returned_bytes"};
+    s_header(b, "colibri_expert_moves_total", "counter",
+             "Experts moved: to another host with room, to the coordinator, back to their home host.");
+    for (int i = 0; i < 3; i++)
+        coli_strbuf_appendf(b, "colibri_expert_moves_total{to=\"%s\"} %.0f\n", to[i], s_num(m, n[i]));
+    s_header(b, "colibri_expert_moved_bytes_total", "counter", "Bytes of the experts moved, by destination.");
+    for (int i = 0; i < 3; i++)
+        coli_strbuf_appendf(b, "colibri_expert_moved_bytes_total{to=\"%s\"} %.0f\n", to[i], s_num(m, nb[i]));
+    s_header(b, "colibri_expert_move_seconds_total", "counter",
+             "Time from a host's loss to the last ack of its moves.");
+    coli_strbuf_appendf(b, "colibri_expert_move_seconds_total %.6f\n", s_num(m, "move_seconds"));
+    s_header(b, "colibri_layer_dispatch_p50_seconds", "gauge",
+             "Median time of one MoE layer's dispatch to the workers (send to last reply), recent layers.");
+    coli_strbuf_appendf(b, "colibri_layer_dispatch_p50_seconds %.6f\n", s_num(stats, "dispatch_latency_p50_ms") / 1e3);
+    s_header(b, "colibri_layer_dispatch_p99_seconds", "gauge", "The same, 99th percentile.");
+    coli_strbuf_appendf(b, "colibri_layer_dispatch_p99_seconds %.6f\n", s_num(stats, "dispatch_latency_p99_ms") / 1e3);
+}
+
 static void s_worker_series(coli_strbuf *b, const char *stats_json) {
     cJSON *stats = stats_json ? cJSON_Parse(stats_json) : NULL;
     const cJSON *workers = cJSON_GetObjectItemCaseSensitive(stats, "workers");
@@ -317,6 +356,7 @@ static void s_worker_series(coli_strbuf *b, const char *stats_json) {
     s_worker_field(b, workers, "colibri_worker_resident_bytes", "gauge",
                    "Bytes of expert weights resident on the worker's device.", "resident_bytes");
     s_worker_histograms(b, workers);
+    s_host_series(b, stats, workers);
     s_cache_series(b, workers);
     s_fallbacks(b, stats);
     cJSON_Delete(stats);
