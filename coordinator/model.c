@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/model_impl.h"
 #include "core/error.h"
 
 /* Weight types the matmul kernels take; norms and biases must be F32. */
@@ -84,7 +85,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
         model_arch arch;
     } known[] = {
         {"llama", ARCH_LLAMA},       {"olmoe", ARCH_OLMOE},         {"qwen2moe", ARCH_QWEN2MOE},
-        {"qwen3moe", ARCH_QWEN3MOE}, {"deepseek2", ARCH_DEEPSEEK2},
+        {"qwen3moe", ARCH_QWEN3MOE}, {"deepseek2", ARCH_DEEPSEEK2}, {"gpt-oss", ARCH_GPTOSS},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
@@ -95,7 +96,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     }
     return coli_fail(COLI_EUNSUPPORTED,
                      "general.architecture '%.*s': unknown architecture "
-                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2)",
+                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, gpt-oss)",
                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
 }
 
@@ -348,7 +349,8 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
     hp->n_ctx_train = (int)v;
     if ((rc = s_read_attention(f, hp)) < 0) return rc;
     if ((rc = s_read_rope(f, hp)) < 0) return rc;
-    return s_read_ffn(f, hp);
+    if ((rc = s_read_ffn(f, hp)) < 0) return rc;
+    return hp->arch == ARCH_GPTOSS ? model_gptoss_hparams(f, hp) : 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -489,6 +491,7 @@ static int s_load_moe(const gguf_file *f, const model_hparams *hp, int il, layer
 static int s_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
     const int64_t E = hp->n_embd;
     int rc;
+    if (hp->arch == ARCH_GPTOSS) return model_gptoss_layer(f, hp, il, l);
     if ((rc = s_load_attention(f, hp, il, l)) < 0) return rc;
     if ((rc = s_blk(f, il, "ffn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0) return rc;
     if (hp->n_expert > 0 && il >= hp->n_layer_dense_lead) return s_load_moe(f, hp, il, l);
@@ -537,6 +540,16 @@ static int s_load_globals(const gguf_file *f, model *m) {
         return coli_fail(COLI_EFORMAT, "tokenizer.ggml.tokens has %llu entries but token_embd.weight has %d rows",
                          (unsigned long long)n_tokens, hp->n_vocab);
     return 0;
+}
+
+int model_blk(const gguf_file *f, int il, const char *suffix, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+              int f32, const coli_tensor **out) {
+    return s_blk(f, il, suffix, n_dims, ne0, ne1, ne2, f32 ? MASK_F32 : MASK_MATRIX, 0, out);
+}
+
+int model_opt_int(const gguf_file *f, const model_hparams *hp, const char *suffix, int64_t def, int64_t max,
+                  int64_t *out) {
+    return s_opt_int(f, hp, suffix, def, max, out);
 }
 
 int64_t model_q_dim(const model_hparams *hp) { return (int64_t)hp->n_head * hp->head_dim; }

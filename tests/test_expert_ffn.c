@@ -34,7 +34,14 @@ Test(expert_ffn, matches_float64_reference_and_rows_are_independent) {
         down[i] = frand(&s);
     }
     for (int i = 0; i < 5 * EMBD; i++) x[i] = frand(&s) * 4;
-    expert_weights w = {gate, up, down, COLI_F32, COLI_F32, COLI_F32, EMBD, FF};
+    expert_weights w = {.gate = gate,
+                        .up = up,
+                        .down = down,
+                        .gate_type = COLI_F32,
+                        .up_type = COLI_F32,
+                        .down_type = COLI_F32,
+                        .n_embd = EMBD,
+                        .n_ff = FF};
     cr_assert_eq(expert_weights_bytes(&w), (size_t)3 * FF * EMBD * 4);
     coli_pool *pool = coli_pool_new(2);
     coli_scratch sc = {0};
