@@ -36,7 +36,7 @@ typedef struct gptoss_ref {
 
 /* The F32 model's path, generated once. */
 static inline void gptoss_model_f32(char *out, size_t cap) {
-    char dir[4096], cmd[9000];
+    char dir[4096], cmd[16800];
     s_require_shared();
     const char *py = s_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
     int fd = s_lock_dir("ref", GPTOSS_F32, dir, sizeof dir, out, cap);
