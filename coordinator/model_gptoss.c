@@ -59,8 +59,8 @@ static int s_check_pattern_array(const gguf_file *f, const char *key, int n_laye
         return coli_fail(COLI_EFORMAT, "metadata '%s': array of type %d, expected bool/int32/uint32 flags", key,
                          (int)et);
     if (n != (uint64_t)n_layer_all)
-        return coli_fail(COLI_EFORMAT, "metadata '%s': %llu flags, expected block_count %d", key,
-                         (unsigned long long)n, n_layer_all);
+        return coli_fail(COLI_EFORMAT, "metadata '%s': %llu flags, expected block_count %d", key, (unsigned long long)n,
+                         n_layer_all);
     return 0;
 }
 

@@ -41,8 +41,8 @@ static inline void gptoss_model_f32(char *out, size_t cap) {
     const char *py = s_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
     int fd = s_lock_dir("ref", GPTOSS_F32, dir, sizeof dir, out, cap);
     if (!s_exists(out)) {
-        snprintf(cmd, sizeof cmd, "COLI_SHARED='%s' %s tests/gen_gptoss.py '%s.tmp' && mv '%s.tmp' '%s'", s_shared(), py,
-                 out, out, out);
+        snprintf(cmd, sizeof cmd, "COLI_SHARED='%s' %s tests/gen_gptoss.py '%s.tmp' && mv '%s.tmp' '%s'", s_shared(),
+                 py, out, out, out);
         s_run_or_fail(cmd);
     }
     s_unlock_dir(fd);
