@@ -20,6 +20,7 @@
 #include "colibri.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
+#include "tests/cli_run.h"
 #include "tests/gptoss_util.h"
 #include "tests/ref_models.h"
 
@@ -141,6 +142,45 @@ Test(gptoss, f16_kv_within_f16_rule) {
     cr_expect_leq(c.max_delta, 1e-2, "max delta %.3g", c.max_delta);
     cr_expect_eq(c.argmax_same_gap, c.n_gap);
     free(lg);
+}
+
+/* `coli perplexity` over a text file (windows of 64 tokens: every window
+ * but the first runs past the 6-position window): a finite figure, the
+ * same in-process and on two workers. */
+static double s_cli_perplexity(const char *model, const char *devices) {
+    char coli[512];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    cr_assert(cli_file_exists(coli), "%s missing (make all first)", coli);
+    char *argv[] = {coli,
+                    "perplexity",
+                    "-m",
+                    (char *)model,
+                    "-f",
+                    "tests/fixtures/tiny-moe-4e2r-valid.txt",
+                    "--ctx",
+                    "64",
+                    "-t",
+                    "1",
+                    "-q",
+                    "--devices",
+                    (char *)devices,
+                    NULL};
+    cli_result res = cli_run(argv);
+    cr_assert_eq(res.status, 0, "coli perplexity failed: %s", res.err);
+    const char *p = strstr(res.out, "perplexity: ");
+    cr_assert_not_null(p, "no 'perplexity: ' in: %s", res.out);
+    const double v = strtod(p + 12, NULL);
+    cli_result_free(&res);
+    return v;
+}
+
+Test(gptoss, cli_perplexity_runs) {
+    char model[4096];
+    gptoss_model_f32(model, sizeof model);
+    const double a = s_cli_perplexity(model, "inproc"), b = s_cli_perplexity(model, "cpu:2");
+    cr_log_info("tiny-gptoss-f32: coli perplexity %.4f (random weights)", a);
+    cr_expect(isfinite(a) && a > 1.0, "perplexity %g", a);
+    cr_expect_eq(a, b, "in-process %.6f, workers %.6f", a, b);
 }
 
 // ---------------------------------------------------------------------------

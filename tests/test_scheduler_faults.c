@@ -341,6 +341,24 @@ Test(scheduler_faults, gptoss_external_sigkill_falls_back, .timeout = 120) {
     }
 }
 
+//  A worker whose plugin does not compute gpt-oss's experts (caps.act_mask 0,
+//  as the GPU plugin and any ABI 1.3 plugin report it; COLI_FAULT=no-act)
+//  refuses each one placed on it (kind unsupported, one fallback each) and
+//  never computes them as a plain SwiGLU: --inproc's bytes.
+Test(scheduler_faults, gptoss_experts_refused_by_a_plugin_without_them, .timeout = 120) {
+    char model[4096];
+    gptoss_model_f32(model, sizeof model);
+    char *js = s_run_model(model, "cpu:2", "zmq", "no-act@worker=0", NULL, NULL); /* worker 0 serves no batch */
+    const long refused = sched_fallbacks(js, "cpu:0", "unsupported");
+    char v[64];
+    sched_worker_field(js, 0, "resident_experts", v, sizeof v);
+    cr_expect_eq(atol(v), 0, "worker 0 holds gpt-oss experts: %s", js);
+    cr_expect_gt(refused, 0, "%s", js);
+    cr_expect_eq(sched_field(js, "fallbacks_total"), refused, "%s", js);
+    cr_log_info("gpt-oss, worker 0 without SWIGLU_OAI: %ld experts refused (unsupported), output unchanged", refused);
+    free(js);
+}
+
 //  Slow steps, so that a re-probe due after 150 ms happens within the run.
 static void s_slow_step_hook(coli_model *m, int step, void *user) {
     (void)m;
