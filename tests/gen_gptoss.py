@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A tiny gpt-oss model (general.architecture "gpt-oss", llama.cpp's LLM_ARCH_OPENAI_MOE), F32.
 
-    gen_gptoss.py OUT.gguf
+    gen_gptoss.py OUT.gguf [--pattern N]
 
 Keys and tensor names as llama.cpp's converter writes them for openai/gpt-oss-20b (conversion/gpt_oss.py:
 sliding_window, expert_feed_forward_length, YaRN keys, attn_sinks.weight, biases everywhere). Every layer
@@ -11,6 +11,8 @@ window (6 positions, shorter than the test prompts) and 1 and 3 see everything; 
 so that SWIGLU_OAI's clamp at 7 is reached. The tokenizer is the tiny SPM vocabulary of ../shared (the
 engine does not tie the vocabulary to the architecture; gpt-oss's o200k is tested elsewhere).
 Weights: numpy default_rng(2301), the conventions of ../shared/reference/gen/make_models.py.
+--pattern N also writes gpt-oss.attention.sliding_window_pattern = N (same weights): N = 3 makes layers 0, 1
+and 3 SWA and layer 2 full, as llama.cpp's set_swa_pattern decides.
 """
 import os
 import sys
@@ -82,6 +84,7 @@ def weights(c, n_vocab):
 
 def main():
     path = sys.argv[1]
+    pattern = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--pattern" else None
     vocab = mm.read_gguf(os.path.join(mm.VOCAB_DIR, mm.VOCABS[CFG["vocab"]]))
     n_vocab = len(vocab.kv["tokenizer.ggml.tokens"])
     w = mm.GGUFWriter(path)
@@ -89,6 +92,8 @@ def main():
     w.add("general.name", "tiny-gptoss")
     w.add("general.file_type", 0, T.UINT32)
     write_kvs(w, CFG)
+    if pattern is not None:
+        w.add("gpt-oss.attention.sliding_window_pattern", pattern, T.UINT32)
     w.copy_kvs(vocab, "tokenizer.")
     for name, arr in weights(CFG, n_vocab):
         w.add_tensor(name, arr, "F32")

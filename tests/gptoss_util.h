@@ -34,19 +34,23 @@ typedef struct gptoss_ref {
     char sha256[65];
 } gptoss_ref;
 
-/* The F32 model's path, generated once. */
-static inline void gptoss_model_f32(char *out, size_t cap) {
+/* The generator's file name with its extra arguments (args: "" or
+ * "--pattern N"), generated once. */
+static inline void gptoss_model_gen(const char *name, const char *args, char *out, size_t cap) {
     char dir[4096], cmd[16800];
     s_require_shared();
     const char *py = s_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-    int fd = s_lock_dir("ref", GPTOSS_F32, dir, sizeof dir, out, cap);
+    int fd = s_lock_dir("ref", name, dir, sizeof dir, out, cap);
     if (!s_exists(out)) {
-        snprintf(cmd, sizeof cmd, "COLI_SHARED='%s' %s tests/gen_gptoss.py '%s.tmp' && mv '%s.tmp' '%s'", s_shared(),
-                 py, out, out, out);
+        snprintf(cmd, sizeof cmd, "COLI_SHARED='%s' %s tests/gen_gptoss.py '%s.tmp' %s && mv '%s.tmp' '%s'", s_shared(),
+                 py, out, args, out, out);
         s_run_or_fail(cmd);
     }
     s_unlock_dir(fd);
 }
+
+/* The F32 model's path, generated once. */
+static inline void gptoss_model_f32(char *out, size_t cap) { gptoss_model_gen(GPTOSS_F32, "", out, cap); }
 
 /* The MXFP4_MOE copy (experts MXFP4, other weights Q8_0), made once. */
 static inline void gptoss_model_mxfp4(char *out, size_t cap) {

@@ -67,16 +67,14 @@ static cmp_result s_compare(const gptoss_ref *r, const float *lg, int n_vocab, d
 }
 
 /* F32 rule: every recorded logit within 1e-3, the same argmax everywhere. */
-static void s_check_f32(const char *devices) {
-    char model[4096];
-    gptoss_model_f32(model, sizeof model);
+static void s_check_f32_on(const char *model, const char *fixture, const char *devices) {
     gptoss_ref r;
-    gptoss_ref_load(FIX_F32, model, &r);
+    gptoss_ref_load(fixture, model, &r);
     int n_vocab;
     float *lg = gptoss_logits(model, devices, 0, r.ids, r.n_pos, &n_vocab);
     cmp_result c = s_compare(&r, lg, n_vocab, 0.0);
-    cr_log_info("tiny-gptoss-f32 %s F32 KV vs llama.cpp: max delta %.2e, median %.2e, argmax %d/%d", devices,
-                c.max_delta, c.median_delta, c.argmax_same, c.n_pos);
+    cr_log_info("%s %s F32 KV vs llama.cpp: max delta %.2e, median %.2e, argmax %d/%d", fixture, devices, c.max_delta,
+                c.median_delta, c.argmax_same, c.n_pos);
     cr_expect_leq(c.max_delta, 1e-3, "max delta %.3g", c.max_delta);
     cr_expect_eq(c.argmax_same, c.n_pos, "argmax differs at %d positions", c.n_pos - c.argmax_same);
     free(lg);
@@ -84,7 +82,19 @@ static void s_check_f32(const char *devices) {
 
 TestSuite(gptoss, .timeout = 240);
 
-Test(gptoss, f32_matches_llama_cpp) { s_check_f32("inproc"); }
+Test(gptoss, f32_matches_llama_cpp) {
+    char model[4096];
+    gptoss_model_f32(model, sizeof model);
+    s_check_f32_on(model, FIX_F32, "inproc");
+}
+
+/* sliding_window_pattern 3 (layers 0, 1, 3 SWA, layer 2 full): which layers
+ * slide is decided exactly as llama.cpp decides it. */
+Test(gptoss, pattern_key_matches_llama_cpp) {
+    char model[4096];
+    gptoss_model_gen("tiny-gptoss-p3-f32.gguf", "--pattern 3", model, sizeof model);
+    s_check_f32_on(model, "tests/fixtures/gptoss/tiny-gptoss-p3-f32.logits.txt", "inproc");
+}
 
 /* The quantization-mix rule for MXFP4 (activations quantized like llama.cpp):
  * Δ <= 0.15 everywhere, the same argmax where the gap is > 0.1 and at >= 95 %. */
