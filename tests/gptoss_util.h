@@ -133,27 +133,35 @@ static inline float *gptoss_logits(const char *model, const char *devices, int k
     return lg;
 }
 
-/* A copy of src at dst without the key drop_key, with key set to set_u32
- * (>= 0; -2: an int32 array of 3 flags, a wrong length for 4 layers), and
- * without the tensor drop_tensor (each NULL / -1 for no change). */
-static inline void gptoss_write_variant(const char *src, const char *dst, const char *drop_key, const char *key,
-                                        int64_t set_u32, const char *drop_tensor) {
+/* What a variant of the model changes (zero: nothing). */
+typedef struct gptoss_variant {
+    const char *drop_key;    /* a key left out */
+    const char *key;         /* a key set to one of: */
+    int64_t u32;             /* > 0: this u32 */
+    float f32;               /* != 0: this f32 */
+    int flags3;              /* 1: an int32 array of 3 flags (a wrong length for 4 layers) */
+    const char *drop_tensor; /* a tensor left out */
+} gptoss_variant;
+
+/* A copy of src at dst with the changes of v. */
+static inline void gptoss_write_variant(const char *src, const char *dst, const gptoss_variant *v) {
     gguf_file *f = NULL;
     cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
     gguf_writer *w = gguf_writer_new();
     for (int64_t i = 0; i < gguf_n_kv(f); i++) {
         const gguf_str k = gguf_key_name(f, i);
-        if (drop_key && k.len == strlen(drop_key) && memcmp(k.ptr, drop_key, k.len) == 0) continue;
+        if (v->drop_key && k.len == strlen(v->drop_key) && memcmp(k.ptr, v->drop_key, k.len) == 0) continue;
         cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
     }
-    if (key && set_u32 >= 0) cr_assert_eq(gguf_writer_set_u32(w, key, (uint32_t)set_u32), 0);
-    if (key && set_u32 == -2) {
+    if (v->key && v->u32 > 0) cr_assert_eq(gguf_writer_set_u32(w, v->key, (uint32_t)v->u32), 0);
+    if (v->key && v->f32 != 0.0f) cr_assert_eq(gguf_writer_set_f32(w, v->key, v->f32), 0);
+    if (v->key && v->flags3) {
         const int32_t flags[3] = {1, 0, 1};
-        cr_assert_eq(gguf_writer_set_arr(w, key, GGUF_INT32, flags, 3), 0);
+        cr_assert_eq(gguf_writer_set_arr(w, v->key, GGUF_INT32, flags, 3), 0);
     }
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const coli_tensor *t = gguf_tensor(f, i);
-        if (drop_tensor && strcmp(t->name, drop_tensor) == 0) continue;
+        if (v->drop_tensor && strcmp(t->name, v->drop_tensor) == 0) continue;
         cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
     }
     cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());

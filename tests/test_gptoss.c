@@ -196,14 +196,13 @@ Test(gptoss, cli_perplexity_runs) {
 // ---------------------------------------------------------------------------
 // refusals
 
-/* Load a copy of the model with one key changed (set_u32 >= 0) or dropped
- * (drop_key), or one tensor dropped; the error must name want. */
-static void s_refused(const char *drop_key, const char *key, int64_t set_u32, const char *drop_tensor,
-                      const char *want) {
+/* A copy of the model changed as v says must be refused with one line
+ * that names want. */
+static void s_refused(gptoss_variant v, const char *want) {
     char model[4096], bad[4200];
     gptoss_model_f32(model, sizeof model);
     snprintf(bad, sizeof bad, "%s.bad-%d.gguf", model, (int)getpid());
-    gptoss_write_variant(model, bad, drop_key, key, set_u32, drop_tensor);
+    gptoss_write_variant(model, bad, &v);
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = "inproc";
@@ -218,21 +217,28 @@ static void s_refused(const char *drop_key, const char *key, int64_t set_u32, co
 }
 
 Test(gptoss, refuses_missing_sliding_window) {
-    s_refused("gpt-oss.attention.sliding_window", NULL, -1, NULL, "gpt-oss.attention.sliding_window");
+    s_refused((gptoss_variant){.drop_key = "gpt-oss.attention.sliding_window"}, "gpt-oss.attention.sliding_window");
 }
 Test(gptoss, refuses_key_length_not_rope_dims) {
-    s_refused(NULL, "gpt-oss.rope.dimension_count", 32, NULL, "gpt-oss.rope.dimension_count");
+    s_refused((gptoss_variant){.key = "gpt-oss.rope.dimension_count", .u32 = 32}, "gpt-oss.rope.dimension_count");
 }
 Test(gptoss, refuses_missing_expert_ffn_length) {
-    s_refused("gpt-oss.expert_feed_forward_length", NULL, -1, NULL, "gpt-oss.expert_feed_forward_length");
+    s_refused((gptoss_variant){.drop_key = "gpt-oss.expert_feed_forward_length"}, "gpt-oss.expert_feed_forward_length");
 }
 Test(gptoss, refuses_pattern_array_of_wrong_length) {
-    s_refused(NULL, "gpt-oss.attention.sliding_window_pattern", -2, NULL, "gpt-oss.attention.sliding_window_pattern");
+    s_refused((gptoss_variant){.key = "gpt-oss.attention.sliding_window_pattern", .flags3 = 1},
+              "gpt-oss.attention.sliding_window_pattern");
 }
-Test(gptoss, refuses_missing_sinks) { s_refused(NULL, NULL, -1, "blk.2.attn_sinks.weight", "blk.2.attn_sinks.weight"); }
+/* a rope base of its own for the SWA layers: refused, not silently ignored */
+Test(gptoss, refuses_swa_rope_base) {
+    s_refused((gptoss_variant){.key = "gpt-oss.rope.freq_base_swa", .f32 = 10000.0f}, "gpt-oss.rope.freq_base_swa");
+}
+Test(gptoss, refuses_missing_sinks) {
+    s_refused((gptoss_variant){.drop_tensor = "blk.2.attn_sinks.weight"}, "blk.2.attn_sinks.weight");
+}
 Test(gptoss, refuses_missing_expert_bias) {
-    s_refused(NULL, NULL, -1, "blk.1.ffn_down_exps.bias", "blk.1.ffn_down_exps.bias");
+    s_refused((gptoss_variant){.drop_tensor = "blk.1.ffn_down_exps.bias"}, "blk.1.ffn_down_exps.bias");
 }
 Test(gptoss, refuses_missing_router_bias) {
-    s_refused(NULL, NULL, -1, "blk.3.ffn_gate_inp.bias", "blk.3.ffn_gate_inp.bias");
+    s_refused((gptoss_variant){.drop_tensor = "blk.3.ffn_gate_inp.bias"}, "blk.3.ffn_gate_inp.bias");
 }
