@@ -122,15 +122,19 @@ void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int
         s_rmsnorm(o + (size_t)t * (size_t)cols, x + (size_t)t * (size_t)cols, (const float *)w->data, cols, eps);
 }
 
-void fwd_softmax(float *x, int64_t n) {
+void fwd_softmax(float *x, int64_t n) { fwd_softmax_sink(x, n, NULL); }
+
+void fwd_softmax_sink(float *x, int64_t n, const float *sink) {
     float max = x[0];
     for (int64_t i = 1; i < n; i++)
         if (x[i] > max) max = x[i];
+    if (sink && *sink > max) max = *sink;
     double sum = 0.0;
     for (int64_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - max);
         sum += x[i];
     }
+    if (sink) sum += (double)expf(*sink - max); /* ggml's soft_max with sinks */
     const float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
@@ -179,71 +183,81 @@ typedef struct attn_job {
 
 static float s_fp16_round(float x) { return coli_fp16_to_fp32(coli_fp32_to_fp16(x)); }
 
-/* Widths of one head and the q.k multiplier. */
+/* Widths of one head, the q.k multiplier and the layer's sinks. */
 typedef struct head_dims {
-    int k, v;    /* query/key and value head widths */
-    float scale; /* hp->attn_scale */
+    int k, v;           /* query/key and value head widths */
+    float scale;        /* hp->attn_scale */
+    const float *sinks; /* gpt-oss: one logit per query head joining its softmax; NULL: none */
 } head_dims;
 
-/* out (hd.v) = softmax(q . K[0..n_kv) * scale) V for one query head
+/* The sink of query head h, or NULL. */
+static const float *s_sink(head_dims hd, int h) { return hd.sinks ? hd.sinks + h : NULL; }
+
+/* out (hd.v) = softmax(q . K[j0..n_kv) * scale) V for query head h
  * reading KV head kvh of an fp16 cache: q arrives fp16-rounded and the
  * probabilities are rounded to fp16 before the product with V (llama.cpp). */
-static void s_attend_one_f16(const kv_cache *kv, int layer, int n_kv, int kvh, head_dims hd, const float *q,
-                             float *scores, float *out) {
+static void s_attend_one_f16(const kv_cache *kv, int layer, int j0, int n_kv, int kvh, int h, head_dims hd,
+                             const float *q, float *scores, float *out) {
     const float *h2f = kv_fp16_table();
     const size_t koff = (size_t)kvh * (size_t)hd.k, voff = (size_t)kvh * (size_t)hd.v;
-    for (int j = 0; j < n_kv; j++) {
+    for (int j = j0; j < n_kv; j++) {
         float dot = 0.0f;
         const uint16_t *kj = (const uint16_t *)kv_cache_k(kv, layer, j) + koff;
         for (int d = 0; d < hd.k; d++) dot += q[d] * h2f[kj[d]];
-        scores[j] = dot * hd.scale;
+        scores[j - j0] = dot * hd.scale;
     }
-    fwd_softmax(scores, n_kv);
+    fwd_softmax_sink(scores, n_kv - j0, s_sink(hd, h));
     memset(out, 0, (size_t)hd.v * sizeof(float));
-    for (int j = 0; j < n_kv; j++) {
-        const float p = s_fp16_round(scores[j]);
+    for (int j = j0; j < n_kv; j++) {
+        const float p = s_fp16_round(scores[j - j0]);
         const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, j) + voff;
         for (int d = 0; d < hd.v; d++) out[d] += p * h2f[vj[d]];
     }
 }
 
-/* The same for the group query heads of KV head kvh (q: group heads of
- * hd.k, out: group heads of hd.v, contiguous) over an F32 cache: each
- * cached key is read once for all of them; scores: group rows,
+/* The same for the group query heads first.. of KV head kvh (q: group
+ * heads of hd.k, out: group heads of hd.v, contiguous) over an F32 cache:
+ * each cached key is read once for all of them; scores: group rows,
  * score_stride apart. Each head gets the bits it would get alone. */
-static void s_attend_group_f32(const kv_cache *kv, int layer, int n_kv, int kvh, int group, head_dims hd,
-                               const float *q, float *scores, long score_stride, float *out) {
+static void s_attend_group_f32(const kv_cache *kv, int layer, int j0, int n_kv, int kvh, int first, int group,
+                               head_dims hd, const float *q, float *scores, long score_stride, float *out) {
     const size_t koff = (size_t)kvh * (size_t)hd.k, voff = (size_t)kvh * (size_t)hd.v;
-    for (int j = 0; j < n_kv; j++)
-        attn_dots_f32(q, hd.k, group, (const float *)kv_cache_k(kv, layer, j) + koff, hd.k, scores + j, score_stride);
+    const int n = n_kv - j0;
+    for (int j = j0; j < n_kv; j++)
+        attn_dots_f32(q, hd.k, group, (const float *)kv_cache_k(kv, layer, j) + koff, hd.k, scores + (j - j0),
+                      score_stride);
     for (int g = 0; g < group; g++) {
         float *sg = scores + g * score_stride;
-        for (int j = 0; j < n_kv; j++) sg[j] *= hd.scale;
-        fwd_softmax(sg, n_kv);
+        for (int j = 0; j < n; j++) sg[j] *= hd.scale;
+        fwd_softmax_sink(sg, n, s_sink(hd, first + g));
     }
     memset(out, 0, (size_t)group * (size_t)hd.v * sizeof(float));
-    for (int j = 0; j < n_kv; j++) {
+    for (int j = j0; j < n_kv; j++) {
         const float *vj = (const float *)kv_cache_v(kv, layer, j) + voff;
         for (int g = 0; g < group; g++)
-            attn_axpy_f32(out + (size_t)g * (size_t)hd.v, scores[g * score_stride + j], vj, hd.v);
+            attn_axpy_f32(out + (size_t)g * (size_t)hd.v, scores[g * score_stride + (j - j0)], vj, hd.v);
     }
 }
 
 /* F32 cache: thread ith takes tasks ith, ith + nth, ...: a (token, KV head,
  * chunk of its query heads); fp16 cache: (token, head) pairs. Token t sees
- * positions 0..pos+t (the causal mask). */
+ * positions 0..pos+t (the causal mask), in a sliding-window layer only the
+ * last n_swa of them (llama.cpp masks p - j >= n_swa). */
 static void s_attention_worker(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     forward_state *s = job->s;
     const model_hparams *hp = &s->m->hp;
     const int group = hp->n_head / hp->n_head_kv, f16 = job->f16, chunk = s_heads_per_task(hp);
     const int n_chunks = (group + chunk - 1) / chunk;
-    const head_dims hd = {hp->head_dim, hp->head_dim_v, hp->attn_scale};
+    const layer_weights *l = &s->m->layers[job->layer];
+    const head_dims hd = {hp->head_dim, hp->head_dim_v, hp->attn_scale,
+                          l->sinks ? (const float *)l->sinks->data : NULL};
     const int per_tok = f16 ? hp->n_head : hp->n_head_kv * n_chunks;
     const size_t q_dim = (size_t)model_q_dim(hp), o_dim = (size_t)model_attn_dim(hp);
     float *scores = s->scores + (size_t)ith * (size_t)chunk * (size_t)s->n_ctx;
     for (int task = ith; task < job->n * per_tok; task += nth) {
         const int t = task / per_tok, h = task % per_tok, n_kv = s_row_pos(job->rows, t) + 1;
+        const int j0 = l->n_swa > 0 && n_kv > l->n_swa ? n_kv - l->n_swa : 0;
         const kv_cache *kv = s_row_kv(job->rows, t);
         const int kvh = f16 ? h / group : h / n_chunks;
         const int first = f16 ? h : kvh * group + (h % n_chunks) * chunk; /* first query head */
@@ -251,9 +265,9 @@ static void s_attention_worker(void *arg, int ith, int nth) {
         const float *q = s->q + (size_t)t * q_dim + (size_t)first * (size_t)hd.k;
         float *out = s->attn + (size_t)t * o_dim + (size_t)first * (size_t)hd.v;
         if (f16)
-            s_attend_one_f16(kv, job->layer, n_kv, kvh, hd, q, scores, out);
+            s_attend_one_f16(kv, job->layer, j0, n_kv, kvh, first, hd, q, scores, out);
         else
-            s_attend_group_f32(kv, job->layer, n_kv, kvh, heads, hd, q, scores, s->n_ctx, out);
+            s_attend_group_f32(kv, job->layer, j0, n_kv, kvh, first, heads, hd, q, scores, s->n_ctx, out);
     }
 }
 
@@ -325,6 +339,7 @@ static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int
     // h += Wo attn (deepseek2's latent attention: the heads' values first)
     const float *o = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_values(s, l, n, &rc) : s->attn;
     if (rc < 0 || (rc = fwd_matmul(s, l->wo, o, n, s->delta)) < 0) return rc;
+    if (l->bo) s_add_bias(s->delta, l->bo, n, E);
     s_add_rows(s->h, s->delta, n, E);
     return 0;
 }
@@ -341,6 +356,7 @@ static int s_route(forward_state *s, const layer_weights *l, int n) {
     const float *bias = l->exp_probs_b ? (const float *)l->exp_probs_b->data : NULL;
     int rc = fwd_matmul(s, l->router, s->xb, n, s->router);
     if (rc < 0) return rc;
+    if (l->router_b) s_add_bias(s->router, l->router_b, n, X);
     for (int t = 0; t < n; t++)
         router_select(&rp, s->router + (size_t)t * (size_t)X, bias, s->choice, s->sel + (size_t)t * (size_t)K,
                       s->sel_w + (size_t)t * (size_t)K);

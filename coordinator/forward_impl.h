@@ -14,6 +14,10 @@ void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int
 /* Softmax of n values in place: exp(x - max) / sum (the sum in double). */
 void fwd_softmax(float *x, int64_t n);
 
+/* The same with an extra logit *sink (NULL: none) in the maximum and the
+ * sum, whose probability is dropped (gpt-oss's attention sinks). */
+void fwd_softmax_sink(float *x, int64_t n, const float *sink);
+
 /* y (n, W->ne[1]) = x (n, W->ne[0]) W^T through coli_matmul on the state's
  * pool and scratch. Returns 0 or the matmul's error. */
 int fwd_matmul(forward_state *s, const coli_tensor *W, const float *x, int n, float *y);

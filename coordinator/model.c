@@ -82,7 +82,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     } known[] = {
         {"llama", ARCH_LLAMA},           {"olmoe", ARCH_OLMOE},         {"qwen2moe", ARCH_QWEN2MOE},
         {"qwen3moe", ARCH_QWEN3MOE},     {"deepseek2", ARCH_DEEPSEEK2}, {"glm4moe", ARCH_GLM4MOE},
-        {"minimax-m2", ARCH_MINIMAX_M2},
+        {"minimax-m2", ARCH_MINIMAX_M2}, {"gpt-oss", ARCH_GPTOSS},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
@@ -93,7 +93,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     }
     return coli_fail(COLI_EUNSUPPORTED,
                      "general.architecture '%.*s': unknown architecture "
-                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2)",
+                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss)",
                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
 }
 
@@ -363,7 +363,8 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
     hp->n_ctx_train = (int)v;
     if ((rc = s_read_attention(f, hp)) < 0) return rc;
     if ((rc = s_read_rope(f, hp)) < 0) return rc;
-    return s_read_ffn(f, hp);
+    if ((rc = s_read_ffn(f, hp)) < 0) return rc;
+    return hp->arch == ARCH_GPTOSS ? model_gptoss_hparams(f, hp) : 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -506,6 +507,7 @@ static int s_load_layer(const gguf_file *f, const model_hparams *hp, int il, lay
     int rc;
     if (hp->arch == ARCH_GLM4MOE) return glm4moe_load_layer(f, hp, il, l);
     if (hp->arch == ARCH_MINIMAX_M2) return minimax_m2_load_layer(f, hp, il, l);
+    if (hp->arch == ARCH_GPTOSS) return model_gptoss_layer(f, hp, il, l);
     if ((rc = s_load_attention(f, hp, il, l)) < 0) return rc;
     if ((rc = s_blk(f, il, "ffn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0) return rc;
     if (hp->n_expert > 0 && il >= hp->n_layer_dense_lead) return s_load_moe(f, hp, il, l);
@@ -554,6 +556,11 @@ static int s_load_globals(const gguf_file *f, model *m) {
         return coli_fail(COLI_EFORMAT, "tokenizer.ggml.tokens has %llu entries but token_embd.weight has %d rows",
                          (unsigned long long)n_tokens, hp->n_vocab);
     return 0;
+}
+
+int model_opt_int(const gguf_file *f, const model_hparams *hp, const char *suffix, int64_t def, int64_t max,
+                  int64_t *out) {
+    return s_opt_int(f, hp, suffix, def, max, out);
 }
 
 int64_t model_q_dim(const model_hparams *hp) { return (int64_t)hp->n_head * hp->head_dim; }

@@ -28,6 +28,9 @@
  *   minimax-m2 - MiniMax-M2 (model_minimax_m2.c): q_norm/k_norm over the
  *              whole q and k, NEOX rope on the leading dims, sigmoid
  *              routing with a selection bias, weights renormalised.
+ *   gpt-oss  - attention sinks, sliding-window attention on some layers,
+ *              q/k/v/o biases, router bias, softmax over the chosen top-k,
+ *              biased experts with the clamped SwiGLU (model_gptoss.c).
  * Rope scaling (none / linear / yarn) is read for every architecture.
  */
 #ifndef COLI_COORD_MODEL_H
@@ -48,16 +51,18 @@ typedef enum model_arch {
     ARCH_DEEPSEEK2,
     ARCH_GLM4MOE,
     ARCH_MINIMAX_M2,
+    ARCH_GPTOSS,
 } model_arch;
 
 typedef enum expert_gating {
-    GATING_SOFTMAX, /* expert_gating_func 1 (or absent) */
-    GATING_SIGMOID, /* expert_gating_func 2 (DeepSeek-V3) */
+    GATING_SOFTMAX,        /* expert_gating_func 1 (or absent) */
+    GATING_SIGMOID,        /* expert_gating_func 2 (DeepSeek-V3) */
+    GATING_SOFTMAX_WEIGHT, /* gpt-oss: top-k of the logits, softmax over those k only */
 } expert_gating;
 
 typedef struct model_hparams {
     model_arch arch;
-    char arch_name[16]; /* "llama", "olmoe", "qwen2moe", "qwen3moe", "deepseek2", "glm4moe", "minimax-m2" */
+    char arch_name[16]; /* "llama", "olmoe", ..., "minimax-m2", "gpt-oss" (s_read_arch's table) */
     int n_vocab;
     int n_ctx_train; /* <arch>.context_length */
     int n_embd;      /* width of the residual stream */
@@ -90,13 +95,18 @@ typedef struct model_hparams {
     int head_dim_mla;           /* deepseek2: per-head q/k width nope + n_rot (key_length_mla, or
                                key_length in the older attn_kv_b files) */
     int head_dim_v_mla;         /* deepseek2: per-head value width (value_length_mla / value_length) */
+    int n_swa;                  /* gpt-oss: attention.sliding_window (layer_weights.n_swa says where) */
 } model_hparams;
 
 /* One transformer block. Matrices are GGML-shaped (ne[0] = input width). */
 typedef struct layer_weights {
     const coli_tensor *attn_norm;         /* (n_embd) F32 */
     const coli_tensor *wq, *wk, *wv, *wo; /* (n_embd, q_dim), (n_embd, k_dim), (n_embd, v_dim), (attn_dim, n_embd) */
-    const coli_tensor *bq, *bk, *bv;      /* qwen2moe: (q_dim), (k_dim), (v_dim) F32; else NULL */
+    const coli_tensor *bq, *bk, *bv;      /* qwen2moe, gpt-oss: (q_dim), (k_dim), (v_dim) F32; else NULL */
+    const coli_tensor *bo;                /* gpt-oss: attn_output.bias (n_embd) F32; else NULL */
+    const coli_tensor *sinks;             /* gpt-oss: attn_sinks (n_head) F32, a logit per head that
+                                             joins each softmax without a value; else NULL */
+    int n_swa;                            /* > 0: a position sees only the last n_swa positions */
     const coli_tensor *q_norm, *k_norm;   /* olmoe: (q_dim), (k_dim); qwen3moe: (head_dim) per head
                                                 (qk_norm_per_head); F32; else NULL */
     int qk_norm_per_head;
@@ -107,8 +117,9 @@ typedef struct layer_weights {
     const coli_tensor *wkv_b;                  /* older files: (n_lora_kv, n_head * (nope + head_dim_v_mla)) */
     const coli_tensor *wk_b, *wv_b;            /* mla_absorbed: (nope, n_lora_kv, n_head), (n_lora_kv,
                                                 head_dim_v_mla, n_head); nope = head_dim_mla - n_rot */
-    const coli_tensor *ffn_norm;               /* (n_embd) F32 */
+    const coli_tensor *ffn_norm;               /* (n_embd) F32 (gpt-oss: post_attention_norm) */
     const coli_tensor *router;                 /* MoE: (n_embd, n_expert); NULL for a dense layer */
+    const coli_tensor *router_b;               /* gpt-oss: (n_expert) F32 added to the logits; else NULL */
     const coli_tensor *exp_probs_b;            /* deepseek2: (n_expert) F32 selection bias, or NULL */
     expert_weights dense;                      /* dense FFN (valid when router == NULL) */
     const coli_tensor *shexp_gate;             /* qwen2moe: (n_embd) F32 sigmoid gate; else NULL */

@@ -1,6 +1,7 @@
 /*
  * model_impl.h - what model.c shares with the loaders of single families
- * (model_glm4moe.c); not part of the engine's interface.
+ * (model_glm4moe.c, model_minimax_m2.c, model_gptoss.c); not part of the
+ * engine's interface.
  */
 #ifndef COLI_COORD_MODEL_IMPL_H
 #define COLI_COORD_MODEL_IMPL_H
@@ -41,5 +42,13 @@ int glm4moe_load_nextn(const gguf_file *f, model *m);
 extern const char *const minimax_m2_required_keys[];
 int minimax_m2_read_hparams(const gguf_file *f, model_hparams *hp);
 int minimax_m2_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+/* The optional integer key "<arch>.<suffix>": def when absent, else 0..max. */
+int model_opt_int(const gguf_file *f, const model_hparams *hp, const char *suffix, int64_t def, int64_t max,
+                  int64_t *out);
+
+/* gpt-oss (model_gptoss.c): its keys on top of the common ones, and one
+ * layer's tensors. */
+int model_gptoss_hparams(const gguf_file *f, model_hparams *hp);
+int model_gptoss_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 
 #endif

@@ -199,6 +199,12 @@ static int s_load_all(inproc *ex, const moe_exec_config *cfg) {
                 .gate_bytes = b.gate,
                 .up_bytes = b.up,
                 .down_bytes = b.down,
+                .act = (int32_t)w.act,
+                .act_alpha = w.alpha,
+                .act_limit = w.limit,
+                .gate_bias = w.gate_bias,
+                .up_bias = w.up_bias,
+                .down_bias = w.down_bias,
             };
             err[0] = '\0';
             rc = ex->plugin->load_expert(ex->dev, &d, err, sizeof err);

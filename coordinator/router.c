@@ -48,8 +48,8 @@ void router_select(const router_params *rp, float *p, const float *bias, float *
     const int X = rp->n_expert, K = rp->n_used;
     if (rp->gating == GATING_SIGMOID)
         for (int e = 0; e < X; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
-    else
-        fwd_softmax(p, X);
+    else if (rp->gating == GATING_SOFTMAX)
+        fwd_softmax(p, X); /* GATING_SOFTMAX_WEIGHT chooses by the logits themselves */
     const float *choice = p;
     if (bias || rp->n_group > 1) {
         for (int e = 0; e < X; e++) scratch[e] = bias ? p[e] + bias[e] : p[e];
@@ -61,6 +61,11 @@ void router_select(const router_params *rp, float *p, const float *bias, float *
     for (int j = 0; j < K; j++) {
         w[j] = p[sel[j]];
         sum += w[j];
+    }
+    if (rp->gating == GATING_SOFTMAX_WEIGHT) { /* gpt-oss: the weights are a softmax over the k */
+        fwd_softmax(w, K);
+        sum = 0.0f;
+        for (int j = 0; j < K; j++) sum += w[j];
     }
     if (rp->renorm)
         for (int j = 0; j < K; j++) w[j] /= sum;

@@ -2,7 +2,8 @@
  * router.h - one token's expert choice from its router logits, for every
  * family (llama.cpp's build_moe_ffn):
  *
- *   scores  = softmax(logits) or sigmoid(logits)
+ *   scores  = softmax(logits) or sigmoid(logits), or the logits themselves
+ *             (gpt-oss, GATING_SOFTMAX_WEIGHT: w = softmax of the k chosen)
  *   choice  = scores (+ exp_probs_b, the bias only chooses)
  *   groups  (n_group > 1, DeepSeek-V3): group score = sum of its two best
  *           choice values; only the n_group_used best groups stay eligible

@@ -32,7 +32,9 @@ extern "C" {
 #endif
 
 #define MOE_PLUGIN_ABI_MAJOR 1
-#define MOE_PLUGIN_ABI_MINOR 3 /* 1.1: get_counters; 1.2: unload_expert; 1.3: moe_caps.dtype_mask_hi */
+#define MOE_PLUGIN_ABI_MINOR \
+    4 /* 1.1: get_counters; 1.2: unload_expert; 1.3: moe_caps.dtype_mask_hi;
+                                  1.4: moe_caps.act_mask, moe_expert_desc.act and biases */
 #define MOE_PLUGIN_SYMBOL "moe_plugin_get"
 
 typedef struct moe_device moe_device; /* the plugin's own state for one device */
@@ -52,7 +54,14 @@ typedef struct moe_caps {
     char device_name[64];   /* e.g. "NVIDIA H200", "cpu (avx2)" */
     uint32_t dtype_mask_hi; /* (1.3) bit (1u << (dtype - 32)) for the types 32..63 (TQ1_0, TQ2_0, MXFP4);
                                the worker zeroes caps first, so an older plugin reports none */
+    uint32_t act_mask;      /* (1.4) bit (1u << act) for each moe_expert_desc.act it computes besides
+                               MOE_ACT_SILU, and MOE_ACT_BIASES when it adds the descriptor's biases;
+                               0 (an older plugin): the worker refuses it any other expert (unsupported) */
 } moe_caps;
+
+#define MOE_ACT_SILU 0            /* down(silu(gate x) * up x): every family but gpt-oss */
+#define MOE_ACT_SWIGLU_OAI 1      /* gpt-oss: llama.cpp's ggml_swiglu_oai with act_alpha, act_limit */
+#define MOE_ACT_BIASES (1u << 31) /* act_mask bit: adds gate_bias / up_bias / down_bias */
 
 /* One expert's three matrices, as host pointers (into the mapped model file,
  * or a copy the worker owns). They stay valid until close(), or until
@@ -64,6 +73,13 @@ typedef struct moe_expert_desc {
     int32_t gate_type, up_type, down_type;
     const void *gate, *up, *down;
     size_t gate_bytes, up_bytes, down_bytes;
+    /* (1.4) the activation and the F32 biases (gate, up: n_ff; down: n_embd; NULL: none), valid as
+     * long as the matrices. MOE_ACT_SWIGLU_OAI: g = gate x + gate_bias, u = up x + up_bias,
+     * x = min(g, limit), h = x / (1 + exp(-alpha x)) * (clamp(u, -limit, limit) + 1), out = down h +
+     * down_bias. The worker hands such an expert only to a plugin whose act_mask has its bits. */
+    int32_t act;
+    float act_alpha, act_limit;
+    const float *gate_bias, *up_bias, *down_bias;
 } moe_expert_desc;
 
 /* One group of a batch: n_rows consecutive rows of x (starting at row_begin)

@@ -127,8 +127,15 @@ Test(cpu_plugin, runs_groups_like_expert_ffn) {
     /* the same computation through expert_ffn, one thread: same bits */
     for (int k = 0; k < 3; k++) {
         const test_expert *e = &ex[g[k].expert];
-        expert_weights w = {e->gate, e->up, e->down, types[g[k].expert], types[g[k].expert], types[g[k].expert],
-                            EMBD,    FF};
+        const coli_dtype t = types[g[k].expert];
+        expert_weights w = {.gate = e->gate,
+                            .up = e->up,
+                            .down = e->down,
+                            .gate_type = t,
+                            .up_type = t,
+                            .down_type = t,
+                            .n_embd = EMBD,
+                            .n_ff = FF};
         cr_assert_eq(expert_ffn(NULL, NULL, &w, x + g[k].row_begin * EMBD, g[k].n_rows, want + g[k].row_begin * EMBD),
                      0);
     }

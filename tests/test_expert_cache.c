@@ -31,6 +31,7 @@
 #include "coordinator/sched/sched_internal.h"
 #include "core/gguf/gguf.h"
 #include "tests/cli_run.h"
+#include "tests/gptoss_util.h"
 #include "tests/sched_util.h"
 
 #define BUNDLED "models/tiny-moe-4e2r-f16.gguf"
@@ -303,6 +304,27 @@ Test(ec_run, byte_identical_to_inproc_for_every_budget_with_evictions) {
         gen_free(&r);
     }
     cr_assert_gt(evictions_small, 0, "small budgets evict mid-run");
+    gen_free(&ref);
+}
+
+//  gpt-oss (tests/gen_gptoss.py, 4 MoE layers, top-4): the cache worker's
+//  copies keep the experts' biases and SWIGLU_OAI (the bias pointers stay in
+//  its mapping): --inproc's bytes, every routed pair through the cache.
+Test(ec_run, gptoss_byte_identical_to_inproc) {
+    char model[4096];
+    gptoss_model_f32(model, sizeof model);
+    gen_result ref, r;
+    sched_generate(model, "inproc", NULL, NULL, &ref);
+    setenv("COLI_CACHE_MARGIN_PCT", "0", 1);
+    sched_generate(model, "cpu:1@1@cache=25%,cpu:1@1", NULL, NULL, &r);
+    unsetenv("COLI_CACHE_MARGIN_PCT");
+    sched_assert_same(&ref, &r, "gpt-oss with a live expert cache");
+    cache_counts c = s_counts(r.stats, 0);
+    cr_expect_eq(c.hits + c.misses, (PROMPT_LEN + GEN_STEPS) * 4 * 4, "every routed pair reaches the cache once");
+    cr_expect_eq(c.rows, c.hits, "the cache worker computed exactly its hits");
+    cr_expect_eq(sched_field(r.stats, "fallbacks_total"), 0, "%s", r.stats);
+    cr_log_info("gpt-oss cache: %ld hits, %ld misses", c.hits, c.misses);
+    gen_free(&r);
     gen_free(&ref);
 }
 

@@ -34,7 +34,14 @@ Test(expert_ffn, matches_float64_reference_and_rows_are_independent) {
         down[i] = frand(&s);
     }
     for (int i = 0; i < 5 * EMBD; i++) x[i] = frand(&s) * 4;
-    expert_weights w = {gate, up, down, COLI_F32, COLI_F32, COLI_F32, EMBD, FF};
+    expert_weights w = {.gate = gate,
+                        .up = up,
+                        .down = down,
+                        .gate_type = COLI_F32,
+                        .up_type = COLI_F32,
+                        .down_type = COLI_F32,
+                        .n_embd = EMBD,
+                        .n_ff = FF};
     cr_assert_eq(expert_weights_bytes(&w), (size_t)3 * FF * EMBD * 4);
     coli_pool *pool = coli_pool_new(2);
     coli_scratch sc = {0};
@@ -66,6 +73,62 @@ Test(expert_ffn, matches_float64_reference_and_rows_are_independent) {
     cr_assert_eq(expert_ffn(pool, &sc, NULL, x, 1, out), COLI_EINVAL);
     coli_scratch_free(&sc);
     coli_pool_destroy(&pool);
+}
+
+/* gpt-oss's SWIGLU_OAI with biases against float64: g = Wg x + bg, u = Wu x
+ * + bu, x' = min(g, 7), h = x' sigmoid(1.702 x') (clamp(u, +-7) + 1), out =
+ * Wd h + bd; weights large enough that both clamps are reached. Rows alone
+ * give the same bits (workers vs in-process). */
+Test(expert_ffn, swiglu_oai_with_biases_matches_float64) {
+    static float gate[FF * EMBD], up[FF * EMBD], down[EMBD * FF], x[3 * EMBD], out[3 * EMBD], one[EMBD];
+    static float bg[FF], bu[FF], bd[EMBD];
+    unsigned s = 11;
+    for (int i = 0; i < FF * EMBD; i++) {
+        gate[i] = frand(&s) * 8;
+        up[i] = frand(&s) * 8;
+        down[i] = frand(&s);
+    }
+    for (int i = 0; i < FF; i++) bg[i] = frand(&s), bu[i] = frand(&s);
+    for (int i = 0; i < EMBD; i++) bd[i] = frand(&s);
+    for (int i = 0; i < 3 * EMBD; i++) x[i] = frand(&s) * 4;
+    expert_weights w = {.gate = gate,
+                        .up = up,
+                        .down = down,
+                        .n_embd = EMBD,
+                        .n_ff = FF,
+                        .gate_bias = bg,
+                        .up_bias = bu,
+                        .down_bias = bd};
+    expert_weights_set_act(&w, EXPERT_ACT_SWIGLU_OAI);
+    cr_assert_eq(expert_ffn(NULL, NULL, &w, x, 3, out), 0, "%s", coli_last_error());
+    int clamped_g = 0, clamped_u = 0;
+    for (int r = 0; r < 3; r++) {
+        double h[FF];
+        for (int f = 0; f < FF; f++) {
+            double g = bg[f], u = bu[f];
+            for (int k = 0; k < EMBD; k++) {
+                g += (double)gate[f * EMBD + k] * x[r * EMBD + k];
+                u += (double)up[f * EMBD + k] * x[r * EMBD + k];
+            }
+            clamped_g += g > 7.0;
+            clamped_u += fabs(u) > 7.0;
+            const double xg = g < 7.0 ? g : 7.0, yu = u < -7.0 ? -7.0 : (u > 7.0 ? 7.0 : u);
+            h[f] = xg / (1.0 + exp(-1.702 * xg)) * (yu + 1.0);
+        }
+        for (int o = 0; o < EMBD; o++) {
+            double y = bd[o], m = fabs(bd[o]);
+            for (int f = 0; f < FF; f++) {
+                y += (double)down[o * FF + f] * h[f];
+                m += fabs(down[o * FF + f] * h[f]);
+            }
+            cr_assert_leq(fabs(out[r * EMBD + o] - y), 1e-5 * m + 1e-6, "row %d out %d: %g vs %g", r, o,
+                          out[r * EMBD + o], y);
+        }
+        cr_assert_eq(expert_ffn(NULL, NULL, &w, x + r * EMBD, 1, one), 0);
+        cr_assert_eq(memcmp(one, out + r * EMBD, sizeof one), 0, "row %d alone differs", r);
+    }
+    cr_expect_gt(clamped_g, 0, "no gate value reached the limit");
+    cr_expect_gt(clamped_u, 0, "no up value reached the limit");
 }
 
 /* ---- expert_weights_from_gguf ------------------------------------------- */

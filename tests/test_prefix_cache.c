@@ -11,15 +11,14 @@
 #include <string.h>
 
 #include "colibri.h"
+#include "tests/gptoss_util.h"
 #include "tests/ref_models.h"
 
 enum {
     BLOCK = 16
 };
 
-static coli_model *s_load(int kv_f16) {
-    char path[4096];
-    s_fixture("tiny-llama-moe-f32.gguf", path, sizeof path);
+static coli_model *s_load_path(const char *path, int kv_f16) {
     coli_model_params mp;
     coli_model_default_params(&mp);
     mp.devices = "inproc";
@@ -28,6 +27,12 @@ static coli_model *s_load(int kv_f16) {
     coli_model *m = NULL;
     cr_assert_eq(coli_model_load(path, &mp, &m), 0, "%s: %s", path, coli_last_error());
     return m;
+}
+
+static coli_model *s_load(int kv_f16) {
+    char path[4096];
+    s_fixture("tiny-llama-moe-f32.gguf", path, sizeof path);
+    return s_load_path(path, kv_f16);
 }
 
 static int s_vocab(const coli_model *m) {
@@ -60,12 +65,11 @@ static size_t s_block_bytes(coli_model *m) {
 
 /* Turn 1 evaluates P; turn 2 (P + more) restores what turn 1 left and
  * evaluates the rest; a cold context evaluates turn 2 whole. */
-static void s_warm_equals_cold(int kv_f16) {
+static void s_warm_equals_cold_on(coli_model *m, int kv_f16) {
     enum {
         N1 = 40,
         N2 = 61
     };
-    coli_model *m = s_load(kv_f16);
     const int V = s_vocab(m);
     int32_t ids[N2];
     s_ids(ids, N2, V, 0);
@@ -106,13 +110,32 @@ static void s_warm_equals_cold(int kv_f16) {
     coli_context_free(&b);
     coli_context_free(&c);
     coli_prefix_cache_free(&pc);
-    coli_model_free(&m);
     free(cold);
     free(warm);
 }
 
+static void s_warm_equals_cold(int kv_f16) {
+    coli_model *m = s_load(kv_f16);
+    s_warm_equals_cold_on(m, kv_f16);
+    coli_model_free(&m);
+}
+
 Test(prefix_cache, warm_equals_cold_f32) { s_warm_equals_cold(0); }
 Test(prefix_cache, warm_equals_cold_f16) { s_warm_equals_cold(1); }
+
+/* gpt-oss (tests/gen_gptoss.py): a restored prefix of 32 positions, far past
+ * the 6-position window of its SWA layers, plus 29 new tokens equals a cold
+ * prefill bit for bit, sinks included, with either cache type. */
+static void s_gptoss_warm_equals_cold(int kv_f16) {
+    char path[4096];
+    gptoss_model_f32(path, sizeof path);
+    coli_model *m = s_load_path(path, kv_f16);
+    s_warm_equals_cold_on(m, kv_f16);
+    coli_model_free(&m);
+}
+
+Test(prefix_cache, gptoss_warm_equals_cold_f32) { s_gptoss_warm_equals_cold(0); }
+Test(prefix_cache, gptoss_warm_equals_cold_f16) { s_gptoss_warm_equals_cold(1); }
 
 /* Greedy tokens, through the callback, warm and cold. */
 static int s_collect(void *user, int32_t id, const char *text, size_t len) {

@@ -64,3 +64,17 @@ Test(router, expert_groups_limit_the_choice) {
     router_select(&rp, p, bias, scratch, sel, w);
     cr_expect(sel[0] == 0 && sel[1] == 4 && sel[2] == 2, "ungrouped: %d %d %d", sel[0], sel[1], sel[2]);
 }
+
+/* gpt-oss (SOFTMAX_WEIGHT): the top-k by the logits themselves (a softmax
+ * over all experts is never taken), weights = softmax over the k chosen:
+ * logits 1, ln 3 + 1, 0.5, 1 + ln 1 -> top-2 = experts 1, 0 (ties to the
+ * lower index: 0 before 3), weights 3/4, 1/4; the logits stay as they were. */
+Test(router, softmax_weight_over_the_chosen) {
+    router_params rp = {4, 2, GATING_SOFTMAX_WEIGHT, 0, 1.0f, 0, 0};
+    float p[4] = {1.0f, logf(3.0f) + 1.0f, 0.5f, 1.0f}, scratch[8], w[2];
+    int32_t sel[2];
+    router_select(&rp, p, NULL, scratch, sel, w);
+    cr_expect(sel[0] == 1 && sel[1] == 0, "sel %d %d", sel[0], sel[1]);
+    cr_expect(fabsf(w[0] - 0.75f) < TOL && fabsf(w[1] - 0.25f) < TOL, "w %g %g", w[0], w[1]);
+    cr_expect_eq(p[2], 0.5f, "logits untouched");
+}

@@ -6,8 +6,9 @@
  * Each case runs on both data paths (COLI_DATA_PATH=shm, the default for
  * local workers, and zmq); the random trials alternate between them.
  */
-#include "tests/sched_util.h"
+#include "tests/gptoss_util.h"
 #include "tests/ref_models.h"
+#include "tests/sched_util.h"
 
 #define MODEL "tiny-llama-moe-f32.gguf"
 
@@ -300,6 +301,62 @@ Test(scheduler_faults, new_families_crash_falls_back, .timeout = 120) {
         cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s: %s", model, js);
         free(js);
     }
+}
+
+//  gpt-oss (tests/gen_gptoss.py): biased SWIGLU_OAI experts computed by the
+//  workers' cpu plugin, sinks and a 6-position window in the coordinator
+//  (prompt + steps = 11 positions). Two workers give --inproc's bytes with
+//  every expert placed; a worker SIGKILLed from outside mid-run falls back
+//  once with the same answer; F32 and MXFP4_MOE files.
+Test(scheduler_faults, gptoss_two_workers_bit_identical, .timeout = 120) {
+    char model[2][4096];
+    gptoss_model_f32(model[0], sizeof model[0]);
+    gptoss_model_mxfp4(model[1], sizeof model[1]);
+    for (int i = 0; i < 2; i++) {
+        char *js = s_run_model(model[i], "cpu:2", s_paths[i], NULL, NULL, NULL);
+        cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s: %s", model[i], js);
+        cr_expect_eq(sched_field(js, "inproc_rows"), 0, "%s: %s", model[i], js);
+        long held = 0;
+        char v[64];
+        for (int w = 0; w < 2; w++) {
+            sched_worker_field(js, w, "resident_experts", v, sizeof v);
+            held += atol(v);
+        }
+        cr_expect_eq(held, 4 * 8, "%s: experts placed: %s", model[i], js);
+        free(js);
+    }
+}
+
+Test(scheduler_faults, gptoss_external_sigkill_falls_back, .timeout = 120) {
+    char model[4096];
+    gptoss_model_f32(model, sizeof model);
+    for (int path_i = 0; path_i < 2; path_i++) {
+        kill_plan k = {2 + 2 * path_i, path_i, 0};
+        char *js = s_run_model(model, "cpu:2", s_paths[path_i], NULL, s_kill_hook, &k);
+        char dev[16];
+        snprintf(dev, sizeof dev, "cpu:%d", k.worker);
+        cr_expect_eq(sched_fallbacks(js, dev, "crash"), 1, "step %d: %s", k.step, js);
+        cr_expect_eq(sched_field(js, "fallbacks_total"), 1, "%s", js);
+        free(js);
+    }
+}
+
+//  A worker whose plugin does not compute gpt-oss's experts (caps.act_mask 0,
+//  as the GPU plugin and any ABI 1.3 plugin report it; COLI_FAULT=no-act)
+//  refuses each one placed on it (kind unsupported, one fallback each) and
+//  never computes them as a plain SwiGLU: --inproc's bytes.
+Test(scheduler_faults, gptoss_experts_refused_by_a_plugin_without_them, .timeout = 120) {
+    char model[4096];
+    gptoss_model_f32(model, sizeof model);
+    char *js = s_run_model(model, "cpu:2", "zmq", "no-act@worker=0", NULL, NULL); /* worker 0 serves no batch */
+    const long refused = sched_fallbacks(js, "cpu:0", "unsupported");
+    char v[64];
+    sched_worker_field(js, 0, "resident_experts", v, sizeof v);
+    cr_expect_eq(atol(v), 0, "worker 0 holds gpt-oss experts: %s", js);
+    cr_expect_gt(refused, 0, "%s", js);
+    cr_expect_eq(sched_field(js, "fallbacks_total"), refused, "%s", js);
+    cr_log_info("gpt-oss, worker 0 without SWIGLU_OAI: %ld experts refused (unsupported), output unchanged", refused);
+    free(js);
 }
 
 //  Slow steps, so that a re-probe due after 150 ms happens within the run.

@@ -44,6 +44,7 @@ typedef enum worker_fault_kind {
     FAULT_GARBAGE_RING, /* reply with a lying ring slot header (a non-envelope frame over ZeroMQ) */
     FAULT_FAIL_EXPERT,  /* an expert load at Place fails as a device allocation would */
     FAULT_FAIL_BATCH,   /* answer every matching batch with an error (persistent, not once) */
+    FAULT_NO_ACT,       /* act as a plugin of ABI <= 1.3 (caps.act_mask 0): gpt-oss experts refused */
 } worker_fault_kind;
 
 typedef struct worker_fault {
@@ -249,6 +250,8 @@ void worker_send_garbage_frame(worker *w);
 int worker_faults_init(worker *w);
 /* Should the plugin "fail to initialise" (fail-load)? */
 int worker_fault_fail_load(const worker *w);
+/* 1 when a no-act fault names this worker: its plugin's act_mask is ignored. */
+int worker_fault_no_act(const worker *w);
 /* Before loading an expert of layer at Place: the fail-expert fault that
  * fires on it (counted), or NULL. */
 worker_fault *worker_fault_before_load(worker *w, int layer);

@@ -6,12 +6,15 @@
  *
  * KIND: crash | crash-during | crash-after | hang | garbage (= garbage-nan)
  *       | garbage-nan | garbage-size | garbage-id | garbage-ring | fail-load
- *       | fail-expert | fail-batch
+ *       | fail-expert | fail-batch | no-act
  * A fault fires once (fail-batch: on every batch from the (N+1)-th on), on the (N+1)-th batch of layer L (any layer if no
  * @layer) on worker W (any if no @worker), and only in a worker's first
  * generation: a restarted worker is healthy. fail-load fires at start-up.
  * fail-expert counts expert loads at Place instead of batches: the (N+1)-th
  * load of a layer-L expert fails as a device allocation failure would.
+ * no-act (for the whole first generation): the plugin's caps.act_mask is
+ * taken as 0, as an ABI 1.3 plugin (the GPU's) reports it, so experts with
+ * another activation or biases (gpt-oss) are refused at Place.
  */
 #include <math.h>
 #include <signal.h>
@@ -37,6 +40,7 @@ static const struct {
     {"garbage-ring", FAULT_GARBAGE_RING},
     {"fail-expert", FAULT_FAIL_EXPERT},
     {"fail-batch", FAULT_FAIL_BATCH},
+    {"no-act", FAULT_NO_ACT},
 };
 
 const char *worker_fault_name(worker_fault_kind k) {
@@ -107,7 +111,9 @@ int worker_fault_parse(const char *spec, worker_fault *out, int cap) {
 static worker_fault *s_match(worker_fault *f, int n, int worker_id, int layer, int loads) {
     for (int i = 0; i < n; i++) {
         worker_fault *x = &f[i];
-        if (x->fired || x->kind == FAULT_FAIL_LOAD || (x->kind == FAULT_FAIL_EXPERT) != loads) continue;
+        if (x->fired || x->kind == FAULT_FAIL_LOAD || x->kind == FAULT_NO_ACT ||
+            (x->kind == FAULT_FAIL_EXPERT) != loads)
+            continue;
         if ((x->layer >= 0 && x->layer != layer) || (x->worker >= 0 && x->worker != worker_id)) continue;
         if (x->seen++ < x->after) continue;
         x->fired = x->kind != FAULT_FAIL_BATCH; /* a worker that keeps failing, not one that failed */
@@ -123,13 +129,18 @@ int worker_faults_init(worker *w) {
     return 0;
 }
 
-int worker_fault_fail_load(const worker *w) {
+/* 1 when a start-up fault of kind k names this worker (first generation only). */
+static int s_startup_fault(const worker *w, worker_fault_kind k) {
     for (int i = 0; i < w->faults.n; i++)
-        if (w->faults.f[i].kind == FAULT_FAIL_LOAD && w->link.generation == 0 &&
+        if (w->faults.f[i].kind == k && w->link.generation == 0 &&
             (w->faults.f[i].worker < 0 || w->faults.f[i].worker == w->link.worker_id))
             return 1;
     return 0;
 }
+
+int worker_fault_fail_load(const worker *w) { return s_startup_fault(w, FAULT_FAIL_LOAD); }
+
+int worker_fault_no_act(const worker *w) { return s_startup_fault(w, FAULT_NO_ACT); }
 
 /* The fault of the wanted class for a batch or load of layer, counted; none
  * after the first generation (a restarted worker is healthy). */

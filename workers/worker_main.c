@@ -202,6 +202,7 @@ static int s_open_device(worker *w, char *why, size_t why_len) {
     }
     memset(&w->device.caps, 0, sizeof w->device.caps);
     p->get_caps(w->device.dev, &w->device.caps);
+    if (worker_fault_no_act(w)) w->device.caps.act_mask = 0;
     return 0;
 }
 

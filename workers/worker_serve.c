@@ -35,8 +35,22 @@ int worker_attach_ring(worker *w, char *why, size_t why_len) {
     return rc;
 }
 
+/* 0 when the plugin computes ew's activation and biases (caps.act_mask, ABI
+ * 1.4), else COLI_EUNSUPPORTED with the reason: such an expert must fall
+ * back to the CPU path rather than be computed as a plain SwiGLU. */
+static int s_act_supported(const worker *w, int layer, int e, const expert_weights *ew, char *err, size_t err_len) {
+    const uint32_t mask = w->device.caps.act_mask;
+    const int biased = ew->gate_bias || ew->up_bias || ew->down_bias;
+    if ((ew->act == EXPERT_ACT_SILU || (mask >> ew->act & 1)) && (!biased || (mask & MOE_ACT_BIASES))) return 0;
+    snprintf(err, err_len, "plugin %s: expert %d/%d: activation %s%s not supported", w->device.plugin->name, layer, e,
+             ew->act == EXPERT_ACT_SWIGLU_OAI ? "SWIGLU_OAI (gpt-oss)" : "SILU", biased ? " with biases" : "");
+    return COLI_EUNSUPPORTED;
+}
+
 int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, char *err, size_t err_len) {
     const expert_part_bytes b = expert_parts_bytes(ew);
+    int rc = s_act_supported(w, layer, e, ew, err, err_len);
+    if (rc != 0) return rc;
     moe_expert_desc d = {
         .layer = layer,
         .expert = e,
@@ -51,8 +65,14 @@ int worker_hand_expert(worker *w, int layer, int e, const expert_weights *ew, ch
         .gate_bytes = b.gate,
         .up_bytes = b.up,
         .down_bytes = b.down,
+        .act = (int32_t)ew->act,
+        .act_alpha = ew->alpha,
+        .act_limit = ew->limit,
+        .gate_bias = ew->gate_bias,
+        .up_bias = ew->up_bias,
+        .down_bias = ew->down_bias,
     };
-    int rc = w->device.plugin->load_expert(w->device.dev, &d, err, err_len);
+    rc = w->device.plugin->load_expert(w->device.dev, &d, err, err_len);
     if (rc != 0) return rc;
     rc = expert_table_put(&w->hold.resident, expert_key(layer, e), NULL);
     if (rc == COLI_EINVAL) return coli_fail(rc, "worker: expert set: a negative layer or expert has no key");

@@ -54,6 +54,37 @@ int expert_layer_present(const gguf_file *f, int layer) {
     return f && layer >= 0 && gguf_find_tensor(f, name) != NULL;
 }
 
+expert_act expert_act_of_gguf(const gguf_file *f) {
+    static const char oai[] = "gpt-oss";
+    gguf_str a;
+    if (!f || gguf_find_key(f, "general.architecture") < 0 || gguf_get_str(f, "general.architecture", &a) < 0)
+        return EXPERT_ACT_SILU;
+    return a.len == sizeof oai - 1 && memcmp(a.ptr, oai, a.len) == 0 ? EXPERT_ACT_SWIGLU_OAI : EXPERT_ACT_SILU;
+}
+
+void expert_weights_set_act(expert_weights *w, expert_act act) {
+    w->act = act;
+    w->alpha = act == EXPERT_ACT_SWIGLU_OAI ? EXPERT_OAI_ALPHA : 0.0f;
+    w->limit = act == EXPERT_ACT_SWIGLU_OAI ? EXPERT_OAI_LIMIT : 0.0f;
+}
+
+/* Expert e's row of the optional bias blk.<layer>.ffn_<part>_exps.bias,
+ * (n, n_expert) F32; NULL when absent. */
+static int s_exps_bias(const gguf_file *f, int layer, const char *part, int64_t n, int64_t n_expert, int expert,
+                       const float **out) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.bias", layer, part);
+    const coli_tensor *t = gguf_find_tensor(f, name);
+    *out = NULL;
+    if (!t) return 0;
+    if (t->type != COLI_F32 || t->n_dims != 2 || t->ne[0] != n || t->ne[1] != n_expert)
+        return coli_fail(COLI_EFORMAT, "tensor '%s': %s {%lld, %lld}, expected F32 {%lld, %lld}", name,
+                         coli_dtype_name(t->type), (long long)t->ne[0], (long long)(t->n_dims > 1 ? t->ne[1] : 1),
+                         (long long)n, (long long)n_expert);
+    *out = (const float *)t->data + (size_t)expert * (size_t)n;
+    return 0;
+}
+
 int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_weights *out) {
     const coli_tensor *g, *u, *d;
     int rc;
@@ -79,6 +110,10 @@ int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_w
         return coli_fail(COLI_ERANGE, "tensor '%s': expert %d out of range [0, %lld)", g->name, expert,
                          (long long)n_expert);
     memset(out, 0, sizeof *out);
+    if ((rc = s_exps_bias(f, layer, "gate", n_ff, n_expert, expert, &out->gate_bias)) ||
+        (rc = s_exps_bias(f, layer, "up", n_ff, n_expert, expert, &out->up_bias)) ||
+        (rc = s_exps_bias(f, layer, "down", n_embd, n_expert, expert, &out->down_bias)))
+        return rc;
     out->gate = s_expert_slice(g, expert);
     out->up = s_expert_slice(u, expert);
     out->down = s_expert_slice(d, expert);
@@ -87,6 +122,7 @@ int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_w
     out->down_type = d->type;
     out->n_embd = n_embd;
     out->n_ff = n_ff;
+    expert_weights_set_act(out, expert_act_of_gguf(f));
     return 0;
 }
 
@@ -98,13 +134,35 @@ static void s_swiglu(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-/* Hidden values below which s_swiglu runs on the calling thread (decode):
- * waking the pool costs more than a few thousand expf. */
+/* g, u += the gate and up biases over flat hidden values k0..k1 of rows of
+ * n_ff (ggml adds them to the matmul outputs, before the activation). */
+static void s_add_gu_bias(const expert_weights *w, float *g, float *u, int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; k++) {
+        if (w->gate_bias) g[k] += w->gate_bias[k % w->n_ff];
+        if (w->up_bias) u[k] += w->up_bias[k % w->n_ff];
+    }
+}
+
+/* gpt-oss over flat hidden values k0..k1: ggml_swiglu_oai's float
+ * operations in its order. */
+static void s_swiglu_oai(const expert_weights *w, float *g, const float *u, int64_t k0, int64_t k1) {
+    const float alpha = w->alpha, limit = w->limit;
+    for (int64_t k = k0; k < k1; k++) {
+        const float gk = g[k], uk = u[k];
+        const float x = gk < limit ? gk : limit;
+        const float y = uk < -limit ? -limit : (uk > limit ? limit : uk);
+        g[k] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+    }
+}
+
+/* Hidden values below which the activation runs on the calling thread
+ * (decode): waking the pool costs more than a few thousand expf. */
 #define SWIGLU_MIN_PARALLEL (1 << 16)
 
 typedef struct swiglu_job {
+    const expert_weights *w[EXPERT_FFN_MANY_MAX];
     float *g[EXPERT_FFN_MANY_MAX];
-    const float *u[EXPERT_FFN_MANY_MAX];
+    float *u[EXPERT_FFN_MANY_MAX];
     int64_t n[EXPERT_FFN_MANY_MAX];
     int count;
 } swiglu_job;
@@ -115,8 +173,20 @@ static void s_swiglu_worker(void *arg, int ith, int nth) {
     const swiglu_job *j = arg;
     for (int e = 0; e < j->count; e++) {
         const int64_t a = j->n[e] * ith / nth, b = j->n[e] * (ith + 1) / nth;
-        s_swiglu(j->g[e] + a, j->u[e] + a, b - a);
+        if (j->w[e]->gate_bias || j->w[e]->up_bias) s_add_gu_bias(j->w[e], j->g[e], j->u[e], a, b);
+        if (j->w[e]->act == EXPERT_ACT_SWIGLU_OAI)
+            s_swiglu_oai(j->w[e], j->g[e], j->u[e], a, b);
+        else
+            s_swiglu(j->g[e] + a, j->u[e] + a, b - a);
     }
+}
+
+/* out += down_bias per row, after the down matmul (ggml_add_id). */
+static void s_add_down_bias(const expert_ffn_task *t) {
+    const float *b = t->w->down_bias;
+    if (!b) return;
+    for (int64_t r = 0; r < t->n_rows; r++)
+        for (int64_t i = 0; i < t->w->n_embd; i++) t->out[r * t->w->n_embd + i] += b[i];
 }
 
 static int s_check_task(const expert_ffn_task *t, int i) {
@@ -127,6 +197,8 @@ static int s_check_task(const expert_ffn_task *t, int i) {
     if (w->n_embd <= 0 || w->n_ff <= 0)
         return coli_fail(COLI_EINVAL, "expert ffn: task %d: bad shape n_embd %lld, n_ff %lld", i, (long long)w->n_embd,
                          (long long)w->n_ff);
+    if (w->act != EXPERT_ACT_SILU && w->act != EXPERT_ACT_SWIGLU_OAI)
+        return coli_fail(COLI_EINVAL, "expert ffn: task %d: unknown activation %d", i, (int)w->act);
     return 0;
 }
 
@@ -180,6 +252,7 @@ static int s_ffn_group(coli_pool *pool, coli_scratch *s, const expert_ffn_task *
     int rc = coli_matmul_many(pool, &mm, gu, 2 * n);
     if (rc) return rc;
     for (int i = 0; i < n; i++) {
+        sj.w[i] = tasks[i].w;
         sj.g[i] = gu[2 * i].y;
         sj.u[i] = gu[2 * i + 1].y;
         sj.n[i] = tasks[i].n_rows * tasks[i].w->n_ff;
@@ -188,7 +261,9 @@ static int s_ffn_group(coli_pool *pool, coli_scratch *s, const expert_ffn_task *
         s_swiglu_worker(&sj, 0, 1);
     else
         coli_pool_run(pool, s_swiglu_worker, &sj);
-    return coli_matmul_many(pool, &mm, down, n);
+    if ((rc = coli_matmul_many(pool, &mm, down, n))) return rc;
+    for (int i = 0; i < n; i++) s_add_down_bias(&tasks[i]);
+    return 0;
 }
 
 int expert_ffn_many(coli_pool *pool, coli_scratch *scratch, const expert_ffn_task *tasks, int n) {

@@ -3,6 +3,13 @@
  *
  *   out = W_down · (silu(W_gate · x) ⊙ (W_up · x))
  *
+ * gpt-oss experts (EXPERT_ACT_SWIGLU_OAI) add a bias after each matrix and
+ * clamp the gated product (llama.cpp's ggml_swiglu_oai):
+ *
+ *   g = W_gate · x + b_gate, u = W_up · x + b_up
+ *   h = min(g, limit) · sigmoid(alpha · min(g, limit)) · (clamp(u, ±limit) + 1)
+ *   out = W_down · h + b_down
+ *
  * The same function serves the dense llama FFN, Qwen2-MoE's shared expert,
  * the cpu plugin and the coordinator's in-process path, so a CPU fallback
  * computes exactly what the primary CPU path would have.
@@ -16,12 +23,25 @@
 #include "core/kernels/matmul.h"
 #include "core/tensor.h"
 
+/* The gated activation of an expert (the plugin ABI's moe_expert_desc.act). */
+typedef enum expert_act {
+    EXPERT_ACT_SILU = 0,       /* silu(g) * u: every family but gpt-oss */
+    EXPERT_ACT_SWIGLU_OAI = 1, /* gpt-oss: clamped, alpha-scaled, (u + 1); with biases */
+} expert_act;
+
+/* llama.cpp's constants for gpt-oss (build_moe_ffn: no metadata key carries them). */
+#define EXPERT_OAI_ALPHA 1.702f
+#define EXPERT_OAI_LIMIT 7.0f
+
 typedef struct expert_weights {
     const void *gate; /* (n_ff rows, n_embd) */
     const void *up;   /* (n_ff rows, n_embd) */
     const void *down; /* (n_embd rows, n_ff) */
     coli_dtype gate_type, up_type, down_type;
     int64_t n_embd, n_ff;
+    expert_act act;                               /* EXPERT_ACT_SILU when zeroed */
+    float alpha, limit;                           /* EXPERT_ACT_SWIGLU_OAI's constants */
+    const float *gate_bias, *up_bias, *down_bias; /* (n_ff), (n_ff), (n_embd) F32, or NULL */
 } expert_weights;
 
 /* Bytes of each matrix: gate and up are n_ff rows of n_embd values, down
@@ -41,8 +61,17 @@ int expert_layer_present(const gguf_file *f, int layer);
 
 /* Expert e of layer l of a MoE file: slices of blk.l.ffn_{gate,up,down}_exps.
  * Validates the tensors' presence, types and shapes (3-D, consistent
- * n_embd/n_ff, e < n_expert). */
+ * n_embd/n_ff, e < n_expert). The optional biases blk.l.ffn_*_exps.bias
+ * ((n_ff or n_embd, n_expert) F32) are sliced the same way; the activation
+ * is the file's (expert_act_of_gguf). */
 int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_weights *out);
+
+/* The activation of every routed expert of f: EXPERT_ACT_SWIGLU_OAI for
+ * general.architecture "gpt-oss", else EXPERT_ACT_SILU. */
+expert_act expert_act_of_gguf(const gguf_file *f);
+
+/* Set w's activation; SWIGLU_OAI takes llama.cpp's alpha and limit. */
+void expert_weights_set_act(expert_weights *w, expert_act act);
 
 /* out (n_rows, n_embd) = expert(x (n_rows, n_embd)). Row r of out depends
  * only on row r of x (see matmul.h). Returns 0 or COLI_ENOMEM. */

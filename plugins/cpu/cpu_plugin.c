@@ -124,6 +124,7 @@ static int s_cpu_get_caps(moe_device *dev, moe_caps *caps) {
     memset(caps, 0, sizeof *caps);
     caps->dtype_mask = (uint32_t)CPU_DTYPE_MASK;
     caps->dtype_mask_hi = (uint32_t)(CPU_DTYPE_MASK >> 32);
+    caps->act_mask = (1u << MOE_ACT_SWIGLU_OAI) | MOE_ACT_BIASES; /* expert_ffn computes both */
     caps->max_rows = 0;
     caps->memory_total = 0;
     caps->memory_budget = dev->budget ? dev->budget : s_host_memory();
@@ -141,6 +142,9 @@ static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
     if (e->n_embd <= 0 || e->n_ff <= 0)
         return s_fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: bad shape n_embd %lld, n_ff %lld", e->layer,
                       e->expert, (long long)e->n_embd, (long long)e->n_ff);
+    if (e->act != MOE_ACT_SILU && e->act != MOE_ACT_SWIGLU_OAI)
+        return s_fail(err, err_len, COLI_EUNSUPPORTED, "cpu: expert %d/%d: activation %d not supported", e->layer,
+                      e->expert, (int)e->act);
     for (int i = 0; i < 3; i++) {
         if (types[i] < 0 || !coli_dtype_valid((uint32_t)types[i]))
             return s_fail(err, err_len, COLI_EUNSUPPORTED, "cpu: expert %d/%d: %s type %s not supported", e->layer,
@@ -213,7 +217,13 @@ static int s_cpu_load_expert(moe_device *dev, const moe_expert_desc *e, char *er
               .up_type = (coli_dtype)e->up_type,
               .down_type = (coli_dtype)e->down_type,
               .n_embd = e->n_embd,
-              .n_ff = e->n_ff},
+              .n_ff = e->n_ff,
+              .act = (expert_act)e->act,
+              .alpha = e->act_alpha,
+              .limit = e->act_limit,
+              .gate_bias = e->gate_bias,
+              .up_bias = e->up_bias,
+              .down_bias = e->down_bias},
     };
     return 0;
 }

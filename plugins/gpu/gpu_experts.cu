@@ -390,6 +390,11 @@ static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *e
     const char *names[3] = {"gate", "up", "down"};
     const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
     const void *ptrs[3] = {e->gate, e->up, e->down};
+    /* the kernels compute silu(gate) * up without biases: gpt-oss's experts go to the CPU (the worker
+     * already refuses them on act_mask 0; this guards a caller that does not) */
+    if (e->act != MOE_ACT_SILU || e->gate_bias || e->up_bias || e->down_bias)
+        return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: activation %d / biases not supported",
+                     COLI_GPU_VENDOR, d->index, e->layer, e->expert, (int)e->act);
     if (e->n_embd <= 0 || e->n_ff <= 0 || e->n_embd % GPU_QK || e->n_ff % GPU_QK)
         return s_err(err, n, ERR_STATUS_UNSUP,
                      "%s:%d: expert %d.%d: n_embd %lld / n_ff %lld not "
