@@ -109,17 +109,19 @@ void forward_state_free(forward_state *s) {
 // ---------------------------------------------------------------------------
 // neural net blocks
 
-/* o = x / sqrt(mean(x^2) + eps) * w over n values (sum in double, as ggml). */
+/* o = x / sqrt(mean(x^2) + eps) * w over n values (sum in double, as ggml;
+ * w NULL: no weight, llama4's L2 q/k norm). */
 static void s_rmsnorm(float *o, const float *x, const float *w, int64_t n, float eps) {
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
     const float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
-    for (int64_t i = 0; i < n; i++) o[i] = (x[i] * scale) * w[i];
+    for (int64_t i = 0; i < n; i++) o[i] = (x[i] * scale) * (w ? w[i] : 1.0f);
 }
 
 void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int64_t cols, float eps) {
     for (int t = 0; t < n; t++)
-        s_rmsnorm(o + (size_t)t * (size_t)cols, x + (size_t)t * (size_t)cols, (const float *)w->data, cols, eps);
+        s_rmsnorm(o + (size_t)t * (size_t)cols, x + (size_t)t * (size_t)cols, w ? (const float *)w->data : NULL, cols,
+                  eps);
 }
 
 void fwd_softmax(float *x, int64_t n) { fwd_softmax_sink(x, n, NULL); }
@@ -239,6 +241,16 @@ static void s_attend_group_f32(const kv_cache *kv, int layer, int j0, int n_kv, 
     }
 }
 
+/* The first cached position a query at n_kv - 1 sees: 0 (causal), the last
+ * n_swa (sliding window: llama.cpp masks p - j >= n_swa) or the start of
+ * its chunk (llama4: llama.cpp masks j < (p / n_chunk) * n_chunk). A
+ * function of the absolute position only, so batching and reused prefixes
+ * mask alike. */
+static int s_window_start(const layer_weights *l, int n_kv) {
+    if (l->n_chunk > 0) return (n_kv - 1) / l->n_chunk * l->n_chunk;
+    return l->n_swa > 0 && n_kv > l->n_swa ? n_kv - l->n_swa : 0;
+}
+
 /* F32 cache: thread ith takes tasks ith, ith + nth, ...: a (token, KV head,
  * chunk of its query heads); fp16 cache: (token, head) pairs. Token t sees
  * positions 0..pos+t (the causal mask), in a sliding-window layer only the
@@ -257,7 +269,7 @@ static void s_attention_worker(void *arg, int ith, int nth) {
     float *scores = s->scores + (size_t)ith * (size_t)chunk * (size_t)s->n_ctx;
     for (int task = ith; task < job->n * per_tok; task += nth) {
         const int t = task / per_tok, h = task % per_tok, n_kv = s_row_pos(job->rows, t) + 1;
-        const int j0 = l->n_swa > 0 && n_kv > l->n_swa ? n_kv - l->n_swa : 0;
+        const int j0 = s_window_start(l, n_kv);
         const kv_cache *kv = s_row_kv(job->rows, t);
         const int kvh = f16 ? h / group : h / n_chunks;
         const int first = f16 ? h : kvh * group + (h % n_chunks) * chunk; /* first query head */
@@ -271,8 +283,22 @@ static void s_attention_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* q, k, v of the standard block: projections (+ biases), q/k norms, rope. */
-static int s_qkv_block(forward_state *s, const layer_weights *l, int n) {
+/* llama4's NoPE layers: q of token t times the attention temperature of
+ * its position (llama.cpp's llm_graph_input_attn_temp, in its precisions). */
+static void s_attn_temperature(forward_state *s, const fwd_rows *rows, int n) {
+    const model_hparams *hp = &s->m->hp;
+    const size_t Q = (size_t)model_q_dim(hp);
+    for (int t = 0; t < n; t++) {
+        const float p = (float)s_row_pos(rows, t);
+        const double f = floor((double)((p + hp->attn_temp_offset) / (float)hp->attn_temp_floor));
+        const float scale = (float)(log(f + 1.0) * hp->attn_temp_scale + 1.0);
+        for (size_t i = 0; i < Q; i++) s->q[(size_t)t * Q + i] *= scale;
+    }
+}
+
+/* q, k, v of the standard block: projections (+ biases), q/k norms, rope
+ * (llama4: none in a NoPE layer, the temperature instead; then the L2 norm). */
+static int s_qkv_block(forward_state *s, const fwd_rows *rows, const layer_weights *l, int n) {
     const model_hparams *hp = &s->m->hp;
     const int64_t Q = model_q_dim(hp), K = model_k_dim(hp), V = model_v_dim(hp);
     int rc;
@@ -293,11 +319,20 @@ static int s_qkv_block(forward_state *s, const layer_weights *l, int n) {
         fwd_rmsnorm_rows(s->q, s->q, l->q_norm, n, Q, hp->rms_eps);
         fwd_rmsnorm_rows(s->k, s->k, l->k_norm, n, K, hp->rms_eps);
     }
+    if (l->no_rope) {
+        if (hp->attn_temp_scale != 0.0f) s_attn_temperature(s, rows, n);
+        return 0;
+    }
     // rotate q and k by their positions
     for (int t = 0; t < n; t++) {
         const float *cs = s->rope + (size_t)t * (size_t)hp->n_rot;
         rope_apply(s->q + (size_t)t * (size_t)Q, cs, hp->n_head, hp->head_dim, hp->n_rot, hp->rope.neox);
         rope_apply(s->k + (size_t)t * (size_t)K, cs, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope.neox);
+    }
+    // llama4 (Llama4TextL2Norm): each rotated head RMS-normalised, no weight
+    if (l->l2_qk_norm) {
+        fwd_rmsnorm_rows(s->q, s->q, NULL, n * hp->n_head, hp->head_dim, hp->rms_eps);
+        fwd_rmsnorm_rows(s->k, s->k, NULL, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
     }
     return 0;
 }
@@ -311,7 +346,7 @@ static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int
     fwd_rmsnorm_rows(s->xb, s->h, l->attn_norm, n, E, hp->rms_eps);
     // q, k, v with rope applied: one head per KV head (deepseek2: every
     // head's decompressed key and value, forward_mla.c)
-    rc = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_qkv(s, l, n) : s_qkv_block(s, l, n);
+    rc = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_qkv(s, l, n) : s_qkv_block(s, rows, l, n);
     if (rc < 0) return rc;
     // append k, v to the cache(s); attention then reads the new rows from it too
     const int64_t KD = model_k_dim(hp), VD = model_v_dim(hp);
@@ -363,6 +398,18 @@ static int s_route(forward_state *s, const layer_weights *l, int n) {
     return 0;
 }
 
+/* The rows the routed experts take: x, or (llama4, top-1) w[t] * x[t] in
+ * s->delta, free until the experts' outputs are summed (unweighted then).
+ * Scaled here, before any executor, so workers and in-process experts see
+ * the same bytes. */
+static const float *s_expert_input(forward_state *s, const layer_weights *l, int n) {
+    const size_t E = (size_t)s->m->hp.n_embd;
+    if (!l->moe_weight_in) return s->xb;
+    for (int t = 0; t < n; t++)
+        for (size_t i = 0; i < E; i++) s->delta[(size_t)t * E + i] = s->xb[(size_t)t * E + i] * s->sel_w[t];
+    return s->delta;
+}
+
 /* delta[t] = sum_s w[t][s] * y[t][s] in slot order, + the shared expert(s)
  * (Qwen2-MoE: times sigmoid(g . x); DeepSeek: ungated), computed here in the
  * coordinator so that placement never changes the sum. */
@@ -372,14 +419,14 @@ static int s_moe_block(forward_state *s, const layer_weights *l, int il, int n) 
     const size_t E = (size_t)hp->n_embd;
     int rc;
     if ((rc = s_route(s, l, n)) < 0) return rc;
-    rc = s->moe->run_layer(s->moe, il, s->xb, n, K, s->sel, s->moe_y);
+    rc = s->moe->run_layer(s->moe, il, s_expert_input(s, l, n), n, K, s->sel, s->moe_y);
     if (rc < 0) return coli_fail_prefix(rc, "layer %d experts", il);
     if (s->route_hook) s->route_hook(s->route_user, il, s->pos0, n, K, s->sel, s->sel_w);
     for (int t = 0; t < n; t++) {
         float *d = s->delta + (size_t)t * E;
         const float *w = s->sel_w + (size_t)t * (size_t)K;
         const float *y = s->moe_y + (size_t)t * (size_t)K * E;
-        for (size_t i = 0; i < E; i++) d[i] = w[0] * y[i];
+        for (size_t i = 0; i < E; i++) d[i] = l->moe_weight_in ? y[i] : w[0] * y[i];
         for (int j = 1; j < K; j++)
             for (size_t i = 0; i < E; i++) d[i] += w[j] * y[(size_t)j * E + i];
     }

@@ -82,7 +82,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     } known[] = {
         {"llama", ARCH_LLAMA},           {"olmoe", ARCH_OLMOE},         {"qwen2moe", ARCH_QWEN2MOE},
         {"qwen3moe", ARCH_QWEN3MOE},     {"deepseek2", ARCH_DEEPSEEK2}, {"glm4moe", ARCH_GLM4MOE},
-        {"minimax-m2", ARCH_MINIMAX_M2}, {"gpt-oss", ARCH_GPTOSS},
+        {"minimax-m2", ARCH_MINIMAX_M2}, {"gpt-oss", ARCH_GPTOSS},      {"llama4", ARCH_LLAMA4},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
@@ -93,7 +93,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     }
     return coli_fail(COLI_EUNSUPPORTED,
                      "general.architecture '%.*s': unknown architecture "
-                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss)",
+                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, llama4)",
                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
 }
 
@@ -251,7 +251,8 @@ static int s_read_rope(const gguf_file *f, model_hparams *hp) {
                          "deepseek2: key_length %d: expected kv_lora_rank %d + rope dims %d "
                          "(the latent MQA of key_length_mla files)",
                          hp->head_dim, hp->n_lora_kv, hp->n_rot);
-    return s_read_rope_scaling(f, hp, base, hp->arch != ARCH_LLAMA && hp->arch != ARCH_DEEPSEEK2);
+    return s_read_rope_scaling(f, hp, base,
+                               hp->arch != ARCH_LLAMA && hp->arch != ARCH_DEEPSEEK2 && hp->arch != ARCH_LLAMA4);
 }
 
 /* deepseek2's (and glm4moe's) routing and shared-expert keys. */
@@ -298,6 +299,7 @@ static int s_read_expert_groups(const gguf_file *f, model_hparams *hp) {
 static int s_family_required(const gguf_file *f, const model_hparams *hp) {
     const char *const *keys = hp->arch == ARCH_GLM4MOE      ? glm4moe_required_keys
                               : hp->arch == ARCH_MINIMAX_M2 ? minimax_m2_required_keys
+                              : hp->arch == ARCH_LLAMA4     ? llama4_required_keys
                                                             : NULL;
     char key[128];
     for (; keys && *keys; keys++)
@@ -364,6 +366,7 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
     if ((rc = s_read_attention(f, hp)) < 0) return rc;
     if ((rc = s_read_rope(f, hp)) < 0) return rc;
     if ((rc = s_read_ffn(f, hp)) < 0) return rc;
+    if (hp->arch == ARCH_LLAMA4) return llama4_read_hparams(f, hp);
     return hp->arch == ARCH_GPTOSS ? model_gptoss_hparams(f, hp) : 0;
 }
 
@@ -508,6 +511,7 @@ static int s_load_layer(const gguf_file *f, const model_hparams *hp, int il, lay
     if (hp->arch == ARCH_GLM4MOE) return glm4moe_load_layer(f, hp, il, l);
     if (hp->arch == ARCH_MINIMAX_M2) return minimax_m2_load_layer(f, hp, il, l);
     if (hp->arch == ARCH_GPTOSS) return model_gptoss_layer(f, hp, il, l);
+    if (hp->arch == ARCH_LLAMA4) return llama4_load_layer(f, hp, il, l);
     if ((rc = s_load_attention(f, hp, il, l)) < 0) return rc;
     if ((rc = s_blk(f, il, "ffn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0) return rc;
     if (hp->n_expert > 0 && il >= hp->n_layer_dense_lead) return s_load_moe(f, hp, il, l);

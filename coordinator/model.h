@@ -31,6 +31,10 @@
  *   gpt-oss  - attention sinks, sliding-window attention on some layers,
  *              q/k/v/o biases, router bias, softmax over the chosen top-k,
  *              biased experts with the clamped SwiGLU (model_gptoss.c).
+ *   llama4   - Llama-4 Scout/Maverick (model_llama4.c): chunked attention
+ *              on most layers, NoPE layers with attention temperature, L2
+ *              q/k norm after rope, MoE on interleaved layers, sigmoid
+ *              top-1 router weighting the expert input, a shared expert.
  * Rope scaling (none / linear / yarn) is read for every architecture.
  */
 #ifndef COLI_COORD_MODEL_H
@@ -52,6 +56,7 @@ typedef enum model_arch {
     ARCH_GLM4MOE,
     ARCH_MINIMAX_M2,
     ARCH_GPTOSS,
+    ARCH_LLAMA4,
 } model_arch;
 
 typedef enum expert_gating {
@@ -96,6 +101,10 @@ typedef struct model_hparams {
                                key_length in the older attn_kv_b files) */
     int head_dim_v_mla;         /* deepseek2: per-head value width (value_length_mla / value_length) */
     int n_swa;                  /* gpt-oss: attention.sliding_window (layer_weights.n_swa says where) */
+    int n_moe_step;             /* llama4: interleave_moe_layer_step (layer il MoE when (il+1) % it == 0) */
+    int attn_temp_floor;        /* llama4 NoPE layers: q *= 1 + log(floor((pos + offset) / floor) + 1) * */
+    float attn_temp_scale;      /* scale (0: no temperature tuning) */
+    float attn_temp_offset;
 } model_hparams;
 
 /* One transformer block. Matrices are GGML-shaped (ne[0] = input width). */
@@ -107,6 +116,10 @@ typedef struct layer_weights {
     const coli_tensor *sinks;             /* gpt-oss: attn_sinks (n_head) F32, a logit per head that
                                              joins each softmax without a value; else NULL */
     int n_swa;                            /* > 0: a position sees only the last n_swa positions */
+    int n_chunk;                          /* llama4: > 0: a position sees only its own n_chunk-aligned chunk */
+    int no_rope;                          /* llama4 NoPE layer: no rope, q scaled by the temperature */
+    int l2_qk_norm;                       /* llama4: q and k RMS-normalised per head after rope, no weight */
+    int moe_weight_in;                    /* llama4: the router weight scales the expert's input (top-1) */
     const coli_tensor *q_norm, *k_norm;   /* olmoe: (q_dim), (k_dim); qwen3moe: (head_dim) per head
                                                 (qk_norm_per_head); F32; else NULL */
     int qk_norm_per_head;

@@ -80,14 +80,7 @@ int model_gptoss_hparams(const gguf_file *f, model_hparams *hp) {
                          "gpt-oss: metadata 'gpt-oss.attention.key_length' %d / 'value_length' %d: expected "
                          "'gpt-oss.rope.dimension_count' %d (llama.cpp sizes every head by the rope dims)",
                          hp->head_dim, hp->head_dim_v, hp->n_rot);
-    if (gguf_find_key(f, s_key("attention.sliding_window_pattern", key, sizeof key)) >= 0) {
-        const int64_t i = gguf_find_key(f, key);
-        if (gguf_kv_type(f, i) == GGUF_ARRAY) {
-            if ((rc = s_check_pattern_array(f, key, hp->n_layer)) < 0) return rc;
-        } else if ((rc = model_opt_int(f, hp, "attention.sliding_window_pattern", 2, 1 << 16, &v)) < 0) {
-            return rc;
-        }
-    }
+    if ((rc = model_swa_pattern_check(f, hp)) < 0) return rc;
     if ((rc = s_check_swa_rope(f)) < 0) return rc;
     hp->gating = GATING_SOFTMAX_WEIGHT;
     hp->renorm_topk = 0;
@@ -95,12 +88,12 @@ int model_gptoss_hparams(const gguf_file *f, model_hparams *hp) {
     return 0;
 }
 
-/* 1 when layer il attends through the sliding window (llama.cpp's
- * set_swa_pattern, dense_first false; or the array's flag). */
-static int s_is_swa(const gguf_file *f, const model_hparams *hp, int il) {
+/* 1 when layer il attends through the window (llama.cpp's set_swa_pattern,
+ * dense_first false, default n: il % n < n - 1; or the array's flag). */
+int model_swa_layer(const gguf_file *f, const model_hparams *hp, int il, int64_t n) {
     char key[96];
-    int64_t n = 2;
-    const int64_t i = gguf_find_key(f, s_key("attention.sliding_window_pattern", key, sizeof key));
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch_name);
+    const int64_t i = gguf_find_key(f, key);
     if (i >= 0 && gguf_kv_type(f, i) == GGUF_ARRAY) {
         gguf_type et;
         uint64_t cnt;
@@ -108,8 +101,19 @@ static int s_is_swa(const gguf_file *f, const model_hparams *hp, int il) {
         if (gguf_get_arr(f, key, &et, &cnt, &data) < 0 || (uint64_t)il >= cnt) return 0;
         return et == GGUF_BOOL ? ((const uint8_t *)data)[il] != 0 : ((const int32_t *)data)[il] != 0;
     }
-    if (i >= 0 && model_opt_int(f, hp, "attention.sliding_window_pattern", 2, 1 << 16, &n) < 0) return 0;
+    if (i >= 0 && model_opt_int(f, hp, "attention.sliding_window_pattern", n, 1 << 16, &n) < 0) return 0;
     return n == 0 || il % n < n - 1;
+}
+
+/* The pattern key, when present: block_count flags or an integer. */
+int model_swa_pattern_check(const gguf_file *f, const model_hparams *hp) {
+    char key[96];
+    int64_t v;
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch_name);
+    const int64_t i = gguf_find_key(f, key);
+    if (i < 0) return 0;
+    if (gguf_kv_type(f, i) == GGUF_ARRAY) return s_check_pattern_array(f, key, hp->n_layer);
+    return model_opt_int(f, hp, "attention.sliding_window_pattern", 2, 1 << 16, &v);
 }
 
 static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
@@ -126,7 +130,7 @@ static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il,
         (rc = model_blk(f, il, "attn_output.bias", 1, E, 1, 1, MASK_F32, 0, &l->bo)) < 0 ||
         (rc = model_blk(f, il, "attn_sinks.weight", 1, hp->n_head, 1, 1, MASK_F32, 0, &l->sinks)) < 0)
         return rc;
-    l->n_swa = s_is_swa(f, hp, il) ? hp->n_swa : 0;
+    l->n_swa = model_swa_layer(f, hp, il, 2) ? hp->n_swa : 0;
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /*
  * model_impl.h - what model.c shares with the loaders of single families
- * (model_glm4moe.c, model_minimax_m2.c, model_gptoss.c); not part of the
+ * (model_glm4moe.c, model_minimax_m2.c, model_gptoss.c, model_llama4.c); not part of the
  * engine's interface.
  */
 #ifndef COLI_COORD_MODEL_IMPL_H
@@ -50,5 +50,15 @@ int model_opt_int(const gguf_file *f, const model_hparams *hp, const char *suffi
  * layer's tensors. */
 int model_gptoss_hparams(const gguf_file *f, model_hparams *hp);
 int model_gptoss_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+/* Shared with llama4's chunked layers: "<arch>.attention.sliding_window_pattern"
+ * checked (block_count flags or an integer), and whether layer il is a
+ * windowed one (n: llama.cpp's default period when the key is absent). */
+int model_swa_pattern_check(const gguf_file *f, const model_hparams *hp);
+int model_swa_layer(const gguf_file *f, const model_hparams *hp, int il, int64_t n);
+
+/* llama4 (model_llama4.c): its required keys, its hparams, one layer. */
+extern const char *const llama4_required_keys[];
+int llama4_read_hparams(const gguf_file *f, model_hparams *hp);
+int llama4_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 
 #endif
