@@ -19,6 +19,8 @@
  * - two workers and a worker SIGKILLed mid-run give --inproc's bytes;
  * - missing or inconsistent metadata is refused with one line naming it.
  */
+#include <pthread.h>
+
 #include "tests/family_ref.h"
 
 static const family k_l4 = {"tiny-llama4-f32.gguf", "tests/gen_llama4.py", "tests/fixtures/llama4/tiny-llama4-f32.txt",
@@ -96,4 +98,179 @@ Test(llama4, refuses_missing_shared_expert) {
 }
 Test(llama4, refuses_missing_dense_ffn) {
     s_refused(&k_l4, &(edit){.drop_tensor = "blk.2.ffn_gate."}, "blk.2.ffn_gate.weight");
+}
+
+/* ---- past the chunk ------------------------------------------------------- */
+
+#define LONG_N 8232     /* prompt past llama.cpp's chunk of 8192 */
+#define LONG_FIRST 8176 /* first recorded position */
+#define LONG_CTX 8448
+
+/* The long prompt of the fixture (its line 2): ids[i] = 1 + (i * 1237 + 17) % 2999. */
+static int32_t *s_long_ids(int n, int salt) {
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    for (int i = 0; i < n; i++) ids[i] = 1 + (int32_t)(((long)i * 1237 + 17 + salt) % 2999);
+    return ids;
+}
+
+static coli_model *s_load_long(const char *model) {
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "inproc";
+    mp.n_threads = 1;
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(model, &mp, &m), 0, "%s", coli_last_error());
+    return m;
+}
+
+static coli_context *s_long_ctx(coli_model *m) {
+    coli_context *ctx = NULL;
+    const coli_context_params cp = {.n_ctx = LONG_CTX};
+    cr_assert_eq(coli_context_new(m, &cp, &ctx), 0, "%s", coli_last_error());
+    return ctx;
+}
+
+/* Positions LONG_FIRST.. of the long prompt (evaluated after the first
+ * LONG_FIRST ids: the chunk boundary 8192 and the NoPE layer's temperature
+ * step at position 8191 inside) against llama.cpp's one-batch run. */
+Test(llama4, past_chunk_matches_llamacpp) {
+    fam_ref r;
+    char model[4096];
+    s_ref_and_model(&k_l4, &r, model, sizeof model);
+    FILE *f = fopen("tests/fixtures/llama4/tiny-llama4-f32-long.txt", "r");
+    cr_assert(f);
+    coli_model *m = s_load_long(model);
+    coli_context *ctx = s_long_ctx(m);
+    int32_t *ids = s_long_ids(LONG_N, 0);
+    const int n = LONG_N - LONG_FIRST, V = 3000;
+    float *lg = malloc((size_t)n * V * sizeof(float));
+    cr_assert_eq(coli_eval(ctx, ids, LONG_FIRST, NULL, 0), 0, "%s", coli_last_error());
+    cr_assert_eq(coli_eval(ctx, ids + LONG_FIRST, n, lg, 1), 0, "%s", coli_last_error());
+    char line[16384];
+    int seen = 0;
+    double worst = 0.0;
+    while (fgets(line, sizeof line, f)) {
+        int pos, off, id[FAM_MAX_TOP], k = 0;
+        double v[FAM_MAX_TOP];
+        if (sscanf(line, "pos %d:%n", &pos, &off) != 1) continue;
+        cr_assert(pos >= LONG_FIRST && pos < LONG_N);
+        const float *a = lg + (size_t)(pos - LONG_FIRST) * V;
+        for (int c; k < FAM_MAX_TOP && sscanf(line + off, "%d %lf%n", &id[k], &v[k], &c) == 2; k++) off += c;
+        for (int j = 0; j < k; j++) {
+            const double d = fabs((double)a[id[j]] - v[j]);
+            worst = d > worst ? d : worst;
+            cr_expect_leq(d, 1e-3, "position %d id %d: %.7g, llama.cpp %.7g", pos, id[j], a[id[j]], v[j]);
+        }
+        cr_expect_eq(sched_argmax(a, V), id[0], "position %d", pos);
+        seen++;
+    }
+    cr_expect_eq(seen, n);
+    cr_log_info("past the chunk: max |logit - llama.cpp| %.2e over %d positions", worst, seen);
+    fclose(f);
+    free(lg);
+    free(ids);
+    coli_context_free(&ctx);
+    coli_model_free(&m);
+}
+
+/* A fresh prefill of the long prompt's last logits against contexts that
+ * restore a reused prefix (one ending before the chunk boundary, one past
+ * it) and evaluate the rest: the same bits. */
+Test(llama4, past_chunk_reused_prefix_equals_fresh) {
+    fam_ref r;
+    char model[4096];
+    s_ref_and_model(&k_l4, &r, model, sizeof model);
+    coli_model *m = s_load_long(model);
+    int32_t *ids = s_long_ids(LONG_N, 0);
+    const int V = 3000;
+    float *fresh = malloc(V * sizeof(float)), *got = malloc(V * sizeof(float));
+    coli_context *ctx = s_long_ctx(m);
+    cr_assert_eq(coli_eval(ctx, ids, LONG_N, fresh, 0), 0, "%s", coli_last_error());
+    const int saved[2] = {8000, LONG_N};
+    for (int c = 0; c < 2; c++) {
+        coli_prefix_cache *pc = NULL;
+        cr_assert_eq(coli_prefix_cache_new(m, (size_t)1 << 30, 32, &pc), 0, "%s", coli_last_error());
+        cr_assert_gt(coli_context_save_prefix(ctx, pc, ids, saved[c]), 0, "%s", coli_last_error());
+        coli_context *c2 = s_long_ctx(m);
+        const int have = coli_context_restore_prefix(c2, pc, ids, LONG_N);
+        cr_expect_eq(have, saved[c] / 32 * 32, "restored %d", have); /* whole blocks */
+        cr_assert_eq(coli_eval(c2, ids + have, LONG_N - have, got, 0), 0, "%s", coli_last_error());
+        cr_expect(memcmp(fresh, got, V * sizeof(float)) == 0, "prefix of %d restored: logits bits differ", have);
+        coli_context_free(&c2);
+        coli_prefix_cache_free(&pc);
+    }
+    free(fresh);
+    free(got);
+    free(ids);
+    coli_context_free(&ctx);
+    coli_model_free(&m);
+}
+
+typedef struct long_seq {
+    coli_context *ctx;
+    int32_t *prompt;
+    int n_prompt;
+    fam_collect out;
+    int rc;
+} long_seq;
+
+static void *s_long_run(void *arg) {
+    long_seq *q = arg;
+    coli_sampling_params sp;
+    coli_sampling_default_params(&sp);
+    sp.temperature = 0.0f;
+    sp.n_predict = 8;
+    q->out.n = 0;
+    q->rc = coli_generate(q->ctx, q->prompt, q->n_prompt, &sp, s_collect, &q->out, NULL);
+    return NULL;
+}
+
+static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
+static void s_lock(void *u) {
+    (void)u;
+    pthread_mutex_lock(&s_mu);
+}
+static void s_unlock(void *u) {
+    (void)u;
+    pthread_mutex_unlock(&s_mu);
+}
+
+/* Two sequences whose answers cross position 8192 (prompts of 8188 and
+ * 8190 ids), decoding in one batch, get the tokens of each alone. */
+Test(llama4, past_chunk_batched_equals_alone) {
+    fam_ref r;
+    char model[4096];
+    s_ref_and_model(&k_l4, &r, model, sizeof model);
+    coli_model *m = s_load_long(model);
+    long_seq alone[2], together[2];
+    for (int i = 0; i < 2; i++) {
+        alone[i] =
+            (long_seq){.ctx = s_long_ctx(m), .prompt = s_long_ids(8188 + 2 * i, 5 * i), .n_prompt = 8188 + 2 * i};
+        s_long_run(&alone[i]);
+        cr_assert_eq(alone[i].rc, 0, "%s", coli_last_error());
+    }
+    coli_batch *b = NULL;
+    cr_assert_eq(coli_batch_new(m, 2, LONG_CTX, 512, s_lock, s_unlock, NULL, &b), 0, "%s", coli_last_error());
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        together[i] = (long_seq){.ctx = s_long_ctx(m), .prompt = alone[i].prompt, .n_prompt = alone[i].n_prompt};
+        cr_assert_eq(coli_context_set_batch(together[i].ctx, b), 0);
+    }
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, s_long_run, &together[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    coli_batch_stats st;
+    coli_batch_get_stats(b, &st);
+    cr_expect_eq(st.max_rows, 2, "the two sequences never shared a step");
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(together[i].rc, 0, "%s", coli_last_error());
+        cr_assert_eq(together[i].out.n, 8);
+        cr_expect(memcmp(together[i].out.ids, alone[i].out.ids, 8 * sizeof(int32_t)) == 0,
+                  "sequence %d: batched tokens differ", i);
+        cr_assert_eq(coli_context_set_batch(together[i].ctx, NULL), 0);
+        coli_context_free(&together[i].ctx);
+        coli_context_free(&alone[i].ctx);
+        free(alone[i].prompt);
+    }
+    coli_batch_free(&b);
+    coli_model_free(&m);
 }
