@@ -303,3 +303,157 @@ Test(dsa, bad_metadata_refused) {
     s_refused("glm-dsa", &(edit){.arr_key = "glm-dsa.attention.indexer.types", .arr = shared_first, .n_arr = 3},
               "attention.indexer.types");
 }
+
+// ---------------------------------------------------------------------------
+// the indexer's keys are part of the sequence state
+
+/* The 40-token prompt of the fixture, the model loaded, the one-batch logits. */
+typedef struct state_case {
+    ref_prompt p;
+    coli_model *m;
+    int V;
+    float *fresh; /* (p.n, V) */
+} state_case;
+
+static void s_case(const char *fam, state_case *c) {
+    ref_file r;
+    char path[4096];
+    s_read_fixture(fam, &r);
+    s_model(fam, &r, path, sizeof path);
+    c->p = r.p[1];
+    c->m = s_load(path, "inproc");
+    c->fresh = s_logits(c->m, c->p.ids, c->p.n, &c->V);
+}
+
+static void s_case_free(state_case *c) {
+    coli_model_free(&c->m);
+    free(c->fresh);
+}
+
+/* Prefill 30 tokens, then one at a time: each row's bits as in one batch
+ * (the cached indexer keys are those the batch wrote). */
+static void s_token_by_token(const char *fam) {
+    state_case c;
+    s_case(fam, &c);
+    const size_t row = (size_t)c.V * sizeof(float);
+    float *lg = malloc(row);
+    coli_context *ctx = NULL;
+    cr_assert_eq(coli_context_new(c.m, NULL, &ctx), 0);
+    cr_assert_eq(coli_eval(ctx, c.p.ids, 30, lg, 0), 0, "%s", coli_last_error());
+    cr_expect(memcmp(lg, c.fresh + 29 * (size_t)c.V, row) == 0, "%s: position 29 differs", fam);
+    for (int t = 30; t < c.p.n; t++) {
+        cr_assert_eq(coli_eval(ctx, &c.p.ids[t], 1, lg, 0), 0, "%s", coli_last_error());
+        cr_expect(memcmp(lg, c.fresh + (size_t)t * (size_t)c.V, row) == 0, "%s: position %d decoded alone differs", fam,
+                  t);
+    }
+    coli_context_free(&ctx);
+    free(lg);
+    s_case_free(&c);
+}
+
+Test(dsa, deepseek32_decode_equals_batch) { s_token_by_token("deepseek32"); }
+Test(dsa, glm_dsa_decode_equals_batch) { s_token_by_token("glm-dsa"); }
+
+/* A prompt restored from the prefix cache (32 positions in blocks of 16,
+ * the indexer keys in their rows) continues with the fresh bits. */
+static void s_prefix_reuse(const char *fam) {
+    state_case c;
+    s_case(fam, &c);
+    const size_t row = (size_t)c.V * sizeof(float);
+    coli_prefix_cache *pc = NULL;
+    cr_assert_eq(coli_prefix_cache_new(c.m, 64u << 20, 16, &pc), 0, "%s", coli_last_error());
+    coli_context *a = NULL, *b = NULL;
+    float *lg = malloc(row);
+    cr_assert_eq(coli_context_new(c.m, NULL, &a), 0);
+    cr_assert_eq(coli_eval(a, c.p.ids, c.p.n, lg, 0), 0);
+    cr_assert_gt(coli_context_save_prefix(a, pc, c.p.ids, c.p.n), 0, "%s", coli_last_error());
+    cr_assert_eq(coli_context_new(c.m, NULL, &b), 0);
+    const int got = coli_context_restore_prefix(b, pc, c.p.ids, c.p.n);
+    cr_assert_eq(got, 32, "restored %d positions", got);
+    cr_assert_eq(coli_eval(b, c.p.ids + got, c.p.n - got, lg, 0), 0, "%s", coli_last_error());
+    cr_expect(memcmp(lg, c.fresh + (size_t)(c.p.n - 1) * (size_t)c.V, row) == 0, "%s: restored prefix differs", fam);
+    coli_context_free(&a);
+    coli_context_free(&b);
+    coli_prefix_cache_free(&pc);
+    free(lg);
+    s_case_free(&c);
+}
+
+Test(dsa, deepseek32_prefix_reuse_equals_fresh) { s_prefix_reuse("deepseek32"); }
+Test(dsa, glm_dsa_prefix_reuse_equals_fresh) { s_prefix_reuse("glm-dsa"); }
+
+typedef struct gen_seq {
+    coli_context *ctx;
+    const int32_t *prompt;
+    int n_prompt, n_out, rc;
+    int32_t out[32];
+} gen_seq;
+
+static int s_collect(void *user, int32_t id, const char *text, size_t len) {
+    (void)text;
+    (void)len;
+    gen_seq *q = user;
+    if (q->n_out < 32) q->out[q->n_out++] = id;
+    return 0;
+}
+
+static void *s_generate(void *arg) {
+    gen_seq *q = arg;
+    coli_sampling_params sp;
+    coli_sampling_default_params(&sp);
+    sp.temperature = 0.0f;
+    sp.n_predict = 12;
+    sp.ignore_eos = 1;
+    q->n_out = 0;
+    q->rc = coli_generate(q->ctx, q->prompt, q->n_prompt, &sp, s_collect, q, NULL);
+    return NULL;
+}
+
+static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
+static void s_lock(void *u) {
+    (void)u;
+    pthread_mutex_lock(&s_mu);
+}
+static void s_unlock(void *u) {
+    (void)u;
+    pthread_mutex_unlock(&s_mu);
+}
+
+/* Three sequences (6, 20, 30 prompt tokens: below, at and past top-k as
+ * they decode) batched give the tokens each gives alone. */
+static void s_batched(const char *fam) {
+    state_case c;
+    s_case(fam, &c);
+    const int lens[3] = {6, 20, 30};
+    gen_seq alone[3], together[3];
+    coli_batch *b = NULL;
+    cr_assert_eq(coli_batch_new(c.m, 3, 512, 7, s_lock, s_unlock, NULL, &b), 0, "%s", coli_last_error());
+    for (int i = 0; i < 3; i++) {
+        alone[i] = (gen_seq){.prompt = c.p.ids + i, .n_prompt = lens[i]};
+        together[i] = alone[i];
+        cr_assert_eq(coli_context_new(c.m, NULL, &alone[i].ctx), 0);
+        cr_assert_eq(coli_context_new(c.m, NULL, &together[i].ctx), 0);
+        s_generate(&alone[i]);
+        cr_assert_eq(alone[i].rc, 0, "%s", coli_last_error());
+        cr_assert_eq(coli_context_set_batch(together[i].ctx, b), 0);
+    }
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, s_generate, &together[i]);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    coli_batch_stats st;
+    coli_batch_get_stats(b, &st);
+    cr_expect_gt(st.max_rows, 1, "%s: the sequences never shared a step", fam);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(together[i].rc, 0, "%s", coli_last_error());
+        cr_expect_eq(together[i].n_out, alone[i].n_out);
+        cr_expect(memcmp(together[i].out, alone[i].out, (size_t)alone[i].n_out * sizeof(int32_t)) == 0,
+                  "%s: sequence %d batched differs from alone", fam, i);
+        coli_context_free(&alone[i].ctx);
+        coli_context_free(&together[i].ctx);
+    }
+    coli_batch_free(&b);
+    s_case_free(&c);
+}
+
+Test(dsa, deepseek32_batched_equals_alone) { s_batched("deepseek32"); }
+Test(dsa, glm_dsa_batched_equals_alone) { s_batched("glm-dsa"); }
