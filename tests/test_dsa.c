@@ -21,6 +21,7 @@
 #include "colibri.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
+#include "tests/cli_run.h"
 #include "tests/ref_models.h"
 
 #define MAX_IDS 64
@@ -457,3 +458,51 @@ static void s_batched(const char *fam) {
 
 Test(dsa, deepseek32_batched_equals_alone) { s_batched("deepseek32"); }
 Test(dsa, glm_dsa_batched_equals_alone) { s_batched("glm-dsa"); }
+
+// ---------------------------------------------------------------------------
+// through the command line
+
+/* coli ARGS... on the family's model with --inproc and with two workers:
+ * exit 0 both times and the same stdout (returned, caller frees). */
+static char *s_cli_both(const char *fam, const char *cmd, const char *a1, const char *a2, const char *a3,
+                        const char *a4) {
+    ref_file r;
+    char path[4096], coli[4200];
+    s_read_fixture(fam, &r);
+    s_model(fam, &r, path, sizeof path);
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    char *outs[2];
+    const char *dev[2] = {"inproc", "cpu:2"};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {coli, (char *)cmd, "-m", path, "-t", "2", "--devices", (char *)dev[i], (char *)a1, (char *)a2,
+                        (char *)a3, (char *)a4, NULL};
+        cli_result res = cli_run(argv);
+        cr_assert_eq(res.status, 0, "coli %s --devices %s: %s", cmd, dev[i], res.err);
+        outs[i] = res.out;
+        free(res.err);
+    }
+    cr_expect_str_eq(outs[0], outs[1], "coli %s: workers and in-process differ", cmd);
+    free(outs[1]);
+    return outs[0];
+}
+
+static void s_cli(const char *fam) {
+    char *out = s_cli_both(fam, "run", "-p", "In the beginning God created", "-n", "24");
+    cr_expect_gt(strlen(out), 24, "coli run printed: %s", out);
+    free(out);
+    char text[4096];
+    snprintf(text, sizeof text, "%s/dsa-ppl-%d.txt", s_build(), (int)getpid());
+    FILE *f = fopen(text, "w");
+    cr_assert(f);
+    for (int i = 0; i < 12; i++)
+        fprintf(f, "And God said, Let there be light: and there was light. And God saw the light, that it was good.\n");
+    fclose(f);
+    out = s_cli_both(fam, "perplexity", "-f", text, "--ctx", "64");
+    double ppl = 0.0;
+    cr_expect(sscanf(out, "perplexity: %lf", &ppl) == 1 && isfinite(ppl) && ppl > 1.0, "coli perplexity: %s", out);
+    free(out);
+    unlink(text);
+}
+
+Test(dsa, deepseek32_cli_run_and_perplexity) { s_cli("deepseek32"); }
+Test(dsa, glm_dsa_cli_run_and_perplexity) { s_cli("glm-dsa"); }
