@@ -101,6 +101,22 @@ static int s_check_types(const gguf_file *f, const model_hparams *hp) {
     return 0;
 }
 
+/* The multi-token-prediction blocks after the trunk (nextn_predict_layers):
+ * llama.cpp's draft head, not run here. When the file carries them their
+ * NextN tensors must have the shapes llama.cpp loads; nothing is kept. */
+static int s_check_mtp(const gguf_file *f, const model_hparams *hp) {
+    const int64_t E = hp->n_embd;
+    const coli_tensor *t;
+    int64_t n_blocks;
+    int rc = model_opt_int(f, hp, "block_count", hp->n_layer, 1 << 12, &n_blocks);
+    for (int il = hp->n_layer; rc == 0 && il < (int)n_blocks; il++) {
+        if ((rc = model_blk(f, il, "nextn.eh_proj.weight", 2, 2 * E, E, 1, MASK_MATRIX, 1, &t)) < 0 || !t) continue;
+        if ((rc = model_blk(f, il, "nextn.enorm.weight", 1, E, 1, 1, MASK_F32, 0, &t)) < 0) break;
+        rc = model_blk(f, il, "nextn.hnorm.weight", 1, E, 1, 1, MASK_F32, 0, &t);
+    }
+    return rc;
+}
+
 int model_dsa_read(const gguf_file *f, model_hparams *hp) {
     int rc;
     if (!hp->mla_absorbed)
@@ -126,7 +142,8 @@ int model_dsa_read(const gguf_file *f, model_hparams *hp) {
                          hp->arch_name, hp->idx_head_dim, hp->n_rot);
     hp->idx_neox = hp->arch == ARCH_DEEPSEEK32;
     hp->idx_norm_eps = hp->arch == ARCH_DEEPSEEK32 ? 1e-6f : 0.0f;
-    return s_check_types(f, hp);
+    if ((rc = s_check_types(f, hp)) < 0) return rc;
+    return s_check_mtp(f, hp);
 }
 
 /* get_mscale of llama.cpp's context setup. */

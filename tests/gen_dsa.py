@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tiny DeepSeek Sparse Attention models: deepseek32 (DeepSeek-V3.2) and glm-dsa (GLM-5).
 
-    gen_dsa.py FAMILY OUT.gguf        FAMILY: deepseek32 | glm-dsa
+    gen_dsa.py FAMILY OUT.gguf        FAMILY: deepseek32 | glm-dsa | deepseek32-bench (speed only)
 
 Deterministic (numpy default_rng, fixed seeds; the draw order defines the model): the
 deepseek2 weights of ../shared/reference/gen/make_models.py in llama.cpp's newer MLA layout
@@ -32,6 +32,13 @@ BASE = dict(vocab="tiny-spm-3000", n_embd=128, n_layer=3, n_head=4, n_ff=384, n_
 CFGS = {
     "deepseek32": dict(BASE, seed=2506, yarn_factor=4.0, yarn_orig_ctx=128, yarn_log_mul=0.1, types=None),
     "glm-dsa": dict(BASE, seed=2507, yarn_factor=None, types=[True, True, False]),
+    # speed only (docs/benchmarks.md): DeepSeek-V3.2's attention and indexer widths, two layers,
+    # small experts (the FFN is not what is measured), F16 weights, no MTP block
+    "deepseek32-bench": dict(BASE, seed=2508, n_embd=7168, n_layer=2, n_head=128, n_ff=2048, n_ff_exp=512,
+                             n_expert=4, n_expert_used=2, n_expert_shared=1, q_lora_rank=1536, kv_lora_rank=512,
+                             qk_nope=128, qk_rope=64, v_head=128, idx_heads=64, idx_dim=128, idx_top_k=2048,
+                             yarn_factor=40.0, yarn_orig_ctx=4096, yarn_log_mul=0.1, types=None, ctx=8192,
+                             mtp=False, dtype="F16"),
 }
 
 
@@ -48,7 +55,7 @@ def gen_weights(cfg):
     yield "token_embd.weight", d.embd(K, E)
     yield "output_norm.weight", d.norm(E)
     yield "output.weight", d.mat(K, E, 2.0)
-    for i in range(cfg["n_layer"] + 1):                                        # + the MTP block
+    for i in range(cfg["n_layer"] + cfg.get("mtp", True)):                     # + the MTP block
         p = f"blk.{i}."
         yield p + "attn_norm.weight", d.norm(E)
         yield p + "attn_q_a.weight", d.mat(qr, E)
@@ -90,8 +97,9 @@ def write_kvs(w, arch, cfg):
     A, U, F = arch + ".", T.UINT32, T.FLOAT32
     w.add(A + "context_length", cfg["ctx"], U)
     w.add(A + "embedding_length", cfg["n_embd"], U)
-    w.add(A + "block_count", cfg["n_layer"] + 1, U)
-    w.add(A + "nextn_predict_layers", 1, U)
+    w.add(A + "block_count", cfg["n_layer"] + cfg.get("mtp", True), U)
+    if cfg.get("mtp", True):
+        w.add(A + "nextn_predict_layers", 1, U)
     w.add(A + "feed_forward_length", cfg["n_ff"], U)
     w.add(A + "attention.head_count", cfg["n_head"], U)
     w.add(A + "attention.head_count_kv", 1, U)
@@ -126,21 +134,23 @@ def write_kvs(w, arch, cfg):
         w.add(A + "attention.indexer.types", list(cfg["types"]), T.ARRAY, T.BOOL)
 
 
-def write_model(arch, path):
-    vocab = mm.read_gguf(os.path.join(mm.VOCAB_DIR, mm.VOCABS[CFGS[arch]["vocab"]]))
-    cfg = dict(CFGS[arch], n_vocab=len(vocab.kv["tokenizer.ggml.tokens"]))
+def write_model(name, path):
+    arch = name.replace("-bench", "")
+    vocab = mm.read_gguf(os.path.join(mm.VOCAB_DIR, mm.VOCABS[CFGS[name]["vocab"]]))
+    cfg = dict(CFGS[name], n_vocab=len(vocab.kv["tokenizer.ggml.tokens"]))
+    dtype = cfg.get("dtype", "F32")
     w = GGUFWriter(path)
     w.add("general.architecture", arch)
     w.add("general.name", "tiny-" + arch)
-    w.add("general.file_type", 0, T.UINT32)
+    w.add("general.file_type", mm.FILE_TYPE[dtype], T.UINT32)
     write_kvs(w, arch, cfg)
     w.copy_kvs(vocab, "tokenizer.")
     for name, arr in gen_weights(cfg):
-        w.add_tensor(name, arr, "F32")
+        w.add_tensor(name, arr, mm.stored_type(name, arr.ndim, dtype))
     w.write()
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in CFGS:
-        sys.exit("usage: gen_dsa.py deepseek32|glm-dsa OUT.gguf")
+        sys.exit("usage: gen_dsa.py deepseek32|glm-dsa|deepseek32-bench OUT.gguf")
     write_model(sys.argv[1], sys.argv[2])

@@ -11,6 +11,7 @@
  * token-by-token equal a fresh one-batch evaluation, bad metadata refused
  * in one line naming the key, the MTP block not run.
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -21,8 +22,8 @@
 #include "colibri.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
-#include "tests/cli_run.h"
 #include "tests/ref_models.h"
+#include "tests/serve_util.h"
 
 #define MAX_IDS 64
 #define TOP 10
@@ -299,6 +300,8 @@ Test(dsa, bad_metadata_refused) {
     s_refused("deepseek32", &(edit){.u32_key = "deepseek32.attention.indexer.key_length", .u32_val = 8},
               "attention.indexer.key_length");
     s_refused("deepseek32", &(edit){.drop_tensor = "blk.1.indexer.proj.weight"}, "blk.1.indexer.proj.weight");
+    s_refused("glm-dsa", &(edit){.drop_tensor = "blk.1.indexer.attn_k.weight"}, "blk.1.indexer.attn_k.weight");
+    s_refused("deepseek32", &(edit){.drop_tensor = "blk.3.nextn.enorm.weight"}, "blk.3.nextn.enorm.weight");
     s_refused("glm-dsa", &(edit){.arr_key = "glm-dsa.attention.indexer.types", .arr = short_types, .n_arr = 2},
               "attention.indexer.types");
     s_refused("glm-dsa", &(edit){.arr_key = "glm-dsa.attention.indexer.types", .arr = shared_first, .n_arr = 3},
@@ -474,8 +477,8 @@ static char *s_cli_both(const char *fam, const char *cmd, const char *a1, const 
     char *outs[2];
     const char *dev[2] = {"inproc", "cpu:2"};
     for (int i = 0; i < 2; i++) {
-        char *argv[] = {coli, (char *)cmd, "-m", path, "-t", "2", "--devices", (char *)dev[i], (char *)a1, (char *)a2,
-                        (char *)a3, (char *)a4, NULL};
+        char *argv[] = {coli,           (char *)cmd, "-m",       path,       "-t",       "2", "--devices",
+                        (char *)dev[i], (char *)a1,  (char *)a2, (char *)a3, (char *)a4, NULL};
         cli_result res = cli_run(argv);
         cr_assert_eq(res.status, 0, "coli %s --devices %s: %s", cmd, dev[i], res.err);
         outs[i] = res.out;
@@ -506,3 +509,49 @@ static void s_cli(const char *fam) {
 
 Test(dsa, deepseek32_cli_run_and_perplexity) { s_cli("deepseek32"); }
 Test(dsa, glm_dsa_cli_run_and_perplexity) { s_cli("glm-dsa"); }
+
+/* Choice i's text of a /v1/completions answer into out ("" when absent). */
+static void s_choice_text(const char *body, int i, char *out, size_t cap) {
+    cJSON *j = cJSON_Parse(body);
+    cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), i), "text");
+    snprintf(out, cap, "%s", cJSON_IsString(t) ? t->valuestring : "");
+    cJSON_Delete(j);
+}
+
+/* coli serve on two workers: a greedy completion, the same again (its
+ * prompt now from the prefix cache) and n = 2 choices all give one text. */
+static void s_serve(const char *fam) {
+    ref_file r;
+    char path[4096], first[2048], again[2048], c0[2048], c1[2048];
+    s_read_fixture(fam, &r);
+    s_model(fam, &r, path, sizeof path);
+    const char *extra[] = {"--devices", "cpu:2", "-t", "2", NULL};
+    serve_proc sp = su_start(path, extra);
+    char ids[512] = "", body[700], body2[700];
+    for (int i = 0; i < r.p[0].n; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", r.p[0].ids[i]);
+    /* the fixture's 24 ids: llama.cpp's greedy continuation has no end token */
+    snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":12,\"temperature\":0}", ids);
+    snprintf(body2, sizeof body2, "{\"prompt\":[%s],\"max_tokens\":12,\"temperature\":0,\"n\":2}", ids);
+    http_resp a = su_post(sp.port, "/v1/completions", body);
+    cr_assert_eq(a.status, 200, "%s", a.raw);
+    s_choice_text(a.body, 0, first, sizeof first);
+    http_resp b = su_post(sp.port, "/v1/completions", body);
+    cr_assert_eq(b.status, 200, "%s", b.raw);
+    s_choice_text(b.body, 0, again, sizeof again);
+    http_resp c = su_post(sp.port, "/v1/completions", body2);
+    cr_assert_eq(c.status, 200, "%s", c.raw);
+    s_choice_text(c.body, 0, c0, sizeof c0);
+    s_choice_text(c.body, 1, c1, sizeof c1);
+    cr_expect_gt(strlen(first), 0, "%s: empty completion: %s", fam, a.body);
+    cr_expect_str_eq(again, first, "%s: the prefix-cached request differs", fam);
+    cr_expect_str_eq(c0, first, "%s: choice 0 of n = 2 differs", fam);
+    cr_expect_str_eq(c1, first, "%s: choice 1 of n = 2 differs", fam);
+    su_free(&a);
+    su_free(&b);
+    su_free(&c);
+    cr_expect_eq(su_stop(&sp), 0);
+}
+
+Test(dsa, deepseek32_serve) { s_serve("deepseek32"); }
+Test(dsa, glm_dsa_serve) { s_serve("glm-dsa"); }

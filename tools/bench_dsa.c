@@ -1,0 +1,149 @@
+/*
+ * bench_dsa - what DeepSeek Sparse Attention's lightning indexer costs a
+ * decode step at a given context, without prefilling it: the KV cache of a
+ * deepseek32 / glm-dsa model is filled with random rows (latent and
+ * indexer keys, the magnitudes a prefill writes), then decode steps run at
+ * positions ctx, ctx + 1, ... (experts in-process). Per context it prints
+ * the step time, the same with top_k raised past the context (every row
+ * dense: latent attention over all positions, the indexer's scoring and
+ * choice skipped), and the indexer alone (its projections, scores over
+ * every position and top-k choice, all layers, timed on the same state).
+ *
+ *   bench_dsa MODEL [--ctx 256,4096] [--steps 16] [-t THREADS]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coordinator/forward_impl.h"
+#include "coordinator/moe_exec.h"
+#include "core/error.h"
+#include "core/threadpool.h"
+
+#define MAX_CTX 8
+
+typedef struct opts {
+    const char *model;
+    int ctx[MAX_CTX], n_ctx, steps, threads;
+} opts;
+
+static double s_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int s_parse(int argc, char **argv, opts *o) {
+    const char *list = "256,4096";
+    *o = (opts){.steps = 16, .threads = 0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--ctx") && i + 1 < argc)
+            list = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+            o->steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            o->threads = atoi(argv[++i]);
+        else if (argv[i][0] != '-' && !o->model)
+            o->model = argv[i];
+        else
+            return -1;
+    }
+    for (const char *p = list; *p && o->n_ctx < MAX_CTX; p += strcspn(p, ","), p += *p == ',')
+        o->ctx[o->n_ctx++] = atoi(p);
+    return o->model && o->steps > 0 && o->n_ctx > 0 ? 0 : -1;
+}
+
+/* Random rows standing in for a prefill: unit-scale latent and keys. */
+static void s_fill(kv_cache *kv, int n, uint64_t seed) {
+    float *row = malloc((size_t)kv->k_dim * sizeof(float));
+    for (int l = 0; l < kv->n_layer; l++)
+        for (int p = 0; p < n; p++) {
+            for (int64_t i = 0; i < kv->k_dim; i++) {
+                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+                row[i] = (float)((int)(seed >> 40) % 2001 - 1000) / 577.0f;
+            }
+            kv_cache_store(kv, l, p, 1, row, NULL);
+        }
+    free(row);
+}
+
+typedef struct timing {
+    double step_ms, indexer_ms;
+} timing;
+
+/* steps decode steps from position ctx; the indexer alone after them. */
+static int s_run(model *m, moe_exec *ex, coli_pool *pool, int ctx, int steps, timing *out) {
+    forward_state s;
+    kv_cache kv;
+    const model_hparams *hp = &m->hp;
+    int rc = kv_cache_init(&kv, hp->n_layer, ctx + steps, model_k_dim(hp), model_v_dim(hp), hp->mla_absorbed, 0);
+    if (rc < 0) return rc;
+    if ((rc = forward_state_init(&s, m, ex, pool, 1, ctx + steps)) < 0) {
+        kv_cache_free(&kv);
+        return rc;
+    }
+    s_fill(&kv, ctx, 42);
+    float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    int32_t id = 17;
+    double t0 = s_now();
+    for (int i = 0; i < steps && rc == 0; i++) rc = forward_eval(&s, &kv, &id, 1, ctx + i, logits, 0);
+    out->step_ms = (s_now() - t0) * 1e3 / steps;
+    out->indexer_ms = 0.0;
+    if (rc == 0 && s.dsa) {
+        const fwd_rows rows = {.kv = &kv, .pos = ctx + steps - 1};
+        t0 = s_now();
+        for (int i = 0; i < steps && rc == 0; i++)
+            for (int il = 0; il < hp->n_layer && rc == 0; il++)
+                if ((rc = forward_dsa_index(&s, &m->layers[il], 1)) == 0)
+                    rc = forward_dsa_select(&s, &m->layers[il], &rows, il, 1);
+        out->indexer_ms = (s_now() - t0) * 1e3 / steps;
+    }
+    free(logits);
+    forward_state_free(&s);
+    kv_cache_free(&kv);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    model *m = NULL;
+    moe_exec *ex = NULL;
+    if (s_parse(argc, argv, &o) < 0) {
+        fprintf(stderr, "usage: bench_dsa MODEL [--ctx 256,4096] [--steps 16] [-t THREADS]\n");
+        return 2;
+    }
+    if (model_open(o.model, &m) < 0 || m->hp.idx_top_k <= 0) {
+        fprintf(stderr, "bench_dsa: %s\n", m ? "not a sparse-attention model" : coli_last_error());
+        model_close(&m);
+        return 1;
+    }
+    coli_pool *pool = coli_pool_new(o.threads);
+    const moe_exec_config cfg = {.model_path = o.model,
+                                 .gguf = m->gguf,
+                                 .n_layer = m->hp.n_layer,
+                                 .n_expert = m->hp.n_expert,
+                                 .n_expert_used = m->hp.n_expert_used,
+                                 .n_embd = m->hp.n_embd,
+                                 .n_ff = m->hp.n_ff_exp,
+                                 .pool = pool,
+                                 .n_threads = coli_pool_size(pool)};
+    int rc = pool ? moe_exec_inproc_new(&cfg, &ex) : COLI_ENOMEM;
+    const int top_k = m->hp.idx_top_k;
+    printf("bench_dsa: %s, %d layers, top_k %d, indexer %d x %d, %d threads, %d steps\n", o.model, m->hp.n_layer, top_k,
+           m->hp.idx_n_head, m->hp.idx_head_dim, coli_pool_size(pool), o.steps);
+    for (int c = 0; c < o.n_ctx && rc == 0; c++) {
+        timing sparse, dense;
+        m->hp.idx_top_k = top_k;
+        if ((rc = s_run(m, ex, pool, o.ctx[c], o.steps, &sparse)) < 0) break;
+        m->hp.idx_top_k = o.ctx[c] + o.steps; /* no row past it: all dense */
+        if ((rc = s_run(m, ex, pool, o.ctx[c], o.steps, &dense)) < 0) break;
+        printf("ctx %5d: step %8.2f ms (indexer %6.2f ms, %4.1f%%); every row dense: step %8.2f ms\n", o.ctx[c],
+               sparse.step_ms, sparse.indexer_ms, 100.0 * sparse.indexer_ms / sparse.step_ms, dense.step_ms);
+    }
+    if (rc < 0) fprintf(stderr, "bench_dsa: %s\n", coli_last_error());
+    if (ex) ex->destroy(ex);
+    coli_pool_destroy(&pool);
+    model_close(&m);
+    return rc < 0 ? 1 : 0;
+}
