@@ -33,6 +33,7 @@ typedef struct fwd_dsa {
     float *w;      /* (B, idx_n_head) head weights, pre-scaled */
     float *scores; /* (n_workers, n_ctx) one row per token of a group */
     float *krow;   /* (n_workers, idx_head_dim) an fp16 key converted */
+    float *dots;   /* (n_workers, idx_n_head) one position's q_h . k */
     int32_t *sel;  /* (B, top_k) chosen positions, ascending */
     int *n_sel;    /* (B) their count; pos + 1 (all) when not past top_k */
     int *dense;    /* (B) 1: row attends to every position */
@@ -52,10 +53,11 @@ int forward_dsa_init(forward_state *s) {
     d->w = malloc(B * (size_t)hp->idx_n_head * sizeof(float));
     d->scores = malloc(W * (size_t)s->n_ctx * sizeof(float));
     d->krow = malloc(W * (size_t)hp->idx_head_dim * sizeof(float));
+    d->dots = malloc(W * (size_t)hp->idx_n_head * sizeof(float));
     d->sel = malloc(B * K * sizeof(int32_t));
     d->n_sel = calloc(B, sizeof(int));
     d->dense = calloc(B, sizeof(int));
-    if (!d->q || !d->k || !d->w || !d->scores || !d->krow || !d->sel || !d->n_sel || !d->dense)
+    if (!d->q || !d->k || !d->w || !d->scores || !d->krow || !d->dots || !d->sel || !d->n_sel || !d->dense)
         return coli_fail(COLI_ENOMEM, "sparse attention: cannot allocate the indexer's buffers");
     return 0;
 }
@@ -68,6 +70,7 @@ void forward_dsa_free(forward_state *s) {
     free(d->w);
     free(d->scores);
     free(d->krow);
+    free(d->dots);
     free(d->sel);
     free(d->n_sel);
     free(d->dense);
@@ -131,8 +134,8 @@ typedef struct score_job {
 } score_job;
 
 /* Score of one cached position j for row t (float sums in head order, as
- * ggml's fused lightning indexer). */
-static float s_score(const forward_state *s, const kv_cache *kv, int layer, int j, int t, float *krow) {
+ * ggml's fused lightning indexer); krow, dots: the thread's scratch. */
+static float s_score(const forward_state *s, const kv_cache *kv, int layer, int j, int t, float *krow, float *dots) {
     const model_hparams *hp = &s->m->hp;
     const int IH = hp->idx_n_head, ID = hp->idx_head_dim;
     const size_t LAT = (size_t)model_k_dim(hp) - (size_t)ID;
@@ -146,11 +149,9 @@ static float s_score(const forward_state *s, const kv_cache *kv, int layer, int 
         k = (const float *)kv_cache_k(kv, layer, j) + LAT;
     }
     const float *q = s->dsa->q + (size_t)t * (size_t)IH * (size_t)ID, *w = s->dsa->w + (size_t)t * (size_t)IH;
+    attn_dots_f32(q, ID, IH, k, ID, dots, 1); /* every head against one key, each load shared */
     float score = 0.0f;
-    for (int h = 0; h < IH; h++) {
-        const float qk = attn_dot_f32(q + (size_t)h * (size_t)ID, k, ID);
-        score += (qk > 0.0f ? qk : 0.0f) * w[h];
-    }
+    for (int h = 0; h < IH; h++) score += (dots[h] > 0.0f ? dots[h] : 0.0f) * w[h];
     return score;
 }
 
@@ -160,6 +161,7 @@ static void s_score_worker(void *arg, int ith, int nth) {
     forward_state *s = job->s;
     fwd_dsa *d = s->dsa;
     float *krow = d->krow + (size_t)ith * (size_t)s->m->hp.idx_head_dim;
+    float *dots = d->dots + (size_t)ith * (size_t)s->m->hp.idx_n_head;
     for (int g = 0; g < job->n_tok; g++) {
         const int t = job->t0 + g;
         if (d->dense[t]) continue;
@@ -167,7 +169,7 @@ static void s_score_worker(void *arg, int ith, int nth) {
         const kv_cache *kv = fwd_row_kv(job->rows, t);
         const int per = (n_kv + nth - 1) / nth, j1 = (ith + 1) * per < n_kv ? (ith + 1) * per : n_kv;
         float *sc = d->scores + (size_t)g * (size_t)s->n_ctx;
-        for (int j = ith * per; j < j1; j++) sc[j] = s_score(s, kv, job->layer, j, t, krow);
+        for (int j = ith * per; j < j1; j++) sc[j] = s_score(s, kv, job->layer, j, t, krow, dots);
     }
 }
 

@@ -1,8 +1,8 @@
 /*
  * bench_dsa - what DeepSeek Sparse Attention's lightning indexer costs a
- * decode step at a given context, without prefilling it: the KV cache of a
- * deepseek32 / glm-dsa model is filled with random rows (latent and
- * indexer keys, the magnitudes a prefill writes), then decode steps run at
+ * decode step at a given context without prefilling all of it: the KV
+ * cache of a deepseek32 / glm-dsa model is filled with the rows of a real
+ * 256-token prefill, repeated, then decode steps run at
  * positions ctx, ctx + 1, ... (experts in-process). Per context it prints
  * the step time, the same with top_k raised past the context (every row
  * dense: latent attention over all positions, the indexer's scoring and
@@ -22,6 +22,7 @@
 #include "core/threadpool.h"
 
 #define MAX_CTX 8
+#define PREFILL 256 /* tokens really evaluated to fill a context */
 
 typedef struct opts {
     const char *model;
@@ -54,18 +55,17 @@ static int s_parse(int argc, char **argv, opts *o) {
     return o->model && o->steps > 0 && o->n_ctx > 0 ? 0 : -1;
 }
 
-/* Random rows standing in for a prefill: unit-scale latent and keys. */
-static void s_fill(kv_cache *kv, int n, uint64_t seed) {
-    float *row = malloc((size_t)kv->k_dim * sizeof(float));
-    for (int l = 0; l < kv->n_layer; l++)
-        for (int p = 0; p < n; p++) {
-            for (int64_t i = 0; i < kv->k_dim; i++) {
-                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-                row[i] = (float)((int)(seed >> 40) % 2001 - 1000) / 577.0f;
-            }
-            kv_cache_store(kv, l, p, 1, row, NULL);
-        }
-    free(row);
+/* The first n positions: a real prefill of PREFILL tokens, its rows
+ * repeated after it (the values a prefill writes, so attention's
+ * probabilities and the indexer's scores look like a real context's). */
+static int s_fill(forward_state *s, kv_cache *kv, int n) {
+    const int k = n < PREFILL ? n : PREFILL, V = s->m->hp.n_vocab;
+    int32_t ids[PREFILL];
+    for (int i = 0; i < k; i++) ids[i] = (int32_t)((i * 7919 + 3) % V);
+    int rc = forward_eval(s, kv, ids, k, 0, NULL, 0);
+    for (int l = 0; l < kv->n_layer && rc == 0; l++)
+        for (int p = k; p < n; p++) kv_cache_store(kv, l, p, 1, kv_cache_k(kv, l, p % k), NULL);
+    return rc;
 }
 
 typedef struct timing {
@@ -79,11 +79,11 @@ static int s_run(model *m, moe_exec *ex, coli_pool *pool, int ctx, int steps, ti
     const model_hparams *hp = &m->hp;
     int rc = kv_cache_init(&kv, hp->n_layer, ctx + steps, model_k_dim(hp), model_v_dim(hp), hp->mla_absorbed, 0);
     if (rc < 0) return rc;
-    if ((rc = forward_state_init(&s, m, ex, pool, 1, ctx + steps)) < 0) {
+    if ((rc = forward_state_init(&s, m, ex, pool, PREFILL, ctx + steps)) < 0) {
         kv_cache_free(&kv);
         return rc;
     }
-    s_fill(&kv, ctx, 42);
+    rc = s_fill(&s, &kv, ctx);
     float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
     int32_t id = 17;
     double t0 = s_now();
