@@ -11,9 +11,10 @@
  *   score(j) = sum_h relu(q_h . k_j) w_h       for the visible positions j <= pos
  *
  * rope: the first n_rot dims of each head, NEOX pairs (deepseek32) or
- * adjacent pairs (glm-dsa), the angles of the latent attention. llama.cpp
- * also rotates q and k by one Walsh-Hadamard matrix before the product; it
- * is orthonormal, so q . k is the same up to rounding, and it is left out.
+ * adjacent pairs (glm-dsa), the angles of the latent attention. Then q and
+ * k are rotated by the orthonormal Walsh-Hadamard matrix of their width,
+ * as llama.cpp does (q . k is unchanged but for rounding; the rotated key
+ * is what an F16 cache rounds, so its choices follow llama.cpp's).
  * A row with at most top_k visible positions attends to all of them (dense
  * latent attention); past that to the top_k positions chosen exactly as
  * ggml's CPU top_k does (std::partial_sort by score, libstdc++'s heap: on
@@ -34,11 +35,38 @@ typedef struct fwd_dsa {
     float *scores; /* (n_workers, n_ctx) one row per token of a group */
     float *krow;   /* (n_workers, idx_head_dim) an fp16 key converted */
     float *dots;   /* (n_workers, idx_n_head) one position's q_h . k */
+    float *rot;    /* (idx_head_dim, idx_head_dim) Walsh-Hadamard matrix, or NULL */
+    float *tmp;    /* (idx_head_dim) a row before its rotation */
     int32_t *sel;  /* (B, top_k) chosen positions, ascending */
     int *n_sel;    /* (B) their count; pos + 1 (all) when not past top_k */
     int *dense;    /* (B) 1: row attends to every position */
     int group;     /* tokens scored per pool job: rows of scores */
 } fwd_dsa;
+
+/* llama.cpp's rotation (ggml_gen_hadamard): Sylvester's matrix over 1/sqrt(n),
+ * entry (i, j) = (-1)^popcount(i & j) / sqrt(n), built by doubling. Only for
+ * widths that are powers of two from 64 (llama.cpp's graph needs one). */
+static int s_hadamard(fwd_dsa *d, int n) {
+    if (n < 64 || (n & (n - 1)) != 0) return 0;
+    float *h = d->rot = malloc((size_t)n * (size_t)n * sizeof(float));
+    if (!h) return COLI_ENOMEM;
+    h[0] = (float)(1.0 / sqrtf((float)n));
+    for (int sz = 1; sz < n; sz *= 2)
+        for (int i = 0; i < sz; i++)
+            for (int j = 0; j < sz; j++) {
+                const float v = h[i * n + j];
+                h[(i + sz) * n + j] = v;
+                h[i * n + j + sz] = v;
+                h[(i + sz) * n + j + sz] = -v;
+            }
+    return 0;
+}
+
+/* x (n) = rot x, in place through tmp. */
+static void s_rotate(const fwd_dsa *d, float *x, int n) {
+    memcpy(d->tmp, x, (size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++) x[i] = attn_dot_f32(d->rot + (size_t)i * (size_t)n, d->tmp, n);
+}
 
 int forward_dsa_init(forward_state *s) {
     const model_hparams *hp = &s->m->hp;
@@ -54,10 +82,12 @@ int forward_dsa_init(forward_state *s) {
     d->scores = malloc(W * (size_t)s->n_ctx * sizeof(float));
     d->krow = malloc(W * (size_t)hp->idx_head_dim * sizeof(float));
     d->dots = malloc(W * (size_t)hp->idx_n_head * sizeof(float));
+    d->tmp = malloc((size_t)hp->idx_head_dim * sizeof(float));
+    if (d->tmp && s_hadamard(d, hp->idx_head_dim) < 0) return coli_fail(COLI_ENOMEM, "sparse attention: out of memory");
     d->sel = malloc(B * K * sizeof(int32_t));
     d->n_sel = calloc(B, sizeof(int));
     d->dense = calloc(B, sizeof(int));
-    if (!d->q || !d->k || !d->w || !d->scores || !d->krow || !d->dots || !d->sel || !d->n_sel || !d->dense)
+    if (!d->q || !d->k || !d->w || !d->scores || !d->krow || !d->dots || !d->tmp || !d->sel || !d->n_sel || !d->dense)
         return coli_fail(COLI_ENOMEM, "sparse attention: cannot allocate the indexer's buffers");
     return 0;
 }
@@ -71,6 +101,8 @@ void forward_dsa_free(forward_state *s) {
     free(d->scores);
     free(d->krow);
     free(d->dots);
+    free(d->rot);
+    free(d->tmp);
     free(d->sel);
     free(d->n_sel);
     free(d->dense);
@@ -119,6 +151,10 @@ int forward_dsa_index(forward_state *s, const layer_weights *l, int n) {
                     (const float *)l->idx_k_norm_b->data, ID, hp->idx_norm_eps);
         rope_apply(k, cs, 1, ID, P, hp->idx_neox);
         rope_apply(d->q + (size_t)t * (size_t)IH * (size_t)ID, cs, IH, ID, P, hp->idx_neox);
+        if (d->rot) {
+            s_rotate(d, k, ID);
+            for (int h = 0; h < IH; h++) s_rotate(d, d->q + ((size_t)t * (size_t)IH + (size_t)h) * (size_t)ID, ID);
+        }
         for (int h = 0; h < IH; h++) d->w[(size_t)t * (size_t)IH + h] *= wscale;
     }
     return 0;
