@@ -123,9 +123,9 @@ static int s_read_mla_widths(const gguf_file *f, model_hparams *hp) {
     if (!hp->mla_absorbed) {
         if (hp->n_head_kv != hp->n_head)
             return coli_fail(COLI_EFORMAT,
-                             "deepseek2: head_count_kv %d: multi-head latent attention "
+                             "%s: head_count_kv %d: multi-head latent attention "
                              "without key_length_mla needs head_count %d",
-                             hp->n_head_kv, hp->n_head);
+                             hp->arch_name, hp->n_head_kv, hp->n_head);
         hp->head_dim_mla = hp->head_dim;
         hp->head_dim_v_mla = hp->head_dim_v;
         return 0;
@@ -134,9 +134,9 @@ static int s_read_mla_widths(const gguf_file *f, model_hparams *hp) {
     if ((rc = s_head_width(f, hp, "attention.value_length_mla", 0, &hp->head_dim_v_mla)) < 0) return rc;
     if (hp->n_head_kv != 1 || hp->head_dim_v != hp->n_lora_kv)
         return coli_fail(COLI_EFORMAT,
-                         "deepseek2: key_length_mla present, so head_count_kv %d and value_length "
+                         "%s: key_length_mla present, so head_count_kv %d and value_length "
                          "%d must be 1 and kv_lora_rank %d",
-                         hp->n_head_kv, hp->head_dim_v, hp->n_lora_kv);
+                         hp->arch_name, hp->n_head_kv, hp->head_dim_v, hp->n_lora_kv);
     return 0;
 }
 
@@ -249,9 +249,9 @@ static int s_read_rope(const gguf_file *f, model_hparams *hp) {
     hp->n_rot = (int)v;
     if (hp->mla_absorbed && hp->head_dim != hp->n_lora_kv + hp->n_rot)
         return coli_fail(COLI_EFORMAT,
-                         "deepseek2: key_length %d: expected kv_lora_rank %d + rope dims %d "
+                         "%s: key_length %d: expected kv_lora_rank %d + rope dims %d "
                          "(the latent MQA of key_length_mla files)",
-                         hp->head_dim, hp->n_lora_kv, hp->n_rot);
+                         hp->arch_name, hp->head_dim, hp->n_lora_kv, hp->n_rot);
     return s_read_rope_scaling(f, hp, base, hp->arch != ARCH_LLAMA && !model_is_mla(hp));
 }
 
