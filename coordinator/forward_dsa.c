@@ -251,9 +251,7 @@ static int s_cmp_pos(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The k of n positions std::partial_sort puts first (std::__heap_select),
- * into out in ascending order. */
-static void s_top_k(const float *sc, int n, int k, int32_t *out) {
+void forward_dsa_top_k(const float *sc, int n, int k, int32_t *out) {
     for (int i = 0; i < k; i++) out[i] = i;
     if (k >= 2)
         for (long parent = (k - 2) / 2;; parent--) { /* std::__make_heap */
@@ -272,7 +270,8 @@ static void s_select_worker(void *arg, int ith, int nth) {
     for (int g = ith; g < job->n_tok; g += nth) {
         const int t = job->t0 + g;
         if (!d->dense[t])
-            s_top_k(d->scores + (size_t)g * (size_t)job->s->n_ctx, d->n_sel[t], K, d->sel + (size_t)t * (size_t)K);
+            forward_dsa_top_k(d->scores + (size_t)g * (size_t)job->s->n_ctx, d->n_sel[t], K,
+                              d->sel + (size_t)t * (size_t)K);
     }
 }
 

@@ -65,6 +65,10 @@ int forward_dsa_index(forward_state *s, const layer_weights *l, int n);
  * top-k indexer scores among 0..pos (a shared layer keeps the previous
  * layer's choice). Returns 0. */
 int forward_dsa_select(forward_state *s, const layer_weights *l, const fwd_rows *rows, int il, int n);
+/* The k (1 <= k <= n) of positions 0..n-1 that ggml's CPU top_k keeps
+ * for scores sc (std::partial_sort by sc[a] > sc[b], libstdc++'s heap
+ * deciding among equal scores), into out in ascending order. */
+void forward_dsa_top_k(const float *sc, int n, int k, int32_t *out);
 /* Row t's chosen positions in ascending order and their count, or NULL
  * when it attends to every position 0..pos (sequence not past top-k). */
 const int32_t *forward_dsa_positions(const forward_state *s, int t, int *n_pos);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "colibri.h"
+#include "coordinator/forward_impl.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
 #include "tests/ref_models.h"
@@ -200,6 +201,32 @@ static void s_workers_equal(const char *fam) {
 
 Test(dsa, deepseek32_workers_equal_inproc) { s_workers_equal("deepseek32"); }
 Test(dsa, glm_dsa_workers_equal_inproc) { s_workers_equal("glm-dsa"); }
+
+/* Equal scores at the top-k boundary: which positions stay is libstdc++'s
+ * heap's decision, not "lowest index first". Expected sets from
+ * std::partial_sort (g++ 12, libstdc++) on these rows. */
+Test(dsa, top_k_ties_as_ggml) {
+    static const struct {
+        int n, k;
+        float sc[20];
+        int32_t want[8];
+    } cases[] = {
+        {14, 6, {2, 1, 2, 0, 2, 1, 0, 1, 2, 1, 1, 0, 1, 0}, {0, 1, 2, 4, 7, 8}},
+        {15, 7, {0, 2, 0, 2, 0, 0, 1, 1, 1, 1, 2, 0, 2, 2, 0}, {1, 3, 7, 9, 10, 12, 13}},
+        {14, 5, {1, 1, 0, 1, 2, 2, 0, 2, 1, 1, 2, 0, 1, 1}, {1, 4, 5, 7, 10}},
+        {17, 6, {1, 0, 0, 2, 2, 1, 1, 1, 1, 2, 0, 0, 2, 1, 1, 1, 0}, {3, 4, 6, 7, 9, 12}},
+        {11, 7, {0, 0, 2, 0, 0, 0, 2, 0, 1, 0, 2}, {1, 2, 3, 4, 6, 8, 10}},
+        {10, 8, {0, 2, 0, 1, 2, 0, 1, 0, 2, 2}, {0, 1, 3, 4, 6, 7, 8, 9}},
+        {5, 5, {3, 1, 4, 1, 5}, {0, 1, 2, 3, 4}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int32_t got[8];
+        forward_dsa_top_k(cases[c].sc, cases[c].n, cases[c].k, got);
+        cr_expect(memcmp(got, cases[c].want, (size_t)cases[c].k * sizeof(int32_t)) == 0,
+                  "case %zu: got %d %d %d ..., want %d %d %d ...", c, got[0], got[1], got[2], cases[c].want[0],
+                  cases[c].want[1], cases[c].want[2]);
+    }
+}
 
 // ---------------------------------------------------------------------------
 // modified copies
