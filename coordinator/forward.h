@@ -46,6 +46,7 @@ typedef struct forward_state {
     float *shexp;         /* (B, n_embd) shared expert output */
     float *shexp_gate;    /* (B) shared expert gate logits */
     coli_scratch scratch; /* prepared matmul inputs */
+    struct fwd_dsa *dsa;  /* sparse attention's indexer state (forward_dsa.c); NULL otherwise */
     /* Optional observer of the routing (api.c: --route-trace, heat): called after each MoE
      * layer's experts ran, with the batch's choices; sel/w as above, valid during the call. */
     void (*route_hook)(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w);

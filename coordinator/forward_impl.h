@@ -7,6 +7,18 @@
 
 #include "coordinator/forward.h"
 
+/* Where each row of a batch lives: rows of one sequence (kv, positions
+ * pos, pos + 1, ...) or one row of each of several (kvs[t] at poss[t]). */
+typedef struct fwd_rows {
+    kv_cache *kv;
+    int pos;
+    kv_cache *const *kvs; /* NULL: one sequence */
+    const int *poss;
+} fwd_rows;
+
+static inline kv_cache *fwd_row_kv(const fwd_rows *r, int t) { return r->kvs ? r->kvs[t] : r->kv; }
+static inline int fwd_row_pos(const fwd_rows *r, int t) { return r->poss ? r->poss[t] : r->pos + t; }
+
 /* RMSNorm of each of n rows of width cols (o may be x): x / sqrt(mean(x^2)
  * + eps) * w, the sum of squares in double as ggml. w: (cols) F32. */
 void fwd_rmsnorm_rows(float *o, const float *x, const coli_tensor *w, int n, int64_t cols, float eps);
@@ -40,7 +52,29 @@ int forward_mla_qkv(forward_state *s, const layer_weights *l, int n);
  * NULL is returned). */
 const float *forward_mla_values(forward_state *s, const layer_weights *l, int n, int *rc);
 
-/* Floats per token of s->mla (0 unless deepseek2). */
+/* Floats per token of s->mla (0 unless latent attention). forward_mla_qkv
+ * leaves the normalised q latent rmsnorm(attn_q_a x) * attn_q_a_norm at
+ * its start, (n, n_lora_q): the sparse-attention indexer's input. */
 size_t forward_mla_floats(const model_hparams *hp);
+
+/* DeepSeek Sparse Attention (forward_dsa.c). The state lives in s->dsa
+ * (NULL for other families). */
+int forward_dsa_init(forward_state *s);
+void forward_dsa_free(forward_state *s);
+/* The lightning indexer of layer l for the n new rows: its key into each
+ * row of s->k after the latent (cached with it), its queries and head
+ * weights kept for forward_dsa_select. Nothing on a shared layer. */
+int forward_dsa_index(forward_state *s, const layer_weights *l, int n);
+/* After the rows were cached: the positions each row attends to, the
+ * top-k indexer scores among 0..pos (a shared layer keeps the previous
+ * layer's choice). Returns 0. */
+int forward_dsa_select(forward_state *s, const layer_weights *l, const fwd_rows *rows, int il, int n);
+/* The k (1 <= k <= n) of positions 0..n-1 that ggml's CPU top_k keeps
+ * for scores sc (std::partial_sort by sc[a] > sc[b], libstdc++'s heap
+ * deciding among equal scores), into out in ascending order. */
+void forward_dsa_top_k(const float *sc, int n, int k, int32_t *out);
+/* Row t's chosen positions in ascending order and their count, or NULL
+ * when it attends to every position 0..pos (sequence not past top-k). */
+const int32_t *forward_dsa_positions(const forward_state *s, int t, int *n_pos);
 
 #endif

@@ -31,6 +31,9 @@
  *   gpt-oss  - attention sinks, sliding-window attention on some layers,
  *              q/k/v/o biases, router bias, softmax over the chosen top-k,
  *              biased experts with the clamped SwiGLU (model_gptoss.c).
+ *   deepseek32, glm-dsa - deepseek2's latent attention (newer file layout
+ *              only) restricted to the top-k positions a lightning indexer
+ *              picks (coordinator/model_dsa.c, forward_dsa.c).
  * Rope scaling (none / linear / yarn) is read for every architecture.
  */
 #ifndef COLI_COORD_MODEL_H
@@ -52,6 +55,8 @@ typedef enum model_arch {
     ARCH_GLM4MOE,
     ARCH_MINIMAX_M2,
     ARCH_GPTOSS,
+    ARCH_DEEPSEEK32, /* deepseek2's latent attention + the sparse-attention indexer (model_dsa.c) */
+    ARCH_GLM_DSA,    /* the same with per-layer full / shared indexers (GLM-5) */
 } model_arch;
 
 typedef enum expert_gating {
@@ -62,7 +67,7 @@ typedef enum expert_gating {
 
 typedef struct model_hparams {
     model_arch arch;
-    char arch_name[16]; /* "llama", "olmoe", ..., "minimax-m2", "gpt-oss" (s_read_arch's table) */
+    char arch_name[16]; /* "llama", "olmoe", ..., "deepseek32", "glm-dsa" (s_read_arch's table) */
     int n_vocab;
     int n_ctx_train; /* <arch>.context_length */
     int n_embd;      /* width of the residual stream */
@@ -96,6 +101,12 @@ typedef struct model_hparams {
                                key_length in the older attn_kv_b files) */
     int head_dim_v_mla;         /* deepseek2: per-head value width (value_length_mla / value_length) */
     int n_swa;                  /* gpt-oss: attention.sliding_window (layer_weights.n_swa says where) */
+    /* DeepSeek Sparse Attention (deepseek32, glm-dsa; 0 otherwise): the lightning indexer */
+    int idx_n_head;     /* attention.indexer.head_count */
+    int idx_head_dim;   /* attention.indexer.key_length: one key per position, cached after the latent */
+    int idx_top_k;      /* attention.indexer.top_k: positions each query attends to */
+    int idx_neox;       /* its rope pairs: NEOX (deepseek32) or adjacent (glm-dsa), first n_rot dims */
+    float idx_norm_eps; /* eps of its key LayerNorm (llama.cpp: 1e-6 deepseek32, 0 glm-dsa) */
 } model_hparams;
 
 /* One transformer block. Matrices are GGML-shaped (ne[0] = input width). */
@@ -125,6 +136,13 @@ typedef struct layer_weights {
     const coli_tensor *shexp_gate;             /* qwen2moe: (n_embd) F32 sigmoid gate; else NULL */
     int has_shexp;                             /* shexp holds a shared expert (qwen2moe, deepseek2) */
     expert_weights shexp;                      /* shared expert(s) as one FFN */
+    /* DSA lightning indexer (model_dsa.c); all NULL on a glm-dsa "shared" layer, which
+     * reuses the choice of the full layer before it */
+    const coli_tensor *idx_wq_b;     /* (n_lora_q, idx_n_head * idx_head_dim) */
+    const coli_tensor *idx_wk;       /* (n_embd, idx_head_dim) */
+    const coli_tensor *idx_k_norm;   /* (idx_head_dim) F32 LayerNorm weight */
+    const coli_tensor *idx_k_norm_b; /* (idx_head_dim) F32 LayerNorm bias */
+    const coli_tensor *idx_proj;     /* (n_embd, idx_n_head) per-head weights */
 } layer_weights;
 
 /* glm4moe's multi-token-prediction (NextN) block: loaded and validated,
@@ -155,9 +173,15 @@ int model_open(const char *path, model **out);
 int model_from_gguf(gguf_file *f, model **out);
 void model_close(model **m);
 
+/* 1 for the families with deepseek2's multi-head latent attention. */
+static inline int model_is_mla(const model_hparams *hp) {
+    return hp->arch == ARCH_DEEPSEEK2 || hp->arch == ARCH_DEEPSEEK32 || hp->arch == ARCH_GLM_DSA;
+}
+
 /* q_dim = n_head * head_dim (queries), k_dim = n_head_kv * head_dim (keys
- * per position), v_dim = n_head_kv * head_dim_v (values per position),
- * attn_dim = n_head * head_dim_v (attention output, attn_output's input). */
+ * per position; sparse attention: + idx_head_dim, the indexer's key after
+ * the latent, so every copy of a cache row carries it), v_dim = n_head_kv
+ * * head_dim_v (values per position), attn_dim = n_head * head_dim_v (attention output, attn_output's input). */
 int64_t model_q_dim(const model_hparams *hp);
 int64_t model_k_dim(const model_hparams *hp);
 int64_t model_v_dim(const model_hparams *hp);

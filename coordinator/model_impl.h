@@ -1,7 +1,7 @@
 /*
  * model_impl.h - what model.c shares with the loaders of single families
- * (model_glm4moe.c, model_minimax_m2.c, model_gptoss.c); not part of the
- * engine's interface.
+ * (model_glm4moe.c, model_minimax_m2.c, model_gptoss.c, model_dsa.c); not
+ * part of the engine's interface.
  */
 #ifndef COLI_COORD_MODEL_IMPL_H
 #define COLI_COORD_MODEL_IMPL_H
@@ -50,5 +50,15 @@ int model_opt_int(const gguf_file *f, const model_hparams *hp, const char *suffi
  * layer's tensors. */
 int model_gptoss_hparams(const gguf_file *f, model_hparams *hp);
 int model_gptoss_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+
+/* Sparse attention (deepseek32, glm-dsa; model_dsa.c): the indexer's keys
+ * and the checks of the latent-attention keys it relies on, after the
+ * deepseek2 ones were read. Returns 0 or a one-line refusal naming the key. */
+int model_dsa_read(const gguf_file *f, model_hparams *hp);
+/* Its q.k multiplier and rope magnitude under YaRN (yarn: the scaling is
+ * yarn), where llama.cpp's context setup differs from deepseek2's. */
+void model_dsa_yarn(model_hparams *hp, int yarn, float attn_factor, float log_mul);
+/* Layer il's indexer tensors (none on a glm-dsa shared layer). */
+int model_dsa_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 
 #endif
