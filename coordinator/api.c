@@ -187,7 +187,9 @@ static int s_model_setup(coli_model *cm, const char *path, const coli_model_para
     coli_settings *set = malloc(sizeof *set); /* ~30 KiB (paths); the executor copies it */
     if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
     coli_settings_load(set, p);
-    if (set->prefault) {
+    uint64_t ram = 0; /* the disk tier reads experts itself: faulting the whole file in would defeat it */
+    (void)moe_exec_ram_budget(p->devices, &ram);
+    if (set->prefault && !ram) {
         const coli_byte_range whole = {gguf_base(cm->m->gguf), gguf_size(cm->m->gguf)};
         cm->prefault = coli_prefault_start(&whole, 1);
     }

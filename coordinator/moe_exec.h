@@ -69,6 +69,12 @@ void moe_group_by_expert(const int32_t *ids, const int64_t *items, int64_t n, in
 
 /* In-process: the cpu plugin's vtable called directly, no workers. */
 int moe_exec_inproc_new(const moe_exec_config *cfg, moe_exec **out);
+/* In-process with a RAM budget: experts read from the file into a RAM expert
+ * cache of ram_bytes (coordinator/sched/disk_tier.c; `--devices inproc@ram=SIZE`). */
+int moe_exec_disk_new(const moe_exec_config *cfg, uint64_t ram_bytes, moe_exec **out);
+/* The RAM budget a devices string gives the disk tier ("inproc@ram=SIZE"):
+ * 0 in *bytes for any other string (the mapped file then). 0 or COLI_EINVAL. */
+int moe_exec_ram_budget(const char *devices, uint64_t *bytes);
 /* Worker processes, one per device, with CPU fallback (coordinator/sched/scheduler.c). */
 int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out);
 
