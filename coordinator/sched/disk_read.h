@@ -15,13 +15,13 @@
 #define DISK_LAT_RING 4096 /* latencies kept for the percentiles (the latest) */
 
 typedef struct disk_file {
-    int fd;              /* ordinary reads (page cache) */
-    int fd_direct;       /* O_DIRECT, -1 when the file system refuses it */
-    size_t align;        /* O_DIRECT alignment of offset, length and buffer */
-    pthread_mutex_t mu;  /* the counters below */
-    uint64_t reads;      /* disk_read_parts calls (one expert each) */
-    uint64_t bytes;      /* bytes read, alignment padding included */
-    uint64_t direct;     /* of those reads, the ones O_DIRECT served */
+    int fd;             /* ordinary reads (page cache) */
+    int fd_direct;      /* O_DIRECT, -1 when the file system refuses it */
+    size_t align;       /* O_DIRECT alignment of offset, length and buffer */
+    pthread_mutex_t mu; /* the counters below */
+    uint64_t reads;     /* disk_read_parts calls (one expert each) */
+    uint64_t bytes;     /* bytes read, alignment padding included */
+    uint64_t direct;    /* of those reads, the ones O_DIRECT served */
     uint32_t lat_us[DISK_LAT_RING];
     uint64_t n_lat;
 } disk_file;

@@ -20,6 +20,7 @@
  * do not stay and the victims it evicted (freed after the call).
  */
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -509,6 +510,10 @@ int moe_exec_disk_new(const moe_exec_config *cfg, uint64_t ram_bytes, moe_exec *
         rc = coli_fail(COLI_ENOMEM, "disk tier: cannot start the compute threads");
     if (!rc) rc = s_start_cache(dt, cfg, eb, ram_bytes);
     free(eb);
+    /* The mapping now serves only the dense weights; a fault there must not
+     * read around into the experts' bytes (read-ahead is often several MiB,
+     * all of it charged to a memory cgroup): fault in what is touched only. */
+    if (!rc) (void)madvise((void *)gguf_base(cfg->gguf), gguf_size(cfg->gguf), MADV_RANDOM);
     if (rc) {
         s_destroy(&dt->base);
         return rc;
