@@ -205,3 +205,22 @@ Test(disk_tier, experts_stay_out_of_the_page_cache_in_a_memory_cgroup, .timeout 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_expect_eq(system(cmd), 0);
 }
+
+/* The end-of-run summary of `coli run` names the tier's reads and latencies without -v. */
+Test(disk_tier, run_summary_shows_the_counters) {
+    char coli[1100];
+    snprintf(coli, sizeof coli, "%s/bin/coli", sched_build_dir());
+    char *argv[] = {coli,        "run",
+                    "-m",        (char *)sched_fixture("tiny-llama-moe-q4_0.gguf"),
+                    "-p",        "Once upon a time",
+                    "-n",        "4",
+                    "--temp",    "0",
+                    "--devices", "inproc@ram=20K",
+                    NULL};
+    cli_result r = cli_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "disk tier: RAM"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "disk reads"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "read p50"), "%s", r.err);
+    cli_result_free(&r);
+}

@@ -113,6 +113,7 @@ int disk_read_ranges(disk_file *f, const disk_range *r, int n, void *buf, const 
     f->reads++;
     f->bytes += bytes;
     f->direct += (uint64_t)(all_direct && !rc);
+    f->lat_sum_us += us;
     f->lat_us[f->n_lat++ % DISK_LAT_RING] = us > 4e9 ? 4000000000u : (uint32_t)us;
     pthread_mutex_unlock(&f->mu);
     return rc;

@@ -24,6 +24,7 @@ typedef struct disk_file {
     uint64_t direct;    /* of those reads, the ones O_DIRECT served */
     uint32_t lat_us[DISK_LAT_RING];
     uint64_t n_lat;
+    double lat_sum_us; /* of every read */
 } disk_file;
 
 /* One range of the file to read: [off, off + len). */

@@ -316,19 +316,20 @@ static void s_counters_json(disk_tier *dt, coli_strbuf *b) {
     uint64_t routed = c->hits + c->misses;
     pthread_mutex_lock(&dt->file.mu);
     uint64_t reads = dt->file.reads, bytes = dt->file.bytes, direct = dt->file.direct;
+    double sum_us = dt->file.lat_sum_us;
     pthread_mutex_unlock(&dt->file.mu);
-    coli_strbuf_appendf(b,
-                        "\"budget_bytes\":%llu,\"used_bytes\":%llu,\"resident_experts\":%zu,\"hits\":%llu,"
-                        "\"misses\":%llu,\"hit_rate\":%.6f,\"promotions\":%llu,\"evictions\":%llu,"
-                        "\"prefetch_issued\":%llu,\"prefetch_used\":%llu,\"disk_reads\":%llu,\"disk_bytes\":%llu,"
-                        "\"direct_reads\":%llu,\"transient_reads\":%llu,\"read_p50_us\":%.0f,\"read_p99_us\":%.0f",
-                        (unsigned long long)dt->ec->budget, (unsigned long long)dt->ec->used, held,
-                        (unsigned long long)c->hits, (unsigned long long)c->misses,
-                        routed ? (double)c->hits / (double)routed : 0.0, (unsigned long long)c->promotions,
-                        (unsigned long long)c->evictions, (unsigned long long)c->prefetch_issued,
-                        (unsigned long long)c->prefetch_used, (unsigned long long)reads, (unsigned long long)bytes,
-                        (unsigned long long)direct, (unsigned long long)dt->transient_reads,
-                        disk_latency_us(&dt->file, 0.5), disk_latency_us(&dt->file, 0.99));
+    coli_strbuf_appendf(
+        b,
+        "\"budget_bytes\":%llu,\"used_bytes\":%llu,\"resident_experts\":%zu,\"hits\":%llu,"
+        "\"misses\":%llu,\"hit_rate\":%.6f,\"promotions\":%llu,\"evictions\":%llu,"
+        "\"prefetch_issued\":%llu,\"prefetch_used\":%llu,\"disk_reads\":%llu,\"disk_bytes\":%llu,"
+        "\"direct_reads\":%llu,\"transient_reads\":%llu,\"read_p50_us\":%.0f,\"read_p99_us\":%.0f,\"read_us_sum\":%.0f",
+        (unsigned long long)dt->ec->budget, (unsigned long long)dt->ec->used, held, (unsigned long long)c->hits,
+        (unsigned long long)c->misses, routed ? (double)c->hits / (double)routed : 0.0,
+        (unsigned long long)c->promotions, (unsigned long long)c->evictions, (unsigned long long)c->prefetch_issued,
+        (unsigned long long)c->prefetch_used, (unsigned long long)reads, (unsigned long long)bytes,
+        (unsigned long long)direct, (unsigned long long)dt->transient_reads, disk_latency_us(&dt->file, 0.5),
+        disk_latency_us(&dt->file, 0.99), sum_us);
 }
 
 static int s_finish(coli_strbuf *b, char **out) {
