@@ -188,7 +188,7 @@ static int s_model_setup(coli_model *cm, const char *path, const coli_model_para
     if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
     coli_settings_load(set, p);
     uint64_t ram = 0; /* the disk tier reads experts itself: faulting the whole file in would defeat it */
-    (void)moe_exec_ram_budget(p->devices, &ram);
+    (void)moe_exec_ram_budget(p->devices, cm->m->gguf, set, &ram);
     if (set->prefault && !ram) {
         const coli_byte_range whole = {gguf_base(cm->m->gguf), gguf_size(cm->m->gguf)};
         cm->prefault = coli_prefault_start(&whole, 1);

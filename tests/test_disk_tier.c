@@ -167,7 +167,8 @@ static uint64_t run_confined(const char *model, const char *devices, uint64_t li
 
 /* A 100 MB model in a 160 MB cgroup that counts the page cache: the mapped
  * path's experts land in the cache (charged to the cgroup), the disk tier
- * with 4 MB of RAM reads them around it (O_DIRECT) and answers the same. */
+ * with 4 MB of RAM reads them around it (O_DIRECT) and answers the same; in
+ * a 96 MB cgroup plain `inproc` chooses the disk tier itself. */
 Test(disk_tier, experts_stay_out_of_the_page_cache_in_a_memory_cgroup, .timeout = 120) {
     char dir[1100], model[1200], gen[1100], out_m[1200], out_d[1200], st_m[1200], st_d[1200];
     snprintf(dir, sizeof dir, "%s/disk-tier-XXXXXX", sched_build_dir());
@@ -198,6 +199,19 @@ Test(disk_tier, experts_stay_out_of_the_page_cache_in_a_memory_cgroup, .timeout 
         cr_expect_lt(peak_disk * 3 / 2, peak_mapped, "disk tier peak %llu, mapped %llu", (unsigned long long)peak_disk,
                      (unsigned long long)peak_mapped);
     }
+    free(stats);
+    /* the default: a file larger than the cgroup's room takes the disk tier by itself */
+    char out_a[1200], st_a[1200];
+    snprintf(out_a, sizeof out_a, "%s/auto.txt", dir);
+    snprintf(st_a, sizeof st_a, "%s/auto.json", dir);
+    run_confined(model, "inproc", 96ull << 20, out_a, st_a);
+    stats = cli_slurp(st_a, &ld);
+    cr_assert_not_null(stats);
+    cr_expect_gt(tier_field(stats, "budget_bytes"), 0, "%s", stats);
+    cr_expect_lt(tier_field(stats, "budget_bytes"), 96 << 20, "%s", stats);
+    char *c = cli_slurp(out_a, &ld);
+    cr_expect(c && lm == ld && memcmp(a, c, lm) == 0, "different text: mapped '%s' auto '%s'", a, c);
+    free(c);
     free(a);
     free(b);
     free(stats);

@@ -481,10 +481,28 @@ static int s_start_readers(disk_tier *dt) {
     return 0;
 }
 
-int moe_exec_ram_budget(const char *devices, uint64_t *bytes) {
+/* The default when the file does not fit in the memory this process may use
+ * (bench-bigmem: the disk tier is then far ahead of the mapped file, which
+ * the kernel evicts by its LRU; when it fits, the mapping is as fast and copies
+ * nothing): 70% of what is left after the dense weights, for the cache. */
+static uint64_t s_auto_ram(const gguf_file *f) {
+    uint64_t size = gguf_size(f), allowed = sched_memory_allowed(), experts = 0;
+    if (!allowed || size <= allowed / 10 * 9) return 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) { /* blk.L.ffn_{gate,up,down}_exps.weight */
+        const coli_tensor *t = gguf_tensor(f, i);
+        if (strstr(t->name, "_exps.weight")) experts += t->nbytes;
+    }
+    uint64_t dense = size > experts ? size - experts : 0;
+    uint64_t ram = allowed > dense ? (allowed - dense) / 10 * 7 : 0;
+    return ram > (64u << 20) ? ram : 64u << 20;
+}
+
+int moe_exec_ram_budget(const char *devices, const gguf_file *f, const coli_settings *set, uint64_t *bytes) {
     *bytes = 0;
-    if (!devices || strncmp(devices, "inproc@ram=", 11) != 0) return 0;
-    return sched_parse_budget(devices + 11, bytes);
+    if (devices && strncmp(devices, "inproc@ram=", 11) == 0) return sched_parse_budget(devices + 11, bytes);
+    int in_process = !devices || !*devices || !strcmp(devices, "inproc") || !strcmp(devices, "auto");
+    if (in_process && f && (!set || set->disk_auto)) *bytes = s_auto_ram(f);
+    return 0;
 }
 
 int moe_exec_disk_new(const moe_exec_config *cfg, uint64_t ram_bytes, moe_exec **out) {
