@@ -2,8 +2,9 @@
 # tools/bench/bench_bigmem.sh - a MoE file larger than the memory it may use
 # (issue 26): decode tok/s of the same greedy run inside a memory cgroup that
 # counts the page cache, for
-#   - colibri in-process on the mapped file (--devices inproc),
-#   - colibri's disk tier (--devices inproc@ram=RAM: experts read from disk
+#   - colibri in-process on the mapped file (--devices inproc, COLI_DISK_AUTO=0),
+#   - colibri's disk tier (--devices inproc@ram=RAM, what plain inproc chooses
+#     there by itself: experts read from disk
 #     into a RAM expert cache, docs/scheduler.md "Tiers"),
 #   - two namespace hosts (BIGMEM_HOSTS_CMD: the multi-host part plugs in
 #     here; it is run with MODEL, LIMIT and N in its environment and prints
@@ -74,7 +75,7 @@ cat "$MODEL" >/dev/null
 echo "  unconfined, in-process (mapped):      $(decode_rate "$OUT_DIR/free.log") tok/s"
 
 # 3. confined: the mapped file, then the disk tier
-confined mapped "$COLI" run -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 --ignore-eos -t "$THREADS" --devices inproc
+confined mapped env COLI_DISK_AUTO=0 "$COLI" run -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 --ignore-eos -t "$THREADS" --devices inproc
 echo "  $LIMIT cgroup, in-process (mapped):   $(decode_rate "$OUT_DIR/mapped.log") tok/s" \
   " peak $(mib "$(cat "$OUT_DIR/mapped.peak")")"
 confined disk "$COLI" run -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 --ignore-eos -t "$THREADS" \
@@ -86,9 +87,8 @@ grep "disk tier:" "$OUT_DIR/disk.log" | sed 's/^ */    /'
 python3 - "$OUT_DIR/disk.json" "$four" "$rate" "$N" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-t = s.get("disk_tier") or s.get("experts", {}).get("disk_tier", {})
-tokens = int(sys.argv[4]) + 4
-per_tok = t.get("disk_bytes", 0) / tokens / 1048576
+t = s.get("disk_tier", {})
+per_tok = t.get("disk_bytes", 0) / int(sys.argv[4]) / 1048576  # the prompt's reads counted too: conservative
 if per_tok > 0:
     allow = float(sys.argv[2]) / per_tok
     print(f"    {per_tok:.0f} MiB read per token: the disk allows {allow:.2f} tok/s; reached {float(sys.argv[3]) / allow:.0%}")
