@@ -68,6 +68,8 @@ typedef struct disk_tier {
     unsigned char *io; /* IO_* under mu */
     int64_t *victims;  /* evicted this call, freed after it */
     int n_victims;
+    int64_t spec[2][64]; /* speculative reads: [cur] started this call, [!cur] the previous call's */
+    int n_spec[2], cur;
     /* reader threads */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
@@ -82,13 +84,17 @@ typedef struct disk_tier {
     float *xg, *yg;
     int64_t *order, *start;
     uint64_t *rows_by_expert;
-    uint64_t layer_calls, rows, transient_reads;
+    uint64_t layer_calls, rows, transient_reads, speculative_reads;
 } disk_tier;
 
 static size_t s_slots(const disk_tier *dt) { return (size_t)dt->n_layer * (size_t)dt->n_expert; }
 
 // ---------------------------------------------------------------------------
 // reads
+
+/* A slot's IO_* state: the reader threads change it, so loads are atomic
+ * (the bytes it announces are read only after s_wait, under the lock). */
+static int s_io(const disk_tier *dt, size_t slot) { return __atomic_load_n(&dt->io[slot], __ATOMIC_ACQUIRE); }
 
 /* The three ranges of slot's expert in the file. */
 static void s_ranges(const disk_tier *dt, size_t slot, disk_range r[3]) {
@@ -111,7 +117,7 @@ static void *s_reader(void *arg) {
         s_ranges(dt, slot, r);
         int rc = disk_read_ranges(&dt->file, r, 3, dt->buf[slot], dt->part[slot]);
         pthread_mutex_lock(&dt->mu);
-        dt->io[slot] = rc ? IO_FAILED : IO_READY;
+        __atomic_store_n(&dt->io[slot], rc ? IO_FAILED : IO_READY, __ATOMIC_RELEASE);
         if (rc && !dt->read_rc) dt->read_rc = rc;
         pthread_cond_broadcast(&dt->cv_done);
     }
@@ -121,7 +127,7 @@ static void *s_reader(void *arg) {
 
 /* Give slot a buffer and queue its read (nothing when it has one). */
 static int s_queue(disk_tier *dt, size_t slot) {
-    if (dt->io[slot] != IO_NONE) return 0; /* only this thread sets IO_NONE: no lock needed to see it */
+    if (s_io(dt, slot) != IO_NONE) return 0; /* only this thread sets IO_NONE: no lock needed to see it */
     disk_range r[3];
     s_ranges(dt, slot, r);
     dt->buf[slot] = disk_alloc(&dt->file, disk_buffer_bytes(&dt->file, r, 3));
@@ -129,7 +135,7 @@ static int s_queue(disk_tier *dt, size_t slot) {
         return coli_fail(COLI_ENOMEM, "disk tier: no memory for layer %zu expert %zu", slot / (size_t)dt->n_expert,
                          slot % (size_t)dt->n_expert);
     pthread_mutex_lock(&dt->mu);
-    dt->io[slot] = IO_QUEUED;
+    __atomic_store_n(&dt->io[slot], IO_QUEUED, __ATOMIC_RELEASE);
     dt->queue[(dt->q_head + dt->q_len++) % s_slots(dt)] = (int64_t)slot;
     pthread_cond_signal(&dt->cv_work);
     pthread_mutex_unlock(&dt->mu);
@@ -139,8 +145,8 @@ static int s_queue(disk_tier *dt, size_t slot) {
 /* Wait until slot's read is over; a LOADING slot becomes RESIDENT. 0 or the read's error. */
 static int s_wait(disk_tier *dt, size_t slot) {
     pthread_mutex_lock(&dt->mu);
-    while (dt->io[slot] == IO_QUEUED) pthread_cond_wait(&dt->cv_done, &dt->mu);
-    int io = dt->io[slot], rc = dt->read_rc;
+    while (s_io(dt, slot) == IO_QUEUED) pthread_cond_wait(&dt->cv_done, &dt->mu);
+    int io = s_io(dt, slot), rc = dt->read_rc;
     pthread_mutex_unlock(&dt->mu);
     if (io == IO_FAILED) return rc ? rc : coli_fail(COLI_EIO, "disk tier: a read failed");
     if (io == IO_READY && dt->ec->state[slot] == EC_LOADING) ec_loaded(dt->ec, slot, 1);
@@ -149,14 +155,14 @@ static int s_wait(disk_tier *dt, size_t slot) {
 
 /* Free slot's buffer unless the cache holds it or a read is in flight. */
 static void s_release(disk_tier *dt, size_t slot) {
-    if (dt->ec->state[slot] != EC_NONE || dt->io[slot] == IO_NONE) return;
+    if (dt->ec->state[slot] != EC_NONE || s_io(dt, slot) == IO_NONE) return;
     pthread_mutex_lock(&dt->mu);
-    int busy = dt->io[slot] == IO_QUEUED;
+    int busy = s_io(dt, slot) == IO_QUEUED;
     pthread_mutex_unlock(&dt->mu);
     if (busy) return;
     free(dt->buf[slot]);
     dt->buf[slot] = NULL;
-    dt->io[slot] = IO_NONE;
+    __atomic_store_n(&dt->io[slot], IO_NONE, __ATOMIC_RELEASE);
 }
 
 // ---------------------------------------------------------------------------
@@ -189,12 +195,12 @@ static void s_sort_by_score(const expert_cache *ec, int64_t *c, int n) {
 static int s_admit(disk_tier *dt, int layer, int64_t *miss) {
     int n_miss = 0, rc = 0;
     for (size_t k = 0; k < s_slots(dt); k++) /* prefetches that finished: resident (evictable) from now */
-        if (dt->ec->state[k] == EC_LOADING && dt->io[k] == IO_READY) ec_loaded(dt->ec, k, 1);
+        if (dt->ec->state[k] == EC_LOADING && s_io(dt, k) == IO_READY) ec_loaded(dt->ec, k, 1);
     for (int e = 0; e < dt->n_expert && !rc; e++) {
         int64_t n = dt->start[e + 1] - dt->start[e];
         size_t slot = (size_t)layer * (size_t)dt->n_expert + (size_t)e;
         if (!n) continue;
-        if (dt->io[slot] != IO_NONE) rc = s_wait(dt, slot); /* a prefetch (done or in flight): then a hit */
+        if (s_io(dt, slot) != IO_NONE) rc = s_wait(dt, slot); /* a prefetch (done or in flight): then a hit */
         int hit = 0;
         for (int64_t r = 0; r < n; r++) hit = ec_touch(dt->ec, slot);
         if (!hit) miss[n_miss++] = (int64_t)slot;
@@ -204,7 +210,7 @@ static int s_admit(disk_tier *dt, int layer, int64_t *miss) {
     int n_act = rc ? 0 : ec_decide(dt->ec, miss, n_miss, 0, act, 1024);
     if (!rc) rc = s_apply(dt, act, n_act);
     for (int i = 0; i < n_miss && !rc; i++) { /* not admitted: read for this call only */
-        dt->transient_reads += dt->io[miss[i]] == IO_NONE;
+        dt->transient_reads += s_io(dt, miss[i]) == IO_NONE;
         rc = s_queue(dt, (size_t)miss[i]);
     }
     return rc;
@@ -217,10 +223,20 @@ static int s_prefetch(disk_tier *dt, int layer, const float *x, int64_t n_tok) {
     int64_t cand[1024];
     int n = expert_predict(&dt->pred, next, x, n_tok, cand), m = 0;
     for (int k = 0; k < n; k++)
-        if (dt->ec->state[cand[k]] == EC_NONE && dt->io[cand[k]] == IO_NONE) cand[m++] = cand[k];
+        if (dt->ec->state[cand[k]] == EC_NONE && s_io(dt, cand[k]) == IO_NONE) cand[m++] = cand[k];
     ec_action act[1024];
     int n_act = m ? ec_decide(dt->ec, cand, m, 1, act, 1024) : 0;
-    return s_apply(dt, act, n_act);
+    int rc = s_apply(dt, act, n_act);
+    /* The likeliest the cache did not admit are read all the same, for the
+     * next call only (a decode's k of them: a prompt's would be most of the layer). */
+    int *ns = &dt->n_spec[dt->cur];
+    for (int i = 0; i < m && !rc && *ns < dt->pred.k && *ns < 64; i++)
+        if (dt->ec->state[cand[i]] == EC_NONE && s_io(dt, (size_t)cand[i]) == IO_NONE) {
+            rc = s_queue(dt, (size_t)cand[i]);
+            dt->spec[dt->cur][(*ns)++] = cand[i];
+            dt->speculative_reads++;
+        }
+    return rc;
 }
 
 // ---------------------------------------------------------------------------
@@ -241,34 +257,65 @@ static int s_reserve(disk_tier *dt, size_t rows) {
     return 0;
 }
 
-/* Run the layer's experts over the grouped rows, EXPERT_FFN_MANY_MAX at a time. */
+/* Wait until one of the experts left[0..n) has its bytes (or a read failed). */
+static void s_wait_any(disk_tier *dt, int layer, const int *left, int n) {
+    pthread_mutex_lock(&dt->mu);
+    for (;;) {
+        for (int i = 0; i < n; i++)
+            if (dt->io[(size_t)layer * (size_t)dt->n_expert + (size_t)left[i]] != IO_QUEUED) goto out;
+        pthread_cond_wait(&dt->cv_done, &dt->mu);
+    }
+out:
+    pthread_mutex_unlock(&dt->mu);
+}
+
+/* Run the layer's experts over the grouped rows, those whose bytes are in
+ * RAM first (the others' reads go on meanwhile), EXPERT_FFN_MANY_MAX at a
+ * time. Each expert's rows are computed alone: the order changes no byte. */
 static int s_compute(disk_tier *dt, int layer) {
     expert_weights w[EXPERT_FFN_MANY_MAX];
     expert_ffn_task tasks[EXPERT_FFN_MANY_MAX];
     const size_t E = (size_t)dt->n_embd;
-    int n = 0, rc = 0;
-    for (int e = 0; e <= dt->n_expert && !rc; e++) {
-        int64_t rows = e < dt->n_expert ? dt->start[e + 1] - dt->start[e] : 0;
-        if (rows) {
-            size_t slot = (size_t)layer * (size_t)dt->n_expert + (size_t)e;
-            if ((rc = s_wait(dt, slot))) break;
+    int left[1024], n_left = 0, rc = 0;
+    for (int e = 0; e < dt->n_expert; e++)
+        if (dt->start[e + 1] > dt->start[e]) left[n_left++] = e;
+    while (n_left && !rc) {
+        int n = 0, kept = 0;
+        for (int i = 0; i < n_left; i++) {
+            const int e = left[i];
+            const size_t slot = (size_t)layer * (size_t)dt->n_expert + (size_t)e;
+            if (n == EXPERT_FFN_MANY_MAX || s_io(dt, slot) == IO_QUEUED) {
+                left[kept++] = e;
+                continue;
+            }
+            if ((rc = s_wait(dt, slot))) return rc;
+            const int64_t rows = dt->start[e + 1] - dt->start[e];
             w[n] = dt->layers[layer].tmpl;
             w[n].gate = dt->part[slot][0], w[n].up = dt->part[slot][1], w[n].down = dt->part[slot][2];
             const size_t off = (size_t)dt->start[e] * E;
-            tasks[n] = (expert_ffn_task){&w[n], dt->xg + off, dt->yg + off, rows};
-            n++;
+            tasks[n++] = (expert_ffn_task){&w[n - 1], dt->xg + off, dt->yg + off, rows};
             dt->rows_by_expert[slot] += (uint64_t)rows;
         }
-        if (n && (n == EXPERT_FFN_MANY_MAX || e == dt->n_expert)) {
+        n_left = kept;
+        if (n)
             rc = expert_ffn_many(dt->pool, &dt->scratch, tasks, n);
-            n = 0;
-        }
+        else
+            s_wait_any(dt, layer, left, n_left);
     }
     return rc;
 }
 
-/* Free what this call read but the cache does not keep, and its victims. */
+/* Free what this call read but the cache does not keep, its victims, and
+ * the previous call's speculative reads (their call is over). */
 static void s_after_call(disk_tier *dt, int layer) {
+    const int old = !dt->cur;
+    for (int i = 0; i < dt->n_spec[old]; i++) {
+        size_t slot = (size_t)dt->spec[old][i];
+        (void)s_wait(dt, slot); /* a failed speculative read fails nothing */
+        s_release(dt, slot);
+    }
+    dt->n_spec[old] = 0;
+    dt->cur = old;
     for (int e = 0; e < dt->n_expert; e++)
         if (dt->start[e + 1] > dt->start[e]) s_release(dt, (size_t)layer * (size_t)dt->n_expert + (size_t)e);
     for (int i = 0; i < dt->n_victims; i++) s_release(dt, (size_t)dt->victims[i]);
@@ -323,13 +370,14 @@ static void s_counters_json(disk_tier *dt, coli_strbuf *b) {
         "\"budget_bytes\":%llu,\"used_bytes\":%llu,\"resident_experts\":%zu,\"hits\":%llu,"
         "\"misses\":%llu,\"hit_rate\":%.6f,\"promotions\":%llu,\"evictions\":%llu,"
         "\"prefetch_issued\":%llu,\"prefetch_used\":%llu,\"disk_reads\":%llu,\"disk_bytes\":%llu,"
-        "\"direct_reads\":%llu,\"transient_reads\":%llu,\"read_p50_us\":%.0f,\"read_p99_us\":%.0f,\"read_us_sum\":%.0f",
+        "\"direct_reads\":%llu,\"transient_reads\":%llu,\"speculative_reads\":%llu,\"read_p50_us\":%.0f,\"read_p99_"
+        "us\":%.0f,\"read_us_sum\":%.0f",
         (unsigned long long)dt->ec->budget, (unsigned long long)dt->ec->used, held, (unsigned long long)c->hits,
         (unsigned long long)c->misses, routed ? (double)c->hits / (double)routed : 0.0,
         (unsigned long long)c->promotions, (unsigned long long)c->evictions, (unsigned long long)c->prefetch_issued,
         (unsigned long long)c->prefetch_used, (unsigned long long)reads, (unsigned long long)bytes,
-        (unsigned long long)direct, (unsigned long long)dt->transient_reads, disk_latency_us(&dt->file, 0.5),
-        disk_latency_us(&dt->file, 0.99), sum_us);
+        (unsigned long long)direct, (unsigned long long)dt->transient_reads, (unsigned long long)dt->speculative_reads,
+        disk_latency_us(&dt->file, 0.5), disk_latency_us(&dt->file, 0.99), sum_us);
 }
 
 static int s_finish(coli_strbuf *b, char **out) {
