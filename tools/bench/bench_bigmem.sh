@@ -17,7 +17,8 @@
 #
 # BIGMEM_LIMIT (default 1536M) the cgroup's limit, BIGMEM_RAM (default 1G)
 # the disk tier's RAM, BIGMEM_N (default 16) tokens generated, THREADS
-# (default 2), COLI (default build/bin/coli). Needs root and a memory cgroup
+# (default 2), COLI (default build/bin/coli), BIGMEM_TIMEOUT (default 600 s
+# per confined run). Needs root and a memory cgroup
 # (v1 or v2): without one it says so and exits 0.
 set -uo pipefail
 MODEL=${1:?usage: $0 MODEL.gguf}
@@ -51,7 +52,8 @@ confined() {
   mkdir "$cg" || return 1
   if [ $CGV = 1 ]; then bytes "$LIMIT" >"$cg/memory.limit_in_bytes"; else bytes "$LIMIT" >"$cg/memory.max"; fi
   dd if="$MODEL" iflag=nocache count=0 status=none
-  (echo $BASHPID >"$cg/cgroup.procs" && exec "$@") >"$OUT_DIR/$name.log" 2>&1
+  # a run stalled at the limit (anonymous memory, no swap) is stopped after BIGMEM_TIMEOUT seconds
+  (echo $BASHPID >"$cg/cgroup.procs" && exec timeout "${BIGMEM_TIMEOUT:-600}" "$@") >"$OUT_DIR/$name.log" 2>&1
   local rc=$?
   if [ $CGV = 1 ]; then cat "$cg/memory.max_usage_in_bytes"; else cat "$cg/memory.peak" 2>/dev/null || echo 0; fi >"$OUT_DIR/$name.peak"
   rmdir "$cg"
@@ -105,7 +107,7 @@ fi
 if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then
   confined llama "$LLAMA_BENCH" -m "$MODEL" -p 0 -n "$N" -r 1 -t "$THREADS" -lm mmap
   rate=$(awk -F'|' '/ tg[0-9]+ / {split($(NF-1), a, " "); print a[1]}' "$OUT_DIR/llama.log")
-  echo "  $LIMIT cgroup, llama.cpp (mmap):      ${rate:-failed (killed?)} tok/s" \
+  echo "  $LIMIT cgroup, llama.cpp (mmap):      ${rate:-no figure (killed for memory, or stopped at the limit)} tok/s" \
     " peak $(mib "$(cat "$OUT_DIR/llama.peak")")"
 else
   echo "  llama.cpp: not run (LLAMA_BENCH unset)"
