@@ -239,16 +239,28 @@ Test(disk_tier, experts_stay_out_of_the_page_cache_in_a_memory_cgroup, .timeout 
     cr_expect_eq(system(cmd), 0);
 }
 
-/* The end-of-run summary of `coli run` names the tier's reads and latencies without -v. */
-Test(disk_tier, run_summary_shows_the_counters) {
-    char coli[1100];
+/* The end-of-run summary of `coli run` names the tier's reads and latencies
+ * without -v, and `coli stats` on its stats file shows them too. */
+Test(disk_tier, run_summary_and_coli_stats_show_the_counters) {
+    char coli[1100], stats[] = "/tmp/coli-disk-tier-XXXXXX";
     snprintf(coli, sizeof coli, "%s/bin/coli", sched_build_dir());
-    char *argv[] = {coli,        "run",
-                    "-m",        (char *)sched_fixture("tiny-llama-moe-q4_0.gguf"),
-                    "-p",        "Once upon a time",
-                    "-n",        "4",
-                    "--temp",    "0",
-                    "--devices", "inproc@ram=20K",
+    int fd = mkstemp(stats);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    char *argv[] = {coli,
+                    "run",
+                    "-m",
+                    (char *)sched_fixture("tiny-llama-moe-q4_0.gguf"),
+                    "-p",
+                    "Once upon a time",
+                    "-n",
+                    "4",
+                    "--temp",
+                    "0",
+                    "--devices",
+                    "inproc@ram=20K",
+                    "--stats-json",
+                    stats,
                     NULL};
     cli_result r = cli_run(argv);
     cr_assert_eq(r.status, 0, "%s", r.err);
@@ -256,4 +268,11 @@ Test(disk_tier, run_summary_shows_the_counters) {
     cr_expect_not_null(strstr(r.err, "disk reads"), "%s", r.err);
     cr_expect_not_null(strstr(r.err, "read p50"), "%s", r.err);
     cli_result_free(&r);
+    char *sargv[] = {coli, "stats", stats, NULL};
+    r = cli_run(sargv);
+    cr_expect_eq(r.status, 0, "%s", r.err);
+    cr_expect_not_null(strstr(r.out, "disk tier: RAM"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "disk reads"), "%s", r.out);
+    cli_result_free(&r);
+    unlink(stats);
 }
