@@ -89,7 +89,8 @@ static void s_print_summary(const coli_model *m, const model_opts *o, const coli
     char *text = NULL;
     /* The executor's lines: always when verbose, otherwise only when they
      * are about workers (an in-process run has nothing the user must see). */
-    if (coli_model_stats_text(m, &text) == 0 && text && text[0] && (o->verbose || strstr(text, "worker")))
+    if (coli_model_stats_text(m, &text) == 0 && text && text[0] &&
+        (o->verbose || strstr(text, "worker") || strstr(text, "disk tier")))
         fputs(text, stderr);
     free(text);
 }
