@@ -56,7 +56,7 @@ static void s_system(chat_out *b, const chat_options *o) {
         date = today;
     }
     chat_put(b, H_START "system" H_MESSAGE "You are ChatGPT, a large language model trained by OpenAI.\n"
-                "Knowledge cutoff: 2024-06\nCurrent date: ");
+                        "Knowledge cutoff: 2024-06\nCurrent date: ");
     chat_put(b, date);
     chat_put(b, "\n\nReasoning: ");
     chat_put(b, k_effort_names[o->effort == CHAT_EFFORT_DEFAULT ? CHAT_EFFORT_MEDIUM : o->effort]);
@@ -79,7 +79,8 @@ int chat_render_harmony(chat_out *b, const chat_message *m, int n, const chat_op
         if (r == CHAT_ROLE_USER) {
             chat_put(b, H_START "user" H_MESSAGE);
         } else if (r == CHAT_ROLE_ASSISTANT) {
-            if (strstr(m[i].content, H_CHANNEL "analysis" H_MESSAGE) || strstr(m[i].content, H_CHANNEL "final" H_MESSAGE))
+            if (strstr(m[i].content, H_CHANNEL "analysis" H_MESSAGE) ||
+                strstr(m[i].content, H_CHANNEL "final" H_MESSAGE))
                 return chat_fail(err, cap,
                                  "messages[%d].content: holds <|channel|> tags; the gpt-oss template takes the "
                                  "final answer's text only",

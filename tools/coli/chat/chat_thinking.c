@@ -100,8 +100,8 @@ int chat_render_qwen35(chat_out *b, const chat_message *m, int n, const chat_opt
     for (int i = 0; i < n; i++) {
         int r = chat_role(m[i].role);
         if (r == CHAT_ROLE_SYSTEM && i > 0)
-            return chat_fail(err, cap, "messages[%d]: a system message must come first for this model's template (qwen3.5)",
-                             i);
+            return chat_fail(err, cap,
+                             "messages[%d]: a system message must come first for this model's template (qwen3.5)", i);
         if (r == CHAT_ROLE_ASSISTANT) {
             s_qwen35_assistant(b, &m[i], i > last_query);
         } else {
@@ -110,6 +110,7 @@ int chat_render_qwen35(chat_out *b, const chat_message *m, int n, const chat_opt
         }
         chat_put(b, "<|im_end|>\n");
     }
-    chat_put(b, o->thinking == 0 ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n<think>\n");
+    chat_put(b,
+             o->thinking == 0 ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n<think>\n");
     return 0;
 }
