@@ -1,15 +1,18 @@
 /*
  * test_chat_thinking.c - the chat templates of the families of issues 23-25
  * (tools/coli/chat/chat_harmony.c, chat_thinking.c, from libcoli-server.a):
- * gpt-oss (harmony, reasoning_effort), GLM-4.5 and Qwen3.5 (enable_thinking).
+ * gpt-oss (harmony, reasoning_effort), GLM-4.5, Qwen3.5, GLM-4.7/GLM-5,
+ * DeepSeek V3.2 and V4 (enable_thinking).
  *
  * Every expected prompt is what the family's Jinja template (llama.cpp
  * de3ff815's models/templates/openai-gpt-oss-120b.jinja, GLM-4.6.jinja,
- * Qwen3.5-4B.jinja) renders for the same messages with
+ * Qwen3.5-4B.jinja, GLM-4.7-Flash.jinja, deepseek-ai-DeepSeek-V3.2.jinja,
+ * deepseek-ai-DeepSeek-V4.jinja) renders for the same messages with
  * add_generation_prompt, run as transformers and llama.cpp run it
  * (trim_blocks, lstrip_blocks); the comments say which template lines
  * make each piece. Then the request field and flag on a real server.
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,6 +206,94 @@ Test(chat_thinking, qwen35_layout) {
     cr_expect_eq(chat_syntax_of(CHAT_QWEN35, &(chat_options){.thinking = CHAT_THINKING_DEFAULT}),
                  CHAT_SYNTAX_THINK_OPEN);
     cr_expect_eq(chat_syntax_of(CHAT_QWEN35, &(chat_options){.thinking = 0}), CHAT_SYNTAX_THINK);
+}
+
+// ---------------------------------------------------------------------------
+// GLM-4.7 / GLM-5, DeepSeek V3.2 and V4
+
+#define BAR "\xEF\xBD\x9C"
+#define DSU "<" BAR "User" BAR ">"
+#define DSA "<" BAR "Assistant" BAR ">"
+#define DSE "<" BAR "end\xE2\x96\x81of\xE2\x96\x81sentence" BAR ">"
+
+Test(chat_thinking, glm47_deepseek32_deepseek4_detected) {
+    const char *ds32 = "{%- set dsml_token = '" BAR "DSML" BAR "' -%}{{- '" DSU "' + (message['content'] or '') -}}"
+                       "{{- '" DSA "' -}}{{- '" DSE "' -}}";
+    const char *ds4 =
+        "{%- if not drop_thinking is defined -%}{%- set drop_thinking = true -%}{%- endif -%}"
+        "{%- set dsml_token = '" BAR "DSML" BAR "' -%}{{- '" DSU "' -}}{{- '" DSA "' -}}{{- '" DSE "' -}}";
+    const char *glm47 = "[gMASK]<sop>{%- if ((clear_thinking is defined and not clear_thinking) or loop.index0 > "
+                        "ns.last_user_index) and reasoning_content -%}<|user|><|assistant|>";
+    cr_expect_eq(chat_family_detect(ds32, "deepseek32", NULL), CHAT_DEEPSEEK32, "not V3's");
+    cr_expect_eq(chat_family_detect(ds4, "deepseek4", NULL), CHAT_DEEPSEEK4);
+    cr_expect_eq(chat_family_detect(glm47, "glm-dsa", NULL), CHAT_GLM47, "not GLM-4.5's");
+    cr_expect_str_eq(chat_family_name(CHAT_DEEPSEEK32), "deepseek3.2");
+    cr_expect_eq(chat_family_from_name("deepseek4"), CHAT_DEEPSEEK4);
+    cr_expect_eq(chat_family_from_name("glm4.7"), CHAT_GLM47);
+}
+
+Test(chat_thinking, glm47_layout) {
+    const chat_message m[] = {
+        {"system", "S"}, {"user", "Hi"}, {"assistant", "<think>old</think> Hello "}, {"user", "More"}};
+    /* no newlines; an earlier answer: '</think>' + content.strip(); add_generation_prompt: '<think>' */
+    char *out = s_render(CHAT_GLM47, m, 4, CHAT_THINKING_DEFAULT, 0);
+    cr_expect_str_eq(out,
+                     "[gMASK]<sop><|system|>S<|user|>Hi<|assistant|></think>Hello<|user|>More<|assistant|><think>");
+    free(out);
+    out = s_render(CHAT_GLM47, m, 4, 0, 0);
+    cr_expect_str_eq(out,
+                     "[gMASK]<sop><|system|>S<|user|>Hi<|assistant|></think>Hello<|user|>More<|assistant|></think>");
+    free(out);
+    /* after the last user message the thought stays: '<think>' + R.strip() + '</think>' */
+    const chat_message after[] = {{"user", "Q"}, {"assistant", "<think>\n R1 \n</think>\nA1"}};
+    out = s_render(CHAT_GLM47, after, 2, CHAT_THINKING_DEFAULT, 0);
+    cr_expect_str_eq(out, "[gMASK]<sop><|user|>Q<|assistant|><think>R1</think>A1<|assistant|><think>");
+    free(out);
+    cr_expect_eq(chat_syntax_of(CHAT_GLM47, &(chat_options){.thinking = CHAT_THINKING_DEFAULT}),
+                 CHAT_SYNTAX_THINK_OPEN);
+    cr_expect_eq(chat_syntax_of(CHAT_GLM47, &(chat_options){.thinking = 0}), CHAT_SYNTAX_THINK);
+}
+
+Test(chat_thinking, deepseek32_layout) {
+    const chat_message m[] = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "U2"}};
+    /* thinking defaults to false: answers get '</think>', the prompt '<think></think>' */
+    char *out = s_render(CHAT_DEEPSEEK32, m, 4, CHAT_THINKING_DEFAULT, 0);
+    cr_expect_str_eq(out, "<s>S" DSU "U" DSA "</think>A" DSE DSU "U2" DSA "<think></think>");
+    free(out);
+    out = s_render(CHAT_DEEPSEEK32, m, 4, 1, 0);
+    cr_expect_str_eq(out, "<s>S" DSU "U" DSA "</think>A" DSE DSU "U2" DSA "<think>");
+    free(out);
+    /* thinking: an answer after the last user text opens with '<think></think>'; an answer
+     * right after another has no marker; ending with an answer: no generation prompt */
+    const chat_message after[] = {{"user", "U"}, {"assistant", "A"}, {"assistant", "B"}};
+    out = s_render(CHAT_DEEPSEEK32, after, 3, 1, 0);
+    cr_expect_str_eq(out, "<s>" DSU "U" DSA "<think></think>A" DSE "B" DSE);
+    free(out);
+    cr_expect_eq(chat_syntax_of(CHAT_DEEPSEEK32, &(chat_options){.thinking = CHAT_THINKING_DEFAULT}),
+                 CHAT_SYNTAX_THINK);
+    cr_expect_eq(chat_syntax_of(CHAT_DEEPSEEK32, &(chat_options){.thinking = 1}), CHAT_SYNTAX_THINK_OPEN);
+}
+
+Test(chat_thinking, deepseek4_layout) {
+    const chat_message m[] = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "U2"}};
+    char *out = s_render(CHAT_DEEPSEEK4, m, 4, CHAT_THINKING_DEFAULT, 0);
+    cr_expect_str_eq(out, "<s>S" DSU "U" DSA "</think>A" DSE DSU "U2" DSA "</think>");
+    free(out);
+    out = s_render(CHAT_DEEPSEEK4, m, 4, 1, 0);
+    cr_expect_str_eq(out, "<s>S" DSU "U" DSA "</think>A" DSE DSU "U2" DSA "<think>");
+    free(out);
+    /* user texts in a row share one marker; thinking keeps a thought only after the last user text */
+    const chat_message turns[] = {{"user", "a"}, {"user", "b"}, {"assistant", "B"}, {"assistant", "C"}};
+    out = s_render(CHAT_DEEPSEEK4, turns, 4, 1, 0);
+    cr_expect_str_eq(out, "<s>" DSU "a\n\nb" DSA "<think></think>B" DSE DSA "<think></think>C" DSE DSA "<think>");
+    free(out);
+    /* chat_template_kwargs {"thinking": true}: the switch these templates read first */
+    cJSON *kw = cJSON_Parse("{\"thinking\":true}");
+    int thinking = CHAT_THINKING_DEFAULT, effort = CHAT_EFFORT_DEFAULT;
+    char err[256] = "";
+    cr_expect_eq(chat_kwargs_parse(kw, &thinking, &effort, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(thinking, 1);
+    cJSON_Delete(kw);
 }
 
 // ---------------------------------------------------------------------------

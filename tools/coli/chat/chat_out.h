@@ -45,6 +45,18 @@ text_span chat_strip(text_span t);
  * answer = content.split('</think>')[-1].lstrip('\n'); without one, all of it is the answer. */
 void chat_think_split(const char *content, text_span *reasoning, text_span *answer);
 
+/* DeepSeek's role and end markers: U+FF5C FULLWIDTH VERTICAL LINE and
+ * U+2581 LOWER ONE EIGHTH BLOCK, written as bytes; V3.2's and V4's tool
+ * marker, what tells their templates from V3's. */
+#define DS_BAR "\xEF\xBD\x9C"
+#define DS_USER "<" DS_BAR "User" DS_BAR ">"
+#define DS_ASSISTANT "<" DS_BAR "Assistant" DS_BAR ">"
+#define DS_EOS "<" DS_BAR "end\xE2\x96\x81of\xE2\x96\x81sentence" DS_BAR ">"
+#define DS_DSML DS_BAR "DSML" DS_BAR
+
+/* DeepSeek V3 to V4: bos, then every system text joined by a blank line. */
+void chat_deepseek_system(chat_out *b, const chat_message *m, int n, const char *bos);
+
 enum {
     CHAT_ROLE_SYSTEM,
     CHAT_ROLE_USER,
@@ -59,5 +71,8 @@ int chat_role(const char *role);
 int chat_render_harmony(chat_out *b, const chat_message *m, int n, const chat_options *o, char *err, size_t cap);
 int chat_render_glm45(chat_out *b, const chat_message *m, int n, const chat_options *o);
 int chat_render_qwen35(chat_out *b, const chat_message *m, int n, const chat_options *o, char *err, size_t cap);
+int chat_render_glm47(chat_out *b, const chat_message *m, int n, const chat_options *o);
+int chat_render_deepseek32(chat_out *b, const chat_message *m, int n, const chat_options *o);
+int chat_render_deepseek4(chat_out *b, const chat_message *m, int n, const chat_options *o);
 
 #endif

@@ -62,17 +62,12 @@ int chat_fail(char *err, size_t cap, const char *fmt, ...) {
     return -1;
 }
 
-/* DeepSeek V3's role and end markers: U+FF5C FULLWIDTH VERTICAL LINE and
- * U+2581 LOWER ONE EIGHTH BLOCK, written as bytes. */
-#define DS_BAR "\xEF\xBD\x9C"
-#define DS_USER "<" DS_BAR "User" DS_BAR ">"
-#define DS_ASSISTANT "<" DS_BAR "Assistant" DS_BAR ">"
-#define DS_EOS "<" DS_BAR "end\xE2\x96\x81of\xE2\x96\x81sentence" DS_BAR ">"
-
 /* What tokenizer.chat_template holds for each family, checked in this order
  * (Qwen3's template is also ChatML, so it comes first). */
 static chat_family s_family_of_template(const char *t) {
     if (strstr(t, "<|channel|>")) return CHAT_GPT_OSS;
+    if (strstr(t, DS_DSML)) return strstr(t, "drop_thinking") ? CHAT_DEEPSEEK4 : CHAT_DEEPSEEK32;
+    if (strstr(t, "[gMASK]<sop>") && strstr(t, "clear_thinking")) return CHAT_GLM47;
     if (strstr(t, "[gMASK]<sop>") && strstr(t, "<|assistant|>")) return CHAT_GLM45;
     if (strstr(t, "<|im_start|>") && strstr(t, "'<think>\\n'")) return CHAT_QWEN35; /* opens the thought */
     if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? CHAT_QWEN3 : CHAT_CHATML;
@@ -101,10 +96,20 @@ chat_family chat_family_detect(const char *tmpl, const char *arch, const char **
 }
 
 static const char *const k_family_names[] = {
-    [CHAT_UNKNOWN] = "unknown",     [CHAT_MISTRAL] = "mistral", [CHAT_CHATML] = "chatml",
-    [CHAT_OLMO] = "olmo",           [CHAT_QWEN3] = "qwen3",     [CHAT_DEEPSEEK2] = "deepseek2",
-    [CHAT_DEEPSEEK3] = "deepseek3", [CHAT_LLAMA3] = "llama3",   [CHAT_GPT_OSS] = "gpt-oss",
-    [CHAT_GLM45] = "glm4.5",        [CHAT_QWEN35] = "qwen3.5",
+    [CHAT_UNKNOWN] = "unknown",
+    [CHAT_MISTRAL] = "mistral",
+    [CHAT_CHATML] = "chatml",
+    [CHAT_OLMO] = "olmo",
+    [CHAT_QWEN3] = "qwen3",
+    [CHAT_DEEPSEEK2] = "deepseek2",
+    [CHAT_DEEPSEEK3] = "deepseek3",
+    [CHAT_LLAMA3] = "llama3",
+    [CHAT_GPT_OSS] = "gpt-oss",
+    [CHAT_GLM45] = "glm4.5",
+    [CHAT_QWEN35] = "qwen3.5",
+    [CHAT_GLM47] = "glm4.7",
+    [CHAT_DEEPSEEK32] = "deepseek3.2",
+    [CHAT_DEEPSEEK4] = "deepseek4",
 };
 #define N_FAMILIES ((int)(sizeof k_family_names / sizeof k_family_names[0]))
 
@@ -291,7 +296,7 @@ static int s_deepseek2(chat_out *b, const chat_message *m, int n, const char *bo
 }
 
 /* DeepSeek V3: every system text first (joined by a blank line), then the turns. */
-static int s_deepseek3(chat_out *b, const chat_message *m, int n, const char *bos) {
+void chat_deepseek_system(chat_out *b, const chat_message *m, int n, const char *bos) {
     int n_system = 0;
     chat_put(b, bos);
     for (int i = 0; i < n; i++) {
@@ -299,6 +304,10 @@ static int s_deepseek3(chat_out *b, const chat_message *m, int n, const char *bo
         if (n_system++) chat_put(b, "\n\n");
         chat_text(b, m[i].content);
     }
+}
+
+static int s_deepseek3(chat_out *b, const chat_message *m, int n, const char *bos) {
+    chat_deepseek_system(b, m, n, bos);
     for (int i = 0; i < n; i++) {
         int r = chat_role(m[i].role);
         if (r == CHAT_ROLE_SYSTEM) continue;
@@ -339,28 +348,35 @@ int chat_kwargs_parse(const cJSON *kwargs, int *thinking, int *effort, char *err
             *effort = e;
             continue;
         }
-        if (strcmp(kv->string, "enable_thinking") != 0)
-            return chat_fail(err, err_cap,
-                             "chat_template_kwargs.%.64s: not supported (known: enable_thinking, reasoning_effort)",
-                             kv->string);
+        /* DeepSeek V3.2/V4's templates read "thinking" before enable_thinking: the same switch */
+        if (strcmp(kv->string, "enable_thinking") != 0 && strcmp(kv->string, "thinking") != 0)
+            return chat_fail(
+                err, err_cap,
+                "chat_template_kwargs.%.64s: not supported (known: enable_thinking, thinking, reasoning_effort)",
+                kv->string);
         if (!cJSON_IsBool(kv))
-            return chat_fail(err, err_cap, "chat_template_kwargs.enable_thinking: must be true or false");
+            return chat_fail(err, err_cap, "chat_template_kwargs.%s: must be true or false", kv->string);
         *thinking = cJSON_IsTrue(kv);
     }
     return 0;
 }
 
 int chat_thinking_check(chat_family f, int thinking, char *err, size_t err_cap) {
-    if (thinking == CHAT_THINKING_DEFAULT || f == CHAT_QWEN3 || f == CHAT_QWEN35 || f == CHAT_GLM45) return 0;
+    if (thinking == CHAT_THINKING_DEFAULT || f == CHAT_QWEN3 || f == CHAT_QWEN35 || f == CHAT_GLM45 ||
+        f == CHAT_GLM47 || f == CHAT_DEEPSEEK32 || f == CHAT_DEEPSEEK4)
+        return 0;
     return chat_fail(err, err_cap,
                      "chat_template_kwargs.enable_thinking: the %s chat template has no thinking switch (qwen3, "
-                     "qwen3.5 and glm4.5 have)",
+                     "qwen3.5, glm4.5, glm4.7, deepseek3.2 and deepseek4 have)",
                      chat_family_name(f));
 }
 
 chat_syntax chat_syntax_of(chat_family f, const chat_options *o) {
     if (f == CHAT_GPT_OSS) return CHAT_SYNTAX_HARMONY;
-    if (f == CHAT_QWEN35 && o->thinking != 0) return CHAT_SYNTAX_THINK_OPEN;
+    /* the generation prompt opens the thought: Qwen3.5 and GLM-4.7 unless thinking is off,
+     * DeepSeek V3.2/V4 only when it is on (their default is off) */
+    if ((f == CHAT_QWEN35 || f == CHAT_GLM47) && o->thinking != 0) return CHAT_SYNTAX_THINK_OPEN;
+    if ((f == CHAT_DEEPSEEK32 || f == CHAT_DEEPSEEK4) && o->thinking == 1) return CHAT_SYNTAX_THINK_OPEN;
     return CHAT_SYNTAX_THINK;
 }
 
@@ -401,6 +417,9 @@ int chat_render_plain(chat_family f, const chat_message *msgs, int n, const chat
     case CHAT_GPT_OSS: rc = chat_render_harmony(&b, msgs, n, o, err, err_cap); break;
     case CHAT_GLM45: rc = chat_render_glm45(&b, msgs, n, o); break;
     case CHAT_QWEN35: rc = chat_render_qwen35(&b, msgs, n, o, err, err_cap); break;
+    case CHAT_GLM47: rc = chat_render_glm47(&b, msgs, n, o); break;
+    case CHAT_DEEPSEEK32: rc = chat_render_deepseek32(&b, msgs, n, o); break;
+    case CHAT_DEEPSEEK4: rc = chat_render_deepseek4(&b, msgs, n, o); break;
     default: rc = s_olmo(&b, msgs, n, bos, eos); break;
     }
     if (rc == 0 && (b.failed || b.b.failed || !b.b.s)) rc = chat_fail(err, err_cap, "chat template: out of memory");

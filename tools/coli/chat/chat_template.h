@@ -6,7 +6,10 @@
  * NAME overrides both.
  *
  *   template contains "<|channel|>"                   -> gpt-oss (harmony)
- *   "[gMASK]<sop>" and "<|assistant|>"                -> glm4.5 (GLM-4.5/4.6/4.7)
+ *   "｜DSML｜" and "drop_thinking"                    -> deepseek4 (DeepSeek-V4)
+ *   "｜DSML｜"                                         -> deepseek3.2 (DeepSeek-V3.2)
+ *   "[gMASK]<sop>" and "clear_thinking"               -> glm4.7 (GLM-4.7, GLM-5)
+ *   "[gMASK]<sop>" and "<|assistant|>"                -> glm4.5 (GLM-4.5/4.6)
  *   "<|im_start|>" and "<think>\n" closing the generation prompt
  *                     ('\n<think>\n' after '<|im_start|>assistant\n') -> qwen3.5
  *   template contains "<|im_start|>" and "<think>"   -> qwen3 (ChatML with thinking)
@@ -21,7 +24,8 @@
  *   (deepseek2 files are V2 or V3: no guess)
  *
  * chat_template_kwargs {"enable_thinking": false} turns Qwen3's, Qwen3.5's and
- * GLM's thinking off as their templates do; {"reasoning_effort": "high"} (or
+ * GLM's thinking off as their templates do ({"enable_thinking": true}, or
+ * {"thinking": true}, turns DeepSeek V3.2's and V4's on); {"reasoning_effort": "high"} (or
  * the request field) sets gpt-oss's; a family without the switch refuses it.
  *
  * Used by `coli serve`, `coli chat` and `coli run --chat-template` (the
@@ -47,6 +51,9 @@ typedef enum chat_family {
     CHAT_GPT_OSS,
     CHAT_GLM45,
     CHAT_QWEN35,
+    CHAT_GLM47,
+    CHAT_DEEPSEEK32,
+    CHAT_DEEPSEEK4,
 } chat_family;
 
 typedef struct chat_message {
@@ -62,7 +69,9 @@ const char *chat_family_name(chat_family f);
 /* The family a --chat-template name stands for, CHAT_UNKNOWN if none. */
 chat_family chat_family_from_name(const char *name);
 /* The known names, comma-separated, for messages (a static string). */
-#define CHAT_FAMILY_NAMES "mistral, chatml, olmo, qwen3, deepseek2, deepseek3, llama3, gpt-oss, glm4.5, qwen3.5"
+#define CHAT_FAMILY_NAMES                                                                                         \
+    "mistral, chatml, olmo, qwen3, deepseek2, deepseek3, llama3, gpt-oss, glm4.5, qwen3.5, glm4.7, deepseek3.2, " \
+    "deepseek4"
 const char *chat_family_list(void);
 
 /* How to render: bos/eos, the vocabulary's BOS/EOS text ("<s>", "</s>"; ""

@@ -18,6 +18,12 @@
  *             before it); a system message must come first; the generation
  *             prompt opens the thought (enable_thinking false: an empty
  *             "<think>\n\n</think>\n\n" instead).
+ *   GLM-4.7 (and GLM-5; llama.cpp's GLM-4.7-Flash.jinja):
+ *             [gMASK]<sop><|system|>S<|user|>U<|assistant|></think>A<|user|>U<|assistant|><think>
+ *             No newlines; an answer after the last user message keeps its
+ *             thought ("<think>" + R.strip() + "</think>"), earlier ones get
+ *             "</think>"; the generation prompt opens the thought
+ *             (enable_thinking false: "</think>" instead).
  */
 #define _GNU_SOURCE /* memmem */
 #include <string.h>
@@ -66,6 +72,30 @@ int chat_render_glm45(chat_out *b, const chat_message *m, int n, const chat_opti
     }
     chat_put(b, "<|assistant|>");
     if (o->thinking == 0) chat_put(b, "\n<think></think>");
+    return 0;
+}
+
+int chat_render_glm47(chat_out *b, const chat_message *m, int n, const chat_options *o) {
+    int last_user = s_last_user(m, n);
+    chat_put(b, "[gMASK]<sop>");
+    for (int i = 0; i < n; i++) {
+        int r = chat_role(m[i].role);
+        if (r != CHAT_ROLE_ASSISTANT) {
+            chat_put(b, r == CHAT_ROLE_USER ? "<|user|>" : "<|system|>");
+            chat_text(b, m[i].content);
+            continue;
+        }
+        text_span reasoning, answer;
+        chat_think_split(m[i].content, &reasoning, &answer);
+        chat_put(b, "<|assistant|>");
+        if (i > last_user && reasoning.n) {
+            chat_put(b, "<think>");
+            chat_put_span(b, chat_strip(reasoning));
+        }
+        chat_put(b, "</think>");
+        chat_put_span(b, chat_strip(answer));
+    }
+    chat_put(b, o->thinking == 0 ? "<|assistant|></think>" : "<|assistant|><think>");
     return 0;
 }
 
