@@ -133,6 +133,21 @@ Test(chat_thinking, gpt_oss_date_and_refusals) {
     cr_expect_eq(chat_syntax_of(CHAT_GPT_OSS, &(chat_options){0}), CHAT_SYNTAX_HARMONY);
 }
 
+/* coli chat keeps a gpt-oss answer's final text for the next turn (the template refuses tags) */
+Test(chat_thinking, gpt_oss_answer_kept_as_its_content) {
+    char t[] = "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>commentary<|message|>Pre"
+               "<|end|><|start|>assistant<|channel|>final<|message|>The answer.";
+    cr_expect_eq(chat_harmony_keep_content(t, strlen(t)), strlen("PreThe answer."));
+    cr_expect_str_eq(t, "PreThe answer.");
+    char plain[] = "no channels";
+    cr_expect_eq(chat_harmony_keep_content(plain, strlen(plain)), strlen("no channels"));
+    cr_expect_str_eq(plain, "no channels");
+    const chat_message m[] = {{"user", "Hi"}, {"assistant", t}, {"user", "More"}};
+    char *out = s_render(CHAT_GPT_OSS, m, 3, CHAT_THINKING_DEFAULT, 0);
+    cr_expect(strstr(out, "<|start|>assistant<|channel|>final<|message|>PreThe answer.<|end|>") != NULL, "%s", out);
+    free(out);
+}
+
 // ---------------------------------------------------------------------------
 // GLM-4.5 / 4.6
 

@@ -173,6 +173,8 @@ static int s_answer(chat_state *c) {
         s_clear(c, 1); /* the cache no longer matches what we think it holds */
         return 0;
     }
+    /* gpt-oss: the conversation keeps the final answer only (its template refuses channel tags) */
+    if (c->family == CHAT_GPT_OSS && c->answer) c->answer_len = chat_harmony_keep_content(c->answer, c->answer_len);
     return s_add_message(c, "assistant", c->answer ? c->answer : "");
 }
 

@@ -21,6 +21,7 @@
  * (then <|return|>, an end of generation that renders nothing).
  */
 #define _GNU_SOURCE /* memmem */
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -166,4 +167,20 @@ int chat_harmony_spans(const char *t, size_t len, int final, chat_span *spans, i
     }
     *consumed = pos;
     return l.n;
+}
+
+size_t chat_harmony_keep_content(char *t, size_t len) {
+    size_t consumed, at = 0;
+    int n = chat_harmony_spans(t, len, 1, NULL, 0, &consumed);
+    chat_span *v = n > 0 ? malloc((size_t)n * sizeof *v) : NULL;
+    if (n > 0 && !v) return len; /* out of memory: the text stays as it was */
+    n = chat_harmony_spans(t, len, 1, v, n, &consumed);
+    for (int k = 0; k < n; k++) { /* spans ascend and at never passes them: moving down is safe */
+        if (v[k].reasoning) continue;
+        memmove(t + at, t + v[k].start, v[k].len);
+        at += v[k].len;
+    }
+    free(v);
+    t[at] = '\0';
+    return at;
 }

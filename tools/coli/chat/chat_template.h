@@ -123,6 +123,10 @@ typedef struct chat_span {
  * (more than cap: call again with room); *consumed: how far into t the
  * spans and the markers between them reach. */
 int chat_harmony_spans(const char *t, size_t len, int final, chat_span *spans, int cap, size_t *consumed);
+/* A finished gpt-oss answer t[0..len) (NUL-terminated, len bytes) cut down in
+ * place to its content (the final channel's text: what the template takes
+ * back in the next turn); returns the new length. */
+size_t chat_harmony_keep_content(char *t, size_t len);
 
 /* The prompt for msgs followed by the start of the assistant's answer (the
  * templates' add_generation_prompt; a Mistral conversation that ends with
