@@ -127,7 +127,7 @@ static int s_add_category(re_parser *ps, char cat) {
         uint32_t marker;
         const char *ascii;
     } k_cat[] = {
-        {'N', 0xD1, "09"}, {'L', 0xD2, "AZaz"},         {'P', 0xD3, "!#%*,/:;?@[]__{{}}"},
+        {'N', 0xD1, "09"}, {'L', 0xD2, "AZaz"},           {'P', 0xD3, "!#%*,/:;?@[]__{{}}"},
         {'M', 0xD4, ""},   {'S', 0xD5, "$$++<>^^``||~~"},
     };
     for (size_t k = 0; k < sizeof(k_cat) / sizeof(k_cat[0]); k++) {
