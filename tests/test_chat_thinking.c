@@ -389,3 +389,42 @@ Test(chat_thinking, serve_takes_reasoning_effort) {
     cr_expect(strstr(c.err, "--reasoning-effort") && strstr(c.err, "low, medium, high"), "%s", c.err);
     cli_result_free(&c);
 }
+
+/* coli run --chat-template gpt-oss --reasoning-effort: the prompt rendered at that effort;
+ * the flag without --chat-template, on a template without it, or with a bad level: refused */
+Test(chat_thinking, run_takes_reasoning_effort) {
+    char coli[4096], model[4096], want[64];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    su_model(model, sizeof model);
+    const chat_message msg[] = {{"user", "Hello there"}};
+    snprintf(want, sizeof want, "prompt %d tokens", s_oss_tokens(model, msg, 1, CHAT_EFFORT_HIGH));
+    char *ok[] = {coli,   "run", "-m", model, "-p", "Hello there", "--chat-template", "gpt-oss", "--reasoning-effort",
+                  "high", "-n",  "1",  NULL};
+    cli_result r = cli_run(ok);
+    cr_expect_eq(r.status, 0, "%s", r.err);
+    cr_expect(strstr(r.err, want) != NULL, "expected '%s' in %s", want, r.err);
+    cli_result_free(&r);
+    static const struct {
+        const char *tmpl, *level, *says;
+    } bad[] = {{NULL, "high", "only with --chat-template"},
+               {"qwen3", "high", "the qwen3 chat template has no reasoning effort"},
+               {"gpt-oss", "extreme", "unknown effort 'extreme'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *argv[] = {coli,
+                        "run",
+                        "-m",
+                        model,
+                        "-p",
+                        "x",
+                        "--reasoning-effort",
+                        (char *)bad[i].level,
+                        "--chat-template",
+                        (char *)bad[i].tmpl,
+                        NULL};
+        if (!bad[i].tmpl) argv[8] = NULL;
+        r = cli_run(argv);
+        cr_expect_neq(r.status, 0, "case %zu", i);
+        cr_expect(strstr(r.err, bad[i].says) != NULL, "case %zu: %s", i, r.err);
+        cli_result_free(&r);
+    }
+}
