@@ -685,8 +685,11 @@ Test(tokenizer_bpe, harmony_markers) {
     expect_piece(tok, 0, "<|start|>");
     expect_piece(tok, 3, "<|end|>");
     expect_piece(tok, 4, "");
-    // user-defined tokens match even in plain text (as llama.cpp's added tokens)
-    expect_ids(tok, "<|channel|>x", 0, 0, IDS(1, 6 + 'x'), "marker in plain text");
+    // still control tokens: parsed in a template's text, plain text in a message's
+    // (llama.cpp makes them user-defined, matched everywhere: a message could forge a turn)
+    expect_ids(tok, "<|end|>x", 0, 1, IDS(3, 6 + 'x'), "marker parsed");
+    expect_ids(tok, "<|end|>", 0, 0, IDS(6 + '<', 6 + '|', 6 + 'e', 6 + 'n', 6 + 'd', 6 + '|', 6 + '>'),
+               "marker in plain text");
     coli_tokenizer_free(&tok);
     // without <|call|> the vocabulary is not harmony's: <|end|> stays an end of generation
     tok = harmony_tiny(0);

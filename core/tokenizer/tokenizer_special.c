@@ -134,24 +134,28 @@ static int32_t s_eog_id(const coli_tokenizer *tok, const char *text) {
     return id >= 0 && tok->is_eog[id] ? id : -1;
 }
 
+static void s_show(coli_tokenizer *tok, int32_t id) {
+    if (id >= 0 && tok->n_shown < TOK_MAX_SHOWN) tok->shown[tok->n_shown++] = id;
+}
+
 /* gpt-oss's harmony format (o200k_harmony), as llama.cpp: the markers of a
- * message's header are always rendered (user-defined), so the reasoning
- * split sees them in the generated text; and where <|return|> and <|call|>
- * end generation, <|end|> only ends one message (the analysis before the
- * final answer): it is no end of generation and is rendered too. Solar
- * Open's <|calls|> and <|flush|> do the same to its <|end|>. */
+ * message's header are rendered, so the reasoning split sees them in the
+ * generated text; and where <|return|> and <|call|> end generation, <|end|>
+ * only ends one message (the analysis before the final answer): it is no
+ * end of generation and is rendered too. Solar Open's <|calls|> and
+ * <|flush|> do the same to its <|end|>. llama.cpp makes these tokens
+ * user-defined, which also matches them in a message's text; here they stay
+ * control tokens there (a message cannot forge a turn) and are only shown. */
 static void s_harmony_markers(coli_tokenizer *tok) {
     static const char *const rendered[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
-    for (size_t k = 0; k < sizeof(rendered) / sizeof(rendered[0]); k++) {
-        int32_t id = tok_find(tok, rendered[k], strlen(rendered[k]));
-        if (id >= 0) tok->attr[id] = TOK_ATTR_USER_DEFINED;
-    }
+    for (size_t k = 0; k < sizeof(rendered) / sizeof(rendered[0]); k++)
+        s_show(tok, tok_find(tok, rendered[k], strlen(rendered[k])));
     int32_t end = s_eog_id(tok, "<|end|>");
     int has_call = s_eog_id(tok, "<|call|>") >= 0 || s_eog_id(tok, "<|calls|>") >= 0;
     int has_return_or_flush = s_eog_id(tok, "<|return|>") >= 0 || s_eog_id(tok, "<|flush|>") >= 0;
     if (end >= 0 && has_call && has_return_or_flush) {
         tok->is_eog[end] = 0;
-        tok->attr[end] = TOK_ATTR_USER_DEFINED;
+        s_show(tok, end);
     }
 }
 
