@@ -312,6 +312,44 @@ Test(chat_thinking, deepseek4_layout) {
 }
 
 // ---------------------------------------------------------------------------
+// Kimi K3
+
+#define KO(tag) "<|open|>" tag "<|sep|>"
+#define KC(tag) "<|close|>" tag "<|sep|>"
+#define KEND KC("message") "<|end_of_msg|>"
+/* internal_system_message('thinking-effort', ...) for the default thinking_effort, max */
+#define K_EFFORT                                                                                              \
+    KO("message role=\"system\" type=\"thinking-effort\"")                                                    \
+    "`thinking_effort` guides on how much to think in your thinking channel (not including the response "     \
+    "channel), supported values include `low`, `medium`, `high`, and `max`.\nNow the system is invoked with " \
+    "`thinking_effort=max`." KEND
+
+Test(chat_thinking, kimi_k3_layout) {
+    const char *tmpl = "{%- macro open_tag(tag, attrs=[]) -%}{{- '<|open|>' + tag -}}{{- '<|sep|>' -}}{%- endmacro "
+                       "-%}{{- '<|close|>' + tag + '<|sep|>' -}}{{- '<|end_of_msg|>' -}}";
+    cr_expect_eq(chat_family_detect(tmpl, "kimi-k3", NULL), CHAT_KIMI_K3);
+    cr_expect_eq(chat_family_from_name("kimi-k3"), CHAT_KIMI_K3);
+    const chat_message m[] = {{"system", "S"}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "More"}};
+    /* thinking (the default): the effort note first; every answer has an (empty) think section;
+     * the generation prompt opens the assistant message and its think section */
+    char *out = s_render(CHAT_KIMI_K3, m, 4, CHAT_THINKING_DEFAULT, 0);
+    cr_expect_str_eq(out,
+                     K_EFFORT KO("message role=\"system\"") "S" KEND KO("message role=\"user\"") "Hi" KEND KO(
+                         "message role=\"assistant\"") KO("think") KC("think") KO("response") "Hello" KC("response")
+                         KEND KO("message role=\"user\"") "More" KEND KO("message role=\"assistant\"") KO("think"));
+    free(out);
+    out = s_render(CHAT_KIMI_K3, m, 4, 0, 0);
+    cr_expect_str_eq(out,
+                     KO("message role=\"system\"") "S" KEND KO("message role=\"user\"") "Hi" KEND KO(
+                         "message role=\"assistant\"") KO("response") "Hello" KC("response")
+                         KEND KO("message role=\"user\"") "More" KEND KO("message role=\"assistant\"") KO("response"));
+    free(out);
+    cr_expect_eq(chat_syntax_of(CHAT_KIMI_K3, &(chat_options){.thinking = CHAT_THINKING_DEFAULT}),
+                 CHAT_SYNTAX_KIMI_THINK);
+    cr_expect_eq(chat_syntax_of(CHAT_KIMI_K3, &(chat_options){.thinking = 0}), CHAT_SYNTAX_KIMI);
+}
+
+// ---------------------------------------------------------------------------
 // on a server: reasoning_effort as a request field, in chat_template_kwargs and as a flag
 
 /* Prompt tokens of m rendered by gpt-oss at effort e over the test model's vocabulary. */

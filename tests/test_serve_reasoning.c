@@ -139,6 +139,22 @@ Test(serve_reasoning, harmony_split_and_stream) {
     cr_expect_str_eq(c, "<|chan", "final: not a header after all");
 }
 
+#define K_THINK_END "<|close|>think<|sep|>"
+#define K_RESPONSE "<|open|>response<|sep|>"
+#define K_END "<|close|>response<|sep|><|close|>message<|sep|>"
+
+/* Kimi K3: the think section is the reasoning, the response the content. */
+Test(serve_reasoning, kimi_split_and_stream) {
+    const int k = CHAT_SYNTAX_KIMI_THINK;
+    s_expect_parts(k, "Let me see." K_THINK_END K_RESPONSE "It is 4." K_END, "Let me see.", "It is 4.");
+    s_expect_parts(k, "R" K_RESPONSE "A", "R", "A"); /* the think closer skipped: the response opener ends it */
+    s_expect_parts(k, "thinking <|clo", "thinking <|clo", ""); /* cut off: not a marker after all */
+    s_expect_parts(k, "", "", "");
+    /* the prompt opened the response (thinking off) */
+    s_expect_parts(CHAT_SYNTAX_KIMI, "Answer." K_END, "", "Answer.");
+    s_expect_parts(CHAT_SYNTAX_KIMI, "Answer cut", "", "Answer cut");
+}
+
 /* Qwen3.5's prompt opens the thought: the answer starts inside it. */
 Test(serve_reasoning, think_open_split_and_stream) {
     const int o = CHAT_SYNTAX_THINK_OPEN;

@@ -641,13 +641,12 @@ Test(tokenizer_bpe, special_tokens_and_bytes) {
     coli_tokenizer_free(&tok);
 }
 
-// gpt-oss (o200k_harmony): ids 0..5 are <|start|> <|channel|> <|message|> <|end|>
-// <|return|> and, when with_call, <|call|> (else an unrelated "<|cal|>"), all
-// control tokens in the file; then the bytes.
-static coli_tokenizer *harmony_tiny(int with_call) {
+// A vocabulary of six control tokens named so, then the bytes. gpt-oss
+// (o200k_harmony): <|start|> <|channel|> <|message|> <|end|> <|return|> and,
+// when with_call, <|call|> (else an unrelated "<|cal|>").
+static coli_tokenizer *markers_tiny(const char *const names[6]) {
     static char bytes[256][4];
-    const char *tokens[6 + 256] = {"<|start|>", "<|channel|>", "<|message|>",
-                                   "<|end|>",   "<|return|>",  with_call ? "<|call|>" : "<|cal|>"};
+    const char *tokens[6 + 256] = {names[0], names[1], names[2], names[3], names[4], names[5]};
     int32_t types[6 + 256] = {3, 3, 3, 3, 3, 3};
     for (unsigned b = 0; b < 256; b++) {
         gpt2_byte_utf8(b, bytes[b]);
@@ -663,6 +662,12 @@ static coli_tokenizer *harmony_tiny(int with_call) {
     coli_tokenizer *tok = tok_from_writer(w);
     gguf_writer_free(&w);
     return tok;
+}
+
+static coli_tokenizer *harmony_tiny(int with_call) {
+    const char *const names[6] = {"<|start|>", "<|channel|>", "<|message|>",
+                                  "<|end|>",   "<|return|>",  with_call ? "<|call|>" : "<|cal|>"};
+    return markers_tiny(names);
 }
 
 static void expect_piece(const coli_tokenizer *tok, int32_t id, const char *want) {
@@ -696,6 +701,17 @@ Test(tokenizer_bpe, harmony_markers) {
     cr_expect(coli_tokenizer_is_eog(tok, 3) && coli_tokenizer_is_eog(tok, 4));
     expect_piece(tok, 3, "");
     expect_piece(tok, 1, "<|channel|>");
+    coli_tokenizer_free(&tok);
+    // Kimi K3's section markers are shown where the vocabulary has them all and <|end_of_msg|>
+    const char *const kimi[6] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>", "<|x|>", "<|y|>"};
+    tok = markers_tiny(kimi);
+    expect_piece(tok, 0, "<|open|>");
+    expect_piece(tok, 2, "<|sep|>");
+    expect_piece(tok, 4, "");
+    coli_tokenizer_free(&tok);
+    const char *const no_eom[6] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_mg|>", "<|x|>", "<|y|>"};
+    tok = markers_tiny(no_eom);
+    expect_piece(tok, 0, "");
     coli_tokenizer_free(&tok);
 }
 

@@ -159,6 +159,18 @@ static void s_harmony_markers(coli_tokenizer *tok) {
     }
 }
 
+/* Kimi K3's section markers (<|open|>think<|sep|> ... <|close|>think<|sep|>), which
+ * llama.cpp's Kimi K3 parser keeps in the text (preserved tokens): shown, in a
+ * vocabulary that has all of them and <|end_of_msg|>. */
+static void s_kimi_markers(coli_tokenizer *tok) {
+    static const char *const markers[] = {"<|open|>", "<|close|>", "<|sep|>"};
+    int32_t id[3];
+    if (tok_find(tok, "<|end_of_msg|>", 14) < 0) return;
+    for (int k = 0; k < 3; k++)
+        if ((id[k] = tok_find(tok, markers[k], strlen(markers[k]))) < 0) return;
+    for (int k = 0; k < 3; k++) s_show(tok, id[k]);
+}
+
 /* Phi-3 (by general.name, as llama.cpp): special tokens eat the white space
  * after them, except <unk>, <s> and <|endoftext|>; </s> does too. */
 static void s_phi3_rstrip(coli_tokenizer *tok, const gguf_file *f) {
@@ -196,6 +208,7 @@ int tok_setup_special(coli_tokenizer *tok, const gguf_file *f) {
     if (!tok->is_eog) return coli_fail(COLI_ENOMEM, "tokenizer: out of memory (%d tokens)", tok->n_vocab);
     s_setup_eog(tok, f);
     s_harmony_markers(tok);
+    s_kimi_markers(tok);
 
     const uint8_t special = TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN;
     int32_t n = 0;

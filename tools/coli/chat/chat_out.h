@@ -74,5 +74,6 @@ int chat_render_qwen35(chat_out *b, const chat_message *m, int n, const chat_opt
 int chat_render_glm47(chat_out *b, const chat_message *m, int n, const chat_options *o);
 int chat_render_deepseek32(chat_out *b, const chat_message *m, int n, const chat_options *o);
 int chat_render_deepseek4(chat_out *b, const chat_message *m, int n, const chat_options *o);
+int chat_render_kimi_k3(chat_out *b, const chat_message *m, int n, const chat_options *o);
 
 #endif

@@ -66,6 +66,7 @@ int chat_fail(char *err, size_t cap, const char *fmt, ...) {
  * (Qwen3's template is also ChatML, so it comes first). */
 static chat_family s_family_of_template(const char *t) {
     if (strstr(t, "<|channel|>")) return CHAT_GPT_OSS;
+    if (strstr(t, "<|open|>") && strstr(t, "<|close|>") && strstr(t, "<|end_of_msg|>")) return CHAT_KIMI_K3;
     if (strstr(t, DS_DSML)) return strstr(t, "drop_thinking") ? CHAT_DEEPSEEK4 : CHAT_DEEPSEEK32;
     if (strstr(t, "[gMASK]<sop>") && strstr(t, "clear_thinking")) return CHAT_GLM47;
     if (strstr(t, "[gMASK]<sop>") && strstr(t, "<|assistant|>")) return CHAT_GLM45;
@@ -110,6 +111,7 @@ static const char *const k_family_names[] = {
     [CHAT_GLM47] = "glm4.7",
     [CHAT_DEEPSEEK32] = "deepseek3.2",
     [CHAT_DEEPSEEK4] = "deepseek4",
+    [CHAT_KIMI_K3] = "kimi-k3",
 };
 #define N_FAMILIES ((int)(sizeof k_family_names / sizeof k_family_names[0]))
 
@@ -363,16 +365,17 @@ int chat_kwargs_parse(const cJSON *kwargs, int *thinking, int *effort, char *err
 
 int chat_thinking_check(chat_family f, int thinking, char *err, size_t err_cap) {
     if (thinking == CHAT_THINKING_DEFAULT || f == CHAT_QWEN3 || f == CHAT_QWEN35 || f == CHAT_GLM45 ||
-        f == CHAT_GLM47 || f == CHAT_DEEPSEEK32 || f == CHAT_DEEPSEEK4)
+        f == CHAT_GLM47 || f == CHAT_DEEPSEEK32 || f == CHAT_DEEPSEEK4 || f == CHAT_KIMI_K3)
         return 0;
     return chat_fail(err, err_cap,
                      "chat_template_kwargs.enable_thinking: the %s chat template has no thinking switch (qwen3, "
-                     "qwen3.5, glm4.5, glm4.7, deepseek3.2 and deepseek4 have)",
+                     "qwen3.5, glm4.5, glm4.7, deepseek3.2, deepseek4 and kimi-k3 have)",
                      chat_family_name(f));
 }
 
 chat_syntax chat_syntax_of(chat_family f, const chat_options *o) {
     if (f == CHAT_GPT_OSS) return CHAT_SYNTAX_HARMONY;
+    if (f == CHAT_KIMI_K3) return o->thinking != 0 ? CHAT_SYNTAX_KIMI_THINK : CHAT_SYNTAX_KIMI;
     /* the generation prompt opens the thought: Qwen3.5 and GLM-4.7 unless thinking is off,
      * DeepSeek V3.2/V4 only when it is on (their default is off) */
     if ((f == CHAT_QWEN35 || f == CHAT_GLM47) && o->thinking != 0) return CHAT_SYNTAX_THINK_OPEN;
@@ -420,6 +423,7 @@ int chat_render_plain(chat_family f, const chat_message *msgs, int n, const chat
     case CHAT_GLM47: rc = chat_render_glm47(&b, msgs, n, o); break;
     case CHAT_DEEPSEEK32: rc = chat_render_deepseek32(&b, msgs, n, o); break;
     case CHAT_DEEPSEEK4: rc = chat_render_deepseek4(&b, msgs, n, o); break;
+    case CHAT_KIMI_K3: rc = chat_render_kimi_k3(&b, msgs, n, o); break;
     default: rc = s_olmo(&b, msgs, n, bos, eos); break;
     }
     if (rc == 0 && (b.failed || b.b.failed || !b.b.s)) rc = chat_fail(err, err_cap, "chat template: out of memory");

@@ -6,6 +6,7 @@
  * NAME overrides both.
  *
  *   template contains "<|channel|>"                   -> gpt-oss (harmony)
+ *   "<|open|>", "<|close|>" and "<|end_of_msg|>"       -> kimi-k3 (Kimi K3)
  *   "｜DSML｜" and "drop_thinking"                    -> deepseek4 (DeepSeek-V4)
  *   "｜DSML｜"                                         -> deepseek3.2 (DeepSeek-V3.2)
  *   "[gMASK]<sop>" and "clear_thinking"               -> glm4.7 (GLM-4.7, GLM-5)
@@ -54,6 +55,7 @@ typedef enum chat_family {
     CHAT_GLM47,
     CHAT_DEEPSEEK32,
     CHAT_DEEPSEEK4,
+    CHAT_KIMI_K3,
 } chat_family;
 
 typedef struct chat_message {
@@ -71,7 +73,7 @@ chat_family chat_family_from_name(const char *name);
 /* The known names, comma-separated, for messages (a static string). */
 #define CHAT_FAMILY_NAMES                                                                                         \
     "mistral, chatml, olmo, qwen3, deepseek2, deepseek3, llama3, gpt-oss, glm4.5, qwen3.5, glm4.7, deepseek3.2, " \
-    "deepseek4"
+    "deepseek4, kimi-k3"
 const char *chat_family_list(void);
 
 /* How to render: bos/eos, the vocabulary's BOS/EOS text ("<s>", "</s>"; ""
@@ -107,6 +109,9 @@ int chat_effort_check(chat_family f, int effort, char *err, size_t err_cap);
 typedef enum chat_syntax {
     CHAT_SYNTAX_THINK,      /* "<think>R</think>A" (the tags may come after white space) */
     CHAT_SYNTAX_THINK_OPEN, /* the prompt opened "<think>": "R</think>A" */
+    /* Kimi K3, the prompt opened the think section: "R<|close|>think<|sep|><|open|>response<|sep|>A..." */
+    CHAT_SYNTAX_KIMI_THINK,
+    CHAT_SYNTAX_KIMI, /* Kimi K3, the prompt opened the response: "A<|close|>response<|sep|>..." */
     CHAT_SYNTAX_HARMONY, /* gpt-oss: "<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>final<|message|>A" */
 } chat_syntax;
 chat_syntax chat_syntax_of(chat_family f, const chat_options *o);
@@ -127,6 +132,10 @@ int chat_harmony_spans(const char *t, size_t len, int final, chat_span *spans, i
  * place to its content (the final channel's text: what the template takes
  * back in the next turn); returns the new length. */
 size_t chat_harmony_keep_content(char *t, size_t len);
+/* Kimi K3's generated text as spans (the think section's text is reasoning,
+ * the response's content), as chat_harmony_spans; in_think: the prompt
+ * opened the think section. */
+int chat_kimi_spans(const char *t, size_t len, int final, int in_think, chat_span *spans, int cap, size_t *consumed);
 
 /* The prompt for msgs followed by the start of the assistant's answer (the
  * templates' add_generation_prompt; a Mistral conversation that ends with

@@ -97,6 +97,8 @@ static int s_spans(int syntax, const char *t, size_t len, int final, chat_span *
         if (!(*v = malloc((size_t)n * sizeof **v))) return -1;
         return chat_harmony_spans(t, len, final, *v, n, raw_end);
     }
+    if (syntax == CHAT_SYNTAX_KIMI_THINK || syntax == CHAT_SYNTAX_KIMI) /* at most 2 spans */
+        return chat_kimi_spans(t, len, final, syntax == CHAT_SYNTAX_KIMI_THINK, *v, k_local, raw_end);
     const reasoning_split p = s_split_think(t, len, final, syntax == CHAT_SYNTAX_THINK_OPEN);
     (*v)[0] = (chat_span){p.reasoning_start, p.reasoning_len, 1};
     (*v)[1] = (chat_span){p.content_start, p.content_len, 0};
