@@ -77,6 +77,16 @@ static void emu_matmul(int t, const void *W, int64_t n_in, int64_t n_out, const 
     case COLI_Q5_K: emu_matmul_t<COLI_Q5_K>(w, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q6_K: emu_matmul_t<COLI_Q6_K>(w, n_in, n_out, xp, n_rows, y); break;
     case COLI_IQ4_XS: emu_matmul_t<COLI_IQ4_XS>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_MXFP4: emu_matmul_t<COLI_MXFP4>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_TQ1_0: emu_matmul_t<COLI_TQ1_0>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_TQ2_0: emu_matmul_t<COLI_TQ2_0>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ2_XXS: emu_matmul_t<COLI_IQ2_XXS>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ2_XS: emu_matmul_t<COLI_IQ2_XS>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ2_S: emu_matmul_t<COLI_IQ2_S>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ3_XXS: emu_matmul_t<COLI_IQ3_XXS>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ3_S: emu_matmul_t<COLI_IQ3_S>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ1_S: emu_matmul_t<COLI_IQ1_S>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ1_M: emu_matmul_t<COLI_IQ1_M>(w, n_in, n_out, xp, n_rows, y); break;
     default: cr_assert_fail("matmul type %d", t);
     }
 }
