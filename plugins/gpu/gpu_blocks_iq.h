@@ -49,8 +49,8 @@ static COLI_DEVICE_VAR gpu_grids gpu_grid_tables;
 #else
 /* Host code (tests, emulator): core's tables themselves. */
 #include "core/quant/quant_blocks.h"
-static const gpu_grids gpu_grid_tables __attribute__((unused)) = {coli_iq2xxs_grid, coli_iq2xs_grid, coli_iq2s_grid,
-                                          coli_iq1s_grid,   coli_iq3xxs_grid, coli_iq3s_grid};
+static const gpu_grids gpu_grid_tables __attribute__((unused)) = {coli_iq2xxs_grid, coli_iq2xs_grid,  coli_iq2s_grid,
+                                                                  coli_iq1s_grid,   coli_iq3xxs_grid, coli_iq3s_grid};
 #define COLI_DEVICE_READ(v) (v)
 #endif
 
