@@ -1,0 +1,302 @@
+/*
+ * quantize_iq.c - weight quantizers of the IQ grid types, guided by an
+ * importance matrix as llama-quantize runs them (ggml-quants.c
+ * quantize_row_iq2_xxs_impl, quantize_row_iq3_xxs_impl; llama.cpp
+ * de3ff815), with the same float operations in the same order:
+ *
+ * Per 32 values, with weights w = imatrix * sqrt(sigma2 + x^2) (sigma2 the
+ * mean square of the 256-value block, twice that for IQ3_XXS):
+ *  - magnitudes |x|; in each group of 8 the sign of the least important
+ *    value is flipped when the count of negatives is odd (the format keeps
+ *    7 sign bits, the 8th is the parity);
+ *  - a scale search: for each trial scale the values round to levels
+ *    l = round((x / scale - 1) / 2), each group of levels goes to its grid
+ *    point or, off the grid, to the nearest neighbour by weighted error;
+ *    the trial with the best weighted fit sum(w x q)^2 / sum(w q^2) wins;
+ *  - (IQ2_XXS: then every group, IQ3_XXS: the groups that were off the
+ *    grid) re-rounded at the winning scale, and the scale refitted;
+ *  - the 8 sub-block scales go to 4 bits under one fp16 scale (max / 31;
+ *    IQ3_XXS stores it times 1.0125).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "core/quant/quantize_impl.h"
+#include "core/quant/quantize_iq_grid.h"
+#include "core/quant/quant.h"
+#include "core/quant/quantize_rows.h"
+
+/* ggml's GROUP_MAX_EPS_IQ3_XXS */
+#define IQ3_GROUP_EPS 1e-8f
+
+static inline int s_clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+static inline int s_min(int a, int b) { return a < b ? a : b; }
+
+/* Least-squares fit of the non-negative x to codes 0..nmax under weights w
+ * (ggml's make_qp_quants): a scale from max / nmax, tried at 8 neighbouring
+ * scales, then up to 5 passes moving single codes while the fit improves.
+ * Returns the scale; L the codes. */
+static float s_fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w) {
+    float max = 0;
+    for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
+    if (max < COLI_GROUP_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = nmax / max, scale = 1 / iscale, best_mse = 0;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)coli_nearest_int(iscale * x[i]);
+        const float diff = x[i] - scale * L[i];
+        best_mse += w[i] * diff * diff;
+    }
+    for (int is = -4; is <= 4; is++) {
+        if (is == 0) continue;
+        const float iscale_is = (0.1f * is + nmax) / max, scale_is = 1 / iscale_is;
+        float mse = 0;
+        for (int i = 0; i < n; i++) {
+            const int l = s_min(coli_nearest_int(iscale_is * x[i]), nmax);
+            const float diff = x[i] - scale_is * l;
+            mse += w[i] * diff * diff;
+        }
+        if (mse < best_mse) best_mse = mse, iscale = iscale_is;
+    }
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        const int l = s_min(coli_nearest_int(iscale * x[i]), nmax);
+        L[i] = (uint8_t)l;
+        sumlx += w[i] * x[i] * l;
+        suml2 += w[i] * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            float slx = sumlx - w[i] * x[i] * L[i], sl2 = suml2 - w[i] * L[i] * L[i];
+            if (!(slx > 0 && sl2 > 0)) continue;
+            const int nl = s_min(coli_nearest_int(x[i] * sl2 / slx), nmax);
+            if (nl == L[i]) continue;
+            slx += w[i] * x[i] * nl;
+            sl2 += w[i] * nl * nl;
+            if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+                L[i] = (uint8_t)nl, sumlx = slx, suml2 = sl2;
+                changed++;
+            }
+        }
+        if (!changed) break;
+    }
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* Magnitudes of 32 values into xval and four 7-bit sign masks: a group of 8
+ * with an odd count of negatives flips its least important value. */
+static void s_signs(const float *xb, const float *weight, float *xval, uint8_t *signs) {
+    for (int k = 0; k < 4; k++) {
+        int nflip = 0;
+        uint8_t s = 0;
+        for (int i = 0; i < 8; i++) {
+            const float v = xb[8 * k + i];
+            xval[8 * k + i] = v >= 0 ? v : -v;
+            if (v < 0) nflip++, s |= (uint8_t)(1 << i);
+        }
+        if (nflip % 2) {
+            int imin = 0;
+            float min = weight[8 * k] * xb[8 * k] * xb[8 * k];
+            for (int i = 1; i < 8; i++) {
+                const float ax = weight[8 * k + i] * xb[8 * k + i] * xb[8 * k + i];
+                if (ax < min) min = ax, imin = i;
+            }
+            xval[8 * k + imin] = -xval[8 * k + imin];
+            s ^= (uint8_t)(1 << imin);
+        }
+        signs[k] = s & 127;
+    }
+}
+
+/* Weights of one 32-value sub-block: qw * sqrt(sigma2 + x^2), or x^2
+ * without an importance matrix (IQ3_XXS's reference quantizer). */
+static void s_weights(const float *xb, const float *qw, float sigma2, float *weight, float *waux) {
+    for (int i = 0; i < 32; i++) weight[i] = qw ? qw[i] * sqrtf(sigma2 + xb[i] * xb[i]) : xb[i] * xb[i];
+    for (int i = 0; i < 32; i++) waux[i] = sqrtf(weight[i]);
+}
+
+static float s_max32(const float *x) {
+    float max = x[0];
+    for (int i = 1; i < 32; i++) max = max > x[i] ? max : x[i];
+    return max;
+}
+
+/* Levels of the 32 values at inverse scale id (clamped to 0..kmax-1), each
+ * group of g->group mapped onto the grid at scale (neighbour search);
+ * on_grid[k] says which groups were already on it. */
+static void s_round_to_grid(const iq_grid *g, int kmax, float id, float scale, const float *xval, const float *waux,
+                            int8_t *L, uint8_t *on_grid) {
+    for (int k = 0; k < 32 / g->group; k++) {
+        int8_t *Lk = L + g->group * k;
+        for (int i = 0; i < g->group; i++)
+            Lk[i] = (int8_t)s_clamp(coli_nearest_int(0.5f * (id * xval[g->group * k + i] - 1)), 0, kmax - 1);
+        on_grid[k] = iq_grid_lookup(g, Lk) >= 0;
+        iq_grid_point(g, Lk, xval + g->group * k, waux + g->group * k, scale);
+    }
+}
+
+/* sum w x q and sum w q^2 over 32 values, q = 2 l + 1. */
+static void s_fit_sums(const float *weight, const float *xval, const int8_t *L, float *sumqx, float *sumq2) {
+    float a = 0, b = 0;
+    for (int i = 0; i < 32; i++) {
+        const float q = 2 * L[i] + 1;
+        a += weight[i] * xval[i] * q;
+        b += weight[i] * q * q;
+    }
+    *sumqx = a;
+    *sumq2 = b;
+}
+
+/* The scale search over trial inverse scales (base + step * is) / max_ref
+ * for is in [-n_try, n_try]: L gets the winner's levels, on_grid its
+ * groups' state. Returns the scale (init when no trial fits). */
+static float s_search(const iq_grid *g, int kmax, float base, float step, int n_try, float max_ref, float init,
+                      const float *weight, const float *xval, const float *waux, int8_t *L, uint8_t *on_grid) {
+    int8_t Laux[32];
+    uint8_t aux_on[8];
+    float best = 0, scale = init;
+    for (int is = -n_try; is <= n_try; is++) {
+        const float id = (base + is * step) / max_ref, this_scale = 1 / id;
+        s_round_to_grid(g, kmax, id, this_scale, xval, waux, Laux, aux_on);
+        float sumqx, sumq2;
+        s_fit_sums(weight, xval, Laux, &sumqx, &sumq2);
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+            scale = sumqx / sumq2;
+            best = scale * sumqx;
+            memcpy(L, Laux, 32);
+            memcpy(on_grid, aux_on, 8);
+        }
+    }
+    return scale;
+}
+
+/* Re-round the groups (all, or those off the grid) at scale and refit. */
+static float s_refine(const iq_grid *g, int kmax, float scale, int all, const float *weight, const float *xval,
+                      const float *waux, int8_t *L, const uint8_t *on_grid) {
+    const float id = 1 / scale;
+    for (int k = 0; k < 32 / g->group; k++) {
+        if (!all && on_grid[k]) continue;
+        int8_t *Lk = L + g->group * k;
+        for (int i = 0; i < g->group; i++)
+            Lk[i] = (int8_t)s_clamp(coli_nearest_int(0.5f * (id * xval[g->group * k + i] - 1)), 0, kmax - 1);
+        iq_grid_point(g, Lk, xval + g->group * k, waux + g->group * k, scale);
+    }
+    float sumqx, sumq2;
+    s_fit_sums(weight, xval, L, &sumqx, &sumq2);
+    return sumq2 > 0 ? sumqx / sumq2 : scale;
+}
+
+/* The 4-bit sub-block scale of s under the block scale d = max / 31. */
+static uint32_t s_scale4(float id, float s) { return (uint32_t)s_clamp(coli_nearest_int(0.5f * (id * s - 1)), 0, 15); }
+
+// ---------------------------------------------------------------------------
+// IQ2_XXS
+
+/* One 32-value sub-block: grid indices and signs into q2[0..1]; returns its
+ * scale (0 for an all-zero sub-block). */
+static float s_iq2_xxs_sub(const iq_grid *g, const float *xb, const float *qw, float sigma2, uint32_t *q2) {
+    const int kmax = 3;
+    float weight[32], waux[32], xval[32];
+    int8_t L[32];
+    uint8_t signs[4], on_grid[8];
+    s_weights(xb, qw, sigma2, weight, waux);
+    s_signs(xb, weight, xval, signs);
+    if (s_max32(xval) < COLI_GROUP_EPS) return 0;
+    float scale = s_fit_positive(32, kmax + 1, xval, (uint8_t *)L, weight);
+    const float eff_max = scale * kmax;
+    if (eff_max <= 0) return 0;
+    scale = s_search(g, kmax, 2 * kmax - 1, 0.1f, 6, eff_max, scale, weight, xval, waux, L, on_grid);
+    if (scale > 0) scale = s_refine(g, kmax, scale, 1, weight, xval, waux, L, on_grid);
+    if (scale < 0) { /* never in practice; the stored scale is unsigned */
+        scale = -scale;
+        for (int k = 0; k < 4; k++) signs[k] = (uint8_t)(~signs[k] & 127);
+    }
+    for (int k = 0; k < 4; k++) {
+        q2[0] |= (uint32_t)iq_grid_lookup(g, L + 8 * k) << (8 * k);
+        q2[1] |= (uint32_t)signs[k] << (7 * k);
+    }
+    return scale;
+}
+
+void coli_quantize_row_iq2_xxs(const float *x, block_iq2_xxs *y, int64_t n, const float *qw) {
+    const iq_grid *g = iq_grid_get(IQ_GRID_2XXS);
+    for (int64_t ibl = 0; ibl < n / COLI_QK_K; ibl++) {
+        const float *xbl = x + COLI_QK_K * ibl;
+        uint32_t q2[16] = {0};
+        float scales[8], max_scale = 0, sumx2 = 0;
+        for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
+        const float sigma2 = sumx2 / COLI_QK_K;
+        y[ibl].d = coli_fp32_to_fp16(0.0f);
+        for (int ib = 0; ib < 8; ib++) {
+            scales[ib] = s_iq2_xxs_sub(g, xbl + 32 * ib, qw ? qw + COLI_QK_K * ibl + 32 * ib : NULL, sigma2, q2 + 2 * ib);
+            max_scale = max_scale > scales[ib] ? max_scale : scales[ib];
+        }
+        if (max_scale == 0) {
+            memset(y[ibl].qs, 0, sizeof y[ibl].qs);
+            continue;
+        }
+        const float d = max_scale / 31, id = 1 / d;
+        y[ibl].d = coli_fp32_to_fp16(d);
+        for (int ib = 0; ib < 8; ib++) q2[2 * ib + 1] |= s_scale4(id, scales[ib]) << 28;
+        memcpy(y[ibl].qs, q2, sizeof q2);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// IQ3_XXS
+
+/* One 32-value sub-block: 8 grid indices into idx, the signs word into *ss;
+ * returns its scale. */
+static float s_iq3_xxs_sub(const iq_grid *g, const float *xb, const float *qw, float sigma2, uint8_t *idx,
+                           uint32_t *ss) {
+    const int kmax = 8;
+    float weight[32], waux[32], xval[32];
+    int8_t L[32] = {0};
+    uint8_t signs[4], on_grid[8];
+    s_weights(xb, qw, sigma2, weight, waux);
+    s_signs(xb, weight, xval, signs);
+    const float max = s_max32(xval);
+    if (max < IQ3_GROUP_EPS) return 0;
+    memset(on_grid, 1, sizeof on_grid);
+    float scale = s_search(g, kmax, 2 * kmax - 1, 0.2f, 15, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
+    int off = 0;
+    for (int k = 0; k < 8; k++) off += !on_grid[k];
+    if (off > 0 && scale > 0) scale = s_refine(g, kmax, scale, 0, weight, xval, waux, L, on_grid);
+    if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < 4; k++) signs[k] = (uint8_t)(~signs[k] & 127);
+    }
+    for (int k = 0; k < 8; k++) idx[k] = (uint8_t)iq_grid_lookup(g, L + 4 * k);
+    *ss = signs[0] | ((uint32_t)signs[1] << 7) | ((uint32_t)signs[2] << 14) | ((uint32_t)signs[3] << 21);
+    return scale;
+}
+
+void coli_quantize_row_iq3_xxs(const float *x, block_iq3_xxs *y, int64_t n, const float *qw) {
+    const iq_grid *g = iq_grid_get(IQ_GRID_3XXS);
+    for (int64_t ibl = 0; ibl < n / COLI_QK_K; ibl++) {
+        const float *xbl = x + COLI_QK_K * ibl;
+        uint8_t q3[3 * COLI_QK_K / 8] = {0};
+        uint32_t ss[8] = {0};
+        float scales[8], max_scale = 0, sumx2 = 0;
+        for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
+        const float sigma2 = 2 * sumx2 / COLI_QK_K;
+        y[ibl].d = coli_fp32_to_fp16(0.0f);
+        for (int ib = 0; ib < 8; ib++) {
+            scales[ib] = s_iq3_xxs_sub(g, xbl + 32 * ib, qw ? qw + COLI_QK_K * ibl + 32 * ib : NULL, sigma2,
+                                       q3 + 8 * ib, &ss[ib]);
+            max_scale = max_scale > scales[ib] ? max_scale : scales[ib];
+        }
+        if (max_scale == 0) {
+            memset(y[ibl].qs, 0, sizeof y[ibl].qs);
+            continue;
+        }
+        const float d = max_scale / 31, id = 1 / d;
+        y[ibl].d = coli_fp32_to_fp16(d * 1.0125f); /* llama.cpp's fudge factor */
+        for (int ib = 0; ib < 8; ib++) ss[ib] |= s_scale4(id, scales[ib]) << 28;
+        memcpy(q3 + COLI_QK_K / 4, ss, sizeof ss);
+        memcpy(y[ibl].qs, q3, sizeof q3);
+    }
+}
