@@ -126,8 +126,8 @@ static int s_convert(const coli_tensor *t, coli_dtype type, const imatrix *im, c
     float *qw;
     int rc = s_tensor_imatrix(t, type, im, &qw);
     if (rc < 0) return rc;
-    convert_job j = {t, type, n_in, rows, coli_row_bytes(t->type, n_in), coli_row_bytes(type, n_in), NULL, NULL, qw,
-                     t->ne[1]};
+    convert_job j = {t,    type, n_in, rows,    coli_row_bytes(t->type, n_in), coli_row_bytes(type, n_in),
+                     NULL, NULL, qw,   t->ne[1]};
     *nbytes = j.dst_row * (size_t)rows;
     j.dst = malloc(*nbytes);
     j.tmp = malloc((size_t)nth * (size_t)n_in * sizeof(float));
@@ -223,8 +223,9 @@ static int s_check_params(const quant_preset *preset, const coli_quantize_params
     if (rc == 0)
         rc = s_override(params ? params->token_embd_type : NULL, "token embedding type", path != NULL, token_embd_type);
     if (rc == 0 && !path && s_needs_imatrix(preset->base))
-        rc = coli_fail(COLI_EUNSUPPORTED, "quantize: %s needs an importance matrix (--imatrix FILE; coli imatrix makes one)",
-                       preset->name);
+        rc =
+            coli_fail(COLI_EUNSUPPORTED,
+                      "quantize: %s needs an importance matrix (--imatrix FILE; coli imatrix makes one)", preset->name);
     if (rc == 0 && path && (rc = imatrix_load(path, im)) < 0) rc = coli_fail_prefix(rc, "quantize");
     return rc;
 }
@@ -251,9 +252,9 @@ static int s_quantize(const char *in_path, const char *out_path, const quant_pre
         rc = coli_fail(COLI_ENOMEM, "quantize: out of memory");
     else if (!pool)
         rc = coli_fail_prefix(COLI_ENOMEM, "quantize");
-    if (rc == 0 && ((rc = s_copy_metadata(w, in, preset)) < 0 ||
-                    (im && (rc = s_imatrix_metadata(w, params->imatrix, im)) < 0) ||
-                    (rc = s_add_tensors(w, in, &mix, im, pool, params, order, bufs)) < 0))
+    if (rc == 0 &&
+        ((rc = s_copy_metadata(w, in, preset)) < 0 || (im && (rc = s_imatrix_metadata(w, params->imatrix, im)) < 0) ||
+         (rc = s_add_tensors(w, in, &mix, im, pool, params, order, bufs)) < 0))
         rc = coli_fail_prefix(rc, "quantize %s -> %s", in_path, out_path);
     if (rc == 0) rc = gguf_writer_write(w, out_path); /* its message names out_path */
     for (int64_t i = 0; bufs && i < n; i++) free(bufs[i]);

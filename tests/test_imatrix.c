@@ -218,3 +218,169 @@ Test(imatrix, iq_rmse_within_2pct_of_llama_quantize) {
 
 /* Our own imatrix (sums within 0.2% of llama's) quantizes as well. */
 Test(imatrix, our_imatrix_quantizes_as_well) { s_check_rmse(s_our_imatrix(), 1.02, 0); }
+
+/* ---- the preset, end to end ------------------------------------------------ */
+
+static coli_dtype s_type_of(const gguf_file *f, const char *name) {
+    const coli_tensor *t = gguf_find_tensor(f, name);
+    cr_assert(t, "%s", name);
+    return t->type;
+}
+
+static uint32_t s_u32(const gguf_file *f, const char *key) {
+    uint32_t v = 0;
+    cr_assert_eq(gguf_get_u32(f, key, &v), 0, "%s", key);
+    return v;
+}
+
+/* de3ff815's IQ2_XXS preset with llama-imatrix's file (output.weight made
+ * IQ3_XXS, which llama-quantize quantizes without an entry): llama's types,
+ * its quantize.imatrix.* keys; the file runs alike in-process and on a
+ * worker, with finite logits. */
+Test(imatrix, iq2_xxs_preset_runs_alike_on_a_worker, .timeout = 300) {
+    char out[4200];
+    snprintf(out, sizeof out, "%s/imatrix-iq2_xxs.gguf", s_build());
+    const coli_quantize_params p = {.imatrix = LLAMA_IMATRIX, .output_type = "IQ3_XXS"};
+    cr_assert_eq(coli_quantize_file_params(BUNDLED, out, "IQ2_XXS", &p), 0, "%s", coli_last_error());
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(out, &f), 0);
+    cr_expect_eq(s_type_of(f, "blk.0.attn_q.weight"), COLI_IQ2_XXS);
+    cr_expect_eq(s_type_of(f, "blk.1.ffn_gate_exps.weight"), COLI_IQ2_XXS);
+    cr_expect_eq(s_type_of(f, "blk.0.attn_v.weight"), COLI_Q4_K);          /* 4 experts */
+    cr_expect_eq(s_type_of(f, "blk.0.ffn_down_exps.weight"), COLI_IQ4_NL); /* rows of 384 */
+    cr_expect_eq(s_type_of(f, "token_embd.weight"), COLI_Q2_K);
+    cr_expect_eq(s_type_of(f, "output.weight"), COLI_IQ3_XXS);
+    cr_expect_eq(s_u32(f, "general.file_type"), 19);
+    cr_expect_eq(s_u32(f, "quantize.imatrix.entries_count"), 32);
+    cr_expect_eq(s_u32(f, "quantize.imatrix.chunks_count"), 6);
+    gguf_str s;
+    cr_assert_eq(gguf_get_str(f, "quantize.imatrix.file", &s), 0);
+    cr_expect_eq(strncmp(s.ptr, LLAMA_IMATRIX, s.len), 0);
+    gguf_close(&f);
+    sched_env_defaults();
+    gen_result ref, got;
+    sched_generate(out, "inproc", NULL, NULL, &ref);
+    sched_generate(out, "cpu:1", NULL, NULL, &got);
+    sched_assert_same(&ref, &got, "IQ2_XXS preset");
+    for (int i = 0; i < (GEN_STEPS + 1) * ref.n_vocab; i++) cr_assert(isfinite(ref.logits[i]), "logit %d", i);
+    gen_free(&ref);
+    gen_free(&got);
+    remove(out);
+    sched_assert_no_orphans();
+}
+
+/* ---- refusals ----------------------------------------------------------------- */
+
+static void s_expect_refused(const coli_quantize_params *p, const char *type, int code, const char *want) {
+    char out[4200];
+    snprintf(out, sizeof out, "%s/imatrix-refused.gguf", s_build());
+    cr_assert_eq(coli_quantize_file_params(BUNDLED, out, type, p), code, "%s", coli_last_error());
+    cr_expect(strstr(coli_last_error(), want), "want '%s' in: %s", want, coli_last_error());
+    cr_expect_null(strchr(coli_last_error(), '\n'), "one line: %s", coli_last_error());
+    cr_expect_not(cli_file_exists(out), "nothing written");
+}
+
+/* An imatrix of one entry: blk.0.attn_k.weight (the first IQ tensor in
+ * file order) with n_in values. */
+static void s_one_entry_imatrix(const char *path, int64_t n_in) {
+    imatrix im = {0};
+    imatrix_entry *e = imatrix_add(&im, "blk.0.attn_k.weight", n_in, 1);
+    cr_assert(e);
+    for (int64_t i = 0; i < n_in; i++) e->sums[i] = 1.0f + (float)i;
+    e->counts[0] = 10;
+    im.chunk_count = 1;
+    im.chunk_size = 10;
+    cr_assert_eq(imatrix_save(&im, path, 0), 0, "%s", coli_last_error());
+    imatrix_free(&im);
+}
+
+Test(imatrix, refusals_are_one_line) {
+    const coli_quantize_params none = {0};
+    s_expect_refused(&none, "IQ2_XXS", COLI_EUNSUPPORTED, "IQ2_XXS needs an importance matrix");
+    s_expect_refused(&none, "IQ3_XXS", COLI_EUNSUPPORTED, "IQ3_XXS needs an importance matrix");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/imatrix-other-model.gguf", s_build());
+    s_one_entry_imatrix(path, 128); /* the model's attn_k rows are 256 long */
+    const coli_quantize_params other = {.imatrix = path};
+    s_expect_refused(&other, "IQ2_XXS", COLI_EINVAL, "tensor 'blk.0.attn_k.weight': the imatrix has 128 values");
+    s_one_entry_imatrix(path, 256); /* right size, but nothing for the other tensors */
+    s_expect_refused(&other, "IQ2_XXS", COLI_EINVAL,
+                     "tensor 'blk.0.attn_output.weight': the imatrix has no entry for it");
+    remove(path);
+    const coli_quantize_params text = {.imatrix = TEXT};
+    s_expect_refused(&text, "IQ2_XXS", COLI_EFORMAT, "imatrix " TEXT);
+    const coli_quantize_params missing = {.imatrix = "/nonexistent/im.gguf"};
+    s_expect_refused(&missing, "IQ2_XXS", COLI_EIO, "/nonexistent/im.gguf");
+    /* the K-quant presets take an imatrix too (and do not need one) */
+    const coli_quantize_params good = {.imatrix = LLAMA_IMATRIX, .output_type = "IQ2_XS"};
+    s_expect_refused(&good, "Q4_K_M", COLI_EUNSUPPORTED, "output type 'IQ2_XS' cannot be written yet");
+}
+
+Test(imatrix, cli_refusals) {
+    char coli[512], out[4200];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    snprintf(out, sizeof out, "%s/imatrix-cli.gguf", s_build());
+    char *no_im[] = {coli, "quantize", BUNDLED, out, "IQ2_XXS", NULL};
+    cli_result r = cli_run(no_im);
+    cr_expect_eq(r.status, 1);
+    cr_expect(strstr(r.err, "IQ2_XXS needs an importance matrix (--imatrix FILE"), "%s", r.err);
+    cr_expect_eq(cli_count_lines(r.err), 1, "%s", r.err);
+    cli_result_free(&r);
+    char *workers[] = {coli, "imatrix", "-m", BUNDLED, "-f", TEXT, "--devices", "cpu:1", "-o", out, NULL};
+    r = cli_run(workers);
+    cr_expect_eq(r.status, 2);
+    cr_expect(strstr(r.err, "--devices") && strstr(r.err, "inproc"), "%s", r.err);
+    cli_result_free(&r);
+    char text[4200];
+    snprintf(text, sizeof text, "%s/imatrix-short.txt", s_build());
+    FILE *fp = fopen(text, "w");
+    cr_assert(fp);
+    fputs("Too short a text for two chunks of 128 tokens.\n", fp);
+    fclose(fp);
+    char *short_text[] = {coli, "imatrix", "-m", BUNDLED, "-f", text, "-c", "128", "-o", out, NULL};
+    r = cli_run(short_text);
+    cr_expect_eq(r.status, 1);
+    cr_expect(strstr(r.err, "needs at least 256"), "%s", r.err);
+    remove(text);
+    cr_expect_not(cli_file_exists(out));
+    cli_result_free(&r);
+}
+
+/* ---- the collector's rules -------------------------------------------------- */
+
+/* A dense weight counts from 16 rows on (llama-imatrix skips smaller
+ * batches); an expert slice counts for every row, in its own matrix. */
+Test(imatrix, collector_rules) {
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(BUNDLED, &f), 0);
+    imatrix_collector *c = NULL;
+    cr_assert_eq(imatrix_collect_new(f, &c), 0);
+    const coli_tensor *q = gguf_find_tensor(f, "blk.0.attn_q.weight"),
+                      *up = gguf_find_tensor(f, "blk.1.ffn_up_exps.weight");
+    const coli_tensor *out = gguf_find_tensor(f, "output.weight");
+    cr_assert(q && up && out);
+    float x[16 * 256], want0 = 0;
+    for (int i = 0; i < 16 * 256; i++) x[i] = (float)(i % 7) - 3.0f;
+    for (int r = 0; r < 16; r++) want0 += x[r * 256] * x[r * 256];
+    const size_t expert_bytes = coli_row_bytes(up->type, up->ne[0]) * (size_t)up->ne[1];
+    const coli_matmul_op ops[] = {
+        {q->data, q->type, 256, q->ne[1], x, 15, NULL},                                    /* skipped */
+        {q->data, q->type, 256, q->ne[1], x, 16, NULL},                                    /* counted */
+        {(const char *)up->data + 2 * expert_bytes, up->type, 256, up->ne[1], x, 1, NULL}, /* expert 2 */
+        {out->data, out->type, 256, out->ne[1], x, 16, NULL},                              /* not blk.* */
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) imatrix_collect_op(c, &ops[i]);
+    const imatrix *im = imatrix_collect_data(c);
+    cr_assert_eq(im->n, 2);
+    const imatrix_entry *eq = imatrix_find(im, "blk.0.attn_q.weight"),
+                        *eu = imatrix_find(im, "blk.1.ffn_up_exps.weight");
+    cr_assert(eq && eu);
+    cr_expect_eq(eq->counts[0], 16);
+    cr_expect_float_eq(eq->sums[0], want0, 1e-6);
+    cr_expect_eq(eu->n_mat, 4);
+    cr_expect(eu->counts[0] == 0 && eu->counts[1] == 0 && eu->counts[2] == 1 && eu->counts[3] == 0);
+    cr_expect_float_eq(eu->sums[2 * 256 + 1], 4.0f, 1e-6); /* x[1] = -2 */
+    cr_expect_eq(imatrix_collect_status(c), 0);
+    imatrix_collect_free(&c);
+    gguf_close(&f);
+}

@@ -231,7 +231,8 @@ void coli_quantize_row_iq2_xxs(const float *x, block_iq2_xxs *y, int64_t n, cons
         const float sigma2 = sumx2 / COLI_QK_K;
         y[ibl].d = coli_fp32_to_fp16(0.0f);
         for (int ib = 0; ib < 8; ib++) {
-            scales[ib] = s_iq2_xxs_sub(g, xbl + 32 * ib, qw ? qw + COLI_QK_K * ibl + 32 * ib : NULL, sigma2, q2 + 2 * ib);
+            scales[ib] =
+                s_iq2_xxs_sub(g, xbl + 32 * ib, qw ? qw + COLI_QK_K * ibl + 32 * ib : NULL, sigma2, q2 + 2 * ib);
             max_scale = max_scale > scales[ib] ? max_scale : scales[ib];
         }
         if (max_scale == 0) {

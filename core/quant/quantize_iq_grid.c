@@ -118,7 +118,7 @@ fail:
     return -1;
 }
 
-#define S_GRID_INIT(ID)                                                                                               \
+#define S_GRID_INIT(ID) \
     static void s_init_##ID(void) { s_failed[ID] = s_build(&s_grids[ID], &s_specs[ID]) != 0; }
 S_GRID_INIT(IQ_GRID_2XXS)
 S_GRID_INIT(IQ_GRID_3XXS)

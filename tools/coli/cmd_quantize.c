@@ -25,9 +25,9 @@ static const char s_about[] =
 /* An override flag's value must be a block type the library knows; it
  * checks that itself, but a usage error (exit 2) names the flag. */
 static int s_check_type_flag(const char *flag, const char *value) {
-    static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",  "Q5_1",  "IQ4_NL",
-                                        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4",
-                                        "IQ2_XXS", "IQ3_XXS"};
+    static const char *const types[] = {"F32",    "F16",    "BF16",  "Q8_0",  "Q4_0",    "Q4_1",   "Q5_0",
+                                        "Q5_1",   "IQ4_NL", "Q2_K",  "Q3_K",  "Q4_K",    "Q5_K",   "Q6_K",
+                                        "IQ4_XS", "TQ1_0",  "TQ2_0", "MXFP4", "IQ2_XXS", "IQ3_XXS"};
     if (!value) return 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(value, types[i]) == 0) return 0;
@@ -95,7 +95,8 @@ int cmd_quantize(int argc, char **argv) {
     if (rc == ARGS_HELP) {
         char about[2048];
         snprintf(about, sizeof about, "%s%s.", s_about, coli_quantize_type_names());
-        args_usage(stdout, "quantize", "[--pure] [--imatrix FILE] [--output-type T] IN.gguf OUT.gguf TYPE", about, specs, n_specs);
+        args_usage(stdout, "quantize", "[--pure] [--imatrix FILE] [--output-type T] IN.gguf OUT.gguf TYPE", about,
+                   specs, n_specs);
         return 0;
     }
     if (rc) return rc;
