@@ -80,13 +80,12 @@ static void s_convert_rows(void *arg, int ith, int nth) {
 }
 
 /* 1 for the types llama.cpp quantizes only with an importance matrix (the
- * IQ grid types) */
+ * IQ grid types but IQ3_S: de3ff815's tensor_requires_imatrix) */
 static int s_needs_imatrix(coli_dtype t) {
     switch (t) {
     case COLI_IQ2_XXS:
     case COLI_IQ3_XXS:
     case COLI_IQ2_XS:
-    case COLI_IQ3_S:
     case COLI_IQ2_S:
     case COLI_IQ1_S:
     case COLI_IQ1_M: return 1;
@@ -94,16 +93,18 @@ static int s_needs_imatrix(coli_dtype t) {
     }
 }
 
-/* 1 for the IQ grid types this build writes. */
-static int s_iq_written(coli_dtype t) { return t == COLI_IQ2_XXS || t == COLI_IQ3_XXS; }
+/* 1 for an IQ grid type this build cannot write yet. */
+static int s_iq_missing(coli_dtype t) { return t == COLI_IQ2_XS || t == COLI_IQ1_S || t == COLI_IQ1_M; }
+
+#define S_IQ_WRITTEN "IQ2_XXS, IQ3_XXS, IQ3_S, IQ2_S can"
 
 /* The importance of t's columns (*qw malloc'd, NULL for none), checked as
  * llama-quantize does: sizes must match; the low-bit types need an entry
  * except for token_embd / output (which it quantizes without). */
 static int s_tensor_imatrix(const coli_tensor *t, coli_dtype type, const imatrix *im, float **qw) {
     *qw = NULL;
-    if (s_needs_imatrix(type) && !s_iq_written(type))
-        return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': %s cannot be written yet (IQ2_XXS and IQ3_XXS can)", t->name,
+    if (s_iq_missing(type))
+        return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': %s cannot be written yet (" S_IQ_WRITTEN ")", t->name,
                          coli_dtype_name(type));
     if (!im) return 0;
     int rc = imatrix_weights(im, t, qw);
@@ -202,14 +203,13 @@ static int s_override(const char *name, const char *what, int has_imatrix, int *
         return coli_fail(COLI_EINVAL,
                          "quantize: %s '%s' is not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
                          "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4, "
-                         "IQ2_XXS, IQ3_XXS)",
+                         "IQ2_XXS, IQ3_XXS, IQ3_S, IQ2_S)",
                          what, name);
     if (s_needs_imatrix(t) && !has_imatrix)
         return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' needs an importance matrix (--imatrix FILE)", what,
                          name);
-    if (s_needs_imatrix(t) && !s_iq_written(t))
-        return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' cannot be written yet (IQ2_XXS and IQ3_XXS can)", what,
-                         name);
+    if (s_iq_missing(t))
+        return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' cannot be written yet (" S_IQ_WRITTEN ")", what, name);
     *out = (int)t;
     return 0;
 }

@@ -113,23 +113,37 @@ static void s_signs(const float *xb, const float *weight, float *xval, uint8_t *
 
 /* Weights of one 32-value sub-block: qw * sqrt(sigma2 + x^2), or x^2
  * without an importance matrix (IQ3_XXS's reference quantizer). */
-static void s_weights(const float *xb, const float *qw, float sigma2, float *weight, float *waux) {
-    for (int i = 0; i < 32; i++) weight[i] = qw ? qw[i] * sqrtf(sigma2 + xb[i] * xb[i]) : xb[i] * xb[i];
-    for (int i = 0; i < 32; i++) waux[i] = sqrtf(weight[i]);
+static void s_weights(int n, const float *xb, const float *qw, float sigma2, float *weight, float *waux) {
+    for (int i = 0; i < n; i++) weight[i] = qw ? qw[i] * sqrtf(sigma2 + xb[i] * xb[i]) : xb[i] * xb[i];
+    for (int i = 0; i < n; i++) waux[i] = sqrtf(weight[i]);
 }
 
-static float s_max32(const float *x) {
+static float s_max(int n, const float *x) {
     float max = x[0];
-    for (int i = 1; i < 32; i++) max = max > x[i] ? max : x[i];
+    for (int i = 1; i < n; i++) max = max > x[i] ? max : x[i];
     return max;
 }
 
-/* Levels of the 32 values at inverse scale id (clamped to 0..kmax-1), each
+/* Magnitudes of n values into xval and their sign bits, 8 per byte (the
+ * types that keep every sign). */
+static void s_all_signs(int n, const float *xb, float *xval, uint8_t *signs) {
+    for (int k = 0; k < n / 8; k++) {
+        uint8_t s = 0;
+        for (int i = 0; i < 8; i++) {
+            const float v = xb[8 * k + i];
+            xval[8 * k + i] = v >= 0 ? v : -v;
+            if (v < 0) s |= (uint8_t)(1 << i);
+        }
+        signs[k] = s;
+    }
+}
+
+/* Levels of the n values at inverse scale id (clamped to 0..kmax-1), each
  * group of g->group mapped onto the grid at scale (neighbour search);
  * on_grid[k] says which groups were already on it. */
-static void s_round_to_grid(const iq_grid *g, int kmax, float id, float scale, const float *xval, const float *waux,
-                            int8_t *L, uint8_t *on_grid) {
-    for (int k = 0; k < 32 / g->group; k++) {
+static void s_round_to_grid(const iq_grid *g, int n, int kmax, float id, float scale, const float *xval,
+                            const float *waux, int8_t *L, uint8_t *on_grid) {
+    for (int k = 0; k < n / g->group; k++) {
         int8_t *Lk = L + g->group * k;
         for (int i = 0; i < g->group; i++)
             Lk[i] = (int8_t)s_clamp(coli_nearest_int(0.5f * (id * xval[g->group * k + i] - 1)), 0, kmax - 1);
@@ -138,10 +152,10 @@ static void s_round_to_grid(const iq_grid *g, int kmax, float id, float scale, c
     }
 }
 
-/* sum w x q and sum w q^2 over 32 values, q = 2 l + 1. */
-static void s_fit_sums(const float *weight, const float *xval, const int8_t *L, float *sumqx, float *sumq2) {
+/* sum w x q and sum w q^2 over n values, q = 2 l + 1. */
+static void s_fit_sums(int n, const float *weight, const float *xval, const int8_t *L, float *sumqx, float *sumq2) {
     float a = 0, b = 0;
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < n; i++) {
         const float q = 2 * L[i] + 1;
         a += weight[i] * xval[i] * q;
         b += weight[i] * q * q;
@@ -153,31 +167,31 @@ static void s_fit_sums(const float *weight, const float *xval, const int8_t *L, 
 /* The scale search over trial inverse scales (base + step * is) / max_ref
  * for is in [-n_try, n_try]: L gets the winner's levels, on_grid its
  * groups' state. Returns the scale (init when no trial fits). */
-static float s_search(const iq_grid *g, int kmax, float base, float step, int n_try, float max_ref, float init,
+static float s_search(const iq_grid *g, int n, int kmax, float base, float step, int n_try, float max_ref, float init,
                       const float *weight, const float *xval, const float *waux, int8_t *L, uint8_t *on_grid) {
     int8_t Laux[32];
     uint8_t aux_on[8];
     float best = 0, scale = init;
     for (int is = -n_try; is <= n_try; is++) {
         const float id = (base + is * step) / max_ref, this_scale = 1 / id;
-        s_round_to_grid(g, kmax, id, this_scale, xval, waux, Laux, aux_on);
+        s_round_to_grid(g, n, kmax, id, this_scale, xval, waux, Laux, aux_on);
         float sumqx, sumq2;
-        s_fit_sums(weight, xval, Laux, &sumqx, &sumq2);
+        s_fit_sums(n, weight, xval, Laux, &sumqx, &sumq2);
         if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
             scale = sumqx / sumq2;
             best = scale * sumqx;
-            memcpy(L, Laux, 32);
-            memcpy(on_grid, aux_on, 8);
+            memcpy(L, Laux, (size_t)n);
+            memcpy(on_grid, aux_on, (size_t)(n / g->group));
         }
     }
     return scale;
 }
 
 /* Re-round the groups (all, or those off the grid) at scale and refit. */
-static float s_refine(const iq_grid *g, int kmax, float scale, int all, const float *weight, const float *xval,
+static float s_refine(const iq_grid *g, int n, int kmax, float scale, int all, const float *weight, const float *xval,
                       const float *waux, int8_t *L, const uint8_t *on_grid) {
     const float id = 1 / scale;
-    for (int k = 0; k < 32 / g->group; k++) {
+    for (int k = 0; k < n / g->group; k++) {
         if (!all && on_grid[k]) continue;
         int8_t *Lk = L + g->group * k;
         for (int i = 0; i < g->group; i++)
@@ -185,8 +199,14 @@ static float s_refine(const iq_grid *g, int kmax, float scale, int all, const fl
         iq_grid_point(g, Lk, xval + g->group * k, waux + g->group * k, scale);
     }
     float sumqx, sumq2;
-    s_fit_sums(weight, xval, L, &sumqx, &sumq2);
+    s_fit_sums(n, weight, xval, L, &sumqx, &sumq2);
     return sumq2 > 0 ? sumqx / sumq2 : scale;
+}
+
+static int s_any_off(const uint8_t *on_grid, int n) {
+    for (int k = 0; k < n; k++)
+        if (!on_grid[k]) return 1;
+    return 0;
 }
 
 /* The 4-bit sub-block scale of s under the block scale d = max / 31. */
@@ -202,14 +222,14 @@ static float s_iq2_xxs_sub(const iq_grid *g, const float *xb, const float *qw, f
     float weight[32], waux[32], xval[32];
     int8_t L[32];
     uint8_t signs[4], on_grid[8];
-    s_weights(xb, qw, sigma2, weight, waux);
+    s_weights(32, xb, qw, sigma2, weight, waux);
     s_signs(xb, weight, xval, signs);
-    if (s_max32(xval) < COLI_GROUP_EPS) return 0;
+    if (s_max(32, xval) < COLI_GROUP_EPS) return 0;
     float scale = s_fit_positive(32, kmax + 1, xval, (uint8_t *)L, weight);
     const float eff_max = scale * kmax;
     if (eff_max <= 0) return 0;
-    scale = s_search(g, kmax, 2 * kmax - 1, 0.1f, 6, eff_max, scale, weight, xval, waux, L, on_grid);
-    if (scale > 0) scale = s_refine(g, kmax, scale, 1, weight, xval, waux, L, on_grid);
+    scale = s_search(g, 32, kmax, 2 * kmax - 1, 0.1f, 6, eff_max, scale, weight, xval, waux, L, on_grid);
+    if (scale > 0) scale = s_refine(g, 32, kmax, scale, 1, weight, xval, waux, L, on_grid);
     if (scale < 0) { /* never in practice; the stored scale is unsigned */
         scale = -scale;
         for (int k = 0; k < 4; k++) signs[k] = (uint8_t)(~signs[k] & 127);
@@ -257,15 +277,14 @@ static float s_iq3_xxs_sub(const iq_grid *g, const float *xb, const float *qw, f
     float weight[32], waux[32], xval[32];
     int8_t L[32] = {0};
     uint8_t signs[4], on_grid[8];
-    s_weights(xb, qw, sigma2, weight, waux);
+    s_weights(32, xb, qw, sigma2, weight, waux);
     s_signs(xb, weight, xval, signs);
-    const float max = s_max32(xval);
+    const float max = s_max(32, xval);
     if (max < IQ3_GROUP_EPS) return 0;
     memset(on_grid, 1, sizeof on_grid);
-    float scale = s_search(g, kmax, 2 * kmax - 1, 0.2f, 15, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
-    int off = 0;
-    for (int k = 0; k < 8; k++) off += !on_grid[k];
-    if (off > 0 && scale > 0) scale = s_refine(g, kmax, scale, 0, weight, xval, waux, L, on_grid);
+    float scale =
+        s_search(g, 32, kmax, 2 * kmax - 1, 0.2f, 15, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
+    if (s_any_off(on_grid, 8) && scale > 0) scale = s_refine(g, 32, kmax, scale, 0, weight, xval, waux, L, on_grid);
     if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 4; k++) signs[k] = (uint8_t)(~signs[k] & 127);
@@ -299,5 +318,132 @@ void coli_quantize_row_iq3_xxs(const float *x, block_iq3_xxs *y, int64_t n, cons
         for (int ib = 0; ib < 8; ib++) ss[ib] |= s_scale4(id, scales[ib]) << 28;
         memcpy(q3 + COLI_QK_K / 4, ss, sizeof ss);
         memcpy(y[ibl].qs, q3, sizeof q3);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// IQ3_S: every sign kept, 512 points with 9-bit indices, d stored x 1.033
+
+/* One 32-value sub-block: 8 9-bit grid indices and 4 sign bytes; returns
+ * its scale, or -1 when the sub-block is all zero (nothing written: ggml
+ * also skips its pointers there, a layout slip of llama.cpp's that only an
+ * all-zero sub-block of 32 shows; we keep every sub-block in its place). */
+static float s_iq3_s_sub(const iq_grid *g, const float *xb, const float *qw, float sigma2, uint16_t *idx,
+                         uint8_t *signs) {
+    const int kmax = 8;
+    float weight[32], waux[32], xval[32];
+    int8_t L[32] = {0};
+    uint8_t on_grid[8] = {0};
+    s_weights(32, xb, qw, sigma2, weight, waux);
+    s_all_signs(32, xb, xval, signs);
+    const float max = s_max(32, xval);
+    if (max == 0) return -1;
+    float scale =
+        s_search(g, 32, kmax, 2 * kmax - 1, 0.2f, 9, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
+    if (s_any_off(on_grid, 8) && scale > 0) scale = s_refine(g, 32, kmax, scale, 1, weight, xval, waux, L, on_grid);
+    if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < 4; k++) signs[k] = (uint8_t)~signs[k];
+    }
+    for (int k = 0; k < 8; k++) idx[k] = (uint16_t)iq_grid_lookup(g, L + 4 * k);
+    return scale;
+}
+
+void coli_quantize_row_iq3_s(const float *x, block_iq3_s *y, int64_t n, const float *qw) {
+    const iq_grid *g = iq_grid_get(IQ_GRID_3S);
+    for (int64_t ibl = 0; ibl < n / COLI_QK_K; ibl++) {
+        const float *xbl = x + COLI_QK_K * ibl;
+        block_iq3_s *b = &y[ibl];
+        float scales[8], max_scale = 0, sumx2 = 0;
+        memset(b, 0, sizeof *b);
+        for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
+        const float sigma2 = 2 * sumx2 / COLI_QK_K;
+        for (int ib = 0; ib < 8; ib++) {
+            uint16_t idx[8];
+            uint8_t signs[4];
+            scales[ib] = s_iq3_s_sub(g, xbl + 32 * ib, qw ? qw + COLI_QK_K * ibl + 32 * ib : NULL, sigma2, idx, signs);
+            if (scales[ib] < 0) {
+                scales[ib] = 0;
+                continue;
+            }
+            for (int k = 0; k < 8; k++) {
+                b->qs[8 * ib + k] = (uint8_t)(idx[k] & 255);
+                b->qh[ib] |= (uint8_t)((idx[k] >> 8) << k);
+            }
+            memcpy(b->signs + 4 * ib, signs, 4);
+            max_scale = max_scale > scales[ib] ? max_scale : scales[ib];
+        }
+        if (max_scale == 0) continue;
+        const float d = max_scale / 31, id = 1 / d;
+        b->d = coli_fp32_to_fp16(d * 1.033f);
+        for (int ib = 0; ib < 8; ib += 2)
+            b->scales[ib / 2] = (uint8_t)(s_scale4(id, scales[ib]) | (s_scale4(id, scales[ib + 1]) << 4));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// IQ2_S: 16-value sub-blocks, every sign kept, 1024 points with 10-bit
+// indices, d stored x 0.9875
+
+/* ggml's GROUP_MAX_EPS_IQ2_S */
+#define IQ2_S_GROUP_EPS 1e-8f
+
+/* One 16-value sub-block: 2 grid indices and 2 sign bytes; returns its
+ * scale, or -1 when it is (near) zero and nothing is written. */
+static float s_iq2_s_sub(const iq_grid *g, const float *xb, const float *qw, float sigma2, uint16_t *idx,
+                         uint8_t *signs) {
+    const int kmax = 3;
+    float weight[16], waux[16], xval[16];
+    int8_t L[16] = {0};
+    uint8_t on_grid[2] = {1, 1};
+    if (qw) {
+        s_weights(16, xb, qw, sigma2, weight, waux);
+    } else { /* ggml's weights without an imatrix */
+        for (int i = 0; i < 16; i++) weight[i] = 0.25f * sigma2 + xb[i] * xb[i];
+        for (int i = 0; i < 16; i++) waux[i] = sqrtf(weight[i]);
+    }
+    s_all_signs(16, xb, xval, signs);
+    const float max = s_max(16, xval);
+    if (max < IQ2_S_GROUP_EPS) return -1;
+    float scale =
+        s_search(g, 16, kmax, 2 * kmax - 1, 0.1f, 9, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
+    if (s_any_off(on_grid, 2) && scale > 0) scale = s_refine(g, 16, kmax, scale, 0, weight, xval, waux, L, on_grid);
+    if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < 2; k++) signs[k] = (uint8_t)~signs[k];
+    }
+    for (int k = 0; k < 2; k++) idx[k] = (uint16_t)iq_grid_lookup(g, L + 8 * k);
+    return scale;
+}
+
+void coli_quantize_row_iq2_s(const float *x, block_iq2_s *y, int64_t n, const float *qw) {
+    const iq_grid *g = iq_grid_get(IQ_GRID_2S);
+    for (int64_t ibl = 0; ibl < n / COLI_QK_K; ibl++) {
+        const float *xbl = x + COLI_QK_K * ibl;
+        block_iq2_s *b = &y[ibl];
+        float scales[16], max_scale = 0, sumx2 = 0;
+        memset(b, 0, sizeof *b);
+        for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
+        const float sigma2 = 2 * sumx2 / COLI_QK_K;
+        for (int ib = 0; ib < 16; ib++) {
+            uint16_t idx[2];
+            uint8_t signs[2];
+            scales[ib] = s_iq2_s_sub(g, xbl + 16 * ib, qw ? qw + COLI_QK_K * ibl + 16 * ib : NULL, sigma2, idx, signs);
+            if (scales[ib] < 0) {
+                scales[ib] = 0;
+                continue;
+            }
+            for (int k = 0; k < 2; k++) {
+                const int i8 = 2 * ib + k;
+                b->qs[i8] = (uint8_t)(idx[k] & 255);
+                b->qh[i8 / 4] |= (uint8_t)((idx[k] >> 8) << (2 * (i8 % 4)));
+                b->qs[COLI_QK_K / 8 + i8] = signs[k];
+            }
+            max_scale = max_scale > scales[ib] ? max_scale : scales[ib];
+        }
+        if (max_scale == 0) continue;
+        const float d = max_scale / 31, id = 1 / d;
+        b->d = coli_fp32_to_fp16(d * 0.9875f);
+        for (int ib = 0; ib < 16; ib++) b->scales[ib / 2] |= (uint8_t)(s_scale4(id, scales[ib]) << (4 * (ib % 2)));
     }
 }

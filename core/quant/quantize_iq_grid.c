@@ -22,10 +22,13 @@ typedef struct grid_spec {
 static const grid_spec s_specs[IQ_GRID_COUNT] = {
     [IQ_GRID_2XXS] = {coli_iq2xxs_grid, 8, 256, 8, 2, 3, 2},
     [IQ_GRID_3XXS] = {coli_iq3xxs_grid, 4, 256, 4, 3, 8, 2},
+    [IQ_GRID_3S] = {coli_iq3s_grid, 4, 512, 4, 3, 8, 3},
+    [IQ_GRID_2S] = {coli_iq2s_grid, 8, 1024, 8, 2, 3, 1},
 };
 
 static iq_grid s_grids[IQ_GRID_COUNT];
-static pthread_once_t s_once[IQ_GRID_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+static pthread_once_t s_once[IQ_GRID_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
+                                               PTHREAD_ONCE_INIT};
 static int s_failed[IQ_GRID_COUNT];
 
 static uint8_t s_byte(const grid_spec *sp, int point, int i) {
@@ -122,9 +125,12 @@ fail:
     static void s_init_##ID(void) { s_failed[ID] = s_build(&s_grids[ID], &s_specs[ID]) != 0; }
 S_GRID_INIT(IQ_GRID_2XXS)
 S_GRID_INIT(IQ_GRID_3XXS)
+S_GRID_INIT(IQ_GRID_3S)
+S_GRID_INIT(IQ_GRID_2S)
 
 const iq_grid *iq_grid_get(iq_grid_id id) {
-    static void (*const init[IQ_GRID_COUNT])(void) = {s_init_IQ_GRID_2XXS, s_init_IQ_GRID_3XXS};
+    static void (*const init[IQ_GRID_COUNT])(void) = {s_init_IQ_GRID_2XXS, s_init_IQ_GRID_3XXS, s_init_IQ_GRID_3S,
+                                                      s_init_IQ_GRID_2S};
     pthread_once(&s_once[id], init[id]);
     return s_failed[id] ? NULL : &s_grids[id];
 }

@@ -31,6 +31,8 @@ typedef struct iq_grid {
 typedef enum iq_grid_id {
     IQ_GRID_2XXS, /* IQ2_XXS: 256 points of 8, 2 neighbour distances */
     IQ_GRID_3XXS, /* IQ3_XXS: 256 points of 4, 2 */
+    IQ_GRID_3S,   /* IQ3_S: 512 points of 4, 3 */
+    IQ_GRID_2S,   /* IQ2_S: 1024 points of 8, 1 */
     IQ_GRID_COUNT
 } iq_grid_id;
 

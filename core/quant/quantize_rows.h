@@ -43,5 +43,7 @@ void coli_quantize_row_tq2_0(const float *x, block_tq2_0 *y, int64_t n);
  * qw NULL weighs each value by x^2. */
 void coli_quantize_row_iq2_xxs(const float *x, block_iq2_xxs *y, int64_t n, const float *qw);
 void coli_quantize_row_iq3_xxs(const float *x, block_iq3_xxs *y, int64_t n, const float *qw);
+void coli_quantize_row_iq3_s(const float *x, block_iq3_s *y, int64_t n, const float *qw);
+void coli_quantize_row_iq2_s(const float *x, block_iq2_s *y, int64_t n, const float *qw);
 
 #endif
