@@ -94,9 +94,9 @@ static int s_needs_imatrix(coli_dtype t) {
 }
 
 /* 1 for an IQ grid type this build cannot write yet. */
-static int s_iq_missing(coli_dtype t) { return t == COLI_IQ2_XS || t == COLI_IQ1_S || t == COLI_IQ1_M; }
+static int s_iq_missing(coli_dtype t) { return t == COLI_IQ1_S || t == COLI_IQ1_M; }
 
-#define S_IQ_WRITTEN "IQ2_XXS, IQ3_XXS, IQ3_S, IQ2_S can"
+#define S_IQ_WRITTEN "IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S can"
 
 /* The importance of t's columns (*qw malloc'd, NULL for none), checked as
  * llama-quantize does: sizes must match; the low-bit types need an entry
@@ -203,7 +203,7 @@ static int s_override(const char *name, const char *what, int has_imatrix, int *
         return coli_fail(COLI_EINVAL,
                          "quantize: %s '%s' is not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
                          "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4, "
-                         "IQ2_XXS, IQ3_XXS, IQ3_S, IQ2_S)",
+                         "IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)",
                          what, name);
     if (s_needs_imatrix(t) && !has_imatrix)
         return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' needs an importance matrix (--imatrix FILE)", what,

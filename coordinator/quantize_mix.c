@@ -50,8 +50,11 @@ enum {
     FT_Q2_K_S = 21,
     FT_IQ3_XXS = 23,
     FT_IQ1_S = 24,
+    FT_IQ3_S = 26,
+    FT_IQ3_M = 27,
     FT_IQ4_NL = 25,
     FT_IQ2_S = 28,
+    FT_IQ2_M = 29,
     FT_IQ4_XS = 30,
     FT_IQ1_M = 31,
     FT_BF16 = 32,
@@ -86,7 +89,12 @@ static const quant_preset s_presets[] = {
     {"MXFP4_MOE", FT_MXFP4_MOE, COLI_MXFP4},
     /* with an importance matrix only (quantize.c checks) */
     {"IQ2_XXS", FT_IQ2_XXS, COLI_IQ2_XXS},
+    {"IQ2_XS", FT_IQ2_XS, COLI_IQ2_XS},
+    {"IQ2_S", FT_IQ2_S, COLI_IQ2_XS}, /* sic: llama_ftype_get_default_type */
+    {"IQ2_M", FT_IQ2_M, COLI_IQ2_S},
     {"IQ3_XXS", FT_IQ3_XXS, COLI_IQ3_XXS},
+    {"IQ3_S", FT_IQ3_S, COLI_IQ3_S},
+    {"IQ3_M", FT_IQ3_M, COLI_IQ3_S},
     /* ours: llama-quantize has no plain MXFP4 preset */
     {"MXFP4", FT_MXFP4_MOE, COLI_MXFP4},
     /* llama-quantize's aliases */
@@ -104,8 +112,9 @@ const quant_preset *quant_preset_find(const char *name) {
 
 const char *quant_preset_names(void) {
     return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, "
-           "Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, TQ1_0, TQ2_0, MXFP4_MOE, IQ2_XXS, IQ3_XXS (the last two "
-           "with --imatrix; aliases Q3_K, Q4_K, Q5_K = "
+           "Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, TQ1_0, TQ2_0, MXFP4_MOE, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS "
+           "(the "
+           "last four with --imatrix; aliases Q3_K, Q4_K, Q5_K = "
            "the _M presets, MXFP4 = MXFP4_MOE)";
 }
 
@@ -193,6 +202,16 @@ static const struct mix_rule {
     {ROLE_ATTN_OUT, FT_IQ3_XXS, C_NOT_FALCON | C_EXP8, COLI_Q5_K},
     {ROLE_ATTN_OUT, FT_IQ3_XXS, C_NOT_FALCON | C_NOT_EXP8, COLI_IQ3_S},
     {ROLE_ATTN_QKV, FT_IQ3_XXS, C_GQA4, COLI_Q4_K},
+    /* de3ff815's IQ3_S and IQ3_M */
+    {ROLE_ATTN_V, FT_IQ3_S, C_GQA4, COLI_Q4_K},
+    {ROLE_ATTN_QKV, FT_IQ3_S, C_GQA4, COLI_Q4_K},
+    {ROLE_ATTN_V, FT_IQ3_M, 0, COLI_Q4_K},
+    {ROLE_ATTN_QKV, FT_IQ3_M, 0, COLI_Q4_K},
+    {ROLE_FFN_DOWN, FT_IQ3_M, C_L_LT8, COLI_Q4_K},
+    {ROLE_FFN_DOWN, FT_IQ3_M, C_EXP8 | C_L_MORE, COLI_Q4_K},
+    {ROLE_ATTN_OUT, FT_IQ3_S, C_NOT_FALCON | C_EXP8, COLI_Q5_K},
+    {ROLE_ATTN_OUT, FT_IQ3_M, C_NOT_FALCON | C_EXP8, COLI_Q5_K},
+    {ROLE_ATTN_OUT, FT_IQ3_M, C_NOT_FALCON | C_NOT_EXP8, COLI_Q4_K},
 
     {ROLE_ATTN_QKV, FT_Q3_K_M, 0, COLI_Q4_K},
     {ROLE_ATTN_QKV, FT_Q3_K_L, 0, COLI_Q4_K},
@@ -274,7 +293,8 @@ static coli_dtype s_table_type(quant_mix *m, const coli_tensor *t) {
 static coli_dtype s_lowbit_type(quant_mix *m, const coli_tensor *t) {
     const tensor_role role = s_role(t->name);
     const uint32_t ft = m->preset->ftype;
-    const coli_dtype small = ft == FT_IQ2_S ? COLI_IQ3_S : COLI_Q2_K;
+    const int two_s = ft == FT_IQ2_S || ft == FT_IQ2_M;
+    const coli_dtype small = two_s ? COLI_IQ3_S : COLI_Q2_K;
     coli_dtype type = m->preset->base;
     if (role == ROLE_ATTN_V || role == ROLE_ATTN_QKV || role == ROLE_ATTN_KV_B) {
         type = m->n_gqa >= 4 || m->n_expert >= 4 ? COLI_Q4_K : small;
@@ -289,14 +309,14 @@ static coli_dtype s_lowbit_type(quant_mix *m, const coli_tensor *t) {
             type = COLI_Q5_K;
         else if (ft == FT_IQ1_S || ft == FT_IQ1_M)
             type = COLI_IQ2_XXS;
-        else if (ft == FT_IQ2_S)
+        else if (two_s)
             type = COLI_IQ3_S;
     }
     return type;
 }
 
 static int s_lowbit(uint32_t ft) {
-    return ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ1_S || ft == FT_IQ2_S || ft == FT_IQ1_M;
+    return ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ1_S || ft == FT_IQ2_S || ft == FT_IQ2_M || ft == FT_IQ1_M;
 }
 
 static int s_fits(coli_dtype type, int64_t n_in) { return n_in % coli_dtype_block_elems(type) == 0; }
@@ -355,7 +375,8 @@ int quant_mix_type(quant_mix *m, const coli_tensor *t, coli_dtype *out) {
             type = t->ne[2] > 1 ? COLI_MXFP4 : COLI_Q8_0; /* experts, everything else */
         } else if (token_embd) {
             if (base == COLI_TQ1_0 || base == COLI_TQ2_0) type = COLI_Q4_K;
-            if (s_lowbit(m->preset->ftype)) type = m->preset->ftype == FT_IQ2_S ? COLI_IQ3_S : COLI_Q2_K;
+            if (s_lowbit(m->preset->ftype))
+                type = m->preset->ftype == FT_IQ2_S || m->preset->ftype == FT_IQ2_M ? COLI_IQ3_S : COLI_Q2_K;
             if (m->preset->ftype == FT_IQ3_XXS) type = COLI_IQ3_S;
         } else if (s_lowbit(m->preset->ftype)) {
             type = s_lowbit_type(m, t);

@@ -13,6 +13,8 @@
  *    the F16 source at most 1.02x llama-quantize's (recorded figures; on
  *    x86-64 without FMA contraction the bytes are the same), and from our
  *    own imatrix too;
+ *  - the IQ presets (IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ3_XXS, IQ3_S, IQ3_M)
+ *    give every tensor llama-quantize's type;
  *  - the IQ2_XXS preset written with an imatrix loads and runs alike
  *    in-process and on a worker;
  *  - refusals: no imatrix, an imatrix of another model, a missing entry,
@@ -38,6 +40,7 @@
 #define LLAMA_IMATRIX "tests/fixtures/imatrix/llama-tiny-moe-4e2r.imatrix.gguf"
 #define LLAMA_NUMBERS "tests/fixtures/imatrix/llama-imatrix-tiny-moe-4e2r.txt"
 #define LLAMA_RMSE "tests/fixtures/imatrix/llama-quantize-iq-rmse.txt"
+#define LLAMA_TYPES "tests/fixtures/imatrix/llama-quantize-types.txt"
 
 static double s_rel(double a, double b) { return fabs(a - b) / (fabs(b) > 1e-30 ? fabs(b) : 1e-30); }
 
@@ -202,7 +205,7 @@ static void s_check_rmse(const char *imatrix_path, double bound, int want_identi
         n++;
     }
     fclose(fp);
-    cr_expect_eq(n, 45, "20 IQ2_XXS, 12 IQ3_XXS, 8 IQ2_S, 5 IQ3_S tensors recorded");
+    cr_expect_eq(n, 65, "IQ2_XXS and IQ3_XXS presets: 20 IQ2_XXS, 12 IQ3_XXS, 8 IQ2_S, 5 IQ3_S; 20 IQ2_XS");
     cr_log_info("%s: %d tensors, %d byte-identical to llama-quantize, worst RMSE ratio %.6f", imatrix_path, n,
                 identical, worst);
     gguf_close(&f);
@@ -270,12 +273,41 @@ Test(imatrix, iq2_xxs_preset_runs_alike_on_a_worker, .timeout = 300) {
     sched_assert_no_orphans();
 }
 
+/* Each IQ preset with llama-imatrix's file: every tensor of llama-quantize's
+ * type (its per-tensor choices recorded in LLAMA_TYPES). */
+Test(imatrix, iq_presets_give_llama_quantize_types, .timeout = 600) {
+    static const char *const presets[] = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_S", "IQ3_M"};
+    char out[4200], line[512], preset[32], name[256], type[32];
+    snprintf(out, sizeof out, "%s/imatrix-preset.gguf", s_build());
+    int checked = 0;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const coli_quantize_params p = {.imatrix = LLAMA_IMATRIX, .n_threads = 2};
+        cr_assert_eq(coli_quantize_file_params(BUNDLED, out, presets[i], &p), 0, "%s: %s", presets[i],
+                     coli_last_error());
+        gguf_file *f = NULL;
+        cr_assert_eq(gguf_open(out, &f), 0);
+        FILE *fp = fopen(LLAMA_TYPES, "r");
+        cr_assert(fp);
+        while (fgets(line, sizeof line, fp)) {
+            if (line[0] == '#' || sscanf(line, "%31s %255s %31s", preset, name, type) != 3) continue;
+            if (strcmp(preset, presets[i]) != 0) continue;
+            cr_expect_str_eq(coli_dtype_name(s_type_of(f, name)), type, "%s %s", preset, name);
+            checked++;
+        }
+        fclose(fp);
+        gguf_close(&f);
+    }
+    cr_expect_eq(checked, 7 * 43, "7 presets x 43 tensors recorded");
+    remove(out);
+}
+
 /* ---- refusals ----------------------------------------------------------------- */
 
 static void s_expect_refused(const coli_quantize_params *p, const char *type, int code, const char *want) {
     char out[4200];
     snprintf(out, sizeof out, "%s/imatrix-refused.gguf", s_build());
-    cr_assert_eq(coli_quantize_file_params(BUNDLED, out, type, p), code, "%s", coli_last_error());
+    remove(out);
+    cr_assert_eq(coli_quantize_file_params(BUNDLED, out, type, p), code, "%s: %s", type, coli_last_error());
     cr_expect(strstr(coli_last_error(), want), "want '%s' in: %s", want, coli_last_error());
     cr_expect_null(strchr(coli_last_error(), '\n'), "one line: %s", coli_last_error());
     cr_expect_not(cli_file_exists(out), "nothing written");
@@ -313,8 +345,8 @@ Test(imatrix, refusals_are_one_line) {
     const coli_quantize_params missing = {.imatrix = "/nonexistent/im.gguf"};
     s_expect_refused(&missing, "IQ2_XXS", COLI_EIO, "/nonexistent/im.gguf");
     /* the K-quant presets take an imatrix too (and do not need one) */
-    const coli_quantize_params good = {.imatrix = LLAMA_IMATRIX, .output_type = "IQ2_XS"};
-    s_expect_refused(&good, "Q4_K_M", COLI_EUNSUPPORTED, "output type 'IQ2_XS' cannot be written yet");
+    const coli_quantize_params good = {.imatrix = LLAMA_IMATRIX, .output_type = "IQ1_S"};
+    s_expect_refused(&good, "Q4_K_M", COLI_EUNSUPPORTED, "output type 'IQ1_S' cannot be written yet");
 }
 
 Test(imatrix, cli_refusals) {

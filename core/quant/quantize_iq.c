@@ -86,10 +86,10 @@ static float s_fit_positive(int n, int nmax, const float *x, uint8_t *L, const f
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-/* Magnitudes of 32 values into xval and four 7-bit sign masks: a group of 8
+/* Magnitudes of n values into xval and n / 8 7-bit sign masks: a group of 8
  * with an odd count of negatives flips its least important value. */
-static void s_signs(const float *xb, const float *weight, float *xval, uint8_t *signs) {
-    for (int k = 0; k < 4; k++) {
+static void s_signs(int n, const float *xb, const float *weight, float *xval, uint8_t *signs) {
+    for (int k = 0; k < n / 8; k++) {
         int nflip = 0;
         uint8_t s = 0;
         for (int i = 0; i < 8; i++) {
@@ -223,7 +223,7 @@ static float s_iq2_xxs_sub(const iq_grid *g, const float *xb, const float *qw, f
     int8_t L[32];
     uint8_t signs[4], on_grid[8];
     s_weights(32, xb, qw, sigma2, weight, waux);
-    s_signs(xb, weight, xval, signs);
+    s_signs(32, xb, weight, xval, signs);
     if (s_max(32, xval) < COLI_GROUP_EPS) return 0;
     float scale = s_fit_positive(32, kmax + 1, xval, (uint8_t *)L, weight);
     const float eff_max = scale * kmax;
@@ -278,7 +278,7 @@ static float s_iq3_xxs_sub(const iq_grid *g, const float *xb, const float *qw, f
     int8_t L[32] = {0};
     uint8_t signs[4], on_grid[8];
     s_weights(32, xb, qw, sigma2, weight, waux);
-    s_signs(xb, weight, xval, signs);
+    s_signs(32, xb, weight, xval, signs);
     const float max = s_max(32, xval);
     if (max < IQ3_GROUP_EPS) return 0;
     memset(on_grid, 1, sizeof on_grid);
@@ -445,5 +445,57 @@ void coli_quantize_row_iq2_s(const float *x, block_iq2_s *y, int64_t n, const fl
         const float d = max_scale / 31, id = 1 / d;
         b->d = coli_fp32_to_fp16(d * 0.9875f);
         for (int ib = 0; ib < 16; ib++) b->scales[ib / 2] |= (uint8_t)(s_scale4(id, scales[ib]) << (4 * (ib % 2)));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// IQ2_XS: IQ2_XXS's sign parity on 16-value sub-blocks, 512 points, per 8
+// values a 16-bit word (9-bit index, 7 sign bits)
+
+/* One 16-value sub-block: its two words into q2; returns its scale (0 for
+ * an all-zero sub-block, nothing written). */
+static float s_iq2_xs_sub(const iq_grid *g, const float *xb, const float *qw, float sigma2, uint16_t *q2) {
+    const int kmax = 3;
+    float weight[16], waux[16], xval[16];
+    int8_t L[16] = {0};
+    uint8_t signs[2], on_grid[2] = {1, 1};
+    s_weights(16, xb, qw, sigma2, weight, waux);
+    s_signs(16, xb, weight, xval, signs);
+    const float max = s_max(16, xval);
+    if (max < COLI_GROUP_EPS) return 0;
+    float scale =
+        s_search(g, 16, kmax, 2 * kmax - 1, 0.1f, 9, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
+    if (s_any_off(on_grid, 2) && scale > 0) scale = s_refine(g, 16, kmax, scale, 0, weight, xval, waux, L, on_grid);
+    if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < 2; k++) signs[k] = (uint8_t)(~signs[k] & 127);
+    }
+    for (int k = 0; k < 2; k++) q2[k] = (uint16_t)(iq_grid_lookup(g, L + 8 * k) | (signs[k] << 9));
+    return scale;
+}
+
+void coli_quantize_row_iq2_xs(const float *x, block_iq2_xs *y, int64_t n, const float *qw) {
+    const iq_grid *g = iq_grid_get(IQ_GRID_2XS);
+    for (int64_t ibl = 0; ibl < n / COLI_QK_K; ibl++) {
+        const float *xbl = x + COLI_QK_K * ibl;
+        uint16_t q2[32] = {0};
+        float scales[16], max_scale = 0, sumx2 = 0;
+        y[ibl].d = coli_fp32_to_fp16(0.0f);
+        memset(y[ibl].scales, 0, sizeof y[ibl].scales);
+        for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
+        const float sigma2 = sumx2 / COLI_QK_K;
+        for (int ib = 0; ib < 16; ib++) {
+            scales[ib] =
+                s_iq2_xs_sub(g, xbl + 16 * ib, qw ? qw + COLI_QK_K * ibl + 16 * ib : NULL, sigma2, q2 + 2 * ib);
+            max_scale = max_scale > scales[ib] ? max_scale : scales[ib];
+        }
+        if (max_scale == 0) {
+            memset(y[ibl].qs, 0, sizeof y[ibl].qs);
+            continue;
+        }
+        const float d = max_scale / 31, id = 1 / d;
+        y[ibl].d = coli_fp32_to_fp16(d);
+        for (int ib = 0; ib < 16; ib++) y[ibl].scales[ib / 2] |= (uint8_t)(s_scale4(id, scales[ib]) << (4 * (ib % 2)));
+        memcpy(y[ibl].qs, q2, sizeof q2);
     }
 }

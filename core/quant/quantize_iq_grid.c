@@ -20,10 +20,9 @@ typedef struct grid_spec {
 } grid_spec;
 
 static const grid_spec s_specs[IQ_GRID_COUNT] = {
-    [IQ_GRID_2XXS] = {coli_iq2xxs_grid, 8, 256, 8, 2, 3, 2},
-    [IQ_GRID_3XXS] = {coli_iq3xxs_grid, 4, 256, 4, 3, 8, 2},
-    [IQ_GRID_3S] = {coli_iq3s_grid, 4, 512, 4, 3, 8, 3},
-    [IQ_GRID_2S] = {coli_iq2s_grid, 8, 1024, 8, 2, 3, 1},
+    [IQ_GRID_2XXS] = {coli_iq2xxs_grid, 8, 256, 8, 2, 3, 2}, [IQ_GRID_3XXS] = {coli_iq3xxs_grid, 4, 256, 4, 3, 8, 2},
+    [IQ_GRID_3S] = {coli_iq3s_grid, 4, 512, 4, 3, 8, 3},     [IQ_GRID_2S] = {coli_iq2s_grid, 8, 1024, 8, 2, 3, 1},
+    [IQ_GRID_2XS] = {coli_iq2xs_grid, 8, 512, 8, 2, 3, 2},
 };
 
 static iq_grid s_grids[IQ_GRID_COUNT];
@@ -127,10 +126,11 @@ S_GRID_INIT(IQ_GRID_2XXS)
 S_GRID_INIT(IQ_GRID_3XXS)
 S_GRID_INIT(IQ_GRID_3S)
 S_GRID_INIT(IQ_GRID_2S)
+S_GRID_INIT(IQ_GRID_2XS)
 
 const iq_grid *iq_grid_get(iq_grid_id id) {
     static void (*const init[IQ_GRID_COUNT])(void) = {s_init_IQ_GRID_2XXS, s_init_IQ_GRID_3XXS, s_init_IQ_GRID_3S,
-                                                      s_init_IQ_GRID_2S};
+                                                      s_init_IQ_GRID_2S, s_init_IQ_GRID_2XS};
     pthread_once(&s_once[id], init[id]);
     return s_failed[id] ? NULL : &s_grids[id];
 }

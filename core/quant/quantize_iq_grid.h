@@ -33,6 +33,7 @@ typedef enum iq_grid_id {
     IQ_GRID_3XXS, /* IQ3_XXS: 256 points of 4, 2 */
     IQ_GRID_3S,   /* IQ3_S: 512 points of 4, 3 */
     IQ_GRID_2S,   /* IQ2_S: 1024 points of 8, 1 */
+    IQ_GRID_2XS,  /* IQ2_XS: 512 points of 8, 2 */
     IQ_GRID_COUNT
 } iq_grid_id;
 

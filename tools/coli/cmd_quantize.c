@@ -25,16 +25,16 @@ static const char s_about[] =
 /* An override flag's value must be a block type the library knows; it
  * checks that itself, but a usage error (exit 2) names the flag. */
 static int s_check_type_flag(const char *flag, const char *value) {
-    static const char *const types[] = {"F32",    "F16",   "BF16",    "Q8_0",    "Q4_0",  "Q4_1", "Q5_0",   "Q5_1",
-                                        "IQ4_NL", "Q2_K",  "Q3_K",    "Q4_K",    "Q5_K",  "Q6_K", "IQ4_XS", "TQ1_0",
-                                        "TQ2_0",  "MXFP4", "IQ2_XXS", "IQ3_XXS", "IQ3_S", "IQ2_S"};
+    static const char *const types[] = {"F32",    "F16",   "BF16",    "Q8_0",   "Q4_0",  "Q4_1",    "Q5_0",   "Q5_1",
+                                        "IQ4_NL", "Q2_K",  "Q3_K",    "Q4_K",   "Q5_K",  "Q6_K",    "IQ4_XS", "TQ1_0",
+                                        "TQ2_0",  "MXFP4", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"};
     if (!value) return 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(value, types[i]) == 0) return 0;
     return args_error(
         "quantize", flag,
         "unknown type '%s' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-        "IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4, IQ2_XXS, IQ3_XXS, IQ3_S, IQ2_S)",
+        "IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)",
         value);
 }
 
@@ -83,7 +83,7 @@ int cmd_quantize(int argc, char **argv) {
     const arg_spec specs[] = {
         {"--pure", NULL, ARG_FLAG, &qp.pure, 0, 0, 0, NULL, "every weight in TYPE's base type (no per-tensor mix)"},
         {"--imatrix", NULL, ARG_STR, &qp.imatrix, 0, 0, 0, "FILE",
-         "importance matrix (coli imatrix / llama-imatrix, GGUF or .dat): needed by IQ2_XXS, IQ3_XXS, IQ2_S"},
+         "importance matrix (coli imatrix / llama-imatrix, GGUF or .dat): needed by IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS"},
         {"--output-type", NULL, ARG_STR, &qp.output_type, 0, 0, 0, "T", "type of output.weight"},
         {"--token-embedding-type", NULL, ARG_STR, &qp.token_embd_type, 0, 0, 0, "T", "type of token_embd.weight"},
         {"--threads", "-t", ARG_INT, &qp.n_threads, 1, 512, 0, "N", "threads converting rows (default: one per core)"},
