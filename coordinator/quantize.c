@@ -94,9 +94,9 @@ static int s_needs_imatrix(coli_dtype t) {
 }
 
 /* 1 for an IQ grid type this build cannot write yet. */
-static int s_iq_missing(coli_dtype t) { return t == COLI_IQ1_S || t == COLI_IQ1_M; }
+static int s_iq_missing(coli_dtype t) { return t == COLI_IQ1_M; }
 
-#define S_IQ_WRITTEN "IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S can"
+#define S_IQ_WRITTEN "IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S can"
 
 /* The importance of t's columns (*qw malloc'd, NULL for none), checked as
  * llama-quantize does: sizes must match; the low-bit types need an entry

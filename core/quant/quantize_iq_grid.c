@@ -22,12 +22,13 @@ typedef struct grid_spec {
 static const grid_spec s_specs[IQ_GRID_COUNT] = {
     [IQ_GRID_2XXS] = {coli_iq2xxs_grid, 8, 256, 8, 2, 3, 2}, [IQ_GRID_3XXS] = {coli_iq3xxs_grid, 4, 256, 4, 3, 8, 2},
     [IQ_GRID_3S] = {coli_iq3s_grid, 4, 512, 4, 3, 8, 3},     [IQ_GRID_2S] = {coli_iq2s_grid, 8, 1024, 8, 2, 3, 1},
-    [IQ_GRID_2XS] = {coli_iq2xs_grid, 8, 512, 8, 2, 3, 2},
+    [IQ_GRID_2XS] = {coli_iq2xs_grid, 8, 512, 8, 2, 3, 2},   [IQ_GRID_1S] = {coli_iq1s_grid, 8, 2048, 8, 2, 3, 3},
 };
 
 static iq_grid s_grids[IQ_GRID_COUNT];
 static pthread_once_t s_once[IQ_GRID_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
-                                               PTHREAD_ONCE_INIT};
+                                               PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+_Static_assert(IQ_GRID_COUNT == 6, "one PTHREAD_ONCE_INIT per grid");
 static int s_failed[IQ_GRID_COUNT];
 
 static uint8_t s_byte(const grid_spec *sp, int point, int i) {
@@ -37,12 +38,13 @@ static uint8_t s_byte(const grid_spec *sp, int point, int i) {
 
 /* Points as 2 l + 1, l the rank of the byte among the grid's byte values. */
 static void s_levels(const grid_spec *sp, int8_t *pts) {
-    int seen[256] = {0}, rank[256], r = 0;
+    int seen[256] = {0}, rank[256], r = 0; /* indexed by the int8 value + 128 */
     for (int k = 0; k < sp->n_points; k++)
-        for (int i = 0; i < sp->group; i++) seen[s_byte(sp, k, i)] = 1;
+        for (int i = 0; i < sp->group; i++) seen[(int8_t)s_byte(sp, k, i) + 128] = 1;
     for (int b = 0; b < 256; b++) rank[b] = seen[b] ? r++ : -1;
     for (int k = 0; k < sp->n_points; k++)
-        for (int i = 0; i < sp->group; i++) pts[k * sp->group + i] = (int8_t)(2 * rank[s_byte(sp, k, i)] + 1);
+        for (int i = 0; i < sp->group; i++)
+            pts[k * sp->group + i] = (int8_t)(2 * rank[(int8_t)s_byte(sp, k, i) + 128] + 1);
 }
 
 static int s_pack(const iq_grid *g, const int8_t *L) {
@@ -127,10 +129,11 @@ S_GRID_INIT(IQ_GRID_3XXS)
 S_GRID_INIT(IQ_GRID_3S)
 S_GRID_INIT(IQ_GRID_2S)
 S_GRID_INIT(IQ_GRID_2XS)
+S_GRID_INIT(IQ_GRID_1S)
 
 const iq_grid *iq_grid_get(iq_grid_id id) {
     static void (*const init[IQ_GRID_COUNT])(void) = {s_init_IQ_GRID_2XXS, s_init_IQ_GRID_3XXS, s_init_IQ_GRID_3S,
-                                                      s_init_IQ_GRID_2S, s_init_IQ_GRID_2XS};
+                                                      s_init_IQ_GRID_2S,   s_init_IQ_GRID_2XS,  s_init_IQ_GRID_1S};
     pthread_once(&s_once[id], init[id]);
     return s_failed[id] ? NULL : &s_grids[id];
 }

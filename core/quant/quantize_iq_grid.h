@@ -8,7 +8,8 @@
  * as levels l (0..7) and compared as the odd integers 2 l + 1, as
  * llama.cpp's quantizers do (ggml-quants.c iq2xs_init_impl /
  * iq3xs_init_impl). The levels come from the format's own tables
- * (quant_blocks.h): the k-th smallest byte value of a grid is level k.
+ * (quant_blocks.h): the k-th smallest byte value of a grid (as int8: IQ1's
+ * -1, 0, 1) is level k.
  *
  * A group u (its levels packed `bits` bits each, element 0 lowest) maps to
  * map[u] >= 0, its grid point, or to a neighbour list nb[-map[u] - 1]:
@@ -34,6 +35,7 @@ typedef enum iq_grid_id {
     IQ_GRID_3S,   /* IQ3_S: 512 points of 4, 3 */
     IQ_GRID_2S,   /* IQ2_S: 1024 points of 8, 1 */
     IQ_GRID_2XS,  /* IQ2_XS: 512 points of 8, 2 */
+    IQ_GRID_1S,   /* IQ1_S / IQ1_M: 2048 points of 8 (-1, 0, 1 as levels 0..2), 3 */
     IQ_GRID_COUNT
 } iq_grid_id;
 

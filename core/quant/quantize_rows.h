@@ -46,5 +46,6 @@ void coli_quantize_row_iq3_xxs(const float *x, block_iq3_xxs *y, int64_t n, cons
 void coli_quantize_row_iq3_s(const float *x, block_iq3_s *y, int64_t n, const float *qw);
 void coli_quantize_row_iq2_s(const float *x, block_iq2_s *y, int64_t n, const float *qw);
 void coli_quantize_row_iq2_xs(const float *x, block_iq2_xs *y, int64_t n, const float *qw);
+void coli_quantize_row_iq1_s(const float *x, block_iq1_s *y, int64_t n, const float *qw); /* quantize_iq1.c */
 
 #endif
