@@ -17,6 +17,7 @@
 #include "colibri.h"
 #include "coordinator/batch.h"
 #include "coordinator/forward.h"
+#include "coordinator/imatrix.h"
 #include "coordinator/kv_cache.h"
 #include "coordinator/model.h"
 #include "coordinator/prefix_cache.h"
@@ -280,6 +281,10 @@ void coli_model_free(coli_model **pm) {
     free(cm);
     *pm = NULL;
 }
+
+/* imatrix.h: the mapping the forward pass reads weights from (NULL for a
+ * vocab-only model) */
+const gguf_file *coli_model_gguf(const coli_model *cm) { return cm && cm->m ? cm->m->gguf : NULL; }
 
 void coli_model_get_info(const coli_model *cm, coli_model_info *out) {
     if (!out) return;

@@ -358,6 +358,10 @@ typedef struct coli_quantize_params {
      * the file is written after the last call. */
     void (*progress)(void *user, int64_t n_done, int64_t n_total, uint64_t bytes_done, uint64_t bytes_total);
     void *progress_user;
+    /* Added without breaking the API (NULL = none): an importance matrix (llama-imatrix's GGUF or
+     * legacy .dat, or `coli imatrix`'s): the IQ grid types need one (IQ2_XXS, IQ2_XS, IQ2_S,
+     * IQ3_XXS, IQ1_S, IQ1_M); their presets are accepted with it. */
+    const char *imatrix;
 } coli_quantize_params;
 
 /* Write a copy of the GGUF at in_path to out_path with its 2-D/3-D weights
