@@ -443,6 +443,13 @@ static int s_check_ids(const forward_state *s, const int32_t *ids, int n) {
     return 0;
 }
 
+int forward_split(const model *m, int pos, int end, int most) {
+    int stop = end - pos < most ? end : pos + most;
+    const int aligned = stop / FORWARD_REC_CHUNK * FORWARD_REC_CHUNK;
+    if (m->recurrent && stop < end && aligned > pos) stop = aligned;
+    return stop;
+}
+
 int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n,
                       float *logits) {
     if (n <= 0 || n > s->max_batch)
@@ -456,6 +463,7 @@ int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, co
         for (int u = 0; u < t; u++)
             if (kvs[u] == kvs[t]) return coli_fail(COLI_EINVAL, "eval: sequences %d and %d share a KV cache", u, t);
     }
+    for (int t = 0; t < n; t++) kv_cache_rewind(kvs[t], pos[t]);
     const fwd_rows rows = {.kv = kvs[0], .kvs = kvs, .poss = pos};
     return s_forward_batch(s, &rows, ids, n, logits, 1);
 }
@@ -468,8 +476,9 @@ int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int 
     if (pos < 0 || (int64_t)pos + n > kv->n_ctx || kv->n_ctx > s->n_ctx)
         return coli_fail(COLI_ERANGE, "eval: context full: %d tokens in the cache + %d new > n_ctx %d", pos, n,
                          kv->n_ctx);
+    kv_cache_rewind(kv, pos);
     for (int done = 0; done < n;) {
-        const int chunk = n - done < s->max_batch ? n - done : s->max_batch;
+        const int chunk = forward_split(s->m, pos + done, pos + n, s->max_batch) - (pos + done);
         const int last = done + chunk == n;
         float *out = NULL;
         if (logits && logits_all)

@@ -19,6 +19,10 @@
 #include "core/threadpool.h"
 
 #define FORWARD_MAX_BATCH MOE_EXEC_MAX_TOKENS /* larger evals are run in chunks of this many tokens */
+/* Hybrid models: the chunked recurrence of a prefill works on the chunks
+ * [k C, (k + 1) C) of positions, C = FORWARD_REC_CHUNK, whatever the
+ * passes; a one-token chunk is the recurrent (decode) update. */
+#define FORWARD_REC_CHUNK 64
 
 typedef struct forward_state {
     const model *m;
@@ -75,5 +79,12 @@ int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int 
  * the executor's error; on error the caches' rows at pos[t] may be written
  * (positions have not moved, so they are overwritten later). */
 int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n, float *logits);
+
+/* Where a pass of at most most tokens from pos towards end stops: pos +
+ * most, or end if nearer; with recurrent layers, a multiple of
+ * FORWARD_REC_CHUNK when one is within reach, so that however a prompt is
+ * cut into passes (chunked prefill, prefix restores) a cut falls on a chunk
+ * boundary and the state after it has the bits of one long prefill. */
+int forward_split(const model *m, int pos, int end, int most);
 
 #endif

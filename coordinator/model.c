@@ -544,6 +544,17 @@ int64_t model_k_dim(const model_hparams *hp) { return (int64_t)hp->n_head_kv * h
 int64_t model_v_dim(const model_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim_v; }
 int64_t model_attn_dim(const model_hparams *hp) { return (int64_t)hp->n_head * hp->head_dim_v; }
 
+void model_kv_shape(const model *m, int f16, kv_shape *out) {
+    const model_hparams *hp = &m->hp;
+    *out = (kv_shape){.n_layer = hp->n_layer,
+                      .k_dim = model_k_dim(hp),
+                      .v_dim = model_v_dim(hp),
+                      .v_in_k = hp->mla_absorbed,
+                      .f16 = f16,
+                      .recurrent = m->recurrent,
+                      .rec_floats = hp->rec_floats};
+}
+
 int model_from_gguf(gguf_file *f, model **out) {
     int rc;
     *out = NULL;
@@ -585,6 +596,7 @@ void model_close(model **pm) {
     model *m = *pm;
     gguf_close(&m->gguf);
     free(m->layers);
+    free(m->recurrent);
     free(m);
     *pm = NULL;
 }

@@ -31,6 +31,7 @@
 #include "core/kernels/expert_ffn.h"
 #include "core/gguf/gguf.h"
 #include "core/tensor.h"
+#include "coordinator/kv_cache.h"
 #include "coordinator/rope.h"
 
 typedef enum model_arch {
@@ -80,6 +81,7 @@ typedef struct model_hparams {
     int head_dim_mla;           /* deepseek2: per-head q/k width nope + n_rot (key_length_mla, or
                                key_length in the older attn_kv_b files) */
     int head_dim_v_mla;         /* deepseek2: per-head value width (value_length_mla / value_length) */
+    int64_t rec_floats;         /* hybrid models: F32 state of one linear-attention layer (0: none) */
 } model_hparams;
 
 /* One transformer block. Matrices are GGML-shaped (ne[0] = input width). */
@@ -113,6 +115,7 @@ typedef struct model {
     const coli_tensor *output_norm; /* (n_embd) F32 */
     const coli_tensor *output;      /* (n_embd, n_vocab); token_embd when the file ties them */
     layer_weights *layers;          /* n_layer entries */
+    uint8_t *recurrent;             /* hybrid models: (n_layer) 1 for a linear-attention layer; else NULL */
     int64_t n_params;
 } model;
 
@@ -131,5 +134,8 @@ int64_t model_q_dim(const model_hparams *hp);
 int64_t model_k_dim(const model_hparams *hp);
 int64_t model_v_dim(const model_hparams *hp);
 int64_t model_attn_dim(const model_hparams *hp);
+
+/* What one sequence of m keeps per layer (kv_cache.h); f16: an fp16 KV cache. */
+void model_kv_shape(const model *m, int f16, kv_shape *out);
 
 #endif

@@ -229,7 +229,10 @@ void coli_prefix_cache_free(coli_prefix_cache **pc);
  * a context of another model. */
 int coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
 /* Keep the whole blocks of ids[0..n), the tokens ctx holds at positions
- * 0..n-1 (n <= its position). Returns the blocks added (>= 0), COLI_EINVAL
+ * 0..n-1 (n <= its position). Hybrid models (recurrent layers): only up to
+ * the last block end where a prefill of ctx since its restore kept the
+ * recurrent state (docs/api.md, "Prefix cache": a one-token coli_eval is a
+ * decode step and keeps none). Returns the blocks added (>= 0), COLI_EINVAL
  * (NULL arguments, n outside 0..position, another model's context) or
  * COLI_ENOMEM. */
 int coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
