@@ -76,8 +76,12 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     s->moe_y = malloc(B * (K ? K : 1) * E * sizeof(float));
     s->shexp = malloc(B * E * sizeof(float));
     s->shexp_gate = malloc(B * sizeof(float));
+    const size_t G = forward_gdn_floats(hp, max_batch, s->n_workers), QG = hp->attn_gate ? 2 * Q : 0;
+    s->qgate = QG ? malloc(B * QG * sizeof(float)) : NULL;
+    s->gdn = G ? malloc(G * sizeof(float)) : NULL;
     if (!s->h || !s->xb || !s->q || !s->k || !s->v || !s->attn || (M && !s->mla) || !s->delta || !s->rope ||
-        !s->scores || !s->router || !s->choice || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate) {
+        !s->scores || !s->router || !s->choice || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate ||
+        (QG && !s->qgate) || (G && !s->gdn)) {
         forward_state_free(s);
         return coli_fail(COLI_ENOMEM, "forward pass: cannot allocate buffers for a batch of %d", max_batch);
     }
@@ -102,6 +106,8 @@ void forward_state_free(forward_state *s) {
     free(s->moe_y);
     free(s->shexp);
     free(s->shexp_gate);
+    free(s->qgate);
+    free(s->gdn);
     coli_scratch_free(&s->scratch);
     memset(s, 0, sizeof *s);
 }
@@ -158,18 +164,6 @@ static void s_add_rows(float *h, const float *d, int n, int64_t cols) {
 
 /* Multiply-adds below which attention runs on the calling thread. */
 #define ATTN_MIN_PARALLEL_WORK (1 << 17)
-
-/* Where each row of a batch lives: rows of one sequence (kv, positions
- * pos, pos + 1, ...) or one row of each of several (kvs[t] at poss[t]). */
-typedef struct fwd_rows {
-    kv_cache *kv;
-    int pos;
-    kv_cache *const *kvs; /* NULL: one sequence */
-    const int *poss;
-} fwd_rows;
-
-static kv_cache *s_row_kv(const fwd_rows *r, int t) { return r->kvs ? r->kvs[t] : r->kv; }
-static int s_row_pos(const fwd_rows *r, int t) { return r->poss ? r->poss[t] : r->pos + t; }
 
 typedef struct attn_job {
     forward_state *s;
@@ -243,8 +237,8 @@ static void s_attention_worker(void *arg, int ith, int nth) {
     const size_t q_dim = (size_t)model_q_dim(hp), o_dim = (size_t)model_attn_dim(hp);
     float *scores = s->scores + (size_t)ith * (size_t)chunk * (size_t)s->n_ctx;
     for (int task = ith; task < job->n * per_tok; task += nth) {
-        const int t = task / per_tok, h = task % per_tok, n_kv = s_row_pos(job->rows, t) + 1;
-        const kv_cache *kv = s_row_kv(job->rows, t);
+        const int t = task / per_tok, h = task % per_tok, n_kv = fwd_row_pos(job->rows, t) + 1;
+        const kv_cache *kv = fwd_row_kv(job->rows, t);
         const int kvh = f16 ? h / group : h / n_chunks;
         const int first = f16 ? h : kvh * group + (h % n_chunks) * chunk; /* first query head */
         const int heads = f16 ? 1 : (group - (first - kvh * group) < chunk ? group - (first - kvh * group) : chunk);
@@ -264,9 +258,11 @@ static int s_qkv_block(forward_state *s, const layer_weights *l, int n) {
     int rc;
     // q = Wq x (+ bq), k = Wk x (+ bk), v = Wv x (+ bv)
     // as one pool job over the three matrices' rows, sharing one prepared x
-    const coli_matmul_op qkv[3] = {fwd_op_of(l->wq, s->xb, n, s->q), fwd_op_of(l->wk, s->xb, n, s->k),
-                                   fwd_op_of(l->wv, s->xb, n, s->v)};
+    // (the hybrids: q and each head's output gate, split below)
+    const coli_matmul_op qkv[3] = {fwd_op_of(l->wq, s->xb, n, hp->attn_gate ? s->qgate : s->q),
+                                   fwd_op_of(l->wk, s->xb, n, s->k), fwd_op_of(l->wv, s->xb, n, s->v)};
     if ((rc = coli_matmul_many(s->pool, &s->scratch, qkv, 3)) < 0) return rc;
+    if (hp->attn_gate) forward_gate_split(s, n);
     if (l->bq) {
         s_add_bias(s->q, l->bq, n, Q);
         s_add_bias(s->k, l->bk, n, K);
@@ -303,7 +299,7 @@ static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int
     if (rc < 0) return rc;
     // append k, v to the cache(s); attention then reads the new rows from it too
     const int64_t KD = model_k_dim(hp), VD = model_v_dim(hp);
-    kv_cache *kv = s_row_kv(rows, 0);
+    kv_cache *kv = fwd_row_kv(rows, 0);
     if (!rows->kvs)
         kv_cache_store(kv, il, rows->pos, n, s->k, s->v);
     else
@@ -319,11 +315,13 @@ static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int
     // work is too small to pay for waking the pool (short-context decode)
     attn_job job = {s, rows, il, n, kv->f16};
     int64_t work = 0;
-    for (int t = 0; t < n; t++) work += (int64_t)(s_row_pos(rows, t) + 1) * Q;
+    for (int t = 0; t < n; t++) work += (int64_t)(fwd_row_pos(rows, t) + 1) * Q;
     if (work < ATTN_MIN_PARALLEL_WORK)
         s_attention_worker(&job, 0, 1);
     else
         coli_pool_run(s->pool, s_attention_worker, &job);
+    // the hybrids: attn *= sigmoid(gate), per head
+    if (hp->attn_gate) forward_gate_apply(s, n);
     // h += Wo attn (deepseek2's latent attention: the heads' values first)
     const float *o = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_values(s, l, n, &rc) : s->attn;
     if (rc < 0 || (rc = fwd_matmul(s, l->wo, o, n, s->delta)) < 0) return rc;
@@ -420,15 +418,17 @@ static int s_forward_batch(forward_state *s, const fwd_rows *rows, const int32_t
     const model_hparams *hp = &m->hp;
     const size_t row = coli_row_bytes(m->tok_embd->type, hp->n_embd);
     int rc;
-    s->pos0 = s_row_pos(rows, 0); /* for one-sequence states; batch.c's hook reads each row's */
+    s->pos0 = fwd_row_pos(rows, 0); /* for one-sequence states; batch.c's hook reads each row's */
     // h = token_embd[ids], dequantized exactly; rope angles of each position
     for (int t = 0; t < n; t++) {
         const char *src = (const char *)m->tok_embd->data + (size_t)ids[t] * row;
         coli_dequantize_row(m->tok_embd->type, src, s->h + (size_t)t * (size_t)hp->n_embd, hp->n_embd);
-        rope_angles(&hp->rope, s_row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
+        rope_angles(&hp->rope, fwd_row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
     }
     for (int il = 0; il < hp->n_layer; il++) {
-        if ((rc = s_attention_block(s, rows, il, n)) < 0) return rc;
+        // attention, or a linear-attention layer of a hybrid (forward_hybrid.c)
+        rc = m->layers[il].recurrent ? forward_gdn_block(s, rows, il, n) : s_attention_block(s, rows, il, n);
+        if (rc < 0) return rc;
         if ((rc = s_ffn_block(s, il, n)) < 0) return rc;
     }
     return logits ? s_output_logits(s, n, logits, logits_all) : 0;

@@ -49,6 +49,8 @@ typedef struct forward_state {
     float *moe_y;         /* (B, n_expert_used, n_embd) expert outputs per slot */
     float *shexp;         /* (B, n_embd) shared expert output */
     float *shexp_gate;    /* (B) shared expert gate logits */
+    float *qgate;         /* hybrids: (B, 2 q_dim) attn_q's [q | gate] of each head; else NULL */
+    float *gdn;           /* hybrids: the Gated DeltaNet buffers (forward_hybrid.c); else NULL */
     coli_scratch scratch; /* prepared matmul inputs */
     /* Optional observer of the routing (api.c: --route-trace, heat): called after each MoE
      * layer's experts ran, with the batch's choices; sel/w as above, valid during the call. */

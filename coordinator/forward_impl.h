@@ -1,11 +1,23 @@
 /*
  * forward_impl.h - what the parts of the forward pass share (forward.c,
- * forward_mla.c); not part of the engine's interface.
+ * forward_mla.c, forward_hybrid.c); not part of the engine's interface.
  */
 #ifndef COLI_COORD_FORWARD_IMPL_H
 #define COLI_COORD_FORWARD_IMPL_H
 
 #include "coordinator/forward.h"
+
+/* Where each row of a batch lives: rows of one sequence (kv, positions
+ * pos, pos + 1, ...) or one row of each of several (kvs[t] at poss[t]). */
+typedef struct fwd_rows {
+    kv_cache *kv;
+    int pos;
+    kv_cache *const *kvs; /* NULL: one sequence */
+    const int *poss;
+} fwd_rows;
+
+static inline kv_cache *fwd_row_kv(const fwd_rows *r, int t) { return r->kvs ? r->kvs[t] : r->kv; }
+static inline int fwd_row_pos(const fwd_rows *r, int t) { return r->poss ? r->poss[t] : r->pos + t; }
 
 /* RMSNorm of each of n rows of width cols (o may be x): x / sqrt(mean(x^2)
  * + eps) * w, the sum of squares in double as ggml. w: (cols) F32. */
@@ -38,5 +50,18 @@ const float *forward_mla_values(forward_state *s, const layer_weights *l, int n,
 
 /* Floats per token of s->mla (0 unless deepseek2). */
 size_t forward_mla_floats(const model_hparams *hp);
+
+/* Floats of s->gdn for batches of max_batch rows and n_workers threads (0
+ * without Gated DeltaNet layers). */
+size_t forward_gdn_floats(const model_hparams *hp, int max_batch, int n_workers);
+
+/* Gated DeltaNet layer il over the n rows (forward_hybrid.c): h += its
+ * output; each row's sequence state advances. Returns 0 or a matmul error. */
+int forward_gdn_block(forward_state *s, const fwd_rows *rows, int il, int n);
+
+/* Gated attention (hp->attn_gate): s->q from attn_q's [q | gate] rows in
+ * s->qgate; then s->attn times sigmoid(gate). */
+void forward_gate_split(forward_state *s, int n);
+void forward_gate_apply(forward_state *s, int n);
 
 #endif

@@ -21,6 +21,11 @@
  *              leading dense blocks, ungated shared experts, softmax or
  *              sigmoid routing with an optional selection bias, normalised
  *              and scaled top-k weights, YaRN rope on the rope dims only.
+ *   qwen3next, qwen35moe - hybrid: Gated DeltaNet layers (a recurrent
+ *              state, coordinator/forward_hybrid.c, loaded by model_hybrid.c)
+ *              and every few layers gated attention (sigmoid output gate
+ *              per head from attn_q, per-head q/k norms, partial NEOX rope);
+ *              qwen2moe's gated shared expert, top-k weights renormalised.
  * Rope scaling (none / linear / yarn) is read for every architecture.
  */
 #ifndef COLI_COORD_MODEL_H
@@ -40,6 +45,8 @@ typedef enum model_arch {
     ARCH_QWEN2MOE,
     ARCH_QWEN3MOE,
     ARCH_DEEPSEEK2,
+    ARCH_QWEN3NEXT,
+    ARCH_QWEN35MOE,
 } model_arch;
 
 typedef enum expert_gating {
@@ -82,6 +89,13 @@ typedef struct model_hparams {
                                key_length in the older attn_kv_b files) */
     int head_dim_v_mla;         /* deepseek2: per-head value width (value_length_mla / value_length) */
     int64_t rec_floats;         /* hybrid models: F32 state of one linear-attention layer (0: none) */
+    int attn_gate;              /* qwen3next, qwen35moe: attn_q gives [q | gate] per head, the
+                               attention output is multiplied by sigmoid(gate) */
+    int ssm_conv;               /* Gated DeltaNet: causal conv kernel width (ssm.conv_kernel) */
+    int ssm_head_dim;           /* its key and value head width (ssm.state_size) */
+    int ssm_k_heads;            /* key heads (ssm.group_count) */
+    int ssm_v_heads;            /* value heads (ssm.time_step_rank), a multiple of ssm_k_heads */
+    int ssm_k_tiled;            /* 1: value head h reads key head h % k_heads (qwen35moe); 0: h / (v/k) */
 } model_hparams;
 
 /* One transformer block. Matrices are GGML-shaped (ne[0] = input width). */
@@ -99,6 +113,16 @@ typedef struct layer_weights {
     const coli_tensor *wkv_b;                  /* older files: (n_lora_kv, n_head * (nope + head_dim_v_mla)) */
     const coli_tensor *wk_b, *wv_b;            /* mla_absorbed: (nope, n_lora_kv, n_head), (n_lora_kv,
                                                 head_dim_v_mla, n_head); nope = head_dim_mla - n_rot */
+    int recurrent;                             /* a Gated DeltaNet layer: the fields below, no attention */
+    const coli_tensor *wqkv_mix;               /* attn_qkv (n_embd, 2 key_dim + value_dim): conv input */
+    const coli_tensor *wz;                     /* attn_gate (n_embd, value_dim): output gate z */
+    const coli_tensor *wba;                    /* qwen3next ssm_ba (n_embd, 2 v_heads): per key head its
+                                                  value heads' beta, then alpha logits */
+    const coli_tensor *wbeta, *walpha;         /* qwen35moe ssm_beta / ssm_alpha (n_embd, v_heads) */
+    const coli_tensor *conv1d;                 /* ssm_conv1d (conv_kernel, conv_dim) F32 */
+    const coli_tensor *dt_bias, *ssm_a;        /* (v_heads) F32: alpha bias, -exp(A_log) */
+    const coli_tensor *ssm_norm;               /* (head_dim) F32: the gated RMSNorm of each head */
+    const coli_tensor *ssm_out;                /* (value_dim, n_embd) */
     const coli_tensor *ffn_norm;               /* (n_embd) F32 */
     const coli_tensor *router;                 /* MoE: (n_embd, n_expert); NULL for a dense layer */
     const coli_tensor *exp_probs_b;            /* deepseek2: (n_expert) F32 selection bias, or NULL */
