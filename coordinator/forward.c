@@ -444,10 +444,12 @@ static int s_check_ids(const forward_state *s, const int32_t *ids, int n) {
 }
 
 int forward_split(const model *m, int pos, int end, int most) {
-    int stop = end - pos < most ? end : pos + most;
-    const int aligned = stop / FORWARD_REC_CHUNK * FORWARD_REC_CHUNK;
-    if (m->recurrent && stop < end && aligned > pos) stop = aligned;
-    return stop;
+    const int stop = end - pos < most ? end : pos + most, C = FORWARD_REC_CHUNK;
+    if (!m->recurrent || stop == end) return stop;
+    if (stop / C * C > pos) return stop / C * C;
+    /* no chunk boundary within most: go on to the next one (a cut inside a
+     * chunk would change the chunk's bits) */
+    return (pos / C + 1) * C < end ? (pos / C + 1) * C : end;
 }
 
 int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n,

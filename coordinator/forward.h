@@ -83,10 +83,12 @@ int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int 
 int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n, float *logits);
 
 /* Where a pass of at most most tokens from pos towards end stops: pos +
- * most, or end if nearer; with recurrent layers, a multiple of
- * FORWARD_REC_CHUNK when one is within reach, so that however a prompt is
- * cut into passes (chunked prefill, prefix restores) a cut falls on a chunk
- * boundary and the state after it has the bits of one long prefill. */
+ * most, or end if nearer; with recurrent layers, at the last multiple of
+ * FORWARD_REC_CHUNK within reach, or (most < FORWARD_REC_CHUNK) at the next
+ * one, so that however a prompt is cut into passes (chunked prefill, prefix
+ * restores) a cut falls on a chunk boundary and the state after it has the
+ * bits of one long prefill. (forward_eval's passes never exceed max_batch:
+ * max_batch is 512 or the whole context.) */
 int forward_split(const model *m, int pos, int end, int most);
 
 #endif

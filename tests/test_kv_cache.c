@@ -175,6 +175,7 @@ Test(kv_cache, hybrid_passes_split_on_chunks) {
     cr_expect_eq(forward_split(&m, 10, 1000, 100), 64);
     cr_expect_eq(forward_split(&m, 64, 1000, 512), 576);
     cr_expect_eq(forward_split(&m, 64, 100, 512), 100, "the end itself");
-    cr_expect_eq(forward_split(&m, 70, 1000, 30), 100, "no multiple within reach");
+    cr_expect_eq(forward_split(&m, 70, 1000, 30), 128, "no multiple within reach: the next one");
+    cr_expect_eq(forward_split(&m, 70, 110, 30), 110, "... or the end, if nearer");
     cr_expect_eq(forward_split(&plain, 10, 1000, 100), 110);
 }
