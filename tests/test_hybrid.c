@@ -65,16 +65,8 @@ static void s_read_ref(const char *arch, llama_ref *r) {
 
 /* tiny-ARCH-f32.gguf, made by tests/gen_qwen3next.py once, checked against the recorded sha256. */
 static void s_model(const char *arch, const llama_ref *r, char *out, size_t cap) {
-    s_require_shared();
-    char dir[4096], file[64], cmd[9000], sha[80] = "";
-    snprintf(file, sizeof file, "tiny-%s-f32.gguf", arch);
-    int fd = s_lock_dir("ref", file, dir, sizeof dir, out, cap);
-    if (!s_exists(out)) {
-        const char *py = s_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-        snprintf(cmd, sizeof cmd, "COLI_SHARED='%s' %s tests/gen_qwen3next.py %s '%s'", s_shared(), py, arch, out);
-        s_run_or_fail(cmd);
-    }
-    s_unlock_dir(fd);
+    char cmd[4200], sha[80] = "";
+    s_hybrid_model(arch, out, cap);
     snprintf(cmd, sizeof cmd, "sha256sum '%s'", out);
     FILE *p = popen(cmd, "r");
     cr_assert(p && fscanf(p, "%64s", sha) == 1, "sha256sum %s", out);
