@@ -293,6 +293,9 @@ void coli_model_get_info(const coli_model *cm, coli_model_info *out) {
     out->n_head_kv = hp->n_head_kv;
     out->n_expert = hp->n_expert;
     out->n_expert_used = hp->n_expert_used;
+    kv_shape shape;
+    model_kv_shape(cm->m, cm->kv_f16, &shape);
+    kv_shape_bytes(&shape, &out->state_bytes_per_token, &out->state_bytes_per_seq);
 }
 
 // ---------------------------------------------------------------------------

@@ -74,6 +74,17 @@ int kv_cache_init_shape(kv_cache *c, const kv_shape *sh, int n_ctx) {
     return 0;
 }
 
+void kv_shape_bytes(const kv_shape *sh, size_t *per_token, size_t *per_seq) {
+    const size_t row = (size_t)(sh->k_dim + (sh->v_in_k ? 0 : sh->v_dim)) * (sh->f16 ? 2 : 4);
+    *per_token = *per_seq = 0;
+    for (int l = 0; l < sh->n_layer; l++) {
+        if (sh->recurrent && sh->recurrent[l])
+            *per_seq += (size_t)sh->rec_floats * sizeof(float);
+        else
+            *per_token += row;
+    }
+}
+
 int kv_cache_init(kv_cache *c, int n_layer, int n_ctx, int64_t k_dim, int64_t v_dim, int v_in_k, int f16) {
     const kv_shape sh = {.n_layer = n_layer, .k_dim = k_dim, .v_dim = v_dim, .v_in_k = v_in_k, .f16 = f16};
     return kv_cache_init_shape(c, &sh, n_ctx);

@@ -58,6 +58,8 @@ typedef struct kv_shape {
 
 /* Allocate (zeroed). Returns 0, COLI_EINVAL or COLI_ENOMEM. */
 int kv_cache_init_shape(kv_cache *c, const kv_shape *sh, int n_ctx);
+/* What a sequence of this shape takes: KV bytes per position, recurrent bytes. */
+void kv_shape_bytes(const kv_shape *sh, size_t *per_token, size_t *per_seq);
 /* The same with every layer keeping KV. */
 int kv_cache_init(kv_cache *c, int n_layer, int n_ctx, int64_t k_dim, int64_t v_dim, int v_in_k, int f16);
 /* Bytes one position takes over all layers. */

@@ -121,6 +121,12 @@ typedef struct coli_model_info {
     int add_bos;                 /* 1 if prompts get BOS */
     const char *chat_template;   /* tokenizer.chat_template, NULL if absent */
     double load_seconds;
+    /* The state of one sequence (a context, a server slot): KV bytes per
+     * position (the attention layers, in the cache's type), and the bytes of
+     * the recurrent states of hybrid models (their linear-attention layers;
+     * 0 otherwise), whatever the length; a context also keeps up to two
+     * copies of these for the prefix cache. docs/architectures.md. */
+    size_t state_bytes_per_token, state_bytes_per_seq;
 } coli_model_info;
 /* A vocab_only model: arch is general.architecture as the file says ("" if
  * absent), n_vocab the vocabulary's size, the other counts 0. */

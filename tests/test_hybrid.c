@@ -324,6 +324,30 @@ Test(hybrid, full_context_stops_generation) {
     coli_model_free(&m);
 }
 
+/* docs/architectures.md's figures for the tiny qwen3next: 2 attention layers x
+ * 2 KV heads x (32 + 32) per position; 2 linear layers x (3 x 128 conv tail
+ * + 4 heads x 16 x 16) F32 per sequence. */
+Test(hybrid, state_memory_reported) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("qwen3next", &r);
+    s_model("qwen3next", &r, path, sizeof path);
+    coli_model *m = s_load(path, "inproc");
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    cr_expect_eq(info.state_bytes_per_token, 2 * 2 * 64 * 4);
+    cr_expect_eq(info.state_bytes_per_seq, 2 * (3 * 128 + 4 * 16 * 16) * 4);
+    coli_model_free(&m);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.kv_f16 = 1;
+    cr_assert_eq(coli_model_load(path, &mp, &m), 0, "%s", coli_last_error());
+    coli_model_get_info(m, &info);
+    cr_expect_eq(info.state_bytes_per_token, 2 * 2 * 64 * 2, "F16 KV halves the rows, not the recurrent state");
+    cr_expect_eq(info.state_bytes_per_seq, 2 * (3 * 128 + 4 * 16 * 16) * 4);
+    coli_model_free(&m);
+}
+
 /* A copy of src with one u32 key changed. */
 static void s_with_u32(const char *src, const char *dst, const char *key, uint32_t v) {
     gguf_file *f = NULL;

@@ -6,6 +6,7 @@
  * at 64), twice, on a server with batching and the prefix cache, get
  * exactly the texts of a server that runs one request at a time without
  * either; the second round restores cached prompts (cached_tokens > 0).
+ * /metrics reports the state memory of a sequence.
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -28,9 +29,8 @@ static void *s_client(void *arg) {
     client *c = arg;
     char body[4096], prompt[2048] = "";
     for (int k = 0; k < 12; k++) strcat(prompt, k % 2 ? "the river runs past the mill " : "once upon a time ");
-    snprintf(body, sizeof body,
-             "{\"prompt\":\"%s%d\",\"max_tokens\":%d,\"seed\":%d,\"temperature\":0.8,\"n\":%d}", prompt, c->index,
-             8 + 3 * c->index, 100 + c->index, CHOICES);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s%d\",\"max_tokens\":%d,\"seed\":%d,\"temperature\":0.8,\"n\":%d}",
+             prompt, c->index, 8 + 3 * c->index, 100 + c->index, CHOICES);
     http_resp r = su_post(c->port, "/v1/completions", body);
     c->status = r.status;
     cJSON *j = r.status == 200 ? cJSON_Parse(r.body) : NULL;
@@ -83,6 +83,11 @@ Test(serve_hybrid, batched_cached_forked_equals_alone, .timeout = 240) {
         }
     }
     cr_expect_eq(cached, CLIENTS, "the second round restored no cached prompt state");
+    http_resp m = su_get(p.port, "/metrics");
+    cr_expect(m.body && strstr(m.body, "\ncolibri_state_bytes_per_sequence 11264\n") &&
+                  strstr(m.body, "\ncolibri_state_bytes_per_token 1024\n"),
+              "state memory not in /metrics: %s", m.body ? m.body : "");
+    su_free(&m);
     unsetenv("COLI_SERVE_DELAY_MS");
     cr_expect_eq(su_stop(&p), 0);
 }
