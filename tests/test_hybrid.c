@@ -13,7 +13,9 @@
  * - continuous batching gives each sequence the tokens and logits bits it
  *   gets alone; the prefix cache restores a snapshot whose continuation has
  *   the bits of a cold prefill, and answers forked from a cached prompt
- *   (n > 1) are those of a cold one; a full context stops generation;
+ *   (n > 1) are those of a cold one; a full context stops generation; a
+ *   reset context starts from a zero state (coli perplexity's windows);
+ * - the state memory per position and per sequence coli_model_info gives;
  * - a file whose ssm keys disagree is refused in one line naming them.
  */
 #include <criterion/criterion.h>
@@ -322,6 +324,31 @@ Test(hybrid, full_context_stops_generation) {
     cr_expect_eq(g.n_out, 6, "the prompt and 6 answer tokens fill the context");
     coli_context_free(&g.ctx);
     coli_model_free(&m);
+}
+
+/* coli perplexity's windows: after a reset a context starts from a zero
+ * recurrent state, so a window's logits are those of a fresh context. */
+Test(hybrid, reset_starts_a_fresh_state) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("qwen3next", &r);
+    s_model("qwen3next", &r, path, sizeof path);
+    coli_model *m = s_load(path, "inproc");
+    const size_t V = (size_t)s_vocab(m);
+    float *a = malloc(40 * V * sizeof(float)), *b = malloc(40 * V * sizeof(float));
+    coli_context *used = NULL, *fresh = NULL;
+    cr_assert_eq(coli_context_new(m, NULL, &used), 0);
+    cr_assert_eq(coli_context_new(m, NULL, &fresh), 0);
+    cr_assert_eq(coli_eval(used, r.ids, 70, NULL, 0), 0);
+    coli_context_reset(used);
+    cr_assert_eq(coli_eval(used, r.ids + 40, 40, a, 1), 0);
+    cr_assert_eq(coli_eval(fresh, r.ids + 40, 40, b, 1), 0);
+    cr_expect(memcmp(a, b, 40 * V * sizeof(float)) == 0, "the second window saw the first one's state");
+    coli_context_free(&used);
+    coli_context_free(&fresh);
+    coli_model_free(&m);
+    free(a);
+    free(b);
 }
 
 /* docs/architectures.md's figures for the tiny qwen3next: 2 attention layers x
