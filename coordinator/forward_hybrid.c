@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/attn_simd.h"
 #include "coordinator/forward_impl.h"
 #include "core/error.h"
 
@@ -55,7 +56,7 @@ static gdn_dims s_dims(const model_hparams *hp) {
 /* Scratch floats of one worker for one chunk of one head. */
 static size_t s_chunk_floats(int D) {
     const size_t C = FORWARD_REC_CHUNK;
-    return 2 * C * C + 4 * C * (size_t)D + C;
+    return 2 * C * C + 4 * C * (size_t)D + C + (size_t)D;
 }
 
 size_t forward_gdn_floats(const model_hparams *hp, int max_batch, int n_workers) {
@@ -199,10 +200,10 @@ typedef struct head_rows {
     int64_t cd, hv, vd;
 } head_rows;
 
-static float s_dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+/* out[i] = rows[i] . x for n_rows rows of n, stride apart (attn_simd: the
+ * same bits on every CPU). */
+static void s_matvec(const float *rows, int64_t stride, int n_rows, const float *x, int n, float *out) {
+    attn_dots_f32(rows, (long)stride, n_rows, x, n, out, 1);
 }
 
 /* The recurrent update for one token: S *= exp(g); d = (v - S k) beta;
@@ -210,12 +211,10 @@ static float s_dot(const float *a, const float *b, int n) {
 static void s_delta_step(float *S, const head_rows *r, int D, float *dv) {
     const float eg = expf(r->g[0]), beta = r->beta[0];
     for (int i = 0; i < D * D; i++) S[i] *= eg;
-    for (int v = 0; v < D; v++) dv[v] = (r->v[v] - s_dot(S + (size_t)v * D, r->k, D)) * beta;
-    for (int v = 0; v < D; v++) {
-        float *Sv = S + (size_t)v * D;
-        for (int k = 0; k < D; k++) Sv[k] += dv[v] * r->k[k];
-    }
-    for (int v = 0; v < D; v++) r->o[v] = s_dot(S + (size_t)v * D, r->q, D);
+    s_matvec(S, D, D, r->k, D, dv);
+    for (int v = 0; v < D; v++) dv[v] = (r->v[v] - dv[v]) * beta;
+    for (int v = 0; v < D; v++) attn_axpy_f32(S + (size_t)v * D, dv[v], r->k, D);
+    s_matvec(S, D, D, r->q, D, r->o);
 }
 
 #define ROW(p, i, stride) ((p) + (size_t)(i) * (size_t)(stride))
@@ -226,9 +225,8 @@ static void s_wy_inverse(const head_rows *r, int L, int D, const float *G, float
     const int C = FORWARD_REC_CHUNK;
     for (int i = 0; i < L; i++) {
         float *Ti = T + (size_t)i * C;
-        for (int j = 0; j < i; j++)
-            Ti[j] =
-                -r->beta[(size_t)i * r->hv] * s_dot(ROW(r->k, i, r->cd), ROW(r->k, j, r->cd), D) * expf(G[i] - G[j]);
+        s_matvec(r->k, r->cd, i, ROW(r->k, i, r->cd), D, Ti);
+        for (int j = 0; j < i; j++) Ti[j] = -r->beta[(size_t)i * r->hv] * Ti[j] * expf(G[i] - G[j]);
         /* row i of (I - A)^-1 - I: A[i][j] + sum_{j<m<i} A[i][m] T[m][j], rows m already done */
         for (int j = 0; j < i; j++) {
             float acc = Ti[j];
@@ -243,7 +241,7 @@ static void s_wy_inverse(const head_rows *r, int L, int D, const float *G, float
 static void s_delta_chunk(float *S, const head_rows *r, int L, int D, float *sc) {
     const int C = FORWARD_REC_CHUNK;
     float *T = sc, *QK = T + (size_t)C * C, *U = QK + (size_t)C * C, *W = U + (size_t)C * D;
-    float *VN = W + (size_t)C * D, *KG = VN + (size_t)C * D, *G = KG + (size_t)C * D;
+    float *VN = W + (size_t)C * D, *KG = VN + (size_t)C * D, *G = KG + (size_t)C * D, *tmp = G + C;
     G[0] = r->g[0];
     for (int i = 1; i < L; i++) G[i] = G[i - 1] + r->g[(size_t)i * r->hv];
     s_wy_inverse(r, L, D, G, T);
@@ -267,12 +265,12 @@ static void s_delta_chunk(float *S, const head_rows *r, int L, int D, float *sc)
         const float *qi = ROW(r->q, i, r->cd);
         float *vn = VN + (size_t)i * D, *oi = ROW(r->o, i, r->vd);
         const float egi = expf(G[i]);
-        for (int v = 0; v < D; v++) {
-            const float *Sv = S + (size_t)v * D;
-            vn[v] = U[(size_t)i * D + v] - s_dot(W + (size_t)i * D, Sv, D);
-            oi[v] = egi * s_dot(qi, Sv, D);
-        }
-        for (int j = 0; j <= i; j++) QK[(size_t)i * C + j] = s_dot(qi, ROW(r->k, j, r->cd), D) * expf(G[i] - G[j]);
+        s_matvec(S, D, D, W + (size_t)i * D, D, vn);
+        for (int v = 0; v < D; v++) vn[v] = U[(size_t)i * D + v] - vn[v];
+        s_matvec(S, D, D, qi, D, tmp);
+        for (int v = 0; v < D; v++) oi[v] = egi * tmp[v];
+        s_matvec(r->k, r->cd, i + 1, qi, D, QK + (size_t)i * C);
+        for (int j = 0; j <= i; j++) QK[(size_t)i * C + j] *= expf(G[i] - G[j]);
     }
     for (int i = 0; i < L; i++) {
         float *oi = ROW(r->o, i, r->vd);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tiny hybrid (Gated DeltaNet + gated attention) MoE models: qwen3next and qwen35moe.
 
-    gen_qwen3next.py ARCH MODEL.gguf          ARCH: qwen3next | qwen35moe
+    gen_qwen3next.py ARCH MODEL.gguf [--bench]          ARCH: qwen3next | qwen35moe
 
 Deterministic (numpy default_rng, fixed seed per architecture); tensors and metadata as llama.cpp
 de3ff815 reads them (src/models/qwen3next.cpp, qwen35moe.cpp). 4 layers: 0 and 2 linear attention
@@ -12,6 +12,11 @@ every layer an MoE of 8 experts (top 2) with a sigmoid-gated shared expert. 2 ke
 of 16: qwen3next pairs value head h with key head h // 2, qwen35moe with h % 2. qwen3next marks its
 layers with full_attention_interval, qwen35moe with attention.recurrent_layers (and carries
 rope.dimension_sections). The vocabulary is ../shared/reference/vocab's tiny-spm-3000.
+
+--bench: a speed model at Qwen3.6-35B-A3B's widths (2048 wide, Gated DeltaNet of 16 key / 32 value heads
+of 128, attention 16 heads / 2 KV heads of 256 with 64 rope dims, experts 512 wide, top 8, shared expert
+512) with 4 layers (3 linear, 1 attention) and 32 experts instead of 256 (a token computes the same),
+F16 matrices (docs/benchmarks.md).
 """
 import os
 import sys
@@ -28,9 +33,12 @@ CFG = dict(n_embd=128, n_layer=4, n_head=4, n_head_kv=2, head_dim=32, n_rot=16, 
            rope_theta=1e6, eps=1e-6, ctx=512)
 SEEDS = {"qwen3next": 2401, "qwen35moe": 2402}
 RECURRENT = [True, False, True, False]
+BENCH = dict(CFG, n_embd=2048, n_head=16, n_head_kv=2, head_dim=256, n_rot=64, n_ff=512, n_ff_exp=512,
+             n_ff_shexp=512, n_expert=32, n_expert_used=8, state=128, k_heads=16, v_heads=32, ctx=4096)
+BENCH_RECURRENT = [True, True, True, False]
 
 
-def gen_weights(arch, c):
+def gen_weights(arch, c, recurrent):
     """(name, float32 array), numpy shape = reversed ggml ne. The draw order defines the model."""
     d = mm.Draw(SEEDS[arch])
     E, K, X, H, HKV, hd = c["n_embd"], c["n_vocab"], c["n_expert"], c["n_head"], c["n_head_kv"], c["head_dim"]
@@ -43,7 +51,7 @@ def gen_weights(arch, c):
         p = f"blk.{i}."
         yield p + "attn_norm.weight", d.norm(E)
         yield p + "post_attention_norm.weight", d.norm(E)
-        if RECURRENT[i]:
+        if recurrent[i]:
             yield p + "attn_qkv.weight", d.mat(2 * key + value, E, 1.5)
             yield p + "attn_gate.weight", d.mat(value, E)
             if arch == "qwen3next":
@@ -73,7 +81,7 @@ def gen_weights(arch, c):
         yield p + "ffn_down_shexp.weight", d.mat(E, c["n_ff_shexp"])
 
 
-def write_kvs(w, arch, c):
+def write_kvs(w, arch, c, recurrent):
     A, U = arch + ".", T.UINT32
     for k, v in [("context_length", c["ctx"]), ("embedding_length", c["n_embd"]), ("block_count", c["n_layer"]),
                  ("feed_forward_length", c["n_ff"]), ("attention.head_count", c["n_head"]),
@@ -88,24 +96,25 @@ def write_kvs(w, arch, c):
     w.add(A + "rope.freq_base", float(c["rope_theta"]), T.FLOAT32)
     w.add(A + "attention.layer_norm_rms_epsilon", float(c["eps"]), T.FLOAT32)
     if arch == "qwen3next":
-        w.add(A + "full_attention_interval", 2, U)
+        w.add(A + "full_attention_interval", recurrent.index(False) + 1, U)
     else:
-        w.add(A + "attention.recurrent_layers", list(RECURRENT), T.ARRAY, T.BOOL)
+        w.add(A + "attention.recurrent_layers", list(recurrent), T.ARRAY, T.BOOL)
         w.add(A + "rope.dimension_sections", [4, 2, 2, 0], T.ARRAY, T.INT32)
 
 
 def main():
-    arch, path = sys.argv[1], sys.argv[2]
+    arch, path, bench = sys.argv[1], sys.argv[2], "--bench" in sys.argv[3:]
     vocab = read_gguf(os.path.join(mm.VOCAB_DIR, mm.VOCABS["tiny-spm-3000"]))
-    c = dict(CFG, n_vocab=len(vocab.kv["tokenizer.ggml.tokens"]))
+    c = dict(BENCH if bench else CFG, n_vocab=len(vocab.kv["tokenizer.ggml.tokens"]))
+    recurrent, dtype = (BENCH_RECURRENT, "F16") if bench else (RECURRENT, "F32")
     w = GGUFWriter(path)
     w.add("general.architecture", arch)
     w.add("general.name", "tiny-" + arch)
-    w.add("general.file_type", 0, T.UINT32)
-    write_kvs(w, arch, c)
+    w.add("general.file_type", mm.FILE_TYPE[dtype], T.UINT32)
+    write_kvs(w, arch, c, recurrent)
     w.copy_kvs(vocab, "tokenizer.")
-    for name, arr in gen_weights(arch, c):
-        w.add_tensor(name, arr, "F32")
+    for name, arr in gen_weights(arch, c, recurrent):
+        w.add_tensor(name, arr, "F32" if "ssm_conv1d" in name else mm.stored_type(name, arr.ndim, dtype))
     w.write()
 
 
