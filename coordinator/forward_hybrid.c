@@ -253,11 +253,8 @@ static void s_delta_chunk(float *S, const head_rows *r, int L, int D, float *sc)
         for (int j = 0; j <= i; j++) {
             const float bj = r->beta[(size_t)j * r->hv], tu = T[(size_t)i * C + j] * bj;
             const float tw = tu * expf(G[j]);
-            const float *vj = ROW(r->v, j, r->cd), *kj = ROW(r->k, j, r->cd);
-            for (int e = 0; e < D; e++) {
-                u[e] += tu * vj[e];
-                w[e] += tw * kj[e];
-            }
+            attn_axpy_f32(u, tu, ROW(r->v, j, r->cd), D);
+            attn_axpy_f32(w, tw, ROW(r->k, j, r->cd), D);
         }
     }
     /* v_new = u - w S^T; o_i = exp(G_i) S q_i + sum_{j<=i} (q_i . k_j) exp(G_i - G_j) v_new_j */
@@ -274,10 +271,7 @@ static void s_delta_chunk(float *S, const head_rows *r, int L, int D, float *sc)
     }
     for (int i = 0; i < L; i++) {
         float *oi = ROW(r->o, i, r->vd);
-        for (int j = 0; j <= i; j++) {
-            const float a = QK[(size_t)i * C + j], *vn = VN + (size_t)j * D;
-            for (int v = 0; v < D; v++) oi[v] += a * vn[v];
-        }
+        for (int j = 0; j <= i; j++) attn_axpy_f32(oi, QK[(size_t)i * C + j], VN + (size_t)j * D, D);
     }
     /* S = exp(G_last) S + sum_i exp(G_last - G_i) v_new_i k_i^T */
     const float gl = G[L - 1], egl = expf(gl);
@@ -288,10 +282,7 @@ static void s_delta_chunk(float *S, const head_rows *r, int L, int D, float *sc)
     for (int v = 0; v < D; v++) {
         float *Sv = S + (size_t)v * D;
         for (int k = 0; k < D; k++) Sv[k] *= egl;
-        for (int i = 0; i < L; i++) {
-            const float a = VN[(size_t)i * D + v], *kg = KG + (size_t)i * D;
-            for (int k = 0; k < D; k++) Sv[k] += a * kg[k];
-        }
+        for (int i = 0; i < L; i++) attn_axpy_f32(Sv, VN[(size_t)i * D + v], KG + (size_t)i * D, D);
     }
 }
 
