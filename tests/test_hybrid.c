@@ -9,7 +9,7 @@
  *   same argmax at every position;
  * - token-by-token decode (the recurrent form) gives the same within the
  *   rule, against llama.cpp and against the prefill;
- * - workers (cpu:2) give the in-process bytes;
+ * - workers (cpu:2) give the in-process bytes, also when one crashes;
  * - continuous batching gives each sequence the tokens and logits bits it
  *   gets alone; the prefix cache restores a snapshot whose continuation has
  *   the bits of a cold prefill, and answers forked from a cached prompt
@@ -162,6 +162,33 @@ Test(hybrid, workers_give_inproc_bytes) {
     free(da);
     free(db);
     coli_model_free(&a);
+    coli_model_free(&b);
+}
+
+/* A worker that crashes mid-prefill: its experts fall back, no byte changes. */
+Test(hybrid, worker_crash_changes_no_byte) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("qwen3next", &r);
+    s_model("qwen3next", &r, path, sizeof path);
+    coli_model *a = s_load(path, "inproc");
+    float *la = s_logits(a, &r, 0), *da = s_logits(a, &r, 1);
+    const size_t bytes = (size_t)r.n * (size_t)s_vocab(a) * sizeof(float);
+    coli_model_free(&a);
+    setenv("COLI_FAULT", "crash@layer=2:after=1", 1);
+    coli_model *b = s_load(path, "cpu:1");
+    unsetenv("COLI_FAULT");
+    float *lb = s_logits(b, &r, 0), *db = s_logits(b, &r, 1);
+    char *js = NULL;
+    cr_assert_eq(coli_model_stats_json(b, &js), 0);
+    cr_expect(strstr(js, "\"crash\""), "no crash recorded: %s", js);
+    cr_expect(memcmp(la, lb, bytes) == 0, "prefill: bytes changed by the crash");
+    cr_expect(memcmp(da, db, bytes) == 0, "decode: bytes changed by the crash");
+    free(js);
+    free(la);
+    free(lb);
+    free(da);
+    free(db);
     coli_model_free(&b);
 }
 
