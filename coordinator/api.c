@@ -548,25 +548,35 @@ static int s_decode_one(coli_context *ctx, int32_t id) {
                              ctx->fs.route_hook ? &ctx->route : NULL);
 }
 
-/* A batched context's prompt: alone, prefill_chunk at a time (recurrent
- * layers: cut where an unbatched prefill's chunks end too) under the
- * batch's lock, the last chunk giving the logits; then it joins, its first
- * step being its first sampled token. The caller leaves the batch (also
- * after a failure) if *joined. */
+/* A batched context's prompt: all but the last token alone, prefill_chunk
+ * at a time (recurrent layers: cut where an unbatched prefill's chunks end
+ * too, forward_split) under the batch's lock; then it joins and the last
+ * token is its first step. The caller leaves the batch (also after a
+ * failure) if *joined. */
 static int s_batched_prompt(coli_context *ctx, const int32_t *prompt, int n, int *joined) {
     decode_batch *b = ctx->batch->b;
-    for (int done = 0; done < n;) {
-        const int end = forward_split(ctx->model->m, ctx->pos, ctx->pos + n - done, ctx->batch->prefill_chunk);
+    for (int done = 0; done < n - 1;) {
+        const int end = forward_split(ctx->model->m, ctx->pos, ctx->pos + n - 1 - done, ctx->batch->prefill_chunk);
         const int chunk = end - ctx->pos;
         decode_batch_lock(b);
-        int rc = coli_eval(ctx, prompt + done, chunk, done + chunk == n ? ctx->logits : NULL, 0);
+        int rc = coli_eval(ctx, prompt + done, chunk, NULL, 0);
         decode_batch_unlock(b);
         if (rc < 0) return rc;
         done += chunk;
     }
     decode_batch_join(b);
     *joined = 1;
-    return 0;
+    return s_decode_one(ctx, prompt[n - 1]);
+}
+
+/* A prompt without a batch. Recurrent layers: the last token alone too, as
+ * a batched prompt's first step has it (a one-token chunk, the recurrent
+ * form): the same bits batched or not. Other models: one eval (a row's bits
+ * do not depend on the batch). */
+static int s_prompt_alone(coli_context *ctx, const int32_t *prompt, int n) {
+    if (!ctx->kv.n_rec || n == 1) return coli_eval(ctx, prompt, n, ctx->logits, 0);
+    int rc = coli_eval(ctx, prompt, n - 1, NULL, 0);
+    return rc < 0 ? rc : coli_eval(ctx, prompt + n - 1, 1, ctx->logits, 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -694,7 +704,7 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt, const 
     if (ctx->batch)
         rc = s_batched_prompt(ctx, prompt, n_prompt, &joined);
     else
-        rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
+        rc = s_prompt_alone(ctx, prompt, n_prompt);
     st.n_prompt = n_prompt;
     st.prompt_seconds = coli_now_s() - t0;
     if (rc == 0) {
