@@ -76,9 +76,12 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     s->moe_y = malloc(B * (K ? K : 1) * E * sizeof(float));
     s->shexp = malloc(B * E * sizeof(float));
     s->shexp_gate = malloc(B * sizeof(float));
+    const size_t G = forward_gdn_floats(hp, max_batch, s->n_workers), QG = hp->attn_gate ? 2 * Q : 0;
+    s->qgate = QG ? malloc(B * QG * sizeof(float)) : NULL;
+    s->gdn = G ? malloc(G * sizeof(float)) : NULL;
     if (!s->h || !s->xb || !s->q || !s->k || !s->v || !s->attn || (M && !s->mla) || !s->delta || !s->rope ||
         !s->scores || !s->router || !s->choice || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate ||
-        forward_dsa_init(s) < 0) {
+        forward_dsa_init(s) < 0 || (QG && !s->qgate) || (G && !s->gdn)) {
         forward_state_free(s);
         return coli_fail(COLI_ENOMEM, "forward pass: cannot allocate buffers for a batch of %d", max_batch);
     }
@@ -104,6 +107,8 @@ void forward_state_free(forward_state *s) {
     free(s->shexp);
     free(s->shexp_gate);
     forward_dsa_free(s);
+    free(s->qgate);
+    free(s->gdn);
     coli_scratch_free(&s->scratch);
     memset(s, 0, sizeof *s);
 }
@@ -282,9 +287,11 @@ static int s_qkv_block(forward_state *s, const layer_weights *l, int n) {
     int rc;
     // q = Wq x (+ bq), k = Wk x (+ bk), v = Wv x (+ bv)
     // as one pool job over the three matrices' rows, sharing one prepared x
-    const coli_matmul_op qkv[3] = {fwd_op_of(l->wq, s->xb, n, s->q), fwd_op_of(l->wk, s->xb, n, s->k),
-                                   fwd_op_of(l->wv, s->xb, n, s->v)};
+    // (the hybrids: q and each head's output gate, split below)
+    const coli_matmul_op qkv[3] = {fwd_op_of(l->wq, s->xb, n, hp->attn_gate ? s->qgate : s->q),
+                                   fwd_op_of(l->wk, s->xb, n, s->k), fwd_op_of(l->wv, s->xb, n, s->v)};
     if ((rc = coli_matmul_many(s->pool, &s->scratch, qkv, 3)) < 0) return rc;
+    if (hp->attn_gate) forward_gate_split(s, n);
     if (l->bq) s_add_bias(s->q, l->bq, n, Q);
     if (l->bk) s_add_bias(s->k, l->bk, n, K);
     if (l->bv) s_add_bias(s->v, l->bv, n, V);
@@ -344,6 +351,8 @@ static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int
         s_attention_worker(&job, 0, 1);
     else
         coli_pool_run(s->pool, s_attention_worker, &job);
+    // the hybrids: attn *= sigmoid(gate), per head
+    if (hp->attn_gate) forward_gate_apply(s, n);
     // h += Wo attn (deepseek2's latent attention: the heads' values first)
     const float *o = model_is_mla(hp) ? forward_mla_values(s, l, n, &rc) : s->attn;
     if (rc < 0 || (rc = fwd_matmul(s, l->wo, o, n, s->delta)) < 0) return rc;
@@ -450,7 +459,9 @@ static int s_forward_batch(forward_state *s, const fwd_rows *rows, const int32_t
         rope_angles(&hp->rope, fwd_row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
     }
     for (int il = 0; il < hp->n_layer; il++) {
-        if ((rc = s_attention_block(s, rows, il, n)) < 0) return rc;
+        // attention, or a linear-attention layer of a hybrid (forward_hybrid.c)
+        rc = m->layers[il].recurrent ? forward_gdn_block(s, rows, il, n) : s_attention_block(s, rows, il, n);
+        if (rc < 0) return rc;
         if ((rc = s_ffn_block(s, il, n)) < 0) return rc;
     }
     return logits ? s_output_logits(s, n, logits, logits_all) : 0;
@@ -463,6 +474,15 @@ static int s_check_ids(const forward_state *s, const int32_t *ids, int n) {
         if (ids[i] < 0 || ids[i] >= n_vocab)
             return coli_fail(COLI_ERANGE, "eval: token id %d at index %d out of range [0, %d)", ids[i], i, n_vocab);
     return 0;
+}
+
+int forward_split(const model *m, int pos, int end, int most) {
+    const int stop = end - pos < most ? end : pos + most, C = FORWARD_REC_CHUNK;
+    if (!m->recurrent || stop == end) return stop;
+    if (stop / C * C > pos) return stop / C * C;
+    /* no chunk boundary within most: go on to the next one (a cut inside a
+     * chunk would change the chunk's bits) */
+    return (pos / C + 1) * C < end ? (pos / C + 1) * C : end;
 }
 
 int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n,
@@ -478,6 +498,7 @@ int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, co
         for (int u = 0; u < t; u++)
             if (kvs[u] == kvs[t]) return coli_fail(COLI_EINVAL, "eval: sequences %d and %d share a KV cache", u, t);
     }
+    for (int t = 0; t < n; t++) kv_cache_rewind(kvs[t], pos[t]);
     const fwd_rows rows = {.kv = kvs[0], .kvs = kvs, .poss = pos};
     return s_forward_batch(s, &rows, ids, n, logits, 1);
 }
@@ -490,8 +511,9 @@ int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int 
     if (pos < 0 || (int64_t)pos + n > kv->n_ctx || kv->n_ctx > s->n_ctx)
         return coli_fail(COLI_ERANGE, "eval: context full: %d tokens in the cache + %d new > n_ctx %d", pos, n,
                          kv->n_ctx);
+    kv_cache_rewind(kv, pos);
     for (int done = 0; done < n;) {
-        const int chunk = n - done < s->max_batch ? n - done : s->max_batch;
+        const int chunk = forward_split(s->m, pos + done, pos + n, s->max_batch) - (pos + done);
         const int last = done + chunk == n;
         float *out = NULL;
         if (logits && logits_all)

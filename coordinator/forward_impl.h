@@ -1,6 +1,6 @@
 /*
  * forward_impl.h - what the parts of the forward pass share (forward.c,
- * forward_mla.c); not part of the engine's interface.
+ * forward_mla.c, forward_hybrid.c); not part of the engine's interface.
  */
 #ifndef COLI_COORD_FORWARD_IMPL_H
 #define COLI_COORD_FORWARD_IMPL_H
@@ -76,5 +76,18 @@ void forward_dsa_top_k(const float *sc, int n, int k, int32_t *out);
 /* Row t's chosen positions in ascending order and their count, or NULL
  * when it attends to every position 0..pos (sequence not past top-k). */
 const int32_t *forward_dsa_positions(const forward_state *s, int t, int *n_pos);
+
+/* Floats of s->gdn for batches of max_batch rows and n_workers threads (0
+ * without Gated DeltaNet layers). */
+size_t forward_gdn_floats(const model_hparams *hp, int max_batch, int n_workers);
+
+/* Gated DeltaNet layer il over the n rows (forward_hybrid.c): h += its
+ * output; each row's sequence state advances. Returns 0 or a matmul error. */
+int forward_gdn_block(forward_state *s, const fwd_rows *rows, int il, int n);
+
+/* Gated attention (hp->attn_gate): s->q from attn_q's [q | gate] rows in
+ * s->qgate; then s->attn times sigmoid(gate). */
+void forward_gate_split(forward_state *s, int n);
+void forward_gate_apply(forward_state *s, int n);
 
 #endif

@@ -12,11 +12,6 @@
 #include "coordinator/model_impl.h"
 #include "core/error.h"
 
-/* Sane upper bounds; a file past them is hostile or not a model we run. */
-#define MAX_LAYERS 4096
-#define MAX_EXPERTS 4096
-#define MAX_WIDTH (1 << 20)
-
 // ---------------------------------------------------------------------------
 // metadata
 
@@ -83,7 +78,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
         {"llama", ARCH_LLAMA},           {"olmoe", ARCH_OLMOE},         {"qwen2moe", ARCH_QWEN2MOE},
         {"qwen3moe", ARCH_QWEN3MOE},     {"deepseek2", ARCH_DEEPSEEK2}, {"glm4moe", ARCH_GLM4MOE},
         {"minimax-m2", ARCH_MINIMAX_M2}, {"gpt-oss", ARCH_GPTOSS},      {"deepseek32", ARCH_DEEPSEEK32},
-        {"glm-dsa", ARCH_GLM_DSA},
+        {"glm-dsa", ARCH_GLM_DSA},       {"qwen3next", ARCH_QWEN3NEXT}, {"qwen35moe", ARCH_QWEN35MOE},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
@@ -95,7 +90,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     return coli_fail(COLI_EUNSUPPORTED,
                      "general.architecture '%.*s': unknown architecture "
                      "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, "
-                     "deepseek32, glm-dsa)",
+                     "deepseek32, glm-dsa, qwen3next, qwen35moe)",
                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
 }
 
@@ -335,11 +330,11 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
         return 0;
     }
     if ((rc = s_opt_int(f, hp, "expert_feed_forward_length", n_ff, MAX_WIDTH, &hp->n_ff_exp)) < 0) return rc;
-    if (hp->arch == ARCH_QWEN2MOE &&
+    if ((hp->arch == ARCH_QWEN2MOE || model_is_hybrid(hp)) &&
         (rc = s_opt_int(f, hp, "expert_shared_feed_forward_length", hp->n_ff_exp, MAX_WIDTH, &hp->n_ff_shexp)) < 0)
         return rc;
-    /* llama.cpp renormalises for Mixtral and Qwen3-MoE, never for OLMoE and Qwen2-MoE */
-    hp->renorm_topk = hp->arch == ARCH_LLAMA || hp->arch == ARCH_QWEN3MOE;
+    /* llama.cpp renormalises for Mixtral, Qwen3-MoE and the hybrids, never for OLMoE and Qwen2-MoE */
+    hp->renorm_topk = hp->arch == ARCH_LLAMA || hp->arch == ARCH_QWEN3MOE || model_is_hybrid(hp);
     if (hp->arch == ARCH_QWEN3MOE && (rc = s_opt_bool(f, hp, "expert_weights_norm", 1, &hp->renorm_topk)) < 0)
         return rc;
     if ((rc = s_read_expert_groups(f, hp)) < 0) return rc;
@@ -455,7 +450,10 @@ static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il,
     if ((rc = s_blk(f, il, "attn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->attn_norm)) < 0) return rc;
     if (model_is_mla(hp) && (rc = s_load_mla(f, hp, il, l)) < 0) return rc;
     if (model_is_mla(hp)) return hp->arch == ARCH_DEEPSEEK2 ? 0 : model_dsa_load_layer(f, hp, il, l);
-    if ((rc = s_blk(f, il, "attn_q.weight", 2, E, Q, 1, MASK_MATRIX, 0, &l->wq)) < 0) return rc;
+    if (l->recurrent) return model_hybrid_load_layer(f, hp, il, l);
+    /* the hybrids' attn_q gives each head's query and then its output gate */
+    const int64_t QW = hp->attn_gate ? 2 * Q : Q;
+    if ((rc = s_blk(f, il, "attn_q.weight", 2, E, QW, 1, MASK_MATRIX, 0, &l->wq)) < 0) return rc;
     if ((rc = s_blk(f, il, "attn_k.weight", 2, E, K, 1, MASK_MATRIX, 0, &l->wk)) < 0) return rc;
     if ((rc = s_blk(f, il, "attn_v.weight", 2, E, V, 1, MASK_MATRIX, 0, &l->wv)) < 0) return rc;
     if ((rc = s_blk(f, il, "attn_output.weight", 2, model_attn_dim(hp), E, 1, MASK_MATRIX, 0, &l->wo)) < 0) return rc;
@@ -464,9 +462,9 @@ static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il,
         if ((rc = s_blk(f, il, "attn_k.bias", 1, K, 1, 1, MASK_F32, 0, &l->bk)) < 0) return rc;
         if ((rc = s_blk(f, il, "attn_v.bias", 1, V, 1, 1, MASK_F32, 0, &l->bv)) < 0) return rc;
     }
-    if (hp->arch == ARCH_OLMOE || hp->arch == ARCH_QWEN3MOE) {
-        /* OLMoE normalises the whole projected q and k; Qwen3-MoE each head */
-        l->qk_norm_per_head = hp->arch == ARCH_QWEN3MOE;
+    if (hp->arch == ARCH_OLMOE || hp->arch == ARCH_QWEN3MOE || model_is_hybrid(hp)) {
+        /* OLMoE normalises the whole projected q and k; Qwen3-MoE and the hybrids each head */
+        l->qk_norm_per_head = hp->arch != ARCH_OLMOE;
         const int64_t nq = l->qk_norm_per_head ? hp->head_dim : Q, nk = l->qk_norm_per_head ? hp->head_dim : K;
         if ((rc = s_blk(f, il, "attn_q_norm.weight", 1, nq, 1, 1, MASK_F32, 0, &l->q_norm)) < 0) return rc;
         if ((rc = s_blk(f, il, "attn_k_norm.weight", 1, nk, 1, 1, MASK_F32, 0, &l->k_norm)) < 0) return rc;
@@ -503,7 +501,7 @@ static int s_load_moe(const gguf_file *f, const model_hparams *hp, int il, layer
         l->has_shexp = 1;
         return s_load_ffn(f, il, "_shexp", E, hp->n_ff_shexp, &l->shexp);
     }
-    if (hp->arch != ARCH_QWEN2MOE) return 0;
+    if (hp->arch != ARCH_QWEN2MOE && !model_is_hybrid(hp)) return 0;
     if ((rc = s_blk(f, il, "ffn_gate_inp_shexp.weight", 1, E, 1, 1, MASK_F32, 0, &l->shexp_gate)) < 0) return rc;
     l->has_shexp = 1;
     return s_load_ffn(f, il, "_shexp", E, hp->n_ff_shexp, &l->shexp);
@@ -516,7 +514,9 @@ static int s_load_layer(const gguf_file *f, const model_hparams *hp, int il, lay
     if (hp->arch == ARCH_MINIMAX_M2) return minimax_m2_load_layer(f, hp, il, l);
     if (hp->arch == ARCH_GPTOSS) return model_gptoss_layer(f, hp, il, l);
     if ((rc = s_load_attention(f, hp, il, l)) < 0) return rc;
-    if ((rc = s_blk(f, il, "ffn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0) return rc;
+    /* the hybrids' FFN input norm is named after the attention it follows */
+    const char *ffn_norm = model_is_hybrid(hp) ? "post_attention_norm.weight" : "ffn_norm.weight";
+    if ((rc = s_blk(f, il, ffn_norm, 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0) return rc;
     if (hp->n_expert > 0 && il >= hp->n_layer_dense_lead) return s_load_moe(f, hp, il, l);
     return s_load_ffn(f, il, "", E, hp->n_ff, &l->dense);
 }
@@ -565,6 +565,10 @@ static int s_load_globals(const gguf_file *f, model *m) {
     return 0;
 }
 
+int model_req_int(const gguf_file *f, const model_hparams *hp, const char *suffix, int64_t max, int64_t *out) {
+    return s_req_int(f, hp, suffix, max, out);
+}
+
 int model_opt_int(const gguf_file *f, const model_hparams *hp, const char *suffix, int64_t def, int64_t max,
                   int64_t *out) {
     return s_opt_int(f, hp, suffix, def, max, out);
@@ -574,6 +578,17 @@ int64_t model_q_dim(const model_hparams *hp) { return (int64_t)hp->n_head * hp->
 int64_t model_k_dim(const model_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim + hp->idx_head_dim; }
 int64_t model_v_dim(const model_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim_v; }
 int64_t model_attn_dim(const model_hparams *hp) { return (int64_t)hp->n_head * hp->head_dim_v; }
+
+void model_kv_shape(const model *m, int f16, kv_shape *out) {
+    const model_hparams *hp = &m->hp;
+    *out = (kv_shape){.n_layer = hp->n_layer,
+                      .k_dim = model_k_dim(hp),
+                      .v_dim = model_v_dim(hp),
+                      .v_in_k = hp->mla_absorbed,
+                      .f16 = f16,
+                      .recurrent = m->recurrent,
+                      .rec_floats = hp->rec_floats};
+}
 
 int model_from_gguf(gguf_file *f, model **out) {
     int rc;
@@ -585,14 +600,17 @@ int model_from_gguf(gguf_file *f, model **out) {
     }
     m->gguf = f;
     if ((rc = s_read_hparams(f, &m->hp)) < 0) goto fail;
+    if (model_is_hybrid(&m->hp) && (rc = model_hybrid_read(f, m)) < 0) goto fail;
     if ((rc = s_load_globals(f, m)) < 0) goto fail;
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers) {
         rc = coli_fail(COLI_ENOMEM, "model: out of memory for %d layers", m->hp.n_layer);
         goto fail;
     }
-    for (int il = 0; il < m->hp.n_layer; il++)
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        m->layers[il].recurrent = m->recurrent && m->recurrent[il];
         if ((rc = s_load_layer(f, &m->hp, il, &m->layers[il])) < 0) goto fail;
+    }
     if (m->hp.arch == ARCH_GLM4MOE && (rc = glm4moe_load_nextn(f, m)) < 0) goto fail;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) m->n_params += coli_tensor_nelems(gguf_tensor(f, i));
     *out = m;
@@ -618,6 +636,7 @@ void model_close(model **pm) {
     gguf_close(&m->gguf);
     free(m->layers);
     free(m->nextn);
+    free(m->recurrent);
     free(m);
     *pm = NULL;
 }

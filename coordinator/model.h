@@ -34,6 +34,11 @@
  *   deepseek32, glm-dsa - deepseek2's latent attention (newer file layout
  *              only) restricted to the top-k positions a lightning indexer
  *              picks (coordinator/model_dsa.c, forward_dsa.c).
+ *   qwen3next, qwen35moe - hybrid: Gated DeltaNet layers (a recurrent
+ *              state, coordinator/forward_hybrid.c, loaded by model_hybrid.c)
+ *              and every few layers gated attention (sigmoid output gate
+ *              per head from attn_q, per-head q/k norms, partial NEOX rope);
+ *              qwen2moe's gated shared expert, top-k weights renormalised.
  * Rope scaling (none / linear / yarn) is read for every architecture.
  */
 #ifndef COLI_COORD_MODEL_H
@@ -44,6 +49,7 @@
 #include "core/kernels/expert_ffn.h"
 #include "core/gguf/gguf.h"
 #include "core/tensor.h"
+#include "coordinator/kv_cache.h"
 #include "coordinator/rope.h"
 
 typedef enum model_arch {
@@ -57,6 +63,8 @@ typedef enum model_arch {
     ARCH_GPTOSS,
     ARCH_DEEPSEEK32, /* deepseek2's latent attention + the sparse-attention indexer (model_dsa.c) */
     ARCH_GLM_DSA,    /* the same with per-layer full / shared indexers (GLM-5) */
+    ARCH_QWEN3NEXT,
+    ARCH_QWEN35MOE,
 } model_arch;
 
 typedef enum expert_gating {
@@ -107,6 +115,14 @@ typedef struct model_hparams {
     int idx_top_k;      /* attention.indexer.top_k: positions each query attends to */
     int idx_neox;       /* its rope pairs: NEOX (deepseek32) or adjacent (glm-dsa), first n_rot dims */
     float idx_norm_eps; /* eps of its key LayerNorm (llama.cpp: 1e-6 deepseek32, 0 glm-dsa) */
+    int64_t rec_floats; /* hybrid models: F32 state of one linear-attention layer (0: none) */
+    int attn_gate;      /* qwen3next, qwen35moe: attn_q gives [q | gate] per head, the
+                               attention output is multiplied by sigmoid(gate) */
+    int ssm_conv;       /* Gated DeltaNet: causal conv kernel width (ssm.conv_kernel) */
+    int ssm_head_dim;   /* its key and value head width (ssm.state_size) */
+    int ssm_k_heads;    /* key heads (ssm.group_count) */
+    int ssm_v_heads;    /* value heads (ssm.time_step_rank), a multiple of ssm_k_heads */
+    int ssm_k_tiled;    /* 1: value head h reads key head h % k_heads (qwen35moe); 0: h / (v/k) */
 } model_hparams;
 
 /* One transformer block. Matrices are GGML-shaped (ne[0] = input width). */
@@ -128,7 +144,17 @@ typedef struct layer_weights {
     const coli_tensor *wkv_b;                  /* older files: (n_lora_kv, n_head * (nope + head_dim_v_mla)) */
     const coli_tensor *wk_b, *wv_b;            /* mla_absorbed: (nope, n_lora_kv, n_head), (n_lora_kv,
                                                 head_dim_v_mla, n_head); nope = head_dim_mla - n_rot */
-    const coli_tensor *ffn_norm;               /* (n_embd) F32 (gpt-oss: post_attention_norm) */
+    int recurrent;                             /* a Gated DeltaNet layer: the fields below, no attention */
+    const coli_tensor *wqkv_mix;               /* attn_qkv (n_embd, 2 key_dim + value_dim): conv input */
+    const coli_tensor *wz;                     /* attn_gate (n_embd, value_dim): output gate z */
+    const coli_tensor *wba;                    /* qwen3next ssm_ba (n_embd, 2 v_heads): per key head its
+                                                  value heads' beta, then alpha logits */
+    const coli_tensor *wbeta, *walpha;         /* qwen35moe ssm_beta / ssm_alpha (n_embd, v_heads) */
+    const coli_tensor *conv1d;                 /* ssm_conv1d (conv_kernel, conv_dim) F32 */
+    const coli_tensor *dt_bias, *ssm_a;        /* (v_heads) F32: alpha bias, -exp(A_log) */
+    const coli_tensor *ssm_norm;               /* (head_dim) F32: the gated RMSNorm of each head */
+    const coli_tensor *ssm_out;                /* (value_dim, n_embd) */
+    const coli_tensor *ffn_norm;               /* (n_embd) F32 (gpt-oss, hybrids: post_attention_norm) */
     const coli_tensor *router;                 /* MoE: (n_embd, n_expert); NULL for a dense layer */
     const coli_tensor *router_b;               /* gpt-oss: (n_expert) F32 added to the logits; else NULL */
     const coli_tensor *exp_probs_b;            /* deepseek2: (n_expert) F32 selection bias, or NULL */
@@ -162,6 +188,7 @@ typedef struct model {
     layer_weights *layers;          /* n_layer entries */
     nextn_weights *nextn;           /* n_nextn entries (glm4moe files that carry them), else NULL */
     int n_nextn;
+    uint8_t *recurrent; /* hybrid models: (n_layer) 1 for a linear-attention layer; else NULL */
     int64_t n_params;
 } model;
 
@@ -186,5 +213,8 @@ int64_t model_q_dim(const model_hparams *hp);
 int64_t model_k_dim(const model_hparams *hp);
 int64_t model_v_dim(const model_hparams *hp);
 int64_t model_attn_dim(const model_hparams *hp);
+
+/* What one sequence of m keeps per layer (kv_cache.h); f16: an fp16 KV cache. */
+void model_kv_shape(const model *m, int f16, kv_shape *out);
 
 #endif

@@ -135,6 +135,21 @@ static void s_prefix_series(coli_strbuf *b, server *s) {
     coli_strbuf_appendf(b, "colibri_prefix_cache_max_bytes %zu\n", st.max_bytes);
 }
 
+/* The sequence state of the slots (docs/architectures.md: per token, per sequence). */
+static void s_state_series(coli_strbuf *b, const server *s) {
+    const size_t tok = s->info.state_bytes_per_token, seq = s->info.state_bytes_per_seq;
+    const int n_ctx = s->cfg.n_ctx > 0 ? s->cfg.n_ctx : s->info.n_ctx;
+    s_header(b, "colibri_state_bytes_per_token", "gauge", "KV bytes one position of a sequence takes (all layers).");
+    coli_strbuf_appendf(b, "colibri_state_bytes_per_token %zu\n", tok);
+    s_header(b, "colibri_state_bytes_per_sequence", "gauge",
+             "Recurrent-state bytes of one sequence whatever its length (hybrid models; 0 otherwise).");
+    coli_strbuf_appendf(b, "colibri_state_bytes_per_sequence %zu\n", seq);
+    s_header(b, "colibri_state_bytes", "gauge",
+             "Sequence state the slots hold: per slot n_ctx positions, the recurrent states and their two "
+             "prefix-cache snapshots.");
+    coli_strbuf_appendf(b, "colibri_state_bytes %zu\n", (size_t)s->cfg.n_slots * ((size_t)n_ctx * tok + 3 * seq));
+}
+
 static void s_server_series(coli_strbuf *b, server *s) {
     server_metrics m;
     pthread_mutex_lock(&s->metrics.mu);
@@ -170,6 +185,7 @@ static void s_server_series(coli_strbuf *b, server *s) {
     coli_strbuf_appendf(b, "colibri_slots %d\n", s->cfg.n_slots);
     s_header(b, "colibri_model_ready", "gauge", "1 once the model is loaded and its experts are placed.");
     coli_strbuf_appendf(b, "colibri_model_ready %d\n", atomic_load(&s->ready) ? 1 : 0);
+    s_state_series(b, s);
     s_prefix_series(b, s);
 }
 
