@@ -210,6 +210,17 @@ $(BENCH_DIR)/bench-wide-q4_0.gguf: | $(BUILD)/bin/gen_model
 	@mkdir -p $(BENCH_DIR)
 	$(BUILD)/bin/gen_model --arch llama --dim 4096 --ffn 14336 --layers 2 --heads 32 --kv-heads 8 \
 	  --experts 4 --top-k 2 --vocab 32000 --ctx 4096 --seed 7 --dtype Q4_0 $@
+# bench-bigmem: issue 26's shape (dim 2048, 16 layers, 64 experts top 6, Q4_0: 4.8 GiB, 446 MiB of
+# experts per token), written by gen_model in a few MiB of memory; then tools/bench/bench_bigmem.sh
+# (the disk, unconfined, and inside a memory cgroup: mapped vs the disk tier, two hosts via
+# BIGMEM_HOSTS_CMD, llama.cpp via LLAMA_BENCH). BIGMEM_LIMIT, BIGMEM_RAM, BIGMEM_N override.
+$(BENCH_DIR)/bench-bigmem-q4_0.gguf: | $(BUILD)/bin/gen_model
+	@mkdir -p $(BENCH_DIR)
+	$(BUILD)/bin/gen_model --arch llama --dim 2048 --ffn 1408 --layers 16 --heads 16 --kv-heads 4 \
+	  --experts 64 --top-k 6 --vocab 32000 --ctx 4096 --seed 26 --dtype Q4_0 $@
+.PHONY: bench-bigmem
+bench-bigmem: $(COLI) $(BENCH_DIR)/bench-bigmem-q4_0.gguf
+	COLI=$(COLI) THREADS=$(BENCH_THREADS) tools/bench/bench_bigmem.sh $(BENCH_DIR)/bench-bigmem-q4_0.gguf
 .PHONY: bench-sched
 bench-sched: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BUILD)/bin/bench_sched $(BUILD)/bin/bench_ring $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q4_0.gguf
 	$(BUILD)/bin/bench_ring 2 4096 2000

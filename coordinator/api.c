@@ -17,6 +17,7 @@
 #include "colibri.h"
 #include "coordinator/batch.h"
 #include "coordinator/forward.h"
+#include "coordinator/imatrix.h"
 #include "coordinator/kv_cache.h"
 #include "coordinator/model.h"
 #include "coordinator/prefix_cache.h"
@@ -64,6 +65,8 @@ struct coli_context {
     route_obs route;        /* what its routing decisions feed (route_obs.h) */
     coli_batch *batch;      /* NULL: coli_generate decodes alone */
     uint64_t prefix_domain; /* the prefix cache domain of its restores and saves */
+    int snap_every;         /* hybrid models: prefills keep the recurrent state at multiples of this
+                               (the prefix cache's blocks, set by a restore; 0: never) */
 };
 
 struct coli_batch {
@@ -204,8 +207,10 @@ static int s_model_setup(coli_model *cm, const char *path, const coli_model_para
     coli_settings *set = malloc(sizeof *set); /* ~30 KiB (paths); the executor copies it */
     if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
     coli_settings_load(set, p);
+    uint64_t ram = 0; /* the disk tier reads experts itself: faulting the file in would defeat it */
+    (void)moe_exec_ram_budget(p->devices, cm->m->gguf, set, &ram);
     rc = s_start_experts(cm, path, p, set);
-    if (rc == 0 && set->prefault) rc = s_prefault(cm);
+    if (rc == 0 && set->prefault && !ram) rc = s_prefault(cm);
     free(set);
     return rc;
 }
@@ -279,6 +284,10 @@ void coli_model_free(coli_model **pm) {
     *pm = NULL;
 }
 
+/* imatrix.h: the mapping the forward pass reads weights from (NULL for a
+ * vocab-only model) */
+const gguf_file *coli_model_gguf(const coli_model *cm) { return cm && cm->m ? cm->m->gguf : NULL; }
+
 void coli_model_get_info(const coli_model *cm, coli_model_info *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
@@ -305,6 +314,9 @@ void coli_model_get_info(const coli_model *cm, coli_model_info *out) {
     out->n_head_kv = hp->n_head_kv;
     out->n_expert = hp->n_expert;
     out->n_expert_used = hp->n_expert_used;
+    kv_shape shape;
+    model_kv_shape(cm->m, cm->kv_f16, &shape);
+    kv_shape_bytes(&shape, &out->state_bytes_per_token, &out->state_bytes_per_seq);
 }
 
 // ---------------------------------------------------------------------------
@@ -354,8 +366,9 @@ int coli_context_new(coli_model *cm, const coli_context_params *p, coli_context 
     coli_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return coli_fail(COLI_ENOMEM, "coli_context_new: out of memory");
     ctx->model = cm;
-    int rc =
-        kv_cache_init(&ctx->kv, hp->n_layer, n_ctx, model_k_dim(hp), model_v_dim(hp), hp->mla_absorbed, cm->kv_f16);
+    kv_shape shape;
+    model_kv_shape(cm->m, cm->kv_f16, &shape);
+    int rc = kv_cache_init_shape(&ctx->kv, &shape, n_ctx);
     if (rc == 0) {
         const int max_batch = n_ctx < FORWARD_MAX_BATCH ? n_ctx : FORWARD_MAX_BATCH;
         rc = forward_state_init(&ctx->fs, cm->m, cm->moe, cm->pool, max_batch, n_ctx);
@@ -373,9 +386,13 @@ int coli_context_new(coli_model *cm, const coli_context_params *p, coli_context 
     }
     if (cm->verbose) {
         const size_t per = kv_cache_bytes_per_token(&ctx->kv);
-        fprintf(stderr, "colibri: KV cache %s%s: %zu bytes per position, %.1f MiB for %d positions\n",
+        fprintf(stderr, "colibri: KV cache %s%s: %zu bytes per position, %.1f MiB for %d positions",
                 cm->kv_f16 ? "F16" : "F32", hp->mla_absorbed ? " (MLA latent)" : "", per,
                 (double)per * n_ctx / 1048576.0, n_ctx);
+        if (ctx->kv.n_rec)
+            fprintf(stderr, ", + %.2f MiB of recurrent state (%d layers)", kv_cache_rec_bytes(&ctx->kv) / 1048576.0,
+                    ctx->kv.n_rec);
+        fputc('\n', stderr);
     }
     *out = ctx;
     return 0;
@@ -398,12 +415,25 @@ void coli_context_reset(coli_context *ctx) {
 
 int coli_context_pos(const coli_context *ctx) { return ctx ? ctx->pos : 0; }
 
+/* A prefill of several tokens over recurrent layers stops at each multiple
+ * of snap_every and keeps the state there for the prefix cache; a
+ * one-token evaluation is a decode step, whose state a cold prefill would
+ * compute in another order (the chunked form), so it keeps none. */
 int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all) {
     if (!ctx || !ids) return coli_fail(COLI_EINVAL, "coli_eval: context or ids is NULL");
     if (n <= 0) return coli_fail(COLI_EINVAL, "coli_eval: n = %d tokens, expected > 0", n);
-    int rc = forward_eval(&ctx->fs, &ctx->kv, ids, n, ctx->pos, logits, logits_all);
-    if (rc < 0) return rc;
-    ctx->pos += n;
+    const int every = n > 1 && ctx->kv.n_rec ? ctx->snap_every : 0, n_vocab = ctx->model->m->hp.n_vocab;
+    for (int done = 0; done < n;) {
+        int part = n - done;
+        if (every && (ctx->pos / every + 1) * every < ctx->pos + part) part = (ctx->pos / every + 1) * every - ctx->pos;
+        float *out = logits && (logits_all || done + part == n) ? logits : NULL;
+        if (out && logits_all) out += (size_t)done * (size_t)n_vocab;
+        int rc = forward_eval(&ctx->fs, &ctx->kv, ids + done, part, ctx->pos, out, logits_all);
+        if (rc < 0) return rc;
+        ctx->pos += part;
+        done += part;
+        if (every && ctx->pos % every == 0) kv_cache_snapshot(&ctx->kv, ctx->pos);
+    }
     return 0;
 }
 
@@ -413,27 +443,27 @@ int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int l
 struct coli_prefix_cache {
     const coli_model *model;
     prefix_cache *pc;
+    int snap_every; /* hybrid models: the prefill positions whose recurrent state a block keeps */
 };
 
 int coli_prefix_cache_new(const coli_model *cm, size_t max_bytes, int block_tokens, coli_prefix_cache **out) {
     if (!out) return coli_fail(COLI_EINVAL, "coli_prefix_cache_new: out is NULL");
     *out = NULL;
     if (!cm || !cm->m) return coli_fail(COLI_EINVAL, "coli_prefix_cache_new: no model, or a vocab_only one");
-    const model_hparams *hp = &cm->m->hp;
     /* the shape every context of cm gets (coli_context_new) */
-    const kv_cache layout = {.n_layer = hp->n_layer,
-                             .k_dim = model_k_dim(hp),
-                             .v_dim = model_v_dim(hp),
-                             .v_in_k = hp->mla_absorbed ? 1 : 0,
-                             .f16 = cm->kv_f16 ? 1 : 0};
+    kv_shape shape;
+    model_kv_shape(cm->m, cm->kv_f16, &shape);
     coli_prefix_cache *c = calloc(1, sizeof *c);
     if (!c) return coli_fail(COLI_ENOMEM, "coli_prefix_cache_new: out of memory");
-    int rc = prefix_cache_new(&layout, block_tokens, max_bytes, &c->pc);
+    int rc = prefix_cache_new(&shape, block_tokens, max_bytes, &c->pc);
     if (rc < 0) {
         free(c);
         return rc;
     }
     c->model = cm;
+    /* hybrid: snapshots where a block ends on a chunk boundary of the recurrence (exact restores) */
+    c->snap_every = block_tokens;
+    while (c->snap_every % FORWARD_REC_CHUNK) c->snap_every += block_tokens;
     *out = c;
     return 0;
 }
@@ -449,6 +479,7 @@ int coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const 
     if (!ctx || !pc || !ids || n < 1 || ctx->model != pc->model)
         return coli_fail(COLI_EINVAL, "coli_context_restore_prefix: NULL argument, n %d < 1, or another model", n);
     ctx->pos = 0;
+    ctx->snap_every = pc->snap_every;
     int got = prefix_cache_restore(pc->pc, ctx->prefix_domain, &ctx->kv, ids, n, n - 1);
     if (got > 0) ctx->pos = got;
     return got;
@@ -539,12 +570,15 @@ static int s_decode_one(coli_context *ctx, int32_t id) {
 }
 
 /* A batched context's prompt: all but the last token alone, prefill_chunk
- * at a time under the batch's lock; then it joins and the last token is its
- * first step. The caller leaves the batch (also after a failure) if *joined. */
+ * at a time (recurrent layers: cut where an unbatched prefill's chunks end
+ * too, forward_split) under the batch's lock; then it joins and the last
+ * token is its first step. The caller leaves the batch (also after a
+ * failure) if *joined. */
 static int s_batched_prompt(coli_context *ctx, const int32_t *prompt, int n, int *joined) {
     decode_batch *b = ctx->batch->b;
     for (int done = 0; done < n - 1;) {
-        const int left = n - 1 - done, chunk = left < ctx->batch->prefill_chunk ? left : ctx->batch->prefill_chunk;
+        const int end = forward_split(ctx->model->m, ctx->pos, ctx->pos + n - 1 - done, ctx->batch->prefill_chunk);
+        const int chunk = end - ctx->pos;
         decode_batch_lock(b);
         int rc = coli_eval(ctx, prompt + done, chunk, NULL, 0);
         decode_batch_unlock(b);
@@ -554,6 +588,16 @@ static int s_batched_prompt(coli_context *ctx, const int32_t *prompt, int n, int
     decode_batch_join(b);
     *joined = 1;
     return s_decode_one(ctx, prompt[n - 1]);
+}
+
+/* A prompt without a batch. Recurrent layers: the last token alone too, as
+ * a batched prompt's first step has it (a one-token chunk, the recurrent
+ * form): the same bits batched or not. Other models: one eval (a row's bits
+ * do not depend on the batch). */
+static int s_prompt_alone(coli_context *ctx, const int32_t *prompt, int n) {
+    if (!ctx->kv.n_rec || n == 1) return coli_eval(ctx, prompt, n, ctx->logits, 0);
+    int rc = coli_eval(ctx, prompt, n - 1, NULL, 0);
+    return rc < 0 ? rc : coli_eval(ctx, prompt + n - 1, 1, ctx->logits, 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -681,7 +725,7 @@ int coli_generate(coli_context *ctx, const int32_t *prompt, int n_prompt, const 
     if (ctx->batch)
         rc = s_batched_prompt(ctx, prompt, n_prompt, &joined);
     else
-        rc = coli_eval(ctx, prompt, n_prompt, ctx->logits, 0);
+        rc = s_prompt_alone(ctx, prompt, n_prompt);
     st.n_prompt = n_prompt;
     st.prompt_seconds = coli_now_s() - t0;
     if (rc == 0) {

@@ -76,8 +76,12 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     s->moe_y = malloc(B * (K ? K : 1) * E * sizeof(float));
     s->shexp = malloc(B * E * sizeof(float));
     s->shexp_gate = malloc(B * sizeof(float));
+    const size_t G = forward_gdn_floats(hp, max_batch, s->n_workers), QG = hp->attn_gate ? 2 * Q : 0;
+    s->qgate = QG ? malloc(B * QG * sizeof(float)) : NULL;
+    s->gdn = G ? malloc(G * sizeof(float)) : NULL;
     if (!s->h || !s->xb || !s->q || !s->k || !s->v || !s->attn || (M && !s->mla) || !s->delta || !s->rope ||
-        !s->scores || !s->router || !s->choice || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate) {
+        !s->scores || !s->router || !s->choice || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate ||
+        forward_dsa_init(s) < 0 || (QG && !s->qgate) || (G && !s->gdn)) {
         forward_state_free(s);
         return coli_fail(COLI_ENOMEM, "forward pass: cannot allocate buffers for a batch of %d", max_batch);
     }
@@ -102,6 +106,9 @@ void forward_state_free(forward_state *s) {
     free(s->moe_y);
     free(s->shexp);
     free(s->shexp_gate);
+    forward_dsa_free(s);
+    free(s->qgate);
+    free(s->gdn);
     coli_scratch_free(&s->scratch);
     memset(s, 0, sizeof *s);
 }
@@ -165,18 +172,6 @@ static void s_add_rows(float *h, const float *d, int n, int64_t cols) {
 /* Multiply-adds below which attention runs on the calling thread. */
 #define ATTN_MIN_PARALLEL_WORK (1 << 17)
 
-/* Where each row of a batch lives: rows of one sequence (kv, positions
- * pos, pos + 1, ...) or one row of each of several (kvs[t] at poss[t]). */
-typedef struct fwd_rows {
-    kv_cache *kv;
-    int pos;
-    kv_cache *const *kvs; /* NULL: one sequence */
-    const int *poss;
-} fwd_rows;
-
-static kv_cache *s_row_kv(const fwd_rows *r, int t) { return r->kvs ? r->kvs[t] : r->kv; }
-static int s_row_pos(const fwd_rows *r, int t) { return r->poss ? r->poss[t] : r->pos + t; }
-
 typedef struct attn_job {
     forward_state *s;
     const fwd_rows *rows;
@@ -195,24 +190,36 @@ typedef struct head_dims {
 /* The sink of query head h, or NULL. */
 static const float *s_sink(head_dims hd, int h) { return hd.sinks ? hd.sinks + h : NULL; }
 
-/* out (hd.v) = softmax(q . K[j0..n_kv) * scale) V for query head h
+/* Positions a row attends to: first..first+n-1 (all of them, or a sliding
+ * window's), or pos[0..n) (sparse attention, ascending, so the sums run in
+ * the order of the dense loop). */
+typedef struct attn_span {
+    int first; /* used when pos is NULL */
+    int n;
+    const int32_t *pos;
+} attn_span;
+
+static int s_span_at(attn_span sp, int i) { return sp.pos ? sp.pos[i] : sp.first + i; }
+
+/* out (hd.v) = softmax(q . K[span] * scale) V for query head h
  * reading KV head kvh of an fp16 cache: q arrives fp16-rounded and the
  * probabilities are rounded to fp16 before the product with V (llama.cpp). */
-static void s_attend_one_f16(const kv_cache *kv, int layer, int j0, int n_kv, int kvh, int h, head_dims hd,
-                             const float *q, float *scores, float *out) {
+static void s_attend_one_f16(const kv_cache *kv, int layer, attn_span sp, int kvh, int h, head_dims hd, const float *q,
+                             float *scores, float *out) {
+    const int n_kv = sp.n;
     const float *h2f = kv_fp16_table();
     const size_t koff = (size_t)kvh * (size_t)hd.k, voff = (size_t)kvh * (size_t)hd.v;
-    for (int j = j0; j < n_kv; j++) {
+    for (int j = 0; j < n_kv; j++) {
         float dot = 0.0f;
-        const uint16_t *kj = (const uint16_t *)kv_cache_k(kv, layer, j) + koff;
+        const uint16_t *kj = (const uint16_t *)kv_cache_k(kv, layer, s_span_at(sp, j)) + koff;
         for (int d = 0; d < hd.k; d++) dot += q[d] * h2f[kj[d]];
-        scores[j - j0] = dot * hd.scale;
+        scores[j] = dot * hd.scale;
     }
-    fwd_softmax_sink(scores, n_kv - j0, s_sink(hd, h));
+    fwd_softmax_sink(scores, n_kv, s_sink(hd, h));
     memset(out, 0, (size_t)hd.v * sizeof(float));
-    for (int j = j0; j < n_kv; j++) {
-        const float p = s_fp16_round(scores[j - j0]);
-        const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, j) + voff;
+    for (int j = 0; j < n_kv; j++) {
+        const float p = s_fp16_round(scores[j]);
+        const uint16_t *vj = (const uint16_t *)kv_cache_v(kv, layer, s_span_at(sp, j)) + voff;
         for (int d = 0; d < hd.v; d++) out[d] += p * h2f[vj[d]];
     }
 }
@@ -221,23 +228,23 @@ static void s_attend_one_f16(const kv_cache *kv, int layer, int j0, int n_kv, in
  * heads of hd.k, out: group heads of hd.v, contiguous) over an F32 cache:
  * each cached key is read once for all of them; scores: group rows,
  * score_stride apart. Each head gets the bits it would get alone. */
-static void s_attend_group_f32(const kv_cache *kv, int layer, int j0, int n_kv, int kvh, int first, int group,
-                               head_dims hd, const float *q, float *scores, long score_stride, float *out) {
+static void s_attend_group_f32(const kv_cache *kv, int layer, attn_span sp, int kvh, int first, int group, head_dims hd,
+                               const float *q, float *scores, long score_stride, float *out) {
+    const int n_kv = sp.n;
     const size_t koff = (size_t)kvh * (size_t)hd.k, voff = (size_t)kvh * (size_t)hd.v;
-    const int n = n_kv - j0;
-    for (int j = j0; j < n_kv; j++)
-        attn_dots_f32(q, hd.k, group, (const float *)kv_cache_k(kv, layer, j) + koff, hd.k, scores + (j - j0),
+    for (int j = 0; j < n_kv; j++)
+        attn_dots_f32(q, hd.k, group, (const float *)kv_cache_k(kv, layer, s_span_at(sp, j)) + koff, hd.k, scores + j,
                       score_stride);
     for (int g = 0; g < group; g++) {
         float *sg = scores + g * score_stride;
-        for (int j = 0; j < n; j++) sg[j] *= hd.scale;
-        fwd_softmax_sink(sg, n, s_sink(hd, first + g));
+        for (int j = 0; j < n_kv; j++) sg[j] *= hd.scale;
+        fwd_softmax_sink(sg, n_kv, s_sink(hd, first + g));
     }
     memset(out, 0, (size_t)group * (size_t)hd.v * sizeof(float));
-    for (int j = j0; j < n_kv; j++) {
-        const float *vj = (const float *)kv_cache_v(kv, layer, j) + voff;
+    for (int j = 0; j < n_kv; j++) {
+        const float *vj = (const float *)kv_cache_v(kv, layer, s_span_at(sp, j)) + voff;
         for (int g = 0; g < group; g++)
-            attn_axpy_f32(out + (size_t)g * (size_t)hd.v, scores[g * score_stride + (j - j0)], vj, hd.v);
+            attn_axpy_f32(out + (size_t)g * (size_t)hd.v, scores[g * score_stride + j], vj, hd.v);
     }
 }
 
@@ -268,18 +275,20 @@ static void s_attention_worker(void *arg, int ith, int nth) {
     const size_t q_dim = (size_t)model_q_dim(hp), o_dim = (size_t)model_attn_dim(hp);
     float *scores = s->scores + (size_t)ith * (size_t)chunk * (size_t)s->n_ctx;
     for (int task = ith; task < job->n * per_tok; task += nth) {
-        const int t = task / per_tok, h = task % per_tok, n_kv = s_row_pos(job->rows, t) + 1;
+        const int t = task / per_tok, h = task % per_tok, n_kv = fwd_row_pos(job->rows, t) + 1;
         const int j0 = s_window_start(l, n_kv);
-        const kv_cache *kv = s_row_kv(job->rows, t);
+        attn_span sp = {j0, n_kv - j0, NULL};
+        if (s->dsa) sp.pos = forward_dsa_positions(s, t, &sp.n);
+        const kv_cache *kv = fwd_row_kv(job->rows, t);
         const int kvh = f16 ? h / group : h / n_chunks;
         const int first = f16 ? h : kvh * group + (h % n_chunks) * chunk; /* first query head */
         const int heads = f16 ? 1 : (group - (first - kvh * group) < chunk ? group - (first - kvh * group) : chunk);
         const float *q = s->q + (size_t)t * q_dim + (size_t)first * (size_t)hd.k;
         float *out = s->attn + (size_t)t * o_dim + (size_t)first * (size_t)hd.v;
         if (f16)
-            s_attend_one_f16(kv, job->layer, j0, n_kv, kvh, first, hd, q, scores, out);
+            s_attend_one_f16(kv, job->layer, sp, kvh, first, hd, q, scores, out);
         else
-            s_attend_group_f32(kv, job->layer, j0, n_kv, kvh, first, heads, hd, q, scores, s->n_ctx, out);
+            s_attend_group_f32(kv, job->layer, sp, kvh, first, heads, hd, q, scores, s->n_ctx, out);
     }
 }
 
@@ -289,7 +298,7 @@ static void s_attn_temperature(forward_state *s, const fwd_rows *rows, int n) {
     const model_hparams *hp = &s->m->hp;
     const size_t Q = (size_t)model_q_dim(hp);
     for (int t = 0; t < n; t++) {
-        const float p = (float)s_row_pos(rows, t);
+        const float p = (float)fwd_row_pos(rows, t);
         const double f = floor((double)((p + hp->attn_temp_offset) / (float)hp->attn_temp_floor));
         const float scale = (float)(log(f + 1.0) * hp->attn_temp_scale + 1.0);
         for (size_t i = 0; i < Q; i++) s->q[(size_t)t * Q + i] *= scale;
@@ -304,9 +313,11 @@ static int s_qkv_block(forward_state *s, const fwd_rows *rows, const layer_weigh
     int rc;
     // q = Wq x (+ bq), k = Wk x (+ bk), v = Wv x (+ bv)
     // as one pool job over the three matrices' rows, sharing one prepared x
-    const coli_matmul_op qkv[3] = {fwd_op_of(l->wq, s->xb, n, s->q), fwd_op_of(l->wk, s->xb, n, s->k),
-                                   fwd_op_of(l->wv, s->xb, n, s->v)};
+    // (the hybrids: q and each head's output gate, split below)
+    const coli_matmul_op qkv[3] = {fwd_op_of(l->wq, s->xb, n, hp->attn_gate ? s->qgate : s->q),
+                                   fwd_op_of(l->wk, s->xb, n, s->k), fwd_op_of(l->wv, s->xb, n, s->v)};
     if ((rc = coli_matmul_many(s->pool, &s->scratch, qkv, 3)) < 0) return rc;
+    if (hp->attn_gate) forward_gate_split(s, n);
     if (l->bq) s_add_bias(s->q, l->bq, n, Q);
     if (l->bk) s_add_bias(s->k, l->bk, n, K);
     if (l->bv) s_add_bias(s->v, l->bv, n, V);
@@ -346,17 +357,21 @@ static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int
     fwd_rmsnorm_rows(s->xb, s->h, l->attn_norm, n, E, hp->rms_eps);
     // q, k, v with rope applied: one head per KV head (deepseek2: every
     // head's decompressed key and value, forward_mla.c)
-    rc = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_qkv(s, l, n) : s_qkv_block(s, rows, l, n);
+    rc = model_is_mla(hp) ? forward_mla_qkv(s, l, n) : s_qkv_block(s, rows, l, n);
+    // sparse attention: the indexer's key joins each cached row
+    if (rc == 0 && s->dsa) rc = forward_dsa_index(s, l, n);
     if (rc < 0) return rc;
     // append k, v to the cache(s); attention then reads the new rows from it too
     const int64_t KD = model_k_dim(hp), VD = model_v_dim(hp);
-    kv_cache *kv = s_row_kv(rows, 0);
+    kv_cache *kv = fwd_row_kv(rows, 0);
     if (!rows->kvs)
         kv_cache_store(kv, il, rows->pos, n, s->k, s->v);
     else
         for (int t = 0; t < n; t++)
             kv_cache_store(rows->kvs[t], il, rows->poss[t], 1, s->k + (size_t)t * (size_t)KD,
                            s->v + (size_t)t * (size_t)VD);
+    // sparse attention: each row's top-k positions by the indexer's scores
+    if (s->dsa) forward_dsa_select(s, l, rows, il, n);
     // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path);
     // the latent cache (v_in_k) keeps F32 queries: no reference to follow
     // there, and the absorbed queries are the larger numbers
@@ -366,13 +381,15 @@ static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int
     // work is too small to pay for waking the pool (short-context decode)
     attn_job job = {s, rows, il, n, kv->f16};
     int64_t work = 0;
-    for (int t = 0; t < n; t++) work += (int64_t)(s_row_pos(rows, t) + 1) * Q;
+    for (int t = 0; t < n; t++) work += (int64_t)(fwd_row_pos(rows, t) + 1) * Q;
     if (work < ATTN_MIN_PARALLEL_WORK)
         s_attention_worker(&job, 0, 1);
     else
         coli_pool_run(s->pool, s_attention_worker, &job);
+    // the hybrids: attn *= sigmoid(gate), per head
+    if (hp->attn_gate) forward_gate_apply(s, n);
     // h += Wo attn (deepseek2's latent attention: the heads' values first)
-    const float *o = hp->arch == ARCH_DEEPSEEK2 ? forward_mla_values(s, l, n, &rc) : s->attn;
+    const float *o = model_is_mla(hp) ? forward_mla_values(s, l, n, &rc) : s->attn;
     if (rc < 0 || (rc = fwd_matmul(s, l->wo, o, n, s->delta)) < 0) return rc;
     if (l->bo) s_add_bias(s->delta, l->bo, n, E);
     s_add_rows(s->h, s->delta, n, E);
@@ -481,15 +498,17 @@ static int s_forward_batch(forward_state *s, const fwd_rows *rows, const int32_t
     const model_hparams *hp = &m->hp;
     const size_t row = coli_row_bytes(m->tok_embd->type, hp->n_embd);
     int rc;
-    s->pos0 = s_row_pos(rows, 0); /* for one-sequence states; batch.c's hook reads each row's */
+    s->pos0 = fwd_row_pos(rows, 0); /* for one-sequence states; batch.c's hook reads each row's */
     // h = token_embd[ids], dequantized exactly; rope angles of each position
     for (int t = 0; t < n; t++) {
         const char *src = (const char *)m->tok_embd->data + (size_t)ids[t] * row;
         coli_dequantize_row(m->tok_embd->type, src, s->h + (size_t)t * (size_t)hp->n_embd, hp->n_embd);
-        rope_angles(&hp->rope, s_row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
+        rope_angles(&hp->rope, fwd_row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
     }
     for (int il = 0; il < hp->n_layer; il++) {
-        if ((rc = s_attention_block(s, rows, il, n)) < 0) return rc;
+        // attention, or a linear-attention layer of a hybrid (forward_hybrid.c)
+        rc = m->layers[il].recurrent ? forward_gdn_block(s, rows, il, n) : s_attention_block(s, rows, il, n);
+        if (rc < 0) return rc;
         if ((rc = s_ffn_block(s, il, n)) < 0) return rc;
     }
     return logits ? s_output_logits(s, n, logits, logits_all) : 0;
@@ -502,6 +521,15 @@ static int s_check_ids(const forward_state *s, const int32_t *ids, int n) {
         if (ids[i] < 0 || ids[i] >= n_vocab)
             return coli_fail(COLI_ERANGE, "eval: token id %d at index %d out of range [0, %d)", ids[i], i, n_vocab);
     return 0;
+}
+
+int forward_split(const model *m, int pos, int end, int most) {
+    const int stop = end - pos < most ? end : pos + most, C = FORWARD_REC_CHUNK;
+    if (!m->recurrent || stop == end) return stop;
+    if (stop / C * C > pos) return stop / C * C;
+    /* no chunk boundary within most: go on to the next one (a cut inside a
+     * chunk would change the chunk's bits) */
+    return (pos / C + 1) * C < end ? (pos / C + 1) * C : end;
 }
 
 int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n,
@@ -517,6 +545,7 @@ int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, co
         for (int u = 0; u < t; u++)
             if (kvs[u] == kvs[t]) return coli_fail(COLI_EINVAL, "eval: sequences %d and %d share a KV cache", u, t);
     }
+    for (int t = 0; t < n; t++) kv_cache_rewind(kvs[t], pos[t]);
     const fwd_rows rows = {.kv = kvs[0], .kvs = kvs, .poss = pos};
     return s_forward_batch(s, &rows, ids, n, logits, 1);
 }
@@ -529,8 +558,9 @@ int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int 
     if (pos < 0 || (int64_t)pos + n > kv->n_ctx || kv->n_ctx > s->n_ctx)
         return coli_fail(COLI_ERANGE, "eval: context full: %d tokens in the cache + %d new > n_ctx %d", pos, n,
                          kv->n_ctx);
+    kv_cache_rewind(kv, pos);
     for (int done = 0; done < n;) {
-        const int chunk = n - done < s->max_batch ? n - done : s->max_batch;
+        const int chunk = forward_split(s->m, pos + done, pos + n, s->max_batch) - (pos + done);
         const int last = done + chunk == n;
         float *out = NULL;
         if (logits && logits_all)

@@ -19,6 +19,10 @@
 #include "core/threadpool.h"
 
 #define FORWARD_MAX_BATCH MOE_EXEC_MAX_TOKENS /* larger evals are run in chunks of this many tokens */
+/* Hybrid models: the chunked recurrence of a prefill works on the chunks
+ * [k C, (k + 1) C) of positions, C = FORWARD_REC_CHUNK, whatever the
+ * passes; a one-token chunk is the recurrent (decode) update. */
+#define FORWARD_REC_CHUNK 64
 
 typedef struct forward_state {
     const model *m;
@@ -45,7 +49,10 @@ typedef struct forward_state {
     float *moe_y;         /* (B, n_expert_used, n_embd) expert outputs per slot */
     float *shexp;         /* (B, n_embd) shared expert output */
     float *shexp_gate;    /* (B) shared expert gate logits */
+    float *qgate;         /* hybrids: (B, 2 q_dim) attn_q's [q | gate] of each head; else NULL */
+    float *gdn;           /* hybrids: the Gated DeltaNet buffers (forward_hybrid.c); else NULL */
     coli_scratch scratch; /* prepared matmul inputs */
+    struct fwd_dsa *dsa;  /* sparse attention's indexer state (forward_dsa.c); NULL otherwise */
     /* Optional observer of the routing (api.c: --route-trace, heat): called after each MoE
      * layer's experts ran, with the batch's choices; sel/w as above, valid during the call. */
     void (*route_hook)(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w);
@@ -75,5 +82,14 @@ int forward_eval(forward_state *s, kv_cache *kv, const int32_t *ids, int n, int 
  * the executor's error; on error the caches' rows at pos[t] may be written
  * (positions have not moved, so they are overwritten later). */
 int forward_eval_rows(forward_state *s, kv_cache *const *kvs, const int *pos, const int32_t *ids, int n, float *logits);
+
+/* Where a pass of at most most tokens from pos towards end stops: pos +
+ * most, or end if nearer; with recurrent layers, at the last multiple of
+ * FORWARD_REC_CHUNK within reach, or (most < FORWARD_REC_CHUNK) at the next
+ * one, so that however a prompt is cut into passes (chunked prefill, prefix
+ * restores) a cut falls on a chunk boundary and the state after it has the
+ * bits of one long prefill. (forward_eval's passes never exceed max_batch:
+ * max_batch is 512 or the whole context.) */
+int forward_split(const model *m, int pos, int end, int most);
 
 #endif

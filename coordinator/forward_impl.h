@@ -1,11 +1,23 @@
 /*
  * forward_impl.h - what the parts of the forward pass share (forward.c,
- * forward_mla.c); not part of the engine's interface.
+ * forward_mla.c, forward_hybrid.c); not part of the engine's interface.
  */
 #ifndef COLI_COORD_FORWARD_IMPL_H
 #define COLI_COORD_FORWARD_IMPL_H
 
 #include "coordinator/forward.h"
+
+/* Where each row of a batch lives: rows of one sequence (kv, positions
+ * pos, pos + 1, ...) or one row of each of several (kvs[t] at poss[t]). */
+typedef struct fwd_rows {
+    kv_cache *kv;
+    int pos;
+    kv_cache *const *kvs; /* NULL: one sequence */
+    const int *poss;
+} fwd_rows;
+
+static inline kv_cache *fwd_row_kv(const fwd_rows *r, int t) { return r->kvs ? r->kvs[t] : r->kv; }
+static inline int fwd_row_pos(const fwd_rows *r, int t) { return r->poss ? r->poss[t] : r->pos + t; }
 
 /* RMSNorm of each of n rows of width cols (o may be x): x / sqrt(mean(x^2)
  * + eps) * w, the sum of squares in double as ggml. w: (cols) F32. */
@@ -40,7 +52,42 @@ int forward_mla_qkv(forward_state *s, const layer_weights *l, int n);
  * NULL is returned). */
 const float *forward_mla_values(forward_state *s, const layer_weights *l, int n, int *rc);
 
-/* Floats per token of s->mla (0 unless deepseek2). */
+/* Floats per token of s->mla (0 unless latent attention). forward_mla_qkv
+ * leaves the normalised q latent rmsnorm(attn_q_a x) * attn_q_a_norm at
+ * its start, (n, n_lora_q): the sparse-attention indexer's input. */
 size_t forward_mla_floats(const model_hparams *hp);
+
+/* DeepSeek Sparse Attention (forward_dsa.c). The state lives in s->dsa
+ * (NULL for other families). */
+int forward_dsa_init(forward_state *s);
+void forward_dsa_free(forward_state *s);
+/* The lightning indexer of layer l for the n new rows: its key into each
+ * row of s->k after the latent (cached with it), its queries and head
+ * weights kept for forward_dsa_select. Nothing on a shared layer. */
+int forward_dsa_index(forward_state *s, const layer_weights *l, int n);
+/* After the rows were cached: the positions each row attends to, the
+ * top-k indexer scores among 0..pos (a shared layer keeps the previous
+ * layer's choice). Returns 0. */
+int forward_dsa_select(forward_state *s, const layer_weights *l, const fwd_rows *rows, int il, int n);
+/* The k (1 <= k <= n) of positions 0..n-1 that ggml's CPU top_k keeps
+ * for scores sc (std::partial_sort by sc[a] > sc[b], libstdc++'s heap
+ * deciding among equal scores), into out in ascending order. */
+void forward_dsa_top_k(const float *sc, int n, int k, int32_t *out);
+/* Row t's chosen positions in ascending order and their count, or NULL
+ * when it attends to every position 0..pos (sequence not past top-k). */
+const int32_t *forward_dsa_positions(const forward_state *s, int t, int *n_pos);
+
+/* Floats of s->gdn for batches of max_batch rows and n_workers threads (0
+ * without Gated DeltaNet layers). */
+size_t forward_gdn_floats(const model_hparams *hp, int max_batch, int n_workers);
+
+/* Gated DeltaNet layer il over the n rows (forward_hybrid.c): h += its
+ * output; each row's sequence state advances. Returns 0 or a matmul error. */
+int forward_gdn_block(forward_state *s, const fwd_rows *rows, int il, int n);
+
+/* Gated attention (hp->attn_gate): s->q from attn_q's [q | gate] rows in
+ * s->qgate; then s->attn times sigmoid(gate). */
+void forward_gate_split(forward_state *s, int n);
+void forward_gate_apply(forward_state *s, int n);
 
 #endif

@@ -25,7 +25,7 @@
 size_t forward_mla_floats(const model_hparams *hp) {
     const size_t H = (size_t)hp->n_head, C = (size_t)hp->n_lora_kv, P = (size_t)hp->n_rot;
     const size_t NOPE = (size_t)(hp->head_dim_mla - hp->n_rot), VM = (size_t)hp->head_dim_v_mla;
-    if (hp->arch != ARCH_DEEPSEEK2) return 0;
+    if (!model_is_mla(hp)) return 0;
     /* q_a, [c_kv | k_pe], normalised c_kv */
     size_t n = (size_t)hp->n_lora_q + (C + P) + C;
     if (!hp->mla_absorbed) return n + H * (NOPE + VM); /* + decompressed heads */
@@ -141,7 +141,7 @@ static int s_absorbed_qkv(forward_state *s, const layer_weights *l, int n, const
             memcpy(q, b->yg + ((size_t)h * N + (size_t)t) * (size_t)C, (size_t)C * sizeof(float));
             memcpy(q + C, b->qp + ((size_t)t * (size_t)H + (size_t)h) * (size_t)HK + NOPE, (size_t)P * sizeof(float));
         }
-        float *k = s->k + (size_t)t * (size_t)(C + P);
+        float *k = s->k + (size_t)t * (size_t)model_k_dim(hp); /* + the indexer's key (forward_dsa.c) */
         memcpy(k, b->cn + (size_t)t * (size_t)C, (size_t)C * sizeof(float));
         memcpy(k + C, b->c + (size_t)t * (size_t)(C + P) + C, (size_t)P * sizeof(float));
     }

@@ -12,11 +12,6 @@
 #include "coordinator/model_impl.h"
 #include "core/error.h"
 
-/* Sane upper bounds; a file past them is hostile or not a model we run. */
-#define MAX_LAYERS 4096
-#define MAX_EXPERTS 4096
-#define MAX_WIDTH (1 << 20)
-
 // ---------------------------------------------------------------------------
 // metadata
 
@@ -82,7 +77,9 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     } known[] = {
         {"llama", ARCH_LLAMA},           {"olmoe", ARCH_OLMOE},         {"qwen2moe", ARCH_QWEN2MOE},
         {"qwen3moe", ARCH_QWEN3MOE},     {"deepseek2", ARCH_DEEPSEEK2}, {"glm4moe", ARCH_GLM4MOE},
-        {"minimax-m2", ARCH_MINIMAX_M2}, {"gpt-oss", ARCH_GPTOSS},      {"llama4", ARCH_LLAMA4},
+        {"minimax-m2", ARCH_MINIMAX_M2}, {"gpt-oss", ARCH_GPTOSS},      {"deepseek32", ARCH_DEEPSEEK32},
+        {"glm-dsa", ARCH_GLM_DSA},       {"qwen3next", ARCH_QWEN3NEXT}, {"qwen35moe", ARCH_QWEN35MOE},
+        {"llama4", ARCH_LLAMA4},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
@@ -93,7 +90,8 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     }
     return coli_fail(COLI_EUNSUPPORTED,
                      "general.architecture '%.*s': unknown architecture "
-                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, llama4)",
+                     "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, "
+                     "deepseek32, glm-dsa, qwen3next, qwen35moe, llama4)",
                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
 }
 
@@ -123,9 +121,9 @@ static int s_read_mla_widths(const gguf_file *f, model_hparams *hp) {
     if (!hp->mla_absorbed) {
         if (hp->n_head_kv != hp->n_head)
             return coli_fail(COLI_EFORMAT,
-                             "deepseek2: head_count_kv %d: multi-head latent attention "
+                             "%s: head_count_kv %d: multi-head latent attention "
                              "without key_length_mla needs head_count %d",
-                             hp->n_head_kv, hp->n_head);
+                             hp->arch_name, hp->n_head_kv, hp->n_head);
         hp->head_dim_mla = hp->head_dim;
         hp->head_dim_v_mla = hp->head_dim_v;
         return 0;
@@ -134,9 +132,9 @@ static int s_read_mla_widths(const gguf_file *f, model_hparams *hp) {
     if ((rc = s_head_width(f, hp, "attention.value_length_mla", 0, &hp->head_dim_v_mla)) < 0) return rc;
     if (hp->n_head_kv != 1 || hp->head_dim_v != hp->n_lora_kv)
         return coli_fail(COLI_EFORMAT,
-                         "deepseek2: key_length_mla present, so head_count_kv %d and value_length "
+                         "%s: key_length_mla present, so head_count_kv %d and value_length "
                          "%d must be 1 and kv_lora_rank %d",
-                         hp->n_head_kv, hp->head_dim_v, hp->n_lora_kv);
+                         hp->arch_name, hp->n_head_kv, hp->head_dim_v, hp->n_lora_kv);
     return 0;
 }
 
@@ -162,7 +160,7 @@ static int s_read_attention(const gguf_file *f, model_hparams *hp) {
     if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f))
         return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected a small positive number", key,
                          (double)hp->rms_eps);
-    if (hp->arch != ARCH_DEEPSEEK2) return 0;
+    if (!model_is_mla(hp)) return 0;
     if ((rc = s_opt_int(f, hp, "attention.q_lora_rank", 0, MAX_WIDTH, &v)) < 0) return rc;
     hp->n_lora_q = (int)v;
     if ((rc = s_req_int(f, hp, "attention.kv_lora_rank", MAX_WIDTH, &v)) < 0) return rc;
@@ -220,13 +218,14 @@ static int s_read_rope_scaling(const gguf_file *f, model_hparams *hp, float base
     if (n_orig <= 0) n_orig = hp->n_ctx_train;
     rope_params_init(&hp->rope, hp->n_rot, neox, base, type, factor, (int)n_orig, attn_factor, beta_fast, beta_slow);
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-    if (hp->arch == ARCH_DEEPSEEK2) {
+    if (model_is_mla(hp)) {
         /* llama.cpp's deepseek2 graph: q.k scaled by mscale^2 and rope's
          * own YaRN magnitude correction cancelled through its attn_factor */
         const float inv_fs = 1.0f / hp->rope.freq_scale;
         const float mscale = attn_factor * (1.0f + log_mul * logf(inv_fs));
         hp->attn_scale = mscale * mscale / sqrtf((float)hp->head_dim_mla);
         hp->rope.attn_factor = 1.0f / (1.0f + 0.1f * logf(inv_fs));
+        if (hp->arch != ARCH_DEEPSEEK2) model_dsa_yarn(hp, type == ROPE_SCALING_YARN, attn_factor, log_mul);
     }
     return 0;
 }
@@ -241,18 +240,17 @@ static int s_read_rope(const gguf_file *f, model_hparams *hp) {
     if (!(base > 0.0f)) return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected > 0", key, (double)base);
     if ((rc = s_opt_int(f, hp, "rope.dimension_count", hp->head_dim, MAX_WIDTH, &v)) < 0) return rc;
     /* deepseek2 rotates the trailing rope part of each head and needs a nope part */
-    const int max = hp->arch == ARCH_DEEPSEEK2 ? hp->head_dim_mla - 1 : hp->head_dim;
+    const int max = model_is_mla(hp) ? hp->head_dim_mla - 1 : hp->head_dim;
     if (v <= 0 || v > max || v % 2 != 0)
         return coli_fail(COLI_EFORMAT, "metadata '%s' = %lld: expected an even number in 2..%d",
                          s_key(hp, "rope.dimension_count", key, sizeof key), (long long)v, max);
     hp->n_rot = (int)v;
     if (hp->mla_absorbed && hp->head_dim != hp->n_lora_kv + hp->n_rot)
         return coli_fail(COLI_EFORMAT,
-                         "deepseek2: key_length %d: expected kv_lora_rank %d + rope dims %d "
+                         "%s: key_length %d: expected kv_lora_rank %d + rope dims %d "
                          "(the latent MQA of key_length_mla files)",
-                         hp->head_dim, hp->n_lora_kv, hp->n_rot);
-    return s_read_rope_scaling(f, hp, base,
-                               hp->arch != ARCH_LLAMA && hp->arch != ARCH_DEEPSEEK2 && hp->arch != ARCH_LLAMA4);
+                         hp->arch_name, hp->head_dim, hp->n_lora_kv, hp->n_rot);
+    return s_read_rope_scaling(f, hp, base, hp->arch != ARCH_LLAMA && hp->arch != ARCH_LLAMA4 && !model_is_mla(hp));
 }
 
 /* deepseek2's (and glm4moe's) routing and shared-expert keys. */
@@ -267,7 +265,9 @@ static int s_read_deepseek2_ffn(const gguf_file *f, model_hparams *hp) {
     hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
     if ((rc = s_opt_f32(f, hp, "expert_weights_scale", 1.0f, &hp->expert_weights_scale)) < 0) return rc;
     if ((rc = s_opt_bool(f, hp, "expert_weights_norm", 0, &hp->renorm_topk)) < 0) return rc;
-    if ((rc = s_opt_int(f, hp, "expert_gating_func", 1, 16, &v)) < 0) return rc;
+    /* glm-dsa: sigmoid when absent or 0 (llama.cpp) */
+    if ((rc = s_opt_int(f, hp, "expert_gating_func", hp->arch == ARCH_GLM_DSA ? 2 : 1, 16, &v)) < 0) return rc;
+    if (v == 0 && hp->arch == ARCH_GLM_DSA) v = 2;
     if (v != 0 && v != 1 && v != 2)
         return coli_fail(COLI_EUNSUPPORTED, "metadata '%s' = %lld: expected 1 (softmax) or 2 (sigmoid)",
                          s_key(hp, "expert_gating_func", key, sizeof key), (long long)v);
@@ -332,16 +332,16 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
         return 0;
     }
     if ((rc = s_opt_int(f, hp, "expert_feed_forward_length", n_ff, MAX_WIDTH, &hp->n_ff_exp)) < 0) return rc;
-    if (hp->arch == ARCH_QWEN2MOE &&
+    if ((hp->arch == ARCH_QWEN2MOE || model_is_hybrid(hp)) &&
         (rc = s_opt_int(f, hp, "expert_shared_feed_forward_length", hp->n_ff_exp, MAX_WIDTH, &hp->n_ff_shexp)) < 0)
         return rc;
-    /* llama.cpp renormalises for Mixtral and Qwen3-MoE, never for OLMoE and Qwen2-MoE */
-    hp->renorm_topk = hp->arch == ARCH_LLAMA || hp->arch == ARCH_QWEN3MOE;
+    /* llama.cpp renormalises for Mixtral, Qwen3-MoE and the hybrids, never for OLMoE and Qwen2-MoE */
+    hp->renorm_topk = hp->arch == ARCH_LLAMA || hp->arch == ARCH_QWEN3MOE || model_is_hybrid(hp);
     if (hp->arch == ARCH_QWEN3MOE && (rc = s_opt_bool(f, hp, "expert_weights_norm", 1, &hp->renorm_topk)) < 0)
         return rc;
     if ((rc = s_read_expert_groups(f, hp)) < 0) return rc;
     if (hp->arch == ARCH_MINIMAX_M2) return minimax_m2_read_hparams(f, hp);
-    if (hp->arch != ARCH_DEEPSEEK2 && hp->arch != ARCH_GLM4MOE) return 0;
+    if (!model_is_mla(hp) && hp->arch != ARCH_GLM4MOE) return 0;
     hp->n_ff = n_ff; /* the leading dense blocks' width */
     if ((rc = s_read_deepseek2_ffn(f, hp)) < 0) return rc;
     return hp->arch == ARCH_GLM4MOE ? glm4moe_read_hparams(f, hp) : 0;
@@ -367,7 +367,8 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
     if ((rc = s_read_rope(f, hp)) < 0) return rc;
     if ((rc = s_read_ffn(f, hp)) < 0) return rc;
     if (hp->arch == ARCH_LLAMA4) return llama4_read_hparams(f, hp);
-    return hp->arch == ARCH_GPTOSS ? model_gptoss_hparams(f, hp) : 0;
+    if (hp->arch == ARCH_GPTOSS) return model_gptoss_hparams(f, hp);
+    return model_is_mla(hp) && hp->arch != ARCH_DEEPSEEK2 ? model_dsa_read(f, hp) : 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -450,8 +451,12 @@ static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il,
     const int64_t E = hp->n_embd, Q = model_q_dim(hp), K = model_k_dim(hp), V = model_v_dim(hp);
     int rc, bias = hp->arch == ARCH_QWEN2MOE;
     if ((rc = s_blk(f, il, "attn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->attn_norm)) < 0) return rc;
-    if (hp->arch == ARCH_DEEPSEEK2) return s_load_mla(f, hp, il, l);
-    if ((rc = s_blk(f, il, "attn_q.weight", 2, E, Q, 1, MASK_MATRIX, 0, &l->wq)) < 0) return rc;
+    if (model_is_mla(hp) && (rc = s_load_mla(f, hp, il, l)) < 0) return rc;
+    if (model_is_mla(hp)) return hp->arch == ARCH_DEEPSEEK2 ? 0 : model_dsa_load_layer(f, hp, il, l);
+    if (l->recurrent) return model_hybrid_load_layer(f, hp, il, l);
+    /* the hybrids' attn_q gives each head's query and then its output gate */
+    const int64_t QW = hp->attn_gate ? 2 * Q : Q;
+    if ((rc = s_blk(f, il, "attn_q.weight", 2, E, QW, 1, MASK_MATRIX, 0, &l->wq)) < 0) return rc;
     if ((rc = s_blk(f, il, "attn_k.weight", 2, E, K, 1, MASK_MATRIX, 0, &l->wk)) < 0) return rc;
     if ((rc = s_blk(f, il, "attn_v.weight", 2, E, V, 1, MASK_MATRIX, 0, &l->wv)) < 0) return rc;
     if ((rc = s_blk(f, il, "attn_output.weight", 2, model_attn_dim(hp), E, 1, MASK_MATRIX, 0, &l->wo)) < 0) return rc;
@@ -460,9 +465,9 @@ static int s_load_attention(const gguf_file *f, const model_hparams *hp, int il,
         if ((rc = s_blk(f, il, "attn_k.bias", 1, K, 1, 1, MASK_F32, 0, &l->bk)) < 0) return rc;
         if ((rc = s_blk(f, il, "attn_v.bias", 1, V, 1, 1, MASK_F32, 0, &l->bv)) < 0) return rc;
     }
-    if (hp->arch == ARCH_OLMOE || hp->arch == ARCH_QWEN3MOE) {
-        /* OLMoE normalises the whole projected q and k; Qwen3-MoE each head */
-        l->qk_norm_per_head = hp->arch == ARCH_QWEN3MOE;
+    if (hp->arch == ARCH_OLMOE || hp->arch == ARCH_QWEN3MOE || model_is_hybrid(hp)) {
+        /* OLMoE normalises the whole projected q and k; Qwen3-MoE and the hybrids each head */
+        l->qk_norm_per_head = hp->arch != ARCH_OLMOE;
         const int64_t nq = l->qk_norm_per_head ? hp->head_dim : Q, nk = l->qk_norm_per_head ? hp->head_dim : K;
         if ((rc = s_blk(f, il, "attn_q_norm.weight", 1, nq, 1, 1, MASK_F32, 0, &l->q_norm)) < 0) return rc;
         if ((rc = s_blk(f, il, "attn_k_norm.weight", 1, nk, 1, 1, MASK_F32, 0, &l->k_norm)) < 0) return rc;
@@ -493,13 +498,13 @@ static int s_load_moe(const gguf_file *f, const model_hparams *hp, int il, layer
     if ((rc = s_blk(f, il, "ffn_gate_exps.weight", 3, E, F, X, MASK_MATRIX, 0, &g)) < 0) return rc;
     if ((rc = s_blk(f, il, "ffn_up_exps.weight", 3, E, F, X, MASK_MATRIX, 0, &u)) < 0) return rc;
     if ((rc = s_blk(f, il, "ffn_down_exps.weight", 3, F, E, X, MASK_MATRIX, 0, &d)) < 0) return rc;
-    if (hp->arch == ARCH_DEEPSEEK2) {
+    if (model_is_mla(hp)) {
         if ((rc = s_blk(f, il, "exp_probs_b.bias", 1, X, 1, 1, MASK_F32, 1, &l->exp_probs_b)) < 0) return rc;
         if (hp->n_expert_shared == 0) return 0;
         l->has_shexp = 1;
         return s_load_ffn(f, il, "_shexp", E, hp->n_ff_shexp, &l->shexp);
     }
-    if (hp->arch != ARCH_QWEN2MOE) return 0;
+    if (hp->arch != ARCH_QWEN2MOE && !model_is_hybrid(hp)) return 0;
     if ((rc = s_blk(f, il, "ffn_gate_inp_shexp.weight", 1, E, 1, 1, MASK_F32, 0, &l->shexp_gate)) < 0) return rc;
     l->has_shexp = 1;
     return s_load_ffn(f, il, "_shexp", E, hp->n_ff_shexp, &l->shexp);
@@ -513,7 +518,9 @@ static int s_load_layer(const gguf_file *f, const model_hparams *hp, int il, lay
     if (hp->arch == ARCH_GPTOSS) return model_gptoss_layer(f, hp, il, l);
     if (hp->arch == ARCH_LLAMA4) return llama4_load_layer(f, hp, il, l);
     if ((rc = s_load_attention(f, hp, il, l)) < 0) return rc;
-    if ((rc = s_blk(f, il, "ffn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0) return rc;
+    /* the hybrids' FFN input norm is named after the attention it follows */
+    const char *ffn_norm = model_is_hybrid(hp) ? "post_attention_norm.weight" : "ffn_norm.weight";
+    if ((rc = s_blk(f, il, ffn_norm, 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0) return rc;
     if (hp->n_expert > 0 && il >= hp->n_layer_dense_lead) return s_load_moe(f, hp, il, l);
     return s_load_ffn(f, il, "", E, hp->n_ff, &l->dense);
 }
@@ -562,15 +569,30 @@ static int s_load_globals(const gguf_file *f, model *m) {
     return 0;
 }
 
+int model_req_int(const gguf_file *f, const model_hparams *hp, const char *suffix, int64_t max, int64_t *out) {
+    return s_req_int(f, hp, suffix, max, out);
+}
+
 int model_opt_int(const gguf_file *f, const model_hparams *hp, const char *suffix, int64_t def, int64_t max,
                   int64_t *out) {
     return s_opt_int(f, hp, suffix, def, max, out);
 }
 
 int64_t model_q_dim(const model_hparams *hp) { return (int64_t)hp->n_head * hp->head_dim; }
-int64_t model_k_dim(const model_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim; }
+int64_t model_k_dim(const model_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim + hp->idx_head_dim; }
 int64_t model_v_dim(const model_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim_v; }
 int64_t model_attn_dim(const model_hparams *hp) { return (int64_t)hp->n_head * hp->head_dim_v; }
+
+void model_kv_shape(const model *m, int f16, kv_shape *out) {
+    const model_hparams *hp = &m->hp;
+    *out = (kv_shape){.n_layer = hp->n_layer,
+                      .k_dim = model_k_dim(hp),
+                      .v_dim = model_v_dim(hp),
+                      .v_in_k = hp->mla_absorbed,
+                      .f16 = f16,
+                      .recurrent = m->recurrent,
+                      .rec_floats = hp->rec_floats};
+}
 
 int model_from_gguf(gguf_file *f, model **out) {
     int rc;
@@ -582,14 +604,17 @@ int model_from_gguf(gguf_file *f, model **out) {
     }
     m->gguf = f;
     if ((rc = s_read_hparams(f, &m->hp)) < 0) goto fail;
+    if (model_is_hybrid(&m->hp) && (rc = model_hybrid_read(f, m)) < 0) goto fail;
     if ((rc = s_load_globals(f, m)) < 0) goto fail;
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers) {
         rc = coli_fail(COLI_ENOMEM, "model: out of memory for %d layers", m->hp.n_layer);
         goto fail;
     }
-    for (int il = 0; il < m->hp.n_layer; il++)
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        m->layers[il].recurrent = m->recurrent && m->recurrent[il];
         if ((rc = s_load_layer(f, &m->hp, il, &m->layers[il])) < 0) goto fail;
+    }
     if (m->hp.arch == ARCH_GLM4MOE && (rc = glm4moe_load_nextn(f, m)) < 0) goto fail;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) m->n_params += coli_tensor_nelems(gguf_tensor(f, i));
     *out = m;
@@ -615,6 +640,7 @@ void model_close(model **pm) {
     gguf_close(&m->gguf);
     free(m->layers);
     free(m->nextn);
+    free(m->recurrent);
     free(m);
     *pm = NULL;
 }

@@ -31,6 +31,14 @@
  *   gpt-oss  - attention sinks, sliding-window attention on some layers,
  *              q/k/v/o biases, router bias, softmax over the chosen top-k,
  *              biased experts with the clamped SwiGLU (model_gptoss.c).
+ *   deepseek32, glm-dsa - deepseek2's latent attention (newer file layout
+ *              only) restricted to the top-k positions a lightning indexer
+ *              picks (coordinator/model_dsa.c, forward_dsa.c).
+ *   qwen3next, qwen35moe - hybrid: Gated DeltaNet layers (a recurrent
+ *              state, coordinator/forward_hybrid.c, loaded by model_hybrid.c)
+ *              and every few layers gated attention (sigmoid output gate
+ *              per head from attn_q, per-head q/k norms, partial NEOX rope);
+ *              qwen2moe's gated shared expert, top-k weights renormalised.
  *   llama4   - Llama-4 Scout/Maverick (model_llama4.c): chunked attention
  *              on most layers, NoPE layers with attention temperature, L2
  *              q/k norm after rope, MoE on interleaved layers, sigmoid
@@ -45,6 +53,7 @@
 #include "core/kernels/expert_ffn.h"
 #include "core/gguf/gguf.h"
 #include "core/tensor.h"
+#include "coordinator/kv_cache.h"
 #include "coordinator/rope.h"
 
 typedef enum model_arch {
@@ -56,6 +65,10 @@ typedef enum model_arch {
     ARCH_GLM4MOE,
     ARCH_MINIMAX_M2,
     ARCH_GPTOSS,
+    ARCH_DEEPSEEK32, /* deepseek2's latent attention + the sparse-attention indexer (model_dsa.c) */
+    ARCH_GLM_DSA,    /* the same with per-layer full / shared indexers (GLM-5) */
+    ARCH_QWEN3NEXT,
+    ARCH_QWEN35MOE,
     ARCH_LLAMA4,
 } model_arch;
 
@@ -67,7 +80,7 @@ typedef enum expert_gating {
 
 typedef struct model_hparams {
     model_arch arch;
-    char arch_name[16]; /* "llama", "olmoe", ..., "minimax-m2", "gpt-oss" (s_read_arch's table) */
+    char arch_name[16]; /* "llama", "olmoe", ..., "deepseek32", "glm-dsa" (s_read_arch's table) */
     int n_vocab;
     int n_ctx_train; /* <arch>.context_length */
     int n_embd;      /* width of the residual stream */
@@ -101,6 +114,20 @@ typedef struct model_hparams {
                                key_length in the older attn_kv_b files) */
     int head_dim_v_mla;         /* deepseek2: per-head value width (value_length_mla / value_length) */
     int n_swa;                  /* gpt-oss: attention.sliding_window (layer_weights.n_swa says where) */
+    /* DeepSeek Sparse Attention (deepseek32, glm-dsa; 0 otherwise): the lightning indexer */
+    int idx_n_head;     /* attention.indexer.head_count */
+    int idx_head_dim;   /* attention.indexer.key_length: one key per position, cached after the latent */
+    int idx_top_k;      /* attention.indexer.top_k: positions each query attends to */
+    int idx_neox;       /* its rope pairs: NEOX (deepseek32) or adjacent (glm-dsa), first n_rot dims */
+    float idx_norm_eps; /* eps of its key LayerNorm (llama.cpp: 1e-6 deepseek32, 0 glm-dsa) */
+    int64_t rec_floats; /* hybrid models: F32 state of one linear-attention layer (0: none) */
+    int attn_gate;      /* qwen3next, qwen35moe: attn_q gives [q | gate] per head, the
+                               attention output is multiplied by sigmoid(gate) */
+    int ssm_conv;       /* Gated DeltaNet: causal conv kernel width (ssm.conv_kernel) */
+    int ssm_head_dim;   /* its key and value head width (ssm.state_size) */
+    int ssm_k_heads;    /* key heads (ssm.group_count) */
+    int ssm_v_heads;    /* value heads (ssm.time_step_rank), a multiple of ssm_k_heads */
+    int ssm_k_tiled;    /* 1: value head h reads key head h % k_heads (qwen35moe); 0: h / (v/k) */
     int n_moe_step;             /* llama4: interleave_moe_layer_step (layer il MoE when (il+1) % it == 0) */
     int attn_temp_floor;        /* llama4 NoPE layers: q *= 1 + log(floor((pos + offset) / floor) + 1) * */
     float attn_temp_scale;      /* scale (0: no temperature tuning) */
@@ -130,7 +157,17 @@ typedef struct layer_weights {
     const coli_tensor *wkv_b;                  /* older files: (n_lora_kv, n_head * (nope + head_dim_v_mla)) */
     const coli_tensor *wk_b, *wv_b;            /* mla_absorbed: (nope, n_lora_kv, n_head), (n_lora_kv,
                                                 head_dim_v_mla, n_head); nope = head_dim_mla - n_rot */
-    const coli_tensor *ffn_norm;               /* (n_embd) F32 (gpt-oss: post_attention_norm) */
+    int recurrent;                             /* a Gated DeltaNet layer: the fields below, no attention */
+    const coli_tensor *wqkv_mix;               /* attn_qkv (n_embd, 2 key_dim + value_dim): conv input */
+    const coli_tensor *wz;                     /* attn_gate (n_embd, value_dim): output gate z */
+    const coli_tensor *wba;                    /* qwen3next ssm_ba (n_embd, 2 v_heads): per key head its
+                                                  value heads' beta, then alpha logits */
+    const coli_tensor *wbeta, *walpha;         /* qwen35moe ssm_beta / ssm_alpha (n_embd, v_heads) */
+    const coli_tensor *conv1d;                 /* ssm_conv1d (conv_kernel, conv_dim) F32 */
+    const coli_tensor *dt_bias, *ssm_a;        /* (v_heads) F32: alpha bias, -exp(A_log) */
+    const coli_tensor *ssm_norm;               /* (head_dim) F32: the gated RMSNorm of each head */
+    const coli_tensor *ssm_out;                /* (value_dim, n_embd) */
+    const coli_tensor *ffn_norm;               /* (n_embd) F32 (gpt-oss, hybrids: post_attention_norm) */
     const coli_tensor *router;                 /* MoE: (n_embd, n_expert); NULL for a dense layer */
     const coli_tensor *router_b;               /* gpt-oss: (n_expert) F32 added to the logits; else NULL */
     const coli_tensor *exp_probs_b;            /* deepseek2: (n_expert) F32 selection bias, or NULL */
@@ -138,6 +175,13 @@ typedef struct layer_weights {
     const coli_tensor *shexp_gate;             /* qwen2moe: (n_embd) F32 sigmoid gate; else NULL */
     int has_shexp;                             /* shexp holds a shared expert (qwen2moe, deepseek2) */
     expert_weights shexp;                      /* shared expert(s) as one FFN */
+    /* DSA lightning indexer (model_dsa.c); all NULL on a glm-dsa "shared" layer, which
+     * reuses the choice of the full layer before it */
+    const coli_tensor *idx_wq_b;     /* (n_lora_q, idx_n_head * idx_head_dim) */
+    const coli_tensor *idx_wk;       /* (n_embd, idx_head_dim) */
+    const coli_tensor *idx_k_norm;   /* (idx_head_dim) F32 LayerNorm weight */
+    const coli_tensor *idx_k_norm_b; /* (idx_head_dim) F32 LayerNorm bias */
+    const coli_tensor *idx_proj;     /* (n_embd, idx_n_head) per-head weights */
 } layer_weights;
 
 /* glm4moe's multi-token-prediction (NextN) block: loaded and validated,
@@ -157,6 +201,7 @@ typedef struct model {
     layer_weights *layers;          /* n_layer entries */
     nextn_weights *nextn;           /* n_nextn entries (glm4moe files that carry them), else NULL */
     int n_nextn;
+    uint8_t *recurrent; /* hybrid models: (n_layer) 1 for a linear-attention layer; else NULL */
     int64_t n_params;
 } model;
 
@@ -168,12 +213,21 @@ int model_open(const char *path, model **out);
 int model_from_gguf(gguf_file *f, model **out);
 void model_close(model **m);
 
+/* 1 for the families with deepseek2's multi-head latent attention. */
+static inline int model_is_mla(const model_hparams *hp) {
+    return hp->arch == ARCH_DEEPSEEK2 || hp->arch == ARCH_DEEPSEEK32 || hp->arch == ARCH_GLM_DSA;
+}
+
 /* q_dim = n_head * head_dim (queries), k_dim = n_head_kv * head_dim (keys
- * per position), v_dim = n_head_kv * head_dim_v (values per position),
- * attn_dim = n_head * head_dim_v (attention output, attn_output's input). */
+ * per position; sparse attention: + idx_head_dim, the indexer's key after
+ * the latent, so every copy of a cache row carries it), v_dim = n_head_kv
+ * * head_dim_v (values per position), attn_dim = n_head * head_dim_v (attention output, attn_output's input). */
 int64_t model_q_dim(const model_hparams *hp);
 int64_t model_k_dim(const model_hparams *hp);
 int64_t model_v_dim(const model_hparams *hp);
 int64_t model_attn_dim(const model_hparams *hp);
+
+/* What one sequence of m keeps per layer (kv_cache.h); f16: an fp16 KV cache. */
+void model_kv_shape(const model *m, int f16, kv_shape *out);
 
 #endif

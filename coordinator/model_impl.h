@@ -1,7 +1,7 @@
 /*
  * model_impl.h - what model.c shares with the loaders of single families
- * (model_glm4moe.c, model_minimax_m2.c, model_gptoss.c, model_llama4.c); not part of the
- * engine's interface.
+ * (model_glm4moe.c, model_minimax_m2.c, model_gptoss.c, model_dsa.c,
+ * model_hybrid.c, model_llama4.c); not part of the engine's interface.
  */
 #ifndef COLI_COORD_MODEL_IMPL_H
 #define COLI_COORD_MODEL_IMPL_H
@@ -11,6 +11,11 @@
 /* Weight types the matmul kernels take; norms and biases must be F32. */
 #define MASK_F32 ((uint64_t)1 << COLI_F32)
 #define MASK_MATRIX coli_dtype_weight_mask()
+
+/* Sane upper bounds; a file past them is hostile or not a model we run. */
+#define MAX_LAYERS 4096
+#define MAX_EXPERTS 4096
+#define MAX_WIDTH (1 << 20)
 
 /* blk.<il>.<suffix> with the expected shape (ne[i] for i < n_dims) and a
  * type in mask; optional: a missing tensor gives *out = NULL, not an error. */
@@ -60,5 +65,26 @@ int model_swa_layer(const gguf_file *f, const model_hparams *hp, int il, int64_t
 extern const char *const llama4_required_keys[];
 int llama4_read_hparams(const gguf_file *f, model_hparams *hp);
 int llama4_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+
+/* Sparse attention (deepseek32, glm-dsa; model_dsa.c): the indexer's keys
+ * and the checks of the latent-attention keys it relies on, after the
+ * deepseek2 ones were read. Returns 0 or a one-line refusal naming the key. */
+int model_dsa_read(const gguf_file *f, model_hparams *hp);
+/* Its q.k multiplier and rope magnitude under YaRN (yarn: the scaling is
+ * yarn), where llama.cpp's context setup differs from deepseek2's. */
+void model_dsa_yarn(model_hparams *hp, int yarn, float attn_factor, float log_mul);
+/* Layer il's indexer tensors (none on a glm-dsa shared layer). */
+int model_dsa_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+
+/* "<arch>.<suffix>": a positive integer at most max that must be present. */
+int model_req_int(const gguf_file *f, const model_hparams *hp, const char *suffix, int64_t max, int64_t *out);
+
+/* qwen3next / qwen35moe (model_hybrid.c): the Gated DeltaNet keys, which
+ * layers are recurrent (m->recurrent) and their state size. */
+int model_hybrid_read(const gguf_file *f, model *m);
+/* The tensors of Gated DeltaNet layer il. */
+int model_hybrid_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+/* 1 for the hybrid architectures. */
+int model_is_hybrid(const model_hparams *hp);
 
 #endif

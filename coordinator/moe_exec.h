@@ -82,6 +82,16 @@ void moe_group_by_expert(const int32_t *ids, const int64_t *items, int64_t n, in
 
 /* In-process: the cpu plugin's vtable called directly, no workers. */
 int moe_exec_inproc_new(const moe_exec_config *cfg, moe_exec **out);
+/* In-process with a RAM budget: experts read from the file into a RAM expert
+ * cache of ram_bytes (coordinator/sched/disk_tier.c; `--devices inproc@ram=SIZE`). */
+int moe_exec_disk_new(const moe_exec_config *cfg, uint64_t ram_bytes, moe_exec **out);
+/* The RAM budget of the disk tier for in-process experts: SIZE of
+ * "inproc@ram=SIZE"; for "inproc", "auto" or none (when they run in-process)
+ * a budget chosen from the memory this process may use when file f does not
+ * fit in it (set->disk_auto; docs/scheduler.md "Tiers"); else 0: the mapped
+ * file. 0 or COLI_EINVAL. */
+int moe_exec_ram_budget(const char *devices, const struct gguf_file *f, const struct coli_settings *set,
+                        uint64_t *bytes);
 /* Worker processes, one per device, with CPU fallback (coordinator/sched/scheduler.c). */
 int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out);
 

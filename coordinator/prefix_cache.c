@@ -14,14 +14,16 @@ typedef struct pc_block {
     struct pc_block *newer, *older; /* the LRU list */
     uint64_t op;                    /* the operation that last touched it (store guard) */
     int32_t *ids;                   /* block_tokens ids */
-    unsigned char *rows;            /* per layer: K rows, then V rows (unless v_in_k) */
+    unsigned char *rows;            /* per KV layer: K rows, then V rows (unless v_in_k) */
+    float *snap;                    /* hybrid: the recurrent states after the block, or NULL */
 } pc_block;
 
 struct prefix_cache {
     pthread_mutex_t mu;
-    int n_layer, v_in_k, block_tokens;
+    int n_layer, n_kv, v_in_k, block_tokens;
     size_t k_row, v_row; /* bytes of one position's K / V row of one layer */
-    size_t block_bytes;  /* rows of one block over all layers */
+    size_t block_bytes;  /* rows of one block over all KV layers */
+    size_t snap_bytes;   /* one snapshot of the recurrent states (0: none) */
     pc_block **buckets;
     size_t n_buckets; /* a power of two */
     pc_block *newest, *oldest;
@@ -29,22 +31,27 @@ struct prefix_cache {
     prefix_cache_counters c;
 };
 
-static size_t s_elem_bytes(const kv_cache *kv) { return kv->f16 ? 2 : 4; }
+static size_t s_elem_bytes(int f16) { return f16 ? 2 : 4; }
 
-int prefix_cache_new(const kv_cache *layout, int block_tokens, size_t max_bytes, prefix_cache **out) {
+int prefix_cache_new(const kv_shape *shape, int block_tokens, size_t max_bytes, prefix_cache **out) {
     *out = NULL;
-    if (block_tokens < 1 || layout->n_layer < 1 || layout->k_dim < 1)
+    if (block_tokens < 1 || shape->n_layer < 1 || shape->k_dim < 1)
         return coli_fail(COLI_EINVAL, "prefix cache: block of %d tokens over %d layers: expected >= 1", block_tokens,
-                         layout->n_layer);
+                         shape->n_layer);
     prefix_cache *pc = calloc(1, sizeof *pc);
     if (!pc) return coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
-    pc->n_layer = layout->n_layer;
-    pc->v_in_k = layout->v_in_k;
+    pc->n_layer = shape->n_layer;
+    for (int l = 0; l < shape->n_layer; l++) {
+        const int rec = shape->recurrent && shape->recurrent[l];
+        pc->n_kv += !rec;
+        pc->snap_bytes += rec ? (size_t)shape->rec_floats * sizeof(float) : 0;
+    }
+    pc->v_in_k = shape->v_in_k;
     pc->block_tokens = block_tokens;
-    pc->k_row = (size_t)layout->k_dim * s_elem_bytes(layout);
-    pc->v_row = layout->v_in_k ? 0 : (size_t)layout->v_dim * s_elem_bytes(layout);
-    pc->block_bytes = (size_t)pc->n_layer * (size_t)block_tokens * (pc->k_row + pc->v_row);
-    size_t want = max_bytes / pc->block_bytes * 2 + 1, nb = 64;
+    pc->k_row = (size_t)shape->k_dim * s_elem_bytes(shape->f16);
+    pc->v_row = shape->v_in_k ? 0 : (size_t)shape->v_dim * s_elem_bytes(shape->f16);
+    pc->block_bytes = (size_t)pc->n_kv * (size_t)block_tokens * (pc->k_row + pc->v_row);
+    size_t want = max_bytes / (pc->block_bytes + 1) * 2 + 1, nb = 64;
     while (nb < want && nb < ((size_t)1 << 22)) nb *= 2;
     pc->n_buckets = nb;
     pc->buckets = calloc(nb, sizeof *pc->buckets);
@@ -66,6 +73,7 @@ void prefix_cache_free(prefix_cache **ppc) {
         next = b->older;
         free(b->ids);
         free(b->rows);
+        free(b->snap);
         free(b);
     }
     free(pc->buckets);
@@ -120,42 +128,57 @@ static void s_touch_chain(prefix_cache *pc, pc_block **chain, int n) {
     for (int i = n - 1; i >= 0; i--) s_touch(pc, chain[i]);
 }
 
+/* Bytes a block holds: its rows and its snapshot. */
+static size_t s_bytes_of(const prefix_cache *pc, const pc_block *b) {
+    return pc->block_bytes + (b->snap ? pc->snap_bytes : 0);
+}
+
 static void s_evict_oldest(prefix_cache *pc) {
     pc_block *b = pc->oldest;
     s_unlink_lru(pc, b);
     pc_block **p = &pc->buckets[b->key & (pc->n_buckets - 1)];
     while (*p != b) p = &(*p)->next_in_bucket;
     *p = b->next_in_bucket;
-    pc->c.bytes -= pc->block_bytes;
+    pc->c.bytes -= s_bytes_of(pc, b);
     pc->c.n_blocks--;
     pc->c.evicted_tokens += (uint64_t)pc->block_tokens;
     free(b->ids);
     free(b->rows);
+    free(b->snap);
     free(b);
 }
 
+/* Evict older blocks (never one this operation touched) until need more
+ * bytes fit: 1 when they do. */
+static int s_make_room(prefix_cache *pc, size_t need) {
+    while (pc->c.bytes + need > pc->c.max_bytes && pc->oldest && pc->oldest->op != pc->op) s_evict_oldest(pc);
+    return pc->c.bytes + need <= pc->c.max_bytes;
+}
+
 static int s_shape_ok(const prefix_cache *pc, const kv_cache *kv) {
-    return kv->n_layer == pc->n_layer && kv->v_in_k == pc->v_in_k &&
-           (size_t)kv->k_dim * s_elem_bytes(kv) == pc->k_row &&
-           (kv->v_in_k ? 0 : (size_t)kv->v_dim * s_elem_bytes(kv)) == pc->v_row;
+    return kv->n_layer == pc->n_layer && kv->n_kv == pc->n_kv && kv->v_in_k == pc->v_in_k &&
+           (size_t)kv->k_dim * s_elem_bytes(kv->f16) == pc->k_row &&
+           (kv->v_in_k ? 0 : (size_t)kv->v_dim * s_elem_bytes(kv->f16)) == pc->v_row &&
+           kv_cache_rec_bytes(kv) == pc->snap_bytes;
 }
 
 /* Copy one block's rows between the cache and kv (to_kv: which way). */
 static void s_copy_rows(const prefix_cache *pc, pc_block *b, kv_cache *kv, int pos, int to_kv) {
     const size_t kb = (size_t)pc->block_tokens * pc->k_row, vb = (size_t)pc->block_tokens * pc->v_row;
     unsigned char *r = b->rows;
-    for (int l = 0; l < pc->n_layer; l++, r += kb + vb) {
+    for (int l = 0; l < pc->n_layer; l++) {
+        if (!kv_cache_has_kv(kv, l)) continue; /* a recurrent layer: its state is in the snapshot */
         void *k = (void *)kv_cache_k(kv, l, pos);
         if (to_kv)
             memcpy(k, r, kb);
         else
             memcpy(r, k, kb);
-        if (!vb) continue;
         void *v = (void *)kv_cache_v(kv, l, pos);
-        if (to_kv)
+        if (vb && to_kv)
             memcpy(v, r + kb, vb);
-        else
+        else if (vb)
             memcpy(r + kb, v, vb);
+        r += kb + vb;
     }
 }
 
@@ -176,9 +199,16 @@ int prefix_cache_restore(prefix_cache *pc, uint64_t domain, kv_cache *kv, const 
         const uint64_t key = s_chain_key(parent, blk, B);
         pc_block *b = s_find(pc, domain, key, parent, blk);
         if (!b) break;
-        s_copy_rows(pc, b, kv, got * B, 1);
         chain[got] = b;
         parent = key;
+    }
+    /* hybrid: the recurrent states exist only where a snapshot was kept */
+    while (pc->snap_bytes && got > 0 && !chain[got - 1]->snap) got--;
+    kv_cache_rewind(kv, 0); /* the sequence's earlier snapshots are another prefix's */
+    for (int i = 0; i < got; i++) s_copy_rows(pc, chain[i], kv, i * B, 1);
+    if (pc->snap_bytes && got > 0) {
+        kv_cache_rec_load(kv, chain[got - 1]->snap);
+        kv_cache_snapshot(kv, got * B);
     }
     s_touch_chain(pc, chain, got);
     pc->c.hit_tokens += (uint64_t)got * (uint64_t)B;
@@ -188,14 +218,23 @@ int prefix_cache_restore(prefix_cache *pc, uint64_t domain, kv_cache *kv, const 
     return got * B;
 }
 
+/* Give b a copy of snap (the recurrent states after it) if the budget
+ * allows: 0, or COLI_ENOMEM. */
+static int s_attach_snap(prefix_cache *pc, pc_block *b, const float *snap) {
+    if (!snap || b->snap || !s_make_room(pc, pc->snap_bytes)) return 0;
+    if (!(b->snap = malloc(pc->snap_bytes)))
+        return coli_fail(COLI_ENOMEM, "prefix cache: out of memory for a snapshot of %zu bytes", pc->snap_bytes);
+    memcpy(b->snap, snap, pc->snap_bytes);
+    pc->c.bytes += pc->snap_bytes;
+    return 0;
+}
+
 /* A new block keyed (key, parent) with ids and kv's rows at pos, evicting
  * older blocks as the budget needs (never one touched by this operation). */
 static pc_block *s_add(prefix_cache *pc, uint64_t domain, uint64_t key, uint64_t parent, const int32_t *ids,
                        const kv_cache *kv, int pos, int *rc) {
     *rc = 0;
-    while (pc->c.bytes + pc->block_bytes > pc->c.max_bytes && pc->oldest && pc->oldest->op != pc->op)
-        s_evict_oldest(pc);
-    if (pc->c.bytes + pc->block_bytes > pc->c.max_bytes) return NULL; /* full of this prefix */
+    if (!s_make_room(pc, pc->block_bytes)) return NULL; /* full of this prefix */
     pc_block *b = calloc(1, sizeof *b);
     if (b) b->ids = malloc((size_t)pc->block_tokens * sizeof(int32_t));
     if (b && b->ids) b->rows = malloc(pc->block_bytes);
@@ -223,7 +262,9 @@ static pc_block *s_add(prefix_cache *pc, uint64_t domain, uint64_t key, uint64_t
 int prefix_cache_store(prefix_cache *pc, uint64_t domain, const kv_cache *kv, const int32_t *ids, int n) {
     if (!s_shape_ok(pc, kv) || n > kv->n_ctx)
         return coli_fail(COLI_EINVAL, "prefix cache: KV cache of another shape, or %d tokens > its %d", n, kv->n_ctx);
-    const int B = pc->block_tokens, n_blocks = n / B;
+    const int B = pc->block_tokens;
+    int n_blocks = n / B;
+    while (pc->snap_bytes && n_blocks > 0 && !kv_cache_snap_at(kv, n_blocks * B)) n_blocks--;
     if (n_blocks == 0 || pc->c.max_bytes < pc->block_bytes) return 0;
     pc_block **chain = malloc((size_t)n_blocks * sizeof *chain);
     if (!chain) return coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
@@ -239,7 +280,8 @@ int prefix_cache_store(prefix_cache *pc, uint64_t domain, const kv_cache *kv, co
             s_touch(pc, b); /* marks it as this operation's: not evicted below */
         else if ((b = s_add(pc, domain, key, parent, blk, kv, i * B, &rc)))
             added++;
-        if (!b) break;
+        if (b && pc->snap_bytes) rc = s_attach_snap(pc, b, kv_cache_snap_at(kv, (i + 1) * B));
+        if (!b || rc < 0) break;
         chain[i] = b;
         parent = key;
     }

@@ -15,7 +15,13 @@
  * rows are the bits a cold prefill would write, and what follows from them
  * (logits, sampled tokens) is identical.
  *
- * Memory: the blocks' KV bytes are bounded by max_bytes; the least recently
+ * Hybrid models: a recurrent layer's state cannot be cut back to a block's
+ * end, so a block may also carry a snapshot of the recurrent states after
+ * its last position (taken by the sequence there: kv_cache_snapshot), and a
+ * prefix is restored only up to the end of its last block that has one;
+ * blocks after the last snapshot a store sees are not stored.
+ *
+ * Memory: the blocks' KV (and snapshot) bytes are bounded by max_bytes; the least recently
  * used block goes first, and a chain is touched from its end back to its
  * start, so leaves are evicted before the prefixes others hang on. All
  * calls are thread-safe (one mutex).
@@ -41,21 +47,22 @@ typedef struct prefix_cache_counters {
     int block_tokens;
 } prefix_cache_counters;
 
-/* A cache for KV caches shaped like layout (n_layer, k_dim, v_dim, v_in_k,
- * f16 are read; n_ctx and the buffers are not). block_tokens >= 1;
+/* A cache for sequence states of this shape. block_tokens >= 1;
  * max_bytes >= 0 (0: nothing is ever stored). Returns 0 with *out, or
  * COLI_EINVAL / COLI_ENOMEM. */
-int prefix_cache_new(const kv_cache *layout, int block_tokens, size_t max_bytes, prefix_cache **out);
+int prefix_cache_new(const kv_shape *shape, int block_tokens, size_t max_bytes, prefix_cache **out);
 void prefix_cache_free(prefix_cache **pc);
 
 /* Copy the longest cached prefix of ids[0..n) that is at most max_tokens
- * long (whole blocks) into kv positions 0.., counting hits and, for the
+ * long (whole blocks; hybrid: ending with a snapshot, which becomes kv's
+ * recurrent state) into kv positions 0.., counting hits and, for the
  * n - restored prompt positions left to compute, misses. Returns the
  * positions restored (>= 0), or COLI_EINVAL when kv's shape differs. */
 int prefix_cache_restore(prefix_cache *pc, uint64_t domain, kv_cache *kv, const int32_t *ids, int n, int max_tokens);
 
 /* Store the whole blocks of ids[0..n), whose KV rows kv holds at positions
- * 0..n-1 (blocks already held are only touched). Returns the blocks added
+ * 0..n-1 (blocks already held are only touched; hybrid: with kv's snapshots
+ * at their ends, up to the last one it has). Returns the blocks added
  * (>= 0), COLI_EINVAL (shape, n > kv->n_ctx) or COLI_ENOMEM. */
 int prefix_cache_store(prefix_cache *pc, uint64_t domain, const kv_cache *kv, const int32_t *ids, int n);
 

@@ -26,6 +26,7 @@
 #include "core/gguf/gguf.h"
 #include "core/file_io.h"
 #include "core/quant/quant.h"
+#include "coordinator/imatrix.h"
 #include "coordinator/quantize_mix.h"
 #include "core/tensor.h"
 #include "core/threadpool.h"
@@ -63,7 +64,9 @@ typedef struct convert_job {
     int64_t n_in, rows;
     size_t src_row, dst_row;
     char *dst;
-    float *tmp; /* n_in floats per thread */
+    float *tmp;       /* n_in floats per thread */
+    const float *qw;  /* importance of the n_in columns per matrix (expert), or NULL */
+    int64_t mat_rows; /* rows per matrix: qw moves on by n_in every mat_rows rows */
 } convert_job;
 
 static void s_convert_rows(void *arg, int ith, int nth) {
@@ -71,28 +74,73 @@ static void s_convert_rows(void *arg, int ith, int nth) {
     float *tmp = j->tmp + (size_t)ith * (size_t)j->n_in;
     for (int64_t r = ith; r < j->rows; r += nth) {
         coli_dequantize_row(j->t->type, (const char *)j->t->data + (size_t)r * j->src_row, tmp, j->n_in);
-        coli_quantize_row(j->type, tmp, j->dst + (size_t)r * j->dst_row, j->n_in);
+        const float *qw = j->qw ? j->qw + (r / j->mat_rows) * j->n_in : NULL;
+        coli_quantize_row_imatrix(j->type, tmp, j->dst + (size_t)r * j->dst_row, j->n_in, qw);
     }
 }
 
+/* 1 for the types llama.cpp quantizes only with an importance matrix (the
+ * IQ grid types but IQ3_S: de3ff815's tensor_requires_imatrix) */
+static int s_needs_imatrix(coli_dtype t) {
+    switch (t) {
+    case COLI_IQ2_XXS:
+    case COLI_IQ3_XXS:
+    case COLI_IQ2_XS:
+    case COLI_IQ2_S:
+    case COLI_IQ1_S:
+    case COLI_IQ1_M: return 1;
+    default: return 0;
+    }
+}
+
+/* 1 for an IQ grid type this build cannot write yet. */
+static int s_iq_missing(coli_dtype t) { return t == COLI_IQ1_M; }
+
+#define S_IQ_WRITTEN "IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S can"
+
+/* The importance of t's columns (*qw malloc'd, NULL for none), checked as
+ * llama-quantize does: sizes must match; the low-bit types need an entry
+ * except for token_embd / output (which it quantizes without). */
+static int s_tensor_imatrix(const coli_tensor *t, coli_dtype type, const imatrix *im, float **qw) {
+    *qw = NULL;
+    if (s_iq_missing(type))
+        return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': %s cannot be written yet (" S_IQ_WRITTEN ")", t->name,
+                         coli_dtype_name(type));
+    if (!im) return 0;
+    int rc = imatrix_weights(im, t, qw);
+    if (rc < 0) return rc;
+    if (!*qw && s_needs_imatrix(type) && strcmp(t->name, "token_embd.weight") != 0 &&
+        strcmp(t->name, "output.weight") != 0)
+        return coli_fail(COLI_EINVAL, "tensor '%s': the imatrix has no entry for it, and %s needs one", t->name,
+                         coli_dtype_name(type));
+    return 0;
+}
+
 /* New bytes of t in type: row by row through F32. *out is malloc'd. */
-static int s_convert(const coli_tensor *t, coli_dtype type, coli_pool *pool, void **out, size_t *nbytes) {
+static int s_convert(const coli_tensor *t, coli_dtype type, const imatrix *im, coli_pool *pool, void **out,
+                     size_t *nbytes) {
     const int64_t n_in = t->ne[0], rows = coli_tensor_nelems(t) / n_in;
     if (n_in % coli_dtype_block_elems(type) != 0)
         return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': row length %lld is not a multiple of %lld, cannot be %s",
                          t->name, (long long)n_in, (long long)coli_dtype_block_elems(type), coli_dtype_name(type));
     const int nth = pool ? coli_pool_size(pool) : 1;
-    convert_job j = {t, type, n_in, rows, coli_row_bytes(t->type, n_in), coli_row_bytes(type, n_in), NULL, NULL};
+    float *qw;
+    int rc = s_tensor_imatrix(t, type, im, &qw);
+    if (rc < 0) return rc;
+    convert_job j = {t,    type, n_in, rows,    coli_row_bytes(t->type, n_in), coli_row_bytes(type, n_in),
+                     NULL, NULL, qw,   t->ne[1]};
     *nbytes = j.dst_row * (size_t)rows;
     j.dst = malloc(*nbytes);
     j.tmp = malloc((size_t)nth * (size_t)n_in * sizeof(float));
     if (!j.dst || !j.tmp) {
         free(j.dst);
         free(j.tmp);
+        free(qw);
         return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory for %zu bytes", t->name, *nbytes);
     }
     coli_pool_run(pool, s_convert_rows, &j);
     free(j.tmp);
+    free(qw);
     *out = j.dst;
     return 0;
 }
@@ -107,9 +155,19 @@ static int s_copy_metadata(gguf_writer *w, const gguf_file *in, const quant_pres
     return gguf_writer_set_u32(w, "general.file_type", preset->ftype);
 }
 
+/* What llama-quantize records of an importance matrix (its kv overrides):
+ * the file, the first dataset, the entry count, the chunk count. */
+static int s_imatrix_metadata(gguf_writer *w, const char *path, const imatrix *im) {
+    int rc = gguf_writer_set_str(w, "quantize.imatrix.file", path);
+    if (rc == 0 && im->dataset && im->dataset[0]) rc = gguf_writer_set_str(w, "quantize.imatrix.dataset", im->dataset);
+    if (rc == 0) rc = gguf_writer_set_u32(w, "quantize.imatrix.entries_count", (uint32_t)im->n);
+    if (rc == 0 && im->chunk_count > 0) rc = gguf_writer_set_u32(w, "quantize.imatrix.chunks_count", im->chunk_count);
+    return rc;
+}
+
 /* Tensors in llama-quantize order, each converted weight in the type the
  * mix decides; converted data goes to bufs[i]. params->progress hears of each. */
-static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, coli_pool *pool,
+static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, const imatrix *im, coli_pool *pool,
                          const coli_quantize_params *params, const coli_tensor **order, void **bufs) {
     const int64_t n = gguf_n_tensors(in);
     uint64_t total = 0, done = 0;
@@ -123,7 +181,7 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, co
         coli_dtype out_type = t->type, type = t->type;
         if (s_converted(t) && (rc = quant_mix_type(mix, t, &type)) < 0) return rc;
         if (type != t->type) {
-            if ((rc = s_convert(t, type, pool, &bufs[i], &nbytes)) < 0) return rc;
+            if ((rc = s_convert(t, type, im, pool, &bufs[i], &nbytes)) < 0) return rc;
             data = bufs[i];
             out_type = type;
         }
@@ -134,48 +192,55 @@ static int s_add_tensors(gguf_writer *w, const gguf_file *in, quant_mix *mix, co
     return 0;
 }
 
-/* 1 for the types llama.cpp quantizes only with an importance matrix (the
- * IQ grid types) */
-static int s_needs_imatrix(coli_dtype t) {
-    switch (t) {
-    case COLI_IQ2_XXS:
-    case COLI_IQ3_XXS:
-    case COLI_IQ2_XS:
-    case COLI_IQ3_S:
-    case COLI_IQ2_S:
-    case COLI_IQ1_S:
-    case COLI_IQ1_M: return 1;
-    default: return 0;
-    }
-}
-
 /* *out = the block type called name, or -1 when name is NULL. Returns 0, or
  * COLI_EINVAL when name is not a weight type, COLI_EUNSUPPORTED when it
  * needs an importance matrix. */
-static int s_override(const char *name, const char *what, int *out) {
+static int s_override(const char *name, const char *what, int has_imatrix, int *out) {
     coli_dtype t;
     *out = -1;
     if (!name) return 0;
     if (coli_dtype_from_name(name, &t) != 0 || t == COLI_Q8_1 || t == COLI_Q8_K)
         return coli_fail(COLI_EINVAL,
                          "quantize: %s '%s' is not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                         "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4)",
+                         "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4, "
+                         "IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)",
                          what, name);
-    if (s_needs_imatrix(t))
-        return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' needs an importance matrix, which coli cannot use yet",
-                         what, name);
+    if (s_needs_imatrix(t) && !has_imatrix)
+        return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' needs an importance matrix (--imatrix FILE)", what,
+                         name);
+    if (s_iq_missing(t))
+        return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' cannot be written yet (" S_IQ_WRITTEN ")", what, name);
     *out = (int)t;
     return 0;
+}
+
+/* The overrides, the importance matrix (loaded into im when given) and the
+ * preset's need of one. */
+static int s_check_params(const quant_preset *preset, const coli_quantize_params *params, imatrix *im, int *output_type,
+                          int *token_embd_type) {
+    const char *path = params ? params->imatrix : NULL;
+    int rc = s_override(params ? params->output_type : NULL, "output type", path != NULL, output_type);
+    if (rc == 0)
+        rc = s_override(params ? params->token_embd_type : NULL, "token embedding type", path != NULL, token_embd_type);
+    if (rc == 0 && !path && s_needs_imatrix(preset->base))
+        rc =
+            coli_fail(COLI_EUNSUPPORTED,
+                      "quantize: %s needs an importance matrix (--imatrix FILE; coli imatrix makes one)", preset->name);
+    if (rc == 0 && path && (rc = imatrix_load(path, im)) < 0) rc = coli_fail_prefix(rc, "quantize");
+    return rc;
 }
 
 static int s_quantize(const char *in_path, const char *out_path, const quant_preset *preset,
                       const coli_quantize_params *params) {
     int output_type, token_embd_type;
-    int rc = s_override(params ? params->output_type : NULL, "output type", &output_type);
-    if (rc == 0) rc = s_override(params ? params->token_embd_type : NULL, "token embedding type", &token_embd_type);
+    imatrix im_data = {0}, *im = params && params->imatrix ? &im_data : NULL;
+    int rc = s_check_params(preset, params, &im_data, &output_type, &token_embd_type);
     if (rc < 0) return rc;
     gguf_file *in = NULL;
-    if ((rc = gguf_open(in_path, &in)) < 0) return coli_fail_prefix(rc, "quantize"); /* it names in_path */
+    if ((rc = gguf_open(in_path, &in)) < 0) {
+        imatrix_free(&im_data);
+        return coli_fail_prefix(rc, "quantize"); /* it names in_path */
+    }
     quant_mix mix;
     quant_mix_init(&mix, in, preset, params && params->pure, output_type, token_embd_type);
     const int64_t n = gguf_n_tensors(in);
@@ -188,7 +253,8 @@ static int s_quantize(const char *in_path, const char *out_path, const quant_pre
     else if (!pool)
         rc = coli_fail_prefix(COLI_ENOMEM, "quantize");
     if (rc == 0 &&
-        ((rc = s_copy_metadata(w, in, preset)) < 0 || (rc = s_add_tensors(w, in, &mix, pool, params, order, bufs)) < 0))
+        ((rc = s_copy_metadata(w, in, preset)) < 0 || (im && (rc = s_imatrix_metadata(w, params->imatrix, im)) < 0) ||
+         (rc = s_add_tensors(w, in, &mix, im, pool, params, order, bufs)) < 0))
         rc = coli_fail_prefix(rc, "quantize %s -> %s", in_path, out_path);
     if (rc == 0) rc = gguf_writer_write(w, out_path); /* its message names out_path */
     for (int64_t i = 0; bufs && i < n; i++) free(bufs[i]);
@@ -197,6 +263,7 @@ static int s_quantize(const char *in_path, const char *out_path, const quant_pre
     gguf_writer_free(&w);
     coli_pool_destroy(&pool);
     gguf_close(&in);
+    imatrix_free(&im_data);
     return rc;
 }
 

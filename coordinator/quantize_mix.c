@@ -45,9 +45,18 @@ enum {
     FT_Q5_K_S = 16,
     FT_Q5_K_M = 17,
     FT_Q6_K = 18,
+    FT_IQ2_XXS = 19,
+    FT_IQ2_XS = 20,
     FT_Q2_K_S = 21,
+    FT_IQ3_XXS = 23,
+    FT_IQ1_S = 24,
+    FT_IQ3_S = 26,
+    FT_IQ3_M = 27,
     FT_IQ4_NL = 25,
+    FT_IQ2_S = 28,
+    FT_IQ2_M = 29,
     FT_IQ4_XS = 30,
+    FT_IQ1_M = 31,
     FT_BF16 = 32,
     FT_TQ1_0 = 36,
     FT_TQ2_0 = 37,
@@ -78,6 +87,15 @@ static const quant_preset s_presets[] = {
     {"TQ1_0", FT_TQ1_0, COLI_TQ1_0},
     {"TQ2_0", FT_TQ2_0, COLI_TQ2_0},
     {"MXFP4_MOE", FT_MXFP4_MOE, COLI_MXFP4},
+    /* with an importance matrix only (quantize.c checks) */
+    {"IQ1_S", FT_IQ1_S, COLI_IQ1_S},
+    {"IQ2_XXS", FT_IQ2_XXS, COLI_IQ2_XXS},
+    {"IQ2_XS", FT_IQ2_XS, COLI_IQ2_XS},
+    {"IQ2_S", FT_IQ2_S, COLI_IQ2_XS}, /* sic: llama_ftype_get_default_type */
+    {"IQ2_M", FT_IQ2_M, COLI_IQ2_S},
+    {"IQ3_XXS", FT_IQ3_XXS, COLI_IQ3_XXS},
+    {"IQ3_S", FT_IQ3_S, COLI_IQ3_S},
+    {"IQ3_M", FT_IQ3_M, COLI_IQ3_S},
     /* ours: llama-quantize has no plain MXFP4 preset */
     {"MXFP4", FT_MXFP4_MOE, COLI_MXFP4},
     /* llama-quantize's aliases */
@@ -95,7 +113,9 @@ const quant_preset *quant_preset_find(const char *name) {
 
 const char *quant_preset_names(void) {
     return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, "
-           "Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, TQ1_0, TQ2_0, MXFP4_MOE (aliases Q3_K, Q4_K, Q5_K = "
+           "Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, TQ1_0, TQ2_0, MXFP4_MOE, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS "
+           "(the "
+           "last four with --imatrix; aliases Q3_K, Q4_K, Q5_K = "
            "the _M presets, MXFP4 = MXFP4_MOE)";
 }
 
@@ -108,7 +128,9 @@ typedef enum tensor_role {
     ROLE_ATTN_K,
     ROLE_FFN_DOWN,
     ROLE_ATTN_OUT,
-    ROLE_ATTN_QKV
+    ROLE_ATTN_QKV,
+    ROLE_ATTN_Q,
+    ROLE_ATTN_KV_B
 } tensor_role;
 
 /* Facts about one tensor; a rule holds when all the facts it names hold. */
@@ -173,6 +195,25 @@ static const struct mix_rule {
     {ROLE_ATTN_OUT, FT_Q3_K_L, C_NOT_FALCON | C_NOT_EXP8, COLI_Q5_K},
     {ROLE_ATTN_OUT, FT_Q3_K_L, C_FALCON, COLI_Q4_K},
 
+    /* de3ff815's IQ3_XXS with an importance matrix */
+    {ROLE_ATTN_V, FT_IQ3_XXS, C_GQA4, COLI_Q4_K},
+    {ROLE_ATTN_V, FT_IQ3_XXS, 0, COLI_IQ3_XXS},
+    {ROLE_ATTN_K, FT_IQ3_XXS, 0, COLI_IQ2_S},
+    {ROLE_ATTN_Q, FT_IQ3_XXS, 0, COLI_IQ2_S},
+    {ROLE_ATTN_OUT, FT_IQ3_XXS, C_NOT_FALCON | C_EXP8, COLI_Q5_K},
+    {ROLE_ATTN_OUT, FT_IQ3_XXS, C_NOT_FALCON | C_NOT_EXP8, COLI_IQ3_S},
+    {ROLE_ATTN_QKV, FT_IQ3_XXS, C_GQA4, COLI_Q4_K},
+    /* de3ff815's IQ3_S and IQ3_M */
+    {ROLE_ATTN_V, FT_IQ3_S, C_GQA4, COLI_Q4_K},
+    {ROLE_ATTN_QKV, FT_IQ3_S, C_GQA4, COLI_Q4_K},
+    {ROLE_ATTN_V, FT_IQ3_M, 0, COLI_Q4_K},
+    {ROLE_ATTN_QKV, FT_IQ3_M, 0, COLI_Q4_K},
+    {ROLE_FFN_DOWN, FT_IQ3_M, C_L_LT8, COLI_Q4_K},
+    {ROLE_FFN_DOWN, FT_IQ3_M, C_EXP8 | C_L_MORE, COLI_Q4_K},
+    {ROLE_ATTN_OUT, FT_IQ3_S, C_NOT_FALCON | C_EXP8, COLI_Q5_K},
+    {ROLE_ATTN_OUT, FT_IQ3_M, C_NOT_FALCON | C_EXP8, COLI_Q5_K},
+    {ROLE_ATTN_OUT, FT_IQ3_M, C_NOT_FALCON | C_NOT_EXP8, COLI_Q4_K},
+
     {ROLE_ATTN_QKV, FT_Q3_K_M, 0, COLI_Q4_K},
     {ROLE_ATTN_QKV, FT_Q3_K_L, 0, COLI_Q4_K},
     {ROLE_ATTN_QKV, FT_Q4_K_M, 0, COLI_Q5_K},
@@ -191,6 +232,8 @@ static tensor_role s_role(const char *name) {
     if (strstr(name, "ffn_down")) return ROLE_FFN_DOWN;
     if (strstr(name, "attn_output.weight")) return ROLE_ATTN_OUT;
     if (strstr(name, "attn_qkv.weight")) return ROLE_ATTN_QKV;
+    if (strstr(name, "attn_q.weight")) return ROLE_ATTN_Q;
+    if (strstr(name, "attn_kv_b.weight")) return ROLE_ATTN_KV_B;
     return ROLE_OTHER;
 }
 
@@ -242,6 +285,41 @@ static coli_dtype s_table_type(quant_mix *m, const coli_tensor *t) {
     return type;
 }
 
+/* de3ff815's 2-bit and 1-bit IQ presets (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
+ * IQ1_M; llama_tensor_get_type_impl's branch for them): attention value
+ * tensors Q4_K with GQA >= 4 or 4+ experts, else Q2_K (IQ3_S for IQ2_S);
+ * attn_k Q4_K with 8 experts; the first n_layer / 8 ffn_down tensors (in file
+ * order, shared experts counted) Q2_K (IQ3_S); attn_output Q5_K with 8
+ * experts, else IQ2_XXS for the 1-bit presets, IQ3_S for IQ2_S. */
+static coli_dtype s_lowbit_type(quant_mix *m, const coli_tensor *t) {
+    const tensor_role role = s_role(t->name);
+    const uint32_t ft = m->preset->ftype;
+    const int two_s = ft == FT_IQ2_S || ft == FT_IQ2_M;
+    const coli_dtype small = two_s ? COLI_IQ3_S : COLI_Q2_K;
+    coli_dtype type = m->preset->base;
+    if (role == ROLE_ATTN_V || role == ROLE_ATTN_QKV || role == ROLE_ATTN_KV_B) {
+        type = m->n_gqa >= 4 || m->n_expert >= 4 ? COLI_Q4_K : small;
+        m->i_attn_v++;
+    } else if (role == ROLE_ATTN_K && m->n_expert == 8) {
+        type = COLI_Q4_K;
+    } else if (role == ROLE_FFN_DOWN) {
+        if (m->i_ffn_down < (int)m->n_layer / 8) type = small;
+        m->i_ffn_down++;
+    } else if (role == ROLE_ATTN_OUT) {
+        if (m->n_expert == 8)
+            type = COLI_Q5_K;
+        else if (ft == FT_IQ1_S || ft == FT_IQ1_M)
+            type = COLI_IQ2_XXS;
+        else if (two_s)
+            type = COLI_IQ3_S;
+    }
+    return type;
+}
+
+static int s_lowbit(uint32_t ft) {
+    return ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ1_S || ft == FT_IQ2_S || ft == FT_IQ2_M || ft == FT_IQ1_M;
+}
+
 static int s_fits(coli_dtype type, int64_t n_in) { return n_in % coli_dtype_block_elems(type) == 0; }
 
 /* llama.cpp's fallback for a row length the block does not divide. */
@@ -250,7 +328,14 @@ static int s_fallback(const coli_tensor *t, coli_dtype type, coli_dtype *out) {
     switch (type) {
     case COLI_Q2_K:
     case COLI_Q3_K:
-    case COLI_IQ4_XS: fb = COLI_IQ4_NL; break;
+    case COLI_IQ4_XS:
+    case COLI_IQ2_XXS:
+    case COLI_IQ2_XS:
+    case COLI_IQ2_S:
+    case COLI_IQ3_XXS:
+    case COLI_IQ3_S:
+    case COLI_IQ1_S:
+    case COLI_IQ1_M: fb = COLI_IQ4_NL; break;
     case COLI_Q4_K: fb = COLI_Q5_0; break;
     case COLI_Q5_K: fb = COLI_Q5_1; break;
     case COLI_Q6_K: fb = COLI_Q8_0; break;
@@ -281,6 +366,8 @@ int quant_mix_type(quant_mix *m, const coli_tensor *t, coli_dtype *out) {
                 type = (coli_dtype)m->output_type;
             else if (mxfp4_moe || m->falcon || !s_fits(base, t->ne[0]))
                 type = COLI_Q8_0;
+            else if (s_lowbit(m->preset->ftype) || m->preset->ftype == FT_IQ3_XXS)
+                type = COLI_Q5_K;
             else if (base != COLI_Q8_0)
                 type = COLI_Q6_K;
         } else if (token_embd && m->token_embd_type >= 0) {
@@ -289,6 +376,11 @@ int quant_mix_type(quant_mix *m, const coli_tensor *t, coli_dtype *out) {
             type = t->ne[2] > 1 ? COLI_MXFP4 : COLI_Q8_0; /* experts, everything else */
         } else if (token_embd) {
             if (base == COLI_TQ1_0 || base == COLI_TQ2_0) type = COLI_Q4_K;
+            if (s_lowbit(m->preset->ftype))
+                type = m->preset->ftype == FT_IQ2_S || m->preset->ftype == FT_IQ2_M ? COLI_IQ3_S : COLI_Q2_K;
+            if (m->preset->ftype == FT_IQ3_XXS) type = COLI_IQ3_S;
+        } else if (s_lowbit(m->preset->ftype)) {
+            type = s_lowbit_type(m, t);
         } else {
             type = s_table_type(m, t);
         }

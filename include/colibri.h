@@ -121,6 +121,12 @@ typedef struct coli_model_info {
     int add_bos;                 /* 1 if prompts get BOS */
     const char *chat_template;   /* tokenizer.chat_template, NULL if absent */
     double load_seconds;
+    /* The state of one sequence (a context, a server slot): KV bytes per
+     * position (the attention layers, in the cache's type), and the bytes of
+     * the recurrent states of hybrid models (their linear-attention layers;
+     * 0 otherwise), whatever the length; a context also keeps up to two
+     * copies of these for the prefix cache. docs/architectures.md. */
+    size_t state_bytes_per_token, state_bytes_per_seq;
 } coli_model_info;
 /* A vocab_only model: arch is general.architecture as the file says ("" if
  * absent), n_vocab the vocabulary's size, the other counts 0. */
@@ -229,7 +235,10 @@ void coli_prefix_cache_free(coli_prefix_cache **pc);
  * a context of another model. */
 int coli_context_restore_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
 /* Keep the whole blocks of ids[0..n), the tokens ctx holds at positions
- * 0..n-1 (n <= its position). Returns the blocks added (>= 0), COLI_EINVAL
+ * 0..n-1 (n <= its position). Hybrid models (recurrent layers): only up to
+ * the last block end where a prefill of ctx since its restore kept the
+ * recurrent state (docs/api.md, "Prefix cache": a one-token coli_eval is a
+ * decode step and keeps none). Returns the blocks added (>= 0), COLI_EINVAL
  * (NULL arguments, n outside 0..position, another model's context) or
  * COLI_ENOMEM. */
 int coli_context_save_prefix(coli_context *ctx, coli_prefix_cache *pc, const int32_t *ids, int n);
@@ -358,6 +367,10 @@ typedef struct coli_quantize_params {
      * the file is written after the last call. */
     void (*progress)(void *user, int64_t n_done, int64_t n_total, uint64_t bytes_done, uint64_t bytes_total);
     void *progress_user;
+    /* Added without breaking the API (NULL = none): an importance matrix (llama-imatrix's GGUF or
+     * legacy .dat, or `coli imatrix`'s): the IQ grid types need one (IQ2_XXS, IQ2_XS, IQ2_S,
+     * IQ3_XXS, IQ1_S, IQ1_M); their presets are accepted with it. */
+    const char *imatrix;
 } coli_quantize_params;
 
 /* Write a copy of the GGUF at in_path to out_path with its 2-D/3-D weights

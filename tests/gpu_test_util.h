@@ -26,11 +26,13 @@
 #include "plugins/plugin_abi.h"
 
 static const coli_dtype gpu_test_dtypes[] = {
-    COLI_F32,  COLI_F16,  COLI_BF16, COLI_Q8_0,   COLI_Q4_0,              /* quantized by core */
-    COLI_Q4_1, COLI_Q5_0, COLI_Q5_1, COLI_IQ4_NL,                         /* random 32-value blocks */
-    COLI_Q2_K, COLI_Q3_K, COLI_Q4_K, COLI_Q5_K,   COLI_Q6_K, COLI_IQ4_XS, /* random super-blocks */
+    COLI_F32,   COLI_F16,     COLI_BF16,    COLI_Q8_0,   COLI_Q4_0,               /* quantized by core */
+    COLI_Q4_1,  COLI_Q5_0,    COLI_Q5_1,    COLI_IQ4_NL,                          /* random 32-value blocks */
+    COLI_Q2_K,  COLI_Q3_K,    COLI_Q4_K,    COLI_Q5_K,   COLI_Q6_K,  COLI_IQ4_XS, /* random super-blocks */
+    COLI_MXFP4, COLI_IQ2_XXS, COLI_IQ3_XXS, COLI_IQ2_XS, COLI_IQ2_S,              /* random low-bit blocks */
+    COLI_IQ3_S, COLI_IQ1_S,   COLI_IQ1_M,   COLI_TQ1_0,  COLI_TQ2_0,
 };
-#define GPU_TEST_N_DTYPES 15
+#define GPU_TEST_N_DTYPES 25
 
 /* 1 if the test matrices of type t come from core's quantizer, 0 if they are random blocks. */
 static inline int test_dtype_quantized_by_core(coli_dtype t) {
@@ -82,6 +84,17 @@ static inline void test_block_scales(coli_dtype t, int *d_off, int *m_off, float
         *d_off = offsetof(block_q5_K, d), *m_off = offsetof(block_q5_K, dmin), *unit = 480, *min_ratio = 15.5f;
         break;
     case COLI_Q6_K: *d_off = offsetof(block_q6_K, d), *unit = 1024; break;
+    /* the grid types: typical (sub-scale formula) x grid magnitude */
+    case COLI_IQ2_XXS:
+    case COLI_IQ2_XS:
+    case COLI_IQ2_S: *d_off = 0, *unit = 50; break;
+    case COLI_IQ3_XXS: *d_off = 0, *unit = 120; break;
+    case COLI_IQ3_S: *d_off = 0, *unit = 128; break;
+    case COLI_IQ1_S: *d_off = 0, *unit = 6; break;
+    case COLI_IQ1_M: *d_off = -1, *unit = 6; break; /* d in the scales' top nibbles */
+    case COLI_TQ1_0: *d_off = offsetof(block_tq1_0, d), *unit = 1; break;
+    case COLI_TQ2_0: *d_off = offsetof(block_tq2_0, d), *unit = 1; break;
+    case COLI_MXFP4: *d_off = -1, *unit = 5; break;                  /* an E8M0 exponent, no fp16 */
     default: *d_off = offsetof(block_iq4_xs, d), *unit = 960; break; /* COLI_IQ4_XS */
     }
 }
@@ -97,7 +110,13 @@ static inline void test_random_blocks(coli_dtype t, unsigned char *row, int64_t 
         unsigned char *blk = row + b * bb;
         const float d = scale / unit * (0.75f + 0.25f * test_rand(s));
         const uint16_t dh = coli_fp32_to_fp16(d);
-        memcpy(blk + d_off, &dh, 2);
+        if (t == COLI_MXFP4) /* the power of two nearest d: 2^(e - 128) */
+            blk[0] = (unsigned char)(128 + (int)lrintf(log2f(d)));
+        else if (t == COLI_IQ1_M) /* nibble i of d on top of scale word i */
+            for (int i = 0; i < 4; i++)
+                blk[48 + 2 * i + 1] = (unsigned char)((blk[49 + 2 * i] & 15) | ((dh >> (4 * i)) & 15) << 4);
+        else
+            memcpy(blk + d_off, &dh, 2);
         if (m_off >= 0) {
             const uint16_t mh = coli_fp32_to_fp16(d * min_ratio * (1.0f + 0.2f * test_rand(s)));
             memcpy(blk + m_off, &mh, 2);

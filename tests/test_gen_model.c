@@ -6,6 +6,10 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/cli_run.h"
 #include "colibri.h"
@@ -255,4 +259,72 @@ Test(gen_model, bad_arguments) {
     expect_usage_error(a6, "--dim");
     expect_usage_error(a7, "--dim");
     cr_expect(!cli_file_exists(out), "no file written on a usage error");
+}
+
+/* The bytes gen_model wrote before it streamed its output (it then held the
+ * whole model in memory): the streamed writer must give the same files. */
+static const struct {
+    const char *file, *sha256, *args;
+} s_recorded[] = {
+    {"tiny-llama-dense-f32.gguf", "620c3e0268af874f22e5bc0bef2a9ee5f6a8d8445c055cbd363066659f3f290c", NULL},
+    {"tiny-llama-moe-f16.gguf", "b23c412753918725bc96761d46922e1c2a6409f5c988cdb29d3574e98b75f7f3", NULL},
+    {"tiny-llama-moe-f32.gguf", "0d0920114460bd1ed8f05af5da63528dc80d35328c2a489f266342d26adf3bfc", NULL},
+    {"tiny-llama-moe-q4_0.gguf", "8d815be35b38b6290d4c74125b87bd0083cd60b3ecefb2626d733fc750fe754e", NULL},
+    {"tiny-llama-moe-q8_0.gguf", "bec8efbe5fbb3c105118d27084db3dff7437d62121a8b53a52889e99644bcb28", NULL},
+    {"tiny-olmoe-f32.gguf", "4d2dac6d06c7c4ed7228fcbbf3a3b8cd69b8e3df7f462d235eb47cfa5eea5fb7", NULL},
+    {"tiny-qwen2moe-f32.gguf", "2e73345ad8aecd5e5014529404e62c38644fd01517ceee1587e40ab2f827cb2a", NULL},
+    {"q7.gguf", "94c6f5a54aceaf74d91b1545f6f28823f2c47c919d89788622d3459b3925d7ad",
+     "--arch qwen2moe --dim 32 --heads 2 --kv-heads 1 --layers 1 --ffn 32 --seed 7"},
+    {"o5q4.gguf", "af0d80eb273d97857abeaa820f1fe7a397968e25b6393065016c2237fcdce19e",
+     "--arch olmoe --dtype Q4_0 --dim 64 --experts 6 --top-k 2 --ffn 96 --seed 5"},
+    {"l9q8.gguf", "ce1e15537a907da10c1732ba307b86d7d8a0764a5ab30e2c3ca5fde7a40613f0",
+     "--arch llama --dtype Q8_0 --dim 96 --heads 3 --kv-heads 1 --layers 3 --ffn 64 --experts 5 --seed 9"},
+    {"q11bf16.gguf", "987f2e31c53c08f68b33428155ead466e17734abb434633c70e9f9be191e8bae",
+     "--arch qwen2moe --dtype BF16 --dim 32 --heads 2 --kv-heads 1 --layers 2 --ffn 32 --seed 11"},
+    {"d12f16.gguf", "0cce46c06fffe45060be6cf4b329f5c6394a6ebfb0af69e15d24ffdd56909ae3",
+     "--arch llama --dense --dtype F16 --dim 32 --heads 2 --kv-heads 2 --layers 1 --ffn 64 --seed 12"},
+};
+
+Test(gen_model, streamed_output_matches_the_recorded_bytes) {
+    gen_all();
+    char cmd[1024], out[256];
+    for (size_t i = 0; i < sizeof s_recorded / sizeof s_recorded[0]; i++) {
+        if (s_recorded[i].args) {
+            snprintf(cmd, sizeof cmd, "'%s' %s '%s/%s'", s_gen, s_recorded[i].args, s_dir, s_recorded[i].file);
+            cr_assert_eq(system(cmd), 0, "%s", cmd);
+        }
+        snprintf(cmd, sizeof cmd, "sha256sum '%s/%s'", s_dir, s_recorded[i].file);
+        cr_assert_eq(cli_shell(cmd, out, sizeof out), 0, "%s", cmd);
+        cr_expect_eq(strncmp(out, s_recorded[i].sha256, 64), 0, "%s: sha256 %.64s, recorded %s", s_recorded[i].file,
+                     out, s_recorded[i].sha256);
+    }
+}
+
+/* Run gen_model and return the child's peak resident set in KiB. */
+static long run_peak_rss_kib(char *const argv[]) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int status = 0;
+    struct rusage ru;
+    cr_assert_eq(wait4(pid, &status, 0, &ru), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "gen_model failed: status %d", status);
+    return ru.ru_maxrss;
+}
+
+/* A 430 MB model: the writer that held the model peaked at the file's size;
+ * the streamed one holds a slice of rows (4 MiB) and the vocabulary. */
+Test(gen_model, peak_memory_is_far_below_the_file_size) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/big.gguf", s_dir);
+    char *argv[] = {s_gen,      "--arch", "llama",   "--dim", "1024",       "--ffn", "1024", "--experts", "16",
+                    "--layers", "2",      "--heads", "8",     "--kv-heads", "2",     path,   NULL};
+    long peak_kib = run_peak_rss_kib(argv);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_expect_gt(st.st_size, 400L << 20, "file is %lld bytes", (long long)st.st_size);
+    cr_expect_lt(peak_kib, 64L << 10, "peak RSS %ld KiB for a %lld-byte file", peak_kib, (long long)st.st_size);
 }

@@ -385,6 +385,41 @@ Test(gguf_write, honours_general_alignment_and_refuses_bad_input) {
     unlink(path);
 }
 
+/* A fill tensor writes n floats 1..n (n from its context). */
+static int fill_count(void *ctx, FILE *fp) {
+    int n = *(const int *)ctx;
+    for (int i = 1; i <= n; i++) {
+        float x = (float)i;
+        fwrite(&x, 4, 1, fp);
+    }
+    return 0;
+}
+
+/* Tensors filled at write time land where the header says, and a fill that
+ * writes the wrong byte count fails the write and leaves no file. */
+Test(gguf_write, fill_tensors_are_written_in_place_and_checked) {
+    gguf_writer *w = gguf_writer_new();
+    float v[3] = {7, 8, 9};
+    const int64_t ne[] = {3};
+    int three = 3, two = 2;
+    cr_assert_eq(gguf_writer_add_tensor_fill(w, "f", COLI_F32, 1, ne, 12, NULL, NULL), COLI_EINVAL);
+    cr_assert_eq(gguf_writer_add_tensor(w, "a", COLI_F32, 1, ne, v, sizeof v), 0);
+    cr_assert_eq(gguf_writer_add_tensor_fill(w, "f", COLI_F32, 1, ne, 12, fill_count, &three), 0);
+    char *path = temp_path();
+    cr_assert_eq(gguf_writer_write(w, path), 0, "%s", coli_last_error());
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(path, &f), 0, "%s", coli_last_error());
+    const float *a = gguf_find_tensor(f, "a")->data, *b = gguf_find_tensor(f, "f")->data;
+    cr_expect(a[0] == 7 && a[2] == 9 && b[0] == 1 && b[1] == 2 && b[2] == 3);
+    gguf_close(&f);
+    unlink(path);
+    cr_assert_eq(gguf_writer_add_tensor_fill(w, "g", COLI_F32, 1, ne, 12, fill_count, &two), 0);
+    cr_assert_eq(gguf_writer_write(w, path), COLI_EINTERNAL);
+    cr_expect_not_null(strstr(coli_last_error(), "tensor 'g': fill wrote 8 bytes"), "%s", coli_last_error());
+    cr_expect_neq(access(path, F_OK), 0, "a failed write leaves no file");
+    gguf_writer_free(&w);
+}
+
 /* Many tensors: the writer's name index grows and still finds duplicates. */
 Test(gguf_write, many_tensors_and_duplicate_detection) {
     gguf_writer *w = gguf_writer_new();

@@ -77,6 +77,16 @@ static void emu_matmul(int t, const void *W, int64_t n_in, int64_t n_out, const 
     case COLI_Q5_K: emu_matmul_t<COLI_Q5_K>(w, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q6_K: emu_matmul_t<COLI_Q6_K>(w, n_in, n_out, xp, n_rows, y); break;
     case COLI_IQ4_XS: emu_matmul_t<COLI_IQ4_XS>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_MXFP4: emu_matmul_t<COLI_MXFP4>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_TQ1_0: emu_matmul_t<COLI_TQ1_0>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_TQ2_0: emu_matmul_t<COLI_TQ2_0>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ2_XXS: emu_matmul_t<COLI_IQ2_XXS>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ2_XS: emu_matmul_t<COLI_IQ2_XS>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ2_S: emu_matmul_t<COLI_IQ2_S>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ3_XXS: emu_matmul_t<COLI_IQ3_XXS>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ3_S: emu_matmul_t<COLI_IQ3_S>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ1_S: emu_matmul_t<COLI_IQ1_S>(w, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ1_M: emu_matmul_t<COLI_IQ1_M>(w, n_in, n_out, xp, n_rows, y); break;
     default: cr_assert_fail("matmul type %d", t);
     }
 }
@@ -171,8 +181,8 @@ static void check_mix(coli_dtype g, coli_dtype u, coli_dtype d, int64_t n_embd, 
 /* Rows of more than 32 groups (down: n_ff / 32 = 37 or 40 groups): lanes
  * take several groups, the tiled kernel visits them in the lanes' order. */
 Test(gpu_emu, long_rows_keep_the_one_summation_order) {
-    const coli_dtype types[] = {COLI_F16, COLI_Q4_1, COLI_Q4_K, COLI_Q6_K};
-    for (int i = 0; i < 4; i++) {
+    const coli_dtype types[] = {COLI_F16, COLI_Q4_1, COLI_Q4_K, COLI_Q6_K, COLI_IQ2_XXS};
+    for (int i = 0; i < 5; i++) {
         const int super = gpu_block_elems(types[i]) == 256;
         test_expert te;
         cr_assert_eq(test_expert_make(&te, 0, i, types[i], super ? 256 : 96, super ? 1280 : 1184, 700 + (uint64_t)i),
@@ -185,9 +195,11 @@ Test(gpu_emu, long_rows_keep_the_one_summation_order) {
 
 Test(gpu_emu, mixed_weight_types_prepare_each_input_for_its_own_type) {
     check_mix(COLI_F16, COLI_Q4_0, COLI_BF16, 64, 96);
-    check_mix(COLI_Q3_K, COLI_Q3_K, COLI_Q4_K, 256, 512);     /* llama.cpp's Q3_K_M experts */
-    check_mix(COLI_Q4_K, COLI_Q6_K, COLI_Q5_0, 256, 256);     /* Q8_K input shared, Q8_0 hidden */
-    check_mix(COLI_IQ4_NL, COLI_Q4_1, COLI_IQ4_XS, 256, 512); /* Q8_0 then Q8_1 input, Q8_K hidden */
+    check_mix(COLI_Q3_K, COLI_Q3_K, COLI_Q4_K, 256, 512);          /* llama.cpp's Q3_K_M experts */
+    check_mix(COLI_Q4_K, COLI_Q6_K, COLI_Q5_0, 256, 256);          /* Q8_K input shared, Q8_0 hidden */
+    check_mix(COLI_IQ4_NL, COLI_Q4_1, COLI_IQ4_XS, 256, 512);      /* Q8_0 then Q8_1 input, Q8_K hidden */
+    check_mix(COLI_IQ2_XXS, COLI_IQ2_XXS, COLI_IQ3_XXS, 256, 512); /* a low-bit "UD" mix: grids of two types */
+    check_mix(COLI_MXFP4, COLI_IQ1_M, COLI_TQ2_0, 256, 512);       /* Q8_0 then Q8_K input, Q8_K hidden */
 }
 
 Test(gpu_emu, emulator_refuses_what_the_hardware_refuses) {

@@ -51,6 +51,21 @@ Test(gpu_host, bad_fault_specs_are_named) {
     }
 }
 
+/* What the plugin uploads at open is core's codebooks, whole, in
+ * gpu_grids' order (gpu_blocks_iq.h). */
+Test(gpu_host, grid_sources_are_cores_tables_in_struct_order) {
+    const void *src[GPU_HOST_GRIDS];
+    size_t bytes[GPU_HOST_GRIDS];
+    gpu_grid_sources(src, bytes);
+    const void *want[GPU_HOST_GRIDS] = {coli_iq2xxs_grid, coli_iq2xs_grid,  coli_iq2s_grid,
+                                        coli_iq1s_grid,   coli_iq3xxs_grid, coli_iq3s_grid};
+    const size_t want_bytes[GPU_HOST_GRIDS] = {256 * 8, 512 * 8, 1024 * 8, 2048 * 8, 256 * 4, 512 * 4};
+    for (int i = 0; i < GPU_HOST_GRIDS; i++) {
+        cr_assert_eq(src[i], want[i], "table %d", i);
+        cr_assert_eq(bytes[i], want_bytes[i], "table %d: %zu bytes", i, bytes[i]);
+    }
+}
+
 Test(gpu_host, default_budget_keeps_a_reserve) {
     const uint64_t gib = 1ull << 30;
     cr_assert_eq(gpu_reserve_bytes(8 * gib), gib);       /* small card: 1 GiB */

@@ -228,7 +228,7 @@ Test(gpu_math, block_shapes_match_core_for_every_type) {
         cr_assert_eq(gpu_row_bytes(t, 512), coli_row_bytes(t, 512), "%s", coli_dtype_name(t));
         cr_assert_eq(gpu_dtype_supported(t), i < GPU_TEST_N_DTYPES, "%s", coli_dtype_name(t));
     }
-    cr_assert(!gpu_dtype_supported(16) && !gpu_dtype_supported(99), "IQ2_XXS / unknown");
+    cr_assert(!gpu_dtype_supported(24) && !gpu_dtype_supported(36) && !gpu_dtype_supported(99), "unknown types");
 }
 
 /* Every element, bit for bit: what gpu_weight_value gives (the kernels'

@@ -258,9 +258,9 @@ Test(gpu_plugin, unknown_types_and_partial_blocks_are_refused) {
     moe_device *dev = open_dev(&g, 0, NULL);
     char err[256] = "";
     moe_expert_desc d = te.desc;
-    d.up_type = 16; /* IQ2_XXS: a GGML type the kernels do not take */
+    d.up_type = COLI_Q8_K; /* a GGML type the kernels do not take: an activation format only */
     cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EUNSUPPORTED);
-    cr_assert(strstr(err, "up weight type 16 not supported"), "%s", err);
+    cr_assert(strstr(err, "up weight type 15 not supported"), "%s", err);
     d = te.desc;
     d.n_embd = 288; /* a multiple of 32, not of Q4_K's 256 */
     cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EUNSUPPORTED);
@@ -396,9 +396,11 @@ Test(gpu_plugin, caps_and_stats_account_for_what_is_held_and_done) {
     moe_device *dev = open_dev(&g, 0, NULL);
     moe_caps caps;
     cr_assert_eq(g.p->get_caps(dev, &caps), 0);
-    uint32_t want = 0;
-    for (int i = 0; i < GPU_TEST_N_DTYPES; i++) want |= 1u << gpu_test_dtypes[i];
-    cr_assert_eq(caps.dtype_mask, want, "dtype mask %#x, want %#x", caps.dtype_mask, want);
+    uint64_t want = 0; /* types 32..63 (TQ1_0, TQ2_0, MXFP4) in the ABI 1.3 high word */
+    for (int i = 0; i < GPU_TEST_N_DTYPES; i++) want |= 1ull << gpu_test_dtypes[i];
+    cr_assert_eq(caps.dtype_mask, (uint32_t)want, "dtype mask %#x, want %#x", caps.dtype_mask, (uint32_t)want);
+    cr_assert_eq(caps.dtype_mask_hi, (uint32_t)(want >> 32), "dtype mask hi %#x, want %#x", caps.dtype_mask_hi,
+                 (uint32_t)(want >> 32));
     cr_assert(caps.memory_total > 0 && caps.memory_budget > 0 && caps.memory_budget < caps.memory_total);
     cr_assert(caps.device_name[0]);
     test_expert te[3];

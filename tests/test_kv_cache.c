@@ -1,11 +1,17 @@
 /*
  * test_kv_cache.c - the KV cache layouts: separate K and V widths (qwen3moe,
  * deepseek2's decompressed heads) and values inside the keys (deepseek2's
- * latent cache); bytes per token as docs/architectures.md states them.
+ * latent cache); bytes per token as docs/architectures.md states them. The
+ * sequence state of hybrid models: KV rows only for attention layers, a
+ * recurrent state per linear layer, zeroed at position 0, its snapshots
+ * dropped when the sequence is rewritten before them; the prefix cache keeps
+ * and restores them, and only up to a block that has one.
  */
 #include <criterion/criterion.h>
 
+#include "coordinator/forward.h"
 #include "coordinator/kv_cache.h"
+#include "coordinator/prefix_cache.h"
 #include "coordinator/model.h"
 #include "core/error.h"
 #include "tests/ref_models.h"
@@ -61,4 +67,115 @@ Test(kv_cache, deepseek2_decompressed_bytes) {
     cr_expect_eq(kv_cache_bytes_per_token(&c), 3840);
     kv_cache_free(&c);
     model_close(&m);
+}
+
+/* Layers 0, 1, 3 recurrent (8 floats each), 2 and 4 with KV rows of 4 + 4. */
+static const uint8_t s_hybrid_layers[5] = {1, 1, 0, 1, 0};
+
+static void s_hybrid(kv_cache *c, int n_ctx) {
+    const kv_shape sh = {.n_layer = 5, .k_dim = 4, .v_dim = 4, .recurrent = s_hybrid_layers, .rec_floats = 8};
+    cr_assert_eq(kv_cache_init_shape(c, &sh, n_ctx), 0, "%s", coli_last_error());
+}
+
+Test(kv_cache, hybrid_layout) {
+    kv_cache c;
+    s_hybrid(&c, 8);
+    cr_expect_eq(c.n_kv, 2);
+    cr_expect_eq(c.n_rec, 3);
+    cr_expect_eq(kv_cache_bytes_per_token(&c), (size_t)2 * 8 * 4, "only the attention layers keep rows");
+    cr_expect_eq(kv_cache_rec_bytes(&c), (size_t)3 * 8 * 4);
+    cr_expect(!kv_cache_has_kv(&c, 3) && kv_cache_has_kv(&c, 4));
+    const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+    kv_cache_store(&c, 2, 7, 1, a, a);
+    kv_cache_store(&c, 4, 0, 1, b, b);
+    cr_expect_eq(((const float *)kv_cache_k(&c, 2, 7))[3], 4.0f, "layer 2's rows are not layer 4's");
+    cr_expect_eq(((const float *)kv_cache_v(&c, 4, 0))[0], 5.0f);
+    float *r1 = kv_cache_rec(&c, 1), *r3 = kv_cache_rec(&c, 3);
+    cr_expect_eq(r3 - r1, 8, "recurrent states 1 and 2 of 8 floats");
+    r1[0] = 9.0f;
+    kv_cache_snapshot(&c, 16);
+    r1[0] = 10.0f;
+    kv_cache_snapshot(&c, 32);
+    r1[0] = 11.0f;
+    kv_cache_snapshot(&c, 48); /* replaces the oldest, 16 */
+    cr_expect_null(kv_cache_snap_at(&c, 16));
+    cr_expect_eq(kv_cache_snap_at(&c, 32)[8], 10.0f);
+    kv_cache_rewind(&c, 40); /* the sequence is rewritten after 40: the snapshot at 48 is another one's */
+    cr_expect_null(kv_cache_snap_at(&c, 48));
+    cr_expect_not_null(kv_cache_snap_at(&c, 32));
+    cr_expect_eq(r1[0], 11.0f, "a rewind after 0 keeps the state");
+    kv_cache_rewind(&c, 0);
+    cr_expect_eq(r1[0], 0.0f, "a new sequence starts from zero");
+    cr_expect_null(kv_cache_snap_at(&c, 32));
+    kv_cache_free(&c);
+    const kv_shape bad = {.n_layer = 2, .k_dim = 4, .v_dim = 4, .recurrent = s_hybrid_layers, .rec_floats = 0};
+    cr_expect_eq(kv_cache_init_shape(&c, &bad, 8), COLI_EINVAL, "recurrent layers without a state");
+}
+
+/* Positions 0..n-1 of c hold rows and a state derived from the sequence
+ * (salt: which one); snapshots at each multiple of 16 in snaps. */
+static void s_fill(kv_cache *c, int n, float salt, const int *snaps, int n_snaps) {
+    kv_cache_rewind(c, 0);
+    for (int p = 0, s = 0; p <= n; p++) {
+        for (int l = 0; l < 5; l++) {
+            float row[4] = {salt, (float)p, (float)l, 1.0f};
+            if (!s_hybrid_layers[l] && p < n) kv_cache_store(c, l, p, 1, row, row);
+            if (s_hybrid_layers[l]) kv_cache_rec(c, l)[0] = salt + (float)p;
+        }
+        if (s < n_snaps && snaps[s] == p) kv_cache_snapshot(c, snaps[s++]);
+    }
+}
+
+Test(kv_cache, prefix_cache_keeps_snapshots) {
+    const kv_shape sh = {.n_layer = 5, .k_dim = 4, .v_dim = 4, .recurrent = s_hybrid_layers, .rec_floats = 8};
+    prefix_cache *pc = NULL;
+    cr_assert_eq(prefix_cache_new(&sh, 16, (size_t)1 << 20, &pc), 0);
+    kv_cache a, b;
+    s_hybrid(&a, 64);
+    s_hybrid(&b, 64);
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = i * 3 + 1;
+    /* 40 positions, a snapshot at 16 only: one block kept (the second would end without a state) */
+    const int at16[1] = {16};
+    s_fill(&a, 40, 100.0f, at16, 1);
+    cr_assert_eq(prefix_cache_store(pc, 0, &a, ids, 40), 1);
+    kv_cache_rec(&b, 0)[0] = 77.0f;
+    cr_assert_eq(prefix_cache_restore(pc, 0, &b, ids, 64, 63), 16);
+    cr_expect_eq(kv_cache_rec(&b, 0)[0], 116.0f, "the state after 16 positions");
+    cr_expect_eq(((const float *)kv_cache_k(&b, 4, 15))[1], 15.0f);
+    /* 48 positions with snapshots at 16 and 48: the block ending at 32 is kept for its rows */
+    const int both[2] = {16, 48};
+    s_fill(&a, 48, 200.0f, both, 2);
+    int32_t other[64];
+    for (int i = 0; i < 64; i++) other[i] = i * 5 + 2;
+    cr_assert_eq(prefix_cache_store(pc, 0, &a, other, 48), 3);
+    cr_assert_eq(prefix_cache_restore(pc, 0, &b, other, 64, 63), 48);
+    cr_expect_eq(kv_cache_rec(&b, 3)[0], 248.0f);
+    cr_assert_eq(prefix_cache_restore(pc, 0, &b, other, 40, 39), 16, "32 ends without a state: back to 16");
+    cr_expect_eq(kv_cache_rec(&b, 3)[0], 216.0f);
+    cr_expect_not_null(kv_cache_snap_at(&b, 16), "a restored state is the sequence's snapshot there");
+    other[20] = 0; /* differs inside the second block: no restore past the first */
+    cr_assert_eq(prefix_cache_restore(pc, 0, &b, other, 64, 63), 16);
+    /* no match at all: a fresh sequence, state zero */
+    ids[0] = 999;
+    cr_assert_eq(prefix_cache_restore(pc, 0, &b, ids, 64, 63), 0);
+    cr_expect_eq(kv_cache_rec(&b, 0)[0], 0.0f);
+    prefix_cache_counters st;
+    prefix_cache_get_counters(pc, &st);
+    cr_expect_eq(st.bytes, (size_t)4 * (16 * 2 * 8 * 4) + 3 * (3 * 8 * 4), "rows of 4 blocks, 3 snapshots");
+    kv_cache_free(&a);
+    kv_cache_free(&b);
+    prefix_cache_free(&pc);
+}
+
+/* Passes of a hybrid model end on multiples of FORWARD_REC_CHUNK when they can. */
+Test(kv_cache, hybrid_passes_split_on_chunks) {
+    uint8_t rec[1] = {1};
+    model m = {.recurrent = rec}, plain = {0};
+    cr_expect_eq(forward_split(&m, 10, 1000, 100), 64);
+    cr_expect_eq(forward_split(&m, 64, 1000, 512), 576);
+    cr_expect_eq(forward_split(&m, 64, 100, 512), 100, "the end itself");
+    cr_expect_eq(forward_split(&m, 70, 1000, 30), 128, "no multiple within reach: the next one");
+    cr_expect_eq(forward_split(&m, 70, 110, 30), 110, "... or the end, if nearer");
+    cr_expect_eq(forward_split(&plain, 10, 1000, 100), 110);
 }

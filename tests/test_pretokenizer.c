@@ -118,9 +118,9 @@ Test(pretok_regex, collapsed_categories) {
     expect_regex("\\p{L}+", "héllo wörld", "héllo| |wörld");
     // \p{N}: U+0663 ARABIC-INDIC DIGIT THREE and U+00BD VULGAR FRACTION ONE HALF are numbers
     expect_regex("\\p{N}+", "x\u0663\u00BDy", "x|\u0663\u00BD|y");
-    // \p{S} of the collapsed text lists $+<=>^`| for ASCII (llama.cpp's table),
-    // so '~' is no symbol there, while U+00A9 (c) is one
-    expect_regex("\\p{S}+", "a~b\u00A9", "a~b|\u00A9");
+    // \p{S} of the collapsed text lists $+<=>^`|~ for ASCII (llama.cpp de3ff815's
+    // table), and U+00A9 (c) is one
+    expect_regex("\\p{S}+", "a~b\u00A9", "a|~|b|\u00A9");
     // \p{M}: U+0301 COMBINING ACUTE ACCENT
     expect_regex("[\\p{L}\\p{M}]+", "e\u0301!", "e\u0301|!");
     // non-ASCII white space (U+3000) counts for \s
@@ -180,6 +180,72 @@ Test(pretok_preset, qwen2) {
 
 // deepseek-v3: \p{N}{1,3}, then [一-龥぀-ゟ゠-ヿ]+, then
 // [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// qwen35 (Qwen3.5/3.6): Qwen2's regex with combining marks (\p{M}) counted
+// with letters, and left out of the punctuation run.
+Test(pretok_preset, qwen35) {
+    // [\p{L}\p{M}]+ keeps e + U+0301 + te one word (qwen2 splits before the mark)
+    expect_split("qwen35", "e\u0301te", "e\u0301te");
+    expect_split("qwen2", "e\u0301te", "e|\u0301te");
+    // a mark after a letter stays with it; '!' is then a punctuation run of its own
+    // (qwen2: "x" then " ?[^\s\p{L}\p{N}]+" takes the mark with the '!')
+    expect_split("qwen35", "x\u0301!", "x\u0301|!");
+    expect_split("qwen2", "x\u0301!", "x|\u0301!");
+    // \p{N}: one digit per word; contractions any case; punctuation takes trailing CR LF
+    expect_split("qwen35", "2024\u5E74", "2|0|2|4|\u5E74");
+    expect_split("qwen35", "don'T stop", "don|'T| stop");
+    expect_split("qwen35", "Hello, World!\r\n", "Hello|,| World|!\r\n");
+    // \s*[\r\n]+ then \s+(?!\S) leaves one space for the word after it
+    expect_split("qwen35", "a \n   b", "a| \n|  | b");
+}
+
+// glm4 (GLM-4.5/4.6/4.7 and GLM-5): llama.cpp's CHATGLM4 regex, the Llama 3 one
+// (\p{N}{1,3}, case-blind contractions), and no BOS id unless the file gives one.
+Test(pretok_preset, glm4) {
+    expect_split("glm4", "x'LL 12345", "x|'LL| |123|45");
+    expect_split("glm4", "\u4F60\u597D, GLM!\n\nok", "\u4F60\u597D|,| GLM|!\n\n|ok");
+    coli_tokenizer t;
+    memset(&t, 0, sizeof t);
+    t.bos = 11;
+    cr_assert_eq(tok_pre_setup(&t, "glm4", 4), 0, "%s", coli_last_error());
+    cr_expect(!t.ignore_merges && t.bos == -1, "glm4: no BOS id by default");
+    tok_pre_free(&t);
+}
+
+// gpt-4o (o200k: gpt-oss; also llama4, kanana2, talkie, minimax-m2): as llama.cpp
+// runs it, on the collapsed text where every non-ASCII letter is one marker that
+// is both "not a-z" and "not A-Z". Its alternatives in order:
+//   P?U*L+C? | P?U+L*C? | \p{N}{1,3} | " ?[^\s\p{L}\p{N}]+[\r\n/]*" | \s*[\r\n]+ | \s+(?!\S) | \s+
+// with P = [^\r\n\p{L}\p{N}], U = a letter not a-z, L = a letter not A-Z,
+// C = a contraction ('s 't 're 've 'm 'll 'd, any case).
+Test(pretok_preset, gpt4o) {
+    // P?U*L+C? takes " World's"; 12345 -> 123|45; all capitals: U+ (second alternative)
+    expect_split("gpt-4o", "Hello World's 12345 HELLO", "Hello| World's| |123|45| HELLO");
+    // a contraction only follows letters: I + 'M by U+C?, "don" + 'T by U*L+C?
+    expect_split("gpt-4o", "I'M don'T", "I'M| don'T");
+    // case changes split words: U* L+ (XMLP + arser)
+    expect_split("gpt-4o", "camelCaseXMLParser", "camel|Case|XMLParser");
+    // U* takes ÉCOLE, L+ then needs a lower-case letter: backtracking gives back
+    // letters down to É (a non-ASCII letter is L too): "É", then COLE by U+
+    expect_split("gpt-4o", "\u00C9COLE", "\u00C9|COLE");
+    expect_split("llama4", "\u00C9cole", "\u00C9cole");
+    // CJK: one run of letters; a punctuation run of its own
+    expect_split("gpt-4o", "\u4F60\u597D\u4E16\u754C!!", "\u4F60\u597D\u4E16\u754C|!!");
+    // the punctuation run takes the newlines after it; P before letters joins them
+    expect_split("gpt-4o", "Hi!!!\n\nok", "Hi|!!!\n\n|ok");
+    expect_split("gpt-4o", "path/to/x", "path|/to|/x");
+    // \s*[\r\n]+ ends at the last newline; \s+(?!\S) leaves a space for " b"
+    expect_split("gpt-4o", "a  \n  b", "a|  \n| | b");
+    // emoji are neither letters nor numbers: " ?[^\s\p{L}\p{N}]+" with its space
+    expect_split("gpt-4o", "ok \U0001F600\U0001F600!", "ok| \U0001F600\U0001F600!");
+    // digit groups of three, any script (Arabic-Indic digits are \p{N})
+    expect_split("gpt-4o", "1234567", "123|456|7");
+    expect_split("minimax-m2", "x\u0661\u0662\u0663\u0664", "x|\u0661\u0662\u0663|\u0664");
+    // a combining mark is neither: it is the P before the letters after it
+    expect_split("gpt-4o", "e\u0301te", "e|\u0301te");
+    // a tab is P; a newline is not; trailing white space is one word
+    expect_split("gpt-4o", "\nHello\tworld  ", "\n|Hello|\tworld|  ");
+}
+
 Test(pretok_preset, deepseek_v3) {
     expect_split("deepseek-v3", "1234567", "123|456|7");
     // kanji, hiragana and katakana stay one word, the Latin letters another
@@ -190,9 +256,11 @@ Test(pretok_preset, deepseek_v3) {
     expect_split("deepseek-v3", "(x+y)", "(x|+y|)");
     // marks join letters: [\p{L}\p{M}]+
     expect_split("deepseek-v3", "e\u0301te", "e\u0301te");
-    // '~' is neither \p{P} nor \p{S} in llama.cpp's collapsed text: the space
-    // before it is a word by itself (\s+), '~' matches nothing and stays alone
-    expect_split("deepseek-v3", "a ~ b", "a| |~| b");
+    // '~' is \p{S} in llama.cpp de3ff815's collapsed text (it was not before):
+    // " ?[\p{P}\p{S}]+[\r\n]*" takes it with the space before it
+    expect_split("deepseek-v3", "a ~ b", "a| ~| b");
+    // and it is no [^\r\n\p{L}\p{P}\p{S}] before a non-ASCII letter any more: "~" then "é"
+    expect_split("deepseek-v3", "~\u00E9", "~|\u00E9");
 }
 
 // deepseek-llm: [\r\n], \s?[cased letters]+, \s?[ASCII and full-width punct]+, \s+$,
@@ -240,8 +308,9 @@ Test(pretok_preset, flags_and_unknown_names) {
     cr_expect(!t.ignore_merges && t.bos == -1, "chatglm-bpe: no BOS id by default");
     tok_pre_free(&t);
     static const char *const names[] = {
-        "llama-bpe", "qwen2", "deepseek-llm", "deepseek-v3", "deepseek-coder", "falcon",      "starcoder", "refact",
-        "mpt",       "gpt-2", "dbrx",         "command-r",   "smollm",         "chatglm-bpe", "default",   "olmo",
+        "llama-bpe", "qwen2",  "deepseek-llm", "deepseek-v3", "deepseek-coder", "falcon",      "starcoder",  "refact",
+        "mpt",       "gpt-2",  "dbrx",         "command-r",   "smollm",         "chatglm-bpe", "default",    "olmo",
+        "glm4",      "qwen35", "gpt-4o",       "llama4",      "kanana2",        "talkie",      "minimax-m2",
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         memset(&t, 0, sizeof t);
@@ -343,8 +412,9 @@ static uint32_t s_lcg(uint32_t *s) {
 
 Test(pretok_fuzz, every_preset_covers_the_text) {
     static const char *const names[] = {
-        "default", "llama-bpe", "dbrx",  "chatglm-bpe", "deepseek-llm", "deepseek-coder", "deepseek-v3",
-        "falcon",  "starcoder", "gpt-2", "jina-es",     "qwen2",        "poro-chat",      "viking",
+        "default",     "llama-bpe", "dbrx",      "chatglm-bpe", "deepseek-llm", "deepseek-coder",
+        "deepseek-v3", "falcon",    "starcoder", "gpt-2",       "jina-es",      "qwen2",
+        "poro-chat",   "viking",    "glm4",      "qwen35",      "gpt-4o",
     };
     // bytes weighted toward what the regexes care about: spaces, newlines,
     // digits, apostrophes, punctuation, and UTF-8 lead/continuation bytes

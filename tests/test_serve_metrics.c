@@ -163,6 +163,25 @@ Test(serve_metrics, expert_cache_counters_show_and_pass_promtool) {
     su_stop(&p);
 }
 
+Test(serve_metrics, disk_tier_counters_show_and_pass_promtool) {
+    char model[4096];
+    const char *extra[] = {"--devices", "inproc@ram=20K", NULL};
+    serve_proc p = su_start(su_model(model, sizeof model), extra);
+    http_resp r = su_post(p.port, "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"seed\":5}");
+    cr_assert_eq(r.status, 200, "%s", r.raw);
+    su_free(&r);
+    r = su_get(p.port, "/metrics");
+    char out[8192];
+    cr_expect_eq(s_promtool(r.body, out, sizeof out), 0, "promtool: %s", out);
+    cr_expect_gt(s_sample(r.body, "colibri_disk_tier_reads_total"), 0, "%s", r.body);
+    cr_expect_gt(s_sample(r.body, "colibri_disk_tier_read_bytes_total"), 0, "%s", r.body);
+    cr_expect_gt(s_sample(r.body, "colibri_disk_tier_misses_total"), 0, "%s", r.body);
+    cr_expect_eq(s_sample(r.body, "colibri_disk_tier_budget_bytes"), 20480, "%s", r.body);
+    cr_expect_geq(s_sample(r.body, "colibri_disk_tier_read_latency_seconds{quantile=\"0.99\"}"), 0, "%s", r.body);
+    su_free(&r);
+    su_stop(&p);
+}
+
 Test(serve_metrics, healthy_run_says_ok) {
     char model[4096];
     serve_proc p = su_start(su_model(model, sizeof model), NULL);

@@ -69,6 +69,103 @@ Test(serve_reasoning, every_prefix_is_a_prefix_of_the_end) {
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) s_expect_monotone(texts[i]);
 }
 
+/* The answer t streamed step bytes at a time under syntax: the deltas
+ * reasoning_next hands out, concatenated into r and c (cap bytes each). */
+static void s_stream(int syntax, const char *t, size_t step, char *r, char *c, size_t cap) {
+    const size_t n = strlen(t);
+    size_t sent_r = 0, sent_c = 0, raw_end = 0;
+    r[0] = c[0] = '\0';
+    for (size_t len = 0;; len = len + step < n ? len + step : n) {
+        reasoning_delta d = reasoning_next(syntax, t, len, len == n, &sent_r, &sent_c);
+        cr_assert(d.reasoning && d.content);
+        cr_assert_lt(strlen(r) + d.reasoning_len, cap);
+        cr_assert_lt(strlen(c) + d.content_len, cap);
+        strncat(r, d.reasoning, d.reasoning_len);
+        strncat(c, d.content, d.content_len);
+        cr_assert_leq(d.raw_end, len);
+        cr_assert_geq(d.raw_end, raw_end, "raw_end went back at %zu of [%s]", len, t);
+        raw_end = d.raw_end;
+        reasoning_delta_free(&d);
+        if (len == n) break;
+    }
+}
+
+/* The final split of t under syntax, and the same streamed by every step
+ * from 1 (a boundary inside every marker) to 9 bytes. */
+static void s_expect_parts(int syntax, const char *t, const char *reasoning, const char *content) {
+    size_t sent_r = 0, sent_c = 0;
+    reasoning_delta d = reasoning_next(syntax, t, strlen(t), 1, &sent_r, &sent_c);
+    cr_expect_str_eq(d.reasoning, reasoning, "reasoning of [%s]", t);
+    cr_expect_str_eq(d.content, content, "content of [%s]", t);
+    reasoning_delta_free(&d);
+    for (size_t step = 1; step <= 9; step++) {
+        char r[512], c[512];
+        s_stream(syntax, t, step, r, c, sizeof r);
+        cr_expect_str_eq(r, reasoning, "[%s] streamed by %zu: reasoning", t, step);
+        cr_expect_str_eq(c, content, "[%s] streamed by %zu: content", t, step);
+    }
+}
+
+#define HA_ANALYSIS "<|channel|>analysis<|message|>"
+#define HA_NEXT "<|end|><|start|>assistant"
+
+/* gpt-oss: the analysis channel is the reasoning, the final (and a commentary
+ * preamble) the content; markers belong to neither, even cut by a chunk. */
+Test(serve_reasoning, harmony_split_and_stream) {
+    const int h = CHAT_SYNTAX_HARMONY;
+    s_expect_parts(h, HA_ANALYSIS "Need 2 + 2.<|end|><|start|>assistant<|channel|>final<|message|>It is 4.",
+                   "Need 2 + 2.", "It is 4.");
+    s_expect_parts(h,
+                   HA_ANALYSIS "A1" HA_NEXT "<|channel|>commentary<|message|>Pre" HA_NEXT HA_ANALYSIS "A2" HA_NEXT
+                               "<|channel|>final<|message|>F",
+                   "A1A2", "PreF");
+    /* gpt-oss-20b's stray commentary channel before the analysis one */
+    s_expect_parts(h, "<|channel|>commentary to=assistant" HA_ANALYSIS "think" HA_NEXT "<|channel|>final<|message|>ok",
+                   "think", "ok");
+    /* cut off by max_tokens inside the analysis: what looked like a marker is text after all */
+    s_expect_parts(h, HA_ANALYSIS "thinking <|en", "thinking <|en", "");
+    s_expect_parts(h, "<|channel|>final<|message|>only the answer", "", "only the answer");
+    s_expect_parts(h, "a model that left the format", "", "a model that left the format");
+    s_expect_parts(h, "<|channel|>analys", "", "<|channel|>analys"); /* a header never finished */
+    s_expect_parts(h, "", "", "");
+    /* a partial marker is held back, not sent */
+    char r[64], c[64];
+    size_t sr = 0, sc = 0;
+    const char *t = HA_ANALYSIS "abc<|e";
+    reasoning_delta d = reasoning_next(h, t, strlen(t), 0, &sr, &sc);
+    cr_expect_str_eq(d.reasoning, "abc");
+    reasoning_delta_free(&d);
+    s_stream(h, "<|chan", 1, r, c, sizeof r);
+    cr_expect_str_eq(c, "<|chan", "final: not a header after all");
+}
+
+#define K_THINK_END "<|close|>think<|sep|>"
+#define K_RESPONSE "<|open|>response<|sep|>"
+#define K_END "<|close|>response<|sep|><|close|>message<|sep|>"
+
+/* Kimi K3: the think section is the reasoning, the response the content. */
+Test(serve_reasoning, kimi_split_and_stream) {
+    const int k = CHAT_SYNTAX_KIMI_THINK;
+    s_expect_parts(k, "Let me see." K_THINK_END K_RESPONSE "It is 4." K_END, "Let me see.", "It is 4.");
+    s_expect_parts(k, "R" K_RESPONSE "A", "R", "A"); /* the think closer skipped: the response opener ends it */
+    s_expect_parts(k, "thinking <|clo", "thinking <|clo", ""); /* cut off: not a marker after all */
+    s_expect_parts(k, "", "", "");
+    /* the prompt opened the response (thinking off) */
+    s_expect_parts(CHAT_SYNTAX_KIMI, "Answer." K_END, "", "Answer.");
+    s_expect_parts(CHAT_SYNTAX_KIMI, "Answer cut", "", "Answer cut");
+}
+
+/* Qwen3.5's prompt opens the thought: the answer starts inside it. */
+Test(serve_reasoning, think_open_split_and_stream) {
+    const int o = CHAT_SYNTAX_THINK_OPEN;
+    s_expect_parts(o, "Let me think.\n</think>\n\nAnswer.", "Let me think.", "Answer.");
+    s_expect_parts(o, "still thinking when cut", "still thinking when cut", "");
+    s_expect_parts(o, "\n\n</think>\n\nplain", "", "plain");
+    s_expect_parts(o, "", "", "");
+    /* the same text without the open prompt is all answer */
+    s_expect_parts(CHAT_SYNTAX_THINK, "Let me think.\n</think>\n\nAnswer.", "", "Let me think.\n</think>\n\nAnswer.");
+}
+
 /* The stream's arithmetic: the text arriving a few bytes at a time (as
  * tokens make it), the deltas reasoning_next hands out add up to the final
  * parts exactly. */
@@ -82,10 +179,11 @@ Test(serve_reasoning, deltas_add_up) {
             char r[128] = "", c[128] = "";
             size_t sent_r = 0, sent_c = 0;
             for (size_t len = 0;; len = len + step < n ? len + step : n) {
-                reasoning_delta d = reasoning_next(t, len, len == n, &sent_r, &sent_c);
+                reasoning_delta d = reasoning_next(CHAT_SYNTAX_THINK, t, len, len == n, &sent_r, &sent_c);
                 strncat(r, d.reasoning, d.reasoning_len);
                 strncat(c, d.content, d.content_len);
                 cr_assert_leq(d.raw_end, len);
+                reasoning_delta_free(&d);
                 if (len == n) break;
             }
             reasoning_split end = reasoning_split_text(t, n, 1);

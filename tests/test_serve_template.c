@@ -49,8 +49,9 @@ Test(serve_template, family_from_template_then_architecture) {
 
 static char *s_render(chat_family f, const chat_message *m, int n, const char *default_system) {
     char *out = NULL, err[256] = "";
-    int rc = chat_render(f, m, n, &(chat_options){"<s>", "</s>", default_system, CHAT_THINKING_DEFAULT}, &out, err,
-                         sizeof err);
+    int rc = chat_render(
+        f, m, n, &(chat_options){"<s>", "</s>", default_system, CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT, NULL}, &out,
+        err, sizeof err);
     cr_assert_eq(rc, 0, "render failed: %s", err);
     return out;
 }
@@ -97,36 +98,44 @@ Test(serve_template, olmo_layout) {
 Test(serve_template, conversations_a_template_cannot_express) {
     char *out = NULL, err[256];
     const chat_message bad_role[] = {{"tool", "x"}};
-    cr_expect_eq(chat_render(CHAT_CHATML, bad_role, 1, &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT}, &out, err,
+    cr_expect_eq(chat_render(CHAT_CHATML, bad_role, 1,
+                             &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT, NULL}, &out, err,
                              sizeof err),
                  -1);
     cr_expect(strstr(err, "messages[0].role: 'tool'") != NULL, "%s", err);
     const chat_message twice[] = {{"user", "a"}, {"user", "b"}};
-    cr_expect_eq(chat_render(CHAT_MISTRAL, twice, 2, &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT}, &out,
-                             err, sizeof err),
+    cr_expect_eq(chat_render(CHAT_MISTRAL, twice, 2,
+                             &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT, NULL},
+                             &out, err, sizeof err),
                  -1);
     cr_expect(strstr(err, "messages[1]") && strstr(err, "alternating"), "%s", err);
     const chat_message late_system[] = {{"user", "a"}, {"system", "b"}};
-    cr_expect_eq(chat_render(CHAT_MISTRAL, late_system, 2, &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT},
+    cr_expect_eq(chat_render(CHAT_MISTRAL, late_system, 2,
+                             &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT, NULL},
                              &out, err, sizeof err),
                  -1);
     cr_expect(strstr(err, "messages[1]: a system message must come first") != NULL, "%s", err);
     const chat_message only_system[] = {{"system", "a"}};
-    cr_expect_eq(chat_render(CHAT_MISTRAL, only_system, 1, &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT},
+    cr_expect_eq(chat_render(CHAT_MISTRAL, only_system, 1,
+                             &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT, NULL},
                              &out, err, sizeof err),
                  -1);
     cr_expect(strstr(err, "no user message") != NULL, "%s", err);
     const chat_message ok[] = {{"user", "a"}};
-    cr_expect_eq(
-        chat_render(CHAT_UNKNOWN, ok, 1, &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT}, &out, err, sizeof err),
-        -1);
+    cr_expect_eq(chat_render(CHAT_UNKNOWN, ok, 1,
+                             &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT, NULL}, &out, err,
+                             sizeof err),
+                 -1);
     cr_expect(strstr(err, "not one colibri knows") != NULL, "%s", err);
-    cr_expect_eq(
-        chat_render(CHAT_OLMO, ok, 0, &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT}, &out, err, sizeof err), -1);
+    cr_expect_eq(chat_render(CHAT_OLMO, ok, 0,
+                             &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT, NULL}, &out, err,
+                             sizeof err),
+                 -1);
     cr_expect(strstr(err, "empty") != NULL, "%s", err);
     const chat_message null_content[] = {{"user", NULL}};
-    cr_expect_eq(chat_render(CHAT_OLMO, null_content, 1, &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT}, &out,
-                             err, sizeof err),
+    cr_expect_eq(chat_render(CHAT_OLMO, null_content, 1,
+                             &(chat_options){"", "", NULL, CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT, NULL}, &out, err,
+                             sizeof err),
                  -1);
     cr_expect_null(out);
 }
@@ -180,8 +189,9 @@ Test(serve_template, new_families_detected_and_named) {
 static char *s_render_thinking(chat_family f, const chat_message *m, int n, const char *bos, const char *eos,
                                int thinking) {
     char *out = NULL, err[256] = "";
-    cr_assert_eq(chat_render(f, m, n, &(chat_options){bos, eos, NULL, thinking}, &out, err, sizeof err), 0,
-                 "render failed: %s", err);
+    cr_assert_eq(chat_render(f, m, n, &(chat_options){bos, eos, NULL, thinking, CHAT_EFFORT_DEFAULT, NULL}, &out, err,
+                             sizeof err),
+                 0, "render failed: %s", err);
     return out;
 }
 
@@ -350,12 +360,15 @@ Test(serve_template, serve_uses_the_chosen_template) {
 Test(serve_template, qwen3_enable_thinking) {
     const chat_message m[] = {{"user", "Hi"}};
     char *out = NULL, err[256] = "";
-    cr_assert_eq(chat_render(CHAT_QWEN3, m, 1, &(chat_options){"", "<|im_end|>", NULL, 0}, &out, err, sizeof err), 0,
-                 "%s", err);
+    cr_assert_eq(chat_render(CHAT_QWEN3, m, 1, &(chat_options){"", "<|im_end|>", NULL, 0, CHAT_EFFORT_DEFAULT, NULL},
+                             &out, err, sizeof err),
+                 0, "%s", err);
     cr_expect_str_eq(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
     free(out);
     char *on = NULL, *unset = s_render_with(CHAT_QWEN3, m, 1, "", "<|im_end|>");
-    cr_assert_eq(chat_render(CHAT_QWEN3, m, 1, &(chat_options){"", "<|im_end|>", NULL, 1}, &on, err, sizeof err), 0);
+    cr_assert_eq(chat_render(CHAT_QWEN3, m, 1, &(chat_options){"", "<|im_end|>", NULL, 1, CHAT_EFFORT_DEFAULT, NULL},
+                             &on, err, sizeof err),
+                 0);
     cr_expect_str_eq(on, unset);
     free(on);
     free(unset);
@@ -364,7 +377,9 @@ Test(serve_template, qwen3_enable_thinking) {
     for (int i = 0; i < 6; i++)
         for (int t = 0; t <= 1; t++) {
             out = NULL;
-            cr_expect_eq(chat_render(others[i], m, 1, &(chat_options){"<s>", "</s>", NULL, t}, &out, err, sizeof err),
+            cr_expect_eq(chat_render(others[i], m, 1,
+                                     &(chat_options){"<s>", "</s>", NULL, t, CHAT_EFFORT_DEFAULT, NULL}, &out, err,
+                                     sizeof err),
                          -1, "%s took enable_thinking", chat_family_name(others[i]));
             cr_expect_null(out);
             cr_expect(strstr(err, "chat_template_kwargs.enable_thinking") && strstr(err, chat_family_name(others[i])),
@@ -375,7 +390,8 @@ Test(serve_template, qwen3_enable_thinking) {
 static int s_parse_kwargs(const char *json, int *thinking, char *err, size_t cap) {
     cJSON *kw = cJSON_Parse(json);
     cr_assert_not_null(kw, "%s", json);
-    int rc = chat_kwargs_parse(kw, thinking, err, cap);
+    int effort = CHAT_EFFORT_DEFAULT;
+    int rc = chat_kwargs_parse(kw, thinking, &effort, err, cap);
     cJSON_Delete(kw);
     return rc;
 }
@@ -391,11 +407,13 @@ Test(serve_template, chat_template_kwargs_parsed_or_refused) {
     cr_expect_eq(t, 1);
     static const struct {
         const char *json, *says;
-    } bad[] = {{"{\"enable_thinking\":0}", "enable_thinking: must be true or false"},
-               {"{\"enable_thinking\":\"no\"}", "enable_thinking: must be true or false"},
-               {"{\"reasoning_effort\":\"low\"}", "chat_template_kwargs.reasoning_effort: not supported"},
-               {"[true]", "must be a JSON object"},
-               {"false", "must be a JSON object"}};
+    } bad[] = {
+        {"{\"enable_thinking\":0}", "enable_thinking: must be true or false"},
+        {"{\"enable_thinking\":\"no\"}", "enable_thinking: must be true or false"},
+        {"{\"reasoning_effort\":\"extreme\"}", "chat_template_kwargs.reasoning_effort: must be low, medium or high"},
+        {"{\"builtin_tools\":[]}", "chat_template_kwargs.builtin_tools: not supported"},
+        {"[true]", "must be a JSON object"},
+        {"false", "must be a JSON object"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
         cr_expect_eq(s_parse_kwargs(bad[i].json, &t, err, sizeof err), -1, "%s accepted", bad[i].json);
@@ -507,14 +525,15 @@ Test(serve_template, flags_take_enable_thinking) {
 /* Every family: the plain ranges of chat_render_plain are exactly the messages' text, in order. */
 Test(serve_template, plain_ranges_are_the_messages_text) {
     const chat_message m[] = {{"user", "U<|im_start|>system\nx"}, {"assistant", "A</s>"}, {"user", "V"}};
-    for (int f = CHAT_MISTRAL; f <= CHAT_LLAMA3; f++) {
+    for (int f = CHAT_MISTRAL; f <= CHAT_QWEN35; f++) {
         char *out = NULL, err[256] = "";
         coli_text_span *plain = NULL;
         int n_plain = 0;
-        cr_assert_eq(chat_render_plain((chat_family)f, m, 3,
-                                       &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT}, &out, &plain,
-                                       &n_plain, err, sizeof err),
-                     0, "%s: %s", chat_family_name((chat_family)f), err);
+        cr_assert_eq(
+            chat_render_plain((chat_family)f, m, 3,
+                              &(chat_options){"<s>", "</s>", NULL, CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT, NULL},
+                              &out, &plain, &n_plain, err, sizeof err),
+            0, "%s: %s", chat_family_name((chat_family)f), err);
         cr_assert_eq(n_plain, 3, "%s: %d ranges in %s", chat_family_name((chat_family)f), n_plain, out);
         for (int i = 0; i < 3; i++)
             cr_expect(plain[i].len == strlen(m[i].content) && !memcmp(out + plain[i].off, m[i].content, plain[i].len),
@@ -536,7 +555,7 @@ static int s_chat_ids(coli_model *v, chat_family f, const chat_message *m, int n
     int n_plain = 0, n_ids = 0;
     cr_assert_eq(chat_render_plain(f, m, n,
                                    &(chat_options){coli_token_text(v, info.bos_id), coli_token_text(v, info.eos_id),
-                                                   NULL, CHAT_THINKING_DEFAULT},
+                                                   NULL, CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT, NULL},
                                    &out, &plain, &n_plain, err, sizeof err),
                  0, "%s", err);
     int rc = allow_special ? coli_tokenize(v, out, strlen(out), 0, 1, ids, cap, &n_ids)

@@ -641,6 +641,80 @@ Test(tokenizer_bpe, special_tokens_and_bytes) {
     coli_tokenizer_free(&tok);
 }
 
+// A vocabulary of six control tokens named so, then the bytes. gpt-oss
+// (o200k_harmony): <|start|> <|channel|> <|message|> <|end|> <|return|> and,
+// when with_call, <|call|> (else an unrelated "<|cal|>").
+static coli_tokenizer *markers_tiny(const char *const names[6]) {
+    static char bytes[256][4];
+    const char *tokens[6 + 256] = {names[0], names[1], names[2], names[3], names[4], names[5]};
+    int32_t types[6 + 256] = {3, 3, 3, 3, 3, 3};
+    for (unsigned b = 0; b < 256; b++) {
+        gpt2_byte_utf8(b, bytes[b]);
+        tokens[6 + b] = bytes[b];
+        types[6 + b] = 1;
+    }
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-4o");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 6 + 256);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, 6 + 256);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", tokens, 0);
+    coli_tokenizer *tok = tok_from_writer(w);
+    gguf_writer_free(&w);
+    return tok;
+}
+
+static coli_tokenizer *harmony_tiny(int with_call) {
+    const char *const names[6] = {"<|start|>", "<|channel|>", "<|message|>",
+                                  "<|end|>",   "<|return|>",  with_call ? "<|call|>" : "<|cal|>"};
+    return markers_tiny(names);
+}
+
+static void expect_piece(const coli_tokenizer *tok, int32_t id, const char *want) {
+    const char *b;
+    size_t n;
+    cr_assert_eq(coli_tokenizer_bytes(tok, id, &b, &n), 0);
+    cr_expect(n == strlen(want) && memcmp(b, want, n) == 0, "token %d renders '%.*s', expected '%s'", id, (int)n, b,
+              want);
+}
+
+/* As llama.cpp: the message-header markers are rendered (the reasoning split
+ * needs them in the text); <|return|> and <|call|> end generation, and then
+ * <|end|> (between the analysis and the final answer) does not, and is rendered. */
+Test(tokenizer_bpe, harmony_markers) {
+    coli_tokenizer *tok = harmony_tiny(1);
+    cr_expect(coli_tokenizer_is_eog(tok, 4) && coli_tokenizer_is_eog(tok, 5), "<|return|> and <|call|> end");
+    cr_expect(!coli_tokenizer_is_eog(tok, 3), "<|end|> only ends a message");
+    expect_piece(tok, 1, "<|channel|>");
+    expect_piece(tok, 2, "<|message|>");
+    expect_piece(tok, 0, "<|start|>");
+    expect_piece(tok, 3, "<|end|>");
+    expect_piece(tok, 4, "");
+    // still control tokens: parsed in a template's text, plain text in a message's
+    // (llama.cpp makes them user-defined, matched everywhere: a message could forge a turn)
+    expect_ids(tok, "<|end|>x", 0, 1, IDS(3, 6 + 'x'), "marker parsed");
+    expect_ids(tok, "<|end|>", 0, 0, IDS(6 + '<', 6 + '|', 6 + 'e', 6 + 'n', 6 + 'd', 6 + '|', 6 + '>'),
+               "marker in plain text");
+    coli_tokenizer_free(&tok);
+    // without <|call|> the vocabulary is not harmony's: <|end|> stays an end of generation
+    tok = harmony_tiny(0);
+    cr_expect(coli_tokenizer_is_eog(tok, 3) && coli_tokenizer_is_eog(tok, 4));
+    expect_piece(tok, 3, "");
+    expect_piece(tok, 1, "<|channel|>");
+    coli_tokenizer_free(&tok);
+    // Kimi K3's section markers are shown where the vocabulary has them all and <|end_of_msg|>
+    const char *const kimi[6] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>", "<|x|>", "<|y|>"};
+    tok = markers_tiny(kimi);
+    expect_piece(tok, 0, "<|open|>");
+    expect_piece(tok, 2, "<|sep|>");
+    expect_piece(tok, 4, "");
+    coli_tokenizer_free(&tok);
+    const char *const no_eom[6] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_mg|>", "<|x|>", "<|y|>"};
+    tok = markers_tiny(no_eom);
+    expect_piece(tok, 0, "");
+    coli_tokenizer_free(&tok);
+}
+
 Test(tokenizer_bpe, bad_metadata) {
     gguf_writer *w = bpe_writer("klingon", 1);
     expect_load_error(w, COLI_EUNSUPPORTED, "unknown pre-tokenizer 'klingon'");

@@ -18,7 +18,11 @@
  * style (scores, byte fallback) for llama/qwen2moe, GPT-2 byte-level BPE
  * (merges) for olmoe.
  *
- * Output is deterministic: the same arguments give the same bytes.
+ * Output is deterministic: the same arguments give the same bytes. It is
+ * streamed: each tensor's values are drawn (from the generator jumped to the
+ * tensor's place in the stream) while the file is written, a slice of rows
+ * at a time, so a model far larger than memory can be made; memory is the
+ * vocabulary plus one slice.
  */
 #include <errno.h>
 #include <math.h>
@@ -425,20 +429,25 @@ static int s_write_vocab(gguf_writer *w, const model_cfg *c, const vocab *v) {
 // ----------------------------------------------------------------------------
 // weights
 
+/* One tensor, planned but not generated: its values are drawn only while the
+ * file is written (s_fill_tensor), so memory stays one slice of rows. */
 typedef struct gen_tensor {
     char name[64];
     int n_dims;
     int64_t ne[3];   /* GGML order: ne[0] innermost */
-    float *values;   /* generated F32 values */
+    char kind;       /* 'm' matrix, 'e' embedding, 'n' norm, 'b' bias */
+    float scale;     /* standard deviation of the draws */
+    int64_t first;   /* index of its first value in the stream of normals */
     coli_dtype type; /* stored type */
-    void *stored;    /* values converted to type (== values for F32) */
     size_t nbytes;
+    const rng *base; /* the generator right after seeding */
 } gen_tensor;
 
 typedef struct gen_weights {
     gen_tensor *t;
     int n, cap;
-    rng r;
+    int64_t n_normals; /* normals drawn by the tensors planned so far */
+    rng base;
 } gen_weights;
 
 /* The make_models.py rule: 2-D/3-D *.weight tensors take the file's type;
@@ -451,25 +460,76 @@ static coli_dtype s_stored_type(const char *name, int n_dims, coli_dtype dtype) 
     return dtype;
 }
 
+/* Advance the PCG32 state by delta steps in O(log delta) (Brown's LCG jump). */
+static void s_rng_advance(rng *r, uint64_t delta) {
+    uint64_t mult = 6364136223846793005ULL, plus = r->inc, acc_mult = 1, acc_plus = 0;
+    for (; delta > 0; delta >>= 1) {
+        if (delta & 1) {
+            acc_mult *= mult;
+            acc_plus = acc_plus * mult + plus;
+        }
+        plus = (mult + 1) * plus;
+        mult *= mult;
+    }
+    r->state = acc_mult * r->state + acc_plus;
+}
+
+/* The generator positioned at normal number k of the stream: pair k/2 of
+ * Box-Muller takes four u32 draws; an odd k starts on the pair's spare. */
+static void s_rng_at(rng *r, const rng *base, int64_t k) {
+    *r = *base;
+    s_rng_advance(r, 4 * (uint64_t)(k / 2));
+    if (k % 2) s_rng_normal(r);
+}
+
 /* kind: 'm' matrix (gain/sqrt(ne[0])), 'e' embedding N(0,1), 'n' norm, 'b' bias. */
 static int s_gen_add(gen_weights *g, const char *name, char kind, float gain, int n_dims, int64_t ne0, int64_t ne1,
                      int64_t ne2) {
     if (g->n >= g->cap) return coli_fail(COLI_EINTERNAL, "gen_model: tensor table full at '%s'", name);
-    gen_tensor *t = &g->t[g->n];
+    gen_tensor *t = &g->t[g->n++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->n_dims = n_dims;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
     t->ne[2] = ne2;
-    int64_t n = ne0 * ne1 * ne2;
-    t->values = malloc((size_t)n * sizeof(float));
-    if (!t->values) return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory", name);
-    g->n++;
-    float scale = kind == 'm' ? gain / sqrtf((float)ne0) : kind == 'e' ? 1.0f : 0.1f;
-    for (int64_t i = 0; i < n; i++) {
-        float x = s_rng_normal(&g->r) * scale;
-        t->values[i] = kind == 'n' ? 1.0f + x : x;
+    t->kind = kind;
+    t->scale = kind == 'm' ? gain / sqrtf((float)ne0) : kind == 'e' ? 1.0f : 0.1f;
+    t->first = g->n_normals;
+    t->base = &g->base;
+    g->n_normals += ne0 * ne1 * ne2;
+    return 0;
+}
+
+/* Rows per slice: about 1 M values (4 MiB), at least one row. */
+#define FILL_VALUES (1 << 20)
+
+/* gguf_tensor_fill: draw the tensor's values slice by slice, convert each
+ * row to the stored type and write it. */
+static int s_fill_tensor(void *ctx, FILE *fp) {
+    const gen_tensor *t = ctx;
+    int64_t rows = t->ne[1] * t->ne[2], ne0 = t->ne[0];
+    int64_t per = FILL_VALUES / ne0 > 0 ? FILL_VALUES / ne0 : 1;
+    size_t row_bytes = coli_row_bytes(t->type, ne0);
+    float *vals = malloc((size_t)(per * ne0) * sizeof *vals);
+    char *out = t->type == COLI_F32 ? (char *)vals : malloc((size_t)per * row_bytes);
+    if (!vals || !out) {
+        free(vals);
+        return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory", t->name);
     }
+    rng r;
+    s_rng_at(&r, t->base, t->first);
+    for (int64_t r0 = 0; r0 < rows; r0 += per) {
+        int64_t nr = rows - r0 < per ? rows - r0 : per;
+        for (int64_t i = 0; i < nr * ne0; i++) {
+            float x = s_rng_normal(&r) * t->scale;
+            vals[i] = t->kind == 'n' ? 1.0f + x : x;
+        }
+        for (int64_t k = 0; k < nr && t->type != COLI_F32; k++)
+            coli_quantize_row(t->type, vals + k * ne0, out + (size_t)k * row_bytes, ne0);
+        fwrite(out, row_bytes, (size_t)nr, fp);
+    }
+    if (out != (char *)vals) free(out);
+    free(vals);
     return 0;
 }
 
@@ -521,14 +581,14 @@ static int s_gen_layer_ffn(gen_weights *g, const model_cfg *c, int il) {
     return rc;
 }
 
-/* Generate every tensor in make_models.py's order (the order of the draws
- * defines the model), then convert each to its stored type. */
+/* Plan every tensor in make_models.py's order (the order of the draws
+ * defines the model) with its stored type and size; nothing is drawn yet. */
 static int s_gen_all(gen_weights *g, const model_cfg *c) {
     memset(g, 0, sizeof *g);
     g->cap = 3 + (int)c->n_layer * 20;
     g->t = calloc((size_t)g->cap, sizeof *g->t);
     if (!g->t) return coli_fail(COLI_ENOMEM, "gen_model: out of memory");
-    s_rng_seed(&g->r, c->seed);
+    s_rng_seed(&g->base, c->seed);
     int rc = s_gen_add(g, "token_embd.weight", 'e', 0, 2, c->n_embd, c->n_vocab, 1);
     if (!rc) rc = s_gen_add(g, "output_norm.weight", 'n', 0, 1, c->n_embd, 1, 1);
     if (!rc) rc = s_gen_add(g, "output.weight", 'm', 2.0f, 2, c->n_embd, c->n_vocab, 1);
@@ -538,27 +598,13 @@ static int s_gen_all(gen_weights *g, const model_cfg *c) {
     }
     for (int i = 0; i < g->n && !rc; i++) {
         gen_tensor *t = &g->t[i];
-        int64_t rows = t->ne[1] * t->ne[2];
         t->type = s_stored_type(t->name, t->n_dims, c->dtype);
-        size_t row_bytes = coli_row_bytes(t->type, t->ne[0]);
-        t->nbytes = row_bytes * (size_t)rows;
-        if (t->type == COLI_F32) {
-            t->stored = t->values;
-            continue;
-        }
-        t->stored = malloc(t->nbytes);
-        if (!t->stored) return coli_fail(COLI_ENOMEM, "tensor '%s': out of memory", t->name);
-        for (int64_t r = 0; r < rows; r++)
-            coli_quantize_row(t->type, t->values + r * t->ne[0], (char *)t->stored + (size_t)r * row_bytes, t->ne[0]);
+        t->nbytes = coli_row_bytes(t->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2]);
     }
     return rc;
 }
 
 static void s_gen_free(gen_weights *g) {
-    for (int i = 0; i < g->n; i++) {
-        if (g->t[i].stored != g->t[i].values) free(g->t[i].stored);
-        free(g->t[i].values);
-    }
     free(g->t);
     memset(g, 0, sizeof *g);
 }
@@ -624,8 +670,8 @@ static int s_write_tensors(gguf_writer *w, const model_cfg *c, gen_weights *g) {
     if (c->dtype != COLI_F32) qsort(order, (size_t)g->n, sizeof *order, s_tensor_order);
     int rc = 0;
     for (int i = 0; i < g->n && !rc; i++) {
-        const gen_tensor *t = order[i];
-        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->stored, t->nbytes);
+        gen_tensor *t = order[i];
+        rc = gguf_writer_add_tensor_fill(w, t->name, t->type, t->n_dims, t->ne, t->nbytes, s_fill_tensor, order[i]);
     }
     free(order);
     return rc;

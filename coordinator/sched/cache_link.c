@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "coordinator/sched/expert_cache.h"
+#include "coordinator/sched/expert_predict.h"
 #include "coordinator/sched/sched_internal.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
@@ -30,9 +31,7 @@ typedef struct cache_worker {
     int64_t *missed;   /* (slots) this layer's misses, each once */
     unsigned char *in_missed;
     int n_missed;
-    coli_scratch scratch; /* the next layer's router (prefetch) */
-    float *logits;        /* (n_tok, n_expert) of that router */
-    size_t cap_logits;
+    expert_predictor pred; /* the next layer's router (prefetch) */
 } cache_worker;
 
 static size_t s_slots(const sched *s) { return (size_t)s->model.n_layer * (size_t)s->model.n_expert; }
@@ -43,8 +42,7 @@ static void s_cw_free(cache_worker *cw) {
     free(cw->seq_of);
     free(cw->missed);
     free(cw->in_missed);
-    free(cw->logits);
-    coli_scratch_free(&cw->scratch);
+    expert_predictor_free(&cw->pred);
     free(cw);
 }
 
@@ -78,6 +76,10 @@ int cache_setup(sched *s, const uint64_t *heat) {
             ec_params p;
             ec_default_params(&p);
             p.margin = (double)s->set.cache_margin_pct / 100.0;
+            cw->pred = (expert_predictor){.gguf = s->cfg.gguf,
+                                          .n_embd = s->model.n_embd,
+                                          .n_expert = s->model.n_expert,
+                                          .k = s->cfg.n_expert_used};
             cw->ec = ec_new(s->model.n_layer, s->model.n_expert, s->model.expert_bytes, w->dev.budget, &p);
             cw->seq_of = calloc(n, sizeof *cw->seq_of);
             cw->missed = calloc(n, sizeof *cw->missed);
@@ -292,55 +294,8 @@ void cache_after_layer(sched *s, int64_t n_tok) {
 }
 
 // ---------------------------------------------------------------------------
-// Prefetch: layer l+1's router applied to layer l's MoE input (what layer l's
-// router saw) predicts l+1's experts before the attention of l+1 runs. A
-// softmax keeps the order of logits, so the top k logits are its choice
-// (selection biases and expert groups, where a model has them, are left out
-// of the prediction). The loads overlap with layer l's experts.
-
-/* Layer's router logits for x (n_tok rows) into cw->logits; 0 or an error code. */
-static int s_next_router(sched *s, cache_worker *cw, int layer, const float *x, int64_t n_tok) {
-    char name[64];
-    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", layer);
-    const coli_tensor *t = s->cfg.gguf ? gguf_find_tensor(s->cfg.gguf, name) : NULL;
-    if (!t || t->ne[0] != s->model.n_embd || t->ne[1] != s->model.n_expert) return COLI_EINVAL;
-    size_t need = (size_t)n_tok * (size_t)s->model.n_expert;
-    if (need > cw->cap_logits) {
-        float *l = realloc(cw->logits, need * sizeof *l);
-        if (!l) return COLI_ENOMEM;
-        cw->logits = l;
-        cw->cap_logits = need;
-    }
-    return coli_matmul(NULL, &cw->scratch, t->data, t->type, s->model.n_embd, s->model.n_expert, x, n_tok, cw->logits);
-}
-
-/* The predicted slots of layer (each token's k best logits), most often predicted first. */
-static int s_predict(sched *s, cache_worker *cw, int layer, int64_t n_tok, int64_t *cand) {
-    const int X = s->model.n_expert, K = s->cfg.n_expert_used > 0 ? s->cfg.n_expert_used : 1;
-    int votes[1024] = {0};
-    if (X > 1024) return 0;
-    for (int64_t t = 0; t < n_tok; t++) {
-        const float *lg = cw->logits + (size_t)t * (size_t)X;
-        unsigned char taken[1024] = {0};
-        for (int j = 0; j < K && j < X; j++) {
-            int best = -1;
-            for (int e = 0; e < X; e++)
-                if (!taken[e] && (best < 0 || lg[e] > lg[best])) best = e;
-            taken[best] = 1;
-            votes[best]++;
-        }
-    }
-    int n = 0;
-    for (int e = 0; e < X; e++)
-        if (votes[e]) cand[n++] = (int64_t)layer * X + e;
-    for (int i = 1; i < n; i++) { /* most votes first, then expert order */
-        int64_t v = cand[i];
-        int j = i;
-        for (; j > 0 && votes[cand[j - 1] % X] < votes[v % X]; j--) cand[j] = cand[j - 1];
-        cand[j] = v;
-    }
-    return n;
-}
+// Prefetch: the next layer's likely experts (expert_predict.h) are loaded
+// while layer l's experts run.
 
 void cache_prefetch(sched *s, int layer, const float *x, int64_t n_tok) {
     const int next = layer + 1;
@@ -349,9 +304,9 @@ void cache_prefetch(sched *s, int layer, const float *x, int64_t n_tok) {
         worker_link *w = &s->w[i];
         cache_worker *cw = w->cache;
         if (!cw || w->state != LINK_UP) continue;
-        if (s_next_router(s, cw, next, x, n_tok) != 0) return; /* no usable router: no prediction */
         int64_t cand[1024];
-        int n = s_predict(s, cw, next, n_tok, cand), m = 0;
+        int n = expert_predict(&cw->pred, next, x, n_tok, cand), m = 0;
+        if (!n) return; /* no usable router: no prediction */
         for (int k = 0; k < n; k++)
             if (cw->ec->state[cand[k]] == EC_NONE) cand[m++] = cand[k];
         ec_action act[64];

@@ -42,6 +42,8 @@ static int s_budget(const char *s, uint64_t *out) {
     return 0;
 }
 
+int sched_parse_budget(const char *s, uint64_t *out) { return s_budget(s, out); }
+
 int sched_add_device(device_spec *out, int cap, int *n, const char *plugin, int index, uint64_t budget) {
     if (*n >= cap) return coli_fail(COLI_EINVAL, "devices: more than %d workers", cap);
     device_spec *d = &out[(*n)++];
@@ -170,6 +172,10 @@ static int s_parse_device(char *item, device_spec *out, int cap, int *n, int *in
                              "devices: '%s=%s': bad memory budget '%s' (want bytes > 0 with K, M or G, e.g. 20G)", item,
                              eq + 1, eq + 1);
     }
+    if (!strcmp(item, "inproc@ram") && eq) { /* the disk tier (disk_tier.c): its budget was checked above */
+        *inproc = 1;
+        return 0;
+    }
     int threads = 0;
     char *at = strncmp(item, "remote:", 7) ? strchr(item, '@') : NULL;
     if (at) { /* cpu:N@T: T compute threads each */
@@ -196,7 +202,7 @@ static int s_parse_device(char *item, device_spec *out, int cap, int *n, int *in
     if (which < 0)
         return coli_fail(COLI_EINVAL,
                          "devices: unknown device '%s' (known: cpu[:N], cuda:I[=BUDGET], "
-                         "hip:I[=BUDGET], xdna, remote:tcp://HOST:PORT[=BUDGET], auto, inproc)",
+                         "hip:I[=BUDGET], xdna, remote:tcp://HOST:PORT[=BUDGET], auto, inproc, inproc@ram=SIZE)",
                          item);
     int v = s_index(item, name_len, idx_end);
     if (v < 0 || (which == 0 && item[name_len] == ':' && v == 0))

@@ -49,6 +49,11 @@ typedef struct device_spec {
 int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, int *inproc);
 /* Append one device (plugin, index, budget; no endpoint) to out[*n]; COLI_EINVAL when cap are there. */
 int sched_add_device(device_spec *out, int cap, int *n, const char *plugin, int index, uint64_t budget);
+/* Bytes this process may still use: MemAvailable, or the room left under
+ * its memory cgroup when that is less (mem_limit.c); 0 when unknown. */
+uint64_t sched_memory_allowed(void);
+/* A memory size as --devices writes it (8G, 512M, 1.5G); 0 or COLI_EINVAL naming it. */
+int sched_parse_budget(const char *s, uint64_t *out);
 /* CPU workers of "auto" (from the core count). */
 int sched_default_cpu_workers(void);
 /* Replace each "auto" entry (plugin "auto", the default) by one worker per

@@ -584,8 +584,10 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out) {
     sched_workers ws;
     int rc = sched_workers_of(&s->set, cfg->devices, devs, SCHED_MAX_WORKERS, &ws, s->verbose), n = ws.n;
     if (rc == 0 && n == 0) { /* "inproc", or auto found no accelerator (docs/scheduler.md) */
-        s_destroy(&s->base);
-        return moe_exec_inproc_new(cfg, out);
+        uint64_t ram = 0;    /* "inproc@ram=SIZE", or a file larger than memory: the disk tier */
+        rc = moe_exec_ram_budget(cfg->devices, cfg->gguf, &s->set, &ram);
+        s_destroy(&s->base); /* (the two-host hook: a host's experts could fall back to it too) */
+        return rc ? rc : ram ? moe_exec_disk_new(cfg, ram, out) : moe_exec_inproc_new(cfg, out);
     }
     if (rc == 0 && !ws.worker_bin[0]) rc = sup_find_worker_bin(&s->set, ws.worker_bin, sizeof ws.worker_bin); /* why */
     if (rc) goto fail;

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/tensor.h"
 
@@ -115,6 +116,12 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem_type, co
 int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, int64_t i);
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type, int n_dims, const int64_t *ne,
                            const void *data, size_t nbytes);
+/* A tensor whose data is produced while the file is written, so a writer of
+ * a model larger than memory holds one tensor's slice at a time: fill writes
+ * exactly nbytes to fp (the writer checks) and returns 0 or a coli_status. */
+typedef int (*gguf_tensor_fill)(void *ctx, FILE *fp);
+int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, coli_dtype type, int n_dims, const int64_t *ne,
+                                size_t nbytes, gguf_tensor_fill fill, void *ctx);
 /* The file, whole or not at all (core/file_io.h: a temporary renamed into
  * place; an existing path is replaced, never truncated). 0 or COLI_EIO. */
 int gguf_writer_write(gguf_writer *w, const char *path);

@@ -37,6 +37,8 @@ typedef struct wtensor {
     int64_t ne[COLI_MAX_DIMS];
     const void *data; /* the caller's, until gguf_writer_write returns */
     size_t nbytes;
+    gguf_tensor_fill fill; /* instead of data: produces it at write time */
+    void *fill_ctx;
 } wtensor;
 
 struct gguf_writer {
@@ -282,8 +284,8 @@ static int s_tensor_bytes(const char *name, coli_dtype type, int n_dims, const i
     return 0;
 }
 
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type, int n_dims, const int64_t *ne,
-                           const void *data, size_t nbytes) {
+static int s_add_tensor(gguf_writer *w, const char *name, coli_dtype type, int n_dims, const int64_t *ne,
+                        const void *data, size_t nbytes, gguf_tensor_fill fill, void *ctx) {
     size_t expect = 0;
     int rc;
     if (!name || !name[0] || strlen(name) > GGUF_MAX_NAME_LEN)
@@ -293,16 +295,33 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type, in
     if (nbytes != expect)
         return coli_fail(COLI_EINVAL, "gguf writer: tensor '%s': %zu bytes of data, shape and type need %zu", name,
                          nbytes, expect);
-    if (!data) return coli_fail(COLI_EINVAL, "gguf writer: tensor '%s': NULL data", name);
+    if (!data && !fill) return coli_fail(COLI_EINVAL, "gguf writer: tensor '%s': NULL data", name);
     if (gguf_index_find(&w->tensor_index, name, strlen(name), s_wtensor_name, w) >= 0)
         return coli_fail(COLI_EINVAL, "gguf writer: duplicate tensor name '%s'", name);
     if ((rc = s_grow_tensors(w))) return rc;
     wtensor *t = &w->tensors[w->n_tensors];
-    *t = (wtensor){.name = strdup(name), .type = type, .n_dims = n_dims, .data = data, .nbytes = nbytes};
+    *t = (wtensor){.name = strdup(name),
+                   .type = type,
+                   .n_dims = n_dims,
+                   .data = data,
+                   .nbytes = nbytes,
+                   .fill = fill,
+                   .fill_ctx = ctx};
     if (!t->name) return coli_fail(COLI_ENOMEM, "gguf writer: out of memory for tensor '%s'", name);
     for (int d = 0; d < COLI_MAX_DIMS; d++) t->ne[d] = d < n_dims ? ne[d] : 1;
     gguf_index_add(&w->tensor_index, w->n_tensors++, s_wtensor_name, w);
     return 0;
+}
+
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, coli_dtype type, int n_dims, const int64_t *ne,
+                           const void *data, size_t nbytes) {
+    return s_add_tensor(w, name, type, n_dims, ne, data, nbytes, NULL, NULL);
+}
+
+int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, coli_dtype type, int n_dims, const int64_t *ne,
+                                size_t nbytes, gguf_tensor_fill fill, void *ctx) {
+    if (!fill) return coli_fail(COLI_EINVAL, "gguf writer: tensor '%s': NULL fill function", name ? name : "");
+    return s_add_tensor(w, name, type, n_dims, ne, NULL, nbytes, fill, ctx);
 }
 
 // ----------------------------------------------------------------------------
@@ -354,6 +373,22 @@ static size_t s_write_header(gguf_writer *w, FILE *fp) {
     return pos;
 }
 
+/* One tensor's data: the caller's bytes, or what its fill function writes
+ * (which must be exactly nbytes: the offsets in the header say so). */
+static int s_write_data(const wtensor *t, FILE *fp) {
+    if (!t->fill) {
+        fwrite(t->data, 1, t->nbytes, fp);
+        return 0;
+    }
+    off_t start = ftello(fp);
+    int rc = t->fill(t->fill_ctx, fp);
+    off_t written = ftello(fp) - start;
+    if (!rc && !ferror(fp) && written != (off_t)t->nbytes)
+        rc = coli_fail(COLI_EINTERNAL, "gguf writer: tensor '%s': fill wrote %lld bytes, shape and type need %zu",
+                       t->name, (long long)written, t->nbytes);
+    return rc;
+}
+
 int gguf_writer_write(gguf_writer *w, const char *path) {
     /* a temporary renamed into place: a failed write leaves no half model,
      * and an existing file (perhaps the mapped input) is never truncated */
@@ -364,9 +399,13 @@ int gguf_writer_write(gguf_writer *w, const char *path) {
     setvbuf(fp, NULL, _IOFBF, 1 << 20);
     size_t header = s_write_header(w, fp);
     s_put_zeros(fp, s_pad(header, w->alignment));
-    for (int64_t i = 0; i < w->n_tensors && !ferror(fp); i++) {
-        fwrite(w->tensors[i].data, 1, w->tensors[i].nbytes, fp);
+    for (int64_t i = 0; i < w->n_tensors && !ferror(fp) && !rc; i++) {
+        rc = s_write_data(&w->tensors[i], fp);
         s_put_zeros(fp, s_pad(w->tensors[i].nbytes, w->alignment));
+    }
+    if (rc) {
+        coli_outfile_discard(&out);
+        return rc;
     }
     return coli_outfile_commit(&out);
 }

@@ -255,7 +255,17 @@ static int s_check_args(const void *W, coli_dtype wtype, int64_t n_in, int64_t n
     return 0;
 }
 
+static coli_matmul_observer s_observer;
+static void *s_observer_user;
+
+void coli_matmul_set_observer(coli_matmul_observer fn, void *user) {
+    s_observer_user = user;
+    s_observer = fn;
+}
+
 static int s_run_ops(coli_pool *pool, coli_scratch *scratch, const coli_matmul_op *ops, int n_ops) {
+    if (s_observer)
+        for (int i = 0; i < n_ops; i++) s_observer(s_observer_user, &ops[i]);
     coli_scratch local = {0};
     coli_scratch *s = scratch ? scratch : &local;
     int rc = 0;

@@ -75,6 +75,14 @@ int coli_matmul_many(coli_pool *pool, coli_scratch *scratch, const coli_matmul_o
  * shared ones counted once), for callers that carve one scratch up. */
 size_t coli_matmul_many_scratch_bytes(const coli_matmul_op *ops, int n_ops);
 
+/* An observer sees every op's weight and input before it runs (x still the
+ * caller's F32 rows): `coli imatrix` collects the squared activations per
+ * weight column with it. One per process, NULL to remove; it may be called
+ * from any thread that runs matmuls, so it locks what it touches. Set it
+ * only while no matmul runs. */
+typedef void (*coli_matmul_observer)(void *user, const coli_matmul_op *op);
+void coli_matmul_set_observer(coli_matmul_observer fn, void *user);
+
 /* Force the portable path (tests compare the two). 1 = portable only. */
 void coli_matmul_force_portable(int on);
 /* What coli_matmul uses now (a static string): "portable", "avx2", or

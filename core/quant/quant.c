@@ -235,6 +235,10 @@ void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n) {
 }
 
 void coli_quantize_row(coli_dtype t, const float *src, void *dst, int64_t n) {
+    coli_quantize_row_imatrix(t, src, dst, n, NULL);
+}
+
+void coli_quantize_row_imatrix(coli_dtype t, const float *src, void *dst, int64_t n, const float *qw) {
     switch (t) {
     case COLI_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     case COLI_F16: s_fp32_to_fp16_row(src, dst, n); break;
@@ -258,6 +262,12 @@ void coli_quantize_row(coli_dtype t, const float *src, void *dst, int64_t n) {
     case COLI_MXFP4: coli_quantize_row_mxfp4(src, dst, n); break;
     case COLI_TQ1_0: coli_quantize_row_tq1_0(src, dst, n); break;
     case COLI_TQ2_0: coli_quantize_row_tq2_0(src, dst, n); break;
+    case COLI_IQ2_XXS: coli_quantize_row_iq2_xxs(src, dst, n, qw); break;
+    case COLI_IQ3_XXS: coli_quantize_row_iq3_xxs(src, dst, n, qw); break;
+    case COLI_IQ3_S: coli_quantize_row_iq3_s(src, dst, n, qw); break;
+    case COLI_IQ2_S: coli_quantize_row_iq2_s(src, dst, n, qw); break;
+    case COLI_IQ2_XS: coli_quantize_row_iq2_xs(src, dst, n, qw); break;
+    case COLI_IQ1_S: coli_quantize_row_iq1_s(src, dst, n, qw); break;
     default: break; /* Q8_1/Q8_K are activation formats, quantized by the kernels */
     }
 }

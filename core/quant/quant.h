@@ -46,5 +46,10 @@ void coli_dequantize_row(coli_dtype t, const void *src, float *dst, int64_t n);
  * F32 copies, F16/BF16 round, the block types follow llama.cpp's reference
  * quantizers (core/quant/quantize_rows.h); Q8_1/Q8_K (activations) write nothing. */
 void coli_quantize_row(coli_dtype t, const float *src, void *dst, int64_t n);
+/* The same guided by an importance matrix: qw holds one weight per column
+ * of the row (n values; NULL: none). The IQ grid types use it as
+ * llama-quantize does; IQ2_XXS and IQ3_XXS fall back to x^2 without it
+ * (llama-quantize refuses them without one: coordinator/quantize.c does). */
+void coli_quantize_row_imatrix(coli_dtype t, const float *src, void *dst, int64_t n, const float *qw);
 
 #endif

@@ -38,4 +38,14 @@ void coli_quantize_row_mxfp4(const float *x, block_mxfp4 *y, int64_t n);
 void coli_quantize_row_tq1_0(const float *x, block_tq1_0 *y, int64_t n);
 void coli_quantize_row_tq2_0(const float *x, block_tq2_0 *y, int64_t n);
 
+/* The IQ grid types (quantize_iq.c), guided by the importance qw of each of
+ * the n columns (llama-quantize's quantize_iq2_xxs etc. with an imatrix);
+ * qw NULL weighs each value by x^2. */
+void coli_quantize_row_iq2_xxs(const float *x, block_iq2_xxs *y, int64_t n, const float *qw);
+void coli_quantize_row_iq3_xxs(const float *x, block_iq3_xxs *y, int64_t n, const float *qw);
+void coli_quantize_row_iq3_s(const float *x, block_iq3_s *y, int64_t n, const float *qw);
+void coli_quantize_row_iq2_s(const float *x, block_iq2_s *y, int64_t n, const float *qw);
+void coli_quantize_row_iq2_xs(const float *x, block_iq2_xs *y, int64_t n, const float *qw);
+void coli_quantize_row_iq1_s(const float *x, block_iq1_s *y, int64_t n, const float *qw); /* quantize_iq1.c */
+
 #endif

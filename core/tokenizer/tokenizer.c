@@ -355,6 +355,8 @@ static int s_piece_of(const coli_tokenizer *tok, int32_t id, char **out, size_t 
     uint32_t len = tok->text_len[id];
     uint8_t a = tok->attr[id];
     *n = 0;
+    for (int k = 0; k < tok->n_shown; k++)
+        if (tok->shown[k] == id) a = TOK_ATTR_USER_DEFINED; /* rendered as its text */
     if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL) || !(a & (TOK_ATTR_USER_DEFINED | TOK_ATTR_NORMAL | TOK_ATTR_BYTE)))
         return (*out = malloc(1)) ? 0 : coli_fail(COLI_ENOMEM, "tokenizer: out of memory");
     if (tok->kind == TOK_BPE && !(a & TOK_ATTR_USER_DEFINED) && (a & TOK_ATTR_NORMAL))

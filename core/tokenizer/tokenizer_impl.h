@@ -30,6 +30,7 @@ typedef enum tok_kind {
 /* A BPE pre-tokenizer: llama.cpp's regex list for a tokenizer.ggml.pre name
  * (tokenizer_pre.c). */
 typedef struct tok_pre_preset tok_pre_preset;
+#define TOK_MAX_SHOWN 8
 #define TOK_PRE_MAX_REGEX 6
 
 /* A compiled pre-tokenizer regex (tokenizer_regex.c). */
@@ -88,6 +89,10 @@ struct coli_tokenizer {
     uint8_t *is_eog; /* (n_vocab) */
 
     int32_t bos, eos, unk; /* -1 if none */
+    /* control tokens whose piece is their text (gpt-oss's harmony markers,
+     * which llama.cpp renders): still not matched in plain text */
+    int32_t shown[TOK_MAX_SHOWN];
+    int n_shown;
     int add_bos, add_eos, add_space_prefix;
 };
 

@@ -8,7 +8,10 @@
  *
  * Two regexes have hand-written splitters, as in llama.cpp (whose results
  * differ from a plain regex match in a few corners, kept here): the GPT-2
- * one and the Llama 3 one. The others run on tokenizer_regex.c.
+ * one and the Llama 3 one. A third, GPT-4o's (o200k; llama.cpp de3ff815
+ * runs it on std::regex), needs quantified groups, which tokenizer_regex.c
+ * lacks: its splitter gives std::regex's result. The others run on
+ * tokenizer_regex.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +66,15 @@ int tok_pieces_push(tok_pieces *p, size_t len) {
 #define RX_DEEPSEEK3_CJK "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+"
 #define RX_DEEPSEEK3 "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"  \
     "| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RX_QWEN35 RX_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* GPT-4o (o200k): tokenizer.json's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]* and [\p{Ll}\p{Lm}\p{Lo}\p{M}]+ spelt
+ * as llama.cpp spells them, ((?=[\p{L}])([^a-z]))* and ((?=[\p{L}])([^A-Z]))+; run by a hand-written
+ * splitter (s_gpt4o_word_end), the regex engine has no quantified groups */
+#define RX_CASED_UP "((?=[\\p{L}])([^a-z]))"
+#define RX_CASED_LO "((?=[\\p{L}])([^A-Z]))"
+#define RX_GPT4O "[^\\r\\n\\p{L}\\p{N}]?" RX_CASED_UP "*" RX_CASED_LO "+" RX_CONTRACTIONS_CI "?|"    \
+    "[^\\r\\n\\p{L}\\p{N}]?" RX_CASED_UP "+" RX_CASED_LO "*" RX_CONTRACTIONS_CI "?|"                \
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* everything but white space and . , ! ? and the ellipsis, ideographic/full-width/Devanagari/Arabic stops and commas */
 #define RX_PORO " ?[^(\\s|.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C)]+"
 // clang-format on
@@ -83,7 +95,7 @@ static const tok_pre_preset k_presets[] = {
     {{"default"}, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, 0},
     {{"llama3", "llama-v3", "llama-bpe", "falcon3"}, {RX_LLAMA3}, PRE_IGNORE_MERGES | PRE_ADD_BOS},
     {{"dbrx", "smaug-bpe"}, {RX_LLAMA3}, 0},
-    {{"chatglm-bpe"}, {RX_LLAMA3}, PRE_NO_BOS},
+    {{"chatglm-bpe", "glm4"}, {RX_LLAMA3}, PRE_NO_BOS},
     {{"deepseek-llm"}, {"[\r\n]", RX_DEEPSEEK_LETTERS, RX_DEEPSEEK_PUNCT, "\\s+$", RX_DEEPSEEK_CJK, "\\p{N}+"}, 0},
     {{"deepseek-coder"}, {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RX_DEEPSEEK_CJK, "\\p{N}"}, 0},
     {{"deepseek-v3"}, {"\\p{N}{1,3}", RX_DEEPSEEK3_CJK, RX_DEEPSEEK3}, 0},
@@ -92,6 +104,8 @@ static const tok_pre_preset k_presets[] = {
     {{"gpt-2", "gpt2", "phi-2", "mpt", "olmo", "jais", "gigachat"}, {RX_GPT2}, 0},
     {{"jina-es", "jina-de", "jina-v2-es", "jina-v2-de"}, {RX_GPT2}, 0},
     {{"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"}, {RX_QWEN2}, 0},
+    {{"qwen35"}, {RX_QWEN35}, 0},
+    {{"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, {RX_GPT4O}, 0},
     {{"poro-chat", "bloom", "gpt3-finnish"}, {RX_PORO}, 0},
     {{"viking"}, {RX_PORO, "\\p{N}"}, 0},
 };
@@ -105,6 +119,10 @@ static const tok_pre_preset *s_find_preset(const char *name, size_t len) {
     return NULL;
 }
 
+typedef struct split_piece split_piece;
+typedef size_t (*word_end_fn)(const split_piece *, size_t);
+static word_end_fn s_custom_splitter(const char *regex);
+
 int tok_pre_setup(coli_tokenizer *tok, const char *name, size_t len) {
     const tok_pre_preset *p = s_find_preset(name, len);
     if (!p)
@@ -115,7 +133,7 @@ int tok_pre_setup(coli_tokenizer *tok, const char *name, size_t len) {
     if (p->flags & PRE_ADD_BOS) tok->add_bos = 1;
     if (p->flags & PRE_NO_BOS) tok->bos = -1;
     for (int k = 0; k < TOK_PRE_MAX_REGEX && p->regex[k]; k++) {
-        if (strcmp(p->regex[k], RX_GPT2) == 0 || strcmp(p->regex[k], RX_LLAMA3) == 0) continue; // hand-written splitter
+        if (s_custom_splitter(p->regex[k])) continue;
         int rc = tok_regex_compile(p->regex[k], &tok->pre_regex[k]);
         if (rc < 0) return rc;
     }
@@ -130,10 +148,10 @@ void tok_pre_free(coli_tokenizer *tok) {
 // the hand-written splitters (llama.cpp's unicode_regex_split_custom_gpt2
 // and _llama3): one word at a time from pos, within one piece
 
-typedef struct split_piece {
+struct split_piece {
     const uint32_t *cpts;
     size_t ini, end; /* the piece being split: [ini, end) */
-} split_piece;
+};
 
 static unsigned s_flags_at(const split_piece *g, size_t pos) {
     return pos >= g->ini && pos < g->end ? coli_cpt_flags(g->cpts[pos]) | IN_RANGE : 0;
@@ -219,8 +237,87 @@ static size_t s_llama3_word_end(const split_piece *g, size_t pos) {
     return s_space_end(g, pos, 1);
 }
 
-static int s_split_custom(const uint32_t *cpts, const tok_pieces *in, tok_pieces *out,
-                          size_t (*word_end)(const split_piece *, size_t)) {
+/* The GPT-4o regex as llama.cpp's std::regex sees it: on the collapsed text,
+ * where every non-ASCII letter is one marker that is both "not a-z" and "not
+ * A-Z" (so it counts as upper and as lower case), \s is ASCII white space
+ * plus what non-ASCII white space becomes, and \p{N} any number. */
+enum {
+    G4_UP = 1,    /* (?=[\p{L}])[^a-z] */
+    G4_LO = 2,    /* (?=[\p{L}])[^A-Z] */
+    G4_NUM = 4,   /* \p{N} */
+    G4_SPACE = 8, /* \s */
+    G4_NL = 16,   /* \r \n */
+    G4_OTHER = 32 /* [^\s\p{L}\p{N}] */
+};
+
+static unsigned s_g4_class(const split_piece *g, size_t pos) {
+    if (pos < g->ini || pos >= g->end) return 0;
+    uint32_t c = g->cpts[pos];
+    if (c < 128) {
+        if (c >= 'A' && c <= 'Z') return G4_UP;
+        if (c >= 'a' && c <= 'z') return G4_LO;
+        if (c >= '0' && c <= '9') return G4_NUM;
+        if (c == '\r' || c == '\n') return G4_SPACE | G4_NL;
+        return (c >= '\t' && c <= '\f') || c == ' ' ? G4_SPACE : G4_OTHER;
+    }
+    unsigned f = coli_cpt_flags(c);
+    return f & COLI_CPT_SPACE    ? G4_SPACE
+           : f & COLI_CPT_NUMBER ? G4_NUM
+           : f & COLI_CPT_LETTER ? G4_UP | G4_LO
+                                 : G4_OTHER;
+}
+
+static size_t s_g4_run(const split_piece *g, size_t pos, unsigned cls) {
+    while (s_g4_class(g, pos) & cls) pos++;
+    return pos;
+}
+
+/* The letter alternatives from q (a letter): [A-Z]*[a-z]+ (letting the upper
+ * run give back its last non-ASCII letter, as backtracking does), else
+ * [A-Z]+[a-z]*; then an optional contraction. */
+static size_t s_g4_letters(const split_piece *g, size_t q) {
+    size_t up_end = s_g4_run(g, q, G4_UP), lo_at = up_end;
+    while (!(s_g4_class(g, lo_at) & G4_LO) && lo_at > q) lo_at--; // only a non-ASCII letter is both
+    size_t end = s_g4_run(g, (s_g4_class(g, lo_at) & G4_LO) ? lo_at : up_end, G4_LO);
+    size_t c = s_contraction(g, end, 1);
+    return c ? c : end;
+}
+
+/* The end of the GPT-4o regex's word at pos; every code point matches one
+ * of its alternatives, so there is no unmatched stretch. */
+static size_t s_gpt4o_word_end(const split_piece *g, size_t pos) {
+    const unsigned LETTER = G4_UP | G4_LO, c0 = s_g4_class(g, pos);
+    if (c0 & LETTER) return s_g4_letters(g, pos);
+    int prefix_ok = (c0 & G4_OTHER) || ((c0 & G4_SPACE) && !(c0 & G4_NL)); // [^\r\n\p{L}\p{N}]
+    if (prefix_ok && (s_g4_class(g, pos + 1) & LETTER)) return s_g4_letters(g, pos + 1);
+    if (c0 & G4_NUM) { // \p{N}{1,3}
+        size_t end = pos + 1;
+        while (end < pos + 3 && (s_g4_class(g, end) & G4_NUM)) end++;
+        return end;
+    }
+    size_t p = g->cpts[pos] == ' ' && (s_g4_class(g, pos + 1) & G4_OTHER) ? pos + 1 : pos;
+    if (s_g4_class(g, p) & G4_OTHER) { //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+        size_t end = s_g4_run(g, p, G4_OTHER);
+        while (end < g->end && (g->cpts[end] == '\r' || g->cpts[end] == '\n' || g->cpts[end] == '/')) end++;
+        return end;
+    }
+    size_t ws_end = s_g4_run(g, pos, G4_SPACE), last_nl = 0;
+    for (size_t i = pos; i < ws_end; i++)
+        if (s_g4_class(g, i) & G4_NL) last_nl = i + 1;
+    if (last_nl) return last_nl;                                // \s*[\r\n]+
+    if (ws_end - pos > 1 && ws_end < g->end) return ws_end - 1; // \s+(?!\S)
+    return ws_end;                                              // \s+
+}
+
+/* The hand-written splitter of a regex, NULL if it runs on tokenizer_regex.c. */
+static word_end_fn s_custom_splitter(const char *regex) {
+    if (strcmp(regex, RX_GPT2) == 0) return s_gpt2_word_end;
+    if (strcmp(regex, RX_LLAMA3) == 0) return s_llama3_word_end;
+    if (strcmp(regex, RX_GPT4O) == 0) return s_gpt4o_word_end;
+    return NULL;
+}
+
+static int s_split_custom(const uint32_t *cpts, const tok_pieces *in, tok_pieces *out, word_end_fn word_end) {
     size_t start = 0;
     for (size_t k = 0; k < in->n; k++) {
         split_piece g = {cpts, start, start + in->len[k]};
@@ -246,7 +343,7 @@ int tok_pretokenize(const coli_tokenizer *tok, const uint32_t *cpts, size_t n, t
         if (tok->pre_regex[k])
             rc = tok_regex_split(tok->pre_regex[k], cpts, n, &a, &b);
         else
-            rc = s_split_custom(cpts, &a, &b, strcmp(rx, RX_GPT2) == 0 ? s_gpt2_word_end : s_llama3_word_end);
+            rc = s_split_custom(cpts, &a, &b, s_custom_splitter(rx));
         tok_pieces t = a;
         a = b;
         b = t;

@@ -10,7 +10,8 @@
  *    other white space becomes U+000B, any other code point becomes one
  *    marker per category (0xD1 N, 0xD2 L, 0xD3 P, 0xD4 M, 0xD5 S, 0xD0 the
  *    rest), and \p{X} means its marker plus the ASCII characters llama.cpp
- *    lists for X (\p{S} there is $+<=>^`| - not '~'). Such a regex must be
+ *    lists for X (\p{S} there is $+<=>^`|~: '~' joined it in llama.cpp
+ *    de3ff815, the reference of issues 23-25). Such a regex must be
  *    ASCII (llama.cpp refuses the mix).
  *  - any other regex sees the code points themselves, except that non-ASCII
  *    white space becomes U+000B (std::wregex's \s knows only ASCII).
@@ -126,8 +127,8 @@ static int s_add_category(re_parser *ps, char cat) {
         uint32_t marker;
         const char *ascii;
     } k_cat[] = {
-        {'N', 0xD1, "09"}, {'L', 0xD2, "AZaz"},         {'P', 0xD3, "!#%*,/:;?@[]__{{}}"},
-        {'M', 0xD4, ""},   {'S', 0xD5, "$$++<>^^``||"},
+        {'N', 0xD1, "09"}, {'L', 0xD2, "AZaz"},           {'P', 0xD3, "!#%*,/:;?@[]__{{}}"},
+        {'M', 0xD4, ""},   {'S', 0xD5, "$$++<>^^``||~~"},
     };
     for (size_t k = 0; k < sizeof(k_cat) / sizeof(k_cat[0]); k++) {
         if (k_cat[k].cat != cat) continue;

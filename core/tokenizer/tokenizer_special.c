@@ -30,6 +30,8 @@ static const char *const k_eot_texts[] = {"<|eot_id|>",
                                           "<|end|>",
                                           "<end_of_turn>",
                                           "<|endoftext|>",
+                                          "<|end_of_text|>",
+                                          "[EOT]",
                                           "<EOT>",
                                           "_<EOT>",
                                           "<\xEF\xBD\x9C"
@@ -57,9 +59,13 @@ static const char *const k_fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<PAD>
 static const char *const k_fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", NULL};
 static const char *const k_fim_sep_texts[] = {"<|file_sep|>", NULL};
 
-/* Token texts that end generation. */
+/* Token texts that end generation (llama.cpp de3ff815's list, less the
+ * tokens of families colibri does not run): gpt-oss's <|return|> and
+ * <|call|>, Kimi's [EOT] and [EOS], MiniMax's [e~[. */
 static const char *const k_eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", NULL};
+    "<|eot_id|>", "<|im_end|>",    "<|end|>",         "<|return|>", "<|call|>", "<|flush|>",
+    "<|calls|>",  "<end_of_turn>", "<|endoftext|>",   "<|eom_id|>", "<EOT>",    "_<EOT>",
+    "[EOT]",      "[EOS]",         "<|end_of_text|>", "[e~[",       NULL};
 
 typedef struct tok_role {
     const char *key;          /* metadata key of the id */
@@ -122,6 +128,49 @@ static void s_setup_eog(coli_tokenizer *tok, const gguf_file *f) {
     if (tok->eos >= 0) tok->is_eog[tok->eos] = 1;
 }
 
+/* The id of text if it ends generation, else -1. */
+static int32_t s_eog_id(const coli_tokenizer *tok, const char *text) {
+    int32_t id = tok_find(tok, text, strlen(text));
+    return id >= 0 && tok->is_eog[id] ? id : -1;
+}
+
+static void s_show(coli_tokenizer *tok, int32_t id) {
+    if (id >= 0 && tok->n_shown < TOK_MAX_SHOWN) tok->shown[tok->n_shown++] = id;
+}
+
+/* gpt-oss's harmony format (o200k_harmony), as llama.cpp: the markers of a
+ * message's header are rendered, so the reasoning split sees them in the
+ * generated text; and where <|return|> and <|call|> end generation, <|end|>
+ * only ends one message (the analysis before the final answer): it is no
+ * end of generation and is rendered too. Solar Open's <|calls|> and
+ * <|flush|> do the same to its <|end|>. llama.cpp makes these tokens
+ * user-defined, which also matches them in a message's text; here they stay
+ * control tokens there (a message cannot forge a turn) and are only shown. */
+static void s_harmony_markers(coli_tokenizer *tok) {
+    static const char *const rendered[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+    for (size_t k = 0; k < sizeof(rendered) / sizeof(rendered[0]); k++)
+        s_show(tok, tok_find(tok, rendered[k], strlen(rendered[k])));
+    int32_t end = s_eog_id(tok, "<|end|>");
+    int has_call = s_eog_id(tok, "<|call|>") >= 0 || s_eog_id(tok, "<|calls|>") >= 0;
+    int has_return_or_flush = s_eog_id(tok, "<|return|>") >= 0 || s_eog_id(tok, "<|flush|>") >= 0;
+    if (end >= 0 && has_call && has_return_or_flush) {
+        tok->is_eog[end] = 0;
+        s_show(tok, end);
+    }
+}
+
+/* Kimi K3's section markers (<|open|>think<|sep|> ... <|close|>think<|sep|>), which
+ * llama.cpp's Kimi K3 parser keeps in the text (preserved tokens): shown, in a
+ * vocabulary that has all of them and <|end_of_msg|>. */
+static void s_kimi_markers(coli_tokenizer *tok) {
+    static const char *const markers[] = {"<|open|>", "<|close|>", "<|sep|>"};
+    int32_t id[3];
+    if (tok_find(tok, "<|end_of_msg|>", 14) < 0) return;
+    for (int k = 0; k < 3; k++)
+        if ((id[k] = tok_find(tok, markers[k], strlen(markers[k]))) < 0) return;
+    for (int k = 0; k < 3; k++) s_show(tok, id[k]);
+}
+
 /* Phi-3 (by general.name, as llama.cpp): special tokens eat the white space
  * after them, except <unk>, <s> and <|endoftext|>; </s> does too. */
 static void s_phi3_rstrip(coli_tokenizer *tok, const gguf_file *f) {
@@ -158,6 +207,8 @@ int tok_setup_special(coli_tokenizer *tok, const gguf_file *f) {
     tok->is_eog = calloc((size_t)tok->n_vocab, 1);
     if (!tok->is_eog) return coli_fail(COLI_ENOMEM, "tokenizer: out of memory (%d tokens)", tok->n_vocab);
     s_setup_eog(tok, f);
+    s_harmony_markers(tok);
+    s_kimi_markers(tok);
 
     const uint8_t special = TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN;
     int32_t n = 0;

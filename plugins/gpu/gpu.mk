@@ -26,8 +26,11 @@ HIP_PKGS    := hipcc libamdhip64-dev
 GPU_DIR      := $(BUILD)/gpu
 GPU_SRC      := plugins/gpu/gpu_experts.cu
 GPU_HDRS     := $(wildcard plugins/gpu/*.h plugins/gpu/*.cuh) plugins/plugin_abi.h core/tensor.h core/expert_table.h
-# the host-side C: gpu_host.c and the expert table it shares with the other plugins (core/)
-GPU_HOST_OBJ := $(GPU_DIR)/gpu_host.o $(GPU_DIR)/expert_table.o
+# the host-side C: gpu_host.c, the expert table it shares with the other plugins and the IQ
+# grids it uploads (core/)
+GPU_GRID_SRC := $(wildcard core/quant/quant_tables_iq*.c)
+GPU_HOST_OBJ := $(GPU_DIR)/gpu_host.o $(GPU_DIR)/expert_table.o \
+                $(patsubst core/quant/%.c,$(GPU_DIR)/%.o,$(GPU_GRID_SRC))
 CUDA_SO      := $(GPU_DIR)/cuda/libcoli-cuda.so
 HIP_SO       := $(GPU_DIR)/hip/libcoli-hip.so
 
@@ -41,7 +44,11 @@ HIPCC_FLAGS  := -x hip -std=c++17 -O2 -fPIC -Wall -Wextra -Wno-unused-parameter 
                 $(foreach a,$(HIP_ARCH),--offload-arch=$(a)) -I. -Iinclude
 GPU_HOST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -fPIC -Iinclude -I.
 
-$(GPU_DIR)/gpu_host.o: plugins/gpu/gpu_host.c plugins/gpu/gpu_host.h include/colibri.h
+$(GPU_DIR)/gpu_host.o: plugins/gpu/gpu_host.c plugins/gpu/gpu_host.h include/colibri.h core/quant/quant_blocks.h
+	@mkdir -p $(dir $@)
+	$(CC) $(GPU_HOST_CFLAGS) -c $< -o $@
+
+$(GPU_DIR)/quant_tables_%.o: core/quant/quant_tables_%.c core/quant/quant_blocks.h
 	@mkdir -p $(dir $@)
 	$(CC) $(GPU_HOST_CFLAGS) -c $< -o $@
 

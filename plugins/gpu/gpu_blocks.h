@@ -4,8 +4,9 @@
  * defines COLI_HD and the fp16 decoding first).
  *
  * Every weight type is read in groups of 32 values: the 32-value types
- * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) are one group per block, the
- * 256-value super-blocks (Q2_K..Q6_K, IQ4_XS) eight groups per block, and
+ * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) are one group per block, the
+ * 256-value super-blocks (Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0, the IQ grid
+ * types of gpu_blocks_iq.h) eight groups per block, and
  * no group straddles a block. Two views of a group:
  *
  *   exact values   gpu_dequant(t, blk, sub, j): element j of group sub, the
@@ -25,6 +26,8 @@
 #ifndef COLI_GPU_BLOCKS_H
 #define COLI_GPU_BLOCKS_H
 
+#include "plugins/gpu/gpu_blocks_iq.h" /* MXFP4, TQ1_0, TQ2_0, the IQ grid types */
+
 // ----------------------------------------------------------------------------
 // shape
 
@@ -41,6 +44,7 @@ static inline COLI_HD int gpu_block_elems(int t) {
     case COLI_Q5_0:
     case COLI_Q5_1:
     case COLI_IQ4_NL:
+    case COLI_MXFP4:
     case COLI_Q8_1: return 32;
     case COLI_Q2_K:
     case COLI_Q3_K:
@@ -49,7 +53,7 @@ static inline COLI_HD int gpu_block_elems(int t) {
     case COLI_Q6_K:
     case COLI_IQ4_XS:
     case COLI_Q8_K: return 256;
-    default: return 0;
+    default: return gpu_is_low_bit(t) ? 256 : 0;
     }
 }
 
@@ -72,7 +76,7 @@ static inline COLI_HD size_t gpu_block_bytes(int t) {
     case COLI_Q6_K: return 210;
     case COLI_IQ4_XS: return 136;
     case COLI_Q8_K: return 292;
-    default: return 0;
+    default: return gpu_low_bit_block_bytes(t);
     }
 }
 
@@ -189,11 +193,13 @@ static inline COLI_HD int gpu_d_offset(int t) {
 }
 
 static inline COLI_HD float gpu_quant_d(int t, const unsigned char *blk) {
+    if (gpu_is_low_bit(t)) return gpu_iq_d(t, blk);
     return gpu_fp16_to_f32(gpu_load_u16(blk + gpu_d_offset(t)));
 }
 
 /* The integer q of element j (0..31) of group sub. */
 static inline COLI_HD int gpu_quant_q(int t, const unsigned char *blk, int sub, int j) {
+    if (gpu_is_low_bit(t)) return gpu_iq_q(t, blk, sub, j);
     switch (t) {
     case COLI_Q8_0: return (int)(int8_t)blk[2 + j];
     case COLI_Q4_0: return gpu_nibble(blk + 2, j) - 8;
@@ -243,6 +249,7 @@ static inline COLI_HD float gpu_dequant_kquant(int t, const unsigned char *blk, 
 
 /* Element j (0..31) of group sub of a block of quantized type t. */
 static inline COLI_HD float gpu_dequant(int t, const unsigned char *blk, int sub, int j) {
+    if (gpu_is_low_bit(t)) return gpu_iq_value(t, blk, sub, j);
     switch (t) {
     case COLI_Q8_0:
     case COLI_Q4_0:

@@ -35,6 +35,15 @@
 #include <unistd.h>
 
 #define COLI_GPU_VENDOR "hip"
+#define COLI_DEVICE_VAR __device__ /* a variable in device memory (gpu_blocks_iq.h's grid pointers) */
+/* Reads a COLI_DEVICE_VAR: the variable in the device pass; a zero value in
+ * the host pass of a COLI_HD function (the plugin's host code never decodes
+ * grid types, so that value is never used). */
+#ifdef __HIP_DEVICE_COMPILE__
+#define COLI_DEVICE_READ(v) (v)
+#else
+#define COLI_DEVICE_READ(v) (decltype(v){})
+#endif
 #define COLI_GPU_RUNTIME_NAME "HIP"
 
 #define cudaError_t hipError_t
@@ -93,6 +102,15 @@ static inline void gpu_fmt_version(int v, char *buf, size_t n) {
 #include <dlfcn.h>
 
 #define COLI_GPU_VENDOR "cuda"
+#define COLI_DEVICE_VAR __device__ /* a variable in device memory (gpu_blocks_iq.h's grid pointers) */
+/* Reads a COLI_DEVICE_VAR: the variable in the device pass; a zero value in
+ * the host pass of a COLI_HD function (the plugin's host code never decodes
+ * grid types, so that value is never used). */
+#ifdef __CUDA_ARCH__
+#define COLI_DEVICE_READ(v) (v)
+#else
+#define COLI_DEVICE_READ(v) (decltype(v){})
+#endif
 #define COLI_GPU_RUNTIME_NAME "CUDA"
 
 /* The CUDA runtime is linked statically; the user-space driver

@@ -7,7 +7,8 @@
  *
  * What it does: each expert's three matrices are uploaded once, as stored
  * in the file (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
- * Q2_K..Q6_K, IQ4_XS, each matrix its own type: quantized weights stay
+ * Q2_K..Q6_K, IQ4_XS, MXFP4, TQ1_0, TQ2_0, the IQ1/IQ2/IQ3 grid types, each
+ * matrix its own type: quantized weights stay
  * quantized in device memory and are decoded inside the kernels), into one
  * device allocation, within a byte budget. A run call copies the batch's rows in,
  * computes every group's
@@ -31,6 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#if GPU_HOST_GRIDS != GPU_GRID_TABLES
+#error "gpu_host.c's grid list and gpu_blocks_iq.h's gpu_grids disagree"
+#endif
 
 #define GPU_TAG 0x67707521u
 #define GPU_DEAD_TAG 0xdeadbeefu
@@ -66,7 +71,8 @@ struct moe_device {
     size_t scratch_bytes;
     float *x, *out, *g, *u; /* views into scratch for the current run */
     unsigned char *prep;
-    moe_stats stats; /* calls, rows, times (resident_* kept here too) */
+    unsigned char *grids; /* the IQ codebooks (gpu_blocks_iq.h), uploaded at open */
+    moe_stats stats;      /* calls, rows, times (resident_* kept here too) */
 };
 
 static int s_err(char *err, size_t n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -222,6 +228,16 @@ static void s_matmul(moe_device *d, int t, const unsigned char *W, int64_t n_in,
     case COLI_Q5_K: s_matmul_t<COLI_Q5_K>(d, W, n_in, n_out, xp, n_rows, y); break;
     case COLI_Q6_K: s_matmul_t<COLI_Q6_K>(d, W, n_in, n_out, xp, n_rows, y); break;
     case COLI_IQ4_XS: s_matmul_t<COLI_IQ4_XS>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_MXFP4: s_matmul_t<COLI_MXFP4>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_TQ1_0: s_matmul_t<COLI_TQ1_0>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_TQ2_0: s_matmul_t<COLI_TQ2_0>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ2_XXS: s_matmul_t<COLI_IQ2_XXS>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ2_XS: s_matmul_t<COLI_IQ2_XS>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ2_S: s_matmul_t<COLI_IQ2_S>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ3_XXS: s_matmul_t<COLI_IQ3_XXS>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ3_S: s_matmul_t<COLI_IQ3_S>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ1_S: s_matmul_t<COLI_IQ1_S>(d, W, n_in, n_out, xp, n_rows, y); break;
+    case COLI_IQ1_M: s_matmul_t<COLI_IQ1_M>(d, W, n_in, n_out, xp, n_rows, y); break;
     }
 }
 
@@ -290,6 +306,7 @@ static int s_scratch(moe_device *d, int64_t n_rows_total, int64_t n_embd, int64_
     const uint64_t need = 2 * io + prep + 2 * hid;
     if (need > d->scratch_bytes) {
         (void)cudaFree(d->scratch);
+        (void)cudaFree(d->grids);
         d->scratch = NULL;
         d->scratch_bytes = 0;
         void *p = NULL;
@@ -548,6 +565,32 @@ static void s_close(moe_device **pd) {
     *pd = NULL;
 }
 
+/* Points this device's gpu_grid_tables at its copy of the codebooks. */
+__global__ void k_set_grids(gpu_grids g) { gpu_grid_tables = g; }
+
+/* The IQ codebooks (33 KiB) into device memory, once per device; outside
+ * the expert budget and the fault counters (the reserve covers it). */
+static cudaError_t s_upload_grids(moe_device *d) {
+    const void *src[GPU_HOST_GRIDS];
+    size_t bytes[GPU_HOST_GRIDS], off[GPU_HOST_GRIDS], total = 0;
+    gpu_grid_sources(src, bytes);
+    for (int i = 0; i < GPU_HOST_GRIDS; i++) off[i] = total, total += bytes[i];
+    cudaError_t e = cudaMalloc((void **)&d->grids, total);
+    for (int i = 0; i < GPU_HOST_GRIDS && e == cudaSuccess; i++)
+        e = cudaMemcpyAsync(d->grids + off[i], src[i], bytes[i], cudaMemcpyHostToDevice, d->stream);
+    if (e != cudaSuccess) return e;
+    gpu_grids g;
+    g.iq2xxs = (const uint64_t *)(d->grids + off[0]);
+    g.iq2xs = (const uint64_t *)(d->grids + off[1]);
+    g.iq2s = (const uint64_t *)(d->grids + off[2]);
+    g.iq1s = (const uint64_t *)(d->grids + off[3]);
+    g.iq3xxs = (const uint32_t *)(d->grids + off[4]);
+    g.iq3s = (const uint32_t *)(d->grids + off[5]);
+    k_set_grids<<<1, 1, 0, d->stream>>>(g);
+    e = cudaGetLastError();
+    return e == cudaSuccess ? cudaStreamSynchronize(d->stream) : e;
+}
+
 /* Select the device, read its name and memory, create the stream and events. */
 static int s_open_device(moe_device *d, uint64_t budget, char *err, size_t n) {
     cudaDeviceProp prop;
@@ -557,6 +600,7 @@ static int s_open_device(moe_device *d, uint64_t budget, char *err, size_t n) {
     if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
     if (e == cudaSuccess) e = cudaStreamCreate(&d->stream);
     for (int i = 0; i < 4 && e == cudaSuccess; i++) e = cudaEventCreate(&d->ev[i]);
+    if (e == cudaSuccess) e = s_upload_grids(d);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return s_err(err, n, ERR_STATUS_DEVICE, "%s:%d: cannot open: %s", COLI_GPU_VENDOR, d->index,
@@ -599,9 +643,10 @@ static int s_open(const moe_open_opts *opts, moe_device **out, char *err, size_t
 static int s_get_caps(moe_device *d, moe_caps *caps) {
     if (!d || d->tag != GPU_TAG || !caps) return ERR_STATUS_INVAL;
     memset(caps, 0, sizeof *caps);
-    caps->dtype_mask = 0;
     for (int t = 0; t < 32; t++)
         if (gpu_dtype_supported(t)) caps->dtype_mask |= 1u << t;
+    for (int t = 32; t < 64; t++) /* ABI 1.3: TQ1_0, TQ2_0, MXFP4 */
+        if (gpu_dtype_supported(t)) caps->dtype_mask_hi |= 1u << (t - 32);
     caps->max_rows = 0; /* scratch grows with the batch */
     caps->memory_total = d->mem_total;
     caps->memory_budget = d->budget;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "colibri.h"
+#include "core/quant/quant_blocks.h"
 
 static const char *const s_kind_names[GPU_FAULT_KINDS] = {"alloc", "h2d", "launch"};
 
@@ -100,4 +101,12 @@ const char *gpu_fmt_bytes(char *buf, size_t n, uint64_t bytes) {
     else
         snprintf(buf, n, "%llu B", (unsigned long long)bytes);
     return buf;
+}
+
+void gpu_grid_sources(const void *src[GPU_HOST_GRIDS], size_t bytes[GPU_HOST_GRIDS]) {
+    const void *s[GPU_HOST_GRIDS] = {coli_iq2xxs_grid, coli_iq2xs_grid,  coli_iq2s_grid,
+                                     coli_iq1s_grid,   coli_iq3xxs_grid, coli_iq3s_grid};
+    const size_t b[GPU_HOST_GRIDS] = {sizeof coli_iq2xxs_grid, sizeof coli_iq2xs_grid,  sizeof coli_iq2s_grid,
+                                      sizeof coli_iq1s_grid,   sizeof coli_iq3xxs_grid, sizeof coli_iq3s_grid};
+    for (int i = 0; i < GPU_HOST_GRIDS; i++) src[i] = s[i], bytes[i] = b[i];
 }

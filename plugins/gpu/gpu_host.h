@@ -63,6 +63,14 @@ uint64_t gpu_default_budget(uint64_t free_bytes, uint64_t total_bytes);
 #define GPU_ALLOC_ALIGN 256
 static inline uint64_t gpu_align_up(uint64_t n) { return (n + GPU_ALLOC_ALIGN - 1) & ~(uint64_t)(GPU_ALLOC_ALIGN - 1); }
 
+/* ---- IQ grids ---------------------------------------------------------------
+ * The codebooks the IQ types index (core/quant/quant_tables_iq*.c), in
+ * gpu_grids' field order (gpu_blocks_iq.h): IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S
+ * (64-bit points), IQ3_XXS, IQ3_S (32-bit). The plugin copies them to the
+ * device once at open. */
+#define GPU_HOST_GRIDS 6
+void gpu_grid_sources(const void *src[GPU_HOST_GRIDS], size_t bytes[GPU_HOST_GRIDS]);
+
 /* "1.50 GiB", "12.0 MiB", "512 B" into buf (returns buf). */
 const char *gpu_fmt_bytes(char *buf, size_t n, uint64_t bytes);
 

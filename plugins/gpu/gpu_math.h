@@ -123,7 +123,7 @@ static inline COLI_HD int gpu_dtype_is_quant(int t) {
     case COLI_Q5_K:
     case COLI_Q6_K:
     case COLI_IQ4_XS: return 1;
-    default: return 0;
+    default: return gpu_is_low_bit(t);
     }
 }
 
@@ -140,14 +140,16 @@ static inline COLI_HD size_t gpu_row_bytes(int t, int64_t n) {
 
 /* The matmul input each weight type sees (llama.cpp's vec_dot_type, as the
  * CPU kernels, core/kernels/vecdot.h): F32/F16/BF16 weights the F32 input rounded to
- * their precision; Q8_0, Q4_0, Q5_0, IQ4_NL Q8_0 blocks; Q4_1, Q5_1 Q8_1
- * blocks; the K-quants and IQ4_XS Q8_K super-blocks. */
+ * their precision; Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4 Q8_0 blocks; Q4_1, Q5_1
+ * Q8_1 blocks; the K-quants, IQ4_XS, TQ1_0, TQ2_0 and the IQ grid types Q8_K
+ * super-blocks. */
 static inline COLI_HD int gpu_act_type(int t) {
     switch (t) {
     case COLI_Q8_0:
     case COLI_Q4_0:
     case COLI_Q5_0:
-    case COLI_IQ4_NL: return COLI_Q8_0;
+    case COLI_IQ4_NL:
+    case COLI_MXFP4: return COLI_Q8_0;
     case COLI_Q4_1:
     case COLI_Q5_1: return COLI_Q8_1;
     case COLI_Q2_K:
@@ -156,7 +158,7 @@ static inline COLI_HD int gpu_act_type(int t) {
     case COLI_Q5_K:
     case COLI_Q6_K:
     case COLI_IQ4_XS: return COLI_Q8_K;
-    default: return t;
+    default: return gpu_is_low_bit(t) ? COLI_Q8_K : t;
     }
 }
 

@@ -68,6 +68,7 @@ typedef struct bench_env {
     double *floor_lat; /* --floor: seconds per floor token, all repeats (NULL: not run) */
     int n_floor, floor_jobs;
     double load_before[3], load_after[3];
+    size_t state_tok, state_seq; /* a sequence's state: KV bytes per position, recurrent bytes */
 } bench_env;
 
 // ---------------------------------------------------------------------------
@@ -261,6 +262,8 @@ static void s_print_header(const bench_opts *o, const bench_env *env) {
     printf("weights read per decode token: %.1f MB (routed experts %.1f MB, output head %.1f MB; file %.1f MB)\n",
            (double)env->bytes.per_token / 1e6, (double)env->bytes.experts / 1e6, (double)env->bytes.output / 1e6,
            (double)env->bytes.all_tensors / 1e6);
+    printf("sequence state: %zu bytes per position (KV), %zu bytes per sequence (recurrent)\n", env->state_tok,
+           env->state_seq);
     if (env->gbs > 0)
         printf("read bandwidth (%d threads): %.2f GB/s -> decode limit %.1f tok/s\n", o->n_threads, env->gbs,
                s_limit_tok_s(env));
@@ -433,6 +436,8 @@ static int s_write_json(const bench_opts *o, const bench_env *env, config_run *c
     cJSON_AddNumberToObject(j, "expert_bytes_per_token", (double)env->bytes.experts);
     cJSON_AddNumberToObject(j, "output_bytes", (double)env->bytes.output);
     cJSON_AddNumberToObject(j, "file_tensor_bytes", (double)env->bytes.all_tensors);
+    cJSON_AddNumberToObject(j, "state_bytes_per_token", (double)env->state_tok);
+    cJSON_AddNumberToObject(j, "state_bytes_per_sequence", (double)env->state_seq);
     if (env->gbs > 0) {
         cJSON_AddItemToObject(j, "bandwidth_gbs", s_json_round(env->gbs, 3));
         cJSON_AddItemToObject(j, "limit_tok_s", s_json_round(s_limit_tok_s(env), 3));
@@ -477,6 +482,10 @@ static int s_run_configs(const bench_opts *o, bench_env *env, config_run *cfg, i
     for (int i = 0; i < n_cfg && !rc; i++) rc = s_config_open(o, &cfg[i], n_ctx);
     coli_model_info info;
     if (!rc) coli_model_get_info(cfg[0].m, &info);
+    if (!rc) {
+        env->state_tok = info.state_bytes_per_token;
+        env->state_seq = info.state_bytes_per_seq;
+    }
     int32_t *ids = rc ? NULL : malloc((size_t)max_p * sizeof *ids);
     float *logits = rc ? NULL : malloc((size_t)info.n_vocab * sizeof *logits);
     if (!rc && (!ids || !logits)) {

@@ -33,6 +33,7 @@ typedef struct chat_state {
     chat_family family;
     const char *default_system; /* ChatML templates that carry one */
     int thinking;               /* --chat-template-kwargs enable_thinking (CHAT_THINKING_DEFAULT: not given) */
+    int effort;                 /* --reasoning-effort or the JSON's (CHAT_EFFORT_DEFAULT: not given) */
     char *bos, *eos;
     chat_message *msgs; /* owned role/content strings */
     int n_msgs, cap_msgs;
@@ -109,8 +110,8 @@ static int s_prompt_ids(chat_state *c, int32_t **ids, int *n) {
     coli_text_span *plain = NULL;
     int n_plain = 0;
     if (chat_render_plain(c->family, c->msgs, c->n_msgs,
-                          &(chat_options){c->bos, c->eos, c->default_system, c->thinking}, &text, &plain, &n_plain, err,
-                          sizeof err)) {
+                          &(chat_options){c->bos, c->eos, c->default_system, c->thinking, c->effort, NULL}, &text,
+                          &plain, &n_plain, err, sizeof err)) {
         fprintf(stderr, "coli chat: %s\n", err);
         return -1;
     }
@@ -172,6 +173,8 @@ static int s_answer(chat_state *c) {
         s_clear(c, 1); /* the cache no longer matches what we think it holds */
         return 0;
     }
+    /* gpt-oss: the conversation keeps the final answer only (its template refuses channel tags) */
+    if (c->family == CHAT_GPT_OSS && c->answer) c->answer_len = chat_harmony_keep_content(c->answer, c->answer_len);
     return s_add_message(c, "assistant", c->answer ? c->answer : "");
 }
 
@@ -227,11 +230,12 @@ static int s_loop(chat_state *c) {
 }
 
 static int s_chat(const model_opts *o, const coli_sampling_params *sp, const char *system, const char *tmpl,
-                  int thinking) {
+                  int thinking, int effort) {
     chat_state c;
     memset(&c, 0, sizeof c);
     c.sp = *sp;
     c.thinking = thinking;
+    c.effort = effort;
     int rc = model_opts_open(o, NULL, &c.m, &c.ctx);
     if (rc) return rc;
     coli_model_info info;
@@ -251,7 +255,8 @@ static int s_chat(const model_opts *o, const coli_sampling_params *sp, const cha
                 "--chat-template NAME\n",
                 o->model, chat_family_list());
         rc = CLI_FAIL;
-    } else if (chat_thinking_check(c.family, thinking, err, sizeof err)) {
+    } else if (chat_thinking_check(c.family, thinking, err, sizeof err) ||
+               chat_effort_check(c.family, effort, err, sizeof err)) {
         fprintf(stderr, "coli chat: --chat-template-kwargs: %s\n", err);
         rc = CLI_FAIL;
     } else if (!c.bos || !c.eos || (system && s_add_message(&c, "system", system))) {
@@ -279,8 +284,8 @@ int cmd_chat(int argc, char **argv) {
     coli_sampling_params sp;
     coli_sampling_default_params(&sp);
     sp.n_predict = 512;
-    const char *system = NULL, *tmpl = NULL, *chat_kwargs = NULL;
-    int thinking = CHAT_THINKING_DEFAULT;
+    const char *system = NULL, *tmpl = NULL, *chat_kwargs = NULL, *effort_flag = NULL;
+    int thinking = CHAT_THINKING_DEFAULT, effort = CHAT_EFFORT_DEFAULT;
     sampling_help help;
     sampling_help_init(&help, &sp);
     const arg_spec specs[] = {
@@ -288,6 +293,7 @@ int cmd_chat(int argc, char **argv) {
         {"--system", "-sys", ARG_STR, &system, 0, 0, 0, "TEXT", "a system message to start the conversation with"},
         CHAT_TEMPLATE_SPEC(tmpl),
         CHAT_KWARGS_SPEC(chat_kwargs),
+        REASONING_EFFORT_SPEC(effort_flag),
         {"--n-predict", "-n", ARG_INT, &sp.n_predict, -1, 1 << 24, 0, "N",
          "most tokens per answer (default 512, -1 = the context's room)"},
         SAMPLING_SPECS(sp, help),
@@ -303,11 +309,11 @@ int cmd_chat(int argc, char **argv) {
     }
     if (rc) return rc;
     if ((rc = model_opts_check("chat", &mo)) || (rc = chat_template_check("chat", tmpl)) ||
-        (rc = chat_kwargs_check("chat", chat_kwargs, &thinking)))
+        (rc = chat_kwargs_check("chat", chat_kwargs, effort_flag, &thinking, &effort)))
         return rc;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = s_on_sigint; /* no SA_RESTART: Ctrl-C at the prompt interrupts getline */
     sigaction(SIGINT, &sa, NULL);
-    return s_chat(&mo, &sp, system, tmpl, thinking);
+    return s_chat(&mo, &sp, system, tmpl, thinking, effort);
 }

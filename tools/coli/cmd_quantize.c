@@ -18,21 +18,24 @@ static const char s_about[] =
     "Write a copy of IN with its 2-D/3-D weights quantized as llama-quantize does for the preset\n"
     "TYPE (no imatrix): each weight gets the type llama.cpp's preset picks for it (output.weight\n"
     "Q6_K, some attn_v/ffn_down layers one step up, Q8_0 attn_k/attn_v with 8 experts, fallbacks for\n"
-    "rows the block does not divide); --pure gives every weight the preset's base type. Norms,\n"
+    "rows the block does not divide); --pure gives every weight the preset's base type. With\n"
+    "--imatrix the IQ grid types are written (llama.cpp needs the matrix for them). Norms,\n"
     "biases and routers stay F32. TYPE: ";
 
 /* An override flag's value must be a block type the library knows; it
  * checks that itself, but a usage error (exit 2) names the flag. */
 static int s_check_type_flag(const char *flag, const char *value) {
-    static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",  "Q5_1",  "IQ4_NL",
-                                        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4"};
+    static const char *const types[] = {"F32",    "F16",   "BF16",    "Q8_0",   "Q4_0",  "Q4_1",    "Q5_0",   "Q5_1",
+                                        "IQ4_NL", "Q2_K",  "Q3_K",    "Q4_K",   "Q5_K",  "Q6_K",    "IQ4_XS", "TQ1_0",
+                                        "TQ2_0",  "MXFP4", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"};
     if (!value) return 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(value, types[i]) == 0) return 0;
-    return args_error("quantize", flag,
-                      "unknown type '%s' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                      "IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4)",
-                      value);
+    return args_error(
+        "quantize", flag,
+        "unknown type '%s' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+        "IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)",
+        value);
 }
 
 /* "F32 13, Q4_K 23, Q6_K 3": how many tensors of each type the file has
@@ -79,6 +82,8 @@ int cmd_quantize(int argc, char **argv) {
     int quiet = 0;
     const arg_spec specs[] = {
         {"--pure", NULL, ARG_FLAG, &qp.pure, 0, 0, 0, NULL, "every weight in TYPE's base type (no per-tensor mix)"},
+        {"--imatrix", NULL, ARG_STR, &qp.imatrix, 0, 0, 0, "FILE",
+         "importance matrix (coli imatrix / llama-imatrix, GGUF or .dat): needed by IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS"},
         {"--output-type", NULL, ARG_STR, &qp.output_type, 0, 0, 0, "T", "type of output.weight"},
         {"--token-embedding-type", NULL, ARG_STR, &qp.token_embd_type, 0, 0, 0, "T", "type of token_embd.weight"},
         {"--threads", "-t", ARG_INT, &qp.n_threads, 1, 512, 0, "N", "threads converting rows (default: one per core)"},
@@ -91,7 +96,8 @@ int cmd_quantize(int argc, char **argv) {
     if (rc == ARGS_HELP) {
         char about[2048];
         snprintf(about, sizeof about, "%s%s.", s_about, coli_quantize_type_names());
-        args_usage(stdout, "quantize", "[--pure] [--output-type T] IN.gguf OUT.gguf TYPE", about, specs, n_specs);
+        args_usage(stdout, "quantize", "[--pure] [--imatrix FILE] [--output-type T] IN.gguf OUT.gguf TYPE", about,
+                   specs, n_specs);
         return 0;
     }
     if (rc) return rc;
@@ -104,6 +110,7 @@ int cmd_quantize(int argc, char **argv) {
     if ((rc = s_check_type_flag("--output-type", qp.output_type)) != 0) return rc;
     if ((rc = s_check_type_flag("--token-embedding-type", qp.token_embd_type)) != 0) return rc;
     if (cli_check_input_file("IN.gguf", pos[0])) return CLI_FAIL;
+    if (qp.imatrix && cli_check_input_file("--imatrix", qp.imatrix)) return CLI_FAIL;
     if ((rc = cli_check_output_file("quantize", "OUT.gguf", pos[1], pos[0])) != 0) return rc;
     cli_progress bar;
     cli_progress_start(&bar, "coli quantize", "tensor", quiet);

@@ -20,6 +20,8 @@ typedef struct run_flags {
     const char *chat_template; /* --chat-template NAME, NULL: the prompt as it is */
     const char *chat_kwargs;   /* --chat-template-kwargs JSON (with --chat-template only) */
     int thinking;              /* its enable_thinking, CHAT_THINKING_DEFAULT: not given */
+    const char *effort_flag;   /* --reasoning-effort (with --chat-template only) */
+    int effort;                /* it or the JSON's reasoning_effort, CHAT_EFFORT_DEFAULT: not given */
 } run_flags;
 
 /* Called per generated token: print its complete UTF-8 bytes right away. */
@@ -37,8 +39,8 @@ static int s_print_token(void *user, int32_t id, const char *text, size_t len) {
  * text carries BOS): malloc'd into *out, the message's place in it in
  * *plain (chat_render_plain: tokenized as text, as coli serve does), or
  * CLI_FAIL (printed). */
-static int s_render_chat(const coli_model *m, const char *name, int thinking, const char *prompt, size_t len,
-                         char **out, coli_text_span **plain, int *n_plain) {
+static int s_render_chat(const coli_model *m, const char *name, int thinking, int effort, const char *prompt,
+                         size_t len, char **out, coli_text_span **plain, int *n_plain) {
     coli_model_info info;
     coli_model_get_info(m, &info);
     const char *source, *bos = info.bos_id >= 0 ? coli_token_text(m, info.bos_id) : "",
@@ -46,11 +48,11 @@ static int s_render_chat(const coli_model *m, const char *name, int thinking, co
     chat_family f = chat_template_pick(name, &info, &source);
     char *text = strndup(prompt, len), err[512];
     chat_message msg = {"user", text};
-    int rc =
-        text ? chat_render_plain(f, &msg, 1,
-                                 &(chat_options){bos, eos, chat_template_default_system(info.chat_template), thinking},
-                                 out, plain, n_plain, err, sizeof err)
-             : -1;
+    int rc = text ? chat_render_plain(f, &msg, 1,
+                                      &(chat_options){bos, eos, chat_template_default_system(info.chat_template),
+                                                      thinking, effort, NULL},
+                                      out, plain, n_plain, err, sizeof err)
+                  : -1;
     if (rc) fprintf(stderr, "coli run: --chat-template %s: %s\n", name, text ? err : "out of memory");
     free(text);
     return rc ? CLI_FAIL : 0;
@@ -89,7 +91,8 @@ static void s_print_summary(const coli_model *m, const model_opts *o, const coli
     char *text = NULL;
     /* The executor's lines: always when verbose, otherwise only when they
      * are about workers (an in-process run has nothing the user must see). */
-    if (coli_model_stats_text(m, &text) == 0 && text && text[0] && (o->verbose || strstr(text, "worker")))
+    if (coli_model_stats_text(m, &text) == 0 && text && text[0] &&
+        (o->verbose || strstr(text, "worker") || strstr(text, "disk tier")))
         fputs(text, stderr);
     free(text);
 }
@@ -117,7 +120,7 @@ static int s_generate(const run_flags *f, const char *prompt, size_t len) {
     coli_text_span *plain = NULL;
     int n_plain = 0;
     if (f->chat_template &&
-        (rc = s_render_chat(m, f->chat_template, f->thinking, prompt, len, &chat, &plain, &n_plain)) == 0) {
+        (rc = s_render_chat(m, f->chat_template, f->thinking, f->effort, prompt, len, &chat, &plain, &n_plain)) == 0) {
         prompt = chat;
         len = strlen(chat);
     }
@@ -171,6 +174,7 @@ int cmd_run(int argc, char **argv) {
         {"--stats-json", NULL, ARG_STR, &f.m.stats_json, 0, 0, 0, "FILE", "write the run's stats as JSON to FILE"},
         CHAT_TEMPLATE_SPEC(f.chat_template),
         CHAT_KWARGS_SPEC(f.chat_kwargs),
+        REASONING_EFFORT_SPEC(f.effort_flag),
     };
     const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     int rc = args_parse("run", argc, argv, specs, n_specs, NULL, 0, NULL);
@@ -182,10 +186,13 @@ int cmd_run(int argc, char **argv) {
     }
     if (rc) return rc;
     if ((rc = model_opts_check("run", &f.m)) || (rc = chat_template_check("run", f.chat_template)) ||
-        (rc = chat_kwargs_check("run", f.chat_kwargs, &f.thinking)))
+        (rc = chat_kwargs_check("run", f.chat_kwargs, f.effort_flag, &f.thinking, &f.effort)))
         return rc;
     if (f.chat_kwargs && !f.chat_template)
         return args_error("run", "--chat-template-kwargs",
+                          "only with --chat-template (without it the prompt is used as it is)");
+    if (f.effort_flag && !f.chat_template)
+        return args_error("run", "--reasoning-effort",
                           "only with --chat-template (without it the prompt is used as it is)");
     if (f.prompt && f.prompt_file) return args_error("run", "-f", "give either -p or -f, not both");
     if (!f.prompt && !f.prompt_file) return args_error("run", "-p", "required (the prompt text, or -f FILE)");

@@ -161,10 +161,11 @@ static int s_config_finish(server_config *cfg, const model_opts *mo, const coli_
 }
 
 /* --chat-template, --chat-template-kwargs and --reasoning-format, checked into s. */
-static int s_chat_flags(server_config *cfg, const char *tmpl, const char *chat_kwargs, const char *reasoning) {
+static int s_chat_flags(server_config *cfg, const char *tmpl, const char *chat_kwargs, const char *effort,
+                        const char *reasoning) {
     int rc = chat_template_check("serve", tmpl);
     cfg->chat_template = tmpl;
-    if (!rc) rc = chat_kwargs_check("serve", chat_kwargs, &cfg->chat_thinking);
+    if (!rc) rc = chat_kwargs_check("serve", chat_kwargs, effort, &cfg->chat_thinking, &cfg->chat_effort);
     if (!rc && reasoning && reasoning_format_parse(reasoning, &cfg->reasoning))
         rc = args_error("serve", "--reasoning-format", "unknown format '%s' (known: %s)", reasoning,
                         REASONING_FORMAT_NAMES);
@@ -185,7 +186,7 @@ int cmd_serve(int argc, char **argv) {
     server_config_defaults(&cfg);
     int max_body_kib = 1024, prefix_mb = 256;
     float grace_s = 30;
-    const char *tmpl = NULL, *key_file = NULL, *chat_kwargs = NULL, *reasoning = NULL;
+    const char *tmpl = NULL, *key_file = NULL, *chat_kwargs = NULL, *reasoning = NULL, *effort = NULL;
     sampling_help help;
     sampling_help_init(&help, &cfg.sampling);
     snprintf(help.seed, sizeof help.seed, "the seed of requests that give none (default: a fresh one each)");
@@ -228,6 +229,7 @@ int cmd_serve(int argc, char **argv) {
          "prompt tokens evaluated per turn while other requests decode (default 64)"},
         CHAT_TEMPLATE_SPEC(tmpl),
         CHAT_KWARGS_SPEC(chat_kwargs),
+        REASONING_EFFORT_SPEC(effort),
         {"--allow-special-in-content", NULL, ARG_FLAG, &cfg.allow_special_in_content, 0, 0, 0, NULL,
          "message text may spell special tokens (<|im_start|> becomes the token: users can forge turns)"},
         {"--reasoning-format", NULL, ARG_STR, &reasoning, 0, 0, 0, "FORMAT",
@@ -242,7 +244,7 @@ int cmd_serve(int argc, char **argv) {
         return 0;
     }
     if (!rc) rc = model_opts_check("serve", &mo);
-    if (!rc) rc = s_chat_flags(&cfg, tmpl, chat_kwargs, reasoning);
+    if (!rc) rc = s_chat_flags(&cfg, tmpl, chat_kwargs, effort, reasoning);
     /* the environment, read once (~30 KiB: not on the stack) */
     coli_settings *env = malloc(sizeof *env);
     if (!env) rc = CLI_FAIL;

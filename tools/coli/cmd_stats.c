@@ -120,6 +120,20 @@ static void s_hosts(const cJSON *root, const cJSON *ws) {
         s_num(m, "returned_bytes") / 1048576.0, s_num(m, "move_seconds"));
 }
 
+/* The disk tier (--devices inproc@ram=SIZE, docs/scheduler.md "Tiers"), if the run had one. */
+static void s_disk_tier(const cJSON *root) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "disk_tier");
+    if (!cJSON_IsObject(t)) return;
+    printf("disk tier: RAM %.1f of %.1f MiB, %.0f experts; hits %.0f, misses %.0f (hit rate %.1f%%); "
+           "%.0f disk reads (%.1f MiB, %.0f O_DIRECT), read p50 %.2f ms, p99 %.2f ms; prefetch %.0f issued, %.0f "
+           "used, %.0f speculative reads\n",
+           s_num(t, "used_bytes") / 1048576.0, s_num(t, "budget_bytes") / 1048576.0, s_num(t, "resident_experts"),
+           s_num(t, "hits"), s_num(t, "misses"), 100 * s_num(t, "hit_rate"), s_num(t, "disk_reads"),
+           s_num(t, "disk_bytes") / 1048576.0, s_num(t, "direct_reads"), s_num(t, "read_p50_us") / 1000.0,
+           s_num(t, "read_p99_us") / 1000.0, s_num(t, "prefetch_issued"), s_num(t, "prefetch_used"),
+           s_num(t, "speculative_reads"));
+}
+
 static int s_print(const char *path, const cJSON *root) {
     const char *ex = s_str(root, "executor");
     if (!strcmp(ex, "-")) {
@@ -129,6 +143,7 @@ static int s_print(const char *path, const cJSON *root) {
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(root, "workers");
     if (strcmp(ex, "workers") || !cJSON_IsArray(ws)) {
         printf("executor: %s (experts computed in the coordinator; no workers, no fallbacks)\n", ex);
+        s_disk_tier(root);
         return 0;
     }
     printf("executor: workers (%d); dispatch p50 %.3f ms, p99 %.3f ms over %.0f layers; "

@@ -12,6 +12,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_imatrix(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_heat(int argc, char **argv);
 int cmd_worker(int argc, char **argv);

@@ -27,6 +27,7 @@ static const command s_commands[] = {
     {"tokenize", cmd_tokenize, "print the token ids and pieces of a text"},
     {"logits", cmd_logits, "teacher-forced top-k logits at every position of an id list"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
+    {"imatrix", cmd_imatrix, "importance matrix over a text file (llama-imatrix's file) for quantize --imatrix"},
     {"quantize", cmd_quantize, "write a copy of a model with its weights in another type"},
     {"plan", cmd_plan, "print which expert goes to which worker for --devices (--heat: hottest on the fastest)"},
     {"heat", cmd_heat, "print an expert heat file: per-layer tables, top-N share, pairs, --plot SVG"},

@@ -110,9 +110,11 @@ int chat_template_check(const char *cmd, const char *name) {
     return args_error(cmd, "--chat-template", "unknown template '%s' (known: auto, %s)", name, chat_family_list());
 }
 
-int chat_kwargs_check(const char *cmd, const char *json, int *thinking) {
+int chat_kwargs_check(const char *cmd, const char *json, const char *effort_flag, int *thinking, int *effort) {
     char err[160];
-    if (chat_kwargs_from_json(json, thinking, err, sizeof err))
+    if (chat_kwargs_from_json(json, thinking, effort, err, sizeof err))
         return args_error(cmd, "--chat-template-kwargs", "%s", err);
+    if (effort_flag && (*effort = chat_effort_parse(effort_flag)) < 0)
+        return args_error(cmd, "--reasoning-effort", "unknown effort '%s' (known: low, medium, high)", effort_flag);
     return ARGS_OK;
 }

@@ -176,17 +176,27 @@ int model_opts_n_ctx(const model_opts *o, const coli_model *m);
  * usage error listing the known names. */
 int chat_template_check(const char *cmd, const char *name);
 
-/* --chat-template-kwargs JSON of run, chat and serve (NULL: not given):
- * *thinking set from it (chat_kwargs_parse; CHAT_THINKING_DEFAULT when not
- * given). Returns ARGS_OK, or ARGS_ERROR with a usage error naming the key. */
-int chat_kwargs_check(const char *cmd, const char *json, int *thinking);
+/* --chat-template-kwargs JSON and --reasoning-effort NAME of run, chat and
+ * serve (NULL: not given): *thinking and *effort set from them
+ * (chat_kwargs_parse; CHAT_THINKING_DEFAULT, CHAT_EFFORT_DEFAULT when not
+ * given; the flag wins over the JSON's reasoning_effort). Returns ARGS_OK,
+ * or ARGS_ERROR with a usage error naming the key or the flag. */
+int chat_kwargs_check(const char *cmd, const char *json, const char *effort_flag, int *thinking, int *effort);
+
+/* The arg_spec entry of --reasoning-effort for a const char * lvalue. */
+#define REASONING_EFFORT_SPEC(name)                                                                  \
+    {                                                                                                \
+        "--reasoning-effort", NULL, ARG_STR, &(name), 0, 0, 0, "LEVEL",                              \
+            "low, medium or high: the reasoning effort the gpt-oss template writes (default medium)" \
+    }
 
 /* The arg_spec entry of --chat-template-kwargs for a const char * lvalue. */
-#define CHAT_KWARGS_SPEC(json)                                                                \
-    {                                                                                         \
-        "--chat-template-kwargs", NULL, ARG_STR, &(json), 0, 0, 0, "JSON",                    \
-            "template options as llama.cpp takes them; known: enable_thinking (qwen3), e.g. " \
-            "'{\"enable_thinking\":false}'"                                                   \
+#define CHAT_KWARGS_SPEC(json)                                                                            \
+    {                                                                                                     \
+        "--chat-template-kwargs", NULL, ARG_STR, &(json), 0, 0, 0, "JSON",                                \
+            "template options as llama.cpp takes them; known: enable_thinking (qwen3, qwen3.5, glm4.5), " \
+            "reasoning_effort (gpt-oss), e.g. "                                                           \
+            "'{\"enable_thinking\":false}'"                                                               \
     }
 
 /* The arg_spec entry of --chat-template for a const char * lvalue. */

@@ -22,7 +22,8 @@ void server_config_defaults(server_config *cfg) {
                            .prefix_cache_bytes = (size_t)256 << 20,
                            .prefix_block = 16,
                            .prefill_chunk = 64,
-                           .chat_thinking = CHAT_THINKING_DEFAULT};
+                           .chat_thinking = CHAT_THINKING_DEFAULT,
+                           .chat_effort = CHAT_EFFORT_DEFAULT};
     coli_sampling_default_params(&cfg->sampling);
     cfg->sampling.temperature = 1.0f; /* OpenAI's defaults: the full distribution */
     cfg->sampling.top_k = 0;
@@ -62,8 +63,10 @@ static int s_attach(server *s, coli_model *model, const char *model_path) {
     s->model_path = model_path;
     s->family = chat_template_pick(s->cfg.chat_template, &s->info, &s->family_source);
     char err[160];
-    if (chat_thinking_check(s->family, s->cfg.chat_thinking, err, sizeof err)) {
-        fprintf(stderr, "coli serve: --chat-template-kwargs: %s\n", err);
+    if (chat_thinking_check(s->family, s->cfg.chat_thinking, err, sizeof err) ||
+        chat_effort_check(s->family, s->cfg.chat_effort, err, sizeof err)) {
+        fprintf(stderr, "coli serve: %s: %s\n",
+                s->cfg.chat_thinking != CHAT_THINKING_DEFAULT ? "--chat-template-kwargs" : "--reasoning-effort", err);
         return SERVER_FAIL;
     }
     s->bos_text = s_token_string(model, s->info.bos_id);

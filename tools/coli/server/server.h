@@ -142,6 +142,7 @@ typedef struct gen_request {
     int add_special;              /* BOS by the vocabulary (completions) or by the template text (chat) */
     struct json_grammar *grammar; /* response_format json_object / json_schema; NULL: free text */
     int reasoning;                /* chat: REASONING_NONE or REASONING_DEEPSEEK (reasoning_format) */
+    int syntax;                   /* chat: how the answer carries its reasoning (chat_syntax) */
     int n_choices;                /* n: answers wanted (each its own job, server_handlers.c) */
     int32_t *bias_id;             /* logit_bias: n_bias token ids and what is added to their logits */
     float *bias;                  /* (-INFINITY for -100: a ban) */
@@ -181,17 +182,22 @@ typedef struct reasoning_split {
     size_t reasoning_start, reasoning_len, content_start, content_len;
 } reasoning_split;
 reasoning_split reasoning_split_text(const char *t, size_t len, int final);
-/* What a stream sends next: the bytes each part grew by since *sent_reasoning
- * / *sent_content of them went out (both advanced), and raw_end, how far
- * into t the text sent so far reaches. */
+/* What a stream sends next for an answer t[0..len) whose reasoning is marked
+ * as syntax (chat_syntax): the bytes each part grew by since *sent_reasoning
+ * / *sent_content of them went out (both advanced), malloc'd and
+ * NUL-terminated (NULL, nothing advanced, when out of memory; free with
+ * reasoning_delta_free), and raw_end, how far into t the text sent so far
+ * reaches. The whole split of a finished answer: final 1, both counts 0. */
 typedef struct reasoning_delta {
-    const char *reasoning;
+    char *reasoning;
     size_t reasoning_len;
-    const char *content;
+    char *content;
     size_t content_len;
     size_t raw_end;
 } reasoning_delta;
-reasoning_delta reasoning_next(const char *t, size_t len, int final, size_t *sent_reasoning, size_t *sent_content);
+reasoning_delta reasoning_next(int syntax, const char *t, size_t len, int final, size_t *sent_reasoning,
+                               size_t *sent_content);
+void reasoning_delta_free(reasoning_delta *d);
 /* "none" -> REASONING_NONE, "deepseek" or "auto" -> REASONING_DEEPSEEK; -1 for any other name. */
 int reasoning_format_parse(const char *name, int *out);
 #define REASONING_FORMAT_NAMES "none, deepseek, auto"
@@ -284,6 +290,7 @@ typedef struct server_config {
     int allow_special_in_content;  /* --allow-special-in-content: message text may spell special tokens */
     const char *chat_template;     /* --chat-template: NULL or "auto" (the model's), or a family name */
     int chat_thinking;             /* --chat-template-kwargs enable_thinking, CHAT_THINKING_DEFAULT: not given */
+    int chat_effort; /* --reasoning-effort or the kwargs' reasoning_effort, CHAT_EFFORT_DEFAULT: not given */
     int verbose;
 } server_config;
 

@@ -46,16 +46,15 @@ static cJSON *s_choice_json(server *s, const job *j, int index) {
         cJSON_AddStringToObject(m, "role", "assistant");
         const char *raw = j->raw ? j->raw : "";
         const size_t len = j->raw ? j->raw_len : 0;
-        reasoning_split part = {0, 0, 0, len}; /* reasoning_format none: all of it is the answer */
-        if (j->req.reasoning == REASONING_DEEPSEEK) part = reasoning_split_text(raw, len, 1);
-        char *content = strndup(raw + part.content_start, part.content_len);
-        cJSON_AddStringToObject(m, "content", content ? content : "");
-        free(content);
-        if (part.reasoning_len) {
-            char *reasoning = strndup(raw + part.reasoning_start, part.reasoning_len);
-            cJSON_AddStringToObject(m, "reasoning_content", reasoning ? reasoning : "");
-            free(reasoning);
+        size_t sent_r = 0, sent_c = 0;
+        reasoning_delta part = {NULL, 0, strndup(raw, len), len, len}; /* reasoning_format none: all of it */
+        if (j->req.reasoning == REASONING_DEEPSEEK) {
+            free(part.content);
+            part = reasoning_next(j->req.syntax, raw, len, 1, &sent_r, &sent_c);
         }
+        cJSON_AddStringToObject(m, "content", part.content ? part.content : "");
+        if (part.reasoning_len) cJSON_AddStringToObject(m, "reasoning_content", part.reasoning);
+        reasoning_delta_free(&part);
     } else {
         cJSON_AddStringToObject(c, "text", j->raw ? j->raw : "");
     }

@@ -135,6 +135,21 @@ static void s_prefix_series(coli_strbuf *b, server *s) {
     coli_strbuf_appendf(b, "colibri_prefix_cache_max_bytes %zu\n", st.max_bytes);
 }
 
+/* The sequence state of the slots (docs/architectures.md: per token, per sequence). */
+static void s_state_series(coli_strbuf *b, const server *s) {
+    const size_t tok = s->info.state_bytes_per_token, seq = s->info.state_bytes_per_seq;
+    const int n_ctx = s->cfg.n_ctx > 0 ? s->cfg.n_ctx : s->info.n_ctx;
+    s_header(b, "colibri_state_bytes_per_token", "gauge", "KV bytes one position of a sequence takes (all layers).");
+    coli_strbuf_appendf(b, "colibri_state_bytes_per_token %zu\n", tok);
+    s_header(b, "colibri_state_bytes_per_sequence", "gauge",
+             "Recurrent-state bytes of one sequence whatever its length (hybrid models; 0 otherwise).");
+    coli_strbuf_appendf(b, "colibri_state_bytes_per_sequence %zu\n", seq);
+    s_header(b, "colibri_state_bytes", "gauge",
+             "Sequence state the slots hold: per slot n_ctx positions, the recurrent states and their two "
+             "prefix-cache snapshots.");
+    coli_strbuf_appendf(b, "colibri_state_bytes %zu\n", (size_t)s->cfg.n_slots * ((size_t)n_ctx * tok + 3 * seq));
+}
+
 static void s_server_series(coli_strbuf *b, server *s) {
     server_metrics m;
     pthread_mutex_lock(&s->metrics.mu);
@@ -170,6 +185,7 @@ static void s_server_series(coli_strbuf *b, server *s) {
     coli_strbuf_appendf(b, "colibri_slots %d\n", s->cfg.n_slots);
     s_header(b, "colibri_model_ready", "gauge", "1 once the model is loaded and its experts are placed.");
     coli_strbuf_appendf(b, "colibri_model_ready %d\n", atomic_load(&s->ready) ? 1 : 0);
+    s_state_series(b, s);
     s_prefix_series(b, s);
 }
 
@@ -337,6 +353,38 @@ static void s_host_series(coli_strbuf *b, const cJSON *stats, const cJSON *worke
     coli_strbuf_appendf(b, "colibri_layer_dispatch_p99_seconds %.6f\n", s_num(stats, "dispatch_latency_p99_ms") / 1e3);
 }
 
+/* The disk tier's counters (stats "disk_tier", --devices inproc@ram=SIZE); nothing without one. */
+static void s_disk_tier_series(coli_strbuf *b, const cJSON *stats) {
+    static const char *const f[][4] = {
+        {"colibri_disk_tier_budget_bytes", "gauge", "Bytes of experts the disk tier's RAM cache may hold.",
+         "budget_bytes"},
+        {"colibri_disk_tier_used_bytes", "gauge", "Bytes of experts the disk tier's RAM cache holds.", "used_bytes"},
+        {"colibri_disk_tier_hits_total", "counter", "Routed pairs whose expert was in RAM.", "hits"},
+        {"colibri_disk_tier_misses_total", "counter", "Routed pairs whose expert was read from disk.", "misses"},
+        {"colibri_disk_tier_reads_total", "counter", "Experts read from disk (one read per expert per layer call).",
+         "disk_reads"},
+        {"colibri_disk_tier_read_bytes_total", "counter", "Bytes read from disk by the disk tier.", "disk_bytes"},
+        {"colibri_disk_tier_prefetch_issued_total", "counter", "Reads started by the next-layer prediction.",
+         "prefetch_issued"},
+        {"colibri_disk_tier_prefetch_used_total", "counter", "Prefetched experts later routed while in RAM.",
+         "prefetch_used"},
+    };
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(stats, "disk_tier");
+    if (!cJSON_IsObject(t)) return;
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        s_header(b, f[i][0], f[i][1], f[i][2]);
+        coli_strbuf_appendf(b, "%s %.0f\n", f[i][0], s_num(t, f[i][3]));
+    }
+    s_header(b, "colibri_disk_tier_read_latency_seconds", "summary",
+             "Latency of the disk tier's expert reads (quantiles over the latest 4096).");
+    coli_strbuf_appendf(b, "colibri_disk_tier_read_latency_seconds{quantile=\"0.5\"} %.6f\n",
+                        s_num(t, "read_p50_us") * 1e-6);
+    coli_strbuf_appendf(b, "colibri_disk_tier_read_latency_seconds{quantile=\"0.99\"} %.6f\n",
+                        s_num(t, "read_p99_us") * 1e-6);
+    coli_strbuf_appendf(b, "colibri_disk_tier_read_latency_seconds_sum %.6f\n", s_num(t, "read_us_sum") * 1e-6);
+    coli_strbuf_appendf(b, "colibri_disk_tier_read_latency_seconds_count %.0f\n", s_num(t, "disk_reads"));
+}
+
 static void s_worker_series(coli_strbuf *b, const char *stats_json) {
     cJSON *stats = stats_json ? cJSON_Parse(stats_json) : NULL;
     const cJSON *workers = cJSON_GetObjectItemCaseSensitive(stats, "workers");
@@ -358,6 +406,7 @@ static void s_worker_series(coli_strbuf *b, const char *stats_json) {
     s_worker_histograms(b, workers);
     s_host_series(b, stats, workers);
     s_cache_series(b, workers);
+    s_disk_tier_series(b, stats);
     s_fallbacks(b, stats);
     cJSON_Delete(stats);
 }

@@ -63,7 +63,8 @@ static int s_is_int(const cJSON *v, double lo, double hi) {
 static const char *const s_known_chat[] = {
     "messages", "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens",
     "max_completion_tokens", "stop", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n",
-    "logprobs", "top_logprobs", "response_format", "chat_template_kwargs", "reasoning_format", "user", "cache_salt",
+    "logprobs", "top_logprobs", "response_format", "chat_template_kwargs", "reasoning_format", "reasoning_effort",
+    "user", "cache_salt",
     /* accepted only at their neutral value (s_unsupported) */
     "n", "logit_bias", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls", NULL};
 static const char *const s_known_completions[] = {"prompt",
@@ -362,13 +363,25 @@ static int s_messages(server *s, parse_ctx *p, const cJSON *root, gen_request *r
     int n = cJSON_GetArraySize(msgs);
     if (n < 1 || n > MAX_MESSAGES) return s_bad(p, "messages", "messages: must hold 1 to %d messages", MAX_MESSAGES);
     const cJSON *kwargs = s_get(root, "chat_template_kwargs");
-    chat_options opts = {s->bos_text, s->eos_text, chat_template_default_system(s->info.chat_template),
-                         s->cfg.chat_thinking};
-    if ((kwargs && chat_kwargs_parse(kwargs, &opts.thinking, p->err, p->cap)) ||
-        chat_thinking_check(s->family, opts.thinking, p->err, p->cap)) {
+    chat_options opts = {s->bos_text,          s->eos_text,        chat_template_default_system(s->info.chat_template),
+                         s->cfg.chat_thinking, s->cfg.chat_effort, NULL};
+    if ((kwargs && chat_kwargs_parse(kwargs, &opts.thinking, &opts.effort, p->err, p->cap)) ||
+        chat_thinking_check(s->family, opts.thinking, p->err, p->cap) ||
+        chat_effort_check(s->family, opts.effort, p->err, p->cap)) {
         *p->param = "chat_template_kwargs";
         return 400;
     }
+    const cJSON *effort = s_get(root, "reasoning_effort");
+    if (effort && !cJSON_IsNull(effort)) {
+        int e = cJSON_IsString(effort) ? chat_effort_parse(effort->valuestring) : -1;
+        if (e < 0) return s_bad(p, "reasoning_effort", "reasoning_effort: must be low, medium or high");
+        if (chat_effort_check(s->family, e, p->err, p->cap)) {
+            *p->param = "reasoning_effort";
+            return 400;
+        }
+        opts.effort = e;
+    }
+    r->syntax = chat_syntax_of(s->family, &opts);
     chat_message *cm = calloc((size_t)n, sizeof *cm);
     if (!cm) return 500;
     int rc = 0, i = 0;

@@ -95,11 +95,16 @@ static void s_chunk(sse_stream *st, const char *reasoning, size_t reasoning_len,
  * the last chunk (reasoning_next: the split only grows). */
 static void s_reasoning_chunk(sse_stream *st, int final) {
     const job *j = st->j;
-    const reasoning_delta d =
-        reasoning_next(j->raw ? j->raw : "", j->exposed, final, &st->reasoning_sent, &st->content_sent);
+    reasoning_delta d =
+        reasoning_next(j->req.syntax, j->raw ? j->raw : "", j->exposed, final, &st->reasoning_sent, &st->content_sent);
+    if (!d.reasoning) {
+        st->oom = 1;
+        return;
+    }
     st->sent = j->exposed;
     if (d.reasoning_len || d.content_len)
         s_chunk(st, d.reasoning, d.reasoning_len, d.content, d.content_len, d.raw_end, NULL);
+    reasoning_delta_free(&d);
 }
 
 /* The end: finish_reason chunk (or the error), usage, [DONE]. j->mu held. */

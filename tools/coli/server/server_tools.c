@@ -190,6 +190,9 @@ int handle_props(server *s, struct MHD_Connection *c) {
     cJSON *kw = cJSON_AddObjectToObject(o, "chat_template_kwargs");
     if (s->cfg.chat_thinking != CHAT_THINKING_DEFAULT)
         cJSON_AddBoolToObject(kw, "enable_thinking", s->cfg.chat_thinking);
+    static const char *const effort[] = {"", "low", "medium", "high"};
+    if (s->cfg.chat_effort != CHAT_EFFORT_DEFAULT)
+        cJSON_AddStringToObject(kw, "reasoning_effort", effort[s->cfg.chat_effort]);
     cJSON_AddStringToObject(o, "reasoning_format", s->cfg.reasoning == REASONING_DEEPSEEK ? "deepseek" : "none");
     cJSON_AddBoolToObject(o, "allow_special_in_content", s->cfg.allow_special_in_content);
     char *stats = server_stats_fresh(s);

@@ -1,0 +1,436 @@
+/*
+ * test_hybrid.c - the hybrid families qwen3next and qwen35moe (Gated
+ * DeltaNet + gated attention, MoE with a gated shared expert) on the tiny
+ * models of tests/gen_qwen3next.py (generated on first use into
+ * $COLI_BUILD/ref; their sha256 is checked against the one recorded with
+ * the llama.cpp logits in tests/fixtures/tiny-ARCH-llama-logits.txt):
+ * - the F32 rule: a chunked prefill of 80 ids (two chunks of the
+ *   recurrence) gives every recorded logit within 1e-3 of llama.cpp's, the
+ *   same argmax at every position;
+ * - token-by-token decode (the recurrent form) gives the same within the
+ *   rule, against llama.cpp and against the prefill;
+ * - workers (cpu:2) give the in-process bytes, also when one crashes;
+ * - continuous batching gives each sequence the tokens and logits bits it
+ *   gets alone; the prefix cache restores a snapshot whose continuation has
+ *   the bits of a cold prefill, and answers forked from a cached prompt
+ *   (n > 1) are those of a cold one; a full context stops generation; a
+ *   reset context starts from a zero state (coli perplexity's windows);
+ * - the state memory per position and per sequence coli_model_info gives;
+ * - a file whose ssm keys disagree is refused in one line naming them.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "colibri.h"
+#include "core/error.h"
+#include "core/gguf/gguf.h"
+#include "tests/ref_models.h"
+
+enum {
+    MAX_POS = 128,
+    TOP = 10
+};
+
+typedef struct llama_ref {
+    char sha[65];
+    int n;                         /* positions */
+    int32_t ids[MAX_POS];          /* the teacher-forced ids */
+    int32_t top_id[MAX_POS][TOP];  /* llama.cpp's 10 largest logits per position */
+    float top_logit[MAX_POS][TOP]; /* and their values */
+} llama_ref;
+
+static void s_read_ref(const char *arch, llama_ref *r) {
+    char path[256], line[8192];
+    snprintf(path, sizeof path, "tests/fixtures/tiny-%s-llama-logits.txt", arch);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "cannot open %s", path);
+    memset(r, 0, sizeof *r);
+    while (fgets(line, sizeof line, f)) {
+        char *p = line;
+        int pos, used;
+        if (sscanf(line, "sha256 %64s", r->sha) == 1) continue;
+        if (strncmp(line, "ids:", 4) == 0) {
+            for (p += 4; r->n < MAX_POS && sscanf(p, "%d%n", &r->ids[r->n], &used) == 1; p += used) r->n++;
+        } else if (sscanf(line, "pos %d:%n", &pos, &used) == 1 && pos >= 0 && pos < MAX_POS) {
+            p += used;
+            for (int i = 0; i < TOP; i++, p += used)
+                cr_assert_eq(sscanf(p, "%d %f%n", &r->top_id[pos][i], &r->top_logit[pos][i], &used), 2, "%s", path);
+        }
+    }
+    fclose(f);
+    cr_assert(r->n > 64 && strlen(r->sha) == 64, "%s: no ids or sha256", path);
+}
+
+/* tiny-ARCH-f32.gguf, made by tests/gen_qwen3next.py once, checked against the recorded sha256. */
+static void s_model(const char *arch, const llama_ref *r, char *out, size_t cap) {
+    char cmd[4200], sha[80] = "";
+    s_hybrid_model(arch, out, cap);
+    snprintf(cmd, sizeof cmd, "sha256sum '%s'", out);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p && fscanf(p, "%64s", sha) == 1, "sha256sum %s", out);
+    pclose(p);
+    cr_assert_str_eq(sha, r->sha, "%s: the generator drifted from the file llama.cpp's logits were recorded on", out);
+}
+
+static coli_model *s_load(const char *path, const char *devices) {
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = devices;
+    mp.n_threads = 2;
+    coli_model *m = NULL;
+    cr_assert_eq(coli_model_load(path, &mp, &m), 0, "%s", coli_last_error());
+    return m;
+}
+
+static int s_vocab(const coli_model *m) {
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    return info.n_vocab;
+}
+
+/* Logits of every position: one prefill (step 0) or one token per eval. */
+static float *s_logits(coli_model *m, const llama_ref *r, int step) {
+    const size_t V = (size_t)s_vocab(m);
+    float *lg = malloc((size_t)r->n * V * sizeof(float));
+    coli_context *ctx = NULL;
+    cr_assert_eq(coli_context_new(m, NULL, &ctx), 0, "%s", coli_last_error());
+    if (!step)
+        cr_assert_eq(coli_eval(ctx, r->ids, r->n, lg, 1), 0, "%s", coli_last_error());
+    else
+        for (int t = 0; t < r->n; t++) cr_assert_eq(coli_eval(ctx, r->ids + t, 1, lg + (size_t)t * V, 0), 0);
+    coli_context_free(&ctx);
+    return lg;
+}
+
+/* Every recorded logit within tol, the same argmax; the largest delta. */
+static double s_against_llama(const float *lg, int V, const llama_ref *r, double tol) {
+    double worst = 0.0;
+    for (int t = 0; t < r->n; t++) {
+        const float *a = lg + (size_t)t * (size_t)V;
+        int am = 0;
+        for (int v = 1; v < V; v++)
+            if (a[v] > a[am]) am = v;
+        cr_expect_eq(am, r->top_id[t][0], "position %d: argmax %d, llama.cpp %d", t, am, r->top_id[t][0]);
+        for (int i = 0; i < TOP; i++) {
+            const double d = fabs((double)a[r->top_id[t][i]] - r->top_logit[t][i]);
+            if (d > worst) worst = d;
+        }
+    }
+    cr_expect_leq(worst, tol, "max |logit - llama.cpp| %.3g", worst);
+    return worst;
+}
+
+static void s_f32_rule(const char *arch) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref(arch, &r);
+    s_model(arch, &r, path, sizeof path);
+    coli_model *m = s_load(path, "inproc");
+    const int V = s_vocab(m);
+    float *pre = s_logits(m, &r, 0), *dec = s_logits(m, &r, 1);
+    const double wp = s_against_llama(pre, V, &r, 1e-3), wd = s_against_llama(dec, V, &r, 1e-3);
+    double both = 0.0;
+    for (size_t i = 0; i < (size_t)r.n * (size_t)V; i++) both = fmax(both, fabs((double)pre[i] - dec[i]));
+    cr_expect_leq(both, 1e-3, "chunked prefill vs token by token: %.3g", both);
+    cr_log_info("%s: max delta vs llama.cpp: prefill %.2e, decode %.2e; prefill vs decode %.2e", arch, wp, wd, both);
+    free(pre);
+    free(dec);
+    coli_model_free(&m);
+}
+
+TestSuite(hybrid, .timeout = 240);
+
+Test(hybrid, qwen3next_f32_rule) { s_f32_rule("qwen3next"); }
+Test(hybrid, qwen35moe_f32_rule) { s_f32_rule("qwen35moe"); }
+
+Test(hybrid, workers_give_inproc_bytes) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("qwen35moe", &r);
+    s_model("qwen35moe", &r, path, sizeof path);
+    coli_model *a = s_load(path, "inproc"), *b = s_load(path, "cpu:2");
+    const size_t bytes = (size_t)r.n * (size_t)s_vocab(a) * sizeof(float);
+    float *la = s_logits(a, &r, 0), *lb = s_logits(b, &r, 0), *da = s_logits(a, &r, 1), *db = s_logits(b, &r, 1);
+    cr_expect(memcmp(la, lb, bytes) == 0, "prefill: workers differ from in-process");
+    cr_expect(memcmp(da, db, bytes) == 0, "decode: workers differ from in-process");
+    free(la);
+    free(lb);
+    free(da);
+    free(db);
+    coli_model_free(&a);
+    coli_model_free(&b);
+}
+
+/* A worker that crashes mid-prefill: its experts fall back, no byte changes. */
+Test(hybrid, worker_crash_changes_no_byte) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("qwen3next", &r);
+    s_model("qwen3next", &r, path, sizeof path);
+    coli_model *a = s_load(path, "inproc");
+    float *la = s_logits(a, &r, 0), *da = s_logits(a, &r, 1);
+    const size_t bytes = (size_t)r.n * (size_t)s_vocab(a) * sizeof(float);
+    coli_model_free(&a);
+    setenv("COLI_FAULT", "crash@layer=2:after=1", 1);
+    coli_model *b = s_load(path, "cpu:1");
+    unsetenv("COLI_FAULT");
+    float *lb = s_logits(b, &r, 0), *db = s_logits(b, &r, 1);
+    char *js = NULL;
+    cr_assert_eq(coli_model_stats_json(b, &js), 0);
+    cr_expect(strstr(js, "\"crash\""), "no crash recorded: %s", js);
+    cr_expect(memcmp(la, lb, bytes) == 0, "prefill: bytes changed by the crash");
+    cr_expect(memcmp(da, db, bytes) == 0, "decode: bytes changed by the crash");
+    free(js);
+    free(la);
+    free(lb);
+    free(da);
+    free(db);
+    coli_model_free(&b);
+}
+
+// ---------------------------------------------------------------------------
+// sequences: batching, prefix cache, forks, the full context
+
+enum {
+    GEN = 12,
+    SEQS = 3
+};
+
+typedef struct gen_run {
+    coli_context *ctx;
+    const int32_t *prompt;
+    int n_prompt;
+    int32_t out[GEN];
+    int n_out, rc;
+} gen_run;
+
+static int s_collect(void *user, int32_t id, const char *text, size_t len) {
+    (void)text;
+    (void)len;
+    gen_run *g = user;
+    if (g->n_out < GEN) g->out[g->n_out++] = id;
+    return 0;
+}
+
+static void *s_generate(void *arg) {
+    gen_run *g = arg;
+    coli_sampling_params sp;
+    coli_sampling_default_params(&sp);
+    sp.temperature = 0;
+    sp.n_predict = GEN;
+    sp.ignore_eos = 1;
+    g->n_out = 0;
+    g->rc = coli_generate(g->ctx, g->prompt, g->n_prompt, &sp, s_collect, g, NULL);
+    return NULL;
+}
+
+/* The model's compute is one at a time (the batch's lock, as coli serve's baton). */
+static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
+static void s_lock(void *u) {
+    (void)u;
+    pthread_mutex_lock(&s_mu);
+}
+static void s_unlock(void *u) {
+    (void)u;
+    pthread_mutex_unlock(&s_mu);
+}
+
+Test(hybrid, batched_equals_alone) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("qwen3next", &r);
+    s_model("qwen3next", &r, path, sizeof path);
+    coli_model *m = s_load(path, "inproc");
+    coli_batch *b = NULL;
+    cr_assert_eq(coli_batch_new(m, SEQS, 512, 48, s_lock, s_unlock, NULL, &b), 0, "%s", coli_last_error());
+    gen_run alone[SEQS], together[SEQS];
+    pthread_t th[SEQS];
+    const int lens[SEQS] = {80, 23, 70}; /* prefill chunks of 48 cut at 64 (forward_split) */
+    for (int i = 0; i < SEQS; i++) {
+        alone[i] = (gen_run){.prompt = r.ids + i, .n_prompt = lens[i] - i};
+        cr_assert_eq(coli_context_new(m, NULL, &alone[i].ctx), 0);
+        s_generate(&alone[i]);
+        cr_assert_eq(alone[i].rc, 0, "%s", coli_last_error());
+        together[i] = alone[i];
+        cr_assert_eq(coli_context_new(m, NULL, &together[i].ctx), 0);
+        cr_assert_eq(coli_context_set_batch(together[i].ctx, b), 0);
+    }
+    for (int i = 0; i < SEQS; i++) pthread_create(&th[i], NULL, s_generate, &together[i]);
+    for (int i = 0; i < SEQS; i++) pthread_join(th[i], NULL);
+    const size_t V = (size_t)s_vocab(m);
+    float *la = malloc(V * sizeof(float)), *lt = malloc(V * sizeof(float));
+    for (int i = 0; i < SEQS; i++) {
+        cr_expect_eq(together[i].rc, 0);
+        cr_expect_eq(together[i].n_out, GEN);
+        cr_expect(memcmp(together[i].out, alone[i].out, GEN * sizeof(int32_t)) == 0, "sequence %d: tokens differ", i);
+        /* the states after the answers: one more token gives the same bits */
+        cr_assert_eq(coli_eval(alone[i].ctx, r.ids, 1, la, 0), 0);
+        cr_assert_eq(coli_eval(together[i].ctx, r.ids, 1, lt, 0), 0);
+        cr_expect(memcmp(la, lt, V * sizeof(float)) == 0, "sequence %d: the state differs after batching", i);
+        coli_context_free(&alone[i].ctx);
+        coli_context_free(&together[i].ctx);
+    }
+    free(la);
+    free(lt);
+    coli_batch_stats st;
+    coli_batch_get_stats(b, &st);
+    cr_expect_gt(st.max_rows, 1, "the sequences never shared a step");
+    coli_batch_free(&b);
+    coli_model_free(&m);
+}
+
+/* Turn 1 evaluates 100 ids (a snapshot at 64); turn 2 (the same 100 + 50)
+ * restores 64 positions; its logits are the bits of a cold prefill. Then
+ * answers forked from a cached prompt equal a cold one's. */
+Test(hybrid, prefix_cache_restores_snapshots_exactly) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("qwen35moe", &r);
+    s_model("qwen35moe", &r, path, sizeof path);
+    coli_model *m = s_load(path, "inproc");
+    const int V = s_vocab(m);
+    int32_t ids[150];
+    for (int i = 0; i < 150; i++) ids[i] = r.ids[i % r.n] + (i >= r.n);
+    coli_prefix_cache *pc = NULL;
+    cr_assert_eq(coli_prefix_cache_new(m, (size_t)64 << 20, 16, &pc), 0, "%s", coli_last_error());
+    coli_context *a = NULL, *b = NULL, *c = NULL;
+    cr_assert_eq(coli_context_new(m, NULL, &a), 0);
+    cr_assert_eq(coli_context_new(m, NULL, &b), 0);
+    cr_assert_eq(coli_context_new(m, NULL, &c), 0);
+    cr_assert_eq(coli_context_restore_prefix(a, pc, ids, 100), 0);
+    cr_assert_eq(coli_eval(a, ids, 100, NULL, 0), 0, "%s", coli_last_error());
+    cr_assert_eq(coli_context_save_prefix(a, pc, ids, 100), 4, "blocks up to the snapshot at 64");
+    float *warm = malloc((size_t)V * sizeof(float)), *cold = malloc((size_t)V * sizeof(float));
+    cr_assert_eq(coli_context_restore_prefix(b, pc, ids, 150), 64);
+    cr_assert_eq(coli_eval(b, ids + 64, 150 - 64, warm, 0), 0, "%s", coli_last_error());
+    cr_assert_eq(coli_eval(c, ids, 150, cold, 0), 0, "%s", coli_last_error());
+    cr_expect(memcmp(warm, cold, (size_t)V * sizeof(float)) == 0, "restored state: logits differ from a cold prefill");
+    /* n > 1: each answer restores the prompt's state and goes on from there */
+    gen_run fork = {.ctx = b}, ref = {.ctx = c};
+    for (int k = 0; k < 2; k++) {
+        const int got = coli_context_restore_prefix(b, pc, ids, 130);
+        cr_expect_eq(got, 64 * (k + 1), "answer %d restored %d", k, got);
+        fork.prompt = ids + got;
+        fork.n_prompt = 130 - got;
+        s_generate(&fork);
+        cr_assert_eq(fork.rc, 0, "%s", coli_last_error());
+        cr_expect_eq(coli_context_save_prefix(b, pc, ids, 130) >= 0, 1);
+        coli_context_reset(c);
+        ref.prompt = ids;
+        ref.n_prompt = 130;
+        s_generate(&ref);
+        cr_expect(memcmp(fork.out, ref.out, GEN * sizeof(int32_t)) == 0, "answer %d differs from a cold one", k);
+    }
+    coli_context_free(&a);
+    coli_context_free(&b);
+    coli_context_free(&c);
+    coli_prefix_cache_free(&pc);
+    coli_model_free(&m);
+    free(warm);
+    free(cold);
+}
+
+Test(hybrid, full_context_stops_generation) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("qwen3next", &r);
+    s_model("qwen3next", &r, path, sizeof path);
+    coli_model *m = s_load(path, "inproc");
+    coli_context_params cp;
+    coli_context_default_params(&cp);
+    cp.n_ctx = 30;
+    gen_run g = {.prompt = r.ids, .n_prompt = 24};
+    cr_assert_eq(coli_context_new(m, &cp, &g.ctx), 0);
+    s_generate(&g);
+    cr_expect_eq(g.rc, 0, "%s", coli_last_error());
+    cr_expect_eq(coli_context_pos(g.ctx), 30);
+    cr_expect_eq(g.n_out, 6, "the prompt and 6 answer tokens fill the context");
+    coli_context_free(&g.ctx);
+    coli_model_free(&m);
+}
+
+/* coli perplexity's windows: after a reset a context starts from a zero
+ * recurrent state, so a window's logits are those of a fresh context. */
+Test(hybrid, reset_starts_a_fresh_state) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("qwen3next", &r);
+    s_model("qwen3next", &r, path, sizeof path);
+    coli_model *m = s_load(path, "inproc");
+    const size_t V = (size_t)s_vocab(m);
+    float *a = malloc(40 * V * sizeof(float)), *b = malloc(40 * V * sizeof(float));
+    coli_context *used = NULL, *fresh = NULL;
+    cr_assert_eq(coli_context_new(m, NULL, &used), 0);
+    cr_assert_eq(coli_context_new(m, NULL, &fresh), 0);
+    cr_assert_eq(coli_eval(used, r.ids, 70, NULL, 0), 0);
+    coli_context_reset(used);
+    cr_assert_eq(coli_eval(used, r.ids + 40, 40, a, 1), 0);
+    cr_assert_eq(coli_eval(fresh, r.ids + 40, 40, b, 1), 0);
+    cr_expect(memcmp(a, b, 40 * V * sizeof(float)) == 0, "the second window saw the first one's state");
+    coli_context_free(&used);
+    coli_context_free(&fresh);
+    coli_model_free(&m);
+    free(a);
+    free(b);
+}
+
+/* docs/architectures.md's figures for the tiny qwen3next: 2 attention layers x
+ * 2 KV heads x (32 + 32) per position; 2 linear layers x (3 x 128 conv tail
+ * + 4 heads x 16 x 16) F32 per sequence. */
+Test(hybrid, state_memory_reported) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("qwen3next", &r);
+    s_model("qwen3next", &r, path, sizeof path);
+    coli_model *m = s_load(path, "inproc");
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    cr_expect_eq(info.state_bytes_per_token, 2 * 2 * 64 * 4);
+    cr_expect_eq(info.state_bytes_per_seq, 2 * (3 * 128 + 4 * 16 * 16) * 4);
+    coli_model_free(&m);
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.kv_f16 = 1;
+    cr_assert_eq(coli_model_load(path, &mp, &m), 0, "%s", coli_last_error());
+    coli_model_get_info(m, &info);
+    cr_expect_eq(info.state_bytes_per_token, 2 * 2 * 64 * 2, "F16 KV halves the rows, not the recurrent state");
+    cr_expect_eq(info.state_bytes_per_seq, 2 * (3 * 128 + 4 * 16 * 16) * 4);
+    coli_model_free(&m);
+}
+
+/* A copy of src with one u32 key changed. */
+static void s_with_u32(const char *src, const char *dst, const char *key, uint32_t v) {
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
+    cr_assert_eq(gguf_writer_set_u32(w, key, v), 0);
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const coli_tensor *t = gguf_tensor(f, i);
+        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
+    }
+    cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
+    gguf_writer_free(&w);
+    gguf_close(&f);
+}
+
+Test(hybrid, inconsistent_ssm_keys_are_refused) {
+    llama_ref r;
+    char path[4096], bad[4200];
+    s_read_ref("qwen3next", &r);
+    s_model("qwen3next", &r, path, sizeof path);
+    snprintf(bad, sizeof bad, "%s/hybrid-bad-%d.gguf", s_build(), (int)getpid());
+    s_with_u32(path, bad, "qwen3next.ssm.group_count", 3);
+    coli_model *m = NULL;
+    cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
+    cr_expect(strstr(coli_last_error(), "ssm.group_count 3") && !strchr(coli_last_error(), '\n'), "%s",
+              coli_last_error());
+    s_with_u32(path, bad, "qwen3next.ssm.state_size", 8);
+    cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
+    cr_expect(strstr(coli_last_error(), "ssm.state_size 8"), "%s", coli_last_error());
+    unlink(bad);
+}

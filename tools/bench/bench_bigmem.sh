@@ -1,0 +1,114 @@
+#!/bin/bash
+# tools/bench/bench_bigmem.sh - a MoE file larger than the memory it may use
+# (issue 26): decode tok/s of the same greedy run inside a memory cgroup that
+# counts the page cache, for
+#   - colibri in-process on the mapped file (--devices inproc, COLI_DISK_AUTO=0),
+#   - colibri's disk tier (--devices inproc@ram=RAM, what plain inproc chooses
+#     there by itself: experts read from disk
+#     into a RAM expert cache, docs/scheduler.md "Tiers"),
+#   - two namespace hosts (BIGMEM_HOSTS_CMD: the multi-host part plugs in
+#     here; it is run with MODEL, LIMIT and N in its environment and prints
+#     one line "hosts TOK/S"),
+#   - llama.cpp's llama-bench on the mapped file when LLAMA_BENCH is given,
+# after the disk's large direct reads are measured (what the disk tier's
+# reads can reach) and the unconfined in-process rate (the ceiling).
+#
+#   tools/bench/bench_bigmem.sh MODEL.gguf
+#
+# BIGMEM_LIMIT (default 1536M) the cgroup's limit, BIGMEM_RAM (default 1G)
+# the disk tier's RAM, BIGMEM_N (default 16) tokens generated, THREADS
+# (default 2), COLI (default build/bin/coli), BIGMEM_TIMEOUT (default 600 s
+# per confined run). Needs root and a memory cgroup
+# (v1 or v2): without one it says so and exits 0.
+set -uo pipefail
+MODEL=${1:?usage: $0 MODEL.gguf}
+COLI=${COLI:-build/bin/coli}
+LIMIT=${BIGMEM_LIMIT:-1536M}
+RAM=${BIGMEM_RAM:-1G}
+N=${BIGMEM_N:-16}
+THREADS=${THREADS:-2}
+PROMPT="Once upon a time"
+
+if [ -e /sys/fs/cgroup/memory/memory.limit_in_bytes ] && [ -w /sys/fs/cgroup/memory ]; then
+  CGV=1 CGROOT=/sys/fs/cgroup/memory
+elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null && [ -w /sys/fs/cgroup ]; then
+  CGV=2 CGROOT=/sys/fs/cgroup
+  echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
+else
+  echo "bench-bigmem: no writable memory cgroup (v1 or v2) on this machine: skipped"
+  exit 0
+fi
+bytes() { numfmt --from=iec "$1"; }
+echo "bench-bigmem: $(basename "$MODEL") ($(du -h "$MODEL" | cut -f1)), memory cgroup v$CGV limited to $LIMIT" \
+  "(page cache counted), $N tokens, $THREADS threads"
+
+# confined NAME CMD...: run CMD in a fresh cgroup of LIMIT with the model out of
+# the page cache; its stdout+stderr in $OUT_DIR/NAME.log, the peak in NAME.peak
+OUT_DIR=$(mktemp -d)
+trap 'rm -rf "$OUT_DIR"' EXIT
+confined() {
+  local name=$1 cg="$CGROOT/coli-bigmem-$$-$1"
+  shift
+  mkdir "$cg" || return 1
+  if [ $CGV = 1 ]; then bytes "$LIMIT" >"$cg/memory.limit_in_bytes"; else bytes "$LIMIT" >"$cg/memory.max"; fi
+  dd if="$MODEL" iflag=nocache count=0 status=none
+  # a run stalled at the limit (anonymous memory, no swap) is stopped after BIGMEM_TIMEOUT seconds
+  (echo $BASHPID >"$cg/cgroup.procs" && exec timeout "${BIGMEM_TIMEOUT:-600}" "$@") >"$OUT_DIR/$name.log" 2>&1
+  local rc=$?
+  if [ $CGV = 1 ]; then cat "$cg/memory.max_usage_in_bytes"; else cat "$cg/memory.peak" 2>/dev/null || echo 0; fi >"$OUT_DIR/$name.peak"
+  rmdir "$cg"
+  return $rc
+}
+decode_rate() { sed -n 's/.*generated [0-9]* tokens (\([0-9.]*\) tok\/s).*/\1/p' "$1" | tail -1; }
+mib() { awk -v b="$1" 'BEGIN { printf "%.0f MiB", b / 1048576 }'; }
+
+# 1. the disk: 2 GiB of large direct reads, one stream and four (the tier's readers)
+one=$(dd if="$MODEL" of=/dev/null bs=4M count=512 iflag=direct 2>&1 | awk '/copied/ {print $(NF-1), $NF}')
+t0=$(date +%s.%N)
+for k in 0 1 2 3; do dd if="$MODEL" of=/dev/null bs=4M count=128 skip=$((600 + k * 128)) iflag=direct status=none & done
+wait
+four=$(awk -v t0="$t0" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.0f", 2048 / (t1 - t0) }')
+echo "  disk, direct reads of 4 MiB: one stream $one, four streams $four MiB/s"
+
+# 2. unconfined, the file in the page cache: the ceiling
+cat "$MODEL" >/dev/null
+"$COLI" run -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 --ignore-eos -t "$THREADS" --devices inproc >/dev/null \
+  2>"$OUT_DIR/free.log"
+echo "  unconfined, in-process (mapped):      $(decode_rate "$OUT_DIR/free.log") tok/s"
+
+# 3. confined: the mapped file, then the disk tier
+confined mapped env COLI_DISK_AUTO=0 "$COLI" run -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 --ignore-eos -t "$THREADS" --devices inproc
+echo "  $LIMIT cgroup, in-process (mapped):   $(decode_rate "$OUT_DIR/mapped.log") tok/s" \
+  " peak $(mib "$(cat "$OUT_DIR/mapped.peak")")"
+confined disk "$COLI" run -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 --ignore-eos -t "$THREADS" \
+  --devices "inproc@ram=$RAM" --stats-json "$OUT_DIR/disk.json"
+rate=$(decode_rate "$OUT_DIR/disk.log")
+echo "  $LIMIT cgroup, disk tier (RAM $RAM): $rate tok/s  peak $(mib "$(cat "$OUT_DIR/disk.peak")")"
+grep "disk tier:" "$OUT_DIR/disk.log" | sed 's/^ */    /'
+# what the reads allow: the four-stream disk rate over the bytes read per token (prompt included)
+python3 - "$OUT_DIR/disk.json" "$four" "$rate" "$N" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+t = s.get("disk_tier", {})
+per_tok = t.get("disk_bytes", 0) / int(sys.argv[4]) / 1048576  # the prompt's reads counted too: conservative
+if per_tok > 0:
+    allow = float(sys.argv[2]) / per_tok
+    print(f"    {per_tok:.0f} MiB read per token: the disk allows {allow:.2f} tok/s; reached {float(sys.argv[3]) / allow:.0%}")
+PY
+
+# 4. two hosts (the multi-host part of issue 26 plugs its run in here)
+if [ -n "${BIGMEM_HOSTS_CMD:-}" ]; then
+  MODEL=$MODEL LIMIT=$LIMIT N=$N $BIGMEM_HOSTS_CMD | sed 's/^/  two hosts: /'
+else
+  echo "  two hosts: not run (BIGMEM_HOSTS_CMD unset)"
+fi
+
+# 5. llama.cpp, mapped (its default would copy the Q4_0 weights out of the mapping)
+if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then
+  confined llama "$LLAMA_BENCH" -m "$MODEL" -p 0 -n "$N" -r 1 -t "$THREADS" -lm mmap
+  rate=$(awk -F'|' '/ tg[0-9]+ / {split($(NF-1), a, " "); print a[1]}' "$OUT_DIR/llama.log")
+  echo "  $LIMIT cgroup, llama.cpp (mmap):      ${rate:-no figure (killed for memory, or stopped at the limit)} tok/s" \
+    " peak $(mib "$(cat "$OUT_DIR/llama.peak")")"
+else
+  echo "  llama.cpp: not run (LLAMA_BENCH unset)"
+fi
