@@ -115,22 +115,22 @@ typedef struct model_hparams {
     int head_dim_v_mla;         /* deepseek2: per-head value width (value_length_mla / value_length) */
     int n_swa;                  /* gpt-oss: attention.sliding_window (layer_weights.n_swa says where) */
     /* DeepSeek Sparse Attention (deepseek32, glm-dsa; 0 otherwise): the lightning indexer */
-    int idx_n_head;     /* attention.indexer.head_count */
-    int idx_head_dim;   /* attention.indexer.key_length: one key per position, cached after the latent */
-    int idx_top_k;      /* attention.indexer.top_k: positions each query attends to */
-    int idx_neox;       /* its rope pairs: NEOX (deepseek32) or adjacent (glm-dsa), first n_rot dims */
-    float idx_norm_eps; /* eps of its key LayerNorm (llama.cpp: 1e-6 deepseek32, 0 glm-dsa) */
-    int64_t rec_floats; /* hybrid models: F32 state of one linear-attention layer (0: none) */
-    int attn_gate;      /* qwen3next, qwen35moe: attn_q gives [q | gate] per head, the
+    int idx_n_head;        /* attention.indexer.head_count */
+    int idx_head_dim;      /* attention.indexer.key_length: one key per position, cached after the latent */
+    int idx_top_k;         /* attention.indexer.top_k: positions each query attends to */
+    int idx_neox;          /* its rope pairs: NEOX (deepseek32) or adjacent (glm-dsa), first n_rot dims */
+    float idx_norm_eps;    /* eps of its key LayerNorm (llama.cpp: 1e-6 deepseek32, 0 glm-dsa) */
+    int64_t rec_floats;    /* hybrid models: F32 state of one linear-attention layer (0: none) */
+    int attn_gate;         /* qwen3next, qwen35moe: attn_q gives [q | gate] per head, the
                                attention output is multiplied by sigmoid(gate) */
-    int ssm_conv;       /* Gated DeltaNet: causal conv kernel width (ssm.conv_kernel) */
-    int ssm_head_dim;   /* its key and value head width (ssm.state_size) */
-    int ssm_k_heads;    /* key heads (ssm.group_count) */
-    int ssm_v_heads;    /* value heads (ssm.time_step_rank), a multiple of ssm_k_heads */
-    int ssm_k_tiled;    /* 1: value head h reads key head h % k_heads (qwen35moe); 0: h / (v/k) */
-    int n_moe_step;             /* llama4: interleave_moe_layer_step (layer il MoE when (il+1) % it == 0) */
-    int attn_temp_floor;        /* llama4 NoPE layers: q *= 1 + log(floor((pos + offset) / floor) + 1) * */
-    float attn_temp_scale;      /* scale (0: no temperature tuning) */
+    int ssm_conv;          /* Gated DeltaNet: causal conv kernel width (ssm.conv_kernel) */
+    int ssm_head_dim;      /* its key and value head width (ssm.state_size) */
+    int ssm_k_heads;       /* key heads (ssm.group_count) */
+    int ssm_v_heads;       /* value heads (ssm.time_step_rank), a multiple of ssm_k_heads */
+    int ssm_k_tiled;       /* 1: value head h reads key head h % k_heads (qwen35moe); 0: h / (v/k) */
+    int n_moe_step;        /* llama4: interleave_moe_layer_step (layer il MoE when (il+1) % it == 0) */
+    int attn_temp_floor;   /* llama4 NoPE layers: q *= 1 + log(floor((pos + offset) / floor) + 1) * */
+    float attn_temp_scale; /* scale (0: no temperature tuning) */
     float attn_temp_offset;
 } model_hparams;
 
