@@ -246,21 +246,34 @@ Test(hybrid, batched_equals_alone) {
     s_model("qwen3next", &r, path, sizeof path);
     coli_model *m = s_load(path, "inproc");
     coli_batch *b = NULL;
-    cr_assert_eq(coli_batch_new(m, SEQS, 512, 48, s_lock, s_unlock, NULL, &b), 0, "%s", coli_last_error());
     gen_run alone[SEQS], together[SEQS];
-    pthread_t th[SEQS];
     const int lens[SEQS] = {80, 23, 70}; /* prefill chunks of 48 cut at 64 (forward_split) */
     for (int i = 0; i < SEQS; i++) {
         alone[i] = (gen_run){.prompt = r.ids + i, .n_prompt = lens[i] - i};
         cr_assert_eq(coli_context_new(m, NULL, &alone[i].ctx), 0);
         s_generate(&alone[i]);
         cr_assert_eq(alone[i].rc, 0, "%s", coli_last_error());
-        together[i] = alone[i];
-        cr_assert_eq(coli_context_new(m, NULL, &together[i].ctx), 0);
-        cr_assert_eq(coli_context_set_batch(together[i].ctx, b), 0);
     }
-    for (int i = 0; i < SEQS; i++) pthread_create(&th[i], NULL, s_generate, &together[i]);
-    for (int i = 0; i < SEQS; i++) pthread_join(th[i], NULL);
+    /* on a loaded machine one thread may finish before the others start:
+     * try again (a few times) until the sequences share a step */
+    coli_batch_stats st = {0};
+    for (int attempt = 0; attempt < 5 && st.max_rows <= 1; attempt++) {
+        if (b) {
+            for (int i = 0; i < SEQS; i++) coli_context_free(&together[i].ctx);
+            coli_batch_free(&b);
+        }
+        cr_assert_eq(coli_batch_new(m, SEQS, 512, 48, s_lock, s_unlock, NULL, &b), 0, "%s", coli_last_error());
+        pthread_t th[SEQS];
+        for (int i = 0; i < SEQS; i++) {
+            together[i] = alone[i];
+            together[i].ctx = NULL;
+            cr_assert_eq(coli_context_new(m, NULL, &together[i].ctx), 0);
+            cr_assert_eq(coli_context_set_batch(together[i].ctx, b), 0);
+        }
+        for (int i = 0; i < SEQS; i++) pthread_create(&th[i], NULL, s_generate, &together[i]);
+        for (int i = 0; i < SEQS; i++) pthread_join(th[i], NULL);
+        coli_batch_get_stats(b, &st);
+    }
     const size_t V = (size_t)s_vocab(m);
     float *la = malloc(V * sizeof(float)), *lt = malloc(V * sizeof(float));
     for (int i = 0; i < SEQS; i++) {
@@ -276,9 +289,7 @@ Test(hybrid, batched_equals_alone) {
     }
     free(la);
     free(lt);
-    coli_batch_stats st;
-    coli_batch_get_stats(b, &st);
-    cr_expect_gt(st.max_rows, 1, "the sequences never shared a step");
+    cr_expect_gt(st.max_rows, 1, "the sequences never shared a step (5 tries)");
     coli_batch_free(&b);
     coli_model_free(&m);
 }
