@@ -94,6 +94,15 @@ const float *kv_cache_snap_at(const kv_cache *c, int pos);
 /* Make the recurrent states a copy of snap (n_rec * rec_floats F32). */
 void kv_cache_rec_load(kv_cache *c, const float *snap);
 
+/* Every copy of sequence state (a recurrent snapshot taken or loaded, a
+ * prefix-cache block's rows or snapshot copied either way) calls the hook
+ * with its bytes, on the copying thread: the server counts the copies made
+ * while it holds its baton (docs/api.md: none should be). Process-wide; set
+ * it before the threads that copy start. NULL: none. */
+typedef void (*kv_copy_hook)(void *user, size_t bytes);
+void kv_set_copy_hook(kv_copy_hook fn, void *user);
+void kv_note_copy(size_t bytes);
+
 /* fp16 -> fp32 for all 65536 bit patterns (the values coli_fp16_to_fp32
  * gives), built once: attention over an fp16 cache reads it per element. */
 const float *kv_fp16_table(void);

@@ -166,6 +166,7 @@ static int s_shape_ok(const prefix_cache *pc, const kv_cache *kv) {
 static void s_copy_rows(const prefix_cache *pc, pc_block *b, kv_cache *kv, int pos, int to_kv) {
     const size_t kb = (size_t)pc->block_tokens * pc->k_row, vb = (size_t)pc->block_tokens * pc->v_row;
     unsigned char *r = b->rows;
+    kv_note_copy(pc->block_bytes);
     for (int l = 0; l < pc->n_layer; l++) {
         if (!kv_cache_has_kv(kv, l)) continue; /* a recurrent layer: its state is in the snapshot */
         void *k = (void *)kv_cache_k(kv, l, pos);
@@ -224,6 +225,7 @@ static int s_attach_snap(prefix_cache *pc, pc_block *b, const float *snap) {
     if (!snap || b->snap || !s_make_room(pc, pc->snap_bytes)) return 0;
     if (!(b->snap = malloc(pc->snap_bytes)))
         return coli_fail(COLI_ENOMEM, "prefix cache: out of memory for a snapshot of %zu bytes", pc->snap_bytes);
+    kv_note_copy(pc->snap_bytes);
     memcpy(b->snap, snap, pc->snap_bytes);
     pc->c.bytes += pc->snap_bytes;
     return 0;
