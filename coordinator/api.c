@@ -787,7 +787,12 @@ int coli_model_stats_text(const coli_model *cm, char **text) {
 // ---------------------------------------------------------------------------
 // routing: traces and heat (route_obs.c, heat.c)
 
-void coli_set_state_copy_callback(coli_state_copy_cb cb, void *user) { kv_set_copy_hook(cb, user); }
+int coli_context_set_state_copy_callback(coli_context *ctx, coli_state_copy_cb cb, void *user) {
+    if (!ctx) return coli_fail(COLI_EINVAL, "coli_context_set_state_copy_callback: context is NULL");
+    ctx->kv.copy_hook = cb;
+    ctx->kv.copy_user = user;
+    return 0;
+}
 
 int coli_set_route_callback(coli_context *ctx, coli_route_cb cb, void *user) {
     if (!ctx) return coli_fail(COLI_EINVAL, "coli_set_route_callback: context is NULL");

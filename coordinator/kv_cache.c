@@ -144,21 +144,13 @@ void kv_cache_rewind(kv_cache *c, int pos) {
     if (pos == 0 && c->rec) memset(c->rec, 0, kv_cache_rec_bytes(c));
 }
 
-static kv_copy_hook s_copy_hook;
-static void *s_copy_user;
-
-void kv_set_copy_hook(kv_copy_hook fn, void *user) {
-    s_copy_user = user;
-    s_copy_hook = fn;
-}
-
-void kv_note_copy(size_t bytes) {
-    if (s_copy_hook) s_copy_hook(s_copy_user, bytes);
+void kv_note_copy(const kv_cache *c, size_t bytes) {
+    if (c->copy_hook) c->copy_hook(c->copy_user, bytes);
 }
 
 void kv_cache_snapshot(kv_cache *c, int pos) {
     if (!c->rec) return;
-    kv_note_copy(kv_cache_rec_bytes(c));
+    kv_note_copy(c, kv_cache_rec_bytes(c));
     int i = c->snap_pos[0] <= c->snap_pos[1] ? 0 : 1; /* the empty or the older one ... */
     for (int j = 0; j < KV_SNAPS; j++)
         if (c->snap_pos[j] == pos) i = j; /* ... unless one is at pos already */
@@ -174,7 +166,7 @@ const float *kv_cache_snap_at(const kv_cache *c, int pos) {
 
 void kv_cache_rec_load(kv_cache *c, const float *snap) {
     if (!c->rec) return;
-    kv_note_copy(kv_cache_rec_bytes(c));
+    kv_note_copy(c, kv_cache_rec_bytes(c));
     memcpy(c->rec, snap, kv_cache_rec_bytes(c));
 }
 

@@ -188,7 +188,7 @@ static int s_shape_ok(const prefix_cache *pc, const kv_cache *kv) {
 static void s_copy_rows(const prefix_cache *pc, pc_block *b, kv_cache *kv, int pos, int to_kv) {
     const size_t kb = (size_t)pc->block_tokens * pc->k_row, vb = (size_t)pc->block_tokens * pc->v_row;
     unsigned char *r = b->rows;
-    kv_note_copy(pc->block_bytes);
+    kv_note_copy(kv, pc->block_bytes);
     for (int l = 0; l < pc->n_layer; l++) {
         if (!kv_cache_has_kv(kv, l)) continue; /* a recurrent layer: its state is in the snapshot */
         void *k = (void *)kv_cache_k(kv, l, pos);
@@ -268,16 +268,17 @@ static pc_block *s_stage(const prefix_cache *pc, uint64_t domain, uint64_t key, 
     return b;
 }
 
-/* A copy of snap (n bytes, or NULL: none) made without the mutex; NULL
- * with COLI_ENOMEM in *rc. */
-static float *s_stage_snap(const float *snap, size_t n, int *rc) {
+/* A copy of kv's snapshot after pos (n bytes; none: NULL) made without the
+ * mutex; NULL with COLI_ENOMEM in *rc. */
+static float *s_stage_snap(const kv_cache *kv, int pos, size_t n, int *rc) {
+    const float *snap = kv_cache_snap_at(kv, pos);
     if (!snap) return NULL;
     float *c = malloc(n);
     if (!c) {
         *rc = coli_fail(COLI_ENOMEM, "prefix cache: out of memory for a snapshot of %zu bytes", n);
         return NULL;
     }
-    kv_note_copy(n);
+    kv_note_copy(kv, n);
     memcpy(c, snap, n);
     return c;
 }
@@ -381,7 +382,7 @@ int prefix_cache_store(prefix_cache *pc, uint64_t domain, const kv_cache *kv, co
         if (want[i] & 1)
             st.fresh[i] = s_stage(pc, domain, st.keys[i], i ? st.keys[i - 1] : domain, ids + (size_t)i * (size_t)B, kv,
                                   i * B, &rc);
-        if (want[i] & 2) st.snaps[i] = s_stage_snap(kv_cache_snap_at(kv, (i + 1) * B), pc->snap_bytes, &rc);
+        if (want[i] & 2) st.snaps[i] = s_stage_snap(kv, (i + 1) * B, pc->snap_bytes, &rc);
     }
     /* after a failed copy: the blocks before it still go in */
     const int added = have ? s_store_link(pc, domain, ids, n_blocks, &st) : 0;

@@ -73,7 +73,7 @@ void prefix_cache_get_counters(prefix_cache *pc, prefix_cache_counters *out);
  * stores copy rows and snapshots without it (a restore pins the blocks it
  * copies from; a store copies what is missing, then links it in), so one
  * request's copy holds no other's lookup up: tests check this from a copy
- * hook (kv_set_copy_hook). */
+ * hook (kv_cache's copy_hook). */
 int prefix_cache_locked_here(void);
 
 #endif

@@ -209,7 +209,8 @@ Test(kv_cache, prefix_cache_copies_without_its_mutex, .timeout = 60) {
     s_fill(&a, 16, 100.0f, at16, 1);
     s_fill(&c, 16, 300.0f, at16, 1);
     copy_probe probe = {.pc = pc, .src = &c, .ids = y};
-    kv_set_copy_hook(s_probe_copy, &probe);
+    kv_cache *const all[3] = {&a, &b, &c};
+    for (int i = 0; i < 3; i++) all[i]->copy_hook = s_probe_copy, all[i]->copy_user = &probe;
     cr_assert_eq(prefix_cache_store(pc, 0, &a, x, 16), 1);
     probe.armed = 1;
     cr_assert_eq(prefix_cache_restore(pc, 0, &b, x, 17, 16), 16);
@@ -219,7 +220,6 @@ Test(kv_cache, prefix_cache_copies_without_its_mutex, .timeout = 60) {
     cr_expect_eq(prefix_cache_restore(pc, 0, &b, x, 17, 16), 0, "x's block was evicted for y's");
     cr_expect_eq(prefix_cache_restore(pc, 0, &b, y, 17, 16), 16);
     cr_expect_eq(kv_cache_rec(&b, 0)[0], 316.0f);
-    kv_set_copy_hook(NULL, NULL);
     cr_expect_eq(probe.locked, 0, "%d copies under the mutex (%d without)", probe.locked, probe.unlocked);
     cr_expect_gt(probe.unlocked, 0);
     kv_cache_free(&a);

@@ -468,7 +468,7 @@ char *server_stats_fresh(server *s) {
 // ---------------------------------------------------------------------------
 // start and stop
 
-/* coli_set_state_copy_callback: count the copy by whether it holds the baton. */
+/* coli_context_set_state_copy_callback: count the copy by whether it holds the baton. */
 static void s_on_state_copy(void *user, size_t bytes) {
     server *s = user;
     atomic_fetch_add(&s->state_copies[s_holding_baton], 1);
@@ -514,6 +514,7 @@ static int s_alloc(server *s) {
             fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
             return SERVER_FAIL;
         }
+        coli_context_set_state_copy_callback(s->slots[i].ctx, s_on_state_copy, s);
         if (s->batch && coli_context_set_batch(s->slots[i].ctx, s->batch) != 0) {
             fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
             return SERVER_FAIL;
@@ -532,7 +533,6 @@ void server_sync_init(server *s) {
 }
 
 int server_slots_start(server *s) {
-    coli_set_state_copy_callback(s_on_state_copy, s);
     if (s_alloc(s)) return SERVER_FAIL;
     for (; s->n_started < s->cfg.n_slots; s->n_started++) {
         int e = pthread_create(&s->slot_threads[s->n_started], NULL, s_slot_main, &s->slots[s->n_started]);
@@ -605,7 +605,6 @@ void server_slots_stop(server *s) {
 }
 
 void server_slots_free(server *s) {
-    coli_set_state_copy_callback(NULL, NULL);
     if (!s->queue) return;
     for (int i = 0; i < s->cfg.n_slots; i++) {
         coli_context_free(&s->slots[i].ctx);
