@@ -129,6 +129,8 @@ Test(serve_hybrid, state_copies_outside_the_baton, .timeout = 240) {
     http_resp m = su_get(p.port, "/metrics");
     const long long held = s_series(m.body, "colibri_state_copies_total{under_baton=\"yes\"}");
     const long long free_ = s_series(m.body, "colibri_state_copies_total{under_baton=\"no\"}");
+    cr_log_info("state copies: %lld under the baton, %lld without (%lld bytes)", held, free_,
+                s_series(m.body, "colibri_state_copy_bytes_total{under_baton=\"no\"}"));
     cr_expect_gt(free_, 0, "no state copy counted: %s", m.body ? m.body : "");
     cr_expect_eq(held, 0, "%lld state copies made under the baton (%lld without)", held, free_);
     su_free(&m);
