@@ -418,23 +418,32 @@ int coli_context_pos(const coli_context *ctx) { return ctx ? ctx->pos : 0; }
 /* A prefill of several tokens over recurrent layers stops at each multiple
  * of snap_every and keeps the state there for the prefix cache; a
  * one-token evaluation is a decode step, whose state a cold prefill would
- * compute in another order (the chunked form), so it keeps none. */
-int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all) {
-    if (!ctx || !ids) return coli_fail(COLI_EINVAL, "coli_eval: context or ids is NULL");
-    if (n <= 0) return coli_fail(COLI_EINVAL, "coli_eval: n = %d tokens, expected > 0", n);
+ * compute in another order (the chunked form), so it keeps none. With b,
+ * each part runs under b's lock and the copy is made after it is released:
+ * a copy of the recurrent states (tens of MiB at real sizes) never holds
+ * the batch's other members up (docs/api.md, Concurrency). */
+static int s_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all, decode_batch *b) {
     const int every = n > 1 && ctx->kv.n_rec ? ctx->snap_every : 0, n_vocab = ctx->model->m->hp.n_vocab;
     for (int done = 0; done < n;) {
         int part = n - done;
         if (every && (ctx->pos / every + 1) * every < ctx->pos + part) part = (ctx->pos / every + 1) * every - ctx->pos;
         float *out = logits && (logits_all || done + part == n) ? logits : NULL;
         if (out && logits_all) out += (size_t)done * (size_t)n_vocab;
+        if (b) decode_batch_lock(b);
         int rc = forward_eval(&ctx->fs, &ctx->kv, ids + done, part, ctx->pos, out, logits_all);
+        if (b) decode_batch_unlock(b);
         if (rc < 0) return rc;
         ctx->pos += part;
         done += part;
         if (every && ctx->pos % every == 0) kv_cache_snapshot(&ctx->kv, ctx->pos);
     }
     return 0;
+}
+
+int coli_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all) {
+    if (!ctx || !ids) return coli_fail(COLI_EINVAL, "coli_eval: context or ids is NULL");
+    if (n <= 0) return coli_fail(COLI_EINVAL, "coli_eval: n = %d tokens, expected > 0", n);
+    return s_eval(ctx, ids, n, logits, logits_all, NULL);
 }
 
 // ---------------------------------------------------------------------------
@@ -571,7 +580,8 @@ static int s_decode_one(coli_context *ctx, int32_t id) {
 
 /* A batched context's prompt: all but the last token alone, prefill_chunk
  * at a time (recurrent layers: cut where an unbatched prefill's chunks end
- * too, forward_split) under the batch's lock; then it joins and the last
+ * too, forward_split) under the batch's lock (recurrent snapshots taken
+ * outside it: s_eval); then it joins and the last
  * token is its first step. The caller leaves the batch (also after a
  * failure) if *joined. */
 static int s_batched_prompt(coli_context *ctx, const int32_t *prompt, int n, int *joined) {
@@ -579,9 +589,7 @@ static int s_batched_prompt(coli_context *ctx, const int32_t *prompt, int n, int
     for (int done = 0; done < n - 1;) {
         const int end = forward_split(ctx->model->m, ctx->pos, ctx->pos + n - 1 - done, ctx->batch->prefill_chunk);
         const int chunk = end - ctx->pos;
-        decode_batch_lock(b);
-        int rc = coli_eval(ctx, prompt + done, chunk, NULL, 0);
-        decode_batch_unlock(b);
+        int rc = s_eval(ctx, prompt + done, chunk, NULL, 0, b); /* the lock per part, snapshots without it */
         if (rc < 0) return rc;
         done += chunk;
     }
@@ -778,6 +786,13 @@ int coli_model_stats_text(const coli_model *cm, char **text) {
 
 // ---------------------------------------------------------------------------
 // routing: traces and heat (route_obs.c, heat.c)
+
+int coli_context_set_state_copy_callback(coli_context *ctx, coli_state_copy_cb cb, void *user) {
+    if (!ctx) return coli_fail(COLI_EINVAL, "coli_context_set_state_copy_callback: context is NULL");
+    ctx->kv.copy_hook = cb;
+    ctx->kv.copy_user = user;
+    return 0;
+}
 
 int coli_set_route_callback(coli_context *ctx, coli_route_cb cb, void *user) {
     if (!ctx) return coli_fail(COLI_EINVAL, "coli_set_route_callback: context is NULL");

@@ -144,8 +144,13 @@ void kv_cache_rewind(kv_cache *c, int pos) {
     if (pos == 0 && c->rec) memset(c->rec, 0, kv_cache_rec_bytes(c));
 }
 
+void kv_note_copy(const kv_cache *c, size_t bytes) {
+    if (c->copy_hook) c->copy_hook(c->copy_user, bytes);
+}
+
 void kv_cache_snapshot(kv_cache *c, int pos) {
     if (!c->rec) return;
+    kv_note_copy(c, kv_cache_rec_bytes(c));
     int i = c->snap_pos[0] <= c->snap_pos[1] ? 0 : 1; /* the empty or the older one ... */
     for (int j = 0; j < KV_SNAPS; j++)
         if (c->snap_pos[j] == pos) i = j; /* ... unless one is at pos already */
@@ -160,7 +165,9 @@ const float *kv_cache_snap_at(const kv_cache *c, int pos) {
 }
 
 void kv_cache_rec_load(kv_cache *c, const float *snap) {
-    if (c->rec) memcpy(c->rec, snap, kv_cache_rec_bytes(c));
+    if (!c->rec) return;
+    kv_note_copy(c, kv_cache_rec_bytes(c));
+    memcpy(c->rec, snap, kv_cache_rec_bytes(c));
 }
 
 static float s_fp16_table[65536];

@@ -30,6 +30,8 @@
 
 #define KV_SNAPS 2 /* recurrent snapshots a sequence keeps */
 
+typedef void (*kv_copy_hook)(void *user, size_t bytes); /* kv_note_copy */
+
 typedef struct kv_cache {
     int n_layer;
     int n_ctx;              /* positions it holds */
@@ -45,6 +47,8 @@ typedef struct kv_cache {
     float *rec;             /* (n_rec, rec_floats) the recurrent states now */
     float *snap[KV_SNAPS];  /* (n_rec, rec_floats) copies of rec ... */
     int snap_pos[KV_SNAPS]; /* ... after this many positions (-1: empty) */
+    kv_copy_hook copy_hook; /* called for each copy of this state (kv_note_copy), or NULL */
+    void *copy_user;
 } kv_cache;
 
 /* What a sequence of a model keeps, per layer (model.h: model_kv_shape). */
@@ -93,6 +97,13 @@ void kv_cache_snapshot(kv_cache *c, int pos);
 const float *kv_cache_snap_at(const kv_cache *c, int pos);
 /* Make the recurrent states a copy of snap (n_rec * rec_floats F32). */
 void kv_cache_rec_load(kv_cache *c, const float *snap);
+
+/* Every copy of a sequence's state (a recurrent snapshot taken or loaded,
+ * a prefix-cache block's rows or snapshot copied from or into it) calls its
+ * kv_cache's copy_hook with the bytes, on the copying thread: the server
+ * counts the copies made while it holds its baton (docs/api.md: none should
+ * be). Set after kv_cache_init_shape; NULL: none. */
+void kv_note_copy(const kv_cache *c, size_t bytes);
 
 /* fp16 -> fp32 for all 65536 bit patterns (the values coli_fp16_to_fp32
  * gives), built once: attention over an fp16 cache reads it per element. */

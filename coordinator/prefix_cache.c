@@ -16,6 +16,8 @@ typedef struct pc_block {
     int32_t *ids;                   /* block_tokens ids */
     unsigned char *rows;            /* per KV layer: K rows, then V rows (unless v_in_k) */
     float *snap;                    /* hybrid: the recurrent states after the block, or NULL */
+    int pins;                       /* restores copying from it now (outside the mutex) */
+    int dead;                       /* evicted while pinned: the last unpin frees it */
 } pc_block;
 
 struct prefix_cache {
@@ -66,15 +68,35 @@ int prefix_cache_new(const kv_shape *shape, int block_tokens, size_t max_bytes, 
     return 0;
 }
 
+static void s_free_block(pc_block *b) {
+    if (!b) return;
+    free(b->ids);
+    free(b->rows);
+    free(b->snap);
+    free(b);
+}
+
+/* 1 while this thread holds a cache's mutex: tests check no copy runs then. */
+static _Thread_local int s_locked_here;
+
+static void s_lock(prefix_cache *pc) {
+    pthread_mutex_lock(&pc->mu);
+    s_locked_here = 1;
+}
+
+static void s_unlock(prefix_cache *pc) {
+    s_locked_here = 0;
+    pthread_mutex_unlock(&pc->mu);
+}
+
+int prefix_cache_locked_here(void) { return s_locked_here; }
+
 void prefix_cache_free(prefix_cache **ppc) {
     if (!ppc || !*ppc) return;
     prefix_cache *pc = *ppc;
     for (pc_block *b = pc->newest, *next; b; b = next) {
         next = b->older;
-        free(b->ids);
-        free(b->rows);
-        free(b->snap);
-        free(b);
+        s_free_block(b);
     }
     free(pc->buckets);
     pthread_mutex_destroy(&pc->mu);
@@ -142,10 +164,10 @@ static void s_evict_oldest(prefix_cache *pc) {
     pc->c.bytes -= s_bytes_of(pc, b);
     pc->c.n_blocks--;
     pc->c.evicted_tokens += (uint64_t)pc->block_tokens;
-    free(b->ids);
-    free(b->rows);
-    free(b->snap);
-    free(b);
+    if (b->pins)
+        b->dead = 1; /* a restore is copying from it: found by no one now, freed by its last unpin */
+    else
+        s_free_block(b);
 }
 
 /* Evict older blocks (never one this operation touched) until need more
@@ -166,6 +188,7 @@ static int s_shape_ok(const prefix_cache *pc, const kv_cache *kv) {
 static void s_copy_rows(const prefix_cache *pc, pc_block *b, kv_cache *kv, int pos, int to_kv) {
     const size_t kb = (size_t)pc->block_tokens * pc->k_row, vb = (size_t)pc->block_tokens * pc->v_row;
     unsigned char *r = b->rows;
+    kv_note_copy(kv, pc->block_bytes);
     for (int l = 0; l < pc->n_layer; l++) {
         if (!kv_cache_has_kv(kv, l)) continue; /* a recurrent layer: its state is in the snapshot */
         void *k = (void *)kv_cache_k(kv, l, pos);
@@ -182,6 +205,8 @@ static void s_copy_rows(const prefix_cache *pc, pc_block *b, kv_cache *kv, int p
     }
 }
 
+/* The copies run outside the mutex, from blocks pinned under it, so one
+ * request's copy never holds another's lookup or store up. */
 int prefix_cache_restore(prefix_cache *pc, uint64_t domain, kv_cache *kv, const int32_t *ids, int n, int max_tokens) {
     if (!s_shape_ok(pc, kv)) return coli_fail(COLI_EINVAL, "prefix cache: KV cache of another shape");
     const int B = pc->block_tokens;
@@ -190,7 +215,7 @@ int prefix_cache_restore(prefix_cache *pc, uint64_t domain, kv_cache *kv, const 
     const int most = max_tokens > 0 ? max_tokens / B : 0;
     pc_block **chain = malloc((size_t)(most + 1) * sizeof *chain);
     if (!chain) return coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
-    pthread_mutex_lock(&pc->mu);
+    s_lock(pc);
     pc->op++;
     uint64_t parent = domain;
     int got = 0;
@@ -204,43 +229,34 @@ int prefix_cache_restore(prefix_cache *pc, uint64_t domain, kv_cache *kv, const 
     }
     /* hybrid: the recurrent states exist only where a snapshot was kept */
     while (pc->snap_bytes && got > 0 && !chain[got - 1]->snap) got--;
-    kv_cache_rewind(kv, 0); /* the sequence's earlier snapshots are another prefix's */
-    for (int i = 0; i < got; i++) s_copy_rows(pc, chain[i], kv, i * B, 1);
-    if (pc->snap_bytes && got > 0) {
-        kv_cache_rec_load(kv, chain[got - 1]->snap);
-        kv_cache_snapshot(kv, got * B);
-    }
+    for (int i = 0; i < got; i++) chain[i]->pins++;
     s_touch_chain(pc, chain, got);
     pc->c.hit_tokens += (uint64_t)got * (uint64_t)B;
     if (n > got * B) pc->c.miss_tokens += (uint64_t)(n - got * B);
-    pthread_mutex_unlock(&pc->mu);
+    s_unlock(pc);
+    kv_cache_rewind(kv, 0); /* the sequence's earlier snapshots are another prefix's */
+    for (int i = 0; i < got; i++) s_copy_rows(pc, chain[i], kv, i * B, 1);
+    if (pc->snap_bytes && got > 0) {
+        kv_cache_rec_load(kv, chain[got - 1]->snap); /* a block's snap is set once, never replaced */
+        kv_cache_snapshot(kv, got * B);
+    }
+    s_lock(pc);
+    for (int i = 0; i < got; i++)
+        if (--chain[i]->pins == 0 && chain[i]->dead) s_free_block(chain[i]);
+    s_unlock(pc);
     free(chain);
     return got * B;
 }
 
-/* Give b a copy of snap (the recurrent states after it) if the budget
- * allows: 0, or COLI_ENOMEM. */
-static int s_attach_snap(prefix_cache *pc, pc_block *b, const float *snap) {
-    if (!snap || b->snap || !s_make_room(pc, pc->snap_bytes)) return 0;
-    if (!(b->snap = malloc(pc->snap_bytes)))
-        return coli_fail(COLI_ENOMEM, "prefix cache: out of memory for a snapshot of %zu bytes", pc->snap_bytes);
-    memcpy(b->snap, snap, pc->snap_bytes);
-    pc->c.bytes += pc->snap_bytes;
-    return 0;
-}
-
-/* A new block keyed (key, parent) with ids and kv's rows at pos, evicting
- * older blocks as the budget needs (never one touched by this operation). */
-static pc_block *s_add(prefix_cache *pc, uint64_t domain, uint64_t key, uint64_t parent, const int32_t *ids,
-                       const kv_cache *kv, int pos, int *rc) {
-    *rc = 0;
-    if (!s_make_room(pc, pc->block_bytes)) return NULL; /* full of this prefix */
+/* A new block, not in the cache yet: ids and a copy of kv's rows at pos
+ * (made without the mutex). NULL with COLI_ENOMEM in *rc. */
+static pc_block *s_stage(const prefix_cache *pc, uint64_t domain, uint64_t key, uint64_t parent, const int32_t *ids,
+                         const kv_cache *kv, int pos, int *rc) {
     pc_block *b = calloc(1, sizeof *b);
     if (b) b->ids = malloc((size_t)pc->block_tokens * sizeof(int32_t));
     if (b && b->ids) b->rows = malloc(pc->block_bytes);
     if (!b || !b->ids || !b->rows) {
-        if (b) free(b->ids);
-        free(b);
+        s_free_block(b);
         *rc = coli_fail(COLI_ENOMEM, "prefix cache: out of memory for a block of %zu bytes", pc->block_bytes);
         return NULL;
     }
@@ -249,16 +265,103 @@ static pc_block *s_add(prefix_cache *pc, uint64_t domain, uint64_t key, uint64_t
     b->parent = parent;
     memcpy(b->ids, ids, (size_t)pc->block_tokens * sizeof(int32_t));
     s_copy_rows(pc, b, (kv_cache *)kv, pos, 0);
-    pc_block **bucket = &pc->buckets[key & (pc->n_buckets - 1)];
+    return b;
+}
+
+/* A copy of kv's snapshot after pos (n bytes; none: NULL) made without the
+ * mutex; NULL with COLI_ENOMEM in *rc. */
+static float *s_stage_snap(const kv_cache *kv, int pos, size_t n, int *rc) {
+    const float *snap = kv_cache_snap_at(kv, pos);
+    if (!snap) return NULL;
+    float *c = malloc(n);
+    if (!c) {
+        *rc = coli_fail(COLI_ENOMEM, "prefix cache: out of memory for a snapshot of %zu bytes", n);
+        return NULL;
+    }
+    kv_note_copy(kv, n);
+    memcpy(c, snap, n);
+    return c;
+}
+
+/* Put the staged block b in (mutex held) if the budget allows, evicting
+ * older blocks (never one touched by this operation): 1, or 0 (full of
+ * this prefix; b stays the caller's). */
+static int s_link(prefix_cache *pc, pc_block *b) {
+    if (!s_make_room(pc, pc->block_bytes)) return 0;
+    pc_block **bucket = &pc->buckets[b->key & (pc->n_buckets - 1)];
     b->next_in_bucket = *bucket;
     *bucket = b;
     s_touch(pc, b);
     pc->c.bytes += pc->block_bytes;
     pc->c.n_blocks++;
     pc->c.stored_tokens += (uint64_t)pc->block_tokens;
-    return b;
+    return 1;
 }
 
+/* What a store works with: per block its key, and what it copied for it. */
+typedef struct pc_store {
+    uint64_t *keys;
+    pc_block **chain, **fresh; /* the blocks found or put in / staged new ones */
+    float **snaps;             /* staged snapshots for blocks without one */
+} pc_store;
+
+static void s_store_free(pc_store *st, int n) {
+    for (int i = 0; st->fresh && i < n; i++) s_free_block(st->fresh[i]);
+    for (int i = 0; st->snaps && i < n; i++) free(st->snaps[i]);
+    free(st->keys);
+    free(st->chain);
+    free(st->fresh);
+    free(st->snaps);
+}
+
+/* Under the mutex: which blocks are missing, which lack kv's snapshot
+ * (want[i]: 1 rows, 2 snapshot). */
+static void s_store_plan(prefix_cache *pc, uint64_t domain, const kv_cache *kv, const int32_t *ids, int n_blocks,
+                         const pc_store *st, unsigned char *want) {
+    const int B = pc->block_tokens;
+    s_lock(pc);
+    for (int i = 0; i < n_blocks; i++) {
+        const uint64_t parent = i ? st->keys[i - 1] : domain;
+        const pc_block *b = s_find(pc, domain, st->keys[i], parent, ids + (size_t)i * (size_t)B);
+        want[i] = (unsigned char)((b ? 0 : 1) |
+                                  (pc->snap_bytes && kv_cache_snap_at(kv, (i + 1) * B) && (!b || !b->snap) ? 2 : 0));
+    }
+    s_unlock(pc);
+}
+
+/* Under the mutex: link the chain, staged blocks and snapshots in (what
+ * they take over is no longer the store's). Returns the blocks added. */
+static int s_store_link(prefix_cache *pc, uint64_t domain, const int32_t *ids, int n_blocks, pc_store *st) {
+    const int B = pc->block_tokens;
+    s_lock(pc);
+    pc->op++;
+    int i = 0, added = 0;
+    for (; i < n_blocks; i++) {
+        const uint64_t parent = i ? st->keys[i - 1] : domain;
+        pc_block *b = s_find(pc, domain, st->keys[i], parent, ids + (size_t)i * (size_t)B);
+        if (b) {
+            s_touch(pc, b); /* marks it as this operation's: not evicted below */
+        } else if (st->fresh[i] && s_link(pc, st->fresh[i])) {
+            b = st->fresh[i];
+            st->fresh[i] = NULL;
+            added++;
+        }
+        if (!b) break; /* full, or gone since the plan (evicted): the rest hangs on nothing */
+        if (st->snaps[i] && !b->snap && s_make_room(pc, pc->snap_bytes)) {
+            b->snap = st->snaps[i]; /* set once, never replaced: restores read it unlocked */
+            st->snaps[i] = NULL;
+            pc->c.bytes += pc->snap_bytes;
+        }
+        st->chain[i] = b;
+    }
+    s_touch_chain(pc, st->chain, i);
+    s_unlock(pc);
+    return added;
+}
+
+/* Three steps so the copies run without the mutex: plan what is missing
+ * (locked), copy it (unlocked), link it in (locked; a block another store
+ * put in meanwhile wins and the copy is dropped). */
 int prefix_cache_store(prefix_cache *pc, uint64_t domain, const kv_cache *kv, const int32_t *ids, int n) {
     if (!s_shape_ok(pc, kv) || n > kv->n_ctx)
         return coli_fail(COLI_EINVAL, "prefix cache: KV cache of another shape, or %d tokens > its %d", n, kv->n_ctx);
@@ -266,33 +369,30 @@ int prefix_cache_store(prefix_cache *pc, uint64_t domain, const kv_cache *kv, co
     int n_blocks = n / B;
     while (pc->snap_bytes && n_blocks > 0 && !kv_cache_snap_at(kv, n_blocks * B)) n_blocks--;
     if (n_blocks == 0 || pc->c.max_bytes < pc->block_bytes) return 0;
-    pc_block **chain = malloc((size_t)n_blocks * sizeof *chain);
-    if (!chain) return coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
-    pthread_mutex_lock(&pc->mu);
-    pc->op++;
-    uint64_t parent = domain;
-    int i = 0, added = 0, rc = 0;
-    for (; i < n_blocks; i++) {
-        const int32_t *blk = ids + (size_t)i * (size_t)B;
-        const uint64_t key = s_chain_key(parent, blk, B);
-        pc_block *b = s_find(pc, domain, key, parent, blk);
-        if (b)
-            s_touch(pc, b); /* marks it as this operation's: not evicted below */
-        else if ((b = s_add(pc, domain, key, parent, blk, kv, i * B, &rc)))
-            added++;
-        if (b && pc->snap_bytes) rc = s_attach_snap(pc, b, kv_cache_snap_at(kv, (i + 1) * B));
-        if (!b || rc < 0) break;
-        chain[i] = b;
-        parent = key;
+    const size_t N = (size_t)n_blocks;
+    pc_store st = {malloc(N * sizeof *st.keys), malloc(N * sizeof *st.chain), calloc(N, sizeof *st.fresh),
+                   calloc(N, sizeof *st.snaps)};
+    unsigned char *want = malloc(N);
+    const int have = st.keys && st.chain && st.fresh && st.snaps && want;
+    int rc = have ? 0 : coli_fail(COLI_ENOMEM, "prefix cache: out of memory");
+    for (int i = 0; rc == 0 && i < n_blocks; i++)
+        st.keys[i] = s_chain_key(i ? st.keys[i - 1] : domain, ids + (size_t)i * (size_t)B, B);
+    if (rc == 0) s_store_plan(pc, domain, kv, ids, n_blocks, &st, want);
+    for (int i = 0; rc == 0 && i < n_blocks; i++) {
+        if (want[i] & 1)
+            st.fresh[i] = s_stage(pc, domain, st.keys[i], i ? st.keys[i - 1] : domain, ids + (size_t)i * (size_t)B, kv,
+                                  i * B, &rc);
+        if (want[i] & 2) st.snaps[i] = s_stage_snap(kv, (i + 1) * B, pc->snap_bytes, &rc);
     }
-    s_touch_chain(pc, chain, i);
-    pthread_mutex_unlock(&pc->mu);
-    free(chain);
+    /* after a failed copy: the blocks before it still go in */
+    const int added = have ? s_store_link(pc, domain, ids, n_blocks, &st) : 0;
+    s_store_free(&st, n_blocks);
+    free(want);
     return rc < 0 ? rc : added;
 }
 
 void prefix_cache_get_counters(prefix_cache *pc, prefix_cache_counters *out) {
-    pthread_mutex_lock(&pc->mu);
+    s_lock(pc);
     *out = pc->c;
-    pthread_mutex_unlock(&pc->mu);
+    s_unlock(pc);
 }

@@ -23,8 +23,9 @@
  *
  * Memory: the blocks' KV (and snapshot) bytes are bounded by max_bytes; the least recently
  * used block goes first, and a chain is touched from its end back to its
- * start, so leaves are evicted before the prefixes others hang on. All
- * calls are thread-safe (one mutex).
+ * start, so leaves are evicted before the prefixes others hang on (a block
+ * evicted while a restore copies from it is freed when that copy ends). All
+ * calls are thread-safe (one mutex, never held while copying).
  */
 #ifndef COLI_COORD_PREFIX_CACHE_H
 #define COLI_COORD_PREFIX_CACHE_H
@@ -67,5 +68,12 @@ int prefix_cache_restore(prefix_cache *pc, uint64_t domain, kv_cache *kv, const 
 int prefix_cache_store(prefix_cache *pc, uint64_t domain, const kv_cache *kv, const int32_t *ids, int n);
 
 void prefix_cache_get_counters(prefix_cache *pc, prefix_cache_counters *out);
+
+/* 1 while the calling thread holds a prefix cache's mutex. Restores and
+ * stores copy rows and snapshots without it (a restore pins the blocks it
+ * copies from; a store copies what is missing, then links it in), so one
+ * request's copy holds no other's lookup up: tests check this from a copy
+ * hook (kv_cache's copy_hook). */
+int prefix_cache_locked_here(void);
 
 #endif

@@ -414,6 +414,13 @@ typedef void (*coli_route_cb)(void *user, const coli_route_event *ev);
  * context in a coli_batch, the decode steps' events come from the thread that
  * runs the step, which may be another member's. COLI_EINVAL for a NULL ctx. */
 int coli_set_route_callback(coli_context *ctx, coli_route_cb cb, void *user);
+/* Call cb with the bytes of every copy of ctx's sequence state (a
+ * recurrent-state snapshot taken or loaded, prefix-cache rows or a snapshot
+ * copied from or into it), on the copying thread (cb NULL: stop). Set it
+ * while no other thread uses ctx. `coli serve` counts the copies made under
+ * its baton (docs/api.md). COLI_EINVAL for a NULL ctx. */
+typedef void (*coli_state_copy_cb)(void *user, size_t bytes);
+int coli_context_set_state_copy_callback(coli_context *ctx, coli_state_copy_cb cb, void *user);
 /* Write every routed token of every context of m, from now on, to path as
  * one JSON line per (token, layer):
  *   {"ctx":0,"pos":3,"layer":1,"experts":[2,0],"weights":[0.61,0.39],"devices":["cpu:0","inproc"]}

@@ -5,7 +5,8 @@
  * sequence state of hybrid models: KV rows only for attention layers, a
  * recurrent state per linear layer, zeroed at position 0, its snapshots
  * dropped when the sequence is rewritten before them; the prefix cache keeps
- * and restores them, and only up to a block that has one.
+ * and restores them, and only up to a block that has one, copying without
+ * its mutex (a copy hook checks; a block evicted mid-copy stays whole).
  */
 #include <criterion/criterion.h>
 
@@ -169,6 +170,64 @@ Test(kv_cache, prefix_cache_keeps_snapshots) {
 }
 
 /* Passes of a hybrid model end on multiples of FORWARD_REC_CHUNK when they can. */
+/* The copy hook's view: copies made holding a prefix cache's mutex, and
+ * without; armed, the first copy stores another prefix (as another slot
+ * would meanwhile), which evicts the block the restore is copying from. */
+typedef struct copy_probe {
+    int locked, unlocked, armed;
+    prefix_cache *pc;
+    const kv_cache *src;
+    const int32_t *ids;
+} copy_probe;
+
+static void s_probe_copy(void *user, size_t bytes) {
+    copy_probe *p = user;
+    (void)bytes;
+    if (prefix_cache_locked_here())
+        p->locked++;
+    else
+        p->unlocked++;
+    if (!p->armed) return;
+    p->armed = 0;
+    cr_expect_eq(prefix_cache_store(p->pc, 0, p->src, p->ids, 16), 1, "a store while a restore copies");
+}
+
+/* Restores and stores copy rows and snapshots without the cache's mutex
+ * (before: every copy under it, and the store from the hook deadlocked);
+ * a block evicted while a restore copies from it stays whole until then. */
+Test(kv_cache, prefix_cache_copies_without_its_mutex, .timeout = 60) {
+    const kv_shape sh = {.n_layer = 5, .k_dim = 4, .v_dim = 4, .recurrent = s_hybrid_layers, .rec_floats = 8};
+    prefix_cache *pc = NULL;
+    cr_assert_eq(prefix_cache_new(&sh, 16, 1200, &pc), 0); /* one block (1024 bytes) and its snapshot (96) */
+    kv_cache a, b, c;
+    s_hybrid(&a, 64);
+    s_hybrid(&b, 64);
+    s_hybrid(&c, 64);
+    int32_t x[16], y[16];
+    for (int i = 0; i < 16; i++) x[i] = i * 3 + 1, y[i] = i * 7 + 2;
+    const int at16[1] = {16};
+    s_fill(&a, 16, 100.0f, at16, 1);
+    s_fill(&c, 16, 300.0f, at16, 1);
+    copy_probe probe = {.pc = pc, .src = &c, .ids = y};
+    kv_cache *const all[3] = {&a, &b, &c};
+    for (int i = 0; i < 3; i++) all[i]->copy_hook = s_probe_copy, all[i]->copy_user = &probe;
+    cr_assert_eq(prefix_cache_store(pc, 0, &a, x, 16), 1);
+    probe.armed = 1;
+    cr_assert_eq(prefix_cache_restore(pc, 0, &b, x, 17, 16), 16);
+    cr_expect_eq(probe.armed, 0);
+    cr_expect_eq(kv_cache_rec(&b, 0)[0], 116.0f, "x's state, copied from its evicted block");
+    cr_expect_eq(((const float *)kv_cache_k(&b, 4, 15))[0], 100.0f);
+    cr_expect_eq(prefix_cache_restore(pc, 0, &b, x, 17, 16), 0, "x's block was evicted for y's");
+    cr_expect_eq(prefix_cache_restore(pc, 0, &b, y, 17, 16), 16);
+    cr_expect_eq(kv_cache_rec(&b, 0)[0], 316.0f);
+    cr_expect_eq(probe.locked, 0, "%d copies under the mutex (%d without)", probe.locked, probe.unlocked);
+    cr_expect_gt(probe.unlocked, 0);
+    kv_cache_free(&a);
+    kv_cache_free(&b);
+    kv_cache_free(&c);
+    prefix_cache_free(&pc);
+}
+
 Test(kv_cache, hybrid_passes_split_on_chunks) {
     uint8_t rec[1] = {1};
     model m = {.recurrent = rec}, plain = {0};

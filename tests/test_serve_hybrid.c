@@ -16,6 +16,7 @@
 
 enum {
     CLIENTS = 3,
+    STREAMS = 8, /* the copies test: the 8 concurrent streams */
     CHOICES = 2
 };
 
@@ -46,13 +47,23 @@ static void *s_client(void *arg) {
     return NULL;
 }
 
-static void s_round(int port, client *c) {
-    pthread_t th[CLIENTS];
-    for (int i = 0; i < CLIENTS; i++) {
+static void s_round_of(int port, client *c, int n) {
+    pthread_t th[STREAMS];
+    for (int i = 0; i < n; i++) {
         c[i] = (client){.port = port, .index = i};
         pthread_create(&th[i], NULL, s_client, &c[i]);
     }
-    for (int i = 0; i < CLIENTS; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+}
+
+static void s_round(int port, client *c) { s_round_of(port, c, CLIENTS); }
+
+/* The value of the series line "name value" in a /metrics body, or -1. */
+static long long s_series(const char *body, const char *name) {
+    char key[256];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = body ? strstr(body, key) : NULL;
+    return at ? atoll(at + strlen(key)) : -1;
 }
 
 Test(serve_hybrid, batched_cached_forked_equals_alone, .timeout = 240) {
@@ -87,6 +98,41 @@ Test(serve_hybrid, batched_cached_forked_equals_alone, .timeout = 240) {
     cr_expect(m.body && strstr(m.body, "\ncolibri_state_bytes_per_sequence 11264\n") &&
                   strstr(m.body, "\ncolibri_state_bytes_per_token 1024\n"),
               "state memory not in /metrics: %s", m.body ? m.body : "");
+    su_free(&m);
+    unsetenv("COLI_SERVE_DELAY_MS");
+    cr_expect_eq(su_stop(&p), 0);
+}
+
+/* Eight streams at once, batched with the prefix cache, twice (the second
+ * round restores the prompts' cached states; every request forks n = 2
+ * answers from its prompt): the server makes its state copies (snapshots
+ * of the recurrent states taken in prefills, restored from and saved to
+ * the prefix cache) without holding the baton, so none holds the other
+ * streams' steps up. Counted by the server on the copying thread
+ * (colibri_state_copies_total), not timed. */
+Test(serve_hybrid, state_copies_outside_the_baton, .timeout = 240) {
+    char model[4096];
+    s_hybrid_model("qwen35moe", model, sizeof model);
+    setenv("COLI_SERVE_DELAY_MS", "5", 1); /* the requests overlap for sure */
+    static const char *const args[] = {"--parallel", "8", NULL};
+    serve_proc p = su_start(model, args);
+    int cached = 0;
+    for (int round = 0; round < 2; round++) {
+        client c[STREAMS];
+        s_round_of(p.port, c, STREAMS);
+        for (int i = 0; i < STREAMS; i++) {
+            cr_expect_eq(c[i].status, 200, "round %d client %d", round, i);
+            if (round == 1) cached += c[i].cached > 0;
+        }
+    }
+    cr_expect_eq(cached, STREAMS, "the second round restored no cached prompt state");
+    http_resp m = su_get(p.port, "/metrics");
+    const long long held = s_series(m.body, "colibri_state_copies_total{under_baton=\"yes\"}");
+    const long long free_ = s_series(m.body, "colibri_state_copies_total{under_baton=\"no\"}");
+    cr_log_info("state copies: %lld under the baton, %lld without (%lld bytes)", held, free_,
+                s_series(m.body, "colibri_state_copy_bytes_total{under_baton=\"no\"}"));
+    cr_expect_gt(free_, 0, "no state copy counted: %s", m.body ? m.body : "");
+    cr_expect_eq(held, 0, "%lld state copies made under the baton (%lld without)", held, free_);
     su_free(&m);
     unsetenv("COLI_SERVE_DELAY_MS");
     cr_expect_eq(su_stop(&p), 0);

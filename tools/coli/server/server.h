@@ -335,6 +335,9 @@ typedef struct server {
     pthread_mutex_t baton_mu;
     pthread_cond_t baton_cv;
     uint64_t baton_next, baton_serving;
+    /* copies of sequence state (coli_context_set_state_copy_callback): [1] made by a
+     * thread holding the baton, [0] without it; bytes likewise */
+    atomic_ullong state_copies[2], state_copy_bytes[2];
 
     /* the queue */
     pthread_mutex_t q_mu;

@@ -136,7 +136,7 @@ static void s_prefix_series(coli_strbuf *b, server *s) {
 }
 
 /* The sequence state of the slots (docs/architectures.md: per token, per sequence). */
-static void s_state_series(coli_strbuf *b, const server *s) {
+static void s_state_series(coli_strbuf *b, server *s) {
     const size_t tok = s->info.state_bytes_per_token, seq = s->info.state_bytes_per_seq;
     const int n_ctx = s->cfg.n_ctx > 0 ? s->cfg.n_ctx : s->info.n_ctx;
     s_header(b, "colibri_state_bytes_per_token", "gauge", "KV bytes one position of a sequence takes (all layers).");
@@ -148,6 +148,17 @@ static void s_state_series(coli_strbuf *b, const server *s) {
              "Sequence state the slots hold: per slot n_ctx positions, the recurrent states and their two "
              "prefix-cache snapshots.");
     coli_strbuf_appendf(b, "colibri_state_bytes %zu\n", (size_t)s->cfg.n_slots * ((size_t)n_ctx * tok + 3 * seq));
+    static const char *const held[2] = {"no", "yes"};
+    s_header(b, "colibri_state_copies_total", "counter",
+             "Copies of sequence state (recurrent snapshots, prefix-cache rows), by whether the copying thread held "
+             "the compute baton (which holds the other slots up).");
+    for (int h = 0; h < 2; h++)
+        coli_strbuf_appendf(b, "colibri_state_copies_total{under_baton=\"%s\"} %llu\n", held[h],
+                            (unsigned long long)atomic_load(&s->state_copies[h]));
+    s_header(b, "colibri_state_copy_bytes_total", "counter", "Bytes of those copies, likewise.");
+    for (int h = 0; h < 2; h++)
+        coli_strbuf_appendf(b, "colibri_state_copy_bytes_total{under_baton=\"%s\"} %llu\n", held[h],
+                            (unsigned long long)atomic_load(&s->state_copy_bytes[h]));
 }
 
 static void s_server_series(coli_strbuf *b, server *s) {

@@ -106,14 +106,20 @@ void job_fail(job *j, int http_status, const char *code, const char *msg) {
 // ---------------------------------------------------------------------------
 // the baton: a ticket lock, so a thread that hands it on queues behind the others
 
+/* 1 while this thread holds the baton: the state-copy counters tell the
+ * copies that hold the other slots up from those that do not. */
+static _Thread_local int s_holding_baton;
+
 void baton_acquire(server *s) {
     pthread_mutex_lock(&s->baton_mu);
     uint64_t mine = s->baton_next++;
     while (s->baton_serving != mine) pthread_cond_wait(&s->baton_cv, &s->baton_mu);
     pthread_mutex_unlock(&s->baton_mu);
+    s_holding_baton = 1;
 }
 
 void baton_release(server *s) {
+    s_holding_baton = 0;
     pthread_mutex_lock(&s->baton_mu);
     s->baton_serving++;
     pthread_cond_broadcast(&s->baton_cv);
@@ -381,14 +387,16 @@ static void s_run(server_slot *slot, job *j) {
     int rc = 0;
     if (!atomic_load(&j->cancel) && !client_gone(j->client_fd)) {
         slot->cur = j;
-        baton_acquire(s);
+        /* The prefix cache's copies touch only this slot's context (in no
+         * batch step before coli_generate joins, none after it leaves) and
+         * the cache (its own mutex): made without the baton, they hold no
+         * other slot up. */
         const int cached = s_prefix_restore(slot, j);
         /* batched: the batch takes the baton for each step and prompt chunk */
-        if (s->batch) baton_release(s);
+        if (!s->batch) baton_acquire(s);
         rc = coli_generate(slot->ctx, j->req.ids + cached, j->req.n_ids - cached, &j->req.sp, s_on_token, slot, &st);
-        if (s->batch) baton_acquire(s);
+        if (!s->batch) baton_release(s);
         if (rc == 0) s_prefix_save(slot);
-        baton_release(s);
         slot->cur = NULL;
     } else {
         atomic_store(&j->cancel, 1);
@@ -460,6 +468,13 @@ char *server_stats_fresh(server *s) {
 // ---------------------------------------------------------------------------
 // start and stop
 
+/* coli_context_set_state_copy_callback: count the copy by whether it holds the baton. */
+static void s_on_state_copy(void *user, size_t bytes) {
+    server *s = user;
+    atomic_fetch_add(&s->state_copies[s_holding_baton], 1);
+    atomic_fetch_add(&s->state_copy_bytes[s_holding_baton], bytes);
+}
+
 static void s_baton_lock(void *s) { baton_acquire(s); }
 static void s_baton_unlock(void *s) { baton_release(s); }
 
@@ -499,6 +514,7 @@ static int s_alloc(server *s) {
             fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
             return SERVER_FAIL;
         }
+        coli_context_set_state_copy_callback(s->slots[i].ctx, s_on_state_copy, s);
         if (s->batch && coli_context_set_batch(s->slots[i].ctx, s->batch) != 0) {
             fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
             return SERVER_FAIL;
