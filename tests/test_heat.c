@@ -191,7 +191,7 @@ Test(heat_place, hottest_onto_the_fast_worker_within_budget) {
         heat[i] = (seed >> 8) % 1000;
     }
     int32_t owner[L * X];
-    placement_in in = {L, X, eb, 2, budget, usable};
+    placement_in in = {L, X, eb, 2, budget, usable, NULL};
     cr_assert_eq(placement_plan_heat(&in, heat, speed, NULL, owner), 0);
     /* the 7 hottest (heat values here are distinct with this seed) on worker 0 */
     uint64_t sorted[L * X];
@@ -246,7 +246,7 @@ Test(heat_place, pins_are_checked) {
     int usable[2] = {1, 1};
     long speed[2] = {2, 1};
     int32_t owner[8];
-    placement_in in = {2, 4, eb, 2, budget, usable};
+    placement_in in = {2, 4, eb, 2, budget, usable, NULL};
     cr_assert_eq(sched_parse_pins("0:0=cpu:0,1:1=cpu:0", d, 2, 2, 4, pin), 0);
     cr_assert_eq(placement_plan_heat(&in, heat, speed, pin, owner), COLI_EINVAL);
 }
