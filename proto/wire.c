@@ -193,6 +193,13 @@ const char *wire_hello_check(const Coli__Hello *h, char *why, size_t n) {
         snprintf(why, n, "hello: the worker's row limit %lld is negative", (long long)h->max_rows);
         return "caps";
     }
+    /* a bit this ABI does not define would be trusted to mean an activation we
+       never hand over correctly: refuse rather than guess */
+    if (h->act_mask & ~(uint32_t)MOE_ACT_KNOWN) {
+        snprintf(why, n, "hello: act_mask %#x has bits %#x this ABI does not define (known %#x)", h->act_mask,
+                 h->act_mask & ~(uint32_t)MOE_ACT_KNOWN, (unsigned)MOE_ACT_KNOWN);
+        return "caps";
+    }
     return NULL;
 }
 

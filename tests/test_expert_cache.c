@@ -328,6 +328,29 @@ Test(ec_run, gptoss_byte_identical_to_inproc) {
     gen_free(&ref);
 }
 
+//  A cache worker whose plugin lacks SWIGLU_OAI (COLI_FAULT=no-act on
+//  worker 0, as a GPU cache worker today) never loads a gpt-oss expert: no
+//  miss, no promotion, no refusal, no fallback; --inproc's bytes.
+Test(ec_run, gptoss_cache_worker_without_the_activation_loads_nothing) {
+    char model[4096];
+    gptoss_model_f32(model, sizeof model);
+    gen_result ref, r;
+    sched_generate(model, "inproc", NULL, NULL, &ref);
+    setenv("COLI_CACHE_MARGIN_PCT", "0", 1);
+    setenv("COLI_FAULT", "no-act@worker=0", 1);
+    sched_generate(model, "cpu:1@1@cache=25%,cpu:1@1", NULL, NULL, &r);
+    unsetenv("COLI_FAULT");
+    unsetenv("COLI_CACHE_MARGIN_PCT");
+    sched_assert_same(&ref, &r, "gpt-oss, a cache worker without SWIGLU_OAI");
+    cache_counts c = s_counts(r.stats, 0);
+    cr_expect_eq(c.promotions, 0, "%s", r.stats);
+    cr_expect_eq(c.misses, 0, "%s", r.stats);
+    cr_expect_eq(c.rows, 0, "%s", r.stats);
+    cr_expect_eq(sched_field(r.stats, "fallbacks_total"), 0, "%s", r.stats);
+    gen_free(&r);
+    gen_free(&ref);
+}
+
 //  Prefetch on (the default) and off: the same bytes; prefetches issued only when on.
 Test(ec_run, prefetch_on_and_off_byte_identical) {
     gen_result ref, r;
@@ -338,7 +361,6 @@ Test(ec_run, prefetch_on_and_off_byte_identical) {
         for (int i = 0; i < 2; i++) {
             setenv("COLI_CACHE_PREFETCH", on ? "1" : "0", 1);
             sched_generate(BUNDLED, devices[i], s_settle, NULL, &r);
-            unsetenv("COLI_CACHE_PREFETCH");
             sched_assert_same(&ref, &r, devices[i]);
             cJSON *j = cJSON_Parse(r.stats);
             cJSON *c = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "workers"), 0), "cache");

@@ -191,7 +191,7 @@ Test(heat_place, hottest_onto_the_fast_worker_within_budget) {
         heat[i] = (seed >> 8) % 1000;
     }
     int32_t owner[L * X];
-    placement_in in = {L, X, eb, 2, budget, usable};
+    placement_in in = {L, X, eb, 2, budget, usable, NULL};
     cr_assert_eq(placement_plan_heat(&in, heat, speed, NULL, owner), 0);
     /* the 7 hottest (heat values here are distinct with this seed) on worker 0 */
     uint64_t sorted[L * X];
@@ -246,9 +246,44 @@ Test(heat_place, pins_are_checked) {
     int usable[2] = {1, 1};
     long speed[2] = {2, 1};
     int32_t owner[8];
-    placement_in in = {2, 4, eb, 2, budget, usable};
+    placement_in in = {2, 4, eb, 2, budget, usable, NULL};
     cr_assert_eq(sched_parse_pins("0:0=cpu:0,1:1=cpu:0", d, 2, 2, 4, pin), 0);
     cr_assert_eq(placement_plan_heat(&in, heat, speed, pin, owner), COLI_EINVAL);
+}
+
+//  Placement by capability: layer 1's experts need what worker 0 (the
+//  fastest) lacks (able 0): by heat and by bytes they all go to worker 1,
+//  a pin of one onto worker 0 is dropped, layer 0 is shared as before; with
+//  no able worker they stay in-process (-1).
+Test(heat_place, experts_go_only_to_workers_able_to_compute_them) {
+    uint64_t eb[2] = {100, 100}, budget[2] = {0, 0}, heat[8] = {9, 8, 7, 6, 5, 4, 3, 2};
+    int usable[2] = {1, 1};
+    long speed[2] = {2, 1};
+    uint8_t able[4] = {1, 0, 1, 1}; /* (worker, layer): worker 0 cannot take layer 1 */
+    int32_t owner[8], pin[8];
+    for (int i = 0; i < 8; i++) pin[i] = -1;
+    pin[5] = 0;
+    placement_in in = {2, 4, eb, 2, budget, usable, able};
+    cr_assert_eq(placement_plan_heat(&in, heat, speed, pin, owner), 0, "%s", coli_last_error());
+    for (int e = 0; e < 4; e++) cr_expect_eq(owner[4 + e], 1, "layer 1 expert %d on worker %d", e, owner[4 + e]);
+    cr_expect_eq(owner[0], 0, "layer 0 goes to the fastest worker as before");
+    cr_assert_eq(placement_plan(&in, owner), 0);
+    for (int e = 0; e < 4; e++) cr_expect_eq(owner[4 + e], 1, "by bytes: layer 1 expert %d on %d", e, owner[4 + e]);
+    cr_expect(owner[0] == 0 || owner[1] == 0, "layer 0 shared by bytes");
+    able[3] = 0;
+    cr_assert_eq(placement_plan(&in, owner), 0);
+    for (int e = 0; e < 4; e++) cr_expect_eq(owner[4 + e], -1, "nobody able: in-process, got %d", owner[4 + e]);
+}
+
+//  The masks: weight types and act bits, each must be covered.
+Test(heat_place, caps_fit_needs_every_type_and_activation) {
+    place_need n = {.types = 1ULL << 39 | 1ULL << 0, .acts = 1u << 1 | 1u << 31};
+    cr_expect(placement_fits(&n, ~0ULL, 1u << 1 | 1u << 31));
+    cr_expect(!placement_fits(&n, ~0ULL, 1u << 1), "biases missing");
+    cr_expect(!placement_fits(&n, ~0ULL, 0), "an older worker (no act_mask)");
+    cr_expect(!placement_fits(&n, 1ULL << 0, ~0u), "MXFP4 (39) missing");
+    place_need silu = {.types = 1, .acts = 0};
+    cr_expect(placement_fits(&silu, 1, 0), "plain SwiGLU F32 needs no act bit");
 }
 
 //  One naming: a pin takes the workers' names as `coli plan` shows them (and

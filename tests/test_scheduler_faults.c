@@ -343,19 +343,39 @@ Test(scheduler_faults, gptoss_external_sigkill_falls_back, .timeout = 120) {
 
 //  A worker whose plugin does not compute gpt-oss's experts (caps.act_mask 0,
 //  as the GPU plugin and any ABI 1.3 plugin report it; COLI_FAULT=no-act)
-//  refuses each one placed on it (kind unsupported, one fallback each) and
-//  never computes them as a plain SwiGLU: --inproc's bytes.
-Test(scheduler_faults, gptoss_experts_refused_by_a_plugin_without_them, .timeout = 120) {
+//  says so in its hello (Hello.act_mask): placement gives every expert to
+//  the other worker from the start, so none is refused (no `unsupported`
+//  fallback, no fallback at all) and the bytes are --inproc's. Without
+//  Hello.act_mask each expert placed on worker 0 was refused at Place.
+Test(scheduler_faults, gptoss_experts_placed_only_on_a_worker_that_computes_them, .timeout = 120) {
     char model[4096];
     gptoss_model_f32(model, sizeof model);
     char *js = s_run_model(model, "cpu:2", "zmq", "no-act@worker=0", NULL, NULL); /* worker 0 serves no batch */
-    const long refused = sched_fallbacks(js, "cpu:0", "unsupported");
     char v[64];
     sched_worker_field(js, 0, "resident_experts", v, sizeof v);
     cr_expect_eq(atol(v), 0, "worker 0 holds gpt-oss experts: %s", js);
-    cr_expect_gt(refused, 0, "%s", js);
-    cr_expect_eq(sched_field(js, "fallbacks_total"), refused, "%s", js);
-    cr_log_info("gpt-oss, worker 0 without SWIGLU_OAI: %ld experts refused (unsupported), output unchanged", refused);
+    sched_worker_field(js, 1, "resident_experts", v, sizeof v);
+    cr_expect_eq(atol(v), 4 * 8, "worker 1 does not hold every expert: %s", js);
+    cr_expect_eq(sched_fallbacks(js, "cpu:0", "unsupported"), 0, "%s", js);
+    cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
+    cr_expect_eq(sched_field(js, "inproc_rows"), 0, "%s", js);
+    free(js);
+}
+
+//  No worker computes them: every expert stays in-process from the start
+//  (owner nobody, no CPU worker takes its rows on demand either), no
+//  fallback counted, --inproc's bytes.
+Test(scheduler_faults, gptoss_experts_in_process_when_no_worker_computes_them, .timeout = 120) {
+    char model[4096];
+    gptoss_model_f32(model, sizeof model);
+    char *js = s_run_model(model, "cpu:2", "zmq", "no-act", NULL, NULL);
+    char v[64];
+    for (int w = 0; w < 2; w++) {
+        sched_worker_field(js, w, "resident_experts", v, sizeof v);
+        cr_expect_eq(atol(v), 0, "worker %d holds gpt-oss experts: %s", w, js);
+    }
+    cr_expect_eq(sched_field(js, "fallbacks_total"), 0, "%s", js);
+    cr_expect_gt(sched_field(js, "inproc_rows"), 0, "%s", js);
     free(js);
 }
 
@@ -380,4 +400,21 @@ Test(scheduler_faults, worker_that_failed_too_often_is_reprobed_and_returns, .ti
         free(js);
     }
     unsetenv("COLI_WORKER_REPROBE_MS");
+}
+
+//  coli plan places as a load would: gpt-oss's experts never on a device
+//  plugin that reports no SWIGLU_OAI (cuda today), all on the cpu worker,
+//  and it says why; a SiLU model's experts are shared as before.
+Test(scheduler_faults, plan_keeps_gptoss_experts_off_a_device_without_the_activation) {
+    char model[4096], *plan = NULL;
+    gptoss_model_f32(model, sizeof model);
+    cr_assert_eq(coli_plan_text(model, "cpu:1,cuda:0", &plan), 0, "%s", coli_last_error());
+    cr_expect(strstr(plan, "worker 0  cpu:0  budget unlimited  experts 32"), "%s", plan);
+    cr_expect(strstr(plan, "worker 1  cuda:0  budget unlimited  experts 0 "), "%s", plan);
+    cr_expect(strstr(plan, "activation beyond SwiGLU or biases (gpt-oss)"), "%s", plan);
+    free(plan);
+    cr_assert_eq(coli_plan_text(sched_fixture(MODEL), "cpu:1,cuda:0", &plan), 0, "%s", coli_last_error());
+    cr_expect(!strstr(plan, "experts 0 "), "%s", plan);
+    cr_expect(!strstr(plan, "beyond SwiGLU"), "%s", plan);
+    free(plan);
 }

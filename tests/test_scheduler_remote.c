@@ -25,6 +25,7 @@
 #include <math.h>
 
 #include "proto/curve_keys.h"
+#include "plugins/plugin_abi.h"
 #include "proto/wire.h"
 #include "tests/cli_run.h"
 #include "tests/sched_util.h"
@@ -332,6 +333,7 @@ Test(scheduler_remote, remote_without_keys_is_a_clear_error) {
 typedef enum fake_lie {
     LIE_ABI,          /* hello: plugin ABI 99 */
     LIE_NO_TYPES,     /* hello: empty type mask */
+    LIE_ACT_MASK,     /* hello: an act_mask bit the ABI does not define */
     LIE_PLACE_RANGE,  /* place reply: an expert outside the model */
     LIE_PLACE_NOBODY, /* place reply: an envelope without a body */
 } fake_lie;
@@ -350,6 +352,7 @@ static void s_fake_reply(void *r, const wire_msg *m, fake_lie lie) {
     if (m->env->body_case == COLI__ENVELOPE__BODY_HELLO) {
         h.plugin = "cpu", h.device = "cpu:0", h.abi_major = lie == LIE_ABI ? 99 : 1, h.abi_minor = 2;
         h.dtype_mask = lie == LIE_NO_TYPES ? 0 : 1; /* F32 */
+        h.act_mask = lie == LIE_ACT_MASK ? 1u << 5 | MOE_ACT_BIASES : 0;
         env.body_case = COLI__ENVELOPE__BODY_HELLO, env.hello = &h;
     } else if (lie == LIE_PLACE_RANGE) {
         far.layer = 99, far.expert = 99;
@@ -443,6 +446,13 @@ Test(scheduler_remote, hello_with_another_abi_is_refused_naming_both, .timeout =
 Test(scheduler_remote, hello_with_no_weight_type_is_refused, .timeout = 120) {
     int places = s_run_against_fake(LIE_NO_TYPES, "caps", "empty type mask");
     cr_expect_eq(places, 0, "a worker that computes no type was given experts");
+}
+
+//  A malformed act_mask (a bit no ABI 1.4 activation has) is refused at the
+//  greeting: trusting it could hand the worker experts it computes wrongly.
+Test(scheduler_remote, hello_with_an_unknown_activation_bit_is_refused, .timeout = 120) {
+    int places = s_run_against_fake(LIE_ACT_MASK, "caps", "act_mask 0x80000020 has bits 0x20");
+    cr_expect_eq(places, 0, "a worker with a malformed act_mask was given experts");
 }
 
 Test(scheduler_remote, place_reply_outside_the_model_is_garbage, .timeout = 120) {

@@ -227,6 +227,9 @@ int worker_send_hello(worker *w, int ok, const char *why) {
     h.abi_minor = MOE_PLUGIN_ABI_MINOR;
     h.dtype_mask = w->device.caps.dtype_mask;
     h.dtype_mask_hi = w->device.caps.dtype_mask_hi;
+    /* 0 under the no-act fault: placement sends it none; a bit this build does
+       not know is not claimed (the coordinator refuses a hello with one) */
+    h.act_mask = w->device.caps.act_mask & MOE_ACT_KNOWN;
     h.max_rows = w->device.caps.max_rows;
     h.memory_total = w->device.caps.memory_total;
     h.memory_budget = w->device.caps.memory_budget;

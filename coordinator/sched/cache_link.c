@@ -211,7 +211,7 @@ int cache_route(sched *s, size_t slot, int count) {
             /* a hit is a pair this cache serves; anything else reaching it is a miss */
             if (usable)
                 ec_touch(cw->ec, slot);
-            else {
+            else if (!(s->place.refused_by[slot] >> i & 1)) { /* one it cannot compute (caps) is no miss */
                 ec_count(cw->ec, slot);
                 cw->ec->c.misses++;
                 if (!cw->in_missed[slot]) cw->in_missed[slot] = 1, cw->missed[cw->n_missed++] = (int64_t)slot;
@@ -306,9 +306,9 @@ void cache_prefetch(sched *s, int layer, const float *x, int64_t n_tok) {
         if (!cw || w->state != LINK_UP) continue;
         int64_t cand[1024];
         int n = expert_predict(&cw->pred, next, x, n_tok, cand), m = 0;
-        if (!n) return; /* no usable router: no prediction */
-        for (int k = 0; k < n; k++)
-            if (cw->ec->state[cand[k]] == EC_NONE) cand[m++] = cand[k];
+        if (!n) return;             /* no usable router: no prediction */
+        for (int k = 0; k < n; k++) /* not one its hello's caps rule out (scheduler.c s_able) */
+            if (cw->ec->state[cand[k]] == EC_NONE && !(s->place.refused_by[cand[k]] >> i & 1)) cand[m++] = cand[k];
         ec_action act[64];
         int n_act = m ? ec_decide(cw->ec, cand, m, 1, act, 64) : 0;
         if (n_act) s_apply(s, w, act, n_act);

@@ -131,7 +131,7 @@ static int s_pick(const placement_in *in, const place_acc *a, const long *speed,
     const uint64_t eb = in->expert_bytes[layer];
     int best = -1;
     for (int w = 0; w < in->n_workers; w++) {
-        if (!in->usable[w] || (in->budget[w] && a->total[w] + eb > in->budget[w])) continue;
+        if (!placement_may(in, w, layer) || (in->budget[w] && a->total[w] + eb > in->budget[w])) continue;
         if (best < 0 || speed[w] > speed[best]) {
             best = w;
             continue;
@@ -161,7 +161,9 @@ static int s_pins_then_order(const placement_in *in, const uint64_t *heat, const
             owner[i] = -1;
             if (!in->expert_bytes[l]) continue; /* dense layer */
             int w = pin ? pin[i] : -1;
-            if (w >= 0 && in->usable[w]) {
+            /* a pin onto a worker that cannot compute the layer (its hello's
+               caps) is dropped: the expert is placed as if not pinned */
+            if (w >= 0 && placement_may(in, w, l)) {
                 if (in->budget[w] && a->total[w] + in->expert_bytes[l] > in->budget[w])
                     return coli_fail(COLI_EINVAL, "pin %d:%zu: worker %d's budget of %llu bytes has no room left", l, e,
                                      w, (unsigned long long)in->budget[w]);

@@ -43,13 +43,16 @@ static uint64_t s_slot_bytes(const sched *s, size_t slot) {
     return s->model.expert_bytes[slot / (size_t)s->model.n_expert];
 }
 
-/* A remote host other than lost that can take eb more bytes now (up, a home
- * tier, within its budget; 0 = unlimited), the least loaded; -1 none. */
-static int s_host_with_room(const sched *s, const worker_link *lost, const uint64_t *load, uint64_t eb) {
+/* A remote host other than lost that can take the expert in slot now (up, a
+ * home tier, within its budget; 0 = unlimited; not one that refused it or
+ * whose hello's caps rule it out), the least loaded; -1 none. */
+static int s_host_with_room(const sched *s, const worker_link *lost, const uint64_t *load, size_t slot) {
+    const uint64_t eb = s_slot_bytes(s, slot);
     int best = -1;
     for (int i = 0; i < s->n_w; i++) {
         const worker_link *h = &s->w[i];
         if (h == lost || !h->tcp.on || h->dev.cache || h->state != LINK_UP) continue;
+        if (s->place.refused_by[slot] >> i & 1) continue;
         if (h->dev.budget && load[i] + eb > h->dev.budget) continue;
         if (best < 0 || load[i] < load[best]) best = i;
     }
@@ -86,7 +89,7 @@ void host_on_lost(sched *s, worker_link *w) {
     for (size_t k = 0; k < n; k++) {
         if (s->place.owner[k] != w->id && s->place.moving[k] != w->id) continue;
         uint64_t eb = s_slot_bytes(s, k);
-        int to = s_host_with_room(s, w, load, eb);
+        int to = s_host_with_room(s, w, load, k);
         s->place.owner[k] = -1; /* the coordinator computes it until a host has it */
         s->place.moving[k] = to;
         moved++;

@@ -17,6 +17,8 @@
 
 #include "coordinator/sched/sched_internal.h"
 #include "core/error.h"
+#include "core/kernels/expert_ffn.h"
+#include "plugins/plugin_abi.h"
 
 int sched_default_cpu_workers(void) {
     /* One worker per 16 cores: more processes on one socket do not add
@@ -263,6 +265,22 @@ int sched_parse_devices(const char *devices, device_spec *out, int cap, int *n, 
 }
 
 // ---------------------------------------------------------------------------
+void placement_need_of(const expert_weights *ew, place_need *out) {
+    out->types = 0;
+    const coli_dtype t[3] = {ew->gate_type, ew->up_type, ew->down_type};
+    for (int i = 0; i < 3; i++) out->types |= (unsigned)t[i] < 64 ? 1ULL << t[i] : 0;
+    out->acts = ew->act == EXPERT_ACT_SILU ? 0 : 1u << ew->act;
+    if (ew->gate_bias || ew->up_bias || ew->down_bias) out->acts |= MOE_ACT_BIASES;
+}
+
+int placement_fits(const place_need *need, uint64_t types, uint32_t acts) {
+    return (need->types & ~types) == 0 && (need->acts & ~acts) == 0;
+}
+
+int placement_may(const placement_in *in, int w, int l) {
+    return in->usable[w] && (!in->able || in->able[(size_t)w * (size_t)in->n_layer + (size_t)l]);
+}
+
 int placement_plan(const placement_in *in, int32_t *owner) {
     uint64_t *total = calloc((size_t)in->n_workers + 1, sizeof *total);
     uint64_t *layer_bytes = calloc((size_t)in->n_workers + 1, sizeof *layer_bytes);
@@ -281,7 +299,7 @@ int placement_plan(const placement_in *in, int32_t *owner) {
                 continue;
             }
             for (int w = 0; w < in->n_workers; w++) {
-                if (!in->usable[w] || (in->budget[w] && total[w] + eb > in->budget[w])) continue;
+                if (!placement_may(in, w, l) || (in->budget[w] && total[w] + eb > in->budget[w])) continue;
                 /* fewest bytes in this layer, then fewest overall, then lowest index */
                 if (best < 0 || layer_bytes[w] < layer_bytes[best] ||
                     (layer_bytes[w] == layer_bytes[best] && total[w] < total[best]))

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/kernels/expert_ffn.h"
 #include "core/gguf/gguf.h"
+#include "plugins/plugin_abi.h"
 
 /* "<arch>.<suffix>" as an integer. */
 static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out) {
@@ -23,8 +24,41 @@ static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out) {
     return gguf_get_i64(f, key, out);
 }
 
+/* What plan takes a worker to compute, not having its hello: the cpu
+ * plugin every activation (its caps.act_mask), a remote worker too (its
+ * plugin is unknown until it greets; most are cpu), the device plugins
+ * (cuda, hip, xdna) none beyond SiLU, as they report today. A live load
+ * places by each worker's hello instead. Weight types are not assumed. */
+static uint32_t s_assumed_acts(const device_spec *d) {
+    return !strcmp(d->plugin, "cpu") || d->endpoint[0] ? MOE_ACT_KNOWN : 0;
+}
+
+/* able (n_w * n_layer) from need and the assumed activations; the text's
+ * note on the layers some workers cannot take (NULL note: none). */
+static void s_plan_able(const device_spec *d, int n_w, int n_layer, const place_need *need, uint8_t *able, char *note,
+                        size_t cap) {
+    int first = -1, n = 0;
+    for (int l = 0; l < n_layer; l++) {
+        int any_not = 0;
+        for (int w = 0; w < n_w; w++) {
+            able[(size_t)w * (size_t)n_layer + (size_t)l] =
+                (uint8_t)placement_fits(&need[l], ~0ULL, s_assumed_acts(&d[w]));
+            any_not |= !able[(size_t)w * (size_t)n_layer + (size_t)l];
+        }
+        if (any_not && first < 0) first = l;
+        n += any_not;
+    }
+    note[0] = '\0';
+    if (n)
+        snprintf(note, cap,
+                 "  %d layers (first %d) have experts with an activation beyond SwiGLU%s: only workers whose plugin "
+                 "computes it take them (assumed: cpu and remote do, cuda/hip/xdna do not; a load follows each "
+                 "worker's hello)\n",
+                 n, first, need[first].acts & MOE_ACT_BIASES ? " or biases (gpt-oss)" : "");
+}
+
 static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, const uint64_t *eb, const int32_t *owner,
-                    const double *share, int pinned, char **text) {
+                    const double *share, int pinned, const char *note, char **text) {
     size_t cap = 4096 + (size_t)n_w * 400 + (size_t)n_layer * ((size_t)n_expert * 8 + 32);
     char *t = malloc(cap);
     if (!t) return coli_fail(COLI_ENOMEM, "plan: out of memory");
@@ -36,6 +70,7 @@ static int s_render(const device_spec *d, int n_w, int n_layer, int n_expert, co
     char names[512]; /* one naming: what the stats, the metrics and --pin use too */
     sched_worker_names(d, n_w, names, sizeof names);
     len += (size_t)snprintf(t + len, cap - len, "  workers (--pin L:E=NAME takes these names): %s\n", names);
+    len += (size_t)snprintf(t + len, cap - len, "%s", note);
     for (int w = -1; w < n_w; w++) {
         uint64_t n = 0, bytes = 0;
         for (int l = 0; l < n_layer; l++)
@@ -188,25 +223,32 @@ int coli_plan_params_text(const char *model_path, const coli_model_params *p, ch
     }
     uint64_t *eb = calloc((size_t)n_layer, sizeof *eb);
     int32_t *owner = malloc((size_t)n_layer * (size_t)n_expert * sizeof *owner);
-    rc = (!eb || !owner) ? coli_fail(COLI_ENOMEM, "plan: out of memory") : 0;
+    place_need *need = calloc((size_t)n_layer, sizeof *need);
+    uint8_t *able = malloc((size_t)n_w * (size_t)n_layer);
+    rc = (!eb || !owner || !need || !able) ? coli_fail(COLI_ENOMEM, "plan: out of memory") : 0;
     for (int l = 0; rc == 0 && l < n_layer; l++) {
         expert_weights w;
         if (!expert_layer_present(f, l)) continue; /* dense layer: no experts, 0 bytes */
         rc = expert_weights_from_gguf(f, l, 0, &w);
         if (rc == 0) eb[l] = expert_weights_bytes(&w);
+        if (rc == 0) placement_need_of(&w, &need[l]);
     }
+    char note[400] = "";
+    if (rc == 0) s_plan_able(d, n_w, (int)n_layer, need, able, note, sizeof note);
     uint64_t budget[SCHED_MAX_WORKERS], all = 0;
     int usable[SCHED_MAX_WORKERS];
     for (int l = 0; l < n_layer; l++) all += eb[l] * (uint64_t)n_expert;
     cache_budgets_of(all, d, n_w);
     /* a cache worker is no home: its experts come and go (cache_link.c), as in the scheduler */
     for (int i = 0; i < n_w; i++) budget[i] = d[i].budget, usable[i] = !d[i].cache;
-    placement_in in = {(int)n_layer, (int)n_expert, eb, n_w, budget, usable};
+    placement_in in = {(int)n_layer, (int)n_expert, eb, n_w, budget, usable, able};
     const int by_heat = heat_path || (pins && *pins);
     double share[SCHED_MAX_WORKERS + 1];
     if (rc == 0) rc = by_heat ? s_plan_heat(&in, d, heat_path, pins, owner, share) : placement_plan(&in, owner);
     if (rc == 0 && !heat_path) rc = s_uniform_share(&in, owner, share);
-    if (rc == 0) rc = s_render(d, n_w, (int)n_layer, (int)n_expert, eb, owner, share, by_heat, text);
+    if (rc == 0) rc = s_render(d, n_w, (int)n_layer, (int)n_expert, eb, owner, share, by_heat, note, text);
+    free(need);
+    free(able);
     free(eb);
     free(owner);
     gguf_close(&f);

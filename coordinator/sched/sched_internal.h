@@ -91,7 +91,23 @@ typedef struct placement_in {
     int n_workers;
     const uint64_t *budget; /* (n_workers) 0 = unlimited */
     const int *usable;      /* (n_workers) 0 = takes nothing */
+    const uint8_t *able;    /* (n_workers * n_layer) 0: worker w cannot compute layer l's experts
+                               (placement_fits); NULL: every worker computes every layer */
 } placement_in;
+
+/* What computing one layer's experts takes: the weight types (bit 1 << ggml
+ * type) and the act_mask bits (plugin_abi.h: SWIGLU_OAI, biases). */
+typedef struct place_need {
+    uint64_t types;
+    uint32_t acts;
+} place_need;
+
+struct expert_weights;
+void placement_need_of(const struct expert_weights *ew, place_need *out);
+/* 1 when a worker whose hello reported these type and act masks computes them. */
+int placement_fits(const place_need *need, uint64_t types, uint32_t acts);
+/* May worker w be given an expert of layer l (usable, able)? */
+int placement_may(const placement_in *in, int w, int l);
 
 /* owner (n_layer * n_expert) = worker index, or -1 when nobody has room
  * (computed in-process) or the layer has no experts (expert_bytes 0). Within each layer, each expert goes to the usable
@@ -173,6 +189,8 @@ typedef struct link_place {
     int hello_ok; /* its hello said OK (this generation) */
     char device_name[64];
     uint64_t caps_budget; /* memory budget its hello reported */
+    uint64_t caps_types;  /* weight types its hello reported (dtype_mask | dtype_mask_hi << 32) */
+    uint32_t caps_acts;   /* act_mask its hello reported (0 from an older worker) */
     uint64_t owned_experts, owned_bytes;
     uint64_t resident_experts, resident_bytes;
     uint64_t refused_experts; /* placed experts it could not hold (all generations) */
@@ -258,6 +276,7 @@ typedef struct sched_model {
     int n_layer, n_expert;
     int64_t n_embd;
     uint64_t *expert_bytes; /* (n_layer) */
+    place_need *need;       /* (n_layer) what a worker must compute to be given its experts */
 } sched_model;
 
 /* Deadlines and switches, from coli_settings (scheduler.c, at start). */

@@ -359,6 +359,7 @@ static void s_destroy(moe_exec *self) {
     free(s->w);
     free(s->place.owner);
     free(s->place.refused_by);
+    free(s->model.need);
     free(s->place.home);
     free(s->place.moving);
     free(s->model.expert_bytes);
@@ -408,9 +409,11 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg) {
     s->model.expert_bytes = calloc((size_t)cfg->n_layer, sizeof *s->model.expert_bytes);
     s->place.owner = malloc((size_t)cfg->n_layer * (size_t)cfg->n_expert * sizeof *s->place.owner);
     s->place.refused_by = calloc((size_t)cfg->n_layer * (size_t)cfg->n_expert, sizeof *s->place.refused_by);
+    s->model.need = calloc((size_t)cfg->n_layer, sizeof *s->model.need);
     s->call.group_start = malloc(((size_t)cfg->n_expert + 1) * sizeof *s->call.group_start);
     s->model.path = strdup(cfg->model_path);
-    if (!s->model.expert_bytes || !s->place.owner || !s->place.refused_by || !s->call.group_start || !s->model.path)
+    if (!s->model.expert_bytes || !s->place.owner || !s->place.refused_by || !s->call.group_start || !s->model.path ||
+        !s->model.need)
         return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
     int rc_home = host_tier_init(s);
     if (rc_home) return rc_home;
@@ -420,6 +423,7 @@ static int s_model_facts(sched *s, const moe_exec_config *cfg) {
         int rc = expert_weights_from_gguf(cfg->gguf, l, 0, &ew);
         if (rc) return rc;
         s->model.expert_bytes[l] = expert_weights_bytes(&ew);
+        placement_need_of(&ew, &s->model.need[l]);
     }
     wire_model_identity(cfg->gguf, &s->model.size, &s->model.hash);
     s->cfg = *cfg;
@@ -548,6 +552,21 @@ static int s_plan(sched *s, const placement_in *in) {
     return rc;
 }
 
+/* able (n_w * n_layer): may worker w compute layer l's experts, by the
+ * types and activations its hello reported? A worker that cannot is also
+ * marked as refusing every expert of the layer, so that no fallback sends
+ * it their rows either: they go to a capable CPU worker or in-process. */
+static void s_able(sched *s, uint8_t *able) {
+    const size_t L = (size_t)s->model.n_layer, X = (size_t)s->model.n_expert;
+    for (int w = 0; w < s->n_w; w++)
+        for (size_t l = 0; l < L; l++) {
+            const link_place *p = &s->w[w].place;
+            able[(size_t)w * L + l] = (uint8_t)placement_fits(&s->model.need[l], p->caps_types, p->caps_acts);
+            for (size_t e = 0; !able[(size_t)w * L + l] && s->model.expert_bytes[l] && e < X; e++)
+                s->place.refused_by[l * X + e] |= 1ULL << w;
+        }
+}
+
 static int s_place(sched *s) {
     uint64_t budget[SCHED_MAX_WORKERS];
     int ready[SCHED_MAX_WORKERS], usable[SCHED_MAX_WORKERS];
@@ -557,8 +576,12 @@ static int s_place(sched *s) {
         /* a cache worker is no home tier: its experts come and go (cache_link.c) */
         usable[i] = ready[i] && !s->w[i].dev.cache;
     }
-    placement_in in = {s->model.n_layer, s->model.n_expert, s->model.expert_bytes, s->n_w, budget, usable};
+    uint8_t *able = malloc((size_t)s->n_w * (size_t)s->model.n_layer);
+    if (!able) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
+    s_able(s, able);
+    placement_in in = {s->model.n_layer, s->model.n_expert, s->model.expert_bytes, s->n_w, budget, usable, able};
     int rc = s_plan(s, &in);
+    free(able);
     if (rc == 0) rc = cache_setup(s, s->cfg.heat);
     if (rc) return rc;
     host_tier_planned(s);

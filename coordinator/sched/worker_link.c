@@ -141,6 +141,8 @@ static void s_on_hello(sched *s, worker_link *w, const Coli__Hello *h) {
     if (w->state != LINK_STARTING || w->place.hello_ok) return;
     snprintf(w->place.device_name, sizeof w->place.device_name, "%s", h->device_name ? h->device_name : "");
     w->place.caps_budget = h->memory_budget;
+    w->place.caps_types = (uint64_t)h->dtype_mask_hi << 32 | h->dtype_mask;
+    w->place.caps_acts = h->act_mask;
     if (h->status != COLI__STATUS__STATUS_OK) {
         const char *why = h->reason && *h->reason ? h->reason : "worker said FAILED";
         char code[24]; /* a diagnostic the reason names (e.g. the xdna lane's PACKAGE_MISSING) counts as itself */
