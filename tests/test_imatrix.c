@@ -9,11 +9,11 @@
  *  - llama-imatrix's own GGUF file reads back with those numbers; the legacy
  *    .dat we write reads back with the same weights;
  *  - IQ2_XXS, IQ3_XXS, IQ2_S, IQ3_S (the IQ2_XXS and IQ3_XXS presets' grid
- *    tensors), IQ2_XS, IQ1_S from llama-imatrix's file: per tensor RMSE against
+ *    tensors), IQ2_XS, IQ1_S, IQ1_M from llama-imatrix's file: per tensor RMSE against
  *    the F16 source at most 1.02x llama-quantize's (recorded figures; on
  *    x86-64 without FMA contraction the bytes are the same), and from our
  *    own imatrix too;
- *  - the IQ presets (IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ3_XXS, IQ3_S, IQ3_M)
+ *  - the IQ presets (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ3_XXS, IQ3_S, IQ3_M)
  *    give every tensor llama-quantize's type;
  *  - the IQ2_XXS preset written with an imatrix loads and runs alike
  *    in-process and on a worker;
@@ -205,7 +205,9 @@ static void s_check_rmse(const char *imatrix_path, double bound, int want_identi
         n++;
     }
     fclose(fp);
-    cr_expect_eq(n, 81, "IQ2_XXS and IQ3_XXS presets: 20 IQ2_XXS, 12 IQ3_XXS, 8 IQ2_S, 5 IQ3_S; 20 IQ2_XS, 16 IQ1_S");
+    cr_expect_eq(n, 97,
+                 "IQ2_XXS and IQ3_XXS presets: 20 IQ2_XXS, 12 IQ3_XXS, 8 IQ2_S, 5 IQ3_S; 20 IQ2_XS, 16 IQ1_S, "
+                 "16 IQ1_M");
     cr_log_info("%s: %d tensors, %d byte-identical to llama-quantize, worst RMSE ratio %.6f", imatrix_path, n,
                 identical, worst);
     gguf_close(&f);
@@ -276,7 +278,8 @@ Test(imatrix, iq2_xxs_preset_runs_alike_on_a_worker, .timeout = 300) {
 /* Each IQ preset with llama-imatrix's file: every tensor of llama-quantize's
  * type (its per-tensor choices recorded in LLAMA_TYPES). */
 Test(imatrix, iq_presets_give_llama_quantize_types, .timeout = 600) {
-    static const char *const presets[] = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_S", "IQ3_M", "IQ1_S"};
+    static const char *const presets[] = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS",
+                                          "IQ3_S",   "IQ3_M",  "IQ1_S", "IQ1_M"};
     char out[4200], line[512], preset[32], name[256], type[32];
     snprintf(out, sizeof out, "%s/imatrix-preset.gguf", s_build());
     int checked = 0;
@@ -297,7 +300,7 @@ Test(imatrix, iq_presets_give_llama_quantize_types, .timeout = 600) {
         fclose(fp);
         gguf_close(&f);
     }
-    cr_expect_eq(checked, 8 * 43, "8 presets x 43 tensors recorded");
+    cr_expect_eq(checked, 9 * 43, "9 presets x 43 tensors recorded");
     remove(out);
 }
 
@@ -344,9 +347,9 @@ Test(imatrix, refusals_are_one_line) {
     s_expect_refused(&text, "IQ2_XXS", COLI_EFORMAT, "imatrix " TEXT);
     const coli_quantize_params missing = {.imatrix = "/nonexistent/im.gguf"};
     s_expect_refused(&missing, "IQ2_XXS", COLI_EIO, "/nonexistent/im.gguf");
-    /* the K-quant presets take an imatrix too (and do not need one) */
-    const coli_quantize_params good = {.imatrix = LLAMA_IMATRIX, .output_type = "IQ1_M"};
-    s_expect_refused(&good, "Q4_K_M", COLI_EUNSUPPORTED, "output type 'IQ1_M' cannot be written yet");
+    /* an IQ output type without an importance matrix */
+    const coli_quantize_params no_im = {.output_type = "IQ1_M"};
+    s_expect_refused(&no_im, "Q4_K_M", COLI_EUNSUPPORTED, "output type 'IQ1_M' needs an importance matrix");
 }
 
 Test(imatrix, cli_refusals) {

@@ -268,6 +268,7 @@ void coli_quantize_row_imatrix(coli_dtype t, const float *src, void *dst, int64_
     case COLI_IQ2_S: coli_quantize_row_iq2_s(src, dst, n, qw); break;
     case COLI_IQ2_XS: coli_quantize_row_iq2_xs(src, dst, n, qw); break;
     case COLI_IQ1_S: coli_quantize_row_iq1_s(src, dst, n, qw); break;
+    case COLI_IQ1_M: coli_quantize_row_iq1_m(src, dst, n, qw); break;
     default: break; /* Q8_1/Q8_K are activation formats, quantized by the kernels */
     }
 }

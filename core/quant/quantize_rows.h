@@ -47,5 +47,6 @@ void coli_quantize_row_iq3_s(const float *x, block_iq3_s *y, int64_t n, const fl
 void coli_quantize_row_iq2_s(const float *x, block_iq2_s *y, int64_t n, const float *qw);
 void coli_quantize_row_iq2_xs(const float *x, block_iq2_xs *y, int64_t n, const float *qw);
 void coli_quantize_row_iq1_s(const float *x, block_iq1_s *y, int64_t n, const float *qw); /* quantize_iq1.c */
+void coli_quantize_row_iq1_m(const float *x, block_iq1_m *y, int64_t n, const float *qw); /* quantize_iq1.c */
 
 #endif
