@@ -248,10 +248,15 @@ void coli_quantize_row_imatrix(coli_dtype t, const float *src, void *dst, int64_
         break;
     }
     case COLI_Q8_0: coli_quantize_row_q8_0(src, dst, n); break;
-    case COLI_Q4_0: coli_quantize_row_q4_0(src, dst, n); break;
-    case COLI_Q4_1: coli_quantize_row_q4_1(src, dst, n); break;
-    case COLI_Q5_0: coli_quantize_row_q5_0(src, dst, n); break;
-    case COLI_Q5_1: coli_quantize_row_q5_1(src, dst, n); break;
+    case COLI_Q4_0:
+        if (qw)
+            coli_quantize_row_q4_0_imatrix(src, dst, n, qw);
+        else
+            coli_quantize_row_q4_0(src, dst, n);
+        break;
+    case COLI_Q4_1: coli_quantize_row_q4_1(src, dst, n, qw); break;
+    case COLI_Q5_0: coli_quantize_row_q5_0(src, dst, n, qw); break;
+    case COLI_Q5_1: coli_quantize_row_q5_1(src, dst, n, qw); break;
     case COLI_IQ4_NL: coli_quantize_row_iq4_nl(src, dst, n); break;
     case COLI_Q2_K: coli_quantize_row_q2_K(src, dst, n); break;
     case COLI_Q3_K: coli_quantize_row_q3_K(src, dst, n); break;

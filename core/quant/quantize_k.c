@@ -519,3 +519,11 @@ static void s_q6_K_block(const float *x, const float *qw, block_q6_K *y) {
 void coli_quantize_row_q6_K(const float *x, block_q6_K *y, int64_t n, const float *qw) {
     for (int64_t b = 0; b < n / COLI_QK_K; b++) s_q6_K_block(x + b * COLI_QK_K, qw ? qw + b * COLI_QK_K : NULL, &y[b]);
 }
+
+float coli_fit_weighted_signed(int n, int nmax, const float *x, const float *w, int8_t *L) {
+    return s_fit_signed_search(n, nmax, x, w, L);
+}
+
+float coli_fit_weighted_affine(int n, int nmax, const float *x, const float *w, uint8_t *L, float *neg_min) {
+    return s_fit_scale_min(n, nmax, x, w, L, neg_min, -0.9f, 0.05f, 36, 0);
+}

@@ -22,9 +22,12 @@
 
 #include "core/quant/quant_blocks.h"
 
-void coli_quantize_row_q4_1(const float *x, block_q4_1 *y, int64_t n);
-void coli_quantize_row_q5_0(const float *x, block_q5_0 *y, int64_t n);
-void coli_quantize_row_q5_1(const float *x, block_q5_1 *y, int64_t n);
+/* The legacy types take qw as the IQ types below (NULL: the reference
+ * algorithm); Q4_0's reference quantizer is quant.h's. */
+void coli_quantize_row_q4_0_imatrix(const float *x, block_q4_0 *y, int64_t n, const float *qw);
+void coli_quantize_row_q4_1(const float *x, block_q4_1 *y, int64_t n, const float *qw);
+void coli_quantize_row_q5_0(const float *x, block_q5_0 *y, int64_t n, const float *qw);
+void coli_quantize_row_q5_1(const float *x, block_q5_1 *y, int64_t n, const float *qw);
 void coli_quantize_row_iq4_nl(const float *x, block_iq4_nl *y, int64_t n);
 
 void coli_quantize_row_q2_K(const float *x, block_q2_K *y, int64_t n);
