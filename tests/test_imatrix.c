@@ -232,7 +232,8 @@ Test(imatrix, our_imatrix_quantizes_as_well) { s_check_rmse(s_our_imatrix(), 1.0
  * weighting we follow (Q4_K, Q5_K, Q6_K; Q8_0 takes none) byte-identical on
  * x86-64 without FMA contraction. Logs per type the count, identical, worst. */
 Test(imatrix, kquant_rmse_within_2pct_of_llama_quantize, .timeout = 600) {
-    static const char *const exact[] = {"Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"};
+    static const char *const exact[] = {"Q4_K", "Q5_K", "Q6_K", "Q8_0",   "Q4_0",
+                                        "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS"};
     imatrix im;
     cr_assert_eq(imatrix_load(LLAMA_IMATRIX, &im), 0, "%s", coli_last_error());
     gguf_file *f = NULL;
