@@ -248,6 +248,35 @@ static int s_q3_scale(const uint8_t *scales, int j) {
     return (lo | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
 }
 
+/* Group j's 6-bit scale code l (0..63) into the packed scales. */
+static void s_q3_K_put_scale(block_q3_K *y, int j, int l) {
+    if (j < 8)
+        y->scales[j] |= (uint8_t)(l & 0xf);
+    else
+        y->scales[j - 8] |= (uint8_t)((l & 0xf) << 4);
+    y->scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+}
+
+/* With an importance matrix (quantize_row_q3_K_impl): per 16 values the
+ * weights qw sqrt(sigma2 + x^2) in make_qx_quants, then the 16 group
+ * scales themselves by make_qx_quants weighted by the groups' weight sums. */
+static void s_q3_K_weighed_scales(const float *x, const float *qw, int8_t *L, block_q3_K *y) {
+    float scales[COLI_QK_K / 16], sw[COLI_QK_K / 16], w[16], sumx2 = 0;
+    int8_t ls[COLI_QK_K / 16];
+    for (int j = 0; j < COLI_QK_K; j++) sumx2 += x[j] * x[j];
+    const float sigma2 = 2 * sumx2 / COLI_QK_K;
+    for (int j = 0; j < COLI_QK_K / 16; j++) {
+        sw[j] = 0;
+        for (int l = 0; l < 16; l++) w[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
+        for (int l = 0; l < 16; l++) sw[j] += w[l];
+        scales[j] = s_fit_signed_search(16, 4, x + 16 * j, w, L + 16 * j);
+    }
+    memset(y->scales, 0, sizeof y->scales);
+    const float d = s_fit_signed_search(COLI_QK_K / 16, 32, scales, sw, ls);
+    for (int j = 0; j < COLI_QK_K / 16; j++) s_q3_K_put_scale(y, j, ls[j]);
+    y->d = coli_fp32_to_fp16(d);
+}
+
 static void s_q3_K_pack_scales(const float *scales, float max_scale, block_q3_K *y) {
     memset(y->scales, 0, sizeof y->scales);
     if (max_scale == 0.0f) {
@@ -257,26 +286,25 @@ static void s_q3_K_pack_scales(const float *scales, float max_scale, block_q3_K 
     const float iscale = -32.0f / max_scale;
     for (int j = 0; j < COLI_QK_K / 16; j++) {
         const int l = s_clamp((int8_t)coli_nearest_int(iscale * scales[j]), -32, 31) + 32;
-        if (j < 8)
-            y->scales[j] = (uint8_t)(l & 0xf);
-        else
-            y->scales[j - 8] |= (uint8_t)((l & 0xf) << 4);
-        y->scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+        s_q3_K_put_scale(y, j, l);
     }
     y->d = coli_fp32_to_fp16(1 / iscale);
 }
 
-static void s_q3_K_block(const float *x, block_q3_K *y) {
+static void s_q3_K_block(const float *x, const float *qw, block_q3_K *y) {
     int8_t L[COLI_QK_K];
     float scales[COLI_QK_K / 16], max_scale = 0, amax = 0;
-    for (int j = 0; j < COLI_QK_K / 16; j++) {
+    for (int j = 0; !qw && j < COLI_QK_K / 16; j++) {
         scales[j] = s_fit_signed_iter(16, 4, x + 16 * j, L + 16 * j);
         if (fabsf(scales[j]) > amax) {
             amax = fabsf(scales[j]);
             max_scale = scales[j];
         }
     }
-    s_q3_K_pack_scales(scales, max_scale, y);
+    if (qw)
+        s_q3_K_weighed_scales(x, qw, L, y);
+    else
+        s_q3_K_pack_scales(scales, max_scale, y);
     for (int j = 0; j < COLI_QK_K / 16; j++) {
         const float d = coli_fp16_to_fp32(y->d) * s_q3_scale(y->scales, j);
         if (d == 0.0f) continue;
@@ -292,8 +320,8 @@ static void s_q3_K_block(const float *x, block_q3_K *y) {
     s_pack_2bit(low, y->qs);
 }
 
-void coli_quantize_row_q3_K(const float *x, block_q3_K *y, int64_t n) {
-    for (int64_t b = 0; b < n / COLI_QK_K; b++) s_q3_K_block(x + b * COLI_QK_K, &y[b]);
+void coli_quantize_row_q3_K(const float *x, block_q3_K *y, int64_t n, const float *qw) {
+    for (int64_t b = 0; b < n / COLI_QK_K; b++) s_q3_K_block(x + b * COLI_QK_K, qw ? qw + b * COLI_QK_K : NULL, &y[b]);
 }
 
 // ----------------------------------------------------------------------------
