@@ -258,7 +258,7 @@ void coli_quantize_row_imatrix(coli_dtype t, const float *src, void *dst, int64_
     case COLI_Q5_0: coli_quantize_row_q5_0(src, dst, n, qw); break;
     case COLI_Q5_1: coli_quantize_row_q5_1(src, dst, n, qw); break;
     case COLI_IQ4_NL: coli_quantize_row_iq4_nl(src, dst, n, qw); break;
-    case COLI_Q2_K: coli_quantize_row_q2_K(src, dst, n); break;
+    case COLI_Q2_K: coli_quantize_row_q2_K(src, dst, n, qw); break;
     case COLI_Q3_K: coli_quantize_row_q3_K(src, dst, n, qw); break;
     case COLI_Q4_K: coli_quantize_row_q4_K(src, dst, n, qw); break;
     case COLI_Q5_K: coli_quantize_row_q5_K(src, dst, n, qw); break;

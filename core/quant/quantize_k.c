@@ -193,6 +193,61 @@ static float s_fit_signed_search(int n, int nmax, const float *x, const float *q
     return scale;
 }
 
+/* Codes 0..nmax of n positive values x under one scale (ggml's
+ * make_qp_quants): the best of 9 inverse scales (nmax + 0.1 is) / max by
+ * weighted error, then up to 5 passes moving single codes while the
+ * least-squares fit improves. Returns that fit's scale. */
+static float s_fit_positive(int n, int nmax, const float *x, const float *w, uint8_t *L) {
+    float max = 0;
+    for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
+    if (max < COLI_GROUP_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = nmax / max, best = 0;
+    for (int i = 0; i < n; i++) L[i] = (uint8_t)coli_nearest_int(iscale * x[i]);
+    const float scale = 1 / iscale;
+    for (int i = 0; i < n; i++) {
+        const float diff = x[i] - scale * L[i];
+        best += w[i] * diff * diff;
+    }
+    for (int is = -4; is <= 4; is++) {
+        if (is == 0) continue;
+        const float iscale_is = (0.1f * is + nmax) / max, scale_is = 1 / iscale_is;
+        float mse = 0;
+        for (int i = 0; i < n; i++) {
+            const int l = s_clamp(coli_nearest_int(iscale_is * x[i]), INT32_MIN, nmax);
+            const float diff = x[i] - scale_is * l;
+            mse += w[i] * diff * diff;
+        }
+        if (mse < best) best = mse, iscale = iscale_is;
+    }
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        const int l = s_clamp(coli_nearest_int(iscale * x[i]), INT32_MIN, nmax);
+        L[i] = (uint8_t)l;
+        sumlx += w[i] * x[i] * l;
+        suml2 += w[i] * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            float slx = sumlx - w[i] * x[i] * L[i], sl2 = suml2 - w[i] * L[i] * L[i];
+            if (!(slx > 0 && sl2 > 0)) continue;
+            const int l = s_clamp(coli_nearest_int(x[i] * sl2 / slx), INT32_MIN, nmax);
+            if (l == L[i]) continue;
+            slx += w[i] * x[i] * l;
+            sl2 += w[i] * l * l;
+            if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+                L[i] = (uint8_t)l, sumlx = slx, suml2 = sl2;
+                changed++;
+            }
+        }
+        if (!changed) break;
+    }
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
 // ----------------------------------------------------------------------------
 // Q2_K
 
@@ -204,8 +259,29 @@ static void s_pack_2bit(const uint8_t *L, uint8_t *qs) {
             qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
 }
 
-static void s_q2_K_block(const float *x, block_q2_K *y) {
-    uint8_t L[COLI_QK_K];
+/* With an importance matrix (quantize_row_q2_K_impl): per 16 values the
+ * weights qw sqrt(sigma2 + x^2) (sigma2 the block's mean square) in the
+ * finer scale/min search, then the 4-bit scales and mins by s_fit_positive
+ * weighted by the groups' weight sums. */
+static void s_q2_K_weighed_scales(const float *x, const float *qw, uint8_t *L, block_q2_K *y) {
+    float w[16], sw[COLI_QK_K / 16], mins[COLI_QK_K / 16], scales[COLI_QK_K / 16], sumx2 = 0;
+    uint8_t ls[COLI_QK_K / 16], lm[COLI_QK_K / 16];
+    for (int j = 0; j < COLI_QK_K; j++) sumx2 += x[j] * x[j];
+    const float sigma2 = sumx2 / COLI_QK_K;
+    for (int j = 0; j < COLI_QK_K / 16; j++) {
+        sw[j] = 0;
+        for (int l = 0; l < 16; l++) w[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
+        for (int l = 0; l < 16; l++) sw[j] += w[l];
+        scales[j] = s_fit_scale_min(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.9f, 0.05f, 36, 0);
+    }
+    y->d = coli_fp32_to_fp16(s_fit_positive(COLI_QK_K / 16, 15, scales, sw, ls));
+    y->dmin = coli_fp32_to_fp16(s_fit_positive(COLI_QK_K / 16, 15, mins, sw, lm));
+    for (int j = 0; j < COLI_QK_K / 16; j++) y->scales[j] = (uint8_t)(ls[j] | (lm[j] << 4));
+}
+
+/* Without one (quantize_row_q2_K_ref): weights |x|, the 4-bit scales and
+ * mins against their largest. */
+static void s_q2_K_ref_scales(const float *x, uint8_t *L, block_q2_K *y) {
     float w[16], mins[COLI_QK_K / 16], scales[COLI_QK_K / 16];
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < COLI_QK_K / 16; j++) {
@@ -225,6 +301,14 @@ static void s_q2_K_block(const float *x, block_q2_K *y) {
         const float iscale = 15.0f / max_min;
         for (int j = 0; j < COLI_QK_K / 16; j++) y->scales[j] |= (uint8_t)(coli_nearest_int(iscale * mins[j]) << 4);
     }
+}
+
+static void s_q2_K_block(const float *x, const float *qw, block_q2_K *y) {
+    uint8_t L[COLI_QK_K];
+    if (qw)
+        s_q2_K_weighed_scales(x, qw, L, y);
+    else
+        s_q2_K_ref_scales(x, L, y);
     for (int j = 0; j < COLI_QK_K / 16; j++) {
         const float d = coli_fp16_to_fp32(y->d) * (y->scales[j] & 0xf);
         if (d == 0.0f) continue;
@@ -234,8 +318,8 @@ static void s_q2_K_block(const float *x, block_q2_K *y) {
     s_pack_2bit(L, y->qs);
 }
 
-void coli_quantize_row_q2_K(const float *x, block_q2_K *y, int64_t n) {
-    for (int64_t b = 0; b < n / COLI_QK_K; b++) s_q2_K_block(x + b * COLI_QK_K, &y[b]);
+void coli_quantize_row_q2_K(const float *x, block_q2_K *y, int64_t n, const float *qw) {
+    for (int64_t b = 0; b < n / COLI_QK_K; b++) s_q2_K_block(x + b * COLI_QK_K, qw ? qw + b * COLI_QK_K : NULL, &y[b]);
 }
 
 // ----------------------------------------------------------------------------
@@ -338,61 +422,6 @@ static void s_k4_scale_min(const uint8_t *q, int j, int *sc, int *m) {
         *sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
         *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
-}
-
-/* Codes 0..nmax of n positive values x under one scale (ggml's
- * make_qp_quants): the best of 9 inverse scales (nmax + 0.1 is) / max by
- * weighted error, then up to 5 passes moving single codes while the
- * least-squares fit improves. Returns that fit's scale. */
-static float s_fit_positive(int n, int nmax, const float *x, const float *w, uint8_t *L) {
-    float max = 0;
-    for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
-    if (max < COLI_GROUP_EPS) {
-        memset(L, 0, (size_t)n);
-        return 0.0f;
-    }
-    float iscale = nmax / max, best = 0;
-    for (int i = 0; i < n; i++) L[i] = (uint8_t)coli_nearest_int(iscale * x[i]);
-    const float scale = 1 / iscale;
-    for (int i = 0; i < n; i++) {
-        const float diff = x[i] - scale * L[i];
-        best += w[i] * diff * diff;
-    }
-    for (int is = -4; is <= 4; is++) {
-        if (is == 0) continue;
-        const float iscale_is = (0.1f * is + nmax) / max, scale_is = 1 / iscale_is;
-        float mse = 0;
-        for (int i = 0; i < n; i++) {
-            const int l = s_clamp(coli_nearest_int(iscale_is * x[i]), INT32_MIN, nmax);
-            const float diff = x[i] - scale_is * l;
-            mse += w[i] * diff * diff;
-        }
-        if (mse < best) best = mse, iscale = iscale_is;
-    }
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        const int l = s_clamp(coli_nearest_int(iscale * x[i]), INT32_MIN, nmax);
-        L[i] = (uint8_t)l;
-        sumlx += w[i] * x[i] * l;
-        suml2 += w[i] * l * l;
-    }
-    for (int itry = 0; itry < 5; itry++) {
-        int changed = 0;
-        for (int i = 0; i < n; i++) {
-            float slx = sumlx - w[i] * x[i] * L[i], sl2 = suml2 - w[i] * L[i] * L[i];
-            if (!(slx > 0 && sl2 > 0)) continue;
-            const int l = s_clamp(coli_nearest_int(x[i] * sl2 / slx), INT32_MIN, nmax);
-            if (l == L[i]) continue;
-            slx += w[i] * x[i] * l;
-            sl2 += w[i] * l * l;
-            if (slx * slx * suml2 > sumlx * sumlx * sl2) {
-                L[i] = (uint8_t)l, sumlx = slx, suml2 = sl2;
-                changed++;
-            }
-        }
-        if (!changed) break;
-    }
-    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
 /* The 8 groups of 32 of a Q4_K/Q5_K block fitted: without an importance

@@ -30,7 +30,7 @@ void coli_quantize_row_q5_0(const float *x, block_q5_0 *y, int64_t n, const floa
 void coli_quantize_row_q5_1(const float *x, block_q5_1 *y, int64_t n, const float *qw);
 void coli_quantize_row_iq4_nl(const float *x, block_iq4_nl *y, int64_t n, const float *qw);
 
-void coli_quantize_row_q2_K(const float *x, block_q2_K *y, int64_t n);
+void coli_quantize_row_q2_K(const float *x, block_q2_K *y, int64_t n, const float *qw);
 void coli_quantize_row_q3_K(const float *x, block_q3_K *y, int64_t n, const float *qw);
 void coli_quantize_row_q4_K(const float *x, block_q4_K *y, int64_t n, const float *qw);
 void coli_quantize_row_q5_K(const float *x, block_q5_K *y, int64_t n, const float *qw);
