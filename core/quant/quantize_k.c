@@ -15,6 +15,10 @@
  *    values, 6-bit signed group scales against the largest.
  *  - Q6_K (symmetric, 6 bits): s_fit_signed_search (make_qx_quants with
  *    weights x^2) per 16 values, 8-bit group scales.
+ * With an importance matrix (qw) each type follows quantize_row_q*_K_impl
+ * instead: weights qw sqrt(sigma2 + x^2), finer searches, and the group
+ * scales themselves fitted by weighted least squares (s_fit_positive,
+ * make_qp_quants; Q3_K: s_fit_signed_search).
  * The float operations keep ggml's order so the bytes match llama-quantize's.
  */
 #include <string.h>

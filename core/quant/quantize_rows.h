@@ -8,7 +8,10 @@
  * no importance matrix is given (quantize_row_*_ref for the legacy types and
  * the K-quants, quantize_iq4_nl / quantize_iq4_xs with their 15-point scale
  * search), with the same float operations in the same order, so a row
- * quantized here has the bytes llama-quantize writes for it.
+ * quantized here has the bytes llama-quantize writes for it. Those taking
+ * qw (the importance of each of the n columns, from an imatrix) follow
+ * llama.cpp's quantize_row_*_impl with it instead, as llama-quantize
+ * --imatrix does; qw NULL keeps the reference algorithm.
  *
  * All take n values at x (n a multiple of the block size: 32 for the legacy
  * types, IQ4_NL and MXFP4, 256 for the K-quants, IQ4_XS, TQ1_0 and TQ2_0)
