@@ -93,19 +93,11 @@ static int s_needs_imatrix(coli_dtype t) {
     }
 }
 
-/* 1 for an IQ grid type this build cannot write yet. */
-static int s_iq_missing(coli_dtype t) { return t == COLI_IQ1_M; }
-
-#define S_IQ_WRITTEN "IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S can"
-
 /* The importance of t's columns (*qw malloc'd, NULL for none), checked as
  * llama-quantize does: sizes must match; the low-bit types need an entry
  * except for token_embd / output (which it quantizes without). */
 static int s_tensor_imatrix(const coli_tensor *t, coli_dtype type, const imatrix *im, float **qw) {
     *qw = NULL;
-    if (s_iq_missing(type))
-        return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': %s cannot be written yet (" S_IQ_WRITTEN ")", t->name,
-                         coli_dtype_name(type));
     if (!im) return 0;
     int rc = imatrix_weights(im, t, qw);
     if (rc < 0) return rc;
@@ -203,13 +195,11 @@ static int s_override(const char *name, const char *what, int has_imatrix, int *
         return coli_fail(COLI_EINVAL,
                          "quantize: %s '%s' is not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
                          "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, MXFP4, "
-                         "IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)",
+                         "IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M)",
                          what, name);
     if (s_needs_imatrix(t) && !has_imatrix)
         return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' needs an importance matrix (--imatrix FILE)", what,
                          name);
-    if (s_iq_missing(t))
-        return coli_fail(COLI_EUNSUPPORTED, "quantize: %s '%s' cannot be written yet (" S_IQ_WRITTEN ")", what, name);
     *out = (int)t;
     return 0;
 }

@@ -89,6 +89,7 @@ static const quant_preset s_presets[] = {
     {"MXFP4_MOE", FT_MXFP4_MOE, COLI_MXFP4},
     /* with an importance matrix only (quantize.c checks) */
     {"IQ1_S", FT_IQ1_S, COLI_IQ1_S},
+    {"IQ1_M", FT_IQ1_M, COLI_IQ1_M},
     {"IQ2_XXS", FT_IQ2_XXS, COLI_IQ2_XXS},
     {"IQ2_XS", FT_IQ2_XS, COLI_IQ2_XS},
     {"IQ2_S", FT_IQ2_S, COLI_IQ2_XS}, /* sic: llama_ftype_get_default_type */

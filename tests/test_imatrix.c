@@ -9,11 +9,14 @@
  *  - llama-imatrix's own GGUF file reads back with those numbers; the legacy
  *    .dat we write reads back with the same weights;
  *  - IQ2_XXS, IQ3_XXS, IQ2_S, IQ3_S (the IQ2_XXS and IQ3_XXS presets' grid
- *    tensors), IQ2_XS, IQ1_S from llama-imatrix's file: per tensor RMSE against
+ *    tensors), IQ2_XS, IQ1_S, IQ1_M from llama-imatrix's file: per tensor RMSE against
  *    the F16 source at most 1.02x llama-quantize's (recorded figures; on
  *    x86-64 without FMA contraction the bytes are the same), and from our
  *    own imatrix too;
- *  - the IQ presets (IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ3_XXS, IQ3_S, IQ3_M)
+ *  - the K-quant and legacy presets (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K,
+ *    Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS) weighed by the same file: every
+ *    tensor within 1.02x of llama-quantize's RMSE, the same bytes on x86-64;
+ *  - the IQ presets (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ3_XXS, IQ3_S, IQ3_M)
  *    give every tensor llama-quantize's type;
  *  - the IQ2_XXS preset written with an imatrix loads and runs alike
  *    in-process and on a worker;
@@ -41,6 +44,7 @@
 #define LLAMA_NUMBERS "tests/fixtures/imatrix/llama-imatrix-tiny-moe-4e2r.txt"
 #define LLAMA_RMSE "tests/fixtures/imatrix/llama-quantize-iq-rmse.txt"
 #define LLAMA_TYPES "tests/fixtures/imatrix/llama-quantize-types.txt"
+#define LLAMA_KQ "tests/fixtures/imatrix/llama-quantize-kq-rmse.txt"
 
 static double s_rel(double a, double b) { return fabs(a - b) / (fabs(b) > 1e-30 ? fabs(b) : 1e-30); }
 
@@ -160,7 +164,8 @@ static double s_rmse(const coli_tensor *src, coli_dtype type, const imatrix *im,
     uint8_t *q = malloc(q_row);
     cr_assert(x && y && q);
     cr_assert_eq(imatrix_weights(im, src, &qw), 0, "%s", coli_last_error());
-    cr_assert(qw || strcmp(src->name, "token_embd.weight") == 0, "%s: no imatrix entry", src->name);
+    cr_assert(qw || strcmp(src->name, "token_embd.weight") == 0 || strcmp(src->name, "output.weight") == 0,
+              "%s: no imatrix entry", src->name);
     double se = 0;
     *hash = COLI_FNV1A_SEED;
     for (int64_t r = 0; r < rows; r++) {
@@ -205,7 +210,9 @@ static void s_check_rmse(const char *imatrix_path, double bound, int want_identi
         n++;
     }
     fclose(fp);
-    cr_expect_eq(n, 81, "IQ2_XXS and IQ3_XXS presets: 20 IQ2_XXS, 12 IQ3_XXS, 8 IQ2_S, 5 IQ3_S; 20 IQ2_XS, 16 IQ1_S");
+    cr_expect_eq(n, 97,
+                 "IQ2_XXS and IQ3_XXS presets: 20 IQ2_XXS, 12 IQ3_XXS, 8 IQ2_S, 5 IQ3_S; 20 IQ2_XS, 16 IQ1_S, "
+                 "16 IQ1_M");
     cr_log_info("%s: %d tensors, %d byte-identical to llama-quantize, worst RMSE ratio %.6f", imatrix_path, n,
                 identical, worst);
     gguf_close(&f);
@@ -222,6 +229,44 @@ Test(imatrix, iq_rmse_within_2pct_of_llama_quantize) {
 
 /* Our own imatrix (sums within 0.2% of llama's) quantizes as well. */
 Test(imatrix, our_imatrix_quantizes_as_well) { s_check_rmse(s_our_imatrix(), 1.02, 0); }
+
+/* The K-quant and legacy presets with llama-imatrix's file: every quantized
+ * tensor (Q2_K..Q6_K, Q4_0..Q5_1, IQ4_NL, IQ4_XS weighed by the imatrix as
+ * llama.cpp's quantize_row_*_impl; Q8_0 takes none) at most 1.02x
+ * llama-quantize's RMSE, and byte-identical on x86-64 without FMA
+ * contraction. Logs each tensor's ratio. */
+Test(imatrix, kquant_rmse_within_2pct_of_llama_quantize, .timeout = 600) {
+    imatrix im;
+    cr_assert_eq(imatrix_load(LLAMA_IMATRIX, &im), 0, "%s", coli_last_error());
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(BUNDLED, &f), 0);
+    FILE *fp = fopen(LLAMA_KQ, "r");
+    cr_assert(fp);
+    char line[512], preset[32], tname[32], name[256], hex[32];
+    double want;
+    int n = 0;
+    while (fgets(line, sizeof line, fp)) {
+        if (line[0] == '#') continue;
+        cr_assert_eq(sscanf(line, "%31s %31s %255s %lf %31s", preset, tname, name, &want, hex), 5, "%s", line);
+        coli_dtype type;
+        cr_assert_eq(coli_dtype_from_name(tname, &type), 0);
+        const coli_tensor *src = gguf_find_tensor(f, name);
+        cr_assert(src, "%s", name);
+        uint64_t hash;
+        const double ratio = s_rmse(src, type, &im, &hash) / want;
+        const int same = hash == strtoull(hex, NULL, 16);
+        cr_expect_leq(ratio, 1.02, "%s %s %s: RMSE %.4fx llama-quantize's", preset, tname, name, ratio);
+#if defined(__x86_64__) && !defined(__FMA__)
+        cr_expect(same, "%s %s %s: bytes differ from llama-quantize's", preset, tname, name);
+#endif
+        cr_log_info("kq %s %s %s ratio %.6f %s", preset, tname, name, ratio, same ? "identical" : "differs");
+        n++;
+    }
+    fclose(fp);
+    cr_expect_eq(n, 330, "11 presets x 30 quantized tensors");
+    gguf_close(&f);
+    imatrix_free(&im);
+}
 
 /* ---- the preset, end to end ------------------------------------------------ */
 
@@ -276,7 +321,8 @@ Test(imatrix, iq2_xxs_preset_runs_alike_on_a_worker, .timeout = 300) {
 /* Each IQ preset with llama-imatrix's file: every tensor of llama-quantize's
  * type (its per-tensor choices recorded in LLAMA_TYPES). */
 Test(imatrix, iq_presets_give_llama_quantize_types, .timeout = 600) {
-    static const char *const presets[] = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_S", "IQ3_M", "IQ1_S"};
+    static const char *const presets[] = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS",
+                                          "IQ3_S",   "IQ3_M",  "IQ1_S", "IQ1_M"};
     char out[4200], line[512], preset[32], name[256], type[32];
     snprintf(out, sizeof out, "%s/imatrix-preset.gguf", s_build());
     int checked = 0;
@@ -297,7 +343,7 @@ Test(imatrix, iq_presets_give_llama_quantize_types, .timeout = 600) {
         fclose(fp);
         gguf_close(&f);
     }
-    cr_expect_eq(checked, 8 * 43, "8 presets x 43 tensors recorded");
+    cr_expect_eq(checked, 9 * 43, "9 presets x 43 tensors recorded");
     remove(out);
 }
 
@@ -344,9 +390,9 @@ Test(imatrix, refusals_are_one_line) {
     s_expect_refused(&text, "IQ2_XXS", COLI_EFORMAT, "imatrix " TEXT);
     const coli_quantize_params missing = {.imatrix = "/nonexistent/im.gguf"};
     s_expect_refused(&missing, "IQ2_XXS", COLI_EIO, "/nonexistent/im.gguf");
-    /* the K-quant presets take an imatrix too (and do not need one) */
-    const coli_quantize_params good = {.imatrix = LLAMA_IMATRIX, .output_type = "IQ1_M"};
-    s_expect_refused(&good, "Q4_K_M", COLI_EUNSUPPORTED, "output type 'IQ1_M' cannot be written yet");
+    /* an IQ output type without an importance matrix */
+    const coli_quantize_params no_im = {.output_type = "IQ1_M"};
+    s_expect_refused(&no_im, "Q4_K_M", COLI_EUNSUPPORTED, "output type 'IQ1_M' needs an importance matrix");
 }
 
 Test(imatrix, cli_refusals) {

@@ -248,17 +248,22 @@ void coli_quantize_row_imatrix(coli_dtype t, const float *src, void *dst, int64_
         break;
     }
     case COLI_Q8_0: coli_quantize_row_q8_0(src, dst, n); break;
-    case COLI_Q4_0: coli_quantize_row_q4_0(src, dst, n); break;
-    case COLI_Q4_1: coli_quantize_row_q4_1(src, dst, n); break;
-    case COLI_Q5_0: coli_quantize_row_q5_0(src, dst, n); break;
-    case COLI_Q5_1: coli_quantize_row_q5_1(src, dst, n); break;
-    case COLI_IQ4_NL: coli_quantize_row_iq4_nl(src, dst, n); break;
-    case COLI_Q2_K: coli_quantize_row_q2_K(src, dst, n); break;
-    case COLI_Q3_K: coli_quantize_row_q3_K(src, dst, n); break;
-    case COLI_Q4_K: coli_quantize_row_q4_K(src, dst, n); break;
-    case COLI_Q5_K: coli_quantize_row_q5_K(src, dst, n); break;
-    case COLI_Q6_K: coli_quantize_row_q6_K(src, dst, n); break;
-    case COLI_IQ4_XS: coli_quantize_row_iq4_xs(src, dst, n); break;
+    case COLI_Q4_0:
+        if (qw)
+            coli_quantize_row_q4_0_imatrix(src, dst, n, qw);
+        else
+            coli_quantize_row_q4_0(src, dst, n);
+        break;
+    case COLI_Q4_1: coli_quantize_row_q4_1(src, dst, n, qw); break;
+    case COLI_Q5_0: coli_quantize_row_q5_0(src, dst, n, qw); break;
+    case COLI_Q5_1: coli_quantize_row_q5_1(src, dst, n, qw); break;
+    case COLI_IQ4_NL: coli_quantize_row_iq4_nl(src, dst, n, qw); break;
+    case COLI_Q2_K: coli_quantize_row_q2_K(src, dst, n, qw); break;
+    case COLI_Q3_K: coli_quantize_row_q3_K(src, dst, n, qw); break;
+    case COLI_Q4_K: coli_quantize_row_q4_K(src, dst, n, qw); break;
+    case COLI_Q5_K: coli_quantize_row_q5_K(src, dst, n, qw); break;
+    case COLI_Q6_K: coli_quantize_row_q6_K(src, dst, n, qw); break;
+    case COLI_IQ4_XS: coli_quantize_row_iq4_xs(src, dst, n, qw); break;
     case COLI_MXFP4: coli_quantize_row_mxfp4(src, dst, n); break;
     case COLI_TQ1_0: coli_quantize_row_tq1_0(src, dst, n); break;
     case COLI_TQ2_0: coli_quantize_row_tq2_0(src, dst, n); break;
@@ -268,6 +273,7 @@ void coli_quantize_row_imatrix(coli_dtype t, const float *src, void *dst, int64_
     case COLI_IQ2_S: coli_quantize_row_iq2_s(src, dst, n, qw); break;
     case COLI_IQ2_XS: coli_quantize_row_iq2_xs(src, dst, n, qw); break;
     case COLI_IQ1_S: coli_quantize_row_iq1_s(src, dst, n, qw); break;
+    case COLI_IQ1_M: coli_quantize_row_iq1_m(src, dst, n, qw); break;
     default: break; /* Q8_1/Q8_K are activation formats, quantized by the kernels */
     }
 }

@@ -32,4 +32,12 @@ static inline int coli_trunc_clamp(float v, int hi) {
     return (int)v;
 }
 
+/* ggml's make_qx_quants (rmse_type 1) with weights w: symmetric codes
+ * -nmax..nmax-1 to L offset by +nmax; returns the scale (quantize_k.c). */
+float coli_fit_weighted_signed(int n, int nmax, const float *x, const float *w, int8_t *L);
+
+/* ggml's make_qkx3_quants(-0.9, 0.05, 36 steps) with weights w: codes
+ * 0..nmax to L, -minimum to *neg_min; returns the scale (quantize_k.c). */
+float coli_fit_weighted_affine(int n, int nmax, const float *x, const float *w, uint8_t *L, float *neg_min);
+
 #endif

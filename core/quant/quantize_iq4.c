@@ -13,6 +13,9 @@
  *     IQ4_XS: super-scale d = -max_scale / 32, each block's scale rounded to
  *     l in [-32, 31] (stored l + 32 as 4 low + 2 high bits), re-map the block
  *     with d * l.
+ * With an importance matrix (quantize_iq4_nl / quantize_iq4_xs given one)
+ * the weights are qw sqrt(sigma2 + x^2), sigma2 twice the mean square of the
+ * super-block (the 32 values for IQ4_NL, 256 for IQ4_XS).
  */
 #include <string.h>
 
@@ -54,12 +57,19 @@ static float s_fit(const float *xb, const float *w, float id, float *sumq2_out, 
     return sumqx;
 }
 
+/* Twice the mean square of n values (the imatrix weights' sigma2). */
+static float s_sigma2(const float *x, int n) {
+    float s = 0;
+    for (int j = 0; j < n; j++) s += x[j] * x[j];
+    return s * (2.f / n);
+}
+
 /* Step 1 for one 32-value block: its scale (0 for an all-zero block, whose
- * codes L are then left to the caller's re-mapping). */
-static float s_block_scale(const float *xb, uint8_t *L) {
+ * codes L are then left to the caller's re-mapping); qw NULL: weights x^2. */
+static float s_block_scale(const float *xb, const float *qw, float sigma2, uint8_t *L) {
     float w[COLI_QK], amax = 0.0f, max = 0.0f;
     for (int j = 0; j < COLI_QK; j++) {
-        w[j] = xb[j] * xb[j];
+        w[j] = qw ? qw[j] * sqrtf(sigma2 + xb[j] * xb[j]) : xb[j] * xb[j];
         if (fabsf(xb[j]) > amax) {
             amax = fabsf(xb[j]);
             max = xb[j];
@@ -69,7 +79,7 @@ static float s_block_scale(const float *xb, uint8_t *L) {
     const int8_t level0 = coli_kvalues_iq4nl[0];
     float sumq2;
     float sumqx = s_fit(xb, w, 1.0f / (-max / level0), &sumq2, L);
-    float d = sumqx / sumq2, best = d * sumqx;
+    float d = sumq2 > 0 ? sumqx / sumq2 : 0.0f, best = d * sumqx;
     for (int t = -IQ4_NTRY; t <= IQ4_NTRY; t++) {
         sumqx = s_fit(xb, w, (float)(t + level0) / max, &sumq2, NULL);
         if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
@@ -90,10 +100,10 @@ static void s_pack(const uint8_t *L, uint8_t *qs) {
     for (int j = 0; j < COLI_QK / 2; j++) qs[j] = (uint8_t)(L[j] | (L[j + COLI_QK / 2] << 4));
 }
 
-void coli_quantize_row_iq4_nl(const float *x, block_iq4_nl *y, int64_t n) {
+void coli_quantize_row_iq4_nl(const float *x, block_iq4_nl *y, int64_t n, const float *qw) {
     uint8_t L[COLI_QK];
     for (int64_t b = 0; b < n / COLI_QK; b++, x += COLI_QK) {
-        const float d = s_block_scale(x, L);
+        const float d = s_block_scale(x, qw ? qw + b * COLI_QK : NULL, qw ? s_sigma2(x, COLI_QK) : 0, L);
         y[b].d = coli_fp32_to_fp16(d);
         s_map(x, COLI_QK, d != 0.0f ? 1.0f / d : 0.0f, L);
         s_pack(L, y[b].qs);
@@ -101,14 +111,15 @@ void coli_quantize_row_iq4_nl(const float *x, block_iq4_nl *y, int64_t n) {
 }
 
 /* One IQ4_XS super-block: 8 block scales, then the 6-bit requantization. */
-static void s_iq4_xs_block(const float *x, block_iq4_xs *y) {
+static void s_iq4_xs_block(const float *x, const float *qw, block_iq4_xs *y) {
     enum {
         NSUB = COLI_QK_K / COLI_QK
     };
     float scales[NSUB], max_scale = 0.0f, amax_scale = 0.0f;
     uint8_t L[COLI_QK];
+    const float sigma2 = qw ? s_sigma2(x, COLI_QK_K) : 0;
     for (int ib = 0; ib < NSUB; ib++) {
-        scales[ib] = s_block_scale(x + ib * COLI_QK, L);
+        scales[ib] = s_block_scale(x + ib * COLI_QK, qw ? qw + ib * COLI_QK : NULL, sigma2, L);
         if (fabsf(scales[ib]) > amax_scale) {
             amax_scale = fabsf(scales[ib]);
             max_scale = scales[ib];
@@ -131,6 +142,7 @@ static void s_iq4_xs_block(const float *x, block_iq4_xs *y) {
     }
 }
 
-void coli_quantize_row_iq4_xs(const float *x, block_iq4_xs *y, int64_t n) {
-    for (int64_t b = 0; b < n / COLI_QK_K; b++) s_iq4_xs_block(x + b * COLI_QK_K, &y[b]);
+void coli_quantize_row_iq4_xs(const float *x, block_iq4_xs *y, int64_t n, const float *qw) {
+    for (int64_t b = 0; b < n / COLI_QK_K; b++)
+        s_iq4_xs_block(x + b * COLI_QK_K, qw ? qw + b * COLI_QK_K : NULL, &y[b]);
 }
