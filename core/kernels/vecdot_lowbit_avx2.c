@@ -207,14 +207,17 @@ AVX2 ALWAYS iq_grp grp_iq2_xxs(const block_iq2_xxs *w, int ib) {
         signs4(aux), ls1(aux >> 28)};
 }
 
+/* two IQ3_XXS grid points (4 bytes each) as one 8-byte word */
+AVX2 ALWAYS uint64_t iq3_pair(const uint8_t *q) {
+    return coli_iq3xxs_grid[q[0]] | (uint64_t)coli_iq3xxs_grid[q[1]] << 32;
+}
+
+/* the 8 grid points paired in general registers: 4 vector inserts, not 8 */
 AVX2 ALWAYS iq_grp grp_iq3_xxs(const block_iq3_xxs *w, int ib) {
     const uint8_t *q = w->qs + 8 * ib;
     const uint32_t aux = load4(w->qs + COLI_QK_K / 4 + 4 * ib);
-    return (iq_grp){_mm256_set_epi32((int)coli_iq3xxs_grid[q[7]], (int)coli_iq3xxs_grid[q[6]],
-                                     (int)coli_iq3xxs_grid[q[5]], (int)coli_iq3xxs_grid[q[4]],
-                                     (int)coli_iq3xxs_grid[q[3]], (int)coli_iq3xxs_grid[q[2]],
-                                     (int)coli_iq3xxs_grid[q[1]], (int)coli_iq3xxs_grid[q[0]]),
-                    signs4(aux), ls1(aux >> 28)};
+    return (iq_grp){words4(iq3_pair(q), iq3_pair(q + 2), iq3_pair(q + 4), iq3_pair(q + 6)), signs4(aux),
+                    ls1(aux >> 28)};
 }
 
 AVX2 ALWAYS iq_grp grp_iq2_xs(const block_iq2_xs *w, int ib) {
