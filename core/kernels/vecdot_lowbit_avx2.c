@@ -174,10 +174,21 @@ AVX2 ALWAYS __m256i ls2(unsigned s0, unsigned s1) {
     return _mm256_set_m128i(_mm_set1_epi16((short)(2 * s1 + 1)), _mm_set1_epi16((short)(2 * s0 + 1)));
 }
 
-/* the 4 sign bytes of 4 7-bit sign indexes (bits 7l.. of aux) */
-AVX2 ALWAYS uint32_t signs4(uint32_t aux) {
-    return coli_iq2_signs(aux & 127) | (uint32_t)coli_iq2_signs((aux >> 7) & 127) << 8 |
-           (uint32_t)coli_iq2_signs((aux >> 14) & 127) << 16 | (uint32_t)coli_iq2_signs((aux >> 21) & 127) << 24;
+/* Per 7-bit sign index (coli_iq2_signs), its 8 signs as -1 / +1 bytes:
+ * one load per 8 values instead of the parity and the bit spreading
+ * (which cost more than the grid lookups). Built by the compiler. */
+#define S_SGN(i, j) ((uint64_t)(((i) | (__builtin_popcount(i) & 1) << 7) >> (j)&1 ? 0xff : 0x01) << 8 * (j))
+#define S_SGN8(i) \
+    (S_SGN(i, 0) | S_SGN(i, 1) | S_SGN(i, 2) | S_SGN(i, 3) | S_SGN(i, 4) | S_SGN(i, 5) | S_SGN(i, 6) | S_SGN(i, 7))
+#define S_SGN_4(i) S_SGN8(i), S_SGN8(i + 1), S_SGN8(i + 2), S_SGN8(i + 3)
+#define S_SGN_16(i) S_SGN_4(i), S_SGN_4(i + 4), S_SGN_4(i + 8), S_SGN_4(i + 12)
+#define S_SGN_64(i) S_SGN_16(i), S_SGN_16(i + 16), S_SGN_16(i + 32), S_SGN_16(i + 48)
+static const uint64_t k_sign_bytes[128] = {S_SGN_64(0), S_SGN_64(64)};
+
+/* the -1 / +1 bytes of 4 7-bit sign indexes (bits 7l.. of aux) */
+AVX2 ALWAYS __m256i signs4(uint32_t aux) {
+    return words4(k_sign_bytes[aux & 127], k_sign_bytes[(aux >> 7) & 127], k_sign_bytes[(aux >> 14) & 127],
+                  k_sign_bytes[(aux >> 21) & 127]);
 }
 
 AVX2 ALWAYS uint32_t load4(const uint8_t *p) {
@@ -193,26 +204,29 @@ AVX2 ALWAYS iq_grp grp_iq2_xxs(const block_iq2_xxs *w, int ib) {
     const uint32_t aux = load4(q + 4);
     return (iq_grp){
         words4(coli_iq2xxs_grid[q[0]], coli_iq2xxs_grid[q[1]], coli_iq2xxs_grid[q[2]], coli_iq2xxs_grid[q[3]]),
-        sign_bytes(signs4(aux)), ls1(aux >> 28)};
+        signs4(aux), ls1(aux >> 28)};
 }
 
+/* two IQ3_XXS grid points (4 bytes each) as one 8-byte word */
+AVX2 ALWAYS uint64_t iq3_pair(const uint8_t *q) {
+    return coli_iq3xxs_grid[q[0]] | (uint64_t)coli_iq3xxs_grid[q[1]] << 32;
+}
+
+/* the 8 grid points paired in general registers: 4 vector inserts, not 8 */
 AVX2 ALWAYS iq_grp grp_iq3_xxs(const block_iq3_xxs *w, int ib) {
     const uint8_t *q = w->qs + 8 * ib;
     const uint32_t aux = load4(w->qs + COLI_QK_K / 4 + 4 * ib);
-    return (iq_grp){_mm256_set_epi32((int)coli_iq3xxs_grid[q[7]], (int)coli_iq3xxs_grid[q[6]],
-                                     (int)coli_iq3xxs_grid[q[5]], (int)coli_iq3xxs_grid[q[4]],
-                                     (int)coli_iq3xxs_grid[q[3]], (int)coli_iq3xxs_grid[q[2]],
-                                     (int)coli_iq3xxs_grid[q[1]], (int)coli_iq3xxs_grid[q[0]]),
-                    sign_bytes(signs4(aux)), ls1(aux >> 28)};
+    return (iq_grp){words4(iq3_pair(q), iq3_pair(q + 2), iq3_pair(q + 4), iq3_pair(q + 6)), signs4(aux),
+                    ls1(aux >> 28)};
 }
 
 AVX2 ALWAYS iq_grp grp_iq2_xs(const block_iq2_xs *w, int ib) {
     const uint16_t *q = w->qs + 4 * ib;
-    const uint32_t s4 = coli_iq2_signs(q[0] >> 9) | (uint32_t)coli_iq2_signs(q[1] >> 9) << 8 |
-                        (uint32_t)coli_iq2_signs(q[2] >> 9) << 16 | (uint32_t)coli_iq2_signs(q[3] >> 9) << 24;
-    return (iq_grp){words4(coli_iq2xs_grid[q[0] & 511], coli_iq2xs_grid[q[1] & 511], coli_iq2xs_grid[q[2] & 511],
-                           coli_iq2xs_grid[q[3] & 511]),
-                    sign_bytes(s4), ls2(w->scales[ib] & 0xf, w->scales[ib] >> 4)};
+    return (iq_grp){
+        words4(coli_iq2xs_grid[q[0] & 511], coli_iq2xs_grid[q[1] & 511], coli_iq2xs_grid[q[2] & 511],
+               coli_iq2xs_grid[q[3] & 511]),
+        words4(k_sign_bytes[q[0] >> 9], k_sign_bytes[q[1] >> 9], k_sign_bytes[q[2] >> 9], k_sign_bytes[q[3] >> 9]),
+        ls2(w->scales[ib] & 0xf, w->scales[ib] >> 4)};
 }
 
 AVX2 ALWAYS iq_grp grp_iq2_s(const block_iq2_s *w, int ib) {
