@@ -167,7 +167,7 @@ static uint32_t s_fold(uint32_t c, int fold) { return fold && c >= 'A' && c <= '
 
 /* 's|'t|'re|'ve|'m|'ll|'d (any case when fold): the end of the contraction at pos, or 0. */
 static size_t s_contraction(const split_piece *g, size_t pos, int fold) {
-    if (g->cpts[pos] != '\'' || pos + 1 >= g->end) return 0;
+    if (pos + 1 >= g->end || g->cpts[pos] != '\'') return 0; /* pos may be the piece's end */
     uint32_t c1 = s_fold(g->cpts[pos + 1], fold);
     if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return pos + 2;
     if (pos + 2 >= g->end) return 0;
