@@ -210,6 +210,33 @@ static int s_any_off(const uint8_t *on_grid, int n) {
 }
 
 /* The 4-bit sub-block scale of s under the block scale d = max / 31. */
+/* ggml's grid fit of one sub-block of n values from its largest value max:
+ * the scale search (n_try steps of `step`), the refinement when a point fell
+ * off the grid (all: refine every point), and a negative scale folded into
+ * the n_sign sign bytes (mask: the bits a sign byte keeps). L gets the grid
+ * points; returns the scale, >= 0. */
+static float s_fit_grid(const iq_grid *g, int n, int kmax, float step, int n_try, int all, float max,
+                        const float *weight, const float *xval, const float *waux, int8_t *L, uint8_t *on_grid,
+                        uint8_t *signs, int n_sign, uint8_t mask) {
+    float scale =
+        s_search(g, n, kmax, 2 * kmax - 1, step, n_try, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
+    if (s_any_off(on_grid, n / g->group) && scale > 0)
+        scale = s_refine(g, n, kmax, scale, all, weight, xval, waux, L, on_grid);
+    if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < n_sign; k++) signs[k] = (uint8_t)(~signs[k] & mask);
+    }
+    return scale;
+}
+
+/* 2 / QK_K (mul 2) or 1 / QK_K (mul 1) times the super-block's sum of squares:
+ * the sigma2 of ggml's weights. */
+static float s_sigma2(const float *xbl, float mul) {
+    float sumx2 = 0;
+    for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
+    return mul * sumx2 / COLI_QK_K;
+}
+
 static uint32_t s_scale4(float id, float s) { return (uint32_t)s_clamp(coli_nearest_int(0.5f * (id * s - 1)), 0, 15); }
 
 // ---------------------------------------------------------------------------
@@ -246,9 +273,8 @@ void coli_quantize_row_iq2_xxs(const float *x, block_iq2_xxs *y, int64_t n, cons
     for (int64_t ibl = 0; ibl < n / COLI_QK_K; ibl++) {
         const float *xbl = x + COLI_QK_K * ibl;
         uint32_t q2[16] = {0};
-        float scales[8], max_scale = 0, sumx2 = 0;
-        for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
-        const float sigma2 = sumx2 / COLI_QK_K;
+        float scales[8], max_scale = 0;
+        const float sigma2 = s_sigma2(xbl, 1);
         y[ibl].d = coli_fp32_to_fp16(0.0f);
         for (int ib = 0; ib < 8; ib++) {
             scales[ib] =
@@ -282,13 +308,7 @@ static float s_iq3_xxs_sub(const iq_grid *g, const float *xb, const float *qw, f
     const float max = s_max(32, xval);
     if (max < IQ3_GROUP_EPS) return 0;
     memset(on_grid, 1, sizeof on_grid);
-    float scale =
-        s_search(g, 32, kmax, 2 * kmax - 1, 0.2f, 15, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
-    if (s_any_off(on_grid, 8) && scale > 0) scale = s_refine(g, 32, kmax, scale, 0, weight, xval, waux, L, on_grid);
-    if (scale < 0) {
-        scale = -scale;
-        for (int k = 0; k < 4; k++) signs[k] = (uint8_t)(~signs[k] & 127);
-    }
+    const float scale = s_fit_grid(g, 32, kmax, 0.2f, 15, 0, max, weight, xval, waux, L, on_grid, signs, 4, 127);
     for (int k = 0; k < 8; k++) idx[k] = (uint8_t)iq_grid_lookup(g, L + 4 * k);
     *ss = signs[0] | ((uint32_t)signs[1] << 7) | ((uint32_t)signs[2] << 14) | ((uint32_t)signs[3] << 21);
     return scale;
@@ -300,9 +320,8 @@ void coli_quantize_row_iq3_xxs(const float *x, block_iq3_xxs *y, int64_t n, cons
         const float *xbl = x + COLI_QK_K * ibl;
         uint8_t q3[3 * COLI_QK_K / 8] = {0};
         uint32_t ss[8] = {0};
-        float scales[8], max_scale = 0, sumx2 = 0;
-        for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
-        const float sigma2 = 2 * sumx2 / COLI_QK_K;
+        float scales[8], max_scale = 0;
+        const float sigma2 = s_sigma2(xbl, 2);
         y[ibl].d = coli_fp32_to_fp16(0.0f);
         for (int ib = 0; ib < 8; ib++) {
             scales[ib] = s_iq3_xxs_sub(g, xbl + 32 * ib, qw ? qw + COLI_QK_K * ibl + 32 * ib : NULL, sigma2,
@@ -338,13 +357,7 @@ static float s_iq3_s_sub(const iq_grid *g, const float *xb, const float *qw, flo
     s_all_signs(32, xb, xval, signs);
     const float max = s_max(32, xval);
     if (max == 0) return -1;
-    float scale =
-        s_search(g, 32, kmax, 2 * kmax - 1, 0.2f, 9, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
-    if (s_any_off(on_grid, 8) && scale > 0) scale = s_refine(g, 32, kmax, scale, 1, weight, xval, waux, L, on_grid);
-    if (scale < 0) {
-        scale = -scale;
-        for (int k = 0; k < 4; k++) signs[k] = (uint8_t)~signs[k];
-    }
+    const float scale = s_fit_grid(g, 32, kmax, 0.2f, 9, 1, max, weight, xval, waux, L, on_grid, signs, 4, 255);
     for (int k = 0; k < 8; k++) idx[k] = (uint16_t)iq_grid_lookup(g, L + 4 * k);
     return scale;
 }
@@ -354,10 +367,9 @@ void coli_quantize_row_iq3_s(const float *x, block_iq3_s *y, int64_t n, const fl
     for (int64_t ibl = 0; ibl < n / COLI_QK_K; ibl++) {
         const float *xbl = x + COLI_QK_K * ibl;
         block_iq3_s *b = &y[ibl];
-        float scales[8], max_scale = 0, sumx2 = 0;
+        float scales[8], max_scale = 0;
         memset(b, 0, sizeof *b);
-        for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
-        const float sigma2 = 2 * sumx2 / COLI_QK_K;
+        const float sigma2 = s_sigma2(xbl, 2);
         for (int ib = 0; ib < 8; ib++) {
             uint16_t idx[8];
             uint8_t signs[4];
@@ -405,13 +417,7 @@ static float s_iq2_s_sub(const iq_grid *g, const float *xb, const float *qw, flo
     s_all_signs(16, xb, xval, signs);
     const float max = s_max(16, xval);
     if (max < IQ2_S_GROUP_EPS) return -1;
-    float scale =
-        s_search(g, 16, kmax, 2 * kmax - 1, 0.1f, 9, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
-    if (s_any_off(on_grid, 2) && scale > 0) scale = s_refine(g, 16, kmax, scale, 0, weight, xval, waux, L, on_grid);
-    if (scale < 0) {
-        scale = -scale;
-        for (int k = 0; k < 2; k++) signs[k] = (uint8_t)~signs[k];
-    }
+    const float scale = s_fit_grid(g, 16, kmax, 0.1f, 9, 0, max, weight, xval, waux, L, on_grid, signs, 2, 255);
     for (int k = 0; k < 2; k++) idx[k] = (uint16_t)iq_grid_lookup(g, L + 8 * k);
     return scale;
 }
@@ -421,10 +427,9 @@ void coli_quantize_row_iq2_s(const float *x, block_iq2_s *y, int64_t n, const fl
     for (int64_t ibl = 0; ibl < n / COLI_QK_K; ibl++) {
         const float *xbl = x + COLI_QK_K * ibl;
         block_iq2_s *b = &y[ibl];
-        float scales[16], max_scale = 0, sumx2 = 0;
+        float scales[16], max_scale = 0;
         memset(b, 0, sizeof *b);
-        for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
-        const float sigma2 = 2 * sumx2 / COLI_QK_K;
+        const float sigma2 = s_sigma2(xbl, 2);
         for (int ib = 0; ib < 16; ib++) {
             uint16_t idx[2];
             uint8_t signs[2];
@@ -463,13 +468,7 @@ static float s_iq2_xs_sub(const iq_grid *g, const float *xb, const float *qw, fl
     s_signs(16, xb, weight, xval, signs);
     const float max = s_max(16, xval);
     if (max < COLI_GROUP_EPS) return 0;
-    float scale =
-        s_search(g, 16, kmax, 2 * kmax - 1, 0.1f, 9, max, max / (2 * kmax - 1), weight, xval, waux, L, on_grid);
-    if (s_any_off(on_grid, 2) && scale > 0) scale = s_refine(g, 16, kmax, scale, 0, weight, xval, waux, L, on_grid);
-    if (scale < 0) {
-        scale = -scale;
-        for (int k = 0; k < 2; k++) signs[k] = (uint8_t)(~signs[k] & 127);
-    }
+    const float scale = s_fit_grid(g, 16, kmax, 0.1f, 9, 0, max, weight, xval, waux, L, on_grid, signs, 2, 127);
     for (int k = 0; k < 2; k++) q2[k] = (uint16_t)(iq_grid_lookup(g, L + 8 * k) | (signs[k] << 9));
     return scale;
 }
@@ -479,11 +478,10 @@ void coli_quantize_row_iq2_xs(const float *x, block_iq2_xs *y, int64_t n, const 
     for (int64_t ibl = 0; ibl < n / COLI_QK_K; ibl++) {
         const float *xbl = x + COLI_QK_K * ibl;
         uint16_t q2[32] = {0};
-        float scales[16], max_scale = 0, sumx2 = 0;
+        float scales[16], max_scale = 0;
         y[ibl].d = coli_fp32_to_fp16(0.0f);
         memset(y[ibl].scales, 0, sizeof y[ibl].scales);
-        for (int i = 0; i < COLI_QK_K; i++) sumx2 += xbl[i] * xbl[i];
-        const float sigma2 = sumx2 / COLI_QK_K;
+        const float sigma2 = s_sigma2(xbl, 1);
         for (int ib = 0; ib < 16; ib++) {
             scales[ib] =
                 s_iq2_xs_sub(g, xbl + 16 * ib, qw ? qw + COLI_QK_K * ibl + 16 * ib : NULL, sigma2, q2 + 2 * ib);
