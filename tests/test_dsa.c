@@ -23,6 +23,7 @@
 #include "coordinator/forward_impl.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
+#include "tests/greedy_run.h"
 #include "tests/ref_models.h"
 #include "tests/serve_util.h"
 
@@ -413,86 +414,22 @@ static void s_prefix_reuse(const char *fam) {
 Test(dsa, deepseek32_prefix_reuse_equals_fresh) { s_prefix_reuse("deepseek32"); }
 Test(dsa, glm_dsa_prefix_reuse_equals_fresh) { s_prefix_reuse("glm-dsa"); }
 
-typedef struct gen_seq {
-    coli_context *ctx;
-    const int32_t *prompt;
-    int n_prompt, n_out, rc;
-    int32_t out[32];
-} gen_seq;
-
-static int s_collect(void *user, int32_t id, const char *text, size_t len) {
-    (void)text;
-    (void)len;
-    gen_seq *q = user;
-    if (q->n_out < 32) q->out[q->n_out++] = id;
-    return 0;
-}
-
-static void *s_generate(void *arg) {
-    gen_seq *q = arg;
-    coli_sampling_params sp;
-    coli_sampling_default_params(&sp);
-    sp.temperature = 0.0f;
-    sp.n_predict = 12;
-    sp.ignore_eos = 1;
-    q->n_out = 0;
-    q->rc = coli_generate(q->ctx, q->prompt, q->n_prompt, &sp, s_collect, q, NULL);
-    return NULL;
-}
-
-static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
-static void s_lock(void *u) {
-    (void)u;
-    pthread_mutex_lock(&s_mu);
-}
-static void s_unlock(void *u) {
-    (void)u;
-    pthread_mutex_unlock(&s_mu);
-}
-
 /* Three sequences (6, 20, 30 prompt tokens: below, at and past top-k as
  * they decode) batched give the tokens each gives alone. */
-/* The batched run of together[0..2] on a fresh batch: the most rows a step
- * had (whether the threads overlapped is up to the scheduler). */
-static int s_run_together(const state_case *c, gen_seq *together, const gen_seq *alone, coli_batch **b) {
-    cr_assert_eq(coli_batch_new(c->m, 3, 512, 7, s_lock, s_unlock, NULL, b), 0, "%s", coli_last_error());
-    for (int i = 0; i < 3; i++) {
-        together[i] = alone[i];
-        together[i].ctx = NULL;
-        cr_assert_eq(coli_context_new(c->m, NULL, &together[i].ctx), 0);
-        cr_assert_eq(coli_context_set_batch(together[i].ctx, *b), 0);
-    }
-    pthread_t th[3];
-    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, s_generate, &together[i]);
-    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
-    coli_batch_stats st;
-    coli_batch_get_stats(*b, &st);
-    return st.max_rows;
-}
-
 static void s_batched(const char *fam) {
     state_case c;
     s_case(fam, &c);
     const int lens[3] = {6, 20, 30};
-    gen_seq alone[3], together[3];
+    gen_run alone[3], together[3];
     coli_batch *b = NULL;
     for (int i = 0; i < 3; i++) {
-        alone[i] = (gen_seq){.prompt = c.p.ids + i, .n_prompt = lens[i]};
+        alone[i] = (gen_run){.prompt = c.p.ids + i, .n_prompt = lens[i]};
         cr_assert_eq(coli_context_new(c.m, NULL, &alone[i].ctx), 0);
         s_generate(&alone[i]);
         cr_assert_eq(alone[i].rc, 0, "%s", coli_last_error());
     }
-    /* on a loaded machine one thread may finish before the others start:
-     * try again (a few times) until the sequences share a step */
-    int shared = 0;
-    for (int attempt = 0; attempt < 5 && !shared; attempt++) {
-        if (b) {
-            for (int i = 0; i < 3; i++) coli_context_free(&together[i].ctx);
-            coli_batch_free(&b);
-        }
-        shared = s_run_together(&c, together, alone, &b) > 1;
-    }
-    cr_expect(shared, "%s: the sequences never shared a step (5 tries)", fam);
+    cr_expect_gt(s_run_batched(c.m, 3, 7, alone, together, &b), 1, "%s: the sequences never shared a step (5 tries)",
+                 fam);
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(together[i].rc, 0, "%s", coli_last_error());
         cr_expect_eq(together[i].n_out, alone[i].n_out);

@@ -28,6 +28,7 @@
 #include "colibri.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
+#include "tests/greedy_run.h"
 #include "tests/ref_models.h"
 
 enum {
@@ -196,48 +197,9 @@ Test(hybrid, worker_crash_changes_no_byte) {
 // sequences: batching, prefix cache, forks, the full context
 
 enum {
-    GEN = 12,
+    GEN = GREEDY_STEPS,
     SEQS = 3
 };
-
-typedef struct gen_run {
-    coli_context *ctx;
-    const int32_t *prompt;
-    int n_prompt;
-    int32_t out[GEN];
-    int n_out, rc;
-} gen_run;
-
-static int s_collect(void *user, int32_t id, const char *text, size_t len) {
-    (void)text;
-    (void)len;
-    gen_run *g = user;
-    if (g->n_out < GEN) g->out[g->n_out++] = id;
-    return 0;
-}
-
-static void *s_generate(void *arg) {
-    gen_run *g = arg;
-    coli_sampling_params sp;
-    coli_sampling_default_params(&sp);
-    sp.temperature = 0;
-    sp.n_predict = GEN;
-    sp.ignore_eos = 1;
-    g->n_out = 0;
-    g->rc = coli_generate(g->ctx, g->prompt, g->n_prompt, &sp, s_collect, g, NULL);
-    return NULL;
-}
-
-/* The model's compute is one at a time (the batch's lock, as coli serve's baton). */
-static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
-static void s_lock(void *u) {
-    (void)u;
-    pthread_mutex_lock(&s_mu);
-}
-static void s_unlock(void *u) {
-    (void)u;
-    pthread_mutex_unlock(&s_mu);
-}
 
 Test(hybrid, batched_equals_alone) {
     llama_ref r;
@@ -254,26 +216,7 @@ Test(hybrid, batched_equals_alone) {
         s_generate(&alone[i]);
         cr_assert_eq(alone[i].rc, 0, "%s", coli_last_error());
     }
-    /* on a loaded machine one thread may finish before the others start:
-     * try again (a few times) until the sequences share a step */
-    coli_batch_stats st = {0};
-    for (int attempt = 0; attempt < 5 && st.max_rows <= 1; attempt++) {
-        if (b) {
-            for (int i = 0; i < SEQS; i++) coli_context_free(&together[i].ctx);
-            coli_batch_free(&b);
-        }
-        cr_assert_eq(coli_batch_new(m, SEQS, 512, 48, s_lock, s_unlock, NULL, &b), 0, "%s", coli_last_error());
-        pthread_t th[SEQS];
-        for (int i = 0; i < SEQS; i++) {
-            together[i] = alone[i];
-            together[i].ctx = NULL;
-            cr_assert_eq(coli_context_new(m, NULL, &together[i].ctx), 0);
-            cr_assert_eq(coli_context_set_batch(together[i].ctx, b), 0);
-        }
-        for (int i = 0; i < SEQS; i++) pthread_create(&th[i], NULL, s_generate, &together[i]);
-        for (int i = 0; i < SEQS; i++) pthread_join(th[i], NULL);
-        coli_batch_get_stats(b, &st);
-    }
+    cr_expect_gt(s_run_batched(m, SEQS, 48, alone, together, &b), 1, "the sequences never shared a step (5 tries)");
     const size_t V = (size_t)s_vocab(m);
     float *la = malloc(V * sizeof(float)), *lt = malloc(V * sizeof(float));
     for (int i = 0; i < SEQS; i++) {
@@ -289,7 +232,6 @@ Test(hybrid, batched_equals_alone) {
     }
     free(la);
     free(lt);
-    cr_expect_gt(st.max_rows, 1, "the sequences never shared a step (5 tries)");
     coli_batch_free(&b);
     coli_model_free(&m);
 }
