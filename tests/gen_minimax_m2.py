@@ -18,6 +18,7 @@ SHARED = os.environ.get("COLI_SHARED", os.path.join(os.path.dirname(__file__), "
 sys.path.insert(0, os.path.join(SHARED, "reference", "gen"))
 import make_models as mm  # noqa: E402
 from gguf_tiny import GGUFWriter, T, read_gguf  # noqa: E402
+from gen_family import write_common_kvs  # noqa: E402
 
 CFG = dict(seed=2302, n_embd=128, n_layer=3, n_head=4, n_head_kv=2, head_dim=48, n_rot=24, n_ff=64,
            n_expert=8, n_expert_used=3, rope_theta=5e6, eps=1e-6, ctx=512)
@@ -25,19 +26,7 @@ CFG = dict(seed=2302, n_embd=128, n_layer=3, n_head=4, n_head_kv=2, head_dim=48,
 
 def write_kvs(w, c):
     A, U = "minimax-m2.", T.UINT32
-    w.add("general.architecture", "minimax-m2")
-    w.add("general.name", "tiny-minimax-m2")
-    w.add("general.file_type", 0, U)
-    w.add(A + "block_count", c["n_layer"], U)
-    w.add(A + "context_length", c["ctx"], U)
-    w.add(A + "embedding_length", c["n_embd"], U)
-    w.add(A + "feed_forward_length", c["n_ff"], U)
-    w.add(A + "attention.head_count", c["n_head"], U)
-    w.add(A + "attention.head_count_kv", c["n_head_kv"], U)
-    w.add(A + "rope.freq_base", float(c["rope_theta"]), T.FLOAT32)
-    w.add(A + "attention.layer_norm_rms_epsilon", float(c["eps"]), T.FLOAT32)
-    w.add(A + "expert_count", c["n_expert"], U)
-    w.add(A + "expert_used_count", c["n_expert_used"], U)
+    write_common_kvs(w, "minimax-m2", "tiny-minimax-m2", c)
     w.add(A + "expert_gating_func", 2, U)                                        # sigmoid
     w.add(A + "attention.key_length", c["head_dim"], U)
     w.add(A + "attention.value_length", c["head_dim"], U)
