@@ -207,10 +207,8 @@ static int s_model_setup(coli_model *cm, const char *path, const coli_model_para
     coli_settings *set = malloc(sizeof *set); /* ~30 KiB (paths); the executor copies it */
     if (!set) return coli_fail(COLI_ENOMEM, "model: out of memory");
     coli_settings_load(set, p);
-    uint64_t ram = 0; /* the disk tier reads experts itself: faulting the file in would defeat it */
-    (void)moe_exec_ram_budget(p->devices, cm->m->gguf, set, &ram);
     rc = s_start_experts(cm, path, p, set);
-    if (rc == 0 && set->prefault && !ram) rc = s_prefault(cm);
+    if (rc == 0 && set->prefault) rc = s_prefault(cm);
     free(set);
     return rc;
 }

@@ -42,7 +42,8 @@ struct moe_exec {
     /* Optional (NULL: every expert): 1 when this process computes expert
      * (layer, e) itself as placed at start (nobody else holds it). The
      * coordinator prefaults only the dense weights and these: an expert a
-     * worker or host holds is never touched here while it is up. */
+     * worker or host holds is never touched here while it is up (the disk
+     * tier: none, it reads its experts itself). */
     int (*computes_here)(moe_exec *self, int layer, int expert);
 };
 

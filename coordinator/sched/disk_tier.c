@@ -553,6 +553,15 @@ int moe_exec_ram_budget(const char *devices, const gguf_file *f, const coli_sett
     return 0;
 }
 
+/* The tier reads its experts from the file into its own cache, never through
+ * the mapping: none of their pages is worth faulting in (moe_exec.h). */
+static int s_maps_none(moe_exec *self, int layer, int expert) {
+    (void)self;
+    (void)layer;
+    (void)expert;
+    return 0;
+}
+
 int moe_exec_disk_new(const moe_exec_config *cfg, uint64_t ram_bytes, moe_exec **out) {
     *out = NULL;
     if (!cfg || !cfg->gguf || !cfg->model_path || cfg->n_layer <= 0 || cfg->n_expert <= 0 || cfg->n_embd <= 0)
@@ -561,7 +570,7 @@ int moe_exec_disk_new(const moe_exec_config *cfg, uint64_t ram_bytes, moe_exec *
         return coli_fail(COLI_EINVAL, "disk tier: %d experts per layer (at most 1024)", cfg->n_expert);
     disk_tier *dt = calloc(1, sizeof *dt);
     if (!dt) return coli_fail(COLI_ENOMEM, "disk tier: out of memory");
-    dt->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, NULL, NULL}; /* no prefault: api.c */
+    dt->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, NULL, s_maps_none};
     dt->n_layer = cfg->n_layer;
     dt->n_expert = cfg->n_expert;
     dt->n_embd = cfg->n_embd;
