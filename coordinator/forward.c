@@ -372,10 +372,10 @@ static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int
                            s->v + (size_t)t * (size_t)VD);
     // sparse attention: each row's top-k positions by the indexer's scores
     if (s->dsa) forward_dsa_select(s, l, rows, il, n);
-    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path);
-    // the latent cache (v_in_k) keeps F32 queries: no reference to follow
-    // there, and the absorbed queries are the larger numbers
-    if (kv->f16 && !kv->v_in_k)
+    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path),
+    // the latent cache (v_in_k) too: llama.cpp's deepseek32 F16 run picks
+    // other sparse positions at a near-tie of the indexer with F32 ones
+    if (kv->f16)
         for (size_t i = 0; i < (size_t)n * (size_t)Q; i++) s->q[i] = s_fp16_round(s->q[i]);
     // attn = softmax(q K^T * attn_scale) V, heads in parallel unless the
     // work is too small to pay for waking the pool (short-context decode)

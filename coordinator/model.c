@@ -615,7 +615,8 @@ int model_from_gguf(gguf_file *f, model **out) {
         m->layers[il].recurrent = m->recurrent && m->recurrent[il];
         if ((rc = s_load_layer(f, &m->hp, il, &m->layers[il])) < 0) goto fail;
     }
-    if (m->hp.arch == ARCH_GLM4MOE && (rc = glm4moe_load_nextn(f, m)) < 0) goto fail;
+    if ((m->hp.arch == ARCH_GLM4MOE || model_is_hybrid(&m->hp)) && (rc = model_load_nextn(f, m, s_load_layer)) < 0)
+        goto fail;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) m->n_params += coli_tensor_nelems(gguf_tensor(f, i));
     *out = m;
     return 0;

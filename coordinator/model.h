@@ -184,10 +184,11 @@ typedef struct layer_weights {
     const coli_tensor *idx_proj;     /* (n_embd, idx_n_head) per-head weights */
 } layer_weights;
 
-/* glm4moe's multi-token-prediction (NextN) block: loaded and validated,
- * not run (the draft model of speculative decoding, later). */
+/* A multi-token-prediction (NextN) block of glm4moe, qwen3next, qwen35moe:
+ * loaded and validated, not run (the draft model of speculative decoding,
+ * later). */
 typedef struct nextn_weights {
-    layer_weights layer;                                /* a full MoE block */
+    layer_weights layer;                                /* a full MoE block (hybrids: an attention one) */
     const coli_tensor *eh_proj, *enorm, *hnorm;         /* (2 n_embd, n_embd), (n_embd), (n_embd) */
     const coli_tensor *embed_tokens, *head, *head_norm; /* optional: (n_embd, n_vocab) x 2, (n_embd) */
 } nextn_weights;
@@ -199,7 +200,7 @@ typedef struct model {
     const coli_tensor *output_norm; /* (n_embd) F32 */
     const coli_tensor *output;      /* (n_embd, n_vocab); token_embd when the file ties them */
     layer_weights *layers;          /* n_layer entries */
-    nextn_weights *nextn;           /* n_nextn entries (glm4moe files that carry them), else NULL */
+    nextn_weights *nextn;           /* n_nextn entries (files that carry them, model_nextn.c), else NULL */
     int n_nextn;
     uint8_t *recurrent; /* hybrid models: (n_layer) 1 for a linear-attention layer; else NULL */
     int64_t n_params;

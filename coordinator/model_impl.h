@@ -36,12 +36,19 @@ int model_blk_attention(const gguf_file *f, const model_hparams *hp, int il, lay
 /* glm4moe (model_glm4moe.c): the keys the family requires (NULL-ended,
  * checked before model.c reads them with defaults); the family's keys
  * after the deepseek2-style FFN keys were read (defaults, consistency);
- * one block's tensors; the NextN blocks after the trunk, validated and
- * not run. */
+ * one block's tensors. */
 extern const char *const glm4moe_required_keys[];
 int glm4moe_read_hparams(const gguf_file *f, model_hparams *hp);
 int glm4moe_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
-int glm4moe_load_nextn(const gguf_file *f, model *m);
+
+/* One block's tensors, as the family loads them (model.c's s_load_layer). */
+typedef int (*model_layer_fn)(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+/* The NextN (multi-token prediction) blocks after the trunk of glm4moe,
+ * qwen3next and qwen35moe files (model_nextn.c): when the file carries
+ * them, each is a block as load_layer reads it (an attention block for
+ * the hybrids) plus its NextN tensors, validated into m->nextn and never
+ * run or placed. */
+int model_load_nextn(const gguf_file *f, model *m, model_layer_fn load_layer);
 
 /* minimax-m2 (model_minimax_m2.c): the same for MiniMax-M2 (no NextN). */
 extern const char *const minimax_m2_required_keys[];

@@ -103,18 +103,17 @@ Test(serve_hybrid, batched_cached_forked_equals_alone, .timeout = 240) {
     cr_expect_eq(su_stop(&p), 0);
 }
 
-/* Eight streams at once, batched with the prefix cache, twice (the second
- * round restores the prompts' cached states; every request forks n = 2
- * answers from its prompt): the server makes its state copies (snapshots
- * of the recurrent states taken in prefills, restored from and saved to
- * the prefix cache) without holding the baton, so none holds the other
- * streams' steps up. Counted by the server on the copying thread
- * (colibri_state_copies_total), not timed. */
-Test(serve_hybrid, state_copies_outside_the_baton, .timeout = 240) {
+/* Eight streams at once, batched (or with --no-batching, taking turns) with
+ * the prefix cache, twice (the second round restores the prompts' cached
+ * states; every request forks n = 2 answers from its prompt): the server
+ * makes its state copies (snapshots of the recurrent states taken in
+ * prefills, restored from and saved to the prefix cache) without holding
+ * the baton, so none holds the other streams' steps up. Counted by the
+ * server on the copying thread (colibri_state_copies_total), not timed. */
+static void s_copies_outside_the_baton(const char *const *args) {
     char model[4096];
     s_hybrid_model("qwen35moe", model, sizeof model);
     setenv("COLI_SERVE_DELAY_MS", "5", 1); /* the requests overlap for sure */
-    static const char *const args[] = {"--parallel", "8", NULL};
     serve_proc p = su_start(model, args);
     int cached = 0;
     for (int round = 0; round < 2; round++) {
@@ -136,4 +135,12 @@ Test(serve_hybrid, state_copies_outside_the_baton, .timeout = 240) {
     su_free(&m);
     unsetenv("COLI_SERVE_DELAY_MS");
     cr_expect_eq(su_stop(&p), 0);
+}
+
+Test(serve_hybrid, state_copies_outside_the_baton, .timeout = 240) {
+    s_copies_outside_the_baton((const char *const[]){"--parallel", "8", NULL});
+}
+
+Test(serve_hybrid, unbatched_state_copies_outside_the_baton, .timeout = 240) {
+    s_copies_outside_the_baton((const char *const[]){"--no-batching", "--parallel", "8", NULL});
 }
