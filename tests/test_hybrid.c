@@ -147,6 +147,7 @@ TestSuite(hybrid, .timeout = 240);
 
 Test(hybrid, qwen3next_f32_rule) { s_f32_rule("qwen3next"); }
 Test(hybrid, qwen35moe_f32_rule) { s_f32_rule("qwen35moe"); }
+Test(hybrid, kimi_k3_f32_rule) { s_f32_rule("kimi-k3"); }
 
 Test(hybrid, workers_give_inproc_bytes) {
     llama_ref r;
