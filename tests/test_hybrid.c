@@ -149,11 +149,11 @@ Test(hybrid, qwen3next_f32_rule) { s_f32_rule("qwen3next"); }
 Test(hybrid, qwen35moe_f32_rule) { s_f32_rule("qwen35moe"); }
 Test(hybrid, kimi_k3_f32_rule) { s_f32_rule("kimi-k3"); }
 
-Test(hybrid, workers_give_inproc_bytes) {
+static void s_workers_bytes(const char *arch) {
     llama_ref r;
     char path[4096];
-    s_read_ref("qwen35moe", &r);
-    s_model("qwen35moe", &r, path, sizeof path);
+    s_read_ref(arch, &r);
+    s_model(arch, &r, path, sizeof path);
     coli_model *a = s_load(path, "inproc"), *b = s_load(path, "cpu:2");
     const size_t bytes = (size_t)r.n * (size_t)s_vocab(a) * sizeof(float);
     float *la = s_logits(a, &r, 0), *lb = s_logits(b, &r, 0), *da = s_logits(a, &r, 1), *db = s_logits(b, &r, 1);
@@ -166,6 +166,10 @@ Test(hybrid, workers_give_inproc_bytes) {
     coli_model_free(&a);
     coli_model_free(&b);
 }
+
+Test(hybrid, workers_give_inproc_bytes) { s_workers_bytes("qwen35moe"); }
+/* kimi-k3: the workers run plain situ experts over the latent width */
+Test(hybrid, kimi_k3_workers_give_inproc_bytes) { s_workers_bytes("kimi-k3"); }
 
 /* A worker that crashes mid-prefill: its experts fall back, no byte changes. */
 Test(hybrid, worker_crash_changes_no_byte) {
@@ -202,11 +206,11 @@ enum {
     SEQS = 3
 };
 
-Test(hybrid, batched_equals_alone) {
+static void s_batched_equals_alone(const char *arch) {
     llama_ref r;
     char path[4096];
-    s_read_ref("qwen3next", &r);
-    s_model("qwen3next", &r, path, sizeof path);
+    s_read_ref(arch, &r);
+    s_model(arch, &r, path, sizeof path);
     coli_model *m = s_load(path, "inproc");
     coli_batch *b = NULL;
     gen_run alone[SEQS], together[SEQS];
@@ -237,14 +241,17 @@ Test(hybrid, batched_equals_alone) {
     coli_model_free(&m);
 }
 
+Test(hybrid, batched_equals_alone) { s_batched_equals_alone("qwen3next"); }
+Test(hybrid, kimi_k3_batched_equals_alone) { s_batched_equals_alone("kimi-k3"); }
+
 /* Turn 1 evaluates 100 ids (a snapshot at 64); turn 2 (the same 100 + 50)
  * restores 64 positions; its logits are the bits of a cold prefill. Then
  * answers forked from a cached prompt equal a cold one's. */
-Test(hybrid, prefix_cache_restores_snapshots_exactly) {
+static void s_prefix_cache(const char *arch) {
     llama_ref r;
     char path[4096];
-    s_read_ref("qwen35moe", &r);
-    s_model("qwen35moe", &r, path, sizeof path);
+    s_read_ref(arch, &r);
+    s_model(arch, &r, path, sizeof path);
     coli_model *m = s_load(path, "inproc");
     const int V = s_vocab(m);
     int32_t ids[150];
@@ -287,6 +294,9 @@ Test(hybrid, prefix_cache_restores_snapshots_exactly) {
     free(warm);
     free(cold);
 }
+
+Test(hybrid, prefix_cache_restores_snapshots_exactly) { s_prefix_cache("qwen35moe"); }
+Test(hybrid, kimi_k3_prefix_cache_restores_snapshots_exactly) { s_prefix_cache("kimi-k3"); }
 
 Test(hybrid, full_context_stops_generation) {
     llama_ref r;
@@ -386,5 +396,77 @@ Test(hybrid, inconsistent_ssm_keys_are_refused) {
     s_with_u32(path, bad, "qwen3next.ssm.state_size", 8);
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "ssm.state_size 8"), "%s", coli_last_error());
+    unlink(bad);
+}
+
+/* The tiny kimi-k3: 2 MLA layers x the latent row (64 + 16) per position;
+ * 2 KDA layers x (3 x 3 x 128 conv tail + 4 heads x 32 x 32) F32 per
+ * sequence (docs/architectures.md). */
+Test(hybrid, kimi_k3_state_memory_reported) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("kimi-k3", &r);
+    s_model("kimi-k3", &r, path, sizeof path);
+    coli_model *m = s_load(path, "inproc");
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    cr_expect_eq(info.state_bytes_per_token, 2 * (64 + 16) * 4);
+    cr_expect_eq(info.state_bytes_per_seq, 2 * (3 * 3 * 128 + 4 * 32 * 32) * 4);
+    coli_model_free(&m);
+}
+
+/* A copy of src without the key (NULL: none) and the tensor (NULL: none). */
+static void s_without(const char *src, const char *dst, const char *key, const char *tensor) {
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+        const gguf_str k = gguf_key_name(f, i);
+        if (!key || k.len != strlen(key) || memcmp(k.ptr, key, k.len)) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
+    }
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const coli_tensor *t = gguf_tensor(f, i);
+        if (!tensor || strcmp(t->name, tensor))
+            cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
+    }
+    cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
+    gguf_writer_free(&w);
+    gguf_close(&f);
+}
+
+/* One line naming the key or tensor, for each way a kimi-k3 file can be wrong. */
+Test(hybrid, kimi_k3_bad_files_are_refused) {
+    llama_ref r;
+    char path[4096], bad[4200];
+    s_read_ref("kimi-k3", &r);
+    s_model("kimi-k3", &r, path, sizeof path);
+    snprintf(bad, sizeof bad, "%s/kimi-bad-%d.gguf", s_build(), (int)getpid());
+    const struct {
+        const char *key, *tensor, *want;
+    } cases[] = {
+        {"kimi-k3.kda.head_dim", NULL, "kimi-k3.kda.head_dim"},
+        {"kimi-k3.activation.situ_beta", NULL, "kimi-k3.activation.situ_beta"},
+        {"kimi-k3.attn_res.block_size", NULL, "kimi-k3.attn_res.block_size"},
+        {"kimi-k3.attention.head_count_kv", NULL, "kimi-k3.attention.head_count_kv"},
+        {"kimi-k3.attention.key_length_mla", NULL, "key_length_mla"},
+        {NULL, "blk.2.ssm_f_a.weight", "blk.2.ssm_f_a.weight"},
+        {NULL, "blk.0.ssm_conv1d_k.weight", "blk.0.ssm_conv1d_k.weight"},
+        {NULL, "blk.1.ffn_routed_up.weight", "blk.1.ffn_routed_up.weight"},
+        {NULL, "output_res_score.weight", "output_res_score.weight"},
+        {NULL, "blk.3.attn_res_score.weight", "blk.3.attn_res_score.weight"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        s_without(path, bad, cases[i].key, cases[i].tensor);
+        coli_model *m = NULL;
+        cr_expect_lt(coli_model_load(bad, NULL, &m), 0, "case %zu loaded", i);
+        cr_expect(strstr(coli_last_error(), cases[i].want) && !strchr(coli_last_error(), '\n'), "case %zu: %s", i,
+                  coli_last_error());
+        coli_model_free(&m);
+    }
+    /* an inconsistent width: the tensors say which */
+    s_with_u32(path, bad, "kimi-k3.expert_latent_length", 32);
+    coli_model *m = NULL;
+    cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
+    cr_expect(strstr(coli_last_error(), "blk.1.ffn_gate_exps.weight"), "%s", coli_last_error());
     unlink(bad);
 }
