@@ -28,7 +28,7 @@
 #include "core/error.h"
 
 struct fwd_kimi {
-    float *stack;      /* (max_ckpt, B, E) banked residual streams */
+    float *stack; /* (max_ckpt, B, E) banked residual streams */
     int n_ckpt, max_ckpt;
     float *mix;        /* (B, E) the current sub-block's input */
     float *scores;     /* (max_ckpt + 1) one row's scores, then weights */
