@@ -28,6 +28,7 @@
 #include "colibri.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
+#include "tests/cli_run.h"
 #include "tests/greedy_run.h"
 #include "tests/ref_models.h"
 
@@ -469,4 +470,46 @@ Test(hybrid, kimi_k3_bad_files_are_refused) {
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "blk.1.ffn_gate_exps.weight"), "%s", coli_last_error());
     unlink(bad);
+}
+
+/* coli ARGS on the tiny kimi-k3 with --inproc and with two workers: exit 0
+ * and the same stdout both times (returned, caller frees). */
+static char *s_kimi_cli(const char *cmd, const char *a1, const char *a2, const char *a3, const char *a4) {
+    llama_ref r;
+    char path[4096], coli[4200];
+    s_read_ref("kimi-k3", &r);
+    s_model("kimi-k3", &r, path, sizeof path);
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    char *outs[2];
+    const char *dev[2] = {"inproc", "cpu:2"};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {coli,           (char *)cmd, "-m",       path,       "-t",       "2", "--devices",
+                        (char *)dev[i], (char *)a1,  (char *)a2, (char *)a3, (char *)a4, NULL};
+        cli_result res = cli_run(argv);
+        cr_assert_eq(res.status, 0, "coli %s --devices %s: %s", cmd, dev[i], res.err);
+        outs[i] = res.out;
+        free(res.err);
+    }
+    cr_expect_str_eq(outs[0], outs[1], "coli %s: workers and in-process differ", cmd);
+    free(outs[1]);
+    return outs[0];
+}
+
+/* coli run and coli perplexity (windows of 64: each starts from a zero
+ * KDA state) give the same output in-process and with workers. */
+Test(hybrid, kimi_k3_cli_run_and_perplexity) {
+    char *out = s_kimi_cli("run", "-p", "once upon a time the river ran past the mill", "-n", "24");
+    cr_expect_gt(strlen(out), 24, "coli run printed: %s", out);
+    free(out);
+    char text[4096];
+    snprintf(text, sizeof text, "%s/kimi-ppl-%d.txt", s_build(), (int)getpid());
+    FILE *f = fopen(text, "w");
+    cr_assert(f);
+    for (int i = 0; i < 12; i++) fprintf(f, "once upon a time the river runs past the mill and the miller sings.\n");
+    fclose(f);
+    out = s_kimi_cli("perplexity", "-f", text, "--ctx", "64");
+    double ppl = 0.0;
+    cr_expect(sscanf(out, "perplexity: %lf", &ppl) == 1 && isfinite(ppl) && ppl > 1.0, "coli perplexity: %s", out);
+    free(out);
+    unlink(text);
 }
