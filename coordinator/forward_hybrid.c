@@ -76,14 +76,14 @@ size_t forward_gdn_floats(const model_hparams *hp, int max_batch, int n_workers)
     const gdn_dims d = s_dims(hp);
     const size_t B = (size_t)max_batch;
     return B * (2 * (size_t)d.cd + 2 * (size_t)d.value + 3 * (size_t)d.HV + (size_t)d.HV * (size_t)d.gw) +
-           (hp->kda ? B * (size_t)d.D : 0) + (size_t)n_workers * s_chunk_floats(d.D, d.gw);
+           (hp->kda ? 2 * B * (size_t)d.D : 0) + (size_t)n_workers * s_chunk_floats(d.D, d.gw);
 }
 
 /* The per-batch buffers inside s->gdn. */
 typedef struct gdn_bufs {
     float *mix, *conv, *z, *o; /* (B, cd), (B, cd), (B, value), (B, value) */
     float *braw, *beta, *g;    /* (B, 2 HV): raw beta | alpha; (B, HV); (B, HV gw) */
-    float *fa;                 /* KDA: (B, D) ssm_f_a x */
+    float *fa, *ga;            /* KDA: (B, D) ssm_f_a x, kimi-linear's ssm_g_a x */
     float *scratch;            /* n_workers chunk scratches */
 } gdn_bufs;
 
@@ -98,7 +98,8 @@ static gdn_bufs s_bufs(const forward_state *s, const gdn_dims *d) {
     b.beta = b.braw + B * 2 * (size_t)d->HV;
     b.g = b.beta + B * (size_t)d->HV;
     b.fa = b.g + B * (size_t)d->HV * (size_t)d->gw;
-    b.scratch = b.fa + (d->gw > 1 ? B * (size_t)d->D : 0);
+    b.ga = b.fa + (d->gw > 1 ? B * (size_t)d->D : 0);
+    b.scratch = b.ga + (d->gw > 1 ? B * (size_t)d->D : 0);
     return b;
 }
 
@@ -114,11 +115,14 @@ static float s_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 static int s_project_kda(forward_state *s, const layer_weights *l, const gdn_dims *d, const gdn_bufs *b, int n) {
     const size_t DI = (size_t)d->value, N = (size_t)n;
     float *q = b->conv, *k = q + N * DI, *v = k + N * DI;
+    /* the gate: K3's ssm_g x, kimi-linear's ssm_g_b (ssm_g_a x) */
+    const coli_matmul_op gate = l->wg_a ? fwd_op_of(l->wg_a, s->xb, n, b->ga) : fwd_op_of(l->wz, s->xb, n, b->z);
     const coli_matmul_op ops[6] = {fwd_op_of(l->wq, s->xb, n, q),          fwd_op_of(l->wk, s->xb, n, k),
-                                   fwd_op_of(l->wv, s->xb, n, v),          fwd_op_of(l->wz, s->xb, n, b->z),
+                                   fwd_op_of(l->wv, s->xb, n, v),          gate,
                                    fwd_op_of(l->wbeta, s->xb, n, b->beta), fwd_op_of(l->wf_a, s->xb, n, b->fa)};
     int rc = coli_matmul_many(s->pool, &s->scratch, ops, 6);
     if (rc < 0 || (rc = fwd_matmul(s, l->wf_b, b->fa, n, b->g)) < 0) return rc;
+    if (l->wg_a && (rc = fwd_matmul(s, l->wz, b->ga, n, b->z)) < 0) return rc;
     for (size_t t = 0; t < N; t++) {
         float *r = b->mix + t * (size_t)d->cd;
         memcpy(r, q + t * DI, DI * sizeof(float));

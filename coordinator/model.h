@@ -47,6 +47,8 @@
  *              and latent attention without rope and with an output gate,
  *              experts at a reduced (latent) width, the situ activation,
  *              cross-layer residual attention (forward_kimi.c).
+ *   kimi-linear - Kimi-Linear: the same KDA and rope-less latent attention
+ *              layers with a low-rank KDA output gate, a plain SwiGLU MoE.
  * Rope scaling (none / linear / yarn) is read for every architecture.
  */
 #ifndef COLI_COORD_MODEL_H
@@ -74,7 +76,8 @@ typedef enum model_arch {
     ARCH_QWEN3NEXT,
     ARCH_QWEN35MOE,
     ARCH_LLAMA4,
-    ARCH_KIMI_K3, /* KDA + MLA hybrid, latent MoE, situ, attention residuals (model_kimi.c) */
+    ARCH_KIMI_K3,     /* KDA + MLA hybrid, latent MoE, situ, attention residuals (model_kimi.c) */
+    ARCH_KIMI_LINEAR, /* KDA + MLA hybrid, plain MoE (model_kimi.c) */
 } model_arch;
 
 typedef enum expert_gating {
@@ -200,6 +203,8 @@ typedef struct layer_weights {
      * (d_inner), wz: ssm_g, ssm_norm and ssm_out as above) and its other tensors */
     const coli_tensor *conv_q, *conv_k, *conv_v; /* ssm_conv1d_q/k/v (conv_kernel, 1, d_inner) F32 */
     const coli_tensor *wf_a, *wf_b;              /* ssm_f_a (n_embd, head_dim), ssm_f_b (head_dim, d_inner) */
+    const coli_tensor *wg_a;                     /* kimi-linear ssm_g_a (n_embd, head_dim); wz is then
+                                                    ssm_g_b (head_dim, d_inner); K3: NULL */
     const coli_tensor *mla_gate;                 /* attn_gate (n_embd, n_head * head_dim_v_mla): sigmoid
                                                     gate of the latent attention's output */
     const coli_tensor *attn_res, *ffn_res;       /* attn_res_score, ffn_res_score (n_embd) F32 */
@@ -241,7 +246,12 @@ void model_close(model **m);
 /* 1 for the families with deepseek2's multi-head latent attention. */
 static inline int model_is_mla(const model_hparams *hp) {
     return hp->arch == ARCH_DEEPSEEK2 || hp->arch == ARCH_DEEPSEEK32 || hp->arch == ARCH_GLM_DSA ||
-           hp->arch == ARCH_KIMI_K3;
+           hp->arch == ARCH_KIMI_K3 || hp->arch == ARCH_KIMI_LINEAR;
+}
+
+/* 1 for the Kimi hybrids (Kimi Delta Attention + latent attention). */
+static inline int model_is_kimi(const model_hparams *hp) {
+    return hp->arch == ARCH_KIMI_K3 || hp->arch == ARCH_KIMI_LINEAR;
 }
 
 /* q_dim = n_head * head_dim (queries), k_dim = n_head_kv * head_dim (keys

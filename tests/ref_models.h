@@ -95,7 +95,7 @@ static inline void s_ref_model(const char *file, char *out, size_t cap) {
 }
 
 /* $COLI_BUILD/ref/tiny-ARCH-f32.gguf of tests/gen_qwen3next.py (qwen3next,
- * qwen35moe) or tests/gen_kimi.py (kimi-k3), generated on first use. */
+ * qwen35moe) or tests/gen_kimi.py (kimi-k3, kimi-linear), generated on first use. */
 static inline void s_hybrid_model(const char *arch, char *out, size_t cap) {
     char dir[4096], file[64], cmd[9000];
     s_require_shared();
@@ -103,7 +103,7 @@ static inline void s_hybrid_model(const char *arch, char *out, size_t cap) {
     int fd = s_lock_dir("ref", file, dir, sizeof dir, out, cap);
     if (!s_exists(out)) {
         const char *py = s_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-        const char *gen = strcmp(arch, "kimi-k3") ? "gen_qwen3next.py" : "gen_kimi.py";
+        const char *gen = strncmp(arch, "kimi", 4) ? "gen_qwen3next.py" : "gen_kimi.py";
         snprintf(cmd, sizeof cmd, "COLI_SHARED='%s' %s tests/%s %s '%s'", s_shared(), py, gen, arch, out);
         s_run_or_fail(cmd);
     }

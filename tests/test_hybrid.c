@@ -149,6 +149,7 @@ TestSuite(hybrid, .timeout = 240);
 Test(hybrid, qwen3next_f32_rule) { s_f32_rule("qwen3next"); }
 Test(hybrid, qwen35moe_f32_rule) { s_f32_rule("qwen35moe"); }
 Test(hybrid, kimi_k3_f32_rule) { s_f32_rule("kimi-k3"); }
+Test(hybrid, kimi_linear_f32_rule) { s_f32_rule("kimi-linear"); }
 
 static void s_workers_bytes(const char *arch) {
     llama_ref r;
@@ -171,6 +172,7 @@ static void s_workers_bytes(const char *arch) {
 Test(hybrid, workers_give_inproc_bytes) { s_workers_bytes("qwen35moe"); }
 /* kimi-k3: the workers run plain situ experts over the latent width */
 Test(hybrid, kimi_k3_workers_give_inproc_bytes) { s_workers_bytes("kimi-k3"); }
+Test(hybrid, kimi_linear_workers_give_inproc_bytes) { s_workers_bytes("kimi-linear"); }
 
 /* A worker that crashes mid-prefill: its experts fall back, no byte changes. */
 Test(hybrid, worker_crash_changes_no_byte) {
@@ -462,6 +464,19 @@ Test(hybrid, kimi_k3_bad_files_are_refused) {
         cr_expect_lt(coli_model_load(bad, NULL, &m), 0, "case %zu loaded", i);
         cr_expect(strstr(coli_last_error(), cases[i].want) && !strchr(coli_last_error(), '\n'), "case %zu: %s", i,
                   coli_last_error());
+        coli_model_free(&m);
+    }
+    /* kimi-linear: its low-rank gate, its padded ssm_a, its gating key */
+    char lin[4096];
+    s_read_ref("kimi-linear", &r);
+    s_model("kimi-linear", &r, lin, sizeof lin);
+    const char *const lin_tensors[] = {"blk.0.ssm_g_a.weight", "blk.2.ssm_g_b.weight", "blk.2.ssm_a"};
+    for (size_t i = 0; i < 4; i++) {
+        s_without(lin, bad, i < 3 ? NULL : "kimi-linear.expert_gating_func", i < 3 ? lin_tensors[i] : NULL);
+        coli_model *m = NULL;
+        cr_expect_lt(coli_model_load(bad, NULL, &m), 0, "kimi-linear case %zu loaded", i);
+        cr_expect(strstr(coli_last_error(), i < 3 ? lin_tensors[i] : "kimi-linear.expert_gating_func"),
+                  "kimi-linear case %zu: %s", i, coli_last_error());
         coli_model_free(&m);
     }
     /* an inconsistent width: the tensors say which */
