@@ -365,11 +365,18 @@ static void s_delta_chunk(float *S, const head_rows *r, int L, int D, float *sc)
     }
 }
 
-/* sum_k a[k] b[k] exp(Gi[k] - Gj[k]): KDA's decayed dot product. */
-static float s_decay_dot(const float *a, const float *b, const float *Gi, const float *Gj, int D) {
-    float sum = 0.0f;
-    for (int k = 0; k < D; k++) sum += a[k] * b[k] * expf(Gi[k] - Gj[k]);
-    return sum;
+/* KDA's decayed dot products of rows i and j <= i, sharing the D exps:
+ * *kk = sum_k k_i k_j e^(G_i - G_j), *qk = the same with q_i. */
+static void s_decay_dots(const float *ki, const float *qi, const float *kj, const float *Gi, const float *Gj, int D,
+                         float *kk, float *qk) {
+    float a = 0.0f, b = 0.0f;
+    for (int k = 0; k < D; k++) {
+        const float e = expf(Gi[k] - Gj[k]) * kj[k];
+        a += ki[k] * e;
+        b += qi[k] * e;
+    }
+    *kk = a;
+    *qk = b;
 }
 
 /* s_delta_chunk with a decay per key channel (KDA): G_i, exp(G_i - G_j)
@@ -382,13 +389,18 @@ static void s_kda_chunk(float *S, const head_rows *r, int L, int D, float *sc) {
     for (int i = 0; i < L; i++)
         for (int k = 0; k < D; k++)
             G[(size_t)i * D + k] = (i ? G[(size_t)(i - 1) * D + k] : 0.0f) + r->g[(size_t)i * r->gs + k];
-    /* T = (I - A)^-1, A[i][j] = -beta_i sum_k k_i k_j exp(G_i - G_j) */
+    /* T = (I - A)^-1, A[i][j] = -beta_i sum_k k_i k_j exp(G_i - G_j); QK[i][j] the same
+     * with q_i (j <= i); KG holds exp(G) until the state update */
     for (int i = 0; i < L; i++) {
-        const float bi = r->beta[(size_t)i * r->hv];
-        for (int j = 0; j < i; j++)
-            T[(size_t)i * C + j] =
-                -bi * s_decay_dot(ROW(r->k, i, r->cd), ROW(r->k, j, r->cd), G + (size_t)i * D, G + (size_t)j * D, D);
+        const float bi = r->beta[(size_t)i * r->hv], *Gi = G + (size_t)i * D;
+        for (int j = 0; j <= i; j++) {
+            float kk;
+            s_decay_dots(ROW(r->k, i, r->cd), ROW(r->q, i, r->cd), ROW(r->k, j, r->cd), Gi, G + (size_t)j * D, D, &kk,
+                         QK + (size_t)i * C + j);
+            if (j < i) T[(size_t)i * C + j] = -bi * kk;
+        }
         s_wy_row(T, i);
+        for (int k = 0; k < D; k++) KG[(size_t)i * D + k] = expf(Gi[k]);
     }
     /* u = T (beta v), w = T (beta exp(G) k) */
     for (int i = 0; i < L; i++) {
@@ -398,19 +410,17 @@ static void s_kda_chunk(float *S, const head_rows *r, int L, int D, float *sc) {
         for (int j = 0; j <= i; j++) {
             const float tu = T[(size_t)i * C + j] * r->beta[(size_t)j * r->hv], *kj = ROW(r->k, j, r->cd);
             attn_axpy_f32(u, tu, ROW(r->v, j, r->cd), D);
-            for (int k = 0; k < D; k++) w[k] += tu * expf(G[(size_t)j * D + k]) * kj[k];
+            for (int k = 0; k < D; k++) w[k] += tu * KG[(size_t)j * D + k] * kj[k];
         }
     }
     /* v_new = u - w S^T; o_i = S (exp(G_i) q_i) + sum_{j<=i} (q_i . k_j)_{G_i - G_j} v_new_j */
     for (int i = 0; i < L; i++) {
-        const float *qi = ROW(r->q, i, r->cd), *Gi = G + (size_t)i * D;
+        const float *qi = ROW(r->q, i, r->cd);
         float *vn = VN + (size_t)i * D, *oi = ROW(r->o, i, r->vd);
         s_matvec(S, D, D, W + (size_t)i * D, D, vn);
         for (int v = 0; v < D; v++) vn[v] = U[(size_t)i * D + v] - vn[v];
-        for (int k = 0; k < D; k++) e[k] = expf(Gi[k]) * qi[k];
+        for (int k = 0; k < D; k++) e[k] = KG[(size_t)i * D + k] * qi[k];
         s_matvec(S, D, D, e, D, oi);
-        for (int j = 0; j <= i; j++)
-            QK[(size_t)i * C + j] = s_decay_dot(qi, ROW(r->k, j, r->cd), Gi, G + (size_t)j * D, D);
     }
     for (int i = 0; i < L; i++) {
         float *oi = ROW(r->o, i, r->vd);
