@@ -72,11 +72,13 @@ static int s_read_k3(const gguf_file *f, model_hparams *hp) {
         (rc = s_req_f32(f, hp, "activation.situ_beta", &hp->situ_beta)) < 0 ||
         (rc = s_req_f32(f, hp, "activation.situ_linear_beta", &hp->situ_linear_beta)) < 0)
         return rc;
-    if (!(hp->situ_beta > 0.0f))
-        return coli_fail(COLI_EFORMAT, "%s: activation.situ_beta %g: expected > 0", hp->arch_name,
-                         (double)hp->situ_beta);
+    if (!(hp->situ_beta > 0.0f) || !isfinite(hp->situ_beta) || !isfinite(hp->situ_linear_beta))
+        return coli_fail(COLI_EFORMAT, "%s: activation.situ_beta %g / situ_linear_beta %g: expected finite, beta > 0",
+                         hp->arch_name, (double)hp->situ_beta, (double)hp->situ_linear_beta);
     snprintf(key, sizeof key, "%s.kda.gate_lower_bound", hp->arch_name);
     if (gguf_find_key(f, key) >= 0 && (rc = gguf_get_f32(f, key, &hp->kda_gate_lb)) < 0) return rc;
+    if (isnan(hp->kda_gate_lb) || hp->kda_gate_lb == INFINITY)
+        return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected a finite number", key, (double)hp->kda_gate_lb);
     hp->attn_res_bs = (int)bs;
     hp->n_embd_latent = (int)latent;
     return 0;

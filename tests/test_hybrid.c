@@ -369,13 +369,13 @@ Test(hybrid, state_memory_reported) {
     coli_model_free(&m);
 }
 
-/* A copy of src with one u32 key changed. */
-static void s_with_u32(const char *src, const char *dst, const char *key, uint32_t v) {
+/* A copy of src with one u32 (f32: F32) key changed. */
+static void s_with_num(const char *src, const char *dst, const char *key, double v, int f32) {
     gguf_file *f = NULL;
     cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
     gguf_writer *w = gguf_writer_new();
     for (int64_t i = 0; i < gguf_n_kv(f); i++) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
-    cr_assert_eq(gguf_writer_set_u32(w, key, v), 0);
+    cr_assert_eq(f32 ? gguf_writer_set_f32(w, key, (float)v) : gguf_writer_set_u32(w, key, (uint32_t)v), 0);
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const coli_tensor *t = gguf_tensor(f, i);
         cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
@@ -391,12 +391,12 @@ Test(hybrid, inconsistent_ssm_keys_are_refused) {
     s_read_ref("qwen3next", &r);
     s_model("qwen3next", &r, path, sizeof path);
     snprintf(bad, sizeof bad, "%s/hybrid-bad-%d.gguf", s_build(), (int)getpid());
-    s_with_u32(path, bad, "qwen3next.ssm.group_count", 3);
+    s_with_num(path, bad, "qwen3next.ssm.group_count", 3, 0);
     coli_model *m = NULL;
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "ssm.group_count 3") && !strchr(coli_last_error(), '\n'), "%s",
               coli_last_error());
-    s_with_u32(path, bad, "qwen3next.ssm.state_size", 8);
+    s_with_num(path, bad, "qwen3next.ssm.state_size", 8, 0);
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "ssm.state_size 8"), "%s", coli_last_error());
     unlink(bad);
@@ -480,10 +480,17 @@ Test(hybrid, kimi_k3_bad_files_are_refused) {
         coli_model_free(&m);
     }
     /* an inconsistent width: the tensors say which */
-    s_with_u32(path, bad, "kimi-k3.expert_latent_length", 32);
+    s_with_num(path, bad, "kimi-k3.expert_latent_length", 32, 0);
     coli_model *m = NULL;
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "blk.1.ffn_gate_exps.weight"), "%s", coli_last_error());
+    /* hostile values */
+    s_with_num(path, bad, "kimi-k3.activation.situ_beta", -1.0, 1);
+    cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
+    cr_expect(strstr(coli_last_error(), "situ_beta -1"), "%s", coli_last_error());
+    s_with_num(path, bad, "kimi-k3.kda.gate_lower_bound", NAN, 1);
+    cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
+    cr_expect(strstr(coli_last_error(), "kimi-k3.kda.gate_lower_bound"), "%s", coli_last_error());
     unlink(bad);
 }
 
