@@ -8,7 +8,10 @@
  *   recurrence) gives every recorded logit within 1e-3 of llama.cpp's, the
  *   same argmax at every position;
  * - token-by-token decode (the recurrent form) gives the same within the
- *   rule, against llama.cpp and against the prefill;
+ *   rule, against llama.cpp and against the prefill; greedy decoding after
+ *   the 80 ids gives llama.cpp's 8 tokens;
+ * - the same for kimi-k3 and kimi-linear (tests/gen_kimi.py; KDA + MLA),
+ *   with coli run / coli perplexity, and their bad files refused;
  * - workers (cpu:2) give the in-process bytes, also when one crashes;
  * - continuous batching gives each sequence the tokens and logits bits it
  *   gets alone; the prefix cache restores a snapshot whose continuation has
@@ -43,6 +46,8 @@ typedef struct llama_ref {
     int32_t ids[MAX_POS];          /* the teacher-forced ids */
     int32_t top_id[MAX_POS][TOP];  /* llama.cpp's 10 largest logits per position */
     float top_logit[MAX_POS][TOP]; /* and their values */
+    int32_t gen[8];                /* its greedy continuation */
+    int n_gen;
 } llama_ref;
 
 static void s_read_ref(const char *arch, llama_ref *r) {
@@ -55,6 +60,8 @@ static void s_read_ref(const char *arch, llama_ref *r) {
         char *p = line;
         int pos, used;
         if (sscanf(line, "sha256 %64s", r->sha) == 1) continue;
+        if (strncmp(line, "gen:", 4) == 0)
+            for (p += 4; r->n_gen < 8 && sscanf(p, "%d%n", &r->gen[r->n_gen], &used) == 1; p += used) r->n_gen++;
         if (strncmp(line, "ids:", 4) == 0) {
             for (p += 4; r->n < MAX_POS && sscanf(p, "%d%n", &r->ids[r->n], &used) == 1; p += used) r->n++;
         } else if (sscanf(line, "pos %d:%n", &pos, &used) == 1 && pos >= 0 && pos < MAX_POS) {
@@ -139,6 +146,14 @@ static void s_f32_rule(const char *arch) {
     for (size_t i = 0; i < (size_t)r.n * (size_t)V; i++) both = fmax(both, fabs((double)pre[i] - dec[i]));
     cr_expect_leq(both, 1e-3, "chunked prefill vs token by token: %.3g", both);
     cr_log_info("%s: max delta vs llama.cpp: prefill %.2e, decode %.2e; prefill vs decode %.2e", arch, wp, wd, both);
+    /* greedy after the prompt: llama.cpp's tokens */
+    gen_run g = {.prompt = r.ids, .n_prompt = r.n};
+    cr_assert_eq(coli_context_new(m, NULL, &g.ctx), 0);
+    s_generate(&g);
+    cr_expect_eq(g.rc, 0, "%s", coli_last_error());
+    for (int i = 0; i < r.n_gen && i < g.n_out; i++)
+        cr_expect_eq(g.out[i], r.gen[i], "greedy step %d: %d, llama.cpp %d", i, g.out[i], r.gen[i]);
+    coli_context_free(&g.ctx);
     free(pre);
     free(dec);
     coli_model_free(&m);
