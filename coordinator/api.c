@@ -129,7 +129,7 @@ static int s_start_experts(coli_model *cm, const char *path, const coli_model_pa
         .n_layer = hp->n_layer,
         .n_expert = hp->n_expert,
         .n_expert_used = hp->n_expert_used,
-        .n_embd = hp->n_embd,
+        .n_embd = hp->n_embd_latent ? hp->n_embd_latent : hp->n_embd, /* kimi-k3: the experts' latent width */
         .n_ff = hp->n_ff_exp,
         .devices = p->devices,
         .n_threads = cm->n_threads,

@@ -1,7 +1,7 @@
 /*
  * model_impl.h - what model.c shares with the loaders of single families
  * (model_glm4moe.c, model_minimax_m2.c, model_gptoss.c, model_dsa.c,
- * model_hybrid.c, model_llama4.c); not part of the engine's interface.
+ * model_hybrid.c, model_llama4.c, model_kimi.c); not part of the engine's interface.
  */
 #ifndef COLI_COORD_MODEL_IMPL_H
 #define COLI_COORD_MODEL_IMPL_H
@@ -24,6 +24,9 @@ int model_blk(const gguf_file *f, int il, const char *suffix, int n_dims, int64_
 
 /* The dense gated FFN blk.il.ffn_{gate,up,down}<suffix>.weight, width F. */
 int model_blk_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int64_t F, expert_weights *out);
+
+/* deepseek2's latent attention tensors of blk.il (q, the latent, attn_output). */
+int model_blk_mla(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 
 /* The router and the routed experts of blk.il (plus what the family's own
  * branch of model.c loads with them). */
@@ -93,5 +96,14 @@ int model_hybrid_read(const gguf_file *f, model *m);
 int model_hybrid_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 /* 1 for the hybrid architectures. */
 int model_is_hybrid(const model_hparams *hp);
+
+/* kimi-k3 (model_kimi.c): attention.head_count_kv's list (recurrent, when
+ * not NULL: 1 for each KDA layer; n_head_kv becomes 1); the family's keys
+ * after the deepseek2 ones were read; the KDA flags and output_res_score;
+ * one block's tensors. */
+int kimi_head_count_kv(const gguf_file *f, model_hparams *hp, uint8_t *recurrent);
+int kimi_read_hparams(const gguf_file *f, model_hparams *hp);
+int kimi_read_layers(const gguf_file *f, model *m);
+int kimi_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 
 #endif

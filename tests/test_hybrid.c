@@ -8,7 +8,10 @@
  *   recurrence) gives every recorded logit within 1e-3 of llama.cpp's, the
  *   same argmax at every position;
  * - token-by-token decode (the recurrent form) gives the same within the
- *   rule, against llama.cpp and against the prefill;
+ *   rule, against llama.cpp and against the prefill; greedy decoding after
+ *   the 80 ids gives llama.cpp's 8 tokens;
+ * - the same for kimi-k3 and kimi-linear (tests/gen_kimi.py; KDA + MLA),
+ *   with coli run / coli perplexity, and their bad files refused;
  * - workers (cpu:2) give the in-process bytes, also when one crashes;
  * - continuous batching gives each sequence the tokens and logits bits it
  *   gets alone; the prefix cache restores a snapshot whose continuation has
@@ -29,6 +32,7 @@
 #include "coordinator/model.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
+#include "tests/cli_run.h"
 #include "tests/greedy_run.h"
 #include "tests/ref_models.h"
 
@@ -43,6 +47,8 @@ typedef struct llama_ref {
     int32_t ids[MAX_POS];          /* the teacher-forced ids */
     int32_t top_id[MAX_POS][TOP];  /* llama.cpp's 10 largest logits per position */
     float top_logit[MAX_POS][TOP]; /* and their values */
+    int32_t gen[8];                /* its greedy continuation */
+    int n_gen;
 } llama_ref;
 
 /* tests/fixtures/tiny-ARCH-llama-logits{,-kv16}.txt: llama.cpp's F32- or F16-KV run. */
@@ -56,6 +62,8 @@ static void s_read_ref_kv(const char *arch, int kv_f16, llama_ref *r) {
         char *p = line;
         int pos, used;
         if (sscanf(line, "sha256 %64s", r->sha) == 1) continue;
+        if (strncmp(line, "gen:", 4) == 0)
+            for (p += 4; r->n_gen < 8 && sscanf(p, "%d%n", &r->gen[r->n_gen], &used) == 1; p += used) r->n_gen++;
         if (strncmp(line, "ids:", 4) == 0) {
             for (p += 4; r->n < MAX_POS && sscanf(p, "%d%n", &r->ids[r->n], &used) == 1; p += used) r->n++;
         } else if (sscanf(line, "pos %d:%n", &pos, &used) == 1 && pos >= 0 && pos < MAX_POS) {
@@ -152,6 +160,14 @@ static void s_f32_rule(const char *arch) {
     for (size_t i = 0; i < (size_t)r.n * (size_t)V; i++) both = fmax(both, fabs((double)pre[i] - dec[i]));
     cr_expect_leq(both, 1e-3, "chunked prefill vs token by token: %.3g", both);
     cr_log_info("%s: max delta vs llama.cpp: prefill %.2e, decode %.2e; prefill vs decode %.2e", arch, wp, wd, both);
+    /* greedy after the prompt: llama.cpp's tokens */
+    gen_run g = {.prompt = r.ids, .n_prompt = r.n};
+    cr_assert_eq(coli_context_new(m, NULL, &g.ctx), 0);
+    s_generate(&g);
+    cr_expect_eq(g.rc, 0, "%s", coli_last_error());
+    for (int i = 0; i < r.n_gen && i < g.n_out; i++)
+        cr_expect_eq(g.out[i], r.gen[i], "greedy step %d: %d, llama.cpp %d", i, g.out[i], r.gen[i]);
+    coli_context_free(&g.ctx);
     free(pre);
     free(dec);
     coli_model_free(&m);
@@ -182,11 +198,14 @@ Test(hybrid, qwen35moe_f32_rule) { s_f32_rule("qwen35moe"); }
 Test(hybrid, qwen3next_f16_rule) { s_f16_rule("qwen3next"); }
 Test(hybrid, qwen35moe_f16_rule) { s_f16_rule("qwen35moe"); }
 
-Test(hybrid, workers_give_inproc_bytes) {
+Test(hybrid, kimi_k3_f32_rule) { s_f32_rule("kimi-k3"); }
+Test(hybrid, kimi_linear_f32_rule) { s_f32_rule("kimi-linear"); }
+
+static void s_workers_bytes(const char *arch) {
     llama_ref r;
     char path[4096];
-    s_read_ref("qwen35moe", &r);
-    s_model("qwen35moe", &r, path, sizeof path);
+    s_read_ref(arch, &r);
+    s_model(arch, &r, path, sizeof path);
     coli_model *a = s_load(path, "inproc"), *b = s_load(path, "cpu:2");
     const size_t bytes = (size_t)r.n * (size_t)s_vocab(a) * sizeof(float);
     float *la = s_logits(a, &r, 0), *lb = s_logits(b, &r, 0), *da = s_logits(a, &r, 1), *db = s_logits(b, &r, 1);
@@ -199,6 +218,11 @@ Test(hybrid, workers_give_inproc_bytes) {
     coli_model_free(&a);
     coli_model_free(&b);
 }
+
+Test(hybrid, workers_give_inproc_bytes) { s_workers_bytes("qwen35moe"); }
+/* kimi-k3: the workers run plain situ experts over the latent width */
+Test(hybrid, kimi_k3_workers_give_inproc_bytes) { s_workers_bytes("kimi-k3"); }
+Test(hybrid, kimi_linear_workers_give_inproc_bytes) { s_workers_bytes("kimi-linear"); }
 
 /* A worker that crashes mid-prefill: its experts fall back, no byte changes. */
 Test(hybrid, worker_crash_changes_no_byte) {
@@ -235,11 +259,11 @@ enum {
     SEQS = 3
 };
 
-Test(hybrid, batched_equals_alone) {
+static void s_batched_equals_alone(const char *arch) {
     llama_ref r;
     char path[4096];
-    s_read_ref("qwen3next", &r);
-    s_model("qwen3next", &r, path, sizeof path);
+    s_read_ref(arch, &r);
+    s_model(arch, &r, path, sizeof path);
     coli_model *m = s_load(path, "inproc");
     coli_batch *b = NULL;
     gen_run alone[SEQS], together[SEQS];
@@ -270,14 +294,17 @@ Test(hybrid, batched_equals_alone) {
     coli_model_free(&m);
 }
 
+Test(hybrid, batched_equals_alone) { s_batched_equals_alone("qwen3next"); }
+Test(hybrid, kimi_k3_batched_equals_alone) { s_batched_equals_alone("kimi-k3"); }
+
 /* Turn 1 evaluates 100 ids (a snapshot at 64); turn 2 (the same 100 + 50)
  * restores 64 positions; its logits are the bits of a cold prefill. Then
  * answers forked from a cached prompt equal a cold one's. */
-Test(hybrid, prefix_cache_restores_snapshots_exactly) {
+static void s_prefix_cache(const char *arch) {
     llama_ref r;
     char path[4096];
-    s_read_ref("qwen35moe", &r);
-    s_model("qwen35moe", &r, path, sizeof path);
+    s_read_ref(arch, &r);
+    s_model(arch, &r, path, sizeof path);
     coli_model *m = s_load(path, "inproc");
     const int V = s_vocab(m);
     int32_t ids[150];
@@ -320,6 +347,9 @@ Test(hybrid, prefix_cache_restores_snapshots_exactly) {
     free(warm);
     free(cold);
 }
+
+Test(hybrid, prefix_cache_restores_snapshots_exactly) { s_prefix_cache("qwen35moe"); }
+Test(hybrid, kimi_k3_prefix_cache_restores_snapshots_exactly) { s_prefix_cache("kimi-k3"); }
 
 Test(hybrid, full_context_stops_generation) {
     llama_ref r;
@@ -389,14 +419,14 @@ Test(hybrid, state_memory_reported) {
     coli_model_free(&m);
 }
 
-/* A copy of src with one u32 key changed (key NULL: none) and the first two
- * dims of one tensor swapped (swap NULL: none). */
-static void s_edited(const char *src, const char *dst, const char *key, uint32_t v, const char *swap) {
+/* A copy of src with one u32 (f32: F32) key changed (key NULL: none) and
+ * the first two dims of one tensor swapped (swap NULL: none). */
+static void s_edited(const char *src, const char *dst, const char *key, double v, int f32, const char *swap) {
     gguf_file *f = NULL;
     cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
     gguf_writer *w = gguf_writer_new();
     for (int64_t i = 0; i < gguf_n_kv(f); i++) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
-    if (key) cr_assert_eq(gguf_writer_set_u32(w, key, v), 0);
+    if (key) cr_assert_eq(f32 ? gguf_writer_set_f32(w, key, (float)v) : gguf_writer_set_u32(w, key, (uint32_t)v), 0);
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const coli_tensor *t = gguf_tensor(f, i);
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
@@ -414,12 +444,12 @@ Test(hybrid, inconsistent_ssm_keys_are_refused) {
     s_read_ref("qwen3next", &r);
     s_model("qwen3next", &r, path, sizeof path);
     snprintf(bad, sizeof bad, "%s/hybrid-bad-%d.gguf", s_build(), (int)getpid());
-    s_edited(path, bad, "qwen3next.ssm.group_count", 3, NULL);
+    s_edited(path, bad, "qwen3next.ssm.group_count", 3, 0, NULL);
     coli_model *m = NULL;
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "ssm.group_count 3") && !strchr(coli_last_error(), '\n'), "%s",
               coli_last_error());
-    s_edited(path, bad, "qwen3next.ssm.state_size", 8, NULL);
+    s_edited(path, bad, "qwen3next.ssm.state_size", 8, 0, NULL);
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "ssm.state_size 8"), "%s", coli_last_error());
     unlink(bad);
@@ -471,7 +501,7 @@ Test(hybrid, mtp_block_wrong_shape_refused) {
     s_hybrid_model_mtp("qwen35moe", 1, mtp, sizeof mtp);
     snprintf(bad, sizeof bad, "%s/hybrid-mtp-bad-%d.gguf", s_build(), (int)getpid());
     for (size_t i = 0; i < sizeof bad_tensors / sizeof bad_tensors[0]; i++) {
-        s_edited(mtp, bad, NULL, 0, bad_tensors[i]);
+        s_edited(mtp, bad, NULL, 0, 0, bad_tensors[i]);
         coli_model *m = NULL;
         cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT, "%s", bad_tensors[i]);
         cr_expect(strstr(coli_last_error(), bad_tensors[i]) && !strchr(coli_last_error(), '\n'), "%s: %s",
@@ -479,4 +509,138 @@ Test(hybrid, mtp_block_wrong_shape_refused) {
         coli_model_free(&m);
     }
     unlink(bad);
+}
+
+/* The tiny kimi-k3: 2 MLA layers x the latent row (64 + 16) per position;
+ * 2 KDA layers x (3 x 3 x 128 conv tail + 4 heads x 32 x 32) F32 per
+ * sequence (docs/architectures.md). */
+Test(hybrid, kimi_k3_state_memory_reported) {
+    llama_ref r;
+    char path[4096];
+    s_read_ref("kimi-k3", &r);
+    s_model("kimi-k3", &r, path, sizeof path);
+    coli_model *m = s_load(path, "inproc");
+    coli_model_info info;
+    coli_model_get_info(m, &info);
+    cr_expect_eq(info.state_bytes_per_token, 2 * (64 + 16) * 4);
+    cr_expect_eq(info.state_bytes_per_seq, 2 * (3 * 3 * 128 + 4 * 32 * 32) * 4);
+    coli_model_free(&m);
+}
+
+/* A copy of src without the key (NULL: none) and the tensor (NULL: none). */
+static void s_without(const char *src, const char *dst, const char *key, const char *tensor) {
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+        const gguf_str k = gguf_key_name(f, i);
+        if (!key || k.len != strlen(key) || memcmp(k.ptr, key, k.len)) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
+    }
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const coli_tensor *t = gguf_tensor(f, i);
+        if (!tensor || strcmp(t->name, tensor))
+            cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
+    }
+    cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
+    gguf_writer_free(&w);
+    gguf_close(&f);
+}
+
+/* One line naming the key or tensor, for each way a kimi-k3 file can be wrong. */
+Test(hybrid, kimi_k3_bad_files_are_refused) {
+    llama_ref r;
+    char path[4096], bad[4200];
+    s_read_ref("kimi-k3", &r);
+    s_model("kimi-k3", &r, path, sizeof path);
+    snprintf(bad, sizeof bad, "%s/kimi-bad-%d.gguf", s_build(), (int)getpid());
+    const struct {
+        const char *key, *tensor, *want;
+    } cases[] = {
+        {"kimi-k3.kda.head_dim", NULL, "kimi-k3.kda.head_dim"},
+        {"kimi-k3.activation.situ_beta", NULL, "kimi-k3.activation.situ_beta"},
+        {"kimi-k3.attn_res.block_size", NULL, "kimi-k3.attn_res.block_size"},
+        {"kimi-k3.attention.head_count_kv", NULL, "kimi-k3.attention.head_count_kv"},
+        {"kimi-k3.attention.key_length_mla", NULL, "key_length_mla"},
+        {NULL, "blk.2.ssm_f_a.weight", "blk.2.ssm_f_a.weight"},
+        {NULL, "blk.0.ssm_conv1d_k.weight", "blk.0.ssm_conv1d_k.weight"},
+        {NULL, "blk.1.ffn_routed_up.weight", "blk.1.ffn_routed_up.weight"},
+        {NULL, "output_res_score.weight", "output_res_score.weight"},
+        {NULL, "blk.3.attn_res_score.weight", "blk.3.attn_res_score.weight"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        s_without(path, bad, cases[i].key, cases[i].tensor);
+        coli_model *m = NULL;
+        cr_expect_lt(coli_model_load(bad, NULL, &m), 0, "case %zu loaded", i);
+        cr_expect(strstr(coli_last_error(), cases[i].want) && !strchr(coli_last_error(), '\n'), "case %zu: %s", i,
+                  coli_last_error());
+        coli_model_free(&m);
+    }
+    /* kimi-linear: its low-rank gate, its padded ssm_a, its gating key */
+    char lin[4096];
+    s_read_ref("kimi-linear", &r);
+    s_model("kimi-linear", &r, lin, sizeof lin);
+    const char *const lin_tensors[] = {"blk.0.ssm_g_a.weight", "blk.2.ssm_g_b.weight", "blk.2.ssm_a"};
+    for (size_t i = 0; i < 4; i++) {
+        s_without(lin, bad, i < 3 ? NULL : "kimi-linear.expert_gating_func", i < 3 ? lin_tensors[i] : NULL);
+        coli_model *m = NULL;
+        cr_expect_lt(coli_model_load(bad, NULL, &m), 0, "kimi-linear case %zu loaded", i);
+        cr_expect(strstr(coli_last_error(), i < 3 ? lin_tensors[i] : "kimi-linear.expert_gating_func"),
+                  "kimi-linear case %zu: %s", i, coli_last_error());
+        coli_model_free(&m);
+    }
+    /* an inconsistent width: the tensors say which */
+    s_edited(path, bad, "kimi-k3.expert_latent_length", 32, 0, NULL);
+    coli_model *m = NULL;
+    cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
+    cr_expect(strstr(coli_last_error(), "blk.1.ffn_gate_exps.weight"), "%s", coli_last_error());
+    /* hostile values */
+    s_edited(path, bad, "kimi-k3.activation.situ_beta", -1.0, 1, NULL);
+    cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
+    cr_expect(strstr(coli_last_error(), "situ_beta -1"), "%s", coli_last_error());
+    s_edited(path, bad, "kimi-k3.kda.gate_lower_bound", NAN, 1, NULL);
+    cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
+    cr_expect(strstr(coli_last_error(), "kimi-k3.kda.gate_lower_bound"), "%s", coli_last_error());
+    unlink(bad);
+}
+
+/* coli ARGS on the tiny kimi-k3 with --inproc and with two workers: exit 0
+ * and the same stdout both times (returned, caller frees). */
+static char *s_kimi_cli(const char *cmd, const char *a1, const char *a2, const char *a3, const char *a4) {
+    llama_ref r;
+    char path[4096], coli[4200];
+    s_read_ref("kimi-k3", &r);
+    s_model("kimi-k3", &r, path, sizeof path);
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    char *outs[2];
+    const char *dev[2] = {"inproc", "cpu:2"};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {coli,           (char *)cmd, "-m",       path,       "-t",       "2", "--devices",
+                        (char *)dev[i], (char *)a1,  (char *)a2, (char *)a3, (char *)a4, NULL};
+        cli_result res = cli_run(argv);
+        cr_assert_eq(res.status, 0, "coli %s --devices %s: %s", cmd, dev[i], res.err);
+        outs[i] = res.out;
+        free(res.err);
+    }
+    cr_expect_str_eq(outs[0], outs[1], "coli %s: workers and in-process differ", cmd);
+    free(outs[1]);
+    return outs[0];
+}
+
+/* coli run and coli perplexity (windows of 64: each starts from a zero
+ * KDA state) give the same output in-process and with workers. */
+Test(hybrid, kimi_k3_cli_run_and_perplexity) {
+    char *out = s_kimi_cli("run", "-p", "once upon a time the river ran past the mill", "-n", "24");
+    cr_expect_gt(strlen(out), 24, "coli run printed: %s", out);
+    free(out);
+    char text[4096];
+    snprintf(text, sizeof text, "%s/kimi-ppl-%d.txt", s_build(), (int)getpid());
+    FILE *f = fopen(text, "w");
+    cr_assert(f);
+    for (int i = 0; i < 12; i++) fprintf(f, "once upon a time the river runs past the mill and the miller sings.\n");
+    fclose(f);
+    out = s_kimi_cli("perplexity", "-f", text, "--ctx", "64");
+    double ppl = 0.0;
+    cr_expect(sscanf(out, "perplexity: %lf", &ppl) == 1 && isfinite(ppl) && ppl > 1.0, "coli perplexity: %s", out);
+    free(out);
+    unlink(text);
 }
