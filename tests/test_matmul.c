@@ -571,6 +571,36 @@ Test(matmul, iq_decoded_rows_equal_one_token_bits) {
     coli_pool_destroy(&pool);
 }
 
+/* F16 / BF16 prefills (more than 8 tokens) convert 4-row slabs to F32 once
+ * per token block (matmul_avx2.c): every token gets the bits it gets alone.
+ * Rows of 101 (a tail past the last 8), 1030 and 2309 values (slabs of 1024
+ * carried over, a partial last slab), 37 rows (a partial row tile), 9, 64,
+ * 70 and 130 tokens (token tiles of 3 and their remainders, more than one
+ * token block), 2 threads. */
+Test(matmul, half_float_slabs_equal_one_token_bits) {
+    if (!coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
+    static const coli_dtype types[] = {COLI_F16, COLI_BF16};
+    static const int64_t tokens[] = {9, 64, 70, 130}, widths[] = {101, 1030, 2309};
+    coli_pool *pool = coli_pool_new(2);
+    coli_scratch s = {0};
+    for (int i = 0; i < 2; i++)
+        for (int n = 0; n < 12; n++) {
+            const int64_t n_tok = tokens[n % 4], n_in = widths[n / 4], n_out = 37;
+            problem p = make_problem(types[i], n_in, n_out, n_tok, 8100u + (unsigned)(i * 16 + n * 131));
+            float *batch = run(&p, pool, &s), alone[37];
+            for (int64_t t = 0; t < n_tok; t++) {
+                cr_assert_eq(coli_matmul(pool, &s, p.w, p.t, n_in, n_out, p.x + t * n_in, 1, alone), 0);
+                cr_assert_eq(memcmp(alone, batch + t * n_out, sizeof alone), 0,
+                             "%s, %lld values, token %lld of %lld: the batch differs from alone",
+                             coli_dtype_name(types[i]), (long long)n_in, (long long)t, (long long)n_tok);
+            }
+            free(batch);
+            free_problem(&p);
+        }
+    coli_scratch_free(&s);
+    coli_pool_destroy(&pool);
+}
+
 /* The kernel table (matmul_dispatch.c): every weight type has a row
  * kernel on every path, the block types a dot product, and the switches
  * pick the entry they name: portable gives the portable dot, AVX2 the

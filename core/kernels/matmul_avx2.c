@@ -361,10 +361,96 @@ static void s_rows_quant(const mm_job *j, int64_t r0, int64_t r1, const tile_fn 
     s_rows_prefetched(j, r0, r1, table, Q_RM, Q_RN);
 }
 
+/* F16 / BF16 rows of a prefill, converted to F32 a slab at a time: 4 rows
+ * x F_SLAB values (16 KiB) beside 3 tokens' values (12 KiB) stay in L1,
+ * and every token tile reads the floats instead of converting the same
+ * weights again (a 64-token block converted each one 22 times:
+ * bench_matmul's F16 prefill ran at 60% of F32's). The operations per
+ * (row, token) are s_float_tile's: the converted values are the same
+ * floats, the FMAs run in k order into the same 8-lane accumulator
+ * (carried from slab to slab), then the same sum and tail. */
+#define F_SLAB 1024
+
+/* tokens b < RN of one 4-row slab: acc[b][a] += w[a][k] * x[b][k], k in order */
+AVX2 ALWAYS void s_slab_tile(const float (*wf)[F_SLAB], const float *const *x, int64_t len, __m256 (*acc)[4],
+                             const int RN) {
+    __m256 c[3][4];
+#pragma GCC unroll 3
+    for (int b = 0; b < RN; b++)
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) c[b][a] = acc[b][a];
+    for (int64_t k = 0; k < len; k += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) wv[a] = _mm256_load_ps(wf[a] + k);
+#pragma GCC unroll 3
+        for (int b = 0; b < RN; b++) {
+            const __m256 xv = _mm256_loadu_ps(x[b] + k);
+#pragma GCC unroll 4
+            for (int a = 0; a < 4; a++) c[b][a] = _mm256_fmadd_ps(wv[a], xv, c[b][a]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int b = 0; b < RN; b++)
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) acc[b][a] = c[b][a];
+}
+
+#define F_SLAB_TOKENS 64 /* = the token block (matmul.c) */
+
+/* Rows r..r+3 for tokens t0..t1 (at most F_SLAB_TOKENS) through slabs. */
+AVX2 static void s_float_rows_slabbed(const mm_job *j, int64_t r, int64_t t0, int64_t t1, coli_dtype T) {
+    _Alignas(32) float wf[4][F_SLAB];
+    __m256 acc[F_SLAB_TOKENS][4];
+    const uint8_t *w[4];
+    const int64_t n = j->n_in, n8 = n & ~(int64_t)7;
+    for (int a = 0; a < 4; a++) w[a] = j->W + (size_t)(r + a) * j->w_stride;
+    for (int64_t t = t0; t < t1; t++)
+        for (int a = 0; a < 4; a++) acc[t - t0][a] = _mm256_setzero_ps();
+    for (int64_t k0 = 0; k0 < n8; k0 += F_SLAB) {
+        const int64_t len = n8 - k0 < F_SLAB ? n8 - k0 : F_SLAB;
+        for (int a = 0; a < 4; a++)
+            for (int64_t k = 0; k < len; k += 8) _mm256_store_ps(wf[a] + k, s_load_w8(w[a], k0 + k, T));
+        for (int64_t t = t0; t < t1; t += 3) {
+            const float *x[3];
+            const int rn = t1 - t < 3 ? (int)(t1 - t) : 3;
+            for (int b = 0; b < rn; b++) x[b] = j->xf + (t + b) * j->xf_stride + k0;
+            if (rn == 3)
+                s_slab_tile(wf, x, len, acc + (t - t0), 3);
+            else if (rn == 2)
+                s_slab_tile(wf, x, len, acc + (t - t0), 2);
+            else
+                s_slab_tile(wf, x, len, acc + (t - t0), 1);
+        }
+    }
+    for (int64_t t = t0; t < t1; t++)
+        for (int a = 0; a < 4; a++) {
+            const float *x = j->xf + t * j->xf_stride;
+            float s = s_hsum8(acc[t - t0][a]);
+            for (int64_t k = n8; k < n; k++) s = s_fma1(s_load_w1(w[a], k, T), x[k], s);
+            j->y[t * j->n_out + r + a] = s;
+        }
+}
+
+/* F16 / BF16: decode-sized jobs stream their rows through the tiles
+ * (prefetched); a prefill's full row tiles go through slabs. */
+static void s_rows_half(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4], coli_dtype T) {
+    if (j->n_tok <= MM_READ_ONCE_TOKENS || j->token_block > F_SLAB_TOKENS) {
+        s_rows_prefetched(j, r0, r1, table, F_RM, F_RN);
+        return;
+    }
+    const int64_t full = r0 + (r1 - r0) / 4 * 4;
+    for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->token_block) {
+        const int64_t t1 = t0 + j->token_block < j->n_tok ? t0 + j->token_block : j->n_tok;
+        for (int64_t r = r0; r < full; r += 4) s_float_rows_slabbed(j, r, t0, t1, T);
+    }
+    if (full < r1) s_rows_tiled(j, full, r1, table, F_RM, F_RN, PF_NONE);
+}
+
 /* The float rows prefetch as the quantized ones (s_float_tile). */
 static void s_rows_f32(const mm_job *j, int64_t r0, int64_t r1) { s_rows_prefetched(j, r0, r1, s_f32, F_RM, F_RN); }
-static void s_rows_f16(const mm_job *j, int64_t r0, int64_t r1) { s_rows_prefetched(j, r0, r1, s_f16, F_RM, F_RN); }
-static void s_rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { s_rows_prefetched(j, r0, r1, s_bf16, F_RM, F_RN); }
+static void s_rows_f16(const mm_job *j, int64_t r0, int64_t r1) { s_rows_half(j, r0, r1, s_f16, COLI_F16); }
+static void s_rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { s_rows_half(j, r0, r1, s_bf16, COLI_BF16); }
 
 // ----------------------------------------------------------------------------
 // quantized tiles, once per integer dot instruction (matmul_qtile.h)
