@@ -497,7 +497,7 @@ static void s_counters_json(disk_tier *dt, coli_strbuf *b) {
         const dt_phase *p = &dt->ph[d];
         coli_strbuf_appendf(b,
                             ",\"%s\":{\"layer_calls\":%llu,\"needed_reads\":%llu,\"needed_bytes\":%llu,"
-                            "\"read_wait_ms\":%.1f,\"compute_ms\":%.1f,\"layer_ms\":%.1f}",
+                            "\"read_wait_ms\":%.3f,\"compute_ms\":%.3f,\"layer_ms\":%.3f}",
                             d ? "decode" : "prompt", (unsigned long long)p->calls, (unsigned long long)p->needed_reads,
                             (unsigned long long)p->needed_bytes, (double)p->wait_ns / 1e6, (double)p->compute_ns / 1e6,
                             (double)p->call_ns / 1e6);
@@ -629,7 +629,33 @@ static int s_alloc(disk_tier *dt) {
     return 0;
 }
 
-/* The cache, seeded from the heat: its hottest experts that fit are read now. */
+int disk_tier_parse_pins(const char *pins, int n_layer, int n_expert, int32_t *pin) {
+    device_spec ram = {.plugin = "ram"}; /* the one "worker" a pin may name: the tier's RAM */
+    return sched_parse_pins(pins, &ram, 1, n_layer, n_expert, pin);
+}
+
+/* The pinned experts take their room in the cache first; none is ever evicted. */
+static int s_pin(disk_tier *dt, const char *pins) {
+    if (!pins || !*pins) return 0;
+    int32_t *pin = malloc(s_slots(dt) * sizeof *pin);
+    if (!pin) return coli_fail(COLI_ENOMEM, "disk tier: out of memory");
+    int rc = disk_tier_parse_pins(pins, dt->n_layer, dt->n_expert, pin);
+    for (size_t k = 0; k < s_slots(dt) && !rc; k++) {
+        const int l = (int)(k / (size_t)dt->n_expert), e = (int)(k % (size_t)dt->n_expert);
+        if (pin[k] < 0 || ec_pin(dt->ec, k) == 0) continue;
+        rc = dt->ec->expert_bytes[l]
+                 ? coli_fail(COLI_EINVAL,
+                             "--pin %d:%d=ram: the disk tier's RAM budget of %.1f MiB has no room left (%.1f MiB "
+                             "pinned before it)",
+                             l, e, (double)dt->ec->budget / 1048576.0, (double)dt->ec->used / 1048576.0)
+                 : coli_fail(COLI_EINVAL, "--pin %d:%d=ram: layer %d has no experts (a dense layer)", l, e, l);
+    }
+    free(pin);
+    return rc;
+}
+
+/* The cache: the pinned experts, then the hottest that fit (from the heat),
+ * all read now. */
 static int s_start_cache(disk_tier *dt, const moe_exec_config *cfg, const uint64_t *eb, uint64_t ram) {
     ec_params p;
     ec_default_params(&p);
@@ -638,8 +664,8 @@ static int s_start_cache(disk_tier *dt, const moe_exec_config *cfg, const uint64
     if (!dt->ec) return coli_fail(COLI_ENOMEM, "disk tier: out of memory");
     dt->pred = (expert_predictor){
         .gguf = cfg->gguf, .n_embd = cfg->n_embd, .n_expert = cfg->n_expert, .k = cfg->n_expert_used};
-    ec_seed(dt->ec, cfg->heat);
-    int rc = 0;
+    int rc = s_pin(dt, cfg->pins);
+    if (!rc) ec_seed(dt->ec, cfg->heat);
     for (size_t k = 0; k < s_slots(dt) && !rc; k++)
         if (dt->ec->state[k] == EC_LOADING) rc = s_queue(dt, k, 0);
     for (size_t k = 0; k < s_slots(dt) && !rc; k++)
