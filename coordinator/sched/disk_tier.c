@@ -39,6 +39,9 @@
 #include "core/threadpool.h"
 
 #define DT_READERS 4 /* reader threads: a few reads in flight keep a disk busy */
+/* at most this many guesses read at once: a read the compute then needs
+ * finds a reader free and shares the disk with few guesses */
+#define DT_GUESS_READERS 2
 
 /* A FIFO of slots to read (capacity: every slot). */
 typedef struct dt_ring {
@@ -96,7 +99,7 @@ typedef struct disk_tier {
      * queued or running, so that a guess never takes the disk from a read the
      * compute waits for; a guess no row took is dropped while still queued */
     dt_ring q[2];
-    int busy_now; /* reads of q[0] running */
+    int busy_now, busy_ahead; /* reads of q[0], of q[1] running */
     int stop, n_readers;
     int prefetch; /* COLI_CACHE_PREFETCH */
     pthread_t readers[DT_READERS];
@@ -141,11 +144,13 @@ static void *s_reader(void *arg) {
     disk_tier *dt = arg;
     pthread_mutex_lock(&dt->mu);
     for (;;) {
-        while (!dt->stop && !dt->q[0].len && !(dt->q[1].len && !dt->busy_now)) pthread_cond_wait(&dt->cv_work, &dt->mu);
+        while (!dt->stop && !dt->q[0].len && !(dt->q[1].len && !dt->busy_now && dt->busy_ahead < DT_GUESS_READERS))
+            pthread_cond_wait(&dt->cv_work, &dt->mu);
         if (dt->stop) break;
         const int now = dt->q[0].len > 0;
         size_t slot = s_pop(&dt->q[now ? 0 : 1], s_slots(dt));
         dt->busy_now += now;
+        dt->busy_ahead += !now;
         pthread_mutex_unlock(&dt->mu);
         disk_range r[3];
         s_ranges(dt, slot, r);
@@ -154,7 +159,8 @@ static void *s_reader(void *arg) {
         __atomic_store_n(&dt->io[slot], rc ? IO_FAILED : IO_READY, __ATOMIC_RELEASE);
         if (rc && !dt->read_rc) dt->read_rc = rc;
         dt->busy_now -= now;
-        if (now && !dt->busy_now && dt->q[1].len) pthread_cond_broadcast(&dt->cv_work); /* the guesses' turn */
+        dt->busy_ahead -= !now;
+        if (!dt->busy_now && dt->q[1].len) pthread_cond_broadcast(&dt->cv_work); /* the guesses' turn */
         pthread_cond_broadcast(&dt->cv_done);
     }
     pthread_mutex_unlock(&dt->mu);
@@ -310,6 +316,7 @@ static int s_prefetch(disk_tier *dt, int layer, const float *x, int64_t n_tok) {
     if (!dt->prefetch || next >= dt->n_layer || !dt->ec->expert_bytes[next]) return 0;
     int64_t cand[1024];
     int n = expert_predict(&dt->pred, next, x, n_tok, cand), m = 0;
+
     for (int k = 0; k < n; k++)
         if (dt->ec->state[cand[k]] == EC_NONE && s_io(dt, cand[k]) == IO_NONE) cand[m++] = cand[k];
     ec_action act[1024];
