@@ -42,6 +42,7 @@
 /* at most this many guesses read at once: a read the compute then needs
  * finds a reader free and shares the disk with few guesses */
 #define DT_GUESS_READERS 2
+#define DT_SPARE_MAX 16 /* at most this many spare buffers kept (dt->n_spare_cap: k of them) */
 
 /* A FIFO of slots to read (capacity: every slot). */
 typedef struct dt_ring {
@@ -89,6 +90,12 @@ typedef struct disk_tier {
     int n_victims;
     int64_t spec[2][64]; /* speculative reads: [cur] started this call, [!cur] the previous call's */
     int n_spec[2], cur;
+    /* buffers of reads no longer wanted, kept for the next reads of the same
+     * size: freeing one (munmap) and faulting in a new one cost the compute
+     * thread ~1 ms each, several times per layer call */
+    void *spare[DT_SPARE_MAX];
+    size_t spare_len[DT_SPARE_MAX];
+    int n_spare, n_spare_cap;
     int64_t late[64]; /* speculative reads still in flight when their call ended: freed later */
     int n_late;
     /* reader threads */
@@ -99,7 +106,8 @@ typedef struct disk_tier {
      * queued or running, so that a guess never takes the disk from a read the
      * compute waits for; a guess no row took is dropped while still queued */
     dt_ring q[2];
-    int busy_now, busy_ahead; /* reads of q[0], of q[1] running */
+    int busy_now, busy_ahead;     /* reads of q[0], of q[1] running */
+    uint64_t busy_since, busy_ns; /* time with a read running (the disk busy for the tier) */
     int stop, n_readers;
     int prefetch; /* COLI_CACHE_PREFETCH */
     pthread_t readers[DT_READERS];
@@ -149,6 +157,7 @@ static void *s_reader(void *arg) {
         if (dt->stop) break;
         const int now = dt->q[0].len > 0;
         size_t slot = s_pop(&dt->q[now ? 0 : 1], s_slots(dt));
+        if (!dt->busy_now && !dt->busy_ahead) dt->busy_since = coli_now_ns();
         dt->busy_now += now;
         dt->busy_ahead += !now;
         pthread_mutex_unlock(&dt->mu);
@@ -160,6 +169,7 @@ static void *s_reader(void *arg) {
         if (rc && !dt->read_rc) dt->read_rc = rc;
         dt->busy_now -= now;
         dt->busy_ahead -= !now;
+        if (!dt->busy_now && !dt->busy_ahead) dt->busy_ns += coli_now_ns() - dt->busy_since;
         if (!dt->busy_now && dt->q[1].len) pthread_cond_broadcast(&dt->cv_work); /* the guesses' turn */
         pthread_cond_broadcast(&dt->cv_done);
     }
@@ -167,13 +177,41 @@ static void *s_reader(void *arg) {
     return NULL;
 }
 
+static size_t s_buf_len(const disk_tier *dt, size_t slot) {
+    disk_range r[3];
+    s_ranges(dt, slot, r);
+    return disk_buffer_bytes(&dt->file, r, 3);
+}
+
+/* A buffer for slot's read: a spare of its size, else a new one. */
+static void *s_buf_get(disk_tier *dt, size_t slot) {
+    const size_t len = s_buf_len(dt, slot);
+    for (int i = 0; i < dt->n_spare; i++)
+        if (dt->spare_len[i] == len) {
+            void *p = dt->spare[i];
+            dt->spare[i] = dt->spare[--dt->n_spare], dt->spare_len[i] = dt->spare_len[dt->n_spare];
+            return p;
+        }
+    return disk_alloc(&dt->file, len);
+}
+
+/* Slot's buffer is no longer wanted: kept as a spare while there is room. */
+static void s_buf_put(disk_tier *dt, size_t slot) {
+    void *p = dt->buf[slot];
+    dt->buf[slot] = NULL;
+    if (p && dt->n_spare < dt->n_spare_cap) {
+        dt->spare_len[dt->n_spare] = s_buf_len(dt, slot);
+        dt->spare[dt->n_spare++] = p;
+        return;
+    }
+    free(p);
+}
+
 /* Give slot a buffer and queue its read (nothing when it has one); ahead:
  * a guess for the next layer (q[1]). */
 static int s_queue(disk_tier *dt, size_t slot, int ahead) {
     if (s_io(dt, slot) != IO_NONE) return 0; /* only this thread sets IO_NONE: no lock needed to see it */
-    disk_range r[3];
-    s_ranges(dt, slot, r);
-    dt->buf[slot] = disk_alloc(&dt->file, disk_buffer_bytes(&dt->file, r, 3));
+    dt->buf[slot] = s_buf_get(dt, slot);
     if (!dt->buf[slot])
         return coli_fail(COLI_ENOMEM, "disk tier: no memory for layer %zu expert %zu", slot / (size_t)dt->n_expert,
                          slot % (size_t)dt->n_expert);
@@ -208,8 +246,7 @@ static void s_release(disk_tier *dt, size_t slot) {
     int busy = s_io(dt, slot) == IO_QUEUED;
     pthread_mutex_unlock(&dt->mu);
     if (busy) return;
-    free(dt->buf[slot]);
-    dt->buf[slot] = NULL;
+    s_buf_put(dt, slot);
     __atomic_store_n(&dt->io[slot], IO_NONE, __ATOMIC_RELEASE);
 }
 
@@ -256,8 +293,7 @@ static void s_sort_guesses(disk_tier *dt, int layer) {
         }
         if (here) {
             __atomic_store_n(&dt->io[slot], IO_NONE, __ATOMIC_RELEASE);
-            free(dt->buf[slot]);
-            dt->buf[slot] = NULL;
+            s_buf_put(dt, slot);
             ec_unload(dt->ec, slot);
             dt->fresh[slot] = 0;
             dt->cancelled_reads++;
@@ -486,20 +522,23 @@ static void s_counters_json(disk_tier *dt, coli_strbuf *b) {
     uint64_t reads = dt->file.reads, bytes = dt->file.bytes, direct = dt->file.direct;
     double sum_us = dt->file.lat_sum_us;
     pthread_mutex_unlock(&dt->file.mu);
+    pthread_mutex_lock(&dt->mu);
+    const uint64_t busy_ns = dt->busy_ns;
+    pthread_mutex_unlock(&dt->mu);
     coli_strbuf_appendf(
         b,
         "\"budget_bytes\":%llu,\"used_bytes\":%llu,\"resident_experts\":%zu,\"hits\":%llu,"
         "\"misses\":%llu,\"hit_rate\":%.6f,\"promotions\":%llu,\"evictions\":%llu,"
         "\"prefetch_issued\":%llu,\"prefetch_used\":%llu,\"disk_reads\":%llu,\"disk_bytes\":%llu,"
         "\"direct_reads\":%llu,\"transient_reads\":%llu,\"speculative_reads\":%llu,\"read_p50_us\":%.0f,\"read_p99_"
-        "us\":%.0f,\"read_us_sum\":%.0f,\"cancelled_reads\":%llu",
+        "us\":%.0f,\"read_us_sum\":%.0f,\"cancelled_reads\":%llu,\"disk_busy_ms\":%.3f",
         (unsigned long long)dt->ec->budget, (unsigned long long)dt->ec->used, held, (unsigned long long)c->hits,
         (unsigned long long)c->misses, routed ? (double)c->hits / (double)routed : 0.0,
         (unsigned long long)c->promotions, (unsigned long long)c->evictions, (unsigned long long)c->prefetch_issued,
         (unsigned long long)c->prefetch_used, (unsigned long long)reads, (unsigned long long)bytes,
         (unsigned long long)direct, (unsigned long long)dt->transient_reads, (unsigned long long)dt->speculative_reads,
         disk_latency_us(&dt->file, 0.5), disk_latency_us(&dt->file, 0.99), sum_us,
-        (unsigned long long)dt->cancelled_reads);
+        (unsigned long long)dt->cancelled_reads, (double)busy_ns / 1e6);
     for (int d = 0; d < 2; d++) {
         const dt_phase *p = &dt->ph[d];
         coli_strbuf_appendf(b,
@@ -576,6 +615,7 @@ static void s_destroy(moe_exec *self) {
     pthread_mutex_unlock(&dt->mu);
     for (int i = 0; i < dt->n_readers; i++) pthread_join(dt->readers[i], NULL);
     for (size_t k = 0; dt->buf && k < s_slots(dt); k++) free(dt->buf[k]);
+    for (int i = 0; i < dt->n_spare; i++) free(dt->spare[i]);
     pthread_mutex_destroy(&dt->mu);
     pthread_cond_destroy(&dt->cv_work);
     pthread_cond_destroy(&dt->cv_done);
@@ -696,30 +736,6 @@ static int s_start_readers(disk_tier *dt) {
     return 0;
 }
 
-/* The default when the file does not fit in the memory this process may use
- * (bench-bigmem: the disk tier is then far ahead of the mapped file, which
- * the kernel evicts by its LRU; when it fits, the mapping is as fast and copies
- * nothing): 70% of what is left after the dense weights, for the cache. */
-static uint64_t s_auto_ram(const gguf_file *f) {
-    uint64_t size = gguf_size(f), allowed = sched_memory_allowed(), experts = 0;
-    if (!allowed || size <= allowed / 10 * 9) return 0;
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) { /* blk.L.ffn_{gate,up,down}_exps.weight */
-        const coli_tensor *t = gguf_tensor(f, i);
-        if (strstr(t->name, "_exps.weight")) experts += t->nbytes;
-    }
-    uint64_t dense = size > experts ? size - experts : 0;
-    uint64_t ram = allowed > dense ? (allowed - dense) / 10 * 7 : 0;
-    return ram > (64u << 20) ? ram : 64u << 20;
-}
-
-int moe_exec_ram_budget(const char *devices, const gguf_file *f, const coli_settings *set, uint64_t *bytes) {
-    *bytes = 0;
-    if (devices && strncmp(devices, "inproc@ram=", 11) == 0) return sched_parse_budget(devices + 11, bytes);
-    int in_process = !devices || !*devices || !strcmp(devices, "inproc") || !strcmp(devices, "auto");
-    if (in_process && f && (!set || set->disk_auto)) *bytes = s_auto_ram(f);
-    return 0;
-}
-
 /* The tier reads its experts from the file into its own cache, never through
  * the mapping: none of their pages is worth faulting in (moe_exec.h). */
 static int s_maps_none(moe_exec *self, int layer, int expert) {
@@ -743,6 +759,7 @@ int moe_exec_disk_new(const moe_exec_config *cfg, uint64_t ram_bytes, moe_exec *
     dt->n_embd = cfg->n_embd;
     dt->file.fd = dt->file.fd_direct = -1;
     dt->prefetch = !cfg->settings || cfg->settings->cache_prefetch;
+    dt->n_spare_cap = cfg->n_expert_used < DT_SPARE_MAX ? cfg->n_expert_used : DT_SPARE_MAX;
     uint64_t *eb = calloc((size_t)cfg->n_layer, sizeof *eb);
     int rc = eb ? s_alloc(dt) : coli_fail(COLI_ENOMEM, "disk tier: out of memory");
     if (!rc) rc = s_layout(dt, cfg->gguf, eb);
