@@ -267,12 +267,15 @@ Test(disk_tier, run_summary_and_coli_stats_show_the_counters) {
     cr_expect_not_null(strstr(r.err, "disk tier: RAM"), "%s", r.err);
     cr_expect_not_null(strstr(r.err, "disk reads"), "%s", r.err);
     cr_expect_not_null(strstr(r.err, "read p50"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "waiting for reads"), "%s", r.err);
     cli_result_free(&r);
     char *sargv[] = {coli, "stats", stats, NULL};
     r = cli_run(sargv);
     cr_expect_eq(r.status, 0, "%s", r.err);
     cr_expect_not_null(strstr(r.out, "disk tier: RAM"), "%s", r.out);
     cr_expect_not_null(strstr(r.out, "disk reads"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "disk tier decode:"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "read wait"), "%s", r.out);
     cli_result_free(&r);
     unlink(stats);
 }
