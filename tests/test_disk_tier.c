@@ -31,11 +31,17 @@ static double tier_field(const char *json, const char *name) {
     return strtod(p + strlen(key), NULL);
 }
 
-/* The next layer's likely experts are read ahead: into the cache when it
- * admits them, else for the next call only; either way the bytes are the same
- * (answers_are_byte_identical_to_the_mapped_path runs with prefetch on). */
+/* With COLI_DISK_PREFETCH=1 the next layer's likely experts are read ahead:
+ * into the cache when it admits them, else for the next call only; either
+ * way the bytes are the same (answers_are_byte_identical_to_the_mapped_path
+ * runs with it on and off). Off by default: no guess is read. */
 Test(disk_tier, prefetch_reads_the_next_layers_experts) {
-    gen_result none, room;
+    gen_result none, room, dflt;
+    sched_generate(sched_fixture("tiny-olmoe-f32.gguf"), "inproc@ram=1", NULL, NULL, &dflt);
+    cr_expect_eq(tier_field(dflt.stats, "speculative_reads"), 0, "%s", dflt.stats);
+    cr_expect_eq(tier_field(dflt.stats, "prefetch_issued"), 0, "%s", dflt.stats);
+    gen_free(&dflt);
+    setenv("COLI_DISK_PREFETCH", "1", 1);
     sched_generate(sched_fixture("tiny-olmoe-f32.gguf"), "inproc@ram=1", NULL, NULL, &none);
     sched_generate(sched_fixture("tiny-olmoe-f32.gguf"), "inproc@ram=1G", NULL, NULL, &room);
     cr_expect_gt(tier_field(none.stats, "speculative_reads"), 0, "%s", none.stats);
@@ -47,14 +53,16 @@ Test(disk_tier, prefetch_reads_the_next_layers_experts) {
 }
 
 Test(disk_tier, answers_are_byte_identical_to_the_mapped_path) {
-    for (size_t m = 0; m < sizeof s_models / sizeof *s_models; m++) {
+    for (size_t m = 0; m < 2 * sizeof s_models / sizeof *s_models; m++) {
+        setenv("COLI_DISK_PREFETCH", m % 2 ? "1" : "0", 1); /* guesses off (the default) and on */
+        const char *model = s_models[m / 2];
         gen_result mapped, disk;
-        sched_generate(sched_fixture(s_models[m]), "inproc", NULL, NULL, &mapped);
+        sched_generate(sched_fixture(model), "inproc", NULL, NULL, &mapped);
         cr_expect_null(strstr(mapped.stats, "disk_tier"), "the mapped path has no disk tier");
         for (size_t b = 0; b < sizeof s_budgets / sizeof *s_budgets; b++) {
             char what[128];
-            snprintf(what, sizeof what, "%s on %s", s_models[m], s_budgets[b]);
-            sched_generate(sched_fixture(s_models[m]), s_budgets[b], NULL, NULL, &disk);
+            snprintf(what, sizeof what, "%s on %s, COLI_DISK_PREFETCH=%d", model, s_budgets[b], (int)(m % 2));
+            sched_generate(sched_fixture(model), s_budgets[b], NULL, NULL, &disk);
             sched_assert_same(&mapped, &disk, what);
             cr_expect_gt(tier_field(disk.stats, "disk_reads"), 0, "%s: nothing read from disk", what);
             cr_expect_leq(tier_field(disk.stats, "used_bytes"), tier_field(disk.stats, "budget_bytes"), "%s", what);
@@ -103,7 +111,7 @@ static int experts_used(const char *json, long *rows) {
  * layer, however many of its rows chose that expert (no prefetch: its
  * guesses would add reads). */
 Test(disk_tier, one_read_per_expert_per_layer_call) {
-    setenv("COLI_CACHE_PREFETCH", "0", 1);
+    setenv("COLI_DISK_PREFETCH", "0", 1);
     coli_model *m = sched_load(sched_fixture("tiny-llama-moe-q4_0.gguf"), "inproc@ram=1");
     coli_context *c = NULL;
     coli_context_params cp;
@@ -126,7 +134,7 @@ Test(disk_tier, one_read_per_expert_per_layer_call) {
 
 /* A budget that holds every expert: each is read once, later tokens hit. */
 Test(disk_tier, a_budget_that_fits_reads_each_expert_once) {
-    setenv("COLI_CACHE_PREFETCH", "0", 1);
+    setenv("COLI_DISK_PREFETCH", "0", 1);
     gen_result r;
     sched_generate(sched_fixture("tiny-llama-moe-q4_0.gguf"), "inproc@ram=1G", NULL, NULL, &r);
     long rows = 0;
@@ -381,7 +389,7 @@ Test(disk_tier, plan_describes_the_tier) {
  * prompt and the decode are all the reads, one decode call per layer and
  * token; the time split is reported. */
 Test(disk_tier, needed_reads_and_the_time_split_per_phase) {
-    setenv("COLI_CACHE_PREFETCH", "0", 1);
+    setenv("COLI_DISK_PREFETCH", "0", 1);
     gen_result r;
     sched_generate(sched_fixture("tiny-llama-moe-q4_0.gguf"), "inproc@ram=20K", NULL, NULL, &r);
     const double needed =

@@ -109,7 +109,7 @@ typedef struct disk_tier {
     int busy_now, busy_ahead;     /* reads of q[0], of q[1] running */
     uint64_t busy_since, busy_ns; /* time with a read running (the disk busy for the tier) */
     int stop, n_readers;
-    int prefetch; /* COLI_CACHE_PREFETCH */
+    int prefetch; /* COLI_DISK_PREFETCH */
     pthread_t readers[DT_READERS];
     int read_rc; /* first read error, reported by the next layer call */
     /* a layer call's grouping */
@@ -758,7 +758,7 @@ int moe_exec_disk_new(const moe_exec_config *cfg, uint64_t ram_bytes, moe_exec *
     dt->n_expert = cfg->n_expert;
     dt->n_embd = cfg->n_embd;
     dt->file.fd = dt->file.fd_direct = -1;
-    dt->prefetch = !cfg->settings || cfg->settings->cache_prefetch;
+    dt->prefetch = cfg->settings && cfg->settings->disk_prefetch;
     dt->n_spare_cap = cfg->n_expert_used < DT_SPARE_MAX ? cfg->n_expert_used : DT_SPARE_MAX;
     uint64_t *eb = calloc((size_t)cfg->n_layer, sizeof *eb);
     int rc = eb ? s_alloc(dt) : coli_fail(COLI_ENOMEM, "disk tier: out of memory");
