@@ -61,6 +61,7 @@ void coli_settings_from_env(coli_settings *out) {
     out->probe_timeout_ms = s_num("COLI_PROBE_TIMEOUT_MS", 10000);
     out->prefault = s_num("COLI_PREFAULT", 1);
     out->disk_direct = s_num("COLI_DISK_DIRECT", 1);
+    out->disk_prefetch = s_num("COLI_DISK_PREFETCH", 0);
     out->disk_auto = s_num("COLI_DISK_AUTO", 1);
     out->shm_spin_us = s_num("COLI_SHM_SPIN_US", 50);
     s_str("COLI_DATA_PATH", out->data_path_text, sizeof out->data_path_text);

@@ -41,8 +41,9 @@ typedef struct coli_settings {
     uint64_t cache_prefetch;      /* COLI_CACHE_PREFETCH: live expert caches prefetch the next layer (0 = off) */
     uint64_t probe_timeout_ms;    /* COLI_PROBE_TIMEOUT_MS */
     uint64_t prefault;            /* COLI_PREFAULT: fill the weights' page tables in the background (0 = off) */
-    uint64_t disk_auto;   /* COLI_DISK_AUTO: in-process experts of a file larger than memory use the disk tier */
-    uint64_t disk_direct; /* COLI_DISK_DIRECT: the disk tier reads with O_DIRECT where allowed (0 = page cache) */
+    uint64_t disk_auto;     /* COLI_DISK_AUTO: in-process experts of a file larger than memory use the disk tier */
+    uint64_t disk_direct;   /* COLI_DISK_DIRECT: the disk tier reads with O_DIRECT where allowed (0 = page cache) */
+    uint64_t disk_prefetch; /* COLI_DISK_PREFETCH: the disk tier reads the next layer's likely experts (default 0) */
     /* the data path to local workers */
     coli_data_path data_path; /* COLI_DATA_PATH */
     char data_path_text[32];  /* its text, for the error message */

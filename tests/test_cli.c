@@ -507,7 +507,8 @@ Test(cli, missing_or_truncated_model_exit_1) {
     tmp_path(out, sizeof out, "out.gguf");
     expect_exit((char *[]){s_coli, "quantize", missing, out, "Q4_0", NULL}, 1, missing);
     expect_exit((char *[]){s_coli, "run", "-m", s_model, "-f", missing, NULL}, 1, missing);
-    expect_exit((char *[]){s_coli, "plan", "-m", missing, NULL}, 1, missing); /* auto: in-process, never opened */
+    expect_exit((char *[]){s_coli, "plan", "-m", missing, NULL}, 1,
+                missing); /* auto: in-process, opened for the disk tier */
     /* each message names the model once (quantize said "quantize M -> OUT: cannot open 'M'") */
     for (int i = 0; i < 2; i++) {
         cli_result r = cli_run((char *[]){s_coli, "quantize", (char *)models[i], out, "Q4_0", NULL});

@@ -31,11 +31,17 @@ static double tier_field(const char *json, const char *name) {
     return strtod(p + strlen(key), NULL);
 }
 
-/* The next layer's likely experts are read ahead: into the cache when it
- * admits them, else for the next call only; either way the bytes are the same
- * (answers_are_byte_identical_to_the_mapped_path runs with prefetch on). */
+/* With COLI_DISK_PREFETCH=1 the next layer's likely experts are read ahead:
+ * into the cache when it admits them, else for the next call only; either
+ * way the bytes are the same (answers_are_byte_identical_to_the_mapped_path
+ * runs with it on and off). Off by default: no guess is read. */
 Test(disk_tier, prefetch_reads_the_next_layers_experts) {
-    gen_result none, room;
+    gen_result none, room, dflt;
+    sched_generate(sched_fixture("tiny-olmoe-f32.gguf"), "inproc@ram=1", NULL, NULL, &dflt);
+    cr_expect_eq(tier_field(dflt.stats, "speculative_reads"), 0, "%s", dflt.stats);
+    cr_expect_eq(tier_field(dflt.stats, "prefetch_issued"), 0, "%s", dflt.stats);
+    gen_free(&dflt);
+    setenv("COLI_DISK_PREFETCH", "1", 1);
     sched_generate(sched_fixture("tiny-olmoe-f32.gguf"), "inproc@ram=1", NULL, NULL, &none);
     sched_generate(sched_fixture("tiny-olmoe-f32.gguf"), "inproc@ram=1G", NULL, NULL, &room);
     cr_expect_gt(tier_field(none.stats, "speculative_reads"), 0, "%s", none.stats);
@@ -47,14 +53,16 @@ Test(disk_tier, prefetch_reads_the_next_layers_experts) {
 }
 
 Test(disk_tier, answers_are_byte_identical_to_the_mapped_path) {
-    for (size_t m = 0; m < sizeof s_models / sizeof *s_models; m++) {
+    for (size_t m = 0; m < 2 * sizeof s_models / sizeof *s_models; m++) {
+        setenv("COLI_DISK_PREFETCH", m % 2 ? "1" : "0", 1); /* guesses off (the default) and on */
+        const char *model = s_models[m / 2];
         gen_result mapped, disk;
-        sched_generate(sched_fixture(s_models[m]), "inproc", NULL, NULL, &mapped);
+        sched_generate(sched_fixture(model), "inproc", NULL, NULL, &mapped);
         cr_expect_null(strstr(mapped.stats, "disk_tier"), "the mapped path has no disk tier");
         for (size_t b = 0; b < sizeof s_budgets / sizeof *s_budgets; b++) {
             char what[128];
-            snprintf(what, sizeof what, "%s on %s", s_models[m], s_budgets[b]);
-            sched_generate(sched_fixture(s_models[m]), s_budgets[b], NULL, NULL, &disk);
+            snprintf(what, sizeof what, "%s on %s, COLI_DISK_PREFETCH=%d", model, s_budgets[b], (int)(m % 2));
+            sched_generate(sched_fixture(model), s_budgets[b], NULL, NULL, &disk);
             sched_assert_same(&mapped, &disk, what);
             cr_expect_gt(tier_field(disk.stats, "disk_reads"), 0, "%s: nothing read from disk", what);
             cr_expect_leq(tier_field(disk.stats, "used_bytes"), tier_field(disk.stats, "budget_bytes"), "%s", what);
@@ -103,7 +111,7 @@ static int experts_used(const char *json, long *rows) {
  * layer, however many of its rows chose that expert (no prefetch: its
  * guesses would add reads). */
 Test(disk_tier, one_read_per_expert_per_layer_call) {
-    setenv("COLI_CACHE_PREFETCH", "0", 1);
+    setenv("COLI_DISK_PREFETCH", "0", 1);
     coli_model *m = sched_load(sched_fixture("tiny-llama-moe-q4_0.gguf"), "inproc@ram=1");
     coli_context *c = NULL;
     coli_context_params cp;
@@ -126,7 +134,7 @@ Test(disk_tier, one_read_per_expert_per_layer_call) {
 
 /* A budget that holds every expert: each is read once, later tokens hit. */
 Test(disk_tier, a_budget_that_fits_reads_each_expert_once) {
-    setenv("COLI_CACHE_PREFETCH", "0", 1);
+    setenv("COLI_DISK_PREFETCH", "0", 1);
     gen_result r;
     sched_generate(sched_fixture("tiny-llama-moe-q4_0.gguf"), "inproc@ram=1G", NULL, NULL, &r);
     long rows = 0;
@@ -267,12 +275,129 @@ Test(disk_tier, run_summary_and_coli_stats_show_the_counters) {
     cr_expect_not_null(strstr(r.err, "disk tier: RAM"), "%s", r.err);
     cr_expect_not_null(strstr(r.err, "disk reads"), "%s", r.err);
     cr_expect_not_null(strstr(r.err, "read p50"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "waiting for reads"), "%s", r.err);
     cli_result_free(&r);
     char *sargv[] = {coli, "stats", stats, NULL};
     r = cli_run(sargv);
     cr_expect_eq(r.status, 0, "%s", r.err);
     cr_expect_not_null(strstr(r.out, "disk tier: RAM"), "%s", r.out);
     cr_expect_not_null(strstr(r.out, "disk reads"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "disk tier decode:"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "read wait"), "%s", r.out);
     cli_result_free(&r);
     unlink(stats);
+}
+
+/* ---- pins, plan, the per-phase counters ----------------------------------- */
+
+/* The rows the stats' expert_rows give layer `layer`. */
+static long layer_rows(const char *json, int layer) {
+    const char *p = strstr(json, "\"expert_rows\":[");
+    cr_assert_not_null(p);
+    p += strlen("\"expert_rows\":[");
+    for (int l = 0; l < layer; l++) p = strchr(p, ']') + 1;
+    long rows = 0;
+    for (p = strchr(p, '[') + 1; *p != ']'; p++)
+        if (*p >= '0' && *p <= '9') {
+            char *end;
+            rows += strtol(p, &end, 10);
+            p = end - 1;
+        }
+    return rows;
+}
+
+/* A number field of the disk tier's "prompt" or "decode" member. */
+static double phase_field(const char *json, const char *phase, const char *name) {
+    char key[64];
+    snprintf(key, sizeof key, "\"%s\":{", phase);
+    const char *p = strstr(json, key);
+    cr_assert_not_null(p, "no %s in the stats: %s", phase, json);
+    snprintf(key, sizeof key, "\"%s\":", name);
+    const char *q = strstr(p, key);
+    cr_assert(q && q < strchr(p, '}'), "%s has no %s", phase, name);
+    return strtod(q + strlen(key), NULL);
+}
+
+static coli_model *load_pinned(const char *devices, const char *pins) {
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = devices;
+    mp.pins = pins;
+    mp.n_threads = 1;
+    coli_model *m = NULL;
+    int rc = coli_model_load(sched_fixture("tiny-llama-moe-q4_0.gguf"), &mp, &m);
+    return rc ? NULL : m;
+}
+
+/* Layer 0's four experts pinned in a budget that holds just them: every
+ * routed pair of layer 0 is a hit from the prompt on (the live-cache policy
+ * alone would miss them first, and later trade them for layer 1's), the
+ * answer is the mapped path's. tiny-llama-moe-q4_0: 13.5 KiB per expert. */
+Test(disk_tier, pinned_experts_stay_in_its_ram) {
+    gen_result mapped, pinned;
+    sched_generate(sched_fixture("tiny-llama-moe-q4_0.gguf"), "inproc", NULL, NULL, &mapped);
+    coli_model *m = load_pinned("inproc@ram=54K", "0:*=ram");
+    cr_assert_not_null(m, "%s", coli_last_error());
+    sched_generate_on(m, "pinned", NULL, NULL, &pinned);
+    coli_model_free(&m);
+    sched_assert_same(&mapped, &pinned, "layer 0 pinned");
+    const long rows0 = layer_rows(pinned.stats, 0);
+    cr_expect_gt(rows0, 0);
+    cr_expect_geq(tier_field(pinned.stats, "hits"), rows0, "%s", pinned.stats);
+    cr_expect_geq(tier_field(pinned.stats, "resident_experts"), 4, "%s", pinned.stats);
+    gen_free(&mapped);
+    gen_free(&pinned);
+}
+
+Test(disk_tier, pins_that_do_not_fit_or_name_no_tier_are_refused) {
+    cr_expect_null(load_pinned("inproc@ram=20K", "0:*=ram"));
+    cr_expect_not_null(strstr(coli_last_error(), "--pin 0:1=ram"), "%s", coli_last_error());
+    cr_expect_not_null(strstr(coli_last_error(), "no room"), "%s", coli_last_error());
+    const char *flag = NULL;
+    cr_expect_eq(coli_devices_check("inproc@ram=1G", "0:1=ram,1:*=ram", &flag), 0, "%s", coli_last_error());
+    cr_expect_eq(coli_devices_check("inproc@ram=1G", "0:1=cpu:1", &flag), COLI_EINVAL);
+    cr_expect_str_eq(flag, "--pin");
+    cr_expect_not_null(strstr(coli_last_error(), "ram"), "%s", coli_last_error());
+    cr_expect_eq(coli_devices_check("inproc", "0:1=ram", &flag), COLI_EINVAL, "plain inproc has no tier to pin to");
+}
+
+/* `coli plan` describes the tier: budget, pinned experts resident, the
+ * reads a token should expect; the mapped in-process path stays as it was. */
+Test(disk_tier, plan_describes_the_tier) {
+    coli_model_params mp;
+    coli_model_default_params(&mp);
+    mp.devices = "inproc@ram=54K";
+    mp.pins = "0:*=ram";
+    char *plan = NULL;
+    cr_assert_eq(coli_plan_params_text(sched_fixture("tiny-llama-moe-q4_0.gguf"), &mp, &plan), 0, "%s",
+                 coli_last_error());
+    cr_expect_not_null(strstr(plan, "disk tier (--devices inproc@ram=54K)"), "%s", plan);
+    cr_expect_not_null(strstr(plan, "resident at start: 4 experts"), "%s", plan);
+    cr_expect_not_null(strstr(plan, "4 pinned"), "%s", plan);
+    /* layer 0 all in RAM, layer 1 none (the pins fill the budget): 2 of 4 experts read per token */
+    cr_expect_not_null(strstr(plan, "expected reads per decoded token, the cache full: 2.0 experts"), "%s", plan);
+    free(plan);
+    mp.devices = "inproc";
+    mp.pins = NULL;
+    cr_assert_eq(coli_plan_params_text(sched_fixture("tiny-llama-moe-q4_0.gguf"), &mp, &plan), 0, "%s",
+                 coli_last_error());
+    cr_expect_null(strstr(plan, "disk tier"), "%s", plan);
+    free(plan);
+}
+
+/* Without guesses every read is one a row took: the needed reads of the
+ * prompt and the decode are all the reads, one decode call per layer and
+ * token; the time split is reported. */
+Test(disk_tier, needed_reads_and_the_time_split_per_phase) {
+    setenv("COLI_DISK_PREFETCH", "0", 1);
+    gen_result r;
+    sched_generate(sched_fixture("tiny-llama-moe-q4_0.gguf"), "inproc@ram=20K", NULL, NULL, &r);
+    const double needed =
+        phase_field(r.stats, "prompt", "needed_reads") + phase_field(r.stats, "decode", "needed_reads");
+    cr_expect_eq(needed, tier_field(r.stats, "disk_reads"), "%s", r.stats);
+    cr_expect_gt(phase_field(r.stats, "decode", "needed_bytes"), 0, "%s", r.stats);
+    cr_expect_eq(phase_field(r.stats, "decode", "layer_calls"), 2 * (GEN_STEPS), "%s", r.stats);
+    cr_expect_gt(phase_field(r.stats, "decode", "compute_ms"), 0, "%s", r.stats);
+    cr_expect_geq(phase_field(r.stats, "decode", "layer_ms"), phase_field(r.stats, "decode", "compute_ms"));
+    gen_free(&r);
 }

@@ -107,6 +107,26 @@ Test(ec_policy, hysteresis_keeps_equal_heat_and_lets_a_clear_winner_in) {
     ec_free(ec);
 }
 
+//  A pinned slot (the disk tier's --pin L:E=ram) takes its room at once and
+//  is never a victim, however much hotter a candidate gets; a pin that does
+//  not fit what is left is refused.
+Test(ec_policy, a_pinned_slot_is_never_evicted) {
+    expert_cache *ec = s_cache(100); /* one expert */
+    cr_assert_eq(ec_pin(ec, 0), 0);
+    cr_assert_eq(ec->state[0], EC_LOADING);
+    cr_assert_eq(ec->used, 100);
+    cr_assert_eq(ec_pin(ec, 1), -1, "no room left for a second pin");
+    ec_loaded(ec, 0, 1);
+    ec_action a[4];
+    int64_t b = 1;
+    for (int i = 0; i < 1000; i++) ec_touch(ec, 1);
+    cr_assert_eq(ec_decide(ec, &b, 1, 0, a, 4), 0, "slot 1 is far hotter, but 0 is pinned");
+    cr_assert_eq(ec->state[0], EC_RESIDENT);
+    cr_assert_eq(ec->c.evictions, 0);
+    cr_assert_eq(ec_seed(ec, NULL), 0);
+    ec_free(ec);
+}
+
 //  Layers compare by share: a big batch seen by layer 1 only does not make
 //  layer 1's experts look hotter than layer 0's hot one.
 Test(ec_policy, layers_compare_by_share_not_by_raw_counts) {

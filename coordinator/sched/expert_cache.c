@@ -36,9 +36,10 @@ expert_cache *ec_new(int n_layer, int n_expert, const uint64_t *expert_bytes, ui
     ec->expert_bytes = malloc((size_t)n_layer * sizeof *ec->expert_bytes);
     ec->state = calloc(n ? n : 1, 1);
     ec->prefetched = calloc(n ? n : 1, 1);
+    ec->pinned = calloc(n ? n : 1, 1);
     ec->score = calloc(n ? n : 1, sizeof *ec->score);
     ec->mass = calloc((size_t)n_layer, sizeof *ec->mass);
-    if (!ec->expert_bytes || !ec->state || !ec->prefetched || !ec->score || !ec->mass) {
+    if (!ec->expert_bytes || !ec->state || !ec->prefetched || !ec->pinned || !ec->score || !ec->mass) {
         ec_free(ec);
         return NULL;
     }
@@ -51,6 +52,7 @@ void ec_free(expert_cache *ec) {
     free(ec->expert_bytes);
     free(ec->state);
     free(ec->prefetched);
+    free(ec->pinned);
     free(ec->score);
     free(ec->mass);
     free(ec);
@@ -92,6 +94,16 @@ int ec_touch(expert_cache *ec, size_t slot) {
     return 1;
 }
 
+int ec_pin(expert_cache *ec, size_t slot) {
+    if (ec->pinned[slot]) return 0;
+    const uint64_t b = s_bytes(ec, slot);
+    if (!b || ec->used + b > ec->budget) return -1;
+    ec->pinned[slot] = 1;
+    ec->state[slot] = EC_LOADING;
+    ec->used += b;
+    return 0;
+}
+
 size_t ec_seed(expert_cache *ec, const uint64_t *heat) {
     const size_t n = ec_slots(ec);
     uint64_t total = 0;
@@ -117,11 +129,13 @@ size_t ec_seed(expert_cache *ec, const uint64_t *heat) {
     }
 }
 
-/* The RESIDENT slot with the lowest score (ties: lowest slot), or -1. */
+/* The RESIDENT slot with the lowest score (ties: lowest slot), or -1; a
+ * pinned slot is never chosen. */
 static int64_t s_coldest(const expert_cache *ec) {
     int64_t v = -1;
     for (size_t i = 0; i < ec_slots(ec); i++)
-        if (ec->state[i] == EC_RESIDENT && (v < 0 || s_share(ec, i) < s_share(ec, (size_t)v))) v = (int64_t)i;
+        if (ec->state[i] == EC_RESIDENT && !ec->pinned[i] && (v < 0 || s_share(ec, i) < s_share(ec, (size_t)v)))
+            v = (int64_t)i;
     return v;
 }
 

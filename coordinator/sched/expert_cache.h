@@ -58,6 +58,7 @@ typedef struct expert_cache {
     uint64_t budget, used;     /* bytes: budget; held or being loaded */
     unsigned char *state;      /* (slots) EC_* */
     unsigned char *prefetched; /* (slots) 1: loaded by prefetch and not routed since */
+    unsigned char *pinned;     /* (slots) 1: never evicted (ec_pin) */
     double *score;             /* (slots) */
     double *mass;              /* (n_layer) decayed touches of each layer (sum of its scores) */
     double inc;
@@ -79,6 +80,10 @@ void ec_advance(expert_cache *ec, double tokens);
 int ec_touch(expert_cache *ec, size_t slot);
 /* A routed pair of slot: its score (and its layer's mass) rise; nothing counted. */
 void ec_count(expert_cache *ec, size_t slot);
+/* Hold slot for good (--pin onto the disk tier's RAM): LOADING now and never
+ * a victim. Before ec_seed. 0, or -1 when it does not fit in what is left of
+ * the budget (or holds no bytes: a dense layer). */
+int ec_pin(expert_cache *ec, size_t slot);
 /* Seed the scores and choose the initial resident set from heat
  * ((slots) selection counts; all zero or NULL: nothing): hottest first while
  * they fit. The chosen slots become LOADING. Returns how many. */

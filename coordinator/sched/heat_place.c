@@ -28,9 +28,14 @@ long sched_device_speed(const device_spec *d, int threads) {
 }
 
 /* The worker named dev: its name as `coli plan` and the stats show it
- * ("cpu:1", "cuda:0", "remote:0"), or the same without the colon ("cpu1").
- * -1 when none. */
+ * ("cpu:1", "cuda:0", "remote:0"), the same without the colon ("cpu1"), or
+ * the bare plugin when it is the only worker of that plugin ("ram": the
+ * disk tier's cache). -1 when none. */
 static int s_worker_named(const device_spec *d, int n_w, const char *dev, size_t len) {
+    int bare = -1, n_bare = 0;
+    for (int w = 0; w < n_w; w++)
+        if (strlen(d[w].plugin) == len && !strncmp(d[w].plugin, dev, len)) bare = w, n_bare++;
+    if (n_bare == 1) return bare;
     for (int w = 0; w < n_w; w++) {
         char name[48], alias[48];
         int n = snprintf(name, sizeof name, "%s:%d", d[w].plugin, d[w].index);

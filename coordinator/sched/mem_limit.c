@@ -2,13 +2,15 @@
  * mem_limit.c - the memory this process may use: the kernel's MemAvailable,
  * or less when a memory cgroup (v1 or v2) limits the process (its limit
  * minus what the cgroup already uses, page cache included, since the kernel
- * counts that cache against the limit).
+ * counts that cache against the limit); and from it the disk tier's RAM
+ * budget when a file does not fit (disk_tier.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coordinator/sched/sched_internal.h"
+#include "core/gguf/gguf.h"
 
 /* The first unsigned number in file (0 when unreadable, "max" is 0 too). */
 static uint64_t s_read_u64(const char *path) {
@@ -74,4 +76,28 @@ static uint64_t s_cgroup_room(void) {
 uint64_t sched_memory_allowed(void) {
     uint64_t avail = s_mem_available(), room = s_cgroup_room();
     return room && (room < avail || !avail) ? room : avail;
+}
+
+/* The default when the file does not fit in the memory this process may use
+ * (bench-bigmem: the disk tier is then far ahead of the mapped file, which
+ * the kernel evicts by its LRU; when it fits, the mapping is as fast and copies
+ * nothing): 70% of what is left after the dense weights, for the cache. */
+static uint64_t s_auto_ram(const gguf_file *f) {
+    uint64_t size = gguf_size(f), allowed = sched_memory_allowed(), experts = 0;
+    if (!allowed || size <= allowed / 10 * 9) return 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) { /* blk.L.ffn_{gate,up,down}_exps.weight */
+        const coli_tensor *t = gguf_tensor(f, i);
+        if (strstr(t->name, "_exps.weight")) experts += t->nbytes;
+    }
+    uint64_t dense = size > experts ? size - experts : 0;
+    uint64_t ram = allowed > dense ? (allowed - dense) / 10 * 7 : 0;
+    return ram > (64u << 20) ? ram : 64u << 20;
+}
+
+int moe_exec_ram_budget(const char *devices, const gguf_file *f, const coli_settings *set, uint64_t *bytes) {
+    *bytes = 0;
+    if (devices && strncmp(devices, "inproc@ram=", 11) == 0) return sched_parse_budget(devices + 11, bytes);
+    int in_process = !devices || !*devices || !strcmp(devices, "inproc") || !strcmp(devices, "auto");
+    if (in_process && f && (!set || set->disk_auto)) *bytes = s_auto_ram(f);
+    return 0;
 }

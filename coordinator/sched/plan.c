@@ -143,6 +143,23 @@ static int s_uniform_share(const placement_in *in, const int32_t *owner, double 
     return 0;
 }
 
+/* In-process experts: the disk tier's plan when it applies (disk_plan.c),
+ * else *text NULL. A file that is no MoE model has no tier. */
+static int s_disk_plan(const char *model_path, const coli_model_params *p, char **text) {
+    gguf_file *f = NULL;
+    *text = NULL;
+    int rc = gguf_open(model_path, &f);
+    if (rc) return rc;
+    int64_t n_layer = 0, n_expert = 0, k = 0, n_nextn = 0;
+    int moe = !s_arch_int(f, "block_count", &n_layer) && !s_arch_int(f, "expert_count", &n_expert) &&
+              !s_arch_int(f, "expert_used_count", &k);
+    if (s_arch_int(f, "nextn_predict_layers", &n_nextn) == 0 && n_nextn > 0 && n_nextn < n_layer) n_layer -= n_nextn;
+    gguf_close(&f);
+    if (!moe || n_layer <= 0 || n_expert <= 0 || k <= 0 || k > n_expert || n_layer > 100000 || n_expert > 100000)
+        return 0;
+    return disk_plan_text(model_path, p, (int)n_layer, (int)n_expert, (int)k, text);
+}
+
 int coli_plan_text(const char *model_path, const char *devices, char **text) {
     return coli_plan_heat_text(model_path, devices, NULL, NULL, text);
 }
@@ -177,6 +194,8 @@ int coli_devices_check_params(const coli_model_params *p, const char **flag) {
     if ((rc = s_workers_of(p, d, &ws))) return rc;
     n_w = ws.n, inproc = ws.inproc;
     *flag = "--pin";
+    if (p->devices && !strncmp(p->devices, "inproc@ram=", 11)) /* the disk tier: pins hold experts in its RAM */
+        return disk_tier_parse_pins(pins, 0, 0, NULL);
     if (inproc || n_w == 0)
         return coli_fail(COLI_EINVAL,
                          "'%s': no worker to pin to: %s runs every expert in-process (give --devices cpu:N or a GPU)",
@@ -201,7 +220,9 @@ int coli_plan_params_text(const char *model_path, const coli_model_params *p, ch
     sched_workers ws;
     int rc = s_workers_of(p, d, &ws), n_w = ws.n;
     if (rc) return rc;
+    if (n_w == 0 && (rc = s_disk_plan(model_path, p, text)) == 0 && *text) return 0;
     if (n_w == 0) {
+        if (rc) return rc;
         *text = strdup(ws.inproc ? "placement: in-process (--devices inproc): every expert runs in the coordinator\n"
                                  : "placement: in-process (--devices auto found no GPU or NPU): every expert runs in "
                                    "the coordinator\n");

@@ -126,6 +126,15 @@ long sched_device_speed(const device_spec *d, int threads);
  * (n_layer, n_expert 0: numbers unbounded). 0 or COLI_EINVAL naming the item
  * and listing the workers. */
 int sched_parse_pins(const char *pins, const device_spec *d, int n_w, int n_layer, int n_expert, int32_t *pin);
+/* Pins onto the disk tier's RAM cache ("L:E=ram", "L:*=ram"; disk_tier.c):
+ * pin[slot] = 0 for each pinned slot, else -1. n_layer 0 and pin NULL: only
+ * the syntax and the name are checked. 0 or COLI_EINVAL naming the item. */
+int disk_tier_parse_pins(const char *pins, int n_layer, int n_expert, int32_t *pin);
+/* `coli plan` for in-process experts of the model at path (n_layer x
+ * n_expert, k routed per token) under p: the disk tier's budget, what stays
+ * resident and the reads a token should expect (disk_plan.c); *text NULL
+ * when the tier does not apply (the mapped file). */
+int disk_plan_text(const char *model_path, const coli_model_params *p, int n_layer, int n_expert, int k, char **text);
 /* "cpu:0, cpu:1, cuda:0" (or "none") into out (cap bytes). */
 void sched_worker_names(const device_spec *d, int n_w, char *out, size_t cap);
 /* Placement that follows the heat: pinned experts first (pin may be NULL),

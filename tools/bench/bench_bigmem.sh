@@ -85,15 +85,29 @@ confined disk "$COLI" run -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 --ignore-eos
 rate=$(decode_rate "$OUT_DIR/disk.log")
 echo "  $LIMIT cgroup, disk tier (RAM $RAM): $rate tok/s  peak $(mib "$(cat "$OUT_DIR/disk.peak")")"
 grep "disk tier:" "$OUT_DIR/disk.log" | sed 's/^ */    /'
-# what the reads allow: the four-stream disk rate over the bytes read per token (prompt included)
-python3 - "$OUT_DIR/disk.json" "$four" "$rate" "$N" <<'PY'
+# what the reads allow: the four-stream disk rate (measured before the runs
+# and again now: other work on the disk moves it) over the bytes a decoded
+# token needed (its misses and the guesses it then took; the prompt's reads and
+# guesses nobody took not counted), and where the decode's layer time went
+after=$(t0=$(date +%s.%N)
+  for k in 0 1 2 3; do dd if="$MODEL" of=/dev/null bs=4M count=64 skip=$((300 + k * 64)) iflag=direct status=none & done
+  wait
+  awk -v t0="$t0" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.0f", 1024 / (t1 - t0) }')
+python3 - "$OUT_DIR/disk.json" "$four" "$after" "$rate" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-t = s.get("disk_tier", {})
-per_tok = t.get("disk_bytes", 0) / int(sys.argv[4]) / 1048576  # the prompt's reads counted too: conservative
-if per_tok > 0:
-    allow = float(sys.argv[2]) / per_tok
-    print(f"    {per_tok:.0f} MiB read per token: the disk allows {allow:.2f} tok/s; reached {float(sys.argv[3]) / allow:.0%}")
+t, n_moe = s.get("disk_tier", {}), sum(1 for r in s.get("expert_rows", []) if any(r))
+d = t.get("decode", {})
+toks = d.get("layer_calls", 0) / max(n_moe, 1)
+if toks and d.get("needed_bytes"):
+    need = d["needed_bytes"] / toks / 1048576
+    rate = float(sys.argv[4])
+    allow = [float(sys.argv[2]) / need, float(sys.argv[3]) / need]
+    print(f"    decode: {need:.0f} MiB of needed reads per token; the disk before/after ({sys.argv[2]}/{sys.argv[3]} MiB/s)"
+          f" allows {allow[0]:.2f}/{allow[1]:.2f} tok/s: reached {rate / allow[0]:.0%}/{rate / allow[1]:.0%}")
+    print(f"    decode per token: layers {d['layer_ms'] / toks:.0f} ms, of it waiting for reads {d['read_wait_ms'] / toks:.0f} ms,"
+          f" experts' compute {d['compute_ms'] / toks:.0f} ms; {t['disk_bytes'] / 1048576:.0f} MiB read in all,"
+          f" {t['cancelled_reads']} wrong guesses dropped unread, disk busy {t['disk_busy_ms'] / 1000:.1f} s")
 PY
 
 # 4. two hosts (the multi-host part of issue 26 plugs its run in here)

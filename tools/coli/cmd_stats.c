@@ -132,6 +132,13 @@ static void s_disk_tier(const cJSON *root) {
            s_num(t, "disk_bytes") / 1048576.0, s_num(t, "direct_reads"), s_num(t, "read_p50_us") / 1000.0,
            s_num(t, "read_p99_us") / 1000.0, s_num(t, "prefetch_issued"), s_num(t, "prefetch_used"),
            s_num(t, "speculative_reads"));
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(t, "decode");
+    if (!cJSON_IsObject(d)) return;
+    printf("disk tier decode: %.0f layer calls, %.0f needed reads (%.1f MiB); layers %.3f s, of it read wait %.3f s, "
+           "compute %.3f s; %.0f guesses dropped unread, disk busy %.3f s\n",
+           s_num(d, "layer_calls"), s_num(d, "needed_reads"), s_num(d, "needed_bytes") / 1048576.0,
+           s_num(d, "layer_ms") / 1000.0, s_num(d, "read_wait_ms") / 1000.0, s_num(d, "compute_ms") / 1000.0,
+           s_num(t, "cancelled_reads"), s_num(t, "disk_busy_ms") / 1000.0);
 }
 
 static int s_print(const char *path, const cJSON *root) {
