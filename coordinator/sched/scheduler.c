@@ -280,6 +280,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
                              s->model.n_expert);
     int rc = s_reserve_pairs(s, n_pairs);
     if (rc) return rc;
+    host_tier_count(s, layer, ids, n_pairs); /* what a lost host's experts are ordered by */
     s_poll(s, 0);
     s->call.y = y;
     s->call.ids = ids;
@@ -362,6 +363,7 @@ static void s_destroy(moe_exec *self) {
     free(s->model.need);
     free(s->place.home);
     free(s->place.moving);
+    free(s->place.heat);
     free(s->model.expert_bytes);
     free(s->model.path);
     free(s->call.pair_target);
