@@ -6,10 +6,14 @@
 #   - colibri's disk tier (--devices inproc@ram=RAM, what plain inproc chooses
 #     there by itself: experts read from disk
 #     into a RAM expert cache, docs/scheduler.md "Tiers"),
-#   - two namespace hosts (BIGMEM_HOSTS_CMD: the multi-host part plugs in
-#     here; it is run with MODEL, LIMIT and N in its environment and prints
-#     one line "hosts TOK/S"),
-#   - llama.cpp's llama-bench on the mapped file when LLAMA_BENCH is given,
+#   - two namespace hosts, each in a memory cgroup of its own, the coordinator
+#     in one too (tools/hosts/bigmem_hosts.sh, or BIGMEM_HOSTS_CMD: run with
+#     MODEL, LIMIT, N, COLI and THREADS in its environment, its lines printed
+#     after "two hosts:"), with llama.cpp's rpc-server over the same two hosts
+#     when LLAMA_RPC_SERVER (and LLAMA_BENCH) is given,
+#   - llama.cpp's llama-bench on the mapped file when LLAMA_BENCH is given, and
+#     llama.cpp without its repack copy when LLAMA_NOREPACK names a program
+#     like /work/llama-tools/decode_norepack (MODEL N THREADS -> "decode X tok/s"),
 # after the disk's large direct reads are measured (what the disk tier's
 # reads can reach) and the unconfined in-process rate (the ceiling).
 #
@@ -96,11 +100,15 @@ if per_tok > 0:
     print(f"    {per_tok:.0f} MiB read per token: the disk allows {allow:.2f} tok/s; reached {float(sys.argv[3]) / allow:.0%}")
 PY
 
-# 4. two hosts (the multi-host part of issue 26 plugs its run in here)
-if [ -n "${BIGMEM_HOSTS_CMD:-}" ]; then
-  MODEL=$MODEL LIMIT=$LIMIT N=$N $BIGMEM_HOSTS_CMD | sed 's/^/  two hosts: /'
+# 4. two hosts: by default tools/hosts/bigmem_hosts.sh (two network namespaces,
+# each in a memory cgroup of its own, the coordinator confined too; llama.cpp's
+# rpc-server over the same two when LLAMA_RPC_SERVER is given); it says in one
+# line why not when root, ip netns or the cgroup is missing. BIGMEM_HOSTS_CMD=none skips it.
+HOSTS_CMD=${BIGMEM_HOSTS_CMD:-$(dirname "$0")/../hosts/bigmem_hosts.sh}
+if [ "$HOSTS_CMD" != none ]; then
+  MODEL=$MODEL LIMIT=$LIMIT N=$N COLI=$COLI THREADS=$THREADS $HOSTS_CMD | sed 's/^/  two hosts: /'
 else
-  echo "  two hosts: not run (BIGMEM_HOSTS_CMD unset)"
+  echo "  two hosts: not run (BIGMEM_HOSTS_CMD=none)"
 fi
 
 # 5. llama.cpp, mapped (its default would copy the Q4_0 weights out of the mapping)
