@@ -120,3 +120,12 @@ if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then
 else
   echo "  llama.cpp: not run (LLAMA_BENCH unset)"
 fi
+# 6. llama.cpp mapped without the repack copy (use_extra_bufts = false; llama-bench has no switch for it)
+if [ -n "${LLAMA_NOREPACK:-}" ] && [ -x "$LLAMA_NOREPACK" ]; then
+  confined norepack "$LLAMA_NOREPACK" "$MODEL" "$N" "$THREADS"
+  rate=$(sed -n 's/^decode \([0-9.]*\) tok\/s.*/\1/p' "$OUT_DIR/norepack.log")
+  echo "  $LIMIT cgroup, llama.cpp (mmap, no repack): ${rate:-no figure (killed for memory, or stopped at the limit)} tok/s" \
+    " peak $(mib "$(cat "$OUT_DIR/norepack.peak")")"
+else
+  echo "  llama.cpp without repack: not run (LLAMA_NOREPACK unset)"
+fi
