@@ -44,9 +44,14 @@ fi
 TAG=cbh$$
 TMP=$(mktemp -d /tmp/coli-bigmem-hosts-XXXXXX)
 PIDS=()
-cleanup() {
+# stop PIDS (ours, by pid) and wait until they are gone (their cgroups empty)
+stop_all() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
+  for p in "${PIDS[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.05; done; done
+  PIDS=()
+}
+cleanup() {
+  stop_all
   for i in 0 1; do
     ip link del "${TAG}o$i" 2>/dev/null
     ip netns del "$TAG-$i" 2>/dev/null
@@ -111,6 +116,7 @@ for i in 0 1; do
   in_cg "host$i" nsenter "$(NET $i)" "$WORKER" --listen "tcp://10.212.$((200 + i)).2:7411" --keys "$COLI_KEYS" \
     --plugin cpu --threads "$HOST_THREADS" -m "$MODEL" >"$TMP/w$i.log" 2>&1 &
   PIDS+=($!)
+  disown # killed by stop_all: no job notice
   DEVICES+="${DEVICES:+,}remote:tcp://10.212.$((200 + i)).2:7411=$BUDGET"
 done
 for t in $(seq 50); do # both listening (each prints its endpoint) before the coordinator connects
@@ -124,9 +130,7 @@ echo "colibri, 2 namespace hosts (cgroups $HOST_LIMIT each, budget $BUDGET; coor
   "${rate:-no figure} tok/s  peaks host0 $(peak host0), host1 $(peak host1), coordinator $(peak coord)"
 grep -E "expert moves|worker [01] |fallback" "$TMP/coli.log" | sed 's/^ */  /'
 [ -n "$rate" ] || tail -3 "$TMP/coli.log" | sed 's/^/  /'
-for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-wait 2>/dev/null
-PIDS=()
+stop_all
 
 # --- llama.cpp: rpc-server on each host, llama-bench --rpc in the coordinator's cgroup
 if [ -z "${LLAMA_RPC_SERVER:-}" ] || [ ! -x "${LLAMA_RPC_SERVER:-}" ] || [ ! -x "${LLAMA_BENCH:-}" ]; then
@@ -140,6 +144,7 @@ for i in 0 1; do
   in_cg "host$i" nsenter "$(NET $i)" "$LLAMA_RPC_SERVER" -H "10.212.$((200 + i)).2" -p 50052 \
     -t "$HOST_THREADS" >"$TMP/rpc$i.log" 2>&1 &
   PIDS+=($!)
+  disown
   RPC+="${RPC:+,}10.212.$((200 + i)).2:50052"
 done
 sleep 2
