@@ -126,12 +126,17 @@ void host_on_lost(sched *s, worker_link *w) {
     unsigned char again[SCHED_MAX_WORKERS] = {0};
     w->place.replacing = 0; /* whatever it was asked is answered by nobody now */
     int32_t *dest = malloc((n ? n : 1) * sizeof *dest);
-    int moved = dest ? host_moves_plan(s, w, dest) : -1;
-    for (size_t k = 0; moved > 0 && k < n; k++) {
+    if (dest && host_moves_plan(s, w, dest) < 0) { /* out of memory: everything stays with the coordinator */
+        free(dest);
+        dest = NULL;
+    }
+    int moved = 0;
+    for (size_t k = 0; k < n; k++) {
         if (s->place.owner[k] != w->id && s->place.moving[k] != w->id) continue;
-        int to = dest[k];
+        int to = dest ? dest[k] : -1;
         s->place.owner[k] = -1; /* the coordinator computes it until a host has it */
         s->place.moving[k] = to;
+        moved++;
         if (to >= 0) {
             again[to] = 1;
             continue;
@@ -140,16 +145,7 @@ void host_on_lost(sched *s, worker_link *w) {
         s->stats.moves.to_coord_bytes += s_slot_bytes(s, k);
     }
     free(dest);
-    if (moved < 0) { /* out of memory: everything stays with the coordinator */
-        for (size_t k = 0; k < n; k++)
-            if (s->place.owner[k] == w->id || s->place.moving[k] == w->id) {
-                s->place.owner[k] = s->place.moving[k] = -1;
-                s->stats.moves.to_coord++;
-                s->stats.moves.to_coord_bytes += s_slot_bytes(s, k);
-                moved = 1;
-            }
-    }
-    if (moved <= 0) return;
+    if (!moved) return;
     s->stats.moves.events++;
     if (!s->stats.moves.started_ns) s->stats.moves.started_ns = coli_now_ns();
     if (s->verbose) fprintf(stderr, "colibri: %s lost: %d experts to move\n", w->device, moved);
