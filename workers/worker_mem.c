@@ -125,6 +125,9 @@ static struct worker_mem *s_mem(worker *w) {
     if (w->loop.mem) return w->loop.mem;
     struct worker_mem *m = calloc(1, sizeof *m);
     if (!m) return NULL;
+    /* the first heartbeat already tells the process's memory (cheap: no smaps); the thread adds the model's */
+    m->rss = s_kb_lines("/proc/self/status", "VmRSS:", 0, 0);
+    m->cgroup = s_cgroup_bytes();
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
