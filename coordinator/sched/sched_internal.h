@@ -345,6 +345,7 @@ typedef struct sched_stats {
     int n_fb;
     uint64_t fallbacks_total, foreign_dropped, late_dropped, stale_dropped, inproc_rows;
     uint64_t impostor_dropped; /* names a live worker's id and generation without its secret */
+    uint64_t side_overlapped;  /* layers whose caller's side work (moe_exec.side) ran while workers computed */
     lat_stats dispatch;
     host_moves moves;
 } sched_stats;

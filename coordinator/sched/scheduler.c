@@ -257,6 +257,20 @@ static void s_gather(sched *s) {
     }
 }
 
+/* The caller's side work (a shared expert: moe_exec.side), at most once per
+ * layer, while the workers compute; counted when some request is in flight. */
+static void s_side(sched *s) {
+    void (*fn)(void *) = s->base.side;
+    if (!fn) return;
+    s->base.side = NULL; /* once: a second round (a worker failed) must not run it again */
+    for (int i = 0; i < s->n_w; i++)
+        if (s->w[i].req.id) {
+            s->stats.side_overlapped++;
+            break;
+        }
+    fn(s->base.side_arg);
+}
+
 static int s_reserve_pairs(sched *s, int64_t n_pairs) {
     if ((size_t)n_pairs <= s->call.cap_pairs) return 0;
     int64_t *t = realloc(s->call.pair_target, (size_t)n_pairs * sizeof *t);
@@ -299,6 +313,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
         for (int i = 0; i < s->n_w; i++) used_workers |= s->w[i].req.n_rows > 0;
         s_send_all(s, layer, x, k, allow_load);
         rc = s_run_inproc(s, layer, x, n_pairs, k); /* overlaps with the workers */
+        s_side(s);                                  /* so does the caller's own work, once */
         s_gather(s);
     }
     for (int i = 0; i < s->n_w; i++) s->w[i].req.id = 0;
@@ -602,7 +617,12 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out) {
     device_spec devs[SCHED_MAX_WORKERS];
     sched *s = calloc(1, sizeof *s);
     if (!s) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
-    s->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, s_pair_device, s_computes_here};
+    s->base = (moe_exec){.run_layer = s_run_layer,
+                         .stats_json = s_stats_json,
+                         .stats_text = s_stats_text,
+                         .destroy = s_destroy,
+                         .pair_device = s_pair_device,
+                         .computes_here = s_computes_here};
     s->net.lifeline[0] = s->net.lifeline[1] = -1;
     s->verbose = cfg->verbose;
     s_settings(s, cfg);
