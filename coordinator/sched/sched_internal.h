@@ -337,6 +337,7 @@ typedef struct sched_call {
     int64_t *grouped;     /* (cap_grouped) one worker's rows regrouped by expert */
     size_t cap_grouped;
     uint64_t next_req; /* request ids, never reused */
+    uint64_t side_ns;  /* the caller's side work in this layer (left out of the dispatch latency) */
 } sched_call;
 
 /* Executor-wide counters (fallback_stats.c formats them). */
