@@ -212,8 +212,9 @@ $(BENCH_DIR)/bench-wide-q4_0.gguf: | $(BUILD)/bin/gen_model
 	  --experts 4 --top-k 2 --vocab 32000 --ctx 4096 --seed 7 --dtype Q4_0 $@
 # bench-bigmem: issue 26's shape (dim 2048, 16 layers, 64 experts top 6, Q4_0: 4.8 GiB, 446 MiB of
 # experts per token), written by gen_model in a few MiB of memory; then tools/bench/bench_bigmem.sh
-# (the disk, unconfined, and inside a memory cgroup: mapped vs the disk tier, two hosts via
-# BIGMEM_HOSTS_CMD, llama.cpp via LLAMA_BENCH). BIGMEM_LIMIT, BIGMEM_RAM, BIGMEM_N override.
+# (the disk, unconfined, and inside a memory cgroup: mapped vs the disk tier, two namespace hosts
+# (tools/hosts/bigmem_hosts.sh; root + ip netns + a memory cgroup, else one line), llama.cpp via
+# LLAMA_BENCH, LLAMA_RPC_SERVER and LLAMA_NOREPACK). BIGMEM_LIMIT, BIGMEM_RAM, BIGMEM_N override.
 $(BENCH_DIR)/bench-bigmem-q4_0.gguf: | $(BUILD)/bin/gen_model
 	@mkdir -p $(BENCH_DIR)
 	$(BUILD)/bin/gen_model --arch llama --dim 2048 --ffn 1408 --layers 16 --heads 16 --kv-heads 4 \

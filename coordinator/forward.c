@@ -428,9 +428,27 @@ static const float *s_expert_input(forward_state *s, const layer_weights *l, int
     return s->delta;
 }
 
+/* The shared expert(s) of a layer into s->shexp (and its gate's logits):
+ * nothing in it waits for the routed experts, so a scheduler runs it while
+ * they compute on workers or hosts (moe_exec.side). */
+typedef struct shexp_job {
+    forward_state *s;
+    const layer_weights *l;
+    int n, done, rc;
+} shexp_job;
+
+static void s_shexp(void *arg) {
+    shexp_job *j = arg;
+    forward_state *s = j->s;
+    j->done = 1;
+    j->rc = expert_ffn(s->pool, &s->scratch, &j->l->shexp, s->xb, j->n, s->shexp);
+    if (j->rc >= 0 && j->l->shexp_gate) j->rc = fwd_matmul(s, j->l->shexp_gate, s->xb, j->n, s->shexp_gate);
+}
+
 /* delta[t] = sum_s w[t][s] * y[t][s] in slot order, + the shared expert(s)
  * (Qwen2-MoE: times sigmoid(g . x); DeepSeek: ungated), computed here in the
- * coordinator so that placement never changes the sum. */
+ * coordinator so that placement never changes the sum (when it is computed
+ * does not change it either: it is added after the routed sum). */
 static int s_moe_block(forward_state *s, const layer_weights *l, int il, int n) {
     const model_hparams *hp = &s->m->hp;
     const int K = hp->n_expert_used;
@@ -440,7 +458,12 @@ static int s_moe_block(forward_state *s, const layer_weights *l, int il, int n) 
     if ((rc = s_route(s, l, n)) < 0) return rc;
     const float *x = l->routed_down ? forward_kimi_latent_in(s, l, n, &rc) : s_expert_input(s, l, n);
     if (rc < 0) return rc;
+    shexp_job job = {s, l, n, 0, 0};
+    s->moe->side = l->has_shexp ? s_shexp : NULL;
+    s->moe->side_arg = &job;
     rc = s->moe->run_layer(s->moe, il, x, n, K, s->sel, s->moe_y);
+    s->moe->side = NULL;
+    s->moe->side_arg = NULL;
     if (rc < 0) return coli_fail_prefix(rc, "layer %d experts", il);
     if (s->route_hook) s->route_hook(s->route_user, il, s->pos0, n, K, s->sel, s->sel_w);
     for (int t = 0; t < n; t++) {
@@ -453,15 +476,16 @@ static int s_moe_block(forward_state *s, const layer_weights *l, int il, int n) 
     }
     if (l->routed_up && (rc = forward_kimi_latent_out(s, l, n)) < 0) return rc;
     if (!l->has_shexp) return 0;
-    if ((rc = expert_ffn(s->pool, &s->scratch, &l->shexp, s->xb, n, s->shexp)) < 0) return rc;
+    if (!job.done) s_shexp(&job);
+    if (job.rc < 0) return job.rc;
     if (!l->shexp_gate) {
         s_add_rows(s->delta, s->shexp, n, hp->n_embd);
         return 0;
     }
-    if ((rc = fwd_matmul(s, l->shexp_gate, s->xb, n, s->shexp_gate)) < 0) return rc;
     for (int t = 0; t < n; t++) {
         const float g = 1.0f / (1.0f + expf(-s->shexp_gate[t]));
-        for (size_t i = 0; i < E; i++) s->delta[(size_t)t * E + i] += g * s->shexp[(size_t)t * E + i];
+        float *d = s->delta + (size_t)t * (size_t)hp->n_embd; /* full width again after routed_up */
+        for (int64_t i = 0; i < hp->n_embd; i++) d[i] += g * s->shexp[(size_t)t * (size_t)hp->n_embd + (size_t)i];
     }
     return 0;
 }

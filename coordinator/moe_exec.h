@@ -45,6 +45,13 @@ struct moe_exec {
      * worker or host holds is never touched here while it is up (the disk
      * tier: none, it reads its experts itself). */
     int (*computes_here)(moe_exec *self, int layer, int expert);
+    /* Set by the caller around one run_layer, NULL otherwise: work of its own
+     * that does not depend on the experts (a shared expert). An executor whose
+     * experts compute elsewhere calls side(side_arg) once while they do (sent,
+     * not yet waited for); one that computes them here leaves it to the
+     * caller, which does it after run_layer when it was not called. */
+    void (*side)(void *arg);
+    void *side_arg;
 };
 
 struct coli_byte_range;

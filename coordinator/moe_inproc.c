@@ -235,7 +235,8 @@ int moe_exec_inproc_new(const moe_exec_config *cfg, moe_exec **out) {
         return coli_fail(COLI_EINVAL, "inproc experts: config needs a mapped file, layers, experts and n_embd");
     inproc *ex = calloc(1, sizeof *ex);
     if (!ex) return coli_fail(COLI_ENOMEM, "inproc experts: out of memory");
-    ex->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, NULL, NULL};
+    ex->base = (moe_exec){
+        .run_layer = s_run_layer, .stats_json = s_stats_json, .stats_text = s_stats_text, .destroy = s_destroy};
     ex->n_layer = cfg->n_layer;
     ex->n_expert = cfg->n_expert;
     ex->n_embd = cfg->n_embd;

@@ -7,9 +7,11 @@
  * variable so an idle pool costs no CPU. The caller runs share 0 itself,
  * then waits for the others the same way: spin, then sleep.
  */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "core/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -93,8 +95,13 @@ static void s_announce(coli_pool *p) {
     pthread_mutex_unlock(&p->mutex);
 }
 
+/* The cores this process may run on: its affinity mask (taskset, a cpuset
+ * cgroup: a remote host given 4 of 16 cores), else the cores online. More
+ * threads than that only take turns on the same cores. */
 static int s_online_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) n = CPU_COUNT(&set);
     return n < 1 ? 1 : (n > MAX_THREADS ? MAX_THREADS : (int)n);
 }
 

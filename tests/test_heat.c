@@ -233,6 +233,39 @@ Test(heat_place, hottest_onto_the_fast_worker_within_budget) {
     cr_assert_eq(on_fast, 7, "the budget still holds 7");
 }
 
+/* A lost host's experts, hottest first onto the hosts with room (host_tier.c):
+ * when the room is short, the cold ones stay with the coordinator. */
+Test(heat_place, lost_hosts_hottest_experts_get_the_room) {
+    enum {
+        L = 2,
+        X = 4,
+        N = L * X
+    };
+    uint64_t eb[L] = {100, 100}, heat[N] = {0};
+    int32_t owner[N], moving[N], dest[N];
+    uint64_t refused[N] = {0};
+    worker_link w[3] = {0};
+    for (int i = 0; i < 3; i++) w[i] = (worker_link){.id = i, .state = LINK_UP, .tcp = {.on = 1}};
+    w[1].dev.budget = 250; /* room for two experts of 100 */
+    w[2].state = LINK_DOWN;
+    sched s = {.w = w, .n_w = 3};
+    s.model.n_layer = L;
+    s.model.n_expert = X;
+    s.model.expert_bytes = eb;
+    s.place = (sched_placement){.owner = owner, .moving = moving, .refused_by = refused, .heat = heat};
+    for (int k = 0; k < N; k++) owner[k] = k % 2 ? 2 : 0, moving[k] = -1, dest[k] = -9;
+    /* host 0 holds slots 0, 2, 4, 6; the hottest two are 4 and 2 (layer order would give 0 and 2) */
+    heat[0] = 1, heat[2] = 50, heat[4] = 70, heat[6] = 7;
+    cr_assert_eq(host_moves_plan(&s, &w[0], dest), 4);
+    int want[N] = {-1, -9, 1, -9, 1, -9, -1, -9};
+    for (int k = 0; k < N; k++) cr_expect_eq(dest[k], want[k], "slot %d heat %llu", k, (unsigned long long)heat[k]);
+    /* host 1 refused slot 4 at its Place: the next hottest two take the room */
+    refused[4] = 1ULL << 1;
+    cr_assert_eq(host_moves_plan(&s, &w[0], dest), 4);
+    int want2[N] = {-1, -9, 1, -9, -1, -9, 1, -9};
+    for (int k = 0; k < N; k++) cr_expect_eq(dest[k], want2[k], "slot %d (slot 4 refused)", k);
+}
+
 Test(heat_place, pins_are_checked) {
     device_spec d[2] = {{.plugin = "cpu", .index = 0}, {.plugin = "cpu", .index = 1}};
     int32_t pin[8];

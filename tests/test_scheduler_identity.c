@@ -186,3 +186,21 @@ Test(scheduler_identity, coordinator_sigkill_leaves_nothing_in_tmp, .timeout = 6
     cr_expect_eq(system(cmd), 0);
     cr_expect_eq(left, 0, "a SIGKILLed coordinator left %d entries in its TMPDIR", left);
 }
+
+/* A shared expert (qwen2moe) runs in the coordinator while the worker computes
+ * the routed experts (moe_exec.side), and the bytes stay those of --inproc:
+ * it is still added after the routed sum. */
+Test(scheduler_identity, shared_expert_overlaps_the_workers_same_bytes, .timeout = 90) {
+    const char *model = sched_fixture("tiny-qwen2moe-f32.gguf");
+    sched_env_defaults();
+    gen_result ref, got;
+    sched_generate(model, "inproc", NULL, NULL, &ref);
+    sched_generate(model, "cpu:1", NULL, NULL, &got);
+    sched_assert_same(&ref, &got, "qwen2moe, shared expert beside a cpu worker");
+    cr_expect_gt(sched_field(got.stats, "side_overlapped_layers"), 0, "the shared expert never overlapped: %s",
+                 got.stats);
+    cr_expect_eq(sched_field(got.stats, "fallbacks_total"), 0, "%s", got.stats);
+    gen_free(&ref);
+    gen_free(&got);
+    sched_assert_no_orphans();
+}

@@ -15,6 +15,7 @@
  * has no body is `garbage`, not a start_timeout; an endpoint where nothing
  * listens (tcp://[::1]:1, tcp://127.0.0.1:1) is `connect` at once.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -228,11 +229,29 @@ static void s_check_pids(coli_model *m, int step, void *user) {
     cr_expect_eq(sched_worker_pid(m, 1), 0, "a remote worker has no local process");
 }
 
+/* Does process pid have a thread named name? */
+static int s_has_thread(pid_t pid, const char *name) {
+    char path[320], comm[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    int found = 0;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof comm, f)) found = !strncmp(comm, name, strlen(name));
+        if (f) fclose(f);
+    }
+    if (d) closedir(d);
+    return found;
+}
+
 Test(scheduler_remote, remote_worker_computes_bit_identical, .timeout = 120) {
     char keys[512];
     remote_worker rw;
     s_start_with_keys(keys, sizeof keys, &rw);
     char *js = s_run_remote(&rw, keys, s_check_pids, NULL);
+    /* its memory is sampled by a thread of its own, not between batches (workers/worker_mem.c) */
+    cr_expect(s_has_thread(rw.pid, "coli-mem"), "the host has no coli-mem sampler thread");
     s_worker_stop(&rw);
     char v[256];
     sched_worker_field(js, 1, "device", v, sizeof v);

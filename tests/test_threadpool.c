@@ -2,7 +2,9 @@
  * test_threadpool.c - every thread index runs exactly once per job, for
  * many jobs in a row, and the pool's edges (NULL, one thread) behave.
  */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
@@ -69,8 +71,26 @@ Test(threadpool, destroy_accepts_null) {
 Test(threadpool, default_size_is_online_cores) {
     coli_pool *p = coli_pool_new(0);
     cr_assert_not_null(p);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    cr_assert_eq(coli_pool_size(p), n < 1 ? 1 : (int)n);
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    cr_assert_eq(coli_pool_size(p), CPU_COUNT(&set));
+    coli_pool_destroy(&p);
+}
+
+/* A process allowed one core (taskset, a cpuset: a host given part of a
+ * machine) gets one thread by default, not one per core online. */
+Test(threadpool, default_size_follows_the_affinity_mask) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    cr_assert_eq(sched_getaffinity(0, sizeof one, &one), 0);
+    int first = 0;
+    while (!CPU_ISSET(first, &one)) first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0); /* this test's own process (criterion forks) */
+    coli_pool *p = coli_pool_new(0);
+    cr_assert_not_null(p);
+    cr_assert_eq(coli_pool_size(p), 1);
     coli_pool_destroy(&p);
 }
 

@@ -135,7 +135,7 @@ typedef struct worker_loop {
     size_t xin_cap;
     uint64_t batches, rows, last_request_id, hb_seq;
     uint64_t last_hb_ns;
-    uint64_t mem_at_ns, rss_bytes, model_rss_bytes, cgroup_bytes; /* worker_mem.c: the latest sample */
+    struct worker_mem *mem; /* worker_mem.c: the memory sampler thread */
     int stop;
 } worker_loop;
 
@@ -221,8 +221,13 @@ void worker_loop_close(worker *w);
 /* The next heartbeat's body: its sequence number (counted) and the counters. */
 void worker_heartbeat_fill(worker *w, Coli__Heartbeat *h);
 /* Memory (worker_mem.c): the heartbeat's rss_bytes, model_rss_bytes and
- * cgroup_bytes, sampled at most once a second. */
+ * cgroup_bytes, the latest sample of a thread that samples once a second
+ * (started by the first call). */
 void worker_mem_fill(worker *w, Coli__Heartbeat *h);
+/* Sample again now (the held set changed). */
+void worker_mem_resample(worker *w);
+/* Stop and join the sampler. */
+void worker_mem_close(worker *w);
 /* A remote worker (listening) maps the whole file but holds only its experts:
  * no readahead around a fault, no huge page mappings of the file. */
 void worker_mem_advise_model(const worker *w);

@@ -94,6 +94,7 @@ void worker_hold_close(worker *w) {
 }
 
 void worker_loop_close(worker *w) {
+    worker_mem_close(w);
     free(w->loop.out);
     free(w->loop.xin);
     ring_close(&w->loop.ring);
@@ -314,7 +315,7 @@ int worker_on_place(worker *w, const Coli__Envelope *env) {
     }
     s_drop_unlisted(w, p);
     s_prefault_held(w, po.held, po.n_held);
-    w->loop.mem_at_ns = 0; /* the next heartbeat tells the memory of the new set */
+    worker_mem_resample(w); /* the next heartbeats tell the memory of the new set */
     int rc = s_send_place_ack(w, 1, "", &po);
     free(po.held);
     free(po.refused);

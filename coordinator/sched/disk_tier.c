@@ -753,7 +753,11 @@ int moe_exec_disk_new(const moe_exec_config *cfg, uint64_t ram_bytes, moe_exec *
         return coli_fail(COLI_EINVAL, "disk tier: %d experts per layer (at most 1024)", cfg->n_expert);
     disk_tier *dt = calloc(1, sizeof *dt);
     if (!dt) return coli_fail(COLI_ENOMEM, "disk tier: out of memory");
-    dt->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, NULL, s_maps_none};
+    dt->base = (moe_exec){.run_layer = s_run_layer,
+                          .stats_json = s_stats_json,
+                          .stats_text = s_stats_text,
+                          .destroy = s_destroy,
+                          .computes_here = s_maps_none};
     dt->n_layer = cfg->n_layer;
     dt->n_expert = cfg->n_expert;
     dt->n_embd = cfg->n_embd;

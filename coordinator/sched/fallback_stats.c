@@ -197,12 +197,13 @@ int stats_json(const sched *s, char **json) {
                         "],\"fallbacks_total\":%llu,\"dispatch_latency_p50_ms\":%.6f,"
                         "\"dispatch_latency_p99_ms\":%.6f,\"dispatches\":%llu,\"inproc_rows\":%llu,"
                         "\"late_replies_dropped\":%llu,\"foreign_messages_dropped\":%llu,"
-                        "\"stale_messages_dropped\":%llu,\"impostor_messages_refused\":%llu",
+                        "\"stale_messages_dropped\":%llu,\"impostor_messages_refused\":%llu,"
+                        "\"side_overlapped_layers\":%llu",
                         (unsigned long long)s->stats.fallbacks_total, s_pct_ms(&s->stats.dispatch, 0.5),
                         s_pct_ms(&s->stats.dispatch, 0.99), (unsigned long long)s->stats.dispatch.n,
                         (unsigned long long)s->stats.inproc_rows, (unsigned long long)s->stats.late_dropped,
                         (unsigned long long)s->stats.foreign_dropped, (unsigned long long)s->stats.stale_dropped,
-                        (unsigned long long)s->stats.impostor_dropped);
+                        (unsigned long long)s->stats.impostor_dropped, (unsigned long long)s->stats.side_overlapped);
     host_moves_json(s, &b); /* experts moved between hosts (host_tier.c) */
     coli_strbuf_appendf(&b, "}");
     return s_done(&b, json);

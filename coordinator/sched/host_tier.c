@@ -25,7 +25,8 @@ int host_tier_init(sched *s) {
     const size_t n = (size_t)s->model.n_layer * (size_t)s->model.n_expert;
     s->place.home = malloc(n * sizeof *s->place.home);
     s->place.moving = malloc(n * sizeof *s->place.moving);
-    if (!s->place.home || !s->place.moving) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
+    s->place.heat = calloc(n, sizeof *s->place.heat);
+    if (!s->place.home || !s->place.moving || !s->place.heat) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
     for (size_t i = 0; i < n; i++) s->place.home[i] = s->place.moving[i] = -1;
     return 0;
 }
@@ -33,6 +34,12 @@ int host_tier_init(sched *s) {
 void host_tier_planned(sched *s) {
     const size_t n = (size_t)s->model.n_layer * (size_t)s->model.n_expert;
     memcpy(s->place.home, s->place.owner, n * sizeof *s->place.home);
+    if (s->cfg.heat) memcpy(s->place.heat, s->cfg.heat, n * sizeof *s->place.heat);
+}
+
+void host_tier_count(sched *s, int layer, const int32_t *ids, int64_t n_pairs) {
+    uint64_t *row = s->place.heat + (size_t)layer * (size_t)s->model.n_expert;
+    for (int64_t p = 0; p < n_pairs; p++) row[ids[p]]++;
 }
 
 int host_place_has(const sched *s, const worker_link *w, size_t slot) {
@@ -45,7 +52,8 @@ static uint64_t s_slot_bytes(const sched *s, size_t slot) {
 
 /* A remote host other than lost that can take the expert in slot now (up, a
  * home tier, within its budget; 0 = unlimited; not one that refused it or
- * whose hello's caps rule it out), the least loaded; -1 none. */
+ * whose hello's caps rule it out), the least loaded; -1 none. load: bytes
+ * each worker holds or was asked to. */
 static int s_host_with_room(const sched *s, const worker_link *lost, const uint64_t *load, size_t slot) {
     const uint64_t eb = s_slot_bytes(s, slot);
     int best = -1;
@@ -78,33 +86,69 @@ static void s_maybe_done(sched *s) {
     s->stats.moves.started_ns = 0;
 }
 
+typedef struct hot_slot {
+    uint64_t heat;
+    size_t slot;
+} hot_slot;
+
+/* Hottest first; equal heat in (layer, expert) order. */
+static int s_hotter(const void *a, const void *b) {
+    const hot_slot *x = a, *y = b;
+    if (x->heat != y->heat) return x->heat > y->heat ? -1 : 1;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+int host_moves_plan(const sched *s, const worker_link *lost, int32_t *dest) {
+    const size_t n = (size_t)s->model.n_layer * (size_t)s->model.n_expert;
+    hot_slot *hot = malloc((n ? n : 1) * sizeof *hot);
+    if (!hot) return -1;
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++)
+        if (s->place.owner[k] == lost->id || s->place.moving[k] == lost->id)
+            hot[m++] = (hot_slot){s->place.heat ? s->place.heat[k] : 0, k};
+    /* the hottest first: when the other hosts' room is short, the experts most rows need get it and
+       the coordinator computes the cold ones from its mapping */
+    qsort(hot, m, sizeof *hot, s_hotter);
+    uint64_t load[SCHED_MAX_WORKERS];
+    for (int i = 0; i < s->n_w; i++) load[i] = s->w[i].place.owned_bytes;
+    for (size_t j = 0; j < m; j++) {
+        int to = s_host_with_room(s, lost, load, hot[j].slot);
+        dest[hot[j].slot] = to;
+        if (to >= 0) load[to] += s_slot_bytes(s, hot[j].slot);
+    }
+    free(hot);
+    return (int)m;
+}
+
 void host_on_lost(sched *s, worker_link *w) {
     if (!w->tcp.on || w->dev.cache || !s->place.home) return;
     const size_t n = (size_t)s->model.n_layer * (size_t)s->model.n_expert;
-    uint64_t load[SCHED_MAX_WORKERS];
     unsigned char again[SCHED_MAX_WORKERS] = {0};
-    for (int i = 0; i < s->n_w; i++) load[i] = s->w[i].place.owned_bytes;
     w->place.replacing = 0; /* whatever it was asked is answered by nobody now */
-    uint64_t moved = 0;
+    int32_t *dest = malloc((n ? n : 1) * sizeof *dest);
+    if (dest && host_moves_plan(s, w, dest) < 0) { /* out of memory: everything stays with the coordinator */
+        free(dest);
+        dest = NULL;
+    }
+    int moved = 0;
     for (size_t k = 0; k < n; k++) {
         if (s->place.owner[k] != w->id && s->place.moving[k] != w->id) continue;
-        uint64_t eb = s_slot_bytes(s, k);
-        int to = s_host_with_room(s, w, load, k);
+        int to = dest ? dest[k] : -1;
         s->place.owner[k] = -1; /* the coordinator computes it until a host has it */
         s->place.moving[k] = to;
         moved++;
-        if (to < 0) {
-            s->stats.moves.to_coord++;
-            s->stats.moves.to_coord_bytes += eb;
+        if (to >= 0) {
+            again[to] = 1;
             continue;
         }
-        load[to] += eb;
-        again[to] = 1;
+        s->stats.moves.to_coord++;
+        s->stats.moves.to_coord_bytes += s_slot_bytes(s, k);
     }
+    free(dest);
     if (!moved) return;
     s->stats.moves.events++;
     if (!s->stats.moves.started_ns) s->stats.moves.started_ns = coli_now_ns();
-    if (s->verbose) fprintf(stderr, "colibri: %s lost: %llu experts to move\n", w->device, (unsigned long long)moved);
+    if (s->verbose) fprintf(stderr, "colibri: %s lost: %d experts to move\n", w->device, moved);
     s_replace_marked(s, again);
     s_maybe_done(s); /* nothing sent: everything stayed with the coordinator */
 }

@@ -319,6 +319,7 @@ typedef struct sched_placement {
     int started;          /* start-up placement done: restarts place at once */
     int32_t *home;        /* (n_layer, n_expert) the worker the plan gave it, -1 none (host_tier.c) */
     int32_t *moving;      /* (n_layer, n_expert) the host asked to hold it while its home is lost, no ack yet; -1 */
+    uint64_t *heat; /* (n_layer, n_expert) the heat file's counts at load + the pairs routed since (host_tier.c) */
 } sched_placement;
 
 /* Experts moved between remote hosts and the coordinator (host_tier.c). */
@@ -345,6 +346,7 @@ typedef struct sched_call {
     int64_t *grouped;     /* (cap_grouped) one worker's rows regrouped by expert */
     size_t cap_grouped;
     uint64_t next_req; /* request ids, never reused */
+    uint64_t side_ns;  /* the caller's side work in this layer (left out of the dispatch latency) */
 } sched_call;
 
 /* Executor-wide counters (fallback_stats.c formats them). */
@@ -353,6 +355,7 @@ typedef struct sched_stats {
     int n_fb;
     uint64_t fallbacks_total, foreign_dropped, late_dropped, stale_dropped, inproc_rows;
     uint64_t impostor_dropped; /* names a live worker's id and generation without its secret */
+    uint64_t side_overlapped;  /* layers whose caller's side work (moe_exec.side) ran while workers computed */
     lat_stats dispatch;
     host_moves moves;
 } sched_stats;
@@ -506,10 +509,16 @@ void cache_stats_text(const worker_link *w, struct coli_strbuf *b);
 
 // ----------------------------------------------------------------------------
 // host_tier.c: remote hosts' experts (docs/scheduler.md, "Remote hosts as a memory tier")
-/* home and moving (n_slots each), before anything is placed. 0 or COLI_ENOMEM. */
+/* home, moving and heat (n_slots each), before anything is placed. 0 or COLI_ENOMEM. */
 int host_tier_init(sched *s);
 /* The plan is made: each expert's home is its owner now. */
 void host_tier_planned(sched *s);
+/* Count the layer's routed pairs into place.heat (ids checked by the caller). */
+void host_tier_count(sched *s, int layer, const int32_t *ids, int64_t n_pairs);
+/* Where each expert of lost goes: dest[slot] = a remote host with room or -1
+ * (the coordinator), hottest first (place.heat); slots it did not hold are
+ * left as they were. The number of its experts; -1 out of memory. */
+int host_moves_plan(const sched *s, const worker_link *lost, int32_t *dest);
 /* Is slot in w's Place? Its owner, its home, or moving to it. */
 int host_place_has(const sched *s, const worker_link *w, size_t slot);
 /* Remote worker w left service (DOWN): each expert it held goes to another

@@ -257,6 +257,22 @@ static void s_gather(sched *s) {
     }
 }
 
+/* The caller's side work (a shared expert: moe_exec.side), at most once per
+ * layer, while the workers compute; counted when some request is in flight. */
+static void s_side(sched *s) {
+    void (*fn)(void *) = s->base.side;
+    if (!fn) return;
+    s->base.side = NULL; /* once: a second round (a worker failed) must not run it again */
+    for (int i = 0; i < s->n_w; i++)
+        if (s->w[i].req.id) {
+            s->stats.side_overlapped++;
+            break;
+        }
+    uint64_t t0 = coli_now_ns();
+    fn(s->base.side_arg);
+    s->call.side_ns = coli_now_ns() - t0;
+}
+
 static int s_reserve_pairs(sched *s, int64_t n_pairs) {
     if ((size_t)n_pairs <= s->call.cap_pairs) return 0;
     int64_t *t = realloc(s->call.pair_target, (size_t)n_pairs * sizeof *t);
@@ -280,6 +296,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
                              s->model.n_expert);
     int rc = s_reserve_pairs(s, n_pairs);
     if (rc) return rc;
+    host_tier_count(s, layer, ids, n_pairs); /* what a lost host's experts are ordered by */
     s_poll(s, 0);
     s->call.y = y;
     s->call.ids = ids;
@@ -287,6 +304,7 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
     s->call.pending = n_pairs;
     for (int64_t p = 0; p < n_pairs; p++) s->call.pair_target[p] = PAIR_PENDING;
     memset(s->call.excluded, 0, (size_t)s->n_w);
+    s->call.side_ns = 0;
     uint64_t t0 = coli_now_ns();
     cache_prefetch(s, layer, x, n_tok); /* the next layer's loads overlap with this one */
     int used_workers = 0, first = 1;
@@ -298,11 +316,13 @@ static int s_run_layer(moe_exec *self, int layer, const float *x, int64_t n_tok,
         for (int i = 0; i < s->n_w; i++) used_workers |= s->w[i].req.n_rows > 0;
         s_send_all(s, layer, x, k, allow_load);
         rc = s_run_inproc(s, layer, x, n_pairs, k); /* overlaps with the workers */
+        s_side(s);                                  /* so does the caller's own work, once */
         s_gather(s);
     }
     for (int i = 0; i < s->n_w; i++) s->w[i].req.id = 0;
     cache_after_layer(s, n_tok); /* nothing in flight: evictions may leave routing now */
-    if (rc == 0 && used_workers) stats_latency(&s->stats.dispatch, (double)(coli_now_ns() - t0) / 1e9);
+    if (rc == 0 && used_workers) /* the experts' time: the caller's side work is its own */
+        stats_latency(&s->stats.dispatch, (double)(coli_now_ns() - t0 - s->call.side_ns) / 1e9);
     return rc;
 }
 
@@ -362,6 +382,7 @@ static void s_destroy(moe_exec *self) {
     free(s->model.need);
     free(s->place.home);
     free(s->place.moving);
+    free(s->place.heat);
     free(s->model.expert_bytes);
     free(s->model.path);
     free(s->call.pair_target);
@@ -600,7 +621,12 @@ int moe_exec_workers_new(const moe_exec_config *cfg, moe_exec **out) {
     device_spec devs[SCHED_MAX_WORKERS];
     sched *s = calloc(1, sizeof *s);
     if (!s) return coli_fail(COLI_ENOMEM, "scheduler: out of memory");
-    s->base = (moe_exec){s_run_layer, s_stats_json, s_stats_text, s_destroy, s_pair_device, s_computes_here};
+    s->base = (moe_exec){.run_layer = s_run_layer,
+                         .stats_json = s_stats_json,
+                         .stats_text = s_stats_text,
+                         .destroy = s_destroy,
+                         .pair_device = s_pair_device,
+                         .computes_here = s_computes_here};
     s->net.lifeline[0] = s->net.lifeline[1] = -1;
     s->verbose = cfg->verbose;
     s_settings(s, cfg);

@@ -6,10 +6,14 @@
 #   - colibri's disk tier (--devices inproc@ram=RAM, what plain inproc chooses
 #     there by itself: experts read from disk
 #     into a RAM expert cache, docs/scheduler.md "Tiers"),
-#   - two namespace hosts (BIGMEM_HOSTS_CMD: the multi-host part plugs in
-#     here; it is run with MODEL, LIMIT and N in its environment and prints
-#     one line "hosts TOK/S"),
-#   - llama.cpp's llama-bench on the mapped file when LLAMA_BENCH is given,
+#   - two namespace hosts, each in a memory cgroup of its own, the coordinator
+#     in one too (tools/hosts/bigmem_hosts.sh, or BIGMEM_HOSTS_CMD: run with
+#     MODEL, LIMIT, N, COLI and THREADS in its environment, its lines printed
+#     after "two hosts:"), with llama.cpp's rpc-server over the same two hosts
+#     when LLAMA_RPC_SERVER (and LLAMA_BENCH) is given,
+#   - llama.cpp's llama-bench on the mapped file when LLAMA_BENCH is given, and
+#     llama.cpp without its repack copy when LLAMA_NOREPACK names a program
+#     like /work/llama-tools/decode_norepack (MODEL N THREADS -> "decode X tok/s"),
 # after the disk's large direct reads are measured (what the disk tier's
 # reads can reach) and the unconfined in-process rate (the ceiling).
 #
@@ -110,11 +114,15 @@ if toks and d.get("needed_bytes"):
           f" {t['cancelled_reads']} wrong guesses dropped unread, disk busy {t['disk_busy_ms'] / 1000:.1f} s")
 PY
 
-# 4. two hosts (the multi-host part of issue 26 plugs its run in here)
-if [ -n "${BIGMEM_HOSTS_CMD:-}" ]; then
-  MODEL=$MODEL LIMIT=$LIMIT N=$N $BIGMEM_HOSTS_CMD | sed 's/^/  two hosts: /'
+# 4. two hosts: by default tools/hosts/bigmem_hosts.sh (two network namespaces,
+# each in a memory cgroup of its own, the coordinator confined too; llama.cpp's
+# rpc-server over the same two when LLAMA_RPC_SERVER is given); it says in one
+# line why not when root, ip netns or the cgroup is missing. BIGMEM_HOSTS_CMD=none skips it.
+HOSTS_CMD=${BIGMEM_HOSTS_CMD:-$(dirname "$0")/../hosts/bigmem_hosts.sh}
+if [ "$HOSTS_CMD" != none ]; then
+  MODEL=$MODEL LIMIT=$LIMIT N=$N COLI=$COLI THREADS=$THREADS $HOSTS_CMD | sed 's/^/  two hosts: /'
 else
-  echo "  two hosts: not run (BIGMEM_HOSTS_CMD unset)"
+  echo "  two hosts: not run (BIGMEM_HOSTS_CMD=none)"
 fi
 
 # 5. llama.cpp, mapped (its default would copy the Q4_0 weights out of the mapping)
@@ -125,4 +133,13 @@ if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then
     " peak $(mib "$(cat "$OUT_DIR/llama.peak")")"
 else
   echo "  llama.cpp: not run (LLAMA_BENCH unset)"
+fi
+# 6. llama.cpp mapped without the repack copy (use_extra_bufts = false; llama-bench has no switch for it)
+if [ -n "${LLAMA_NOREPACK:-}" ] && [ -x "$LLAMA_NOREPACK" ]; then
+  confined norepack "$LLAMA_NOREPACK" "$MODEL" "$N" "$THREADS"
+  rate=$(sed -n 's/^decode \([0-9.]*\) tok\/s.*/\1/p' "$OUT_DIR/norepack.log")
+  echo "  $LIMIT cgroup, llama.cpp (mmap, no repack): ${rate:-no figure (killed for memory, or stopped at the limit)} tok/s" \
+    " peak $(mib "$(cat "$OUT_DIR/norepack.peak")")"
+else
+  echo "  llama.cpp without repack: not run (LLAMA_NOREPACK unset)"
 fi
