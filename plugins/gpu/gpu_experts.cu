@@ -17,8 +17,9 @@
  *     out = W_down · act(W_gate · x + b_gate, W_up · x + b_up) + b_down
  *
  * (act: SiLU gate times up, gpt-oss's SWIGLU_OAI or kimi-k3's SITU, see
- * gpu_act in gpu_math.h) on one stream and copies the groups' rows back. The per-element math
- * (gpu_math.h) is the CPU kernels' math, tested on the host.
+ * gpu_act in gpu_math.h) on one stream and copies the groups' rows back.
+ * The per-element math (gpu_math.h) is the CPU kernels' math, tested on the
+ * host.
  *
  * The kernels and their launch geometry are in gpu_kernels.cuh.
  */

@@ -451,9 +451,8 @@ static inline gpu_act_params gpu_act_params_make(int act, float alpha, float lim
 /* Hidden value i (row i / n_ff, column i % n_ff) from the gate and up
  * matmul outputs: the biases added to them first, as expert_ffn.c does. */
 static inline COLI_HD float gpu_act_at(const gpu_act_params *p, float g, float u, int64_t i) {
-    const int64_t f = i % p->n_ff;
-    if (p->gate_bias) g += p->gate_bias[f];
-    if (p->up_bias) u += p->up_bias[f];
+    if (p->gate_bias) g += p->gate_bias[i % p->n_ff];
+    if (p->up_bias) u += p->up_bias[i % p->n_ff];
     return gpu_act(p->act, g, u, p->alpha, p->limit);
 }
 
