@@ -1,7 +1,8 @@
 /*
  * gpu_test_model.h - what the GPU kernels should compute for an expert, on
  * the host: the plugin's sequence (prepare the input per weight type, gate
- * and up matmuls, SiLU gate, prepare the hidden row, down matmul) with the
+ * and up matmuls, the activation with the gate / up biases, prepare the
+ * hidden row, down matmul, the down bias) with the
  * reference row dot of gpu_math.h, and the reference the GPU tests compare
  * with: the cpu plugin where the CPU path computes all three weight types,
  * else this host model. Include after gpu_math.h and gpu_test_util.h (C or
@@ -22,23 +23,28 @@ static inline int test_host_expert(const moe_expert_desc *e, const float *x, int
     const size_t rd = gpu_row_bytes(e->down_type, n_ff);
     const unsigned char *wg = (const unsigned char *)e->gate, *wu = (const unsigned char *)e->up;
     const unsigned char *wd = (const unsigned char *)e->down;
+    const gpu_act_params act = gpu_act_params_make(e->act, e->act_alpha, e->act_limit, e->gate_bias, e->up_bias, n_ff);
     for (int64_t r = 0; r < n_rows && prep && g && u; r++) {
         gpu_prep_row(e->gate_type, x + r * n_embd, n_embd, prep);
         for (int64_t f = 0; f < n_ff; f++) g[f] = gpu_row_dot(e->gate_type, wg + f * rg, prep, n_embd);
         gpu_prep_row(e->up_type, x + r * n_embd, n_embd, prep);
         for (int64_t f = 0; f < n_ff; f++) u[f] = gpu_row_dot(e->up_type, wu + f * ru, prep, n_embd);
-        for (int64_t f = 0; f < n_ff; f++) g[f] = gpu_swiglu(g[f], u[f]);
+        for (int64_t f = 0; f < n_ff; f++) g[f] = gpu_act_at(&act, g[f], u[f], f);
         gpu_prep_row(e->down_type, g, n_ff, prep);
-        for (int64_t o = 0; o < n_embd; o++) out[r * n_embd + o] = gpu_row_dot(e->down_type, wd + o * rd, prep, n_ff);
+        for (int64_t o = 0; o < n_embd; o++) {
+            out[r * n_embd + o] = gpu_row_dot(e->down_type, wd + o * rd, prep, n_ff);
+            if (e->down_bias) out[r * n_embd + o] += e->down_bias[o];
+        }
     }
     const int rc = prep && g && u ? 0 : -1;
     free(prep), free(g), free(u);
     return rc;
 }
 
-/* 1 if the cpu plugin computes every weight type of e. */
+/* 1 if the cpu plugin computes every weight type and the activation of e. */
 static inline int test_cpu_computes(const moe_expert_desc *e) {
-    return coli_dtype_valid((uint32_t)e->gate_type) && coli_dtype_valid((uint32_t)e->up_type) &&
+    const int act = e->act == MOE_ACT_SILU || e->act == MOE_ACT_SWIGLU_OAI || e->act == MOE_ACT_SITU;
+    return act && coli_dtype_valid((uint32_t)e->gate_type) && coli_dtype_valid((uint32_t)e->up_type) &&
            coli_dtype_valid((uint32_t)e->down_type);
 }
 

@@ -42,6 +42,7 @@ static inline int test_dtype_quantized_by_core(coli_dtype t) {
 typedef struct test_expert {
     moe_expert_desc desc;
     void *gate, *up, *down; /* owned, in desc's types */
+    float *bias[3];         /* owned: gate, up, down biases (test_expert_set_act), or NULL */
 } test_expert;
 
 /* xorshift64*: reproducible values in [-1, 1) */
@@ -168,10 +169,32 @@ static inline int test_expert_make(test_expert *te, int layer, int expert, coli_
     return te->gate && te->up && te->down ? 0 : -1;
 }
 
+/* Gives te activation act (MOE_ACT_*) with alpha and limit, and with
+ * biases != 0 random F32 biases of about 0.5 on gate, up and down (what
+ * gpt-oss's experts have). 0, or -1 on OOM. */
+static inline int test_expert_set_act(test_expert *te, int act, float alpha, float limit, int biases, uint64_t seed) {
+    moe_expert_desc *d = &te->desc;
+    d->act = act;
+    d->act_alpha = alpha;
+    d->act_limit = limit;
+    if (!biases) return 0;
+    const int64_t len[3] = {d->n_ff, d->n_ff, d->n_embd};
+    for (int i = 0; i < 3; i++) {
+        te->bias[i] = (float *)malloc((size_t)len[i] * sizeof(float));
+        if (!te->bias[i]) return -1;
+        test_rand_rows(te->bias[i], len[i], 0.5f, seed * 7 + (uint64_t)i);
+    }
+    d->gate_bias = te->bias[0];
+    d->up_bias = te->bias[1];
+    d->down_bias = te->bias[2];
+    return 0;
+}
+
 static inline void test_expert_free(test_expert *te) {
     free(te->gate);
     free(te->up);
     free(te->down);
+    for (int i = 0; i < 3; i++) free(te->bias[i]);
     memset(te, 0, sizeof *te);
 }
 

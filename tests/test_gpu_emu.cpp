@@ -104,11 +104,16 @@ static void emu_expert(const moe_expert_desc *e, const float *x, int64_t n_rows,
     const int64_t n_hidden = n_rows * n_ff;
     float *gp = g.data();
     const float *up = u.data();
-    cr_assert_eq(gpu_emu_launch(dim3(gpu_swiglu_blocks(n_hidden)), dim3(GPU_SWIGLU_THREADS),
-                                [&] { k_swiglu(gp, up, n_hidden); }),
-                 0);
+    const gpu_act_params act = gpu_act_params_make(e->act, e->act_alpha, e->act_limit, e->gate_bias, e->up_bias, n_ff);
+    cr_assert_eq(
+        gpu_emu_launch(dim3(gpu_elem_blocks(n_hidden)), dim3(GPU_ELEM_THREADS), [&] { k_act(gp, up, n_hidden, act); }),
+        0);
     emu_prep(e->down_type, g.data(), n_rows, n_ff, prep.data());
     emu_matmul(e->down_type, e->down, n_ff, n_embd, prep.data(), n_rows, out);
+    if (!e->down_bias) return;
+    cr_assert_eq(gpu_emu_launch(dim3(gpu_elem_blocks(n_rows * n_embd)), dim3(GPU_ELEM_THREADS),
+                                [&] { k_add_bias(out, e->down_bias, n_rows, n_embd); }),
+                 0);
 }
 
 /* ---- against the host model and the cpu plugin ----------------------------------------- */
@@ -200,6 +205,44 @@ Test(gpu_emu, mixed_weight_types_prepare_each_input_for_its_own_type) {
     check_mix(COLI_IQ4_NL, COLI_Q4_1, COLI_IQ4_XS, 256, 512);      /* Q8_0 then Q8_1 input, Q8_K hidden */
     check_mix(COLI_IQ2_XXS, COLI_IQ2_XXS, COLI_IQ3_XXS, 256, 512); /* a low-bit "UD" mix: grids of two types */
     check_mix(COLI_MXFP4, COLI_IQ1_M, COLI_TQ2_0, 256, 512);       /* Q8_0 then Q8_K input, Q8_K hidden */
+}
+
+/* One activation (with or without the three biases) over a few weight
+ * types, decode and prefill shapes: the kernels bit for bit the host model,
+ * and within the type's tolerance of the cpu plugin (core/kernels/
+ * expert_ffn.c's activations). The small limits make the clamps bite: the
+ * gate values reach about 4. */
+static void check_act(int act, float alpha, float limit, int biases, const char *name) {
+    const coli_dtype types[] = {COLI_F32, COLI_F16, COLI_Q8_0, COLI_Q4_K, COLI_MXFP4};
+    const int64_t rows[] = {1, 8, 9, 70};
+    for (int i = 0; i < 5; i++) {
+        const int super = gpu_block_elems(types[i]) == 256;
+        test_expert te;
+        cr_assert_eq(test_expert_make(&te, 0, i, types[i], super ? 256 : 96, super ? 512 : 160, 900 + (uint64_t)i), 0);
+        cr_assert_eq(test_expert_set_act(&te, act, alpha, limit, biases, 40 + (uint64_t)i), 0);
+        char what[96];
+        snprintf(what, sizeof what, "%s%s, %s", name, biases ? " + biases" : "", coli_dtype_name(types[i]));
+        for (int r = 0; r < 4; r++) check(&te, what, rows[r], test_tolerance(types[i]));
+        test_expert_free(&te);
+    }
+}
+
+Test(gpu_emu, swiglu_oai_with_biases_matches_cpu_plugin) {
+    check_act(MOE_ACT_SWIGLU_OAI, 1.702f, 1.5f, 1, "swiglu_oai");
+    check_act(MOE_ACT_SWIGLU_OAI, 1.702f, 7.0f, 0, "swiglu_oai (gpt-oss's limit)");
+}
+
+Test(gpu_emu, situ_matches_cpu_plugin) {
+    check_act(MOE_ACT_SITU, 1.5f, 2.0f, 0, "situ");
+    check_act(MOE_ACT_SITU, 0.75f, 0.0f, 0, "situ (linear up)");
+    check_act(MOE_ACT_SITU, 1.5f, 2.0f, 1, "situ");
+}
+
+/* Act value 3 (deepseek4, not yet in plugin_abi.h): the kernel against the
+ * host model only (no CPU path yet); load_expert does not take it yet. */
+Test(gpu_emu, swiglu_clamp_kernel_matches_the_host_model) {
+    cr_assert(!gpu_act_supported(GPU_ACT_SWIGLU_CLAMP));
+    check_act(GPU_ACT_SWIGLU_CLAMP, 0.0f, 1.5f, 0, "swiglu_clamp");
 }
 
 Test(gpu_emu, emulator_refuses_what_the_hardware_refuses) {

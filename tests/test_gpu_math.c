@@ -290,6 +290,75 @@ Test(gpu_math, swiglu_is_core_formula) {
     }
 }
 
+/* ---- the activations against core/kernels/expert_ffn.c -------------------------------- */
+
+/* gpu_act_at against expert_ffn.c's own code, run by the cpu plugin on F32
+ * selector experts of 32 x 32: gate row f picks x[f], up row f picks
+ * x[(f + 5) % 32] times 1.5 (sums of one exact product and zeros), down is
+ * the identity, so the plugin's output f is act(x[f] + gate bias,
+ * 1.5 x[f + 5] + up bias) + down bias, which must be gpu_act_at's value bit
+ * for bit (same float operations in the same order). 64 rows sweep x over
+ * [-12, 12]: both saturations, the clamps and the sigmoid's tails. */
+static void check_act_bits(int act, float alpha, float limit, int biases) {
+    enum {
+        N = 32,
+        ROWS = 64
+    };
+    static float gate[N * N], up[N * N], down[N * N], x[ROWS * N], out[ROWS * N];
+    memset(gate, 0, sizeof gate), memset(up, 0, sizeof up), memset(down, 0, sizeof down);
+    for (int f = 0; f < N; f++) {
+        gate[f * N + f] = 1.0f;
+        up[f * N + (f + 5) % N] = 1.5f;
+        down[f * N + f] = 1.0f;
+    }
+    for (int i = 0; i < ROWS * N; i++) x[i] = -12.0f + 24.0f * ((float)((i * 37) % (ROWS * N)) + 0.5f) / (ROWS * N);
+    test_expert te;
+    memset(&te, 0, sizeof te);
+    te.desc.n_embd = te.desc.n_ff = N;
+    te.desc.gate = gate, te.desc.up = up, te.desc.down = down;
+    te.desc.gate_bytes = te.desc.up_bytes = te.desc.down_bytes = sizeof gate;
+    cr_assert_eq(test_expert_set_act(&te, act, alpha, limit, biases, 3), 0);
+    char err[256] = "";
+    cr_assert_eq(test_cpu_expert(&te, x, ROWS, out, err, sizeof err), 0, "cpu plugin: %s", err);
+    const gpu_act_params p = gpu_act_params_make(act, alpha, limit, te.bias[0], te.bias[1], N);
+    for (int r = 0; r < ROWS; r++)
+        for (int f = 0; f < N; f++) {
+            float mine = gpu_act_at(&p, x[r * N + f], 1.5f * x[r * N + (f + 5) % N], f);
+            if (biases) mine += te.bias[2][f];
+            cr_assert(mine == out[r * N + f],
+                      "act %d (alpha %g, limit %g%s) row %d value %d: gpu %.9g, expert_ffn %.9g", act, alpha, limit,
+                      biases ? ", biases" : "", r, f, mine, out[r * N + f]);
+        }
+    for (int i = 0; i < 3; i++) free(te.bias[i]);
+}
+
+Test(gpu_math, activations_are_expert_ffns_bit_for_bit) {
+    check_act_bits(MOE_ACT_SILU, 0.0f, 0.0f, 0);
+    check_act_bits(MOE_ACT_SILU, 0.0f, 0.0f, 1);
+    check_act_bits(MOE_ACT_SWIGLU_OAI, 1.702f, 7.0f, 1); /* gpt-oss */
+    check_act_bits(MOE_ACT_SWIGLU_OAI, 1.702f, 1.5f, 0);
+    check_act_bits(MOE_ACT_SITU, 1.5f, 2.0f, 0);  /* the tiny kimi-k3's situ_beta, situ_linear_beta */
+    check_act_bits(MOE_ACT_SITU, 0.75f, 0.0f, 1); /* linear up branch */
+}
+
+/* Act value 3, deepseek4's clamped SwiGLU (no CPU path on this branch yet):
+ * the formula x = min(g, limit), silu(x) clamp(u, -limit, limit), in double. */
+Test(gpu_math, swiglu_clamp_is_the_clamped_formula) {
+    for (int i = -400; i <= 400; i++) {
+        const float g = (float)i * 0.03f, u = 2.0f - (float)i * 0.011f, limit = 2.5f;
+        const double x = g < limit ? g : limit, y = u < -limit ? -limit : (u > limit ? limit : u);
+        const double want = x / (1.0 + exp(-x)) * y;
+        const float mine = gpu_act(GPU_ACT_SWIGLU_CLAMP, g, u, 0.0f, limit);
+        cr_assert(fabs(mine - want) <= 1e-6 * (fabs(want) + 1e-3), "g %g u %g: %.9g, want %.9g", g, u, mine, want);
+    }
+}
+
+Test(gpu_math, act_mask_has_the_computed_activations_and_biases) {
+    cr_assert_eq(gpu_act_mask(), (1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | MOE_ACT_BIASES);
+    cr_assert_eq(gpu_act_mask() & ~MOE_ACT_KNOWN, 0u, "bits outside the ABI");
+    cr_assert(gpu_act_supported(MOE_ACT_SILU) && !gpu_act_supported(-1) && !gpu_act_supported(31));
+}
+
 /* ---- dot products against coli_matmul ------------------------------------------------ */
 
 /* |gpu_row_dot - coli_matmul| within float rounding of a reordered sum:

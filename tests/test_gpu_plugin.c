@@ -9,8 +9,9 @@
  * and the host-side argument checks still run. Tests that need a device
  * skip, saying why. With one: kernels against the cpu plugin (the host
  * model of gpu_test_model.h for types the CPU path lacks) for every weight
- * type, decode (<= 8 rows) and prefill shapes; unknown types and rows that
- * are not whole blocks refused; bad device id;
+ * type, decode (<= 8 rows) and prefill shapes; gpt-oss's SWIGLU_OAI with
+ * biases and kimi-k3's SITU against the cpu plugin; unknown types, unknown
+ * activations and rows that are not whole blocks refused; bad device id;
  * over-budget and oversized allocations; injected failures with the
  * accounting unchanged and no sticky error; stats.
  */
@@ -199,10 +200,20 @@ Test(gpu_plugin, bad_device_id_is_refused) {
     cr_assert_eq(g.p->open(&o, &dev, err, sizeof err), COLI_EINVAL);
 }
 
-/* Groups over two experts of one type: decode-sized (1, 5, 8 rows) and
- * prefill-sized (200 rows), against the reference (cpu plugin or host
- * model) row range by row range. */
-static void check_dtype(const gpu_plugin *g, coli_dtype t) {
+/* The activation of the experts check_expert makes (MOE_ACT_*, alpha,
+ * limit, biases or not). */
+typedef struct test_act {
+    int act;
+    float alpha, limit;
+    int biases;
+} test_act;
+
+static const test_act silu = {MOE_ACT_SILU, 0.0f, 0.0f, 0};
+
+/* Groups over two experts of one type and activation: decode-sized (1, 5,
+ * 8 rows) and prefill-sized (200 rows), against the reference (cpu plugin
+ * or host model) row range by row range. */
+static void check_expert(const gpu_plugin *g, coli_dtype t, test_act a) {
     const int super = gpu_block_elems(t) == 256;
     const int64_t n_embd = super ? 256 : 96, n_rows = 214;
     const moe_batch_group groups[] = {{0, 0, 0, 1}, {0, 1, 1, 5}, {0, 0, 6, 8}, {0, 1, 14, 200}};
@@ -210,6 +221,8 @@ static void check_dtype(const gpu_plugin *g, coli_dtype t) {
     const char *which = "";
     cr_assert_eq(test_expert_make(&te[0], 0, 0, t, n_embd, 512, 40 + (uint64_t)t), 0);
     cr_assert_eq(test_expert_make(&te[1], 0, 1, t, n_embd, super ? 768 : 160, 80 + (uint64_t)t), 0);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(test_expert_set_act(&te[i], a.act, a.alpha, a.limit, a.biases, 9 + (uint64_t)i), 0);
     float *x = malloc((size_t)(n_rows * n_embd) * sizeof *x), *out = calloc((size_t)(n_rows * n_embd), sizeof *out);
     float *ref = calloc((size_t)(n_rows * n_embd), sizeof *ref);
     cr_assert(x && out && ref);
@@ -231,8 +244,9 @@ static void check_dtype(const gpu_plugin *g, coli_dtype t) {
         diff[prefill] = d > diff[prefill] ? d : diff[prefill];
         scale = s > scale ? s : scale;
     }
-    fprintf(stderr, "GPU-DIFF %s dtype=%s decode=%.3g prefill=%.3g scale=%.3g vs=%s\n", g->p->name, coli_dtype_name(t),
-            diff[0], diff[1], scale, test_cpu_computes(&te[0].desc) ? "cpu" : "host-model");
+    fprintf(stderr, "GPU-DIFF %s dtype=%s act=%d%s decode=%.3g prefill=%.3g scale=%.3g vs=%s\n", g->p->name,
+            coli_dtype_name(t), a.act, a.biases ? "+biases" : "", diff[0], diff[1], scale,
+            test_cpu_computes(&te[0].desc) ? "cpu" : "host-model");
     const float tol = test_tolerance(t) * scale;
     cr_assert(diff[0] <= tol && diff[1] <= tol, "%s: max diff decode %g prefill %g > %g", coli_dtype_name(t), diff[0],
               diff[1], tol);
@@ -245,7 +259,57 @@ static void check_dtype(const gpu_plugin *g, coli_dtype t) {
 Test(gpu_plugin, kernels_match_cpu_plugin_for_every_type_decode_and_prefill) {
     gpu_plugin g;
     need_device(&g);
-    for (int i = 0; i < GPU_TEST_N_DTYPES; i++) check_dtype(&g, gpu_test_dtypes[i]);
+    for (int i = 0; i < GPU_TEST_N_DTYPES; i++) check_expert(&g, gpu_test_dtypes[i], silu);
+}
+
+/* gpt-oss's and kimi-k3's experts against expert_ffn.c (the cpu plugin):
+ * the device's expf / tanhf may differ from the host's by an ulp or two,
+ * well inside each type's tolerance (gpu_test_util.h). */
+Test(gpu_plugin, activations_and_biases_match_cpu_plugin) {
+    gpu_plugin g;
+    need_device(&g);
+    const test_act acts[] = {{MOE_ACT_SWIGLU_OAI, 1.702f, 7.0f, 1},
+                             {MOE_ACT_SWIGLU_OAI, 1.702f, 1.5f, 1},
+                             {MOE_ACT_SITU, 1.5f, 2.0f, 0},
+                             {MOE_ACT_SITU, 0.75f, 0.0f, 1}};
+    const coli_dtype types[] = {COLI_F32, COLI_F16, COLI_Q8_0, COLI_Q4_K, COLI_MXFP4};
+    for (int a = 0; a < 4; a++)
+        for (int i = 0; i < 5; i++) check_expert(&g, types[i], acts[a]);
+}
+
+/* Activations the kernels lack and hostile parameters: refused in one line,
+ * nothing held; the biases are uploaded with the expert and budgeted. */
+Test(gpu_plugin, unknown_activations_and_bad_parameters_are_refused) {
+    gpu_plugin g;
+    need_device(&g);
+    test_expert te;
+    cr_assert_eq(test_expert_make(&te, 0, 0, COLI_Q8_0, 64, 96, 5), 0);
+    cr_assert_eq(test_expert_set_act(&te, MOE_ACT_SWIGLU_OAI, 1.702f, 7.0f, 1, 2), 0);
+    moe_device *dev = open_dev(&g, 0, NULL);
+    char err[256] = "";
+    moe_expert_desc d = te.desc;
+    d.act = 7;
+    cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EUNSUPPORTED);
+    cr_assert(strstr(err, "activation 7 not supported"), "%s", err);
+    d.act = GPU_ACT_SWIGLU_CLAMP; /* until its caps bit */
+    cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EUNSUPPORTED);
+    d = te.desc;
+    d.act_limit = NAN;
+    cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EINVAL);
+    cr_assert(strstr(err, "activation 1 with alpha"), "%s", err);
+    d = te.desc;
+    d.act = MOE_ACT_SITU;
+    d.act_alpha = 0.0f;
+    cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EINVAL);
+    moe_stats s = stats_of(&g, dev);
+    cr_assert_eq(s.resident_experts, 0);
+    cr_assert_eq(s.failed_loads, 4);
+    cr_assert_eq(g.p->load_expert(dev, &te.desc, err, sizeof err), 0, "%s", err);
+    const uint64_t biases = gpu_align_up(96 * 4) * 2 + 64 * 4;
+    s = stats_of(&g, dev);
+    cr_assert_eq(s.resident_bytes, gpu_align_up(gpu_align_up(expert_device_bytes(&te.desc)) + biases));
+    g.p->close(&dev);
+    test_expert_free(&te);
 }
 
 /* Unknown weight types and rows that are not whole blocks stay on the CPU
@@ -401,6 +465,8 @@ Test(gpu_plugin, caps_and_stats_account_for_what_is_held_and_done) {
     cr_assert_eq(caps.dtype_mask, (uint32_t)want, "dtype mask %#x, want %#x", caps.dtype_mask, (uint32_t)want);
     cr_assert_eq(caps.dtype_mask_hi, (uint32_t)(want >> 32), "dtype mask hi %#x, want %#x", caps.dtype_mask_hi,
                  (uint32_t)(want >> 32));
+    cr_assert_eq(caps.act_mask, (1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | MOE_ACT_BIASES, "act mask %#x",
+                 caps.act_mask);
     cr_assert(caps.memory_total > 0 && caps.memory_budget > 0 && caps.memory_budget < caps.memory_total);
     cr_assert(caps.device_name[0]);
     test_expert te[3];

@@ -403,15 +403,20 @@ Test(scheduler_faults, worker_that_failed_too_often_is_reprobed_and_returns, .ti
 }
 
 //  coli plan places as a load would: gpt-oss's experts never on a device
-//  plugin that reports no SWIGLU_OAI (cuda today), all on the cpu worker,
-//  and it says why; a SiLU model's experts are shared as before.
+//  plugin that reports no SWIGLU_OAI (xdna today), all on the cpu worker,
+//  and it says why; cuda computes them (the GPU plugin's act_mask), so it
+//  shares them; a SiLU model's experts are shared as before.
 Test(scheduler_faults, plan_keeps_gptoss_experts_off_a_device_without_the_activation) {
     char model[4096], *plan = NULL;
     gptoss_model_f32(model, sizeof model);
-    cr_assert_eq(coli_plan_text(model, "cpu:1,cuda:0", &plan), 0, "%s", coli_last_error());
+    cr_assert_eq(coli_plan_text(model, "cpu:1,xdna:0", &plan), 0, "%s", coli_last_error());
     cr_expect(strstr(plan, "worker 0  cpu:0  budget unlimited  experts 32"), "%s", plan);
-    cr_expect(strstr(plan, "worker 1  cuda:0  budget unlimited  experts 0 "), "%s", plan);
+    cr_expect(strstr(plan, "worker 1  xdna:0  budget unlimited  experts 0 "), "%s", plan);
     cr_expect(strstr(plan, "activation beyond SwiGLU or biases (gpt-oss)"), "%s", plan);
+    free(plan);
+    cr_assert_eq(coli_plan_text(model, "cpu:1,cuda:0", &plan), 0, "%s", coli_last_error());
+    cr_expect(!strstr(plan, "experts 0 "), "%s", plan);
+    cr_expect(!strstr(plan, "beyond SwiGLU"), "%s", plan);
     free(plan);
     cr_assert_eq(coli_plan_text(sched_fixture(MODEL), "cpu:1,cuda:0", &plan), 0, "%s", coli_last_error());
     cr_expect(!strstr(plan, "experts 0 "), "%s", plan);

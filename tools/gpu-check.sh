@@ -13,7 +13,8 @@
 #    + Q4_K down; -iq4_xs: IQ4_XS; -q4_1; -q5_1) and the bench model in Q4_0 and Q4_K_M: under
 #    QUANT_LOGIT_LIMIT (both paths prepare the same Q8_0/Q8_1/Q8_K inputs and sum integers; what
 #    differs is float summation order and hidden values re-quantized a step apart, ~1e-3..1e-2;
-#    a decoding or indexing bug moves logits by their own scale, ~1)
+#    a decoding or indexing bug moves logits by their own scale, ~1); the tests' tiny gpt-oss
+#    (SWIGLU_OAI + biases) and kimi-k3 (SITU) F32 models: under 1e-2, and not 0
 # 4. a bench-sized model (the bench-mixtral shape: dim 1024, 8 layers, 8 experts top-2,
 #    ffn 2816), F16 and Q4_0 written by gen_model, Q4_K_M by `coli quantize` of the F16 one:
 #    prefill and decode tok/s with the experts on cuda:0 vs on cpu workers, and the GPU
@@ -113,6 +114,18 @@ for m in q3_k_m iq4_xs q4_1 q5_1; do
   [ -f "$f" ] || { S[logits_kq_$m]="n/a ($f missing)"; continue; }
   IDS=$KIDS check_logits "logits_kq_$m" "$f" "$QUANT_LOGIT_LIMIT"
 done
+# the other activations: gpt-oss (SWIGLU_OAI + biases) and kimi-k3 (SITU), the tests' tiny F32
+# models (python3 + numpy, ../shared); a diff of exactly 0 means no expert ran on cuda:0
+for m in gpt-oss kimi-k3; do
+  f="$DIR/tiny-$m.gguf"
+  if [ ! -s "$f" ]; then
+    if [ $m = gpt-oss ]; then gen=(tests/gen_gptoss.py "$f"); else gen=(tests/gen_kimi.py "$m" "$f"); fi
+    if ! /usr/bin/env python3 "${gen[@]}" >"$DIR/gen-$m.log" 2>&1; then
+      S[logits_$m]="n/a (generator: $(tail -n 1 "$DIR/gen-$m.log" | cut -c1-100))"; rm -f "$f"; continue; fi
+  fi
+  IDS=$KIDS check_logits "logits_$m" "$f" 1e-2
+  [ "${S[logits_$m]}" != 0 ] || fail "logits $m: the CPU's bytes: no expert ran on cuda:0"
+done
 
 # ---- 4. bench -------------------------------------------------------------------------------
 bench_model() {  # DTYPE -> path; gen_model writes F32/F16/BF16/Q8_0/Q4_0, coli quantize the rest
@@ -178,6 +191,7 @@ max |gpu - cpu plugin| per dtype (expert outputs):
                  ${S[diffs]:-n/a}
 max |logit diff| experts on GPU vs CPU (limit 1e-2):
                  tiny F32 ${S[logits_tiny-llama-moe-f32]:-n/a}, tiny F16 ${S[logits_tiny-llama-moe-f16]:-n/a}, bench F16 ${S[logits_bench_f16]:-n/a}
+                 tiny gpt-oss (SWIGLU_OAI + biases) ${S[logits_gpt-oss]:-n/a}, tiny kimi-k3 (SITU) ${S[logits_kimi-k3]:-n/a}
 max |logit diff| quantized (limit $QUANT_LOGIT_LIMIT):
                  tiny-kquant q3_k_m ${S[logits_kq_q3_k_m]:-n/a}, iq4_xs ${S[logits_kq_iq4_xs]:-n/a}, q4_1 ${S[logits_kq_q4_1]:-n/a}, q5_1 ${S[logits_kq_q5_1]:-n/a}
                  bench Q4_0 ${S[logits_bench_Q4_0]:-n/a}, bench Q4_K_M ${S[logits_bench_Q4_K_M]:-n/a}

@@ -10,13 +10,16 @@
  * Q2_K..Q6_K, IQ4_XS, MXFP4, TQ1_0, TQ2_0, the IQ1/IQ2/IQ3 grid types, each
  * matrix its own type: quantized weights stay
  * quantized in device memory and are decoded inside the kernels), into one
- * device allocation, within a byte budget. A run call copies the batch's rows in,
- * computes every group's
+ * device allocation, within a byte budget, with the expert's F32 biases
+ * when it has them. A run call copies the batch's rows in, computes every
+ * group's
  *
- *     out = W_down · (silu(W_gate · x) ⊙ (W_up · x))
+ *     out = W_down · act(W_gate · x + b_gate, W_up · x + b_up) + b_down
  *
- * on one stream and copies the groups' rows back. The per-element math
- * (gpu_math.h) is the CPU kernels' math, tested on the host.
+ * (act: SiLU gate times up, gpt-oss's SWIGLU_OAI or kimi-k3's SITU, see
+ * gpu_act in gpu_math.h) on one stream and copies the groups' rows back.
+ * The per-element math (gpu_math.h) is the CPU kernels' math, tested on the
+ * host.
  *
  * The kernels and their launch geometry are in gpu_kernels.cuh.
  */
@@ -47,13 +50,18 @@
 // ----------------------------------------------------------------------------
 // device state
 
+#define GPU_PARTS 6 /* gate, up, down, then the gate, up and down biases */
+
 typedef struct gpu_expert {
     int32_t layer, expert;
     int64_t n_embd, n_ff;
-    int type[3];         /* gate, up, down */
-    unsigned char *base; /* one device allocation holds all three */
-    size_t off[3];       /* offsets of gate, up, down in it */
-    uint64_t bytes;      /* size of that allocation: what the budget counts */
+    int type[3];           /* gate, up, down */
+    int act;               /* MOE_ACT_* (gpu_act) */
+    float alpha, limit;    /* its parameters */
+    unsigned char *base;   /* one device allocation holds the matrices and biases */
+    size_t off[GPU_PARTS]; /* offsets of the parts in it */
+    const float *bias[3];  /* gate, up, down biases in it; NULL: none */
+    uint64_t bytes;        /* size of that allocation: what the budget counts */
 } gpu_expert;
 
 /* Structure of one open device (one worker process drives it from one thread) */
@@ -258,12 +266,16 @@ static int s_run_group(moe_device *d, const gpu_expert *e, const float *x, int64
     s_matmul(d, e->type[1], wu, n_embd, n_ff, d->prep, n_rows, d->u);
     if ((rc = s_launched(d, "up matmul", e, err, n))) return rc;
     const int64_t n_hidden = n_rows * n_ff;
-    k_swiglu<<<gpu_swiglu_blocks(n_hidden), s_threads(d, GPU_SWIGLU_THREADS), 0, d->stream>>>(d->g, d->u, n_hidden);
-    if ((rc = s_launched(d, "swiglu", e, err, n))) return rc;
+    const gpu_act_params act = gpu_act_params_make(e->act, e->alpha, e->limit, e->bias[0], e->bias[1], n_ff);
+    k_act<<<gpu_elem_blocks(n_hidden), s_threads(d, GPU_ELEM_THREADS), 0, d->stream>>>(d->g, d->u, n_hidden, act);
+    if ((rc = s_launched(d, "activation", e, err, n))) return rc;
     s_prep(d, e->type[2], d->g, n_rows, n_ff, d->prep);
     if ((rc = s_launched(d, "hidden prep", e, err, n))) return rc;
     s_matmul(d, e->type[2], wd, n_ff, n_embd, d->prep, n_rows, out);
-    return s_launched(d, "down matmul", e, err, n);
+    if ((rc = s_launched(d, "down matmul", e, err, n)) || !e->bias[2]) return rc;
+    k_add_bias<<<gpu_elem_blocks(n_rows * n_embd), s_threads(d, GPU_ELEM_THREADS), 0, d->stream>>>(out, e->bias[2],
+                                                                                                   n_rows, n_embd);
+    return s_launched(d, "down bias", e, err, n);
 }
 
 // ----------------------------------------------------------------------------
@@ -306,7 +318,6 @@ static int s_scratch(moe_device *d, int64_t n_rows_total, int64_t n_embd, int64_
     const uint64_t need = 2 * io + prep + 2 * hid;
     if (need > d->scratch_bytes) {
         (void)cudaFree(d->scratch);
-        (void)cudaFree(d->grids);
         d->scratch = NULL;
         d->scratch_bytes = 0;
         void *p = NULL;
@@ -407,11 +418,15 @@ static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *e
     const char *names[3] = {"gate", "up", "down"};
     const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
     const void *ptrs[3] = {e->gate, e->up, e->down};
-    /* the kernels compute silu(gate) * up without biases: gpt-oss's experts go to the CPU (the worker
-     * already refuses them on act_mask 0; this guards a caller that does not) */
-    if (e->act != MOE_ACT_SILU || e->gate_bias || e->up_bias || e->down_bias)
-        return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: activation %d / biases not supported",
-                     COLI_GPU_VENDOR, d->index, e->layer, e->expert, (int)e->act);
+    /* the activations of gpu_act (the worker hands no other: get_caps reports these); hostile
+     * parameters are refused here rather than computed into NaNs */
+    if (!gpu_act_supported(e->act))
+        return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: activation %d not supported", COLI_GPU_VENDOR,
+                     d->index, e->layer, e->expert, (int)e->act);
+    if (!isfinite(e->act_alpha) || !isfinite(e->act_limit) || (e->act == MOE_ACT_SITU && !(e->act_alpha > 0.0f)))
+        return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d: activation %d with alpha %g, limit %g",
+                     COLI_GPU_VENDOR, d->index, e->layer, e->expert, (int)e->act, (double)e->act_alpha,
+                     (double)e->act_limit);
     if (e->n_embd <= 0 || e->n_ff <= 0 || e->n_embd % GPU_QK || e->n_ff % GPU_QK)
         return s_err(err, n, ERR_STATUS_UNSUP,
                      "%s:%d: expert %d.%d: n_embd %lld / n_ff %lld not "
@@ -445,16 +460,20 @@ static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *e
     return 0;
 }
 
-/* Allocate and fill one expert; on failure nothing of it stays on the device. */
+/* Allocate and fill one expert: its matrices, then its biases (absent ones
+ * take no bytes, so a bias-free expert's layout is the matrices alone); on
+ * failure nothing of it stays on the device. */
 static int s_upload_expert(moe_device *d, const moe_expert_desc *e, gpu_expert *x, char *err, size_t n) {
-    const void *src[3] = {e->gate, e->up, e->down};
-    const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
-    const char *names[3] = {"gate", "up", "down"};
+    const void *src[GPU_PARTS] = {e->gate, e->up, e->down, e->gate_bias, e->up_bias, e->down_bias};
+    const size_t f = sizeof(float), ff = (size_t)e->n_ff * f;
+    const size_t bytes[GPU_PARTS] = {e->gate_bytes,       e->up_bytes,
+                                     e->down_bytes,       e->gate_bias ? ff : 0,
+                                     e->up_bias ? ff : 0, e->down_bias ? (size_t)e->n_embd * f : 0};
+    const char *names[GPU_PARTS] = {"gate", "up", "down", "gate bias", "up bias", "down bias"};
     char b1[32], b2[32], b3[32];
     x->off[0] = 0;
-    x->off[1] = (size_t)gpu_align_up(bytes[0]);
-    x->off[2] = x->off[1] + (size_t)gpu_align_up(bytes[1]);
-    x->bytes = gpu_align_up(x->off[2] + bytes[2]);
+    for (int i = 1; i < GPU_PARTS; i++) x->off[i] = x->off[i - 1] + (size_t)gpu_align_up(bytes[i - 1]);
+    x->bytes = gpu_align_up(x->off[GPU_PARTS - 1] + bytes[GPU_PARTS - 1]);
     const uint64_t used = d->stats.resident_bytes;
     if (x->bytes > d->budget || used > d->budget - x->bytes)
         return s_err(err, n, ERR_STATUS_NOMEM, "%s:%d: expert %d.%d needs %s, budget %s has %s left", COLI_GPU_VENDOR,
@@ -468,7 +487,8 @@ static int s_upload_expert(moe_device *d, const moe_expert_desc *e, gpu_expert *
                      COLI_GPU_VENDOR, d->index, e->layer, e->expert, gpu_fmt_bytes(b1, sizeof b1, x->bytes),
                      cudaGetErrorString(rc));
     x->base = (unsigned char *)p;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < GPU_PARTS; i++) {
+        if (!bytes[i]) continue;
         rc = s_upload(d, x->base + x->off[i], src[i], bytes[i]);
         if (rc != cudaSuccess) {
             (void)cudaFree(x->base);
@@ -478,6 +498,7 @@ static int s_upload_expert(moe_device *d, const moe_expert_desc *e, gpu_expert *
                          gpu_fmt_bytes(b1, sizeof b1, bytes[i]), cudaGetErrorString(rc));
         }
     }
+    for (int i = 0; i < 3; i++) x->bias[i] = bytes[3 + i] ? (const float *)(x->base + x->off[3 + i]) : NULL;
     return 0;
 }
 
@@ -502,6 +523,9 @@ static int s_load_expert(moe_device *d, const moe_expert_desc *e, char *err, siz
     x->type[0] = e->gate_type;
     x->type[1] = e->up_type;
     x->type[2] = e->down_type;
+    x->act = e->act;
+    x->alpha = e->act_alpha;
+    x->limit = e->act_limit;
     rc = s_select(d, err, n);
     if (!rc) rc = s_upload_expert(d, e, x, err, n);
     if (!rc && expert_table_put(&d->experts, expert_key(e->layer, e->expert), x)) {
@@ -556,6 +580,7 @@ static void s_close(moe_device **pd) {
     if (d->stream) (void)cudaStreamSynchronize(d->stream);
     expert_table_free(&d->experts, s_free_expert, NULL);
     (void)cudaFree(d->scratch);
+    (void)cudaFree(d->grids);
     for (int i = 0; i < 4; i++)
         if (d->ev[i]) (void)cudaEventDestroy(d->ev[i]);
     if (d->stream) (void)cudaStreamDestroy(d->stream);
@@ -647,7 +672,8 @@ static int s_get_caps(moe_device *d, moe_caps *caps) {
         if (gpu_dtype_supported(t)) caps->dtype_mask |= 1u << t;
     for (int t = 32; t < 64; t++) /* ABI 1.3: TQ1_0, TQ2_0, MXFP4 */
         if (gpu_dtype_supported(t)) caps->dtype_mask_hi |= 1u << (t - 32);
-    caps->max_rows = 0; /* scratch grows with the batch */
+    caps->act_mask = gpu_act_mask(); /* ABI 1.4: SWIGLU_OAI, SITU, biases */
+    caps->max_rows = 0;              /* scratch grows with the batch */
     caps->memory_total = d->mem_total;
     caps->memory_budget = d->budget;
     snprintf(caps->device_name, sizeof caps->device_name, "%s", d->name);

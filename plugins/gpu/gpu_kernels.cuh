@@ -21,7 +21,9 @@
  *                0..31). Quantized weights: integer group sums (exact in
  *                F32, as |sum| < 2^24) scaled by d_w * d_x, plus the
  *                minimum terms of the types that have one, as the CPU.
- *   k_swiglu     g = silu(g) * u, in place.
+ *   k_act        g = the expert's activation of (g + gate bias, u + up
+ *                bias), in place (gpu_act_at: SiLU, SWIGLU_OAI, SITU).
+ *   k_add_bias   out += the down bias, per row.
  * Both matmul kernels compute each output in the one order gpu_row_dot
  * defines (gpu_math.h), so a row's result is the same bits whichever kernel
  * serves it, whatever the group size: the determinism contract on one
@@ -42,7 +44,7 @@
 // launch geometry
 
 #define GPU_PREP_THREADS 128
-#define GPU_SWIGLU_THREADS 256
+#define GPU_ELEM_THREADS 256 /* k_act, k_add_bias: one thread per value */
 #define GPU_DECODE_THREADS (32 * DEC_OUT)
 #define GPU_TILED_THREADS 256 /* 16 x 16, 4 x 4 results each */
 
@@ -52,9 +54,7 @@ static inline int gpu_use_decode(int64_t n_rows) { return n_rows <= DEC_MAX_ROWS
 static inline unsigned gpu_prep_blocks(int a, int64_t n_rows, int64_t n) {
     return (unsigned)((n_rows * (n / gpu_prep_elems(a)) + GPU_PREP_THREADS - 1) / GPU_PREP_THREADS);
 }
-static inline unsigned gpu_swiglu_blocks(int64_t n) {
-    return (unsigned)((n + GPU_SWIGLU_THREADS - 1) / GPU_SWIGLU_THREADS);
-}
+static inline unsigned gpu_elem_blocks(int64_t n) { return (unsigned)((n + GPU_ELEM_THREADS - 1) / GPU_ELEM_THREADS); }
 static inline unsigned gpu_decode_blocks(int64_t n_out) { return (unsigned)((n_out + DEC_OUT - 1) / DEC_OUT); }
 static inline dim3 gpu_tiled_grid(int64_t n_out, int64_t n_rows) {
     return dim3((unsigned)((n_out + TILE - 1) / TILE), (unsigned)((n_rows + TILE - 1) / TILE));
@@ -79,9 +79,16 @@ template <int A> __global__ void k_prep(const float *x, int64_t n_rows, int64_t 
     for (int j = 0; j < GPU_QK; j++) o[j] = gpu_round_act(A, xb[j]);
 }
 
-__global__ void k_swiglu(float *g, const float *u, int64_t n) {
+/* n hidden values (rows of p.n_ff); p by value: its bias pointers are device memory. */
+__global__ void k_act(float *g, const float *u, int64_t n, gpu_act_params p) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) g[i] = gpu_swiglu(g[i], u[i]);
+    if (i < n) g[i] = gpu_act_at(&p, g[i], u[i], i);
+}
+
+/* out (n_rows, n) += bias (n), after the down matmul (expert_ffn.c's order). */
+__global__ void k_add_bias(float *out, const float *bias, int64_t n_rows, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_rows * n) out[i] += bias[i % n];
 }
 
 /* y (n_rows, n_out) = prepared x (n_rows, n_in) @ W^T, n_rows <= DEC_MAX_ROWS. */

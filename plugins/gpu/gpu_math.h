@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "core/tensor.h"
+#include "plugins/plugin_abi.h" /* the MOE_ACT_* values */
 
 #ifndef COLI_HD
 #define COLI_HD /* host compiler: plain static inline functions */
@@ -369,5 +370,90 @@ static inline COLI_HD float gpu_row_dot(int t, const unsigned char *wrow, const 
 
 /* silu(g) * u with silu(g) = g / (1 + e^-g), in F32 (core/kernels/expert_ffn.c). */
 static inline COLI_HD float gpu_swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+/* gpt-oss (MOE_ACT_SWIGLU_OAI): ggml_swiglu_oai's float operations in
+ * expert_ffn.c's order: x = min(g, limit), x sigmoid(alpha x) (clamp(u) + 1). */
+static inline COLI_HD float gpu_swiglu_oai(float g, float u, float alpha, float limit) {
+    const float x = g < limit ? g : limit;
+    const float y = u < -limit ? -limit : (u > limit ? limit : u);
+    return x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+}
+
+/* kimi-k3 (MOE_ACT_SITU, alpha = situ_beta > 0, limit = situ_linear_beta):
+ * beta tanh(g / beta) sigmoid(g) times lin tanh(u / lin) (lin <= 0: u), as
+ * expert_ffn.c's s_situ: the reciprocals first, then ggml's scale, tanh,
+ * scale, times the sigmoid, in that order. */
+static inline COLI_HD float gpu_situ(float g, float u, float beta, float lin) {
+    const float ib = 1.0f / beta, il = lin > 0.0f ? 1.0f / lin : 0.0f;
+    const float a = tanhf(g * ib) * beta * (1.0f / (1.0f + expf(-g)));
+    return a * (lin > 0.0f ? tanhf(u * il) * lin : u);
+}
+
+/* deepseek4's clamped SwiGLU: x = min(g, limit), silu(x) clamp(u, -limit,
+ * limit); no biases. Act value 3, MOE_ACT_SWIGLU_CLAMP once plugin_abi.h has
+ * it; the plugin takes no such expert until gpu_act_supported does (and
+ * get_caps reports the bit). */
+#define GPU_ACT_SWIGLU_CLAMP 3
+static inline COLI_HD float gpu_swiglu_clamp(float g, float u, float limit) {
+    const float x = g < limit ? g : limit;
+    const float y = u < -limit ? -limit : (u > limit ? limit : u);
+    return x / (1.0f + expf(-x)) * y;
+}
+
+/* 1 if the kernels compute moe_expert_desc.act value act (load_expert's
+ * check; get_caps reports the same set). */
+static inline int gpu_act_supported(int act) {
+    return act == MOE_ACT_SILU || act == MOE_ACT_SWIGLU_OAI || act == MOE_ACT_SITU;
+}
+
+/* The moe_caps.act_mask bits of the activations gpu_act_supported takes,
+ * and the biases. */
+static inline uint32_t gpu_act_mask(void) {
+    uint32_t m = MOE_ACT_BIASES;
+    for (int a = 1; a < 31; a++)
+        if (gpu_act_supported(a)) m |= 1u << a;
+    return m;
+}
+
+/* One hidden value h(g, u) of activation act (a MOE_ACT_* value; anything
+ * else is SiLU, which load_expert's check keeps from happening). */
+static inline COLI_HD float gpu_act(int act, float g, float u, float alpha, float limit) {
+    switch (act) {
+    case MOE_ACT_SWIGLU_OAI: return gpu_swiglu_oai(g, u, alpha, limit);
+    case MOE_ACT_SITU: return gpu_situ(g, u, alpha, limit);
+    case GPU_ACT_SWIGLU_CLAMP: return gpu_swiglu_clamp(g, u, limit);
+    default: return gpu_swiglu(g, u);
+    }
+}
+
+/* What the activation step of one expert needs: its kind and parameters,
+ * and the gate / up biases (n_ff F32 each, NULL: none) where the kernel
+ * reads them (device memory in the plugin, host memory in the tests). */
+typedef struct gpu_act_params {
+    int act;
+    float alpha, limit;
+    const float *gate_bias, *up_bias;
+    int64_t n_ff;
+} gpu_act_params;
+
+static inline gpu_act_params gpu_act_params_make(int act, float alpha, float limit, const float *gate_bias,
+                                                 const float *up_bias, int64_t n_ff) {
+    gpu_act_params p;
+    p.act = act;
+    p.alpha = alpha;
+    p.limit = limit;
+    p.gate_bias = gate_bias;
+    p.up_bias = up_bias;
+    p.n_ff = n_ff;
+    return p;
+}
+
+/* Hidden value i (row i / n_ff, column i % n_ff) from the gate and up
+ * matmul outputs: the biases added to them first, as expert_ffn.c does. */
+static inline COLI_HD float gpu_act_at(const gpu_act_params *p, float g, float u, int64_t i) {
+    if (p->gate_bias) g += p->gate_bias[i % p->n_ff];
+    if (p->up_bias) u += p->up_bias[i % p->n_ff];
+    return gpu_act(p->act, g, u, p->alpha, p->limit);
+}
 
 #endif /* COLI_GPU_MATH_H */
