@@ -81,7 +81,7 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     s->gdn = G ? malloc(G * sizeof(float)) : NULL;
     if (!s->h || !s->xb || !s->q || !s->k || !s->v || !s->attn || (M && !s->mla) || !s->delta || !s->rope ||
         !s->scores || !s->router || !s->choice || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate ||
-        forward_dsa_init(s) < 0 || (QG && !s->qgate) || (G && !s->gdn)) {
+        forward_dsa_init(s) < 0 || forward_ds4_init(s) < 0 || (QG && !s->qgate) || (G && !s->gdn)) {
         forward_state_free(s);
         return coli_fail(COLI_ENOMEM, "forward pass: cannot allocate buffers for a batch of %d", max_batch);
     }
@@ -107,6 +107,7 @@ void forward_state_free(forward_state *s) {
     free(s->shexp);
     free(s->shexp_gate);
     forward_dsa_free(s);
+    forward_ds4_free(s);
     free(s->qgate);
     free(s->gdn);
     coli_scratch_free(&s->scratch);
@@ -430,7 +431,7 @@ static const float *s_expert_input(forward_state *s, const layer_weights *l, int
 /* delta[t] = sum_s w[t][s] * y[t][s] in slot order, + the shared expert(s)
  * (Qwen2-MoE: times sigmoid(g . x); DeepSeek: ungated), computed here in the
  * coordinator so that placement never changes the sum. */
-static int s_moe_block(forward_state *s, const layer_weights *l, int il, int n) {
+int fwd_moe_block(forward_state *s, const layer_weights *l, int il, int n) {
     const model_hparams *hp = &s->m->hp;
     const int K = hp->n_expert_used;
     const size_t E = (size_t)hp->n_embd;
@@ -472,7 +473,7 @@ static int s_ffn_block(forward_state *s, int il, int n) {
     if (!l->router)
         rc = expert_ffn(s->pool, &s->scratch, &l->dense, s->xb, n, s->delta);
     else
-        rc = s_moe_block(s, l, il, n);
+        rc = fwd_moe_block(s, l, il, n);
     if (rc < 0) return rc;
     // h += FFN(x)
     s_add_rows(s->h, s->delta, n, hp->n_embd);
@@ -505,6 +506,7 @@ static int s_forward_batch(forward_state *s, const fwd_rows *rows, const int32_t
         coli_dequantize_row(m->tok_embd->type, src, s->h + (size_t)t * (size_t)hp->n_embd, hp->n_embd);
         rope_angles(&hp->rope, fwd_row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
     }
+    if (s->ds4) return forward_ds4_layers(s, rows, n, logits, logits_all); /* hyper-connections: forward_ds4.c */
     for (int il = 0; il < hp->n_layer; il++) {
         // attention, or a linear-attention layer of a hybrid (forward_hybrid.c)
         rc = m->layers[il].recurrent ? forward_gdn_block(s, rows, il, n) : s_attention_block(s, rows, il, n);

@@ -53,6 +53,7 @@ typedef struct forward_state {
     float *gdn;           /* hybrids: the Gated DeltaNet buffers (forward_hybrid.c); else NULL */
     coli_scratch scratch; /* prepared matmul inputs */
     struct fwd_dsa *dsa;  /* sparse attention's indexer state (forward_dsa.c); NULL otherwise */
+    struct fwd_ds4 *ds4;  /* deepseek4's streams and buffers (forward_ds4.c); NULL otherwise */
     /* Optional observer of the routing (api.c: --route-trace, heat): called after each MoE
      * layer's experts ran, with the batch's choices; sel/w as above, valid during the call. */
     void (*route_hook)(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w);

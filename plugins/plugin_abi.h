@@ -61,8 +61,11 @@ typedef struct moe_caps {
 
 #define MOE_ACT_SILU 0            /* down(silu(gate x) * up x): every family but gpt-oss */
 #define MOE_ACT_SWIGLU_OAI 1      /* gpt-oss: llama.cpp's ggml_swiglu_oai with act_alpha, act_limit */
+#define MOE_ACT_SWIGLU_CLAMP 2   /* deepseek4: llama.cpp's ggml_swiglu_clamp with act_limit (no biases) */
 #define MOE_ACT_BIASES (1u << 31) /* act_mask bit: adds gate_bias / up_bias / down_bias */
-#define MOE_ACT_KNOWN ((1u << MOE_ACT_SWIGLU_OAI) | MOE_ACT_BIASES) /* the act_mask bits this ABI defines */
+#define MOE_ACT_KNOWN                                                                                         \
+    ((1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SWIGLU_CLAMP) | MOE_ACT_BIASES) /* the act_mask bits this ABI \
+                                                                                    defines */
 
 /* One expert's three matrices, as host pointers (into the mapped model file,
  * or a copy the worker owns). They stay valid until close(), or until
@@ -77,7 +80,8 @@ typedef struct moe_expert_desc {
     /* (1.4) the activation and the F32 biases (gate, up: n_ff; down: n_embd; NULL: none), valid as
      * long as the matrices. MOE_ACT_SWIGLU_OAI: g = gate x + gate_bias, u = up x + up_bias,
      * x = min(g, limit), h = x / (1 + exp(-alpha x)) * (clamp(u, -limit, limit) + 1), out = down h +
-     * down_bias. The worker hands such an expert only to a plugin whose act_mask has its bits. */
+     * down_bias. MOE_ACT_SWIGLU_CLAMP: x = min(gate x, limit), h = x / (1 + exp(-x)) *
+     * clamp(up x, -limit, limit), out = down h. The worker hands such an expert only to a plugin whose act_mask has its bits. */
     int32_t act;
     float act_alpha, act_limit;
     const float *gate_bias, *up_bias, *down_bias;

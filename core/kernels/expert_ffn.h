@@ -27,6 +27,7 @@
 typedef enum expert_act {
     EXPERT_ACT_SILU = 0,       /* silu(g) * u: every family but gpt-oss */
     EXPERT_ACT_SWIGLU_OAI = 1, /* gpt-oss: clamped, alpha-scaled, (u + 1); with biases */
+    EXPERT_ACT_SWIGLU_CLAMP = 2, /* deepseek4: silu(min(g, limit)) * clamp(u, ±limit) (ggml_swiglu_clamp) */
 } expert_act;
 
 /* llama.cpp's constants for gpt-oss (build_moe_ffn: no metadata key carries them). */
@@ -40,7 +41,7 @@ typedef struct expert_weights {
     coli_dtype gate_type, up_type, down_type;
     int64_t n_embd, n_ff;
     expert_act act;                               /* EXPERT_ACT_SILU when zeroed */
-    float alpha, limit;                           /* EXPERT_ACT_SWIGLU_OAI's constants */
+    float alpha, limit;                           /* EXPERT_ACT_SWIGLU_OAI's constants; SWIGLU_CLAMP's limit */
     const float *gate_bias, *up_bias, *down_bias; /* (n_ff), (n_ff), (n_embd) F32, or NULL */
 } expert_weights;
 
@@ -72,6 +73,12 @@ expert_act expert_act_of_gguf(const gguf_file *f);
 
 /* Set w's activation; SWIGLU_OAI takes llama.cpp's alpha and limit. */
 void expert_weights_set_act(expert_weights *w, expert_act act);
+
+/* deepseek4: layer's limit of the clamped SwiGLU from "deepseek4.<key>"
+ * (swiglu_clamp_exp / swiglu_clamp_shexp: an array over the blocks or one
+ * number); w gets SWIGLU_CLAMP with it, or SILU when it is <= 1e-6 (as
+ * llama.cpp). Returns 0 or COLI_EFORMAT naming the key. */
+int expert_weights_ds4_clamp(const gguf_file *f, const char *key, int layer, expert_weights *w);
 
 /* out (n_rows, n_embd) = expert(x (n_rows, n_embd)). Row r of out depends
  * only on row r of x (see matmul.h). Returns 0 or COLI_ENOMEM. */
