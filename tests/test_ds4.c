@@ -1,0 +1,119 @@
+/*
+ * test_ds4.c - DeepSeek-V4 (deepseek4) on the tiny model of tests/gen_ds4.py
+ * (a sliding-window layer, a CSA layer whose indexer keeps 2 of the
+ * compressed blocks of 4, an HCA layer with blocks of 128; four
+ * hyper-connection streams, sqrt(softplus) routing with a bias, clamped
+ * SwiGLU, a shared expert), generated on first use into $COLI_BUILD/ref
+ * and checked against the sha256 its llama.cpp logits were recorded for
+ * (tests/fixtures/deepseek4/README):
+ *
+ * - the F32 rule of ../shared/reference (every recorded logit, top 20 of
+ *   every position, within 1e-3 of llama.cpp de3ff815, the same argmax) on
+ *   a 32-token prompt (past the window and the indexer's top-k) and on a
+ *   140-token one (past the first HCA block of 128); greedy steps while
+ *   llama.cpp's margin is >= 0.05;
+ * - two workers and a worker SIGKILLed mid-run give --inproc's bytes;
+ * - token-by-token decoding gives the bytes of one batch;
+ * - missing or inconsistent metadata / tensors refused in one line naming them.
+ */
+#include "tests/family_ref.h"
+
+static const family k_ds4 = {"tiny-ds4-f32.gguf", "tests/gen_ds4.py", "tests/fixtures/deepseek4/tiny-ds4-f32.txt",
+                             "deepseek4."};
+static const family k_ds4_long = {"tiny-ds4-f32.gguf", "tests/gen_ds4.py",
+                                  "tests/fixtures/deepseek4/tiny-ds4-f32-long.txt", "deepseek4."};
+
+TestSuite(ds4, .timeout = 240);
+
+Test(ds4, f32_kv_matches_llamacpp) { s_check_f32(&k_ds4); }
+Test(ds4, long_prompt_matches_llamacpp) { s_check_f32(&k_ds4_long); }
+Test(ds4, greedy_matches_llamacpp) { s_check_greedy(&k_ds4, 6); }
+Test(ds4, long_greedy_matches_llamacpp) { s_check_greedy(&k_ds4_long, 7); }
+
+Test(ds4, workers_give_inproc_bytes, .init = s_fam_env) { s_check_workers(&k_ds4, 3 * 8); }
+Test(ds4, worker_sigkill_gives_inproc_bytes, .init = s_fam_env) { s_check_sigkill(&k_ds4); }
+
+/* One token at a time (each block compressed when its last row arrives)
+ * gives the logits of the whole prompt in one batch, bit for bit. */
+Test(ds4, decode_equals_one_batch) {
+    fam_ref r;
+    char model[4096];
+    s_ref_and_model(&k_ds4_long, &r, model, sizeof model);
+    int nv = 0;
+    float *all = s_eval_kv(model, "inproc", 0, r.ids, r.n_ids, &nv);
+    coli_model *m = sched_load(model, "inproc");
+    coli_context *ctx = NULL;
+    float *one = malloc((size_t)nv * sizeof(float));
+    cr_assert_eq(coli_context_new(m, NULL, &ctx), 0, "%s", coli_last_error());
+    int diff = -1;
+    for (int t = 0; t < r.n_ids; t++) {
+        cr_assert_eq(coli_eval(ctx, r.ids + t, 1, one, 0), 0, "%s", coli_last_error());
+        if (diff < 0 && memcmp(one, all + (size_t)t * (size_t)nv, (size_t)nv * sizeof(float)) != 0) diff = t;
+    }
+    cr_expect_eq(diff, -1, "position %d differs from the one-batch run", diff);
+    coli_context_free(&ctx);
+    coli_model_free(&m);
+    free(one);
+    free(all);
+}
+
+/* ---- refusals ------------------------------------------------------------ */
+
+#define MISSING_KEY(tname, k) \
+    Test(ds4, refuses_missing_##tname) { s_refused(&k_ds4, &(edit){.drop_key = k}, "deepseek4." k); }
+MISSING_KEY(q_lora_rank, "attention.q_lora_rank")
+MISSING_KEY(sliding_window, "attention.sliding_window")
+MISSING_KEY(output_group_count, "attention.output_group_count")
+MISSING_KEY(output_lora_rank, "attention.output_lora_rank")
+MISSING_KEY(compress_ratios, "attention.compress_ratios")
+MISSING_KEY(compress_rope_freq_base, "attention.compress_rope_freq_base")
+MISSING_KEY(indexer_top_k, "attention.indexer.top_k")
+MISSING_KEY(hc_count, "hyper_connection.count")
+MISSING_KEY(hc_sinkhorn, "hyper_connection.sinkhorn_iterations")
+MISSING_KEY(hc_epsilon, "hyper_connection.epsilon")
+MISSING_KEY(expert_weights_scale, "expert_weights_scale")
+MISSING_KEY(expert_weights_norm, "expert_weights_norm")
+
+#define MISSING_TENSOR(tname, t) \
+    Test(ds4, refuses_missing_##tname) { s_refused(&k_ds4, &(edit){.drop_tensor = t}, t); }
+MISSING_TENSOR(hc_head, "output_hc_fn.weight")
+MISSING_TENSOR(hc_ffn_fn, "blk.0.hc_ffn_fn.weight")
+MISSING_TENSOR(compressor, "blk.2.attn_compressor_kv.weight")
+MISSING_TENSOR(indexer_compressor, "blk.1.indexer_compressor_ape.weight")
+MISSING_TENSOR(output_a, "blk.1.attn_output_a.weight")
+MISSING_TENSOR(sinks, "blk.0.attn_sinks.weight")
+
+static void s_ratio_8(gguf_writer *w) {
+    const uint32_t v[3] = {0, 8, 128};
+    gguf_writer_set_arr(w, "deepseek4.attention.compress_ratios", GGUF_UINT32, v, 3);
+}
+static void s_ratios_short(gguf_writer *w) {
+    const uint32_t v[2] = {0, 4};
+    gguf_writer_set_arr(w, "deepseek4.attention.compress_ratios", GGUF_UINT32, v, 2);
+}
+static void s_hash(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.hash_layer_count", 1); }
+static void s_softmax(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.expert_gating_func", 1); }
+static void s_hc3(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.hyper_connection.count", 3); }
+static void s_groups3(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.attention.output_group_count", 3); }
+static void s_idx48(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.attention.indexer.key_length", 48); }
+static void s_kv2(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.attention.head_count_kv", 2); }
+static void s_clamp_neg(gguf_writer *w) {
+    const float v[3] = {1.0f, -1.0f, 1.0f};
+    gguf_writer_set_arr(w, "deepseek4.swiglu_clamp_shexp", GGUF_FLOAT32, v, 3);
+}
+
+Test(ds4, refuses_ratio_8) {
+    s_refused(&k_ds4, &(edit){.kvs = s_ratio_8}, "deepseek4.attention.compress_ratios': block 1: ratio 8");
+}
+Test(ds4, refuses_short_ratios) { s_refused(&k_ds4, &(edit){.kvs = s_ratios_short}, "deepseek4.attention.compress_ratios"); }
+Test(ds4, refuses_hash_layers) { s_refused(&k_ds4, &(edit){.kvs = s_hash}, "deepseek4.hash_layer_count"); }
+Test(ds4, refuses_softmax_gating) { s_refused(&k_ds4, &(edit){.kvs = s_softmax}, "deepseek4.expert_gating_func"); }
+Test(ds4, refuses_three_streams) { s_refused(&k_ds4, &(edit){.kvs = s_hc3}, "deepseek4.hyper_connection.count"); }
+Test(ds4, refuses_groups_not_dividing_heads) {
+    s_refused(&k_ds4, &(edit){.kvs = s_groups3}, "deepseek4.attention.output_group_count");
+}
+Test(ds4, refuses_indexer_width_without_rotation) {
+    s_refused(&k_ds4, &(edit){.kvs = s_idx48}, "deepseek4.attention.indexer.key_length");
+}
+Test(ds4, refuses_two_kv_heads) { s_refused(&k_ds4, &(edit){.kvs = s_kv2}, "head_count_kv 2"); }
+Test(ds4, refuses_negative_clamp) { s_refused(&k_ds4, &(edit){.kvs = s_clamp_neg}, "deepseek4.swiglu_clamp_shexp"); }
