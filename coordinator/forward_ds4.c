@@ -37,30 +37,30 @@
 #include "core/error.h"
 
 typedef struct fwd_ds4 {
-    ds4_row L;      /* cache row layout */
-    float *x, *x2;  /* (B, hc E) the residual streams; the next ones (and scratch) */
-    float *mix;     /* (B, (2 + hc) hc) */
-    float *pre;     /* (B, hc) */
-    float *post;    /* (B, hc) */
-    float *comb;    /* (B, hc hc) [src][dst] */
-    float *qr;      /* (B, q_lora) */
-    float *q;       /* (B, H D) */
-    float *row;     /* (B, row width) the new cache rows */
-    float *tmp;     /* (B, max(2 D, 2 I, H D)) matmul outputs before scattering */
-    float *cs;      /* (B, n_rot) each token's angles of the compressed layers' rope */
-    float *out;     /* (B, H D) attention output */
-    float *oa;      /* (B, G o_lora) */
-    float *og;      /* (B, o_lora) one group's projection */
-    float *iq;      /* (B, idx heads * I) */
-    float *iw;      /* (B, idx heads) */
-    float *sc;      /* (n_ctx + 1) one head's scores */
+    ds4_row L;          /* cache row layout */
+    float *x, *x2;      /* (B, hc E) the residual streams; the next ones (and scratch) */
+    float *mix;         /* (B, (2 + hc) hc) */
+    float *pre;         /* (B, hc) */
+    float *post;        /* (B, hc) */
+    float *comb;        /* (B, hc hc) [src][dst] */
+    float *qr;          /* (B, q_lora) */
+    float *q;           /* (B, H D) */
+    float *row;         /* (B, row width) the new cache rows */
+    float *tmp;         /* (B, max(2 D, 2 I, H D)) matmul outputs before scattering */
+    float *cs;          /* (B, n_rot) each token's angles of the compressed layers' rope */
+    float *out;         /* (B, H D) attention output */
+    float *oa;          /* (B, G o_lora) */
+    float *og;          /* (B, o_lora) one group's projection */
+    float *iq;          /* (B, idx heads * I) */
+    float *iw;          /* (B, idx heads) */
+    float *sc;          /* (n_ctx + 1) one head's scores */
     const float **keys; /* (n_ctx + 1) the keys one query attends to */
-    float *isc;     /* (n_ctx / 4 + 1) indexer scores */
-    int32_t *sel;   /* (top_k) */
-    float *rot;     /* (I, I) Walsh-Hadamard matrix */
-    float *vec;     /* (max(D, I)) a vector before its rotation / norm */
-    float *gv, *gs; /* (2 * 128) one channel's values and scores of a block */
-    float *cb, *ct; /* (n_rot) a block's angles; negated angles */
+    float *isc;         /* (n_ctx / 4 + 1) indexer scores */
+    int32_t *sel;       /* (top_k) */
+    float *rot;         /* (I, I) Walsh-Hadamard matrix */
+    float *vec;         /* (max(D, I)) a vector before its rotation / norm */
+    float *gv, *gs;     /* (2 * 128) one channel's values and scores of a block */
+    float *cb, *ct;     /* (n_rot) a block's angles; negated angles */
 } fwd_ds4;
 
 static size_t s_max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
@@ -102,9 +102,9 @@ int forward_ds4_init(forward_state *s) {
     d->gs = malloc(2 * DS4_HCA_RATIO * sizeof(float));
     d->cb = malloc((size_t)hp->n_rot * sizeof(float));
     d->ct = malloc((size_t)hp->n_rot * sizeof(float));
-    if (!d->cb || !d->ct || !d->og ||!d->x || !d->x2 || !d->mix || !d->pre || !d->post || !d->comb || !d->qr || !d->q || !d->row || !d->tmp ||
-        !d->cs || !d->out || !d->oa || !d->iq || !d->iw || !d->sc || !d->keys || !d->isc || !d->sel || !d->rot ||
-        !d->vec || !d->gv || !d->gs)
+    if (!d->cb || !d->ct || !d->og || !d->x || !d->x2 || !d->mix || !d->pre || !d->post || !d->comb || !d->qr ||
+        !d->q || !d->row || !d->tmp || !d->cs || !d->out || !d->oa || !d->iq || !d->iw || !d->sc || !d->keys ||
+        !d->isc || !d->sel || !d->rot || !d->vec || !d->gv || !d->gs)
         return coli_fail(COLI_ENOMEM, "deepseek4: cannot allocate the buffers for a batch of %d", s->max_batch);
     return 0;
 }
@@ -112,8 +112,9 @@ int forward_ds4_init(forward_state *s) {
 void forward_ds4_free(forward_state *s) {
     fwd_ds4 *d = s->ds4;
     if (!d) return;
-    void *bufs[] = {d->x,  d->x2, d->mix, d->pre, d->post, d->comb, d->qr,  d->q,   d->row, d->tmp, d->cs, d->out,
-                    d->oa, d->iq, d->iw,  d->sc,  d->keys, d->isc,  d->sel, d->rot, d->vec, d->gv,  d->gs, d->cb, d->ct, d->og};
+    void *bufs[] = {d->x,   d->x2,  d->mix, d->pre, d->post, d->comb, d->qr, d->q,    d->row,
+                    d->tmp, d->cs,  d->out, d->oa,  d->iq,   d->iw,   d->sc, d->keys, d->isc,
+                    d->sel, d->rot, d->vec, d->gv,  d->gs,   d->cb,   d->ct, d->og};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(d);
     s->ds4 = NULL;
@@ -351,8 +352,7 @@ static int s_qkv(forward_state *s, const fwd_rows *rows, int il, int n) {
          (rc = s_to_rows(s, rows, dl->idx_wgate, s->xb, n, d->L.lsc, dl->idx_ape, dl->ratio)) < 0))
         return rc;
     for (int t = 0; t < n; t++)
-        kv_cache_store(fwd_row_kv(rows, t), il, fwd_row_pos(rows, t), 1, d->row + (size_t)t * (size_t)d->L.width,
-                       NULL);
+        kv_cache_store(fwd_row_kv(rows, t), il, fwd_row_pos(rows, t), 1, d->row + (size_t)t * (size_t)d->L.width, NULL);
     return 0;
 }
 

@@ -207,7 +207,7 @@ typedef struct model {
     layer_weights *layers;          /* n_layer entries */
     nextn_weights *nextn;           /* n_nextn entries (glm4moe files that carry them), else NULL */
     int n_nextn;
-    uint8_t *recurrent; /* hybrid models: (n_layer) 1 for a linear-attention layer; else NULL */
+    uint8_t *recurrent;    /* hybrid models: (n_layer) 1 for a linear-attention layer; else NULL */
     struct ds4_model *ds4; /* deepseek4: its own hyper-parameters and tensors (model_ds4.h); else NULL */
     int64_t n_params;
 } model;

@@ -39,10 +39,12 @@ static int s_req(const gguf_file *f, const model_hparams *hp, const char *suffix
 static int s_req_f32(const gguf_file *f, const char *suffix, float *out) {
     char key[128];
     snprintf(key, sizeof key, "deepseek4.%s", suffix);
-    if (gguf_find_key(f, key) < 0) return coli_fail(COLI_EFORMAT, "metadata '%s' missing (required for deepseek4)", key);
+    if (gguf_find_key(f, key) < 0)
+        return coli_fail(COLI_EFORMAT, "metadata '%s' missing (required for deepseek4)", key);
     int rc = gguf_get_f32(f, key, out);
     if (rc < 0) return rc;
-    if (!isfinite(*out)) return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected a finite number", key, (double)*out);
+    if (!isfinite(*out))
+        return coli_fail(COLI_EFORMAT, "metadata '%s' = %g: expected a finite number", key, (double)*out);
     return 0;
 }
 
@@ -71,7 +73,8 @@ int model_ds4_hparams(const gguf_file *f, model_hparams *hp) {
     hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
     if ((rc = s_req_f32(f, "expert_weights_scale", &hp->expert_weights_scale)) < 0) return rc;
     char key[] = "deepseek4.expert_weights_norm";
-    if (gguf_find_key(f, key) < 0) return coli_fail(COLI_EFORMAT, "metadata '%s' missing (required for deepseek4)", key);
+    if (gguf_find_key(f, key) < 0)
+        return coli_fail(COLI_EFORMAT, "metadata '%s' missing (required for deepseek4)", key);
     if ((rc = gguf_get_bool(f, key, &hp->renorm_topk)) < 0) return rc;
     if ((rc = model_opt_int(f, hp, "expert_gating_func", 0, 16, &v)) < 0) return rc;
     if (v != 4)
@@ -98,7 +101,8 @@ static int s_read_ratios(const gguf_file *f, const model *m) {
     gguf_type et;
     uint64_t n;
     const void *data;
-    if (gguf_find_key(f, key) < 0) return coli_fail(COLI_EFORMAT, "metadata '%s' missing (required for deepseek4)", key);
+    if (gguf_find_key(f, key) < 0)
+        return coli_fail(COLI_EFORMAT, "metadata '%s' missing (required for deepseek4)", key);
     if (gguf_get_arr(f, key, &et, &n, &data) < 0) return COLI_EFORMAT;
     if ((et != GGUF_UINT32 && et != GGUF_INT32) || n < (uint64_t)m->hp.n_layer)
         return coli_fail(COLI_EFORMAT, "metadata '%s': expected %d 32-bit integers (one per block), got %llu", key,
@@ -153,7 +157,8 @@ static int s_read_keys(const gguf_file *f, model *m) {
         return coli_fail(COLI_EUNSUPPORTED, "metadata 'deepseek4.hyper_connection.count' = %d: expected 4 (llama.cpp)",
                          d->hc);
     if (hp->n_head % d->n_groups != 0)
-        return coli_fail(COLI_EFORMAT, "metadata 'deepseek4.attention.output_group_count' = %d: does not divide %d heads",
+        return coli_fail(COLI_EFORMAT,
+                         "metadata 'deepseek4.attention.output_group_count' = %d: does not divide %d heads",
                          d->n_groups, hp->n_head);
     /* the indexer's rotation is a Walsh-Hadamard matrix of its width */
     if (d->idx_dim < 64 || (d->idx_dim & (d->idx_dim - 1)) != 0 || d->idx_dim <= hp->n_rot)
@@ -196,11 +201,10 @@ static int s_load_compressor(const gguf_file *f, const model *m, int il, ds4_lay
         return rc;
     if (r != DS4_CSA_RATIO) return 0;
     if ((rc = model_blk(f, il, "indexer.proj.weight", 2, E, d->idx_n_head, 1, MASK_MATRIX, 0, &dl->idx_proj)) < 0 ||
-        (rc = model_blk(f, il, "indexer.attn_q_b.weight", 2, R, d->idx_n_head * I, 1, MASK_MATRIX, 0,
-                        &dl->idx_wq_b)) < 0 ||
-        (rc = model_blk(f, il, "indexer_compressor_kv.weight", 2, E, 2 * I, 1, MASK_MATRIX, 0, &dl->idx_wkv)) < 0 ||
-        (rc = model_blk(f, il, "indexer_compressor_gate.weight", 2, E, 2 * I, 1, MASK_MATRIX, 0, &dl->idx_wgate)) <
+        (rc = model_blk(f, il, "indexer.attn_q_b.weight", 2, R, d->idx_n_head * I, 1, MASK_MATRIX, 0, &dl->idx_wq_b)) <
             0 ||
+        (rc = model_blk(f, il, "indexer_compressor_kv.weight", 2, E, 2 * I, 1, MASK_MATRIX, 0, &dl->idx_wkv)) < 0 ||
+        (rc = model_blk(f, il, "indexer_compressor_gate.weight", 2, E, 2 * I, 1, MASK_MATRIX, 0, &dl->idx_wgate)) < 0 ||
         (rc = model_blk(f, il, "indexer_compressor_ape.weight", 2, 2 * I, r, 1, MASK_F32, 0, &dl->idx_ape)) < 0)
         return rc;
     return model_blk(f, il, "indexer_compressor_norm.weight", 1, I, 1, 1, MASK_F32, 0, &dl->idx_norm);
@@ -260,8 +264,9 @@ static int s_load_head(const gguf_file *f, model *m) {
         const coli_tensor *x = gguf_find_tensor(f, t[i].name);
         if (!x) return coli_fail(COLI_EFORMAT, "missing required tensor '%s'", t[i].name);
         if (x->n_dims != t[i].n_dims || x->ne[0] != t[i].ne0 || (t[i].n_dims == 2 && x->ne[1] != t[i].ne1))
-            return coli_fail(COLI_EFORMAT, "tensor '%s': shape [%lld, ...] disagrees with the metadata, expected [%lld%s]",
-                             t[i].name, (long long)x->ne[0], (long long)t[i].ne0, t[i].n_dims == 2 ? ", hc" : "");
+            return coli_fail(COLI_EFORMAT,
+                             "tensor '%s': shape [%lld, ...] disagrees with the metadata, expected [%lld%s]", t[i].name,
+                             (long long)x->ne[0], (long long)t[i].ne0, t[i].n_dims == 2 ? ", hc" : "");
         if (x->type >= 64 || !(t[i].mask & ((uint64_t)1 << x->type)))
             return coli_fail(COLI_EUNSUPPORTED, "tensor '%s': dtype %s is not supported here", t[i].name,
                              coli_dtype_name(x->type));
@@ -291,12 +296,12 @@ void model_ds4_free(model *m) {
 ds4_row model_ds4_row_layout(const model *m) {
     const int64_t D = m->hp.head_dim, I = m->ds4->idx_dim;
     ds4_row r;
-    r.raw = 0;          /* the position's key (= value), roped */
-    r.ckv = D;          /* compressor values, 2 D (overlap: [previous-block half | own half]) */
-    r.csc = 3 * D;      /* compressor scores + ape, 2 D */
-    r.comp = 5 * D;     /* the last position of a block: the block's compressed key */
-    r.lkv = 6 * D;      /* indexer compressor values, 2 I */
-    r.lsc = 6 * D + 2 * I; /* its scores, 2 I */
+    r.raw = 0;               /* the position's key (= value), roped */
+    r.ckv = D;               /* compressor values, 2 D (overlap: [previous-block half | own half]) */
+    r.csc = 3 * D;           /* compressor scores + ape, 2 D */
+    r.comp = 5 * D;          /* the last position of a block: the block's compressed key */
+    r.lkv = 6 * D;           /* indexer compressor values, 2 I */
+    r.lsc = 6 * D + 2 * I;   /* its scores, 2 I */
     r.lcomp = 6 * D + 4 * I; /* the block's indexer key, rotated */
     r.width = 6 * D + 5 * I;
     return r;

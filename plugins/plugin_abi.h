@@ -61,11 +61,10 @@ typedef struct moe_caps {
 
 #define MOE_ACT_SILU 0            /* down(silu(gate x) * up x): every family but gpt-oss */
 #define MOE_ACT_SWIGLU_OAI 1      /* gpt-oss: llama.cpp's ggml_swiglu_oai with act_alpha, act_limit */
-#define MOE_ACT_SWIGLU_CLAMP 2   /* deepseek4: llama.cpp's ggml_swiglu_clamp with act_limit (no biases) */
+#define MOE_ACT_SWIGLU_CLAMP 2    /* deepseek4: llama.cpp's ggml_swiglu_clamp with act_limit (no biases) */
 #define MOE_ACT_BIASES (1u << 31) /* act_mask bit: adds gate_bias / up_bias / down_bias */
-#define MOE_ACT_KNOWN                                                                                         \
-    ((1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SWIGLU_CLAMP) | MOE_ACT_BIASES) /* the act_mask bits this ABI \
-                                                                                    defines */
+/* the act_mask bits this ABI defines */
+#define MOE_ACT_KNOWN ((1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SWIGLU_CLAMP) | MOE_ACT_BIASES)
 
 /* One expert's three matrices, as host pointers (into the mapped model file,
  * or a copy the worker owns). They stay valid until close(), or until

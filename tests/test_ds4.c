@@ -14,9 +14,15 @@
  *   llama.cpp's margin is >= 0.05;
  * - two workers and a worker SIGKILLed mid-run give --inproc's bytes;
  * - token-by-token decoding gives the bytes of one batch;
+ * - coli run, coli perplexity and coli serve run it: run and perplexity
+ *   print the same with two workers as in-process, serve's greedy text is
+ *   run's;
  * - missing or inconsistent metadata / tensors refused in one line naming them.
  */
+#include <cjson/cJSON.h>
+
 #include "tests/family_ref.h"
+#include "tests/serve_util.h"
 
 static const family k_ds4 = {"tiny-ds4-f32.gguf", "tests/gen_ds4.py", "tests/fixtures/deepseek4/tiny-ds4-f32.txt",
                              "deepseek4."};
@@ -55,6 +61,77 @@ Test(ds4, decode_equals_one_batch) {
     coli_model_free(&m);
     free(one);
     free(all);
+}
+
+/* ---- the commands -------------------------------------------------------- */
+
+/* its greedy continuation is ASCII: serve and run print the same bytes */
+#define DS4_PROMPT "Once upon a time there was a little bird"
+
+/* stdout of `coli ARGS...` -m model (exit 0 asserted); caller frees. */
+static char *s_coli(const char *model, const char *const *args) {
+    char coli[4096];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    const char *argv[24] = {coli};
+    int n = 1;
+    for (; args[n - 1]; n++) argv[n] = args[n - 1];
+    argv[n++] = "-m";
+    argv[n++] = model;
+    argv[n] = NULL;
+    cli_result r = cli_run((char *const *)argv);
+    cr_assert_eq(r.status, 0, "coli %s: exit %d: %s", args[0], r.status, r.err);
+    char *out = r.out;
+    r.out = NULL;
+    cli_result_free(&r);
+    return out;
+}
+
+Test(ds4, run_and_perplexity_workers_equal_inproc, .init = s_fam_env) {
+    fam_ref r;
+    char model[4096], text[4200];
+    s_ref_and_model(&k_ds4, &r, model, sizeof model);
+    snprintf(text, sizeof text, "%s/ds4-ppl-%d.txt", s_build(), (int)getpid());
+    FILE *f = fopen(text, "w");
+    cr_assert(f);
+    for (int i = 0; i < 12; i++) fprintf(f, "%s. ", DS4_PROMPT);
+    fclose(f);
+    const char *run_a[] = {"run", "--inproc", "-p", DS4_PROMPT, "-n", "12", "--temp", "0", NULL};
+    const char *run_b[] = {"run", "--devices", "cpu:2", "-p", DS4_PROMPT, "-n", "12", "--temp", "0", NULL};
+    const char *ppl_a[] = {"perplexity", "--inproc", "-f", text, "-c", "64", NULL};
+    const char *ppl_b[] = {"perplexity", "--devices", "cpu:2", "-f", text, "-c", "64", NULL};
+    char *a = s_coli(model, run_a), *b = s_coli(model, run_b);
+    cr_expect(strlen(a) > 0 && strcmp(a, b) == 0, "coli run: inproc '%s', cpu:2 '%s'", a, b);
+    char *pa = s_coli(model, ppl_a), *pb = s_coli(model, ppl_b);
+    cr_expect(strstr(pa, "perplexity") && strcmp(pa, pb) == 0, "coli perplexity: inproc '%s', cpu:2 '%s'", pa, pb);
+    free(a);
+    free(b);
+    free(pa);
+    free(pb);
+    unlink(text);
+    sched_assert_no_orphans();
+}
+
+Test(ds4, serve_greedy_equals_run) {
+    fam_ref r;
+    char model[4096];
+    s_ref_and_model(&k_ds4, &r, model, sizeof model);
+    const char *run[] = {"run", "--inproc", "-p", DS4_PROMPT, "-n", "12", "--temp", "0", NULL};
+    char *want = s_coli(model, run);
+    const size_t n = strlen(want);
+    if (n && want[n - 1] == '\n') want[n - 1] = '\0'; /* run ends its output with a newline */
+    const char *extra[] = {"--inproc", NULL};
+    serve_proc p = su_start(model, extra);
+    http_resp h =
+        su_post(p.port, "/v1/completions", "{\"prompt\":\"" DS4_PROMPT "\",\"max_tokens\":12,\"temperature\":0}");
+    cr_assert_eq(h.status, 200, "%s", h.body);
+    cJSON *j = cJSON_Parse(h.body);
+    cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "text");
+    cr_assert(cJSON_IsString(t), "%s", h.body);
+    cr_expect_str_eq(t->valuestring, want, "serve's greedy text differs from coli run's");
+    cJSON_Delete(j);
+    su_free(&h);
+    cr_expect_eq(su_stop(&p), 0);
+    free(want);
 }
 
 /* ---- refusals ------------------------------------------------------------ */
@@ -105,7 +182,9 @@ static void s_clamp_neg(gguf_writer *w) {
 Test(ds4, refuses_ratio_8) {
     s_refused(&k_ds4, &(edit){.kvs = s_ratio_8}, "deepseek4.attention.compress_ratios': block 1: ratio 8");
 }
-Test(ds4, refuses_short_ratios) { s_refused(&k_ds4, &(edit){.kvs = s_ratios_short}, "deepseek4.attention.compress_ratios"); }
+Test(ds4, refuses_short_ratios) {
+    s_refused(&k_ds4, &(edit){.kvs = s_ratios_short}, "deepseek4.attention.compress_ratios");
+}
 Test(ds4, refuses_hash_layers) { s_refused(&k_ds4, &(edit){.kvs = s_hash}, "deepseek4.hash_layer_count"); }
 Test(ds4, refuses_softmax_gating) { s_refused(&k_ds4, &(edit){.kvs = s_softmax}, "deepseek4.expert_gating_func"); }
 Test(ds4, refuses_three_streams) { s_refused(&k_ds4, &(edit){.kvs = s_hc3}, "deepseek4.hyper_connection.count"); }

@@ -58,8 +58,7 @@ int expert_layer_present(const gguf_file *f, int layer) {
 static int s_is_ds4(const gguf_file *f) {
     static const char ds4[] = "deepseek4";
     gguf_str a;
-    if (!f || gguf_find_key(f, "general.architecture") < 0 || gguf_get_str(f, "general.architecture", &a) < 0)
-        return 0;
+    if (!f || gguf_find_key(f, "general.architecture") < 0 || gguf_get_str(f, "general.architecture", &a) < 0) return 0;
     return a.len == sizeof ds4 - 1 && memcmp(a.ptr, ds4, a.len) == 0;
 }
 

@@ -25,8 +25,8 @@
 
 /* The gated activation of an expert (the plugin ABI's moe_expert_desc.act). */
 typedef enum expert_act {
-    EXPERT_ACT_SILU = 0,       /* silu(g) * u: every family but gpt-oss */
-    EXPERT_ACT_SWIGLU_OAI = 1, /* gpt-oss: clamped, alpha-scaled, (u + 1); with biases */
+    EXPERT_ACT_SILU = 0,         /* silu(g) * u: every family but gpt-oss */
+    EXPERT_ACT_SWIGLU_OAI = 1,   /* gpt-oss: clamped, alpha-scaled, (u + 1); with biases */
     EXPERT_ACT_SWIGLU_CLAMP = 2, /* deepseek4: silu(min(g, limit)) * clamp(u, ±limit) (ggml_swiglu_clamp) */
 } expert_act;
 
