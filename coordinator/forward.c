@@ -431,12 +431,12 @@ static const float *s_expert_input(forward_state *s, const layer_weights *l, int
 /* delta[t] = sum_s w[t][s] * y[t][s] in slot order, + the shared expert(s)
  * (Qwen2-MoE: times sigmoid(g . x); DeepSeek: ungated), computed here in the
  * coordinator so that placement never changes the sum. */
-int fwd_moe_block(forward_state *s, const layer_weights *l, int il, int n) {
+int fwd_moe_block(forward_state *s, const layer_weights *l, int il, int n, int routed) {
     const model_hparams *hp = &s->m->hp;
     const int K = hp->n_expert_used;
     const size_t E = (size_t)hp->n_embd;
     int rc;
-    if ((rc = s_route(s, l, n)) < 0) return rc;
+    if (!routed && (rc = s_route(s, l, n)) < 0) return rc;
     rc = s->moe->run_layer(s->moe, il, s_expert_input(s, l, n), n, K, s->sel, s->moe_y);
     if (rc < 0) return coli_fail_prefix(rc, "layer %d experts", il);
     if (s->route_hook) s->route_hook(s->route_user, il, s->pos0, n, K, s->sel, s->sel_w);
@@ -473,7 +473,7 @@ static int s_ffn_block(forward_state *s, int il, int n) {
     if (!l->router)
         rc = expert_ffn(s->pool, &s->scratch, &l->dense, s->xb, n, s->delta);
     else
-        rc = fwd_moe_block(s, l, il, n);
+        rc = fwd_moe_block(s, l, il, n, 0);
     if (rc < 0) return rc;
     // h += FFN(x)
     s_add_rows(s->h, s->delta, n, hp->n_embd);
@@ -506,7 +506,7 @@ static int s_forward_batch(forward_state *s, const fwd_rows *rows, const int32_t
         coli_dequantize_row(m->tok_embd->type, src, s->h + (size_t)t * (size_t)hp->n_embd, hp->n_embd);
         rope_angles(&hp->rope, fwd_row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
     }
-    if (s->ds4) return forward_ds4_layers(s, rows, n, logits, logits_all); /* hyper-connections: forward_ds4.c */
+    if (s->ds4) return forward_ds4_layers(s, rows, ids, n, logits, logits_all); /* hyper-connections: forward_ds4.c */
     for (int il = 0; il < hp->n_layer; il++) {
         // attention, or a linear-attention layer of a hybrid (forward_hybrid.c)
         rc = m->layers[il].recurrent ? forward_gdn_block(s, rows, il, n) : s_attention_block(s, rows, il, n);

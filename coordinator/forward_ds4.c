@@ -34,7 +34,9 @@
 
 #include "coordinator/forward_impl.h"
 #include "coordinator/model_ds4.h"
+#include "coordinator/router.h"
 #include "core/error.h"
+#include "core/quant/quant.h"
 
 typedef struct fwd_ds4 {
     ds4_row L;          /* cache row layout */
@@ -61,6 +63,7 @@ typedef struct fwd_ds4 {
     float *vec;         /* (max(D, I)) a vector before its rotation / norm */
     float *gv, *gs;     /* (2 * 128) one channel's values and scores of a block */
     float *cb, *ct;     /* (n_rot) a block's angles; negated angles */
+    float *arow;        /* (max(2 D, 2 I)) one ape row dequantized */
 } fwd_ds4;
 
 static size_t s_max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
@@ -101,10 +104,11 @@ int forward_ds4_init(forward_state *s) {
     d->gv = malloc(2 * DS4_HCA_RATIO * sizeof(float));
     d->gs = malloc(2 * DS4_HCA_RATIO * sizeof(float));
     d->cb = malloc((size_t)hp->n_rot * sizeof(float));
+    d->arow = malloc(s_max3(2 * D, 2 * I, 1) * sizeof(float));
     d->ct = malloc((size_t)hp->n_rot * sizeof(float));
-    if (!d->cb || !d->ct || !d->og || !d->x || !d->x2 || !d->mix || !d->pre || !d->post || !d->comb || !d->qr ||
-        !d->q || !d->row || !d->tmp || !d->cs || !d->out || !d->oa || !d->iq || !d->iw || !d->sc || !d->keys ||
-        !d->isc || !d->sel || !d->rot || !d->vec || !d->gv || !d->gs)
+    if (!d->cb || !d->ct || !d->og || !d->arow || !d->x || !d->x2 || !d->mix || !d->pre || !d->post || !d->comb ||
+        !d->qr || !d->q || !d->row || !d->tmp || !d->cs || !d->out || !d->oa || !d->iq || !d->iw || !d->sc ||
+        !d->keys || !d->isc || !d->sel || !d->rot || !d->vec || !d->gv || !d->gs)
         return coli_fail(COLI_ENOMEM, "deepseek4: cannot allocate the buffers for a batch of %d", s->max_batch);
     return 0;
 }
@@ -114,7 +118,7 @@ void forward_ds4_free(forward_state *s) {
     if (!d) return;
     void *bufs[] = {d->x,   d->x2,  d->mix, d->pre, d->post, d->comb, d->qr, d->q,    d->row,
                     d->tmp, d->cs,  d->out, d->oa,  d->iq,   d->iw,   d->sc, d->keys, d->isc,
-                    d->sel, d->rot, d->vec, d->gv,  d->gs,   d->cb,   d->ct, d->og};
+                    d->sel, d->rot, d->vec, d->gv,  d->gs,   d->cb,   d->ct, d->og,   d->arow};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(d);
     s->ds4 = NULL;
@@ -233,8 +237,12 @@ static int s_to_rows(forward_state *s, const fwd_rows *rows, const coli_tensor *
     for (int t = 0; t < n; t++) {
         float *r = d->row + (size_t)t * (size_t)d->L.width + off;
         const float *y = d->tmp + (size_t)t * (size_t)C;
-        const float *a = ape ? (const float *)ape->data + (size_t)(fwd_row_pos(rows, t) % ratio) * (size_t)C : NULL;
-        for (int64_t i = 0; i < C; i++) r[i] = a ? y[i] + a[i] : y[i];
+        if (ape) /* ggml_get_rows: the row of pos % ratio, dequantized (llama-quantize quantizes it) */
+            coli_dequantize_row(ape->type,
+                                (const char *)ape->data +
+                                    (size_t)(fwd_row_pos(rows, t) % ratio) * coli_row_bytes(ape->type, C),
+                                d->arow, C);
+        for (int64_t i = 0; i < C; i++) r[i] = ape ? y[i] + d->arow[i] : y[i];
     }
     return 0;
 }
@@ -484,7 +492,33 @@ static int s_logits(forward_state *s, int n, float *logits, int logits_all) {
     return fwd_matmul(s, m->output, x, n - first, logits);
 }
 
-int forward_ds4_layers(forward_state *s, const fwd_rows *rows, int n, float *logits, int logits_all) {
+/* A hash-routed layer: token ids[t] takes the experts of its table row,
+ * weighted by their sqrt(softplus) scores (renormalised, sum clamped at
+ * 2^-14 as llama.cpp, and scaled), into s->sel / s->sel_w. */
+static int s_hash_route(forward_state *s, const layer_weights *l, const ds4_layer *dl, const int32_t *ids, int n) {
+    const model_hparams *hp = &s->m->hp;
+    const int X = hp->n_expert, K = hp->n_expert_used;
+    const router_params rp = router_params_of(hp);
+    int rc = fwd_matmul(s, l->router, s->xb, n, s->router);
+    if (rc < 0) return rc;
+    for (int t = 0; t < n; t++) {
+        float *p = s->router + (size_t)t * X, *w = s->sel_w + (size_t)t * K;
+        int32_t *sel = s->sel + (size_t)t * K;
+        router_select(&rp, p, NULL, s->choice, sel, w); /* p: the scores; its choice is replaced */
+        float sum = 0.0f;
+        for (int j = 0; j < K; j++) {
+            sel[j] = dl->tid2eid[(size_t)ids[t] * K + j];
+            w[j] = p[sel[j]];
+            sum += w[j];
+        }
+        if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
+        for (int j = 0; j < K; j++) w[j] = (hp->renorm_topk ? w[j] / sum : w[j]) * hp->expert_weights_scale;
+    }
+    return 0;
+}
+
+int forward_ds4_layers(forward_state *s, const fwd_rows *rows, const int32_t *ids, int n, float *logits,
+                       int logits_all) {
     fwd_ds4 *d = s->ds4;
     const model *m = s->m;
     const int hc = m->ds4->hc, R = m->hp.n_rot;
@@ -499,7 +533,9 @@ int forward_ds4_layers(forward_state *s, const fwd_rows *rows, int n, float *log
         const ds4_layer *dl = &m->ds4->layers[il];
         if ((rc = s_hc_pre(s, dl, 0, l->attn_norm, n)) < 0 || (rc = s_attention(s, rows, il, n)) < 0) return rc;
         s_hc_post(s, n);
-        if ((rc = s_hc_pre(s, dl, 1, l->ffn_norm, n)) < 0 || (rc = fwd_moe_block(s, l, il, n)) < 0) return rc;
+        if ((rc = s_hc_pre(s, dl, 1, l->ffn_norm, n)) < 0) return rc;
+        if (dl->tid2eid && (rc = s_hash_route(s, l, dl, ids, n)) < 0) return rc;
+        if ((rc = fwd_moe_block(s, l, il, n, dl->tid2eid != NULL)) < 0) return rc;
         s_hc_post(s, n);
     }
     return logits ? s_logits(s, n, logits, logits_all) : 0;

@@ -9,12 +9,11 @@
  *   top_k, hyper_connection.count (4) / sinkhorn_iterations / epsilon,
  *   expert_shared_count, expert_weights_scale, expert_weights_norm,
  *   expert_gating_func (4: sqrt(softplus)), swiglu_clamp_exp / swiglu_clamp_shexp,
- *   hash_layer_count (0 only: hash-routed layers are refused, see below)
+ *   hash_layer_count (the leading layers route by token id: ffn_gate_tid2eid,
+ *   an I32 table of n_expert_used experts per token, instead of exp_probs_b)
  *
- * Hash-routed layers (ffn_gate_tid2eid, an I32 table token -> experts) need
- * an integer tensor type the loader does not have: a file with
- * hash_layer_count > 0 is refused with a line naming the key. The MTP
- * blocks after the trunk (nextn_predict_layers) are not read and not run.
+ * The MTP blocks after the trunk (nextn_predict_layers) are not read and
+ * not run.
  */
 #include "coordinator/model_ds4.h"
 
@@ -82,12 +81,6 @@ int model_ds4_hparams(const gguf_file *f, model_hparams *hp) {
                          "metadata 'deepseek4.expert_gating_func' = %lld: expected 4 (sqrtsoftplus), as llama.cpp",
                          (long long)v);
     hp->gating = GATING_SQRT_SOFTPLUS;
-    if ((rc = model_opt_int(f, hp, "hash_layer_count", 0, hp->n_layer, &v)) < 0) return rc;
-    if (v != 0)
-        return coli_fail(COLI_EUNSUPPORTED,
-                         "metadata 'deepseek4.hash_layer_count' = %lld: hash-routed layers (ffn_gate_tid2eid, an I32 "
-                         "tensor) are not supported",
-                         (long long)v);
     return 0;
 }
 
@@ -152,6 +145,9 @@ static int s_read_keys(const gguf_file *f, model *m) {
         (rc = s_req(f, hp, "attention.indexer.key_length", MAX_WIDTH, &d->idx_dim)) < 0 ||
         (rc = s_req(f, hp, "attention.indexer.top_k", 1 << 24, &d->idx_top_k)) < 0)
         return rc;
+    int64_t v;
+    if ((rc = model_opt_int(f, hp, "hash_layer_count", 0, hp->n_layer, &v)) < 0) return rc;
+    d->n_hash = (int)v;
     d->n_swa = hp->n_swa;
     if (d->hc != 4)
         return coli_fail(COLI_EUNSUPPORTED, "metadata 'deepseek4.hyper_connection.count' = %d: expected 4 (llama.cpp)",
@@ -196,7 +192,7 @@ static int s_load_compressor(const gguf_file *f, const model *m, int il, ds4_lay
     if (r == 0) return 0;
     if ((rc = model_blk(f, il, "attn_compressor_kv.weight", 2, E, c * D, 1, MASK_MATRIX, 0, &dl->comp_wkv)) < 0 ||
         (rc = model_blk(f, il, "attn_compressor_gate.weight", 2, E, c * D, 1, MASK_MATRIX, 0, &dl->comp_wgate)) < 0 ||
-        (rc = model_blk(f, il, "attn_compressor_ape.weight", 2, c * D, r, 1, MASK_F32, 0, &dl->comp_ape)) < 0 ||
+        (rc = model_blk(f, il, "attn_compressor_ape.weight", 2, c * D, r, 1, MASK_MATRIX, 0, &dl->comp_ape)) < 0 ||
         (rc = model_blk(f, il, "attn_compressor_norm.weight", 1, D, 1, 1, MASK_F32, 0, &dl->comp_norm)) < 0)
         return rc;
     if (r != DS4_CSA_RATIO) return 0;
@@ -205,7 +201,7 @@ static int s_load_compressor(const gguf_file *f, const model *m, int il, ds4_lay
             0 ||
         (rc = model_blk(f, il, "indexer_compressor_kv.weight", 2, E, 2 * I, 1, MASK_MATRIX, 0, &dl->idx_wkv)) < 0 ||
         (rc = model_blk(f, il, "indexer_compressor_gate.weight", 2, E, 2 * I, 1, MASK_MATRIX, 0, &dl->idx_wgate)) < 0 ||
-        (rc = model_blk(f, il, "indexer_compressor_ape.weight", 2, 2 * I, r, 1, MASK_F32, 0, &dl->idx_ape)) < 0)
+        (rc = model_blk(f, il, "indexer_compressor_ape.weight", 2, 2 * I, r, 1, MASK_MATRIX, 0, &dl->idx_ape)) < 0)
         return rc;
     return model_blk(f, il, "indexer_compressor_norm.weight", 1, I, 1, 1, MASK_F32, 0, &dl->idx_norm);
 }
@@ -229,6 +225,27 @@ static int s_load_attention(const gguf_file *f, const model *m, int il, layer_we
     return s_load_compressor(f, m, il, dl);
 }
 
+/* A hash-routed layer's table: I32 (n_expert_used, n_vocab), every entry
+ * an expert (a hostile one would index past the router's experts). */
+static int s_load_hash(const gguf_file *f, const model *m, int il, ds4_layer *dl) {
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_tid2eid.weight", il);
+    const coli_tensor *t = gguf_find_tensor(f, name);
+    const int64_t K = m->hp.n_expert_used, V = m->hp.n_vocab;
+    if (!t) return coli_fail(COLI_EFORMAT, "missing required tensor '%s' (layer %d < hash_layer_count)", name, il);
+    if (t->type != COLI_I32 || t->n_dims != 2 || t->ne[0] != K || t->ne[1] != V)
+        return coli_fail(COLI_EFORMAT, "tensor '%s': %s [%lld, %lld], expected I32 [n_expert_used %lld, n_vocab %lld]",
+                         name, coli_dtype_name(t->type), (long long)t->ne[0], (long long)t->ne[1], (long long)K,
+                         (long long)V);
+    const int32_t *e = (const int32_t *)t->data;
+    for (int64_t i = 0; i < K * V; i++)
+        if (e[i] < 0 || e[i] >= m->hp.n_expert)
+            return coli_fail(COLI_EFORMAT, "tensor '%s': token %lld: expert %d out of range [0, %d)", name,
+                             (long long)(i / K), e[i], m->hp.n_expert);
+    dl->tid2eid = e;
+    return 0;
+}
+
 static int s_load_layer(const gguf_file *f, model *m, int il) {
     layer_weights *l = &m->layers[il];
     ds4_layer *dl = &m->ds4->layers[il];
@@ -237,8 +254,11 @@ static int s_load_layer(const gguf_file *f, model *m, int il) {
         (rc = s_load_hc(f, m, il, 1, dl)) < 0)
         return rc;
     if ((rc = model_blk(f, il, "ffn_norm.weight", 1, m->hp.n_embd, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0 ||
-        (rc = model_blk_moe(f, &m->hp, il, l)) < 0 ||
-        (rc = model_blk(f, il, "exp_probs_b.bias", 1, m->hp.n_expert, 1, 1, MASK_F32, 0, &l->exp_probs_b)) < 0)
+        (rc = model_blk_moe(f, &m->hp, il, l)) < 0)
+        return rc;
+    if (il < m->ds4->n_hash) {
+        if ((rc = s_load_hash(f, m, il, dl)) < 0) return rc;
+    } else if ((rc = model_blk(f, il, "exp_probs_b.bias", 1, m->hp.n_expert, 1, 1, MASK_F32, 0, &l->exp_probs_b)) < 0)
         return rc;
     /* the routed experts' activation comes with them (expert_weights_from_gguf) */
     if (m->hp.n_expert_shared == 0) return 0;

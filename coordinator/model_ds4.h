@@ -21,11 +21,13 @@ typedef struct ds4_layer {
     const coli_tensor *hc_scale[2];   /* (3) F32: pre, post, comb multipliers */
     const coli_tensor *comp_wkv;      /* attn_compressor_kv (E, c D), c = 2 at ratio 4, else 1 */
     const coli_tensor *comp_wgate;    /* attn_compressor_gate (E, c D) */
-    const coli_tensor *comp_ape;      /* attn_compressor_ape (c D, ratio) F32 */
+    const coli_tensor *comp_ape;      /* attn_compressor_ape (c D, ratio), any weight type: rows dequantized */
     const coli_tensor *comp_norm;     /* attn_compressor_norm (D) F32 */
     const coli_tensor *idx_proj;      /* ratio 4: indexer.proj (E, idx heads) */
     const coli_tensor *idx_wq_b;      /* indexer.attn_q_b (q_lora, idx heads * I) */
     const coli_tensor *idx_wkv, *idx_wgate, *idx_ape, *idx_norm; /* indexer_compressor_*: 2 I wide */
+    const int32_t *tid2eid; /* hash-routed layer (il < hash_layer_count): (n_vocab, n_expert_used) experts
+                               of each token id, checked < n_expert; else NULL (router + exp_probs_b) */
 } ds4_layer;
 
 typedef struct ds4_model {
@@ -34,6 +36,7 @@ typedef struct ds4_model {
     int hc, sinkhorn;        /* hyper_connection.count (4) / sinkhorn_iterations */
     float hc_eps;            /* hyper_connection.epsilon */
     int idx_n_head, idx_dim; /* attention.indexer.head_count / key_length */
+    int n_hash;              /* hash_layer_count: the leading layers routed by token id */
     int idx_top_k;           /* attention.indexer.top_k: compressed blocks a CSA query attends */
     rope_params rope_comp;   /* compressed layers: compress_rope_freq_base with the file's scaling */
     const coli_tensor *hc_head_fn, *hc_head_base, *hc_head_scale; /* (hc E, hc), (hc), (1) */

@@ -11,7 +11,8 @@ takes the sparse path) and an HCA layer (blocks of 128, no indexer: a prompt pas
 reaches it). Four hyper-connection streams (3 Sinkhorn iterations), the grouped low-rank output
 (2 groups of 2 heads), sqrt(softplus) routing with a selection bias, the clamped SwiGLU (limit 1
 on the routed experts, 1.5 on the shared expert: small enough that the clamps act), one shared
-expert. No hash-routed layers, no MTP block.
+expert; layer 0 routed by token id (hash_layer_count 1: ffn_gate_tid2eid, an I32 table of 2 distinct
+experts per token, drawn from its own generator, seed + 1). No MTP block.
 """
 import os
 import sys
@@ -26,8 +27,14 @@ from gguf_tiny import GGUFWriter, T  # noqa: E402
 CFG = dict(vocab="tiny-spm-3000", seed=2604, n_embd=64, n_head=4, head_dim=32, n_rot=16, q_lora=32,
            o_groups=2, o_lora=16, n_expert=8, n_expert_used=2, n_ff_exp=32, n_expert_shared=1,
            ratios=[0, 4, 128], n_swa=8, idx_heads=2, idx_dim=64, idx_top_k=2, hc=4, sinkhorn=3,
-           hc_eps=1e-6, clamp_exp=1.0, clamp_shexp=1.5, weights_scale=1.5, rope_theta=1e4,
+           hc_eps=1e-6, n_hash=1, clamp_exp=1.0, clamp_shexp=1.5, weights_scale=1.5, rope_theta=1e4,
            compress_theta=16e4, eps=1e-6, ctx=512)
+
+
+def tid2eid(c):
+    """(n_vocab, n_expert_used) int32: distinct experts for each token id."""
+    rng = np.random.default_rng(c["seed"] + 1)
+    return np.stack([rng.permutation(c["n_expert"])[:c["n_expert_used"]] for _ in range(c["n_vocab"])]).astype("<i4")
 
 
 def gen_weights(c):
@@ -70,7 +77,10 @@ def gen_weights(c):
             yield p + "indexer_compressor_ape.weight", d.mat(r, 2 * ID, np.sqrt(2 * ID))
             yield p + "indexer_compressor_norm.weight", d.norm(ID)
         yield p + "ffn_gate_inp.weight", d.mat(X, E, 2.0)
-        yield p + "exp_probs_b.bias", d.vec(X, 0.3)
+        if i < c["n_hash"]:
+            yield p + "ffn_gate_tid2eid.weight", tid2eid(c)
+        else:
+            yield p + "exp_probs_b.bias", d.vec(X, 0.3)
         yield p + "ffn_norm.weight", d.norm(E)
         yield p + "ffn_gate_exps.weight", d.mat(FFE, E, 2.0, X)
         yield p + "ffn_up_exps.weight", d.mat(FFE, E, 2.0, X)
@@ -115,7 +125,7 @@ def write_kvs(w, c):
     w.add(A + "hyper_connection.count", c["hc"], U)
     w.add(A + "hyper_connection.sinkhorn_iterations", c["sinkhorn"], U)
     w.add(A + "hyper_connection.epsilon", float(c["hc_eps"]), F)
-    w.add(A + "hash_layer_count", 0, U)
+    w.add(A + "hash_layer_count", c["n_hash"], U)
     w.add(A + "vocab_size", c["n_vocab"], U)
 
 
@@ -129,7 +139,10 @@ def write_model(path):
     write_kvs(w, c)
     w.copy_kvs(vocab, "tokenizer.")
     for name, arr in gen_weights(c):
-        w.add_tensor(name, arr, "F32")
+        if arr.dtype == np.int32:                   # the writer has no I32: GGML type 26, 4 bytes a value
+            w.tensors.append((name, list(reversed(arr.shape)), 26, np.ascontiguousarray(arr).tobytes()))
+        else:
+            w.add_tensor(name, arr, "F32")
     w.write()
 
 

@@ -3,7 +3,7 @@
  * (a sliding-window layer, a CSA layer whose indexer keeps 2 of the
  * compressed blocks of 4, an HCA layer with blocks of 128; four
  * hyper-connection streams, sqrt(softplus) routing with a bias, clamped
- * SwiGLU, a shared expert), generated on first use into $COLI_BUILD/ref
+ * SwiGLU, a shared expert; layer 0 routed by token id), generated on first use into $COLI_BUILD/ref
  * and checked against the sha256 its llama.cpp logits were recorded for
  * (tests/fixtures/deepseek4/README):
  *
@@ -33,8 +33,8 @@ TestSuite(ds4, .timeout = 240);
 
 Test(ds4, f32_kv_matches_llamacpp) { s_check_f32(&k_ds4); }
 Test(ds4, long_prompt_matches_llamacpp) { s_check_f32(&k_ds4_long); }
-Test(ds4, greedy_matches_llamacpp) { s_check_greedy(&k_ds4, 6); }
-Test(ds4, long_greedy_matches_llamacpp) { s_check_greedy(&k_ds4_long, 7); }
+Test(ds4, greedy_matches_llamacpp) { s_check_greedy(&k_ds4, 8); }
+Test(ds4, long_greedy_matches_llamacpp) { s_check_greedy(&k_ds4_long, 3); }
 
 Test(ds4, workers_give_inproc_bytes, .init = s_fam_env) { s_check_workers(&k_ds4, 3 * 8); }
 Test(ds4, worker_sigkill_gives_inproc_bytes, .init = s_fam_env) { s_check_sigkill(&k_ds4); }
@@ -168,7 +168,7 @@ static void s_ratios_short(gguf_writer *w) {
     const uint32_t v[2] = {0, 4};
     gguf_writer_set_arr(w, "deepseek4.attention.compress_ratios", GGUF_UINT32, v, 2);
 }
-static void s_hash(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.hash_layer_count", 1); }
+static void s_hash2(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.hash_layer_count", 2); }
 static void s_softmax(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.expert_gating_func", 1); }
 static void s_hc3(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.hyper_connection.count", 3); }
 static void s_groups3(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.attention.output_group_count", 3); }
@@ -185,7 +185,46 @@ Test(ds4, refuses_ratio_8) {
 Test(ds4, refuses_short_ratios) {
     s_refused(&k_ds4, &(edit){.kvs = s_ratios_short}, "deepseek4.attention.compress_ratios");
 }
-Test(ds4, refuses_hash_layers) { s_refused(&k_ds4, &(edit){.kvs = s_hash}, "deepseek4.hash_layer_count"); }
+Test(ds4, refuses_hash_layer_without_table) {
+    s_refused(&k_ds4, &(edit){.kvs = s_hash2}, "blk.1.ffn_gate_tid2eid.weight");
+}
+MISSING_TENSOR(tid2eid, "blk.0.ffn_gate_tid2eid.weight")
+
+/* A table entry naming expert 8 of 8 (it would index past the router). */
+Test(ds4, refuses_hash_table_out_of_range) {
+    fam_ref r;
+    char src[4096], dst[4200];
+    s_ref_and_model(&k_ds4, &r, src, sizeof src);
+    gguf_file *f = NULL;
+    cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
+    int32_t *bad = NULL;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const coli_tensor *t = gguf_tensor(f, i);
+        const void *data = t->data;
+        if (!strcmp(t->name, "blk.0.ffn_gate_tid2eid.weight")) {
+            bad = malloc(t->nbytes);
+            memcpy(bad, t->data, t->nbytes);
+            bad[2 * 77 + 1] = 8; /* token 77's second expert */
+            data = bad;
+        }
+        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, data, t->nbytes), 0);
+    }
+    cr_assert(bad, "no table in the model");
+    snprintf(dst, sizeof dst, "%s/edit-%d-tid2eid.gguf", s_build(), (int)getpid());
+    cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
+    gguf_writer_free(&w);
+    gguf_close(&f);
+    free(bad);
+    struct model *m = NULL;
+    cr_expect_lt(model_open(dst, &m), 0, "loaded");
+    const char *err = coli_last_error();
+    cr_expect(strstr(err, "blk.0.ffn_gate_tid2eid.weight': token 77: expert 8 out of range [0, 8)") != NULL, "%s", err);
+    cr_expect(strchr(err, '\n') == NULL, "not one line: %s", err);
+    model_close(&m);
+    unlink(dst);
+}
 Test(ds4, refuses_softmax_gating) { s_refused(&k_ds4, &(edit){.kvs = s_softmax}, "deepseek4.expert_gating_func"); }
 Test(ds4, refuses_three_streams) { s_refused(&k_ds4, &(edit){.kvs = s_hc3}, "deepseek4.hyper_connection.count"); }
 Test(ds4, refuses_groups_not_dividing_heads) {
