@@ -12,6 +12,8 @@
  *   a 32-token prompt (past the window and the indexer's top-k) and on a
  *   140-token one (past the first HCA block of 128); greedy steps while
  *   llama.cpp's margin is >= 0.05;
+ * - coli quantize Q8_0 writes llama-quantize's file, which takes the Q8_0
+ *   rule against llama.cpp's run on it;
  * - two workers and a worker SIGKILLed mid-run give --inproc's bytes;
  * - token-by-token decoding gives the bytes of one batch;
  * - coli run, coli perplexity and coli serve run it: run and perplexity
@@ -61,6 +63,43 @@ Test(ds4, decode_equals_one_batch) {
     coli_model_free(&m);
     free(one);
     free(all);
+}
+
+/* `coli quantize` to Q8_0 writes llama-quantize's bytes (the compressors'
+ * ape tables quantized too, the I32 table copied), and the file takes the
+ * Q8_0 rule of ../shared/reference against llama.cpp's run on it (every
+ * recorded logit within 0.15, the same argmax where llama.cpp's gap > 0.1;
+ * activations are quantized as llama.cpp does, so it is far closer). */
+Test(ds4, q8_0_matches_llamacpp) {
+    static const family q8 = {"tiny-ds4-q8_0.gguf", NULL, "tests/fixtures/deepseek4/tiny-ds4-q8_0.txt", "deepseek4."};
+    fam_ref r, rq;
+    char model[4096], out[4200], cmd[16384], sum[65] = "";
+    s_ref_and_model(&k_ds4, &r, model, sizeof model);
+    s_read_ref_file(&q8, q8.fixture, &rq);
+    snprintf(out, sizeof out, "%s/ds4-q8_0-%d.gguf", s_build(), (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s/bin/coli quantize '%s' '%s' Q8_0 >/dev/null 2>&1 && sha256sum '%s'", s_build(), model,
+             out, out);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p && fscanf(p, "%64s", sum) == 1, "%s", cmd);
+    pclose(p);
+    cr_expect_str_eq(sum, rq.sha, "coli quantize Q8_0 is not llama-quantize's file");
+    int nv = 0;
+    float *lg = s_eval_kv(out, "inproc", 0, rq.ids, rq.n_ids, &nv);
+    double worst = 0.0;
+    for (int t = 0; t < rq.n_pos; t++) {
+        const float *a = lg + (size_t)t * (size_t)nv;
+        for (int k = 0; k < rq.top; k++) {
+            const double d = fabs((double)a[rq.id[t][k]] - rq.logit[t][k]);
+            if (d > worst) worst = d;
+        }
+        if (rq.logit[t][0] - rq.logit[t][1] > 0.1)
+            cr_expect_eq(sched_argmax(a, nv), rq.id[t][0], "position %d: argmax %d, llama.cpp %d", t,
+                         sched_argmax(a, nv), rq.id[t][0]);
+    }
+    cr_log_info("tiny-ds4-q8_0: max |logit - llama.cpp| %.2e over %d positions x top %d", worst, rq.n_pos, rq.top);
+    cr_expect_leq(worst, 0.15, "max delta %.3g", worst);
+    free(lg);
+    unlink(out);
 }
 
 /* ---- the commands -------------------------------------------------------- */
