@@ -55,10 +55,10 @@ typedef struct fwd_ds4 {
     float *og;          /* (B, o_lora) one group's projection */
     float *iq;          /* (B, idx heads * I) */
     float *iw;          /* (B, idx heads) */
-    float *sc;          /* (n_ctx + 1) one head's scores */
-    const float **keys; /* (n_ctx + 1) the keys one query attends to */
-    float *isc;         /* (n_ctx / 4 + 1) indexer scores */
-    int32_t *sel;       /* (top_k) */
+    float *sc;          /* (n_workers, n_ctx + 1) one head's scores */
+    const float **keys; /* (n_workers, n_ctx + 1) the keys one query attends to */
+    float *isc;         /* (n_workers, n_ctx + 1) indexer scores */
+    int32_t *sel;       /* (n_workers, top_k) */
     float *rot;         /* (I, I) Walsh-Hadamard matrix */
     float *vec;         /* (max(D, I)) a vector before its rotation / norm */
     float *gv, *gs;     /* (2 * 128) one channel's values and scores of a block */
@@ -95,10 +95,11 @@ int forward_ds4_init(forward_state *s) {
     d->og = malloc(B * (size_t)d4->o_lora * sizeof(float));
     d->iq = malloc(B * (size_t)d4->idx_n_head * I * sizeof(float));
     d->iw = malloc(B * (size_t)d4->idx_n_head * sizeof(float));
-    d->sc = malloc(N * sizeof(float));
-    d->keys = malloc(N * sizeof(float *));
-    d->isc = malloc(N * sizeof(float));
-    d->sel = malloc((size_t)d4->idx_top_k * sizeof(int32_t));
+    const size_t W = (size_t)s->n_workers; /* attention's scratch: one set per thread */
+    d->sc = malloc(W * N * sizeof(float));
+    d->keys = malloc(W * N * sizeof(float *));
+    d->isc = malloc(W * N * sizeof(float));
+    d->sel = malloc(W * (size_t)d4->idx_top_k * sizeof(int32_t));
     d->rot = forward_hadamard((int)I);
     d->vec = malloc((D > I ? D : I) * sizeof(float));
     d->gv = malloc(2 * DS4_HCA_RATIO * sizeof(float));
@@ -382,17 +383,24 @@ static int s_index_queries(forward_state *s, const ds4_layer *dl, int n) {
     return 0;
 }
 
+/* One thread's scratch of the attention. */
+typedef struct attn_scratch {
+    float *sc, *isc;
+    const float **keys;
+    int32_t *sel;
+} attn_scratch;
+
 /* Row t's compressed keys into keys[*nk...]: HCA every complete block;
  * CSA the indexer's top-k of them by sum_h relu(q_h . k_b) w_h (all when
  * there are at most top_k), chosen as ggml's CPU top_k, ascending. */
-static void s_comp_keys(forward_state *s, const fwd_rows *rows, int il, int t, int *nk) {
-    fwd_ds4 *d = s->ds4;
+static void s_comp_keys(forward_state *s, const fwd_rows *rows, int il, int t, attn_scratch *x, int *nk) {
+    const fwd_ds4 *d = s->ds4;
     const ds4_model *d4 = s->m->ds4;
     const int r = d4->layers[il].ratio, pos = fwd_row_pos(rows, t), n_vis = r ? (pos + 1) / r : 0;
     const int I = d4->idx_dim, IH = d4->idx_n_head, K = d4->idx_top_k;
     if (n_vis == 0) return;
     if (r == DS4_HCA_RATIO || n_vis <= K) {
-        for (int b = 0; b < n_vis; b++) d->keys[(*nk)++] = s_row(rows, t, il, b * r + r - 1) + d->L.comp;
+        for (int b = 0; b < n_vis; b++) x->keys[(*nk)++] = s_row(rows, t, il, b * r + r - 1) + d->L.comp;
         return;
     }
     const float *q = d->iq + (size_t)t * IH * I, *w = d->iw + (size_t)t * IH;
@@ -404,35 +412,51 @@ static void s_comp_keys(forward_state *s, const fwd_rows *rows, int il, int t, i
             for (int i = 0; i < I; i++) dot += q[(size_t)h * I + i] * k[i];
             acc += (double)((dot > 0.0f ? dot : 0.0f) * w[h]);
         }
-        d->isc[b] = (float)acc;
+        x->isc[b] = (float)acc;
     }
-    forward_dsa_top_k(d->isc, n_vis, K, d->sel);
-    for (int j = 0; j < K; j++) d->keys[(*nk)++] = s_row(rows, t, il, d->sel[j] * r + r - 1) + d->L.comp;
+    forward_dsa_top_k(x->isc, n_vis, K, x->sel);
+    for (int j = 0; j < K; j++) x->keys[(*nk)++] = s_row(rows, t, il, x->sel[j] * r + r - 1) + d->L.comp;
 }
 
 /* out[t] = per head softmax(q . keys * scale, sink) keys (keys are values). */
-static void s_attend(forward_state *s, const fwd_rows *rows, int il, int t) {
-    fwd_ds4 *d = s->ds4;
+static void s_attend(forward_state *s, const fwd_rows *rows, int il, int t, attn_scratch *x) {
+    const fwd_ds4 *d = s->ds4;
     const model_hparams *hp = &s->m->hp;
     const int D = hp->head_dim, H = hp->n_head, pos = fwd_row_pos(rows, t);
     const int first = pos - s->m->ds4->n_swa + 1 > 0 ? pos - s->m->ds4->n_swa + 1 : 0;
     const float scale = 1.0f / sqrtf((float)D), *sinks = (const float *)s->m->layers[il].sinks->data;
     int nk = 0;
-    for (int p = first; p <= pos; p++) d->keys[nk++] = s_row(rows, t, il, p) + d->L.raw;
-    s_comp_keys(s, rows, il, t, &nk);
+    for (int p = first; p <= pos; p++) x->keys[nk++] = s_row(rows, t, il, p) + d->L.raw;
+    s_comp_keys(s, rows, il, t, x, &nk);
     for (int h = 0; h < H; h++) {
         const float *q = d->q + ((size_t)t * H + h) * D;
         float *o = d->out + ((size_t)t * H + h) * D;
         for (int j = 0; j < nk; j++) {
             float dot = 0.0f;
-            for (int i = 0; i < D; i++) dot += q[i] * d->keys[j][i];
-            d->sc[j] = dot * scale;
+            for (int i = 0; i < D; i++) dot += q[i] * x->keys[j][i];
+            x->sc[j] = dot * scale;
         }
-        fwd_softmax_sink(d->sc, nk, sinks + h);
+        fwd_softmax_sink(x->sc, nk, sinks + h);
         memset(o, 0, (size_t)D * sizeof(float));
         for (int j = 0; j < nk; j++)
-            for (int i = 0; i < D; i++) o[i] += d->sc[j] * d->keys[j][i];
+            for (int i = 0; i < D; i++) o[i] += x->sc[j] * x->keys[j][i];
     }
+}
+
+typedef struct attn_job {
+    forward_state *s;
+    const fwd_rows *rows;
+    int il, n;
+} attn_job;
+
+/* Thread ith takes rows ith, ith + nth, ... with its own scratch: each
+ * row's bits are those it gets alone. */
+static void s_attend_worker(void *arg, int ith, int nth) {
+    const attn_job *job = arg;
+    const fwd_ds4 *d = job->s->ds4;
+    const size_t N = (size_t)job->s->n_ctx + 1, K = (size_t)job->s->m->ds4->idx_top_k;
+    attn_scratch x = {d->sc + ith * N, d->isc + ith * N, d->keys + ith * N, d->sel + ith * K};
+    for (int t = ith; t < job->n; t += nth) s_attend(job->s, job->rows, job->il, t, &x);
 }
 
 /* delta = attn_output_b (per group g: attn_output_a_g out_g), out un-roped. */
@@ -466,7 +490,11 @@ static int s_attention(forward_state *s, const fwd_rows *rows, int il, int n) {
     if ((rc = s_qkv(s, rows, il, n)) < 0) return rc;
     s_compress_blocks(s, rows, il, n);
     if (dl->ratio == DS4_CSA_RATIO && (rc = s_index_queries(s, dl, n)) < 0) return rc;
-    for (int t = 0; t < n; t++) s_attend(s, rows, il, t);
+    attn_job job = {s, rows, il, n};
+    if (n == 1 || !s->pool)
+        s_attend_worker(&job, 0, 1);
+    else
+        coli_pool_run(s->pool, s_attend_worker, &job);
     return s_output(s, il, n);
 }
 
