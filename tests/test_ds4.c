@@ -15,7 +15,8 @@
  * - coli quantize Q8_0 writes llama-quantize's file, which takes the Q8_0
  *   rule against llama.cpp's run on it;
  * - two workers and a worker SIGKILLed mid-run give --inproc's bytes;
- * - token-by-token decoding gives the bytes of one batch;
+ * - token-by-token decoding gives the bytes of one batch; three sequences
+ *   batched give the tokens each gets alone;
  * - coli run, coli perplexity and coli serve run it: run and perplexity
  *   print the same with two workers as in-process, serve's greedy text is
  *   run's;
@@ -24,6 +25,7 @@
 #include <cjson/cJSON.h>
 
 #include "tests/family_ref.h"
+#include "tests/greedy_run.h"
 #include "tests/serve_util.h"
 
 static const family k_ds4 = {"tiny-ds4-f32.gguf", "tests/gen_ds4.py", "tests/fixtures/deepseek4/tiny-ds4-f32.txt",
@@ -171,6 +173,36 @@ Test(ds4, serve_greedy_equals_run) {
     su_free(&h);
     cr_expect_eq(su_stop(&p), 0);
     free(want);
+}
+
+/* Three sequences answered together in one batch (prefill chunks of 7,
+ * rows of different sequences in one pass, blocks completing at different
+ * steps) give the tokens each gets alone. */
+Test(ds4, batched_equals_alone) {
+    fam_ref r;
+    char model[4096];
+    s_ref_and_model(&k_ds4_long, &r, model, sizeof model);
+    coli_model *m = sched_load(model, "inproc");
+    const int lens[3] = {37, 61, 130};
+    gen_run alone[3], together[3];
+    coli_batch *b = NULL;
+    for (int i = 0; i < 3; i++) {
+        alone[i] = (gen_run){.prompt = r.ids + i, .n_prompt = lens[i]};
+        cr_assert_eq(coli_context_new(m, NULL, &alone[i].ctx), 0);
+        s_generate(&alone[i]);
+        cr_assert_eq(alone[i].rc, 0, "%s", coli_last_error());
+    }
+    cr_expect_gt(s_run_batched(m, 3, 7, alone, together, &b), 1, "the sequences never shared a step (5 tries)");
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(together[i].rc, 0, "%s", coli_last_error());
+        cr_expect_eq(together[i].n_out, alone[i].n_out);
+        cr_expect(memcmp(together[i].out, alone[i].out, (size_t)alone[i].n_out * sizeof(int32_t)) == 0,
+                  "sequence %d batched differs from alone", i);
+        coli_context_free(&alone[i].ctx);
+        coli_context_free(&together[i].ctx);
+    }
+    coli_batch_free(&b);
+    coli_model_free(&m);
 }
 
 /* ---- refusals ------------------------------------------------------------ */
