@@ -12,8 +12,9 @@
  *   hash_layer_count (the leading layers route by token id: ffn_gate_tid2eid,
  *   an I32 table of n_expert_used experts per token, instead of exp_probs_b)
  *
- * The MTP blocks after the trunk (nextn_predict_layers) are not read and
- * not run.
+ * The MTP blocks after the trunk (nextn_predict_layers; llama.cpp's
+ * converter writes them only into a separate MTP file) are loaded and
+ * validated, not run.
  */
 #include "coordinator/model_ds4.h"
 
@@ -81,6 +82,13 @@ int model_ds4_hparams(const gguf_file *f, model_hparams *hp) {
                          "metadata 'deepseek4.expert_gating_func' = %lld: expected 4 (sqrtsoftplus), as llama.cpp",
                          (long long)v);
     hp->gating = GATING_SQRT_SOFTPLUS;
+    /* as llama.cpp: without the first MTP block's eh_proj the blocks are trunk layers */
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.nextn.eh_proj.weight", hp->n_layer);
+    if (hp->n_layer_nextn > 0 && !gguf_find_tensor(f, name)) {
+        hp->n_layer += hp->n_layer_nextn;
+        hp->n_layer_nextn = 0;
+    }
     return 0;
 }
 
@@ -97,10 +105,11 @@ static int s_read_ratios(const gguf_file *f, const model *m) {
     if (gguf_find_key(f, key) < 0)
         return coli_fail(COLI_EFORMAT, "metadata '%s' missing (required for deepseek4)", key);
     if (gguf_get_arr(f, key, &et, &n, &data) < 0) return COLI_EFORMAT;
-    if ((et != GGUF_UINT32 && et != GGUF_INT32) || n < (uint64_t)m->hp.n_layer)
+    const int n_blocks = m->hp.n_layer + m->hp.n_layer_nextn;
+    if ((et != GGUF_UINT32 && et != GGUF_INT32) || n < (uint64_t)n_blocks)
         return coli_fail(COLI_EFORMAT, "metadata '%s': expected %d 32-bit integers (one per block), got %llu", key,
-                         m->hp.n_layer, (unsigned long long)n);
-    for (int il = 0; il < m->hp.n_layer; il++) {
+                         n_blocks, (unsigned long long)n);
+    for (int il = 0; il < n_blocks; il++) {
         int32_t r;
         memcpy(&r, (const char *)data + 4 * (size_t)il, sizeof r);
         if (r != 0 && r != DS4_CSA_RATIO && r != DS4_HCA_RATIO)
@@ -246,9 +255,8 @@ static int s_load_hash(const gguf_file *f, const model *m, int il, ds4_layer *dl
     return 0;
 }
 
-static int s_load_layer(const gguf_file *f, model *m, int il) {
-    layer_weights *l = &m->layers[il];
-    ds4_layer *dl = &m->ds4->layers[il];
+/* Block il into l and dl (a trunk layer, or an MTP block's layer). */
+static int s_load_layer(const gguf_file *f, const model *m, int il, layer_weights *l, ds4_layer *dl) {
     int rc;
     if ((rc = s_load_attention(f, m, il, l, dl)) < 0 || (rc = s_load_hc(f, m, il, 0, dl)) < 0 ||
         (rc = s_load_hc(f, m, il, 1, dl)) < 0)
@@ -295,15 +303,41 @@ static int s_load_head(const gguf_file *f, model *m) {
     return 0;
 }
 
+/* The multi-token-prediction blocks after the trunk: a full block plus
+ * the NextN projections and norms, validated as llama.cpp loads them and
+ * not run (the draft head of speculative decoding). */
+static int s_load_mtp(const gguf_file *f, model *m) {
+    const int64_t E = m->hp.n_embd, NV = m->hp.n_vocab;
+    int rc;
+    if (m->hp.n_layer_nextn == 0) return 0;
+    if (!(m->nextn = calloc((size_t)m->hp.n_layer_nextn, sizeof *m->nextn)))
+        return coli_fail(COLI_ENOMEM, "deepseek4: out of memory for %d MTP blocks", m->hp.n_layer_nextn);
+    m->n_nextn = m->hp.n_layer_nextn;
+    for (int i = 0; i < m->n_nextn; i++) {
+        const int il = m->hp.n_layer + i;
+        nextn_weights *nx = &m->nextn[i];
+        if ((rc = s_load_layer(f, m, il, &nx->layer, &m->ds4->layers[il])) < 0 ||
+            (rc = model_blk(f, il, "nextn.eh_proj.weight", 2, 2 * E, E, 1, MASK_MATRIX, 0, &nx->eh_proj)) < 0 ||
+            (rc = model_blk(f, il, "nextn.enorm.weight", 1, E, 1, 1, MASK_F32, 0, &nx->enorm)) < 0 ||
+            (rc = model_blk(f, il, "nextn.hnorm.weight", 1, E, 1, 1, MASK_F32, 0, &nx->hnorm)) < 0 ||
+            (rc = model_blk(f, il, "nextn.embed_tokens.weight", 2, E, NV, 1, MASK_MATRIX, 1, &nx->embed_tokens)) < 0 ||
+            (rc = model_blk(f, il, "nextn.shared_head_head.weight", 2, E, NV, 1, MASK_MATRIX, 1, &nx->head)) < 0 ||
+            (rc = model_blk(f, il, "nextn.shared_head_norm.weight", 1, E, 1, 1, MASK_F32, 1, &nx->head_norm)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
 int model_ds4_load(const gguf_file *f, model *m) {
+    const int n_blocks = m->hp.n_layer + m->hp.n_layer_nextn;
     int rc;
     m->ds4 = calloc(1, sizeof *m->ds4);
-    if (!m->ds4 || !(m->ds4->layers = calloc((size_t)m->hp.n_layer, sizeof *m->ds4->layers)))
+    if (!m->ds4 || !(m->ds4->layers = calloc((size_t)n_blocks, sizeof *m->ds4->layers)))
         return coli_fail(COLI_ENOMEM, "deepseek4: out of memory");
     if ((rc = s_read_keys(f, m)) < 0 || (rc = s_load_head(f, m)) < 0) return rc;
     for (int il = 0; il < m->hp.n_layer; il++)
-        if ((rc = s_load_layer(f, m, il)) < 0) return rc;
-    return 0;
+        if ((rc = s_load_layer(f, m, il, &m->layers[il], &m->ds4->layers[il])) < 0) return rc;
+    return s_load_mtp(f, m);
 }
 
 void model_ds4_free(model *m) {

@@ -40,7 +40,7 @@ typedef struct ds4_model {
     int idx_top_k;           /* attention.indexer.top_k: compressed blocks a CSA query attends */
     rope_params rope_comp;   /* compressed layers: compress_rope_freq_base with the file's scaling */
     const coli_tensor *hc_head_fn, *hc_head_base, *hc_head_scale; /* (hc E, hc), (hc), (1) */
-    ds4_layer *layers;                                            /* n_layer */
+    ds4_layer *layers; /* n_layer + n_layer_nextn (the MTP blocks: loaded, not run) */
 } ds4_model;
 
 /* Offsets (floats) in a deepseek4 cache row of width model_ds4_row: each

@@ -12,7 +12,8 @@ reaches it). Four hyper-connection streams (3 Sinkhorn iterations), the grouped 
 (2 groups of 2 heads), sqrt(softplus) routing with a selection bias, the clamped SwiGLU (limit 1
 on the routed experts, 1.5 on the shared expert: small enough that the clamps act), one shared
 expert; layer 0 routed by token id (hash_layer_count 1: ffn_gate_tid2eid, an I32 table of 2 distinct
-experts per token, drawn from its own generator, seed + 1). No MTP block.
+experts per token, drawn from its own generator, seed + 1). A trailing MTP block (nextn_predict_layers 1,
+compress ratio 0: a full block plus nextn.eh_proj / enorm / hnorm / shared_head_norm), loaded and not run.
 """
 import os
 import sys
@@ -27,7 +28,7 @@ from gguf_tiny import GGUFWriter, T  # noqa: E402
 CFG = dict(vocab="tiny-spm-3000", seed=2604, n_embd=64, n_head=4, head_dim=32, n_rot=16, q_lora=32,
            o_groups=2, o_lora=16, n_expert=8, n_expert_used=2, n_ff_exp=32, n_expert_shared=1,
            ratios=[0, 4, 128], n_swa=8, idx_heads=2, idx_dim=64, idx_top_k=2, hc=4, sinkhorn=3,
-           hc_eps=1e-6, n_hash=1, clamp_exp=1.0, clamp_shexp=1.5, weights_scale=1.5, rope_theta=1e4,
+           hc_eps=1e-6, n_hash=1, n_mtp=1, clamp_exp=1.0, clamp_shexp=1.5, weights_scale=1.5, rope_theta=1e4,
            compress_theta=16e4, eps=1e-6, ctx=512)
 
 
@@ -48,7 +49,7 @@ def gen_weights(c):
     yield "output_hc_fn.weight", d.mat(HC, HC * E, 2.0)                          # ne [hc E, hc]
     yield "output_hc_base.weight", d.vec(HC, 0.5)
     yield "output_hc_scale.weight", d.vec(1, 0.5) + np.float32(1.0)
-    for i, r in enumerate(c["ratios"]):
+    for i, r in enumerate(c["ratios"] + [0] * c["n_mtp"]):           # the MTP blocks: ratio 0
         p = f"blk.{i}."
         yield p + "attn_norm.weight", d.norm(E)
         yield p + "attn_sinks.weight", d.vec(H, 1.0)
@@ -88,14 +89,20 @@ def gen_weights(c):
         yield p + "ffn_gate_shexp.weight", d.mat(S, E, 2.0)
         yield p + "ffn_up_shexp.weight", d.mat(S, E, 2.0)
         yield p + "ffn_down_shexp.weight", d.mat(E, S)
+        if i >= len(c["ratios"]):
+            yield p + "nextn.eh_proj.weight", d.mat(E, 2 * E)                 # ne [2 E, E]
+            yield p + "nextn.enorm.weight", d.norm(E)
+            yield p + "nextn.hnorm.weight", d.norm(E)
+            yield p + "nextn.shared_head_norm.weight", d.norm(E)
 
 
 def write_kvs(w, c):
     A, U, F = "deepseek4.", T.UINT32, T.FLOAT32
-    L = len(c["ratios"])
+    L = len(c["ratios"]) + c["n_mtp"]
     w.add(A + "context_length", c["ctx"], U)
     w.add(A + "embedding_length", c["n_embd"], U)
     w.add(A + "block_count", L, U)
+    w.add(A + "nextn_predict_layers", c["n_mtp"], U)
     w.add(A + "feed_forward_length", c["n_ff_exp"], U)
     w.add(A + "attention.head_count", c["n_head"], U)
     w.add(A + "attention.head_count_kv", 1, U)
@@ -109,7 +116,7 @@ def write_kvs(w, c):
     w.add(A + "attention.output_group_count", c["o_groups"], U)
     w.add(A + "attention.output_lora_rank", c["o_lora"], U)
     w.add(A + "attention.compress_rope_freq_base", float(c["compress_theta"]), F)
-    w.add(A + "attention.compress_ratios", list(c["ratios"]), T.ARRAY, T.UINT32)
+    w.add(A + "attention.compress_ratios", list(c["ratios"]) + [0] * c["n_mtp"], T.ARRAY, T.UINT32)
     w.add(A + "attention.indexer.head_count", c["idx_heads"], U)
     w.add(A + "attention.indexer.key_length", c["idx_dim"], U)
     w.add(A + "attention.indexer.top_k", c["idx_top_k"], U)

@@ -20,6 +20,7 @@
  * - coli run, coli perplexity and coli serve run it: run and perplexity
  *   print the same with two workers as in-process, serve's greedy text is
  *   run's;
+ * - the MTP block loaded (validated), not run;
  * - missing or inconsistent metadata / tensors refused in one line naming them.
  */
 #include <cjson/cJSON.h>
@@ -230,14 +231,29 @@ MISSING_TENSOR(compressor, "blk.2.attn_compressor_kv.weight")
 MISSING_TENSOR(indexer_compressor, "blk.1.indexer_compressor_ape.weight")
 MISSING_TENSOR(output_a, "blk.1.attn_output_a.weight")
 MISSING_TENSOR(sinks, "blk.0.attn_sinks.weight")
+MISSING_TENSOR(mtp_enorm, "blk.3.nextn.enorm.weight")
+MISSING_TENSOR(mtp_block, "blk.3.hc_attn_fn.weight")
+
+/* The MTP block (blk.3) is loaded and validated, not run: 3 layers. */
+Test(ds4, mtp_block_loaded_not_run) {
+    fam_ref r;
+    char model[4096];
+    s_ref_and_model(&k_ds4, &r, model, sizeof model);
+    struct model *m = NULL;
+    cr_assert_eq(model_open(model, &m), 0, "%s", coli_last_error());
+    cr_expect_eq(m->hp.n_layer, 3);
+    cr_expect_eq(m->n_nextn, 1);
+    cr_expect(m->nextn && m->nextn[0].eh_proj && m->nextn[0].layer.router, "the MTP block's tensors");
+    model_close(&m);
+}
 
 static void s_ratio_8(gguf_writer *w) {
-    const uint32_t v[3] = {0, 8, 128};
-    gguf_writer_set_arr(w, "deepseek4.attention.compress_ratios", GGUF_UINT32, v, 3);
+    const uint32_t v[4] = {0, 8, 128, 0};
+    gguf_writer_set_arr(w, "deepseek4.attention.compress_ratios", GGUF_UINT32, v, 4);
 }
-static void s_ratios_short(gguf_writer *w) {
-    const uint32_t v[2] = {0, 4};
-    gguf_writer_set_arr(w, "deepseek4.attention.compress_ratios", GGUF_UINT32, v, 2);
+static void s_ratios_short(gguf_writer *w) { /* the MTP block's entry missing */
+    const uint32_t v[3] = {0, 4, 128};
+    gguf_writer_set_arr(w, "deepseek4.attention.compress_ratios", GGUF_UINT32, v, 3);
 }
 static void s_hash2(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.hash_layer_count", 2); }
 static void s_softmax(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.expert_gating_func", 1); }
@@ -246,8 +262,8 @@ static void s_groups3(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.attent
 static void s_idx48(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.attention.indexer.key_length", 48); }
 static void s_kv2(gguf_writer *w) { gguf_writer_set_u32(w, "deepseek4.attention.head_count_kv", 2); }
 static void s_clamp_neg(gguf_writer *w) {
-    const float v[3] = {1.0f, -1.0f, 1.0f};
-    gguf_writer_set_arr(w, "deepseek4.swiglu_clamp_shexp", GGUF_FLOAT32, v, 3);
+    const float v[4] = {1.0f, -1.0f, 1.0f, 1.0f};
+    gguf_writer_set_arr(w, "deepseek4.swiglu_clamp_shexp", GGUF_FLOAT32, v, 4);
 }
 
 Test(ds4, refuses_ratio_8) {
