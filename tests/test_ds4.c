@@ -44,6 +44,30 @@ Test(ds4, long_greedy_matches_llamacpp) { s_check_greedy(&k_ds4_long, 3); }
 Test(ds4, workers_give_inproc_bytes, .init = s_fam_env) { s_check_workers(&k_ds4, 3 * 8); }
 Test(ds4, worker_sigkill_gives_inproc_bytes, .init = s_fam_env) { s_check_sigkill(&k_ds4); }
 
+/* A worker whose plugin lacks the clamped SwiGLU (caps.act_mask 0, as the
+ * GPU plugin; COLI_FAULT=no-act) gets no deepseek4 expert: the other
+ * worker holds them all from the start, nothing falls back, the bytes are
+ * --inproc's. */
+Test(ds4, experts_placed_only_where_the_clamped_swiglu_is_computed, .init = s_fam_env) {
+    fam_ref r;
+    char model[4096], v[64];
+    s_ref_and_model(&k_ds4, &r, model, sizeof model);
+    gen_result ref, got;
+    sched_generate(model, "inproc", NULL, NULL, &ref);
+    setenv("COLI_FAULT", "no-act@worker=0", 1);
+    sched_generate(model, "cpu:2", NULL, NULL, &got);
+    unsetenv("COLI_FAULT");
+    sched_assert_same(&ref, &got, "cpu:2, worker 0 without SWIGLU_CLAMP");
+    sched_worker_field(got.stats, 0, "resident_experts", v, sizeof v);
+    cr_expect_eq(atol(v), 0, "worker 0 holds deepseek4 experts: %s", got.stats);
+    sched_worker_field(got.stats, 1, "resident_experts", v, sizeof v);
+    cr_expect_eq(atol(v), 3 * 8, "worker 1 does not hold every expert: %s", got.stats);
+    cr_expect_eq(sched_field(got.stats, "fallbacks_total"), 0, "%s", got.stats);
+    gen_free(&ref);
+    gen_free(&got);
+    sched_assert_no_orphans();
+}
+
 /* One token at a time (each block compressed when its last row arrives)
  * gives the logits of the whole prompt in one batch, bit for bit. */
 Test(ds4, decode_equals_one_batch) {
