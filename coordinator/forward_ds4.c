@@ -55,10 +55,10 @@ typedef struct fwd_ds4 {
     float *og;          /* (B, o_lora) one group's projection */
     float *iq;          /* (B, idx heads * I) */
     float *iw;          /* (B, idx heads) */
-    float *sc;          /* (n_workers, n_ctx + 1) one head's scores */
-    const float **keys; /* (n_workers, n_ctx + 1) the keys one query attends to */
-    float *isc;         /* (n_workers, n_ctx + 1) indexer scores */
-    int32_t *sel;       /* (n_workers, top_k) */
+    float *sc;          /* (n_workers, s_keys_max) one head's scores */
+    const float **keys; /* (n_workers, s_keys_max) the keys one query attends to */
+    float *isc;         /* (n_workers, s_keys_max) indexer scores */
+    int32_t *sel;       /* (n_workers, s_sel_max) */
     float *rot;         /* (I, I) Walsh-Hadamard matrix */
     float *vec;         /* (max(D, I)) a vector before its rotation / norm */
     float *gv, *gs;     /* (2 * 128) one channel's values and scores of a block */
@@ -68,13 +68,23 @@ typedef struct fwd_ds4 {
 
 static size_t s_max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
+/* Keys one query attends to, at most: every raw position (a window as
+ * long as the context) plus a quarter of them compressed (CSA; HCA fewer). */
+static size_t s_keys_max(const forward_state *s) { return (size_t)s->n_ctx + (size_t)s->n_ctx / 4 + 2; }
+
+/* Blocks the indexer chooses, at most: top_k, or every visible block. */
+static size_t s_sel_max(const forward_state *s) {
+    const size_t k = (size_t)s->m->ds4->idx_top_k, blocks = (size_t)s->n_ctx / 4 + 1;
+    return k < blocks ? k : blocks;
+}
+
 int forward_ds4_init(forward_state *s) {
     const model *m = s->m;
     if (!m->ds4) return 0;
     const model_hparams *hp = &m->hp;
     const ds4_model *d4 = m->ds4;
     const size_t B = (size_t)s->max_batch, E = (size_t)hp->n_embd, HC = (size_t)d4->hc, D = (size_t)hp->head_dim;
-    const size_t HD = (size_t)hp->n_head * D, I = (size_t)d4->idx_dim, N = (size_t)s->n_ctx + 1;
+    const size_t HD = (size_t)hp->n_head * D, I = (size_t)d4->idx_dim, N = s_keys_max(s);
     fwd_ds4 *d = calloc(1, sizeof *d);
     if (!d) return coli_fail(COLI_ENOMEM, "deepseek4: out of memory");
     s->ds4 = d;
@@ -99,7 +109,7 @@ int forward_ds4_init(forward_state *s) {
     d->sc = malloc(W * N * sizeof(float));
     d->keys = malloc(W * N * sizeof(float *));
     d->isc = malloc(W * N * sizeof(float));
-    d->sel = malloc(W * (size_t)d4->idx_top_k * sizeof(int32_t));
+    d->sel = malloc(W * s_sel_max(s) * sizeof(int32_t));
     d->rot = forward_hadamard((int)I);
     d->vec = malloc((D > I ? D : I) * sizeof(float));
     d->gv = malloc(2 * DS4_HCA_RATIO * sizeof(float));
@@ -454,7 +464,7 @@ typedef struct attn_job {
 static void s_attend_worker(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     const fwd_ds4 *d = job->s->ds4;
-    const size_t N = (size_t)job->s->n_ctx + 1, K = (size_t)job->s->m->ds4->idx_top_k;
+    const size_t N = s_keys_max(job->s), K = s_sel_max(job->s);
     attn_scratch x = {d->sc + ith * N, d->isc + ith * N, d->keys + ith * N, d->sel + ith * K};
     for (int t = ith; t < job->n; t += nth) s_attend(job->s, job->rows, job->il, t, &x);
 }

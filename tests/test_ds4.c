@@ -230,6 +230,30 @@ Test(ds4, batched_equals_alone) {
     coli_model_free(&m);
 }
 
+/* A context of 8 positions, as long as the window: a query attends to every
+ * raw position plus its compressed blocks (more keys than positions), and
+ * gets the logits of a roomy context, bit for bit. */
+Test(ds4, context_shorter_than_window_plus_blocks) {
+    fam_ref r;
+    char model[4096];
+    s_ref_and_model(&k_ds4, &r, model, sizeof model);
+    int nv = 0;
+    float *all = s_eval_kv(model, "inproc", 0, r.ids, 8, &nv);
+    coli_model *m = sched_load(model, "inproc");
+    coli_context_params cp;
+    coli_context_default_params(&cp);
+    cp.n_ctx = 8;
+    coli_context *ctx = NULL;
+    float *lg = malloc((size_t)8 * (size_t)nv * sizeof(float));
+    cr_assert_eq(coli_context_new(m, &cp, &ctx), 0, "%s", coli_last_error());
+    cr_assert_eq(coli_eval(ctx, r.ids, 8, lg, 1), 0, "%s", coli_last_error());
+    cr_expect(memcmp(lg, all, (size_t)8 * (size_t)nv * sizeof(float)) == 0, "a context of 8 changes the logits");
+    coli_context_free(&ctx);
+    coli_model_free(&m);
+    free(lg);
+    free(all);
+}
+
 /* ---- refusals ------------------------------------------------------------ */
 
 #define MISSING_KEY(tname, k) \
