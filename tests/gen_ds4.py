@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A tiny DeepSeek-V4 model (deepseek4).
 
-    gen_ds4.py OUT.gguf
+    gen_ds4.py [--yarn] OUT.gguf      --yarn: the same weights with YaRN rope scaling (factor 4, original
+                                      context 64), which the compressed layers' rope takes
 
 Deterministic (numpy default_rng, fixed seed; the draw order defines the model), names, shapes and
 keys as llama.cpp de3ff815 reads them (src/models/deepseek4.cpp). Three layers, one of each kind of
@@ -133,12 +134,16 @@ def write_kvs(w, c):
     w.add(A + "hyper_connection.sinkhorn_iterations", c["sinkhorn"], U)
     w.add(A + "hyper_connection.epsilon", float(c["hc_eps"]), F)
     w.add(A + "hash_layer_count", c["n_hash"], U)
+    if c.get("yarn"):
+        w.add(A + "rope.scaling.type", "yarn")
+        w.add(A + "rope.scaling.factor", float(c["yarn"][0]), F)
+        w.add(A + "rope.scaling.original_context_length", c["yarn"][1], U)
     w.add(A + "vocab_size", c["n_vocab"], U)
 
 
-def write_model(path):
+def write_model(path, yarn=False):
     vocab = mm.read_gguf(os.path.join(mm.VOCAB_DIR, mm.VOCABS[CFG["vocab"]]))
-    c = dict(CFG, n_vocab=len(vocab.kv["tokenizer.ggml.tokens"]))
+    c = dict(CFG, n_vocab=len(vocab.kv["tokenizer.ggml.tokens"]), yarn=(4.0, 64) if yarn else None)
     w = GGUFWriter(path)
     w.add("general.architecture", "deepseek4")
     w.add("general.name", "tiny-deepseek4")
@@ -154,6 +159,8 @@ def write_model(path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: gen_ds4.py OUT.gguf")
-    write_model(sys.argv[1])
+    args = sys.argv[1:]
+    yarn = args[:1] == ["--yarn"]
+    if len(args) != 1 + yarn:
+        sys.exit("usage: gen_ds4.py [--yarn] OUT.gguf")
+    write_model(args[-1], yarn)

@@ -11,7 +11,8 @@
  *   every position, within 1e-3 of llama.cpp de3ff815, the same argmax) on
  *   a 32-token prompt (past the window and the indexer's top-k) and on a
  *   140-token one (past the first HCA block of 128); greedy steps while
- *   llama.cpp's margin is >= 0.05;
+ *   llama.cpp's margin is >= 0.05; the long prompt again on a copy with
+ *   YaRN rope scaling (the compressed layers' rope, the others unscaled);
  * - coli quantize Q8_0 writes llama-quantize's file, which takes the Q8_0
  *   rule against llama.cpp's run on it;
  * - two workers and a worker SIGKILLed mid-run give --inproc's bytes;
@@ -34,10 +35,15 @@ static const family k_ds4 = {"tiny-ds4-f32.gguf", "tests/gen_ds4.py", "tests/fix
 static const family k_ds4_long = {"tiny-ds4-f32.gguf", "tests/gen_ds4.py",
                                   "tests/fixtures/deepseek4/tiny-ds4-f32-long.txt", "deepseek4."};
 
+/* the same weights with YaRN (factor 4, original context 64), which the compressed layers' rope takes */
+static const family k_ds4_yarn = {"tiny-ds4-yarn-f32.gguf", "tests/gen_ds4.py --yarn",
+                                  "tests/fixtures/deepseek4/tiny-ds4-yarn-f32-long.txt", "deepseek4."};
+
 TestSuite(ds4, .timeout = 240);
 
 Test(ds4, f32_kv_matches_llamacpp) { s_check_f32(&k_ds4); }
 Test(ds4, long_prompt_matches_llamacpp) { s_check_f32(&k_ds4_long); }
+Test(ds4, yarn_matches_llamacpp) { s_check_f32(&k_ds4_yarn); }
 Test(ds4, greedy_matches_llamacpp) { s_check_greedy(&k_ds4, 8); }
 Test(ds4, long_greedy_matches_llamacpp) { s_check_greedy(&k_ds4_long, 3); }
 
