@@ -12,6 +12,11 @@
 
 #include <stdlib.h>
 
+/* The clamped SwiGLU's limit of e (0: plain SwiGLU). */
+static inline float s_test_limit(const moe_expert_desc *e) {
+    return e->act == MOE_ACT_SWIGLU_CLAMP ? e->act_limit : 0.0f;
+}
+
 /* out (n_rows, n_embd) = the expert of e on x, row by row with gpu_row_dot.
  * 0, or -1 on OOM. */
 static inline int test_host_expert(const moe_expert_desc *e, const float *x, int64_t n_rows, float *out) {
@@ -27,7 +32,7 @@ static inline int test_host_expert(const moe_expert_desc *e, const float *x, int
         for (int64_t f = 0; f < n_ff; f++) g[f] = gpu_row_dot(e->gate_type, wg + f * rg, prep, n_embd);
         gpu_prep_row(e->up_type, x + r * n_embd, n_embd, prep);
         for (int64_t f = 0; f < n_ff; f++) u[f] = gpu_row_dot(e->up_type, wu + f * ru, prep, n_embd);
-        for (int64_t f = 0; f < n_ff; f++) g[f] = gpu_swiglu(g[f], u[f]);
+        for (int64_t f = 0; f < n_ff; f++) g[f] = gpu_swiglu_act(g[f], u[f], s_test_limit(e));
         gpu_prep_row(e->down_type, g, n_ff, prep);
         for (int64_t o = 0; o < n_embd; o++) out[r * n_embd + o] = gpu_row_dot(e->down_type, wd + o * rd, prep, n_ff);
     }

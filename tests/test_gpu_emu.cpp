@@ -105,7 +105,7 @@ static void emu_expert(const moe_expert_desc *e, const float *x, int64_t n_rows,
     float *gp = g.data();
     const float *up = u.data();
     cr_assert_eq(gpu_emu_launch(dim3(gpu_swiglu_blocks(n_hidden)), dim3(GPU_SWIGLU_THREADS),
-                                [&] { k_swiglu(gp, up, n_hidden); }),
+                                [&] { k_swiglu(gp, up, n_hidden, s_test_limit(e)); }),
                  0);
     emu_prep(e->down_type, g.data(), n_rows, n_ff, prep.data());
     emu_matmul(e->down_type, e->down, n_ff, n_embd, prep.data(), n_rows, out);
@@ -150,6 +150,23 @@ Test(gpu_emu, kernels_match_cpu_plugin_for_every_type_and_batch_shape) {
         test_expert te;
         cr_assert_eq(test_expert_make(&te, 0, i, t, super ? 256 : 96, super ? 512 : 160, 300 + (uint64_t)i), 0);
         for (int r = 0; r < 5; r++) check(&te, coli_dtype_name(t), rows[r], test_tolerance(t));
+        test_expert_free(&te);
+    }
+}
+
+/* deepseek4's clamped SwiGLU (MOE_ACT_SWIGLU_CLAMP, a limit small enough
+ * that gate and up clamp): the host model's bits and the cpu plugin's
+ * values, both kernels. */
+Test(gpu_emu, clamped_swiglu_matches_cpu_plugin) {
+    const coli_dtype types[] = {COLI_F32, COLI_Q8_0, COLI_Q4_K};
+    for (int i = 0; i < 3; i++) {
+        const int super = gpu_block_elems(types[i]) == 256;
+        test_expert te;
+        cr_assert_eq(test_expert_make(&te, 0, i, types[i], super ? 256 : 96, super ? 512 : 160, 900 + (uint64_t)i), 0);
+        te.desc.act = MOE_ACT_SWIGLU_CLAMP;
+        te.desc.act_limit = 0.25f;
+        check(&te, coli_dtype_name(types[i]), 3, test_tolerance(types[i]));
+        check(&te, coli_dtype_name(types[i]), 70, test_tolerance(types[i]));
         test_expert_free(&te);
     }
 }

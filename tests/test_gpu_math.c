@@ -282,6 +282,17 @@ Test(gpu_math, integer_form_reproduces_the_values) {
     }
 }
 
+/* deepseek4's clamped form: expert_ffn's formula, bit for bit (limit 0: plain). */
+Test(gpu_math, clamped_swiglu_is_core_formula) {
+    for (int i = -2000; i <= 2000; i++) {
+        const float g = (float)i * 0.0625f, u = 1.5f - (float)i * 0.004f, L = 1.25f;
+        const float x = g < L ? g : L, y = u < -L ? -L : (u > L ? L : u);
+        const float ref = x / (1.0f + expf(-x)) * y;
+        cr_assert_eq(bits(gpu_swiglu_act(g, u, L)), bits(ref), "g %g u %g", g, u);
+        cr_assert_eq(bits(gpu_swiglu_act(g, u, 0.0f)), bits(gpu_swiglu(g, u)), "g %g u %g", g, u);
+    }
+}
+
 Test(gpu_math, swiglu_is_core_formula) {
     for (int i = -2000; i <= 2000; i++) {
         const float g = (float)i * 0.0625f, u = 1.5f - (float)i * 0.001f;

@@ -54,6 +54,7 @@ typedef struct gpu_expert {
     unsigned char *base; /* one device allocation holds all three */
     size_t off[3];       /* offsets of gate, up, down in it */
     uint64_t bytes;      /* size of that allocation: what the budget counts */
+    float limit;         /* MOE_ACT_SWIGLU_CLAMP's act_limit; 0: plain SwiGLU */
 } gpu_expert;
 
 /* Structure of one open device (one worker process drives it from one thread) */
@@ -258,7 +259,8 @@ static int s_run_group(moe_device *d, const gpu_expert *e, const float *x, int64
     s_matmul(d, e->type[1], wu, n_embd, n_ff, d->prep, n_rows, d->u);
     if ((rc = s_launched(d, "up matmul", e, err, n))) return rc;
     const int64_t n_hidden = n_rows * n_ff;
-    k_swiglu<<<gpu_swiglu_blocks(n_hidden), s_threads(d, GPU_SWIGLU_THREADS), 0, d->stream>>>(d->g, d->u, n_hidden);
+    k_swiglu<<<gpu_swiglu_blocks(n_hidden), s_threads(d, GPU_SWIGLU_THREADS), 0, d->stream>>>(d->g, d->u, n_hidden,
+                                                                                              e->limit);
     if ((rc = s_launched(d, "swiglu", e, err, n))) return rc;
     s_prep(d, e->type[2], d->g, n_rows, n_ff, d->prep);
     if ((rc = s_launched(d, "hidden prep", e, err, n))) return rc;
@@ -407,9 +409,10 @@ static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *e
     const char *names[3] = {"gate", "up", "down"};
     const size_t bytes[3] = {e->gate_bytes, e->up_bytes, e->down_bytes};
     const void *ptrs[3] = {e->gate, e->up, e->down};
-    /* the kernels compute silu(gate) * up without biases: gpt-oss's experts go to the CPU (the worker
-     * already refuses them on act_mask 0; this guards a caller that does not) */
-    if (e->act != MOE_ACT_SILU || e->gate_bias || e->up_bias || e->down_bias)
+    /* the kernels compute silu(gate) * up (deepseek4: clamped) without biases: gpt-oss's experts go to
+     * the CPU (the worker refuses them on act_mask; this guards a caller that does not) */
+    if ((e->act != MOE_ACT_SILU && e->act != MOE_ACT_SWIGLU_CLAMP) || e->gate_bias || e->up_bias || e->down_bias ||
+        (e->act == MOE_ACT_SWIGLU_CLAMP && !(e->act_limit > 0.0f)))
         return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: activation %d / biases not supported",
                      COLI_GPU_VENDOR, d->index, e->layer, e->expert, (int)e->act);
     if (e->n_embd <= 0 || e->n_ff <= 0 || e->n_embd % GPU_QK || e->n_ff % GPU_QK)
@@ -502,6 +505,7 @@ static int s_load_expert(moe_device *d, const moe_expert_desc *e, char *err, siz
     x->type[0] = e->gate_type;
     x->type[1] = e->up_type;
     x->type[2] = e->down_type;
+    x->limit = e->act == MOE_ACT_SWIGLU_CLAMP ? e->act_limit : 0.0f;
     rc = s_select(d, err, n);
     if (!rc) rc = s_upload_expert(d, e, x, err, n);
     if (!rc && expert_table_put(&d->experts, expert_key(e->layer, e->expert), x)) {
@@ -647,7 +651,8 @@ static int s_get_caps(moe_device *d, moe_caps *caps) {
         if (gpu_dtype_supported(t)) caps->dtype_mask |= 1u << t;
     for (int t = 32; t < 64; t++) /* ABI 1.3: TQ1_0, TQ2_0, MXFP4 */
         if (gpu_dtype_supported(t)) caps->dtype_mask_hi |= 1u << (t - 32);
-    caps->max_rows = 0; /* scratch grows with the batch */
+    caps->max_rows = 0;                          /* scratch grows with the batch */
+    caps->act_mask = 1u << MOE_ACT_SWIGLU_CLAMP; /* k_swiglu's clamped form; no biases (gpt-oss) */
     caps->memory_total = d->mem_total;
     caps->memory_budget = d->budget;
     snprintf(caps->device_name, sizeof caps->device_name, "%s", d->name);

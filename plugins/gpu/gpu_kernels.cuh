@@ -21,7 +21,7 @@
  *                0..31). Quantized weights: integer group sums (exact in
  *                F32, as |sum| < 2^24) scaled by d_w * d_x, plus the
  *                minimum terms of the types that have one, as the CPU.
- *   k_swiglu     g = silu(g) * u, in place.
+ *   k_swiglu     g = silu(g) * u, in place (limit > 0: deepseek4's clamped form).
  * Both matmul kernels compute each output in the one order gpu_row_dot
  * defines (gpu_math.h), so a row's result is the same bits whichever kernel
  * serves it, whatever the group size: the determinism contract on one
@@ -79,9 +79,9 @@ template <int A> __global__ void k_prep(const float *x, int64_t n_rows, int64_t 
     for (int j = 0; j < GPU_QK; j++) o[j] = gpu_round_act(A, xb[j]);
 }
 
-__global__ void k_swiglu(float *g, const float *u, int64_t n) {
+__global__ void k_swiglu(float *g, const float *u, int64_t n, float limit) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) g[i] = gpu_swiglu(g[i], u[i]);
+    if (i < n) g[i] = gpu_swiglu_act(g[i], u[i], limit);
 }
 
 /* y (n_rows, n_out) = prepared x (n_rows, n_in) @ W^T, n_rows <= DEC_MAX_ROWS. */

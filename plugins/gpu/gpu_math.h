@@ -370,4 +370,13 @@ static inline COLI_HD float gpu_row_dot(int t, const unsigned char *wrow, const 
 /* silu(g) * u with silu(g) = g / (1 + e^-g), in F32 (core/kernels/expert_ffn.c). */
 static inline COLI_HD float gpu_swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+/* deepseek4's clamped SwiGLU (MOE_ACT_SWIGLU_CLAMP, expert_ffn.c's
+ * s_swiglu_clamp) for limit > 0: silu(min(g, limit)) * clamp(u, -limit,
+ * limit); limit 0: gpu_swiglu. */
+static inline COLI_HD float gpu_swiglu_act(float g, float u, float limit) {
+    if (!(limit > 0.0f)) return gpu_swiglu(g, u);
+    const float x = g < limit ? g : limit, y = u < -limit ? -limit : (u > limit ? limit : u);
+    return x / (1.0f + expf(-x)) * y;
+}
+
 #endif /* COLI_GPU_MATH_H */
