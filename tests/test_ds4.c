@@ -74,6 +74,22 @@ Test(ds4, experts_placed_only_where_the_clamped_swiglu_is_computed, .init = s_fa
     sched_assert_no_orphans();
 }
 
+/* coli plan assumes the GPU plugins compute the clamped SwiGLU (they say
+ * so in their hellos): a cuda worker takes its share; an xdna one none. */
+Test(ds4, plan_places_experts_on_gpu_not_xdna) {
+    fam_ref r;
+    char model[4096], *plan = NULL;
+    s_ref_and_model(&k_ds4, &r, model, sizeof model);
+    cr_assert_eq(coli_plan_text(model, "cuda:0,cpu:1", &plan), 0, "%s", coli_last_error());
+    cr_expect(strstr(plan, "worker 0  cuda:0  budget unlimited  experts 12 "), "%s", plan);
+    cr_expect(!strstr(plan, "activation beyond SwiGLU"), "%s", plan);
+    free(plan);
+    cr_assert_eq(coli_plan_text(model, "xdna:0,cpu:1", &plan), 0, "%s", coli_last_error());
+    cr_expect(strstr(plan, "worker 0  xdna:0  budget unlimited  experts 0 "), "%s", plan);
+    cr_expect(strstr(plan, "3 layers (first 0) have experts with an activation beyond SwiGLU:"), "%s", plan);
+    free(plan);
+}
+
 /* One token at a time (each block compressed when its last row arrives)
  * gives the logits of the whole prompt in one batch, bit for bit. */
 Test(ds4, decode_equals_one_batch) {

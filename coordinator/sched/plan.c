@@ -26,11 +26,13 @@ static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out) {
 
 /* What plan takes a worker to compute, not having its hello: the cpu
  * plugin every activation (its caps.act_mask), a remote worker too (its
- * plugin is unknown until it greets; most are cpu), the device plugins
- * (cuda, hip, xdna) none beyond SiLU, as they report today. A live load
- * places by each worker's hello instead. Weight types are not assumed. */
+ * plugin is unknown until it greets; most are cpu), the GPU plugins (cuda,
+ * hip) deepseek4's clamped SwiGLU, xdna none beyond SiLU, as they report
+ * today. A live load places by each worker's hello instead. Weight types
+ * are not assumed. */
 static uint32_t s_assumed_acts(const device_spec *d) {
-    return !strcmp(d->plugin, "cpu") || d->endpoint[0] ? MOE_ACT_KNOWN : 0;
+    if (!strcmp(d->plugin, "cpu") || d->endpoint[0]) return MOE_ACT_KNOWN;
+    return !strcmp(d->plugin, "cuda") || !strcmp(d->plugin, "hip") ? 1u << MOE_ACT_SWIGLU_CLAMP : 0;
 }
 
 /* able (n_w * n_layer) from need and the assumed activations; the text's
@@ -52,8 +54,8 @@ static void s_plan_able(const device_spec *d, int n_w, int n_layer, const place_
     if (n)
         snprintf(note, cap,
                  "  %d layers (first %d) have experts with an activation beyond SwiGLU%s: only workers whose plugin "
-                 "computes it take them (assumed: cpu and remote do, cuda/hip/xdna do not; a load follows each "
-                 "worker's hello)\n",
+                 "computes it take them (assumed: cpu and remote do, cuda/hip only deepseek4's clamped SwiGLU, xdna "
+                 "none; a load follows each worker's hello)\n",
                  n, first, need[first].acts & MOE_ACT_BIASES ? " or biases (gpt-oss)" : "");
 }
 
