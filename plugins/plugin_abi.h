@@ -59,9 +59,10 @@ typedef struct moe_caps {
                                0 (an older plugin): the worker refuses it any other expert (unsupported) */
 } moe_caps;
 
-#define MOE_ACT_SILU 0            /* down(silu(gate x) * up x): every family but gpt-oss */
-#define MOE_ACT_SWIGLU_OAI 1      /* gpt-oss: llama.cpp's ggml_swiglu_oai with act_alpha, act_limit */
-#define MOE_ACT_SWIGLU_CLAMP 2    /* deepseek4: llama.cpp's ggml_swiglu_clamp with act_limit (no biases) */
+#define MOE_ACT_SILU 0       /* down(silu(gate x) * up x): every family but gpt-oss */
+#define MOE_ACT_SWIGLU_OAI 1 /* gpt-oss: llama.cpp's ggml_swiglu_oai with act_alpha, act_limit */
+#define MOE_ACT_SWIGLU_CLAMP \
+    3 /* (2: kimi-k3's SITU) deepseek4: llama.cpp's ggml_swiglu_clamp with act_limit (no biases) */
 #define MOE_ACT_BIASES (1u << 31) /* act_mask bit: adds gate_bias / up_bias / down_bias */
 /* the act_mask bits this ABI defines */
 #define MOE_ACT_KNOWN ((1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SWIGLU_CLAMP) | MOE_ACT_BIASES)

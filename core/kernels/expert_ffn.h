@@ -25,9 +25,10 @@
 
 /* The gated activation of an expert (the plugin ABI's moe_expert_desc.act). */
 typedef enum expert_act {
-    EXPERT_ACT_SILU = 0,         /* silu(g) * u: every family but gpt-oss */
-    EXPERT_ACT_SWIGLU_OAI = 1,   /* gpt-oss: clamped, alpha-scaled, (u + 1); with biases */
-    EXPERT_ACT_SWIGLU_CLAMP = 2, /* deepseek4: silu(min(g, limit)) * clamp(u, ±limit) (ggml_swiglu_clamp) */
+    EXPERT_ACT_SILU = 0,       /* silu(g) * u: every family but gpt-oss */
+    EXPERT_ACT_SWIGLU_OAI = 1, /* gpt-oss: clamped, alpha-scaled, (u + 1); with biases */
+    EXPERT_ACT_SWIGLU_CLAMP =
+        3, /* deepseek4 (2 is kimi-k3's SITU on main): silu(min(g, limit)) * clamp(u, ±limit) (ggml_swiglu_clamp) */
 } expert_act;
 
 /* llama.cpp's constants for gpt-oss (build_moe_ffn: no metadata key carries them). */
