@@ -62,8 +62,10 @@ struct coli_context {
     const sampler *gen_smp; /* coli_generate's sampler while it runs (coli_generate_logprobs) */
     char *text;             /* UTF-8 assembly buffer for the callback */
     size_t text_cap;
-    route_obs route;        /* what its routing decisions feed (route_obs.h) */
-    coli_batch *batch;      /* NULL: coli_generate decodes alone */
+    route_obs route;           /* what its routing decisions feed (route_obs.h) */
+    coli_batch *batch;         /* NULL: coli_generate decodes alone */
+    coli_lock_fn lock, unlock; /* in no batch: each evaluation's compute (coli_context_set_compute_lock) */
+    void *lock_user;
     uint64_t prefix_domain; /* the prefix cache domain of its restores and saves */
     int snap_every;         /* hybrid models: prefills keep the recurrent state at multiples of this
                                (the prefix cache's blocks, set by a restore; 0: never) */
@@ -127,7 +129,7 @@ static int s_start_experts(coli_model *cm, const char *path, const coli_model_pa
         .n_layer = hp->n_layer,
         .n_expert = hp->n_expert,
         .n_expert_used = hp->n_expert_used,
-        .n_embd = hp->n_embd,
+        .n_embd = hp->n_embd_latent ? hp->n_embd_latent : hp->n_embd, /* kimi-k3: the experts' latent width */
         .n_ff = hp->n_ff_exp,
         .devices = p->devices,
         .n_threads = cm->n_threads,
@@ -413,13 +415,22 @@ void coli_context_reset(coli_context *ctx) {
 
 int coli_context_pos(const coli_context *ctx) { return ctx ? ctx->pos : 0; }
 
+/* Take (take 1) or give back the compute lock of one part of an
+ * evaluation: b's, else the context's own, if any. */
+static void s_part_lock(const coli_context *ctx, decode_batch *b, int take) {
+    if (b)
+        take ? decode_batch_lock(b) : decode_batch_unlock(b);
+    else if (ctx->lock)
+        (take ? ctx->lock : ctx->unlock)(ctx->lock_user);
+}
+
 /* A prefill of several tokens over recurrent layers stops at each multiple
  * of snap_every and keeps the state there for the prefix cache; a
  * one-token evaluation is a decode step, whose state a cold prefill would
- * compute in another order (the chunked form), so it keeps none. With b,
- * each part runs under b's lock and the copy is made after it is released:
- * a copy of the recurrent states (tens of MiB at real sizes) never holds
- * the batch's other members up (docs/api.md, Concurrency). */
+ * compute in another order (the chunked form), so it keeps none. Each part
+ * runs under b's lock (or the context's compute lock) and the copy is made
+ * after it is released: a copy of the recurrent states (tens of MiB at real
+ * sizes) never holds the others up (docs/api.md, Concurrency). */
 static int s_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, int logits_all, decode_batch *b) {
     const int every = n > 1 && ctx->kv.n_rec ? ctx->snap_every : 0, n_vocab = ctx->model->m->hp.n_vocab;
     for (int done = 0; done < n;) {
@@ -427,9 +438,9 @@ static int s_eval(coli_context *ctx, const int32_t *ids, int n, float *logits, i
         if (every && (ctx->pos / every + 1) * every < ctx->pos + part) part = (ctx->pos / every + 1) * every - ctx->pos;
         float *out = logits && (logits_all || done + part == n) ? logits : NULL;
         if (out && logits_all) out += (size_t)done * (size_t)n_vocab;
-        if (b) decode_batch_lock(b);
+        s_part_lock(ctx, b, 1);
         int rc = forward_eval(&ctx->fs, &ctx->kv, ids + done, part, ctx->pos, out, logits_all);
-        if (b) decode_batch_unlock(b);
+        s_part_lock(ctx, b, 0);
         if (rc < 0) return rc;
         ctx->pos += part;
         done += part;
@@ -789,6 +800,15 @@ int coli_context_set_state_copy_callback(coli_context *ctx, coli_state_copy_cb c
     if (!ctx) return coli_fail(COLI_EINVAL, "coli_context_set_state_copy_callback: context is NULL");
     ctx->kv.copy_hook = cb;
     ctx->kv.copy_user = user;
+    return 0;
+}
+
+int coli_context_set_compute_lock(coli_context *ctx, coli_lock_fn lock, coli_lock_fn unlock, void *user) {
+    if (!ctx || !lock != !unlock)
+        return coli_fail(COLI_EINVAL, "coli_context_set_compute_lock: context is NULL, or one of lock and unlock");
+    ctx->lock = lock;
+    ctx->unlock = unlock;
+    ctx->lock_user = user;
     return 0;
 }
 

@@ -81,7 +81,8 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     s->gdn = G ? malloc(G * sizeof(float)) : NULL;
     if (!s->h || !s->xb || !s->q || !s->k || !s->v || !s->attn || (M && !s->mla) || !s->delta || !s->rope ||
         !s->scores || !s->router || !s->choice || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate ||
-        forward_dsa_init(s) < 0 || forward_ds4_init(s) < 0 || (QG && !s->qgate) || (G && !s->gdn)) {
+        forward_dsa_init(s) < 0 || forward_kimi_init(s) < 0 || forward_ds4_init(s) < 0 || (QG && !s->qgate) ||
+        (G && !s->gdn)) {
         forward_state_free(s);
         return coli_fail(COLI_ENOMEM, "forward pass: cannot allocate buffers for a batch of %d", max_batch);
     }
@@ -107,6 +108,7 @@ void forward_state_free(forward_state *s) {
     free(s->shexp);
     free(s->shexp_gate);
     forward_dsa_free(s);
+    forward_kimi_free(s);
     forward_ds4_free(s);
     free(s->qgate);
     free(s->gdn);
@@ -355,7 +357,7 @@ static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int
     const int64_t E = hp->n_embd, Q = model_q_dim(hp);
     int rc;
     // x = s_rmsnorm(h) * attn_norm
-    fwd_rmsnorm_rows(s->xb, s->h, l->attn_norm, n, E, hp->rms_eps);
+    fwd_rmsnorm_rows(s->xb, fwd_block_in(s), l->attn_norm, n, E, hp->rms_eps);
     // q, k, v with rope applied: one head per KV head (deepseek2: every
     // head's decompressed key and value, forward_mla.c)
     rc = model_is_mla(hp) ? forward_mla_qkv(s, l, n) : s_qkv_block(s, rows, l, n);
@@ -373,10 +375,10 @@ static int s_attention_block(forward_state *s, const fwd_rows *rows, int il, int
                            s->v + (size_t)t * (size_t)VD);
     // sparse attention: each row's top-k positions by the indexer's scores
     if (s->dsa) forward_dsa_select(s, l, rows, il, n);
-    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path);
-    // the latent cache (v_in_k) keeps F32 queries: no reference to follow
-    // there, and the absorbed queries are the larger numbers
-    if (kv->f16 && !kv->v_in_k)
+    // an fp16 cache multiplies with fp16-rounded queries (llama.cpp's path),
+    // the latent cache (v_in_k) too: llama.cpp's deepseek32 F16 run picks
+    // other sparse positions at a near-tie of the indexer with F32 ones
+    if (kv->f16)
         for (size_t i = 0; i < (size_t)n * (size_t)Q; i++) s->q[i] = s_fp16_round(s->q[i]);
     // attn = softmax(q K^T * attn_scale) V, heads in parallel unless the
     // work is too small to pay for waking the pool (short-context decode)
@@ -434,10 +436,13 @@ static const float *s_expert_input(forward_state *s, const layer_weights *l, int
 int fwd_moe_block(forward_state *s, const layer_weights *l, int il, int n, int routed) {
     const model_hparams *hp = &s->m->hp;
     const int K = hp->n_expert_used;
-    const size_t E = (size_t)hp->n_embd;
-    int rc;
+    /* kimi-k3's latent MoE: the experts' rows are routed_down x (forward_kimi.c) */
+    const size_t E = l->routed_down ? (size_t)hp->n_embd_latent : (size_t)hp->n_embd;
+    int rc = 0;
     if (!routed && (rc = s_route(s, l, n)) < 0) return rc;
-    rc = s->moe->run_layer(s->moe, il, s_expert_input(s, l, n), n, K, s->sel, s->moe_y);
+    const float *x = l->routed_down ? forward_kimi_latent_in(s, l, n, &rc) : s_expert_input(s, l, n);
+    if (rc < 0) return rc;
+    rc = s->moe->run_layer(s->moe, il, x, n, K, s->sel, s->moe_y);
     if (rc < 0) return coli_fail_prefix(rc, "layer %d experts", il);
     if (s->route_hook) s->route_hook(s->route_user, il, s->pos0, n, K, s->sel, s->sel_w);
     for (int t = 0; t < n; t++) {
@@ -448,6 +453,7 @@ int fwd_moe_block(forward_state *s, const layer_weights *l, int il, int n, int r
         for (int j = 1; j < K; j++)
             for (size_t i = 0; i < E; i++) d[i] += w[j] * y[(size_t)j * E + i];
     }
+    if (l->routed_up && (rc = forward_kimi_latent_out(s, l, n)) < 0) return rc;
     if (!l->has_shexp) return 0;
     if ((rc = expert_ffn(s->pool, &s->scratch, &l->shexp, s->xb, n, s->shexp)) < 0) return rc;
     if (!l->shexp_gate) {
@@ -467,7 +473,7 @@ static int s_ffn_block(forward_state *s, int il, int n) {
     const layer_weights *l = &s->m->layers[il];
     int rc;
     // x = s_rmsnorm(h) * ffn_norm
-    fwd_rmsnorm_rows(s->xb, s->h, l->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    fwd_rmsnorm_rows(s->xb, fwd_block_in(s), l->ffn_norm, n, hp->n_embd, hp->rms_eps);
     // FFN: W_down (silu(W_gate x) * W_up x), one dense one (dense models,
     // deepseek2's leading blocks) or k routed ones
     if (!l->router)
@@ -488,7 +494,8 @@ static int s_output_logits(forward_state *s, int n, float *logits, int logits_al
     const model_hparams *hp = &s->m->hp;
     const int first = logits_all ? 0 : n - 1, rows = n - first;
     float *x = s->xb + (size_t)first * (size_t)hp->n_embd;
-    fwd_rmsnorm_rows(x, s->h + (size_t)first * (size_t)hp->n_embd, s->m->output_norm, rows, hp->n_embd, hp->rms_eps);
+    fwd_rmsnorm_rows(x, fwd_block_in(s) + (size_t)first * (size_t)hp->n_embd, s->m->output_norm, rows, hp->n_embd,
+                     hp->rms_eps);
     return fwd_matmul(s, s->m->output, x, rows, logits);
 }
 
@@ -507,12 +514,18 @@ static int s_forward_batch(forward_state *s, const fwd_rows *rows, const int32_t
         rope_angles(&hp->rope, fwd_row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
     }
     if (s->ds4) return forward_ds4_layers(s, rows, ids, n, logits, logits_all); /* hyper-connections: forward_ds4.c */
+    forward_kimi_begin(s);
     for (int il = 0; il < hp->n_layer; il++) {
+        const layer_weights *l = &m->layers[il];
+        // kimi-k3: each sub-block reads the residual mix (forward_kimi.c)
+        if (s->kimi) forward_kimi_mix(s, l->attn_res, n, il % hp->attn_res_bs == 0);
         // attention, or a linear-attention layer of a hybrid (forward_hybrid.c)
-        rc = m->layers[il].recurrent ? forward_gdn_block(s, rows, il, n) : s_attention_block(s, rows, il, n);
+        rc = l->recurrent ? forward_gdn_block(s, rows, il, n) : s_attention_block(s, rows, il, n);
         if (rc < 0) return rc;
+        if (s->kimi) forward_kimi_mix(s, l->ffn_res, n, 0);
         if ((rc = s_ffn_block(s, il, n)) < 0) return rc;
     }
+    if (s->kimi) forward_kimi_mix(s, m->output_res, n, 0);
     return logits ? s_output_logits(s, n, logits, logits_all) : 0;
 }
 

@@ -54,6 +54,10 @@ typedef struct forward_state {
     coli_scratch scratch; /* prepared matmul inputs */
     struct fwd_dsa *dsa;  /* sparse attention's indexer state (forward_dsa.c); NULL otherwise */
     struct fwd_ds4 *ds4;  /* deepseek4's streams and buffers (forward_ds4.c); NULL otherwise */
+    /* kimi-k3 (forward_kimi.c): its residual checkpoints and latent rows, and
+     * the current sub-block's input (the residual mix; NULL: h); else NULL */
+    struct fwd_kimi *kimi;
+    const float *res_in;
     /* Optional observer of the routing (api.c: --route-trace, heat): called after each MoE
      * layer's experts ran, with the batch's choices; sel/w as above, valid during the call. */
     void (*route_hook)(void *user, int layer, int pos0, int n_tok, int k, const int32_t *sel, const float *w);

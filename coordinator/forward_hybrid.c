@@ -26,6 +26,16 @@
  *   S = exp(G_last) S + sum_i exp(G_last - G_i) v_new_i k_i^T
  * Sequences are independent: each row of a continuous-batching step is a
  * one-token chunk of its own state.
+ *
+ * Kimi Delta Attention (kimi-k3, hp->kda; llama.cpp's kimi-k3.cpp) is the
+ * same recurrence with a decay per key channel, g (D) per head and token:
+ *   mix = [Wq x | Wk x | Wv x], one causal conv per part (the same tail)
+ *   beta = sigmoid(Wbeta x) per head; f = ssm_f_b (ssm_f_a x) + dt_bias
+ *   g = lb sigmoid(-(f ssm_a[h]))  (kda.gate_lower_bound lb; without it
+ *       softplus(f) ssm_a[h])
+ *   S[v][k] *= exp(g[k]) in place of exp(g); the chunked form's exp(G_i -
+ *   G_j) factors become per channel (s_kda_chunk)
+ *   o = rmsnorm(o) * ssm_norm * sigmoid(ssm_g x) per head; h += attn_output o
  */
 #include <math.h>
 #include <stdlib.h>
@@ -42,6 +52,7 @@ typedef struct gdn_dims {
     int K;                  /* conv kernel */
     int64_t key, value, cd; /* key_dim, value_dim, conv_dim = 2 key + value */
     int64_t tail;           /* floats of the conv tail: (K - 1) cd */
+    int gw;                 /* gate values per head and token: 1, or D (KDA) */
 } gdn_dims;
 
 static gdn_dims s_dims(const model_hparams *hp) {
@@ -50,26 +61,29 @@ static gdn_dims s_dims(const model_hparams *hp) {
     d.value = (int64_t)d.HV * d.D;
     d.cd = 2 * d.key + d.value;
     d.tail = (int64_t)(d.K - 1) * d.cd;
+    d.gw = hp->kda ? d.D : 1;
     return d;
 }
 
-/* Scratch floats of one worker for one chunk of one head. */
-static size_t s_chunk_floats(int D) {
+/* Scratch floats of one worker for one chunk of one head (G: C gw). */
+static size_t s_chunk_floats(int D, int gw) {
     const size_t C = FORWARD_REC_CHUNK;
-    return 2 * C * C + 4 * C * (size_t)D + C + (size_t)D;
+    return 2 * C * C + 4 * C * (size_t)D + C * (size_t)gw + 3 * (size_t)D;
 }
 
 size_t forward_gdn_floats(const model_hparams *hp, int max_batch, int n_workers) {
     if (!hp->rec_floats) return 0;
     const gdn_dims d = s_dims(hp);
     const size_t B = (size_t)max_batch;
-    return B * (2 * (size_t)d.cd + 2 * (size_t)d.value + 4 * (size_t)d.HV) + (size_t)n_workers * s_chunk_floats(d.D);
+    return B * (2 * (size_t)d.cd + 2 * (size_t)d.value + 3 * (size_t)d.HV + (size_t)d.HV * (size_t)d.gw) +
+           (hp->kda ? 2 * B * (size_t)d.D : 0) + (size_t)n_workers * s_chunk_floats(d.D, d.gw);
 }
 
 /* The per-batch buffers inside s->gdn. */
 typedef struct gdn_bufs {
     float *mix, *conv, *z, *o; /* (B, cd), (B, cd), (B, value), (B, value) */
-    float *braw, *beta, *g;    /* (B, 2 HV): raw beta | alpha; (B, HV) each */
+    float *braw, *beta, *g;    /* (B, 2 HV): raw beta | alpha; (B, HV); (B, HV gw) */
+    float *fa, *ga;            /* KDA: (B, D) ssm_f_a x, kimi-linear's ssm_g_a x */
     float *scratch;            /* n_workers chunk scratches */
 } gdn_bufs;
 
@@ -83,7 +97,9 @@ static gdn_bufs s_bufs(const forward_state *s, const gdn_dims *d) {
     b.braw = b.o + B * (size_t)d->value;
     b.beta = b.braw + B * 2 * (size_t)d->HV;
     b.g = b.beta + B * (size_t)d->HV;
-    b.scratch = b.g + B * (size_t)d->HV;
+    b.fa = b.g + B * (size_t)d->HV * (size_t)d->gw;
+    b.ga = b.fa + (d->gw > 1 ? B * (size_t)d->D : 0);
+    b.scratch = b.ga + (d->gw > 1 ? B * (size_t)d->D : 0);
     return b;
 }
 
@@ -94,10 +110,33 @@ static float s_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 // ---------------------------------------------------------------------------
 // per row: projections, gates, conv, norms
 
+/* KDA: q, k, v into mix rows [q | k | v] (through conv, free until the
+ * conv), z = ssm_g x, raw beta, the raw decay f = ssm_f_b (ssm_f_a x) in g. */
+static int s_project_kda(forward_state *s, const layer_weights *l, const gdn_dims *d, const gdn_bufs *b, int n) {
+    const size_t DI = (size_t)d->value, N = (size_t)n;
+    float *q = b->conv, *k = q + N * DI, *v = k + N * DI;
+    /* the gate: K3's ssm_g x, kimi-linear's ssm_g_b (ssm_g_a x) */
+    const coli_matmul_op gate = l->wg_a ? fwd_op_of(l->wg_a, s->xb, n, b->ga) : fwd_op_of(l->wz, s->xb, n, b->z);
+    const coli_matmul_op ops[6] = {fwd_op_of(l->wq, s->xb, n, q),          fwd_op_of(l->wk, s->xb, n, k),
+                                   fwd_op_of(l->wv, s->xb, n, v),          gate,
+                                   fwd_op_of(l->wbeta, s->xb, n, b->beta), fwd_op_of(l->wf_a, s->xb, n, b->fa)};
+    int rc = coli_matmul_many(s->pool, &s->scratch, ops, 6);
+    if (rc < 0 || (rc = fwd_matmul(s, l->wf_b, b->fa, n, b->g)) < 0) return rc;
+    if (l->wg_a && (rc = fwd_matmul(s, l->wz, b->ga, n, b->z)) < 0) return rc;
+    for (size_t t = 0; t < N; t++) {
+        float *r = b->mix + t * (size_t)d->cd;
+        memcpy(r, q + t * DI, DI * sizeof(float));
+        memcpy(r + DI, k + t * DI, DI * sizeof(float));
+        memcpy(r + 2 * DI, v + t * DI, DI * sizeof(float));
+    }
+    return 0;
+}
+
 /* mix, z and the raw gates of the n rows (one pool job over the matrices). */
 static int s_project(forward_state *s, const layer_weights *l, const gdn_dims *d, const gdn_bufs *b, int n) {
     const int HV = d->HV;
     int rc;
+    if (l->wf_a) return s_project_kda(s, l, d, b, n);
     if (l->wba) {
         const coli_matmul_op ops[3] = {fwd_op_of(l->wqkv_mix, s->xb, n, b->mix), fwd_op_of(l->wz, s->xb, n, b->z),
                                        fwd_op_of(l->wba, s->xb, n, b->braw)};
@@ -128,8 +167,25 @@ static int s_project(forward_state *s, const layer_weights *l, const gdn_dims *d
     return 0;
 }
 
+/* KDA: beta = sigmoid(beta), g per channel from f + dt_bias (ggml's ops:
+ * times ssm_a, negated, sigmoid, times lb; or softplus, times ssm_a). */
+static void s_gates_kda(const model_hparams *hp, const layer_weights *l, const gdn_dims *d, const gdn_bufs *b, int n) {
+    const float *dt = (const float *)l->dt_bias->data, *a = (const float *)l->ssm_a->data, lb = hp->kda_gate_lb;
+    for (size_t i = 0; i < (size_t)n * (size_t)d->HV; i++) b->beta[i] = s_sigmoid(b->beta[i]);
+    for (int t = 0; t < n; t++)
+        for (int64_t c = 0; c < d->value; c++) {
+            float *g = b->g + (size_t)t * (size_t)d->value + (size_t)c;
+            const float f = *g + dt[c], ah = a[c / d->D];
+            *g = isinf(lb) ? s_softplus(f) * ah : s_sigmoid(-(f * ah)) * lb;
+        }
+}
+
 /* beta = sigmoid(beta_raw), g = softplus(alpha_raw + dt_bias) * ssm_a. */
-static void s_gates(const layer_weights *l, const gdn_dims *d, const gdn_bufs *b, int n) {
+static void s_gates(const model_hparams *hp, const layer_weights *l, const gdn_dims *d, const gdn_bufs *b, int n) {
+    if (hp->kda) {
+        s_gates_kda(hp, l, d, b, n);
+        return;
+    }
     const float *dt = (const float *)l->dt_bias->data, *a = (const float *)l->ssm_a->data;
     for (int t = 0; t < n; t++) {
         const float *r = b->braw + (size_t)t * 2 * (size_t)d->HV;
@@ -140,20 +196,28 @@ static void s_gates(const layer_weights *l, const gdn_dims *d, const gdn_bufs *b
     }
 }
 
+/* Channel c's K taps: ssm_conv1d (cd, K), or KDA's q, k, v convolutions
+ * (d_inner, K) each. */
+static const float *s_taps(const layer_weights *l, const gdn_dims *d, int64_t c) {
+    if (!l->conv_q) return (const float *)l->conv1d->data + (size_t)c * (size_t)d->K;
+    const coli_tensor *w = c < d->value ? l->conv_q : c < 2 * d->value ? l->conv_k : l->conv_v;
+    return (const float *)w->data + (size_t)(c % d->value) * (size_t)d->K;
+}
+
 /* out rows = silu(conv over [tail | mix rows]) for the L rows of one
  * sequence; the tail becomes the last K - 1 inputs. */
 static void s_conv_seq(const layer_weights *l, const gdn_dims *d, float *tail, const float *mix, float *out, int L) {
     const int K = d->K;
     const int64_t cd = d->cd;
-    const float *w = (const float *)l->conv1d->data; /* (cd, K): channel c's taps at c K */
     for (int t = 0; t < L; t++)
         for (int64_t c = 0; c < cd; c++) {
+            const float *w = s_taps(l, d, c);
             float sum = 0.0f;
             for (int i = 0; i < K; i++) {
                 const int src = t - (K - 1) + i; /* < 0: the tail */
                 const float x = src < 0 ? tail[(size_t)(K - 1 + src) * (size_t)cd + (size_t)c]
                                         : mix[(size_t)src * (size_t)cd + (size_t)c];
-                sum += x * w[(size_t)c * (size_t)K + (size_t)i];
+                sum += x * w[i];
             }
             out[(size_t)t * (size_t)cd + (size_t)c] = s_silu(sum);
         }
@@ -195,9 +259,10 @@ static void s_qk_norms(const model_hparams *hp, const gdn_dims *d, const gdn_buf
 /* One head's inputs for the rows of a chunk: row i at base + i * stride. */
 typedef struct head_rows {
     const float *q, *k, *v; /* (L, *) rows, stride cd */
-    const float *beta, *g;  /* stride HV */
+    const float *beta, *g;  /* strides HV and gs */
     float *o;               /* stride value */
-    int64_t cd, hv, vd;
+    int64_t cd, hv, vd, gs; /* gs = HV gw */
+    int gw;                 /* g values per row: 1 or D (KDA) */
 } head_rows;
 
 /* out[i] = rows[i] . x for n_rows rows of n, stride apart (attn_simd: the
@@ -210,7 +275,14 @@ static void s_matvec(const float *rows, int64_t stride, int n_rows, const float 
  * S += d k^T; o = S q. S: (D, D), S[v][k]. */
 static void s_delta_step(float *S, const head_rows *r, int D, float *dv) {
     const float eg = expf(r->g[0]), beta = r->beta[0];
-    for (int i = 0; i < D * D; i++) S[i] *= eg;
+    if (r->gw > 1) {
+        /* KDA: column k of S (key channel k) decays by exp(g[k]) */
+        for (int k = 0; k < D; k++) dv[k] = expf(r->g[k]);
+        for (int v = 0; v < D; v++)
+            for (int k = 0; k < D; k++) S[(size_t)v * D + k] *= dv[k];
+    } else {
+        for (int i = 0; i < D * D; i++) S[i] *= eg;
+    }
     s_matvec(S, D, D, r->k, D, dv);
     for (int v = 0; v < D; v++) dv[v] = (r->v[v] - dv[v]) * beta;
     for (int v = 0; v < D; v++) attn_axpy_f32(S + (size_t)v * D, dv[v], r->k, D);
@@ -218,6 +290,19 @@ static void s_delta_step(float *S, const head_rows *r, int D, float *dv) {
 }
 
 #define ROW(p, i, stride) ((p) + (size_t)(i) * (size_t)(stride))
+
+/* Row i of T = (I - A)^-1 from row i of A in T[i][0..i) (rows < i done):
+ * A[i][j] + sum_{j<m<i} A[i][m] T[m][j], unit diagonal. */
+static void s_wy_row(float *T, int i) {
+    const int C = FORWARD_REC_CHUNK;
+    float *Ti = T + (size_t)i * C;
+    for (int j = 0; j < i; j++) {
+        float acc = Ti[j];
+        for (int m = j + 1; m < i; m++) acc += Ti[m] * T[(size_t)m * C + j];
+        Ti[j] = acc; /* T[i][m] for m > j still holds A[i][m]: j runs upwards */
+    }
+    Ti[i] = 1.0f;
+}
 
 /* T = (I - A)^-1 for A[i][j] = -beta_i (k_i . k_j) exp(G_i - G_j), j < i,
  * by forward substitution row by row (T: (L, C), lower, unit diagonal). */
@@ -227,13 +312,7 @@ static void s_wy_inverse(const head_rows *r, int L, int D, const float *G, float
         float *Ti = T + (size_t)i * C;
         s_matvec(r->k, r->cd, i, ROW(r->k, i, r->cd), D, Ti);
         for (int j = 0; j < i; j++) Ti[j] = -r->beta[(size_t)i * r->hv] * Ti[j] * expf(G[i] - G[j]);
-        /* row i of (I - A)^-1 - I: A[i][j] + sum_{j<m<i} A[i][m] T[m][j], rows m already done */
-        for (int j = 0; j < i; j++) {
-            float acc = Ti[j];
-            for (int m = j + 1; m < i; m++) acc += Ti[m] * T[(size_t)m * C + j];
-            Ti[j] = acc; /* T[i][m] for m > j still holds A[i][m]: j runs upwards */
-        }
-        Ti[i] = 1.0f;
+        s_wy_row(T, i);
     }
 }
 
@@ -243,7 +322,7 @@ static void s_delta_chunk(float *S, const head_rows *r, int L, int D, float *sc)
     float *T = sc, *QK = T + (size_t)C * C, *U = QK + (size_t)C * C, *W = U + (size_t)C * D;
     float *VN = W + (size_t)C * D, *KG = VN + (size_t)C * D, *G = KG + (size_t)C * D, *tmp = G + C;
     G[0] = r->g[0];
-    for (int i = 1; i < L; i++) G[i] = G[i - 1] + r->g[(size_t)i * r->hv];
+    for (int i = 1; i < L; i++) G[i] = G[i - 1] + r->g[(size_t)i * r->gs];
     s_wy_inverse(r, L, D, G, T);
     /* u = T (beta v), w = T (beta exp(G) k) */
     for (int i = 0; i < L; i++) {
@@ -286,6 +365,81 @@ static void s_delta_chunk(float *S, const head_rows *r, int L, int D, float *sc)
     }
 }
 
+/* KDA's decayed dot products of rows i and j <= i, sharing the D exps:
+ * *kk = sum_k k_i k_j e^(G_i - G_j), *qk = the same with q_i. */
+static void s_decay_dots(const float *ki, const float *qi, const float *kj, const float *Gi, const float *Gj, int D,
+                         float *kk, float *qk) {
+    float a = 0.0f, b = 0.0f;
+    for (int k = 0; k < D; k++) {
+        const float e = expf(Gi[k] - Gj[k]) * kj[k];
+        a += ki[k] * e;
+        b += qi[k] * e;
+    }
+    *kk = a;
+    *qk = b;
+}
+
+/* s_delta_chunk with a decay per key channel (KDA): G_i, exp(G_i - G_j)
+ * and exp(G_last - G_i) are vectors over the key channels. */
+static void s_kda_chunk(float *S, const head_rows *r, int L, int D, float *sc) {
+    const int C = FORWARD_REC_CHUNK;
+    float *T = sc, *QK = T + (size_t)C * C, *U = QK + (size_t)C * C, *W = U + (size_t)C * D;
+    float *VN = W + (size_t)C * D, *KG = VN + (size_t)C * D, *G = KG + (size_t)C * D, *tmp = G + (size_t)C * D;
+    float *e = tmp + D;
+    for (int i = 0; i < L; i++)
+        for (int k = 0; k < D; k++)
+            G[(size_t)i * D + k] = (i ? G[(size_t)(i - 1) * D + k] : 0.0f) + r->g[(size_t)i * r->gs + k];
+    /* T = (I - A)^-1, A[i][j] = -beta_i sum_k k_i k_j exp(G_i - G_j); QK[i][j] the same
+     * with q_i (j <= i); KG holds exp(G) until the state update */
+    for (int i = 0; i < L; i++) {
+        const float bi = r->beta[(size_t)i * r->hv], *Gi = G + (size_t)i * D;
+        for (int j = 0; j <= i; j++) {
+            float kk;
+            s_decay_dots(ROW(r->k, i, r->cd), ROW(r->q, i, r->cd), ROW(r->k, j, r->cd), Gi, G + (size_t)j * D, D, &kk,
+                         QK + (size_t)i * C + j);
+            if (j < i) T[(size_t)i * C + j] = -bi * kk;
+        }
+        s_wy_row(T, i);
+        for (int k = 0; k < D; k++) KG[(size_t)i * D + k] = expf(Gi[k]);
+    }
+    /* u = T (beta v), w = T (beta exp(G) k) */
+    for (int i = 0; i < L; i++) {
+        float *u = U + (size_t)i * D, *w = W + (size_t)i * D;
+        memset(u, 0, (size_t)D * sizeof(float));
+        memset(w, 0, (size_t)D * sizeof(float));
+        for (int j = 0; j <= i; j++) {
+            const float tu = T[(size_t)i * C + j] * r->beta[(size_t)j * r->hv], *kj = ROW(r->k, j, r->cd);
+            attn_axpy_f32(u, tu, ROW(r->v, j, r->cd), D);
+            for (int k = 0; k < D; k++) w[k] += tu * KG[(size_t)j * D + k] * kj[k];
+        }
+    }
+    /* v_new = u - w S^T; o_i = S (exp(G_i) q_i) + sum_{j<=i} (q_i . k_j)_{G_i - G_j} v_new_j */
+    for (int i = 0; i < L; i++) {
+        const float *qi = ROW(r->q, i, r->cd);
+        float *vn = VN + (size_t)i * D, *oi = ROW(r->o, i, r->vd);
+        s_matvec(S, D, D, W + (size_t)i * D, D, vn);
+        for (int v = 0; v < D; v++) vn[v] = U[(size_t)i * D + v] - vn[v];
+        for (int k = 0; k < D; k++) e[k] = KG[(size_t)i * D + k] * qi[k];
+        s_matvec(S, D, D, e, D, oi);
+    }
+    for (int i = 0; i < L; i++) {
+        float *oi = ROW(r->o, i, r->vd);
+        for (int j = 0; j <= i; j++) attn_axpy_f32(oi, QK[(size_t)i * C + j], VN + (size_t)j * D, D);
+    }
+    /* S = exp(G_last) S (per column) + sum_i v_new_i (exp(G_last - G_i) k_i)^T */
+    const float *Gl = G + (size_t)(L - 1) * D;
+    for (int i = 0; i < L; i++) {
+        const float *ki = ROW(r->k, i, r->cd);
+        for (int k = 0; k < D; k++) KG[(size_t)i * D + k] = expf(Gl[k] - G[(size_t)i * D + k]) * ki[k];
+    }
+    for (int k = 0; k < D; k++) e[k] = expf(Gl[k]);
+    for (int v = 0; v < D; v++) {
+        float *Sv = S + (size_t)v * D;
+        for (int k = 0; k < D; k++) Sv[k] *= e[k];
+        for (int i = 0; i < L; i++) attn_axpy_f32(Sv, VN[(size_t)i * D + v], KG + (size_t)i * D, D);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // the layer
 
@@ -316,14 +470,18 @@ static void s_head_task(const gdn_job *job, int seq, int h, float *sc) {
             .k = b->conv + row * (size_t)d->cd + (size_t)d->key + (size_t)kh * (size_t)d->D,
             .v = b->conv + row * (size_t)d->cd + (size_t)(2 * d->key) + (size_t)h * (size_t)d->D,
             .beta = b->beta + row * (size_t)d->HV + (size_t)h,
-            .g = b->g + row * (size_t)d->HV + (size_t)h,
+            .g = b->g + (row * (size_t)d->HV + (size_t)h) * (size_t)d->gw,
             .o = b->o + row * (size_t)d->value + (size_t)h * (size_t)d->D,
             .cd = d->cd,
             .hv = d->HV,
             .vd = d->value,
+            .gs = (int64_t)d->HV * d->gw,
+            .gw = d->gw,
         };
         if (L == 1)
             s_delta_step(S, &r, d->D, sc);
+        else if (d->gw > 1)
+            s_kda_chunk(S, &r, L, d->D, sc);
         else
             s_delta_chunk(S, &r, L, d->D, sc);
         t += L;
@@ -332,15 +490,15 @@ static void s_head_task(const gdn_job *job, int seq, int h, float *sc) {
 
 static void s_delta_worker(void *arg, int ith, int nth) {
     const gdn_job *job = arg;
-    float *sc = job->b->scratch + (size_t)ith * s_chunk_floats(job->d->D);
+    float *sc = job->b->scratch + (size_t)ith * s_chunk_floats(job->d->D, job->d->gw);
     for (int task = ith; task < job->n_seq * job->d->HV; task += nth)
         s_head_task(job, task / job->d->HV, task % job->d->HV, sc);
 }
 
-/* o = rmsnorm(o) * ssm_norm * silu(z), per head of every row. */
+/* o = rmsnorm(o) * ssm_norm * silu(z) (KDA: sigmoid(z)), per head of every row. */
 static void s_gated_norm(const model_hparams *hp, const layer_weights *l, const gdn_dims *d, const gdn_bufs *b, int n) {
     fwd_rmsnorm_rows(b->o, b->o, l->ssm_norm, n * d->HV, d->D, hp->rms_eps);
-    for (size_t i = 0; i < (size_t)n * (size_t)d->value; i++) b->o[i] *= s_silu(b->z[i]);
+    for (size_t i = 0; i < (size_t)n * (size_t)d->value; i++) b->o[i] *= hp->kda ? s_sigmoid(b->z[i]) : s_silu(b->z[i]);
 }
 
 int forward_gdn_block(forward_state *s, const fwd_rows *rows, int il, int n) {
@@ -350,9 +508,9 @@ int forward_gdn_block(forward_state *s, const fwd_rows *rows, int il, int n) {
     const gdn_bufs b = s_bufs(s, &d);
     int rc;
     // x = rmsnorm(h) * attn_norm; projections and gates
-    fwd_rmsnorm_rows(s->xb, s->h, l->attn_norm, n, hp->n_embd, hp->rms_eps);
+    fwd_rmsnorm_rows(s->xb, fwd_block_in(s), l->attn_norm, n, hp->n_embd, hp->rms_eps);
     if ((rc = s_project(s, l, &d, &b, n)) < 0) return rc;
-    s_gates(l, &d, &b, n);
+    s_gates(hp, l, &d, &b, n);
     // causal conv per sequence (its tail in the state), silu, q/k norms
     const int n_seq = rows->kvs ? n : 1;
     for (int q = 0; q < n_seq; q++) {

@@ -1,6 +1,6 @@
 /*
  * forward_impl.h - what the parts of the forward pass share (forward.c,
- * forward_mla.c, forward_hybrid.c); not part of the engine's interface.
+ * forward_mla.c, forward_hybrid.c, forward_kimi.c); not part of the engine's interface.
  */
 #ifndef COLI_COORD_FORWARD_IMPL_H
 #define COLI_COORD_FORWARD_IMPL_H
@@ -76,6 +76,22 @@ void forward_dsa_top_k(const float *sc, int n, int k, int32_t *out);
 /* Row t's chosen positions in ascending order and their count, or NULL
  * when it attends to every position 0..pos (sequence not past top-k). */
 const int32_t *forward_dsa_positions(const forward_state *s, int t, int *n_pos);
+
+/* kimi-k3 (forward_kimi.c): its buffers in s->kimi (nothing for other
+ * families; COLI_ENOMEM); a batch's empty checkpoint stack; the residual
+ * mix with weights score as the next sub-block's input (s->res_in), h
+ * banked first when bank (h then restarts from 0); the latent experts'
+ * input routed_down x (*rc: 0 or a matmul error); s->delta's latent rows
+ * normalised and projected back to n_embd in place. */
+int forward_kimi_init(forward_state *s);
+void forward_kimi_free(forward_state *s);
+void forward_kimi_begin(forward_state *s);
+void forward_kimi_mix(forward_state *s, const coli_tensor *score, int n, int bank);
+const float *forward_kimi_latent_in(forward_state *s, const layer_weights *l, int n, int *rc);
+int forward_kimi_latent_out(forward_state *s, const layer_weights *l, int n);
+
+/* The input of a sub-block's norm: h, or kimi-k3's residual mix. */
+static inline const float *fwd_block_in(const forward_state *s) { return s->res_in ? s->res_in : s->h; }
 
 /* Floats of s->gdn for batches of max_batch rows and n_workers threads (0
  * without Gated DeltaNet layers). */

@@ -16,7 +16,11 @@
  *   q = [attn_k_b[h] q_nope | q_pe] per head  (the key decompression absorbed)
  *   o_h = softmax(q_h . [c_kv | k_pe]) c_kv,  out_h = attn_v_b[h] o_h
  * which is the same function (q . k_h = q_nope . Wk_h c_kv + q_pe . k_pe).
+ *
+ * kimi-k3 (hp->mla_nope): no rope, q_pe and k_pe join q . k unrotated; the
+ * output is gated before attn_output: out *= sigmoid(attn_gate x).
  */
+#include <math.h>
 #include <string.h>
 
 #include "coordinator/forward_impl.h"
@@ -31,7 +35,8 @@ size_t forward_mla_floats(const model_hparams *hp) {
     if (!hp->mla_absorbed) return n + H * (NOPE + VM); /* + decompressed heads */
     /* + projected q, per-head q_nope and latent rows, per-head values twice
      * (head-major, then token-major for attn_output) */
-    return n + H * (size_t)hp->head_dim_mla + H * NOPE + H * C + 2 * H * VM;
+    /* (+ kimi-k3's output gate logits) */
+    return n + H * (size_t)hp->head_dim_mla + H * NOPE + H * C + (hp->mla_nope ? 3 : 2) * H * VM;
 }
 
 typedef struct mla_bufs {
@@ -41,6 +46,7 @@ typedef struct mla_bufs {
     float *xg, *yg;     /* absorbed: (H, n, NOPE) and (H, n, C) per-head rows */
     float *vg;          /* absorbed: (H, n, VM) per-head values */
     float *out;         /* absorbed: (n, H * VM) the same token-major, attn_output's input */
+    float *gate;        /* kimi-k3: (n, H * VM) output gate logits */
 } mla_bufs;
 
 static mla_bufs s_bufs(forward_state *s, int n) {
@@ -56,6 +62,7 @@ static mla_bufs s_bufs(forward_state *s, int n) {
     b.yg = b.xg + N * H * NOPE;
     b.vg = b.yg + N * H * C;
     b.out = b.vg + N * H * VM;
+    b.gate = b.out + N * H * VM;
     return b;
 }
 
@@ -95,6 +102,7 @@ static int s_project(forward_state *s, const layer_weights *l, int n, const mla_
         const float *cs = s->rope + (size_t)t * (size_t)P;
         float *ct = b->c + (size_t)t * (size_t)(C + P);
         fwd_rmsnorm_rows(b->cn + (size_t)t * (size_t)C, ct, l->kv_a_norm, 1, C, hp->rms_eps);
+        if (hp->mla_nope) continue;
         rope_apply(ct + C, cs, 1, P, P, hp->rope.neox);
         rope_apply(q + (size_t)t * (size_t)H * (size_t)HK + (HK - P), cs, H, HK, P, hp->rope.neox);
     }
@@ -170,5 +178,9 @@ const float *forward_mla_values(forward_state *s, const layer_weights *l, int n,
         for (int h = 0; h < H; h++)
             memcpy(b.out + ((size_t)t * (size_t)H + (size_t)h) * (size_t)VM,
                    b.vg + ((size_t)h * N + (size_t)t) * (size_t)VM, (size_t)VM * sizeof(float));
+    if (!l->mla_gate) return b.out;
+    // kimi-k3: out *= sigmoid(attn_gate x), x the layer's normalised input
+    if ((*rc = fwd_matmul(s, l->mla_gate, s->xb, n, b.gate)) < 0) return NULL;
+    for (size_t i = 0; i < N * (size_t)H * (size_t)VM; i++) b.out[i] *= 1.0f / (1.0f + expf(-b.gate[i]));
     return b.out;
 }

@@ -79,7 +79,8 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
         {"qwen3moe", ARCH_QWEN3MOE},     {"deepseek2", ARCH_DEEPSEEK2}, {"glm4moe", ARCH_GLM4MOE},
         {"minimax-m2", ARCH_MINIMAX_M2}, {"gpt-oss", ARCH_GPTOSS},      {"deepseek32", ARCH_DEEPSEEK32},
         {"glm-dsa", ARCH_GLM_DSA},       {"qwen3next", ARCH_QWEN3NEXT}, {"qwen35moe", ARCH_QWEN35MOE},
-        {"llama4", ARCH_LLAMA4},         {"deepseek4", ARCH_DEEPSEEK4},
+        {"llama4", ARCH_LLAMA4},         {"kimi-k3", ARCH_KIMI_K3},     {"kimi-linear", ARCH_KIMI_LINEAR},
+        {"deepseek4", ARCH_DEEPSEEK4},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
@@ -91,7 +92,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     return coli_fail(COLI_EUNSUPPORTED,
                      "general.architecture '%.*s': unknown architecture "
                      "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, "
-                     "deepseek32, glm-dsa, qwen3next, qwen35moe, llama4, deepseek4)",
+                     "deepseek32, glm-dsa, qwen3next, qwen35moe, llama4, kimi-k3, kimi-linear, deepseek4)",
                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
 }
 
@@ -117,6 +118,9 @@ static int s_head_width(const gguf_file *f, model_hparams *hp, const char *suffi
 static int s_read_mla_widths(const gguf_file *f, model_hparams *hp) {
     char key[128];
     int rc;
+    /* the Kimi converters may write no value_length: the latent's width (llama.cpp) */
+    if (model_is_kimi(hp) && gguf_find_key(f, s_key(hp, "attention.value_length", key, sizeof key)) < 0)
+        hp->head_dim_v = hp->n_lora_kv;
     hp->mla_absorbed = gguf_find_key(f, s_key(hp, "attention.key_length_mla", key, sizeof key)) >= 0;
     if (!hp->mla_absorbed) {
         if (hp->n_head_kv != hp->n_head)
@@ -144,8 +148,11 @@ static int s_read_attention(const gguf_file *f, model_hparams *hp) {
     char key[128];
     if ((rc = s_req_int(f, hp, "attention.head_count", MAX_WIDTH, &v)) < 0) return rc;
     hp->n_head = (int)v;
-    if ((rc = s_opt_int(f, hp, "attention.head_count_kv", hp->n_head, MAX_WIDTH, &v)) < 0) return rc;
-    hp->n_head_kv = (int)v;
+    /* kimi-k3: a list, 0 on its linear layers (model_kimi.c) */
+    if (model_is_kimi(hp) && (rc = kimi_head_count_kv(f, hp, NULL)) < 0) return rc;
+    if (!model_is_kimi(hp) && (rc = s_opt_int(f, hp, "attention.head_count_kv", hp->n_head, MAX_WIDTH, &v)) < 0)
+        return rc;
+    if (!model_is_kimi(hp)) hp->n_head_kv = (int)v;
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
         return coli_fail(COLI_EFORMAT, "%s: head_count_kv %d does not divide head_count %d", hp->arch_name,
                          hp->n_head_kv, hp->n_head);
@@ -225,7 +232,8 @@ static int s_read_rope_scaling(const gguf_file *f, model_hparams *hp, float base
         const float mscale = attn_factor * (1.0f + log_mul * logf(inv_fs));
         hp->attn_scale = mscale * mscale / sqrtf((float)hp->head_dim_mla);
         hp->rope.attn_factor = 1.0f / (1.0f + 0.1f * logf(inv_fs));
-        if (hp->arch != ARCH_DEEPSEEK2) model_dsa_yarn(hp, type == ROPE_SCALING_YARN, attn_factor, log_mul);
+        if (hp->arch == ARCH_DEEPSEEK32 || hp->arch == ARCH_GLM_DSA)
+            model_dsa_yarn(hp, type == ROPE_SCALING_YARN, attn_factor, log_mul);
     }
     return 0;
 }
@@ -373,6 +381,7 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
     if ((rc = s_read_ffn(f, hp)) < 0) return rc;
     if (hp->arch == ARCH_LLAMA4) return llama4_read_hparams(f, hp);
     if (hp->arch == ARCH_GPTOSS) return model_gptoss_hparams(f, hp);
+    if (model_is_kimi(hp)) return kimi_read_hparams(f, hp);
     if (hp->arch == ARCH_DEEPSEEK4) return model_ds4_hparams(f, hp);
     return model_is_mla(hp) && hp->arch != ARCH_DEEPSEEK2 ? model_dsa_read(f, hp) : 0;
 }
@@ -523,6 +532,7 @@ static int s_load_layer(const gguf_file *f, const model_hparams *hp, int il, lay
     if (hp->arch == ARCH_MINIMAX_M2) return minimax_m2_load_layer(f, hp, il, l);
     if (hp->arch == ARCH_GPTOSS) return model_gptoss_layer(f, hp, il, l);
     if (hp->arch == ARCH_LLAMA4) return llama4_load_layer(f, hp, il, l);
+    if (model_is_kimi(hp)) return kimi_load_layer(f, hp, il, l);
     if ((rc = s_load_attention(f, hp, il, l)) < 0) return rc;
     /* the hybrids' FFN input norm is named after the attention it follows */
     const char *ffn_norm = model_is_hybrid(hp) ? "post_attention_norm.weight" : "ffn_norm.weight";
@@ -611,6 +621,7 @@ int model_from_gguf(gguf_file *f, model **out) {
     m->gguf = f;
     if ((rc = s_read_hparams(f, &m->hp)) < 0) goto fail;
     if (model_is_hybrid(&m->hp) && (rc = model_hybrid_read(f, m)) < 0) goto fail;
+    if (model_is_kimi(&m->hp) && (rc = kimi_read_layers(f, m)) < 0) goto fail;
     if ((rc = s_load_globals(f, m)) < 0) goto fail;
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers) {
@@ -622,7 +633,8 @@ int model_from_gguf(gguf_file *f, model **out) {
         m->layers[il].recurrent = m->recurrent && m->recurrent[il];
         if ((rc = s_load_layer(f, &m->hp, il, &m->layers[il])) < 0) goto fail;
     }
-    if (m->hp.arch == ARCH_GLM4MOE && (rc = glm4moe_load_nextn(f, m)) < 0) goto fail;
+    if ((m->hp.arch == ARCH_GLM4MOE || model_is_hybrid(&m->hp)) && (rc = model_load_nextn(f, m, s_load_layer)) < 0)
+        goto fail;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) m->n_params += coli_tensor_nelems(gguf_tensor(f, i));
     *out = m;
     return 0;
@@ -663,6 +675,10 @@ int model_blk(const gguf_file *f, int il, const char *suffix, int n_dims, int64_
 
 int model_blk_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int64_t F, expert_weights *out) {
     return s_load_ffn(f, il, suffix, E, F, out);
+}
+
+int model_blk_mla(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
+    return s_load_mla(f, hp, il, l);
 }
 
 int model_blk_moe(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {

@@ -47,6 +47,12 @@
  *              on most layers, NoPE layers with attention temperature, L2
  *              q/k norm after rope, MoE on interleaved layers, sigmoid
  *              top-1 router weighting the expert input, a shared expert.
+ *   kimi-k3  - Kimi K3 (model_kimi.c): Kimi Delta Attention layers (forward_hybrid.c)
+ *              and latent attention without rope and with an output gate,
+ *              experts at a reduced (latent) width, the situ activation,
+ *              cross-layer residual attention (forward_kimi.c).
+ *   kimi-linear - Kimi-Linear: the same KDA and rope-less latent attention
+ *              layers with a low-rank KDA output gate, a plain SwiGLU MoE.
  * Rope scaling (none / linear / yarn) is read for every architecture.
  */
 #ifndef COLI_COORD_MODEL_H
@@ -74,7 +80,9 @@ typedef enum model_arch {
     ARCH_QWEN3NEXT,
     ARCH_QWEN35MOE,
     ARCH_LLAMA4,
-    ARCH_DEEPSEEK4, /* DeepSeek-V4: compressed attention, hyper-connections (model_ds4.c, forward_ds4.c) */
+    ARCH_KIMI_K3,     /* KDA + MLA hybrid, latent MoE, situ, attention residuals (model_kimi.c) */
+    ARCH_KIMI_LINEAR, /* KDA + MLA hybrid, plain MoE (model_kimi.c) */
+    ARCH_DEEPSEEK4,   /* DeepSeek-V4: compressed attention, hyper-connections (model_ds4.c, forward_ds4.c) */
 } model_arch;
 
 typedef enum expert_gating {
@@ -138,6 +146,15 @@ typedef struct model_hparams {
     int attn_temp_floor;   /* llama4 NoPE layers: q *= 1 + log(floor((pos + offset) / floor) + 1) * */
     float attn_temp_scale; /* scale (0: no temperature tuning) */
     float attn_temp_offset;
+    /* kimi-k3 (model_kimi.c); 0 otherwise */
+    int kda;                /* the linear layers are Kimi Delta Attention: a decay per key channel,
+                               separate q/k/v convolutions, a sigmoid output gate */
+    float kda_gate_lb;      /* kda.gate_lower_bound: g = lb sigmoid(-a (f + dt)); -INFINITY: softplus form */
+    int mla_nope;           /* latent attention without rope (the rope dims join q.k unrotated) */
+    int attn_res_bs;        /* attn_res.block_size: residual checkpoints every this many layers */
+    int n_embd_latent;      /* expert_latent_length: the routed experts' width (0: n_embd) */
+    float situ_beta;        /* situ(g, u) = beta tanh(g / beta) sigmoid(g) lin tanh(u / lin) */
+    float situ_linear_beta; /* lin (<= 0: u unchanged) */
 } model_hparams;
 
 /* One transformer block. Matrices are GGML-shaped (ne[0] = input width). */
@@ -172,7 +189,7 @@ typedef struct layer_weights {
     const coli_tensor *conv1d;                 /* ssm_conv1d (conv_kernel, conv_dim) F32 */
     const coli_tensor *dt_bias, *ssm_a;        /* (v_heads) F32: alpha bias, -exp(A_log) */
     const coli_tensor *ssm_norm;               /* (head_dim) F32: the gated RMSNorm of each head */
-    const coli_tensor *ssm_out;                /* (value_dim, n_embd) */
+    const coli_tensor *ssm_out;                /* (value_dim, n_embd) (KDA: attn_output) */
     const coli_tensor *ffn_norm;               /* (n_embd) F32 (gpt-oss, hybrids: post_attention_norm) */
     const coli_tensor *router;                 /* MoE: (n_embd, n_expert); NULL for a dense layer */
     const coli_tensor *router_b;               /* gpt-oss: (n_expert) F32 added to the logits; else NULL */
@@ -188,12 +205,24 @@ typedef struct layer_weights {
     const coli_tensor *idx_k_norm;   /* (idx_head_dim) F32 LayerNorm weight */
     const coli_tensor *idx_k_norm_b; /* (idx_head_dim) F32 LayerNorm bias */
     const coli_tensor *idx_proj;     /* (n_embd, idx_n_head) per-head weights */
+    /* kimi-k3's Kimi Delta Attention (wq/wk/wv: attn_q/k/v, wbeta, ssm_a, dt_bias
+     * (d_inner), wz: ssm_g, ssm_norm and ssm_out as above) and its other tensors */
+    const coli_tensor *conv_q, *conv_k, *conv_v; /* ssm_conv1d_q/k/v (conv_kernel, 1, d_inner) F32 */
+    const coli_tensor *wf_a, *wf_b;              /* ssm_f_a (n_embd, head_dim), ssm_f_b (head_dim, d_inner) */
+    const coli_tensor *wg_a;                     /* kimi-linear ssm_g_a (n_embd, head_dim); wz is then
+                                                    ssm_g_b (head_dim, d_inner); K3: NULL */
+    const coli_tensor *mla_gate;                 /* attn_gate (n_embd, n_head * head_dim_v_mla): sigmoid
+                                                    gate of the latent attention's output */
+    const coli_tensor *attn_res, *ffn_res;       /* attn_res_score, ffn_res_score (n_embd) F32 */
+    const coli_tensor *routed_down, *routed_up;  /* latent MoE: (n_embd, latent), (latent, n_embd) */
+    const coli_tensor *routed_norm;              /* (latent) F32 or NULL */
 } layer_weights;
 
-/* glm4moe's multi-token-prediction (NextN) block: loaded and validated,
- * not run (the draft model of speculative decoding, later). */
+/* A multi-token-prediction (NextN) block of glm4moe, qwen3next, qwen35moe:
+ * loaded and validated, not run (the draft model of speculative decoding,
+ * later). */
 typedef struct nextn_weights {
-    layer_weights layer;                                /* a full MoE block */
+    layer_weights layer;                                /* a full MoE block (hybrids: an attention one) */
     const coli_tensor *eh_proj, *enorm, *hnorm;         /* (2 n_embd, n_embd), (n_embd), (n_embd) */
     const coli_tensor *embed_tokens, *head, *head_norm; /* optional: (n_embd, n_vocab) x 2, (n_embd) */
 } nextn_weights;
@@ -205,11 +234,13 @@ typedef struct model {
     const coli_tensor *output_norm; /* (n_embd) F32 */
     const coli_tensor *output;      /* (n_embd, n_vocab); token_embd when the file ties them */
     layer_weights *layers;          /* n_layer entries */
-    nextn_weights *nextn;           /* n_nextn entries (glm4moe files that carry them), else NULL */
+    nextn_weights *nextn;           /* n_nextn entries (files that carry them, model_nextn.c), else NULL */
     int n_nextn;
     uint8_t *recurrent;    /* hybrid models: (n_layer) 1 for a linear-attention layer; else NULL */
     struct ds4_model *ds4; /* deepseek4: its own hyper-parameters and tensors (model_ds4.h); else NULL */
     int64_t n_params;
+    /* kimi-k3: output_res_score (n_embd) F32; else NULL */
+    const coli_tensor *output_res;
 } model;
 
 /* Map path and validate it as a model. On failure returns a negative
@@ -222,7 +253,13 @@ void model_close(model **m);
 
 /* 1 for the families with deepseek2's multi-head latent attention. */
 static inline int model_is_mla(const model_hparams *hp) {
-    return hp->arch == ARCH_DEEPSEEK2 || hp->arch == ARCH_DEEPSEEK32 || hp->arch == ARCH_GLM_DSA;
+    return hp->arch == ARCH_DEEPSEEK2 || hp->arch == ARCH_DEEPSEEK32 || hp->arch == ARCH_GLM_DSA ||
+           hp->arch == ARCH_KIMI_K3 || hp->arch == ARCH_KIMI_LINEAR;
+}
+
+/* 1 for the Kimi hybrids (Kimi Delta Attention + latent attention). */
+static inline int model_is_kimi(const model_hparams *hp) {
+    return hp->arch == ARCH_KIMI_K3 || hp->arch == ARCH_KIMI_LINEAR;
 }
 
 /* q_dim = n_head * head_dim (queries), k_dim = n_head_kv * head_dim (keys

@@ -1,7 +1,7 @@
 /*
  * model_impl.h - what model.c shares with the loaders of single families
  * (model_glm4moe.c, model_minimax_m2.c, model_gptoss.c, model_dsa.c,
- * model_hybrid.c, model_llama4.c); not part of the engine's interface.
+ * model_hybrid.c, model_llama4.c, model_kimi.c); not part of the engine's interface.
  */
 #ifndef COLI_COORD_MODEL_IMPL_H
 #define COLI_COORD_MODEL_IMPL_H
@@ -25,6 +25,9 @@ int model_blk(const gguf_file *f, int il, const char *suffix, int n_dims, int64_
 /* The dense gated FFN blk.il.ffn_{gate,up,down}<suffix>.weight, width F. */
 int model_blk_ffn(const gguf_file *f, int il, const char *suffix, int64_t E, int64_t F, expert_weights *out);
 
+/* deepseek2's latent attention tensors of blk.il (q, the latent, attn_output). */
+int model_blk_mla(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+
 /* The router and the routed experts of blk.il (plus what the family's own
  * branch of model.c loads with them). */
 int model_blk_moe(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
@@ -36,12 +39,19 @@ int model_blk_attention(const gguf_file *f, const model_hparams *hp, int il, lay
 /* glm4moe (model_glm4moe.c): the keys the family requires (NULL-ended,
  * checked before model.c reads them with defaults); the family's keys
  * after the deepseek2-style FFN keys were read (defaults, consistency);
- * one block's tensors; the NextN blocks after the trunk, validated and
- * not run. */
+ * one block's tensors. */
 extern const char *const glm4moe_required_keys[];
 int glm4moe_read_hparams(const gguf_file *f, model_hparams *hp);
 int glm4moe_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
-int glm4moe_load_nextn(const gguf_file *f, model *m);
+
+/* One block's tensors, as the family loads them (model.c's s_load_layer). */
+typedef int (*model_layer_fn)(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
+/* The NextN (multi-token prediction) blocks after the trunk of glm4moe,
+ * qwen3next and qwen35moe files (model_nextn.c): when the file carries
+ * them, each is a block as load_layer reads it (an attention block for
+ * the hybrids) plus its NextN tensors, validated into m->nextn and never
+ * run or placed. */
+int model_load_nextn(const gguf_file *f, model *m, model_layer_fn load_layer);
 
 /* minimax-m2 (model_minimax_m2.c): the same for MiniMax-M2 (no NextN). */
 extern const char *const minimax_m2_required_keys[];
@@ -86,6 +96,15 @@ int model_hybrid_read(const gguf_file *f, model *m);
 int model_hybrid_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 /* 1 for the hybrid architectures. */
 int model_is_hybrid(const model_hparams *hp);
+
+/* kimi-k3 (model_kimi.c): attention.head_count_kv's list (recurrent, when
+ * not NULL: 1 for each KDA layer; n_head_kv becomes 1); the family's keys
+ * after the deepseek2 ones were read; the KDA flags and output_res_score;
+ * one block's tensors. */
+int kimi_head_count_kv(const gguf_file *f, model_hparams *hp, uint8_t *recurrent);
+int kimi_read_hparams(const gguf_file *f, model_hparams *hp);
+int kimi_read_layers(const gguf_file *f, model *m);
+int kimi_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 
 /* deepseek4 (model_ds4.c): its keys after the common ones (s_read_hparams);
  * every layer's tensors into m->ds4 and m->layers (instead of model.c's

@@ -285,6 +285,14 @@ void coli_batch_free(coli_batch **b);
  * than the batch's n_ctx. */
 int coli_context_set_batch(coli_context *ctx, coli_batch *b);
 void coli_batch_get_stats(coli_batch *b, coli_batch_stats *out);
+/* A context in no batch then runs each evaluation's compute under
+ * lock/unlock (both or neither; NULL: none): every part of a prompt and
+ * every decode step takes it, and the recurrent-state snapshots a prefill
+ * keeps are copied after it is given back. The caller does not hold it
+ * around coli_eval / coli_generate; `coli serve --no-batching` passes its
+ * baton, so the slots take turns one step each and no state copy holds
+ * the others up. COLI_EINVAL for a NULL ctx or half a pair. */
+int coli_context_set_compute_lock(coli_context *ctx, coli_lock_fn lock, coli_lock_fn unlock, void *user);
 
 // ----------------------------------------------------------------------------
 // generation

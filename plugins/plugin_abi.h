@@ -61,11 +61,14 @@ typedef struct moe_caps {
 
 #define MOE_ACT_SILU 0       /* down(silu(gate x) * up x): every family but gpt-oss */
 #define MOE_ACT_SWIGLU_OAI 1 /* gpt-oss: llama.cpp's ggml_swiglu_oai with act_alpha, act_limit */
-#define MOE_ACT_SWIGLU_CLAMP \
-    3 /* (2: kimi-k3's SITU) deepseek4: llama.cpp's ggml_swiglu_clamp with act_limit (no biases) */
+/* kimi-k3: llama.cpp's situ, act_alpha = situ_beta, act_limit = situ_linear_beta:
+ * h = alpha tanh(g / alpha) sigmoid(g) * limit tanh(u / limit) (limit <= 0: u) */
+#define MOE_ACT_SITU 2
+#define MOE_ACT_SWIGLU_CLAMP 3    /* deepseek4: llama.cpp's ggml_swiglu_clamp with act_limit (no biases) */
 #define MOE_ACT_BIASES (1u << 31) /* act_mask bit: adds gate_bias / up_bias / down_bias */
 /* the act_mask bits this ABI defines */
-#define MOE_ACT_KNOWN ((1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SWIGLU_CLAMP) | MOE_ACT_BIASES)
+#define MOE_ACT_KNOWN \
+    ((1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | (1u << MOE_ACT_SWIGLU_CLAMP) | MOE_ACT_BIASES)
 
 /* One expert's three matrices, as host pointers (into the mapped model file,
  * or a copy the worker owns). They stay valid until close(), or until

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tiny hybrid (Gated DeltaNet + gated attention) MoE models: qwen3next and qwen35moe.
 
-    gen_qwen3next.py ARCH MODEL.gguf [--bench]          ARCH: qwen3next | qwen35moe
+    gen_qwen3next.py ARCH MODEL.gguf [--bench | --mtp]          ARCH: qwen3next | qwen35moe
 
 Deterministic (numpy default_rng, fixed seed per architecture); tensors and metadata as llama.cpp
 de3ff815 reads them (src/models/qwen3next.cpp, qwen35moe.cpp). 4 layers: 0 and 2 linear attention
@@ -12,6 +12,11 @@ every layer an MoE of 8 experts (top 2) with a sigmoid-gated shared expert. 2 ke
 of 16: qwen3next pairs value head h with key head h // 2, qwen35moe with h % 2. qwen3next marks its
 layers with full_attention_interval, qwen35moe with attention.recurrent_layers (and carries
 rope.dimension_sections). The vocabulary is ../shared/reference/vocab's tiny-spm-3000.
+
+--mtp: the same model plus one multi-token-prediction block after the trunk (blk.4; block_count 5,
+nextn_predict_layers 1): a gated-attention MoE block like layer 3 plus nextn.eh_proj, enorm, hnorm and
+shared_head_norm (llama.cpp's load_block_mtp). Its weights are drawn after the trunk's, so the trunk is
+the default model's bit for bit; the default files are unchanged.
 
 --bench: a speed model at Qwen3.6-35B-A3B's widths (2048 wide, Gated DeltaNet of 16 key / 32 value heads
 of 128, attention 16 heads / 2 KV heads of 256 with 64 rope dims, experts 512 wide, top 8, shared expert
@@ -41,49 +46,62 @@ BENCH_RECURRENT = [True, True, True, False]
 def gen_weights(arch, c, recurrent):
     """(name, float32 array), numpy shape = reversed ggml ne. The draw order defines the model."""
     d = mm.Draw(SEEDS[arch])
-    E, K, X, H, HKV, hd = c["n_embd"], c["n_vocab"], c["n_expert"], c["n_head"], c["n_head_kv"], c["head_dim"]
-    D, HV = c["state"], c["v_heads"]
-    key, value = c["k_heads"] * D, HV * D
+    E, K = c["n_embd"], c["n_vocab"]
     yield "token_embd.weight", d.embd(K, E)
     yield "output_norm.weight", d.norm(E)
     yield "output.weight", d.mat(K, E, 2.0)
     for i in range(c["n_layer"]):
-        p = f"blk.{i}."
-        yield p + "attn_norm.weight", d.norm(E)
-        yield p + "post_attention_norm.weight", d.norm(E)
-        if recurrent[i]:
-            yield p + "attn_qkv.weight", d.mat(2 * key + value, E, 1.5)
-            yield p + "attn_gate.weight", d.mat(value, E)
-            if arch == "qwen3next":
-                yield p + "ssm_ba.weight", d.mat(2 * HV, E)
-            else:
-                yield p + "ssm_beta.weight", d.mat(HV, E)
-                yield p + "ssm_alpha.weight", d.mat(HV, E)
-            yield p + "ssm_conv1d.weight", d.mat(2 * key + value, c["conv"], 1.0)
-            yield p + "ssm_dt.bias", d.vec(HV, 0.5)
-            yield p + "ssm_a", (-np.exp(d.vec(HV, 0.5) - 2.0)).astype(np.float32)   # -exp(A_log), slow decay
-            yield p + "ssm_norm.weight", d.norm(D)
-            yield p + "ssm_out.weight", d.mat(E, value)
+        yield from gen_block(d, arch, c, f"blk.{i}.", recurrent[i])
+    if c.get("mtp"):
+        p = f"blk.{c['n_layer']}."
+        yield from gen_block(d, arch, c, p, False)
+        yield p + "nextn.eh_proj.weight", d.mat(E, 2 * E)
+        yield p + "nextn.enorm.weight", d.norm(E)
+        yield p + "nextn.hnorm.weight", d.norm(E)
+        yield p + "nextn.shared_head_norm.weight", d.norm(E)
+
+
+def gen_block(d, arch, c, p, recurrent):
+    """One block's tensors (prefix p), in draw order."""
+    E, X, H, HKV, hd = c["n_embd"], c["n_expert"], c["n_head"], c["n_head_kv"], c["head_dim"]
+    D, HV = c["state"], c["v_heads"]
+    key, value = c["k_heads"] * D, HV * D
+    yield p + "attn_norm.weight", d.norm(E)
+    yield p + "post_attention_norm.weight", d.norm(E)
+    if recurrent:
+        yield p + "attn_qkv.weight", d.mat(2 * key + value, E, 1.5)
+        yield p + "attn_gate.weight", d.mat(value, E)
+        if arch == "qwen3next":
+            yield p + "ssm_ba.weight", d.mat(2 * HV, E)
         else:
-            yield p + "attn_q.weight", d.mat(2 * H * hd, E, 1.5)
-            yield p + "attn_k.weight", d.mat(HKV * hd, E, 1.5)
-            yield p + "attn_v.weight", d.mat(HKV * hd, E)
-            yield p + "attn_output.weight", d.mat(E, H * hd)
-            yield p + "attn_q_norm.weight", d.norm(hd)
-            yield p + "attn_k_norm.weight", d.norm(hd)
-        yield p + "ffn_gate_inp.weight", d.mat(X, E, 2.0)
-        yield p + "ffn_gate_exps.weight", d.mat(c["n_ff_exp"], E, 1.0, X)
-        yield p + "ffn_up_exps.weight", d.mat(c["n_ff_exp"], E, 1.0, X)
-        yield p + "ffn_down_exps.weight", d.mat(E, c["n_ff_exp"], 1.0, X)
-        yield p + "ffn_gate_inp_shexp.weight", d.vec(E, 2.0 / np.sqrt(E))
-        yield p + "ffn_gate_shexp.weight", d.mat(c["n_ff_shexp"], E)
-        yield p + "ffn_up_shexp.weight", d.mat(c["n_ff_shexp"], E)
-        yield p + "ffn_down_shexp.weight", d.mat(E, c["n_ff_shexp"])
+            yield p + "ssm_beta.weight", d.mat(HV, E)
+            yield p + "ssm_alpha.weight", d.mat(HV, E)
+        yield p + "ssm_conv1d.weight", d.mat(2 * key + value, c["conv"], 1.0)
+        yield p + "ssm_dt.bias", d.vec(HV, 0.5)
+        yield p + "ssm_a", (-np.exp(d.vec(HV, 0.5) - 2.0)).astype(np.float32)   # -exp(A_log), slow decay
+        yield p + "ssm_norm.weight", d.norm(D)
+        yield p + "ssm_out.weight", d.mat(E, value)
+    else:
+        yield p + "attn_q.weight", d.mat(2 * H * hd, E, 1.5)
+        yield p + "attn_k.weight", d.mat(HKV * hd, E, 1.5)
+        yield p + "attn_v.weight", d.mat(HKV * hd, E)
+        yield p + "attn_output.weight", d.mat(E, H * hd)
+        yield p + "attn_q_norm.weight", d.norm(hd)
+        yield p + "attn_k_norm.weight", d.norm(hd)
+    yield p + "ffn_gate_inp.weight", d.mat(X, E, 2.0)
+    yield p + "ffn_gate_exps.weight", d.mat(c["n_ff_exp"], E, 1.0, X)
+    yield p + "ffn_up_exps.weight", d.mat(c["n_ff_exp"], E, 1.0, X)
+    yield p + "ffn_down_exps.weight", d.mat(E, c["n_ff_exp"], 1.0, X)
+    yield p + "ffn_gate_inp_shexp.weight", d.vec(E, 2.0 / np.sqrt(E))
+    yield p + "ffn_gate_shexp.weight", d.mat(c["n_ff_shexp"], E)
+    yield p + "ffn_up_shexp.weight", d.mat(c["n_ff_shexp"], E)
+    yield p + "ffn_down_shexp.weight", d.mat(E, c["n_ff_shexp"])
 
 
 def write_kvs(w, arch, c, recurrent):
     A, U = arch + ".", T.UINT32
-    for k, v in [("context_length", c["ctx"]), ("embedding_length", c["n_embd"]), ("block_count", c["n_layer"]),
+    n_blocks = c["n_layer"] + (1 if c.get("mtp") else 0)
+    for k, v in [("context_length", c["ctx"]), ("embedding_length", c["n_embd"]), ("block_count", n_blocks),
                  ("feed_forward_length", c["n_ff"]), ("attention.head_count", c["n_head"]),
                  ("attention.head_count_kv", c["n_head_kv"]), ("attention.key_length", c["head_dim"]),
                  ("attention.value_length", c["head_dim"]), ("rope.dimension_count", c["n_rot"]),
@@ -95,17 +113,20 @@ def write_kvs(w, arch, c, recurrent):
         w.add(A + k, v, U)
     w.add(A + "rope.freq_base", float(c["rope_theta"]), T.FLOAT32)
     w.add(A + "attention.layer_norm_rms_epsilon", float(c["eps"]), T.FLOAT32)
+    if c.get("mtp"):
+        w.add(A + "nextn_predict_layers", 1, U)
     if arch == "qwen3next":
         w.add(A + "full_attention_interval", recurrent.index(False) + 1, U)
-    else:
-        w.add(A + "attention.recurrent_layers", list(recurrent), T.ARRAY, T.BOOL)
+    else:   # one entry per block, the MTP block's too (attention)
+        w.add(A + "attention.recurrent_layers", list(recurrent) + [False] * (n_blocks - len(recurrent)), T.ARRAY,
+              T.BOOL)
         w.add(A + "rope.dimension_sections", [4, 2, 2, 0], T.ARRAY, T.INT32)
 
 
 def main():
-    arch, path, bench = sys.argv[1], sys.argv[2], "--bench" in sys.argv[3:]
+    arch, path, bench, mtp = sys.argv[1], sys.argv[2], "--bench" in sys.argv[3:], "--mtp" in sys.argv[3:]
     vocab = read_gguf(os.path.join(mm.VOCAB_DIR, mm.VOCABS["tiny-spm-3000"]))
-    c = dict(BENCH if bench else CFG, n_vocab=len(vocab.kv["tokenizer.ggml.tokens"]))
+    c = dict(BENCH if bench else CFG, n_vocab=len(vocab.kv["tokenizer.ggml.tokens"]), mtp=mtp)
     recurrent, dtype = (BENCH_RECURRENT, "F16") if bench else (RECURRENT, "F32")
     w = GGUFWriter(path)
     w.add("general.architecture", arch)

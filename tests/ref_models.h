@@ -95,19 +95,25 @@ static inline void s_ref_model(const char *file, char *out, size_t cap) {
 }
 
 /* $COLI_BUILD/ref/tiny-ARCH-f32.gguf of tests/gen_qwen3next.py (qwen3next,
- * qwen35moe), generated on first use. */
-static inline void s_hybrid_model(const char *arch, char *out, size_t cap) {
+ * qwen35moe) or tests/gen_kimi.py (kimi-k3, kimi-linear), generated on first
+ * use; with mtp, tiny-ARCH-mtp-f32.gguf (the same model plus a
+ * multi-token-prediction block, --mtp; the Qwen families only). */
+static inline void s_hybrid_model_mtp(const char *arch, int mtp, char *out, size_t cap) {
     char dir[4096], file[64], cmd[9000];
     s_require_shared();
-    snprintf(file, sizeof file, "tiny-%s-f32.gguf", arch);
+    snprintf(file, sizeof file, "tiny-%s%s-f32.gguf", arch, mtp ? "-mtp" : "");
     int fd = s_lock_dir("ref", file, dir, sizeof dir, out, cap);
     if (!s_exists(out)) {
         const char *py = s_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-        snprintf(cmd, sizeof cmd, "COLI_SHARED='%s' %s tests/gen_qwen3next.py %s '%s'", s_shared(), py, arch, out);
+        const char *gen = strncmp(arch, "kimi", 4) ? "gen_qwen3next.py" : "gen_kimi.py";
+        snprintf(cmd, sizeof cmd, "COLI_SHARED='%s' %s tests/%s %s '%s'%s", s_shared(), py, gen, arch, out,
+                 mtp ? " --mtp" : "");
         s_run_or_fail(cmd);
     }
     s_unlock_dir(fd);
 }
+
+static inline void s_hybrid_model(const char *arch, char *out, size_t cap) { s_hybrid_model_mtp(arch, 0, out, cap); }
 
 /* A test fixture of tools/gen_model (make fixtures), generated on first use. */
 static inline void s_fixture(const char *file, char *out, size_t cap) {

@@ -296,7 +296,7 @@ static void s_check_model_on(const char *model_file, const char *json_file, int 
     const double gap_min[] = {-1.0, 2e-2, -1.0, 0.1};
     /* Like with like: kv_f16 is llama.cpp's F16 cache of decompressed K/V.
      * An F16 latent cache (the -mla- layout) rounds other numbers, so it is
-     * judged against the exact run with the F16 tolerance (measured: 8.1e-3
+     * judged against the exact run with the F16 tolerance (measured: 8.9e-3
      * from kv_f32, where llama.cpp's own F16 path is 1.1e-2 away). */
     const char *run_key = kv_f16 && !strstr(model_file, "-mla-") ? "kv_f16" : "kv_f32";
     tally t = {0};

@@ -222,7 +222,8 @@ Test(ds4, serve_greedy_equals_run) {
     free(want);
 }
 
-/* Three sequences answered together in one batch (prefill chunks of 7,
+/* Three sequences answered together in one batch (prefill chunks of 3:
+ * many steps, so that the threads share some even on a busy machine;
  * rows of different sequences in one pass, blocks completing at different
  * steps) give the tokens each gets alone. */
 Test(ds4, batched_equals_alone) {
@@ -239,7 +240,7 @@ Test(ds4, batched_equals_alone) {
         s_generate(&alone[i]);
         cr_assert_eq(alone[i].rc, 0, "%s", coli_last_error());
     }
-    cr_expect_gt(s_run_batched(m, 3, 7, alone, together, &b), 1, "the sequences never shared a step (5 tries)");
+    cr_expect_gt(s_run_batched(m, 3, 3, alone, together, &b), 1, "the sequences never shared a step (5 tries)");
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(together[i].rc, 0, "%s", coli_last_error());
         cr_expect_eq(together[i].n_out, alone[i].n_out);

@@ -131,6 +131,50 @@ Test(expert_ffn, swiglu_oai_with_biases_matches_float64) {
     cr_expect_gt(clamped_u, 0, "no up value reached the limit");
 }
 
+/* kimi-k3's situ against float64: h = b tanh(g / b) sigmoid(g) * l tanh(u /
+ * l) (b = 1.5, l = 2), and with l = 0 the up branch unchanged; the inputs
+ * large enough that both tanh saturate. */
+Test(expert_ffn, situ_matches_float64) {
+    static float gate[FF * EMBD], up[FF * EMBD], down[EMBD * FF], x[2 * EMBD], out[2 * EMBD];
+    unsigned s = 17;
+    for (int i = 0; i < FF * EMBD; i++) {
+        gate[i] = frand(&s) * 4;
+        up[i] = frand(&s) * 4;
+        down[i] = frand(&s);
+    }
+    for (int i = 0; i < 2 * EMBD; i++) x[i] = frand(&s) * 8;
+    for (int lin = 0; lin < 2; lin++) {
+        expert_weights w = {.gate = gate, .up = up, .down = down, .n_embd = EMBD, .n_ff = FF};
+        expert_weights_set_act(&w, EXPERT_ACT_SITU);
+        w.alpha = 1.5f;
+        w.limit = lin ? 2.0f : 0.0f;
+        cr_assert_eq(expert_ffn(NULL, NULL, &w, x, 2, out), 0, "%s", coli_last_error());
+        int saturated = 0;
+        for (int r = 0; r < 2; r++) {
+            double h[FF];
+            for (int f = 0; f < FF; f++) {
+                double g = 0, u = 0;
+                for (int k = 0; k < EMBD; k++) {
+                    g += (double)gate[f * EMBD + k] * x[r * EMBD + k];
+                    u += (double)up[f * EMBD + k] * x[r * EMBD + k];
+                }
+                saturated += fabs(g) > 2.0 && fabs(u) > 3.0;
+                h[f] = 1.5 * tanh(g / 1.5) / (1.0 + exp(-g)) * (lin ? 2.0 * tanh(u / 2.0) : u);
+            }
+            for (int o = 0; o < EMBD; o++) {
+                double y = 0, m = 0;
+                for (int f = 0; f < FF; f++) {
+                    y += (double)down[o * FF + f] * h[f];
+                    m += fabs(down[o * FF + f] * h[f]);
+                }
+                cr_assert_leq(fabs(out[r * EMBD + o] - y), 1e-5 * m + 1e-6, "lin %d row %d out %d: %g vs %g", lin, r, o,
+                              out[r * EMBD + o], y);
+            }
+        }
+        cr_expect_gt(saturated, 0, "no value where tanh saturates");
+    }
+}
+
 /* ---- expert_weights_from_gguf ------------------------------------------- */
 
 static char s_path[64];

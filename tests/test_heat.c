@@ -25,6 +25,8 @@
 #include "tests/cli_run.h"
 #include "coordinator/heat.h"
 #include "coordinator/sched/sched_internal.h"
+#include "core/kernels/expert_ffn.h"
+#include "plugins/plugin_abi.h"
 #include "tests/sched_util.h"
 
 #define BUNDLED "models/tiny-moe-4e2r-f16.gguf"
@@ -284,6 +286,18 @@ Test(heat_place, caps_fit_needs_every_type_and_activation) {
     cr_expect(!placement_fits(&n, 1ULL << 0, ~0u), "MXFP4 (39) missing");
     place_need silu = {.types = 1, .acts = 0};
     cr_expect(placement_fits(&silu, 1, 0), "plain SwiGLU F32 needs no act bit");
+}
+
+//  kimi-k3's situ experts need their own act bit: a worker that computes
+//  gpt-oss's SWIGLU_OAI (a GPU plugin without situ) is not given them.
+Test(heat_place, situ_experts_need_the_situ_bit) {
+    expert_weights ew = {.n_embd = 64, .n_ff = 64};
+    expert_weights_set_act(&ew, EXPERT_ACT_SITU);
+    place_need n;
+    placement_need_of(&ew, &n);
+    cr_expect_eq(n.acts, 1u << MOE_ACT_SITU);
+    cr_expect(!placement_fits(&n, ~0ULL, 1u << MOE_ACT_SWIGLU_OAI | MOE_ACT_BIASES), "no situ bit");
+    cr_expect(placement_fits(&n, ~0ULL, MOE_ACT_KNOWN), "the cpu plugin's mask");
 }
 
 //  One naming: a pin takes the workers' names as `coli plan` shows them (and

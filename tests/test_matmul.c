@@ -536,6 +536,41 @@ Test(matmul, avx512_k_quants_equal_avx2_bits) {
     coli_pool_destroy(&pool);
 }
 
+/* The IQ grid types' decoded-row path (more than 4 tokens: each row's
+ * groups decoded once per token block, matmul_vecdot.c) gives every token
+ * the bits it gets alone (the single-token AVX2 kernel), in 256-bit and
+ * 512-bit registers: 1, 3 and 17 super-blocks per row (17: two decoded
+ * stretches, each token's sum carried across), 5, 9, 70 and 130 tokens
+ * (partial groups of 8, more than one token block), 2 threads. */
+Test(matmul, iq_decoded_rows_equal_one_token_bits) {
+    if (!coli_cpu_avx2()) cr_skip_test("no AVX2 on this CPU");
+    static const coli_dtype types[] = {COLI_IQ2_XXS, COLI_IQ3_XXS, COLI_IQ2_XS, COLI_IQ2_S, COLI_IQ3_S};
+    static const int64_t tokens[] = {5, 9, 70, 130}, widths[] = {256, 768, 17 * 256};
+    coli_pool *pool = coli_pool_new(2);
+    coli_scratch s = {0};
+    for (int skip = 0; skip <= MM_SKIP_AVX512; skip += MM_SKIP_AVX512) {
+        mm_skip_vnni(skip);
+        cr_assert_not_null(mm_kernel_for(COLI_IQ2_XXS)->iq_dots, "no decoded path for IQ2_XXS");
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+            for (int n = 0; n < 12; n++) {
+                const int64_t n_tok = tokens[n % 4], n_in = widths[n / 4], n_out = 19;
+                problem p = make_problem(types[i], n_in, n_out, n_tok, 7000u + (unsigned)(i * 16 + n * 131));
+                float *batch = run(&p, pool, &s), alone[19];
+                for (int64_t t = 0; t < n_tok; t++) {
+                    cr_assert_eq(coli_matmul(pool, &s, p.w, p.t, n_in, n_out, p.x + t * n_in, 1, alone), 0);
+                    cr_assert_eq(memcmp(alone, batch + t * n_out, sizeof alone), 0,
+                                 "%s, %lld values, token %lld of %lld (skip %d): the batch differs from alone",
+                                 coli_dtype_name(types[i]), (long long)n_in, (long long)t, (long long)n_tok, skip);
+                }
+                free(batch);
+                free_problem(&p);
+            }
+    }
+    mm_skip_vnni(0);
+    coli_scratch_free(&s);
+    coli_pool_destroy(&pool);
+}
+
 /* The kernel table (matmul_dispatch.c): every weight type has a row
  * kernel on every path, the block types a dot product, and the switches
  * pick the entry they name: portable gives the portable dot, AVX2 the

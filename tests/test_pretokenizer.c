@@ -295,6 +295,51 @@ Test(pretok_preset, falcon_starcoder_default_gpt2) {
     expect_split("default", "3.14159!!", "3|.|141|59|!!");
 }
 
+// kimi-k2 (llama.cpp's hand-written splitter only): Han runs, then the GPT-4o
+// letter words with Han left out, \p{N}{1,3}, punctuation, white space. The
+// splits in tests/fixtures/kimi-k2/splits.txt come from llama.cpp itself
+// (its unicode_regex_split, see the README there): Chinese, mixed scripts,
+// numbers, contractions, white-space and newline runs, emoji, and 120 random
+// strings of a tricky alphabet.
+Test(pretok_preset, kimi_k2_matches_llama_cpp) {
+    FILE *f = fopen("tests/fixtures/kimi-k2/splits.txt", "r");
+    cr_assert_not_null(f, "tests/fixtures/kimi-k2/splits.txt");
+    coli_tokenizer t;
+    memset(&t, 0, sizeof t);
+    cr_assert_eq(tok_pre_setup(&t, "kimi-k2", 7), 0, "%s", coli_last_error());
+    cr_expect(t.merges_optional && !t.ignore_merges && !t.add_bos, "kimi-k2: merges optional, merged, no BOS");
+    char line[1024];
+    int checked = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        char text[512] = {0}, *tab = strchr(line, '\t');
+        cr_assert_not_null(tab, "splits.txt: no tab in '%s'", line);
+        size_t len = (size_t)(tab - line) / 2;
+        for (size_t i = 0; i < len; i++) sscanf(line + 2 * i, "%2hhx", (unsigned char *)&text[i]);
+        size_t n;
+        uint32_t *cpts = decode(text, &n);
+        tok_pieces w = {0};
+        cr_assert_eq(tok_pretokenize(&t, cpts, n, &w), 0, "%s", coli_last_error());
+        char got[256] = "", *o = got;
+        for (size_t k = 0; k < w.n; k++) o += sprintf(o, "%s%zu", k ? " " : "", w.len[k]);
+        tab[strcspn(tab, "\n")] = '\0';
+        char *shown = join(cpts, &w);
+        cr_expect_str_eq(got, tab + 1, "'%s': words %s (%s), llama.cpp %s", text, got, shown, tab + 1);
+        free(shown);
+        free(w.len);
+        free(cpts);
+        checked++;
+    }
+    fclose(f);
+    tok_pre_free(&t);
+    cr_expect_geq(checked, 140, "splits.txt: %d strings", checked);
+    // the Han run keeps no space before it; letters right after Han start a word
+    expect_split("kimi-k2", "\u4F60\u597D, world\uFF01\u6211\u662FKimi\u3002",
+                 "\u4F60\u597D|,| world|\uFF01|\u6211\u662F|Kimi|\u3002");
+    // a contraction joins the letters before it; upper and lower case alike
+    expect_split("kimi-k2", "I'M don'T", "I'M| don'T");
+}
+
 Test(pretok_preset, flags_and_unknown_names) {
     coli_tokenizer t;
     memset(&t, 0, sizeof t);
@@ -310,7 +355,7 @@ Test(pretok_preset, flags_and_unknown_names) {
     static const char *const names[] = {
         "llama-bpe", "qwen2",  "deepseek-llm", "deepseek-v3", "deepseek-coder", "falcon",      "starcoder",  "refact",
         "mpt",       "gpt-2",  "dbrx",         "command-r",   "smollm",         "chatglm-bpe", "default",    "olmo",
-        "glm4",      "qwen35", "gpt-4o",       "llama4",      "kanana2",        "talkie",      "minimax-m2",
+        "glm4",      "qwen35", "gpt-4o",       "llama4",      "kanana2",        "talkie",      "minimax-m2", "kimi-k2",
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         memset(&t, 0, sizeof t);
@@ -327,8 +372,9 @@ Test(pretok_preset, flags_and_unknown_names) {
 // through the tokenizer: ignore_merges and BOS follow the name
 
 // Tokens: 0 <|begin|> (control), 1 a, 2 b, 3 c, 4 ab, 5 abc; one merge "a b"
-// (so merging alone never makes "abc"); BOS id 0.
-static coli_tokenizer *tiny_bpe(const char *pre) {
+// (so merging alone never makes "abc"), or none when n_merges is 0; BOS id 0.
+// NULL, with the error set, when the tokenizer refuses the file.
+static coli_tokenizer *tiny_bpe_merges(const char *pre, int n_merges) {
     static const char *const tokens[] = {"<|begin|>", "a", "b", "c", "ab", "abc"};
     static const int32_t types[] = {3, 1, 1, 1, 1, 1};
     static const char *const merges[] = {"a b"};
@@ -337,7 +383,7 @@ static coli_tokenizer *tiny_bpe(const char *pre) {
     gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 6);
     gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, 6);
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    if (n_merges) gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
     gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 0);
     char path[] = "/tmp/coli-test-pretok-XXXXXX";
     int fd = mkstemp(path);
@@ -349,9 +395,14 @@ static coli_tokenizer *tiny_bpe(const char *pre) {
     cr_assert_eq(gguf_open(path, &f), 0, "%s", coli_last_error());
     unlink(path);
     coli_tokenizer *tok = NULL;
-    int rc = coli_tokenizer_new(f, &tok);
+    coli_tokenizer_new(f, &tok);
     gguf_close(&f);
-    cr_assert_eq(rc, 0, "%s", coli_last_error());
+    return tok;
+}
+
+static coli_tokenizer *tiny_bpe(const char *pre) {
+    coli_tokenizer *tok = tiny_bpe_merges(pre, 1);
+    cr_assert_not_null(tok, "%s", coli_last_error());
     return tok;
 }
 
@@ -377,6 +428,22 @@ Test(pretok_tokenizer, ignore_merges_and_bos) {
     tok = tiny_bpe("dbrx");
     expect_tokens(tok, "abc", 1, (const int32_t[]){4, 3}, 2);
     coli_tokenizer_free(&tok);
+}
+
+Test(pretok_tokenizer, kimi_k2_without_merges) {
+    // llama.cpp loads a kimi-k2 vocabulary with no merges: nothing merges,
+    // each character is its own token (abc is a token, but not taken whole)
+    coli_tokenizer *tok = tiny_bpe_merges("kimi-k2", 0);
+    cr_assert_not_null(tok, "%s", coli_last_error());
+    expect_tokens(tok, "abc", 1, (const int32_t[]){1, 2, 3}, 3);
+    coli_tokenizer_free(&tok);
+    // with merges it merges as any BPE vocabulary
+    tok = tiny_bpe("kimi-k2");
+    expect_tokens(tok, "abc", 0, (const int32_t[]){4, 3}, 2);
+    coli_tokenizer_free(&tok);
+    // any other name still needs them
+    cr_expect_null(tiny_bpe_merges("qwen2", 0));
+    cr_expect_str_eq(coli_last_error(), "tokenizer.ggml.merges: missing (a gpt2 tokenizer needs its merges)");
 }
 
 Test(pretok_tokenizer, unknown_name_is_one_line_naming_it) {
@@ -414,7 +481,7 @@ Test(pretok_fuzz, every_preset_covers_the_text) {
     static const char *const names[] = {
         "default",     "llama-bpe", "dbrx",      "chatglm-bpe", "deepseek-llm", "deepseek-coder",
         "deepseek-v3", "falcon",    "starcoder", "gpt-2",       "jina-es",      "qwen2",
-        "poro-chat",   "viking",    "glm4",      "qwen35",      "gpt-4o",
+        "poro-chat",   "viking",    "glm4",      "qwen35",      "gpt-4o",       "kimi-k2",
     };
     // bytes weighted toward what the regexes care about: spaces, newlines,
     // digits, apostrophes, punctuation, and UTF-8 lead/continuation bytes

@@ -6,7 +6,8 @@
  * at 64), twice, on a server with batching and the prefix cache, get
  * exactly the texts of a server that runs one request at a time without
  * either; the second round restores cached prompts (cached_tokens > 0).
- * /metrics reports the state memory of a sequence.
+ * /metrics reports the state memory of a sequence. The same for the tiny
+ * kimi-k3 of tests/gen_kimi.py (KDA states, latent attention rows).
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -66,9 +67,12 @@ static long long s_series(const char *body, const char *name) {
     return at ? atoll(at + strlen(key)) : -1;
 }
 
-Test(serve_hybrid, batched_cached_forked_equals_alone, .timeout = 240) {
-    char model[4096];
-    s_hybrid_model("qwen35moe", model, sizeof model);
+/* per_seq, per_token: the state memory /metrics must report. */
+static void s_batched_cached_forked(const char *arch, const char *per_seq, const char *per_token) {
+    char model[4096], want_seq[96], want_tok[96];
+    s_hybrid_model(arch, model, sizeof model);
+    snprintf(want_seq, sizeof want_seq, "\ncolibri_state_bytes_per_sequence %s\n", per_seq);
+    snprintf(want_tok, sizeof want_tok, "\ncolibri_state_bytes_per_token %s\n", per_token);
     static const char *const alone_args[] = {"--no-batching", "--prefix-cache-mb", "0", "--parallel", "1", NULL};
     serve_proc p = su_start(model, alone_args);
     client ref[CLIENTS];
@@ -95,26 +99,33 @@ Test(serve_hybrid, batched_cached_forked_equals_alone, .timeout = 240) {
     }
     cr_expect_eq(cached, CLIENTS, "the second round restored no cached prompt state");
     http_resp m = su_get(p.port, "/metrics");
-    cr_expect(m.body && strstr(m.body, "\ncolibri_state_bytes_per_sequence 11264\n") &&
-                  strstr(m.body, "\ncolibri_state_bytes_per_token 1024\n"),
-              "state memory not in /metrics: %s", m.body ? m.body : "");
+    cr_expect(m.body && strstr(m.body, want_seq) && strstr(m.body, want_tok), "state memory not in /metrics: %s",
+              m.body ? m.body : "");
     su_free(&m);
     unsetenv("COLI_SERVE_DELAY_MS");
     cr_expect_eq(su_stop(&p), 0);
 }
 
-/* Eight streams at once, batched with the prefix cache, twice (the second
- * round restores the prompts' cached states; every request forks n = 2
- * answers from its prompt): the server makes its state copies (snapshots
- * of the recurrent states taken in prefills, restored from and saved to
- * the prefix cache) without holding the baton, so none holds the other
- * streams' steps up. Counted by the server on the copying thread
- * (colibri_state_copies_total), not timed. */
-Test(serve_hybrid, state_copies_outside_the_baton, .timeout = 240) {
+Test(serve_hybrid, batched_cached_forked_equals_alone, .timeout = 240) {
+    s_batched_cached_forked("qwen35moe", "11264", "1024");
+}
+
+/* kimi-k3 (tests/gen_kimi.py): KDA states, the MLA latent rows */
+Test(serve_hybrid, kimi_k3_batched_cached_forked_equals_alone, .timeout = 240) {
+    s_batched_cached_forked("kimi-k3", "41984", "640");
+}
+
+/* Eight streams at once, batched (or with --no-batching, taking turns) with
+ * the prefix cache, twice (the second round restores the prompts' cached
+ * states; every request forks n = 2 answers from its prompt): the server
+ * makes its state copies (snapshots of the recurrent states taken in
+ * prefills, restored from and saved to the prefix cache) without holding
+ * the baton, so none holds the other streams' steps up. Counted by the
+ * server on the copying thread (colibri_state_copies_total), not timed. */
+static void s_copies_outside_the_baton(const char *const *args) {
     char model[4096];
     s_hybrid_model("qwen35moe", model, sizeof model);
     setenv("COLI_SERVE_DELAY_MS", "5", 1); /* the requests overlap for sure */
-    static const char *const args[] = {"--parallel", "8", NULL};
     serve_proc p = su_start(model, args);
     int cached = 0;
     for (int round = 0; round < 2; round++) {
@@ -136,4 +147,12 @@ Test(serve_hybrid, state_copies_outside_the_baton, .timeout = 240) {
     su_free(&m);
     unsetenv("COLI_SERVE_DELAY_MS");
     cr_expect_eq(su_stop(&p), 0);
+}
+
+Test(serve_hybrid, state_copies_outside_the_baton, .timeout = 240) {
+    s_copies_outside_the_baton((const char *const[]){"--parallel", "8", NULL});
+}
+
+Test(serve_hybrid, unbatched_state_copies_outside_the_baton, .timeout = 240) {
+    s_copies_outside_the_baton((const char *const[]){"--no-batching", "--parallel", "8", NULL});
 }

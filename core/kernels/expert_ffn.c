@@ -63,11 +63,33 @@ static int s_is_ds4(const gguf_file *f) {
 }
 
 expert_act expert_act_of_gguf(const gguf_file *f) {
-    static const char oai[] = "gpt-oss";
+    static const char oai[] = "gpt-oss", kimi[] = "kimi-k3";
     gguf_str a;
     if (!f || gguf_find_key(f, "general.architecture") < 0 || gguf_get_str(f, "general.architecture", &a) < 0)
         return EXPERT_ACT_SILU;
+    if (a.len == sizeof kimi - 1 && memcmp(a.ptr, kimi, a.len) == 0) return EXPERT_ACT_SITU;
     return a.len == sizeof oai - 1 && memcmp(a.ptr, oai, a.len) == 0 ? EXPERT_ACT_SWIGLU_OAI : EXPERT_ACT_SILU;
+}
+
+/* "kimi-k3.activation.<suffix>", an F32 that must be present. */
+static int s_situ_key(const gguf_file *f, const char *suffix, float *out) {
+    char key[96];
+    snprintf(key, sizeof key, "kimi-k3.activation.%s", suffix);
+    if (gguf_find_key(f, key) < 0) return coli_fail(COLI_EFORMAT, "metadata '%s' missing (the situ activation)", key);
+    return gguf_get_f32(f, key, out);
+}
+
+int expert_weights_act_of_gguf(const gguf_file *f, expert_weights *w) {
+    const expert_act act = expert_act_of_gguf(f);
+    int rc;
+    expert_weights_set_act(w, act);
+    if (act != EXPERT_ACT_SITU) return 0;
+    if ((rc = s_situ_key(f, "situ_beta", &w->alpha)) < 0 || (rc = s_situ_key(f, "situ_linear_beta", &w->limit)) < 0)
+        return rc;
+    if (!(w->alpha > 0.0f) || !isfinite(w->alpha) || !isfinite(w->limit))
+        return coli_fail(COLI_EFORMAT, "metadata 'kimi-k3.activation.situ_beta' = %g: expected a positive number",
+                         (double)w->alpha);
+    return 0;
 }
 
 void expert_weights_set_act(expert_weights *w, expert_act act) {
@@ -154,9 +176,8 @@ int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_w
     out->down_type = d->type;
     out->n_embd = n_embd;
     out->n_ff = n_ff;
-    expert_weights_set_act(out, expert_act_of_gguf(f));
     if (s_is_ds4(f)) return expert_weights_ds4_clamp(f, "swiglu_clamp_exp", layer, out);
-    return 0;
+    return expert_weights_act_of_gguf(f, out);
 }
 
 // ----------------------------------------------------------------------------
@@ -198,6 +219,16 @@ static void s_swiglu_clamp(float limit, float *g, const float *u, int64_t k0, in
     }
 }
 
+/* kimi-k3 over flat hidden values k0..k1: llama.cpp's situ as ggml's ops
+ * (scale, tanh, scale; times sigmoid; the up branch likewise). */
+static void s_situ(const expert_weights *w, float *g, const float *u, int64_t k0, int64_t k1) {
+    const float beta = w->alpha, lin = w->limit, ib = 1.0f / beta, il = lin > 0.0f ? 1.0f / lin : 0.0f;
+    for (int64_t k = k0; k < k1; k++) {
+        const float gk = g[k], a = tanhf(gk * ib) * beta * (1.0f / (1.0f + expf(-gk)));
+        g[k] = a * (lin > 0.0f ? tanhf(u[k] * il) * lin : u[k]);
+    }
+}
+
 /* Hidden values below which the activation runs on the calling thread
  * (decode): waking the pool costs more than a few thousand expf. */
 #define SWIGLU_MIN_PARALLEL (1 << 16)
@@ -221,6 +252,8 @@ static void s_swiglu_worker(void *arg, int ith, int nth) {
             s_swiglu_oai(j->w[e], j->g[e], j->u[e], a, b);
         else if (j->w[e]->act == EXPERT_ACT_SWIGLU_CLAMP)
             s_swiglu_clamp(j->w[e]->limit, j->g[e], j->u[e], a, b);
+        else if (j->w[e]->act == EXPERT_ACT_SITU)
+            s_situ(j->w[e], j->g[e], j->u[e], a, b);
         else
             s_swiglu(j->g[e] + a, j->u[e] + a, b - a);
     }
@@ -242,7 +275,8 @@ static int s_check_task(const expert_ffn_task *t, int i) {
     if (w->n_embd <= 0 || w->n_ff <= 0)
         return coli_fail(COLI_EINVAL, "expert ffn: task %d: bad shape n_embd %lld, n_ff %lld", i, (long long)w->n_embd,
                          (long long)w->n_ff);
-    if (w->act != EXPERT_ACT_SILU && w->act != EXPERT_ACT_SWIGLU_OAI && w->act != EXPERT_ACT_SWIGLU_CLAMP)
+    if (w->act != EXPERT_ACT_SILU && w->act != EXPERT_ACT_SWIGLU_OAI && w->act != EXPERT_ACT_SITU &&
+        w->act != EXPERT_ACT_SWIGLU_CLAMP)
         return coli_fail(COLI_EINVAL, "expert ffn: task %d: unknown activation %d", i, (int)w->act);
     return 0;
 }

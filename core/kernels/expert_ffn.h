@@ -10,6 +10,11 @@
  *   h = min(g, limit) · sigmoid(alpha · min(g, limit)) · (clamp(u, ±limit) + 1)
  *   out = W_down · h + b_down
  *
+ * kimi-k3 experts (EXPERT_ACT_SITU, llama.cpp's situ; alpha = situ_beta,
+ * limit = situ_linear_beta from the file, limit <= 0: u unchanged):
+ *
+ *   h = alpha tanh(g / alpha) sigmoid(g) * limit tanh(u / limit)
+ *
  * The same function serves the dense llama FFN, Qwen2-MoE's shared expert,
  * the cpu plugin and the coordinator's in-process path, so a CPU fallback
  * computes exactly what the primary CPU path would have.
@@ -25,10 +30,10 @@
 
 /* The gated activation of an expert (the plugin ABI's moe_expert_desc.act). */
 typedef enum expert_act {
-    EXPERT_ACT_SILU = 0,       /* silu(g) * u: every family but gpt-oss */
-    EXPERT_ACT_SWIGLU_OAI = 1, /* gpt-oss: clamped, alpha-scaled, (u + 1); with biases */
-    EXPERT_ACT_SWIGLU_CLAMP =
-        3, /* deepseek4 (2 is kimi-k3's SITU on main): silu(min(g, limit)) * clamp(u, ±limit) (ggml_swiglu_clamp) */
+    EXPERT_ACT_SILU = 0,         /* silu(g) * u: every family but gpt-oss */
+    EXPERT_ACT_SWIGLU_OAI = 1,   /* gpt-oss: clamped, alpha-scaled, (u + 1); with biases */
+    EXPERT_ACT_SITU = 2,         /* kimi-k3: situ with alpha = situ_beta, limit = situ_linear_beta */
+    EXPERT_ACT_SWIGLU_CLAMP = 3, /* deepseek4: silu(min(g, limit)) * clamp(u, ±limit) (ggml_swiglu_clamp) */
 } expert_act;
 
 /* llama.cpp's constants for gpt-oss (build_moe_ffn: no metadata key carries them). */
@@ -42,7 +47,7 @@ typedef struct expert_weights {
     coli_dtype gate_type, up_type, down_type;
     int64_t n_embd, n_ff;
     expert_act act;                               /* EXPERT_ACT_SILU when zeroed */
-    float alpha, limit;                           /* EXPERT_ACT_SWIGLU_OAI's constants; SWIGLU_CLAMP's limit */
+    float alpha, limit;                           /* EXPERT_ACT_SWIGLU_OAI's / SITU's constants; SWIGLU_CLAMP's limit */
     const float *gate_bias, *up_bias, *down_bias; /* (n_ff), (n_ff), (n_embd) F32, or NULL */
 } expert_weights;
 
@@ -69,11 +74,16 @@ int expert_layer_present(const gguf_file *f, int layer);
 int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_weights *out);
 
 /* The activation of every routed expert of f: EXPERT_ACT_SWIGLU_OAI for
- * general.architecture "gpt-oss", else EXPERT_ACT_SILU. */
+ * general.architecture "gpt-oss", EXPERT_ACT_SITU for "kimi-k3", else
+ * EXPERT_ACT_SILU. */
 expert_act expert_act_of_gguf(const gguf_file *f);
 
 /* Set w's activation; SWIGLU_OAI takes llama.cpp's alpha and limit. */
 void expert_weights_set_act(expert_weights *w, expert_act act);
+
+/* Set w's activation to f's (SITU: its <arch>.activation.situ_beta and
+ * situ_linear_beta, required). Returns 0 or COLI_EFORMAT naming the key. */
+int expert_weights_act_of_gguf(const gguf_file *f, expert_weights *w);
 
 /* deepseek4: layer's limit of the clamped SwiGLU from "deepseek4.<key>"
  * (swiglu_clamp_exp / swiglu_clamp_shexp: an array over the blocks or one

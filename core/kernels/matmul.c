@@ -181,6 +181,9 @@ static void s_init_job(mm_job *j, const coli_matmul_op *o, uint8_t *buf, const m
     j->rows = k->rows;
     j->dot = k->dot;
     j->dot_tokens = k->dot_tokens;
+    j->iq_decode = k->iq_decode;
+    j->iq_dots = k->iq_dots;
+    j->iq_k = k->blocks ? k->blocks->iq_k : 0;
     j->token_block = 64;
     if (!shared) {
         s_prepare_input(j, k, buf, o->x);

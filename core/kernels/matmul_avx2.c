@@ -139,7 +139,16 @@ AVX2 ALWAYS float s_fma1(float a, float b, float c) {
 // ----------------------------------------------------------------------------
 // float weights (F32, F16, BF16): RM x RN tile
 
-AVX2 ALWAYS void s_float_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T) {
+AVX2 ALWAYS void s_prefetch_ahead(const mm_job *j, const uint8_t *w0, int64_t k, const size_t bb, const int blocks,
+                                  const int RM, int pf);
+
+/* pf: as the quantized tiles (s_prefetch_ahead), one call per 32 values
+ * (a 64-byte line of each F16 / BF16 row, two of an F32 one): a decode
+ * streams its float rows from memory, and 4 rows side by side are more
+ * streams than the hardware prefetchers follow. */
+AVX2 ALWAYS void s_float_tile(const mm_job *j, int64_t r, int64_t t, const int RM, const int RN, const coli_dtype T,
+                              int pf) {
+    const size_t esize = T == COLI_F32 ? 4 : 2;
     const int64_t n = j->n_in, n8 = n & ~(int64_t)7;
     const uint8_t *w[4];
     const float *x[4];
@@ -154,6 +163,7 @@ AVX2 ALWAYS void s_float_tile(const mm_job *j, int64_t r, int64_t t, const int R
         for (int b = 0; b < RN; b++) acc[a][b] = _mm256_setzero_ps();
     for (int64_t k = 0; k < n8; k += 8) {
         __m256 wv[4];
+        if ((k & 31) == 0) s_prefetch_ahead(j, w[0], k / 32, 32 * esize, 1, RM, pf);
 #pragma GCC unroll 4
         for (int a = 0; a < RM; a++) wv[a] = s_load_w8(w[a], k, T);
 #pragma GCC unroll 4
@@ -283,13 +293,12 @@ AVX2 ALWAYS void s_prefetch_ahead(const mm_job *j, const uint8_t *w0, int64_t k,
 // ----------------------------------------------------------------------------
 // instantiations: every tile shape up to the maximum, per type
 
-/* Rows r..r+RM-1 x tokens t..t+RN-1; pf: PF_* (the float tiles ignore it). */
+/* Rows r..r+RM-1 x tokens t..t+RN-1; pf: PF_*. */
 typedef void (*tile_fn)(const mm_job *j, int64_t r, int64_t t, int pf);
 
 #define FT(T, A, B)                                                                        \
     AVX2 static void s_ft_##T##_##A##_##B(const mm_job *j, int64_t r, int64_t t, int pf) { \
-        (void)pf;                                                                          \
-        s_float_tile(j, r, t, A, B, COLI_##T);                                             \
+        s_float_tile(j, r, t, A, B, COLI_##T, pf);                                         \
     }
 #define ROWS_OF(M, T, A) M(T, A, 1) M(T, A, 2) M(T, A, 3) M(T, A, 4)
 #define ALL_OF(M, T) ROWS_OF(M, T, 1) ROWS_OF(M, T, 2) ROWS_OF(M, T, 3) ROWS_OF(M, T, 4)
@@ -341,18 +350,21 @@ static void s_rows_tiled(const mm_job *j, int64_t r0, int64_t r1, const tile_fn 
 /* The Q8_0 / Q4_0 tiles' rows: how they prefetch (PF_*: non-temporal for
  * a job that reads its rows once, along the rows for long ones) and, in
  * address order, the chunk's first two tiles before the first. */
-static void s_rows_quant(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4]) {
+static void s_rows_prefetched(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4], int RM, int RN) {
     const int pf =
         (j->n_tok <= MM_READ_ONCE_TOKENS ? PF_NTA : PF_T0) | (j->w_stride > MM_PREFETCH_LINEAR_MAX ? PF_ROWS : 0);
-    if (!(pf & PF_ROWS)) s_prefetch_chunk_start(j, r0, r1, Q_RM, pf);
-    s_rows_tiled(j, r0, r1, table, Q_RM, Q_RN, pf);
+    if (!(pf & PF_ROWS)) s_prefetch_chunk_start(j, r0, r1, RM, pf);
+    s_rows_tiled(j, r0, r1, table, RM, RN, pf);
 }
 
-static void s_rows_f32(const mm_job *j, int64_t r0, int64_t r1) { s_rows_tiled(j, r0, r1, s_f32, F_RM, F_RN, PF_NONE); }
-static void s_rows_f16(const mm_job *j, int64_t r0, int64_t r1) { s_rows_tiled(j, r0, r1, s_f16, F_RM, F_RN, PF_NONE); }
-static void s_rows_bf16(const mm_job *j, int64_t r0, int64_t r1) {
-    s_rows_tiled(j, r0, r1, s_bf16, F_RM, F_RN, PF_NONE);
+static void s_rows_quant(const mm_job *j, int64_t r0, int64_t r1, const tile_fn table[4][4]) {
+    s_rows_prefetched(j, r0, r1, table, Q_RM, Q_RN);
 }
+
+/* The float rows prefetch as the quantized ones (s_float_tile). */
+static void s_rows_f32(const mm_job *j, int64_t r0, int64_t r1) { s_rows_prefetched(j, r0, r1, s_f32, F_RM, F_RN); }
+static void s_rows_f16(const mm_job *j, int64_t r0, int64_t r1) { s_rows_prefetched(j, r0, r1, s_f16, F_RM, F_RN); }
+static void s_rows_bf16(const mm_job *j, int64_t r0, int64_t r1) { s_rows_prefetched(j, r0, r1, s_bf16, F_RM, F_RN); }
 
 // ----------------------------------------------------------------------------
 // quantized tiles, once per integer dot instruction (matmul_qtile.h)

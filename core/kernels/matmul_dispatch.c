@@ -52,6 +52,11 @@ static void s_blocks_entry(mm_kernel *k, const mm_vecdot_type *v, int path) {
     const int wide = v->avx512 && coli_cpu_avx512() && !(path & MM_SKIP_AVX512);
     k->dot = wide ? v->avx512 : v->avx2;
     k->dot_tokens = wide ? v->avx512_tokens : v->avx2_tokens;
+    if (v->iq_decode) {
+        k->iq_decode = v->iq_decode;
+        k->iq_dots =
+            coli_cpu_avx512() && !(path & MM_SKIP_AVX512) ? coli_iq_decoded_dots_avx512 : coli_iq_decoded_dots_avx2;
+    }
 }
 
 /* Input kinds: 0 none (F32), 1 fp16-rounded, 2 bf16-rounded, 3 Q8_0 values

@@ -32,6 +32,8 @@ typedef struct mm_kernel {
     mm_rows_fn rows;                   /* output rows r0..r1 of a prepared job */
     coli_vec_dot_fn dot;               /* MM_IN_BLOCKS: one (row, token) dot product */
     coli_vec_dot_tokens_fn dot_tokens; /* MM_IN_BLOCKS: several tokens at once, or NULL */
+    coli_iq_decode_fn iq_decode;       /* MM_IN_BLOCKS, IQ grid types: decode rows once per token block */
+    coli_iq_decoded_dots_fn iq_dots;   /* ... and the dots over them (NULL: no decoded path) */
 } mm_kernel;
 
 /* The entry of wtype (a coli_dtype_valid type) on the path in use now:

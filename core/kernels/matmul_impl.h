@@ -77,6 +77,9 @@ typedef struct mm_job {
     float *y;                          /* (n_tok, n_out) */
     int64_t chunk_rows;                /* rows taken per counter increment */
     int64_t token_block;               /* tokens per pass over a chunk (keeps x in L2) */
+    coli_iq_decode_fn iq_decode;       /* vecdot IQ grid types: rows decoded once per token block, or NULL */
+    coli_iq_decoded_dots_fn iq_dots;   /* ... the dot products over the decoded row */
+    float iq_k;
     void (*rows)(const struct mm_job *job, int64_t r0, int64_t r1);
 } mm_job;
 
@@ -96,6 +99,8 @@ typedef struct mm_vecdot_type {
     coli_vec_dot_tokens_fn avx2_tokens; /* NULL: the AVX2 path calls avx2 per token */
     coli_vec_dot_fn avx512;             /* NULL: none, AVX2 everywhere (same bits where set) */
     coli_vec_dot_tokens_fn avx512_tokens;
+    coli_iq_decode_fn iq_decode; /* IQ grid types: decode a row once for a token block (vecdot.h), or NULL */
+    float iq_k;                  /* ... and the constant the row's sum is scaled by last */
 } mm_vecdot_type;
 /* The table row of wtype, or NULL if wtype has a tiled kernel instead. */
 const mm_vecdot_type *mm_vecdot_find(coli_dtype wtype);

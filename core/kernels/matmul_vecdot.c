@@ -27,23 +27,30 @@ static void s_act_Q8_K(const float *x, void *y, int64_t n) { coli_quantize_act_q
 #define VD(T, ACT, stem)                                                                    \
     {                                                                                       \
         COLI_##T, COLI_##ACT, s_act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, \
-            coli_vec_dot_##stem##_avx2_tokens, NULL, NULL                                   \
+            coli_vec_dot_##stem##_avx2_tokens, NULL, NULL, NULL, 0                          \
     }
-#define VD512(T, ACT, stem)                                                                                      \
-    {                                                                                                            \
-        COLI_##T, COLI_##ACT, s_act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2,                      \
-            coli_vec_dot_##stem##_avx2_tokens, coli_vec_dot_##stem##_avx512, coli_vec_dot_##stem##_avx512_tokens \
+#define VD512(T, ACT, stem)                                                                                       \
+    {                                                                                                             \
+        COLI_##T, COLI_##ACT, s_act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2,                       \
+            coli_vec_dot_##stem##_avx2_tokens, coli_vec_dot_##stem##_avx512, coli_vec_dot_##stem##_avx512_tokens, \
+            NULL, 0                                                                                               \
+    }
+/* an IQ grid type: also a decoder of whole rows (vecdot.h), k its constant */
+#define VDIQ(T, stem, k)                                                                              \
+    {                                                                                                 \
+        COLI_##T, COLI_Q8_K, s_act_Q8_K, coli_vec_dot_##stem##_q8_K, coli_vec_dot_##stem##_q8_K_avx2, \
+            coli_vec_dot_##stem##_q8_K_avx2_tokens, NULL, NULL, coli_iq_decode_##stem##_avx2, k       \
     }
 /* no several-token AVX2 kernel: the AVX2 path calls the dot per token */
 #define VD1(T, ACT, stem) \
-    { COLI_##T, COLI_##ACT, s_act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, NULL, NULL, NULL }
+    { COLI_##T, COLI_##ACT, s_act_##ACT, coli_vec_dot_##stem, coli_vec_dot_##stem##_avx2, NULL, NULL, NULL, NULL, 0 }
 static const mm_vecdot_type s_types[] = {
-    VD(Q4_1, Q8_1, q4_1_q8_1),        VD(Q5_0, Q8_0, q5_0_q8_0),       VD(Q5_1, Q8_1, q5_1_q8_1),
-    VD(IQ4_NL, Q8_0, iq4_nl_q8_0),    VD512(Q2_K, Q8_K, q2_K_q8_K),    VD512(Q3_K, Q8_K, q3_K_q8_K),
-    VD512(Q4_K, Q8_K, q4_K_q8_K),     VD512(Q5_K, Q8_K, q5_K_q8_K),    VD512(Q6_K, Q8_K, q6_K_q8_K),
-    VD512(IQ4_XS, Q8_K, iq4_xs_q8_K), VD512(MXFP4, Q8_0, mxfp4_q8_0),  VD1(TQ1_0, Q8_K, tq1_0_q8_K),
-    VD1(TQ2_0, Q8_K, tq2_0_q8_K),     VD(IQ2_XXS, Q8_K, iq2_xxs_q8_K), VD(IQ3_XXS, Q8_K, iq3_xxs_q8_K),
-    VD(IQ2_XS, Q8_K, iq2_xs_q8_K),    VD(IQ3_S, Q8_K, iq3_s_q8_K),     VD(IQ2_S, Q8_K, iq2_s_q8_K),
+    VD(Q4_1, Q8_1, q4_1_q8_1),        VD(Q5_0, Q8_0, q5_0_q8_0),      VD(Q5_1, Q8_1, q5_1_q8_1),
+    VD(IQ4_NL, Q8_0, iq4_nl_q8_0),    VD512(Q2_K, Q8_K, q2_K_q8_K),   VD512(Q3_K, Q8_K, q3_K_q8_K),
+    VD512(Q4_K, Q8_K, q4_K_q8_K),     VD512(Q5_K, Q8_K, q5_K_q8_K),   VD512(Q6_K, Q8_K, q6_K_q8_K),
+    VD512(IQ4_XS, Q8_K, iq4_xs_q8_K), VD512(MXFP4, Q8_0, mxfp4_q8_0), VD1(TQ1_0, Q8_K, tq1_0_q8_K),
+    VD1(TQ2_0, Q8_K, tq2_0_q8_K),     VDIQ(IQ2_XXS, iq2_xxs, 0.125f), VDIQ(IQ3_XXS, iq3_xxs, 0.25f),
+    VDIQ(IQ2_XS, iq2_xs, 0.125f),     VDIQ(IQ3_S, iq3_s, 1.0f),       VDIQ(IQ2_S, iq2_s, 0.125f),
     VD(IQ1_S, Q8_K, iq1_s_q8_K),      VD(IQ1_M, Q8_K, iq1_m_q8_K),
 };
 
@@ -80,6 +87,35 @@ static void s_prefetch_span(const mm_job *j, size_t lo, size_t hi, size_t end, i
     for (size_t off = lo & ~(size_t)63; off < hi; off += 64) mm_prefetch_line((const char *)j->W + off, read_once);
 }
 
+/* Super-blocks decoded at a time (a 13 KiB stack buffer): a row is walked
+ * in stretches so that any length fits, each token's sum carried from one
+ * stretch to the next in super-block order (the kernels' float steps). */
+#define IQ_STRETCH 16
+#define IQ_TOKENS_MAX 64
+
+/* Row r for tokens t0..t1 through the decoded form (vecdot.h): the bits
+ * of the _tokens kernels, the row's groups decoded once per 64 tokens
+ * instead of once per 4. */
+static void s_iq_decoded_row(const mm_job *j, const uint8_t *w, int64_t r, int64_t t0, int64_t t1) {
+    coli_iq_decoded dec[IQ_STRETCH];
+    float sum[IQ_TOKENS_MAX];
+    const int64_t nb = j->n_in / COLI_QK_K;
+    for (int64_t tb = t0; tb < t1; tb += IQ_TOKENS_MAX) {
+        const int64_t te = tb + IQ_TOKENS_MAX < t1 ? tb + IQ_TOKENS_MAX : t1;
+        for (int64_t t = tb; t < te; t++) sum[t - tb] = 0;
+        for (int64_t b0 = 0; b0 < nb; b0 += IQ_STRETCH) {
+            const int n = nb - b0 < IQ_STRETCH ? (int)(nb - b0) : IQ_STRETCH;
+            j->iq_decode(w, b0, n, dec);
+            for (int64_t t = tb; t < te; t += COLI_IQ_DECODED_MAX_TOKENS) {
+                const int nt = te - t < COLI_IQ_DECODED_MAX_TOKENS ? (int)(te - t) : COLI_IQ_DECODED_MAX_TOKENS;
+                const uint8_t *x = j->xa + (size_t)t * j->xa_stride + (size_t)b0 * sizeof(block_q8_K);
+                j->iq_dots(n, dec, x, j->xa_stride, sum + (t - tb), nt);
+            }
+        }
+        for (int64_t t = tb; t < te; t++) j->y[t * j->n_out + r] = j->iq_k * sum[t - tb];
+    }
+}
+
 /* Rows r0..r1 for all tokens, a block of tokens at a time so that the
  * token rows stay in cache while the chunk's weight rows stream past.
  * Where the type has a several-token kernel, tokens go through it in
@@ -97,6 +133,10 @@ void mm_vecdot_rows(const mm_job *j, int64_t r0, int64_t r1) {
             if (t0 == 0)
                 s_prefetch_span(j, (size_t)r * ws + PREFETCH_BYTES, (size_t)(r + 1) * ws + PREFETCH_BYTES, end,
                                 read_once);
+            if (j->iq_decode && t1 - t > COLI_VEC_DOT_MAX_TOKENS) {
+                s_iq_decoded_row(j, w, r, t, t1);
+                continue;
+            }
             if (j->dot_tokens)
                 for (; t + 1 < t1; t += COLI_VEC_DOT_MAX_TOKENS) {
                     const int nt = t1 - t < COLI_VEC_DOT_MAX_TOKENS ? (int)(t1 - t) : COLI_VEC_DOT_MAX_TOKENS;

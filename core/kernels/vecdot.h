@@ -148,4 +148,43 @@ float coli_vec_dot_mxfp4_q8_0_avx512(int64_t n, const void *w, const void *x);
 void coli_vec_dot_mxfp4_q8_0_avx512_tokens(int64_t n, const void *w, const void *x, size_t x_stride, float *out,
                                            int n_tok);
 
+/* The IQ grid types (IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S) decoded once
+ * per weight row for a whole block of tokens (matmul_vecdot.c): each group
+ * of 32 values as the AVX2 kernels apply it (vecdot_lowbit_avx2.c), so a
+ * prefill stops paying the grid lookups and sign spreading once per 4
+ * tokens. g: the magnitudes; s: the signs as -1 / +1 bytes; neg: the same
+ * signs as bits (value j of groups 2k, 2k + 1 is bit j of neg[k]); ls: the
+ * odd scales in the 16-bit lanes madd pairs them with; d: the super-block's
+ * fp16 scale, widened. */
+typedef struct coli_iq_decoded {
+    uint8_t g[COLI_QK_K];
+    int8_t s[COLI_QK_K];
+    int16_t ls[COLI_QK_K / 32][16];
+    uint64_t neg[COLI_QK_K / 64];
+    float d;
+} __attribute__((aligned(64))) coli_iq_decoded;
+
+/* Super-blocks b0 .. b0 + nb - 1 of the weight row w into dst (AVX2; call
+ * only if coli_cpu_avx2()). */
+typedef void (*coli_iq_decode_fn)(const void *w, int64_t b0, int nb, coli_iq_decoded *dst);
+void coli_iq_decode_iq2_xxs_avx2(const void *w, int64_t b0, int nb, coli_iq_decoded *dst);
+void coli_iq_decode_iq3_xxs_avx2(const void *w, int64_t b0, int nb, coli_iq_decoded *dst);
+void coli_iq_decode_iq2_xs_avx2(const void *w, int64_t b0, int nb, coli_iq_decoded *dst);
+void coli_iq_decode_iq2_s_avx2(const void *w, int64_t b0, int nb, coli_iq_decoded *dst);
+void coli_iq_decode_iq3_s_avx2(const void *w, int64_t b0, int nb, coli_iq_decoded *dst);
+
+/* The decoded super-blocks against n_tok (1..COLI_IQ_DECODED_MAX_TOKENS)
+ * activation rows, x + t * x_stride bytes pointing at each row's block of
+ * the first one: sum[t] += its float steps, super-block after super-block,
+ * exactly as the _tokens kernel makes them (the row's result is then the
+ * type's constant times sum[t], those kernels' last step). The same bits in
+ * 256-bit (vecdot_iq_decoded.c) and 512-bit registers. */
+#define COLI_IQ_DECODED_MAX_TOKENS 8
+typedef void (*coli_iq_decoded_dots_fn)(int nb, const coli_iq_decoded *dec, const void *x, size_t x_stride, float *sum,
+                                        int n_tok);
+void coli_iq_decoded_dots_avx2(int nb, const coli_iq_decoded *dec, const void *x, size_t x_stride, float *sum,
+                               int n_tok);
+void coli_iq_decoded_dots_avx512(int nb, const coli_iq_decoded *dec, const void *x, size_t x_stride, float *sum,
+                                 int n_tok);
+
 #endif

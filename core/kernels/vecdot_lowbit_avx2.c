@@ -288,6 +288,31 @@ IQ_TOKENS(iq2_xs, block_iq2_xs, 0.125f)
 IQ_TOKENS(iq2_s, block_iq2_s, 0.125f)
 IQ_TOKENS(iq3_s, block_iq3_s, 1.0f)
 
+/* A row's super-blocks decoded once for many tokens (vecdot.h's
+ * coli_iq_decoded): the groups exactly as grp_<type> gives them to the
+ * kernels above, stored. */
+#define IQ_DECODE(stem, T)                                                                             \
+    AVX2 void coli_iq_decode_##stem##_avx2(const void *vw, int64_t b0, int nb, coli_iq_decoded *dst) { \
+        const T *w = (const T *)vw + b0;                                                               \
+        for (int b = 0; b < nb; b++) {                                                                 \
+            coli_iq_decoded *o = &dst[b];                                                              \
+            for (int ib = 0; ib < COLI_QK_K / 32; ib++) {                                              \
+                const iq_grp p = grp_##stem(&w[b], ib);                                                \
+                _mm256_store_si256((__m256i *)(o->g + 32 * ib), p.g);                                  \
+                _mm256_store_si256((__m256i *)(o->s + 32 * ib), p.s);                                  \
+                _mm256_store_si256((__m256i *)o->ls[ib], p.ls);                                        \
+                const uint64_t bits = (uint32_t)_mm256_movemask_epi8(p.s);                             \
+                o->neg[ib / 2] = ib % 2 ? o->neg[ib / 2] | bits << 32 : bits;                          \
+            }                                                                                          \
+            o->d = _cvtsh_ss(w[b].d);                                                                  \
+        }                                                                                              \
+    }
+IQ_DECODE(iq2_xxs, block_iq2_xxs)
+IQ_DECODE(iq3_xxs, block_iq3_xxs)
+IQ_DECODE(iq2_xs, block_iq2_xs)
+IQ_DECODE(iq2_s, block_iq2_s)
+IQ_DECODE(iq3_s, block_iq3_s)
+
 /* The IQ1 types for 1..4 tokens: per group the grid values (applied by
  * sign_epi8, summed by maddubs with ones) and the shift signs, decoded
  * once; per token the exact sums, then the grid sum plus 1/8 of the shift
@@ -385,5 +410,14 @@ IQ_TOKENS(iq2_s)
 IQ_TOKENS(iq3_s)
 IQ_TOKENS(iq1_s)
 IQ_TOKENS(iq1_m)
+#define IQ_DECODE(stem)                                                                          \
+    void coli_iq_decode_##stem##_avx2(const void *w, int64_t b0, int nb, coli_iq_decoded *dst) { \
+        (void)w, (void)b0, (void)nb, (void)dst;                                                  \
+    }
+IQ_DECODE(iq2_xxs)
+IQ_DECODE(iq3_xxs)
+IQ_DECODE(iq2_xs)
+IQ_DECODE(iq2_s)
+IQ_DECODE(iq3_s)
 
 #endif

@@ -262,14 +262,16 @@ static int s_insert_merge(coli_tokenizer *tok, uint32_t rank) {
 }
 
 static int s_load_merges(coli_tokenizer *tok, const gguf_file *f) {
-    gguf_type type;
-    uint64_t n;
+    gguf_type type = GGUF_STRING;
+    uint64_t n = 0;
     const void *data;
     gguf_str s;
-    if (gguf_find_key(f, KEY_MERGES) < 0)
+    int rc = 0;
+    // Kimi K2 files may carry none (llama.cpp then merges nothing: every
+    // word goes character by character, or byte by byte)
+    if (gguf_find_key(f, KEY_MERGES) < 0 && !tok->merges_optional)
         return coli_fail(COLI_EFORMAT, "%s: missing (a gpt2 tokenizer needs its merges)", KEY_MERGES);
-    int rc = gguf_get_arr(f, KEY_MERGES, &type, &n, &data);
-    if (rc < 0) return rc;
+    if (gguf_find_key(f, KEY_MERGES) >= 0 && (rc = gguf_get_arr(f, KEY_MERGES, &type, &n, &data)) < 0) return rc;
     if (type != GGUF_STRING)
         return coli_fail(COLI_EFORMAT, "%s: array of type %d, expected strings", KEY_MERGES, (int)type);
     if (n > (uint64_t)INT32_MAX - 1)

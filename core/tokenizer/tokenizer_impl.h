@@ -60,6 +60,7 @@ struct coli_tokenizer {
     const tok_pre_preset *pre;               /* BPE only */
     tok_regex *pre_regex[TOK_PRE_MAX_REGEX]; /* compiled regexes; NULL for hand-written splitters */
     int ignore_merges;                       /* BPE: a word that is a token is not merged */
+    int merges_optional;                     /* BPE: no tokenizer.ggml.merges is no error (Kimi K2) */
     int32_t n_vocab;
 
     /* vocabulary strings, NUL-terminated, in one blob */

@@ -76,6 +76,8 @@ int tok_pieces_push(tok_pieces *p, size_t len) {
     "[^\\r\\n\\p{L}\\p{N}]?" RX_CASED_UP "+" RX_CASED_LO "*" RX_CONTRACTIONS_CI "?|"                \
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* everything but white space and . , ! ? and the ellipsis, ideographic/full-width/Devanagari/Arabic stops and commas */
+/* Kimi K2: llama.cpp's name for its hand-written splitter (s_kimi_word_end), not a regex that runs */
+#define RX_KIMI_K2 "\\p{Han}+"
 #define RX_PORO " ?[^(\\s|.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C)]+"
 // clang-format on
 
@@ -83,6 +85,7 @@ enum {
     PRE_IGNORE_MERGES = 1, /* a word that is a token stays whole (llama.cpp's ignore_merges) */
     PRE_ADD_BOS = 2,       /* prompts get BOS unless tokenizer.ggml.add_bos_token says no */
     PRE_NO_BOS = 4,        /* no BOS id unless tokenizer.ggml.bos_token_id gives one */
+    PRE_NO_MERGES = 8,     /* tokenizer.ggml.merges may be absent (llama.cpp: Kimi K2 ships none) */
 };
 
 struct tok_pre_preset {
@@ -106,6 +109,7 @@ static const tok_pre_preset k_presets[] = {
     {{"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"}, {RX_QWEN2}, 0},
     {{"qwen35"}, {RX_QWEN35}, 0},
     {{"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, {RX_GPT4O}, 0},
+    {{"kimi-k2"}, {RX_KIMI_K2}, PRE_NO_MERGES},
     {{"poro-chat", "bloom", "gpt3-finnish"}, {RX_PORO}, 0},
     {{"viking"}, {RX_PORO, "\\p{N}"}, 0},
 };
@@ -130,6 +134,7 @@ int tok_pre_setup(coli_tokenizer *tok, const char *name, size_t len) {
                          (int)(len > 64 ? 64 : len), name);
     tok->pre = p;
     tok->ignore_merges = (p->flags & PRE_IGNORE_MERGES) != 0;
+    tok->merges_optional = (p->flags & PRE_NO_MERGES) != 0;
     if (p->flags & PRE_ADD_BOS) tok->add_bos = 1;
     if (p->flags & PRE_NO_BOS) tok->bos = -1;
     for (int k = 0; k < TOK_PRE_MAX_REGEX && p->regex[k]; k++) {
@@ -211,17 +216,13 @@ static size_t s_gpt2_word_end(const split_piece *g, size_t pos) {
     return s_space_end(g, pos, 0);
 }
 
-/* The end of the Llama 3 regex's word at pos. */
-static size_t s_llama3_word_end(const split_piece *g, size_t pos) {
-    size_t end = s_contraction(g, pos, 1);
-    if (end) return end;
+/* What Llama 3's regex and Kimi K2's have in common after their letter
+ * alternatives: \p{N}{1,3}, " ?[^\s\p{L}\p{N}]+[\r\n]*", \s*[\r\n]+,
+ * \s+(?!\S), \s+. The end of the word at pos. */
+static size_t s_llama3_rest_end(const split_piece *g, size_t pos) {
     uint32_t cpt = g->cpts[pos];
     unsigned f = s_flags_at(g, pos);
-    if (cpt != '\r' && cpt != '\n' && !(f & COLI_CPT_NUMBER) && // [^\r\n\p{L}\p{N}]?\p{L}+
-        ((f & COLI_CPT_LETTER) || (s_flags_at(g, pos + 1) & COLI_CPT_LETTER))) {
-        for (end = pos + 1; s_flags_at(g, end) & COLI_CPT_LETTER;) end++;
-        return end;
-    }
+    size_t end;
     if (f & COLI_CPT_NUMBER) { // \p{N}{1,3}
         for (end = pos + 1; end < pos + 3 && (s_flags_at(g, end) & COLI_CPT_NUMBER);) end++;
         return end;
@@ -235,6 +236,55 @@ static size_t s_llama3_word_end(const split_piece *g, size_t pos) {
         return end;
     }
     return s_space_end(g, pos, 1);
+}
+
+/* [^\r\n\p{L}\p{N}] at pos: the one code point that may lead a letter word. */
+static int s_leads_letters(const split_piece *g, size_t pos) {
+    uint32_t cpt = g->cpts[pos];
+    return cpt != '\r' && cpt != '\n' && !(s_flags_at(g, pos) & (COLI_CPT_LETTER | COLI_CPT_NUMBER));
+}
+
+/* The end of the Llama 3 regex's word at pos. */
+static size_t s_llama3_word_end(const split_piece *g, size_t pos) {
+    size_t end = s_contraction(g, pos, 1);
+    if (end) return end;
+    unsigned f = s_flags_at(g, pos);
+    if ((f & COLI_CPT_LETTER) || (s_leads_letters(g, pos) && (s_flags_at(g, pos + 1) & COLI_CPT_LETTER))) {
+        for (end = pos + 1; s_flags_at(g, end) & COLI_CPT_LETTER;) end++; // [^\r\n\p{L}\p{N}]?\p{L}+
+        return end;
+    }
+    return s_llama3_rest_end(g, pos);
+}
+
+/* \p{Han} as llama.cpp's unicode_cpt_is_han: the CJK unified ideographs,
+ * extensions A to F and the compatibility ideographs. */
+static int s_is_han(uint32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2EBEF) || (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* A letter that is no Han ideograph, inside the piece. */
+static int s_kimi_letter(const split_piece *g, size_t pos) {
+    return (s_flags_at(g, pos) & COLI_CPT_LETTER) && !s_is_han(g->cpts[pos]);
+}
+
+/* The end of Kimi K2's word at pos (llama.cpp's
+ * unicode_regex_split_custom_kimi_k2): a run of Han ideographs; else
+ * [^\r\n\p{L}\p{N}]? then letters that are not Han (upper and lower case
+ * alike: llama.cpp does not tell them apart) and an optional contraction of
+ * any case; else as Llama 3. */
+static size_t s_kimi_word_end(const split_piece *g, size_t pos) {
+    size_t end = pos;
+    if (s_is_han(g->cpts[pos])) {
+        while (end < g->end && s_is_han(g->cpts[end])) end++;
+        return end;
+    }
+    if (s_kimi_letter(g, pos) || (s_leads_letters(g, pos) && s_kimi_letter(g, pos + 1))) {
+        for (end = pos + 1; s_kimi_letter(g, end);) end++;
+        size_t c = s_contraction(g, end, 1);
+        return c ? c : end;
+    }
+    return s_llama3_rest_end(g, pos);
 }
 
 /* The GPT-4o regex as llama.cpp's std::regex sees it: on the collapsed text,
@@ -314,6 +364,7 @@ static word_end_fn s_custom_splitter(const char *regex) {
     if (strcmp(regex, RX_GPT2) == 0) return s_gpt2_word_end;
     if (strcmp(regex, RX_LLAMA3) == 0) return s_llama3_word_end;
     if (strcmp(regex, RX_GPT4O) == 0) return s_gpt4o_word_end;
+    if (strcmp(regex, RX_KIMI_K2) == 0) return s_kimi_word_end;
     return NULL;
 }
 

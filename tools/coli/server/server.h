@@ -42,9 +42,9 @@
  * is one forward pass over the next token of every generating request,
  * taken under the baton; a new request's prompt is evaluated in chunks
  * (--prefill-chunk), each under the baton, between the steps. With
- * --no-batching the slot holds the baton through coli_generate and its
- * token callback hands it on after every token, so active requests take
- * turns one token each. The slot threads live as long as the server. Which
+ * --no-batching each context takes the baton for each step and prompt part
+ * (coli_context_set_compute_lock), so active requests take turns one token
+ * each. Either way state copies are made without it. The slot threads live as long as the server. Which
  * thread notices a crash and forks the replacement worker does not matter:
  * a worker is tied to the coordinator process by its lifeline pipe, not to
  * the forking thread (coordinator/sched/supervisor.c). Tokenizing is read-only and runs in the HTTP threads without the baton.

@@ -280,11 +280,8 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
     job_wake(j);
     pthread_mutex_unlock(&j->mu);
     if (stop) return 1;
-    /* Unbatched: others' turn, the baton goes to the back of the line. */
-    if (!s->batch) baton_release(s);
     if (s->cfg.token_delay_ms > 0) usleep((useconds_t)s->cfg.token_delay_ms * 1000u);
     if (client_gone(j->client_fd)) atomic_store(&j->cancel, 1);
-    if (!s->batch) baton_acquire(s);
     /* past the grace period: stop; batched, the context then leaves the batch
      * after this token's step (coli_generate), never holding the others up */
     if (atomic_load(&s->abort_running)) {
@@ -392,10 +389,9 @@ static void s_run(server_slot *slot, job *j) {
          * the cache (its own mutex): made without the baton, they hold no
          * other slot up. */
         const int cached = s_prefix_restore(slot, j);
-        /* batched: the batch takes the baton for each step and prompt chunk */
-        if (!s->batch) baton_acquire(s);
+        /* the batch (unbatched: the context) takes the baton for each step
+         * and prompt part, and makes its state copies without it */
         rc = coli_generate(slot->ctx, j->req.ids + cached, j->req.n_ids - cached, &j->req.sp, s_on_token, slot, &st);
-        if (!s->batch) baton_release(s);
         if (rc == 0) s_prefix_save(slot);
         slot->cur = NULL;
     } else {
@@ -515,6 +511,8 @@ static int s_alloc(server *s) {
             return SERVER_FAIL;
         }
         coli_context_set_state_copy_callback(s->slots[i].ctx, s_on_state_copy, s);
+        /* unbatched, each step queues for the baton: the slots take turns one token each */
+        if (!s->batch) coli_context_set_compute_lock(s->slots[i].ctx, s_baton_lock, s_baton_unlock, s);
         if (s->batch && coli_context_set_batch(s->slots[i].ctx, s->batch) != 0) {
             fprintf(stderr, "coli serve: slot %d: %s\n", i, coli_last_error());
             return SERVER_FAIL;
