@@ -215,23 +215,26 @@ static int s_load_compressor(const gguf_file *f, const model *m, int il, ds4_lay
     return model_blk(f, il, "indexer_compressor_norm.weight", 1, I, 1, 1, MASK_F32, 0, &dl->idx_norm);
 }
 
-static int s_load_attention(const gguf_file *f, const model *m, int il, layer_weights *l, ds4_layer *dl) {
-    const model_hparams *hp = &m->hp;
+/* The layer_weights part of block il, which the common fields hold and
+ * which only needs hp (model_load_nextn's block loader too): attention
+ * input, sinks, the q path; ffn_norm, router, experts, shared expert. */
+static int s_load_common(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l) {
     const int64_t E = hp->n_embd, D = hp->head_dim, H = hp->n_head, R = hp->n_lora_q;
-    const int64_t G = m->ds4->n_groups, OL = m->ds4->o_lora;
     int rc;
     if ((rc = model_blk(f, il, "attn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->attn_norm)) < 0 ||
         (rc = model_blk(f, il, "attn_sinks.weight", 1, H, 1, 1, MASK_F32, 0, &l->sinks)) < 0 ||
         (rc = model_blk(f, il, "attn_q_a.weight", 2, E, R, 1, MASK_MATRIX, 0, &l->wq_a)) < 0 ||
         (rc = model_blk(f, il, "attn_q_a_norm.weight", 1, R, 1, 1, MASK_F32, 0, &l->q_a_norm)) < 0 ||
         (rc = model_blk(f, il, "attn_q_b.weight", 2, R, H * D, 1, MASK_MATRIX, 0, &l->wq_b)) < 0 ||
-        (rc = model_blk(f, il, "attn_kv.weight", 2, E, D, 1, MASK_MATRIX, 0, &dl->wkv)) < 0 ||
-        (rc = model_blk(f, il, "attn_kv_a_norm.weight", 1, D, 1, 1, MASK_F32, 0, &dl->kv_norm)) < 0 ||
-        (rc = model_blk(f, il, "attn_output_a.weight", 2, H * D / G, G * OL, 1, MASK_MATRIX, 0, &dl->wo_a)) < 0 ||
-        (rc = model_blk(f, il, "attn_output_b.weight", 2, G * OL, E, 1, MASK_MATRIX, 0, &dl->wo_b)) < 0)
+        (rc = model_blk(f, il, "ffn_norm.weight", 1, E, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0 ||
+        (rc = model_blk_moe(f, hp, il, l)) < 0)
         return rc;
     l->n_swa = hp->n_swa;
-    return s_load_compressor(f, m, il, dl);
+    /* the routed experts' activation comes with them (expert_weights_from_gguf) */
+    if (hp->n_expert_shared == 0) return 0;
+    l->has_shexp = 1;
+    if ((rc = model_blk_ffn(f, il, "_shexp", E, hp->n_ff_shexp, &l->shexp)) < 0) return rc;
+    return expert_weights_ds4_clamp(f, "swiglu_clamp_shexp", il, &l->shexp);
 }
 
 /* A hash-routed layer's table: I32 (n_expert_used, n_vocab), every entry
@@ -255,26 +258,26 @@ static int s_load_hash(const gguf_file *f, const model *m, int il, ds4_layer *dl
     return 0;
 }
 
-/* Block il into l and dl (a trunk layer, or an MTP block's layer). */
-static int s_load_layer(const gguf_file *f, const model *m, int il, layer_weights *l, ds4_layer *dl) {
+/* The family's own part of block il: the key / value and output
+ * projections, the compressors, the hyper-connections, and the routing's
+ * bias or (hash-routed layer) table. */
+static int s_load_own(const gguf_file *f, const model *m, int il, layer_weights *l, ds4_layer *dl) {
+    const model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, D = hp->head_dim, H = hp->n_head;
+    const int64_t G = m->ds4->n_groups, OL = m->ds4->o_lora;
     int rc;
-    if ((rc = s_load_attention(f, m, il, l, dl)) < 0 || (rc = s_load_hc(f, m, il, 0, dl)) < 0 ||
+    if ((rc = model_blk(f, il, "attn_kv.weight", 2, E, D, 1, MASK_MATRIX, 0, &dl->wkv)) < 0 ||
+        (rc = model_blk(f, il, "attn_kv_a_norm.weight", 1, D, 1, 1, MASK_F32, 0, &dl->kv_norm)) < 0 ||
+        (rc = model_blk(f, il, "attn_output_a.weight", 2, H * D / G, G * OL, 1, MASK_MATRIX, 0, &dl->wo_a)) < 0 ||
+        (rc = model_blk(f, il, "attn_output_b.weight", 2, G * OL, E, 1, MASK_MATRIX, 0, &dl->wo_b)) < 0 ||
+        (rc = s_load_compressor(f, m, il, dl)) < 0 || (rc = s_load_hc(f, m, il, 0, dl)) < 0 ||
         (rc = s_load_hc(f, m, il, 1, dl)) < 0)
         return rc;
-    if ((rc = model_blk(f, il, "ffn_norm.weight", 1, m->hp.n_embd, 1, 1, MASK_F32, 0, &l->ffn_norm)) < 0 ||
-        (rc = model_blk_moe(f, &m->hp, il, l)) < 0)
-        return rc;
-    if (il < m->ds4->n_hash) {
-        if ((rc = s_load_hash(f, m, il, dl)) < 0) return rc;
-    } else if ((rc = model_blk(f, il, "exp_probs_b.bias", 1, m->hp.n_expert, 1, 1, MASK_F32, 0, &l->exp_probs_b)) < 0)
-        return rc;
-    /* the routed experts' activation comes with them (expert_weights_from_gguf) */
-    if (m->hp.n_expert_shared == 0) return 0;
-    l->has_shexp = 1;
-    if ((rc = model_blk_ffn(f, il, "_shexp", m->hp.n_embd, m->hp.n_ff_shexp, &l->shexp)) < 0) return rc;
-    return expert_weights_ds4_clamp(f, "swiglu_clamp_shexp", il, &l->shexp);
+    if (il < m->ds4->n_hash) return s_load_hash(f, m, il, dl);
+    return model_blk(f, il, "exp_probs_b.bias", 1, hp->n_expert, 1, 1, MASK_F32, 0, &l->exp_probs_b);
 }
 
+/* Block il into l and dl (a trunk layer, or an MTP block's layer). */
 static int s_load_head(const gguf_file *f, model *m) {
     const int64_t hc = m->ds4->hc, E = m->hp.n_embd;
     const struct {
@@ -303,29 +306,17 @@ static int s_load_head(const gguf_file *f, model *m) {
     return 0;
 }
 
-/* The multi-token-prediction blocks after the trunk: a full block plus
- * the NextN projections and norms, validated as llama.cpp loads them and
- * not run (the draft head of speculative decoding). */
+/* The multi-token-prediction blocks after the trunk: the common part and
+ * the NextN projections and norms by model_nextn.c, then the family's own
+ * part; validated as llama.cpp loads them and not run (the draft head of
+ * speculative decoding). */
 static int s_load_mtp(const gguf_file *f, model *m) {
-    const int64_t E = m->hp.n_embd, NV = m->hp.n_vocab;
-    int rc;
-    if (m->hp.n_layer_nextn == 0) return 0;
-    if (!(m->nextn = calloc((size_t)m->hp.n_layer_nextn, sizeof *m->nextn)))
-        return coli_fail(COLI_ENOMEM, "deepseek4: out of memory for %d MTP blocks", m->hp.n_layer_nextn);
-    m->n_nextn = m->hp.n_layer_nextn;
-    for (int i = 0; i < m->n_nextn; i++) {
+    int rc = model_load_nextn(f, m, s_load_common);
+    for (int i = 0; rc == 0 && i < m->n_nextn; i++) {
         const int il = m->hp.n_layer + i;
-        nextn_weights *nx = &m->nextn[i];
-        if ((rc = s_load_layer(f, m, il, &nx->layer, &m->ds4->layers[il])) < 0 ||
-            (rc = model_blk(f, il, "nextn.eh_proj.weight", 2, 2 * E, E, 1, MASK_MATRIX, 0, &nx->eh_proj)) < 0 ||
-            (rc = model_blk(f, il, "nextn.enorm.weight", 1, E, 1, 1, MASK_F32, 0, &nx->enorm)) < 0 ||
-            (rc = model_blk(f, il, "nextn.hnorm.weight", 1, E, 1, 1, MASK_F32, 0, &nx->hnorm)) < 0 ||
-            (rc = model_blk(f, il, "nextn.embed_tokens.weight", 2, E, NV, 1, MASK_MATRIX, 1, &nx->embed_tokens)) < 0 ||
-            (rc = model_blk(f, il, "nextn.shared_head_head.weight", 2, E, NV, 1, MASK_MATRIX, 1, &nx->head)) < 0 ||
-            (rc = model_blk(f, il, "nextn.shared_head_norm.weight", 1, E, 1, 1, MASK_F32, 1, &nx->head_norm)) < 0)
-            return rc;
+        rc = s_load_own(f, m, il, &m->nextn[i].layer, &m->ds4->layers[il]);
     }
-    return 0;
+    return rc;
 }
 
 int model_ds4_load(const gguf_file *f, model *m) {
@@ -336,7 +327,9 @@ int model_ds4_load(const gguf_file *f, model *m) {
         return coli_fail(COLI_ENOMEM, "deepseek4: out of memory");
     if ((rc = s_read_keys(f, m)) < 0 || (rc = s_load_head(f, m)) < 0) return rc;
     for (int il = 0; il < m->hp.n_layer; il++)
-        if ((rc = s_load_layer(f, m, il, &m->layers[il], &m->ds4->layers[il])) < 0) return rc;
+        if ((rc = s_load_common(f, &m->hp, il, &m->layers[il])) < 0 ||
+            (rc = s_load_own(f, m, il, &m->layers[il], &m->ds4->layers[il])) < 0)
+            return rc;
     return s_load_mtp(f, m);
 }
 
