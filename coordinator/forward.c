@@ -81,7 +81,8 @@ int forward_state_init(forward_state *s, const model *m, moe_exec *moe, coli_poo
     s->gdn = G ? malloc(G * sizeof(float)) : NULL;
     if (!s->h || !s->xb || !s->q || !s->k || !s->v || !s->attn || (M && !s->mla) || !s->delta || !s->rope ||
         !s->scores || !s->router || !s->choice || !s->sel || !s->sel_w || !s->moe_y || !s->shexp || !s->shexp_gate ||
-        forward_dsa_init(s) < 0 || forward_kimi_init(s) < 0 || (QG && !s->qgate) || (G && !s->gdn)) {
+        forward_dsa_init(s) < 0 || forward_kimi_init(s) < 0 || forward_ds4_init(s) < 0 || (QG && !s->qgate) ||
+        (G && !s->gdn)) {
         forward_state_free(s);
         return coli_fail(COLI_ENOMEM, "forward pass: cannot allocate buffers for a batch of %d", max_batch);
     }
@@ -108,6 +109,7 @@ void forward_state_free(forward_state *s) {
     free(s->shexp_gate);
     forward_dsa_free(s);
     forward_kimi_free(s);
+    forward_ds4_free(s);
     free(s->qgate);
     free(s->gdn);
     coli_scratch_free(&s->scratch);
@@ -449,13 +451,13 @@ static void s_shexp(void *arg) {
  * (Qwen2-MoE: times sigmoid(g . x); DeepSeek: ungated), computed here in the
  * coordinator so that placement never changes the sum (when it is computed
  * does not change it either: it is added after the routed sum). */
-static int s_moe_block(forward_state *s, const layer_weights *l, int il, int n) {
+int fwd_moe_block(forward_state *s, const layer_weights *l, int il, int n, int routed) {
     const model_hparams *hp = &s->m->hp;
     const int K = hp->n_expert_used;
     /* kimi-k3's latent MoE: the experts' rows are routed_down x (forward_kimi.c) */
     const size_t E = l->routed_down ? (size_t)hp->n_embd_latent : (size_t)hp->n_embd;
-    int rc;
-    if ((rc = s_route(s, l, n)) < 0) return rc;
+    int rc = 0;
+    if (!routed && (rc = s_route(s, l, n)) < 0) return rc;
     const float *x = l->routed_down ? forward_kimi_latent_in(s, l, n, &rc) : s_expert_input(s, l, n);
     if (rc < 0) return rc;
     shexp_job job = {s, l, n, 0, 0};
@@ -501,7 +503,7 @@ static int s_ffn_block(forward_state *s, int il, int n) {
     if (!l->router)
         rc = expert_ffn(s->pool, &s->scratch, &l->dense, s->xb, n, s->delta);
     else
-        rc = s_moe_block(s, l, il, n);
+        rc = fwd_moe_block(s, l, il, n, 0);
     if (rc < 0) return rc;
     // h += FFN(x)
     s_add_rows(s->h, s->delta, n, hp->n_embd);
@@ -535,6 +537,7 @@ static int s_forward_batch(forward_state *s, const fwd_rows *rows, const int32_t
         coli_dequantize_row(m->tok_embd->type, src, s->h + (size_t)t * (size_t)hp->n_embd, hp->n_embd);
         rope_angles(&hp->rope, fwd_row_pos(rows, t), s->rope + (size_t)t * (size_t)hp->n_rot);
     }
+    if (s->ds4) return forward_ds4_layers(s, rows, ids, n, logits, logits_all); /* hyper-connections: forward_ds4.c */
     forward_kimi_begin(s);
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *l = &m->layers[il];

@@ -53,6 +53,7 @@ typedef struct forward_state {
     float *gdn;           /* hybrids: the Gated DeltaNet buffers (forward_hybrid.c); else NULL */
     coli_scratch scratch; /* prepared matmul inputs */
     struct fwd_dsa *dsa;  /* sparse attention's indexer state (forward_dsa.c); NULL otherwise */
+    struct fwd_ds4 *ds4;  /* deepseek4's streams and buffers (forward_ds4.c); NULL otherwise */
     /* kimi-k3 (forward_kimi.c): its residual checkpoints and latent rows, and
      * the current sub-block's input (the residual mix; NULL: h); else NULL */
     struct fwd_kimi *kimi;

@@ -43,13 +43,10 @@ typedef struct fwd_dsa {
     int group;     /* tokens scored per pool job: rows of scores */
 } fwd_dsa;
 
-/* llama.cpp's rotation (ggml_gen_hadamard): Sylvester's matrix over 1/sqrt(n),
- * entry (i, j) = (-1)^popcount(i & j) / sqrt(n), built by doubling. Only for
- * widths that are powers of two from 64 (llama.cpp's graph needs one). */
-static int s_hadamard(fwd_dsa *d, int n) {
-    if (n < 64 || (n & (n - 1)) != 0) return 0;
-    float *h = d->rot = malloc((size_t)n * (size_t)n * sizeof(float));
-    if (!h) return COLI_ENOMEM;
+float *forward_hadamard(int n) {
+    if (n < 64 || (n & (n - 1)) != 0) return NULL;
+    float *h = malloc((size_t)n * (size_t)n * sizeof(float));
+    if (!h) return NULL;
     h[0] = (float)(1.0 / sqrtf((float)n));
     for (int sz = 1; sz < n; sz *= 2)
         for (int i = 0; i < sz; i++)
@@ -59,7 +56,14 @@ static int s_hadamard(fwd_dsa *d, int n) {
                 h[i * n + j + sz] = v;
                 h[(i + sz) * n + j + sz] = -v;
             }
-    return 0;
+    return h;
+}
+
+/* The indexer's rotation when its width has one (forward_hadamard). */
+static int s_hadamard(fwd_dsa *d, int n) {
+    if (n < 64 || (n & (n - 1)) != 0) return 0;
+    d->rot = forward_hadamard(n);
+    return d->rot ? 0 : COLI_ENOMEM;
 }
 
 /* x (n) = rot x, in place through tmp. */

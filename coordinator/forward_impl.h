@@ -106,4 +106,24 @@ int forward_gdn_block(forward_state *s, const fwd_rows *rows, int il, int n);
 void forward_gate_split(forward_state *s, int n);
 void forward_gate_apply(forward_state *s, int n);
 
+/* The routed experts (+ shared expert) of MoE layer il on s->xb into
+ * s->delta (forward.c's MoE block; deepseek4 calls it between its
+ * hyper-connections); routed: s->sel and s->sel_w hold the choice already
+ * (deepseek4's hash-routed layers), else the router makes it. Returns 0
+ * or the executor's error. */
+int fwd_moe_block(forward_state *s, const layer_weights *l, int il, int n, int routed);
+
+/* llama.cpp's rotation (ggml_gen_hadamard) of width n, a power of two from
+ * 64: Sylvester's matrix over 1/sqrt(n), row-major; malloc'd (NULL: out of
+ * memory or another width). */
+float *forward_hadamard(int n);
+
+/* DeepSeek-V4 (forward_ds4.c): its state in s->ds4 (NULL for other
+ * families); the layers and logits after forward.c put the embeddings in
+ * s->h and the (unscaled) rope angles in s->rope. */
+int forward_ds4_init(forward_state *s);
+void forward_ds4_free(forward_state *s);
+int forward_ds4_layers(forward_state *s, const fwd_rows *rows, const int32_t *ids, int n, float *logits,
+                       int logits_all);
+
 #endif

@@ -80,6 +80,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
         {"minimax-m2", ARCH_MINIMAX_M2}, {"gpt-oss", ARCH_GPTOSS},      {"deepseek32", ARCH_DEEPSEEK32},
         {"glm-dsa", ARCH_GLM_DSA},       {"qwen3next", ARCH_QWEN3NEXT}, {"qwen35moe", ARCH_QWEN35MOE},
         {"llama4", ARCH_LLAMA4},         {"kimi-k3", ARCH_KIMI_K3},     {"kimi-linear", ARCH_KIMI_LINEAR},
+        {"deepseek4", ARCH_DEEPSEEK4},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
@@ -91,7 +92,7 @@ static int s_read_arch(const gguf_file *f, model_hparams *hp) {
     return coli_fail(COLI_EUNSUPPORTED,
                      "general.architecture '%.*s': unknown architecture "
                      "(supported: llama, olmoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, "
-                     "deepseek32, glm-dsa, qwen3next, qwen35moe, llama4, kimi-k3, kimi-linear)",
+                     "deepseek32, glm-dsa, qwen3next, qwen35moe, llama4, kimi-k3, kimi-linear, deepseek4)",
                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
 }
 
@@ -257,7 +258,9 @@ static int s_read_rope(const gguf_file *f, model_hparams *hp) {
                          "%s: key_length %d: expected kv_lora_rank %d + rope dims %d "
                          "(the latent MQA of key_length_mla files)",
                          hp->arch_name, hp->head_dim, hp->n_lora_kv, hp->n_rot);
-    return s_read_rope_scaling(f, hp, base, hp->arch != ARCH_LLAMA && hp->arch != ARCH_LLAMA4 && !model_is_mla(hp));
+    return s_read_rope_scaling(f, hp, base,
+                               hp->arch != ARCH_LLAMA && hp->arch != ARCH_LLAMA4 && hp->arch != ARCH_DEEPSEEK4 &&
+                                   !model_is_mla(hp));
 }
 
 /* deepseek2's (and glm4moe's) routing and shared-expert keys. */
@@ -331,7 +334,10 @@ static int s_read_ffn(const gguf_file *f, model_hparams *hp) {
                          hp->n_expert_used, hp->n_expert);
     if (hp->n_expert == 0 && hp->n_expert_used != 0)
         return coli_fail(COLI_EFORMAT, "%s: expert_used_count %d without experts", hp->arch_name, hp->n_expert_used);
-    if ((rc = s_req_int(f, hp, "feed_forward_length", MAX_WIDTH, &n_ff)) < 0) return rc;
+    /* deepseek4 files need not carry it (all layers are MoE) */
+    if ((rc = hp->arch == ARCH_DEEPSEEK4 ? s_opt_int(f, hp, "feed_forward_length", 0, MAX_WIDTH, &n_ff)
+                                         : s_req_int(f, hp, "feed_forward_length", MAX_WIDTH, &n_ff)) < 0)
+        return rc;
     hp->expert_weights_scale = 1.0f;
     hp->gating = GATING_SOFTMAX;
     if (hp->n_expert == 0) {
@@ -376,6 +382,7 @@ static int s_read_hparams(const gguf_file *f, model_hparams *hp) {
     if (hp->arch == ARCH_LLAMA4) return llama4_read_hparams(f, hp);
     if (hp->arch == ARCH_GPTOSS) return model_gptoss_hparams(f, hp);
     if (model_is_kimi(hp)) return kimi_read_hparams(f, hp);
+    if (hp->arch == ARCH_DEEPSEEK4) return model_ds4_hparams(f, hp);
     return model_is_mla(hp) && hp->arch != ARCH_DEEPSEEK2 ? model_dsa_read(f, hp) : 0;
 }
 
@@ -595,10 +602,10 @@ int64_t model_attn_dim(const model_hparams *hp) { return (int64_t)hp->n_head * h
 void model_kv_shape(const model *m, int f16, kv_shape *out) {
     const model_hparams *hp = &m->hp;
     *out = (kv_shape){.n_layer = hp->n_layer,
-                      .k_dim = model_k_dim(hp),
+                      .k_dim = m->ds4 ? model_ds4_row(m) : model_k_dim(hp),
                       .v_dim = model_v_dim(hp),
-                      .v_in_k = hp->mla_absorbed,
-                      .f16 = f16,
+                      .v_in_k = hp->mla_absorbed || m->ds4,
+                      .f16 = f16 && !m->ds4, /* deepseek4 rows hold compressor state too: F32 */
                       .recurrent = m->recurrent,
                       .rec_floats = hp->rec_floats};
 }
@@ -621,7 +628,8 @@ int model_from_gguf(gguf_file *f, model **out) {
         rc = coli_fail(COLI_ENOMEM, "model: out of memory for %d layers", m->hp.n_layer);
         goto fail;
     }
-    for (int il = 0; il < m->hp.n_layer; il++) {
+    if (m->hp.arch == ARCH_DEEPSEEK4 && (rc = model_ds4_load(f, m)) < 0) goto fail;
+    for (int il = 0; il < m->hp.n_layer && !m->ds4; il++) {
         m->layers[il].recurrent = m->recurrent && m->recurrent[il];
         if ((rc = s_load_layer(f, &m->hp, il, &m->layers[il])) < 0) goto fail;
     }
@@ -649,6 +657,7 @@ void model_close(model **pm) {
     if (!pm || !*pm) return;
     model *m = *pm;
     gguf_close(&m->gguf);
+    model_ds4_free(m);
     free(m->layers);
     free(m->nextn);
     free(m->recurrent);

@@ -39,6 +39,10 @@
  *              and every few layers gated attention (sigmoid output gate
  *              per head from attn_q, per-head q/k norms, partial NEOX rope);
  *              qwen2moe's gated shared expert, top-k weights renormalised.
+ *   deepseek4 - DeepSeek-V4 (model_ds4.c, forward_ds4.c): sliding-window MQA
+ *              plus compressed past blocks (CSA with a lightning indexer,
+ *              HCA), grouped low-rank output, four residual streams mixed
+ *              by hyper-connections, sqrt(softplus) routing, clamped SwiGLU.
  *   llama4   - Llama-4 Scout/Maverick (model_llama4.c): chunked attention
  *              on most layers, NoPE layers with attention temperature, L2
  *              q/k norm after rope, MoE on interleaved layers, sigmoid
@@ -78,12 +82,14 @@ typedef enum model_arch {
     ARCH_LLAMA4,
     ARCH_KIMI_K3,     /* KDA + MLA hybrid, latent MoE, situ, attention residuals (model_kimi.c) */
     ARCH_KIMI_LINEAR, /* KDA + MLA hybrid, plain MoE (model_kimi.c) */
+    ARCH_DEEPSEEK4,   /* DeepSeek-V4: compressed attention, hyper-connections (model_ds4.c, forward_ds4.c) */
 } model_arch;
 
 typedef enum expert_gating {
     GATING_SOFTMAX,        /* expert_gating_func 1 (or absent) */
     GATING_SIGMOID,        /* expert_gating_func 2 (DeepSeek-V3) */
     GATING_SOFTMAX_WEIGHT, /* gpt-oss: top-k of the logits, softmax over those k only */
+    GATING_SQRT_SOFTPLUS,  /* expert_gating_func 4 (DeepSeek-V4): sqrt(softplus(logits)) */
 } expert_gating;
 
 typedef struct model_hparams {
@@ -230,7 +236,8 @@ typedef struct model {
     layer_weights *layers;          /* n_layer entries */
     nextn_weights *nextn;           /* n_nextn entries (files that carry them, model_nextn.c), else NULL */
     int n_nextn;
-    uint8_t *recurrent; /* hybrid models: (n_layer) 1 for a linear-attention layer; else NULL */
+    uint8_t *recurrent;    /* hybrid models: (n_layer) 1 for a linear-attention layer; else NULL */
+    struct ds4_model *ds4; /* deepseek4: its own hyper-parameters and tensors (model_ds4.h); else NULL */
     int64_t n_params;
     /* kimi-k3: output_res_score (n_embd) F32; else NULL */
     const coli_tensor *output_res;

@@ -106,4 +106,12 @@ int kimi_read_hparams(const gguf_file *f, model_hparams *hp);
 int kimi_read_layers(const gguf_file *f, model *m);
 int kimi_load_layer(const gguf_file *f, const model_hparams *hp, int il, layer_weights *l);
 
+/* deepseek4 (model_ds4.c): its keys after the common ones (s_read_hparams);
+ * every layer's tensors into m->ds4 and m->layers (instead of model.c's
+ * loop); the F32 floats of one cache row (per position and layer); free. */
+int model_ds4_hparams(const gguf_file *f, model_hparams *hp);
+int model_ds4_load(const gguf_file *f, model *m);
+int64_t model_ds4_row(const model *m);
+void model_ds4_free(model *m);
+
 #endif

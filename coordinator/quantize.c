@@ -37,7 +37,7 @@ static int s_ends_with(const char *s, const char *suffix) {
 }
 
 static int s_converted(const coli_tensor *t) {
-    return s_ends_with(t->name, ".weight") && (t->n_dims == 2 || t->n_dims == 3) &&
+    return s_ends_with(t->name, ".weight") && (t->n_dims == 2 || t->n_dims == 3) && t->type != COLI_I32 &&
            !s_ends_with(t->name, "_norm.weight") && !strstr(t->name, "ffn_gate_inp");
 }
 

@@ -49,7 +49,9 @@ void router_select(const router_params *rp, float *p, const float *bias, float *
     if (rp->gating == GATING_SIGMOID)
         for (int e = 0; e < X; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
     else if (rp->gating == GATING_SOFTMAX)
-        fwd_softmax(p, X); /* GATING_SOFTMAX_WEIGHT chooses by the logits themselves */
+        fwd_softmax(p, X);                       /* GATING_SOFTMAX_WEIGHT chooses by the logits themselves */
+    else if (rp->gating == GATING_SQRT_SOFTPLUS) /* ggml's softplus: x itself past 20 */
+        for (int e = 0; e < X; e++) p[e] = sqrtf(p[e] > 20.0f ? p[e] : logf(1.0f + expf(p[e])));
     const float *choice = p;
     if (bias || rp->n_group > 1) {
         for (int e = 0; e < X; e++) scratch[e] = bias ? p[e] + bias[e] : p[e];

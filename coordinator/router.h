@@ -2,7 +2,8 @@
  * router.h - one token's expert choice from its router logits, for every
  * family (llama.cpp's build_moe_ffn):
  *
- *   scores  = softmax(logits) or sigmoid(logits), or the logits themselves
+ *   scores  = softmax(logits) or sigmoid(logits) or sqrt(softplus(logits))
+ *             (deepseek4), or the logits themselves
  *             (gpt-oss, GATING_SOFTMAX_WEIGHT: w = softmax of the k chosen)
  *   choice  = scores (+ exp_probs_b, the bias only chooses)
  *   groups  (n_group > 1, DeepSeek-V3): group score = sum of its two best

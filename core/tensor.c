@@ -40,6 +40,7 @@ static const struct s_dtype_info {
     {COLI_TQ1_0, "TQ1_0", COLI_QK_K, 54, 1},
     {COLI_TQ2_0, "TQ2_0", COLI_QK_K, 66, 1},
     {COLI_MXFP4, "MXFP4", COLI_QK, 17, 1},
+    {COLI_I32, "I32", 1, 4, 0},
 };
 #define N_DTYPES (sizeof s_dtypes / sizeof s_dtypes[0])
 

@@ -39,6 +39,7 @@ typedef enum coli_dtype {
     COLI_IQ3_S = 21,
     COLI_IQ2_S = 22,
     COLI_IQ4_XS = 23,
+    COLI_I32 = 26, /* integer tables (deepseek4's ffn_gate_tid2eid), never weights */
     COLI_IQ1_M = 29,
     COLI_BF16 = 30,
     COLI_TQ1_0 = 34,

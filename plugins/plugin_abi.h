@@ -64,9 +64,11 @@ typedef struct moe_caps {
 /* kimi-k3: llama.cpp's situ, act_alpha = situ_beta, act_limit = situ_linear_beta:
  * h = alpha tanh(g / alpha) sigmoid(g) * limit tanh(u / limit) (limit <= 0: u) */
 #define MOE_ACT_SITU 2
+#define MOE_ACT_SWIGLU_CLAMP 3    /* deepseek4: llama.cpp's ggml_swiglu_clamp with act_limit (no biases) */
 #define MOE_ACT_BIASES (1u << 31) /* act_mask bit: adds gate_bias / up_bias / down_bias */
 /* the act_mask bits this ABI defines */
-#define MOE_ACT_KNOWN ((1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | MOE_ACT_BIASES)
+#define MOE_ACT_KNOWN \
+    ((1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | (1u << MOE_ACT_SWIGLU_CLAMP) | MOE_ACT_BIASES)
 
 /* One expert's three matrices, as host pointers (into the mapped model file,
  * or a copy the worker owns). They stay valid until close(), or until
@@ -81,7 +83,8 @@ typedef struct moe_expert_desc {
     /* (1.4) the activation and the F32 biases (gate, up: n_ff; down: n_embd; NULL: none), valid as
      * long as the matrices. MOE_ACT_SWIGLU_OAI: g = gate x + gate_bias, u = up x + up_bias,
      * x = min(g, limit), h = x / (1 + exp(-alpha x)) * (clamp(u, -limit, limit) + 1), out = down h +
-     * down_bias. The worker hands such an expert only to a plugin whose act_mask has its bits. */
+     * down_bias. MOE_ACT_SWIGLU_CLAMP: x = min(gate x, limit), h = x / (1 + exp(-x)) *
+     * clamp(up x, -limit, limit), out = down h. The worker hands such an expert only to a plugin whose act_mask has its bits. */
     int32_t act;
     float act_alpha, act_limit;
     const float *gate_bias, *up_bias, *down_bias;

@@ -22,7 +22,7 @@
 #include "tests/ref_models.h"
 #include "tests/sched_util.h"
 
-#define FAM_MAX_POS 64
+#define FAM_MAX_POS 160
 #define FAM_MAX_TOP 20
 
 typedef struct family {

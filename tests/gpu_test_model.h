@@ -43,7 +43,8 @@ static inline int test_host_expert(const moe_expert_desc *e, const float *x, int
 
 /* 1 if the cpu plugin computes every weight type and the activation of e. */
 static inline int test_cpu_computes(const moe_expert_desc *e) {
-    const int act = e->act == MOE_ACT_SILU || e->act == MOE_ACT_SWIGLU_OAI || e->act == MOE_ACT_SITU;
+    const int act = e->act == MOE_ACT_SILU || e->act == MOE_ACT_SWIGLU_OAI || e->act == MOE_ACT_SITU ||
+                    e->act == MOE_ACT_SWIGLU_CLAMP;
     return act && coli_dtype_valid((uint32_t)e->gate_type) && coli_dtype_valid((uint32_t)e->up_type) &&
            coli_dtype_valid((uint32_t)e->down_type);
 }

@@ -23,7 +23,7 @@ typedef struct gen_run {
     int n_out, rc;
 } gen_run;
 
-static int s_collect(void *user, int32_t id, const char *text, size_t len) {
+static int s_greedy_collect(void *user, int32_t id, const char *text, size_t len) {
     (void)text;
     (void)len;
     gen_run *g = user;
@@ -40,7 +40,7 @@ static void *s_generate(void *arg) {
     sp.n_predict = GREEDY_STEPS;
     sp.ignore_eos = 1;
     g->n_out = 0;
-    g->rc = coli_generate(g->ctx, g->prompt, g->n_prompt, &sp, s_collect, g, NULL);
+    g->rc = coli_generate(g->ctx, g->prompt, g->n_prompt, &sp, s_greedy_collect, g, NULL);
     return NULL;
 }
 

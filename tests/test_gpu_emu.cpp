@@ -159,6 +159,23 @@ Test(gpu_emu, kernels_match_cpu_plugin_for_every_type_and_batch_shape) {
     }
 }
 
+/* deepseek4's clamped SwiGLU (MOE_ACT_SWIGLU_CLAMP, a limit small enough
+ * that gate and up clamp): the host model's bits and the cpu plugin's
+ * values, both kernels. */
+Test(gpu_emu, clamped_swiglu_matches_cpu_plugin) {
+    const coli_dtype types[] = {COLI_F32, COLI_Q8_0, COLI_Q4_K};
+    for (int i = 0; i < 3; i++) {
+        const int super = gpu_block_elems(types[i]) == 256;
+        test_expert te;
+        cr_assert_eq(test_expert_make(&te, 0, i, types[i], super ? 256 : 96, super ? 512 : 160, 900 + (uint64_t)i), 0);
+        te.desc.act = MOE_ACT_SWIGLU_CLAMP;
+        te.desc.act_limit = 0.25f;
+        check(&te, coli_dtype_name(types[i]), 3, test_tolerance(types[i]));
+        check(&te, coli_dtype_name(types[i]), 70, test_tolerance(types[i]));
+        test_expert_free(&te);
+    }
+}
+
 /* gate of type g, up of type u, down of type d: each input prepared for its
  * own type (shared by gate and up only when their activation types agree). */
 static void check_mix(coli_dtype g, coli_dtype u, coli_dtype d, int64_t n_embd, int64_t n_ff) {
@@ -241,8 +258,8 @@ Test(gpu_emu, situ_matches_cpu_plugin) {
 /* Act value 3 (deepseek4, not yet in plugin_abi.h): the kernel against the
  * host model only (no CPU path yet); load_expert does not take it yet. */
 Test(gpu_emu, swiglu_clamp_kernel_matches_the_host_model) {
-    cr_assert(!gpu_act_supported(GPU_ACT_SWIGLU_CLAMP));
-    check_act(GPU_ACT_SWIGLU_CLAMP, 0.0f, 1.5f, 0, "swiglu_clamp");
+    cr_assert(gpu_act_supported(MOE_ACT_SWIGLU_CLAMP));
+    check_act(MOE_ACT_SWIGLU_CLAMP, 0.0f, 1.5f, 0, "swiglu_clamp");
 }
 
 Test(gpu_emu, emulator_refuses_what_the_hardware_refuses) {

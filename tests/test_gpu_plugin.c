@@ -291,8 +291,9 @@ Test(gpu_plugin, unknown_activations_and_bad_parameters_are_refused) {
     d.act = 7;
     cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EUNSUPPORTED);
     cr_assert(strstr(err, "activation 7 not supported"), "%s", err);
-    d.act = GPU_ACT_SWIGLU_CLAMP; /* until its caps bit */
-    cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EUNSUPPORTED);
+    d.act = MOE_ACT_SWIGLU_CLAMP; /* deepseek4's needs a limit > 0 */
+    d.act_limit = 0.0f;
+    cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EINVAL);
     d = te.desc;
     d.act_limit = NAN;
     cr_assert_eq(g.p->load_expert(dev, &d, err, sizeof err), COLI_EINVAL);
@@ -465,8 +466,9 @@ Test(gpu_plugin, caps_and_stats_account_for_what_is_held_and_done) {
     cr_assert_eq(caps.dtype_mask, (uint32_t)want, "dtype mask %#x, want %#x", caps.dtype_mask, (uint32_t)want);
     cr_assert_eq(caps.dtype_mask_hi, (uint32_t)(want >> 32), "dtype mask hi %#x, want %#x", caps.dtype_mask_hi,
                  (uint32_t)(want >> 32));
-    cr_assert_eq(caps.act_mask, (1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | MOE_ACT_BIASES, "act mask %#x",
-                 caps.act_mask);
+    cr_assert_eq(caps.act_mask,
+                 (1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | (1u << MOE_ACT_SWIGLU_CLAMP) | MOE_ACT_BIASES,
+                 "act mask %#x", caps.act_mask);
     cr_assert(caps.memory_total > 0 && caps.memory_budget > 0 && caps.memory_budget < caps.memory_total);
     cr_assert(caps.device_name[0]);
     test_expert te[3];

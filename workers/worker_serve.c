@@ -43,9 +43,10 @@ static int s_act_supported(const worker *w, int layer, int e, const expert_weigh
     const int biased = ew->gate_bias || ew->up_bias || ew->down_bias;
     if ((ew->act == EXPERT_ACT_SILU || (mask >> ew->act & 1)) && (!biased || (mask & MOE_ACT_BIASES))) return 0;
     snprintf(err, err_len, "plugin %s: expert %d/%d: activation %s%s not supported", w->device.plugin->name, layer, e,
-             ew->act == EXPERT_ACT_SWIGLU_OAI ? "SWIGLU_OAI (gpt-oss)"
-             : ew->act == EXPERT_ACT_SITU     ? "SITU (kimi-k3)"
-                                              : "SILU",
+             ew->act == EXPERT_ACT_SWIGLU_OAI     ? "SWIGLU_OAI (gpt-oss)"
+             : ew->act == EXPERT_ACT_SITU         ? "SITU (kimi-k3)"
+             : ew->act == EXPERT_ACT_SWIGLU_CLAMP ? "SWIGLU_CLAMP (deepseek4)"
+                                                  : "SILU",
              biased ? " with biases" : "");
     return COLI_EUNSUPPORTED;
 }

@@ -27,13 +27,13 @@ static int s_arch_int(const gguf_file *f, const char *suffix, int64_t *out) {
 /* What plan takes a worker to compute, not having its hello: the cpu
  * plugin every activation (its caps.act_mask), a remote worker too (its
  * plugin is unknown until it greets; most are cpu), cuda and hip what the
- * GPU plugin reports today (SWIGLU_OAI, SITU, biases), xdna none beyond
- * SiLU. A live load places by each worker's hello instead. Weight types
- * are not assumed. */
+ * GPU plugin reports today (SWIGLU_OAI, SITU, SWIGLU_CLAMP, biases), xdna
+ * none beyond SiLU. A live load places by each worker's hello instead.
+ * Weight types are not assumed. */
 static uint32_t s_assumed_acts(const device_spec *d) {
     if (!strcmp(d->plugin, "cpu") || d->endpoint[0]) return MOE_ACT_KNOWN;
     if (!strcmp(d->plugin, "cuda") || !strcmp(d->plugin, "hip"))
-        return (1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | MOE_ACT_BIASES;
+        return (1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | (1u << MOE_ACT_SWIGLU_CLAMP) | MOE_ACT_BIASES;
     return 0;
 }
 
@@ -56,9 +56,8 @@ static void s_plan_able(const device_spec *d, int n_w, int n_layer, const place_
     if (n)
         snprintf(note, cap,
                  "  %d layers (first %d) have experts with an activation beyond SwiGLU%s: only workers whose plugin "
-                 "computes it take them (assumed: cpu and remote compute all, cuda/hip gpt-oss's and kimi-k3's, xdna "
-                 "none; a load follows each "
-                 "worker's hello)\n",
+                 "computes it take them (assumed: cpu and remote compute all, cuda/hip gpt-oss's, kimi-k3's and "
+                 "deepseek4's, xdna none; a load follows each worker's hello)\n",
                  n, first, need[first].acts & MOE_ACT_BIASES ? " or biases (gpt-oss)" : "");
 }
 

@@ -341,8 +341,9 @@ static int s_check_shape(cursor *c, coli_tensor *t, uint32_t n_dims, const uint6
     }
     for (uint32_t d = n_dims; d < COLI_MAX_DIMS; d++) t->ne[d] = 1;
     t->n_dims = (int)n_dims;
-    /* (Q8_1 and Q8_K are activation formats: ggml never stores weights in them) */
-    if (!coli_dtype_valid(type))
+    /* (Q8_1 and Q8_K are activation formats: ggml never stores weights in
+     * them; I32 holds integer tables, which only their reader uses) */
+    if (!coli_dtype_valid(type) && type != COLI_I32)
         return coli_fail(COLI_EUNSUPPORTED,
                          "%s: %s: tensor type %s (%u) is not supported "
                          "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, "

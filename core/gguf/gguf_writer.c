@@ -258,7 +258,7 @@ static int s_grow_tensors(gguf_writer *w) {
 
 /* Expected byte size of a tensor; 0 and an error if the shape is invalid. */
 static int s_tensor_bytes(const char *name, coli_dtype type, int n_dims, const int64_t *ne, size_t *out) {
-    if (!coli_dtype_valid((uint32_t)type))
+    if (!coli_dtype_valid((uint32_t)type) && type != COLI_I32) /* I32: integer tables, copied as they are */
         return coli_fail(COLI_EINVAL, "gguf writer: tensor '%s': unsupported type %s", name, coli_dtype_name(type));
     if (n_dims < 1 || n_dims > COLI_MAX_DIMS)
         return coli_fail(COLI_EINVAL, "gguf writer: tensor '%s': n_dims %d (must be 1 to 4)", name, n_dims);

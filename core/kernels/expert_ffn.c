@@ -54,6 +54,14 @@ int expert_layer_present(const gguf_file *f, int layer) {
     return f && layer >= 0 && gguf_find_tensor(f, name) != NULL;
 }
 
+/* 1 for a deepseek4 file (its experts take the clamped SwiGLU). */
+static int s_is_ds4(const gguf_file *f) {
+    static const char ds4[] = "deepseek4";
+    gguf_str a;
+    if (!f || gguf_find_key(f, "general.architecture") < 0 || gguf_get_str(f, "general.architecture", &a) < 0) return 0;
+    return a.len == sizeof ds4 - 1 && memcmp(a.ptr, ds4, a.len) == 0;
+}
+
 expert_act expert_act_of_gguf(const gguf_file *f) {
     static const char oai[] = "gpt-oss", kimi[] = "kimi-k3";
     gguf_str a;
@@ -88,6 +96,30 @@ void expert_weights_set_act(expert_weights *w, expert_act act) {
     w->act = act;
     w->alpha = act == EXPERT_ACT_SWIGLU_OAI ? EXPERT_OAI_ALPHA : 0.0f;
     w->limit = act == EXPERT_ACT_SWIGLU_OAI ? EXPERT_OAI_LIMIT : 0.0f;
+}
+
+int expert_weights_ds4_clamp(const gguf_file *f, const char *key, int layer, expert_weights *w) {
+    char name[96];
+    gguf_type et;
+    uint64_t n;
+    const void *data;
+    float v = 0.0f;
+    snprintf(name, sizeof name, "deepseek4.%s", key);
+    const int64_t id = gguf_find_key(f, name);
+    if (id >= 0 && gguf_kv_type(f, id) != GGUF_ARRAY) {
+        if (gguf_get_f32(f, name, &v) < 0) return COLI_EFORMAT;
+    } else if (id >= 0) {
+        if (gguf_get_arr(f, name, &et, &n, &data) < 0) return COLI_EFORMAT;
+        if (et != GGUF_FLOAT32 || n <= (uint64_t)layer)
+            return coli_fail(COLI_EFORMAT, "metadata '%s': expected a FLOAT32 array with an entry for block %d", name,
+                             layer);
+        memcpy(&v, (const char *)data + 4 * (size_t)layer, sizeof v);
+    }
+    if (!(v >= 0.0f) || !isfinite(v))
+        return coli_fail(COLI_EFORMAT, "metadata '%s': block %d: limit %g, expected >= 0", name, layer, (double)v);
+    expert_weights_set_act(w, v > 1e-6f ? EXPERT_ACT_SWIGLU_CLAMP : EXPERT_ACT_SILU);
+    w->limit = v > 1e-6f ? v : 0.0f;
+    return 0;
 }
 
 /* Expert e's row of the optional bias blk.<layer>.ffn_<part>_exps.bias,
@@ -144,6 +176,7 @@ int expert_weights_from_gguf(const gguf_file *f, int layer, int expert, expert_w
     out->down_type = d->type;
     out->n_embd = n_embd;
     out->n_ff = n_ff;
+    if (s_is_ds4(f)) return expert_weights_ds4_clamp(f, "swiglu_clamp_exp", layer, out);
     return expert_weights_act_of_gguf(f, out);
 }
 
@@ -173,6 +206,16 @@ static void s_swiglu_oai(const expert_weights *w, float *g, const float *u, int6
         const float x = gk < limit ? gk : limit;
         const float y = uk < -limit ? -limit : (uk > limit ? limit : uk);
         g[k] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+    }
+}
+
+/* deepseek4 (ggml_swiglu_clamp): g = min(g, limit), u = clamp(u, ±limit),
+ * g / (1 + exp(-g)) * u in place over [k0, k1). */
+static void s_swiglu_clamp(float limit, float *g, const float *u, int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; k++) {
+        const float x = g[k] < limit ? g[k] : limit;
+        const float y = u[k] < -limit ? -limit : (u[k] > limit ? limit : u[k]);
+        g[k] = x / (1.0f + expf(-x)) * y;
     }
 }
 
@@ -207,6 +250,8 @@ static void s_swiglu_worker(void *arg, int ith, int nth) {
         if (j->w[e]->gate_bias || j->w[e]->up_bias) s_add_gu_bias(j->w[e], j->g[e], j->u[e], a, b);
         if (j->w[e]->act == EXPERT_ACT_SWIGLU_OAI)
             s_swiglu_oai(j->w[e], j->g[e], j->u[e], a, b);
+        else if (j->w[e]->act == EXPERT_ACT_SWIGLU_CLAMP)
+            s_swiglu_clamp(j->w[e]->limit, j->g[e], j->u[e], a, b);
         else if (j->w[e]->act == EXPERT_ACT_SITU)
             s_situ(j->w[e], j->g[e], j->u[e], a, b);
         else
@@ -230,7 +275,8 @@ static int s_check_task(const expert_ffn_task *t, int i) {
     if (w->n_embd <= 0 || w->n_ff <= 0)
         return coli_fail(COLI_EINVAL, "expert ffn: task %d: bad shape n_embd %lld, n_ff %lld", i, (long long)w->n_embd,
                          (long long)w->n_ff);
-    if (w->act != EXPERT_ACT_SILU && w->act != EXPERT_ACT_SWIGLU_OAI && w->act != EXPERT_ACT_SITU)
+    if (w->act != EXPERT_ACT_SILU && w->act != EXPERT_ACT_SWIGLU_OAI && w->act != EXPERT_ACT_SITU &&
+        w->act != EXPERT_ACT_SWIGLU_CLAMP)
         return coli_fail(COLI_EINVAL, "expert ffn: task %d: unknown activation %d", i, (int)w->act);
     return 0;
 }

@@ -30,9 +30,10 @@
 
 /* The gated activation of an expert (the plugin ABI's moe_expert_desc.act). */
 typedef enum expert_act {
-    EXPERT_ACT_SILU = 0,       /* silu(g) * u: every family but gpt-oss */
-    EXPERT_ACT_SWIGLU_OAI = 1, /* gpt-oss: clamped, alpha-scaled, (u + 1); with biases */
-    EXPERT_ACT_SITU = 2,       /* kimi-k3: situ with alpha = situ_beta, limit = situ_linear_beta */
+    EXPERT_ACT_SILU = 0,         /* silu(g) * u: every family but gpt-oss */
+    EXPERT_ACT_SWIGLU_OAI = 1,   /* gpt-oss: clamped, alpha-scaled, (u + 1); with biases */
+    EXPERT_ACT_SITU = 2,         /* kimi-k3: situ with alpha = situ_beta, limit = situ_linear_beta */
+    EXPERT_ACT_SWIGLU_CLAMP = 3, /* deepseek4: silu(min(g, limit)) * clamp(u, ±limit) (ggml_swiglu_clamp) */
 } expert_act;
 
 /* llama.cpp's constants for gpt-oss (build_moe_ffn: no metadata key carries them). */
@@ -46,7 +47,7 @@ typedef struct expert_weights {
     coli_dtype gate_type, up_type, down_type;
     int64_t n_embd, n_ff;
     expert_act act;                               /* EXPERT_ACT_SILU when zeroed */
-    float alpha, limit;                           /* EXPERT_ACT_SWIGLU_OAI's / SITU's constants */
+    float alpha, limit;                           /* EXPERT_ACT_SWIGLU_OAI's / SITU's constants; SWIGLU_CLAMP's limit */
     const float *gate_bias, *up_bias, *down_bias; /* (n_ff), (n_ff), (n_embd) F32, or NULL */
 } expert_weights;
 
@@ -83,6 +84,12 @@ void expert_weights_set_act(expert_weights *w, expert_act act);
 /* Set w's activation to f's (SITU: its <arch>.activation.situ_beta and
  * situ_linear_beta, required). Returns 0 or COLI_EFORMAT naming the key. */
 int expert_weights_act_of_gguf(const gguf_file *f, expert_weights *w);
+
+/* deepseek4: layer's limit of the clamped SwiGLU from "deepseek4.<key>"
+ * (swiglu_clamp_exp / swiglu_clamp_shexp: an array over the blocks or one
+ * number); w gets SWIGLU_CLAMP with it, or SILU when it is <= 1e-6 (as
+ * llama.cpp). Returns 0 or COLI_EFORMAT naming the key. */
+int expert_weights_ds4_clamp(const gguf_file *f, const char *key, int layer, expert_weights *w);
 
 /* out (n_rows, n_embd) = expert(x (n_rows, n_embd)). Row r of out depends
  * only on row r of x (see matmul.h). Returns 0 or COLI_ENOMEM. */

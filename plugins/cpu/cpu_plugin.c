@@ -124,7 +124,8 @@ static int s_cpu_get_caps(moe_device *dev, moe_caps *caps) {
     memset(caps, 0, sizeof *caps);
     caps->dtype_mask = (uint32_t)CPU_DTYPE_MASK;
     caps->dtype_mask_hi = (uint32_t)(CPU_DTYPE_MASK >> 32);
-    caps->act_mask = (1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | MOE_ACT_BIASES; /* expert_ffn: all */
+    /* expert_ffn computes all of them */
+    caps->act_mask = (1u << MOE_ACT_SWIGLU_OAI) | (1u << MOE_ACT_SITU) | (1u << MOE_ACT_SWIGLU_CLAMP) | MOE_ACT_BIASES;
     caps->max_rows = 0;
     caps->memory_total = 0;
     caps->memory_budget = dev->budget ? dev->budget : s_host_memory();
@@ -142,7 +143,8 @@ static int s_check_desc(const moe_expert_desc *e, char *err, size_t err_len) {
     if (e->n_embd <= 0 || e->n_ff <= 0)
         return s_fail(err, err_len, COLI_EINVAL, "cpu: expert %d/%d: bad shape n_embd %lld, n_ff %lld", e->layer,
                       e->expert, (long long)e->n_embd, (long long)e->n_ff);
-    if (e->act != MOE_ACT_SILU && e->act != MOE_ACT_SWIGLU_OAI && e->act != MOE_ACT_SITU)
+    if (e->act != MOE_ACT_SILU && e->act != MOE_ACT_SWIGLU_OAI && e->act != MOE_ACT_SITU &&
+        e->act != MOE_ACT_SWIGLU_CLAMP)
         return s_fail(err, err_len, COLI_EUNSUPPORTED, "cpu: expert %d/%d: activation %d not supported", e->layer,
                       e->expert, (int)e->act);
     for (int i = 0; i < 3; i++) {

@@ -423,7 +423,8 @@ static int s_check_expert(const moe_device *d, const moe_expert_desc *e, char *e
     if (!gpu_act_supported(e->act))
         return s_err(err, n, ERR_STATUS_UNSUP, "%s:%d: expert %d.%d: activation %d not supported", COLI_GPU_VENDOR,
                      d->index, e->layer, e->expert, (int)e->act);
-    if (!isfinite(e->act_alpha) || !isfinite(e->act_limit) || (e->act == MOE_ACT_SITU && !(e->act_alpha > 0.0f)))
+    if (!isfinite(e->act_alpha) || !isfinite(e->act_limit) || (e->act == MOE_ACT_SITU && !(e->act_alpha > 0.0f)) ||
+        (e->act == MOE_ACT_SWIGLU_CLAMP && !(e->act_limit > 0.0f)))
         return s_err(err, n, ERR_STATUS_INVAL, "%s:%d: expert %d.%d: activation %d with alpha %g, limit %g",
                      COLI_GPU_VENDOR, d->index, e->layer, e->expert, (int)e->act, (double)e->act_alpha,
                      (double)e->act_limit);

@@ -389,11 +389,8 @@ static inline COLI_HD float gpu_situ(float g, float u, float beta, float lin) {
     return a * (lin > 0.0f ? tanhf(u * il) * lin : u);
 }
 
-/* deepseek4's clamped SwiGLU: x = min(g, limit), silu(x) clamp(u, -limit,
- * limit); no biases. Act value 3, MOE_ACT_SWIGLU_CLAMP once plugin_abi.h has
- * it; the plugin takes no such expert until gpu_act_supported does (and
- * get_caps reports the bit). */
-#define GPU_ACT_SWIGLU_CLAMP 3
+/* deepseek4 (MOE_ACT_SWIGLU_CLAMP): x = min(g, limit), silu(x) clamp(u,
+ * -limit, limit), no biases; expert_ffn.c's s_swiglu_clamp's operations. */
 static inline COLI_HD float gpu_swiglu_clamp(float g, float u, float limit) {
     const float x = g < limit ? g : limit;
     const float y = u < -limit ? -limit : (u > limit ? limit : u);
@@ -403,7 +400,7 @@ static inline COLI_HD float gpu_swiglu_clamp(float g, float u, float limit) {
 /* 1 if the kernels compute moe_expert_desc.act value act (load_expert's
  * check; get_caps reports the same set). */
 static inline int gpu_act_supported(int act) {
-    return act == MOE_ACT_SILU || act == MOE_ACT_SWIGLU_OAI || act == MOE_ACT_SITU;
+    return act == MOE_ACT_SILU || act == MOE_ACT_SWIGLU_OAI || act == MOE_ACT_SITU || act == MOE_ACT_SWIGLU_CLAMP;
 }
 
 /* The moe_caps.act_mask bits of the activations gpu_act_supported takes,
@@ -421,7 +418,7 @@ static inline COLI_HD float gpu_act(int act, float g, float u, float alpha, floa
     switch (act) {
     case MOE_ACT_SWIGLU_OAI: return gpu_swiglu_oai(g, u, alpha, limit);
     case MOE_ACT_SITU: return gpu_situ(g, u, alpha, limit);
-    case GPU_ACT_SWIGLU_CLAMP: return gpu_swiglu_clamp(g, u, limit);
+    case MOE_ACT_SWIGLU_CLAMP: return gpu_swiglu_clamp(g, u, limit);
     default: return gpu_swiglu(g, u);
     }
 }
