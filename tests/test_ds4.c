@@ -222,16 +222,21 @@ Test(ds4, serve_greedy_equals_run) {
     free(want);
 }
 
-/* Three sequences answered together in one batch (prefill chunks of 3:
- * many steps, so that the threads share some even on a busy machine;
- * rows of different sequences in one pass, blocks completing at different
- * steps) give the tokens each gets alone. */
+/* Three sequences answered together in one batch give the tokens each
+ * gets alone: rows of different sequences in one pass, their compressed
+ * blocks completing at different steps (prompts of 125, 127 and 130
+ * tokens: the 128-position block completes at the first or third decode
+ * step, or already has, and the 4-position ones at different steps).
+ * Prompts are prefilled alone, in chunks under the batch's lock, and join
+ * for the decode: prompts of nearly one length join at nearly one time,
+ * so their decode steps overlap (a 37-token prompt's whole answer used to
+ * be done before a 130-token one had joined, on a quiet machine). */
 Test(ds4, batched_equals_alone) {
     fam_ref r;
     char model[4096];
     s_ref_and_model(&k_ds4_long, &r, model, sizeof model);
     coli_model *m = sched_load(model, "inproc");
-    const int lens[3] = {37, 61, 130};
+    const int lens[3] = {125, 127, 130};
     gen_run alone[3], together[3];
     coli_batch *b = NULL;
     for (int i = 0; i < 3; i++) {
