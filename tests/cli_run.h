@@ -8,6 +8,7 @@
 #ifndef COLI_TESTS_CLI_RUN_H
 #define COLI_TESTS_CLI_RUN_H
 
+#include <criterion/criterion.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -121,6 +122,30 @@ static inline int cli_shell(const char *cmd, char *out, size_t cap) {
     size_t n = fread(out, 1, cap - 1, f);
     out[n] = '\0';
     return pclose(f);
+}
+
+/* coli CMD -m MODEL -t 2 --devices D A1..A4 with D = inproc and then cpu:2
+ * (two worker processes): both exit 0 and print the same stdout, which is
+ * returned (the caller frees). The family tests' "workers give the
+ * in-process bytes" through the command line (coli run, coli perplexity).
+ * Needs criterion. */
+static inline char *cli_inproc_equals_workers(const char *model, const char *cmd, const char *a1, const char *a2,
+                                              const char *a3, const char *a4) {
+    char coli[4200];
+    cli_build_path(coli, sizeof coli, "bin/coli");
+    char *outs[2];
+    const char *dev[2] = {"inproc", "cpu:2"};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {coli,           (char *)cmd, "-m",       (char *)model, "-t",       "2", "--devices",
+                        (char *)dev[i], (char *)a1,  (char *)a2, (char *)a3,    (char *)a4, NULL};
+        cli_result res = cli_run(argv);
+        cr_assert_eq(res.status, 0, "coli %s --devices %s: %s", cmd, dev[i], res.err);
+        outs[i] = res.out;
+        free(res.err);
+    }
+    cr_expect_str_eq(outs[0], outs[1], "coli %s: workers and in-process differ", cmd);
+    free(outs[1]);
+    return outs[0];
 }
 
 #endif

@@ -603,27 +603,13 @@ Test(hybrid, kimi_k3_bad_files_are_refused) {
     unlink(bad);
 }
 
-/* coli ARGS on the tiny kimi-k3 with --inproc and with two workers: exit 0
- * and the same stdout both times (returned, caller frees). */
+/* coli ARGS on the tiny kimi-k3, in-process and on two workers (cli_run.h) */
 static char *s_kimi_cli(const char *cmd, const char *a1, const char *a2, const char *a3, const char *a4) {
     llama_ref r;
-    char path[4096], coli[4200];
+    char path[4096];
     s_read_ref("kimi-k3", &r);
     s_model("kimi-k3", &r, path, sizeof path);
-    cli_build_path(coli, sizeof coli, "bin/coli");
-    char *outs[2];
-    const char *dev[2] = {"inproc", "cpu:2"};
-    for (int i = 0; i < 2; i++) {
-        char *argv[] = {coli,           (char *)cmd, "-m",       path,       "-t",       "2", "--devices",
-                        (char *)dev[i], (char *)a1,  (char *)a2, (char *)a3, (char *)a4, NULL};
-        cli_result res = cli_run(argv);
-        cr_assert_eq(res.status, 0, "coli %s --devices %s: %s", cmd, dev[i], res.err);
-        outs[i] = res.out;
-        free(res.err);
-    }
-    cr_expect_str_eq(outs[0], outs[1], "coli %s: workers and in-process differ", cmd);
-    free(outs[1]);
-    return outs[0];
+    return cli_inproc_equals_workers(path, cmd, a1, a2, a3, a4);
 }
 
 /* coli run and coli perplexity (windows of 64: each starts from a zero

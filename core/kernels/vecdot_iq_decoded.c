@@ -22,21 +22,11 @@
 #if COLI_X86
 #include <immintrin.h>
 
+#include "core/kernels/vecdot_lowbit_x86.h"
+
 #define AVX2 COLI_TARGET_AVX2
 #define AVX512 COLI_TARGET_AVX512
 #define ALWAYS static inline __attribute__((always_inline))
-
-AVX2 ALWAYS int s_hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* the portable float step, kept from contracting into an FMA */
-AVX2 ALWAYS float s_add_mul(float sum, float a, float b) {
-    return _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(sum), _mm_mul_ss(_mm_set_ss(a), _mm_set_ss(b))));
-}
 
 AVX2 ALWAYS const block_q8_K *s_tok(const void *x, size_t xs, int t, int b) {
     return (const block_q8_K *)((const char *)x + (size_t)t * xs) + b;
@@ -57,8 +47,7 @@ AVX2 void coli_iq_decoded_dots_avx2(int nb, const coli_iq_decoded *dec, const vo
                 acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, ls));
             }
         }
-        for (int t = 0; t < nt; t++)
-            sum[t] = s_add_mul(sum[t], o->d * s_tok(x, xs, t, b)->d, (float)s_hsum_i32(acc[t]));
+        for (int t = 0; t < nt; t++) sum[t] = add_mul(sum[t], o->d * s_tok(x, xs, t, b)->d, (float)hsum_i32(acc[t]));
     }
 }
 
@@ -79,7 +68,7 @@ AVX512 void coli_iq_decoded_dots_avx512(int nb, const coli_iq_decoded *dec, cons
             }
         }
         for (int t = 0; t < nt; t++)
-            sum[t] = s_add_mul(sum[t], o->d * s_tok(x, xs, t, b)->d, (float)_mm512_reduce_add_epi32(acc[t]));
+            sum[t] = add_mul(sum[t], o->d * s_tok(x, xs, t, b)->d, (float)_mm512_reduce_add_epi32(acc[t]));
     }
 }
 

@@ -27,25 +27,14 @@
 #if COLI_X86
 #include <immintrin.h>
 
+#include "core/kernels/vecdot_lowbit_x86.h"
+
 #define AVX2 COLI_TARGET_AVX2
 #define ALWAYS static inline __attribute__((always_inline))
-
-AVX2 ALWAYS int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
 
 /* Sum of the 16 bsums: the activations' sum over the super-block. */
 AVX2 ALWAYS int act_sum(const block_q8_K *x) {
     return hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), _mm256_set1_epi16(1)));
-}
-
-/* The float step of the portable functions, without contraction into an
- * FMA (scalar SSE operations the compiler keeps as written). */
-AVX2 ALWAYS float add_mul(float sum, float a, float b) {
-    return _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(sum), _mm_mul_ss(_mm_set_ss(a), _mm_set_ss(b))));
 }
 
 /* Bytes of v times the constants of c (one per 16-bit lane, both bytes),
