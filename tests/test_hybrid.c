@@ -200,6 +200,9 @@ Test(hybrid, qwen35moe_f16_rule) { s_f16_rule("qwen35moe"); }
 
 Test(hybrid, kimi_k3_f32_rule) { s_f32_rule("kimi-k3"); }
 Test(hybrid, kimi_linear_f32_rule) { s_f32_rule("kimi-linear"); }
+/* F16 latent rows (MLA) beside F32 KDA states, against llama.cpp's F16-KV runs */
+Test(hybrid, kimi_k3_f16_rule) { s_f16_rule("kimi-k3"); }
+Test(hybrid, kimi_linear_f16_rule) { s_f16_rule("kimi-linear"); }
 
 static void s_workers_bytes(const char *arch) {
     llama_ref r;
