@@ -65,16 +65,6 @@ static inline void gptoss_model_mxfp4(char *out, size_t cap) {
     s_unlock_dir(fd);
 }
 
-/* sha256 of path as 64 hex digits (coreutils' sha256sum). */
-static inline void gptoss_sha256(const char *path, char out[65]) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "sha256sum '%s'", path);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "cannot run sha256sum");
-    cr_assert_eq(fscanf(p, "%64s", out), 1, "no sha256sum output for %s", path);
-    pclose(p);
-}
-
 /* Read a fixture ("# model NAME sha256 HEX", "ids: ...", "pos P: id logit ..."),
  * and check that model is the file it was recorded on. */
 static inline void gptoss_ref_load(const char *fixture, const char *model, gptoss_ref *r) {
@@ -106,7 +96,7 @@ static inline void gptoss_ref_load(const char *fixture, const char *model, gptos
     fclose(f);
     cr_assert_gt(r->n_pos, 0, "%s: no ids", fixture);
     char got[65];
-    gptoss_sha256(model, got);
+    ref_sha256(model, got);
     cr_assert_str_eq(got, r->sha256, "%s is not the file %s was recorded on (generator or quantizer changed)", model,
                      fixture);
 }

@@ -128,4 +128,22 @@ static inline void s_fixture(const char *file, char *out, size_t cap) {
     cr_assert(s_exists(out), "fixture %s missing", out);
 }
 
+/* sha256 of path as 64 hex digits (coreutils' sha256sum). */
+static inline void ref_sha256(const char *path, char out[65]) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "sha256sum '%s'", path);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run sha256sum");
+    cr_assert_eq(fscanf(p, "%64s", out), 1, "no sha256sum output for %s", path);
+    pclose(p);
+}
+
+/* A generated model is the file its fixture was recorded on: a generator
+ * that drifted fails here, loudly, not as a tolerance miss later. */
+static inline void ref_assert_sha256(const char *path, const char *want) {
+    char got[65] = "";
+    ref_sha256(path, got);
+    cr_assert_str_eq(got, want, "%s: the generator drifted from the file the reference was recorded on", path);
+}
+
 #endif

@@ -80,13 +80,8 @@ static void s_read_ref(const char *arch, llama_ref *r) { s_read_ref_kv(arch, 0, 
 
 /* tiny-ARCH-f32.gguf, made by tests/gen_qwen3next.py once, checked against the recorded sha256. */
 static void s_model(const char *arch, const llama_ref *r, char *out, size_t cap) {
-    char cmd[4200], sha[80] = "";
     s_hybrid_model(arch, out, cap);
-    snprintf(cmd, sizeof cmd, "sha256sum '%s'", out);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p && fscanf(p, "%64s", sha) == 1, "sha256sum %s", out);
-    pclose(p);
-    cr_assert_str_eq(sha, r->sha, "%s: the generator drifted from the file llama.cpp's logits were recorded on", out);
+    ref_assert_sha256(out, r->sha);
 }
 
 static coli_model *s_load_kv(const char *path, const char *devices, int kv_f16) {
@@ -401,39 +396,57 @@ Test(hybrid, reset_starts_a_fresh_state) {
 /* docs/architectures.md's figures for the tiny qwen3next: 2 attention layers x
  * 2 KV heads x (32 + 32) per position; 2 linear layers x (3 x 128 conv tail
  * + 4 heads x 16 x 16) F32 per sequence. */
-Test(hybrid, state_memory_reported) {
+/* arch's state memory as coli_model_get_info reports it (F16 KV: kv_f16) */
+static void s_expect_state(const char *arch, int kv_f16, long per_token, long per_seq) {
     llama_ref r;
     char path[4096];
-    s_read_ref("qwen3next", &r);
-    s_model("qwen3next", &r, path, sizeof path);
-    coli_model *m = s_load(path, "inproc");
+    s_read_ref(arch, &r);
+    s_model(arch, &r, path, sizeof path);
+    coli_model *m = s_load_kv(path, "inproc", kv_f16);
     coli_model_info info;
     coli_model_get_info(m, &info);
-    cr_expect_eq(info.state_bytes_per_token, 2 * 2 * 64 * 4);
-    cr_expect_eq(info.state_bytes_per_seq, 2 * (3 * 128 + 4 * 16 * 16) * 4);
-    coli_model_free(&m);
-    coli_model_params mp;
-    coli_model_default_params(&mp);
-    mp.kv_f16 = 1;
-    cr_assert_eq(coli_model_load(path, &mp, &m), 0, "%s", coli_last_error());
-    coli_model_get_info(m, &info);
-    cr_expect_eq(info.state_bytes_per_token, 2 * 2 * 64 * 2, "F16 KV halves the rows, not the recurrent state");
-    cr_expect_eq(info.state_bytes_per_seq, 2 * (3 * 128 + 4 * 16 * 16) * 4);
+    cr_expect_eq(info.state_bytes_per_token, per_token, "%s (F16 KV %d): %lld per token", arch, kv_f16,
+                 (long long)info.state_bytes_per_token);
+    cr_expect_eq(info.state_bytes_per_seq, per_seq, "%s (F16 KV %d): %lld per sequence", arch, kv_f16,
+                 (long long)info.state_bytes_per_seq);
     coli_model_free(&m);
 }
 
-/* A copy of src with one u32 (f32: F32) key changed (key NULL: none) and
- * the first two dims of one tensor swapped (swap NULL: none). */
-static void s_edited(const char *src, const char *dst, const char *key, double v, int f32, const char *swap) {
+Test(hybrid, state_memory_reported) {
+    s_expect_state("qwen3next", 0, 2 * 2 * 64 * 4, 2 * (3 * 128 + 4 * 16 * 16) * 4);
+    /* F16 KV halves the rows, not the recurrent state */
+    s_expect_state("qwen3next", 1, 2 * 2 * 64 * 2, 2 * (3 * 128 + 4 * 16 * 16) * 4);
+}
+
+/* What s_edited changes in a copy of a model (NULL / 0: nothing). */
+typedef struct file_edit {
+    const char *set_key; /* set to v: a u32, or an F32 when f32 */
+    double v;
+    int f32;
+    const char *drop_key, *drop_tensor; /* left out */
+    const char *swap;                   /* this tensor's first two dims swapped */
+} file_edit;
+
+static int s_is_key(gguf_str k, const char *name) {
+    return name && k.len == strlen(name) && !memcmp(k.ptr, name, k.len);
+}
+
+/* A copy of src at dst with e applied. */
+static void s_edited(const char *src, const char *dst, file_edit e) {
     gguf_file *f = NULL;
     cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
     gguf_writer *w = gguf_writer_new();
-    for (int64_t i = 0; i < gguf_n_kv(f); i++) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
-    if (key) cr_assert_eq(f32 ? gguf_writer_set_f32(w, key, (float)v) : gguf_writer_set_u32(w, key, (uint32_t)v), 0);
+    for (int64_t i = 0; i < gguf_n_kv(f); i++)
+        if (!s_is_key(gguf_key_name(f, i), e.drop_key)) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
+    if (e.set_key)
+        cr_assert_eq(e.f32 ? gguf_writer_set_f32(w, e.set_key, (float)e.v)
+                           : gguf_writer_set_u32(w, e.set_key, (uint32_t)e.v),
+                     0);
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const coli_tensor *t = gguf_tensor(f, i);
+        if (e.drop_tensor && !strcmp(t->name, e.drop_tensor)) continue;
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
-        if (swap && !strcmp(t->name, swap)) ne[0] = t->ne[1], ne[1] = t->ne[0];
+        if (e.swap && !strcmp(t->name, e.swap)) ne[0] = t->ne[1], ne[1] = t->ne[0];
         cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, t->nbytes), 0);
     }
     cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
@@ -447,12 +460,12 @@ Test(hybrid, inconsistent_ssm_keys_are_refused) {
     s_read_ref("qwen3next", &r);
     s_model("qwen3next", &r, path, sizeof path);
     snprintf(bad, sizeof bad, "%s/hybrid-bad-%d.gguf", s_build(), (int)getpid());
-    s_edited(path, bad, "qwen3next.ssm.group_count", 3, 0, NULL);
+    s_edited(path, bad, (file_edit){.set_key = "qwen3next.ssm.group_count", .v = 3});
     coli_model *m = NULL;
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "ssm.group_count 3") && !strchr(coli_last_error(), '\n'), "%s",
               coli_last_error());
-    s_edited(path, bad, "qwen3next.ssm.state_size", 8, 0, NULL);
+    s_edited(path, bad, (file_edit){.set_key = "qwen3next.ssm.state_size", .v = 8});
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "ssm.state_size 8"), "%s", coli_last_error());
     unlink(bad);
@@ -504,7 +517,7 @@ Test(hybrid, mtp_block_wrong_shape_refused) {
     s_hybrid_model_mtp("qwen35moe", 1, mtp, sizeof mtp);
     snprintf(bad, sizeof bad, "%s/hybrid-mtp-bad-%d.gguf", s_build(), (int)getpid());
     for (size_t i = 0; i < sizeof bad_tensors / sizeof bad_tensors[0]; i++) {
-        s_edited(mtp, bad, NULL, 0, 0, bad_tensors[i]);
+        s_edited(mtp, bad, (file_edit){.swap = bad_tensors[i]});
         coli_model *m = NULL;
         cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT, "%s", bad_tensors[i]);
         cr_expect(strstr(coli_last_error(), bad_tensors[i]) && !strchr(coli_last_error(), '\n'), "%s: %s",
@@ -518,35 +531,7 @@ Test(hybrid, mtp_block_wrong_shape_refused) {
  * 2 KDA layers x (3 x 3 x 128 conv tail + 4 heads x 32 x 32) F32 per
  * sequence (docs/architectures.md). */
 Test(hybrid, kimi_k3_state_memory_reported) {
-    llama_ref r;
-    char path[4096];
-    s_read_ref("kimi-k3", &r);
-    s_model("kimi-k3", &r, path, sizeof path);
-    coli_model *m = s_load(path, "inproc");
-    coli_model_info info;
-    coli_model_get_info(m, &info);
-    cr_expect_eq(info.state_bytes_per_token, 2 * (64 + 16) * 4);
-    cr_expect_eq(info.state_bytes_per_seq, 2 * (3 * 3 * 128 + 4 * 32 * 32) * 4);
-    coli_model_free(&m);
-}
-
-/* A copy of src without the key (NULL: none) and the tensor (NULL: none). */
-static void s_without(const char *src, const char *dst, const char *key, const char *tensor) {
-    gguf_file *f = NULL;
-    cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
-    gguf_writer *w = gguf_writer_new();
-    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
-        const gguf_str k = gguf_key_name(f, i);
-        if (!key || k.len != strlen(key) || memcmp(k.ptr, key, k.len)) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
-    }
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const coli_tensor *t = gguf_tensor(f, i);
-        if (!tensor || strcmp(t->name, tensor))
-            cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
-    }
-    cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
-    gguf_writer_free(&w);
-    gguf_close(&f);
+    s_expect_state("kimi-k3", 0, 2 * (64 + 16) * 4, 2 * (3 * 3 * 128 + 4 * 32 * 32) * 4);
 }
 
 /* One line naming the key or tensor, for each way a kimi-k3 file can be wrong. */
@@ -571,7 +556,7 @@ Test(hybrid, kimi_k3_bad_files_are_refused) {
         {NULL, "blk.3.attn_res_score.weight", "blk.3.attn_res_score.weight"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        s_without(path, bad, cases[i].key, cases[i].tensor);
+        s_edited(path, bad, (file_edit){.drop_key = cases[i].key, .drop_tensor = cases[i].tensor});
         coli_model *m = NULL;
         cr_expect_lt(coli_model_load(bad, NULL, &m), 0, "case %zu loaded", i);
         cr_expect(strstr(coli_last_error(), cases[i].want) && !strchr(coli_last_error(), '\n'), "case %zu: %s", i,
@@ -584,7 +569,9 @@ Test(hybrid, kimi_k3_bad_files_are_refused) {
     s_model("kimi-linear", &r, lin, sizeof lin);
     const char *const lin_tensors[] = {"blk.0.ssm_g_a.weight", "blk.2.ssm_g_b.weight", "blk.2.ssm_a"};
     for (size_t i = 0; i < 4; i++) {
-        s_without(lin, bad, i < 3 ? NULL : "kimi-linear.expert_gating_func", i < 3 ? lin_tensors[i] : NULL);
+        s_edited(lin, bad,
+                 (file_edit){.drop_key = i < 3 ? NULL : "kimi-linear.expert_gating_func",
+                             .drop_tensor = i < 3 ? lin_tensors[i] : NULL});
         coli_model *m = NULL;
         cr_expect_lt(coli_model_load(bad, NULL, &m), 0, "kimi-linear case %zu loaded", i);
         cr_expect(strstr(coli_last_error(), i < 3 ? lin_tensors[i] : "kimi-linear.expert_gating_func"),
@@ -592,15 +579,15 @@ Test(hybrid, kimi_k3_bad_files_are_refused) {
         coli_model_free(&m);
     }
     /* an inconsistent width: the tensors say which */
-    s_edited(path, bad, "kimi-k3.expert_latent_length", 32, 0, NULL);
+    s_edited(path, bad, (file_edit){.set_key = "kimi-k3.expert_latent_length", .v = 32});
     coli_model *m = NULL;
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "blk.1.ffn_gate_exps.weight"), "%s", coli_last_error());
     /* hostile values */
-    s_edited(path, bad, "kimi-k3.activation.situ_beta", -1.0, 1, NULL);
+    s_edited(path, bad, (file_edit){.set_key = "kimi-k3.activation.situ_beta", .v = -1.0, .f32 = 1});
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "situ_beta -1"), "%s", coli_last_error());
-    s_edited(path, bad, "kimi-k3.kda.gate_lower_bound", NAN, 1, NULL);
+    s_edited(path, bad, (file_edit){.set_key = "kimi-k3.kda.gate_lower_bound", .v = NAN, .f32 = 1});
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "kimi-k3.kda.gate_lower_bound"), "%s", coli_last_error());
     unlink(bad);
