@@ -152,15 +152,13 @@ void coli_vec_dot_mxfp4_q8_0_avx512_tokens(int64_t n, const void *w, const void 
  * per weight row for a whole block of tokens (matmul_vecdot.c): each group
  * of 32 values as the AVX2 kernels apply it (vecdot_lowbit_avx2.c), so a
  * prefill stops paying the grid lookups and sign spreading once per 4
- * tokens. g: the magnitudes; s: the signs as -1 / +1 bytes; neg: the same
- * signs as bits (value j of groups 2k, 2k + 1 is bit j of neg[k]); ls: the
- * odd scales in the 16-bit lanes madd pairs them with; d: the super-block's
+ * tokens. g: the magnitudes; s: the signs as -1 / +1 bytes; ls: the odd
+ * scales in the 16-bit lanes madd pairs them with; d: the super-block's
  * fp16 scale, widened. */
 typedef struct coli_iq_decoded {
     uint8_t g[COLI_QK_K];
     int8_t s[COLI_QK_K];
     int16_t ls[COLI_QK_K / 32][16];
-    uint64_t neg[COLI_QK_K / 64];
     float d;
 } __attribute__((aligned(64))) coli_iq_decoded;
 

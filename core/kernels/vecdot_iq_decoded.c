@@ -60,7 +60,8 @@ AVX512 void coli_iq_decoded_dots_avx512(int nb, const coli_iq_decoded *dec, cons
         for (int ip = 0; ip < COLI_QK_K / 64; ip++) { /* groups 2 ip and 2 ip + 1 */
             const __m512i g = _mm512_load_si512((const void *)(o->g + 64 * ip));
             const __m512i ls = _mm512_load_si512((const void *)o->ls[2 * ip]);
-            const __mmask64 neg = o->neg[ip];
+            /* the sign bytes' top bits, once per group pair for all tokens */
+            const __mmask64 neg = _mm512_movepi8_mask(_mm512_load_si512((const void *)(o->s + 64 * ip)));
             for (int t = 0; t < nt; t++) {
                 const __m512i xv = _mm512_loadu_si512((const void *)(s_tok(x, xs, t, b)->qs + 64 * ip));
                 const __m512i xneg = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);

@@ -290,8 +290,6 @@ IQ_TOKENS(iq3_s, block_iq3_s, 1.0f)
                 _mm256_store_si256((__m256i *)(o->g + 32 * ib), p.g);                                  \
                 _mm256_store_si256((__m256i *)(o->s + 32 * ib), p.s);                                  \
                 _mm256_store_si256((__m256i *)o->ls[ib], p.ls);                                        \
-                const uint64_t bits = (uint32_t)_mm256_movemask_epi8(p.s);                             \
-                o->neg[ib / 2] = ib % 2 ? o->neg[ib / 2] | bits << 32 : bits;                          \
             }                                                                                          \
             o->d = _cvtsh_ss(w[b].d);                                                                  \
         }                                                                                              \
