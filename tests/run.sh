@@ -4,6 +4,10 @@
 # Exit status: 0 only if every binary passed.
 set -u
 passed=0; failed=0; skipped=0; bad_bins=()
+# A failing program's assertion lines are repeated after the closing line: a
+# log cut to its tail (CI's) still says which test failed and why.
+failures=$(mktemp)
+trap 'rm -f "$failures"' EXIT
 for bin in "$@"; do
   [ -x "$bin" ] || continue
   name=$(basename "$bin")
@@ -23,9 +27,11 @@ for bin in "$@"; do
   if [ $rc -ne 0 ] || [ -z "$line" ]; then
     bad_bins+=("$name(rc=$rc)")
     [ -z "$line" ] && failed=$((failed + 1))
+    { echo "--- $name (rc=$rc):"; grep -a -E '\[(FAIL|ERR|----)\]' "$log" | grep -av 'Criterion v' | tail -n 30; } >>"$failures"
   fi
   rm -f "$log"
 done
 [ ${#bad_bins[@]} -gt 0 ] && echo "failing test programs: ${bad_bins[*]}"
 echo "tests: $passed passed, $failed failed, $skipped skipped"
+[ -s "$failures" ] && { echo "what failed (repeated from above):"; cat "$failures"; }
 [ $failed -eq 0 ] && [ ${#bad_bins[@]} -eq 0 ]
