@@ -132,8 +132,8 @@ static void s_impostor_case(const char *data_path) {
     cr_expect(im.connected, "the impostor could not connect to %s", im.endpoint);
     cr_expect(back, "the real worker did not come back up: %s", got.stats);
     cr_expect_eq(im.received, 0, "the impostor received %d messages", im.received);
-    cr_expect_gt(sched_field(got.stats, "impostor_messages_refused"), 0, "none of %d hellos refused as an impostor's: %s",
-                 im.hellos, got.stats);
+    cr_expect_gt(sched_field(got.stats, "impostor_messages_refused"), 0,
+                 "none of %d hellos refused as an impostor's: %s", im.hellos, got.stats);
     char v[32];
     sched_worker_field(got.stats, 0, "status", v, sizeof v);
     cr_expect_str_eq(v, "up", "%s", got.stats);
@@ -203,8 +203,7 @@ Test(scheduler_identity, coordinator_sigkill_leaves_nothing_in_tmp, .timeout = 6
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     cr_expect_eq(system(cmd), 0);
-    cr_expect_eq(left, 0, "a SIGKILLed coordinator left %d entries in its TMPDIR (%s, ...)", left,
-                 first);
+    cr_expect_eq(left, 0, "a SIGKILLed coordinator left %d entries in its TMPDIR (%s, ...)", left, first);
 }
 
 /* A shared expert (qwen2moe) runs in the coordinator while the worker computes
