@@ -131,6 +131,12 @@ $(CPU_PLUGIN): $(CPU_OBJ) $(CORE_OBJ) plugins/plugin.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared $(LDFLAGS) -Wl,--version-script=plugins/plugin.map -o $@ $(CPU_OBJ) $(CORE_OBJ) -lm
 
+# gen_model: tools/gen_model.c plus its vocabulary builder (tools/gen_model/)
+GEN_MODEL_SRC := tools/gen_model.c $(wildcard tools/gen_model/*.c)
+$(BUILD)/bin/gen_model: $(GEN_MODEL_SRC) $(wildcard tools/gen_model/*.h) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(GEN_MODEL_SRC) $(LIB) $(LDLIBS)
+
 # Single-file tools: tools/NAME.c -> bin/NAME
 $(BUILD)/bin/%: tools/%.c $(LIB)
 	@mkdir -p $(dir $@)

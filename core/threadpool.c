@@ -6,6 +6,16 @@
  * sleeping thread costs tens of microseconds), then sleep on a condition
  * variable so an idle pool costs no CPU. The caller runs share 0 itself,
  * then waits for the others the same way: spin, then sleep.
+ *
+ * A claimed job (coli_pool_run_claimed) is one whose fn takes its work from
+ * a shared counter, so it does not matter which threads run it. The caller
+ * closes it when its own fn returns (the work is all taken) and waits only
+ * for the threads that joined it by then; a thread that was not running (the
+ * cores are shared with other processes, or with other pools) never joins.
+ * Joining is a Dekker handshake on two sequentially consistent atomics: a
+ * thread counts itself in `joined`, then checks that the job is still open;
+ * the caller closes it, then waits for `joined` to drain. Either the caller
+ * sees the thread counted, or the thread sees the job closed.
  */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "core/threadpool.h"
@@ -36,13 +46,18 @@
  * thread spinning for the idle pool would steal a core from the busy one. */
 static _Atomic(struct coli_pool *) s_active;
 
+/* A job word: the job's number times 2, plus 1 for a claimed job. */
+#define JOB_CLAIMED 1u
+
 struct coli_pool {
     int n;              /* threads including the caller */
     pthread_t *threads; /* n - 1 workers */
     coli_pool_fn fn;    /* the current job */
     void *arg;
-    atomic_uint generation;   /* bumped once per job */
-    atomic_int n_done;        /* workers finished with the current job */
+    atomic_uint generation;   /* the current job's word, bumped by 2 per job */
+    atomic_int n_done;        /* workers finished with the current job (a job that is not claimed) */
+    atomic_uint open_job;     /* the claimed job threads may still join (its word), 0 once closed */
+    atomic_int joined;        /* threads inside a claimed job, or checking whether they may enter */
     atomic_int stop;          /* set by destroy */
     pthread_mutex_t mutex;    /* guards sleeping on the two conditions */
     pthread_cond_t job_cond;  /* workers sleep here waiting for a job */
@@ -69,6 +84,17 @@ static unsigned s_wait_for_job(coli_pool *p, unsigned seen) {
     return g;
 }
 
+/* Join claimed job `job` if it is still open: run it, then leave. */
+static void s_join_claimed(coli_pool *p, unsigned job, int ith) {
+    atomic_fetch_add(&p->joined, 1); /* seq_cst: the handshake's first half */
+    if (atomic_load(&p->open_job) == job) p->fn(p->arg, ith, p->n);
+    if (atomic_fetch_sub_explicit(&p->joined, 1, memory_order_acq_rel) == 1) {
+        pthread_mutex_lock(&p->mutex); /* the caller may be asleep waiting for the last one */
+        pthread_cond_signal(&p->done_cond);
+        pthread_mutex_unlock(&p->mutex);
+    }
+}
+
 static void *s_worker_main(void *varg) {
     worker_arg wa = *(worker_arg *)varg;
     free(varg);
@@ -77,6 +103,10 @@ static void *s_worker_main(void *varg) {
     for (;;) {
         seen = s_wait_for_job(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+        if (seen & JOB_CLAIMED) { /* it may be over, even replaced: s_join_claimed checks */
+            s_join_claimed(p, seen, wa.ith);
+            continue;
+        }
         p->fn(p->arg, wa.ith, p->n);
         if (atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel) + 1 == p->n - 1) {
             /* last one: wake the caller if it went to sleep */
@@ -88,11 +118,16 @@ static void *s_worker_main(void *varg) {
     return NULL;
 }
 
-static void s_announce(coli_pool *p) {
+/* Publish the next job (claimed: its word odd) and wake the sleepers. */
+static unsigned s_announce(coli_pool *p, unsigned claimed) {
     pthread_mutex_lock(&p->mutex);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    unsigned job = ((atomic_load_explicit(&p->generation, memory_order_relaxed) >> 1) + 1) << 1 | claimed;
+    if (job >> 1 == 0) job = 2u | claimed; /* after wrapping: never 0 or 1, which mean "closed" to open_job */
+    if (claimed) atomic_store(&p->open_job, job);
+    atomic_store_explicit(&p->generation, job, memory_order_release);
     pthread_cond_broadcast(&p->job_cond);
     pthread_mutex_unlock(&p->mutex);
+    return job;
 }
 
 /* The cores this process may run on: its affinity mask (taskset, a cpuset
@@ -110,7 +145,7 @@ static void s_pool_teardown(coli_pool *p, int n_started) {
     coli_pool *expected = p;
     atomic_compare_exchange_strong(&s_active, &expected, NULL);
     atomic_store_explicit(&p->stop, 1, memory_order_release);
-    s_announce(p);
+    s_announce(p, 0);
     for (int i = 0; i < n_started; i++) pthread_join(p->threads[i], NULL);
     pthread_cond_destroy(&p->job_cond);
     pthread_cond_destroy(&p->done_cond);
@@ -176,6 +211,17 @@ static void s_wait_for_workers(coli_pool *p) {
     pthread_mutex_unlock(&p->mutex);
 }
 
+/* Until no thread is inside a claimed job or deciding whether to enter one. */
+static void s_wait_for_joined(coli_pool *p) {
+    for (int i = 0; i < SPIN_ROUNDS; i++) {
+        if (atomic_load(&p->joined) == 0) return;
+        CPU_RELAX();
+    }
+    pthread_mutex_lock(&p->mutex);
+    while (atomic_load(&p->joined) != 0) pthread_cond_wait(&p->done_cond, &p->mutex);
+    pthread_mutex_unlock(&p->mutex);
+}
+
 void coli_pool_stand_down(void) { atomic_store_explicit(&s_active, NULL, memory_order_relaxed); }
 
 void coli_pool_run(coli_pool *pool, coli_pool_fn fn, void *arg) {
@@ -185,10 +231,27 @@ void coli_pool_run(coli_pool *pool, coli_pool_fn fn, void *arg) {
     }
     if (atomic_load_explicit(&s_active, memory_order_relaxed) != pool)
         atomic_store_explicit(&s_active, pool, memory_order_relaxed);
+    s_wait_for_joined(pool); /* a thread still checking a closed claimed job reads fn next */
     pool->fn = fn;
     pool->arg = arg;
     atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
-    s_announce(pool);
+    s_announce(pool, 0);
     fn(arg, 0, pool->n);
     s_wait_for_workers(pool);
+}
+
+void coli_pool_run_claimed(coli_pool *pool, coli_pool_fn fn, void *arg) {
+    if (!pool || pool->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    if (atomic_load_explicit(&s_active, memory_order_relaxed) != pool)
+        atomic_store_explicit(&s_active, pool, memory_order_relaxed);
+    s_wait_for_joined(pool);
+    pool->fn = fn;
+    pool->arg = arg;
+    s_announce(pool, JOB_CLAIMED);
+    fn(arg, 0, pool->n);
+    atomic_store(&pool->open_job, 0); /* seq_cst: the handshake's second half */
+    s_wait_for_joined(pool);
 }

@@ -116,3 +116,72 @@ Test(threadpool, stand_down_between_jobs_loses_no_thread) {
     }
     coli_pool_destroy(&p);
 }
+
+// ---------------------------------------------------------------------------
+//  Claimed jobs (coli_pool_run_claimed): the work is taken from a counter, so
+//  every item runs exactly once whichever threads join; a thread that is
+//  late (here: one that sleeps inside an item) is waited for only if it
+//  joined, and plain jobs in between still reach every thread exactly once.
+
+typedef struct claim_job {
+    atomic_int next;
+    int n_items;
+    atomic_int done[256];
+    atomic_int bad_ith;
+    int slow_ith; /* this thread sleeps 2 ms in its first item (-1: none) */
+} claim_job;
+
+static void claim_fn(void *arg, int ith, int nth) {
+    claim_job *j = arg;
+    if (ith < 0 || ith >= nth) atomic_fetch_add(&j->bad_ith, 1);
+    for (int first = 1;; first = 0) {
+        int i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n_items) return;
+        if (first && ith == j->slow_ith) usleep(2000);
+        atomic_fetch_add(&j->done[i], 1);
+    }
+}
+
+static void s_check_claimed(coli_pool *p, int rep, int slow_ith) {
+    claim_job j;
+    memset(&j, 0, sizeof j);
+    j.n_items = 1 + rep % 256;
+    j.slow_ith = slow_ith;
+    coli_pool_run_claimed(p, claim_fn, &j);
+    /* returned: every item is done and no thread still writes to j (it lives on this stack) */
+    for (int i = 0; i < j.n_items; i++)
+        cr_assert_eq(atomic_load(&j.done[i]), 1, "rep %d: item %d ran %d times", rep, i, atomic_load(&j.done[i]));
+    cr_assert_eq(atomic_load(&j.bad_ith), 0);
+    memset(&j, 0xff, sizeof j); /* a late thread that ran on after return would now fail the next check */
+}
+
+Test(threadpool, claimed_jobs_run_every_item_once_between_plain_jobs) {
+    for (int n = 1; n <= 4; n++) {
+        coli_pool *p = coli_pool_new(n);
+        cr_assert_not_null(p);
+        for (int rep = 0; rep < 900; rep++) {
+            s_check_claimed(p, rep, rep % 7 == 3 ? rep % n : -1);
+            if (rep % 3 == 0) { /* a plain job in between: every thread exactly once */
+                count_job c;
+                memset(&c, 0, sizeof c);
+                c.want_nth = n;
+                coli_pool_run(p, count_fn, &c);
+                for (int i = 0; i < n; i++)
+                    cr_assert_eq(atomic_load(&c.hits[i]), 1, "pool %d rep %d: ith %d ran %d times", n, rep, i,
+                                 atomic_load(&c.hits[i]));
+            }
+            if (rep % 101 == 100) usleep(3000); /* the threads fall asleep */
+            if (rep % 13 == 5) coli_pool_stand_down();
+        }
+        coli_pool_destroy(&p);
+    }
+}
+
+Test(threadpool, claimed_job_on_a_null_pool_runs_on_the_caller) {
+    claim_job j;
+    memset(&j, 0, sizeof j);
+    j.n_items = 10;
+    j.slow_ith = -1;
+    coli_pool_run_claimed(NULL, claim_fn, &j);
+    for (int i = 0; i < 10; i++) cr_assert_eq(atomic_load(&j.done[i]), 1);
+}

@@ -237,7 +237,8 @@ static int s_run_group(coli_pool *pool, coli_scratch *scratch, const coli_matmul
     }
     if (m.n == 0) return 0;
     atomic_init(&m.next_chunk, 0);
-    coli_pool_run(nth > 1 && !s_is_tiny(ops, n, src) ? pool : NULL, s_many_worker, &m);
+    /* chunks are taken from next_chunk: a thread that is not running when the rest is done is not waited for */
+    coli_pool_run_claimed(nth > 1 && !s_is_tiny(ops, n, src) ? pool : NULL, s_many_worker, &m);
     return 0;
 }
 

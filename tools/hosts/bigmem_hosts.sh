@@ -12,7 +12,7 @@
 # BIGMEM_HOST_LIMIT (default 2.7G) each host's cgroup, BIGMEM_HOST_BUDGET
 # (default 2400M) each host's --devices budget, BIGMEM_COORD_LIMIT (default 1G)
 # the coordinator's cgroup, LLAMA_RPC_HOST_LIMIT (default BIGMEM_HOST_LIMIT) each
-# host's cgroup for llama.cpp's rpc-server, BIGMEM_HOST_THREADS (default 1) compute threads per
+# host's cgroup for llama.cpp's rpc-server, BIGMEM_HOST_THREADS (default 0: the cores a host may run on) compute threads per
 # host, THREADS (default 2) the coordinator's, COLI (default build/bin/coli),
 # BIGMEM_TIMEOUT (default 600 s) per run. Needs root, `ip netns` and a
 # writable memory cgroup (v1 or v2); without them it prints one line and exits 0.
@@ -25,7 +25,7 @@ WORKER=$(dirname "$COLI")/coli-worker
 HOST_LIMIT=${BIGMEM_HOST_LIMIT:-2.7G}
 BUDGET=${BIGMEM_HOST_BUDGET:-2400M}
 COORD_LIMIT=${BIGMEM_COORD_LIMIT:-1G}
-HOST_THREADS=${BIGMEM_HOST_THREADS:-1}
+HOST_THREADS=${BIGMEM_HOST_THREADS:-0}
 THREADS=${THREADS:-2}
 TIMEOUT=${BIGMEM_TIMEOUT:-600}
 PROMPT="Once upon a time"
@@ -148,13 +148,15 @@ if [ -z "${LLAMA_RPC_SERVER:-}" ] || [ ! -x "${LLAMA_RPC_SERVER:-}" ] || [ ! -x 
   exit 0
 fi
 RPC_LIMIT=${LLAMA_RPC_HOST_LIMIT:-$HOST_LIMIT} # llama.cpp's hosts hold their weights as anonymous memory
+RPC_THREADS=$HOST_THREADS # rpc-server has no "all cores" value: 0 is ours
+[ "$RPC_THREADS" = 0 ] && RPC_THREADS=$(nproc)
 for i in 0 1; do cg "host$i" "$RPC_LIMIT" || exit 1; done
 for c in host0 host1 coord; do cg_reset $c; done
 dd if="$MODEL" iflag=nocache count=0 status=none
 RPC=
 for i in 0 1; do
   in_cg "host$i" nsenter "$(NET $i)" "$LLAMA_RPC_SERVER" -H "10.212.$((200 + i)).2" -p 50052 \
-    -t "$HOST_THREADS" >"$TMP/rpc$i.log" 2>&1 &
+    -t "$RPC_THREADS" >"$TMP/rpc$i.log" 2>&1 &
   PIDS+=($!)
   disown
   RPC+="${RPC:+,}10.212.$((200 + i)).2:50052"
