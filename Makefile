@@ -228,6 +228,10 @@ $(BENCH_DIR)/bench-bigmem-q4_0.gguf: | $(BUILD)/bin/gen_model
 .PHONY: bench-bigmem
 bench-bigmem: $(COLI) $(BENCH_DIR)/bench-bigmem-q4_0.gguf
 	COLI=$(COLI) THREADS=$(BENCH_THREADS) tools/bench/bench_bigmem.sh $(BENCH_DIR)/bench-bigmem-q4_0.gguf
+# bench-hosts-ratio: issue 26's two-hosts / in-process ratio, rounds side by side (ROUNDS, N)
+.PHONY: bench-hosts-ratio
+bench-hosts-ratio: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BENCH_DIR)/bench-bigmem-q4_0.gguf
+	COLI=$(COLI) MODEL=$(BENCH_DIR)/bench-bigmem-q4_0.gguf tools/hosts/hosts_vs_inproc.sh
 .PHONY: bench-sched
 bench-sched: $(COLI) $(WORKER) $(CPU_PLUGIN) $(BUILD)/bin/bench_sched $(BUILD)/bin/bench_ring $(FIXTURES) $(BENCH_DIR)/bench-mixtral-q4_0.gguf
 	$(BUILD)/bin/bench_ring 2 4096 2000
