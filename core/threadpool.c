@@ -224,19 +224,25 @@ static void s_wait_for_joined(coli_pool *p) {
 
 void coli_pool_stand_down(void) { atomic_store_explicit(&s_active, NULL, memory_order_relaxed); }
 
+/* Start job fn on pool (claimed or not), the caller taking part as thread 0;
+ * returns when the caller's share is done. */
+static void s_run_job(coli_pool *pool, coli_pool_fn fn, void *arg, unsigned claimed) {
+    if (atomic_load_explicit(&s_active, memory_order_relaxed) != pool)
+        atomic_store_explicit(&s_active, pool, memory_order_relaxed);
+    s_wait_for_joined(pool); /* a thread still checking a closed claimed job would read fn next */
+    pool->fn = fn;
+    pool->arg = arg;
+    atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
+    s_announce(pool, claimed);
+    fn(arg, 0, pool->n);
+}
+
 void coli_pool_run(coli_pool *pool, coli_pool_fn fn, void *arg) {
     if (!pool || pool->n == 1) {
         fn(arg, 0, 1);
         return;
     }
-    if (atomic_load_explicit(&s_active, memory_order_relaxed) != pool)
-        atomic_store_explicit(&s_active, pool, memory_order_relaxed);
-    s_wait_for_joined(pool); /* a thread still checking a closed claimed job reads fn next */
-    pool->fn = fn;
-    pool->arg = arg;
-    atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
-    s_announce(pool, 0);
-    fn(arg, 0, pool->n);
+    s_run_job(pool, fn, arg, 0);
     s_wait_for_workers(pool);
 }
 
@@ -245,13 +251,7 @@ void coli_pool_run_claimed(coli_pool *pool, coli_pool_fn fn, void *arg) {
         fn(arg, 0, 1);
         return;
     }
-    if (atomic_load_explicit(&s_active, memory_order_relaxed) != pool)
-        atomic_store_explicit(&s_active, pool, memory_order_relaxed);
-    s_wait_for_joined(pool);
-    pool->fn = fn;
-    pool->arg = arg;
-    s_announce(pool, JOB_CLAIMED);
-    fn(arg, 0, pool->n);
+    s_run_job(pool, fn, arg, JOB_CLAIMED);
     atomic_store(&pool->open_job, 0); /* seq_cst: the handshake's second half */
     s_wait_for_joined(pool);
 }

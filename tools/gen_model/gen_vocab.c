@@ -38,7 +38,6 @@ static const char *const s_words[] = {
 #define SPM_SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's space */
 #define BPE_SPACE "\xc4\xa0"     /* U+0120 'Ġ', GPT-2's mapped space */
 
-
 /* Slot of s in the hash: where it is, or the empty slot where it would go. */
 static int64_t s_vocab_slot(const gen_vocab *v, const char *s) {
     int64_t i = (int64_t)(coli_fnv1a(s, strlen(s), COLI_FNV1A_SEED) & (uint64_t)(v->hash_cap - 1));
