@@ -6,8 +6,8 @@
  * process (address space capped, so a size the file made up cannot take the
  * machine; a time limit, so a loop it made up cannot hang the suite) and
  * must either be refused with one line, or load and answer a short prompt
- * with finite logits or a refusal of its own. A crash, a hang, an
- * abort, a multi-line or empty error fails, naming the key and the value.
+ * (logits without a NaN, or a one-line refusal of its own). A crash, a hang,
+ * an abort, a multi-line or empty error fails, naming the key and the value.
  *
  * The families' own tests refuse chosen keys with chosen messages; this one
  * walks all of them, the keys nobody thought of included.
