@@ -319,8 +319,9 @@ test: deps test-deps
 
 # The end-to-end tests again under ASan+UBSan, in their own build dir (CI runs it
 # after `make test`): the CLI and the library on every fixture, hostile files,
-# tokenizers, worker processes.
-SANITIZE_TESTS := test_api test_cli test_gguf test_tokenizer test_scheduler_procs test_prefault test_matmul
+# tokenizers, worker processes, every family's loader on hostile metadata.
+SANITIZE_TESTS := test_api test_cli test_gguf test_tokenizer test_scheduler_procs test_prefault test_matmul \
+                  test_model_mutations
 test-sanitize: deps
 	$(MAKE) SANITIZE=1 BUILD=build-asan build-asan/bin/coli build-asan/bin/coli-worker \
 	  build-asan/lib/libcoli-cpu.so build-asan/bin/gen_model $(addprefix build-asan/tests/,$(SANITIZE_TESTS))

@@ -99,7 +99,10 @@ int model_swa_layer(const gguf_file *f, const model_hparams *hp, int il, int64_t
         uint64_t cnt;
         const void *data;
         if (gguf_get_arr(f, key, &et, &cnt, &data) < 0 || (uint64_t)il >= cnt) return 0;
-        return et == GGUF_BOOL ? ((const uint8_t *)data)[il] != 0 : ((const int32_t *)data)[il] != 0;
+        if (et == GGUF_BOOL) return ((const uint8_t *)data)[il] != 0;
+        int32_t v; /* array elements need not be aligned in the mapping */
+        memcpy(&v, (const char *)data + 4 * (size_t)il, sizeof v);
+        return v != 0;
     }
     if (i >= 0 && model_opt_int(f, hp, "attention.sliding_window_pattern", n, 1 << 16, &n) < 0) return 0;
     return n == 0 || il % n < n - 1;

@@ -52,7 +52,9 @@ int kimi_head_count_kv(const gguf_file *f, model_hparams *hp, uint8_t *recurrent
         return coli_fail(COLI_EFORMAT, "metadata '%s': expected %d integers (0: KDA layer, 1: MLA layer), found %llu",
                          key, hp->n_layer, (unsigned long long)n);
     for (int l = 0; l < hp->n_layer; l++) {
-        const uint32_t v = ((const uint32_t *)data)[l];
+        uint32_t v;
+        memcpy(&v, (const char *)data + 4 * (size_t)l,
+               sizeof v); /* array elements need not be aligned in the mapping */
         if (v > 1)
             return coli_fail(COLI_EFORMAT, "metadata '%s'[%d] = %u: expected 0 (KDA) or 1 (MLA)", key, l, (unsigned)v);
         if (recurrent) recurrent[l] = v == 0;
