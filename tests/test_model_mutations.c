@@ -51,12 +51,25 @@ enum {
     OUTCOME_BAD_LOGITS = 3
 };
 
+enum {
+    TENSOR_KEPT,
+    TENSOR_DROPPED,
+    TENSOR_SWAPPED,
+    TENSOR_SHRUNK
+};
+
+/* One hostile change: to a key, or to a tensor. */
 typedef struct mutation {
-    int64_t key;   /* index of the key in the source file */
-    int is_float;  /* set an F32 (else a U32) ... */
-    double value;  /* ... to this */
-    int cut_array; /* or: the array cut to its first element */
+    int64_t key;    /* index of the key in the source file, -1: none */
+    int is_float;   /* set an F32 (else a U32) ... */
+    double value;   /* ... to this */
+    int cut_array;  /* or: the array cut to its first element */
+    int64_t tensor; /* index of the tensor, -1: none */
+    int how;        /* TENSOR_*: left out, first two dims swapped, outermost dim one less (its data cut) */
 } mutation;
+
+static const char *const k_tensor_how[] = {"kept", "left out", "with its first two dims swapped",
+                                           "one row (outermost) short"};
 
 /* A one-line, non-empty message: what every refusal must be. */
 static int s_one_line(const char *msg) { return msg && *msg && !strchr(msg, '\n'); }
@@ -128,7 +141,16 @@ static int s_write_mutated(const gguf_file *f, const mutation *mu, const char *d
     for (int64_t i = 0; i < gguf_n_tensors(f) && rc == 0; i++) {
         const coli_tensor *t = gguf_tensor(f, i);
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
-        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, t->nbytes);
+        size_t nbytes = t->nbytes;
+        int how = i == mu->tensor ? mu->how : TENSOR_KEPT;
+        if (how == TENSOR_DROPPED) continue;
+        if (how == TENSOR_SWAPPED) ne[0] = t->ne[1], ne[1] = t->ne[0];
+        if (how == TENSOR_SHRUNK) {
+            const int d = t->n_dims - 1;
+            nbytes -= nbytes / (size_t)ne[d];
+            ne[d]--;
+        }
+        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, nbytes);
     }
     if (rc == 0) rc = gguf_writer_write(w, dst);
     gguf_writer_free(&w);
@@ -199,48 +221,92 @@ static const char *s_outcome_name(int o) {
     return buf;
 }
 
-/* Every mutation of the model at path: none may crash, hang or misreport. */
+/* Run mu; a failure is reported with what (the change, in words). 1 when it failed. */
+static int s_check(const gguf_file *f, const mutation *mu, const char *path, const char *dst, const char *what,
+                   int *ran) {
+    int o = s_run_child(f, mu, dst);
+    *ran += o == OUTCOME_RAN;
+    if (o == OUTCOME_RAN || o == OUTCOME_REFUSED) return 0;
+    cr_expect_fail("%s: %s: %s", path, what, s_outcome_name(o));
+    return 1;
+}
+
+/* The key mutations of key i (up to 4 into mu). */
+static int s_key_mutations(const gguf_file *f, int64_t i, mutation *mu) {
+    gguf_str k = gguf_key_name(f, i);
+    if (k.len >= 10 && !memcmp(k.ptr, "tokenizer.", 10) && gguf_kv_type(f, i) == GGUF_ARRAY)
+        return 0; /* the vocabulary's arrays: test_tokenizer's */
+    int n = 0;
+    if (gguf_kv_type(f, i) == GGUF_ARRAY) {
+        char name[256];
+        gguf_type at;
+        uint64_t len = 0;
+        const void *data = NULL;
+        snprintf(name, sizeof name, "%.*s", (int)k.len, k.ptr);
+        if (gguf_get_arr(f, name, &at, &len, &data) == 0 && len > 1)
+            mu[n++] = (mutation){.key = i, .cut_array = 1, .tensor = -1};
+        return n;
+    }
+    double v[4];
+    int is_float = 0, nv = s_values(gguf_kv_type(f, i), v, &is_float);
+    for (int j = 0; j < nv; j++) mu[n++] = (mutation){.key = i, .is_float = is_float, .value = v[j], .tensor = -1};
+    return n;
+}
+
+/* A tensor's kind: its name with the layer number taken out ("blk.#.ffn_up_exps.weight"). */
+static void s_tensor_kind(const char *name, char *kind, size_t cap) {
+    int layer, used = 0;
+    if (sscanf(name, "blk.%d.%n", &layer, &used) == 1 && used > 0)
+        snprintf(kind, cap, "blk.#.%s", name + used);
+    else
+        snprintf(kind, cap, "%s", name);
+}
+
+/* Every mutation of the model at path: none may crash, hang or misreport.
+ * Keys: each one. Tensors: the first of each kind (layer 0's, mostly). */
 static void s_mutate_all(const char *path) {
     gguf_file *f = NULL;
     cr_assert_eq(gguf_open(path, &f), 0, "%s", coli_last_error());
-    char dst[4200];
+    char dst[4200], what[512];
     snprintf(dst, sizeof dst, "%s/mutated-%d.gguf", s_build(), (int)getpid());
     int tried = 0, ran = 0, failures = 0;
     for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+        mutation mu[4];
         gguf_str k = gguf_key_name(f, i);
-        if (k.len >= 10 && !memcmp(k.ptr, "tokenizer.", 10) && gguf_kv_type(f, i) == GGUF_ARRAY)
-            continue; /* the vocabulary's arrays: test_tokenizer's */
-        mutation mu[8];
-        int n = 0;
-        if (gguf_kv_type(f, i) == GGUF_ARRAY) {
-            char name[256];
-            gguf_type at;
-            uint64_t len = 0;
-            const void *data = NULL;
-            snprintf(name, sizeof name, "%.*s", (int)k.len, k.ptr);
-            if (gguf_get_arr(f, name, &at, &len, &data) == 0 && len > 1) mu[n++] = (mutation){.key = i, .cut_array = 1};
-        } else {
-            double v[4];
-            int is_float = 0, nv = s_values(gguf_kv_type(f, i), v, &is_float);
-            for (int j = 0; j < nv; j++) mu[n++] = (mutation){.key = i, .is_float = is_float, .value = v[j]};
-        }
-        for (int j = 0; j < n; j++) {
-            int o = s_run_child(f, &mu[j], dst);
-            tried++;
-            ran += o == OUTCOME_RAN;
-            if (o == OUTCOME_RAN || o == OUTCOME_REFUSED) continue;
-            failures++;
+        for (int j = 0, n = s_key_mutations(f, i, mu); j < n; j++, tried++) {
             if (mu[j].cut_array)
-                cr_expect_fail("%s: %.*s cut to one element: %s", path, (int)k.len, k.ptr, s_outcome_name(o));
+                snprintf(what, sizeof what, "%.*s cut to one element", (int)k.len, k.ptr);
             else
-                cr_expect_fail("%s: %.*s = %g: %s", path, (int)k.len, k.ptr, mu[j].value, s_outcome_name(o));
+                snprintf(what, sizeof what, "%.*s = %g", (int)k.len, k.ptr, mu[j].value);
+            failures += s_check(f, &mu[j], path, dst, what, &ran);
         }
     }
+    char(*kinds)[128] = calloc((size_t)gguf_n_tensors(f), sizeof *kinds);
+    cr_assert_not_null(kinds);
+    int n_kinds = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const coli_tensor *t = gguf_tensor(f, i);
+        char kind[128];
+        s_tensor_kind(t->name, kind, sizeof kind);
+        int seen = 0;
+        for (int j = 0; j < n_kinds && !seen; j++) seen = !strcmp(kinds[j], kind);
+        if (seen) continue;
+        snprintf(kinds[n_kinds++], sizeof kinds[0], "%s", kind);
+        for (int how = TENSOR_DROPPED; how <= TENSOR_SHRUNK; how++) {
+            if (how == TENSOR_SWAPPED && (t->n_dims < 2 || t->ne[0] == t->ne[1])) continue;
+            if (how == TENSOR_SHRUNK && t->ne[t->n_dims - 1] < 2) continue;
+            mutation mu = {.key = -1, .tensor = i, .how = how};
+            snprintf(what, sizeof what, "tensor %s %s", t->name, k_tensor_how[how]);
+            failures += s_check(f, &mu, path, dst, what, &ran);
+            tried++;
+        }
+    }
+    free(kinds);
     unlink(dst);
     gguf_close(&f);
     cr_log_info("%s: %d hostile files, %d ran, %d refused, %d failures", path, tried, ran, tried - ran - failures,
                 failures);
-    cr_assert_gt(tried, 10, "%s: too few keys to mutate", path);
+    cr_assert_gt(tried, 10, "%s: too few keys and tensors to mutate", path);
 }
 
 /* $COLI_BUILD/ref/file, made once by `tests/GEN` (gen: "gen_x.py ARGS '%s'", %s the output). */
