@@ -22,6 +22,7 @@
 #include "colibri.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
+#include "tests/gptoss_util.h"
 #include "tests/ref_models.h"
 #include "tests/sched_util.h"
 
@@ -351,3 +352,12 @@ Test(model_mutations, qwen3next) { s_generated("tiny-qwen3next-f32.gguf", "gen_q
 Test(model_mutations, qwen35moe) { s_generated("tiny-qwen35moe-f32.gguf", "gen_qwen3next.py qwen35moe '%s'"); }
 Test(model_mutations, kimi_k3) { s_generated("tiny-kimi-k3-f32.gguf", "gen_kimi.py kimi-k3 '%s'"); }
 Test(model_mutations, kimi_linear) { s_generated("tiny-kimi-linear-f32.gguf", "gen_kimi.py kimi-linear '%s'"); }
+/* Quantized files: block types, scales and row sizes meet the same changes. */
+Test(model_mutations, llama_moe_q4_0) { s_gen_model_fixture("tiny-llama-moe-q4_0.gguf"); }
+Test(model_mutations, kquant_q3_k_m) { s_shared_model("tiny-kquant-q3_k_m.gguf"); }
+Test(model_mutations, kquant_iq4_xs) { s_shared_model("tiny-kquant-iq4_xs.gguf"); }
+Test(model_mutations, gptoss_mxfp4) {
+    char path[4096];
+    gptoss_model_mxfp4(path, sizeof path);
+    s_mutate_all(path);
+}
