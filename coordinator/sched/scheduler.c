@@ -523,12 +523,23 @@ static int s_make_workers(sched *s, const device_spec *devs, int n) {
     return 0;
 }
 
-/* Poll until no worker is in state st (or, for STARTING, without a hello). */
+/* Worker w holds up the load while it is in state st. Not a remote worker
+ * reconnecting (generation > 0) to start: its first connection already
+ * failed during this load (counted, its experts on the CPU path), and a
+ * reconnect waits out the start deadline by design (a host that restarts
+ * is taken the moment it listens), which would stall the load for as long
+ * whenever the back-off ended before the other workers said hello. */
+static int s_holds_up_load(const worker_link *w, link_state st) {
+    if (w->state != st) return 0;
+    if (st != LINK_STARTING) return 1;
+    return !w->place.hello_ok && !(w->tcp.on && w->proc.gen > 0);
+}
+
+/* Poll until no worker holds up the load in state st. */
 static void s_wait_while(sched *s, link_state st) {
     for (;;) {
         int waiting = 0;
-        for (int i = 0; i < s->n_w; i++)
-            waiting += s->w[i].state == st && !(st == LINK_STARTING && s->w[i].place.hello_ok);
+        for (int i = 0; i < s->n_w; i++) waiting += s_holds_up_load(&s->w[i], st);
         if (!waiting) return;
         s_poll(s, 50); /* start_timeout in sup_tick ends every wait */
     }
