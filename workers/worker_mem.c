@@ -8,7 +8,8 @@
  * VmRSS adds the program and its libraries, the cgroup adds the page cache
  * it read.
  *
- * Sampled once a second by a thread of its own ("coli-mem"), never by the
+ * Sampled by a thread of its own ("coli-mem"), once a second or less
+ * often when one sample costs more than 2% of the wait, never by the
  * serving loop: /proc/self/smaps walks every page table entry of the mapped
  * file and computes each page's share, which takes 20-70 ms for a host with
  * 469 MiB of the file mapped (measured on the 2-core VM; it grows with the
@@ -97,6 +98,9 @@ struct worker_mem {
     uint64_t rss, model_rss, cgroup;
 };
 
+/* A sample may take at most 1/50 of the sampler's time (2% of one core). */
+#define SAMPLE_COST_SHARE 50
+
 static void *s_sampler(void *arg) {
     struct worker_mem *m = arg;
     /* background work: a batch's threads go first on a busy host (nice is per thread on Linux) */
@@ -107,13 +111,21 @@ static void *s_sampler(void *arg) {
         m->asked = 0;
         pthread_mutex_unlock(&m->mu);
         /* a mapping replaced meanwhile only makes this one sample stale: smaps is read, never the pages */
+        uint64_t t0 = coli_now_ns();
         uint64_t rss = s_kb_lines("/proc/self/status", "VmRSS:", 0, 0);
         uint64_t model = hi ? s_kb_lines("/proc/self/smaps", "Rss:", lo, hi) : 0, cg = s_cgroup_bytes();
+        uint64_t cost = coli_now_ns() - t0;
         pthread_mutex_lock(&m->mu);
         m->rss = rss, m->model_rss = model, m->cgroup = cg;
+        /* Once a second, or less often when a sample costs more than 1/SAMPLE_COST_SHARE of that:
+         * the walk grows with the pages held (~25 ms for 2.4 GiB here), and a host holding
+         * hundreds of GiB would otherwise spend a core on it. */
+        uint64_t wait_ns = cost * SAMPLE_COST_SHARE > 1000000000ULL ? cost * SAMPLE_COST_SHARE : 1000000000ULL;
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += 1;
+        until.tv_sec += (time_t)(wait_ns / 1000000000ULL);
+        until.tv_nsec += (long)(wait_ns % 1000000000ULL);
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
         while (!m->stop && !m->asked && pthread_cond_timedwait(&m->wake, &m->mu, &until) == 0) {}
     }
     pthread_mutex_unlock(&m->mu);
