@@ -25,6 +25,15 @@ static float frand(unsigned *s) {
     return ((float)(*s >> 8) / 8388608.0f - 1.0f) * 0.3f;
 }
 
+/* Row f of the gate and up projections of one input row x, in double. */
+static void s_gate_up(const float *gate, const float *up, const float *x, int f, double *g, double *u) {
+    *g = *u = 0;
+    for (int k = 0; k < EMBD; k++) {
+        *g += (double)gate[f * EMBD + k] * x[k];
+        *u += (double)up[f * EMBD + k] * x[k];
+    }
+}
+
 Test(expert_ffn, matches_float64_reference_and_rows_are_independent) {
     static float gate[FF * EMBD], up[FF * EMBD], down[EMBD * FF], x[5 * EMBD], out[5 * EMBD], one[EMBD];
     unsigned s = 3;
@@ -49,11 +58,8 @@ Test(expert_ffn, matches_float64_reference_and_rows_are_independent) {
     for (int r = 0; r < 5; r++) {
         double h[FF];
         for (int f = 0; f < FF; f++) {
-            double g = 0, u = 0;
-            for (int k = 0; k < EMBD; k++) {
-                g += (double)gate[f * EMBD + k] * x[r * EMBD + k];
-                u += (double)up[f * EMBD + k] * x[r * EMBD + k];
-            }
+            double g, u;
+            s_gate_up(gate, up, x + r * EMBD, f, &g, &u);
             h[f] = g / (1 + exp(-g)) * u;
         }
         for (int o = 0; o < EMBD; o++) {
@@ -153,11 +159,8 @@ Test(expert_ffn, situ_matches_float64) {
         for (int r = 0; r < 2; r++) {
             double h[FF];
             for (int f = 0; f < FF; f++) {
-                double g = 0, u = 0;
-                for (int k = 0; k < EMBD; k++) {
-                    g += (double)gate[f * EMBD + k] * x[r * EMBD + k];
-                    u += (double)up[f * EMBD + k] * x[r * EMBD + k];
-                }
+                double g, u;
+                s_gate_up(gate, up, x + r * EMBD, f, &g, &u);
                 saturated += fabs(g) > 2.0 && fabs(u) > 3.0;
                 h[f] = 1.5 * tanh(g / 1.5) / (1.0 + exp(-g)) * (lin ? 2.0 * tanh(u / 2.0) : u);
             }

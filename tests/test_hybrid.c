@@ -32,6 +32,7 @@
 #include "coordinator/model.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
+#include "tests/gguf_edit.h"
 #include "tests/cli_run.h"
 #include "tests/greedy_run.h"
 #include "tests/ref_models.h"
@@ -418,39 +419,11 @@ Test(hybrid, state_memory_reported) {
     s_expect_state("qwen3next", 1, 2 * 2 * 64 * 2, 2 * (3 * 128 + 4 * 16 * 16) * 4);
 }
 
-/* What s_edited changes in a copy of a model (NULL / 0: nothing). */
-typedef struct file_edit {
-    const char *set_key; /* set to v: a u32, or an F32 when f32 */
-    double v;
-    int f32;
-    const char *drop_key, *drop_tensor; /* left out */
-    const char *swap;                   /* this tensor's first two dims swapped */
-} file_edit;
-
-static int s_is_key(gguf_str k, const char *name) {
-    return name && k.len == strlen(name) && !memcmp(k.ptr, name, k.len);
-}
-
-/* A copy of src at dst with e applied. */
-static void s_edited(const char *src, const char *dst, file_edit e) {
+/* A copy of src at dst with e applied (tests/gguf_edit.h). */
+static void s_edited(const char *src, const char *dst, gguf_edit e) {
     gguf_file *f = NULL;
     cr_assert_eq(gguf_open(src, &f), 0, "%s", coli_last_error());
-    gguf_writer *w = gguf_writer_new();
-    for (int64_t i = 0; i < gguf_n_kv(f); i++)
-        if (!s_is_key(gguf_key_name(f, i), e.drop_key)) cr_assert_eq(gguf_writer_copy_kv(w, f, i), 0);
-    if (e.set_key)
-        cr_assert_eq(e.f32 ? gguf_writer_set_f32(w, e.set_key, (float)e.v)
-                           : gguf_writer_set_u32(w, e.set_key, (uint32_t)e.v),
-                     0);
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const coli_tensor *t = gguf_tensor(f, i);
-        if (e.drop_tensor && !strcmp(t->name, e.drop_tensor)) continue;
-        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
-        if (e.swap && !strcmp(t->name, e.swap)) ne[0] = t->ne[1], ne[1] = t->ne[0];
-        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, t->nbytes), 0);
-    }
-    cr_assert_eq(gguf_writer_write(w, dst), 0, "%s", coli_last_error());
-    gguf_writer_free(&w);
+    cr_assert_eq(gguf_edit_write(f, dst, &e), 0, "%s", coli_last_error());
     gguf_close(&f);
 }
 
@@ -460,12 +433,12 @@ Test(hybrid, inconsistent_ssm_keys_are_refused) {
     s_read_ref("qwen3next", &r);
     s_model("qwen3next", &r, path, sizeof path);
     snprintf(bad, sizeof bad, "%s/hybrid-bad-%d.gguf", s_build(), (int)getpid());
-    s_edited(path, bad, (file_edit){.set_key = "qwen3next.ssm.group_count", .v = 3});
+    s_edited(path, bad, (gguf_edit){.set_key = "qwen3next.ssm.group_count", .v = 3});
     coli_model *m = NULL;
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "ssm.group_count 3") && !strchr(coli_last_error(), '\n'), "%s",
               coli_last_error());
-    s_edited(path, bad, (file_edit){.set_key = "qwen3next.ssm.state_size", .v = 8});
+    s_edited(path, bad, (gguf_edit){.set_key = "qwen3next.ssm.state_size", .v = 8});
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "ssm.state_size 8"), "%s", coli_last_error());
     unlink(bad);
@@ -517,7 +490,7 @@ Test(hybrid, mtp_block_wrong_shape_refused) {
     s_hybrid_model_mtp("qwen35moe", 1, mtp, sizeof mtp);
     snprintf(bad, sizeof bad, "%s/hybrid-mtp-bad-%d.gguf", s_build(), (int)getpid());
     for (size_t i = 0; i < sizeof bad_tensors / sizeof bad_tensors[0]; i++) {
-        s_edited(mtp, bad, (file_edit){.swap = bad_tensors[i]});
+        s_edited(mtp, bad, (gguf_edit){.swap = bad_tensors[i]});
         coli_model *m = NULL;
         cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT, "%s", bad_tensors[i]);
         cr_expect(strstr(coli_last_error(), bad_tensors[i]) && !strchr(coli_last_error(), '\n'), "%s: %s",
@@ -556,7 +529,7 @@ Test(hybrid, kimi_k3_bad_files_are_refused) {
         {NULL, "blk.3.attn_res_score.weight", "blk.3.attn_res_score.weight"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        s_edited(path, bad, (file_edit){.drop_key = cases[i].key, .drop_tensor = cases[i].tensor});
+        s_edited(path, bad, (gguf_edit){.drop_key = cases[i].key, .drop_tensor = cases[i].tensor});
         coli_model *m = NULL;
         cr_expect_lt(coli_model_load(bad, NULL, &m), 0, "case %zu loaded", i);
         cr_expect(strstr(coli_last_error(), cases[i].want) && !strchr(coli_last_error(), '\n'), "case %zu: %s", i,
@@ -570,7 +543,7 @@ Test(hybrid, kimi_k3_bad_files_are_refused) {
     const char *const lin_tensors[] = {"blk.0.ssm_g_a.weight", "blk.2.ssm_g_b.weight", "blk.2.ssm_a"};
     for (size_t i = 0; i < 4; i++) {
         s_edited(lin, bad,
-                 (file_edit){.drop_key = i < 3 ? NULL : "kimi-linear.expert_gating_func",
+                 (gguf_edit){.drop_key = i < 3 ? NULL : "kimi-linear.expert_gating_func",
                              .drop_tensor = i < 3 ? lin_tensors[i] : NULL});
         coli_model *m = NULL;
         cr_expect_lt(coli_model_load(bad, NULL, &m), 0, "kimi-linear case %zu loaded", i);
@@ -579,15 +552,15 @@ Test(hybrid, kimi_k3_bad_files_are_refused) {
         coli_model_free(&m);
     }
     /* an inconsistent width: the tensors say which */
-    s_edited(path, bad, (file_edit){.set_key = "kimi-k3.expert_latent_length", .v = 32});
+    s_edited(path, bad, (gguf_edit){.set_key = "kimi-k3.expert_latent_length", .v = 32});
     coli_model *m = NULL;
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "blk.1.ffn_gate_exps.weight"), "%s", coli_last_error());
     /* hostile values */
-    s_edited(path, bad, (file_edit){.set_key = "kimi-k3.activation.situ_beta", .v = -1.0, .f32 = 1});
+    s_edited(path, bad, (gguf_edit){.set_key = "kimi-k3.activation.situ_beta", .v = -1.0, .f32 = 1});
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "situ_beta -1"), "%s", coli_last_error());
-    s_edited(path, bad, (file_edit){.set_key = "kimi-k3.kda.gate_lower_bound", .v = NAN, .f32 = 1});
+    s_edited(path, bad, (gguf_edit){.set_key = "kimi-k3.kda.gate_lower_bound", .v = NAN, .f32 = 1});
     cr_expect_eq(coli_model_load(bad, NULL, &m), COLI_EFORMAT);
     cr_expect(strstr(coli_last_error(), "kimi-k3.kda.gate_lower_bound"), "%s", coli_last_error());
     unlink(bad);

@@ -536,6 +536,22 @@ Test(matmul, avx512_k_quants_equal_avx2_bits) {
     coli_pool_destroy(&pool);
 }
 
+/* p as one batch of n_tok tokens gives each token the bits it gets alone
+ * (skip: the ISA levels left out, for the message). */
+static void s_expect_batch_equals_alone(const problem *p, int64_t n_in, int64_t n_out, int64_t n_tok, coli_pool *pool,
+                                        coli_scratch *s, int skip) {
+    float *batch = run(p, pool, s), *alone = malloc((size_t)n_out * sizeof *alone);
+    cr_assert_not_null(alone);
+    for (int64_t t = 0; t < n_tok; t++) {
+        cr_assert_eq(coli_matmul(pool, s, p->w, p->t, n_in, n_out, p->x + t * n_in, 1, alone), 0);
+        cr_assert_eq(memcmp(alone, batch + t * n_out, (size_t)n_out * sizeof *alone), 0,
+                     "%s, %lld values, token %lld of %lld (skip %d): the batch differs from alone",
+                     coli_dtype_name(p->t), (long long)n_in, (long long)t, (long long)n_tok, skip);
+    }
+    free(alone);
+    free(batch);
+}
+
 /* The IQ grid types' decoded-row path (more than 4 tokens: each row's
  * groups decoded once per token block, matmul_vecdot.c) gives every token
  * the bits it gets alone (the single-token AVX2 kernel), in 256-bit and
@@ -555,14 +571,7 @@ Test(matmul, iq_decoded_rows_equal_one_token_bits) {
             for (int n = 0; n < 12; n++) {
                 const int64_t n_tok = tokens[n % 4], n_in = widths[n / 4], n_out = 19;
                 problem p = make_problem(types[i], n_in, n_out, n_tok, 7000u + (unsigned)(i * 16 + n * 131));
-                float *batch = run(&p, pool, &s), alone[19];
-                for (int64_t t = 0; t < n_tok; t++) {
-                    cr_assert_eq(coli_matmul(pool, &s, p.w, p.t, n_in, n_out, p.x + t * n_in, 1, alone), 0);
-                    cr_assert_eq(memcmp(alone, batch + t * n_out, sizeof alone), 0,
-                                 "%s, %lld values, token %lld of %lld (skip %d): the batch differs from alone",
-                                 coli_dtype_name(types[i]), (long long)n_in, (long long)t, (long long)n_tok, skip);
-                }
-                free(batch);
+                s_expect_batch_equals_alone(&p, n_in, n_out, n_tok, pool, &s, skip);
                 free_problem(&p);
             }
     }
@@ -587,14 +596,7 @@ Test(matmul, half_float_slabs_equal_one_token_bits) {
         for (int n = 0; n < 12; n++) {
             const int64_t n_tok = tokens[n % 4], n_in = widths[n / 4], n_out = 37;
             problem p = make_problem(types[i], n_in, n_out, n_tok, 8100u + (unsigned)(i * 16 + n * 131));
-            float *batch = run(&p, pool, &s), alone[37];
-            for (int64_t t = 0; t < n_tok; t++) {
-                cr_assert_eq(coli_matmul(pool, &s, p.w, p.t, n_in, n_out, p.x + t * n_in, 1, alone), 0);
-                cr_assert_eq(memcmp(alone, batch + t * n_out, sizeof alone), 0,
-                             "%s, %lld values, token %lld of %lld: the batch differs from alone",
-                             coli_dtype_name(types[i]), (long long)n_in, (long long)t, (long long)n_tok);
-            }
-            free(batch);
+            s_expect_batch_equals_alone(&p, n_in, n_out, n_tok, pool, &s, 0);
             free_problem(&p);
         }
     coli_scratch_free(&s);

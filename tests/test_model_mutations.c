@@ -22,6 +22,7 @@
 #include "colibri.h"
 #include "core/error.h"
 #include "core/gguf/gguf.h"
+#include "tests/gguf_edit.h"
 #include "tests/gptoss_util.h"
 #include "tests/ref_models.h"
 #include "tests/sched_util.h"
@@ -106,56 +107,22 @@ static int s_try_model(const char *path) {
     return rc;
 }
 
-/* src with mutation mu applied, written to dst; 0 or -1. */
+/* f with mutation mu applied, written to dst (tests/gguf_edit.h); 0 or an error. */
 static int s_write_mutated(const gguf_file *f, const mutation *mu, const char *dst) {
-    gguf_writer *w = gguf_writer_new();
-    int rc = w ? 0 : -1;
-    for (int64_t i = 0; i < gguf_n_kv(f) && rc == 0; i++) {
-        if (i != mu->key) {
-            rc = gguf_writer_copy_kv(w, f, i);
-            continue;
-        }
-        gguf_str k = gguf_key_name(f, i);
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)k.len, k.ptr);
-        if (mu->cut_array) {
-            gguf_type at;
-            uint64_t n = 0;
-            const void *data = NULL;
-            rc = gguf_get_arr(f, name, &at, &n, &data);
-            if (rc == 0 && at == GGUF_STRING) {
-                gguf_str s0;
-                rc = gguf_arr_str(f, name, 0, &s0);
-                char one[512];
-                snprintf(one, sizeof one, "%.*s", rc ? 0 : (int)(s0.len < 500 ? s0.len : 500), rc ? "" : s0.ptr);
-                const char *strs[1] = {one};
-                if (rc == 0) rc = gguf_writer_set_arr_str(w, name, strs, 1);
-            } else if (rc == 0) {
-                rc = gguf_writer_set_arr(w, name, at, data, 1);
-            }
-        } else if (mu->is_float) {
-            rc = gguf_writer_set_f32(w, name, (float)mu->value);
-        } else {
-            rc = gguf_writer_set_u32(w, name, (uint32_t)mu->value);
-        }
+    char key[256] = "";
+    if (mu->key >= 0) {
+        gguf_str k = gguf_key_name(f, mu->key);
+        snprintf(key, sizeof key, "%.*s", (int)k.len, k.ptr);
     }
-    for (int64_t i = 0; i < gguf_n_tensors(f) && rc == 0; i++) {
-        const coli_tensor *t = gguf_tensor(f, i);
-        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
-        size_t nbytes = t->nbytes;
-        int how = i == mu->tensor ? mu->how : TENSOR_KEPT;
-        if (how == TENSOR_DROPPED) continue;
-        if (how == TENSOR_SWAPPED) ne[0] = t->ne[1], ne[1] = t->ne[0];
-        if (how == TENSOR_SHRUNK) {
-            const int d = t->n_dims - 1;
-            nbytes -= nbytes / (size_t)ne[d];
-            ne[d]--;
-        }
-        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, nbytes);
-    }
-    if (rc == 0) rc = gguf_writer_write(w, dst);
-    gguf_writer_free(&w);
-    return rc == 0 ? 0 : -1;
+    const char *tensor = mu->tensor >= 0 ? gguf_tensor(f, mu->tensor)->name : NULL;
+    gguf_edit e = {.cut_key = mu->cut_array ? key : NULL,
+                   .set_key = mu->key >= 0 && !mu->cut_array ? key : NULL,
+                   .v = mu->value,
+                   .f32 = mu->is_float,
+                   .drop_tensor = mu->how == TENSOR_DROPPED ? tensor : NULL,
+                   .swap = mu->how == TENSOR_SWAPPED ? tensor : NULL,
+                   .shrink = mu->how == TENSOR_SHRUNK ? tensor : NULL};
+    return gguf_edit_write(f, dst, &e);
 }
 
 /* Run mutation mu of f in a child; its outcome, or -SIGNAL, or -1000 on a hang. */
