@@ -27,7 +27,11 @@ for bin in "$@"; do
   if [ $rc -ne 0 ] || [ -z "$line" ]; then
     bad_bins+=("$name(rc=$rc)")
     [ -z "$line" ] && failed=$((failed + 1))
-    { echo "--- $name (rc=$rc):"; grep -a -E '\[(FAIL|ERR|----)\]' "$log" | grep -av 'Criterion v' | tail -n 30; } >>"$failures"
+    # each failed assertion's place and the first line of its message (a message
+    # may be a whole /metrics page), then the failed tests
+    { echo "--- $name (rc=$rc):"
+      awk '/Assertion Failed/ { print; want = 1; next } want { print substr($0, 1, 300); want = 0 }' "$log" | tail -n 40
+      grep -a -E '\[(FAIL|ERR)\]' "$log" | tail -n 20; } >>"$failures"
   fi
   rm -f "$log"
 done

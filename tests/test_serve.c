@@ -326,7 +326,8 @@ Test(serve, client_that_leaves_cancels_and_frees_its_slot) {
         su_free(&r);
     }
     http_resp m = su_get(p.port, "/metrics");
-    cr_expect(strstr(m.body, "colibri_requests_cancelled_total 2\n") != NULL, "%s", m.body);
+    cr_expect(strstr(m.body, "colibri_requests_cancelled_total 2\n") != NULL,
+              "colibri_requests_cancelled_total is not 2 in /metrics:\n%s", m.body);
     su_free(&m);
     su_stop(&p);
 }

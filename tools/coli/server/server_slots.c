@@ -295,16 +295,18 @@ static int s_on_token(void *user, int32_t id, const char *text, size_t len) {
 
 static void s_finish(server_slot *slot, job *j, int rc, const coli_gen_stats *st) {
     server *s = slot->srv;
+    /* Counted before the slot is free and before the answer goes out: a
+     * client that reads /metrics or /dashboard.json the moment it has its
+     * answer, or the answer of the request that took this slot next (a
+     * cancelled one has no answer), must see its tokens and its cancel.
+     * n_gen and n_cached are this thread's own (the generating slot). */
+    metrics_add_tokens(&s->metrics, st->n_prompt + j->n_cached, j->n_gen);
+    if (atomic_load(&j->cancel) && !atomic_load(&s->stopping)) metrics_count_cancelled(&s->metrics);
     /* The slot is free before the answer goes out: a client that sends its
      * next request the moment it has this answer must find the slot free. */
     pthread_mutex_lock(&s->q_mu);
     s->active--;
     pthread_mutex_unlock(&s->q_mu);
-    /* Counted before the answer goes out: a client that reads /metrics or
-     * /dashboard.json the moment it has its answer must see its tokens.
-     * n_gen and n_cached are this thread's own (the generating slot). */
-    metrics_add_tokens(&s->metrics, st->n_prompt + j->n_cached, j->n_gen);
-    if (atomic_load(&j->cancel) && !atomic_load(&s->stopping)) metrics_count_cancelled(&s->metrics);
     pthread_mutex_lock(&j->mu);
     if (rc != 0 && !j->error_http) {
         j->error_http = 500;
